@@ -2146,6 +2146,7 @@ type ProvisionRequest struct {
 	NodeIds       []string               `protobuf:"bytes,1,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
 	Mode          Mode                   `protobuf:"varint,2,opt,name=mode,proto3,enum=cure.v1.Mode" json:"mode,omitempty"`
 	Manifest      string                 `protobuf:"bytes,3,opt,name=manifest,proto3" json:"manifest,omitempty"` // manifest name known to the coordinator; empty = node's default
+	Resume        bool                   `protobuf:"varint,4,opt,name=resume,proto3" json:"resume,omitempty"`    // continue the node's latest unfinished run from the phase it reached
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2199,6 +2200,13 @@ func (x *ProvisionRequest) GetManifest() string {
 		return x.Manifest
 	}
 	return ""
+}
+
+func (x *ProvisionRequest) GetResume() bool {
+	if x != nil {
+		return x.Resume
+	}
+	return false
 }
 
 type ProvisionResponse struct {
@@ -3072,11 +3080,12 @@ const file_cure_proto_rawDesc = "" +
 	"\x06Reboot\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\" \n" +
 	"\x06Cancel\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"l\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x84\x01\n" +
 	"\x10ProvisionRequest\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12!\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\r.cure.v1.ModeR\x04mode\x12\x1a\n" +
-	"\bmanifest\x18\x03 \x01(\tR\bmanifest\"8\n" +
+	"\bmanifest\x18\x03 \x01(\tR\bmanifest\x12\x16\n" +
+	"\x06resume\x18\x04 \x01(\bR\x06resume\"8\n" +
 	"\x11ProvisionResponse\x12#\n" +
 	"\x04runs\x18\x01 \x03(\v2\x0f.cure.v1.RunRefR\x04runs\"8\n" +
 	"\x06RunRef\x12\x15\n" +

@@ -1,0 +1,202 @@
+// Package modes says, for each way CURE can be run against a node, which
+// phases run, in which order, who runs them, and what the mode may never touch.
+// Both the coordinator and the runner consult it, so the read-only guarantee of
+// audit, verify and diagnostic is one table rather than scattered checks.
+package modes
+
+import (
+	"fmt"
+	"strings"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+)
+
+// Mode is one way of running CURE against a node.
+type Mode string
+
+const (
+	Provision  Mode = "provision"
+	Audit      Mode = "audit"
+	Verify     Mode = "verify"
+	Diagnostic Mode = "diagnostic"
+	Burnin     Mode = "burnin"
+	Wipe       Mode = "wipe"
+)
+
+// Owner says which side executes a phase.
+type Owner string
+
+const (
+	Coordinator Owner = "coordinator"
+	Runner      Owner = "runner"
+)
+
+// Phase names, as stored and shown.
+const (
+	Preflight     = "preflight"
+	SetBootPXE    = "set_boot_order_pxe"
+	PoweringOn    = "powering_on"
+	WaitForCURE   = "wait_for_cure"
+	BMC           = "bmc"
+	BIOS          = "bios"
+	BIOSSettings  = "bios_settings"
+	HGX           = "hgx"
+	NIC           = "nic"
+	DPU           = "dpu"
+	NVMe          = "nvme"
+	SEDRevert     = "sed_revert"
+	OSInstall     = "os_install"
+	SetBootDisk   = "set_boot_order_disk"
+	WaitForHostOS = "wait_for_host_os"
+	Validate      = "validate"
+	PowerOffAtEnd = "power_off"
+	ReturnToPool  = "return_to_pool"
+)
+
+// Phase is one step of a plan.
+type Phase struct {
+	Name  string
+	Owner Owner
+	// Writes is true when the phase can change firmware, BIOS or disk contents.
+	Writes bool
+}
+
+// Plan is the ordered phase list of a mode plus its write policy.
+type Plan struct {
+	Mode   Mode
+	Phases []Phase
+	// MayWrite is false for modes that must never flash firmware, change BIOS
+	// settings or write a disk.
+	MayWrite bool
+}
+
+var (
+	pxe       = Phase{SetBootPXE, Coordinator, false}
+	powerOn   = Phase{PoweringOn, Coordinator, false}
+	waitCURE  = Phase{WaitForCURE, Coordinator, false}
+	preflight = Phase{Preflight, Coordinator, false}
+)
+
+// provisionPhases follow DESIGN.md's pipeline. The one-time PXE override is
+// armed before power-on so a node that is off spends no boot on its old disk.
+var provisionPhases = []Phase{
+	preflight, pxe, powerOn, waitCURE,
+	{BMC, Coordinator, true},
+	{BIOS, Coordinator, true},
+	{BIOSSettings, Coordinator, true},
+	{HGX, Coordinator, true},
+	{NIC, Runner, true},
+	{DPU, Runner, true},
+	{NVMe, Runner, true},
+	{SEDRevert, Runner, true},
+	{OSInstall, Runner, true},
+	{SetBootDisk, Coordinator, false},
+	{WaitForHostOS, Coordinator, false},
+}
+
+// readOnlyFirmwarePhases are the comparison-only versions of the firmware
+// phases used by audit and verify.
+var readOnlyFirmwarePhases = []Phase{
+	preflight, pxe, powerOn, waitCURE,
+	{BMC, Coordinator, false},
+	{BIOS, Coordinator, false},
+	{BIOSSettings, Coordinator, false},
+	{HGX, Coordinator, false},
+	{NIC, Runner, false},
+	{DPU, Runner, false},
+	{NVMe, Runner, false},
+}
+
+// For returns the plan of a mode.
+func For(m Mode) (Plan, error) {
+	switch m {
+	case Provision:
+		return Plan{Mode: m, Phases: provisionPhases, MayWrite: true}, nil
+	case Audit, Verify:
+		return Plan{Mode: m, Phases: readOnlyFirmwarePhases}, nil
+	case Diagnostic, Burnin:
+		return Plan{Mode: m, Phases: []Phase{preflight, pxe, powerOn, waitCURE, {Validate, Runner, false}}}, nil
+	case Wipe:
+		return Plan{Mode: m, MayWrite: true, Phases: []Phase{preflight, pxe, powerOn, waitCURE,
+			{SEDRevert, Runner, true}, {PowerOffAtEnd, Coordinator, false}}}, nil
+	}
+	return Plan{}, fmt.Errorf("unknown mode %q (want provision, audit, verify, diagnostic, burnin or wipe)", string(m))
+}
+
+// Parse reads a mode name as typed by an operator.
+func Parse(s string) (Mode, error) {
+	m := Mode(strings.ToLower(strings.TrimSpace(s)))
+	if _, err := For(m); err != nil {
+		return "", err
+	}
+	return m, nil
+}
+
+// Index returns the position of phase name in the plan, or -1.
+func (p Plan) Index(name string) int {
+	for i, ph := range p.Phases {
+		if ph.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Phase returns the named phase of the plan.
+func (p Plan) Phase(name string) (Phase, bool) {
+	if i := p.Index(name); i >= 0 {
+		return p.Phases[i], true
+	}
+	return Phase{}, false
+}
+
+// CheckWrite refuses a writing action in a mode that must not write. Every
+// code path that flashes, wipes or installs calls it first.
+func CheckWrite(m Mode, action string) error {
+	p, err := For(m)
+	if err != nil {
+		return err
+	}
+	if !p.MayWrite {
+		return fmt.Errorf("%s refused: mode %s never writes firmware, BIOS settings or disks", action, m)
+	}
+	return nil
+}
+
+// ToProto converts a mode to its wire value.
+func ToProto(m Mode) curev1.Mode {
+	switch m {
+	case Provision:
+		return curev1.Mode_MODE_PROVISION
+	case Audit:
+		return curev1.Mode_MODE_AUDIT
+	case Verify:
+		return curev1.Mode_MODE_VERIFY
+	case Diagnostic:
+		return curev1.Mode_MODE_DIAGNOSTIC
+	case Burnin:
+		return curev1.Mode_MODE_BURNIN
+	case Wipe:
+		return curev1.Mode_MODE_WIPE
+	}
+	return curev1.Mode_MODE_UNSPECIFIED
+}
+
+// FromProto converts a wire mode; unspecified is an error, never a default.
+func FromProto(m curev1.Mode) (Mode, error) {
+	switch m {
+	case curev1.Mode_MODE_PROVISION:
+		return Provision, nil
+	case curev1.Mode_MODE_AUDIT:
+		return Audit, nil
+	case curev1.Mode_MODE_VERIFY:
+		return Verify, nil
+	case curev1.Mode_MODE_DIAGNOSTIC:
+		return Diagnostic, nil
+	case curev1.Mode_MODE_BURNIN:
+		return Burnin, nil
+	case curev1.Mode_MODE_WIPE:
+		return Wipe, nil
+	}
+	return "", fmt.Errorf("mode %v is not a mode CURE runs", m)
+}

@@ -1,0 +1,70 @@
+package modes
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestReadOnlyModesHaveNoWritingPhase(t *testing.T) {
+	for _, m := range []Mode{Audit, Verify, Diagnostic, Burnin} {
+		p, err := For(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.MayWrite {
+			t.Errorf("%s: MayWrite = true", m)
+		}
+		for _, ph := range p.Phases {
+			if ph.Writes {
+				t.Errorf("%s: phase %s writes", m, ph.Name)
+			}
+			if ph.Name == OSInstall || ph.Name == SEDRevert {
+				t.Errorf("%s: has destructive phase %s", m, ph.Name)
+			}
+		}
+		if err := CheckWrite(m, "os image write"); err == nil || !strings.Contains(err.Error(), string(m)) {
+			t.Errorf("%s: CheckWrite = %v, want refusal naming the mode", m, err)
+		}
+	}
+}
+
+func TestProvisionOrder(t *testing.T) {
+	p, err := For(Provision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckWrite(Provision, "install"); err != nil {
+		t.Fatalf("provision refused a write: %v", err)
+	}
+	order := []string{Preflight, SetBootPXE, PoweringOn, WaitForCURE, BMC, BIOS, BIOSSettings, HGX, NIC, DPU, NVMe, SEDRevert, OSInstall, SetBootDisk, WaitForHostOS}
+	if len(p.Phases) != len(order) {
+		t.Fatalf("got %d phases, want %d", len(p.Phases), len(order))
+	}
+	for i, name := range order {
+		if p.Phases[i].Name != name {
+			t.Errorf("phase %d = %s, want %s", i, p.Phases[i].Name, name)
+		}
+	}
+	if ph, _ := p.Phase(NVMe); ph.Owner != Runner {
+		t.Errorf("nvme owner = %s", ph.Owner)
+	}
+}
+
+func TestParseAndProto(t *testing.T) {
+	for _, m := range []Mode{Provision, Audit, Verify, Diagnostic, Burnin, Wipe} {
+		got, err := Parse(" " + strings.ToUpper(string(m)))
+		if err != nil || got != m {
+			t.Errorf("Parse(%s) = %v, %v", m, got, err)
+		}
+		back, err := FromProto(ToProto(m))
+		if err != nil || back != m {
+			t.Errorf("proto round trip %s = %v, %v", m, back, err)
+		}
+	}
+	if _, err := Parse("yolo"); err == nil {
+		t.Error("Parse accepted an unknown mode")
+	}
+	if _, err := FromProto(0); err == nil {
+		t.Error("FromProto accepted MODE_UNSPECIFIED")
+	}
+}

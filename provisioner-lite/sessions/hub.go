@@ -1,0 +1,117 @@
+// Package sessions keeps track of which runner is connected for which node.
+// Events themselves go through the store (the durable record); the hub only
+// answers "who is connected right now, since when, in what state" and wakes
+// whoever waits for that to change.
+package sessions
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+)
+
+// Session is one connected runner stream.
+type Session struct {
+	NodeID      string
+	RunID       string // run the boot token was issued for
+	BootID      string
+	Hello       *curev1.Hello
+	ConnectedAt time.Time
+
+	mu     sync.Mutex
+	send   func(*curev1.CoordinatorMessage) error
+	closed chan struct{}
+	once   sync.Once
+}
+
+// NewSession wraps a stream's send function.
+func NewSession(nodeID, runID string, hello *curev1.Hello, send func(*curev1.CoordinatorMessage) error) *Session {
+	return &Session{
+		NodeID: nodeID, RunID: runID, BootID: hello.GetBootId(), Hello: hello,
+		ConnectedAt: time.Now(), send: send, closed: make(chan struct{}),
+	}
+}
+
+// ErrClosed is returned when sending on a session whose stream has ended.
+var ErrClosed = errors.New("runner session closed")
+
+// Send serialises writes: gRPC streams allow one sender at a time, and both
+// the ack loop and the pipeline send.
+func (s *Session) Send(m *curev1.CoordinatorMessage) error {
+	select {
+	case <-s.closed:
+		return ErrClosed
+	default:
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.send(m)
+}
+
+// Done is closed when the stream ends.
+func (s *Session) Done() <-chan struct{} { return s.closed }
+
+func (s *Session) close() { s.once.Do(func() { close(s.closed) }) }
+
+// Hub maps node ids to their current session.
+type Hub struct {
+	mu      sync.Mutex
+	current map[string]*Session
+	changed map[string]chan struct{}
+}
+
+// NewHub returns an empty hub.
+func NewHub() *Hub {
+	return &Hub{current: map[string]*Session{}, changed: map[string]chan struct{}{}}
+}
+
+// Attach makes s the node's current session; an older one is closed, since a
+// node has one runner and a new Hello means the old stream is stale.
+func (h *Hub) Attach(s *Session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if old := h.current[s.NodeID]; old != nil && old != s {
+		old.close()
+	}
+	h.current[s.NodeID] = s
+	h.notifyLocked(s.NodeID)
+}
+
+// Detach removes s if it is still current.
+func (h *Hub) Detach(s *Session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.close()
+	if h.current[s.NodeID] == s {
+		delete(h.current, s.NodeID)
+		h.notifyLocked(s.NodeID)
+	}
+}
+
+// Current returns the node's connected session, or nil.
+func (h *Hub) Current(nodeID string) *Session {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.current[nodeID]
+}
+
+// Changed returns a channel closed at the node's next attach or detach.
+func (h *Hub) Changed(nodeID string) <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch, ok := h.changed[nodeID]
+	if !ok {
+		ch = make(chan struct{})
+		h.changed[nodeID] = ch
+	}
+	return ch
+}
+
+func (h *Hub) notifyLocked(nodeID string) {
+	if ch, ok := h.changed[nodeID]; ok {
+		close(ch)
+		delete(h.changed, nodeID)
+	}
+}
