@@ -3,6 +3,13 @@ module github.com/cure-oss/cure
 go 1.26.8
 
 require (
+	github.com/atotto/clipboard v0.1.4 // indirect
+	github.com/aymanbagabas/go-osc52/v2 v2.0.1 // indirect
+	github.com/cenkalti/backoff/v4 v4.1.3 // indirect
+	github.com/charmbracelet/bubbles v0.15.1-0.20230123181021-a6a12c4a31eb // indirect
+	github.com/charmbracelet/bubbletea v0.24.1 // indirect
+	github.com/charmbracelet/lipgloss v0.7.1 // indirect
+	github.com/containerd/console v1.0.4-0.20230706203907-8f6c4e4faef5 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/hugelgupf/go-shlex v0.0.0-20200702092117-c80c9d0918fa // indirect
@@ -11,13 +18,25 @@ require (
 	github.com/josharian/native v1.1.0 // indirect
 	github.com/klauspost/compress v1.18.0 // indirect
 	github.com/klauspost/pgzip v1.2.6 // indirect
+	github.com/knz/bubbline v0.0.0-20230717192058-486954f9953f // indirect
+	github.com/lucasb-eyer/go-colorful v1.2.0 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
+	github.com/mattn/go-localereader v0.0.1 // indirect
+	github.com/mattn/go-runewidth v0.0.14 // indirect
 	github.com/mdlayher/packet v1.1.2 // indirect
 	github.com/mdlayher/socket v0.5.1 // indirect
+	github.com/muesli/ansi v0.0.0-20230316100256-276c6243b2f6 // indirect
+	github.com/muesli/cancelreader v0.2.2 // indirect
+	github.com/muesli/reflow v0.3.0 // indirect
+	github.com/muesli/termenv v0.15.1 // indirect
 	github.com/ncruces/go-strftime v0.1.9 // indirect
+	github.com/peterh/liner v1.2.2 // indirect
 	github.com/pierrec/lz4/v4 v4.1.22 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	github.com/rivo/uniseg v0.4.4 // indirect
+	github.com/sahilm/fuzzy v0.1.0 // indirect
 	github.com/stmcginnis/gofish v0.25.0 // indirect
+	github.com/u-root/cpuid v0.0.1-0.20250320140348-cc5fe81d966c // indirect
 	github.com/u-root/gobusybox/src v0.0.0-20250101170133-2e884e4509c7 // indirect
 	github.com/u-root/mkuimage v0.0.0-20250905073043-9a40452f5d3b // indirect
 	github.com/u-root/u-root v0.16.0 // indirect
@@ -30,6 +49,7 @@ require (
 	golang.org/x/net v0.47.0 // indirect
 	golang.org/x/sync v0.18.0 // indirect
 	golang.org/x/sys v0.41.0 // indirect
+	golang.org/x/term v0.37.0 // indirect
 	golang.org/x/text v0.31.0 // indirect
 	golang.org/x/tools v0.38.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20250218202821-56aae31c358a // indirect
@@ -41,4 +61,29 @@ require (
 	modernc.org/memory v1.9.1 // indirect
 	modernc.org/sqlite v1.37.0 // indirect
 	mvdan.cc/sh/v3 v3.11.0 // indirect
+	pack.ag/tftp v1.0.1-0.20181129014014-07909dfbde3c // indirect
+)
+
+tool (
+	github.com/u-root/u-root/cmds/core/cat
+	github.com/u-root/u-root/cmds/core/cp
+	github.com/u-root/u-root/cmds/core/df
+	github.com/u-root/u-root/cmds/core/dhclient
+	github.com/u-root/u-root/cmds/core/dmesg
+	github.com/u-root/u-root/cmds/core/free
+	github.com/u-root/u-root/cmds/core/gosh
+	github.com/u-root/u-root/cmds/core/init
+	github.com/u-root/u-root/cmds/core/insmod
+	github.com/u-root/u-root/cmds/core/ip
+	github.com/u-root/u-root/cmds/core/ls
+	github.com/u-root/u-root/cmds/core/lsmod
+	github.com/u-root/u-root/cmds/core/mkdir
+	github.com/u-root/u-root/cmds/core/more
+	github.com/u-root/u-root/cmds/core/mount
+	github.com/u-root/u-root/cmds/core/ps
+	github.com/u-root/u-root/cmds/core/rmmod
+	github.com/u-root/u-root/cmds/core/shutdown
+	github.com/u-root/u-root/cmds/core/umount
+	github.com/u-root/u-root/cmds/core/uname
+	github.com/u-root/u-root/cmds/core/wget
 )

@@ -1,0 +1,46 @@
+# CURE: `make demo` builds the image and provisions a QEMU node end to end;
+# `make test` runs every test, the QEMU end-to-end ones included.
+SHELL       := /bin/bash
+GO          ?= go
+KERNEL_ROOT := .cache/kernel/root
+OUT         := out
+export CGO_ENABLED := 0
+
+.PHONY: all deps pki image hostos baseline test unit e2e demo bench clean
+
+all: image hostos
+
+deps:
+	@scripts/install-deps.sh
+
+# The coordinator CA baked into the image. The demo and tests run their
+# coordinators with this CA; a site generates its own with `provisioner-lite pki`.
+pki: $(OUT)/pki/ca.pem
+$(OUT)/pki/ca.pem:
+	$(GO) run ./provisioner-lite/cmd/provisioner-lite pki --state-dir $(OUT)
+
+image: deps pki
+	$(GO) run ./builder/cmd/cure-build --spec initramfs/cure.yaml --kernel-root $(KERNEL_ROOT) --ca $(OUT)/pki/ca.pem --out $(OUT)/image
+
+hostos: deps
+	$(GO) run ./builder/cmd/cure-build --spec qemu-test/hostos/hostos.yaml --kernel-root $(KERNEL_ROOT) --out $(OUT)/hostos-image
+	$(GO) run ./qemu-test/hostos/cmd/mkhostdisk --image-dir $(OUT)/hostos-image --out $(OUT)/hostos
+
+baseline: deps
+	$(GO) run ./builder/cmd/cure-build --baseline --kernel-root $(KERNEL_ROOT) --out $(OUT)/baseline
+
+unit:
+	$(GO) test -short ./...
+
+# Everything: unit tests, then the QEMU end-to-end tests against freshly built images.
+test: image hostos baseline
+	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -timeout 80m ./...
+
+e2e: image hostos baseline
+	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -timeout 80m -v -count=1 ./qemu-test/
+
+demo: image hostos
+	$(GO) run ./qemu-test/cmd/cure-demo --out $(OUT) --work $(OUT)/demo
+
+clean:
+	rm -rf $(OUT)

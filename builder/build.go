@@ -1,0 +1,193 @@
+// Package builder builds CURE initramfs images with u-root's mkuimage: one
+// busybox of Go commands (init, uinit, debug tools), kernel modules with a
+// generated modules.dep/modules.alias, external tools with their shared
+// libraries, and site files. It writes vmlinuz, initramfs.cpio.{zst,gz}, an
+// iPXE script template and report.json. Same inputs give the same bytes.
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"time"
+
+	"github.com/cure-oss/cure/builder/kmod"
+	"github.com/cure-oss/cure/builder/spec"
+	"github.com/u-root/gobusybox/src/pkg/golang"
+	"github.com/u-root/mkuimage/cpio"
+	"github.com/u-root/mkuimage/uimage"
+	"github.com/u-root/uio/llog"
+)
+
+// Options for Build.
+type Options struct {
+	Spec *spec.Spec
+	// KernelRoot is an extracted kernel package: boot/vmlinuz-<kver> and
+	// lib/modules/<kver>.
+	KernelRoot string
+	// OutDir receives the artifacts; created if missing.
+	OutDir string
+	// CA is the host path of the site CA certificate. Required exactly when
+	// the spec has ca_path.
+	CA string
+	// Uinit overrides the spec's uinit import path.
+	Uinit string
+	// KeepCPIO also writes the uncompressed initramfs.cpio.
+	KeepCPIO bool
+	Log      *slog.Logger
+}
+
+// Build builds the image described by o.Spec into o.OutDir.
+func Build(ctx context.Context, o Options) (*Report, error) {
+	start := time.Now()
+	log := o.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	s := o.Spec
+	if s == nil {
+		return nil, errors.New("build: no image spec given")
+	}
+	uinit := s.Uinit.Value
+	if o.Uinit != "" {
+		uinit = o.Uinit
+	}
+	switch {
+	case s.CAPath.Value != "" && o.CA == "":
+		return nil, fmt.Errorf("%s:%d: ca_path %s needs the site CA: pass --ca", s.File, s.CAPath.Line, s.CAPath.Value)
+	case s.CAPath.Value == "" && o.CA != "":
+		return nil, fmt.Errorf("%s: --ca %s given but the spec has no ca_path saying where it goes", s.File, o.CA)
+	}
+
+	k, err := FindKernel(o.KernelRoot)
+	if err != nil {
+		return nil, err
+	}
+	ix, err := kmod.Scan(k.ModulesDir)
+	if err != nil {
+		return nil, err
+	}
+	mods, builtin, err := ix.Closure(spec.Values(s.Modules))
+	if err != nil {
+		return nil, fmt.Errorf("%s: modules: %w", s.File, err)
+	}
+	log.Info("kernel modules resolved", "kernel", k.Version, "requested", len(s.Modules), "closure", len(mods), "builtin", builtin)
+
+	base := uimage.DefaultRamfs()
+	recs, err := moduleRecords(ix, k.Version, mods)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range s.ResolvedFiles() {
+		r, err := hostFileRecord(f.Src, f.Dst)
+		if err != nil {
+			return nil, fmt.Errorf("%s: files: %w", s.File, err)
+		}
+		recs = append(recs, r)
+	}
+	if o.CA != "" {
+		r, err := hostFileRecord(o.CA, path.Clean(s.CAPath.Value)[1:])
+		if err != nil {
+			return nil, fmt.Errorf("--ca: %w", err)
+		}
+		r.Mode = cpio.S_IFREG | 0o644
+		recs = append(recs, r)
+	}
+	for _, r := range recs {
+		if base.Contains(r) {
+			continue
+		}
+		if _, dup := base.Get(r.Name); dup {
+			return nil, fmt.Errorf("image path /%s is provided twice (files, ca_path or modules)", r.Name)
+		}
+		if err := base.WriteRecord(r); err != nil {
+			return nil, err
+		}
+	}
+
+	var tools []string
+	for _, t := range s.Tools {
+		if _, err := os.Stat(t.Value); err != nil {
+			return nil, fmt.Errorf("%s:%d: tools: %w", s.File, t.Line, err)
+		}
+		tools = append(tools, t.Value)
+	}
+
+	tmp, err := os.MkdirTemp("", "cure-build-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	cpioPath := filepath.Join(tmp, CPIOName)
+
+	cmds := []string{s.Init.Value}
+	seen := map[string]bool{s.Init.Value: true}
+	for _, c := range append([]string{uinit}, spec.Values(s.Commands)...) {
+		if c != "" && !seen[c] {
+			seen[c] = true
+			cmds = append(cmds, c)
+		}
+	}
+	mods2 := []uimage.Modifier{
+		// gobusybox runs the go tool with only $GOROOT/bin on PATH: no C
+		// toolchain, so cgo must be off explicitly.
+		uimage.WithEnv(golang.DisableCGO()),
+		uimage.WithTempDir(tmp),
+		uimage.WithBaseArchive(base),
+		uimage.WithBusyboxCommands(cmds...),
+		uimage.WithInit(path.Base(s.Init.Value)),
+		uimage.WithFiles(tools...),
+		uimage.WithCPIOOutput(cpioPath),
+	}
+	if uinit != "" {
+		mods2 = append(mods2, uimage.WithUinit(path.Base(uinit), spec.Values(s.UinitArgs)...))
+	}
+	if s.Shell.Value != "" {
+		mods2 = append(mods2, uimage.WithShell(path.Base(s.Shell.Value)))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	log.Info("building busybox", "commands", len(cmds), "uinit", uinit, "tools", tools)
+	ul := llog.New(slog.LevelWarn, func(format string, v ...any) {
+		log.Warn("mkuimage: " + fmt.Sprintf(format, v...))
+	})
+	if err := uimage.Create(ul, mods2...); err != nil {
+		return nil, fmt.Errorf("building initramfs from %s: %w", s.File, err)
+	}
+	archive, err := os.ReadFile(cpioPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		return nil, err
+	}
+	r := &Report{
+		Spec:           s.File,
+		Kind:           "image",
+		KernelVersion:  k.Version,
+		Init:           s.Init.Value,
+		Uinit:          uinit,
+		Cmdline:        s.Cmdline.Value,
+		BuiltinModules: builtin,
+		Tools:          tools,
+	}
+	for _, m := range mods {
+		r.Modules = append(r.Modules, m.Name)
+	}
+	if err := finish(o.OutDir, archive, k.Vmlinuz, o.KeepCPIO, r); err != nil {
+		return nil, err
+	}
+	r.Totals.BuildSeconds = time.Since(start).Seconds()
+	if err := writeReport(o.OutDir, r); err != nil {
+		return nil, err
+	}
+	log.Info("image built", "out", o.OutDir, "files", r.Totals.Files,
+		"cpio_bytes", r.Totals.UncompressedBytes, "zst_bytes", r.Totals.ZstBytes,
+		"gz_bytes", r.Totals.GzBytes, "seconds", fmt.Sprintf("%.1f", r.Totals.BuildSeconds))
+	return r, nil
+}

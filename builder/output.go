@@ -1,0 +1,269 @@
+package builder
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/template"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"github.com/u-root/mkuimage/cpio"
+)
+
+// Output file names in the output directory.
+const (
+	VmlinuzName  = "vmlinuz"
+	CPIOName     = "initramfs.cpio"
+	ZstName      = "initramfs.cpio.zst"
+	GzName       = "initramfs.cpio.gz"
+	IPXEName     = "boot.ipxe.tmpl"
+	ReportName   = "report.json"
+	zstdMaxLevel = zstd.SpeedBestCompression
+)
+
+// Entry is one record of the built initramfs.
+type Entry struct {
+	Path   string `json:"path"`
+	Type   string `json:"type"` // file, dir, symlink, chardev, blockdev, other
+	Mode   string `json:"mode"` // permission bits, octal
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256,omitempty"`
+	Target string `json:"target,omitempty"` // symlinks
+}
+
+// Artifact is one file written to the output directory.
+type Artifact struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Totals summarises a build.
+type Totals struct {
+	Entries           int     `json:"entries"`
+	Files             int     `json:"files"`
+	FileBytes         int64   `json:"file_bytes"`
+	UncompressedBytes int64   `json:"uncompressed_bytes"`
+	ZstBytes          int64   `json:"zst_bytes"`
+	GzBytes           int64   `json:"gz_bytes"`
+	BuildSeconds      float64 `json:"build_seconds"`
+}
+
+// Report is report.json. Everything but Totals.BuildSeconds is a function
+// of the inputs.
+type Report struct {
+	Spec           string     `json:"spec,omitempty"`
+	Kind           string     `json:"kind"` // "image" or "baseline"
+	KernelVersion  string     `json:"kernel_version"`
+	Init           string     `json:"init"`
+	Uinit          string     `json:"uinit,omitempty"`
+	Cmdline        string     `json:"cmdline"`
+	Modules        []string   `json:"modules"` // load order
+	BuiltinModules []string   `json:"builtin_modules,omitempty"`
+	Tools          []string   `json:"tools,omitempty"`
+	Artifacts      []Artifact `json:"artifacts"`
+	Totals         Totals     `json:"totals"`
+	Entries        []Entry    `json:"entries"`
+}
+
+// listArchive describes every record of a newc archive.
+func listArchive(data []byte) ([]Entry, error) {
+	var out []Entry
+	rr := cpio.Newc.Reader(bytes.NewReader(data))
+	err := cpio.ForEachRecord(rr, func(r cpio.Record) error {
+		e := Entry{Path: r.Name, Mode: fmt.Sprintf("%04o", r.Mode&0o7777), Size: int64(r.FileSize)}
+		switch r.Mode & cpio.S_IFMT {
+		case cpio.S_IFREG:
+			e.Type = "file"
+			h := sha256.New()
+			if _, err := io.Copy(h, io.NewSectionReader(r.ReaderAt, 0, int64(r.FileSize))); err != nil {
+				return fmt.Errorf("reading %s from archive: %w", r.Name, err)
+			}
+			e.SHA256 = hex.EncodeToString(h.Sum(nil))
+		case cpio.S_IFDIR:
+			e.Type = "dir"
+		case cpio.S_IFLNK:
+			e.Type = "symlink"
+			b := make([]byte, r.FileSize)
+			if _, err := r.ReadAt(b, 0); err != nil && err != io.EOF {
+				return fmt.Errorf("reading symlink %s from archive: %w", r.Name, err)
+			}
+			e.Target = string(b)
+		case cpio.S_IFCHR:
+			e.Type = "chardev"
+		case cpio.S_IFBLK:
+			e.Type = "blockdev"
+		default:
+			e.Type = "other"
+		}
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing initramfs: %w", err)
+	}
+	return out, nil
+}
+
+// compressZstd uses fixed encoder options and one goroutine so the output
+// depends only on the input bytes.
+func compressZstd(data []byte) ([]byte, error) {
+	enc, err := zstd.NewWriter(nil,
+		zstd.WithEncoderLevel(zstdMaxLevel),
+		zstd.WithEncoderConcurrency(1),
+		zstd.WithEncoderCRC(true))
+	if err != nil {
+		return nil, err
+	}
+	defer enc.Close()
+	return enc.EncodeAll(data, nil), nil
+}
+
+// compressGzip writes no name and a zero mtime in the gzip header.
+func compressGzip(data []byte) ([]byte, error) {
+	var b bytes.Buffer
+	w, err := gzip.NewWriterLevel(&b, gzip.BestCompression)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := w.Write(data); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// IPXEData is what the coordinator passes when rendering boot.ipxe.tmpl.
+type IPXEData struct {
+	// BaseURL serves vmlinuz and initramfs.cpio.gz, without trailing slash.
+	BaseURL string
+	// Cmdline carries per-boot parameters (cure.token=..., cure.node=...).
+	Cmdline string
+}
+
+// ipxeTemplate boots the gzip initramfs: QEMU's iPXE and older ROMs pass it
+// through untouched, and every kernel can unpack gzip. initrd= names the
+// image for EFI stub boots.
+var ipxeTemplate = `#!ipxe
+# CURE image, kernel {{.KVer}}. Rendered by the coordinator with
+# text/template and IPXEData{BaseURL, Cmdline}.
+kernel {{"{{.BaseURL}}"}}/vmlinuz initrd=initramfs.cpio.gz {{.Defaults}}{{"{{if .Cmdline}} {{.Cmdline}}{{end}}"}}
+initrd {{"{{.BaseURL}}"}}/initramfs.cpio.gz
+boot
+`
+
+func renderIPXETemplate(kver, defaults string) ([]byte, error) {
+	if strings.Contains(defaults, "{{") || strings.ContainsAny(defaults, "\n") {
+		return nil, fmt.Errorf("cmdline %q: must be one line without template markers", defaults)
+	}
+	t, err := template.New("ipxe").Parse(ipxeTemplate)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, struct{ KVer, Defaults string }{kver, defaults}); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// RenderIPXE renders a boot.ipxe.tmpl; the coordinator can use it as is.
+func RenderIPXE(tmpl []byte, d IPXEData) ([]byte, error) {
+	t, err := template.New(IPXEName).Option("missingkey=error").Parse(string(tmpl))
+	if err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", IPXEName, err)
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, d); err != nil {
+		return nil, fmt.Errorf("rendering %s: %w", IPXEName, err)
+	}
+	return b.Bytes(), nil
+}
+
+// writeArtifact writes data to dir/name atomically and describes it.
+func writeArtifact(dir, name string, data []byte) (Artifact, error) {
+	p := filepath.Join(dir, name)
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return Artifact{}, fmt.Errorf("writing %s: %w", p, err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return Artifact{}, fmt.Errorf("writing %s: %w", p, err)
+	}
+	sum := sha256.Sum256(data)
+	return Artifact{Name: name, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}, nil
+}
+
+func writeReport(dir string, r *Report) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = writeArtifact(dir, ReportName, append(b, '\n'))
+	return err
+}
+
+// finish writes the compressed images, vmlinuz, the iPXE template and the
+// report for an uncompressed archive.
+func finish(outDir string, archive []byte, vmlinuz string, keepCPIO bool, r *Report) error {
+	entries, err := listArchive(archive)
+	if err != nil {
+		return err
+	}
+	r.Entries = entries
+	r.Totals.Entries = len(entries)
+	for _, e := range entries {
+		if e.Type == "file" {
+			r.Totals.Files++
+			r.Totals.FileBytes += e.Size
+		}
+	}
+	r.Totals.UncompressedBytes = int64(len(archive))
+
+	kb, err := os.ReadFile(vmlinuz)
+	if err != nil {
+		return fmt.Errorf("reading kernel: %w", err)
+	}
+	zst, err := compressZstd(archive)
+	if err != nil {
+		return fmt.Errorf("zstd-compressing initramfs: %w", err)
+	}
+	gz, err := compressGzip(archive)
+	if err != nil {
+		return fmt.Errorf("gzip-compressing initramfs: %w", err)
+	}
+	tmpl, err := renderIPXETemplate(r.KernelVersion, r.Cmdline)
+	if err != nil {
+		return err
+	}
+	r.Totals.ZstBytes, r.Totals.GzBytes = int64(len(zst)), int64(len(gz))
+	outs := []struct {
+		name string
+		data []byte
+	}{{VmlinuzName, kb}, {ZstName, zst}, {GzName, gz}, {IPXEName, tmpl}}
+	if keepCPIO {
+		outs = append(outs, struct {
+			name string
+			data []byte
+		}{CPIOName, archive})
+	} else if err := os.Remove(filepath.Join(outDir, CPIOName)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	for _, o := range outs {
+		a, err := writeArtifact(outDir, o.name, o.data)
+		if err != nil {
+			return err
+		}
+		r.Artifacts = append(r.Artifacts, a)
+	}
+	return nil
+}

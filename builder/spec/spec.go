@@ -1,0 +1,229 @@
+// Package spec parses image specs: the YAML files under initramfs/ that say
+// what goes into a CURE (or host OS) initramfs. Parsing is strict (unknown
+// fields are errors) and every error names file:line.
+package spec
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Str is a scalar with the position it was read from, so that checks made
+// after decoding can still point at the line.
+type Str struct {
+	Value string
+	Line  int
+}
+
+// UnmarshalYAML records the node position.
+func (s *Str) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: expected a string, found %s", n.Line, kindName(n.Kind))
+	}
+	s.Value, s.Line = n.Value, n.Line
+	return nil
+}
+
+func kindName(k yaml.Kind) string {
+	switch k {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return "a scalar"
+}
+
+// Spec is one image spec.
+type Spec struct {
+	// File is the path the spec was loaded from; relative paths in Files
+	// are resolved against its directory.
+	File string `yaml:"-"`
+
+	// Init is the import path of the init command (u-root's init).
+	Init Str `yaml:"init"`
+	// Uinit is the import path of the command u-root's init starts.
+	Uinit Str `yaml:"uinit"`
+	// UinitArgs are baked into /etc/uinit.flags.
+	UinitArgs []Str `yaml:"uinit_args"`
+	// Shell is the import path of the debug shell (optional; must also be
+	// listed in Commands or be the uinit).
+	Shell Str `yaml:"shell"`
+	// Commands are extra Go commands (import paths) built into the busybox.
+	Commands []Str `yaml:"commands"`
+	// Modules are kernel module names; their dependency closure is added.
+	Modules []Str `yaml:"modules"`
+	// Tools are host ELF binaries copied with their shared libraries.
+	Tools []Str `yaml:"tools"`
+	// Files are "src:dst" pairs; src relative to the spec's directory.
+	Files []Str `yaml:"files"`
+	// CAPath is where the site CA (cure-build --ca) is placed in the image.
+	// When set, --ca is mandatory; when empty, --ca is refused.
+	CAPath Str `yaml:"ca_path"`
+	// Cmdline are default kernel parameters for the boot script.
+	Cmdline Str `yaml:"cmdline"`
+}
+
+// File pairs a host source with an archive destination (no leading slash).
+type File struct {
+	Src, Dst string
+}
+
+var (
+	importPathRE = regexp.MustCompile(`^[a-zA-Z0-9._~-]+(/[a-zA-Z0-9._~-]+)+$`)
+	moduleRE     = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+)
+
+// Load reads and validates a spec file.
+func Load(file string) (*Spec, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading image spec: %w", err)
+	}
+	return Parse(file, data)
+}
+
+// Parse decodes and validates spec bytes; file is used in messages and to
+// resolve relative paths.
+func Parse(file string, data []byte) (*Spec, error) {
+	var s Spec
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&s); err != nil {
+		return nil, yamlError(file, err)
+	}
+	s.File = file
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+var yamlLineRE = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
+
+// yamlError rewrites yaml.v3's "line N: msg" errors as "file:N: msg".
+func yamlError(file string, err error) error {
+	var te *yaml.TypeError
+	msgs := []string{err.Error()}
+	if errors.As(err, &te) {
+		msgs = te.Errors
+	}
+	var errs []error
+	for _, m := range msgs {
+		if sm := yamlLineRE.FindStringSubmatch(m); sm != nil {
+			errs = append(errs, fmt.Errorf("%s:%s: %s", file, sm[1], sm[2]))
+		} else {
+			errs = append(errs, fmt.Errorf("%s: %s", file, strings.TrimPrefix(m, "yaml: ")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Spec) errAt(line int, format string, args ...any) error {
+	return fmt.Errorf("%s:%d: %s", s.File, line, fmt.Sprintf(format, args...))
+}
+
+func (s *Spec) validate() error {
+	var errs []error
+	if s.Init.Value == "" {
+		errs = append(errs, fmt.Errorf("%s: init: required (e.g. github.com/u-root/u-root/cmds/core/init)", s.File))
+	}
+	for _, f := range []struct {
+		name string
+		v    Str
+	}{{"init", s.Init}, {"uinit", s.Uinit}, {"shell", s.Shell}} {
+		if f.v.Value != "" && !importPathRE.MatchString(f.v.Value) {
+			errs = append(errs, s.errAt(f.v.Line, "%s: %q is not a Go import path", f.name, f.v.Value))
+		}
+	}
+	seen := map[string]int{}
+	for i, c := range s.Commands {
+		if !importPathRE.MatchString(c.Value) {
+			errs = append(errs, s.errAt(c.Line, "commands[%d]: %q is not a Go import path", i, c.Value))
+		}
+		if prev, dup := seen[c.Value]; dup {
+			errs = append(errs, s.errAt(c.Line, "commands[%d]: %q already listed at line %d", i, c.Value, prev))
+		}
+		seen[c.Value] = c.Line
+	}
+	if s.Shell.Value != "" && s.Shell.Value != s.Uinit.Value {
+		if _, ok := seen[s.Shell.Value]; !ok {
+			errs = append(errs, s.errAt(s.Shell.Line, "shell: %q must also be listed under commands", s.Shell.Value))
+		}
+	}
+	mods := map[string]int{}
+	for i, m := range s.Modules {
+		if !moduleRE.MatchString(m.Value) {
+			errs = append(errs, s.errAt(m.Line, "modules[%d]: %q is not a kernel module name", i, m.Value))
+		}
+		name := strings.ReplaceAll(m.Value, "-", "_")
+		if prev, dup := mods[name]; dup {
+			errs = append(errs, s.errAt(m.Line, "modules[%d]: %q already listed at line %d", i, m.Value, prev))
+		}
+		mods[name] = m.Line
+	}
+	for i, t := range s.Tools {
+		if !filepath.IsAbs(t.Value) {
+			errs = append(errs, s.errAt(t.Line, "tools[%d]: %q must be an absolute host path", i, t.Value))
+		}
+	}
+	for i, f := range s.Files {
+		if _, err := s.parseFile(f); err != nil {
+			errs = append(errs, s.errAt(f.Line, "files[%d]: %v", i, err))
+		}
+	}
+	if s.CAPath.Value != "" && !path.IsAbs(s.CAPath.Value) {
+		errs = append(errs, s.errAt(s.CAPath.Line, "ca_path: %q must be an absolute path in the image", s.CAPath.Value))
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Spec) parseFile(f Str) (File, error) {
+	src, dst, ok := strings.Cut(f.Value, ":")
+	if !ok || src == "" || dst == "" {
+		return File{}, fmt.Errorf("%q: expected \"src:dst\"", f.Value)
+	}
+	if !path.IsAbs(dst) {
+		return File{}, fmt.Errorf("%q: destination %q must be absolute", f.Value, dst)
+	}
+	clean := path.Clean(dst)
+	if clean == "/" {
+		return File{}, fmt.Errorf("%q: destination is the root directory", f.Value)
+	}
+	if !filepath.IsAbs(src) {
+		src = filepath.Join(filepath.Dir(s.File), src)
+	}
+	return File{Src: src, Dst: strings.TrimPrefix(clean, "/")}, nil
+}
+
+// ResolvedFiles returns Files with sources resolved against the spec's
+// directory and destinations relative to the archive root.
+func (s *Spec) ResolvedFiles() []File {
+	var out []File
+	for _, f := range s.Files {
+		rf, err := s.parseFile(f)
+		if err == nil { // validated in Parse
+			out = append(out, rf)
+		}
+	}
+	return out
+}
+
+// Values flattens a []Str.
+func Values(in []Str) []string {
+	out := make([]string, len(in))
+	for i, s := range in {
+		out[i] = s.Value
+	}
+	return out
+}

@@ -1,0 +1,81 @@
+package spec
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const good = `# test spec
+init: github.com/u-root/u-root/cmds/core/init
+uinit: github.com/cure-oss/cure/runner/cmd/cure-runner
+shell: github.com/u-root/u-root/cmds/core/gosh
+commands:
+  - github.com/u-root/u-root/cmds/core/gosh
+  - github.com/u-root/u-root/cmds/core/ls
+modules: [nvme, virtio-net]
+tools: [/usr/sbin/nvme]
+files:
+  - overlay/motd:/etc/motd
+ca_path: /etc/cure/ca.pem
+cmdline: console=ttyS0
+`
+
+func TestParseGood(t *testing.T) {
+	s, err := Parse("/x/initramfs/cure.yaml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Uinit.Value != "github.com/cure-oss/cure/runner/cmd/cure-runner" || s.Uinit.Line != 3 {
+		t.Errorf("uinit = %+v", s.Uinit)
+	}
+	if got := strings.Join(Values(s.Modules), ","); got != "nvme,virtio-net" {
+		t.Errorf("modules = %s", got)
+	}
+	f := s.ResolvedFiles()
+	if len(f) != 1 || f[0].Src != "/x/initramfs/overlay/motd" || f[0].Dst != "etc/motd" {
+		t.Errorf("files = %+v", f)
+	}
+}
+
+func TestParseErrorsNameFileAndLine(t *testing.T) {
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"unknown field", "init: a/b\nmodlues: [x]\n", "spec.yaml:2: field modlues not found"},
+		{"wrong type", "init: a/b\nmodules: nvme\n", "spec.yaml:2: "},
+		{"missing init", "uinit: a/b\n", "spec.yaml: init: required"},
+		{"syntax", "init: [a\n", "spec.yaml:"},
+		{"bad import", "init: a/b\ncommands:\n  - ls\n", "spec.yaml:3: commands[0]: \"ls\" is not a Go import path"},
+		{"dup command", "init: a/b\ncommands:\n  - a/c\n  - a/c\n", "spec.yaml:4: commands[1]: \"a/c\" already listed at line 3"},
+		{"dup module dash", "init: a/b\nmodules:\n  - nvme_core\n  - nvme-core\n", "spec.yaml:4: modules[1]"},
+		{"bad module", "init: a/b\nmodules:\n  - nvme.ko\n", "spec.yaml:3: modules[0]: \"nvme.ko\""},
+		{"relative tool", "init: a/b\ntools: [usr/sbin/nvme]\n", "spec.yaml:2: tools[0]"},
+		{"file no dst", "init: a/b\nfiles: [foo]\n", "spec.yaml:2: files[0]: \"foo\": expected \"src:dst\""},
+		{"file rel dst", "init: a/b\nfiles: [\"foo:etc/foo\"]\n", "must be absolute"},
+		{"shell not listed", "init: a/b\nshell: a/sh\n", "spec.yaml:2: shell"},
+		{"ca relative", "init: a/b\nca_path: etc/ca.pem\n", "spec.yaml:2: ca_path"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("spec.yaml", []byte(c.yaml))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestRepoSpecsParse keeps the checked-in specs valid.
+func TestRepoSpecsParse(t *testing.T) {
+	for _, f := range []string{"../../initramfs/cure.yaml", "../../qemu-test/hostos/hostos.yaml"} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if _, err := Load(filepath.Clean(f)); err != nil {
+			t.Errorf("%v", err)
+		}
+	}
+}

@@ -1,0 +1,164 @@
+package version
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", "empty version"},
+		{"   ", "empty version"},
+		{"1.2 3", "whitespace"},
+		{"U50 v2.40 (10/12/2024)", "whitespace"},
+		{"2.40/3", `character '/'`},
+		{"28.39..1002", "empty segment at offset 6"},
+		{"1.2.", "empty segment at the end"},
+		{".1.2", "empty segment at the start"},
+		{"1.2(3", "unbalanced '('"},
+		{"1.2)3(", "unbalanced ')'"},
+		{"abc", "has no digit"},
+		{"1.2.3\x00", "not allowed"},
+	} {
+		_, err := Parse(tc.in)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse(%q) error = %v, want it to mention %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func TestParsePrefix(t *testing.T) {
+	for _, tc := range []struct{ in, prefix string }{
+		{"BF-24.10-17", "bf"},
+		{"P2.1.4", "p"},
+		{"v2.0", ""},
+		{"V2.0", ""},
+		{"96.00.A5.00.01", ""},
+		{"  28.39.1002 ", ""},
+	} {
+		v, err := Parse(tc.in)
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", tc.in, err)
+		}
+		if v.Prefix() != tc.prefix {
+			t.Errorf("Parse(%q).Prefix() = %q, want %q", tc.in, v.Prefix(), tc.prefix)
+		}
+		if v.String() != strings.TrimSpace(tc.in) {
+			t.Errorf("Parse(%q).String() = %q, want the trimmed input", tc.in, v.String())
+		}
+	}
+}
+
+func TestCompare(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{
+		// Mellanox/NVIDIA NIC: numeric segments, not lexical.
+		{"28.39.1002", "28.39.1002", 0},
+		{"28.39.1002", "28.40.1000", -1},
+		{"28.39.1002", "28.39.998", 1},
+		// BlueField bundles: "-17" is a build number, not a pre-release.
+		{"BF-24.10-17", "BF-24.10-17", 0},
+		{"BF-24.10-17", "BF-24.10-9", 1},
+		{"BF-24.10-17", "BF-24.07-25", 1},
+		{"bf-24.10-17", "BF-24.10.17", 0},
+		// Shared prefix stripped, numeric compare after it.
+		{"P2.1.4", "P2.1.10", -1},
+		{"P2.1.4", "p2.1.4", 0},
+		// Different families never compare equal.
+		{"P2.1.4", "2.1.4", 1},
+		{"BF-24.10-17", "P24.10.17", -1},
+		// A lone v is decoration.
+		{"v2.0", "2.0", 0},
+		{"v2.0", "V2.1", -1},
+		// Alphanumeric segments: natural order.
+		{"96.00.A5.00.01", "96.00.A5.00.01", 0},
+		{"96.00.A5.00.01", "96.00.A10.00.01", -1},
+		{"96.00.A5.00.01", "96.00.B1.00.01", -1},
+		{"96.00.a5.00.01", "96.00.A05.00.01", 0},
+		{"96.00.A5.00.01", "96.00.5.00.01", 1}, // letters sort after digits
+		// Leading zeros and missing trailing segments.
+		{"07.2.22", "7.2.22", 0},
+		{"1.2", "1.2.0", 0},
+		{"1.2", "1.2.0.0.1", -1},
+		{"1.2.0a", "1.2", 1},
+		{"1.2.3", "1.2.3a", -1},
+		// Separators are not significant.
+		{"1_2-3", "1.2.3", 0},
+		{"1.2+3", "1.2.3", 0},
+		{"1.2(3)", "1.2.3", 0},
+		// Numbers longer than int64 still compare numerically.
+		{"1.99999999999999999999999", "1.100000000000000000000000", -1},
+	} {
+		got := Compare(MustParse(tc.a), MustParse(tc.b))
+		if got != tc.want {
+			t.Errorf("Compare(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
+		}
+		if back := Compare(MustParse(tc.b), MustParse(tc.a)); back != -tc.want {
+			t.Errorf("Compare(%q, %q) = %d, want %d (antisymmetry)", tc.b, tc.a, back, -tc.want)
+		}
+	}
+}
+
+func TestEqual(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"7.2.22", "07.2.22", true},
+		{"7.2.22", "7.2.23", false},
+		{"v2.0", "2.0.0", true},
+		// Unparseable strings fall back to exact (trimmed) comparison.
+		{"U50 v2.40 (10/12/2024)", "U50 v2.40 (10/12/2024)", true},
+		{"U50 v2.40 (10/12/2024) ", "U50 v2.40 (10/12/2024)", true},
+		{"U50 v2.40 (10/12/2024)", "U50 v2.41 (10/12/2024)", false},
+		{"", "", false},
+		{"n/a", "1.0", false},
+	} {
+		if got := Equal(tc.a, tc.b); got != tc.want {
+			t.Errorf("Equal(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+func FuzzCompare(f *testing.F) {
+	for _, s := range [][3]string{
+		{"28.39.1002", "28.39.998", "28.40"},
+		{"BF-24.10-17", "BF-24.10.17", "P2.1.4"},
+		{"96.00.A5.00.01", "96.00.a05", "v2.0"},
+		{"1.2", "1.2.0", "1.2.0a"},
+		{"1.2(3)", "(1)", "1+2_3"},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, a, b, c string) {
+		va, errA := Parse(a)
+		vb, errB := Parse(b)
+		if errA != nil || errB != nil {
+			return
+		}
+		if Compare(va, va) != 0 {
+			t.Fatalf("Compare(%q, itself) != 0", a)
+		}
+		ab, ba := Compare(va, vb), Compare(vb, va)
+		if ab != -ba {
+			t.Fatalf("Compare(%q, %q) = %d but Compare(%q, %q) = %d", a, b, ab, b, a, ba)
+		}
+		if Equal(a, b) != (ab == 0) {
+			t.Fatalf("Equal(%q, %q) = %v disagrees with Compare = %d", a, b, Equal(a, b), ab)
+		}
+		// Re-parsing the String form yields the same version.
+		if again, err := Parse(va.String()); err != nil || Compare(again, va) != 0 {
+			t.Fatalf("Parse(%q.String()) = %v, %v", a, again, err)
+		}
+		vc, err := Parse(c)
+		if err != nil {
+			return
+		}
+		bc, ac := Compare(vb, vc), Compare(va, vc)
+		if ab <= 0 && bc <= 0 && ac > 0 {
+			t.Fatalf("not transitive: %q <= %q <= %q but %q > %q", a, b, c, a, c)
+		}
+	})
+}

@@ -1,0 +1,194 @@
+// Command curectl is the operator CLI of provisioner-lite.
+//
+//	curectl provision [--mode provision] [--manifest sku] [--resume] [--watch] NODE...
+//	curectl watch NODE|--run RUN
+//	curectl report [--json] NODE|--run RUN
+//	curectl nodes
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/curectl"
+	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout))
+}
+
+func usage() int {
+	fmt.Fprintln(os.Stderr, `usage: curectl [--server ADDR] [--ca FILE] COMMAND
+  provision [--mode M] [--manifest SKU] [--resume] [--watch] NODE...
+  watch [--run RUN] [NODE]
+  report [--json] [--run RUN] [NODE]
+  nodes`)
+	return 2
+}
+
+func run(args []string, out io.Writer) int {
+	g := flag.NewFlagSet("curectl", flag.ContinueOnError)
+	addr := g.String("server", envOr("CURE_SERVER", "127.0.0.1:8443"), "coordinator gRPC address")
+	ca := g.String("ca", envOr("CURE_CA", filepath.Join("state", "pki", "ca.pem")), "coordinator CA certificate")
+	if err := g.Parse(args); err != nil {
+		return 2
+	}
+	if g.NArg() == 0 {
+		return usage()
+	}
+	caPEM, err := os.ReadFile(*ca)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl: CA certificate:", err)
+		return 1
+	}
+	tlsCfg, err := pki.ClientTLSConfig(caPEM, "127.0.0.1")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl:", err)
+		return 1
+	}
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl:", err)
+		return 1
+	}
+	defer conn.Close()
+	c := curev1.NewOperatorServiceClient(conn)
+	cmd, rest := g.Arg(0), g.Args()[1:]
+	ctx := context.Background()
+	switch cmd {
+	case "provision":
+		return provision(ctx, c, rest, out)
+	case "watch":
+		fs := flag.NewFlagSet("watch", flag.ContinueOnError)
+		runID := fs.String("run", "", "run id")
+		if fs.Parse(rest) != nil {
+			return 2
+		}
+		return watch(ctx, c, *runID, fs.Arg(0), out)
+	case "report":
+		fs := flag.NewFlagSet("report", flag.ContinueOnError)
+		runID := fs.String("run", "", "run id")
+		asJSON := fs.Bool("json", false, "JSON output")
+		if fs.Parse(rest) != nil {
+			return 2
+		}
+		return report(ctx, c, *runID, fs.Arg(0), *asJSON, out)
+	case "nodes":
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		resp, err := c.ListNodes(cctx, &curev1.ListNodesRequest{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "curectl nodes:", err)
+			return 1
+		}
+		curectl.PrintNodes(out, resp.GetNodes())
+		return 0
+	}
+	return usage()
+}
+
+func provision(ctx context.Context, c curev1.OperatorServiceClient, args []string, out io.Writer) int {
+	fs := flag.NewFlagSet("provision", flag.ContinueOnError)
+	mode := fs.String("mode", "provision", "provision|audit|verify|diagnostic|burnin|wipe")
+	manifest := fs.String("manifest", "", "manifest (SKU) name; default: the node's")
+	resume := fs.Bool("resume", false, "continue the node's latest unfinished run")
+	follow := fs.Bool("watch", false, "follow the timeline until the run ends, then print the report")
+	if fs.Parse(args) != nil {
+		return 2
+	}
+	m, err := modes.Parse(*mode)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl provision: --mode:", err)
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "curectl provision: no node given")
+		return 2
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := c.Provision(cctx, &curev1.ProvisionRequest{NodeIds: fs.Args(), Mode: modes.ToProto(m), Manifest: *manifest, Resume: *resume})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl provision:", err)
+		return 1
+	}
+	for _, r := range resp.GetRuns() {
+		fmt.Fprintf(out, "run %s started on %s\n", r.GetRunId(), r.GetNodeId())
+	}
+	if !*follow {
+		return 0
+	}
+	rc := 0
+	for _, r := range resp.GetRuns() {
+		if code := watch(ctx, c, r.GetRunId(), "", out); code != 0 {
+			rc = code
+		}
+		if code := report(ctx, c, r.GetRunId(), "", false, out); code != 0 {
+			rc = code
+		}
+	}
+	return rc
+}
+
+func watch(ctx context.Context, c curev1.OperatorServiceClient, runID, node string, out io.Writer) int {
+	stream, err := c.Watch(ctx, &curev1.WatchRequest{RunId: runID, NodeId: node, Follow: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl watch:", err)
+		return 1
+	}
+	tl := curectl.NewTimeline(out)
+	for {
+		e, err := stream.Recv()
+		if err == io.EOF {
+			return 0
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "curectl watch:", err)
+			return 1
+		}
+		tl.Print(e)
+	}
+}
+
+func report(ctx context.Context, c curev1.OperatorServiceClient, runID, node string, asJSON bool, out io.Writer) int {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rep, err := c.Report(cctx, &curev1.ReportRequest{RunId: runID, NodeId: node})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl report:", err)
+		return 1
+	}
+	if asJSON {
+		b, _ := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(rep)
+		var v any
+		_ = json.Unmarshal(b, &v)
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(v)
+	} else {
+		curectl.PrintReport(out, rep)
+	}
+	if rep.GetStatus() != "succeeded" {
+		return 3
+	}
+	return 0
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

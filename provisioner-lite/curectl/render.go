@@ -1,0 +1,128 @@
+// Package curectl renders run timelines and reports for a terminal: the
+// live view an engineer watches during a run and the verdict table at its end.
+package curectl
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+)
+
+// Timeline prints timeline entries relative to the first one.
+type Timeline struct {
+	w     io.Writer
+	start int64
+}
+
+// NewTimeline returns a printer writing to w.
+func NewTimeline(w io.Writer) *Timeline { return &Timeline{w: w} }
+
+// Print writes one entry as one line; metrics and debug logs are dropped to
+// keep the live view readable (they stay in the store and in report --json).
+func (t *Timeline) Print(e *curev1.TimelineEntry) {
+	if t.start == 0 {
+		t.start = e.GetTimeUnixMs()
+	}
+	rel := time.Duration(e.GetTimeUnixMs()-t.start) * time.Millisecond
+	stamp := fmt.Sprintf("%02d:%04.1f", int(rel.Minutes()), float64(rel%time.Minute)/float64(time.Second))
+	phase := e.GetPhase()
+	if phase == "" {
+		phase = "-"
+	}
+	var line string
+	switch e.GetKind() {
+	case "phase_start":
+		line = fmt.Sprintf("▶ %-20s started", phase)
+	case "phase_end":
+		line = fmt.Sprintf("%s %-20s %-8s %8s  %s", mark(e.GetStatus()), phase, strings.ToUpper(e.GetStatus()),
+			(time.Duration(e.GetDurationMs()) * time.Millisecond).Round(100*time.Millisecond), e.GetMessage())
+	case "verdict":
+		line = fmt.Sprintf("  %-20s verdict  %-6s %s", phase, e.GetStatus(), e.GetMessage())
+	case "run_end":
+		line = fmt.Sprintf("■ run %s after %s: %s", strings.ToUpper(e.GetStatus()),
+			(time.Duration(e.GetDurationMs()) * time.Millisecond).Round(time.Second), e.GetMessage())
+	case "metric":
+		return
+	case "log":
+		if e.GetStatus() == "DEBUG" {
+			return
+		}
+		line = fmt.Sprintf("  %-20s %s", phase, e.GetMessage())
+	default:
+		line = fmt.Sprintf("  %-20s %s", phase, e.GetMessage())
+	}
+	fmt.Fprintf(t.w, "%s [%s] %s\n", stamp, src(e.GetSource()), line)
+}
+
+func src(s string) string {
+	switch s {
+	case "runner":
+		return "node"
+	case "coordinator":
+		return "coord"
+	}
+	return s
+}
+
+func mark(status string) string {
+	switch status {
+	case "ok":
+		return "✔"
+	case "skipped":
+		return "↷"
+	case "failed":
+		return "✘"
+	}
+	return "•"
+}
+
+// PrintReport writes the phase table and the per-component verdict table.
+func PrintReport(w io.Writer, r *curev1.RunReport) {
+	dur := ""
+	if r.GetEndedUnixMs() > 0 {
+		dur = (time.Duration(r.GetEndedUnixMs()-r.GetStartedUnixMs()) * time.Millisecond).Round(time.Second).String()
+	}
+	fmt.Fprintf(w, "\nrun %s  node %s  mode %s  status %s  %s  reboots %d\n", r.GetRunId(), r.GetNodeId(),
+		strings.TrimPrefix(r.GetMode().String(), "MODE_"), strings.ToUpper(r.GetStatus()), dur, r.GetReboots())
+	if r.GetMessage() != "" {
+		fmt.Fprintf(w, "  %s\n", r.GetMessage())
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nPHASE\tSTATUS\tTRIES\tDURATION\tDETAIL")
+	for _, p := range r.GetPhases() {
+		d := ""
+		if p.GetEndedUnixMs() > 0 {
+			d = (time.Duration(p.GetEndedUnixMs()-p.GetStartedUnixMs()) * time.Millisecond).Round(100 * time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", p.GetName(), strings.ToUpper(p.GetStatus()), p.GetAttempts(), d, clip(p.GetMessage(), 90))
+	}
+	tw.Flush()
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nCOMPONENT\tCHECK\tVERDICT\tOBSERVED\tEXPECTED\tDETAIL")
+	for _, v := range r.GetVerdicts() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", v.GetComponent(), v.GetCheck(), v.GetStatus(), clip(v.GetObserved(), 40), clip(v.GetExpected(), 40), clip(v.GetMessage(), 60))
+	}
+	tw.Flush()
+}
+
+// PrintNodes writes the node list.
+func PrintNodes(w io.Writer, nodes []*curev1.NodeInfo) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSKU\tSTATE\tLAST RUN\tSTATUS\tBMC\tMACS")
+	for _, n := range nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.GetNodeId(), n.GetSku(), n.GetState(), n.GetLastRunId(), n.GetLastRunStatus(), n.GetBmcEndpoint(), strings.Join(n.GetMacs(), ","))
+	}
+	tw.Flush()
+}
+
+func clip(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}

@@ -1,0 +1,36 @@
+package curectl
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+)
+
+func TestTimelineAndReport(t *testing.T) {
+	var b bytes.Buffer
+	tl := NewTimeline(&b)
+	tl.Print(&curev1.TimelineEntry{TimeUnixMs: 1000, Phase: "nvme", Kind: "phase_start", Source: "runner"})
+	tl.Print(&curev1.TimelineEntry{TimeUnixMs: 1500, Phase: "nvme", Kind: "metric", Message: "x=1"})
+	tl.Print(&curev1.TimelineEntry{TimeUnixMs: 63500, Phase: "nvme", Kind: "phase_end", Status: "skipped", DurationMs: 2500, Message: "all match", Source: "runner"})
+	out := b.String()
+	if strings.Contains(out, "x=1") {
+		t.Error("metric printed in the live view")
+	}
+	if !strings.Contains(out, "01:02.5 [node] ↷ nvme") || !strings.Contains(out, "SKIPPED") || !strings.Contains(out, "2.5s") {
+		t.Errorf("phase_end line wrong:\n%s", out)
+	}
+	b.Reset()
+	PrintReport(&b, &curev1.RunReport{
+		RunId: "r1", NodeId: "n1", Mode: curev1.Mode_MODE_PROVISION, Status: "succeeded", StartedUnixMs: 0, EndedUnixMs: 90_000, Reboots: 2,
+		Phases:   []*curev1.PhaseRecord{{Name: "nvme", Status: "skipped", Attempts: 1, StartedUnixMs: 1, EndedUnixMs: 1001}},
+		Verdicts: []*curev1.Verdict{{Component: "nvme/0", Check: "firmware", Status: curev1.VerdictStatus_MATCH, Observed: "7.2.22", Expected: "7.2.22"}},
+	})
+	out = b.String()
+	for _, want := range []string{"status SUCCEEDED", "1m30s", "reboots 2", "nvme/0", "MATCH", "7.2.22", "SKIPPED"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -1,0 +1,139 @@
+// Package nodes imports the node inventory (YAML or CSV) into store.Node values.
+// Parsing is strict: unknown fields, duplicate ids or MACs, malformed MACs, URLs
+// and PSIDs are errors that name the file, line and field.
+package nodes
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/cure-oss/cure/provisioner-lite/store"
+)
+
+// Load reads an inventory file; the format follows the extension (.yaml, .yml, .csv).
+func Load(path string) ([]store.Node, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("node inventory: %w", err)
+	}
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".yaml", ".yml":
+		return ParseYAML(path, data)
+	case ".csv":
+		return ParseCSV(path, data)
+	default:
+		return nil, fmt.Errorf("node inventory %s: unknown extension %q: want .yaml, .yml or .csv", path, filepath.Ext(path))
+	}
+}
+
+// idRE: ids travel in URLs (/v1/nodes/{id}/ready) and on the kernel command line
+// (cure.node=ID), so they stay within a safe, unquoted alphabet.
+var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+func checkID(id string) error {
+	if id == "" {
+		return errors.New("required")
+	}
+	if !idRE.MatchString(id) {
+		return fmt.Errorf("%q: want 1-63 characters of A-Z a-z 0-9 . _ - starting with a letter or digit", id)
+	}
+	return nil
+}
+
+func checkBMCURL(s string) error {
+	if s == "" {
+		return errors.New("required")
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("%q: %v", s, err)
+	}
+	if u.Scheme != "https" && u.Scheme != "http" {
+		return fmt.Errorf("%q: scheme %q: want https (or http)", s, u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return fmt.Errorf("%q: no host", s)
+	}
+	if u.User != nil {
+		return fmt.Errorf("%q: credentials in the URL: use username and password fields", s)
+	}
+	return nil
+}
+
+// hostnameRE is one RFC 1123 label.
+var hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+func checkHostname(h string) error {
+	if h == "" {
+		return nil
+	}
+	if len(h) > 253 {
+		return fmt.Errorf("%q: longer than 253 characters", h)
+	}
+	for _, l := range strings.Split(h, ".") {
+		if !hostnameRE.MatchString(l) {
+			return fmt.Errorf("%q: label %q: want lowercase letters, digits and '-' (RFC 1123), 1-63 characters", h, l)
+		}
+	}
+	return nil
+}
+
+// psidRE: a TCG PSID is the 32-character code printed on the drive label.
+var psidRE = regexp.MustCompile(`^[A-Za-z0-9]{32}$`)
+
+func checkPSID(serial, psid string) error {
+	if serial == "" {
+		return errors.New("empty disk serial")
+	}
+	if !psidRE.MatchString(psid) {
+		return fmt.Errorf("disk %s: PSID has %d characters: want the 32 letters/digits printed on the drive label", serial, len(psid))
+	}
+	return nil
+}
+
+// resolvePassword returns the literal password or the value of the named
+// environment variable; exactly one source must be given.
+func resolvePassword(password, env string) (string, error) {
+	switch {
+	case password != "" && env != "":
+		return "", errors.New("both password and passwordEnv set: give one")
+	case env != "":
+		v, ok := os.LookupEnv(env)
+		if !ok || v == "" {
+			return "", fmt.Errorf("environment variable %s (passwordEnv) is unset or empty", env)
+		}
+		return v, nil
+	case password != "":
+		return password, nil
+	}
+	return "", errors.New("password or passwordEnv required")
+}
+
+// seen tracks ids and MACs across the file to report duplicates with both places.
+type seen struct {
+	ids  map[string]string // id -> where first defined
+	macs map[string]string // mac -> "node X at where"
+}
+
+func newSeen() *seen { return &seen{ids: map[string]string{}, macs: map[string]string{}} }
+
+func (s *seen) id(id, where string) error {
+	if prev, ok := s.ids[id]; ok {
+		return fmt.Errorf("duplicate id %q (first defined at %s)", id, prev)
+	}
+	s.ids[id] = where
+	return nil
+}
+
+func (s *seen) mac(mac, node, where string) error {
+	if prev, ok := s.macs[mac]; ok {
+		return fmt.Errorf("MAC %s already used by %s", mac, prev)
+	}
+	s.macs[mac] = fmt.Sprintf("node %s at %s", node, where)
+	return nil
+}

@@ -1,0 +1,384 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/manifests/version"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/redfish"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+)
+
+// coordPhase runs one coordinator-owned phase attempt.
+func (e *Engine) coordPhase(ctx context.Context, r *store.Run, phase string, log *slog.Logger) outcome {
+	switch phase {
+	case modes.Preflight:
+		return e.preflight(ctx, r)
+	case modes.SetBootPXE:
+		// Recorded before the BMC call: the boot server must hand out CURE to
+		// the very next PXE request.
+		r.Data["boot"] = "cure"
+		e.save(ctx, r)
+		if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+			return b.SetBootOverride(ctx, redfish.BootTarget("Pxe"), true)
+		}); err != nil {
+			return failed("one-time PXE override: %v", err)
+		}
+		return ok("boot override Pxe, Once")
+	case modes.PoweringOn:
+		return e.powerOnOrCycle(ctx, r)
+	case modes.WaitForCURE:
+		if e.attempts(r, phase) > 1 {
+			if err := e.rebootIntoCURE(ctx, r, "previous wait for CURE timed out"); err != nil {
+				return failed("%v", err)
+			}
+		}
+		return e.waitForCURE(ctx, r)
+	case modes.BMC, modes.BIOS, modes.HGX:
+		return e.oobFirmware(ctx, r, phase)
+	case modes.BIOSSettings:
+		_, sku, err := e.cfg.Manifests.Load(r.Manifest)
+		if err != nil {
+			return failed("%v", err)
+		}
+		if sku.Spec.BIOS == nil || len(sku.Spec.BIOS.Settings) == 0 {
+			return skipped("manifest sets no BIOS attributes")
+		}
+		return skipped("BIOS attribute reconciliation is not built yet (issue #3); %d attributes not checked", len(sku.Spec.BIOS.Settings))
+	case modes.SetBootDisk:
+		r.Data["boot"] = "disk"
+		e.save(ctx, r)
+		if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+			return b.SetBootOverride(ctx, redfish.BootTarget("Hdd"), false)
+		}); err != nil {
+			return failed("boot override to disk: %v", err)
+		}
+		return ok("boot override Hdd, Continuous")
+	case modes.WaitForHostOS:
+		return e.waitForHostOS(ctx, r)
+	}
+	return skipped("phase %s is not built yet", phase)
+}
+
+// withBMC opens a Redfish session for one step and always closes it: BMCs
+// cap concurrent sessions, and a BMC reset invalidates them anyway.
+func (e *Engine) withBMC(ctx context.Context, r *store.Run, f func(context.Context, BMC) error) error {
+	n, err := e.cfg.Store.GetNode(ctx, r.NodeID)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.Timeouts.BMCCall)
+	b, err := e.cfg.ConnectBMC(cctx, n)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("bmc %s: %w", n.BMCURL, err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.Timeouts.BMCCall)
+		defer cancel()
+		_ = b.Close(cctx)
+	}()
+	cctx, cancel = context.WithTimeout(ctx, 4*e.cfg.Timeouts.BMCCall)
+	defer cancel()
+	if err := f(cctx, b); err != nil {
+		return fmt.Errorf("bmc %s: %w", n.BMCURL, err)
+	}
+	return nil
+}
+
+func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
+	n, err := e.cfg.Store.GetNode(ctx, r.NodeID)
+	if err != nil {
+		return failed("%v", err)
+	}
+	if len(n.MACs) == 0 {
+		return failed("node %s has no registered MAC: it cannot be PXE-booted", n.ID)
+	}
+	_, sku, err := e.cfg.Manifests.Load(r.Manifest)
+	if err != nil {
+		return failed("%v", err)
+	}
+	var missing []string
+	check := func(what string, a *manifests.Artifact) {
+		if a == nil || a.URL != "" {
+			return // remote artifacts are fetched by the node; verify mode checks them
+		}
+		p := filepath.Join(e.cfg.ArtifactDir, "sha256", a.SHA256)
+		st, err := os.Stat(p)
+		switch {
+		case err != nil:
+			missing = append(missing, fmt.Sprintf("%s: sha256:%s not in the artifact store", what, a.SHA256))
+		case st.Size() != a.Size:
+			missing = append(missing, fmt.Sprintf("%s: sha256:%s is %d bytes in the store, manifest says %d", what, a.SHA256, st.Size(), a.Size))
+		}
+	}
+	mode := modes.Mode(r.Mode)
+	if mode == modes.Provision && sku.Spec.OS != nil {
+		check("os.image", &sku.Spec.OS.Image)
+	}
+	if mode == modes.Provision || mode == modes.Verify {
+		for _, fw := range sku.Spec.Firmware {
+			check("firmware "+fw.Name, fw.Artifact)
+		}
+	}
+	if len(missing) > 0 {
+		return failed("inputs do not resolve: %s", strings.Join(missing, "; "))
+	}
+	var state string
+	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		state, err = b.PowerState(ctx)
+		return err
+	}); err != nil {
+		return failed("BMC unreachable: %v", err)
+	}
+	return ok("node %s, %d MACs, manifest %s valid, BMC reachable (power %s)", n.ID, len(n.MACs), r.Manifest, state)
+}
+
+func (e *Engine) powerOnOrCycle(ctx context.Context, r *store.Run) outcome {
+	var msg string
+	err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		state, err := b.PowerState(ctx)
+		if err != nil {
+			return err
+		}
+		if state == "On" {
+			msg = "node was On: ForceRestart into PXE"
+			return b.Reset(ctx, "ForceRestart")
+		}
+		msg = "node was " + state + ": powered On"
+		return b.PowerOn(ctx)
+	})
+	if err != nil {
+		return failed("%v", err)
+	}
+	r.Reboots++
+	r.Data["boot_requested_at"] = time.Now().UTC().Format(time.RFC3339Nano)
+	e.save(ctx, r)
+	return ok("%s", msg)
+}
+
+// rebootIntoCURE re-arms the one-time PXE override (the last boot consumed
+// it) and resets the host.
+func (e *Engine) rebootIntoCURE(ctx context.Context, r *store.Run, why string) error {
+	r.Data["boot"] = "cure"
+	e.save(ctx, r)
+	err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		if err := b.SetBootOverride(ctx, redfish.BootTarget("Pxe"), true); err != nil {
+			return err
+		}
+		return b.Reset(ctx, "ForceRestart")
+	})
+	if err != nil {
+		return fmt.Errorf("reboot into CURE (%s): %w", why, err)
+	}
+	r.Reboots++
+	r.Data["boot_requested_at"] = time.Now().UTC().Format(time.RFC3339Nano)
+	e.save(ctx, r)
+	e.coordEvent(ctx, *r, r.Phase, "info", "", "re-armed PXE once and reset the host: "+why, 0)
+	return nil
+}
+
+// waitForCURE waits for this run's runner to register.
+func (e *Engine) waitForCURE(ctx context.Context, r *store.Run) outcome {
+	deadline := time.Now().Add(e.cfg.Timeouts.WaitForCURE)
+	for {
+		changed := e.cfg.Hub.Changed(r.NodeID)
+		if s := e.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {
+			msg := fmt.Sprintf("runner registered: boot_id=%s guest_uptime=%dms", s.BootID, s.Hello.GetUptimeMs())
+			if t, err := time.Parse(time.RFC3339Nano, r.Data["boot_requested_at"]); err == nil {
+				msg += fmt.Sprintf(" power_on_to_registered=%s", s.ConnectedAt.Sub(t).Round(time.Millisecond))
+			}
+			return ok("%s", msg)
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return failed("runner did not register within %s", e.cfg.Timeouts.WaitForCURE)
+		}
+		select {
+		case <-ctx.Done():
+			return failed("stopped")
+		case <-changed:
+		case <-time.After(left):
+		}
+	}
+}
+
+// oobFirmware compares the BMC's FirmwareInventory with the manifest.
+func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string) outcome {
+	_, sku, err := e.cfg.Manifests.Load(r.Manifest)
+	if err != nil {
+		return failed("%v", err)
+	}
+	var want []manifests.Firmware
+	for _, fw := range sku.Spec.Firmware {
+		if fw.Component == component && fw.Via == "redfish" {
+			want = append(want, fw)
+		}
+	}
+	if len(want) == 0 {
+		return skipped("manifest pins no %s firmware", component)
+	}
+	var inv []redfish.FirmwareItem
+	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		inv, err = b.FirmwareInventory(ctx)
+		return err
+	}); err != nil {
+		return failed("read FirmwareInventory: %v", err)
+	}
+	drift, match := 0, 0
+	var drifted []string
+	for _, fw := range want {
+		found := 0
+		for _, it := range inv {
+			if m, _ := path.Match(fw.Match.RedfishID, it.ID); !m {
+				continue
+			}
+			found++
+			status := "MATCH"
+			if !gateOK(fw.Gate, it.Version, fw.Version) {
+				status = "DRIFT"
+				drift++
+				drifted = append(drifted, fmt.Sprintf("%s %s -> %s", it.ID, it.Version, fw.Version))
+			} else {
+				match++
+			}
+			e.verdict(ctx, r, componentName(component, it.ID, len(want)), "firmware", status, it.Version, fw.Version, fw.Name)
+		}
+		if found == 0 {
+			drift++
+			e.verdict(ctx, r, component, "firmware", "ERROR", "", fw.Version,
+				fmt.Sprintf("%s: no FirmwareInventory member matches redfishId %q", fw.Name, fw.Match.RedfishID))
+			drifted = append(drifted, fw.Name+": not found")
+		}
+	}
+	if drift == 0 {
+		return skipped("all %d %s components match", match, component)
+	}
+	if modes.Mode(r.Mode) != modes.Provision {
+		return ok("%d drifted: %s", drift, strings.Join(drifted, ", "))
+	}
+	return failed("out-of-band %s update is not built yet (issue #3): %s", component, strings.Join(drifted, ", "))
+}
+
+func componentName(component, id string, n int) string {
+	if component == "bmc" || component == "bios" {
+		return component
+	}
+	return component + "/" + id
+}
+
+// gateOK applies the manifest's gate: equality by default.
+func gateOK(gate, running, desired string) bool {
+	if gate == "at-least" {
+		a, errA := version.Parse(running)
+		b, errB := version.Parse(desired)
+		return errA == nil && errB == nil && version.Compare(a, b) >= 0
+	}
+	return version.Equal(running, desired)
+}
+
+func (e *Engine) verdict(ctx context.Context, r *store.Run, component, check, status, observed, expected, msg string) {
+	if err := e.cfg.Store.PutVerdict(context.WithoutCancel(ctx), store.Verdict{
+		RunID: r.ID, Component: component, Check: check, Status: status,
+		Observed: observed, Expected: expected, Message: msg, Time: time.Now().UTC(),
+	}); err != nil {
+		e.cfg.Log.Error("store verdict", "err", err)
+	}
+}
+
+// waitForHostOS reboots the node out of CURE and waits for the installed OS
+// to phone home. The wait is anchored on an event id so that a coordinator
+// restart in the middle keeps waiting for the same callback.
+func (e *Engine) waitForHostOS(ctx context.Context, r *store.Run) outcome {
+	if r.Data["host_wait_from"] == "" || e.attempts(r, modes.WaitForHostOS) > 1 {
+		from, err := e.lastEventID(ctx, r.ID)
+		if err != nil {
+			return failed("%v", err)
+		}
+		r.Data["host_wait_from"] = fmt.Sprint(from)
+		e.save(ctx, r)
+		if err := e.rebootOutOfCURE(ctx, r); err != nil {
+			return failed("%v", err)
+		}
+	}
+	var from int64
+	fmt.Sscan(r.Data["host_wait_from"], &from)
+	deadline := time.Now().Add(e.cfg.Timeouts.HostOS)
+	signal, unsub := e.cfg.Store.Subscribe(r.ID)
+	defer unsub()
+	for {
+		evs, err := e.cfg.Store.Events(ctx, r.ID, from, 1000)
+		if err != nil {
+			return failed("%v", err)
+		}
+		for _, ev := range evs {
+			from = ev.ID
+			if ev.Kind == KindHostReady {
+				return ok("%s", ev.Message)
+			}
+		}
+		if time.Now().After(deadline) {
+			return failed("installed OS did not call back within %s", e.cfg.Timeouts.HostOS)
+		}
+		select {
+		case <-ctx.Done():
+			return failed("stopped")
+		case <-signal:
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// rebootOutOfCURE asks the runner to reboot (it drains its events first);
+// a runner that does not go away in time is reset through the BMC.
+func (e *Engine) rebootOutOfCURE(ctx context.Context, r *store.Run) error {
+	graceful := false
+	if s := e.cfg.Hub.Current(r.NodeID); s != nil {
+		if err := s.Send(rebootMsg("os installed; boot the installed OS")); err == nil {
+			select {
+			case <-s.Done():
+				graceful = true
+			case <-time.After(e.cfg.Timeouts.ShutdownWait):
+			case <-ctx.Done():
+				return errStopped
+			}
+		}
+	}
+	if !graceful {
+		if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+			return b.Reset(ctx, "ForceRestart")
+		}); err != nil {
+			return fmt.Errorf("reset into the installed OS: %w", err)
+		}
+	}
+	r.Reboots++
+	e.save(ctx, r)
+	how := "runner rebooted itself"
+	if !graceful {
+		how = "BMC ForceRestart"
+	}
+	e.coordEvent(ctx, *r, modes.WaitForHostOS, "info", "", "rebooting into the installed OS: "+how, 0)
+	return nil
+}
+
+func (e *Engine) lastEventID(ctx context.Context, runID string) (int64, error) {
+	var last int64
+	for {
+		evs, err := e.cfg.Store.Events(ctx, runID, last, 1000)
+		if err != nil {
+			return 0, err
+		}
+		if len(evs) == 0 {
+			return last, nil
+		}
+		last = evs[len(evs)-1].ID
+	}
+}

@@ -1,0 +1,190 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+)
+
+// errStopped means the coordinator is shutting down: the run stays active in
+// the store and the next coordinator resumes it.
+var errStopped = errors.New("coordinator stopping")
+
+// outcome is the result of one phase attempt.
+type outcome struct {
+	status string // PhaseOK, PhaseSkipped, PhaseFailed
+	msg    string
+}
+
+func ok(format string, a ...any) outcome { return outcome{PhaseOK, fmt.Sprintf(format, a...)} }
+func skipped(format string, a ...any) outcome {
+	return outcome{PhaseSkipped, fmt.Sprintf(format, a...)}
+}
+func failed(format string, a ...any) outcome {
+	return outcome{PhaseFailed, fmt.Sprintf(format, a...)}
+}
+
+// drive runs one run's remaining phases.
+func (e *Engine) drive(ctx context.Context, runID string) {
+	r, err := e.cfg.Store.GetRun(ctx, runID)
+	if err != nil {
+		e.cfg.Log.Error("load run", "run", runID, "err", err)
+		return
+	}
+	if r.Data == nil {
+		r.Data = map[string]string{}
+	}
+	log := e.cfg.Log.With("run", r.ID, "node", r.NodeID)
+	plan, err := modes.For(modes.Mode(r.Mode))
+	if err != nil {
+		e.finish(ctx, &r, StatusFailed, err.Error())
+		return
+	}
+	i := 0
+	if r.Phase != "" {
+		if i = plan.Index(r.Phase); i < 0 {
+			i = 0
+		}
+	}
+	for i < len(plan.Phases) {
+		ph := plan.Phases[i]
+		if slices.Contains(r.CompletedPhases, ph.Name) {
+			i++
+			continue
+		}
+		if ph.Owner == modes.Runner {
+			batch := []string{}
+			for j := i; j < len(plan.Phases) && plan.Phases[j].Owner == modes.Runner; j++ {
+				if !slices.Contains(r.CompletedPhases, plan.Phases[j].Name) {
+					batch = append(batch, plan.Phases[j].Name)
+				}
+			}
+			failedPhase, msg, err := e.runnerPhases(ctx, &r, batch, log)
+			if err != nil {
+				if errors.Is(err, errStopped) || ctx.Err() != nil {
+					return
+				}
+				e.finish(ctx, &r, StatusAttention, err.Error())
+				return
+			}
+			if failedPhase != "" {
+				if !e.retryAllowed(ctx, &r, failedPhase, msg) {
+					return
+				}
+				continue // resend from the failed phase
+			}
+			continue
+		}
+
+		started := time.Now()
+		e.begin(ctx, &r, ph.Name, "coordinator")
+		out := e.coordPhase(ctx, &r, ph.Name, log)
+		if ctx.Err() != nil {
+			return
+		}
+		e.end(ctx, &r, ph.Name, out, time.Since(started), "coordinator")
+		if out.status == PhaseFailed {
+			if !e.retryAllowed(ctx, &r, ph.Name, out.msg) {
+				return
+			}
+			continue
+		}
+		i++
+	}
+	r.Data["boot"] = ""
+	e.finish(ctx, &r, StatusSucceeded, "all phases done")
+}
+
+// retryAllowed counts a phase failure against the budget; when spent, the
+// run ends failed with the phase it reached, so a later resume restarts there.
+func (e *Engine) retryAllowed(ctx context.Context, r *store.Run, phase, msg string) bool {
+	r.PhaseFailures++
+	attempts := e.attempts(r, phase)
+	if attempts >= e.cfg.Budgets.PhaseAttempts {
+		e.finish(ctx, r, StatusFailed, fmt.Sprintf("phase %s failed %d times (budget %d): %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, msg))
+		return false
+	}
+	e.save(ctx, r)
+	e.coordEvent(ctx, *r, phase, "info", "", fmt.Sprintf("phase %s failed (attempt %d of %d), retrying: %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, msg), 0)
+	return true
+}
+
+func (e *Engine) attempts(r *store.Run, phase string) int {
+	n, _ := strconv.Atoi(r.Data["attempts/"+phase])
+	return n
+}
+
+func (e *Engine) save(ctx context.Context, r *store.Run) {
+	// The store write must land even while shutting down, or a resume would
+	// repeat a phase that already finished.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := e.cfg.Store.UpdateRun(wctx, *r); err != nil {
+		e.cfg.Log.Error("store run", "run", r.ID, "err", err)
+	}
+}
+
+// begin records a phase attempt start.
+func (e *Engine) begin(ctx context.Context, r *store.Run, phase, source string) {
+	n := e.attempts(r, phase) + 1
+	r.Data["attempts/"+phase] = strconv.Itoa(n)
+	r.Phase = phase
+	e.save(ctx, r)
+	if err := e.cfg.Store.UpsertPhase(context.WithoutCancel(ctx), store.Phase{
+		RunID: r.ID, Name: phase, Status: PhaseRunning, Attempts: n, StartedAt: time.Now().UTC(),
+	}); err != nil {
+		e.cfg.Log.Error("store phase", "err", err)
+	}
+	if source == "coordinator" {
+		e.coordEvent(context.WithoutCancel(ctx), *r, phase, "phase_start", "", "", 0)
+	}
+}
+
+// end records a phase attempt result.
+func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source string) {
+	ctx = context.WithoutCancel(ctx)
+	now := time.Now().UTC()
+	if err := e.cfg.Store.UpsertPhase(ctx, store.Phase{
+		RunID: r.ID, Name: phase, Status: out.status, Attempts: e.attempts(r, phase),
+		StartedAt: now.Add(-dur), EndedAt: now, Message: out.msg,
+	}); err != nil {
+		e.cfg.Log.Error("store phase", "err", err)
+	}
+	if out.status != PhaseFailed && !slices.Contains(r.CompletedPhases, phase) {
+		r.CompletedPhases = append(r.CompletedPhases, phase)
+	}
+	e.save(ctx, r)
+	if source == "coordinator" {
+		e.coordEvent(ctx, *r, phase, "phase_end", out.status, out.msg, dur)
+	}
+	e.cfg.Log.Info("phase end", "run", r.ID, "node", r.NodeID, "phase", phase, "status", out.status, "msg", out.msg, "duration", dur.Round(time.Millisecond))
+}
+
+func (e *Engine) finish(ctx context.Context, r *store.Run, status, msg string) {
+	ctx = context.WithoutCancel(ctx)
+	r.Status = status
+	r.Message = msg
+	r.EndedAt = time.Now().UTC()
+	e.save(ctx, r)
+	e.coordEvent(ctx, *r, r.Phase, "run_end", status, msg, r.EndedAt.Sub(r.StartedAt))
+	e.cfg.Log.Info("run end", "run", r.ID, "node", r.NodeID, "status", status, "msg", msg)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return errStopped
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,300 @@
+// Package pipeline runs each node's phase machine: one goroutine per active
+// run, every step recorded in the store before and after it happens, so a
+// coordinator restart resumes each run from the phase it reached.
+package pipeline
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/bootserver"
+	"github.com/cure-oss/cure/provisioner-lite/redfish"
+	"github.com/cure-oss/cure/provisioner-lite/sessions"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+)
+
+// BMC is the slice of the Redfish driver the pipeline uses.
+type BMC interface {
+	PowerState(ctx context.Context) (string, error)
+	PowerOn(ctx context.Context) error
+	Reset(ctx context.Context, resetType string) error
+	SetBootOverride(ctx context.Context, target redfish.BootTarget, once bool) error
+	FirmwareInventory(ctx context.Context) ([]redfish.FirmwareItem, error)
+	Close(ctx context.Context) error
+}
+
+// Timeouts bound every wait of the pipeline.
+type Timeouts struct {
+	BMCCall      time.Duration // one Redfish call
+	WaitForCURE  time.Duration // PXE boot to runner registered
+	RunnerPhase  time.Duration // one in-band phase
+	Reconnect    time.Duration // runner gone before it counts as a disconnect
+	ShutdownWait time.Duration // runner asked to reboot, before a BMC reset
+	HostOS       time.Duration // reboot to the installed OS calling back
+}
+
+// Budgets bound retries. Phase failures and disconnects are counted apart so
+// a flaky link does not use up the retries meant for real failures.
+type Budgets struct {
+	PhaseAttempts int // attempts per phase
+	Disconnects   int // per run
+}
+
+// Config wires the engine.
+type Config struct {
+	Store      *store.Store
+	Hub        *sessions.Hub
+	Log        *slog.Logger
+	ConnectBMC func(ctx context.Context, n store.Node) (BMC, error)
+	Manifests  *Catalog
+	// ArtifactDir is the content-addressed store the boot server serves.
+	ArtifactDir string
+	// BaseURL is the HTTP server as nodes reach it (artifacts, callbacks).
+	BaseURL string
+	// RunnerAddr is the gRPC endpoint as nodes reach it (host:port).
+	RunnerAddr string
+	Timeouts   Timeouts
+	Budgets    Budgets
+}
+
+func (c *Config) defaults() {
+	d := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	d(&c.Timeouts.BMCCall, 30*time.Second)
+	d(&c.Timeouts.WaitForCURE, 10*time.Minute)
+	d(&c.Timeouts.RunnerPhase, 30*time.Minute)
+	d(&c.Timeouts.Reconnect, 3*time.Minute)
+	d(&c.Timeouts.ShutdownWait, 90*time.Second)
+	d(&c.Timeouts.HostOS, 15*time.Minute)
+	if c.Budgets.PhaseAttempts == 0 {
+		c.Budgets.PhaseAttempts = 3
+	}
+	if c.Budgets.Disconnects == 0 {
+		c.Budgets.Disconnects = 5
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+}
+
+// Engine owns the running pipelines.
+type Engine struct {
+	cfg Config
+
+	mu      sync.Mutex
+	running map[string]context.CancelFunc // run id -> cancel
+	wg      sync.WaitGroup
+	ctx     context.Context
+}
+
+// New returns an engine; call Resume to pick up runs from the store.
+func New(ctx context.Context, cfg Config) *Engine {
+	cfg.defaults()
+	return &Engine{cfg: cfg, running: map[string]context.CancelFunc{}, ctx: ctx}
+}
+
+// Run statuses.
+const (
+	StatusPending   = "pending"
+	StatusRunning   = "running"
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+	StatusAttention = "attention"
+)
+
+// Phase statuses as stored.
+const (
+	PhaseRunning = "running"
+	PhaseOK      = "ok"
+	PhaseSkipped = "skipped"
+	PhaseFailed  = "failed"
+)
+
+// KindHostReady marks the installed OS's callback in the timeline; the
+// pipeline waits for it there rather than in shared memory, so the wait
+// survives a coordinator restart.
+const KindHostReady = "host_ready"
+
+// ErrBusy is returned when a node already has an active run.
+var ErrBusy = errors.New("node already has an active run")
+
+// Start creates a run for a node and starts its pipeline. With resume, the
+// node's latest unfinished run continues from the phase it reached instead.
+func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, manifest string, resume bool) (string, error) {
+	n, err := e.cfg.Store.GetNode(ctx, nodeID)
+	if err != nil {
+		return "", fmt.Errorf("node %s: %w", nodeID, err)
+	}
+	if last, err := e.cfg.Store.LatestRun(ctx, nodeID); err == nil {
+		if last.Status == StatusPending || last.Status == StatusRunning {
+			return "", fmt.Errorf("node %s: run %s is %s: %w", nodeID, last.ID, last.Status, ErrBusy)
+		}
+		if resume {
+			if last.Status == StatusSucceeded {
+				return "", fmt.Errorf("node %s: latest run %s succeeded; nothing to resume", nodeID, last.ID)
+			}
+			last.Status = StatusRunning
+			last.ResumeCount++
+			last.PhaseFailures = 0
+			last.Disconnects = 0
+			last.EndedAt = time.Time{}
+			last.Message = fmt.Sprintf("resumed by operator from %s", last.Phase)
+			if err := e.cfg.Store.UpdateRun(ctx, last); err != nil {
+				return "", err
+			}
+			e.coordEvent(ctx, last, last.Phase, "info", "", last.Message, 0)
+			e.launch(last.ID)
+			return last.ID, nil
+		}
+	} else if resume {
+		return "", fmt.Errorf("node %s: no run to resume: %w", nodeID, err)
+	}
+	if manifest == "" {
+		manifest = n.SKU
+	}
+	if manifest == "" {
+		return "", fmt.Errorf("node %s has no sku and no manifest was given", nodeID)
+	}
+	if _, err := modes.For(mode); err != nil {
+		return "", err
+	}
+	r := store.Run{
+		ID: newRunID(nodeID), NodeID: nodeID, Mode: string(mode), Manifest: manifest,
+		Status: StatusRunning, StartedAt: time.Now().UTC(), Data: map[string]string{},
+	}
+	if err := e.cfg.Store.CreateRun(ctx, r); err != nil {
+		return "", err
+	}
+	e.coordEvent(ctx, r, "", "info", "", fmt.Sprintf("run created: mode=%s manifest=%s", mode, manifest), 0)
+	e.launch(r.ID)
+	return r.ID, nil
+}
+
+// Resume restarts the pipeline of every active run in the store.
+func (e *Engine) Resume(ctx context.Context) (int, error) {
+	runs, err := e.cfg.Store.ActiveRuns(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range runs {
+		e.cfg.Log.Info("resuming run after coordinator start", "run", r.ID, "node", r.NodeID, "phase", r.Phase)
+		e.coordEvent(ctx, r, r.Phase, "info", "", "coordinator restarted; resuming from "+nonEmpty(r.Phase, "start"), 0)
+		e.launch(r.ID)
+	}
+	return len(runs), nil
+}
+
+// Wait blocks until every pipeline goroutine returned.
+func (e *Engine) Wait() { e.wg.Wait() }
+
+func (e *Engine) launch(runID string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.running[runID]; ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	e.running[runID] = cancel
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer func() {
+			e.mu.Lock()
+			delete(e.running, runID)
+			e.mu.Unlock()
+			cancel()
+		}()
+		e.drive(ctx, runID)
+	}()
+}
+
+func newRunID(nodeID string) string {
+	return fmt.Sprintf("%s-%s-%s", nodeID, time.Now().UTC().Format("20060102T150405"), randHex(3))
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b)
+}
+
+// NewToken returns a 256-bit random token.
+func NewToken() string { return randHex(32) }
+
+func nonEmpty(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// coordEvent records a coordinator-side timeline entry.
+func (e *Engine) coordEvent(ctx context.Context, r store.Run, phase, kind, status, msg string, dur time.Duration) {
+	_, _, err := e.cfg.Store.AppendEvent(ctx, store.Event{
+		RunID: r.ID, NodeID: r.NodeID, Source: "coordinator", Time: time.Now().UTC(),
+		Phase: phase, Kind: kind, Status: status, Message: msg, DurationMs: dur.Milliseconds(),
+	})
+	if err != nil {
+		e.cfg.Log.Error("store event", "run", r.ID, "err", err)
+	}
+}
+
+// BootDecision implements bootserver.Coordinator: a node boots CURE only
+// while its active run wants it in CURE; otherwise iPXE exits to the disk.
+func (e *Engine) BootDecision(ctx context.Context, mac string) (bootserver.Decision, error) {
+	n, err := e.cfg.Store.NodeByMAC(ctx, mac)
+	if err != nil {
+		return bootserver.Decision{}, fmt.Errorf("mac %s is not registered: %w", mac, err)
+	}
+	r, err := e.cfg.Store.LatestRun(ctx, n.ID)
+	if err != nil || (r.Status != StatusRunning && r.Status != StatusPending) {
+		return bootserver.Decision{Boot: false, Reason: "no active run"}, nil
+	}
+	if r.Data["boot"] != "cure" {
+		return bootserver.Decision{Boot: false, Reason: "run " + r.ID + " wants the installed OS"}, nil
+	}
+	tok := NewToken()
+	if err := e.cfg.Store.PutBootToken(ctx, tok, n.ID, r.ID, time.Now().Add(2*time.Hour)); err != nil {
+		return bootserver.Decision{}, err
+	}
+	e.coordEvent(ctx, r, r.Phase, "info", "", "iPXE script served to "+mac+"; per-boot token issued", 0)
+	return bootserver.Decision{
+		Boot:    true,
+		Cmdline: fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", e.cfg.RunnerAddr, e.cfg.BaseURL, n.ID, tok),
+		Reason:  "run " + r.ID,
+	}, nil
+}
+
+// HostReady implements bootserver.Coordinator: the installed OS phoned home.
+func (e *Engine) HostReady(ctx context.Context, nodeID, token string, form url.Values) error {
+	r, err := e.cfg.Store.LatestRun(ctx, nodeID)
+	if err != nil {
+		return fmt.Errorf("node %s has no run: %w", nodeID, err)
+	}
+	want := r.Data["host_token"]
+	if want == "" || token != want {
+		return bootserver.ErrUnauthorized
+	}
+	var parts []string
+	for _, k := range []string{"instance_id", "hostname", "boot_id", "uptime_ms"} {
+		if v := form.Get(k); v != "" {
+			parts = append(parts, k+"="+v)
+		}
+	}
+	e.coordEvent(ctx, r, modes.WaitForHostOS, KindHostReady, "", "host OS called back ready: "+strings.Join(parts, " "), 0)
+	return nil
+}

@@ -1,0 +1,192 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/sessions"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+func rebootMsg(reason string) *curev1.CoordinatorMessage {
+	return &curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Reboot{Reboot: &curev1.Reboot{Reason: reason}}}
+}
+
+// runnerPhases hands a batch of in-band phases to the node's runner and
+// follows them through the store until each ends. It returns the first phase
+// that failed (with its message), or an error when the node is lost for good.
+//
+// The runner may vanish and come back: a runner that reports IN_PHASE for
+// this run is re-attached to (its work goes on); a fresh one gets the
+// remaining phases again with its resume count raised.
+func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string, log *slog.Logger) (string, string, error) {
+	remaining := slices.Clone(batch)
+	cursor, err := e.lastEventID(ctx, r.ID)
+	if err != nil {
+		return "", "", err
+	}
+	signal, unsub := e.cfg.Store.Subscribe(r.ID)
+	defer unsub()
+
+	var sess *sessions.Session
+	var lostSince time.Time
+	phaseStarted := time.Now()
+	current := ""
+
+	for len(remaining) > 0 {
+		changed := e.cfg.Hub.Changed(r.NodeID)
+		cur := e.cfg.Hub.Current(r.NodeID)
+		if cur != nil && cur.RunID != r.ID {
+			cur = nil // a runner booted for another run is not ours
+		}
+		switch {
+		case cur == nil:
+			if lostSince.IsZero() {
+				lostSince = time.Now()
+				if sess != nil {
+					e.coordEvent(ctx, *r, current, "info", "", "runner disconnected", 0)
+				}
+			}
+			budget := e.cfg.Timeouts.Reconnect
+			if sess == nil {
+				budget = e.cfg.Timeouts.WaitForCURE
+			}
+			if time.Since(lostSince) > budget {
+				r.Disconnects++
+				e.save(ctx, r)
+				if r.Disconnects > e.cfg.Budgets.Disconnects {
+					return "", "", fmt.Errorf("runner lost %d times (budget %d) during %s", r.Disconnects, e.cfg.Budgets.Disconnects, strings.Join(remaining, ","))
+				}
+				if err := e.rebootIntoCURE(ctx, r, fmt.Sprintf("runner gone for %s during %s", budget, nonEmpty(current, remaining[0]))); err != nil {
+					return "", "", err
+				}
+				lostSince = time.Now()
+				sess = nil
+			}
+		case cur != sess:
+			lostSince = time.Time{}
+			st := cur.Hello.GetState()
+			if sess != nil && st.GetKind() == curev1.RunnerState_IN_PHASE && st.GetRunId() == r.ID {
+				// Same boot, stream re-established: its work goes on.
+				e.coordEvent(ctx, *r, st.GetPhase(), "info", "", fmt.Sprintf("runner re-attached mid-phase %s (last seq %d)", st.GetPhase(), st.GetLastEventSeq()), 0)
+				sess = cur
+				break
+			}
+			if sess != nil || r.ResumeCount > 0 || e.attempts(r, remaining[0]) > 0 {
+				r.ResumeCount++
+			}
+			a, err := e.assignment(ctx, r, remaining)
+			if err != nil {
+				return "", "", err
+			}
+			if err := cur.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Assignment{Assignment: a}}); err != nil {
+				log.Warn("send assignment", "err", err)
+				break
+			}
+			e.save(ctx, r)
+			e.coordEvent(ctx, *r, remaining[0], "info", "", fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(remaining, ","), r.ResumeCount), 0)
+			sess = cur
+			phaseStarted = time.Now()
+		}
+
+		evs, err := e.cfg.Store.Events(ctx, r.ID, cursor, 1000)
+		if err != nil {
+			return "", "", err
+		}
+		for _, ev := range evs {
+			cursor = ev.ID
+			if ev.Source != "runner" || !slices.Contains(remaining, ev.Phase) {
+				continue
+			}
+			switch ev.Kind {
+			case "phase_start":
+				current = ev.Phase
+				phaseStarted = ev.Time
+				e.begin(ctx, r, ev.Phase, "runner")
+			case "phase_end":
+				out := outcome{status: ev.Status, msg: ev.Message}
+				e.end(ctx, r, ev.Phase, out, time.Duration(ev.DurationMs)*time.Millisecond, "runner")
+				if out.status == PhaseFailed {
+					return ev.Phase, ev.Message, nil
+				}
+				remaining = slices.DeleteFunc(remaining, func(p string) bool { return p == ev.Phase })
+				if rebootRequired(ev) {
+					if err := e.rebootIntoCURE(ctx, r, ev.Phase+" needs a reboot to activate"); err != nil {
+						return "", "", err
+					}
+					sess = nil
+					lostSince = time.Now()
+				}
+			}
+		}
+		if len(remaining) == 0 {
+			break
+		}
+		if current != "" && time.Since(phaseStarted) > e.cfg.Timeouts.RunnerPhase {
+			return current, fmt.Sprintf("no phase_end within %s", e.cfg.Timeouts.RunnerPhase), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", "", errStopped
+		case <-signal:
+		case <-changed:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	return "", "", nil
+}
+
+func rebootRequired(ev store.Event) bool {
+	if len(ev.Payload) == 0 {
+		return false
+	}
+	var pe curev1.Event
+	if err := protojson.Unmarshal(ev.Payload, &pe); err != nil {
+		return false
+	}
+	return pe.GetPhaseEnd().GetRebootRequired()
+}
+
+// assignment builds what the runner needs for the remaining phases.
+func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string) (*curev1.Assignment, error) {
+	raw, _, err := e.cfg.Manifests.Load(r.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	n, err := e.cfg.Store.GetNode(ctx, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	if r.Data["host_token"] == "" {
+		r.Data["host_token"] = NewToken()
+		e.save(ctx, r)
+	}
+	hostname := n.Hostname
+	if hostname == "" {
+		hostname = n.ID
+	}
+	base := strings.TrimRight(e.cfg.BaseURL, "/")
+	return &curev1.Assignment{
+		RunId:           r.ID,
+		NodeId:          r.NodeID,
+		Mode:            modes.ToProto(modes.Mode(r.Mode)),
+		ManifestYaml:    raw,
+		ManifestName:    r.Manifest + ".yaml",
+		Resume:          &curev1.ResumeState{PhaseReached: r.Phase, ResumeCount: uint32(r.ResumeCount), CompletedPhases: r.CompletedPhases},
+		Phases:          phases,
+		ArtifactBaseUrl: base + "/artifacts/",
+		FirstBoot: &curev1.FirstBoot{
+			Hostname:      hostname,
+			InstanceId:    r.ID,
+			CallbackUrl:   fmt.Sprintf("%s/v1/nodes/%s/ready", base, n.ID),
+			CallbackToken: r.Data["host_token"],
+		},
+	}, nil
+}

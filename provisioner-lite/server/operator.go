@@ -1,0 +1,177 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Starter starts (or resumes) runs; the pipeline engine implements it.
+type Starter interface {
+	Start(ctx context.Context, nodeID string, mode modes.Mode, manifest string, resume bool) (string, error)
+}
+
+// OperatorService serves curectl.
+type OperatorService struct {
+	curev1.UnimplementedOperatorServiceServer
+	Store   *store.Store
+	Starter Starter
+}
+
+// Provision starts one run per node; a node that cannot start is reported
+// and the others still start.
+func (o *OperatorService) Provision(ctx context.Context, req *curev1.ProvisionRequest) (*curev1.ProvisionResponse, error) {
+	mode := modes.Provision
+	if req.GetMode() != curev1.Mode_MODE_UNSPECIFIED {
+		m, err := modes.FromProto(req.GetMode())
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		mode = m
+	}
+	if len(req.GetNodeIds()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "no node ids")
+	}
+	resp := &curev1.ProvisionResponse{}
+	var errs []string
+	for _, id := range req.GetNodeIds() {
+		runID, err := o.Starter.Start(ctx, id, mode, req.GetManifest(), req.GetResume())
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		resp.Runs = append(resp.Runs, &curev1.RunRef{RunId: runID, NodeId: id})
+	}
+	if len(resp.Runs) == 0 {
+		return nil, status.Error(codes.FailedPrecondition, strings.Join(errs, "; "))
+	}
+	return resp, nil
+}
+
+func (o *OperatorService) resolveRun(ctx context.Context, runID, nodeID string) (store.Run, error) {
+	if runID != "" {
+		return o.Store.GetRun(ctx, runID)
+	}
+	if nodeID == "" {
+		return store.Run{}, status.Error(codes.InvalidArgument, "run_id or node_id required")
+	}
+	return o.Store.LatestRun(ctx, nodeID)
+}
+
+// Watch streams the stored timeline, then follows it live.
+func (o *OperatorService) Watch(req *curev1.WatchRequest, stream curev1.OperatorService_WatchServer) error {
+	ctx := stream.Context()
+	r, err := o.resolveRun(ctx, req.GetRunId(), req.GetNodeId())
+	if err != nil {
+		return status.Errorf(codes.NotFound, "%v", err)
+	}
+	signal, unsub := o.Store.Subscribe(r.ID)
+	defer unsub()
+	var cursor int64
+	for {
+		evs, err := o.Store.Events(ctx, r.ID, cursor, 500)
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			cursor = ev.ID
+			if err := stream.Send(timelineEntry(ev)); err != nil {
+				return err
+			}
+			if ev.Kind == "run_end" && req.GetFollow() {
+				return nil
+			}
+		}
+		if len(evs) == 500 {
+			continue
+		}
+		if !req.GetFollow() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-signal:
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func timelineEntry(ev store.Event) *curev1.TimelineEntry {
+	return &curev1.TimelineEntry{
+		RunId: ev.RunID, NodeId: ev.NodeID, TimeUnixMs: ev.Time.UnixMilli(), Phase: ev.Phase,
+		Kind: ev.Kind, Status: ev.Status, Message: ev.Message, DurationMs: ev.DurationMs, Source: ev.Source,
+	}
+}
+
+// Report returns phases, verdicts and counters of a run.
+func (o *OperatorService) Report(ctx context.Context, req *curev1.ReportRequest) (*curev1.RunReport, error) {
+	r, err := o.resolveRun(ctx, req.GetRunId(), req.GetNodeId())
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, status.Errorf(codes.NotFound, "%v", err)
+		}
+		return nil, err
+	}
+	return BuildReport(ctx, o.Store, r)
+}
+
+// BuildReport assembles a run report from the store.
+func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.RunReport, error) {
+	rep := &curev1.RunReport{
+		RunId: r.ID, NodeId: r.NodeID, Mode: modes.ToProto(modes.Mode(r.Mode)), Status: r.Status,
+		StartedUnixMs: r.StartedAt.UnixMilli(), Reboots: uint32(r.Reboots), Message: r.Message,
+	}
+	if !r.EndedAt.IsZero() {
+		rep.EndedUnixMs = r.EndedAt.UnixMilli()
+	}
+	phases, err := st.Phases(ctx, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range phases {
+		pr := &curev1.PhaseRecord{Name: p.Name, Status: p.Status, StartedUnixMs: p.StartedAt.UnixMilli(), Attempts: uint32(p.Attempts), Message: p.Message}
+		if !p.EndedAt.IsZero() {
+			pr.EndedUnixMs = p.EndedAt.UnixMilli()
+		}
+		rep.Phases = append(rep.Phases, pr)
+	}
+	vs, err := st.Verdicts(ctx, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vs {
+		rep.Verdicts = append(rep.Verdicts, &curev1.Verdict{
+			Component: v.Component, Check: v.Check, Status: curev1.VerdictStatus(curev1.VerdictStatus_value[v.Status]),
+			Observed: v.Observed, Expected: v.Expected, Message: v.Message,
+		})
+	}
+	return rep, nil
+}
+
+// ListNodes lists the inventory with each node's latest run.
+func (o *OperatorService) ListNodes(ctx context.Context, _ *curev1.ListNodesRequest) (*curev1.ListNodesResponse, error) {
+	nodes, err := o.Store.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	resp := &curev1.ListNodesResponse{}
+	for _, n := range nodes {
+		ni := &curev1.NodeInfo{NodeId: n.ID, BmcEndpoint: n.BMCURL, Macs: n.MACs, Sku: n.SKU, State: "idle"}
+		if r, err := o.Store.LatestRun(ctx, n.ID); err == nil {
+			ni.LastRunId, ni.LastRunStatus = r.ID, r.Status
+			if r.Status == "running" {
+				ni.State = "in " + r.Phase
+			}
+		}
+		resp.Nodes = append(resp.Nodes, ni)
+	}
+	return resp, nil
+}

@@ -1,0 +1,163 @@
+// Package store persists the coordinator's state in SQLite (modernc.org/sqlite,
+// pure Go): nodes, runs, phases, events, verdicts and boot tokens. Everything a
+// coordinator restart must not lose lives here.
+//
+// Writes go through a single-connection pool so concurrent writers queue in Go
+// instead of racing for SQLite's write lock (no SQLITE_BUSY under load); reads use
+// a separate pool, which WAL lets run alongside the writer.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// ErrNotFound is wrapped by every lookup that finds no row.
+var ErrNotFound = errors.New("not found")
+
+// ErrExpired is wrapped by LookupBootToken when the token exists but has expired.
+var ErrExpired = errors.New("expired")
+
+// Store is the coordinator's database. It is safe for concurrent use.
+type Store struct {
+	path string
+	w    *sql.DB // exactly one connection: serialises writers
+	r    *sql.DB // readers
+
+	mu   sync.Mutex
+	subs map[string]map[*subscriber]struct{}
+}
+
+type subscriber struct{ ch chan struct{} }
+
+// busyTimeoutMs bounds how long a connection waits for SQLite's lock (a reader
+// during a WAL checkpoint, another process) before failing.
+const busyTimeoutMs = 10000
+
+// Open opens (creating if needed) the database at path and migrates its schema
+// to the newest version. The directory must exist.
+func Open(path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("store: open: empty database path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	// synchronous=FULL: an event acked to a runner (which then forgets it) must
+	// survive a power cut of the coordinator, not only a process crash.
+	base := "file:" + (&url.URL{Path: abs}).EscapedPath() +
+		fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)", busyTimeoutMs)
+
+	w, err := sql.Open("sqlite", base+"&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := migrate(ctx, w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+	}
+
+	r, err := sql.Open("sqlite", base+"&_pragma=query_only(1)")
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: open %s for reading: %w", abs, err)
+	}
+	r.SetMaxOpenConns(4)
+	if err := r.PingContext(ctx); err != nil {
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("store: open %s for reading: %w", abs, err)
+	}
+	return &Store{path: abs, w: w, r: r, subs: map[string]map[*subscriber]struct{}{}}, nil
+}
+
+// Close closes both pools. Subscribers are not closed: their cancel funcs still work.
+func (s *Store) Close() error {
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+// Path is the absolute path of the database file.
+func (s *Store) Path() string { return s.path }
+
+// Subscribe returns a channel signalled (coalesced, never blocking the writer)
+// whenever an event is appended to runID or the run is updated, and a func that
+// unsubscribes. Watchers re-read from the store after each signal.
+func (s *Store) Subscribe(runID string) (<-chan struct{}, func()) {
+	sub := &subscriber{ch: make(chan struct{}, 1)}
+	s.mu.Lock()
+	m := s.subs[runID]
+	if m == nil {
+		m = map[*subscriber]struct{}{}
+		s.subs[runID] = m
+	}
+	m[sub] = struct{}{}
+	s.mu.Unlock()
+	var once sync.Once
+	return sub.ch, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			delete(s.subs[runID], sub)
+			if len(s.subs[runID]) == 0 {
+				delete(s.subs, runID)
+			}
+		})
+	}
+}
+
+func (s *Store) notify(runID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sub := range s.subs[runID] {
+		select {
+		case sub.ch <- struct{}{}:
+		default: // a signal is already pending; the watcher will see this change too
+		}
+	}
+}
+
+// toMs stores times as UTC unix milliseconds; the zero time is stored as 0.
+func toMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMs(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+// tx runs fn in a write transaction (BEGIN IMMEDIATE through the writer pool).
+func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	t, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := fn(t); err != nil {
+		t.Rollback()
+		return err
+	}
+	if err := t.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}

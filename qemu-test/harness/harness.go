@@ -1,0 +1,502 @@
+// Package harness assembles the whole CURE loop on one machine: virtual BMCs
+// driving QEMU nodes, a real provisioner-lite process, and the images `make`
+// built. The end-to-end tests and `make demo` both use it.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/qemu-test/vbmc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+)
+
+// Options configure an environment.
+type Options struct {
+	Out           string // make's output dir: image/, hostos/, pki/
+	Work          string // state, disks, logs; kept between runs for the demo
+	Nodes         int
+	PhaseAttempts int
+	DiskBytes     int64
+	MemoryMiB     int
+	// CoordinatorLog receives provisioner-lite's stderr (nil: work/coordinator.log only).
+	CoordinatorLog io.Writer
+	// EditManifest may change the test SKU before it is written.
+	EditManifest func(*manifests.SKU)
+	Logger       *slog.Logger
+	// ExtraCoordinatorArgs are appended to provisioner-lite's command line.
+	ExtraCoordinatorArgs []string
+}
+
+// Node is one QEMU node and its BMC.
+type Node struct {
+	ID, MAC, Serial, UUID string
+	Disk, Console         string
+	BMC                   *vbmc.BMC
+	BMCURL                string
+}
+
+// Image describes the host-OS artifact installed on nodes.
+type Image struct {
+	Path, RawPath string
+	SHA256        string
+	Size          int64
+}
+
+// Env is a running environment.
+type Env struct {
+	Opts     Options
+	Root     string
+	Bin      string
+	StateDir string
+	HTTPAddr string
+	GRPCAddr string
+	Nodes    []*Node
+	HostOS   Image
+	Client   curev1.OperatorServiceClient
+
+	conn     *grpc.ClientConn
+	coord    *exec.Cmd
+	coordOut *os.File
+	servers  []*http.Server
+	mu       sync.Mutex
+}
+
+// RepoRoot finds the module root from the working directory.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/cure-oss/cure")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod of github.com/cure-oss/cure not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Missing lists the build outputs an environment needs that are absent.
+func Missing(out string) []string {
+	var miss []string
+	for _, f := range []string{"image/vmlinuz", "image/initramfs.cpio.gz", "pki/ca.pem", "pki/ca-key.pem", "hostos/disk.raw.zst", "hostos/disk.raw"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			miss = append(miss, filepath.Join(out, f))
+		}
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		miss = append(miss, "qemu-system-x86_64")
+	}
+	return miss
+}
+
+// Start builds the binaries, writes the inventory and manifest, starts the
+// virtual BMCs and the coordinator.
+func Start(ctx context.Context, o Options) (*Env, error) {
+	if o.Nodes == 0 {
+		o.Nodes = 1
+	}
+	if o.DiskBytes == 0 {
+		o.DiskBytes = 1 << 30
+	}
+	if o.MemoryMiB == 0 {
+		o.MemoryMiB = 1024
+	}
+	if o.PhaseAttempts == 0 {
+		o.PhaseAttempts = 3
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if miss := Missing(o.Out); len(miss) > 0 {
+		return nil, fmt.Errorf("build outputs missing (run `make image hostos`): %s", strings.Join(miss, ", "))
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{Opts: o, Root: root, Bin: filepath.Join(o.Work, "bin"), StateDir: filepath.Join(o.Work, "state")}
+	for _, d := range []string{e.Bin, filepath.Join(e.StateDir, "pki"), filepath.Join(o.Work, "manifests"), filepath.Join(o.Work, "nodes")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.build(ctx); err != nil {
+		return nil, err
+	}
+	// The image trusts the CA make generated; the coordinator serves a
+	// certificate issued by that CA.
+	for _, f := range []string{"ca.pem", "ca-key.pem"} {
+		if err := copyFile(filepath.Join(o.Out, "pki", f), filepath.Join(e.StateDir, "pki", f)); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.hostOS(); err != nil {
+		return nil, err
+	}
+	if err := e.writeManifest(); err != nil {
+		return nil, err
+	}
+	httpPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	grpcPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	e.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", httpPort)
+	e.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", grpcPort)
+	if err := e.startBMCs(ctx, httpPort); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := e.writeInventory(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := e.StartCoordinator(ctx); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Env) build(ctx context.Context) error {
+	for _, pkg := range []string{"provisioner-lite/cmd/provisioner-lite", "provisioner-lite/cmd/curectl"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", e.Bin, "./"+pkg)
+		cmd.Dir = e.Root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	return nil
+}
+
+func (e *Env) hostOS() error {
+	p := filepath.Join(e.Opts.Out, "hostos", "disk.raw.zst")
+	sum, size, err := fileSHA256(p)
+	if err != nil {
+		return err
+	}
+	e.HostOS = Image{Path: p, RawPath: filepath.Join(e.Opts.Out, "hostos", "disk.raw"), SHA256: sum, Size: size}
+	return nil
+}
+
+// writeManifest renders the qemu-nvme example with the host-OS image just built.
+func (e *Env) writeManifest() error {
+	sku, err := manifests.LoadSKU(filepath.Join(e.Root, "manifests", "examples", "qemu-nvme.yaml"))
+	if err != nil {
+		return err
+	}
+	sku.Spec.OS.Image = manifests.Artifact{SHA256: e.HostOS.SHA256, Size: e.HostOS.Size, Format: "raw.zst"}
+	if e.Opts.EditManifest != nil {
+		e.Opts.EditManifest(sku)
+	}
+	b, err := manifests.Marshal(sku)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(e.Opts.Work, "manifests", "qemu-nvme.yaml"), b, 0o644)
+}
+
+func (e *Env) startBMCs(ctx context.Context, httpPort int) error {
+	for i := 1; i <= e.Opts.Nodes; i++ {
+		n := &Node{
+			ID:      fmt.Sprintf("node%d", i),
+			MAC:     fmt.Sprintf("52:54:00:c0:de:%02x", i),
+			Serial:  fmt.Sprintf("CURE-QEMU-%04d", i),
+			UUID:    fmt.Sprintf("4c4c4544-0000-4000-8000-%012d", i),
+			Disk:    filepath.Join(e.Opts.Work, "nodes", fmt.Sprintf("node%d-nvme.raw", i)),
+			Console: filepath.Join(e.Opts.Work, "nodes", fmt.Sprintf("node%d-console.log", i)),
+		}
+		if err := ensureDisk(n.Disk, e.Opts.DiskBytes); err != nil {
+			return err
+		}
+		m, err := vbmc.NewQEMUMachine(vbmc.QEMUConfig{
+			Name: n.ID, MAC: n.MAC, Serial: n.Serial, UUID: n.UUID,
+			DiskPath: n.Disk, MemoryMiB: e.Opts.MemoryMiB, ConsoleLog: n.Console,
+			BootURL: fmt.Sprintf("http://10.0.2.2:%d/boot.ipxe", httpPort),
+			Logger:  e.Opts.Logger.With("vm", n.ID),
+		})
+		if err != nil {
+			return err
+		}
+		b, err := vbmc.New(vbmc.Config{Name: n.ID, Serial: n.Serial, UUID: n.UUID, MAC: n.MAC, Logger: e.Opts.Logger.With("bmc", n.ID)}, m)
+		if err != nil {
+			return err
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: b.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(l)
+		e.servers = append(e.servers, srv)
+		n.BMC = b
+		n.BMCURL = "http://" + l.Addr().String()
+		e.Nodes = append(e.Nodes, n)
+	}
+	return nil
+}
+
+func (e *Env) writeInventory() error {
+	var b strings.Builder
+	b.WriteString("nodes:\n")
+	for _, n := range e.Nodes {
+		fmt.Fprintf(&b, "  - id: %s\n    bmc: {url: %q, username: admin, password: password}\n    macs: [%q]\n    sku: qemu-nvme\n    hostname: %s\n    serial: %s\n",
+			n.ID, n.BMCURL, n.MAC, n.ID, n.Serial)
+	}
+	return os.WriteFile(filepath.Join(e.Opts.Work, "nodes.yaml"), []byte(b.String()), 0o644)
+}
+
+// StartCoordinator starts provisioner-lite on the environment's state.
+func (e *Env) StartCoordinator(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	logPath := filepath.Join(e.Opts.Work, "coordinator.log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	args := []string{
+		"--state-dir", e.StateDir,
+		"--manifests", filepath.Join(e.Opts.Work, "manifests"),
+		"--nodes", filepath.Join(e.Opts.Work, "nodes.yaml"),
+		"--image-dir", filepath.Join(e.Opts.Out, "image"),
+		"--http-listen", e.HTTPAddr,
+		"--grpc-listen", e.GRPCAddr,
+		"--advertise", "10.0.2.2",
+		"--import-artifact", e.HostOS.Path,
+		"--phase-attempts", fmt.Sprint(e.Opts.PhaseAttempts),
+		"--wait-cure", "6m",
+		"--wait-host", "6m",
+	}
+	args = append(args, e.Opts.ExtraCoordinatorArgs...)
+	cmd := exec.Command(filepath.Join(e.Bin, "provisioner-lite"), args...)
+	var w io.Writer = f
+	if e.Opts.CoordinatorLog != nil {
+		w = io.MultiWriter(f, e.Opts.CoordinatorLog)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return err
+	}
+	e.coord, e.coordOut = cmd, f
+	if err := waitTCP(ctx, e.GRPCAddr, 60*time.Second); err != nil {
+		return fmt.Errorf("coordinator did not start (see %s): %w", logPath, err)
+	}
+	if e.conn == nil {
+		caPEM, err := os.ReadFile(filepath.Join(e.StateDir, "pki", "ca.pem"))
+		if err != nil {
+			return err
+		}
+		tlsCfg, err := pki.ClientTLSConfig(caPEM, "127.0.0.1")
+		if err != nil {
+			return err
+		}
+		conn, err := grpc.NewClient(e.GRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+		if err != nil {
+			return err
+		}
+		e.conn, e.Client = conn, curev1.NewOperatorServiceClient(conn)
+	}
+	return nil
+}
+
+// StopCoordinator stops provisioner-lite (SIGTERM, then SIGKILL).
+func (e *Env) StopCoordinator(kill bool) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.coord == nil {
+		return nil
+	}
+	sig := syscall.SIGTERM
+	if kill {
+		sig = syscall.SIGKILL
+	}
+	_ = e.coord.Process.Signal(sig)
+	done := make(chan error, 1)
+	go func() { done <- e.coord.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = e.coord.Process.Kill()
+		<-done
+	}
+	e.coordOut.Close()
+	e.coord = nil
+	return nil
+}
+
+// Provision starts a run and returns its id.
+func (e *Env) Provision(ctx context.Context, node string, mode modes.Mode, resume bool) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := e.Client.Provision(cctx, &curev1.ProvisionRequest{NodeIds: []string{node}, Mode: modes.ToProto(mode), Resume: resume})
+	if err != nil {
+		return "", err
+	}
+	return resp.GetRuns()[0].GetRunId(), nil
+}
+
+// Follow streams the run's timeline to print until the run ends, then
+// returns its report. A broken stream (coordinator restart) is re-opened.
+func (e *Env) Follow(ctx context.Context, runID string, print func(*curev1.TimelineEntry)) (*curev1.RunReport, error) {
+	seen := 0
+	for {
+		stream, err := e.Client.Watch(ctx, &curev1.WatchRequest{RunId: runID, Follow: true})
+		if err == nil {
+			i := 0
+			for {
+				ev, rerr := stream.Recv()
+				if rerr != nil {
+					if rerr == io.EOF {
+						return e.Report(ctx, runID)
+					}
+					break
+				}
+				i++
+				if i > seen {
+					seen = i
+					if print != nil {
+						print(ev)
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Report fetches the run report.
+func (e *Env) Report(ctx context.Context, runID string) (*curev1.RunReport, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return e.Client.Report(cctx, &curev1.ReportRequest{RunId: runID})
+}
+
+// Close stops everything: coordinator, QEMU processes, BMC servers.
+func (e *Env) Close() {
+	_ = e.StopCoordinator(false)
+	if e.conn != nil {
+		e.conn.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, n := range e.Nodes {
+		if n.BMC != nil {
+			_ = n.BMC.Close(ctx)
+		}
+	}
+	for _, s := range e.servers {
+		_ = s.Shutdown(ctx)
+	}
+}
+
+func ensureDisk(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if st.Size() < size {
+		return f.Truncate(size) // sparse: a blank NVMe namespace
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func waitTCP(ctx context.Context, addr string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o600)
+}
+
+func fileSHA256(p string) (string, int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// ReadJSON is a small helper for tests reading JSON files.
+func ReadJSON(p string, v any) error {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}

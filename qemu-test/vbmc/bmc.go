@@ -1,0 +1,463 @@
+// Package vbmc is a Redfish virtual BMC for one node: it serves the DMTF
+// public-rackmount1 mockup with live power, boot-override, session and ETag
+// state on top, and drives a Machine (QEMU, or a fake in tests) the way a
+// real BMC drives its host.
+package vbmc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config describes one virtual BMC and the node behind it.
+type Config struct {
+	Name     string // node name, for logs
+	Username string // default "admin"
+	Password string // default "password"
+	// SystemID replaces the mockup's system Id in every URL (default: the
+	// mockup's own, 437XR1138R2).
+	SystemID     string
+	Serial       string
+	UUID         string
+	MAC          string // first NIC, reported in EthernetInterfaces
+	Manufacturer string // default "CURE" (matches the QEMU SMBIOS)
+	Model        string // default "QEMU-GPU-Node"
+
+	// Vendor shapes.
+	NoBootMode     bool // no BootSourceOverrideMode at all (PATCHing it is a 400)
+	NoContinuous   bool // Lenovo-style: Enabled allows only Disabled and Once
+	RequireIfMatch bool // PATCH without If-Match is refused with 428
+	// ResetTypes narrows the advertised ResetType allowable values; default:
+	// the mockup's values this BMC implements.
+	ResetTypes []string
+
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// BootRecord is one boot of the machine, as the BMC chose it.
+type BootRecord struct {
+	Time     time.Time
+	Device   BootDevice // "Pxe" or "Hdd"
+	Override string     // BootSourceOverrideEnabled that chose it: Once, Continuous, Disabled
+	Reason   string     // what caused the boot: power-on, ForceRestart, guest-reset...
+}
+
+// OverrideChange is one accepted Boot PATCH.
+type OverrideChange struct {
+	Time    time.Time
+	Target  string
+	Enabled string
+	Mode    string `json:",omitempty"`
+}
+
+// Power states as Redfish spells them.
+const (
+	PowerOn  = "On"
+	PowerOff = "Off"
+)
+
+// Boot override state values.
+const (
+	enabledDisabled   = "Disabled"
+	enabledOnce       = "Once"
+	enabledContinuous = "Continuous"
+)
+
+// implementedResets are the ResetType values this BMC really performs.
+var implementedResets = []string{"On", "ForceOn", "ForceOff", "GracefulShutdown",
+	"GracefulRestart", "ForceRestart", "PowerCycle", "PushPowerButton"}
+
+// BMC is one virtual BMC. Create with New, serve Handler, Close when done.
+type BMC struct {
+	cfg  Config
+	m    Machine
+	log  *slog.Logger
+	tree map[string]resource
+	sys  map[string]any // mockup system body, the static part
+
+	// op serialises power operations (held across Machine calls); mu guards
+	// the state below and is never held across a Machine call.
+	op chan struct{}
+	mu sync.Mutex
+
+	power     string
+	bootSeq   uint64 // successful Machine.Start calls, to match events
+	target    string
+	enabled   string
+	mode      string
+	gen       uint64 // bumps on every change of the system resource (ETag)
+	lastReset time.Time
+	history   []BootRecord
+	overrides []OverrideChange
+	sessions  map[string]*session // by token
+
+	failAuth atomic.Bool
+	hangNext atomic.Bool
+	latency  atomic.Int64
+
+	done      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// New builds a BMC for m. The machine is assumed off. New fails only if the
+// embedded mockup is unusable.
+func New(cfg Config, m Machine) (*BMC, error) {
+	if cfg.Username == "" {
+		cfg.Username = "admin"
+	}
+	if cfg.Password == "" {
+		cfg.Password = "password"
+	}
+	if cfg.SystemID == "" {
+		cfg.SystemID = mockupSystemID
+	}
+	if cfg.Manufacturer == "" {
+		cfg.Manufacturer = "CURE"
+	}
+	if cfg.Model == "" {
+		cfg.Model = "QEMU-GPU-Node"
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	for _, rt := range cfg.ResetTypes {
+		if !slices.Contains(implementedResets, rt) {
+			return nil, fmt.Errorf("vbmc %s: ResetTypes: %q is not implemented (have %v)", cfg.Name, rt, implementedResets)
+		}
+	}
+	tree, err := loadTree(cfg.SystemID, cfg.MAC)
+	if err != nil {
+		return nil, fmt.Errorf("vbmc %s: %w", cfg.Name, err)
+	}
+	sys, err := mockupSystem(tree, cfg.SystemID)
+	if err != nil {
+		return nil, fmt.Errorf("vbmc %s: %w", cfg.Name, err)
+	}
+	b := &BMC{
+		cfg:      cfg,
+		m:        m,
+		log:      cfg.Logger.With("bmc", cfg.Name),
+		tree:     tree,
+		sys:      sys,
+		op:       make(chan struct{}, 1),
+		power:    PowerOff,
+		target:   "None",
+		enabled:  enabledDisabled,
+		sessions: make(map[string]*session),
+		done:     make(chan struct{}),
+		gen:      1,
+	}
+	if !cfg.NoBootMode {
+		b.mode = "Legacy" // QEMU boots SeaBIOS: be honest about it
+	}
+	b.wg.Add(1)
+	go b.watch()
+	return b, nil
+}
+
+// Close stops the event loop, releases hung requests and powers the machine
+// off (force).
+func (b *BMC) Close(ctx context.Context) error {
+	var err error
+	b.closeOnce.Do(func() {
+		close(b.done)
+		b.wg.Wait()
+		if b.m.Running() {
+			err = b.m.Stop(ctx, true)
+		}
+		b.mu.Lock()
+		b.power = PowerOff
+		b.mu.Unlock()
+	})
+	return err
+}
+
+// PowerState is "On" or "Off".
+func (b *BMC) PowerState() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.power
+}
+
+// History lists every boot so far, oldest first.
+func (b *BMC) History() []BootRecord {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.history)
+}
+
+// Overrides lists every accepted boot override PATCH, oldest first.
+func (b *BMC) Overrides() []OverrideChange {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.overrides)
+}
+
+// BootOverride returns the current BootSourceOverrideTarget and Enabled.
+func (b *BMC) BootOverride() (target, enabled string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.target, b.enabled
+}
+
+// SessionCount is the number of open Redfish sessions.
+func (b *BMC) SessionCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.sessions)
+}
+
+// ExpireSessions drops every session, as a BMC reset does: clients holding a
+// token get 401 on their next call.
+func (b *BMC) ExpireSessions() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	clear(b.sessions)
+}
+
+// SetFailAuth makes every login and every Basic-auth request fail with 401.
+func (b *BMC) SetFailAuth(fail bool) { b.failAuth.Store(fail) }
+
+// HangNextRequest makes the next Redfish request hang until the client gives
+// up (or the BMC closes): a BMC that accepted the connection and went silent.
+func (b *BMC) HangNextRequest() { b.hangNext.Store(true) }
+
+// SetLatency delays every Redfish request by d.
+func (b *BMC) SetLatency(d time.Duration) { b.latency.Store(int64(d)) }
+
+// ETag is the current ETag of the system resource.
+func (b *BMC) ETag() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.etagLocked()
+}
+
+func (b *BMC) etagLocked() string { return fmt.Sprintf(`"sys-%d"`, b.gen) }
+
+// allowedEnabled lists BootSourceOverrideEnabled values for this vendor shape.
+func (b *BMC) allowedEnabled() []string {
+	if b.cfg.NoContinuous {
+		return []string{enabledDisabled, enabledOnce}
+	}
+	return []string{enabledDisabled, enabledOnce, enabledContinuous}
+}
+
+// allowedTargets are the targets the machine can really boot (plus None).
+func (b *BMC) allowedTargets() []string { return []string{"None", string(BootPxe), string(BootHdd)} }
+
+func (b *BMC) allowedModes() []string {
+	if b.cfg.NoBootMode {
+		return nil
+	}
+	return []string{"Legacy"}
+}
+
+// allowedResets is the mockup's ResetType list narrowed to what is
+// implemented (or to Config.ResetTypes).
+func (b *BMC) allowedResets() []string {
+	if len(b.cfg.ResetTypes) > 0 {
+		return slices.Clone(b.cfg.ResetTypes)
+	}
+	var out []string
+	if acts, ok := b.sys["Actions"].(map[string]any); ok {
+		if r, ok := acts["#ComputerSystem.Reset"].(map[string]any); ok {
+			if vals, ok := r["ResetType@Redfish.AllowableValues"].([]any); ok {
+				for _, v := range vals {
+					if s, ok := v.(string); ok && slices.Contains(implementedResets, s) {
+						out = append(out, s)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// acquire takes the power-operation lock, giving up with ctx.
+func (b *BMC) acquire(ctx context.Context) error {
+	select {
+	case b.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("another power operation is in progress: %w", ctx.Err())
+	case <-b.done:
+		return errors.New("bmc is closing")
+	}
+}
+
+func (b *BMC) release() { <-b.op }
+
+// nextBootLocked picks the device for the next boot and consumes a Once
+// override, as a real BMC does at boot time. It returns what to restore if
+// the boot fails to start.
+func (b *BMC) nextBootLocked() (dev BootDevice, override string, restore func()) {
+	restore = func() {}
+	if b.enabled != enabledDisabled && (b.target == string(BootPxe) || b.target == string(BootHdd)) {
+		dev, override = BootDevice(b.target), b.enabled
+		if b.enabled == enabledOnce {
+			b.enabled = enabledDisabled
+			b.gen++
+			restore = func() { b.enabled = enabledOnce; b.gen++ }
+		}
+		return dev, override, restore
+	}
+	// Disabled: the default boot order, disk first.
+	return BootHdd, enabledDisabled, restore
+}
+
+// bootLocked starts the machine; the caller holds op.
+func (b *BMC) boot(ctx context.Context, reason string) error {
+	b.mu.Lock()
+	dev, override, restore := b.nextBootLocked()
+	b.mu.Unlock()
+	if err := b.m.Start(ctx, dev); err != nil {
+		b.mu.Lock()
+		restore()
+		b.power = PowerOff
+		b.gen++
+		b.mu.Unlock()
+		return fmt.Errorf("boot %s (%s): %w", dev, reason, err)
+	}
+	now := b.cfg.Now()
+	b.mu.Lock()
+	b.bootSeq++
+	b.power = PowerOn
+	b.lastReset = now
+	b.gen++
+	b.history = append(b.history, BootRecord{Time: now, Device: dev, Override: override, Reason: reason})
+	b.mu.Unlock()
+	b.log.Info("boot", "device", dev, "override", override, "reason", reason)
+	return nil
+}
+
+func (b *BMC) setOff() {
+	b.mu.Lock()
+	if b.power != PowerOff {
+		b.power = PowerOff
+		b.gen++
+	}
+	b.mu.Unlock()
+}
+
+func (b *BMC) stop(ctx context.Context, force bool) error {
+	if err := b.m.Stop(ctx, force); err != nil {
+		return fmt.Errorf("power off (force=%v): %w", force, err)
+	}
+	b.setOff()
+	return nil
+}
+
+// errBadReset marks a ResetType the BMC refuses (400, not 500).
+var errBadReset = errors.New("reset type not allowed")
+
+// reset performs a ComputerSystem.Reset. Graceful operations return once
+// started and finish in the background, as on a real BMC.
+func (b *BMC) reset(ctx context.Context, resetType string) error {
+	if !slices.Contains(b.allowedResets(), resetType) {
+		return fmt.Errorf("%w: %q (allowable: %v)", errBadReset, resetType, b.allowedResets())
+	}
+	if resetType == "PushPowerButton" {
+		if b.PowerState() == PowerOn {
+			resetType = "GracefulShutdown"
+		} else {
+			resetType = "On"
+		}
+	}
+	if err := b.acquire(ctx); err != nil {
+		return err
+	}
+	b.log.Info("reset", "type", resetType, "power", b.PowerState())
+	switch resetType {
+	case "GracefulShutdown", "GracefulRestart":
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			defer b.release()
+			// Detached from the request: the shutdown outlives it.
+			bg, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			if err := b.stop(bg, false); err != nil {
+				b.log.Error("graceful power off failed", "err", err)
+				return
+			}
+			if resetType == "GracefulRestart" {
+				if err := b.boot(bg, resetType); err != nil {
+					b.log.Error("restart failed", "err", err)
+				}
+			}
+		}()
+		return nil
+	}
+	defer b.release()
+	switch resetType {
+	case "On", "ForceOn":
+		if b.PowerState() == PowerOn {
+			return nil
+		}
+		return b.boot(ctx, resetType)
+	case "ForceOff":
+		return b.stop(ctx, true)
+	case "ForceRestart", "PowerCycle":
+		if err := b.stop(ctx, true); err != nil {
+			return err
+		}
+		return b.boot(ctx, resetType)
+	}
+	return fmt.Errorf("%w: %q is not implemented", errBadReset, resetType)
+}
+
+// watch reacts to what the guest does, like a BMC watching its host.
+func (b *BMC) watch() {
+	defer b.wg.Done()
+	for {
+		select {
+		case <-b.done:
+			return
+		case ev := <-b.m.Events():
+			b.handle(ev)
+		}
+	}
+}
+
+func (b *BMC) handle(ev MachineEvent) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := b.acquire(ctx); err != nil {
+		b.log.Error("machine event dropped", "event", ev.Kind, "err", err)
+		return
+	}
+	defer b.release()
+	b.mu.Lock()
+	current := ev.Boot == b.bootSeq
+	b.mu.Unlock()
+	if !current {
+		b.log.Info("stale machine event ignored", "event", ev.Kind, "boot", ev.Boot)
+		return
+	}
+	b.log.Info("machine event", "event", ev.Kind, "reason", ev.Reason, "err", ev.Err)
+	switch ev.Kind {
+	case GuestReset:
+		b.setOff()
+		if err := b.boot(ctx, ev.Reason); err != nil {
+			b.log.Error("reboot after guest reset failed", "err", err)
+		}
+	case GuestPoweroff:
+		b.setOff()
+	case Exited:
+		b.setOff()
+		if ev.Err != nil {
+			b.log.Error("machine exited", "err", ev.Err)
+		}
+	}
+}

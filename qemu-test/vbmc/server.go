@@ -1,0 +1,90 @@
+package vbmc
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Server is a BMC listening on its own address, like a real BMC's NIC.
+type Server struct {
+	BMC *BMC
+	URL string // http(s)://host:port, the Redfish endpoint
+	srv *http.Server
+	ln  net.Listener
+}
+
+// Listen serves b on addr ("127.0.0.1:0" picks a port) in the background.
+// With useTLS it serves HTTPS with a fresh self-signed certificate, as real
+// BMCs do (clients need Insecure).
+func Listen(addr string, b *BMC, useTLS bool) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("vbmc %s: listen on %s: %w", b.cfg.Name, addr, err)
+	}
+	scheme := "http"
+	if useTLS {
+		cert, err := selfSigned()
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("vbmc %s: %w", b.cfg.Name, err)
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		scheme = "https"
+	}
+	s := &Server{
+		BMC: b,
+		URL: scheme + "://" + ln.Addr().String(),
+		srv: &http.Server{Handler: b.Handler(), ReadHeaderTimeout: 10 * time.Second},
+		ln:  ln,
+	}
+	go func() {
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			b.log.Error("serve", "err", err)
+		}
+	}()
+	b.log.Info("listening", "url", s.URL)
+	return s, nil
+}
+
+// Shutdown stops serving, then closes the BMC (which powers the machine off).
+func (s *Server) Shutdown(ctx context.Context) error {
+	// Close the BMC first so hung requests return and Shutdown can drain.
+	err := s.BMC.Close(ctx)
+	if e := s.srv.Shutdown(ctx); e != nil && err == nil {
+		err = e
+	}
+	return err
+}
+
+func selfSigned() (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("generate BMC key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "vbmc"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("self-sign BMC certificate: %w", err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}

@@ -1,0 +1,316 @@
+// Package agent is the runner loop: it takes directives from an
+// AssignmentSource, runs each assigned phase through an Executor and reports
+// everything through an EventSink. It knows nothing about gRPC or hardware,
+// so it is tested with fakes; transport and phases plug in from outside.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+)
+
+// Directive is one instruction from the coordinator. Exactly one field is set.
+type Directive struct {
+	Assignment *curev1.Assignment
+	Idle       *curev1.Idle
+	Reboot     *curev1.Reboot
+	Cancel     *curev1.Cancel
+}
+
+// AssignmentSource yields the coordinator's directives in order. Next blocks
+// until one arrives; it returns an error only when it cannot go on (ctx done).
+type AssignmentSource interface {
+	Next(ctx context.Context) (Directive, error)
+}
+
+// EventSink takes an event for delivery; it assigns the sequence number.
+type EventSink interface {
+	Emit(ev *curev1.Event)
+}
+
+// Drainer is implemented by sinks that can wait until every event is stored
+// by the coordinator.
+type Drainer interface {
+	Drain(ctx context.Context) error
+}
+
+// Emitter is what an executor reports through; run id, phase and time are
+// filled in for it.
+type Emitter interface {
+	Verdict(v *curev1.Verdict)
+	Log(level, msg string, attrs map[string]string)
+	Metric(name string, value float64, unit string, labels map[string]string)
+}
+
+// PhaseOutcome is how a phase ended.
+type PhaseOutcome struct {
+	Status         curev1.PhaseStatus
+	Message        string
+	RebootRequired bool
+}
+
+// Executor runs one in-band phase of an assignment.
+type Executor interface {
+	Run(ctx context.Context, phase string, a *curev1.Assignment, emit Emitter) PhaseOutcome
+}
+
+// Rebooter restarts the machine. It does not return on success.
+type Rebooter interface {
+	Reboot() error
+}
+
+// Agent is the runner loop. Create it with New.
+type Agent struct {
+	src      AssignmentSource
+	exec     Executor
+	sink     EventSink
+	reboot   Rebooter
+	log      *slog.Logger
+	drainFor time.Duration
+	now      func() time.Time
+
+	// OnDirective and OnPhaseEnd, if set, are called from the loop (the
+	// cure-runner binary prints console lines from them).
+	OnDirective func(Directive)
+	OnPhaseEnd  func(phase string, out PhaseOutcome, d time.Duration)
+
+	mu    sync.Mutex
+	state *curev1.RunnerState
+}
+
+// New returns an agent in state IDLE.
+func New(src AssignmentSource, exec Executor, sink EventSink, reboot Rebooter, log *slog.Logger) *Agent {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Agent{
+		src: src, exec: exec, sink: sink, reboot: reboot, log: log,
+		drainFor: 60 * time.Second,
+		now:      time.Now,
+		state:    &curev1.RunnerState{Kind: curev1.RunnerState_IDLE},
+	}
+}
+
+// SetDrainTimeout bounds how long a Reboot waits for unacked events.
+func (a *Agent) SetDrainTimeout(d time.Duration) { a.drainFor = d }
+
+// State returns a copy of the current runner state, for Hello after a
+// reconnect. LastEventSeq is left to the transport, which numbers events.
+func (a *Agent) State() *curev1.RunnerState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return &curev1.RunnerState{Kind: a.state.Kind, RunId: a.state.RunId, Phase: a.state.Phase}
+}
+
+func (a *Agent) setState(kind curev1.RunnerState_Kind, run, phase string) {
+	a.mu.Lock()
+	a.state = &curev1.RunnerState{Kind: kind, RunId: run, Phase: phase}
+	a.mu.Unlock()
+}
+
+type activeRun struct {
+	id     string
+	done   chan struct{}
+	cancel context.CancelCauseFunc
+}
+
+type nextResult struct {
+	d   Directive
+	err error
+}
+
+// Run processes directives until ctx is done or a reboot is issued. The
+// assignment runs in its own goroutine so a Cancel or Reboot can interrupt
+// it; directives are otherwise handled one at a time, in order.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	next := make(chan nextResult)
+	go func() {
+		for {
+			d, err := a.src.Next(ctx)
+			select {
+			case next <- nextResult{d, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	// cur is the assignment in progress, nil when none.
+	var cur *activeRun
+	stopRun := func(cause error) {
+		if cur == nil {
+			return
+		}
+		cur.cancel(cause)
+		<-cur.done
+		cur = nil
+	}
+	for {
+		var runDone chan struct{}
+		if cur != nil {
+			runDone = cur.done
+		}
+		select {
+		case <-ctx.Done():
+			stopRun(ctx.Err())
+			return ctx.Err()
+		case <-runDone:
+			cur.cancel(nil)
+			cur = nil
+		case r := <-next:
+			if r.err != nil {
+				stopRun(r.err)
+				return fmt.Errorf("agent: reading directives: %w", r.err)
+			}
+			if a.OnDirective != nil {
+				a.OnDirective(r.d)
+			}
+			switch {
+			case r.d.Assignment != nil:
+				asg := r.d.Assignment
+				if cur != nil {
+					if asg.GetRunId() == cur.id {
+						a.log.Info("assignment re-sent for the running run; continuing", "run", cur.id)
+					} else {
+						a.log.Warn("assignment ignored: another run is in progress", "running", cur.id, "offered", asg.GetRunId())
+					}
+					continue
+				}
+				cur = &activeRun{id: asg.GetRunId(), done: make(chan struct{})}
+				var rctx context.Context
+				rctx, cur.cancel = context.WithCancelCause(ctx)
+				go func(done chan struct{}) {
+					defer close(done)
+					a.runAssignment(rctx, asg)
+				}(cur.done)
+			case r.d.Idle != nil:
+				a.log.Info("coordinator has nothing for this node", "reason", r.d.Idle.GetReason())
+				if cur == nil && a.State().Kind != curev1.RunnerState_DONE {
+					a.setState(curev1.RunnerState_IDLE, "", "")
+				}
+			case r.d.Cancel != nil:
+				a.log.Warn("run cancelled by coordinator", "running", cur != nil, "reason", r.d.Cancel.GetReason())
+				stopRun(fmt.Errorf("cancelled by coordinator: %s", r.d.Cancel.GetReason()))
+			case r.d.Reboot != nil:
+				a.log.Info("reboot requested", "reason", r.d.Reboot.GetReason())
+				stopRun(fmt.Errorf("reboot requested by coordinator: %s", r.d.Reboot.GetReason()))
+				return a.doReboot(ctx)
+			default:
+				a.log.Warn("empty directive ignored")
+			}
+		}
+	}
+}
+
+// doReboot drains events (bounded), then reboots through the seam.
+func (a *Agent) doReboot(ctx context.Context) error {
+	if d, ok := a.sink.(Drainer); ok {
+		dctx, cancel := context.WithTimeout(ctx, a.drainFor)
+		err := d.Drain(dctx)
+		cancel()
+		if err != nil {
+			a.log.Warn("rebooting with unacked events", "err", err)
+		} else {
+			a.log.Info("all events acknowledged; rebooting")
+		}
+	}
+	if err := a.reboot.Reboot(); err != nil {
+		return fmt.Errorf("agent: reboot: %w", err)
+	}
+	return nil
+}
+
+// runAssignment runs the phases in order, stopping after a failed phase or
+// one that needs a reboot.
+func (a *Agent) runAssignment(ctx context.Context, asg *curev1.Assignment) {
+	run := asg.GetRunId()
+	a.log.Info("assignment received", "run", run, "mode", asg.GetMode().String(), "phases", asg.GetPhases())
+	last := ""
+	for _, phase := range asg.GetPhases() {
+		last = phase
+		a.setState(curev1.RunnerState_IN_PHASE, run, phase)
+		out := a.runPhase(ctx, phase, asg)
+		if out.Status == curev1.PhaseStatus_PHASE_FAILED || out.RebootRequired || ctx.Err() != nil {
+			break
+		}
+	}
+	a.setState(curev1.RunnerState_DONE, run, last)
+}
+
+func (a *Agent) runPhase(ctx context.Context, phase string, asg *curev1.Assignment) PhaseOutcome {
+	em := &emitter{a: a, run: asg.GetRunId(), phase: phase}
+	start := a.now()
+	em.emit(&curev1.Event{Body: &curev1.Event_PhaseStart{PhaseStart: &curev1.PhaseStart{}}})
+	a.log.Info("phase start", "run", asg.GetRunId(), "phase", phase)
+
+	out := a.execute(ctx, phase, asg, em)
+	if cause := context.Cause(ctx); cause != nil && out.Status != curev1.PhaseStatus_PHASE_FAILED {
+		// Whatever the executor said, it did not finish its job.
+		out = PhaseOutcome{Status: curev1.PhaseStatus_PHASE_FAILED, Message: fmt.Sprintf("phase %s interrupted: %v", phase, cause)}
+	} else if cause != nil {
+		out.Message = fmt.Sprintf("%s (interrupted: %v)", out.Message, cause)
+	}
+	if out.Status == curev1.PhaseStatus_PHASE_STATUS_UNSPECIFIED {
+		out = PhaseOutcome{Status: curev1.PhaseStatus_PHASE_FAILED, Message: fmt.Sprintf("executor for phase %s returned no status (bug): %s", phase, out.Message)}
+	}
+	d := a.now().Sub(start)
+	em.emit(&curev1.Event{Body: &curev1.Event_PhaseEnd{PhaseEnd: &curev1.PhaseEnd{
+		Status: out.Status, Message: out.Message, RebootRequired: out.RebootRequired, DurationMs: d.Milliseconds(),
+	}}})
+	a.log.Info("phase end", "run", asg.GetRunId(), "phase", phase, "status", out.Status.String(), "message", out.Message, "duration", d)
+	if a.OnPhaseEnd != nil {
+		a.OnPhaseEnd(phase, out, d)
+	}
+	return out
+}
+
+// execute runs the executor and turns a panic into a failed phase: the
+// runner is PID 1's child and must not die.
+func (a *Agent) execute(ctx context.Context, phase string, asg *curev1.Assignment, em Emitter) (out PhaseOutcome) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.log.Error("phase executor panicked", "phase", phase, "panic", r, "stack", string(debug.Stack()))
+			out = PhaseOutcome{Status: curev1.PhaseStatus_PHASE_FAILED, Message: fmt.Sprintf("phase %s: executor panic: %v", phase, r)}
+		}
+	}()
+	return a.exec.Run(ctx, phase, asg, em)
+}
+
+type emitter struct {
+	a          *Agent
+	run, phase string
+}
+
+func (e *emitter) emit(ev *curev1.Event) {
+	ev.RunId = e.run
+	ev.Phase = e.phase
+	ev.TimeUnixMs = e.a.now().UnixMilli()
+	e.a.sink.Emit(ev)
+}
+
+func (e *emitter) Verdict(v *curev1.Verdict) {
+	e.emit(&curev1.Event{Body: &curev1.Event_Verdict{Verdict: v}})
+}
+
+func (e *emitter) Log(level, msg string, attrs map[string]string) {
+	e.emit(&curev1.Event{Body: &curev1.Event_Log{Log: &curev1.Log{Level: level, Message: msg, Attrs: attrs}}})
+}
+
+func (e *emitter) Metric(name string, value float64, unit string, labels map[string]string) {
+	e.emit(&curev1.Event{Body: &curev1.Event_Metric{Metric: &curev1.Metric{Name: name, Value: value, Unit: unit, Labels: labels}}})
+}
+
+// ErrNoReboot is returned by a Rebooter that is not allowed to reboot (dry run).
+var ErrNoReboot = errors.New("reboot disabled")

@@ -1,0 +1,319 @@
+package boot
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/u-root/u-root/pkg/kmodule"
+	"golang.org/x/sys/unix"
+)
+
+// Loader inserts one kernel module file into the kernel. The path is the
+// module file (.ko, .ko.xz, .ko.zst or .ko.gz). A module that is already
+// loaded is not an error.
+type Loader interface {
+	Load(path string) error
+}
+
+// KernelLoader loads modules with finit_module(2) (init_module(2) for
+// compressed files, after decompressing them in memory).
+type KernelLoader struct{}
+
+// Load implements Loader.
+func (KernelLoader) Load(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return fmt.Errorf("opening module %s: %w", p, err)
+	}
+	defer f.Close()
+	if strings.HasSuffix(p, ".ko") {
+		err = unix.FinitModule(int(f.Fd()), "", 0)
+	} else {
+		var r io.Reader
+		if r, err = kmodule.CompressionReader(f); err == nil {
+			var img []byte
+			if img, err = io.ReadAll(r); err == nil {
+				err = unix.InitModule(img, "")
+			}
+		}
+	}
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("loading module %s: %w", p, err)
+	}
+	return nil
+}
+
+type moduleOptions struct {
+	loader   Loader
+	always   []string
+	rounds   int
+	settle   time.Duration
+	procRoot string
+}
+
+// ModuleOption tunes LoadModulesForDevices.
+type ModuleOption func(*moduleOptions)
+
+// WithLoader replaces the kernel loader (tests use a fake).
+func WithLoader(l Loader) ModuleOption { return func(o *moduleOptions) { o.loader = l } }
+
+// WithAlwaysLoad names modules loaded whatever the devices (vfat, nls_*...):
+// filesystems have no modalias.
+func WithAlwaysLoad(names ...string) ModuleOption {
+	return func(o *moduleOptions) { o.always = append(o.always, names...) }
+}
+
+// WithSettle sets the pause between rounds, so devices created by the modules
+// of one round (virtio_pci creates virtio devices) show up for the next.
+func WithSettle(d time.Duration) ModuleOption { return func(o *moduleOptions) { o.settle = d } }
+
+// WithProcRoot points at the proc filesystem used to skip already loaded
+// modules ("" disables the check).
+func WithProcRoot(p string) ModuleOption { return func(o *moduleOptions) { o.procRoot = p } }
+
+// LoadModulesForDevices loads the modules every device under
+// <sysRoot>/bus/*/devices/*/modalias asks for, according to
+// <modulesDir>/modules.alias, with their dependencies from modules.dep,
+// and repeats until a round loads nothing new. It returns the names of
+// the modules it loaded, in load order. A module that fails to load is
+// logged and reported in the joined error; the others still load.
+func LoadModulesForDevices(ctx context.Context, sysRoot, modulesDir string, log *slog.Logger, opts ...ModuleOption) ([]string, error) {
+	o := moduleOptions{loader: KernelLoader{}, rounds: 10, settle: 200 * time.Millisecond, procRoot: "/proc"}
+	for _, f := range opts {
+		f(&o)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	db, err := loadModuleDB(modulesDir)
+	if err != nil {
+		return nil, err
+	}
+	if o.procRoot != "" {
+		if f, err := os.Open(filepath.Join(o.procRoot, "modules")); err == nil {
+			for _, n := range parseProcModules(f) {
+				db.done[n] = true
+			}
+			f.Close()
+		}
+	}
+	var loaded []string
+	var errs []error
+	load := func(name, why string) {
+		l, err := db.loadWithDeps(o.loader, name, nil)
+		for _, n := range l {
+			log.Info("loaded kernel module", "module", n, "for", why)
+		}
+		loaded = append(loaded, l...)
+		if err != nil {
+			log.Warn("kernel module failed to load", "module", name, "for", why, "err", err)
+			errs = append(errs, err)
+		}
+	}
+	for _, n := range o.always {
+		load(normalizeModName(n), "always")
+	}
+	for round := 0; round < o.rounds; round++ {
+		if err := ctx.Err(); err != nil {
+			return loaded, errors.Join(append(errs, fmt.Errorf("loading modules: %w", err))...)
+		}
+		aliases, err := readModaliases(sysRoot)
+		if err != nil {
+			return loaded, errors.Join(append(errs, err)...)
+		}
+		before := len(db.done)
+		for _, a := range aliases {
+			for _, m := range db.match(a) {
+				if !db.done[m] {
+					load(m, a)
+				}
+			}
+		}
+		log.Debug("module round done", "round", round, "modaliases", len(aliases), "loaded_total", len(loaded))
+		if len(db.done) == before {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(o.settle):
+		}
+	}
+	return loaded, errors.Join(errs...)
+}
+
+// moduleDB is modules.alias + modules.dep + modules.builtin of one kernel.
+type moduleDB struct {
+	dir     string
+	aliases []aliasEntry
+	deps    map[string][]string // module name -> dependency names
+	files   map[string]string   // module name -> absolute file path
+	done    map[string]bool     // attempted (loaded, failed, builtin or already loaded)
+}
+
+type aliasEntry struct{ pattern, module string }
+
+func normalizeModName(n string) string { return strings.ReplaceAll(n, "-", "_") }
+
+// modNameFromPath maps kernel/drivers/net/virtio_net.ko.xz to virtio_net.
+func modNameFromPath(p string) string {
+	b := path.Base(p)
+	if i := strings.Index(b, ".ko"); i >= 0 {
+		b = b[:i]
+	}
+	return normalizeModName(b)
+}
+
+func loadModuleDB(dir string) (*moduleDB, error) {
+	db := &moduleDB{dir: dir, deps: map[string][]string{}, files: map[string]string{}, done: map[string]bool{}}
+	depPath := filepath.Join(dir, "modules.dep")
+	f, err := os.Open(depPath)
+	if err != nil {
+		return nil, fmt.Errorf("reading module dependencies: %w", err)
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for line := 1; s.Scan(); line++ {
+		t := strings.TrimSpace(s.Text())
+		if t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		mod, deps, ok := strings.Cut(t, ":")
+		if !ok {
+			return nil, fmt.Errorf("%s:%d: expected \"path.ko: dep.ko ...\", found %q", depPath, line, t)
+		}
+		name := modNameFromPath(mod)
+		db.files[name] = filepath.Join(dir, mod)
+		for _, d := range strings.Fields(deps) {
+			db.deps[name] = append(db.deps[name], modNameFromPath(d))
+		}
+	}
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", depPath, err)
+	}
+
+	aliasPath := filepath.Join(dir, "modules.alias")
+	if f, err := os.Open(aliasPath); err == nil {
+		defer f.Close()
+		s := bufio.NewScanner(f)
+		for line := 1; s.Scan(); line++ {
+			fs := strings.Fields(s.Text())
+			if len(fs) == 0 || strings.HasPrefix(fs[0], "#") {
+				continue
+			}
+			if len(fs) != 3 || fs[0] != "alias" {
+				return nil, fmt.Errorf("%s:%d: expected \"alias PATTERN MODULE\", found %q", aliasPath, line, s.Text())
+			}
+			db.aliases = append(db.aliases, aliasEntry{fs[1], normalizeModName(fs[2])})
+		}
+		if err := s.Err(); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", aliasPath, err)
+		}
+	} else if !os.IsNotExist(err) {
+		return nil, fmt.Errorf("reading module aliases: %w", err)
+	}
+
+	// Built-in modules need no loading; they are listed as paths.
+	if f, err := os.Open(filepath.Join(dir, "modules.builtin")); err == nil {
+		defer f.Close()
+		s := bufio.NewScanner(f)
+		for s.Scan() {
+			if t := strings.TrimSpace(s.Text()); t != "" {
+				db.done[modNameFromPath(t)] = true
+			}
+		}
+	}
+	return db, nil
+}
+
+// match returns the modules whose alias pattern matches a modalias, with
+// fnmatch semantics as modprobe uses them.
+func (db *moduleDB) match(modalias string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, a := range db.aliases {
+		if ok, err := path.Match(a.pattern, modalias); err == nil && ok && !seen[a.module] {
+			seen[a.module] = true
+			out = append(out, a.module)
+		}
+	}
+	return out
+}
+
+// loadWithDeps loads name after its dependencies (depth first) and returns
+// the modules actually loaded. stack detects dependency cycles.
+func (db *moduleDB) loadWithDeps(l Loader, name string, stack []string) ([]string, error) {
+	if db.done[name] {
+		return nil, nil
+	}
+	for _, s := range stack {
+		if s == name {
+			return nil, fmt.Errorf("module dependency cycle: %s -> %s", strings.Join(stack, " -> "), name)
+		}
+	}
+	file, ok := db.files[name]
+	if !ok {
+		db.done[name] = true
+		return nil, fmt.Errorf("module %s: not in %s", name, filepath.Join(db.dir, "modules.dep"))
+	}
+	var loaded []string
+	for _, d := range db.deps[name] {
+		l2, err := db.loadWithDeps(l, d, append(stack, name))
+		loaded = append(loaded, l2...)
+		if err != nil {
+			db.done[name] = true
+			return loaded, fmt.Errorf("module %s: dependency: %w", name, err)
+		}
+	}
+	db.done[name] = true
+	if err := l.Load(file); err != nil {
+		return loaded, fmt.Errorf("module %s: %w", name, err)
+	}
+	return append(loaded, name), nil
+}
+
+// readModaliases returns the sorted, de-duplicated modaliases of every device
+// on every bus.
+func readModaliases(sysRoot string) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(sysRoot, "bus", "*", "devices", "*", "modalias"))
+	if err != nil {
+		return nil, fmt.Errorf("listing modaliases under %s: %w", sysRoot, err)
+	}
+	set := map[string]bool{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // devices come and go
+		}
+		if a := strings.TrimSpace(string(b)); a != "" {
+			set[a] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for a := range set {
+		out = append(out, a)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// parseProcModules returns the module names listed in /proc/modules.
+func parseProcModules(r io.Reader) []string {
+	var out []string
+	s := bufio.NewScanner(r)
+	for s.Scan() {
+		if f := strings.Fields(s.Text()); len(f) > 0 {
+			out = append(out, normalizeModName(f[0]))
+		}
+	}
+	return out
+}

@@ -1,0 +1,147 @@
+package boot
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeLoader records loads and, like the kernel, makes devices appear:
+// loading virtio_pci creates a virtio device that wants virtio_net.
+type fakeLoader struct {
+	t       *testing.T
+	sysRoot string
+	loaded  []string
+	fail    map[string]bool
+}
+
+func (f *fakeLoader) Load(p string) error {
+	name := modNameFromPath(p)
+	if f.fail[name] {
+		return errors.New("simulated finit_module failure")
+	}
+	f.loaded = append(f.loaded, name)
+	if name == "virtio_pci" {
+		writeFile(f.t, filepath.Join(f.sysRoot, "bus/virtio/devices/virtio0/modalias"), "virtio:d00000001v00001AF4\n")
+	}
+	return nil
+}
+
+func writeFile(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fixture(t *testing.T) (sysRoot, modDir string) {
+	root := t.TempDir()
+	sysRoot = filepath.Join(root, "sys")
+	modDir = filepath.Join(root, "lib/modules/6.1.0-test")
+	writeFile(t, filepath.Join(sysRoot, "bus/pci/devices/0000:00:03.0/modalias"), "pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00\n")
+	writeFile(t, filepath.Join(sysRoot, "bus/pci/devices/0000:00:04.0/modalias"), "pci:v00001B36d00000010sv00001AF4sd00001100bc01sc08i02\n")
+	writeFile(t, filepath.Join(sysRoot, "bus/pci/devices/0000:00:05.0/modalias"), "pci:v00008086d00001237sv00000000sd00000000bc06sc00i00\n") // no driver
+	writeFile(t, filepath.Join(modDir, "modules.dep"), strings.Join([]string{
+		"kernel/drivers/virtio/virtio.ko:",
+		"kernel/drivers/virtio/virtio_ring.ko:",
+		"kernel/drivers/virtio/virtio_pci_modern_dev.ko:",
+		"kernel/drivers/virtio/virtio_pci.ko: kernel/drivers/virtio/virtio_pci_modern_dev.ko kernel/drivers/virtio/virtio_ring.ko kernel/drivers/virtio/virtio.ko",
+		"kernel/net/core/failover.ko:",
+		"kernel/drivers/net/net_failover.ko: kernel/net/core/failover.ko",
+		"kernel/drivers/net/virtio_net.ko: kernel/drivers/net/net_failover.ko kernel/drivers/virtio/virtio_ring.ko kernel/drivers/virtio/virtio.ko",
+		"kernel/drivers/nvme/host/nvme-core.ko:",
+		"kernel/drivers/nvme/host/nvme.ko: kernel/drivers/nvme/host/nvme-core.ko",
+		"kernel/fs/fat/fat.ko:",
+		"kernel/fs/fat/vfat.ko: kernel/fs/fat/fat.ko",
+	}, "\n")+"\n")
+	writeFile(t, filepath.Join(modDir, "modules.alias"), strings.Join([]string{
+		"# Aliases extracted from modules themselves.",
+		"alias pci:v00001AF4d*sv*sd*bc*sc*i* virtio_pci",
+		"alias virtio:d00000001v* virtio_net",
+		"alias pci:v*d*sv*sd*bc01sc08i02* nvme",
+		"alias fs-vfat vfat",
+	}, "\n")+"\n")
+	return sysRoot, modDir
+}
+
+func TestLoadModulesForDevices(t *testing.T) {
+	sysRoot, modDir := fixture(t)
+	fl := &fakeLoader{t: t, sysRoot: sysRoot}
+	got, err := LoadModulesForDevices(context.Background(), sysRoot, modDir, nil,
+		WithLoader(fl), WithAlwaysLoad("vfat"), WithSettle(time.Millisecond), WithProcRoot(""))
+	if err != nil {
+		t.Fatalf("LoadModulesForDevices: %v", err)
+	}
+	// Dependencies before dependants; virtio_net only after virtio_pci created its device.
+	want := []string{"fat", "vfat", "virtio_pci_modern_dev", "virtio_ring", "virtio", "virtio_pci", "nvme_core", "nvme", "failover", "net_failover", "virtio_net"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("loaded\n got %v\nwant %v", got, want)
+	}
+	if !reflect.DeepEqual(fl.loaded, want) {
+		t.Errorf("loader saw %v", fl.loaded)
+	}
+}
+
+func TestLoadModulesSkipsLoadedAndBuiltin(t *testing.T) {
+	sysRoot, modDir := fixture(t)
+	proc := t.TempDir()
+	writeFile(t, filepath.Join(proc, "modules"), "nvme_core 200704 1 nvme, Live 0x0\nnvme 57344 0 - Live 0x0\n")
+	writeFile(t, filepath.Join(modDir, "modules.builtin"), "kernel/drivers/virtio/virtio.ko\nkernel/drivers/virtio/virtio_ring.ko\n")
+	fl := &fakeLoader{t: t, sysRoot: sysRoot}
+	got, err := LoadModulesForDevices(context.Background(), sysRoot, modDir, nil,
+		WithLoader(fl), WithSettle(time.Millisecond), WithProcRoot(proc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"virtio_pci_modern_dev", "virtio_pci", "failover", "net_failover", "virtio_net"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("loaded %v, want %v", got, want)
+	}
+}
+
+func TestLoadModulesFailureIsReportedOthersLoad(t *testing.T) {
+	sysRoot, modDir := fixture(t)
+	fl := &fakeLoader{t: t, sysRoot: sysRoot, fail: map[string]bool{"nvme_core": true}}
+	got, err := LoadModulesForDevices(context.Background(), sysRoot, modDir, nil,
+		WithLoader(fl), WithSettle(time.Millisecond), WithProcRoot(""))
+	if err == nil || !strings.Contains(err.Error(), "module nvme_core: simulated") {
+		t.Fatalf("err = %v, want nvme failure", err)
+	}
+	for _, m := range got {
+		if m == "nvme" || m == "nvme_core" {
+			t.Errorf("%s reported loaded although its load failed", m)
+		}
+	}
+	if got[len(got)-1] != "virtio_net" {
+		t.Errorf("virtio chain did not load after nvme failure: %v", got)
+	}
+}
+
+func TestModuleDBErrors(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := loadModuleDB(dir); err == nil || !strings.Contains(err.Error(), "modules.dep") {
+		t.Fatalf("missing modules.dep: %v", err)
+	}
+	writeFile(t, filepath.Join(dir, "modules.dep"), "a.ko:\nb.ko: a.ko\n")
+	writeFile(t, filepath.Join(dir, "modules.alias"), "alias onlytwo\n")
+	if _, err := loadModuleDB(dir); err == nil || !strings.Contains(err.Error(), "modules.alias:1") {
+		t.Fatalf("bad alias line: %v", err)
+	}
+	writeFile(t, filepath.Join(dir, "modules.dep"), "a.ko: b.ko\nb.ko: a.ko\n")
+	writeFile(t, filepath.Join(dir, "modules.alias"), "")
+	db, err := loadModuleDB(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.loadWithDeps(&fakeLoader{t: t}, "a", nil); err == nil || !strings.Contains(err.Error(), "cycle") {
+		t.Fatalf("cycle: %v", err)
+	}
+}

@@ -1,0 +1,273 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/runner/agent"
+	"google.golang.org/grpc"
+)
+
+// SessionOptions tunes a Session; zero values mean defaults.
+type SessionOptions struct {
+	ConnectTimeout time.Duration // per attempt, until the connection is READY (default 15s)
+	BackoffBase    time.Duration // first reconnect delay (default 500ms)
+	BackoffMax     time.Duration // cap of the exponential delay (default 30s)
+	Log            *slog.Logger
+}
+
+// Session keeps one logical conversation with the coordinator across
+// reconnects. It is the agent's AssignmentSource (Next) and EventSink
+// (Emit, Drain).
+type Session struct {
+	conn  *grpc.ClientConn
+	hello func() *curev1.Hello
+	opt   SessionOptions
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	lastSeq uint64          // last seq handed out; seqs are per boot, from 1
+	unacked []*curev1.Event // seq order; removed when an Ack covers them
+	changed chan struct{}   // closed and replaced whenever unacked or directives change
+	dirs    []agent.Directive
+}
+
+// NewSession returns a session over conn. hello builds the Hello for each
+// (re)connection, so state and uptime are current; Session fills in
+// state.last_event_seq for a runner that is mid-phase.
+func NewSession(conn *grpc.ClientConn, hello func() *curev1.Hello, opt SessionOptions) *Session {
+	if opt.ConnectTimeout == 0 {
+		opt.ConnectTimeout = 15 * time.Second
+	}
+	if opt.BackoffBase == 0 {
+		opt.BackoffBase = 500 * time.Millisecond
+	}
+	if opt.BackoffMax == 0 {
+		opt.BackoffMax = 30 * time.Second
+	}
+	log := opt.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Session{conn: conn, hello: hello, opt: opt, log: log, changed: make(chan struct{})}
+}
+
+// signal wakes every waiter; callers hold s.mu.
+func (s *Session) signal() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Emit numbers ev and queues it until the coordinator acks it.
+func (s *Session) Emit(ev *curev1.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastSeq++
+	ev.Seq = s.lastSeq
+	s.unacked = append(s.unacked, ev)
+	s.signal()
+}
+
+// Pending returns how many events await an ack.
+func (s *Session) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.unacked)
+}
+
+// Drain waits until every emitted event is acked.
+func (s *Session) Drain(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		n, ch := len(s.unacked), s.changed
+		var first uint64
+		if n > 0 {
+			first = s.unacked[0].Seq
+		}
+		s.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("draining events: %d still unacked (from seq %d): %w", n, first, ctx.Err())
+		}
+	}
+}
+
+// Next returns the next directive from the coordinator (agent.AssignmentSource).
+func (s *Session) Next(ctx context.Context) (agent.Directive, error) {
+	for {
+		s.mu.Lock()
+		if len(s.dirs) > 0 {
+			d := s.dirs[0]
+			s.dirs = s.dirs[1:]
+			s.mu.Unlock()
+			return d, nil
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return agent.Directive{}, ctx.Err()
+		}
+	}
+}
+
+func (s *Session) ack(seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := 0
+	for i < len(s.unacked) && s.unacked[i].Seq <= seq {
+		i++
+	}
+	if i > 0 {
+		s.unacked = append([]*curev1.Event(nil), s.unacked[i:]...)
+		s.signal()
+	}
+}
+
+func (s *Session) pushDirective(d agent.Directive) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dirs = append(s.dirs, d)
+	s.signal()
+}
+
+// Run keeps the session up until ctx is done: connect, Hello, replay the
+// unacked events, then stream new ones while handing directives to Next.
+// Every stream error leads to a reconnect after a jittered exponential
+// backoff; it never gives up on its own (the coordinator owns budgets).
+func (s *Session) Run(ctx context.Context) error {
+	attempt := 0
+	for {
+		start := time.Now()
+		got, err := s.runOnce(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if got {
+			attempt = 0 // the coordinator answered: this was a real session, start backoff afresh
+		}
+		d := backoff(s.opt.BackoffBase, s.opt.BackoffMax, attempt)
+		attempt++
+		s.log.Warn("coordinator session ended; reconnecting", "err", err, "lasted", time.Since(start).Round(time.Millisecond), "retry_in", d.Round(time.Millisecond), "unacked", s.Pending())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+		}
+	}
+}
+
+// backoff is base*2^attempt capped at max, with the upper half jittered so a
+// rack of nodes does not reconnect in lockstep.
+func backoff(base, max time.Duration, attempt int) time.Duration {
+	d := base
+	for i := 0; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// runOnce is one connection. It reports whether the coordinator sent anything.
+func (s *Session) runOnce(ctx context.Context) (bool, error) {
+	if err := waitReady(ctx, s.conn, s.opt.ConnectTimeout); err != nil {
+		return false, err
+	}
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stream, err := curev1.NewRunnerServiceClient(s.conn).Session(sctx)
+	if err != nil {
+		return false, fmt.Errorf("opening session stream: %w", err)
+	}
+
+	h := s.hello()
+	s.mu.Lock()
+	if st := h.GetState(); st != nil && st.Kind == curev1.RunnerState_IN_PHASE {
+		st.LastEventSeq = s.lastSeq
+	}
+	// Replay from the oldest unacked event; anything older is stored.
+	sentUpTo := s.lastSeq - uint64(len(s.unacked))
+	s.mu.Unlock()
+	if err := stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Hello{Hello: h}}); err != nil {
+		return false, fmt.Errorf("sending Hello: %w", err)
+	}
+	s.log.Info("hello sent to coordinator", "state", h.GetState().GetKind().String(), "replaying", s.Pending())
+
+	var got bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					err = errors.New("coordinator closed the session")
+				}
+				cancel(fmt.Errorf("receiving: %w", err))
+				return
+			}
+			got = true
+			switch x := m.Msg.(type) {
+			case *curev1.CoordinatorMessage_Ack:
+				s.ack(x.Ack.GetSeq())
+			case *curev1.CoordinatorMessage_Assignment:
+				s.pushDirective(agent.Directive{Assignment: x.Assignment})
+			case *curev1.CoordinatorMessage_Idle:
+				s.pushDirective(agent.Directive{Idle: x.Idle})
+			case *curev1.CoordinatorMessage_Reboot:
+				s.pushDirective(agent.Directive{Reboot: x.Reboot})
+			case *curev1.CoordinatorMessage_Cancel:
+				s.pushDirective(agent.Directive{Cancel: x.Cancel})
+			default:
+				s.log.Warn("unknown coordinator message ignored", "type", fmt.Sprintf("%T", m.Msg))
+			}
+		}
+	}()
+
+	// Sender: everything after sentUpTo, in seq order, then wait for more.
+	var sendErr error
+	for sendErr == nil {
+		s.mu.Lock()
+		var batch []*curev1.Event
+		for _, ev := range s.unacked {
+			if ev.Seq > sentUpTo {
+				batch = append(batch, ev)
+			}
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		for _, ev := range batch {
+			if err := stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Event{Event: ev}}); err != nil {
+				sendErr = fmt.Errorf("sending event seq %d: %w", ev.Seq, err)
+				break
+			}
+			sentUpTo = ev.Seq
+		}
+		if sendErr != nil {
+			break
+		}
+		select {
+		case <-ch:
+		case <-sctx.Done():
+			sendErr = context.Cause(sctx)
+		}
+	}
+	cancel(sendErr)
+	wg.Wait()
+	return got, sendErr
+}

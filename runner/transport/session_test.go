@@ -1,0 +1,218 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+)
+
+// coordinator is a fake RunnerService that stores events by seq the way a
+// real store would (idempotent on seq), acks what it stored, and cuts the
+// first stream after storing cutAfter events, leaving the last two unacked.
+type coordinator struct {
+	curev1.UnimplementedRunnerServiceServer
+	t        *testing.T
+	cutAfter uint64
+
+	mu       sync.Mutex
+	hellos   []*curev1.Hello
+	stored   []*curev1.Event // index i holds seq i+1
+	dups     int             // events received again after being stored
+	wireSeqs [][]uint64      // per connection, seqs as received
+	problems []string
+	toSend   chan *curev1.CoordinatorMessage
+}
+
+func (c *coordinator) Session(stream grpc.BidiStreamingServer[curev1.RunnerMessage, curev1.CoordinatorMessage]) error {
+	m, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if m.GetHello() == nil {
+		c.problems = append(c.problems, fmt.Sprintf("first message is %T, want Hello", m.Msg))
+	}
+	c.hellos = append(c.hellos, m.GetHello())
+	conn := len(c.hellos)
+	c.wireSeqs = append(c.wireSeqs, nil)
+	c.mu.Unlock()
+	if err := stream.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Idle{Idle: &curev1.Idle{Reason: "nothing yet"}}}); err != nil {
+		return err
+	}
+	go func() {
+		for msg := range c.toSend {
+			if stream.Send(msg) != nil {
+				return
+			}
+		}
+	}()
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		ev := m.GetEvent()
+		if ev == nil {
+			c.mu.Lock()
+			c.problems = append(c.problems, fmt.Sprintf("conn %d: non-event message %T after Hello", conn, m.Msg))
+			c.mu.Unlock()
+			continue
+		}
+		c.mu.Lock()
+		c.wireSeqs[conn-1] = append(c.wireSeqs[conn-1], ev.Seq)
+		next := uint64(len(c.stored)) + 1
+		switch {
+		case ev.Seq < next:
+			c.dups++
+		case ev.Seq > next:
+			c.problems = append(c.problems, fmt.Sprintf("conn %d: gap: got seq %d, want %d", conn, ev.Seq, next))
+		default:
+			c.stored = append(c.stored, ev)
+		}
+		n := uint64(len(c.stored))
+		c.mu.Unlock()
+		if conn == 1 && n >= c.cutAfter {
+			return errors.New("simulated coordinator crash")
+		}
+		if conn == 1 && n > c.cutAfter-2 {
+			continue // stored, ack lost with the crash
+		}
+		if err := stream.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Ack{Ack: &curev1.Ack{Seq: n}}}); err != nil {
+			return err
+		}
+	}
+}
+
+func setup(t *testing.T, c *coordinator) *grpc.ClientConn {
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer()
+	curev1.RegisterRunnerServiceServer(srv, c)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func TestSessionReplaysUnackedAfterCut(t *testing.T) {
+	c := &coordinator{t: t, cutAfter: 5, toSend: make(chan *curev1.CoordinatorMessage)}
+	conn := setup(t, c)
+	hello := func() *curev1.Hello {
+		return &curev1.Hello{Token: "tok", BootId: "b1", State: &curev1.RunnerState{Kind: curev1.RunnerState_IN_PHASE, RunId: "r1", Phase: "nvme"}}
+	}
+	s := NewSession(conn, hello, SessionOptions{BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Log: quiet()})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+
+	const total = 12
+	for i := 1; i <= total; i++ {
+		s.Emit(&curev1.Event{RunId: "r1", Phase: "nvme", Body: &curev1.Event_Log{Log: &curev1.Log{Message: fmt.Sprintf("event %d", i)}}})
+		time.Sleep(2 * time.Millisecond)
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer dcancel()
+	if err := s.Drain(dctx); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.problems {
+		t.Error(p)
+	}
+	if len(c.stored) != total {
+		t.Fatalf("coordinator stored %d events, want %d", len(c.stored), total)
+	}
+	for i, ev := range c.stored {
+		if want := fmt.Sprintf("event %d", i+1); ev.Seq != uint64(i+1) || ev.GetLog().GetMessage() != want {
+			t.Errorf("stored[%d] = seq %d %q, want seq %d %q", i, ev.Seq, ev.GetLog().GetMessage(), i+1, want)
+		}
+	}
+	if len(c.hellos) < 2 {
+		t.Fatalf("hellos = %d, want a reconnect", len(c.hellos))
+	}
+	// The events stored but not acked before the cut come again, first
+	// thing after the new Hello: the store's idempotence absorbs them.
+	second := c.wireSeqs[1]
+	if len(second) == 0 || second[0] != 4 {
+		t.Errorf("second connection starts at seq %v, want 4 (oldest unacked)", second)
+	}
+	for conn, seqs := range c.wireSeqs {
+		for i := 1; i < len(seqs); i++ {
+			if seqs[i] != seqs[i-1]+1 {
+				t.Errorf("conn %d: seqs not monotonic: %v", conn+1, seqs)
+			}
+		}
+	}
+	if c.dups != 2 {
+		t.Errorf("re-sent stored events = %d, want exactly the 2 unacked ones", c.dups)
+	}
+	if st := c.hellos[1].GetState(); st.GetLastEventSeq() < 5 || st.GetRunId() != "r1" {
+		t.Errorf("re-Hello state = %v, want IN_PHASE r1 with last_event_seq >= 5", st)
+	}
+	if s.Pending() != 0 {
+		t.Errorf("Pending = %d after drain", s.Pending())
+	}
+}
+
+func TestSessionDeliversDirectivesAndDrainTimesOut(t *testing.T) {
+	c := &coordinator{t: t, cutAfter: 1 << 62, toSend: make(chan *curev1.CoordinatorMessage, 1)}
+	conn := setup(t, c)
+	s := NewSession(conn, func() *curev1.Hello { return &curev1.Hello{} }, SessionOptions{Log: quiet()})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+
+	nctx, ncancel := context.WithTimeout(ctx, 5*time.Second)
+	defer ncancel()
+	d, err := s.Next(nctx)
+	if err != nil || d.Idle == nil || d.Idle.Reason != "nothing yet" {
+		t.Fatalf("first directive = %+v, %v; want Idle", d, err)
+	}
+	c.toSend <- &curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Assignment{Assignment: &curev1.Assignment{RunId: "r7", Phases: []string{"nvme"}}}}
+	d, err = s.Next(nctx)
+	if err != nil || d.Assignment.GetRunId() != "r7" {
+		t.Fatalf("second directive = %+v, %v; want Assignment r7", d, err)
+	}
+
+	// An event never acked: Drain must give up when its context does, saying so.
+	s2 := NewSession(conn, func() *curev1.Hello { return &curev1.Hello{} }, SessionOptions{Log: quiet()})
+	s2.Emit(&curev1.Event{})
+	tctx, tcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer tcancel()
+	if err := s2.Drain(tctx); err == nil {
+		t.Fatal("Drain with an unacked event and no connection returned nil")
+	}
+}
+
+func TestBackoffBounded(t *testing.T) {
+	for attempt := 0; attempt < 40; attempt++ {
+		d := backoff(500*time.Millisecond, 30*time.Second, attempt)
+		if d < 250*time.Millisecond || d > 30*time.Second {
+			t.Fatalf("backoff(attempt %d) = %v out of bounds", attempt, d)
+		}
+	}
+	if d := backoff(time.Second, time.Minute, 0); d > time.Second {
+		t.Fatalf("first backoff %v > base", d)
+	}
+}
