@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -13,6 +14,9 @@ import (
 // (powers of 2). Decimal mantissas are allowed when the result is a whole
 // number of bytes ("1.92TB" is a real NVMe capacity).
 type ByteSize int64
+
+// decimalRE keeps big.Rat from accepting "0x10", "1e3" or "1/2".
+var decimalRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
 
 var byteUnits = []struct {
 	name string
@@ -39,7 +43,7 @@ func ParseByteSize(s string) (ByteSize, error) {
 			break
 		}
 	}
-	if num == "" || strings.ContainsAny(num, "eE+-_/") {
+	if !decimalRE.MatchString(num) {
 		return 0, fmt.Errorf("%q is not a size (want e.g. 512, 1GiB, 1.92TB)", s)
 	}
 	r, ok := new(big.Rat).SetString(num)
@@ -60,22 +64,24 @@ func ParseByteSize(s string) (ByteSize, error) {
 	return ByteSize(n.Int64()), nil
 }
 
-// String formats b in the largest binary unit that divides it exactly, then
-// the largest decimal one, else in bytes; ParseByteSize reads it back exactly.
+// String formats b in whichever unit family (binary or decimal) divides it
+// exactly with the smaller number — "1GiB", "2TB" — else in bytes;
+// ParseByteSize reads it back exactly.
 func (b ByteSize) String() string {
 	n := int64(b)
+	best, unit := n, "B"
 	if n > 0 {
-		for _, group := range [][]string{{"PiB", "TiB", "GiB", "MiB", "KiB"}, {"PB", "TB", "GB", "MB", "KB"}} {
-			for _, name := range group {
-				for _, u := range byteUnits {
-					if u.name == strings.ToLower(name) && n%u.mult == 0 {
-						return strconv.FormatInt(n/u.mult, 10) + name
-					}
-				}
+		for _, u := range [][2]any{
+			{int64(1 << 50), "PiB"}, {int64(1 << 40), "TiB"}, {int64(1 << 30), "GiB"}, {int64(1 << 20), "MiB"}, {int64(1 << 10), "KiB"},
+			{int64(1e15), "PB"}, {int64(1e12), "TB"}, {int64(1e9), "GB"}, {int64(1e6), "MB"}, {int64(1e3), "KB"},
+		} {
+			m := u[0].(int64)
+			if n%m == 0 && n/m < best {
+				best, unit = n/m, u[1].(string)
 			}
 		}
 	}
-	return strconv.FormatInt(n, 10) + "B"
+	return strconv.FormatInt(best, 10) + unit
 }
 
 // MarshalYAML writes b as a human string.

@@ -168,8 +168,8 @@ func (d *decoder) scalarString(v *yaml.Node, p string) (string, bool) {
 // the field is absent (pass "" to make it required).
 func (f *fields) enum(key, def string, allowed ...string) string {
 	s, v := f.str(key, def == "")
-	if v == nil {
-		return def
+	if v == nil || s == "" {
+		return def // an explicit "" means the default too
 	}
 	if s != "" && !slices.Contains(allowed, s) {
 		f.d.errorf(v, join(f.path, key), "%q is not one of %s", s, strings.Join(allowed, ", "))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 var (
@@ -26,6 +27,18 @@ func (f FirstBoot) RenderHostname(nodeID, serial string) (string, error) {
 // functions and pipelines is more than a host name needs, and the loader must
 // be able to reject anything but the two placeholders.
 func renderHostname(tmpl, nodeID, serial string) (string, error) {
+	// Check the literal text apart from the values, so the error names the
+	// template's own mistake rather than a sample rendering.
+	lit := placeholderRE.ReplaceAllString(tmpl, "")
+	if strings.Contains(lit, "{{") || strings.Contains(lit, "}}") {
+		return "", fmt.Errorf("%q: only {{.NodeID}} and {{.Serial}} are allowed inside {{ }}", tmpl)
+	}
+	if i := strings.IndexFunc(lit, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.')
+	}); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(lit[i:])
+		return "", fmt.Errorf("%q: %q is not allowed in a host name (letters, digits, '-', '.')", tmpl, string(r))
+	}
 	var bad error
 	out := placeholderRE.ReplaceAllStringFunc(tmpl, func(m string) string {
 		switch name := placeholderRE.FindStringSubmatch(m)[1]; name {
@@ -42,9 +55,6 @@ func renderHostname(tmpl, nodeID, serial string) (string, error) {
 	})
 	if bad != nil {
 		return "", bad
-	}
-	if strings.Contains(out, "{{") || strings.Contains(out, "}}") {
-		return "", fmt.Errorf("%q: only {{.NodeID}} and {{.Serial}} are allowed inside {{ }}", tmpl)
 	}
 	host := strings.ToLower(out)
 	if len(host) > 253 {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -61,10 +62,9 @@ func ParseSuite(name string, data []byte) (*ValidationSuite, error) {
 // all of them.
 func Parse(name string, data []byte) (*Document, error) {
 	d := &decoder{file: name}
-	root, err := single(data)
-	if err != nil {
-		d.errs = append(d.errs, syntaxError(name, err))
-		return nil, &ValidationError{Errors: d.errs}
+	root, ferr := single(name, data)
+	if ferr != nil {
+		return nil, &ValidationError{Errors: []FieldError{*ferr}}
 	}
 	top := d.mapping(root, "", "apiVersion", "kind", "metadata", "spec")
 	doc := &Document{}
@@ -91,23 +91,25 @@ func Parse(name string, data []byte) (*Document, error) {
 }
 
 // single returns the root node of the one document in data.
-func single(data []byte) (*yaml.Node, error) {
+func single(name string, data []byte) (*yaml.Node, *FieldError) {
+	empty := &FieldError{File: name, Msg: "empty manifest: no YAML document"}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, errors.New("empty manifest: no YAML document")
+			return nil, empty
 		}
-		return nil, err
+		return nil, syntaxError(name, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		return nil, fmt.Errorf("line %d: a manifest file holds one document, found another after '---'", extra.Line)
+		return nil, &FieldError{File: name, Line: extra.Line,
+			Msg: "a manifest file holds one document, found another after '---'"}
 	} else if !errors.Is(err, io.EOF) {
-		return nil, err
+		return nil, syntaxError(name, err)
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
-		return nil, errors.New("empty manifest: no YAML document")
+		return nil, empty
 	}
 	return doc.Content[0], nil
 }
@@ -116,13 +118,13 @@ var yamlLineRE = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
 
 // syntaxError turns "yaml: line 7: did not find expected key" into a
 // FieldError on line 7.
-func syntaxError(name string, err error) FieldError {
+func syntaxError(name string, err error) *FieldError {
 	msg := err.Error()
 	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
-		return FieldError{File: name, Line: line, Msg: "YAML syntax: " + m[2]}
+		return &FieldError{File: name, Line: line, Msg: "YAML syntax: " + m[2]}
 	}
-	return FieldError{File: name, Msg: msg}
+	return &FieldError{File: name, Msg: "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")}
 }
 
 // Marshal writes a manifest (SKU, ValidationSuite or Document, by value or

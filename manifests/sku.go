@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -99,7 +100,11 @@ func (d *decoder) firmware(n *yaml.Node, p string) Firmware {
 	fw.Version, v = f.str("version", true)
 	if v != nil && fw.Version != "" {
 		if _, err := version.Parse(fw.Version); err != nil {
-			d.errorf(v, join(p, "version"), "%q is not a valid version: %v", fw.Version, err)
+			reason := err.Error()
+			if pe, ok := errors.AsType[*version.ParseError](err); ok {
+				reason = pe.Reason
+			}
+			d.errorf(v, join(p, "version"), "%q is not a valid version: %s", fw.Version, reason)
 		}
 	}
 	fw.Gate = f.enum("gate", GateEqual, GateEqual, GateAtLeast)

@@ -55,7 +55,7 @@ var zero = segment{{numeric: true, text: ""}}
 func Parse(s string) (Version, error) {
 	raw := strings.TrimSpace(s)
 	if raw == "" {
-		return Version{}, fmt.Errorf("empty version")
+		return Version{}, &ParseError{Input: s, Reason: "empty version"}
 	}
 	depth := 0
 	hasDigit := false
@@ -69,19 +69,19 @@ func Parse(s string) (Version, error) {
 		case r == ')':
 			depth--
 			if depth < 0 {
-				return Version{}, fmt.Errorf("unbalanced ')' at offset %d in %q", i, raw)
+				return Version{}, perr(raw, "unbalanced ')' at offset %d", i)
 			}
 		case r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\v' || r == '\f':
-			return Version{}, fmt.Errorf("whitespace at offset %d in %q", i, raw)
+			return Version{}, perr(raw, "whitespace at offset %d", i)
 		default:
-			return Version{}, fmt.Errorf("character %q at offset %d not allowed (want letters, digits, '.', '-', '_', '+', '(', ')')", r, i)
+			return Version{}, perr(raw, "character %q at offset %d not allowed (want letters, digits, '.', '-', '_', '+', '(', ')')", r, i)
 		}
 	}
 	if depth != 0 {
-		return Version{}, fmt.Errorf("unbalanced '(' in %q", raw)
+		return Version{}, perr(raw, "unbalanced '('")
 	}
 	if !hasDigit {
-		return Version{}, fmt.Errorf("%q has no digit", raw)
+		return Version{}, perr(raw, "no digit")
 	}
 
 	v := Version{raw: raw}
@@ -102,12 +102,24 @@ func Parse(s string) (Version, error) {
 			v.prefix = p
 		}
 	}
-	segs, err := split(rest)
+	segs, err := split(rest, len(raw)-len(rest))
 	if err != nil {
-		return Version{}, fmt.Errorf("%q: %w", raw, err)
+		return Version{}, perr(raw, "%v", err)
 	}
 	v.segments = segs
 	return v, nil
+}
+
+// ParseError says why a string is not a version.
+type ParseError struct {
+	Input  string // as given to Parse
+	Reason string // e.g. "empty segment at offset 6"
+}
+
+func (e *ParseError) Error() string { return fmt.Sprintf("invalid version %q: %s", e.Input, e.Reason) }
+
+func perr(in, format string, args ...any) *ParseError {
+	return &ParseError{Input: in, Reason: fmt.Sprintf(format, args...)}
 }
 
 // MustParse is Parse for constants in tests and tables; it panics on error.
@@ -128,7 +140,7 @@ func isSep(c byte) bool {
 // split cuts rest into segments. A run of several separators is an empty
 // segment ("28.39..1", "1.") unless a parenthesis is part of it: "1.2-(3)",
 // "(1.2)" and "1.2(3)" are all fine.
-func split(rest string) ([]segment, error) {
+func split(rest string, base int) ([]segment, error) {
 	var segs []segment
 	for i := 0; i < len(rest); {
 		j := i
@@ -149,7 +161,7 @@ func split(rest string) ([]segment, error) {
 		case j == len(rest) && strings.Trim(run, ")") != "":
 			return nil, fmt.Errorf("empty segment at the end")
 		case len(run) > 1 && !paren:
-			return nil, fmt.Errorf("empty segment at offset %d", i+1)
+			return nil, fmt.Errorf("empty segment at offset %d", base+i+1)
 		}
 		i = j
 	}

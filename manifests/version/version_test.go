@@ -1,6 +1,7 @@
 package version
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -14,15 +15,17 @@ func TestParseErrors(t *testing.T) {
 		{"2.40/3", `character '/'`},
 		{"28.39..1002", "empty segment at offset 6"},
 		{"1.2.", "empty segment at the end"},
+		{"BF-24..1", "empty segment at offset 6"},
 		{".1.2", "empty segment at the start"},
 		{"1.2(3", "unbalanced '('"},
 		{"1.2)3(", "unbalanced ')'"},
-		{"abc", "has no digit"},
+		{"abc", "no digit"},
 		{"1.2.3\x00", "not allowed"},
 	} {
 		_, err := Parse(tc.in)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Parse(%q) error = %v, want it to mention %q", tc.in, err, tc.want)
+		var pe *ParseError
+		if !errors.As(err, &pe) || !strings.Contains(pe.Reason, tc.want) || pe.Input != tc.in {
+			t.Errorf("Parse(%q) error = %#v, want a *ParseError for the input mentioning %q", tc.in, err, tc.want)
 		}
 	}
 }

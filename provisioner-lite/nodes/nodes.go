@@ -66,7 +66,7 @@ func checkBMCURL(s string) error {
 }
 
 // hostnameRE is one RFC 1123 label.
-var hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+var hostnameRE = regexp.MustCompile(`(?i)^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 func checkHostname(h string) error {
 	if h == "" {
@@ -77,7 +77,7 @@ func checkHostname(h string) error {
 	}
 	for _, l := range strings.Split(h, ".") {
 		if !hostnameRE.MatchString(l) {
-			return fmt.Errorf("%q: label %q: want lowercase letters, digits and '-' (RFC 1123), 1-63 characters", h, l)
+			return fmt.Errorf("%q: label %q: want letters, digits and '-' (RFC 1123), 1-63 characters", h, l)
 		}
 	}
 	return nil

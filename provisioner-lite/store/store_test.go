@@ -163,8 +163,8 @@ func TestDeleteNodeRefusesWithRuns(t *testing.T) {
 
 func TestNormalizeMAC(t *testing.T) {
 	for in, want := range map[string]string{
-		"52:54:00:AB:cd:EF": "52:54:00:ab:cd:ef",
-		"52-54-00-ab-cd-ef": "52:54:00:ab:cd:ef",
+		"52:54:00:AB:cd:EF":  "52:54:00:ab:cd:ef",
+		"52-54-00-ab-cd-ef":  "52:54:00:ab:cd:ef",
 		" 52:54:00:ab:cd:ef": "52:54:00:ab:cd:ef",
 	} {
 		if got, err := NormalizeMAC(in); err != nil || got != want {

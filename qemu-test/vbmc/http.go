@@ -264,9 +264,9 @@ func (b *BMC) systemBodyLocked() map[string]any {
 	}
 	delete(obj, "BootProgress") // the mockup's is static fiction
 	boot := map[string]any{
-		"BootSourceOverrideTarget":                        b.target,
-		"BootSourceOverrideTarget@Redfish.AllowableValues": b.allowedTargets(),
-		"BootSourceOverrideEnabled":                       b.enabled,
+		"BootSourceOverrideTarget":                          b.target,
+		"BootSourceOverrideTarget@Redfish.AllowableValues":  b.allowedTargets(),
+		"BootSourceOverrideEnabled":                         b.enabled,
 		"BootSourceOverrideEnabled@Redfish.AllowableValues": b.allowedEnabled(),
 	}
 	if !b.cfg.NoBootMode {

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"log/slog"
 	"net"
@@ -249,11 +250,15 @@ func stream(dl io.Reader, o Options, t io.Writer) (int64, string, error) {
 		return 0, "", err
 	}
 	defer closeDec()
+	// ReadFull reports a short final block as io.ErrUnexpectedEOF, which is
+	// also what a decompressor says about a cut stream; eofReader tells the
+	// two apart.
+	src := &eofReader{r: dec}
 	h := sha256.New()
 	buf := make([]byte, o.BlockSize)
 	var written int64
 	for {
-		n, rerr := io.ReadFull(dec, buf)
+		n, rerr := io.ReadFull(src, buf)
 		if n > 0 {
 			h.Write(buf[:n])
 			if _, err := t.Write(buf[:n]); err != nil {
@@ -264,7 +269,7 @@ func stream(dl io.Reader, o Options, t io.Writer) (int64, string, error) {
 				o.Progress(written)
 			}
 		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF && n < len(buf) && isCleanEOF(dec) {
+		if rerr == io.EOF || (rerr == io.ErrUnexpectedEOF && src.eof) {
 			break
 		}
 		if rerr != nil {
@@ -274,12 +279,17 @@ func stream(dl io.Reader, o Options, t io.Writer) (int64, string, error) {
 	return written, hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// isCleanEOF distinguishes io.ReadFull's "short final block" (the
-// decompressor reached its end) from a decompressor that itself reported
-// io.ErrUnexpectedEOF: a clean reader keeps returning io.EOF.
-func isCleanEOF(r io.Reader) bool {
-	n, err := r.Read(make([]byte, 1))
-	return n == 0 && err == io.EOF
+type eofReader struct {
+	r   io.Reader
+	eof bool
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err == io.EOF {
+		e.eof = true
+	}
+	return n, err
 }
 
 func decompressor(format string, r io.Reader) (io.Reader, func(), error) {
@@ -313,7 +323,7 @@ func decompressor(format string, r io.Reader) (io.Reader, func(), error) {
 // downloadReader counts and hashes the download and remembers how it ended.
 type downloadReader struct {
 	r      io.Reader
-	h      interface{ Write([]byte) (int, error) }
+	h      hash.Hash
 	n      int64
 	err    error // first error other than io.EOF
 	eof    bool

@@ -1,0 +1,456 @@
+package manifests
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+type want struct {
+	line  int
+	field string
+	msg   string
+}
+
+// readWants collects the "# want LINE FIELD MESSAGE" comments at the end of a
+// bad manifest; FIELD "-" means the error names no field.
+func readWants(t *testing.T, path string) []want {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var ws []want
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "# want ")
+		if !ok {
+			continue
+		}
+		parts := strings.SplitN(rest, " ", 3)
+		if len(parts) != 3 {
+			t.Fatalf("%s: malformed want comment %q", path, sc.Text())
+		}
+		line, err := strconv.Atoi(parts[0])
+		if err != nil {
+			t.Fatalf("%s: want line %q: %v", path, parts[0], err)
+		}
+		field := parts[1]
+		if field == "-" {
+			field = ""
+		}
+		ws = append(ws, want{line, field, parts[2]})
+	}
+	if len(ws) == 0 {
+		t.Fatalf("%s has no # want comments", path)
+	}
+	return ws
+}
+
+func TestBadManifests(t *testing.T) {
+	files, err := filepath.Glob("testdata/bad/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no bad manifests found: %v", err)
+	}
+	for _, path := range files {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			wants := readWants(t, path)
+			doc, err := LoadFile(path)
+			if err == nil {
+				t.Fatalf("LoadFile(%s) = %+v, want an error", path, doc)
+			}
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("error is %T, want *ValidationError: %v", err, err)
+			}
+			if len(ve.Errors) != len(wants) {
+				t.Errorf("got %d errors, want %d:\n%v", len(ve.Errors), len(wants), err)
+			}
+			for i := range min(len(ve.Errors), len(wants)) {
+				got, w := ve.Errors[i], wants[i]
+				if got.File != path || got.Line != w.line || got.Field != w.field || !strings.Contains(got.Msg, w.msg) {
+					t.Errorf("error %d = %q\nwant %s:%d: %s: ...%s...", i, got.Error(), path, w.line, w.field, w.msg)
+				}
+			}
+			// One line per error, so the whole set reads at a glance.
+			if n := strings.Count(err.Error(), "\n") + 1; n != len(ve.Errors) {
+				t.Errorf("Error() has %d lines for %d errors", n, len(ve.Errors))
+			}
+		})
+	}
+}
+
+func TestErrorFormat(t *testing.T) {
+	_, err := LoadFile("testdata/bad/firmware.yaml")
+	const line = `testdata/bad/firmware.yaml:35: spec.firmware[3].version: "28.39..x" is not a valid version: empty segment at offset 6`
+	if err == nil || !strings.Contains(err.Error(), line+"\n") {
+		t.Fatalf("error does not contain the line\n%s\ngot:\n%v", line, err)
+	}
+}
+
+func TestEmptyManifest(t *testing.T) {
+	for _, data := range []string{"", "# only a comment\n"} {
+		_, err := Parse("empty.yaml", []byte(data))
+		if err == nil || err.Error() != "empty.yaml: empty manifest: no YAML document" {
+			t.Errorf("Parse(%q) error = %v", data, err)
+		}
+	}
+	_, err := Parse("list.yaml", []byte("- a\n- b\n"))
+	if err == nil || err.Error() != "list.yaml:1: expected a mapping, found a list" {
+		t.Errorf("Parse(list) error = %v", err)
+	}
+}
+
+func TestLoadFileMissing(t *testing.T) {
+	_, err := LoadFile("testdata/does-not-exist.yaml")
+	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), "does-not-exist.yaml") {
+		t.Fatalf("LoadFile(missing) error = %v, want a wrapped not-exist error naming the file", err)
+	}
+}
+
+func examples(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	for _, pattern := range []string{"examples/*.yaml", "examples/suites/*.yaml", "testdata/*.yaml"} {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	if len(files) < 3 {
+		t.Fatalf("found only %v", files)
+	}
+	return files
+}
+
+func TestExamplesLoadAndRoundTrip(t *testing.T) {
+	for _, path := range examples(t) {
+		t.Run(path, func(t *testing.T) {
+			doc, err := LoadFile(path)
+			if err != nil {
+				t.Fatalf("example does not load:\n%v", err)
+			}
+			out, err := Marshal(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := Parse("roundtrip.yaml", out)
+			if err != nil {
+				t.Fatalf("marshalled output does not parse:\n%v\n%s", err, out)
+			}
+			if !reflect.DeepEqual(doc, back) {
+				t.Fatalf("round trip changed the manifest\nbefore: %#v\nafter:  %#v\nyaml:\n%s", doc, back, out)
+			}
+			again, err := Marshal(back)
+			if err != nil || string(again) != string(out) {
+				t.Fatalf("Marshal is not stable (err %v):\n%s\n---\n%s", err, out, again)
+			}
+		})
+	}
+}
+
+func TestQEMUExample(t *testing.T) {
+	sku, err := LoadSKU("examples/qemu-nvme.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Firmware{{
+		Name: "nvme-qemu", Component: ComponentNVMe, Via: ViaInBand,
+		Match: Match{Model: "QEMU NVMe Ctrl"}, Version: "7.2.22", Gate: GateEqual,
+		Artifact: &Artifact{
+			SHA256: "70dc61be9e56ec72ddd6634d72353a2f94841db5c8040499bd97817182028156",
+			Size:   65536, Format: "bin",
+		},
+		Activation: ActivationNVMeReset,
+	}}
+	if !reflect.DeepEqual(sku.Spec.Firmware, want) {
+		t.Errorf("firmware = %#v\nwant %#v", sku.Spec.Firmware, want)
+	}
+	for _, c := range []string{ComponentBMC, ComponentBIOS, ComponentHGX} {
+		if fw := sku.FirmwareFor(c); len(fw) != 0 {
+			t.Errorf("FirmwareFor(%s) = %v, want none: the QEMU SKU has no Redfish firmware", c, fw)
+		}
+	}
+	if sku.Spec.OS == nil {
+		t.Fatal("spec.os missing")
+	}
+	os := sku.Spec.OS
+	if os.Image.Format != ImageRawZstd || os.TargetDisk != (DiskSelector{Transport: TransportNVMe, Model: "QEMU NVMe Ctrl"}) {
+		t.Errorf("os = %+v", os)
+	}
+	if h, err := os.FirstBoot.RenderHostname("node-7", "SN1"); err != nil || h != "node-7" {
+		t.Errorf("hostname = %q, %v; want node-7", h, err)
+	}
+}
+
+// The e2e harness swaps in the freshly built host OS image and marshals the
+// SKU for the coordinator; the runner must read back exactly that.
+func TestHarnessRewritesImage(t *testing.T) {
+	sku, err := LoadSKU("examples/qemu-nvme.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := Artifact{SHA256: strings.Repeat("ab", 32), Size: 123456789, Format: ImageRawZstd}
+	sku.Spec.OS.Image = img
+	out, err := Marshal(sku)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseSKU("assignment", out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if back.Spec.OS.Image != img || !reflect.DeepEqual(back, sku) {
+		t.Errorf("after rewrite+marshal, image = %+v, want %+v", back.Spec.OS.Image, img)
+	}
+}
+
+func TestHGXExample(t *testing.T) {
+	sku, err := LoadSKU("examples/hgx-b200.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range sku.FirmwareFor(ComponentHGX) {
+		names = append(names, f.Name)
+		if f.Via != ViaRedfish || !strings.HasPrefix(f.Match.RedfishID, "HGX_FW_") {
+			t.Errorf("%s: via %s redfishId %q", f.Name, f.Via, f.Match.RedfishID)
+		}
+	}
+	if got := strings.Join(names, ","); got != "hgx-hmc,hgx-erot,hgx-gpu-vbios,hgx-nvswitch" {
+		t.Errorf("FirmwareFor(hgx) order = %s", got)
+	}
+	nic := sku.FirmwareFor(ComponentNIC)
+	if len(nic) != 1 || nic[0].Gate != GateAtLeast || nic[0].Match.PSID != "MT_0000000838" {
+		t.Errorf("nic = %+v", nic)
+	}
+	if dpu := sku.FirmwareFor(ComponentDPU); len(dpu) != 1 || dpu[0].Version != "BF-24.10-17" {
+		t.Errorf("dpu = %+v", dpu)
+	}
+	s := sku.Spec.BIOS.Settings
+	if s["AcPwrRcvryUserDelay"] != int64(60) || s["AcPwrRcvry"] != "On" || s["SriovGlobalEnable"] != "Enabled" {
+		t.Errorf("bios settings typed wrong: %#v", s)
+	}
+	if sku.Spec.Wipe.Policy != WipePSIDRevert || sku.Spec.Wipe.Disks.Transport != TransportNVMe {
+		t.Errorf("wipe = %+v", sku.Spec.Wipe)
+	}
+	if sku.Spec.OS.TargetDisk.MaxSize != 1_000_000_000_000 {
+		t.Errorf("targetDisk.maxSize = %d", sku.Spec.OS.TargetDisk.MaxSize)
+	}
+	if !strings.HasPrefix(sku.Spec.OS.FirstBoot.UserData, "#cloud-config\n") {
+		t.Errorf("userData = %q", sku.Spec.OS.FirstBoot.UserData)
+	}
+}
+
+func TestSuite(t *testing.T) {
+	doc, err := LoadFile("testdata/suite.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Kind != KindValidationSuite || doc.Suite == nil || doc.SKU != nil {
+		t.Fatalf("doc = %+v", doc)
+	}
+	c := doc.Suite.Spec.Checks[0]
+	wantParams := map[string]any{
+		"precision": "fp16", "matrixSize": int64(8192), "utilisation": 0.95,
+		"devices": []any{int64(0), int64(1), 2.5, "all", true},
+	}
+	if !reflect.DeepEqual(c.Params, wantParams) {
+		t.Errorf("params = %#v\nwant %#v", c.Params, wantParams)
+	}
+	if c.Thresholds["powerW"].Equals != 1000.0 || c.Thresholds["eccUncorrectable"].Equals != int64(0) {
+		t.Errorf("equals typed wrong: %#v", c.Thresholds)
+	}
+	if mx := c.Thresholds["temperatureC"].Max; mx == nil || *mx != 87 {
+		t.Errorf("temperatureC.max = %v", mx)
+	}
+	if c.Duration.String() != "30m0s" || doc.Suite.Spec.Duration.String() != "2h0m0s" || !doc.Suite.Spec.FailFast {
+		t.Errorf("durations/failFast = %v %v %v", c.Duration, doc.Suite.Spec.Duration, doc.Suite.Spec.FailFast)
+	}
+}
+
+func TestKindMismatch(t *testing.T) {
+	suite, _ := os.ReadFile("testdata/suite.yaml")
+	if _, err := ParseSKU("suite.yaml", suite); err == nil || err.Error() != "suite.yaml:1: kind: expected SKU, found ValidationSuite" {
+		t.Errorf("ParseSKU(suite) error = %v", err)
+	}
+	sku, _ := os.ReadFile("examples/qemu-nvme.yaml")
+	if _, err := ParseSuite("sku.yaml", sku); err == nil || err.Error() != "sku.yaml:1: kind: expected ValidationSuite, found SKU" {
+		t.Errorf("ParseSuite(sku) error = %v", err)
+	}
+}
+
+func TestGateDefaultsToEqual(t *testing.T) {
+	sku, err := ParseSKU("m.yaml", []byte(`apiVersion: cure.dev/v1
+kind: SKU
+metadata: {name: m}
+spec:
+  firmware:
+    - {name: a, component: nvme, via: in-band, match: {model: x}, version: "1.0", activation: none}
+    - {name: b, component: nvme, via: in-band, match: {model: y}, version: "1.0", gate: "", activation: none}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range sku.Spec.Firmware {
+		if f.Gate != GateEqual {
+			t.Errorf("%s: gate = %q, want %q", f.Name, f.Gate, GateEqual)
+		}
+	}
+}
+
+func TestAliasesResolve(t *testing.T) {
+	sku, err := ParseSKU("m.yaml", []byte(`apiVersion: cure.dev/v1
+kind: SKU
+metadata: {name: m}
+spec:
+  firmware:
+    - name: gpu
+      component: hgx
+      via: redfish
+      match: {redfishId: "HGX_FW_GPU_*"}
+      version: "97.00.82.00.0B"
+      artifact: &pkg {sha256: "`+strings.Repeat("0", 64)+`", size: 10, format: fwpkg}
+      activation: host-reboot
+    - name: nvswitch
+      component: hgx
+      via: redfish
+      match: {redfishId: "HGX_FW_NVSwitch_*"}
+      version: "1.0"
+      artifact: *pkg
+      activation: host-reboot
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := sku.Spec.Firmware[0].Artifact, sku.Spec.Firmware[1].Artifact
+	if b == nil || *a != *b || b.Size != 10 {
+		t.Errorf("aliased artifact = %+v, want %+v", b, a)
+	}
+}
+
+func TestMarshalRefusesInvalid(t *testing.T) {
+	sku, err := LoadSKU("examples/qemu-nvme.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sku.Spec.Firmware[0].Version = "7..2"
+	sku.Spec.OS.Image.SHA256 = ""
+	_, err = Marshal(sku)
+	if err == nil || !strings.Contains(err.Error(), "spec.firmware[0].version") || !strings.Contains(err.Error(), "spec.os.image.sha256") {
+		t.Fatalf("Marshal(invalid) error = %v, want both problems named", err)
+	}
+	if _, err := Marshal(42); err == nil {
+		t.Error("Marshal(42) succeeded")
+	}
+}
+
+func TestMarshalFillsHeader(t *testing.T) {
+	out, err := Marshal(SKU{Metadata: Metadata{Name: "bare"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "apiVersion: cure.dev/v1\nkind: SKU\nmetadata:\n  name: bare\nspec: {}\n"; string(out) != want {
+		t.Errorf("Marshal = %q, want %q", out, want)
+	}
+}
+
+func TestByteSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want ByteSize
+		str  string
+	}{
+		{"512", 512, "512B"},
+		{"1GiB", 1 << 30, "1GiB"},
+		{"1 gib", 1 << 30, "1GiB"},
+		{"8TiB", 8 << 40, "8TiB"},
+		{"1.92TB", 1_920_000_000_000, "1920GB"},
+		{"2TB", 2e12, "2TB"},
+		{"1.5KiB", 1536, "1536B"},
+		{"4096B", 4096, "4KiB"},
+		{"3000KB", 3e6, "3MB"},
+	} {
+		got, err := ParseByteSize(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+			continue
+		}
+		if got.String() != tc.str {
+			t.Errorf("ByteSize(%d).String() = %q, want %q", got, got.String(), tc.str)
+		}
+		if back, err := ParseByteSize(got.String()); err != nil || back != got {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d back", got.String(), back, err, got)
+		}
+	}
+	for _, bad := range []string{"", "GiB", "-1GiB", "0", "1e3", "1.5B", "12 parsecs", "9999999PiB", "0x10"} {
+		if n, err := ParseByteSize(bad); err == nil {
+			t.Errorf("ParseByteSize(%q) = %d, want an error", bad, n)
+		}
+	}
+}
+
+func TestRenderHostname(t *testing.T) {
+	for _, tc := range []struct {
+		tmpl, want, err string
+	}{
+		{"", "node-7", ""},
+		{"{{.NodeID}}", "node-7", ""},
+		{"gpu-{{ .Serial }}.dc1", "gpu-sn42ab.dc1", ""},
+		{"{{.NodeID}}-{{.Serial}}", "node-7-sn42ab", ""},
+		{"{{.Hostname}}", "", "placeholder {{.Hostname}} is not allowed"},
+		{"{{.NodeID | printf}}", "", "only {{.NodeID}} and {{.Serial}}"},
+		{"a_{{.NodeID}}", "", `"_" is not allowed`},
+		{"-{{.NodeID}}", "", "not a valid host name"},
+		{strings.Repeat("a", 64), "", "not a valid host name"},
+	} {
+		got, err := FirstBoot{Hostname: tc.tmpl}.RenderHostname("node-7", "SN42AB")
+		if tc.err == "" && (err != nil || got != tc.want) {
+			t.Errorf("RenderHostname(%q) = %q, %v; want %q", tc.tmpl, got, err, tc.want)
+		}
+		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("RenderHostname(%q) error = %v, want %q", tc.tmpl, err, tc.err)
+		}
+	}
+	// A node id the template accepts can still render to a bad name at run time.
+	if _, err := (FirstBoot{Hostname: "{{.NodeID}}"}).RenderHostname("rack1/slot2", ""); err == nil {
+		t.Error("RenderHostname accepted a node id with '/'")
+	}
+}
+
+// FuzzParse: the loader never panics, and whatever it accepts survives
+// Marshal -> Parse unchanged.
+func FuzzParse(f *testing.F) {
+	for _, p := range []string{"examples/qemu-nvme.yaml", "examples/hgx-b200.yaml", "testdata/suite.yaml", "testdata/bad/firmware.yaml"} {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		doc, err := Parse("fuzz.yaml", data)
+		if err != nil {
+			var ve *ValidationError
+			if !errors.As(err, &ve) || len(ve.Errors) == 0 {
+				t.Fatalf("error %T %v is not a non-empty *ValidationError", err, err)
+			}
+			return
+		}
+		out, err := Marshal(doc)
+		if err != nil {
+			t.Fatalf("accepted manifest does not marshal: %v", err)
+		}
+		back, err := Parse("again.yaml", out)
+		if err != nil || !reflect.DeepEqual(doc, back) {
+			t.Fatalf("round trip failed: %v\n%s", err, out)
+		}
+	})
+}

@@ -1,0 +1,154 @@
+package nodes
+
+import (
+	"bytes"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/cure-oss/cure/provisioner-lite/store"
+)
+
+// csvRequired are the columns every CSV inventory has (any order);
+// bmc_password_env is optional and replaces bmc_password by an environment variable.
+var csvRequired = []string{"id", "bmc_url", "bmc_username", "bmc_password", "macs", "sku", "hostname", "serial"}
+
+const csvPasswordEnv = "bmc_password_env"
+
+// ParseCSV parses a CSV inventory with the header
+// id,bmc_url,bmc_username,bmc_password,macs,sku,hostname,serial (macs separated by
+// ';'; lines starting with '#' are comments). name is used in error messages
+// (file:line:col: column: problem). All problems found are reported, joined.
+func ParseCSV(name string, data []byte) ([]store.Node, error) {
+	r := csv.NewReader(bytes.NewReader(data))
+	r.Comment = '#'
+	r.TrimLeadingSpace = true
+	header, err := r.Read()
+	if err == io.EOF {
+		return nil, fmt.Errorf("%s: empty file: want the header %s", name, strings.Join(csvRequired, ","))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	col := map[string]int{}
+	var errs []error
+	for i, h := range header {
+		h = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")) // spreadsheet exports start with a BOM
+		line, c := r.FieldPos(i)
+		if _, dup := col[h]; dup {
+			errs = append(errs, fmt.Errorf("%s:%d:%d: header: duplicate column %q", name, line, c, h))
+			continue
+		}
+		if !isCSVColumn(h) {
+			errs = append(errs, fmt.Errorf("%s:%d:%d: header: unknown column %q (want %s[,%s])", name, line, c, h, strings.Join(csvRequired, ","), csvPasswordEnv))
+			continue
+		}
+		col[h] = i
+	}
+	for _, h := range csvRequired {
+		if _, ok := col[h]; !ok {
+			errs = append(errs, fmt.Errorf("%s:1: header: missing column %q", name, h))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+
+	seen := newSeen()
+	var out []store.Node
+	for {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			// csv.ParseError carries line and column already; wrong field counts land here.
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			var pe *csv.ParseError
+			if errors.As(err, &pe) && errors.Is(pe.Err, csv.ErrFieldCount) {
+				continue
+			}
+			break
+		}
+		get := func(c string) string {
+			if i, ok := col[c]; ok {
+				return strings.TrimSpace(rec[i])
+			}
+			return ""
+		}
+		at := func(c string) string {
+			line, cc := r.FieldPos(col[c])
+			return fmt.Sprintf("%s:%d:%d: %s", name, line, cc, c)
+		}
+		bad := func(c string, err error) { errs = append(errs, fmt.Errorf("%s: %w", at(c), err)) }
+		before := len(errs)
+
+		n := store.Node{
+			ID: get("id"), BMCURL: get("bmc_url"), BMCUser: get("bmc_username"),
+			SKU: get("sku"), Hostname: get("hostname"), SystemSerial: get("serial"),
+		}
+		if err := checkID(n.ID); err != nil {
+			bad("id", err)
+		} else if err := seen.id(n.ID, at("id")); err != nil {
+			bad("id", err)
+		}
+		if err := checkBMCURL(n.BMCURL); err != nil {
+			bad("bmc_url", err)
+		}
+		if n.BMCUser == "" {
+			bad("bmc_username", errors.New("required"))
+		}
+		pw, err := resolvePassword(get("bmc_password"), get(csvPasswordEnv))
+		if err != nil {
+			bad("bmc_password", err)
+		}
+		n.BMCPassword = pw
+		if err := checkHostname(n.Hostname); err != nil {
+			bad("hostname", err)
+		}
+		rawMACs := get("macs")
+		if rawMACs == "" {
+			bad("macs", errors.New("required: at least one MAC the node PXE-boots from"))
+		}
+		for i, m := range strings.Split(rawMACs, ";") {
+			m = strings.TrimSpace(m)
+			if m == "" && rawMACs == "" {
+				break
+			}
+			nm, err := store.NormalizeMAC(m)
+			if err != nil {
+				bad("macs", fmt.Errorf("entry %d: %w", i+1, err))
+				continue
+			}
+			if err := seen.mac(nm, n.ID, at("macs")); err != nil {
+				bad("macs", err)
+				continue
+			}
+			n.MACs = append(n.MACs, nm)
+		}
+		if len(errs) == before {
+			out = append(out, n)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no nodes after the header", name)
+	}
+	return out, nil
+}
+
+func isCSVColumn(h string) bool {
+	if h == csvPasswordEnv {
+		return true
+	}
+	for _, c := range csvRequired {
+		if c == h {
+			return true
+		}
+	}
+	return false
+}

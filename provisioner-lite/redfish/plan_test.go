@@ -1,0 +1,90 @@
+package redfish
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestPlanBootOverride(t *testing.T) {
+	full := bootState{Target: "None", Enabled: "Disabled", Mode: "UEFI", HasMode: true,
+		AllowedTargets: []string{"None", "Pxe", "Hdd"}, AllowedEnabled: []string{"Disabled", "Once", "Continuous"}}
+	lenovo := full
+	lenovo.AllowedEnabled = []string{"Disabled", "Once"}
+	noMode := full
+	noMode.HasMode, noMode.Mode = false, ""
+	already := full
+	already.Target, already.Enabled = "Pxe", "Once"
+	bare := bootState{Target: "None", Enabled: "Disabled"} // no allowables published
+
+	cases := []struct {
+		name    string
+		st      bootState
+		target  BootTarget
+		once    bool
+		want    bootPatch
+		wantErr error
+	}{
+		{"once pxe keeps mode", full, BootPxe, true, bootPatch{Target: "Pxe", Enabled: "Once", Mode: "UEFI"}, nil},
+		{"continuous hdd", full, BootHdd, false, bootPatch{Target: "Hdd", Enabled: "Continuous", Mode: "UEFI"}, nil},
+		{"no mode property", noMode, BootPxe, true, bootPatch{Target: "Pxe", Enabled: "Once"}, nil},
+		{"already set", already, BootPxe, true, bootPatch{}, nil},
+		{"none disables", already, BootNone, true, bootPatch{Enabled: "Disabled", Mode: "UEFI"}, nil},
+		{"no allowables", bare, BootPxe, false, bootPatch{Target: "Pxe", Enabled: "Continuous"}, nil},
+		{"lenovo once", lenovo, BootPxe, true, bootPatch{Target: "Pxe", Enabled: "Once", Mode: "UEFI"}, nil},
+		{"lenovo persistent pxe", lenovo, BootPxe, false, bootPatch{}, ErrNotSupported},
+		{"target not offered", full, "Cd", true, bootPatch{}, ErrNotSupported},
+	}
+	for _, c := range cases {
+		got, err := planBootOverride(c.st, c.target, c.once)
+		if c.wantErr != nil {
+			if !errors.Is(err, c.wantErr) {
+				t.Errorf("%s: err %v, want %v", c.name, err, c.wantErr)
+			}
+			continue
+		}
+		got.Note = ""
+		if err != nil || got != c.want {
+			t.Errorf("%s: got %+v, %v; want %+v", c.name, got, err, c.want)
+		}
+	}
+
+	// Lenovo, persistent disk: disable the override (disk-first order), and
+	// say so.
+	got, err := planBootOverride(lenovo, BootHdd, false)
+	if err != nil || got.Enabled != "Disabled" || got.Target != "" || got.Note == "" {
+		t.Errorf("lenovo persistent hdd: %+v, %v", got, err)
+	}
+	lenovo.Enabled = "Disabled"
+	if got, _ := planBootOverride(lenovo, BootHdd, false); !got.empty() {
+		t.Errorf("lenovo persistent hdd when already disabled: %+v, want no change", got)
+	}
+}
+
+func TestChooseReset(t *testing.T) {
+	mockup := []string{"On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "ForceOn", "PushPowerButton"}
+	for asked, want := range map[string]string{"PowerCycle": "ForceRestart", "On": "On", "ForceRestart": "ForceRestart"} {
+		if got, err := chooseReset(asked, mockup); err != nil || got != want {
+			t.Errorf("chooseReset(%s) = %s, %v; want %s", asked, got, err, want)
+		}
+	}
+	if got, _ := chooseReset("On", []string{"PushPowerButton", "ForceOff"}); got != "PushPowerButton" {
+		t.Errorf("On with only a power button: %s", got)
+	}
+	if _, err := chooseReset("GracefulShutdown", []string{"ForceOff"}); !errors.Is(err, ErrNotSupported) {
+		t.Errorf("graceful shutdown must not silently become ForceOff: %v", err)
+	}
+	if got, _ := chooseReset("ForceOff", nil); got != "ForceOff" {
+		t.Errorf("no allowables: %s", got)
+	}
+}
+
+func TestParseBootState(t *testing.T) {
+	st, err := parseBootState([]byte(`{"Boot":{"BootSourceOverrideTarget":"Pxe","BootSourceOverrideEnabled":"Once",
+		"BootSourceOverrideEnabled@Redfish.AllowableValues":["Disabled","Once"],"BootSourceOverrideMode":null}}`))
+	if err != nil || st.Target != "Pxe" || st.Enabled != "Once" || !st.HasMode || st.Mode != "" || len(st.AllowedEnabled) != 2 {
+		t.Fatalf("parse = %+v, %v", st, err)
+	}
+	if _, err := parseBootState([]byte(`{"Id":"1"}`)); err == nil {
+		t.Fatal("a system without Boot parsed")
+	}
+}

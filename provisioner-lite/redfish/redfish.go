@@ -1,0 +1,558 @@
+// Package redfish is the coordinator's BMC driver: power, one-time and
+// persistent boot override, firmware inventory. It sits on gofish, with a
+// timeout on every call, session login (Basic auth where sessions are not
+// offered), one re-login when a session dies, and logout on Close.
+package redfish
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stmcginnis/gofish"
+	"github.com/stmcginnis/gofish/schemas"
+)
+
+// Endpoint is one BMC.
+type Endpoint struct {
+	URL      string // https://bmc.example:443 (no /redfish/v1)
+	Username string
+	Password string
+	Insecure bool // accept the BMC's self-signed certificate
+}
+
+// Options tune the client.
+type Options struct {
+	Timeout    time.Duration // per call, default 30s
+	Logger     *slog.Logger
+	HTTPClient *http.Client // default: one with dial/TLS/header timeouts
+}
+
+// BootTarget is a BootSourceOverrideTarget.
+type BootTarget string
+
+const (
+	BootPxe  BootTarget = "Pxe"
+	BootHdd  BootTarget = "Hdd"
+	BootNone BootTarget = "None" // clear the override: default boot order
+)
+
+// ErrNotSupported marks requests the BMC cannot carry out as asked
+// (missing allowable value); retrying will not help.
+var ErrNotSupported = errors.New("not supported by this BMC")
+
+// SystemInfo is the first ComputerSystem as the BMC reports it.
+type SystemInfo struct {
+	ID           string
+	URI          string
+	Serial       string
+	UUID         string
+	Manufacturer string
+	Model        string
+	PowerState   string
+	ETag         string
+
+	BootSourceOverrideTarget  BootTarget
+	BootSourceOverrideEnabled string
+	BootSourceOverrideMode    string // empty when the system has no Mode
+
+	AllowedBootTargets []string
+	AllowedBootEnabled []string
+	AllowedBootModes   []string
+	AllowedResetTypes  []string
+
+	MACs []string // EthernetInterfaces (best effort)
+}
+
+// FirmwareItem is one SoftwareInventory member of the firmware inventory.
+type FirmwareItem struct {
+	ID, Name, Version, SoftwareID string
+	Updateable                    bool
+}
+
+// Client talks to one BMC. Safe for concurrent use.
+type Client struct {
+	ep    Endpoint
+	o     Options
+	log   *slog.Logger
+	httpc *http.Client
+
+	mu     sync.Mutex
+	api    *gofish.APIClient
+	basic  bool   // sessions unsupported: Basic auth on every request
+	sysURI string // first ComputerSystem, found once
+	closed bool
+}
+
+// Connect logs in to the BMC (a Redfish session, or Basic auth if the BMC
+// offers no sessions) and finds its system.
+func Connect(ctx context.Context, ep Endpoint, o Options) (*Client, error) {
+	u, err := url.Parse(ep.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("redfish: endpoint URL %q: want http(s)://host[:port]", ep.URL)
+	}
+	if ep.Username == "" {
+		return nil, fmt.Errorf("redfish %s: endpoint Username is empty", ep.URL)
+	}
+	ep.URL = strings.TrimSuffix(ep.URL, "/")
+	if o.Timeout <= 0 {
+		o.Timeout = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	c := &Client{ep: ep, o: o, log: o.Logger.With("bmc", ep.URL), httpc: o.HTTPClient}
+	if c.httpc == nil {
+		c.httpc = newHTTPClient(ep.Insecure, o.Timeout)
+	}
+	if err := c.login(ctx); err != nil {
+		return nil, err
+	}
+	// Finding the system also proves the credentials under Basic auth.
+	if err := c.call(ctx, "find system", func(api *gofish.APIClient) error {
+		_, err := c.system(api)
+		return err
+	}); err != nil {
+		c.Close(ctx)
+		return nil, err
+	}
+	return c, nil
+}
+
+// newHTTPClient bounds every phase of a request: gofish's default client
+// has no timeout at all.
+func newHTTPClient(insecure bool, timeout time.Duration) *http.Client {
+	tr := &http.Transport{
+		// BMCs live on the management network: never via a proxy.
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: min(timeout, 10*time.Second), KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   min(timeout, 10*time.Second),
+		ResponseHeaderTimeout: timeout,
+		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConnsPerHost:   2,
+		TLSClientConfig:       &tls.Config{InsecureSkipVerify: insecure, MinVersion: tls.VersionTLS12}, //nolint:gosec // BMCs ship self-signed certificates; opt-in per endpoint
+	}
+	return &http.Client{Transport: tr, Timeout: timeout}
+}
+
+// login opens a session (or falls back to Basic auth) and installs the new
+// gofish client.
+func (c *Client) login(ctx context.Context) error {
+	c.mu.Lock()
+	basic := c.basic
+	c.mu.Unlock()
+	api, err := c.connect(ctx, basic)
+	if err != nil && !basic && sessionsUnsupported(err) {
+		c.log.Warn("BMC offers no Redfish sessions; using Basic auth", "err", err)
+		basic = true
+		api, err = c.connect(ctx, true)
+	}
+	if err != nil {
+		if statusOf(err) == http.StatusUnauthorized || statusOf(err) == http.StatusForbidden {
+			return fmt.Errorf("redfish %s: login as %q refused (HTTP %d): check the BMC credentials: %w", c.ep.URL, c.ep.Username, statusOf(err), err)
+		}
+		return fmt.Errorf("redfish %s: login: %w", c.ep.URL, err)
+	}
+	c.mu.Lock()
+	c.api, c.basic = api, basic
+	c.mu.Unlock()
+	if !basic {
+		c.log.Debug("session opened")
+	}
+	return nil
+}
+
+func (c *Client) connect(ctx context.Context, basic bool) (*gofish.APIClient, error) {
+	cctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
+	defer cancel()
+	return gofish.ConnectContext(cctx, gofish.ClientConfig{
+		Endpoint:          c.ep.URL,
+		Username:          c.ep.Username,
+		Password:          c.ep.Password,
+		HTTPClient:        c.httpc,
+		NoModifyTransport: true, // our transport already has TLS and timeouts
+		ReuseConnections:  true,
+		BasicAuth:         basic,
+	})
+}
+
+// sessionsUnsupported tells "no SessionService here" from a refused login.
+func sessionsUnsupported(err error) bool {
+	switch statusOf(err) {
+	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented:
+		return true
+	}
+	// gofish's words when the service root has no Links.Sessions.
+	return strings.Contains(err.Error(), "no target provided")
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+func statusOf(err error) int {
+	var e *schemas.Error
+	if errors.As(err, &e) {
+		return e.HTTPReturnedStatusCode
+	}
+	return 0
+}
+
+// call runs fn with a gofish client bound to a per-call deadline. A 401 on
+// a session (the BMC reset and forgot it) triggers one re-login and retry.
+func (c *Client) call(ctx context.Context, what string, fn func(api *gofish.APIClient) error) error {
+	for attempt := 0; ; attempt++ {
+		c.mu.Lock()
+		api, basic, closed := c.api, c.basic, c.closed
+		c.mu.Unlock()
+		if closed {
+			return fmt.Errorf("redfish %s: %s: client is closed", c.ep.URL, what)
+		}
+		cctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
+		err := fn(api.WithContext(cctx))
+		timedOut := ctx.Err() == nil && (cctx.Err() != nil || isTimeout(err))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if attempt == 0 && !basic && statusOf(err) == http.StatusUnauthorized {
+			c.log.Warn("session rejected; logging in again", "call", what)
+			if lerr := c.relogin(ctx, api); lerr != nil {
+				return fmt.Errorf("redfish %s: %s: session expired and re-login failed: %w", c.ep.URL, what, lerr)
+			}
+			continue
+		}
+		if timedOut {
+			return fmt.Errorf("redfish %s: %s: no answer within %v: %w", c.ep.URL, what, c.o.Timeout, err)
+		}
+		return fmt.Errorf("redfish %s: %s: %w", c.ep.URL, what, err)
+	}
+}
+
+// relogin replaces a dead session, unless another call already did.
+func (c *Client) relogin(ctx context.Context, dead *gofish.APIClient) error {
+	c.mu.Lock()
+	replaced := c.api != dead
+	c.mu.Unlock()
+	if replaced {
+		return nil
+	}
+	return c.login(ctx)
+}
+
+// Close logs the session out: BMCs allow only a few sessions and keep them
+// for many minutes. Safe to call twice.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	api, basic := c.api, c.basic
+	c.mu.Unlock()
+	if api == nil {
+		return nil
+	}
+	defer c.httpc.CloseIdleConnections()
+	if basic {
+		return nil
+	}
+	s, err := api.GetSession()
+	if err != nil || s.ID == "" {
+		return nil // never had a session
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
+	defer cancel()
+	err = api.WithContext(cctx).Service.DeleteSession(s.ID)
+	switch st := statusOf(err); {
+	case err == nil:
+		c.log.Debug("session closed", "session", s.ID)
+		return nil
+	case st == http.StatusUnauthorized || st == http.StatusNotFound:
+		return nil // the BMC already dropped it
+	default:
+		return fmt.Errorf("redfish %s: logout of session %s: %w", c.ep.URL, s.ID, err)
+	}
+}
+
+// system fetches the first ComputerSystem, remembering where it is.
+func (c *Client) system(api *gofish.APIClient) (*schemas.ComputerSystem, error) {
+	c.mu.Lock()
+	uri := c.sysURI
+	c.mu.Unlock()
+	if uri != "" {
+		return schemas.GetComputerSystem(api, uri)
+	}
+	systems, err := api.Service.Systems()
+	if err != nil {
+		return nil, fmt.Errorf("list Systems: %w", err)
+	}
+	if len(systems) == 0 {
+		return nil, errors.New("the BMC lists no ComputerSystem under /redfish/v1/Systems")
+	}
+	if len(systems) > 1 {
+		c.log.Warn("BMC lists several systems; driving the first", "count", len(systems), "system", systems[0].ODataID)
+	}
+	c.mu.Lock()
+	c.sysURI = systems[0].ODataID
+	c.mu.Unlock()
+	return systems[0], nil
+}
+
+// System describes the first ComputerSystem.
+func (c *Client) System(ctx context.Context) (*SystemInfo, error) {
+	var info *SystemInfo
+	err := c.call(ctx, "read system", func(api *gofish.APIClient) error {
+		sys, err := c.system(api)
+		if err != nil {
+			return err
+		}
+		st, err := parseBootState(sys.RawData)
+		if err != nil {
+			return fmt.Errorf("system %s: %w", sys.ODataID, err)
+		}
+		resets, err := sys.GetSupportedResetTypes()
+		if err != nil {
+			return fmt.Errorf("system %s: reset types: %w", sys.ODataID, err)
+		}
+		info = &SystemInfo{
+			ID: sys.ID, URI: sys.ODataID, Serial: sys.SerialNumber, UUID: sys.UUID,
+			Manufacturer: sys.Manufacturer, Model: sys.Model, PowerState: string(sys.PowerState), ETag: sys.ODataEtag,
+			BootSourceOverrideTarget: BootTarget(st.Target), BootSourceOverrideEnabled: st.Enabled, BootSourceOverrideMode: st.Mode,
+			AllowedBootTargets: st.AllowedTargets, AllowedBootEnabled: st.AllowedEnabled, AllowedBootModes: st.AllowedModes,
+		}
+		for _, r := range resets {
+			info.AllowedResetTypes = append(info.AllowedResetTypes, string(r))
+		}
+		// MACs are a nice-to-have: an inventory that fails must not fail System.
+		if nics, err := sys.EthernetInterfaces(); err == nil {
+			for _, n := range nics {
+				if mac := strings.ToLower(n.MACAddress); mac != "" && !slices.Contains(info.MACs, mac) {
+					info.MACs = append(info.MACs, mac)
+				}
+			}
+		} else {
+			c.log.Debug("EthernetInterfaces unreadable", "err", err)
+		}
+		return nil
+	})
+	return info, err
+}
+
+// PowerState is the system's PowerState ("On", "Off", or transitional
+// values such as "PoweringOn" on some BMCs).
+func (c *Client) PowerState(ctx context.Context) (string, error) {
+	var ps string
+	err := c.call(ctx, "read power state", func(api *gofish.APIClient) error {
+		sys, err := c.system(api)
+		if err != nil {
+			return err
+		}
+		ps = string(sys.PowerState)
+		return nil
+	})
+	return ps, err
+}
+
+// PowerOn powers the system on; no-op if it is already on.
+func (c *Client) PowerOn(ctx context.Context) error {
+	return c.reset(ctx, "On", func(ps string) bool { return ps == "On" })
+}
+
+// PowerOff powers the system off (force: cut power; otherwise ask the OS).
+// No-op if already off. It returns once the BMC accepted the request; use
+// WaitPowerState to wait for the result.
+func (c *Client) PowerOff(ctx context.Context, force bool) error {
+	rt := "GracefulShutdown"
+	if force {
+		rt = "ForceOff"
+	}
+	return c.reset(ctx, rt, func(ps string) bool { return ps == "Off" })
+}
+
+// Reset performs resetType (ForceRestart, GracefulRestart, PowerCycle, ...),
+// substituting the closest allowable value when the BMC lacks it. A restart
+// of a system that is off powers it on.
+func (c *Client) Reset(ctx context.Context, resetType string) error {
+	return c.reset(ctx, resetType, nil)
+}
+
+func (c *Client) reset(ctx context.Context, resetType string, done func(powerState string) bool) error {
+	return c.call(ctx, "reset "+resetType, func(api *gofish.APIClient) error {
+		sys, err := c.system(api)
+		if err != nil {
+			return err
+		}
+		ps := string(sys.PowerState)
+		if done != nil && done(ps) {
+			c.log.Debug("reset skipped: already in the target state", "reset", resetType, "power", ps)
+			return nil
+		}
+		want := resetType
+		if isRestart(resetType) && ps == "Off" {
+			want = "On" // many BMCs refuse to restart a host that is off
+		}
+		allowed, err := sys.GetSupportedResetTypes()
+		if err != nil {
+			return fmt.Errorf("system %s: reset types: %w", sys.ODataID, err)
+		}
+		var names []string
+		for _, a := range allowed {
+			names = append(names, string(a))
+		}
+		rt, err := chooseReset(want, names)
+		if err != nil {
+			return err
+		}
+		if rt != resetType {
+			c.log.Info("reset type substituted", "asked", resetType, "using", rt, "power", ps)
+		}
+		if _, err := sys.Reset(schemas.ResetType(rt)); err != nil {
+			return fmt.Errorf("POST %s ResetType=%s: %w", sys.ODataID, rt, err)
+		}
+		c.log.Info("reset", "type", rt, "system", sys.ODataID)
+		return nil
+	})
+}
+
+// WaitPowerState polls until the system reports want (e.g. after a
+// graceful PowerOff) or ctx ends.
+func (c *Client) WaitPowerState(ctx context.Context, want string, poll time.Duration) error {
+	if poll <= 0 {
+		poll = 2 * time.Second
+	}
+	for {
+		ps, err := c.PowerState(ctx)
+		if err == nil && ps == want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redfish %s: waiting for PowerState %s (last %q, err %v): %w", c.ep.URL, want, ps, err, ctx.Err())
+		case <-time.After(poll):
+		}
+	}
+}
+
+// BootOverride reads BootSourceOverrideTarget and BootSourceOverrideEnabled.
+func (c *Client) BootOverride(ctx context.Context) (BootTarget, string, error) {
+	var st bootState
+	err := c.call(ctx, "read boot override", func(api *gofish.APIClient) error {
+		sys, err := c.system(api)
+		if err != nil {
+			return err
+		}
+		st, err = parseBootState(sys.RawData)
+		return err
+	})
+	return BootTarget(st.Target), st.Enabled, err
+}
+
+// SetBootOverride makes the system boot target on the next boot (once) or
+// on every boot. It adapts to the BMC's shape: Mode only where the system
+// has one (and dropped if the BMC refuses it), If-Match with the ETag,
+// Lenovo-style BMCs without Continuous. It reads the result back.
+func (c *Client) SetBootOverride(ctx context.Context, target BootTarget, once bool) error {
+	var planned bootPatch
+	err := c.call(ctx, fmt.Sprintf("set boot override %s once=%v", target, once), func(api *gofish.APIClient) error {
+		var lastErr error
+		// Two rounds: the second after a 412 (the resource changed between
+		// our read and our write, e.g. a Once was consumed by a boot).
+		for round := 0; round < 2; round++ {
+			sys, err := c.system(api)
+			if err != nil {
+				return err
+			}
+			st, err := parseBootState(sys.RawData)
+			if err != nil {
+				return fmt.Errorf("system %s: %w", sys.ODataID, err)
+			}
+			p, err := planBootOverride(st, target, once)
+			if err != nil {
+				return fmt.Errorf("system %s: %w", sys.ODataID, err)
+			}
+			planned = p
+			if p.Note != "" {
+				c.log.Warn("boot override adapted to the BMC", "note", p.Note)
+			}
+			if p.empty() {
+				c.log.Debug("boot override already set", "target", st.Target, "enabled", st.Enabled)
+				return nil
+			}
+			lastErr = c.patchBoot(api, sys, p)
+			if statusOf(lastErr) == http.StatusBadRequest && p.Mode != "" {
+				c.log.Warn("BMC refused BootSourceOverrideMode; retrying without it", "err", lastErr)
+				p.Mode = ""
+				planned = p
+				lastErr = c.patchBoot(api, sys, p)
+			}
+			if statusOf(lastErr) != http.StatusPreconditionFailed {
+				break
+			}
+			c.log.Info("ETag changed under us; re-reading the system", "err", lastErr)
+		}
+		return lastErr
+	})
+	if err != nil || planned.empty() {
+		return err
+	}
+	// Verify: what we asked for is what the BMC now says.
+	gotTarget, gotEnabled, err := c.BootOverride(ctx)
+	if err != nil {
+		return fmt.Errorf("redfish %s: verify boot override: %w", c.ep.URL, err)
+	}
+	if (planned.Target != "" && string(gotTarget) != planned.Target) || gotEnabled != planned.Enabled {
+		return fmt.Errorf("redfish %s: boot override not applied: asked Target=%q Enabled=%q, BMC reports Target=%q Enabled=%q",
+			c.ep.URL, planned.Target, planned.Enabled, gotTarget, gotEnabled)
+	}
+	c.log.Info("boot override set", "target", gotTarget, "enabled", gotEnabled)
+	return nil
+}
+
+func (c *Client) patchBoot(api *gofish.APIClient, sys *schemas.ComputerSystem, p bootPatch) error {
+	headers := map[string]string{}
+	if sys.ODataEtag != "" {
+		headers["If-Match"] = sys.ODataEtag
+	}
+	resp, err := api.PatchWithHeaders(sys.ODataID, map[string]any{"Boot": p}, headers)
+	if err != nil {
+		return fmt.Errorf("PATCH %s Boot %+v: %w", sys.ODataID, p, err)
+	}
+	return schemas.CleanupHTTPResponse(resp)
+}
+
+// FirmwareInventory lists UpdateService.FirmwareInventory.
+func (c *Client) FirmwareInventory(ctx context.Context) ([]FirmwareItem, error) {
+	var items []FirmwareItem
+	err := c.call(ctx, "read firmware inventory", func(api *gofish.APIClient) error {
+		us, err := api.Service.UpdateService()
+		if err != nil {
+			return fmt.Errorf("UpdateService: %w", err)
+		}
+		if us == nil {
+			return fmt.Errorf("%w: the service root links no UpdateService", ErrNotSupported)
+		}
+		inv, err := us.FirmwareInventory()
+		if err != nil {
+			return fmt.Errorf("FirmwareInventory: %w", err)
+		}
+		items = items[:0]
+		for _, s := range inv {
+			items = append(items, FirmwareItem{ID: s.ID, Name: s.Name, Version: s.Version, SoftwareID: s.SoftwareID, Updateable: s.Updateable})
+		}
+		slices.SortFunc(items, func(a, b FirmwareItem) int { return strings.Compare(a.ID, b.ID) })
+		return nil
+	})
+	return items, err
+}

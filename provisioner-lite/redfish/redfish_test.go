@@ -1,0 +1,490 @@
+package redfish
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cure-oss/cure/qemu-test/vbmc"
+)
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// recorder keeps the PATCH requests a test server received.
+type recorder struct {
+	mu      sync.Mutex
+	patches []recorded
+}
+
+type recorded struct {
+	ifMatch string
+	body    string
+}
+
+func (r *recorder) Patches() []recorded {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.patches)
+}
+
+// bmcServer runs a virtual BMC over a fake machine, behind optional
+// middleware that plays a vendor quirk.
+func bmcServer(t *testing.T, cfg vbmc.Config, wrap func(http.Handler) http.Handler) (*vbmc.BMC, *vbmc.FakeMachine, *recorder, string) {
+	t.Helper()
+	m := vbmc.NewFakeMachine()
+	cfg.Logger = testLogger(t).With("side", "bmc")
+	if cfg.Name == "" {
+		cfg.Name = "node1"
+	}
+	b, err := vbmc.New(cfg, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	var h http.Handler = b.Handler()
+	if wrap != nil {
+		h = wrap(h)
+	}
+	inner := h
+	h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPatch {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			rec.mu.Lock()
+			rec.patches = append(rec.patches, recorded{ifMatch: r.Header.Get("If-Match"), body: string(body)})
+			rec.mu.Unlock()
+		}
+		inner.ServeHTTP(w, r)
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		b.Close(context.Background())
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	return b, m, rec, srv.URL
+}
+
+func connect(t *testing.T, url string, timeout time.Duration) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Connect(ctx, Endpoint{URL: url, Username: "admin", Password: "password"},
+		Options{Timeout: timeout, Logger: testLogger(t).With("side", "driver")})
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+func TestPowerOnOff(t *testing.T) {
+	b, m, _, url := bmcServer(t, vbmc.Config{}, nil)
+	c := connect(t, url, 5*time.Second)
+	ctx := context.Background()
+	if ps, err := c.PowerState(ctx); err != nil || ps != "Off" {
+		t.Fatalf("PowerState = %q, %v; want Off", ps, err)
+	}
+	if err := c.PowerOn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PowerOn(ctx); err != nil { // already on: no second boot
+		t.Fatal(err)
+	}
+	if b.PowerState() != "On" || len(m.Boots()) != 1 {
+		t.Fatalf("after two PowerOn: BMC power %s, boots %v; want On and one boot", b.PowerState(), m.Boots())
+	}
+	if err := c.PowerOff(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if ps, _ := c.PowerState(ctx); ps != "Off" || !slices.Equal(m.Stops(), []bool{true}) {
+		t.Fatalf("after PowerOff(force): %s, stops %v", ps, m.Stops())
+	}
+	if err := c.PowerOff(ctx, true); err != nil { // already off: no-op
+		t.Fatal(err)
+	}
+	if len(m.Stops()) != 1 {
+		t.Fatalf("PowerOff of an off system touched the machine: %v", m.Stops())
+	}
+}
+
+func TestGracefulPowerOffAndWait(t *testing.T) {
+	b, m, _, url := bmcServer(t, vbmc.Config{}, nil)
+	c := connect(t, url, 5*time.Second)
+	ctx := context.Background()
+	if err := c.PowerOn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PowerOff(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.WaitPowerState(wctx, "Off", 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(m.Stops(), []bool{false}) || b.PowerState() != "Off" {
+		t.Fatalf("graceful off: stops %v power %s", m.Stops(), b.PowerState())
+	}
+}
+
+func TestOnceVersusContinuous(t *testing.T) {
+	b, m, _, url := bmcServer(t, vbmc.Config{}, nil)
+	c := connect(t, url, 5*time.Second)
+	ctx := context.Background()
+	if err := c.SetBootOverride(ctx, BootPxe, true); err != nil {
+		t.Fatal(err)
+	}
+	if tg, en := b.BootOverride(); tg != "Pxe" || en != "Once" {
+		t.Fatalf("BMC override = %s/%s, want Pxe/Once", tg, en)
+	}
+	if err := c.PowerOn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tg, en, err := c.BootOverride(ctx)
+	if err != nil || tg != BootPxe || en != "Disabled" {
+		t.Fatalf("after the boot: %s/%s %v, want Pxe/Disabled (Once consumed)", tg, en, err)
+	}
+	if err := c.SetBootOverride(ctx, BootHdd, false); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := c.Reset(ctx, "ForceRestart"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := m.Boots(); !slices.Equal(got, []vbmc.BootDevice{vbmc.BootPxe, vbmc.BootHdd, vbmc.BootHdd}) {
+		t.Fatalf("boots = %v, want Pxe (once) then Hdd twice (continuous)", got)
+	}
+	if _, en := b.BootOverride(); en != "Continuous" {
+		t.Fatalf("Continuous did not persist: %s", en)
+	}
+	n := len(b.Overrides())
+	if err := c.SetBootOverride(ctx, BootHdd, false); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Overrides()) != n {
+		t.Fatal("setting the override it already has sent a PATCH")
+	}
+}
+
+func TestIfMatchAndMode(t *testing.T) {
+	b, _, rec, url := bmcServer(t, vbmc.Config{RequireIfMatch: true}, nil)
+	c := connect(t, url, 5*time.Second)
+	etag := b.ETag()
+	if err := c.SetBootOverride(context.Background(), BootPxe, true); err != nil {
+		t.Fatal(err)
+	}
+	p := rec.Patches()
+	if len(p) != 1 || p[0].ifMatch != etag {
+		t.Fatalf("PATCHes = %+v, want one with If-Match %s", p, etag)
+	}
+	if !strings.Contains(p[0].body, `"BootSourceOverrideMode":"Legacy"`) {
+		t.Fatalf("PATCH body %s lacks the system's current mode", p[0].body)
+	}
+}
+
+func TestETagRaceRetried(t *testing.T) {
+	var once sync.Once
+	// The first PATCH finds the resource changed underneath (412).
+	wrap := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPatch {
+				fail := false
+				once.Do(func() { fail = true })
+				if fail {
+					r.Header.Set("If-Match", `"someone-else"`)
+				}
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	b, _, rec, url := bmcServer(t, vbmc.Config{}, wrap)
+	c := connect(t, url, 5*time.Second)
+	if err := c.SetBootOverride(context.Background(), BootPxe, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Patches()) != 2 {
+		t.Fatalf("PATCHes = %d, want a 412 then a retry", len(rec.Patches()))
+	}
+	if tg, en := b.BootOverride(); tg != "Pxe" || en != "Once" {
+		t.Fatalf("override = %s/%s", tg, en)
+	}
+}
+
+func TestNoModeVariant(t *testing.T) {
+	b, _, rec, url := bmcServer(t, vbmc.Config{NoBootMode: true}, nil)
+	c := connect(t, url, 5*time.Second)
+	if err := c.SetBootOverride(context.Background(), BootPxe, true); err != nil {
+		t.Fatal(err)
+	}
+	if p := rec.Patches(); len(p) != 1 || strings.Contains(p[0].body, "BootSourceOverrideMode") {
+		t.Fatalf("PATCHes = %+v, want one without BootSourceOverrideMode", p)
+	}
+	if tg, en := b.BootOverride(); tg != "Pxe" || en != "Once" {
+		t.Fatalf("override = %s/%s", tg, en)
+	}
+}
+
+func TestModeRefusedRetriedWithout(t *testing.T) {
+	// A BMC that shows Mode but answers 400 when a PATCH carries it.
+	wrap := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPatch {
+				body, _ := io.ReadAll(r.Body)
+				if bytes.Contains(body, []byte("BootSourceOverrideMode")) {
+					w.WriteHeader(http.StatusBadRequest)
+					io.WriteString(w, `{"error":{"code":"Base.1.5.0.PropertyNotWritable","message":"BootSourceOverrideMode is read only"}}`)
+					return
+				}
+				r.Body = io.NopCloser(bytes.NewReader(body))
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	b, _, rec, url := bmcServer(t, vbmc.Config{}, wrap)
+	c := connect(t, url, 5*time.Second)
+	if err := c.SetBootOverride(context.Background(), BootPxe, true); err != nil {
+		t.Fatal(err)
+	}
+	if p := rec.Patches(); len(p) != 2 || strings.Contains(p[1].body, "BootSourceOverrideMode") {
+		t.Fatalf("PATCHes = %+v, want a refused one with Mode then one without", p)
+	}
+	if tg, en := b.BootOverride(); tg != "Pxe" || en != "Once" {
+		t.Fatalf("override = %s/%s", tg, en)
+	}
+}
+
+func TestLenovoStyleNoContinuous(t *testing.T) {
+	b, m, _, url := bmcServer(t, vbmc.Config{NoContinuous: true}, nil)
+	c := connect(t, url, 5*time.Second)
+	ctx := context.Background()
+	if err := c.SetBootOverride(ctx, BootPxe, false); !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "Once") {
+		t.Fatalf("persistent Pxe on a BMC without Continuous: %v, want ErrNotSupported naming the allowable values", err)
+	}
+	if err := c.SetBootOverride(ctx, BootPxe, true); err != nil {
+		t.Fatal(err)
+	}
+	// Persistent disk boot: the override is disabled, the disk-first order rules.
+	if err := c.SetBootOverride(ctx, BootHdd, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, en := b.BootOverride(); en != "Disabled" {
+		t.Fatalf("Enabled = %s, want Disabled", en)
+	}
+	if err := c.PowerOn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Boots(); !slices.Equal(got, []vbmc.BootDevice{vbmc.BootHdd}) {
+		t.Fatalf("boots = %v, want Hdd", got)
+	}
+}
+
+func TestReloginAfterSessionLoss(t *testing.T) {
+	b, _, _, url := bmcServer(t, vbmc.Config{}, nil)
+	c := connect(t, url, 5*time.Second)
+	b.ExpireSessions() // the BMC reset and forgot every session
+	if ps, err := c.PowerState(context.Background()); err != nil || ps != "Off" {
+		t.Fatalf("PowerState after session loss = %q, %v", ps, err)
+	}
+	if n := b.SessionCount(); n != 1 {
+		t.Fatalf("sessions = %d, want the one new session", n)
+	}
+	// If logging in again is refused too, the error says so.
+	b.ExpireSessions()
+	b.SetFailAuth(true)
+	_, err := c.PowerState(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "re-login failed") {
+		t.Fatalf("want a re-login failure, got %v", err)
+	}
+}
+
+func TestCloseLogsOut(t *testing.T) {
+	b, _, _, url := bmcServer(t, vbmc.Config{}, nil)
+	c := connect(t, url, 5*time.Second)
+	if b.SessionCount() != 1 {
+		t.Fatalf("sessions after Connect = %d", b.SessionCount())
+	}
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if b.SessionCount() != 0 {
+		t.Fatalf("sessions after Close = %d, want 0", b.SessionCount())
+	}
+	if _, err := c.PowerState(context.Background()); err == nil {
+		t.Fatal("call on a closed client succeeded")
+	}
+}
+
+func TestBadCredentials(t *testing.T) {
+	_, _, _, url := bmcServer(t, vbmc.Config{}, nil)
+	_, err := Connect(context.Background(), Endpoint{URL: url, Username: "admin", Password: "nope"},
+		Options{Timeout: 5 * time.Second, Logger: testLogger(t)})
+	if err == nil || !strings.Contains(err.Error(), "credentials") {
+		t.Fatalf("wrong password: %v", err)
+	}
+	if _, err := Connect(context.Background(), Endpoint{URL: "bmc1:443", Username: "a"}, Options{}); err == nil || !strings.Contains(err.Error(), "endpoint URL") {
+		t.Fatalf("bad URL: %v", err)
+	}
+}
+
+func TestBasicAuthFallback(t *testing.T) {
+	wrap := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/redfish/v1/SessionService") {
+				w.WriteHeader(http.StatusMethodNotAllowed)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	b, _, _, url := bmcServer(t, vbmc.Config{}, wrap)
+	c := connect(t, url, 5*time.Second)
+	if err := c.PowerOn(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if b.SessionCount() != 0 || b.PowerState() != "On" {
+		t.Fatalf("basic auth: sessions %d power %s", b.SessionCount(), b.PowerState())
+	}
+	// Basic auth with a wrong password fails at Connect, not later.
+	_, err := Connect(context.Background(), Endpoint{URL: url, Username: "admin", Password: "nope"}, Options{Timeout: 5 * time.Second})
+	if err == nil {
+		t.Fatal("basic auth with a wrong password connected")
+	}
+}
+
+func TestHungBMCTimesOut(t *testing.T) {
+	b, _, _, url := bmcServer(t, vbmc.Config{}, nil)
+	c := connect(t, url, 300*time.Millisecond)
+	b.HangNextRequest()
+	start := time.Now()
+	_, err := c.PowerState(context.Background())
+	if err == nil || time.Since(start) > 2*time.Second {
+		t.Fatalf("hung BMC: err %v after %v; want an error within the 300ms timeout", err, time.Since(start))
+	}
+	if !strings.Contains(err.Error(), "no answer within") {
+		t.Errorf("error does not say it timed out: %v", err)
+	}
+	if ps, err := c.PowerState(context.Background()); err != nil || ps != "Off" {
+		t.Fatalf("call after the hang: %q %v", ps, err)
+	}
+}
+
+func TestConnectToSilentServerTimesOut(t *testing.T) {
+	// Accepts TCP connections and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+		}
+	}()
+	start := time.Now()
+	_, err = Connect(context.Background(), Endpoint{URL: "http://" + ln.Addr().String(), Username: "admin", Password: "x"},
+		Options{Timeout: 300 * time.Millisecond})
+	if err == nil || time.Since(start) > 2*time.Second {
+		t.Fatalf("silent server: err %v after %v", err, time.Since(start))
+	}
+}
+
+func TestResetFallbackAndPowerOnFromOff(t *testing.T) {
+	b, m, _, url := bmcServer(t, vbmc.Config{}, nil)
+	c := connect(t, url, 5*time.Second)
+	ctx := context.Background()
+	// Off: a restart powers the system on.
+	if err := c.Reset(ctx, "ForceRestart"); err != nil {
+		t.Fatal(err)
+	}
+	// The mockup has no PowerCycle: ForceRestart stands in.
+	if err := c.Reset(ctx, "PowerCycle"); err != nil {
+		t.Fatal(err)
+	}
+	h := b.History()
+	if len(h) != 2 || h[0].Reason != "On" || h[1].Reason != "ForceRestart" {
+		t.Fatalf("history = %+v, want On then ForceRestart", h)
+	}
+	if len(m.Boots()) != 2 {
+		t.Fatalf("boots = %v", m.Boots())
+	}
+	if err := c.Reset(ctx, "Nmi"); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("Nmi (not offered): %v, want ErrNotSupported", err)
+	}
+}
+
+func TestSystemAndFirmware(t *testing.T) {
+	_, _, _, url := bmcServer(t, vbmc.Config{Serial: "SN-42", MAC: "52:54:00:AA:BB:01", UUID: "8f4a1c2e-0000-4000-8000-000000000042"}, nil)
+	c := connect(t, url, 5*time.Second)
+	ctx := context.Background()
+	s, err := c.System(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Serial != "SN-42" || s.UUID != "8f4a1c2e-0000-4000-8000-000000000042" || s.Manufacturer != "CURE" || s.PowerState != "Off" {
+		t.Errorf("system = %+v", s)
+	}
+	if !slices.Contains(s.MACs, "52:54:00:aa:bb:01") {
+		t.Errorf("MACs = %v, want the node's NIC", s.MACs)
+	}
+	if !slices.Contains(s.AllowedBootEnabled, "Continuous") || !slices.Contains(s.AllowedResetTypes, "ForceRestart") || s.ETag == "" {
+		t.Errorf("allowables/etag = %v %v %q", s.AllowedBootEnabled, s.AllowedResetTypes, s.ETag)
+	}
+	fw, err := c.FirmwareInventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(fw, func(f FirmwareItem) bool { return f.ID == "BIOS" })
+	if i < 0 || fw[i].Version != "P79 v1.45" || !fw[i].Updateable || fw[i].SoftwareID == "" {
+		t.Fatalf("firmware = %+v, want BIOS P79 v1.45", fw)
+	}
+}
+
+func TestTLSInsecure(t *testing.T) {
+	m := vbmc.NewFakeMachine()
+	b, err := vbmc.New(vbmc.Config{Name: "tls", Logger: testLogger(t)}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := vbmc.Listen("127.0.0.1:0", b, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	ctx := context.Background()
+	if _, err := Connect(ctx, Endpoint{URL: srv.URL, Username: "admin", Password: "password"}, Options{Timeout: 5 * time.Second}); err == nil {
+		t.Fatal("self-signed certificate accepted without Insecure")
+	}
+	c, err := Connect(ctx, Endpoint{URL: srv.URL, Username: "admin", Password: "password", Insecure: true}, Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if ps, err := c.PowerState(ctx); err != nil || ps != "Off" {
+		t.Fatalf("over TLS: %q %v", ps, err)
+	}
+}

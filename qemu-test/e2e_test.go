@@ -1,0 +1,349 @@
+// End-to-end tests: real CURE images PXE-booted by QEMU under a Redfish
+// virtual BMC, provisioned by a real provisioner-lite process. They need the
+// outputs of `make image hostos` (CURE_OUT, set by `make test`).
+package qemutest
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/qemu-test/harness"
+	"github.com/cure-oss/cure/qemu-test/vbmc"
+)
+
+func outDir(t *testing.T) string {
+	t.Helper()
+	out := os.Getenv("CURE_OUT")
+	if out == "" {
+		t.Skip("CURE_OUT not set: run through `make test` / `make e2e`, which build the images first")
+	}
+	if testing.Short() {
+		t.Skip("QEMU end-to-end test skipped in -short mode")
+	}
+	if miss := harness.Missing(out); len(miss) > 0 {
+		t.Fatalf("CURE_OUT=%s lacks %v", out, miss)
+	}
+	return out
+}
+
+func startEnv(t *testing.T, o harness.Options) *harness.Env {
+	t.Helper()
+	o.Out = outDir(t)
+	if o.Work == "" {
+		o.Work = t.TempDir()
+	}
+	o.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	env, err := harness.Start(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		env.Close()
+		if t.Failed() {
+			for _, n := range env.Nodes {
+				if b, err := os.ReadFile(n.Console); err == nil {
+					t.Logf("--- %s console (last 4 KiB) ---\n%s", n.ID, tail(b, 4096))
+				}
+			}
+			if b, err := os.ReadFile(filepath.Join(env.Opts.Work, "coordinator.log")); err == nil {
+				t.Logf("--- coordinator log (last 6 KiB) ---\n%s", tail(b, 6144))
+			}
+		}
+	})
+	return env
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// provisionAndWait runs one provision to its end, logging the timeline.
+func provisionAndWait(t *testing.T, env *harness.Env, node string, resume bool) *curev1.RunReport {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	runID, err := env.Provision(ctx, node, modes.Provision, resume)
+	if err != nil {
+		t.Fatalf("provision %s: %v", node, err)
+	}
+	start := time.Now()
+	rep, err := env.Follow(ctx, runID, func(e *curev1.TimelineEntry) {
+		t.Logf("%6.1fs %-6s %-20s %-11s %-8s %s", time.Since(start).Seconds(), e.GetSource(), e.GetPhase(), e.GetKind(), e.GetStatus(), e.GetMessage())
+	})
+	if err != nil {
+		t.Fatalf("follow run %s: %v", runID, err)
+	}
+	t.Logf("run %s: %s in %s, %d reboots", runID, rep.GetStatus(), time.Since(start).Round(time.Second), rep.GetReboots())
+	return rep
+}
+
+func openStore(t *testing.T, env *harness.Env) *store.Store {
+	t.Helper()
+	st, err := store.Open(filepath.Join(env.StateDir, "cure.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func phaseStatuses(t *testing.T, st *store.Store, runID string) map[string]string {
+	t.Helper()
+	ps, err := st.Phases(context.Background(), runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, p := range ps {
+		m[p.Name] = p.Status
+	}
+	return m
+}
+
+func verdict(rep *curev1.RunReport, component, check string) *curev1.Verdict {
+	for _, v := range rep.GetVerdicts() {
+		if v.GetComponent() == component && v.GetCheck() == check {
+			return v
+		}
+	}
+	return nil
+}
+
+var provisionOrder = []string{
+	modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE,
+	modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX,
+	modes.NIC, modes.DPU, modes.NVMe, modes.SEDRevert, modes.OSInstall,
+	modes.SetBootDisk, modes.WaitForHostOS,
+}
+
+func checkProvisioned(t *testing.T, env *harness.Env, rep *curev1.RunReport) {
+	t.Helper()
+	if rep.GetStatus() != "succeeded" {
+		t.Fatalf("run %s ended %s: %s", rep.GetRunId(), rep.GetStatus(), rep.GetMessage())
+	}
+	st := openStore(t, env)
+	ps, err := st.Phases(context.Background(), rep.GetRunId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range ps {
+		names = append(names, p.Name)
+	}
+	if !slices.Equal(names, provisionOrder) {
+		t.Errorf("phase sequence in the store:\n got %v\nwant %v", names, provisionOrder)
+	}
+	got := phaseStatuses(t, st, rep.GetRunId())
+	for _, p := range []string{modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE, modes.OSInstall, modes.SetBootDisk, modes.WaitForHostOS} {
+		if got[p] != "ok" {
+			t.Errorf("phase %s = %q, want ok", p, got[p])
+		}
+	}
+	// Phases not built yet must say so, never pass.
+	for _, p := range []string{modes.NIC, modes.DPU, modes.SEDRevert, modes.BMC, modes.BIOS, modes.HGX, modes.BIOSSettings} {
+		if got[p] != "skipped" {
+			t.Errorf("phase %s = %q, want skipped", p, got[p])
+		}
+	}
+	v := verdict(rep, "nvme/0", "firmware")
+	if v == nil || v.GetStatus() != curev1.VerdictStatus_MATCH || v.GetObserved() != "7.2.22" {
+		t.Errorf("nvme/0 firmware verdict = %v, want MATCH observed 7.2.22", v)
+	}
+	if v := verdict(rep, "disk/nvme0n1", "os_install"); v == nil || v.GetStatus() != curev1.VerdictStatus_PASS {
+		t.Errorf("os_install verdict = %v, want PASS on disk/nvme0n1", v)
+	}
+	evs, err := st.Events(context.Background(), rep.GetRunId(), 0, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := false
+	for _, e := range evs {
+		if e.Kind == "host_ready" && strings.Contains(e.Message, "instance_id="+rep.GetRunId()) {
+			ready = true
+		}
+	}
+	if !ready {
+		t.Error("no host_ready callback carrying the run's instance id in the store")
+	}
+	checkDisk(t, env, env.Nodes[0])
+}
+
+// checkDisk compares the node's NVMe disk with the host-OS image: identical
+// outside the CIDATA partition, and CIDATA holds the runner's NoCloud seed.
+func checkDisk(t *testing.T, env *harness.Env, n *harness.Node) {
+	t.Helper()
+	img, err := os.ReadFile(env.HostOS.RawPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(n.Disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	disk := make([]byte, len(img))
+	if _, err := io.ReadFull(f, disk); err != nil {
+		t.Fatal(err)
+	}
+	seedStart, seedEnd := cidataRange(t, img)
+	if !bytes.Equal(disk[:seedStart], img[:seedStart]) || !bytes.Equal(disk[seedEnd:], img[seedEnd:]) {
+		t.Fatal("disk bytes differ from the image outside the CIDATA partition")
+	}
+	out, err := exec.Command("mtype", "-i", fmt.Sprintf("%s@@%d", n.Disk, seedStart), "::meta-data").CombinedOutput()
+	if err != nil {
+		t.Fatalf("read meta-data from CIDATA: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "local-hostname: "+n.ID) {
+		t.Errorf("meta-data lacks the hostname:\n%s", out)
+	}
+}
+
+// cidataRange finds the MBR partition whose FAT label is CIDATA.
+func cidataRange(t *testing.T, img []byte) (int, int) {
+	t.Helper()
+	for i := 0; i < 4; i++ {
+		e := img[446+16*i : 446+16*(i+1)]
+		start := int(binary.LittleEndian.Uint32(e[8:])) * 512
+		size := int(binary.LittleEndian.Uint32(e[12:])) * 512
+		if size == 0 || start+512 > len(img) {
+			continue
+		}
+		bs := img[start : start+512]
+		if strings.TrimSpace(string(bs[0x2b:0x36])) == "CIDATA" || strings.TrimSpace(string(bs[0x47:0x52])) == "CIDATA" {
+			return start, start + size
+		}
+	}
+	t.Fatal("host-OS image has no CIDATA partition")
+	return 0, 0
+}
+
+func bootHistory(n *harness.Node) []string {
+	var s []string
+	for _, c := range n.BMC.Overrides() {
+		s = append(s, c.Target+"/"+c.Enabled)
+	}
+	return s
+}
+
+func TestProvisionFromPowerOff(t *testing.T) {
+	env := startEnv(t, harness.Options{})
+	n := env.Nodes[0]
+	if n.BMC.PowerState() != vbmc.PowerOff {
+		t.Fatalf("node starts %s, want Off", n.BMC.PowerState())
+	}
+	rep := provisionAndWait(t, env, n.ID, false)
+	checkProvisioned(t, env, rep)
+	hist := bootHistory(n)
+	if !slices.Equal(hist, []string{"Pxe/Once", "Hdd/Continuous"}) {
+		t.Errorf("boot override history = %v, want [Pxe/Once Hdd/Continuous]", hist)
+	}
+	var devs []string
+	for _, b := range n.BMC.History() {
+		devs = append(devs, string(b.Device))
+	}
+	if !slices.Equal(devs, []string{"Pxe", "Hdd"}) {
+		t.Errorf("boots = %v, want [Pxe Hdd] (one PXE into CURE, one disk boot into the installed OS)", devs)
+	}
+	if rep.GetReboots() != 2 {
+		t.Errorf("reboots = %d, want 2 (power on into CURE, reboot into the OS)", rep.GetReboots())
+	}
+
+	// Re-provisioning the same node: the matching firmware phase is skipped
+	// and the run still ends with the OS installed and calling back.
+	t.Run("TestReprovisionSkipsMatching", func(t *testing.T) {
+		rep2 := provisionAndWait(t, env, n.ID, false)
+		checkProvisioned(t, env, rep2)
+		st := openStore(t, env)
+		if got := phaseStatuses(t, st, rep2.GetRunId())[modes.NVMe]; got != "skipped" {
+			t.Errorf("nvme phase on re-provision = %q, want skipped (firmware already matches)", got)
+		}
+		hist := bootHistory(n)
+		if !slices.Equal(hist, []string{"Pxe/Once", "Hdd/Continuous", "Pxe/Once", "Hdd/Continuous"}) {
+			t.Errorf("boot override history = %v", hist)
+		}
+	})
+}
+
+func TestCorruptArtifactFailsOSInstall(t *testing.T) {
+	env := startEnv(t, harness.Options{PhaseAttempts: 2})
+	n := env.Nodes[0]
+	cas := filepath.Join(env.StateDir, "artifacts", "sha256", env.HostOS.SHA256)
+	good, err := os.ReadFile(cas)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := slices.Clone(good)
+	for i := len(bad) / 2; i < len(bad)/2+4096; i++ {
+		bad[i] ^= 0xff // same size: only the hash can tell
+	}
+	if err := os.WriteFile(cas, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep := provisionAndWait(t, env, n.ID, false)
+	if rep.GetStatus() != "failed" {
+		t.Fatalf("run with a corrupted artifact ended %s, want failed", rep.GetStatus())
+	}
+	st := openStore(t, env)
+	run, err := st.GetRun(context.Background(), rep.GetRunId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Phase != modes.OSInstall {
+		t.Errorf("run stopped at %s, want os_install", run.Phase)
+	}
+	if !strings.Contains(run.Message, "sha256") {
+		t.Errorf("run message does not name the hash mismatch: %q", run.Message)
+	}
+	if slices.Contains(bootHistory(n), "Hdd/Continuous") {
+		t.Error("boot override was switched to disk although os_install failed")
+	}
+	if v := verdict(rep, "disk/nvme0n1", "os_install"); v == nil || v.GetStatus() != curev1.VerdictStatus_FAIL {
+		t.Errorf("os_install verdict = %v, want FAIL", v)
+	}
+
+	// The operator fixes the artifact and resumes: the run goes on from
+	// os_install, not from the start.
+	if err := os.WriteFile(cas, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep2 := provisionAndWait(t, env, n.ID, true)
+	if rep2.GetRunId() != rep.GetRunId() {
+		t.Errorf("resume started a new run %s", rep2.GetRunId())
+	}
+	if rep2.GetStatus() != "succeeded" {
+		t.Fatalf("resumed run ended %s: %s", rep2.GetStatus(), rep2.GetMessage())
+	}
+	ps, _ := st.Phases(context.Background(), rep.GetRunId())
+	for _, p := range ps {
+		if p.Name == modes.WaitForCURE && p.Attempts != 1 {
+			t.Errorf("wait_for_cure ran %d times: the resume restarted earlier phases", p.Attempts)
+		}
+	}
+	checkDisk(t, env, n)
+}

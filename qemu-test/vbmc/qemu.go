@@ -1,0 +1,429 @@
+package vbmc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// QEMUConfig describes one QEMU node.
+type QEMUConfig struct {
+	Name       string
+	MAC        string // virtio-net MAC, e.g. 52:54:00:12:34:56
+	Serial     string // SMBIOS and NVMe serial
+	UUID       string // SMBIOS system UUID
+	DiskPath   string // raw image behind the NVMe controller; empty: no disk
+	MemoryMiB  int    // default 1024
+	CPUs       int    // default 2
+	ConsoleLog string // serial console, appended across boots
+	// BootURL is handed out by SLIRP DHCP as the bootfile; iPXE fetches an
+	// http URL directly, e.g. http://10.0.2.2:8080/boot.ipxe.
+	BootURL string
+	TFTPDir string // optional SLIRP TFTP root
+	Romfile string // optional virtio-net option ROM (default: QEMU's own iPXE)
+	// RebootTimeout makes the firmware reset the machine this long after
+	// "No bootable device" (0: it waits forever, QEMU's default).
+	RebootTimeout time.Duration
+	// GracefulTimeout bounds a graceful Stop before power is cut (default 60s).
+	GracefulTimeout time.Duration
+	Binary          string // default qemu-system-x86_64
+	RunDir          string // QMP socket directory (default: a new temp dir)
+	ExtraArgs       []string
+	Logger          *slog.Logger
+}
+
+// QEMUMachine runs one QEMU process per boot, so the boot device the BMC
+// chose is exactly the one QEMU boots first. Guest reboots and poweroffs
+// are caught through QMP (-action reboot=shutdown, -no-shutdown) and
+// reported as events; QEMU is then told to quit.
+type QEMUMachine struct {
+	cfg     QEMUConfig
+	log     *slog.Logger
+	ownDir  bool
+	events  chan MachineEvent
+	mu      sync.Mutex
+	cur     *qemuRun
+	seq     uint64
+	stopped chan struct{} // closed by Close
+}
+
+type qemuRun struct {
+	seq      uint64
+	cmd      *exec.Cmd
+	qmp      *qmpConn
+	exited   chan struct{}
+	waitErr  error
+	stopping atomic.Bool // host-initiated stop: no event
+	stderr   *tailBuffer
+}
+
+var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// NewQEMUMachine validates cfg and prepares the run directory. Nothing runs
+// until Start.
+func NewQEMUMachine(cfg QEMUConfig) (*QEMUMachine, error) {
+	if cfg.MemoryMiB == 0 {
+		cfg.MemoryMiB = 1024
+	}
+	if cfg.CPUs == 0 {
+		cfg.CPUs = 2
+	}
+	if cfg.GracefulTimeout == 0 {
+		cfg.GracefulTimeout = 60 * time.Second
+	}
+	if cfg.Binary == "" {
+		cfg.Binary = "qemu-system-x86_64"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	where := "qemu node " + strconv.Quote(cfg.Name)
+	if cfg.Name == "" {
+		return nil, fmt.Errorf("%s: Name is required", where)
+	}
+	if _, err := net.ParseMAC(cfg.MAC); err != nil || len(cfg.MAC) != 17 {
+		return nil, fmt.Errorf("%s: MAC %q is not a colon-separated 48-bit MAC", where, cfg.MAC)
+	}
+	if cfg.UUID != "" && !uuidRE.MatchString(cfg.UUID) {
+		return nil, fmt.Errorf("%s: UUID %q is not in 8-4-4-4-12 hex form", where, cfg.UUID)
+	}
+	if cfg.MemoryMiB < 64 {
+		return nil, fmt.Errorf("%s: MemoryMiB %d is below 64", where, cfg.MemoryMiB)
+	}
+	if cfg.ConsoleLog == "" {
+		return nil, fmt.Errorf("%s: ConsoleLog is required", where)
+	}
+	if cfg.BootURL != "" {
+		if u, err := url.Parse(cfg.BootURL); err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "tftp") {
+			return nil, fmt.Errorf("%s: BootURL %q is not an http(s) or tftp URL", where, cfg.BootURL)
+		}
+	}
+	if cfg.DiskPath != "" {
+		if st, err := os.Stat(cfg.DiskPath); err != nil {
+			return nil, fmt.Errorf("%s: DiskPath: %w", where, err)
+		} else if !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("%s: DiskPath %s is not a regular file", where, cfg.DiskPath)
+		}
+	}
+	if _, err := exec.LookPath(cfg.Binary); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	q := &QEMUMachine{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), events: make(chan MachineEvent, 16), stopped: make(chan struct{})}
+	if cfg.RunDir == "" {
+		// Short path: unix socket paths are limited to 108 bytes.
+		d, err := os.MkdirTemp("", "vbmc-")
+		if err != nil {
+			return nil, fmt.Errorf("%s: run dir: %w", where, err)
+		}
+		q.cfg.RunDir, q.ownDir = d, true
+	} else if err := os.MkdirAll(cfg.RunDir, 0o755); err != nil {
+		return nil, fmt.Errorf("%s: run dir: %w", where, err)
+	}
+	return q, nil
+}
+
+// qemuEscape doubles commas, QEMU's escape inside option values.
+func qemuEscape(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+// Args is the QEMU command line for one boot from dev (pure: tested without
+// QEMU).
+func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
+	c := q.cfg
+	var order string
+	switch dev {
+	case BootPxe:
+		order = "n"
+	case BootHdd:
+		order = "c"
+	default:
+		return nil, fmt.Errorf("qemu node %s: boot device %q is neither Pxe nor Hdd", c.Name, dev)
+	}
+	bootOpt := "order=" + order
+	if c.RebootTimeout > 0 {
+		bootOpt += ",reboot-timeout=" + strconv.FormatInt(c.RebootTimeout.Milliseconds(), 10)
+	}
+	netdev := "user,id=n0"
+	if c.BootURL != "" {
+		netdev += ",bootfile=" + qemuEscape(c.BootURL)
+	}
+	if c.TFTPDir != "" {
+		netdev += ",tftp=" + qemuEscape(c.TFTPDir)
+	}
+	nic := "virtio-net-pci,netdev=n0,mac=" + c.MAC
+	if c.Romfile != "" {
+		nic += ",romfile=" + qemuEscape(c.Romfile)
+	}
+	smbios := "type=1,manufacturer=CURE,product=QEMU-GPU-Node"
+	if c.Serial != "" {
+		smbios += ",serial=" + qemuEscape(c.Serial)
+	}
+	if c.UUID != "" {
+		smbios += ",uuid=" + c.UUID
+	}
+	args := []string{
+		"-name", qemuEscape(c.Name),
+		"-accel", "tcg", "-machine", "q35", "-cpu", "max",
+		"-smp", strconv.Itoa(c.CPUs), "-m", strconv.Itoa(c.MemoryMiB),
+		"-nographic", "-no-user-config", "-nodefaults",
+		"-chardev", "file,id=con0,path=" + qemuEscape(c.ConsoleLog) + ",append=on",
+		"-serial", "chardev:con0",
+		"-qmp", "unix:" + qemuEscape(qmpPath) + ",server=on,wait=off",
+		"-netdev", netdev,
+		"-device", nic,
+	}
+	if c.DiskPath != "" {
+		args = append(args,
+			"-drive", "file="+qemuEscape(c.DiskPath)+",if=none,id=d0,format=raw,cache=writeback",
+			"-device", "nvme,serial="+qemuEscape(orDefault(c.Serial, c.Name))+",drive=d0")
+	}
+	args = append(args,
+		"-device", "virtio-rng-pci",
+		"-smbios", smbios,
+		"-boot", bootOpt,
+		// A guest reboot becomes a shutdown we observe over QMP, and
+		// -no-shutdown keeps QEMU alive until we have read why.
+		"-action", "reboot=shutdown",
+		"-no-shutdown",
+	)
+	return append(args, c.ExtraArgs...), nil
+}
+
+func orDefault(s, d string) string {
+	if s != "" {
+		return s
+	}
+	return d
+}
+
+// Start launches QEMU booting dev first and waits for QMP.
+func (q *QEMUMachine) Start(ctx context.Context, dev BootDevice) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	select {
+	case <-q.stopped:
+		return fmt.Errorf("qemu node %s: machine is closed", q.cfg.Name)
+	default:
+	}
+	if q.cur != nil {
+		return fmt.Errorf("qemu node %s: start %s: already running (pid %d)", q.cfg.Name, dev, q.cur.cmd.Process.Pid)
+	}
+	sock := filepath.Join(q.cfg.RunDir, "qmp.sock")
+	_ = os.Remove(sock)
+	args, err := q.Args(dev, sock)
+	if err != nil {
+		return err
+	}
+	// Not CommandContext: QEMU must outlive the request that powered it on.
+	cmd := exec.Command(q.cfg.Binary, args...)
+	tail := &tailBuffer{max: 8 << 10}
+	cmd.Stdout, cmd.Stderr = tail, tail
+	// Die with us: a killed vbmc must not leave VMs behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("qemu node %s: start %s: %w", q.cfg.Name, q.cfg.Binary, err)
+	}
+	r := &qemuRun{cmd: cmd, exited: make(chan struct{}), stderr: tail}
+	go func() {
+		r.waitErr = cmd.Wait()
+		close(r.exited)
+	}()
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	qc, err := dialQMP(dctx, sock)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		<-r.exited
+		return fmt.Errorf("qemu node %s: %w; qemu output: %s", q.cfg.Name, err, tail.String())
+	}
+	q.seq++
+	r.seq, r.qmp = q.seq, qc
+	q.cur = r
+	q.log.Info("qemu started", "pid", cmd.Process.Pid, "boot", dev, "seq", r.seq)
+	go q.watch(r)
+	return nil
+}
+
+// watch turns the guest's SHUTDOWN into an event, quits QEMU and reaps it.
+func (q *QEMUMachine) watch(r *qemuRun) {
+	var ev *MachineEvent
+	evs := r.qmp.Events()
+loop:
+	for {
+		select {
+		case e, ok := <-evs:
+			if !ok {
+				break loop
+			}
+			if e.Event != "SHUTDOWN" {
+				continue
+			}
+			var d struct {
+				Guest  bool   `json:"guest"`
+				Reason string `json:"reason"`
+			}
+			_ = json.Unmarshal(e.Data, &d)
+			q.log.Info("qemu shutdown event", "guest", d.Guest, "reason", d.Reason, "seq", r.seq)
+			if ev == nil && d.Guest {
+				switch d.Reason {
+				case "guest-reset":
+					ev = &MachineEvent{Kind: GuestReset, Reason: d.Reason}
+				case "guest-shutdown":
+					ev = &MachineEvent{Kind: GuestPoweroff, Reason: d.Reason}
+				case "guest-panic":
+					ev = &MachineEvent{Kind: Exited, Reason: d.Reason, Err: errors.New("guest panicked")}
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if _, err := r.qmp.execute(ctx, "quit", nil); err != nil {
+				q.log.Debug("qmp quit", "err", err)
+			}
+			cancel()
+		case <-r.exited:
+			break loop
+		}
+	}
+	select {
+	case <-r.exited:
+	case <-time.After(10 * time.Second):
+		q.log.Warn("qemu did not exit after quit; killing", "pid", r.cmd.Process.Pid)
+		_ = r.cmd.Process.Kill()
+		<-r.exited
+	}
+	r.qmp.Close()
+	q.mu.Lock()
+	if q.cur == r {
+		q.cur = nil
+	}
+	q.mu.Unlock()
+	if r.stopping.Load() {
+		return
+	}
+	if ev == nil {
+		ev = &MachineEvent{Kind: Exited, Reason: "exited",
+			Err: fmt.Errorf("qemu exited unexpectedly (%v); output: %s", r.waitErr, r.stderr.String())}
+	}
+	ev.Boot = r.seq
+	q.log.Info("machine event", "event", ev.Kind, "reason", ev.Reason, "seq", r.seq)
+	q.events <- *ev
+}
+
+// Stop powers off: force quits QEMU; graceful presses the ACPI power button
+// and cuts power after GracefulTimeout.
+func (q *QEMUMachine) Stop(ctx context.Context, force bool) error {
+	q.mu.Lock()
+	r := q.cur
+	q.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	r.stopping.Store(true)
+	if !force {
+		if _, err := r.qmp.execute(ctx, "system_powerdown", nil); err != nil {
+			q.log.Warn("graceful powerdown failed; forcing", "err", err)
+		} else {
+			t := time.NewTimer(q.cfg.GracefulTimeout)
+			defer t.Stop()
+			select {
+			case <-r.exited:
+				return q.reaped(ctx, r)
+			case <-t.C:
+				q.log.Warn("guest ignored ACPI powerdown; forcing off", "after", q.cfg.GracefulTimeout)
+			case <-ctx.Done():
+			}
+		}
+	}
+	qctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err := r.qmp.execute(qctx, "quit", nil)
+	cancel()
+	if err != nil {
+		q.log.Debug("qmp quit failed; killing", "err", err)
+		_ = r.cmd.Process.Kill()
+	}
+	select {
+	case <-r.exited:
+	case <-time.After(10 * time.Second):
+		_ = r.cmd.Process.Kill()
+		<-r.exited
+	}
+	return q.reaped(ctx, r)
+}
+
+// reaped waits until watch has released the run, so Running is false and a
+// new Start can follow immediately.
+func (q *QEMUMachine) reaped(ctx context.Context, r *qemuRun) error {
+	for {
+		q.mu.Lock()
+		done := q.cur != r
+		q.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("qemu node %s: waiting for pid %d to be reaped: %w", q.cfg.Name, r.cmd.Process.Pid, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (q *QEMUMachine) Running() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.cur != nil
+}
+
+func (q *QEMUMachine) Events() <-chan MachineEvent { return q.events }
+
+// Close forces the VM off and removes the run directory if it made it.
+func (q *QEMUMachine) Close(ctx context.Context) error {
+	select {
+	case <-q.stopped:
+		return nil
+	default:
+	}
+	err := q.Stop(ctx, true)
+	q.mu.Lock()
+	close(q.stopped)
+	q.mu.Unlock()
+	if q.ownDir {
+		_ = os.RemoveAll(q.cfg.RunDir)
+	}
+	return err
+}
+
+// tailBuffer keeps the last max bytes written (QEMU's stderr, for errors).
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = t.b[len(t.b)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.b))
+}

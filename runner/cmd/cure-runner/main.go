@@ -1,0 +1,329 @@
+// Command cure-runner is the uinit of the CURE initramfs: it mounts what
+// u-root's init did not, loads drivers for the devices present, brings the
+// network up, takes inventory and then serves the coordinator's assignments
+// until told to reboot. It is PID 1's child: it never exits on error (that
+// would panic the kernel); it logs, waits and retries, and with cure.debug=1
+// opens a shell on the console after a fatal error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/runner/agent"
+	"github.com/cure-oss/cure/runner/boot"
+	"github.com/cure-oss/cure/runner/inventory"
+	"github.com/cure-oss/cure/runner/phases"
+	"github.com/cure-oss/cure/runner/transport"
+	"github.com/cure-oss/cure/tools/blockdev"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+// alwaysModules have no modalias (filesystems, codepages) but the CIDATA
+// seed partition needs them.
+var alwaysModules = []string{"vfat", "nls_cp437", "nls_iso8859_1"}
+
+type options struct {
+	dryRun     bool
+	root       string
+	cmdline    string
+	caFile     string
+	modulesDir string
+}
+
+func main() {
+	var o options
+	flag.BoolVar(&o.dryRun, "dry-run", false, "local testing: no mounts, no module loading, no network configuration, never write a disk, never reboot; exit on fatal errors")
+	flag.StringVar(&o.root, "sysroot", "/", "filesystem root holding sys/, proc/ and dev/ (a fixture tree for local testing)")
+	flag.StringVar(&o.cmdline, "cmdline", "", "kernel command line to use instead of <sysroot>/proc/cmdline")
+	flag.StringVar(&o.caFile, "ca", transport.DefaultCAFile, "PEM file with the coordinator's CA")
+	flag.StringVar(&o.modulesDir, "modules", "", "kernel modules directory (default /lib/modules/$(uname -r))")
+	flag.Parse()
+
+	console := openConsole(o.dryRun)
+	r := &runner{opt: o, console: console, procRoot: filepath.Join(o.root, "proc")}
+	r.log = slog.New(slog.NewTextHandler(console, &slog.HandlerOptions{Level: &r.level}))
+	slog.SetDefault(r.log)
+	r.run(context.Background())
+}
+
+// openConsole writes to /dev/console, where QEMU's serial port and the
+// e2e tests read; stderr when that is not possible or in a dry run.
+func openConsole(dryRun bool) io.Writer {
+	if dryRun {
+		return os.Stderr
+	}
+	f, err := os.OpenFile("/dev/console", os.O_WRONLY|unix.O_NOCTTY, 0)
+	if err != nil {
+		return os.Stderr
+	}
+	return f
+}
+
+type runner struct {
+	opt      options
+	console  io.Writer
+	log      *slog.Logger
+	level    slog.LevelVar
+	procRoot string
+	cmd      boot.Cmdline
+}
+
+// say prints one greppable line on the console (the e2e tests wait for them).
+func (r *runner) say(format string, args ...any) {
+	fmt.Fprintf(r.console, "CURE-RUNNER: "+format+" uptime=%s\n", append(args, r.uptime())...)
+}
+
+func (r *runner) uptime() string {
+	u, err := transport.Uptime(r.procRoot)
+	if err != nil {
+		return "?"
+	}
+	return u.Round(time.Millisecond).String()
+}
+
+// fatal handles an error the runner cannot get past on its own: log it,
+// open a debug shell when asked to, then wait before the caller retries.
+func (r *runner) fatal(step string, err error) {
+	r.log.Error("fatal: "+step, "err", err)
+	r.say("fatal step=%s err=%q", step, err.Error())
+	if r.opt.dryRun {
+		os.Exit(1)
+	}
+	if r.cmd.Debug {
+		r.debugShell()
+	}
+	time.Sleep(10 * time.Second)
+}
+
+// debugShell runs a u-root shell on the console; u-root's busybox cannot
+// resolve bare command names, so only absolute paths are tried.
+func (r *runner) debugShell() {
+	for _, sh := range []string{"/bbin/gosh", "/bin/gosh", "/bin/sh"} {
+		if _, err := os.Stat(sh); err != nil {
+			continue
+		}
+		tty, err := os.OpenFile("/dev/console", os.O_RDWR, 0)
+		if err != nil {
+			r.log.Error("debug shell: opening console", "err", err)
+			return
+		}
+		r.say("debug shell %s on console (exit to retry)", sh)
+		c := exec.Command(sh)
+		c.Stdin, c.Stdout, c.Stderr = tty, tty, tty
+		c.SysProcAttr = &unix.SysProcAttr{Setsid: true, Setctty: true}
+		if err := c.Run(); err != nil {
+			r.log.Warn("debug shell ended", "shell", sh, "err", err)
+		}
+		tty.Close()
+		return
+	}
+	r.log.Error("debug shell requested but none found", "tried", "/bbin/gosh /bin/gosh /bin/sh")
+}
+
+func (r *runner) run(ctx context.Context) {
+	r.say("start version=%s", runnerVersion())
+	if !r.opt.dryRun {
+		if err := boot.MountPseudoFS(); err != nil {
+			r.log.Warn("mounting pseudo filesystems", "err", err)
+		}
+	}
+	for {
+		if err := r.readCmdline(); err != nil {
+			r.fatal("cmdline", err)
+			continue
+		}
+		break
+	}
+	if r.cmd.Debug {
+		r.level.Set(slog.LevelDebug)
+	}
+	r.log.Info("kernel command line", "coordinator", r.cmd.Coordinator, "node", r.cmd.Node, "http", r.cmd.HTTP, "debug", r.cmd.Debug)
+
+	if !r.opt.dryRun {
+		r.loadModules(ctx)
+	}
+	lease := r.network(ctx)
+
+	inv, id := r.inventory(ctx, lease)
+	var conn *grpc.ClientConn
+	for {
+		var err error
+		if conn, err = transport.Dial(r.cmd.Coordinator, r.opt.caFile); err == nil {
+			break
+		}
+		r.fatal("dial", err)
+	}
+	a, sess := r.newAgent(inv, id, conn)
+	go sess.Run(ctx) // reconnects forever; one session per boot keeps seqs unique
+	for {
+		if err := a.Run(ctx); err != nil {
+			r.fatal("agent", err)
+			continue
+		}
+		r.fatal("reboot", errors.New("agent stopped for a reboot but the machine is still up"))
+	}
+}
+
+func (r *runner) readCmdline() error {
+	var c boot.Cmdline
+	if r.opt.cmdline != "" {
+		c = boot.ParseCmdline(r.opt.cmdline)
+	} else {
+		var err error
+		if c, err = boot.ReadCmdline(r.procRoot); err != nil {
+			return err
+		}
+	}
+	r.cmd = c
+	return c.Validate()
+}
+
+func (r *runner) loadModules(ctx context.Context) {
+	dir := r.opt.modulesDir
+	if dir == "" {
+		var u unix.Utsname
+		if err := unix.Uname(&u); err != nil {
+			r.log.Error("uname", "err", err)
+			return
+		}
+		dir = filepath.Join("/lib/modules", unix.ByteSliceToString(u.Release[:]))
+	}
+	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	loaded, err := boot.LoadModulesForDevices(mctx, filepath.Join(r.opt.root, "sys"), dir, r.log, boot.WithAlwaysLoad(alwaysModules...))
+	if err != nil {
+		// A missing driver shows up later as a missing NIC or disk, with
+		// its own error; carry on with what loaded.
+		r.log.Warn("some kernel modules did not load", "err", err)
+	}
+	r.say("modules loaded count=%d", len(loaded))
+}
+
+// network retries until a lease is configured; without it nothing else works.
+func (r *runner) network(ctx context.Context) *boot.Lease {
+	if r.opt.dryRun {
+		r.say("network up iface=(dry-run) ip=(host)")
+		return &boot.Lease{}
+	}
+	for {
+		nctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		lease, err := boot.ConfigureNetwork(nctx, r.log)
+		cancel()
+		if err == nil {
+			r.say("network up iface=%s ip=%s", lease.Iface, lease.IP)
+			return lease
+		}
+		r.fatal("network", err)
+	}
+}
+
+func (r *runner) inventory(ctx context.Context, lease *boot.Lease) (*curev1.Inventory, *curev1.Identity) {
+	ictx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	inv, id, err := inventory.Collect(ictx, inventory.Options{Root: r.opt.root, BootMAC: lease.MAC, NodeID: r.cmd.Node, Log: r.log})
+	if err != nil {
+		// Hello still goes out: the coordinator knows the node by token and MAC.
+		r.log.Error("inventory incomplete", "err", err)
+		if inv == nil {
+			inv = &curev1.Inventory{}
+		}
+		if id == nil {
+			id = &curev1.Identity{BootMac: lease.MAC, NodeId: r.cmd.Node}
+		}
+	}
+	r.log.Info("inventory", "nvme", len(inv.GetNvme()), "nics", len(inv.GetNics()), "disks", len(inv.GetDisks()), "gpus", len(inv.GetGpus()),
+		"memory_bytes", inv.GetMemoryBytes(), "cpus", inv.GetCpuCount(), "serial", id.GetSystemSerial())
+	return inv, id
+}
+
+// newAgent wires the session (assignment source and event sink), the
+// phase executor and the console hooks.
+func (r *runner) newAgent(inv *curev1.Inventory, id *curev1.Identity, conn *grpc.ClientConn) (*agent.Agent, *transport.Session) {
+	bootID, err := transport.BootID(r.procRoot)
+	if err != nil {
+		r.log.Warn("boot id unavailable", "err", err)
+	}
+	var a *agent.Agent
+	sess := transport.NewSession(conn, func() *curev1.Hello {
+		var up int64
+		if u, err := transport.Uptime(r.procRoot); err == nil {
+			up = u.Milliseconds()
+		}
+		return &curev1.Hello{Token: r.cmd.Token, BootId: bootID, Identity: id, Inventory: inv,
+			State: a.State(), RunnerVersion: runnerVersion(), UptimeMs: up}
+	}, transport.SessionOptions{Log: r.log})
+
+	var rb agent.Rebooter = agent.SystemRebooter{}
+	if r.opt.dryRun {
+		rb = dryRebooter{}
+	}
+	a = agent.New(sess, phases.New(r.phaseConfig(id)), sess, rb, r.log)
+	var once sync.Once
+	a.OnDirective = func(d agent.Directive) {
+		if d.Assignment != nil || d.Idle != nil {
+			once.Do(func() { r.say("registered node=%s", r.cmd.Node) })
+		}
+	}
+	a.OnPhaseEnd = func(phase string, out agent.PhaseOutcome, d time.Duration) {
+		r.say("phase %s done status=%s duration=%s", phase, out.Status, d.Round(time.Millisecond))
+	}
+	return a, sess
+}
+
+func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
+	root := r.opt.root
+	cfg := phases.Config{
+		Log:          r.log,
+		SystemSerial: id.GetSystemSerial(),
+		Controllers: func() ([]*inventory.Controller, error) {
+			return inventory.NVMeControllers(root, nil, false, r.log)
+		},
+		Disks:  func() ([]blockdev.Disk, error) { return inventory.Disks(root) },
+		Images: diskImages{},
+		Seeds:  seedWriter{sysRoot: root, devRoot: filepath.Join(root, "dev"), tmpDir: "/tmp"},
+	}
+	if r.opt.dryRun {
+		cfg.Images = refuseImages{}
+	}
+	return cfg
+}
+
+type dryRebooter struct{}
+
+func (dryRebooter) Reboot() error {
+	return fmt.Errorf("dry run: %w", agent.ErrNoReboot)
+}
+
+func runnerVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return "git-" + strings.TrimSpace(s.Value)
+			}
+		}
+		if bi.Main.Version != "" {
+			return bi.Main.Version
+		}
+	}
+	return "devel"
+}

@@ -1,0 +1,230 @@
+// Package inventory collects what a CURE node is (identity: MACs, SMBIOS
+// serial and UUID) and what it has (CPU, memory, NVMe, NICs, disks, GPUs)
+// from sysfs, procfs, netlink and NVMe Identify. Every source is a path or a
+// function in Options, so tests run against fixture trees.
+package inventory
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/tools/blockdev"
+)
+
+// Options says where to look. Root is the filesystem root holding sys/,
+// proc/ and dev/ ("/" in production), the convention tools/* share.
+type Options struct {
+	Root    string
+	BootMAC string // MAC of the interface that took the DHCP lease
+	NodeID  string // cure.node=
+	// Links lists network interfaces; nil means netlink.
+	Links func() ([]Link, error)
+	// OpenNVMe opens a controller for Identify; nil means tools/nvme.Open.
+	// Set NoIdentify to read sysfs only (no device access).
+	OpenNVMe   OpenFunc
+	NoIdentify bool
+	Log        *slog.Logger
+}
+
+func (o *Options) path(p ...string) string {
+	return filepath.Join(append([]string{o.Root}, p...)...)
+}
+
+// Collect gathers the inventory and identity. Missing optional sources
+// (no DMI on some boards, no NVMe) are logged and left empty; it fails only
+// when the root is unusable or ctx is done.
+func Collect(ctx context.Context, o Options) (*curev1.Inventory, *curev1.Identity, error) {
+	if o.Root == "" {
+		o.Root = "/"
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Links == nil {
+		o.Links = NetlinkLinks
+	}
+	if _, err := os.Stat(o.path("sys")); err != nil {
+		return nil, nil, fmt.Errorf("inventory: sysfs under %s: %w", o.Root, err)
+	}
+	inv := &curev1.Inventory{System: systemInfo(&o)}
+	warn := func(what string, err error) {
+		o.Log.Warn("inventory: "+what+" unavailable", "err", err)
+	}
+	if mem, err := memTotal(o.path("proc/meminfo")); err != nil {
+		warn("memory", err)
+	} else {
+		inv.MemoryBytes = mem
+	}
+	if n, model, err := cpuInfo(o.path("proc/cpuinfo")); err != nil {
+		warn("cpu", err)
+	} else {
+		inv.CpuCount, inv.CpuModel = n, model
+	}
+	if k, err := readTrim(o.path("proc/sys/kernel/osrelease")); err != nil {
+		warn("kernel release", err)
+	} else {
+		inv.Kernel = k
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("inventory: %w", err)
+	}
+
+	ctrls, err := NVMeControllers(o.Root, o.OpenNVMe, o.NoIdentify, o.Log)
+	if err != nil {
+		warn("nvme", err)
+	}
+	for _, c := range ctrls {
+		inv.Nvme = append(inv.Nvme, c.Proto())
+	}
+
+	nics, err := nics(&o)
+	if err != nil {
+		warn("nics", err)
+	}
+	inv.Nics = nics
+
+	disks, err := Disks(o.Root)
+	if err != nil {
+		warn("block devices", err)
+	}
+	for _, d := range disks {
+		inv.Disks = append(inv.Disks, &curev1.BlockDevice{
+			Name: d.Name, SizeBytes: d.SizeBytes, Model: d.Model, Serial: d.Serial,
+			Transport: d.Transport, Removable: d.Removable, BootMedium: d.BootMedium,
+		})
+	}
+
+	gpus, err := GPUs(o.Root)
+	if err != nil {
+		warn("gpus", err)
+	}
+	inv.Gpus = gpus
+
+	id := &curev1.Identity{
+		BootMac:      strings.ToLower(o.BootMAC),
+		SystemSerial: inv.System.GetSerial(),
+		SystemUuid:   inv.System.GetUuid(),
+		NodeId:       o.NodeID,
+	}
+	for _, n := range nics {
+		if n.Mac != "" {
+			id.Macs = append(id.Macs, n.Mac)
+		}
+	}
+	sort.Strings(id.Macs)
+	return inv, id, ctx.Err()
+}
+
+// Disks lists block devices with the boot medium marked. When the boot
+// medium cannot be determined the error says so and the list is still
+// returned, for display only: a caller that writes must refuse.
+func Disks(root string) ([]blockdev.Disk, error) {
+	disks, err := blockdev.List(root)
+	if err != nil {
+		return nil, err
+	}
+	cmdline, err := os.ReadFile(filepath.Join(root, "proc/cmdline"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return disks, fmt.Errorf("reading kernel command line for boot medium detection: %w", err)
+	}
+	if err := blockdev.MarkBootMedium(disks, filepath.Join(root, "proc/self/mounts"), string(cmdline)); err != nil {
+		return disks, fmt.Errorf("boot medium detection: %w", err)
+	}
+	return disks, nil
+}
+
+// systemInfo reads SMBIOS strings the kernel exports under class/dmi/id.
+func systemInfo(o *Options) *curev1.SystemInfo {
+	dmi := func(f string) string {
+		v, err := readTrim(o.path("sys/class/dmi/id", f))
+		if err != nil {
+			o.Log.Debug("inventory: dmi field unreadable", "field", f, "err", err)
+		}
+		return v
+	}
+	return &curev1.SystemInfo{
+		Vendor:      dmi("sys_vendor"),
+		Product:     dmi("product_name"),
+		Serial:      dmi("product_serial"),
+		Uuid:        strings.ToLower(dmi("product_uuid")),
+		BiosVersion: dmi("bios_version"),
+	}
+}
+
+func memTotal(path string) (uint64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for line := 1; s.Scan(); line++ {
+		k, v, ok := strings.Cut(s.Text(), ":")
+		if !ok || k != "MemTotal" {
+			continue
+		}
+		fs := strings.Fields(v)
+		if len(fs) != 2 || fs[1] != "kB" {
+			return 0, fmt.Errorf("%s:%d: expected \"MemTotal: N kB\", found %q", path, line, s.Text())
+		}
+		n, err := strconv.ParseUint(fs[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s:%d: MemTotal %q: %w", path, line, fs[0], err)
+		}
+		return n * 1024, nil
+	}
+	if err := s.Err(); err != nil {
+		return 0, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return 0, fmt.Errorf("%s: no MemTotal line", path)
+}
+
+func cpuInfo(path string) (uint32, string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer f.Close()
+	var n uint32
+	var model string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		k, v, ok := strings.Cut(s.Text(), ":")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "processor":
+			n++
+		case "model name":
+			if model == "" {
+				model = strings.TrimSpace(v)
+			}
+		}
+	}
+	if err := s.Err(); err != nil {
+		return 0, "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	if n == 0 {
+		return 0, "", fmt.Errorf("%s: no \"processor\" entries", path)
+	}
+	return n, model, nil
+}
+
+func readTrim(p string) (string, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}

@@ -1,0 +1,86 @@
+package inventory
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/vishvananda/netlink"
+)
+
+// Link is a network interface as netlink reports it.
+type Link struct {
+	Name  string
+	MAC   string
+	Up    bool // carrier: operationally up
+	Addrs []string
+}
+
+// NetlinkLinks lists interfaces (loopback excluded) with their addresses.
+func NetlinkLinks() ([]Link, error) {
+	ls, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("netlink: listing links: %w", err)
+	}
+	var out []Link
+	for _, l := range ls {
+		a := l.Attrs()
+		if a.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		link := Link{Name: a.Name, MAC: a.HardwareAddr.String(), Up: a.OperState == netlink.OperUp}
+		addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			return nil, fmt.Errorf("netlink: addresses of %s: %w", a.Name, err)
+		}
+		for _, ad := range addrs {
+			link.Addrs = append(link.Addrs, ad.IPNet.String())
+		}
+		out = append(out, link)
+	}
+	return out, nil
+}
+
+// nics joins netlink links with sysfs facts (driver, PCI address, speed).
+// Virtual links without a device/ directory are left out.
+func nics(o *Options) ([]*curev1.NetInterface, error) {
+	links, err := o.Links()
+	if err != nil {
+		return nil, err
+	}
+	var out []*curev1.NetInterface
+	for _, l := range links {
+		dev := o.path("sys/class/net", l.Name, "device")
+		if _, err := os.Stat(dev); err != nil {
+			continue // bridges, tunnels: not hardware
+		}
+		n := &curev1.NetInterface{Name: l.Name, Mac: strings.ToLower(l.MAC), LinkUp: l.Up, Addresses: l.Addrs}
+		if t, err := os.Readlink(filepath.Join(dev, "driver")); err == nil {
+			n.Driver = filepath.Base(t)
+		}
+		if t, err := filepath.EvalSymlinks(dev); err == nil && isPCIAddress(filepath.Base(t)) {
+			n.PciAddress = filepath.Base(t)
+		}
+		// speed reads -1 or EINVAL without carrier.
+		if s, err := readTrim(o.path("sys/class/net", l.Name, "speed")); err == nil {
+			if v, err := strconv.Atoi(s); err == nil && v > 0 {
+				n.SpeedMbps = uint32(v)
+			}
+		}
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// isPCIAddress matches 0000:00:03.0.
+func isPCIAddress(s string) bool {
+	var d, b, dev, fn int
+	n, err := fmt.Sscanf(s, "%04x:%02x:%02x.%x", &d, &b, &dev, &fn)
+	return err == nil && n == 4 && len(s) == 12
+}

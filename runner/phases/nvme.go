@@ -1,0 +1,204 @@
+package phases
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/manifests/version"
+	"github.com/cure-oss/cure/runner/agent"
+	"github.com/cure-oss/cure/runner/inventory"
+)
+
+// NVMeCheck is the plan for one (manifest entry, controller) pair, or for
+// an entry that matched no controller (Controller nil).
+type NVMeCheck struct {
+	Entry      manifests.Firmware
+	Controller *inventory.Controller
+	Status     curev1.VerdictStatus // MATCH, DRIFT or ERROR
+	Observed   string
+	Message    string
+}
+
+// Component is the verdict component: nvme/<index>, or "nvme" when no
+// controller matched.
+func (c NVMeCheck) Component() string {
+	if c.Controller == nil {
+		return "nvme"
+	}
+	return fmt.Sprintf("nvme/%d", c.Controller.Index)
+}
+
+// PlanNVMe compares the running firmware of every controller with the
+// manifest entries of component nvme. A controller is judged by the first
+// entry that matches it; an entry that matches nothing is an ERROR check
+// naming its selector. It is pure: no device access.
+func PlanNVMe(entries []manifests.Firmware, ctrls []*inventory.Controller) []NVMeCheck {
+	var out []NVMeCheck
+	taken := map[int]bool{}
+	for _, fw := range entries {
+		n := 0
+		for _, c := range ctrls {
+			if taken[c.Index] {
+				continue
+			}
+			ok, err := matchController(fw.Match, c)
+			if err != nil {
+				out = append(out, NVMeCheck{Entry: fw, Status: curev1.VerdictStatus_ERROR, Message: fmt.Sprintf("firmware entry %q: %v", fw.Name, err)})
+				n = -1
+				break
+			}
+			if !ok {
+				continue
+			}
+			taken[c.Index] = true
+			n++
+			st, msg := gate(fw, c.Firmware())
+			out = append(out, NVMeCheck{
+				Entry: fw, Controller: c, Status: st, Observed: c.Firmware(),
+				Message: fmt.Sprintf("%s model %q serial %q (from %s): %s", c.Info.Name, c.Model(), c.Serial(), c.Source(), msg),
+			})
+		}
+		if n == 0 {
+			out = append(out, NVMeCheck{Entry: fw, Status: curev1.VerdictStatus_ERROR,
+				Message: fmt.Sprintf("firmware entry %q: no NVMe controller matches %s (controllers seen: %s)", fw.Name, selector(fw.Match), seen(ctrls))})
+		}
+	}
+	return out
+}
+
+func selector(m manifests.Match) string {
+	var p []string
+	if m.Model != "" {
+		p = append(p, fmt.Sprintf("model=%q", m.Model))
+	}
+	if m.VendorID != "" {
+		p = append(p, fmt.Sprintf("vendorId=%q", m.VendorID))
+	}
+	if len(p) == 0 {
+		return "{any}"
+	}
+	return "{" + strings.Join(p, " ") + "}"
+}
+
+func seen(ctrls []*inventory.Controller) string {
+	if len(ctrls) == 0 {
+		return "none"
+	}
+	var p []string
+	for _, c := range ctrls {
+		p = append(p, fmt.Sprintf("%s %q vid %#04x", c.Info.Name, c.Model(), c.VendorID()))
+	}
+	return strings.Join(p, ", ")
+}
+
+// matchController applies the model glob and vendor id of m.
+func matchController(m manifests.Match, c *inventory.Controller) (bool, error) {
+	if m.Model != "" {
+		ok, err := path.Match(m.Model, strings.TrimSpace(c.Model()))
+		if err != nil {
+			return false, fmt.Errorf("match.model %q: %w", m.Model, err)
+		}
+		if !ok {
+			return false, nil
+		}
+	}
+	if m.VendorID != "" {
+		v, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(m.VendorID), "0x"), 16, 16)
+		if err != nil {
+			return false, fmt.Errorf("match.vendorId %q: expected a hex PCI vendor ID like 0x1b36", m.VendorID)
+		}
+		if uint16(v) != c.VendorID() {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// gate decides MATCH or DRIFT for a running version.
+func gate(fw manifests.Firmware, running string) (curev1.VerdictStatus, string) {
+	switch fw.Gate {
+	case manifests.GateAtLeast:
+		want, err1 := version.Parse(fw.Version)
+		have, err2 := version.Parse(running)
+		if err1 != nil || err2 != nil {
+			if version.Equal(running, fw.Version) {
+				return curev1.VerdictStatus_MATCH, "running version equals desired"
+			}
+			return curev1.VerdictStatus_DRIFT, fmt.Sprintf("cannot order %q against %q; not equal", running, fw.Version)
+		}
+		if !strings.EqualFold(want.Prefix(), have.Prefix()) {
+			return curev1.VerdictStatus_DRIFT, fmt.Sprintf("running %q is of another version family than %q", running, fw.Version)
+		}
+		if version.Compare(have, want) >= 0 {
+			return curev1.VerdictStatus_MATCH, fmt.Sprintf("running %s is at least %s", running, fw.Version)
+		}
+		return curev1.VerdictStatus_DRIFT, fmt.Sprintf("running %s is older than %s", running, fw.Version)
+	default: // equal, the loader's default
+		if version.Equal(running, fw.Version) {
+			return curev1.VerdictStatus_MATCH, "running version equals desired"
+		}
+		return curev1.VerdictStatus_DRIFT, fmt.Sprintf("running %s, desired %s", running, fw.Version)
+	}
+}
+
+func expected(fw manifests.Firmware) string {
+	if fw.Gate == manifests.GateAtLeast {
+		return ">= " + fw.Version
+	}
+	return fw.Version
+}
+
+// runNVMe reports a verdict per controller. In provision mode a DRIFT fails
+// the phase (the in-band update is not built yet); in other modes DRIFT is
+// only reported.
+func (e *Executor) runNVMe(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
+	sku, err := e.sku(a)
+	if err != nil {
+		return failed("nvme: %v", err)
+	}
+	entries := sku.FirmwareFor(manifests.ComponentNVMe)
+	if len(entries) == 0 {
+		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: fmt.Sprintf("manifest %s declares no nvme firmware: nothing to check", sku.Metadata.Name)}
+	}
+	if e.cfg.Controllers == nil {
+		return failed("nvme: runner has no NVMe controller source configured")
+	}
+	ctrls, err := e.cfg.Controllers()
+	if err != nil {
+		return failed("nvme: listing controllers: %v", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return failed("nvme: %v", err)
+	}
+	checks := PlanNVMe(entries, ctrls)
+	var drift, errs []string
+	for _, c := range checks {
+		emit.Verdict(&curev1.Verdict{
+			Component: c.Component(), Check: "firmware", Status: c.Status,
+			Observed: c.Observed, Expected: expected(c.Entry), Message: c.Message,
+		})
+		switch c.Status {
+		case curev1.VerdictStatus_DRIFT:
+			drift = append(drift, fmt.Sprintf("%s %s -> %s", c.Component(), c.Observed, c.Entry.Version))
+		case curev1.VerdictStatus_ERROR:
+			errs = append(errs, c.Message)
+		}
+	}
+	provision := a.GetMode() == curev1.Mode_MODE_PROVISION
+	switch {
+	case provision && len(errs) > 0:
+		return failed("nvme: %s", strings.Join(errs, "; "))
+	case provision && len(drift) > 0:
+		return failed("in-band NVMe firmware update not implemented yet (issue #3): %s", strings.Join(drift, ", "))
+	}
+	msg := fmt.Sprintf("%d controller(s) checked: %d drift, %d error", len(ctrls), len(drift), len(errs))
+	if len(drift) > 0 {
+		msg += " (" + strings.Join(drift, ", ") + "; reported only in " + a.GetMode().String() + ")"
+	}
+	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: msg}
+}

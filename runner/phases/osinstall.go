@@ -1,0 +1,199 @@
+package phases
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/runner/agent"
+	"github.com/cure-oss/cure/tools/blockdev"
+	"github.com/cure-oss/cure/tools/diskimage"
+)
+
+// ArtifactURL resolves where to download an artifact: the manifest URL when
+// it is absolute, else <base>/sha256/<hex> on the coordinator's
+// content-addressed artifact server.
+func ArtifactURL(art manifests.Artifact, base string) (string, error) {
+	if u, err := url.Parse(art.URL); err == nil && art.URL != "" && u.IsAbs() {
+		if u.Scheme != "http" && u.Scheme != "https" {
+			return "", fmt.Errorf("artifact url %q: expected http or https", art.URL)
+		}
+		return art.URL, nil
+	}
+	if b, err := hex.DecodeString(art.SHA256); err != nil || len(b) != 32 {
+		return "", fmt.Errorf("artifact sha256 %q: expected 64 hex digits", art.SHA256)
+	}
+	if base == "" {
+		return "", fmt.Errorf("artifact %s has no absolute url and the assignment has no artifact_base_url", art.SHA256)
+	}
+	bu, err := url.Parse(base)
+	if err != nil || !bu.IsAbs() {
+		return "", fmt.Errorf("assignment artifact_base_url %q: expected an absolute http URL", base)
+	}
+	return strings.TrimRight(base, "/") + "/sha256/" + strings.ToLower(art.SHA256), nil
+}
+
+// InstallPlan is what os_install will do, computed before touching a disk.
+type InstallPlan struct {
+	URL    string
+	Image  manifests.Artifact
+	Target blockdev.Disk
+	Seed   Seed
+}
+
+// PlanInstall checks the mode, resolves the artifact, selects exactly one
+// target disk (never the boot medium) and renders the seed. It is pure.
+func PlanInstall(a *curev1.Assignment, sku *manifests.SKU, disks []blockdev.Disk, serial string) (*InstallPlan, error) {
+	if err := CheckDiskWrite(a.GetMode()); err != nil {
+		return nil, err
+	}
+	osSpec := sku.Spec.OS
+	if osSpec == nil {
+		return nil, fmt.Errorf("manifest %s: spec.os is absent: nothing to install", sku.Metadata.Name)
+	}
+	u, err := ArtifactURL(osSpec.Image, a.GetArtifactBaseUrl())
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: spec.os.image: %w", sku.Metadata.Name, err)
+	}
+	ts := osSpec.TargetDisk
+	sel := blockdev.Selector{Transport: ts.Transport, Model: ts.Model, Serial: ts.Serial, Name: ts.Name,
+		MinSize: uint64(ts.MinSize), MaxSize: uint64(ts.MaxSize)}
+	disk, err := blockdev.Select(disks, sel)
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: spec.os.targetDisk %s: %w", sku.Metadata.Name, sel, err)
+	}
+	if disk.BootMedium || disk.ReadOnly { // Select refuses these; a second lock on the door costs nothing
+		return nil, fmt.Errorf("target disk %s is the boot medium or read-only: refusing", disk.Name)
+	}
+	fb := a.GetFirstBoot()
+	host := fb.GetHostname()
+	if host == "" {
+		if host, err = osSpec.FirstBoot.RenderHostname(a.GetNodeId(), serial); err != nil {
+			return nil, fmt.Errorf("manifest %s: spec.os.firstBoot.hostname: %w", sku.Metadata.Name, err)
+		}
+	}
+	inst := fb.GetInstanceId()
+	if inst == "" {
+		inst = a.GetRunId()
+	}
+	return &InstallPlan{URL: u, Image: osSpec.Image, Target: disk, Seed: Seed{
+		InstanceID: inst, Hostname: host, CallbackURL: fb.GetCallbackUrl(),
+		CallbackToken: fb.GetCallbackToken(), ExtraUserData: osSpec.FirstBoot.UserData,
+	}}, nil
+}
+
+// CheckDiskWrite is the executor boundary for anything that writes a disk
+// image: only provision mode installs an OS.
+func CheckDiskWrite(m curev1.Mode) error {
+	if m != curev1.Mode_MODE_PROVISION {
+		return fmt.Errorf("os_install refused: mode %s never installs an OS (only MODE_PROVISION writes an image)", m)
+	}
+	mode, err := modes.FromProto(m)
+	if err != nil {
+		return fmt.Errorf("os_install refused: %w", err)
+	}
+	return modes.CheckWrite(mode, "os_install")
+}
+
+func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
+	component := "disk"
+	fail := func(err error) agent.PhaseOutcome {
+		emit.Verdict(&curev1.Verdict{Component: component, Check: "os_install", Status: curev1.VerdictStatus_FAIL, Message: err.Error()})
+		return failed("os_install: %v", err)
+	}
+	// The mode check comes first: nothing below runs, not even disk
+	// enumeration, unless this run may write.
+	if err := CheckDiskWrite(a.GetMode()); err != nil {
+		return fail(err)
+	}
+	sku, err := e.sku(a)
+	if err != nil {
+		return fail(err)
+	}
+	if e.cfg.Disks == nil || e.cfg.Images == nil || e.cfg.Seeds == nil {
+		return fail(errors.New("runner is missing its disk, image or seed tool"))
+	}
+	disks, err := e.cfg.Disks()
+	if err != nil {
+		return fail(fmt.Errorf("listing disks (refusing to pick a target without knowing the boot medium): %w", err))
+	}
+	plan, err := PlanInstall(a, sku, disks, e.cfg.SystemSerial)
+	if err != nil {
+		return fail(err)
+	}
+	d := plan.Target
+	component = "disk/" + d.Name
+	e.cfg.Log.Info("os_install plan", "url", plan.URL, "target", d.Path, "size", d.SizeBytes, "model", d.Model, "serial", d.Serial, "hostname", plan.Seed.Hostname)
+	emit.Log("INFO", "installing OS image", map[string]string{"url": plan.URL, "target": d.Path, "model": d.Model, "serial": d.Serial})
+
+	start := e.cfg.now()
+	var last time.Time
+	labels := map[string]string{"disk": d.Name}
+	res, err := e.cfg.Images.Write(ctx, diskimage.Options{
+		URL: plan.URL, SHA256: plan.Image.SHA256, Size: plan.Image.Size, Format: plan.Image.Format,
+		Target: d.Path, Client: e.cfg.HTTP,
+		Progress: func(written int64) {
+			now := e.cfg.now()
+			if now.Sub(last) < e.cfg.ProgressEvery {
+				return
+			}
+			last = now
+			emit.Metric("os_install.written", float64(written), "bytes", labels)
+			if s := now.Sub(start).Seconds(); s > 0 {
+				emit.Metric("os_install.throughput", float64(written)/1e6/s, "MB/s", labels)
+			}
+		},
+	})
+	if err != nil {
+		return fail(fmt.Errorf("writing %s to %s: %w", plan.URL, d.Path, err))
+	}
+	if err := e.cfg.Images.Verify(ctx, d.Path, res.WrittenBytes, res.RawSHA256); err != nil {
+		return fail(fmt.Errorf("verifying %s after write: %w", d.Path, err))
+	}
+	part, err := e.findSeedPartition(ctx, d.Name)
+	if err != nil {
+		return fail(err)
+	}
+	if err := e.cfg.Seeds.WriteSeed(part, plan.Seed); err != nil {
+		return fail(fmt.Errorf("writing first-boot seed to %s: %w", part, err))
+	}
+	mbps := 0.0
+	if s := res.Duration.Seconds(); s > 0 {
+		mbps = float64(res.WrittenBytes) / 1e6 / s
+	}
+	emit.Metric("os_install.throughput", mbps, "MB/s", labels)
+	observed := fmt.Sprintf("sha256:%s %d bytes %.1f MB/s", res.RawSHA256, res.WrittenBytes, mbps)
+	emit.Verdict(&curev1.Verdict{
+		Component: component, Check: "os_install", Status: curev1.VerdictStatus_PASS,
+		Observed: observed, Expected: "sha256:" + strings.ToLower(plan.Image.SHA256) + " (download)",
+		Message: fmt.Sprintf("image %s written to %s and read back; seed on %s (hostname %s)", plan.URL, d.Path, part, plan.Seed.Hostname),
+	})
+	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: fmt.Sprintf("installed on %s: %s", d.Path, observed)}
+}
+
+// findSeedPartition polls: after BLKRRPART the partition nodes appear
+// asynchronously.
+func (e *Executor) findSeedPartition(ctx context.Context, disk string) (string, error) {
+	deadline := e.cfg.now().Add(e.cfg.SeedWait)
+	for {
+		part, err := e.cfg.Seeds.FindSeedPartition(disk)
+		if err == nil {
+			return part, nil
+		}
+		if e.cfg.now().After(deadline) {
+			return "", fmt.Errorf("finding the CIDATA partition on %s after %v: %w", disk, e.cfg.SeedWait, err)
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("finding the CIDATA partition on %s: %w (last: %v)", disk, ctx.Err(), err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,129 @@
+// Package phases holds the runner's in-band phase executors (nvme firmware
+// check, os_install). Each executor compares first (plan, as data) and acts
+// only on a delta; devices are reached through the small interfaces in
+// Config so tests use fakes and cure-runner wires the real tools.
+package phases
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/runner/agent"
+	"github.com/cure-oss/cure/runner/inventory"
+	"github.com/cure-oss/cure/tools/blockdev"
+	"github.com/cure-oss/cure/tools/diskimage"
+)
+
+// NotImplemented is the message of phases this runner cannot run yet: they
+// are reported as skipped, never as a fake success.
+const NotImplemented = "not implemented yet in this runner (issue #3/#4)"
+
+// ImageWriter streams an image to a disk and reads it back (tools/diskimage).
+type ImageWriter interface {
+	Write(ctx context.Context, o diskimage.Options) (*diskimage.Result, error)
+	Verify(ctx context.Context, target string, length int64, rawSHA256 string) error
+}
+
+// Seed is the first-boot configuration written next to the installed OS.
+type Seed struct {
+	InstanceID, Hostname, CallbackURL, CallbackToken, ExtraUserData string
+}
+
+// SeedWriter finds the CIDATA partition of a disk and writes the NoCloud
+// seed into it (tools/firstboot).
+type SeedWriter interface {
+	FindSeedPartition(disk string) (string, error)
+	WriteSeed(part string, s Seed) error
+}
+
+// Config is what the executors need from the node.
+type Config struct {
+	Log *slog.Logger
+	// Controllers lists NVMe controllers with Identify data (inventory.NVMeControllers).
+	Controllers func() ([]*inventory.Controller, error)
+	// Disks lists disks with the boot medium marked; an error from boot
+	// medium detection must be returned, never swallowed (inventory.Disks).
+	Disks  func() ([]blockdev.Disk, error)
+	Images ImageWriter
+	Seeds  SeedWriter
+	// HTTP downloads images; nil means a client with connect/header timeouts.
+	HTTP *http.Client
+	// SystemSerial fills {{.Serial}} in the manifest's hostname template.
+	SystemSerial string
+	// ProgressEvery is the minimum gap between progress metrics (default 2s).
+	ProgressEvery time.Duration
+	// SeedWait bounds the wait for the CIDATA partition to appear after the
+	// kernel re-read the partition table (default 15s).
+	SeedWait time.Duration
+	now      func() time.Time
+}
+
+// Executor dispatches phases by name; it implements agent.Executor.
+type Executor struct{ cfg Config }
+
+// New returns an executor over cfg.
+func New(cfg Config) *Executor {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.ProgressEvery == 0 {
+		cfg.ProgressEvery = 2 * time.Second
+	}
+	if cfg.SeedWait == 0 {
+		cfg.SeedWait = 15 * time.Second
+	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	if cfg.HTTP == nil {
+		cfg.HTTP = DefaultHTTPClient()
+	}
+	return &Executor{cfg: cfg}
+}
+
+// DefaultHTTPClient bounds connecting and waiting for headers but not the
+// body: a multi-GiB image may take long; diskimage's stall timeout catches a
+// silent peer.
+func DefaultHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ResponseHeaderTimeout = 30 * time.Second
+	t.TLSHandshakeTimeout = 10 * time.Second
+	t.Proxy = nil // CURE talks to the coordinator's artifact server directly
+	return &http.Client{Transport: t}
+}
+
+// Run implements agent.Executor.
+func (e *Executor) Run(ctx context.Context, phase string, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
+	switch phase {
+	case "nvme":
+		return e.runNVMe(ctx, a, emit)
+	case "os_install":
+		return e.runOSInstall(ctx, a, emit)
+	default:
+		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: fmt.Sprintf("phase %s: %s", phase, NotImplemented)}
+	}
+}
+
+func (e *Executor) sku(a *curev1.Assignment) (*manifests.SKU, error) {
+	name := a.GetManifestName()
+	if name == "" {
+		name = "assignment manifest"
+	}
+	if len(a.GetManifestYaml()) == 0 {
+		return nil, fmt.Errorf("run %s: assignment carries no manifest (%s)", a.GetRunId(), name)
+	}
+	sku, err := manifests.ParseSKU(name, a.GetManifestYaml())
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", a.GetRunId(), err)
+	}
+	return sku, nil
+}
+
+func failed(format string, args ...any) agent.PhaseOutcome {
+	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_FAILED, Message: fmt.Sprintf(format, args...)}
+}
