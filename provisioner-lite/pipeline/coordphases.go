@@ -106,31 +106,44 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 	if err != nil {
 		return failed("%v", err)
 	}
-	var missing []string
-	check := func(what string, a *manifests.Artifact) {
+	var missing, warnings []string
+	check := func(what string, a *manifests.Artifact, required bool) {
 		if a == nil || a.URL != "" {
 			return // remote artifacts are fetched by the node; verify mode checks them
 		}
 		p := filepath.Join(e.cfg.ArtifactDir, "sha256", a.SHA256)
 		st, err := os.Stat(p)
+		var problem string
 		switch {
 		case err != nil:
-			missing = append(missing, fmt.Sprintf("%s: sha256:%s not in the artifact store", what, a.SHA256))
+			problem = fmt.Sprintf("%s: sha256:%s not in the artifact store", what, a.SHA256)
 		case st.Size() != a.Size:
-			missing = append(missing, fmt.Sprintf("%s: sha256:%s is %d bytes in the store, manifest says %d", what, a.SHA256, st.Size(), a.Size))
+			problem = fmt.Sprintf("%s: sha256:%s is %d bytes in the store, manifest says %d", what, a.SHA256, st.Size(), a.Size)
+		default:
+			return
+		}
+		if required {
+			missing = append(missing, problem)
+		} else {
+			warnings = append(warnings, problem)
 		}
 	}
 	mode := modes.Mode(r.Mode)
 	if mode == modes.Provision && sku.Spec.OS != nil {
-		check("os.image", &sku.Spec.OS.Image)
+		check("os.image", &sku.Spec.OS.Image, true)
 	}
+	// A firmware image is only needed when its component drifts, which is not
+	// known before the node is inventoried; verify mode exists to insist.
 	if mode == modes.Provision || mode == modes.Verify {
 		for _, fw := range sku.Spec.Firmware {
-			check("firmware "+fw.Name, fw.Artifact)
+			check("firmware "+fw.Name, fw.Artifact, mode == modes.Verify)
 		}
 	}
 	if len(missing) > 0 {
 		return failed("inputs do not resolve: %s", strings.Join(missing, "; "))
+	}
+	if len(warnings) > 0 {
+		e.coordEvent(ctx, *r, modes.Preflight, "log", "WARN", "needed only on drift: "+strings.Join(warnings, "; "), 0)
 	}
 	var state string
 	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {

@@ -97,6 +97,8 @@ type Engine struct {
 	running map[string]context.CancelFunc // run id -> cancel
 	wg      sync.WaitGroup
 	ctx     context.Context
+	// sessionsSeen holds the runner sessions this engine has given work to.
+	sessionsSeen sync.Map
 }
 
 // New returns an engine; call Resume to pick up runs from the store.

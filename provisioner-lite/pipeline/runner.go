@@ -72,10 +72,12 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 			}
 		case cur != sess:
 			lostSince = time.Time{}
-			st := cur.Hello.GetState()
-			if sess != nil && st.GetKind() == curev1.RunnerState_IN_PHASE && st.GetRunId() == r.ID {
-				// Same boot, stream re-established: its work goes on.
+			if e.reattachable(ctx, r, cur) {
+				st := cur.Hello.GetState()
+				// The runner kept working while its stream was down (or while
+				// the coordinator restarted): follow it, don't restart it.
 				e.coordEvent(ctx, *r, st.GetPhase(), "info", "", fmt.Sprintf("runner re-attached mid-phase %s (last seq %d)", st.GetPhase(), st.GetLastEventSeq()), 0)
+				e.markHandled(cur)
 				sess = cur
 				break
 			}
@@ -90,6 +92,7 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 				log.Warn("send assignment", "err", err)
 				break
 			}
+			e.markHandled(cur)
 			e.save(ctx, r)
 			e.coordEvent(ctx, *r, remaining[0], "info", "", fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(remaining, ","), r.ResumeCount), 0)
 			sess = cur
@@ -189,4 +192,37 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string) 
 			CallbackToken: r.Data["host_token"],
 		},
 	}, nil
+}
+
+// reattachable says whether a connected runner is still carrying this run's
+// work: it said so in its Hello (mid-phase, or done with events still to
+// replay) and this engine has not already given that session work, since a
+// Hello's state goes stale once the session is assigned again.
+func (e *Engine) reattachable(ctx context.Context, r *store.Run, s *sessions.Session) bool {
+	if e.handled(s) {
+		return false
+	}
+	st := s.Hello.GetState()
+	if st.GetRunId() != r.ID {
+		return false
+	}
+	switch st.GetKind() {
+	case curev1.RunnerState_IN_PHASE:
+		return true
+	case curev1.RunnerState_DONE:
+		stored, err := e.cfg.Store.MaxSeq(ctx, r.ID, s.BootID)
+		return err == nil && st.GetLastEventSeq() > stored
+	}
+	return false
+}
+
+func (e *Engine) handled(s *sessions.Session) bool {
+	_, ok := e.sessionsSeen.Load(s)
+	return ok
+}
+
+func (e *Engine) markHandled(s *sessions.Session) {
+	if _, loaded := e.sessionsSeen.LoadOrStore(s, true); !loaded {
+		go func() { <-s.Done(); e.sessionsSeen.Delete(s) }()
+	}
 }

@@ -50,6 +50,7 @@ func TestPlanBootOverride(t *testing.T) {
 
 	// Lenovo, persistent disk: disable the override (disk-first order), and
 	// say so.
+	lenovo.Target, lenovo.Enabled = "Pxe", "Once"
 	got, err := planBootOverride(lenovo, BootHdd, false)
 	if err != nil || got.Enabled != "Disabled" || got.Target != "" || got.Note == "" {
 		t.Errorf("lenovo persistent hdd: %+v, %v", got, err)

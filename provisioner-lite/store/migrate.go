@@ -73,7 +73,7 @@ CREATE TABLE events (
 	seq         INTEGER NOT NULL DEFAULT 0,
 	time        INTEGER NOT NULL DEFAULT 0,
 	phase       TEXT NOT NULL DEFAULT '',
-	kind        TEXT NOT NULL CHECK (kind IN ('phase_start','phase_end','verdict','log','metric','run_end','info')),
+	kind        TEXT NOT NULL CHECK (kind IN ('phase_start','phase_end','verdict','log','metric','run_end','info','host_ready','unknown')),
 	status      TEXT NOT NULL DEFAULT '',
 	message     TEXT NOT NULL DEFAULT '',
 	duration_ms INTEGER NOT NULL DEFAULT 0,

@@ -132,11 +132,12 @@ type bootServer struct {
 	*httptest.Server
 	mu       sync.Mutex
 	paths    []string
-	programs []string // "poweroff" or "reset", one per per-MAC request
+	programs []string // "poweroff", "reset" or "hang", one per per-MAC request
+	quit     chan struct{}
 }
 
 func newBootServer(t *testing.T, programs ...string) *bootServer {
-	bs := &bootServer{programs: programs}
+	bs := &bootServer{programs: programs, quit: make(chan struct{})}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +158,13 @@ func newBootServer(t *testing.T, programs ...string) *bootServer {
 				prog, bs.programs = bs.programs[0], bs.programs[1:]
 			}
 			bs.mu.Unlock()
+			if prog == "hang" { // a guest busy in firmware: ignores ACPI
+				select {
+				case <-r.Context().Done():
+				case <-bs.quit:
+				}
+				return
+			}
 			fmt.Fprintf(w, "#!ipxe\necho CURE-IPXE-OK\nchain %s/guest/%s.elf\n", base, prog)
 		case r.URL.Path == "/guest/poweroff.elf":
 			w.Write(guestELF("CURE-GUEST-POWEROFF", false))
@@ -167,7 +175,7 @@ func newBootServer(t *testing.T, programs ...string) *bootServer {
 		}
 	})}}
 	bs.Start()
-	t.Cleanup(bs.Close)
+	t.Cleanup(func() { close(bs.quit); bs.Close() })
 	return bs
 }
 
@@ -187,7 +195,7 @@ func needQEMU(t *testing.T) {
 	}
 }
 
-func newQEMUNode(t *testing.T, bs *bootServer) (*BMC, *QEMUMachine, string) {
+func newQEMUNode(t *testing.T, bs *bootServer, graceful ...time.Duration) (*BMC, *QEMUMachine, string) {
 	t.Helper()
 	dir := t.TempDir()
 	disk := filepath.Join(dir, "disk.img")
@@ -203,6 +211,9 @@ func newQEMUNode(t *testing.T, bs *bootServer) (*BMC, *QEMUMachine, string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(graceful) > 0 {
+		m.cfg.GracefulTimeout = graceful[0]
 	}
 	b, err := New(Config{Name: "qn1", MAC: "52:54:00:c0:ff:ee", Logger: testLogger(t)}, m)
 	if err != nil {
@@ -292,5 +303,53 @@ func TestQEMUOnceConsumedThenEmptyDisk(t *testing.T) {
 	reset, disk := strings.Index(s, "CURE-GUEST-RESET"), strings.LastIndex(s, "Booting from Hard Disk")
 	if reset < 0 || disk < reset || !strings.Contains(s[disk:], "CURE-GUEST-POWEROFF") {
 		t.Errorf("console does not show reset, then a disk boot attempt, then the poweroff:\n%s", s)
+	}
+}
+
+// Power off from the BMC: graceful falls back to force when the guest
+// ignores the ACPI button; ForceOff is immediate. Neither is taken for a
+// guest poweroff or reboots the node.
+func TestQEMUGracefulAndForceOff(t *testing.T) {
+	needQEMU(t)
+	bs := newBootServer(t, "hang", "hang")
+	b, m, _ := newQEMUNode(t, bs, 2*time.Second)
+	reset := func(rt string) {
+		t.Helper()
+		if rec := do(t, b, "POST", "/redfish/v1/Systems/437XR1138R2/Actions/ComputerSystem.Reset", "", `{"ResetType":"`+rt+`"}`); rec.Code != http.StatusNoContent {
+			t.Fatalf("%s: %d %s", rt, rec.Code, rec.Body)
+		}
+	}
+	inIPXE := func(n int) func() bool {
+		return func() bool {
+			c := 0
+			for _, p := range bs.Paths() {
+				if strings.HasPrefix(p, "/ipxe/") {
+					c++
+				}
+			}
+			return c >= n
+		}
+	}
+	setOverride(t, b, "Pxe", "Continuous")
+	reset("On")
+	waitFor(t, 2*time.Minute, "iPXE to ask for its script", inIPXE(1))
+	reset("GracefulShutdown")
+	if b.PowerState() != PowerOn {
+		t.Fatal("GracefulShutdown finished before the guest had a chance")
+	}
+	waitFor(t, 30*time.Second, "forced off after the grace period", func() bool { return b.PowerState() == PowerOff })
+	if m.Running() {
+		t.Fatal("QEMU still running after power off")
+	}
+	reset("On")
+	waitFor(t, 2*time.Minute, "second boot in iPXE", inIPXE(2))
+	start := time.Now()
+	reset("ForceOff")
+	if b.PowerState() != PowerOff || m.Running() || time.Since(start) > 10*time.Second {
+		t.Fatalf("ForceOff: power %s running %v after %v", b.PowerState(), m.Running(), time.Since(start))
+	}
+	time.Sleep(time.Second) // a stray event would reboot it now
+	if h := b.History(); len(h) != 2 || b.PowerState() != PowerOff {
+		t.Fatalf("history %+v power %s: a host power-off must not count as a guest event", h, b.PowerState())
 	}
 }

@@ -37,7 +37,11 @@ type recEmitter struct {
 	logs     int
 }
 
-func (r *recEmitter) Verdict(v *curev1.Verdict) { r.mu.Lock(); r.verdicts = append(r.verdicts, v); r.mu.Unlock() }
+func (r *recEmitter) Verdict(v *curev1.Verdict) {
+	r.mu.Lock()
+	r.verdicts = append(r.verdicts, v)
+	r.mu.Unlock()
+}
 func (r *recEmitter) Log(string, string, map[string]string) {
 	r.mu.Lock()
 	r.logs++

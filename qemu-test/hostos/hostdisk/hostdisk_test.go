@@ -121,10 +121,10 @@ func TestAssembleReproducible(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sfdisk: %v: %s", err, out)
 	}
-	if !strings.Contains(string(out), "label-id: 0xc0de0001") || !strings.Contains(string(out), "start=        2048, size=       57344, type=e, bootable") {
+	if !strings.Contains(string(out), "label-id: 0xc0de0001") || !strings.Contains(string(out), "start=        2048, size=       55296, type=e, bootable") {
 		t.Errorf("sfdisk --dump:\n%s", out)
 	}
-	cmd := exec.Command("mdir", "-b", "-i", raw+"@@1M", "::")
+	cmd := exec.Command("mdir", "-a", "-b", "-i", raw+"@@1M", "::")
 	cmd.Env = append(os.Environ(), "MTOOLS_SKIP_CHECK=1")
 	out, err = cmd.CombinedOutput()
 	if err != nil {

@@ -321,7 +321,7 @@ func runnerVersion() string {
 				return "git-" + strings.TrimSpace(s.Value)
 			}
 		}
-		if bi.Main.Version != "" {
+		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 			return bi.Main.Version
 		}
 	}

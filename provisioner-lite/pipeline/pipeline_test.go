@@ -1,0 +1,434 @@
+package pipeline_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/pipeline"
+	"github.com/cure-oss/cure/provisioner-lite/redfish"
+	"github.com/cure-oss/cure/provisioner-lite/server"
+	"github.com/cure-oss/cure/provisioner-lite/sessions"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/qemu-test/vbmc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+)
+
+// fixture is a coordinator wired to a virtual BMC with an in-memory machine
+// and a scripted runner that plays the node's side over real gRPC.
+type fixture struct {
+	t      *testing.T
+	st     *store.Store
+	eng    *pipeline.Engine
+	m      *vbmc.FakeMachine
+	bmc    *vbmc.BMC
+	client curev1.RunnerServiceClient
+	cancel context.CancelFunc
+
+	mu sync.Mutex
+	// phaseStatus decides the runner's outcome per phase and attempt.
+	phaseStatus func(phase string, attempt int) curev1.PhaseStatus
+	attempts    map[string]int
+	hostToken   string
+	instanceID  string
+	// dropAfterStart cuts the stream once after this phase's start.
+	dropAfterStart string
+	dropped        bool
+}
+
+const mac = "52:54:00:c0:de:01"
+
+func newFixture(t *testing.T, edit func(*manifests.SKU)) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "cure.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+
+	m := vbmc.NewFakeMachine()
+	b, err := vbmc.New(vbmc.Config{Name: "node1", Serial: "S1", MAC: mac}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(b.Handler())
+	t.Cleanup(hs.Close)
+
+	// The OS image the manifest points at, in the content-addressed store.
+	img := []byte(strings.Repeat("cure", 1024))
+	sum := sha256.Sum256(img)
+	hexsum := hex.EncodeToString(sum[:])
+	if err := os.MkdirAll(filepath.Join(dir, "artifacts", "sha256"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "artifacts", "sha256", hexsum), img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sku, err := manifests.LoadSKU("../../manifests/examples/qemu-nvme.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sku.Spec.OS.Image = manifests.Artifact{SHA256: hexsum, Size: int64(len(img)), Format: "raw"}
+	if edit != nil {
+		edit(sku)
+	}
+	raw, err := manifests.Marshal(sku)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "manifests"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "manifests", "qemu-nvme.yaml"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := st.UpsertNode(ctx, store.Node{ID: "node1", BMCURL: hs.URL, BMCUser: "admin", BMCPassword: "password", SKU: "qemu-nvme", MACs: []string{mac}, SystemSerial: "S1"}); err != nil {
+		t.Fatal(err)
+	}
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	hub := sessions.NewHub()
+	ectx, cancel := context.WithCancel(ctx)
+	eng := pipeline.New(ectx, pipeline.Config{
+		Store: st, Hub: hub, Log: log,
+		ConnectBMC: func(ctx context.Context, n store.Node) (pipeline.BMC, error) {
+			return redfish.Connect(ctx, redfish.Endpoint{URL: n.BMCURL, Username: n.BMCUser, Password: n.BMCPassword}, redfish.Options{Timeout: 5 * time.Second, Logger: log})
+		},
+		Manifests: &pipeline.Catalog{Dir: filepath.Join(dir, "manifests")}, ArtifactDir: filepath.Join(dir, "artifacts"),
+		BaseURL: "http://10.0.2.2:8080", RunnerAddr: "10.0.2.2:8443",
+		Timeouts: pipeline.Timeouts{WaitForCURE: 20 * time.Second, Reconnect: 3 * time.Second, ShutdownWait: 5 * time.Second, HostOS: 20 * time.Second, RunnerPhase: 20 * time.Second},
+		Budgets:  pipeline.Budgets{PhaseAttempts: 2, Disconnects: 2},
+	})
+
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer()
+	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log})
+	go gs.Serve(lis)
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, st: st, eng: eng, m: m, bmc: b, client: curev1.NewRunnerServiceClient(conn), cancel: cancel, attempts: map[string]int{},
+		phaseStatus: func(string, int) curev1.PhaseStatus { return curev1.PhaseStatus_PHASE_OK }}
+	nodeCtx, stopNode := context.WithCancel(ctx)
+	go f.playNode(nodeCtx)
+	t.Cleanup(func() {
+		stopNode()
+		cancel()
+		eng.Wait()
+		gs.Stop()
+		conn.Close()
+	})
+	return f
+}
+
+var tokenRE = regexp.MustCompile(`cure\.token=(\S+)`)
+
+// playNode watches the machine's boots: a PXE boot fetches the iPXE
+// decision and starts a runner; a disk boot phones home like the host OS.
+func (f *fixture) playNode(ctx context.Context) {
+	seen := 0
+	for ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+		boots := f.m.Boots()
+		if len(boots) == seen || !f.m.Running() {
+			continue
+		}
+		seen = len(boots)
+		switch boots[seen-1] {
+		case vbmc.BootPxe:
+			d, err := f.eng.BootDecision(ctx, mac)
+			if err != nil || !d.Boot {
+				continue // iPXE exits; nothing else on the fake disk boots
+			}
+			tok := tokenRE.FindStringSubmatch(d.Cmdline)[1]
+			go f.runRunner(ctx, tok, seen)
+		case vbmc.BootHdd:
+			f.mu.Lock()
+			tok, inst := f.hostToken, f.instanceID
+			f.mu.Unlock()
+			if tok != "" {
+				_ = f.eng.HostReady(ctx, "node1", tok, url.Values{"instance_id": {inst}, "hostname": {"node1"}})
+			}
+		}
+	}
+}
+
+// runRunner is the runner of one boot: Hello, then phases as assigned.
+func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
+	seq := uint64(0)
+	state := &curev1.RunnerState{Kind: curev1.RunnerState_IDLE}
+	var unacked []*curev1.Event
+	for ctx.Err() == nil {
+		sctx, cancel := context.WithCancel(ctx)
+		stream, err := f.client.Session(sctx)
+		if err != nil {
+			cancel()
+			return
+		}
+		state.LastEventSeq = seq
+		_ = stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Hello{Hello: &curev1.Hello{
+			Token: token, BootId: fmt.Sprintf("boot-%d", boot), State: state,
+			Identity: &curev1.Identity{BootMac: mac, SystemSerial: "S1", NodeId: "node1"},
+		}}})
+		for _, ev := range unacked { // replay after reconnect
+			_ = stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Event{Event: ev}})
+		}
+		emit := func(run, phase string, ev *curev1.Event) {
+			seq++
+			ev.Seq, ev.RunId, ev.Phase, ev.TimeUnixMs = seq, run, phase, time.Now().UnixMilli()
+			unacked = append(unacked, ev)
+			_ = stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Event{Event: ev}})
+		}
+		reconnect := false
+		for !reconnect {
+			msg, err := stream.Recv()
+			if err != nil {
+				cancel()
+				return
+			}
+			switch b := msg.GetMsg().(type) {
+			case *curev1.CoordinatorMessage_Ack:
+				unacked = slices.DeleteFunc(unacked, func(e *curev1.Event) bool { return e.GetSeq() <= b.Ack.GetSeq() })
+			case *curev1.CoordinatorMessage_Assignment:
+				a := b.Assignment
+				f.mu.Lock()
+				f.hostToken, f.instanceID = a.GetFirstBoot().GetCallbackToken(), a.GetFirstBoot().GetInstanceId()
+				f.mu.Unlock()
+				for _, p := range a.GetPhases() {
+					state = &curev1.RunnerState{Kind: curev1.RunnerState_IN_PHASE, RunId: a.GetRunId(), Phase: p}
+					emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_PhaseStart{PhaseStart: &curev1.PhaseStart{}}})
+					f.mu.Lock()
+					drop := f.dropAfterStart == p && !f.dropped
+					if drop {
+						f.dropped = true
+					}
+					f.attempts[p]++
+					status := f.phaseStatus(p, f.attempts[p])
+					f.mu.Unlock()
+					if drop {
+						// The TCP stream dies mid-phase; the runner keeps working
+						// and reconnects, replaying what was not acked.
+						cancel()
+						reconnect = true
+					}
+					if p == modes.NVMe {
+						emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{Component: "nvme/0", Check: "firmware", Status: curev1.VerdictStatus_MATCH, Observed: "7.2.22", Expected: "7.2.22"}}})
+					}
+					emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_PhaseEnd{PhaseEnd: &curev1.PhaseEnd{Status: status, Message: "scripted", DurationMs: 5}}})
+					if status == curev1.PhaseStatus_PHASE_FAILED {
+						break
+					}
+				}
+				state = &curev1.RunnerState{Kind: curev1.RunnerState_DONE, RunId: a.GetRunId()}
+			case *curev1.CoordinatorMessage_Reboot:
+				cancel()
+				f.m.GuestReset()
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (f *fixture) waitRun(runID string) store.Run {
+	f.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		r, err := f.st.GetRun(context.Background(), runID)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if r.Status != "running" && r.Status != "pending" {
+			return r
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	f.t.Fatalf("run %s did not end", runID)
+	return store.Run{}
+}
+
+func (f *fixture) phases(runID string) map[string]store.Phase {
+	ps, err := f.st.Phases(context.Background(), runID)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	m := map[string]store.Phase{}
+	for _, p := range ps {
+		m[p.Name] = p
+	}
+	return m
+}
+
+func TestProvisionRunsEveryPhaseInOrder(t *testing.T) {
+	f := newFixture(t, nil)
+	runID, err := f.eng.Start(context.Background(), "node1", modes.Provision, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.waitRun(runID)
+	if r.Status != "succeeded" {
+		t.Fatalf("run ended %s: %s", r.Status, r.Message)
+	}
+	ps, _ := f.st.Phases(context.Background(), runID)
+	var names []string
+	for _, p := range ps {
+		names = append(names, p.Name)
+	}
+	plan, _ := modes.For(modes.Provision)
+	var want []string
+	for _, p := range plan.Phases {
+		want = append(want, p.Name)
+	}
+	if !slices.Equal(names, want) {
+		t.Errorf("phases = %v\nwant %v", names, want)
+	}
+	// The fake manifest pins no BMC/BIOS/HGX firmware and no BIOS settings:
+	// those phases must be skipped, never passed.
+	got := f.phases(runID)
+	for _, p := range []string{modes.BMC, modes.BIOS, modes.HGX, modes.BIOSSettings} {
+		if got[p].Status != "skipped" {
+			t.Errorf("%s = %s, want skipped", p, got[p].Status)
+		}
+	}
+	var overrides []string
+	for _, o := range f.bmc.Overrides() {
+		overrides = append(overrides, o.Target+"/"+o.Enabled)
+	}
+	if !slices.Equal(overrides, []string{"Pxe/Once", "Hdd/Continuous"}) {
+		t.Errorf("override history = %v", overrides)
+	}
+	if !slices.Equal(f.m.Boots(), []vbmc.BootDevice{vbmc.BootPxe, vbmc.BootHdd}) {
+		t.Errorf("boots = %v, want [Pxe Hdd]", f.m.Boots())
+	}
+	if r.Reboots != 2 {
+		t.Errorf("reboots = %d, want 2", r.Reboots)
+	}
+	vs, _ := f.st.Verdicts(context.Background(), runID)
+	if len(vs) != 1 || vs[0].Component != "nvme/0" || vs[0].Status != "MATCH" {
+		t.Errorf("verdicts = %+v", vs)
+	}
+}
+
+func TestPhaseFailureBudgetThenResume(t *testing.T) {
+	f := newFixture(t, nil)
+	fail := true
+	f.phaseStatus = func(p string, attempt int) curev1.PhaseStatus {
+		if p == modes.OSInstall && fail {
+			return curev1.PhaseStatus_PHASE_FAILED
+		}
+		return curev1.PhaseStatus_PHASE_OK
+	}
+	runID, err := f.eng.Start(context.Background(), "node1", modes.Provision, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.waitRun(runID)
+	if r.Status != "failed" || r.Phase != modes.OSInstall || !strings.Contains(r.Message, "os_install failed 2 times") {
+		t.Fatalf("run = %s at %s: %q; want failed at os_install after 2 attempts", r.Status, r.Phase, r.Message)
+	}
+	for _, o := range f.bmc.Overrides() {
+		if o.Target == "Hdd" {
+			t.Fatal("boot override switched to disk after a failed install")
+		}
+	}
+	f.mu.Lock()
+	fail = false
+	f.mu.Unlock()
+	again, err := f.eng.Start(context.Background(), "node1", modes.Provision, "", true)
+	if err != nil || again != runID {
+		t.Fatalf("resume = %s, %v; want the same run", again, err)
+	}
+	r = f.waitRun(runID)
+	if r.Status != "succeeded" {
+		t.Fatalf("resumed run ended %s: %s", r.Status, r.Message)
+	}
+	got := f.phases(runID)
+	if got[modes.WaitForCURE].Attempts != 1 || got[modes.NVMe].Attempts != 1 {
+		t.Errorf("resume repeated earlier phases: wait_for_cure %d, nvme %d attempts", got[modes.WaitForCURE].Attempts, got[modes.NVMe].Attempts)
+	}
+	if got[modes.OSInstall].Attempts != 3 {
+		t.Errorf("os_install attempts = %d, want 3", got[modes.OSInstall].Attempts)
+	}
+}
+
+func TestStreamCutMidPhaseReattachesWithoutRetry(t *testing.T) {
+	f := newFixture(t, nil)
+	f.dropAfterStart = modes.OSInstall
+	runID, err := f.eng.Start(context.Background(), "node1", modes.Provision, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.waitRun(runID)
+	if r.Status != "succeeded" {
+		t.Fatalf("run ended %s: %s", r.Status, r.Message)
+	}
+	if r.PhaseFailures != 0 {
+		t.Errorf("a cut stream burned %d phase retries", r.PhaseFailures)
+	}
+	if got := f.phases(runID)[modes.OSInstall]; got.Attempts != 1 || got.Status != "ok" {
+		t.Errorf("os_install = %+v, want one ok attempt", got)
+	}
+	evs, _ := f.st.Events(context.Background(), runID, 0, 1000)
+	ends := 0
+	reattached := false
+	for _, e := range evs {
+		if e.Source == "runner" && e.Kind == "phase_end" && e.Phase == modes.OSInstall {
+			ends++
+		}
+		if strings.Contains(e.Message, "re-attached mid-phase") {
+			reattached = true
+		}
+	}
+	if ends != 1 {
+		t.Errorf("os_install phase_end stored %d times, want exactly once", ends)
+	}
+	if !reattached {
+		t.Error("no re-attach event in the timeline")
+	}
+}
+
+func TestAuditNeverWrites(t *testing.T) {
+	f := newFixture(t, nil)
+	runID, err := f.eng.Start(context.Background(), "node1", modes.Audit, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.waitRun(runID)
+	if r.Status != "succeeded" {
+		t.Fatalf("audit ended %s: %s", r.Status, r.Message)
+	}
+	got := f.phases(runID)
+	for _, p := range []string{modes.OSInstall, modes.SEDRevert, modes.SetBootDisk, modes.WaitForHostOS} {
+		if _, ok := got[p]; ok {
+			t.Errorf("audit ran %s", p)
+		}
+	}
+	for _, o := range f.bmc.Overrides() {
+		if o.Target == "Hdd" {
+			t.Error("audit changed the boot order to disk")
+		}
+	}
+}
