@@ -24,7 +24,7 @@ image: deps pki
 
 hostos: deps
 	$(GO) run ./builder/cmd/cure-build --spec qemu-test/hostos/hostos.yaml --kernel-root $(KERNEL_ROOT) --out $(OUT)/hostos-image
-	$(GO) run ./qemu-test/hostos/cmd/mkhostdisk --image-dir $(OUT)/hostos-image --out $(OUT)/hostos
+	$(GO) run ./qemu-test/hostos/cmd/mkhostdisk --kernel $(OUT)/hostos-image/vmlinuz --initrd $(OUT)/hostos-image/initramfs.cpio.zst --out $(OUT)/hostos
 
 baseline: deps
 	$(GO) run ./builder/cmd/cure-build --baseline --kernel-root $(KERNEL_ROOT) --out $(OUT)/baseline

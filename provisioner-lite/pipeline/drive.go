@@ -133,11 +133,14 @@ func (e *Engine) save(ctx context.Context, r *store.Run) {
 // begin records a phase attempt start.
 func (e *Engine) begin(ctx context.Context, r *store.Run, phase, source string) {
 	n := e.attempts(r, phase) + 1
+	now := time.Now().UTC()
 	r.Data["attempts/"+phase] = strconv.Itoa(n)
+	// The coordinator's clock orders phases: a node's clock is not trusted.
+	r.Data["started/"+phase] = now.Format(time.RFC3339Nano)
 	r.Phase = phase
 	e.save(ctx, r)
 	if err := e.cfg.Store.UpsertPhase(context.WithoutCancel(ctx), store.Phase{
-		RunID: r.ID, Name: phase, Status: PhaseRunning, Attempts: n, StartedAt: time.Now().UTC(),
+		RunID: r.ID, Name: phase, Status: PhaseRunning, Attempts: n, StartedAt: now,
 	}); err != nil {
 		e.cfg.Log.Error("store phase", "err", err)
 	}
@@ -150,9 +153,13 @@ func (e *Engine) begin(ctx context.Context, r *store.Run, phase, source string) 
 func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source string) {
 	ctx = context.WithoutCancel(ctx)
 	now := time.Now().UTC()
+	started, err := time.Parse(time.RFC3339Nano, r.Data["started/"+phase])
+	if err != nil {
+		started = now.Add(-dur)
+	}
 	if err := e.cfg.Store.UpsertPhase(ctx, store.Phase{
 		RunID: r.ID, Name: phase, Status: out.status, Attempts: e.attempts(r, phase),
-		StartedAt: now.Add(-dur), EndedAt: now, Message: out.msg,
+		StartedAt: started, EndedAt: now, Message: out.msg,
 	}); err != nil {
 		e.cfg.Log.Error("store phase", "err", err)
 	}

@@ -242,8 +242,9 @@ func (e *Env) startBMCs(ctx context.Context, httpPort int) error {
 		m, err := vbmc.NewQEMUMachine(vbmc.QEMUConfig{
 			Name: n.ID, MAC: n.MAC, Serial: n.Serial, UUID: n.UUID,
 			DiskPath: n.Disk, MemoryMiB: e.Opts.MemoryMiB, ConsoleLog: n.Console,
-			BootURL: fmt.Sprintf("http://10.0.2.2:%d/boot.ipxe", httpPort),
-			Logger:  e.Opts.Logger.With("vm", n.ID),
+			BootURL:       fmt.Sprintf("http://10.0.2.2:%d/boot.ipxe", httpPort),
+			RebootTimeout: 10 * time.Second,
+			Logger:        e.Opts.Logger.With("vm", n.ID),
 		})
 		if err != nil {
 			return err

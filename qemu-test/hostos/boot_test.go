@@ -122,10 +122,11 @@ phone_home:
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- qemu.Wait() }()
+	waited := make(chan struct{})
+	go func() { exited <- qemu.Wait(); close(waited) }()
 	defer func() {
 		qemu.Process.Kill()
-		<-exited
+		<-waited
 		if t.Failed() {
 			b, _ := os.ReadFile(serial)
 			t.Logf("serial console:\n%s", b)

@@ -163,7 +163,7 @@ func (e *Executor) runNVMe(ctx context.Context, a *curev1.Assignment, emit agent
 	}
 	entries := sku.FirmwareFor(manifests.ComponentNVMe)
 	if len(entries) == 0 {
-		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: fmt.Sprintf("manifest %s declares no nvme firmware: nothing to check", sku.Metadata.Name)}
+		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: fmt.Sprintf("manifest %s declares no nvme firmware: nothing to check", sku.Metadata.Name)}
 	}
 	if e.cfg.Controllers == nil {
 		return failed("nvme: runner has no NVMe controller source configured")
@@ -195,6 +195,11 @@ func (e *Executor) runNVMe(ctx context.Context, a *curev1.Assignment, emit agent
 		return failed("nvme: %s", strings.Join(errs, "; "))
 	case provision && len(drift) > 0:
 		return failed("in-band NVMe firmware update not implemented yet (issue #3): %s", strings.Join(drift, ", "))
+	}
+	if len(drift) == 0 && len(errs) == 0 {
+		// Idempotence: a component already at the target is skipped, and
+		// the timeline says so.
+		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: fmt.Sprintf("all %d controller(s) match the manifest: nothing to update", len(checks))}
 	}
 	msg := fmt.Sprintf("%d controller(s) checked: %d drift, %d error", len(ctrls), len(drift), len(errs))
 	if len(drift) > 0 {

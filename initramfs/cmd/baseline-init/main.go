@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -35,5 +36,7 @@ func main() {
 	if err := syscall.Reboot(syscall.LINUX_REBOOT_CMD_POWER_OFF); err != nil {
 		fmt.Fprintf(os.Stderr, "CURE-BASELINE-INIT poweroff failed: %v\n", err)
 	}
-	select {}
+	for {
+		time.Sleep(time.Hour)
+	}
 }

@@ -37,7 +37,9 @@ var version = ""
 
 // alwaysModules have no modalias (filesystems, codepages) but the CIDATA
 // seed partition needs them.
-var alwaysModules = []string{"vfat", "nls_cp437", "nls_iso8859_1"}
+// nls_ascii: Debian builds FAT with iocharset=ascii by default; without it
+// every vfat mount fails with EINVAL.
+var alwaysModules = []string{"vfat", "nls_cp437", "nls_iso8859_1", "nls_ascii"}
 
 type options struct {
 	dryRun     bool

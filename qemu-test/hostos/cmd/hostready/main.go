@@ -27,6 +27,10 @@ import (
 
 const seedDir = "/run/cidata"
 
+// fatModules have no modalias, so nothing asks for them: vfat plus the
+// code pages a FAT mount needs (Debian's default iocharset is ascii).
+var fatModules = []string{"vfat", "nls_cp437", "nls_iso8859_1", "nls_ascii"}
+
 func main() {
 	log := slog.New(slog.NewTextHandler(&prefixWriter{w: os.Stdout, prefix: []byte("CURE-HOSTOS: ")},
 		&slog.HandlerOptions{ReplaceAttr: dropTime}))
@@ -35,8 +39,11 @@ func main() {
 	} else {
 		log.Info("ready")
 	}
-	// Stay up: returning would make init exit and the kernel panic.
-	select {}
+	// Stay up: returning would make init exit and the kernel panic. A bare
+	// select{} would be reported by the Go runtime as a deadlock and exit.
+	for {
+		time.Sleep(time.Hour)
+	}
 }
 
 func run(log *slog.Logger) error {
@@ -53,7 +60,7 @@ func run(log *slog.Logger) error {
 
 	mctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	loaded, err := boot.LoadModulesForDevices(mctx, "/sys", filepath.Join("/lib/modules", kver), log,
-		boot.WithAlwaysLoad("vfat", "nls_cp437", "nls_iso8859_1"))
+		boot.WithAlwaysLoad("vfat", "nls_cp437", "nls_iso8859_1", "nls_ascii"))
 	cancel()
 	log.Info("modules loaded", "modules", strings.Join(loaded, ","), "err", err)
 
