@@ -6,7 +6,7 @@ KERNEL_ROOT := .cache/kernel/root
 OUT         := out
 export CGO_ENABLED := 0
 
-.PHONY: all deps pki image hostos baseline test unit e2e demo bench clean
+.PHONY: all deps pki image hostos baseline test unit e2e demo bench-boot clean
 
 all: image hostos
 
@@ -44,3 +44,7 @@ demo: image hostos
 
 clean:
 	rm -rf $(OUT)
+
+# QEMU start → runner registered, against a bare kernel + trivial init (same run).
+bench-boot: image baseline
+	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -run '^$$' -bench BootToRegistered -benchtime 3x -timeout 30m -v ./qemu-test/

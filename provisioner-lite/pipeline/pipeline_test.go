@@ -249,6 +249,7 @@ func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
 				return
 			}
 		}
+		cancel()
 		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -1,0 +1,164 @@
+package qemutest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+)
+
+// helloRecorder is a RunnerService that only notes when the first Hello
+// arrives: what "registered" means for the boot-time figure.
+type helloRecorder struct {
+	curev1.UnimplementedRunnerServiceServer
+	once sync.Once
+	got  chan *curev1.Hello
+}
+
+func (h *helloRecorder) Session(s curev1.RunnerService_SessionServer) error {
+	m, err := s.Recv()
+	if err != nil {
+		return err
+	}
+	if hello := m.GetHello(); hello != nil {
+		h.once.Do(func() { h.got <- hello })
+		_ = s.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Idle{Idle: &curev1.Idle{Reason: "benchmark"}}})
+	}
+	<-s.Context().Done()
+	return nil
+}
+
+// bootQEMU starts QEMU with a direct kernel boot and returns when a console
+// line contains marker, with the wall time since the process started.
+func bootQEMU(ctx context.Context, kernel, initrd, cmdline, marker string, disk string) (time.Duration, string, error) {
+	args := []string{"-accel", "tcg", "-machine", "q35", "-cpu", "max", "-smp", "2", "-m", "1024",
+		"-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio",
+		"-kernel", kernel, "-initrd", initrd, "-append", cmdline,
+		"-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0,mac=52:54:00:be:e0:01",
+		"-device", "virtio-rng-pci"}
+	if disk != "" {
+		args = append(args, "-drive", "file="+disk+",if=none,id=d0,format=raw", "-device", "nvme,serial=BENCH1,drive=d0")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, "qemu-system-x86_64", args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, "", err
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	sc := bufio.NewScanner(out)
+	var tail []string
+	for sc.Scan() {
+		line := sc.Text()
+		tail = append(tail, line)
+		if len(tail) > 30 {
+			tail = tail[1:]
+		}
+		if strings.Contains(line, marker) {
+			return time.Since(start), line, nil
+		}
+	}
+	return 0, "", fmt.Errorf("%q never appeared on the console; last lines:\n%s", marker, strings.Join(tail, "\n"))
+}
+
+// BenchmarkBootToRegistered measures, in the same run and on the same
+// kernel, QEMU start → the CURE runner's Hello at the coordinator, against
+// QEMU start → a trivial init's first line (the bare-kernel baseline).
+// Direct kernel boot for both, so iPXE's share (reported by the e2e tests)
+// is left out.
+func BenchmarkBootToRegistered(b *testing.B) {
+	out := os.Getenv("CURE_OUT")
+	if out == "" {
+		b.Skip("CURE_OUT not set: run `make bench-boot`")
+	}
+	for _, f := range []string{"baseline/vmlinuz", "baseline/initramfs.cpio.gz", "image/vmlinuz", "image/initramfs.cpio.gz", "pki/ca.pem"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			b.Fatalf("missing %s: run `make image baseline`", f)
+		}
+	}
+	pkiDir := b.TempDir()
+	for _, f := range []string{"ca.pem", "ca-key.pem"} {
+		data, err := os.ReadFile(filepath.Join(out, "pki", f))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(pkiDir, f), data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	tlsCfg, err := pki.ServerTLSConfig(pkiDir, []string{"10.0.2.2", "127.0.0.1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	disk := filepath.Join(b.TempDir(), "disk.raw")
+	if err := os.WriteFile(disk, nil, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Truncate(disk, 256<<20); err != nil {
+		b.Fatal(err)
+	}
+	var baseSum, cureSum time.Duration
+	for i := 0; i < b.N; i++ {
+		ctx := context.Background()
+		base, _, err := bootQEMU(ctx, filepath.Join(out, "baseline", "vmlinuz"), filepath.Join(out, "baseline", "initramfs.cpio.gz"),
+			"console=ttyS0 panic=-1", "CURE-BASELINE-INIT", "")
+		if err != nil {
+			b.Fatal(err)
+		}
+
+		rec := &helloRecorder{got: make(chan *curev1.Hello, 1)}
+		gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)))
+		curev1.RegisterRunnerServiceServer(gs, rec)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		go gs.Serve(l)
+		port := l.Addr().(*net.TCPAddr).Port
+		cmdline := fmt.Sprintf("console=ttyS0 panic=-1 cure.coordinator=10.0.2.2:%d cure.http=http://10.0.2.2:1 cure.node=bench cure.token=bench", port)
+		start := time.Now()
+		done := make(chan error, 1)
+		qctx, stopQEMU := context.WithCancel(ctx)
+		go func() {
+			_, _, err := bootQEMU(qctx, filepath.Join(out, "image", "vmlinuz"), filepath.Join(out, "image", "initramfs.cpio.gz"), cmdline, "CURE-BENCH-NEVER", disk)
+			done <- err
+		}()
+		var cure time.Duration
+		select {
+		case h := <-rec.got:
+			cure = time.Since(start)
+			b.Logf("boot %d: baseline %.2fs, CURE registered %.2fs (guest uptime at Hello %.2fs)", i, base.Seconds(), cure.Seconds(), float64(h.GetUptimeMs())/1000)
+		case err := <-done:
+			b.Fatalf("CURE boot ended before registering: %v", err)
+		case <-time.After(3 * time.Minute):
+			b.Fatal("CURE did not register within 3 minutes")
+		}
+		stopQEMU()
+		gs.Stop()
+		<-done
+		baseSum += base
+		cureSum += cure
+	}
+	n := float64(b.N)
+	b.ReportMetric(baseSum.Seconds()/n, "baseline-s")
+	b.ReportMetric(cureSum.Seconds()/n, "registered-s")
+	b.ReportMetric((cureSum-baseSum).Seconds()/n, "delta-s")
+	b.ReportMetric(0, "ns/op")
+}
