@@ -86,7 +86,13 @@ func (o *OperatorService) Watch(req *curev1.WatchRequest, stream curev1.Operator
 				return err
 			}
 			if ev.Kind == "run_end" && req.GetFollow() {
-				return nil
+				// A resumed run has run_end events from earlier attempts:
+				// only the end of an inactive run ends the watch.
+				if cur, err := o.Store.GetRun(ctx, r.ID); err == nil && cur.Status != "running" && cur.Status != "pending" {
+					if rest, _ := o.Store.Events(ctx, r.ID, cursor, 1); len(rest) == 0 {
+						return nil
+					}
+				}
 			}
 		}
 		if len(evs) == 500 {
