@@ -196,6 +196,14 @@ cmdline: console=ttyS0
 	if err := json.Unmarshal(b, &onDisk); err != nil || onDisk.Totals.ZstBytes != reports[0].Totals.ZstBytes || len(onDisk.Modules) < 5 {
 		t.Errorf("report.json = %+v, err %v", onDisk.Totals, err)
 	}
+	// The report is an output too: byte-identical across the two builds.
+	b2, err := os.ReadFile(filepath.Join(dir, "out/b", ReportName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != string(b2) {
+		t.Error("report.json differs between two builds of the same inputs")
+	}
 }
 
 func TestBuildBaseline(t *testing.T) {

@@ -47,17 +47,18 @@ type Artifact struct {
 
 // Totals summarises a build.
 type Totals struct {
-	Entries           int     `json:"entries"`
-	Files             int     `json:"files"`
-	FileBytes         int64   `json:"file_bytes"`
-	UncompressedBytes int64   `json:"uncompressed_bytes"`
-	ZstBytes          int64   `json:"zst_bytes"`
-	GzBytes           int64   `json:"gz_bytes"`
-	BuildSeconds      float64 `json:"build_seconds"`
+	Entries           int   `json:"entries"`
+	Files             int   `json:"files"`
+	FileBytes         int64 `json:"file_bytes"`
+	UncompressedBytes int64 `json:"uncompressed_bytes"`
+	ZstBytes          int64 `json:"zst_bytes"`
+	GzBytes           int64 `json:"gz_bytes"`
+	// BuildSeconds is logged, not written: report.json is part of the
+	// build's output and must be byte-identical across rebuilds.
+	BuildSeconds float64 `json:"-"`
 }
 
-// Report is report.json. Everything but Totals.BuildSeconds is a function
-// of the inputs.
+// Report is report.json, a function of the inputs only.
 type Report struct {
 	Spec           string     `json:"spec,omitempty"`
 	Kind           string     `json:"kind"` // "image" or "baseline"

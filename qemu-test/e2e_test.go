@@ -53,19 +53,8 @@ func startEnv(t *testing.T, o harness.Options) *harness.Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		env.Close()
-		if t.Failed() {
-			for _, n := range env.Nodes {
-				if b, err := os.ReadFile(n.Console); err == nil {
-					t.Logf("--- %s console (last 4 KiB) ---\n%s", n.ID, tail(b, 4096))
-				}
-			}
-			if b, err := os.ReadFile(filepath.Join(env.Opts.Work, "coordinator.log")); err == nil {
-				t.Logf("--- coordinator log (last 6 KiB) ---\n%s", tail(b, 6144))
-			}
-		}
-	})
+	t.Cleanup(env.Close)
+	dumpOnFailure(t, env) // runs before Close: cleanups are LIFO
 	return env
 }
 
@@ -251,8 +240,62 @@ func bootHistory(n *harness.Node) []string {
 	return s
 }
 
+// provisioned is the environment TestProvisionFromPowerOff leaves behind,
+// reused by TestReprovisionSkipsMatching: re-provisioning needs a node that
+// was provisioned, and a second QEMU setup would only cost time.
+var provisioned *harness.Env
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if provisioned != nil {
+		provisioned.Close()
+		os.RemoveAll(provisioned.Opts.Work)
+	}
+	os.Exit(code)
+}
+
+// sharedEnv returns the long-lived environment, starting it on first use.
+func sharedEnv(t *testing.T) *harness.Env {
+	t.Helper()
+	if provisioned != nil {
+		return provisioned
+	}
+	out := outDir(t)
+	work, err := os.MkdirTemp("", "cure-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	env, err := harness.Start(ctx, harness.Options{Out: out, Work: work,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	provisioned = env
+	return env
+}
+
+// dumpOnFailure logs the node console and coordinator log tails when t fails.
+func dumpOnFailure(t *testing.T, env *harness.Env) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, n := range env.Nodes {
+			if b, err := os.ReadFile(n.Console); err == nil {
+				t.Logf("--- %s console (last 4 KiB) ---\n%s", n.ID, tail(b, 4096))
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join(env.Opts.Work, "coordinator.log")); err == nil {
+			t.Logf("--- coordinator log (last 6 KiB) ---\n%s", tail(b, 6144))
+		}
+	})
+}
+
 func TestProvisionFromPowerOff(t *testing.T) {
-	env := startEnv(t, harness.Options{})
+	env := sharedEnv(t)
+	dumpOnFailure(t, env)
 	n := env.Nodes[0]
 	if n.BMC.PowerState() != vbmc.PowerOff {
 		t.Fatalf("node starts %s, want Off", n.BMC.PowerState())
@@ -273,21 +316,37 @@ func TestProvisionFromPowerOff(t *testing.T) {
 	if rep.GetReboots() != 2 {
 		t.Errorf("reboots = %d, want 2 (power on into CURE, reboot into the OS)", rep.GetReboots())
 	}
+}
 
-	// Re-provisioning the same node: the matching firmware phase is skipped
-	// and the run still ends with the OS installed and calling back.
-	t.Run("TestReprovisionSkipsMatching", func(t *testing.T) {
-		rep2 := provisionAndWait(t, env, n.ID, false)
-		checkProvisioned(t, env, rep2)
-		st := openStore(t, env)
-		if got := phaseStatuses(t, st, rep2.GetRunId())[modes.NVMe]; got != "skipped" {
-			t.Errorf("nvme phase on re-provision = %q, want skipped (firmware already matches)", got)
+// TestReprovisionSkipsMatching re-provisions the node (running
+// TestProvisionFromPowerOff's provisioning first when run alone): the
+// matching firmware phase is skipped and the OS is installed again.
+func TestReprovisionSkipsMatching(t *testing.T) {
+	env := sharedEnv(t)
+	dumpOnFailure(t, env)
+	n := env.Nodes[0]
+	st := openStore(t, env)
+	if last, err := st.LatestRun(context.Background(), n.ID); err != nil || last.Status != "succeeded" {
+		checkProvisioned(t, env, provisionAndWait(t, env, n.ID, false))
+	}
+	before := len(bootHistory(n))
+	rep := provisionAndWait(t, env, n.ID, false)
+	checkProvisioned(t, env, rep)
+	if got := phaseStatuses(t, st, rep.GetRunId())[modes.NVMe]; got != "skipped" {
+		t.Errorf("nvme phase on re-provision = %q, want skipped (firmware already matches)", got)
+	}
+	if got := bootHistory(n)[before:]; !slices.Equal(got, []string{"Pxe/Once", "Hdd/Continuous"}) {
+		t.Errorf("boot override changes of the re-provision = %v, want [Pxe/Once Hdd/Continuous]", got)
+	}
+	var preflight string
+	for _, p := range rep.GetPhases() {
+		if p.GetName() == modes.PoweringOn {
+			preflight = p.GetMessage()
 		}
-		hist := bootHistory(n)
-		if !slices.Equal(hist, []string{"Pxe/Once", "Hdd/Continuous", "Pxe/Once", "Hdd/Continuous"}) {
-			t.Errorf("boot override history = %v", hist)
-		}
-	})
+	}
+	if !strings.Contains(preflight, "was On") {
+		t.Errorf("powering_on on a running node = %q, want a ForceRestart of the running node", preflight)
+	}
 }
 
 func TestCorruptArtifactFailsOSInstall(t *testing.T) {
