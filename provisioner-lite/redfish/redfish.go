@@ -7,6 +7,7 @@ package redfish
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,9 +33,12 @@ type Endpoint struct {
 
 // Options tune the client.
 type Options struct {
-	Timeout    time.Duration // per call, default 30s
-	Logger     *slog.Logger
-	HTTPClient *http.Client // default: one with dial/TLS/header timeouts
+	Timeout time.Duration // per call, default 30s
+	// UploadTimeout bounds a MultipartPush (the whole image transfer plus
+	// the answer), default 30 min.
+	UploadTimeout time.Duration
+	Logger        *slog.Logger
+	HTTPClient    *http.Client // default: one with dial/TLS/header timeouts
 }
 
 // BootTarget is a BootSourceOverrideTarget.
@@ -77,6 +81,9 @@ type SystemInfo struct {
 type FirmwareItem struct {
 	ID, Name, Version, SoftwareID string
 	Updateable                    bool
+	// PendingVersion is a staged image waiting for activation, where the
+	// BMC says so (the virtual BMC's Oem.CURE.PendingVersion); empty otherwise.
+	PendingVersion string
 }
 
 // Client talks to one BMC. Safe for concurrent use.
@@ -91,6 +98,9 @@ type Client struct {
 	basic  bool   // sessions unsupported: Basic auth on every request
 	sysURI string // first ComputerSystem, found once
 	closed bool
+	// resetAt is when ResetManager was accepted (or may have been); WaitBMC
+	// then first waits to see the BMC go away.
+	resetAt time.Time
 }
 
 // Connect logs in to the BMC (a Redfish session, or Basic auth if the BMC
@@ -109,6 +119,9 @@ func Connect(ctx context.Context, ep Endpoint, o Options) (*Client, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.UploadTimeout <= 0 {
+		o.UploadTimeout = 30 * time.Minute
 	}
 	c := &Client{ep: ep, o: o, log: o.Logger.With("bmc", ep.URL), httpc: o.HTTPClient}
 	if c.httpc == nil {
@@ -549,7 +562,16 @@ func (c *Client) FirmwareInventory(ctx context.Context) ([]FirmwareItem, error) 
 		}
 		items = items[:0]
 		for _, s := range inv {
-			items = append(items, FirmwareItem{ID: s.ID, Name: s.Name, Version: s.Version, SoftwareID: s.SoftwareID, Updateable: s.Updateable})
+			it := FirmwareItem{ID: s.ID, Name: s.Name, Version: s.Version, SoftwareID: s.SoftwareID, Updateable: s.Updateable}
+			var oem struct {
+				Oem struct {
+					CURE struct{ PendingVersion string }
+				}
+			}
+			if json.Unmarshal(s.RawData, &oem) == nil {
+				it.PendingVersion = oem.Oem.CURE.PendingVersion
+			}
+			items = append(items, it)
 		}
 		slices.SortFunc(items, func(a, b FirmwareItem) int { return strings.Compare(a.ID, b.ID) })
 		return nil

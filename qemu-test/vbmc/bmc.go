@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,27 @@ type Config struct {
 	// ResetTypes narrows the advertised ResetType allowable values; default:
 	// the mockup's values this BMC implements.
 	ResetTypes []string
+
+	// MaxSessions refuses logins beyond this many open sessions (503
+	// SessionLimitExceeded), as real BMCs do; 0: no limit.
+	MaxSessions int
+
+	// Out-of-band firmware (see firmware.go for the package format).
+	Firmware          []FirmwareSpec // default DefaultFirmware()
+	TransferProtocols []string       // SimpleUpdate allowable values, subset of HTTP, HTTPS (default both)
+	NoMultipart       bool           // no MultipartHttpPushUri
+	TaskDuration      time.Duration  // an update task runs this long (default 2s)
+	TaskShape         TaskShape      // how an accepted update answers (default: task monitor)
+	// TaskGoneAfterCompletion: completed tasks and their monitors 404 at
+	// once, as on BMCs that purge them.
+	TaskGoneAfterCompletion bool
+	FetchTimeout            time.Duration // SimpleUpdate image download (default 60s)
+	FetchClient             *http.Client  // for image downloads (default: plain, no proxy)
+	// ResetDuration is how long #Manager.Reset keeps the BMC away (default 3s).
+	ResetDuration time.Duration
+	// ResetRefuse: during a BMC reset connections are refused (needs
+	// Listen) rather than answered with 503.
+	ResetRefuse bool
 
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -98,6 +120,24 @@ type BMC struct {
 	overrides []OverrideChange
 	sessions  map[string]*session // by token
 
+	// Out-of-band state, guarded by mu.
+	fw            []*fwState
+	fetcher       *http.Client
+	tasks         []*task
+	taskSeq       int
+	resetting     bool
+	bmcResets     int
+	reach         func(up bool)
+	biosCur       map[string]any
+	biosPending   map[string]any
+	biosGen       uint64
+	settingsGen   uint64
+	biosApplied   int
+	acceptTimeout time.Duration
+	cutTCP        bool
+	failTask      *string
+	slowReturn    time.Duration
+
 	failAuth atomic.Bool
 	hangNext atomic.Bool
 	latency  atomic.Int64
@@ -131,6 +171,26 @@ func New(cfg Config, m Machine) (*BMC, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Firmware == nil {
+		cfg.Firmware = DefaultFirmware()
+	}
+	if err := validateFirmware(cfg.Firmware); err != nil {
+		return nil, fmt.Errorf("vbmc %s: %w", cfg.Name, err)
+	}
+	for _, p := range cfg.TransferProtocols {
+		if !slices.Contains(implementedProtocols, p) {
+			return nil, fmt.Errorf("vbmc %s: TransferProtocols: %q is not implemented (have %v)", cfg.Name, p, implementedProtocols)
+		}
+	}
+	if cfg.TaskDuration <= 0 {
+		cfg.TaskDuration = 2 * time.Second
+	}
+	if cfg.FetchTimeout <= 0 {
+		cfg.FetchTimeout = 60 * time.Second
+	}
+	if cfg.ResetDuration <= 0 {
+		cfg.ResetDuration = 3 * time.Second
+	}
 	for _, rt := range cfg.ResetTypes {
 		if !slices.Contains(implementedResets, rt) {
 			return nil, fmt.Errorf("vbmc %s: ResetTypes: %q is not implemented (have %v)", cfg.Name, rt, implementedResets)
@@ -160,6 +220,22 @@ func New(cfg Config, m Machine) (*BMC, error) {
 	}
 	if !cfg.NoBootMode {
 		b.mode = "Legacy" // QEMU boots SeaBIOS: be honest about it
+	}
+	for _, f := range cfg.Firmware {
+		if f.SoftwareID == "" {
+			f.SoftwareID = softwareID(f.ID)
+		}
+		if f.Name == "" {
+			f.Name = f.ID + " firmware"
+		}
+		b.fw = append(b.fw, &fwState{spec: f, active: f.Version})
+	}
+	b.fetcher = cfg.FetchClient
+	if b.fetcher == nil {
+		b.fetcher = &http.Client{Transport: &http.Transport{Proxy: nil}}
+	}
+	if err := b.loadBios(); err != nil {
+		return nil, fmt.Errorf("vbmc %s: %w", cfg.Name, err)
 	}
 	b.wg.Add(1)
 	go b.watch()
@@ -331,6 +407,10 @@ func (b *BMC) boot(ctx context.Context, reason string) error {
 	}
 	now := b.cfg.Now()
 	b.mu.Lock()
+	// The host came up: staged BIOS/HGX firmware and BIOS settings take
+	// effect at this POST.
+	b.activateLocked(KindBIOS, KindHGX)
+	b.applyBiosLocked()
 	b.bootSeq++
 	b.power = PowerOn
 	b.lastReset = now

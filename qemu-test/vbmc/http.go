@@ -39,6 +39,13 @@ func (b *BMC) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !b.fault(r) {
 		return
 	}
+	if b.Resetting() {
+		// A rebooting BMC: its web server is not there yet.
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, "ServiceTemporarilyUnavailable",
+			"The service is temporarily unavailable: the BMC is resetting.")
+		return
+	}
 	w.Header().Set("OData-Version", "4.0")
 	switch {
 	case p == "/redfish":
@@ -56,6 +63,18 @@ func (b *BMC) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("WWW-Authenticate", `Basic realm="vbmc"`)
 		writeError(w, http.StatusUnauthorized, "NoValidSession",
 			"There is no valid session established with the implementation.")
+		return
+	}
+	if hold, cut := b.mutationFault(r, p); hold > 0 || cut {
+		b.serveFaulty(w, r, hold, cut, func(w http.ResponseWriter) { b.route(w, r, p) })
+		return
+	}
+	b.route(w, r, p)
+}
+
+// route dispatches an authenticated request.
+func (b *BMC) route(w http.ResponseWriter, r *http.Request, p string) {
+	if b.routeOOB(w, r, p) {
 		return
 	}
 	sysURL := odataRoot + "/Systems/" + b.cfg.SystemID
@@ -160,6 +179,14 @@ func (b *BMC) login(w http.ResponseWriter, r *http.Request) {
 	}
 	s := &session{ID: randHex(8), Token: randHex(16), User: *req.UserName, Created: b.cfg.Now()}
 	b.mu.Lock()
+	if b.cfg.MaxSessions > 0 && len(b.sessions) >= b.cfg.MaxSessions {
+		n := len(b.sessions)
+		b.mu.Unlock()
+		b.log.Warn("login refused: session limit", "sessions", n)
+		writeError(w, http.StatusServiceUnavailable, "SessionLimitExceeded",
+			fmt.Sprintf("The session establishment failed due to the number of simultaneous sessions exceeding the limit of the implementation (%d open).", n))
+		return
+	}
 	b.sessions[s.Token] = s
 	b.mu.Unlock()
 	loc := odataRoot + "/SessionService/Sessions/" + s.ID
@@ -263,6 +290,12 @@ func (b *BMC) systemBodyLocked() map[string]any {
 		obj["LastResetTime"] = b.lastReset.Format(time.RFC3339)
 	}
 	delete(obj, "BootProgress") // the mockup's is static fiction
+	for _, f := range b.fw {
+		if f.spec.Kind == KindBIOS {
+			obj["BiosVersion"] = f.active // what the running BIOS reports
+			break
+		}
+	}
 	boot := map[string]any{
 		"BootSourceOverrideTarget":                          b.target,
 		"BootSourceOverrideTarget@Redfish.AllowableValues":  b.allowedTargets(),

@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -20,8 +21,13 @@ import (
 type Server struct {
 	BMC *BMC
 	URL string // http(s)://host:port, the Redfish endpoint
-	srv *http.Server
-	ln  net.Listener
+
+	addr   string // the bound address, reused when the BMC comes back
+	tlsCfg *tls.Config
+
+	mu   sync.Mutex
+	srv  *http.Server // nil while the BMC is resetting (refusing)
+	done bool
 }
 
 // Listen serves b on addr ("127.0.0.1:0" picks a port) in the background.
@@ -33,36 +39,77 @@ func Listen(addr string, b *BMC, useTLS bool) (*Server, error) {
 		return nil, fmt.Errorf("vbmc %s: listen on %s: %w", b.cfg.Name, addr, err)
 	}
 	scheme := "http"
+	s := &Server{BMC: b, addr: ln.Addr().String()}
 	if useTLS {
 		cert, err := selfSigned()
 		if err != nil {
 			ln.Close()
 			return nil, fmt.Errorf("vbmc %s: %w", b.cfg.Name, err)
 		}
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		s.tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		scheme = "https"
 	}
-	s := &Server{
-		BMC: b,
-		URL: scheme + "://" + ln.Addr().String(),
-		srv: &http.Server{Handler: b.Handler(), ReadHeaderTimeout: 10 * time.Second},
-		ln:  ln,
-	}
-	go func() {
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			b.log.Error("serve", "err", err)
-		}
-	}()
+	s.URL = scheme + "://" + s.addr
+	s.serve(ln)
+	b.setReachHook(s.setReachable)
 	b.log.Info("listening", "url", s.URL)
 	return s, nil
+}
+
+func (s *Server) serve(ln net.Listener) {
+	if s.tlsCfg != nil {
+		ln = tls.NewListener(ln, s.tlsCfg)
+	}
+	srv := &http.Server{Handler: s.BMC.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.srv = srv
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.BMC.log.Error("serve", "err", err)
+		}
+	}()
+}
+
+// setReachable closes the listener and every connection (a rebooting BMC
+// refuses connections) or listens again on the same address.
+func (s *Server) setReachable(up bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return
+	}
+	if !up {
+		if s.srv != nil {
+			_ = s.srv.Close()
+			s.srv = nil
+		}
+		s.BMC.log.Info("BMC unreachable: listener closed", "addr", s.addr)
+		return
+	}
+	if s.srv != nil {
+		return
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		s.BMC.log.Error("BMC cannot listen again after its reset", "addr", s.addr, "err", err)
+		return
+	}
+	s.serve(ln)
+	s.BMC.log.Info("BMC listening again", "addr", s.addr)
 }
 
 // Shutdown stops serving, then closes the BMC (which powers the machine off).
 func (s *Server) Shutdown(ctx context.Context) error {
 	// Close the BMC first so hung requests return and Shutdown can drain.
 	err := s.BMC.Close(ctx)
-	if e := s.srv.Shutdown(ctx); e != nil && err == nil {
-		err = e
+	s.mu.Lock()
+	s.done = true
+	srv := s.srv
+	s.srv = nil
+	s.mu.Unlock()
+	if srv != nil {
+		if e := srv.Shutdown(ctx); e != nil && err == nil {
+			err = e
+		}
 	}
 	return err
 }

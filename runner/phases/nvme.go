@@ -190,11 +190,33 @@ func (e *Executor) runNVMe(ctx context.Context, a *curev1.Assignment, emit agent
 		}
 	}
 	provision := a.GetMode() == curev1.Mode_MODE_PROVISION
-	switch {
-	case provision && len(errs) > 0:
+	if provision && len(errs) > 0 {
 		return failed("nvme: %s", strings.Join(errs, "; "))
-	case provision && len(drift) > 0:
-		return failed("in-band NVMe firmware update not implemented yet (issue #3): %s", strings.Join(drift, ", "))
+	}
+	if provision && len(drift) > 0 {
+		var failures, updated []string
+		reboot := false
+		for _, c := range checks {
+			if c.Status != curev1.VerdictStatus_DRIFT {
+				continue
+			}
+			v, needReboot := e.updateNVMe(ctx, a, c)
+			emit.Verdict(v)
+			switch {
+			case v.GetStatus() == curev1.VerdictStatus_FAIL:
+				failures = append(failures, c.Component()+": "+v.GetMessage())
+			case needReboot:
+				reboot = true
+				updated = append(updated, c.Component()+" (at next reboot)")
+			default:
+				updated = append(updated, c.Component())
+			}
+		}
+		if len(failures) > 0 {
+			return failed("nvme firmware update failed: %s", strings.Join(failures, "; "))
+		}
+		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, RebootRequired: reboot,
+			Message: "updated " + strings.Join(updated, ", ")}
 	}
 	if len(drift) == 0 && len(errs) == 0 {
 		// Idempotence: a component already at the target is skipped, and

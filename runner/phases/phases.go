@@ -51,6 +51,9 @@ type Config struct {
 	Disks  func() ([]blockdev.Disk, error)
 	Images ImageWriter
 	Seeds  SeedWriter
+	// OpenNVMeFirmware opens a controller for an in-band firmware update
+	// (OpenNVMeFirmwareDevice); nil refuses updates.
+	OpenNVMeFirmware NVMeFirmwareDevice
 	// HTTP downloads images; nil means a client with connect/header timeouts.
 	HTTP *http.Client
 	// SystemSerial fills {{.Serial}} in the manifest's hostname template.

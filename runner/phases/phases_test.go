@@ -95,7 +95,7 @@ func TestNVMeDriftProvisionFailsAuditReports(t *testing.T) {
 	}})
 	em := &recEmitter{}
 	out := e.Run(context.Background(), "nvme", assignment(t, curev1.Mode_MODE_PROVISION, yaml), em)
-	want := "in-band NVMe firmware update not implemented yet (issue #3): nvme/0 7.2.22 -> 8.0.1"
+	want := "nvme firmware update failed: nvme/0: runner has no NVMe firmware device opener configured"
 	if out.Status != curev1.PhaseStatus_PHASE_FAILED || out.Message != want {
 		t.Errorf("provision outcome %+v, want FAILED %q", out, want)
 	}

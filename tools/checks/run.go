@@ -102,7 +102,8 @@ func RunOne(ctx context.Context, c Check, now func() time.Time) []Verdict {
 		vs, err := c.once(ctx)
 		samples++
 		for _, v := range vs {
-			if c.AppliesTo != "" {
+			// Whole-check verdicts (component = type) are never filtered.
+			if c.AppliesTo != "" && v.Component != c.Type {
 				if ok, _ := path.Match(c.AppliesTo, v.Component); !ok {
 					continue
 				}
@@ -148,7 +149,13 @@ func RunOne(ctx context.Context, c Check, now func() time.Time) []Verdict {
 		}
 		out = append(out, whole(Error, msg))
 	case !c.Count.IsZero():
-		v := Judge(c.Type, Value("components", float64(len(out)), c.Count))
+		n := 0
+		for _, v := range out {
+			if v.Component != c.Type {
+				n++
+			}
+		}
+		v := Judge(c.Type, Value("components", float64(n), c.Count))
 		v.Check, v.Started, v.Finished = c.Name, start, now()
 		out = append(out, v)
 	case len(out) == 0:

@@ -1,6 +1,10 @@
-// Package diskimage streams an OS image from HTTP onto a disk: download,
-// hash, decompress and write in one pass, then fsync and have the kernel
-// re-read the partition table. Size and sha256 of the download are
+// Package diskimage streams an OS image from HTTP onto a disk. Download,
+// decompression, hashing and writing run as concurrent stages joined by
+// bounded channels of reusable aligned buffers, so memory stays flat
+// whatever the image size. All-zero regions are not written: they are
+// skipped when the caller vouches the target is already zero, or handed to
+// the device as Write Zeroes / punched holes otherwise. A dropped download
+// resumes with a Range request. Size and sha256 of the download are
 // mandatory; Verify reads the written range back.
 package diskimage
 
@@ -26,15 +30,18 @@ import (
 
 // Formats accepted in Options.Format.
 const (
-	FormatRaw  = "raw"
-	FormatGzip = "raw.gz"
-	FormatZstd = "raw.zst"
-	FormatXz   = "raw.xz"
+	FormatRaw   = "raw"
+	FormatGzip  = "raw.gz"
+	FormatZstd  = "raw.zst"
+	FormatXz    = "raw.xz"
+	FormatQcow2 = "qcow2"
 )
 
 const (
 	defaultBlockSize    = 4 << 20
 	defaultStallTimeout = 2 * time.Minute
+	defaultRetries      = 5
+	defaultRetryWait    = time.Second
 	// invalidateBytes is how much of the target's start is zeroed after a
 	// failed write: the protective MBR, primary GPT and most boot loaders.
 	invalidateBytes = 1 << 20
@@ -45,43 +52,63 @@ type Options struct {
 	URL    string
 	SHA256 string // of the downloaded (possibly compressed) artifact, hex
 	Size   int64  // of the downloaded artifact, bytes
-	Format string // raw | raw.gz | raw.zst | raw.xz
+	Format string // raw | raw.gz | raw.zst | raw.xz | qcow2
 	Target string // block device or regular file; must already exist
 	Client *http.Client
 	// Progress, if set, is called after every block with the total number
 	// of decompressed bytes written so far.
 	Progress  func(written int64)
 	BlockSize int // write size, default 4 MiB
-	// StallTimeout aborts the download when no byte arrives for this long
-	// (default 2 minutes). The whole transfer has no deadline of its own:
-	// a multi-GiB image on a slow link is legitimate, a silent peer is not.
+	// StallTimeout aborts a download attempt when no byte arrives for this
+	// long (default 2 minutes). The whole transfer has no deadline of its
+	// own: a multi-GiB image on a slow link is legitimate, a silent peer
+	// is not.
 	StallTimeout time.Duration
+	// TargetZeroed is the caller's statement that the target already reads
+	// as zeros (right after a verified crypto-erase): all-zero regions are
+	// then skipped. Otherwise they are zeroed by the device (BLKZEROOUT)
+	// or punched out of a regular file, never sent as zero-filled writes.
+	TargetZeroed bool
+	// Buffered disables O_DIRECT (used when the device allows it).
+	Buffered bool
+	// Retries bounds how often a dropped download resumes with a Range
+	// request (default 5; negative: never). RetryWait is the first pause,
+	// doubling each time (default 1 s).
+	Retries   int
+	RetryWait time.Duration
 }
 
 // Result describes a completed write.
 type Result struct {
 	DownloadedBytes int64
-	WrittenBytes    int64
+	WrittenBytes    int64  // image bytes now on the target, zeros included
+	ZeroBytes       int64  // of WrittenBytes, skipped or zeroed without writing
 	SHA256          string // of the download
 	RawSHA256       string // of the decompressed bytes written
+	Resumes         int    // Range requests after dropped connections
+	Direct          bool   // written with O_DIRECT
 	Duration        time.Duration
 }
 
 // Write streams o.URL onto o.Target.
 //
-// The sha256 of the download is only known once the stream has ended, by
-// which time the target has been written. That is accepted: on any error
-// the caller leaves the boot override alone, and Write additionally zeroes
-// the first MiB of the target so a partial or unverified image cannot boot.
+// The sha256 of a streamed download is only known once the stream has
+// ended, by which time the target has been written. That is accepted: on
+// any error the caller leaves the boot override alone, and Write
+// additionally zeroes the first MiB of the target so a partial or
+// unverified image cannot boot.
 func Write(ctx context.Context, o Options) (*Result, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	t, err := openTarget(o.Target)
+	t, err := openTarget(o.Target, !o.Buffered)
 	if err != nil {
 		return nil, err
 	}
 	res, err := write(ctx, o, t)
+	if res != nil {
+		res.Direct = t.direct
+	}
 	if cerr := t.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("close %s: %w", o.Target, cerr)
 	}
@@ -105,9 +132,9 @@ func (o *Options) validate() error {
 		return fmt.Errorf("artifact %s: size %d: expected the artifact's byte count (> 0)", o.URL, o.Size)
 	}
 	switch o.Format {
-	case FormatRaw, FormatGzip, FormatZstd, FormatXz:
+	case FormatRaw, FormatGzip, FormatZstd, FormatXz, FormatQcow2:
 	default:
-		return fmt.Errorf("artifact %s: format %q: expected one of raw, raw.gz, raw.zst, raw.xz", o.URL, o.Format)
+		return fmt.Errorf("artifact %s: format %q: expected one of raw, raw.gz, raw.zst, raw.xz, qcow2", o.URL, o.Format)
 	}
 	if o.Target == "" {
 		return fmt.Errorf("artifact %s: target is empty", o.URL)
@@ -120,6 +147,15 @@ func (o *Options) validate() error {
 	}
 	if o.StallTimeout == 0 {
 		o.StallTimeout = defaultStallTimeout
+	}
+	switch {
+	case o.Retries == 0:
+		o.Retries = defaultRetries
+	case o.Retries < 0:
+		o.Retries = 0
+	}
+	if o.RetryWait == 0 {
+		o.RetryWait = defaultRetryWait
 	}
 	if o.Client == nil {
 		o.Client = defaultClient()
@@ -140,93 +176,88 @@ func defaultClient() *http.Client {
 	}}
 }
 
-// write does the streaming once the target is open; t is the device seam.
+// write does the transfer once the target is open; t is the device seam.
 func write(ctx context.Context, o Options, t target) (*Result, error) {
 	start := time.Now()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.URL, nil)
-	if err != nil {
-		return nil, fmt.Errorf("artifact %s: %w", o.URL, err)
+	// qcow2 maps guest clusters through tables that may lie anywhere in
+	// the file: read them first with Range requests, before the disk is
+	// touched, so the one sequential pass below can place every cluster.
+	var img *qcowImage
+	if o.Format == FormatQcow2 {
+		rr := &rangeReader{ctx: ctx, client: o.Client, url: o.URL, size: o.Size, timeout: o.StallTimeout}
+		var err error
+		if img, err = readQcow2(rr, o.Size); err != nil {
+			return nil, fmt.Errorf("artifact %s: %w", o.URL, err)
+		}
 	}
-	resp, err := o.Client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("artifact %s: GET: %w", o.URL, err)
+	f := &fetcher{ctx: ctx, client: o.Client, url: o.URL, size: o.Size, stall: o.StallTimeout, retries: o.Retries, wait: o.RetryWait}
+	defer f.Close()
+	// Status and length are checked before the disk is touched.
+	if err := f.open(); err != nil {
+		return nil, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-		return nil, fmt.Errorf("artifact %s: GET: expected 200 OK, got %s: %q", o.URL, resp.Status, strings.TrimSpace(string(snippet)))
-	}
-	// A server that announces the wrong length is caught before the disk is
-	// touched.
-	if resp.ContentLength >= 0 && resp.ContentLength != o.Size {
-		return nil, fmt.Errorf("artifact %s: size mismatch: manifest says %d bytes, server sends Content-Length %d", o.URL, o.Size, resp.ContentLength)
-	}
-
 	// Read at most Size+1 bytes: enough to notice an over-long download
 	// without trusting the server to end it.
-	dl := &downloadReader{r: io.LimitReader(resp.Body, o.Size+1), h: sha256.New()}
-	watchdog := time.AfterFunc(o.StallTimeout, func() {
-		cancel(fmt.Errorf("no data received for %s", o.StallTimeout))
-	})
-	defer watchdog.Stop()
-	dl.onRead = func() { watchdog.Reset(o.StallTimeout) }
+	dl := &downloadReader{r: io.LimitReader(f, o.Size+1), h: sha256.New()}
+	st := runPipeline(ctx, cancel, o, t, dl, img)
 
-	written, rawSum, streamErr := stream(dl, o, t)
-	if streamErr == nil {
-		// Pull anything after the compressed stream's end so the count and
-		// hash cover the whole download.
-		_, _ = io.Copy(io.Discard, dl)
-	}
 	res := &Result{
 		DownloadedBytes: dl.n,
-		WrittenBytes:    written,
+		WrittenBytes:    st.written,
+		ZeroBytes:       st.zero,
 		SHA256:          hex.EncodeToString(dl.h.Sum(nil)),
-		RawSHA256:       rawSum,
+		RawSHA256:       st.rawSum,
+		Resumes:         f.resumes,
 	}
-	if err := o.check(ctx, dl, res, streamErr); err != nil {
-		if written > 0 {
+	if o.Format == FormatRaw {
+		res.RawSHA256 = res.SHA256 // the same bytes: not hashed twice
+	}
+	if err := o.check(ctx, dl, res, st); err != nil {
+		if st.touched {
 			if ierr := invalidate(t); ierr != nil {
 				err = errors.Join(err, fmt.Errorf("zero start of %s after failed write: %w", o.Target, ierr))
 			} else {
-				slog.Warn("disk image write failed; zeroed the start of the target", "target", o.Target, "written", written)
+				slog.Warn("disk image write failed; zeroed the start of the target", "target", o.Target, "written", st.written)
 			}
 		}
 		return res, err
 	}
 	if err := t.Sync(); err != nil {
-		return res, fmt.Errorf("fsync %s after %d bytes: %w", o.Target, written, err)
+		return res, fmt.Errorf("fsync %s after %d bytes: %w", o.Target, st.written, err)
 	}
 	if err := t.RereadPartitions(); err != nil {
 		return res, fmt.Errorf("re-read partition table of %s: %w", o.Target, err)
 	}
 	res.Duration = time.Since(start)
-	slog.Info("disk image written", "url", o.URL, "target", o.Target, "downloaded", res.DownloadedBytes,
-		"written", res.WrittenBytes, "sha256", res.SHA256, "raw_sha256", res.RawSHA256, "duration", res.Duration)
+	slog.Info("disk image written", "url", o.URL, "target", o.Target, "format", o.Format, "downloaded", res.DownloadedBytes,
+		"written", res.WrittenBytes, "zero", res.ZeroBytes, "resumes", res.Resumes, "sha256", res.SHA256,
+		"raw_sha256", res.RawSHA256, "duration", res.Duration)
 	return res, nil
 }
 
-// check turns the end state of the stream into the most specific error:
+// check turns the end state of the transfer into the most specific error:
 // transport failure, then short/long download, then write or decompression
-// failure, then the hash.
-func (o *Options) check(ctx context.Context, dl *downloadReader, res *Result, streamErr error) error {
+// failure, then the hash. A download error caused by the pipeline stopping
+// itself (a stage failed) is not the story: the stage's error is.
+func (o *Options) check(ctx context.Context, dl *downloadReader, res *Result, st pipelineState) error {
 	var werr *writeError
 	switch {
 	case errors.Is(dl.err, io.ErrUnexpectedEOF) || (dl.eof && dl.n < o.Size):
 		return fmt.Errorf("artifact %s: truncated: got %d of %d bytes", o.URL, dl.n, o.Size)
-	case dl.err != nil:
-		if cause := context.Cause(ctx); cause != nil {
+	case dl.err != nil && !st.stopped:
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, errStopped) {
 			return fmt.Errorf("artifact %s: download aborted after %d of %d bytes: %w", o.URL, dl.n, o.Size, cause)
 		}
 		return fmt.Errorf("artifact %s: download failed after %d of %d bytes: %w", o.URL, dl.n, o.Size, dl.err)
 	case dl.n > o.Size:
 		return fmt.Errorf("artifact %s: longer than the manifest size: more than %d bytes", o.URL, o.Size)
-	case errors.As(streamErr, &werr):
-		return fmt.Errorf("write %s at offset %d: %w", o.Target, werr.off, werr.err)
-	case streamErr != nil:
-		return fmt.Errorf("artifact %s: corrupt %s stream after %d downloaded bytes: %w", o.URL, o.Format, dl.n, streamErr)
+	case errors.As(st.err, &werr):
+		return fmt.Errorf("artifact %s: write %s at offset %d: %w", o.URL, o.Target, werr.off, werr.err)
+	case st.err != nil:
+		return fmt.Errorf("artifact %s: corrupt %s stream after %d downloaded bytes: %w", o.URL, o.Format, dl.n, st.err)
 	case dl.n < o.Size:
 		return fmt.Errorf("artifact %s: truncated: got %d of %d bytes", o.URL, dl.n, o.Size)
 	case res.SHA256 != o.SHA256:
@@ -242,56 +273,6 @@ type writeError struct {
 
 func (e *writeError) Error() string { return e.err.Error() }
 
-// stream decompresses dl into t in BlockSize writes and returns the
-// decompressed byte count and its sha256.
-func stream(dl io.Reader, o Options, t io.Writer) (int64, string, error) {
-	dec, closeDec, err := decompressor(o.Format, dl)
-	if err != nil {
-		return 0, "", err
-	}
-	defer closeDec()
-	// ReadFull reports a short final block as io.ErrUnexpectedEOF, which is
-	// also what a decompressor says about a cut stream; eofReader tells the
-	// two apart.
-	src := &eofReader{r: dec}
-	h := sha256.New()
-	buf := make([]byte, o.BlockSize)
-	var written int64
-	for {
-		n, rerr := io.ReadFull(src, buf)
-		if n > 0 {
-			h.Write(buf[:n])
-			if _, err := t.Write(buf[:n]); err != nil {
-				return written, "", &writeError{off: written, err: err}
-			}
-			written += int64(n)
-			if o.Progress != nil {
-				o.Progress(written)
-			}
-		}
-		if rerr == io.EOF || (rerr == io.ErrUnexpectedEOF && src.eof) {
-			break
-		}
-		if rerr != nil {
-			return written, "", rerr
-		}
-	}
-	return written, hex.EncodeToString(h.Sum(nil)), nil
-}
-
-type eofReader struct {
-	r   io.Reader
-	eof bool
-}
-
-func (e *eofReader) Read(p []byte) (int, error) {
-	n, err := e.r.Read(p)
-	if err == io.EOF {
-		e.eof = true
-	}
-	return n, err
-}
-
 func decompressor(format string, r io.Reader) (io.Reader, func(), error) {
 	switch format {
 	case FormatRaw:
@@ -305,7 +286,7 @@ func decompressor(format string, r io.Reader) (io.Reader, func(), error) {
 	case FormatZstd:
 		// Bound the window so a hostile frame header cannot demand
 		// gigabytes of RAM in an in-memory image.
-		z, err := zstd.NewReader(r, zstd.WithDecoderMaxMemory(1<<30), zstd.WithDecoderMaxWindow(512<<20))
+		z, err := zstd.NewReader(r, zstd.WithDecoderMaxMemory(1<<30), zstd.WithDecoderMaxWindow(512<<20), zstd.WithDecoderConcurrency(1))
 		if err != nil {
 			return nil, nil, fmt.Errorf("zstd: %w", err)
 		}
@@ -322,12 +303,11 @@ func decompressor(format string, r io.Reader) (io.Reader, func(), error) {
 
 // downloadReader counts and hashes the download and remembers how it ended.
 type downloadReader struct {
-	r      io.Reader
-	h      hash.Hash
-	n      int64
-	err    error // first error other than io.EOF
-	eof    bool
-	onRead func()
+	r   io.Reader
+	h   hash.Hash
+	n   int64
+	err error // first error other than io.EOF
+	eof bool
 }
 
 func (d *downloadReader) Read(p []byte) (int, error) {
@@ -335,9 +315,6 @@ func (d *downloadReader) Read(p []byte) (int, error) {
 	if n > 0 {
 		d.n += int64(n)
 		d.h.Write(p[:n])
-		if d.onRead != nil {
-			d.onRead()
-		}
 	}
 	switch {
 	case err == io.EOF:
@@ -348,11 +325,9 @@ func (d *downloadReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// invalidate zeroes the start of the target so a failed image cannot boot.
 func invalidate(t target) error {
-	if _, err := t.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
-	if _, err := t.Write(make([]byte, invalidateBytes)); err != nil {
+	if _, err := t.WriteAt(alignedBuf(invalidateBytes, 4096), 0); err != nil {
 		return err
 	}
 	return t.Sync()

@@ -43,9 +43,9 @@ type Library interface {
 
 // Device is one GPU. Each method names the NVML call it stands for.
 type Device interface {
-	Name() (string, error)     // nvmlDeviceGetName
-	UUID() (string, error)     // nvmlDeviceGetUUID
-	PCI() (PCIInfo, error)     // nvmlDeviceGetPciInfo_v3
+	Name() (string, error) // nvmlDeviceGetName
+	UUID() (string, error) // nvmlDeviceGetUUID
+	PCI() (PCIInfo, error) // nvmlDeviceGetPciInfo_v3
 	// UncorrectedECCVolatile is nvmlDeviceGetTotalEccErrors(UNCORRECTED,
 	// VOLATILE_ECC): uncorrectable errors since the last driver load.
 	UncorrectedECCVolatile() (uint64, error)

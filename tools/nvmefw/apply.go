@@ -24,7 +24,7 @@ const (
 // Result is what Apply did and what is left to the caller.
 type Result struct {
 	After      After
-	Slot       int              // slot the image went to (resolved when the plan said 0)
+	Slot       int               // slot the image went to (resolved when the plan said 0)
 	Status     *nvme.StatusError // commit status that decided After, nil on plain success
 	Downloaded int               // bytes transferred
 	Notes      []string

@@ -12,8 +12,8 @@ import (
 // Report is the outcome of Update for one controller.
 type Report struct {
 	Plan   *Plan
-	Result *Result    // nil when the plan was a no-op
-	Final  *Observed  // read back after activation; nil when a reboot is pending
+	Result *Result   // nil when the plan was a no-op
+	Final  *Observed // read back after activation; nil when a reboot is pending
 	// RebootRequired: committed, but only a host reboot activates the
 	// image; re-running Update after the reboot verifies (and is a no-op).
 	RebootRequired bool
@@ -26,7 +26,10 @@ type UpdateOptions struct {
 	// ResetWait bounds waiting for the controller to answer after a reset
 	// (default 60 s).
 	ResetWait time.Duration
-	Log       *slog.Logger
+	// Poll is the retry interval while the controller re-initialises
+	// (default 500 ms).
+	Poll time.Duration
+	Log  *slog.Logger
 }
 
 // Update plans, applies, performs the reset the commit asks for (controller
@@ -79,7 +82,7 @@ func Update(ctx context.Context, a nvme.Admin, r Resetter, target string, image 
 	}
 	vctx, cancel := context.WithTimeout(ctx, o.ResetWait)
 	defer cancel()
-	fin, err := Verify(vctx, a, p.Target, res.Slot, 0)
+	fin, err := Verify(vctx, a, p.Target, res.Slot, o.Poll)
 	rep.Final = fin
 	if err != nil {
 		return rep, err

@@ -10,7 +10,7 @@ import (
 
 // Observed is the controller's firmware state as read back.
 type Observed struct {
-	FR  string           // Identify Controller FR: the running revision
+	FR  string            // Identify Controller FR: the running revision
 	Log *nvme.FirmwareLog // Firmware Slot Information log
 }
 

@@ -23,20 +23,13 @@ const KeyMax = 256
 // key[256] (linux/include/uapi/linux/sed-opal.h, 6.1).
 const opalKeySize = 8 + KeyMax
 
-// ioc builds an ioctl request number (asm-generic/ioctl.h): direction in
-// bits 31:30, size 29:16, type 15:8, number 7:0.
-func ioc(dir, typ, nr, size uint32) uint32 { return dir<<30 | size<<16 | typ<<8 | nr }
-
+// sed-opal requests used here, built as asm-generic/ioctl.h does:
+// direction in bits 31:30 (1 write, 2 read), argument size in 29:16,
+// type 'p' in 15:8, number in 7:0.
 const (
-	iocWrite = 1
-	iocRead  = 2
-)
-
-// sed-opal requests used here.
-var (
-	IocRevertTPer     = ioc(iocWrite, 'p', 226, opalKeySize) // IOC_OPAL_REVERT_TPR, 0x410870e2
-	IocPSIDRevertTPer = ioc(iocWrite, 'p', 232, opalKeySize) // IOC_OPAL_PSID_REVERT_TPR, 0x410870e8
-	IocGetStatus      = ioc(iocRead, 'p', 236, 8)            // IOC_OPAL_GET_STATUS, 0x800870ec
+	IocRevertTPer     uint32 = 1<<30 | opalKeySize<<16 | 'p'<<8 | 226 // IOC_OPAL_REVERT_TPR, 0x410870e2
+	IocPSIDRevertTPer uint32 = 1<<30 | opalKeySize<<16 | 'p'<<8 | 232 // IOC_OPAL_PSID_REVERT_TPR, 0x410870e8
+	IocGetStatus      uint32 = 2<<30 | 8<<16 | 'p'<<8 | 236           // IOC_OPAL_GET_STATUS, 0x800870ec
 )
 
 // encodeKey lays out struct opal_key for locking range lr.
@@ -96,7 +89,7 @@ func callErr(what string, req uint32) func(int, error) error {
 			var errno syscall.Errno
 			if errors.As(err, &errno) {
 				switch errno {
-				case syscall.ENOTTY, syscall.EOPNOTSUPP:
+				case syscall.ENOTTY, syscall.EOPNOTSUPP, errENOTSUPP:
 					return fmt.Errorf("%s: ioctl %#x: kernel reports no Opal support on this device (%w): %w", what, req, ErrNoTCG, err)
 				case syscall.EACCES, syscall.EPERM:
 					return fmt.Errorf("%s: ioctl %#x: needs CAP_SYS_ADMIN: %w", what, req, err)
@@ -110,6 +103,11 @@ func callErr(what string, req uint32) func(int, error) error {
 		return nil
 	}
 }
+
+// errENOTSUPP is the kernel-internal ENOTSUPP (524), which sed-opal in 6.1
+// returns to user space when the block device has no Opal support (seen
+// on QEMU's NVMe namespace: "errno 524").
+const errENOTSUPP = syscall.Errno(524)
 
 // MethodStatus is a TCG method status code returned by the drive (Core
 // Spec 2.01 Table 166, as named by the kernel's opal_errors table).

@@ -297,12 +297,14 @@ func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 		Controllers: func() ([]*inventory.Controller, error) {
 			return inventory.NVMeControllers(root, nil, false, r.log)
 		},
-		Disks:  func() ([]blockdev.Disk, error) { return inventory.Disks(root) },
-		Images: diskImages{},
-		Seeds:  seedWriter{sysRoot: root, devRoot: filepath.Join(root, "dev"), tmpDir: "/tmp"},
+		Disks:            func() ([]blockdev.Disk, error) { return inventory.Disks(root) },
+		Images:           diskImages{},
+		Seeds:            seedWriter{sysRoot: root, devRoot: filepath.Join(root, "dev"), tmpDir: "/tmp"},
+		OpenNVMeFirmware: phases.OpenNVMeFirmwareDevice,
 	}
 	if r.opt.dryRun {
 		cfg.Images = refuseImages{}
+		cfg.OpenNVMeFirmware = nil
 	}
 	return cfg
 }

@@ -47,6 +47,9 @@ type InfiniBandOptions struct {
 	// Window is the interval over which counter deltas are taken; zero
 	// reads states only.
 	Window time.Duration
+	// Wait waits out the window; nil means checks.Sleep (tests advance
+	// fixture counters here).
+	Wait func(ctx context.Context, d time.Duration) error
 }
 
 type ibPort struct {
@@ -75,7 +78,11 @@ func InfiniBand(ctx context.Context, o InfiniBandOptions) ([]checks.Verdict, err
 		for i, p := range ports {
 			before[i] = readCounters(p.dir, names)
 		}
-		if err := checks.Sleep(ctx, o.Window); err != nil {
+		wait := o.Wait
+		if wait == nil {
+			wait = checks.Sleep
+		}
+		if err := wait(ctx, o.Window); err != nil {
 			return nil, err
 		}
 	}

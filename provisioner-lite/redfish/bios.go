@@ -1,0 +1,236 @@
+package redfish
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/stmcginnis/gofish"
+)
+
+// biosDoc is the part of a Bios resource the driver reads.
+type biosDoc struct {
+	ODataID    string `json:"@odata.id"`
+	ODataEtag  string `json:"@odata.etag"`
+	Attributes map[string]any
+	Settings   *struct {
+		ETag           string
+		SettingsObject struct {
+			ID string `json:"@odata.id"`
+		}
+		SupportedApplyTimes []string
+	} `json:"@Redfish.Settings"`
+}
+
+// bios reads the system's Bios resource.
+func (c *Client) bios(api *gofish.APIClient) (*biosDoc, error) {
+	sys, err := c.system(api)
+	if err != nil {
+		return nil, err
+	}
+	var link struct {
+		Bios struct {
+			ID string `json:"@odata.id"`
+		}
+	}
+	if err := json.Unmarshal(sys.RawData, &link); err != nil || link.Bios.ID == "" {
+		return nil, fmt.Errorf("%w: system %s links no Bios resource", ErrNotSupported, sys.ODataID)
+	}
+	var doc biosDoc
+	if _, err := getJSON(api, link.Bios.ID, &doc); err != nil {
+		return nil, err
+	}
+	if doc.ODataID == "" {
+		doc.ODataID = link.Bios.ID
+	}
+	return &doc, nil
+}
+
+// BiosAttributes returns the BIOS attributes in effect.
+func (c *Client) BiosAttributes(ctx context.Context) (map[string]any, error) {
+	var attrs map[string]any
+	err := c.call(ctx, "read BIOS attributes", func(api *gofish.APIClient) error {
+		doc, err := c.bios(api)
+		if err != nil {
+			return err
+		}
+		attrs = doc.Attributes
+		return nil
+	})
+	return attrs, err
+}
+
+// PendingBiosAttributes returns the attributes staged in the Settings
+// object that differ from those in effect (what the next boot applies).
+// BMCs that list every attribute there and those that list only the
+// pending ones read the same.
+func (c *Client) PendingBiosAttributes(ctx context.Context) (map[string]any, error) {
+	var pending map[string]any
+	err := c.call(ctx, "read pending BIOS attributes", func(api *gofish.APIClient) error {
+		doc, err := c.bios(api)
+		if err != nil {
+			return err
+		}
+		if doc.Settings == nil || doc.Settings.SettingsObject.ID == "" {
+			return fmt.Errorf("%w: Bios %s has no @Redfish.Settings object", ErrNotSupported, doc.ODataID)
+		}
+		var st biosDoc
+		if _, err := getJSON(api, doc.Settings.SettingsObject.ID, &st); err != nil {
+			return err
+		}
+		pending, _ = PlanBios(doc.Attributes, st.Attributes)
+		return nil
+	})
+	return pending, err
+}
+
+// SetBiosAttributes stages attrs (only these keys: plan with PlanBios
+// first) in the Bios @Redfish.Settings object to apply OnReset, with
+// If-Match when the BMC gives an ETag, then checks they read back as
+// pending. The host must reboot for them to take effect.
+func (c *Client) SetBiosAttributes(ctx context.Context, attrs map[string]any) error {
+	if len(attrs) == 0 {
+		return nil
+	}
+	var settingsURI, etag string
+	var applyTimes []string
+	read := func() error {
+		return c.call(ctx, "read BIOS settings object", func(api *gofish.APIClient) error {
+			doc, err := c.bios(api)
+			if err != nil {
+				return err
+			}
+			if doc.Settings == nil || doc.Settings.SettingsObject.ID == "" {
+				return fmt.Errorf("%w: Bios %s has no @Redfish.Settings object", ErrNotSupported, doc.ODataID)
+			}
+			settingsURI, applyTimes = doc.Settings.SettingsObject.ID, doc.Settings.SupportedApplyTimes
+			var st biosDoc
+			resp, err := getJSON(api, settingsURI, &st)
+			if err != nil {
+				return err
+			}
+			etag = resp.Header.Get("ETag")
+			if etag == "" {
+				etag = st.ODataEtag
+			}
+			if etag == "" {
+				etag = doc.Settings.ETag
+			}
+			return nil
+		})
+	}
+	body := map[string]any{"Attributes": attrs}
+	var err error
+	for round := 0; round < 2; round++ {
+		if err = read(); err != nil {
+			return err
+		}
+		if len(applyTimes) > 0 {
+			if !slices.Contains(applyTimes, "OnReset") {
+				return fmt.Errorf("redfish %s: %w: BIOS settings apply times %v lack OnReset", c.ep.URL, ErrNotSupported, applyTimes)
+			}
+			body["@Redfish.SettingsApplyTime"] = map[string]any{"ApplyTime": "OnReset"}
+		}
+		headers := map[string]string{}
+		if etag != "" {
+			headers["If-Match"] = etag
+		}
+		_, err = c.mutate(ctx, "PATCH BIOS settings", settingsURI, nil, false, func(api *gofish.APIClient) (*http.Response, error) {
+			return api.PatchWithHeaders(settingsURI, body, headers)
+		})
+		if statusOf(err) != http.StatusPreconditionFailed {
+			break
+		}
+		c.log.Info("BIOS settings changed under us (412); re-reading", "settings", settingsURI)
+	}
+	if err != nil {
+		return fmt.Errorf("redfish %s: stage BIOS attributes %v at %s: %w", c.ep.URL, slices.Sorted(maps.Keys(attrs)), settingsURI, err)
+	}
+	pending, err := c.PendingBiosAttributes(ctx)
+	if err != nil {
+		return fmt.Errorf("redfish %s: verify staged BIOS attributes: %w", c.ep.URL, err)
+	}
+	current, err := c.BiosAttributes(ctx)
+	if err != nil {
+		return fmt.Errorf("redfish %s: verify staged BIOS attributes: %w", c.ep.URL, err)
+	}
+	var missing []string
+	for _, k := range slices.Sorted(maps.Keys(attrs)) {
+		p, staged := pending[k]
+		if staged && valuesEqual(p, attrs[k]) {
+			continue
+		}
+		if !staged && valuesEqual(current[k], attrs[k]) {
+			continue // some BMCs apply a no-op at once
+		}
+		missing = append(missing, fmt.Sprintf("%s: asked %v, pending %v", k, attrs[k], p))
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("redfish %s: BMC accepted the BIOS PATCH but does not show it pending: %s", c.ep.URL, strings.Join(missing, "; "))
+	}
+	c.log.Info("BIOS attributes staged for the next boot", "attributes", attrs)
+	return nil
+}
+
+// PlanBios compares desired attributes with current ones: changes holds
+// only those that differ (or that current lacks, which the BMC will judge),
+// matches the names already right. Numbers compare by value whatever their
+// Go type (YAML int vs JSON float64).
+func PlanBios(current, desired map[string]any) (changes map[string]any, matches []string) {
+	changes = map[string]any{}
+	for _, k := range slices.Sorted(maps.Keys(desired)) {
+		if cur, ok := current[k]; ok && valuesEqual(cur, desired[k]) {
+			matches = append(matches, k)
+			continue
+		}
+		changes[k] = desired[k]
+	}
+	return changes, matches
+}
+
+func valuesEqual(a, b any) bool {
+	na, aNum := number(a)
+	nb, bNum := number(b)
+	if aNum || bNum {
+		return aNum && bNum && na == nb
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int:
+		return float64(n), true
+	case int8:
+		return float64(n), true
+	case int16:
+		return float64(n), true
+	case int32:
+		return float64(n), true
+	case int64:
+		return float64(n), true
+	case uint:
+		return float64(n), true
+	case uint8:
+		return float64(n), true
+	case uint16:
+		return float64(n), true
+	case uint32:
+		return float64(n), true
+	case uint64:
+		return float64(n), true
+	case float32:
+		return float64(n), true
+	case float64:
+		return n, true
+	case json.Number:
+		f, err := n.Float64()
+		return f, err == nil
+	}
+	return 0, false
+}

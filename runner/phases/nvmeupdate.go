@@ -1,0 +1,132 @@
+package phases
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/tools/nvme"
+	"github.com/cure-oss/cure/tools/nvmefw"
+)
+
+// maxFirmwareImage bounds an in-band firmware image held in RAM: NVMe and
+// NIC images are tens of MiB; anything larger is not a firmware image.
+const maxFirmwareImage = 256 << 20
+
+// NVMeFirmwareDevice opens a controller for a firmware update: its admin
+// queue, its reset ioctls, and a closer.
+type NVMeFirmwareDevice func(devPath string) (nvme.Admin, nvmefw.Resetter, io.Closer, error)
+
+// OpenNVMeFirmwareDevice is the real one: /dev/nvmeX through the admin ioctl.
+func OpenNVMeFirmwareDevice(devPath string) (nvme.Admin, nvmefw.Resetter, io.Closer, error) {
+	d, err := nvme.Open(devPath)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return d, nvmefw.DeviceResetter{Path: devPath}, d, nil
+}
+
+// fetchArtifact downloads a small artifact into memory, checking size and
+// sha256 before anyone uses a byte of it.
+func fetchArtifact(ctx context.Context, c *http.Client, url string, art manifests.Artifact) ([]byte, error) {
+	if art.Size <= 0 || art.Size > maxFirmwareImage {
+		return nil, fmt.Errorf("artifact %s: size %d outside 1..%d bytes", url, art.Size, maxFirmwareImage)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("artifact %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("artifact %s: HTTP %s", url, resp.Status)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, art.Size+1))
+	if err != nil {
+		return nil, fmt.Errorf("artifact %s: read after %d bytes: %w", url, len(b), err)
+	}
+	if int64(len(b)) != art.Size {
+		return nil, fmt.Errorf("artifact %s: got %d bytes, manifest says %d", url, len(b), art.Size)
+	}
+	sum := sha256.Sum256(b)
+	if got := hex.EncodeToString(sum[:]); got != art.SHA256 {
+		return nil, fmt.Errorf("artifact %s: sha256 mismatch: manifest says %s, downloaded %s", url, art.SHA256, got)
+	}
+	return b, nil
+}
+
+// updateNVMe flashes one drifted controller and verifies the running
+// revision. It returns the verdict to report and whether a host reboot is
+// needed before the new firmware runs.
+func (e *Executor) updateNVMe(ctx context.Context, a *curev1.Assignment, c NVMeCheck) (*curev1.Verdict, bool) {
+	v := &curev1.Verdict{Component: c.Component(), Check: "firmware_update", Observed: c.Observed, Expected: expected(c.Entry)}
+	fail := func(format string, args ...any) (*curev1.Verdict, bool) {
+		v.Status = curev1.VerdictStatus_FAIL
+		v.Message = fmt.Sprintf(format, args...)
+		return v, false
+	}
+	mode, err := modes.FromProto(a.GetMode())
+	if err != nil {
+		return fail("%v", err)
+	}
+	if err := modes.CheckWrite(mode, "nvme firmware update"); err != nil {
+		return fail("%v", err)
+	}
+	if c.Entry.Artifact == nil {
+		return fail("firmware entry %q drifted but names no artifact", c.Entry.Name)
+	}
+	if e.cfg.OpenNVMeFirmware == nil {
+		return fail("runner has no NVMe firmware device opener configured")
+	}
+	url, err := ArtifactURL(*c.Entry.Artifact, a.GetArtifactBaseUrl())
+	if err != nil {
+		return fail("%v", err)
+	}
+	image, err := fetchArtifact(ctx, e.cfg.HTTP, url, *c.Entry.Artifact)
+	if err != nil {
+		return fail("%v", err)
+	}
+	admin, resetter, closer, err := e.cfg.OpenNVMeFirmware(c.Controller.Info.DevPath)
+	if err != nil {
+		return fail("open %s: %v", c.Controller.Info.DevPath, err)
+	}
+	defer closer.Close()
+	rep, err := nvmefw.Update(ctx, admin, resetter, c.Entry.Version, image, nvmefw.UpdateOptions{
+		// Controllers that do not declare firmware support still get the
+		// commands: the controller's own status is the evidence an
+		// operator needs (QEMU answers Invalid Command Opcode).
+		Plan: nvmefw.Options{AllowUndeclared: true},
+		Log:  e.cfg.Log,
+	})
+	if err != nil {
+		var se *nvme.StatusError
+		if errors.As(err, &se) {
+			return fail("%s %s -> %s: controller refused: %v", c.Controller.Info.Name, c.Observed, c.Entry.Version, err)
+		}
+		return fail("%s %s -> %s: %v", c.Controller.Info.Name, c.Observed, c.Entry.Version, err)
+	}
+	if rep.RebootRequired {
+		v.Status = curev1.VerdictStatus_DRIFT
+		v.Message = fmt.Sprintf("image %s committed to slot %d; activates at the next reboot", c.Entry.Version, rep.Result.Slot)
+		return v, true
+	}
+	v.Status = curev1.VerdictStatus_PASS
+	if rep.Final != nil {
+		v.Observed = rep.Final.FR
+	}
+	v.Message = fmt.Sprintf("updated %s -> %s (slot %d), running revision verified", c.Observed, v.Observed, rep.Result.Slot)
+	return v, false
+}

@@ -1,0 +1,258 @@
+// Package suite turns a manifests.ValidationSuite into configured checks
+// (tools/checks and its families) and runs them: the one place that knows
+// both the manifest schema and the check packages.
+package suite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/tools/blockdev"
+	"github.com/cure-oss/cure/tools/checks"
+	"github.com/cure-oss/cure/tools/checks/cpustress"
+	"github.com/cure-oss/cure/tools/checks/memtest"
+	"github.com/cure-oss/cure/tools/checks/netcheck"
+	"github.com/cure-oss/cure/tools/checks/nvmehealth"
+	"github.com/cure-oss/cure/tools/checks/storage"
+	"github.com/cure-oss/cure/tools/checks/thermal"
+)
+
+// Env is what the checks need from the node; the zero value (Root "/"
+// aside) uses the real devices.
+type Env struct {
+	// Root is where sys/, proc/ and dev/ are found ("/" on a node).
+	Root string
+	// OpenNVMe opens NVMe controllers; nil means the admin ioctl.
+	OpenNVMe nvmehealth.Opener
+	// Disks lists disks with the boot medium marked (runner/inventory);
+	// nil means blockdev under Root.
+	Disks func() ([]blockdev.Disk, error)
+	// OpenBlock opens block devices; nil means O_DIRECT.
+	OpenBlock func(path string, write bool) (storage.File, error)
+	// AllowDiskWrites is the mode's permission (burn-in yes, diagnostic
+	// no). A suite's scratch write runs only when both allow it.
+	AllowDiskWrites bool
+	// MemoryCap caps the memory test size in bytes (0: no cap).
+	MemoryCap uint64
+	// GPU builds GPU checks (NVML lives in a separate cgo helper); nil
+	// makes them SKIP with a message saying so.
+	GPU func(c manifests.Check) (checks.Func, error)
+}
+
+// DefaultIBWindow is the InfiniBand counter window when a suite bars
+// counters but sets no interval.
+const DefaultIBWindow = 10 * time.Second
+
+// Build configures every check of s. Unknown params or threshold metrics,
+// wrong types and unsafe write requests are errors naming the check.
+func Build(s *manifests.ValidationSuite, env Env) ([]checks.Check, error) {
+	if env.Root == "" {
+		env.Root = "/"
+	}
+	var out []checks.Check
+	var errs []string
+	for i, mc := range s.Spec.Checks {
+		p := newParams(i, mc)
+		c := checks.Check{
+			Name: mc.Name, Type: mc.Type, AppliesTo: mc.AppliesTo,
+			Duration: time.Duration(mc.Duration), Interval: time.Duration(mc.Interval),
+			Count: p.limit("components"),
+		}
+		build(&c, mc, p, env)
+		errs = append(errs, p.done()...)
+		out = append(out, c)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("suite %s: %d problem(s):\n  %s", s.Metadata.Name, len(errs), strings.Join(errs, "\n  "))
+	}
+	return out, nil
+}
+
+// Run builds and runs s with o.FailFast taken from the suite.
+func Run(ctx context.Context, s *manifests.ValidationSuite, env Env, o checks.Options) ([]checks.Verdict, error) {
+	cs, err := Build(s, env)
+	if err != nil {
+		return nil, err
+	}
+	o.FailFast = s.Spec.FailFast
+	if s.Spec.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(s.Spec.Duration))
+		defer cancel()
+	}
+	return checks.Run(ctx, cs, o), nil
+}
+
+func build(c *checks.Check, mc manifests.Check, p *params, env Env) {
+	switch mc.Type {
+	case manifests.CheckMemory:
+		pats := p.strs("patterns")
+		o := memtest.Options{
+			Root:       env.Root,
+			Fraction:   p.float("fraction", 0),
+			Bytes:      p.size("bytes"),
+			MaxBytes:   p.size("maxBytes"),
+			Seed:       uint64(p.int("seed", 1)),
+			Workers:    int(p.int("workers", 0)),
+			Duration:   c.Duration,
+			Mismatches: p.limit("mismatches"),
+		}
+		if env.MemoryCap > 0 && (o.MaxBytes == 0 || o.MaxBytes > env.MemoryCap) {
+			o.MaxBytes = env.MemoryCap
+		}
+		for i, s := range pats {
+			if !slices.Contains(memtest.Patterns, memtest.Pattern(s)) {
+				p.errorf(fmt.Sprintf("params.patterns[%d]", i), "%q is not a pattern (want %v)", s, memtest.Patterns)
+			}
+			o.Patterns = append(o.Patterns, memtest.Pattern(s))
+		}
+		if o.Bytes == 0 && (o.Fraction <= 0 || o.Fraction > 1) {
+			p.errorf("params.fraction", "expected a fraction of MemAvailable in (0, 1] (or params.bytes), found %v", o.Fraction)
+		}
+		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return memtest.Check(ctx, o) }
+
+	case manifests.CheckCPU:
+		if c.Duration <= 0 {
+			p.errorf("duration", "a cpu stress needs a duration")
+		}
+		o := cpustress.Options{
+			Root: env.Root, Duration: c.Duration, SampleEvery: c.Interval,
+			Throttle:         p.limit("throttleEvents"),
+			BaseFreqRatio:    p.limit("baseFreqRatio"),
+			RequireTelemetry: p.bool("requireTelemetry"),
+		}
+		p.zeroOnly("computeErrors", "a wrong result always fails")
+		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return cpustress.Check(ctx, o) }
+
+	case manifests.CheckNVMeSMART:
+		o := nvmehealth.Options{
+			Root: env.Root, Open: env.OpenNVMe,
+			PercentageUsed: p.limit("percentageUsed"),
+			MediaErrors:    p.limit("mediaErrors"),
+			AvailableSpare: p.limit("availableSpare"),
+			TempC:          p.limit("tempC"),
+			IgnoreWarnings: uint8(p.int("ignoreWarnings", 0)),
+		}
+		p.zeroOnly("criticalWarning", "any set bit fails (params.ignoreWarnings masks bits)")
+		c.Sample = true
+		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return nvmehealth.Check(ctx, o) }
+
+	case manifests.CheckStorageThroughput:
+		o := storage.Options{
+			Root: env.Root, Disks: env.Disks, Open: env.OpenBlock,
+			Offset: p.size("offset"), Length: p.size("length"),
+			BlockSize: int(p.size("blockSize")),
+			Verify:    !p.bool("noVerify"),
+			ReadMBps:  p.limit("readMBps"),
+			WriteMBps: p.limit("writeMBps"),
+		}
+		p.zeroOnly("readbackMismatches", "a readback that differs always fails")
+		if c.AppliesTo != "" {
+			glob := c.AppliesTo
+			o.Select = func(comp string) bool { ok, _ := path.Match(glob, comp); return ok }
+		}
+		note := ""
+		if p.bool("allowWrite") {
+			sc := &storage.Scratch{Device: p.str("scratchDevice"), Offset: p.size("scratchOffset"), Length: p.size("scratchLength")}
+			if sc.Device == "" || sc.Length == 0 {
+				p.errorf("params.allowWrite", "needs scratchDevice (one disk name) and a non-zero scratchLength")
+			}
+			if env.AllowDiskWrites {
+				o.Write = sc
+			} else {
+				note = "scratch write not run: this mode never writes to disks"
+			}
+		} else {
+			for _, k := range []string{"scratchDevice", "scratchOffset", "scratchLength"} {
+				if _, set := p.get(k); set {
+					p.errorf("params."+k, "set without allowWrite: true")
+				}
+			}
+			if !p.limit("writeMBps").IsZero() {
+				p.errorf("thresholds.writeMBps", "set without params.allowWrite: true")
+			}
+		}
+		c.Sample = c.Duration > 0
+		c.Func = func(ctx context.Context) ([]checks.Verdict, error) {
+			vs, err := storage.Check(ctx, o)
+			if note != "" {
+				for i := range vs {
+					vs[i].Message = strings.TrimPrefix(vs[i].Message+"; "+note, "; ")
+				}
+			}
+			return vs, err
+		}
+
+	case manifests.CheckEthernet:
+		o := netcheck.EthernetOptions{
+			SysRoot: env.Root, Operstate: p.text("operstate"),
+			SpeedMbps: p.limit("speedMbps"), IncludeVirtual: p.bool("includeVirtual"),
+		}
+		c.Sample = true
+		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return netcheck.Ethernet(ctx, o) }
+
+	case manifests.CheckInfiniBand:
+		o := netcheck.InfiniBandOptions{
+			SysRoot: env.Root, State: p.text("state"), PhysState: p.text("physState"),
+			RateGbps: p.limit("rateGbps"), LinkLayer: p.str("linkLayer"),
+			Counters: map[string]checks.Limit{},
+		}
+		for _, k := range p.rest() {
+			if !slices.Contains(netcheck.IBCounters, k) {
+				continue // reported as unknown by done()
+			}
+			o.Counters[k] = p.limit(k)
+		}
+		if len(o.Counters) > 0 {
+			o.Window = c.Interval
+			if o.Window <= 0 {
+				o.Window = DefaultIBWindow
+			}
+			// Each sample already spans one window: sample back to back.
+			c.Interval = time.Nanosecond
+		}
+		c.Sample = true
+		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return netcheck.InfiniBand(ctx, o) }
+
+	case manifests.CheckThermal:
+		o := thermal.Options{
+			SysRoot: env.Root, MarginC: p.float("marginC", 0),
+			IgnoreMax: p.bool("ignoreMax"), TempC: p.limit("tempC"),
+		}
+		c.Sample = true
+		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return thermal.Check(ctx, o) }
+
+	case manifests.CheckGPU:
+		// Params and thresholds belong to the GPU builder: mark them used.
+		for k := range mc.Params {
+			p.get(k)
+		}
+		for k := range mc.Thresholds {
+			p.usedT[k] = true
+		}
+		if env.GPU == nil {
+			c.Func = func(context.Context) ([]checks.Verdict, error) {
+				return []checks.Verdict{{Component: "gpu", Status: checks.Skip,
+					Message: "GPU checks need the NVML helper, which this runner was built without"}}, nil
+			}
+			return
+		}
+		f, err := env.GPU(mc)
+		if err != nil {
+			p.errorf("type", "%v", err)
+		}
+		c.Func = f
+
+	default:
+		p.errorf("type", "%q has no implementation in this runner", mc.Type)
+		c.Func = func(context.Context) ([]checks.Verdict, error) {
+			return nil, errors.New("check type not implemented")
+		}
+	}
+}

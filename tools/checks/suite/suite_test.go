@@ -1,0 +1,217 @@
+package suite
+
+import (
+	"context"
+	"encoding/binary"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/tools/blockdev"
+	"github.com/cure-oss/cure/tools/checks"
+	"github.com/cure-oss/cure/tools/checks/nvmehealth"
+	"github.com/cure-oss/cure/tools/checks/storage"
+	"github.com/cure-oss/cure/tools/nvme"
+)
+
+func suitesDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "../../../manifests/examples/suites")
+}
+
+// TestShippedSuites loads every suite in manifests/examples/suites with the
+// strict loader and builds it: every param and threshold must be one the
+// checks understand.
+func TestShippedSuites(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join(suitesDir(), "*.yaml"))
+	want := map[string]bool{"rma-quick.yaml": false, "burnin-24h-hgx.yaml": false, "burnin-72h-hgx.yaml": false}
+	for _, f := range files {
+		doc, err := manifests.LoadFile(f)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if doc.Suite == nil {
+			t.Errorf("%s: kind %s, want ValidationSuite", f, doc.Kind)
+			continue
+		}
+		cs, err := Build(doc.Suite, Env{Root: t.TempDir(), AllowDiskWrites: true})
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		var sum time.Duration
+		for _, c := range cs {
+			sum += c.Duration
+			// appliesTo is a path.Match glob: "*" stops at "/", so
+			// "ib/*" would match no port. Each glob must match the id
+			// shape its check type produces.
+			if ok, _ := path.Match(c.AppliesTo, sample[c.Type]); c.AppliesTo != "" && !ok {
+				t.Errorf("%s: check %s: appliesTo %q matches no %s component such as %q", f, c.Name, c.AppliesTo, c.Type, sample[c.Type])
+			}
+		}
+		if d := time.Duration(doc.Suite.Spec.Duration); d > 0 && sum > d {
+			t.Errorf("%s: check durations add up to %s, over the suite's %s (checks run one after another)", f, sum, d)
+		}
+		want[filepath.Base(f)] = true
+	}
+	for f, ok := range want {
+		if !ok {
+			t.Errorf("%s missing or invalid", f)
+		}
+	}
+}
+
+var sample = map[string]string{
+	manifests.CheckNVMeSMART:         "nvme/0",
+	manifests.CheckThermal:           "hwmon/coretemp/Package id 0",
+	manifests.CheckInfiniBand:        "ib/mlx5_0/1",
+	manifests.CheckEthernet:          "nic/ens1f0np0",
+	manifests.CheckMemory:            "memory",
+	manifests.CheckCPU:               "cpu/0",
+	manifests.CheckStorageThroughput: "disk/nvme1n1",
+}
+
+func TestBuildErrors(t *testing.T) {
+	s, err := manifests.ParseSuite("bad.yaml", []byte(`apiVersion: cure.dev/v1
+kind: ValidationSuite
+metadata: {name: bad}
+spec:
+  checks:
+    - name: mem
+      type: memory
+      params: {fraction: 2, pattern: [random]}
+    - name: ib
+      type: infiniband
+      thresholds:
+        symbol_errors: {max: 0}
+        state: {min: 4}
+    - name: disk
+      type: storage-throughput
+      params: {scratchDevice: nvme1n1}
+      thresholds:
+        writeMBps: {min: 100}
+        readbackMismatches: {max: 5}
+    - name: smart
+      type: nvme-smart
+      thresholds:
+        criticalWarning: {max: 1}
+    - name: cpu
+      type: cpu
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Build(s, Env{})
+	if err == nil {
+		t.Fatal("bad suite built")
+	}
+	for _, want := range []string{
+		"spec.checks[0] (mem, type memory): params.fraction: expected a fraction of MemAvailable in (0, 1]",
+		"spec.checks[0] (mem, type memory): params.pattern: unknown parameter",
+		"spec.checks[1] (ib, type infiniband): thresholds.symbol_errors: unknown metric",
+		"spec.checks[1] (ib, type infiniband): thresholds.state: expected {equals: <text>}",
+		"spec.checks[2] (disk, type storage-throughput): params.scratchDevice: set without allowWrite",
+		"thresholds.writeMBps: set without params.allowWrite",
+		"thresholds.readbackMismatches: only {max: 0}",
+		"spec.checks[3] (smart, type nvme-smart): thresholds.criticalWarning: only {max: 0}",
+		"spec.checks[4] (cpu, type cpu): duration: a cpu stress needs a duration",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+type fakeNVMe struct{ page []byte }
+
+func (f fakeNVMe) AdminCommand(cmd *nvme.Command) (uint32, error) {
+	copy(cmd.Data, f.page)
+	return 0, nil
+}
+func (fakeNVMe) Close() error { return nil }
+
+// TestRunQuickSuite runs the shipped RMA suite, with its durations cut to
+// milliseconds, against a fixture node: one NVMe drive, one NIC, one hwmon
+// sensor, one CPU, one disk and no InfiniBand.
+func TestRunQuickSuite(t *testing.T) {
+	s, err := manifests.LoadFile(filepath.Join(suitesDir(), "rma-quick.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	suite := s.Suite
+	for i := range suite.Spec.Checks {
+		c := &suite.Spec.Checks[i]
+		if c.Duration > 0 {
+			c.Duration = manifests.Duration(100 * time.Millisecond)
+		}
+		if c.Interval > 0 {
+			c.Interval = manifests.Duration(20 * time.Millisecond)
+		}
+		// Throughput of a temp file on a busy CI machine is no bar.
+		if _, ok := c.Thresholds["readMBps"]; ok {
+			tiny := 0.001
+			c.Thresholds["readMBps"] = manifests.Threshold{Min: &tiny}
+		}
+	}
+	root := t.TempDir()
+	for p, v := range map[string]string{
+		"sys/class/nvme/nvme0/model": "QEMU NVMe Ctrl", "sys/class/nvme/nvme0/serial": "deadbeef",
+		"sys/class/nvme/nvme0/firmware_rev": "7.2.22", "sys/class/nvme/nvme0/address": "0000:00:04.0",
+		"sys/class/net/eth0/type": "1", "sys/class/net/eth0/operstate": "up", "sys/class/net/eth0/speed": "1000",
+		"sys/class/net/eth0/device/vendor": "0x8086",
+		"sys/class/hwmon/hwmon0/name":      "nvme", "sys/class/hwmon/hwmon0/temp1_input": "50000", "sys/class/hwmon/hwmon0/temp1_crit": "90000",
+		"sys/devices/system/cpu/cpu0/topology/physical_package_id": "0",
+		"proc/meminfo": "MemAvailable: 4096 kB",
+		"dev/vda":      strings.Repeat("x", 1<<20),
+	} {
+		os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
+		if err := os.WriteFile(filepath.Join(root, p), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page := make([]byte, nvme.SMARTLogSize)
+	binary.LittleEndian.PutUint16(page[1:], 310)
+	page[3], page[4] = 100, 10
+	env := Env{
+		Root:      root,
+		OpenNVMe:  func(string) (nvmehealth.Device, error) { return fakeNVMe{page}, nil },
+		Disks:     func() ([]blockdev.Disk, error) { return []blockdev.Disk{{Name: "vda", SizeBytes: 1 << 20}}, nil },
+		OpenBlock: func(p string, w bool) (storage.File, error) { return os.Open(p) },
+	}
+	vs, err := Run(context.Background(), suite, env, checks.Options{Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]checks.Status{}
+	for _, v := range vs {
+		got[v.Check+" "+v.Component] = v.Status
+	}
+	want := map[string]checks.Status{
+		"nvme-health nvme/0":            checks.Pass,
+		"hwmon-limits hwmon/nvme/temp1": checks.Pass,
+		"ethernet-links nic/eth0":       checks.Pass,
+		"ethernet-links ethernet":       checks.Pass, // components >= 1
+		"infiniband-ports infiniband":   checks.Skip, // no IB in this node
+		"memory-patterns memory":        checks.Pass,
+		"cpu-stress cpu/0":              checks.Pass,
+		"disk-read disk/vda":            checks.Pass,
+	}
+	for k, st := range want {
+		if got[k] != st {
+			t.Errorf("%s: %s, want %s", k, got[k], st)
+		}
+	}
+	if t.Failed() || len(got) != len(want) {
+		for _, v := range vs {
+			t.Log(v)
+		}
+		t.Errorf("%d verdicts, want %d", len(got), len(want))
+	}
+}

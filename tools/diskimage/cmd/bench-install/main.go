@@ -1,0 +1,342 @@
+// Command bench-install measures the image writer against the shell
+// baseline `curl URL | zstd -dc | dd of=TARGET bs=4M oflag=direct` (and
+// the gzip equivalent) on the same images, the same target and in the same
+// run, for an incompressible image and a mostly-zero one. The writer runs
+// as a child process so its peak RSS (rusage maxrss) is its own.
+//
+//	go run ./tools/diskimage/cmd/bench-install -size 2GiB
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/cure-oss/cure/tools/diskimage"
+)
+
+const block = 4 << 20
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "write-child" {
+		child(os.Args[2:])
+		return
+	}
+	size := flag.String("size", "2GiB", "size of each generated image")
+	zeroPct := flag.Int("zero-percent", 90, "share of all-zero 4 MiB blocks in the mostly-zero image")
+	rssSize := flag.String("rss-size", "10GiB", "size of the mostly-zero image used for the peak-RSS check (0 to skip)")
+	work := flag.String("work", "", "scratch directory (default: a temp dir under /var/tmp, removed afterwards)")
+	useFile := flag.Bool("file-target", false, "write to a regular file even when a loop device is available")
+	flag.Parse()
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err := run(*size, *zeroPct, *rssSize, *work, *useFile); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-install:", err)
+		os.Exit(1)
+	}
+}
+
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	for suf, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if strings.HasSuffix(s, suf) {
+			s, mult = strings.TrimSuffix(s, suf), m
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("size %q: expected a byte count with optional KiB/MiB/GiB", s)
+	}
+	n *= mult
+	if n%block != 0 {
+		return 0, fmt.Errorf("size %q: expected a multiple of 4 MiB", s)
+	}
+	return n, nil
+}
+
+type image struct {
+	name   string
+	raw    string // path
+	size   int64
+	rawSum string
+}
+
+func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error {
+	size, err := parseSize(sizeFlag)
+	if err != nil {
+		return err
+	}
+	rssSize, err := parseSize(rssFlag)
+	if err != nil {
+		return err
+	}
+	for _, tool := range []string{"zstd", "gzip", "dd"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s not installed: the baseline needs it", tool)
+		}
+	}
+	fetchCmd := "curl -sf"
+	if _, err := exec.LookPath("curl"); err != nil {
+		if _, err := exec.LookPath("wget"); err != nil {
+			return fmt.Errorf("neither curl nor wget is installed for the baseline")
+		}
+		fetchCmd = "wget -qO-"
+	}
+	if work == "" {
+		if work, err = os.MkdirTemp("/var/tmp", "bench-install-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(work)
+	}
+
+	imgs := []image{{name: "incompressible"}, {name: "mostly-zero"}}
+	for i := range imgs {
+		im := &imgs[i]
+		im.raw, im.size = filepath.Join(work, im.name+".raw"), size
+		fmt.Printf("generating %s image (%d MiB) and its .zst/.gz ...\n", im.name, size>>20)
+		pct := 0
+		if i == 1 {
+			pct = zeroPct
+		}
+		if im.rawSum, err = generate(im.raw, size, pct); err != nil {
+			return err
+		}
+		if err := sh(fmt.Sprintf("zstd -q -T0 -3 -f %q -o %q.zst && gzip -1 -c %q > %q.gz", im.raw, im.raw, im.raw, im.raw)); err != nil {
+			return err
+		}
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: http.FileServer(http.Dir(work))}
+	go srv.Serve(ln)
+	defer srv.Close()
+	base := "http://" + ln.Addr().String() + "/"
+
+	target, cleanup, err := makeTarget(work, size, useFile)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	fmt.Printf("target: %s\n\n", target)
+
+	fmt.Printf("mostly-zero = %d%% of 4 MiB blocks zero\n\n", zeroPct)
+	fmt.Printf("%-16s %-6s %12s %12s %7s %10s %9s\n", "image", "codec", "baseline", "writer", "ratio", "writer RSS", "zero")
+	for _, im := range imgs {
+		for _, codec := range []struct{ ext, format, dec string }{
+			{"zst", diskimage.FormatZstd, "zstd -dc"}, {"gz", diskimage.FormatGzip, "gzip -dc"},
+		} {
+			art := im.raw + "." + codec.ext
+			u := base + filepath.Base(art)
+			t0 := time.Now()
+			if err := sh(fmt.Sprintf("%s %q | %s | dd of=%q bs=4M oflag=direct status=none", fetchCmd, u, codec.dec, target)); err != nil {
+				return fmt.Errorf("baseline %s: %w", art, err)
+			}
+			baseDur := time.Since(t0)
+			w, err := runChild(u, art, codec.format, target)
+			if err != nil {
+				return err
+			}
+			if err := diskimage.Verify(context.Background(), target, im.size, im.rawSum); err != nil {
+				return fmt.Errorf("writer output for %s does not read back: %w", art, err)
+			}
+			bm, wm := mbps(im.size, baseDur), mbps(im.size, w.wall)
+			fmt.Printf("%-16s %-6s %7.0f MB/s %7.0f MB/s %6.2fx %6d MiB %8.0f%%\n",
+				im.name, codec.ext, bm, wm, wm/bm, w.maxRSS>>20, 100*float64(w.res.ZeroBytes)/float64(im.size))
+		}
+	}
+
+	if rssSize > 0 {
+		fmt.Printf("\npeak RSS for a %d GiB mostly-zero image (zstd, sparse file target):\n", rssSize>>30)
+		art := filepath.Join(work, "big.raw.zst")
+		if err := generateZstd(art, rssSize, zeroPct); err != nil {
+			return err
+		}
+		big := filepath.Join(work, "big.target")
+		if err := os.WriteFile(big, nil, 0o644); err != nil {
+			return err
+		}
+		w, err := runChild(base+filepath.Base(art), art, diskimage.FormatZstd, big)
+		if err != nil {
+			return err
+		}
+		verdict := "OK (< 256 MiB)"
+		if w.maxRSS >= 256<<20 {
+			verdict = "OVER the 256 MiB aim"
+		}
+		fmt.Printf("  %d MiB written in %s (%.0f MB/s), peak RSS %d MiB: %s\n", rssSize>>20, w.wall.Round(time.Millisecond), mbps(rssSize, w.wall), w.maxRSS>>20, verdict)
+		os.Remove(big)
+	}
+	return nil
+}
+
+func mbps(n int64, d time.Duration) float64 { return float64(n) / 1e6 / d.Seconds() }
+
+func sh(script string) error {
+	cmd := exec.Command("bash", "-o", "pipefail", "-c", script)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %w", script, err)
+	}
+	return nil
+}
+
+// makeTarget attaches a loop device (direct I/O to a sparse backing file)
+// so both contenders write a block device; a regular file otherwise.
+func makeTarget(work string, size int64, useFile bool) (string, func(), error) {
+	backing := filepath.Join(work, "target.img")
+	f, err := os.Create(backing)
+	if err != nil {
+		return "", nil, err
+	}
+	f.Close()
+	if err := os.Truncate(backing, size); err != nil {
+		return "", nil, err
+	}
+	if useFile {
+		return backing, func() {}, nil
+	}
+	out, err := exec.Command("losetup", "--find", "--show", "--partscan", "--direct-io=on", backing).Output()
+	if err != nil {
+		fmt.Printf("losetup unavailable (%v): using a regular file\n", err)
+		return backing, func() {}, nil
+	}
+	loop := strings.TrimSpace(string(out))
+	return loop, func() { exec.Command("losetup", "--detach", loop).Run() }, nil
+}
+
+// generate writes a raw image: random 4 MiB blocks, of which zeroPct
+// percent (chosen deterministically) are zeros. It returns the sha256.
+func generate(path string, size int64, zeroPct int) (string, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	w := io.MultiWriter(f, h)
+	if err := blocks(size, zeroPct, func(b []byte) error { _, err := w.Write(b); return err }); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), f.Close()
+}
+
+func blocks(size int64, zeroPct int, emit func([]byte) error) error {
+	var seed [32]byte
+	rng := rand.NewChaCha8(seed)
+	buf, zero := make([]byte, block), make([]byte, block)
+	for i := int64(0); i < size/block; i++ {
+		var k [8]byte
+		binary.LittleEndian.PutUint64(k[:], uint64(i))
+		s := sha256.Sum256(k[:])
+		b := buf
+		if int(s[0])%100 < zeroPct {
+			b = zero
+		} else {
+			rng.Read(buf)
+		}
+		if err := emit(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// generateZstd writes the big RSS-check image compressed, without the raw
+// file ever existing on disk.
+func generateZstd(path string, size int64, zeroPct int) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	enc, err := zstd.NewWriter(f, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	if err != nil {
+		return err
+	}
+	if err := blocks(size, zeroPct, func(b []byte) error { _, err := enc.Write(b); return err }); err != nil {
+		return err
+	}
+	if err := enc.Close(); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+type childResult struct {
+	res    diskimage.Result
+	wall   time.Duration
+	maxRSS int64
+}
+
+// runChild runs the writer in a fresh process of this binary.
+func runChild(u, art, format, target string) (*childResult, error) {
+	sum, size, err := fileSum(art)
+	if err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "write-child", u, sum, strconv.FormatInt(size, 10), format, target)
+	cmd.Stderr = os.Stderr
+	t0 := time.Now()
+	out, err := cmd.Output()
+	wall := time.Since(t0)
+	if err != nil {
+		return nil, fmt.Errorf("writer on %s: %w", art, err)
+	}
+	var r childResult
+	if err := json.Unmarshal(out, &r.res); err != nil {
+		return nil, fmt.Errorf("writer output %q: %w", out, err)
+	}
+	r.wall = wall
+	r.maxRSS = cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10 // KiB on Linux
+	return &r, nil
+}
+
+func fileSum(p string) (string, int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	return hex.EncodeToString(h.Sum(nil)), n, err
+}
+
+func child(args []string) {
+	if len(args) != 5 {
+		fmt.Fprintln(os.Stderr, "write-child URL SHA256 SIZE FORMAT TARGET")
+		os.Exit(2)
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	size, _ := strconv.ParseInt(args[2], 10, 64)
+	res, err := diskimage.Write(context.Background(), diskimage.Options{URL: args[0], SHA256: args[1], Size: size, Format: args[3], Target: args[4]})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	json.NewEncoder(os.Stdout).Encode(res)
+}

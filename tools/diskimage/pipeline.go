@@ -1,0 +1,371 @@
+package diskimage
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"sync"
+)
+
+// Pipeline shape (each arrow a bounded channel, each box a goroutine):
+//
+//	download+sha256 ──chunks──▶ decompress ──blocks──▶ raw sha256 ──blocks──▶ write
+//
+// Buffers come from fixed free lists rather than a sync.Pool: a free list
+// both reuses the aligned buffers and puts a hard bound on how many exist,
+// which a sync.Pool does not. With 4 MiB blocks the stages hold at most
+// blockBufs*4 MiB + chunkBufs*1 MiB (~36 MiB) whatever the image size.
+const (
+	chunkSize = 1 << 20
+	chunkBufs = 6
+	blockBufs = 7
+	queue     = 2
+	// zeroGrain is the granularity of zero detection: large enough that
+	// the writes between zero runs stay big and aligned, small enough to
+	// find the holes of a typical filesystem image.
+	zeroGrain = 1 << 20
+)
+
+// zeroes is compared against, never written to.
+var zeroes = make([]byte, zeroGrain)
+
+var errStopped = errors.New("pipeline stopped by a failed stage")
+
+// freeList hands out at most max buffers, allocated on first use. Only one
+// goroutine calls get; any may call put.
+type freeList struct {
+	free       chan []byte
+	size, made int
+}
+
+func newFreeList(n, size int) *freeList {
+	return &freeList{free: make(chan []byte, n), size: size}
+}
+
+func (l *freeList) get(ctx context.Context) ([]byte, error) {
+	select {
+	case b := <-l.free:
+		return b, nil
+	default:
+	}
+	if l.made < cap(l.free) {
+		l.made++
+		return alignedBuf(l.size, 4096), nil
+	}
+	select {
+	case b := <-l.free:
+		return b, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+func (l *freeList) put(b []byte) { l.free <- b[:cap(b)] }
+
+type block struct {
+	buf []byte // len is the data length
+	off int64  // where it goes on the target
+}
+
+// pipelineState is how the stages ended.
+type pipelineState struct {
+	written, zero int64
+	rawSum        string
+	err           error // the first stage failure (decode or write)
+	stopped       bool  // the download ended because a stage failed
+	touched       bool  // something was written or zeroed on the target
+}
+
+func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options, t target, dl *downloadReader, img *qcowImage) pipelineState {
+	chunks := newFreeList(chunkBufs, chunkSize)
+	blocks := newFreeList(blockBufs, o.BlockSize)
+	dlCh := make(chan []byte, queue)
+	decCh := make(chan block, queue)
+	wrCh := make(chan block, queue)
+
+	var (
+		mu    sync.Mutex
+		first error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
+		}
+		mu.Unlock()
+		cancel(errStopped)
+	}
+	var wg sync.WaitGroup
+	wg.Add(3)
+
+	// Download: fill chunks until the body ends. dl records how it ended;
+	// stopped records whether that end was the pipeline cancelling it.
+	var stopped bool
+	go func() {
+		defer wg.Done()
+		defer close(dlCh)
+		for {
+			b, err := chunks.get(ctx)
+			if err != nil {
+				stopped = true
+				return
+			}
+			n, err := io.ReadFull(dl, b)
+			if err != nil && errors.Is(context.Cause(ctx), errStopped) {
+				stopped = true
+			}
+			if n > 0 {
+				select {
+				case dlCh <- b[:n]:
+				case <-ctx.Done():
+					return
+				}
+			} else {
+				chunks.put(b)
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	// Decompress (or map qcow2 clusters) into blocks.
+	go func() {
+		defer wg.Done()
+		defer close(decCh)
+		src := &chanReader{ctx: ctx, ch: dlCh, free: chunks}
+		// Whatever happens, consume the rest of the download so its byte
+		// count and hash cover the whole artifact.
+		defer src.drain()
+		var dec io.Reader
+		if img != nil {
+			dec = img.stream(src)
+		} else {
+			d, closeDec, err := decompressor(o.Format, src)
+			if err != nil {
+				fail(err)
+				return
+			}
+			defer closeDec()
+			dec = d
+		}
+		// ReadFull reports a short final block as io.ErrUnexpectedEOF,
+		// which is also what a decompressor says about a cut stream;
+		// eofReader tells the two apart.
+		r := &eofReader{r: dec}
+		var off int64
+		for {
+			b, err := blocks.get(ctx)
+			if err != nil {
+				return
+			}
+			n, rerr := io.ReadFull(r, b)
+			if n > 0 {
+				select {
+				case decCh <- block{buf: b[:n], off: off}:
+				case <-ctx.Done():
+					return
+				}
+				off += int64(n)
+			} else {
+				blocks.put(b)
+			}
+			if rerr == io.EOF || (rerr == io.ErrUnexpectedEOF && r.eof) {
+				return
+			}
+			if rerr != nil {
+				if ctx.Err() == nil {
+					fail(rerr)
+				}
+				return
+			}
+		}
+	}()
+
+	// Hash the decompressed bytes (raw images are already hashed by the
+	// download stage).
+	var rawSum string
+	go func() {
+		defer wg.Done()
+		defer close(wrCh)
+		h := sha256.New()
+		for b := range decCh {
+			if o.Format != FormatRaw {
+				h.Write(b.buf)
+			}
+			select {
+			case wrCh <- b:
+			case <-ctx.Done():
+				blocks.put(b.buf)
+			}
+		}
+		rawSum = hex.EncodeToString(h.Sum(nil))
+	}()
+
+	w := &zeroWriter{t: t, skip: o.TargetZeroed}
+	var werr error
+	for b := range wrCh {
+		if werr == nil && ctx.Err() == nil {
+			if werr = w.write(b.buf, b.off); werr != nil {
+				fail(werr)
+			} else if o.Progress != nil {
+				o.Progress(w.end)
+			}
+		}
+		blocks.put(b.buf)
+	}
+	if werr == nil && ctx.Err() == nil {
+		if werr = w.flush(); werr != nil {
+			fail(werr)
+		}
+	}
+	wg.Wait()
+	// Whatever the stages left in the channels goes back; nothing is
+	// waiting for it, this only keeps the accounting honest.
+	st := pipelineState{written: w.end, zero: w.zero, rawSum: rawSum, touched: w.touched}
+	mu.Lock()
+	st.err = first
+	mu.Unlock()
+	st.stopped = stopped
+	return st
+}
+
+// chanReader turns the chunk channel back into an io.Reader for the
+// decompressors, returning each chunk to the free list once consumed.
+type chanReader struct {
+	ctx  context.Context
+	ch   <-chan []byte
+	free *freeList
+	cur  []byte
+	rest []byte
+}
+
+func (c *chanReader) Read(p []byte) (int, error) {
+	for len(c.rest) == 0 {
+		if c.cur != nil {
+			c.free.put(c.cur)
+			c.cur = nil
+		}
+		select {
+		case b, ok := <-c.ch:
+			if !ok {
+				return 0, io.EOF
+			}
+			c.cur, c.rest = b, b
+		case <-c.ctx.Done():
+			return 0, context.Cause(c.ctx)
+		}
+	}
+	n := copy(p, c.rest)
+	c.rest = c.rest[n:]
+	return n, nil
+}
+
+func (c *chanReader) drain() {
+	if c.cur != nil {
+		c.free.put(c.cur)
+		c.cur, c.rest = nil, nil
+	}
+	for b := range c.ch {
+		c.free.put(b)
+	}
+}
+
+type eofReader struct {
+	r   io.Reader
+	eof bool
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err == io.EOF {
+		e.eof = true
+	}
+	return n, err
+}
+
+// zeroWriter writes blocks at their offsets, turning all-zero grains into
+// skipped or device-zeroed ranges, coalesced across blocks.
+type zeroWriter struct {
+	t                 target
+	skip              bool
+	end               int64 // image bytes accounted for so far
+	zero              int64
+	zeroFrom, zeroLen int64 // pending zero range
+	touched           bool
+}
+
+func (w *zeroWriter) write(b []byte, off int64) error {
+	dataFrom := -1
+	for s := 0; s < len(b); s += zeroGrain {
+		e := min(s+zeroGrain, len(b))
+		// A short grain (the image's tail) is written as is: zero offload
+		// wants aligned ranges.
+		if e-s == zeroGrain && bytes.Equal(b[s:e], zeroes) {
+			if dataFrom >= 0 {
+				if err := w.data(b[dataFrom:s], off+int64(dataFrom)); err != nil {
+					return err
+				}
+				dataFrom = -1
+			}
+			if w.zeroLen == 0 {
+				w.zeroFrom = off + int64(s)
+			}
+			w.zeroLen += int64(e - s)
+			continue
+		}
+		if dataFrom < 0 {
+			dataFrom = s
+		}
+	}
+	if dataFrom >= 0 {
+		if err := w.data(b[dataFrom:], off+int64(dataFrom)); err != nil {
+			return err
+		}
+	}
+	w.end = off + int64(len(b))
+	return nil
+}
+
+func (w *zeroWriter) data(p []byte, off int64) error {
+	if err := w.flushZero(); err != nil {
+		return err
+	}
+	w.touched = true
+	if _, err := w.t.WriteAt(p, off); err != nil {
+		return &writeError{off: off, err: err}
+	}
+	return nil
+}
+
+func (w *zeroWriter) flushZero() error {
+	if w.zeroLen == 0 {
+		return nil
+	}
+	from, n := w.zeroFrom, w.zeroLen
+	w.zeroLen = 0
+	w.zero += n
+	if w.skip {
+		return nil
+	}
+	w.touched = true
+	if err := w.t.ZeroRange(from, n); err != nil {
+		return &writeError{off: from, err: err}
+	}
+	return nil
+}
+
+// flush settles the trailing zero range and makes a regular file as long
+// as the image even when its end was skipped or punched.
+func (w *zeroWriter) flush() error {
+	if err := w.flushZero(); err != nil {
+		return err
+	}
+	if err := w.t.Extend(w.end); err != nil {
+		return &writeError{off: w.end, err: err}
+	}
+	return nil
+}

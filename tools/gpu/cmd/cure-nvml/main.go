@@ -1,0 +1,192 @@
+//go:build cgo
+
+// Command cure-nvml runs the GPU checks of tools/gpu through NVML and prints
+// the verdicts as one JSON document on stdout. The runner (cgo-free) execs
+// it: NVML needs cgo and the site's libnvidia-ml.so.1, which the busybox
+// cannot carry.
+//
+// JSON contract (stdout, one document, also on failure to start NVML):
+//
+//	{
+//	  "driver":   "560.28.03",          // nvmlSystemGetDriverVersion, "" if unknown
+//	  "verdicts": [                      // gpu.Verdict, in a stable order
+//	    {"component": "gpu/3", "check": "ecc", "status": "FAIL",
+//	     "observed": "1", "expected": "<= 0", "message": "..."}
+//	  ]
+//	}
+//
+// status is PASS, FAIL, ERROR or SKIP; component is "gpu" for system-level
+// checks and "gpu/<n>" per GPU (n = position in expect.busIDs when given,
+// else the NVML index). Exit status: 0 every verdict PASS or SKIP; 1 some
+// verdict FAIL or ERROR; 2 bad flags or expectations (nothing run, message
+// on stderr, no JSON); 3 NVML could not be initialised (the document holds
+// one ERROR verdict, check "nvml").
+//
+// Usage:
+//
+//	cure-nvml -expect expect.json [-burn 10m] [-dcgm-level 2] [-interval 5s]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/cure-oss/cure/tools/gpu"
+	"github.com/cure-oss/cure/tools/gpu/nvmlsource"
+)
+
+type report struct {
+	Driver   string        `json:"driver"`
+	Verdicts []gpu.Verdict `json:"verdicts"`
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("cure-nvml", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	expectPath := fs.String("expect", "", "expectations as JSON (gpu.Expect field names); empty: defaults only")
+	libPath := fs.String("lib", "", "path to libnvidia-ml.so.1 (default: the dynamic loader's search)")
+	burn := fs.Duration("burn", 0, "run gpu-burn this long as the load (0: no gpu-burn)")
+	burnPath := fs.String("gpu-burn", "", "gpu-burn binary (default: gpu_burn, then gpu-burn, on PATH)")
+	dcgmLevel := fs.Int("dcgm-level", 0, "run `dcgmi diag -r N -j` as (part of) the load; 0: off")
+	dcgmPath := fs.String("dcgmi", "dcgmi", "dcgmi binary")
+	dcgmTimeout := fs.Duration("dcgm-timeout", 2*time.Hour, "limit for dcgmi diag (-r 4 takes over an hour)")
+	duration := fs.Duration("duration", 0, "without a load: how long to sample")
+	interval := fs.Duration("interval", 5*time.Second, "sampling interval")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+
+	var exp gpu.Expect
+	if *expectPath != "" {
+		data, err := os.ReadFile(*expectPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "cure-nvml: reading expectations: %v\n", err)
+			return 2
+		}
+		dec := json.NewDecoder(bytesReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&exp); err != nil {
+			fmt.Fprintf(stderr, "cure-nvml: %s: %v\n", *expectPath, err)
+			return 2
+		}
+	}
+	if err := exp.Validate(); err != nil {
+		fmt.Fprintf(stderr, "cure-nvml: %s: %v\n", *expectPath, err)
+		return 2
+	}
+	if *dcgmLevel < 0 || *dcgmLevel > 4 {
+		fmt.Fprintf(stderr, "cure-nvml: -dcgm-level %d: must be 0-4\n", *dcgmLevel)
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	src, err := nvmlsource.Open(*libPath)
+	if err != nil {
+		emit(stdout, report{Verdicts: []gpu.Verdict{{Component: "gpu", Check: "nvml", Status: gpu.Error,
+			Message: err.Error() + " (the NVIDIA driver and libnvidia-ml.so.1 must be in the image)"}}})
+		return 3
+	}
+	defer func() {
+		if err := src.Close(); err != nil {
+			log.Warn("cure-nvml: NVML shutdown", "err", err)
+		}
+	}()
+	rep := report{}
+	if rep.Driver, err = src.DriverVersion(); err != nil {
+		log.Warn("cure-nvml: driver version", "err", err)
+	}
+
+	var extra []gpu.Verdict
+	var loads []func(context.Context) error
+	if *burn > 0 {
+		path := *burnPath
+		if path == "" {
+			path = lookFirst("gpu_burn", "gpu-burn")
+		}
+		if path == "" {
+			extra = append(extra, gpu.Verdict{Component: "gpu", Check: gpu.CheckGPUBurn, Status: gpu.Skip, Message: "gpu-burn is not in this image"})
+		} else {
+			loads = append(loads, func(ctx context.Context) error {
+				vs, err := gpu.RunGPUBurn(ctx, gpu.OSExec, path, *burn)
+				extra = append(extra, vs...)
+				return err
+			})
+		}
+	}
+	if *dcgmLevel > 0 {
+		path, err := exec.LookPath(*dcgmPath)
+		if err != nil {
+			extra = append(extra, gpu.Verdict{Component: "gpu", Check: gpu.CheckDCGMDiag, Status: gpu.Skip, Message: "dcgmi is not in this image"})
+		} else {
+			n, err := src.DeviceCount()
+			if err != nil {
+				n = 0
+			}
+			ids := make([]int, n)
+			for i := range ids {
+				ids[i] = i
+			}
+			loads = append(loads, func(ctx context.Context) error {
+				vs, err := gpu.RunDCGMDiag(ctx, gpu.OSExec, path, *dcgmLevel, *dcgmTimeout, ids)
+				extra = append(extra, vs...)
+				return err
+			})
+		}
+	}
+	opt := gpu.Options{Duration: *duration, Interval: *interval, Log: log}
+	if len(loads) > 0 {
+		opt.Load = func(ctx context.Context) error {
+			for _, l := range loads {
+				if err := l(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	vs, err := gpu.Run(ctx, src, exp, opt)
+	if err != nil {
+		fmt.Fprintf(stderr, "cure-nvml: %v\n", err)
+		return 2
+	}
+	rep.Verdicts = append(vs, extra...)
+	emit(stdout, rep)
+	if gpu.Failed(rep.Verdicts) {
+		return 1
+	}
+	return 0
+}
+
+func lookFirst(names ...string) string {
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+func emit(w io.Writer, r report) {
+	if r.Verdicts == nil {
+		r.Verdicts = []gpu.Verdict{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(r)
+}

@@ -1,0 +1,176 @@
+package gpu
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// GPUBurn is what gpu-burn (github.com/wilicc/gpu-burn) printed. gpu-burn
+// exits 0 even when it marks a GPU FAULTY, so only its output tells.
+//
+// Format (gpu_burn-drv.cpp, listenClients): progress lines separated by
+// '\r' of the form
+//
+//	"50.0%  proc'd: 3204 (18433 Gflop/s) - 3180 (18201 Gflop/s)   errors: 0 - 12  (WARNING!)- 0  (DIED!)  temps: 56 C - 54 C ..."
+//
+// where each error count is the count since the last "Summary at:" line
+// (the counters reset there), then "Tested N GPUs:" and one "\tGPU i: OK" or
+// "\tGPU i: FAULTY" line per GPU. GPU i is the CUDA device index: run it with
+// CUDA_DEVICE_ORDER=PCI_BUS_ID so it matches NVML's order.
+type GPUBurn struct {
+	GPUs      []GPUBurnGPU // by index
+	Completed bool         // the "Tested N GPUs:" summary was printed
+	Aborted   string       // gpu-burn's abort message, if any
+}
+
+// GPUBurnGPU is one GPU's result.
+type GPUBurnGPU struct {
+	Index  int
+	Result string // "OK", "FAULTY", or "" when the summary never came
+	Errors int    // computation errors counted over the whole run
+	Died   bool   // its worker process died ("(DIED!)")
+}
+
+// ParseGPUBurn reads gpu-burn's output.
+func ParseGPUBurn(r io.Reader) (*GPUBurn, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading gpu-burn output: %w", err)
+	}
+	out := &GPUBurn{}
+	gpu := func(i int) *GPUBurnGPU {
+		for len(out.GPUs) <= i {
+			out.GPUs = append(out.GPUs, GPUBurnGPU{Index: len(out.GPUs)})
+		}
+		return &out.GPUs[i]
+	}
+	var window []int // errors per GPU since the last summary
+	flush := func() {
+		for i, n := range window {
+			gpu(i).Errors += n
+		}
+		window = nil
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
+	sc.Split(splitCRLF)
+	tested := -1
+	line := 0
+	for sc.Scan() {
+		line++
+		s := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.Contains(s, "proc'd:") && strings.Contains(s, "errors:"):
+			seg := s[strings.Index(s, "errors:")+len("errors:"):]
+			if i := strings.Index(seg, "temps:"); i >= 0 {
+				seg = seg[:i]
+			}
+			fields := strings.Split(seg, "-")
+			window = make([]int, len(fields))
+			for i, f := range fields {
+				f = strings.TrimSpace(f)
+				num, _, _ := strings.Cut(f, " ")
+				n, err := strconv.Atoi(num)
+				if err != nil {
+					return nil, fmt.Errorf("gpu-burn output line %d: error count %d is %q, not a number", line, i, num)
+				}
+				window[i] = n
+				if strings.Contains(f, "DIED") {
+					gpu(i).Died = true
+				}
+			}
+		case strings.HasPrefix(s, "Summary at:"):
+			flush()
+		case strings.HasPrefix(s, "Tested ") && strings.HasSuffix(s, "GPUs:"):
+			n, err := strconv.Atoi(strings.Fields(s)[1])
+			if err != nil {
+				return nil, fmt.Errorf("gpu-burn output line %d: %q: GPU count is not a number", line, s)
+			}
+			tested = n
+			out.Completed = true
+		case tested >= 0 && strings.HasPrefix(s, "GPU "):
+			idx, res, ok := strings.Cut(strings.TrimPrefix(s, "GPU "), ":")
+			i, err := strconv.Atoi(idx)
+			res = strings.TrimSpace(res)
+			if !ok || err != nil || (res != "OK" && res != "FAULTY") {
+				return nil, fmt.Errorf("gpu-burn output line %d: %q: expected \"GPU <n>: OK|FAULTY\"", line, s)
+			}
+			gpu(i).Result = res
+		case strings.Contains(s, "No clients are alive!"):
+			out.Aborted = s
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading gpu-burn output: %w", err)
+	}
+	flush()
+	if out.Completed && len(out.GPUs) < tested {
+		gpu(tested - 1)
+	}
+	return out, nil
+}
+
+func splitCRLF(data []byte, atEOF bool) (int, []byte, error) {
+	if i := bytes.IndexAny(data, "\r\n"); i >= 0 {
+		return i + 1, data[:i], nil
+	}
+	if atEOF && len(data) > 0 {
+		return len(data), data, nil
+	}
+	return 0, nil, nil
+}
+
+// Verdicts gives one gpu_burn verdict per GPU (component gpu/<index>), or a
+// single ERROR on "gpu" when the run never reached its summary.
+func (b *GPUBurn) Verdicts() []Verdict {
+	if !b.Completed {
+		msg := "gpu-burn ended without its \"Tested N GPUs\" summary"
+		if b.Aborted != "" {
+			msg += ": " + b.Aborted
+		}
+		var died []string
+		for _, g := range b.GPUs {
+			if g.Died {
+				died = append(died, "gpu/"+strconv.Itoa(g.Index))
+			}
+		}
+		if len(died) > 0 {
+			msg += "; worker died on " + strings.Join(died, ", ")
+		}
+		return []Verdict{{Component: "gpu", Check: CheckGPUBurn, Status: Error, Expected: "completed run", Message: msg}}
+	}
+	var out []Verdict
+	for _, g := range b.GPUs {
+		v := Verdict{Component: "gpu/" + strconv.Itoa(g.Index), Check: CheckGPUBurn, Expected: "OK, 0 errors",
+			Observed: fmt.Sprintf("%s, %d errors", cmp(g.Result, "no result"), g.Errors)}
+		var bad []string
+		if g.Result != "OK" {
+			bad = append(bad, "gpu-burn marked it "+cmp(g.Result, "(no line in the summary)"))
+		}
+		if g.Errors > 0 {
+			bad = append(bad, fmt.Sprintf("%d wrong results from the matrix multiply comparison", g.Errors))
+		}
+		if g.Died {
+			bad = append(bad, "its worker process died")
+		}
+		v.Status = Pass
+		if len(bad) > 0 {
+			v.Status, v.Message = Fail, strings.Join(bad, "; ")
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func cmp(s, alt string) string {
+	if s == "" {
+		return alt
+	}
+	return s
+}
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

@@ -1,0 +1,206 @@
+//go:build cgo
+
+package nvmlsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxb200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/cure-oss/cure/tools/gpu"
+)
+
+// health is the per-device state behind the mock's ...Func fields: the DGX
+// mocks have identity data only, so the test supplies a healthy GPU and
+// injects faults by changing it.
+type health struct {
+	ecc      uint64
+	reasons  uint64
+	linkDown map[int]bool // NVLink state after the first full read
+	linkRead int
+	mu       sync.Mutex
+}
+
+const nvlinks = 18 // NVLink 4 (H100/H200) and NVLink 5 (B200) SXM parts: 18 links
+
+func instrument(d *server.Device, h *health) {
+	bus := d.PciBusID
+	pciID := d.Config.PciDeviceId
+	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
+		var p nvml.PciInfo
+		for i, c := range "0000" + bus { // NVML's 8-digit domain form
+			p.BusId[i] = int8(c)
+		}
+		p.PciDeviceId = pciID
+		return p, nvml.SUCCESS
+	}
+	d.GetTotalEccErrorsFunc = func(t nvml.MemoryErrorType, c nvml.EccCounterType) (uint64, nvml.Return) {
+		if t != nvml.MEMORY_ERROR_TYPE_UNCORRECTED || c != nvml.VOLATILE_ECC {
+			return 0, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return h.ecc, nvml.SUCCESS
+	}
+	d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 0, false, false, nvml.SUCCESS }
+	d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return h.reasons, nvml.SUCCESS }
+	d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 68, nvml.SUCCESS }
+	d.GetTemperatureThresholdFunc = func(t nvml.TemperatureThresholds) (uint32, nvml.Return) {
+		if t != nvml.TEMPERATURE_THRESHOLD_SLOWDOWN {
+			return 0, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return 87, nvml.SUCCESS
+	}
+	d.GetCurrPcieLinkGenerationFunc = func() (int, nvml.Return) { return 5, nvml.SUCCESS }
+	d.GetMaxPcieLinkGenerationFunc = func() (int, nvml.Return) { return 5, nvml.SUCCESS }
+	d.GetCurrPcieLinkWidthFunc = func() (int, nvml.Return) { return 16, nvml.SUCCESS }
+	d.GetMaxPcieLinkWidthFunc = func() (int, nvml.Return) { return 16, nvml.SUCCESS }
+	d.GetPcieReplayCounterFunc = func() (int, nvml.Return) { return 2, nvml.SUCCESS }
+	d.GetNvLinkStateFunc = func(link int) (nvml.EnableState, nvml.Return) {
+		if link >= nvlinks {
+			return 0, nvml.ERROR_INVALID_ARGUMENT
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if link == 0 {
+			h.linkRead++
+		}
+		if h.linkRead > 1 && h.linkDown[link] {
+			return nvml.FEATURE_DISABLED, nvml.SUCCESS
+		}
+		return nvml.FEATURE_ENABLED, nvml.SUCCESS
+	}
+	d.GetNvLinkErrorCounterFunc = func(int, nvml.NvLinkErrorCounter) (uint64, nvml.Return) { return 0, nvml.SUCCESS }
+	d.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 650000, nvml.SUCCESS }
+	d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return 700000, nvml.SUCCESS }
+	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+}
+
+// instrumentServer wires an event set that delivers xids once, then times out.
+func instrumentServer(s *server.Server, xids []nvml.EventData) {
+	var mu sync.Mutex
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		return &mock.EventSet{
+			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
+				mu.Lock()
+				defer mu.Unlock()
+				if len(xids) == 0 {
+					return nvml.EventData{}, nvml.ERROR_TIMEOUT
+				}
+				e := xids[0]
+				xids = xids[1:]
+				return e, nvml.SUCCESS
+			},
+			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+		}, nvml.SUCCESS
+	}
+}
+
+func TestGPUFaults(t *testing.T) {
+	platforms := []struct {
+		name string
+		new  func() *server.Server
+	}{
+		{"dgxb200", dgxb200.New},
+		{"dgxh100", dgxh100.New},
+		{"dgxh200", dgxh200.New},
+	}
+	faults := []struct {
+		name   string
+		inject func(s *server.Server, hs []*health) []nvml.EventData
+		want   []string
+	}{
+		{"healthy", func(*server.Server, []*health) []nvml.EventData { return nil }, nil},
+		{"DBE on GPU 3", func(s *server.Server, hs []*health) []nvml.EventData {
+			hs[3].ecc = 1
+			return []nvml.EventData{{Device: s.Devices[3], EventType: nvml.EventTypeXidCriticalError, EventData: 48}}
+		}, []string{"gpu/3 ecc", "gpu/3 xid"}},
+		{"NVLink down on GPU 5", func(_ *server.Server, hs []*health) []nvml.EventData {
+			hs[5].linkDown = map[int]bool{11: true}
+			return nil
+		}, []string{"gpu/5 nvlink"}},
+		{"HW slowdown on GPU 1 during stress", func(_ *server.Server, hs []*health) []nvml.EventData {
+			hs[1].reasons = nvml.ClocksEventReasonSwPowerCap | nvml.ClocksThrottleReasonHwSlowdown
+			return nil
+		}, []string{"gpu/1 clocks_events"}},
+		{"GPU 6 missing", func(s *server.Server, _ []*health) []nvml.EventData {
+			s.Devices = slices.Delete(s.Devices, 6, 7)
+			return nil
+		}, []string{"gpu count", "gpu/6 present"}},
+	}
+	for _, p := range platforms {
+		for _, f := range faults {
+			t.Run(p.name+"/"+f.name, func(t *testing.T) {
+				s := p.new()
+				var hs []*health
+				exp := gpu.Expect{Count: len(s.Devices), NVLinks: nvlinks, PCIeGen: 5, PCIeWidth: 16, PowerLimitW: 700}
+				for _, d := range s.Devices {
+					sd := d.(*server.Device)
+					h := &health{}
+					instrument(sd, h)
+					hs = append(hs, h)
+					exp.BusIDs = append(exp.BusIDs, sd.PciBusID)
+					exp.Model = sd.Config.Name
+					exp.PCIDeviceID = sd.Config.PciDeviceId
+				}
+				instrumentServer(s, f.inject(s, hs))
+				vs, err := gpu.Run(context.Background(), New(s), exp, gpu.Options{
+					Load:     func(context.Context) error { return nil },
+					Interval: time.Millisecond,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var bad []string
+				for _, v := range vs {
+					if v.Status != gpu.Pass && v.Status != gpu.Skip {
+						bad = append(bad, v.Component+" "+v.Check)
+					}
+				}
+				slices.Sort(bad)
+				if !slices.Equal(bad, f.want) {
+					var b strings.Builder
+					for _, v := range vs {
+						fmt.Fprintln(&b, v)
+					}
+					t.Errorf("failing verdicts = %q, want %q\n%s", bad, f.want, b.String())
+				}
+				// Model names come from the mocks: the check must have seen them.
+				for _, v := range vs {
+					if v.Check == gpu.CheckModel && v.Status != gpu.Pass {
+						t.Errorf("model verdict %v", v)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestErrorMapping(t *testing.T) {
+	d := &device{d: &mock.Device{
+		GetRemappedRowsFunc: func() (int, int, bool, bool, nvml.Return) { return 0, 0, false, false, nvml.ERROR_NOT_SUPPORTED },
+		GetPowerUsageFunc:   func() (uint32, nvml.Return) { return 0, nvml.ERROR_GPU_IS_LOST },
+		GetNvLinkStateFunc:  func(int) (nvml.EnableState, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED },
+	}, index: 2}
+	if _, err := d.RemappedRows(); !isErr(err, gpu.ErrNotSupported) || !strings.Contains(err.Error(), "nvmlDeviceGetRemappedRows(gpu 2)") {
+		t.Errorf("RemappedRows err = %v", err)
+	}
+	if _, err := d.PowerUsage(); !isErr(err, gpu.ErrGPULost) {
+		t.Errorf("PowerUsage err = %v", err)
+	}
+	if _, err := d.NVLinks(); !isErr(err, gpu.ErrNotSupported) {
+		t.Errorf("NVLinks on a device without NVLink: err = %v", err)
+	}
+}
+
+func isErr(err, target error) bool { return err != nil && errors.Is(err, target) }

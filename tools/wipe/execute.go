@@ -1,0 +1,277 @@
+package wipe
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/cure-oss/cure/tools/nvme"
+	"github.com/cure-oss/cure/tools/opal"
+)
+
+// Handles are the device seams for one disk. Fields a disk does not have
+// stay nil: Admin for non-NVMe, Opal when the kernel has no sed-opal.
+type Handles struct {
+	Block     Block                  // the whole-disk block device
+	Opal      opal.Ioctler           // sed-opal ioctls on the block device
+	Security  opal.SecurityTransport // Level 0 Discovery (after a revert)
+	Admin     nvme.Admin             // the NVMe controller
+	Namespace *nvme.Namespace        // Identify Namespace of the target
+}
+
+// Credentials are the secrets for one disk, looked up by serial.
+type Credentials struct {
+	PSID string // from the drive label, imported with the node inventory
+	SID  string
+}
+
+// Options tune the executor; zero values take the defaults.
+type Options struct {
+	Samples        int           // random 4 KiB marker blocks besides first/last MiB; default 16
+	Rand           io.Reader     // marker token source; default crypto/rand
+	SanitizePoll   time.Duration // default 2 s
+	SanitizeBudget time.Duration // default 6 h
+	Log            *slog.Logger
+}
+
+// Attempt is one method tried.
+type Attempt struct {
+	Method   Method        `json:"method"`
+	Duration time.Duration `json:"duration"`
+	Error    string        `json:"error,omitempty"`
+}
+
+// Result is the per-disk verdict.
+type Result struct {
+	Disk     string        `json:"disk"`
+	Serial   string        `json:"serial"`
+	Method   Method        `json:"method"` // the method that erased the disk
+	Attempts []Attempt     `json:"attempts"`
+	Erase    time.Duration `json:"eraseDuration"`
+	Total    time.Duration `json:"totalDuration"`
+	Verified bool          `json:"verified"`
+	Marker   string        `json:"marker,omitempty"` // token hex; worthless once erased
+	Evidence []string      `json:"evidence"`
+}
+
+// Execute applies p to the disk behind h and verifies it. The returned
+// Result is filled as far as the run got, also on error.
+func Execute(ctx context.Context, p Plan, h Handles, cred Credentials, o Options) (*Result, error) {
+	start := time.Now()
+	res := &Result{Disk: p.Disk.Name, Serial: p.Disk.Serial, Method: MethodNone}
+	if o.Samples == 0 {
+		o.Samples = 16
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Reader
+	}
+	if o.SanitizePoll == 0 {
+		o.SanitizePoll = 2 * time.Second
+	}
+	if o.SanitizeBudget == 0 {
+		o.SanitizeBudget = 6 * time.Hour
+	}
+	log := o.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("disk", p.Disk.Name, "serial", p.Disk.Serial)
+	fail := func(format string, a ...any) (*Result, error) {
+		res.Total = time.Since(start)
+		return res, fmt.Errorf("wipe %s (serial %q): %s", p.Disk.Name, p.Disk.Serial, fmt.Sprintf(format, a...))
+	}
+	if p.Method == MethodNone {
+		res.Verified = true
+		res.Evidence = append(res.Evidence, "policy none: nothing erased")
+		return res, nil
+	}
+	if p.Disk.BootMedium || p.Disk.ReadOnly {
+		return fail("refusing: boot medium or read-only disk in a plan")
+	}
+	if h.Block == nil {
+		return fail("no block device handle")
+	}
+
+	// 1. Marker. A locked Opal drive refuses writes; its data is already
+	// unreadable and the revert is proven through the Opal state instead.
+	var mk *marker
+	if locked, why := lockedOpal(h); locked {
+		res.Evidence = append(res.Evidence, "marker skipped: "+why)
+	} else {
+		m, err := planMarker(h.Block.Size(), o.Samples, o.Rand)
+		if err != nil {
+			return fail("%v", err)
+		}
+		if err := m.write(h.Block); err != nil {
+			return fail("before erasing: %v", err)
+		}
+		mk = m
+		res.Marker = m.TokenHex()
+		res.Evidence = append(res.Evidence, fmt.Sprintf("marker %s written and read back at %d regions (first MiB, last MiB, %d random 4 KiB blocks)",
+			m.TokenHex(), len(m.Regions), len(m.Regions)-2))
+	}
+
+	// 2. Erase: the first step that the drive accepts. Only "unsupported"
+	// outcomes move on to the next step; anything else (a rejected PSID, a
+	// media error) stops the run, because continuing would hide it.
+	eraseStart := time.Now()
+	var used *Step
+	for _, s := range p.Steps() {
+		t0 := time.Now()
+		log.Info("wipe: erasing", "method", s.Method, "reason", s.Reason)
+		err := apply(ctx, s.Method, p, h, cred, o)
+		a := Attempt{Method: s.Method, Duration: time.Since(t0)}
+		if err != nil {
+			a.Error = err.Error()
+		}
+		res.Attempts = append(res.Attempts, a)
+		if err == nil {
+			used = &s
+			break
+		}
+		if !unsupported(err) {
+			return fail("%s: %v", s.Method, err)
+		}
+		log.Warn("wipe: method unsupported by the drive, trying the next planned one", "method", s.Method, "err", err)
+	}
+	res.Erase = time.Since(eraseStart)
+	if used == nil {
+		return fail("every planned method was rejected as unsupported: %s", attemptsString(res.Attempts))
+	}
+	res.Method = used.Method
+	res.Evidence = append(res.Evidence, fmt.Sprintf("erased with %s in %s: %s", used.Method, res.Erase.Round(time.Millisecond), used.Reason))
+
+	// 3. Verify.
+	verified := true
+	if used.Method == MethodPSIDRevert || used.Method == MethodSIDRevert {
+		if h.Security == nil {
+			return fail("no security transport to confirm the revert")
+		}
+		d, err := opal.Discover(h.Security)
+		if err != nil {
+			return fail("after revert: %v", err)
+		}
+		ok, why := d.FactoryState()
+		res.Evidence = append(res.Evidence, fmt.Sprintf("opal after revert: factory=%t (%s); %s", ok, why, d.Summary()))
+		verified = verified && ok
+	}
+	if mk != nil {
+		ev, survivors, err := mk.check(h.Block)
+		res.Evidence = append(res.Evidence, ev...)
+		if err != nil {
+			return fail("verify: %v", err)
+		}
+		verified = verified && survivors == 0
+	}
+	res.Verified = verified
+	res.Total = time.Since(start)
+	if !verified {
+		return fail("verification failed: %s", failedEvidence(res.Evidence))
+	}
+	log.Info("wipe: verified", "method", res.Method, "erase", res.Erase, "total", res.Total)
+	return res, nil
+}
+
+func lockedOpal(h Handles) (bool, string) {
+	if h.Security == nil {
+		return false, ""
+	}
+	d, err := opal.Discover(h.Security)
+	if err != nil || d.Locking == nil {
+		return false, ""
+	}
+	if d.Locking.Locked {
+		return true, "Opal reports a locked range (" + d.Summary() + ")"
+	}
+	return false, ""
+}
+
+// apply runs one method.
+func apply(ctx context.Context, m Method, p Plan, h Handles, cred Credentials, o Options) error {
+	needAdmin := func() error {
+		if h.Admin == nil {
+			return fmt.Errorf("no NVMe controller handle")
+		}
+		return nil
+	}
+	switch m {
+	case MethodPSIDRevert, MethodSIDRevert:
+		if h.Opal == nil {
+			return fmt.Errorf("%w: no sed-opal device handle", opal.ErrNoTCG)
+		}
+		if m == MethodPSIDRevert {
+			return opal.PSIDRevert(h.Opal, cred.PSID)
+		}
+		return opal.RevertTPer(h.Opal, cred.SID)
+	case MethodSanitizeCrypto, MethodSanitizeBlock:
+		if err := needAdmin(); err != nil {
+			return err
+		}
+		act := nvme.SanitizeCryptoErase
+		if m == MethodSanitizeBlock {
+			act = nvme.SanitizeBlockErase
+		}
+		if err := nvme.Sanitize(h.Admin, act, false); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, o.SanitizeBudget)
+		defer cancel()
+		_, err := nvme.WaitSanitize(ctx, h.Admin, o.SanitizePoll)
+		return err
+	case MethodFormatCrypto, MethodFormatUserData:
+		if err := needAdmin(); err != nil {
+			return err
+		}
+		if h.Namespace == nil || p.NSID == 0 {
+			return fmt.Errorf("format needs the namespace's Identify data and NSID")
+		}
+		ses := nvme.SESUserData
+		if m == MethodFormatCrypto {
+			ses = nvme.SESCrypto
+		}
+		return nvme.FormatNVM(h.Admin, p.NSID, nvme.FormatOptionsFor(h.Namespace, ses))
+	}
+	return fmt.Errorf("unknown method %q", m)
+}
+
+// unsupported reports outcomes meaning "this drive does not do that
+// command", as opposed to "it tried and failed".
+func unsupported(err error) bool {
+	if errors.Is(err, opal.ErrNoTCG) {
+		return true
+	}
+	var st *nvme.StatusError
+	if errors.As(err, &st) {
+		// Invalid Command Opcode, Invalid Field in Command (e.g. an
+		// unsupported SANACT or SES), Invalid Format.
+		return st.SCT == nvme.SCTGeneric && (st.SC == 0x01 || st.SC == 0x02) ||
+			st.SCT == nvme.SCTCommandSpecific && st.SC == 0x0a
+	}
+	return false
+}
+
+func attemptsString(as []Attempt) string {
+	s := ""
+	for i, a := range as {
+		if i > 0 {
+			s += "; "
+		}
+		s += string(a.Method) + ": " + a.Error
+	}
+	return s
+}
+
+// failedEvidence is the first evidence line that shows the failure.
+func failedEvidence(ev []string) string {
+	for _, e := range ev {
+		if strings.Contains(e, "STILL PRESENT") || strings.Contains(e, "factory=false") {
+			return e
+		}
+	}
+	return "no evidence line explains it"
+}
