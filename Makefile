@@ -48,3 +48,10 @@ clean:
 # QEMU start → runner registered, against a bare kernel + trivial init (same run).
 bench-boot: image baseline
 	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -run '^$$' -bench BootToRegistered -benchtime 3x -timeout 30m -v ./qemu-test/
+
+# Image writer vs `curl | zstd -dc | dd oflag=direct` (and gzip) on the same
+# images and target in one run: MB/s, ratio, writer peak RSS (incompressible
+# and mostly-zero images; 10 GiB RSS check). BENCH_INSTALL_FLAGS=-size=512MiB for a quick run.
+.PHONY: bench-install
+bench-install:
+	$(GO) run ./tools/diskimage/cmd/bench-install $(BENCH_INSTALL_FLAGS)

@@ -149,13 +149,13 @@ func checkProvisioned(t *testing.T, env *harness.Env, rep *curev1.RunReport) {
 		t.Errorf("phase sequence in the store:\n got %v\nwant %v", names, provisionOrder)
 	}
 	got := phaseStatuses(t, st, rep.GetRunId())
-	for _, p := range []string{modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE, modes.OSInstall, modes.SetBootDisk, modes.WaitForHostOS} {
+	for _, p := range []string{modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE, modes.SEDRevert, modes.OSInstall, modes.SetBootDisk, modes.WaitForHostOS} {
 		if got[p] != "ok" {
 			t.Errorf("phase %s = %q, want ok", p, got[p])
 		}
 	}
 	// Phases not built yet must say so, never pass.
-	for _, p := range []string{modes.NIC, modes.DPU, modes.SEDRevert, modes.BMC, modes.BIOS, modes.HGX, modes.BIOSSettings} {
+	for _, p := range []string{modes.NIC, modes.DPU, modes.BMC, modes.BIOS, modes.HGX, modes.BIOSSettings} {
 		if got[p] != "skipped" {
 			t.Errorf("phase %s = %q, want skipped", p, got[p])
 		}
@@ -166,6 +166,10 @@ func checkProvisioned(t *testing.T, env *harness.Env, rep *curev1.RunReport) {
 	}
 	if v := verdict(rep, "disk/nvme0n1", "os_install"); v == nil || v.GetStatus() != curev1.VerdictStatus_PASS {
 		t.Errorf("os_install verdict = %v, want PASS on disk/nvme0n1", v)
+	}
+	// QEMU's NVMe does Format NVM for real; the wipe proves its marker gone.
+	if v := verdict(rep, "disk/nvme0n1", "wipe"); v == nil || v.GetStatus() != curev1.VerdictStatus_PASS || !strings.Contains(v.GetObserved(), "nvme-format-user-data") {
+		t.Errorf("wipe verdict = %v, want PASS by nvme-format-user-data", v)
 	}
 	evs, err := st.Events(context.Background(), rep.GetRunId(), 0, 10000)
 	if err != nil {

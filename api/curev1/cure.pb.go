@@ -1740,8 +1740,11 @@ type Assignment struct {
 	Phases          []string               `protobuf:"bytes,7,rep,name=phases,proto3" json:"phases,omitempty"`                                            // in-band phases to run now, in order
 	ArtifactBaseUrl string                 `protobuf:"bytes,8,opt,name=artifact_base_url,json=artifactBaseUrl,proto3" json:"artifact_base_url,omitempty"` // http://host:port/artifacts/ ; artifacts by sha256
 	FirstBoot       *FirstBoot             `protobuf:"bytes,9,opt,name=first_boot,json=firstBoot,proto3" json:"first_boot,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Drive-label PSIDs by disk serial, from the node inventory: the
+	// credentials of an Opal PSID revert. Only ever sent over the TLS session.
+	Psids         map[string]string `protobuf:"bytes,10,rep,name=psids,proto3" json:"psids,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Assignment) Reset() {
@@ -1833,6 +1836,13 @@ func (x *Assignment) GetArtifactBaseUrl() string {
 func (x *Assignment) GetFirstBoot() *FirstBoot {
 	if x != nil {
 		return x.FirstBoot
+	}
+	return nil
+}
+
+func (x *Assignment) GetPsids() map[string]string {
+	if x != nil {
+		return x.Psids
 	}
 	return nil
 }
@@ -3050,7 +3060,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x04idle\x18\x03 \x01(\v2\r.cure.v1.IdleH\x00R\x04idle\x12)\n" +
 	"\x06reboot\x18\x04 \x01(\v2\x0f.cure.v1.RebootH\x00R\x06reboot\x12)\n" +
 	"\x06cancel\x18\x05 \x01(\v2\x0f.cure.v1.CancelH\x00R\x06cancelB\x05\n" +
-	"\x03msg\"\xce\x02\n" +
+	"\x03msg\"\xbe\x03\n" +
 	"\n" +
 	"Assignment\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
@@ -3062,7 +3072,13 @@ const file_cure_proto_rawDesc = "" +
 	"\x06phases\x18\a \x03(\tR\x06phases\x12*\n" +
 	"\x11artifact_base_url\x18\b \x01(\tR\x0fartifactBaseUrl\x121\n" +
 	"\n" +
-	"first_boot\x18\t \x01(\v2\x12.cure.v1.FirstBootR\tfirstBoot\"\x80\x01\n" +
+	"first_boot\x18\t \x01(\v2\x12.cure.v1.FirstBootR\tfirstBoot\x124\n" +
+	"\x05psids\x18\n" +
+	" \x03(\v2\x1e.cure.v1.Assignment.PsidsEntryR\x05psids\x1a8\n" +
+	"\n" +
+	"PsidsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
 	"\vResumeState\x12#\n" +
 	"\rphase_reached\x18\x01 \x01(\tR\fphaseReached\x12!\n" +
 	"\fresume_count\x18\x02 \x01(\rR\vresumeCount\x12)\n" +
@@ -3185,7 +3201,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                  // 0: cure.v1.Mode
 	(VerdictStatus)(0),         // 1: cure.v1.VerdictStatus
@@ -3228,6 +3244,7 @@ var file_cure_proto_goTypes = []any{
 	(*NodeInfo)(nil),           // 38: cure.v1.NodeInfo
 	nil,                        // 39: cure.v1.Log.AttrsEntry
 	nil,                        // 40: cure.v1.Metric.LabelsEntry
+	nil,                        // 41: cure.v1.Assignment.PsidsEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,  // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -3258,28 +3275,29 @@ var file_cure_proto_depIdxs = []int32{
 	0,  // 25: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
 	22, // 26: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
 	23, // 27: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	0,  // 28: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	30, // 29: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	17, // 30: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
-	0,  // 31: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	35, // 32: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
-	17, // 33: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	38, // 34: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	4,  // 35: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	28, // 36: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	31, // 37: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	33, // 38: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	36, // 39: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	20, // 40: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	29, // 41: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	32, // 42: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	34, // 43: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	37, // 44: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	40, // [40:45] is the sub-list for method output_type
-	35, // [35:40] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	41, // 28: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	0,  // 29: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
+	30, // 30: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	17, // 31: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
+	0,  // 32: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
+	35, // 33: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	17, // 34: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
+	38, // 35: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	4,  // 36: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	28, // 37: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	31, // 38: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	33, // 39: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	36, // 40: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	20, // 41: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	29, // 42: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	32, // 43: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	34, // 44: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	37, // 45: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	41, // [41:46] is the sub-list for method output_type
+	36, // [36:41] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -3311,7 +3329,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

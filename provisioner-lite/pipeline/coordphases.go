@@ -64,6 +64,14 @@ func (e *Engine) coordPhase(ctx context.Context, r *store.Run, phase string, log
 		return ok("boot override Hdd, Continuous")
 	case modes.WaitForHostOS:
 		return e.waitForHostOS(ctx, r)
+	case modes.PowerOffAtEnd:
+		// The node goes back to the pool powered off, with no CURE boot armed.
+		r.Data["boot"] = ""
+		e.save(ctx, r)
+		if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error { return b.PowerOff(ctx, false) }); err != nil {
+			return failed("power off: %v", err)
+		}
+		return ok("powered off; node returned to the pool")
 	}
 	return skipped("phase %s is not built yet", phase)
 }

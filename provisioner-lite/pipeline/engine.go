@@ -26,6 +26,7 @@ import (
 type BMC interface {
 	PowerState(ctx context.Context) (string, error)
 	PowerOn(ctx context.Context) error
+	PowerOff(ctx context.Context, force bool) error
 	Reset(ctx context.Context, resetType string) error
 	SetBootOverride(ctx context.Context, target redfish.BootTarget, once bool) error
 	FirmwareInventory(ctx context.Context) ([]redfish.FirmwareItem, error)

@@ -185,6 +185,7 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string) 
 		Resume:          &curev1.ResumeState{PhaseReached: r.Phase, ResumeCount: uint32(r.ResumeCount), CompletedPhases: r.CompletedPhases},
 		Phases:          phases,
 		ArtifactBaseUrl: base + "/artifacts/",
+		Psids:           n.PSIDs,
 		FirstBoot: &curev1.FirstBoot{
 			Hostname:      hostname,
 			InstanceId:    r.ID,

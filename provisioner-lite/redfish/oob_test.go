@@ -226,7 +226,10 @@ func TestUnknownOutcomeWithNoTaskIsRetryable(t *testing.T) {
 	wrap := func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "SimpleUpdate") && hung.CompareAndSwap(false, true) {
-				<-r.Context().Done() // read nothing, answer nothing
+				// Drop the request unanswered. (Reading the body lets the
+				// server notice the client hang up.)
+				io.Copy(io.Discard, r.Body)
+				<-r.Context().Done()
 				return
 			}
 			h.ServeHTTP(w, r)

@@ -54,6 +54,8 @@ type Config struct {
 	// OpenNVMeFirmware opens a controller for an in-band firmware update
 	// (OpenNVMeFirmwareDevice); nil refuses updates.
 	OpenNVMeFirmware NVMeFirmwareDevice
+	// Wipe erases one disk (RealDiskWiper); nil refuses sed_revert.
+	Wipe DiskWiper
 	// HTTP downloads images; nil means a client with connect/header timeouts.
 	HTTP *http.Client
 	// SystemSerial fills {{.Serial}} in the manifest's hostname template.
@@ -107,6 +109,8 @@ func (e *Executor) Run(ctx context.Context, phase string, a *curev1.Assignment, 
 		return e.runNVMe(ctx, a, emit)
 	case "os_install":
 		return e.runOSInstall(ctx, a, emit)
+	case "sed_revert":
+		return e.runSEDRevert(ctx, a, emit)
 	default:
 		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: fmt.Sprintf("phase %s: %s", phase, NotImplemented)}
 	}

@@ -286,7 +286,7 @@ func decompressor(format string, r io.Reader) (io.Reader, func(), error) {
 	case FormatZstd:
 		// Bound the window so a hostile frame header cannot demand
 		// gigabytes of RAM in an in-memory image.
-		z, err := zstd.NewReader(r, zstd.WithDecoderMaxMemory(1<<30), zstd.WithDecoderMaxWindow(512<<20), zstd.WithDecoderConcurrency(1))
+		z, err := zstd.NewReader(r, zstd.WithDecoderMaxMemory(1<<30), zstd.WithDecoderMaxWindow(512<<20))
 		if err != nil {
 			return nil, nil, fmt.Errorf("zstd: %w", err)
 		}

@@ -10,7 +10,8 @@ import (
 )
 
 // FixDevice relocates the backup GPT of path (a block device or an image
-// file) to its end and, when grow > 0, grows partition grow to the end.
+// file) to its end and, when grow > 0 (or GrowLast), grows that partition
+// to the end.
 // It returns the plan it applied (Noop when nothing was needed). On a
 // block device it uses the logical sector size (BLKSSZGET), syncs and asks
 // the kernel to re-read the table (BLKRRPART).

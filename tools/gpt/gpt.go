@@ -213,8 +213,12 @@ func (p *Plan) String() string {
 	return s
 }
 
+// GrowLast asks PlanFix to grow whichever partition ends last on the disk
+// (the root partition of the usual image layout).
+const GrowLast = -1
+
 // PlanFix computes where the backup GPT goes on a disk of diskSize bytes
-// and, when grow > 0, how far partition number grow extends: to the last
+// and, when grow > 0 (or GrowLast), how far partition number grow extends: to the last
 // usable LBA, its end rounded down so the partition ends on an alignBytes
 // boundary (1 MiB when 0). Growing refuses a partition that is not the last
 // one on the disk, since it would overlap its successor.
@@ -229,6 +233,18 @@ func PlanFix(t *Table, diskSize int64, grow int, alignBytes int64) (*Plan, error
 	p.NewLastUsableLBA = p.NewBackupEntriesLBA - 1
 	if p.NewLastUsableLBA < h.LastUsableLBA {
 		return nil, fmt.Errorf("gpt: disk of %d bytes is smaller than the table's usable end (LBA %d)", diskSize, h.LastUsableLBA)
+	}
+	if grow == GrowLast {
+		grow = 0
+		var end uint64
+		for _, q := range t.Partitions {
+			if q.LastLBA >= end {
+				grow, end = q.Number, q.LastLBA
+			}
+		}
+		if grow == 0 {
+			return nil, errors.New("gpt: grow the last partition: the table has no partitions")
+		}
 	}
 	if grow <= 0 {
 		return p, nil

@@ -76,7 +76,7 @@ func TestFixRelocatesBackupAndGrows(t *testing.T) {
 	if out := verify(t, p); !strings.Contains(out, "The backup GPT table is not on the end of the device") {
 		t.Fatalf("sfdisk --verify did not see the misplaced backup before the fix: %s", out)
 	}
-	plan, err := FixDevice(p, 2)
+	plan, err := FixDevice(p, GrowLast) // root, partition 2, ends last
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -301,10 +301,12 @@ func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 		Images:           diskImages{},
 		Seeds:            seedWriter{sysRoot: root, devRoot: filepath.Join(root, "dev"), tmpDir: "/tmp"},
 		OpenNVMeFirmware: phases.OpenNVMeFirmwareDevice,
+		Wipe:             phases.RealDiskWiper(root),
 	}
 	if r.opt.dryRun {
 		cfg.Images = refuseImages{}
 		cfg.OpenNVMeFirmware = nil
+		cfg.Wipe = nil
 	}
 	return cfg
 }
