@@ -1,5 +1,8 @@
 // Package redfish is the coordinator's BMC driver: power, one-time and
-// persistent boot override, firmware inventory. It sits on gofish, with a
+// persistent boot override, firmware inventory, out-of-band updates
+// (SimpleUpdate, streamed multipart push, tasks, BMC reset and return),
+// BIOS attributes through @Redfish.Settings, and lost answers reported as
+// ErrUnknownOutcome. It sits on gofish, with a
 // timeout on every call, session login (Basic auth where sessions are not
 // offered), one re-login when a session dies, and logout on Close.
 package redfish

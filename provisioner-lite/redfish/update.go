@@ -512,6 +512,7 @@ func (c *Client) WaitTask(ctx context.Context, job *Job, poll time.Duration) (*T
 	if uri == "" {
 		uri, monitor = job.TaskURI, false
 	}
+	taskURI := job.TaskURI // learned from a monitor's body when not given
 	var last *TaskResult
 	var lastErr error
 	for uri != "" {
@@ -526,9 +527,9 @@ func (c *Client) WaitTask(ctx context.Context, job *Job, poll time.Duration) (*T
 		})
 		switch {
 		case statusOf(err) == http.StatusNotFound || statusOf(err) == http.StatusGone:
-			if monitor && job.TaskURI != "" && job.TaskURI != uri {
-				c.log.Debug("task monitor gone; reading the Task", "monitor", uri, "task", job.TaskURI)
-				uri, monitor = job.TaskURI, false
+			if monitor && taskURI != "" && taskURI != uri {
+				c.log.Debug("task monitor gone; reading the Task", "monitor", uri, "task", taskURI)
+				uri, monitor = taskURI, false
 				continue
 			}
 			uri = ""
@@ -538,16 +539,19 @@ func (c *Client) WaitTask(ctx context.Context, job *Job, poll time.Duration) (*T
 			c.log.Debug("task poll failed; retrying", "uri", uri, "err", err)
 		case doc.TaskState != "":
 			last = doc.result()
+			if taskURI == "" {
+				taskURI = doc.ODataID
+			}
 			if last.TaskURI == "" {
-				last.TaskURI = job.TaskURI
+				last.TaskURI = taskURI
 			}
 			if terminal(doc.TaskState) {
 				return finish(last)
 			}
 		case code == http.StatusOK && monitor:
 			// The monitor returned the operation's own answer: done.
-			if job.TaskURI != "" {
-				uri, monitor = job.TaskURI, false
+			if taskURI != "" {
+				uri, monitor = taskURI, false
 				continue
 			}
 			return &TaskResult{State: "Completed", Messages: []string{"the task monitor returned the operation's result"}}, nil
@@ -562,7 +566,7 @@ func (c *Client) WaitTask(ctx context.Context, job *Job, poll time.Duration) (*T
 	if err != nil {
 		return nil, fmt.Errorf("redfish %s: task %s vanished and the inventory is unreadable: %w", c.ep.URL, job.TaskURI+job.MonitorURI, err)
 	}
-	res := &TaskResult{State: TaskGone, TaskURI: job.TaskURI, Inventory: inv,
+	res := &TaskResult{State: TaskGone, TaskURI: taskURI, Inventory: inv,
 		Messages: []string{"the task and its monitor are gone (404) before a final state was read; judge by the inventory"}}
 	if last != nil {
 		res.PercentComplete, res.Status = last.PercentComplete, last.Status

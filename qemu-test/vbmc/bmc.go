@@ -1,7 +1,12 @@
 // Package vbmc is a Redfish virtual BMC for one node: it serves the DMTF
 // public-rackmount1 mockup with live power, boot-override, session and ETag
 // state on top, and drives a Machine (QEMU, or a fake in tests) the way a
-// real BMC drives its host.
+// real BMC drives its host. Out of band it keeps a firmware inventory that
+// UpdateService changes through Tasks (SimpleUpdate really downloads the
+// image; the package format is in firmware.go), BMC firmware that activates
+// on a Manager reset (the BMC away meanwhile), BIOS/HGX firmware and BIOS
+// settings staged until the next host boot, and fault knobs
+// (AcceptThenTimeout, CutTCP, FailNextTask, SetSlowReturn).
 package vbmc
 
 import (

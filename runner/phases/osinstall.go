@@ -15,6 +15,7 @@ import (
 	"github.com/cure-oss/cure/runner/agent"
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/diskimage"
+	"github.com/cure-oss/cure/tools/gpt"
 )
 
 // ArtifactURL resolves where to download an artifact: the manifest URL when
@@ -157,6 +158,15 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 	if err := e.cfg.Images.Verify(ctx, d.Path, res.WrittenBytes, res.RawSHA256); err != nil {
 		return fail(fmt.Errorf("verifying %s after write: %w", d.Path, err))
 	}
+	// After the read-back: the GPT fix rewrites header bytes the hash covers.
+	layout := "partition table untouched"
+	if e.cfg.FixPartitionTable != nil {
+		layout, err = e.cfg.FixPartitionTable(d.Path, sku.Spec.OS.GrowRoot)
+		if err != nil {
+			return fail(fmt.Errorf("partition table of %s: %w", d.Path, err))
+		}
+		emit.Log("INFO", "partition table: "+layout, map[string]string{"disk": d.Name})
+	}
 	part, err := e.findSeedPartition(ctx, d.Name)
 	if err != nil {
 		return fail(err)
@@ -173,7 +183,7 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 	emit.Verdict(&curev1.Verdict{
 		Component: component, Check: "os_install", Status: curev1.VerdictStatus_PASS,
 		Observed: observed, Expected: "sha256:" + strings.ToLower(plan.Image.SHA256) + " (download)",
-		Message: fmt.Sprintf("image %s written to %s and read back; seed on %s (hostname %s)", plan.URL, d.Path, part, plan.Seed.Hostname),
+		Message: fmt.Sprintf("image %s written to %s and read back; %s; seed on %s (hostname %s)", plan.URL, d.Path, layout, part, plan.Seed.Hostname),
 	})
 	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: fmt.Sprintf("installed on %s: %s", d.Path, observed)}
 }
@@ -196,4 +206,28 @@ func (e *Executor) findSeedPartition(ctx context.Context, disk string) (string, 
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// FixGPT moves a GPT's backup header to the end of the real disk (an image
+// is smaller than the disk it lands on) and grows the last partition when
+// asked. An MBR image has nothing to move, but cannot be grown.
+func FixGPT(path string, growRoot bool) (string, error) {
+	grow := 0
+	if growRoot {
+		grow = gpt.GrowLast
+	}
+	p, err := gpt.FixDevice(path, grow)
+	if errors.Is(err, gpt.ErrNotGPT) {
+		if growRoot {
+			return "", fmt.Errorf("manifest asks growRoot but the image is not GPT-partitioned: %w", err)
+		}
+		return "MBR partition table: no backup GPT header to move", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if p.Noop() {
+		return "GPT already spans the disk", nil
+	}
+	return "GPT fixed: " + p.String(), nil
 }

@@ -54,6 +54,9 @@ type Config struct {
 	// OpenNVMeFirmware opens a controller for an in-band firmware update
 	// (OpenNVMeFirmwareDevice); nil refuses updates.
 	OpenNVMeFirmware NVMeFirmwareDevice
+	// FixPartitionTable runs after the image's read-back (FixGPT); nil
+	// leaves the written partition table as it is.
+	FixPartitionTable func(path string, growRoot bool) (string, error)
 	// Wipe erases one disk (RealDiskWiper); nil refuses sed_revert.
 	Wipe DiskWiper
 	// HTTP downloads images; nil means a client with connect/header timeouts.

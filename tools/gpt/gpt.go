@@ -20,6 +20,10 @@ import (
 	"unicode/utf16"
 )
 
+// ErrNotGPT is returned for a disk with an MBR partition table (or none):
+// there is no backup header to move.
+var ErrNotGPT = errors.New("not a GPT disk")
+
 const (
 	signature         = "EFI PART"
 	minHeaderSize     = 92
@@ -78,7 +82,7 @@ func Read(r io.ReaderAt, sectorSize int, diskSize int64) (*Table, error) {
 		return nil, fmt.Errorf("gpt: LBA 0: expected MBR signature 55 AA, found %02X %02X", mbr[510], mbr[511])
 	}
 	if protectiveEntry(mbr) < 0 {
-		return nil, errors.New("gpt: LBA 0: no protective MBR entry (type 0xEE): not a GPT disk")
+		return nil, fmt.Errorf("gpt: LBA 0: no protective MBR entry (type 0xEE): %w", ErrNotGPT)
 	}
 	sec := make([]byte, sectorSize)
 	if _, err := r.ReadAt(sec, ss); err != nil {

@@ -297,16 +297,18 @@ func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 		Controllers: func() ([]*inventory.Controller, error) {
 			return inventory.NVMeControllers(root, nil, false, r.log)
 		},
-		Disks:            func() ([]blockdev.Disk, error) { return inventory.Disks(root) },
-		Images:           diskImages{},
-		Seeds:            seedWriter{sysRoot: root, devRoot: filepath.Join(root, "dev"), tmpDir: "/tmp"},
-		OpenNVMeFirmware: phases.OpenNVMeFirmwareDevice,
-		Wipe:             phases.RealDiskWiper(root),
+		Disks:             func() ([]blockdev.Disk, error) { return inventory.Disks(root) },
+		Images:            diskImages{},
+		Seeds:             seedWriter{sysRoot: root, devRoot: filepath.Join(root, "dev"), tmpDir: "/tmp"},
+		OpenNVMeFirmware:  phases.OpenNVMeFirmwareDevice,
+		Wipe:              phases.RealDiskWiper(root),
+		FixPartitionTable: phases.FixGPT,
 	}
 	if r.opt.dryRun {
 		cfg.Images = refuseImages{}
 		cfg.OpenNVMeFirmware = nil
 		cfg.Wipe = nil
+		cfg.FixPartitionTable = nil
 	}
 	return cfg
 }
