@@ -16,6 +16,7 @@ import (
 	"github.com/cure-oss/cure/runner/agent"
 	"github.com/cure-oss/cure/runner/inventory"
 	"github.com/cure-oss/cure/tools/blockdev"
+	"github.com/cure-oss/cure/tools/checks/suite"
 	"github.com/cure-oss/cure/tools/diskimage"
 )
 
@@ -57,6 +58,10 @@ type Config struct {
 	// FixPartitionTable runs after the image's read-back (FixGPT); nil
 	// leaves the written partition table as it is.
 	FixPartitionTable func(path string, growRoot bool) (string, error)
+	// Root is where sys/, proc/ and dev/ are ("/" on a node; a fixture in tests).
+	Root string
+	// SuiteEnv adjusts the validation environment (tests inject fakes).
+	SuiteEnv func(suite.Env) suite.Env
 	// Wipe erases one disk (RealDiskWiper); nil refuses sed_revert.
 	Wipe DiskWiper
 	// HTTP downloads images; nil means a client with connect/header timeouts.
@@ -88,6 +93,9 @@ func New(cfg Config) *Executor {
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
+	if cfg.Root == "" {
+		cfg.Root = "/"
+	}
 	if cfg.HTTP == nil {
 		cfg.HTTP = DefaultHTTPClient()
 	}
@@ -114,6 +122,8 @@ func (e *Executor) Run(ctx context.Context, phase string, a *curev1.Assignment, 
 		return e.runOSInstall(ctx, a, emit)
 	case "sed_revert":
 		return e.runSEDRevert(ctx, a, emit)
+	case "validate":
+		return e.runValidate(ctx, a, emit)
 	default:
 		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: fmt.Sprintf("phase %s: %s", phase, NotImplemented)}
 	}

@@ -303,6 +303,7 @@ func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 		OpenNVMeFirmware:  phases.OpenNVMeFirmwareDevice,
 		Wipe:              phases.RealDiskWiper(root),
 		FixPartitionTable: phases.FixGPT,
+		Root:              root,
 	}
 	if r.opt.dryRun {
 		cfg.Images = refuseImages{}
