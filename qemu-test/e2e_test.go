@@ -6,7 +6,9 @@ package qemutest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -409,4 +411,81 @@ func TestCorruptArtifactFailsOSInstall(t *testing.T) {
 		}
 	}
 	checkDisk(t, env, n)
+}
+
+// TestDiagnosticQEMU runs the RMA diagnostic on the emulated node: memory,
+// CPU, NVMe SMART, link and storage checks report per-sub-component verdicts
+// through the coordinator, in one boot, and the disk is not written.
+func TestDiagnosticQEMU(t *testing.T) {
+	env := startEnv(t, harness.Options{})
+	n := env.Nodes[0]
+	// Known content on the disk, so "unchanged" means something.
+	pattern := make([]byte, 8<<20)
+	for i := range pattern {
+		pattern[i] = byte(i*31 + i>>9)
+	}
+	f, err := os.OpenFile(n.Disk, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(pattern, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	before := fileSum(t, n.Disk)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	runID, err := env.Run(ctx, n.ID, modes.Diagnostic, "qemu-diagnostic", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rep, err := env.Follow(ctx, runID, func(e *curev1.TimelineEntry) {
+		t.Logf("%6.1fs %-6s %-20s %-11s %-8s %s", time.Since(start).Seconds(), e.GetSource(), e.GetPhase(), e.GetKind(), e.GetStatus(), e.GetMessage())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.GetStatus() != "succeeded" {
+		t.Fatalf("diagnostic ended %s: %s", rep.GetStatus(), rep.GetMessage())
+	}
+	seen := map[string]curev1.VerdictStatus{}
+	for _, v := range rep.GetVerdicts() {
+		key := v.GetComponent()
+		if strings.HasPrefix(key, "cpu/") {
+			key = "cpu/*"
+		}
+		if old, ok := seen[key]; !ok || v.GetStatus() > old {
+			seen[key] = v.GetStatus()
+		}
+		if v.GetStatus() == curev1.VerdictStatus_FAIL || v.GetStatus() == curev1.VerdictStatus_ERROR {
+			t.Errorf("healthy QEMU node got %s %s %s: %s (observed %s)", v.GetComponent(), v.GetCheck(), v.GetStatus(), v.GetMessage(), v.GetObserved())
+		}
+	}
+	for _, c := range []string{"memory", "cpu/*", "nvme/0", "disk/nvme0n1", "nic/eth0"} {
+		if seen[c] != curev1.VerdictStatus_PASS {
+			t.Errorf("%s: verdict %v, want PASS (all: %v)", c, seen[c], seen)
+		}
+	}
+	if len(n.BMC.History()) != 1 {
+		t.Errorf("diagnostic booted the node %d times, want once (no reboots)", len(n.BMC.History()))
+	}
+	if after := fileSum(t, n.Disk); after != before {
+		t.Error("the diagnostic changed the disk's bytes")
+	}
+}
+
+func fileSum(t *testing.T, p string) string {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

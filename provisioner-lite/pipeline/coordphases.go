@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -45,14 +44,7 @@ func (e *Engine) coordPhase(ctx context.Context, r *store.Run, phase string, log
 	case modes.BMC, modes.BIOS, modes.HGX:
 		return e.oobFirmware(ctx, r, phase)
 	case modes.BIOSSettings:
-		_, sku, err := e.cfg.Manifests.Load(r.Manifest)
-		if err != nil {
-			return failed("%v", err)
-		}
-		if sku.Spec.BIOS == nil || len(sku.Spec.BIOS.Settings) == 0 {
-			return skipped("manifest sets no BIOS attributes")
-		}
-		return skipped("BIOS attribute reconciliation is not built yet (issue #3); %d attributes not checked", len(sku.Spec.BIOS.Settings))
+		return e.biosSettings(ctx, r)
 	case modes.SetBootDisk:
 		r.Data["boot"] = "disk"
 		e.save(ctx, r)
@@ -110,6 +102,17 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 	if len(n.MACs) == 0 {
 		return failed("node %s has no registered MAC: it cannot be PXE-booted", n.ID)
 	}
+	mode := modes.Mode(r.Mode)
+	if mode == modes.Diagnostic || mode == modes.Burnin {
+		_, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest)
+		if err != nil {
+			return failed("%v", err)
+		}
+		if doc.Suite == nil {
+			return failed("mode %s needs a ValidationSuite; %s is a %s", mode, r.Manifest, doc.Kind)
+		}
+		return e.preflightBMC(ctx, r, n, fmt.Sprintf("suite %s valid (%d checks)", r.Manifest, len(doc.Suite.Spec.Checks)))
+	}
 	_, sku, err := e.cfg.Manifests.Load(r.Manifest)
 	if err != nil {
 		return failed("%v", err)
@@ -136,7 +139,6 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 			warnings = append(warnings, problem)
 		}
 	}
-	mode := modes.Mode(r.Mode)
 	if mode == modes.Provision && sku.Spec.OS != nil {
 		check("os.image", &sku.Spec.OS.Image, true)
 	}
@@ -153,14 +155,20 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 	if len(warnings) > 0 {
 		e.coordEvent(ctx, *r, modes.Preflight, "log", "WARN", "needed only on drift: "+strings.Join(warnings, "; "), 0)
 	}
+	return e.preflightBMC(ctx, r, n, "manifest "+r.Manifest+" valid")
+}
+
+// preflightBMC is the last gate: the BMC answers before anything is touched.
+func (e *Engine) preflightBMC(ctx context.Context, r *store.Run, n store.Node, inputs string) outcome {
 	var state string
 	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		var err error
 		state, err = b.PowerState(ctx)
 		return err
 	}); err != nil {
 		return failed("BMC unreachable: %v", err)
 	}
-	return ok("node %s, %d MACs, manifest %s valid, BMC reachable (power %s)", n.ID, len(n.MACs), r.Manifest, state)
+	return ok("node %s, %d MACs, %s, BMC reachable (power %s)", n.ID, len(n.MACs), inputs, state)
 }
 
 func (e *Engine) powerOnOrCycle(ctx context.Context, r *store.Run) outcome {
@@ -230,63 +238,6 @@ func (e *Engine) waitForCURE(ctx context.Context, r *store.Run) outcome {
 		case <-time.After(left):
 		}
 	}
-}
-
-// oobFirmware compares the BMC's FirmwareInventory with the manifest.
-func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string) outcome {
-	_, sku, err := e.cfg.Manifests.Load(r.Manifest)
-	if err != nil {
-		return failed("%v", err)
-	}
-	var want []manifests.Firmware
-	for _, fw := range sku.Spec.Firmware {
-		if fw.Component == component && fw.Via == "redfish" {
-			want = append(want, fw)
-		}
-	}
-	if len(want) == 0 {
-		return skipped("manifest pins no %s firmware", component)
-	}
-	var inv []redfish.FirmwareItem
-	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
-		inv, err = b.FirmwareInventory(ctx)
-		return err
-	}); err != nil {
-		return failed("read FirmwareInventory: %v", err)
-	}
-	drift, match := 0, 0
-	var drifted []string
-	for _, fw := range want {
-		found := 0
-		for _, it := range inv {
-			if m, _ := path.Match(fw.Match.RedfishID, it.ID); !m {
-				continue
-			}
-			found++
-			status := "MATCH"
-			if !gateOK(fw.Gate, it.Version, fw.Version) {
-				status = "DRIFT"
-				drift++
-				drifted = append(drifted, fmt.Sprintf("%s %s -> %s", it.ID, it.Version, fw.Version))
-			} else {
-				match++
-			}
-			e.verdict(ctx, r, componentName(component, it.ID, len(want)), "firmware", status, it.Version, fw.Version, fw.Name)
-		}
-		if found == 0 {
-			drift++
-			e.verdict(ctx, r, component, "firmware", "ERROR", "", fw.Version,
-				fmt.Sprintf("%s: no FirmwareInventory member matches redfishId %q", fw.Name, fw.Match.RedfishID))
-			drifted = append(drifted, fw.Name+": not found")
-		}
-	}
-	if drift == 0 {
-		return skipped("all %d %s components match", match, component)
-	}
-	if modes.Mode(r.Mode) != modes.Provision {
-		return ok("%d drifted: %s", drift, strings.Join(drifted, ", "))
-	}
-	return failed("out-of-band %s update is not built yet (issue #3): %s", component, strings.Join(drifted, ", "))
 }
 
 func componentName(component, id string, n int) string {

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -30,6 +31,15 @@ type BMC interface {
 	Reset(ctx context.Context, resetType string) error
 	SetBootOverride(ctx context.Context, target redfish.BootTarget, once bool) error
 	FirmwareInventory(ctx context.Context) ([]redfish.FirmwareItem, error)
+	UpdateService(ctx context.Context) (*redfish.UpdateCapabilities, error)
+	SimpleUpdate(ctx context.Context, imageURI string, targets []string, protocol string) (*redfish.Job, error)
+	MultipartPush(ctx context.Context, r io.Reader, size int64, targets []string) (*redfish.Job, error)
+	RecoverJob(ctx context.Context, ue *redfish.UnknownOutcomeError) (*redfish.Job, error)
+	WaitTask(ctx context.Context, job *redfish.Job, poll time.Duration) (*redfish.TaskResult, error)
+	ResetManager(ctx context.Context, resetType string) error
+	WaitBMC(ctx context.Context, budget time.Duration) error
+	BiosAttributes(ctx context.Context) (map[string]any, error)
+	SetBiosAttributes(ctx context.Context, attrs map[string]any) error
 	Close(ctx context.Context) error
 }
 
@@ -41,6 +51,8 @@ type Timeouts struct {
 	Reconnect    time.Duration // runner gone before it counts as a disconnect
 	ShutdownWait time.Duration // runner asked to reboot, before a BMC reset
 	HostOS       time.Duration // reboot to the installed OS calling back
+	BMCReset     time.Duration // BMC reset until it answers again
+	TaskPoll     time.Duration // Redfish task polling period
 }
 
 // Budgets bound retries. Phase failures and disconnects are counted apart so
@@ -61,6 +73,9 @@ type Config struct {
 	ArtifactDir string
 	// BaseURL is the HTTP server as nodes reach it (artifacts, callbacks).
 	BaseURL string
+	// BMCBaseURL is the HTTP server as BMCs reach it (their management
+	// network); empty means BaseURL.
+	BMCBaseURL string
 	// RunnerAddr is the gRPC endpoint as nodes reach it (host:port).
 	RunnerAddr string
 	Timeouts   Timeouts
@@ -79,6 +94,8 @@ func (c *Config) defaults() {
 	d(&c.Timeouts.Reconnect, 3*time.Minute)
 	d(&c.Timeouts.ShutdownWait, 90*time.Second)
 	d(&c.Timeouts.HostOS, 15*time.Minute)
+	d(&c.Timeouts.BMCReset, 10*time.Minute)
+	d(&c.Timeouts.TaskPoll, 2*time.Second)
 	if c.Budgets.PhaseAttempts == 0 {
 		c.Budgets.PhaseAttempts = 3
 	}
@@ -163,6 +180,9 @@ func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, mani
 		}
 	} else if resume {
 		return "", fmt.Errorf("node %s: no run to resume: %w", nodeID, err)
+	}
+	if manifest == "" && (mode == modes.Diagnostic || mode == modes.Burnin) {
+		return "", fmt.Errorf("node %s: mode %s needs a validation suite (--manifest), not the node's SKU", nodeID, mode)
 	}
 	if manifest == "" {
 		manifest = n.SKU

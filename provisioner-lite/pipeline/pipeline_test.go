@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -56,7 +57,7 @@ type fixture struct {
 
 const mac = "52:54:00:c0:de:01"
 
-func newFixture(t *testing.T, edit func(*manifests.SKU)) *fixture {
+func newFixture(t *testing.T, edit func(sku *manifests.SKU, casDir string)) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(filepath.Join(dir, "cure.db"))
@@ -66,7 +67,16 @@ func newFixture(t *testing.T, edit func(*manifests.SKU)) *fixture {
 	t.Cleanup(func() { st.Close() })
 
 	m := vbmc.NewFakeMachine()
-	b, err := vbmc.New(vbmc.Config{Name: "node1", Serial: "S1", MAC: mac}, m)
+	// Dell-style BIOS version: the mockup's "P79 v1.45" has a space, which
+	// manifests refuse as a version.
+	firmware := vbmc.DefaultFirmware()
+	for i := range firmware {
+		if firmware[i].ID == "BIOS" {
+			firmware[i].Version = "2.19.1"
+		}
+	}
+	b, err := vbmc.New(vbmc.Config{Name: "node1", Serial: "S1", MAC: mac, Firmware: firmware,
+		TaskDuration: 150 * time.Millisecond, ResetDuration: 300 * time.Millisecond}, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +99,7 @@ func newFixture(t *testing.T, edit func(*manifests.SKU)) *fixture {
 	}
 	sku.Spec.OS.Image = manifests.Artifact{SHA256: hexsum, Size: int64(len(img)), Format: "raw"}
 	if edit != nil {
-		edit(sku)
+		edit(sku, filepath.Join(dir, "artifacts", "sha256"))
 	}
 	raw, err := manifests.Marshal(sku)
 	if err != nil {
@@ -107,6 +117,9 @@ func newFixture(t *testing.T, edit func(*manifests.SKU)) *fixture {
 	}
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// The artifact server as the BMC reaches it (SimpleUpdate pulls from it).
+	cas := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	t.Cleanup(cas.Close)
 	hub := sessions.NewHub()
 	ectx, cancel := context.WithCancel(ctx)
 	eng := pipeline.New(ectx, pipeline.Config{
@@ -115,9 +128,10 @@ func newFixture(t *testing.T, edit func(*manifests.SKU)) *fixture {
 			return redfish.Connect(ctx, redfish.Endpoint{URL: n.BMCURL, Username: n.BMCUser, Password: n.BMCPassword}, redfish.Options{Timeout: 5 * time.Second, Logger: log})
 		},
 		Manifests: &pipeline.Catalog{Dir: filepath.Join(dir, "manifests")}, ArtifactDir: filepath.Join(dir, "artifacts"),
-		BaseURL: "http://10.0.2.2:8080", RunnerAddr: "10.0.2.2:8443",
-		Timeouts: pipeline.Timeouts{WaitForCURE: 20 * time.Second, Reconnect: 3 * time.Second, ShutdownWait: 5 * time.Second, HostOS: 20 * time.Second, RunnerPhase: 20 * time.Second},
-		Budgets:  pipeline.Budgets{PhaseAttempts: 2, Disconnects: 2},
+		BaseURL: "http://10.0.2.2:8080", RunnerAddr: "10.0.2.2:8443", BMCBaseURL: cas.URL,
+		Timeouts: pipeline.Timeouts{WaitForCURE: 20 * time.Second, Reconnect: 3 * time.Second, ShutdownWait: 5 * time.Second, HostOS: 20 * time.Second, RunnerPhase: 20 * time.Second,
+			BMCReset: 10 * time.Second, TaskPoll: 50 * time.Millisecond},
+		Budgets: pipeline.Budgets{PhaseAttempts: 2, Disconnects: 2},
 	})
 
 	lis := bufconn.Listen(1 << 20)

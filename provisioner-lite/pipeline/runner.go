@@ -159,7 +159,7 @@ func rebootRequired(ev store.Event) bool {
 
 // assignment builds what the runner needs for the remaining phases.
 func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string) (*curev1.Assignment, error) {
-	raw, _, err := e.cfg.Manifests.Load(r.Manifest)
+	raw, _, err := e.cfg.Manifests.LoadDocument(r.Manifest)
 	if err != nil {
 		return nil, err
 	}

@@ -223,7 +223,23 @@ func (e *Env) writeManifest() error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(e.Opts.Work, "manifests", "qemu-nvme.yaml"), b, 0o644)
+	if err := os.WriteFile(filepath.Join(e.Opts.Work, "manifests", "qemu-nvme.yaml"), b, 0o644); err != nil {
+		return err
+	}
+	// The validation suites, verbatim: diagnostic and burn-in runs name them.
+	suites, err := filepath.Glob(filepath.Join(e.Root, "manifests", "examples", "suites", "*.yaml"))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(e.Opts.Work, "manifests", "suites"), 0o755); err != nil {
+		return err
+	}
+	for _, f := range suites {
+		if err := copyFile(f, filepath.Join(e.Opts.Work, "manifests", "suites", filepath.Base(f))); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (e *Env) startBMCs(ctx context.Context, httpPort int) error {
@@ -360,9 +376,14 @@ func (e *Env) StopCoordinator(kill bool) error {
 
 // Provision starts a run and returns its id.
 func (e *Env) Provision(ctx context.Context, node string, mode modes.Mode, resume bool) (string, error) {
+	return e.Run(ctx, node, mode, "", resume)
+}
+
+// Run starts a run with an explicit manifest (a suite for diagnostic/burn-in).
+func (e *Env) Run(ctx context.Context, node string, mode modes.Mode, manifest string, resume bool) (string, error) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	resp, err := e.Client.Provision(cctx, &curev1.ProvisionRequest{NodeIds: []string{node}, Mode: modes.ToProto(mode), Resume: resume})
+	resp, err := e.Client.Provision(cctx, &curev1.ProvisionRequest{NodeIds: []string{node}, Mode: modes.ToProto(mode), Manifest: manifest, Resume: resume})
 	if err != nil {
 		return "", err
 	}

@@ -1,0 +1,389 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/redfish"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+)
+
+// oobDelta is one manifest entry whose inventory members drifted.
+type oobDelta struct {
+	fw      manifests.Firmware
+	targets []redfish.FirmwareItem
+}
+
+// planOOB compares the FirmwareInventory with the manifest entries of one
+// component: verdict rows and the deltas to apply. Pure: no BMC access.
+func planOOB(component string, want []manifests.Firmware, inv []redfish.FirmwareItem) (rows []oobRow, deltas []oobDelta) {
+	for _, fw := range want {
+		var drifted []redfish.FirmwareItem
+		found := false
+		for _, it := range inv {
+			if m, _ := path.Match(fw.Match.RedfishID, it.ID); !m {
+				continue
+			}
+			found = true
+			status := "MATCH"
+			if !gateOK(fw.Gate, it.Version, fw.Version) {
+				status = "DRIFT"
+				drifted = append(drifted, it)
+			}
+			rows = append(rows, oobRow{component: componentName(component, it.ID, len(want)), status: status, observed: it.Version, expected: fw.Version, msg: fw.Name})
+		}
+		if !found {
+			rows = append(rows, oobRow{component: component, status: "ERROR", expected: fw.Version,
+				msg: fmt.Sprintf("%s: no FirmwareInventory member matches redfishId %q", fw.Name, fw.Match.RedfishID)})
+		}
+		if len(drifted) > 0 {
+			deltas = append(deltas, oobDelta{fw: fw, targets: drifted})
+		}
+	}
+	return rows, deltas
+}
+
+type oobRow struct {
+	component, status, observed, expected, msg string
+}
+
+// oobFirmware is the bmc, bios and hgx phase: compare, and in provision
+// mode push, follow the task, activate, and verify the running version.
+func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string) outcome {
+	_, sku, err := e.cfg.Manifests.Load(r.Manifest)
+	if err != nil {
+		return failed("%v", err)
+	}
+	var want []manifests.Firmware
+	for _, fw := range sku.Spec.Firmware {
+		if fw.Component == component && fw.Via == "redfish" {
+			want = append(want, fw)
+		}
+	}
+	if len(want) == 0 {
+		return skipped("manifest pins no %s firmware", component)
+	}
+	var inv []redfish.FirmwareItem
+	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		inv, err = b.FirmwareInventory(ctx)
+		return err
+	}); err != nil {
+		return failed("read FirmwareInventory: %v", err)
+	}
+	rows, deltas := planOOB(component, want, inv)
+	errs := 0
+	for _, row := range rows {
+		e.verdict(ctx, r, row.component, "firmware", row.status, row.observed, row.expected, row.msg)
+		if row.status == "ERROR" {
+			errs++
+		}
+	}
+	if len(deltas) == 0 && errs == 0 {
+		return skipped("all %d %s components match", len(rows), component)
+	}
+	var drifted []string
+	for _, d := range deltas {
+		for _, t := range d.targets {
+			drifted = append(drifted, fmt.Sprintf("%s %s -> %s", t.ID, t.Version, d.fw.Version))
+		}
+	}
+	if modes.Mode(r.Mode) != modes.Provision {
+		return ok("%d drifted, %d unmatched (reported only): %s", len(drifted), errs, strings.Join(drifted, ", "))
+	}
+	if errs > 0 {
+		return failed("%d %s entries match no FirmwareInventory member", errs, component)
+	}
+	var done []string
+	for _, d := range deltas {
+		res := e.applyOOB(ctx, r, component, d)
+		if res.status == PhaseFailed {
+			return res
+		}
+		done = append(done, res.msg)
+	}
+	return ok("%s", strings.Join(done, "; "))
+}
+
+// applyOOB pushes one manifest entry's image to its drifted members,
+// activates it and verifies. A submission whose answer was lost is never
+// resubmitted blindly: the BMC's task list is searched first.
+func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d oobDelta) outcome {
+	fw := d.fw
+	if fw.Artifact == nil {
+		return failed("%s drifted but names no artifact", fw.Name)
+	}
+	if err := modes.CheckWrite(modes.Mode(r.Mode), component+" firmware update"); err != nil {
+		return failed("%v", err)
+	}
+	var targets []string
+	for _, t := range d.targets {
+		targets = append(targets, t.ID)
+	}
+	key := "oob/" + fw.Name
+	imageURI := fw.Artifact.URL
+	if imageURI == "" {
+		imageURI = strings.TrimRight(e.bmcBaseURL(), "/") + "/artifacts/sha256/" + fw.Artifact.SHA256
+	}
+	casPath := filepath.Join(e.cfg.ArtifactDir, "sha256", fw.Artifact.SHA256)
+
+	// A previous attempt (before a crash, a restart or a lost response)
+	// may already have flashed: look before pushing again.
+	if r.Data[key] != "" {
+		if done, pending := e.oobState(ctx, r, fw, targets); done || pending {
+			e.coordEvent(ctx, *r, component, "info", "", fmt.Sprintf("%s: earlier submission (%s) already took effect (done=%t staged=%t); not flashing again", fw.Name, r.Data[key], done, pending), 0)
+			return e.activateOOB(ctx, r, component, fw, targets, !done)
+		}
+	}
+	r.Data[key] = "submitting " + time.Now().UTC().Format(time.RFC3339)
+	e.save(ctx, r)
+	var result *redfish.TaskResult
+	err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		caps, err := b.UpdateService(ctx)
+		if err != nil {
+			return err
+		}
+		var job *redfish.Job
+		switch {
+		case caps.SimpleUpdate:
+			// The BMC pulls from the artifact server: nothing streams
+			// through the coordinator.
+			job, err = b.SimpleUpdate(ctx, imageURI, targets, "")
+		case caps.MultipartPushURI != "":
+			f, ferr := os.Open(casPath)
+			if ferr != nil {
+				return fmt.Errorf("multipart push needs the image locally: %w", ferr)
+			}
+			defer f.Close()
+			job, err = b.MultipartPush(ctx, f, fw.Artifact.Size, targets)
+		default:
+			return errors.New("BMC offers neither SimpleUpdate nor MultipartHttpPushUri")
+		}
+		var ue *redfish.UnknownOutcomeError
+		if errors.As(err, &ue) {
+			e.coordEvent(ctx, *r, component, "log", "WARN", fmt.Sprintf("%s: update submission outcome unknown (%v); searching the BMC's tasks before any retry", fw.Name, err), 0)
+			job, err = b.RecoverJob(ctx, ue)
+			if err == nil && job == nil {
+				return fmt.Errorf("submission was not taken by the BMC (no new task): safe to retry")
+			}
+		}
+		if err != nil {
+			return err
+		}
+		r.Data[key] = "submitted task " + nonEmpty(job.TaskURI, job.MonitorURI)
+		e.save(ctx, r)
+		result, err = b.WaitTask(ctx, job, e.cfg.Timeouts.TaskPoll)
+		return err
+	})
+	if err != nil {
+		return failed("%s: %v", fw.Name, err)
+	}
+	e.coordEvent(ctx, *r, component, "info", "", fmt.Sprintf("%s: update task %s (%s)", fw.Name, result.State, strings.Join(result.Messages, "; ")), 0)
+	return e.activateOOB(ctx, r, component, fw, targets, true)
+}
+
+// oobState reads the inventory: whether the targets run the desired version,
+// or have it staged for the next activation.
+func (e *Engine) oobState(ctx context.Context, r *store.Run, fw manifests.Firmware, targets []string) (done, pending bool) {
+	var inv []redfish.FirmwareItem
+	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		var err error
+		inv, err = b.FirmwareInventory(ctx)
+		return err
+	}); err != nil {
+		return false, false
+	}
+	done, pending = true, true
+	for _, it := range inv {
+		if !containsStr(targets, it.ID) {
+			continue
+		}
+		if !gateOK(fw.Gate, it.Version, fw.Version) {
+			done = false
+		}
+		if !gateOK(fw.Gate, it.PendingVersion, fw.Version) {
+			pending = false
+		}
+	}
+	return done, pending && !done
+}
+
+// activateOOB makes a staged image run (BMC reset, or a host reboot that
+// comes back into CURE) and verifies every target's version.
+func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string, fw manifests.Firmware, targets []string, needActivation bool) outcome {
+	if needActivation {
+		switch fw.Activation {
+		case "bmc-reset":
+			err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+				if err := b.ResetManager(ctx, "GracefulRestart"); err != nil {
+					return err
+				}
+				// The BMC's own budget: it is gone for minutes on real hardware.
+				return b.WaitBMC(ctx, e.cfg.Timeouts.BMCReset)
+			})
+			if err != nil {
+				return failed("%s: BMC reset to activate: %v", fw.Name, err)
+			}
+			r.Data["bmc_resets"] = fmt.Sprint(atoi(r.Data["bmc_resets"]) + 1)
+			e.save(ctx, r)
+		case "host-reboot":
+			if err := e.rebootIntoCURE(ctx, r, fw.Name+" activates on host reboot"); err != nil {
+				return failed("%v", err)
+			}
+			if out := e.waitForNewCURE(ctx, r); out.status == PhaseFailed {
+				return out
+			}
+		}
+	}
+	var inv []redfish.FirmwareItem
+	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		var err error
+		inv, err = b.FirmwareInventory(ctx)
+		return err
+	}); err != nil {
+		return failed("%s: read back FirmwareInventory: %v", fw.Name, err)
+	}
+	var bad, good []string
+	for _, it := range inv {
+		if !containsStr(targets, it.ID) {
+			continue
+		}
+		comp := componentName(component, it.ID, 0)
+		if gateOK(fw.Gate, it.Version, fw.Version) {
+			good = append(good, it.ID)
+			e.verdict(ctx, r, comp, "firmware_update", "PASS", it.Version, fw.Version, fw.Name+": updated and verified after activation")
+		} else {
+			bad = append(bad, fmt.Sprintf("%s still runs %s", it.ID, it.Version))
+			e.verdict(ctx, r, comp, "firmware_update", "FAIL", it.Version, fw.Version,
+				fmt.Sprintf("%s: version did not change after %s (pending %q)", fw.Name, nonEmpty(fw.Activation, "activation"), it.PendingVersion))
+		}
+	}
+	delete(r.Data, "oob/"+fw.Name)
+	e.save(ctx, r)
+	if len(bad) > 0 {
+		return failed("%s: %s", fw.Name, strings.Join(bad, "; "))
+	}
+	sort.Strings(good)
+	return ok("%s: %d updated to %s (%s)", fw.Name, len(good), fw.Version, nonEmpty(fw.Activation, "no activation"))
+}
+
+// waitForNewCURE waits for a runner of this run that connected after the
+// last reboot request.
+func (e *Engine) waitForNewCURE(ctx context.Context, r *store.Run) outcome {
+	since, _ := time.Parse(time.RFC3339Nano, r.Data["boot_requested_at"])
+	deadline := time.Now().Add(e.cfg.Timeouts.WaitForCURE)
+	for {
+		changed := e.cfg.Hub.Changed(r.NodeID)
+		if s := e.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID && s.ConnectedAt.After(since) {
+			return ok("back in CURE: boot_id=%s", s.BootID)
+		}
+		if time.Now().After(deadline) {
+			return failed("node did not come back into CURE within %s after the reboot", e.cfg.Timeouts.WaitForCURE)
+		}
+		select {
+		case <-ctx.Done():
+			return failed("stopped")
+		case <-changed:
+		case <-time.After(time.Until(deadline)):
+		}
+	}
+}
+
+// biosSettings applies only the attributes that differ, through the
+// @Redfish.Settings object (staged until the next boot), reboots back into
+// CURE, and verifies every attribute.
+func (e *Engine) biosSettings(ctx context.Context, r *store.Run) outcome {
+	_, sku, err := e.cfg.Manifests.Load(r.Manifest)
+	if err != nil {
+		return failed("%v", err)
+	}
+	if sku.Spec.BIOS == nil || len(sku.Spec.BIOS.Settings) == 0 {
+		return skipped("manifest sets no BIOS attributes")
+	}
+	desired := sku.Spec.BIOS.Settings
+	var current map[string]any
+	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		current, err = b.BiosAttributes(ctx)
+		return err
+	}); err != nil {
+		return failed("read BIOS attributes: %v", err)
+	}
+	changes, matches := redfish.PlanBios(current, desired)
+	if len(changes) == 0 {
+		e.verdict(ctx, r, "bios", "settings", "MATCH", fmt.Sprintf("%d attributes", len(matches)), fmt.Sprintf("%d attributes", len(desired)), "all attributes match")
+		return skipped("all %d BIOS attributes match", len(matches))
+	}
+	keys := sortedKeys(changes)
+	var diff []string
+	for _, k := range keys {
+		diff = append(diff, fmt.Sprintf("%s=%v (is %v)", k, changes[k], current[k]))
+	}
+	if modes.Mode(r.Mode) != modes.Provision {
+		e.verdict(ctx, r, "bios", "settings", "DRIFT", strings.Join(diff, ", "), "", "reported only")
+		return ok("%d BIOS attributes drifted (reported only): %s", len(changes), strings.Join(diff, ", "))
+	}
+	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error { return b.SetBiosAttributes(ctx, changes) }); err != nil {
+		return failed("stage BIOS attributes: %v", err)
+	}
+	if err := e.rebootIntoCURE(ctx, r, fmt.Sprintf("%d BIOS attributes apply on reset", len(changes))); err != nil {
+		return failed("%v", err)
+	}
+	if out := e.waitForNewCURE(ctx, r); out.status == PhaseFailed {
+		return out
+	}
+	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		current, err = b.BiosAttributes(ctx)
+		return err
+	}); err != nil {
+		return failed("read back BIOS attributes: %v", err)
+	}
+	if left, _ := redfish.PlanBios(current, desired); len(left) > 0 {
+		var miss []string
+		for _, k := range sortedKeys(left) {
+			miss = append(miss, fmt.Sprintf("%s is %v, want %v", k, current[k], left[k]))
+		}
+		e.verdict(ctx, r, "bios", "settings", "FAIL", strings.Join(miss, ", "), "", "attributes did not apply after the reboot")
+		return failed("BIOS attributes not applied after reboot: %s", strings.Join(miss, "; "))
+	}
+	e.verdict(ctx, r, "bios", "settings", "PASS", strings.Join(keys, ","), "", fmt.Sprintf("%d changed, %d already matched; verified after reboot", len(changes), len(matches)))
+	return ok("%d BIOS attributes applied and verified: %s", len(changes), strings.Join(keys, ", "))
+}
+
+func (e *Engine) bmcBaseURL() string {
+	if e.cfg.BMCBaseURL != "" {
+		return e.cfg.BMCBaseURL
+	}
+	return e.cfg.BaseURL
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func containsStr(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func atoi(s string) int {
+	var n int
+	fmt.Sscan(s, &n)
+	return n
+}
