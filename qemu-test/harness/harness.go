@@ -314,6 +314,8 @@ func (e *Env) StartCoordinator(ctx context.Context) error {
 		"--phase-attempts", fmt.Sprint(e.Opts.PhaseAttempts),
 		"--wait-cure", "6m",
 		"--wait-host", "6m",
+		// The virtual BMCs run on this host: they fetch firmware from loopback.
+		"--bmc-base-url", "http://" + e.HTTPAddr,
 	}
 	args = append(args, e.Opts.ExtraCoordinatorArgs...)
 	cmd := exec.Command(filepath.Join(e.Bin, "provisioner-lite"), args...)

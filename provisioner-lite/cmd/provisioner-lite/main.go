@@ -50,6 +50,9 @@ func main() {
 		httpListen  = flag.String("http-listen", "127.0.0.1:8080", "boot/artifact HTTP listen address")
 		grpcListen  = flag.String("grpc-listen", "127.0.0.1:8443", "gRPC (runners and curectl) listen address")
 		advertise   = flag.String("advertise", "10.0.2.2", "host or IP nodes use to reach this coordinator")
+		bmcBase     = flag.String("bmc-base-url", "", "artifact server base URL as BMCs reach it (default: the nodes' URL)")
+		grpcAdv     = flag.String("advertise-grpc", "", "host:port nodes dial for gRPC (default: advertise host + the gRPC port)")
+		reconnect   = flag.Duration("reconnect", 3*time.Minute, "a runner gone this long counts as a disconnect")
 		bmcTimeout  = flag.Duration("bmc-timeout", 30*time.Second, "timeout of one Redfish call")
 		waitCURE    = flag.Duration("wait-cure", 10*time.Minute, "PXE boot to runner registered budget")
 		waitHost    = flag.Duration("wait-host", 15*time.Minute, "reboot to installed OS callback budget")
@@ -60,8 +63,8 @@ func main() {
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	slog.SetDefault(log)
-	if err := run(log, *stateDir, *manifestDir, *nodesFile, *imageDir, *httpListen, *grpcListen, *advertise, imports,
-		pipeline.Timeouts{BMCCall: *bmcTimeout, WaitForCURE: *waitCURE, HostOS: *waitHost}, pipeline.Budgets{PhaseAttempts: *attempts}); err != nil {
+	if err := run(log, *stateDir, *manifestDir, *nodesFile, *imageDir, *httpListen, *grpcListen, *advertise, *grpcAdv, *bmcBase, imports,
+		pipeline.Timeouts{BMCCall: *bmcTimeout, WaitForCURE: *waitCURE, HostOS: *waitHost, Reconnect: *reconnect}, pipeline.Budgets{PhaseAttempts: *attempts}); err != nil {
 		log.Error("provisioner-lite", "err", err)
 		os.Exit(1)
 	}
@@ -80,7 +83,7 @@ func pkiCmd(args []string) int {
 	return 0
 }
 
-func run(log *slog.Logger, stateDir, manifestDir, nodesFile, imageDir, httpListen, grpcListen, advertise string,
+func run(log *slog.Logger, stateDir, manifestDir, nodesFile, imageDir, httpListen, grpcListen, advertise, grpcAdvertise, bmcBaseURL string,
 	imports []string, timeouts pipeline.Timeouts, budgets pipeline.Budgets) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -144,7 +147,8 @@ func run(log *slog.Logger, stateDir, manifestDir, nodesFile, imageDir, httpListe
 		Manifests:   &pipeline.Catalog{Dir: manifestDir},
 		ArtifactDir: artifactDir,
 		BaseURL:     baseURL,
-		RunnerAddr:  net.JoinHostPort(advertise, grpcPort),
+		BMCBaseURL:  bmcBaseURL,
+		RunnerAddr:  nonEmpty(grpcAdvertise, net.JoinHostPort(advertise, grpcPort)),
 		Timeouts:    timeouts,
 		Budgets:     budgets,
 	})
@@ -195,4 +199,11 @@ func run(log *slog.Logger, stateDir, manifestDir, nodesFile, imageDir, httpListe
 	stop()
 	eng.Wait()
 	return nil
+}
+
+func nonEmpty(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
