@@ -2743,6 +2743,170 @@ func (x *PhaseRecord) GetMessage() string {
 	return ""
 }
 
+type AuditDirectRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeIds       []string               `protobuf:"bytes,1,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
+	Manifest      string                 `protobuf:"bytes,2,opt,name=manifest,proto3" json:"manifest,omitempty"` // empty = each node's SKU
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditDirectRequest) Reset() {
+	*x = AuditDirectRequest{}
+	mi := &file_cure_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditDirectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditDirectRequest) ProtoMessage() {}
+
+func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
+func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *AuditDirectRequest) GetNodeIds() []string {
+	if x != nil {
+		return x.NodeIds
+	}
+	return nil
+}
+
+func (x *AuditDirectRequest) GetManifest() string {
+	if x != nil {
+		return x.Manifest
+	}
+	return ""
+}
+
+type AuditDirectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         []*NodeAudit           `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditDirectResponse) Reset() {
+	*x = AuditDirectResponse{}
+	mi := &file_cure_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditDirectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditDirectResponse) ProtoMessage() {}
+
+func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
+func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+type NodeAudit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Verdicts      []*Verdict             `protobuf:"bytes,2,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"` // the BMC could not be audited
+	DurationMs    int64                  `protobuf:"varint,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeAudit) Reset() {
+	*x = NodeAudit{}
+	mi := &file_cure_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeAudit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeAudit) ProtoMessage() {}
+
+func (x *NodeAudit) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
+func (*NodeAudit) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *NodeAudit) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeAudit) GetVerdicts() []*Verdict {
+	if x != nil {
+		return x.Verdicts
+	}
+	return nil
+}
+
+func (x *NodeAudit) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *NodeAudit) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
 type ListNodesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2751,7 +2915,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2763,7 +2927,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2776,7 +2940,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{32}
+	return file_cure_proto_rawDescGZIP(), []int{35}
 }
 
 type ListNodesResponse struct {
@@ -2788,7 +2952,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2800,7 +2964,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2813,7 +2977,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{33}
+	return file_cure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -2838,7 +3002,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2850,7 +3014,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2863,7 +3027,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{34}
+	return file_cure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -3146,7 +3310,18 @@ const file_cure_proto_rawDesc = "" +
 	"\x0fstarted_unix_ms\x18\x03 \x01(\x03R\rstartedUnixMs\x12\"\n" +
 	"\rended_unix_ms\x18\x04 \x01(\x03R\vendedUnixMs\x12\x1a\n" +
 	"\battempts\x18\x05 \x01(\rR\battempts\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"\x12\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\"K\n" +
+	"\x12AuditDirectRequest\x12\x19\n" +
+	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12\x1a\n" +
+	"\bmanifest\x18\x02 \x01(\tR\bmanifest\"?\n" +
+	"\x13AuditDirectResponse\x12(\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x12.cure.v1.NodeAuditR\x05nodes\"\x89\x01\n" +
+	"\tNodeAudit\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12,\n" +
+	"\bverdicts\x18\x02 \x03(\v2\x10.cure.v1.VerdictR\bverdicts\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1f\n" +
+	"\vduration_ms\x18\x04 \x01(\x03R\n" +
+	"durationMs\"\x12\n" +
 	"\x10ListNodesRequest\"<\n" +
 	"\x11ListNodesResponse\x12'\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x11.cure.v1.NodeInfoR\x05nodes\"\xca\x01\n" +
@@ -3181,12 +3356,13 @@ const file_cure_proto_rawDesc = "" +
 	"\rPHASE_SKIPPED\x10\x02\x12\x10\n" +
 	"\fPHASE_FAILED\x10\x032S\n" +
 	"\rRunnerService\x12B\n" +
-	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\x89\x02\n" +
+	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\xd3\x02\n" +
 	"\x0fOperatorService\x12B\n" +
 	"\tProvision\x12\x19.cure.v1.ProvisionRequest\x1a\x1a.cure.v1.ProvisionResponse\x128\n" +
 	"\x05Watch\x12\x15.cure.v1.WatchRequest\x1a\x16.cure.v1.TimelineEntry0\x01\x124\n" +
 	"\x06Report\x12\x16.cure.v1.ReportRequest\x1a\x12.cure.v1.RunReport\x12B\n" +
-	"\tListNodes\x12\x19.cure.v1.ListNodesRequest\x1a\x1a.cure.v1.ListNodesResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
+	"\tListNodes\x12\x19.cure.v1.ListNodesRequest\x1a\x1a.cure.v1.ListNodesResponse\x12H\n" +
+	"\vAuditDirect\x12\x1b.cure.v1.AuditDirectRequest\x1a\x1c.cure.v1.AuditDirectResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
 
 var (
 	file_cure_proto_rawDescOnce sync.Once
@@ -3201,50 +3377,53 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_cure_proto_goTypes = []any{
-	(Mode)(0),                  // 0: cure.v1.Mode
-	(VerdictStatus)(0),         // 1: cure.v1.VerdictStatus
-	(PhaseStatus)(0),           // 2: cure.v1.PhaseStatus
-	(RunnerState_Kind)(0),      // 3: cure.v1.RunnerState.Kind
-	(*RunnerMessage)(nil),      // 4: cure.v1.RunnerMessage
-	(*Hello)(nil),              // 5: cure.v1.Hello
-	(*Identity)(nil),           // 6: cure.v1.Identity
-	(*RunnerState)(nil),        // 7: cure.v1.RunnerState
-	(*Inventory)(nil),          // 8: cure.v1.Inventory
-	(*SystemInfo)(nil),         // 9: cure.v1.SystemInfo
-	(*NvmeController)(nil),     // 10: cure.v1.NvmeController
-	(*NetInterface)(nil),       // 11: cure.v1.NetInterface
-	(*Gpu)(nil),                // 12: cure.v1.Gpu
-	(*BlockDevice)(nil),        // 13: cure.v1.BlockDevice
-	(*Event)(nil),              // 14: cure.v1.Event
-	(*PhaseStart)(nil),         // 15: cure.v1.PhaseStart
-	(*PhaseEnd)(nil),           // 16: cure.v1.PhaseEnd
-	(*Verdict)(nil),            // 17: cure.v1.Verdict
-	(*Log)(nil),                // 18: cure.v1.Log
-	(*Metric)(nil),             // 19: cure.v1.Metric
-	(*CoordinatorMessage)(nil), // 20: cure.v1.CoordinatorMessage
-	(*Assignment)(nil),         // 21: cure.v1.Assignment
-	(*ResumeState)(nil),        // 22: cure.v1.ResumeState
-	(*FirstBoot)(nil),          // 23: cure.v1.FirstBoot
-	(*Ack)(nil),                // 24: cure.v1.Ack
-	(*Idle)(nil),               // 25: cure.v1.Idle
-	(*Reboot)(nil),             // 26: cure.v1.Reboot
-	(*Cancel)(nil),             // 27: cure.v1.Cancel
-	(*ProvisionRequest)(nil),   // 28: cure.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),  // 29: cure.v1.ProvisionResponse
-	(*RunRef)(nil),             // 30: cure.v1.RunRef
-	(*WatchRequest)(nil),       // 31: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),      // 32: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),      // 33: cure.v1.ReportRequest
-	(*RunReport)(nil),          // 34: cure.v1.RunReport
-	(*PhaseRecord)(nil),        // 35: cure.v1.PhaseRecord
-	(*ListNodesRequest)(nil),   // 36: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),  // 37: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),           // 38: cure.v1.NodeInfo
-	nil,                        // 39: cure.v1.Log.AttrsEntry
-	nil,                        // 40: cure.v1.Metric.LabelsEntry
-	nil,                        // 41: cure.v1.Assignment.PsidsEntry
+	(Mode)(0),                   // 0: cure.v1.Mode
+	(VerdictStatus)(0),          // 1: cure.v1.VerdictStatus
+	(PhaseStatus)(0),            // 2: cure.v1.PhaseStatus
+	(RunnerState_Kind)(0),       // 3: cure.v1.RunnerState.Kind
+	(*RunnerMessage)(nil),       // 4: cure.v1.RunnerMessage
+	(*Hello)(nil),               // 5: cure.v1.Hello
+	(*Identity)(nil),            // 6: cure.v1.Identity
+	(*RunnerState)(nil),         // 7: cure.v1.RunnerState
+	(*Inventory)(nil),           // 8: cure.v1.Inventory
+	(*SystemInfo)(nil),          // 9: cure.v1.SystemInfo
+	(*NvmeController)(nil),      // 10: cure.v1.NvmeController
+	(*NetInterface)(nil),        // 11: cure.v1.NetInterface
+	(*Gpu)(nil),                 // 12: cure.v1.Gpu
+	(*BlockDevice)(nil),         // 13: cure.v1.BlockDevice
+	(*Event)(nil),               // 14: cure.v1.Event
+	(*PhaseStart)(nil),          // 15: cure.v1.PhaseStart
+	(*PhaseEnd)(nil),            // 16: cure.v1.PhaseEnd
+	(*Verdict)(nil),             // 17: cure.v1.Verdict
+	(*Log)(nil),                 // 18: cure.v1.Log
+	(*Metric)(nil),              // 19: cure.v1.Metric
+	(*CoordinatorMessage)(nil),  // 20: cure.v1.CoordinatorMessage
+	(*Assignment)(nil),          // 21: cure.v1.Assignment
+	(*ResumeState)(nil),         // 22: cure.v1.ResumeState
+	(*FirstBoot)(nil),           // 23: cure.v1.FirstBoot
+	(*Ack)(nil),                 // 24: cure.v1.Ack
+	(*Idle)(nil),                // 25: cure.v1.Idle
+	(*Reboot)(nil),              // 26: cure.v1.Reboot
+	(*Cancel)(nil),              // 27: cure.v1.Cancel
+	(*ProvisionRequest)(nil),    // 28: cure.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),   // 29: cure.v1.ProvisionResponse
+	(*RunRef)(nil),              // 30: cure.v1.RunRef
+	(*WatchRequest)(nil),        // 31: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),       // 32: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),       // 33: cure.v1.ReportRequest
+	(*RunReport)(nil),           // 34: cure.v1.RunReport
+	(*PhaseRecord)(nil),         // 35: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),  // 36: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil), // 37: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),           // 38: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),    // 39: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),   // 40: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),            // 41: cure.v1.NodeInfo
+	nil,                         // 42: cure.v1.Log.AttrsEntry
+	nil,                         // 43: cure.v1.Metric.LabelsEntry
+	nil,                         // 44: cure.v1.Assignment.PsidsEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,  // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -3265,8 +3444,8 @@ var file_cure_proto_depIdxs = []int32{
 	19, // 15: cure.v1.Event.metric:type_name -> cure.v1.Metric
 	2,  // 16: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,  // 17: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	39, // 18: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	40, // 19: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	42, // 18: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	43, // 19: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	21, // 20: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
 	24, // 21: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
 	25, // 22: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
@@ -3275,29 +3454,33 @@ var file_cure_proto_depIdxs = []int32{
 	0,  // 25: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
 	22, // 26: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
 	23, // 27: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	41, // 28: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	44, // 28: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
 	0,  // 29: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
 	30, // 30: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
 	17, // 31: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
 	0,  // 32: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
 	35, // 33: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
 	17, // 34: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	38, // 35: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	4,  // 36: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	28, // 37: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	31, // 38: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	33, // 39: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	36, // 40: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	20, // 41: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	29, // 42: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	32, // 43: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	34, // 44: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	37, // 45: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	41, // [41:46] is the sub-list for method output_type
-	36, // [36:41] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	38, // 35: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	17, // 36: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	41, // 37: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	4,  // 38: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	28, // 39: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	31, // 40: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	33, // 41: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	39, // 42: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	36, // 43: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	20, // 44: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	29, // 45: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	32, // 46: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	34, // 47: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	40, // 48: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	37, // 49: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	44, // [44:50] is the sub-list for method output_type
+	38, // [38:44] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -3329,7 +3512,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   38,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -129,10 +129,11 @@ var RunnerService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	OperatorService_Provision_FullMethodName = "/cure.v1.OperatorService/Provision"
-	OperatorService_Watch_FullMethodName     = "/cure.v1.OperatorService/Watch"
-	OperatorService_Report_FullMethodName    = "/cure.v1.OperatorService/Report"
-	OperatorService_ListNodes_FullMethodName = "/cure.v1.OperatorService/ListNodes"
+	OperatorService_Provision_FullMethodName   = "/cure.v1.OperatorService/Provision"
+	OperatorService_Watch_FullMethodName       = "/cure.v1.OperatorService/Watch"
+	OperatorService_Report_FullMethodName      = "/cure.v1.OperatorService/Report"
+	OperatorService_ListNodes_FullMethodName   = "/cure.v1.OperatorService/ListNodes"
+	OperatorService_AuditDirect_FullMethodName = "/cure.v1.OperatorService/AuditDirect"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -146,6 +147,9 @@ type OperatorServiceClient interface {
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TimelineEntry], error)
 	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*RunReport, error)
 	ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
+	// AuditDirect compares a node's BMC (firmware inventory, BIOS attributes)
+	// with its manifest over Redfish alone: no boot, no run, nothing changed.
+	AuditDirect(ctx context.Context, in *AuditDirectRequest, opts ...grpc.CallOption) (*AuditDirectResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -205,6 +209,16 @@ func (c *operatorServiceClient) ListNodes(ctx context.Context, in *ListNodesRequ
 	return out, nil
 }
 
+func (c *operatorServiceClient) AuditDirect(ctx context.Context, in *AuditDirectRequest, opts ...grpc.CallOption) (*AuditDirectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AuditDirectResponse)
+	err := c.cc.Invoke(ctx, OperatorService_AuditDirect_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -216,6 +230,9 @@ type OperatorServiceServer interface {
 	Watch(*WatchRequest, grpc.ServerStreamingServer[TimelineEntry]) error
 	Report(context.Context, *ReportRequest) (*RunReport, error)
 	ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error)
+	// AuditDirect compares a node's BMC (firmware inventory, BIOS attributes)
+	// with its manifest over Redfish alone: no boot, no run, nothing changed.
+	AuditDirect(context.Context, *AuditDirectRequest) (*AuditDirectResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -237,6 +254,9 @@ func (UnimplementedOperatorServiceServer) Report(context.Context, *ReportRequest
 }
 func (UnimplementedOperatorServiceServer) ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListNodes not implemented")
+}
+func (UnimplementedOperatorServiceServer) AuditDirect(context.Context, *AuditDirectRequest) (*AuditDirectResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AuditDirect not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -324,6 +344,24 @@ func _OperatorService_ListNodes_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_AuditDirect_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AuditDirectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).AuditDirect(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_AuditDirect_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).AuditDirect(ctx, req.(*AuditDirectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -342,6 +380,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListNodes",
 			Handler:    _OperatorService_ListNodes_Handler,
+		},
+		{
+			MethodName: "AuditDirect",
+			Handler:    _OperatorService_AuditDirect_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

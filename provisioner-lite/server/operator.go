@@ -18,11 +18,25 @@ type Starter interface {
 	Start(ctx context.Context, nodeID string, mode modes.Mode, manifest string, resume bool) (string, error)
 }
 
+// Auditor compares BMCs with manifests without starting a run.
+type Auditor interface {
+	AuditDirect(ctx context.Context, nodeIDs []string, manifest string) []*curev1.NodeAudit
+}
+
 // OperatorService serves curectl.
 type OperatorService struct {
 	curev1.UnimplementedOperatorServiceServer
 	Store   *store.Store
 	Starter Starter
+	Auditor Auditor
+}
+
+// AuditDirect audits nodes' BMCs over Redfish alone.
+func (o *OperatorService) AuditDirect(ctx context.Context, req *curev1.AuditDirectRequest) (*curev1.AuditDirectResponse, error) {
+	if len(req.GetNodeIds()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "no node ids")
+	}
+	return &curev1.AuditDirectResponse{Nodes: o.Auditor.AuditDirect(ctx, req.GetNodeIds(), req.GetManifest())}, nil
 }
 
 // Provision starts one run per node; a node that cannot start is reported

@@ -34,6 +34,7 @@ func usage() int {
   provision [--mode M] [--manifest SKU] [--resume] [--watch] NODE...
   watch [--run RUN] [NODE]
   report [--json] [--run RUN] [NODE]
+  audit [--manifest SKU] NODE...     (direct: Redfish only, no boot, no changes)
   nodes`)
 	return 2
 }
@@ -85,6 +86,24 @@ func run(args []string, out io.Writer) int {
 			return 2
 		}
 		return report(ctx, c, *runID, fs.Arg(0), *asJSON, out)
+	case "audit":
+		fs := flag.NewFlagSet("audit", flag.ContinueOnError)
+		manifest := fs.String("manifest", "", "manifest (SKU) name; default: each node's")
+		if fs.Parse(rest) != nil {
+			return 2
+		}
+		if fs.NArg() == 0 {
+			fmt.Fprintln(os.Stderr, "curectl audit: no node given")
+			return 2
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+		resp, err := c.AuditDirect(cctx, &curev1.AuditDirectRequest{NodeIds: fs.Args(), Manifest: *manifest})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "curectl audit:", err)
+			return 1
+		}
+		return curectl.PrintAudit(out, resp.GetNodes())
 	case "nodes":
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()

@@ -169,7 +169,7 @@ func run(log *slog.Logger, stateDir, manifestDir, nodesFile, imageDir, httpListe
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log})
-	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng})
+	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng})
 	gl, err := net.Listen("tcp", grpcListen)
 	if err != nil {
 		return err
