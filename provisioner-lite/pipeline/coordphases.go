@@ -2,10 +2,15 @@ package pipeline
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -155,7 +160,86 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 	if len(warnings) > 0 {
 		e.coordEvent(ctx, *r, modes.Preflight, "log", "WARN", "needed only on drift: "+strings.Join(warnings, "; "), 0)
 	}
-	return e.preflightBMC(ctx, r, n, "manifest "+r.Manifest+" valid")
+	inputs := "manifest " + r.Manifest + " valid"
+	if mode == modes.Verify {
+		// Verify downloads and hashes every artifact a provision would use.
+		bad := 0
+		arts := map[string]*manifests.Artifact{}
+		for _, fw := range sku.Spec.Firmware {
+			if fw.Artifact != nil {
+				arts["firmware/"+fw.Name] = fw.Artifact
+			}
+		}
+		if sku.Spec.OS != nil {
+			arts["os/image"] = &sku.Spec.OS.Image
+		}
+		for _, name := range sortedArtifactNames(arts) {
+			a := arts[name]
+			err := e.verifyArtifact(ctx, a)
+			status, msg := "PASS", "sha256 and size verified"
+			if err != nil {
+				status, msg = "FAIL", err.Error()
+				bad++
+			}
+			e.verdict(ctx, r, name, "artifact", status, fmt.Sprintf("%d bytes", a.Size), "sha256:"+a.SHA256, msg)
+		}
+		if bad > 0 {
+			return failed("%d of %d artifacts failed verification", bad, len(arts))
+		}
+		inputs += fmt.Sprintf(", %d artifacts downloaded and verified", len(arts))
+	}
+	return e.preflightBMC(ctx, r, n, inputs)
+}
+
+// verifyArtifact reads an artifact whole (from the store, or its URL) and
+// checks its size and sha256.
+func (e *Engine) verifyArtifact(ctx context.Context, a *manifests.Artifact) error {
+	var rd io.Reader
+	if a.URL == "" {
+		f, err := os.Open(filepath.Join(e.cfg.ArtifactDir, "sha256", a.SHA256))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		rd = f
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+		defer cancel()
+		req, err := http.NewRequestWithContext(cctx, http.MethodGet, a.URL, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := (&http.Client{Transport: &http.Transport{ResponseHeaderTimeout: 30 * time.Second}}).Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: HTTP %s", a.URL, resp.Status)
+		}
+		rd = resp.Body
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(rd, a.Size+1))
+	if err != nil {
+		return err
+	}
+	if n != a.Size {
+		return fmt.Errorf("%d bytes, manifest says %d", n, a.Size)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != a.SHA256 {
+		return fmt.Errorf("sha256 %s, manifest says %s", got, a.SHA256)
+	}
+	return nil
+}
+
+func sortedArtifactNames(m map[string]*manifests.Artifact) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // preflightBMC is the last gate: the BMC answers before anything is touched.

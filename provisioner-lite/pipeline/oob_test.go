@@ -182,3 +182,62 @@ func TestAuditReportsDriftChangesNothing(t *testing.T) {
 		t.Error("audit reported an unpinned component")
 	}
 }
+
+func TestVerifyChecksEveryArtifactAppliesNothing(t *testing.T) {
+	var cas string
+	f := newFixture(t, func(sku *manifests.SKU, dir string) {
+		cas = dir
+		allDrift(t)(sku, dir)
+		sku.Spec.Firmware[0].Artifact = fwPackage(t, dir, "NVME", "7.2.22")
+	})
+	runID, err := f.eng.Start(context.Background(), "node1", modes.Verify, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := f.waitRun(runID); r.Status != "succeeded" {
+		t.Fatalf("verify ended %s: %s", r.Status, r.Message)
+	}
+	vs, _ := f.st.Verdicts(context.Background(), runID)
+	verified := 0
+	for _, v := range vs {
+		if v.Check == "artifact" && v.Status == "PASS" {
+			verified++
+		}
+	}
+	if verified != 5 { // nvme, bmc, bios, hgx-gpu firmware + the OS image
+		t.Errorf("%d artifacts verified, want 5: %+v", verified, vs)
+	}
+	if f.bmc.Flashes("BMC") != 0 || f.bmc.BMCResets() != 0 || len(f.bmc.StagedBiosAttributes()) != 0 {
+		t.Error("verify changed the node")
+	}
+
+	// A corrupted artifact fails verify before the node is touched.
+	entries, _ := os.ReadDir(cas)
+	for _, e := range entries {
+		b, _ := os.ReadFile(filepath.Join(cas, e.Name()))
+		if strings.Contains(string(b[:min(len(b), 200)]), `"component":"BMC"`) {
+			b[len(b)-1] ^= 0xff
+			if err := os.WriteFile(filepath.Join(cas, e.Name()), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	boots := len(f.m.Boots())
+	run2, err := f.eng.Start(context.Background(), "node1", modes.Verify, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2 := f.waitRun(run2)
+	if r2.Status != "failed" || r2.Phase != modes.Preflight {
+		t.Fatalf("verify with a corrupted artifact = %s at %s: %s", r2.Status, r2.Phase, r2.Message)
+	}
+	if len(f.m.Boots()) != boots {
+		t.Error("a failed verify still booted the node")
+	}
+	vs, _ = f.st.Verdicts(context.Background(), run2)
+	for _, v := range vs {
+		if v.Component == "firmware/bmc" && (v.Status != "FAIL" || !strings.Contains(v.Message, "sha256")) {
+			t.Errorf("corrupted bmc artifact verdict %+v", v)
+		}
+	}
+}
