@@ -1,5 +1,5 @@
-// Package phases holds the runner's in-band phase executors (nvme firmware
-// check, os_install). Each executor compares first (plan, as data) and acts
+// Package phases holds the runner's in-band phase executors (nvme, nic and dpu
+// firmware, os_install). Each executor compares first (plan, as data) and acts
 // only on a delta; devices are reached through the small interfaces in
 // Config so tests use fakes and cure-runner wires the real tools.
 package phases
@@ -16,8 +16,10 @@ import (
 	"github.com/cure-oss/cure/runner/agent"
 	"github.com/cure-oss/cure/runner/inventory"
 	"github.com/cure-oss/cure/tools/blockdev"
+	"github.com/cure-oss/cure/tools/bluefield"
 	"github.com/cure-oss/cure/tools/checks/suite"
 	"github.com/cure-oss/cure/tools/diskimage"
+	"github.com/cure-oss/cure/tools/mstflint"
 )
 
 // NotImplemented is the message of phases this runner cannot run yet: they
@@ -73,7 +75,19 @@ type Config struct {
 	// SeedWait bounds the wait for the CIDATA partition to appear after the
 	// kernel re-read the partition table (default 15s).
 	SeedWait time.Duration
-	now      func() time.Time
+	// MFT runs mstflint/mstfwreset for the nic phase and the DPU's NIC
+	// query (NewMFT); nil skips the nic phase.
+	MFT *mstflint.Tool
+	// Rshims lists the BlueField rshim devices (RealRshims); nil skips the
+	// dpu phase.
+	Rshims func() ([]bluefield.Rshim, error)
+	// TmpDir receives downloaded NIC images and DPU bundles (tmpfs in CURE;
+	// default os.TempDir()).
+	TmpDir string
+	// DPUTimeout bounds one DPU bundle install until "DPU is ready"
+	// (default 45 min); DPUPoll is how often the rshim log is read (default 5s).
+	DPUTimeout, DPUPoll time.Duration
+	now                 func() time.Time
 }
 
 // Executor dispatches phases by name; it implements agent.Executor.
@@ -98,6 +112,9 @@ func New(cfg Config) *Executor {
 	}
 	if cfg.HTTP == nil {
 		cfg.HTTP = DefaultHTTPClient()
+	}
+	if cfg.DPUTimeout == 0 {
+		cfg.DPUTimeout = 45 * time.Minute
 	}
 	return &Executor{cfg: cfg}
 }
@@ -124,6 +141,10 @@ func (e *Executor) Run(ctx context.Context, phase string, a *curev1.Assignment, 
 		return e.runSEDRevert(ctx, a, emit)
 	case "validate":
 		return e.runValidate(ctx, a, emit)
+	case "nic":
+		return e.runNIC(ctx, a, emit)
+	case "dpu":
+		return e.runDPU(ctx, a, emit)
 	default:
 		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: fmt.Sprintf("phase %s: %s", phase, NotImplemented)}
 	}

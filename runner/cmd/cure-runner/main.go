@@ -304,12 +304,17 @@ func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 		Wipe:              phases.RealDiskWiper(root),
 		FixPartitionTable: phases.FixGPT,
 		Root:              root,
+		MFT:               phases.NewMFT(root, r.log),
+		Rshims:            phases.RealRshims(root),
+		TmpDir:            "/tmp",
 	}
 	if r.opt.dryRun {
 		cfg.Images = refuseImages{}
 		cfg.OpenNVMeFirmware = nil
 		cfg.Wipe = nil
 		cfg.FixPartitionTable = nil
+		cfg.MFT = nil
+		cfg.Rshims = nil
 	}
 	return cfg
 }

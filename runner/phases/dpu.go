@@ -1,0 +1,452 @@
+package phases
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/runner/agent"
+	"github.com/cure-oss/cure/tools/bluefield"
+)
+
+// maxBundle bounds a downloaded BlueField bundle: BFBs carrying a full OS
+// are 1-2 GiB and are staged in RAM (tmpfs) so their sha256 is checked
+// before the first byte reaches the DPU.
+const maxBundle = 4 << 30
+
+// RealRshims lists the rshim device directories under root/dev and opens
+// them (tools/bluefield).
+func RealRshims(root string) func() ([]bluefield.Rshim, error) {
+	return func() ([]bluefield.Rshim, error) {
+		dirs, err := bluefield.Find(filepath.Join(root, "dev"))
+		if err != nil {
+			return nil, fmt.Errorf("list rshim devices: %w", err)
+		}
+		var out []bluefield.Rshim
+		for _, d := range dirs {
+			r, err := bluefield.Open(d)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
+		}
+		return out, nil
+	}
+}
+
+// DPUObservation is one DPU as the host sees it through rshim (and, for
+// a PCIe rshim, its NIC firmware through mstflint).
+type DPUObservation struct {
+	Rshim  bluefield.Rshim
+	Status *bluefield.Status // nil when Err is set
+	// NICErr says why Status.NIC is nil (USB rshim, no mstflint, query failed).
+	NICErr error
+	Err    error // misc unreadable
+}
+
+// Name is the rshim directory's base name (rshim0).
+func (o DPUObservation) Name() string { return filepath.Base(o.Rshim.Name()) }
+
+// DPUCheck is the plan for one DPU, or for an entry that selected no DPU
+// (Obs nil).
+type DPUCheck struct {
+	Entry    *manifests.Firmware // nil: no entry selects the DPU (SKIP) or it could not be read (ERROR)
+	Obs      *DPUObservation
+	Status   curev1.VerdictStatus // MATCH, DRIFT, ERROR or SKIP
+	Observed string
+	Message  string
+}
+
+// Component is dpu/<rshim>, or "dpu" for an entry that selected nothing.
+func (c DPUCheck) Component() string {
+	if c.Obs == nil {
+		return "dpu"
+	}
+	return "dpu/" + c.Obs.Name()
+}
+
+func (c DPUCheck) expected() string {
+	if c.Entry == nil {
+		return ""
+	}
+	return expected(*c.Entry)
+}
+
+var nicFWVersion = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
+
+// dpuObserved picks what the manifest's version is compared with. A
+// version of three numbers ("32.43.1014") is the DPU's NIC firmware as
+// mstflint reads it; anything else ("4.9.1.13442") is the BlueField BSP,
+// read from a "BlueField BSP version:" line in the rshim log. what names
+// the source; observed is "" when the host cannot see it.
+func dpuObserved(want string, o *DPUObservation) (observed, what string) {
+	if nicFWVersion.MatchString(strings.TrimSpace(want)) {
+		if o.Status.NIC == nil {
+			return "", fmt.Sprintf("DPU NIC firmware (%v)", o.NICErr)
+		}
+		return o.Status.NIC.Running(), "DPU NIC firmware"
+	}
+	if o.Status.Versions.BSP == "" {
+		return "", "BlueField BSP version (no \"BlueField BSP version:\" line in the rshim log)"
+	}
+	return o.Status.Versions.BSP, "BlueField BSP version"
+}
+
+// judgeDPU gates one DPU against its entry.
+func judgeDPU(fw *manifests.Firmware, o *DPUObservation) DPUCheck {
+	c := DPUCheck{Entry: fw, Obs: o}
+	observed, what := dpuObserved(fw.Version, o)
+	c.Observed = observed
+	if observed == "" {
+		// Installing a bundle again is harmless; skipping a needed one is not.
+		c.Status = curev1.VerdictStatus_DRIFT
+		c.Message = fmt.Sprintf("%s: %s not observable from the host; want %s", dpuLabel(o), what, expected(*fw))
+	} else {
+		st, msg := gate(*fw, observed)
+		c.Status = st
+		c.Message = fmt.Sprintf("%s: %s %s", dpuLabel(o), what, msg)
+	}
+	if o.Status.State == bluefield.StateFailed {
+		c.Status = curev1.VerdictStatus_DRIFT
+		c.Message += "; the DPU's boot log reports a failure"
+	}
+	return c
+}
+
+func dpuLabel(o *DPUObservation) string {
+	m := o.Status.Misc
+	s := fmt.Sprintf("%s %s %s", o.Rshim.Name(), m.DevInfo, m.Fields["OPN_STR"])
+	if o.Status.NIC != nil {
+		s += " PSID " + o.Status.NIC.PSID
+	}
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// matchDPU applies vendorId, psid and the model glob (over DEV_INFO and
+// OPN_STR). undecided is set when the selector needs the PSID and the host
+// could not read it.
+func matchDPU(m manifests.Match, o *DPUObservation) (ok bool, undecided string, err error) {
+	if m.VendorID != "" {
+		v, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(m.VendorID), "0x"), 16, 16)
+		if err != nil {
+			return false, "", fmt.Errorf("match.vendorId %q: expected a hex PCI vendor ID like 0x15b3", m.VendorID)
+		}
+		if v != mellanoxVendor { // every rshim device is a BlueField
+			return false, "", nil
+		}
+	}
+	if m.Model != "" {
+		hit := false
+		for _, s := range []string{o.Status.Misc.DevInfo, o.Status.Misc.Fields["OPN_STR"]} {
+			if s == "" {
+				continue
+			}
+			ok, err := path.Match(m.Model, s)
+			if err != nil {
+				return false, "", fmt.Errorf("match.model %q: %w", m.Model, err)
+			}
+			hit = hit || ok
+		}
+		if !hit {
+			return false, "", nil
+		}
+	}
+	if m.PSID != "" {
+		if o.Status.NIC == nil {
+			return false, fmt.Sprintf("match.psid %s: cannot read the DPU's PSID: %v", m.PSID, o.NICErr), nil
+		}
+		if !strings.EqualFold(m.PSID, o.Status.NIC.PSID) {
+			return false, "", nil
+		}
+	}
+	return true, "", nil
+}
+
+// PlanDPU judges every observed DPU against the in-band dpu entries, the
+// way PlanNIC does for adapters. It is pure.
+func PlanDPU(entries []manifests.Firmware, obs []DPUObservation) []DPUCheck {
+	var out []DPUCheck
+	taken := make([]bool, len(obs))
+	for i := range obs {
+		if obs[i].Err != nil {
+			taken[i] = true
+			out = append(out, DPUCheck{Obs: &obs[i], Status: curev1.VerdictStatus_ERROR, Message: fmt.Sprintf("%s: %v", obs[i].Rshim.Name(), obs[i].Err)})
+		}
+	}
+	for k := range entries {
+		fw := &entries[k]
+		n := 0
+		for i := range obs {
+			if taken[i] {
+				continue
+			}
+			ok, undecided, err := matchDPU(fw.Match, &obs[i])
+			if err != nil {
+				out = append(out, DPUCheck{Entry: fw, Status: curev1.VerdictStatus_ERROR, Message: fmt.Sprintf("firmware entry %q: %v", fw.Name, err)})
+				n = -1
+				break
+			}
+			if undecided != "" {
+				taken[i] = true
+				n++
+				out = append(out, DPUCheck{Entry: fw, Obs: &obs[i], Status: curev1.VerdictStatus_ERROR,
+					Message: fmt.Sprintf("firmware entry %q on %s: %s", fw.Name, obs[i].Rshim.Name(), undecided)})
+				continue
+			}
+			if !ok {
+				continue
+			}
+			taken[i] = true
+			n++
+			out = append(out, judgeDPU(fw, &obs[i]))
+		}
+		if n == 0 {
+			var seen []string
+			for i := range obs {
+				if obs[i].Status != nil {
+					seen = append(seen, dpuLabel(&obs[i]))
+				}
+			}
+			out = append(out, DPUCheck{Entry: fw, Status: curev1.VerdictStatus_ERROR,
+				Message: fmt.Sprintf("firmware entry %q: no DPU matches %s (DPUs seen: %s)", fw.Name, nicSelector(fw.Match), strings.Join(seen, ", "))})
+		}
+	}
+	for i := range obs {
+		if !taken[i] {
+			out = append(out, DPUCheck{Obs: &obs[i], Status: curev1.VerdictStatus_SKIP,
+				Message: dpuLabel(&obs[i]) + ": no dpu firmware entry selects this DPU"})
+		}
+	}
+	return out
+}
+
+// observeDPU reads misc (read-only: the display level is left as found)
+// and the DPU's NIC firmware when it sits on PCIe and mstflint is here.
+func (e *Executor) observeDPU(ctx context.Context, r bluefield.Rshim) DPUObservation {
+	o := DPUObservation{Rshim: r}
+	st, err := bluefield.Query(ctx, r, nil)
+	if err != nil {
+		o.Err = err
+		return o
+	}
+	o.Status = st
+	pci := st.Misc.PCI()
+	switch {
+	case pci == "":
+		o.NICErr = fmt.Errorf("rshim DEV_NAME %q is not a PCIe function: NIC firmware not readable from this host", st.Misc.DevName)
+	case e.cfg.MFT == nil:
+		o.NICErr = errors.New("runner has no mstflint tool configured")
+	default:
+		if err := e.cfg.MFT.Available(); err != nil {
+			o.NICErr = err
+		} else if q, err := e.cfg.MFT.QueryDevice(ctx, pci); err != nil {
+			o.NICErr = err
+		} else {
+			st.NIC = q
+		}
+	}
+	return o
+}
+
+// runDPU reports a verdict per DPU and, in provision mode, installs the
+// manifest's bundle on drifted ones through rshim.
+func (e *Executor) runDPU(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
+	sku, err := e.sku(a)
+	if err != nil {
+		return failed("dpu: %v", err)
+	}
+	entries := inBand(sku, manifests.ComponentDPU)
+	if len(entries) == 0 {
+		return skipped("manifest %s pins no dpu firmware (in-band): nothing to check", sku.Metadata.Name)
+	}
+	if e.cfg.Rshims == nil {
+		return skipped("runner has no rshim device source configured: %d dpu firmware entr(y/ies) not checked", len(entries))
+	}
+	rs, err := e.cfg.Rshims()
+	if err != nil {
+		return failed("dpu: %v", err)
+	}
+	if len(rs) == 0 {
+		return skipped("no BlueField rshim device under %s (no DPU, or the rshim driver is not running): %d dpu firmware entr(y/ies) not checked",
+			filepath.Join(e.cfg.Root, "dev/rshim*"), len(entries))
+	}
+	obs := make([]DPUObservation, 0, len(rs))
+	for _, r := range rs {
+		obs = append(obs, e.observeDPU(ctx, r))
+	}
+	if err := ctx.Err(); err != nil {
+		return failed("dpu: %v", err)
+	}
+	checks := PlanDPU(entries, obs)
+	var drift, errs []string
+	judged := 0
+	for _, c := range checks {
+		emit.Verdict(&curev1.Verdict{Component: c.Component(), Check: "firmware", Status: c.Status,
+			Observed: c.Observed, Expected: c.expected(), Message: c.Message})
+		switch c.Status {
+		case curev1.VerdictStatus_DRIFT:
+			drift = append(drift, fmt.Sprintf("%s %q -> %s", c.Component(), c.Observed, c.Entry.Version))
+		case curev1.VerdictStatus_ERROR:
+			errs = append(errs, c.Message)
+		case curev1.VerdictStatus_MATCH:
+		default:
+			continue
+		}
+		judged++
+	}
+	provision := a.GetMode() == curev1.Mode_MODE_PROVISION
+	if provision && len(errs) > 0 {
+		return failed("dpu: %s", strings.Join(errs, "; "))
+	}
+	if provision && len(drift) > 0 {
+		var failures, updated []string
+		reboot := false
+		for _, c := range checks {
+			if c.Status != curev1.VerdictStatus_DRIFT {
+				continue
+			}
+			v, needReboot := e.installDPU(ctx, a, c, emit)
+			emit.Verdict(v)
+			switch {
+			case v.GetStatus() == curev1.VerdictStatus_FAIL:
+				failures = append(failures, c.Component()+": "+v.GetMessage())
+			case needReboot:
+				reboot = true
+				updated = append(updated, c.Component()+" (at next reboot)")
+			default:
+				updated = append(updated, c.Component())
+			}
+		}
+		if len(failures) > 0 {
+			return failed("dpu bundle install failed: %s", strings.Join(failures, "; "))
+		}
+		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, RebootRequired: reboot, Message: "installed " + strings.Join(updated, ", ")}
+	}
+	if len(drift) == 0 && len(errs) == 0 {
+		return skipped("all %d pinned DPU(s) match the manifest: nothing to install", judged)
+	}
+	msg := fmt.Sprintf("%d DPU(s) checked: %d drift, %d error", len(rs), len(drift), len(errs))
+	if len(drift) > 0 {
+		msg += " (" + strings.Join(drift, ", ") + "; reported only in " + a.GetMode().String() + ")"
+	}
+	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: msg}
+}
+
+// installDPU streams the bundle into one DPU, waits for it to report
+// ready, activates per the entry and verifies what the host can see.
+func (e *Executor) installDPU(ctx context.Context, a *curev1.Assignment, c DPUCheck, emit agent.Emitter) (*curev1.Verdict, bool) {
+	v := &curev1.Verdict{Component: c.Component(), Check: "firmware_update", Observed: c.Observed, Expected: c.expected()}
+	fail := func(format string, args ...any) (*curev1.Verdict, bool) {
+		v.Status = curev1.VerdictStatus_FAIL
+		v.Message = fmt.Sprintf(format, args...)
+		return v, false
+	}
+	mode, err := modes.FromProto(a.GetMode())
+	if err != nil {
+		return fail("%v", err)
+	}
+	if err := modes.CheckWrite(mode, "dpu bundle install"); err != nil {
+		return fail("%v", err)
+	}
+	fw, r := c.Entry, c.Obs.Rshim
+	if fw.Artifact == nil {
+		return fail("firmware entry %q drifted but names no artifact", fw.Name)
+	}
+	if f := fw.Artifact.Format; f != "" && f != "bfb" {
+		return fail("firmware entry %q: artifact format %q: a DPU takes a BlueField bundle (format bfb)", fw.Name, f)
+	}
+	url, err := ArtifactURL(*fw.Artifact, a.GetArtifactBaseUrl())
+	if err != nil {
+		return fail("%v", err)
+	}
+	file, err := fetchArtifactFile(ctx, e.cfg.HTTP, url, *fw.Artifact, e.cfg.TmpDir, maxBundle)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer os.Remove(file)
+	f, err := os.Open(file)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer f.Close()
+
+	labels := map[string]string{"component": c.Component()}
+	last := e.cfg.now()
+	progress := func(written, total int64) {
+		if now := e.cfg.now(); now.Sub(last) >= e.cfg.ProgressEvery || written == total {
+			last = now
+			emit.Metric("dpu_install.written", float64(written), "bytes", labels)
+		}
+	}
+	ictx, cancel := context.WithTimeout(ctx, e.cfg.DPUTimeout)
+	defer cancel()
+	e.cfg.Log.Info("installing DPU bundle", "rshim", r.Name(), "url", url, "bytes", fw.Artifact.Size)
+	lines, err := bluefield.Install(ictx, r, f, fw.Artifact.Size, progress, bluefield.WaitOptions{Poll: e.cfg.DPUPoll, Log: e.cfg.Log})
+	if err != nil {
+		return fail("%v", err)
+	}
+
+	var notes []string
+	after := e.observeDPU(ctx, r)
+	if after.Err != nil {
+		return fail("bundle installed, DPU reported ready, but rshim cannot be read back: %v", after.Err)
+	}
+	if after.Status.Versions.BSP == "" {
+		// The install log may carry the version lines the misc file lacks.
+		after.Status.Versions = bluefield.ParseVersions([]byte(strings.Join(lines, "\n")))
+	}
+	pci := after.Status.Misc.PCI()
+	reboot := fw.Activation == manifests.ActivationHostReboot
+	if nic := after.Status.NIC; fw.Activation == manifests.ActivationMstfwreset && nic != nil && nic.PendingReset() {
+		if err := e.cfg.MFT.Reset(ctx, pci); err != nil {
+			reboot = true
+			notes = append(notes, "mstfwreset failed, reboot required: "+err.Error())
+		} else {
+			after = e.observeDPU(ctx, r)
+			if after.Err != nil {
+				return fail("after mstfwreset %s: %v", pci, after.Err)
+			}
+		}
+	}
+	j := judgeDPU(fw, &after)
+	v.Observed = j.Observed
+	an := after.Status.NIC
+	switch {
+	case j.Status == curev1.VerdictStatus_MATCH:
+		v.Status = curev1.VerdictStatus_PASS
+		v.Message = "bundle installed, DPU ready; " + j.Message
+		reboot = false // what the manifest wants already runs
+	case j.Observed == "" && after.Status.State != bluefield.StateFailed:
+		v.Status = curev1.VerdictStatus_PASS
+		v.Message = "bundle installed and the DPU reported ready; not verified: " + j.Message
+	case an != nil && an.PendingReset() && gateStatus(*fw, an.FWVersion) == curev1.VerdictStatus_MATCH:
+		// The bundle burnt the NIC firmware; only its activation is missing.
+		v.Status = curev1.VerdictStatus_DRIFT
+		if fw.Activation == manifests.ActivationNone {
+			v.Message = fmt.Sprintf("bundle installed; DPU NIC flash holds %s, running %s; activation none: runs after the next reboot", an.FWVersion, j.Observed)
+		} else {
+			v.Message = fmt.Sprintf("bundle installed; DPU NIC flash holds %s, running %s: activates at the next reboot", an.FWVersion, j.Observed)
+			reboot = true
+		}
+	default:
+		return fail("bundle installed and the DPU reported ready, but: %s", j.Message)
+	}
+	if len(notes) > 0 {
+		v.Message += "; " + strings.Join(notes, "; ")
+	}
+	return v, reboot
+}
+
+func gateStatus(fw manifests.Firmware, running string) curev1.VerdictStatus {
+	s, _ := gate(fw, running)
+	return s
+}
