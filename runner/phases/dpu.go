@@ -308,28 +308,13 @@ func (e *Executor) runDPU(ctx context.Context, a *curev1.Assignment, emit agent.
 		return failed("dpu: %s", strings.Join(errs, "; "))
 	}
 	if provision && len(drift) > 0 {
-		var failures, updated []string
-		reboot := false
+		var ups []update
 		for _, c := range checks {
-			if c.Status != curev1.VerdictStatus_DRIFT {
-				continue
-			}
-			v, needReboot := e.installDPU(ctx, a, c, emit)
-			emit.Verdict(v)
-			switch {
-			case v.GetStatus() == curev1.VerdictStatus_FAIL:
-				failures = append(failures, c.Component()+": "+v.GetMessage())
-			case needReboot:
-				reboot = true
-				updated = append(updated, c.Component()+" (at next reboot)")
-			default:
-				updated = append(updated, c.Component())
+			if c.Status == curev1.VerdictStatus_DRIFT {
+				ups = append(ups, update{c.Component(), func() (*curev1.Verdict, bool) { return e.installDPU(ctx, a, c, emit) }})
 			}
 		}
-		if len(failures) > 0 {
-			return failed("dpu bundle install failed: %s", strings.Join(failures, "; "))
-		}
-		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, RebootRequired: reboot, Message: "installed " + strings.Join(updated, ", ")}
+		return applyUpdates("dpu bundle install", "installed", ups, emit)
 	}
 	if len(drift) == 0 && len(errs) == 0 {
 		return skipped("all %d pinned DPU(s) match the manifest: nothing to install", judged)

@@ -433,28 +433,13 @@ func (e *Executor) updateNICs(ctx context.Context, a *curev1.Assignment, checks 
 			os.Remove(p)
 		}
 	}()
-	var failures, updated []string
-	reboot := false
+	var ups []update
 	for _, c := range checks {
-		if c.Status != curev1.VerdictStatus_DRIFT {
-			continue
-		}
-		v, needReboot := e.updateNIC(ctx, a, c, images)
-		emit.Verdict(v)
-		switch {
-		case v.GetStatus() == curev1.VerdictStatus_FAIL:
-			failures = append(failures, c.Component()+": "+v.GetMessage())
-		case needReboot:
-			reboot = true
-			updated = append(updated, c.Component()+" (at next reboot)")
-		default:
-			updated = append(updated, c.Component())
+		if c.Status == curev1.VerdictStatus_DRIFT {
+			ups = append(ups, update{c.Component(), func() (*curev1.Verdict, bool) { return e.updateNIC(ctx, a, c, images) }})
 		}
 	}
-	if len(failures) > 0 {
-		return failed("nic firmware update failed: %s", strings.Join(failures, "; "))
-	}
-	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, RebootRequired: reboot, Message: "updated " + strings.Join(updated, ", ")}
+	return applyUpdates("nic firmware update", "updated", ups, emit)
 }
 
 // nicActivation maps the manifest's activation onto mstflint's. An image

@@ -194,29 +194,13 @@ func (e *Executor) runNVMe(ctx context.Context, a *curev1.Assignment, emit agent
 		return failed("nvme: %s", strings.Join(errs, "; "))
 	}
 	if provision && len(drift) > 0 {
-		var failures, updated []string
-		reboot := false
+		var ups []update
 		for _, c := range checks {
-			if c.Status != curev1.VerdictStatus_DRIFT {
-				continue
-			}
-			v, needReboot := e.updateNVMe(ctx, a, c)
-			emit.Verdict(v)
-			switch {
-			case v.GetStatus() == curev1.VerdictStatus_FAIL:
-				failures = append(failures, c.Component()+": "+v.GetMessage())
-			case needReboot:
-				reboot = true
-				updated = append(updated, c.Component()+" (at next reboot)")
-			default:
-				updated = append(updated, c.Component())
+			if c.Status == curev1.VerdictStatus_DRIFT {
+				ups = append(ups, update{c.Component(), func() (*curev1.Verdict, bool) { return e.updateNVMe(ctx, a, c) }})
 			}
 		}
-		if len(failures) > 0 {
-			return failed("nvme firmware update failed: %s", strings.Join(failures, "; "))
-		}
-		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, RebootRequired: reboot,
-			Message: "updated " + strings.Join(updated, ", ")}
+		return applyUpdates("nvme firmware update", "updated", ups, emit)
 	}
 	if len(drift) == 0 && len(errs) == 0 {
 		// Idempotence: a component already at the target is skipped, and
