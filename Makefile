@@ -19,8 +19,21 @@ pki: $(OUT)/pki/ca.pem
 $(OUT)/pki/ca.pem:
 	$(GO) run ./provisioner-lite/cmd/provisioner-lite pki --state-dir $(OUT)
 
-image: deps pki
-	$(GO) run ./builder/cmd/cure-build --spec initramfs/cure.yaml --kernel-root $(KERNEL_ROOT) --ca $(OUT)/pki/ca.pem --out $(OUT)/image
+# cure-nvml, the runner's NVML helper for gpu checks, needs cgo (go-nvml
+# dlopens libnvidia-ml.so.1), so it is built apart from the cgo-free busybox.
+# CURE_NVIDIA_LIB is the site's libnvidia-ml.so.1, from the NVIDIA driver
+# release matching the GPUs (not redistributable here); unset, the image has
+# no NVML and gpu checks on GPU nodes report ERROR "NVML unavailable".
+CURE_NVIDIA_LIB ?=
+NVML_TOOLS := --tool $(abspath $(OUT))/tools/cure-nvml:usr/bin/cure-nvml \
+	$(if $(CURE_NVIDIA_LIB),--tool $(CURE_NVIDIA_LIB):usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1)
+
+.PHONY: nvml-helper
+nvml-helper:
+	CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" $(GO) build -trimpath -ldflags=-s -o $(OUT)/tools/cure-nvml ./tools/gpu/cmd/cure-nvml
+
+image: deps pki nvml-helper
+	$(GO) run ./builder/cmd/cure-build --spec initramfs/cure.yaml --kernel-root $(KERNEL_ROOT) --ca $(OUT)/pki/ca.pem --out $(OUT)/image $(NVML_TOOLS)
 
 hostos: deps
 	$(GO) run ./builder/cmd/cure-build --spec qemu-test/hostos/hostos.yaml --kernel-root $(KERNEL_ROOT) --out $(OUT)/hostos-image

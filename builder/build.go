@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cure-oss/cure/builder/kmod"
@@ -38,7 +39,11 @@ type Options struct {
 	Uinit string
 	// KeepCPIO also writes the uncompressed initramfs.cpio.
 	KeepCPIO bool
-	Log      *slog.Logger
+	// Tools are extra host files added after the spec's tools, each
+	// "HOSTPATH" or "HOSTPATH:IMAGEPATH" (build outputs such as cure-nvml,
+	// site-supplied libraries). ELF files bring their shared libraries.
+	Tools []string
+	Log   *slog.Logger
 }
 
 // Build builds the image described by o.Spec into o.OutDir.
@@ -115,6 +120,23 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 			return nil, fmt.Errorf("%s:%d: tools: %w", s.File, t.Line, err)
 		}
 		tools = append(tools, t.Value)
+	}
+	for _, t := range o.Tools {
+		src, dst, hasDst := strings.Cut(t, ":")
+		if src == "" || (hasDst && dst == "") || (!hasDst && !filepath.IsAbs(src)) {
+			return nil, fmt.Errorf("tool %q: want /HOSTPATH or HOSTPATH:IMAGEPATH", t)
+		}
+		// The file itself, not a link to it: a driver library is usually
+		// libnvidia-ml.so.1 -> libnvidia-ml.so.<version>, and the archive
+		// would otherwise hold a dangling link.
+		real, err := filepath.EvalSymlinks(src)
+		if err != nil {
+			return nil, fmt.Errorf("tool %q: %w", t, err)
+		}
+		if !hasDst {
+			dst = src
+		}
+		tools = append(tools, real+":"+strings.TrimPrefix(dst, "/"))
 	}
 
 	tmp, err := os.MkdirTemp("", "cure-build-")

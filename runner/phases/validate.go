@@ -43,7 +43,8 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 		return failed("validate: %s is a %s, not a ValidationSuite", a.GetManifestName(), doc.Kind)
 	}
 	s := doc.Suite
-	env := suite.Env{Root: e.cfg.Root, Disks: e.cfg.Disks, AllowDiskWrites: mode == modes.Burnin}
+	env := suite.Env{Root: e.cfg.Root, Disks: e.cfg.Disks, AllowDiskWrites: mode == modes.Burnin,
+		GPU: GPUChecks{Root: e.cfg.Root, TmpDir: e.cfg.TmpDir, Log: e.cfg.Log}.Build}
 	if e.cfg.SuiteEnv != nil {
 		env = e.cfg.SuiteEnv(env)
 	}

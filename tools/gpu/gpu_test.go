@@ -303,10 +303,3 @@ func TestReasonNamesAndXidTable(t *testing.T) {
 		}
 	}
 }
-
-func TestVerdictProto(t *testing.T) {
-	p := Verdict{Component: "gpu/3", Check: CheckECC, Status: Fail, Observed: "1", Expected: "<= 0"}.Proto()
-	if p.GetStatus().String() != "FAIL" || p.GetComponent() != "gpu/3" || p.GetObserved() != "1" {
-		t.Errorf("proto = %v", p)
-	}
-}

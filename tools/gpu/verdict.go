@@ -1,10 +1,6 @@
 package gpu
 
-import (
-	"fmt"
-
-	"github.com/cure-oss/cure/api/curev1"
-)
+import "fmt"
 
 // Status is a verdict's outcome.
 type Status string
@@ -36,29 +32,6 @@ func (v Verdict) String() string {
 		s += ": " + v.Message
 	}
 	return s
-}
-
-// Proto converts v for the runner's event stream.
-func (v Verdict) Proto() *curev1.Verdict {
-	st := curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED
-	switch v.Status {
-	case Pass:
-		st = curev1.VerdictStatus_PASS
-	case Fail:
-		st = curev1.VerdictStatus_FAIL
-	case Error:
-		st = curev1.VerdictStatus_ERROR
-	case Skip:
-		st = curev1.VerdictStatus_SKIP
-	}
-	return &curev1.Verdict{
-		Component: v.Component,
-		Check:     v.Check,
-		Status:    st,
-		Observed:  v.Observed,
-		Expected:  v.Expected,
-		Message:   v.Message,
-	}
 }
 
 // Failed reports whether any verdict is FAIL or ERROR.

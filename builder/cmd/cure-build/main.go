@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 
 	"github.com/cure-oss/cure/builder"
 	"github.com/cure-oss/cure/builder/spec"
@@ -35,6 +36,8 @@ func run() error {
 	baseline := flag.Bool("baseline", false, "build the boot-time baseline image instead of the spec")
 	cmdline := flag.String("baseline-cmdline", "console=ttyS0 panic=-1", "default kernel parameters of the baseline image")
 	keep := flag.Bool("cpio", false, "also keep the uncompressed initramfs.cpio")
+	var tools toolList
+	flag.Var(&tools, "tool", "extra host file for the image, HOSTPATH[:IMAGEPATH] (repeatable; ELF shared libraries come along)")
 	flag.Parse()
 	if flag.NArg() != 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
@@ -54,7 +57,17 @@ func run() error {
 		return err
 	}
 	_, err = builder.Build(ctx, builder.Options{
-		Spec: s, KernelRoot: *kernelRoot, OutDir: *out, CA: *ca, Uinit: *uinit, KeepCPIO: *keep, Log: log,
+		Spec: s, KernelRoot: *kernelRoot, OutDir: *out, CA: *ca, Uinit: *uinit, KeepCPIO: *keep, Tools: tools, Log: log,
 	})
 	return err
+}
+
+// toolList collects repeated --tool flags.
+type toolList []string
+
+func (l *toolList) String() string { return strings.Join(*l, ",") }
+
+func (l *toolList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
 }

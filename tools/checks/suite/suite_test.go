@@ -76,6 +76,7 @@ var sample = map[string]string{
 	manifests.CheckMemory:            "memory",
 	manifests.CheckCPU:               "cpu/0",
 	manifests.CheckStorageThroughput: "disk/nvme1n1",
+	manifests.CheckGPU:               "gpu/0",
 }
 
 func TestBuildErrors(t *testing.T) {
@@ -202,6 +203,7 @@ func TestRunQuickSuite(t *testing.T) {
 		"memory-patterns memory":        checks.Pass,
 		"cpu-stress cpu/0":              checks.Pass,
 		"disk-read disk/vda":            checks.Pass,
+		"gpu-health gpu":                checks.Skip, // Env.GPU nil: no NVML helper
 	}
 	for k, st := range want {
 		if got[k] != st {
