@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -400,18 +399,6 @@ func TestVerdictsNaturalOrderAndUpsert(t *testing.T) {
 	}
 	if vs[4].Status != "FAIL" || vs[4].Observed != "12 DBE" {
 		t.Fatalf("upserted verdict = %+v", vs[4])
-	}
-}
-
-func TestNaturalCompare(t *testing.T) {
-	in := []string{"gpu/10", "gpu/2", "nic/0", "gpu/02", "gpu/1", "disk/nvme10n1", "disk/nvme2n1", "gpu", "gpu/99999999999999999999999"}
-	sort.Slice(in, func(i, j int) bool { return NaturalCompare(in[i], in[j]) < 0 })
-	want := []string{"disk/nvme2n1", "disk/nvme10n1", "gpu", "gpu/1", "gpu/2", "gpu/02", "gpu/10", "gpu/99999999999999999999999", "nic/0"}
-	if !reflect.DeepEqual(in, want) {
-		t.Fatalf("natural sort = %v\nwant %v", in, want)
-	}
-	if NaturalCompare("a1", "a1") != 0 {
-		t.Fatal("equal strings compare non-zero")
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/cure-oss/cure/provisioner-lite/natural"
 	"sort"
 	"time"
 )
@@ -58,77 +59,10 @@ SELECT run_id, component, check_name, status, observed, expected, message, time 
 		return nil, fmt.Errorf("store: verdicts of run %s: %w", runID, err)
 	}
 	sort.Slice(out, func(i, j int) bool {
-		if c := NaturalCompare(out[i].Component, out[j].Component); c != 0 {
+		if c := natural.Compare(out[i].Component, out[j].Component); c != 0 {
 			return c < 0
 		}
-		return NaturalCompare(out[i].Check, out[j].Check) < 0
+		return natural.Compare(out[i].Check, out[j].Check) < 0
 	})
 	return out, nil
-}
-
-// NaturalCompare orders strings so that runs of digits compare by value:
-// "gpu/2" < "gpu/10", "nvme0n1" < "nvme10n1". It returns -1, 0 or +1.
-func NaturalCompare(a, b string) int {
-	for a != "" && b != "" {
-		da, db := isDigit(a[0]), isDigit(b[0])
-		switch {
-		case da && db:
-			na, ra := leadingDigits(a)
-			nb, rb := leadingDigits(b)
-			// Compare by value without overflow: strip leading zeros, longer is larger.
-			ta, tb := trimZeros(na), trimZeros(nb)
-			if len(ta) != len(tb) {
-				return cmp(len(ta), len(tb))
-			}
-			if ta != tb {
-				return strCmp(ta, tb)
-			}
-			if len(na) != len(nb) { // equal value: fewer leading zeros first, for a total order
-				return cmp(len(na), len(nb))
-			}
-			a, b = ra, rb
-		case a[0] != b[0]:
-			return cmp(int(a[0]), int(b[0]))
-		default:
-			a, b = a[1:], b[1:]
-		}
-	}
-	return cmp(len(a), len(b))
-}
-
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-
-func leadingDigits(s string) (digits, rest string) {
-	i := 0
-	for i < len(s) && isDigit(s[i]) {
-		i++
-	}
-	return s[:i], s[i:]
-}
-
-func trimZeros(s string) string {
-	for len(s) > 1 && s[0] == '0' {
-		s = s[1:]
-	}
-	return s
-}
-
-func cmp(a, b int) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func strCmp(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -2,7 +2,7 @@
 //
 //	curectl provision [--mode provision] [--manifest sku] [--resume] [--watch] NODE...
 //	curectl watch NODE|--run RUN
-//	curectl report [--json] NODE|--run RUN
+//	curectl report [--json] [--html FILE] NODE|--run RUN
 //	curectl nodes
 package main
 
@@ -33,7 +33,7 @@ func usage() int {
 	fmt.Fprintln(os.Stderr, `usage: curectl [--server ADDR] [--ca FILE] COMMAND
   provision [--mode M] [--manifest SKU] [--resume] [--watch] NODE...
   watch [--run RUN] [NODE]
-  report [--json] [--run RUN] [NODE]
+  report [--json] [--html FILE] [--run RUN] [NODE]
   audit [--manifest SKU] NODE...     (direct: Redfish only, no boot, no changes)
   nodes`)
 	return 2
@@ -82,8 +82,16 @@ func run(args []string, out io.Writer) int {
 		fs := flag.NewFlagSet("report", flag.ContinueOnError)
 		runID := fs.String("run", "", "run id")
 		asJSON := fs.Bool("json", false, "JSON output")
+		htmlFile := fs.String("html", "", "also write a self-contained HTML report (for an RMA ticket) to this file")
 		if fs.Parse(rest) != nil {
 			return 2
+		}
+		if *runID == "" && fs.NArg() == 0 {
+			fmt.Fprintln(os.Stderr, "curectl report: give a NODE or --run RUN")
+			return 2
+		}
+		if *htmlFile != "" {
+			return reportHTML(ctx, c, *runID, fs.Arg(0), *htmlFile, *asJSON, out)
 		}
 		return report(ctx, c, *runID, fs.Arg(0), *asJSON, out)
 	case "audit":
@@ -189,6 +197,14 @@ func report(ctx context.Context, c curev1.OperatorServiceClient, runID, node str
 		fmt.Fprintln(os.Stderr, "curectl report:", err)
 		return 1
 	}
+	printReport(rep, asJSON, out)
+	if rep.GetStatus() != "succeeded" {
+		return 3
+	}
+	return 0
+}
+
+func printReport(rep *curev1.RunReport, asJSON bool, out io.Writer) {
 	if asJSON {
 		b, _ := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(rep)
 		var v any
@@ -196,9 +212,68 @@ func report(ctx context.Context, c curev1.OperatorServiceClient, runID, node str
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(v)
-	} else {
-		curectl.PrintReport(out, rep)
+		return
 	}
+	curectl.PrintReport(out, rep)
+}
+
+// reportHTML writes the run's report and timeline as one HTML file, then
+// prints the usual terminal (or JSON) report so the operator sees the verdict.
+// The report is fetched first and the timeline by its run id, so both
+// describe the same run even if a new one starts on the node in between.
+func reportHTML(ctx context.Context, c curev1.OperatorServiceClient, runID, node, file string, asJSON bool, out io.Writer) int {
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	rep, err := c.Report(cctx, &curev1.ReportRequest{RunId: runID, NodeId: node})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl report:", err)
+		return 1
+	}
+	stream, err := c.Watch(cctx, &curev1.WatchRequest{RunId: rep.GetRunId(), Follow: false})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "curectl report: timeline of run %s: %v\n", rep.GetRunId(), err)
+		return 1
+	}
+	var timeline []*curev1.TimelineEntry
+	for {
+		e, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "curectl report: timeline of run %s after %d entries: %v\n", rep.GetRunId(), len(timeline), err)
+			return 1
+		}
+		timeline = append(timeline, e)
+	}
+	// Write beside the target and rename, so a failed write never leaves a
+	// truncated report where a ticket might pick it up.
+	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "curectl report: --html %s: cannot create a file in %s: %v\n", file, filepath.Dir(file), err)
+		return 1
+	}
+	defer os.Remove(tmp.Name())
+	if err := curectl.WriteHTML(tmp, rep, timeline); err != nil {
+		tmp.Close()
+		fmt.Fprintf(os.Stderr, "curectl report: --html %s: %v\n", file, err)
+		return 1
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		fmt.Fprintf(os.Stderr, "curectl report: --html %s: %v\n", file, err)
+		return 1
+	}
+	if err := tmp.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "curectl report: --html %s: %v\n", file, err)
+		return 1
+	}
+	if err := os.Rename(tmp.Name(), file); err != nil {
+		fmt.Fprintf(os.Stderr, "curectl report: --html %s: %v\n", file, err)
+		return 1
+	}
+	printReport(rep, asJSON, out)
+	fmt.Fprintf(os.Stderr, "curectl report: wrote %s (run %s, %d timeline entries)\n", file, rep.GetRunId(), len(timeline))
 	if rep.GetStatus() != "succeeded" {
 		return 3
 	}

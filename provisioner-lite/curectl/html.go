@@ -1,0 +1,289 @@
+package curectl
+
+import (
+	_ "embed"
+	"fmt"
+	"github.com/cure-oss/cure/provisioner-lite/natural"
+	"html/template"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+)
+
+// The page is one self-contained file (inline CSS, no scripts, no external
+// assets) because it travels as an attachment to an RMA ticket and is opened
+// by people and systems that must not need network access to read it.
+//
+//go:embed report.html.tmpl
+var reportHTML string
+
+var reportTmpl = template.Must(template.New("report").Parse(reportHTML))
+
+// WriteHTML writes a self-contained HTML report of a run: header, verdict
+// summary, per-component verdicts (failures first), phases and timeline.
+// Metric entries of the timeline are left out; they stay in report --json.
+func WriteHTML(w io.Writer, r *curev1.RunReport, timeline []*curev1.TimelineEntry) error {
+	return writeHTML(w, r, timeline, time.Now())
+}
+
+// writeHTML takes the generation time as an argument so tests are
+// deterministic.
+func writeHTML(w io.Writer, r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated time.Time) error {
+	if r == nil {
+		return fmt.Errorf("html report: no run report given")
+	}
+	if err := reportTmpl.Execute(w, buildPage(r, timeline, generated)); err != nil {
+		return fmt.Errorf("html report for run %s: %w", r.GetRunId(), err)
+	}
+	return nil
+}
+
+// page is the template's view model: everything pre-formatted so the
+// template only lays out strings.
+type page struct {
+	Title                  string
+	Node, RunID, Mode      string
+	Status, StatusClass    string
+	Started, Ended, Took   string
+	Reboots                uint32
+	Generated              string
+	Message                string
+	Total                  int
+	Counts                 []count
+	Verdicts               []verdictRow
+	Phases                 []phaseRow
+	Timeline               []timelineRow
+	TimelineOmittedMetrics int
+}
+
+type count struct {
+	Status, Class string
+	N             int
+}
+
+type verdictRow struct {
+	Component, Check, Status, Class, Observed, Expected, Message string
+}
+
+type phaseRow struct {
+	Name, Status, Class, Took, Message string
+	Attempts                           uint32
+}
+
+type timelineRow struct {
+	Offset, Source, Phase, Kind, Status, Class, Message string
+}
+
+func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated time.Time) page {
+	p := page{
+		Node: r.GetNodeId(), RunID: r.GetRunId(),
+		Mode:   strings.TrimPrefix(r.GetMode().String(), "MODE_"),
+		Status: strings.ToUpper(r.GetStatus()), StatusClass: runClass(r.GetStatus()),
+		Started: stamp(r.GetStartedUnixMs()), Ended: stamp(r.GetEndedUnixMs()),
+		Reboots:   r.GetReboots(),
+		Generated: generated.UTC().Format("2006-01-02 15:04:05 UTC"),
+		Message:   r.GetMessage(),
+	}
+	p.Title = fmt.Sprintf("CURE %s report: %s (run %s)", strings.ToLower(p.Mode), p.Node, p.RunID)
+	if p.Ended == "" {
+		p.Ended = "—"
+	}
+	if r.GetStartedUnixMs() > 0 && r.GetEndedUnixMs() >= r.GetStartedUnixMs() {
+		p.Took = span(r.GetEndedUnixMs() - r.GetStartedUnixMs())
+	} else {
+		p.Took = "—"
+	}
+
+	vs := append([]*curev1.Verdict(nil), r.GetVerdicts()...)
+	sortVerdicts(vs)
+	n := map[curev1.VerdictStatus]int{}
+	for _, v := range vs {
+		n[v.GetStatus()]++
+		p.Verdicts = append(p.Verdicts, verdictRow{
+			Component: v.GetComponent(), Check: v.GetCheck(), Status: verdictName(v.GetStatus()),
+			Class: verdictClass(v.GetStatus()), Observed: v.GetObserved(), Expected: v.GetExpected(), Message: v.GetMessage(),
+		})
+	}
+	p.Total = len(vs)
+	for _, s := range summaryOrder {
+		if n[s] > 0 {
+			p.Counts = append(p.Counts, count{Status: verdictName(s), Class: verdictClass(s), N: n[s]})
+		}
+	}
+
+	for _, ph := range r.GetPhases() {
+		row := phaseRow{Name: ph.GetName(), Status: strings.ToUpper(ph.GetStatus()), Class: phaseClass(ph.GetStatus()),
+			Attempts: ph.GetAttempts(), Message: ph.GetMessage(), Took: "—"}
+		if ph.GetEndedUnixMs() > 0 && ph.GetEndedUnixMs() >= ph.GetStartedUnixMs() {
+			row.Took = span(ph.GetEndedUnixMs() - ph.GetStartedUnixMs())
+		}
+		p.Phases = append(p.Phases, row)
+	}
+
+	// Offsets are relative to the run start so they line up with the
+	// header; a timeline fetched without a report start falls back to its
+	// first entry.
+	origin := r.GetStartedUnixMs()
+	if origin == 0 && len(timeline) > 0 {
+		origin = timeline[0].GetTimeUnixMs()
+	}
+	for _, e := range timeline {
+		if e.GetKind() == "metric" {
+			p.TimelineOmittedMetrics++
+			continue
+		}
+		msg := e.GetMessage()
+		if msg == "" && e.GetVerdict() != nil {
+			v := e.GetVerdict()
+			msg = fmt.Sprintf("%s %s: %s", v.GetComponent(), v.GetCheck(), verdictName(v.GetStatus()))
+		}
+		if e.GetKind() == "phase_end" || e.GetKind() == "run_end" {
+			if d := e.GetDurationMs(); d > 0 {
+				msg = strings.TrimSpace(fmt.Sprintf("(%s) %s", span(d), msg))
+			}
+		}
+		p.Timeline = append(p.Timeline, timelineRow{
+			Offset: offset(e.GetTimeUnixMs() - origin), Source: src(e.GetSource()), Phase: e.GetPhase(),
+			Kind: e.GetKind(), Status: strings.ToUpper(e.GetStatus()), Class: entryClass(e), Message: msg,
+		})
+	}
+	return p
+}
+
+// summaryOrder lists verdict statuses worst first, the order a technician
+// reads the summary in.
+var summaryOrder = []curev1.VerdictStatus{
+	curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR, curev1.VerdictStatus_DRIFT,
+	curev1.VerdictStatus_PASS, curev1.VerdictStatus_MATCH, curev1.VerdictStatus_SKIP,
+	curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED,
+}
+
+// verdictRank puts what a technician must act on first: failures and
+// errors, then drift (a verify/audit finding), then everything else.
+func verdictRank(s curev1.VerdictStatus) int {
+	switch s {
+	case curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR:
+		return 0
+	case curev1.VerdictStatus_DRIFT:
+		return 1
+	}
+	return 2
+}
+
+func sortVerdicts(vs []*curev1.Verdict) {
+	sort.SliceStable(vs, func(i, j int) bool {
+		a, b := vs[i], vs[j]
+		if ra, rb := verdictRank(a.GetStatus()), verdictRank(b.GetStatus()); ra != rb {
+			return ra < rb
+		}
+		if c := natural.Compare(a.GetComponent(), b.GetComponent()); c != 0 {
+			return c < 0
+		}
+		return natural.Compare(a.GetCheck(), b.GetCheck()) < 0
+	})
+}
+
+func verdictName(s curev1.VerdictStatus) string {
+	if s == curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED {
+		return "UNKNOWN"
+	}
+	return s.String()
+}
+
+// CSS classes: good, bad, warn, info, muted. They are fixed strings chosen
+// here, never taken from the report.
+func verdictClass(s curev1.VerdictStatus) string {
+	switch s {
+	case curev1.VerdictStatus_PASS, curev1.VerdictStatus_MATCH:
+		return "good"
+	case curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR:
+		return "bad"
+	case curev1.VerdictStatus_DRIFT:
+		return "warn"
+	}
+	return "muted"
+}
+
+func runClass(s string) string {
+	switch s {
+	case "succeeded":
+		return "good"
+	case "failed":
+		return "bad"
+	case "attention":
+		return "warn"
+	case "running", "pending":
+		return "info"
+	}
+	return "muted"
+}
+
+func phaseClass(s string) string {
+	switch s {
+	case "ok":
+		return "good"
+	case "failed":
+		return "bad"
+	case "running":
+		return "info"
+	}
+	return "muted"
+}
+
+func entryClass(e *curev1.TimelineEntry) string {
+	switch e.GetKind() {
+	case "phase_end":
+		return phaseClass(e.GetStatus())
+	case "run_end":
+		return runClass(e.GetStatus())
+	case "verdict":
+		return verdictClass(curev1.VerdictStatus(curev1.VerdictStatus_value[e.GetStatus()]))
+	case "log":
+		switch e.GetStatus() {
+		case "ERROR":
+			return "bad"
+		case "WARN":
+			return "warn"
+		}
+	}
+	return ""
+}
+
+func stamp(ms int64) string {
+	if ms <= 0 {
+		return ""
+	}
+	return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+// span formats a duration for a table cell: 850ms, 2.5s, 1m30s, 4h02m.
+func span(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	switch {
+	case d < time.Second:
+		return d.String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	d = d.Round(time.Minute)
+	return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+}
+
+// offset formats a timeline offset as [h:]mm:ss.s; burn-ins run for hours.
+func offset(ms int64) string {
+	sign := "+"
+	if ms < 0 {
+		sign, ms = "-", -ms
+	}
+	h, m := ms/3_600_000, ms/60_000%60
+	s := float64(ms%60_000) / 1000
+	if h > 0 {
+		return fmt.Sprintf("%s%d:%02d:%04.1f", sign, h, m, s)
+	}
+	return fmt.Sprintf("%s%02d:%04.1f", sign, m, s)
+}
