@@ -253,9 +253,11 @@ var provisioned *harness.Env
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if provisioned != nil {
-		provisioned.Close()
-		os.RemoveAll(provisioned.Opts.Work)
+	for _, env := range []*harness.Env{provisioned, firmwareEnv} {
+		if env != nil {
+			env.Close()
+			os.RemoveAll(env.Opts.Work)
+		}
 	}
 	os.Exit(code)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +33,17 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 	if err != nil {
 		return "", "", err
 	}
+	// A coordinator that died mid-batch may have stored runner events it
+	// never acted on: resume reading from where the assignment was sent.
+	if from := atoi64(r.Data["assign_cursor"]); from > 0 && from < cursor {
+		cursor = from
+	}
+	defer func() {
+		if ctx.Err() == nil { // keep it for the next coordinator when stopping
+			delete(r.Data, "assign_cursor")
+			e.save(ctx, r)
+		}
+	}()
 	signal, unsub := e.cfg.Store.Subscribe(r.ID)
 	defer unsub()
 
@@ -88,6 +100,8 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 			if err != nil {
 				return "", "", err
 			}
+			r.Data["assign_cursor"] = strconv.FormatInt(cursor, 10)
+			e.save(ctx, r)
 			if err := cur.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Assignment{Assignment: a}}); err != nil {
 				log.Warn("send assignment", "err", err)
 				break
@@ -226,4 +240,9 @@ func (e *Engine) markHandled(s *sessions.Session) {
 	if _, loaded := e.sessionsSeen.LoadOrStore(s, true); !loaded {
 		go func() { <-s.Done(); e.sessionsSeen.Delete(s) }()
 	}
+}
+
+func atoi64(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
 }

@@ -47,6 +47,12 @@ type Options struct {
 	Logger       *slog.Logger
 	// ExtraCoordinatorArgs are appended to provisioner-lite's command line.
 	ExtraCoordinatorArgs []string
+	// Firmware is each virtual BMC's simulated FirmwareInventory (nil:
+	// vbmc.DefaultFirmware()).
+	Firmware []vbmc.FirmwareSpec
+	// ProxyRunnerStreams routes the nodes' gRPC connections through a TCP
+	// proxy the test can cut (Env.CutRunnerStreams); operator calls go direct.
+	ProxyRunnerStreams bool
 }
 
 // Node is one QEMU node and its BMC.
@@ -55,6 +61,9 @@ type Node struct {
 	Disk, Console         string
 	BMC                   *vbmc.BMC
 	BMCURL                string
+	// Machine is the QEMU process behind the BMC: stopping it directly,
+	// without the BMC knowing, is a crash of the host.
+	Machine *vbmc.QEMUMachine
 }
 
 // Image describes the host-OS artifact installed on nodes.
@@ -77,10 +86,13 @@ type Env struct {
 	Client   curev1.OperatorServiceClient
 
 	conn     *grpc.ClientConn
+	proxy    *streamProxy
 	coord    *exec.Cmd
 	coordOut *os.File
 	servers  []*http.Server
 	mu       sync.Mutex
+	// extraEdit is the latest EditManifest edit.
+	extraEdit func(*manifests.SKU)
 }
 
 // RepoRoot finds the module root from the working directory.
@@ -172,6 +184,13 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	}
 	e.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", httpPort)
 	e.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", grpcPort)
+	if o.ProxyRunnerStreams {
+		p, err := newStreamProxy(e.GRPCAddr, o.Logger)
+		if err != nil {
+			return nil, err
+		}
+		e.proxy = p
+	}
 	if err := e.startBMCs(ctx, httpPort); err != nil {
 		e.Close()
 		return nil, err
@@ -209,6 +228,16 @@ func (e *Env) hostOS() error {
 	return nil
 }
 
+// EditManifest re-renders the node SKU with edit applied after
+// Options.EditManifest. The coordinator reads manifests on every use, so the
+// next run (or phase) sees the change.
+func (e *Env) EditManifest(edit func(*manifests.SKU)) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.extraEdit = edit
+	return e.writeManifest()
+}
+
 // writeManifest renders the qemu-nvme example with the host-OS image just built.
 func (e *Env) writeManifest() error {
 	sku, err := manifests.LoadSKU(filepath.Join(e.Root, "manifests", "examples", "qemu-nvme.yaml"))
@@ -218,6 +247,9 @@ func (e *Env) writeManifest() error {
 	sku.Spec.OS.Image = manifests.Artifact{SHA256: e.HostOS.SHA256, Size: e.HostOS.Size, Format: "raw.zst"}
 	if e.Opts.EditManifest != nil {
 		e.Opts.EditManifest(sku)
+	}
+	if e.extraEdit != nil {
+		e.extraEdit(sku)
 	}
 	b, err := manifests.Marshal(sku)
 	if err != nil {
@@ -265,7 +297,11 @@ func (e *Env) startBMCs(ctx context.Context, httpPort int) error {
 		if err != nil {
 			return err
 		}
-		b, err := vbmc.New(vbmc.Config{Name: n.ID, Serial: n.Serial, UUID: n.UUID, MAC: n.MAC, Logger: e.Opts.Logger.With("bmc", n.ID)}, m)
+		b, err := vbmc.New(vbmc.Config{Name: n.ID, Serial: n.Serial, UUID: n.UUID, MAC: n.MAC, Logger: e.Opts.Logger.With("bmc", n.ID),
+			Firmware: e.Opts.Firmware,
+			// Short enough that firmware tests spend their time booting, not
+			// waiting for simulated flash writes and BMC restarts.
+			TaskDuration: time.Second, ResetDuration: time.Second}, m)
 		if err != nil {
 			return err
 		}
@@ -276,7 +312,7 @@ func (e *Env) startBMCs(ctx context.Context, httpPort int) error {
 		srv := &http.Server{Handler: b.Handler(), ReadHeaderTimeout: 10 * time.Second}
 		go srv.Serve(l)
 		e.servers = append(e.servers, srv)
-		n.BMC = b
+		n.BMC, n.Machine = b, m
 		n.BMCURL = "http://" + l.Addr().String()
 		e.Nodes = append(e.Nodes, n)
 	}
@@ -316,6 +352,10 @@ func (e *Env) StartCoordinator(ctx context.Context) error {
 		"--wait-host", "6m",
 		// The virtual BMCs run on this host: they fetch firmware from loopback.
 		"--bmc-base-url", "http://" + e.HTTPAddr,
+	}
+	if e.proxy != nil {
+		// 10.0.2.2 is the host's loopback as QEMU's user network shows it.
+		args = append(args, "--advertise-grpc", fmt.Sprintf("10.0.2.2:%d", e.proxy.port()))
 	}
 	args = append(args, e.Opts.ExtraCoordinatorArgs...)
 	cmd := exec.Command(filepath.Join(e.Bin, "provisioner-lite"), args...)
@@ -447,6 +487,9 @@ func (e *Env) Close() {
 	}
 	for _, s := range e.servers {
 		_ = s.Shutdown(ctx)
+	}
+	if e.proxy != nil {
+		e.proxy.close()
 	}
 }
 
