@@ -21,6 +21,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/qemu-test/harness"
@@ -490,4 +491,44 @@ func fileSum(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestNVMeDriftFailsInQEMU pins an NVMe firmware QEMU is not running. QEMU's
+// controller rejects Firmware Download, so the run must end in a FAIL
+// verdict carrying the controller's own status, and never reach the disk.
+func TestNVMeDriftFailsInQEMU(t *testing.T) {
+	env := startEnv(t, harness.Options{PhaseAttempts: 1, EditManifest: func(sku *manifests.SKU) {
+		sku.Spec.Firmware[0].Version = "8.0.1"
+	}})
+	n := env.Nodes[0]
+	// The update path fetches the image before touching the controller.
+	art, err := env.AddFirmwarePackage("NVME", "8.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.EditManifest(func(sku *manifests.SKU) { sku.Spec.Firmware[0].Artifact = art }); err != nil {
+		t.Fatal(err)
+	}
+	rep := provisionAndWait(t, env, n.ID, false)
+	if rep.GetStatus() != "failed" {
+		t.Fatalf("run with a drifted NVMe ended %s, want failed", rep.GetStatus())
+	}
+	if v := verdict(rep, "nvme/0", "firmware"); v == nil || v.GetStatus() != curev1.VerdictStatus_DRIFT || v.GetObserved() != "7.2.22" {
+		t.Errorf("nvme/0 firmware verdict = %v, want DRIFT observed 7.2.22", v)
+	}
+	v := verdict(rep, "nvme/0", "firmware_update")
+	if v == nil || v.GetStatus() != curev1.VerdictStatus_FAIL || !strings.Contains(v.GetMessage(), "0x4001") {
+		t.Fatalf("nvme/0 firmware_update verdict = %v, want FAIL carrying status 0x4001", v)
+	}
+	t.Logf("QEMU's answer: %s", v.GetMessage())
+	st := openStore(t, env)
+	got := phaseStatuses(t, st, rep.GetRunId())
+	if got[modes.NVMe] != "failed" {
+		t.Errorf("nvme phase = %q, want failed", got[modes.NVMe])
+	}
+	for _, p := range []string{modes.SEDRevert, modes.OSInstall, modes.SetBootDisk} {
+		if _, ran := got[p]; ran {
+			t.Errorf("phase %s ran after the firmware failure", p)
+		}
+	}
 }
