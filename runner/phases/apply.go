@@ -1,6 +1,7 @@
 package phases
 
 import (
+	"fmt"
 	"strings"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -38,4 +39,32 @@ func applyUpdates(kind, done string, ups []update, emit agent.Emitter) agent.Pha
 		return failed("%s failed: %s", kind, strings.Join(failures, "; "))
 	}
 	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, RebootRequired: reboot, Message: done + " " + strings.Join(updated, ", ")}
+}
+
+// judged is a compared component: its verdict and, when drifted, the
+// "component running -> desired" line for the phase message.
+type judged struct {
+	verdict *curev1.Verdict
+	desired string
+}
+
+// tally streams every comparison verdict and sorts the outcomes: drift
+// lines, error messages and how many components were judged at all (a SKIP
+// verdict is reported but not judged).
+func tally(emit agent.Emitter, js []judged) (drift, errs []string, n int) {
+	for _, j := range js {
+		v := j.verdict
+		emit.Verdict(v)
+		switch v.GetStatus() {
+		case curev1.VerdictStatus_DRIFT:
+			drift = append(drift, fmt.Sprintf("%s %s -> %s", v.GetComponent(), v.GetObserved(), j.desired))
+		case curev1.VerdictStatus_ERROR:
+			errs = append(errs, v.GetMessage())
+		case curev1.VerdictStatus_MATCH:
+		default:
+			continue
+		}
+		n++
+	}
+	return drift, errs, n
 }

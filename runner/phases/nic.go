@@ -391,22 +391,16 @@ func (e *Executor) runNIC(ctx context.Context, a *curev1.Assignment, emit agent.
 		return failed("nic: %v", err)
 	}
 	checks := PlanNIC(entries, obs)
-	var drift, errs []string
-	judged := 0
+	js := make([]judged, 0, len(checks))
 	for _, c := range checks {
-		emit.Verdict(&curev1.Verdict{Component: c.Component(), Check: "firmware", Status: c.Status,
-			Observed: c.Observed, Expected: c.expected(), Message: c.Message})
-		switch c.Status {
-		case curev1.VerdictStatus_DRIFT:
-			drift = append(drift, fmt.Sprintf("%s %s -> %s", c.Component(), c.Observed, c.Entry.Version))
-		case curev1.VerdictStatus_ERROR:
-			errs = append(errs, c.Message)
-		case curev1.VerdictStatus_MATCH:
-		default:
-			continue
+		desired := "" // a component no entry selects has no target
+		if c.Entry != nil {
+			desired = c.Entry.Version
 		}
-		judged++
+		js = append(js, judged{&curev1.Verdict{Component: c.Component(), Check: "firmware", Status: c.Status,
+			Observed: c.Observed, Expected: c.expected(), Message: c.Message}, desired})
 	}
+	drift, errs, nJudged := tally(emit, js)
 	provision := a.GetMode() == curev1.Mode_MODE_PROVISION
 	if provision && len(errs) > 0 {
 		return failed("nic: %s", strings.Join(errs, "; "))
@@ -415,7 +409,7 @@ func (e *Executor) runNIC(ctx context.Context, a *curev1.Assignment, emit agent.
 		return e.updateNICs(ctx, a, checks, emit)
 	}
 	if len(drift) == 0 && len(errs) == 0 {
-		return skipped("all %d pinned adapter(s) match the manifest: nothing to update", judged)
+		return skipped("all %d pinned adapter(s) match the manifest: nothing to update", nJudged)
 	}
 	msg := fmt.Sprintf("%d adapter(s) checked: %d drift, %d error", len(devs), len(drift), len(errs))
 	if len(drift) > 0 {

@@ -176,19 +176,12 @@ func (e *Executor) runNVMe(ctx context.Context, a *curev1.Assignment, emit agent
 		return failed("nvme: %v", err)
 	}
 	checks := PlanNVMe(entries, ctrls)
-	var drift, errs []string
+	js := make([]judged, 0, len(checks))
 	for _, c := range checks {
-		emit.Verdict(&curev1.Verdict{
-			Component: c.Component(), Check: "firmware", Status: c.Status,
-			Observed: c.Observed, Expected: expected(c.Entry), Message: c.Message,
-		})
-		switch c.Status {
-		case curev1.VerdictStatus_DRIFT:
-			drift = append(drift, fmt.Sprintf("%s %s -> %s", c.Component(), c.Observed, c.Entry.Version))
-		case curev1.VerdictStatus_ERROR:
-			errs = append(errs, c.Message)
-		}
+		js = append(js, judged{&curev1.Verdict{Component: c.Component(), Check: "firmware", Status: c.Status,
+			Observed: c.Observed, Expected: expected(c.Entry), Message: c.Message}, c.Entry.Version})
 	}
+	drift, errs, _ := tally(emit, js)
 	provision := a.GetMode() == curev1.Mode_MODE_PROVISION
 	if provision && len(errs) > 0 {
 		return failed("nvme: %s", strings.Join(errs, "; "))
