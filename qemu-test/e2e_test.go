@@ -422,20 +422,7 @@ func TestCorruptArtifactFailsOSInstall(t *testing.T) {
 func TestDiagnosticQEMU(t *testing.T) {
 	env := startEnv(t, harness.Options{})
 	n := env.Nodes[0]
-	// Known content on the disk, so "unchanged" means something.
-	pattern := make([]byte, 8<<20)
-	for i := range pattern {
-		pattern[i] = byte(i*31 + i>>9)
-	}
-	f, err := os.OpenFile(n.Disk, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(pattern, 0); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	before := fileSum(t, n.Disk)
+	before := seedDisk(t, n.Disk, 31)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -477,6 +464,25 @@ func TestDiagnosticQEMU(t *testing.T) {
 	if after := fileSum(t, n.Disk); after != before {
 		t.Error("the diagnostic changed the disk's bytes")
 	}
+}
+
+// seedDisk writes a known 8 MiB pattern at the start of a node's disk, so
+// "the disk is unchanged" means something, and returns the disk's sha256.
+func seedDisk(t *testing.T, disk string, mul int) string {
+	t.Helper()
+	pattern := make([]byte, 8<<20)
+	for i := range pattern {
+		pattern[i] = byte(i*mul + i>>9)
+	}
+	f, err := os.OpenFile(disk, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(pattern, 0); err != nil {
+		t.Fatal(err)
+	}
+	return fileSum(t, disk)
 }
 
 func fileSum(t *testing.T, p string) string {

@@ -617,19 +617,7 @@ func TestAuditVerifyReadOnly(t *testing.T) {
 	}
 	pinFirmware(t, env, []fwPin{pinBMC, {"bios", "bios", "BIOS", biosStart, "host-reboot"}, pinGPU},
 		map[string]any{"ProcTurboMode": "Disabled", matching: attrs[matching]})
-	pattern := make([]byte, 8<<20)
-	for i := range pattern {
-		pattern[i] = byte(i*131 + i>>11)
-	}
-	f, err := os.OpenFile(n.Disk, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(pattern, 0); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	diskBefore := fileSum(t, n.Disk)
+	diskBefore := seedDisk(t, n.Disk, 131)
 	st := openStore(t, env)
 
 	wantDrift := []string{"bios", "bmc"} // "bios" here is the settings verdict
