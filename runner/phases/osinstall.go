@@ -137,9 +137,12 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 	start := e.cfg.now()
 	var last time.Time
 	labels := map[string]string{"disk": d.Name}
-	res, err := e.cfg.Images.Write(ctx, diskimage.Options{
+	opts := diskimage.Options{
 		URL: plan.URL, SHA256: plan.Image.SHA256, Size: plan.Image.Size, Format: plan.Image.Format,
 		Target: d.Path, Client: e.cfg.HTTP,
+		// After this boot's verified erase sampled zeros, zero blocks are
+		// skipped rather than zeroed; the read-back below covers them.
+		TargetZeroed: e.isZeroed(d),
 		Progress: func(written int64) {
 			now := e.cfg.now()
 			if now.Sub(last) < e.cfg.ProgressEvery {
@@ -151,12 +154,25 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 				emit.Metric("os_install.throughput", float64(written)/1e6/s, "MB/s", labels)
 			}
 		},
-	})
+	}
+	res, err := e.cfg.Images.Write(ctx, opts)
 	if err != nil {
 		return fail(fmt.Errorf("writing %s to %s: %w", plan.URL, d.Path, err))
 	}
-	if err := e.cfg.Images.Verify(ctx, d.Path, res.WrittenBytes, res.RawSHA256); err != nil {
-		return fail(fmt.Errorf("verifying %s after write: %w", d.Path, err))
+	verr := e.cfg.Images.Verify(ctx, d.Path, res.Readback)
+	if verr != nil && opts.TargetZeroed {
+		// The erase's samples read zeros but the disk does not: write
+		// again, zeroing instead of skipping.
+		e.setZeroed(d, false)
+		emit.Log("WARN", "read-back failed after skipping zero blocks on an erased disk; rewriting with zeroing", map[string]string{"disk": d.Name, "error": verr.Error()})
+		opts.TargetZeroed = false
+		if res, err = e.cfg.Images.Write(ctx, opts); err != nil {
+			return fail(fmt.Errorf("rewriting %s to %s: %w", plan.URL, d.Path, err))
+		}
+		verr = e.cfg.Images.Verify(ctx, d.Path, res.Readback)
+	}
+	if verr != nil {
+		return fail(fmt.Errorf("verifying %s after write: %w", d.Path, verr))
 	}
 	// After the read-back: the GPT fix rewrites header bytes the hash covers.
 	layout := "partition table untouched"
@@ -179,7 +195,7 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 		mbps = float64(res.WrittenBytes) / 1e6 / s
 	}
 	emit.Metric("os_install.throughput", mbps, "MB/s", labels)
-	observed := fmt.Sprintf("sha256:%s %d bytes %.1f MB/s", res.RawSHA256, res.WrittenBytes, mbps)
+	observed := fmt.Sprintf("sha256:%s read back %s, %d bytes (%d zero) %.1f MB/s, decoder %s", res.SHA256, res.Readback, res.WrittenBytes, res.ZeroBytes, mbps, res.Decoder)
 	emit.Verdict(&curev1.Verdict{
 		Component: component, Check: "os_install", Status: curev1.VerdictStatus_PASS,
 		Observed: observed, Expected: "sha256:" + strings.ToLower(plan.Image.SHA256) + " (download)",

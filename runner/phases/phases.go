@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -29,7 +30,7 @@ const NotImplemented = "not implemented yet in this runner (issue #3/#4)"
 // ImageWriter streams an image to a disk and reads it back (tools/diskimage).
 type ImageWriter interface {
 	Write(ctx context.Context, o diskimage.Options) (*diskimage.Result, error)
-	Verify(ctx context.Context, target string, length int64, rawSHA256 string) error
+	Verify(ctx context.Context, target string, d diskimage.Digest) error
 }
 
 // Seed is the first-boot configuration written next to the installed OS.
@@ -91,7 +92,31 @@ type Config struct {
 }
 
 // Executor dispatches phases by name; it implements agent.Executor.
-type Executor struct{ cfg Config }
+type Executor struct {
+	cfg Config
+	// zeroed holds the disks (by zeroedKey) that sed_revert erased in this
+	// boot and sampled as all zeros: os_install may skip zero blocks on
+	// them. Lost with a reboot, which only costs speed.
+	mu     sync.Mutex
+	zeroed map[string]bool
+}
+
+func zeroedKey(d blockdev.Disk) string { return d.Path + "|" + d.Serial }
+
+func (e *Executor) setZeroed(d blockdev.Disk, zeroed bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.zeroed == nil {
+		e.zeroed = map[string]bool{}
+	}
+	e.zeroed[zeroedKey(d)] = zeroed
+}
+
+func (e *Executor) isZeroed(d blockdev.Disk) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.zeroed[zeroedKey(d)]
+}
 
 // New returns an executor over cfg.
 func New(cfg Config) *Executor {

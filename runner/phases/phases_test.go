@@ -199,7 +199,11 @@ type fakeImages struct {
 	verified []string
 	writeErr error
 	progress []int64
+	// verifyErrs are returned by successive Verify calls (nil after).
+	verifyErrs []error
 }
+
+var fakeReadback = diskimage.Digest{Grain: 1 << 20, Length: 1 << 30, CRCs: make([]uint32, 1024)}
 
 func (f *fakeImages) Write(ctx context.Context, o diskimage.Options) (*diskimage.Result, error) {
 	f.writes = append(f.writes, o)
@@ -209,11 +213,16 @@ func (f *fakeImages) Write(ctx context.Context, o diskimage.Options) (*diskimage
 	for _, n := range f.progress {
 		o.Progress(n)
 	}
-	return &diskimage.Result{DownloadedBytes: 16777216, WrittenBytes: 1 << 30, SHA256: imageSHA, RawSHA256: "feedface", Duration: 10 * time.Second}, nil
+	return &diskimage.Result{DownloadedBytes: 16777216, WrittenBytes: 1 << 30, SHA256: imageSHA, Readback: fakeReadback, Decoder: "/usr/bin/zstd", ZeroBytes: 1 << 29, Duration: 10 * time.Second}, nil
 }
 
-func (f *fakeImages) Verify(ctx context.Context, target string, length int64, raw string) error {
-	f.verified = append(f.verified, target+"|"+raw)
+func (f *fakeImages) Verify(ctx context.Context, target string, d diskimage.Digest) error {
+	f.verified = append(f.verified, target+"|"+d.String())
+	if len(f.verifyErrs) > 0 {
+		err := f.verifyErrs[0]
+		f.verifyErrs = f.verifyErrs[1:]
+		return err
+	}
 	return nil
 }
 
@@ -264,7 +273,7 @@ func TestOSInstallHappyPath(t *testing.T) {
 	if w.URL != "http://10.0.2.2:8080/artifacts/sha256/"+imageSHA || w.Target != "/dev/nvme0n1" || w.SHA256 != imageSHA || w.Size != 16777216 || w.Format != "raw.zst" || w.Client == nil {
 		t.Errorf("write options %+v", w)
 	}
-	if len(img.verified) != 1 || img.verified[0] != "/dev/nvme0n1|feedface" {
+	if len(img.verified) != 1 || img.verified[0] != "/dev/nvme0n1|"+fakeReadback.String() {
 		t.Errorf("verify calls %v", img.verified)
 	}
 	if len(seeds.seeds) != 1 {
@@ -276,7 +285,7 @@ func TestOSInstallHappyPath(t *testing.T) {
 	}
 	v := em.verdicts[len(em.verdicts)-1]
 	if v.Component != "disk/nvme0n1" || v.Check != "os_install" || v.Status != curev1.VerdictStatus_PASS ||
-		v.Observed != "sha256:feedface 1073741824 bytes 107.4 MB/s" {
+		v.Observed != "sha256:"+imageSHA+" read back "+fakeReadback.String()+", 1073741824 bytes (536870912 zero) 107.4 MB/s, decoder /usr/bin/zstd" {
 		t.Errorf("verdict %v", v)
 	}
 	// 6 progress callbacks one second apart, every 2 s at most: 3 throttled

@@ -74,6 +74,7 @@ func (e *Executor) runSEDRevert(ctx context.Context, a *curev1.Assignment, emit 
 	for _, d := range targets {
 		cred := wipe.Credentials{PSID: a.GetPsids()[d.Serial]}
 		res, err := e.cfg.Wipe(ctx, d, batch, policy, cred)
+		e.setZeroed(d, err == nil && res != nil && res.Verified && res.ReadsZeros)
 		v := &curev1.Verdict{Component: "disk/" + d.Name, Check: "wipe", Expected: "policy " + w.Policy + ", marker gone"}
 		if err != nil {
 			v.Status = curev1.VerdictStatus_FAIL

@@ -3,6 +3,7 @@ package phases
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -111,4 +112,58 @@ func TestSEDRevertPhase(t *testing.T) {
 			t.Fatalf("outcome %+v", out)
 		}
 	})
+}
+
+// A disk erased in this boot whose samples read zeros is installed with
+// zero blocks skipped; if the read-back then disagrees, the image is
+// written again with zeroing, never accepted.
+func TestInstallAfterZeroingWipe(t *testing.T) {
+	d := blockdev.Disk{Name: "nvme0n1", Path: "/dev/nvme0n1", SizeBytes: 1 << 30, Model: "QEMU NVMe Ctrl", Serial: "deadbeef", Transport: "nvme"}
+	disks := []blockdev.Disk{d, {Name: "sda", Path: "/dev/sda", SizeBytes: 1 << 30, Transport: "sata", BootMedium: true}}
+	for _, c := range []struct {
+		name       string
+		readsZeros bool
+		verifyErrs []error
+		wantZeroed []bool // TargetZeroed of each write
+		wantOK     bool
+	}{
+		{"erased to zeros: zero blocks skipped", true, nil, []bool{true}, true},
+		{"erased to noise (crypto erase): zeros written", false, nil, []bool{false}, true},
+		{"hint wrong: rewritten with zeroing", true, []error{errors.New("read-back differs in 3 grains")}, []bool{true, false}, true},
+		{"rewrite also fails: phase fails", true, []error{errors.New("differs"), errors.New("differs again")}, []bool{true, false}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			img := &fakeImages{verifyErrs: c.verifyErrs}
+			e := New(Config{Log: quiet(), Disks: func() ([]blockdev.Disk, error) { return disks, nil }, Images: img, Seeds: &fakeSeeds{},
+				SystemSerial: "SN1", SeedWait: time.Hour,
+				Wipe: func(_ context.Context, d blockdev.Disk, _ []string, _ wipe.Policy, _ wipe.Credentials) (*wipe.Result, error) {
+					return &wipe.Result{Disk: d.Name, Method: wipe.MethodFormatUserData, Verified: true, ReadsZeros: c.readsZeros}, nil
+				}})
+			a := assignment(t, curev1.Mode_MODE_PROVISION, manifest(t)) // wipe: format on the QEMU NVMe
+			if out := e.Run(context.Background(), "sed_revert", a, &recEmitter{}); out.Status != curev1.PhaseStatus_PHASE_OK {
+				t.Fatalf("sed_revert %+v", out)
+			}
+			out := e.Run(context.Background(), "os_install", a, &recEmitter{})
+			if (out.Status == curev1.PhaseStatus_PHASE_OK) != c.wantOK {
+				t.Fatalf("os_install %+v", out)
+			}
+			var got []bool
+			for _, w := range img.writes {
+				got = append(got, w.TargetZeroed)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(c.wantZeroed) {
+				t.Errorf("TargetZeroed per write %v, want %v", got, c.wantZeroed)
+			}
+			if len(img.verified) != len(c.wantZeroed) {
+				t.Errorf("%d read-backs for %d writes", len(img.verified), len(c.wantZeroed))
+			}
+		})
+	}
+	// Without a wipe in this boot (a fresh runner after a reboot), nothing
+	// is assumed.
+	img := &fakeImages{}
+	e := New(Config{Log: quiet(), Disks: func() ([]blockdev.Disk, error) { return disks, nil }, Images: img, Seeds: &fakeSeeds{}, SystemSerial: "SN1", SeedWait: time.Hour})
+	if out := e.Run(context.Background(), "os_install", assignment(t, curev1.Mode_MODE_PROVISION, manifest(t)), &recEmitter{}); out.Status != curev1.PhaseStatus_PHASE_OK || img.writes[0].TargetZeroed {
+		t.Errorf("fresh runner: %+v, TargetZeroed %v", out, img.writes[0].TargetZeroed)
+	}
 }

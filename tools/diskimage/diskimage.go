@@ -22,10 +22,6 @@ import (
 	"net/url"
 	"strings"
 	"time"
-
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zstd"
-	"github.com/ulikunitz/xz"
 )
 
 // Formats accepted in Options.Format.
@@ -58,7 +54,7 @@ type Options struct {
 	// Progress, if set, is called after every block with the total number
 	// of decompressed bytes written so far.
 	Progress  func(written int64)
-	BlockSize int // write size, default 4 MiB
+	BlockSize int // write size, a multiple of 1 MiB; default 4 MiB
 	// StallTimeout aborts a download attempt when no byte arrives for this
 	// long (default 2 minutes). The whole transfer has no deadline of its
 	// own: a multi-GiB image on a slow link is legitimate, a silent peer
@@ -71,6 +67,9 @@ type Options struct {
 	TargetZeroed bool
 	// Buffered disables O_DIRECT (used when the device allows it).
 	Buffered bool
+	// Decoder is DecoderAuto (the image's zstd(1)/xz(1) when present) or
+	// DecoderGo.
+	Decoder string
 	// Retries bounds how often a dropped download resumes with a Range
 	// request (default 5; negative: never). RetryWait is the first pause,
 	// doubling each time (default 1 s).
@@ -84,7 +83,8 @@ type Result struct {
 	WrittenBytes    int64  // image bytes now on the target, zeros included
 	ZeroBytes       int64  // of WrittenBytes, skipped or zeroed without writing
 	SHA256          string // of the download
-	RawSHA256       string // of the decompressed bytes written
+	Readback        Digest // of the image bytes written, for Verify
+	Decoder         string // what decoded the stream
 	Resumes         int    // Range requests after dropped connections
 	Direct          bool   // written with O_DIRECT
 	Duration        time.Duration
@@ -142,8 +142,13 @@ func (o *Options) validate() error {
 	if o.BlockSize == 0 {
 		o.BlockSize = defaultBlockSize
 	}
-	if o.BlockSize < 4096 || o.BlockSize%4096 != 0 {
-		return fmt.Errorf("disk image: block size %d: expected a positive multiple of 4096", o.BlockSize)
+	// Whole zero grains per block keep the grain digest and the zero
+	// scan on the same boundaries.
+	if o.BlockSize < zeroGrain || o.BlockSize%zeroGrain != 0 {
+		return fmt.Errorf("disk image: block size %d: expected a positive multiple of %d", o.BlockSize, zeroGrain)
+	}
+	if o.Decoder != DecoderAuto && o.Decoder != DecoderGo {
+		return fmt.Errorf("disk image: decoder %q: expected %q or %q", o.Decoder, DecoderAuto, DecoderGo)
 	}
 	if o.StallTimeout == 0 {
 		o.StallTimeout = defaultStallTimeout
@@ -209,11 +214,9 @@ func write(ctx context.Context, o Options, t target) (*Result, error) {
 		WrittenBytes:    st.written,
 		ZeroBytes:       st.zero,
 		SHA256:          hex.EncodeToString(dl.h.Sum(nil)),
-		RawSHA256:       st.rawSum,
+		Readback:        st.readback,
+		Decoder:         st.decoder,
 		Resumes:         f.resumes,
-	}
-	if o.Format == FormatRaw {
-		res.RawSHA256 = res.SHA256 // the same bytes: not hashed twice
 	}
 	if err := o.check(ctx, dl, res, st); err != nil {
 		if st.touched {
@@ -234,7 +237,7 @@ func write(ctx context.Context, o Options, t target) (*Result, error) {
 	res.Duration = time.Since(start)
 	slog.Info("disk image written", "url", o.URL, "target", o.Target, "format", o.Format, "downloaded", res.DownloadedBytes,
 		"written", res.WrittenBytes, "zero", res.ZeroBytes, "resumes", res.Resumes, "sha256", res.SHA256,
-		"raw_sha256", res.RawSHA256, "duration", res.Duration)
+		"readback", res.Readback.String(), "decoder", res.Decoder, "duration", res.Duration)
 	return res, nil
 }
 
@@ -272,34 +275,6 @@ type writeError struct {
 }
 
 func (e *writeError) Error() string { return e.err.Error() }
-
-func decompressor(format string, r io.Reader) (io.Reader, func(), error) {
-	switch format {
-	case FormatRaw:
-		return r, func() {}, nil
-	case FormatGzip:
-		z, err := gzip.NewReader(r)
-		if err != nil {
-			return nil, nil, fmt.Errorf("gzip header: %w", err)
-		}
-		return z, func() { z.Close() }, nil
-	case FormatZstd:
-		// Bound the window so a hostile frame header cannot demand
-		// gigabytes of RAM in an in-memory image.
-		z, err := zstd.NewReader(r, zstd.WithDecoderMaxMemory(1<<30), zstd.WithDecoderMaxWindow(512<<20))
-		if err != nil {
-			return nil, nil, fmt.Errorf("zstd: %w", err)
-		}
-		return z, z.Close, nil
-	case FormatXz:
-		z, err := xz.NewReader(r)
-		if err != nil {
-			return nil, nil, fmt.Errorf("xz header: %w", err)
-		}
-		return z, func() {}, nil
-	}
-	return nil, nil, fmt.Errorf("unsupported format %q", format)
-}
 
 // downloadReader counts and hashes the download and remembers how it ended.
 type downloadReader struct {

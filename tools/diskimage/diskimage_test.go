@@ -5,11 +5,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash/crc32"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -148,13 +150,13 @@ func TestWriteRoundTrip(t *testing.T) {
 			if res.DownloadedBytes != int64(len(art)) || res.WrittenBytes != int64(len(raw)) {
 				t.Errorf("downloaded %d written %d", res.DownloadedBytes, res.WrittenBytes)
 			}
-			if res.SHA256 != hexSum(art) || res.RawSHA256 != hexSum(raw) {
-				t.Errorf("sums %s / %s", res.SHA256, res.RawSHA256)
+			if res.SHA256 != hexSum(art) || !reflect.DeepEqual(res.Readback, digestOf(raw)) {
+				t.Errorf("sha256 %s, readback %s, want %s", res.SHA256, res.Readback, digestOf(raw))
 			}
 			if calls != 6 || last != int64(len(raw)) {
 				t.Errorf("progress: %d calls, last %d", calls, last)
 			}
-			if err := Verify(context.Background(), target, res.WrittenBytes, res.RawSHA256); err != nil {
+			if err := Verify(context.Background(), target, res.Readback); err != nil {
 				t.Errorf("verify: %v", err)
 			}
 		})
@@ -216,7 +218,7 @@ func TestWriteFailures(t *testing.T) {
 			}
 			o.Target = emptyTarget(t)
 			os.WriteFile(o.Target, bytes.Repeat([]byte{0x55}, 2<<20), 0o644)
-			o.BlockSize = 256 << 10
+			o.BlockSize = 1 << 20
 			_, err := Write(context.Background(), o)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("err = %v\nwant containing %q", err, tc.wantErr)
@@ -349,32 +351,47 @@ func TestBlockTargetSyncThenRereads(t *testing.T) {
 }
 
 func TestVerify(t *testing.T) {
-	raw := payload(1<<20 + 7)
+	raw := payload(3<<20 + 7)
 	p := filepath.Join(t.TempDir(), "disk")
 	os.WriteFile(p, append(append([]byte(nil), raw...), 0xEE, 0xEE), 0o644)
-	sum := hexSum(raw)
-	if err := Verify(context.Background(), p, int64(len(raw)), sum); err != nil {
+	d := digestOf(raw)
+	if err := Verify(context.Background(), p, d); err != nil {
 		t.Fatalf("verify intact: %v", err)
 	}
 	flipped := append([]byte(nil), raw...)
-	flipped[777777] ^= 0x01
+	flipped[1<<20+777] ^= 0x01  // grain 1
+	flipped[len(raw)-1] ^= 0x80 // the short last grain
 	os.WriteFile(p, flipped, 0o644)
-	err := Verify(context.Background(), p, int64(len(raw)), sum)
-	if err == nil || !strings.Contains(err.Error(), "sha256 mismatch over 1048583 bytes: expected "+sum) {
-		t.Errorf("flipped byte: %v", err)
+	err := Verify(context.Background(), p, d)
+	if err == nil || !strings.Contains(err.Error(), "differs from what was written in 2 of 4 grains of 1024 KiB; first at offset 1048576") {
+		t.Errorf("flipped bytes: %v", err)
 	}
-	err = Verify(context.Background(), p, int64(len(raw))+10, sum)
-	if err == nil || !strings.Contains(err.Error(), "short read: got 1048583 of 1048593 bytes") {
+	os.WriteFile(p, raw[:len(raw)-10], 0o644)
+	err = Verify(context.Background(), p, d)
+	if err == nil || !strings.Contains(err.Error(), "short read: got 3145725 of 3145735 bytes") {
 		t.Errorf("short: %v", err)
 	}
-	if err := Verify(context.Background(), p, 10, "nope"); err == nil {
-		t.Error("bad sha accepted")
+	bad := d
+	bad.CRCs = bad.CRCs[1:]
+	if err := Verify(context.Background(), p, bad); err == nil || !strings.Contains(err.Error(), "digest has 3 CRCs for 3145735 bytes") {
+		t.Errorf("inconsistent digest accepted: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := Verify(ctx, p, int64(len(raw)), sum); err == nil || !strings.Contains(err.Error(), "context canceled") {
+	os.WriteFile(p, raw, 0o644)
+	if err := Verify(ctx, p, d); err == nil || !strings.Contains(err.Error(), "context canceled") {
 		t.Errorf("cancelled: %v", err)
 	}
+}
+
+// digestOf is the read-back digest computed independently of the writer:
+// CRC-32C per MiB, the last grain short.
+func digestOf(raw []byte) Digest {
+	d := Digest{Grain: 1 << 20, Length: int64(len(raw))}
+	for off := 0; off < len(raw); off += 1 << 20 {
+		d.CRCs = append(d.CRCs, crc32.Checksum(raw[off:min(off+1<<20, len(raw))], crc32.MakeTable(crc32.Castagnoli)))
+	}
+	return d
 }
 
 // BenchmarkWrite compares raw against zstd end to end (HTTP on loopback,

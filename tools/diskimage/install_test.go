@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,6 +129,36 @@ func qcow2Of(t testing.TB, raw []byte, opts string) []byte {
 	return b
 }
 
+type variant struct {
+	name    string
+	zeroed  bool
+	decoder string
+}
+
+// variants runs every format on a used and a zeroed target, and formats
+// with an external decoder both through it and through Go.
+func variants(t *testing.T, format string) []variant {
+	var vs []variant
+	decoders := []string{DecoderGo}
+	if args, ok := externalDecoders[format]; ok {
+		if _, err := exec.LookPath(args[0]); err != nil {
+			t.Logf("%s not installed: only the Go decoder is tested for %s", args[0], format)
+		} else {
+			decoders = append(decoders, DecoderAuto)
+		}
+	}
+	for _, d := range decoders {
+		for _, z := range []bool{false, true} {
+			name := "zeroed=" + strconv.FormatBool(z)
+			if d == DecoderAuto {
+				name += "/exec"
+			}
+			vs = append(vs, variant{name, z, d})
+		}
+	}
+	return vs
+}
+
 func TestInstallFormats(t *testing.T) {
 	raw := diskLike(6<<20 + 4608)
 	files := map[string][]byte{}
@@ -143,8 +174,9 @@ func TestInstallFormats(t *testing.T) {
 		{"img.qcow2", FormatQcow2}, {"img.v2.qcow2", FormatQcow2}, {"img.64k.qcow2", FormatQcow2},
 	}
 	for _, c := range cases {
-		for _, zeroed := range []bool{false, true} {
-			t.Run(c.file+"/zeroed="+strconv.FormatBool(zeroed), func(t *testing.T) {
+		for _, v := range variants(t, c.format) {
+			zeroed := v.zeroed
+			t.Run(c.file+"/"+v.name, func(t *testing.T) {
 				art := files[c.file]
 				target := emptyTarget(t)
 				// A used disk: garbage everywhere, including where the
@@ -155,7 +187,7 @@ func TestInstallFormats(t *testing.T) {
 				}
 				os.WriteFile(target, fill, 0o644)
 				res, err := Write(context.Background(), Options{URL: srv.URL + "/" + c.file, SHA256: hexSum(art), Size: int64(len(art)),
-					Format: c.format, Target: target, BlockSize: 2 << 20, TargetZeroed: zeroed})
+					Format: c.format, Target: target, BlockSize: 2 << 20, TargetZeroed: zeroed, Decoder: v.decoder})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -166,13 +198,20 @@ func TestInstallFormats(t *testing.T) {
 				if !bytes.Equal(got[len(raw):], fill[len(raw):]) {
 					t.Error("bytes after the image were changed")
 				}
-				if res.WrittenBytes != int64(len(raw)) || res.RawSHA256 != hexSum(raw) || res.SHA256 != hexSum(art) || res.DownloadedBytes != int64(len(art)) {
+				if res.WrittenBytes != int64(len(raw)) || !reflect.DeepEqual(res.Readback, digestOf(raw)) || res.SHA256 != hexSum(art) || res.DownloadedBytes != int64(len(art)) {
 					t.Errorf("result %+v", res)
+				}
+				if want := map[string]string{FormatGzip: "go gzip", FormatZstd: "go zstd", FormatXz: "go xz", FormatQcow2: "go qcow2", FormatRaw: "none"}[c.format]; v.decoder == DecoderAuto {
+					if args := externalDecoders[c.format]; !strings.HasSuffix(res.Decoder, "/"+args[0]) {
+						t.Errorf("decoder %q, want the external %s", res.Decoder, args[0])
+					}
+				} else if res.Decoder != want {
+					t.Errorf("decoder %q, want %q", res.Decoder, want)
 				}
 				if res.ZeroBytes != 2<<20 { // MiB 1 and 4 are zero
 					t.Errorf("zero bytes = %d, want %d", res.ZeroBytes, 2<<20)
 				}
-				if err := Verify(context.Background(), target, res.WrittenBytes, res.RawSHA256); err != nil {
+				if err := Verify(context.Background(), target, res.Readback); err != nil {
 					t.Error(err)
 				}
 			})
@@ -204,7 +243,7 @@ func TestInstallZeroRegionsNotWritten(t *testing.T) {
 		if res.ZeroBytes != 63<<20 {
 			t.Errorf("zeroed=%v: zero bytes %d", zeroed, res.ZeroBytes)
 		}
-		if err := Verify(context.Background(), target, res.WrittenBytes, hexSum(raw)); err != nil {
+		if err := Verify(context.Background(), target, digestOf(raw)); err != nil {
 			t.Error(err)
 		}
 	}
@@ -234,7 +273,7 @@ func TestInstallBadImages(t *testing.T) {
 	compressed := qcow2Of(t, raw, "compressed")
 	extL2 := qcow2Of(t, raw, "extended_l2=on")
 	files := map[string][]byte{
-		"zst": zst, "corrupt.zst": corrupt, "truncated.zst": zst[:len(zst)/2], "qc": qc, "qc-flipped": qcFlipped,
+		"zst": zst, "corrupt.zst": corrupt, "truncated.zst": zst[:len(zst)/2], "cut.zst": zst[:len(zst)/2], "qc": qc, "qc-flipped": qcFlipped,
 		"qc-encrypted": encrypted, "qc-compressed": compressed, "qc-extl2": extL2, "qc-truncated": qc[:len(qc)-70000],
 		"qc-backing": backingOverlay(t), "qc-unordered": unorderedQcow2(t),
 	}
@@ -247,25 +286,29 @@ func TestInstallBadImages(t *testing.T) {
 		sha                string // "": the file's
 		wantErr            string
 		touched            bool
+		decoder            string
 	}{
-		{"truncated", "truncated.zst", FormatZstd, int64(len(zst)), hexSum(zst), "size mismatch: manifest says " + strconv.Itoa(len(zst)) + " bytes, server sends Content-Length " + strconv.Itoa(len(zst)/2), false},
-		{"corrupted zstd", "corrupt.zst", FormatZstd, 0, "", "corrupt raw.zst stream", true},
-		{"corrupted zstd, manifest hash", "corrupt.zst", FormatZstd, 0, hexSum(zst), "corrupt raw.zst stream", true},
-		{"wrong size", "zst", FormatZstd, int64(len(zst)) - 1, "", "size mismatch: manifest says " + strconv.Itoa(len(zst)-1), false},
-		{"wrong hash", "zst", FormatZstd, 0, strings.Repeat("ab", 32), "sha256 mismatch: manifest says " + strings.Repeat("ab", 32) + ", downloaded " + hexSum(zst), true},
-		{"qcow2 flipped data bit", "qc-flipped", FormatQcow2, 0, hexSum(qc), "sha256 mismatch", true},
-		{"qcow2 truncated", "qc-truncated", FormatQcow2, int64(len(qc)), hexSum(qc), "size mismatch", false},
-		{"qcow2 encrypted", "qc-encrypted", FormatQcow2, 0, "", "qcow2: image is encrypted (crypt_method 1): not supported", false},
-		{"qcow2 compressed clusters", "qc-compressed", FormatQcow2, 0, "", "compressed cluster: not supported", false},
-		{"qcow2 extended L2", "qc-extl2", FormatQcow2, 0, "", "extended L2 entries", false},
-		{"qcow2 backing file", "qc-backing", FormatQcow2, 0, "", "image has a backing file", false},
-		{"qcow2 out of guest order", "qc-unordered", FormatQcow2, 0, "", "clusters are not in guest order", false},
-		{"raw called qcow2", "zst", FormatQcow2, 0, "", "qcow2: header: expected magic", false},
+		{"truncated", "truncated.zst", FormatZstd, int64(len(zst)), hexSum(zst), "size mismatch: manifest says " + strconv.Itoa(len(zst)) + " bytes, server sends Content-Length " + strconv.Itoa(len(zst)/2), false, ""},
+		{"corrupted zstd", "corrupt.zst", FormatZstd, 0, "", "corrupt raw.zst stream", true, ""},
+		{"corrupted zstd, manifest hash", "corrupt.zst", FormatZstd, 0, hexSum(zst), "corrupt raw.zst stream", true, ""},
+		{"corrupted zstd, go decoder", "corrupt.zst", FormatZstd, 0, "", "corrupt raw.zst stream", true, DecoderGo},
+		{"cut zstd stream, go decoder", "cut.zst", FormatZstd, 0, "", "corrupt raw.zst stream", true, DecoderGo},
+		{"cut zstd stream", "cut.zst", FormatZstd, 0, "", "corrupt raw.zst stream", true, ""},
+		{"wrong size", "zst", FormatZstd, int64(len(zst)) - 1, "", "size mismatch: manifest says " + strconv.Itoa(len(zst)-1), false, ""},
+		{"wrong hash", "zst", FormatZstd, 0, strings.Repeat("ab", 32), "sha256 mismatch: manifest says " + strings.Repeat("ab", 32) + ", downloaded " + hexSum(zst), true, ""},
+		{"qcow2 flipped data bit", "qc-flipped", FormatQcow2, 0, hexSum(qc), "sha256 mismatch", true, ""},
+		{"qcow2 truncated", "qc-truncated", FormatQcow2, int64(len(qc)), hexSum(qc), "size mismatch", false, ""},
+		{"qcow2 encrypted", "qc-encrypted", FormatQcow2, 0, "", "qcow2: image is encrypted (crypt_method 1): not supported", false, ""},
+		{"qcow2 compressed clusters", "qc-compressed", FormatQcow2, 0, "", "compressed cluster: not supported", false, ""},
+		{"qcow2 extended L2", "qc-extl2", FormatQcow2, 0, "", "extended L2 entries", false, ""},
+		{"qcow2 backing file", "qc-backing", FormatQcow2, 0, "", "image has a backing file", false, ""},
+		{"qcow2 out of guest order", "qc-unordered", FormatQcow2, 0, "", "clusters are not in guest order", false, ""},
+		{"raw called qcow2", "zst", FormatQcow2, 0, "", "qcow2: header: expected magic", false, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			art := files[tc.file]
-			o := Options{URL: srv.URL + "/" + tc.file, Format: tc.format, Size: tc.size, SHA256: tc.sha, BlockSize: 256 << 10, RetryWait: time.Millisecond}
+			o := Options{URL: srv.URL + "/" + tc.file, Format: tc.format, Size: tc.size, SHA256: tc.sha, BlockSize: 1 << 20, RetryWait: time.Millisecond, Decoder: tc.decoder}
 			if o.Size == 0 {
 				o.Size = int64(len(art))
 			}
@@ -278,6 +321,7 @@ func TestInstallBadImages(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("err = %v\nwant containing %q", err, tc.wantErr)
 			}
+			t.Logf("error: %v", err)
 			if !strings.HasPrefix(err.Error(), "artifact "+o.URL) {
 				t.Errorf("error does not name the artifact: %v", err)
 			}
@@ -342,7 +386,7 @@ func TestInstallResumesDownload(t *testing.T) {
 				t.Fatal(err)
 			}
 			got, _ := os.ReadFile(target)
-			if !bytes.Equal(got, raw) || res.RawSHA256 != hexSum(raw) {
+			if !bytes.Equal(got, raw) || !reflect.DeepEqual(res.Readback, digestOf(raw)) {
 				t.Fatal("resumed install is not byte-exact")
 			}
 			if res.Resumes != 1 || res.DownloadedBytes != int64(len(art)) {

@@ -54,7 +54,7 @@ func TestWriteLoopDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Verify(context.Background(), loop, res.WrittenBytes, res.RawSHA256); err != nil {
+	if err := Verify(context.Background(), loop, res.Readback); err != nil {
 		t.Errorf("verify on block device: %v", err)
 	}
 	_, err = os.Stat(filepath.Join("/sys/block", name, name+"p1", "partition"))

@@ -3,16 +3,15 @@ package diskimage
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"io"
 	"sync"
 )
 
-// Pipeline shape (each arrow a bounded channel, each box a goroutine):
+// Pipeline shape (each arrow a bounded channel, each box a goroutine; an
+// external decoder adds a process and a feeder goroutine in the middle):
 //
-//	download+sha256 ──chunks──▶ decompress ──blocks──▶ raw sha256 ──blocks──▶ write
+//	download+sha256 ──chunks──▶ decompress ──blocks──▶ zero scan+CRC+write
 //
 // Buffers come from fixed free lists rather than a sync.Pool: a free list
 // both reuses the aligned buffers and puts a hard bound on how many exist,
@@ -73,7 +72,8 @@ type block struct {
 // pipelineState is how the stages ended.
 type pipelineState struct {
 	written, zero int64
-	rawSum        string
+	readback      Digest
+	decoder       string
 	err           error // the first stage failure (decode or write)
 	stopped       bool  // the download ended because a stage failed
 	touched       bool  // something was written or zeroed on the target
@@ -84,7 +84,6 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 	blocks := newFreeList(blockBufs, o.BlockSize)
 	dlCh := make(chan []byte, queue)
 	decCh := make(chan block, queue)
-	wrCh := make(chan block, queue)
 
 	var (
 		mu    sync.Mutex
@@ -99,7 +98,7 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 		cancel(errStopped)
 	}
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(2)
 
 	// Download: fill chunks until the body ends. dl records how it ended;
 	// stopped records whether that end was the pipeline cancelling it.
@@ -133,6 +132,7 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 	}()
 
 	// Decompress (or map qcow2 clusters) into blocks.
+	var decName string
 	go func() {
 		defer wg.Done()
 		defer close(decCh)
@@ -142,15 +142,15 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 		defer src.drain()
 		var dec io.Reader
 		if img != nil {
-			dec = img.stream(src)
+			dec, decName = img.stream(src), "go qcow2"
 		} else {
-			d, closeDec, err := decompressor(o.Format, src)
+			d, err := newDecoder(o.Format, o.Decoder, src, o.Size)
 			if err != nil {
 				fail(err)
 				return
 			}
-			defer closeDec()
-			dec = d
+			defer d.close()
+			dec, decName = d, d.name
 		}
 		// ReadFull reports a short final block as io.ErrUnexpectedEOF,
 		// which is also what a decompressor says about a cut stream;
@@ -185,29 +185,9 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 		}
 	}()
 
-	// Hash the decompressed bytes (raw images are already hashed by the
-	// download stage).
-	var rawSum string
-	go func() {
-		defer wg.Done()
-		defer close(wrCh)
-		h := sha256.New()
-		for b := range decCh {
-			if o.Format != FormatRaw {
-				h.Write(b.buf)
-			}
-			select {
-			case wrCh <- b:
-			case <-ctx.Done():
-				blocks.put(b.buf)
-			}
-		}
-		rawSum = hex.EncodeToString(h.Sum(nil))
-	}()
-
-	w := &zeroWriter{t: t, skip: o.TargetZeroed}
+	w := &zeroWriter{t: t, skip: o.TargetZeroed, digest: newDigester()}
 	var werr error
-	for b := range wrCh {
+	for b := range decCh {
 		if werr == nil && ctx.Err() == nil {
 			if werr = w.write(b.buf, b.off); werr != nil {
 				fail(werr)
@@ -225,7 +205,7 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 	wg.Wait()
 	// Whatever the stages left in the channels goes back; nothing is
 	// waiting for it, this only keeps the accounting honest.
-	st := pipelineState{written: w.end, zero: w.zero, rawSum: rawSum, touched: w.touched}
+	st := pipelineState{written: w.end, zero: w.zero, readback: w.digest.d, decoder: decName, touched: w.touched}
 	mu.Lock()
 	st.err = first
 	mu.Unlock()
@@ -264,6 +244,38 @@ func (c *chanReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// peek returns the unread part of the current chunk, fetching the first
+// one if needed, without consuming it.
+func (c *chanReader) peek() ([]byte, error) {
+	if len(c.rest) == 0 {
+		if _, err := c.Read(nil); err != nil {
+			return nil, err
+		}
+	}
+	return c.rest, nil
+}
+
+// WriteTo hands whole chunks to w: feeding an external decoder through
+// io.Copy would otherwise go through a 32 KiB bounce buffer.
+func (c *chanReader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		if len(c.rest) == 0 {
+			if _, err := c.Read(nil); err == io.EOF {
+				return total, nil
+			} else if err != nil {
+				return total, err
+			}
+		}
+		n, err := w.Write(c.rest)
+		c.rest = c.rest[n:]
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
 func (c *chanReader) drain() {
 	if c.cur != nil {
 		c.free.put(c.cur)
@@ -288,10 +300,12 @@ func (e *eofReader) Read(p []byte) (int, error) {
 }
 
 // zeroWriter writes blocks at their offsets, turning all-zero grains into
-// skipped or device-zeroed ranges, coalesced across blocks.
+// skipped or device-zeroed ranges, coalesced across blocks, and digests
+// every grain on the way: the scan for zeros has the bytes in cache.
 type zeroWriter struct {
 	t                 target
 	skip              bool
+	digest            *digester
 	end               int64 // image bytes accounted for so far
 	zero              int64
 	zeroFrom, zeroLen int64 // pending zero range
@@ -304,7 +318,9 @@ func (w *zeroWriter) write(b []byte, off int64) error {
 		e := min(s+zeroGrain, len(b))
 		// A short grain (the image's tail) is written as is: zero offload
 		// wants aligned ranges.
-		if e-s == zeroGrain && bytes.Equal(b[s:e], zeroes) {
+		isZero := e-s == zeroGrain && bytes.Equal(b[s:e], zeroes)
+		w.digest.add(b[s:e], isZero)
+		if isZero {
 			if dataFrom >= 0 {
 				if err := w.data(b[dataFrom:s], off+int64(dataFrom)); err != nil {
 					return err

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cure-oss/cure/tools/ata"
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/nvme"
 	"github.com/cure-oss/cure/tools/opal"
@@ -106,8 +107,9 @@ func (d *Device) Close() error {
 	return errors.Join(errs...)
 }
 
-// Open opens the seams for disk: the block device, sed-opal ioctls and,
-// for NVMe, the controller found under sysRoot ("/" in production).
+// Open opens the seams for disk: the block device, sed-opal ioctls, ATA
+// pass-through for SATA and, for NVMe, the controller found under sysRoot
+// ("/" in production).
 func Open(disk blockdev.Disk, sysRoot string) (*Device, error) {
 	d := &Device{}
 	bf, err := OpenBlock(disk.Path)
@@ -158,6 +160,16 @@ func Open(disk blockdev.Disk, sysRoot string) (*Device, error) {
 		d.NVMe = &NVMeInfo{Controller: found.Name, NSID: nsid, Namespaces: found.Namespaces}
 	case "sata", "sas", "scsi":
 		d.Security = opal.SCSITransport{Dev: od}
+	}
+	if disk.Transport == "sata" {
+		// libata's SAT layer takes ATA PASS-THROUGH (16) on the sd node.
+		ad, err := ata.Open(disk.Path)
+		if err != nil {
+			d.Close()
+			return nil, fmt.Errorf("wipe %s: %w", disk.Name, err)
+		}
+		d.closers = append(d.closers, ad)
+		d.ATA = ad
 	}
 	return d, nil
 }

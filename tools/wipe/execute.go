@@ -10,18 +10,21 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cure-oss/cure/tools/ata"
 	"github.com/cure-oss/cure/tools/nvme"
 	"github.com/cure-oss/cure/tools/opal"
 )
 
 // Handles are the device seams for one disk. Fields a disk does not have
-// stay nil: Admin for non-NVMe, Opal when the kernel has no sed-opal.
+// stay nil: Admin for non-NVMe, ATA for non-SATA, Opal when the kernel
+// has no sed-opal.
 type Handles struct {
 	Block     Block                  // the whole-disk block device
 	Opal      opal.Ioctler           // sed-opal ioctls on the block device
 	Security  opal.SecurityTransport // Level 0 Discovery (after a revert)
 	Admin     nvme.Admin             // the NVMe controller
 	Namespace *nvme.Namespace        // Identify Namespace of the target
+	ATA       ata.Transport          // ATA PASS-THROUGH (16) on a SATA disk
 }
 
 // Credentials are the secrets for one disk, looked up by serial.
@@ -55,8 +58,12 @@ type Result struct {
 	Erase    time.Duration `json:"eraseDuration"`
 	Total    time.Duration `json:"totalDuration"`
 	Verified bool          `json:"verified"`
-	Marker   string        `json:"marker,omitempty"` // token hex; worthless once erased
-	Evidence []string      `json:"evidence"`
+	// ReadsZeros: every sampled region read back as zeros after the
+	// erase. A hint for the installer (skip zero blocks), not a proof:
+	// the installer's full read-back is what catches a wrong hint.
+	ReadsZeros bool     `json:"readsZeros"`
+	Marker     string   `json:"marker,omitempty"` // token hex; worthless once erased
+	Evidence   []string `json:"evidence"`
 }
 
 // Execute applies p to the disk behind h and verifies it. The returned
@@ -124,7 +131,8 @@ func Execute(ctx context.Context, p Plan, h Handles, cred Credentials, o Options
 	for _, s := range p.Steps() {
 		t0 := time.Now()
 		log.Info("wipe: erasing", "method", s.Method, "reason", s.Reason)
-		err := apply(ctx, s.Method, p, h, cred, o)
+		ev, err := apply(ctx, s.Method, p, h, cred, o, log)
+		res.Evidence = append(res.Evidence, ev...)
 		a := Attempt{Method: s.Method, Duration: time.Since(t0)}
 		if err != nil {
 			a.Error = err.Error()
@@ -161,12 +169,13 @@ func Execute(ctx context.Context, p Plan, h Handles, cred Credentials, o Options
 		verified = verified && ok
 	}
 	if mk != nil {
-		ev, survivors, err := mk.check(h.Block)
+		ev, survivors, zeros, err := mk.check(h.Block)
 		res.Evidence = append(res.Evidence, ev...)
 		if err != nil {
 			return fail("verify: %v", err)
 		}
 		verified = verified && survivors == 0
+		res.ReadsZeros = zeros
 	}
 	res.Verified = verified
 	res.Total = time.Since(start)
@@ -191,8 +200,19 @@ func lockedOpal(h Handles) (bool, string) {
 	return false, ""
 }
 
-// apply runs one method.
-func apply(ctx context.Context, m Method, p Plan, h Handles, cred Credentials, o Options) error {
+// apply runs one method, returning evidence lines the method itself
+// produced (also on failure).
+func apply(ctx context.Context, m Method, p Plan, h Handles, cred Credentials, o Options, log *slog.Logger) ([]string, error) {
+	if m == MethodATAEnhanced || m == MethodATANormal {
+		if h.ATA == nil {
+			return nil, fmt.Errorf("%w: no ATA pass-through handle", ata.ErrUnsupported)
+		}
+		return ataSecurityErase(ctx, h.ATA, m == MethodATAEnhanced, log)
+	}
+	return nil, applyOpalNVMe(ctx, m, p, h, cred, o)
+}
+
+func applyOpalNVMe(ctx context.Context, m Method, p Plan, h Handles, cred Credentials, o Options) error {
 	needAdmin := func() error {
 		if h.Admin == nil {
 			return fmt.Errorf("no NVMe controller handle")
@@ -242,7 +262,10 @@ func apply(ctx context.Context, m Method, p Plan, h Handles, cred Credentials, o
 // unsupported reports outcomes meaning "this drive does not do that
 // command", as opposed to "it tried and failed".
 func unsupported(err error) bool {
-	if errors.Is(err, opal.ErrNoTCG) {
+	if errors.Is(err, errATAPasswordSet) {
+		return false // the drive's security state was touched: stop and say so
+	}
+	if errors.Is(err, opal.ErrNoTCG) || errors.Is(err, ata.ErrUnsupported) {
 		return true
 	}
 	var st *nvme.StatusError

@@ -127,12 +127,14 @@ func (m *marker) write(b Block) error {
 }
 
 // check reads every region and reports, per region, whether any block
-// still carries the marker and what the region holds now.
-func (m *marker) check(b Block) (evidence []string, survivors int, err error) {
+// still carries the marker and what the region holds now; zeros says
+// every region reads as zeros.
+func (m *marker) check(b Block) (evidence []string, survivors int, zeros bool, err error) {
+	zeros = true
 	for _, r := range m.Regions {
 		got := make([]byte, r.Len)
 		if _, err := b.ReadAt(got, r.Off); err != nil {
-			return evidence, survivors, fmt.Errorf("read %s after wipe: %w", r.Name, err)
+			return evidence, survivors, false, fmt.Errorf("read %s after wipe: %w", r.Name, err)
 		}
 		left := 0
 		for o := int64(0); o < r.Len; o += blockSize {
@@ -150,10 +152,14 @@ func (m *marker) check(b Block) (evidence []string, survivors int, err error) {
 		if left > 0 {
 			state = fmt.Sprintf("MARKER STILL PRESENT in %d of %d blocks", left, r.Len/blockSize)
 		}
-		evidence = append(evidence, fmt.Sprintf("%s [%d, +%d): %s, now %s", r.Name, r.Off, r.Len, state, describeData(got)))
+		now := describeData(got)
+		zeros = zeros && now == dataZeros
+		evidence = append(evidence, fmt.Sprintf("%s [%d, +%d): %s, now %s", r.Name, r.Off, r.Len, state, now))
 	}
-	return evidence, survivors, nil
+	return evidence, survivors, zeros, nil
 }
+
+const dataZeros = "all zeros"
 
 // describeData characterises erased content: all zeros (format, block
 // erase), all ones, or other data (crypto erase: old ciphertext under a
@@ -169,7 +175,7 @@ func describeData(b []byte) string {
 	}
 	switch {
 	case allSame(0):
-		return "all zeros"
+		return dataZeros
 	case allSame(0xff):
 		return "all 0xff"
 	}

@@ -12,8 +12,20 @@
 //	              works whoever owns the drive
 //	revert-sid    the same RevertTPer authenticated with the owner's SID
 //	crypto-erase  NVMe Sanitize crypto erase, or Format NVM SES=2
-//	sanitize      NVMe Sanitize block erase
-//	format        NVMe Format NVM SES=1 (user data erase)
+//	sanitize      NVMe Sanitize block erase; ATA enhanced SECURITY ERASE UNIT
+//	format        NVMe Format NVM SES=1 (user data erase); ATA normal
+//	              SECURITY ERASE UNIT
+//
+// The ATA erases sit by what ACS-3 promises, not by what drives often do.
+// Enhanced erase writes vendor patterns to all user data including
+// sectors retired by reallocation, so it reaches media a host overwrite
+// cannot: sanitize. Many self-encrypting SSDs implement it as a key
+// change, but nothing in IDENTIFY says so, so it never counts as
+// crypto-erase. Normal erase only writes zeros or ones over the user
+// addressable LBAs, like Format NVM's user data erase: format. Both run
+// through a temporary user password (SET PASSWORD, ERASE PREPARE, ERASE
+// UNIT); a drive the BIOS froze, or whose password is already set, is
+// refused.
 //
 // A method of the policy's class is always acceptable; a weaker one only
 // when the policy sets allowWeakerFallback; a stronger one is never
@@ -26,6 +38,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cure-oss/cure/tools/ata"
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/nvme"
 	"github.com/cure-oss/cure/tools/opal"
@@ -64,10 +77,13 @@ const (
 	MethodFormatCrypto   Method = "nvme-format-crypto"
 	MethodSanitizeBlock  Method = "nvme-sanitize-block"
 	MethodFormatUserData Method = "nvme-format-user-data"
+	MethodATAEnhanced    Method = "ata-enhanced-erase"
+	MethodATANormal      Method = "ata-security-erase"
 )
 
 // methodOrder lists every method strongest first.
-var methodOrder = []Method{MethodPSIDRevert, MethodSIDRevert, MethodSanitizeCrypto, MethodFormatCrypto, MethodSanitizeBlock, MethodFormatUserData}
+var methodOrder = []Method{MethodPSIDRevert, MethodSIDRevert, MethodSanitizeCrypto, MethodFormatCrypto,
+	MethodSanitizeBlock, MethodATAEnhanced, MethodFormatUserData, MethodATANormal}
 
 // Class is the policy class a method satisfies.
 func (m Method) Class() string {
@@ -78,9 +94,9 @@ func (m Method) Class() string {
 		return PolicyRevertSID
 	case MethodSanitizeCrypto, MethodFormatCrypto:
 		return PolicyCryptoErase
-	case MethodSanitizeBlock:
+	case MethodSanitizeBlock, MethodATAEnhanced:
 		return PolicySanitize
-	case MethodFormatUserData:
+	case MethodFormatUserData, MethodATANormal:
 		return PolicyFormat
 	}
 	return PolicyNone
@@ -112,6 +128,10 @@ type Target struct {
 	Opal    *opal.Discovery
 	OpalErr error
 	NVMe    *NVMeInfo // nil for non-NVMe disks
+	// ATA is IDENTIFY DEVICE of a SATA disk; when nil, ATAErr says why
+	// (nil too when the disk has no ATA pass-through path).
+	ATA    *ata.Identify
+	ATAErr error
 	// PSIDKnown / SIDKnown: the inventory has that credential for the
 	// disk's serial.
 	PSIDKnown, SIDKnown bool
@@ -232,9 +252,12 @@ func applicable(t Target, m Method) (reason, whyNot string) {
 	if o != nil && o.Locking != nil && (o.Locking.Enabled || o.Locking.Locked) {
 		return "", "Opal locking is enabled; only a revert resets it"
 	}
+	if m == MethodATAEnhanced || m == MethodATANormal {
+		return ataApplicable(t, m == MethodATAEnhanced)
+	}
 	n := t.NVMe
 	if n == nil {
-		return "", fmt.Sprintf("transport %s: only NVMe sanitize/format are implemented without Opal (no ATA security erase)", t.Disk.Transport)
+		return "", fmt.Sprintf("transport %s: NVMe sanitize/format need an NVMe controller", t.Disk.Transport)
 	}
 	switch m {
 	case MethodSanitizeCrypto, MethodSanitizeBlock:
@@ -267,6 +290,52 @@ func applicable(t Target, m Method) (reason, whyNot string) {
 		return fmt.Sprintf("OACS %#x reports Format NVM (user data erase)", n.OACS), ""
 	}
 	return "", "unknown method"
+}
+
+// ataApplicable judges SECURITY ERASE UNIT from IDENTIFY DEVICE words 82
+// and 128 (ACS-3 7.12.7). The erase needs a user password CURE sets
+// itself, so every state where it cannot (frozen, locked, a password
+// already set, attempts exhausted) is a refusal.
+func ataApplicable(t Target, enhanced bool) (reason, whyNot string) {
+	if t.Disk.Transport != "sata" {
+		return "", fmt.Sprintf("transport %s: ATA security erase needs a SATA disk behind libata", t.Disk.Transport)
+	}
+	id := t.ATA
+	if id == nil {
+		return "", "no IDENTIFY DEVICE data (" + errString(t.ATAErr) + ")"
+	}
+	if why := ataRefusal(id, enhanced); why != "" {
+		return "", why
+	}
+	est, mode := id.NormalErase, "normal"
+	if enhanced {
+		est, mode = id.EnhancedErase, "enhanced"
+	}
+	return fmt.Sprintf("IDENTIFY word 82 %#04x, word 128 %#04x, %s: %s SECURITY ERASE UNIT, drive estimates %s",
+		id.Word82, id.Word128, id.Security.State(), mode, est), ""
+}
+
+// ataRefusal says why the security state rules the erase out, or "". The
+// executor asks again right before setting the password.
+func ataRefusal(id *ata.Identify, enhanced bool) string {
+	s := id.Security
+	words := fmt.Sprintf("IDENTIFY word 82 %#04x, word 128 %#04x", id.Word82, id.Word128)
+	switch {
+	case !s.Supported:
+		return words + ": the drive does not support the Security feature set (word 82 bit 1 and word 128 bit 0 must both be set)"
+	case s.Locked:
+		return words + ": security is locked (word 128 bit 2) with a user password CURE does not know; unlock or erase it with the master password first"
+	case s.Enabled:
+		return words + ": security is enabled (word 128 bit 1): a user password CURE does not know is already set, and the erase needs to set its own"
+	case s.CountExpired:
+		return words + ": the password attempt counter expired (word 128 bit 4); power-cycle the drive"
+	case s.Frozen:
+		return words + ": security is frozen (word 128 bit 3): the BIOS froze the drive with SECURITY FREEZE LOCK at boot; " +
+			"a suspend/resume cycle or hot-plugging the drive unfreezes it, and CURE does not do that automatically"
+	case enhanced && !s.EnhancedErase:
+		return words + ": no enhanced erase (word 128 bit 5 clear)"
+	}
+	return ""
 }
 
 // wholeController names the namespaces of t's controller missing from the

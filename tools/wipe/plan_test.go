@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cure-oss/cure/tools/ata"
+	"github.com/cure-oss/cure/tools/ata/atafake"
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/nvme"
 	"github.com/cure-oss/cure/tools/opal"
@@ -84,8 +86,8 @@ func TestPlanWipe(t *testing.T) {
 		{"sibling selected too", Target{Disk: d, OpalErr: noTCG, Batch: []string{"nvme0n1", "nvme0n2"},
 			NVMe: &NVMeInfo{Controller: "nvme0", NSID: 1, OACS: nvme.OACSFormat, SANICAP: nvme.SANICAPBlockErase, Namespaces: []string{"nvme0n1", "nvme0n2"}}},
 			Policy{Method: PolicySanitize}, []Method{MethodSanitizeBlock}, ""},
-		{"sata without opal", Target{Disk: blockdev.Disk{Name: "sda", Serial: "W1", Transport: "sata"}, OpalErr: noTCG},
-			Policy{Method: PolicyFormat, AllowWeakerFallback: true}, nil, "no ATA security erase"},
+		{"sata without opal, IDENTIFY not run", Target{Disk: sataDisk(), OpalErr: noTCG},
+			Policy{Method: PolicyFormat, AllowWeakerFallback: true}, nil, "ata-security-erase: no IDENTIFY DEVICE data (not probed)"},
 		{"sata opal psid", Target{Disk: blockdev.Disk{Name: "sda", Serial: "W1", Transport: "sata"}, Opal: opal2(false, false), PSIDKnown: true},
 			Policy{Method: PolicyPSIDRevert}, []Method{MethodPSIDRevert}, ""},
 		{"boot medium", Target{Disk: blockdev.Disk{Name: "sda", Serial: "W1", BootMedium: true}, OpalErr: noTCG},
@@ -116,6 +118,127 @@ func TestPlanWipe(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func sataDisk() blockdev.Disk {
+	return blockdev.Disk{Name: "sda", Path: "/dev/sda", Serial: "W1", Transport: "sata", SizeBytes: 1 << 30}
+}
+
+// sataID is IDENTIFY DEVICE as the ata package parses it from a fake
+// drive's 512-byte answer: security supported with enhanced erase, not
+// frozen, no password, unless set changes that.
+func sataID(t *testing.T, set func(d *atafake.Drive)) *ata.Identify {
+	t.Helper()
+	d := &atafake.Drive{Model: "FAKE SATA SSD", Serial: "W1", Sectors: 1 << 21, NormalTime: 3, EnhancedTime: 1}
+	if set != nil {
+		set(d)
+	}
+	id, err := ata.IdentifyDevice(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func TestPlanATA(t *testing.T) {
+	sda := sataDisk()
+	good := sataID(t, nil)
+	cases := []struct {
+		name   string
+		t      Target
+		p      Policy
+		want   []Method
+		errHas string
+	}{
+		{"format: normal erase", Target{Disk: sda, OpalErr: noTCG, ATA: good},
+			Policy{Method: PolicyFormat}, []Method{MethodATANormal}, ""},
+		{"sanitize: enhanced erase only", Target{Disk: sda, OpalErr: noTCG, ATA: good},
+			Policy{Method: PolicySanitize}, []Method{MethodATAEnhanced}, ""},
+		{"sanitize with fallback: enhanced then normal", Target{Disk: sda, OpalErr: noTCG, ATA: good},
+			Policy{Method: PolicySanitize, AllowWeakerFallback: true}, []Method{MethodATAEnhanced, MethodATANormal}, ""},
+		{"crypto-erase: enhanced is not crypto erase", Target{Disk: sda, OpalErr: noTCG, ATA: good},
+			Policy{Method: PolicyCryptoErase}, nil, "ata-enhanced-erase: weaker than policy crypto-erase"},
+		{"psid-revert with fallback on a plain SATA disk", Target{Disk: sda, OpalErr: noTCG, ATA: good},
+			Policy{Method: PolicyPSIDRevert, AllowWeakerFallback: true}, []Method{MethodATAEnhanced, MethodATANormal}, ""},
+		{"sata opal drive without PSID falls back to ATA", Target{Disk: sda, Opal: opal2(false, false), ATA: good},
+			Policy{Method: PolicyPSIDRevert, AllowWeakerFallback: true}, []Method{MethodATAEnhanced, MethodATANormal}, ""},
+		{"opal locking enabled blocks ATA erase", Target{Disk: sda, Opal: opal2(true, false), ATA: good},
+			Policy{Method: PolicyFormat}, nil, "ata-security-erase: Opal locking is enabled"},
+		{"frozen by the BIOS", Target{Disk: sda, OpalErr: noTCG, ATA: sataID(t, func(d *atafake.Drive) { d.Frozen = true })},
+			Policy{Method: PolicyFormat}, nil, "security is frozen (word 128 bit 3): the BIOS froze the drive with SECURITY FREEZE LOCK at boot; " +
+				"a suspend/resume cycle or hot-plugging the drive unfreezes it, and CURE does not do that automatically"},
+		{"password already set", Target{Disk: sda, OpalErr: noTCG, ATA: sataID(t, func(d *atafake.Drive) { d.Enabled = true })},
+			Policy{Method: PolicyFormat}, nil, "word 128 0x0023: security is enabled (word 128 bit 1): a user password CURE does not know"},
+		{"locked", Target{Disk: sda, OpalErr: noTCG, ATA: sataID(t, func(d *atafake.Drive) { d.Enabled, d.Locked = true, true })},
+			Policy{Method: PolicyFormat}, nil, "security is locked (word 128 bit 2)"},
+		{"count expired", Target{Disk: sda, OpalErr: noTCG, ATA: sataID(t, func(d *atafake.Drive) { d.Enabled, d.CountExpired = true, true })},
+			Policy{Method: PolicyFormat}, nil, "security is enabled"},
+		{"no security feature set", Target{Disk: sda, OpalErr: noTCG, ATA: sataID(t, func(d *atafake.Drive) { d.NoSecurity = true })},
+			Policy{Method: PolicyFormat}, nil, "IDENTIFY word 82 0x4020, word 128 0x0000: the drive does not support the Security feature set"},
+		{"no enhanced erase", Target{Disk: sda, OpalErr: noTCG, ATA: sataID(t, func(d *atafake.Drive) { d.NoEnhanced = true })},
+			Policy{Method: PolicySanitize}, nil, "no enhanced erase (word 128 bit 5 clear)"},
+		{"IDENTIFY failed", Target{Disk: sda, OpalErr: noTCG, ATAErr: fmt.Errorf("probe sda: %w", ata.ErrUnsupported)},
+			Policy{Method: PolicyFormat}, nil, "no IDENTIFY DEVICE data (probe sda: ATA pass-through not supported)"},
+		{"sas disk: ATA erase needs SATA", Target{Disk: blockdev.Disk{Name: "sdb", Serial: "X", Transport: "sas"}, OpalErr: noTCG, ATA: good},
+			Policy{Method: PolicyFormat}, nil, "transport sas: ATA security erase needs a SATA disk"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := PlanWipe(c.t, c.p)
+			if c.want == nil {
+				if err == nil || !strings.Contains(err.Error(), c.errHas) {
+					t.Fatalf("err = %v, want it to contain %q (plan %v)", err, c.errHas, methods(p))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(methods(p)) != fmt.Sprint(c.want) {
+				t.Errorf("steps = %v, want %v\nrejected: %v", methods(p), c.want, p.Rejected)
+			}
+			if !strings.Contains(p.Reason, "SECURITY ERASE UNIT, drive estimates") || !strings.Contains(p.Reason, "SEC1") {
+				t.Errorf("reason %q", p.Reason)
+			}
+		})
+	}
+	// The reason carries the drive's estimate for the chosen mode.
+	p, err := PlanWipe(Target{Disk: sda, OpalErr: noTCG, ATA: good}, Policy{Method: PolicyFormat})
+	if err != nil || !strings.HasSuffix(p.Reason, "normal SECURITY ERASE UNIT, drive estimates 6 min") {
+		t.Errorf("reason %q err %v", p.Reason, err)
+	}
+}
+
+func TestPlanNVMeIgnoresATA(t *testing.T) {
+	// Fallback rules for NVMe are unchanged: the ATA methods are listed as
+	// rejected, never planned, even when handed IDENTIFY data.
+	p, err := PlanWipe(Target{Disk: nvmeDisk("nvme0n1", "S1"), OpalErr: noTCG, NVMe: qemuNVMe(), ATA: sataID(t, nil)},
+		Policy{Method: PolicySanitize, AllowWeakerFallback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(methods(p)) != fmt.Sprint([]Method{MethodFormatUserData}) {
+		t.Errorf("steps %v", methods(p))
+	}
+	rej := strings.Join(p.Rejected, "\n")
+	for _, want := range []string{"ata-enhanced-erase: transport nvme: ATA security erase needs a SATA disk", "ata-security-erase: transport nvme"} {
+		if !strings.Contains(rej, want) {
+			t.Errorf("rejected lacks %q:\n%s", want, rej)
+		}
+	}
+}
+
+func TestMethodClasses(t *testing.T) {
+	// Enhanced erase is sanitize, not crypto-erase: ACS-3 promises an
+	// overwrite including reallocated sectors, not a key change.
+	if MethodATAEnhanced.Class() != PolicySanitize || MethodATANormal.Class() != PolicyFormat {
+		t.Errorf("classes %s %s", MethodATAEnhanced.Class(), MethodATANormal.Class())
+	}
+	for i := 1; i < len(methodOrder); i++ {
+		if Strength(methodOrder[i-1].Class()) < Strength(methodOrder[i].Class()) {
+			t.Errorf("methodOrder: %s before stronger %s", methodOrder[i-1], methodOrder[i])
+		}
 	}
 }
 

@@ -16,8 +16,8 @@ func (diskImages) Write(ctx context.Context, o diskimage.Options) (*diskimage.Re
 	return diskimage.Write(ctx, o)
 }
 
-func (diskImages) Verify(ctx context.Context, target string, length int64, rawSHA256 string) error {
-	return diskimage.Verify(ctx, target, length, rawSHA256)
+func (diskImages) Verify(ctx context.Context, target string, d diskimage.Digest) error {
+	return diskimage.Verify(ctx, target, d)
 }
 
 // refuseImages is the dry run's image writer: never touch a disk.
@@ -27,7 +27,7 @@ func (refuseImages) Write(context.Context, diskimage.Options) (*diskimage.Result
 	return nil, errors.New("dry run: refusing to write a disk image")
 }
 
-func (refuseImages) Verify(context.Context, string, int64, string) error {
+func (refuseImages) Verify(context.Context, string, diskimage.Digest) error {
 	return errors.New("dry run: nothing written to verify")
 }
 

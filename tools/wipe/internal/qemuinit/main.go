@@ -3,8 +3,10 @@
 // Command qemuinit is the /init of TestWipeQEMUFormat's throwaway
 // initramfs: it loads the NVMe driver, runs the real wipe path against
 // QEMU's emulated controller (probe, plan, marker, Format NVM, verify),
-// prints the outcome on the console and powers off. It exists only for
-// that test and must never be put in a CURE image.
+// prints the outcome on the console and powers off. With cure.wipetest=sata
+// on the kernel command line (TestWipeQEMUSATA) it probes QEMU's AHCI disk
+// through ATA PASS-THROUGH instead and prints IDENTIFY and the plan. It
+// exists only for those tests and must never be put in a CURE image.
 package main
 
 import (
@@ -21,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/tools/ata"
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/nvme"
 	"github.com/cure-oss/cure/tools/opal"
@@ -57,6 +60,9 @@ func run() error {
 	}
 	if err := loadModules("/modules.order"); err != nil {
 		return err
+	}
+	if cmdline, _ := os.ReadFile("/proc/cmdline"); strings.Contains(string(cmdline), "cure.wipetest=sata") {
+		return runSATA(string(cmdline))
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -126,6 +132,72 @@ func run() error {
 		fmt.Printf("CURE-WIPE-RESULT %s\n", j)
 	}
 	return err
+}
+
+// runSATA probes the AHCI disk the way a wipe would and prints what the
+// drive reported through ATA PASS-THROUGH (16) and what the planner made
+// of it. Nothing is written.
+func runSATA(cmdline string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat("/sys/block/sda"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no /sys/block/sda after 30 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	disks, err := blockdev.List("/")
+	if err != nil {
+		return err
+	}
+	if err := blockdev.MarkBootMedium(disks, "/proc/self/mounts", cmdline); err != nil {
+		return err
+	}
+	// Picked by name, not wipe.SelectTargets: blockdev finds no serial for
+	// an sd disk in sysfs (there is no device/serial), and SelectTargets
+	// rightly refuses a disk without one. IDENTIFY below has it.
+	var disk blockdev.Disk
+	for _, d := range disks {
+		if d.Name == "sda" {
+			disk = d
+		}
+	}
+	fmt.Printf("CURE-WIPE step=blockdev name=%s transport=%s serial=%q model=%q\n", disk.Name, disk.Transport, disk.Serial, disk.Model)
+	if disk.Transport != "sata" {
+		return fmt.Errorf("sda: transport %q, want sata", disk.Transport)
+	}
+	dev, err := wipe.Open(disk, "/")
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	tgt, err := wipe.Probe(disk, &dev.Handles, dev.NVMe, []string{disk.Name})
+	if err != nil {
+		return err
+	}
+	if tgt.ATA == nil {
+		return fmt.Errorf("IDENTIFY DEVICE through ATA PASS-THROUGH failed: %v", tgt.ATAErr)
+	}
+	id := tgt.ATA
+	fmt.Printf("CURE-WIPE step=ata-identify transport=%s model=%q serial=%q sectors=%d word82=%#04x word128=%#04x state=%q normal=%q enhanced=%q\n",
+		disk.Transport, id.Model, id.Serial, id.Sectors, id.Word82, id.Word128, id.Security.State(), id.NormalErase, id.EnhancedErase)
+	fmt.Printf("CURE-WIPE step=opal-discovery notcg=%t err=%v\n", errors.Is(tgt.OpalErr, opal.ErrNoTCG), tgt.OpalErr)
+	plan, err := wipe.PlanWipe(tgt, wipe.Policy{Method: wipe.PolicyFormat, AllowWeakerFallback: true})
+	if err != nil {
+		fmt.Printf("CURE-WIPE step=plan-sata err=%v\n", err)
+		// Show how libata reports a command the drive rejects: QEMU has no
+		// Security feature set, so SET PASSWORD is aborted and changes
+		// nothing (only ever sent when IDENTIFY said "not supported").
+		if !id.Security.Supported {
+			err := ata.SetPassword(dev.ATA, ata.User, ata.Password{})
+			fmt.Printf("CURE-WIPE step=ata-abort aborted=%t err=%v\n", ata.AsError(err) != nil && ata.AsError(err).Aborted(), err)
+		}
+		return nil
+	}
+	fmt.Printf("CURE-WIPE step=plan-sata method=%s reason=%q\n", plan.Method, plan.Reason)
+	return nil
 }
 
 // loadModules loads each .ko named in order (paths, one per line).
