@@ -86,6 +86,13 @@ func readDisk(blockDir, name string) (Disk, error) {
 	// NVMe: device/ is the controller (or, under native multipath, the
 	// subsystem); both carry serial. virtio_blk exposes serial on the disk.
 	d.Serial = firstOf(filepath.Join(dir, "device/serial"), filepath.Join(dir, "serial"))
+	if d.Serial == "" && strings.HasPrefix(name, "sd") {
+		// SCSI disks (SATA via libata, SAS, virtio-scsi, USB) have no
+		// device/serial; the kernel publishes their VPD pages instead.
+		if d.Serial, err = scsiSerial(filepath.Join(dir, "device")); err != nil {
+			return d, err
+		}
+	}
 	d.Transport = transport(blockDir, name)
 
 	entries, err := os.ReadDir(dir)

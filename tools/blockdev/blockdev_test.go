@@ -25,6 +25,8 @@ type fixDisk struct {
 	sectors string
 	model   string
 	serial  string // device/serial
+	vpd80   []byte // device/vpd_pg80, header included
+	vpd83   []byte // device/vpd_pg83, header included
 	parts   []string
 	ro      bool
 	rem     bool
@@ -57,6 +59,12 @@ func fakeSys(t *testing.T, disks []fixDisk) string {
 		if d.serial != "" {
 			put(t, filepath.Join(dir, "device/serial"), d.serial+"   \n")
 		}
+		if d.vpd80 != nil {
+			put(t, filepath.Join(dir, "device/vpd_pg80"), string(d.vpd80))
+		}
+		if d.vpd83 != nil {
+			put(t, filepath.Join(dir, "device/vpd_pg83"), string(d.vpd83))
+		}
 		for i, p := range d.parts {
 			put(t, filepath.Join(dir, p, "partition"), strconv.Itoa(i+1)+"\n")
 			put(t, filepath.Join(dir, p, "size"), "2048\n")
@@ -78,7 +86,8 @@ func standardSys(t *testing.T) string {
 	return fakeSys(t, []fixDisk{
 		{name: "nvme0n1", devPath: "pci0000:00/0000:00:04.0/nvme/nvme0", sectors: "2097152", model: "QEMU NVMe Ctrl", serial: "deadbeef", parts: []string{"nvme0n1p1", "nvme0n1p2"}},
 		{name: "nvme1n1", devPath: "pci0000:00/0000:00:05.0/nvme/nvme1", sectors: "4194304", model: "QEMU NVMe Ctrl", serial: "cafe"},
-		{name: "sda", devPath: "pci0000:00/0000:00:1f.2/ata1/host0/target0:0:0/0:0:0:0", sectors: "8388608", model: "Samsung SSD 870", parts: []string{"sda1"}},
+		{name: "sda", devPath: "pci0000:00/0000:00:1f.2/ata1/host0/target0:0:0/0:0:0:0", sectors: "8388608", model: "Samsung SSD 870", parts: []string{"sda1"},
+			vpd80: vpdPage(0x80, []byte("S6PTNS0T123456A     "))},
 		{name: "sdb", devPath: "pci0000:00/0000:00:14.0/usb2/2-1/2-1:1.0/host6/target6:0:0/6:0:0:0", sectors: "62521344", model: "Flash Disk", rem: true, parts: []string{"sdb1"}},
 		{name: "sdc", devPath: "pci0000:00/0000:00:10.0/host7/port-7:0/end_device-7:0/target7:0:0/7:0:0:0", sectors: "20971520", model: "HUSMM1640ASS20"},
 		{name: "vda", devPath: "pci0000:00/0000:00:06.0/virtio3", sectors: "1048576"},
@@ -123,6 +132,9 @@ func TestList(t *testing.T) {
 	}
 	if !disks[3].Removable || disks[2].Removable {
 		t.Error("removable flags wrong")
+	}
+	if disks[2].Serial != "S6PTNS0T123456A" {
+		t.Errorf("sda serial = %q, want the VPD page 0x80 serial", disks[2].Serial)
 	}
 	if disks[5].Serial != "vd-serial" {
 		t.Errorf("vda serial = %q", disks[5].Serial)
@@ -214,6 +226,7 @@ func TestSelect(t *testing.T) {
 		{Selector{Transport: "nvme", MinSize: 2 * gib}, "nvme1n1", ""},
 		{Selector{Transport: "NVMe", MaxSize: gib}, "nvme0n1", ""},
 		{Selector{Model: "Samsung*"}, "sda", ""},
+		{Selector{Serial: "S6PTNS0T123456A"}, "sda", ""},
 		{Selector{Name: "/dev/sdb"}, "sdb", ""},
 		{Selector{Transport: "any", Model: "Flash*"}, "sdb", ""},
 		{Selector{Transport: "nvme", Model: "QEMU*"}, "", "disk selector {transport=nvme model=\"QEMU*\"} is ambiguous: matches nvme0n1, nvme1n1"},

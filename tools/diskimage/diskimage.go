@@ -14,7 +14,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"log/slog"
 	"net"
@@ -206,14 +205,14 @@ func write(ctx context.Context, o Options, t target) (*Result, error) {
 	}
 	// Read at most Size+1 bytes: enough to notice an over-long download
 	// without trusting the server to end it.
-	dl := &downloadReader{r: io.LimitReader(f, o.Size+1), h: sha256.New()}
+	dl := &downloadReader{r: io.LimitReader(f, o.Size+1)}
 	st := runPipeline(ctx, cancel, o, t, dl, img)
 
 	res := &Result{
 		DownloadedBytes: dl.n,
 		WrittenBytes:    st.written,
 		ZeroBytes:       st.zero,
-		SHA256:          hex.EncodeToString(dl.h.Sum(nil)),
+		SHA256:          st.sha256,
 		Readback:        st.readback,
 		Decoder:         st.decoder,
 		Resumes:         f.resumes,
@@ -276,10 +275,9 @@ type writeError struct {
 
 func (e *writeError) Error() string { return e.err.Error() }
 
-// downloadReader counts and hashes the download and remembers how it ended.
+// downloadReader counts the download and remembers how it ended.
 type downloadReader struct {
 	r   io.Reader
-	h   hash.Hash
 	n   int64
 	err error // first error other than io.EOF
 	eof bool
@@ -287,10 +285,7 @@ type downloadReader struct {
 
 func (d *downloadReader) Read(p []byte) (int, error) {
 	n, err := d.r.Read(p)
-	if n > 0 {
-		d.n += int64(n)
-		d.h.Write(p[:n])
-	}
+	d.n += int64(n)
 	switch {
 	case err == io.EOF:
 		d.eof = true

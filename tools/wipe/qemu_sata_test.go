@@ -88,6 +88,8 @@ func TestWipeQEMUSATA(t *testing.T) {
 		}
 	}
 	for _, want := range []*regexp.Regexp{
+		// Selected by serial: blockdev read it from sysfs (VPD page 0x80).
+		regexp.MustCompile(`step=blockdev name=sda transport=sata serial="CUREWIPESATA1" model="CURE QEMU SATA"`),
 		// The serial and model come from our IDENTIFY parse (byte-swapped
 		// ATA strings), not from sysfs: the pass-through path worked.
 		regexp.MustCompile(`step=ata-identify transport=sata model="CURE QEMU SATA" serial="CUREWIPESATA1" sectors=131072 word82=0x[0-9a-f]{4} word128=0x0000 state="SEC0 \(not supported\)"`),
@@ -95,7 +97,7 @@ func TestWipeQEMUSATA(t *testing.T) {
 		// the ATA error register (Debian 12's kernel uses the pre-6.11
 		// fixed-format offsets).
 		regexp.MustCompile(`step=ata-abort aborted=true err=ATA SECURITY SET PASSWORD \(F1h\): command aborted by the drive: ATA status 0x[0-9a-f]{2} \([A-Z ]*ERR\), error 0x04 \(ABRT\)`),
-		regexp.MustCompile(`step=plan-sata err=wipe sda \(serial ".*"\): no erase method satisfies policy format .*ata-security-erase: IDENTIFY word 82 0x[0-9a-f]{4}, word 128 0x0000: the drive does not support the Security feature set`),
+		regexp.MustCompile(`step=plan-sata err=wipe sda \(serial "CUREWIPESATA1"\): no erase method satisfies policy format .*ata-security-erase: IDENTIFY word 82 0x[0-9a-f]{4}, word 128 0x0000: the drive does not support the Security feature set`),
 	} {
 		if !want.MatchString(con) {
 			logConsole(t, console)

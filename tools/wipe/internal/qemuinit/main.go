@@ -30,8 +30,12 @@ import (
 	"github.com/cure-oss/cure/tools/wipe"
 )
 
-// serial is the serial the test gives QEMU's NVMe device.
-const serial = "CUREWIPE0001"
+// serial is the serial the test gives QEMU's NVMe device, sataSerial the
+// one TestWipeQEMUSATA gives its AHCI disk.
+const (
+	serial     = "CUREWIPE0001"
+	sataSerial = "CUREWIPESATA1"
+)
 
 func main() {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stdout, nil)))
@@ -155,25 +159,21 @@ func runSATA(cmdline string) error {
 	if err := blockdev.MarkBootMedium(disks, "/proc/self/mounts", cmdline); err != nil {
 		return err
 	}
-	// Picked by name, not wipe.SelectTargets: blockdev finds no serial for
-	// an sd disk in sysfs (there is no device/serial), and SelectTargets
-	// rightly refuses a disk without one. IDENTIFY below has it.
-	var disk blockdev.Disk
-	for _, d := range disks {
-		if d.Name == "sda" {
-			disk = d
-		}
+	// Picked the way a wipe picks: by the serial blockdev reads from the
+	// SCSI VPD page 0x80 libata builds from IDENTIFY (an sd disk has no
+	// device/serial). SelectTargets refuses a disk without a serial.
+	targets, err := wipe.SelectTargets(disks, blockdev.Selector{Transport: "sata", Serial: sataSerial})
+	if err != nil {
+		return err
 	}
+	disk := targets[0]
 	fmt.Printf("CURE-WIPE step=blockdev name=%s transport=%s serial=%q model=%q\n", disk.Name, disk.Transport, disk.Serial, disk.Model)
-	if disk.Transport != "sata" {
-		return fmt.Errorf("sda: transport %q, want sata", disk.Transport)
-	}
 	dev, err := wipe.Open(disk, "/")
 	if err != nil {
 		return err
 	}
 	defer dev.Close()
-	tgt, err := wipe.Probe(disk, &dev.Handles, dev.NVMe, []string{disk.Name})
+	tgt, err := wipe.Probe(disk, &dev.Handles, dev.NVMe, wipe.Names(targets))
 	if err != nil {
 		return err
 	}
