@@ -195,7 +195,11 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 		mbps = float64(res.WrittenBytes) / 1e6 / s
 	}
 	emit.Metric("os_install.throughput", mbps, "MB/s", labels)
-	observed := fmt.Sprintf("sha256:%s read back %s, %d bytes (%d zero) %.1f MB/s, decoder %s", res.SHA256, res.Readback, res.WrittenBytes, res.ZeroBytes, mbps, res.Decoder)
+	zeros := "zeroed"
+	if opts.TargetZeroed {
+		zeros = "skipped on the erased disk"
+	}
+	observed := fmt.Sprintf("sha256:%s read back %s, %d bytes (%d zero, %s) %.1f MB/s, decoder %s", res.SHA256, res.Readback, res.WrittenBytes, res.ZeroBytes, zeros, mbps, res.Decoder)
 	emit.Verdict(&curev1.Verdict{
 		Component: component, Check: "os_install", Status: curev1.VerdictStatus_PASS,
 		Observed: observed, Expected: "sha256:" + strings.ToLower(plan.Image.SHA256) + " (download)",

@@ -285,7 +285,7 @@ func TestOSInstallHappyPath(t *testing.T) {
 	}
 	v := em.verdicts[len(em.verdicts)-1]
 	if v.Component != "disk/nvme0n1" || v.Check != "os_install" || v.Status != curev1.VerdictStatus_PASS ||
-		v.Observed != "sha256:"+imageSHA+" read back "+fakeReadback.String()+", 1073741824 bytes (536870912 zero) 107.4 MB/s, decoder /usr/bin/zstd" {
+		v.Observed != "sha256:"+imageSHA+" read back "+fakeReadback.String()+", 1073741824 bytes (536870912 zero, zeroed) 107.4 MB/s, decoder /usr/bin/zstd" {
 		t.Errorf("verdict %v", v)
 	}
 	// 6 progress callbacks one second apart, every 2 s at most: 3 throttled
