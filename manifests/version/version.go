@@ -17,6 +17,11 @@
 //     ignored, so "07" == "7" and "A05" == "A5") and runs of letters compare
 //     lexically, case-insensitively; a digit run sorts before a letter run.
 //   - Missing trailing segments count as 0: "1.2" == "1.2.0".
+//   - The system-ROM form BMCs report for BIOS, "FAMILY vX.Y (MM/DD/YYYY)"
+//     (HPE "U46 v2.10 (03/14/2024)", the DMTF mockup's "P79 v1.45
+//     (12/06/2017)"), is the one place whitespace is allowed: FAMILY is the
+//     prefix, X.Y the segments, and the release date is not compared (one
+//     ROM version has one date).
 //
 // Equality after this normalisation is the gating default: "07.2.22" equals
 // "7.2.22", because BMCs and tools disagree about zero padding, not about the
@@ -25,8 +30,12 @@ package version
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 )
+
+// romForm is "FAMILY vX.Y" with an optional "(MM/DD/YYYY)" release date.
+var romForm = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9]*)[ \t]+([vV]?[0-9][A-Za-z0-9._+-]*)(?:[ \t]+\(([0-9]{1,2}/[0-9]{1,2}/[0-9]{4})\))?$`)
 
 // Version is a parsed vendor version string. The zero value is not valid;
 // use Parse.
@@ -57,6 +66,17 @@ func Parse(s string) (Version, error) {
 	if raw == "" {
 		return Version{}, &ParseError{Input: s, Reason: "empty version"}
 	}
+	if m := romForm.FindStringSubmatch(raw); m != nil {
+		v, err := Parse(m[2])
+		if err != nil {
+			return Version{}, perr(raw, "ROM version %q: %s", m[2], err.(*ParseError).Reason)
+		}
+		if v.prefix != "" {
+			return Version{}, perr(raw, "ROM version %q carries a family of its own after family %q", m[2], m[1])
+		}
+		v.raw, v.prefix = raw, strings.ToLower(m[1])
+		return v, nil
+	}
 	depth := 0
 	hasDigit := false
 	for i, r := range raw {
@@ -72,7 +92,7 @@ func Parse(s string) (Version, error) {
 				return Version{}, perr(raw, "unbalanced ')' at offset %d", i)
 			}
 		case r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\v' || r == '\f':
-			return Version{}, perr(raw, "whitespace at offset %d", i)
+			return Version{}, perr(raw, "whitespace at offset %d (only the ROM form \"FAMILY vX.Y (MM/DD/YYYY)\" may contain spaces)", i)
 		default:
 			return Version{}, perr(raw, "character %q at offset %d not allowed (want letters, digits, '.', '-', '_', '+', '(', ')')", r, i)
 		}

@@ -11,7 +11,9 @@ func TestParseErrors(t *testing.T) {
 		{"", "empty version"},
 		{"   ", "empty version"},
 		{"1.2 3", "whitespace"},
-		{"U50 v2.40 (10/12/2024)", "whitespace"},
+		{"U50 v2.40 (2024)", "whitespace at offset 3 (only the ROM form"},
+		{"U50 BF-2.40", "whitespace"},
+		{"U50 v2..40 (10/12/2024)", `ROM version "v2..40": empty segment at offset 3`},
 		{"2.40/3", `character '/'`},
 		{"28.39..1002", "empty segment at offset 6"},
 		{"1.2.", "empty segment at the end"},
@@ -38,6 +40,10 @@ func TestParsePrefix(t *testing.T) {
 		{"V2.0", ""},
 		{"96.00.A5.00.01", ""},
 		{"  28.39.1002 ", ""},
+		{"U46 v2.10 (03/14/2024)", "u46"},
+		{"P79 v1.45 (12/06/2017)", "p79"},
+		{"P79 v1.45", "p79"},
+		{"U30 2.54", "u30"},
 	} {
 		v, err := Parse(tc.in)
 		if err != nil {
@@ -164,4 +170,30 @@ func FuzzCompare(f *testing.F) {
 			t.Fatalf("not transitive: %q <= %q <= %q but %q > %q", a, b, c, a, c)
 		}
 	})
+}
+
+// BMCs report system ROMs as "FAMILY vX.Y (date)": the family gates, the
+// version orders, the date is decoration.
+func TestROMForm(t *testing.T) {
+	for _, tc := range []struct {
+		a, b  string
+		want  int
+		equal bool
+	}{
+		{"U46 v2.10 (03/14/2024)", "U46 v2.12 (01/01/2025)", -1, false},
+		{"U46 v2.10 (03/14/2024)", "U46 v2.10", 0, true},
+		{"u46 V2.10", "U46 v2.10 (03/14/2024)", 0, true},
+		{"P79 v1.45 (12/06/2017)", "P79 v1.9", 1, false},
+	} {
+		a, b := MustParse(tc.a), MustParse(tc.b)
+		if got := Compare(a, b); got != tc.want {
+			t.Errorf("Compare(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
+		}
+		if got := Equal(tc.a, tc.b); got != tc.equal {
+			t.Errorf("%q.Equal(%q) = %v, want %v", tc.a, tc.b, got, tc.equal)
+		}
+	}
+	if Equal("U46 v2.10", "U30 v2.10") {
+		t.Error("different ROM families compared equal")
+	}
 }
