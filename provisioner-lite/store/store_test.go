@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"reflect"
 	"sync"
@@ -438,6 +439,45 @@ func TestBootTokens(t *testing.T) {
 	if _, _, _, err := s.LookupBootToken(ctx, "tok1"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("deleted token: %v", err)
 	}
+}
+
+// The background pruner removes tokens expired longer than keep ago and
+// leaves recently expired and live ones (a late PXE request still hears
+// "expired").
+func TestPruneBootTokensEvery(t *testing.T) {
+	s, _ := openTest(t)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
+	now := time.Now()
+	for tok, exp := range map[string]time.Time{"ancient": now.Add(-2 * time.Hour), "recent": now.Add(-time.Minute), "live": now.Add(time.Hour)} {
+		if err := s.PutBootToken(ctx, tok, "n1", "", exp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		s.PruneBootTokensEvery(ctx, 10*time.Millisecond, time.Hour, slog.New(slog.DiscardHandler))
+		close(done)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, _, _, err := s.LookupBootToken(ctx, "ancient")
+		if errors.Is(err, ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ancient token still there: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, _, _, err := s.LookupBootToken(ctx, "recent"); !errors.Is(err, ErrExpired) {
+		t.Errorf("recently expired token: %v, want ErrExpired", err)
+	}
+	if _, _, _, err := s.LookupBootToken(ctx, "live"); err != nil {
+		t.Errorf("live token: %v", err)
+	}
+	cancel()
+	<-done
 }
 
 func TestReopenKeepsEverything(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -76,4 +77,27 @@ func (s *Store) PruneBootTokens(ctx context.Context, before time.Time) (int64, e
 		return 0, fmt.Errorf("store: prune boot tokens: %w", err)
 	}
 	return n, nil
+}
+
+// PruneBootTokensEvery prunes, every interval until ctx ends, the tokens
+// that expired more than keep ago. Keeping them a while lets a late PXE
+// request be told "expired" rather than "unknown". Every node boot adds a
+// token, so without this the table grows with the fleet's boot count.
+func (s *Store) PruneBootTokensEvery(ctx context.Context, every, keep time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			n, err := s.PruneBootTokens(ctx, now.Add(-keep))
+			switch {
+			case err != nil && ctx.Err() == nil:
+				log.Warn("pruning expired boot tokens", "err", err)
+			case n > 0:
+				log.Info("pruned expired boot tokens", "count", n)
+			}
+		}
+	}
 }

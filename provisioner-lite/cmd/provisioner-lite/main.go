@@ -178,6 +178,7 @@ func run(log *slog.Logger, stateDir, manifestDir, nodesFile, imageDir, httpListe
 	errc := make(chan error, 2)
 	go func() { errc <- httpSrv.Serve(hl) }()
 	go func() { errc <- gs.Serve(gl) }()
+	go st.PruneBootTokensEvery(ctx, 10*time.Minute, time.Hour, log)
 	n, err := eng.Resume(ctx)
 	if err != nil {
 		return err
