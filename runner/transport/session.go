@@ -20,7 +20,13 @@ type SessionOptions struct {
 	ConnectTimeout time.Duration // per attempt, until the connection is READY (default 15s)
 	BackoffBase    time.Duration // first reconnect delay (default 500ms)
 	BackoffMax     time.Duration // cap of the exponential delay (default 30s)
-	Log            *slog.Logger
+	// MaxUnackedMetrics bounds the metric samples queued while the
+	// coordinator is unreachable (default 20000, a few MiB): beyond it the
+	// oldest samples are dropped. Verdicts, phase events and logs are
+	// never dropped; a burn-in that outlives its coordinator keeps its
+	// results, not every sample of the way there.
+	MaxUnackedMetrics int
+	Log               *slog.Logger
 }
 
 // Session keeps one logical conversation with the coordinator across
@@ -34,7 +40,9 @@ type Session struct {
 
 	mu      sync.Mutex
 	lastSeq uint64          // last seq handed out; seqs are per boot, from 1
-	unacked []*curev1.Event // seq order; removed when an Ack covers them
+	unacked []*curev1.Event // seq order, gaps where metrics were dropped; removed when an Ack covers them
+	metrics int             // metric events in unacked
+	dropped int             // metric events dropped for the cap, this boot
 	changed chan struct{}   // closed and replaced whenever unacked or directives change
 	dirs    []agent.Directive
 }
@@ -51,6 +59,9 @@ func NewSession(conn *grpc.ClientConn, hello func() *curev1.Hello, opt SessionOp
 	}
 	if opt.BackoffMax == 0 {
 		opt.BackoffMax = 30 * time.Second
+	}
+	if opt.MaxUnackedMetrics == 0 {
+		opt.MaxUnackedMetrics = 20000
 	}
 	log := opt.Log
 	if log == nil {
@@ -72,7 +83,36 @@ func (s *Session) Emit(ev *curev1.Event) {
 	s.lastSeq++
 	ev.Seq = s.lastSeq
 	s.unacked = append(s.unacked, ev)
+	if ev.GetMetric() != nil {
+		s.metrics++
+		if s.metrics > s.opt.MaxUnackedMetrics {
+			s.dropOldestMetric()
+		}
+	}
 	s.signal()
+}
+
+// dropOldestMetric removes the oldest queued metric sample; callers hold
+// s.mu. A sample being sent right now may still arrive: harmless.
+func (s *Session) dropOldestMetric() {
+	for i, ev := range s.unacked {
+		if ev.GetMetric() != nil {
+			s.unacked = append(s.unacked[:i:i], s.unacked[i+1:]...)
+			s.metrics--
+			s.dropped++
+			if s.dropped == 1 || s.dropped%1000 == 0 {
+				s.log.Warn("coordinator unreachable: dropping the oldest queued metric samples", "dropped", s.dropped, "queued", len(s.unacked))
+			}
+			return
+		}
+	}
+}
+
+// Dropped returns how many metric samples the cap has dropped this boot.
+func (s *Session) Dropped() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dropped
 }
 
 // Pending returns how many events await an ack.
@@ -128,6 +168,9 @@ func (s *Session) ack(seq uint64) {
 	defer s.mu.Unlock()
 	i := 0
 	for i < len(s.unacked) && s.unacked[i].Seq <= seq {
+		if s.unacked[i].GetMetric() != nil {
+			s.metrics--
+		}
 		i++
 	}
 	if i > 0 {
@@ -200,7 +243,11 @@ func (s *Session) runOnce(ctx context.Context) (bool, error) {
 		st.LastEventSeq = s.lastSeq
 	}
 	// Replay from the oldest unacked event; anything older is stored.
-	sentUpTo := s.lastSeq - uint64(len(s.unacked))
+	// (Dropped samples leave gaps, so this is not lastSeq - len.)
+	sentUpTo := s.lastSeq
+	if len(s.unacked) > 0 {
+		sentUpTo = s.unacked[0].Seq - 1
+	}
 	s.mu.Unlock()
 	if err := stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Hello{Hello: h}}); err != nil {
 		return false, fmt.Errorf("sending Hello: %w", err)

@@ -24,6 +24,9 @@ type coordinator struct {
 	curev1.UnimplementedRunnerServiceServer
 	t        *testing.T
 	cutAfter uint64
+	// gaps: seqs may skip (the runner dropped metric samples); stored is
+	// then in arrival order rather than indexed by seq.
+	gaps bool
 
 	mu       sync.Mutex
 	hellos   []*curev1.Hello
@@ -72,7 +75,12 @@ func (c *coordinator) Session(stream grpc.BidiStreamingServer[curev1.RunnerMessa
 		c.mu.Lock()
 		c.wireSeqs[conn-1] = append(c.wireSeqs[conn-1], ev.Seq)
 		next := uint64(len(c.stored)) + 1
+		if c.gaps && len(c.stored) > 0 {
+			next = c.stored[len(c.stored)-1].Seq + 1
+		}
 		switch {
+		case c.gaps && ev.Seq > next:
+			c.stored = append(c.stored, ev)
 		case ev.Seq < next:
 			c.dups++
 		case ev.Seq > next:
@@ -81,6 +89,9 @@ func (c *coordinator) Session(stream grpc.BidiStreamingServer[curev1.RunnerMessa
 			c.stored = append(c.stored, ev)
 		}
 		n := uint64(len(c.stored))
+		if c.gaps {
+			n = c.stored[len(c.stored)-1].Seq
+		}
 		c.mu.Unlock()
 		if conn == 1 && n >= c.cutAfter {
 			return errors.New("simulated coordinator crash")
@@ -214,5 +225,57 @@ func TestBackoffBounded(t *testing.T) {
 	}
 	if d := backoff(time.Second, time.Minute, 0); d > time.Second {
 		t.Fatalf("first backoff %v > base", d)
+	}
+}
+
+// With the coordinator away, metric samples beyond the cap are dropped
+// oldest first; verdicts and logs never are, and the replay after the
+// reconnect delivers the survivors in seq order.
+func TestSessionCapsQueuedMetrics(t *testing.T) {
+	c := &coordinator{t: t, cutAfter: 1 << 30, gaps: true, toSend: make(chan *curev1.CoordinatorMessage)}
+	conn := setup(t, c)
+	hello := func() *curev1.Hello { return &curev1.Hello{Token: "tok", BootId: "b1"} }
+	s := NewSession(conn, hello, SessionOptions{MaxUnackedMetrics: 10, Log: quiet()})
+	metric := func(i int) *curev1.Event {
+		return &curev1.Event{RunId: "r1", Body: &curev1.Event_Metric{Metric: &curev1.Metric{Name: "gpu.temp", Value: float64(i)}}}
+	}
+	for i := 1; i <= 100; i++ {
+		s.Emit(metric(i))
+		if i%25 == 0 {
+			s.Emit(&curev1.Event{RunId: "r1", Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{Component: fmt.Sprintf("gpu/%d", i/25)}}})
+		}
+	}
+	if s.Pending() != 14 || s.Dropped() != 90 {
+		t.Fatalf("queued %d, dropped %d; want 4 verdicts + 10 samples queued, 90 dropped", s.Pending(), s.Dropped())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer dcancel()
+	if err := s.Drain(dctx); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.problems {
+		t.Error(p)
+	}
+	var verdicts, samples []string
+	for i, ev := range c.stored {
+		if i > 0 && ev.Seq <= c.stored[i-1].Seq {
+			t.Errorf("stored out of seq order: %d after %d", ev.Seq, c.stored[i-1].Seq)
+		}
+		if v := ev.GetVerdict(); v != nil {
+			verdicts = append(verdicts, v.Component)
+		} else {
+			samples = append(samples, fmt.Sprint(ev.GetMetric().GetValue()))
+		}
+	}
+	if fmt.Sprint(verdicts) != "[gpu/1 gpu/2 gpu/3 gpu/4]" {
+		t.Errorf("verdicts delivered %v", verdicts)
+	}
+	if fmt.Sprint(samples) != "[91 92 93 94 95 96 97 98 99 100]" {
+		t.Errorf("samples delivered %v, want the newest 10", samples)
 	}
 }
