@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -447,5 +448,37 @@ func TestResumeGivesUp(t *testing.T) {
 	}
 	if res.Resumes != 3 {
 		t.Errorf("resumes = %d, want 3", res.Resumes)
+	}
+}
+
+type panicReader struct{ n int }
+
+func (p *panicReader) Read(b []byte) (int, error) {
+	if p.n++; p.n > 2 {
+		panic("index out of range [7] with length 3")
+	}
+	return len(b), nil
+}
+
+// A decoder that panics on a hostile stream fails the install with an
+// error; the process (the runner) survives and the target is invalidated.
+func TestDecoderPanicFailsInstall(t *testing.T) {
+	raw := diskLike(4 << 20)
+	art := compress(t, FormatZstd, raw)
+	srv := newRangeServer(t, map[string][]byte{"z": art})
+	decoderSeam = func(io.Reader) io.Reader { return &panicReader{} }
+	defer func() { decoderSeam = func(r io.Reader) io.Reader { return r } }()
+	target := emptyTarget(t)
+	os.WriteFile(target, bytes.Repeat([]byte{0x55}, 8<<20), 0o644)
+	_, err := Write(context.Background(), Options{URL: srv.URL + "/z", SHA256: hexSum(art), Size: int64(len(art)), Format: FormatZstd, Target: target, BlockSize: 1 << 20})
+	if err == nil || !strings.Contains(err.Error(), "decoder panicked on this stream: index out of range") {
+		t.Fatalf("err = %v", err)
+	}
+	head := make([]byte, 4096)
+	f, _ := os.Open(target)
+	f.Read(head)
+	f.Close()
+	if !bytes.Equal(head, make([]byte, 4096)) && !bytes.Equal(head, bytes.Repeat([]byte{0x55}, 4096)) {
+		t.Error("image bytes left at the start of the target")
 	}
 }

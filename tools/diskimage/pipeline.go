@@ -6,9 +6,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 )
+
+// decoderSeam lets tests stand in for a misbehaving decoder.
+var decoderSeam = func(r io.Reader) io.Reader { return r }
 
 // Pipeline shape (each arrow a bounded channel, each box a goroutine; an
 // external decoder adds a process and a feeder goroutine in the middle):
@@ -161,6 +165,14 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 		// Whatever happens, consume the rest of the download so its byte
 		// count and hash cover the whole artifact.
 		defer src.drain()
+		// The decoders parse bytes nobody has verified yet (the sha256 is
+		// known only at the end): a decoder bug on a hostile stream must
+		// fail this install, not take the runner down.
+		defer func() {
+			if r := recover(); r != nil {
+				fail(fmt.Errorf("decoder panicked on this stream: %v", r))
+			}
+		}()
 		var dec io.Reader
 		if img != nil {
 			dec, decName = img.stream(src), "go qcow2"
@@ -173,6 +185,7 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 			defer d.close()
 			dec, decName = d, d.name
 		}
+		dec = decoderSeam(dec)
 		// ReadFull reports a short final block as io.ErrUnexpectedEOF,
 		// which is also what a decompressor says about a cut stream;
 		// eofReader tells the two apart.
