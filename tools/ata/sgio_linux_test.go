@@ -1,49 +1,36 @@
 package ata
 
 import (
-	"encoding/binary"
-	"math"
 	"testing"
 	"time"
-	"unsafe"
+
+	"github.com/cure-oss/cure/tools/sgio"
 )
 
-func TestSGIOHeaderLayout(t *testing.T) {
-	cdb := [16]byte{0x85}
+func TestSGIORequest(t *testing.T) {
+	cdb := [16]byte{0x85, 0x0a}
 	data := make([]byte, 512)
-	sense := make([]byte, 64)
-	h := newSGIOHdr(&cdb, DirOut, data, sense, 3*time.Hour)
-	h.packID = 0x01020304
-	b := encodeSGIOHdr(h)
-	ne := binary.NativeEndian
 	for _, c := range []struct {
-		off       int
-		got, want uint64
+		dir     Direction
+		timeout time.Duration
+		wantDir sgio.Direction
+		data    bool
+		wantTO  time.Duration
 	}{
-		{0, uint64(ne.Uint32(b[0:])), 'S'},
-		{4, uint64(ne.Uint32(b[4:])), uint64(uint32(0xfffffffe))}, // SG_DXFER_TO_DEV
-		{8, uint64(b[8]), 16},
-		{9, uint64(b[9]), 64},
-		{12, uint64(ne.Uint32(b[12:])), 512},
-		{16, ne.Uint64(b[16:]), uint64(uintptr(unsafe.Pointer(&data[0])))},
-		{24, ne.Uint64(b[24:]), uint64(uintptr(unsafe.Pointer(&cdb[0])))},
-		{32, ne.Uint64(b[32:]), uint64(uintptr(unsafe.Pointer(&sense[0])))},
-		{40, uint64(ne.Uint32(b[40:])), 3 * 3600 * 1000},
-		{48, uint64(ne.Uint32(b[48:])), 0x01020304},
+		{DirIn, time.Minute, sgio.DirFromDev, true, time.Minute},
+		{DirOut, 3 * time.Hour, sgio.DirToDev, true, 3 * time.Hour},
+		// Non-data: no buffer goes down even if one is passed.
+		{DirNone, time.Second, sgio.DirNone, false, time.Second},
+		// No timeout (or under a millisecond): 30 s, not the kernel's default.
+		{DirIn, 0, sgio.DirFromDev, true, defaultTimeout},
+		{DirIn, time.Microsecond, sgio.DirFromDev, true, defaultTimeout},
 	} {
-		if c.got != c.want {
-			t.Errorf("offset %d = %#x, want %#x", c.off, c.got, c.want)
+		r := request(cdb, c.dir, data, c.timeout)
+		if r.Dir != c.wantDir || (len(r.Data) > 0) != c.data || r.Timeout != c.wantTO {
+			t.Errorf("dir %d timeout %v: request dir %d, %d data bytes, timeout %v", c.dir, c.timeout, r.Dir, len(r.Data), r.Timeout)
 		}
-	}
-	// Non-data: SG_DXFER_NONE, no buffer.
-	h = newSGIOHdr(&cdb, DirNone, nil, sense, time.Second)
-	if h.dxferDirection != sgDxferNone || h.dxferp != 0 || h.dxferLen != 0 {
-		t.Errorf("non-data header %+v", h)
-	}
-	if h = newSGIOHdr(&cdb, DirIn, data, sense, time.Second); h.dxferDirection != sgDxferFromDev {
-		t.Errorf("data-in direction %d", h.dxferDirection)
-	}
-	if timeoutMs(100*24*time.Hour) != math.MaxUint32 || timeoutMs(0) != 30_000 {
-		t.Error("timeout clamping")
+		if string(r.CDB) != string(cdb[:]) || len(r.Sense) != 64 {
+			t.Errorf("CDB % x, %d sense bytes", r.CDB, len(r.Sense))
+		}
 	}
 }

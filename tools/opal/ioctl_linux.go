@@ -1,12 +1,14 @@
 package opal
 
 import (
-	"fmt"
 	"os"
 	"runtime"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cure-oss/cure/tools/sgio"
 )
 
 // Device is an open block (or sg) device that implements Ioctler and SGIO.
@@ -24,18 +26,9 @@ var (
 // sed-opal ioctls and SG_IO. It must be the whole disk: sed-opal acts on
 // the drive, and a partition node would hide that.
 func OpenDevice(path string) (*Device, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := sgio.OpenDevice(path, "opal")
 	if err != nil {
-		return nil, fmt.Errorf("open %s for opal: %w", path, err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("stat %s: %w", path, err)
-	}
-	if fi.Mode()&os.ModeDevice == 0 {
-		f.Close()
-		return nil, fmt.Errorf("open %s for opal: expected a device node, found mode %v", path, fi.Mode())
+		return nil, err
 	}
 	return &Device{f: f, path: path}, nil
 }
@@ -61,17 +54,18 @@ func (d *Device) Ioctl(req uint32, arg []byte) (int, error) {
 	return int(int32(r)), nil
 }
 
-// SGIO submits cmd through the SG_IO ioctl.
+// SGIO submits cmd through the SG_IO ioctl. Direction values are the
+// SG_DXFER_* ones sgio uses.
 func (d *Device) SGIO(cmd *SCSICommand) (*SCSIResult, error) {
-	h, err := newSGIOHdr(cmd)
+	r, err := sgio.Do(d.f, &sgio.Request{
+		CDB:     cmd.CDB,
+		Dir:     sgio.Direction(cmd.Dir),
+		Data:    cmd.Data,
+		Sense:   cmd.Sense,
+		Timeout: time.Duration(cmd.TimeoutMs) * time.Millisecond,
+	})
 	if err != nil {
 		return nil, err
 	}
-	_, _, errno := unix.Syscall(unix.SYS_IOCTL, d.f.Fd(), ioctlSGIO, uintptr(unsafe.Pointer(h)))
-	runtime.KeepAlive(cmd)
-	runtime.KeepAlive(d.f)
-	if errno != 0 {
-		return nil, fmt.Errorf("SG_IO on %s: %w", d.path, errno)
-	}
-	return h.result(cmd), nil
+	return &SCSIResult{Status: r.Status, HostStatus: r.HostStatus, DriverStatus: r.DriverStatus, Resid: r.Resid, Sense: r.Sense}, nil
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"unsafe"
 
 	"github.com/cure-oss/cure/tools/nvme"
 )
@@ -276,41 +275,6 @@ func TestDiscoverThroughSCSI(t *testing.T) {
 	_, err = Discover(SCSITransport{Dev: &fakeSG{result: SCSIResult{Status: 2, Sense: []byte{0x72, 0x02, 0x04, 0x01}}}})
 	if err == nil || errors.Is(err, ErrNoTCG) || !strings.Contains(err.Error(), "NOT READY") {
 		t.Fatalf("err = %v", err)
-	}
-}
-
-func TestSGIOHeaderLayout(t *testing.T) {
-	cmd := &SCSICommand{CDB: make([]byte, 12), Dir: DirFromDev, Data: make([]byte, 512), Sense: make([]byte, 32), TimeoutMs: 3000}
-	h, err := newSGIOHdr(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.packID = 0x01020304
-	b := encodeSGIOHdr(h)
-	ne := binary.NativeEndian
-	checks := []struct {
-		off  int
-		got  uint64
-		want uint64
-	}{
-		{0, uint64(ne.Uint32(b[0:])), 'S'},
-		{4, uint64(ne.Uint32(b[4:])), uint64(uint32(0xfffffffd))}, // SG_DXFER_FROM_DEV
-		{8, uint64(b[8]), 12},
-		{9, uint64(b[9]), 32},
-		{12, uint64(ne.Uint32(b[12:])), 512},
-		{16, ne.Uint64(b[16:]), uint64(uintptr(unsafe.Pointer(&cmd.Data[0])))},
-		{24, ne.Uint64(b[24:]), uint64(uintptr(unsafe.Pointer(&cmd.CDB[0])))},
-		{32, ne.Uint64(b[32:]), uint64(uintptr(unsafe.Pointer(&cmd.Sense[0])))},
-		{40, uint64(ne.Uint32(b[40:])), 3000},
-		{48, uint64(ne.Uint32(b[48:])), 0x01020304},
-	}
-	for _, c := range checks {
-		if c.got != c.want {
-			t.Errorf("offset %d = %#x, want %#x", c.off, c.got, c.want)
-		}
-	}
-	if len(b) != 88 {
-		t.Errorf("sg_io_hdr is %d bytes, want 88", len(b))
 	}
 }
 

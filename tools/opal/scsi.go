@@ -3,7 +3,6 @@ package opal
 import (
 	"encoding/binary"
 	"fmt"
-	"unsafe"
 )
 
 // SCSI opcodes (SPC-5 6.40, 6.41).
@@ -149,82 +148,4 @@ func parseSense(s []byte) (key, asc, ascq uint8) {
 		}
 	}
 	return 0, 0, 0
-}
-
-// ioctlSGIO is SG_IO (scsi/sg.h).
-const ioctlSGIO = 0x2285
-
-// sgIOHdrSize is sizeof(struct sg_io_hdr) on 64-bit Linux.
-const sgIOHdrSize = 88
-
-// sgIOHdr is struct sg_io_hdr (scsi/sg.h) on 64-bit Linux: pointers at
-// 16, 24, 32 and 56 (Go inserts the same 4 bytes of padding after pack_id
-// that C does), 88 bytes in all.
-type sgIOHdr struct {
-	interfaceID    int32
-	dxferDirection int32
-	cmdLen         uint8
-	mxSbLen        uint8
-	iovecCount     uint16
-	dxferLen       uint32
-	dxferp         uintptr
-	cmdp           uintptr
-	sbp            uintptr
-	timeout        uint32
-	flags          uint32
-	packID         int32
-	usrPtr         uintptr
-	status         uint8
-	maskedStatus   uint8
-	msgStatus      uint8
-	sbLenWr        uint8
-	hostStatus     uint16
-	driverStatus   uint16
-	resid          int32
-	duration       uint32
-	info           uint32
-}
-
-var _ [sgIOHdrSize]byte = [unsafe.Sizeof(sgIOHdr{})]byte{}
-
-// newSGIOHdr fills the header for cmd. The slices' backing arrays must
-// stay alive until the ioctl returns (the caller holds cmd).
-func newSGIOHdr(cmd *SCSICommand) (*sgIOHdr, error) {
-	if len(cmd.CDB) == 0 || len(cmd.CDB) > 16 {
-		return nil, fmt.Errorf("SG_IO: CDB length %d, want 1..16", len(cmd.CDB))
-	}
-	h := &sgIOHdr{
-		interfaceID:    'S',
-		dxferDirection: int32(cmd.Dir),
-		cmdLen:         uint8(len(cmd.CDB)),
-		mxSbLen:        uint8(min(len(cmd.Sense), 255)),
-		dxferLen:       uint32(len(cmd.Data)),
-		cmdp:           uintptr(unsafe.Pointer(&cmd.CDB[0])),
-		timeout:        cmd.TimeoutMs,
-	}
-	if len(cmd.Data) > 0 {
-		h.dxferp = uintptr(unsafe.Pointer(&cmd.Data[0]))
-	} else {
-		h.dxferDirection = int32(DirNone)
-	}
-	if len(cmd.Sense) > 0 {
-		h.sbp = uintptr(unsafe.Pointer(&cmd.Sense[0]))
-	}
-	return h, nil
-}
-
-func (h *sgIOHdr) result(cmd *SCSICommand) *SCSIResult {
-	n := min(int(h.sbLenWr), len(cmd.Sense))
-	return &SCSIResult{
-		Status:       h.status,
-		HostStatus:   h.hostStatus,
-		DriverStatus: h.driverStatus,
-		Resid:        h.resid,
-		Sense:        cmd.Sense[:n],
-	}
-}
-
-// encodeSGIOHdr serializes h as the kernel reads it (tests pin the ABI).
-func encodeSGIOHdr(h *sgIOHdr) []byte {
-	return append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(h)), sgIOHdrSize)...)
 }

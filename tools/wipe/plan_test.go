@@ -45,15 +45,43 @@ func methods(p Plan) []Method {
 	return m
 }
 
+// planCase is one PlanWipe call and the steps it must plan or, with want
+// nil, the refusal it must give.
+type planCase struct {
+	name   string
+	t      Target
+	p      Policy
+	want   []Method
+	errHas string
+}
+
+// runPlanCases runs each case as a subtest; check looks further at a plan
+// that was made with the wanted steps.
+func runPlanCases(t *testing.T, cases []planCase, check func(t *testing.T, c planCase, p Plan)) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := PlanWipe(c.t, c.p)
+			if c.want == nil {
+				if err == nil || !strings.Contains(err.Error(), c.errHas) {
+					t.Fatalf("err = %v, want it to contain %q (plan %v)", err, c.errHas, methods(p))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(methods(p)) != fmt.Sprint(c.want) {
+				t.Errorf("steps = %v, want %v\nrejected: %v", methods(p), c.want, p.Rejected)
+			}
+			check(t, c, p)
+		})
+	}
+}
+
 func TestPlanWipe(t *testing.T) {
 	d := nvmeDisk("nvme0n1", "S1")
-	cases := []struct {
-		name   string
-		t      Target
-		p      Policy
-		want   []Method // nil: refusal
-		errHas string
-	}{
+	cases := []planCase{
 		{"psid on locked opal", Target{Disk: d, Opal: opal2(true, true), NVMe: fullNVMe(), PSIDKnown: true},
 			Policy{Method: PolicyPSIDRevert}, []Method{MethodPSIDRevert}, ""},
 		{"psid unknown, no fallback", Target{Disk: d, Opal: opal2(false, false), NVMe: fullNVMe()},
@@ -94,31 +122,16 @@ func TestPlanWipe(t *testing.T) {
 			Policy{Method: PolicyFormat}, nil, "medium CURE booted from"},
 		{"unknown policy", Target{Disk: d, OpalErr: noTCG}, Policy{Method: "shred"}, nil, `unknown wipe policy "shred"`},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			p, err := PlanWipe(c.t, c.p)
-			if c.want == nil {
-				if err == nil || !strings.Contains(err.Error(), c.errHas) {
-					t.Fatalf("err = %v, want it to contain %q (plan %v)", err, c.errHas, methods(p))
-				}
-				return
+	runPlanCases(t, cases, func(t *testing.T, c planCase, p Plan) {
+		for _, s := range p.Steps() {
+			if Strength(s.Method.Class()) > Strength(c.p.Method) {
+				t.Errorf("%s is stronger than policy %s", s.Method, c.p.Method)
 			}
-			if err != nil {
-				t.Fatal(err)
+			if Strength(s.Method.Class()) < Strength(c.p.Method) && (!c.p.AllowWeakerFallback || !strings.Contains(s.Reason, "allowWeakerFallback")) {
+				t.Errorf("weaker step %s without allowWeakerFallback in reason: %q", s.Method, s.Reason)
 			}
-			if fmt.Sprint(methods(p)) != fmt.Sprint(c.want) {
-				t.Errorf("steps = %v, want %v\nrejected: %v", methods(p), c.want, p.Rejected)
-			}
-			for _, s := range p.Steps() {
-				if Strength(s.Method.Class()) > Strength(c.p.Method) {
-					t.Errorf("%s is stronger than policy %s", s.Method, c.p.Method)
-				}
-				if Strength(s.Method.Class()) < Strength(c.p.Method) && (!c.p.AllowWeakerFallback || !strings.Contains(s.Reason, "allowWeakerFallback")) {
-					t.Errorf("weaker step %s without allowWeakerFallback in reason: %q", s.Method, s.Reason)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 func sataDisk() blockdev.Disk {
@@ -144,13 +157,7 @@ func sataID(t *testing.T, set func(d *atafake.Drive)) *ata.Identify {
 func TestPlanATA(t *testing.T) {
 	sda := sataDisk()
 	good := sataID(t, nil)
-	cases := []struct {
-		name   string
-		t      Target
-		p      Policy
-		want   []Method
-		errHas string
-	}{
+	cases := []planCase{
 		{"format: normal erase", Target{Disk: sda, OpalErr: noTCG, ATA: good},
 			Policy{Method: PolicyFormat}, []Method{MethodATANormal}, ""},
 		{"sanitize: enhanced erase only", Target{Disk: sda, OpalErr: noTCG, ATA: good},
@@ -183,26 +190,11 @@ func TestPlanATA(t *testing.T) {
 		{"sas disk: ATA erase needs SATA", Target{Disk: blockdev.Disk{Name: "sdb", Serial: "X", Transport: "sas"}, OpalErr: noTCG, ATA: good},
 			Policy{Method: PolicyFormat}, nil, "transport sas: ATA security erase needs a SATA disk"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			p, err := PlanWipe(c.t, c.p)
-			if c.want == nil {
-				if err == nil || !strings.Contains(err.Error(), c.errHas) {
-					t.Fatalf("err = %v, want it to contain %q (plan %v)", err, c.errHas, methods(p))
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(methods(p)) != fmt.Sprint(c.want) {
-				t.Errorf("steps = %v, want %v\nrejected: %v", methods(p), c.want, p.Rejected)
-			}
-			if !strings.Contains(p.Reason, "SECURITY ERASE UNIT, drive estimates") || !strings.Contains(p.Reason, "SEC1") {
-				t.Errorf("reason %q", p.Reason)
-			}
-		})
-	}
+	runPlanCases(t, cases, func(t *testing.T, _ planCase, p Plan) {
+		if !strings.Contains(p.Reason, "SECURITY ERASE UNIT, drive estimates") || !strings.Contains(p.Reason, "SEC1") {
+			t.Errorf("reason %q", p.Reason)
+		}
+	})
 	// The reason carries the drive's estimate for the chosen mode.
 	p, err := PlanWipe(Target{Disk: sda, OpalErr: noTCG, ATA: good}, Policy{Method: PolicyFormat})
 	if err != nil || !strings.HasSuffix(p.Reason, "normal SECURITY ERASE UNIT, drive estimates 6 min") {

@@ -65,18 +65,12 @@ func run() error {
 	if err := loadModules("/modules.order"); err != nil {
 		return err
 	}
-	if cmdline, _ := os.ReadFile("/proc/cmdline"); strings.Contains(string(cmdline), "cure.wipetest=sata") {
+	cmdline, _ := os.ReadFile("/proc/cmdline")
+	if strings.Contains(string(cmdline), "cure.wipetest=sata") {
 		return runSATA(string(cmdline))
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat("/sys/block/nvme0n1"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no /sys/block/nvme0n1 after 30 s")
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := waitForBlock("nvme0n1"); err != nil {
+		return err
 	}
 
 	if err := wipe.Guard(modes.Wipe); err != nil {
@@ -85,29 +79,11 @@ func run() error {
 	if err := wipe.Guard(modes.Audit); err != nil {
 		fmt.Printf("CURE-WIPE step=guard-audit err=%v\n", err)
 	}
-	disks, err := blockdev.List("/")
-	if err != nil {
-		return err
-	}
-	cmdline, _ := os.ReadFile("/proc/cmdline")
-	if err := blockdev.MarkBootMedium(disks, "/proc/self/mounts", string(cmdline)); err != nil {
-		return err
-	}
-	targets, err := wipe.SelectTargets(disks, blockdev.Selector{Transport: "nvme", Serial: serial})
-	if err != nil {
-		return err
-	}
-	disk := targets[0]
-	dev, err := wipe.Open(disk, "/")
+	dev, tgt, err := openTarget(string(cmdline), blockdev.Selector{Transport: "nvme", Serial: serial})
 	if err != nil {
 		return err
 	}
 	defer dev.Close()
-
-	tgt, err := wipe.Probe(disk, &dev.Handles, dev.NVMe, wipe.Names(targets))
-	if err != nil {
-		return err
-	}
 	fmt.Printf("CURE-WIPE step=identify oacs=%#x sanicap=%#x fna=%#x nsid=%d lbads=%d\n",
 		tgt.NVMe.OACS, tgt.NVMe.SANICAP, tgt.NVMe.FNA, tgt.NVMe.NSID, dev.Namespace.LBAFormat().LBADS)
 	fmt.Printf("CURE-WIPE step=opal-discovery notcg=%t err=%v\n", errors.Is(tgt.OpalErr, opal.ErrNoTCG), tgt.OpalErr)
@@ -142,41 +118,18 @@ func run() error {
 // drive reported through ATA PASS-THROUGH (16) and what the planner made
 // of it. Nothing is written.
 func runSATA(cmdline string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat("/sys/block/sda"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no /sys/block/sda after 30 s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	disks, err := blockdev.List("/")
-	if err != nil {
+	if err := waitForBlock("sda"); err != nil {
 		return err
 	}
-	if err := blockdev.MarkBootMedium(disks, "/proc/self/mounts", cmdline); err != nil {
-		return err
-	}
-	// Picked the way a wipe picks: by the serial blockdev reads from the
-	// SCSI VPD page 0x80 libata builds from IDENTIFY (an sd disk has no
-	// device/serial). SelectTargets refuses a disk without a serial.
-	targets, err := wipe.SelectTargets(disks, blockdev.Selector{Transport: "sata", Serial: sataSerial})
-	if err != nil {
-		return err
-	}
-	disk := targets[0]
-	fmt.Printf("CURE-WIPE step=blockdev name=%s transport=%s serial=%q model=%q\n", disk.Name, disk.Transport, disk.Serial, disk.Model)
-	dev, err := wipe.Open(disk, "/")
+	// By the serial blockdev reads from the SCSI VPD page 0x80 libata
+	// builds from IDENTIFY (an sd disk has no device/serial).
+	dev, tgt, err := openTarget(cmdline, blockdev.Selector{Transport: "sata", Serial: sataSerial})
 	if err != nil {
 		return err
 	}
 	defer dev.Close()
-	tgt, err := wipe.Probe(disk, &dev.Handles, dev.NVMe, wipe.Names(targets))
-	if err != nil {
-		return err
-	}
+	disk := tgt.Disk
+	fmt.Printf("CURE-WIPE step=blockdev name=%s transport=%s serial=%q model=%q\n", disk.Name, disk.Transport, disk.Serial, disk.Model)
 	if tgt.ATA == nil {
 		return fmt.Errorf("IDENTIFY DEVICE through ATA PASS-THROUGH failed: %v", tgt.ATAErr)
 	}
@@ -198,6 +151,48 @@ func runSATA(cmdline string) error {
 	}
 	fmt.Printf("CURE-WIPE step=plan-sata method=%s reason=%q\n", plan.Method, plan.Reason)
 	return nil
+}
+
+// waitForBlock waits up to 30 s for the driver to register /sys/block/name.
+func waitForBlock(name string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat("/sys/block/" + name); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no /sys/block/%s after 30 s", name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// openTarget picks the disk sel names the way a wipe picks (boot medium
+// marked; SelectTargets refuses a disk without a serial), then opens and
+// probes it. The caller closes the device.
+func openTarget(cmdline string, sel blockdev.Selector) (*wipe.Device, wipe.Target, error) {
+	disks, err := blockdev.List("/")
+	if err != nil {
+		return nil, wipe.Target{}, err
+	}
+	if err := blockdev.MarkBootMedium(disks, "/proc/self/mounts", cmdline); err != nil {
+		return nil, wipe.Target{}, err
+	}
+	targets, err := wipe.SelectTargets(disks, sel)
+	if err != nil {
+		return nil, wipe.Target{}, err
+	}
+	disk := targets[0]
+	dev, err := wipe.Open(disk, "/")
+	if err != nil {
+		return nil, wipe.Target{}, err
+	}
+	tgt, err := wipe.Probe(disk, &dev.Handles, dev.NVMe, wipe.Names(targets))
+	if err != nil {
+		dev.Close()
+		return nil, wipe.Target{}, err
+	}
+	return dev, tgt, nil
 }
 
 // loadModules loads each .ko named in order (paths, one per line).
