@@ -1,9 +1,11 @@
-// Package pki creates and loads the coordinator's private CA and its server
-// certificate. The CA certificate is baked into CURE images so runners trust only
-// this coordinator; curectl trusts it the same way.
+// Package pki creates and loads the coordinator's private CA, its server
+// certificate and the operators' client certificates. The CA certificate is
+// baked into CURE images so runners trust only this coordinator; curectl trusts
+// it the same way and proves who it is with an operator certificate.
 //
-// Files in dir: ca.pem, ca-key.pem (the CA) and server.pem, server-key.pem (the
-// serving certificate). Keys are ECDSA P-256, PKCS#8, mode 0600.
+// Files in dir: ca.pem, ca-key.pem (the CA), server.pem, server-key.pem (the
+// serving certificate) and operators/<name>.pem, operators/<name>-key.pem (one
+// client certificate per operator). Keys are ECDSA P-256, PKCS#8, mode 0600.
 package pki
 
 import (
@@ -32,13 +34,23 @@ const (
 	CAKeyFile      = "ca-key.pem"
 	ServerCertFile = "server.pem"
 	ServerKeyFile  = "server-key.pem"
+	// OperatorsDir holds the operator client certificates.
+	OperatorsDir = "operators"
 )
+
+// OperatorOU is the Subject OU of operator certificates: the coordinator
+// accepts OperatorService calls only from certificates carrying it, so a
+// future client role signed by the same CA cannot drive provisioning.
+const OperatorOU = "cure-operator"
 
 const (
 	caValidity     = 10 * 365 * 24 * time.Hour
 	serverValidity = 397 * 24 * time.Hour // the longest validity browsers accept; rotation is automatic anyway
-	renewBefore    = 30 * 24 * time.Hour
-	backdate       = time.Hour // tolerate clock skew between coordinator and freshly booted nodes
+	// Operators re-run `provisioner-lite pki --operator` yearly; a short life
+	// bounds how long a copied key stays useful.
+	operatorValidity = 365 * 24 * time.Hour
+	renewBefore      = 30 * 24 * time.Hour
+	backdate         = time.Hour // tolerate clock skew between coordinator and freshly booted nodes
 )
 
 // EnsureCA returns the PEM of the CA certificate in dir, creating the CA (ECDSA
@@ -63,18 +75,34 @@ func IssueServerCert(dir string, hosts []string) (tls.Certificate, error) {
 }
 
 // ServerTLSConfig returns a TLS 1.3-only server config serving the certificate
-// from IssueServerCert.
+// from IssueServerCert. A client certificate is verified against the CA when
+// one is presented but not required: runners have none (they authenticate with
+// their boot token), so the per-service check is left to the gRPC layer.
 func ServerTLSConfig(dir string, hosts []string) (*tls.Config, error) {
 	cert, err := IssueServerCert(dir, hosts)
 	if err != nil {
 		return nil, err
 	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}, nil
+	caPEM, err := EnsureCA(dir)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("pki: server TLS config: no PEM certificate in %s", filepath.Join(dir, CACertFile))
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS13,
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		ClientCAs:    pool,
+	}, nil
 }
 
 // ClientTLSConfig returns a TLS 1.3-only client config that trusts only the CA
 // in caPEM and expects serverName (a DNS name or IP) in the server certificate.
-func ClientTLSConfig(caPEM []byte, serverName string) (*tls.Config, error) {
+// clientCert, if not nil, is presented to the server (an operator certificate).
+func ClientTLSConfig(caPEM []byte, serverName string, clientCert *tls.Certificate) (*tls.Config, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return nil, errors.New("pki: client TLS config: no PEM certificate found in the CA data")
@@ -82,7 +110,120 @@ func ClientTLSConfig(caPEM []byte, serverName string) (*tls.Config, error) {
 	if serverName == "" {
 		return nil, errors.New("pki: client TLS config: empty server name")
 	}
-	return &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS13}, nil
+	cfg := &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS13}
+	if clientCert != nil {
+		cfg.Certificates = []tls.Certificate{*clientCert}
+	}
+	return cfg, nil
+}
+
+// OperatorCert describes an operator client certificate on disk.
+type OperatorCert struct {
+	Name, CertFile, KeyFile string
+	NotAfter                time.Time
+	// Issued is false when the stored certificate was reused.
+	Issued bool
+}
+
+// OperatorCertFiles returns the certificate and key paths of operator name in dir.
+func OperatorCertFiles(dir, name string) (certFile, keyFile string) {
+	d := filepath.Join(dir, OperatorsDir)
+	return filepath.Join(d, name+".pem"), filepath.Join(d, name+"-key.pem")
+}
+
+// IssueOperatorCert returns the client certificate of operator name in dir
+// (ECDSA P-256, ExtKeyUsageClientAuth only, CN name, OU cure-operator, valid a
+// year), signed by the CA (created if absent). Like the server certificate, the
+// stored one is reused unless it expires within 30 days, was not signed by the
+// current CA, or does not match its key; then a new one is issued and written.
+func IssueOperatorCert(dir, name string) (OperatorCert, error) {
+	return issueOperatorCert(dir, name, time.Now())
+}
+
+// LoadOperatorCert loads an operator certificate and key for a client, failing
+// early (instead of at the coordinator) when the pair does not match, is not a
+// client certificate, or has expired.
+func LoadOperatorCert(certFile, keyFile string) (tls.Certificate, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("pki: operator certificate %s / %s: %w", certFile, keyFile, err)
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("pki: operator certificate %s: %w", certFile, err)
+	}
+	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+		return tls.Certificate{}, fmt.Errorf("pki: %s is not a client certificate (no ClientAuth key usage); issue one with `provisioner-lite pki --operator NAME`", certFile)
+	}
+	if now := time.Now(); now.After(leaf.NotAfter) {
+		return tls.Certificate{}, fmt.Errorf("pki: operator certificate %s (%s) expired on %s; re-issue it with `provisioner-lite pki --operator %s`",
+			certFile, leaf.Subject.CommonName, leaf.NotAfter.Format(time.DateOnly), leaf.Subject.CommonName)
+	}
+	cert.Leaf = leaf
+	return cert, nil
+}
+
+// validOperatorName keeps the name usable as a file name and unambiguous:
+// "x-key" would be the key file of operator "x".
+func validOperatorName(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("pki: operator name %q: want 1 to 64 characters", name)
+	}
+	for i, c := range name {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || (i > 0 && strings.ContainsRune("._@-", c))
+		if !ok {
+			return fmt.Errorf("pki: operator name %q: use letters, digits and . _ @ - (not first)", name)
+		}
+	}
+	if strings.HasSuffix(name, "-key") {
+		return fmt.Errorf("pki: operator name %q: must not end in -key (that is the key file name of operator %q)", name, strings.TrimSuffix(name, "-key"))
+	}
+	return nil
+}
+
+func issueOperatorCert(dir, name string, now time.Time) (OperatorCert, error) {
+	if err := validOperatorName(name); err != nil {
+		return OperatorCert{}, err
+	}
+	ca, err := ensureCA(dir, now)
+	if err != nil {
+		return OperatorCert{}, err
+	}
+	if now.Add(renewBefore).After(ca.cert.NotAfter) {
+		return OperatorCert{}, fmt.Errorf("pki: CA in %s expires %s (within 30 days): rotate the CA and rebuild images", dir, ca.cert.NotAfter.Format(time.DateOnly))
+	}
+	certPath, keyPath := OperatorCertFiles(dir, name)
+	oc := OperatorCert{Name: name, CertFile: certPath, KeyFile: keyPath}
+	if _, leaf, why := loadLeaf(certPath, keyPath, ca, now); why == "" &&
+		leaf.Subject.CommonName == name && slices.Contains(leaf.Subject.OrganizationalUnit, OperatorOU) &&
+		slices.Equal(leaf.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}) {
+		oc.NotAfter = leaf.NotAfter
+		return oc, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(certPath), 0o700); err != nil {
+		return OperatorCert{}, fmt.Errorf("pki: create operator certificate directory: %w", err)
+	}
+	serial, err := randomSerial()
+	if err != nil {
+		return OperatorCert{}, err
+	}
+	notAfter := now.Add(operatorValidity)
+	if notAfter.After(ca.cert.NotAfter) {
+		notAfter = ca.cert.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: name, Organization: []string{"CURE"}, OrganizationalUnit: []string{OperatorOU}},
+		NotBefore:    now.Add(-backdate),
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if _, err := signLeaf(ca, tmpl, certPath, keyPath, "operator"); err != nil {
+		return OperatorCert{}, err
+	}
+	oc.NotAfter, oc.Issued = notAfter, true
+	return oc, nil
 }
 
 type authority struct {
@@ -185,10 +326,6 @@ func issueServerCert(dir string, hosts []string, now time.Time) (tls.Certificate
 		return cert, nil
 	}
 
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("pki: generate server key: %w", err)
-	}
 	serial, err := randomSerial()
 	if err != nil {
 		return tls.Certificate{}, err
@@ -211,9 +348,19 @@ func issueServerCert(dir string, hosts []string, now time.Time) (tls.Certificate
 		DNSNames:     dns,
 		IPAddresses:  ips,
 	}
+	return signLeaf(ca, tmpl, certPath, keyPath, "server")
+}
+
+// signLeaf generates a key, signs tmpl with the CA and writes key and
+// certificate atomically (key first, as for the CA).
+func signLeaf(ca *authority, tmpl *x509.Certificate, certPath, keyPath, what string) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("pki: generate %s key: %w", what, err)
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("pki: sign server certificate: %w", err)
+		return tls.Certificate{}, fmt.Errorf("pki: sign %s certificate: %w", what, err)
 	}
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	keyPEM, err := encodeKey(key)
@@ -228,7 +375,7 @@ func issueServerCert(dir string, hosts []string, now time.Time) (tls.Certificate
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("pki: load issued server certificate: %w", err)
+		return tls.Certificate{}, fmt.Errorf("pki: load issued %s certificate: %w", what, err)
 	}
 	return cert, nil
 }
@@ -236,34 +383,45 @@ func issueServerCert(dir string, hosts []string, now time.Time) (tls.Certificate
 // loadServer returns the stored server certificate, or a non-empty reason why
 // it cannot be reused.
 func loadServer(certPath, keyPath string, ca *authority, dns []string, ips []net.IP, now time.Time) (tls.Certificate, string) {
-	certPEM, err := os.ReadFile(certPath)
-	if err != nil {
-		return tls.Certificate{}, "no certificate"
-	}
-	keyPEM, err := os.ReadFile(keyPath)
-	if err != nil {
-		return tls.Certificate{}, "no key"
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return tls.Certificate{}, "key does not match: " + err.Error()
-	}
-	leaf := cert.Leaf
-	if leaf == nil {
-		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
-			return tls.Certificate{}, "unparsable: " + err.Error()
-		}
-	}
-	if leaf.CheckSignatureFrom(ca.cert) != nil {
-		return tls.Certificate{}, "not signed by the current CA"
-	}
-	if now.Add(renewBefore).After(leaf.NotAfter) {
-		return tls.Certificate{}, "expires within 30 days"
+	cert, leaf, why := loadLeaf(certPath, keyPath, ca, now)
+	if why != "" {
+		return tls.Certificate{}, why
 	}
 	if !slices.Equal(sortedCopy(leaf.DNSNames), dns) || !sameIPs(leaf.IPAddresses, ips) {
 		return tls.Certificate{}, "host set changed"
 	}
 	return cert, ""
+}
+
+// loadLeaf returns a stored certificate and its parsed leaf, or a non-empty
+// reason why it cannot be reused: missing, key mismatch, not signed by the
+// current CA, or expiring within 30 days.
+func loadLeaf(certPath, keyPath string, ca *authority, now time.Time) (tls.Certificate, *x509.Certificate, string) {
+	certPEM, err := os.ReadFile(certPath)
+	if err != nil {
+		return tls.Certificate{}, nil, "no certificate"
+	}
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		return tls.Certificate{}, nil, "no key"
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, nil, "key does not match: " + err.Error()
+	}
+	leaf := cert.Leaf
+	if leaf == nil {
+		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return tls.Certificate{}, nil, "unparsable: " + err.Error()
+		}
+	}
+	if leaf.CheckSignatureFrom(ca.cert) != nil {
+		return tls.Certificate{}, nil, "not signed by the current CA"
+	}
+	if now.Add(renewBefore).After(leaf.NotAfter) {
+		return tls.Certificate{}, nil, "expires within 30 days"
+	}
+	return cert, leaf, ""
 }
 
 // normalizeHosts splits hosts into sorted, de-duplicated DNS names (lowercase)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,7 +60,7 @@ func TestHandshakeTrustsOnlyTheCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"coordinator.cure", "10.0.2.2", "127.0.0.1"} {
-		cli, err := ClientTLSConfig(caPEM, name)
+		cli, err := ClientTLSConfig(caPEM, name, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +70,7 @@ func TestHandshakeTrustsOnlyTheCA(t *testing.T) {
 	}
 
 	// A name the certificate does not carry fails.
-	cli, _ := ClientTLSConfig(caPEM, "other.cure")
+	cli, _ := ClientTLSConfig(caPEM, "other.cure", nil)
 	if err := handshake(t, srv, cli); err == nil {
 		t.Error("handshake for a name not in the certificate succeeded")
 	}
@@ -82,12 +83,12 @@ func TestHandshakeTrustsOnlyTheCA(t *testing.T) {
 	if bytes.Equal(otherCA, caPEM) {
 		t.Fatal("two directories produced the same CA")
 	}
-	cli, _ = ClientTLSConfig(otherCA, "coordinator.cure")
+	cli, _ = ClientTLSConfig(otherCA, "coordinator.cure", nil)
 	if err := handshake(t, srv, cli); err == nil || !strings.Contains(err.Error(), "unknown authority") {
 		t.Errorf("handshake with the wrong CA: err = %v, want unknown authority", err)
 	}
 
-	if _, err := ClientTLSConfig([]byte("not pem"), "x"); err == nil {
+	if _, err := ClientTLSConfig([]byte("not pem"), "x", nil); err == nil {
 		t.Error("ClientTLSConfig accepted garbage CA data")
 	}
 }
@@ -216,5 +217,199 @@ func TestBadHosts(t *testing.T) {
 	}
 	if _, err := IssueServerCert(t.TempDir(), []string{"ok.cure", "bad host"}); err == nil || !strings.Contains(err.Error(), `hosts[1] "bad host"`) {
 		t.Fatalf("bad host: %v", err)
+	}
+}
+
+func TestOperatorCert(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	oc, err := issueOperatorCert(dir, "alice", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCert, wantKey := filepath.Join(dir, "operators", "alice.pem"), filepath.Join(dir, "operators", "alice-key.pem")
+	if oc.CertFile != wantCert || oc.KeyFile != wantKey || !oc.Issued {
+		t.Fatalf("IssueOperatorCert = %+v, want files %s, %s and Issued", oc, wantCert, wantKey)
+	}
+	st, err := os.Stat(oc.KeyFile)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("operator key mode = %v, %v; want 0600", st.Mode().Perm(), err)
+	}
+	c1, err := LoadOperatorCert(oc.CertFile, oc.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := c1.Leaf
+	if leaf.Subject.CommonName != "alice" || !slices.Equal(leaf.Subject.OrganizationalUnit, []string{OperatorOU}) {
+		t.Fatalf("subject = %v, want CN alice, OU %s", leaf.Subject, OperatorOU)
+	}
+	if !slices.Equal(leaf.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}) {
+		t.Fatalf("ExtKeyUsage = %v, want ClientAuth only", leaf.ExtKeyUsage)
+	}
+	if leaf.PublicKeyAlgorithm != x509.ECDSA || leaf.IsCA {
+		t.Fatalf("alg=%v IsCA=%v", leaf.PublicKeyAlgorithm, leaf.IsCA)
+	}
+	if v := leaf.NotAfter.Sub(now); v < 364*24*time.Hour || v > 366*24*time.Hour {
+		t.Fatalf("validity from now = %v, want a year", v)
+	}
+	caPEM, _ := EnsureCA(dir)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Fatalf("operator certificate does not verify as a client certificate of the CA: %v", err)
+	}
+
+	// Second call: the stored certificate is reused.
+	oc2, err := issueOperatorCert(dir, "alice", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, _ := LoadOperatorCert(oc2.CertFile, oc2.KeyFile)
+	if oc2.Issued || leafSerial(t, c2) != leafSerial(t, c1) {
+		t.Fatalf("second issue re-issued (Issued=%v)", oc2.Issued)
+	}
+	// Another operator gets its own pair.
+	bob, err := issueOperatorCert(dir, "bob", now)
+	if err != nil || bob.CertFile == oc.CertFile {
+		t.Fatalf("bob: %+v, %v", bob, err)
+	}
+	// Expiring within 30 days: re-issued.
+	later := leaf.NotAfter.Add(-29 * 24 * time.Hour)
+	oc3, err := issueOperatorCert(dir, "alice", later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3, _ := tls.LoadX509KeyPair(oc3.CertFile, oc3.KeyFile)
+	if !oc3.Issued || leafSerial(t, c3) == leafSerial(t, c1) {
+		t.Fatal("operator certificate expiring within 30 days was reused")
+	}
+	// CA replaced: re-issued, and signed by the new CA.
+	os.Remove(filepath.Join(dir, CACertFile))
+	os.Remove(filepath.Join(dir, CAKeyFile))
+	oc4, err := issueOperatorCert(dir, "alice", later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c4, _ := LoadOperatorCert(oc4.CertFile, oc4.KeyFile)
+	if !oc4.Issued || leafSerial(t, c4) == leafSerial(t, c3) {
+		t.Fatal("operator certificate of a replaced CA was reused")
+	}
+	newCA, _ := EnsureCA(dir)
+	ca, _ := parseCert("ca.pem", newCA)
+	if err := c4.Leaf.CheckSignatureFrom(ca); err != nil {
+		t.Fatalf("re-issued operator certificate not signed by the new CA: %v", err)
+	}
+}
+
+func TestOperatorCertNames(t *testing.T) {
+	dir := t.TempDir()
+	for _, bad := range []string{"", "../x", "a/b", ".hidden", "-x", "alice-key", "a b", strings.Repeat("a", 65)} {
+		if _, err := IssueOperatorCert(dir, bad); err == nil {
+			t.Errorf("IssueOperatorCert(%q) succeeded", bad)
+		}
+	}
+	if _, err := IssueOperatorCert(dir, "alice@example.com"); err != nil {
+		t.Errorf("e-mail style name: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, OperatorsDir, "..", "x.pem")); err == nil {
+		t.Error("a bad name wrote outside the operators directory")
+	}
+}
+
+func TestLoadOperatorCertRejectsServerCert(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := IssueServerCert(dir, []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadOperatorCert(filepath.Join(dir, ServerCertFile), filepath.Join(dir, ServerKeyFile))
+	if err == nil || !strings.Contains(err.Error(), "not a client certificate") {
+		t.Fatalf("LoadOperatorCert(server cert) = %v, want not a client certificate", err)
+	}
+	if _, err := LoadOperatorCert(filepath.Join(dir, "none.pem"), filepath.Join(dir, "none-key.pem")); err == nil {
+		t.Fatal("LoadOperatorCert of missing files succeeded")
+	}
+}
+
+// serverHandshake runs a handshake and returns the server's view: in TLS 1.3
+// the client finishes before the server has checked its certificate, so a
+// rejected client certificate shows on the server side.
+func serverHandshake(t *testing.T, server, client *tls.Config) (tls.ConnectionState, error) {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type result struct {
+		st  tls.ConnectionState
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			res <- result{err: err}
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		tc := c.(*tls.Conn)
+		err = tc.Handshake()
+		res <- result{tc.ConnectionState(), err}
+	}()
+	d := &net.Dialer{Timeout: 10 * time.Second}
+	c, err := tls.DialWithDialer(d, "tcp", ln.Addr().String(), client)
+	if err == nil {
+		// Read so the client sees the server's alert, if any, before closing.
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		c.Read(make([]byte, 1))
+		c.Close()
+	}
+	r := <-res
+	return r.st, r.err
+}
+
+func TestServerVerifiesOptionalClientCert(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := ServerTLSConfig(dir, []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv.ClientAuth != tls.VerifyClientCertIfGiven || srv.ClientCAs == nil {
+		t.Fatalf("ClientAuth = %v, ClientCAs = %v", srv.ClientAuth, srv.ClientCAs)
+	}
+	caPEM, _ := EnsureCA(dir)
+
+	// No client certificate (a runner): accepted, nothing verified.
+	cli, _ := ClientTLSConfig(caPEM, "127.0.0.1", nil)
+	st, err := serverHandshake(t, srv, cli)
+	if err != nil || len(st.VerifiedChains) != 0 {
+		t.Fatalf("without client certificate: err=%v chains=%d", err, len(st.VerifiedChains))
+	}
+
+	// An operator certificate: verified, CN visible to the server.
+	oc, err := IssueOperatorCert(dir, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := LoadOperatorCert(oc.CertFile, oc.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, _ = ClientTLSConfig(caPEM, "127.0.0.1", &cert)
+	st, err = serverHandshake(t, srv, cli)
+	if err != nil || len(st.VerifiedChains) == 0 || st.VerifiedChains[0][0].Subject.CommonName != "alice" {
+		t.Fatalf("with operator certificate: err=%v chains=%v", err, st.VerifiedChains)
+	}
+
+	// An operator certificate of another CA: the handshake fails.
+	other, err := IssueOperatorCert(t.TempDir(), "mallory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, _ := LoadOperatorCert(other.CertFile, other.KeyFile)
+	cli, _ = ClientTLSConfig(caPEM, "127.0.0.1", &foreign)
+	if _, err := serverHandshake(t, srv, cli); err == nil || !strings.Contains(err.Error(), "unknown authority") {
+		t.Fatalf("with a foreign CA's certificate: server err = %v, want unknown authority", err)
 	}
 }

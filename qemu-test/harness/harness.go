@@ -84,6 +84,9 @@ type Env struct {
 	Nodes    []*Node
 	HostOS   Image
 	Client   curev1.OperatorServiceClient
+	// OperatorCert and OperatorKey are the client certificate Client uses
+	// (curectl --cert/--key against this coordinator).
+	OperatorCert, OperatorKey string
 
 	conn     *grpc.ClientConn
 	proxy    *streamProxy
@@ -168,6 +171,13 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 			return nil, err
 		}
 	}
+	// OperatorService requires an operator certificate; "operator" is the
+	// name curectl finds by default beside the CA (state/pki/operators/).
+	oc, err := pki.IssueOperatorCert(filepath.Join(e.StateDir, "pki"), "operator")
+	if err != nil {
+		return nil, fmt.Errorf("operator certificate: %w", err)
+	}
+	e.OperatorCert, e.OperatorKey = oc.CertFile, oc.KeyFile
 	if err := e.hostOS(); err != nil {
 		return nil, err
 	}
@@ -378,7 +388,11 @@ func (e *Env) StartCoordinator(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		tlsCfg, err := pki.ClientTLSConfig(caPEM, "127.0.0.1")
+		cert, err := pki.LoadOperatorCert(e.OperatorCert, e.OperatorKey)
+		if err != nil {
+			return err
+		}
+		tlsCfg, err := pki.ClientTLSConfig(caPEM, "127.0.0.1", &cert)
 		if err != nil {
 			return err
 		}

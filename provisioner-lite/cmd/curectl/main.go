@@ -1,4 +1,6 @@
-// Command curectl is the operator CLI of provisioner-lite.
+// Command curectl is the operator CLI of provisioner-lite. It authenticates
+// with an operator client certificate (`provisioner-lite pki --operator NAME`);
+// without --cert/--key it uses operators/operator.pem beside the CA file.
 //
 //	curectl provision [--mode provision] [--manifest sku] [--resume] [--watch] NODE...
 //	curectl watch NODE|--run RUN
@@ -8,12 +10,15 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -21,7 +26,9 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/curectl"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -30,7 +37,7 @@ func main() {
 }
 
 func usage() int {
-	fmt.Fprintln(os.Stderr, `usage: curectl [--server ADDR] [--ca FILE] COMMAND
+	fmt.Fprintln(os.Stderr, `usage: curectl [--server ADDR] [--ca FILE] [--cert FILE --key FILE] COMMAND
   provision [--mode M] [--manifest SKU] [--resume] [--watch] NODE...
   watch [--run RUN] [NODE]
   report [--json] [--html FILE] [--run RUN] [NODE]
@@ -43,6 +50,8 @@ func run(args []string, out io.Writer) int {
 	g := flag.NewFlagSet("curectl", flag.ContinueOnError)
 	addr := g.String("server", envOr("CURE_SERVER", "127.0.0.1:8443"), "coordinator gRPC address")
 	ca := g.String("ca", envOr("CURE_CA", filepath.Join("state", "pki", "ca.pem")), "coordinator CA certificate")
+	certFile := g.String("cert", os.Getenv("CURE_CERT"), "operator client certificate (default: operators/operator.pem beside --ca, if present)")
+	keyFile := g.String("key", os.Getenv("CURE_KEY"), "operator client key (default: operators/operator-key.pem beside --ca, if present)")
 	if err := g.Parse(args); err != nil {
 		return 2
 	}
@@ -54,12 +63,18 @@ func run(args []string, out io.Writer) int {
 		fmt.Fprintln(os.Stderr, "curectl: CA certificate:", err)
 		return 1
 	}
-	tlsCfg, err := pki.ClientTLSConfig(caPEM, "127.0.0.1")
+	cert, err := operatorCert(*ca, *certFile, *keyFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "curectl:", err)
 		return 1
 	}
-	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	tlsCfg, err := pki.ClientTLSConfig(caPEM, "127.0.0.1", cert.cert)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl:", err)
+		return 1
+	}
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		grpc.WithChainUnaryInterceptor(cert.unaryInterceptor), grpc.WithChainStreamInterceptor(cert.streamInterceptor))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "curectl:", err)
 		return 1
@@ -278,6 +293,82 @@ func reportHTML(ctx context.Context, c curev1.OperatorServiceClient, runID, node
 		return 3
 	}
 	return 0
+}
+
+// clientCert is the operator certificate curectl presents, if any, and where
+// it came from, for error messages.
+type clientCert struct {
+	cert *tls.Certificate
+	desc string
+}
+
+// operatorCert loads --cert/--key, or by default operators/operator.pem and
+// operator-key.pem beside the CA file when both exist. No certificate is not
+// an error here: the coordinator's answer explains what is missing.
+func operatorCert(caFile, certFile, keyFile string) (clientCert, error) {
+	if (certFile == "") != (keyFile == "") {
+		return clientCert{}, errors.New("--cert and --key go together: give both (an operator certificate from `provisioner-lite pki --operator NAME`)")
+	}
+	if certFile == "" {
+		pkiDir := filepath.Dir(caFile)
+		certFile, keyFile = pki.OperatorCertFiles(pkiDir, "operator")
+		if !fileExists(certFile) || !fileExists(keyFile) {
+			return clientCert{desc: fmt.Sprintf("no client certificate (no --cert/--key, no %s)", certFile)}, nil
+		}
+	}
+	c, err := pki.LoadOperatorCert(certFile, keyFile)
+	if err != nil {
+		return clientCert{}, err
+	}
+	return clientCert{cert: &c, desc: fmt.Sprintf("certificate %s (operator %s)", certFile, c.Leaf.Subject.CommonName)}, nil
+}
+
+// explain adds what curectl sent to errors that are about authentication, so
+// the operator sees which file to fix.
+func (cc clientCert) explain(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	switch {
+	case st.Code() == codes.Unauthenticated:
+		return status.Errorf(st.Code(), "%s (curectl sent %s)", st.Message(), cc.desc)
+	case cc.cert != nil && st.Code() == codes.Unavailable && strings.Contains(st.Message(), "tls:"):
+		return status.Errorf(st.Code(), "%s (the coordinator may have refused %s: was it issued by this coordinator's CA? re-issue with `provisioner-lite pki --operator NAME`)", st.Message(), cc.desc)
+	}
+	return err
+}
+
+func (cc clientCert) unaryInterceptor(ctx context.Context, method string, req, reply any, conn *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return cc.explain(invoker(ctx, method, req, reply, conn, opts...))
+}
+
+func (cc clientCert) streamInterceptor(ctx context.Context, desc *grpc.StreamDesc, conn *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, conn, method, opts...)
+	if err != nil {
+		return nil, cc.explain(err)
+	}
+	return explainStream{ClientStream: s, cc: cc}, nil
+}
+
+// explainStream explains errors of server-streaming calls (Watch), which the
+// server reports on the first receive.
+type explainStream struct {
+	grpc.ClientStream
+	cc clientCert
+}
+
+func (s explainStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err == nil || err == io.EOF {
+		return err
+	}
+	return s.cc.explain(err)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 func envOr(k, def string) string {

@@ -70,16 +70,34 @@ func main() {
 	}
 }
 
+// pkiCmd creates the CA and, with --operator, issues (or reuses) that
+// operator's client certificate for curectl.
 func pkiCmd(args []string) int {
 	fs := flag.NewFlagSet("pki", flag.ExitOnError)
 	stateDir := fs.String("state-dir", "state", "state directory")
+	operator := fs.String("operator", "", "also issue (or reuse) the curectl client certificate of this operator (CN; e.g. a login name)")
 	fs.Parse(args)
-	ca, err := pki.EnsureCA(filepath.Join(*stateDir, "pki"))
+	pkiDir := filepath.Join(*stateDir, "pki")
+	ca, err := pki.EnsureCA(pkiDir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pki:", err)
 		return 1
 	}
-	fmt.Printf("%s (%d bytes)\n", filepath.Join(*stateDir, "pki", "ca.pem"), len(ca))
+	fmt.Printf("%s (%d bytes)\n", filepath.Join(pkiDir, pki.CACertFile), len(ca))
+	if *operator == "" {
+		return 0
+	}
+	oc, err := pki.IssueOperatorCert(pkiDir, *operator)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pki:", err)
+		return 1
+	}
+	what := "reused"
+	if oc.Issued {
+		what = "issued"
+	}
+	fmt.Printf("operator %s: certificate %s, key %s (%s, valid until %s)\n", oc.Name, oc.CertFile, oc.KeyFile, what, oc.NotAfter.Format(time.DateOnly))
+	fmt.Printf("use: curectl --ca %s --cert %s --key %s ...\n", filepath.Join(pkiDir, pki.CACertFile), oc.CertFile, oc.KeyFile)
 	return 0
 }
 
@@ -163,11 +181,15 @@ func run(log *slog.Logger, stateDir, manifestDir, nodesFile, imageDir, httpListe
 		return err
 	}
 
-	gs := grpc.NewServer(
+	// Runners and operators share the listener: TLS verifies a client
+	// certificate when one is sent, and OperatorAuth requires an operator
+	// certificate on OperatorService only (runners use their boot token).
+	opts := append([]grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(tlsCfg)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	}, server.OperatorAuth(log)...)
+	gs := grpc.NewServer(opts...)
 	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log})
 	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng})
 	gl, err := net.Listen("tcp", grpcListen)

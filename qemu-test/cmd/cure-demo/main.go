@@ -58,7 +58,11 @@ func run(out, work string, mode modes.Mode, verbose bool) int {
 	defer env.Close()
 	n := env.Nodes[0]
 	fmt.Printf("cure-demo: node %s  mac %s  bmc %s  power %s  coordinator http %s grpc %s\n", n.ID, n.MAC, n.BMCURL, n.BMC.PowerState(), env.HTTPAddr, env.GRPCAddr)
-	fmt.Printf("cure-demo: node console: %s   coordinator log: %s\n\n", n.Console, filepath.Join(work, "coordinator.log"))
+	fmt.Printf("cure-demo: node console: %s   coordinator log: %s\n", n.Console, filepath.Join(work, "coordinator.log"))
+	// The harness issued the "operator" certificate beside the CA, where
+	// curectl looks by default, so this works from another terminal as is.
+	fmt.Printf("cure-demo: from another terminal: go run ./provisioner-lite/cmd/curectl --server %s --ca %s nodes   (operator cert %s)\n\n",
+		env.GRPCAddr, filepath.Join(env.StateDir, "pki", "ca.pem"), env.OperatorCert)
 	runID, err := env.Provision(ctx, n.ID, mode, false)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cure-demo: provision:", err)
