@@ -1,0 +1,102 @@
+package zstd
+
+import (
+	"bytes"
+	"io"
+	"sync"
+	"testing"
+
+	kzstd "github.com/klauspost/compress/zstd"
+)
+
+type benchInput struct {
+	comp    []byte
+	size    int64
+	encoder string
+}
+
+var (
+	benchOnce   sync.Once
+	benchInputs map[string]benchInput
+)
+
+// loadBenchInputs builds the streams once per process: a 256 MiB disk image
+// (4 MiB regions, 90% zero, 10% random), 64 MiB random and 64 MiB text.
+func loadBenchInputs(b *testing.B) map[string]benchInput {
+	benchOnce.Do(func() {
+		benchInputs = map[string]benchInput{}
+		disk := make([]byte, 256<<20)
+		const region = 4 << 20
+		for i := 0; i < len(disk)/region; i++ {
+			if i%10 == 3 {
+				copy(disk[i*region:], randomData(region, uint64(i)))
+			}
+		}
+		inputs := map[string][]byte{
+			"disk":   disk,
+			"random": randomData(64<<20, 100),
+			"text":   textData(64<<20, 101),
+		}
+		bin, err := execLookPath("zstd")
+		for name, data := range inputs {
+			var comp []byte
+			enc := "klauspost default"
+			if err == nil {
+				comp = cliEncode(b, bin, data, "-3", "-T0")
+				enc = "zstd -3"
+			} else {
+				comp = klauspostEncode(b, data, true)
+			}
+			benchInputs[name] = benchInput{comp: comp, size: int64(len(data)), encoder: enc}
+		}
+	})
+	return benchInputs
+}
+
+func BenchmarkDecode(b *testing.B) {
+	in := loadBenchInputs(b)
+	for _, name := range []string{"disk", "random", "text"} {
+		bi := in[name]
+		b.Run(name+"/cure", func(b *testing.B) {
+			b.SetBytes(bi.size)
+			b.ReportMetric(float64(len(bi.comp))/float64(bi.size), "ratio")
+			buf := make([]byte, 1<<20)
+			for i := 0; i < b.N; i++ {
+				r, err := NewReader(bytes.NewReader(bi.comp))
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, buf)
+				if err != nil || n != bi.size {
+					b.Fatalf("n=%d err=%v", n, err)
+				}
+				r.Close()
+			}
+		})
+		for _, conc := range []int{1, 0} {
+			label := "/klauspost"
+			if conc == 1 {
+				label += "-sync"
+			}
+			b.Run(name+label, func(b *testing.B) {
+				b.SetBytes(bi.size)
+				buf := make([]byte, 1<<20)
+				for i := 0; i < b.N; i++ {
+					opts := []kzstd.DOption{kzstd.WithDecoderMaxWindow(512 << 20)}
+					if conc == 1 {
+						opts = append(opts, kzstd.WithDecoderConcurrency(1))
+					}
+					r, err := kzstd.NewReader(bytes.NewReader(bi.comp), opts...)
+					if err != nil {
+						b.Fatal(err)
+					}
+					n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, buf)
+					if err != nil || n != bi.size {
+						b.Fatalf("n=%d err=%v", n, err)
+					}
+					r.Close()
+				}
+			})
+		}
+	}
+}
