@@ -10,32 +10,36 @@ import (
 	"strings"
 	"sync"
 
+	curezstd "github.com/cure-oss/cure/tools/zstd"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
 	"golang.org/x/sys/unix"
 )
 
-// Decoder choices (Options.Decoder).
+// Decoder choices (Options.Decoder). Auto is what nodes use; the others
+// exist so tests and the benchmark can hold one implementation to account.
 const (
-	// DecoderAuto runs the reference C decoder (zstd(1), xz(1)) when the
-	// image carries it and the Go decoder otherwise.
+	// DecoderAuto picks per stream (see chooseZstd); xz goes to xz(1)
+	// when the image carries it.
 	DecoderAuto = ""
-	// DecoderGo always decodes in this process.
+	// DecoderGo never execs: the Go decoders only, zstd picked per stream.
 	DecoderGo = "go"
+	// DecoderExec always uses the C tool (zstd(1), xz(1)).
+	DecoderExec = "exec"
+	// DecoderCureZstd and DecoderKlauspostZstd force one Go zstd decoder.
+	DecoderCureZstd      = "cure-zstd"
+	DecoderKlauspostZstd = "klauspost-zstd"
 )
 
-// maxWindow bounds the zstd window either decoder accepts (and xz(1)'s
+// maxWindow bounds the zstd window every decoder accepts (and xz(1)'s
 // memory), so a hostile frame header cannot demand gigabytes of RAM in an
 // in-memory image. 512 MiB covers `zstd --long` up to window log 29.
 const maxWindow = 512 << 20
 
-// externalDecoders are the C reference decoders, preferred where present.
-// Why exec rather than Go: on images that are mostly zeros the Go zstd
-// decoder fills RLE blocks a byte at a time (~1.2 GB/s here, measured by
-// `make bench-install`), slower than `dd` writes zeros, while zstd(1)
-// memsets them (4.7 GB/s); xz(1) is several times ulikunitz/xz. gzip stays
-// in Go: klauspost's inflate is faster than gzip(1), which is the baseline.
+// externalDecoders are the C reference decoders. xz(1) is several times
+// ulikunitz/xz; zstd(1) decodes compressed blocks faster than any Go
+// decoder here. gzip stays in Go: klauspost's inflate outruns gzip(1).
 var externalDecoders = map[string][]string{
 	FormatZstd: {"zstd", "-d", "-c", "-q", "--no-progress", fmt.Sprintf("--memory=%dMB", maxWindow>>20)},
 	FormatXz:   {"xz", "-d", "-c", "-q", fmt.Sprintf("--memlimit=%dMiB", maxWindow>>20)},
@@ -49,31 +53,71 @@ type decoder struct {
 	close func() error
 }
 
-// minExecRatio is the expansion (image bytes per artifact byte) from which
-// zstd(1) is worth its two pipe copies. A stored (incompressible) stream
-// decodes at memcpy speed in Go too, and there the copies through the
-// pipes cost more CPU than they save (2.6 vs 2.0 CPU-seconds per GiB on
-// the bench's random image); on a 10x image zstd(1) needs half the CPU.
-const minExecRatio = 1.5
+// Three zstd decoders, none best everywhere (GB/s of output on this
+// machine, `make bench-install` and tools/zstd's benchmarks):
+//
+//	                          cure zstd   klauspost   zstd(1) via pipes
+//	90%-zero disk image         4-6.5       ~1.0        ~1.5-2 (pipe-bound)
+//	stored (random) data        ~2.9        ~2.2        ~1 (two pipe copies)
+//	ext4 image, 3.4x at -3      ~0.4        ~0.6        ~0.6-0.7
+//
+// tools/zstd turns RLE and raw blocks into a memclr or one copy; its
+// Huffman/FSE path is pure Go and slower. What decides is the share of
+// the image that comes out of compressed blocks, c. From the costs above
+// (per GiB: zeros 0.18 s vs 0.6 s, compressed 2.5 s vs 1.5 s) cure wins
+// while c < ~0.3. The frame header's content size against the artifact
+// size gives the expansion R; filesystem data compresses ~3.4x at the
+// levels images use, so c ≈ 3.4/R, and c < 0.3 means R ≥ 10. A stored
+// stream (R < 1.5) has no compressed blocks to speak of. Between the two,
+// or without a recorded size, the C decoder if present, else klauspost.
+const (
+	storedRatio = 1.5
+	sparseRatio = 10
+)
+
+// chooseZstd names the zstd decoder for a stream of size bytes whose
+// first bytes are head.
+func chooseZstd(choice string, head []byte, size int64, haveExec bool) string {
+	switch choice {
+	case DecoderCureZstd, DecoderKlauspostZstd:
+		return choice
+	case DecoderExec:
+		return DecoderExec
+	}
+	if content, ok := zstdContentSize(head); ok && size > 0 {
+		r := float64(content) / float64(size)
+		if r < storedRatio || r >= sparseRatio {
+			return DecoderCureZstd
+		}
+	}
+	if haveExec && choice == DecoderAuto {
+		return DecoderExec
+	}
+	return DecoderKlauspostZstd
+}
 
 // newDecoder starts the decoder for format on r; size is the artifact's
 // and choice is Options.Decoder.
 func newDecoder(format, choice string, r io.Reader, size int64) (*decoder, error) {
-	if args, ok := externalDecoders[format]; ok && choice == DecoderAuto {
-		path, err := exec.LookPath(args[0])
-		useExec := err == nil
-		if useExec && format == FormatZstd {
-			if p, ok := r.(interface{ peek() ([]byte, error) }); ok {
-				if head, err := p.peek(); err == nil {
-					if content, ok := zstdContentSize(head); ok && float64(content) < minExecRatio*float64(size) {
-						useExec = false
-					}
-				}
-			}
+	var execPath string
+	if args, ok := externalDecoders[format]; ok {
+		if p, err := exec.LookPath(args[0]); err == nil {
+			execPath = p
+		} else if choice == DecoderExec {
+			return nil, fmt.Errorf("decoder %s requested but not found: %w", args[0], err)
 		}
-		if useExec {
-			return startExternal(path, args[1:], r)
+	}
+	if format == FormatZstd {
+		var head []byte
+		if p, ok := r.(interface{ peek() ([]byte, error) }); ok {
+			head, _ = p.peek()
 		}
+		choice = chooseZstd(choice, head, size, execPath != "")
+	}
+	switch {
+	case choice == DecoderExec && execPath != "",
+		choice == DecoderAuto && format == FormatXz && execPath != "":
+		return startExternal(execPath, externalDecoders[format][1:], r)
 	}
 	switch format {
 	case FormatRaw:
@@ -85,11 +129,18 @@ func newDecoder(format, choice string, r io.Reader, size int64) (*decoder, error
 		}
 		return &decoder{Reader: z, name: "go gzip", close: z.Close}, nil
 	case FormatZstd:
+		if choice == DecoderCureZstd {
+			z, err := curezstd.NewReader(r, curezstd.WithMaxWindow(maxWindow))
+			if err != nil {
+				return nil, fmt.Errorf("zstd: %w", err)
+			}
+			return &decoder{Reader: z, name: "cure zstd", close: func() error { z.Close(); return nil }}, nil
+		}
 		z, err := zstd.NewReader(r, zstd.WithDecoderMaxMemory(2*maxWindow), zstd.WithDecoderMaxWindow(maxWindow))
 		if err != nil {
 			return nil, fmt.Errorf("zstd: %w", err)
 		}
-		return &decoder{Reader: z, name: "go zstd", close: func() error { z.Close(); return nil }}, nil
+		return &decoder{Reader: z, name: "klauspost zstd", close: func() error { z.Close(); return nil }}, nil
 	case FormatXz:
 		z, err := xz.NewReader(r)
 		if err != nil {

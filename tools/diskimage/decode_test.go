@@ -43,8 +43,40 @@ func TestZstdContentSize(t *testing.T) {
 	}
 }
 
-// The automatic choice runs zstd(1) for a stream that expands and stays
-// in Go for one that is stored (random data), as the header says.
+func TestChooseZstd(t *testing.T) {
+	header := func(content uint64) []byte { // single segment, 8-byte FCS
+		b := []byte{0x28, 0xB5, 0x2F, 0xFD, 0xE0}
+		for i := 0; i < 8; i++ {
+			b = append(b, byte(content>>(8*i)))
+		}
+		return b
+	}
+	noSize := []byte{0x28, 0xB5, 0x2F, 0xFD, 0x00, 0x58}
+	for _, c := range []struct {
+		name, choice string
+		head         []byte
+		size         int64
+		exec         bool
+		want         string
+	}{
+		{"stored stream", DecoderAuto, header(1 << 30), 1<<30 + 4096, true, DecoderCureZstd},
+		{"mostly zeros (R=12)", DecoderAuto, header(12 << 30), 1 << 30, true, DecoderCureZstd},
+		{"filesystem data (R=3.4)", DecoderAuto, header(34 << 20), 10 << 20, true, DecoderExec},
+		{"filesystem data, no zstd(1)", DecoderAuto, header(34 << 20), 10 << 20, false, DecoderKlauspostZstd},
+		{"filesystem data, Go only", DecoderGo, header(34 << 20), 10 << 20, true, DecoderKlauspostZstd},
+		{"R just under 10", DecoderAuto, header(99 << 20), 10 << 20, true, DecoderExec},
+		{"no content size recorded", DecoderAuto, noSize, 10 << 20, true, DecoderExec},
+		{"forced cure", DecoderCureZstd, header(34 << 20), 10 << 20, true, DecoderCureZstd},
+		{"forced exec on a sparse image", DecoderExec, header(12 << 30), 1 << 30, true, DecoderExec},
+	} {
+		if got := chooseZstd(c.choice, c.head, c.size, c.exec); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+// Through Write, the choice follows the frame header: cure's decoder for a
+// stored stream and for a sparse one, zstd(1) for a compressible one.
 func TestDecoderChoice(t *testing.T) {
 	if _, err := exec.LookPath("zstd"); err != nil {
 		t.Skip("zstd(1) not installed")
@@ -53,17 +85,25 @@ func TestDecoderChoice(t *testing.T) {
 	rand.Read(random)
 	zeros := make([]byte, 4<<20)
 	copy(zeros, random[:4096])
+	// Words drawn at random from a small vocabulary: ~3x, like filesystem data.
+	words := strings.Fields("the quick brown fox jumps over lazy dog kernel module firmware disk node rack power boot image")
+	var tb strings.Builder
+	for i := 0; tb.Len() < 4<<20; i++ {
+		tb.WriteString(words[int(random[i%len(random)])%len(words)])
+		tb.WriteByte(" \n"[random[(i+1)%len(random)]&1])
+	}
+	text := []byte(tb.String())[:4<<20]
 	enc, _ := zstd.NewWriter(nil)
-	files := map[string][]byte{"random": enc.EncodeAll(random, nil), "zeros": enc.EncodeAll(zeros, nil)}
+	files := map[string][]byte{"random": enc.EncodeAll(random, nil), "zeros": enc.EncodeAll(zeros, nil), "text": enc.EncodeAll(text, nil)}
 	srv := newRangeServer(t, files)
-	for name, want := range map[string]string{"random": "go zstd", "zeros": "/zstd"} {
+	for name, want := range map[string]string{"random": "cure zstd", "zeros": "cure zstd", "text": "/zstd"} {
 		art := files[name]
 		res, err := Write(context.Background(), Options{URL: srv.URL + "/" + name, SHA256: hexSum(art), Size: int64(len(art)), Format: FormatZstd, Target: emptyTarget(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !strings.HasSuffix(res.Decoder, want) {
-			t.Errorf("%s: decoder %q, want %q", name, res.Decoder, want)
+			t.Errorf("%s (R=%.1f): decoder %q, want %q", name, float64(4<<20)/float64(len(art)), res.Decoder, want)
 		}
 	}
 }

@@ -66,8 +66,8 @@ type Options struct {
 	TargetZeroed bool
 	// Buffered disables O_DIRECT (used when the device allows it).
 	Buffered bool
-	// Decoder is DecoderAuto (the image's zstd(1)/xz(1) when present) or
-	// DecoderGo.
+	// Decoder is DecoderAuto (chosen per stream, see decode.go) or one of
+	// the other Decoder* constants.
 	Decoder string
 	// Retries bounds how often a dropped download resumes with a Range
 	// request (default 5; negative: never). RetryWait is the first pause,
@@ -146,8 +146,10 @@ func (o *Options) validate() error {
 	if o.BlockSize < zeroGrain || o.BlockSize%zeroGrain != 0 {
 		return fmt.Errorf("disk image: block size %d: expected a positive multiple of %d", o.BlockSize, zeroGrain)
 	}
-	if o.Decoder != DecoderAuto && o.Decoder != DecoderGo {
-		return fmt.Errorf("disk image: decoder %q: expected %q or %q", o.Decoder, DecoderAuto, DecoderGo)
+	switch o.Decoder {
+	case DecoderAuto, DecoderGo, DecoderExec, DecoderCureZstd, DecoderKlauspostZstd:
+	default:
+		return fmt.Errorf("disk image: decoder %q: expected \"\" (auto), %s, %s, %s or %s", o.Decoder, DecoderGo, DecoderExec, DecoderCureZstd, DecoderKlauspostZstd)
 	}
 	if o.StallTimeout == 0 {
 		o.StallTimeout = defaultStallTimeout

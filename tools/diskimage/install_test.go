@@ -136,23 +136,26 @@ type variant struct {
 	decoder string
 }
 
-// variants runs every format on a used and a zeroed target, and formats
-// with an external decoder both through it and through Go.
+// variants runs every format on a used and a zeroed target, through every
+// decoder that can decode it (the external one when installed).
 func variants(t *testing.T, format string) []variant {
 	var vs []variant
 	decoders := []string{DecoderGo}
+	if format == FormatZstd {
+		decoders = []string{DecoderCureZstd, DecoderKlauspostZstd}
+	}
 	if args, ok := externalDecoders[format]; ok {
 		if _, err := exec.LookPath(args[0]); err != nil {
-			t.Logf("%s not installed: only the Go decoder is tested for %s", args[0], format)
+			t.Logf("%s not installed: only the Go decoders are tested for %s", args[0], format)
 		} else {
-			decoders = append(decoders, DecoderAuto)
+			decoders = append(decoders, DecoderExec)
 		}
 	}
 	for _, d := range decoders {
 		for _, z := range []bool{false, true} {
 			name := "zeroed=" + strconv.FormatBool(z)
-			if d == DecoderAuto {
-				name += "/exec"
+			if d != DecoderGo {
+				name += "/" + d
 			}
 			vs = append(vs, variant{name, z, d})
 		}
@@ -202,7 +205,12 @@ func TestInstallFormats(t *testing.T) {
 				if res.WrittenBytes != int64(len(raw)) || !reflect.DeepEqual(res.Readback, digestOf(raw)) || res.SHA256 != hexSum(art) || res.DownloadedBytes != int64(len(art)) {
 					t.Errorf("result %+v", res)
 				}
-				if want := map[string]string{FormatGzip: "go gzip", FormatZstd: "go zstd", FormatXz: "go xz", FormatQcow2: "go qcow2", FormatRaw: "none"}[c.format]; v.decoder == DecoderAuto {
+				want := map[string]string{FormatGzip: "go gzip", FormatXz: "go xz", FormatQcow2: "go qcow2", FormatRaw: "none",
+					DecoderCureZstd: "cure zstd", DecoderKlauspostZstd: "klauspost zstd"}[c.format]
+				if c.format == FormatZstd {
+					want = map[string]string{DecoderCureZstd: "cure zstd", DecoderKlauspostZstd: "klauspost zstd"}[v.decoder]
+				}
+				if v.decoder == DecoderExec {
 					if args := externalDecoders[c.format]; !strings.HasSuffix(res.Decoder, "/"+args[0]) {
 						t.Errorf("decoder %q, want the external %s", res.Decoder, args[0])
 					}
@@ -292,9 +300,12 @@ func TestInstallBadImages(t *testing.T) {
 		{"truncated", "truncated.zst", FormatZstd, int64(len(zst)), hexSum(zst), "size mismatch: manifest says " + strconv.Itoa(len(zst)) + " bytes, server sends Content-Length " + strconv.Itoa(len(zst)/2), false, ""},
 		{"corrupted zstd", "corrupt.zst", FormatZstd, 0, "", "corrupt raw.zst stream", true, ""},
 		{"corrupted zstd, manifest hash", "corrupt.zst", FormatZstd, 0, hexSum(zst), "corrupt raw.zst stream", true, ""},
-		{"corrupted zstd, go decoder", "corrupt.zst", FormatZstd, 0, "", "corrupt raw.zst stream", true, DecoderGo},
-		{"cut zstd stream, go decoder", "cut.zst", FormatZstd, 0, "", "corrupt raw.zst stream", true, DecoderGo},
-		{"cut zstd stream", "cut.zst", FormatZstd, 0, "", "corrupt raw.zst stream", true, ""},
+		{"corrupted zstd, cure decoder", "corrupt.zst", FormatZstd, 0, "", "corrupt raw.zst stream", true, DecoderCureZstd},
+		{"cut zstd stream, cure decoder", "cut.zst", FormatZstd, 0, "", "corrupt raw.zst stream", true, DecoderCureZstd},
+		{"corrupted zstd, klauspost decoder", "corrupt.zst", FormatZstd, 0, "", "corrupt raw.zst stream", true, DecoderKlauspostZstd},
+		{"cut zstd stream, klauspost decoder", "cut.zst", FormatZstd, 0, "", "corrupt raw.zst stream", true, DecoderKlauspostZstd},
+		{"corrupted zstd, zstd(1)", "corrupt.zst", FormatZstd, 0, "", "corrupt raw.zst stream", true, DecoderExec},
+		{"cut zstd stream, zstd(1)", "cut.zst", FormatZstd, 0, "", "corrupt raw.zst stream", true, DecoderExec},
 		{"wrong size", "zst", FormatZstd, int64(len(zst)) - 1, "", "size mismatch: manifest says " + strconv.Itoa(len(zst)-1), false, ""},
 		{"wrong hash", "zst", FormatZstd, 0, strings.Repeat("ab", 32), "sha256 mismatch: manifest says " + strings.Repeat("ab", 32) + ", downloaded " + hexSum(zst), true, ""},
 		{"qcow2 flipped data bit", "qc-flipped", FormatQcow2, 0, hexSum(qc), "sha256 mismatch", true, ""},
@@ -309,6 +320,11 @@ func TestInstallBadImages(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			art := files[tc.file]
+			if tc.decoder == DecoderExec {
+				if _, err := exec.LookPath("zstd"); err != nil {
+					t.Skip("zstd(1) not installed")
+				}
+			}
 			o := Options{URL: srv.URL + "/" + tc.file, Format: tc.format, Size: tc.size, SHA256: tc.sha, BlockSize: 1 << 20, RetryWait: time.Millisecond, Decoder: tc.decoder}
 			if o.Size == 0 {
 				o.Size = int64(len(art))
