@@ -42,6 +42,7 @@ var (
 	cpuProfileDir, onlyCodec string
 	runs                     int
 	reuse                    bool
+	fsSource                 string
 )
 
 func main() {
@@ -58,6 +59,7 @@ func main() {
 	flag.StringVar(&onlyCodec, "codec", "", "run only this codec (zst or gz)")
 	flag.IntVar(&runs, "runs", 3, "runs of each contender per image, alternating; medians are compared")
 	flag.BoolVar(&reuse, "reuse", false, "keep the generated images in -work and reuse them when present")
+	flag.StringVar(&fsSource, "fs-source", "/usr/share", "directory copied into the ext4 'filesystem' image, a stand-in for a real OS image (empty: skip that image)")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err := run(*size, *zeroPct, *rssSize, *work, *useFile); err != nil {
@@ -120,6 +122,13 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 	}
 
 	imgs := []image{{name: "incompressible"}, {name: "mostly-zero"}}
+	if fsSource != "" {
+		if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+			fmt.Println("mkfs.ext4 not installed: no filesystem image")
+		} else {
+			imgs = append(imgs, image{name: "filesystem"})
+		}
+	}
 	for i := range imgs {
 		im := &imgs[i]
 		im.raw, im.size = filepath.Join(work, im.name+".raw"), size
@@ -133,7 +142,15 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 			im.rawSum = string(b)
 			continue
 		}
-		if im.rawSum, err = generate(im.raw, size, pct); err != nil {
+		if im.name == "filesystem" {
+			// A real filesystem: compressed blocks, metadata, zero tails.
+			if err := sh(fmt.Sprintf("rm -f %q && truncate -s %d %q && mkfs.ext4 -q -F -E root_owner=0:0 -d %q %q", im.raw, size, im.raw, fsSource, im.raw)); err != nil {
+				return fmt.Errorf("filesystem image from %s (use -fs-source with a smaller tree, or a larger -size): %w", fsSource, err)
+			}
+			if im.rawSum, err = fileSumOnly(im.raw); err != nil {
+				return err
+			}
+		} else if im.rawSum, err = generate(im.raw, size, pct); err != nil {
 			return err
 		}
 		if err := sh(fmt.Sprintf("zstd -q -T0 -3 -f %q -o %q.zst && gzip -1 -c %q > %q.gz", im.raw, im.raw, im.raw, im.raw)); err != nil {
@@ -160,7 +177,7 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 	defer cleanup()
 	fmt.Printf("target: %s\n\n", target)
 
-	fmt.Printf("mostly-zero = %d%% of 4 MiB blocks zero; medians of %d alternating runs\n\n", zeroPct, runs)
+	fmt.Printf("mostly-zero = %d%% of 4 MiB blocks zero; filesystem = ext4 holding %s; medians of %d alternating runs\n\n", zeroPct, fsSource, runs)
 	fmt.Printf("%-16s %-6s %12s %12s %7s %10s %9s  %s\n", "image", "codec", "baseline", "writer", "ratio", "writer RSS", "zero", "decoder")
 	for _, im := range imgs {
 		for _, codec := range []struct{ ext, format, dec string }{
@@ -423,4 +440,9 @@ func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+func fileSumOnly(p string) (string, error) {
+	sum, _, err := fileSum(p)
+	return sum, err
 }
