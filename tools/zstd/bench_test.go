@@ -3,6 +3,7 @@ package zstd
 import (
 	"bytes"
 	"io"
+	"os"
 	"sync"
 	"testing"
 
@@ -98,5 +99,69 @@ func BenchmarkDecode(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkDecodeFile decodes a real stream (an ext4 image compressed with
+// zstd -3 -T0) when it exists on this machine; it is skipped elsewhere.
+// Set ZSTD_BENCH_FILE to use another file.
+func BenchmarkDecodeFile(b *testing.B) {
+	path := os.Getenv("ZSTD_BENCH_FILE")
+	if path == "" {
+		path = "/var/tmp/bx/fs.raw.zst"
+	}
+	comp, err := os.ReadFile(path)
+	if err != nil {
+		b.Skipf("bench file: %v", err)
+	}
+	// Size from a first pass with our decoder.
+	r, err := NewReader(bytes.NewReader(comp))
+	if err != nil {
+		b.Fatal(err)
+	}
+	size, err := io.Copy(io.Discard, struct{ io.Reader }{r})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.Close()
+	b.Run("cure", func(b *testing.B) {
+		b.SetBytes(size)
+		buf := make([]byte, 1<<20)
+		for i := 0; i < b.N; i++ {
+			r, err := NewReader(bytes.NewReader(comp))
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, buf)
+			if err != nil || n != size {
+				b.Fatalf("n=%d err=%v", n, err)
+			}
+			r.Close()
+		}
+	})
+	for _, conc := range []int{1, 0} {
+		label := "klauspost"
+		if conc == 1 {
+			label += "-sync"
+		}
+		b.Run(label, func(b *testing.B) {
+			b.SetBytes(size)
+			buf := make([]byte, 1<<20)
+			for i := 0; i < b.N; i++ {
+				opts := []kzstd.DOption{kzstd.WithDecoderMaxWindow(512 << 20)}
+				if conc == 1 {
+					opts = append(opts, kzstd.WithDecoderConcurrency(1))
+				}
+				r, err := kzstd.NewReader(bytes.NewReader(comp), opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, buf)
+				if err != nil || n != size {
+					b.Fatalf("n=%d err=%v", n, err)
+				}
+				r.Close()
+			}
+		})
 	}
 }

@@ -220,36 +220,47 @@ func decodeHuf4(t *hufTable, dst, src []byte) error {
 	o := 0
 	// Fast path: every stream has a full 64-bit refill (at least 57 bits,
 	// five 11-bit codes) and at least five symbols left (stream 4 is the
-	// shortest).
-	for b1.ptr >= 8 && b2.ptr >= 8 && b3.ptr >= 8 && b4.ptr >= 8 && o+5 <= len(d4) {
-		b1.ptr -= int(b1.consumed >> 3)
-		b1.consumed &= 7
-		b1.value = binary.LittleEndian.Uint64(b1.in[b1.ptr:])
-		b2.ptr -= int(b2.consumed >> 3)
-		b2.consumed &= 7
-		b2.value = binary.LittleEndian.Uint64(b2.in[b2.ptr:])
-		b3.ptr -= int(b3.consumed >> 3)
-		b3.consumed &= 7
-		b3.value = binary.LittleEndian.Uint64(b3.in[b3.ptr:])
-		b4.ptr -= int(b4.consumed >> 3)
-		b4.consumed &= 7
-		b4.value = binary.LittleEndian.Uint64(b4.in[b4.ptr:])
+	// shortest). The bit containers live in locals, not in b1..b4 (whose
+	// addresses are taken below), so they can stay in registers.
+	in1, in2, in3, in4 := b1.in, b2.in, b3.in, b4.in
+	p1, p2, p3, p4 := b1.ptr, b2.ptr, b3.ptr, b4.ptr
+	v1, v2, v3, v4 := b1.value, b2.value, b3.value, b4.value
+	c1, c2, c3, c4 := b1.consumed, b2.consumed, b3.consumed, b4.consumed
+	for p1 >= 8 && p2 >= 8 && p3 >= 8 && p4 >= 8 && o+5 <= len(d4) {
+		p1 -= int(c1 >> 3)
+		c1 &= 7
+		v1 = binary.LittleEndian.Uint64(in1[p1:])
+		p2 -= int(c2 >> 3)
+		c2 &= 7
+		v2 = binary.LittleEndian.Uint64(in2[p2:])
+		p3 -= int(c3 >> 3)
+		c3 &= 7
+		v3 = binary.LittleEndian.Uint64(in3[p3:])
+		p4 -= int(c4 >> 3)
+		c4 &= 7
+		v4 = binary.LittleEndian.Uint64(in4[p4:])
+		// Reslicing once per round lets the compiler drop the
+		// per-byte bounds checks below.
+		w1, w2, w3, w4 := d1[o:o+5], d2[o:o+5], d3[o:o+5], d4[o:o+5]
 		for k := 0; k < 5; k++ {
-			e1 := t[(b1.value<<(b1.consumed&63))>>(64-hufMaxBits)]
-			e2 := t[(b2.value<<(b2.consumed&63))>>(64-hufMaxBits)]
-			e3 := t[(b3.value<<(b3.consumed&63))>>(64-hufMaxBits)]
-			e4 := t[(b4.value<<(b4.consumed&63))>>(64-hufMaxBits)]
-			b1.consumed += uint(e1 & 0xff)
-			b2.consumed += uint(e2 & 0xff)
-			b3.consumed += uint(e3 & 0xff)
-			b4.consumed += uint(e4 & 0xff)
-			d1[o+k] = uint8(e1 >> 8)
-			d2[o+k] = uint8(e2 >> 8)
-			d3[o+k] = uint8(e3 >> 8)
-			d4[o+k] = uint8(e4 >> 8)
+			e1 := t[(v1<<(c1&63))>>(64-hufMaxBits)]
+			e2 := t[(v2<<(c2&63))>>(64-hufMaxBits)]
+			e3 := t[(v3<<(c3&63))>>(64-hufMaxBits)]
+			e4 := t[(v4<<(c4&63))>>(64-hufMaxBits)]
+			c1 += uint(e1 & 0xff)
+			c2 += uint(e2 & 0xff)
+			c3 += uint(e3 & 0xff)
+			c4 += uint(e4 & 0xff)
+			w1[k] = uint8(e1 >> 8)
+			w2[k] = uint8(e2 >> 8)
+			w3[k] = uint8(e3 >> 8)
+			w4[k] = uint8(e4 >> 8)
 		}
 		o += 5
 	}
+	b1.ptr, b2.ptr, b3.ptr, b4.ptr = p1, p2, p3, p4
+	b1.value, b2.value, b3.value, b4.value = v1, v2, v3, v4
+	b1.consumed, b2.consumed, b3.consumed, b4.consumed = c1, c2, c3, c4
 	if err := hufTail(t, &b1, d1, o); err != nil {
 		return err
 	}

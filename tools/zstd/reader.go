@@ -370,7 +370,9 @@ func (z *Reader) decodeBlock() error {
 			return z.blockErr("compressed block", err)
 		}
 		if z.dec.litBuf == nil {
-			z.dec.litBuf = make([]byte, maxBlockSize)
+			// Slack past the largest literals section lets
+			// execSequences copy short literal runs blindly.
+			z.dec.litBuf = make([]byte, maxBlockSize+wildSlack)
 		}
 		z.ensureSpace(z.blockMax)
 		n, err = z.decodeCompressed(src)

@@ -177,8 +177,15 @@ func (r *Reader) execSequences(lits, src []byte, nbSeq int) (int, error) {
 			}
 			// Short copies move 16 bytes unconditionally: the ring keeps
 			// wildSlack spare bytes past the block (see ensureSpace).
-			if ll <= 16 && litPos+16 <= len(lits) {
-				copy16(buf[cur:cur+16], lits[litPos:litPos+16])
+			// Short runs copy 32 bytes blindly when lits has the
+			// capacity: litBuf is allocated with wildSlack spare bytes,
+			// and raw literals alias the input buffer, usually with room
+			// after them. Bytes past ll are overwritten later.
+			if ll <= 32 && litPos+32 <= cap(lits) {
+				l := lits[litPos : litPos+32]
+				d := buf[cur : cur+32]
+				copy16(d[0:16], l[0:16])
+				copy16(d[16:32], l[16:32])
 			} else {
 				copy(buf[cur:cur+ll], lits[litPos:litPos+ll])
 			}
@@ -190,10 +197,23 @@ func (r *Reader) execSequences(lits, src []byte, nbSeq int) (int, error) {
 			if off <= cur {
 				s := cur - off
 				switch {
-				case off >= 16 && ml <= 64:
+				case off >= 16:
 					// Each 16-byte step reads only bytes already final.
-					for k := 0; k < ml; k += 16 {
-						copy16(buf[cur+k:cur+k+16], buf[s+k:s+k+16])
+					// The first 32 bytes are copied unconditionally (ml
+					// is usually short); writing up to 32 bytes past cur
+					// stays within wildSlack.
+					d := buf[cur : cur+32]
+					m := buf[s : s+32]
+					copy16(d[0:16], m[0:16])
+					copy16(d[16:32], m[16:32])
+					if ml > 32 {
+						if ml > 256 && off >= ml {
+							copy(buf[cur+32:cur+ml], buf[s+32:s+ml])
+						} else {
+							for k := 32; k < ml; k += 16 {
+								copy16(buf[cur+k:cur+k+16], buf[s+k:s+k+16])
+							}
+						}
 					}
 				case off >= ml:
 					copy(buf[cur:cur+ml], buf[s:s+ml])
