@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/cure-oss/cure/tools/tail"
 )
 
 // QEMUConfig describes one QEMU node.
@@ -68,7 +70,7 @@ type qemuRun struct {
 	exited   chan struct{}
 	waitErr  error
 	stopping atomic.Bool // host-initiated stop: no event
-	stderr   *tailBuffer
+	stderr   *tail.Buffer
 }
 
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
@@ -229,14 +231,14 @@ func (q *QEMUMachine) Start(ctx context.Context, dev BootDevice) error {
 	}
 	// Not CommandContext: QEMU must outlive the request that powered it on.
 	cmd := exec.Command(q.cfg.Binary, args...)
-	tail := &tailBuffer{max: 8 << 10}
-	cmd.Stdout, cmd.Stderr = tail, tail
+	stderrTail := &tail.Buffer{Max: 8 << 10}
+	cmd.Stdout, cmd.Stderr = stderrTail, stderrTail
 	// Die with us: a killed vbmc must not leave VMs behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("qemu node %s: start %s: %w", q.cfg.Name, q.cfg.Binary, err)
 	}
-	r := &qemuRun{cmd: cmd, exited: make(chan struct{}), stderr: tail}
+	r := &qemuRun{cmd: cmd, exited: make(chan struct{}), stderr: stderrTail}
 	go func() {
 		r.waitErr = cmd.Wait()
 		close(r.exited)
@@ -247,7 +249,7 @@ func (q *QEMUMachine) Start(ctx context.Context, dev BootDevice) error {
 	if err != nil {
 		_ = cmd.Process.Kill()
 		<-r.exited
-		return fmt.Errorf("qemu node %s: %w; qemu output: %s", q.cfg.Name, err, tail.String())
+		return fmt.Errorf("qemu node %s: %w; qemu output: %s", q.cfg.Name, err, strings.TrimSpace(stderrTail.String()))
 	}
 	q.seq++
 	r.seq, r.qmp = q.seq, qc
@@ -314,7 +316,7 @@ loop:
 	}
 	if ev == nil {
 		ev = &MachineEvent{Kind: Exited, Reason: "exited",
-			Err: fmt.Errorf("qemu exited unexpectedly (%v); output: %s", r.waitErr, r.stderr.String())}
+			Err: fmt.Errorf("qemu exited unexpectedly (%v); output: %s", r.waitErr, strings.TrimSpace(r.stderr.String()))}
 	}
 	ev.Boot = r.seq
 	q.log.Info("machine event", "event", ev.Kind, "reason", ev.Reason, "seq", r.seq)
@@ -403,27 +405,4 @@ func (q *QEMUMachine) Close(ctx context.Context) error {
 		_ = os.RemoveAll(q.cfg.RunDir)
 	}
 	return err
-}
-
-// tailBuffer keeps the last max bytes written (QEMU's stderr, for errors).
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = t.b[len(t.b)-t.max:]
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(string(t.b))
 }

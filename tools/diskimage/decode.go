@@ -1,15 +1,14 @@
 package diskimage
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 
+	"github.com/cure-oss/cure/tools/tail"
 	curezstd "github.com/cure-oss/cure/tools/zstd"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -161,7 +160,7 @@ const pipeSize = 1 << 20
 type external struct {
 	cmd    *exec.Cmd
 	out    *os.File
-	stderr *tailBuffer
+	stderr *tail.Buffer
 	fed    chan error // the feeder's result
 	waited bool
 	err    error
@@ -178,7 +177,7 @@ func startExternal(path string, args []string, src io.Reader) (*decoder, error) 
 		inW.Close()
 		return nil, err
 	}
-	e := &external{cmd: exec.Command(path, args...), out: outR, stderr: &tailBuffer{max: 4096}, fed: make(chan error, 1)}
+	e := &external{cmd: exec.Command(path, args...), out: outR, stderr: &tail.Buffer{Max: 4096}, fed: make(chan error, 1)}
 	e.cmd.Stdin, e.cmd.Stdout, e.cmd.Stderr = inR, outW, e.stderr
 	err = e.cmd.Start()
 	// The child has its own copies now; ours would keep the pipes open.
@@ -254,29 +253,6 @@ func (e *external) close() error {
 	e.out.Close()
 	e.wait()
 	return nil
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if over := len(t.b) - t.max; over > 0 {
-		t.b = bytes.Clone(t.b[over:])
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }
 
 // zstdContentSize reads Frame_Content_Size from the header of the zstd
