@@ -2,6 +2,7 @@ package zstd
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"io"
 	"os"
 	"sync"
@@ -13,7 +14,18 @@ import (
 type benchInput struct {
 	comp    []byte
 	size    int64
+	sum     [32]byte // sha256 of the uncompressed data
 	encoder string
+}
+
+// decodedSum drains r and returns its length and sha256, so a benchmark
+// proves it decoded the right bytes, not just the right number of them.
+func decodedSum(r io.Reader, buf []byte) (int64, [32]byte, error) {
+	h := sha256.New()
+	n, err := io.CopyBuffer(h, struct{ io.Reader }{r}, buf)
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return n, sum, err
 }
 
 var (
@@ -48,7 +60,7 @@ func loadBenchInputs(b *testing.B) map[string]benchInput {
 			} else {
 				comp = klauspostEncode(b, data, true)
 			}
-			benchInputs[name] = benchInput{comp: comp, size: int64(len(data)), encoder: enc}
+			benchInputs[name] = benchInput{comp: comp, size: int64(len(data)), sum: sha256.Sum256(data), encoder: enc}
 		}
 	})
 	return benchInputs
@@ -67,9 +79,9 @@ func BenchmarkDecode(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, buf)
-				if err != nil || n != bi.size {
-					b.Fatalf("n=%d err=%v", n, err)
+				n, sum, err := decodedSum(r, buf)
+				if err != nil || n != bi.size || sum != bi.sum {
+					b.Fatalf("decoded %d bytes (want %d), sha256 match %v, err %v", n, bi.size, sum == bi.sum, err)
 				}
 				r.Close()
 			}
@@ -91,9 +103,9 @@ func BenchmarkDecode(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, buf)
-					if err != nil || n != bi.size {
-						b.Fatalf("n=%d err=%v", n, err)
+					n, sum, err := decodedSum(r, buf)
+					if err != nil || n != bi.size || sum != bi.sum {
+						b.Fatalf("decoded %d bytes (want %d), sha256 match %v, err %v", n, bi.size, sum == bi.sum, err)
 					}
 					r.Close()
 				}
@@ -163,5 +175,30 @@ func BenchmarkDecodeFile(b *testing.B) {
 				r.Close()
 			}
 		})
+	}
+}
+
+// The benchmark streams, at a small size, decode to exactly their input
+// with both decoders and through decodedSum: what the benchmarks rely on.
+func TestBenchStreamsRoundTrip(t *testing.T) {
+	disk := make([]byte, 8<<20)
+	copy(disk[4<<20:], randomData(1<<20, 3))
+	for name, data := range map[string][]byte{"disk": disk, "random": randomData(1<<20, 100), "text": textData(1<<20, 101)} {
+		comp := klauspostEncode(t, data, true)
+		want := sha256.Sum256(data)
+		r, err := NewReader(bytes.NewReader(comp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, sum, err := decodedSum(r, make([]byte, 4093))
+		if err != nil || n != int64(len(data)) || sum != want {
+			t.Errorf("%s: cure decoded %d of %d bytes, sha256 match %v, err %v", name, n, len(data), sum == want, err)
+		}
+		k, _ := kzstd.NewReader(bytes.NewReader(comp))
+		n, sum, err = decodedSum(k, make([]byte, 1<<20))
+		k.Close()
+		if err != nil || n != int64(len(data)) || sum != want {
+			t.Errorf("%s: klauspost decoded %d of %d bytes, sha256 match %v, err %v", name, n, len(data), sum == want, err)
+		}
 	}
 }
