@@ -70,3 +70,13 @@ bench-boot: image baseline
 .PHONY: bench-install
 bench-install:
 	$(GO) run ./tools/diskimage/cmd/bench-install $(BENCH_INSTALL_FLAGS)
+
+# Regenerate api/curev1 from cure.proto (Debian protobuf-compiler 3.21.12,
+# protoc-gen-go v1.36.6, protoc-gen-go-grpc v1.5.1: the versions the checked-in code names).
+.PHONY: proto
+proto:
+	command -v protoc >/dev/null || apt-get install -y protobuf-compiler
+	GOBIN=$(CURDIR)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.6
+	GOBIN=$(CURDIR)/bin $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
+	cd api/curev1 && PATH=$(CURDIR)/bin:$$PATH protoc --go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative cure.proto

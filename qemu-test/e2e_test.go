@@ -97,7 +97,11 @@ func provisionAndWait(t *testing.T, env *harness.Env, node string, resume bool) 
 
 func openStore(t *testing.T, env *harness.Env) *store.Store {
 	t.Helper()
-	st, err := store.Open(filepath.Join(env.StateDir, "cure.db"))
+	key, err := os.ReadFile(filepath.Join(env.StateDir, "state.key")) // the coordinator's: node secrets are sealed with it
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(filepath.Join(env.StateDir, "cure.db"), store.WithStateKey(key))
 	if err != nil {
 		t.Fatal(err)
 	}

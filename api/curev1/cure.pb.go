@@ -342,6 +342,10 @@ type Hello struct {
 	State         *RunnerState           `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
 	RunnerVersion string                 `protobuf:"bytes,6,opt,name=runner_version,json=runnerVersion,proto3" json:"runner_version,omitempty"`
 	UptimeMs      int64                  `protobuf:"varint,7,opt,name=uptime_ms,json=uptimeMs,proto3" json:"uptime_ms,omitempty"` // guest uptime when Hello was sent (boot-time figure)
+	// Random per boot, made by the runner and sent only inside TLS: the first
+	// Hello binds the boot token to this boot; a reconnect of the same boot
+	// proves itself with the same secret (docs/SECURITY.md).
+	SessionSecret string `protobuf:"bytes,8,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -423,6 +427,13 @@ func (x *Hello) GetUptimeMs() int64 {
 		return x.UptimeMs
 	}
 	return 0
+}
+
+func (x *Hello) GetSessionSecret() string {
+	if x != nil {
+		return x.SessionSecret
+	}
+	return ""
 }
 
 type Identity struct {
@@ -3079,6 +3090,250 @@ func (x *NodeInfo) GetLastRunStatus() string {
 	return ""
 }
 
+type ListAuditLogRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`                   // "operator", "security" or empty for both
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"` // entries naming this node
+	SinceUnixMs   int64                  `protobuf:"varint,3,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	BeforeId      int64                  `protobuf:"varint,4,opt,name=before_id,json=beforeId,proto3" json:"before_id,omitempty"` // paging: entries older than this id
+	Limit         uint32                 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`                       // default 100
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditLogRequest) Reset() {
+	*x = ListAuditLogRequest{}
+	mi := &file_cure_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditLogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditLogRequest) ProtoMessage() {}
+
+func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ListAuditLogRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ListAuditLogRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ListAuditLogRequest) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *ListAuditLogRequest) GetBeforeId() int64 {
+	if x != nil {
+		return x.BeforeId
+	}
+	return 0
+}
+
+func (x *ListAuditLogRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type AuditEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	TimeUnixMs    int64                  `protobuf:"varint,2,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	Kind          string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	Actor         string                 `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"` // operator name, or the node a runner claimed to be
+	Role          string                 `protobuf:"bytes,5,opt,name=role,proto3" json:"role,omitempty"`
+	Peer          string                 `protobuf:"bytes,6,opt,name=peer,proto3" json:"peer,omitempty"`
+	Action        string                 `protobuf:"bytes,7,opt,name=action,proto3" json:"action,omitempty"` // gRPC method, or the security event
+	NodeIds       []string               `protobuf:"bytes,8,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
+	RunId         string                 `protobuf:"bytes,9,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Result        string                 `protobuf:"bytes,10,opt,name=result,proto3" json:"result,omitempty"`
+	Detail        string                 `protobuf:"bytes,11,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEntry) Reset() {
+	*x = AuditEntry{}
+	mi := &file_cure_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEntry) ProtoMessage() {}
+
+func (x *AuditEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
+func (*AuditEntry) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *AuditEntry) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetTimeUnixMs() int64 {
+	if x != nil {
+		return x.TimeUnixMs
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetNodeIds() []string {
+	if x != nil {
+		return x.NodeIds
+	}
+	return nil
+}
+
+func (x *AuditEntry) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+type ListAuditLogResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*AuditEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditLogResponse) Reset() {
+	*x = ListAuditLogResponse{}
+	mi := &file_cure_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditLogResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditLogResponse) ProtoMessage() {}
+
+func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 var File_cure_proto protoreflect.FileDescriptor
 
 const file_cure_proto_rawDesc = "" +
@@ -3088,7 +3343,7 @@ const file_cure_proto_rawDesc = "" +
 	"\rRunnerMessage\x12&\n" +
 	"\x05hello\x18\x01 \x01(\v2\x0e.cure.v1.HelloH\x00R\x05hello\x12&\n" +
 	"\x05event\x18\x02 \x01(\v2\x0e.cure.v1.EventH\x00R\x05eventB\x05\n" +
-	"\x03msg\"\x87\x02\n" +
+	"\x03msg\"\xae\x02\n" +
 	"\x05Hello\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x17\n" +
 	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x12-\n" +
@@ -3096,7 +3351,8 @@ const file_cure_proto_rawDesc = "" +
 	"\tinventory\x18\x04 \x01(\v2\x12.cure.v1.InventoryR\tinventory\x12*\n" +
 	"\x05state\x18\x05 \x01(\v2\x14.cure.v1.RunnerStateR\x05state\x12%\n" +
 	"\x0erunner_version\x18\x06 \x01(\tR\rrunnerVersion\x12\x1b\n" +
-	"\tuptime_ms\x18\a \x01(\x03R\buptimeMs\"\x98\x01\n" +
+	"\tuptime_ms\x18\a \x01(\x03R\buptimeMs\x12%\n" +
+	"\x0esession_secret\x18\b \x01(\tR\rsessionSecret\"\x98\x01\n" +
 	"\bIdentity\x12\x19\n" +
 	"\bboot_mac\x18\x01 \x01(\tR\abootMac\x12\x12\n" +
 	"\x04macs\x18\x02 \x03(\tR\x04macs\x12#\n" +
@@ -3332,7 +3588,30 @@ const file_cure_proto_rawDesc = "" +
 	"\x03sku\x18\x04 \x01(\tR\x03sku\x12\x14\n" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x1e\n" +
 	"\vlast_run_id\x18\x06 \x01(\tR\tlastRunId\x12&\n" +
-	"\x0flast_run_status\x18\a \x01(\tR\rlastRunStatus*\x86\x01\n" +
+	"\x0flast_run_status\x18\a \x01(\tR\rlastRunStatus\"\x99\x01\n" +
+	"\x13ListAuditLogRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\"\n" +
+	"\rsince_unix_ms\x18\x03 \x01(\x03R\vsinceUnixMs\x12\x1b\n" +
+	"\tbefore_id\x18\x04 \x01(\x03R\bbeforeId\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\"\x8a\x02\n" +
+	"\n" +
+	"AuditEntry\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12 \n" +
+	"\ftime_unix_ms\x18\x02 \x01(\x03R\n" +
+	"timeUnixMs\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05actor\x18\x04 \x01(\tR\x05actor\x12\x12\n" +
+	"\x04role\x18\x05 \x01(\tR\x04role\x12\x12\n" +
+	"\x04peer\x18\x06 \x01(\tR\x04peer\x12\x16\n" +
+	"\x06action\x18\a \x01(\tR\x06action\x12\x19\n" +
+	"\bnode_ids\x18\b \x03(\tR\anodeIds\x12\x15\n" +
+	"\x06run_id\x18\t \x01(\tR\x05runId\x12\x16\n" +
+	"\x06result\x18\n" +
+	" \x01(\tR\x06result\x12\x16\n" +
+	"\x06detail\x18\v \x01(\tR\x06detail\"E\n" +
+	"\x14ListAuditLogResponse\x12-\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.cure.v1.AuditEntryR\aentries*\x86\x01\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_PROVISION\x10\x01\x12\x0e\n" +
@@ -3356,13 +3635,14 @@ const file_cure_proto_rawDesc = "" +
 	"\rPHASE_SKIPPED\x10\x02\x12\x10\n" +
 	"\fPHASE_FAILED\x10\x032S\n" +
 	"\rRunnerService\x12B\n" +
-	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\xd3\x02\n" +
+	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\xa0\x03\n" +
 	"\x0fOperatorService\x12B\n" +
 	"\tProvision\x12\x19.cure.v1.ProvisionRequest\x1a\x1a.cure.v1.ProvisionResponse\x128\n" +
 	"\x05Watch\x12\x15.cure.v1.WatchRequest\x1a\x16.cure.v1.TimelineEntry0\x01\x124\n" +
 	"\x06Report\x12\x16.cure.v1.ReportRequest\x1a\x12.cure.v1.RunReport\x12B\n" +
 	"\tListNodes\x12\x19.cure.v1.ListNodesRequest\x1a\x1a.cure.v1.ListNodesResponse\x12H\n" +
-	"\vAuditDirect\x12\x1b.cure.v1.AuditDirectRequest\x1a\x1c.cure.v1.AuditDirectResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
+	"\vAuditDirect\x12\x1b.cure.v1.AuditDirectRequest\x1a\x1c.cure.v1.AuditDirectResponse\x12K\n" +
+	"\fListAuditLog\x12\x1c.cure.v1.ListAuditLogRequest\x1a\x1d.cure.v1.ListAuditLogResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
 
 var (
 	file_cure_proto_rawDescOnce sync.Once
@@ -3377,53 +3657,56 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_cure_proto_goTypes = []any{
-	(Mode)(0),                   // 0: cure.v1.Mode
-	(VerdictStatus)(0),          // 1: cure.v1.VerdictStatus
-	(PhaseStatus)(0),            // 2: cure.v1.PhaseStatus
-	(RunnerState_Kind)(0),       // 3: cure.v1.RunnerState.Kind
-	(*RunnerMessage)(nil),       // 4: cure.v1.RunnerMessage
-	(*Hello)(nil),               // 5: cure.v1.Hello
-	(*Identity)(nil),            // 6: cure.v1.Identity
-	(*RunnerState)(nil),         // 7: cure.v1.RunnerState
-	(*Inventory)(nil),           // 8: cure.v1.Inventory
-	(*SystemInfo)(nil),          // 9: cure.v1.SystemInfo
-	(*NvmeController)(nil),      // 10: cure.v1.NvmeController
-	(*NetInterface)(nil),        // 11: cure.v1.NetInterface
-	(*Gpu)(nil),                 // 12: cure.v1.Gpu
-	(*BlockDevice)(nil),         // 13: cure.v1.BlockDevice
-	(*Event)(nil),               // 14: cure.v1.Event
-	(*PhaseStart)(nil),          // 15: cure.v1.PhaseStart
-	(*PhaseEnd)(nil),            // 16: cure.v1.PhaseEnd
-	(*Verdict)(nil),             // 17: cure.v1.Verdict
-	(*Log)(nil),                 // 18: cure.v1.Log
-	(*Metric)(nil),              // 19: cure.v1.Metric
-	(*CoordinatorMessage)(nil),  // 20: cure.v1.CoordinatorMessage
-	(*Assignment)(nil),          // 21: cure.v1.Assignment
-	(*ResumeState)(nil),         // 22: cure.v1.ResumeState
-	(*FirstBoot)(nil),           // 23: cure.v1.FirstBoot
-	(*Ack)(nil),                 // 24: cure.v1.Ack
-	(*Idle)(nil),                // 25: cure.v1.Idle
-	(*Reboot)(nil),              // 26: cure.v1.Reboot
-	(*Cancel)(nil),              // 27: cure.v1.Cancel
-	(*ProvisionRequest)(nil),    // 28: cure.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),   // 29: cure.v1.ProvisionResponse
-	(*RunRef)(nil),              // 30: cure.v1.RunRef
-	(*WatchRequest)(nil),        // 31: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),       // 32: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),       // 33: cure.v1.ReportRequest
-	(*RunReport)(nil),           // 34: cure.v1.RunReport
-	(*PhaseRecord)(nil),         // 35: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),  // 36: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil), // 37: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),           // 38: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),    // 39: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),   // 40: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),            // 41: cure.v1.NodeInfo
-	nil,                         // 42: cure.v1.Log.AttrsEntry
-	nil,                         // 43: cure.v1.Metric.LabelsEntry
-	nil,                         // 44: cure.v1.Assignment.PsidsEntry
+	(Mode)(0),                    // 0: cure.v1.Mode
+	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
+	(PhaseStatus)(0),             // 2: cure.v1.PhaseStatus
+	(RunnerState_Kind)(0),        // 3: cure.v1.RunnerState.Kind
+	(*RunnerMessage)(nil),        // 4: cure.v1.RunnerMessage
+	(*Hello)(nil),                // 5: cure.v1.Hello
+	(*Identity)(nil),             // 6: cure.v1.Identity
+	(*RunnerState)(nil),          // 7: cure.v1.RunnerState
+	(*Inventory)(nil),            // 8: cure.v1.Inventory
+	(*SystemInfo)(nil),           // 9: cure.v1.SystemInfo
+	(*NvmeController)(nil),       // 10: cure.v1.NvmeController
+	(*NetInterface)(nil),         // 11: cure.v1.NetInterface
+	(*Gpu)(nil),                  // 12: cure.v1.Gpu
+	(*BlockDevice)(nil),          // 13: cure.v1.BlockDevice
+	(*Event)(nil),                // 14: cure.v1.Event
+	(*PhaseStart)(nil),           // 15: cure.v1.PhaseStart
+	(*PhaseEnd)(nil),             // 16: cure.v1.PhaseEnd
+	(*Verdict)(nil),              // 17: cure.v1.Verdict
+	(*Log)(nil),                  // 18: cure.v1.Log
+	(*Metric)(nil),               // 19: cure.v1.Metric
+	(*CoordinatorMessage)(nil),   // 20: cure.v1.CoordinatorMessage
+	(*Assignment)(nil),           // 21: cure.v1.Assignment
+	(*ResumeState)(nil),          // 22: cure.v1.ResumeState
+	(*FirstBoot)(nil),            // 23: cure.v1.FirstBoot
+	(*Ack)(nil),                  // 24: cure.v1.Ack
+	(*Idle)(nil),                 // 25: cure.v1.Idle
+	(*Reboot)(nil),               // 26: cure.v1.Reboot
+	(*Cancel)(nil),               // 27: cure.v1.Cancel
+	(*ProvisionRequest)(nil),     // 28: cure.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),    // 29: cure.v1.ProvisionResponse
+	(*RunRef)(nil),               // 30: cure.v1.RunRef
+	(*WatchRequest)(nil),         // 31: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),        // 32: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),        // 33: cure.v1.ReportRequest
+	(*RunReport)(nil),            // 34: cure.v1.RunReport
+	(*PhaseRecord)(nil),          // 35: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 36: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 37: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 38: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 39: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 40: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 41: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 42: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 43: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 44: cure.v1.ListAuditLogResponse
+	nil,                          // 45: cure.v1.Log.AttrsEntry
+	nil,                          // 46: cure.v1.Metric.LabelsEntry
+	nil,                          // 47: cure.v1.Assignment.PsidsEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,  // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -3444,8 +3727,8 @@ var file_cure_proto_depIdxs = []int32{
 	19, // 15: cure.v1.Event.metric:type_name -> cure.v1.Metric
 	2,  // 16: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,  // 17: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	42, // 18: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	43, // 19: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	45, // 18: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	46, // 19: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	21, // 20: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
 	24, // 21: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
 	25, // 22: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
@@ -3454,7 +3737,7 @@ var file_cure_proto_depIdxs = []int32{
 	0,  // 25: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
 	22, // 26: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
 	23, // 27: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	44, // 28: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	47, // 28: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
 	0,  // 29: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
 	30, // 30: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
 	17, // 31: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
@@ -3464,23 +3747,26 @@ var file_cure_proto_depIdxs = []int32{
 	38, // 35: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
 	17, // 36: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
 	41, // 37: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	4,  // 38: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	28, // 39: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	31, // 40: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	33, // 41: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	39, // 42: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	36, // 43: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	20, // 44: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	29, // 45: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	32, // 46: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	34, // 47: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	40, // 48: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	37, // 49: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	44, // [44:50] is the sub-list for method output_type
-	38, // [38:44] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	43, // 38: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	4,  // 39: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	28, // 40: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	31, // 41: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	33, // 42: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	39, // 43: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	36, // 44: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	42, // 45: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	20, // 46: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	29, // 47: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	32, // 48: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	34, // 49: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	40, // 50: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	37, // 51: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	44, // 52: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	46, // [46:53] is the sub-list for method output_type
+	39, // [39:46] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -3512,7 +3798,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   41,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

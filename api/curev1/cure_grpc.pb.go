@@ -129,11 +129,12 @@ var RunnerService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	OperatorService_Provision_FullMethodName   = "/cure.v1.OperatorService/Provision"
-	OperatorService_Watch_FullMethodName       = "/cure.v1.OperatorService/Watch"
-	OperatorService_Report_FullMethodName      = "/cure.v1.OperatorService/Report"
-	OperatorService_ListNodes_FullMethodName   = "/cure.v1.OperatorService/ListNodes"
-	OperatorService_AuditDirect_FullMethodName = "/cure.v1.OperatorService/AuditDirect"
+	OperatorService_Provision_FullMethodName    = "/cure.v1.OperatorService/Provision"
+	OperatorService_Watch_FullMethodName        = "/cure.v1.OperatorService/Watch"
+	OperatorService_Report_FullMethodName       = "/cure.v1.OperatorService/Report"
+	OperatorService_ListNodes_FullMethodName    = "/cure.v1.OperatorService/ListNodes"
+	OperatorService_AuditDirect_FullMethodName  = "/cure.v1.OperatorService/AuditDirect"
+	OperatorService_ListAuditLog_FullMethodName = "/cure.v1.OperatorService/ListAuditLog"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -150,6 +151,9 @@ type OperatorServiceClient interface {
 	// AuditDirect compares a node's BMC (firmware inventory, BIOS attributes)
 	// with its manifest over Redfish alone: no boot, no run, nothing changed.
 	AuditDirect(ctx context.Context, in *AuditDirectRequest, opts ...grpc.CallOption) (*AuditDirectResponse, error)
+	// ListAuditLog reads the audit log: operator calls (allowed or refused)
+	// and security events, newest first.
+	ListAuditLog(ctx context.Context, in *ListAuditLogRequest, opts ...grpc.CallOption) (*ListAuditLogResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -219,6 +223,16 @@ func (c *operatorServiceClient) AuditDirect(ctx context.Context, in *AuditDirect
 	return out, nil
 }
 
+func (c *operatorServiceClient) ListAuditLog(ctx context.Context, in *ListAuditLogRequest, opts ...grpc.CallOption) (*ListAuditLogResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuditLogResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ListAuditLog_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -233,6 +247,9 @@ type OperatorServiceServer interface {
 	// AuditDirect compares a node's BMC (firmware inventory, BIOS attributes)
 	// with its manifest over Redfish alone: no boot, no run, nothing changed.
 	AuditDirect(context.Context, *AuditDirectRequest) (*AuditDirectResponse, error)
+	// ListAuditLog reads the audit log: operator calls (allowed or refused)
+	// and security events, newest first.
+	ListAuditLog(context.Context, *ListAuditLogRequest) (*ListAuditLogResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -257,6 +274,9 @@ func (UnimplementedOperatorServiceServer) ListNodes(context.Context, *ListNodesR
 }
 func (UnimplementedOperatorServiceServer) AuditDirect(context.Context, *AuditDirectRequest) (*AuditDirectResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method AuditDirect not implemented")
+}
+func (UnimplementedOperatorServiceServer) ListAuditLog(context.Context, *ListAuditLogRequest) (*ListAuditLogResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListAuditLog not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -362,6 +382,24 @@ func _OperatorService_AuditDirect_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_ListAuditLog_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuditLogRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ListAuditLog(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ListAuditLog_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ListAuditLog(ctx, req.(*ListAuditLogRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -384,6 +422,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AuditDirect",
 			Handler:    _OperatorService_AuditDirect_Handler,
+		},
+		{
+			MethodName: "ListAuditLog",
+			Handler:    _OperatorService_ListAuditLog_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

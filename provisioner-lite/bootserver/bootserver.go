@@ -10,15 +10,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/provisioner-lite/textsafe"
+	"golang.org/x/net/netutil"
 )
 
 // Decision is the coordinator's answer for one booting NIC.
@@ -30,19 +35,23 @@ type Decision struct {
 
 // Coordinator makes the decisions the boot server serves.
 type Coordinator interface {
-	// BootDecision answers for a MAC (lowercase, colon-separated). An error
-	// wrapping ErrUnknownNode (or store.ErrNotFound) becomes a 404.
-	BootDecision(ctx context.Context, mac string) (Decision, error)
-	// HostReady records that the installed OS phoned home. An error wrapping
-	// ErrUnauthorized (or store.ErrNotFound / store.ErrExpired for the token)
-	// becomes a 401; ErrUnknownNode a 404.
-	HostReady(ctx context.Context, nodeID, token string, form url.Values) error
+	// BootDecision answers for a MAC (lowercase, colon-separated) asked by
+	// peer (the client's IP address). An error wrapping ErrUnknownNode (or
+	// store.ErrNotFound) becomes a 404, ErrRateLimited a 429.
+	BootDecision(ctx context.Context, mac, peer string) (Decision, error)
+	// HostReady records that the installed OS phoned home. It checks the
+	// token first and calls readForm (which reads the request body) only
+	// once the token is good. An error wrapping ErrUnauthorized (or
+	// store.ErrNotFound / store.ErrExpired for the token) becomes a 401;
+	// ErrUnknownNode a 404; an error of readForm a 400.
+	HostReady(ctx context.Context, nodeID, token, peer string, readForm func() (url.Values, error)) error
 }
 
 // Errors a Coordinator wraps to choose the HTTP status.
 var (
 	ErrUnknownNode  = errors.New("unknown node")
 	ErrUnauthorized = errors.New("unauthorized")
+	ErrRateLimited  = errors.New("rate limited")
 )
 
 // Config configures a Server.
@@ -51,6 +60,44 @@ type Config struct {
 	ArtifactDir string // content-addressed: <ArtifactDir>/sha256/<hex>
 	BaseURL     string // as nodes reach us, e.g. http://10.0.2.2:8080
 	Logger      *slog.Logger
+	Limits      Limits
+}
+
+// Limits are what a hostile client meets (docs/SECURITY.md); zero fields take
+// the defaults.
+type Limits struct {
+	ReadHeader time.Duration // request line and headers (default 10s)
+	Body       time.Duration // a request body, whole (default 30s); only the callback has one
+	Idle       time.Duration // keep-alive between requests (default 30s)
+	Write      time.Duration // a script or an error, whole (default 15s)
+	// Stall bounds each 256 KiB of a file download: a reader that does not
+	// take it in time is cut (default 60s).
+	Stall          time.Duration
+	MaxHeaderBytes int // default 16 KiB
+	MaxRanges      int // Range parts per request (default 16), never overlapping
+	MaxConns       int // open connections (default 4096)
+}
+
+func (l *Limits) defaults() {
+	d := func(v *time.Duration, def time.Duration) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	d(&l.ReadHeader, 10*time.Second)
+	d(&l.Body, 30*time.Second)
+	d(&l.Idle, 30*time.Second)
+	d(&l.Write, 15*time.Second)
+	d(&l.Stall, 60*time.Second)
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = 16 << 10
+	}
+	if l.MaxRanges <= 0 {
+		l.MaxRanges = 16
+	}
+	if l.MaxConns <= 0 {
+		l.MaxConns = 4096
+	}
 }
 
 // Server serves the boot routes. Create it with New.
@@ -91,10 +138,14 @@ func New(cfg Config, c Coordinator) (*Server, error) {
 	if strings.ContainsAny(cfg.BaseURL, " \t\r\n$") {
 		return nil, fmt.Errorf("bootserver: Config.BaseURL %q: whitespace or '$' would break the iPXE script", cfg.BaseURL)
 	}
+	if !safeIPXEValue(strings.TrimRight(cfg.BaseURL, "/")) {
+		return nil, fmt.Errorf("bootserver: Config.BaseURL %q: only letters, digits and . _ : / - may appear in an iPXE script", cfg.BaseURL)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
+	cfg.Limits.defaults()
 	s := &Server{cfg: cfg, base: strings.TrimRight(cfg.BaseURL, "/"), c: c, log: log}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /boot.ipxe", s.generic)
@@ -106,8 +157,25 @@ func New(cfg Config, c Coordinator) (*Server, error) {
 	return s, nil
 }
 
-// Handler returns the server's routes wrapped in request logging. GET routes also answer HEAD.
+// Handler returns the server's routes wrapped in request logging and
+// per-request deadlines. GET routes also answer HEAD.
 func (s *Server) Handler() http.Handler { return s.h }
+
+// HTTPServer is the http.Server to serve Handler with: header, idle and
+// header-size limits. Body and write deadlines are set per request.
+func (s *Server) HTTPServer() *http.Server {
+	l := s.cfg.Limits
+	return &http.Server{
+		Handler: s.h, ReadHeaderTimeout: l.ReadHeader, IdleTimeout: l.Idle, MaxHeaderBytes: l.MaxHeaderBytes,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug), // TLS/handshake noise from peers
+	}
+}
+
+// Listener bounds the open connections of ln to Limits.MaxConns: past it,
+// new connections wait in the kernel's backlog.
+func (s *Server) Listener(ln net.Listener) net.Listener {
+	return netutil.LimitListener(ln, s.cfg.Limits.MaxConns)
+}
 
 // ArtifactURL is where nodes fetch the artifact with that sha256.
 func (s *Server) ArtifactURL(sha256hex string) string {
@@ -159,11 +227,17 @@ func (s *Server) perMAC(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), decisionTimeout)
 	defer cancel()
-	d, err := s.c.BootDecision(ctx, mac)
+	d, err := s.c.BootDecision(ctx, mac, remoteIP(r))
 	if err != nil {
 		status := http.StatusServiceUnavailable
-		if errors.Is(err, ErrUnknownNode) || errors.Is(err, store.ErrNotFound) {
-			status = http.StatusNotFound
+		switch {
+		case errors.Is(err, ErrUnknownNode) || errors.Is(err, store.ErrNotFound):
+			// Any machine on the network may PXE here: not an error of ours.
+			s.log.Debug("boot decision: unknown MAC", "mac", mac, "peer", remoteIP(r))
+			writeScript(w, http.StatusNotFound, exitScript("MAC "+mac+" is not in the inventory"))
+			return
+		case errors.Is(err, ErrRateLimited):
+			status = http.StatusTooManyRequests
 		}
 		s.log.Warn("boot decision failed", "mac", mac, "status", status, "err", err)
 		writeScript(w, status, exitScript(fmt.Sprintf("no boot decision for %s: %v", mac, err)))
@@ -171,14 +245,17 @@ func (s *Server) perMAC(w http.ResponseWriter, r *http.Request) {
 	}
 	if !d.Boot {
 		s.log.Info("boot decision: local disk", "mac", mac, "reason", d.Reason)
-		writeScript(w, http.StatusOK, exitScript(orDefault(d.Reason, "nothing to do")+"; booting from the next device"))
+		writeScript(w, http.StatusOK, exitScript(orDefault(d.Reason, "nothing to do")+", booting from the next device"))
 		return
 	}
-	if strings.ContainsAny(d.Cmdline, "\r\n") || strings.Contains(d.Cmdline, "${") {
-		// iPXE would read a newline as a new command and ${...} as a setting.
-		s.log.Error("boot decision: unsafe kernel command line", "mac", mac, "cmdline", d.Cmdline)
-		writeScript(w, http.StatusInternalServerError, exitScript("coordinator produced an unsafe kernel command line"))
-		return
+	for _, arg := range strings.Split(d.Cmdline, " ") {
+		if arg != "" && !safeIPXEValue(arg) {
+			// iPXE has no quoting: a token "||", "&&", ";" or "#..." is an
+			// operator, ${...} a setting, a newline a new command.
+			s.log.Error("boot decision: unsafe kernel command line argument", "mac", mac, "arg", ipxeText(arg))
+			writeScript(w, http.StatusInternalServerError, exitScript("coordinator produced an unsafe kernel command line"))
+			return
+		}
 	}
 	initrd, err := s.initramfsName()
 	if err != nil {
@@ -215,15 +292,40 @@ func exitScript(why string) string {
 	return "#!ipxe\necho CURE: " + ipxeText(why) + "\nsleep 2\nexit\n"
 }
 
-// ipxeText makes s safe as an echo argument: one line, no setting expansion.
+// ipxeText makes s safe as the arguments of an iPXE echo: iPXE has no
+// quoting, so every character outside a plain alphabet becomes '_' (no
+// '$', '{', '#', '|', '&', ';' or control character survives) and the
+// result is one line of at most 200 bytes.
 func ipxeText(s string) string {
 	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
+		if r == ' ' || safeIPXERune(r) || strings.ContainsRune(",()+@", r) {
+			return r
 		}
-		return r
+		return '_'
 	}, s)
-	return strings.ReplaceAll(s, "${", "$ {")
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}
+
+// safeIPXEValue reports whether s can stand as one iPXE token unquoted: only
+// letters, digits and . _ : / = , + @ - , so no operator, comment, setting
+// expansion or word break.
+func safeIPXEValue(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !safeIPXERune(r) && !strings.ContainsRune(",+@", r) {
+			return false
+		}
+	}
+	return true
+}
+
+func safeIPXERune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._:/=-", r)
 }
 
 func writeScript(w http.ResponseWriter, status int, script string) {
@@ -250,7 +352,7 @@ func (s *Server) image(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("unknown image file %q: want %s, %s or %s", name, Kernel, InitramfsGzip, InitramfsZstd), http.StatusNotFound)
 		return
 	}
-	serveFile(w, r, filepath.Join(s.cfg.ImageDir, name), "", "no-cache")
+	s.serveFile(w, r, filepath.Join(s.cfg.ImageDir, name), "", "no-cache")
 }
 
 var hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -262,11 +364,19 @@ func (s *Server) artifact(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Content never changes under a hash name: the hash is the ETag and clients may cache forever.
-	serveFile(w, r, ArtifactPath(s.cfg.ArtifactDir, h), `"`+h+`"`, "public, max-age=31536000, immutable")
+	s.serveFile(w, r, ArtifactPath(s.cfg.ArtifactDir, h), `"`+h+`"`, "public, max-age=31536000, immutable")
 }
 
-// serveFile serves path with http.ServeContent (Range, If-Range, HEAD, conditional requests).
-func serveFile(w http.ResponseWriter, r *http.Request, path, etag, cacheControl string) {
+// serveFile serves path with http.ServeContent (Range, If-Range, HEAD,
+// conditional requests): at most MaxRanges non-overlapping ranges, and a
+// reader that stalls is cut.
+func (s *Server) serveFile(w http.ResponseWriter, r *http.Request, path, etag, cacheControl string) {
+	if err := checkRanges(r.Header.Get("Range"), s.cfg.Limits.MaxRanges); err != nil {
+		w.Header().Set("Content-Range", "bytes */*")
+		http.Error(w, err.Error(), http.StatusRequestedRangeNotSatisfiable)
+		return
+	}
+	w = &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), stall: s.cfg.Limits.Stall}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		http.Error(w, "not found: "+filepath.Base(path), http.StatusNotFound)
@@ -313,33 +423,41 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		unauthorized(w, "missing token: send Authorization: Bearer <token> or ?token=")
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxReadyBody)
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "bad form body: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	form := url.Values{}
-	for k, v := range r.Form {
-		if k != "token" { // never hand the secret on as data
-			form[k] = v
+	// The body is read only once the coordinator has accepted the token.
+	var form url.Values
+	var formErr error
+	readForm := func() (url.Values, error) {
+		r.Body = http.MaxBytesReader(w, r.Body, maxReadyBody)
+		if err := r.ParseForm(); err != nil {
+			formErr = err
+			return nil, err
 		}
+		form = url.Values{}
+		for k, v := range r.Form {
+			if k != "token" { // never hand the secret on as data
+				form[k] = v
+			}
+		}
+		return form, nil
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), decisionTimeout)
 	defer cancel()
-	if err := s.c.HostReady(ctx, id, token, form); err != nil {
+	if err := s.c.HostReady(ctx, id, token, remoteIP(r), readForm); err != nil {
 		switch {
+		case formErr != nil:
+			http.Error(w, "bad form body: "+formErr.Error(), http.StatusBadRequest)
 		case errors.Is(err, ErrUnauthorized), errors.Is(err, store.ErrExpired), errors.Is(err, store.ErrNotFound) && !errors.Is(err, ErrUnknownNode):
 			s.log.Warn("host ready rejected", "node", id, "err", err)
 			unauthorized(w, "token rejected")
 		case errors.Is(err, ErrUnknownNode):
-			http.Error(w, "unknown node "+id, http.StatusNotFound)
+			http.Error(w, "unknown node", http.StatusNotFound)
 		default:
 			s.log.Error("host ready failed", "node", id, "err", err)
 			http.Error(w, "could not record readiness", http.StatusInternalServerError)
 		}
 		return
 	}
-	s.log.Info("host ready", "node", id, "hostname", form.Get("hostname"), "instance_id", form.Get("instance_id"))
+	s.log.Info("host ready", "node", id, "hostname", textsafe.BoundedLine(form.Get("hostname"), 128), "instance_id", textsafe.BoundedLine(form.Get("instance_id"), 128))
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	fmt.Fprintln(w, "ok")
 }
@@ -376,11 +494,20 @@ func (r *recorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the real writer (flush, deadlines).
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// logRequests logs one line per request. It logs the path without the query:
-// the ready callback may carry its token there.
+// logRequests logs one line per request and sets its deadlines. It logs the
+// path without the query: the ready callback may carry its token there.
 func (s *Server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		rc := http.NewResponseController(w)
+		// A body must arrive in time; without one there is nothing to read
+		// (a read deadline would cut a long download's background read).
+		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+			_ = rc.SetReadDeadline(start.Add(s.cfg.Limits.Body))
+		} else {
+			_ = rc.SetReadDeadline(time.Time{})
+		}
+		_ = rc.SetWriteDeadline(start.Add(s.cfg.Limits.Write)) // file routes extend it as they make progress
 		rec := &recorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r)
 		if rec.status == 0 {
@@ -391,7 +518,90 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			level = slog.LevelError
 		}
 		s.log.Log(r.Context(), level, "http request",
-			"method", r.Method, "path", r.URL.Path, "status", rec.status, "bytes", rec.bytes,
+			"method", r.Method, "path", textsafe.BoundedLine(r.URL.Path, 256), "status", rec.status, "bytes", rec.bytes,
 			"duration", time.Since(start), "remote", r.RemoteAddr)
 	})
+}
+
+// remoteIP is the client's address without the port. Forwarding headers are
+// not trusted: anyone can write them.
+func remoteIP(r *http.Request) string {
+	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return h
+	}
+	return r.RemoteAddr
+}
+
+// stallChunk is how much of a file must go out within Limits.Stall.
+const stallChunk = 256 << 10
+
+// stallWriter re-arms the connection's write deadline for every 256 KiB, so
+// a download runs as long as it makes progress and a client that stops
+// reading is cut after Limits.Stall.
+type stallWriter struct {
+	http.ResponseWriter
+	rc    *http.ResponseController
+	stall time.Duration
+}
+
+func (w *stallWriter) Write(p []byte) (int, error) {
+	written := 0
+	for len(p) > 0 {
+		n := min(len(p), stallChunk)
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.stall))
+		m, err := w.ResponseWriter.Write(p[:n])
+		written += m
+		if err != nil {
+			return written, err
+		}
+		p = p[n:]
+	}
+	return written, nil
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// checkRanges refuses a Range header with more than max parts, or with parts
+// that overlap: a few hundred bytes of overlapping ranges would otherwise ask
+// for megabytes. Syntax errors are left to http.ServeContent.
+func checkRanges(h string, max int) error {
+	spec, ok := strings.CutPrefix(h, "bytes=")
+	if h == "" || !ok {
+		return nil
+	}
+	parts := strings.Split(spec, ",")
+	if len(parts) > max {
+		return fmt.Errorf("range: %d parts, at most %d", len(parts), max)
+	}
+	if len(parts) == 1 {
+		return nil
+	}
+	type span struct{ from, to int64 } // to = -1: open-ended
+	var spans []span
+	for _, p := range parts {
+		a, b, ok := strings.Cut(strings.TrimSpace(p), "-")
+		if !ok || a == "" {
+			return fmt.Errorf("range: suffix ranges (%q) cannot be combined with others", p)
+		}
+		from, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || from < 0 {
+			return nil
+		}
+		to := int64(-1)
+		if b != "" {
+			if to, err = strconv.ParseInt(b, 10, 64); err != nil || to < from {
+				return nil
+			}
+		}
+		spans = append(spans, span{from, to})
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].from < spans[j].from })
+	for i := 1; i < len(spans); i++ {
+		prev := spans[i-1]
+		if prev.to < 0 || spans[i].from <= prev.to {
+			return fmt.Errorf("range: parts overlap")
+		}
+	}
+	return nil
 }

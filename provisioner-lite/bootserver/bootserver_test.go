@@ -21,8 +21,8 @@ import (
 )
 
 type readyCall struct {
-	node, token string
-	form        url.Values
+	node, token, peer string
+	form              url.Values
 }
 
 // fakeCoordinator answers from fixed tables and records HostReady calls.
@@ -32,11 +32,15 @@ type fakeCoordinator struct {
 	mu        sync.Mutex
 	ready     []readyCall
 	macsSeen  []string
+	peers     []string
+	// formReads counts readForm calls: the body must not be read before the token is accepted.
+	formReads int
 }
 
-func (f *fakeCoordinator) BootDecision(ctx context.Context, mac string) (Decision, error) {
+func (f *fakeCoordinator) BootDecision(ctx context.Context, mac, peer string) (Decision, error) {
 	f.mu.Lock()
 	f.macsSeen = append(f.macsSeen, mac)
+	f.peers = append(f.peers, peer)
 	f.mu.Unlock()
 	d, ok := f.decisions[mac]
 	if !ok {
@@ -45,12 +49,19 @@ func (f *fakeCoordinator) BootDecision(ctx context.Context, mac string) (Decisio
 	return d, nil
 }
 
-func (f *fakeCoordinator) HostReady(ctx context.Context, nodeID, token string, form url.Values) error {
+func (f *fakeCoordinator) HostReady(ctx context.Context, nodeID, token, peer string, readForm func() (url.Values, error)) error {
 	if f.tokens[token] != nodeID {
 		return fmt.Errorf("token for node %s: %w", nodeID, ErrUnauthorized)
 	}
 	f.mu.Lock()
-	f.ready = append(f.ready, readyCall{nodeID, token, form})
+	f.formReads++
+	f.mu.Unlock()
+	form, err := readForm()
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.ready = append(f.ready, readyCall{nodeID, token, peer, form})
 	f.mu.Unlock()
 	return nil
 }
@@ -153,6 +164,9 @@ func TestPerMACBoot(t *testing.T) {
 	if got := f.coord.macsSeen; len(got) != 1 || got[0] != "52:54:00:12:34:56" {
 		t.Errorf("coordinator saw MACs %v, want the normalised colon form", got)
 	}
+	if got := f.coord.peers; len(got) != 1 || got[0] != "127.0.0.1" {
+		t.Errorf("coordinator saw peers %v, want the client's IP without port", got)
+	}
 }
 
 func TestPerMACZstdFallback(t *testing.T) {
@@ -173,7 +187,7 @@ func TestPerMACZstdFallback(t *testing.T) {
 func TestPerMACExitAndUnknown(t *testing.T) {
 	f := newFixture(t)
 	resp, body := f.get(t, "/ipxe/52-54-00-12-34-57")
-	if resp.StatusCode != 200 || body != "#!ipxe\necho CURE: no active run for n2; booting from the next device\nsleep 2\nexit\n" {
+	if resp.StatusCode != 200 || body != "#!ipxe\necho CURE: no active run for n2, booting from the next device\nsleep 2\nexit\n" {
 		t.Fatalf("exit decision: %d\n%s", resp.StatusCode, body)
 	}
 	if strings.Contains(body, "kernel") {
@@ -184,7 +198,7 @@ func TestPerMACExitAndUnknown(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("unknown MAC: status %d, want 404", resp.StatusCode)
 	}
-	if !strings.HasPrefix(body, "#!ipxe\necho CURE: no boot decision for 52:54:00:99:99:99: MAC 52:54:00:99:99:99: unknown node") || !strings.HasSuffix(body, "exit\n") {
+	if !strings.HasPrefix(body, "#!ipxe\necho CURE: MAC 52:54:00:99:99:99 is not in the inventory") || !strings.HasSuffix(body, "exit\n") {
 		t.Fatalf("unknown MAC script:\n%s", body)
 	}
 
@@ -201,7 +215,7 @@ func TestPerMACUnsafeCmdline(t *testing.T) {
 	if resp.StatusCode != 500 || strings.Contains(body, "shell") || strings.Contains(body, "\nkernel ") {
 		t.Fatalf("unsafe cmdline: %d\n%s", resp.StatusCode, body)
 	}
-	if got := ipxeText("x ${evil}\nline"); got != "x $ {evil} line" {
+	if got := ipxeText("x ${evil}\nline"); got != "x __evil__line" {
 		t.Fatalf("ipxeText = %q", got)
 	}
 }
@@ -397,7 +411,7 @@ func TestReadyUnauthorized(t *testing.T) {
 
 type storeErrCoordinator struct{ fakeCoordinator }
 
-func (*storeErrCoordinator) HostReady(ctx context.Context, nodeID, token string, form url.Values) error {
+func (*storeErrCoordinator) HostReady(ctx context.Context, nodeID, token, peer string, readForm func() (url.Values, error)) error {
 	return fmt.Errorf("token: %w", store.ErrExpired)
 }
 

@@ -8,8 +8,10 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 )
 
 // Timeline prints timeline entries relative to the first one.
@@ -55,7 +57,7 @@ func (t *Timeline) Print(e *curev1.TimelineEntry) {
 	default:
 		line = fmt.Sprintf("  %-20s %s", phase, e.GetMessage())
 	}
-	fmt.Fprintf(t.w, "%s [%s] %s\n", stamp, src(e.GetSource()), line)
+	fmt.Fprintf(t.w, "%s [%s] %s\n", stamp, src(e.GetSource()), textsafe.Line(line))
 }
 
 func src(s string) string {
@@ -89,7 +91,7 @@ func PrintReport(w io.Writer, r *curev1.RunReport) {
 	fmt.Fprintf(w, "\nrun %s  node %s  mode %s  status %s  %s  reboots %d\n", r.GetRunId(), r.GetNodeId(),
 		strings.TrimPrefix(r.GetMode().String(), "MODE_"), strings.ToUpper(r.GetStatus()), dur, r.GetReboots())
 	if r.GetMessage() != "" {
-		fmt.Fprintf(w, "  %s\n", r.GetMessage())
+		fmt.Fprintf(w, "  %s\n", textsafe.Line(r.GetMessage()))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nPHASE\tSTATUS\tTRIES\tDURATION\tDETAIL")
@@ -104,7 +106,7 @@ func PrintReport(w io.Writer, r *curev1.RunReport) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nCOMPONENT\tCHECK\tVERDICT\tOBSERVED\tEXPECTED\tDETAIL")
 	for _, v := range r.GetVerdicts() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", v.GetComponent(), v.GetCheck(), v.GetStatus(), clip(v.GetObserved(), 40), clip(v.GetExpected(), 40), clip(v.GetMessage(), 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", clip(v.GetComponent(), 40), clip(v.GetCheck(), 40), v.GetStatus(), clip(v.GetObserved(), 40), clip(v.GetExpected(), 40), clip(v.GetMessage(), 60))
 	}
 	tw.Flush()
 }
@@ -119,10 +121,24 @@ func PrintNodes(w io.Writer, nodes []*curev1.NodeInfo) {
 	tw.Flush()
 }
 
+// clip makes s one line of at most n runes (the table cells).
 func clip(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) <= n {
+	s = textsafe.Line(s)
+	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
-	return s[:n-1] + "…"
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// PrintAuditLog writes audit entries, newest first as the coordinator sends them.
+func PrintAuditLog(w io.Writer, entries []*curev1.AuditEntry) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME	KIND	WHO	ROLE	PEER	ACTION	NODES	RUN	RESULT	DETAIL")
+	for _, a := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", time.UnixMilli(a.GetTimeUnixMs()).UTC().Format(time.RFC3339),
+			a.GetKind(), clip(a.GetActor(), 40), a.GetRole(), clip(a.GetPeer(), 40), clip(a.GetAction(), 50),
+			clip(strings.Join(a.GetNodeIds(), ","), 40), clip(a.GetRunId(), 50), clip(a.GetResult(), 20), clip(a.GetDetail(), 120))
+	}
+	tw.Flush()
 }

@@ -209,7 +209,7 @@ func TestImportIntoStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := store.Open(filepath.Join(t.TempDir(), "db"))
+	s, err := store.Open(filepath.Join(t.TempDir(), "db"), store.WithStateKey(make([]byte, 32)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func (e *Engine) coordPhase(ctx context.Context, r *store.Run, phase string, log
 	case modes.SetBootPXE:
 		// Recorded before the BMC call: the boot server must hand out CURE to
 		// the very next PXE request.
-		r.Data["boot"] = "cure"
+		openBootWindow(r)
 		e.save(ctx, r)
 		if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
 			return b.SetBootOverride(ctx, redfish.BootTarget("Pxe"), true)
@@ -281,7 +281,7 @@ func (e *Engine) powerOnOrCycle(ctx context.Context, r *store.Run) outcome {
 // rebootIntoCURE re-arms the one-time PXE override (the last boot consumed
 // it) and resets the host.
 func (e *Engine) rebootIntoCURE(ctx context.Context, r *store.Run, why string) error {
-	r.Data["boot"] = "cure"
+	openBootWindow(r)
 	e.save(ctx, r)
 	err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
 		if err := b.SetBootOverride(ctx, redfish.BootTarget("Pxe"), true); err != nil {
@@ -313,6 +313,10 @@ func (e *Engine) waitForCURE(ctx context.Context, r *store.Run) outcome {
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
+			// Tokens minted for this boot and never used die with the wait.
+			if err := e.cfg.Store.EndBootWindow(context.WithoutCancel(ctx), r.ID, bootWindow(*r)); err != nil {
+				e.cfg.Log.Error("end boot window", "run", r.ID, "err", err)
+			}
 			return failed("runner did not register within %s", e.cfg.Timeouts.WaitForCURE)
 		}
 		select {
@@ -354,16 +358,23 @@ func (e *Engine) verdict(ctx context.Context, r *store.Run, component, check, st
 // to phone home. The wait is anchored on an event id so that a coordinator
 // restart in the middle keeps waiting for the same callback.
 func (e *Engine) waitForHostOS(ctx context.Context, r *store.Run) outcome {
-	if r.Data["host_wait_from"] == "" || e.attempts(r, modes.WaitForHostOS) > 1 {
+	// Each attempt reboots once; a coordinator restart inside the attempt
+	// after the reboot keeps waiting for the same callback.
+	attempt := fmt.Sprint(e.attempts(r, modes.WaitForHostOS))
+	if r.Data["host_reboot_attempt"] != attempt {
 		from, err := e.lastEventID(ctx, r.ID)
 		if err != nil {
 			return failed("%v", err)
 		}
 		r.Data["host_wait_from"] = fmt.Sprint(from)
+		delete(r.Data, "host_rebooted_at") // no callback before this attempt's reboot
 		e.save(ctx, r)
 		if err := e.rebootOutOfCURE(ctx, r); err != nil {
 			return failed("%v", err)
 		}
+		r.Data["host_reboot_attempt"] = attempt
+		r.Data["host_rebooted_at"] = time.Now().UTC().Format(time.RFC3339Nano)
+		e.save(ctx, r)
 	}
 	var from int64
 	fmt.Sscan(r.Data["host_wait_from"], &from)

@@ -60,7 +60,7 @@ func BenchmarkAuditDirect(b *testing.B) {
 	for _, nodes := range []int{1, 40} {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
 			dir := b.TempDir()
-			st, err := store.Open(filepath.Join(dir, "cure.db"))
+			st, err := store.Open(filepath.Join(dir, "cure.db"), store.WithStateKey(make([]byte, 32)))
 			if err != nil {
 				b.Fatal(err)
 			}

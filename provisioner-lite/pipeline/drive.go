@@ -37,6 +37,9 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 		e.cfg.Log.Error("load run", "run", runID, "err", err)
 		return
 	}
+	if r.Status != StatusRunning && r.Status != StatusPending {
+		return // ended meanwhile (e.g. its identity was contested)
+	}
 	if r.Data == nil {
 		r.Data = map[string]string{}
 	}
@@ -178,7 +181,14 @@ func (e *Engine) finish(ctx context.Context, r *store.Run, status, msg string) {
 	r.Status = status
 	r.Message = msg
 	r.EndedAt = time.Now().UTC()
+	r.Data["boot"] = ""
+	delete(r.Data, "host_token_sha256")
 	e.save(ctx, r)
+	// A finished run takes no session any more: its tokens go, its runner is cut off.
+	if err := e.cfg.Store.DeleteRunBootTokens(ctx, r.ID); err != nil {
+		e.cfg.Log.Error("delete boot tokens of finished run", "run", r.ID, "err", err)
+	}
+	e.cfg.Hub.CloseRun(r.ID)
 	e.coordEvent(ctx, *r, r.Phase, "run_end", status, msg, r.EndedAt.Sub(r.StartedAt))
 	e.cfg.Log.Info("run end", "run", r.ID, "node", r.NodeID, "status", status, "msg", msg)
 }

@@ -11,13 +11,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/cure-oss/cure/modes"
-	"github.com/cure-oss/cure/provisioner-lite/bootserver"
+	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -80,6 +78,14 @@ type Config struct {
 	RunnerAddr string
 	Timeouts   Timeouts
 	Budgets    Budgets
+	// Audit records security events (refused callbacks, token floods).
+	Audit *audit.Recorder
+	// TokensPerWindow bounds the boot tokens one boot window may mint (an
+	// iPXE that fails to fetch the kernel retries the script), and
+	// TokensPerNode those of one node in TokenPeriod, across windows.
+	TokensPerWindow int
+	TokensPerNode   int
+	TokenPeriod     time.Duration
 }
 
 func (c *Config) defaults() {
@@ -105,6 +111,18 @@ func (c *Config) defaults() {
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
+	if c.Audit == nil {
+		c.Audit = audit.New(c.Store, c.Log, 0)
+	}
+	if c.TokensPerWindow == 0 {
+		c.TokensPerWindow = 6
+	}
+	if c.TokensPerNode == 0 {
+		c.TokensPerNode = 12
+	}
+	if c.TokenPeriod == 0 {
+		c.TokenPeriod = 10 * time.Minute
+	}
 }
 
 // Engine owns the running pipelines.
@@ -117,12 +135,17 @@ type Engine struct {
 	ctx     context.Context
 	// sessionsSeen holds the runner sessions this engine has given work to.
 	sessionsSeen sync.Map
+	// contested holds runs stopped because two boots claimed one boot
+	// window: run id -> what happened, read when the run's goroutine exits.
+	contested map[string]string
+	tokens    *tokenLimiter
 }
 
 // New returns an engine; call Resume to pick up runs from the store.
 func New(ctx context.Context, cfg Config) *Engine {
 	cfg.defaults()
-	return &Engine{cfg: cfg, running: map[string]context.CancelFunc{}, ctx: ctx}
+	return &Engine{cfg: cfg, running: map[string]context.CancelFunc{}, ctx: ctx, contested: map[string]string{},
+		tokens: newTokenLimiter(cfg.TokensPerNode, cfg.TokenPeriod)}
 }
 
 // Run statuses.
@@ -236,8 +259,13 @@ func (e *Engine) launch(runID string) {
 		defer func() {
 			e.mu.Lock()
 			delete(e.running, runID)
+			why, contested := e.contested[runID]
+			delete(e.contested, runID)
 			e.mu.Unlock()
 			cancel()
+			if contested {
+				e.stopContested(runID, why)
+			}
 		}()
 		e.drive(ctx, runID)
 	}()
@@ -274,50 +302,4 @@ func (e *Engine) coordEvent(ctx context.Context, r store.Run, phase, kind, statu
 	if err != nil {
 		e.cfg.Log.Error("store event", "run", r.ID, "err", err)
 	}
-}
-
-// BootDecision implements bootserver.Coordinator: a node boots CURE only
-// while its active run wants it in CURE; otherwise iPXE exits to the disk.
-func (e *Engine) BootDecision(ctx context.Context, mac string) (bootserver.Decision, error) {
-	n, err := e.cfg.Store.NodeByMAC(ctx, mac)
-	if err != nil {
-		return bootserver.Decision{}, fmt.Errorf("mac %s is not registered: %w", mac, err)
-	}
-	r, err := e.cfg.Store.LatestRun(ctx, n.ID)
-	if err != nil || (r.Status != StatusRunning && r.Status != StatusPending) {
-		return bootserver.Decision{Boot: false, Reason: "no active run"}, nil
-	}
-	if r.Data["boot"] != "cure" {
-		return bootserver.Decision{Boot: false, Reason: "run " + r.ID + " wants the installed OS"}, nil
-	}
-	tok := NewToken()
-	if err := e.cfg.Store.PutBootToken(ctx, tok, n.ID, r.ID, time.Now().Add(2*time.Hour)); err != nil {
-		return bootserver.Decision{}, err
-	}
-	e.coordEvent(ctx, r, r.Phase, "info", "", "iPXE script served to "+mac+"; per-boot token issued", 0)
-	return bootserver.Decision{
-		Boot:    true,
-		Cmdline: fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", e.cfg.RunnerAddr, e.cfg.BaseURL, n.ID, tok),
-		Reason:  "run " + r.ID,
-	}, nil
-}
-
-// HostReady implements bootserver.Coordinator: the installed OS phoned home.
-func (e *Engine) HostReady(ctx context.Context, nodeID, token string, form url.Values) error {
-	r, err := e.cfg.Store.LatestRun(ctx, nodeID)
-	if err != nil {
-		return fmt.Errorf("node %s has no run: %w", nodeID, err)
-	}
-	want := r.Data["host_token"]
-	if want == "" || token != want {
-		return bootserver.ErrUnauthorized
-	}
-	var parts []string
-	for _, k := range []string{"instance_id", "hostname", "boot_id", "uptime_ms"} {
-		if v := form.Get(k); v != "" {
-			parts = append(parts, k+"="+v)
-		}
-	}
-	e.coordEvent(ctx, r, modes.WaitForHostOS, KindHostReady, "", "host OS called back ready: "+strings.Join(parts, " "), 0)
-	return nil
 }

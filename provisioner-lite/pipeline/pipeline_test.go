@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -60,7 +61,7 @@ const mac = "52:54:00:c0:de:01"
 func newFixture(t *testing.T, edit func(sku *manifests.SKU, casDir string)) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := store.Open(filepath.Join(dir, "cure.db"))
+	st, err := store.Open(filepath.Join(dir, "cure.db"), store.WithStateKey(bytes.Repeat([]byte{7}, 32)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func (f *fixture) playNode(ctx context.Context) {
 		seen = len(boots)
 		switch boots[seen-1] {
 		case vbmc.BootPxe:
-			d, err := f.eng.BootDecision(ctx, mac)
+			d, err := f.eng.BootDecision(ctx, mac, "10.0.2.15")
 			if err != nil || !d.Boot {
 				continue // iPXE exits; nothing else on the fake disk boots
 			}
@@ -184,7 +185,15 @@ func (f *fixture) playNode(ctx context.Context) {
 			tok, inst := f.hostToken, f.instanceID
 			f.mu.Unlock()
 			if tok != "" {
-				_ = f.eng.HostReady(ctx, "node1", tok, url.Values{"instance_id": {inst}, "hostname": {"node1"}})
+				// Like cloud-init's phone_home tries: the coordinator accepts
+				// the callback only once it has recorded the reboot.
+				form := func() (url.Values, error) { return url.Values{"instance_id": {inst}, "hostname": {"node1"}}, nil }
+				for i := 0; i < 100 && ctx.Err() == nil; i++ {
+					if f.eng.HostReady(ctx, "node1", tok, "10.0.2.15", form) == nil {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
 			}
 		}
 	}
@@ -204,7 +213,7 @@ func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
 		}
 		state.LastEventSeq = seq
 		_ = stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Hello{Hello: &curev1.Hello{
-			Token: token, BootId: fmt.Sprintf("boot-%d", boot), State: state,
+			Token: token, BootId: fmt.Sprintf("boot-%d", boot), State: state, SessionSecret: fmt.Sprintf("secret-of-boot-%d-%032d", boot, boot),
 			Identity: &curev1.Identity{BootMac: mac, SystemSerial: "S1", NodeId: "node1"},
 		}}})
 		for _, ev := range unacked { // replay after reconnect
@@ -228,9 +237,11 @@ func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
 				unacked = slices.DeleteFunc(unacked, func(e *curev1.Event) bool { return e.GetSeq() <= b.Ack.GetSeq() })
 			case *curev1.CoordinatorMessage_Assignment:
 				a := b.Assignment
-				f.mu.Lock()
-				f.hostToken, f.instanceID = a.GetFirstBoot().GetCallbackToken(), a.GetFirstBoot().GetInstanceId()
-				f.mu.Unlock()
+				if fb := a.GetFirstBoot(); fb != nil {
+					f.mu.Lock()
+					f.hostToken, f.instanceID = fb.GetCallbackToken(), fb.GetInstanceId()
+					f.mu.Unlock()
+				}
 				for _, p := range a.GetPhases() {
 					state = &curev1.RunnerState{Kind: curev1.RunnerState_IN_PHASE, RunId: a.GetRunId(), Phase: p}
 					emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_PhaseStart{PhaseStart: &curev1.PhaseStart{}}})

@@ -96,7 +96,7 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 			if sess != nil || r.ResumeCount > 0 || e.attempts(r, remaining[0]) > 0 {
 				r.ResumeCount++
 			}
-			a, err := e.assignment(ctx, r, remaining)
+			a, err := e.assignment(ctx, r, remaining, cur)
 			if err != nil {
 				return "", "", err
 			}
@@ -171,8 +171,11 @@ func rebootRequired(ev store.Event) bool {
 	return pe.GetPhaseEnd().GetRebootRequired()
 }
 
-// assignment builds what the runner needs for the remaining phases.
-func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string) (*curev1.Assignment, error) {
+// assignment builds what the runner needs for the remaining phases, and no
+// more: PSIDs only for a sed_revert in a mode that wipes, for the disks the
+// wipe selects; a host callback token only for an os_install, minted anew
+// (the previous one is void: only the disk this install writes may call back).
+func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, sess *sessions.Session) (*curev1.Assignment, error) {
 	raw, _, err := e.cfg.Manifests.LoadDocument(r.Manifest)
 	if err != nil {
 		return nil, err
@@ -181,15 +184,30 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string) 
 	if err != nil {
 		return nil, err
 	}
-	if r.Data["host_token"] == "" {
-		r.Data["host_token"] = NewToken()
-		e.save(ctx, r)
+	mode := modes.Mode(r.Mode)
+	var psids map[string]string
+	if slices.Contains(phases, modes.SEDRevert) && (mode == modes.Provision || mode == modes.Wipe) {
+		if psids, err = e.psidsFor(n, r.Manifest, sess.Hello.GetInventory()); err != nil {
+			return nil, err
+		}
 	}
 	hostname := n.Hostname
 	if hostname == "" {
 		hostname = n.ID
 	}
 	base := strings.TrimRight(e.cfg.BaseURL, "/")
+	var firstBoot *curev1.FirstBoot
+	if slices.Contains(phases, modes.OSInstall) {
+		tok := NewToken()
+		r.Data["host_token_sha256"] = store.TokenHash(tok)
+		e.save(ctx, r)
+		firstBoot = &curev1.FirstBoot{
+			Hostname:      hostname,
+			InstanceId:    r.ID,
+			CallbackUrl:   fmt.Sprintf("%s/v1/nodes/%s/ready", base, n.ID),
+			CallbackToken: tok,
+		}
+	}
 	return &curev1.Assignment{
 		RunId:           r.ID,
 		NodeId:          r.NodeID,
@@ -199,13 +217,8 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string) 
 		Resume:          &curev1.ResumeState{PhaseReached: r.Phase, ResumeCount: uint32(r.ResumeCount), CompletedPhases: r.CompletedPhases},
 		Phases:          phases,
 		ArtifactBaseUrl: base + "/artifacts/",
-		Psids:           n.PSIDs,
-		FirstBoot: &curev1.FirstBoot{
-			Hostname:      hostname,
-			InstanceId:    r.ID,
-			CallbackUrl:   fmt.Sprintf("%s/v1/nodes/%s/ready", base, n.ID),
-			CallbackToken: r.Data["host_token"],
-		},
+		Psids:           psids,
+		FirstBoot:       firstBoot,
 	}, nil
 }
 

@@ -43,6 +43,67 @@ const (
 // future client role signed by the same CA cannot drive provisioning.
 const OperatorOU = "cure-operator"
 
+// Role is what an operator certificate allows (docs/SECURITY.md): each role
+// includes the ones before it.
+type Role string
+
+const (
+	RoleViewer   Role = "viewer"   // read: nodes, timelines, reports, the audit log
+	RoleOperator Role = "operator" // provision, audit, verify, diagnostic, burn-in
+	RoleAdmin    Role = "admin"    // wipe, node changes
+)
+
+// RoleOUPrefix starts the Subject OU that carries the role: cure-role:admin.
+const RoleOUPrefix = "cure-role:"
+
+// ParseRole accepts viewer, operator and admin.
+func ParseRole(s string) (Role, error) {
+	switch r := Role(s); r {
+	case RoleViewer, RoleOperator, RoleAdmin:
+		return r, nil
+	}
+	return "", fmt.Errorf("pki: role %q: want viewer, operator or admin", s)
+}
+
+// Allows reports whether role r includes need.
+func (r Role) Allows(need Role) bool { return r.rank() >= need.rank() && need.rank() > 0 }
+
+func (r Role) rank() int {
+	switch r {
+	case RoleViewer:
+		return 1
+	case RoleOperator:
+		return 2
+	case RoleAdmin:
+		return 3
+	}
+	return 0
+}
+
+// CertRole reads the role from a certificate's Subject OUs. A certificate
+// without one (issued before roles existed) is a viewer; one with two
+// different roles is refused.
+func CertRole(c *x509.Certificate) (Role, error) {
+	var found Role
+	for _, ou := range c.Subject.OrganizationalUnit {
+		if !strings.HasPrefix(ou, RoleOUPrefix) {
+			continue
+		}
+		r, err := ParseRole(strings.TrimPrefix(ou, RoleOUPrefix))
+		if err != nil {
+			return "", err
+		}
+		if found != "" && found != r {
+			return "", fmt.Errorf("pki: certificate %s carries two roles (%s, %s)", c.Subject.CommonName, found, r)
+		}
+		found = r
+	}
+	if found == "" {
+		return RoleViewer, nil
+	}
+	return found, nil
+}
+
 const (
 	caValidity     = 10 * 365 * 24 * time.Hour
 	serverValidity = 397 * 24 * time.Hour // the longest validity browsers accept; rotation is automatic anyway
@@ -120,6 +181,7 @@ func ClientTLSConfig(caPEM []byte, serverName string, clientCert *tls.Certificat
 // OperatorCert describes an operator client certificate on disk.
 type OperatorCert struct {
 	Name, CertFile, KeyFile string
+	Role                    Role
 	NotAfter                time.Time
 	// Issued is false when the stored certificate was reused.
 	Issued bool
@@ -132,12 +194,13 @@ func OperatorCertFiles(dir, name string) (certFile, keyFile string) {
 }
 
 // IssueOperatorCert returns the client certificate of operator name in dir
-// (ECDSA P-256, ExtKeyUsageClientAuth only, CN name, OU cure-operator, valid a
-// year), signed by the CA (created if absent). Like the server certificate, the
-// stored one is reused unless it expires within 30 days, was not signed by the
-// current CA, or does not match its key; then a new one is issued and written.
-func IssueOperatorCert(dir, name string) (OperatorCert, error) {
-	return issueOperatorCert(dir, name, time.Now())
+// (ECDSA P-256, ExtKeyUsageClientAuth only, CN name, OUs cure-operator and
+// cure-role:ROLE, valid a year), signed by the CA (created if absent). Like
+// the server certificate, the stored one is reused unless it expires within
+// 30 days, was not signed by the current CA, does not match its key or
+// carries another role; then a new one is issued and written.
+func IssueOperatorCert(dir, name string, role Role) (OperatorCert, error) {
+	return issueOperatorCert(dir, name, role, time.Now())
 }
 
 // LoadOperatorCert loads an operator certificate and key for a client, failing
@@ -181,8 +244,11 @@ func validOperatorName(name string) error {
 	return nil
 }
 
-func issueOperatorCert(dir, name string, now time.Time) (OperatorCert, error) {
+func issueOperatorCert(dir, name string, role Role, now time.Time) (OperatorCert, error) {
 	if err := validOperatorName(name); err != nil {
+		return OperatorCert{}, err
+	}
+	if _, err := ParseRole(string(role)); err != nil {
 		return OperatorCert{}, err
 	}
 	ca, err := ensureCA(dir, now)
@@ -193,9 +259,10 @@ func issueOperatorCert(dir, name string, now time.Time) (OperatorCert, error) {
 		return OperatorCert{}, fmt.Errorf("pki: CA in %s expires %s (within 30 days): rotate the CA and rebuild images", dir, ca.cert.NotAfter.Format(time.DateOnly))
 	}
 	certPath, keyPath := OperatorCertFiles(dir, name)
-	oc := OperatorCert{Name: name, CertFile: certPath, KeyFile: keyPath}
+	oc := OperatorCert{Name: name, CertFile: certPath, KeyFile: keyPath, Role: role}
 	if _, leaf, why := loadLeaf(certPath, keyPath, ca, now); why == "" &&
 		leaf.Subject.CommonName == name && slices.Contains(leaf.Subject.OrganizationalUnit, OperatorOU) &&
+		slices.Contains(leaf.Subject.OrganizationalUnit, RoleOUPrefix+string(role)) &&
 		slices.Equal(leaf.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}) {
 		oc.NotAfter = leaf.NotAfter
 		return oc, nil
@@ -213,7 +280,7 @@ func issueOperatorCert(dir, name string, now time.Time) (OperatorCert, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: name, Organization: []string{"CURE"}, OrganizationalUnit: []string{OperatorOU}},
+		Subject:      pkix.Name{CommonName: name, Organization: []string{"CURE"}, OrganizationalUnit: []string{OperatorOU, RoleOUPrefix + string(role)}},
 		NotBefore:    now.Add(-backdate),
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,

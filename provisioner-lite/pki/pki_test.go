@@ -223,7 +223,7 @@ func TestBadHosts(t *testing.T) {
 func TestOperatorCert(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Now()
-	oc, err := issueOperatorCert(dir, "alice", now)
+	oc, err := issueOperatorCert(dir, "alice", RoleOperator, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,8 +240,8 @@ func TestOperatorCert(t *testing.T) {
 		t.Fatal(err)
 	}
 	leaf := c1.Leaf
-	if leaf.Subject.CommonName != "alice" || !slices.Equal(leaf.Subject.OrganizationalUnit, []string{OperatorOU}) {
-		t.Fatalf("subject = %v, want CN alice, OU %s", leaf.Subject, OperatorOU)
+	if leaf.Subject.CommonName != "alice" || !slices.Equal(leaf.Subject.OrganizationalUnit, []string{OperatorOU, RoleOUPrefix + "operator"}) {
+		t.Fatalf("subject = %v, want CN alice, OUs %s and %soperator", leaf.Subject, OperatorOU, RoleOUPrefix)
 	}
 	if !slices.Equal(leaf.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}) {
 		t.Fatalf("ExtKeyUsage = %v, want ClientAuth only", leaf.ExtKeyUsage)
@@ -260,7 +260,7 @@ func TestOperatorCert(t *testing.T) {
 	}
 
 	// Second call: the stored certificate is reused.
-	oc2, err := issueOperatorCert(dir, "alice", now)
+	oc2, err := issueOperatorCert(dir, "alice", RoleOperator, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,13 +269,13 @@ func TestOperatorCert(t *testing.T) {
 		t.Fatalf("second issue re-issued (Issued=%v)", oc2.Issued)
 	}
 	// Another operator gets its own pair.
-	bob, err := issueOperatorCert(dir, "bob", now)
+	bob, err := issueOperatorCert(dir, "bob", RoleOperator, now)
 	if err != nil || bob.CertFile == oc.CertFile {
 		t.Fatalf("bob: %+v, %v", bob, err)
 	}
 	// Expiring within 30 days: re-issued.
 	later := leaf.NotAfter.Add(-29 * 24 * time.Hour)
-	oc3, err := issueOperatorCert(dir, "alice", later)
+	oc3, err := issueOperatorCert(dir, "alice", RoleOperator, later)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func TestOperatorCert(t *testing.T) {
 	// CA replaced: re-issued, and signed by the new CA.
 	os.Remove(filepath.Join(dir, CACertFile))
 	os.Remove(filepath.Join(dir, CAKeyFile))
-	oc4, err := issueOperatorCert(dir, "alice", later)
+	oc4, err := issueOperatorCert(dir, "alice", RoleOperator, later)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,11 +304,11 @@ func TestOperatorCert(t *testing.T) {
 func TestOperatorCertNames(t *testing.T) {
 	dir := t.TempDir()
 	for _, bad := range []string{"", "../x", "a/b", ".hidden", "-x", "alice-key", "a b", strings.Repeat("a", 65)} {
-		if _, err := IssueOperatorCert(dir, bad); err == nil {
+		if _, err := IssueOperatorCert(dir, bad, RoleViewer); err == nil {
 			t.Errorf("IssueOperatorCert(%q) succeeded", bad)
 		}
 	}
-	if _, err := IssueOperatorCert(dir, "alice@example.com"); err != nil {
+	if _, err := IssueOperatorCert(dir, "alice@example.com", RoleViewer); err != nil {
 		t.Errorf("e-mail style name: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, OperatorsDir, "..", "x.pem")); err == nil {
@@ -388,7 +388,7 @@ func TestServerVerifiesOptionalClientCert(t *testing.T) {
 	}
 
 	// An operator certificate: verified, CN visible to the server.
-	oc, err := IssueOperatorCert(dir, "alice")
+	oc, err := IssueOperatorCert(dir, "alice", RoleOperator)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +403,7 @@ func TestServerVerifiesOptionalClientCert(t *testing.T) {
 	}
 
 	// An operator certificate of another CA: the handshake fails.
-	other, err := IssueOperatorCert(t.TempDir(), "mallory")
+	other, err := IssueOperatorCert(t.TempDir(), "mallory", RoleAdmin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,5 +411,50 @@ func TestServerVerifiesOptionalClientCert(t *testing.T) {
 	cli, _ = ClientTLSConfig(caPEM, "127.0.0.1", &foreign)
 	if _, err := serverHandshake(t, srv, cli); err == nil || !strings.Contains(err.Error(), "unknown authority") {
 		t.Fatalf("with a foreign CA's certificate: server err = %v, want unknown authority", err)
+	}
+}
+
+func TestOperatorRoles(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	oc, err := issueOperatorCert(dir, "carol", RoleViewer, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadOperatorCert(oc.CertFile, oc.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := CertRole(c.Leaf); err != nil || r != RoleViewer {
+		t.Fatalf("role of a viewer certificate: %q %v", r, err)
+	}
+	// Asking for another role re-issues: the stored certificate says viewer.
+	oc2, err := issueOperatorCert(dir, "carol", RoleAdmin, now)
+	if err != nil || !oc2.Issued {
+		t.Fatalf("role change not re-issued: %+v %v", oc2, err)
+	}
+	c2, _ := LoadOperatorCert(oc2.CertFile, oc2.KeyFile)
+	if r, _ := CertRole(c2.Leaf); r != RoleAdmin {
+		t.Fatalf("role after re-issue: %q", r)
+	}
+	if _, err := issueOperatorCert(dir, "carol", Role("root"), now); err == nil {
+		t.Fatal("unknown role accepted")
+	}
+	// A certificate without a role OU (issued before roles) is a viewer; two roles are refused.
+	if r, err := CertRole(&x509.Certificate{}); err != nil || r != RoleViewer {
+		t.Fatalf("no role OU: %q %v", r, err)
+	}
+	two := &x509.Certificate{}
+	two.Subject.OrganizationalUnit = []string{OperatorOU, RoleOUPrefix + "viewer", RoleOUPrefix + "admin"}
+	if _, err := CertRole(two); err == nil {
+		t.Fatal("two roles accepted")
+	}
+	for _, c := range []struct {
+		r, need Role
+		ok      bool
+	}{{RoleAdmin, RoleOperator, true}, {RoleOperator, RoleOperator, true}, {RoleOperator, RoleAdmin, false}, {RoleViewer, RoleOperator, false}, {RoleViewer, RoleViewer, true}, {"", RoleViewer, false}, {RoleAdmin, "", false}} {
+		if got := c.r.Allows(c.need); got != c.ok {
+			t.Errorf("%q.Allows(%q) = %v, want %v", c.r, c.need, got, c.ok)
+		}
 	}
 }

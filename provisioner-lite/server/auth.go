@@ -3,13 +3,16 @@ package server
 import (
 	"context"
 	"crypto/x509"
+	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -17,104 +20,217 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// operatorMethodPrefix selects the methods that need an operator certificate.
-// RunnerService is left alone: runners have no client certificate and prove
-// who they are with their boot token in Hello.
-var operatorMethodPrefix = "/" + curev1.OperatorService_ServiceDesc.ServiceName + "/"
+// Deny by default (docs/SECURITY.md): the runner's session is the one method
+// open without an operator certificate, and every other method must be named
+// here with the role it needs. Names are matched exactly, as the canonical
+// "/Service/Method" string: any other spelling of a path is refused.
+const runnerSession = curev1.RunnerService_Session_FullMethodName
 
-const operatorCertHint = "OperatorService requires an operator client certificate: pass curectl --cert/--key " +
-	"with a certificate issued by `provisioner-lite pki --operator NAME`"
+var methodRoles = map[string]pki.Role{
+	curev1.OperatorService_ListNodes_FullMethodName:    pki.RoleViewer,
+	curev1.OperatorService_Watch_FullMethodName:        pki.RoleViewer,
+	curev1.OperatorService_Report_FullMethodName:       pki.RoleViewer,
+	curev1.OperatorService_ListAuditLog_FullMethodName: pki.RoleViewer,
+	curev1.OperatorService_AuditDirect_FullMethodName:  pki.RoleOperator,
+	// Provision needs operator; a wipe (or resuming one) needs admin, which
+	// the handler checks against the mode (ModeRole).
+	curev1.OperatorService_Provision_FullMethodName: pki.RoleOperator,
+}
 
-// OperatorAuth returns the server options that require a verified operator
-// certificate (signed by the coordinator CA, ClientAuth, OU cure-operator) on
-// every OperatorService call, and log who made each accepted call. The TLS
+// ModeRole is the role a run of mode m needs: wipe destroys data.
+func ModeRole(m modes.Mode) pki.Role {
+	if m == modes.Wipe {
+		return pki.RoleAdmin
+	}
+	return pki.RoleOperator
+}
+
+const operatorCertHint = "operator API calls require an operator client certificate: pass curectl --cert/--key " +
+	"with a certificate issued by `provisioner-lite pki --operator NAME --role ROLE`"
+
+// Operator is the authenticated caller of an operator method.
+type Operator struct {
+	Name string
+	Role pki.Role
+	Peer string
+}
+
+type operatorKey struct{}
+
+// OperatorFrom returns the caller the interceptor authenticated.
+func OperatorFrom(ctx context.Context) (Operator, bool) {
+	op, ok := ctx.Value(operatorKey{}).(Operator)
+	return op, ok
+}
+
+// OperatorAuth returns the server options that authorize every call: the
+// runner session passes (runners prove themselves with their boot token in
+// Hello); every other method needs a verified operator certificate (signed by
+// the coordinator CA, ClientAuth, OU cure-operator) whose role allows it.
+// Every operator call, allowed or refused, goes to the audit log. The TLS
 // config must verify client certificates when given (pki.ServerTLSConfig).
-func OperatorAuth(log *slog.Logger) []grpc.ServerOption {
+func OperatorAuth(rec *audit.Recorder, log *slog.Logger) []grpc.ServerOption {
 	if log == nil {
 		log = slog.Default()
 	}
+	if rec == nil {
+		rec = audit.New(nil, log, 0)
+	}
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if !strings.HasPrefix(info.FullMethod, operatorMethodPrefix) {
-			return handler(ctx, req)
-		}
-		op, err := authorizeOperator(ctx, info.FullMethod, log)
+		op, err := authorize(ctx, info.FullMethod, rec, req)
 		if err != nil {
 			return nil, err
 		}
 		start := time.Now()
-		resp, err := handler(ctx, req)
-		log.Info("operator call", append(auditAttrs(op, info.FullMethod, req, resp),
-			"code", status.Code(err).String(), "duration", time.Since(start).Round(time.Millisecond))...)
+		resp, err := handler(context.WithValue(ctx, operatorKey{}, op), req)
+		recordCall(ctx, rec, op, info.FullMethod, req, resp, err, time.Since(start))
 		return resp, err
 	}
 	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if !strings.HasPrefix(info.FullMethod, operatorMethodPrefix) {
+		if info.FullMethod == runnerSession {
 			return handler(srv, ss)
 		}
-		op, err := authorizeOperator(ss.Context(), info.FullMethod, log)
+		op, err := authorize(ss.Context(), info.FullMethod, rec, nil)
 		if err != nil {
 			return err
 		}
-		// Streams (Watch) can follow a run for an hour: log at the start.
-		log.Info("operator stream", "operator", op, "method", info.FullMethod)
-		return handler(srv, ss)
+		start := time.Now()
+		w := &operatorStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), operatorKey{}, op)}
+		err = handler(srv, w)
+		recordCall(ss.Context(), rec, op, info.FullMethod, w.firstReq, nil, err, time.Since(start))
+		return err
 	}
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream)}
 }
 
-// authorizeOperator returns the operator name (certificate CN) of the caller,
-// or an Unauthenticated error.
-func authorizeOperator(ctx context.Context, method string, log *slog.Logger) (string, error) {
+// operatorStream carries the operator in its context and remembers the
+// stream's request for the audit entry.
+type operatorStream struct {
+	grpc.ServerStream
+	ctx      context.Context
+	firstReq any
+}
+
+func (s *operatorStream) Context() context.Context { return s.ctx }
+
+func (s *operatorStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil && s.firstReq == nil {
+		s.firstReq = m
+	}
+	return err
+}
+
+// authorize returns the caller of an operator method, or the error that
+// refuses it (recorded in the audit log).
+func authorize(ctx context.Context, method string, rec *audit.Recorder, req any) (Operator, error) {
+	op := Operator{Peer: peerHost(ctx)}
+	need, known := methodRoles[method]
+	name, role, why := certOperator(ctx)
+	op.Name, op.Role = name, role
+	refuse := func(code codes.Code, msg string) (Operator, error) {
+		rec.Operator(ctx, store.AuditEntry{Actor: op.Name, Role: string(op.Role), Peer: op.Peer, Action: method, Nodes: requestNodes(req),
+			Result: code.String(), Detail: msg})
+		return Operator{}, status.Error(code, msg)
+	}
+	switch {
+	case !known:
+		return refuse(codes.PermissionDenied, fmt.Sprintf("method %q is not open to anyone", method))
+	case why != "":
+		return refuse(codes.Unauthenticated, why+": "+operatorCertHint)
+	case !role.Allows(need):
+		return refuse(codes.PermissionDenied, fmt.Sprintf("operator %s has role %s; %s needs %s", name, role, method, need))
+	}
+	return op, nil
+}
+
+// certOperator reads the operator's name and role from the verified client
+// certificate; why says what is missing when there is none.
+func certOperator(ctx context.Context) (name string, role pki.Role, why string) {
 	p, _ := peer.FromContext(ctx)
-	addr := "unknown"
-	if p != nil && p.Addr != nil {
-		addr = p.Addr.String()
-	}
-	reject := func(why string) (string, error) {
-		log.Warn("operator call rejected", "method", method, "peer", addr, "reason", why)
-		return "", status.Errorf(codes.Unauthenticated, "%s: %s", why, operatorCertHint)
-	}
 	if p == nil {
-		return reject("no peer information")
+		return "", "", "no peer information"
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok {
-		return reject("connection is not TLS")
+		return "", "", "connection is not TLS"
 	}
 	// VerifiedChains is set only when the TLS layer verified the presented
 	// certificate against the coordinator CA (ClientCAs).
 	if len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
-		return reject("no verified client certificate")
+		return "", "", "no verified client certificate"
 	}
 	leaf := ti.State.VerifiedChains[0][0]
+	cn := leaf.Subject.CommonName
 	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
-		return reject("client certificate " + leaf.Subject.CommonName + " lacks the ClientAuth key usage")
+		return cn, "", "client certificate " + cn + " lacks the ClientAuth key usage"
 	}
 	if !slices.Contains(leaf.Subject.OrganizationalUnit, pki.OperatorOU) {
-		return reject("client certificate " + leaf.Subject.CommonName + " is not an operator certificate (OU " + pki.OperatorOU + ")")
+		return cn, "", "client certificate " + cn + " is not an operator certificate (OU " + pki.OperatorOU + ")"
 	}
-	if leaf.Subject.CommonName == "" {
-		return reject("operator certificate has no CN")
+	if cn == "" {
+		return "", "", "operator certificate has no CN"
 	}
-	return leaf.Subject.CommonName, nil
+	r, err := pki.CertRole(leaf)
+	if err != nil {
+		return cn, "", err.Error()
+	}
+	return cn, r, ""
 }
 
-// auditAttrs names the operator and, for calls that change or inspect nodes,
-// which nodes and runs: the log then answers "who started this provision".
-func auditAttrs(op, method string, req, resp any) []any {
-	attrs := []any{"operator", op, "method", method}
+// recordCall writes an allowed call's audit entry: who, which method, which
+// nodes and runs, the result.
+func recordCall(ctx context.Context, rec *audit.Recorder, op Operator, method string, req, resp any, err error, d time.Duration) {
+	e := store.AuditEntry{Actor: op.Name, Role: string(op.Role), Peer: op.Peer, Action: method, Nodes: requestNodes(req), Result: status.Code(err).String()}
+	detail := fmt.Sprintf("duration=%s", d.Round(time.Millisecond))
 	switch r := req.(type) {
 	case *curev1.ProvisionRequest:
-		attrs = append(attrs, "nodes", r.GetNodeIds(), "mode", r.GetMode().String(), "manifest", r.GetManifest(), "resume", r.GetResume())
+		detail += fmt.Sprintf(" mode=%s manifest=%q resume=%t", r.GetMode(), r.GetManifest(), r.GetResume())
 		if pr, ok := resp.(*curev1.ProvisionResponse); ok {
-			var runs []string
 			for _, rr := range pr.GetRuns() {
-				runs = append(runs, rr.GetNodeId()+"="+rr.GetRunId())
+				detail += " run=" + rr.GetNodeId() + ":" + rr.GetRunId()
 			}
-			attrs = append(attrs, "runs", runs)
 		}
-	case *curev1.AuditDirectRequest:
-		attrs = append(attrs, "nodes", r.GetNodeIds())
+	case *curev1.WatchRequest, *curev1.ReportRequest:
+		if id := runOf(r); id != "" {
+			e.RunID = id
+		}
 	}
-	return attrs
+	if err != nil {
+		detail += " error=" + status.Convert(err).Message()
+	}
+	e.Detail = detail
+	rec.Operator(ctx, e)
+}
+
+func requestNodes(req any) []string {
+	switch r := req.(type) {
+	case *curev1.ProvisionRequest:
+		return r.GetNodeIds()
+	case *curev1.AuditDirectRequest:
+		return r.GetNodeIds()
+	case *curev1.WatchRequest:
+		if r.GetNodeId() != "" {
+			return []string{r.GetNodeId()}
+		}
+	case *curev1.ReportRequest:
+		if r.GetNodeId() != "" {
+			return []string{r.GetNodeId()}
+		}
+	case *curev1.ListAuditLogRequest:
+		if r.GetNodeId() != "" {
+			return []string{r.GetNodeId()}
+		}
+	}
+	return nil
+}
+
+func runOf(req any) string {
+	switch r := req.(type) {
+	case *curev1.WatchRequest:
+		return r.GetRunId()
+	case *curev1.ReportRequest:
+		return r.GetRunId()
+	}
+	return ""
 }

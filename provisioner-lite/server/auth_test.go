@@ -101,7 +101,7 @@ func startAuthServer(t *testing.T) *authEnv {
 	}
 	e := &authEnv{caPEM: caPEM, pkiDir: dir, op: &stubOperator{}, runner: &stubRunner{reached: make(chan struct{}, 4)}, log: &syncBuffer{}}
 	log := slog.New(slog.NewTextHandler(e.log, nil))
-	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, OperatorAuth(log)...)...)
+	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, OperatorAuth(nil, log)...)...)
 	curev1.RegisterOperatorServiceServer(gs, e.op)
 	curev1.RegisterRunnerServiceServer(gs, e.runner)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -220,7 +220,7 @@ func TestOperatorServiceRequiresOperatorCert(t *testing.T) {
 	})
 
 	t.Run("certificate of another CA", func(t *testing.T) {
-		other, err := pki.IssueOperatorCert(t.TempDir(), "mallory")
+		other, err := pki.IssueOperatorCert(t.TempDir(), "mallory", pki.RoleAdmin)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +255,7 @@ func TestOperatorServiceRequiresOperatorCert(t *testing.T) {
 	}
 
 	t.Run("operator certificate", func(t *testing.T) {
-		oc, err := pki.IssueOperatorCert(e.pkiDir, "alice")
+		oc, err := pki.IssueOperatorCert(e.pkiDir, "alice", pki.RoleViewer)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -270,7 +270,7 @@ func TestOperatorServiceRequiresOperatorCert(t *testing.T) {
 			t.Fatalf("operator handlers reached %d times, want 2", n)
 		}
 		logs := e.log.String()
-		for _, want := range []string{"operator=alice method=/cure.v1.OperatorService/ListNodes", "operator=alice method=/cure.v1.OperatorService/Watch"} {
+		for _, want := range []string{"action=/cure.v1.OperatorService/ListNodes actor=alice role=viewer", "action=/cure.v1.OperatorService/Watch actor=alice role=viewer"} {
 			if !strings.Contains(logs, want) {
 				t.Errorf("log lacks %q:\n%s", want, logs)
 			}
@@ -298,8 +298,7 @@ func TestOperatorServiceRequiresOperatorCert(t *testing.T) {
 
 // A verified chain whose leaf lacks ClientAuth cannot come from the TLS layer
 // as configured; the interceptor still refuses it in case the config changes.
-func TestAuthorizeOperatorChecksLeaf(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+func TestCertOperatorChecksLeaf(t *testing.T) {
 	ctxWith := func(leaf *x509.Certificate) context.Context {
 		st := tls.ConnectionState{}
 		if leaf != nil {
@@ -307,40 +306,46 @@ func TestAuthorizeOperatorChecksLeaf(t *testing.T) {
 		}
 		return peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{}, AuthInfo: credentials.TLSInfo{State: st}})
 	}
-	opSubject := pkix.Name{CommonName: "alice", OrganizationalUnit: []string{pki.OperatorOU}}
+	opSubject := pkix.Name{CommonName: "alice", OrganizationalUnit: []string{pki.OperatorOU, pki.RoleOUPrefix + "admin"}}
 	for _, tc := range []struct {
 		name string
 		ctx  context.Context
-		ok   bool
+		role pki.Role
 	}{
-		{"no peer", context.Background(), false},
-		{"no chain", ctxWith(nil), false},
-		{"server auth only", ctxWith(&x509.Certificate{Subject: opSubject, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}), false},
-		{"no OU", ctxWith(&x509.Certificate{Subject: pkix.Name{CommonName: "alice"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}), false},
-		{"operator", ctxWith(&x509.Certificate{Subject: opSubject, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}), true},
+		{"no peer", context.Background(), ""},
+		{"no chain", ctxWith(nil), ""},
+		{"server auth only", ctxWith(&x509.Certificate{Subject: opSubject, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}), ""},
+		{"no OU", ctxWith(&x509.Certificate{Subject: pkix.Name{CommonName: "alice"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}), ""},
+		{"operator without role OU", ctxWith(&x509.Certificate{Subject: pkix.Name{CommonName: "alice", OrganizationalUnit: []string{pki.OperatorOU}}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}), pki.RoleViewer},
+		{"admin", ctxWith(&x509.Certificate{Subject: opSubject, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}), pki.RoleAdmin},
 	} {
-		op, err := authorizeOperator(tc.ctx, "/cure.v1.OperatorService/Provision", log)
-		if tc.ok && (err != nil || op != "alice") {
-			t.Errorf("%s: %q, %v; want alice", tc.name, op, err)
+		name, role, why := certOperator(tc.ctx)
+		if tc.role != "" && (why != "" || name != "alice" || role != tc.role) {
+			t.Errorf("%s: %q %q %q; want alice as %s", tc.name, name, role, why, tc.role)
 		}
-		if !tc.ok && status.Code(err) != codes.Unauthenticated {
-			t.Errorf("%s: %q, %v; want Unauthenticated", tc.name, op, err)
+		if tc.role == "" && why == "" {
+			t.Errorf("%s: accepted as %q %q", tc.name, name, role)
 		}
-	}
-	if operatorMethodPrefix != "/cure.v1.OperatorService/" {
-		t.Fatalf("operatorMethodPrefix = %q", operatorMethodPrefix)
 	}
 }
 
-func TestAuditAttrsNameProvisionedRuns(t *testing.T) {
-	attrs := auditAttrs("alice", "/cure.v1.OperatorService/Provision",
-		&curev1.ProvisionRequest{NodeIds: []string{"node1"}},
-		&curev1.ProvisionResponse{Runs: []*curev1.RunRef{{NodeId: "node1", RunId: "run-7"}}})
-	var b bytes.Buffer
-	slog.New(slog.NewTextHandler(&b, nil)).Info("operator call", attrs...)
-	for _, want := range []string{"operator=alice", "nodes=[node1]", "node1=run-7"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("audit line %q lacks %q", b.String(), want)
+// Every method of both services is either the runner session or named with
+// a role: a method added to the proto without a decision here is refused,
+// and this test says so before anyone is surprised.
+func TestEveryMethodHasARole(t *testing.T) {
+	for _, m := range curev1.OperatorService_ServiceDesc.Methods {
+		full := "/" + curev1.OperatorService_ServiceDesc.ServiceName + "/" + m.MethodName
+		if _, ok := methodRoles[full]; !ok {
+			t.Errorf("%s has no role in methodRoles", full)
 		}
+	}
+	for _, st := range curev1.OperatorService_ServiceDesc.Streams {
+		full := "/" + curev1.OperatorService_ServiceDesc.ServiceName + "/" + st.StreamName
+		if _, ok := methodRoles[full]; !ok {
+			t.Errorf("%s has no role in methodRoles", full)
+		}
+	}
+	if len(curev1.RunnerService_ServiceDesc.Streams) != 1 || runnerSession != "/"+curev1.RunnerService_ServiceDesc.ServiceName+"/"+curev1.RunnerService_ServiceDesc.Streams[0].StreamName {
+		t.Fatalf("runner service changed: %+v", curev1.RunnerService_ServiceDesc)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -53,6 +54,9 @@ func (o *OperatorService) Provision(ctx context.Context, req *curev1.ProvisionRe
 	if len(req.GetNodeIds()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "no node ids")
 	}
+	if err := o.allowMode(ctx, mode, req); err != nil {
+		return nil, err
+	}
 	resp := &curev1.ProvisionResponse{}
 	var errs []string
 	for _, id := range req.GetNodeIds() {
@@ -65,6 +69,52 @@ func (o *OperatorService) Provision(ctx context.Context, req *curev1.ProvisionRe
 	}
 	if len(resp.Runs) == 0 {
 		return nil, status.Error(codes.FailedPrecondition, strings.Join(errs, "; "))
+	}
+	return resp, nil
+}
+
+// allowMode refuses a run the caller's role does not cover: a wipe, or a
+// resume of a wipe run (resume continues the latest run in its own mode,
+// whatever mode the request names).
+func (o *OperatorService) allowMode(ctx context.Context, mode modes.Mode, req *curev1.ProvisionRequest) error {
+	op, ok := OperatorFrom(ctx)
+	if !ok {
+		return status.Error(codes.Unauthenticated, "no authenticated operator")
+	}
+	need := ModeRole(mode)
+	what := "mode " + string(mode)
+	if req.GetResume() {
+		for _, id := range req.GetNodeIds() {
+			if r, err := o.Store.LatestRun(ctx, id); err == nil && ModeRole(modes.Mode(r.Mode)) == pki.RoleAdmin {
+				need, what = pki.RoleAdmin, "resuming "+r.Mode+" run "+r.ID
+			}
+		}
+	}
+	if !op.Role.Allows(need) {
+		return status.Errorf(codes.PermissionDenied, "operator %s has role %s; %s needs %s", op.Name, op.Role, what, need)
+	}
+	return nil
+}
+
+// ListAuditLog reads the audit log.
+func (o *OperatorService) ListAuditLog(ctx context.Context, req *curev1.ListAuditLogRequest) (*curev1.ListAuditLogResponse, error) {
+	f := store.AuditFilter{Kind: req.GetKind(), Node: req.GetNodeId(), BeforeID: req.GetBeforeId(), Limit: int(req.GetLimit())}
+	if f.Kind != "" && f.Kind != store.AuditOperator && f.Kind != store.AuditSecurity {
+		return nil, status.Errorf(codes.InvalidArgument, "kind %q: want %s, %s or empty", f.Kind, store.AuditOperator, store.AuditSecurity)
+	}
+	if ms := req.GetSinceUnixMs(); ms > 0 {
+		f.Since = time.UnixMilli(ms)
+	}
+	entries, err := o.Store.AuditLog(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	resp := &curev1.ListAuditLogResponse{}
+	for _, a := range entries {
+		resp.Entries = append(resp.Entries, &curev1.AuditEntry{
+			Id: a.ID, TimeUnixMs: a.Time.UnixMilli(), Kind: a.Kind, Actor: a.Actor, Role: a.Role, Peer: a.Peer,
+			Action: a.Action, NodeIds: a.Nodes, RunId: a.RunID, Result: a.Result, Detail: a.Detail,
+		})
 	}
 	return resp, nil
 }

@@ -7,70 +7,128 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// RunnerService serves runner sessions.
+// RunGuard is told when two boots claimed one boot window of a run: the
+// coordinator cannot tell which is the node, so the run must stop.
+type RunGuard interface {
+	IdentityContested(ctx context.Context, runID, detail string)
+}
+
+// RunnerService serves runner sessions. Identity comes from the session the
+// coordinator established (token bound to a boot), never from what the
+// runner writes in its events (docs/SECURITY.md).
 type RunnerService struct {
 	curev1.UnimplementedRunnerServiceServer
 	Store *store.Store
 	Hub   *sessions.Hub
 	Log   *slog.Logger
-	// HelloTimeout bounds the wait for the first message.
+	Audit *audit.Recorder
+	Guard RunGuard
+	// HelloTimeout bounds the wait for the first message (default 10s).
 	HelloTimeout time.Duration
+	// MaxPendingHellos bounds the sessions that have not sent their Hello
+	// yet (default 256): more are refused at once.
+	MaxPendingHellos int
+	// BindPeer refuses a first Hello from another IP address than the one
+	// that fetched the token's iPXE script.
+	BindPeer bool
+	// Limits caps what one run's runner may make the store keep.
+	Limits store.EventLimits
+
+	once    sync.Once
+	pending chan struct{}
 }
 
-// Session authenticates the runner by its per-boot token, checks the token
-// belongs to the node the runner says it is, then stores and acks events.
-func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error {
-	ctx := stream.Context()
-	log := s.Log
-	if log == nil {
-		log = slog.Default()
+// Field limits of runner text, in bytes: enough for any real message, small
+// enough that a hostile runner cannot bloat the store or a terminal.
+const (
+	maxName    = 128
+	maxValue   = 1024
+	maxMessage = 4096
+	maxAttrs   = 8
+)
+
+const sessionSecretMin = 32
+
+func (s *RunnerService) init() {
+	s.once.Do(func() {
+		if s.Log == nil {
+			s.Log = slog.Default()
+		}
+		if s.Audit == nil {
+			s.Audit = audit.New(s.Store, s.Log, 0)
+		}
+		if s.HelloTimeout == 0 {
+			s.HelloTimeout = 10 * time.Second
+		}
+		if s.MaxPendingHellos == 0 {
+			s.MaxPendingHellos = 256
+		}
+		if s.Limits == (store.EventLimits{}) {
+			s.Limits = store.DefaultEventLimits
+		}
+		s.pending = make(chan struct{}, s.MaxPendingHellos)
+	})
+}
+
+// peerHost is the session's remote IP address (no port).
+func peerHost(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
 	}
-	first, err := recvWithTimeout(stream, nonZero(s.HelloTimeout, 30*time.Second))
+	if h, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+		return h
+	}
+	return p.Addr.String()
+}
+
+// Session authenticates the runner (boot token bound to its boot), then stores
+// and acks its events, attributed to the session's node, run and boot.
+func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error {
+	s.init()
+	ctx := stream.Context()
+	peerIP := peerHost(ctx)
+	select {
+	case s.pending <- struct{}{}:
+	default:
+		return status.Errorf(codes.ResourceExhausted, "%d sessions are waiting for their Hello: try again", s.MaxPendingHellos)
+	}
+	first, err := recvWithTimeout(stream, s.HelloTimeout)
+	<-s.pending
 	if err != nil {
 		return status.Errorf(codes.DeadlineExceeded, "waiting for hello: %v", err)
 	}
 	hello := first.GetHello()
-	if hello == nil {
-		return status.Error(codes.InvalidArgument, "first message must be Hello")
-	}
-	nodeID, runID, expires, err := s.Store.LookupBootToken(ctx, hello.GetToken())
-	if err != nil || time.Now().After(expires) {
-		log.Warn("runner rejected: unknown or expired boot token", "mac", hello.GetIdentity().GetBootMac(), "claimed_node", hello.GetIdentity().GetNodeId())
-		return status.Error(codes.Unauthenticated, "unknown or expired boot token")
-	}
-	node, err := s.Store.GetNode(ctx, nodeID)
+	node, run, err := s.authenticate(ctx, hello, peerIP)
 	if err != nil {
-		return status.Errorf(codes.Internal, "node %s: %v", nodeID, err)
+		return err
 	}
-	if err := checkIdentity(node, hello.GetIdentity()); err != nil {
-		log.Warn("runner rejected: identity does not match token", "node", nodeID, "err", err)
-		return status.Errorf(codes.PermissionDenied, "token of node %s: %v", nodeID, err)
-	}
-	log = log.With("node", nodeID, "run", runID, "boot_id", hello.GetBootId())
-
-	sess := sessions.NewSession(nodeID, runID, hello, stream.Send)
-	run, err := s.Store.GetRun(ctx, runID)
-	active := err == nil && (run.Status == "running" || run.Status == "pending")
-	if !active {
-		// The runner keeps waiting; an operator can start a run later.
-		_ = sess.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Idle{Idle: &curev1.Idle{Reason: "run " + runID + " is not active"}}})
-	}
+	sess := sessions.NewSession(node.ID, run.ID, hello, stream.Send)
+	log := s.Log.With("node", sess.NodeID, "run", sess.RunID, "boot_id", sess.BootID, "peer", peerIP)
 	st := hello.GetState()
 	s.event(ctx, store.Event{
-		RunID: runID, NodeID: nodeID, Source: "coordinator", Time: time.Now().UTC(), Phase: st.GetPhase(), Kind: "info",
-		Message: fmt.Sprintf("runner connected: state=%s boot_id=%s guest_uptime=%dms mac=%s serial=%s runner=%s",
-			st.GetKind(), hello.GetBootId(), hello.GetUptimeMs(), hello.GetIdentity().GetBootMac(), hello.GetIdentity().GetSystemSerial(), hello.GetRunnerVersion()),
+		RunID: sess.RunID, NodeID: sess.NodeID, Source: "coordinator", Time: time.Now().UTC(), Phase: run.Phase, Kind: "info",
+		Message: textsafe.BoundedLine(fmt.Sprintf("runner connected from %s: state=%s boot_id=%s guest_uptime=%dms mac=%s serial=%s runner=%s",
+			peerIP, st.GetKind(), hello.GetBootId(), hello.GetUptimeMs(), hello.GetIdentity().GetBootMac(), hello.GetIdentity().GetSystemSerial(),
+			hello.GetRunnerVersion()), maxMessage),
 	})
 	log.Info("runner connected", "state", st.GetKind().String(), "uptime_ms", hello.GetUptimeMs())
 	s.Hub.Attach(sess)
@@ -79,21 +137,79 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 		log.Info("runner disconnected")
 	}()
 
+	runnerPhases := map[string]bool{}
+	if plan, err := modes.For(modes.Mode(run.Mode)); err == nil {
+		for _, ph := range plan.Phases {
+			if ph.Owner == modes.Runner {
+				runnerPhases[ph.Name] = true
+			}
+		}
+	}
+	// Receive in a goroutine so that a session the hub closes (superseded by
+	// a newer Hello, run ended, identity contested) ends at once.
+	type recv struct {
+		m   *curev1.RunnerMessage
+		err error
+	}
+	msgs := make(chan recv, 1)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			select {
+			case msgs <- recv{m, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	droppedNoted := false
 	for {
-		msg, err := stream.Recv()
-		if err != nil {
-			return nil
+		var msg *curev1.RunnerMessage
+		select {
+		case <-sess.Done():
+			return status.Error(codes.Aborted, "session closed by the coordinator")
+		case r := <-msgs:
+			if r.err != nil {
+				return nil
+			}
+			msg = r.m
 		}
 		ev := msg.GetEvent()
 		if ev == nil {
-			continue
+			s.security(ctx, audit.RunnerSession, sess, peerIP, "a second Hello (or an empty message) inside a session")
+			return status.Error(codes.InvalidArgument, "only events may follow the Hello")
 		}
-		if ev.GetRunId() == "" {
-			ev.RunId = runID
+		if ev.GetRunId() != "" && ev.GetRunId() != sess.RunID {
+			s.security(ctx, audit.EventOtherRun, sess, peerIP, fmt.Sprintf("event seq %d names run %q; the session belongs to run %s",
+				ev.GetSeq(), textsafe.BoundedLine(ev.GetRunId(), maxName), sess.RunID))
+			return status.Errorf(codes.PermissionDenied, "event names run %q: this session belongs to run %s", textsafe.BoundedLine(ev.GetRunId(), maxName), sess.RunID)
 		}
-		if err := s.storeEvent(ctx, nodeID, hello.GetBootId(), ev); err != nil {
+		e, v, err := runnerEvent(sess.NodeID, sess.RunID, sess.BootID, ev, runnerPhases)
+		if err != nil {
+			s.security(ctx, audit.RunnerSession, sess, peerIP, err.Error())
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		res, err := s.Store.AppendRunnerEvent(ctx, e, v, s.Limits)
+		switch {
+		case errors.Is(err, store.ErrRunInactive):
+			return status.Errorf(codes.FailedPrecondition, "run %s is no longer active", sess.RunID)
+		case errors.Is(err, store.ErrRunCap):
+			s.security(ctx, audit.RunEventCap, sess, peerIP, err.Error())
+			return status.Errorf(codes.ResourceExhausted, "run %s: %v", sess.RunID, err)
+		case err != nil:
 			log.Error("store runner event", "seq", ev.GetSeq(), "err", err)
 			return status.Errorf(codes.Unavailable, "store: %v", err) // runner replays unacked events
+		}
+		if res.Dropped && !droppedNoted {
+			droppedNoted = true
+			log.Warn("run event cap reached: metrics and logs are acknowledged but not stored")
+			s.event(ctx, store.Event{RunID: sess.RunID, NodeID: sess.NodeID, Source: "coordinator", Time: time.Now().UTC(), Kind: "info",
+				Message: fmt.Sprintf("event cap reached (%d events or %d bytes): the runner's further metrics and logs are not stored", s.Limits.MaxEvents, s.Limits.MaxBytes)})
 		}
 		if err := sess.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Ack{Ack: &curev1.Ack{Seq: ev.GetSeq()}}}); err != nil {
 			return nil
@@ -101,55 +217,159 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 	}
 }
 
+// authenticate turns a Hello into a session: the token is bound to this boot
+// (or this boot proves it is the one the token was bound to), the hardware
+// matches the token's node, and the token's run is active.
+func (s *RunnerService) authenticate(ctx context.Context, hello *curev1.Hello, peerIP string) (store.Node, store.Run, error) {
+	claimed := textsafe.BoundedLine(hello.GetIdentity().GetNodeId(), maxName)
+	refuse := func(action, detail string, code codes.Code, msg string) (store.Node, store.Run, error) {
+		s.Audit.Security(ctx, store.AuditEntry{Actor: claimed, Peer: peerIP, Action: action, Result: "refused", Detail: detail})
+		return store.Node{}, store.Run{}, status.Error(code, msg)
+	}
+	if hello == nil {
+		return refuse(audit.RunnerSession, "first message is not a Hello", codes.InvalidArgument, "first message must be Hello")
+	}
+	if hello.GetToken() == "" || len(hello.GetSessionSecret()) < sessionSecretMin || hello.GetBootId() == "" || len(hello.GetBootId()) > maxName {
+		return refuse(audit.RunnerSession, "Hello without token, boot id or session secret", codes.InvalidArgument,
+			fmt.Sprintf("Hello needs token, boot_id and a session_secret of at least %d characters", sessionSecretMin))
+	}
+	hash := store.TokenHash(hello.GetToken())
+	tok, err := s.Store.LookupBootToken(ctx, hash)
+	if err != nil {
+		return refuse(audit.BootTokenRejected, "unknown boot token", codes.Unauthenticated, "unknown or expired boot token")
+	}
+	node, err := s.Store.GetNode(ctx, tok.NodeID)
+	if err != nil {
+		return store.Node{}, store.Run{}, status.Errorf(codes.Internal, "node %s: %v", tok.NodeID, err)
+	}
+	if err := checkIdentity(node, hello.GetIdentity()); err != nil {
+		s.Audit.Security(ctx, store.AuditEntry{Actor: node.ID, Peer: peerIP, Action: audit.RunnerIdentity, RunID: tok.RunID, Result: "refused",
+			Nodes: []string{node.ID}, Detail: textsafe.BoundedLine(err.Error(), maxMessage)})
+		return store.Node{}, store.Run{}, status.Errorf(codes.PermissionDenied, "token of node %s: %s", node.ID, textsafe.BoundedLine(err.Error(), maxMessage))
+	}
+	run, err := s.Store.GetRun(ctx, tok.RunID)
+	if err != nil || (run.Status != store.RunRunning && run.Status != store.RunPending) {
+		s.Log.Info("runner refused: its run is not active", "node", node.ID, "run", tok.RunID, "status", run.Status)
+		return store.Node{}, store.Run{}, status.Errorf(codes.FailedPrecondition, "run %s is not active", tok.RunID)
+	}
+	outcome, tok, err := s.Store.BindBootToken(ctx, store.BindRequest{
+		Hash: hash, BootID: hello.GetBootId(), SessionHash: store.TokenHash(hello.GetSessionSecret()), Peer: peerIP, RequirePeer: s.BindPeer,
+	})
+	entry := store.AuditEntry{Actor: node.ID, Peer: peerIP, RunID: run.ID, Nodes: []string{node.ID}, Result: "refused"}
+	var contested *store.ContestedError
+	switch {
+	case errors.As(err, &contested):
+		entry.Action = audit.BootWindowContested
+		entry.Detail = fmt.Sprintf("boot %s from %s presented a token of boot window %s, which boot %s from %s registered in first: two parties claim node %s",
+			textsafe.BoundedLine(hello.GetBootId(), maxName), peerIP, contested.Token.Window, contested.Bound.BootID, contested.Bound.BoundPeer, node.ID)
+		s.Audit.Security(ctx, entry)
+		if s.Guard != nil {
+			s.Guard.IdentityContested(ctx, run.ID, entry.Detail)
+		}
+		return store.Node{}, store.Run{}, status.Error(codes.PermissionDenied, "this boot window was already registered by another boot; the run is stopped for an operator")
+	case errors.Is(err, store.ErrPeerMismatch):
+		entry.Action, entry.Detail = audit.BootTokenPeer, err.Error()
+		s.Audit.Security(ctx, entry)
+		return store.Node{}, store.Run{}, status.Error(codes.PermissionDenied, "boot token presented from another address than it was issued to")
+	case err != nil:
+		entry.Action, entry.Detail = audit.BootTokenRejected, err.Error()
+		s.Audit.Security(ctx, entry)
+		return store.Node{}, store.Run{}, status.Error(codes.Unauthenticated, "unknown, expired or superseded boot token")
+	}
+	s.Log.Info("runner authenticated", "node", node.ID, "run", run.ID, "boot_id", tok.BootID, "how", outcome)
+	return node, run, nil
+}
+
+func (s *RunnerService) security(ctx context.Context, action string, sess *sessions.Session, peerIP, detail string) {
+	s.Audit.Security(ctx, store.AuditEntry{Actor: sess.NodeID, Peer: peerIP, Action: action, RunID: sess.RunID, Nodes: []string{sess.NodeID},
+		Result: "refused", Detail: textsafe.BoundedLine(detail, maxMessage)})
+}
+
 func (s *RunnerService) event(ctx context.Context, e store.Event) {
-	if _, _, err := s.Store.AppendEvent(ctx, e); err != nil && s.Log != nil {
+	if _, _, err := s.Store.AppendEvent(ctx, e); err != nil {
 		s.Log.Error("store event", "err", err)
 	}
 }
 
-// storeEvent persists one runner event; a replayed seq is a no-op, so the
-// ack is sent either way.
-func (s *RunnerService) storeEvent(ctx context.Context, nodeID, bootID string, ev *curev1.Event) error {
-	payload, _ := protojson.Marshal(ev)
-	e := store.Event{
-		RunID: ev.GetRunId(), NodeID: nodeID, Source: "runner", BootID: bootID, Seq: ev.GetSeq(),
-		Time: time.UnixMilli(ev.GetTimeUnixMs()).UTC(), Phase: ev.GetPhase(), Payload: payload,
+// runnerEvent turns a runner's event into what the store keeps: attributed to
+// the session (node, run, boot), every string cleaned and bounded, the phase
+// one the run's mode gives the runner. Only a phase_end keeps its proto
+// payload (the pipeline reads reboot_required from it).
+func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases map[string]bool) (store.Event, *store.Verdict, error) {
+	if ev.GetSeq() == 0 || ev.GetSeq() > 1<<62 {
+		return store.Event{}, nil, fmt.Errorf("event seq %d: want 1..2^62", ev.GetSeq())
 	}
+	phase := ev.GetPhase()
+	if phase != "" && !runnerPhases[phase] {
+		return store.Event{}, nil, fmt.Errorf("event seq %d: phase %q is not a runner phase of this run", ev.GetSeq(), textsafe.BoundedLine(phase, maxName))
+	}
+	t := time.UnixMilli(ev.GetTimeUnixMs()).UTC()
+	e := store.Event{RunID: runID, NodeID: nodeID, Source: "runner", BootID: bootID, Seq: ev.GetSeq(), Time: t, Phase: phase}
+	var v *store.Verdict
 	switch b := ev.GetBody().(type) {
 	case *curev1.Event_PhaseStart:
 		e.Kind = "phase_start"
 	case *curev1.Event_PhaseEnd:
 		e.Kind = "phase_end"
 		e.Status = phaseStatus(b.PhaseEnd.GetStatus())
-		e.Message = b.PhaseEnd.GetMessage()
-		e.DurationMs = b.PhaseEnd.GetDurationMs()
+		e.Message = textsafe.Bounded(b.PhaseEnd.GetMessage(), maxMessage)
+		e.DurationMs = max(b.PhaseEnd.GetDurationMs(), 0)
+		payload, err := protojson.Marshal(&curev1.Event{Seq: ev.GetSeq(), Phase: phase, Body: &curev1.Event_PhaseEnd{PhaseEnd: &curev1.PhaseEnd{
+			Status: b.PhaseEnd.GetStatus(), Message: e.Message, RebootRequired: b.PhaseEnd.GetRebootRequired(), DurationMs: e.DurationMs}}})
+		if err != nil {
+			return store.Event{}, nil, err
+		}
+		e.Payload = payload
 	case *curev1.Event_Verdict:
-		v := b.Verdict
+		in := b.Verdict
+		status := in.GetStatus()
+		if _, known := curev1.VerdictStatus_name[int32(status)]; !known || status == curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED {
+			return store.Event{}, nil, fmt.Errorf("event seq %d: verdict status %d is not a verdict", ev.GetSeq(), status)
+		}
+		v = &store.Verdict{
+			RunID: runID, Component: textsafe.BoundedLine(in.GetComponent(), maxName), Check: textsafe.BoundedLine(in.GetCheck(), maxName),
+			Status: status.String(), Observed: textsafe.Bounded(in.GetObserved(), maxValue), Expected: textsafe.Bounded(in.GetExpected(), maxValue),
+			Message: textsafe.Bounded(in.GetMessage(), maxMessage), Time: t,
+		}
+		if v.Component == "" || v.Check == "" {
+			return store.Event{}, nil, fmt.Errorf("event seq %d: verdict without component or check", ev.GetSeq())
+		}
 		e.Kind = "verdict"
-		e.Status = v.GetStatus().String()
-		e.Message = fmt.Sprintf("%s %s: %s", v.GetComponent(), v.GetCheck(), v.GetMessage())
+		e.Status = v.Status
+		e.Message = textsafe.Truncate(fmt.Sprintf("%s %s: %s", v.Component, v.Check, v.Message), maxMessage)
 	case *curev1.Event_Log:
 		e.Kind = "log"
-		e.Status = b.Log.GetLevel()
-		e.Message = b.Log.GetMessage()
+		e.Status = textsafe.BoundedLine(strings.ToUpper(b.Log.GetLevel()), 8)
+		e.Message = textsafe.Bounded(b.Log.GetMessage()+logAttrs(b.Log.GetAttrs()), maxMessage)
 	case *curev1.Event_Metric:
 		m := b.Metric
 		e.Kind = "metric"
-		e.Message = fmt.Sprintf("%s=%g%s", m.GetName(), m.GetValue(), m.GetUnit())
+		e.Message = textsafe.BoundedLine(fmt.Sprintf("%s=%g%s%s", m.GetName(), m.GetValue(), m.GetUnit(), logAttrs(m.GetLabels())), maxValue)
 	default:
-		e.Kind = "unknown"
+		return store.Event{}, nil, fmt.Errorf("event seq %d has no body", ev.GetSeq())
 	}
-	_, inserted, err := s.Store.AppendEvent(ctx, e)
-	if err != nil {
-		return err
+	return e, v, nil
+}
+
+// logAttrs renders up to maxAttrs key=value pairs, sorted, for the timeline.
+func logAttrs(m map[string]string) string {
+	if len(m) == 0 {
+		return ""
 	}
-	if v := ev.GetVerdict(); v != nil && inserted {
-		return s.Store.PutVerdict(ctx, store.Verdict{
-			RunID: e.RunID, Component: v.GetComponent(), Check: v.GetCheck(), Status: v.GetStatus().String(),
-			Observed: v.GetObserved(), Expected: v.GetExpected(), Message: v.GetMessage(), Time: e.Time,
-		})
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
 	}
-	return nil
+	slices.Sort(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i == maxAttrs {
+			fmt.Fprintf(&b, " (+%d attrs)", len(keys)-maxAttrs)
+			break
+		}
+		fmt.Fprintf(&b, " %s=%s", textsafe.BoundedLine(k, 64), textsafe.BoundedLine(m[k], 256))
+	}
+	return b.String()
 }
 
 func phaseStatus(s curev1.PhaseStatus) string {
@@ -164,7 +384,8 @@ func phaseStatus(s curev1.PhaseStatus) string {
 
 // checkIdentity ties a token to the hardware presenting it: the runner's
 // boot MAC must be one the inventory registered for the node, and a serial,
-// when both sides know it, must agree.
+// when both sides know it, must agree. The MAC and serial are not secrets
+// (the token is): this catches a token that reached the wrong node.
 func checkIdentity(n store.Node, id *curev1.Identity) error {
 	if id.GetNodeId() != "" && id.GetNodeId() != n.ID {
 		return fmt.Errorf("runner says it is node %q", id.GetNodeId())
@@ -195,17 +416,12 @@ func recvWithTimeout(stream curev1.RunnerService_SessionServer, d time.Duration)
 		m, err := stream.Recv()
 		ch <- res{m, err}
 	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case r := <-ch:
 		return r.m, r.err
-	case <-time.After(d):
+	case <-t.C:
 		return nil, errors.New("timeout")
 	}
-}
-
-func nonZero(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }

@@ -90,6 +90,23 @@ func (h *Hub) Detach(s *Session) {
 	}
 }
 
+// CloseRun closes every session of a run (it ended, or two boots claimed it)
+// and returns how many it closed.
+func (h *Hub) CloseRun(runID string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for node, s := range h.current {
+		if s.RunID == runID {
+			s.close()
+			delete(h.current, node)
+			h.notifyLocked(node)
+			n++
+		}
+	}
+	return n
+}
+
 // Current returns the node's connected session, or nil.
 func (h *Hub) Current(nodeID string) *Session {
 	h.mu.Lock()

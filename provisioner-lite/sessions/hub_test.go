@@ -50,3 +50,31 @@ func TestAttachReplacesAndNotifies(t *testing.T) {
 		t.Fatal("session still current after detach")
 	}
 }
+
+func TestCloseRun(t *testing.T) {
+	h := NewHub()
+	a := NewSession("n1", "r1", &curev1.Hello{BootId: "b1"}, func(*curev1.CoordinatorMessage) error { return nil })
+	b := NewSession("n2", "r2", &curev1.Hello{BootId: "b2"}, func(*curev1.CoordinatorMessage) error { return nil })
+	h.Attach(a)
+	h.Attach(b)
+	changed := h.Changed("n1")
+	if n := h.CloseRun("r1"); n != 1 {
+		t.Fatalf("CloseRun closed %d sessions, want 1", n)
+	}
+	select {
+	case <-a.Done():
+	default:
+		t.Fatal("session of the closed run still open")
+	}
+	select {
+	case <-changed:
+	default:
+		t.Fatal("waiters of n1 not woken")
+	}
+	if h.Current("n1") != nil || h.Current("n2") != b {
+		t.Fatalf("after CloseRun: n1=%v n2=%v", h.Current("n1"), h.Current("n2"))
+	}
+	if err := a.Send(&curev1.CoordinatorMessage{}); err == nil {
+		t.Fatal("send on a closed session succeeded")
+	}
+}

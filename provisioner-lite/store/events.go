@@ -102,3 +102,158 @@ func (s *Store) MaxSeq(ctx context.Context, runID, bootID string) (uint64, error
 	}
 	return uint64(m), nil
 }
+
+// EventLimits bound what one run's runner may make the store keep
+// (docs/SECURITY.md): past MaxEvents or MaxBytes, metrics and logs are
+// acknowledged but not stored; phase events and verdicts are kept up to
+// HardEvents; more than MaxVerdicts distinct (component, check) is refused.
+type EventLimits struct {
+	MaxEvents   int64
+	MaxBytes    int64
+	HardEvents  int64
+	MaxVerdicts int64
+}
+
+// DefaultEventLimits fit a 72-hour burn-in of an 8-GPU node sampling every
+// minute with room to spare, and stop a peer filling the disk.
+var DefaultEventLimits = EventLimits{MaxEvents: 500_000, MaxBytes: 256 << 20, HardEvents: 520_000, MaxVerdicts: 10_000}
+
+// Errors of AppendRunnerEvent.
+var (
+	ErrRunInactive = errors.New("run is not active")
+	ErrRunCap      = errors.New("run exceeded its event caps")
+)
+
+// AppendResult says what became of a runner event.
+type AppendResult struct {
+	ID       int64
+	Inserted bool // false: a replay of a stored event, or dropped
+	Dropped  bool // a metric or log over the run's caps: acked, not stored
+}
+
+// AppendRunnerEvent stores one runner event of an active run, and its verdict
+// (v may be nil), in one transaction, within the run's limits. A replayed
+// (run, boot, seq) is a no-op. It fails with ErrRunInactive when the run has
+// ended and ErrRunCap when phase events or verdicts exceed the hard caps.
+func (s *Store) AppendRunnerEvent(ctx context.Context, e Event, v *Verdict, lim EventLimits) (AppendResult, error) {
+	var res AppendResult
+	if e.RunID == "" || e.Seq == 0 || e.Seq > math.MaxInt64 {
+		return res, fmt.Errorf("store: append runner event to run %q: seq %d: want a run and 1 <= seq <= 2^63-1", e.RunID, e.Seq)
+	}
+	e.Source = "runner"
+	size := int64(len(e.Message) + len(e.Payload) + len(e.Phase) + len(e.Status))
+	if v != nil {
+		size += int64(len(v.Component) + len(v.Check) + len(v.Observed) + len(v.Expected) + len(v.Message))
+	}
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var status string
+		if err := tx.QueryRowContext(ctx, `SELECT status FROM runs WHERE id = ?`, e.RunID).Scan(&status); errors.Is(err, sql.ErrNoRows) {
+			return ErrNotFound
+		} else if err != nil {
+			return err
+		}
+		if status != RunPending && status != RunRunning {
+			return fmt.Errorf("%w (%s)", ErrRunInactive, status)
+		}
+		err := tx.QueryRowContext(ctx, `SELECT id FROM events WHERE run_id = ? AND source = 'runner' AND boot_id = ? AND seq = ?`,
+			e.RunID, e.BootID, int64(e.Seq)).Scan(&res.ID)
+		if err == nil {
+			return nil // replay
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		var events, bytes, verdicts int64
+		if err := tx.QueryRowContext(ctx, `SELECT events, bytes, verdicts FROM run_usage WHERE run_id = ?`, e.RunID).Scan(&events, &bytes, &verdicts); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		soft := e.Kind == "metric" || e.Kind == "log"
+		if soft && (events+1 > lim.MaxEvents || bytes+size > lim.MaxBytes) {
+			res.Dropped = true
+			_, err := tx.ExecContext(ctx, `INSERT INTO run_usage (run_id, dropped) VALUES (?, 1)
+ON CONFLICT(run_id) DO UPDATE SET dropped = dropped + 1`, e.RunID)
+			return err
+		}
+		if events+1 > lim.HardEvents || bytes+size > lim.MaxBytes+lim.MaxBytes/8 {
+			return fmt.Errorf("%w: %d events, %d bytes stored (caps %d events, %d bytes)", ErrRunCap, events, bytes, lim.HardEvents, lim.MaxBytes)
+		}
+		newVerdict := int64(0)
+		if v != nil {
+			var one int
+			err := tx.QueryRowContext(ctx, `SELECT 1 FROM verdicts WHERE run_id = ? AND component = ? AND check_name = ?`, e.RunID, v.Component, v.Check).Scan(&one)
+			if errors.Is(err, sql.ErrNoRows) {
+				newVerdict = 1
+			} else if err != nil {
+				return err
+			}
+			if verdicts+newVerdict > lim.MaxVerdicts {
+				return fmt.Errorf("%w: more than %d distinct verdicts", ErrRunCap, lim.MaxVerdicts)
+			}
+		}
+		r, err := tx.ExecContext(ctx, `
+INSERT INTO events (run_id, node_id, source, boot_id, seq, time, phase, kind, status, message, duration_ms, payload)
+VALUES (?, ?, 'runner', ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			e.RunID, e.NodeID, e.BootID, int64(e.Seq), toMs(e.Time), e.Phase, e.Kind, e.Status, e.Message, e.DurationMs, e.Payload)
+		if err != nil {
+			return err
+		}
+		if res.ID, err = r.LastInsertId(); err != nil {
+			return err
+		}
+		res.Inserted = true
+		if v != nil {
+			if v.Component == "" || v.Check == "" {
+				return fmt.Errorf("verdict: component %q and check %q must both be set", v.Component, v.Check)
+			}
+			if _, err := tx.ExecContext(ctx, upsertVerdict, e.RunID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time)); err != nil {
+				return err
+			}
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO run_usage (run_id, events, bytes, verdicts) VALUES (?, 1, ?, ?)
+ON CONFLICT(run_id) DO UPDATE SET events = events + 1, bytes = bytes + excluded.bytes, verdicts = verdicts + excluded.verdicts`,
+			e.RunID, size, newVerdict)
+		return err
+	})
+	if err != nil {
+		return AppendResult{}, fmt.Errorf("store: append runner %s event (boot %q, seq %d) to run %s: %w", e.Kind, e.BootID, e.Seq, e.RunID, err)
+	}
+	if res.Inserted {
+		s.notify(e.RunID)
+	}
+	return res, nil
+}
+
+// RunUsage is what a run's runner has made the store keep.
+type RunUsage struct{ Events, Bytes, Dropped, Verdicts int64 }
+
+// Usage returns a run's accounting (zero for a run without runner events).
+func (s *Store) Usage(ctx context.Context, runID string) (RunUsage, error) {
+	var u RunUsage
+	err := s.r.QueryRowContext(ctx, `SELECT events, bytes, dropped, verdicts FROM run_usage WHERE run_id = ?`, runID).Scan(&u.Events, &u.Bytes, &u.Dropped, &u.Verdicts)
+	if errors.Is(err, sql.ErrNoRows) {
+		return RunUsage{}, nil
+	}
+	if err != nil {
+		return u, fmt.Errorf("store: usage of run %s: %w", runID, err)
+	}
+	return u, nil
+}
+
+// PruneRunEvents deletes the runner's metrics and logs of runs that ended
+// before t; phases, verdicts and the coordinator's timeline stay.
+func (s *Store) PruneRunEvents(ctx context.Context, endedBefore time.Time) (int64, error) {
+	var n int64
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE source = 'runner' AND kind IN ('metric', 'log') AND run_id IN
+(SELECT id FROM runs WHERE status NOT IN ('pending', 'running') AND ended_at > 0 AND ended_at < ?)`, toMs(endedBefore))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store: prune run events: %w", err)
+	}
+	return n, nil
+}

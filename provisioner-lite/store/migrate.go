@@ -104,12 +104,69 @@ CREATE TABLE boot_tokens (
 );
 CREATE INDEX boot_tokens_expires ON boot_tokens(expires);
 `,
+	// 2: the trust model of docs/SECURITY.md. BMC TLS and password references;
+	// boot tokens kept as hashes and bound to the boot that used them (the old
+	// table held live tokens in clear: they are dropped, a waiting node PXE
+	// boots again); per-run event accounting for the caps; the audit log.
+	`
+ALTER TABLE nodes ADD COLUMN bmc_password_ref TEXT NOT NULL DEFAULT '';
+ALTER TABLE nodes ADD COLUMN bmc_ca_file      TEXT NOT NULL DEFAULT '';
+ALTER TABLE nodes ADD COLUMN bmc_fingerprint  TEXT NOT NULL DEFAULT '';
+ALTER TABLE nodes ADD COLUMN bmc_insecure     INTEGER NOT NULL DEFAULT 0;
+
+DROP TABLE boot_tokens;
+CREATE TABLE boot_tokens (
+	token_sha256   TEXT PRIMARY KEY,
+	node_id        TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+	run_id         TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+	window         TEXT NOT NULL,            -- boot window: one arming of PXE into CURE
+	peer           TEXT NOT NULL DEFAULT '', -- IP address that fetched the iPXE script
+	issued_at      INTEGER NOT NULL,
+	expires        INTEGER NOT NULL,         -- for an unbound token; a bound one lives with its run
+	state          TEXT NOT NULL CHECK (state IN ('issued','bound','revoked')),
+	revoked_why    TEXT NOT NULL DEFAULT '', -- window: another token of the window was bound; stale: superseded
+	boot_id        TEXT NOT NULL DEFAULT '',
+	session_sha256 TEXT NOT NULL DEFAULT '',
+	bound_at       INTEGER NOT NULL DEFAULT 0,
+	bound_peer     TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX boot_tokens_run ON boot_tokens(run_id, window);
+CREATE INDEX boot_tokens_node ON boot_tokens(node_id, issued_at);
+CREATE INDEX boot_tokens_expires ON boot_tokens(expires);
+
+CREATE TABLE run_usage (
+	run_id   TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+	events   INTEGER NOT NULL DEFAULT 0,  -- runner events stored
+	bytes    INTEGER NOT NULL DEFAULT 0,  -- their message and payload bytes
+	dropped  INTEGER NOT NULL DEFAULT 0,  -- metrics and logs acked but not stored (cap)
+	verdicts INTEGER NOT NULL DEFAULT 0   -- distinct (component, check) the runner reported
+);
+
+CREATE TABLE audit_log (
+	id      INTEGER PRIMARY KEY AUTOINCREMENT,
+	time    INTEGER NOT NULL,
+	kind    TEXT NOT NULL CHECK (kind IN ('operator','security')),
+	actor   TEXT NOT NULL DEFAULT '',   -- operator name, or the node a runner claimed
+	role    TEXT NOT NULL DEFAULT '',
+	peer    TEXT NOT NULL DEFAULT '',
+	action  TEXT NOT NULL DEFAULT '',   -- gRPC method, or the security event
+	nodes   TEXT NOT NULL DEFAULT '[]',
+	run_id  TEXT NOT NULL DEFAULT '',
+	result  TEXT NOT NULL DEFAULT '',
+	detail  TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX audit_log_time ON audit_log(time);
+`,
 }
 
 // SchemaVersion is the user_version a fully migrated database has.
 var SchemaVersion = len(migrations)
 
-func migrate(ctx context.Context, db *sql.DB) error {
+func migrate(ctx context.Context, db *sql.DB) error { return migrateTo(ctx, db, len(migrations)) }
+
+// migrateTo applies the migrations up to schema version target (tests build
+// databases of older versions with it).
+func migrateTo(ctx context.Context, db *sql.DB, target int) error {
 	var v int
 	if err := db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
 		return fmt.Errorf("read schema version: %w", err)
@@ -117,7 +174,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if v > len(migrations) {
 		return fmt.Errorf("schema version %d is newer than this binary knows (%d): refusing to touch it", v, len(migrations))
 	}
-	for i := v; i < len(migrations); i++ {
+	for i := v; i < target; i++ {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			return fmt.Errorf("migration %d: begin: %w", i+1, err)

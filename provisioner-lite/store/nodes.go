@@ -13,10 +13,20 @@ import (
 
 // Node is one machine in the inventory.
 type Node struct {
-	ID, BMCURL, BMCUser, BMCPassword, SKU, Hostname, SystemSerial string
-	MACs                                                          []string          // normalised: lowercase, colon-separated
-	PSIDs                                                         map[string]string // disk serial -> PSID (printed on the drive label)
-	Labels                                                        map[string]string
+	ID, BMCURL, BMCUser, SKU, Hostname, SystemSerial string
+	// BMCPassword is a literal password, sealed at rest; BMCPasswordRef names
+	// where to read it instead ("env:NAME" or "file:/path"), and then only the
+	// reference is stored. At most one of the two is set.
+	BMCPassword, BMCPasswordRef string
+	// BMC TLS: BMCCAFile is a PEM bundle the BMC's chain must verify against;
+	// BMCFingerprint pins its certificate ("sha256:" + hex of the DER);
+	// BMCInsecure skips verification (and allows http://) because the
+	// inventory says so.
+	BMCCAFile, BMCFingerprint string
+	BMCInsecure               bool
+	MACs                      []string          // normalised: lowercase, colon-separated
+	PSIDs                     map[string]string // disk serial -> PSID (printed on the drive label), sealed at rest
+	Labels                    map[string]string
 }
 
 // NormalizeMAC parses a 6-byte Ethernet MAC written with ':' or '-' separators
@@ -53,9 +63,22 @@ func (s *Store) UpsertNode(ctx context.Context, n Node) error {
 		seen[nm] = true
 		macs = append(macs, nm)
 	}
-	psids, err := marshalMap(n.PSIDs)
+	if n.BMCPassword != "" && n.BMCPasswordRef != "" {
+		return fmt.Errorf("store: upsert node %s: both a literal BMC password and a reference (%s): give one", n.ID, n.BMCPasswordRef)
+	}
+	password, err := s.sealer.seal(n.BMCPassword, passwordAAD(n.ID))
 	if err != nil {
-		return fmt.Errorf("store: upsert node %s: psids: %w", n.ID, err)
+		return fmt.Errorf("store: upsert node %s: BMC password: %w", n.ID, err)
+	}
+	psids := "{}"
+	if len(n.PSIDs) > 0 {
+		plain, err := marshalMap(n.PSIDs)
+		if err != nil {
+			return fmt.Errorf("store: upsert node %s: psids: %w", n.ID, err)
+		}
+		if psids, err = s.sealer.seal(plain, psidsAAD(n.ID)); err != nil {
+			return fmt.Errorf("store: upsert node %s: psids: %w", n.ID, err)
+		}
 	}
 	labels, err := marshalMap(n.Labels)
 	if err != nil {
@@ -63,13 +86,17 @@ func (s *Store) UpsertNode(ctx context.Context, n Node) error {
 	}
 	err = s.tx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `
-INSERT INTO nodes (id, bmc_url, bmc_user, bmc_password, sku, hostname, system_serial, psids, labels, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO nodes (id, bmc_url, bmc_user, bmc_password, bmc_password_ref, bmc_ca_file, bmc_fingerprint, bmc_insecure,
+	sku, hostname, system_serial, psids, labels, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT(id) DO UPDATE SET bmc_url=excluded.bmc_url, bmc_user=excluded.bmc_user,
-	bmc_password=excluded.bmc_password, sku=excluded.sku, hostname=excluded.hostname,
+	bmc_password=excluded.bmc_password, bmc_password_ref=excluded.bmc_password_ref, bmc_ca_file=excluded.bmc_ca_file,
+	bmc_fingerprint=excluded.bmc_fingerprint, bmc_insecure=excluded.bmc_insecure,
+	sku=excluded.sku, hostname=excluded.hostname,
 	system_serial=excluded.system_serial, psids=excluded.psids, labels=excluded.labels,
 	updated_at=excluded.updated_at`,
-			n.ID, n.BMCURL, n.BMCUser, n.BMCPassword, n.SKU, n.Hostname, n.SystemSerial, psids, labels, time.Now().UnixMilli()); err != nil {
+			n.ID, n.BMCURL, n.BMCUser, password, n.BMCPasswordRef, n.BMCCAFile, n.BMCFingerprint, n.BMCInsecure,
+			n.SKU, n.Hostname, n.SystemSerial, psids, labels, time.Now().UnixMilli()); err != nil {
 			return err
 		}
 		for _, m := range macs {
@@ -124,7 +151,7 @@ func (s *Store) DeleteNode(ctx context.Context, id string) error {
 	return nil
 }
 
-const nodeCols = `id, bmc_url, bmc_user, bmc_password, sku, hostname, system_serial, psids, labels`
+const nodeCols = `id, bmc_url, bmc_user, bmc_password, bmc_password_ref, bmc_ca_file, bmc_fingerprint, bmc_insecure, sku, hostname, system_serial, psids, labels`
 
 // GetNode returns the node with that id, or an error wrapping ErrNotFound.
 func (s *Store) GetNode(ctx context.Context, id string) (Node, error) {
@@ -157,7 +184,7 @@ func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
 	defer rows.Close()
 	var out []Node
 	for rows.Next() {
-		n, err := scanNode(rows)
+		n, err := s.scanNode(rows)
 		if err != nil {
 			return nil, fmt.Errorf("store: list nodes: %w", err)
 		}
@@ -175,7 +202,7 @@ func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
 }
 
 func (s *Store) queryNode(ctx context.Context, q string, arg any) (Node, error) {
-	n, err := scanNode(s.r.QueryRowContext(ctx, q, arg))
+	n, err := s.scanNode(s.r.QueryRowContext(ctx, q, arg))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Node{}, ErrNotFound
 	}
@@ -207,15 +234,25 @@ func (s *Store) macs(ctx context.Context, id string) ([]string, error) {
 
 type scanner interface{ Scan(...any) error }
 
-func scanNode(sc scanner) (Node, error) {
+func (s *Store) scanNode(sc scanner) (Node, error) {
 	var n Node
-	var psids, labels string
-	if err := sc.Scan(&n.ID, &n.BMCURL, &n.BMCUser, &n.BMCPassword, &n.SKU, &n.Hostname, &n.SystemSerial, &psids, &labels); err != nil {
+	var password, psids, labels string
+	if err := sc.Scan(&n.ID, &n.BMCURL, &n.BMCUser, &password, &n.BMCPasswordRef, &n.BMCCAFile, &n.BMCFingerprint, &n.BMCInsecure,
+		&n.SKU, &n.Hostname, &n.SystemSerial, &psids, &labels); err != nil {
 		return Node{}, err
 	}
 	var err error
-	if n.PSIDs, err = unmarshalMap(psids); err != nil {
-		return Node{}, fmt.Errorf("node %s: psids column: %w", n.ID, err)
+	if n.BMCPassword, err = s.sealer.open(password, passwordAAD(n.ID)); err != nil {
+		return Node{}, fmt.Errorf("node %s: BMC password: %w", n.ID, err)
+	}
+	if psids != "" && psids != "{}" {
+		plain, err := s.sealer.open(psids, psidsAAD(n.ID))
+		if err != nil {
+			return Node{}, fmt.Errorf("node %s: psids: %w", n.ID, err)
+		}
+		if n.PSIDs, err = unmarshalMap(plain); err != nil {
+			return Node{}, fmt.Errorf("node %s: psids column: %w", n.ID, err)
+		}
 	}
 	if n.Labels, err = unmarshalMap(labels); err != nil {
 		return Node{}, fmt.Errorf("node %s: labels column: %w", n.ID, err)

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -28,9 +29,10 @@ var ErrExpired = errors.New("expired")
 
 // Store is the coordinator's database. It is safe for concurrent use.
 type Store struct {
-	path string
-	w    *sql.DB // exactly one connection: serialises writers
-	r    *sql.DB // readers
+	path   string
+	w      *sql.DB // exactly one connection: serialises writers
+	r      *sql.DB // readers
+	sealer *sealer // nil: the store refuses to keep literal secrets
 
 	mu   sync.Mutex
 	subs map[string]map[*subscriber]struct{}
@@ -42,15 +44,46 @@ type subscriber struct{ ch chan struct{} }
 // during a WAL checkpoint, another process) before failing.
 const busyTimeoutMs = 10000
 
+// Option configures Open.
+type Option func(*options)
+
+type options struct{ stateKey []byte }
+
+// WithStateKey gives the store the 32-byte key that seals secrets at rest (BMC
+// passwords, PSIDs). The key must live outside the database: a copy of the
+// database alone then reveals no credential. Without it, the store refuses to
+// keep a literal secret.
+func WithStateKey(key []byte) Option { return func(o *options) { o.stateKey = key } }
+
+// dbFileMode is the mode of the database and its WAL/SHM files: they hold the
+// inventory and the evidence, readable by the coordinator's user only.
+const dbFileMode = 0o600
+
 // Open opens (creating if needed) the database at path and migrates its schema
-// to the newest version. The directory must exist.
-func Open(path string) (*Store, error) {
+// to the newest version. The directory must exist. The database files are
+// created 0600 (and corrected to 0600 when wider), whatever the umask.
+func Open(path string, opts ...Option) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("store: open: empty database path")
+	}
+	var o options
+	for _, f := range opts {
+		f(&o)
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	var seal *sealer
+	if o.stateKey != nil {
+		if seal, err = newSealer(o.stateKey); err != nil {
+			return nil, fmt.Errorf("store: open %s: %w", abs, err)
+		}
+	}
+	// SQLite creates the WAL and SHM files with the database file's mode, so
+	// creating the database first with 0600 makes all three private.
+	if err := ensureMode(abs, true); err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", abs, err)
 	}
 	// synchronous=FULL: an event acked to a runner (which then forgets it) must
 	// survive a power cut of the coordinator, not only a process crash.
@@ -72,6 +105,17 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s: %w", abs, err)
 	}
 
+	if err := upgradeSecrets(ctx, w, seal); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if err := ensureMode(abs+suffix, false); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("store: open %s: %w", abs, err)
+		}
+	}
+
 	r, err := sql.Open("sqlite", base+"&_pragma=query_only(1)")
 	if err != nil {
 		w.Close()
@@ -83,7 +127,37 @@ func Open(path string) (*Store, error) {
 		r.Close()
 		return nil, fmt.Errorf("store: open %s for reading: %w", abs, err)
 	}
-	return &Store{path: abs, w: w, r: r, subs: map[string]map[*subscriber]struct{}{}}, nil
+	return &Store{path: abs, w: w, r: r, sealer: seal, subs: map[string]map[*subscriber]struct{}{}}, nil
+}
+
+// ensureMode makes path's mode dbFileMode, creating it (empty) when create is
+// set and it does not exist.
+func ensureMode(path string, create bool) error {
+	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if !create {
+			return nil
+		}
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, dbFileMode)
+		if err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+		if f != nil {
+			f.Close()
+		}
+		st, err = os.Stat(path)
+		if err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	if st.Mode().Perm() != dbFileMode {
+		if err := os.Chmod(path, dbFileMode); err != nil {
+			return fmt.Errorf("make %s private (%v -> %v): %w", path, st.Mode().Perm(), os.FileMode(dbFileMode), err)
+		}
+	}
+	return nil
 }
 
 // Close closes both pools. Subscribers are not closed: their cancel funcs still work.

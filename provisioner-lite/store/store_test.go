@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"reflect"
 	"sync"
@@ -12,10 +11,13 @@ import (
 	"time"
 )
 
+// testKey is a fixed state key; production keys come from the state dir.
+var testKey = []byte("0123456789abcdef0123456789abcdef")
+
 func openTest(t *testing.T) (*Store, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "cure.db")
-	s, err := Open(path)
+	s, err := Open(path, WithStateKey(testKey))
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -403,83 +405,6 @@ func TestVerdictsNaturalOrderAndUpsert(t *testing.T) {
 	}
 }
 
-func TestBootTokens(t *testing.T) {
-	s, _ := openTest(t)
-	ctx := ctxT(t)
-	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
-	exp := time.Now().Add(time.Hour).Truncate(time.Millisecond).UTC()
-	if err := s.PutBootToken(ctx, "tok1", "n1", "r1", exp); err != nil {
-		t.Fatal(err)
-	}
-	node, run, e, err := s.LookupBootToken(ctx, "tok1")
-	if err != nil || node != "n1" || run != "r1" || !e.Equal(exp) {
-		t.Fatalf("LookupBootToken = %q %q %v %v", node, run, e, err)
-	}
-	if _, _, _, err := s.LookupBootToken(ctx, "nope"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("unknown token: %v", err)
-	}
-	if err := s.PutBootToken(ctx, "old", "n1", "r1", time.Now().Add(-time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	if node, _, _, err := s.LookupBootToken(ctx, "old"); !errors.Is(err, ErrExpired) || node != "n1" {
-		t.Fatalf("expired token: node %q err %v; want n1 + ErrExpired", node, err)
-	}
-	if err := s.PutBootToken(ctx, "t", "ghost", "", exp); err == nil {
-		t.Fatal("PutBootToken for an unknown node succeeded")
-	}
-	if err := s.PutBootToken(ctx, "t", "n1", "", time.Time{}); err == nil {
-		t.Fatal("PutBootToken without expiry succeeded")
-	}
-	if n, err := s.PruneBootTokens(ctx, time.Now()); err != nil || n != 1 {
-		t.Fatalf("PruneBootTokens = %d, %v; want 1", n, err)
-	}
-	if err := s.DeleteBootToken(ctx, "tok1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, _, err := s.LookupBootToken(ctx, "tok1"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("deleted token: %v", err)
-	}
-}
-
-// The background pruner removes tokens expired longer than keep ago and
-// leaves recently expired and live ones (a late PXE request still hears
-// "expired").
-func TestPruneBootTokensEvery(t *testing.T) {
-	s, _ := openTest(t)
-	ctx, cancel := context.WithCancel(ctxT(t))
-	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
-	now := time.Now()
-	for tok, exp := range map[string]time.Time{"ancient": now.Add(-2 * time.Hour), "recent": now.Add(-time.Minute), "live": now.Add(time.Hour)} {
-		if err := s.PutBootToken(ctx, tok, "n1", "", exp); err != nil {
-			t.Fatal(err)
-		}
-	}
-	done := make(chan struct{})
-	go func() {
-		s.PruneBootTokensEvery(ctx, 10*time.Millisecond, time.Hour, slog.New(slog.DiscardHandler))
-		close(done)
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, _, _, err := s.LookupBootToken(ctx, "ancient")
-		if errors.Is(err, ErrNotFound) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ancient token still there: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if _, _, _, err := s.LookupBootToken(ctx, "recent"); !errors.Is(err, ErrExpired) {
-		t.Errorf("recently expired token: %v, want ErrExpired", err)
-	}
-	if _, _, _, err := s.LookupBootToken(ctx, "live"); err != nil {
-		t.Errorf("live token: %v", err)
-	}
-	cancel()
-	<-done
-}
-
 func TestReopenKeepsEverything(t *testing.T) {
 	s, path := openTest(t)
 	ctx := ctxT(t)
@@ -498,15 +423,15 @@ func TestReopenKeepsEverything(t *testing.T) {
 	if err := s.PutVerdict(ctx, Verdict{RunID: "r1", Component: "nvme/0", Check: "firmware", Status: "DRIFT"}); err != nil {
 		t.Fatal(err)
 	}
-	exp := time.Now().Add(time.Hour)
-	if err := s.PutBootToken(ctx, "tok", "n1", "r1", exp); err != nil {
+	tok := BootToken{Hash: TokenHash("tok"), NodeID: "n1", RunID: "r1", Window: "w1", Expires: time.Now().Add(time.Hour)}
+	if err := s.IssueBootToken(ctx, tok); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 
-	s2, err := Open(path)
+	s2, err := Open(path, WithStateKey(testKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -537,8 +462,8 @@ func TestReopenKeepsEverything(t *testing.T) {
 	if vs, _ := s2.Verdicts(ctx, "r1"); len(vs) != 1 || vs[0].Status != "DRIFT" {
 		t.Fatalf("verdicts after reopen: %+v", vs)
 	}
-	if n, _, _, err := s2.LookupBootToken(ctx, "tok"); err != nil || n != "n1" {
-		t.Fatalf("token after reopen: %q %v", n, err)
+	if got, err := s2.LookupBootToken(ctx, TokenHash("tok")); err != nil || got.NodeID != "n1" || got.State != TokenIssued {
+		t.Fatalf("token after reopen: %+v %v", got, err)
 	}
 }
 

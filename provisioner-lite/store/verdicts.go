@@ -15,17 +15,19 @@ type Verdict struct {
 	Time                                                         time.Time
 }
 
+const upsertVerdict = `
+INSERT INTO verdicts (run_id, component, check_name, status, observed, expected, message, time)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT(run_id, component, check_name) DO UPDATE SET status=excluded.status, observed=excluded.observed,
+	expected=excluded.expected, message=excluded.message, time=excluded.time`
+
 // PutVerdict inserts or replaces the (RunID, Component, Check) verdict.
 func (s *Store) PutVerdict(ctx context.Context, v Verdict) error {
 	if v.Component == "" || v.Check == "" {
 		return fmt.Errorf("store: verdict of run %s: component %q and check %q must both be set", v.RunID, v.Component, v.Check)
 	}
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `
-INSERT INTO verdicts (run_id, component, check_name, status, observed, expected, message, time)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT(run_id, component, check_name) DO UPDATE SET status=excluded.status, observed=excluded.observed,
-	expected=excluded.expected, message=excluded.message, time=excluded.time`,
+		_, err := tx.ExecContext(ctx, upsertVerdict,
 			v.RunID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time))
 		return err
 	})

@@ -173,7 +173,7 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	}
 	// OperatorService requires an operator certificate; "operator" is the
 	// name curectl finds by default beside the CA (state/pki/operators/).
-	oc, err := pki.IssueOperatorCert(filepath.Join(e.StateDir, "pki"), "operator")
+	oc, err := pki.IssueOperatorCert(filepath.Join(e.StateDir, "pki"), "operator", pki.RoleAdmin)
 	if err != nil {
 		return nil, fmt.Errorf("operator certificate: %w", err)
 	}

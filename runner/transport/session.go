@@ -2,6 +2,8 @@ package transport
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +39,10 @@ type Session struct {
 	hello func() *curev1.Hello
 	opt   SessionOptions
 	log   *slog.Logger
+	// secret proves to the coordinator that a reconnect comes from the boot
+	// that first used the boot token; it never leaves this process except
+	// inside TLS.
+	secret string
 
 	mu      sync.Mutex
 	lastSeq uint64          // last seq handed out; seqs are per boot, from 1
@@ -67,7 +73,16 @@ func NewSession(conn *grpc.ClientConn, hello func() *curev1.Hello, opt SessionOp
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Session{conn: conn, hello: hello, opt: opt, log: log, changed: make(chan struct{})}
+	return &Session{conn: conn, hello: hello, opt: opt, log: log, secret: newSecret(), changed: make(chan struct{})}
+}
+
+// newSecret returns 256 random bits, hex.
+func newSecret() string {
+	b := make([]byte, 32)
+	if _, err := crand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b)
 }
 
 // signal wakes every waiter; callers hold s.mu.
@@ -238,6 +253,7 @@ func (s *Session) runOnce(ctx context.Context) (bool, error) {
 	}
 
 	h := s.hello()
+	h.SessionSecret = s.secret
 	s.mu.Lock()
 	if st := h.GetState(); st != nil && st.Kind == curev1.RunnerState_IN_PHASE {
 		st.LastEventSeq = s.lastSeq

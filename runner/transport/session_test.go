@@ -181,6 +181,13 @@ func TestSessionReplaysUnackedAfterCut(t *testing.T) {
 	if st := c.hellos[1].GetState(); st.GetLastEventSeq() < 5 || st.GetRunId() != "r1" {
 		t.Errorf("re-Hello state = %v, want IN_PHASE r1 with last_event_seq >= 5", st)
 	}
+	// The reconnect proves it is the same boot with the same session secret.
+	if sec := c.hellos[0].GetSessionSecret(); len(sec) != 64 || c.hellos[1].GetSessionSecret() != sec {
+		t.Errorf("session secrets %q then %q, want one 64-hex secret on every Hello", sec, c.hellos[1].GetSessionSecret())
+	}
+	if other := NewSession(nil, nil, SessionOptions{}); other.secret == s.secret {
+		t.Error("two sessions share a secret")
+	}
 	if s.Pending() != 0 {
 		t.Errorf("Pending = %d after drain", s.Pending())
 	}

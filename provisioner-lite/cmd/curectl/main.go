@@ -6,6 +6,7 @@
 //	curectl watch NODE|--run RUN
 //	curectl report [--json] [--html FILE] NODE|--run RUN
 //	curectl nodes
+//	curectl audit-log [--kind operator|security] [--node NODE] [--limit N] [--json]
 package main
 
 import (
@@ -30,6 +31,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 func main() {
@@ -42,7 +44,8 @@ func usage() int {
   watch [--run RUN] [NODE]
   report [--json] [--html FILE] [--run RUN] [NODE]
   audit [--manifest SKU] NODE...     (direct: Redfish only, no boot, no changes)
-  nodes`)
+  nodes
+  audit-log [--kind operator|security] [--node NODE] [--limit N] [--json]`)
 	return 2
 }
 
@@ -137,6 +140,28 @@ func run(args []string, out io.Writer) int {
 		}
 		curectl.PrintNodes(out, resp.GetNodes())
 		return 0
+	case "audit-log":
+		fs := flag.NewFlagSet("audit-log", flag.ContinueOnError)
+		kind := fs.String("kind", "", "operator (API calls) or security (refused peers); default both")
+		node := fs.String("node", "", "only entries naming this node")
+		limit := fs.Uint("limit", 100, "entries, newest first")
+		asJSON := fs.Bool("json", false, "JSON output")
+		if fs.Parse(rest) != nil {
+			return 2
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		resp, err := c.ListAuditLog(cctx, &curev1.ListAuditLogRequest{Kind: *kind, NodeId: *node, Limit: uint32(*limit)})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "curectl audit-log:", err)
+			return 1
+		}
+		if *asJSON {
+			printJSON(resp, out)
+			return 0
+		}
+		curectl.PrintAuditLog(out, resp.GetEntries())
+		return 0
 	}
 	return usage()
 }
@@ -221,15 +246,19 @@ func report(ctx context.Context, c curev1.OperatorServiceClient, runID, node str
 
 func printReport(rep *curev1.RunReport, asJSON bool, out io.Writer) {
 	if asJSON {
-		b, _ := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(rep)
-		var v any
-		_ = json.Unmarshal(b, &v)
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(v)
+		printJSON(rep, out)
 		return
 	}
 	curectl.PrintReport(out, rep)
+}
+
+func printJSON(m proto.Message, out io.Writer) {
+	b, _ := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(m)
+	var v any
+	_ = json.Unmarshal(b, &v)
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
 }
 
 // reportHTML writes the run's report and timeline as one HTML file, then
@@ -307,7 +336,7 @@ type clientCert struct {
 // an error here: the coordinator's answer explains what is missing.
 func operatorCert(caFile, certFile, keyFile string) (clientCert, error) {
 	if (certFile == "") != (keyFile == "") {
-		return clientCert{}, errors.New("--cert and --key go together: give both (an operator certificate from `provisioner-lite pki --operator NAME`)")
+		return clientCert{}, errors.New("--cert and --key go together: give both (an operator certificate from `provisioner-lite pki --operator NAME --role ROLE`)")
 	}
 	if certFile == "" {
 		pkiDir := filepath.Dir(caFile)
@@ -320,7 +349,11 @@ func operatorCert(caFile, certFile, keyFile string) (clientCert, error) {
 	if err != nil {
 		return clientCert{}, err
 	}
-	return clientCert{cert: &c, desc: fmt.Sprintf("certificate %s (operator %s)", certFile, c.Leaf.Subject.CommonName)}, nil
+	role, err := pki.CertRole(c.Leaf)
+	if err != nil {
+		return clientCert{}, err
+	}
+	return clientCert{cert: &c, desc: fmt.Sprintf("certificate %s (operator %s, role %s)", certFile, c.Leaf.Subject.CommonName, role)}, nil
 }
 
 // explain adds what curectl sent to errors that are about authentication, so
@@ -331,16 +364,22 @@ func (cc clientCert) explain(err error) error {
 		return err
 	}
 	switch {
-	case st.Code() == codes.Unauthenticated:
+	case st.Code() == codes.Unauthenticated, st.Code() == codes.PermissionDenied:
 		return status.Errorf(st.Code(), "%s (curectl sent %s)", st.Message(), cc.desc)
 	case cc.cert != nil && st.Code() == codes.Unavailable && strings.Contains(st.Message(), "tls:"):
-		return status.Errorf(st.Code(), "%s (the coordinator may have refused %s: was it issued by this coordinator's CA? re-issue with `provisioner-lite pki --operator NAME`)", st.Message(), cc.desc)
+		return status.Errorf(st.Code(), "%s (the coordinator may have refused %s: was it issued by this coordinator's CA? re-issue with `provisioner-lite pki --operator NAME --role ROLE`)", st.Message(), cc.desc)
 	}
 	return err
 }
 
+// The interceptors also scrub every answer (curectl.Scrub): what a runner
+// wrote is shown, never executed by the operator's terminal.
 func (cc clientCert) unaryInterceptor(ctx context.Context, method string, req, reply any, conn *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	return cc.explain(invoker(ctx, method, req, reply, conn, opts...))
+	err := invoker(ctx, method, req, reply, conn, opts...)
+	if m, ok := reply.(proto.Message); ok && err == nil {
+		curectl.Scrub(m)
+	}
+	return cc.explain(err)
 }
 
 func (cc clientCert) streamInterceptor(ctx context.Context, desc *grpc.StreamDesc, conn *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -360,6 +399,9 @@ type explainStream struct {
 
 func (s explainStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
+	if pm, ok := m.(proto.Message); ok && err == nil {
+		curectl.Scrub(pm)
+	}
 	if err == nil || err == io.EOF {
 		return err
 	}

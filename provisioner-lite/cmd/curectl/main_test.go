@@ -32,7 +32,7 @@ func TestOperatorCertDefaults(t *testing.T) {
 		t.Fatalf("no default files: %+v, %v", cc, err)
 	}
 	// The default operator certificate is picked up.
-	if _, err := pki.IssueOperatorCert(dir, "operator"); err != nil {
+	if _, err := pki.IssueOperatorCert(dir, "operator", pki.RoleOperator); err != nil {
 		t.Fatal(err)
 	}
 	cc, err = operatorCert(ca, "", "")
@@ -40,7 +40,7 @@ func TestOperatorCertDefaults(t *testing.T) {
 		t.Fatalf("default files: %+v, %v", cc, err)
 	}
 	// Explicit files win.
-	alice, err := pki.IssueOperatorCert(dir, "alice")
+	alice, err := pki.IssueOperatorCert(dir, "alice", pki.RoleOperator)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestNodesWithOperatorCert(t *testing.T) {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))},
-		server.OperatorAuth(slog.New(slog.NewTextHandler(io.Discard, nil)))...)...)
+		server.OperatorAuth(nil, slog.New(slog.NewTextHandler(io.Discard, nil)))...)...)
 	curev1.RegisterOperatorServiceServer(gs, nodesStub{})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -93,7 +93,7 @@ func TestNodesWithOperatorCert(t *testing.T) {
 		t.Fatalf("explained error = %v", explained)
 	}
 
-	if _, err := pki.IssueOperatorCert(dir, "operator"); err != nil {
+	if _, err := pki.IssueOperatorCert(dir, "operator", pki.RoleOperator); err != nil {
 		t.Fatal(err)
 	}
 	out.Reset()

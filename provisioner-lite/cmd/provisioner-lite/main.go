@@ -20,6 +20,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
 	"github.com/cure-oss/cure/provisioner-lite/nodes"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
@@ -27,10 +28,11 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
+	"github.com/cure-oss/cure/provisioner-lite/statedir"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/keepalive"
 )
 
 type multiFlag []string
@@ -38,33 +40,74 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
+// config is everything run needs, from the flags.
+type config struct {
+	stateDir, manifestDir, nodesFile, imageDir string
+	httpListen, grpcListen, advertise, grpcAdv string
+	bmcBaseURL                                 string
+	imports                                    []string
+	timeouts                                   pipeline.Timeouts
+	budgets                                    pipeline.Budgets
+	bindBootIP                                 bool
+	tokensPerWindow                            int
+	eventLimits                                store.EventLimits
+	retention                                  store.Retention
+	httpMaxConns, grpcMaxConns                 int
+}
+
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "pki" {
-		os.Exit(pkiCmd(os.Args[2:]))
+	// Everything this process creates (state, keys, logs it writes) is
+	// private to the coordinator's user, whatever the caller's umask.
+	syscall.Umask(0o077)
+	if len(os.Args) > 1 && !strings.HasPrefix(os.Args[1], "-") {
+		switch os.Args[1] {
+		case "pki":
+			os.Exit(pkiCmd(os.Args[2:]))
+		default:
+			fmt.Fprintf(os.Stderr, "provisioner-lite: unknown command %q: want `provisioner-lite [flags]` (the coordinator) or `provisioner-lite pki [flags]`\n", os.Args[1])
+			os.Exit(2)
+		}
 	}
-	var (
-		stateDir    = flag.String("state-dir", "state", "store, PKI and artifact directory")
-		manifestDir = flag.String("manifests", "manifests/examples", "directory of SKU manifests (<sku>.yaml)")
-		nodesFile   = flag.String("nodes", "", "node inventory (YAML or CSV) imported at start")
-		imageDir    = flag.String("image-dir", "out/image", "cure-build output: vmlinuz, initramfs")
-		httpListen  = flag.String("http-listen", "127.0.0.1:8080", "boot/artifact HTTP listen address")
-		grpcListen  = flag.String("grpc-listen", "127.0.0.1:8443", "gRPC (runners and curectl) listen address")
-		advertise   = flag.String("advertise", "10.0.2.2", "host or IP nodes use to reach this coordinator")
-		bmcBase     = flag.String("bmc-base-url", "", "artifact server base URL as BMCs reach it (default: the nodes' URL)")
-		grpcAdv     = flag.String("advertise-grpc", "", "host:port nodes dial for gRPC (default: advertise host + the gRPC port)")
-		reconnect   = flag.Duration("reconnect", 3*time.Minute, "a runner gone this long counts as a disconnect")
-		bmcTimeout  = flag.Duration("bmc-timeout", 30*time.Second, "timeout of one Redfish call")
-		waitCURE    = flag.Duration("wait-cure", 10*time.Minute, "PXE boot to runner registered budget")
-		waitHost    = flag.Duration("wait-host", 15*time.Minute, "reboot to installed OS callback budget")
-		attempts    = flag.Int("phase-attempts", 3, "attempts per phase before the run fails")
-		imports     multiFlag
-	)
+	var c config
+	var imports multiFlag
+	flag.StringVar(&c.stateDir, "state-dir", "state", "store, PKI and artifact directory (0700; one coordinator at a time)")
+	flag.StringVar(&c.manifestDir, "manifests", "manifests/examples", "directory of SKU manifests (<sku>.yaml)")
+	flag.StringVar(&c.nodesFile, "nodes", "", "node inventory (YAML or CSV) imported at start")
+	flag.StringVar(&c.imageDir, "image-dir", "out/image", "cure-build output: vmlinuz, initramfs")
+	flag.StringVar(&c.httpListen, "http-listen", "127.0.0.1:8080", "boot/artifact HTTP listen address")
+	flag.StringVar(&c.grpcListen, "grpc-listen", "127.0.0.1:8443", "gRPC (runners and curectl) listen address")
+	flag.StringVar(&c.advertise, "advertise", "10.0.2.2", "host or IP nodes use to reach this coordinator")
+	flag.StringVar(&c.bmcBaseURL, "bmc-base-url", "", "artifact server base URL as BMCs reach it (default: the nodes' URL)")
+	flag.StringVar(&c.grpcAdv, "advertise-grpc", "", "host:port nodes dial for gRPC (default: advertise host + the gRPC port)")
+	flag.DurationVar(&c.timeouts.Reconnect, "reconnect", 3*time.Minute, "a runner gone this long counts as a disconnect")
+	flag.DurationVar(&c.timeouts.BMCCall, "bmc-timeout", 30*time.Second, "timeout of one Redfish call")
+	flag.DurationVar(&c.timeouts.WaitForCURE, "wait-cure", 10*time.Minute, "PXE boot to runner registered budget (also a boot token's life)")
+	flag.DurationVar(&c.timeouts.HostOS, "wait-host", 15*time.Minute, "reboot to installed OS callback budget (the callback is refused after it)")
+	flag.IntVar(&c.budgets.PhaseAttempts, "phase-attempts", 3, "attempts per phase before the run fails")
+	flag.BoolVar(&c.bindBootIP, "bind-boot-ip", true, "refuse a runner's first Hello from another IP than the one that fetched its iPXE script "+
+		"(turn off only if the site's DHCP gives iPXE and CURE different addresses)")
+	flag.IntVar(&c.tokensPerWindow, "boot-tokens-per-window", 6, "boot tokens one PXE boot of a node may mint (iPXE retries the script)")
+	flag.Int64Var(&c.eventLimits.MaxEvents, "max-run-events", store.DefaultEventLimits.MaxEvents, "runner events stored per run; past it metrics and logs are dropped")
+	flag.Int64Var(&c.eventLimits.MaxBytes, "max-run-event-bytes", store.DefaultEventLimits.MaxBytes, "bytes of runner events stored per run; past it metrics and logs are dropped")
+	flag.Int64Var(&c.eventLimits.MaxVerdicts, "max-run-verdicts", store.DefaultEventLimits.MaxVerdicts, "distinct verdicts a run's runner may report")
+	flag.DurationVar(&c.retention.RunEvents, "retention", store.DefaultRetention.RunEvents, "keep the runner's metrics and logs of finished runs this long (phases and verdicts stay)")
+	flag.DurationVar(&c.retention.Audit, "audit-retention", store.DefaultRetention.Audit, "keep audit log entries this long")
+	flag.IntVar(&c.httpMaxConns, "http-max-conns", 4096, "open connections of the boot/artifact server")
+	flag.IntVar(&c.grpcMaxConns, "grpc-max-conns", 8192, "open connections of the gRPC server")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "provisioner-lite: unexpected arguments %q\n", flag.Args())
+		os.Exit(2)
+	}
+	c.imports = imports
+	c.eventLimits.HardEvents = c.eventLimits.MaxEvents + store.DefaultEventLimits.HardEvents - store.DefaultEventLimits.MaxEvents
+	c.retention.BootTokens = store.DefaultRetention.BootTokens
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	slog.SetDefault(log)
-	if err := run(log, *stateDir, *manifestDir, *nodesFile, *imageDir, *httpListen, *grpcListen, *advertise, *grpcAdv, *bmcBase, imports,
-		pipeline.Timeouts{BMCCall: *bmcTimeout, WaitForCURE: *waitCURE, HostOS: *waitHost, Reconnect: *reconnect}, pipeline.Budgets{PhaseAttempts: *attempts}); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, log, c); err != nil {
 		log.Error("provisioner-lite", "err", err)
 		os.Exit(1)
 	}
@@ -76,7 +119,21 @@ func pkiCmd(args []string) int {
 	fs := flag.NewFlagSet("pki", flag.ExitOnError)
 	stateDir := fs.String("state-dir", "state", "state directory")
 	operator := fs.String("operator", "", "also issue (or reuse) the curectl client certificate of this operator (CN; e.g. a login name)")
+	roleName := fs.String("role", string(pki.RoleViewer), "the operator's role: viewer (read), operator (provision, audit, verify, diagnostic, burn-in) or admin (also wipe)")
 	fs.Parse(args)
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "pki: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	role, err := pki.ParseRole(*roleName)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
+		fmt.Fprintln(os.Stderr, "pki:", err)
+		return 1
+	}
 	pkiDir := filepath.Join(*stateDir, "pki")
 	ca, err := pki.EnsureCA(pkiDir)
 	if err != nil {
@@ -87,7 +144,7 @@ func pkiCmd(args []string) int {
 	if *operator == "" {
 		return 0
 	}
-	oc, err := pki.IssueOperatorCert(pkiDir, *operator)
+	oc, err := pki.IssueOperatorCert(pkiDir, *operator, role)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pki:", err)
 		return 1
@@ -96,39 +153,44 @@ func pkiCmd(args []string) int {
 	if oc.Issued {
 		what = "issued"
 	}
-	fmt.Printf("operator %s: certificate %s, key %s (%s, valid until %s)\n", oc.Name, oc.CertFile, oc.KeyFile, what, oc.NotAfter.Format(time.DateOnly))
+	fmt.Printf("operator %s (%s): certificate %s, key %s (%s, valid until %s)\n", oc.Name, oc.Role, oc.CertFile, oc.KeyFile, what, oc.NotAfter.Format(time.DateOnly))
 	fmt.Printf("use: curectl --ca %s --cert %s --key %s ...\n", filepath.Join(pkiDir, pki.CACertFile), oc.CertFile, oc.KeyFile)
 	return 0
 }
 
-func run(log *slog.Logger, stateDir, manifestDir, nodesFile, imageDir, httpListen, grpcListen, advertise, grpcAdvertise, bmcBaseURL string,
-	imports []string, timeouts pipeline.Timeouts, budgets pipeline.Budgets) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+func run(ctx context.Context, log *slog.Logger, c config) error {
+	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 
-	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+	sd, err := statedir.Open(c.stateDir, log)
+	if err != nil {
 		return err
 	}
-	st, err := store.Open(filepath.Join(stateDir, "cure.db"))
+	defer sd.Close()
+	st, err := store.Open(sd.Join(statedir.DBFile), store.WithStateKey(sd.Key))
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer st.Close()
 
-	if nodesFile != "" {
-		ns, err := nodes.Load(nodesFile)
+	if c.nodesFile != "" {
+		ns, err := nodes.Load(c.nodesFile)
 		if err != nil {
 			return err
 		}
 		for _, n := range ns {
+			if n.BMCInsecure {
+				log.Warn("BMC TLS verification is off for this node, as its inventory says: a peer on the BMC network can read its password",
+					"node", n.ID, "bmc", n.BMCURL)
+			}
 			if err := st.UpsertNode(ctx, n); err != nil {
 				return fmt.Errorf("import node %s: %w", n.ID, err)
 			}
 		}
-		log.Info("node inventory imported", "file", nodesFile, "nodes", len(ns))
+		log.Info("node inventory imported", "file", c.nodesFile, "nodes", len(ns))
 	}
-	artifactDir := filepath.Join(stateDir, "artifacts")
-	for _, f := range imports {
+	artifactDir := sd.Join("artifacts")
+	for _, f := range c.imports {
 		sum, size, err := bootserver.ImportArtifact(artifactDir, f)
 		if err != nil {
 			return fmt.Errorf("import artifact %s: %w", f, err)
@@ -136,76 +198,78 @@ func run(log *slog.Logger, stateDir, manifestDir, nodesFile, imageDir, httpListe
 		log.Info("artifact imported", "file", f, "sha256", sum, "size", size)
 	}
 
-	_, httpPort, err := net.SplitHostPort(httpListen)
+	_, httpPort, err := net.SplitHostPort(c.httpListen)
 	if err != nil {
 		return fmt.Errorf("--http-listen: %w", err)
 	}
-	_, grpcPort, err := net.SplitHostPort(grpcListen)
+	_, grpcPort, err := net.SplitHostPort(c.grpcListen)
 	if err != nil {
 		return fmt.Errorf("--grpc-listen: %w", err)
 	}
-	baseURL := "http://" + net.JoinHostPort(advertise, httpPort)
+	baseURL := "http://" + net.JoinHostPort(c.advertise, httpPort)
 
-	pkiDir := filepath.Join(stateDir, "pki")
+	pkiDir := sd.Join("pki")
 	if _, err := pki.EnsureCA(pkiDir); err != nil {
 		return err
 	}
-	tlsCfg, err := pki.ServerTLSConfig(pkiDir, []string{advertise, "127.0.0.1", "localhost"})
+	tlsCfg, err := pki.ServerTLSConfig(pkiDir, []string{c.advertise, "127.0.0.1", "localhost"})
 	if err != nil {
 		return err
 	}
 
+	rec := audit.New(st, log, 0)
 	hub := sessions.NewHub()
 	eng := pipeline.New(ctx, pipeline.Config{
-		Store: st, Hub: hub, Log: log,
+		Store: st, Hub: hub, Log: log, Audit: rec,
 		ConnectBMC: func(ctx context.Context, n store.Node) (pipeline.BMC, error) {
 			return redfish.Connect(ctx, redfish.Endpoint{URL: n.BMCURL, Username: n.BMCUser, Password: n.BMCPassword, Insecure: true},
-				redfish.Options{Timeout: timeouts.BMCCall, Logger: log})
+				redfish.Options{Timeout: c.timeouts.BMCCall, Logger: log})
 		},
-		Manifests:   &pipeline.Catalog{Dir: manifestDir},
-		ArtifactDir: artifactDir,
-		BaseURL:     baseURL,
-		BMCBaseURL:  bmcBaseURL,
-		RunnerAddr:  nonEmpty(grpcAdvertise, net.JoinHostPort(advertise, grpcPort)),
-		Timeouts:    timeouts,
-		Budgets:     budgets,
+		Manifests:       &pipeline.Catalog{Dir: c.manifestDir},
+		ArtifactDir:     artifactDir,
+		BaseURL:         baseURL,
+		BMCBaseURL:      c.bmcBaseURL,
+		RunnerAddr:      nonEmpty(c.grpcAdv, net.JoinHostPort(c.advertise, grpcPort)),
+		Timeouts:        c.timeouts,
+		Budgets:         c.budgets,
+		TokensPerWindow: c.tokensPerWindow,
 	})
 
-	bs, err := bootserver.New(bootserver.Config{ImageDir: imageDir, ArtifactDir: artifactDir, BaseURL: baseURL, Logger: log}, eng)
+	bs, err := bootserver.New(bootserver.Config{ImageDir: c.imageDir, ArtifactDir: artifactDir, BaseURL: baseURL, Logger: log,
+		Limits: bootserver.Limits{MaxConns: c.httpMaxConns}}, eng)
 	if err != nil {
 		return err
 	}
-	httpSrv := &http.Server{Addr: httpListen, Handler: bs.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	hl, err := net.Listen("tcp", httpListen)
+	httpSrv := bs.HTTPServer()
+	hl, err := net.Listen("tcp", c.httpListen)
 	if err != nil {
 		return err
 	}
 
 	// Runners and operators share the listener: TLS verifies a client
-	// certificate when one is sent, and OperatorAuth requires an operator
-	// certificate on OperatorService only (runners use their boot token).
-	opts := append([]grpc.ServerOption{
-		grpc.Creds(credentials.NewTLS(tlsCfg)),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	}, server.OperatorAuth(log)...)
+	// certificate when one is sent, and OperatorAuth lets only the runner
+	// session through without an operator certificate.
+	opts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, server.ServerOptions(server.Limits{})...)
+	opts = append(opts, server.OperatorAuth(rec, log)...)
 	gs := grpc.NewServer(opts...)
-	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log})
+	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Audit: rec, Guard: eng,
+		BindPeer: c.bindBootIP, Limits: c.eventLimits})
 	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng})
-	gl, err := net.Listen("tcp", grpcListen)
+	gl, err := net.Listen("tcp", c.grpcListen)
 	if err != nil {
+		hl.Close()
 		return err
 	}
 
 	errc := make(chan error, 2)
-	go func() { errc <- httpSrv.Serve(hl) }()
-	go func() { errc <- gs.Serve(gl) }()
-	go st.PruneBootTokensEvery(ctx, 10*time.Minute, time.Hour, log)
+	go func() { errc <- httpSrv.Serve(bs.Listener(hl)) }()
+	go func() { errc <- gs.Serve(netutil.LimitListener(gl, c.grpcMaxConns)) }()
+	go st.Maintain(ctx, 10*time.Minute, c.retention, log)
 	n, err := eng.Resume(ctx)
 	if err != nil {
 		return err
 	}
-	log.Info("provisioner-lite ready", "http", httpListen, "grpc", grpcListen, "advertise", advertise, "resumed_runs", n, "state", stateDir)
+	log.Info("provisioner-lite ready", "http", c.httpListen, "grpc", c.grpcListen, "advertise", c.advertise, "resumed_runs", n, "state", sd.Path)
 
 	select {
 	case <-ctx.Done():

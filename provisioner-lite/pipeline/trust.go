@@ -1,0 +1,247 @@
+package pipeline
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/audit"
+	"github.com/cure-oss/cure/provisioner-lite/bootserver"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/provisioner-lite/textsafe"
+	"github.com/cure-oss/cure/tools/blockdev"
+)
+
+// What the engine hands out to nodes, and when (docs/SECURITY.md).
+
+// openBootWindow marks that the coordinator has just armed a one-time PXE
+// boot into CURE: only now may the boot server mint tokens for the run, and
+// the first boot to register closes the window again.
+func openBootWindow(r *store.Run) {
+	r.Data["boot"] = "cure"
+	r.Data["cure_window"] = fmt.Sprintf("w%d", time.Now().UnixNano())
+}
+
+func bootWindow(r store.Run) string { return nonEmpty(r.Data["cure_window"], "w0") }
+
+// BootDecision implements bootserver.Coordinator: a node boots CURE only
+// while its active run has an open boot window; each answer then mints a
+// per-boot token bound to the run, the window and the requesting address.
+func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver.Decision, error) {
+	n, err := e.cfg.Store.NodeByMAC(ctx, mac)
+	if err != nil {
+		return bootserver.Decision{}, fmt.Errorf("mac %s is not registered: %w", mac, err)
+	}
+	r, err := e.cfg.Store.LatestRun(ctx, n.ID)
+	if err != nil || (r.Status != StatusRunning && r.Status != StatusPending) {
+		return bootserver.Decision{Boot: false, Reason: "no active run"}, nil
+	}
+	if r.Data["boot"] != "cure" {
+		return bootserver.Decision{Boot: false, Reason: "run " + r.ID + " wants the installed OS"}, nil
+	}
+	window := bootWindow(r)
+	ws, err := e.cfg.Store.BootWindow(ctx, r.ID, window)
+	if err != nil {
+		return bootserver.Decision{}, err
+	}
+	if ws.Bound != nil {
+		return bootserver.Decision{Boot: false, Reason: fmt.Sprintf("run %s: boot %s already registered in this boot window", r.ID, ws.Bound.BootID)}, nil
+	}
+	limited := ""
+	switch {
+	case ws.Issued >= e.cfg.TokensPerWindow:
+		limited = fmt.Sprintf("%d boot tokens already issued in this boot window", ws.Issued)
+	case !e.tokens.allow(n.ID):
+		limited = fmt.Sprintf("more than %d boot tokens for the node in %s", e.cfg.TokensPerNode, e.cfg.TokenPeriod)
+	}
+	if limited != "" {
+		e.cfg.Audit.Security(ctx, store.AuditEntry{Actor: n.ID, Peer: peer, Action: audit.BootTokenRateLimit, RunID: r.ID, Nodes: []string{n.ID},
+			Result: "refused", Detail: "iPXE script for " + mac + ": " + limited})
+		return bootserver.Decision{}, fmt.Errorf("node %s: %s: %w", n.ID, limited, bootserver.ErrRateLimited)
+	}
+	tok := NewToken()
+	if err := e.cfg.Store.IssueBootToken(ctx, store.BootToken{
+		Hash: store.TokenHash(tok), NodeID: n.ID, RunID: r.ID, Window: window, Peer: peer,
+		Issued: time.Now(), Expires: time.Now().Add(e.cfg.Timeouts.WaitForCURE),
+	}); err != nil {
+		return bootserver.Decision{}, err
+	}
+	e.coordEvent(ctx, r, r.Phase, "info", "", fmt.Sprintf("iPXE script served to %s from %s; per-boot token %d of at most %d in this boot window",
+		mac, peer, ws.Issued+1, e.cfg.TokensPerWindow), 0)
+	return bootserver.Decision{
+		Boot:    true,
+		Cmdline: fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", e.cfg.RunnerAddr, e.cfg.BaseURL, n.ID, tok),
+		Reason:  "run " + r.ID,
+	}, nil
+}
+
+// HostReady implements bootserver.Coordinator: the installed OS phoned home.
+// It is accepted once, only while the run waits for it after the reboot out
+// of CURE, before the wait's deadline, and with the token minted for the
+// last os_install; the form is read only after all that.
+func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, readForm func() (url.Values, error)) error {
+	if _, err := e.cfg.Store.GetNode(ctx, nodeID); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("node %s: %w", nodeID, bootserver.ErrUnknownNode)
+		}
+		return err
+	}
+	r, rerr := e.cfg.Store.LatestRun(ctx, nodeID)
+	refuse := func(why string) error {
+		e.cfg.Audit.Security(ctx, store.AuditEntry{Actor: nodeID, Peer: peer, Action: audit.HostCallback, RunID: r.ID, Nodes: []string{nodeID},
+			Result: "refused", Detail: why})
+		return fmt.Errorf("host callback of node %s: %s: %w", nodeID, why, bootserver.ErrUnauthorized)
+	}
+	if rerr != nil {
+		return refuse("the node has no run")
+	}
+	want := r.Data["host_token_sha256"]
+	if want == "" || subtle.ConstantTimeCompare([]byte(store.TokenHash(token)), []byte(want)) != 1 {
+		return refuse("token is not the host token of run " + r.ID)
+	}
+	if r.Status != StatusRunning || r.Phase != modes.WaitForHostOS {
+		return refuse(fmt.Sprintf("run %s is %s in %s, not waiting for the installed OS", r.ID, r.Status, nonEmpty(r.Phase, "no phase")))
+	}
+	rebooted, err := time.Parse(time.RFC3339Nano, r.Data["host_rebooted_at"])
+	if err != nil {
+		return refuse("the coordinator has not rebooted the node out of CURE yet")
+	}
+	if time.Since(rebooted) > e.cfg.Timeouts.HostOS {
+		return refuse(fmt.Sprintf("the wait for the installed OS ended %s after the reboot", e.cfg.Timeouts.HostOS))
+	}
+	if s := e.cfg.Hub.Current(nodeID); s != nil && s.RunID == r.ID {
+		return refuse("CURE is still connected for this run: the installed OS cannot be up")
+	}
+	form, err := readForm()
+	if err != nil {
+		return err
+	}
+	var parts []string
+	for _, k := range []string{"instance_id", "hostname", "boot_id", "uptime_ms"} {
+		if v := form.Get(k); v != "" {
+			parts = append(parts, k+"="+textsafe.BoundedLine(v, 128))
+		}
+	}
+	// One callback per wait: the event's (boot id, seq) key makes a replay a no-op the store refuses.
+	_, inserted, err := e.cfg.Store.AppendEvent(ctx, store.Event{
+		RunID: r.ID, NodeID: nodeID, Source: "hostos", BootID: "host-ready/" + r.Data["host_wait_from"], Seq: 1,
+		Time: time.Now().UTC(), Phase: modes.WaitForHostOS, Kind: KindHostReady,
+		Message: "host OS called back ready from " + peer + ": " + strings.Join(parts, " "),
+	})
+	if err != nil {
+		return err
+	}
+	if !inserted {
+		return refuse("already called back for this wait (replay)")
+	}
+	return nil
+}
+
+// IdentityContested implements server.RunGuard: two boots claimed one boot
+// window, so nobody can tell which is the node. The run stops in attention
+// for an operator, its sessions are closed and its tokens deleted.
+func (e *Engine) IdentityContested(ctx context.Context, runID, detail string) {
+	e.mu.Lock()
+	cancel, running := e.running[runID]
+	if running {
+		e.contested[runID] = detail
+	}
+	e.mu.Unlock()
+	e.cfg.Hub.CloseRun(runID)
+	if running {
+		cancel() // the run's goroutine ends and its launcher calls stopContested
+		return
+	}
+	e.stopContested(runID, detail)
+}
+
+func (e *Engine) stopContested(runID, detail string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := e.cfg.Store.GetRun(ctx, runID)
+	if err != nil || (r.Status != StatusRunning && r.Status != StatusPending) {
+		return
+	}
+	if r.Data == nil {
+		r.Data = map[string]string{}
+	}
+	e.finish(ctx, &r, StatusAttention, "runner identity contested, run stopped: "+detail)
+}
+
+// psidsFor returns the PSIDs an assignment may carry: only the disks the
+// manifest's wipe selector picks from the inventory the runner reported (the
+// boot medium never), and only those the node inventory has a PSID for.
+func (e *Engine) psidsFor(n store.Node, manifest string, inv *curev1.Inventory) (map[string]string, error) {
+	if len(n.PSIDs) == 0 {
+		return nil, nil
+	}
+	_, sku, err := e.cfg.Manifests.Load(manifest)
+	if err != nil {
+		return nil, err
+	}
+	w := sku.Spec.Wipe
+	if w == nil || w.Policy == "" || w.Policy == "none" {
+		return nil, nil
+	}
+	sel := blockdev.Selector{Transport: w.Disks.Transport, Model: w.Disks.Model, Serial: w.Disks.Serial, Name: w.Disks.Name,
+		MinSize: uint64(w.Disks.MinSize), MaxSize: uint64(w.Disks.MaxSize)}
+	if sel.IsEmpty() {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, d := range inv.GetDisks() {
+		if d.GetBootMedium() || d.GetSerial() == "" {
+			continue
+		}
+		ok, err := sel.Matches(blockdev.Disk{Name: d.GetName(), SizeBytes: d.GetSizeBytes(), Model: d.GetModel(), Serial: d.GetSerial(), Transport: d.GetTransport()})
+		if err != nil {
+			return nil, err
+		}
+		if psid := n.PSIDs[d.GetSerial()]; ok && psid != "" {
+			out[d.GetSerial()] = psid
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// tokenLimiter bounds the boot tokens one node may get in a period, across
+// boot windows: a peer asking for a node's script in a loop gets refusals,
+// not tokens and timeline entries.
+type tokenLimiter struct {
+	max    int
+	period time.Duration
+	mu     sync.Mutex
+	issued map[string][]time.Time
+}
+
+func newTokenLimiter(max int, period time.Duration) *tokenLimiter {
+	return &tokenLimiter{max: max, period: period, issued: map[string][]time.Time{}}
+}
+
+func (l *tokenLimiter) allow(node string) bool {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	recent := l.issued[node][:0]
+	for _, t := range l.issued[node] {
+		if now.Sub(t) < l.period {
+			recent = append(recent, t)
+		}
+	}
+	if len(recent) >= l.max {
+		l.issued[node] = recent
+		return false
+	}
+	l.issued[node] = append(recent, now)
+	return true
+}

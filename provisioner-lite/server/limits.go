@@ -1,0 +1,47 @@
+package server
+
+import (
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Limits are what a hostile peer meets on the gRPC port (docs/SECURITY.md);
+// zero fields take the defaults.
+type Limits struct {
+	MaxConcurrentStreams uint32        // per connection (default 32)
+	MaxRecvMsgSize       int           // bytes (default 1 MiB)
+	MaxSendMsgSize       int           // bytes (default 16 MiB)
+	HandshakeTimeout     time.Duration // TLS and HTTP/2 setup (default 10s)
+	MaxConnectionIdle    time.Duration // a connection without streams (default 5 min)
+}
+
+// ServerOptions are the transport options of the coordinator's gRPC server:
+// explicit message and stream limits, a handshake deadline, and keepalives
+// that find dead runners (a node powered off mid-session sends no FIN).
+func ServerOptions(l Limits) []grpc.ServerOption {
+	if l.MaxConcurrentStreams == 0 {
+		l.MaxConcurrentStreams = 32
+	}
+	if l.MaxRecvMsgSize == 0 {
+		l.MaxRecvMsgSize = 1 << 20
+	}
+	if l.MaxSendMsgSize == 0 {
+		l.MaxSendMsgSize = 16 << 20
+	}
+	if l.HandshakeTimeout == 0 {
+		l.HandshakeTimeout = 10 * time.Second
+	}
+	if l.MaxConnectionIdle == 0 {
+		l.MaxConnectionIdle = 5 * time.Minute
+	}
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(l.MaxConcurrentStreams),
+		grpc.MaxRecvMsgSize(l.MaxRecvMsgSize),
+		grpc.MaxSendMsgSize(l.MaxSendMsgSize),
+		grpc.ConnectionTimeout(l.HandshakeTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: l.MaxConnectionIdle}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+}

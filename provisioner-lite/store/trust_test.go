@@ -1,0 +1,398 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func issue(t *testing.T, s *Store, token, run, window, peer string, expires time.Time) {
+	t.Helper()
+	if err := s.IssueBootToken(ctxT(t), BootToken{Hash: TokenHash(token), NodeID: "n1", RunID: run, Window: window, Peer: peer, Expires: expires}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func bind(s *Store, token, boot, secret, peer string) (string, BootToken, error) {
+	return s.BindBootToken(context.Background(), BindRequest{Hash: TokenHash(token), BootID: boot, SessionHash: TokenHash(secret), Peer: peer, RequirePeer: true})
+}
+
+func runningRun(t *testing.T, s *Store, id string) {
+	t.Helper()
+	if err := s.CreateRun(ctxT(t), Run{ID: id, NodeID: "n1", Status: RunRunning}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A token is consumed by the first Hello and bound to that boot: the same boot
+// resumes with its secret, anybody else is refused, and a second boot in the
+// same window is a contest, not a silent merge.
+func TestBootTokenBinding(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := ctxT(t)
+	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
+	runningRun(t, s, "r1")
+	hour := time.Now().Add(time.Hour)
+	issue(t, s, "a", "r1", "w1", "10.0.0.5", hour)
+	issue(t, s, "b", "r1", "w1", "10.0.0.5", hour) // an iPXE retry in the same window
+	issue(t, s, "expired", "r1", "w1", "10.0.0.5", time.Now().Add(-time.Second))
+
+	if _, _, err := bind(s, "a", "boot1", "secret1", "10.0.0.9"); !errors.Is(err, ErrPeerMismatch) {
+		t.Fatalf("bind from another address: %v, want ErrPeerMismatch", err)
+	}
+	if _, _, err := bind(s, "expired", "boot1", "secret1", "10.0.0.5"); !errors.Is(err, ErrExpired) {
+		t.Fatalf("bind of an expired token: %v, want ErrExpired", err)
+	}
+	if _, _, err := bind(s, "nope", "boot1", "secret1", "10.0.0.5"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("bind of an unknown token: %v, want ErrNotFound", err)
+	}
+	out, tok, err := bind(s, "a", "boot1", "secret1", "10.0.0.5")
+	if err != nil || out != Bound || tok.RunID != "r1" || tok.BootID != "boot1" {
+		t.Fatalf("first Hello: %q %+v %v", out, tok, err)
+	}
+	// The same boot reconnecting, even from elsewhere (NAT rebinding), resumes.
+	if out, _, err := bind(s, "a", "boot1", "secret1", "10.0.0.6"); err != nil || out != Resumed {
+		t.Fatalf("reconnect of the same boot: %q %v", out, err)
+	}
+	var ce *ContestedError
+	if _, _, err := bind(s, "a", "boot1", "guessed", "10.0.0.5"); !errors.As(err, &ce) || ce.Bound.BootID != "boot1" {
+		t.Fatalf("token reused with another secret: %v, want ContestedError naming boot1", err)
+	}
+	if _, _, err := bind(s, "a", "boot2", "secret2", "10.0.0.5"); !errors.As(err, &ce) {
+		t.Fatalf("token reused by another boot: %v, want ContestedError", err)
+	}
+	// The window's other token was revoked when a boot registered: presenting it is a contest.
+	if _, _, err := bind(s, "b", "boot2", "secret2", "10.0.0.5"); !errors.As(err, &ce) || ce.Token.Hash != TokenHash("b") {
+		t.Fatalf("second token of a closed window: %v, want ContestedError", err)
+	}
+	ws, err := s.BootWindow(ctx, "r1", "w1")
+	if err != nil || ws.Issued != 3 || ws.Bound == nil || ws.Bound.BootID != "boot1" {
+		t.Fatalf("window state: %+v %v", ws, err)
+	}
+
+	// A new window (reboot into CURE) supersedes the old binding.
+	issue(t, s, "c", "r1", "w2", "10.0.0.5", hour)
+	if out, _, err := bind(s, "c", "boot3", "secret3", "10.0.0.5"); err != nil || out != Bound {
+		t.Fatalf("bind in the next window: %q %v", out, err)
+	}
+	if _, _, err := bind(s, "a", "boot1", "secret1", "10.0.0.5"); !errors.Is(err, ErrStale) {
+		t.Fatalf("old boot after a newer one registered: %v, want ErrStale", err)
+	}
+
+	// The run ends: nothing of it can attach any more.
+	if err := s.DeleteRunBootTokens(ctx, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := bind(s, "c", "boot3", "secret3", "10.0.0.5"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("token of an ended run: %v, want ErrNotFound", err)
+	}
+	var n int
+	if err := s.r.QueryRow(`SELECT count(*) FROM boot_tokens`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("tokens left: %d %v", n, err)
+	}
+}
+
+func TestEndBootWindowAndPrune(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := ctxT(t)
+	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
+	runningRun(t, s, "r1")
+	if err := s.CreateRun(ctx, Run{ID: "done", NodeID: "n1", Status: RunSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	issue(t, s, "late", "r1", "w1", "", time.Now().Add(time.Hour))
+	issue(t, s, "old", "r1", "w1", "", time.Now().Add(-2*time.Hour))
+	issue(t, s, "ofdone", "done", "w1", "", time.Now().Add(time.Hour))
+	if err := s.EndBootWindow(ctx, "r1", "w1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := bind(s, "late", "b", "s", ""); !errors.Is(err, ErrStale) {
+		t.Fatalf("token of an ended window: %v, want ErrStale", err)
+	}
+	if n, err := s.PruneBootTokens(ctx, time.Now().Add(-time.Hour)); err != nil || n != 2 {
+		t.Fatalf("PruneBootTokens = %d %v; want the expired one and the finished run's", n, err)
+	}
+	if _, err := s.LookupBootToken(ctx, TokenHash("late")); err != nil {
+		t.Fatalf("recently revoked token pruned too early: %v", err)
+	}
+}
+
+// The database holds no literal secret: passwords and PSIDs are sealed under
+// a key that is not in it, and tokens are only hashes.
+func TestSecretsSealedAtRest(t *testing.T) {
+	s, path := openTest(t)
+	ctx := ctxT(t)
+	n := testNode("n1", "52:54:00:00:00:01")
+	n.BMCPassword = "hunter2-bmc-password"
+	mustNode(t, s, n)
+	ref := testNode("n2", "52:54:00:00:00:02")
+	ref.BMCPassword, ref.BMCPasswordRef = "", "env:BMC_PW"
+	mustNode(t, s, ref)
+	runningRun(t, s, "r1")
+	issue(t, s, "live-boot-token-value", "r1", "w", "", time.Now().Add(time.Hour))
+	got, err := s.GetNode(ctx, "n1")
+	if err != nil || got.BMCPassword != n.BMCPassword || got.PSIDs["S3EVNX0K"] != n.PSIDs["S3EVNX0K"] {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	if got, _ := s.GetNode(ctx, "n2"); got.BMCPasswordRef != "env:BMC_PW" || got.BMCPassword != "" {
+		t.Fatalf("password reference round trip: %+v", got)
+	}
+	// Read while open (the WAL holds the recent writes) and after close
+	// (checkpointed into the main file).
+	files := map[string][]byte{}
+	for _, f := range []string{path, path + "-wal"} {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[f+" (open)"] = raw
+	}
+	s.Close()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files[path+" (closed)"] = raw
+	for f, raw := range files {
+		for _, secret := range []string{"hunter2-bmc-password", n.PSIDs["S3EVNX0K"], "live-boot-token-value"} {
+			if bytes.Contains(raw, []byte(secret)) {
+				t.Errorf("%s holds %q in clear", filepath.Base(f), secret)
+			}
+		}
+	}
+	// Another key (another state dir's) opens nothing; no key opens nothing.
+	other, err := Open(path, WithStateKey([]byte("ffffffffffffffffffffffffffffffff")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.GetNode(ctx, "n1"); err == nil || !strings.Contains(err.Error(), "does not open") {
+		t.Errorf("GetNode with another key: %v", err)
+	}
+	other.Close()
+	nokey, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nokey.Close()
+	if _, err := nokey.GetNode(ctx, "n1"); !errors.Is(err, ErrNoStateKey) {
+		t.Errorf("GetNode without a key: %v, want ErrNoStateKey", err)
+	}
+	if err := nokey.UpsertNode(ctx, testNode("n3", "52:54:00:00:00:03")); !errors.Is(err, ErrNoStateKey) {
+		t.Errorf("UpsertNode of a literal secret without a key: %v, want ErrNoStateKey", err)
+	}
+}
+
+// A database written by the previous schema, with clear passwords, PSIDs and
+// host tokens, is sealed on the first open with a key.
+func TestUpgradeSealsOldClearSecrets(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cure.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	if err := migrateTo(ctx, db, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO nodes (id, bmc_password, psids, updated_at) VALUES ('n1', 'clear-pw', '{"SER":"ABCDEFGHIJKLMNOPQRSTUVWXYZ012345"}', 0);
+INSERT INTO runs (id, node_id, status, data, created_at) VALUES ('r1', 'n1', 'succeeded', '{"host_token":"clear-host-token","k":"v"}', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err := Open(path, WithStateKey(testKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.GetNode(ctx, "n1")
+	if err != nil || n.BMCPassword != "clear-pw" || n.PSIDs["SER"] == "" {
+		t.Fatalf("node after upgrade: %+v %v", n, err)
+	}
+	r, err := s.GetRun(ctx, "r1")
+	if err != nil || r.Data["host_token"] != "" || r.Data["k"] != "v" {
+		t.Fatalf("run data after upgrade: %+v %v", r.Data, err)
+	}
+	var pw, psids string
+	if err := s.r.QueryRow(`SELECT bmc_password, psids FROM nodes WHERE id = 'n1'`).Scan(&pw, &psids); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(pw, sealedPrefix) || !strings.HasPrefix(psids, sealedPrefix) {
+		t.Fatalf("after upgrade the columns are %q / %q, want sealed", pw, psids)
+	}
+	s.Close()
+}
+
+// The database and its WAL and SHM files are 0600 whatever the umask, and a
+// wider file left by an older coordinator is narrowed.
+func TestDatabaseFilesPrivate(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cure.db")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(path, WithStateKey(testKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		st, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s is %v, want 0600", filepath.Base(f), st.Mode().Perm())
+		}
+	}
+}
+
+func TestRunnerEventCaps(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := ctxT(t)
+	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
+	runningRun(t, s, "r1")
+	lim := EventLimits{MaxEvents: 5, MaxBytes: 1000, HardEvents: 8, MaxVerdicts: 2}
+	ev := func(seq uint64, kind, msg string) Event {
+		return Event{RunID: "r1", NodeID: "n1", BootID: "b", Seq: seq, Kind: kind, Message: msg}
+	}
+	seq := uint64(0)
+	next := func() uint64 { seq++; return seq }
+	for i := 0; i < 5; i++ {
+		if res, err := s.AppendRunnerEvent(ctx, ev(next(), "metric", "m=1"), nil, lim); err != nil || !res.Inserted {
+			t.Fatalf("metric %d: %+v %v", i, res, err)
+		}
+	}
+	// Over the soft cap: metrics and logs are acked but dropped.
+	res, err := s.AppendRunnerEvent(ctx, ev(next(), "log", "chatty"), nil, lim)
+	if err != nil || res.Inserted || !res.Dropped {
+		t.Fatalf("log over the cap: %+v %v, want dropped", res, err)
+	}
+	// Phase events and verdicts still land, up to the hard cap.
+	if res, err := s.AppendRunnerEvent(ctx, ev(next(), "phase_end", "ok"), nil, lim); err != nil || !res.Inserted {
+		t.Fatalf("phase_end over the soft cap: %+v %v", res, err)
+	}
+	v := func(c string) *Verdict { return &Verdict{RunID: "r1", Component: c, Check: "wipe", Status: "PASS"} }
+	if _, err := s.AppendRunnerEvent(ctx, ev(next(), "verdict", "disk/a"), v("disk/a"), lim); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendRunnerEvent(ctx, ev(next(), "verdict", "disk/b"), v("disk/b"), lim); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendRunnerEvent(ctx, ev(next(), "verdict", "disk/c"), v("disk/c"), lim); !errors.Is(err, ErrRunCap) {
+		t.Fatalf("third distinct verdict: %v, want ErrRunCap", err)
+	}
+	if _, err := s.AppendRunnerEvent(ctx, ev(next(), "phase_start", ""), nil, lim); !errors.Is(err, ErrRunCap) {
+		t.Fatalf("event past the hard cap: %v, want ErrRunCap", err)
+	}
+	// A replay of a stored event is still acknowledged.
+	if res, err := s.AppendRunnerEvent(ctx, ev(1, "metric", "m=1"), nil, lim); err != nil || res.Inserted || res.Dropped || res.ID == 0 {
+		t.Fatalf("replay: %+v %v", res, err)
+	}
+	u, err := s.Usage(ctx, "r1")
+	if err != nil || u.Events != 8 || u.Dropped != 1 || u.Verdicts != 2 {
+		t.Fatalf("usage: %+v %v", u, err)
+	}
+	// Bytes: one oversized log is dropped, it does not fill the disk.
+	runningRun(t, s, "r2")
+	if res, err := s.AppendRunnerEvent(ctx, Event{RunID: "r2", BootID: "b", Seq: 1, Kind: "log", Message: strings.Repeat("x", 2000)}, nil, lim); err != nil || !res.Dropped {
+		t.Fatalf("oversized log: %+v %v", res, err)
+	}
+	// A finished run takes nothing more.
+	r, _ := s.GetRun(ctx, "r1")
+	r.Status = RunSucceeded
+	if err := s.UpdateRun(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendRunnerEvent(ctx, ev(next(), "verdict", "disk/a"), v("disk/a"), lim); !errors.Is(err, ErrRunInactive) {
+		t.Fatalf("event for a finished run: %v, want ErrRunInactive", err)
+	}
+}
+
+func TestRetention(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := ctxT(t)
+	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
+	runningRun(t, s, "old")
+	runningRun(t, s, "live")
+	for _, run := range []string{"old", "live"} {
+		for i, kind := range []string{"metric", "log", "phase_end", "verdict"} {
+			var v *Verdict
+			if kind == "verdict" {
+				v = &Verdict{RunID: run, Component: "gpu/0", Check: "ecc", Status: "PASS"}
+			}
+			if _, err := s.AppendRunnerEvent(ctx, Event{RunID: run, BootID: "b", Seq: uint64(i + 1), Kind: kind}, v, DefaultEventLimits); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r, _ := s.GetRun(ctx, "old")
+	r.Status, r.EndedAt = RunSucceeded, time.Now().Add(-40*24*time.Hour)
+	if err := s.UpdateRun(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendAudit(ctx, AuditEntry{Kind: AuditOperator, Actor: "alice", Action: "x", Time: time.Now().Add(-400 * 24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	s.prune(ctx, time.Now(), DefaultRetention, slog.New(slog.DiscardHandler))
+	kinds := func(run string) string {
+		evs, _ := s.Events(ctx, run, 0, 0)
+		var k []string
+		for _, e := range evs {
+			k = append(k, e.Kind)
+		}
+		return strings.Join(k, ",")
+	}
+	if got := kinds("old"); got != "phase_end,verdict" {
+		t.Errorf("finished run after retention: %s, want phase_end,verdict", got)
+	}
+	if got := kinds("live"); got != "metric,log,phase_end,verdict" {
+		t.Errorf("active run after retention: %s", got)
+	}
+	if vs, _ := s.Verdicts(ctx, "old"); len(vs) != 1 {
+		t.Errorf("verdicts of the finished run: %+v", vs)
+	}
+	if a, _ := s.AuditLog(ctx, AuditFilter{}); len(a) != 0 {
+		t.Errorf("audit entries past retention: %+v", a)
+	}
+}
+
+func TestAuditLog(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := ctxT(t)
+	for i, a := range []AuditEntry{
+		{Kind: AuditOperator, Actor: "alice", Role: "admin", Action: "/cure.v1.OperatorService/Provision", Nodes: []string{"n1", "n2"}, Result: "OK"},
+		{Kind: AuditSecurity, Actor: "n2", Peer: "10.0.0.9", Action: "boot_token_reused", Result: "refused"},
+		{Kind: AuditOperator, Actor: "bob", Role: "viewer", Action: "/cure.v1.OperatorService/Provision", Nodes: []string{"n3"}, Result: "PermissionDenied"},
+	} {
+		a.Time = time.Now().Add(time.Duration(i) * time.Second)
+		if err := s.AppendAudit(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := s.AuditLog(ctx, AuditFilter{})
+	if err != nil || len(all) != 3 || all[0].Actor != "bob" {
+		t.Fatalf("newest first: %+v %v", all, err)
+	}
+	if sec, _ := s.AuditLog(ctx, AuditFilter{Kind: AuditSecurity}); len(sec) != 1 || sec[0].Peer != "10.0.0.9" {
+		t.Fatalf("security entries: %+v", sec)
+	}
+	if n2, _ := s.AuditLog(ctx, AuditFilter{Node: "n2"}); len(n2) != 2 {
+		t.Fatalf("entries naming n2: %+v", n2)
+	}
+	if page, _ := s.AuditLog(ctx, AuditFilter{BeforeID: all[0].ID, Limit: 1}); len(page) != 1 || page[0].ID != all[1].ID {
+		t.Fatalf("paging: %+v", page)
+	}
+	if err := s.AppendAudit(ctx, AuditEntry{Kind: "other"}); err == nil {
+		t.Fatal("unknown kind accepted")
+	}
+}
