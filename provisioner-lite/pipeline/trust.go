@@ -67,10 +67,17 @@ func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver
 		return bootserver.Decision{}, fmt.Errorf("node %s: %s: %w", n.ID, limited, bootserver.ErrRateLimited)
 	}
 	tok := NewToken()
-	if err := e.cfg.Store.IssueBootToken(ctx, store.BootToken{
+	err = e.cfg.Store.IssueBootToken(ctx, store.BootToken{
 		Hash: store.TokenHash(tok), NodeID: n.ID, RunID: r.ID, Window: window, Peer: peer,
 		Issued: time.Now(), Expires: time.Now().Add(e.cfg.Timeouts.WaitForCURE),
-	}); err != nil {
+	}, e.cfg.TokensPerWindow)
+	if errors.Is(err, store.ErrWindowFull) {
+		// Lost a race with a concurrent request for the same window.
+		e.cfg.Audit.Security(ctx, store.AuditEntry{Actor: n.ID, Peer: peer, Action: audit.BootTokenRateLimit, RunID: r.ID, Nodes: []string{n.ID},
+			Result: "refused", Detail: "iPXE script for " + mac + ": " + err.Error()})
+		return bootserver.Decision{}, fmt.Errorf("node %s: %v: %w", n.ID, err, bootserver.ErrRateLimited)
+	}
+	if err != nil {
 		return bootserver.Decision{}, err
 	}
 	e.coordEvent(ctx, r, r.Phase, "info", "", fmt.Sprintf("iPXE script served to %s from %s; per-boot token %d of at most %d in this boot window",

@@ -424,7 +424,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := BootToken{Hash: TokenHash("tok"), NodeID: "n1", RunID: "r1", Window: "w1", Expires: time.Now().Add(time.Hour)}
-	if err := s.IssueBootToken(ctx, tok); err != nil {
+	if err := s.IssueBootToken(ctx, tok, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {

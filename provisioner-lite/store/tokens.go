@@ -60,8 +60,14 @@ func (e *ContestedError) Error() string {
 		e.Token.Window, e.Token.RunID, e.Bound.BootID, e.Bound.BoundPeer, e.Bound.BoundAt.Format(time.RFC3339))
 }
 
-// IssueBootToken records a freshly minted token (state issued).
-func (s *Store) IssueBootToken(ctx context.Context, t BootToken) error {
+// ErrWindowFull: the boot window already had its maximum of tokens.
+var ErrWindowFull = errors.New("boot window has had its maximum of tokens")
+
+// IssueBootToken records a freshly minted token (state issued), unless its
+// boot window already had max tokens or a boot registered in it (counted in
+// the same transaction, so concurrent requests cannot exceed it); max <= 0
+// means no limit.
+func (s *Store) IssueBootToken(ctx context.Context, t BootToken, max int) error {
 	if len(t.Hash) != 64 {
 		return fmt.Errorf("store: boot token for node %s: want its SHA-256 hex, got %d characters", t.NodeID, len(t.Hash))
 	}
@@ -72,6 +78,14 @@ func (s *Store) IssueBootToken(ctx context.Context, t BootToken) error {
 		t.Issued = time.Now()
 	}
 	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var n, bound int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*), count(CASE WHEN state = 'bound' THEN 1 END) FROM boot_tokens WHERE run_id = ? AND window = ?`,
+			t.RunID, t.Window).Scan(&n, &bound); err != nil {
+			return err
+		}
+		if bound > 0 || (max > 0 && n >= max) {
+			return fmt.Errorf("%w (%d issued, max %d, registered %t)", ErrWindowFull, n, max, bound > 0)
+		}
 		_, err := tx.ExecContext(ctx, `
 INSERT INTO boot_tokens (token_sha256, node_id, run_id, window, peer, issued_at, expires, state)
 VALUES (?, ?, ?, ?, ?, ?, ?, 'issued')`, t.Hash, t.NodeID, t.RunID, t.Window, t.Peer, toMs(t.Issued), toMs(t.Expires))

