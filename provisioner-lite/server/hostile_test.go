@@ -434,7 +434,7 @@ func TestFinishedRunTokenRefused(t *testing.T) {
 		t.Fatalf("event of a finished run on an open session: %v, want FailedPrecondition", err)
 	}
 	for _, c := range []helloOpts{
-		{token: tok, boot: "boot1", node: nodeA}, // the boot that had it
+		{token: tok, boot: "boot1", node: nodeA},  // the boot that had it
 		{token: spare, boot: "late", node: nodeB}, // never used
 	} {
 		s, cancel := h.session(c)
@@ -948,5 +948,3 @@ func TestNeverHelloFloodBounded(t *testing.T) {
 	}
 	waitFor(t, func() bool { return runtime.NumGoroutine() <= goBefore+8 })
 }
-
-
