@@ -54,6 +54,15 @@ type fixture struct {
 	// dropAfterStart cuts the stream once after this phase's start.
 	dropAfterStart string
 	dropped        bool
+	assignments    []*curev1.Assignment
+}
+
+// helloDisks is what the scripted runner reports: the disk the manifest's
+// wipe selects, one it does not, and the boot medium (never a target).
+var helloDisks = []*curev1.BlockDevice{
+	{Name: "nvme0n1", Transport: "nvme", Model: "QEMU NVMe Ctrl", Serial: "DISK-WIPE", SizeBytes: 1 << 30},
+	{Name: "sda", Transport: "sata", Model: "Other", Serial: "DISK-KEEP", SizeBytes: 1 << 30},
+	{Name: "nvme1n1", Transport: "nvme", Model: "QEMU NVMe Ctrl", Serial: "DISK-BOOT", SizeBytes: 1 << 30, BootMedium: true},
 }
 
 const mac = "52:54:00:c0:de:01"
@@ -113,7 +122,8 @@ func newFixture(t *testing.T, edit func(sku *manifests.SKU, casDir string)) *fix
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := st.UpsertNode(ctx, store.Node{ID: "node1", BMCURL: hs.URL, BMCUser: "admin", BMCPassword: "password", SKU: "qemu-nvme", MACs: []string{mac}, SystemSerial: "S1"}); err != nil {
+	if err := st.UpsertNode(ctx, store.Node{ID: "node1", BMCURL: hs.URL, BMCUser: "admin", BMCPassword: "password", SKU: "qemu-nvme", MACs: []string{mac}, SystemSerial: "S1",
+		PSIDs: map[string]string{"DISK-WIPE": strings.Repeat("W", 32), "DISK-KEEP": strings.Repeat("K", 32), "DISK-BOOT": strings.Repeat("B", 32)}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -214,7 +224,8 @@ func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
 		state.LastEventSeq = seq
 		_ = stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Hello{Hello: &curev1.Hello{
 			Token: token, BootId: fmt.Sprintf("boot-%d", boot), State: state, SessionSecret: fmt.Sprintf("secret-of-boot-%d-%032d", boot, boot),
-			Identity: &curev1.Identity{BootMac: mac, SystemSerial: "S1", NodeId: "node1"},
+			Identity:  &curev1.Identity{BootMac: mac, SystemSerial: "S1", NodeId: "node1"},
+			Inventory: &curev1.Inventory{Disks: helloDisks},
 		}}})
 		for _, ev := range unacked { // replay after reconnect
 			_ = stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Event{Event: ev}})
@@ -237,6 +248,9 @@ func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
 				unacked = slices.DeleteFunc(unacked, func(e *curev1.Event) bool { return e.GetSeq() <= b.Ack.GetSeq() })
 			case *curev1.CoordinatorMessage_Assignment:
 				a := b.Assignment
+				f.mu.Lock()
+				f.assignments = append(f.assignments, a)
+				f.mu.Unlock()
 				if fb := a.GetFirstBoot(); fb != nil {
 					f.mu.Lock()
 					f.hostToken, f.instanceID = fb.GetCallbackToken(), fb.GetInstanceId()
@@ -356,6 +370,31 @@ func TestProvisionRunsEveryPhaseInOrder(t *testing.T) {
 	if len(vs) != 1 || vs[0].Component != "nvme/0" || vs[0].Status != "MATCH" {
 		t.Errorf("verdicts = %+v", vs)
 	}
+	// Need to know: the PSID of the selected disk only, the callback token
+	// only with os_install; and nothing of the run's tokens survives it.
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.assignments) == 0 {
+		t.Fatal("no assignment seen")
+	}
+	for _, a := range f.assignments {
+		if slices.Contains(a.GetPhases(), modes.SEDRevert) {
+			if len(a.GetPsids()) != 1 || a.GetPsids()["DISK-WIPE"] == "" {
+				t.Errorf("sed_revert assignment PSIDs = %v, want DISK-WIPE's only", a.GetPsids())
+			}
+		} else if len(a.GetPsids()) != 0 {
+			t.Errorf("assignment %v without sed_revert carries PSIDs", a.GetPhases())
+		}
+		if slices.Contains(a.GetPhases(), modes.OSInstall) != (a.GetFirstBoot().GetCallbackToken() != "") {
+			t.Errorf("assignment %v: callback token %q", a.GetPhases(), a.GetFirstBoot().GetCallbackToken())
+		}
+	}
+	if ws, err := f.st.BootWindow(context.Background(), runID, r.Data["cure_window"]); err != nil || ws.Issued != 0 {
+		t.Errorf("boot tokens of the finished run: %+v %v, want none", ws, err)
+	}
+	if r.Data["host_token_sha256"] != "" {
+		t.Error("the host token hash outlived the run")
+	}
 }
 
 func TestPhaseFailureBudgetThenResume(t *testing.T) {
@@ -455,6 +494,16 @@ func TestAuditNeverWrites(t *testing.T) {
 	for _, o := range f.bmc.Overrides() {
 		if o.Target == "Hdd" {
 			t.Error("audit changed the boot order to disk")
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.assignments) == 0 {
+		t.Fatal("audit sent no assignment (nic, dpu, nvme compare in-band)")
+	}
+	for _, a := range f.assignments {
+		if len(a.GetPsids()) != 0 || a.GetFirstBoot() != nil {
+			t.Errorf("audit assignment %v carries PSIDs %v or first-boot %v", a.GetPhases(), a.GetPsids(), a.GetFirstBoot())
 		}
 	}
 }

@@ -266,7 +266,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	go func() { errc <- gs.Serve(netutil.LimitListener(gl, c.grpcMaxConns)) }()
 	go st.Maintain(ctx, 10*time.Minute, c.retention, log)
 	n, err := eng.Resume(ctx)
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		return err
 	}
 	log.Info("provisioner-lite ready", "http", c.httpListen, "grpc", c.grpcListen, "advertise", c.advertise, "resumed_runs", n, "state", sd.Path)
