@@ -287,6 +287,11 @@ func (e *Engine) rebootIntoCURE(ctx context.Context, r *store.Run, why string) e
 		if err := b.SetBootOverride(ctx, redfish.BootTarget("Pxe"), true); err != nil {
 			return err
 		}
+		// Many BMCs refuse ForceRestart on a host that is off (a resumed
+		// run may find it so): power it on instead.
+		if state, err := b.PowerState(ctx); err == nil && state == "Off" {
+			return b.PowerOn(ctx)
+		}
 		return b.Reset(ctx, "ForceRestart")
 	})
 	if err != nil {

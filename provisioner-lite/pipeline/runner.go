@@ -47,6 +47,13 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 	signal, unsub := e.cfg.Store.Subscribe(r.ID)
 	defer unsub()
 
+	if why := r.Data["fresh_cure"]; why != "" {
+		if err := e.rebootIntoCURE(ctx, r, "run "+why+": its earlier CURE session ended with the run"); err != nil {
+			return "", "", err
+		}
+		delete(r.Data, "fresh_cure")
+		e.save(ctx, r)
+	}
 	var sess *sessions.Session
 	var lostSince time.Time
 	phaseStarted := time.Now()
