@@ -370,8 +370,12 @@ func (c *Client) system(api *gofish.APIClient) (*schemas.ComputerSystem, error) 
 	if len(systems) > 1 {
 		c.log.Warn("BMC lists several systems; driving the first", "count", len(systems), "system", systems[0].ODataID)
 	}
+	uri, err = bmcPath(systems[0].ODataID)
+	if err != nil {
+		return nil, fmt.Errorf("first ComputerSystem: %w", err)
+	}
 	c.mu.Lock()
-	c.sysURI = systems[0].ODataID
+	c.sysURI = uri
 	c.mu.Unlock()
 	return systems[0], nil
 }
