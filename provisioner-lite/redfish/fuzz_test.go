@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -333,6 +335,13 @@ func FuzzWaitTask(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s1 int, loc1 string, body1 []byte, s2 int, loc2 string, body2 []byte, withTask bool) {
 		status := func(s int) int { return 200 + ((s%400)+400)%400 }
 		fb := &fuzzBMC{h: b.Handler(), answers: []fuzzAnswer{{status(s1), loc1, body1}, {status(s2), loc2, body2}}}
+		// A hang is a failure too: crash with every goroutine's stack, so
+		// the fuzzer keeps the input.
+		watchdog := time.AfterFunc(20*time.Second, func() {
+			buf := make([]byte, 1<<20)
+			panic(fmt.Sprintf("FuzzWaitTask iteration hung for 20s:\n%s", buf[:runtime.Stack(buf, true)]))
+		})
+		defer watchdog.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		c, err := Connect(ctx, Endpoint{URL: "https://bmc.fuzz", Username: "admin", Password: "password"},
