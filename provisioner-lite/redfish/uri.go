@@ -38,6 +38,11 @@ func bmcPath(uri string) (string, error) {
 		return "", fmt.Errorf("URI %q: no path", uri)
 	}
 	p := u.EscapedPath()
+	// "//x" on its own reads as a host: keep one slash, so the path means
+	// the same wherever it is used again ("https://h//0//" gives "/0//").
+	if strings.HasPrefix(p, "//") {
+		p = "/" + strings.TrimLeft(p, "/")
+	}
 	if u.RawQuery != "" {
 		p += "?" + u.RawQuery
 	}
