@@ -6,21 +6,35 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
-// csvRequired are the columns every CSV inventory has (any order);
-// bmc_password_env is optional and replaces bmc_password by an environment variable.
+// csvRequired are the columns every CSV inventory has (any order).
 var csvRequired = []string{"id", "bmc_url", "bmc_username", "bmc_password", "macs", "sku", "hostname", "serial"}
 
-const csvPasswordEnv = "bmc_password_env"
+// csvOptional are the columns a CSV inventory may add, each the YAML bmc
+// field of the same meaning: bmc_password_env and bmc_password_file replace
+// bmc_password (leave it empty), bmc_ca_file, bmc_fingerprint and
+// bmc_insecure (true/false, empty = false) set how the BMC's TLS is checked.
+var csvOptional = []string{"bmc_password_env", "bmc_password_file", "bmc_ca_file", "bmc_fingerprint", "bmc_insecure"}
+
+// csvColumn names the CSV column of a YAML bmc field ("" = the password choice).
+var csvColumn = map[string]string{
+	"": "bmc_password", "url": "bmc_url", "password": "bmc_password", "passwordEnv": "bmc_password_env",
+	"passwordFile": "bmc_password_file", "caFile": "bmc_ca_file", "fingerprint": "bmc_fingerprint", "insecure": "bmc_insecure",
+}
 
 // ParseCSV parses a CSV inventory with the header
-// id,bmc_url,bmc_username,bmc_password,macs,sku,hostname,serial (macs separated by
-// ';'; lines starting with '#' are comments). name is used in error messages
-// (file:line:col: column: problem). All problems found are reported, joined.
+// id,bmc_url,bmc_username,bmc_password,macs,sku,hostname,serial and any of the
+// csvOptional columns (macs separated by ';'; lines starting with '#' are
+// comments). The fields mean what ParseYAML's do, under the same rules.
+// name is used in error messages (file:line:col: column: problem). All
+// problems found are reported, joined.
 func ParseCSV(name string, data []byte) ([]store.Node, error) {
 	r := csv.NewReader(bytes.NewReader(data))
 	r.Comment = '#'
@@ -42,7 +56,7 @@ func ParseCSV(name string, data []byte) ([]store.Node, error) {
 			continue
 		}
 		if !isCSVColumn(h) {
-			errs = append(errs, fmt.Errorf("%s:%d:%d: header: unknown column %q (want %s[,%s])", name, line, c, h, strings.Join(csvRequired, ","), csvPasswordEnv))
+			errs = append(errs, fmt.Errorf("%s:%d:%d: header: unknown column %q (want %s and optionally %s)", name, line, c, h, strings.Join(csvRequired, ","), strings.Join(csvOptional, ",")))
 			continue
 		}
 		col[h] = i
@@ -100,11 +114,16 @@ func ParseCSV(name string, data []byte) ([]store.Node, error) {
 		if n.BMCUser == "" {
 			bad("bmc_username", errors.New("required"))
 		}
-		pw, err := resolvePassword(get("bmc_password"), get(csvPasswordEnv))
-		if err != nil {
-			bad("bmc_password", err)
+		b := bmcFields{url: n.BMCURL, password: get("bmc_password"), passwordEnv: get("bmc_password_env"),
+			passwordFile: get("bmc_password_file"), caFile: get("bmc_ca_file"), fingerprint: get("bmc_fingerprint")}
+		if v := get("bmc_insecure"); v != "" {
+			if b.insecure, err = strconv.ParseBool(v); err != nil {
+				bad("bmc_insecure", fmt.Errorf("%q: want true or false", v))
+			}
 		}
-		n.BMCPassword = pw
+		for _, fe := range b.apply(filepath.Dir(name), &n) {
+			bad(csvColumn[fe.field], fe.err)
+		}
 		if err := checkHostname(n.Hostname); err != nil {
 			bad("hostname", err)
 		}
@@ -142,13 +161,5 @@ func ParseCSV(name string, data []byte) ([]store.Node, error) {
 }
 
 func isCSVColumn(h string) bool {
-	if h == csvPasswordEnv {
-		return true
-	}
-	for _, c := range csvRequired {
-		if c == h {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(csvRequired, h) || slices.Contains(csvOptional, h)
 }

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
@@ -54,7 +55,7 @@ func checkBMCURL(s string) error {
 		return fmt.Errorf("%q: %v", s, err)
 	}
 	if u.Scheme != "https" && u.Scheme != "http" {
-		return fmt.Errorf("%q: scheme %q: want https (or http)", s, u.Scheme)
+		return fmt.Errorf("%q: scheme %q: want https (or http with insecure: true)", s, u.Scheme)
 	}
 	if u.Hostname() == "" {
 		return fmt.Errorf("%q: no host", s)
@@ -96,22 +97,98 @@ func checkPSID(serial, psid string) error {
 	return nil
 }
 
-// resolvePassword returns the literal password or the value of the named
-// environment variable; exactly one source must be given.
-func resolvePassword(password, env string) (string, error) {
-	switch {
-	case password != "" && env != "":
-		return "", errors.New("both password and passwordEnv set: give one")
-	case env != "":
-		v, ok := os.LookupEnv(env)
-		if !ok || v == "" {
-			return "", fmt.Errorf("environment variable %s (passwordEnv) is unset or empty", env)
+// bmcFields is a node's bmc settings as written, before they are checked
+// together (both formats share the rules).
+type bmcFields struct {
+	url, password, passwordEnv, passwordFile, caFile, fingerprint string
+	insecure                                                      bool
+}
+
+// fieldErr is a problem with one bmc field (YAML key; "" for the password
+// choice as a whole).
+type fieldErr struct {
+	field string
+	err   error
+}
+
+// apply checks the fields together and fills out's BMC settings. dir
+// resolves relative caFile and passwordFile paths (the inventory's
+// directory). The password source is checked now, so a typo fails the
+// import, but only a reference is kept for passwordEnv and passwordFile.
+func (b bmcFields) apply(dir string, out *store.Node) []fieldErr {
+	var errs []fieldErr
+	bad := func(field string, err error) { errs = append(errs, fieldErr{field, err}) }
+	out.BMCInsecure = b.insecure
+
+	var given []string
+	for _, g := range []struct{ name, v string }{{"password", b.password}, {"passwordEnv", b.passwordEnv}, {"passwordFile", b.passwordFile}} {
+		if g.v != "" {
+			given = append(given, g.name)
 		}
-		return v, nil
-	case password != "":
-		return password, nil
 	}
-	return "", errors.New("password or passwordEnv required")
+	switch {
+	case len(given) > 1:
+		bad("", fmt.Errorf("both %s set: give exactly one of password, passwordEnv, passwordFile", strings.Join(given, " and ")))
+	case len(given) == 0:
+		bad("", errNoPassword)
+	case b.password != "":
+		out.BMCPassword = b.password
+	case b.passwordEnv != "":
+		ref := RefEnv + b.passwordEnv
+		if _, err := resolveRef(ref); err != nil {
+			bad("passwordEnv", err)
+		} else {
+			out.BMCPasswordRef = ref
+		}
+	default:
+		ref := RefFile + absPath(dir, b.passwordFile)
+		if _, err := resolveRef(ref); err != nil {
+			bad("passwordFile", err)
+		} else {
+			out.BMCPasswordRef = ref
+		}
+	}
+
+	if b.fingerprint != "" {
+		fp, err := redfish.NormalizeFingerprint(b.fingerprint)
+		if err != nil {
+			bad("fingerprint", err)
+		} else {
+			out.BMCFingerprint = fp
+		}
+	}
+	if b.caFile != "" {
+		p := absPath(dir, b.caFile)
+		if _, err := LoadCABundle(p); err != nil {
+			bad("caFile", err)
+		} else {
+			out.BMCCAFile = p
+		}
+	}
+	switch {
+	case b.insecure && b.fingerprint != "":
+		bad("fingerprint", errors.New("contradicts insecure: true (a pinned certificate is verified): drop one"))
+	case b.insecure && b.caFile != "":
+		bad("caFile", errors.New("contradicts insecure: true (a CA-verified BMC is verified): drop one"))
+	case b.fingerprint != "" && b.caFile != "":
+		bad("fingerprint", errors.New("with caFile: give one way to verify the BMC, the pin or the CA"))
+	}
+	if u, err := url.Parse(b.url); err == nil && u.Scheme == "http" && !b.insecure {
+		bad("url", fmt.Errorf("%q: plain http:// sends the BMC password in clear: use https://, or add insecure: true to allow it", b.url))
+	}
+	return errs
+}
+
+// absPath resolves p against dir and makes it absolute: the coordinator
+// reads it later, maybe from another working directory.
+func absPath(dir, p string) string {
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(dir, p)
+	}
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return filepath.Clean(p)
 }
 
 // seen tracks ids and MACs across the file to report duplicates with both places.

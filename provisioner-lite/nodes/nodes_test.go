@@ -25,7 +25,7 @@ nodes:
       S3EVNX0K123456: ABCDEFGHIJKLMNOPQRSTUVWXYZ012345
     labels: {rack: r12, row: "3"}
   - id: gpu-002
-    bmc: {url: "http://127.0.0.1:8443/redfish", username: root, passwordEnv: CURE_TEST_BMC_PW}
+    bmc: {url: "http://127.0.0.1:8443/redfish", username: root, passwordEnv: CURE_TEST_BMC_PW, insecure: true}
     macs:
       - 52:54:00:aa:00:03
 `
@@ -41,7 +41,7 @@ func TestYAML(t *testing.T) {
 			MACs: []string{"52:54:00:aa:00:01", "52:54:00:aa:00:02"}, SKU: "hgx-h100", Hostname: "gpu-001.dc1", SystemSerial: "SN001",
 			PSIDs:  map[string]string{"S3EVNX0K123456": "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345"},
 			Labels: map[string]string{"rack": "r12", "row": "3"}},
-		{ID: "gpu-002", BMCURL: "http://127.0.0.1:8443/redfish", BMCUser: "root", BMCPassword: "from-env",
+		{ID: "gpu-002", BMCURL: "http://127.0.0.1:8443/redfish", BMCUser: "root", BMCPasswordRef: "env:CURE_TEST_BMC_PW", BMCInsecure: true,
 			MACs: []string{"52:54:00:aa:00:03"}},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -69,7 +69,21 @@ func TestYAMLErrors(t *testing.T) {
 		{"missing fields", "nodes:\n  - sku: x\n",
 			[]string{"f.yaml:2:5: nodes[0].id: required", "nodes[0].bmc: required", "nodes[0].macs: required"}},
 		{"both passwords", "nodes:\n  - id: a\n    bmc: {url: https://h, username: u, password: p, passwordEnv: X}\n    macs: [52:54:00:00:00:01]\n",
-			[]string{"f.yaml:3:10: nodes[0].bmc: both password and passwordEnv"}},
+			[]string{"f.yaml:3:10: nodes[0].bmc: both password and passwordEnv set: give exactly one of password, passwordEnv, passwordFile"}},
+		{"no password", "nodes:\n  - id: a\n    bmc: {url: https://h, username: u}\n    macs: [52:54:00:00:00:01]\n",
+			[]string{"f.yaml:3:10: nodes[0].bmc: password, passwordEnv or passwordFile required"}},
+		{"http without insecure", "nodes:\n  - id: a\n    bmc: {url: http://h, username: u, password: p}\n    macs: [52:54:00:00:00:01]\n",
+			[]string{"f.yaml:3:16: nodes[0].bmc.url: \"http://h\": plain http:// sends the BMC password in clear: use https://, or add insecure: true"}},
+		{"http with insecure false", "nodes:\n  - id: a\n    bmc: {url: http://h, username: u, password: p, insecure: false}\n    macs: [52:54:00:00:00:01]\n",
+			[]string{"f.yaml:3:16: nodes[0].bmc.url: \"http://h\": plain http://"}},
+		{"insecure not a bool", "nodes:\n  - id: a\n    bmc: {url: https://h, username: u, password: p, insecure: \"yes\"}\n    macs: [52:54:00:00:00:01]\n",
+			[]string{"f.yaml:3:63: nodes[0].bmc.insecure: want true or false, found scalar \"yes\""}},
+		{"bad fingerprint", "nodes:\n  - id: a\n    bmc: {url: https://h, username: u, password: p, fingerprint: \"sha256:12:34\"}\n    macs: [52:54:00:00:00:01]\n",
+			[]string{"f.yaml:3:66: nodes[0].bmc.fingerprint: fingerprint \"sha256:12:34\": 2 ':'-separated bytes: want 32"}},
+		{"fingerprint and insecure", "nodes:\n  - id: a\n    bmc:\n      url: https://h\n      username: u\n      password: p\n      insecure: true\n      fingerprint: " + strings.Repeat("ab", 32) + "\n    macs: [52:54:00:00:00:01]\n",
+			[]string{"f.yaml:8:20: nodes[0].bmc.fingerprint: contradicts insecure: true"}},
+		{"missing caFile", "nodes:\n  - id: a\n    bmc: {url: https://h, username: u, password: p, caFile: /nonexistent/ca.pem}\n    macs: [52:54:00:00:00:01]\n",
+			[]string{"f.yaml:3:61: nodes[0].bmc.caFile: open /nonexistent/ca.pem: no such file or directory"}},
 		{"unset env", "nodes:\n  - id: a\n    bmc: {url: https://h, username: u, passwordEnv: CURE_TEST_UNSET_VAR}\n    macs: [52:54:00:00:00:01]\n",
 			[]string{"CURE_TEST_UNSET_VAR (passwordEnv) is unset"}},
 		{"bad psid", "nodes:\n  - id: a\n    bmc: {url: https://h, username: u, password: p}\n    macs: [52:54:00:00:00:01]\n    psids: {DISK1: short}\n",
@@ -143,7 +157,7 @@ func TestCSV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got[0].ID != "n9" || got[0].BMCPassword != "env-pw" || got[0].MACs[0] != "52:54:00:aa:00:09" {
+	if got[0].ID != "n9" || got[0].BMCPassword != "" || got[0].BMCPasswordRef != "env:CURE_TEST_BMC_PW" || got[0].MACs[0] != "52:54:00:aa:00:09" {
 		t.Fatalf("reordered CSV = %+v", got)
 	}
 }
@@ -161,7 +175,7 @@ func TestCSVErrors(t *testing.T) {
 		{"missing column", "id,bmc_url,bmc_username,bmc_password,macs,sku,hostname\n", []string{"f.csv:1: header: missing column \"serial\""}},
 		{"unknown column", strings.TrimSuffix(hdr, "\n") + ",colour\n", []string{"f.csv:1:63: header: unknown column \"colour\""}},
 		{"field count", hdr + "a,https://h,u,p,52:54:00:00:00:01\n", []string{"f.csv: record on line 2", "wrong number of fields"}},
-		{"missing values", hdr + ",https://h,,,,s,,\n", []string{"f.csv:2:1: id: required", "f.csv:2:12: bmc_username: required", "f.csv:2:13: bmc_password: password or passwordEnv required", "f.csv:2:14: macs: required"}},
+		{"missing values", hdr + ",https://h,,,,s,,\n", []string{"f.csv:2:1: id: required", "f.csv:2:12: bmc_username: required", "f.csv:2:13: bmc_password: password, passwordEnv or passwordFile required", "f.csv:2:14: macs: required"}},
 		{"no rows", hdr, []string{"f.csv: no nodes after the header"}},
 		{"empty", "", []string{"f.csv: empty file"}},
 	} {

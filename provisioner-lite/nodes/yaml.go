@@ -3,6 +3,7 @@ package nodes
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sort"
 
 	"gopkg.in/yaml.v3"
@@ -14,13 +15,29 @@ import (
 //
 //	nodes:
 //	  - id: gpu-001
-//	    bmc: {url: https://10.0.0.11, username: admin, passwordEnv: BMC_PW}
+//	    bmc:
+//	      url: https://10.0.0.11
+//	      username: admin
+//	      passwordEnv: BMC_PW          # or passwordFile: /etc/cure/bmc-pw, or password: ...
+//	      fingerprint: sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
 //	    macs: ["52:54:00:12:34:56"]
 //	    sku: hgx-h100
 //	    hostname: gpu-001.dc1
 //	    serial: SN123
 //	    psids: {S3EVNX0K123456: ABCDEFGHIJKLMNOPQRSTUVWXYZ012345}
 //	    labels: {rack: r12}
+//
+// The BMC's TLS identity is verified: by the pinned SHA-256 fingerprint of
+// its certificate (hex, any case, ':' separators allowed; stored as
+// "sha256:<lowercase hex>"), or against caFile (a PEM bundle), or, with
+// neither, against the coordinator's --bmc-ca or the system roots.
+// insecure: true skips verification and is the only way to allow an
+// http:// url; it cannot be combined with fingerprint or caFile.
+// Exactly one of password, passwordEnv (an environment variable, which must
+// be set at import) and passwordFile (a file not readable by group or
+// others) gives the password; for the last two only the reference is kept
+// and the value is read at every BMC connection. Relative caFile and
+// passwordFile paths are relative to the inventory file.
 //
 // name is used in error messages (file:line:col: field: problem). All problems
 // found are reported, joined.
@@ -217,24 +234,35 @@ func (p *yamlParser) bmc(n *yaml.Node, field string, out *store.Node) {
 	if fields == nil {
 		return
 	}
-	var pw, pwEnv string
+	var b bmcFields
 	for _, k := range sortedKeys(fields) {
 		f := fields[k]
 		name := join(field, k)
 		switch k {
 		case "url":
-			out.BMCURL, _ = p.scalar(f.val, name)
+			b.url, _ = p.scalar(f.val, name)
+			out.BMCURL = b.url
 			if err := checkBMCURL(out.BMCURL); err != nil {
 				p.errf(f.val, name, "%v", err)
 			}
 		case "username":
 			out.BMCUser, _ = p.scalar(f.val, name)
 		case "password":
-			pw, _ = p.scalar(f.val, name)
+			b.password, _ = p.scalar(f.val, name)
 		case "passwordEnv":
-			pwEnv, _ = p.scalar(f.val, name)
+			b.passwordEnv, _ = p.scalar(f.val, name)
+		case "passwordFile":
+			b.passwordFile, _ = p.scalar(f.val, name)
+		case "caFile":
+			b.caFile, _ = p.scalar(f.val, name)
+		case "fingerprint":
+			b.fingerprint, _ = p.scalar(f.val, name)
+		case "insecure":
+			if f.val.Kind != yaml.ScalarNode || f.val.Tag != "!!bool" || f.val.Decode(&b.insecure) != nil {
+				p.errf(f.val, name, "want true or false, found %s", kindName(f.val))
+			}
 		default:
-			p.errf(f.key, name, "unknown field (want url, username, password, passwordEnv)")
+			p.errf(f.key, name, "unknown field (want url, username, password, passwordEnv, passwordFile, caFile, fingerprint, insecure)")
 		}
 	}
 	if _, ok := fields["url"]; !ok {
@@ -243,9 +271,12 @@ func (p *yamlParser) bmc(n *yaml.Node, field string, out *store.Node) {
 	if out.BMCUser == "" {
 		p.errf(n, join(field, "username"), "required")
 	}
-	var err error
-	if out.BMCPassword, err = resolvePassword(pw, pwEnv); err != nil {
-		p.errf(n, field, "%v", err)
+	for _, fe := range b.apply(filepath.Dir(p.file), out) {
+		at, name := n, field
+		if f, ok := fields[fe.field]; ok && fe.field != "" {
+			at, name = f.val, join(field, fe.field)
+		}
+		p.errf(at, name, "%v", fe.err)
 	}
 }
 

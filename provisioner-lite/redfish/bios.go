@@ -1,6 +1,7 @@
 package redfish
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,21 +34,58 @@ func (c *Client) bios(api *gofish.APIClient) (*biosDoc, error) {
 	if err != nil {
 		return nil, err
 	}
+	link, err := parseBiosLink(sys.RawData)
+	if err != nil {
+		return nil, fmt.Errorf("system %s: %w", sys.ODataID, err)
+	}
+	var raw json.RawMessage
+	if _, err := getJSON(api, link, &raw); err != nil {
+		return nil, err
+	}
+	doc, err := parseBios(raw)
+	if err != nil {
+		return nil, fmt.Errorf("Bios %s: %w", link, err)
+	}
+	if doc.ODataID == "" {
+		doc.ODataID = link
+	}
+	return doc, nil
+}
+
+// parseBiosLink finds the Bios resource a ComputerSystem links.
+func parseBiosLink(raw []byte) (string, error) {
 	var link struct {
 		Bios struct {
 			ID string `json:"@odata.id"`
 		}
 	}
-	if err := json.Unmarshal(sys.RawData, &link); err != nil || link.Bios.ID == "" {
-		return nil, fmt.Errorf("%w: system %s links no Bios resource", ErrNotSupported, sys.ODataID)
+	if err := json.Unmarshal(raw, &link); err != nil || link.Bios.ID == "" {
+		return "", fmt.Errorf("%w: links no Bios resource", ErrNotSupported)
 	}
+	p, err := bmcPath(link.Bios.ID)
+	if err != nil {
+		return "", fmt.Errorf("Bios link: %w", err)
+	}
+	return p, nil
+}
+
+// parseBios reads a Bios resource (or its Settings object); the settings
+// link, where given, must be a path on the BMC.
+func parseBios(raw []byte) (*biosDoc, error) {
 	var doc biosDoc
-	if _, err := getJSON(api, link.Bios.ID, &doc); err != nil {
-		return nil, err
+	if len(bytes.TrimSpace(raw)) > 0 {
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			return nil, fmt.Errorf("parse: %w", err)
+		}
 	}
-	if doc.ODataID == "" {
-		doc.ODataID = link.Bios.ID
+	if s := doc.Settings; s != nil && s.SettingsObject.ID != "" {
+		p, err := bmcPath(s.SettingsObject.ID)
+		if err != nil {
+			return nil, fmt.Errorf("@Redfish.Settings SettingsObject: %w", err)
+		}
+		s.SettingsObject.ID = p
 	}
+	doc.ODataID, _ = bmcPath(doc.ODataID) // only named in messages
 	return &doc, nil
 }
 

@@ -43,22 +43,12 @@ func (c *Client) ResetManager(ctx context.Context, resetType string) error {
 		if err != nil {
 			return err
 		}
-		var doc struct {
-			Actions struct {
-				Reset *struct {
-					Target  string   `json:"target"`
-					Allowed []string `json:"ResetType@Redfish.AllowableValues"`
-				} `json:"#Manager.Reset"`
-			}
+		var allowed []string
+		target, allowed, err = parseManagerReset(m.RawData)
+		if err != nil {
+			return fmt.Errorf("Manager %s: %w", m.ODataID, err)
 		}
-		if err := json.Unmarshal(m.RawData, &doc); err != nil {
-			return fmt.Errorf("parse Manager %s: %w", m.ODataID, err)
-		}
-		if doc.Actions.Reset == nil || doc.Actions.Reset.Target == "" {
-			return fmt.Errorf("%w: Manager %s has no #Manager.Reset action", ErrNotSupported, m.ODataID)
-		}
-		target = doc.Actions.Reset.Target
-		rt, err = chooseReset(resetType, doc.Actions.Reset.Allowed)
+		rt, err = chooseReset(resetType, allowed)
 		return err
 	})
 	if err != nil {
@@ -78,6 +68,29 @@ func (c *Client) ResetManager(ctx context.Context, resetType string) error {
 	}
 	c.log.Info("BMC reset requested", "type", rt)
 	return nil
+}
+
+// parseManagerReset reads a Manager's #Manager.Reset action: its target (a
+// path on the BMC) and the allowable ResetType values.
+func parseManagerReset(raw []byte) (target string, allowed []string, err error) {
+	var doc struct {
+		Actions struct {
+			Reset *struct {
+				Target  string   `json:"target"`
+				Allowed []string `json:"ResetType@Redfish.AllowableValues"`
+			} `json:"#Manager.Reset"`
+		}
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return "", nil, fmt.Errorf("parse: %w", err)
+	}
+	if doc.Actions.Reset == nil || doc.Actions.Reset.Target == "" {
+		return "", nil, fmt.Errorf("%w: no #Manager.Reset action", ErrNotSupported)
+	}
+	if target, err = bmcPath(doc.Actions.Reset.Target); err != nil {
+		return "", nil, fmt.Errorf("#Manager.Reset target: %w", err)
+	}
+	return target, doc.Actions.Reset.Allowed, nil
 }
 
 // WaitBMC waits, within budget, for the BMC to come back after a reset:

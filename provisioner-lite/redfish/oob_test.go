@@ -376,11 +376,13 @@ func TestWaitBMCConnectionRefusedAndSlowReturn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := vbmc.Listen("127.0.0.1:0", b, false)
+	// TLS with a pinned certificate: the BMC must come back with the same one.
+	srv, err := vbmc.Listen("127.0.0.1:0", b, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	testCerts.Store(srv.URL, srv.Fingerprint())
 	c := connect(t, srv.URL, time.Second)
 	ctx := waitCtx(t)
 	b.SetSlowReturn(1500 * time.Millisecond)

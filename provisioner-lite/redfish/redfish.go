@@ -10,6 +10,7 @@ package redfish
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,12 +27,22 @@ import (
 	"github.com/stmcginnis/gofish/schemas"
 )
 
-// Endpoint is one BMC.
+// Endpoint is one BMC and how its TLS identity is checked. By default the
+// BMC's chain and host name verify against RootCAs; with a Fingerprint
+// exactly that certificate is accepted; Insecure accepts anything.
 type Endpoint struct {
 	URL      string // https://bmc.example:443 (no /redfish/v1)
 	Username string
 	Password string
-	Insecure bool // accept the BMC's self-signed certificate
+	// RootCAs verifies the BMC's chain and host name; nil: the system roots.
+	RootCAs *x509.CertPool
+	// Fingerprint pins the BMC's leaf certificate: "sha256:" + the hex
+	// SHA-256 of its DER (any form ParseFingerprint reads). Chain and host
+	// name are then not checked: BMCs are addressed by IP and self-signed.
+	Fingerprint string
+	// Insecure skips verification and allows http://. Only for a node whose
+	// inventory says so; every Connect warns.
+	Insecure bool
 }
 
 // Options tune the client.
@@ -110,13 +121,17 @@ type Client struct {
 // offers no sessions) and finds its system.
 func Connect(ctx context.Context, ep Endpoint, o Options) (*Client, error) {
 	u, err := url.Parse(ep.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("redfish: endpoint URL %q: want http(s)://host[:port]", ep.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+		return nil, fmt.Errorf("redfish: endpoint URL %q: want https://host[:port]", ep.URL)
 	}
 	if ep.Username == "" {
 		return nil, fmt.Errorf("redfish %s: endpoint Username is empty", ep.URL)
 	}
 	ep.URL = strings.TrimSuffix(ep.URL, "/")
+	pol, err := endpointPolicy(ep, u)
+	if err != nil {
+		return nil, err
+	}
 	if o.Timeout <= 0 {
 		o.Timeout = 30 * time.Second
 	}
@@ -126,10 +141,17 @@ func Connect(ctx context.Context, ep Endpoint, o Options) (*Client, error) {
 	if o.UploadTimeout <= 0 {
 		o.UploadTimeout = 30 * time.Minute
 	}
-	c := &Client{ep: ep, o: o, log: o.Logger.With("bmc", ep.URL), httpc: o.HTTPClient}
-	if c.httpc == nil {
-		c.httpc = newHTTPClient(ep.Insecure, o.Timeout)
+	c := &Client{ep: ep, o: o, log: o.Logger.With("bmc", ep.URL)}
+	if ep.Insecure {
+		// Every time, not once: the log of each run must show it.
+		c.log.Warn("BMC TLS verification is OFF for this connection, as the node's inventory says (insecure: true): "+
+			"anyone on the BMC network can impersonate the BMC and read its password", "scheme", u.Scheme)
 	}
+	hc := o.HTTPClient
+	if hc == nil {
+		hc = newHTTPClient(pol.config(), o.Timeout)
+	}
+	c.httpc = guardClient(hc, u, ep.URL)
 	if err := c.login(ctx); err != nil {
 		return nil, err
 	}
@@ -144,9 +166,32 @@ func Connect(ctx context.Context, ep Endpoint, o Options) (*Client, error) {
 	return c, nil
 }
 
+// endpointPolicy checks that ep's TLS settings make sense together.
+func endpointPolicy(ep Endpoint, u *url.URL) (*tlsPolicy, error) {
+	pol := &tlsPolicy{url: ep.URL, host: u.Hostname(), roots: ep.RootCAs, insecure: ep.Insecure}
+	if ep.Fingerprint != "" {
+		if ep.Insecure {
+			return nil, fmt.Errorf("redfish %s: both a certificate fingerprint and insecure: a pinned BMC is verified, give one", ep.URL)
+		}
+		if ep.RootCAs != nil {
+			return nil, fmt.Errorf("redfish %s: both a certificate fingerprint and a CA bundle: give one", ep.URL)
+		}
+		sum, err := ParseFingerprint(ep.Fingerprint)
+		if err != nil {
+			return nil, fmt.Errorf("redfish %s: %w", ep.URL, err)
+		}
+		pol.pin = sum[:]
+	}
+	if u.Scheme == "http" && !ep.Insecure {
+		return nil, fmt.Errorf("redfish %s: plain http:// would send the BMC password and every command in clear: "+
+			"use https://, or set insecure: true under the node's bmc in the inventory to allow it", ep.URL)
+	}
+	return pol, nil
+}
+
 // newHTTPClient bounds every phase of a request: gofish's default client
 // has no timeout at all.
-func newHTTPClient(insecure bool, timeout time.Duration) *http.Client {
+func newHTTPClient(tlsCfg *tls.Config, timeout time.Duration) *http.Client {
 	tr := &http.Transport{
 		// BMCs live on the management network: never via a proxy.
 		Proxy:                 nil,
@@ -155,7 +200,7 @@ func newHTTPClient(insecure bool, timeout time.Duration) *http.Client {
 		ResponseHeaderTimeout: timeout,
 		IdleConnTimeout:       90 * time.Second,
 		MaxIdleConnsPerHost:   2,
-		TLSClientConfig:       &tls.Config{InsecureSkipVerify: insecure, MinVersion: tls.VersionTLS12}, //nolint:gosec // BMCs ship self-signed certificates; opt-in per endpoint
+		TLSClientConfig:       tlsCfg,
 	}
 	return &http.Client{Transport: tr, Timeout: timeout}
 }
@@ -173,6 +218,11 @@ func (c *Client) login(ctx context.Context) error {
 		api, err = c.connect(ctx, true)
 	}
 	if err != nil {
+		var ce *CertificateError
+		if errors.As(err, &ce) {
+			// Nothing was sent: the handshake stopped before any request.
+			return fmt.Errorf("redfish: %w", ce)
+		}
 		if statusOf(err) == http.StatusUnauthorized || statusOf(err) == http.StatusForbidden {
 			return fmt.Errorf("redfish %s: login as %q refused (HTTP %d): check the BMC credentials: %w", c.ep.URL, c.ep.Username, statusOf(err), err)
 		}
@@ -320,8 +370,12 @@ func (c *Client) system(api *gofish.APIClient) (*schemas.ComputerSystem, error) 
 	if len(systems) > 1 {
 		c.log.Warn("BMC lists several systems; driving the first", "count", len(systems), "system", systems[0].ODataID)
 	}
+	uri, err = bmcPath(systems[0].ODataID)
+	if err != nil {
+		return nil, fmt.Errorf("first ComputerSystem: %w", err)
+	}
 	c.mu.Lock()
-	c.sysURI = systems[0].ODataID
+	c.sysURI = uri
 	c.mu.Unlock()
 	return systems[0], nil
 }

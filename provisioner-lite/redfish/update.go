@@ -20,6 +20,8 @@ import (
 
 	"github.com/stmcginnis/gofish"
 	"github.com/stmcginnis/gofish/schemas"
+
+	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 )
 
 // UpdateCapabilities is what the BMC's UpdateService offers.
@@ -72,19 +74,67 @@ type taskDoc struct {
 	Payload         *struct{ TargetUri string }
 }
 
-func (d taskDoc) result() *TaskResult {
-	r := &TaskResult{State: d.TaskState, Status: d.TaskStatus, TaskURI: d.ODataID}
-	if d.PercentComplete != nil {
-		r.PercentComplete = *d.PercentComplete
+// TaskStates are the Redfish TaskState values (Task v1_7); a TaskResult's
+// State is one of them or TaskGone.
+var TaskStates = []string{"New", "Starting", "Running", "Suspended", "Interrupted", "Pending",
+	"Stopping", "Completed", "Killed", "Exception", "Service", "Cancelling", "Cancelled"}
+
+// TaskStatuses are the Health values a TaskStatus may have.
+var TaskStatuses = []string{"OK", "Warning", "Critical"}
+
+// Bounds on the task text kept: it goes to logs, the store and operators.
+const (
+	maxTaskMessages   = 16
+	maxTaskMessageLen = 512
+)
+
+// canonical returns the member of set equal to s ignoring case ("" for none).
+func canonical(set []string, s string) string {
+	for _, v := range set {
+		if strings.EqualFold(v, s) {
+			return v
+		}
 	}
-	for _, m := range d.Messages {
+	return ""
+}
+
+// links returns the task's own and its monitor's URI as paths on the BMC;
+// a link that is not one is dropped (the caller follows what it knows).
+func (d taskDoc) links() (task, monitor string) {
+	task, _ = bmcPath(d.ODataID)
+	monitor, _ = bmcPath(d.TaskMonitor)
+	return task, monitor
+}
+
+// result checks a task the BMC sent and reduces it to what the driver
+// reports: a known state and status, a percentage within 0-100, and at most
+// a few short messages without control characters.
+func (d taskDoc) result() (*TaskResult, error) {
+	state := canonical(TaskStates, d.TaskState)
+	if state == "" {
+		return nil, fmt.Errorf("TaskState %q is not a Redfish task state", textsafe.BoundedLine(d.TaskState, 64))
+	}
+	status := canonical(TaskStatuses, d.TaskStatus)
+	if status == "" && d.TaskStatus != "" {
+		return nil, fmt.Errorf("TaskStatus %q is not OK, Warning or Critical", textsafe.BoundedLine(d.TaskStatus, 64))
+	}
+	r := &TaskResult{State: state, Status: status}
+	r.TaskURI, _ = d.links()
+	if d.PercentComplete != nil {
+		r.PercentComplete = min(max(*d.PercentComplete, 0), 100)
+	}
+	for i, m := range d.Messages {
+		if i == maxTaskMessages {
+			r.Messages = append(r.Messages, fmt.Sprintf("(%d more messages)", len(d.Messages)-i))
+			break
+		}
 		txt := m.Message
 		if txt == "" {
 			txt = m.MessageId
 		}
-		r.Messages = append(r.Messages, txt)
+		r.Messages = append(r.Messages, textsafe.BoundedLine(txt, maxTaskMessageLen))
 	}
-	return r
+	return r, nil
 }
 
 func terminal(state string) bool {
@@ -107,47 +157,93 @@ func (c *Client) UpdateService(ctx context.Context) (*UpdateCapabilities, error)
 		if us == nil || us.ODataID == "" {
 			return fmt.Errorf("%w: the service root links no UpdateService", ErrNotSupported)
 		}
-		var doc struct {
-			ServiceEnabled       *bool
-			MultipartHttpPushUri string
-			FirmwareInventory    struct {
-				ID string `json:"@odata.id"`
-			}
-			Actions struct {
-				SimpleUpdate *struct {
-					Target     string   `json:"target"`
-					ActionInfo string   `json:"@Redfish.ActionInfo"`
-					Protocols  []string `json:"TransferProtocol@Redfish.AllowableValues"`
-				} `json:"#UpdateService.SimpleUpdate"`
-			}
+		var actionInfo string
+		caps, actionInfo, err = parseUpdateService(us.RawData)
+		if err != nil {
+			return fmt.Errorf("UpdateService %s: %w", us.ODataID, err)
 		}
-		if err := json.Unmarshal(us.RawData, &doc); err != nil {
-			return fmt.Errorf("parse UpdateService %s: %w", us.ODataID, err)
+		if caps.URI == "" {
+			caps.URI = us.ODataID
 		}
-		caps = &UpdateCapabilities{URI: us.ODataID, ServiceEnabled: doc.ServiceEnabled == nil || *doc.ServiceEnabled,
-			MultipartPushURI: doc.MultipartHttpPushUri, InventoryURI: doc.FirmwareInventory.ID}
-		if su := doc.Actions.SimpleUpdate; su != nil && su.Target != "" {
-			caps.SimpleUpdate, caps.SimpleUpdateURI, caps.TransferProtocols = true, su.Target, su.Protocols
-			if len(su.Protocols) == 0 && su.ActionInfo != "" {
-				var info struct {
-					Parameters []struct {
-						Name            string
-						AllowableValues []string
-					}
-				}
-				if _, err := getJSON(api, su.ActionInfo, &info); err != nil {
-					return fmt.Errorf("SimpleUpdate ActionInfo: %w", err)
-				}
-				for _, p := range info.Parameters {
-					if p.Name == "TransferProtocol" {
-						caps.TransferProtocols = p.AllowableValues
-					}
-				}
+		if actionInfo != "" {
+			var info json.RawMessage
+			if _, err := getJSON(api, actionInfo, &info); err != nil {
+				return fmt.Errorf("SimpleUpdate ActionInfo: %w", err)
+			}
+			if caps.TransferProtocols, err = parseActionInfoProtocols(info); err != nil {
+				return fmt.Errorf("SimpleUpdate ActionInfo %s: %w", actionInfo, err)
 			}
 		}
 		return nil
 	})
 	return caps, err
+}
+
+// parseUpdateService reads an UpdateService body. actionInfo is the
+// SimpleUpdate ActionInfo to read when the action lists no protocols inline.
+// Every link must be a path on the BMC.
+func parseUpdateService(raw []byte) (caps *UpdateCapabilities, actionInfo string, err error) {
+	var doc struct {
+		ODataID              string `json:"@odata.id"`
+		ServiceEnabled       *bool
+		MultipartHttpPushUri string
+		FirmwareInventory    struct {
+			ID string `json:"@odata.id"`
+		}
+		Actions struct {
+			SimpleUpdate *struct {
+				Target     string   `json:"target"`
+				ActionInfo string   `json:"@Redfish.ActionInfo"`
+				Protocols  []string `json:"TransferProtocol@Redfish.AllowableValues"`
+			} `json:"#UpdateService.SimpleUpdate"`
+		}
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, "", fmt.Errorf("parse: %w", err)
+	}
+	caps = &UpdateCapabilities{ServiceEnabled: doc.ServiceEnabled == nil || *doc.ServiceEnabled}
+	caps.URI, _ = bmcPath(doc.ODataID) // only named in messages
+	if caps.MultipartPushURI, err = optPath("MultipartHttpPushUri", doc.MultipartHttpPushUri); err != nil {
+		return nil, "", err
+	}
+	if caps.InventoryURI, err = optPath("FirmwareInventory", doc.FirmwareInventory.ID); err != nil {
+		return nil, "", err
+	}
+	if su := doc.Actions.SimpleUpdate; su != nil && su.Target != "" {
+		if caps.SimpleUpdateURI, err = optPath("SimpleUpdate target", su.Target); err != nil {
+			return nil, "", err
+		}
+		caps.SimpleUpdate, caps.TransferProtocols = true, su.Protocols
+		if len(su.Protocols) == 0 {
+			if actionInfo, err = optPath("SimpleUpdate @Redfish.ActionInfo", su.ActionInfo); err != nil {
+				return nil, "", err
+			}
+		}
+	}
+	return caps, actionInfo, nil
+}
+
+// parseActionInfoProtocols reads the TransferProtocol allowable values out
+// of a SimpleUpdate ActionInfo.
+func parseActionInfoProtocols(raw []byte) ([]string, error) {
+	var info struct {
+		Parameters []struct {
+			Name            string
+			AllowableValues []string
+		}
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, nil
+	}
+	if err := json.Unmarshal(raw, &info); err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	for _, p := range info.Parameters {
+		if p.Name == "TransferProtocol" {
+			return p.AllowableValues, nil
+		}
+	}
+	return nil, nil
 }
 
 // ChooseTransferProtocol negotiates SimpleUpdate's TransferProtocol: the
@@ -173,16 +269,20 @@ func ChooseTransferProtocol(imageURI, asked string, allowed []string) (string, e
 	return asked, nil
 }
 
-// targetURIs turns inventory Ids into member URIs; URIs pass through.
-func targetURIs(inventory string, targets []string) []string {
+// targetURIs turns inventory Ids into member URIs; URIs pass through. An Id
+// needs the BMC's FirmwareInventory: sent bare, it is no Redfish target.
+func targetURIs(inventory string, targets []string) ([]string, error) {
 	out := make([]string, 0, len(targets))
 	for _, t := range targets {
-		if !strings.HasPrefix(t, "/") && inventory != "" {
+		if !strings.HasPrefix(t, "/") {
+			if inventory == "" {
+				return nil, fmt.Errorf("target %q is an inventory Id but the UpdateService links no FirmwareInventory: give it as a URI", t)
+			}
 			t = strings.TrimSuffix(inventory, "/") + "/" + t
 		}
 		out = append(out, t)
 	}
-	return out
+	return out, nil
 }
 
 // SimpleUpdate asks the BMC to fetch imageURI (from the artifact server)
@@ -207,7 +307,9 @@ func (c *Client) SimpleUpdate(ctx context.Context, imageURI string, targets []st
 		body["TransferProtocol"] = proto
 	}
 	if len(targets) > 0 {
-		body["Targets"] = targetURIs(caps.InventoryURI, targets)
+		if body["Targets"], err = targetURIs(caps.InventoryURI, targets); err != nil {
+			return nil, fmt.Errorf("redfish %s: SimpleUpdate %s: %w", c.ep.URL, imageURI, err)
+		}
 	}
 	known, listed := c.knownTasks(ctx)
 	rep, err := c.mutate(ctx, "SimpleUpdate", caps.SimpleUpdateURI, known, listed, func(api *gofish.APIClient) (*http.Response, error) {
@@ -230,12 +332,10 @@ var taskURIRE = regexp.MustCompile(`^/redfish/v1/TaskService/Tasks/[^/]+$`)
 // Location = Task resource, Task in the body (or any mix).
 func parseJob(op string, rep *reply) (*Job, error) {
 	job := &Job{Op: op, Accepted: time.Now()}
-	if rep.Location != "" {
-		loc := rep.Location
-		if u, err := url.Parse(loc); err == nil && u.Path != "" {
-			loc = u.Path
-		}
-		if taskURIRE.MatchString(strings.TrimSuffix(loc, "/")) {
+	// A Location that is no path on the BMC is ignored like a missing one:
+	// the body may still name the task, else the inventory tells.
+	if loc, err := bmcPath(rep.Location); err == nil {
+		if u, err := url.Parse(loc); err == nil && taskURIRE.MatchString(strings.TrimSuffix(u.Path, "/")) {
 			job.TaskURI = loc
 		} else {
 			job.MonitorURI = loc
@@ -244,11 +344,12 @@ func parseJob(op string, rep *reply) (*Job, error) {
 	var doc taskDoc
 	if rep.BodyErr == nil && len(bytes.TrimSpace(rep.Body)) > 0 && json.Unmarshal(rep.Body, &doc) == nil &&
 		(doc.TaskState != "" || strings.HasPrefix(doc.ODataType, "#Task.")) {
+		task, monitor := doc.links()
 		if job.TaskURI == "" {
-			job.TaskURI = doc.ODataID
+			job.TaskURI = task
 		}
 		if job.MonitorURI == "" {
-			job.MonitorURI = doc.TaskMonitor
+			job.MonitorURI = monitor
 		}
 	}
 	if rep.BodyErr != nil && job.MonitorURI == "" && job.TaskURI == "" {
@@ -299,7 +400,11 @@ func (c *Client) MultipartPush(ctx context.Context, r io.Reader, size int64, tar
 	if caps.MultipartPushURI == "" {
 		return nil, fmt.Errorf("redfish %s: %w: UpdateService %s has no MultipartHttpPushUri", c.ep.URL, ErrNotSupported, caps.URI)
 	}
-	params, err := json.Marshal(map[string]any{"Targets": targetURIs(caps.InventoryURI, targets), "@Redfish.OperationApplyTime": "Immediate"})
+	turis, err := targetURIs(caps.InventoryURI, targets)
+	if err != nil {
+		return nil, fmt.Errorf("redfish %s: MultipartPush: %w", c.ep.URL, err)
+	}
+	params, err := json.Marshal(map[string]any{"Targets": turis, "@Redfish.OperationApplyTime": "Immediate"})
 	if err != nil {
 		return nil, fmt.Errorf("redfish %s: MultipartPush: %w", c.ep.URL, err)
 	}
@@ -441,17 +546,17 @@ func (c *Client) taskURIs(ctx context.Context) ([]string, error) {
 		if err := json.Unmarshal(ts.RawData, &doc); err != nil || doc.Tasks.ID == "" {
 			return fmt.Errorf("TaskService %s links no Tasks collection", ts.ODataID)
 		}
-		var coll struct {
-			Members []struct {
-				ID string `json:"@odata.id"`
-			}
+		tasks, err := bmcPath(doc.Tasks.ID)
+		if err != nil {
+			return fmt.Errorf("TaskService %s: Tasks: %w", ts.ODataID, err)
 		}
-		if _, err := getJSON(api, doc.Tasks.ID, &coll); err != nil {
+		var coll json.RawMessage
+		if _, err := getJSON(api, tasks, &coll); err != nil {
 			return err
 		}
-		uris = uris[:0]
-		for _, m := range coll.Members {
-			uris = append(uris, m.ID)
+		uris, err = parseMembers(coll)
+		if err != nil {
+			return fmt.Errorf("Tasks %s: %w", tasks, err)
 		}
 		return nil
 	})
@@ -489,7 +594,8 @@ func (c *Client) RecoverJob(ctx context.Context, ue *UnknownOutcomeError) (*Job,
 		if !ue.TasksListed && doc.Payload == nil {
 			continue // cannot tell whose it is
 		}
-		found = &Job{Op: ue.Op, TaskURI: u, MonitorURI: doc.TaskMonitor, Accepted: time.Now()}
+		_, monitor := doc.links()
+		found = &Job{Op: ue.Op, TaskURI: u, MonitorURI: monitor, Accepted: time.Now()}
 	}
 	if found != nil {
 		c.log.Warn("lost answer traced to a task: the BMC accepted the request", "op", ue.Op, "task", found.TaskURI)
@@ -507,6 +613,11 @@ func (c *Client) RecoverJob(ctx context.Context, ue *UnknownOutcomeError) (*Job,
 func (c *Client) WaitTask(ctx context.Context, job *Job, poll time.Duration) (*TaskResult, error) {
 	if poll <= 0 {
 		poll = 2 * time.Second
+	}
+	for _, u := range []string{job.MonitorURI, job.TaskURI} {
+		if _, err := optPath("job", u); err != nil {
+			return nil, fmt.Errorf("redfish %s: wait for task: %w", c.ep.URL, err)
+		}
 	}
 	uri, monitor := job.MonitorURI, true
 	if uri == "" {
@@ -538,14 +649,22 @@ func (c *Client) WaitTask(ctx context.Context, job *Job, poll time.Duration) (*T
 			lastErr = err
 			c.log.Debug("task poll failed; retrying", "uri", uri, "err", err)
 		case doc.TaskState != "":
-			last = doc.result()
+			res, verr := doc.result()
+			if verr != nil {
+				// Perhaps a vendor's transitional value: keep polling, and
+				// say so if it never turns into a state we know.
+				lastErr = fmt.Errorf("task %s: %w", uri, verr)
+				c.log.Debug("task answer not understood; polling on", "uri", uri, "err", verr)
+				break
+			}
+			last = res
 			if taskURI == "" {
-				taskURI = doc.ODataID
+				taskURI = res.TaskURI
 			}
 			if last.TaskURI == "" {
 				last.TaskURI = taskURI
 			}
-			if terminal(doc.TaskState) {
+			if terminal(last.State) {
 				return finish(last)
 			}
 		case code == http.StatusOK && monitor:

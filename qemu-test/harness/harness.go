@@ -14,7 +14,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,7 +59,11 @@ type Node struct {
 	ID, MAC, Serial, UUID string
 	Disk, Console         string
 	BMC                   *vbmc.BMC
-	BMCURL                string
+	BMCURL                string // https://127.0.0.1:port
+	// BMCFingerprint pins the virtual BMC's self-signed certificate
+	// ("sha256:<hex>"); the inventory carries it, so the coordinator
+	// verifies BMC TLS as it does in production.
+	BMCFingerprint string
 	// Machine is the QEMU process behind the BMC: stopping it directly,
 	// without the BMC knowing, is a crash of the host.
 	Machine *vbmc.QEMUMachine
@@ -92,7 +95,7 @@ type Env struct {
 	proxy    *streamProxy
 	coord    *exec.Cmd
 	coordOut *os.File
-	servers  []*http.Server
+	servers  []*vbmc.Server
 	mu       sync.Mutex
 	// extraEdit is the latest EditManifest edit.
 	extraEdit func(*manifests.SKU)
@@ -315,15 +318,16 @@ func (e *Env) startBMCs(ctx context.Context, httpPort int) error {
 		if err != nil {
 			return err
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		// HTTPS with a self-signed certificate, as real BMCs: the
+		// inventory pins it, so BMC TLS verification is on in every e2e run.
+		srv, err := vbmc.Listen("127.0.0.1:0", b, true)
 		if err != nil {
+			_ = b.Close(ctx)
 			return err
 		}
-		srv := &http.Server{Handler: b.Handler(), ReadHeaderTimeout: 10 * time.Second}
-		go srv.Serve(l)
 		e.servers = append(e.servers, srv)
 		n.BMC, n.Machine = b, m
-		n.BMCURL = "http://" + l.Addr().String()
+		n.BMCURL, n.BMCFingerprint = srv.URL, srv.Fingerprint()
 		e.Nodes = append(e.Nodes, n)
 	}
 	return nil
@@ -333,8 +337,8 @@ func (e *Env) writeInventory() error {
 	var b strings.Builder
 	b.WriteString("nodes:\n")
 	for _, n := range e.Nodes {
-		fmt.Fprintf(&b, "  - id: %s\n    bmc: {url: %q, username: admin, password: password}\n    macs: [%q]\n    sku: qemu-nvme\n    hostname: %s\n    serial: %s\n",
-			n.ID, n.BMCURL, n.MAC, n.ID, n.Serial)
+		fmt.Fprintf(&b, "  - id: %s\n    bmc: {url: %q, username: admin, password: password, fingerprint: %q}\n    macs: [%q]\n    sku: qemu-nvme\n    hostname: %s\n    serial: %s\n",
+			n.ID, n.BMCURL, n.BMCFingerprint, n.MAC, n.ID, n.Serial)
 	}
 	return os.WriteFile(filepath.Join(e.Opts.Work, "nodes.yaml"), []byte(b.String()), 0o644)
 }
@@ -499,6 +503,8 @@ func (e *Env) Close() {
 			_ = n.BMC.Close(ctx)
 		}
 	}
+	// Shutdown closes the listener (for good: a BMC reset in progress
+	// cannot re-open it) and waits for requests in flight.
 	for _, s := range e.servers {
 		_ = s.Shutdown(ctx)
 	}

@@ -5,9 +5,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/big"
@@ -24,6 +26,8 @@ type Server struct {
 
 	addr   string // the bound address, reused when the BMC comes back
 	tlsCfg *tls.Config
+	// fingerprint pins the certificate: the same one is served after a reset.
+	fingerprint string
 
 	mu   sync.Mutex
 	srv  *http.Server // nil while the BMC is resetting (refusing)
@@ -32,7 +36,7 @@ type Server struct {
 
 // Listen serves b on addr ("127.0.0.1:0" picks a port) in the background.
 // With useTLS it serves HTTPS with a fresh self-signed certificate, as real
-// BMCs do (clients need Insecure).
+// BMCs do: clients pin it with Fingerprint (or skip verification).
 func Listen(addr string, b *BMC, useTLS bool) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -47,6 +51,8 @@ func Listen(addr string, b *BMC, useTLS bool) (*Server, error) {
 			return nil, fmt.Errorf("vbmc %s: %w", b.cfg.Name, err)
 		}
 		s.tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		sum := sha256.Sum256(cert.Certificate[0])
+		s.fingerprint = "sha256:" + hex.EncodeToString(sum[:])
 		scheme = "https"
 	}
 	s.URL = scheme + "://" + s.addr
@@ -55,6 +61,11 @@ func Listen(addr string, b *BMC, useTLS bool) (*Server, error) {
 	b.log.Info("listening", "url", s.URL)
 	return s, nil
 }
+
+// Fingerprint is the pin of the certificate the server presents: "sha256:"
+// and the hex SHA-256 of its DER, as the node inventory's bmc.fingerprint
+// takes it. It stays valid across BMC resets. Empty over plain HTTP.
+func (s *Server) Fingerprint() string { return s.fingerprint }
 
 func (s *Server) serve(ln net.Listener) {
 	if s.tlsCfg != nil {

@@ -25,7 +25,6 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/nodes"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
-	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/statedir"
@@ -53,6 +52,7 @@ type config struct {
 	eventLimits                                store.EventLimits
 	retention                                  store.Retention
 	httpMaxConns, grpcMaxConns                 int
+	bmcCA                                      string
 }
 
 func main() {
@@ -94,6 +94,7 @@ func main() {
 	flag.DurationVar(&c.retention.Audit, "audit-retention", store.DefaultRetention.Audit, "keep audit log entries this long")
 	flag.IntVar(&c.httpMaxConns, "http-max-conns", 4096, "open connections of the boot/artifact server")
 	flag.IntVar(&c.grpcMaxConns, "grpc-max-conns", 8192, "open connections of the gRPC server")
+	flag.StringVar(&c.bmcCA, "bmc-ca", "", "PEM CA bundle that verifies BMC certificates of nodes without caFile or fingerprint (empty: the system roots)")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -217,14 +218,15 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		return err
 	}
 
+	bmcs, err := newBMCConnector(c.bmcCA, c.timeouts.BMCCall, log)
+	if err != nil {
+		return err
+	}
 	rec := audit.New(st, log, 0)
 	hub := sessions.NewHub()
 	eng := pipeline.New(ctx, pipeline.Config{
 		Store: st, Hub: hub, Log: log, Audit: rec,
-		ConnectBMC: func(ctx context.Context, n store.Node) (pipeline.BMC, error) {
-			return redfish.Connect(ctx, redfish.Endpoint{URL: n.BMCURL, Username: n.BMCUser, Password: n.BMCPassword, Insecure: true},
-				redfish.Options{Timeout: c.timeouts.BMCCall, Logger: log})
-		},
+		ConnectBMC:      bmcs.connect,
 		Manifests:       &pipeline.Catalog{Dir: c.manifestDir},
 		ArtifactDir:     artifactDir,
 		BaseURL:         baseURL,

@@ -58,6 +58,8 @@ func run(out, work string, mode modes.Mode, verbose bool) int {
 	defer env.Close()
 	n := env.Nodes[0]
 	fmt.Printf("cure-demo: node %s  mac %s  bmc %s  power %s  coordinator http %s grpc %s\n", n.ID, n.MAC, n.BMCURL, n.BMC.PowerState(), env.HTTPAddr, env.GRPCAddr)
+	// The BMC serves a self-signed certificate; the inventory pins it.
+	fmt.Printf("cure-demo: bmc certificate %s (pinned in %s)\n", n.BMCFingerprint, filepath.Join(work, "nodes.yaml"))
 	fmt.Printf("cure-demo: node console: %s   coordinator log: %s\n", n.Console, filepath.Join(work, "coordinator.log"))
 	// The harness issued the "operator" certificate beside the CA, where
 	// curectl looks by default, so this works from another terminal as is.

@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,7 +42,8 @@ func run() error {
 	workDir := flag.String("work-dir", "", "disks and console logs (overrides the config)")
 	fake := flag.Bool("fake", false, "in-memory machines instead of QEMU")
 	useTLS := flag.Bool("tls", false, "serve HTTPS with self-signed certificates")
-	inventory := flag.String("inventory", "", "write the BMC list (name, URL, MAC, serial) as JSON here")
+	inventory := flag.String("inventory", "", "write the BMC list (name, URL, certificate fingerprint, MAC, serial) as JSON here")
+	nodesYAMLPath := flag.String("nodes-yaml", "", "write a provisioner-lite node inventory for these BMCs here (fingerprints pinned with -tls)")
 	debug := flag.Bool("debug", false, "debug logs")
 	flag.Parse()
 
@@ -104,9 +106,6 @@ func run() error {
 		}
 	}()
 
-	type entry struct {
-		Name, URL, MAC, Serial, UUID, Username, Password, Console string
-	}
 	var inv []entry
 	for _, nd := range fleet.Nodes {
 		nodeDir := filepath.Join(fleet.WorkDir, nd.Name)
@@ -146,18 +145,50 @@ func run() error {
 			return err
 		}
 		servers = append(servers, s)
-		inv = append(inv, entry{nd.Name, s.URL, nd.MAC, nd.Serial, nd.UUID, fleet.Username, fleet.Password, console})
+		inv = append(inv, entry{nd.Name, s.URL, s.Fingerprint(), nd.MAC, nd.Serial, nd.UUID, fleet.Username, fleet.Password, console})
+		if s.Fingerprint() != "" {
+			// What an operator checks out of band and pins as bmc.fingerprint.
+			log.Info("BMC certificate", "bmc", nd.Name, "url", s.URL, "fingerprint", s.Fingerprint())
+		}
 	}
+	// Both files hold the BMC password: private to the user.
 	if *inventory != "" {
 		b, _ := json.MarshalIndent(inv, "", "  ")
-		if err := os.WriteFile(*inventory, append(b, '\n'), 0o644); err != nil {
+		if err := os.WriteFile(*inventory, append(b, '\n'), 0o600); err != nil {
 			return fmt.Errorf("write inventory: %w", err)
+		}
+	}
+	if *nodesYAMLPath != "" {
+		if err := os.WriteFile(*nodesYAMLPath, nodesYAML(inv), 0o600); err != nil {
+			return fmt.Errorf("write node inventory: %w", err)
 		}
 	}
 	log.Info("virtual BMCs ready", "count", len(servers), "fake", fleet.Fake, "bootURL", fleet.BootURL)
 	<-ctx.Done()
 	log.Info("shutting down: powering every VM off")
 	return nil
+}
+
+// entry is one BMC as -inventory lists it.
+type entry struct {
+	Name, URL, Fingerprint, MAC, Serial, UUID, Username, Password, Console string
+}
+
+// nodesYAML renders the BMCs as a provisioner-lite node inventory: HTTPS
+// BMCs pinned by their certificate's fingerprint, plain HTTP ones marked
+// insecure (the coordinator refuses http:// otherwise).
+func nodesYAML(inv []entry) []byte {
+	var b strings.Builder
+	b.WriteString("nodes:\n")
+	for _, e := range inv {
+		tls := "insecure: true"
+		if e.Fingerprint != "" {
+			tls = "fingerprint: " + strconv.Quote(e.Fingerprint)
+		}
+		fmt.Fprintf(&b, "  - id: %s\n    bmc: {url: %q, username: %q, password: %q, %s}\n    macs: [%q]\n    serial: %q\n",
+			e.Name, e.URL, e.Username, e.Password, tls, e.MAC, e.Serial)
+	}
+	return []byte(b.String())
 }
 
 func orFlags(path string) string {

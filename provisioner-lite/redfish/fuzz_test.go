@@ -1,0 +1,387 @@
+package redfish
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/cure-oss/cure/qemu-test/vbmc"
+)
+
+// The fuzz targets feed the driver's own parsers what a hostile or broken
+// BMC could send, seeded with the DMTF mockup the virtual BMC serves. They
+// assert invariants, not just "no panic": every link the driver will follow
+// stays on the BMC, states come from the Redfish set, text is bounded and
+// clean, and waits end.
+
+const mockupDir = "../../qemu-test/vbmc/mockups/public-rackmount1"
+
+// mockup reads a mockup resource body (rel is the path under /redfish/v1).
+func mockup(f *testing.F, rel string) []byte {
+	f.Helper()
+	b, err := os.ReadFile(filepath.Join(mockupDir, rel, "index.json"))
+	if err != nil {
+		f.Fatalf("seed from the DMTF mockup: %v", err)
+	}
+	return b
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+const fuzzOrigin = "https://bmc.example:443"
+
+// onBMC fails unless uri, appended to the endpoint as the driver and gofish
+// do, is a request to the BMC itself.
+func onBMC(t *testing.T, what, uri string) {
+	t.Helper()
+	if uri == "" {
+		return
+	}
+	u, err := url.Parse(fuzzOrigin + uri)
+	if err != nil || u.Scheme != "https" || u.Host != "bmc.example:443" || u.User != nil || !strings.HasPrefix(uri, "/") {
+		t.Fatalf("%s %q leaves the BMC: %s + it parses as %#v (%v)", what, uri, fuzzOrigin, u, err)
+	}
+	if again, err := bmcPath(uri); err != nil || again != uri {
+		t.Fatalf("%s %q is not a fixed point of bmcPath: %q, %v", what, uri, again, err)
+	}
+}
+
+func cleanText(t *testing.T, what, s string, limit int) {
+	t.Helper()
+	if len(s) > limit || !utf8.ValidString(s) {
+		t.Fatalf("%s: %d bytes (limit %d), valid UTF-8 %v: %q", what, len(s), limit, utf8.ValidString(s), s)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			t.Fatalf("%s carries control character %U: %q", what, r, s)
+		}
+	}
+}
+
+func FuzzBMCPath(f *testing.F) {
+	for _, s := range []string{"/redfish/v1/TaskService/Tasks/545", "https://10.0.0.1/redfish/v1/TaskService/TaskMonitors/1?x=1",
+		"0", "@evil.example/x", ".evil.example/x", "//evil.example/x", "Tasks/1", "https:x", "/a b/%41", "/\\evil", "javascript:alert(1)"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, uri string) {
+		p, err := bmcPath(uri)
+		if err != nil {
+			if p != "" {
+				t.Fatalf("error with a path: %q", p)
+			}
+			return
+		}
+		onBMC(t, "bmcPath", p)
+	})
+}
+
+func FuzzParseJob(f *testing.F) {
+	for _, loc := range []string{"", "/redfish/v1/TaskService/TaskMonitors/1", "/redfish/v1/TaskService/Tasks/545",
+		"https://10.0.0.1/redfish/v1/TaskService/Tasks/687/", "0", "@evil.example/x"} {
+		f.Add(loc, mockup(f, "TaskService/Tasks/545"), false)
+		f.Add(loc, mockup(f, "TaskService/Tasks/687"), true)
+	}
+	f.Add("", []byte(`{"TaskState":"Running","@odata.id":".evil/x","TaskMonitor":"https://other/m/1"}`), false)
+	f.Add("", []byte(`{"@odata.type":"#Task.v1_7_4.Task"}`), true)
+	f.Fuzz(func(t *testing.T, loc string, body []byte, cut bool) {
+		rep := &reply{Status: http.StatusAccepted, Location: loc, Body: body}
+		if cut {
+			rep.BodyErr = errors.New("connection reset")
+		}
+		job, err := parseJob("SimpleUpdate", rep)
+		if err != nil {
+			if !cut || !errors.Is(err, ErrUnknownOutcome) || job != nil {
+				t.Fatalf("parseJob error %v (cut %v, job %+v): only a cut answer with nothing to follow may fail, as ErrUnknownOutcome", err, cut, job)
+			}
+			return
+		}
+		onBMC(t, "MonitorURI", job.MonitorURI)
+		onBMC(t, "TaskURI", job.TaskURI)
+		// A usable Location is always followed.
+		if p, err := bmcPath(loc); err == nil && job.MonitorURI != p && job.TaskURI != p {
+			t.Fatalf("Location %q (%s) dropped: job %+v", loc, p, job)
+		}
+	})
+}
+
+func FuzzTask(f *testing.F) {
+	for _, rel := range []string{"TaskService/Tasks/545", "TaskService/Tasks/687"} {
+		f.Add(mockup(f, rel))
+	}
+	f.Add([]byte(`{"TaskState":"running","TaskStatus":"ok","PercentComplete":-5,"Messages":[{"Message":"\u001b]0;pwned\u0007"}]}`))
+	f.Add([]byte(`{"TaskState":"Exception","TaskStatus":"Critical","PercentComplete":1000000,"@odata.id":"@evil/x"}`))
+	f.Add([]byte(`{"TaskState":"Bogus"}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var doc taskDoc
+		if json.Unmarshal(body, &doc) != nil {
+			return
+		}
+		res, err := doc.result()
+		if err != nil {
+			return
+		}
+		if !slices.Contains(TaskStates, res.State) {
+			t.Fatalf("State %q not a Redfish TaskState", res.State)
+		}
+		if res.Status != "" && !slices.Contains(TaskStatuses, res.Status) {
+			t.Fatalf("Status %q", res.Status)
+		}
+		if res.PercentComplete < 0 || res.PercentComplete > 100 {
+			t.Fatalf("PercentComplete %d", res.PercentComplete)
+		}
+		if len(res.Messages) > maxTaskMessages+1 {
+			t.Fatalf("%d messages kept", len(res.Messages))
+		}
+		for _, m := range res.Messages {
+			cleanText(t, "task message", m, maxTaskMessageLen)
+		}
+		onBMC(t, "task @odata.id", res.TaskURI)
+		task, monitor := doc.links()
+		onBMC(t, "task link", task)
+		onBMC(t, "monitor link", monitor)
+		_, ferr := finish(res)
+		if (ferr == nil) != (res.State == "Completed" && res.Status != "Critical") {
+			t.Fatalf("finish(%s/%s) = %v", res.State, res.Status, ferr)
+		}
+		if ferr != nil && !errors.Is(ferr, ErrTaskFailed) {
+			t.Fatalf("failed task error does not wrap ErrTaskFailed: %v", ferr)
+		}
+	})
+}
+
+func FuzzBootState(f *testing.F) {
+	f.Add(mockup(f, "Systems/437XR1138R2"))
+	f.Add([]byte(`{"Boot":{"BootSourceOverrideTarget":"Pxe","BootSourceOverrideEnabled":"Once","BootSourceOverrideEnabled@Redfish.AllowableValues":["Disabled","Once"],"BootSourceOverrideMode":null}}`))
+	f.Add([]byte(`{"Boot":{"BootSourceOverrideTarget":7,"BootSourceOverrideTarget@Redfish.AllowableValues":"Pxe"}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		st, err := parseBootState(body)
+		if err != nil {
+			return
+		}
+		for _, target := range []BootTarget{BootPxe, BootHdd, BootNone} {
+			for _, once := range []bool{true, false} {
+				p, err := planBootOverride(st, target, once)
+				if err != nil {
+					continue
+				}
+				if p.Target != "" && p.Target != string(target) {
+					t.Fatalf("asked %s, patch targets %q", target, p.Target)
+				}
+				if p.Target != "" && len(st.AllowedTargets) > 0 && !slices.Contains(st.AllowedTargets, p.Target) {
+					t.Fatalf("patch target %q outside the BMC's allowable %v", p.Target, st.AllowedTargets)
+				}
+				if p.Enabled != "" && !slices.Contains([]string{"Once", "Continuous", "Disabled"}, p.Enabled) {
+					t.Fatalf("patch Enabled %q", p.Enabled)
+				}
+				if p.Enabled != "" && len(st.AllowedEnabled) > 0 && !slices.Contains(st.AllowedEnabled, p.Enabled) {
+					t.Fatalf("patch Enabled %q outside the BMC's allowable %v", p.Enabled, st.AllowedEnabled)
+				}
+				if p.Mode != "" && p.Mode != st.Mode {
+					t.Fatalf("patch changes the mode %q -> %q", st.Mode, p.Mode)
+				}
+				if _, err := json.Marshal(p); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	})
+}
+
+func FuzzUpdateService(f *testing.F) {
+	us, info := mockup(f, "UpdateService"), mockup(f, "UpdateService/SimpleUpdateActionInfo")
+	f.Add(us, info, "http://10.0.2.2:8080/artifacts/sha256/ab", "")
+	f.Add([]byte(`{"Actions":{"#UpdateService.SimpleUpdate":{"target":"@evil/x","TransferProtocol@Redfish.AllowableValues":["HTTP"]}}}`), info, "https://a/x", "https")
+	f.Add([]byte(`{"MultipartHttpPushUri":"0","FirmwareInventory":{"@odata.id":"https://x/redfish/v1/UpdateService/FirmwareInventory"}}`), []byte(`{"Parameters":[{"Name":"TransferProtocol","AllowableValues":null}]}`), "a/x", "HTTP")
+	f.Fuzz(func(t *testing.T, usBody, infoBody []byte, image, asked string) {
+		caps, actionInfo, err := parseUpdateService(usBody)
+		if err != nil {
+			return
+		}
+		for what, u := range map[string]string{"SimpleUpdate target": caps.SimpleUpdateURI, "MultipartHttpPushUri": caps.MultipartPushURI,
+			"FirmwareInventory": caps.InventoryURI, "ActionInfo": actionInfo, "URI": caps.URI} {
+			onBMC(t, what, u)
+		}
+		if caps.SimpleUpdate != (caps.SimpleUpdateURI != "") {
+			t.Fatalf("SimpleUpdate %v with target %q", caps.SimpleUpdate, caps.SimpleUpdateURI)
+		}
+		if actionInfo != "" {
+			protos, err := parseActionInfoProtocols(infoBody)
+			if err != nil {
+				return
+			}
+			caps.TransferProtocols = protos
+		}
+		proto, err := ChooseTransferProtocol(image, asked, caps.TransferProtocols)
+		if err == nil && len(caps.TransferProtocols) > 0 && !slices.Contains(caps.TransferProtocols, proto) {
+			t.Fatalf("chose %q outside the allowable %v", proto, caps.TransferProtocols)
+		}
+		targets, err := targetURIs(caps.InventoryURI, []string{"BIOS", "HGX_FW_GPU_SXM_1", "/redfish/v1/UpdateService/FirmwareInventory/BMC"})
+		if (err != nil) != (caps.InventoryURI == "") {
+			t.Fatalf("targetURIs with inventory %q: %v", caps.InventoryURI, err)
+		}
+		for _, target := range targets {
+			onBMC(t, "update target", target)
+		}
+	})
+}
+
+// FuzzLinks covers the other links the driver follows: Manager reset, Bios
+// and its settings object, collection members.
+func FuzzLinks(f *testing.F) {
+	for _, rel := range []string{"Managers/BMC", "Systems/437XR1138R2", "Systems/437XR1138R2/Bios", "Systems/437XR1138R2/Bios/Settings", "TaskService/Tasks"} {
+		f.Add(mockup(f, rel))
+	}
+	f.Add([]byte(`{"Actions":{"#Manager.Reset":{"target":".evil/x","ResetType@Redfish.AllowableValues":["ForceRestart"]}},"Bios":{"@odata.id":"0"},"@Redfish.Settings":{"SettingsObject":{"@odata.id":"@e/x"}},"Members":[{"@odata.id":"x"},{"@odata.id":"/ok"}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if target, allowed, err := parseManagerReset(body); err == nil {
+			onBMC(t, "Manager.Reset target", target)
+			if rt, err := chooseReset("GracefulRestart", allowed); err == nil && len(allowed) > 0 && !slices.Contains(allowed, rt) {
+				t.Fatalf("reset %q outside the allowable %v", rt, allowed)
+			}
+		}
+		if link, err := parseBiosLink(body); err == nil {
+			onBMC(t, "Bios link", link)
+		}
+		if doc, err := parseBios(body); err == nil {
+			onBMC(t, "Bios @odata.id", doc.ODataID)
+			if doc.Settings != nil {
+				onBMC(t, "settings object", doc.Settings.SettingsObject.ID)
+			}
+		}
+		if ms, err := parseMembers(body); err == nil {
+			if len(ms) > maxMembers {
+				t.Fatalf("%d members", len(ms))
+			}
+			for _, m := range ms {
+				onBMC(t, "member", m)
+			}
+		}
+	})
+}
+
+// fuzzBMC is a virtual BMC in memory, whose task monitor and task answer
+// what the fuzzer says. It records any request that is not for the BMC.
+type fuzzBMC struct {
+	h       http.Handler
+	mu      sync.Mutex
+	answers []fuzzAnswer // for /fuzz/ paths, in order; the last repeats
+	n       int
+	foreign []string
+}
+
+type fuzzAnswer struct {
+	status   int
+	location string
+	body     []byte
+}
+
+func (b *fuzzBMC) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Host != "bmc.fuzz" {
+		b.mu.Lock()
+		b.foreign = append(b.foreign, r.URL.String())
+		b.mu.Unlock()
+		return nil, errors.New("foreign host")
+	}
+	rec := httptest.NewRecorder()
+	if strings.HasPrefix(r.URL.Path, "/fuzz/") {
+		b.mu.Lock()
+		a := b.answers[min(b.n, len(b.answers)-1)]
+		b.n++
+		b.mu.Unlock()
+		if a.location != "" {
+			rec.Header().Set("Location", a.location)
+		}
+		rec.WriteHeader(a.status)
+		rec.Write(a.body)
+	} else {
+		b.h.ServeHTTP(rec, r)
+	}
+	resp := rec.Result()
+	resp.Request = r
+	return resp, nil
+}
+
+// FuzzWaitTask drives WaitTask end to end against answers a BMC could give
+// its task monitor and task: it must end (an error, not a hang), report a
+// Redfish state, and never send a request anywhere but the BMC.
+func FuzzWaitTask(f *testing.F) {
+	t545, t687 := mockup(f, "TaskService/Tasks/545"), mockup(f, "TaskService/Tasks/687")
+	f.Add(202, "", t687, 200, "", t545, true)
+	f.Add(202, "", []byte(`{"TaskState":"Running","TaskMonitor":"@evil.example/m"}`), 404, "", []byte(nil), false)
+	f.Add(307, "https://evil.example/fuzz/m", []byte(nil), 200, "", t545, false)
+	f.Add(200, "", []byte(`{"TaskState":"Exception","TaskStatus":"Critical","Messages":[{"Message":"flash failed"}]}`), 200, "", []byte(nil), false)
+	f.Add(503, "", []byte(`busy`), 410, "", []byte(nil), true)
+	b, err := vbmc.New(vbmc.Config{Name: "fuzz", Logger: discardLogger()}, vbmc.NewFakeMachine())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { b.Close(context.Background()) })
+	f.Fuzz(func(t *testing.T, s1 int, loc1 string, body1 []byte, s2 int, loc2 string, body2 []byte, withTask bool) {
+		status := func(s int) int { return 200 + ((s%400)+400)%400 }
+		fb := &fuzzBMC{h: b.Handler(), answers: []fuzzAnswer{{status(s1), loc1, body1}, {status(s2), loc2, body2}}}
+		// A hang is a failure too: crash with every goroutine's stack, so
+		// the fuzzer keeps the input.
+		watchdog := time.AfterFunc(20*time.Second, func() {
+			buf := make([]byte, 1<<20)
+			panic(fmt.Sprintf("FuzzWaitTask iteration hung for 20s:\n%s", buf[:runtime.Stack(buf, true)]))
+		})
+		defer watchdog.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := Connect(ctx, Endpoint{URL: "https://bmc.fuzz", Username: "admin", Password: "password"},
+			Options{Timeout: time.Second, Logger: discardLogger(), HTTPClient: &http.Client{Transport: fb}})
+		if err != nil {
+			t.Fatalf("Connect to the in-memory BMC: %v", err)
+		}
+		defer c.Close(context.Background())
+		job := &Job{Op: "SimpleUpdate", MonitorURI: "/fuzz/monitor"}
+		if withTask {
+			job.TaskURI = "/fuzz/task"
+		}
+		wctx, wcancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+		defer wcancel()
+		start := time.Now()
+		res, err := c.WaitTask(wctx, job, time.Millisecond)
+		if d := time.Since(start); d > 3*time.Second {
+			t.Fatalf("WaitTask took %v on a 60ms budget", d)
+		}
+		if err == nil {
+			if res == nil || (res.State != "Completed" && res.State != TaskGone) || res.Status == "Critical" {
+				t.Fatalf("WaitTask succeeded with %+v", res)
+			}
+		}
+		if res != nil {
+			if res.State != TaskGone && !slices.Contains(TaskStates, res.State) {
+				t.Fatalf("State %q", res.State)
+			}
+			if res.PercentComplete < 0 || res.PercentComplete > 100 {
+				t.Fatalf("PercentComplete %d", res.PercentComplete)
+			}
+			for _, m := range res.Messages {
+				cleanText(t, "message", m, maxTaskMessageLen)
+			}
+			onBMC(t, "TaskURI", res.TaskURI)
+		}
+		fb.mu.Lock()
+		defer fb.mu.Unlock()
+		if len(fb.foreign) > 0 {
+			t.Fatalf("requests left the BMC: %q", fb.foreign)
+		}
+	})
+}
