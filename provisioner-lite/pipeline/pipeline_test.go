@@ -136,7 +136,7 @@ func newFixture(t *testing.T, edit func(sku *manifests.SKU, casDir string)) *fix
 	eng := pipeline.New(ectx, pipeline.Config{
 		Store: st, Hub: hub, Log: log,
 		ConnectBMC: func(ctx context.Context, n store.Node) (pipeline.BMC, error) {
-			return redfish.Connect(ctx, redfish.Endpoint{URL: n.BMCURL, Username: n.BMCUser, Password: n.BMCPassword}, redfish.Options{Timeout: 5 * time.Second, Logger: log})
+			return redfish.Connect(ctx, redfish.Endpoint{URL: n.BMCURL, Username: n.BMCUser, Password: n.BMCPassword, Insecure: true /* httptest BMC over plain HTTP */}, redfish.Options{Timeout: 5 * time.Second, Logger: log})
 		},
 		Manifests: &pipeline.Catalog{Dir: filepath.Join(dir, "manifests")}, ArtifactDir: filepath.Join(dir, "artifacts"),
 		BaseURL: "http://10.0.2.2:8080", RunnerAddr: "10.0.2.2:8443", BMCBaseURL: cas.URL,
