@@ -36,6 +36,7 @@ func pinnedClient(pin string) *http.Client {
 func TestTLSFingerprintSurvivesReset(t *testing.T) {
 	cfg := oobConfig()
 	cfg.ResetRefuse = true
+	cfg.ResetDuration = 3 * time.Second // long enough to see the refusal on a loaded machine
 	cfg.Logger = testLogger(t)
 	b, err := New(cfg, NewFakeMachine())
 	if err != nil {
@@ -76,7 +77,7 @@ func TestTLSFingerprintSurvivesReset(t *testing.T) {
 	resp.Body.Close()
 	hc.CloseIdleConnections()
 	waitFor(t, 5*time.Second, "BMC refusing during its reset", func() bool { return errors.Is(get(), syscall.ECONNREFUSED) })
-	waitFor(t, 5*time.Second, "BMC back with the pinned certificate", func() bool { return get() == nil })
+	waitFor(t, 15*time.Second, "BMC back with the pinned certificate", func() bool { return get() == nil })
 	if srv.Fingerprint() != pin {
 		t.Fatalf("Fingerprint changed across the reset: %s -> %s", pin, srv.Fingerprint())
 	}
