@@ -44,44 +44,58 @@ type qmpConn struct {
 }
 
 // dialQMP connects to QEMU's QMP socket, retrying until QEMU has created it
-// or ctx ends, and negotiates capabilities.
+// and greets, or ctx ends, and negotiates capabilities. A socket that
+// answers without the greeting (seen right after a restart of QEMU on the
+// same path) is closed and dialled again.
 func dialQMP(ctx context.Context, path string) (*qmpConn, error) {
-	var conn net.Conn
 	var d net.Dialer
+	var lastErr error
 	for {
-		c, err := d.DialContext(ctx, "unix", path)
+		conn, err := d.DialContext(ctx, "unix", path)
 		if err == nil {
-			conn = c
-			break
+			var dec *json.Decoder
+			if dec, err = readGreeting(ctx, conn); err == nil {
+				q := &qmpConn{
+					conn:    conn,
+					replies: make(chan qmpMessage, 1),
+					events:  make(chan qmpEvent, 64),
+					closed:  make(chan struct{}),
+				}
+				go q.readLoop(dec)
+				if _, err := q.execute(ctx, "qmp_capabilities", nil); err != nil {
+					q.Close()
+					return nil, fmt.Errorf("qmp: capabilities negotiation: %w", err)
+				}
+				return q, nil
+			}
+			conn.Close()
 		}
+		lastErr = err
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("qmp: connect %s: %w (last error: %v)", path, ctx.Err(), err)
+			return nil, fmt.Errorf("qmp: connect %s: %w (last error: %v)", path, ctx.Err(), lastErr)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	q := &qmpConn{
-		conn:    conn,
-		replies: make(chan qmpMessage, 1),
-		events:  make(chan qmpEvent, 64),
-		closed:  make(chan struct{}),
+}
+
+// readGreeting waits (at most 5 s, within ctx) for QEMU's QMP greeting.
+func readGreeting(ctx context.Context, conn net.Conn) (*json.Decoder, error) {
+	dl := time.Now().Add(5 * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
 	}
+	_ = conn.SetReadDeadline(dl)
 	dec := json.NewDecoder(conn)
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetReadDeadline(dl)
-	}
 	var greet qmpMessage
-	if err := dec.Decode(&greet); err != nil || greet.QMP == nil {
-		conn.Close()
-		return nil, fmt.Errorf("qmp: expected greeting from %s: %v", path, err)
+	if err := dec.Decode(&greet); err != nil {
+		return nil, fmt.Errorf("qmp: expected greeting: %w", err)
+	}
+	if greet.QMP == nil {
+		return nil, fmt.Errorf("qmp: expected greeting, got another message first")
 	}
 	_ = conn.SetReadDeadline(time.Time{})
-	go q.readLoop(dec)
-	if _, err := q.execute(ctx, "qmp_capabilities", nil); err != nil {
-		q.Close()
-		return nil, fmt.Errorf("qmp: capabilities negotiation: %w", err)
-	}
-	return q, nil
+	return dec, nil
 }
 
 func (q *qmpConn) readLoop(dec *json.Decoder) {
