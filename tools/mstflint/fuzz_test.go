@@ -2,6 +2,7 @@ package mstflint
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -81,5 +82,13 @@ func TestParseQueryHostileOutput(t *testing.T) {
 	}
 	if q, err := ParseQuery([]byte("FW Version: 1.2.3\nPSID: MT_\xff1\n")); err != nil || q.PSID != "MT_\uFFFD1" {
 		t.Errorf("PSID %q, %v: want the invalid byte replaced by U+FFFD", q.PSID, err)
+	}
+}
+
+// cmdError cuts the tool's output at 600 bytes: the message stays UTF-8.
+func TestCmdErrorKeepsUTF8(t *testing.T) {
+	out := []byte(strings.Repeat("é", 400) + "\xff")
+	if err := cmdError("mstflint query", nil, out, nil, errors.New("exit status 1")); !utf8.ValidString(err.Error()) {
+		t.Errorf("error %q is not UTF-8", err)
 	}
 }
