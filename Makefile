@@ -64,6 +64,12 @@ clean:
 bench-boot: image baseline
 	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -run '^$$' -bench BootToRegistered -benchtime 3x -timeout 30m -v ./qemu-test/
 
+# Every Go fuzz target in the module (found by scripts/fuzz.sh), one at a
+# time for FUZZTIME each (default 30s); `make test` runs their seed corpora.
+.PHONY: fuzz
+fuzz:
+	FUZZTIME="$(FUZZTIME)" GO="$(GO)" scripts/fuzz.sh
+
 # Image writer vs `curl | zstd -dc | dd oflag=direct` (and gzip) on the same
 # images and target in one run: MB/s, ratio, writer peak RSS (incompressible
 # and mostly-zero images; 10 GiB RSS check). BENCH_INSTALL_FLAGS=-size=512MiB for a quick run.

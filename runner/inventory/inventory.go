@@ -208,7 +208,7 @@ func cpuInfo(path string) (uint32, string, error) {
 			n++
 		case "model name":
 			if model == "" {
-				model = strings.TrimSpace(v)
+				model = strings.ToValidUTF8(strings.TrimSpace(v), "\uFFFD") // the CPUID brand string
 			}
 		}
 	}
@@ -221,10 +221,13 @@ func cpuInfo(path string) (uint32, string, error) {
 	return n, model, nil
 }
 
+// readTrim reads a sysfs or procfs file. SMBIOS strings (class/dmi/id)
+// are the firmware's bytes and need not be UTF-8, which protobuf strings
+// must be: invalid sequences become U+FFFD.
 func readTrim(p string) (string, error) {
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return "", err
 	}
-	return strings.TrimSpace(string(b)), nil
+	return strings.ToValidUTF8(strings.TrimSpace(string(b)), "\uFFFD"), nil
 }

@@ -417,7 +417,9 @@ func osGPUExec(ctx context.Context, name string, args ...string) ([]byte, []byte
 	return o.Bytes(), e.Bytes(), 0, nil
 }
 
-// tail is the last 512 bytes of a program's output, for messages.
+// tail is the last 512 bytes of a program's output, for messages. The cut
+// can split a character and the output need not be UTF-8: messages go
+// into protobuf strings, so what is not UTF-8 becomes U+FFFD.
 func tail(b []byte) string {
 	s := strings.TrimSpace(string(b))
 	if len(s) > 512 {
@@ -426,7 +428,7 @@ func tail(b []byte) string {
 	if s == "" {
 		return "(empty)"
 	}
-	return s
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 func sortedKeys[V any](m map[string]V) []string {

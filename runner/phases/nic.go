@@ -1,7 +1,6 @@
 package phases
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -18,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
@@ -167,7 +167,7 @@ func parseVPD(b []byte) (name, pn string) {
 		data := b[3 : 3+n]
 		switch tag {
 		case 0x82:
-			name = strings.TrimSpace(string(bytes.TrimRight(data, "\x00")))
+			name = vpdString(data)
 		case 0x90:
 			for len(data) >= 3 {
 				k, l := string(data[:2]), int(data[2])
@@ -175,7 +175,7 @@ func parseVPD(b []byte) (name, pn string) {
 					break
 				}
 				if k == "PN" {
-					pn = strings.TrimSpace(string(bytes.TrimRight(data[3:3+l], "\x00")))
+					pn = vpdString(data[3 : 3+l])
 				}
 				data = data[3+l:]
 			}
@@ -183,6 +183,14 @@ func parseVPD(b []byte) (name, pn string) {
 		b = b[3+n:]
 	}
 	return name, pn
+}
+
+// vpdString trims a VPD string field. The bytes are the adapter's: what
+// is not UTF-8 becomes U+FFFD, since the name ends up in protobuf strings.
+// Padding is spaces or NULs, in either order.
+func vpdString(b []byte) string {
+	s := strings.TrimFunc(string(b), func(r rune) bool { return r == 0 || unicode.IsSpace(r) })
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // NICObservation is one adapter and what `mstflint query` said of it.

@@ -3,6 +3,7 @@ package ata
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -140,6 +141,11 @@ func ParseIdentify(b []byte) (*Identify, error) {
 	id.LogicalSectorSize = SectorSize
 	if w106 := w(106); w106&0xc000 == 0x4000 && w106&(1<<12) != 0 {
 		if words := binary.LittleEndian.Uint32(b[234:238]); words != 0 {
+			// Bit 12 says "longer than 256 words"; bound it so Bytes
+			// (at most 2^48 sectors) cannot overflow 64 bits.
+			if words < 256 || words > maxSectorWords {
+				return nil, fmt.Errorf("IDENTIFY DEVICE data: words 117-118 say %d words per logical sector: expected 256-%d", words, maxSectorWords)
+			}
 			id.LogicalSectorSize = 2 * words
 		}
 	}
@@ -157,14 +163,18 @@ func ParseIdentify(b []byte) (*Identify, error) {
 	return id, nil
 }
 
+// maxSectorWords bounds words 117-118: 64 KiB logical sectors.
+const maxSectorWords = 1 << 15
+
 // ataString decodes words [from, to): ASCII with the two bytes of every
-// word swapped (the ACS-3 ATA string convention), space padded.
+// word swapped (the ACS-3 ATA string convention), space padded. Bytes that
+// are not UTF-8 become U+FFFD: these strings go into protobuf messages.
 func ataString(b []byte, from, to int) string {
 	out := make([]byte, 0, 2*(to-from))
 	for i := from; i < to; i++ {
 		out = append(out, b[2*i+1], b[2*i])
 	}
-	return strings.TrimSpace(strings.TrimRight(string(out), "\x00"))
+	return strings.ToValidUTF8(strings.TrimSpace(strings.TrimRight(string(out), "\x00")), "\uFFFD")
 }
 
 // Bytes is the user-addressable capacity (0 if the drive did not say).
@@ -202,7 +212,10 @@ func (id *Identify) EraseTimeout(enhanced bool) time.Duration {
 	if !est.Reported || est.AtLeast {
 		floor := unknownSizeTimeout
 		if n := id.Bytes(); n > 0 {
-			floor = time.Duration(n/slowestOverwrite)*time.Second + eraseMargin
+			// Saturate: a capacity near 2^64 bytes would overflow the
+			// Duration and wrap to a short (or negative) timeout.
+			const maxSecs = uint64((math.MaxInt64 - eraseMargin) / time.Second)
+			floor = time.Duration(min(n/slowestOverwrite, maxSecs))*time.Second + eraseMargin
 		}
 		t = max(t, floor)
 	}

@@ -178,11 +178,14 @@ func readUint(path string) (uint64, error) {
 }
 
 // firstOf returns the first readable non-empty file's trimmed content.
+// model and serial are the device's bytes (ATA IDENTIFY, NVMe Identify,
+// SCSI INQUIRY) as the kernel copied them: anything that is not UTF-8
+// becomes U+FFFD, as protobuf strings require.
 func firstOf(paths ...string) string {
 	for _, p := range paths {
 		if b, err := os.ReadFile(p); err == nil {
 			if s := strings.TrimSpace(string(b)); s != "" {
-				return s
+				return strings.ToValidUTF8(s, "\uFFFD")
 			}
 		}
 	}

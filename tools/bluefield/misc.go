@@ -7,8 +7,6 @@
 package bluefield
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -34,13 +32,20 @@ var (
 // file read is not an rshim misc file.
 func ParseMisc(b []byte) (*Misc, error) {
 	m := &Misc{Fields: map[string]string{}, BootMode: -1}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
+	// The log part is the DPU's text: keep it UTF-8 for protobuf. Lines
+	// are split without bufio.Scanner's 64 KiB limit.
+	inLog := false
+	for raw := range strings.Lines(strings.ToValidUTF8(string(b), "\uFFFD")) {
+		line := strings.TrimSpace(raw)
 		switch {
-		case line == "" || strings.HasPrefix(line, "---") || line == "Log Messages":
+		case strings.HasPrefix(line, "---") || line == "Log Messages":
+			inLog = true
+		case line == "":
 		case logLine.MatchString(line):
 			m.Log = append(m.Log, line)
+		case inLog:
+			// The driver prints its fields before the log: a field-like
+			// line in the DPU's log must not set BOOT_MODE or DEV_NAME.
 		default:
 			f := miscField.FindStringSubmatch(line)
 			if f == nil {
@@ -52,7 +57,12 @@ func ParseMisc(b []byte) (*Misc, error) {
 			if i := strings.Index(v, " ("); i >= 0 {
 				v = v[:i]
 			}
-			m.Fields[f[1]] = strings.TrimSpace(v)
+			// \S in the pattern is ASCII; TrimSpace also trims Unicode
+			// spaces (U+00A0, U+0085), which can leave nothing.
+			if v = strings.TrimSpace(v); v == "" {
+				continue
+			}
+			m.Fields[f[1]] = v
 		}
 	}
 	if len(m.Fields) == 0 {
@@ -60,8 +70,8 @@ func ParseMisc(b []byte) (*Misc, error) {
 	}
 	if v, ok := m.Fields["BOOT_MODE"]; ok {
 		n, err := strconv.Atoi(strings.Fields(v)[0])
-		if err != nil {
-			return nil, fmt.Errorf("rshim misc: BOOT_MODE %q: expected a number", v)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("rshim misc: BOOT_MODE %q: expected a number (0 rshim, 1 emmc, 2 emmc-boot-swap)", v)
 		}
 		m.BootMode = n
 	}
@@ -130,7 +140,7 @@ type Versions struct {
 // console capture, or a log that carries them); absent ones stay empty.
 func ParseVersions(text []byte) Versions {
 	var v Versions
-	for _, l := range strings.Split(string(text), "\n") {
+	for _, l := range strings.Split(strings.ToValidUTF8(string(text), "\uFFFD"), "\n") {
 		l = strings.TrimSpace(l)
 		for prefix, dst := range map[string]*string{
 			"BlueField ATF version:":  &v.ATF,

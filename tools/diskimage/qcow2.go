@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 )
 
@@ -60,16 +61,31 @@ type qcowImage struct {
 	regions     []qcowRegion // sorted by offset, non-overlapping
 }
 
+// Limits on what a header may ask for. The header arrives before the
+// artifact's sha256 can be checked, so no size, offset or count read from
+// it is trusted before it is range-checked.
+const (
+	qcowHeaderLen   = 72       // version 2 header; version 3 has at least 104
+	qcowV3HeaderLen = 104      // version 3 header up to header_length
+	qcowMaxHeader   = 4096     // bytes read for the header
+	qcowMaxL1Bytes  = 32 << 20 // QEMU's QCOW_MAX_L1_SIZE: larger L1 tables are refused by QEMU too
+	qcowMinClusterB = 9
+	qcowMaxClusterB = 21
+)
+
 // readQcow2 parses the image's tables through r (Range requests over
 // HTTP in production) and checks it can be streamed.
 func readQcow2(r io.ReaderAt, fileSize int64) (*qcowImage, error) {
-	hdr := make([]byte, min(fileSize, 4096))
+	if fileSize < qcowHeaderLen {
+		return nil, fmt.Errorf("qcow2: file size %d: shorter than the %d-byte qcow2 header", fileSize, qcowHeaderLen)
+	}
+	hdr := make([]byte, min(fileSize, qcowMaxHeader))
 	if _, err := r.ReadAt(hdr, 0); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("qcow2: read header: %w", err)
 	}
 	be := binary.BigEndian
-	if len(hdr) < 72 || be.Uint32(hdr) != qcowMagic {
-		return nil, fmt.Errorf("qcow2: header: expected magic QFI\\xfb, found %q", hdr[:min(len(hdr), 4)])
+	if be.Uint32(hdr) != qcowMagic {
+		return nil, fmt.Errorf("qcow2: header: expected magic QFI\\xfb, found %q", hdr[:4])
 	}
 	version := be.Uint32(hdr[4:])
 	if version != 2 && version != 3 {
@@ -79,17 +95,23 @@ func readQcow2(r io.ReaderAt, fileSize int64) (*qcowImage, error) {
 		return nil, fmt.Errorf("qcow2: image has a backing file (header offset %d): only self-contained images can be installed; flatten it with qemu-img convert", off)
 	}
 	clusterBits := be.Uint32(hdr[20:])
-	if clusterBits < 9 || clusterBits > 21 {
-		return nil, fmt.Errorf("qcow2: header: cluster_bits %d: expected 9-21", clusterBits)
+	if clusterBits < qcowMinClusterB || clusterBits > qcowMaxClusterB {
+		return nil, fmt.Errorf("qcow2: header: cluster_bits %d: expected %d-%d", clusterBits, qcowMinClusterB, qcowMaxClusterB)
 	}
-	img := &qcowImage{clusterSize: 1 << clusterBits, virtualSize: int64(be.Uint64(hdr[24:])), fileSize: fileSize}
+	// virtual_size is a uint64 on disk; every guest offset below is an
+	// int64, so a size of 2^63 or more must not get past here.
+	vs := be.Uint64(hdr[24:])
+	if vs > math.MaxInt64 {
+		return nil, fmt.Errorf("qcow2: header: virtual_size %d: larger than the largest disk offset (2^63-1)", vs)
+	}
+	img := &qcowImage{clusterSize: 1 << clusterBits, virtualSize: int64(vs), fileSize: fileSize}
 	if m := be.Uint32(hdr[32:]); m != 0 {
 		return nil, fmt.Errorf("qcow2: image is encrypted (crypt_method %d): not supported", m)
 	}
-	hdrLen := int64(72)
+	hdrLen := int64(qcowHeaderLen)
 	if version == 3 {
-		if len(hdr) < 104 {
-			return nil, errors.New("qcow2: header: version 3 header shorter than 104 bytes")
+		if len(hdr) < qcowV3HeaderLen {
+			return nil, fmt.Errorf("qcow2: header: version 3 header shorter than %d bytes (file is %d bytes)", qcowV3HeaderLen, fileSize)
 		}
 		inc := be.Uint64(hdr[72:])
 		switch {
@@ -103,23 +125,37 @@ func readQcow2(r io.ReaderAt, fileSize int64) (*qcowImage, error) {
 			return nil, fmt.Errorf("qcow2: unknown incompatible features %#x: refusing to guess", inc)
 		}
 		hdrLen = int64(be.Uint32(hdr[100:]))
-		if hdrLen < 104 || hdrLen > int64(len(hdr)) {
-			return nil, fmt.Errorf("qcow2: header: header_length %d: expected 104-%d", hdrLen, len(hdr))
+		if hdrLen < qcowV3HeaderLen || hdrLen > int64(len(hdr)) {
+			return nil, fmt.Errorf("qcow2: header: header_length %d: expected %d-%d", hdrLen, qcowV3HeaderLen, len(hdr))
 		}
 	}
 	img.addRegion(hdr[:hdrLen], 0, "header")
 
 	cs := img.clusterSize
 	l2Entries := cs / 8
+	// One L2 table maps cs*l2Entries bytes (2^15 to 2^39): the L1 entry
+	// count the virtual size needs is computed without overflow since
+	// virtual_size < 2^63.
+	span := uint64(cs * l2Entries)
+	need64 := vs/span + min(vs%span, 1)
+	if need64 > qcowMaxL1Bytes/8 {
+		return nil, fmt.Errorf("qcow2: header: virtual_size %d with %d-byte clusters needs %d L1 entries: more than the %d-byte L1 table limit", vs, cs, need64, qcowMaxL1Bytes)
+	}
+	need := int64(need64)
 	l1Size := int64(be.Uint32(hdr[36:]))
-	l1Off := int64(be.Uint64(hdr[40:]))
-	need := (img.virtualSize + cs*l2Entries - 1) / (cs * l2Entries)
+	if l1Size > qcowMaxL1Bytes/8 {
+		return nil, fmt.Errorf("qcow2: header: l1_size %d: more than the %d entries of the %d-byte L1 table limit", l1Size, qcowMaxL1Bytes/8, qcowMaxL1Bytes)
+	}
 	if l1Size < need {
 		return nil, fmt.Errorf("qcow2: header: l1_size %d: a %d-byte image needs at least %d entries", l1Size, img.virtualSize, need)
 	}
-	if need > 0 && (l1Off%cs != 0 || l1Off+need*8 > fileSize) {
-		return nil, fmt.Errorf("qcow2: header: L1 table offset %d: expected a cluster-aligned offset inside the %d-byte file", l1Off, fileSize)
+	// l1_table_offset is a uint64: compare it as one, so an offset of 2^63
+	// or more cannot turn negative and pass the bounds check.
+	l1Off64 := be.Uint64(hdr[40:])
+	if need > 0 && (l1Off64%uint64(cs) != 0 || l1Off64 > uint64(fileSize) || uint64(need*8) > uint64(fileSize)-l1Off64) {
+		return nil, fmt.Errorf("qcow2: header: l1_table_offset %d: expected a cluster-aligned offset with the %d-byte L1 table inside the %d-byte file", l1Off64, need*8, fileSize)
 	}
+	l1Off := int64(l1Off64) // < fileSize when need > 0; unused otherwise
 	l1 := make([]byte, need*8)
 	if need > 0 {
 		if _, err := r.ReadAt(l1, l1Off); err != nil {
@@ -128,14 +164,21 @@ func readQcow2(r io.ReaderAt, fileSize int64) (*qcowImage, error) {
 		img.addRegion(l1, l1Off, "L1 table")
 	}
 	l2 := make([]byte, cs)
+	// Each L2 table is read once: a table shared by two L1 entries would
+	// let a small file make this loop read far more than the file.
+	l2Seen := map[int64]int64{}
 	for i := range need {
 		l2Off := int64(be.Uint64(l1[i*8:]) & offsetMask)
 		if l2Off == 0 {
 			continue // unallocated: reads as zeros
 		}
-		if l2Off%cs != 0 || l2Off+cs > fileSize {
-			return nil, fmt.Errorf("qcow2: L1[%d]: L2 table offset %d: expected a cluster-aligned offset inside the file", i, l2Off)
+		if l2Off%cs != 0 || l2Off > fileSize-cs {
+			return nil, fmt.Errorf("qcow2: L1[%d]: L2 table offset %d: expected a cluster-aligned offset with the %d-byte table inside the %d-byte file", i, l2Off, cs, fileSize)
 		}
+		if j, ok := l2Seen[l2Off]; ok {
+			return nil, fmt.Errorf("qcow2: L1[%d]: L2 table offset %d is also the table of L1[%d]: corrupt image", i, l2Off, j)
+		}
+		l2Seen[l2Off] = i
 		if _, err := r.ReadAt(l2, l2Off); err != nil {
 			return nil, fmt.Errorf("qcow2: read L2 table %d at %d: %w", i, l2Off, err)
 		}
@@ -154,7 +197,7 @@ func readQcow2(r io.ReaderAt, fileSize int64) (*qcowImage, error) {
 				continue // zero or unallocated, no backing file: zeros
 			}
 			n := min(cs, img.virtualSize-guest)
-			if host%cs != 0 || host+n > fileSize {
+			if host%cs != 0 || host > fileSize-n {
 				return nil, fmt.Errorf("qcow2: guest offset %d: data cluster at %d: expected a cluster-aligned offset inside the %d-byte file", guest, host, fileSize)
 			}
 			if err := img.addExtent(guest, host, n); err != nil {

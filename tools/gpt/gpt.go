@@ -12,11 +12,13 @@ package gpt
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 	"unicode/utf16"
 )
 
@@ -29,6 +31,7 @@ const (
 	minHeaderSize     = 92
 	mbrTypeProtective = 0xEE
 	maxEntries        = 1024 // a sane upper bound; the default is 128
+	maxEntrySize      = 4096 // 128 by default; UEFI allows 128 times any power of two
 )
 
 // Header is the part of a GPT header this package reads or changes.
@@ -100,10 +103,22 @@ func Read(r io.ReaderAt, sectorSize int, diskSize int64) (*Table, error) {
 		return nil, fmt.Errorf("gpt: primary header: usable LBAs %d-%d, backup at LBA %d do not fit a disk whose last LBA is %d (image larger than the disk?)",
 			h.FirstUsableLBA, h.LastUsableLBA, h.AlternateLBA, lastLBA)
 	}
-	if h.EntrySize < 128 || h.EntrySize%8 != 0 || h.NumEntries == 0 || h.NumEntries > maxEntries {
-		return nil, fmt.Errorf("gpt: primary header: %d entries of %d bytes: expected 1-%d entries of a multiple of 8 bytes >= 128", h.NumEntries, h.EntrySize, maxEntries)
+	// The entry array size comes from the header: bound it before
+	// allocating, and keep the array between the header and the first
+	// usable LBA, where Apply rewrites it, so no partition data is in it.
+	if h.EntrySize < 128 || h.EntrySize > maxEntrySize || h.EntrySize&(h.EntrySize-1) != 0 {
+		return nil, fmt.Errorf("gpt: primary header: partition entry size %d: expected 128 times a power of two, at most %d", h.EntrySize, maxEntrySize)
 	}
-	entries := make([]byte, int(h.NumEntries)*int(h.EntrySize))
+	if h.NumEntries == 0 || h.NumEntries > maxEntries {
+		return nil, fmt.Errorf("gpt: primary header: %d partition entries: expected 1-%d", h.NumEntries, maxEntries)
+	}
+	arrayBytes := uint64(h.NumEntries) * uint64(h.EntrySize) // <= 2^22
+	arraySectors := (arrayBytes + uint64(ss) - 1) / uint64(ss)
+	if h.EntriesLBA < 2 || h.EntriesLBA >= h.FirstUsableLBA || arraySectors > h.FirstUsableLBA-h.EntriesLBA {
+		return nil, fmt.Errorf("gpt: primary header: partition entry array at LBA %d (%d sectors): expected it after the header at LBA 1 and before the first usable LBA %d",
+			h.EntriesLBA, arraySectors, h.FirstUsableLBA)
+	}
+	entries := make([]byte, arrayBytes)
 	if _, err := r.ReadAt(entries, int64(h.EntriesLBA)*ss); err != nil {
 		return nil, fmt.Errorf("gpt: read %d partition entries at LBA %d: %w", h.NumEntries, h.EntriesLBA, err)
 	}
@@ -111,8 +126,25 @@ func Read(r io.ReaderAt, sectorSize int, diskSize int64) (*Table, error) {
 		return nil, fmt.Errorf("gpt: partition entry array at LBA %d: CRC32 %08x, header says %08x", h.EntriesLBA, got, h.EntriesCRC)
 	}
 	t := &Table{SectorSize: sectorSize, Primary: *h, entries: entries}
+	parts, err := parseEntries(entries, h)
+	if err != nil {
+		return nil, err
+	}
+	t.Partitions = parts
+	return t, nil
+}
+
+// parseEntries decodes the used entries of the array and checks that each
+// lies in the usable range and that no two overlap: PlanFix and Apply
+// reason about "the partition after this one", which an overlap defeats.
+func parseEntries(entries []byte, h *Header) ([]Partition, error) {
+	size := int(h.EntrySize)
+	if size < 128 || len(entries) < int(h.NumEntries)*size {
+		return nil, fmt.Errorf("gpt: partition entry array of %d bytes: too short for %d entries of %d bytes", len(entries), h.NumEntries, h.EntrySize)
+	}
+	var parts []Partition
 	for i := range int(h.NumEntries) {
-		e := entries[i*int(h.EntrySize):]
+		e := entries[i*size:]
 		var p Partition
 		copy(p.TypeGUID[:], e[0:16])
 		if p.TypeGUID == ([16]byte{}) {
@@ -125,12 +157,22 @@ func Read(r io.ReaderAt, sectorSize int, diskSize int64) (*Table, error) {
 		if p.FirstLBA < h.FirstUsableLBA || p.LastLBA > h.LastUsableLBA || p.FirstLBA > p.LastLBA {
 			return nil, fmt.Errorf("gpt: partition %d (%q): LBAs %d-%d lie outside the usable range %d-%d", p.Number, p.Name, p.FirstLBA, p.LastLBA, h.FirstUsableLBA, h.LastUsableLBA)
 		}
-		t.Partitions = append(t.Partitions, p)
+		parts = append(parts, p)
 	}
-	return t, nil
+	byStart := slices.Clone(parts)
+	slices.SortFunc(byStart, func(a, b Partition) int { return cmp.Compare(a.FirstLBA, b.FirstLBA) })
+	for i := 1; i < len(byStart); i++ {
+		if a, b := byStart[i-1], byStart[i]; b.FirstLBA <= a.LastLBA {
+			return nil, fmt.Errorf("gpt: partition %d (%q, LBAs %d-%d) overlaps partition %d (%q, LBAs %d-%d)", b.Number, b.Name, b.FirstLBA, b.LastLBA, a.Number, a.Name, a.FirstLBA, a.LastLBA)
+		}
+	}
+	return parts, nil
 }
 
 func parseHeader(sec []byte, where string) (*Header, error) {
+	if len(sec) < minHeaderSize {
+		return nil, fmt.Errorf("gpt: %s: %d bytes, shorter than the %d-byte header", where, len(sec), minHeaderSize)
+	}
 	if string(sec[:8]) != signature {
 		return nil, fmt.Errorf("gpt: %s: expected signature %q, found %q", where, signature, sec[:8])
 	}
@@ -228,16 +270,21 @@ const GrowLast = -1
 // one on the disk, since it would overlap its successor.
 func PlanFix(t *Table, diskSize int64, grow int, alignBytes int64) (*Plan, error) {
 	ss := int64(t.SectorSize)
+	if ss <= 0 || diskSize < 3*ss {
+		return nil, fmt.Errorf("gpt: disk size %d bytes with %d-byte sectors: too small to hold a GPT", diskSize, ss)
+	}
 	h := t.Primary
 	entrySectors := (uint64(h.NumEntries)*uint64(h.EntrySize) + uint64(ss) - 1) / uint64(ss)
 	p := &Plan{SectorSize: t.SectorSize, LastLBA: uint64(diskSize/ss) - 1,
 		OldAlternateLBA: h.AlternateLBA, OldLastUsableLBA: h.LastUsableLBA}
+	// The backup entries and header go after the last usable LBA; check
+	// in this order so none of the subtractions below wraps around.
+	if p.LastLBA <= h.LastUsableLBA || p.LastLBA-h.LastUsableLBA-1 < entrySectors {
+		return nil, fmt.Errorf("gpt: disk of %d bytes is smaller than the table's usable end (LBA %d) and backup (%d entry sectors and a header)", diskSize, h.LastUsableLBA, entrySectors)
+	}
 	p.NewAlternateLBA = p.LastLBA
 	p.NewBackupEntriesLBA = p.LastLBA - entrySectors
 	p.NewLastUsableLBA = p.NewBackupEntriesLBA - 1
-	if p.NewLastUsableLBA < h.LastUsableLBA {
-		return nil, fmt.Errorf("gpt: disk of %d bytes is smaller than the table's usable end (LBA %d)", diskSize, h.LastUsableLBA)
-	}
 	if grow == GrowLast {
 		grow = 0
 		var end uint64
@@ -256,7 +303,7 @@ func PlanFix(t *Table, diskSize int64, grow int, alignBytes int64) (*Plan, error
 	if alignBytes == 0 {
 		alignBytes = 1 << 20
 	}
-	if alignBytes%ss != 0 {
+	if alignBytes < 0 || alignBytes%ss != 0 {
 		return nil, fmt.Errorf("gpt: alignment %d bytes: expected a multiple of the %d-byte sector", alignBytes, ss)
 	}
 	var target *Partition
@@ -274,8 +321,10 @@ func PlanFix(t *Table, diskSize int64, grow int, alignBytes int64) (*Plan, error
 		}
 	}
 	align := uint64(alignBytes / ss)
-	newLast := (p.NewLastUsableLBA+1)/align*align - 1
-	if newLast > target.LastLBA {
+	// A disk smaller than one alignment unit has no aligned end: the
+	// rounding must not wrap to 2^64-1.
+	end := (p.NewLastUsableLBA + 1) / align * align
+	if newLast := end - 1; end > 0 && newLast > target.LastLBA {
 		p.Grow = &Grow{Number: grow, Name: target.Name, OldLastLBA: target.LastLBA, NewLast: newLast}
 	}
 	return p, nil

@@ -135,6 +135,9 @@ func jsonGPUIDs(raw json.RawMessage) ([]int, error) {
 	}
 	var n int
 	if err := json.Unmarshal(raw, &n); err == nil {
+		if n < 0 {
+			return nil, fmt.Errorf("GPU id %d is negative", n)
+		}
 		return []int{n}, nil
 	}
 	var s string
@@ -152,8 +155,9 @@ func gpuList(s string) ([]int, error) {
 	}
 	var out []int
 	for _, f := range strings.Split(s, ",") {
+		// A negative id matches no GPU: its failure would be dropped.
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
+		if err != nil || n < 0 {
 			return nil, fmt.Errorf("GPU list %q: %q is not a GPU id", s, f)
 		}
 		out = append(out, n)
@@ -191,6 +195,9 @@ func jsonMessage(raw json.RawMessage) string {
 // last result. The Metadata category carries versions, not results.
 func parseDCGMTable(out []byte) (*DCGMDiag, error) {
 	d := &DCGMDiag{}
+	// Messages quote the driver and the GPUs: keep them UTF-8 for protobuf
+	// (the JSON decoder already does).
+	out = []byte(strings.ToValidUTF8(string(out), "\uFFFD"))
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	category := ""
 	var test *DCGMTest

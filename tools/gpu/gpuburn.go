@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -35,6 +36,9 @@ type GPUBurnGPU struct {
 	Died   bool   // its worker process died ("(DIED!)")
 }
 
+// maxBurnGPUs bounds the GPU indexes and counts gpu-burn output may name.
+const maxBurnGPUs = 1024
+
 // ParseGPUBurn reads gpu-burn's output.
 func ParseGPUBurn(r io.Reader) (*GPUBurn, error) {
 	data, err := io.ReadAll(r)
@@ -42,6 +46,8 @@ func ParseGPUBurn(r io.Reader) (*GPUBurn, error) {
 		return nil, fmt.Errorf("reading gpu-burn output: %w", err)
 	}
 	out := &GPUBurn{}
+	// Callers bound i by maxBurnGPUs: the output names GPUs by index, and
+	// an index is not a reason to allocate millions of entries.
 	gpu := func(i int) *GPUBurnGPU {
 		for len(out.GPUs) <= i {
 			out.GPUs = append(out.GPUs, GPUBurnGPU{Index: len(out.GPUs)})
@@ -51,7 +57,9 @@ func ParseGPUBurn(r io.Reader) (*GPUBurn, error) {
 	var window []int // errors per GPU since the last summary
 	flush := func() {
 		for i, n := range window {
-			gpu(i).Errors += n
+			// Saturate: a sum that wrapped negative would read as "0 errors".
+			g := gpu(i)
+			g.Errors = min(g.Errors, math.MaxInt-n) + n
 		}
 		window = nil
 	}
@@ -70,12 +78,15 @@ func ParseGPUBurn(r io.Reader) (*GPUBurn, error) {
 				seg = seg[:i]
 			}
 			fields := strings.Split(seg, "-")
+			if len(fields) > maxBurnGPUs {
+				return nil, fmt.Errorf("gpu-burn output line %d: %d error counts: expected at most one per GPU (%d)", line, len(fields), maxBurnGPUs)
+			}
 			window = make([]int, len(fields))
 			for i, f := range fields {
 				f = strings.TrimSpace(f)
 				num, _, _ := strings.Cut(f, " ")
 				n, err := strconv.Atoi(num)
-				if err != nil {
+				if err != nil || n < 0 {
 					return nil, fmt.Errorf("gpu-burn output line %d: error count %d is %q, not a number", line, i, num)
 				}
 				window[i] = n
@@ -87,8 +98,8 @@ func ParseGPUBurn(r io.Reader) (*GPUBurn, error) {
 			flush()
 		case strings.HasPrefix(s, "Tested ") && strings.HasSuffix(s, "GPUs:"):
 			n, err := strconv.Atoi(strings.Fields(s)[1])
-			if err != nil {
-				return nil, fmt.Errorf("gpu-burn output line %d: %q: GPU count is not a number", line, s)
+			if err != nil || n < 0 || n > maxBurnGPUs {
+				return nil, fmt.Errorf("gpu-burn output line %d: %q: GPU count is not a number from 0 to %d", line, s, maxBurnGPUs)
 			}
 			tested = n
 			out.Completed = true
@@ -99,9 +110,16 @@ func ParseGPUBurn(r io.Reader) (*GPUBurn, error) {
 			if !ok || err != nil || (res != "OK" && res != "FAULTY") {
 				return nil, fmt.Errorf("gpu-burn output line %d: %q: expected \"GPU <n>: OK|FAULTY\"", line, s)
 			}
+			if i < 0 || i >= maxBurnGPUs {
+				return nil, fmt.Errorf("gpu-burn output line %d: %q: GPU index %d: expected 0-%d", line, s, i, maxBurnGPUs-1)
+			}
+			// One result per GPU: a later "OK" must not hide a "FAULTY".
+			if g := gpu(i); g.Result != "" {
+				return nil, fmt.Errorf("gpu-burn output line %d: %q: GPU %d already reported %s", line, s, i, g.Result)
+			}
 			gpu(i).Result = res
 		case strings.Contains(s, "No clients are alive!"):
-			out.Aborted = s
+			out.Aborted = strings.ToValidUTF8(s, "\uFFFD")
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -142,6 +160,10 @@ func (b *GPUBurn) Verdicts() []Verdict {
 			msg += "; worker died on " + strings.Join(died, ", ")
 		}
 		return []Verdict{{Component: "gpu", Check: CheckGPUBurn, Status: Error, Expected: "completed run", Message: msg}}
+	}
+	if len(b.GPUs) == 0 {
+		// "Tested 0 GPUs:": no per-GPU verdict would say anything ran.
+		return []Verdict{{Component: "gpu", Check: CheckGPUBurn, Status: Error, Expected: "completed run", Message: "gpu-burn tested no GPU"}}
 	}
 	var out []Verdict
 	for _, g := range b.GPUs {

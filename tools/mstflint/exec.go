@@ -53,5 +53,7 @@ func cmdError(what string, args []string, stdout, stderr []byte, err error) erro
 	if len(msg) > 600 {
 		msg = append(msg[:600], "..."...)
 	}
-	return fmt.Errorf("%s (%v): %w: %s", what, args, err, msg)
+	// The cut can split a character, and the adapter's strings need not be
+	// UTF-8; the message ends up in a protobuf string.
+	return fmt.Errorf("%s (%v): %w: %s", what, args, err, bytes.ToValidUTF8(msg, []byte("\uFFFD")))
 }

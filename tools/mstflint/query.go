@@ -1,8 +1,6 @@
 package mstflint
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"regexp"
 	"strings"
@@ -50,15 +48,30 @@ func (q *Query) PendingReset() bool {
 
 var keyLine = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9 ()/_.-]*?):\s*(.*)$`)
 
+// interpreted are the fields ParseQuery gives meaning to. Each may appear
+// once: a second "FW Version:" or "PSID:" line can only come from text
+// the device supplies (a VSD string holding a newline) and must not
+// override the real one.
+var interpreted = map[string]bool{
+	"Image type": true, "FW Version": true, "FW Version(Running)": true, "FW Release Date": true,
+	"Product Version": true, "Rom Info": true, "Base GUID": true, "Base MAC": true,
+	"PSID": true, "Security Attributes": true, "Device ID": true,
+}
+
 // ParseQuery decodes `mstflint query` output. It requires FW Version and
 // PSID: without them the output is not a query (an error message, or a
 // format this parser does not know).
 func ParseQuery(out []byte) (*Query, error) {
 	q := &Query{Fields: map[string]string{}}
+	// Values come from the adapter's flash: keep them UTF-8 for protobuf.
+	text := strings.ToValidUTF8(string(out), "\uFFFD")
+	values := map[string][]string{} // continuation lines appended, joined at the end
+	firstLine := map[string]int{}
 	var last string
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimRight(sc.Text(), " \t\r")
+	n := 0
+	for raw := range strings.Lines(text) {
+		n++
+		line := strings.TrimRight(raw, " \t\r\n")
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
@@ -66,7 +79,7 @@ func ParseQuery(out []byte) (*Query, error) {
 			if last == "" {
 				return nil, fmt.Errorf("mstflint query output line %d: continuation %q before any field", n, strings.TrimSpace(line))
 			}
-			q.Fields[last] += "\n" + strings.TrimSpace(line)
+			values[last] = append(values[last], strings.TrimSpace(line))
 			continue
 		}
 		m := keyLine.FindStringSubmatch(line)
@@ -76,7 +89,14 @@ func ParseQuery(out []byte) (*Query, error) {
 			continue
 		}
 		last = m[1]
-		q.Fields[last] = m[2]
+		if prev, ok := firstLine[last]; ok && interpreted[last] {
+			return nil, fmt.Errorf("mstflint query output line %d: field %q appears again (first on line %d): refusing to pick one", n, last, prev)
+		}
+		firstLine[last] = n
+		values[last] = []string{m[2]}
+	}
+	for k, v := range values {
+		q.Fields[k] = strings.Join(v, "\n")
 	}
 	first := func(k string) string {
 		f := strings.Fields(q.Fields[k])

@@ -1,9 +1,6 @@
 package nvme
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // logFirmwareSlot is the Firmware Slot Information log identifier.
 const logFirmwareSlot = 0x03
@@ -34,7 +31,7 @@ func ParseFirmwareLog(b []byte) (*FirmwareLog, error) {
 	}
 	l := &FirmwareLog{ActiveSlot: int(b[0] & 0x7), NextSlot: int(b[0]>>4) & 0x7}
 	for i := range l.Slots {
-		l.Slots[i] = strings.TrimSpace(strings.TrimRight(string(b[8+8*i:16+8*i]), "\x00"))
+		l.Slots[i] = asciiField(b[8+8*i : 16+8*i])
 	}
 	return l, nil
 }

@@ -3,6 +3,7 @@ package nvme
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"math/big"
 	"strings"
 )
@@ -253,6 +254,11 @@ func ParseNamespace(nsid uint32, b []byte) (*Namespace, error) {
 	if n.FormatIndex() > int(n.NLBAF) {
 		return nil, fmt.Errorf("identify namespace %d: FLBAS selects format %d but NLBAF reports %d formats", nsid, n.FormatIndex(), int(n.NLBAF)+1)
 	}
+	// SizeBytes multiplies: a size that does not fit 64 bits is not a
+	// namespace, and must not wrap into a small one.
+	if size := uint64(n.LBASize()); size > 0 && n.NSZE > math.MaxUint64/size {
+		return nil, fmt.Errorf("identify namespace %d: NSZE %d blocks of %d bytes: more than 2^64 bytes", nsid, n.NSZE, size)
+	}
 	return n, nil
 }
 
@@ -287,17 +293,21 @@ func IdentifyNamespace(a Admin, nsid uint32) (*Namespace, error) {
 	return ns, nil
 }
 
-// asciiField decodes a space-padded ASCII identify field.
+// asciiField decodes a space-padded ASCII identify field. The bytes are
+// the device's: anything that is not UTF-8 becomes U+FFFD, since these
+// strings go into protobuf messages, which refuse invalid UTF-8.
 func asciiField(b []byte) string {
-	return strings.TrimSpace(strings.TrimRight(string(b), "\x00"))
+	return validUTF8(strings.TrimSpace(strings.TrimRight(string(b), "\x00")))
 }
 
 func nulTerminated(b []byte) string {
 	if i := strings.IndexByte(string(b), 0); i >= 0 {
 		b = b[:i]
 	}
-	return strings.TrimSpace(string(b))
+	return validUTF8(strings.TrimSpace(string(b)))
 }
+
+func validUTF8(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 func le128(b []byte) *big.Int {
 	be := make([]byte, len(b))

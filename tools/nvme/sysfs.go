@@ -117,10 +117,13 @@ func ctrlNum(name string) int {
 	return n
 }
 
+// readTrim reads a sysfs attribute. model, serial and firmware_rev are
+// the controller's Identify bytes as the kernel copied them: not
+// necessarily UTF-8, which protobuf strings must be.
 func readTrim(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
 	}
-	return strings.TrimSpace(string(b)), nil
+	return validUTF8(strings.TrimSpace(string(b))), nil
 }
