@@ -93,6 +93,7 @@ func (s *Session) signal() {
 
 // Emit numbers ev and queues it until the coordinator acks it.
 func (s *Session) Emit(ev *curev1.Event) {
+	validUTF8(ev)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastSeq++
@@ -253,6 +254,7 @@ func (s *Session) runOnce(ctx context.Context) (bool, error) {
 	}
 
 	h := s.hello()
+	validUTF8(h)
 	h.SessionSecret = s.secret
 	s.mu.Lock()
 	if st := h.GetState(); st != nil && st.Kind == curev1.RunnerState_IN_PHASE {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
 )
 
 // coordinator is a fake RunnerService that stores events by seq the way a
@@ -284,5 +285,28 @@ func TestSessionCapsQueuedMetrics(t *testing.T) {
 	}
 	if fmt.Sprint(samples) != "[91 92 93 94 95 96 97 98 99 100]" {
 		t.Errorf("samples delivered %v, want the newest 10", samples)
+	}
+}
+
+// Bytes from hardware that are not UTF-8 would make proto3 refuse the whole
+// message: the session repairs them instead of failing forever.
+func TestInvalidUTF8Repaired(t *testing.T) {
+	ev := &curev1.Event{Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{Component: "disk/sda", Check: "wipe", Observed: "serial S\xff1"}}}
+	if _, err := proto.Marshal(ev); err == nil {
+		t.Fatal("proto3 marshalled invalid UTF-8: this test proves nothing")
+	}
+	s := NewSession(nil, nil, SessionOptions{Log: quiet()})
+	s.Emit(ev)
+	if _, err := proto.Marshal(ev); err != nil || ev.GetVerdict().GetObserved() != "serial S\uFFFD1" {
+		t.Fatalf("after Emit: %q %v", ev.GetVerdict().GetObserved(), err)
+	}
+	h := &curev1.Hello{Inventory: &curev1.Inventory{Disks: []*curev1.BlockDevice{{Serial: "\xfe\xff"}}}, Identity: &curev1.Identity{Macs: []string{"a\xff"}}}
+	l := &curev1.Log{Attrs: map[string]string{"k\xff": "v\xff"}}
+	validUTF8(h)
+	validUTF8(l)
+	for _, m := range []proto.Message{h, l} {
+		if _, err := proto.Marshal(m); err != nil {
+			t.Fatalf("%T still invalid: %v", m, err)
+		}
 	}
 }
