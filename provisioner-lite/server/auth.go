@@ -100,7 +100,11 @@ func OperatorAuth(rec *audit.Recorder, log *slog.Logger) []grpc.ServerOption {
 		recordCall(ss.Context(), rec, op, info.FullMethod, w.firstReq, nil, err, time.Since(start))
 		return err
 	}
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream)}
+	// Unknown services and methods go through the interceptors too, so a
+	// peer probing for methods is refused and recorded like any other call.
+	// (grpc-go itself refuses a :path without its leading slash.)
+	unknown := func(any, grpc.ServerStream) error { return status.Error(codes.Unimplemented, "unknown method") }
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream), grpc.UnknownServiceHandler(unknown)}
 }
 
 // operatorStream carries the operator in its context and remembers the
