@@ -19,6 +19,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 )
 
 // coordPhase runs one coordinator-owned phase attempt.
@@ -350,10 +351,13 @@ func gateOK(gate, running, desired string) bool {
 	return version.Equal(running, desired)
 }
 
+// verdict records a coordinator-side verdict. Its text comes partly from the
+// BMC (inventory ids, versions, task messages): cleaned and bounded like a
+// runner's.
 func (e *Engine) verdict(ctx context.Context, r *store.Run, component, check, status, observed, expected, msg string) {
 	if err := e.cfg.Store.PutVerdict(context.WithoutCancel(ctx), store.Verdict{
-		RunID: r.ID, Component: component, Check: check, Status: status,
-		Observed: observed, Expected: expected, Message: msg, Time: time.Now().UTC(),
+		RunID: r.ID, Component: textsafe.BoundedLine(component, 128), Check: check, Status: status,
+		Observed: textsafe.Bounded(observed, 1024), Expected: textsafe.Bounded(expected, 1024), Message: textsafe.Bounded(msg, 4096), Time: time.Now().UTC(),
 	}); err != nil {
 		e.cfg.Log.Error("store verdict", "err", err)
 	}
