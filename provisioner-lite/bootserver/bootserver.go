@@ -135,9 +135,6 @@ func New(cfg Config, c Coordinator) (*Server, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("bootserver: Config.BaseURL %q: want http(s)://host[:port][/prefix] as nodes reach this server", cfg.BaseURL)
 	}
-	if strings.ContainsAny(cfg.BaseURL, " \t\r\n$") {
-		return nil, fmt.Errorf("bootserver: Config.BaseURL %q: whitespace or '$' would break the iPXE script", cfg.BaseURL)
-	}
 	if !safeIPXEValue(strings.TrimRight(cfg.BaseURL, "/")) {
 		return nil, fmt.Errorf("bootserver: Config.BaseURL %q: only letters, digits and . _ : / - may appear in an iPXE script", cfg.BaseURL)
 	}
