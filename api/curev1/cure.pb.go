@@ -2163,11 +2163,14 @@ func (x *Cancel) GetReason() string {
 }
 
 type ProvisionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeIds       []string               `protobuf:"bytes,1,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
-	Mode          Mode                   `protobuf:"varint,2,opt,name=mode,proto3,enum=cure.v1.Mode" json:"mode,omitempty"`
-	Manifest      string                 `protobuf:"bytes,3,opt,name=manifest,proto3" json:"manifest,omitempty"` // manifest name known to the coordinator; empty = node's default
-	Resume        bool                   `protobuf:"varint,4,opt,name=resume,proto3" json:"resume,omitempty"`    // continue the node's latest unfinished run from the phase it reached
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	NodeIds  []string               `protobuf:"bytes,1,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
+	Mode     Mode                   `protobuf:"varint,2,opt,name=mode,proto3,enum=cure.v1.Mode" json:"mode,omitempty"`
+	Manifest string                 `protobuf:"bytes,3,opt,name=manifest,proto3" json:"manifest,omitempty"` // manifest name known to the coordinator; empty = node's default
+	Resume   bool                   `protobuf:"varint,4,opt,name=resume,proto3" json:"resume,omitempty"`    // continue the node's latest unfinished run from the phase it reached
+	// selector picks nodes by label (and "sku" by the node's SKU when no label
+	// of that name exists); every pair must match. Combined with node_ids.
+	Selector      map[string]string `protobuf:"bytes,5,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2230,9 +2233,18 @@ func (x *ProvisionRequest) GetResume() bool {
 	return false
 }
 
+func (x *ProvisionRequest) GetSelector() map[string]string {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
 type ProvisionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Runs          []*RunRef              `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	Runs          []*RunRef              `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`         // every run started
+	Refused       []*Refusal             `protobuf:"bytes,2,rep,name=refused,proto3" json:"refused,omitempty"`   // every node not started, with why
+	Instance      string                 `protobuf:"bytes,3,opt,name=instance,proto3" json:"instance,omitempty"` // the coordinator instance that answered
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2274,6 +2286,440 @@ func (x *ProvisionResponse) GetRuns() []*RunRef {
 	return nil
 }
 
+func (x *ProvisionResponse) GetRefused() []*Refusal {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
+func (x *ProvisionResponse) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+// Refusal says why one node was not started.
+type Refusal struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// reason: "capacity" (this instance is full: try another, or retry after
+	// retry_after_ms), "busy" (the node has an active run), "invalid" (no
+	// manifest, bad mode...), "error" (the store or pipeline failed).
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	RetryAfterMs  int64  `protobuf:"varint,4,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Refusal) Reset() {
+	*x = Refusal{}
+	mi := &file_cure_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Refusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Refusal) ProtoMessage() {}
+
+func (x *Refusal) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
+func (*Refusal) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Refusal) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *Refusal) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Refusal) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Refusal) GetRetryAfterMs() int64 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
+}
+
+type CancelRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeIds       []string               `protobuf:"bytes,1,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
+	RunIds        []string               `protobuf:"bytes,2,rep,name=run_ids,json=runIds,proto3" json:"run_ids,omitempty"`
+	Selector      map[string]string      `protobuf:"bytes,3,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRequest) Reset() {
+	*x = CancelRequest{}
+	mi := &file_cure_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRequest) ProtoMessage() {}
+
+func (x *CancelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
+func (*CancelRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *CancelRequest) GetNodeIds() []string {
+	if x != nil {
+		return x.NodeIds
+	}
+	return nil
+}
+
+func (x *CancelRequest) GetRunIds() []string {
+	if x != nil {
+		return x.RunIds
+	}
+	return nil
+}
+
+func (x *CancelRequest) GetSelector() map[string]string {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *CancelRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type CancelResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Canceled      []*RunRef              `protobuf:"bytes,1,rep,name=canceled,proto3" json:"canceled,omitempty"`
+	Refused       []*Refusal             `protobuf:"bytes,2,rep,name=refused,proto3" json:"refused,omitempty"` // nodes without an active run, runs already ended
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelResponse) Reset() {
+	*x = CancelResponse{}
+	mi := &file_cure_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelResponse) ProtoMessage() {}
+
+func (x *CancelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
+func (*CancelResponse) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CancelResponse) GetCanceled() []*RunRef {
+	if x != nil {
+		return x.Canceled
+	}
+	return nil
+}
+
+func (x *CancelResponse) GetRefused() []*Refusal {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
+type FleetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Selector      map[string]string      `protobuf:"bytes,1,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	MaxFailures   uint32                 `protobuf:"varint,2,opt,name=max_failures,json=maxFailures,proto3" json:"max_failures,omitempty"` // failed/attention runs listed (default 50)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetRequest) Reset() {
+	*x = FleetRequest{}
+	mi := &file_cure_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetRequest) ProtoMessage() {}
+
+func (x *FleetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetRequest.ProtoReflect.Descriptor instead.
+func (*FleetRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *FleetRequest) GetSelector() map[string]string {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *FleetRequest) GetMaxFailures() uint32 {
+	if x != nil {
+		return x.MaxFailures
+	}
+	return 0
+}
+
+type FleetStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         int64                  `protobuf:"varint,1,opt,name=nodes,proto3" json:"nodes,omitempty"`                                                                                                 // nodes selected
+	ByStatus      map[string]int64       `protobuf:"bytes,2,rep,name=by_status,json=byStatus,proto3" json:"by_status,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // latest run status ("none": never run)
+	ByPhase       map[string]int64       `protobuf:"bytes,3,rep,name=by_phase,json=byPhase,proto3" json:"by_phase,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`    // active runs per current phase
+	Failures      []*FleetRun            `protobuf:"bytes,4,rep,name=failures,proto3" json:"failures,omitempty"`                                                                                            // failed and attention runs, newest first
+	Active        int64                  `protobuf:"varint,5,opt,name=active,proto3" json:"active,omitempty"`
+	ByInstance    map[string]int64       `protobuf:"bytes,6,rep,name=by_instance,json=byInstance,proto3" json:"by_instance,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // active runs per leasing instance
+	TimeUnixMs    int64                  `protobuf:"varint,7,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetStatus) Reset() {
+	*x = FleetStatus{}
+	mi := &file_cure_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetStatus) ProtoMessage() {}
+
+func (x *FleetStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetStatus.ProtoReflect.Descriptor instead.
+func (*FleetStatus) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *FleetStatus) GetNodes() int64 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *FleetStatus) GetByStatus() map[string]int64 {
+	if x != nil {
+		return x.ByStatus
+	}
+	return nil
+}
+
+func (x *FleetStatus) GetByPhase() map[string]int64 {
+	if x != nil {
+		return x.ByPhase
+	}
+	return nil
+}
+
+func (x *FleetStatus) GetFailures() []*FleetRun {
+	if x != nil {
+		return x.Failures
+	}
+	return nil
+}
+
+func (x *FleetStatus) GetActive() int64 {
+	if x != nil {
+		return x.Active
+	}
+	return 0
+}
+
+func (x *FleetStatus) GetByInstance() map[string]int64 {
+	if x != nil {
+		return x.ByInstance
+	}
+	return nil
+}
+
+func (x *FleetStatus) GetTimeUnixMs() int64 {
+	if x != nil {
+		return x.TimeUnixMs
+	}
+	return 0
+}
+
+type FleetRun struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Status        string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	Phase         string                 `protobuf:"bytes,4,opt,name=phase,proto3" json:"phase,omitempty"`
+	Message       string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	EndedUnixMs   int64                  `protobuf:"varint,6,opt,name=ended_unix_ms,json=endedUnixMs,proto3" json:"ended_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetRun) Reset() {
+	*x = FleetRun{}
+	mi := &file_cure_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetRun) ProtoMessage() {}
+
+func (x *FleetRun) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetRun.ProtoReflect.Descriptor instead.
+func (*FleetRun) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *FleetRun) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *FleetRun) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *FleetRun) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *FleetRun) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *FleetRun) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *FleetRun) GetEndedUnixMs() int64 {
+	if x != nil {
+		return x.EndedUnixMs
+	}
+	return 0
+}
+
 type RunRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
@@ -2284,7 +2730,7 @@ type RunRef struct {
 
 func (x *RunRef) Reset() {
 	*x = RunRef{}
-	mi := &file_cure_proto_msgTypes[26]
+	mi := &file_cure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2296,7 +2742,7 @@ func (x *RunRef) String() string {
 func (*RunRef) ProtoMessage() {}
 
 func (x *RunRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[26]
+	mi := &file_cure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,7 +2755,7 @@ func (x *RunRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRef.ProtoReflect.Descriptor instead.
 func (*RunRef) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{26}
+	return file_cure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RunRef) GetRunId() string {
@@ -2337,7 +2783,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_cure_proto_msgTypes[27]
+	mi := &file_cure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2349,7 +2795,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[27]
+	mi := &file_cure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2362,7 +2808,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{27}
+	return file_cure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -2404,7 +2850,7 @@ type TimelineEntry struct {
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2862,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2875,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{28}
+	return file_cure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TimelineEntry) GetRunId() string {
@@ -2512,7 +2958,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2524,7 +2970,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2537,7 +2983,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{29}
+	return file_cure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReportRequest) GetRunId() string {
@@ -2572,7 +3018,7 @@ type RunReport struct {
 
 func (x *RunReport) Reset() {
 	*x = RunReport{}
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2584,7 +3030,7 @@ func (x *RunReport) String() string {
 func (*RunReport) ProtoMessage() {}
 
 func (x *RunReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2597,7 +3043,7 @@ func (x *RunReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReport.ProtoReflect.Descriptor instead.
 func (*RunReport) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{30}
+	return file_cure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RunReport) GetRunId() string {
@@ -2684,7 +3130,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2696,7 +3142,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2709,7 +3155,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{31}
+	return file_cure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -2764,7 +3210,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2776,7 +3222,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2789,7 +3235,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{32}
+	return file_cure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -2815,7 +3261,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2827,7 +3273,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2840,7 +3286,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{33}
+	return file_cure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -2862,7 +3308,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2874,7 +3320,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2887,7 +3333,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{34}
+	return file_cure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -2926,7 +3372,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3384,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3397,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{35}
+	return file_cure_proto_rawDescGZIP(), []int{41}
 }
 
 type ListNodesResponse struct {
@@ -2963,7 +3409,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2975,7 +3421,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2988,7 +3434,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{36}
+	return file_cure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -3013,7 +3459,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3025,7 +3471,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3038,7 +3484,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{37}
+	return file_cure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -3103,7 +3549,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3561,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3574,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{38}
+	return file_cure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -3185,7 +3631,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3197,7 +3643,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3210,7 +3656,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{39}
+	return file_cure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -3299,7 +3745,7 @@ type ListAuditLogResponse struct {
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3311,7 +3757,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3324,7 +3770,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{40}
+	return file_cure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -3516,14 +3962,68 @@ const file_cure_proto_rawDesc = "" +
 	"\x06Reboot\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\" \n" +
 	"\x06Cancel\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x84\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x86\x02\n" +
 	"\x10ProvisionRequest\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12!\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\r.cure.v1.ModeR\x04mode\x12\x1a\n" +
 	"\bmanifest\x18\x03 \x01(\tR\bmanifest\x12\x16\n" +
-	"\x06resume\x18\x04 \x01(\bR\x06resume\"8\n" +
+	"\x06resume\x18\x04 \x01(\bR\x06resume\x12C\n" +
+	"\bselector\x18\x05 \x03(\v2'.cure.v1.ProvisionRequest.SelectorEntryR\bselector\x1a;\n" +
+	"\rSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
 	"\x11ProvisionResponse\x12#\n" +
-	"\x04runs\x18\x01 \x03(\v2\x0f.cure.v1.RunRefR\x04runs\"8\n" +
+	"\x04runs\x18\x01 \x03(\v2\x0f.cure.v1.RunRefR\x04runs\x12*\n" +
+	"\arefused\x18\x02 \x03(\v2\x10.cure.v1.RefusalR\arefused\x12\x1a\n" +
+	"\binstance\x18\x03 \x01(\tR\binstance\"z\n" +
+	"\aRefusal\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12$\n" +
+	"\x0eretry_after_ms\x18\x04 \x01(\x03R\fretryAfterMs\"\xda\x01\n" +
+	"\rCancelRequest\x12\x19\n" +
+	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12\x17\n" +
+	"\arun_ids\x18\x02 \x03(\tR\x06runIds\x12@\n" +
+	"\bselector\x18\x03 \x03(\v2$.cure.v1.CancelRequest.SelectorEntryR\bselector\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x1a;\n" +
+	"\rSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"i\n" +
+	"\x0eCancelResponse\x12+\n" +
+	"\bcanceled\x18\x01 \x03(\v2\x0f.cure.v1.RunRefR\bcanceled\x12*\n" +
+	"\arefused\x18\x02 \x03(\v2\x10.cure.v1.RefusalR\arefused\"\xaf\x01\n" +
+	"\fFleetRequest\x12?\n" +
+	"\bselector\x18\x01 \x03(\v2#.cure.v1.FleetRequest.SelectorEntryR\bselector\x12!\n" +
+	"\fmax_failures\x18\x02 \x01(\rR\vmaxFailures\x1a;\n" +
+	"\rSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x04\n" +
+	"\vFleetStatus\x12\x14\n" +
+	"\x05nodes\x18\x01 \x01(\x03R\x05nodes\x12?\n" +
+	"\tby_status\x18\x02 \x03(\v2\".cure.v1.FleetStatus.ByStatusEntryR\bbyStatus\x12<\n" +
+	"\bby_phase\x18\x03 \x03(\v2!.cure.v1.FleetStatus.ByPhaseEntryR\abyPhase\x12-\n" +
+	"\bfailures\x18\x04 \x03(\v2\x11.cure.v1.FleetRunR\bfailures\x12\x16\n" +
+	"\x06active\x18\x05 \x01(\x03R\x06active\x12E\n" +
+	"\vby_instance\x18\x06 \x03(\v2$.cure.v1.FleetStatus.ByInstanceEntryR\n" +
+	"byInstance\x12 \n" +
+	"\ftime_unix_ms\x18\a \x01(\x03R\n" +
+	"timeUnixMs\x1a;\n" +
+	"\rByStatusEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a:\n" +
+	"\fByPhaseEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a=\n" +
+	"\x0fByInstanceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xa6\x01\n" +
+	"\bFleetRun\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x12\x14\n" +
+	"\x05phase\x18\x04 \x01(\tR\x05phase\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12\"\n" +
+	"\rended_unix_ms\x18\x06 \x01(\x03R\vendedUnixMs\"8\n" +
 	"\x06RunRef\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"V\n" +
@@ -3635,14 +4135,16 @@ const file_cure_proto_rawDesc = "" +
 	"\rPHASE_SKIPPED\x10\x02\x12\x10\n" +
 	"\fPHASE_FAILED\x10\x032S\n" +
 	"\rRunnerService\x12B\n" +
-	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\xa0\x03\n" +
+	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\x91\x04\n" +
 	"\x0fOperatorService\x12B\n" +
 	"\tProvision\x12\x19.cure.v1.ProvisionRequest\x1a\x1a.cure.v1.ProvisionResponse\x128\n" +
 	"\x05Watch\x12\x15.cure.v1.WatchRequest\x1a\x16.cure.v1.TimelineEntry0\x01\x124\n" +
 	"\x06Report\x12\x16.cure.v1.ReportRequest\x1a\x12.cure.v1.RunReport\x12B\n" +
 	"\tListNodes\x12\x19.cure.v1.ListNodesRequest\x1a\x1a.cure.v1.ListNodesResponse\x12H\n" +
 	"\vAuditDirect\x12\x1b.cure.v1.AuditDirectRequest\x1a\x1c.cure.v1.AuditDirectResponse\x12K\n" +
-	"\fListAuditLog\x12\x1c.cure.v1.ListAuditLogRequest\x1a\x1d.cure.v1.ListAuditLogResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
+	"\fListAuditLog\x12\x1c.cure.v1.ListAuditLogRequest\x1a\x1d.cure.v1.ListAuditLogResponse\x129\n" +
+	"\x06Cancel\x12\x16.cure.v1.CancelRequest\x1a\x17.cure.v1.CancelResponse\x124\n" +
+	"\x05Fleet\x12\x15.cure.v1.FleetRequest\x1a\x14.cure.v1.FleetStatusB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
 
 var (
 	file_cure_proto_rawDescOnce sync.Once
@@ -3657,7 +4159,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -3689,24 +4191,36 @@ var file_cure_proto_goTypes = []any{
 	(*Cancel)(nil),               // 27: cure.v1.Cancel
 	(*ProvisionRequest)(nil),     // 28: cure.v1.ProvisionRequest
 	(*ProvisionResponse)(nil),    // 29: cure.v1.ProvisionResponse
-	(*RunRef)(nil),               // 30: cure.v1.RunRef
-	(*WatchRequest)(nil),         // 31: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),        // 32: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),        // 33: cure.v1.ReportRequest
-	(*RunReport)(nil),            // 34: cure.v1.RunReport
-	(*PhaseRecord)(nil),          // 35: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 36: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 37: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 38: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 39: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 40: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 41: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 42: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 43: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 44: cure.v1.ListAuditLogResponse
-	nil,                          // 45: cure.v1.Log.AttrsEntry
-	nil,                          // 46: cure.v1.Metric.LabelsEntry
-	nil,                          // 47: cure.v1.Assignment.PsidsEntry
+	(*Refusal)(nil),              // 30: cure.v1.Refusal
+	(*CancelRequest)(nil),        // 31: cure.v1.CancelRequest
+	(*CancelResponse)(nil),       // 32: cure.v1.CancelResponse
+	(*FleetRequest)(nil),         // 33: cure.v1.FleetRequest
+	(*FleetStatus)(nil),          // 34: cure.v1.FleetStatus
+	(*FleetRun)(nil),             // 35: cure.v1.FleetRun
+	(*RunRef)(nil),               // 36: cure.v1.RunRef
+	(*WatchRequest)(nil),         // 37: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),        // 38: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),        // 39: cure.v1.ReportRequest
+	(*RunReport)(nil),            // 40: cure.v1.RunReport
+	(*PhaseRecord)(nil),          // 41: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 42: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 43: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 44: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 45: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 46: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 47: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 48: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 49: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 50: cure.v1.ListAuditLogResponse
+	nil,                          // 51: cure.v1.Log.AttrsEntry
+	nil,                          // 52: cure.v1.Metric.LabelsEntry
+	nil,                          // 53: cure.v1.Assignment.PsidsEntry
+	nil,                          // 54: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 55: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 56: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 57: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 58: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 59: cure.v1.FleetStatus.ByInstanceEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,  // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -3727,8 +4241,8 @@ var file_cure_proto_depIdxs = []int32{
 	19, // 15: cure.v1.Event.metric:type_name -> cure.v1.Metric
 	2,  // 16: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,  // 17: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	45, // 18: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	46, // 19: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	51, // 18: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	52, // 19: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	21, // 20: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
 	24, // 21: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
 	25, // 22: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
@@ -3737,36 +4251,50 @@ var file_cure_proto_depIdxs = []int32{
 	0,  // 25: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
 	22, // 26: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
 	23, // 27: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	47, // 28: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	53, // 28: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
 	0,  // 29: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	30, // 30: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	17, // 31: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
-	0,  // 32: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	35, // 33: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
-	17, // 34: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	38, // 35: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	17, // 36: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	41, // 37: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	43, // 38: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	4,  // 39: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	28, // 40: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	31, // 41: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	33, // 42: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	39, // 43: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	36, // 44: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	42, // 45: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	20, // 46: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	29, // 47: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	32, // 48: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	34, // 49: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	40, // 50: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	37, // 51: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	44, // 52: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	46, // [46:53] is the sub-list for method output_type
-	39, // [39:46] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	54, // 30: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	36, // 31: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	30, // 32: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
+	55, // 33: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	36, // 34: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
+	30, // 35: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
+	56, // 36: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	57, // 37: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	58, // 38: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	35, // 39: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
+	59, // 40: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	17, // 41: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
+	0,  // 42: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
+	41, // 43: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	17, // 44: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
+	44, // 45: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	17, // 46: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	47, // 47: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	49, // 48: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	4,  // 49: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	28, // 50: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	37, // 51: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	39, // 52: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	45, // 53: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	42, // 54: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	48, // 55: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	31, // 56: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	33, // 57: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	20, // 58: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	29, // 59: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	38, // 60: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	40, // 61: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	46, // 62: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	43, // 63: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	50, // 64: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	32, // 65: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	34, // 66: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	58, // [58:67] is the sub-list for method output_type
+	49, // [49:58] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -3798,7 +4326,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   44,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

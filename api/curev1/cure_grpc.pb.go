@@ -135,6 +135,8 @@ const (
 	OperatorService_ListNodes_FullMethodName    = "/cure.v1.OperatorService/ListNodes"
 	OperatorService_AuditDirect_FullMethodName  = "/cure.v1.OperatorService/AuditDirect"
 	OperatorService_ListAuditLog_FullMethodName = "/cure.v1.OperatorService/ListAuditLog"
+	OperatorService_Cancel_FullMethodName       = "/cure.v1.OperatorService/Cancel"
+	OperatorService_Fleet_FullMethodName        = "/cure.v1.OperatorService/Fleet"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -154,6 +156,12 @@ type OperatorServiceClient interface {
 	// ListAuditLog reads the audit log: operator calls (allowed or refused)
 	// and security events, newest first.
 	ListAuditLog(ctx context.Context, in *ListAuditLogRequest, opts ...grpc.CallOption) (*ListAuditLogResponse, error)
+	// Cancel ends active runs (by node, run or label selector): their
+	// pipelines stop, their runners are told to stop, their tokens die.
+	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
+	// Fleet summarises the latest run of every node (or the selected ones):
+	// counts per status and phase, failures first. curectl watch --fleet polls it.
+	Fleet(ctx context.Context, in *FleetRequest, opts ...grpc.CallOption) (*FleetStatus, error)
 }
 
 type operatorServiceClient struct {
@@ -233,6 +241,26 @@ func (c *operatorServiceClient) ListAuditLog(ctx context.Context, in *ListAuditL
 	return out, nil
 }
 
+func (c *operatorServiceClient) Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelResponse)
+	err := c.cc.Invoke(ctx, OperatorService_Cancel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) Fleet(ctx context.Context, in *FleetRequest, opts ...grpc.CallOption) (*FleetStatus, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FleetStatus)
+	err := c.cc.Invoke(ctx, OperatorService_Fleet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -250,6 +278,12 @@ type OperatorServiceServer interface {
 	// ListAuditLog reads the audit log: operator calls (allowed or refused)
 	// and security events, newest first.
 	ListAuditLog(context.Context, *ListAuditLogRequest) (*ListAuditLogResponse, error)
+	// Cancel ends active runs (by node, run or label selector): their
+	// pipelines stop, their runners are told to stop, their tokens die.
+	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
+	// Fleet summarises the latest run of every node (or the selected ones):
+	// counts per status and phase, failures first. curectl watch --fleet polls it.
+	Fleet(context.Context, *FleetRequest) (*FleetStatus, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -277,6 +311,12 @@ func (UnimplementedOperatorServiceServer) AuditDirect(context.Context, *AuditDir
 }
 func (UnimplementedOperatorServiceServer) ListAuditLog(context.Context, *ListAuditLogRequest) (*ListAuditLogResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListAuditLog not implemented")
+}
+func (UnimplementedOperatorServiceServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Cancel not implemented")
+}
+func (UnimplementedOperatorServiceServer) Fleet(context.Context, *FleetRequest) (*FleetStatus, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Fleet not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -400,6 +440,42 @@ func _OperatorService_ListAuditLog_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_Cancel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).Cancel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_Cancel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).Cancel(ctx, req.(*CancelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_Fleet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FleetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).Fleet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_Fleet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).Fleet(ctx, req.(*FleetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -426,6 +502,14 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAuditLog",
 			Handler:    _OperatorService_ListAuditLog_Handler,
+		},
+		{
+			MethodName: "Cancel",
+			Handler:    _OperatorService_Cancel_Handler,
+		},
+		{
+			MethodName: "Fleet",
+			Handler:    _OperatorService_Fleet_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -86,6 +86,10 @@ type Config struct {
 	TokensPerWindow int
 	TokensPerNode   int
 	TokenPeriod     time.Duration
+	// MaxRuns bounds the runs this instance drives at once; Start beyond it
+	// fails with a CapacityError at once instead of queueing (another
+	// instance, or a later retry, takes the node).
+	MaxRuns int
 }
 
 func (c *Config) defaults() {
@@ -123,7 +127,14 @@ func (c *Config) defaults() {
 	if c.TokenPeriod == 0 {
 		c.TokenPeriod = 10 * time.Minute
 	}
+	if c.MaxRuns == 0 {
+		c.MaxRuns = DefaultMaxRuns
+	}
 }
+
+// DefaultMaxRuns is the per-instance run limit when none is configured: the
+// fleet benchmark's 5,000 nodes fit one instance.
+const DefaultMaxRuns = 5000
 
 // Engine owns the running pipelines.
 type Engine struct {
@@ -131,20 +142,24 @@ type Engine struct {
 
 	mu      sync.Mutex
 	running map[string]context.CancelFunc // run id -> cancel
-	wg      sync.WaitGroup
-	ctx     context.Context
+	// starting counts Start calls that reserved a slot and have not launched
+	// yet, so concurrent Starts cannot overshoot MaxRuns.
+	starting int
+	wg       sync.WaitGroup
+	ctx      context.Context
 	// sessionsSeen holds the runner sessions this engine has given work to.
 	sessionsSeen sync.Map
-	// contested holds runs stopped because two boots claimed one boot
-	// window: run id -> what happened, read when the run's goroutine exits.
-	contested map[string]string
-	tokens    *tokenLimiter
+	// stops holds runs being stopped from outside their goroutine (identity
+	// contested, operator cancel): run id -> how the run ends, applied when
+	// the run's goroutine has exited so no late save of it can overwrite it.
+	stops  map[string]stopRequest
+	tokens *tokenLimiter
 }
 
 // New returns an engine; call Resume to pick up runs from the store.
 func New(ctx context.Context, cfg Config) *Engine {
 	cfg.defaults()
-	return &Engine{cfg: cfg, running: map[string]context.CancelFunc{}, ctx: ctx, contested: map[string]string{},
+	return &Engine{cfg: cfg, running: map[string]context.CancelFunc{}, ctx: ctx, stops: map[string]stopRequest{},
 		tokens: newTokenLimiter(cfg.TokensPerNode, cfg.TokenPeriod)}
 }
 
@@ -170,12 +185,64 @@ const (
 // survives a coordinator restart.
 const KindHostReady = "host_ready"
 
-// ErrBusy is returned when a node already has an active run.
-var ErrBusy = errors.New("node already has an active run")
+// Errors of Start, so callers can tell the operator why a node did not start.
+var (
+	// ErrBusy: the node already has an active run.
+	ErrBusy = errors.New("node already has an active run")
+	// ErrInvalid: the request cannot start on this node (no manifest, bad mode...).
+	ErrInvalid = errors.New("invalid request")
+	// ErrCapacity is wrapped by CapacityError.
+	ErrCapacity = errors.New("coordinator at capacity")
+)
+
+// CapacityError says this instance drives MaxRuns runs already.
+type CapacityError struct {
+	Active, Max int
+	// RetryAfter is a hint: runs take minutes, so retrying sooner only adds load.
+	RetryAfter time.Duration
+}
+
+func (c *CapacityError) Error() string {
+	return fmt.Sprintf("coordinator at capacity: %d of %d runs active; retry after %s or use another instance", c.Active, c.Max, c.RetryAfter)
+}
+
+func (c *CapacityError) Unwrap() error { return ErrCapacity }
+
+// capacityRetryAfter is the hint given with a CapacityError.
+const capacityRetryAfter = 30 * time.Second
+
+// reserve takes a run slot for a Start; release gives it back once the run
+// launched (it then counts in running) or failed to start.
+func (e *Engine) reserve() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if n := len(e.running) + e.starting; n >= e.cfg.MaxRuns {
+		return &CapacityError{Active: n, Max: e.cfg.MaxRuns, RetryAfter: capacityRetryAfter}
+	}
+	e.starting++
+	return nil
+}
+
+func (e *Engine) release() {
+	e.mu.Lock()
+	e.starting--
+	e.mu.Unlock()
+}
+
+// Active is the number of runs this instance drives now.
+func (e *Engine) Active() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.running)
+}
 
 // Start creates a run for a node and starts its pipeline. With resume, the
 // node's latest unfinished run continues from the phase it reached instead.
 func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, manifest string, resume bool) (string, error) {
+	if err := e.reserve(); err != nil {
+		return "", fmt.Errorf("node %s: %w", nodeID, err)
+	}
+	defer e.release()
 	n, err := e.cfg.Store.GetNode(ctx, nodeID)
 	if err != nil {
 		return "", fmt.Errorf("node %s: %w", nodeID, err)
@@ -186,7 +253,7 @@ func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, mani
 		}
 		if resume {
 			if last.Status == StatusSucceeded {
-				return "", fmt.Errorf("node %s: latest run %s succeeded; nothing to resume", nodeID, last.ID)
+				return "", fmt.Errorf("node %s: latest run %s succeeded; nothing to resume: %w", nodeID, last.ID, ErrInvalid)
 			}
 			last.Status = StatusRunning
 			last.ResumeCount++
@@ -209,19 +276,19 @@ func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, mani
 			return last.ID, nil
 		}
 	} else if resume {
-		return "", fmt.Errorf("node %s: no run to resume: %w", nodeID, err)
+		return "", fmt.Errorf("node %s: no run to resume (%w): %w", nodeID, err, ErrInvalid)
 	}
 	if manifest == "" && (mode == modes.Diagnostic || mode == modes.Burnin) {
-		return "", fmt.Errorf("node %s: mode %s needs a validation suite (--manifest), not the node's SKU", nodeID, mode)
+		return "", fmt.Errorf("node %s: mode %s needs a validation suite (--manifest), not the node's SKU: %w", nodeID, mode, ErrInvalid)
 	}
 	if manifest == "" {
 		manifest = n.SKU
 	}
 	if manifest == "" {
-		return "", fmt.Errorf("node %s has no sku and no manifest was given", nodeID)
+		return "", fmt.Errorf("node %s has no sku and no manifest was given: %w", nodeID, ErrInvalid)
 	}
 	if _, err := modes.For(mode); err != nil {
-		return "", err
+		return "", fmt.Errorf("node %s: %w: %w", nodeID, err, ErrInvalid)
 	}
 	r := store.Run{
 		ID: newRunID(nodeID), NodeID: nodeID, Mode: string(mode), Manifest: manifest,
@@ -266,12 +333,12 @@ func (e *Engine) launch(runID string) {
 		defer func() {
 			e.mu.Lock()
 			delete(e.running, runID)
-			why, contested := e.contested[runID]
-			delete(e.contested, runID)
+			stop, stopped := e.stops[runID]
+			delete(e.stops, runID)
 			e.mu.Unlock()
 			cancel()
-			if contested {
-				e.stopContested(runID, why)
+			if stopped {
+				e.stopRun(runID, stop)
 			}
 		}()
 		e.drive(ctx, runID)

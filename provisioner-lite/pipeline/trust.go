@@ -155,31 +155,8 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 // window, so nobody can tell which is the node. The run stops in attention
 // for an operator, its sessions are closed and its tokens deleted.
 func (e *Engine) IdentityContested(ctx context.Context, runID, detail string) {
-	e.mu.Lock()
-	cancel, running := e.running[runID]
-	if running {
-		e.contested[runID] = detail
-	}
-	e.mu.Unlock()
 	e.cfg.Hub.CloseRun(runID)
-	if running {
-		cancel() // the run's goroutine ends and its launcher calls stopContested
-		return
-	}
-	e.stopContested(runID, detail)
-}
-
-func (e *Engine) stopContested(runID, detail string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, err := e.cfg.Store.GetRun(ctx, runID)
-	if err != nil || (r.Status != StatusRunning && r.Status != StatusPending) {
-		return
-	}
-	if r.Data == nil {
-		r.Data = map[string]string{}
-	}
-	e.finish(ctx, &r, StatusAttention, "runner identity contested, run stopped: "+detail)
+	e.requestStop(runID, stopRequest{status: StatusAttention, msg: "runner identity contested, run stopped: " + detail})
 }
 
 // psidsFor returns the PSIDs an assignment may carry: only the disks the

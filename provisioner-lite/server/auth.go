@@ -31,6 +31,8 @@ var methodRoles = map[string]pki.Role{
 	curev1.OperatorService_Watch_FullMethodName:        pki.RoleViewer,
 	curev1.OperatorService_Report_FullMethodName:       pki.RoleViewer,
 	curev1.OperatorService_ListAuditLog_FullMethodName: pki.RoleViewer,
+	curev1.OperatorService_Fleet_FullMethodName:        pki.RoleViewer,
+	curev1.OperatorService_Cancel_FullMethodName:       pki.RoleOperator,
 	curev1.OperatorService_AuditDirect_FullMethodName:  pki.RoleOperator,
 	// Provision needs operator; a wipe (or resuming one) needs admin, which
 	// the handler checks against the mode (ModeRole).
@@ -210,7 +212,9 @@ func recordCall(ctx context.Context, rec *audit.Recorder, op Operator, method st
 func requestNodes(req any) []string {
 	switch r := req.(type) {
 	case *curev1.ProvisionRequest:
-		return r.GetNodeIds()
+		return withSelector(r.GetNodeIds(), r.GetSelector())
+	case *curev1.CancelRequest:
+		return withSelector(append(slices.Clone(r.GetNodeIds()), r.GetRunIds()...), r.GetSelector())
 	case *curev1.AuditDirectRequest:
 		return r.GetNodeIds()
 	case *curev1.WatchRequest:
@@ -227,6 +231,15 @@ func requestNodes(req any) []string {
 		}
 	}
 	return nil
+}
+
+// withSelector records a label selector beside the node ids it selects, as
+// "selector:k=v,...", so the audit log says what the operator asked for.
+func withSelector(ids []string, sel map[string]string) []string {
+	if len(sel) == 0 {
+		return ids
+	}
+	return append(slices.Clone(ids), "selector:"+FormatSelector(sel))
 }
 
 func runOf(req any) string {

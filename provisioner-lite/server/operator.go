@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -30,6 +29,18 @@ type OperatorService struct {
 	Store   *store.Store
 	Starter Starter
 	Auditor Auditor
+	// Canceler ends runs (the engine); nil: Cancel is unimplemented.
+	Canceler Canceler
+	// Instance names this coordinator instance in answers.
+	Instance string
+	// StartWorkers bounds the Starts one Provision runs at once (default 32):
+	// the store's group commit batches their writes.
+	StartWorkers int
+}
+
+// Canceler ends an active run.
+type Canceler interface {
+	Cancel(ctx context.Context, runID, reason string) error
 }
 
 // AuditDirect audits nodes' BMCs over Redfish alone.
@@ -40,43 +51,10 @@ func (o *OperatorService) AuditDirect(ctx context.Context, req *curev1.AuditDire
 	return &curev1.AuditDirectResponse{Nodes: o.Auditor.AuditDirect(ctx, req.GetNodeIds(), req.GetManifest())}, nil
 }
 
-// Provision starts one run per node; a node that cannot start is reported
-// and the others still start.
-func (o *OperatorService) Provision(ctx context.Context, req *curev1.ProvisionRequest) (*curev1.ProvisionResponse, error) {
-	mode := modes.Provision
-	if req.GetMode() != curev1.Mode_MODE_UNSPECIFIED {
-		m, err := modes.FromProto(req.GetMode())
-		if err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
-		}
-		mode = m
-	}
-	if len(req.GetNodeIds()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "no node ids")
-	}
-	if err := o.allowMode(ctx, mode, req); err != nil {
-		return nil, err
-	}
-	resp := &curev1.ProvisionResponse{}
-	var errs []string
-	for _, id := range req.GetNodeIds() {
-		runID, err := o.Starter.Start(ctx, id, mode, req.GetManifest(), req.GetResume())
-		if err != nil {
-			errs = append(errs, err.Error())
-			continue
-		}
-		resp.Runs = append(resp.Runs, &curev1.RunRef{RunId: runID, NodeId: id})
-	}
-	if len(resp.Runs) == 0 {
-		return nil, status.Error(codes.FailedPrecondition, strings.Join(errs, "; "))
-	}
-	return resp, nil
-}
-
 // allowMode refuses a run the caller's role does not cover: a wipe, or a
 // resume of a wipe run (resume continues the latest run in its own mode,
 // whatever mode the request names).
-func (o *OperatorService) allowMode(ctx context.Context, mode modes.Mode, req *curev1.ProvisionRequest) error {
+func (o *OperatorService) allowMode(ctx context.Context, mode modes.Mode, req *curev1.ProvisionRequest, ids []string) error {
 	op, ok := OperatorFrom(ctx)
 	if !ok {
 		return status.Error(codes.Unauthenticated, "no authenticated operator")
@@ -84,7 +62,7 @@ func (o *OperatorService) allowMode(ctx context.Context, mode modes.Mode, req *c
 	need := ModeRole(mode)
 	what := "mode " + string(mode)
 	if req.GetResume() {
-		for _, id := range req.GetNodeIds() {
+		for _, id := range ids {
 			if r, err := o.Store.LatestRun(ctx, id); err == nil && ModeRole(modes.Mode(r.Mode)) == pki.RoleAdmin {
 				need, what = pki.RoleAdmin, "resuming "+r.Mode+" run "+r.ID
 			}

@@ -2,8 +2,9 @@
 // with an operator client certificate (`provisioner-lite pki --operator NAME`);
 // without --cert/--key it uses operators/operator.pem beside the CA file.
 //
-//	curectl provision [--mode provision] [--manifest sku] [--resume] [--watch] NODE...
-//	curectl watch NODE|--run RUN
+//	curectl provision [--mode provision] [--manifest sku] [--resume] [--watch] [--selector k=v,...] [NODE...]
+//	curectl cancel [--selector k=v,...] [--run RUN] [--reason TEXT] [NODE...]
+//	curectl watch NODE|--run RUN|--fleet [--selector k=v,...]
 //	curectl report [--json] [--html FILE] NODE|--run RUN
 //	curectl nodes
 //	curectl audit-log [--kind operator|security] [--node NODE] [--limit N] [--json]
@@ -40,8 +41,9 @@ func main() {
 
 func usage() int {
 	fmt.Fprintln(os.Stderr, `usage: curectl [--server ADDR] [--ca FILE] [--cert FILE --key FILE] COMMAND
-  provision [--mode M] [--manifest SKU] [--resume] [--watch] NODE...
-  watch [--run RUN] [NODE]
+  provision [--mode M] [--manifest SKU] [--resume] [--watch] [--selector k=v,...] [NODE...]
+  cancel [--selector k=v,...] [--run RUN] [--reason TEXT] [NODE...]
+  watch [--run RUN] [NODE] | watch --fleet [--selector k=v,...] [--interval 2s] [--once]
   report [--json] [--html FILE] [--run RUN] [NODE]
   audit [--manifest SKU] NODE...     (direct: Redfish only, no boot, no changes)
   nodes
@@ -51,7 +53,7 @@ func usage() int {
 
 func run(args []string, out io.Writer) int {
 	g := flag.NewFlagSet("curectl", flag.ContinueOnError)
-	addr := g.String("server", envOr("CURE_SERVER", "127.0.0.1:8443"), "coordinator gRPC address")
+	addr := g.String("server", envOr("CURE_SERVER", "127.0.0.1:8443"), "coordinator gRPC address; several, comma-separated: provision moves on to the next when one is full or down")
 	ca := g.String("ca", envOr("CURE_CA", filepath.Join("state", "pki", "ca.pem")), "coordinator CA certificate")
 	certFile := g.String("cert", os.Getenv("CURE_CERT"), "operator client certificate (default: operators/operator.pem beside --ca, if present)")
 	keyFile := g.String("key", os.Getenv("CURE_KEY"), "operator client key (default: operators/operator-key.pem beside --ca, if present)")
@@ -76,24 +78,50 @@ func run(args []string, out io.Writer) int {
 		fmt.Fprintln(os.Stderr, "curectl:", err)
 		return 1
 	}
-	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
-		grpc.WithChainUnaryInterceptor(cert.unaryInterceptor), grpc.WithChainStreamInterceptor(cert.streamInterceptor))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl:", err)
-		return 1
+	var targets []curectl.Target
+	for _, a := range strings.Split(*addr, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+			grpc.WithChainUnaryInterceptor(cert.unaryInterceptor), grpc.WithChainStreamInterceptor(cert.streamInterceptor))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "curectl: --server %s: %v\n", a, err)
+			return 1
+		}
+		defer conn.Close()
+		targets = append(targets, curectl.Target{Addr: a, Client: curev1.NewOperatorServiceClient(conn)})
 	}
-	defer conn.Close()
-	c := curev1.NewOperatorServiceClient(conn)
+	if len(targets) == 0 {
+		fmt.Fprintln(os.Stderr, "curectl: --server: no address")
+		return 2
+	}
+	// Instances share one database: any of them answers reads alike.
+	c := targets[0].Client.(curev1.OperatorServiceClient)
 	cmd, rest := g.Arg(0), g.Args()[1:]
 	ctx := context.Background()
 	switch cmd {
 	case "provision":
-		return provision(ctx, c, rest, out)
+		return provision(ctx, c, targets, rest, out)
+	case "cancel":
+		return cancelRuns(ctx, c, rest, out)
 	case "watch":
 		fs := flag.NewFlagSet("watch", flag.ContinueOnError)
 		runID := fs.String("run", "", "run id")
+		fleet := fs.Bool("fleet", false, "follow the whole fleet (or --selector's nodes): counts per status and phase, failures first")
+		selector := fs.String("selector", "", "with --fleet: only nodes matching k=v,... (labels; sku)")
+		interval := fs.Duration("interval", 2*time.Second, "with --fleet: refresh period")
+		once := fs.Bool("once", false, "with --fleet: print one summary and exit")
 		if fs.Parse(rest) != nil {
 			return 2
+		}
+		if *fleet {
+			sel, err := curectl.ParseSelector(*selector)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "curectl watch: --selector:", err)
+				return 2
+			}
+			return watchFleet(ctx, c, sel, *interval, *once, out)
 		}
 		return watch(ctx, c, *runID, fs.Arg(0), out)
 	case "report":
@@ -166,13 +194,19 @@ func run(args []string, out io.Writer) int {
 	return usage()
 }
 
-func provision(ctx context.Context, c curev1.OperatorServiceClient, args []string, out io.Writer) int {
+func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []curectl.Target, args []string, out io.Writer) int {
 	fs := flag.NewFlagSet("provision", flag.ContinueOnError)
 	mode := fs.String("mode", "provision", "provision|audit|verify|diagnostic|burnin|wipe")
 	manifest := fs.String("manifest", "", "manifest (SKU) name; default: the node's")
 	resume := fs.Bool("resume", false, "continue the node's latest unfinished run")
 	follow := fs.Bool("watch", false, "follow the timeline until the run ends, then print the report")
+	selector := fs.String("selector", "", "also every node matching k=v,... (labels; sku matches the node's SKU)")
 	if fs.Parse(args) != nil {
+		return 2
+	}
+	sel, err := curectl.ParseSelector(*selector)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl provision: --selector:", err)
 		return 2
 	}
 	m, err := modes.Parse(*mode)
@@ -180,21 +214,36 @@ func provision(ctx context.Context, c curev1.OperatorServiceClient, args []strin
 		fmt.Fprintln(os.Stderr, "curectl provision: --mode:", err)
 		return 2
 	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "curectl provision: no node given")
+	if fs.NArg() == 0 && len(sel) == 0 {
+		fmt.Fprintln(os.Stderr, "curectl provision: no node given (NODE... or --selector)")
 		return 2
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Starting a run is a few store writes; a large batch gets time in
+	// proportion instead of a fixed deadline that would cut it midway.
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(fs.NArg())*20*time.Millisecond+5*time.Minute*time.Duration(min(len(sel), 1)))
 	defer cancel()
-	resp, err := c.Provision(cctx, &curev1.ProvisionRequest{NodeIds: fs.Args(), Mode: modes.ToProto(m), Manifest: *manifest, Resume: *resume})
+	var progress io.Writer
+	if len(targets) > 1 {
+		progress = os.Stderr
+	}
+	res, err := curectl.ProvisionAcross(cctx, targets, &curev1.ProvisionRequest{NodeIds: fs.Args(), Selector: sel, Mode: modes.ToProto(m), Manifest: *manifest, Resume: *resume}, progress)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "curectl provision:", err)
 		return 1
 	}
-	for _, r := range resp.GetRuns() {
-		fmt.Fprintf(out, "run %s started on %s\n", r.GetRunId(), r.GetNodeId())
+	for _, r := range res.Runs {
+		fmt.Fprintf(out, "run %s started on %s (instance %s)\n", r.GetRunId(), r.GetNodeId(), res.Instance[r.GetRunId()])
 	}
+	curectl.PrintRefusals(out, res.Refused)
+	fmt.Fprintf(out, "%d started, %d refused\n", len(res.Runs), len(res.Refused))
+	if len(res.Runs) == 0 {
+		return 1
+	}
+	resp := &curev1.ProvisionResponse{Runs: res.Runs}
 	if !*follow {
+		if len(res.Refused) > 0 {
+			return 4
+		}
 		return 0
 	}
 	rc := 0
@@ -208,6 +257,75 @@ func provision(ctx context.Context, c curev1.OperatorServiceClient, args []strin
 	}
 	return rc
 }
+
+func cancelRuns(ctx context.Context, c curev1.OperatorServiceClient, args []string, out io.Writer) int {
+	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
+	selector := fs.String("selector", "", "also every node matching k=v,... (labels; sku)")
+	var runs multiFlag
+	fs.Var(&runs, "run", "run id (repeatable)")
+	reason := fs.String("reason", "", "recorded in the run's timeline")
+	if fs.Parse(args) != nil {
+		return 2
+	}
+	sel, err := curectl.ParseSelector(*selector)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl cancel: --selector:", err)
+		return 2
+	}
+	if fs.NArg() == 0 && len(sel) == 0 && len(runs) == 0 {
+		fmt.Fprintln(os.Stderr, "curectl cancel: give NODE..., --run RUN or --selector")
+		return 2
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	resp, err := c.Cancel(cctx, &curev1.CancelRequest{NodeIds: fs.Args(), RunIds: runs, Selector: sel, Reason: *reason})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl cancel:", err)
+		return 1
+	}
+	for _, r := range resp.GetCanceled() {
+		fmt.Fprintf(out, "run %s on %s canceled\n", r.GetRunId(), r.GetNodeId())
+	}
+	curectl.PrintRefusals(out, resp.GetRefused())
+	return 0
+}
+
+// watchFleet prints the fleet summary every interval; on a terminal it
+// redraws in place.
+func watchFleet(ctx context.Context, c curev1.OperatorServiceClient, sel map[string]string, every time.Duration, once bool, out io.Writer) int {
+	tty := false
+	if f, ok := out.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		fs, err := c.Fleet(cctx, &curev1.FleetRequest{Selector: sel, MaxFailures: 20})
+		cancel()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "curectl watch --fleet:", err)
+			return 1
+		}
+		if tty && !once {
+			fmt.Fprint(out, "\x1b[H\x1b[2J")
+		}
+		curectl.PrintFleet(out, fs)
+		if once || (fs.GetActive() == 0 && !tty) {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-time.After(every):
+		}
+	}
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func watch(ctx context.Context, c curev1.OperatorServiceClient, runID, node string, out io.Writer) int {
 	stream, err := c.Watch(ctx, &curev1.WatchRequest{RunId: runID, NodeId: node, Follow: true})

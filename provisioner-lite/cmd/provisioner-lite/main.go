@@ -53,6 +53,8 @@ type config struct {
 	retention                                  store.Retention
 	httpMaxConns, grpcMaxConns                 int
 	bmcCA                                      string
+	maxRuns                                    int
+	instance                                   string
 }
 
 func main() {
@@ -95,6 +97,8 @@ func main() {
 	flag.IntVar(&c.httpMaxConns, "http-max-conns", 4096, "open connections of the boot/artifact server")
 	flag.IntVar(&c.grpcMaxConns, "grpc-max-conns", 8192, "open connections of the gRPC server")
 	flag.StringVar(&c.bmcCA, "bmc-ca", "", "PEM CA bundle that verifies BMC certificates of nodes without caFile or fingerprint (empty: the system roots)")
+	flag.IntVar(&c.maxRuns, "max-runs", pipeline.DefaultMaxRuns, "runs this instance drives at once; Provision beyond it is refused (ResourceExhausted) so curectl can try another instance")
+	flag.StringVar(&c.instance, "instance-id", defaultInstanceID(), "this coordinator instance's name (leases, answers, logs); unique among instances sharing a database")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -235,6 +239,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		Timeouts:        c.timeouts,
 		Budgets:         c.budgets,
 		TokensPerWindow: c.tokensPerWindow,
+		MaxRuns:         c.maxRuns,
 	})
 
 	bs, err := bootserver.New(bootserver.Config{ImageDir: c.imageDir, ArtifactDir: artifactDir, BaseURL: baseURL, Logger: log,
@@ -256,7 +261,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	gs := grpc.NewServer(opts...)
 	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Audit: rec, Guard: eng,
 		BindPeer: c.bindBootIP, Limits: c.eventLimits})
-	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng})
+	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng, Canceler: eng, Instance: c.instance})
 	gl, err := net.Listen("tcp", c.grpcListen)
 	if err != nil {
 		hl.Close()
@@ -288,6 +293,16 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	stop()
 	eng.Wait()
 	return nil
+}
+
+// defaultInstanceID is the host name: stable across restarts, so a restarted
+// instance takes its own runs back at once instead of waiting for their leases.
+func defaultInstanceID() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "cure-1"
+	}
+	return h
 }
 
 func nonEmpty(s, def string) string {

@@ -1,0 +1,58 @@
+package pipeline
+
+import (
+	"context"
+	"time"
+)
+
+// stopRequest is how a run stopped from outside its goroutine ends.
+type stopRequest struct{ status, msg string }
+
+// requestStop ends a run from outside its goroutine: a running pipeline is
+// cancelled and the run is finished after the goroutine exits (so none of its
+// late saves lands on top); a run no goroutine drives is finished at once.
+// It reports whether the run was driven by this engine.
+func (e *Engine) requestStop(runID string, req stopRequest) bool {
+	e.mu.Lock()
+	cancel, running := e.running[runID]
+	if running {
+		e.stops[runID] = req
+	}
+	e.mu.Unlock()
+	if running {
+		cancel() // the run's goroutine ends and its launcher calls stopRun
+		return true
+	}
+	e.stopRun(runID, req)
+	return false
+}
+
+func (e *Engine) stopRun(runID string, req stopRequest) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := e.cfg.Store.GetRun(ctx, runID)
+	if err != nil || (r.Status != StatusRunning && r.Status != StatusPending) {
+		return
+	}
+	if r.Data == nil {
+		r.Data = map[string]string{}
+	}
+	e.finish(ctx, &r, req.status, req.msg)
+}
+
+// StatusCanceled is the status of a run an operator cancelled.
+const StatusCanceled = "canceled"
+
+// Cancel ends an active run as canceled: its pipeline stops, its runner's
+// session is cut and its tokens are deleted. The node is left as it is (a
+// cancelled wipe or flash may have left it half done: the run's timeline
+// says how far it got).
+func (e *Engine) Cancel(ctx context.Context, runID, reason string) error {
+	msg := "canceled by operator"
+	if reason != "" {
+		msg += ": " + reason
+	}
+	e.cfg.Hub.CloseRun(runID)
+	e.requestStop(runID, stopRequest{status: StatusCanceled, msg: msg})
+	return nil
+}
