@@ -239,18 +239,21 @@ func (e *Engine) Active() int {
 // Start creates a run for a node and starts its pipeline. With resume, the
 // node's latest unfinished run continues from the phase it reached instead.
 func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, manifest string, resume bool) (string, error) {
-	if err := e.reserve(); err != nil {
-		return "", fmt.Errorf("node %s: %w", nodeID, err)
-	}
-	defer e.release()
 	n, err := e.cfg.Store.GetNode(ctx, nodeID)
 	if err != nil {
 		return "", fmt.Errorf("node %s: %w", nodeID, err)
 	}
-	if last, err := e.cfg.Store.LatestRun(ctx, nodeID); err == nil {
-		if last.Status == StatusPending || last.Status == StatusRunning {
-			return "", fmt.Errorf("node %s: run %s is %s: %w", nodeID, last.ID, last.Status, ErrBusy)
-		}
+	last, lastErr := e.cfg.Store.LatestRun(ctx, nodeID)
+	if lastErr == nil && (last.Status == StatusPending || last.Status == StatusRunning) {
+		return "", fmt.Errorf("node %s: run %s is %s: %w", nodeID, last.ID, last.Status, ErrBusy)
+	}
+	// A busy node is reported as busy, not as capacity: the slot is taken
+	// only for a run that could start.
+	if err := e.reserve(); err != nil {
+		return "", fmt.Errorf("node %s: %w", nodeID, err)
+	}
+	defer e.release()
+	if err := lastErr; err == nil {
 		if resume {
 			if last.Status == StatusSucceeded {
 				return "", fmt.Errorf("node %s: latest run %s succeeded; nothing to resume: %w", nodeID, last.ID, ErrInvalid)
