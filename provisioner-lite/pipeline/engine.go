@@ -144,8 +144,9 @@ type Engine struct {
 	running map[string]context.CancelFunc // run id -> cancel
 	// starting counts Start calls that reserved a slot and have not launched
 	// yet, so concurrent Starts cannot overshoot MaxRuns.
-	starting int
-	wg       sync.WaitGroup
+	starting   int
+	nodeStarts sync.Map // node id -> struct{}: a Start of that node is under way
+	wg         sync.WaitGroup
 	ctx      context.Context
 	// sessionsSeen holds the runner sessions this engine has given work to.
 	sessionsSeen sync.Map
@@ -239,6 +240,12 @@ func (e *Engine) Active() int {
 // Start creates a run for a node and starts its pipeline. With resume, the
 // node's latest unfinished run continues from the phase it reached instead.
 func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, manifest string, resume bool) (string, error) {
+	// One Start per node at a time in this instance, so two concurrent
+	// requests cannot both find the node idle.
+	if _, dup := e.nodeStarts.LoadOrStore(nodeID, struct{}{}); dup {
+		return "", fmt.Errorf("node %s: another start of this node is in progress: %w", nodeID, ErrBusy)
+	}
+	defer e.nodeStarts.Delete(nodeID)
 	n, err := e.cfg.Store.GetNode(ctx, nodeID)
 	if err != nil {
 		return "", fmt.Errorf("node %s: %w", nodeID, err)
