@@ -147,7 +147,7 @@ type Engine struct {
 	starting   int
 	nodeStarts sync.Map // node id -> struct{}: a Start of that node is under way
 	wg         sync.WaitGroup
-	ctx      context.Context
+	ctx        context.Context
 	// sessionsSeen holds the runner sessions this engine has given work to.
 	sessionsSeen sync.Map
 	// stops holds runs being stopped from outside their goroutine (identity
