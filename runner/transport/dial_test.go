@@ -113,3 +113,56 @@ func TestBootIDAndUptime(t *testing.T) {
 		t.Errorf("Uptime = %v, %v", u, err)
 	}
 }
+
+// A runner told of several coordinator instances uses the first and, when
+// it dies, carries on with the next: same session, events replayed there.
+func TestDialFailsOverToNextCoordinator(t *testing.T) {
+	caPEM, cert := newCA(t)
+	start := func() (*grpc.Server, *coordinator, string) {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := grpc.NewServer(grpc.Creds(credentials.NewServerTLSFromCert(&cert)))
+		c := &coordinator{t: t, cutAfter: 1 << 62, toSend: make(chan *curev1.CoordinatorMessage)}
+		curev1.RegisterRunnerServiceServer(srv, c)
+		go srv.Serve(lis)
+		t.Cleanup(srv.Stop)
+		return srv, c, lis.Addr().String()
+	}
+	srvA, a, addrA := start()
+	_, b, addrB := start()
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	os.WriteFile(caFile, caPEM, 0o644)
+	conn, err := Dial(addrA+","+addrB, caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	s := NewSession(conn, func() *curev1.Hello { return &curev1.Hello{Token: "t"} },
+		SessionOptions{Log: quiet(), BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, ConnectTimeout: 3 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go s.Run(ctx)
+	if d, err := s.Next(ctx); err != nil || d.Idle == nil {
+		t.Fatalf("first instance: directive %+v, %v", d, err)
+	}
+	hellos := func(c *coordinator) int { c.mu.Lock(); defer c.mu.Unlock(); return len(c.hellos) }
+	if hellos(a) != 1 || hellos(b) != 0 {
+		t.Fatalf("hellos a=%d b=%d; want the first instance only", hellos(a), hellos(b))
+	}
+	srvA.Stop()
+	for hellos(b) == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the runner never reached the second instance after the first died")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Emit(&curev1.Event{RunId: "r"})
+	for s.Pending() != 0 {
+		if ctx.Err() != nil {
+			t.Fatal("event not acked by the second instance")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

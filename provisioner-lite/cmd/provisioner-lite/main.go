@@ -55,6 +55,7 @@ type config struct {
 	bmcCA                                      string
 	maxRuns                                    int
 	instance                                   string
+	peerGRPC                                   string
 }
 
 func main() {
@@ -98,6 +99,8 @@ func main() {
 	flag.IntVar(&c.grpcMaxConns, "grpc-max-conns", 8192, "open connections of the gRPC server")
 	flag.StringVar(&c.bmcCA, "bmc-ca", "", "PEM CA bundle that verifies BMC certificates of nodes without caFile or fingerprint (empty: the system roots)")
 	flag.IntVar(&c.maxRuns, "max-runs", pipeline.DefaultMaxRuns, "runs this instance drives at once; Provision beyond it is refused (ResourceExhausted) so curectl can try another instance")
+	flag.StringVar(&c.peerGRPC, "peer-grpc", "", "other instances of this fleet (shared database) as nodes dial them, host:port comma-separated: "+
+		"a runner whose coordinator dies reconnects to the next")
 	flag.StringVar(&c.instance, "instance-id", defaultInstanceID(), "this coordinator instance's name (leases, answers, logs); unique among instances sharing a database")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
 	flag.Parse()
@@ -235,7 +238,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		ArtifactDir:     artifactDir,
 		BaseURL:         baseURL,
 		BMCBaseURL:      c.bmcBaseURL,
-		RunnerAddr:      nonEmpty(c.grpcAdv, net.JoinHostPort(c.advertise, grpcPort)),
+		RunnerAddr:      joinAddrs(nonEmpty(c.grpcAdv, net.JoinHostPort(c.advertise, grpcPort)), c.peerGRPC),
 		Timeouts:        c.timeouts,
 		Budgets:         c.budgets,
 		TokensPerWindow: c.tokensPerWindow,
@@ -303,6 +306,17 @@ func defaultInstanceID() string {
 		return "cure-1"
 	}
 	return h
+}
+
+// joinAddrs is the cure.coordinator list: this instance first, then its peers.
+func joinAddrs(own, peers string) string {
+	out := []string{own}
+	for _, p := range strings.Split(peers, ",") {
+		if p = strings.TrimSpace(p); p != "" && p != own {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 func nonEmpty(s, def string) string {
