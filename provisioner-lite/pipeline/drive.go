@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"
@@ -114,8 +115,23 @@ func (e *Engine) retryAllowed(ctx context.Context, r *store.Run, phase, msg stri
 		return false
 	}
 	e.save(ctx, r)
-	e.coordEvent(ctx, *r, phase, "info", "", fmt.Sprintf("phase %s failed (attempt %d of %d), retrying: %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, msg), 0)
-	return true
+	delay := retryDelay(e.cfg.Timeouts.RetryBase, e.cfg.Timeouts.RetryMax, attempts)
+	e.coordEvent(ctx, *r, phase, "info", "", fmt.Sprintf("phase %s failed (attempt %d of %d), retrying in %s: %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, delay.Round(time.Millisecond), msg), 0)
+	return sleep(ctx, delay) == nil
+}
+
+// retryDelay is exponential backoff with full jitter: uniform in
+// [0, min(max, base·2^(attempt-1))].
+func retryDelay(base, max time.Duration, attempt int) time.Duration {
+	d := base
+	for i := 1; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(d) + 1))
 }
 
 func (e *Engine) attempts(r *store.Run, phase string) int {

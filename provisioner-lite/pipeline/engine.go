@@ -51,6 +51,10 @@ type Timeouts struct {
 	HostOS       time.Duration // reboot to the installed OS calling back
 	BMCReset     time.Duration // BMC reset until it answers again
 	TaskPoll     time.Duration // Redfish task polling period
+	// RetryBase is the first delay before a failed phase is tried again;
+	// it doubles per attempt up to RetryMax, with full jitter, so a rack
+	// whose switch flapped does not retry in lockstep.
+	RetryBase, RetryMax time.Duration
 }
 
 // Budgets bound retries. Phase failures and disconnects are counted apart so
@@ -106,6 +110,8 @@ func (c *Config) defaults() {
 	d(&c.Timeouts.HostOS, 15*time.Minute)
 	d(&c.Timeouts.BMCReset, 10*time.Minute)
 	d(&c.Timeouts.TaskPoll, 2*time.Second)
+	d(&c.Timeouts.RetryBase, 2*time.Second)
+	d(&c.Timeouts.RetryMax, time.Minute)
 	if c.Budgets.PhaseAttempts == 0 {
 		c.Budgets.PhaseAttempts = 3
 	}

@@ -141,7 +141,7 @@ func newFixture(t *testing.T, edit func(sku *manifests.SKU, casDir string)) *fix
 		Manifests: &pipeline.Catalog{Dir: filepath.Join(dir, "manifests")}, ArtifactDir: filepath.Join(dir, "artifacts"),
 		BaseURL: "http://10.0.2.2:8080", RunnerAddr: "10.0.2.2:8443", BMCBaseURL: cas.URL,
 		Timeouts: pipeline.Timeouts{WaitForCURE: 20 * time.Second, Reconnect: 3 * time.Second, ShutdownWait: 5 * time.Second, HostOS: 20 * time.Second, RunnerPhase: 20 * time.Second,
-			BMCReset: 10 * time.Second, TaskPoll: 50 * time.Millisecond},
+			BMCReset: 10 * time.Second, TaskPoll: 50 * time.Millisecond, RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond},
 		Budgets: pipeline.Budgets{PhaseAttempts: 2, Disconnects: 2},
 	})
 
