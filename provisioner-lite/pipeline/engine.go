@@ -310,7 +310,10 @@ func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, mani
 		ID: newRunID(nodeID), NodeID: nodeID, Mode: string(mode), Manifest: manifest,
 		Status: StatusRunning, StartedAt: time.Now().UTC(), Data: map[string]string{},
 	}
-	if err := e.cfg.Store.CreateRun(ctx, r); err != nil {
+	if err := e.cfg.Store.CreateRun(ctx, r); errors.Is(err, store.ErrActiveRun) {
+		// Another instance (or request) started the node meanwhile.
+		return "", fmt.Errorf("node %s: %w: %w", nodeID, err, ErrBusy)
+	} else if err != nil {
 		return "", err
 	}
 	e.coordEvent(ctx, r, "", "info", "", fmt.Sprintf("run created: mode=%s manifest=%s", mode, manifest), 0)

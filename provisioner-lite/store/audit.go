@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -46,7 +45,7 @@ func (s *Store) AppendAudit(ctx context.Context, a AuditEntry) error {
 	if err != nil {
 		return err
 	}
-	err = s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO audit_log (time, kind, actor, role, peer, action, nodes, run_id, result, detail)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, toMs(a.Time), a.Kind, a.Actor, a.Role, a.Peer, a.Action, string(nb), a.RunID, a.Result, a.Detail)
 		return err
@@ -116,7 +115,7 @@ func (s *Store) AuditLog(ctx context.Context, f AuditFilter) ([]AuditEntry, erro
 // PruneAudit deletes entries older than t.
 func (s *Store) PruneAudit(ctx context.Context, before time.Time) (int64, error) {
 	var n int64
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM audit_log WHERE time < ?`, toMs(before))
 		if err != nil {
 			return err

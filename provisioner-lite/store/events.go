@@ -36,7 +36,7 @@ func (s *Store) AppendEvent(ctx context.Context, e Event) (id int64, inserted bo
 	if e.Seq > math.MaxInt64 {
 		return 0, false, fmt.Errorf("store: append event to run %s: seq %d exceeds int64", e.RunID, e.Seq)
 	}
-	err = s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, `
 INSERT INTO events (run_id, node_id, source, boot_id, seq, time, phase, kind, status, message, duration_ms, payload)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -145,7 +145,7 @@ func (s *Store) AppendRunnerEvent(ctx context.Context, e Event, v *Verdict, lim 
 	if v != nil {
 		size += int64(len(v.Component) + len(v.Check) + len(v.Observed) + len(v.Expected) + len(v.Message))
 	}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		var status string
 		if err := tx.QueryRowContext(ctx, `SELECT status FROM runs WHERE id = ?`, e.RunID).Scan(&status); errors.Is(err, sql.ErrNoRows) {
 			return ErrNotFound
@@ -243,7 +243,7 @@ func (s *Store) Usage(ctx context.Context, runID string) (RunUsage, error) {
 // before t; phases, verdicts and the coordinator's timeline stay.
 func (s *Store) PruneRunEvents(ctx context.Context, endedBefore time.Time) (int64, error) {
 	var n int64
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE source = 'runner' AND kind IN ('metric', 'log') AND run_id IN
 (SELECT id FROM runs WHERE status NOT IN ('pending', 'running') AND ended_at > 0 AND ended_at < ?)`, toMs(endedBefore))
 		if err != nil {

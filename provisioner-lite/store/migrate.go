@@ -157,6 +157,15 @@ CREATE TABLE audit_log (
 );
 CREATE INDEX audit_log_time ON audit_log(time);
 `,
+	// 3: fleet scale. Runs are leased by the coordinator instance driving
+	// them (several instances may share a database); a node has at most one
+	// active run, whichever instance starts it.
+	`
+ALTER TABLE runs ADD COLUMN owner       TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN lease_until INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX runs_lease ON runs(status, lease_until);
+CREATE UNIQUE INDEX runs_one_active ON runs(node_id) WHERE status IN ('pending','running');
+`,
 }
 
 // SchemaVersion is the user_version a fully migrated database has.

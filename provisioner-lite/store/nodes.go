@@ -84,7 +84,7 @@ func (s *Store) UpsertNode(ctx context.Context, n Node) error {
 	if err != nil {
 		return fmt.Errorf("store: upsert node %s: labels: %w", n.ID, err)
 	}
-	err = s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(tx *Tx) error {
 		if _, err := tx.ExecContext(ctx, `
 INSERT INTO nodes (id, bmc_url, bmc_user, bmc_password, bmc_password_ref, bmc_ca_file, bmc_fingerprint, bmc_insecure,
 	sku, hostname, system_serial, psids, labels, updated_at)
@@ -128,7 +128,7 @@ ON CONFLICT(id) DO UPDATE SET bmc_url=excluded.bmc_url, bmc_user=excluded.bmc_us
 // DeleteNode removes a node, its MACs and boot tokens. It refuses while the node
 // still has runs (their history must not be orphaned).
 func (s *Store) DeleteNode(ctx context.Context, id string) error {
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		var runs int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE node_id = ?`, id).Scan(&runs); err != nil {
 			return err

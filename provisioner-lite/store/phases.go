@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 )
@@ -25,7 +24,7 @@ func (s *Store) UpsertPhase(ctx context.Context, p Phase) error {
 	if p.Name == "" {
 		return fmt.Errorf("store: phase of run %s: empty name", p.RunID)
 	}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, `
 INSERT INTO phases (run_id, name, status, attempts, started_at, ended_at, message, ord)
 VALUES (?, ?, ?, ?, ?, ?, ?, (SELECT coalesce(max(ord), 0) + 1 FROM phases WHERE run_id = ?))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -30,7 +31,17 @@ type Run struct {
 	StartedAt, EndedAt         time.Time
 	Message                    string
 	Data                       map[string]string // pipeline scratch: tokens, expected boot id...
+	// Owner is the coordinator instance holding the run's lease and
+	// LeaseUntil when it expires (read-only: leases.go changes them).
+	Owner      string
+	LeaseUntil time.Time
+	// PrevOwner is set by ClaimExpired: the instance the run was taken from.
+	PrevOwner string
 }
+
+// ErrActiveRun is wrapped by CreateRun when the node already has an active
+// run (whichever instance started it).
+var ErrActiveRun = errors.New("node already has an active run")
 
 func validRunStatus(s string) bool {
 	switch s {
@@ -56,7 +67,7 @@ func (s *Store) CreateRun(ctx context.Context, r Run) error {
 	if err != nil {
 		return fmt.Errorf("store: create run %s: %w", r.ID, err)
 	}
-	err = s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(tx *Tx) error {
 		var exists int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM nodes WHERE id = ?`, r.NodeID).Scan(&exists); err != nil {
 			return err
@@ -64,23 +75,41 @@ func (s *Store) CreateRun(ctx context.Context, r Run) error {
 		if exists == 0 {
 			return fmt.Errorf("node %q: %w", r.NodeID, ErrNotFound)
 		}
+		if r.Status == RunPending || r.Status == RunRunning {
+			var active string
+			err := tx.QueryRowContext(ctx, `SELECT id FROM runs WHERE node_id = ? AND status IN ('pending','running')`, r.NodeID).Scan(&active)
+			if err == nil {
+				return fmt.Errorf("run %s: %w", active, ErrActiveRun)
+			} else if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		var lease int64
+		if s.instance != "" {
+			lease = s.leaseDeadline()
+		}
 		_, err := tx.ExecContext(ctx, `
 INSERT INTO runs (id, node_id, mode, manifest, status, phase, resume_count, phase_failures, disconnects, reboots,
-	completed_phases, started_at, ended_at, message, data, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	completed_phases, started_at, ended_at, message, data, created_at, owner, lease_until)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			r.ID, r.NodeID, r.Mode, r.Manifest, r.Status, r.Phase, r.ResumeCount, r.PhaseFailures, r.Disconnects, r.Reboots,
-			completed, toMs(r.StartedAt), toMs(r.EndedAt), r.Message, data, time.Now().UnixMilli())
+			completed, toMs(r.StartedAt), toMs(r.EndedAt), r.Message, data, time.Now().UnixMilli(), s.instance, lease)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("store: create run %s for node %s: %w", r.ID, r.NodeID, err)
 	}
+	r.Owner = s.instance
+	s.rememberRun(r)
 	s.notify(r.ID)
 	return nil
 }
 
-// UpdateRun replaces every field of the run except ID and NodeID, which are fixed
-// at creation. Subscribers of the run are signalled.
+// UpdateRun replaces every field of the run except ID and NodeID, which are
+// fixed at creation. Only the columns that changed since this store last
+// wrote the run are written (nothing at all when none did). With
+// leases, a run another live instance holds is refused with ErrLeaseLost.
+// Subscribers of the run are signalled.
 func (s *Store) UpdateRun(ctx context.Context, r Run) error {
 	if !validRunStatus(r.Status) {
 		return fmt.Errorf("store: update run %s: status %q is not one of pending|running|succeeded|failed|attention|canceled", r.ID, r.Status)
@@ -89,33 +118,152 @@ func (s *Store) UpdateRun(ctx context.Context, r Run) error {
 	if err != nil {
 		return fmt.Errorf("store: update run %s: %w", r.ID, err)
 	}
-	err = s.tx(ctx, func(tx *sql.Tx) error {
-		var nodeID string
-		if err := tx.QueryRowContext(ctx, `SELECT node_id FROM runs WHERE id = ?`, r.ID).Scan(&nodeID); errors.Is(err, sql.ErrNoRows) {
-			return ErrNotFound
-		} else if err != nil {
+	cols := []struct {
+		name string
+		val  any
+	}{
+		{"mode", r.Mode}, {"manifest", r.Manifest}, {"status", r.Status}, {"phase", r.Phase},
+		{"resume_count", r.ResumeCount}, {"phase_failures", r.PhaseFailures}, {"disconnects", r.Disconnects}, {"reboots", r.Reboots},
+		{"completed_phases", completed}, {"started_at", toMs(r.StartedAt)}, {"ended_at", toMs(r.EndedAt)}, {"message", r.Message}, {"data", data},
+	}
+	// The diff is taken inside the transaction: writes run there in commit
+	// order, so the cache is exactly the row as committed before this one.
+	unchanged := false
+	err = s.tx(ctx, func(tx *Tx) error {
+		var set []string
+		var args []any
+		prev, cached := s.cachedRun(r.ID)
+		var prevCompleted, prevData string
+		if cached {
+			prevCompleted, prevData, _ = marshalRun(prev)
+		}
+		for i, c := range cols {
+			if cached {
+				same := false
+				switch i {
+				case 0:
+					same = prev.Mode == r.Mode
+				case 1:
+					same = prev.Manifest == r.Manifest
+				case 2:
+					same = prev.Status == r.Status
+				case 3:
+					same = prev.Phase == r.Phase
+				case 4:
+					same = prev.ResumeCount == r.ResumeCount
+				case 5:
+					same = prev.PhaseFailures == r.PhaseFailures
+				case 6:
+					same = prev.Disconnects == r.Disconnects
+				case 7:
+					same = prev.Reboots == r.Reboots
+				case 8:
+					same = prevCompleted == completed
+				case 9:
+					same = toMs(prev.StartedAt) == toMs(r.StartedAt)
+				case 10:
+					same = toMs(prev.EndedAt) == toMs(r.EndedAt)
+				case 11:
+					same = prev.Message == r.Message
+				case 12:
+					same = prevData == data
+				}
+				if same {
+					continue
+				}
+			}
+			set = append(set, c.name+" = ?")
+			args = append(args, c.val)
+		}
+		if len(set) == 0 && (r.NodeID == "" || r.NodeID == prev.NodeID) {
+			unchanged = true
+			return nil
+		}
+		if len(set) == 0 {
+			set = append(set, "status = status")
+		}
+		q := `UPDATE runs SET ` + strings.Join(set, ", ") + ` WHERE id = ?`
+		args = append(args, r.ID)
+		if r.NodeID != "" {
+			q += ` AND node_id = ?`
+			args = append(args, r.NodeID)
+		}
+		if s.instance != "" {
+			q += ` AND (owner = '' OR owner = ? OR lease_until < ?)`
+			args = append(args, s.instance, time.Now().UnixMilli())
+		}
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
 			return err
 		}
-		if r.NodeID != "" && r.NodeID != nodeID {
-			return fmt.Errorf("run belongs to node %s, update names node %s", nodeID, r.NodeID)
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 1 {
+			if r.NodeID == "" {
+				r.NodeID = prev.NodeID
+			}
+			s.rememberRun(r)
+			return nil
 		}
-		_, err := tx.ExecContext(ctx, `
-UPDATE runs SET mode=?, manifest=?, status=?, phase=?, resume_count=?, phase_failures=?, disconnects=?, reboots=?,
-	completed_phases=?, started_at=?, ended_at=?, message=?, data=?
-WHERE id = ?`,
-			r.Mode, r.Manifest, r.Status, r.Phase, r.ResumeCount, r.PhaseFailures, r.Disconnects, r.Reboots,
-			completed, toMs(r.StartedAt), toMs(r.EndedAt), r.Message, data, r.ID)
-		return err
+		// Nothing matched: say why.
+		var nodeID, owner string
+		var lease int64
+		err = tx.QueryRowContext(ctx, `SELECT node_id, owner, lease_until FROM runs WHERE id = ?`, r.ID).Scan(&nodeID, &owner, &lease)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return ErrNotFound
+		case err != nil:
+			return err
+		case r.NodeID != "" && r.NodeID != nodeID:
+			return fmt.Errorf("run belongs to node %s, update names node %s", nodeID, r.NodeID)
+		default:
+			return fmt.Errorf("%w: %s until %s", ErrLeaseLost, owner, fromMs(lease).Format(time.RFC3339))
+		}
 	})
 	if err != nil {
+		// The row is not what the cache says (or the batch did not commit).
+		s.forgetRun(r.ID)
 		return fmt.Errorf("store: update run %s: %w", r.ID, err)
 	}
-	s.notify(r.ID)
+	if !unchanged {
+		s.notify(r.ID)
+	}
 	return nil
 }
 
+// rememberRun keeps the row as last written, for UpdateRun's diff; a run
+// that ended is forgotten (it is rarely written again, and then in full).
+func (s *Store) rememberRun(r Run) {
+	s.runCacheMu.Lock()
+	defer s.runCacheMu.Unlock()
+	if r.Status != RunPending && r.Status != RunRunning {
+		delete(s.runCache, r.ID)
+		return
+	}
+	r.CompletedPhases = append([]string(nil), r.CompletedPhases...)
+	m := make(map[string]string, len(r.Data))
+	for k, v := range r.Data {
+		m[k] = v
+	}
+	r.Data = m
+	s.runCache[r.ID] = r
+}
+
+func (s *Store) cachedRun(id string) (Run, bool) {
+	s.runCacheMu.Lock()
+	defer s.runCacheMu.Unlock()
+	r, ok := s.runCache[id]
+	return r, ok
+}
+
+func (s *Store) forgetRun(id string) {
+	s.runCacheMu.Lock()
+	delete(s.runCache, id)
+	s.runCacheMu.Unlock()
+}
+
 const runCols = `id, node_id, mode, manifest, status, phase, resume_count, phase_failures, disconnects, reboots,
-	completed_phases, started_at, ended_at, message, data`
+	completed_phases, started_at, ended_at, message, data, owner, lease_until`
 
 // GetRun returns the run with that id, or an error wrapping ErrNotFound.
 func (s *Store) GetRun(ctx context.Context, id string) (Run, error) {
@@ -186,9 +334,9 @@ func marshalRun(r Run) (completed, data string, err error) {
 func scanRun(sc scanner) (Run, error) {
 	var r Run
 	var completed, data string
-	var started, ended int64
+	var started, ended, lease int64
 	err := sc.Scan(&r.ID, &r.NodeID, &r.Mode, &r.Manifest, &r.Status, &r.Phase, &r.ResumeCount, &r.PhaseFailures,
-		&r.Disconnects, &r.Reboots, &completed, &started, &ended, &r.Message, &data)
+		&r.Disconnects, &r.Reboots, &completed, &started, &ended, &r.Message, &data, &r.Owner, &lease)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Run{}, ErrNotFound
 	}
@@ -204,6 +352,6 @@ func scanRun(sc scanner) (Run, error) {
 	if r.Data, err = unmarshalMap(data); err != nil {
 		return Run{}, fmt.Errorf("run %s: data column: %w", r.ID, err)
 	}
-	r.StartedAt, r.EndedAt = fromMs(started), fromMs(ended)
+	r.StartedAt, r.EndedAt, r.LeaseUntil = fromMs(started), fromMs(ended), fromMs(lease)
 	return r, nil
 }

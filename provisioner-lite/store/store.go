@@ -2,9 +2,10 @@
 // pure Go): nodes, runs, phases, events, verdicts and boot tokens. Everything a
 // coordinator restart must not lose lives here.
 //
-// Writes go through a single-connection pool so concurrent writers queue in Go
-// instead of racing for SQLite's write lock (no SQLITE_BUSY under load); reads use
-// a separate pool, which WAL lets run alongside the writer.
+// Writes go through one committer goroutine (group commit, commit.go), so
+// concurrent writers queue in Go instead of racing for SQLite's write lock (no
+// SQLITE_BUSY under load) and share fsyncs; reads use a separate pool, which
+// WAL lets run alongside the writer.
 package store
 
 import (
@@ -30,12 +31,20 @@ var ErrExpired = errors.New("expired")
 // Store is the coordinator's database. It is safe for concurrent use.
 type Store struct {
 	path   string
-	w      *sql.DB // exactly one connection: serialises writers
-	r      *sql.DB // readers
+	w      *sql.DB // written only by the committer
+	r      *pool   // readers
+	wp     *pool   // prepared statements of the writer connection
 	sealer *sealer // nil: the store refuses to keep literal secrets
 
 	mu   sync.Mutex
 	subs map[string]map[*subscriber]struct{}
+
+	gc       *committer
+	instance string        // lease owner this store writes as; "" = no leases
+	leaseTTL time.Duration // how long a lease outlives its last renewal
+
+	runCacheMu sync.Mutex
+	runCache   map[string]Run // last row this store wrote or read, per active run
 }
 
 type subscriber struct{ ch chan struct{} }
@@ -47,7 +56,25 @@ const busyTimeoutMs = 10000
 // Option configures Open.
 type Option func(*options)
 
-type options struct{ stateKey []byte }
+type options struct {
+	stateKey      []byte
+	noGroupCommit bool
+	instance      string
+	leaseTTL      time.Duration
+}
+
+// WithoutGroupCommit commits every write in its own transaction, as before
+// group commit existed: the baseline of the store benchmarks.
+func WithoutGroupCommit() Option { return func(o *options) { o.noGroupCommit = true } }
+
+// WithInstance names the coordinator instance this store writes as. Runs it
+// creates are leased to it (see leases.go); updates of runs another live
+// instance holds fail with ErrLeaseLost. Without it there are no leases.
+func WithInstance(id string) Option { return func(o *options) { o.instance = id } }
+
+// WithLeaseTTL sets how long a run's lease outlives its last renewal
+// (default DefaultLeaseTTL).
+func WithLeaseTTL(d time.Duration) Option { return func(o *options) { o.leaseTTL = d } }
 
 // WithStateKey gives the store the 32-byte key that seals secrets at rest (BMC
 // passwords, PSIDs). The key must live outside the database: a copy of the
@@ -94,8 +121,11 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", abs, err)
 	}
-	w.SetMaxOpenConns(1)
-	w.SetMaxIdleConns(1)
+	// Writes are serialised by the committer (one goroutine), not by the
+	// pool: the second connection only prepares statements while the first
+	// is inside a group transaction.
+	w.SetMaxOpenConns(2)
+	w.SetMaxIdleConns(2)
 	w.SetConnMaxLifetime(0)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -127,7 +157,17 @@ func Open(path string, opts ...Option) (*Store, error) {
 		r.Close()
 		return nil, fmt.Errorf("store: open %s for reading: %w", abs, err)
 	}
-	return &Store{path: abs, w: w, r: r, sealer: seal, subs: map[string]map[*subscriber]struct{}{}}, nil
+	st := &Store{path: abs, w: w, r: newPool(r), wp: newPool(w), sealer: seal, subs: map[string]map[*subscriber]struct{}{},
+		instance: o.instance, leaseTTL: o.leaseTTL, runCache: map[string]Run{}}
+	if st.leaseTTL <= 0 {
+		st.leaseTTL = DefaultLeaseTTL
+	}
+	maxBatch := 256
+	if o.noGroupCommit {
+		maxBatch = 1
+	}
+	st.gc = newCommitter(w, st.wp, maxBatch)
+	return st, nil
 }
 
 // ensureMode makes path's mode dbFileMode, creating it (empty) when create is
@@ -162,7 +202,8 @@ func ensureMode(path string, create bool) error {
 
 // Close closes both pools. Subscribers are not closed: their cancel funcs still work.
 func (s *Store) Close() error {
-	return errors.Join(s.r.Close(), s.w.Close())
+	s.gc.close()
+	return errors.Join(s.r.close(), s.wp.close(), s.r.db.Close(), s.w.Close())
 }
 
 // Path is the absolute path of the database file.
@@ -220,18 +261,9 @@ func fromMs(ms int64) time.Time {
 	return time.UnixMilli(ms).UTC()
 }
 
-// tx runs fn in a write transaction (BEGIN IMMEDIATE through the writer pool).
-func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
-	t, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	if err := fn(t); err != nil {
-		t.Rollback()
-		return err
-	}
-	if err := t.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
+// tx runs fn in a write transaction. Concurrent callers share one
+// transaction (group commit, see commit.go); fn's own failure rolls back only
+// its own writes.
+func (s *Store) tx(ctx context.Context, fn func(*Tx) error) error {
+	return s.gc.do(ctx, fn)
 }

@@ -50,7 +50,7 @@ func mustNode(t *testing.T, s *Store, n Node) {
 func TestSchemaVersion(t *testing.T) {
 	s, _ := openTest(t)
 	var v int
-	if err := s.r.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
+	if err := s.r.db.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
 		t.Fatal(err)
 	}
 	if v != SchemaVersion || v == 0 {
@@ -243,7 +243,12 @@ func TestRuns(t *testing.T) {
 	if _, err := s.LatestRun(ctx, "n9"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("LatestRun of node without runs: %v", err)
 	}
-	if err := s.CreateRun(ctx, Run{ID: "r3", NodeID: "n1"}); err != nil {
+	// One active run per node: r1 is still running on n1.
+	if err := s.CreateRun(ctx, Run{ID: "r3", NodeID: "n1"}); !errors.Is(err, ErrActiveRun) {
+		t.Fatalf("second active run on n1: %v, want ErrActiveRun", err)
+	}
+	mustNode(t, s, testNode("n3", "52:54:00:aa:bb:33"))
+	if err := s.CreateRun(ctx, Run{ID: "r3", NodeID: "n3"}); err != nil {
 		t.Fatal(err)
 	}
 	active, err := s.ActiveRuns(ctx)
@@ -254,7 +259,7 @@ func TestRuns(t *testing.T) {
 		t.Fatalf("ActiveRuns = %+v, want r1 (running), r3 (pending)", active)
 	}
 	all, _ := s.RunsOfNode(ctx, "n1")
-	if len(all) != 3 || all[0].ID != "r3" {
+	if len(all) != 2 || all[0].ID != "r2" {
 		t.Fatalf("RunsOfNode = %+v", all)
 	}
 }
@@ -548,8 +553,9 @@ func TestSubscribe(t *testing.T) {
 	s, _ := openTest(t)
 	ctx := ctxT(t)
 	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
-	for _, id := range []string{"r1", "r2"} {
-		if err := s.CreateRun(ctx, Run{ID: id, NodeID: "n1"}); err != nil {
+	mustNode(t, s, testNode("n2", "52:54:00:00:00:02"))
+	for i, id := range []string{"r1", "r2"} {
+		if err := s.CreateRun(ctx, Run{ID: id, NodeID: fmt.Sprintf("n%d", i+1)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -77,7 +77,7 @@ func (s *Store) IssueBootToken(ctx context.Context, t BootToken, max int) error 
 	if t.Issued.IsZero() {
 		t.Issued = time.Now()
 	}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		var n, bound int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*), count(CASE WHEN state = 'bound' THEN 1 END) FROM boot_tokens WHERE run_id = ? AND window = ?`,
 			t.RunID, t.Window).Scan(&n, &bound); err != nil {
@@ -167,7 +167,7 @@ func (s *Store) BindBootToken(ctx context.Context, req BindRequest) (string, Boo
 	}
 	var outcome string
 	var tok BootToken
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		t, err := scanToken(tx.QueryRowContext(ctx, `SELECT `+tokenCols+` FROM boot_tokens WHERE token_sha256 = ?`, req.Hash))
 		if errors.Is(err, sql.ErrNoRows) {
 			return ErrNotFound
@@ -240,7 +240,7 @@ WHERE run_id = ? AND window != ? AND state IN ('issued', 'bound')`, t.RunID, t.W
 // EndBootWindow revokes the tokens of a run's window that nobody used (the
 // wait for CURE ended), so a late Hello with one is refused.
 func (s *Store) EndBootWindow(ctx context.Context, runID, window string) error {
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE boot_tokens SET state = 'revoked', revoked_why = 'stale'
 WHERE run_id = ? AND window = ? AND state = 'issued'`, runID, window)
 		return err
@@ -254,7 +254,7 @@ WHERE run_id = ? AND window = ? AND state = 'issued'`, runID, window)
 // DeleteRunBootTokens deletes every token and binding of a run: it has ended,
 // so no session may attach to it any more.
 func (s *Store) DeleteRunBootTokens(ctx context.Context, runID string) error {
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM boot_tokens WHERE run_id = ?`, runID)
 		return err
 	})
@@ -268,7 +268,7 @@ func (s *Store) DeleteRunBootTokens(ctx context.Context, runID string) error {
 // token of a run that is no longer active (a safety net for DeleteRunBootTokens).
 func (s *Store) PruneBootTokens(ctx context.Context, before time.Time) (int64, error) {
 	var n int64
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM boot_tokens
 WHERE (state != 'bound' AND expires < ?)
    OR run_id IN (SELECT id FROM runs WHERE status NOT IN ('pending', 'running'))`, toMs(before))

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"bytes"
 	"context"
 	"database/sql"
@@ -24,9 +25,17 @@ func bind(s *Store, token, boot, secret, peer string) (string, BootToken, error)
 	return s.BindBootToken(context.Background(), BindRequest{Hash: TokenHash(token), BootID: boot, SessionHash: TokenHash(secret), Peer: peer, RequirePeer: true})
 }
 
+// runningRun starts run id on n1, or on a node of its own when n1 already
+// has an active run (a node has one active run at a time).
 func runningRun(t *testing.T, s *Store, id string) {
 	t.Helper()
-	if err := s.CreateRun(ctxT(t), Run{ID: id, NodeID: "n1", Status: RunRunning}); err != nil {
+	err := s.CreateRun(ctxT(t), Run{ID: id, NodeID: "n1", Status: RunRunning})
+	if errors.Is(err, ErrActiveRun) {
+		runs, _ := s.ActiveRuns(ctxT(t))
+		mustNode(t, s, testNode("n-"+id, fmt.Sprintf("52:54:00:ee:00:%02x", len(runs))))
+		err = s.CreateRun(ctxT(t), Run{ID: id, NodeID: "n-" + id, Status: RunRunning})
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 }
@@ -104,7 +113,7 @@ func TestBootTokenBinding(t *testing.T) {
 		t.Fatalf("token of an ended run: %v, want ErrNotFound", err)
 	}
 	var n int
-	if err := s.r.QueryRow(`SELECT count(*) FROM boot_tokens`).Scan(&n); err != nil || n != 0 {
+	if err := s.r.db.QueryRow(`SELECT count(*) FROM boot_tokens`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("tokens left: %d %v", n, err)
 	}
 }
@@ -229,7 +238,7 @@ INSERT INTO runs (id, node_id, status, data, created_at) VALUES ('r1', 'n1', 'su
 		t.Fatalf("run data after upgrade: %+v %v", r.Data, err)
 	}
 	var pw, psids string
-	if err := s.r.QueryRow(`SELECT bmc_password, psids FROM nodes WHERE id = 'n1'`).Scan(&pw, &psids); err != nil {
+	if err := s.r.db.QueryRow(`SELECT bmc_password, psids FROM nodes WHERE id = 'n1'`).Scan(&pw, &psids); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(pw, sealedPrefix) || !strings.HasPrefix(psids, sealedPrefix) {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"github.com/cure-oss/cure/provisioner-lite/natural"
 	"sort"
@@ -26,7 +25,7 @@ func (s *Store) PutVerdict(ctx context.Context, v Verdict) error {
 	if v.Component == "" || v.Check == "" {
 		return fmt.Errorf("store: verdict of run %s: component %q and check %q must both be set", v.RunID, v.Component, v.Check)
 	}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, upsertVerdict,
 			v.RunID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time))
 		return err

@@ -1,0 +1,316 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Group commit. Every write of the coordinator is a small transaction, and
+// with synchronous=FULL each commit is an fsync: one transaction per write
+// capped a coordinator at a few hundred writes a second, whatever the number
+// of runs. The committer instead takes every write queued while the previous
+// commit was under way and commits them together, each inside its own
+// savepoint, so one write's failure rolls back that write alone. Callers
+// still return only once their write is durable.
+
+// Tx is a write transaction as fn sees it. Its methods take a context for the
+// shape of database/sql but run under the batch's own: one caller giving up
+// must not interrupt a transaction that carries other callers' writes.
+type Tx struct {
+	tx  *sql.Tx
+	ctx context.Context
+	p   *pool
+}
+
+// ExecContext runs a statement in the transaction (prepared once per store).
+func (t *Tx) ExecContext(_ context.Context, q string, args ...any) (sql.Result, error) {
+	st, err := t.p.stmt(t.ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return t.tx.StmtContext(t.ctx, st).ExecContext(t.ctx, args...)
+}
+
+// QueryRowContext runs a query returning at most one row.
+func (t *Tx) QueryRowContext(_ context.Context, q string, args ...any) *sql.Row {
+	st, err := t.p.stmt(t.ctx, q)
+	if err != nil {
+		// *sql.Row carries its error to Scan only from database/sql itself:
+		// fall back to the unprepared path, which reports the same error.
+		return t.tx.QueryRowContext(t.ctx, t.p.rebind(q), args...)
+	}
+	return t.tx.StmtContext(t.ctx, st).QueryRowContext(t.ctx, args...)
+}
+
+// QueryContext runs a query in the transaction.
+func (t *Tx) QueryContext(_ context.Context, q string, args ...any) (*sql.Rows, error) {
+	st, err := t.p.stmt(t.ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return t.tx.StmtContext(t.ctx, st).QueryContext(t.ctx, args...)
+}
+
+// pool caches prepared statements of a *sql.DB by query text.
+type pool struct {
+	db     *sql.DB
+	rebind func(string) string
+	mu     sync.Mutex
+	stmts  map[string]*sql.Stmt
+}
+
+func newPool(db *sql.DB) *pool {
+	return &pool{db: db, rebind: func(q string) string { return q }, stmts: map[string]*sql.Stmt{}}
+}
+
+// maxCachedStmts bounds the cache: queries are constants of this package
+// plus the column combinations of UpdateRun, far below it.
+const maxCachedStmts = 512
+
+func (p *pool) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	p.mu.Lock()
+	st, ok := p.stmts[q]
+	p.mu.Unlock()
+	if ok {
+		return st, nil
+	}
+	st, err := p.db.PrepareContext(context.WithoutCancel(ctx), p.rebind(q))
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old, ok := p.stmts[q]; ok {
+		st.Close()
+		return old, nil
+	}
+	if len(p.stmts) >= maxCachedStmts {
+		return st, nil // used once; database/sql closes nothing here, so neither do we cache it
+	}
+	p.stmts[q] = st
+	return st, nil
+}
+
+func (p *pool) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	st, err := p.stmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+func (p *pool) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	st, err := p.stmt(ctx, q)
+	if err != nil {
+		return p.db.QueryRowContext(ctx, p.rebind(q), args...)
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+func (p *pool) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	st, err := p.stmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+func (p *pool) close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for _, st := range p.stmts {
+		errs = append(errs, st.Close())
+	}
+	p.stmts = map[string]*sql.Stmt{}
+	return errors.Join(errs...)
+}
+
+// op is one caller's write.
+type op struct {
+	ctx  context.Context
+	fn   func(*Tx) error
+	done chan error
+}
+
+// ErrClosed is returned by writes after Close.
+var ErrClosed = errors.New("store closed")
+
+// batchTimeout bounds one group transaction.
+const batchTimeout = 2 * time.Minute
+
+type committer struct {
+	db       *sql.DB
+	p        *pool
+	maxBatch int
+	ops      chan *op
+	quit     chan struct{}
+	stopped  chan struct{}
+	once     sync.Once
+
+	commits, ops_, batchedOps, failedCommits atomic.Int64
+	commitNanos, maxBatchSeen              atomic.Int64
+}
+
+func newCommitter(db *sql.DB, p *pool, maxBatch int) *committer {
+	c := &committer{db: db, p: p, maxBatch: maxBatch, ops: make(chan *op, 4096), quit: make(chan struct{}), stopped: make(chan struct{})}
+	go c.loop()
+	return c
+}
+
+func (c *committer) do(ctx context.Context, fn func(*Tx) error) error {
+	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case c.ops <- o:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.quit:
+		return ErrClosed
+	}
+	// Once queued, the outcome is awaited whatever ctx does: the write may
+	// commit, and the caller must not believe otherwise.
+	return <-o.done
+}
+
+func (c *committer) close() {
+	c.once.Do(func() { close(c.quit) })
+	<-c.stopped
+}
+
+func (c *committer) loop() {
+	defer close(c.stopped)
+	batch := make([]*op, 0, c.maxBatch)
+	for {
+		select {
+		case o := <-c.ops:
+			batch = append(batch[:0], o)
+		case <-c.quit:
+			for {
+				select {
+				case o := <-c.ops:
+					o.done <- ErrClosed
+				default:
+					return
+				}
+			}
+		}
+	fill:
+		for len(batch) < c.maxBatch {
+			select {
+			case o := <-c.ops:
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		c.run(batch)
+	}
+}
+
+// run commits one batch and answers each caller.
+func (c *committer) run(batch []*op) {
+	live := batch[:0:0]
+	for _, o := range batch {
+		if err := o.ctx.Err(); err != nil {
+			o.done <- err // gave up while queued: never ran
+			continue
+		}
+		live = append(live, o)
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	start := time.Now()
+	errs := make([]error, len(live))
+	err := func() error {
+		t, err := c.db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+		tx := &Tx{tx: t, ctx: ctx, p: c.p}
+		if len(live) == 1 {
+			if errs[0] = call(live[0].fn, tx); errs[0] != nil {
+				t.Rollback()
+				return nil
+			}
+		} else {
+			for i, o := range live {
+				if _, err := t.ExecContext(ctx, `SAVEPOINT op`); err != nil {
+					t.Rollback()
+					return fmt.Errorf("savepoint: %w", err)
+				}
+				if errs[i] = call(o.fn, tx); errs[i] != nil {
+					if _, err := t.ExecContext(ctx, `ROLLBACK TO SAVEPOINT op`); err != nil {
+						t.Rollback()
+						return fmt.Errorf("rollback to savepoint: %w", err)
+					}
+				}
+				if _, err := t.ExecContext(ctx, `RELEASE SAVEPOINT op`); err != nil {
+					t.Rollback()
+					return fmt.Errorf("release savepoint: %w", err)
+				}
+			}
+		}
+		if err := t.Commit(); err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+		return nil
+	}()
+	c.commitNanos.Add(int64(time.Since(start)))
+	if err != nil {
+		c.failedCommits.Add(1)
+		for _, o := range live {
+			o.done <- err
+		}
+		return
+	}
+	c.commits.Add(1)
+	c.ops_.Add(int64(len(live)))
+	if len(live) > 1 {
+		c.batchedOps.Add(int64(len(live)))
+	}
+	for {
+		m := c.maxBatchSeen.Load()
+		if int64(len(live)) <= m || c.maxBatchSeen.CompareAndSwap(m, int64(len(live))) {
+			break
+		}
+	}
+	for i, o := range live {
+		o.done <- errs[i]
+	}
+}
+
+// call runs fn, turning a panic into that write's error so a bug in one
+// write cannot take the committer (and every other write) down.
+func call(fn func(*Tx) error, tx *Tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("store write panicked: %v", r)
+		}
+	}()
+	return fn(tx)
+}
+
+// Stats are the store's write counters since Open.
+type Stats struct {
+	Commits       int64         // transactions committed
+	Ops           int64         // writes committed (several per commit under load)
+	BatchedOps    int64         // writes that shared their commit with others
+	FailedCommits int64         // group transactions that failed as a whole
+	MaxBatch      int64         // most writes in one commit
+	CommitTime    time.Duration // total time from BEGIN to COMMIT done
+}
+
+// Stats returns the write counters.
+func (s *Store) Stats() Stats {
+	c := s.gc
+	return Stats{Commits: c.commits.Load(), Ops: c.ops_.Load(), BatchedOps: c.batchedOps.Load(), FailedCommits: c.failedCommits.Load(),
+		MaxBatch: c.maxBatchSeen.Load(), CommitTime: time.Duration(c.commitNanos.Load())}
+}
