@@ -13,6 +13,10 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
+// dataRunnerAddr (run data) is the runner address list of the instance
+// driving the run, itself first.
+const dataRunnerAddr = "runner_addr"
+
 // errStopped means the coordinator is shutting down: the run stays active in
 // the store and the next coordinator resumes it.
 var errStopped = errors.New("coordinator stopping")
@@ -43,6 +47,11 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 	}
 	if r.Data == nil {
 		r.Data = map[string]string{}
+	}
+	if r.Data[dataRunnerAddr] != e.cfg.RunnerAddr {
+		// This instance drives the run now: runners are sent here first.
+		r.Data[dataRunnerAddr] = e.cfg.RunnerAddr
+		e.save(ctx, &r)
 	}
 	log := e.cfg.Log.With("run", r.ID, "node", r.NodeID)
 	plan, err := modes.For(modes.Mode(r.Mode))
@@ -144,7 +153,9 @@ func (e *Engine) save(ctx context.Context, r *store.Run) {
 	// repeat a phase that already finished.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := e.cfg.Store.UpdateRun(wctx, *r); err != nil {
+	if err := e.cfg.Store.UpdateRun(wctx, *r); leaseLost(err) {
+		e.abandon(r.ID)
+	} else if err != nil {
 		e.cfg.Log.Error("store run", "run", r.ID, "err", err)
 	}
 }

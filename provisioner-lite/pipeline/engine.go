@@ -161,12 +161,15 @@ type Engine struct {
 	// the run's goroutine has exited so no late save of it can overwrite it.
 	stops  map[string]stopRequest
 	tokens *tokenLimiter
+	// interrupted holds runs whose pipeline stopped with the engine (not
+	// because the run ended): ReleaseAll hands their leases back.
+	interrupted map[string]bool
 }
 
 // New returns an engine; call Resume to pick up runs from the store.
 func New(ctx context.Context, cfg Config) *Engine {
 	cfg.defaults()
-	return &Engine{cfg: cfg, running: map[string]context.CancelFunc{}, ctx: ctx, stops: map[string]stopRequest{},
+	return &Engine{cfg: cfg, running: map[string]context.CancelFunc{}, ctx: ctx, stops: map[string]stopRequest{}, interrupted: map[string]bool{},
 		tokens: newTokenLimiter(cfg.TokensPerNode, cfg.TokenPeriod)}
 }
 
@@ -327,12 +330,20 @@ func (e *Engine) Resume(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	n := 0
 	for _, r := range runs {
+		// Runs another live instance holds stay with it.
+		if ok, err := e.cfg.Store.ClaimRun(ctx, r.ID); err != nil {
+			return n, err
+		} else if !ok {
+			continue
+		}
+		n++
 		e.cfg.Log.Info("resuming run after coordinator start", "run", r.ID, "node", r.NodeID, "phase", r.Phase)
 		e.coordEvent(ctx, r, r.Phase, "info", "", "coordinator restarted; resuming from "+nonEmpty(r.Phase, "start"), 0)
 		e.launch(r.ID)
 	}
-	return len(runs), nil
+	return n, nil
 }
 
 // Wait blocks until every pipeline goroutine returned.
@@ -352,6 +363,9 @@ func (e *Engine) launch(runID string) {
 		defer func() {
 			e.mu.Lock()
 			delete(e.running, runID)
+			if e.ctx.Err() != nil {
+				e.interrupted[runID] = true
+			}
 			stop, stopped := e.stops[runID]
 			delete(e.stops, runID)
 			e.mu.Unlock()

@@ -84,7 +84,9 @@ func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver
 		mac, peer, ws.Issued+1, e.cfg.TokensPerWindow), 0)
 	return bootserver.Decision{
 		Boot:    true,
-		Cmdline: fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", e.cfg.RunnerAddr, e.cfg.BaseURL, n.ID, tok),
+		// The instance driving the run comes first in the runner's list, so
+		// a node that PXE-booted from another instance still reaches it.
+		Cmdline: fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", nonEmpty(r.Data[dataRunnerAddr], e.cfg.RunnerAddr), e.cfg.BaseURL, n.ID, tok),
 		Reason:  "run " + r.ID,
 	}, nil
 }

@@ -41,6 +41,9 @@ type RunnerService struct {
 	Log   *slog.Logger
 	Audit *audit.Recorder
 	Guard RunGuard
+	// Instance is this coordinator instance: a runner whose run another
+	// live instance leases is sent away (Unavailable) to retry.
+	Instance string
 	// HelloTimeout bounds the wait for the first message (default 10s).
 	HelloTimeout time.Duration
 	// MaxPendingHellos bounds the sessions that have not sent their Hello
@@ -251,6 +254,13 @@ func (s *RunnerService) authenticate(ctx context.Context, hello *curev1.Hello, p
 	if err != nil || (run.Status != store.RunRunning && run.Status != store.RunPending) {
 		s.Log.Info("runner refused: its run is not active", "node", node.ID, "run", tok.RunID, "status", run.Status)
 		return store.Node{}, store.Run{}, status.Errorf(codes.FailedPrecondition, "run %s is not active", tok.RunID)
+	}
+	if s.Instance != "" && run.Owner != "" && run.Owner != s.Instance && run.LeaseUntil.After(time.Now()) {
+		// Another live instance drives this run and waits for its runner
+		// there; the runner retries, and reaches this instance only if that
+		// one dies (then this one takes the run over once its lease expired).
+		s.Log.Info("runner refused: its run is driven by another instance", "node", node.ID, "run", run.ID, "owner", run.Owner)
+		return store.Node{}, store.Run{}, status.Errorf(codes.Unavailable, "run %s is driven by coordinator instance %s; retry", run.ID, run.Owner)
 	}
 	outcome, tok, err := s.Store.BindBootToken(ctx, store.BindRequest{
 		Hash: hash, BootID: hello.GetBootId(), SessionHash: store.TokenHash(hello.GetSessionSecret()), Peer: peerIP, RequirePeer: s.BindPeer,

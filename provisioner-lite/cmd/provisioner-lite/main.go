@@ -175,7 +175,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		return err
 	}
 	defer sd.Close()
-	st, err := store.Open(sd.Join(statedir.DBFile), store.WithStateKey(sd.Key))
+	st, err := store.Open(sd.Join(statedir.DBFile), store.WithStateKey(sd.Key), store.WithInstance(c.instance))
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -262,7 +262,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	opts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, server.ServerOptions(server.Limits{})...)
 	opts = append(opts, server.OperatorAuth(rec, log)...)
 	gs := grpc.NewServer(opts...)
-	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Audit: rec, Guard: eng,
+	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Audit: rec, Guard: eng, Instance: c.instance,
 		BindPeer: c.bindBootIP, Limits: c.eventLimits})
 	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng, Canceler: eng, Instance: c.instance})
 	gl, err := net.Listen("tcp", c.grpcListen)
@@ -279,6 +279,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	if err != nil && ctx.Err() == nil {
 		return err
 	}
+	go eng.RunLeases(ctx)
 	log.Info("provisioner-lite ready", "http", c.httpListen, "grpc", c.grpcListen, "advertise", c.advertise, "resumed_runs", n, "state", sd.Path)
 
 	select {
@@ -295,6 +296,9 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	gs.Stop()
 	stop()
 	eng.Wait()
+	// Hand the interrupted runs' leases back: a peer instance (or this one,
+	// restarted) takes them over at once instead of after the lease TTL.
+	eng.ReleaseAll(sctx)
 	return nil
 }
 

@@ -1,0 +1,116 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cure-oss/cure/provisioner-lite/store"
+)
+
+// Leases: several coordinator instances may share one database. Each run is
+// leased by the instance that drives it and renewed by a heartbeat; when an
+// instance stops renewing (killed, partitioned), another claims its runs once
+// the lease expired and resumes them from the store, exactly as a restarted
+// coordinator does. The store fences writes: an instance whose lease was
+// taken over cannot overwrite the new owner's state (store.ErrLeaseLost), and
+// its pipeline for that run stops.
+
+// RunLeases renews this instance's leases and takes over runs whose lease
+// expired, until ctx ends. It returns when ctx is done.
+func (e *Engine) RunLeases(ctx context.Context) {
+	ttl := e.cfg.Store.LeaseTTL()
+	if e.cfg.Store.Instance() == "" {
+		return // one instance, no leases
+	}
+	tick := time.NewTicker(ttl / 3)
+	defer tick.Stop()
+	lastRenew := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, ttl/3)
+		_, err := e.cfg.Store.RenewLeases(rctx)
+		cancel()
+		if err != nil {
+			e.cfg.Log.Error("renew run leases", "instance", e.cfg.Store.Instance(), "err", err)
+			if time.Since(lastRenew) > ttl {
+				// Another instance may own these runs by now: stop driving
+				// them rather than act on a node twice. They are not ended;
+				// whoever holds the lease resumes them.
+				e.abandonAll(fmt.Sprintf("leases not renewed for %s: %v", time.Since(lastRenew).Round(time.Second), err))
+			}
+			continue
+		}
+		lastRenew = time.Now()
+		e.takeOver(ctx)
+	}
+}
+
+// takeOver claims runs whose lease expired, as many as capacity allows.
+func (e *Engine) takeOver(ctx context.Context) {
+	e.mu.Lock()
+	free := e.cfg.MaxRuns - len(e.running) - e.starting
+	e.mu.Unlock()
+	if free <= 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.Store.LeaseTTL())
+	runs, err := e.cfg.Store.ClaimExpired(cctx, min(free, 256))
+	cancel()
+	if err != nil {
+		e.cfg.Log.Error("claim runs with expired leases", "instance", e.cfg.Store.Instance(), "err", err)
+		return
+	}
+	for _, r := range runs {
+		e.cfg.Log.Info("took over run whose lease expired", "run", r.ID, "node", r.NodeID, "phase", r.Phase, "instance", e.cfg.Store.Instance())
+		e.coordEvent(ctx, r, r.Phase, "info", "", fmt.Sprintf("instance %s took the run over from %s (its lease expired); resuming from %s", e.cfg.Store.Instance(), nonEmpty(r.PrevOwner, "nobody"), nonEmpty(r.Phase, "start")), 0)
+		e.launch(r.ID)
+	}
+}
+
+// abandonAll stops every pipeline of this instance without ending its run.
+func (e *Engine) abandonAll(why string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for id, cancel := range e.running {
+		e.cfg.Log.Warn("stopping run: this instance may have lost its lease", "run", id, "why", why)
+		cancel()
+	}
+}
+
+// abandon stops one run's pipeline: another instance holds its lease.
+func (e *Engine) abandon(runID string) {
+	e.mu.Lock()
+	cancel, ok := e.running[runID]
+	e.mu.Unlock()
+	if ok {
+		e.cfg.Log.Warn("run taken over by another instance; stopping this pipeline", "run", runID, "instance", e.cfg.Store.Instance())
+		cancel()
+	}
+}
+
+// leaseLost reports whether err means another instance owns the run.
+func leaseLost(err error) bool { return errors.Is(err, store.ErrLeaseLost) }
+
+// ReleaseAll gives up the leases of the runs this instance was driving when
+// it stopped, so a peer takes them over at once instead of after the TTL.
+// Call it after Wait.
+func (e *Engine) ReleaseAll(ctx context.Context) {
+	e.mu.Lock()
+	ids := make([]string, 0, len(e.interrupted))
+	for id := range e.interrupted {
+		ids = append(ids, id)
+	}
+	e.interrupted = map[string]bool{}
+	e.mu.Unlock()
+	for _, id := range ids {
+		if err := e.cfg.Store.ReleaseRun(ctx, id); err != nil {
+			e.cfg.Log.Error("release run lease", "run", id, "err", err)
+		}
+	}
+}
