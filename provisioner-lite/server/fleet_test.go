@@ -336,7 +336,11 @@ func TestCapacityRejectsAndRetries(t *testing.T) {
 
 	// With both full, every node is refused and curectl says so.
 	f2 := []curectl.Target{{Addr: f.addrs[0], Client: f.clients[0]}}
-	res, err = curectl.ProvisionAcross(ctx, f2, &curev1.ProvisionRequest{NodeIds: nodeIDs(50, 60), Mode: curev1.Mode_MODE_AUDIT}, nil)
+	var refusedFirst []string
+	for _, r := range resp.GetRefused() {
+		refusedFirst = append(refusedFirst, r.GetNodeId())
+	}
+	res, err = curectl.ProvisionAcross(ctx, f2, &curev1.ProvisionRequest{NodeIds: refusedFirst, Mode: curev1.Mode_MODE_AUDIT}, nil)
 	if err != nil || len(res.Runs) != 0 || len(res.Refused) != 10 || res.Refused[0].GetReason() != server.RefusedCapacity {
 		t.Fatalf("full instance via curectl: %v, %+v", err, res)
 	}
