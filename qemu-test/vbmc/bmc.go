@@ -145,6 +145,7 @@ type BMC struct {
 
 	failAuth atomic.Bool
 	hangNext atomic.Bool
+	fail503  atomic.Int64
 	latency  atomic.Int64
 
 	done      chan struct{}

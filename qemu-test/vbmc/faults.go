@@ -137,3 +137,20 @@ func (b *BMC) serveFaulty(w http.ResponseWriter, r *http.Request, hold time.Dura
 	w.WriteHeader(held.code)
 	_, _ = w.Write(held.body.Bytes())
 }
+
+// Fail503 makes the next n requests (any path, before authentication)
+// answer 503 ServiceTemporarilyUnavailable with Retry-After: 1, as a BMC
+// does when it sheds load.
+func (b *BMC) Fail503(n int) { b.fail503.Store(int64(n)) }
+
+func (b *BMC) take503() bool {
+	for {
+		n := b.fail503.Load()
+		if n <= 0 {
+			return false
+		}
+		if b.fail503.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}

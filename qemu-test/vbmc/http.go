@@ -39,6 +39,13 @@ func (b *BMC) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !b.fault(r) {
 		return
 	}
+	if b.take503() {
+		// An overloaded BMC sheds load, as real ones do under a fleet's polling.
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "ServiceTemporarilyUnavailable",
+			"The service is temporarily unavailable: too many requests.")
+		return
+	}
 	if b.Resetting() {
 		// A rebooting BMC: its web server is not there yet.
 		w.Header().Set("Retry-After", "5")

@@ -29,6 +29,10 @@ type SessionOptions struct {
 	// results, not every sample of the way there.
 	MaxUnackedMetrics int
 	Log               *slog.Logger
+	// OnAck, if set, is called (outside the session's lock) with each event
+	// the coordinator acknowledged: the fleet simulator measures
+	// event-to-ack latency with it.
+	OnAck func(ev *curev1.Event)
 }
 
 // Session keeps one logical conversation with the coordinator across
@@ -181,7 +185,6 @@ func (s *Session) Next(ctx context.Context) (agent.Directive, error) {
 
 func (s *Session) ack(seq uint64) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	i := 0
 	for i < len(s.unacked) && s.unacked[i].Seq <= seq {
 		if s.unacked[i].GetMetric() != nil {
@@ -189,9 +192,17 @@ func (s *Session) ack(seq uint64) {
 		}
 		i++
 	}
+	var acked []*curev1.Event
 	if i > 0 {
+		if s.opt.OnAck != nil {
+			acked = s.unacked[:i:i]
+		}
 		s.unacked = append([]*curev1.Event(nil), s.unacked[i:]...)
 		s.signal()
+	}
+	s.mu.Unlock()
+	for _, ev := range acked {
+		s.opt.OnAck(ev)
 	}
 }
 
