@@ -223,6 +223,6 @@ func guardClient(hc *http.Client, u *url.URL, raw string) *http.Client {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	out.Transport = &originGuard{base: base, scheme: u.Scheme, host: u.Host, url: raw}
+	out.Transport = &originGuard{base: newRetryTransport(base), scheme: u.Scheme, host: u.Host, url: raw}
 	return &out
 }

@@ -56,6 +56,7 @@ type config struct {
 	maxRuns                                    int
 	instance                                   string
 	peerGRPC                                   string
+	statsEvery                                 time.Duration
 }
 
 func main() {
@@ -101,6 +102,7 @@ func main() {
 	flag.IntVar(&c.maxRuns, "max-runs", pipeline.DefaultMaxRuns, "runs this instance drives at once; Provision beyond it is refused (ResourceExhausted) so curectl can try another instance")
 	flag.StringVar(&c.peerGRPC, "peer-grpc", "", "other instances of this fleet (shared database) as nodes dial them, host:port comma-separated: "+
 		"a runner whose coordinator dies reconnects to the next")
+	flag.DurationVar(&c.statsEvery, "stats-every", time.Minute, "log the store's write statistics and the active runs this often")
 	flag.StringVar(&c.instance, "instance-id", defaultInstanceID(), "this coordinator instance's name (leases, answers, logs); unique among instances sharing a database")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
 	flag.Parse()
@@ -280,6 +282,18 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		return err
 	}
 	go eng.RunLeases(ctx)
+	go func() {
+		t := time.NewTicker(c.statsEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				logStats(log, st, eng)
+			}
+		}
+	}()
 	log.Info("provisioner-lite ready", "http", c.httpListen, "grpc", c.grpcListen, "advertise", c.advertise, "resumed_runs", n, "state", sd.Path)
 
 	select {
@@ -299,6 +313,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	// Hand the interrupted runs' leases back: a peer instance (or this one,
 	// restarted) takes them over at once instead of after the lease TTL.
 	eng.ReleaseAll(sctx)
+	logStats(log, st, eng)
 	return nil
 }
 
@@ -310,6 +325,18 @@ func defaultInstanceID() string {
 		return "cure-1"
 	}
 	return h
+}
+
+// logStats logs the store's cumulative write counters (the fleet simulator
+// reads commits= from the last line of each process).
+func logStats(log *slog.Logger, st *store.Store, eng *pipeline.Engine) {
+	s := st.Stats()
+	var avg time.Duration
+	if s.Commits > 0 {
+		avg = s.CommitTime / time.Duration(s.Commits)
+	}
+	log.Info("store stats", "commits", s.Commits, "ops", s.Ops, "batched_ops", s.BatchedOps, "max_batch", s.MaxBatch,
+		"failed_commits", s.FailedCommits, "commit_avg", avg, "active_runs", eng.Active())
 }
 
 // joinAddrs is the cure.coordinator list: this instance first, then its peers.

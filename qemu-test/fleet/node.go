@@ -1,0 +1,674 @@
+package fleet
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/qemu-test/hostos/phonehome"
+	"github.com/cure-oss/cure/qemu-test/vbmc"
+	"github.com/cure-oss/cure/runner/agent"
+	"github.com/cure-oss/cure/runner/transport"
+	"google.golang.org/grpc"
+)
+
+// Node is one simulated server: a virtual BMC in front of a machine whose
+// "firmware" PXE-boots over HTTP, whose CURE is the real runner transport and
+// agent with simulated phases, and whose installed OS calls back.
+type Node struct {
+	ID, MAC, Serial, IP string
+	Faults              Faults
+	BMC                 *vbmc.BMC
+
+	sim *Sim
+	log *slog.Logger
+	m   *machine
+
+	// Hardware as the node's inventory reports it.
+	nicFW, nvmeFW string
+
+	mu         sync.Mutex
+	firstBoot  *curev1.FirstBoot // from the last os_install: the installed OS calls back with it
+	flashes    map[string]int    // component -> flashes written
+	boots      int
+	cureBoots  int
+	streamCuts int
+	conns      map[net.Conn]struct{}
+	used       map[string]bool // transient faults already injected
+}
+
+// Faults are what a node suffers. Transient faults must not cost a healthy
+// node its first pass; hardware faults must fail its run naming the part.
+type Faults struct {
+	StreamCut    bool // the runner's TCP connection is cut mid-phase
+	RunnerKilled bool // the node resets by itself mid-phase (CURE dies)
+	BMC503       bool // the BMC sheds a burst of requests with 503
+	DownloadCut  bool // the OS image download breaks midway once
+	// Hardware.
+	NICUnflashable  bool // NIC on wrong firmware whose flash fails
+	NVMeMediaErrors bool // the target NVMe fails the install's read-back
+	GPUMissing      bool // one GPU absent (seen by a diagnostic's gpu check)
+}
+
+// Hardware reports whether the node has a hardware fault.
+func (f Faults) Hardware() bool { return f.NICUnflashable || f.NVMeMediaErrors || f.GPUMissing }
+
+// FaultedComponent is the component a hardware fault must be named by.
+func (f Faults) FaultedComponent() string {
+	switch {
+	case f.NICUnflashable:
+		return nicComponent
+	case f.NVMeMediaErrors:
+		return "nvme/1"
+	case f.GPUMissing:
+		return "gpu/5"
+	}
+	return ""
+}
+
+const nicComponent = "nic/0000:17:00.0"
+
+// missingGPU is the index of the GPU a GPUMissing node lacks.
+const missingGPU = 5
+
+// Flashes returns how many times each component was flashed.
+func (n *Node) Flashes() map[string]int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range n.flashes {
+		out[k] = v
+	}
+	return out
+}
+
+// Boots returns the machine's boots and how many of them ran CURE.
+func (n *Node) Boots() (all, cure int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.boots, n.cureBoots
+}
+
+// once reports whether the named transient fault is still to be injected.
+func (n *Node) once(what string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.used[what] {
+		return false
+	}
+	n.used[what] = true
+	return true
+}
+
+// machine is the vbmc.Machine of a simulated node.
+type machine struct {
+	n      *Node
+	mu     sync.Mutex
+	seq    uint64
+	run    bool
+	cancel context.CancelFunc
+	events chan vbmc.MachineEvent
+}
+
+func (m *machine) Start(_ context.Context, dev vbmc.BootDevice) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.run {
+		return errors.New("machine already running")
+	}
+	m.seq++
+	m.run = true
+	ctx, cancel := context.WithCancel(m.n.sim.ctx)
+	m.cancel = cancel
+	go m.n.boot(ctx, dev, m.seq)
+	return nil
+}
+
+func (m *machine) Stop(_ context.Context, _ bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.run {
+		m.cancel()
+		m.run = false
+	}
+	return nil
+}
+
+func (m *machine) Running() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.run
+}
+
+func (m *machine) Events() <-chan vbmc.MachineEvent { return m.events }
+
+// guestReset is the guest rebooting itself: the boot ends and the BMC boots
+// the next device, as a real host's reset does.
+func (m *machine) guestReset(boot uint64, why string) {
+	m.mu.Lock()
+	if !m.run || m.seq != boot {
+		m.mu.Unlock()
+		return
+	}
+	m.cancel()
+	m.run = false
+	m.mu.Unlock()
+	m.events <- vbmc.MachineEvent{Kind: vbmc.GuestReset, Boot: boot, Reason: why}
+}
+
+// boot plays one boot of the machine until it is stopped or resets.
+func (n *Node) boot(ctx context.Context, dev vbmc.BootDevice, seq uint64) {
+	n.mu.Lock()
+	n.boots++
+	n.mu.Unlock()
+	if dev == vbmc.BootPxe {
+		cmd, err := n.pxe(ctx)
+		if err == nil && cmd != nil {
+			n.mu.Lock()
+			n.cureBoots++
+			n.mu.Unlock()
+			n.runCURE(ctx, seq, cmd)
+			return
+		}
+		if err != nil && ctx.Err() == nil {
+			n.log.Warn("PXE boot failed; falling through to the disk", "err", err)
+		}
+	}
+	n.installedOS(ctx)
+}
+
+// cmdline is what the sim reads from the iPXE script's kernel line.
+type cmdline struct {
+	coordinator, token, node string
+}
+
+var (
+	kernelRE = regexp.MustCompile(`(?m)^kernel (\S+) (.*)$`)
+	initrdRE = regexp.MustCompile(`(?m)^initrd (\S+)$`)
+)
+
+// pxe fetches the per-MAC iPXE script and, when it says boot, the kernel
+// and initrd, as iPXE would. nil, nil means the script said exit (boot the disk).
+func (n *Node) pxe(ctx context.Context) (*cmdline, error) {
+	script, err := n.get(ctx, n.sim.httpBase+"/ipxe/"+n.MAC, nil)
+	if err != nil {
+		return nil, err
+	}
+	km := kernelRE.FindStringSubmatch(string(script))
+	im := initrdRE.FindStringSubmatch(string(script))
+	if km == nil || im == nil {
+		return nil, nil // exit script
+	}
+	for _, u := range []string{km[1], im[1]} {
+		if _, err := n.get(ctx, u, io.Discard); err != nil {
+			return nil, fmt.Errorf("fetch %s: %w", u, err)
+		}
+	}
+	c := &cmdline{}
+	for _, f := range strings.Fields(km[2]) {
+		k, v, _ := strings.Cut(f, "=")
+		switch k {
+		case "cure.coordinator":
+			c.coordinator = v
+		case "cure.token":
+			c.token = v
+		case "cure.node":
+			c.node = v
+		}
+	}
+	if c.coordinator == "" || c.token == "" {
+		return nil, fmt.Errorf("iPXE script without cure.coordinator or cure.token: %q", km[2])
+	}
+	return c, nil
+}
+
+// get fetches u from the node's own address; with w it streams the body
+// there, otherwise returns it (small bodies only).
+func (n *Node) get(ctx context.Context, u string, w io.Writer) ([]byte, error) {
+	var lastErr error
+	for try := 0; try < 5; try++ {
+		if try > 0 {
+			if err := sleepCtx(ctx, time.Duration(try)*200*time.Millisecond); err != nil {
+				return nil, err
+			}
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := n.sim.clientFor(n).Do(req)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			lastErr = fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
+			if resp.StatusCode == http.StatusNotFound {
+				return nil, lastErr
+			}
+			continue
+		}
+		if w != nil {
+			_, err = io.Copy(w, resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				lastErr = err
+				continue
+			}
+			return nil, nil
+		}
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		return b, nil
+	}
+	return nil, lastErr
+}
+
+// runCURE is the runner's life in one boot: dial, Hello, serve the agent
+// until the coordinator reboots the node (or the boot is stopped).
+func (n *Node) runCURE(ctx context.Context, seq uint64, c *cmdline) {
+	dialer := grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(n.IP)}, Timeout: 10 * time.Second}
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return n.track(conn), nil
+	})
+	conn, err := transport.Dial(c.coordinator, n.sim.caFile, dialer)
+	if err != nil {
+		n.log.Error("dial coordinator", "err", err)
+		<-ctx.Done()
+		return
+	}
+	defer conn.Close()
+	bootID := randomID()
+	var a *agent.Agent
+	sess := transport.NewSession(conn, func() *curev1.Hello {
+		return &curev1.Hello{Token: c.token, BootId: bootID, SessionSecret: "", Identity: n.identity(), Inventory: n.inventory(),
+			State: a.State(), RunnerVersion: "fleet-sim"}
+	}, transport.SessionOptions{Log: n.log, BackoffBase: 200 * time.Millisecond, BackoffMax: 3 * time.Second, ConnectTimeout: 10 * time.Second,
+		OnAck: n.sim.stats.ack})
+	reboot := rebooter{n: n, boot: seq, ctx: ctx}
+	a = agent.New(sess, &executor{n: n, boot: seq}, sess, reboot, n.log)
+	go sess.Run(ctx)
+	_ = a.Run(ctx)
+	<-ctx.Done()
+}
+
+func randomID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (n *Node) identity() *curev1.Identity {
+	return &curev1.Identity{BootMac: n.MAC, SystemSerial: n.Serial, NodeId: n.ID}
+}
+
+func (n *Node) inventory() *curev1.Inventory {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	inv := &curev1.Inventory{CpuCount: 2 * 56, MemoryBytes: 2 << 40,
+		Nics: []*curev1.NetInterface{{Name: "ens17f0", Mac: n.MAC, PciAddress: "0000:17:00.0", Driver: "mlx5_core", Firmware: n.nicFW, LinkUp: true, SpeedMbps: 400000}},
+		Nvme: []*curev1.NvmeController{
+			{Name: "nvme0", Model: simNVMeModel, Serial: n.Serial + "-NVME0", Firmware: n.nvmeFW, Namespaces: []string{"nvme0n1"}},
+			{Name: "nvme1", Model: simNVMeModel, Serial: n.Serial + "-NVME1", Firmware: n.nvmeFW, Namespaces: []string{"nvme1n1"}},
+		},
+		Disks: []*curev1.BlockDevice{
+			{Name: "nvme0n1", Transport: "nvme", Model: simNVMeModel, Serial: n.Serial + "-NVME0", SizeBytes: 3840 << 30},
+			{Name: "nvme1n1", Transport: "nvme", Model: simNVMeModel, Serial: n.Serial + "-NVME1", SizeBytes: 3840 << 30},
+		},
+	}
+	for i := range 8 {
+		if i == missingGPU && n.Faults.GPUMissing {
+			continue
+		}
+		inv.Gpus = append(inv.Gpus, &curev1.Gpu{Index: uint32(i), Name: "NVIDIA H100 80GB HBM3", PciAddress: fmt.Sprintf("0000:%02x:00.0", 0x18+i)})
+	}
+	return inv
+}
+
+// track remembers the node's runner connections so a stream cut can sever them.
+func (n *Node) track(c net.Conn) net.Conn {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.conns == nil {
+		n.conns = map[net.Conn]struct{}{}
+	}
+	n.conns[c] = struct{}{}
+	return &trackedConn{Conn: c, n: n}
+}
+
+type trackedConn struct {
+	net.Conn
+	n    *Node
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.n.mu.Lock()
+		delete(c.n.conns, c.Conn)
+		c.n.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// cutStreams severs every runner connection of the node (a switch port flap).
+func (n *Node) cutStreams() {
+	n.mu.Lock()
+	conns := make([]net.Conn, 0, len(n.conns))
+	for c := range n.conns {
+		conns = append(conns, c)
+	}
+	n.streamCuts++
+	n.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+type rebooter struct {
+	n    *Node
+	boot uint64
+	ctx  context.Context
+}
+
+// Reboot resets the machine; like the real one it does not return while the
+// machine is up, only once this boot is over.
+func (r rebooter) Reboot() error {
+	r.n.m.guestReset(r.boot, "runner reboot")
+	<-r.ctx.Done()
+	return r.ctx.Err()
+}
+
+// installedOS is a disk boot: the installed OS (if any) calls back once.
+func (n *Node) installedOS(ctx context.Context) {
+	n.mu.Lock()
+	fb := n.firstBoot
+	n.mu.Unlock()
+	if fb == nil || fb.GetCallbackUrl() == "" {
+		<-ctx.Done() // no OS: the machine sits at its firmware's prompt
+		return
+	}
+	if err := sleepCtx(ctx, n.sim.scaled(n.sim.cfg.Durations.OSBoot)); err != nil {
+		return
+	}
+	u := fb.GetCallbackUrl()
+	if parsed, err := url.Parse(u); err == nil {
+		q := parsed.Query()
+		q.Set("token", fb.GetCallbackToken())
+		parsed.RawQuery = q.Encode()
+		u = parsed.String()
+	}
+	err := phonehome.Post(ctx, u, phonehome.Report{InstanceID: fb.GetInstanceId(), Hostname: fb.GetHostname(), BootID: randomID(), Uptime: 30 * time.Second},
+		phonehome.Options{Tries: 10, MinBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second, Client: n.sim.clientFor(n)}, n.log)
+	if err != nil && ctx.Err() == nil {
+		n.log.Warn("installed OS: callback failed", "err", err)
+	}
+	<-ctx.Done()
+}
+
+const simNVMeModel = "SIM NVMe 3.84TB"
+
+// executor plays the in-band phases with scaled durations and the verdicts
+// the real phases emit.
+type executor struct {
+	n    *Node
+	boot uint64
+}
+
+func (x *executor) Run(ctx context.Context, phase string, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
+	n, sim := x.n, x.n.sim
+	ok := func(msg string, reboot bool) agent.PhaseOutcome {
+		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: msg, RebootRequired: reboot}
+	}
+	fail := func(msg string) agent.PhaseOutcome {
+		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_FAILED, Message: msg}
+	}
+	sku, _ := manifests.ParseSKU(a.GetManifestName(), a.GetManifestYaml())
+	want := func(component string) string {
+		if sku == nil {
+			return ""
+		}
+		for _, f := range sku.Spec.Firmware {
+			if f.Component == component && f.Via == "in-band" {
+				return f.Version
+			}
+		}
+		return ""
+	}
+	// Transient faults strike mid-phase, once per node.
+	midPhase := func() bool {
+		d := sim.scaled(sim.cfg.Durations.Flash) / 2
+		if err := sleepCtx(ctx, d); err != nil {
+			return false
+		}
+		if n.Faults.StreamCut && phase == "nvme" && n.once("streamcut") {
+			n.cutStreams()
+		}
+		if n.Faults.RunnerKilled && phase == "sed_revert" && n.once("killed") {
+			n.log.Info("fault: node resets by itself mid-phase", "phase", phase)
+			n.m.guestReset(x.boot, "fault: reset mid-phase")
+			return false
+		}
+		return true
+	}
+	switch phase {
+	case "nic", "nvme":
+		component, cur := nicComponent, &n.nicFW
+		if phase == "nvme" {
+			component, cur = "nvme/0", &n.nvmeFW
+		}
+		desired := want(phase)
+		n.mu.Lock()
+		have := *cur
+		n.mu.Unlock()
+		if desired == "" {
+			return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: "no " + phase + " firmware in the manifest"}
+		}
+		if have == desired {
+			emit.Verdict(&curev1.Verdict{Component: component, Check: "firmware", Status: curev1.VerdictStatus_MATCH, Observed: have, Expected: desired})
+			return ok("1 matched", false)
+		}
+		if a.GetMode() != curev1.Mode_MODE_PROVISION {
+			emit.Verdict(&curev1.Verdict{Component: component, Check: "firmware", Status: curev1.VerdictStatus_DRIFT, Observed: have, Expected: desired})
+			return ok("1 drifted (not flashed in this mode)", false)
+		}
+		if !midPhase() {
+			return fail("interrupted")
+		}
+		if phase == "nic" && n.Faults.NICUnflashable {
+			emit.Verdict(&curev1.Verdict{Component: component, Check: "firmware", Status: curev1.VerdictStatus_FAIL, Observed: have, Expected: desired,
+				Message: "flash failed: image rejected by the device (PSID mismatch)"})
+			return fail("flash of " + component + " failed")
+		}
+		if err := sleepCtx(ctx, sim.scaled(sim.cfg.Durations.Flash)/2); err != nil {
+			return fail("interrupted")
+		}
+		n.mu.Lock()
+		*cur = desired
+		n.flashes[component]++
+		n.mu.Unlock()
+		sim.stats.flash()
+		emit.Metric("flash_seconds", sim.scaled(sim.cfg.Durations.Flash).Seconds(), "s", map[string]string{"component": component})
+		emit.Verdict(&curev1.Verdict{Component: component, Check: "firmware", Status: curev1.VerdictStatus_PASS, Observed: desired, Expected: desired, Message: "UPDATED"})
+		// A NIC's new firmware activates at the next reboot.
+		return ok("updated "+component, phase == "nic")
+	case "dpu":
+		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: "no DPU"}
+	case "sed_revert":
+		if !midPhase() {
+			return fail("interrupted")
+		}
+		for i := range 2 {
+			emit.Verdict(&curev1.Verdict{Component: fmt.Sprintf("nvme/%d", i), Check: "erase", Status: curev1.VerdictStatus_PASS, Message: "format: user data erased"})
+		}
+		return ok("2 disks erased", false)
+	case "os_install":
+		return x.install(ctx, a, emit)
+	case "validate":
+		if err := sleepCtx(ctx, sim.scaled(sim.cfg.Durations.Validate)); err != nil {
+			return fail("interrupted")
+		}
+		failed := 0
+		for i := range 8 {
+			v := &curev1.Verdict{Component: fmt.Sprintf("gpu/%d", i), Check: "presence", Status: curev1.VerdictStatus_PASS, Observed: "present", Expected: "present"}
+			if i == missingGPU && n.Faults.GPUMissing {
+				v.Status, v.Observed, v.Message = curev1.VerdictStatus_FAIL, "absent", "GPU not enumerated on the PCIe bus"
+				failed++
+			} else {
+				emit.Metric("gpu_temperature", 41+float64(i), "C", map[string]string{"gpu": fmt.Sprint(i)})
+			}
+			emit.Verdict(v)
+		}
+		if failed > 0 {
+			return fail(fmt.Sprintf("%d gpu checks failed", failed))
+		}
+		return ok("8 gpus pass", false)
+	}
+	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: "phase not simulated: " + phase}
+}
+
+// install downloads the OS image for real (throttled), verifies it and
+// "writes" it; the first boot seed goes to the node's installed OS.
+func (x *executor) install(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
+	n, sim := x.n, x.n.sim
+	fail := func(msg string) agent.PhaseOutcome {
+		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_FAILED, Message: msg}
+	}
+	sku, err := manifests.ParseSKU(a.GetManifestName(), a.GetManifestYaml())
+	if err != nil || sku.Spec.OS == nil {
+		return fail(fmt.Sprintf("manifest: %v", err))
+	}
+	img := sku.Spec.OS.Image
+	u := strings.TrimSuffix(a.GetArtifactBaseUrl(), "/") + "/sha256/" + img.SHA256
+	h := sha256.New()
+	var got int64
+	start := time.Now()
+	for attempt := 0; got < img.Size; attempt++ {
+		if attempt > 3 {
+			return fail(fmt.Sprintf("download of %s failed after %d attempts at %d of %d bytes", u, attempt, got, img.Size))
+		}
+		cut := int64(-1)
+		if n.Faults.DownloadCut && n.once("download") {
+			cut = img.Size / 2
+		}
+		err := x.download(ctx, u, got, cut, func(p []byte) {
+			h.Write(p)
+			got += int64(len(p))
+		})
+		if ctx.Err() != nil {
+			return fail("interrupted")
+		}
+		if err != nil {
+			emit.Log("WARN", "download interrupted; resuming", map[string]string{"at": fmt.Sprint(got), "err": err.Error()})
+		}
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != img.SHA256 {
+		return fail("image sha256 " + sum + " does not match the manifest")
+	}
+	el := time.Since(start)
+	emit.Metric("install_throughput", float64(img.Size)/el.Seconds()/1e6, "MB/s", nil)
+	if err := sleepCtx(ctx, sim.scaled(sim.cfg.Durations.Write)); err != nil {
+		return fail("interrupted")
+	}
+	if n.Faults.NVMeMediaErrors {
+		emit.Verdict(&curev1.Verdict{Component: "nvme/1", Check: "install", Status: curev1.VerdictStatus_FAIL,
+			Message: "read-back: unrecovered read error at LBA 81920 (media error); image not verified"})
+		return fail("read-back of nvme/1 failed: media errors")
+	}
+	emit.Verdict(&curev1.Verdict{Component: "nvme/1", Check: "install", Status: curev1.VerdictStatus_PASS, Observed: "sha256:" + img.SHA256[:12], Message: "written and read back"})
+	n.mu.Lock()
+	n.firstBoot = a.GetFirstBoot()
+	n.mu.Unlock()
+	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: fmt.Sprintf("%d bytes installed", img.Size)}
+}
+
+// download reads u from offset with a Range request at the simulated NIC
+// rate, stopping (as a cut link would) after cut bytes when cut >= 0.
+func (x *executor) download(ctx context.Context, u string, offset, cut int64, sink func([]byte)) error {
+	n, sim := x.n, x.n.sim
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	if offset > 0 {
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", offset))
+	}
+	resp, err := sim.clientFor(n).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if offset > 0 && resp.StatusCode != http.StatusPartialContent {
+		return fmt.Errorf("range request: %s", resp.Status)
+	}
+	if offset == 0 && resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET: %s", resp.Status)
+	}
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	buf := make([]byte, 64<<10)
+	var read int64
+	rate := sim.cfg.DownloadBytesPerSec
+	t0 := time.Now()
+	for {
+		k, err := br.Read(buf)
+		if k > 0 {
+			sink(buf[:k])
+			read += int64(k)
+			if cut >= 0 && offset+read >= cut {
+				return errors.New("connection reset (injected)")
+			}
+			if rate > 0 {
+				if ahead := time.Duration(float64(read)/float64(rate)*float64(time.Second)) - time.Since(t0); ahead > 0 {
+					if err := sleepCtx(ctx, ahead); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

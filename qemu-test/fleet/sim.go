@@ -1,0 +1,863 @@
+// Package fleet is CURE's fleet simulator: N simulated nodes, each a virtual
+// BMC (qemu-test/vbmc) over a simulated machine whose PXE boot fetches the
+// real per-MAC iPXE script, kernel and initrd over HTTP and whose CURE is
+// the real runner transport and agent (gRPC/TLS, boot token, Hello with a
+// synthetic inventory) running simulated phases at scaled durations, against
+// the real provisioner-lite binary. Faults are injected at configured rates,
+// deterministically from a seed.
+package fleet
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/qemu-test/vbmc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+)
+
+// Durations are real-world durations; the simulator divides them by Scale.
+type Durations struct {
+	Flash    time.Duration // one in-band firmware flash
+	Write    time.Duration // writing the OS image beyond its download
+	Validate time.Duration // a diagnostic's checks
+	OSBoot   time.Duration // installed OS boot to its callback
+}
+
+// DefaultDurations are typical of an HGX node.
+var DefaultDurations = Durations{Flash: 90 * time.Second, Write: 60 * time.Second, Validate: 5 * time.Minute, OSBoot: 90 * time.Second}
+
+// Config describes a simulation.
+type Config struct {
+	Nodes     int
+	Seed      uint64
+	Scale     float64 // real seconds per simulated second (default 100)
+	Durations Durations
+	// DownloadBytesPerSec throttles each node's OS image download (default 32 MB/s).
+	DownloadBytesPerSec int64
+	ImageBytes          int64 // OS image size (default 2 MiB)
+	// TransientRate is the share of nodes given each transient fault (stream
+	// cut, self-reset mid-phase, BMC 503 burst, download cut); HardwareRate
+	// the share with a hardware fault (NIC unflashable, NVMe media errors,
+	// GPU missing), spread over the three kinds.
+	TransientRate, HardwareRate float64
+	// DiagnosticShare of the nodes run an RMA diagnostic instead of a
+	// provision (the GPU-missing nodes always do: it is what finds them).
+	DiagnosticShare float64
+	// KillCoordinatorAt: when this share of runs has ended, the coordinator
+	// is SIGKILLed and restarted on its state (0: never).
+	KillCoordinatorAt float64
+	Work              string // state, logs (a temp dir of the caller's)
+	Bin               string // provisioner-lite binary; built when empty
+	Log               *slog.Logger
+	CoordinatorArgs   []string
+	// Timeout bounds the whole batch (default 20 min).
+	Timeout time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Scale == 0 {
+		c.Scale = 100
+	}
+	if c.Durations == (Durations{}) {
+		c.Durations = DefaultDurations
+	}
+	if c.DownloadBytesPerSec == 0 {
+		c.DownloadBytesPerSec = 32 << 20
+	}
+	if c.ImageBytes == 0 {
+		c.ImageBytes = 2 << 20
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 20 * time.Minute
+	}
+}
+
+// Sim is a running simulation.
+type Sim struct {
+	cfg    Config
+	ctx    context.Context
+	cancel context.CancelFunc
+	Nodes  []*Node
+	byIP   map[string]*Node
+
+	stateDir, manDir, imageDir string
+	caFile                     string
+	httpAddr, grpcAddr         string
+	httpBase                   string
+	bmcLn                      net.Listener
+	bmcSrv                     *http.Server
+	bmcFP                      string
+	bmcPort                    int
+
+	clientMu sync.Mutex
+	clients  map[string]*http.Client
+
+	coordMu  sync.Mutex
+	coord    *exec.Cmd
+	coordLog *os.File
+	procs    []procStats // finished coordinator processes
+	kills    int
+
+	conn   *grpc.ClientConn
+	Client curev1.OperatorServiceClient
+
+	stats *stats
+}
+
+func (s *Sim) scaled(d time.Duration) time.Duration {
+	return time.Duration(float64(d) / s.cfg.Scale)
+}
+
+// nodeIP gives node i its own loopback address, so the coordinator sees
+// distinct peers (boot tokens are bound to the fetching address).
+func nodeIP(i int) string {
+	return fmt.Sprintf("127.%d.%d.%d", 20+i/(250*250), (i/250)%250+1, i%250+1)
+}
+
+// Start builds and starts everything: coordinator, BMCs, nodes.
+func Start(ctx context.Context, cfg Config) (*Sim, error) {
+	cfg.defaults()
+	if cfg.Nodes <= 0 {
+		return nil, errors.New("fleet: Nodes must be positive")
+	}
+	raiseNoFile()
+	s := &Sim{cfg: cfg, byIP: map[string]*Node{}, clients: map[string]*http.Client{}, stats: newStats()}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.stateDir = filepath.Join(cfg.Work, "state")
+	s.manDir = filepath.Join(cfg.Work, "manifests")
+	s.imageDir = filepath.Join(cfg.Work, "image")
+	for _, d := range []string{filepath.Join(s.stateDir, "pki"), filepath.Join(s.manDir, "suites"), s.imageDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Bin == "" {
+		bin, err := BuildCoordinator(ctx, cfg.Work)
+		if err != nil {
+			return nil, err
+		}
+		s.cfg.Bin = bin
+	}
+	if err := s.prepare(); err != nil {
+		return nil, err
+	}
+	if err := s.startBMCs(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.startCoordinator(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// BuildCoordinator builds provisioner-lite into dir and returns its path.
+func BuildCoordinator(ctx context.Context, dir string) (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "provisioner-lite")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./provisioner-lite/cmd/provisioner-lite")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build provisioner-lite: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/cure-oss/cure") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod of github.com/cure-oss/cure not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func raiseNoFile() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+}
+
+// Firmware versions of the simulated SKU.
+const (
+	nicWant, nicOld   = "28.43.2026", "28.39.1002"
+	nvmeWant, nvmeOld = "GDC7402Q", "GDC7302Q"
+	skuName           = "sim-hgx"
+	suiteName         = "qemu-diagnostic"
+)
+
+// prepare writes the PKI, the boot image, the artifacts, the manifests.
+func (s *Sim) prepare() error {
+	pkiDir := filepath.Join(s.stateDir, "pki")
+	if _, err := pki.EnsureCA(pkiDir); err != nil {
+		return err
+	}
+	s.caFile = filepath.Join(pkiDir, pki.CACertFile)
+	// A small kernel and initrd: the sim fetches them as iPXE does.
+	for name, size := range map[string]int{"vmlinuz": 256 << 10, "initramfs.cpio.gz": 512 << 10} {
+		if err := writeRandom(filepath.Join(s.imageDir, name), int64(size)); err != nil {
+			return err
+		}
+	}
+	img := filepath.Join(s.cfg.Work, "os.raw")
+	if err := writeRandom(img, s.cfg.ImageBytes); err != nil {
+		return err
+	}
+	imgSum, err := fileSum(img)
+	if err != nil {
+		return err
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	sku, err := manifests.LoadSKU(filepath.Join(root, "manifests", "examples", "qemu-nvme.yaml"))
+	if err != nil {
+		return err
+	}
+	sku.Metadata.Name = skuName
+	sku.Metadata.Description = "Simulated HGX node of the fleet simulator"
+	fwArt := func(name string) (*manifests.Artifact, error) {
+		p := filepath.Join(s.cfg.Work, name)
+		if err := writeRandom(p, 64<<10); err != nil {
+			return nil, err
+		}
+		sum, err := fileSum(p)
+		if err != nil {
+			return nil, err
+		}
+		s.cfg.CoordinatorArgs = append(s.cfg.CoordinatorArgs, "--import-artifact", p)
+		return &manifests.Artifact{SHA256: sum, Size: 64 << 10, Format: "bin"}, nil
+	}
+	nicArt, err := fwArt("nic.bin")
+	if err != nil {
+		return err
+	}
+	nvmeArt, err := fwArt("nvme.bin")
+	if err != nil {
+		return err
+	}
+	sku.Spec.Firmware = []manifests.Firmware{
+		{Name: "cx7", Component: "nic", Via: "in-band", Match: manifests.Match{VendorID: "0x15b3"}, Version: nicWant, Gate: "equal", Artifact: nicArt, Activation: "host-reboot"},
+		{Name: "nvme-data", Component: "nvme", Via: "in-band", Match: manifests.Match{Model: "SIM NVMe*"}, Version: nvmeWant, Gate: "equal", Artifact: nvmeArt, Activation: "nvme-reset"},
+	}
+	sku.Spec.Wipe.Disks.Model = "SIM NVMe*"
+	sku.Spec.OS.TargetDisk.Model = "SIM NVMe*"
+	sku.Spec.OS.Image = manifests.Artifact{SHA256: imgSum, Size: s.cfg.ImageBytes, Format: "raw"}
+	b, err := manifests.Marshal(sku)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(s.manDir, skuName+".yaml"), b, 0o600); err != nil {
+		return err
+	}
+	suite, err := os.ReadFile(filepath.Join(root, "manifests", "examples", "suites", suiteName+".yaml"))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(s.manDir, "suites", suiteName+".yaml"), suite, 0o600); err != nil {
+		return err
+	}
+	s.cfg.CoordinatorArgs = append(s.cfg.CoordinatorArgs, "--import-artifact", img)
+	return nil
+}
+
+func writeRandom(p string, n int64) error {
+	f, err := os.Create(p)
+	if err != nil {
+		return err
+	}
+	if _, err := io.CopyN(f, rand.Reader, n); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func fileSum(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// startBMCs makes the nodes and serves every virtual BMC on one TLS
+// listener, routed by the local address each connection came in on.
+func (s *Sim) startBMCs() error {
+	rng := mrand.New(mrand.NewPCG(s.cfg.Seed, 0xc0de))
+	cert, fp, err := selfSigned()
+	if err != nil {
+		return err
+	}
+	s.bmcFP = fp
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		return err
+	}
+	s.bmcLn = ln
+	port := ln.Addr().(*net.TCPAddr).Port
+	n := s.cfg.Nodes
+	hw := int(float64(n)*s.cfg.HardwareRate + 0.5)
+	tr := int(float64(n)*s.cfg.TransientRate + 0.5)
+	perm := rng.Perm(n)
+	pick := func(k, off int) map[int]bool {
+		m := map[int]bool{}
+		for j := 0; j < k && j < n; j++ {
+			m[perm[(off+j)%n]] = true
+		}
+		return m
+	}
+	// Hardware faults on distinct nodes; transient ones anywhere.
+	nicBad, nvmeBad, gpuBad := pick(hw/3, 0), pick(hw/3, hw/3), pick(hw-2*(hw/3), 2*(hw/3))
+	cut, killed, b503, dl := pick(tr, 7), pick(tr, 7+n/5), pick(tr, 7+2*n/5), pick(tr, 7+3*n/5)
+	for i := range n {
+		nd := &Node{ID: fmt.Sprintf("sim%05d", i), MAC: fmt.Sprintf("02:c0:%02x:%02x:%02x:%02x", i>>24&255, i>>16&255, i>>8&255, i&255),
+			Serial: fmt.Sprintf("SIM-%06d", i), IP: nodeIP(i), sim: s, nicFW: nicOld, nvmeFW: nvmeOld,
+			flashes: map[string]int{}, used: map[string]bool{}}
+		nd.Faults = Faults{NICUnflashable: nicBad[i], NVMeMediaErrors: nvmeBad[i], GPUMissing: gpuBad[i],
+			StreamCut: cut[i], RunnerKilled: killed[i], BMC503: b503[i], DownloadCut: dl[i]}
+		nd.log = s.cfg.Log.With("node", nd.ID)
+		nd.m = &machine{n: nd, events: make(chan vbmc.MachineEvent, 4)}
+		b, err := vbmc.New(vbmc.Config{Name: nd.ID, Serial: nd.Serial, MAC: nd.MAC, Logger: nd.log,
+			TaskDuration: 200 * time.Millisecond, ResetDuration: 500 * time.Millisecond}, nd.m)
+		if err != nil {
+			return err
+		}
+		nd.BMC = b
+		if nd.Faults.BMC503 {
+			b.Fail503(3) // the first calls of the run hit a BMC shedding load
+		}
+		s.Nodes = append(s.Nodes, nd)
+		s.byIP[nd.IP] = nd
+	}
+	s.bmcSrv = &http.Server{
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, localAddrKey{}, c.LocalAddr())
+		},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			la, _ := r.Context().Value(localAddrKey{}).(net.Addr)
+			host, _, _ := net.SplitHostPort(la.String())
+			nd := s.byIP[host]
+			if nd == nil {
+				http.Error(w, "no BMC at "+host, http.StatusNotFound)
+				return
+			}
+			nd.BMC.Handler().ServeHTTP(w, r)
+		}),
+		ErrorLog: nil,
+	}
+	go s.bmcSrv.ServeTLS(loopbackOnly{ln}, "", "")
+	s.bmcPort = port
+	return nil
+}
+
+type localAddrKey struct{}
+
+// loopbackOnly drops connections that did not come over loopback: the BMC
+// listener binds every address so each node's BMC can have its own.
+type loopbackOnly struct{ net.Listener }
+
+func (l loopbackOnly) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if a, ok := c.LocalAddr().(*net.TCPAddr); ok && a.IP.IsLoopback() {
+			return c, nil
+		}
+		c.Close()
+	}
+}
+
+// clientFor is the node's HTTP client: its requests leave from its address.
+func (s *Sim) clientFor(n *Node) *http.Client {
+	s.clientMu.Lock()
+	defer s.clientMu.Unlock()
+	if c, ok := s.clients[n.IP]; ok {
+		return c
+	}
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(n.IP)}, Timeout: 10 * time.Second}
+	c := &http.Client{Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 1, IdleConnTimeout: 5 * time.Second,
+		ResponseHeaderTimeout: 30 * time.Second}}
+	s.clients[n.IP] = c
+	return c
+}
+
+func (s *Sim) writeInventory() (string, error) {
+	var b strings.Builder
+	b.WriteString("nodes:\n")
+	for i, n := range s.Nodes {
+		fmt.Fprintf(&b, "  - id: %s\n    bmc: {url: \"https://%s:%d\", username: admin, password: password, fingerprint: %q}\n    macs: [%q]\n    sku: %s\n    serial: %s\n    labels: {rack: r%03d}\n",
+			n.ID, n.IP, s.bmcPort, s.bmcFP, n.MAC, skuName, n.Serial, i/40)
+	}
+	p := filepath.Join(s.cfg.Work, "nodes.yaml")
+	return p, os.WriteFile(p, []byte(b.String()), 0o600)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startCoordinator starts (or restarts) provisioner-lite on the sim's state.
+func (s *Sim) startCoordinator(ctx context.Context) error {
+	s.coordMu.Lock()
+	defer s.coordMu.Unlock()
+	if s.httpAddr == "" {
+		hp, err := freePort()
+		if err != nil {
+			return err
+		}
+		gp, err := freePort()
+		if err != nil {
+			return err
+		}
+		s.httpAddr, s.grpcAddr = fmt.Sprintf("127.0.0.1:%d", hp), fmt.Sprintf("127.0.0.1:%d", gp)
+		s.httpBase = "http://" + s.httpAddr
+	}
+	inv, err := s.writeInventory()
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(s.cfg.Work, "coordinator.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	args := []string{
+		"--state-dir", s.stateDir, "--manifests", s.manDir, "--nodes", inv, "--image-dir", s.imageDir,
+		"--http-listen", s.httpAddr, "--grpc-listen", s.grpcAddr, "--advertise", "127.0.0.1",
+		"--bmc-base-url", s.httpBase, "--wait-cure", "3m", "--wait-host", "3m", "--reconnect", "10s",
+		"--instance-id", "fleet-1", "--stats-every", "2s",
+	}
+	args = append(args, s.cfg.CoordinatorArgs...)
+	cmd := exec.Command(s.cfg.Bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	s.coord, s.coordLog = cmd, logf
+	if err := waitTCP(ctx, s.grpcAddr, 2*time.Minute); err != nil {
+		return fmt.Errorf("coordinator did not start (see %s): %w", logf.Name(), err)
+	}
+	if s.conn == nil {
+		oc, err := pki.IssueOperatorCert(filepath.Join(s.stateDir, "pki"), "fleet", pki.RoleAdmin)
+		if err != nil {
+			return err
+		}
+		cert, err := pki.LoadOperatorCert(oc.CertFile, oc.KeyFile)
+		if err != nil {
+			return err
+		}
+		caPEM, err := os.ReadFile(s.caFile)
+		if err != nil {
+			return err
+		}
+		tc, err := pki.ClientTLSConfig(caPEM, "127.0.0.1", &cert)
+		if err != nil {
+			return err
+		}
+		conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+		if err != nil {
+			return err
+		}
+		s.conn, s.Client = conn, curev1.NewOperatorServiceClient(conn)
+	}
+	return nil
+}
+
+// stopCoordinator ends the coordinator (SIGKILL when kill) and keeps its
+// resource figures.
+func (s *Sim) stopCoordinator(kill bool) {
+	s.coordMu.Lock()
+	defer s.coordMu.Unlock()
+	if s.coord == nil {
+		return
+	}
+	ps := readProc(s.coord.Process.Pid)
+	sig := syscall.SIGTERM
+	if kill {
+		sig = syscall.SIGKILL
+		s.kills++
+	}
+	_ = s.coord.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { s.coord.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = s.coord.Process.Kill()
+		<-done
+	}
+	if u := s.coord.ProcessState; u != nil {
+		// Rusage after exit is exact; /proc before the signal is the fallback.
+		if ru, ok := u.SysUsage().(*syscall.Rusage); ok {
+			ps.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+			ps.hwmKiB = max(ps.hwmKiB, ru.Maxrss)
+		}
+	}
+	s.procs = append(s.procs, ps)
+	s.coordLog.Close()
+	s.coord = nil
+}
+
+// Close stops the coordinator, the BMCs and the nodes.
+func (s *Sim) Close() {
+	s.stopCoordinator(false)
+	s.cancel()
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	if s.bmcSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = s.bmcSrv.Shutdown(ctx)
+		cancel()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, n := range s.Nodes {
+		_ = n.BMC.Close(ctx)
+	}
+}
+
+func waitTCP(ctx context.Context, addr string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// procStats are one coordinator process's resource figures.
+type procStats struct {
+	hwmKiB int64
+	cpu    time.Duration
+}
+
+// readProc reads peak RSS (VmHWM) and CPU time of a live process.
+func readProc(pid int) procStats {
+	var ps procStats
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "VmHWM:") {
+				f := strings.Fields(line)
+				if len(f) >= 2 {
+					ps.hwmKiB, _ = strconv.ParseInt(f[1], 10, 64)
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i > 0 {
+			f := strings.Fields(s[i+2:])
+			if len(f) > 13 {
+				ut, _ := strconv.ParseInt(f[11], 10, 64)
+				st, _ := strconv.ParseInt(f[12], 10, 64)
+				ps.cpu = time.Duration(ut+st) * time.Second / 100 // USER_HZ
+			}
+		}
+	}
+	return ps
+}
+
+// Result is what a batch achieved.
+type Result struct {
+	Nodes, Started, Refused   int
+	Wall                      time.Duration
+	Healthy, HealthyFirstPass int
+	Faulted, FaultsNamed      int
+	Problems                  []string // why a healthy node failed, or a fault went unnamed
+	RSSMiB                    float64  // peak over coordinator processes
+	CPUSeconds                float64  // all coordinator processes
+	AckP50, AckP99            time.Duration
+	TransP50, TransP99        time.Duration
+	Commits                   int64
+	CommitsPerRun             float64
+	DoubleFlashes             int // a component flashed more than once
+	Reboots                   int // machine boots across the fleet
+	CoordinatorKills          int
+	RefusedReasons            map[string]int
+}
+
+// FirstPass is the share of healthy nodes that succeeded in their one run.
+func (r *Result) FirstPass() float64 {
+	if r.Healthy == 0 {
+		return 0
+	}
+	return 100 * float64(r.HealthyFirstPass) / float64(r.Healthy)
+}
+
+// Named is the share of hardware-faulted nodes whose run named the part.
+func (r *Result) Named() float64 {
+	if r.Faulted == 0 {
+		return 100
+	}
+	return 100 * float64(r.FaultsNamed) / float64(r.Faulted)
+}
+
+// Run provisions the fleet (the GPU-missing nodes and DiagnosticShare of
+// the others run a diagnostic), waits for every run to end and judges them.
+func (s *Sim) Run(ctx context.Context) (*Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	var prov, diag []string
+	rng := mrand.New(mrand.NewPCG(s.cfg.Seed, 0xd1a9))
+	mode := map[string]curev1.Mode{}
+	for _, n := range s.Nodes {
+		if n.Faults.GPUMissing || rng.Float64() < s.cfg.DiagnosticShare {
+			diag = append(diag, n.ID)
+			mode[n.ID] = curev1.Mode_MODE_DIAGNOSTIC
+		} else {
+			prov = append(prov, n.ID)
+			mode[n.ID] = curev1.Mode_MODE_PROVISION
+		}
+	}
+	res := &Result{Nodes: len(s.Nodes), RefusedReasons: map[string]int{}}
+	runs := map[string]string{} // node -> run
+	start := time.Now()
+	for _, batch := range []struct {
+		ids      []string
+		mode     curev1.Mode
+		manifest string
+	}{{prov, curev1.Mode_MODE_PROVISION, ""}, {diag, curev1.Mode_MODE_DIAGNOSTIC, suiteName}} {
+		if len(batch.ids) == 0 {
+			continue
+		}
+		pctx, pcancel := context.WithTimeout(ctx, 5*time.Minute)
+		resp, err := s.Client.Provision(pctx, &curev1.ProvisionRequest{NodeIds: batch.ids, Mode: batch.mode, Manifest: batch.manifest})
+		pcancel()
+		if err != nil {
+			return nil, fmt.Errorf("provision %d nodes (%s): %w", len(batch.ids), batch.mode, err)
+		}
+		for _, r := range resp.GetRuns() {
+			runs[r.GetNodeId()] = r.GetRunId()
+		}
+		for _, r := range resp.GetRefused() {
+			res.Refused++
+			res.RefusedReasons[r.GetReason()]++
+		}
+	}
+	res.Started = len(runs)
+	// Wait for every run to end; kill the coordinator once on the way when asked.
+	killed := s.cfg.KillCoordinatorAt <= 0
+	for {
+		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+			return res, fmt.Errorf("batch did not finish in %s: %w", s.cfg.Timeout, err)
+		}
+		fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
+		fs, err := s.Client.Fleet(fctx, &curev1.FleetRequest{})
+		fcancel()
+		if err != nil {
+			continue // the coordinator may be restarting
+		}
+		ended := res.Started - int(fs.GetActive())
+		if !killed && float64(ended) >= s.cfg.KillCoordinatorAt*float64(res.Started) {
+			killed = true
+			s.cfg.Log.Info("fault: killing the coordinator", "ended", ended, "of", res.Started)
+			s.stopCoordinator(true)
+			if err := s.startCoordinator(ctx); err != nil {
+				return res, fmt.Errorf("restart coordinator: %w", err)
+			}
+			continue
+		}
+		if fs.GetActive() == 0 {
+			break
+		}
+	}
+	res.Wall = time.Since(start)
+	if s.coord != nil {
+		ps := readProc(s.coord.Process.Pid)
+		s.coordMu.Lock()
+		s.procs = append(s.procs, ps)
+		s.coordMu.Unlock()
+	}
+	// Judge every run from its report.
+	var trans []time.Duration
+	for _, n := range s.Nodes {
+		runID, ok := runs[n.ID]
+		if !ok {
+			if !n.Faults.Hardware() {
+				res.Healthy++
+				res.Problems = append(res.Problems, n.ID+": not started")
+			} else {
+				res.Faulted++
+			}
+			continue
+		}
+		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+		rep, err := s.Client.Report(rctx, &curev1.ReportRequest{RunId: runID})
+		rcancel()
+		if err != nil {
+			return res, fmt.Errorf("report of %s: %w", runID, err)
+		}
+		trans = append(trans, transitions(rep)...)
+		if n.Faults.Hardware() {
+			res.Faulted++
+			want := n.Faults.FaultedComponent()
+			named := false
+			for _, v := range rep.GetVerdicts() {
+				if v.GetComponent() == want && (v.GetStatus() == curev1.VerdictStatus_FAIL || v.GetStatus() == curev1.VerdictStatus_ERROR) {
+					named = true
+				}
+			}
+			if named && rep.GetStatus() != "succeeded" {
+				res.FaultsNamed++
+			} else {
+				var vs []string
+				for _, v := range rep.GetVerdicts() {
+					vs = append(vs, v.GetComponent()+"/"+v.GetCheck()+"="+v.GetStatus().String())
+				}
+				res.Problems = append(res.Problems, fmt.Sprintf("%s (%s, fault %s): run %s (%s), component named: %v; verdicts %s", n.ID, mode[n.ID], want, rep.GetStatus(), rep.GetMessage(), named, strings.Join(vs, " ")))
+			}
+		} else {
+			res.Healthy++
+			if rep.GetStatus() == "succeeded" {
+				res.HealthyFirstPass++
+			} else {
+				res.Problems = append(res.Problems, fmt.Sprintf("%s (%s, faults %+v): run %s: %s", n.ID, mode[n.ID], n.Faults, rep.GetStatus(), rep.GetMessage()))
+			}
+		}
+		for comp, k := range n.Flashes() {
+			if k > 1 {
+				res.DoubleFlashes++
+				res.Problems = append(res.Problems, fmt.Sprintf("%s: %s flashed %d times", n.ID, comp, k))
+			}
+		}
+		all, _ := n.Boots()
+		res.Reboots += all
+	}
+	sort.Strings(res.Problems)
+	res.AckP50, res.AckP99 = s.stats.ackPercentiles()
+	res.TransP50, res.TransP99 = percentile(trans, 50), percentile(trans, 99)
+	s.stopCoordinator(false)
+	for _, p := range s.procs {
+		res.RSSMiB = max(res.RSSMiB, float64(p.hwmKiB)/1024)
+		res.CPUSeconds += p.cpu.Seconds()
+	}
+	res.CoordinatorKills = s.kills
+	res.Commits = s.commits()
+	if res.Started > 0 {
+		res.CommitsPerRun = float64(res.Commits) / float64(res.Started)
+	}
+	return res, nil
+}
+
+// transitions are the coordinator's gaps between a phase's end and the next
+// phase's start, in one run.
+func transitions(rep *curev1.RunReport) []time.Duration {
+	ph := slices.Clone(rep.GetPhases())
+	sort.Slice(ph, func(i, j int) bool { return ph[i].GetStartedUnixMs() < ph[j].GetStartedUnixMs() })
+	var out []time.Duration
+	for i := 1; i < len(ph); i++ {
+		if ph[i-1].GetEndedUnixMs() > 0 && ph[i].GetStartedUnixMs() >= ph[i-1].GetEndedUnixMs() {
+			out = append(out, time.Duration(ph[i].GetStartedUnixMs()-ph[i-1].GetEndedUnixMs())*time.Millisecond)
+		}
+	}
+	return out
+}
+
+var statsRE = regexp.MustCompile(`msg="store stats".* commits=(\d+)`)
+
+// commits sums the store commits each coordinator process last reported
+// (a killed process's count is its last periodic report).
+func (s *Sim) commits() int64 {
+	f, err := os.Open(filepath.Join(s.cfg.Work, "coordinator.log"))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	var total, last int64
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.Contains(line, `msg="provisioner-lite ready"`) {
+			total += last // a new process: the previous one's count is final
+			last = 0
+		}
+		if m := statsRE.FindStringSubmatch(line); m != nil {
+			last, _ = strconv.ParseInt(m[1], 10, 64)
+		}
+	}
+	return total + last
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(float64(len(s)-1) * p / 100)
+	return s[i]
+}
