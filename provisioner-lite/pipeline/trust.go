@@ -83,7 +83,7 @@ func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver
 	e.coordEvent(ctx, r, r.Phase, "info", "", fmt.Sprintf("iPXE script served to %s from %s; per-boot token %d of at most %d in this boot window",
 		mac, peer, ws.Issued+1, e.cfg.TokensPerWindow), 0)
 	return bootserver.Decision{
-		Boot:    true,
+		Boot: true,
 		// The instance driving the run comes first in the runner's list, so
 		// a node that PXE-booted from another instance still reaches it.
 		Cmdline: fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", nonEmpty(r.Data[dataRunnerAddr], e.cfg.RunnerAddr), e.cfg.BaseURL, n.ID, tok),

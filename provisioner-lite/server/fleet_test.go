@@ -345,4 +345,3 @@ func TestCapacityRejectsAndRetries(t *testing.T) {
 		t.Fatalf("full instance via curectl: %v, %+v", err, res)
 	}
 }
-

@@ -154,7 +154,7 @@ type committer struct {
 	once     sync.Once
 
 	commits, ops_, batchedOps, failedCommits atomic.Int64
-	commitNanos, maxBatchSeen              atomic.Int64
+	commitNanos, maxBatchSeen                atomic.Int64
 }
 
 func newCommitter(db *sql.DB, p *pool, maxBatch int) *committer {

@@ -1,11 +1,11 @@
 package store
 
 import (
-	"fmt"
 	"bytes"
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
