@@ -64,6 +64,14 @@ clean:
 bench-boot: image baseline
 	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -run '^$$' -bench BootToRegistered -benchtime 3x -timeout 30m -v ./qemu-test/
 
+# The fleet simulator against the real coordinator at 1, 100, 1,000 and
+# 5,000 nodes (BENCH_FLEET_NODES=1,100 for a quick run): wall time against one
+# node's, first-pass success, faults named, coordinator RSS/CPU, latencies,
+# store commits per run.
+.PHONY: bench-fleet
+bench-fleet:
+	$(GO) run ./qemu-test/fleet/cmd/bench-fleet
+
 # Every Go fuzz target in the module (found by scripts/fuzz.sh), one at a
 # time for FUZZTIME each (default 30s); `make test` runs their seed corpora.
 .PHONY: fuzz

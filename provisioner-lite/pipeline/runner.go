@@ -56,10 +56,51 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 	}
 	var sess *sessions.Session
 	var lostSince time.Time
+	// A run resumed mid-batch (coordinator restart or takeover) had a
+	// runner: it reconnects within the reconnect budget or is gone (the
+	// node reset meanwhile), not the whole PXE budget.
+	hadRunner := r.Data["assign_cursor"] != ""
 	phaseStarted := time.Now()
 	current := ""
 
 	for len(remaining) > 0 {
+		// Stored events first: after a coordinator restart the runner may
+		// have finished phases this pipeline has not acted on yet, and a new
+		// assignment would run them (and mint a new host token) again.
+		evs, err := e.cfg.Store.Events(ctx, r.ID, cursor, 1000)
+		if err != nil {
+			return "", "", err
+		}
+		for _, ev := range evs {
+			cursor = ev.ID
+			if ev.Source != "runner" || !slices.Contains(remaining, ev.Phase) {
+				continue
+			}
+			switch ev.Kind {
+			case "phase_start":
+				current = ev.Phase
+				phaseStarted = ev.Time
+				e.begin(ctx, r, ev.Phase, "runner")
+			case "phase_end":
+				out := outcome{status: ev.Status, msg: ev.Message}
+				e.end(ctx, r, ev.Phase, out, time.Duration(ev.DurationMs)*time.Millisecond, "runner")
+				if out.status == PhaseFailed {
+					return ev.Phase, ev.Message, nil
+				}
+				remaining = slices.DeleteFunc(remaining, func(p string) bool { return p == ev.Phase })
+				if rebootRequired(ev) {
+					if err := e.rebootIntoCURE(ctx, r, ev.Phase+" needs a reboot to activate"); err != nil {
+						return "", "", err
+					}
+					sess = nil
+					lostSince = time.Now()
+					hadRunner = false
+				}
+			}
+		}
+		if len(remaining) == 0 {
+			break
+		}
 		changed := e.cfg.Hub.Changed(r.NodeID)
 		cur := e.cfg.Hub.Current(r.NodeID)
 		if cur != nil && cur.RunID != r.ID {
@@ -74,7 +115,7 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 				}
 			}
 			budget := e.cfg.Timeouts.Reconnect
-			if sess == nil {
+			if sess == nil && !hadRunner {
 				budget = e.cfg.Timeouts.WaitForCURE
 			}
 			if time.Since(lostSince) > budget {
@@ -88,6 +129,7 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 				}
 				lostSince = time.Now()
 				sess = nil
+				hadRunner = false // a fresh CURE boots: the PXE budget applies
 			}
 		case cur != sess:
 			lostSince = time.Time{}
@@ -120,36 +162,6 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 			phaseStarted = time.Now()
 		}
 
-		evs, err := e.cfg.Store.Events(ctx, r.ID, cursor, 1000)
-		if err != nil {
-			return "", "", err
-		}
-		for _, ev := range evs {
-			cursor = ev.ID
-			if ev.Source != "runner" || !slices.Contains(remaining, ev.Phase) {
-				continue
-			}
-			switch ev.Kind {
-			case "phase_start":
-				current = ev.Phase
-				phaseStarted = ev.Time
-				e.begin(ctx, r, ev.Phase, "runner")
-			case "phase_end":
-				out := outcome{status: ev.Status, msg: ev.Message}
-				e.end(ctx, r, ev.Phase, out, time.Duration(ev.DurationMs)*time.Millisecond, "runner")
-				if out.status == PhaseFailed {
-					return ev.Phase, ev.Message, nil
-				}
-				remaining = slices.DeleteFunc(remaining, func(p string) bool { return p == ev.Phase })
-				if rebootRequired(ev) {
-					if err := e.rebootIntoCURE(ctx, r, ev.Phase+" needs a reboot to activate"); err != nil {
-						return "", "", err
-					}
-					sess = nil
-					lostSince = time.Now()
-				}
-			}
-		}
 		if len(remaining) == 0 {
 			break
 		}

@@ -73,7 +73,7 @@ func (s *Store) AuditLog(ctx context.Context, f AuditFilter) ([]AuditEntry, erro
 		where, args = append(where, "kind = ?"), append(args, f.Kind)
 	}
 	if f.Node != "" {
-		where, args = append(where, "(actor = ? OR EXISTS (SELECT 1 FROM json_each(nodes) WHERE value = ?))"), append(args, f.Node, f.Node)
+		where, args = append(where, "(actor = ? OR EXISTS (SELECT 1 FROM "+s.dialect.jsonElements("nodes")+" WHERE value = ?))"), append(args, f.Node, f.Node)
 	}
 	if !f.Since.IsZero() {
 		where, args = append(where, "time >= ?"), append(args, toMs(f.Since))

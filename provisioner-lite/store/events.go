@@ -37,17 +37,18 @@ func (s *Store) AppendEvent(ctx context.Context, e Event) (id int64, inserted bo
 		return 0, false, fmt.Errorf("store: append event to run %s: seq %d exceeds int64", e.RunID, e.Seq)
 	}
 	err = s.tx(ctx, func(tx *Tx) error {
-		res, err := tx.ExecContext(ctx, `
+		// RETURNING gives the id in SQLite and PostgreSQL alike (pgx has no
+		// LastInsertId); a conflict returns no row.
+		err := tx.QueryRowContext(ctx, `
 INSERT INTO events (run_id, node_id, source, boot_id, seq, time, phase, kind, status, message, duration_ms, payload)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT(run_id, source, boot_id, seq) WHERE seq > 0 DO NOTHING`,
-			e.RunID, e.NodeID, e.Source, e.BootID, int64(e.Seq), toMs(e.Time), e.Phase, e.Kind, e.Status, e.Message, e.DurationMs, e.Payload)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 1 {
+ON CONFLICT(run_id, source, boot_id, seq) WHERE seq > 0 DO NOTHING RETURNING id`,
+			e.RunID, e.NodeID, e.Source, e.BootID, int64(e.Seq), toMs(e.Time), e.Phase, e.Kind, e.Status, e.Message, e.DurationMs, e.Payload).Scan(&id)
+		if err == nil {
 			inserted = true
-			id, err = res.LastInsertId()
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
 		return tx.QueryRowContext(ctx, `SELECT id FROM events WHERE run_id = ? AND source = ? AND boot_id = ? AND seq = ?`,
@@ -66,7 +67,7 @@ ON CONFLICT(run_id, source, boot_id, seq) WHERE seq > 0 DO NOTHING`,
 // them (limit <= 0: all).
 func (s *Store) Events(ctx context.Context, runID string, afterID int64, limit int) ([]Event, error) {
 	if limit <= 0 {
-		limit = -1 // SQLite: no limit
+		limit = math.MaxInt32 // no limit (PostgreSQL refuses LIMIT -1)
 	}
 	rows, err := s.r.QueryContext(ctx, `
 SELECT id, run_id, node_id, source, boot_id, seq, time, phase, kind, status, message, duration_ms, payload
@@ -190,14 +191,10 @@ ON CONFLICT(run_id) DO UPDATE SET dropped = dropped + 1`, e.RunID)
 				return fmt.Errorf("%w: more than %d distinct verdicts", ErrRunCap, lim.MaxVerdicts)
 			}
 		}
-		r, err := tx.ExecContext(ctx, `
+		if err := tx.QueryRowContext(ctx, `
 INSERT INTO events (run_id, node_id, source, boot_id, seq, time, phase, kind, status, message, duration_ms, payload)
-VALUES (?, ?, 'runner', ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			e.RunID, e.NodeID, e.BootID, int64(e.Seq), toMs(e.Time), e.Phase, e.Kind, e.Status, e.Message, e.DurationMs, e.Payload)
-		if err != nil {
-			return err
-		}
-		if res.ID, err = r.LastInsertId(); err != nil {
+VALUES (?, ?, 'runner', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+			e.RunID, e.NodeID, e.BootID, int64(e.Seq), toMs(e.Time), e.Phase, e.Kind, e.Status, e.Message, e.DurationMs, e.Payload).Scan(&res.ID); err != nil {
 			return err
 		}
 		res.Inserted = true

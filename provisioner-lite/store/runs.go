@@ -96,6 +96,11 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			completed, toMs(r.StartedAt), toMs(r.EndedAt), r.Message, data, time.Now().UnixMilli(), s.instance, lease)
 		return err
 	})
+	if err != nil && !errors.Is(err, ErrActiveRun) && strings.Contains(err.Error(), "runs_one_active") || err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: runs.node_id") {
+		// Another instance inserted an active run for the node between our
+		// check and our insert: the schema's one-active-run index refused.
+		err = fmt.Errorf("%w (concurrent start)", ErrActiveRun)
+	}
 	if err != nil {
 		return fmt.Errorf("store: create run %s for node %s: %w", r.ID, r.NodeID, err)
 	}

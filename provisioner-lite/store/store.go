@@ -43,6 +43,8 @@ type Store struct {
 	instance string        // lease owner this store writes as; "" = no leases
 	leaseTTL time.Duration // how long a lease outlives its last renewal
 
+	dialect dialect
+
 	runCacheMu sync.Mutex
 	runCache   map[string]Run // last row this store wrote or read, per active run
 }
@@ -158,7 +160,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s for reading: %w", abs, err)
 	}
 	st := &Store{path: abs, w: w, r: newPool(r), wp: newPool(w), sealer: seal, subs: map[string]map[*subscriber]struct{}{},
-		instance: o.instance, leaseTTL: o.leaseTTL, runCache: map[string]Run{}}
+		instance: o.instance, leaseTTL: o.leaseTTL, runCache: map[string]Run{}, dialect: sqliteDialect}
 	if st.leaseTTL <= 0 {
 		st.leaseTTL = DefaultLeaseTTL
 	}
@@ -203,7 +205,11 @@ func ensureMode(path string, create bool) error {
 // Close closes both pools. Subscribers are not closed: their cancel funcs still work.
 func (s *Store) Close() error {
 	s.gc.close()
-	return errors.Join(s.r.close(), s.wp.close(), s.r.db.Close(), s.w.Close())
+	errs := []error{s.r.close(), s.wp.close(), s.w.Close()}
+	if s.r.db != s.w {
+		errs = append(errs, s.r.db.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Path is the absolute path of the database file.

@@ -79,7 +79,7 @@ func (s *Store) IssueBootToken(ctx context.Context, t BootToken, max int) error 
 	}
 	err := s.tx(ctx, func(tx *Tx) error {
 		var n, bound int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*), count(CASE WHEN state = 'bound' THEN 1 END) FROM boot_tokens WHERE run_id = ? AND window = ?`,
+		if err := tx.QueryRowContext(ctx, `SELECT count(*), count(CASE WHEN state = 'bound' THEN 1 END) FROM boot_tokens WHERE run_id = ? AND "window" = ?`,
 			t.RunID, t.Window).Scan(&n, &bound); err != nil {
 			return err
 		}
@@ -87,7 +87,7 @@ func (s *Store) IssueBootToken(ctx context.Context, t BootToken, max int) error 
 			return fmt.Errorf("%w (%d issued, max %d, registered %t)", ErrWindowFull, n, max, bound > 0)
 		}
 		_, err := tx.ExecContext(ctx, `
-INSERT INTO boot_tokens (token_sha256, node_id, run_id, window, peer, issued_at, expires, state)
+INSERT INTO boot_tokens (token_sha256, node_id, run_id, "window", peer, issued_at, expires, state)
 VALUES (?, ?, ?, ?, ?, ?, ?, 'issued')`, t.Hash, t.NodeID, t.RunID, t.Window, t.Peer, toMs(t.Issued), toMs(t.Expires))
 		return err
 	})
@@ -107,7 +107,7 @@ type WindowState struct {
 // BootWindow returns the state of one boot window of a run.
 func (s *Store) BootWindow(ctx context.Context, runID, window string) (WindowState, error) {
 	var ws WindowState
-	rows, err := s.r.QueryContext(ctx, `SELECT `+tokenCols+` FROM boot_tokens WHERE run_id = ? AND window = ?`, runID, window)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+tokenCols+` FROM boot_tokens WHERE run_id = ? AND "window" = ?`, runID, window)
 	if err != nil {
 		return ws, fmt.Errorf("store: boot window %s of run %s: %w", window, runID, err)
 	}
@@ -177,7 +177,7 @@ func (s *Store) BindBootToken(ctx context.Context, req BindRequest) (string, Boo
 		}
 		tok = t
 		boundInWindow := func() (*BootToken, error) {
-			b, err := scanToken(tx.QueryRowContext(ctx, `SELECT `+tokenCols+` FROM boot_tokens WHERE run_id = ? AND window = ? AND state = 'bound'`, t.RunID, t.Window))
+			b, err := scanToken(tx.QueryRowContext(ctx, `SELECT `+tokenCols+` FROM boot_tokens WHERE run_id = ? AND "window" = ? AND state = 'bound'`, t.RunID, t.Window))
 			if errors.Is(err, sql.ErrNoRows) {
 				return nil, nil
 			}
@@ -216,11 +216,11 @@ WHERE token_sha256 = ?`, req.BootID, req.SessionHash, toMs(req.Now), req.Peer, r
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE boot_tokens SET state = 'revoked', revoked_why = 'window'
-WHERE run_id = ? AND window = ? AND state = 'issued'`, t.RunID, t.Window); err != nil {
+WHERE run_id = ? AND "window" = ? AND state = 'issued'`, t.RunID, t.Window); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE boot_tokens SET state = 'revoked', revoked_why = 'stale'
-WHERE run_id = ? AND window != ? AND state IN ('issued', 'bound')`, t.RunID, t.Window); err != nil {
+WHERE run_id = ? AND "window" != ? AND state IN ('issued', 'bound')`, t.RunID, t.Window); err != nil {
 			return err
 		}
 		tok.State, tok.BootID, tok.SessionHash, tok.BoundAt, tok.BoundPeer = TokenBound, req.BootID, req.SessionHash, req.Now, req.Peer
@@ -242,7 +242,7 @@ WHERE run_id = ? AND window != ? AND state IN ('issued', 'bound')`, t.RunID, t.W
 func (s *Store) EndBootWindow(ctx context.Context, runID, window string) error {
 	err := s.tx(ctx, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE boot_tokens SET state = 'revoked', revoked_why = 'stale'
-WHERE run_id = ? AND window = ? AND state = 'issued'`, runID, window)
+WHERE run_id = ? AND "window" = ? AND state = 'issued'`, runID, window)
 		return err
 	})
 	if err != nil {
@@ -284,7 +284,7 @@ WHERE (state != 'bound' AND expires < ?)
 	return n, nil
 }
 
-const tokenCols = `token_sha256, node_id, run_id, window, peer, issued_at, expires, state, revoked_why, boot_id, session_sha256, bound_at, bound_peer`
+const tokenCols = `token_sha256, node_id, run_id, "window", peer, issued_at, expires, state, revoked_why, boot_id, session_sha256, bound_at, bound_peer`
 
 func scanToken(sc scanner) (BootToken, error) {
 	var t BootToken

@@ -75,3 +75,8 @@ func TestFleet500WithFaults(t *testing.T) {
 		t.Errorf("only %d hardware-faulted nodes in 500", res.Faulted)
 	}
 }
+
+func TestFleetCoordinatorKilled(t *testing.T) {
+	res := runFleet(t, Config{Nodes: 30, Seed: 3, KillCoordinatorAt: 0.01})
+	check(t, res)
+}

@@ -424,7 +424,7 @@ func (n *Node) installedOS(ctx context.Context) {
 		u = parsed.String()
 	}
 	err := phonehome.Post(ctx, u, phonehome.Report{InstanceID: fb.GetInstanceId(), Hostname: fb.GetHostname(), BootID: randomID(), Uptime: 30 * time.Second},
-		phonehome.Options{Tries: 10, MinBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second, Client: n.sim.clientFor(n)}, n.log)
+		phonehome.Options{Tries: 20, MinBackoff: 500 * time.Millisecond, MaxBackoff: 5 * time.Second, Client: n.sim.clientFor(n)}, n.log)
 	if err != nil && ctx.Err() == nil {
 		n.log.Warn("installed OS: callback failed", "err", err)
 	}

@@ -334,7 +334,6 @@ func fileSum(p string) (string, error) {
 // startBMCs makes the nodes and serves every virtual BMC on one TLS
 // listener, routed by the local address each connection came in on.
 func (s *Sim) startBMCs() error {
-	rng := mrand.New(mrand.NewPCG(s.cfg.Seed, 0xc0de))
 	cert, fp, err := selfSigned()
 	if err != nil {
 		return err
@@ -347,25 +346,12 @@ func (s *Sim) startBMCs() error {
 	s.bmcLn = ln
 	port := ln.Addr().(*net.TCPAddr).Port
 	n := s.cfg.Nodes
-	hw := int(float64(n)*s.cfg.HardwareRate + 0.5)
-	tr := int(float64(n)*s.cfg.TransientRate + 0.5)
-	perm := rng.Perm(n)
-	pick := func(k, off int) map[int]bool {
-		m := map[int]bool{}
-		for j := 0; j < k && j < n; j++ {
-			m[perm[(off+j)%n]] = true
-		}
-		return m
-	}
-	// Hardware faults on distinct nodes; transient ones anywhere.
-	nicBad, nvmeBad, gpuBad := pick(hw/3, 0), pick(hw/3, hw/3), pick(hw-2*(hw/3), 2*(hw/3))
-	cut, killed, b503, dl := pick(tr, 7), pick(tr, 7+n/5), pick(tr, 7+2*n/5), pick(tr, 7+3*n/5)
+	faults := assignFaults(s.cfg)
 	for i := range n {
 		nd := &Node{ID: fmt.Sprintf("sim%05d", i), MAC: fmt.Sprintf("02:c0:%02x:%02x:%02x:%02x", i>>24&255, i>>16&255, i>>8&255, i&255),
 			Serial: fmt.Sprintf("SIM-%06d", i), IP: nodeIP(i), sim: s, nicFW: nicOld, nvmeFW: nvmeOld,
 			flashes: map[string]int{}, used: map[string]bool{}}
-		nd.Faults = Faults{NICUnflashable: nicBad[i], NVMeMediaErrors: nvmeBad[i], GPUMissing: gpuBad[i],
-			StreamCut: cut[i], RunnerKilled: killed[i], BMC503: b503[i], DownloadCut: dl[i]}
+		nd.Faults = faults[i]
 		nd.log = s.cfg.Log.With("node", nd.ID)
 		nd.m = &machine{n: nd, events: make(chan vbmc.MachineEvent, 4)}
 		b, err := vbmc.New(vbmc.Config{Name: nd.ID, Serial: nd.Serial, MAC: nd.MAC, Logger: nd.log,
@@ -401,6 +387,32 @@ func (s *Sim) startBMCs() error {
 	go s.bmcSrv.ServeTLS(loopbackOnly{ln}, "", "")
 	s.bmcPort = port
 	return nil
+}
+
+// assignFaults decides, from the seed, which node suffers what: hardware
+// faults on distinct nodes, transient ones anywhere (a node may have several).
+func assignFaults(cfg Config) []Faults {
+	rng := mrand.New(mrand.NewPCG(cfg.Seed, 0xc0de))
+	n := cfg.Nodes
+	hw := int(float64(n)*cfg.HardwareRate + 0.5)
+	tr := int(float64(n)*cfg.TransientRate + 0.5)
+	perm := rng.Perm(n)
+	pick := func(k, off int) map[int]bool {
+		m := map[int]bool{}
+		for j := 0; j < k && j < n; j++ {
+			m[perm[(off+j)%n]] = true
+		}
+		return m
+	}
+	// Hardware faults on distinct nodes; transient ones anywhere.
+	nicBad, nvmeBad, gpuBad := pick(hw/3, 0), pick(hw/3, hw/3), pick(hw-2*(hw/3), 2*(hw/3))
+	cut, killed, b503, dl := pick(tr, 7), pick(tr, 7+n/5), pick(tr, 7+2*n/5), pick(tr, 7+3*n/5)
+	out := make([]Faults, n)
+	for i := range out {
+		out[i] = Faults{NICUnflashable: nicBad[i], NVMeMediaErrors: nvmeBad[i], GPUMissing: gpuBad[i],
+			StreamCut: cut[i], RunnerKilled: killed[i], BMC503: b503[i], DownloadCut: dl[i]}
+	}
+	return out
 }
 
 type localAddrKey struct{}

@@ -1,0 +1,275 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+)
+
+// The store speaks one SQL to two databases: SQLite (embedded, the default)
+// and PostgreSQL (several coordinator instances on one database). Queries
+// are written with ? placeholders and identifiers both accept; the dialect
+// rebinds placeholders and supplies the few expressions that differ.
+type dialect struct {
+	name string
+	// rebind turns ? placeholders into the database's own.
+	rebind func(string) string
+	// jsonElements is a table expression of the text elements of a JSON
+	// array column, each as a row with column "value".
+	jsonElements func(col string) string
+}
+
+var sqliteDialect = dialect{name: "sqlite", rebind: func(q string) string { return q },
+	jsonElements: func(col string) string { return "json_each(" + col + ")" }}
+
+var postgresDialect = dialect{name: "postgres", rebind: rebindDollar,
+	jsonElements: func(col string) string { return "json_array_elements_text(" + col + "::json)" }}
+
+// rebindDollar turns ? into $1, $2... outside quoted strings and identifiers.
+func rebindDollar(q string) string {
+	var b strings.Builder
+	b.Grow(len(q) + 16)
+	n := 0
+	var quote byte
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '?':
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// IsPostgresDSN reports whether dsn names a PostgreSQL database
+// (postgres:// or postgresql:// URL, or a key=value string with host= or dbname=).
+func IsPostgresDSN(dsn string) bool {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		return true
+	}
+	return strings.Contains(dsn, "=") && (strings.Contains(dsn, "host=") || strings.Contains(dsn, "dbname="))
+}
+
+// OpenDSN opens PostgreSQL for a postgres DSN (see IsPostgresDSN) and
+// otherwise SQLite at the path ("sqlite:" or "file:" prefixes allowed).
+func OpenDSN(dsn string, opts ...Option) (*Store, error) {
+	if IsPostgresDSN(dsn) {
+		return openPostgres(dsn, opts...)
+	}
+	dsn = strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite:"), "file:")
+	return Open(dsn, opts...)
+}
+
+// Redacted is the DSN without its password, for logs and errors.
+func Redacted(dsn string) string {
+	if i := strings.Index(dsn, "password="); i >= 0 {
+		j := strings.IndexAny(dsn[i:], " &")
+		if j < 0 {
+			return dsn[:i] + "password=xxx"
+		}
+		return dsn[:i] + "password=xxx" + dsn[i+j:]
+	}
+	if at := strings.LastIndex(dsn, "@"); at > 0 {
+		if c := strings.Index(dsn, "://"); c > 0 {
+			if colon := strings.Index(dsn[c+3:at], ":"); colon >= 0 {
+				return dsn[:c+3+colon] + ":xxx" + dsn[at:]
+			}
+		}
+	}
+	return dsn
+}
+
+func openPostgres(dsn string, opts ...Option) (*Store, error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	var seal *sealer
+	var err error
+	if o.stateKey != nil {
+		if seal, err = newSealer(o.stateKey); err != nil {
+			return nil, fmt.Errorf("store: open %s: %w", Redacted(dsn), err)
+		}
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", Redacted(dsn), err)
+	}
+	// Writes still go through one committer (group commit); the other
+	// connections serve reads and statement preparation.
+	db.SetMaxOpenConns(16)
+	db.SetMaxIdleConns(16)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", Redacted(dsn), err)
+	}
+	if err := migratePostgres(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", Redacted(dsn), err)
+	}
+	st := &Store{path: Redacted(dsn), w: db, r: newPool(db), wp: newPool(db), sealer: seal, subs: map[string]map[*subscriber]struct{}{},
+		instance: o.instance, leaseTTL: o.leaseTTL, runCache: map[string]Run{}, dialect: postgresDialect}
+	st.r.rebind, st.wp.rebind = rebindDollar, rebindDollar
+	if st.leaseTTL <= 0 {
+		st.leaseTTL = DefaultLeaseTTL
+	}
+	maxBatch := 256
+	if o.noGroupCommit {
+		maxBatch = 1
+	}
+	st.gc = newCommitter(db, st.wp, maxBatch)
+	return st, nil
+}
+
+// pgMigrations mirror migrations for PostgreSQL: the schema a SQLite store
+// reaches at the same version. AUTOINCREMENT ids are identity columns, BLOB
+// is BYTEA, times (unix ms) are BIGINT, runs get an explicit rowid (SQLite's
+// implicit one breaks ties in run order), and "window" is quoted (a reserved
+// word in PostgreSQL).
+var pgMigrations = []string{
+	`
+CREATE TABLE nodes (
+	id TEXT PRIMARY KEY, bmc_url TEXT NOT NULL DEFAULT '', bmc_user TEXT NOT NULL DEFAULT '', bmc_password TEXT NOT NULL DEFAULT '',
+	sku TEXT NOT NULL DEFAULT '', hostname TEXT NOT NULL DEFAULT '', system_serial TEXT NOT NULL DEFAULT '',
+	psids TEXT NOT NULL DEFAULT '{}', labels TEXT NOT NULL DEFAULT '{}', updated_at BIGINT NOT NULL
+);
+CREATE TABLE node_macs (mac TEXT PRIMARY KEY, node_id TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE, pos INTEGER NOT NULL);
+CREATE INDEX node_macs_node ON node_macs(node_id);
+CREATE TABLE runs (
+	rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+	id TEXT PRIMARY KEY, node_id TEXT NOT NULL REFERENCES nodes(id), mode TEXT NOT NULL DEFAULT '', manifest TEXT NOT NULL DEFAULT '',
+	status TEXT NOT NULL CHECK (status IN ('pending','running','succeeded','failed','attention','canceled')),
+	phase TEXT NOT NULL DEFAULT '', resume_count INTEGER NOT NULL DEFAULT 0, phase_failures INTEGER NOT NULL DEFAULT 0,
+	disconnects INTEGER NOT NULL DEFAULT 0, reboots INTEGER NOT NULL DEFAULT 0, completed_phases TEXT NOT NULL DEFAULT '[]',
+	started_at BIGINT NOT NULL DEFAULT 0, ended_at BIGINT NOT NULL DEFAULT 0, message TEXT NOT NULL DEFAULT '',
+	data TEXT NOT NULL DEFAULT '{}', created_at BIGINT NOT NULL
+);
+CREATE INDEX runs_node ON runs(node_id, created_at);
+CREATE INDEX runs_status ON runs(status);
+CREATE TABLE phases (
+	run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, name TEXT NOT NULL,
+	status TEXT NOT NULL CHECK (status IN ('running','ok','skipped','failed')), attempts INTEGER NOT NULL DEFAULT 0,
+	started_at BIGINT NOT NULL DEFAULT 0, ended_at BIGINT NOT NULL DEFAULT 0, message TEXT NOT NULL DEFAULT '', ord INTEGER NOT NULL,
+	PRIMARY KEY (run_id, name)
+);
+CREATE TABLE events (
+	id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, node_id TEXT NOT NULL DEFAULT '',
+	source TEXT NOT NULL CHECK (source IN ('coordinator','runner','hostos')), boot_id TEXT NOT NULL DEFAULT '',
+	seq BIGINT NOT NULL DEFAULT 0, time BIGINT NOT NULL DEFAULT 0, phase TEXT NOT NULL DEFAULT '',
+	kind TEXT NOT NULL CHECK (kind IN ('phase_start','phase_end','verdict','log','metric','run_end','info','host_ready','unknown')),
+	status TEXT NOT NULL DEFAULT '', message TEXT NOT NULL DEFAULT '', duration_ms BIGINT NOT NULL DEFAULT 0, payload BYTEA
+);
+CREATE INDEX events_run ON events(run_id, id);
+CREATE UNIQUE INDEX events_dedup ON events(run_id, source, boot_id, seq) WHERE seq > 0;
+CREATE TABLE verdicts (
+	run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, component TEXT NOT NULL, check_name TEXT NOT NULL,
+	status TEXT NOT NULL, observed TEXT NOT NULL DEFAULT '', expected TEXT NOT NULL DEFAULT '', message TEXT NOT NULL DEFAULT '',
+	time BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (run_id, component, check_name)
+);
+`,
+	`
+ALTER TABLE nodes ADD COLUMN bmc_password_ref TEXT NOT NULL DEFAULT '';
+ALTER TABLE nodes ADD COLUMN bmc_ca_file      TEXT NOT NULL DEFAULT '';
+ALTER TABLE nodes ADD COLUMN bmc_fingerprint  TEXT NOT NULL DEFAULT '';
+ALTER TABLE nodes ADD COLUMN bmc_insecure     BOOLEAN NOT NULL DEFAULT false;
+CREATE TABLE boot_tokens (
+	token_sha256 TEXT PRIMARY KEY, node_id TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+	run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, "window" TEXT NOT NULL, peer TEXT NOT NULL DEFAULT '',
+	issued_at BIGINT NOT NULL, expires BIGINT NOT NULL, state TEXT NOT NULL CHECK (state IN ('issued','bound','revoked')),
+	revoked_why TEXT NOT NULL DEFAULT '', boot_id TEXT NOT NULL DEFAULT '', session_sha256 TEXT NOT NULL DEFAULT '',
+	bound_at BIGINT NOT NULL DEFAULT 0, bound_peer TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX boot_tokens_run ON boot_tokens(run_id, "window");
+CREATE INDEX boot_tokens_node ON boot_tokens(node_id, issued_at);
+CREATE INDEX boot_tokens_expires ON boot_tokens(expires);
+CREATE TABLE run_usage (
+	run_id TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE, events BIGINT NOT NULL DEFAULT 0, bytes BIGINT NOT NULL DEFAULT 0,
+	dropped BIGINT NOT NULL DEFAULT 0, verdicts BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE audit_log (
+	id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, time BIGINT NOT NULL,
+	kind TEXT NOT NULL CHECK (kind IN ('operator','security')), actor TEXT NOT NULL DEFAULT '', role TEXT NOT NULL DEFAULT '',
+	peer TEXT NOT NULL DEFAULT '', action TEXT NOT NULL DEFAULT '', nodes TEXT NOT NULL DEFAULT '[]', run_id TEXT NOT NULL DEFAULT '',
+	result TEXT NOT NULL DEFAULT '', detail TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX audit_log_time ON audit_log(time);
+`,
+	`
+ALTER TABLE runs ADD COLUMN owner       TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN lease_until BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX runs_lease ON runs(status, lease_until);
+CREATE UNIQUE INDEX runs_one_active ON runs(node_id) WHERE status IN ('pending','running');
+`,
+}
+
+// pgMigrationLock is the advisory lock two instances starting at once
+// serialise their migrations on.
+const pgMigrationLock = 0x43555245 // "CURE"
+
+func migratePostgres(ctx context.Context, db *sql.DB) error {
+	if len(pgMigrations) != len(migrations) {
+		return fmt.Errorf("schema: %d PostgreSQL migrations for %d SQLite ones", len(pgMigrations), len(migrations))
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, pgMigrationLock); err != nil {
+		return fmt.Errorf("migration lock: %w", err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, pgMigrationLock)
+	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("schema_version: %w", err)
+	}
+	var v int
+	err = conn.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		if _, err := conn.ExecContext(ctx, `INSERT INTO schema_version (version) VALUES (0)`); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	if v > len(pgMigrations) {
+		return fmt.Errorf("database schema version %d is newer than this provisioner-lite (%d): refusing to run an older binary on it", v, len(pgMigrations))
+	}
+	for i := v; i < len(pgMigrations); i++ {
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, pgMigrations[i]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = $1`, i+1); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+// Command bench-fleet runs the fleet simulator at several sizes against the
+// real provisioner-lite and prints, per size, the batch wall time and its
+// ratio to one node's in the same run, first-pass success of healthy nodes,
+// hardware faults named, the coordinator's peak RSS and CPU per node,
+// event-to-ack and phase-transition percentiles and store commits per run.
+// It ends with one line per size a script can read:
+//
+//	bench-fleet nodes=N wall_ratio=… first_pass=…% faults_named=…% rss_mib=… commits_per_run=…
+//
+// BENCH_FLEET_NODES=1,100 picks the sizes (default 1,100,1000,5000).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cure-oss/cure/qemu-test/fleet"
+)
+
+func main() {
+	sizes := flag.String("nodes", envOr("BENCH_FLEET_NODES", "1,100,1000,5000"), "fleet sizes, comma-separated")
+	transient := flag.Float64("transient", 0.02, "share of nodes given each transient fault (the 1-node baseline has none)")
+	hardware := flag.Float64("hardware", 0.01, "share of nodes with a hardware fault")
+	scale := flag.Float64("scale", 100, "real seconds per simulated second")
+	flag.Parse()
+	var ns []int
+	for _, f := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "bench-fleet: bad size %q in %q\n", f, *sizes)
+			os.Exit(2)
+		}
+		ns = append(ns, n)
+	}
+	ctx := context.Background()
+	work, err := os.MkdirTemp("", "bench-fleet-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-fleet:", err)
+		os.Exit(1)
+	}
+	defer os.RemoveAll(work)
+	bin, err := fleet.BuildCoordinator(ctx, work)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-fleet:", err)
+		os.Exit(1)
+	}
+	load := func() string {
+		b, _ := os.ReadFile("/proc/loadavg")
+		f := strings.Fields(string(b))
+		if len(f) < 3 {
+			return "?"
+		}
+		return strings.Join(f[:3], " ")
+	}
+	fmt.Printf("bench-fleet: %d CPUs, load %s, scale 1/%g, transient faults %.0f%% each, hardware faults %.0f%%\n",
+		runtime.NumCPU(), load(), *scale, 100**transient, 100**hardware)
+	// The baseline: one healthy node, same simulated durations, same run.
+	var single time.Duration
+	var lines []string
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "nodes\twall\tratio\tfirst pass\tfaults named\tpeak RSS MiB\tCPU s/node\tack p50\tack p99\ttrans p50\ttrans p99\tcommits/run\tload\t")
+	// The baseline (one healthy node) runs first; a size of 1 is reported from it.
+	sizesToRun := append([]int{1}, ns...)
+	if ns[0] == 1 {
+		sizesToRun = ns
+	}
+	for i, n := range sizesToRun {
+		cfg := fleet.Config{Nodes: n, Seed: uint64(n), Scale: *scale, Bin: bin, Timeout: 2 * time.Hour,
+			Work: fmt.Sprintf("%s/n%d-%d", work, n, i)}
+		if n > 1 {
+			cfg.TransientRate, cfg.HardwareRate = *transient, *hardware
+		}
+		if err := os.MkdirAll(cfg.Work, 0o700); err != nil {
+			fmt.Fprintln(os.Stderr, "bench-fleet:", err)
+			os.Exit(1)
+		}
+		s, err := fleet.Start(ctx, cfg)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench-fleet: %d nodes: %v\n", n, err)
+			os.Exit(1)
+		}
+		res, err := s.Run(ctx)
+		s.Close()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench-fleet: %d nodes: %v\n", n, err)
+			os.Exit(1)
+		}
+		for _, p := range res.Problems {
+			fmt.Fprintf(os.Stderr, "bench-fleet: %d nodes: %s\n", n, p)
+		}
+		if i == 0 {
+			single = res.Wall
+		}
+		ratio := float64(res.Wall) / float64(single)
+		fmt.Fprintf(tw, "%d\t%s\t%.2f\t%.1f%%\t%.1f%%\t%.0f\t%.3f\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", n, res.Wall.Round(100*time.Millisecond), ratio,
+			res.FirstPass(), res.Named(), res.RSSMiB, res.CPUSeconds/float64(n), res.AckP50.Round(100*time.Microsecond), res.AckP99.Round(100*time.Microsecond),
+			res.TransP50.Round(time.Millisecond), res.TransP99.Round(time.Millisecond), res.CommitsPerRun, load())
+		if i > 0 || ns[0] == 1 {
+			lines = append(lines, fmt.Sprintf("bench-fleet nodes=%d wall_ratio=%.2f first_pass=%.1f%% faults_named=%.1f%% rss_mib=%.0f commits_per_run=%.1f",
+				n, ratio, res.FirstPass(), res.Named(), res.RSSMiB, res.CommitsPerRun))
+		}
+	}
+	tw.Flush()
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
