@@ -272,9 +272,15 @@ func (c *committer) run(batch []*op) {
 		return
 	}
 	c.commits.Add(1)
-	c.ops_.Add(int64(len(live)))
+	wrote := 0
+	for _, e := range errs {
+		if e == nil {
+			wrote++
+		}
+	}
+	c.ops_.Add(int64(wrote))
 	if len(live) > 1 {
-		c.batchedOps.Add(int64(len(live)))
+		c.batchedOps.Add(int64(wrote))
 	}
 	for {
 		m := c.maxBatchSeen.Load()
@@ -301,7 +307,7 @@ func call(fn func(*Tx) error, tx *Tx) (err error) {
 // Stats are the store's write counters since Open.
 type Stats struct {
 	Commits       int64         // transactions committed
-	Ops           int64         // writes committed (several per commit under load)
+	Ops           int64         // writes committed (several per commit under load); failed ones not counted
 	BatchedOps    int64         // writes that shared their commit with others
 	FailedCommits int64         // group transactions that failed as a whole
 	MaxBatch      int64         // most writes in one commit

@@ -172,7 +172,7 @@ func (s *Store) AppendRunnerEvent(ctx context.Context, e Event, v *Verdict, lim 
 		if soft && (events+1 > lim.MaxEvents || bytes+size > lim.MaxBytes) {
 			res.Dropped = true
 			_, err := tx.ExecContext(ctx, `INSERT INTO run_usage (run_id, dropped) VALUES (?, 1)
-ON CONFLICT(run_id) DO UPDATE SET dropped = dropped + 1`, e.RunID)
+ON CONFLICT(run_id) DO UPDATE SET dropped = run_usage.dropped + 1`, e.RunID)
 			return err
 		}
 		if events+1 > lim.HardEvents || bytes+size > lim.MaxBytes+lim.MaxBytes/8 {
@@ -207,7 +207,7 @@ VALUES (?, ?, 'runner', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 			}
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO run_usage (run_id, events, bytes, verdicts) VALUES (?, 1, ?, ?)
-ON CONFLICT(run_id) DO UPDATE SET events = events + 1, bytes = bytes + excluded.bytes, verdicts = verdicts + excluded.verdicts`,
+ON CONFLICT(run_id) DO UPDATE SET events = run_usage.events + 1, bytes = run_usage.bytes + excluded.bytes, verdicts = run_usage.verdicts + excluded.verdicts`,
 			e.RunID, size, newVerdict)
 		return err
 	})

@@ -131,6 +131,10 @@ func (s *Store) UpdateRun(ctx context.Context, r Run) error {
 		{"resume_count", r.ResumeCount}, {"phase_failures", r.PhaseFailures}, {"disconnects", r.Disconnects}, {"reboots", r.Reboots},
 		{"completed_phases", completed}, {"started_at", toMs(r.StartedAt)}, {"ended_at", toMs(r.EndedAt)}, {"message", r.Message}, {"data", data},
 	}
+	// Nothing changed since this store wrote the row: no transaction at all.
+	if prev, ok := s.cachedRun(r.ID); ok && (r.NodeID == "" || r.NodeID == prev.NodeID) && sameRun(prev, r) {
+		return nil
+	}
 	// The diff is taken inside the transaction: writes run there in commit
 	// order, so the cache is exactly the row as committed before this one.
 	unchanged := false
@@ -234,6 +238,15 @@ func (s *Store) UpdateRun(ctx context.Context, r Run) error {
 		s.notify(r.ID)
 	}
 	return nil
+}
+
+// sameRun reports whether b would write nothing over a.
+func sameRun(a, b Run) bool {
+	ac, ad, err1 := marshalRun(a)
+	bc, bd, err2 := marshalRun(b)
+	return err1 == nil && err2 == nil && ac == bc && ad == bd && a.Mode == b.Mode && a.Manifest == b.Manifest && a.Status == b.Status &&
+		a.Phase == b.Phase && a.ResumeCount == b.ResumeCount && a.PhaseFailures == b.PhaseFailures && a.Disconnects == b.Disconnects &&
+		a.Reboots == b.Reboots && toMs(a.StartedAt) == toMs(b.StartedAt) && toMs(a.EndedAt) == toMs(b.EndedAt) && a.Message == b.Message
 }
 
 // rememberRun keeps the row as last written, for UpdateRun's diff; a run

@@ -9,13 +9,28 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cure-oss/cure/provisioner-lite/store/pgtest"
 )
 
 // testKey is a fixed state key; production keys come from the state dir.
 var testKey = []byte("0123456789abcdef0123456789abcdef")
 
+// backend is the database openTest opens; TestPostgresBackend runs the
+// backend-neutral tests again with "postgres".
+var backend = "sqlite"
+
 func openTest(t *testing.T) (*Store, string) {
 	t.Helper()
+	if backend == "postgres" {
+		dsn := pgtest.Shared(t).NewDatabase(t)
+		s, err := OpenDSN(dsn, WithStateKey(testKey))
+		if err != nil {
+			t.Fatalf("OpenDSN: %v", err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s, dsn
+	}
 	path := filepath.Join(t.TempDir(), "cure.db")
 	s, err := Open(path, WithStateKey(testKey))
 	if err != nil {
