@@ -31,6 +31,7 @@ import (
 // "firmware" PXE-boots over HTTP, whose CURE is the real runner transport and
 // agent with simulated phases, and whose installed OS calls back.
 type Node struct {
+	index               int
 	ID, MAC, Serial, IP string
 	Faults              Faults
 	BMC                 *vbmc.BMC
@@ -205,7 +206,13 @@ var (
 // pxe fetches the per-MAC iPXE script and, when it says boot, the kernel
 // and initrd, as iPXE would. nil, nil means the script said exit (boot the disk).
 func (n *Node) pxe(ctx context.Context) (*cmdline, error) {
-	script, err := n.get(ctx, n.sim.httpBase+"/ipxe/"+n.MAC, nil)
+	var script []byte
+	var err error
+	for _, base := range n.sim.httpBases(n) {
+		if script, err = n.get(ctx, base+"/ipxe/"+n.MAC, nil); err == nil {
+			break
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -416,16 +423,37 @@ func (n *Node) installedOS(ctx context.Context) {
 	if err := sleepCtx(ctx, n.sim.scaled(n.sim.cfg.Durations.OSBoot)); err != nil {
 		return
 	}
-	u := fb.GetCallbackUrl()
-	if parsed, err := url.Parse(u); err == nil {
-		q := parsed.Query()
-		q.Set("token", fb.GetCallbackToken())
-		parsed.RawQuery = q.Encode()
-		u = parsed.String()
+	parsed, err := url.Parse(fb.GetCallbackUrl())
+	if err != nil {
+		n.log.Warn("installed OS: bad callback URL", "err", err)
+		<-ctx.Done()
+		return
 	}
-	err := phonehome.Post(ctx, u, phonehome.Report{InstanceID: fb.GetInstanceId(), Hostname: fb.GetHostname(), BootID: randomID(), Uptime: 30 * time.Second},
-		phonehome.Options{Tries: 20, MinBackoff: 500 * time.Millisecond, MaxBackoff: 5 * time.Second, Client: n.sim.clientFor(n)}, n.log)
-	if err != nil && ctx.Err() == nil {
+	q := parsed.Query()
+	q.Set("token", fb.GetCallbackToken())
+	parsed.RawQuery = q.Encode()
+	// The callback URL names the instance that installed the node; in a
+	// fleet of instances it is a VIP in front of them. The sim models the
+	// VIP: when that instance is gone, the same path on another.
+	candidates := []string{parsed.String()}
+	for _, base := range n.sim.httpBases(n) {
+		alt := *parsed
+		if b, err := url.Parse(base); err == nil && b.Host != parsed.Host {
+			alt.Host = b.Host
+			candidates = append(candidates, alt.String())
+		}
+	}
+	report := phonehome.Report{InstanceID: fb.GetInstanceId(), Hostname: fb.GetHostname(), BootID: randomID(), Uptime: 30 * time.Second}
+	for round := 0; round < 4 && ctx.Err() == nil; round++ {
+		for _, u := range candidates {
+			err = phonehome.Post(ctx, u, report, phonehome.Options{Tries: 5, MinBackoff: 500 * time.Millisecond, MaxBackoff: 3 * time.Second, Client: n.sim.clientFor(n)}, n.log)
+			if err == nil {
+				<-ctx.Done()
+				return
+			}
+		}
+	}
+	if ctx.Err() == nil {
 		n.log.Warn("installed OS: callback failed", "err", err)
 	}
 	<-ctx.Done()

@@ -72,12 +72,24 @@ type Config struct {
 	// KillCoordinatorAt: when this share of runs has ended, the coordinator
 	// is SIGKILLed and restarted on its state (0: never).
 	KillCoordinatorAt float64
+	// KillAfter, if set, kills instance 0 this long after the batch started
+	// instead (mid-run, whatever the pace).
+	KillAfter time.Duration
 	Work              string // state, logs (a temp dir of the caller's)
 	Bin               string // provisioner-lite binary; built when empty
 	Log               *slog.Logger
 	CoordinatorArgs   []string
 	// Timeout bounds the whole batch (default 20 min).
 	Timeout time.Duration
+	// Instances > 1 runs several coordinators on the PostgreSQL database
+	// DSN (required then); half the nodes are provisioned through each, and
+	// KillCoordinatorAt kills instance 0 for good: the others take its runs over.
+	Instances int
+	DSN       string
+	LeaseTTL  time.Duration // default 5s
+	// AfterBatch, if set, runs once every run ended, while the coordinators
+	// are still up (a test reads timelines there).
+	AfterBatch func(ctx context.Context, c curev1.OperatorServiceClient) error
 }
 
 func (c *Config) defaults() {
@@ -99,6 +111,12 @@ func (c *Config) defaults() {
 	if c.Timeout == 0 {
 		c.Timeout = 20 * time.Minute
 	}
+	if c.Instances == 0 {
+		c.Instances = 1
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 5 * time.Second
+	}
 }
 
 // Sim is a running simulation.
@@ -109,28 +127,60 @@ type Sim struct {
 	Nodes  []*Node
 	byIP   map[string]*Node
 
-	stateDir, manDir, imageDir string
-	caFile                     string
-	httpAddr, grpcAddr         string
-	httpBase                   string
-	bmcLn                      net.Listener
-	bmcSrv                     *http.Server
-	bmcFP                      string
-	bmcPort                    int
+	manDir, imageDir string
+	caFile           string
+	bmcLn            net.Listener
+	bmcSrv           *http.Server
+	bmcFP            string
+	bmcPort          int
 
 	clientMu sync.Mutex
 	clients  map[string]*http.Client
 
-	coordMu  sync.Mutex
-	coord    *exec.Cmd
-	coordLog *os.File
-	procs    []procStats // finished coordinator processes
-	kills    int
-
-	conn   *grpc.ClientConn
-	Client curev1.OperatorServiceClient
+	coordMu sync.Mutex
+	coords  []*coordProc
+	procs   []procStats // finished coordinator processes
+	kills   int
 
 	stats *stats
+}
+
+// coordProc is one coordinator instance.
+type coordProc struct {
+	name, stateDir     string
+	httpAddr, grpcAddr string
+	httpBase           string
+	cmd                *exec.Cmd
+	log                *os.File
+	dead               bool // killed for good (a takeover test)
+	conn               *grpc.ClientConn
+	client             curev1.OperatorServiceClient
+}
+
+// Client is the operator API of the first live instance.
+func (s *Sim) Client() curev1.OperatorServiceClient {
+	s.coordMu.Lock()
+	defer s.coordMu.Unlock()
+	for _, c := range s.coords {
+		if !c.dead {
+			return c.client
+		}
+	}
+	return s.coords[0].client
+}
+
+// httpBases are the instances' boot servers, the node's own first: a site
+// puts several behind its DHCP chain (or a VIP); a node whose server is
+// down tries the next.
+func (s *Sim) httpBases(n *Node) []string {
+	s.coordMu.Lock()
+	defer s.coordMu.Unlock()
+	var out []string
+	for i := range s.coords {
+		c := s.coords[(n.index+i)%len(s.coords)]
+		out = append(out, c.httpBase)
+	}
+	return out
 }
 
 func (s *Sim) scaled(d time.Duration) time.Duration {
@@ -152,10 +202,26 @@ func Start(ctx context.Context, cfg Config) (*Sim, error) {
 	raiseNoFile()
 	s := &Sim{cfg: cfg, byIP: map[string]*Node{}, clients: map[string]*http.Client{}, stats: newStats()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.stateDir = filepath.Join(cfg.Work, "state")
+	if cfg.Instances > 1 && cfg.DSN == "" {
+		return nil, errors.New("fleet: several instances need a PostgreSQL DSN")
+	}
 	s.manDir = filepath.Join(cfg.Work, "manifests")
 	s.imageDir = filepath.Join(cfg.Work, "image")
-	for _, d := range []string{filepath.Join(s.stateDir, "pki"), filepath.Join(s.manDir, "suites"), s.imageDir} {
+	for i := range cfg.Instances {
+		c := &coordProc{name: fmt.Sprintf("fleet-%d", i+1), stateDir: filepath.Join(cfg.Work, fmt.Sprintf("state-%d", i+1))}
+		hp, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		gp, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		c.httpAddr, c.grpcAddr = fmt.Sprintf("127.0.0.1:%d", hp), fmt.Sprintf("127.0.0.1:%d", gp)
+		c.httpBase = "http://" + c.httpAddr
+		s.coords = append(s.coords, c)
+	}
+	for _, d := range []string{filepath.Join(s.coords[0].stateDir, "pki"), filepath.Join(s.manDir, "suites"), s.imageDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
@@ -174,9 +240,11 @@ func Start(ctx context.Context, cfg Config) (*Sim, error) {
 		s.Close()
 		return nil, err
 	}
-	if err := s.startCoordinator(ctx); err != nil {
-		s.Close()
-		return nil, err
+	for i := range s.coords {
+		if err := s.startCoordinator(ctx, i); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -232,11 +300,37 @@ const (
 
 // prepare writes the PKI, the boot image, the artifacts, the manifests.
 func (s *Sim) prepare() error {
-	pkiDir := filepath.Join(s.stateDir, "pki")
+	pkiDir := filepath.Join(s.coords[0].stateDir, "pki")
 	if _, err := pki.EnsureCA(pkiDir); err != nil {
 		return err
 	}
 	s.caFile = filepath.Join(pkiDir, pki.CACertFile)
+	// Instances of one fleet share the CA and the state key (the database's
+	// secrets are sealed with it); each has its own state dir.
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	for _, c := range s.coords {
+		if err := os.MkdirAll(filepath.Join(c.stateDir, "pki"), 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(c.stateDir, "state.key"), key, 0o600); err != nil {
+			return err
+		}
+		if c.stateDir == s.coords[0].stateDir {
+			continue
+		}
+		for _, f := range []string{pki.CACertFile, "ca-key.pem"} {
+			b, err := os.ReadFile(filepath.Join(pkiDir, f))
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(c.stateDir, "pki", f), b, 0o600); err != nil {
+				return err
+			}
+		}
+	}
 	// A small kernel and initrd: the sim fetches them as iPXE does.
 	for name, size := range map[string]int{"vmlinuz": 256 << 10, "initramfs.cpio.gz": 512 << 10} {
 		if err := writeRandom(filepath.Join(s.imageDir, name), int64(size)); err != nil {
@@ -348,7 +442,7 @@ func (s *Sim) startBMCs() error {
 	n := s.cfg.Nodes
 	faults := assignFaults(s.cfg)
 	for i := range n {
-		nd := &Node{ID: fmt.Sprintf("sim%05d", i), MAC: fmt.Sprintf("02:c0:%02x:%02x:%02x:%02x", i>>24&255, i>>16&255, i>>8&255, i&255),
+		nd := &Node{index: i, ID: fmt.Sprintf("sim%05d", i), MAC: fmt.Sprintf("02:c0:%02x:%02x:%02x:%02x", i>>24&255, i>>16&255, i>>8&255, i&255),
 			Serial: fmt.Sprintf("SIM-%06d", i), IP: nodeIP(i), sim: s, nicFW: nicOld, nvmeFW: nvmeOld,
 			flashes: map[string]int{}, used: map[string]bool{}}
 		nd.Faults = faults[i]
@@ -468,35 +562,36 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// startCoordinator starts (or restarts) provisioner-lite on the sim's state.
-func (s *Sim) startCoordinator(ctx context.Context) error {
+// startCoordinator starts (or restarts) instance i on its state.
+func (s *Sim) startCoordinator(ctx context.Context, i int) error {
 	s.coordMu.Lock()
 	defer s.coordMu.Unlock()
-	if s.httpAddr == "" {
-		hp, err := freePort()
-		if err != nil {
-			return err
-		}
-		gp, err := freePort()
-		if err != nil {
-			return err
-		}
-		s.httpAddr, s.grpcAddr = fmt.Sprintf("127.0.0.1:%d", hp), fmt.Sprintf("127.0.0.1:%d", gp)
-		s.httpBase = "http://" + s.httpAddr
-	}
+	c := s.coords[i]
 	inv, err := s.writeInventory()
 	if err != nil {
 		return err
 	}
-	logf, err := os.OpenFile(filepath.Join(s.cfg.Work, "coordinator.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(filepath.Join(s.cfg.Work, c.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	args := []string{
-		"--state-dir", s.stateDir, "--manifests", s.manDir, "--nodes", inv, "--image-dir", s.imageDir,
-		"--http-listen", s.httpAddr, "--grpc-listen", s.grpcAddr, "--advertise", "127.0.0.1",
-		"--bmc-base-url", s.httpBase, "--wait-cure", "3m", "--wait-host", "3m", "--reconnect", "10s",
-		"--instance-id", "fleet-1", "--stats-every", "2s",
+		"--state-dir", c.stateDir, "--manifests", s.manDir, "--nodes", inv, "--image-dir", s.imageDir,
+		"--http-listen", c.httpAddr, "--grpc-listen", c.grpcAddr, "--advertise", "127.0.0.1",
+		"--bmc-base-url", c.httpBase, "--wait-cure", "3m", "--wait-host", "3m", "--reconnect", "10s",
+		"--instance-id", c.name, "--stats-every", "2s", "--lease-ttl", s.cfg.LeaseTTL.String(),
+	}
+	if s.cfg.DSN != "" {
+		args = append(args, "--db", s.cfg.DSN)
+	}
+	var peers []string
+	for j, o := range s.coords {
+		if j != i {
+			peers = append(peers, o.grpcAddr)
+		}
+	}
+	if len(peers) > 0 {
+		args = append(args, "--peer-grpc", strings.Join(peers, ","))
 	}
 	args = append(args, s.cfg.CoordinatorArgs...)
 	cmd := exec.Command(s.cfg.Bin, args...)
@@ -506,12 +601,12 @@ func (s *Sim) startCoordinator(ctx context.Context) error {
 		logf.Close()
 		return err
 	}
-	s.coord, s.coordLog = cmd, logf
-	if err := waitTCP(ctx, s.grpcAddr, 2*time.Minute); err != nil {
-		return fmt.Errorf("coordinator did not start (see %s): %w", logf.Name(), err)
+	c.cmd, c.log, c.dead = cmd, logf, false
+	if err := waitTCP(ctx, c.grpcAddr, 2*time.Minute); err != nil {
+		return fmt.Errorf("coordinator %s did not start (see %s): %w", c.name, logf.Name(), err)
 	}
-	if s.conn == nil {
-		oc, err := pki.IssueOperatorCert(filepath.Join(s.stateDir, "pki"), "fleet", pki.RoleAdmin)
+	if c.conn == nil {
+		oc, err := pki.IssueOperatorCert(filepath.Join(s.coords[0].stateDir, "pki"), "fleet", pki.RoleAdmin)
 		if err != nil {
 			return err
 		}
@@ -527,39 +622,40 @@ func (s *Sim) startCoordinator(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+		conn, err := grpc.NewClient(c.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
 		if err != nil {
 			return err
 		}
-		s.conn, s.Client = conn, curev1.NewOperatorServiceClient(conn)
+		c.conn, c.client = conn, curev1.NewOperatorServiceClient(conn)
 	}
 	return nil
 }
 
-// stopCoordinator ends the coordinator (SIGKILL when kill) and keeps its
+// stopCoordinator ends instance i (SIGKILL when kill) and keeps its
 // resource figures.
-func (s *Sim) stopCoordinator(kill bool) {
+func (s *Sim) stopCoordinator(i int, kill bool) {
 	s.coordMu.Lock()
 	defer s.coordMu.Unlock()
-	if s.coord == nil {
+	c := s.coords[i]
+	if c.cmd == nil {
 		return
 	}
-	ps := readProc(s.coord.Process.Pid)
+	ps := readProc(c.cmd.Process.Pid)
 	sig := syscall.SIGTERM
 	if kill {
 		sig = syscall.SIGKILL
 		s.kills++
 	}
-	_ = s.coord.Process.Signal(sig)
+	_ = c.cmd.Process.Signal(sig)
 	done := make(chan struct{})
-	go func() { s.coord.Wait(); close(done) }()
+	go func() { c.cmd.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):
-		_ = s.coord.Process.Kill()
+		_ = c.cmd.Process.Kill()
 		<-done
 	}
-	if u := s.coord.ProcessState; u != nil {
+	if u := c.cmd.ProcessState; u != nil {
 		// Rusage after exit is exact; /proc before the signal is the fallback.
 		if ru, ok := u.SysUsage().(*syscall.Rusage); ok {
 			ps.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -567,17 +663,19 @@ func (s *Sim) stopCoordinator(kill bool) {
 		}
 	}
 	s.procs = append(s.procs, ps)
-	s.coordLog.Close()
-	s.coord = nil
+	c.log.Close()
+	c.cmd = nil
 }
 
 // Close stops the coordinator, the BMCs and the nodes.
 func (s *Sim) Close() {
-	s.stopCoordinator(false)
-	s.cancel()
-	if s.conn != nil {
-		s.conn.Close()
+	for i, c := range s.coords {
+		s.stopCoordinator(i, false)
+		if c.conn != nil {
+			c.conn.Close()
+		}
 	}
+	s.cancel()
 	if s.bmcSrv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_ = s.bmcSrv.Shutdown(ctx)
@@ -697,19 +795,38 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 	res := &Result{Nodes: len(s.Nodes), RefusedReasons: map[string]int{}}
 	runs := map[string]string{} // node -> run
 	start := time.Now()
-	for _, batch := range []struct {
+	// With several instances, each is asked for its share (node index
+	// modulo the instance count), as operators spread a fleet.
+	type batch struct {
+		inst     int
 		ids      []string
 		mode     curev1.Mode
 		manifest string
-	}{{prov, curev1.Mode_MODE_PROVISION, ""}, {diag, curev1.Mode_MODE_DIAGNOSTIC, suiteName}} {
-		if len(batch.ids) == 0 {
+	}
+	var batches []batch
+	share := func(ids []string, inst int) []string {
+		var out []string
+		for _, id := range ids {
+			var i int
+			fmt.Sscanf(id, "sim%d", &i)
+			if i%len(s.coords) == inst {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	for inst := range s.coords {
+		batches = append(batches, batch{inst, share(prov, inst), curev1.Mode_MODE_PROVISION, ""}, batch{inst, share(diag, inst), curev1.Mode_MODE_DIAGNOSTIC, suiteName})
+	}
+	for _, b := range batches {
+		if len(b.ids) == 0 {
 			continue
 		}
 		pctx, pcancel := context.WithTimeout(ctx, 5*time.Minute)
-		resp, err := s.Client.Provision(pctx, &curev1.ProvisionRequest{NodeIds: batch.ids, Mode: batch.mode, Manifest: batch.manifest})
+		resp, err := s.coords[b.inst].client.Provision(pctx, &curev1.ProvisionRequest{NodeIds: b.ids, Mode: b.mode, Manifest: b.manifest})
 		pcancel()
 		if err != nil {
-			return nil, fmt.Errorf("provision %d nodes (%s): %w", len(batch.ids), batch.mode, err)
+			return nil, fmt.Errorf("provision %d nodes (%s) on %s: %w", len(b.ids), b.mode, s.coords[b.inst].name, err)
 		}
 		for _, r := range resp.GetRuns() {
 			runs[r.GetNodeId()] = r.GetRunId()
@@ -721,23 +838,34 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 	}
 	res.Started = len(runs)
 	// Wait for every run to end; kill the coordinator once on the way when asked.
-	killed := s.cfg.KillCoordinatorAt <= 0
+	killed := s.cfg.KillCoordinatorAt <= 0 && s.cfg.KillAfter <= 0
 	for {
 		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
 			return res, fmt.Errorf("batch did not finish in %s: %w", s.cfg.Timeout, err)
 		}
 		fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
-		fs, err := s.Client.Fleet(fctx, &curev1.FleetRequest{})
+		fs, err := s.Client().Fleet(fctx, &curev1.FleetRequest{})
 		fcancel()
 		if err != nil {
 			continue // the coordinator may be restarting
 		}
 		ended := res.Started - int(fs.GetActive())
-		if !killed && float64(ended) >= s.cfg.KillCoordinatorAt*float64(res.Started) {
+		due := float64(ended) >= s.cfg.KillCoordinatorAt*float64(res.Started)
+		if s.cfg.KillAfter > 0 {
+			due = time.Since(start) >= s.cfg.KillAfter
+		}
+		if !killed && due {
 			killed = true
 			s.cfg.Log.Info("fault: killing the coordinator", "ended", ended, "of", res.Started)
-			s.stopCoordinator(true)
-			if err := s.startCoordinator(ctx); err != nil {
+			s.stopCoordinator(0, true)
+			if len(s.coords) > 1 {
+				// For good: the other instances take its runs over.
+				s.coordMu.Lock()
+				s.coords[0].dead = true
+				s.coordMu.Unlock()
+				continue
+			}
+			if err := s.startCoordinator(ctx, 0); err != nil {
 				return res, fmt.Errorf("restart coordinator: %w", err)
 			}
 			continue
@@ -747,12 +875,7 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 		}
 	}
 	res.Wall = time.Since(start)
-	if s.coord != nil {
-		ps := readProc(s.coord.Process.Pid)
-		s.coordMu.Lock()
-		s.procs = append(s.procs, ps)
-		s.coordMu.Unlock()
-	}
+
 	// Judge every run from its report.
 	var trans []time.Duration
 	for _, n := range s.Nodes {
@@ -767,7 +890,7 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 			continue
 		}
 		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-		rep, err := s.Client.Report(rctx, &curev1.ReportRequest{RunId: runID})
+		rep, err := s.Client().Report(rctx, &curev1.ReportRequest{RunId: runID})
 		rcancel()
 		if err != nil {
 			return res, fmt.Errorf("report of %s: %w", runID, err)
@@ -811,7 +934,14 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 	sort.Strings(res.Problems)
 	res.AckP50, res.AckP99 = s.stats.ackPercentiles()
 	res.TransP50, res.TransP99 = percentile(trans, 50), percentile(trans, 99)
-	s.stopCoordinator(false)
+	if s.cfg.AfterBatch != nil {
+		if err := s.cfg.AfterBatch(ctx, s.Client()); err != nil {
+			return res, err
+		}
+	}
+	for i := range s.coords {
+		s.stopCoordinator(i, false)
+	}
 	for _, p := range s.procs {
 		res.RSSMiB = max(res.RSSMiB, float64(p.hwmKiB)/1024)
 		res.CPUSeconds += p.cpu.Seconds()
@@ -843,7 +973,15 @@ var statsRE = regexp.MustCompile(`msg="store stats".* commits=(\d+)`)
 // commits sums the store commits each coordinator process last reported
 // (a killed process's count is its last periodic report).
 func (s *Sim) commits() int64 {
-	f, err := os.Open(filepath.Join(s.cfg.Work, "coordinator.log"))
+	var total int64
+	for _, c := range s.coords {
+		total += logCommits(filepath.Join(s.cfg.Work, c.name+".log"))
+	}
+	return total
+}
+
+func logCommits(path string) int64 {
+	f, err := os.Open(path)
 	if err != nil {
 		return 0
 	}

@@ -57,6 +57,8 @@ type config struct {
 	instance                                   string
 	peerGRPC                                   string
 	statsEvery                                 time.Duration
+	db                                         string
+	leaseTTL                                   time.Duration
 }
 
 func main() {
@@ -102,6 +104,9 @@ func main() {
 	flag.IntVar(&c.maxRuns, "max-runs", pipeline.DefaultMaxRuns, "runs this instance drives at once; Provision beyond it is refused (ResourceExhausted) so curectl can try another instance")
 	flag.StringVar(&c.peerGRPC, "peer-grpc", "", "other instances of this fleet (shared database) as nodes dial them, host:port comma-separated: "+
 		"a runner whose coordinator dies reconnects to the next")
+	flag.StringVar(&c.db, "db", os.Getenv("CURE_DB"), "database: empty for SQLite in the state dir (one instance), or a PostgreSQL DSN "+
+		"(postgres://… or host=… dbname=…) shared by several instances; default $CURE_DB (keeps a password off the command line)")
+	flag.DurationVar(&c.leaseTTL, "lease-ttl", store.DefaultLeaseTTL, "how long a run stays with an instance that stopped renewing its lease before another instance takes it over")
 	flag.DurationVar(&c.statsEvery, "stats-every", time.Minute, "log the store's write statistics and the active runs this often")
 	flag.StringVar(&c.instance, "instance-id", defaultInstanceID(), "this coordinator instance's name (leases, answers, logs); unique among instances sharing a database")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
@@ -177,7 +182,16 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		return err
 	}
 	defer sd.Close()
-	st, err := store.Open(sd.Join(statedir.DBFile), store.WithStateKey(sd.Key), store.WithInstance(c.instance))
+	dsn := c.db
+	if dsn == "" {
+		dsn = sd.Join(statedir.DBFile)
+	} else if !store.IsPostgresDSN(dsn) {
+		return fmt.Errorf("--db %s: not a PostgreSQL DSN (postgres://… or host=… dbname=…); leave it empty for SQLite in the state dir", store.Redacted(dsn))
+	}
+	// Instances sharing a database must share the state key too (copy
+	// state.key and pki/ca*.pem to each instance's state dir): the secrets
+	// in the database are sealed with it.
+	st, err := store.OpenDSN(dsn, store.WithStateKey(sd.Key), store.WithInstance(c.instance), store.WithLeaseTTL(c.leaseTTL))
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -294,7 +308,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 			}
 		}
 	}()
-	log.Info("provisioner-lite ready", "http", c.httpListen, "grpc", c.grpcListen, "advertise", c.advertise, "resumed_runs", n, "state", sd.Path)
+	log.Info("provisioner-lite ready", "instance", c.instance, "db", st.Path(), "http", c.httpListen, "grpc", c.grpcListen, "advertise", c.advertise, "resumed_runs", n, "state", sd.Path)
 
 	select {
 	case <-ctx.Done():
