@@ -23,6 +23,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
 	"github.com/cure-oss/cure/provisioner-lite/nodes"
+	"github.com/cure-oss/cure/provisioner-lite/pacing"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/provisioner-lite/server"
@@ -59,6 +60,10 @@ type config struct {
 	statsEvery                                 time.Duration
 	db                                         string
 	leaseTTL                                   time.Duration
+	powerRate                                  float64
+	powerBurst, bmcInflight, bmcLogins         int
+	powerGroups                                string
+	bmcIdle                                    time.Duration
 }
 
 func main() {
@@ -106,6 +111,12 @@ func main() {
 		"a runner whose coordinator dies reconnects to the next")
 	flag.StringVar(&c.db, "db", os.Getenv("CURE_DB"), "database: empty for SQLite in the state dir (one instance), or a PostgreSQL DSN "+
 		"(postgres://… or host=… dbname=…) shared by several instances; default $CURE_DB (keeps a password off the command line)")
+	flag.Float64Var(&c.powerRate, "power-on-rate", 2, "power-ons per second per PDU or rack (see --power-group-label); 0: not paced")
+	flag.IntVar(&c.powerBurst, "power-on-burst", 8, "power-ons a PDU or rack may do back to back before --power-on-rate applies")
+	flag.StringVar(&c.powerGroups, "power-group-label", "pdu,rack", "node labels that name a node's power group, first present wins (none: one group)")
+	flag.IntVar(&c.bmcInflight, "bmc-max-inflight", 2, "Redfish calls in flight per BMC")
+	flag.IntVar(&c.bmcLogins, "bmc-max-logins", 64, "Redfish logins in flight over all BMCs")
+	flag.DurationVar(&c.bmcIdle, "bmc-idle", 5*time.Minute, "a BMC session unused this long is logged out")
 	flag.DurationVar(&c.leaseTTL, "lease-ttl", store.DefaultLeaseTTL, "how long a run stays with an instance that stopped renewing its lease before another instance takes it over")
 	flag.DurationVar(&c.statsEvery, "stats-every", time.Minute, "log the store's write statistics and the active runs this often")
 	flag.StringVar(&c.instance, "instance-id", defaultInstanceID(), "this coordinator instance's name (leases, answers, logs); unique among instances sharing a database")
@@ -245,11 +256,19 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	if err != nil {
 		return err
 	}
+	var groupKeys []string
+	for _, k := range strings.Split(c.powerGroups, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			groupKeys = append(groupKeys, k)
+		}
+	}
+	bmcPool := newBMCPool(bmcs, c.bmcIdle, c.bmcInflight, c.bmcLogins, &pacing.Pacer{Rate: c.powerRate, Burst: c.powerBurst}, groupKeys, log)
+	go bmcPool.run(ctx)
 	rec := audit.New(st, log, 0)
 	hub := sessions.NewHub()
 	eng := pipeline.New(ctx, pipeline.Config{
 		Store: st, Hub: hub, Log: log, Audit: rec,
-		ConnectBMC:      bmcs.connect,
+		ConnectBMC:      bmcPool.connect,
 		Manifests:       &pipeline.Catalog{Dir: c.manifestDir},
 		ArtifactDir:     artifactDir,
 		BaseURL:         baseURL,

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cure-oss/cure/provisioner-lite/pacing"
+	"github.com/cure-oss/cure/provisioner-lite/pipeline"
+	"github.com/cure-oss/cure/provisioner-lite/redfish"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+)
+
+// bmcPool keeps one Redfish session and HTTP transport per BMC across the
+// pipeline's steps (a run used to log in four times, and BMCs cap their
+// sessions), limits the calls in flight per BMC and the logins in flight
+// overall (a fleet start must not open thousands of TLS handshakes at once),
+// and paces power-ons per PDU or rack.
+type bmcPool struct {
+	conn        *bmcConnector
+	idle        time.Duration
+	maxInflight int
+	logins      chan struct{}
+	pacer       *pacing.Pacer
+	groupKeys   []string
+	log         *slog.Logger
+	// dial is redfish.Connect; tests count it.
+	dial func(ctx context.Context, ep redfish.Endpoint, o redfish.Options) (*redfish.Client, error)
+
+	mu      sync.Mutex
+	entries map[string]*bmcEntry
+	logged  atomic.Int64 // sessions opened
+}
+
+type bmcEntry struct {
+	key      string
+	client   *redfish.Client
+	err      error
+	ready    chan struct{} // closed once the login finished
+	sem      chan struct{}
+	refs     int
+	lastUsed time.Time
+}
+
+func newBMCPool(conn *bmcConnector, idle time.Duration, maxInflight, maxLogins int, pacer *pacing.Pacer, groupKeys []string, log *slog.Logger) *bmcPool {
+	return &bmcPool{conn: conn, idle: idle, maxInflight: max(maxInflight, 1), logins: make(chan struct{}, max(maxLogins, 1)),
+		pacer: pacer, groupKeys: groupKeys, log: log, dial: redfish.Connect, entries: map[string]*bmcEntry{}}
+}
+
+// entryKey identifies a BMC and everything its session depends on: a new
+// password, pin or CA makes a new session.
+func entryKey(ep redfish.Endpoint, n store.Node) string {
+	h := sha256.New()
+	io.WriteString(h, ep.Password)
+	return fmt.Sprintf("%s|%s|%s|%s|%t|%x", ep.URL, ep.Username, ep.Fingerprint, n.BMCCAFile, ep.Insecure, h.Sum(nil)[:8])
+}
+
+// connect is pipeline.Config.ConnectBMC.
+func (p *bmcPool) connect(ctx context.Context, n store.Node) (pipeline.BMC, error) {
+	ep, err := p.conn.endpoint(n)
+	if err != nil {
+		return nil, err
+	}
+	key := entryKey(ep, n)
+	p.mu.Lock()
+	e := p.entries[key]
+	creator := e == nil
+	if creator {
+		e = &bmcEntry{key: key, ready: make(chan struct{}), sem: make(chan struct{}, p.maxInflight)}
+		p.entries[key] = e
+	}
+	e.refs++
+	p.mu.Unlock()
+	if creator {
+		e.client, e.err = p.login(ctx, ep, n)
+		close(e.ready)
+	}
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		p.release(e)
+		return nil, ctx.Err()
+	}
+	if e.err != nil {
+		p.mu.Lock()
+		if p.entries[key] == e {
+			delete(p.entries, key) // the next step tries a fresh login
+		}
+		p.mu.Unlock()
+		p.release(e)
+		return nil, e.err
+	}
+	return &bmcHandle{Client: e.client, e: e, p: p, group: pacing.Group(n.Labels, p.groupKeys)}, nil
+}
+
+func (p *bmcPool) login(ctx context.Context, ep redfish.Endpoint, n store.Node) (*redfish.Client, error) {
+	select {
+	case p.logins <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-p.logins }()
+	c, err := p.dial(ctx, ep, redfish.Options{Timeout: p.conn.timeout, Logger: p.log.With("node", n.ID)})
+	if err == nil {
+		p.logged.Add(1)
+	}
+	return c, err
+}
+
+func (p *bmcPool) release(e *bmcEntry) {
+	p.mu.Lock()
+	e.refs--
+	e.lastUsed = time.Now()
+	p.mu.Unlock()
+}
+
+// evictIdle logs out of the sessions nobody used for the idle time.
+func (p *bmcPool) evictIdle(ctx context.Context, now time.Time) int {
+	p.mu.Lock()
+	var victims []*bmcEntry
+	for k, e := range p.entries {
+		select {
+		case <-e.ready:
+		default:
+			continue
+		}
+		if e.refs == 0 && now.Sub(e.lastUsed) >= p.idle {
+			victims = append(victims, e)
+			delete(p.entries, k)
+		}
+	}
+	p.mu.Unlock()
+	for _, e := range victims {
+		if e.client != nil {
+			_ = e.client.Close(ctx)
+		}
+	}
+	return len(victims)
+}
+
+// run evicts idle sessions until ctx ends, then logs out of all of them.
+func (p *bmcPool) run(ctx context.Context) {
+	t := time.NewTicker(max(p.idle/4, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			p.evictIdle(cctx, time.Now().Add(100*365*24*time.Hour))
+			cancel()
+			return
+		case now := <-t.C:
+			p.evictIdle(ctx, now)
+		}
+	}
+}
+
+// bmcHandle is one pipeline step's use of a pooled session: Close gives it
+// back instead of logging out; calls wait for a slot of their BMC; power-ons
+// wait for their group's pacing.
+type bmcHandle struct {
+	*redfish.Client
+	e      *bmcEntry
+	p      *bmcPool
+	group  string
+	closed atomic.Bool
+}
+
+func (h *bmcHandle) acquire(ctx context.Context) error {
+	select {
+	case h.e.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *bmcHandle) done() { <-h.e.sem }
+
+func (h *bmcHandle) pace(ctx context.Context) error {
+	d, err := h.p.pacer.Wait(ctx, h.group)
+	if d > 0 {
+		h.p.log.Debug("power-on paced", "group", h.group, "waited", d)
+	}
+	return err
+}
+
+// Close returns the session to the pool.
+func (h *bmcHandle) Close(context.Context) error {
+	if h.closed.CompareAndSwap(false, true) {
+		h.p.release(h.e)
+	}
+	return nil
+}
+
+func (h *bmcHandle) PowerState(ctx context.Context) (string, error) {
+	if err := h.acquire(ctx); err != nil {
+		return "", err
+	}
+	defer h.done()
+	return h.Client.PowerState(ctx)
+}
+
+func (h *bmcHandle) PowerOn(ctx context.Context) error {
+	if err := h.pace(ctx); err != nil {
+		return err
+	}
+	if err := h.acquire(ctx); err != nil {
+		return err
+	}
+	defer h.done()
+	return h.Client.PowerOn(ctx)
+}
+
+func (h *bmcHandle) PowerOff(ctx context.Context, force bool) error {
+	if err := h.acquire(ctx); err != nil {
+		return err
+	}
+	defer h.done()
+	return h.Client.PowerOff(ctx, force)
+}
+
+// Reset paces the resets that power a node on from off.
+func (h *bmcHandle) Reset(ctx context.Context, resetType string) error {
+	switch resetType {
+	case "On", "ForceOn", "PowerCycle":
+		if err := h.pace(ctx); err != nil {
+			return err
+		}
+	}
+	if err := h.acquire(ctx); err != nil {
+		return err
+	}
+	defer h.done()
+	return h.Client.Reset(ctx, resetType)
+}
+
+func (h *bmcHandle) SetBootOverride(ctx context.Context, target redfish.BootTarget, once bool) error {
+	if err := h.acquire(ctx); err != nil {
+		return err
+	}
+	defer h.done()
+	return h.Client.SetBootOverride(ctx, target, once)
+}
+
+func (h *bmcHandle) FirmwareInventory(ctx context.Context) ([]redfish.FirmwareItem, error) {
+	if err := h.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer h.done()
+	return h.Client.FirmwareInventory(ctx)
+}
+
+func (h *bmcHandle) BiosAttributes(ctx context.Context) (map[string]any, error) {
+	if err := h.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer h.done()
+	return h.Client.BiosAttributes(ctx)
+}
+
+func (h *bmcHandle) SetBiosAttributes(ctx context.Context, attrs map[string]any) error {
+	if err := h.acquire(ctx); err != nil {
+		return err
+	}
+	defer h.done()
+	return h.Client.SetBiosAttributes(ctx, attrs)
+}
