@@ -74,11 +74,11 @@ type Config struct {
 	KillCoordinatorAt float64
 	// KillAfter, if set, kills instance 0 this long after the batch started
 	// instead (mid-run, whatever the pace).
-	KillAfter time.Duration
-	Work              string // state, logs (a temp dir of the caller's)
-	Bin               string // provisioner-lite binary; built when empty
-	Log               *slog.Logger
-	CoordinatorArgs   []string
+	KillAfter       time.Duration
+	Work            string // state, logs (a temp dir of the caller's)
+	Bin             string // provisioner-lite binary; built when empty
+	Log             *slog.Logger
+	CoordinatorArgs []string
 	// Timeout bounds the whole batch (default 20 min).
 	Timeout time.Duration
 	// Instances > 1 runs several coordinators on the PostgreSQL database
