@@ -64,6 +64,7 @@ type config struct {
 	powerBurst, bmcInflight, bmcLogins         int
 	powerGroups                                string
 	bmcIdle                                    time.Duration
+	pprofListen                                string
 }
 
 func main() {
@@ -117,6 +118,7 @@ func main() {
 	flag.IntVar(&c.bmcInflight, "bmc-max-inflight", 2, "Redfish calls in flight per BMC")
 	flag.IntVar(&c.bmcLogins, "bmc-max-logins", 64, "Redfish logins in flight over all BMCs")
 	flag.DurationVar(&c.bmcIdle, "bmc-idle", 5*time.Minute, "a BMC session unused this long is logged out")
+	flag.StringVar(&c.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this address (loopback only, e.g. 127.0.0.1:6060; empty: off)")
 	flag.DurationVar(&c.leaseTTL, "lease-ttl", store.DefaultLeaseTTL, "how long a run stays with an instance that stopped renewing its lease before another instance takes it over")
 	flag.DurationVar(&c.statsEvery, "stats-every", time.Minute, "log the store's write statistics and the active runs this often")
 	flag.StringVar(&c.instance, "instance-id", defaultInstanceID(), "this coordinator instance's name (leases, answers, logs); unique among instances sharing a database")
@@ -313,6 +315,11 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	n, err := eng.Resume(ctx)
 	if err != nil && ctx.Err() == nil {
 		return err
+	}
+	if c.pprofListen != "" {
+		if err := servePprof(ctx, c.pprofListen, log); err != nil {
+			return err
+		}
 	}
 	go eng.RunLeases(ctx)
 	go func() {
