@@ -14,8 +14,8 @@ import (
 // with synchronous=FULL each commit is an fsync: one transaction per write
 // capped a coordinator at a few hundred writes a second, whatever the number
 // of runs. The committer instead takes every write queued while the previous
-// commit was under way and commits them together, each inside its own
-// savepoint, so one write's failure rolls back that write alone. Callers
+// commit was under way and commits them together in one transaction; a write
+// that fails is answered alone and the batch runs again without it. Callers
 // still return only once their write is durable.
 
 // Tx is a write transaction as fn sees it. Its methods take a context for the
@@ -212,7 +212,13 @@ func (c *committer) loop() {
 	}
 }
 
-// run commits one batch and answers each caller.
+// run commits one batch and answers each caller. The batch runs as one
+// plain transaction: savepoints per write would have SQLite journal every
+// page each write touches (most of the committer's CPU under fleet load).
+// Writes rarely fail inside the transaction (inputs are checked before);
+// when one does, the batch is rolled back, that write is answered with its
+// error (it met the same state it would meet alone, the writes before it
+// in the same order) and the batch runs again without it.
 func (c *committer) run(batch []*op) {
 	live := batch[:0:0]
 	for _, o := range batch {
@@ -222,75 +228,60 @@ func (c *committer) run(batch []*op) {
 		}
 		live = append(live, o)
 	}
-	if len(live) == 0 {
-		return
+	for len(live) > 0 {
+		failed, opErr, err := c.commit(live)
+		if err != nil {
+			c.failedCommits.Add(1)
+			for _, o := range live {
+				o.done <- err
+			}
+			return
+		}
+		if failed < 0 {
+			for _, o := range live {
+				o.done <- nil
+			}
+			return
+		}
+		live[failed].done <- opErr
+		live = append(live[:failed:failed], live[failed+1:]...)
 	}
+}
+
+// commit runs ops in one transaction. It stops at the first failing write,
+// rolls back and returns its index and error; failed is -1 when every write
+// committed.
+func (c *committer) commit(ops []*op) (failed int, opErr, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	start := time.Now()
-	errs := make([]error, len(live))
-	err := func() error {
-		t, err := c.db.BeginTx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("begin: %w", err)
-		}
-		tx := &Tx{tx: t, ctx: ctx, p: c.p}
-		if len(live) == 1 {
-			if errs[0] = call(live[0].fn, tx); errs[0] != nil {
-				t.Rollback()
-				return nil
-			}
-		} else {
-			for i, o := range live {
-				if _, err := t.ExecContext(ctx, `SAVEPOINT op`); err != nil {
-					t.Rollback()
-					return fmt.Errorf("savepoint: %w", err)
-				}
-				if errs[i] = call(o.fn, tx); errs[i] != nil {
-					if _, err := t.ExecContext(ctx, `ROLLBACK TO SAVEPOINT op`); err != nil {
-						t.Rollback()
-						return fmt.Errorf("rollback to savepoint: %w", err)
-					}
-				}
-				if _, err := t.ExecContext(ctx, `RELEASE SAVEPOINT op`); err != nil {
-					t.Rollback()
-					return fmt.Errorf("release savepoint: %w", err)
-				}
-			}
-		}
-		if err := t.Commit(); err != nil {
-			return fmt.Errorf("commit: %w", err)
-		}
-		return nil
-	}()
-	c.commitNanos.Add(int64(time.Since(start)))
+	defer func() { c.commitNanos.Add(int64(time.Since(start))) }()
+	t, err := c.db.BeginTx(ctx, nil)
 	if err != nil {
-		c.failedCommits.Add(1)
-		for _, o := range live {
-			o.done <- err
+		return -1, nil, fmt.Errorf("begin: %w", err)
+	}
+	tx := &Tx{tx: t, ctx: ctx, p: c.p}
+	for i, o := range ops {
+		if ferr := call(o.fn, tx); ferr != nil {
+			t.Rollback()
+			return i, ferr, nil
 		}
-		return
+	}
+	if err := t.Commit(); err != nil {
+		return -1, nil, fmt.Errorf("commit: %w", err)
 	}
 	c.commits.Add(1)
-	wrote := 0
-	for _, e := range errs {
-		if e == nil {
-			wrote++
-		}
-	}
-	c.ops_.Add(int64(wrote))
-	if len(live) > 1 {
-		c.batchedOps.Add(int64(wrote))
+	c.ops_.Add(int64(len(ops)))
+	if len(ops) > 1 {
+		c.batchedOps.Add(int64(len(ops)))
 	}
 	for {
 		m := c.maxBatchSeen.Load()
-		if int64(len(live)) <= m || c.maxBatchSeen.CompareAndSwap(m, int64(len(live))) {
+		if int64(len(ops)) <= m || c.maxBatchSeen.CompareAndSwap(m, int64(len(ops))) {
 			break
 		}
 	}
-	for i, o := range live {
-		o.done <- errs[i]
-	}
+	return -1, nil, nil
 }
 
 // call runs fn, turning a panic into that write's error so a bug in one
