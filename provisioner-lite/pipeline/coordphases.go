@@ -77,14 +77,41 @@ func (e *Engine) coordPhase(ctx context.Context, r *store.Run, phase string, log
 // withBMC opens a Redfish session for one step and always closes it: BMCs
 // cap concurrent sessions, and a BMC reset invalidates them anyway.
 func (e *Engine) withBMC(ctx context.Context, r *store.Run, f func(context.Context, BMC) error) error {
+	return e.withBMCFor(ctx, r, 4*e.cfg.Timeouts.BMCCall, f)
+}
+
+// withBMCFor is withBMC for an operation that waits on the BMC longer than a
+// few calls (an update task, a BMC reset): budget bounds f.
+func (e *Engine) withBMCFor(ctx context.Context, r *store.Run, budget time.Duration, f func(context.Context, BMC) error) error {
 	n, err := e.cfg.Store.GetNode(ctx, r.NodeID)
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, e.cfg.Timeouts.BMCCall)
-	b, err := e.cfg.ConnectBMC(cctx, n)
-	cancel()
+	// A BMC this run reset and nobody saw come back (the coordinator died
+	// meanwhile) may be away for minutes yet: that is the reset's own
+	// budget, not a failed phase attempt.
+	resetAt, resetErr := time.Parse(time.RFC3339Nano, r.Data[dataBMCResetAt])
+	pending := resetErr == nil
+	connectUntil := time.Now().Add(e.cfg.Timeouts.BMCCall)
+	if pending {
+		connectUntil = resetAt.Add(max(e.cfg.Timeouts.BMCReset, e.cfg.Timeouts.BMCCall))
+	}
+	var b BMC
+	for {
+		cctx, cancel := context.WithTimeout(ctx, e.cfg.Timeouts.BMCCall)
+		b, err = e.cfg.ConnectBMC(cctx, n)
+		cancel()
+		if err == nil || !pending || time.Now().After(connectUntil) || ctx.Err() != nil {
+			break
+		}
+		if serr := sleep(ctx, min(e.cfg.Timeouts.BMCCall, 5*time.Second)); serr != nil {
+			break
+		}
+	}
 	if err != nil {
+		if pending {
+			return fmt.Errorf("bmc %s: not back from the reset requested at %s: %w", n.BMCURL, resetAt.Format(time.RFC3339), err)
+		}
 		return fmt.Errorf("bmc %s: %w", n.BMCURL, err)
 	}
 	defer func() {
@@ -92,7 +119,14 @@ func (e *Engine) withBMC(ctx context.Context, r *store.Run, f func(context.Conte
 		defer cancel()
 		_ = b.Close(cctx)
 	}()
-	cctx, cancel = context.WithTimeout(ctx, 4*e.cfg.Timeouts.BMCCall)
+	if pending {
+		if err := b.WaitBMC(ctx, max(time.Until(connectUntil), e.cfg.Timeouts.BMCCall)); err != nil {
+			return fmt.Errorf("bmc %s: not back from the reset requested at %s: %w", n.BMCURL, resetAt.Format(time.RFC3339), err)
+		}
+		delete(r.Data, dataBMCResetAt)
+		e.save(ctx, r)
+	}
+	cctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	if err := f(cctx, b); err != nil {
 		return fmt.Errorf("bmc %s: %w", n.BMCURL, err)

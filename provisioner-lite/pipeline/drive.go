@@ -209,7 +209,7 @@ func (e *Engine) finish(ctx context.Context, r *store.Run, status, msg string) {
 	r.Message = msg
 	r.EndedAt = time.Now().UTC()
 	r.Data["boot"] = ""
-	delete(r.Data, "host_token_sha256")
+	delete(r.Data, dataHostTokens)
 	e.save(ctx, r)
 	// A finished run takes no session any more: its tokens go, its runner is cut off.
 	if err := e.cfg.Store.DeleteRunBootTokens(ctx, r.ID); err != nil {

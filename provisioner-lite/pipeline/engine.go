@@ -50,6 +50,7 @@ type Timeouts struct {
 	ShutdownWait time.Duration // runner asked to reboot, before a BMC reset
 	HostOS       time.Duration // reboot to the installed OS calling back
 	BMCReset     time.Duration // BMC reset until it answers again
+	BMCTask      time.Duration // a firmware update task, submission to its end
 	TaskPoll     time.Duration // Redfish task polling period
 	// RetryBase is the first delay before a failed phase is tried again;
 	// it doubles per attempt up to RetryMax, with full jitter, so a rack
@@ -109,6 +110,7 @@ func (c *Config) defaults() {
 	d(&c.Timeouts.ShutdownWait, 90*time.Second)
 	d(&c.Timeouts.HostOS, 15*time.Minute)
 	d(&c.Timeouts.BMCReset, 10*time.Minute)
+	d(&c.Timeouts.BMCTask, time.Hour)
 	d(&c.Timeouts.TaskPoll, 2*time.Second)
 	d(&c.Timeouts.RetryBase, 2*time.Second)
 	d(&c.Timeouts.RetryMax, time.Minute)

@@ -17,6 +17,9 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
+// dataBMCResetAt is when this run asked the BMC to reset, until it is seen back.
+const dataBMCResetAt = "bmc_reset_at"
+
 // oobDelta is one manifest entry whose inventory members drifted.
 type oobDelta struct {
 	fw      manifests.Firmware
@@ -146,7 +149,7 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 	r.Data[key] = "submitting " + time.Now().UTC().Format(time.RFC3339)
 	e.save(ctx, r)
 	var result *redfish.TaskResult
-	err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+	err := e.withBMCFor(ctx, r, 4*e.cfg.Timeouts.BMCCall+e.cfg.Timeouts.BMCTask, func(ctx context.Context, b BMC) error {
 		caps, err := b.UpdateService(ctx)
 		if err != nil {
 			return err
@@ -222,7 +225,11 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 	if needActivation {
 		switch fw.Activation {
 		case "bmc-reset":
-			err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+			err := e.withBMCFor(ctx, r, 4*e.cfg.Timeouts.BMCCall+e.cfg.Timeouts.BMCReset, func(ctx context.Context, b BMC) error {
+				// Recorded first: whoever drives the run next waits for the
+				// BMC to return before talking to it (see withBMC).
+				r.Data[dataBMCResetAt] = time.Now().UTC().Format(time.RFC3339Nano)
+				e.save(ctx, r)
 				if err := b.ResetManager(ctx, "GracefulRestart"); err != nil {
 					return err
 				}
@@ -232,6 +239,7 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 			if err != nil {
 				return failed("%s: BMC reset to activate: %v", fw.Name, err)
 			}
+			delete(r.Data, dataBMCResetAt)
 			r.Data["bmc_resets"] = fmt.Sprint(atoi(r.Data["bmc_resets"]) + 1)
 			e.save(ctx, r)
 		case "host-reboot":

@@ -62,6 +62,10 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 	hadRunner := r.Data["assign_cursor"] != ""
 	phaseStarted := time.Now()
 	current := ""
+	// A new session is judged only after the events it had stored when it
+	// was first seen have been acted on (see reattachable).
+	var seen *sessions.Session
+	var seenStored uint64
 
 	for len(remaining) > 0 {
 		// Stored events first: after a coordinator restart the runner may
@@ -133,7 +137,25 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 			}
 		case cur != sess:
 			lostSince = time.Time{}
-			if e.reattachable(ctx, r, cur) {
+			if seen != cur {
+				// Snapshot what this runner has stored, then read the
+				// events again before deciding: a runner that finished its
+				// phases while the coordinator was away may have replayed
+				// them all between the read above and now, and a new
+				// assignment would run them again (and void the host token
+				// the node was installed with).
+				stored, err := e.cfg.Store.MaxSeq(ctx, r.ID, cur.BootID)
+				if err != nil {
+					return "", "", err
+				}
+				seen, seenStored = cur, stored
+				continue
+			}
+			since, err := e.cfg.Store.LastPhaseEventKind(ctx, r.ID, cur.BootID, cur.Hello.GetState().GetLastEventSeq())
+			if err != nil {
+				return "", "", err
+			}
+			if e.reattachable(r, cur, seenStored, since) {
 				st := cur.Hello.GetState()
 				// The runner kept working while its stream was down (or while
 				// the coordinator restarted): follow it, don't restart it.
@@ -190,10 +212,29 @@ func rebootRequired(ev store.Event) bool {
 	return pe.GetPhaseEnd().GetRebootRequired()
 }
 
+// dataHostTokens holds the digests of the host callback tokens this run's
+// assignments carried, newest last.
+const dataHostTokens = "host_token_sha256"
+
+// maxHostTokens bounds them: a run reassigns os_install a handful of times.
+const maxHostTokens = 8
+
+// addHostToken appends digest to the space-separated list, keeping the
+// newest maxHostTokens. Every token of the run stays good for its one
+// callback: a runner busy with an os_install ignores a re-sent assignment
+// (and its new token), so only the node knows which one its disk carries.
+// All of them went only to this run's authenticated CURE sessions.
+func addHostToken(list, digest string) string {
+	ds := append(strings.Fields(list), digest)
+	if len(ds) > maxHostTokens {
+		ds = ds[len(ds)-maxHostTokens:]
+	}
+	return strings.Join(ds, " ")
+}
+
 // assignment builds what the runner needs for the remaining phases, and no
 // more: PSIDs only for a sed_revert in a mode that wipes, for the disks the
-// wipe selects; a host callback token only for an os_install, minted anew
-// (the previous one is void: only the disk this install writes may call back).
+// wipe selects; a host callback token only for an os_install, minted anew.
 func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, sess *sessions.Session) (*curev1.Assignment, error) {
 	raw, _, err := e.cfg.Manifests.LoadDocument(r.Manifest)
 	if err != nil {
@@ -218,7 +259,7 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 	var firstBoot *curev1.FirstBoot
 	if slices.Contains(phases, modes.OSInstall) {
 		tok := NewToken()
-		r.Data["host_token_sha256"] = store.TokenHash(tok)
+		r.Data[dataHostTokens] = addHostToken(r.Data[dataHostTokens], store.TokenHash(tok))
 		e.save(ctx, r)
 		firstBoot = &curev1.FirstBoot{
 			Hostname:      hostname,
@@ -242,10 +283,14 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 }
 
 // reattachable says whether a connected runner is still carrying this run's
-// work: it said so in its Hello (mid-phase, or done with events still to
-// replay) and this engine has not already given that session work, since a
-// Hello's state goes stale once the session is assigned again.
-func (e *Engine) reattachable(ctx context.Context, r *store.Run, s *sessions.Session) bool {
+// work, so that it is followed rather than given the phases again. Its
+// Hello said so (mid-phase, or done with events still to replay beyond
+// stored, the events of its boot the store held before the pipeline last
+// read them), and neither has the Hello gone stale: since it, the runner's
+// latest stored phase event (since) is not a phase end (it finished what it
+// was doing; a new assignment is then safe: a runner still busy with the run
+// ignores it) and this engine has not given the session work.
+func (e *Engine) reattachable(r *store.Run, s *sessions.Session, stored uint64, since string) bool {
 	if e.handled(s) {
 		return false
 	}
@@ -253,12 +298,15 @@ func (e *Engine) reattachable(ctx context.Context, r *store.Run, s *sessions.Ses
 	if st.GetRunId() != r.ID {
 		return false
 	}
-	switch st.GetKind() {
-	case curev1.RunnerState_IN_PHASE:
+	switch {
+	case since == "phase_start":
 		return true
-	case curev1.RunnerState_DONE:
-		stored, err := e.cfg.Store.MaxSeq(ctx, r.ID, s.BootID)
-		return err == nil && st.GetLastEventSeq() > stored
+	case since == "phase_end":
+		return false
+	case st.GetKind() == curev1.RunnerState_IN_PHASE:
+		return true
+	case st.GetKind() == curev1.RunnerState_DONE:
+		return st.GetLastEventSeq() > stored
 	}
 	return false
 }

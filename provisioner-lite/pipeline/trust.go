@@ -93,8 +93,8 @@ func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver
 
 // HostReady implements bootserver.Coordinator: the installed OS phoned home.
 // It is accepted once, only while the run waits for it after the reboot out
-// of CURE, before the wait's deadline, and with the token minted for the
-// last os_install; the form is read only after all that.
+// of CURE, before the wait's deadline, and with a token minted for one of
+// this run's os_install assignments; the form is read only after all that.
 func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, readForm func() (url.Values, error)) error {
 	if _, err := e.cfg.Store.GetNode(ctx, nodeID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -111,9 +111,12 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 	if rerr != nil {
 		return refuse("the node has no run")
 	}
-	want := r.Data["host_token_sha256"]
-	if want == "" || subtle.ConstantTimeCompare([]byte(store.TokenHash(token)), []byte(want)) != 1 {
-		return refuse("token is not the host token of run " + r.ID)
+	got, match := []byte(store.TokenHash(token)), 0
+	for _, want := range strings.Fields(r.Data[dataHostTokens]) {
+		match |= subtle.ConstantTimeCompare(got, []byte(want))
+	}
+	if match != 1 {
+		return refuse("token is not a host token of run " + r.ID)
 	}
 	if r.Status != StatusRunning || r.Phase != modes.WaitForHostOS {
 		return refuse(fmt.Sprintf("run %s is %s in %s, not waiting for the installed OS", r.ID, r.Status, nonEmpty(r.Phase, "no phase")))

@@ -104,6 +104,26 @@ func (s *Store) MaxSeq(ctx context.Context, runID, bootID string) (uint64, error
 	return uint64(m), nil
 }
 
+// LastPhaseEventKind returns the kind (phase_start or phase_end) of the
+// latest phase event the runner of (runID, bootID) stored with a seq above
+// afterSeq, "" if none: what the runner did since it said hello.
+func (s *Store) LastPhaseEventKind(ctx context.Context, runID, bootID string, afterSeq uint64) (string, error) {
+	if afterSeq > math.MaxInt64 {
+		afterSeq = math.MaxInt64
+	}
+	var kind string
+	err := s.r.QueryRowContext(ctx, `
+SELECT kind FROM events WHERE run_id = ? AND source = 'runner' AND boot_id = ? AND seq > ? AND kind IN ('phase_start', 'phase_end')
+ORDER BY seq DESC LIMIT 1`, runID, bootID, int64(afterSeq)).Scan(&kind)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("store: last phase event of run %s boot %q: %w", runID, bootID, err)
+	}
+	return kind, nil
+}
+
 // EventLimits bound what one run's runner may make the store keep
 // (docs/SECURITY.md): past MaxEvents or MaxBytes, metrics and logs are
 // acknowledged but not stored; phase events and verdicts are kept up to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -14,6 +15,13 @@ func runFleet(t *testing.T, cfg Config) *Result {
 		t.Skip("fleet simulation: not in -short")
 	}
 	cfg.Work = t.TempDir()
+	if d := os.Getenv("FLEET_KEEP"); d != "" {
+		// Keep the coordinator logs and state for a look afterwards.
+		cfg.Work = filepath.Join(d, t.Name())
+		if err := os.MkdirAll(cfg.Work, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if os.Getenv("FLEET_LOG") != "" {
 		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}

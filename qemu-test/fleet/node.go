@@ -60,6 +60,10 @@ type Faults struct {
 	RunnerKilled bool // the node resets by itself mid-phase (CURE dies)
 	BMC503       bool // the BMC sheds a burst of requests with 503
 	DownloadCut  bool // the OS image download breaks midway once
+	SlowBMCReset bool // the BMC takes long to come back after its firmware reset
+	// UpdateTimeout: the BMC accepts the SimpleUpdate but its answer never
+	// arrives (the coordinator must find the task rather than flash twice).
+	UpdateTimeout bool
 	// Hardware.
 	NICUnflashable  bool // NIC on wrong firmware whose flash fails
 	NVMeMediaErrors bool // the target NVMe fails the install's read-back
@@ -96,6 +100,17 @@ func (n *Node) Flashes() map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+// AllFlashes adds the BMC's out-of-band flashes to the in-band ones.
+func (n *Node) AllFlashes() map[string]int {
+	f := n.Flashes()
+	for _, id := range []string{"BMC", "BIOS"} {
+		if k := n.BMC.Flashes(id); k > 0 {
+			f[strings.ToLower(id)] = k
+		}
+	}
+	return f
 }
 
 // Boots returns the machine's boots and how many of them ran CURE.

@@ -292,6 +292,10 @@ func raiseNoFile() {
 
 // Firmware versions of the simulated SKU.
 const (
+	bmcWant           = "1.50.0"
+	biosOld, biosWant = "2.19.1", "2.21.2"
+	// bmcCallTimeout is the coordinator's Redfish call timeout in the sim.
+	bmcCallTimeout    = 5 * time.Second
 	nicWant, nicOld   = "28.43.2026", "28.39.1002"
 	nvmeWant, nvmeOld = "GDC7402Q", "GDC7302Q"
 	skuName           = "sim-hgx"
@@ -375,7 +379,17 @@ func (s *Sim) prepare() error {
 	if err != nil {
 		return err
 	}
+	bmcArt, err := s.oobPackage("BMC", bmcWant)
+	if err != nil {
+		return err
+	}
+	biosArt, err := s.oobPackage("BIOS", biosWant)
+	if err != nil {
+		return err
+	}
 	sku.Spec.Firmware = []manifests.Firmware{
+		{Name: "bmc", Component: "bmc", Via: "redfish", Match: manifests.Match{RedfishID: "BMC"}, Version: bmcWant, Gate: "equal", Artifact: bmcArt, Activation: "bmc-reset"},
+		{Name: "bios", Component: "bios", Via: "redfish", Match: manifests.Match{RedfishID: "BIOS"}, Version: biosWant, Gate: "equal", Artifact: biosArt, Activation: "host-reboot"},
 		{Name: "cx7", Component: "nic", Via: "in-band", Match: manifests.Match{VendorID: "0x15b3"}, Version: nicWant, Gate: "equal", Artifact: nicArt, Activation: "host-reboot"},
 		{Name: "nvme-data", Component: "nvme", Via: "in-band", Match: manifests.Match{Model: "SIM NVMe*"}, Version: nvmeWant, Gate: "equal", Artifact: nvmeArt, Activation: "nvme-reset"},
 	}
@@ -398,6 +412,34 @@ func (s *Sim) prepare() error {
 	}
 	s.cfg.CoordinatorArgs = append(s.cfg.CoordinatorArgs, "--import-artifact", img)
 	return nil
+}
+
+// simFirmware is the BMCs' out-of-band inventory: the mockup's, with a BIOS
+// version a manifest can name.
+func simFirmware() []vbmc.FirmwareSpec {
+	fw := vbmc.DefaultFirmware()
+	for i := range fw {
+		if fw[i].ID == "BIOS" {
+			fw[i].Version = biosOld
+		}
+	}
+	return fw
+}
+
+// oobPackage writes a virtual-BMC firmware package (vbmc's header line and
+// a payload) for component at version, to be imported as an artifact.
+func (s *Sim) oobPackage(component, version string) (*manifests.Artifact, error) {
+	payload := []byte(strings.Repeat("fleet-sim firmware "+component+" "+version+"\n", 2048))
+	sum := sha256.Sum256(payload)
+	h := vbmc.PackageHeader{Component: component, Version: version, Size: int64(len(payload)), SHA256: hex.EncodeToString(sum[:])}
+	pkg := append(h.Line(), payload...)
+	p := filepath.Join(s.cfg.Work, "oob-"+strings.ToLower(component)+".bin")
+	if err := os.WriteFile(p, pkg, 0o600); err != nil {
+		return nil, err
+	}
+	s.cfg.CoordinatorArgs = append(s.cfg.CoordinatorArgs, "--import-artifact", p)
+	all := sha256.Sum256(pkg)
+	return &manifests.Artifact{SHA256: hex.EncodeToString(all[:]), Size: int64(len(pkg)), Format: "bin"}, nil
 }
 
 func writeRandom(p string, n int64) error {
@@ -448,14 +490,20 @@ func (s *Sim) startBMCs() error {
 		nd.Faults = faults[i]
 		nd.log = s.cfg.Log.With("node", nd.ID)
 		nd.m = &machine{n: nd, events: make(chan vbmc.MachineEvent, 4)}
-		b, err := vbmc.New(vbmc.Config{Name: nd.ID, Serial: nd.Serial, MAC: nd.MAC, Logger: nd.log,
-			TaskDuration: 200 * time.Millisecond, ResetDuration: 500 * time.Millisecond}, nd.m)
+		b, err := vbmc.New(vbmc.Config{Name: nd.ID, Serial: nd.Serial, MAC: nd.MAC, Logger: nd.log, Firmware: simFirmware(),
+			TaskDuration: s.scaled(20 * time.Second), ResetDuration: s.scaled(90 * time.Second)}, nd.m)
 		if err != nil {
 			return err
 		}
 		nd.BMC = b
 		if nd.Faults.BMC503 {
 			b.Fail503(3) // the first calls of the run hit a BMC shedding load
+		}
+		if nd.Faults.SlowBMCReset {
+			b.SetSlowReturn(s.scaled(10 * time.Minute)) // a BMC that takes ten minutes to boot
+		}
+		if nd.Faults.UpdateTimeout {
+			b.AcceptThenTimeoutUpdate(2 * bmcCallTimeout) // the answer to SimpleUpdate never comes in time
 		}
 		s.Nodes = append(s.Nodes, nd)
 		s.byIP[nd.IP] = nd
@@ -500,11 +548,12 @@ func assignFaults(cfg Config) []Faults {
 	}
 	// Hardware faults on distinct nodes; transient ones anywhere.
 	nicBad, nvmeBad, gpuBad := pick(hw/3, 0), pick(hw/3, hw/3), pick(hw-2*(hw/3), 2*(hw/3))
-	cut, killed, b503, dl := pick(tr, 7), pick(tr, 7+n/5), pick(tr, 7+2*n/5), pick(tr, 7+3*n/5)
+	cut, killed, b503, dl := pick(tr, 7), pick(tr, 7+n/7), pick(tr, 7+2*n/7), pick(tr, 7+3*n/7)
+	slow, lost := pick(tr, 7+4*n/7), pick(tr, 7+5*n/7)
 	out := make([]Faults, n)
 	for i := range out {
 		out[i] = Faults{NICUnflashable: nicBad[i], NVMeMediaErrors: nvmeBad[i], GPUMissing: gpuBad[i],
-			StreamCut: cut[i], RunnerKilled: killed[i], BMC503: b503[i], DownloadCut: dl[i]}
+			StreamCut: cut[i], RunnerKilled: killed[i], BMC503: b503[i], DownloadCut: dl[i], SlowBMCReset: slow[i], UpdateTimeout: lost[i]}
 	}
 	return out
 }
@@ -579,7 +628,7 @@ func (s *Sim) startCoordinator(ctx context.Context, i int) error {
 		"--state-dir", c.stateDir, "--manifests", s.manDir, "--nodes", inv, "--image-dir", s.imageDir,
 		"--http-listen", c.httpAddr, "--grpc-listen", c.grpcAddr, "--advertise", "127.0.0.1",
 		"--bmc-base-url", c.httpBase, "--wait-cure", "3m", "--wait-host", "3m", "--reconnect", "10s",
-		"--instance-id", c.name, "--stats-every", "2s", "--lease-ttl", s.cfg.LeaseTTL.String(),
+		"--instance-id", c.name, "--stats-every", "2s", "--lease-ttl", s.cfg.LeaseTTL.String(), "--bmc-timeout", bmcCallTimeout.String(),
 	}
 	if s.cfg.DSN != "" {
 		args = append(args, "--db", s.cfg.DSN)
@@ -656,10 +705,11 @@ func (s *Sim) stopCoordinator(i int, kill bool) {
 		<-done
 	}
 	if u := c.cmd.ProcessState; u != nil {
-		// Rusage after exit is exact; /proc before the signal is the fallback.
+		// CPU from rusage after exit is exact. Its ru_maxrss is not: Linux
+		// carries the forking process's peak (this simulator's) over exec,
+		// so peak RSS is the coordinator's own VmHWM, read before the signal.
 		if ru, ok := u.SysUsage().(*syscall.Rusage); ok {
 			ps.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-			ps.hwmKiB = max(ps.hwmKiB, ru.Maxrss)
 		}
 	}
 	s.procs = append(s.procs, ps)
@@ -922,7 +972,7 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 				res.Problems = append(res.Problems, fmt.Sprintf("%s (%s, faults %+v): run %s: %s", n.ID, mode[n.ID], n.Faults, rep.GetStatus(), rep.GetMessage()))
 			}
 		}
-		for comp, k := range n.Flashes() {
+		for comp, k := range n.AllFlashes() {
 			if k > 1 {
 				res.DoubleFlashes++
 				res.Problems = append(res.Problems, fmt.Sprintf("%s: %s flashed %d times", n.ID, comp, k))

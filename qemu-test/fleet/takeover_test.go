@@ -93,9 +93,9 @@ func TestInstanceKilledRunsTakenOver(t *testing.T) {
 	}
 	t.Logf("instance 2 took %d runs over", took)
 	for _, n := range s.Nodes {
-		f := n.Flashes()
-		if f[nicComponent] != 1 || f["nvme/0"] != 1 {
-			t.Errorf("%s: flashes %v, want nic and nvme flashed exactly once", n.ID, f)
+		f := n.AllFlashes()
+		if f[nicComponent] != 1 || f["nvme/0"] != 1 || f["bmc"] != 1 || f["bios"] != 1 {
+			t.Errorf("%s: flashes %v, want bmc, bios, nic and nvme flashed exactly once", n.ID, f)
 		}
 	}
 }

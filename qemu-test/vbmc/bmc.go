@@ -139,9 +139,11 @@ type BMC struct {
 	settingsGen   uint64
 	biosApplied   int
 	acceptTimeout time.Duration
-	cutTCP        bool
-	failTask      *string
-	slowReturn    time.Duration
+	// acceptTimeoutUpdate: like acceptTimeout, for the next UpdateService POST only.
+	acceptTimeoutUpdate time.Duration
+	cutTCP              bool
+	failTask            *string
+	slowReturn          time.Duration
 
 	failAuth atomic.Bool
 	hangNext atomic.Bool

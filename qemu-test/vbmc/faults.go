@@ -17,6 +17,15 @@ func (b *BMC) AcceptThenTimeout(d time.Duration) {
 	b.acceptTimeout = d
 }
 
+// AcceptThenTimeoutUpdate arms AcceptThenTimeout for the next
+// UpdateService action (SimpleUpdate or a multipart push) only, whatever
+// other mutations come first: the update is accepted, its answer lost.
+func (b *BMC) AcceptThenTimeoutUpdate(d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.acceptTimeoutUpdate = d
+}
+
 // CutTCP makes the next mutating request take full effect, then closes the
 // connection halfway through the response headers.
 func (b *BMC) CutTCP() {
@@ -70,6 +79,10 @@ func (b *BMC) mutationFault(r *http.Request, p string) (hold time.Duration, cut 
 	defer b.mu.Unlock()
 	hold, cut = b.acceptTimeout, b.cutTCP
 	b.acceptTimeout, b.cutTCP = 0, false
+	if b.acceptTimeoutUpdate > 0 && r.Method == http.MethodPost && strings.HasPrefix(p, odataRoot+"/UpdateService") {
+		hold = max(hold, b.acceptTimeoutUpdate)
+		b.acceptTimeoutUpdate = 0
+	}
 	return hold, cut
 }
 

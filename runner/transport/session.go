@@ -268,7 +268,10 @@ func (s *Session) runOnce(ctx context.Context) (bool, error) {
 	validUTF8(h)
 	h.SessionSecret = s.secret
 	s.mu.Lock()
-	if st := h.GetState(); st != nil && st.Kind == curev1.RunnerState_IN_PHASE {
+	// Mid-phase or done, the coordinator compares this with what it has
+	// stored to tell a runner still replaying its phases' ends from one
+	// that needs new work.
+	if st := h.GetState(); st != nil && st.GetRunId() != "" {
 		st.LastEventSeq = s.lastSeq
 	}
 	// Replay from the oldest unacked event; anything older is stored.

@@ -124,11 +124,20 @@ func setup(t *testing.T, c *coordinator) *grpc.ClientConn {
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// Mid-phase or done with its phases, a runner's re-Hello carries the last
+// seq it emitted: the coordinator tells from it whether the runner is still
+// replaying (follow it) or needs new work.
 func TestSessionReplaysUnackedAfterCut(t *testing.T) {
+	for _, kind := range []curev1.RunnerState_Kind{curev1.RunnerState_IN_PHASE, curev1.RunnerState_DONE} {
+		t.Run(kind.String(), func(t *testing.T) { testReplaysUnackedAfterCut(t, kind) })
+	}
+}
+
+func testReplaysUnackedAfterCut(t *testing.T, kind curev1.RunnerState_Kind) {
 	c := &coordinator{t: t, cutAfter: 5, toSend: make(chan *curev1.CoordinatorMessage)}
 	conn := setup(t, c)
 	hello := func() *curev1.Hello {
-		return &curev1.Hello{Token: "tok", BootId: "b1", State: &curev1.RunnerState{Kind: curev1.RunnerState_IN_PHASE, RunId: "r1", Phase: "nvme"}}
+		return &curev1.Hello{Token: "tok", BootId: "b1", State: &curev1.RunnerState{Kind: kind, RunId: "r1", Phase: "nvme"}}
 	}
 	s := NewSession(conn, hello, SessionOptions{BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Log: quiet()})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -179,8 +188,8 @@ func TestSessionReplaysUnackedAfterCut(t *testing.T) {
 	if c.dups != 2 {
 		t.Errorf("re-sent stored events = %d, want exactly the 2 unacked ones", c.dups)
 	}
-	if st := c.hellos[1].GetState(); st.GetLastEventSeq() < 5 || st.GetRunId() != "r1" {
-		t.Errorf("re-Hello state = %v, want IN_PHASE r1 with last_event_seq >= 5", st)
+	if st := c.hellos[1].GetState(); st.GetLastEventSeq() < 5 || st.GetRunId() != "r1" || st.GetKind() != kind {
+		t.Errorf("re-Hello state = %v, want %s r1 with last_event_seq >= 5", st, kind)
 	}
 	// The reconnect proves it is the same boot with the same session secret.
 	if sec := c.hellos[0].GetSessionSecret(); len(sec) != 64 || c.hellos[1].GetSessionSecret() != sec {

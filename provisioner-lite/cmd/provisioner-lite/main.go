@@ -93,6 +93,7 @@ func main() {
 	flag.StringVar(&c.grpcAdv, "advertise-grpc", "", "host:port nodes dial for gRPC (default: advertise host + the gRPC port)")
 	flag.DurationVar(&c.timeouts.Reconnect, "reconnect", 3*time.Minute, "a runner gone this long counts as a disconnect")
 	flag.DurationVar(&c.timeouts.BMCCall, "bmc-timeout", 30*time.Second, "timeout of one Redfish call")
+	flag.DurationVar(&c.timeouts.BMCTask, "bmc-task-timeout", time.Hour, "a BMC firmware update task, from submission to its end")
 	flag.DurationVar(&c.timeouts.WaitForCURE, "wait-cure", 10*time.Minute, "PXE boot to runner registered budget (also a boot token's life)")
 	flag.DurationVar(&c.timeouts.HostOS, "wait-host", 15*time.Minute, "reboot to installed OS callback budget (the callback is refused after it)")
 	flag.IntVar(&c.budgets.PhaseAttempts, "phase-attempts", 3, "attempts per phase before the run fails")
