@@ -627,11 +627,22 @@ func (s *Sim) startCoordinator(ctx context.Context, i int) error {
 	args := []string{
 		"--state-dir", c.stateDir, "--manifests", s.manDir, "--nodes", inv, "--image-dir", s.imageDir,
 		"--http-listen", c.httpAddr, "--grpc-listen", c.grpcAddr, "--advertise", "127.0.0.1",
-		"--bmc-base-url", c.httpBase, "--wait-cure", "3m", "--wait-host", "3m", "--reconnect", "10s",
+		"--bmc-base-url", c.httpBase, "--wait-cure", "3m", "--wait-host", "3m",
 		"--instance-id", c.name, "--stats-every", "2s", "--lease-ttl", s.cfg.LeaseTTL.String(), "--bmc-timeout", bmcCallTimeout.String(),
+		// The coordinator's own clocks run at the simulation's pace where a
+		// real site's would be small against a node's run (power-on pacing,
+		// the reconnect budget, retry backoff); each keeps a floor this
+		// machine's latencies need.
+		"--power-on-rate", strconv.FormatFloat(2*s.cfg.Scale, 'f', -1, 64),
+		"--reconnect", max(s.scaled(3*time.Minute), 5*time.Second).String(),
+		"--retry-base", max(s.scaled(2*time.Second), 50*time.Millisecond).String(),
+		"--retry-max", max(s.scaled(time.Minute), time.Second).String(),
 	}
 	if s.cfg.DSN != "" {
 		args = append(args, "--db", s.cfg.DSN)
+	}
+	if a := os.Getenv("FLEET_PPROF"); a != "" && i == 0 {
+		args = append(args, "--pprof-listen", a) // profile the coordinator under the fleet's load
 	}
 	var peers []string
 	for j, o := range s.coords {
@@ -794,6 +805,11 @@ func readProc(pid int) procStats {
 type Result struct {
 	Nodes, Started, Refused   int
 	Wall                      time.Duration
+	// CleanWall is when the last node with no injected fault (transient or
+	// hardware) in a provision ended, from the batch's start: the batch as
+	// an undisturbed rack sees it. Wall also waits for the faulted nodes,
+	// whose faults cost them time by design (a BMC away for ten minutes).
+	CleanWall time.Duration
 	Healthy, HealthyFirstPass int
 	Faulted, FaultsNamed      int
 	Problems                  []string // why a healthy node failed, or a fault went unnamed
@@ -946,6 +962,9 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 			return res, fmt.Errorf("report of %s: %w", runID, err)
 		}
 		trans = append(trans, transitions(rep)...)
+		if n.Faults == (Faults{}) && mode[n.ID] == curev1.Mode_MODE_PROVISION && rep.GetEndedUnixMs() > 0 {
+			res.CleanWall = max(res.CleanWall, time.UnixMilli(rep.GetEndedUnixMs()).Sub(start))
+		}
 		if n.Faults.Hardware() {
 			res.Faulted++
 			want := n.Faults.FaultedComponent()

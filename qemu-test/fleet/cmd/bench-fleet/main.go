@@ -65,7 +65,7 @@ func main() {
 	var single time.Duration
 	var lines []string
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nodes\twall\tratio\tfirst pass\tfaults named\tpeak RSS MiB\tCPU s/node\tack p50\tack p99\ttrans p50\ttrans p99\tcommits/run\tload\t")
+	fmt.Fprintln(tw, "nodes\twall\tratio\tclean ratio\tfirst pass\tfaults named\tpeak RSS MiB\tCPU s/node\tack p50\tack p99\ttrans p50\ttrans p99\tcommits/run\tload\t")
 	// The baseline (one healthy node) runs first; a size of 1 is reported from it.
 	sizesToRun := append([]int{1}, ns...)
 	if ns[0] == 1 {
@@ -99,12 +99,13 @@ func main() {
 			single = res.Wall
 		}
 		ratio := float64(res.Wall) / float64(single)
-		fmt.Fprintf(tw, "%d\t%s\t%.2f\t%.1f%%\t%.1f%%\t%.0f\t%.3f\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", n, res.Wall.Round(100*time.Millisecond), ratio,
+		clean := float64(res.CleanWall) / float64(single)
+		fmt.Fprintf(tw, "%d\t%s\t%.2f\t%.2f\t%.1f%%\t%.1f%%\t%.0f\t%.3f\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", n, res.Wall.Round(100*time.Millisecond), ratio, clean,
 			res.FirstPass(), res.Named(), res.RSSMiB, res.CPUSeconds/float64(n), res.AckP50.Round(100*time.Microsecond), res.AckP99.Round(100*time.Microsecond),
 			res.TransP50.Round(time.Millisecond), res.TransP99.Round(time.Millisecond), res.CommitsPerRun, load())
 		if i > 0 || ns[0] == 1 {
-			lines = append(lines, fmt.Sprintf("bench-fleet nodes=%d wall_ratio=%.2f first_pass=%.1f%% faults_named=%.1f%% rss_mib=%.0f commits_per_run=%.1f",
-				n, ratio, res.FirstPass(), res.Named(), res.RSSMiB, res.CommitsPerRun))
+			lines = append(lines, fmt.Sprintf("bench-fleet nodes=%d wall_ratio=%.2f first_pass=%.1f%% faults_named=%.1f%% rss_mib=%.0f commits_per_run=%.1f clean_wall_ratio=%.2f scale=%g",
+				n, ratio, res.FirstPass(), res.Named(), res.RSSMiB, res.CommitsPerRun, clean, *scale))
 		}
 	}
 	tw.Flush()
