@@ -803,13 +803,13 @@ func readProc(pid int) procStats {
 
 // Result is what a batch achieved.
 type Result struct {
-	Nodes, Started, Refused   int
-	Wall                      time.Duration
+	Nodes, Started, Refused int
+	Wall                    time.Duration
 	// CleanWall is when the last node with no injected fault (transient or
 	// hardware) in a provision ended, from the batch's start: the batch as
 	// an undisturbed rack sees it. Wall also waits for the faulted nodes,
 	// whose faults cost them time by design (a BMC away for ten minutes).
-	CleanWall time.Duration
+	CleanWall                 time.Duration
 	Healthy, HealthyFirstPass int
 	Faulted, FaultsNamed      int
 	Problems                  []string // why a healthy node failed, or a fault went unnamed
