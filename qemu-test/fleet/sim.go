@@ -817,12 +817,15 @@ type Result struct {
 	CPUSeconds                float64  // all coordinator processes
 	AckP50, AckP99            time.Duration
 	TransP50, TransP99        time.Duration
-	Commits                   int64
-	CommitsPerRun             float64
-	DoubleFlashes             int // a component flashed more than once
-	Reboots                   int // machine boots across the fleet
-	CoordinatorKills          int
-	RefusedReasons            map[string]int
+	// Phases are the phase durations of the nodes without injected faults
+	// in a provision, by phase, in pipeline order (where a batch loses time).
+	Phases           []PhaseStat
+	Commits          int64
+	CommitsPerRun    float64
+	DoubleFlashes    int // a component flashed more than once
+	Reboots          int // machine boots across the fleet
+	CoordinatorKills int
+	RefusedReasons   map[string]int
 }
 
 // FirstPass is the share of healthy nodes that succeeded in their one run.
@@ -944,6 +947,8 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 
 	// Judge every run from its report.
 	var trans []time.Duration
+	phaseDur := map[string][]time.Duration{}
+	var phaseOrder []string
 	for _, n := range s.Nodes {
 		runID, ok := runs[n.ID]
 		if !ok {
@@ -964,6 +969,16 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 		trans = append(trans, transitions(rep)...)
 		if n.Faults == (Faults{}) && mode[n.ID] == curev1.Mode_MODE_PROVISION && rep.GetEndedUnixMs() > 0 {
 			res.CleanWall = max(res.CleanWall, time.UnixMilli(rep.GetEndedUnixMs()).Sub(start))
+			// Queueing before the first phase counts as a phase of its own.
+			if ph := rep.GetPhases(); len(ph) > 0 {
+				first := slices.MinFunc(ph, func(a, b *curev1.PhaseRecord) int { return cmpInt64(a.GetStartedUnixMs(), b.GetStartedUnixMs()) })
+				addPhase(phaseDur, &phaseOrder, "(queued)", time.UnixMilli(first.GetStartedUnixMs()).Sub(start))
+			}
+			for _, ph := range rep.GetPhases() {
+				if ph.GetEndedUnixMs() > 0 {
+					addPhase(phaseDur, &phaseOrder, ph.GetName(), time.Duration(ph.GetEndedUnixMs()-ph.GetStartedUnixMs())*time.Millisecond)
+				}
+			}
 		}
 		if n.Faults.Hardware() {
 			res.Faulted++
@@ -1003,6 +1018,10 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 	sort.Strings(res.Problems)
 	res.AckP50, res.AckP99 = s.stats.ackPercentiles()
 	res.TransP50, res.TransP99 = percentile(trans, 50), percentile(trans, 99)
+	for _, name := range phaseOrder {
+		ds := phaseDur[name]
+		res.Phases = append(res.Phases, PhaseStat{Name: name, N: len(ds), P50: percentile(ds, 50), P99: percentile(ds, 99), Max: percentile(ds, 100)})
+	}
 	if s.cfg.AfterBatch != nil {
 		if err := s.cfg.AfterBatch(ctx, s.Client()); err != nil {
 			return res, err
@@ -1021,6 +1040,30 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 		res.CommitsPerRun = float64(res.Commits) / float64(res.Started)
 	}
 	return res, nil
+}
+
+// PhaseStat is one phase's durations over a batch's undisturbed nodes.
+type PhaseStat struct {
+	Name          string
+	N             int
+	P50, P99, Max time.Duration
+}
+
+func addPhase(m map[string][]time.Duration, order *[]string, name string, d time.Duration) {
+	if _, ok := m[name]; !ok {
+		*order = append(*order, name)
+	}
+	m[name] = append(m[name], d)
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // transitions are the coordinator's gaps between a phase's end and the next

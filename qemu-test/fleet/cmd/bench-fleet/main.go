@@ -64,6 +64,7 @@ func main() {
 	// The baseline: one healthy node, same simulated durations, same run.
 	var single time.Duration
 	var lines []string
+	var results []*fleet.Result
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "nodes\twall\tratio\tclean ratio\tfirst pass\tfaults named\tpeak RSS MiB\tCPU s/node\tack p50\tack p99\ttrans p50\ttrans p99\tcommits/run\tload\t")
 	// The baseline (one healthy node) runs first; a size of 1 is reported from it.
@@ -98,6 +99,7 @@ func main() {
 		if i == 0 {
 			single = res.Wall
 		}
+		results = append(results, res)
 		ratio := float64(res.Wall) / float64(single)
 		clean := float64(res.CleanWall) / float64(single)
 		fmt.Fprintf(tw, "%d\t%s\t%.2f\t%.2f\t%.1f%%\t%.1f%%\t%.0f\t%.3f\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", n, res.Wall.Round(100*time.Millisecond), ratio, clean,
@@ -109,6 +111,22 @@ func main() {
 		}
 	}
 	tw.Flush()
+	// Where the largest batch spent its time, phase by phase, against the
+	// single node: what to optimise next.
+	if len(results) > 1 {
+		one, big := results[0], results[len(results)-1]
+		fmt.Printf("\nphases of the nodes without injected faults: 1 node vs %d nodes\n", big.Nodes)
+		tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "phase\t1 node\tp50\tp99\tmax\t")
+		base := map[string]time.Duration{}
+		for _, p := range one.Phases {
+			base[p.Name] = p.P50
+		}
+		for _, p := range big.Phases {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", p.Name, base[p.Name].Round(10*time.Millisecond), p.P50.Round(10*time.Millisecond), p.P99.Round(10*time.Millisecond), p.Max.Round(10*time.Millisecond))
+		}
+		tw.Flush()
+	}
 	for _, l := range lines {
 		fmt.Println(l)
 	}
