@@ -21,12 +21,16 @@ import (
 // expired, until ctx ends. It returns when ctx is done.
 func (e *Engine) RunLeases(ctx context.Context) {
 	ttl := e.cfg.Store.LeaseTTL()
-	if e.cfg.Store.Instance() == "" {
-		return // one instance, no leases
+	if e.cfg.Store.Instance() == "" || !e.cfg.Store.Shared() {
+		// One instance: nobody to take runs over or lose them to. (A
+		// renewal stuck behind a busy store once made a lone instance
+		// abandon all 5,000 of its runs.)
+		return
 	}
 	tick := time.NewTicker(ttl / 3)
 	defer tick.Stop()
 	lastRenew := time.Now()
+	var abandoned map[string]bool // runs stopped while renewals failed
 	for {
 		select {
 		case <-ctx.Done():
@@ -42,11 +46,21 @@ func (e *Engine) RunLeases(ctx context.Context) {
 				// Another instance may own these runs by now: stop driving
 				// them rather than act on a node twice. They are not ended;
 				// whoever holds the lease resumes them.
-				e.abandonAll(fmt.Sprintf("leases not renewed for %s: %v", time.Since(lastRenew).Round(time.Second), err))
+				for _, id := range e.abandonAll(fmt.Sprintf("leases not renewed for %s: %v", time.Since(lastRenew).Round(time.Second), err)) {
+					if abandoned == nil {
+						abandoned = map[string]bool{}
+					}
+					abandoned[id] = true
+				}
 			}
 			continue
 		}
 		lastRenew = time.Now()
+		if len(abandoned) > 0 {
+			// The renewal that just worked kept the runs nobody took over
+			// meanwhile: they are this instance's again.
+			e.resumeOwned(ctx, abandoned)
+		}
 		e.takeOver(ctx)
 	}
 }
@@ -73,14 +87,49 @@ func (e *Engine) takeOver(ctx context.Context) {
 	}
 }
 
+// resumeOwned relaunches the abandoned runs this instance still holds,
+// once their old pipeline has exited, and forgets those it relaunched or
+// no longer holds.
+func (e *Engine) resumeOwned(ctx context.Context, abandoned map[string]bool) {
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.Store.LeaseTTL())
+	ids, err := e.cfg.Store.OwnedActiveRuns(cctx)
+	cancel()
+	if err != nil {
+		e.cfg.Log.Error("list runs to resume after lost renewals", "err", err)
+		return
+	}
+	owned := map[string]bool{}
+	for _, id := range ids {
+		owned[id] = true
+	}
+	for id := range abandoned {
+		if !owned[id] {
+			delete(abandoned, id) // another instance took it, or it ended
+			continue
+		}
+		e.mu.Lock()
+		_, driving := e.running[id]
+		e.mu.Unlock()
+		if driving {
+			continue // its old pipeline is still winding down: next tick
+		}
+		e.cfg.Log.Info("resuming run kept after lease renewals recovered", "run", id)
+		e.launch(id)
+		delete(abandoned, id)
+	}
+}
+
 // abandonAll stops every pipeline of this instance without ending its run.
-func (e *Engine) abandonAll(why string) {
+func (e *Engine) abandonAll(why string) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	var ids []string
 	for id, cancel := range e.running {
 		e.cfg.Log.Warn("stopping run: this instance may have lost its lease", "run", id, "why", why)
 		cancel()
+		ids = append(ids, id)
 	}
+	return ids
 }
 
 // abandon stops one run's pipeline: another instance holds its lease.

@@ -141,7 +141,7 @@ func (o *OperatorService) Provision(ctx context.Context, req *curev1.ProvisionRe
 	refused := make([]*curev1.Refusal, len(ids))
 	workers := o.StartWorkers
 	if workers <= 0 {
-		workers = 32
+		workers = 256
 	}
 	work := make(chan int)
 	var wg sync.WaitGroup

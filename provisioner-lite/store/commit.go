@@ -177,6 +177,26 @@ func (c *committer) do(ctx context.Context, fn func(*Tx) error) error {
 	return <-o.done
 }
 
+// doUntil is do for a write whose caller may stop waiting when ctx ends:
+// the write may still commit afterwards. For idempotent writes only (a
+// lease renewal), whose caller must act on time rather than on the outcome.
+func (c *committer) doUntil(ctx context.Context, fn func(*Tx) error) error {
+	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case c.ops <- o:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.quit:
+		return ErrClosed
+	}
+	select {
+	case err := <-o.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("outcome unknown: %w", ctx.Err())
+	}
+}
+
 func (c *committer) close() {
 	c.once.Do(func() { close(c.quit) })
 	<-c.stopped

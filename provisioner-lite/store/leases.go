@@ -24,6 +24,29 @@ var ErrLeaseLost = errors.New("run is leased by another coordinator instance")
 // Instance is the lease owner this store writes as ("" without leases).
 func (s *Store) Instance() string { return s.instance }
 
+// Shared reports whether other coordinator instances can use this database
+// (PostgreSQL). A SQLite store belongs to one instance: the state dir's lock
+// keeps any other out, so its leases need no heartbeat.
+func (s *Store) Shared() bool { return s.dialect.name == postgresDialect.name }
+
+// OwnedActiveRuns lists the ids of the active runs this instance holds.
+func (s *Store) OwnedActiveRuns(ctx context.Context) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT id FROM runs WHERE status IN ('pending','running') AND owner = ?`, s.instance)
+	if err != nil {
+		return nil, fmt.Errorf("store: active runs of %s: %w", s.instance, err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("store: active runs of %s: %w", s.instance, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
 // LeaseTTL is the lease duration of this store.
 func (s *Store) LeaseTTL() time.Duration { return s.leaseTTL }
 
@@ -62,16 +85,27 @@ func (s *Store) RenewLeases(ctx context.Context) (int64, error) {
 	if s.instance == "" {
 		return 0, nil
 	}
-	var n int64
-	err := s.tx(ctx, func(tx *Tx) error {
+	// A renewal stuck behind a busy or locked database must come back when
+	// ctx ends: the caller stops driving its runs before they could expire.
+	counted := make(chan int64, 1)
+	err := s.gc.doUntil(ctx, func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE runs SET lease_until = ? WHERE owner = ? AND status IN ('pending','running')`,
 			s.leaseDeadline(), s.instance)
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
+		k, err := res.RowsAffected()
+		select { // a batch run again runs fn again: keep the last count
+		case <-counted:
+		default:
+		}
+		counted <- k
 		return err
 	})
+	var n int64
+	if err == nil {
+		n = <-counted
+	}
 	if err != nil {
 		return 0, fmt.Errorf("store: renew leases of %s: %w", s.instance, err)
 	}

@@ -327,6 +327,9 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	}
 	go eng.RunLeases(ctx)
 	go func() {
+		if c.statsEvery <= 0 {
+			return // --stats-every 0: no periodic statistics
+		}
 		t := time.NewTicker(c.statsEvery)
 		defer t.Stop()
 		for {
