@@ -862,7 +862,7 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 		}
 	}
 	res := &Result{Nodes: len(s.Nodes), RefusedReasons: map[string]int{}}
-	var opCalls int64 // this simulator's operator calls (see Commits)
+	var opCalls int64           // this simulator's operator calls (see Commits)
 	runs := map[string]string{} // node -> run
 	start := time.Now()
 	// With several instances, each is asked for its share (node index
