@@ -21,7 +21,7 @@ func TestHelloInventoryStoredPerBoot(t *testing.T) {
 	inv := &curev1.Inventory{
 		System:   &curev1.SystemInfo{Vendor: "ACME", Product: "HGX\x1b]0;owned\x07", Serial: "SER-A", BiosVersion: "2.1"},
 		CpuCount: 2, MemoryBytes: 1 << 30,
-		Gpus:     []*curev1.Gpu{{Index: 0, Name: "NVIDIA H100", PciAddress: "0000:18:00.0", Vbios: "96.00.99"}},
+		Gpus: []*curev1.Gpu{{Index: 0, Name: "NVIDIA H100", PciAddress: "0000:18:00.0", Vbios: "96.00.99"}},
 	}
 	for i := range 3000 {
 		inv.Disks = append(inv.Disks, &curev1.BlockDevice{Name: fmt.Sprintf("sd%d", i), Model: strings.Repeat("m", 200)})
