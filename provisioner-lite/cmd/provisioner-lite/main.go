@@ -331,8 +331,10 @@ func checkCmd(args []string, out io.Writer) int {
 	}
 	res := sitecheck.Site(*manifestDir, *nodesFile)
 	fmt.Fprintf(out, "manifests %s: %d SKU(s) %v, %d suite(s) %v\n", *manifestDir, len(res.SKUs), res.SKUs, len(res.Suites), res.Suites)
-	if *nodesFile != "" {
+	if *nodesFile != "" && res.Nodes != nil {
 		fmt.Fprintf(out, "nodes %s: %d node(s)\n", *nodesFile, len(res.Nodes))
+	} else if *nodesFile != "" {
+		fmt.Fprintf(out, "nodes %s: not read (see below)\n", *nodesFile)
 	}
 	if *stateDir != "" {
 		caPEM, err := os.ReadFile(filepath.Join(*stateDir, "pki", pki.CACertFile))
