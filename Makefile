@@ -13,11 +13,15 @@ all: image hostos
 deps:
 	@scripts/install-deps.sh
 
-# The coordinator CA baked into the image. The demo and tests run their
-# coordinators with this CA; a site generates its own with `provisioner-lite pki`.
-pki: $(OUT)/pki/ca.pem
-$(OUT)/pki/ca.pem:
-	$(GO) run ./provisioner-lite/cmd/provisioner-lite pki --state-dir $(OUT)
+# The state dir whose CA the image trusts (cure-build --state-dir records its
+# fingerprint in report.json; the coordinator refuses an image of another CA).
+# The demo and tests use $(OUT) (its pki/ is copied into their state dirs); a
+# site makes its own with `provisioner-lite init --state-dir state` and builds
+# with `make image STATE=state`.
+STATE ?= $(OUT)
+pki: $(STATE)/pki/ca.pem
+$(STATE)/pki/ca.pem:
+	$(GO) run ./provisioner-lite/cmd/provisioner-lite pki --state-dir $(STATE)
 
 # cure-nvml, the runner's NVML helper for gpu checks, needs cgo (go-nvml
 # dlopens libnvidia-ml.so.1), so it is built apart from the cgo-free busybox.
@@ -33,7 +37,7 @@ nvml-helper:
 	CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" $(GO) build -trimpath -ldflags=-s -o $(OUT)/tools/cure-nvml ./tools/gpu/cmd/cure-nvml
 
 image: deps pki nvml-helper
-	$(GO) run ./builder/cmd/cure-build --spec initramfs/cure.yaml --kernel-root $(KERNEL_ROOT) --ca $(OUT)/pki/ca.pem --out $(OUT)/image $(NVML_TOOLS)
+	$(GO) run ./builder/cmd/cure-build --spec initramfs/cure.yaml --kernel-root $(KERNEL_ROOT) --state-dir $(STATE) --out $(OUT)/image $(NVML_TOOLS)
 
 hostos: deps
 	$(GO) run ./builder/cmd/cure-build --spec qemu-test/hostos/hostos.yaml --kernel-root $(KERNEL_ROOT) --out $(OUT)/hostos-image

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cure-oss/cure/builder/kmod"
 	"github.com/cure-oss/cure/builder/spec"
+	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/u-root/gobusybox/src/pkg/golang"
 	"github.com/u-root/mkuimage/cpio"
 	"github.com/u-root/mkuimage/uimage"
@@ -94,6 +95,7 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		}
 		recs = append(recs, r)
 	}
+	var caInfo *pki.ImageCA
 	if o.CA != "" {
 		r, err := hostFileRecord(o.CA, path.Clean(s.CAPath.Value)[1:])
 		if err != nil {
@@ -101,6 +103,18 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		}
 		r.Mode = cpio.S_IFREG | 0o644
 		recs = append(recs, r)
+		// The report names the CA so the coordinator can refuse an image
+		// that trusts another one (pki.CheckImageCA).
+		pemBytes, err := os.ReadFile(o.CA)
+		if err != nil {
+			return nil, fmt.Errorf("--ca: %w", err)
+		}
+		ca, err := pki.DescribeCA(o.CA, pemBytes)
+		if err != nil {
+			return nil, fmt.Errorf("--ca: %w", err)
+		}
+		ca.Path = path.Clean(s.CAPath.Value)
+		caInfo = &ca
 	}
 	for _, r := range recs {
 		if base.Contains(r) {
@@ -197,6 +211,7 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		Cmdline:        s.Cmdline.Value,
 		BuiltinModules: builtin,
 		Tools:          tools,
+		CA:             caInfo,
 	}
 	for _, m := range mods {
 		r.Modules = append(r.Modules, m.Name)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cure-oss/cure/builder/spec"
+	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/klauspost/compress/zstd"
 	"github.com/u-root/mkuimage/cpio"
 )
@@ -136,8 +137,11 @@ func TestBuildReproducible(t *testing.T) {
 	dir := t.TempDir()
 	overlay := filepath.Join(dir, "motd")
 	os.WriteFile(overlay, []byte("CURE\n"), 0o600)
-	ca := filepath.Join(dir, "ca.pem")
-	os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\n"), 0o600)
+	caPEM, err := pki.EnsureCA(filepath.Join(dir, "state", "pki"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := filepath.Join(dir, "state", "pki", pki.CACertFile)
 	specFile := filepath.Join(dir, "t.yaml")
 	os.WriteFile(specFile, []byte(`init: github.com/u-root/u-root/cmds/core/init
 uinit: github.com/cure-oss/cure/builder/testdata/placeholder-uinit
@@ -203,6 +207,21 @@ cmdline: console=ttyS0
 	}
 	if string(b) != string(b2) {
 		t.Error("report.json differs between two builds of the same inputs")
+	}
+	// The report names the CA, and the coordinator of that state dir
+	// accepts the image; another coordinator's CA is refused.
+	if onDisk.CA == nil || onDisk.CA.Path != "/etc/cure/ca.pem" || byPath["etc/cure/ca.pem"].SHA256 == "" {
+		t.Fatalf("report CA = %+v", onDisk.CA)
+	}
+	if got, err := pki.CheckImageCA(filepath.Join(dir, "out/a"), caPEM, filepath.Join(dir, "state")); err != nil || got.Fingerprint != onDisk.CA.Fingerprint {
+		t.Fatalf("CheckImageCA with the image's own CA: %+v, %v", got, err)
+	}
+	other, err := pki.EnsureCA(filepath.Join(dir, "other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pki.CheckImageCA(filepath.Join(dir, "out/a"), other, filepath.Join(dir, "other")); err == nil || !strings.Contains(err.Error(), "trusts another CA") {
+		t.Fatalf("CheckImageCA with another CA: %v", err)
 	}
 }
 

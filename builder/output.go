@@ -15,6 +15,8 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/u-root/mkuimage/cpio"
+
+	"github.com/cure-oss/cure/provisioner-lite/pki"
 )
 
 // Output file names in the output directory.
@@ -60,18 +62,21 @@ type Totals struct {
 
 // Report is report.json, a function of the inputs only.
 type Report struct {
-	Spec           string     `json:"spec,omitempty"`
-	Kind           string     `json:"kind"` // "image" or "baseline"
-	KernelVersion  string     `json:"kernel_version"`
-	Init           string     `json:"init"`
-	Uinit          string     `json:"uinit,omitempty"`
-	Cmdline        string     `json:"cmdline"`
-	Modules        []string   `json:"modules"` // load order
-	BuiltinModules []string   `json:"builtin_modules,omitempty"`
-	Tools          []string   `json:"tools,omitempty"`
-	Artifacts      []Artifact `json:"artifacts"`
-	Totals         Totals     `json:"totals"`
-	Entries        []Entry    `json:"entries"`
+	Spec           string   `json:"spec,omitempty"`
+	Kind           string   `json:"kind"` // "image" or "baseline"
+	KernelVersion  string   `json:"kernel_version"`
+	Init           string   `json:"init"`
+	Uinit          string   `json:"uinit,omitempty"`
+	Cmdline        string   `json:"cmdline"`
+	Modules        []string `json:"modules"` // load order
+	BuiltinModules []string `json:"builtin_modules,omitempty"`
+	Tools          []string `json:"tools,omitempty"`
+	// CA is the coordinator CA baked into the image (its fingerprint is
+	// what the coordinator checks at start).
+	CA        *pki.ImageCA `json:"ca,omitempty"`
+	Artifacts []Artifact   `json:"artifacts"`
+	Totals    Totals       `json:"totals"`
+	Entries   []Entry      `json:"entries"`
 }
 
 // listArchive describes every record of a newc archive.

@@ -3012,6 +3012,9 @@ type RunReport struct {
 	Verdicts      []*Verdict             `protobuf:"bytes,8,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
 	Reboots       uint32                 `protobuf:"varint,9,opt,name=reboots,proto3" json:"reboots,omitempty"`
 	Message       string                 `protobuf:"bytes,10,opt,name=message,proto3" json:"message,omitempty"`
+	// The hardware the runner reported at its latest boot of this run (or,
+	// if the run never reached CURE, the node's latest before it).
+	Inventory     *InventoryRecord `protobuf:"bytes,11,opt,name=inventory,proto3" json:"inventory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3114,6 +3117,13 @@ func (x *RunReport) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *RunReport) GetInventory() *InventoryRecord {
+	if x != nil {
+		return x.Inventory
+	}
+	return nil
 }
 
 type PhaseRecord struct {
@@ -3780,6 +3790,749 @@ func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
 	return nil
 }
 
+type NodeSpec struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Sku      string                 `protobuf:"bytes,2,opt,name=sku,proto3" json:"sku,omitempty"`
+	Hostname string                 `protobuf:"bytes,3,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Serial   string                 `protobuf:"bytes,4,opt,name=serial,proto3" json:"serial,omitempty"`
+	Macs     []string               `protobuf:"bytes,5,rep,name=macs,proto3" json:"macs,omitempty"`
+	Labels   map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Bmc      *BMCSpec               `protobuf:"bytes,7,opt,name=bmc,proto3" json:"bmc,omitempty"`
+	// Drive-label PSIDs by disk serial (secret: sealed at rest, never returned).
+	Psids         map[string]string `protobuf:"bytes,8,rep,name=psids,proto3" json:"psids,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeSpec) Reset() {
+	*x = NodeSpec{}
+	mi := &file_cure_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeSpec) ProtoMessage() {}
+
+func (x *NodeSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
+func (*NodeSpec) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *NodeSpec) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *NodeSpec) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *NodeSpec) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *NodeSpec) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *NodeSpec) GetMacs() []string {
+	if x != nil {
+		return x.Macs
+	}
+	return nil
+}
+
+func (x *NodeSpec) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *NodeSpec) GetBmc() *BMCSpec {
+	if x != nil {
+		return x.Bmc
+	}
+	return nil
+}
+
+func (x *NodeSpec) GetPsids() map[string]string {
+	if x != nil {
+		return x.Psids
+	}
+	return nil
+}
+
+type BMCSpec struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Url      string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Username string                 `protobuf:"bytes,2,opt,name=username,proto3" json:"username,omitempty"`
+	// The literal password (secret: sealed at rest, never returned). The API
+	// takes no passwordEnv/passwordFile reference: those would make the
+	// coordinator read its own environment or files for a remote caller;
+	// curectl resolves them on the operator's side.
+	Password      string `protobuf:"bytes,3,opt,name=password,proto3" json:"password,omitempty"`
+	Fingerprint   string `protobuf:"bytes,4,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`  // pinned SHA-256 of the BMC certificate
+	CaPem         []byte `protobuf:"bytes,5,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"` // CA bundle that verifies the BMC (kept in the state dir)
+	Insecure      bool   `protobuf:"varint,6,opt,name=insecure,proto3" json:"insecure,omitempty"`       // no TLS verification (and http:// allowed)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BMCSpec) Reset() {
+	*x = BMCSpec{}
+	mi := &file_cure_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BMCSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BMCSpec) ProtoMessage() {}
+
+func (x *BMCSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
+func (*BMCSpec) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *BMCSpec) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *BMCSpec) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *BMCSpec) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+func (x *BMCSpec) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *BMCSpec) GetCaPem() []byte {
+	if x != nil {
+		return x.CaPem
+	}
+	return nil
+}
+
+func (x *BMCSpec) GetInsecure() bool {
+	if x != nil {
+		return x.Insecure
+	}
+	return false
+}
+
+type AddNodesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         []*NodeSpec            `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Replace       bool                   `protobuf:"varint,2,opt,name=replace,proto3" json:"replace,omitempty"` // update nodes that exist (import); without it an existing id is an error
+	Source        string                 `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`    // where the nodes came from (a file name), for the audit log
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddNodesRequest) Reset() {
+	*x = AddNodesRequest{}
+	mi := &file_cure_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddNodesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddNodesRequest) ProtoMessage() {}
+
+func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
+func (*AddNodesRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *AddNodesRequest) GetNodes() []*NodeSpec {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *AddNodesRequest) GetReplace() bool {
+	if x != nil {
+		return x.Replace
+	}
+	return false
+}
+
+func (x *AddNodesRequest) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+type AddNodesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Added         []string               `protobuf:"bytes,1,rep,name=added,proto3" json:"added,omitempty"`
+	Updated       []string               `protobuf:"bytes,2,rep,name=updated,proto3" json:"updated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddNodesResponse) Reset() {
+	*x = AddNodesResponse{}
+	mi := &file_cure_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddNodesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddNodesResponse) ProtoMessage() {}
+
+func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
+func (*AddNodesResponse) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *AddNodesResponse) GetAdded() []string {
+	if x != nil {
+		return x.Added
+	}
+	return nil
+}
+
+func (x *AddNodesResponse) GetUpdated() []string {
+	if x != nil {
+		return x.Updated
+	}
+	return nil
+}
+
+type RemoveNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeRequest) Reset() {
+	*x = RemoveNodeRequest{}
+	mi := &file_cure_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeRequest) ProtoMessage() {}
+
+func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
+func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *RemoveNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type RemoveNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RunsKept      int64                  `protobuf:"varint,2,opt,name=runs_kept,json=runsKept,proto3" json:"runs_kept,omitempty"` // runs of the node whose history stays
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeResponse) Reset() {
+	*x = RemoveNodeResponse{}
+	mi := &file_cure_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeResponse) ProtoMessage() {}
+
+func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
+func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *RemoveNodeResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RemoveNodeResponse) GetRunsKept() int64 {
+	if x != nil {
+		return x.RunsKept
+	}
+	return 0
+}
+
+type LabelNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Set           map[string]string      `protobuf:"bytes,2,rep,name=set,proto3" json:"set,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Remove        []string               `protobuf:"bytes,3,rep,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LabelNodeRequest) Reset() {
+	*x = LabelNodeRequest{}
+	mi := &file_cure_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LabelNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LabelNodeRequest) ProtoMessage() {}
+
+func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
+func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *LabelNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *LabelNodeRequest) GetSet() map[string]string {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+func (x *LabelNodeRequest) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+type ShowNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShowNodeRequest) Reset() {
+	*x = ShowNodeRequest{}
+	mi := &file_cure_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShowNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShowNodeRequest) ProtoMessage() {}
+
+func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
+func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *ShowNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type NodeDetail struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Sku           string                 `protobuf:"bytes,2,opt,name=sku,proto3" json:"sku,omitempty"`
+	Hostname      string                 `protobuf:"bytes,3,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Serial        string                 `protobuf:"bytes,4,opt,name=serial,proto3" json:"serial,omitempty"`
+	Macs          []string               `protobuf:"bytes,5,rep,name=macs,proto3" json:"macs,omitempty"`
+	Labels        map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	BmcUrl        string                 `protobuf:"bytes,7,opt,name=bmc_url,json=bmcUrl,proto3" json:"bmc_url,omitempty"`
+	BmcUsername   string                 `protobuf:"bytes,8,opt,name=bmc_username,json=bmcUsername,proto3" json:"bmc_username,omitempty"`
+	BmcPassword   string                 `protobuf:"bytes,9,opt,name=bmc_password,json=bmcPassword,proto3" json:"bmc_password,omitempty"` // where the password comes from ("sealed", "env:NAME", "file:/path"), never the password
+	BmcTls        string                 `protobuf:"bytes,10,opt,name=bmc_tls,json=bmcTls,proto3" json:"bmc_tls,omitempty"`               // how the BMC is verified
+	Psids         uint32                 `protobuf:"varint,11,opt,name=psids,proto3" json:"psids,omitempty"`                              // how many PSIDs are stored
+	State         string                 `protobuf:"bytes,12,opt,name=state,proto3" json:"state,omitempty"`
+	LastRunId     string                 `protobuf:"bytes,13,opt,name=last_run_id,json=lastRunId,proto3" json:"last_run_id,omitempty"`
+	LastRunStatus string                 `protobuf:"bytes,14,opt,name=last_run_status,json=lastRunStatus,proto3" json:"last_run_status,omitempty"`
+	Inventory     *InventoryRecord       `protobuf:"bytes,15,opt,name=inventory,proto3" json:"inventory,omitempty"` // latest reported hardware, if any
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeDetail) Reset() {
+	*x = NodeDetail{}
+	mi := &file_cure_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeDetail) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeDetail) ProtoMessage() {}
+
+func (x *NodeDetail) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
+func (*NodeDetail) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *NodeDetail) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeDetail) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *NodeDetail) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *NodeDetail) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *NodeDetail) GetMacs() []string {
+	if x != nil {
+		return x.Macs
+	}
+	return nil
+}
+
+func (x *NodeDetail) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *NodeDetail) GetBmcUrl() string {
+	if x != nil {
+		return x.BmcUrl
+	}
+	return ""
+}
+
+func (x *NodeDetail) GetBmcUsername() string {
+	if x != nil {
+		return x.BmcUsername
+	}
+	return ""
+}
+
+func (x *NodeDetail) GetBmcPassword() string {
+	if x != nil {
+		return x.BmcPassword
+	}
+	return ""
+}
+
+func (x *NodeDetail) GetBmcTls() string {
+	if x != nil {
+		return x.BmcTls
+	}
+	return ""
+}
+
+func (x *NodeDetail) GetPsids() uint32 {
+	if x != nil {
+		return x.Psids
+	}
+	return 0
+}
+
+func (x *NodeDetail) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *NodeDetail) GetLastRunId() string {
+	if x != nil {
+		return x.LastRunId
+	}
+	return ""
+}
+
+func (x *NodeDetail) GetLastRunStatus() string {
+	if x != nil {
+		return x.LastRunStatus
+	}
+	return ""
+}
+
+func (x *NodeDetail) GetInventory() *InventoryRecord {
+	if x != nil {
+		return x.Inventory
+	}
+	return nil
+}
+
+// InventoryRecord is one boot's Hello inventory as the coordinator stored
+// it: cleaned and bounded (truncated says whether anything was cut).
+type InventoryRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	BootId        string                 `protobuf:"bytes,2,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
+	TimeUnixMs    int64                  `protobuf:"varint,3,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	Peer          string                 `protobuf:"bytes,4,opt,name=peer,proto3" json:"peer,omitempty"` // the runner session's address
+	Inventory     *Inventory             `protobuf:"bytes,5,opt,name=inventory,proto3" json:"inventory,omitempty"`
+	Truncated     bool                   `protobuf:"varint,6,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InventoryRecord) Reset() {
+	*x = InventoryRecord{}
+	mi := &file_cure_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InventoryRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InventoryRecord) ProtoMessage() {}
+
+func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
+func (*InventoryRecord) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *InventoryRecord) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *InventoryRecord) GetBootId() string {
+	if x != nil {
+		return x.BootId
+	}
+	return ""
+}
+
+func (x *InventoryRecord) GetTimeUnixMs() int64 {
+	if x != nil {
+		return x.TimeUnixMs
+	}
+	return 0
+}
+
+func (x *InventoryRecord) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *InventoryRecord) GetInventory() *Inventory {
+	if x != nil {
+		return x.Inventory
+	}
+	return nil
+}
+
+func (x *InventoryRecord) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 var File_cure_proto protoreflect.FileDescriptor
 
 const file_cure_proto_rawDesc = "" +
@@ -4047,7 +4800,7 @@ const file_cure_proto_rawDesc = "" +
 	" \x01(\tR\x06source\"?\n" +
 	"\rReportRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xd2\x02\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x8a\x03\n" +
 	"\tRunReport\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
@@ -4059,7 +4812,8 @@ const file_cure_proto_rawDesc = "" +
 	"\bverdicts\x18\b \x03(\v2\x10.cure.v1.VerdictR\bverdicts\x12\x18\n" +
 	"\areboots\x18\t \x01(\rR\areboots\x12\x18\n" +
 	"\amessage\x18\n" +
-	" \x01(\tR\amessage\"\xbb\x01\n" +
+	" \x01(\tR\amessage\x126\n" +
+	"\tinventory\x18\v \x01(\v2\x18.cure.v1.InventoryRecordR\tinventory\"\xbb\x01\n" +
 	"\vPhaseRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12&\n" +
@@ -4111,7 +4865,80 @@ const file_cure_proto_rawDesc = "" +
 	" \x01(\tR\x06result\x12\x16\n" +
 	"\x06detail\x18\v \x01(\tR\x06detail\"E\n" +
 	"\x14ListAuditLogResponse\x12-\n" +
-	"\aentries\x18\x01 \x03(\v2\x13.cure.v1.AuditEntryR\aentries*\x86\x01\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.cure.v1.AuditEntryR\aentries\"\xf8\x02\n" +
+	"\bNodeSpec\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03sku\x18\x02 \x01(\tR\x03sku\x12\x1a\n" +
+	"\bhostname\x18\x03 \x01(\tR\bhostname\x12\x16\n" +
+	"\x06serial\x18\x04 \x01(\tR\x06serial\x12\x12\n" +
+	"\x04macs\x18\x05 \x03(\tR\x04macs\x125\n" +
+	"\x06labels\x18\x06 \x03(\v2\x1d.cure.v1.NodeSpec.LabelsEntryR\x06labels\x12\"\n" +
+	"\x03bmc\x18\a \x01(\v2\x10.cure.v1.BMCSpecR\x03bmc\x122\n" +
+	"\x05psids\x18\b \x03(\v2\x1c.cure.v1.NodeSpec.PsidsEntryR\x05psids\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a8\n" +
+	"\n" +
+	"PsidsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa8\x01\n" +
+	"\aBMCSpec\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1a\n" +
+	"\busername\x18\x02 \x01(\tR\busername\x12\x1a\n" +
+	"\bpassword\x18\x03 \x01(\tR\bpassword\x12 \n" +
+	"\vfingerprint\x18\x04 \x01(\tR\vfingerprint\x12\x15\n" +
+	"\x06ca_pem\x18\x05 \x01(\fR\x05caPem\x12\x1a\n" +
+	"\binsecure\x18\x06 \x01(\bR\binsecure\"l\n" +
+	"\x0fAddNodesRequest\x12'\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x11.cure.v1.NodeSpecR\x05nodes\x12\x18\n" +
+	"\areplace\x18\x02 \x01(\bR\areplace\x12\x16\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\"B\n" +
+	"\x10AddNodesResponse\x12\x14\n" +
+	"\x05added\x18\x01 \x03(\tR\x05added\x12\x18\n" +
+	"\aupdated\x18\x02 \x03(\tR\aupdated\",\n" +
+	"\x11RemoveNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"J\n" +
+	"\x12RemoveNodeResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
+	"\truns_kept\x18\x02 \x01(\x03R\brunsKept\"\xb1\x01\n" +
+	"\x10LabelNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x124\n" +
+	"\x03set\x18\x02 \x03(\v2\".cure.v1.LabelNodeRequest.SetEntryR\x03set\x12\x16\n" +
+	"\x06remove\x18\x03 \x03(\tR\x06remove\x1a6\n" +
+	"\bSetEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"*\n" +
+	"\x0fShowNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x97\x04\n" +
+	"\n" +
+	"NodeDetail\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
+	"\x03sku\x18\x02 \x01(\tR\x03sku\x12\x1a\n" +
+	"\bhostname\x18\x03 \x01(\tR\bhostname\x12\x16\n" +
+	"\x06serial\x18\x04 \x01(\tR\x06serial\x12\x12\n" +
+	"\x04macs\x18\x05 \x03(\tR\x04macs\x127\n" +
+	"\x06labels\x18\x06 \x03(\v2\x1f.cure.v1.NodeDetail.LabelsEntryR\x06labels\x12\x17\n" +
+	"\abmc_url\x18\a \x01(\tR\x06bmcUrl\x12!\n" +
+	"\fbmc_username\x18\b \x01(\tR\vbmcUsername\x12!\n" +
+	"\fbmc_password\x18\t \x01(\tR\vbmcPassword\x12\x17\n" +
+	"\abmc_tls\x18\n" +
+	" \x01(\tR\x06bmcTls\x12\x14\n" +
+	"\x05psids\x18\v \x01(\rR\x05psids\x12\x14\n" +
+	"\x05state\x18\f \x01(\tR\x05state\x12\x1e\n" +
+	"\vlast_run_id\x18\r \x01(\tR\tlastRunId\x12&\n" +
+	"\x0flast_run_status\x18\x0e \x01(\tR\rlastRunStatus\x126\n" +
+	"\tinventory\x18\x0f \x01(\v2\x18.cure.v1.InventoryRecordR\tinventory\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc7\x01\n" +
+	"\x0fInventoryRecord\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
+	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x12 \n" +
+	"\ftime_unix_ms\x18\x03 \x01(\x03R\n" +
+	"timeUnixMs\x12\x12\n" +
+	"\x04peer\x18\x04 \x01(\tR\x04peer\x120\n" +
+	"\tinventory\x18\x05 \x01(\v2\x12.cure.v1.InventoryR\tinventory\x12\x1c\n" +
+	"\ttruncated\x18\x06 \x01(\bR\ttruncated*\x86\x01\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_PROVISION\x10\x01\x12\x0e\n" +
@@ -4135,7 +4962,7 @@ const file_cure_proto_rawDesc = "" +
 	"\rPHASE_SKIPPED\x10\x02\x12\x10\n" +
 	"\fPHASE_FAILED\x10\x032S\n" +
 	"\rRunnerService\x12B\n" +
-	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\x91\x04\n" +
+	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\x91\x06\n" +
 	"\x0fOperatorService\x12B\n" +
 	"\tProvision\x12\x19.cure.v1.ProvisionRequest\x1a\x1a.cure.v1.ProvisionResponse\x128\n" +
 	"\x05Watch\x12\x15.cure.v1.WatchRequest\x1a\x16.cure.v1.TimelineEntry0\x01\x124\n" +
@@ -4144,7 +4971,12 @@ const file_cure_proto_rawDesc = "" +
 	"\vAuditDirect\x12\x1b.cure.v1.AuditDirectRequest\x1a\x1c.cure.v1.AuditDirectResponse\x12K\n" +
 	"\fListAuditLog\x12\x1c.cure.v1.ListAuditLogRequest\x1a\x1d.cure.v1.ListAuditLogResponse\x129\n" +
 	"\x06Cancel\x12\x16.cure.v1.CancelRequest\x1a\x17.cure.v1.CancelResponse\x124\n" +
-	"\x05Fleet\x12\x15.cure.v1.FleetRequest\x1a\x14.cure.v1.FleetStatusB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
+	"\x05Fleet\x12\x15.cure.v1.FleetRequest\x1a\x14.cure.v1.FleetStatus\x12?\n" +
+	"\bAddNodes\x12\x18.cure.v1.AddNodesRequest\x1a\x19.cure.v1.AddNodesResponse\x12E\n" +
+	"\n" +
+	"RemoveNode\x12\x1a.cure.v1.RemoveNodeRequest\x1a\x1b.cure.v1.RemoveNodeResponse\x12;\n" +
+	"\tLabelNode\x12\x19.cure.v1.LabelNodeRequest\x1a\x13.cure.v1.NodeDetail\x129\n" +
+	"\bShowNode\x12\x18.cure.v1.ShowNodeRequest\x1a\x13.cure.v1.NodeDetailB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
 
 var (
 	file_cure_proto_rawDescOnce sync.Once
@@ -4159,7 +4991,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -4212,15 +5044,29 @@ var file_cure_proto_goTypes = []any{
 	(*ListAuditLogRequest)(nil),  // 48: cure.v1.ListAuditLogRequest
 	(*AuditEntry)(nil),           // 49: cure.v1.AuditEntry
 	(*ListAuditLogResponse)(nil), // 50: cure.v1.ListAuditLogResponse
-	nil,                          // 51: cure.v1.Log.AttrsEntry
-	nil,                          // 52: cure.v1.Metric.LabelsEntry
-	nil,                          // 53: cure.v1.Assignment.PsidsEntry
-	nil,                          // 54: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 55: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 56: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 57: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 58: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 59: cure.v1.FleetStatus.ByInstanceEntry
+	(*NodeSpec)(nil),             // 51: cure.v1.NodeSpec
+	(*BMCSpec)(nil),              // 52: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),      // 53: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),     // 54: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),    // 55: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),   // 56: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),     // 57: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),      // 58: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),           // 59: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),      // 60: cure.v1.InventoryRecord
+	nil,                          // 61: cure.v1.Log.AttrsEntry
+	nil,                          // 62: cure.v1.Metric.LabelsEntry
+	nil,                          // 63: cure.v1.Assignment.PsidsEntry
+	nil,                          // 64: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 65: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 66: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 67: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 68: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 69: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 70: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 71: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 72: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 73: cure.v1.NodeDetail.LabelsEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,  // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -4241,8 +5087,8 @@ var file_cure_proto_depIdxs = []int32{
 	19, // 15: cure.v1.Event.metric:type_name -> cure.v1.Metric
 	2,  // 16: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,  // 17: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	51, // 18: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	52, // 19: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	61, // 18: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	62, // 19: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	21, // 20: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
 	24, // 21: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
 	25, // 22: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
@@ -4251,50 +5097,67 @@ var file_cure_proto_depIdxs = []int32{
 	0,  // 25: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
 	22, // 26: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
 	23, // 27: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	53, // 28: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	63, // 28: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
 	0,  // 29: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	54, // 30: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	64, // 30: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
 	36, // 31: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
 	30, // 32: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	55, // 33: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	65, // 33: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
 	36, // 34: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
 	30, // 35: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	56, // 36: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	57, // 37: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	58, // 38: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	66, // 36: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	67, // 37: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	68, // 38: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
 	35, // 39: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	59, // 40: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	69, // 40: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
 	17, // 41: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
 	0,  // 42: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
 	41, // 43: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
 	17, // 44: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	44, // 45: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	17, // 46: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	47, // 47: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	49, // 48: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	4,  // 49: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	28, // 50: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	37, // 51: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	39, // 52: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	45, // 53: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	42, // 54: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	48, // 55: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	31, // 56: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	33, // 57: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	20, // 58: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	29, // 59: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	38, // 60: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	40, // 61: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	46, // 62: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	43, // 63: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	50, // 64: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	32, // 65: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	34, // 66: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	58, // [58:67] is the sub-list for method output_type
-	49, // [49:58] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	60, // 45: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	44, // 46: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	17, // 47: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	47, // 48: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	49, // 49: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	70, // 50: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	52, // 51: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	71, // 52: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	51, // 53: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	72, // 54: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	73, // 55: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	60, // 56: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	8,  // 57: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	4,  // 58: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	28, // 59: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	37, // 60: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	39, // 61: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	45, // 62: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	42, // 63: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	48, // 64: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	31, // 65: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	33, // 66: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	53, // 67: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	55, // 68: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	57, // 69: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	58, // 70: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	20, // 71: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	29, // 72: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	38, // 73: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	40, // 74: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	46, // 75: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	43, // 76: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	50, // 77: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	32, // 78: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	34, // 79: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	54, // 80: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	56, // 81: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	59, // 82: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	59, // 83: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	71, // [71:84] is the sub-list for method output_type
+	58, // [58:71] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -4326,7 +5189,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   56,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -137,6 +137,10 @@ const (
 	OperatorService_ListAuditLog_FullMethodName = "/cure.v1.OperatorService/ListAuditLog"
 	OperatorService_Cancel_FullMethodName       = "/cure.v1.OperatorService/Cancel"
 	OperatorService_Fleet_FullMethodName        = "/cure.v1.OperatorService/Fleet"
+	OperatorService_AddNodes_FullMethodName     = "/cure.v1.OperatorService/AddNodes"
+	OperatorService_RemoveNode_FullMethodName   = "/cure.v1.OperatorService/RemoveNode"
+	OperatorService_LabelNode_FullMethodName    = "/cure.v1.OperatorService/LabelNode"
+	OperatorService_ShowNode_FullMethodName     = "/cure.v1.OperatorService/ShowNode"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -162,6 +166,19 @@ type OperatorServiceClient interface {
 	// Fleet summarises the latest run of every node (or the selected ones):
 	// counts per status and phase, failures first. curectl watch --fleet polls it.
 	Fleet(ctx context.Context, in *FleetRequest, opts ...grpc.CallOption) (*FleetStatus, error)
+	// The node inventory at run time, without a restart. AddNodes adds nodes
+	// (or, with replace, updates existing ones: an import); every node is
+	// checked as the start-time import checks it, and nothing is written
+	// unless all pass. BMC passwords and PSIDs are sealed at rest.
+	AddNodes(ctx context.Context, in *AddNodesRequest, opts ...grpc.CallOption) (*AddNodesResponse, error)
+	// RemoveNode takes a node out of the inventory (refused while it has an
+	// active run); its runs, reports and inventories stay.
+	RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error)
+	// LabelNode sets and removes labels.
+	LabelNode(ctx context.Context, in *LabelNodeRequest, opts ...grpc.CallOption) (*NodeDetail, error)
+	// ShowNode is one node: inventory entry (no secrets), latest run, and the
+	// hardware inventory its runner reported at its latest boot.
+	ShowNode(ctx context.Context, in *ShowNodeRequest, opts ...grpc.CallOption) (*NodeDetail, error)
 }
 
 type operatorServiceClient struct {
@@ -261,6 +278,46 @@ func (c *operatorServiceClient) Fleet(ctx context.Context, in *FleetRequest, opt
 	return out, nil
 }
 
+func (c *operatorServiceClient) AddNodes(ctx context.Context, in *AddNodesRequest, opts ...grpc.CallOption) (*AddNodesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddNodesResponse)
+	err := c.cc.Invoke(ctx, OperatorService_AddNodes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveNodeResponse)
+	err := c.cc.Invoke(ctx, OperatorService_RemoveNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) LabelNode(ctx context.Context, in *LabelNodeRequest, opts ...grpc.CallOption) (*NodeDetail, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NodeDetail)
+	err := c.cc.Invoke(ctx, OperatorService_LabelNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) ShowNode(ctx context.Context, in *ShowNodeRequest, opts ...grpc.CallOption) (*NodeDetail, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NodeDetail)
+	err := c.cc.Invoke(ctx, OperatorService_ShowNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -284,6 +341,19 @@ type OperatorServiceServer interface {
 	// Fleet summarises the latest run of every node (or the selected ones):
 	// counts per status and phase, failures first. curectl watch --fleet polls it.
 	Fleet(context.Context, *FleetRequest) (*FleetStatus, error)
+	// The node inventory at run time, without a restart. AddNodes adds nodes
+	// (or, with replace, updates existing ones: an import); every node is
+	// checked as the start-time import checks it, and nothing is written
+	// unless all pass. BMC passwords and PSIDs are sealed at rest.
+	AddNodes(context.Context, *AddNodesRequest) (*AddNodesResponse, error)
+	// RemoveNode takes a node out of the inventory (refused while it has an
+	// active run); its runs, reports and inventories stay.
+	RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error)
+	// LabelNode sets and removes labels.
+	LabelNode(context.Context, *LabelNodeRequest) (*NodeDetail, error)
+	// ShowNode is one node: inventory entry (no secrets), latest run, and the
+	// hardware inventory its runner reported at its latest boot.
+	ShowNode(context.Context, *ShowNodeRequest) (*NodeDetail, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -317,6 +387,18 @@ func (UnimplementedOperatorServiceServer) Cancel(context.Context, *CancelRequest
 }
 func (UnimplementedOperatorServiceServer) Fleet(context.Context, *FleetRequest) (*FleetStatus, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Fleet not implemented")
+}
+func (UnimplementedOperatorServiceServer) AddNodes(context.Context, *AddNodesRequest) (*AddNodesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AddNodes not implemented")
+}
+func (UnimplementedOperatorServiceServer) RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RemoveNode not implemented")
+}
+func (UnimplementedOperatorServiceServer) LabelNode(context.Context, *LabelNodeRequest) (*NodeDetail, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method LabelNode not implemented")
+}
+func (UnimplementedOperatorServiceServer) ShowNode(context.Context, *ShowNodeRequest) (*NodeDetail, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ShowNode not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -476,6 +558,78 @@ func _OperatorService_Fleet_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_AddNodes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddNodesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).AddNodes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_AddNodes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).AddNodes(ctx, req.(*AddNodesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_RemoveNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).RemoveNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_RemoveNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).RemoveNode(ctx, req.(*RemoveNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_LabelNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LabelNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).LabelNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_LabelNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).LabelNode(ctx, req.(*LabelNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_ShowNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShowNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ShowNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ShowNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ShowNode(ctx, req.(*ShowNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -510,6 +664,22 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Fleet",
 			Handler:    _OperatorService_Fleet_Handler,
+		},
+		{
+			MethodName: "AddNodes",
+			Handler:    _OperatorService_AddNodes_Handler,
+		},
+		{
+			MethodName: "RemoveNode",
+			Handler:    _OperatorService_RemoveNode_Handler,
+		},
+		{
+			MethodName: "LabelNode",
+			Handler:    _OperatorService_LabelNode_Handler,
+		},
+		{
+			MethodName: "ShowNode",
+			Handler:    _OperatorService_ShowNode_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -57,6 +57,10 @@ type page struct {
 	Phases                 []phaseRow
 	Timeline               []timelineRow
 	TimelineOmittedMetrics int
+	// Hardware is the inventory the node reported (InventorySections),
+	// HardwareFrom where it came from; empty when none was reported.
+	Hardware     []InventorySection
+	HardwareFrom string
 }
 
 type count struct {
@@ -122,6 +126,9 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 		}
 		p.Phases = append(p.Phases, row)
 	}
+
+	p.Hardware = InventorySections(r.GetInventory().GetInventory())
+	p.HardwareFrom = InventoryHeading(r.GetInventory(), r.GetRunId())
 
 	// Offsets are relative to the run start so they line up with the
 	// header; a timeline fetched without a report start falls back to its

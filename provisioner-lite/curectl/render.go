@@ -109,6 +109,7 @@ func PrintReport(w io.Writer, r *curev1.RunReport) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", clip(v.GetComponent(), 40), clip(v.GetCheck(), 40), v.GetStatus(), clip(v.GetObserved(), 40), clip(v.GetExpected(), 40), clip(v.GetMessage(), 60))
 	}
 	tw.Flush()
+	PrintInventory(w, r.GetInventory(), r.GetRunId())
 }
 
 // PrintNodes writes the node list.

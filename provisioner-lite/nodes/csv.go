@@ -17,11 +17,12 @@ import (
 // csvRequired are the columns every CSV inventory has (any order).
 var csvRequired = []string{"id", "bmc_url", "bmc_username", "bmc_password", "macs", "sku", "hostname", "serial"}
 
-// csvOptional are the columns a CSV inventory may add, each the YAML bmc
+// csvOptional are the columns a CSV inventory may add, each the YAML
 // field of the same meaning: bmc_password_env and bmc_password_file replace
 // bmc_password (leave it empty), bmc_ca_file, bmc_fingerprint and
-// bmc_insecure (true/false, empty = false) set how the BMC's TLS is checked.
-var csvOptional = []string{"bmc_password_env", "bmc_password_file", "bmc_ca_file", "bmc_fingerprint", "bmc_insecure"}
+// bmc_insecure (true/false, empty = false) set how the BMC's TLS is checked;
+// labels (k=v;k2=v2) and psids (SERIAL=PSID;...) are the YAML maps.
+var csvOptional = []string{"bmc_password_env", "bmc_password_file", "bmc_ca_file", "bmc_fingerprint", "bmc_insecure", "labels", "psids"}
 
 // csvColumn names the CSV column of a YAML bmc field ("" = the password choice).
 var csvColumn = map[string]string{
@@ -35,7 +36,8 @@ var csvColumn = map[string]string{
 // comments). The fields mean what ParseYAML's do, under the same rules.
 // name is used in error messages (file:line:col: column: problem). All
 // problems found are reported, joined.
-func ParseCSV(name string, data []byte) ([]store.Node, error) {
+func ParseCSV(name string, data []byte, opts ...Option) ([]store.Node, error) {
+	o := newOptions(opts)
 	r := csv.NewReader(bytes.NewReader(data))
 	r.Comment = '#'
 	r.TrimLeadingSpace = true
@@ -127,6 +129,16 @@ func ParseCSV(name string, data []byte) ([]store.Node, error) {
 		if err := checkHostname(n.Hostname); err != nil {
 			bad("hostname", err)
 		}
+		if err := o.checkSKU(n.SKU); err != nil {
+			bad("sku", err)
+		}
+		var mapErr error
+		if n.Labels, mapErr = csvMap(get("labels"), CheckLabel); mapErr != nil {
+			bad("labels", mapErr)
+		}
+		if n.PSIDs, mapErr = csvMap(get("psids"), checkPSID); mapErr != nil {
+			bad("psids", mapErr)
+		}
 		rawMACs := get("macs")
 		if rawMACs == "" {
 			bad("macs", errors.New("required: at least one MAC the node PXE-boots from"))
@@ -162,4 +174,27 @@ func ParseCSV(name string, data []byte) ([]store.Node, error) {
 
 func isCSVColumn(h string) bool {
 	return slices.Contains(csvRequired, h) || slices.Contains(csvOptional, h)
+}
+
+// csvMap reads "k=v;k2=v2" (the CSV form of a YAML map), checking each pair.
+func csvMap(s string, check func(k, v string) error) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for i, part := range strings.Split(s, ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok {
+			return nil, fmt.Errorf("entry %d %q: want key=value (entries separated by ';')", i+1, part)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("entry %d: %q given twice", i+1, k)
+		}
+		if err := check(k, v); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", i+1, err)
+		}
+		out[k] = v
+	}
+	return out, nil
 }

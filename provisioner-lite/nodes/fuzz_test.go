@@ -73,6 +73,11 @@ func checkParsed(t *testing.T, ns []store.Node, err error, name string) {
 				t.Fatalf("node %s: %v", n.ID, err)
 			}
 		}
+		for k, v := range n.Labels {
+			if err := CheckLabel(k, v); err != nil {
+				t.Fatalf("node %s: %v", n.ID, err)
+			}
+		}
 	}
 }
 
@@ -82,6 +87,7 @@ func FuzzParseYAML(f *testing.F) {
 	f.Add("nodes:\n  - id: a\n    bmc: {url: http://h, username: u, password: p, insecure: true}\n    macs: [52:54:00:00:00:01]\n")
 	f.Add("nodes:\n  - id: a\n    bmc: {url: https://h, username: u, passwordFile: /etc/hostname, caFile: /etc/ssl/certs/ca-certificates.crt, insecure: false}\n    macs: [52:54:00:00:00:01]\n    psids: {D1: ABCDEFGHIJKLMNOPQRSTUVWXYZ012345}\n")
 	f.Add("nodes: [\n")
+	f.Add("id: a\nbmc: {url: https://h, username: u, password: p}\nmacs: [52:54:00:00:00:01]\nlabels: {rack: r1, \"x y\": z}\n")
 	f.Add("nodes:\n  - id: a\n    bmc: {url: http://h, username: u, password: p, fingerprint: " + strings.Repeat("ab", 32) + ", insecure: true}\n    macs: [52:54:00:00:00:01]\n")
 	f.Fuzz(func(t *testing.T, doc string) {
 		ns, err := ParseYAML("fuzz.yaml", []byte(doc))
@@ -95,6 +101,7 @@ func FuzzParseCSV(f *testing.F) {
 	f.Add("id,bmc_url,bmc_username,bmc_password,macs,sku,hostname,serial,bmc_fingerprint,bmc_insecure,bmc_ca_file,bmc_password_file\n" +
 		"a,https://10.0.0.1,u,p,52:54:00:00:00:01,s,,," + pinHex + ",false,,\nb,http://10.0.0.2,u,p,52:54:00:00:00:02,s,,,,true,,\n")
 	f.Add("\ufeffid,bmc_url\n\"a\n")
+	f.Add("id,bmc_url,bmc_username,bmc_password,macs,sku,hostname,serial,labels,psids\na,https://h,u,p,52:54:00:00:00:01,s,,,rack=r1;x=,D1=ABCDEFGHIJKLMNOPQRSTUVWXYZ012345;D1=x\n")
 	f.Fuzz(func(t *testing.T, doc string) {
 		ns, err := ParseCSV("fuzz.csv", []byte(doc))
 		checkParsed(t, ns, err, "fuzz.csv")

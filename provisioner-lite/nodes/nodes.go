@@ -1,32 +1,68 @@
 // Package nodes imports the node inventory (YAML or CSV) into store.Node values.
 // Parsing is strict: unknown fields, duplicate ids or MACs, malformed MACs, URLs
-// and PSIDs are errors that name the file, line and field.
+// and PSIDs, labels a selector could not name, and (with WithSKUCheck) SKUs
+// the coordinator does not have are errors that name the file, line and
+// field. The coordinator's start, `provisioner-lite check` and `curectl nodes
+// import` all read the inventory through this package; Check applies the
+// same rules to a node built another way (curectl nodes add, the API).
 package nodes
 
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
+// Option adds a check to parsing.
+type Option func(*options)
+
+type options struct {
+	sku func(name string) error
+}
+
+// WithSKUCheck reports, at the sku field, every SKU for which known returns
+// an error (the coordinator passes its manifest catalog).
+func WithSKUCheck(known func(name string) error) Option {
+	return func(o *options) { o.sku = known }
+}
+
+func newOptions(opts []Option) options {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// checkSKU is the sku field's check: empty is allowed (curectl provision
+// --manifest names one then).
+func (o options) checkSKU(sku string) error {
+	if sku == "" || o.sku == nil {
+		return nil
+	}
+	return o.sku(sku)
+}
+
 // Load reads an inventory file; the format follows the extension (.yaml, .yml, .csv).
-func Load(path string) ([]store.Node, error) {
+func Load(path string, opts ...Option) ([]store.Node, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("node inventory: %w", err)
 	}
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".yaml", ".yml":
-		return ParseYAML(path, data)
+		return ParseYAML(path, data, opts...)
 	case ".csv":
-		return ParseCSV(path, data)
+		return ParseCSV(path, data, opts...)
 	default:
 		return nil, fmt.Errorf("node inventory %s: unknown extension %q: want .yaml, .yml or .csv", path, filepath.Ext(path))
 	}
@@ -80,6 +116,24 @@ func checkHostname(h string) error {
 		if !hostnameRE.MatchString(l) {
 			return fmt.Errorf("%q: label %q: want letters, digits and '-' (RFC 1123), 1-63 characters", h, l)
 		}
+	}
+	return nil
+}
+
+// labelKeyRE, labelValueRE: labels are matched by selectors written as
+// k=v,k2=v2 on command lines, so neither part may hold ',', '=' or spaces.
+var (
+	labelKeyRE   = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$`)
+	labelValueRE = regexp.MustCompile(`^[A-Za-z0-9._/:@+-]{0,128}$`)
+)
+
+// CheckLabel is the rule for one label, here and in `curectl nodes label`.
+func CheckLabel(k, v string) error {
+	if !labelKeyRE.MatchString(k) {
+		return fmt.Errorf("label name %q: want 1-63 letters, digits and . _ / - (starting and ending with a letter or digit)", k)
+	}
+	if !labelValueRE.MatchString(v) {
+		return fmt.Errorf("label %s: value %q: want at most 128 letters, digits and . _ / : @ + - (no spaces, ',' or '=': selectors are k=v,...)", k, v)
 	}
 	return nil
 }
@@ -212,5 +266,83 @@ func (s *seen) mac(mac, node, where string) error {
 		return fmt.Errorf("MAC %s already used by %s", mac, prev)
 	}
 	s.macs[mac] = fmt.Sprintf("node %s at %s", node, where)
+	return nil
+}
+
+// Check applies the inventory file's rules to a node built another way (the
+// flags of `curectl nodes add`, an AddNodes call): id, BMC settings,
+// hostname, MACs, PSIDs, labels and, with WithSKUCheck, the SKU. It
+// normalises MACs and the fingerprint in place and returns every problem,
+// joined, each naming its field as the YAML format spells it
+// (bmc.url, macs[1], labels.rack).
+func Check(n *store.Node, opts ...Option) error {
+	o := newOptions(opts)
+	var errs []error
+	bad := func(field string, err error) { errs = append(errs, fmt.Errorf("%s: %w", field, err)) }
+	if err := checkID(n.ID); err != nil {
+		bad("id", err)
+	}
+	if err := checkBMCURL(n.BMCURL); err != nil {
+		bad("bmc.url", err)
+	}
+	if n.BMCUser == "" {
+		bad("bmc.username", errors.New("required"))
+	}
+	b := bmcFields{url: n.BMCURL, password: n.BMCPassword, caFile: n.BMCCAFile, fingerprint: n.BMCFingerprint, insecure: n.BMCInsecure}
+	switch ref := n.BMCPasswordRef; {
+	case strings.HasPrefix(ref, RefEnv):
+		b.passwordEnv = strings.TrimPrefix(ref, RefEnv)
+	case strings.HasPrefix(ref, RefFile):
+		b.passwordFile = strings.TrimPrefix(ref, RefFile)
+	case ref != "":
+		bad("bmc.password", fmt.Errorf("reference %q: want env:NAME or file:/path", ref))
+	}
+	out := *n
+	out.BMCPassword, out.BMCPasswordRef, out.BMCCAFile, out.BMCFingerprint = "", "", "", ""
+	for _, fe := range b.apply("/", &out) {
+		field := "bmc.password"
+		if fe.field != "" {
+			field = "bmc." + fe.field
+		}
+		bad(field, fe.err)
+	}
+	if err := checkHostname(n.Hostname); err != nil {
+		bad("hostname", err)
+	}
+	if err := o.checkSKU(n.SKU); err != nil {
+		bad("sku", err)
+	}
+	if len(n.MACs) == 0 {
+		bad("macs", errors.New("required: at least one MAC the node PXE-boots from"))
+	}
+	seen := map[string]bool{}
+	out.MACs = nil
+	for i, m := range n.MACs {
+		nm, err := store.NormalizeMAC(m)
+		if err != nil {
+			bad(fmt.Sprintf("macs[%d]", i), err)
+			continue
+		}
+		if seen[nm] {
+			bad(fmt.Sprintf("macs[%d]", i), fmt.Errorf("MAC %s listed twice", nm))
+			continue
+		}
+		seen[nm] = true
+		out.MACs = append(out.MACs, nm)
+	}
+	for _, serial := range slices.Sorted(maps.Keys(n.PSIDs)) {
+		if err := checkPSID(serial, n.PSIDs[serial]); err != nil {
+			bad("psids", err)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(n.Labels)) {
+		if err := CheckLabel(k, n.Labels[k]); err != nil {
+			bad("labels."+k, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	*n = out
 	return nil
 }

@@ -122,6 +122,15 @@ func LoadCABundle(path string) (*x509.CertPool, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ParseCABundle(path, b)
+}
+
+// ParseCABundle is LoadCABundle's check of bytes already read (a bundle
+// sent through the API); name is used in errors.
+func ParseCABundle(path string, b []byte) (*x509.CertPool, error) {
+	if len(b) > maxCAFile {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxCAFile)
+	}
 	pool := x509.NewCertPool()
 	n := 0
 	rest := b

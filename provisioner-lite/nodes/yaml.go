@@ -39,14 +39,18 @@ import (
 // and the value is read at every BMC connection. Relative caFile and
 // passwordFile paths are relative to the inventory file.
 //
+// Labels are names a selector can use (CheckLabel). A document may also be
+// one node's mapping (id, bmc, macs...) without the `nodes:` list around it:
+// a snippet for `curectl nodes add -f`.
+//
 // name is used in error messages (file:line:col: field: problem). All problems
 // found are reported, joined.
-func ParseYAML(name string, data []byte) ([]store.Node, error) {
+func ParseYAML(name string, data []byte, opts ...Option) ([]store.Node, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	p := &yamlParser{file: name, seen: newSeen()}
+	p := &yamlParser{file: name, seen: newSeen(), opts: newOptions(opts)}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return nil, fmt.Errorf("%s: empty document: want a top-level `nodes:` list", name)
 	}
@@ -54,6 +58,15 @@ func ParseYAML(name string, data []byte) ([]store.Node, error) {
 	fields := p.mapping(root, "")
 	if fields == nil {
 		return nil, errors.Join(p.errs...)
+	}
+	if _, one := fields["id"]; one {
+		if _, list := fields["nodes"]; !list {
+			n, ok := p.node(root, "node")
+			if !ok {
+				return nil, errors.Join(p.errs...)
+			}
+			return []store.Node{n}, nil
+		}
 	}
 	for _, key := range sortedKeys(fields) {
 		if key != "nodes" {
@@ -88,6 +101,7 @@ func ParseYAML(name string, data []byte) ([]store.Node, error) {
 type yamlParser struct {
 	file string
 	seen *seen
+	opts options
 	errs []error
 }
 
@@ -187,6 +201,9 @@ func (p *yamlParser) node(n *yaml.Node, field string) (store.Node, bool) {
 			out.ID, _ = p.scalar(f.val, name)
 		case "sku":
 			out.SKU, _ = p.scalar(f.val, name)
+			if err := p.opts.checkSKU(out.SKU); err != nil {
+				p.errf(f.val, name, "%v", err)
+			}
 		case "hostname":
 			out.Hostname, _ = p.scalar(f.val, name)
 			if err := checkHostname(out.Hostname); err != nil {
@@ -201,12 +218,7 @@ func (p *yamlParser) node(n *yaml.Node, field string) (store.Node, bool) {
 		case "psids":
 			out.PSIDs = p.stringMap(f.val, name, checkPSID)
 		case "labels":
-			out.Labels = p.stringMap(f.val, name, func(k, _ string) error {
-				if k == "" {
-					return errors.New("empty label name")
-				}
-				return nil
-			})
+			out.Labels = p.stringMap(f.val, name, CheckLabel)
 		default:
 			p.errf(f.key, name, "unknown field (want id, bmc, macs, sku, hostname, serial, psids, labels)")
 		}

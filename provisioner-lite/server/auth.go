@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -13,6 +14,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -32,8 +34,15 @@ var methodRoles = map[string]pki.Role{
 	curev1.OperatorService_Report_FullMethodName:       pki.RoleViewer,
 	curev1.OperatorService_ListAuditLog_FullMethodName: pki.RoleViewer,
 	curev1.OperatorService_Fleet_FullMethodName:        pki.RoleViewer,
-	curev1.OperatorService_Cancel_FullMethodName:       pki.RoleOperator,
-	curev1.OperatorService_AuditDirect_FullMethodName:  pki.RoleOperator,
+	curev1.OperatorService_ShowNode_FullMethodName:     pki.RoleViewer,
+	// Labels choose which nodes a selector provisions: an operator's call.
+	curev1.OperatorService_LabelNode_FullMethodName: pki.RoleOperator,
+	// A node added names a BMC the coordinator will log in to with the
+	// credentials given; a node removed loses its secrets: admin only.
+	curev1.OperatorService_AddNodes_FullMethodName:    pki.RoleAdmin,
+	curev1.OperatorService_RemoveNode_FullMethodName:  pki.RoleAdmin,
+	curev1.OperatorService_Cancel_FullMethodName:      pki.RoleOperator,
+	curev1.OperatorService_AuditDirect_FullMethodName: pki.RoleOperator,
 	// Provision needs operator; a wipe (or resuming one) needs admin, which
 	// the handler checks against the mode (ModeRole).
 	curev1.OperatorService_Provision_FullMethodName: pki.RoleOperator,
@@ -201,6 +210,18 @@ func recordCall(ctx context.Context, rec *audit.Recorder, op Operator, method st
 		if id := runOf(r); id != "" {
 			e.RunID = id
 		}
+	case *curev1.AddNodesRequest:
+		// Never the secrets: the audit log is readable by viewers.
+		detail += fmt.Sprintf(" nodes=%d replace=%t source=%q", len(r.GetNodes()), r.GetReplace(), textsafe.BoundedLine(r.GetSource(), 256))
+		if ar, ok := resp.(*curev1.AddNodesResponse); ok {
+			detail += fmt.Sprintf(" added=%d updated=%d", len(ar.GetAdded()), len(ar.GetUpdated()))
+		}
+	case *curev1.LabelNodeRequest:
+		detail += fmt.Sprintf(" set=%s remove=%s", FormatSelector(r.GetSet()), strings.Join(r.GetRemove(), ","))
+	case *curev1.RemoveNodeRequest:
+		if rr, ok := resp.(*curev1.RemoveNodeResponse); ok {
+			detail += fmt.Sprintf(" runs_kept=%d", rr.GetRunsKept())
+		}
 	}
 	if err != nil {
 		detail += " error=" + status.Convert(err).Message()
@@ -229,6 +250,18 @@ func requestNodes(req any) []string {
 		if r.GetNodeId() != "" {
 			return []string{r.GetNodeId()}
 		}
+	case *curev1.AddNodesRequest:
+		ids := make([]string, 0, len(r.GetNodes()))
+		for _, n := range r.GetNodes() {
+			ids = append(ids, n.GetId())
+		}
+		return ids
+	case *curev1.RemoveNodeRequest:
+		return []string{r.GetNodeId()}
+	case *curev1.LabelNodeRequest:
+		return []string{r.GetNodeId()}
+	case *curev1.ShowNodeRequest:
+		return []string{r.GetNodeId()}
 	}
 	return nil
 }

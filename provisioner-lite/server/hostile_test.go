@@ -208,6 +208,7 @@ type helloOpts struct {
 	token, boot, secret string
 	node                testNode // identity the runner claims
 	from                string   // local address to dial from
+	inv                 *curev1.Inventory
 }
 
 // session opens a runner session and says Hello.
@@ -224,7 +225,8 @@ func (h *hostile) session(o helloOpts) (curev1.RunnerService_SessionClient, cont
 	}
 	err = stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Hello{Hello: &curev1.Hello{
 		Token: o.token, BootId: o.boot, SessionSecret: o.secret,
-		Identity: &curev1.Identity{BootMac: o.node.mac, SystemSerial: o.node.serial, NodeId: o.node.id},
+		Identity:  &curev1.Identity{BootMac: o.node.mac, SystemSerial: o.node.serial, NodeId: o.node.id},
+		Inventory: o.inv,
 	}}})
 	if err != nil {
 		cancel()

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -33,6 +35,13 @@ type OperatorService struct {
 	Canceler Canceler
 	// Instance names this coordinator instance in answers.
 	Instance string
+	// KnownSKU checks the SKU of a node added at run time against the
+	// manifests (sitecheck.KnownSKU); nil accepts any.
+	KnownSKU func(string) error
+	// BMCCADir keeps the BMC CA bundles AddNodes receives (in the state
+	// dir); empty refuses them.
+	BMCCADir string
+	Log      *slog.Logger
 	// StartWorkers bounds the Starts one Provision runs at once (default
 	// 256): a Start mostly waits for its commits, which the store's group
 	// commit batches, so more in flight means bigger batches (32 took 94 s
@@ -45,12 +54,24 @@ type Canceler interface {
 	Cancel(ctx context.Context, runID, reason string) error
 }
 
-// AuditDirect audits nodes' BMCs over Redfish alone.
+func (o *OperatorService) log() *slog.Logger {
+	if o.Log == nil {
+		return slog.Default()
+	}
+	return o.Log
+}
+
+// AuditDirect audits nodes' BMCs over Redfish alone. Unknown ids are an
+// error naming them, before any BMC is called.
 func (o *OperatorService) AuditDirect(ctx context.Context, req *curev1.AuditDirectRequest) (*curev1.AuditDirectResponse, error) {
 	if len(req.GetNodeIds()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "no node ids")
 	}
-	return &curev1.AuditDirectResponse{Nodes: o.Auditor.AuditDirect(ctx, req.GetNodeIds(), req.GetManifest())}, nil
+	ids, err := o.resolveNodes(ctx, req.GetNodeIds(), nil)
+	if err != nil {
+		return nil, err
+	}
+	return &curev1.AuditDirectResponse{Nodes: o.Auditor.AuditDirect(ctx, ids, req.GetManifest())}, nil
 }
 
 // allowMode refuses a run the caller's role does not cover: a wipe, or a
@@ -101,12 +122,23 @@ func (o *OperatorService) ListAuditLog(ctx context.Context, req *curev1.ListAudi
 
 func (o *OperatorService) resolveRun(ctx context.Context, runID, nodeID string) (store.Run, error) {
 	if runID != "" {
-		return o.Store.GetRun(ctx, runID)
+		r, err := o.Store.GetRun(ctx, runID)
+		if errors.Is(err, store.ErrNotFound) {
+			return store.Run{}, fmt.Errorf("unknown run id %q: %w", runID, store.ErrNotFound)
+		}
+		return r, err
 	}
 	if nodeID == "" {
 		return store.Run{}, status.Error(codes.InvalidArgument, "run_id or node_id required")
 	}
-	return o.Store.LatestRun(ctx, nodeID)
+	r, err := o.Store.LatestRun(ctx, nodeID)
+	if errors.Is(err, store.ErrNotFound) {
+		if _, nerr := o.Store.GetNode(ctx, nodeID); errors.Is(nerr, store.ErrNotFound) {
+			return store.Run{}, fmt.Errorf("unknown node id %q: %w", nodeID, store.ErrNotFound)
+		}
+		return store.Run{}, fmt.Errorf("node %s has no run yet: %w", nodeID, store.ErrNotFound)
+	}
+	return r, err
 }
 
 // Watch streams the stored timeline, then follows it live.
@@ -197,6 +229,7 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 	if err != nil {
 		return nil, err
 	}
+	rep.Inventory = runInventory(ctx, st, r)
 	for _, v := range vs {
 		rep.Verdicts = append(rep.Verdicts, &curev1.Verdict{
 			Component: v.Component, Check: v.Check, Status: curev1.VerdictStatus(curev1.VerdictStatus_value[v.Status]),

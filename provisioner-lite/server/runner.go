@@ -16,6 +16,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
+	"github.com/cure-oss/cure/provisioner-lite/inventory"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
@@ -134,6 +135,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 			hello.GetRunnerVersion()), maxMessage),
 	})
 	log.Info("runner connected", "state", st.GetKind().String(), "uptime_ms", hello.GetUptimeMs())
+	s.storeInventory(ctx, sess, hello.GetInventory(), peerIP, log)
 	s.Hub.Attach(sess)
 	defer func() {
 		s.Hub.Detach(sess)
@@ -288,6 +290,29 @@ func (s *RunnerService) authenticate(ctx context.Context, hello *curev1.Hello, p
 	}
 	s.Log.Info("runner authenticated", "node", node.ID, "run", run.ID, "boot_id", tok.BootID, "how", outcome)
 	return node, run, nil
+}
+
+// storeInventory keeps the hardware a boot reported in its Hello, cleaned
+// and bounded (package inventory), once per boot: a reconnect of the same
+// boot changes nothing. Only an authenticated session gets here, so the
+// record is the node's by the session, whatever its fields claim.
+func (s *RunnerService) storeInventory(ctx context.Context, sess *sessions.Session, inv *curev1.Inventory, peerIP string, log *slog.Logger) {
+	if inv == nil {
+		return
+	}
+	js, cut, err := inventory.Marshal(inv)
+	if err != nil {
+		log.Warn("hello inventory not stored", "err", err)
+		return
+	}
+	stored, err := s.Store.PutInventory(ctx, store.InventoryRecord{NodeID: sess.NodeID, RunID: sess.RunID,
+		BootID: textsafe.BoundedLine(sess.BootID, maxName), Time: time.Now().UTC(), Peer: peerIP, JSON: js, Truncated: cut})
+	switch {
+	case err != nil:
+		log.Warn("hello inventory not stored", "err", err)
+	case stored && cut:
+		log.Warn("hello inventory stored cut to its bounds (strings, lists or size)", "bytes", len(js))
+	}
 }
 
 func (s *RunnerService) security(ctx context.Context, action string, sess *sessions.Session, peerIP, detail string) {

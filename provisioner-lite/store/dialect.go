@@ -220,6 +220,17 @@ ALTER TABLE runs ADD COLUMN lease_until BIGINT NOT NULL DEFAULT 0;
 CREATE INDEX runs_lease ON runs(status, lease_until);
 CREATE UNIQUE INDEX runs_one_active ON runs(node_id) WHERE status IN ('pending','running');
 `,
+	`
+ALTER TABLE nodes ADD COLUMN removed_at BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE inventories (
+	id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	node_id TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE, run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+	boot_id TEXT NOT NULL, time BIGINT NOT NULL, peer TEXT NOT NULL DEFAULT '', inventory TEXT NOT NULL,
+	truncated BOOLEAN NOT NULL DEFAULT false
+);
+CREATE UNIQUE INDEX inventories_boot ON inventories(run_id, boot_id);
+CREATE INDEX inventories_node ON inventories(node_id, id);
+`,
 }
 
 // pgMigrationLock is the advisory lock two instances starting at once

@@ -15,7 +15,7 @@ type NodeSummary struct {
 
 // NodeSummaries returns every node's id, SKU and labels, ordered by id.
 func (s *Store) NodeSummaries(ctx context.Context) ([]NodeSummary, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT id, sku, labels FROM nodes ORDER BY id`)
+	rows, err := s.r.QueryContext(ctx, `SELECT id, sku, labels FROM nodes WHERE removed_at = 0 ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("store: node summaries: %w", err)
 	}

@@ -40,6 +40,7 @@ func (s *Store) prune(ctx context.Context, now time.Time, r Retention, log *slog
 	for _, j := range []job{
 		{"expired boot tokens", r.BootTokens, s.PruneBootTokens},
 		{"metrics and logs of finished runs", r.RunEvents, s.PruneRunEvents},
+		{"inventories of finished runs but their latest", r.RunEvents, s.PruneInventories},
 		{"audit log entries", r.Audit, s.PruneAudit},
 	} {
 		if j.keep <= 0 {

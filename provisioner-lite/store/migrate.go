@@ -166,6 +166,25 @@ ALTER TABLE runs ADD COLUMN lease_until INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX runs_lease ON runs(status, lease_until);
 CREATE UNIQUE INDEX runs_one_active ON runs(node_id) WHERE status IN ('pending','running');
 `,
+	// 4: nodes at run time and the hardware they report. A node removed
+	// while it has history keeps its row (removed_at) so its runs and
+	// reports stay; its MACs, tokens and secrets go. Each boot's Hello
+	// inventory is kept as protojson, cleaned and bounded by the server.
+	`
+ALTER TABLE nodes ADD COLUMN removed_at INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE inventories (
+	id        INTEGER PRIMARY KEY AUTOINCREMENT,
+	node_id   TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+	run_id    TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+	boot_id   TEXT NOT NULL,
+	time      INTEGER NOT NULL,
+	peer      TEXT NOT NULL DEFAULT '',
+	inventory TEXT NOT NULL,              -- protojson of cure.v1.Inventory
+	truncated INTEGER NOT NULL DEFAULT 0  -- the server cut strings or lists to its bounds
+);
+CREATE UNIQUE INDEX inventories_boot ON inventories(run_id, boot_id);
+CREATE INDEX inventories_node ON inventories(node_id, id);
+`,
 }
 
 // SchemaVersion is the user_version a fully migrated database has.

@@ -44,85 +44,137 @@ func NormalizeMAC(mac string) (string, error) {
 	return hw.String(), nil
 }
 
+// ErrNodeExists is wrapped by PutNodes when a node to add (not replace)
+// is already in the inventory.
+var ErrNodeExists = errors.New("node already exists")
+
 // UpsertNode inserts or replaces a node, including its MAC list. A MAC that
 // already belongs to another node is an error: a MAC must identify one node.
+// A removed node of that id comes back.
 func (s *Store) UpsertNode(ctx context.Context, n Node) error {
+	_, _, err := s.PutNodes(ctx, []Node{n}, true)
+	return err
+}
+
+// sealedNode is a node's row as written: secrets sealed, maps as JSON.
+type sealedNode struct {
+	Node
+	macs                    []string
+	password, psids, labels string
+}
+
+func (s *Store) sealNode(n Node) (sealedNode, error) {
 	if n.ID == "" {
-		return errors.New("store: upsert node: empty id")
+		return sealedNode{}, errors.New("empty id")
 	}
-	macs := make([]string, 0, len(n.MACs))
+	out := sealedNode{Node: n}
 	seen := map[string]bool{}
 	for _, m := range n.MACs {
 		nm, err := NormalizeMAC(m)
 		if err != nil {
-			return fmt.Errorf("store: upsert node %s: %w", n.ID, err)
+			return sealedNode{}, err
 		}
 		if seen[nm] {
-			return fmt.Errorf("store: upsert node %s: MAC %s listed twice", n.ID, nm)
+			return sealedNode{}, fmt.Errorf("MAC %s listed twice", nm)
 		}
 		seen[nm] = true
-		macs = append(macs, nm)
+		out.macs = append(out.macs, nm)
 	}
 	if n.BMCPassword != "" && n.BMCPasswordRef != "" {
-		return fmt.Errorf("store: upsert node %s: both a literal BMC password and a reference (%s): give one", n.ID, n.BMCPasswordRef)
+		return sealedNode{}, fmt.Errorf("both a literal BMC password and a reference (%s): give one", n.BMCPasswordRef)
 	}
-	password, err := s.sealer.seal(n.BMCPassword, passwordAAD(n.ID))
-	if err != nil {
-		return fmt.Errorf("store: upsert node %s: BMC password: %w", n.ID, err)
+	var err error
+	if out.password, err = s.sealer.seal(n.BMCPassword, passwordAAD(n.ID)); err != nil {
+		return sealedNode{}, fmt.Errorf("BMC password: %w", err)
 	}
-	psids := "{}"
+	out.psids = "{}"
 	if len(n.PSIDs) > 0 {
 		plain, err := marshalMap(n.PSIDs)
 		if err != nil {
-			return fmt.Errorf("store: upsert node %s: psids: %w", n.ID, err)
+			return sealedNode{}, fmt.Errorf("psids: %w", err)
 		}
-		if psids, err = s.sealer.seal(plain, psidsAAD(n.ID)); err != nil {
-			return fmt.Errorf("store: upsert node %s: psids: %w", n.ID, err)
+		if out.psids, err = s.sealer.seal(plain, psidsAAD(n.ID)); err != nil {
+			return sealedNode{}, fmt.Errorf("psids: %w", err)
 		}
 	}
-	labels, err := marshalMap(n.Labels)
-	if err != nil {
-		return fmt.Errorf("store: upsert node %s: labels: %w", n.ID, err)
+	if out.labels, err = marshalMap(n.Labels); err != nil {
+		return sealedNode{}, fmt.Errorf("labels: %w", err)
 	}
+	return out, nil
+}
+
+// PutNodes writes nodes in one transaction: all of them or none. With
+// replace, a node that exists is updated (an import); without it, an
+// existing id is an error wrapping ErrNodeExists (an add). A removed node's
+// id may always be used again: the node comes back with the new settings
+// and keeps its history. A MAC that belongs to another node (or is listed
+// twice) is an error. added and updated name the ids.
+func (s *Store) PutNodes(ctx context.Context, ns []Node, replace bool) (added, updated []string, err error) {
+	rows := make([]sealedNode, 0, len(ns))
+	for _, n := range ns {
+		r, err := s.sealNode(n)
+		if err != nil {
+			return nil, nil, fmt.Errorf("store: put node %s: %w", n.ID, err)
+		}
+		rows = append(rows, r)
+	}
+	now := time.Now().UnixMilli()
 	err = s.tx(ctx, func(tx *Tx) error {
-		if _, err := tx.ExecContext(ctx, `
+		added, updated = nil, nil
+		for _, n := range rows {
+			var removedAt int64
+			switch err := tx.QueryRowContext(ctx, `SELECT removed_at FROM nodes WHERE id = ?`, n.ID).Scan(&removedAt); {
+			case errors.Is(err, sql.ErrNoRows), err == nil && removedAt != 0:
+				added = append(added, n.ID)
+			case err != nil:
+				return err
+			case !replace:
+				return fmt.Errorf("node %s: %w (update it with an import, or remove it first)", n.ID, ErrNodeExists)
+			default:
+				updated = append(updated, n.ID)
+			}
+			if _, err := tx.ExecContext(ctx, `
 INSERT INTO nodes (id, bmc_url, bmc_user, bmc_password, bmc_password_ref, bmc_ca_file, bmc_fingerprint, bmc_insecure,
-	sku, hostname, system_serial, psids, labels, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	sku, hostname, system_serial, psids, labels, updated_at, removed_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
 ON CONFLICT(id) DO UPDATE SET bmc_url=excluded.bmc_url, bmc_user=excluded.bmc_user,
 	bmc_password=excluded.bmc_password, bmc_password_ref=excluded.bmc_password_ref, bmc_ca_file=excluded.bmc_ca_file,
 	bmc_fingerprint=excluded.bmc_fingerprint, bmc_insecure=excluded.bmc_insecure,
 	sku=excluded.sku, hostname=excluded.hostname,
 	system_serial=excluded.system_serial, psids=excluded.psids, labels=excluded.labels,
-	updated_at=excluded.updated_at`,
-			n.ID, n.BMCURL, n.BMCUser, password, n.BMCPasswordRef, n.BMCCAFile, n.BMCFingerprint, n.BMCInsecure,
-			n.SKU, n.Hostname, n.SystemSerial, psids, labels, time.Now().UnixMilli()); err != nil {
-			return err
-		}
-		for _, m := range macs {
-			var owner string
-			err := tx.QueryRowContext(ctx, `SELECT node_id FROM node_macs WHERE mac = ?`, m).Scan(&owner)
-			if err == nil && owner != n.ID {
-				return fmt.Errorf("MAC %s already belongs to node %s", m, owner)
+	updated_at=excluded.updated_at, removed_at=0`,
+				n.ID, n.BMCURL, n.BMCUser, n.password, n.BMCPasswordRef, n.BMCCAFile, n.BMCFingerprint, n.BMCInsecure,
+				n.SKU, n.Hostname, n.SystemSerial, n.psids, n.labels, now); err != nil {
+				return fmt.Errorf("node %s: %w", n.ID, err)
 			}
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			for _, m := range n.macs {
+				var owner string
+				err := tx.QueryRowContext(ctx, `SELECT node_id FROM node_macs WHERE mac = ?`, m).Scan(&owner)
+				if err == nil && owner != n.ID {
+					return fmt.Errorf("node %s: MAC %s already belongs to node %s", n.ID, m, owner)
+				}
+				if err != nil && !errors.Is(err, sql.ErrNoRows) {
+					return err
+				}
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM node_macs WHERE node_id = ?`, n.ID); err != nil {
 				return err
 			}
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM node_macs WHERE node_id = ?`, n.ID); err != nil {
-			return err
-		}
-		for i, m := range macs {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO node_macs (mac, node_id, pos) VALUES (?, ?, ?)`, m, n.ID, i); err != nil {
-				return err
+			for i, m := range n.macs {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO node_macs (mac, node_id, pos) VALUES (?, ?, ?)`, m, n.ID, i); err != nil {
+					return fmt.Errorf("node %s: MAC %s: %w", n.ID, m, err)
+				}
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("store: upsert node %s: %w", n.ID, err)
+		if len(rows) == 1 {
+			return nil, nil, fmt.Errorf("store: upsert node %s: %w", rows[0].ID, err)
+		}
+		return nil, nil, fmt.Errorf("store: put %d nodes (none written): %w", len(rows), err)
 	}
-	return nil
+	return added, updated, nil
 }
 
 // DeleteNode removes a node, its MACs and boot tokens. It refuses while the node
@@ -151,11 +203,98 @@ func (s *Store) DeleteNode(ctx context.Context, id string) error {
 	return nil
 }
 
+// RemoveNode takes a node out of the inventory. It refuses (ErrActiveRun)
+// while the node has an active run. A node without runs is deleted; one with
+// runs keeps its row, marked removed, so its runs, reports and inventories
+// stay readable: its MACs (free for another node), boot tokens, BMC
+// password and PSIDs go. A removed node is not found by GetNode, NodeByMAC,
+// ListNodes or NodeSummaries, and no run can be created for it.
+func (s *Store) RemoveNode(ctx context.Context, id string) (runsKept int64, err error) {
+	err = s.tx(ctx, func(tx *Tx) error {
+		runsKept = 0
+		var removedAt int64
+		if err := tx.QueryRowContext(ctx, `SELECT removed_at FROM nodes WHERE id = ?`, id).Scan(&removedAt); errors.Is(err, sql.ErrNoRows) || err == nil && removedAt != 0 {
+			return ErrNotFound
+		} else if err != nil {
+			return err
+		}
+		var active string
+		err := tx.QueryRowContext(ctx, `SELECT id FROM runs WHERE node_id = ? AND status IN ('pending','running')`, id).Scan(&active)
+		if err == nil {
+			return fmt.Errorf("run %s: %w", active, ErrActiveRun)
+		} else if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE node_id = ?`, id).Scan(&runsKept); err != nil {
+			return err
+		}
+		if runsKept == 0 {
+			_, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE id = ?`, id)
+			return err
+		}
+		for _, q := range []string{`DELETE FROM node_macs WHERE node_id = ?`, `DELETE FROM boot_tokens WHERE node_id = ?`} {
+			if _, err := tx.ExecContext(ctx, q, id); err != nil {
+				return err
+			}
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE nodes SET removed_at = ?, updated_at = ?, bmc_password = '', bmc_password_ref = '', psids = '{}' WHERE id = ?`,
+			time.Now().UnixMilli(), time.Now().UnixMilli(), id)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store: remove node %s: %w", id, err)
+	}
+	return runsKept, nil
+}
+
+// SetLabels sets and removes labels of a node in one step and returns its
+// labels afterwards.
+func (s *Store) SetLabels(ctx context.Context, id string, set map[string]string, remove []string) (map[string]string, error) {
+	var out map[string]string
+	err := s.tx(ctx, func(tx *Tx) error {
+		var raw string
+		if err := tx.QueryRowContext(ctx, `SELECT labels FROM nodes WHERE id = ? AND removed_at = 0`, id).Scan(&raw); errors.Is(err, sql.ErrNoRows) {
+			return ErrNotFound
+		} else if err != nil {
+			return err
+		}
+		labels, err := unmarshalMap(raw)
+		if err != nil {
+			return fmt.Errorf("labels column: %w", err)
+		}
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		for _, k := range remove {
+			delete(labels, k)
+		}
+		for k, v := range set {
+			labels[k] = v
+		}
+		b, err := marshalMap(labels)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE nodes SET labels = ?, updated_at = ? WHERE id = ?`, b, time.Now().UnixMilli(), id); err != nil {
+			return err
+		}
+		out = labels
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: labels of node %s: %w", id, err)
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
 const nodeCols = `id, bmc_url, bmc_user, bmc_password, bmc_password_ref, bmc_ca_file, bmc_fingerprint, bmc_insecure, sku, hostname, system_serial, psids, labels`
 
 // GetNode returns the node with that id, or an error wrapping ErrNotFound.
 func (s *Store) GetNode(ctx context.Context, id string) (Node, error) {
-	n, err := s.queryNode(ctx, `SELECT `+nodeCols+` FROM nodes WHERE id = ?`, id)
+	n, err := s.queryNode(ctx, `SELECT `+nodeCols+` FROM nodes WHERE id = ? AND removed_at = 0`, id)
 	if err != nil {
 		return Node{}, fmt.Errorf("store: node %q: %w", id, err)
 	}
@@ -177,7 +316,7 @@ func (s *Store) NodeByMAC(ctx context.Context, mac string) (Node, error) {
 
 // ListNodes returns every node ordered by id.
 func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+nodeCols+` FROM nodes ORDER BY id`)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+nodeCols+` FROM nodes WHERE removed_at = 0 ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list nodes: %w", err)
 	}

@@ -30,6 +30,7 @@ func TestPostgresBackend(t *testing.T) {
 		"ConcurrentWriters": TestConcurrentWriters, "Subscribe": TestSubscribe, "BootTokenBinding": TestBootTokenBinding,
 		"EndBootWindowAndPrune": TestEndBootWindowAndPrune, "RunnerEventCaps": TestRunnerEventCaps, "Retention": TestRetention,
 		"AuditLog": TestAuditLog, "GroupCommit": TestGroupCommit, "Leases": TestLeases, "UpdateRunInPlace": TestUpdateRunInPlace,
+		"PutNodesAddAndReplace": TestPutNodesAddAndReplace, "RemoveNode": TestRemoveNode, "SetLabels": TestSetLabels, "Inventories": TestInventories,
 	} {
 		t.Run(name, f)
 	}

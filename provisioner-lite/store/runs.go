@@ -69,7 +69,7 @@ func (s *Store) CreateRun(ctx context.Context, r Run) error {
 	}
 	err = s.tx(ctx, func(tx *Tx) error {
 		var exists int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM nodes WHERE id = ?`, r.NodeID).Scan(&exists); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM nodes WHERE id = ? AND removed_at = 0`, r.NodeID).Scan(&exists); err != nil {
 			return err
 		}
 		if exists == 0 {

@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -340,6 +341,23 @@ func (s *Sim) prepare() error {
 		if err := writeRandom(filepath.Join(s.imageDir, name), int64(size)); err != nil {
 			return err
 		}
+	}
+	// The image's report names the CA its runners trust, as cure-build's
+	// does: the coordinators refuse an image of another CA.
+	caPEM, err := os.ReadFile(s.caFile)
+	if err != nil {
+		return err
+	}
+	ca, err := pki.DescribeCA(s.caFile, caPEM)
+	if err != nil {
+		return err
+	}
+	rep, err := json.Marshal(map[string]any{"kind": "image", "ca": ca})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(s.imageDir, pki.ReportFile), rep, 0o600); err != nil {
+		return err
 	}
 	img := filepath.Join(s.cfg.Work, "os.raw")
 	if err := writeRandom(img, s.cfg.ImageBytes); err != nil {

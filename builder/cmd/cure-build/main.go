@@ -1,7 +1,12 @@
 // Command cure-build builds a CURE initramfs from an image spec:
 //
 //	cure-build --spec initramfs/cure.yaml --kernel-root .cache/kernel/root \
-//	    --ca out/pki/ca.pem --out out/image
+//	    --state-dir state --out out/image
+//
+// --state-dir is the coordinator's state dir (`provisioner-lite init`): the
+// image trusts its CA (pki/ca.pem) and report.json records that CA's
+// fingerprint, which the coordinator checks at start. --ca names a CA file
+// instead.
 //
 // With --baseline it instead builds the boot-time baseline image (a static
 // init that prints its uptime and powers off) with the same kernel.
@@ -9,15 +14,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 
 	"github.com/cure-oss/cure/builder"
 	"github.com/cure-oss/cure/builder/spec"
+	"github.com/cure-oss/cure/provisioner-lite/pki"
 )
 
 func main() {
@@ -31,7 +39,8 @@ func run() error {
 	specFile := flag.String("spec", "initramfs/cure.yaml", "image spec (YAML)")
 	kernelRoot := flag.String("kernel-root", ".cache/kernel/root", "extracted kernel package (boot/vmlinuz-*, lib/modules/*)")
 	out := flag.String("out", "out/image", "output directory")
-	ca := flag.String("ca", "", "site CA certificate to bake in at the spec's ca_path")
+	ca := flag.String("ca", "", "site CA certificate to bake in at the spec's ca_path (or --state-dir)")
+	stateDir := flag.String("state-dir", "", "the coordinator's state dir (provisioner-lite init): bake its CA, STATE/pki/ca.pem")
 	uinit := flag.String("uinit", "", "override the spec's uinit import path")
 	baseline := flag.Bool("baseline", false, "build the boot-time baseline image instead of the spec")
 	cmdline := flag.String("baseline-cmdline", "console=ttyS0 panic=-1", "default kernel parameters of the baseline image")
@@ -41,6 +50,10 @@ func run() error {
 	flag.Parse()
 	if flag.NArg() != 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	caFile, err := caFromFlags(*ca, *stateDir)
+	if err != nil {
+		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -57,9 +70,24 @@ func run() error {
 		return err
 	}
 	_, err = builder.Build(ctx, builder.Options{
-		Spec: s, KernelRoot: *kernelRoot, OutDir: *out, CA: *ca, Uinit: *uinit, KeepCPIO: *keep, Tools: tools, Log: log,
+		Spec: s, KernelRoot: *kernelRoot, OutDir: *out, CA: caFile, Uinit: *uinit, KeepCPIO: *keep, Tools: tools, Log: log,
 	})
 	return err
+}
+
+// caFromFlags is the CA file to bake in: --ca, or the state dir's.
+func caFromFlags(ca, stateDir string) (string, error) {
+	switch {
+	case ca != "" && stateDir != "":
+		return "", errors.New("--ca and --state-dir both given: give one (the state dir's CA is STATE/pki/ca.pem)")
+	case stateDir == "":
+		return ca, nil
+	}
+	p := filepath.Join(stateDir, "pki", pki.CACertFile)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("--state-dir %s: no CA (%v): create the state dir first with `provisioner-lite init --state-dir %s`", stateDir, err, stateDir)
+	}
+	return p, nil
 }
 
 // toolList collects repeated --tool flags.

@@ -6,7 +6,7 @@
 //	curectl cancel [--selector k=v,...] [--run RUN] [--reason TEXT] [NODE...]
 //	curectl watch NODE|--run RUN|--fleet [--selector k=v,...]
 //	curectl report [--json] [--html FILE] NODE|--run RUN
-//	curectl nodes
+//	curectl nodes [list|show NODE|add ...|import FILE|remove NODE|label NODE k=v... k-...]
 //	curectl audit-log [--kind operator|security] [--node NODE] [--limit N] [--json]
 package main
 
@@ -35,6 +35,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// stdin is where --bmc-password-stdin reads (tests replace it).
+var stdin io.Reader = os.Stdin
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout))
 }
@@ -46,7 +49,7 @@ func usage() int {
   watch [--run RUN] [NODE] | watch --fleet [--selector k=v,...] [--interval 2s] [--once]
   report [--json] [--html FILE] [--run RUN] [NODE]
   audit [--manifest SKU] NODE...     (direct: Redfish only, no boot, no changes)
-  nodes
+  nodes [list] | nodes show NODE | nodes add ... | nodes import FILE | nodes remove NODE | nodes label NODE k=v... k-...
   audit-log [--kind operator|security] [--node NODE] [--limit N] [--json]`)
 	return 2
 }
@@ -159,15 +162,7 @@ func run(args []string, out io.Writer) int {
 		}
 		return curectl.PrintAudit(out, resp.GetNodes())
 	case "nodes":
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		resp, err := c.ListNodes(cctx, &curev1.ListNodesRequest{})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "curectl nodes:", err)
-			return 1
-		}
-		curectl.PrintNodes(out, resp.GetNodes())
-		return 0
+		return nodesCmd(ctx, c, rest, stdin, out)
 	case "audit-log":
 		fs := flag.NewFlagSet("audit-log", flag.ContinueOnError)
 		kind := fs.String("kind", "", "operator (API calls) or security (refused peers); default both")

@@ -2,6 +2,11 @@
 // Redfish, serves the boot chain and artifacts over HTTP, and talks gRPC with
 // the runners in CURE. Every run lives in its SQLite store, so a restart
 // resumes where the runs were.
+//
+//	provisioner-lite init --state-dir DIR     one state dir: CA, server certificate, state key, admin operator certificate
+//	provisioner-lite check [--manifests DIR] [--nodes FILE] [--state-dir DIR --image-dir DIR]
+//	provisioner-lite pki --state-dir DIR [--operator NAME --role ROLE]
+//	provisioner-lite [flags]                  the coordinator (lints the same as check first, and refuses on problems)
 package main
 
 import (
@@ -9,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,12 +28,13 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
-	"github.com/cure-oss/cure/provisioner-lite/nodes"
+	"github.com/cure-oss/cure/provisioner-lite/hostaddr"
 	"github.com/cure-oss/cure/provisioner-lite/pacing"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
+	"github.com/cure-oss/cure/provisioner-lite/sitecheck"
 	"github.com/cure-oss/cure/provisioner-lite/statedir"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"golang.org/x/net/netutil"
@@ -44,6 +51,8 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 type config struct {
 	stateDir, manifestDir, nodesFile, imageDir string
 	httpListen, grpcListen, advertise, grpcAdv string
+	pxeInterface                               string
+	procRoot                                   string // /proc: the default route (hostaddr)
 	bmcBaseURL                                 string
 	imports                                    []string
 	timeouts                                   pipeline.Timeouts
@@ -73,22 +82,34 @@ func main() {
 	syscall.Umask(0o077)
 	if len(os.Args) > 1 && !strings.HasPrefix(os.Args[1], "-") {
 		switch os.Args[1] {
+		case "init":
+			os.Exit(initCmd(os.Args[2:], os.Stdout))
+		case "check":
+			os.Exit(checkCmd(os.Args[2:], os.Stdout))
 		case "pki":
 			os.Exit(pkiCmd(os.Args[2:]))
 		default:
-			fmt.Fprintf(os.Stderr, "provisioner-lite: unknown command %q: want `provisioner-lite [flags]` (the coordinator) or `provisioner-lite pki [flags]`\n", os.Args[1])
+			// Never a coordinator start: a typo must not create a state dir and a CA.
+			fmt.Fprintf(os.Stderr, "provisioner-lite: unknown command %q\n", os.Args[1])
+			usage(os.Stderr)
 			os.Exit(2)
 		}
 	}
 	var c config
 	var imports multiFlag
-	flag.StringVar(&c.stateDir, "state-dir", "state", "store, PKI and artifact directory (0700; one coordinator at a time)")
-	flag.StringVar(&c.manifestDir, "manifests", "manifests/examples", "directory of SKU manifests (<sku>.yaml)")
-	flag.StringVar(&c.nodesFile, "nodes", "", "node inventory (YAML or CSV) imported at start")
-	flag.StringVar(&c.imageDir, "image-dir", "out/image", "cure-build output: vmlinuz, initramfs")
-	flag.StringVar(&c.httpListen, "http-listen", "127.0.0.1:8080", "boot/artifact HTTP listen address")
-	flag.StringVar(&c.grpcListen, "grpc-listen", "127.0.0.1:8443", "gRPC (runners and curectl) listen address")
-	flag.StringVar(&c.advertise, "advertise", "10.0.2.2", "host or IP nodes use to reach this coordinator")
+	flag.Usage = func() {
+		usage(flag.CommandLine.Output())
+		fmt.Fprintln(flag.CommandLine.Output(), "\ncoordinator flags:")
+		flag.PrintDefaults()
+	}
+	flag.StringVar(&c.stateDir, "state-dir", "state", "store, PKI and artifact directory (0700; one coordinator at a time; make it with `provisioner-lite init`)")
+	flag.StringVar(&c.manifestDir, "manifests", "manifests/examples", "directory of SKU manifests (<sku>.yaml) and validation suites (suites/<name>.yaml)")
+	flag.StringVar(&c.nodesFile, "nodes", "", "node inventory (YAML or CSV) imported at start (later: curectl nodes import)")
+	flag.StringVar(&c.imageDir, "image-dir", "out/image", "cure-build output: vmlinuz, initramfs, report.json (its CA must be this state dir's)")
+	flag.StringVar(&c.httpListen, "http-listen", ":8080", "boot/artifact HTTP listen address")
+	flag.StringVar(&c.grpcListen, "grpc-listen", ":8443", "gRPC (runners and curectl) listen address")
+	flag.StringVar(&c.advertise, "advertise", "", "host or IP nodes use to reach this coordinator (default: the address of --pxe-interface, else of the default route's interface)")
+	flag.StringVar(&c.pxeInterface, "pxe-interface", "", "the interface facing the nodes (default: the default route's); --advertise defaults to its address")
 	flag.StringVar(&c.bmcBaseURL, "bmc-base-url", "", "artifact server base URL as BMCs reach it (default: the nodes' URL)")
 	flag.StringVar(&c.grpcAdv, "advertise-grpc", "", "host:port nodes dial for gRPC (default: advertise host + the gRPC port)")
 	flag.DurationVar(&c.timeouts.Reconnect, "reconnect", 3*time.Minute, "a runner gone this long counts as a disconnect")
@@ -133,6 +154,7 @@ func main() {
 		os.Exit(2)
 	}
 	c.imports = imports
+	c.procRoot = "/proc"
 	c.eventLimits.HardEvents = c.eventLimits.MaxEvents + store.DefaultEventLimits.HardEvents - store.DefaultEventLimits.MaxEvents
 	c.retention.BootTokens = store.DefaultRetention.BootTokens
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -143,6 +165,196 @@ func main() {
 		log.Error("provisioner-lite", "err", err)
 		os.Exit(1)
 	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  provisioner-lite init --state-dir DIR [--operator NAME] [--advertise ADDR | --pxe-interface IFACE]
+        one state dir: CA, server certificate, state key, an admin operator certificate; prints the next commands
+  provisioner-lite check [--manifests DIR] [--nodes FILE] [--state-dir DIR] [--image-dir DIR]
+        lint the manifests, suites and nodes file (and the image's CA) as the coordinator will read them
+  provisioner-lite pki --state-dir DIR [--operator NAME --role viewer|operator|admin]
+        the CA, and one operator's curectl certificate
+  provisioner-lite [flags]
+        the coordinator (-h lists its flags)
+`)
+}
+
+// initCmd makes one state dir a site can start from, and says what to run
+// next. Running it again reuses everything it finds.
+func initCmd(args []string, out io.Writer) int {
+	fs := flag.NewFlagSet("init", flag.ContinueOnError)
+	stateDir := fs.String("state-dir", "state", "the state dir to create (0700)")
+	operator := fs.String("operator", "admin", "name of the admin operator certificate to issue (curectl's)")
+	advertise := fs.String("advertise", "", "host or IP nodes reach the coordinator at (default: the address of --pxe-interface, else of the default route's interface)")
+	pxeIface := fs.String("pxe-interface", "", "the interface facing the nodes")
+	procRoot := "/proc"
+	if fs.Parse(args) != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "init: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	r, err := initState(*stateDir, *operator, *advertise, *pxeIface, procRoot, log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "init:", err)
+		return 1
+	}
+	r.print(out)
+	return 0
+}
+
+// initResult is what init made or found.
+type initResult struct {
+	stateDir, advertise, advertiseWhy string
+	caFile, caFingerprint             string
+	caCreated, keyCreated             bool
+	op                                pki.OperatorCert
+}
+
+func initState(stateDir, operator, advertise, pxeIface, procRoot string, log *slog.Logger) (*initResult, error) {
+	r := &initResult{advertise: advertise, advertiseWhy: "--advertise"}
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	r.stateDir = abs
+	_, statErr := os.Stat(filepath.Join(abs, statedir.KeyFile))
+	r.keyCreated = statErr != nil
+	_, statErr = os.Stat(filepath.Join(abs, "pki", pki.CACertFile))
+	r.caCreated = statErr != nil
+	// Opening takes the lock: init refuses while a coordinator runs here.
+	sd, err := statedir.Open(abs, log)
+	if err != nil {
+		return nil, err
+	}
+	defer sd.Close()
+	pkiDir := sd.Join("pki")
+	caPEM, err := pki.EnsureCA(pkiDir)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := pki.DescribeCA(filepath.Join(pkiDir, pki.CACertFile), caPEM)
+	if err != nil {
+		return nil, err
+	}
+	r.caFile, r.caFingerprint = filepath.Join(pkiDir, pki.CACertFile), ca.Fingerprint
+	if r.advertise == "" {
+		a, why, err := hostaddr.Advertise(procRoot, pxeIface, hostaddr.InterfaceAddrs)
+		if err != nil {
+			return nil, err
+		}
+		r.advertise, r.advertiseWhy = a, why
+	}
+	if _, err := pki.IssueServerCert(pkiDir, serverHosts(r.advertise)); err != nil {
+		return nil, err
+	}
+	if r.op, err = pki.IssueOperatorCert(pkiDir, operator, pki.RoleAdmin); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// serverHosts are the names the server certificate carries: the address
+// nodes use, and loopback for curectl on the coordinator host.
+func serverHosts(advertise string) []string {
+	hosts := []string{"127.0.0.1", "localhost"}
+	if advertise != "" && advertise != "127.0.0.1" && advertise != "localhost" {
+		hosts = append([]string{advertise}, hosts...)
+	}
+	return hosts
+}
+
+func (r *initResult) print(w io.Writer) {
+	made := func(created bool) string {
+		if created {
+			return "created"
+		}
+		return "kept"
+	}
+	opWhat := "kept"
+	if r.op.Issued {
+		opWhat = "issued"
+	}
+	rel := func(p string) string {
+		if wd, err := os.Getwd(); err == nil {
+			if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "..") {
+				return r
+			}
+		}
+		return p
+	}
+	sd := rel(r.stateDir)
+	fmt.Fprintf(w, `state dir %s
+  CA           %s (%s, %s)
+  state key    %s (%s: it seals BMC passwords and PSIDs; back it up with cure.db)
+  server cert  for %s (%s)
+  operator     %s, role admin: %s (%s, valid until %s)
+
+Next:
+  1. Build the CURE image with this CA (the coordinator refuses an image that trusts another):
+       go run ./builder/cmd/cure-build --spec initramfs/cure.yaml --state-dir %s --out out/image
+     (or: make image STATE=%s)
+  2. Write the nodes file (README, "Set up a site"), then check it with the manifests:
+       provisioner-lite check --manifests manifests/examples --nodes nodes.yaml --state-dir %s --image-dir out/image
+  3. Start the coordinator:
+       provisioner-lite --state-dir %s --manifests manifests/examples --nodes nodes.yaml --image-dir out/image --advertise %s
+  4. Drive it with curectl:
+       export CURE_CA=%s CURE_CERT=%s CURE_KEY=%s
+       curectl nodes
+       curectl provision --watch NODE
+`, sd, rel(r.caFile), made(r.caCreated), r.caFingerprint, rel(filepath.Join(r.stateDir, statedir.KeyFile)), made(r.keyCreated),
+		r.advertise, r.advertiseWhy, r.op.Name, rel(r.op.CertFile), opWhat, r.op.NotAfter.Format(time.DateOnly),
+		sd, sd, sd, sd, r.advertise, rel(r.caFile), rel(r.op.CertFile), rel(r.op.KeyFile))
+}
+
+// checkCmd lints the site's configuration as the coordinator reads it at
+// start: 0 when clean, 1 with every problem listed, 2 for bad usage.
+func checkCmd(args []string, out io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	manifestDir := fs.String("manifests", "manifests/examples", "directory of SKU manifests and suites/, as the coordinator's --manifests")
+	nodesFile := fs.String("nodes", "", "node inventory (YAML or CSV), as the coordinator's --nodes")
+	stateDir := fs.String("state-dir", "", "with --image-dir: check that the image trusts this state dir's CA")
+	imageDir := fs.String("image-dir", "", "with --state-dir: the cure-build output to check")
+	if fs.Parse(args) != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "check: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if (*stateDir == "") != (*imageDir == "") {
+		fmt.Fprintln(os.Stderr, "check: --state-dir and --image-dir go together (the image's CA is checked against the state dir's)")
+		return 2
+	}
+	res := sitecheck.Site(*manifestDir, *nodesFile)
+	fmt.Fprintf(out, "manifests %s: %d SKU(s) %v, %d suite(s) %v\n", *manifestDir, len(res.SKUs), res.SKUs, len(res.Suites), res.Suites)
+	if *nodesFile != "" && res.Nodes != nil {
+		fmt.Fprintf(out, "nodes %s: %d node(s)\n", *nodesFile, len(res.Nodes))
+	} else if *nodesFile != "" {
+		fmt.Fprintf(out, "nodes %s: not read (see below)\n", *nodesFile)
+	}
+	if *stateDir != "" {
+		caPEM, err := os.ReadFile(filepath.Join(*stateDir, "pki", pki.CACertFile))
+		if err != nil {
+			res.Problems = append(res.Problems, fmt.Sprintf("%s: the state dir has no CA (%v): run `provisioner-lite init --state-dir %s`", *stateDir, err, *stateDir))
+		} else if ca, err := pki.CheckImageCA(*imageDir, caPEM, *stateDir); err != nil {
+			res.Problems = append(res.Problems, err.Error())
+		} else {
+			fmt.Fprintf(out, "image %s: trusts %s's CA (%s)\n", *imageDir, *stateDir, ca.Fingerprint)
+		}
+	}
+	if res.OK() {
+		fmt.Fprintln(out, "check: no problems")
+		return 0
+	}
+	for _, p := range res.Problems {
+		fmt.Fprintln(out, p)
+	}
+	fmt.Fprintf(out, "check: %d problem(s)\n", len(res.Problems))
+	return 1
 }
 
 // pkiCmd creates the CA and, with --operator, issues (or reuses) that
@@ -194,11 +406,41 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 
+	// The same lint as `provisioner-lite check`, before anything is created:
+	// a site's mistake is reported whole, with file:line, instead of as a
+	// run that fails three times on a manifest it cannot read.
+	site := sitecheck.Site(c.manifestDir, c.nodesFile)
+	if err := site.Err(); err != nil {
+		return fmt.Errorf("refusing to start: %w\n(`provisioner-lite check --manifests %s --nodes %s` lists the same)", err, c.manifestDir, c.nodesFile)
+	}
+	if c.advertise == "" {
+		a, why, err := hostaddr.Advertise(nonEmpty(c.procRoot, "/proc"), c.pxeInterface, hostaddr.InterfaceAddrs)
+		if err != nil {
+			return err
+		}
+		log.Info("advertising the address nodes reach this coordinator at", "advertise", a, "chosen_as", why)
+		c.advertise = a
+	}
+
 	sd, err := statedir.Open(c.stateDir, log)
 	if err != nil {
 		return err
 	}
 	defer sd.Close()
+	pkiDir := sd.Join("pki")
+	caPEM, err := pki.EnsureCA(pkiDir)
+	if err != nil {
+		return err
+	}
+	// An image that trusts another CA boots runners that never register:
+	// refuse now, saying which state dir to build it from.
+	if ca, err := pki.CheckImageCA(c.imageDir, caPEM, c.stateDir); errors.Is(err, pki.ErrNoImageReport) {
+		log.Warn("the image's CA cannot be checked: if its runners do not register, rebuild it with cure-build --state-dir", "image_dir", c.imageDir, "err", err)
+	} else if err != nil {
+		return fmt.Errorf("refusing to start: %w", err)
+	} else {
+		log.Info("the image trusts this coordinator's CA", "image_dir", c.imageDir, "ca", ca.Fingerprint)
+	}
 	dsn := c.db
 	if dsn == "" {
 		dsn = sd.Join(statedir.DBFile)
@@ -215,20 +457,18 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	defer st.Close()
 
 	if c.nodesFile != "" {
-		ns, err := nodes.Load(c.nodesFile)
-		if err != nil {
-			return err
-		}
-		for _, n := range ns {
+		for _, n := range site.Nodes {
 			if n.BMCInsecure {
 				log.Warn("BMC TLS verification is off for this node, as its inventory says: a peer on the BMC network can read its password",
 					"node", n.ID, "bmc", n.BMCURL)
 			}
-			if err := st.UpsertNode(ctx, n); err != nil {
-				return fmt.Errorf("import node %s: %w", n.ID, err)
-			}
 		}
-		log.Info("node inventory imported", "file", c.nodesFile, "nodes", len(ns))
+		// One transaction: the file is imported whole or not at all.
+		added, updated, err := st.PutNodes(ctx, site.Nodes, true)
+		if err != nil {
+			return fmt.Errorf("import %s: %w", c.nodesFile, err)
+		}
+		log.Info("node inventory imported", "file", c.nodesFile, "nodes", len(site.Nodes), "added", len(added), "updated", len(updated))
 	}
 	artifactDir := sd.Join("artifacts")
 	for _, f := range c.imports {
@@ -249,11 +489,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	}
 	baseURL := "http://" + net.JoinHostPort(c.advertise, httpPort)
 
-	pkiDir := sd.Join("pki")
-	if _, err := pki.EnsureCA(pkiDir); err != nil {
-		return err
-	}
-	tlsCfg, err := pki.ServerTLSConfig(pkiDir, []string{c.advertise, "127.0.0.1", "localhost"})
+	tlsCfg, err := pki.ServerTLSConfig(pkiDir, serverHosts(c.advertise))
 	if err != nil {
 		return err
 	}
@@ -305,7 +541,8 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	gs := grpc.NewServer(opts...)
 	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Audit: rec, Guard: eng, Instance: c.instance,
 		BindPeer: c.bindBootIP, Limits: c.eventLimits})
-	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng, Canceler: eng, Instance: c.instance})
+	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng, Canceler: eng, Instance: c.instance,
+		KnownSKU: sitecheck.KnownSKU(c.manifestDir), BMCCADir: sd.Join("bmc-ca"), Log: log})
 	gl, err := net.Listen("tcp", c.grpcListen)
 	if err != nil {
 		hl.Close()

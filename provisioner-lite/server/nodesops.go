@@ -1,0 +1,273 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/inventory"
+	"github.com/cure-oss/cure/provisioner-lite/nodes"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// maxAddNodes bounds one AddNodes call (a site's whole inventory fits).
+const maxAddNodes = 20000
+
+// AddNodes adds nodes to the inventory (or, with replace, updates existing
+// ones) without a restart. Every node is checked as the start-time import
+// checks it (nodes.Check, with the SKU looked up in the manifests); nothing
+// is written unless every node passes, and the write is one transaction.
+func (o *OperatorService) AddNodes(ctx context.Context, req *curev1.AddNodesRequest) (*curev1.AddNodesResponse, error) {
+	specs := req.GetNodes()
+	switch {
+	case len(specs) == 0:
+		return nil, status.Error(codes.InvalidArgument, "no nodes")
+	case len(specs) > maxAddNodes:
+		return nil, status.Errorf(codes.InvalidArgument, "%d nodes in one call: at most %d", len(specs), maxAddNodes)
+	}
+	var problems []string
+	ns := make([]store.Node, 0, len(specs))
+	ids := map[string]int{}
+	for i, spec := range specs {
+		where := fmt.Sprintf("nodes[%d]", i)
+		if id := spec.GetId(); id != "" {
+			where = fmt.Sprintf("nodes[%d] (%s)", i, id)
+			if first, dup := ids[id]; dup {
+				problems = append(problems, fmt.Sprintf("%s: id: duplicate id (first at nodes[%d])", where, first))
+				continue
+			}
+			ids[id] = i
+		}
+		n, err := o.nodeFromSpec(spec)
+		if err == nil {
+			err = nodes.Check(&n, nodes.WithSKUCheck(o.KnownSKU))
+		}
+		if err != nil {
+			for _, line := range strings.Split(err.Error(), "\n") {
+				problems = append(problems, where+": "+line)
+			}
+			continue
+		}
+		ns = append(ns, n)
+	}
+	if len(problems) > 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "%d problem(s), nothing was written:\n%s", len(problems), strings.Join(problems, "\n"))
+	}
+	added, updated, err := o.Store.PutNodes(ctx, ns, req.GetReplace())
+	switch {
+	case errors.Is(err, store.ErrNodeExists):
+		return nil, status.Errorf(codes.AlreadyExists, "%v (nothing was written)", err)
+	case err != nil && strings.Contains(err.Error(), "already belongs to node"):
+		return nil, status.Errorf(codes.FailedPrecondition, "%v", err)
+	case err != nil:
+		return nil, status.Errorf(codes.Unavailable, "%v", err)
+	}
+	for _, n := range ns {
+		if n.BMCInsecure {
+			o.log().Warn("BMC TLS verification is off for this node, as the operator's inventory says: a peer on the BMC network can read its password",
+				"node", n.ID, "bmc", n.BMCURL)
+		}
+	}
+	return &curev1.AddNodesResponse{Added: added, Updated: updated}, nil
+}
+
+// nodeFromSpec turns an API node into a store node. A CA bundle is kept in
+// BMCCADir under its content hash (a failed call never changes the bundle
+// of a node that exists). The API takes literal secrets only: a password
+// reference would make the coordinator read its own environment or files
+// and send them to a BMC URL the caller chose.
+func (o *OperatorService) nodeFromSpec(spec *curev1.NodeSpec) (store.Node, error) {
+	b := spec.GetBmc()
+	n := store.Node{
+		ID: spec.GetId(), SKU: spec.GetSku(), Hostname: spec.GetHostname(), SystemSerial: spec.GetSerial(),
+		MACs: slices.Clone(spec.GetMacs()), Labels: cloneMap(spec.GetLabels()), PSIDs: cloneMap(spec.GetPsids()),
+		BMCURL: b.GetUrl(), BMCUser: b.GetUsername(), BMCPassword: b.GetPassword(), BMCFingerprint: b.GetFingerprint(), BMCInsecure: b.GetInsecure(),
+	}
+	if pem := b.GetCaPem(); len(pem) > 0 {
+		if o.BMCCADir == "" {
+			return store.Node{}, errors.New("bmc.caFile: this coordinator keeps no CA bundles sent through the API; use fingerprint")
+		}
+		if _, err := nodes.ParseCABundle("bmc.caFile", pem); err != nil {
+			return store.Node{}, err
+		}
+		sum := sha256.Sum256(pem)
+		if err := os.MkdirAll(o.BMCCADir, 0o700); err != nil {
+			return store.Node{}, fmt.Errorf("bmc.caFile: %w", err)
+		}
+		path := filepath.Join(o.BMCCADir, "sha256-"+hex.EncodeToString(sum[:])+".pem")
+		if err := writeFileAtomic(path, pem); err != nil {
+			return store.Node{}, fmt.Errorf("bmc.caFile: %w", err)
+		}
+		n.BMCCAFile = path
+	}
+	return n, nil
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	if b, err := os.ReadFile(path); err == nil && string(b) == string(data) {
+		return nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".ca-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return maps.Clone(m)
+}
+
+// RemoveNode takes a node out of the inventory; refused while it has an
+// active run.
+func (o *OperatorService) RemoveNode(ctx context.Context, req *curev1.RemoveNodeRequest) (*curev1.RemoveNodeResponse, error) {
+	id := req.GetNodeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "no node id")
+	}
+	kept, err := o.Store.RemoveNode(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, status.Errorf(codes.NotFound, "unknown node id %q (nothing was removed)", id)
+	case errors.Is(err, store.ErrActiveRun):
+		return nil, status.Errorf(codes.FailedPrecondition, "node %s has an active run (%v): cancel it first (curectl cancel %s); nothing was removed", id, err, id)
+	case err != nil:
+		return nil, status.Errorf(codes.Unavailable, "%v", err)
+	}
+	return &curev1.RemoveNodeResponse{NodeId: id, RunsKept: kept}, nil
+}
+
+// LabelNode sets and removes labels.
+func (o *OperatorService) LabelNode(ctx context.Context, req *curev1.LabelNodeRequest) (*curev1.NodeDetail, error) {
+	id := req.GetNodeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "no node id")
+	}
+	if len(req.GetSet()) == 0 && len(req.GetRemove()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "no label to set or remove")
+	}
+	var problems []string
+	for _, k := range slices.Sorted(maps.Keys(req.GetSet())) {
+		if err := nodes.CheckLabel(k, req.GetSet()[k]); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	for _, k := range req.GetRemove() {
+		if _, both := req.GetSet()[k]; both {
+			problems = append(problems, fmt.Sprintf("label %s: both set and removed", k))
+		}
+	}
+	if len(problems) > 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "%s (nothing was changed)", strings.Join(problems, "; "))
+	}
+	if _, err := o.Store.SetLabels(ctx, id, req.GetSet(), req.GetRemove()); errors.Is(err, store.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "unknown node id %q (nothing was changed)", id)
+	} else if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "%v", err)
+	}
+	return o.ShowNode(ctx, &curev1.ShowNodeRequest{NodeId: id})
+}
+
+// ShowNode is one node: its inventory entry without secrets, its latest
+// run, and the hardware its runner reported last.
+func (o *OperatorService) ShowNode(ctx context.Context, req *curev1.ShowNodeRequest) (*curev1.NodeDetail, error) {
+	id := req.GetNodeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "no node id")
+	}
+	n, err := o.Store.GetNode(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "unknown node id %q", id)
+	} else if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "%v", err)
+	}
+	d := &curev1.NodeDetail{
+		NodeId: n.ID, Sku: n.SKU, Hostname: n.Hostname, Serial: n.SystemSerial, Macs: n.MACs, Labels: n.Labels,
+		BmcUrl: n.BMCURL, BmcUsername: n.BMCUser, BmcPassword: passwordSource(n), BmcTls: bmcTLS(n), Psids: uint32(len(n.PSIDs)), State: "idle",
+	}
+	if r, err := o.Store.LatestRun(ctx, n.ID); err == nil {
+		d.LastRunId, d.LastRunStatus = r.ID, r.Status
+		if r.Status == store.RunRunning || r.Status == store.RunPending {
+			d.State = "in " + nonEmpty(r.Phase, "start")
+		}
+	}
+	if rec, err := o.Store.LatestInventory(ctx, n.ID); err == nil {
+		d.Inventory = inventoryRecord(rec)
+	}
+	return d, nil
+}
+
+func passwordSource(n store.Node) string {
+	switch {
+	case n.BMCPassword != "":
+		return "sealed in the store"
+	case n.BMCPasswordRef != "":
+		return n.BMCPasswordRef + " (read at every connection)"
+	}
+	return "none"
+}
+
+func bmcTLS(n store.Node) string {
+	switch {
+	case n.BMCInsecure:
+		return "not verified (insecure: true)"
+	case n.BMCFingerprint != "":
+		return "pinned certificate " + n.BMCFingerprint
+	case n.BMCCAFile != "":
+		return "verified against " + n.BMCCAFile
+	}
+	return "verified against --bmc-ca or the system roots"
+}
+
+// inventoryRecord is a stored inventory as the API returns it. A record
+// this binary cannot read (a newer schema's) comes back without its
+// inventory rather than failing the whole answer.
+func inventoryRecord(rec store.InventoryRecord) *curev1.InventoryRecord {
+	out := &curev1.InventoryRecord{RunId: rec.RunID, BootId: rec.BootID, TimeUnixMs: rec.Time.UnixMilli(), Peer: rec.Peer, Truncated: rec.Truncated}
+	if inv, err := inventory.Unmarshal(rec.JSON); err == nil {
+		out.Inventory = inv
+	}
+	return out
+}
+
+// runInventory is what a run's report shows: the newest inventory of the
+// run, else the node's newest before the run ended (the node as last seen).
+func runInventory(ctx context.Context, st *store.Store, r store.Run) *curev1.InventoryRecord {
+	if rec, err := st.RunInventory(ctx, r.ID); err == nil {
+		return inventoryRecord(rec)
+	}
+	until := r.EndedAt
+	if until.IsZero() {
+		until = time.Now()
+	}
+	if rec, err := st.InventoryBefore(ctx, r.NodeID, until); err == nil {
+		return inventoryRecord(rec)
+	}
+	return nil
+}

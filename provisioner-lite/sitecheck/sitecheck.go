@@ -1,0 +1,235 @@
+// Package sitecheck lints a site's configuration as the coordinator will
+// read it: the manifests directory (SKUs and validation suites, resolved by
+// name as pipeline.Catalog resolves them) and the nodes file (through
+// provisioner-lite/nodes, with every node's SKU looked up in that
+// directory). `provisioner-lite check` prints the result; the coordinator
+// runs the same lint at start and refuses to start on any problem. Every
+// problem names its file, line and field.
+package sitecheck
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/provisioner-lite/nodes"
+	"github.com/cure-oss/cure/provisioner-lite/pipeline"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+)
+
+// Result is what a lint found.
+type Result struct {
+	ManifestDir string
+	SKUs        []string // names (file names without .yaml) of valid SKUs
+	Suites      []string // names of valid validation suites
+	NodesFile   string
+	Nodes       []store.Node // the nodes file's nodes, when it has no problem
+	// Problems lists every problem, one per line: "file:line[:col]: field: message".
+	Problems []string
+}
+
+// OK reports whether the lint found nothing.
+func (r *Result) OK() bool { return len(r.Problems) == 0 }
+
+// Err is nil when the lint found nothing, or an error listing every problem.
+func (r *Result) Err() error {
+	if r.OK() {
+		return nil
+	}
+	return fmt.Errorf("%d problem(s) in the site configuration:\n  %s", len(r.Problems), strings.Join(r.Problems, "\n  "))
+}
+
+// Site lints manifestDir and, when nodesFile is not empty, the nodes file
+// against it.
+func Site(manifestDir, nodesFile string) *Result {
+	r := &Result{ManifestDir: manifestDir, NodesFile: nodesFile}
+	r.manifests()
+	if nodesFile != "" {
+		ns, err := nodes.Load(nodesFile, nodes.WithSKUCheck(KnownSKU(manifestDir)))
+		if err != nil {
+			r.add(err)
+		} else {
+			r.Nodes = ns
+		}
+	}
+	return r
+}
+
+// add appends every error err joins, one problem each.
+func (r *Result) add(err error) {
+	var joined interface{ Unwrap() []error }
+	var ve *manifests.ValidationError
+	switch {
+	case errors.As(err, &ve):
+		for _, fe := range ve.Errors {
+			r.Problems = append(r.Problems, fe.Error())
+		}
+	case errors.As(err, &joined):
+		for _, e := range joined.Unwrap() {
+			r.add(e)
+		}
+	default:
+		for _, line := range strings.Split(err.Error(), "\n") {
+			if line = strings.TrimSpace(line); line != "" {
+				r.Problems = append(r.Problems, line)
+			}
+		}
+	}
+}
+
+func (r *Result) addf(format string, args ...any) {
+	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+}
+
+// manifests lints every manifest file of the directory and its suites/:
+// each must validate, be found under its own name, and not be shadowed.
+func (r *Result) manifests() {
+	dir := r.ManifestDir
+	st, err := os.Stat(dir)
+	if err != nil {
+		r.addf("%s: manifests directory: %v", dir, err)
+		return
+	}
+	if !st.IsDir() {
+		r.addf("%s: manifests directory: not a directory", dir)
+		return
+	}
+	top := r.lintDir(dir, nil)
+	r.lintDir(filepath.Join(dir, "suites"), top)
+	slices.Sort(r.SKUs)
+	slices.Sort(r.Suites)
+	if len(r.SKUs) == 0 {
+		r.addf("%s: no SKU manifest (NAME.yaml with kind: %s): nodes have nothing to be provisioned to", dir, manifests.KindSKU)
+	}
+}
+
+// lintDir lints the manifests of one directory and returns their names.
+// shadowing holds the names the catalog finds first (the top directory's).
+func (r *Result) lintDir(dir string, shadowing map[string]string) map[string]string {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) && shadowing != nil {
+		return nil // suites/ is optional
+	}
+	if err != nil {
+		r.addf("%s: %v", dir, err)
+		return nil
+	}
+	names := map[string]string{}
+	for _, e := range entries {
+		name := e.Name()
+		path := filepath.Join(dir, name)
+		if e.IsDir() || strings.HasPrefix(name, ".") {
+			continue
+		}
+		switch filepath.Ext(name) {
+		case ".yaml":
+		case ".yml":
+			r.addf("%s: never read: the coordinator finds manifests as NAME.yaml (rename it to %s.yaml)", path, strings.TrimSuffix(name, ".yml"))
+			continue
+		default:
+			continue // READMEs and the like
+		}
+		base := strings.TrimSuffix(name, ".yaml")
+		if prev, ok := shadowing[base]; ok {
+			r.addf("%s: never read: %s has the same name and is found first", path, prev)
+			continue
+		}
+		names[base] = path
+		doc, err := manifests.LoadFile(path)
+		if err != nil {
+			r.add(err)
+			continue
+		}
+		var meta manifests.Metadata
+		switch {
+		case doc.SKU != nil:
+			meta = doc.SKU.Metadata
+			r.SKUs = append(r.SKUs, base)
+		case doc.Suite != nil:
+			meta = doc.Suite.Metadata
+			r.Suites = append(r.Suites, base)
+		}
+		if meta.Name != base {
+			r.addf("%s:%d: metadata.name: %q differs from the file name: nodes and `curectl --manifest` name this manifest %q; rename one",
+				path, nameLine(path), meta.Name, base)
+		}
+	}
+	return names
+}
+
+// nameLine finds the line of metadata.name for a message (0 if unknown).
+func nameLine(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	var doc yaml.Node
+	if yaml.Unmarshal(b, &doc) != nil || len(doc.Content) == 0 {
+		return 0
+	}
+	find := func(m *yaml.Node, key string) *yaml.Node {
+		if m == nil || m.Kind != yaml.MappingNode {
+			return nil
+		}
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if m.Content[i].Value == key {
+				return m.Content[i+1]
+			}
+		}
+		return nil
+	}
+	if n := find(find(doc.Content[0], "metadata"), "name"); n != nil {
+		return n.Line
+	}
+	return 0
+}
+
+// KnownSKU returns the check the nodes file's sku fields get: name must
+// resolve, as the coordinator resolves it (pipeline.Catalog), to a valid
+// SKU manifest in dir. It reads the directory on every call, like the
+// catalog, so nodes added at run time are checked against the manifests as
+// they are then.
+func KnownSKU(dir string) func(string) error {
+	cat := &pipeline.Catalog{Dir: dir}
+	return func(name string) error {
+		_, doc, err := cat.LoadDocument(name)
+		switch {
+		case err != nil && (errors.Is(err, os.ErrNotExist) || strings.Contains(err.Error(), "not a plain name")):
+			return fmt.Errorf("unknown SKU %q: no %s.yaml in %s%s", name, name, dir, available(dir))
+		case err != nil:
+			return fmt.Errorf("SKU %q: its manifest does not validate: %s", name, firstLine(err))
+		case doc.SKU == nil:
+			return fmt.Errorf("%q is a %s, not a SKU%s", name, doc.Kind, available(dir))
+		}
+		return nil
+	}
+}
+
+// available lists the SKU-looking files of dir for an error message.
+func available(dir string) string {
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		if n := e.Name(); !e.IsDir() && strings.HasSuffix(n, ".yaml") {
+			names = append(names, strings.TrimSuffix(n, ".yaml"))
+		}
+	}
+	if len(names) == 0 {
+		return " (it has none)"
+	}
+	if len(names) > 12 {
+		names = append(names[:12], "…")
+	}
+	return " (there: " + strings.Join(names, ", ") + ")"
+}
+
+func firstLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
+}
