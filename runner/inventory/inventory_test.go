@@ -2,9 +2,9 @@ package inventory
 
 import (
 	"context"
-	"fmt"
 	"encoding/binary"
 	"errors"
+	"github.com/cure-oss/cure/runner/inventory/invtest"
 	"io"
 	"log/slog"
 	"os"
@@ -15,94 +15,9 @@ import (
 	"github.com/cure-oss/cure/tools/nvme"
 )
 
-func write(t *testing.T, root, rel, content string) {
-	t.Helper()
-	p := filepath.Join(root, rel)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
+func write(t *testing.T, root, rel, content string) { invtest.Write(t, root, rel, content) }
 
-func symlink(t *testing.T, target, link string) {
-	t.Helper()
-	os.MkdirAll(filepath.Dir(link), 0o755)
-	if err := os.Symlink(target, link); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// fixtureRoot is a QEMU-like node: one NVMe controller, one virtio NIC,
-// an NVIDIA GPU and a bridge, in a fake root.
-func fixtureRoot(t *testing.T) string {
-	r := t.TempDir()
-	for f, v := range map[string]string{
-		"sys_vendor": "QEMU", "product_name": "Standard PC (Q35 + ICH9, 2009)",
-		"product_serial": "SN-NODE-1", "product_uuid": "5D7E1C3A-0000-4000-8000-000000000001", "bios_version": "1.16.2-debian",
-	} {
-		write(t, r, "sys/class/dmi/id/"+f, v+"\n")
-	}
-	write(t, r, "proc/meminfo", "MemTotal:        4025524 kB\nMemFree:  100 kB\nHugetlb:               0 kB\nHugepagesize:       2048 kB\n")
-	write(t, r, "proc/cpuinfo", "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: QEMU Virtual CPU version 2.5+\n\nprocessor\t: 1\nvendor_id\t: GenuineIntel\nmodel name\t: QEMU Virtual CPU version 2.5+\n")
-	// Two threads of one core on socket 0, one NUMA node; 32 online memory
-	// blocks of 128 MiB (4 GiB installed).
-	for i := range 2 {
-		c := fmt.Sprintf("sys/devices/system/cpu/cpu%d/", i)
-		write(t, r, c+"online", "1\n")
-		write(t, r, c+"topology/physical_package_id", "0\n")
-		write(t, r, c+"topology/core_id", "0\n")
-		symlink(t, filepath.Join(r, c), filepath.Join(r, fmt.Sprintf("sys/devices/system/node/node0/cpu%d", i)))
-	}
-	write(t, r, "sys/devices/system/node/node0/meminfo", "Node 0 MemTotal:       4025524 kB\n")
-	write(t, r, "sys/devices/system/node/node0/distance", "10\n")
-	os.MkdirAll(filepath.Join(r, "sys/devices/system/node/node0/hugepages"), 0o755)
-	write(t, r, "sys/devices/system/memory/block_size_bytes", "8000000\n")
-	for i := range 32 {
-		write(t, r, fmt.Sprintf("sys/devices/system/memory/memory%d/state", i), "online\n")
-	}
-	copyFile(t, "testdata/pci.ids", filepath.Join(r, "usr/share/misc/pci.ids"))
-	copyFile(t, "testdata/qemu-smbios/smbios_entry_point", filepath.Join(r, "sys/firmware/dmi/tables/smbios_entry_point"))
-	copyFile(t, "testdata/qemu-smbios/DMI", filepath.Join(r, "sys/firmware/dmi/tables/DMI"))
-	write(t, r, "proc/sys/kernel/osrelease", "6.1.0-27-amd64\n")
-	write(t, r, "proc/cmdline", "console=ttyS0 cure.node=n1\n")
-	write(t, r, "proc/self/mounts", "rootfs / rootfs rw 0 0\nproc /proc proc rw 0 0\n")
-
-	c := "sys/class/nvme/nvme0/"
-	write(t, r, c+"model", "QEMU NVMe Ctrl                          \n")
-	write(t, r, c+"serial", "deadbeef            \n")
-	write(t, r, c+"firmware_rev", "7.2.22  \n")
-	write(t, r, c+"address", "0000:00:04.0\n")
-	write(t, r, c+"device/vendor", "0x1b36\n")
-	os.MkdirAll(filepath.Join(r, c, "nvme0n1"), 0o755)
-	write(t, r, "sys/block/nvme0n1/size", "2097152\n")
-	write(t, r, "sys/block/nvme0n1/ro", "0\n")
-	write(t, r, "sys/block/nvme0n1/removable", "0\n")
-
-	pci := filepath.Join(r, "sys/devices/pci0000:00/0000:00:03.0")
-	os.MkdirAll(filepath.Join(pci, "virtio0"), 0o755)
-	write(t, r, "sys/devices/pci0000:00/0000:00:03.0/modalias", "pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00\n")
-	symlink(t, pci, filepath.Join(r, "sys/bus/pci/devices/0000:00:03.0"))
-	symlink(t, "../../../bus/pci/drivers/virtio-pci", filepath.Join(pci, "driver"))
-	symlink(t, pci, filepath.Join(r, "sys/class/net/ens3/device"))
-	write(t, r, "sys/class/net/ens3/speed", "-1\n")
-	os.MkdirAll(filepath.Join(r, "sys/class/net/br0"), 0o755)
-
-	gpu := "sys/bus/pci/devices/0000:1b:00.0/"
-	write(t, r, gpu+"vendor", "0x10de\n")
-	write(t, r, gpu+"class", "0x030200\n")
-	write(t, r, gpu+"device", "0x2330\n")
-	write(t, r, gpu+"modalias", "pci:v000010DEd00002330sv000010DEsd000016C1bc03sc02i00\n")
-	write(t, r, "sys/bus/pci/devices/0000:1c:00.0/vendor", "0x10de\n") // NVIDIA audio: not a GPU
-	write(t, r, "sys/bus/pci/devices/0000:1c:00.0/class", "0x040300\n")
-	write(t, r, "sys/bus/pci/devices/0000:1c:00.0/modalias", "pci:v000010DEd000022BAsv000010DEsd00000000bc04sc03i00\n")
-	write(t, r, "sys/bus/pci/devices/0000:05:00.0/modalias", "pci:v000010DEd00001AF1sv000010DEsd00000000bc06sc80i00\n") // NVSwitch
-	write(t, r, "sys/bus/pci/devices/0000:00:04.0/vendor", "0x1b36\n")
-	write(t, r, "sys/bus/pci/devices/0000:00:04.0/class", "0x010802\n")
-	write(t, r, "sys/bus/pci/devices/0000:00:04.0/modalias", "pci:v00001B36d00000010sv00001AF4sd00001100bc01sc08i02\n")
-	return r
-}
+func fixtureRoot(t *testing.T) string { return invtest.Root(t) }
 
 // fakeNVMe answers Identify Controller with the given fields, like the
 // kernel ioctl would fill the 4 KiB buffer.
@@ -133,20 +48,6 @@ func (f *fakeNVMe) Close() error { f.closed++; return nil }
 func pad(s string, n int) string { return s + strings.Repeat(" ", n-len(s)) }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-func copyFile(t *testing.T, src, dst string) {
-	t.Helper()
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dst, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func TestCollect(t *testing.T) {
 	r := fixtureRoot(t)
@@ -255,5 +156,46 @@ func TestBootMediumMarked(t *testing.T) {
 	}
 	if !disks[0].BootMedium {
 		t.Errorf("mounted disk not marked as boot medium: %+v", disks[0])
+	}
+}
+
+// Empty slots come through with size 0, named by their locator.
+func TestDIMMSlots(t *testing.T) {
+	r := fixtureRoot(t)
+	invtest.SetDIMMs(t, r, []invtest.DIMM{{Locator: "A1", SizeMiB: 16384}, {Locator: "A2", SizeMiB: 16384}, {Locator: "B3"}})
+	inv, _, err := Collect(context.Background(), Options{Root: r, Log: quiet(), NoIdentify: true,
+		Links: func() ([]Link, error) { return nil, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inv.Dimms) != 3 {
+		t.Fatalf("dimms = %v", inv.Dimms)
+	}
+	for i, want := range []struct {
+		loc  string
+		size uint64
+	}{{"A1", 16 << 30}, {"A2", 16 << 30}, {"B3", 0}} {
+		if d := inv.Dimms[i]; d.Locator != want.loc || d.SizeBytes != want.size || (want.size == 0) != (d.Serial == "") {
+			t.Errorf("dimm %d = %v, want %s %d", i, d, want.loc, want.size)
+		}
+	}
+	if inv.System.Serial != "SN-FIXTURE-1" {
+		t.Errorf("rewritten tables lost the system: %v", inv.System)
+	}
+}
+
+// Without pci.ids the PCI bus is still listed, by id.
+func TestNoPCIIDs(t *testing.T) {
+	r := fixtureRoot(t)
+	if err := os.Remove(filepath.Join(r, "usr/share/misc/pci.ids")); err != nil {
+		t.Fatal(err)
+	}
+	inv, _, err := Collect(context.Background(), Options{Root: r, Log: quiet(), NoIdentify: true,
+		Links: func() ([]Link, error) { return nil, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inv.Gpus) != 1 || inv.Gpus[0].Name != "" || inv.Gpus[0].PciDeviceId != 0x2330 || len(inv.Nvswitches) != 1 {
+		t.Errorf("gpus %v nvswitches %v", inv.Gpus, inv.Nvswitches)
 	}
 }
