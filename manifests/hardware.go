@@ -44,6 +44,9 @@ type GPUSpec struct {
 	Count int `yaml:"count,omitempty"`
 	// Model is a glob over the PCI device name from pci.ids ("*H100*SXM5*").
 	Model string `yaml:"model,omitempty"`
+	// PCIID is "vendor:device" in hex ("10de:2901"), for GPUs newer than
+	// the image's pci.ids.
+	PCIID string `yaml:"pciId,omitempty"`
 	// Addresses are the expected PCI addresses in GPU index order, so a
 	// missing GPU is named by index and slot ("gpu/6 missing at PCI 0000:c1:00.0").
 	Addresses []string `yaml:"addresses,omitempty"`
@@ -56,8 +59,10 @@ type CountSpec struct {
 
 // NICSpec is a group of network ports of one model.
 type NICSpec struct {
-	// Model is a glob over the PCI device name ("*ConnectX-7*").
-	Model string `yaml:"model"`
+	// Model is a glob over the PCI device name ("*ConnectX-7*"); PCIID
+	// ("15b3:1021") is exact. At least one is set; both must match.
+	Model string `yaml:"model,omitempty"`
+	PCIID string `yaml:"pciId,omitempty"`
 	Count int    `yaml:"count,omitempty"`
 	// SpeedMbps is the link speed every port of the group must negotiate.
 	SpeedMbps int `yaml:"speedMbps,omitempty"`
@@ -74,6 +79,7 @@ type NVMeSpec struct {
 }
 
 var (
+	pciIDRE   = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{4}$`)
 	pciAddrRE = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
 	// locatorRE: SMBIOS strings are free text; refuse only what cannot be a
 	// slot name and would make component ids unreadable.
@@ -128,11 +134,12 @@ func (d *decoder) hardware(n *yaml.Node, p string) *Hardware {
 	}
 	if v := f.get("gpus"); v != nil {
 		gp := join(p, "gpus")
-		g := d.mapping(v, gp, "count", "model", "addresses")
+		g := d.mapping(v, gp, "count", "model", "pciId", "addresses")
 		h.GPUs = &GPUSpec{Count: g.devices("count", 1)}
 		var mv *yaml.Node
 		h.GPUs.Model, mv = g.str("model", false)
 		d.checkGlob(mv, join(gp, "model"), h.GPUs.Model)
+		h.GPUs.PCIID = d.pciID(g, gp)
 		h.GPUs.Addresses = d.pciAddresses(g, gp)
 		if g.has("count") && len(h.GPUs.Addresses) > 0 && len(h.GPUs.Addresses) != h.GPUs.Count {
 			d.errorf(g.vals["addresses"], join(gp, "addresses"), "lists %d addresses but count is %d", len(h.GPUs.Addresses), h.GPUs.Count)
@@ -148,11 +155,15 @@ func (d *decoder) hardware(n *yaml.Node, p string) *Hardware {
 	}
 	for i, item := range f.seq("nics", false) {
 		ip := index(join(p, "nics"), i)
-		c := d.mapping(item, ip, "model", "count", "speedMbps")
+		c := d.mapping(item, ip, "model", "pciId", "count", "speedMbps")
 		var s NICSpec
 		var mv *yaml.Node
-		s.Model, mv = c.str("model", true)
+		s.Model, mv = c.str("model", false)
 		d.checkGlob(mv, join(ip, "model"), s.Model)
+		s.PCIID = d.pciID(c, ip)
+		if c.ok && s.Model == "" && !c.has("pciId") {
+			d.errorf(item, join(ip, "model"), "set model or pciId: which ports form this group")
+		}
 		s.Count = c.devices("count", 1)
 		if sv := c.get("speedMbps"); sv != nil {
 			if n, ok := d.integer(sv, join(ip, "speedMbps")); ok {
@@ -209,6 +220,16 @@ func (d *decoder) nonEmpty(f *fields, n *yaml.Node, p string) {
 	if f.ok && f.count() == 0 {
 		d.errorf(n, p, "is empty: set at least one field or remove it")
 	}
+}
+
+// pciID reads an optional "vendor:device" id.
+func (d *decoder) pciID(f *fields, p string) string {
+	s, v := f.str("pciId", false)
+	if v != nil && !pciIDRE.MatchString(s) {
+		d.errorf(v, join(p, "pciId"), "%q is not a PCI id (want vendor:device in lowercase hex, e.g. 10de:2901)", s)
+		return ""
+	}
+	return s
 }
 
 func (d *decoder) pciAddresses(f *fields, p string) []string {
