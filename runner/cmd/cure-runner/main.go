@@ -307,6 +307,10 @@ func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 		MFT:               phases.NewMFT(root, r.log),
 		Rshims:            phases.RealRshims(root),
 		TmpDir:            "/tmp",
+		Inventory:         phases.CollectInventory(root, inventory.Options{Log: r.log, NodeID: r.cmd.Node}),
+		LinksUp: func(ctx context.Context, wait time.Duration) (int, error) {
+			return inventory.LinksUp(ctx, root, wait)
+		},
 	}
 	if r.opt.dryRun {
 		cfg.Images = refuseImages{}
@@ -315,6 +319,7 @@ func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 		cfg.FixPartitionTable = nil
 		cfg.MFT = nil
 		cfg.Rshims = nil
+		cfg.LinksUp = nil
 	}
 	return cfg
 }

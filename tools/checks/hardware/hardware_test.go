@@ -135,7 +135,9 @@ func TestEachPart(t *testing.T) {
 		{"unexpected gpu", func(inv *curev1.Inventory) {
 			inv.Gpus[7].PciAddress = "0000:e0:00.0"
 		}, []string{"gpu/7 FAIL missing at PCI 0000:df:00.0", "gpu/0000:e0:00.0 FAIL unexpected GPU at PCI 0000:e0:00.0: 10de:2901"}},
-		{"wrong gpu", func(inv *curev1.Inventory) { inv.Gpus[3].PciDeviceId, inv.Gpus[3].Name = 0x2330, "GH100[H100 SXM5 80GB]" },
+		{"wrong gpu", func(inv *curev1.Inventory) {
+			inv.Gpus[3].PciDeviceId, inv.Gpus[3].Name = 0x2330, "GH100[H100 SXM5 80GB]"
+		},
 			[]string{`gpu/3 FAIL GH100[H100 SXM5 80GB] (10de:2330) at PCI 0000:61:00.0, want 10de:2901`}},
 		{"nvswitch gone", func(inv *curev1.Inventory) { inv.Nvswitches = inv.Nvswitches[:1] },
 			[]string{"nvswitch FAIL count 1, want 2"}},
