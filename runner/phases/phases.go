@@ -22,6 +22,7 @@ import (
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/checks/suite"
 	"github.com/cure-oss/cure/tools/diskimage"
+	"github.com/cure-oss/cure/tools/gpu/driver"
 	"github.com/cure-oss/cure/tools/mstflint"
 )
 
@@ -95,6 +96,10 @@ type Config struct {
 	// reads the links as they are.
 	LinksUp  func(ctx context.Context, wait time.Duration) (int, error)
 	LinkWait time.Duration
+	// GPUDriver loads the image's driver bundle modules and starts the
+	// fabric manager before GPU checks (tools/gpu/driver); a zero value
+	// leaves the driver as it is.
+	GPUDriver driver.Seams
 	// DPUTimeout bounds one DPU bundle install until "DPU is ready"
 	// (default 45 min); DPUPoll is how often the rshim log is read (default 5s).
 	DPUTimeout, DPUPoll time.Duration
@@ -112,6 +117,9 @@ type Executor struct {
 	// hwFailures are the hardware phase's mismatches in this boot; the
 	// validate phase of a diagnostic run fails on them after its suite.
 	hwFailures []checks.Verdict
+	// gpuUp: the GPU driver bundle was brought up in this boot.
+	gpuMu sync.Mutex
+	gpuUp bool
 }
 
 func zeroedKey(d blockdev.Disk) string { return d.Path + "|" + d.Serial }

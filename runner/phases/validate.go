@@ -44,7 +44,7 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	}
 	s := doc.Suite
 	env := suite.Env{Root: e.cfg.Root, Disks: e.cfg.Disks, AllowDiskWrites: mode == modes.Burnin,
-		GPU: GPUChecks{Root: e.cfg.Root, TmpDir: e.cfg.TmpDir, Log: e.cfg.Log}.Build}
+		GPU: GPUChecks{Root: e.cfg.Root, TmpDir: e.cfg.TmpDir, Log: e.cfg.Log, Prepare: e.gpuDriverUp(emit)}.Build}
 	if e.cfg.SuiteEnv != nil {
 		env = e.cfg.SuiteEnv(env)
 	}
