@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cure-oss/cure/builder/driverbundle"
 	"github.com/cure-oss/cure/builder/kmod"
 	"github.com/cure-oss/cure/builder/spec"
 	"github.com/u-root/gobusybox/src/pkg/golang"
@@ -43,7 +44,10 @@ type Options struct {
 	// "HOSTPATH" or "HOSTPATH:IMAGEPATH" (build outputs such as cure-nvml,
 	// site-supplied libraries). ELF files bring their shared libraries.
 	Tools []string
-	Log   *slog.Logger
+	// DriverBundle is a site's GPU driver bundle, a directory or tarball
+	// (builder/driverbundle): its modules must match the kernel's vermagic.
+	DriverBundle string
+	Log          *slog.Logger
 }
 
 // Build builds the image described by o.Spec into o.OutDir.
@@ -76,8 +80,22 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	mods, builtin, err := ix.Closure(spec.Values(s.Modules))
+	want := spec.Values(s.Modules)
+	var bundle *driverbundle.Bundle
+	if o.DriverBundle != "" {
+		if bundle, err = openBundle(o.DriverBundle, k, ix); err != nil {
+			return nil, err
+		}
+		defer bundle.Close()
+		for _, m := range bundle.Modules {
+			want = append(want, m.Name)
+		}
+	}
+	mods, builtin, err := ix.Closure(want)
 	if err != nil {
+		if bundle != nil {
+			return nil, fmt.Errorf("%s / --driver-bundle %s: modules: %w", s.File, o.DriverBundle, err)
+		}
 		return nil, fmt.Errorf("%s: modules: %w", s.File, err)
 	}
 	log.Info("kernel modules resolved", "kernel", k.Version, "requested", len(s.Modules), "closure", len(mods), "builtin", builtin)
@@ -101,6 +119,15 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		}
 		r.Mode = cpio.S_IFREG | 0o644
 		recs = append(recs, r)
+	}
+	var bundleReport *DriverBundleReport
+	if bundle != nil {
+		br, brecs, err := bundleRecords(bundle, mods)
+		if err != nil {
+			return nil, err
+		}
+		bundleReport = br
+		recs = append(recs, brecs...)
 	}
 	for _, r := range recs {
 		if base.Contains(r) {
@@ -185,6 +212,11 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if bundle != nil {
+		if err := checkBundleLibraries(bundle, archive); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -197,6 +229,7 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		Cmdline:        s.Cmdline.Value,
 		BuiltinModules: builtin,
 		Tools:          tools,
+		DriverBundle:   bundleReport,
 	}
 	for _, m := range mods {
 		r.Modules = append(r.Modules, m.Name)

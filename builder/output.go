@@ -58,20 +58,33 @@ type Totals struct {
 	BuildSeconds float64 `json:"-"`
 }
 
+// DriverBundleReport describes the GPU driver overlay in the image.
+type DriverBundleReport struct {
+	Source  string   `json:"source"`
+	Version string   `json:"version"`
+	Modules []string `json:"modules"` // load order
+	Files   int      `json:"files"`   // modules, firmware, libraries, programs, configs
+	// Bytes is what the bundle adds to the image, uncompressed.
+	Bytes         int64 `json:"bytes"`
+	FabricManager bool  `json:"fabric_manager"`
+}
+
 // Report is report.json, a function of the inputs only.
 type Report struct {
-	Spec           string     `json:"spec,omitempty"`
-	Kind           string     `json:"kind"` // "image" or "baseline"
-	KernelVersion  string     `json:"kernel_version"`
-	Init           string     `json:"init"`
-	Uinit          string     `json:"uinit,omitempty"`
-	Cmdline        string     `json:"cmdline"`
-	Modules        []string   `json:"modules"` // load order
-	BuiltinModules []string   `json:"builtin_modules,omitempty"`
-	Tools          []string   `json:"tools,omitempty"`
-	Artifacts      []Artifact `json:"artifacts"`
-	Totals         Totals     `json:"totals"`
-	Entries        []Entry    `json:"entries"`
+	Spec           string   `json:"spec,omitempty"`
+	Kind           string   `json:"kind"` // "image" or "baseline"
+	KernelVersion  string   `json:"kernel_version"`
+	Init           string   `json:"init"`
+	Uinit          string   `json:"uinit,omitempty"`
+	Cmdline        string   `json:"cmdline"`
+	Modules        []string `json:"modules"` // load order
+	BuiltinModules []string `json:"builtin_modules,omitempty"`
+	Tools          []string `json:"tools,omitempty"`
+	// DriverBundle is the GPU driver overlay, when one was given.
+	DriverBundle *DriverBundleReport `json:"driver_bundle,omitempty"`
+	Artifacts    []Artifact          `json:"artifacts"`
+	Totals       Totals              `json:"totals"`
+	Entries      []Entry             `json:"entries"`
 }
 
 // listArchive describes every record of a newc archive.

@@ -1,7 +1,7 @@
 // Command cure-build builds a CURE initramfs from an image spec:
 //
 //	cure-build --spec initramfs/cure.yaml --kernel-root .cache/kernel/root \
-//	    --ca out/pki/ca.pem --out out/image
+//	    --ca out/pki/ca.pem --out out/image [--driver-bundle nvidia-570.tar.zst]
 //
 // With --baseline it instead builds the boot-time baseline image (a static
 // init that prints its uptime and powers off) with the same kernel.
@@ -36,6 +36,7 @@ func run() error {
 	baseline := flag.Bool("baseline", false, "build the boot-time baseline image instead of the spec")
 	cmdline := flag.String("baseline-cmdline", "console=ttyS0 panic=-1", "default kernel parameters of the baseline image")
 	keep := flag.Bool("cpio", false, "also keep the uncompressed initramfs.cpio")
+	bundle := flag.String("driver-bundle", "", "site GPU driver bundle, a directory or .tar[.gz|.zst|.xz] (modules/, firmware/, lib/, bin/, share/, etc/); its modules must match the kernel's vermagic")
 	var tools toolList
 	flag.Var(&tools, "tool", "extra host file for the image, HOSTPATH[:IMAGEPATH] (repeatable; ELF shared libraries come along)")
 	flag.Parse()
@@ -58,6 +59,7 @@ func run() error {
 	}
 	_, err = builder.Build(ctx, builder.Options{
 		Spec: s, KernelRoot: *kernelRoot, OutDir: *out, CA: *ca, Uinit: *uinit, KeepCPIO: *keep, Tools: tools, Log: log,
+		DriverBundle: *bundle,
 	})
 	return err
 }
