@@ -112,6 +112,13 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		}
 		recs = append(recs, r)
 	}
+	if p := s.PCIIDs; p != nil {
+		data, err := readPCIIDs(p.Src.Value, spec.Values(p.Vendors))
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: pci_ids: %w", s.File, p.Src.Line, err)
+		}
+		recs = append(recs, fileRecord(spec.PCIIDsPath, data, 0o644))
+	}
 	if o.CA != "" {
 		r, err := hostFileRecord(o.CA, path.Clean(s.CAPath.Value)[1:])
 		if err != nil {
