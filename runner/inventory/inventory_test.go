@@ -99,7 +99,7 @@ func TestCollect(t *testing.T) {
 		t.Fatalf("nics = %v (bridge must be left out)", inv.Nics)
 	}
 	nic := inv.Nics[0]
-	if nic.Driver != "virtio-pci" || nic.PciAddress != "0000:00:03.0" || nic.SpeedMbps != 0 || !nic.LinkUp || nic.Addresses[0] != "10.0.2.15/24" ||
+	if nic.Driver != "virtio_net" || nic.PciAddress != "0000:00:03.0" || nic.SpeedMbps != 0 || !nic.LinkUp || nic.Addresses[0] != "10.0.2.15/24" ||
 		nic.Model != "Virtio network device" || nic.PciVendorId != 0x1af4 || nic.PciDeviceId != 0x1000 {
 		t.Errorf("nic = %v", nic)
 	}

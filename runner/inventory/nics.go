@@ -66,8 +66,8 @@ func nics(o *Options) ([]*curev1.NetInterface, error) {
 		if t, err := os.Readlink(filepath.Join(dev, "driver")); err == nil {
 			n.Driver = filepath.Base(t)
 		}
-		if t, err := filepath.EvalSymlinks(dev); err == nil && isPCIAddress(filepath.Base(t)) {
-			n.PciAddress = filepath.Base(t)
+		if t, err := filepath.EvalSymlinks(dev); err == nil {
+			n.PciAddress = pciAncestor(t)
 		}
 		// speed reads -1 or EINVAL without carrier.
 		if s, err := readTrim(o.path("sys/class/net", l.Name, "speed")); err == nil {
@@ -79,6 +79,18 @@ func nics(o *Options) ([]*curev1.NetInterface, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// pciAncestor is the PCI function a device path is, or sits under: a
+// virtio NIC's device is virtio0, a child of its PCI function
+// (.../0000:00:02.0/virtio0); a ConnectX port's is the function itself.
+func pciAncestor(p string) string {
+	for ; p != "/" && p != "." && p != ""; p = filepath.Dir(p) {
+		if isPCIAddress(filepath.Base(p)) {
+			return filepath.Base(p)
+		}
+	}
+	return ""
 }
 
 // isPCIAddress matches 0000:00:03.0.

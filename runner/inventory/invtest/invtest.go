@@ -106,7 +106,10 @@ func Root(t testing.TB) string {
 	Write(t, r, "sys/devices/pci0000:00/0000:00:03.0/modalias", "pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00\n")
 	Symlink(t, pci, filepath.Join(r, "sys/bus/pci/devices/0000:00:03.0"))
 	Symlink(t, "../../../bus/pci/drivers/virtio-pci", filepath.Join(pci, "driver"))
-	Symlink(t, pci, filepath.Join(r, "sys/class/net/ens3/device"))
+	// As in QEMU: the netdev's device is the virtio device, a child of
+	// the PCI function, with its own driver.
+	Symlink(t, "../../../../bus/virtio/drivers/virtio_net", filepath.Join(pci, "virtio0", "driver"))
+	Symlink(t, filepath.Join(pci, "virtio0"), filepath.Join(r, "sys/class/net/ens3/device"))
 	Write(t, r, "sys/class/net/ens3/speed", "-1\n")
 	os.MkdirAll(filepath.Join(r, "sys/class/net/br0"), 0o755)
 
