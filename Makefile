@@ -36,8 +36,15 @@ NVML_TOOLS := --tool $(abspath $(OUT))/tools/cure-nvml:usr/bin/cure-nvml \
 nvml-helper:
 	CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" $(GO) build -trimpath -ldflags=-s -o $(OUT)/tools/cure-nvml ./tools/gpu/cmd/cure-nvml
 
+# CURE_DRIVER_BUNDLE is the site's NVIDIA driver bundle (a directory or
+# tarball: modules/ built for this kernel, firmware/, lib/, bin/, share/;
+# see builder/driverbundle). cure-build refuses modules whose vermagic is
+# not the kernel's, and report.json says what the bundle adds.
+CURE_DRIVER_BUNDLE ?=
+
 image: deps pki nvml-helper
-	$(GO) run ./builder/cmd/cure-build --spec initramfs/cure.yaml --kernel-root $(KERNEL_ROOT) --state-dir $(STATE) --out $(OUT)/image $(NVML_TOOLS)
+	$(GO) run ./builder/cmd/cure-build --spec initramfs/cure.yaml --kernel-root $(KERNEL_ROOT) --state-dir $(STATE) --out $(OUT)/image $(NVML_TOOLS) \
+		$(if $(CURE_DRIVER_BUNDLE),--driver-bundle $(CURE_DRIVER_BUNDLE))
 
 hostos: deps
 	$(GO) run ./builder/cmd/cure-build --spec qemu-test/hostos/hostos.yaml --kernel-root $(KERNEL_ROOT) --out $(OUT)/hostos-image

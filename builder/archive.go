@@ -18,7 +18,7 @@ func moduleRecords(ix *kmod.Index, kver string, mods []*kmod.Module) ([]cpio.Rec
 	base := path.Join("lib/modules", kver)
 	var recs []cpio.Record
 	for _, m := range mods {
-		data, err := os.ReadFile(path.Join(ix.Dir, m.Path))
+		data, err := os.ReadFile(ix.HostPath(m))
 		if err != nil {
 			return nil, fmt.Errorf("reading module %s: %w", m.Name, err)
 		}

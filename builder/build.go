@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cure-oss/cure/builder/driverbundle"
 	"github.com/cure-oss/cure/builder/kmod"
 	"github.com/cure-oss/cure/builder/spec"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
@@ -44,7 +45,10 @@ type Options struct {
 	// "HOSTPATH" or "HOSTPATH:IMAGEPATH" (build outputs such as cure-nvml,
 	// site-supplied libraries). ELF files bring their shared libraries.
 	Tools []string
-	Log   *slog.Logger
+	// DriverBundle is a site's GPU driver bundle, a directory or tarball
+	// (builder/driverbundle): its modules must match the kernel's vermagic.
+	DriverBundle string
+	Log          *slog.Logger
 }
 
 // Build builds the image described by o.Spec into o.OutDir.
@@ -77,8 +81,22 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	mods, builtin, err := ix.Closure(spec.Values(s.Modules))
+	want := spec.Values(s.Modules)
+	var bundle *driverbundle.Bundle
+	if o.DriverBundle != "" {
+		if bundle, err = openBundle(o.DriverBundle, k, ix); err != nil {
+			return nil, err
+		}
+		defer bundle.Close()
+		for _, m := range bundle.Modules {
+			want = append(want, m.Name)
+		}
+	}
+	mods, builtin, err := ix.Closure(want)
 	if err != nil {
+		if bundle != nil {
+			return nil, fmt.Errorf("%s / --driver-bundle %s: modules: %w", s.File, o.DriverBundle, err)
+		}
 		return nil, fmt.Errorf("%s: modules: %w", s.File, err)
 	}
 	log.Info("kernel modules resolved", "kernel", k.Version, "requested", len(s.Modules), "closure", len(mods), "builtin", builtin)
@@ -96,6 +114,13 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		recs = append(recs, r)
 	}
 	var caInfo *pki.ImageCA
+	if p := s.PCIIDs; p != nil {
+		data, err := readPCIIDs(p.Src.Value, spec.Values(p.Vendors))
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: pci_ids: %w", s.File, p.Src.Line, err)
+		}
+		recs = append(recs, fileRecord(spec.PCIIDsPath, data, 0o644))
+	}
 	if o.CA != "" {
 		r, err := hostFileRecord(o.CA, path.Clean(s.CAPath.Value)[1:])
 		if err != nil {
@@ -115,6 +140,15 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		}
 		ca.Path = path.Clean(s.CAPath.Value)
 		caInfo = &ca
+	}
+	var bundleReport *DriverBundleReport
+	if bundle != nil {
+		br, brecs, err := bundleRecords(bundle, mods)
+		if err != nil {
+			return nil, err
+		}
+		bundleReport = br
+		recs = append(recs, brecs...)
 	}
 	for _, r := range recs {
 		if base.Contains(r) {
@@ -199,6 +233,11 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if bundle != nil {
+		if err := checkBundleLibraries(bundle, archive); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -212,6 +251,7 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		BuiltinModules: builtin,
 		Tools:          tools,
 		CA:             caInfo,
+		DriverBundle:   bundleReport,
 	}
 	for _, m := range mods {
 		r.Modules = append(r.Modules, m.Name)

@@ -60,6 +60,17 @@ type Totals struct {
 	BuildSeconds float64 `json:"-"`
 }
 
+// DriverBundleReport describes the GPU driver overlay in the image.
+type DriverBundleReport struct {
+	Source  string   `json:"source"`
+	Version string   `json:"version"`
+	Modules []string `json:"modules"` // load order
+	Files   int      `json:"files"`   // modules, firmware, libraries, programs, configs
+	// Bytes is what the bundle adds to the image, uncompressed.
+	Bytes         int64 `json:"bytes"`
+	FabricManager bool  `json:"fabric_manager"`
+}
+
 // Report is report.json, a function of the inputs only.
 type Report struct {
 	Spec           string   `json:"spec,omitempty"`
@@ -73,10 +84,12 @@ type Report struct {
 	Tools          []string `json:"tools,omitempty"`
 	// CA is the coordinator CA baked into the image (its fingerprint is
 	// what the coordinator checks at start).
-	CA        *pki.ImageCA `json:"ca,omitempty"`
-	Artifacts []Artifact   `json:"artifacts"`
-	Totals    Totals       `json:"totals"`
-	Entries   []Entry      `json:"entries"`
+	CA *pki.ImageCA `json:"ca,omitempty"`
+	// DriverBundle is the GPU driver overlay, when one was given.
+	DriverBundle *DriverBundleReport `json:"driver_bundle,omitempty"`
+	Artifacts    []Artifact          `json:"artifacts"`
+	Totals       Totals              `json:"totals"`
+	Entries      []Entry             `json:"entries"`
 }
 
 // listArchive describes every record of a newc archive.

@@ -454,3 +454,36 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestHardwareSection(t *testing.T) {
+	sku, err := LoadSKU("examples/hgx-b200.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sku.Spec.Hardware
+	if h == nil || h.CPU == nil || h.Memory == nil || h.GPUs == nil || h.NVSwitches == nil {
+		t.Fatalf("hardware = %+v", h)
+	}
+	if h.CPU.Sockets != 2 || h.CPU.Cores != 112 || h.Memory.DIMMs != 32 || h.Memory.DIMMSize != 64<<30 {
+		t.Errorf("cpu %+v memory %+v", h.CPU, h.Memory)
+	}
+	if h.GPUs.Count != 8 || len(h.GPUs.Addresses) != 8 || h.GPUs.Addresses[5] != "0000:c3:00.0" || h.NVSwitches.Count != 2 {
+		t.Errorf("gpus %+v nvswitches %+v", h.GPUs, h.NVSwitches)
+	}
+	if len(h.NICs) != 2 || h.NICs[0].SpeedMbps != 400000 || h.NICs[1].Count != 2 {
+		t.Errorf("nics %+v", h.NICs)
+	}
+	if len(h.NVMe) != 2 || h.NVMe[0].MinSize != 7680000000000 || h.NVMe[1].Model != "Micron_7450_*" {
+		t.Errorf("nvme %+v", h.NVMe)
+	}
+	// Every part is optional: a SKU with only a NIC group is valid.
+	doc := "apiVersion: cure.dev/v1\nkind: SKU\nmetadata: {name: x}\nspec:\n  hardware:\n    nics:\n      - {model: \"*\", speedMbps: 1000}\n"
+	s, err := ParseSKU("x.yaml", []byte(doc))
+	if err != nil || s.Spec.Hardware.CPU != nil || len(s.Spec.Hardware.NICs) != 1 {
+		t.Errorf("nic-only hardware: %v %+v", err, s)
+	}
+	if _, err := ParseSKU("x.yaml", []byte("apiVersion: cure.dev/v1\nkind: SKU\nmetadata: {name: x}\nspec:\n  hardware: {}\n")); err == nil ||
+		!strings.Contains(err.Error(), "x.yaml:5: spec.hardware: is empty") {
+		t.Errorf("empty hardware: %v", err)
+	}
+}

@@ -52,7 +52,7 @@ func (d *decoder) sku(top *fields) *SKU {
 		top.missing("spec")
 		return s
 	}
-	spec := d.mapping(v, "spec", "firmware", "bios", "wipe", "os")
+	spec := d.mapping(v, "spec", "firmware", "bios", "wipe", "os", "hardware")
 	seen := map[string]int{}
 	for i, item := range spec.seq("firmware", false) {
 		p := index("spec.firmware", i)
@@ -74,6 +74,9 @@ func (d *decoder) sku(top *fields) *SKU {
 	}
 	if v := spec.get("os"); v != nil {
 		s.Spec.OS = d.os(v, "spec.os")
+	}
+	if v := spec.get("hardware"); v != nil {
+		s.Spec.Hardware = d.hardware(v, "spec.hardware")
 	}
 	return s
 }

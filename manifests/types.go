@@ -118,6 +118,8 @@ type SKUSpec struct {
 	BIOS     *BIOS      `yaml:"bios,omitempty"`
 	Wipe     *Wipe      `yaml:"wipe,omitempty"`
 	OS       *OS        `yaml:"os,omitempty"`
+	// Hardware is what a node of this SKU must have (checked, never changed).
+	Hardware *Hardware `yaml:"hardware,omitempty"`
 }
 
 // Firmware is the desired firmware of one device family.

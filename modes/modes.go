@@ -37,6 +37,7 @@ const (
 	SetBootPXE    = "set_boot_order_pxe"
 	PoweringOn    = "powering_on"
 	WaitForCURE   = "wait_for_cure"
+	Hardware      = "hardware"
 	BMC           = "bmc"
 	BIOS          = "bios"
 	BIOSSettings  = "bios_settings"
@@ -71,6 +72,10 @@ type Plan struct {
 }
 
 var (
+	// hardware compares the node with its SKU's spec.hardware (read only).
+	// In provision it is the gate before anything is written: right after
+	// the runner registers, ahead of every firmware phase.
+	hardware  = Phase{Hardware, Runner, false}
 	pxe       = Phase{SetBootPXE, Coordinator, false}
 	powerOn   = Phase{PoweringOn, Coordinator, false}
 	waitCURE  = Phase{WaitForCURE, Coordinator, false}
@@ -80,7 +85,7 @@ var (
 // provisionPhases follow DESIGN.md's pipeline. The one-time PXE override is
 // armed before power-on so a node that is off spends no boot on its old disk.
 var provisionPhases = []Phase{
-	preflight, pxe, powerOn, waitCURE,
+	preflight, pxe, powerOn, waitCURE, hardware,
 	{BMC, Coordinator, true},
 	{BIOS, Coordinator, true},
 	{BIOSSettings, Coordinator, true},
@@ -115,7 +120,7 @@ func For(m Mode) (Plan, error) {
 	case Audit, Verify:
 		return Plan{Mode: m, Phases: readOnlyFirmwarePhases}, nil
 	case Diagnostic, Burnin:
-		return Plan{Mode: m, Phases: []Phase{preflight, pxe, powerOn, waitCURE, {Validate, Runner, false}}}, nil
+		return Plan{Mode: m, Phases: []Phase{preflight, pxe, powerOn, waitCURE, hardware, {Validate, Runner, false}}}, nil
 	case Wipe:
 		return Plan{Mode: m, MayWrite: true, Phases: []Phase{preflight, pxe, powerOn, waitCURE,
 			{SEDRevert, Runner, true}, {PowerOffAtEnd, Coordinator, false}}}, nil

@@ -36,7 +36,7 @@ func TestProvisionOrder(t *testing.T) {
 	if err := CheckWrite(Provision, "install"); err != nil {
 		t.Fatalf("provision refused a write: %v", err)
 	}
-	order := []string{Preflight, SetBootPXE, PoweringOn, WaitForCURE, BMC, BIOS, BIOSSettings, HGX, NIC, DPU, NVMe, SEDRevert, OSInstall, SetBootDisk, WaitForHostOS}
+	order := []string{Preflight, SetBootPXE, PoweringOn, WaitForCURE, Hardware, BMC, BIOS, BIOSSettings, HGX, NIC, DPU, NVMe, SEDRevert, OSInstall, SetBootDisk, WaitForHostOS}
 	if len(p.Phases) != len(order) {
 		t.Fatalf("got %d phases, want %d", len(p.Phases), len(order))
 	}
@@ -66,5 +66,30 @@ func TestParseAndProto(t *testing.T) {
 	}
 	if _, err := FromProto(0); err == nil {
 		t.Error("FromProto accepted MODE_UNSPECIFIED")
+	}
+}
+
+// The hardware gate comes before every phase that writes, in every mode
+// that has it, and is itself read-only.
+func TestHardwareGateFirst(t *testing.T) {
+	for _, m := range []Mode{Provision, Diagnostic, Burnin} {
+		p, _ := For(m)
+		i := p.Index(Hardware)
+		if i < 0 {
+			t.Fatalf("%s: no hardware phase", m)
+		}
+		if ph := p.Phases[i]; ph.Writes || ph.Owner != Runner {
+			t.Errorf("%s: hardware = %+v", m, ph)
+		}
+		for j, ph := range p.Phases {
+			if ph.Writes && j < i {
+				t.Errorf("%s: %s writes before the hardware gate", m, ph.Name)
+			}
+		}
+	}
+	for _, m := range []Mode{Audit, Verify, Wipe} {
+		if p, _ := For(m); p.Index(Hardware) >= 0 {
+			t.Errorf("%s runs the hardware check", m)
+		}
 	}
 }

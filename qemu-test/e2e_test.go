@@ -132,7 +132,7 @@ func verdict(rep *curev1.RunReport, component, check string) *curev1.Verdict {
 }
 
 var provisionOrder = []string{
-	modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE,
+	modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE, modes.Hardware,
 	modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX,
 	modes.NIC, modes.DPU, modes.NVMe, modes.SEDRevert, modes.OSInstall,
 	modes.SetBootDisk, modes.WaitForHostOS,
@@ -156,7 +156,7 @@ func checkProvisioned(t *testing.T, env *harness.Env, rep *curev1.RunReport) {
 		t.Errorf("phase sequence in the store:\n got %v\nwant %v", names, provisionOrder)
 	}
 	got := phaseStatuses(t, st, rep.GetRunId())
-	for _, p := range []string{modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE, modes.SEDRevert, modes.OSInstall, modes.SetBootDisk, modes.WaitForHostOS} {
+	for _, p := range []string{modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE, modes.Hardware, modes.SEDRevert, modes.OSInstall, modes.SetBootDisk, modes.WaitForHostOS} {
 		if got[p] != "ok" {
 			t.Errorf("phase %s = %q, want ok", p, got[p])
 		}
@@ -165,6 +165,13 @@ func checkProvisioned(t *testing.T, env *harness.Env, rep *curev1.RunReport) {
 	for _, p := range []string{modes.NIC, modes.DPU, modes.BMC, modes.BIOS, modes.HGX, modes.BIOSSettings} {
 		if got[p] != "skipped" {
 			t.Errorf("phase %s = %q, want skipped", p, got[p])
+		}
+	}
+	// The hardware gate read the real QEMU node (SMBIOS DIMM, virtio link
+	// speed, NVMe) and found what the qemu-nvme SKU declares.
+	for _, c := range []string{"cpu", "memory", "nic", "nvme"} {
+		if v := verdict(rep, c, "hardware"); v == nil || v.GetStatus() != curev1.VerdictStatus_PASS {
+			t.Errorf("hardware verdict %s = %v, want PASS", c, v)
 		}
 	}
 	v := verdict(rep, "nvme/0", "firmware")
@@ -542,5 +549,59 @@ func TestNVMeDriftFailsInQEMU(t *testing.T) {
 		if _, ran := got[p]; ran {
 			t.Errorf("phase %s ran after the firmware failure", p)
 		}
+	}
+}
+
+// TestHardwareGateInQEMU declares hardware the QEMU node lacks (a second
+// DIMM, a 100 Gb/s link): the runner's hardware gate reads the real node
+// (QEMU's SMBIOS tables, the virtio link's speed) and names each mismatch,
+// and the run ends before anything is written: no firmware phase, no wipe,
+// the disk's bytes unchanged, one boot.
+func TestHardwareGateInQEMU(t *testing.T) {
+	env := startEnv(t, harness.Options{PhaseAttempts: 1, EditManifest: func(sku *manifests.SKU) {
+		sku.Spec.Hardware.Memory.DIMMs = 2
+		sku.Spec.Hardware.NICs[0].SpeedMbps = 100000
+	}})
+	n := env.Nodes[0]
+	before := seedDisk(t, n.Disk, 7)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	runID, err := env.Provision(ctx, n.ID, modes.Provision, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rep, err := env.Follow(ctx, runID, func(e *curev1.TimelineEntry) {
+		t.Logf("%6.1fs %-6s %-20s %-11s %-8s %s", time.Since(start).Seconds(), e.GetSource(), e.GetPhase(), e.GetKind(), e.GetStatus(), e.GetMessage())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.GetStatus() != "failed" || !strings.Contains(rep.GetMessage(), "phase hardware failed") {
+		t.Fatalf("run ended %s: %s", rep.GetStatus(), rep.GetMessage())
+	}
+	for comp, want := range map[string]string{
+		"memory": "1 DIMMs populated, want 2",
+		"nic/0":  "link 25000 Mb/s, want 100000",
+	} {
+		v := verdict(rep, comp, "hardware")
+		if v == nil || v.GetStatus() != curev1.VerdictStatus_FAIL || !strings.Contains(v.GetMessage(), want) {
+			t.Errorf("%s verdict = %v, want FAIL %q", comp, v, want)
+		}
+	}
+	if v := verdict(rep, "nvme", "hardware"); v == nil || v.GetStatus() != curev1.VerdictStatus_PASS {
+		t.Errorf("nvme verdict = %v, want PASS", v)
+	}
+	got := phaseStatuses(t, openStore(t, env), runID)
+	for _, p := range []string{modes.BMC, modes.BIOS, modes.NVMe, modes.SEDRevert, modes.OSInstall} {
+		if s, ran := got[p]; ran {
+			t.Errorf("phase %s ran (%s) after the hardware gate failed", p, s)
+		}
+	}
+	if after := fileSum(t, n.Disk); after != before {
+		t.Error("the disk changed although the gate failed")
+	}
+	if len(n.BMC.History()) != 1 {
+		t.Errorf("node booted %d times, want once", len(n.BMC.History()))
 	}
 }

@@ -581,18 +581,25 @@ func (x *RunnerState) GetLastEventSeq() uint64 {
 }
 
 type Inventory struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	System        *SystemInfo            `protobuf:"bytes,1,opt,name=system,proto3" json:"system,omitempty"`
-	Nvme          []*NvmeController      `protobuf:"bytes,2,rep,name=nvme,proto3" json:"nvme,omitempty"`
-	Nics          []*NetInterface        `protobuf:"bytes,3,rep,name=nics,proto3" json:"nics,omitempty"`
-	Gpus          []*Gpu                 `protobuf:"bytes,4,rep,name=gpus,proto3" json:"gpus,omitempty"`
-	Disks         []*BlockDevice         `protobuf:"bytes,5,rep,name=disks,proto3" json:"disks,omitempty"`
-	MemoryBytes   uint64                 `protobuf:"varint,6,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	CpuCount      uint32                 `protobuf:"varint,7,opt,name=cpu_count,json=cpuCount,proto3" json:"cpu_count,omitempty"`
-	CpuModel      string                 `protobuf:"bytes,8,opt,name=cpu_model,json=cpuModel,proto3" json:"cpu_model,omitempty"`
-	Kernel        string                 `protobuf:"bytes,9,opt,name=kernel,proto3" json:"kernel,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	System      *SystemInfo            `protobuf:"bytes,1,opt,name=system,proto3" json:"system,omitempty"`
+	Nvme        []*NvmeController      `protobuf:"bytes,2,rep,name=nvme,proto3" json:"nvme,omitempty"`
+	Nics        []*NetInterface        `protobuf:"bytes,3,rep,name=nics,proto3" json:"nics,omitempty"`
+	Gpus        []*Gpu                 `protobuf:"bytes,4,rep,name=gpus,proto3" json:"gpus,omitempty"`
+	Disks       []*BlockDevice         `protobuf:"bytes,5,rep,name=disks,proto3" json:"disks,omitempty"`
+	MemoryBytes uint64                 `protobuf:"varint,6,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	CpuCount    uint32                 `protobuf:"varint,7,opt,name=cpu_count,json=cpuCount,proto3" json:"cpu_count,omitempty"`
+	CpuModel    string                 `protobuf:"bytes,8,opt,name=cpu_model,json=cpuModel,proto3" json:"cpu_model,omitempty"`
+	Kernel      string                 `protobuf:"bytes,9,opt,name=kernel,proto3" json:"kernel,omitempty"`
+	// What the hardware check (spec.hardware) compares; read through ghw
+	// (CPU, NUMA, PCI names from the image's pci.ids) and SMBIOS.
+	Processors          []*Processor `protobuf:"bytes,10,rep,name=processors,proto3" json:"processors,omitempty"` // one per socket
+	Dimms               []*Dimm      `protobuf:"bytes,11,rep,name=dimms,proto3" json:"dimms,omitempty"`           // every SMBIOS type 17 slot, empty ones too
+	Nvswitches          []*PciDevice `protobuf:"bytes,12,rep,name=nvswitches,proto3" json:"nvswitches,omitempty"` // NVIDIA NVSwitch functions on the PCI bus
+	NumaNodes           []*NumaNode  `protobuf:"bytes,13,rep,name=numa_nodes,json=numaNodes,proto3" json:"numa_nodes,omitempty"`
+	MemoryPhysicalBytes uint64       `protobuf:"varint,14,opt,name=memory_physical_bytes,json=memoryPhysicalBytes,proto3" json:"memory_physical_bytes,omitempty"` // installed (memory blocks), not MemTotal
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Inventory) Reset() {
@@ -688,6 +695,353 @@ func (x *Inventory) GetKernel() string {
 	return ""
 }
 
+func (x *Inventory) GetProcessors() []*Processor {
+	if x != nil {
+		return x.Processors
+	}
+	return nil
+}
+
+func (x *Inventory) GetDimms() []*Dimm {
+	if x != nil {
+		return x.Dimms
+	}
+	return nil
+}
+
+func (x *Inventory) GetNvswitches() []*PciDevice {
+	if x != nil {
+		return x.Nvswitches
+	}
+	return nil
+}
+
+func (x *Inventory) GetNumaNodes() []*NumaNode {
+	if x != nil {
+		return x.NumaNodes
+	}
+	return nil
+}
+
+func (x *Inventory) GetMemoryPhysicalBytes() uint64 {
+	if x != nil {
+		return x.MemoryPhysicalBytes
+	}
+	return 0
+}
+
+type Processor struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"` // physical package id
+	Vendor        string                 `protobuf:"bytes,2,opt,name=vendor,proto3" json:"vendor,omitempty"`
+	Model         string                 `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"` // CPUID brand string
+	Cores         uint32                 `protobuf:"varint,4,opt,name=cores,proto3" json:"cores,omitempty"`
+	Threads       uint32                 `protobuf:"varint,5,opt,name=threads,proto3" json:"threads,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Processor) Reset() {
+	*x = Processor{}
+	mi := &file_cure_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Processor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Processor) ProtoMessage() {}
+
+func (x *Processor) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Processor.ProtoReflect.Descriptor instead.
+func (*Processor) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Processor) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Processor) GetVendor() string {
+	if x != nil {
+		return x.Vendor
+	}
+	return ""
+}
+
+func (x *Processor) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *Processor) GetCores() uint32 {
+	if x != nil {
+		return x.Cores
+	}
+	return 0
+}
+
+func (x *Processor) GetThreads() uint32 {
+	if x != nil {
+		return x.Threads
+	}
+	return 0
+}
+
+type Dimm struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Locator       string                 `protobuf:"bytes,1,opt,name=locator,proto3" json:"locator,omitempty"` // SMBIOS Device Locator: the slot ("A1", "CPU0_DIMM_B3")
+	Bank          string                 `protobuf:"bytes,2,opt,name=bank,proto3" json:"bank,omitempty"`
+	SizeBytes     uint64                 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"` // 0: slot empty
+	Type          string                 `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`                             // DDR5, ...
+	SpeedMts      uint32                 `protobuf:"varint,5,opt,name=speed_mts,json=speedMts,proto3" json:"speed_mts,omitempty"`
+	Manufacturer  string                 `protobuf:"bytes,6,opt,name=manufacturer,proto3" json:"manufacturer,omitempty"`
+	Serial        string                 `protobuf:"bytes,7,opt,name=serial,proto3" json:"serial,omitempty"`
+	PartNumber    string                 `protobuf:"bytes,8,opt,name=part_number,json=partNumber,proto3" json:"part_number,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Dimm) Reset() {
+	*x = Dimm{}
+	mi := &file_cure_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Dimm) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Dimm) ProtoMessage() {}
+
+func (x *Dimm) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Dimm.ProtoReflect.Descriptor instead.
+func (*Dimm) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Dimm) GetLocator() string {
+	if x != nil {
+		return x.Locator
+	}
+	return ""
+}
+
+func (x *Dimm) GetBank() string {
+	if x != nil {
+		return x.Bank
+	}
+	return ""
+}
+
+func (x *Dimm) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *Dimm) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Dimm) GetSpeedMts() uint32 {
+	if x != nil {
+		return x.SpeedMts
+	}
+	return 0
+}
+
+func (x *Dimm) GetManufacturer() string {
+	if x != nil {
+		return x.Manufacturer
+	}
+	return ""
+}
+
+func (x *Dimm) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *Dimm) GetPartNumber() string {
+	if x != nil {
+		return x.PartNumber
+	}
+	return ""
+}
+
+type PciDevice struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	VendorId      uint32                 `protobuf:"varint,2,opt,name=vendor_id,json=vendorId,proto3" json:"vendor_id,omitempty"`
+	DeviceId      uint32                 `protobuf:"varint,3,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`    // pci.ids product name; empty when unknown
+	Class         uint32                 `protobuf:"varint,5,opt,name=class,proto3" json:"class,omitempty"` // 0xCCSSPP
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PciDevice) Reset() {
+	*x = PciDevice{}
+	mi := &file_cure_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PciDevice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PciDevice) ProtoMessage() {}
+
+func (x *PciDevice) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PciDevice.ProtoReflect.Descriptor instead.
+func (*PciDevice) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PciDevice) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *PciDevice) GetVendorId() uint32 {
+	if x != nil {
+		return x.VendorId
+	}
+	return 0
+}
+
+func (x *PciDevice) GetDeviceId() uint32 {
+	if x != nil {
+		return x.DeviceId
+	}
+	return 0
+}
+
+func (x *PciDevice) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PciDevice) GetClass() uint32 {
+	if x != nil {
+		return x.Class
+	}
+	return 0
+}
+
+type NumaNode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Cores         uint32                 `protobuf:"varint,2,opt,name=cores,proto3" json:"cores,omitempty"`
+	MemoryBytes   uint64                 `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NumaNode) Reset() {
+	*x = NumaNode{}
+	mi := &file_cure_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NumaNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NumaNode) ProtoMessage() {}
+
+func (x *NumaNode) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NumaNode.ProtoReflect.Descriptor instead.
+func (*NumaNode) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *NumaNode) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *NumaNode) GetCores() uint32 {
+	if x != nil {
+		return x.Cores
+	}
+	return 0
+}
+
+func (x *NumaNode) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
 type SystemInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Vendor        string                 `protobuf:"bytes,1,opt,name=vendor,proto3" json:"vendor,omitempty"`
@@ -695,13 +1049,17 @@ type SystemInfo struct {
 	Serial        string                 `protobuf:"bytes,3,opt,name=serial,proto3" json:"serial,omitempty"`
 	Uuid          string                 `protobuf:"bytes,4,opt,name=uuid,proto3" json:"uuid,omitempty"`
 	BiosVersion   string                 `protobuf:"bytes,5,opt,name=bios_version,json=biosVersion,proto3" json:"bios_version,omitempty"`
+	BiosVendor    string                 `protobuf:"bytes,6,opt,name=bios_vendor,json=biosVendor,proto3" json:"bios_vendor,omitempty"` // SMBIOS type 0
+	BiosDate      string                 `protobuf:"bytes,7,opt,name=bios_date,json=biosDate,proto3" json:"bios_date,omitempty"`
+	BmcVersion    string                 `protobuf:"bytes,8,opt,name=bmc_version,json=bmcVersion,proto3" json:"bmc_version,omitempty"` // empty when not readable in band
+	Sku           string                 `protobuf:"bytes,9,opt,name=sku,proto3" json:"sku,omitempty"`                                 // SMBIOS type 1 SKU number
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SystemInfo) Reset() {
 	*x = SystemInfo{}
-	mi := &file_cure_proto_msgTypes[5]
+	mi := &file_cure_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +1071,7 @@ func (x *SystemInfo) String() string {
 func (*SystemInfo) ProtoMessage() {}
 
 func (x *SystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[5]
+	mi := &file_cure_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +1084,7 @@ func (x *SystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemInfo.ProtoReflect.Descriptor instead.
 func (*SystemInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{5}
+	return file_cure_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SystemInfo) GetVendor() string {
@@ -764,6 +1122,34 @@ func (x *SystemInfo) GetBiosVersion() string {
 	return ""
 }
 
+func (x *SystemInfo) GetBiosVendor() string {
+	if x != nil {
+		return x.BiosVendor
+	}
+	return ""
+}
+
+func (x *SystemInfo) GetBiosDate() string {
+	if x != nil {
+		return x.BiosDate
+	}
+	return ""
+}
+
+func (x *SystemInfo) GetBmcVersion() string {
+	if x != nil {
+		return x.BmcVersion
+	}
+	return ""
+}
+
+func (x *SystemInfo) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
 type NvmeController struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // nvme0
@@ -779,7 +1165,7 @@ type NvmeController struct {
 
 func (x *NvmeController) Reset() {
 	*x = NvmeController{}
-	mi := &file_cure_proto_msgTypes[6]
+	mi := &file_cure_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +1177,7 @@ func (x *NvmeController) String() string {
 func (*NvmeController) ProtoMessage() {}
 
 func (x *NvmeController) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[6]
+	mi := &file_cure_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +1190,7 @@ func (x *NvmeController) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NvmeController.ProtoReflect.Descriptor instead.
 func (*NvmeController) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{6}
+	return file_cure_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NvmeController) GetName() string {
@@ -866,13 +1252,16 @@ type NetInterface struct {
 	LinkUp        bool                   `protobuf:"varint,6,opt,name=link_up,json=linkUp,proto3" json:"link_up,omitempty"`
 	Addresses     []string               `protobuf:"bytes,7,rep,name=addresses,proto3" json:"addresses,omitempty"`
 	Firmware      string                 `protobuf:"bytes,8,opt,name=firmware,proto3" json:"firmware,omitempty"`
+	Model         string                 `protobuf:"bytes,9,opt,name=model,proto3" json:"model,omitempty"` // pci.ids product name; empty when unknown
+	PciVendorId   uint32                 `protobuf:"varint,10,opt,name=pci_vendor_id,json=pciVendorId,proto3" json:"pci_vendor_id,omitempty"`
+	PciDeviceId   uint32                 `protobuf:"varint,11,opt,name=pci_device_id,json=pciDeviceId,proto3" json:"pci_device_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NetInterface) Reset() {
 	*x = NetInterface{}
-	mi := &file_cure_proto_msgTypes[7]
+	mi := &file_cure_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1273,7 @@ func (x *NetInterface) String() string {
 func (*NetInterface) ProtoMessage() {}
 
 func (x *NetInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[7]
+	mi := &file_cure_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1286,7 @@ func (x *NetInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetInterface.ProtoReflect.Descriptor instead.
 func (*NetInterface) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{7}
+	return file_cure_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NetInterface) GetName() string {
@@ -956,6 +1345,27 @@ func (x *NetInterface) GetFirmware() string {
 	return ""
 }
 
+func (x *NetInterface) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *NetInterface) GetPciVendorId() uint32 {
+	if x != nil {
+		return x.PciVendorId
+	}
+	return 0
+}
+
+func (x *NetInterface) GetPciDeviceId() uint32 {
+	if x != nil {
+		return x.PciDeviceId
+	}
+	return 0
+}
+
 type Gpu struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -964,13 +1374,15 @@ type Gpu struct {
 	Serial        string                 `protobuf:"bytes,4,opt,name=serial,proto3" json:"serial,omitempty"`
 	PciAddress    string                 `protobuf:"bytes,5,opt,name=pci_address,json=pciAddress,proto3" json:"pci_address,omitempty"`
 	Vbios         string                 `protobuf:"bytes,6,opt,name=vbios,proto3" json:"vbios,omitempty"`
+	PciDeviceId   uint32                 `protobuf:"varint,7,opt,name=pci_device_id,json=pciDeviceId,proto3" json:"pci_device_id,omitempty"`
+	NumaNode      int32                  `protobuf:"varint,8,opt,name=numa_node,json=numaNode,proto3" json:"numa_node,omitempty"` // -1: unknown
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Gpu) Reset() {
 	*x = Gpu{}
-	mi := &file_cure_proto_msgTypes[8]
+	mi := &file_cure_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -982,7 +1394,7 @@ func (x *Gpu) String() string {
 func (*Gpu) ProtoMessage() {}
 
 func (x *Gpu) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[8]
+	mi := &file_cure_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -995,7 +1407,7 @@ func (x *Gpu) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gpu.ProtoReflect.Descriptor instead.
 func (*Gpu) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{8}
+	return file_cure_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Gpu) GetIndex() uint32 {
@@ -1040,6 +1452,20 @@ func (x *Gpu) GetVbios() string {
 	return ""
 }
 
+func (x *Gpu) GetPciDeviceId() uint32 {
+	if x != nil {
+		return x.PciDeviceId
+	}
+	return 0
+}
+
+func (x *Gpu) GetNumaNode() int32 {
+	if x != nil {
+		return x.NumaNode
+	}
+	return 0
+}
+
 type BlockDevice struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // nvme0n1, sda
@@ -1055,7 +1481,7 @@ type BlockDevice struct {
 
 func (x *BlockDevice) Reset() {
 	*x = BlockDevice{}
-	mi := &file_cure_proto_msgTypes[9]
+	mi := &file_cure_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1493,7 @@ func (x *BlockDevice) String() string {
 func (*BlockDevice) ProtoMessage() {}
 
 func (x *BlockDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[9]
+	mi := &file_cure_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1506,7 @@ func (x *BlockDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockDevice.ProtoReflect.Descriptor instead.
 func (*BlockDevice) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{9}
+	return file_cure_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BlockDevice) GetName() string {
@@ -1152,7 +1578,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_cure_proto_msgTypes[10]
+	mi := &file_cure_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1590,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[10]
+	mi := &file_cure_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1603,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{10}
+	return file_cure_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1302,7 +1728,7 @@ type PhaseStart struct {
 
 func (x *PhaseStart) Reset() {
 	*x = PhaseStart{}
-	mi := &file_cure_proto_msgTypes[11]
+	mi := &file_cure_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1740,7 @@ func (x *PhaseStart) String() string {
 func (*PhaseStart) ProtoMessage() {}
 
 func (x *PhaseStart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[11]
+	mi := &file_cure_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1753,7 @@ func (x *PhaseStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseStart.ProtoReflect.Descriptor instead.
 func (*PhaseStart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{11}
+	return file_cure_proto_rawDescGZIP(), []int{15}
 }
 
 type PhaseEnd struct {
@@ -1342,7 +1768,7 @@ type PhaseEnd struct {
 
 func (x *PhaseEnd) Reset() {
 	*x = PhaseEnd{}
-	mi := &file_cure_proto_msgTypes[12]
+	mi := &file_cure_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1780,7 @@ func (x *PhaseEnd) String() string {
 func (*PhaseEnd) ProtoMessage() {}
 
 func (x *PhaseEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[12]
+	mi := &file_cure_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1793,7 @@ func (x *PhaseEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseEnd.ProtoReflect.Descriptor instead.
 func (*PhaseEnd) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{12}
+	return file_cure_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PhaseEnd) GetStatus() PhaseStatus {
@@ -1412,7 +1838,7 @@ type Verdict struct {
 
 func (x *Verdict) Reset() {
 	*x = Verdict{}
-	mi := &file_cure_proto_msgTypes[13]
+	mi := &file_cure_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1850,7 @@ func (x *Verdict) String() string {
 func (*Verdict) ProtoMessage() {}
 
 func (x *Verdict) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[13]
+	mi := &file_cure_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1863,7 @@ func (x *Verdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Verdict.ProtoReflect.Descriptor instead.
 func (*Verdict) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{13}
+	return file_cure_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Verdict) GetComponent() string {
@@ -1493,7 +1919,7 @@ type Log struct {
 
 func (x *Log) Reset() {
 	*x = Log{}
-	mi := &file_cure_proto_msgTypes[14]
+	mi := &file_cure_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1931,7 @@ func (x *Log) String() string {
 func (*Log) ProtoMessage() {}
 
 func (x *Log) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[14]
+	mi := &file_cure_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1944,7 @@ func (x *Log) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Log.ProtoReflect.Descriptor instead.
 func (*Log) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{14}
+	return file_cure_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Log) GetLevel() string {
@@ -1554,7 +1980,7 @@ type Metric struct {
 
 func (x *Metric) Reset() {
 	*x = Metric{}
-	mi := &file_cure_proto_msgTypes[15]
+	mi := &file_cure_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1566,7 +1992,7 @@ func (x *Metric) String() string {
 func (*Metric) ProtoMessage() {}
 
 func (x *Metric) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[15]
+	mi := &file_cure_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1579,7 +2005,7 @@ func (x *Metric) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metric.ProtoReflect.Descriptor instead.
 func (*Metric) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{15}
+	return file_cure_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Metric) GetName() string {
@@ -1626,7 +2052,7 @@ type CoordinatorMessage struct {
 
 func (x *CoordinatorMessage) Reset() {
 	*x = CoordinatorMessage{}
-	mi := &file_cure_proto_msgTypes[16]
+	mi := &file_cure_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +2064,7 @@ func (x *CoordinatorMessage) String() string {
 func (*CoordinatorMessage) ProtoMessage() {}
 
 func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[16]
+	mi := &file_cure_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +2077,7 @@ func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoordinatorMessage.ProtoReflect.Descriptor instead.
 func (*CoordinatorMessage) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{16}
+	return file_cure_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CoordinatorMessage) GetMsg() isCoordinatorMessage_Msg {
@@ -1753,14 +2179,19 @@ type Assignment struct {
 	FirstBoot       *FirstBoot             `protobuf:"bytes,9,opt,name=first_boot,json=firstBoot,proto3" json:"first_boot,omitempty"`
 	// Drive-label PSIDs by disk serial, from the node inventory: the
 	// credentials of an Opal PSID revert. Only ever sent over the TLS session.
-	Psids         map[string]string `protobuf:"bytes,10,rep,name=psids,proto3" json:"psids,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Psids map[string]string `protobuf:"bytes,10,rep,name=psids,proto3" json:"psids,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The node's SKU manifest, verbatim, when the run's manifest is a
+	// validation suite and the phases include hardware (diagnostic, burn-in):
+	// the hardware check compares against the SKU's spec.hardware.
+	SkuYaml       []byte `protobuf:"bytes,11,opt,name=sku_yaml,json=skuYaml,proto3" json:"sku_yaml,omitempty"`
+	SkuName       string `protobuf:"bytes,12,opt,name=sku_name,json=skuName,proto3" json:"sku_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_cure_proto_msgTypes[17]
+	mi := &file_cure_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +2203,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[17]
+	mi := &file_cure_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +2216,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{17}
+	return file_cure_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Assignment) GetRunId() string {
@@ -1858,6 +2289,20 @@ func (x *Assignment) GetPsids() map[string]string {
 	return nil
 }
 
+func (x *Assignment) GetSkuYaml() []byte {
+	if x != nil {
+		return x.SkuYaml
+	}
+	return nil
+}
+
+func (x *Assignment) GetSkuName() string {
+	if x != nil {
+		return x.SkuName
+	}
+	return ""
+}
+
 type ResumeState struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	PhaseReached    string                 `protobuf:"bytes,1,opt,name=phase_reached,json=phaseReached,proto3" json:"phase_reached,omitempty"`
@@ -1869,7 +2314,7 @@ type ResumeState struct {
 
 func (x *ResumeState) Reset() {
 	*x = ResumeState{}
-	mi := &file_cure_proto_msgTypes[18]
+	mi := &file_cure_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +2326,7 @@ func (x *ResumeState) String() string {
 func (*ResumeState) ProtoMessage() {}
 
 func (x *ResumeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[18]
+	mi := &file_cure_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +2339,7 @@ func (x *ResumeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeState.ProtoReflect.Descriptor instead.
 func (*ResumeState) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{18}
+	return file_cure_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ResumeState) GetPhaseReached() string {
@@ -1930,7 +2375,7 @@ type FirstBoot struct {
 
 func (x *FirstBoot) Reset() {
 	*x = FirstBoot{}
-	mi := &file_cure_proto_msgTypes[19]
+	mi := &file_cure_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2387,7 @@ func (x *FirstBoot) String() string {
 func (*FirstBoot) ProtoMessage() {}
 
 func (x *FirstBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[19]
+	mi := &file_cure_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2400,7 @@ func (x *FirstBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirstBoot.ProtoReflect.Descriptor instead.
 func (*FirstBoot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{19}
+	return file_cure_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FirstBoot) GetHostname() string {
@@ -1995,7 +2440,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_cure_proto_msgTypes[20]
+	mi := &file_cure_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2452,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[20]
+	mi := &file_cure_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2465,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{20}
+	return file_cure_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -2039,7 +2484,7 @@ type Idle struct {
 
 func (x *Idle) Reset() {
 	*x = Idle{}
-	mi := &file_cure_proto_msgTypes[21]
+	mi := &file_cure_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2496,7 @@ func (x *Idle) String() string {
 func (*Idle) ProtoMessage() {}
 
 func (x *Idle) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[21]
+	mi := &file_cure_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2509,7 @@ func (x *Idle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Idle.ProtoReflect.Descriptor instead.
 func (*Idle) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{21}
+	return file_cure_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Idle) GetReason() string {
@@ -2083,7 +2528,7 @@ type Reboot struct {
 
 func (x *Reboot) Reset() {
 	*x = Reboot{}
-	mi := &file_cure_proto_msgTypes[22]
+	mi := &file_cure_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2540,7 @@ func (x *Reboot) String() string {
 func (*Reboot) ProtoMessage() {}
 
 func (x *Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[22]
+	mi := &file_cure_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2553,7 @@ func (x *Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reboot.ProtoReflect.Descriptor instead.
 func (*Reboot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{22}
+	return file_cure_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Reboot) GetReason() string {
@@ -2127,7 +2572,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_cure_proto_msgTypes[23]
+	mi := &file_cure_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2584,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[23]
+	mi := &file_cure_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2597,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{23}
+	return file_cure_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Cancel) GetReason() string {
@@ -2177,7 +2622,7 @@ type ProvisionRequest struct {
 
 func (x *ProvisionRequest) Reset() {
 	*x = ProvisionRequest{}
-	mi := &file_cure_proto_msgTypes[24]
+	mi := &file_cure_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2634,7 @@ func (x *ProvisionRequest) String() string {
 func (*ProvisionRequest) ProtoMessage() {}
 
 func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[24]
+	mi := &file_cure_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2647,7 @@ func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionRequest.ProtoReflect.Descriptor instead.
 func (*ProvisionRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{24}
+	return file_cure_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ProvisionRequest) GetNodeIds() []string {
@@ -2251,7 +2696,7 @@ type ProvisionResponse struct {
 
 func (x *ProvisionResponse) Reset() {
 	*x = ProvisionResponse{}
-	mi := &file_cure_proto_msgTypes[25]
+	mi := &file_cure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2708,7 @@ func (x *ProvisionResponse) String() string {
 func (*ProvisionResponse) ProtoMessage() {}
 
 func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[25]
+	mi := &file_cure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2721,7 @@ func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionResponse.ProtoReflect.Descriptor instead.
 func (*ProvisionResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{25}
+	return file_cure_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ProvisionResponse) GetRuns() []*RunRef {
@@ -2316,7 +2761,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_cure_proto_msgTypes[26]
+	mi := &file_cure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2773,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[26]
+	mi := &file_cure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2786,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{26}
+	return file_cure_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Refusal) GetNodeId() string {
@@ -2384,7 +2829,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cure_proto_msgTypes[27]
+	mi := &file_cure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2841,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[27]
+	mi := &file_cure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2854,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{27}
+	return file_cure_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CancelRequest) GetNodeIds() []string {
@@ -2450,7 +2895,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2907,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2920,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{28}
+	return file_cure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CancelResponse) GetCanceled() []*RunRef {
@@ -2502,7 +2947,7 @@ type FleetRequest struct {
 
 func (x *FleetRequest) Reset() {
 	*x = FleetRequest{}
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2514,7 +2959,7 @@ func (x *FleetRequest) String() string {
 func (*FleetRequest) ProtoMessage() {}
 
 func (x *FleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2527,7 +2972,7 @@ func (x *FleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRequest.ProtoReflect.Descriptor instead.
 func (*FleetRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{29}
+	return file_cure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FleetRequest) GetSelector() map[string]string {
@@ -2559,7 +3004,7 @@ type FleetStatus struct {
 
 func (x *FleetStatus) Reset() {
 	*x = FleetStatus{}
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +3016,7 @@ func (x *FleetStatus) String() string {
 func (*FleetStatus) ProtoMessage() {}
 
 func (x *FleetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +3029,7 @@ func (x *FleetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetStatus.ProtoReflect.Descriptor instead.
 func (*FleetStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{30}
+	return file_cure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FleetStatus) GetNodes() int64 {
@@ -2650,7 +3095,7 @@ type FleetRun struct {
 
 func (x *FleetRun) Reset() {
 	*x = FleetRun{}
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2662,7 +3107,7 @@ func (x *FleetRun) String() string {
 func (*FleetRun) ProtoMessage() {}
 
 func (x *FleetRun) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2675,7 +3120,7 @@ func (x *FleetRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRun.ProtoReflect.Descriptor instead.
 func (*FleetRun) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{31}
+	return file_cure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FleetRun) GetNodeId() string {
@@ -2730,7 +3175,7 @@ type RunRef struct {
 
 func (x *RunRef) Reset() {
 	*x = RunRef{}
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2742,7 +3187,7 @@ func (x *RunRef) String() string {
 func (*RunRef) ProtoMessage() {}
 
 func (x *RunRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2755,7 +3200,7 @@ func (x *RunRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRef.ProtoReflect.Descriptor instead.
 func (*RunRef) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{32}
+	return file_cure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RunRef) GetRunId() string {
@@ -2783,7 +3228,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2795,7 +3240,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2808,7 +3253,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{33}
+	return file_cure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -2850,7 +3295,7 @@ type TimelineEntry struct {
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2862,7 +3307,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2875,7 +3320,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{34}
+	return file_cure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TimelineEntry) GetRunId() string {
@@ -2958,7 +3403,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2970,7 +3415,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2983,7 +3428,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{35}
+	return file_cure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReportRequest) GetRunId() string {
@@ -3021,7 +3466,7 @@ type RunReport struct {
 
 func (x *RunReport) Reset() {
 	*x = RunReport{}
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3033,7 +3478,7 @@ func (x *RunReport) String() string {
 func (*RunReport) ProtoMessage() {}
 
 func (x *RunReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3046,7 +3491,7 @@ func (x *RunReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReport.ProtoReflect.Descriptor instead.
 func (*RunReport) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{36}
+	return file_cure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RunReport) GetRunId() string {
@@ -3140,7 +3585,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3152,7 +3597,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3165,7 +3610,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{37}
+	return file_cure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -3220,7 +3665,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3677,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3690,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{38}
+	return file_cure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -3271,7 +3716,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3283,7 +3728,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3296,7 +3741,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{39}
+	return file_cure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -3318,7 +3763,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3330,7 +3775,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3343,7 +3788,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{40}
+	return file_cure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -3382,7 +3827,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3394,7 +3839,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3407,7 +3852,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{41}
+	return file_cure_proto_rawDescGZIP(), []int{45}
 }
 
 type ListNodesResponse struct {
@@ -3419,7 +3864,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3431,7 +3876,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3444,7 +3889,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{42}
+	return file_cure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -3469,7 +3914,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3481,7 +3926,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3494,7 +3939,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{43}
+	return file_cure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -3559,7 +4004,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3571,7 +4016,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3584,7 +4029,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{44}
+	return file_cure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -3641,7 +4086,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3653,7 +4098,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3666,7 +4111,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{45}
+	return file_cure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -3755,7 +4200,7 @@ type ListAuditLogResponse struct {
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3767,7 +4212,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3780,7 +4225,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{46}
+	return file_cure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -3807,7 +4252,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3819,7 +4264,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3832,7 +4277,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{47}
+	return file_cure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *NodeSpec) GetId() string {
@@ -3909,7 +4354,7 @@ type BMCSpec struct {
 
 func (x *BMCSpec) Reset() {
 	*x = BMCSpec{}
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3921,7 +4366,7 @@ func (x *BMCSpec) String() string {
 func (*BMCSpec) ProtoMessage() {}
 
 func (x *BMCSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3934,7 +4379,7 @@ func (x *BMCSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
 func (*BMCSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{48}
+	return file_cure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *BMCSpec) GetUrl() string {
@@ -3990,7 +4435,7 @@ type AddNodesRequest struct {
 
 func (x *AddNodesRequest) Reset() {
 	*x = AddNodesRequest{}
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4002,7 +4447,7 @@ func (x *AddNodesRequest) String() string {
 func (*AddNodesRequest) ProtoMessage() {}
 
 func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4015,7 +4460,7 @@ func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
 func (*AddNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{49}
+	return file_cure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AddNodesRequest) GetNodes() []*NodeSpec {
@@ -4049,7 +4494,7 @@ type AddNodesResponse struct {
 
 func (x *AddNodesResponse) Reset() {
 	*x = AddNodesResponse{}
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4061,7 +4506,7 @@ func (x *AddNodesResponse) String() string {
 func (*AddNodesResponse) ProtoMessage() {}
 
 func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4074,7 +4519,7 @@ func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
 func (*AddNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{50}
+	return file_cure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *AddNodesResponse) GetAdded() []string {
@@ -4100,7 +4545,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4112,7 +4557,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4125,7 +4570,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{51}
+	return file_cure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -4145,7 +4590,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4157,7 +4602,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4170,7 +4615,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{52}
+	return file_cure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -4198,7 +4643,7 @@ type LabelNodeRequest struct {
 
 func (x *LabelNodeRequest) Reset() {
 	*x = LabelNodeRequest{}
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4210,7 +4655,7 @@ func (x *LabelNodeRequest) String() string {
 func (*LabelNodeRequest) ProtoMessage() {}
 
 func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4223,7 +4668,7 @@ func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
 func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{53}
+	return file_cure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *LabelNodeRequest) GetNodeId() string {
@@ -4256,7 +4701,7 @@ type ShowNodeRequest struct {
 
 func (x *ShowNodeRequest) Reset() {
 	*x = ShowNodeRequest{}
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4268,7 +4713,7 @@ func (x *ShowNodeRequest) String() string {
 func (*ShowNodeRequest) ProtoMessage() {}
 
 func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4281,7 +4726,7 @@ func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{54}
+	return file_cure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ShowNodeRequest) GetNodeId() string {
@@ -4314,7 +4759,7 @@ type NodeDetail struct {
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4326,7 +4771,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4339,7 +4784,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{55}
+	return file_cure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -4463,7 +4908,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4475,7 +4920,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4488,7 +4933,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{56}
+	return file_cure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -4568,7 +5013,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04IDLE\x10\x01\x12\f\n" +
 	"\bIN_PHASE\x10\x02\x12\b\n" +
-	"\x04DONE\x10\x03\"\xd3\x02\n" +
+	"\x04DONE\x10\x03\"\xc6\x04\n" +
 	"\tInventory\x12+\n" +
 	"\x06system\x18\x01 \x01(\v2\x13.cure.v1.SystemInfoR\x06system\x12+\n" +
 	"\x04nvme\x18\x02 \x03(\v2\x17.cure.v1.NvmeControllerR\x04nvme\x12)\n" +
@@ -4578,14 +5023,58 @@ const file_cure_proto_rawDesc = "" +
 	"\fmemory_bytes\x18\x06 \x01(\x04R\vmemoryBytes\x12\x1b\n" +
 	"\tcpu_count\x18\a \x01(\rR\bcpuCount\x12\x1b\n" +
 	"\tcpu_model\x18\b \x01(\tR\bcpuModel\x12\x16\n" +
-	"\x06kernel\x18\t \x01(\tR\x06kernel\"\x8d\x01\n" +
+	"\x06kernel\x18\t \x01(\tR\x06kernel\x122\n" +
+	"\n" +
+	"processors\x18\n" +
+	" \x03(\v2\x12.cure.v1.ProcessorR\n" +
+	"processors\x12#\n" +
+	"\x05dimms\x18\v \x03(\v2\r.cure.v1.DimmR\x05dimms\x122\n" +
+	"\n" +
+	"nvswitches\x18\f \x03(\v2\x12.cure.v1.PciDeviceR\n" +
+	"nvswitches\x120\n" +
+	"\n" +
+	"numa_nodes\x18\r \x03(\v2\x11.cure.v1.NumaNodeR\tnumaNodes\x122\n" +
+	"\x15memory_physical_bytes\x18\x0e \x01(\x04R\x13memoryPhysicalBytes\"y\n" +
+	"\tProcessor\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
+	"\x06vendor\x18\x02 \x01(\tR\x06vendor\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12\x14\n" +
+	"\x05cores\x18\x04 \x01(\rR\x05cores\x12\x18\n" +
+	"\athreads\x18\x05 \x01(\rR\athreads\"\xe1\x01\n" +
+	"\x04Dimm\x12\x18\n" +
+	"\alocator\x18\x01 \x01(\tR\alocator\x12\x12\n" +
+	"\x04bank\x18\x02 \x01(\tR\x04bank\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\x12\x12\n" +
+	"\x04type\x18\x04 \x01(\tR\x04type\x12\x1b\n" +
+	"\tspeed_mts\x18\x05 \x01(\rR\bspeedMts\x12\"\n" +
+	"\fmanufacturer\x18\x06 \x01(\tR\fmanufacturer\x12\x16\n" +
+	"\x06serial\x18\a \x01(\tR\x06serial\x12\x1f\n" +
+	"\vpart_number\x18\b \x01(\tR\n" +
+	"partNumber\"\x89\x01\n" +
+	"\tPciDevice\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1b\n" +
+	"\tvendor_id\x18\x02 \x01(\rR\bvendorId\x12\x1b\n" +
+	"\tdevice_id\x18\x03 \x01(\rR\bdeviceId\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x14\n" +
+	"\x05class\x18\x05 \x01(\rR\x05class\"S\n" +
+	"\bNumaNode\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x14\n" +
+	"\x05cores\x18\x02 \x01(\rR\x05cores\x12!\n" +
+	"\fmemory_bytes\x18\x03 \x01(\x04R\vmemoryBytes\"\xfe\x01\n" +
 	"\n" +
 	"SystemInfo\x12\x16\n" +
 	"\x06vendor\x18\x01 \x01(\tR\x06vendor\x12\x18\n" +
 	"\aproduct\x18\x02 \x01(\tR\aproduct\x12\x16\n" +
 	"\x06serial\x18\x03 \x01(\tR\x06serial\x12\x12\n" +
 	"\x04uuid\x18\x04 \x01(\tR\x04uuid\x12!\n" +
-	"\fbios_version\x18\x05 \x01(\tR\vbiosVersion\"\xcc\x01\n" +
+	"\fbios_version\x18\x05 \x01(\tR\vbiosVersion\x12\x1f\n" +
+	"\vbios_vendor\x18\x06 \x01(\tR\n" +
+	"biosVendor\x12\x1b\n" +
+	"\tbios_date\x18\a \x01(\tR\bbiosDate\x12\x1f\n" +
+	"\vbmc_version\x18\b \x01(\tR\n" +
+	"bmcVersion\x12\x10\n" +
+	"\x03sku\x18\t \x01(\tR\x03sku\"\xcc\x01\n" +
 	"\x0eNvmeController\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
@@ -4596,7 +5085,7 @@ const file_cure_proto_rawDesc = "" +
 	"\tvendor_id\x18\x06 \x01(\rR\bvendorId\x12\x1e\n" +
 	"\n" +
 	"namespaces\x18\a \x03(\tR\n" +
-	"namespaces\"\xdf\x01\n" +
+	"namespaces\"\xbd\x02\n" +
 	"\fNetInterface\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x16\n" +
@@ -4607,7 +5096,11 @@ const file_cure_proto_rawDesc = "" +
 	"speed_mbps\x18\x05 \x01(\rR\tspeedMbps\x12\x17\n" +
 	"\alink_up\x18\x06 \x01(\bR\x06linkUp\x12\x1c\n" +
 	"\taddresses\x18\a \x03(\tR\taddresses\x12\x1a\n" +
-	"\bfirmware\x18\b \x01(\tR\bfirmware\"\x92\x01\n" +
+	"\bfirmware\x18\b \x01(\tR\bfirmware\x12\x14\n" +
+	"\x05model\x18\t \x01(\tR\x05model\x12\"\n" +
+	"\rpci_vendor_id\x18\n" +
+	" \x01(\rR\vpciVendorId\x12\"\n" +
+	"\rpci_device_id\x18\v \x01(\rR\vpciDeviceId\"\xd3\x01\n" +
 	"\x03Gpu\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -4615,7 +5108,9 @@ const file_cure_proto_rawDesc = "" +
 	"\x06serial\x18\x04 \x01(\tR\x06serial\x12\x1f\n" +
 	"\vpci_address\x18\x05 \x01(\tR\n" +
 	"pciAddress\x12\x14\n" +
-	"\x05vbios\x18\x06 \x01(\tR\x05vbios\"\xcb\x01\n" +
+	"\x05vbios\x18\x06 \x01(\tR\x05vbios\x12\"\n" +
+	"\rpci_device_id\x18\a \x01(\rR\vpciDeviceId\x12\x1b\n" +
+	"\tnuma_node\x18\b \x01(\x05R\bnumaNode\"\xcb\x01\n" +
 	"\vBlockDevice\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -4679,7 +5174,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x04idle\x18\x03 \x01(\v2\r.cure.v1.IdleH\x00R\x04idle\x12)\n" +
 	"\x06reboot\x18\x04 \x01(\v2\x0f.cure.v1.RebootH\x00R\x06reboot\x12)\n" +
 	"\x06cancel\x18\x05 \x01(\v2\x0f.cure.v1.CancelH\x00R\x06cancelB\x05\n" +
-	"\x03msg\"\xbe\x03\n" +
+	"\x03msg\"\xf4\x03\n" +
 	"\n" +
 	"Assignment\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
@@ -4693,7 +5188,9 @@ const file_cure_proto_rawDesc = "" +
 	"\n" +
 	"first_boot\x18\t \x01(\v2\x12.cure.v1.FirstBootR\tfirstBoot\x124\n" +
 	"\x05psids\x18\n" +
-	" \x03(\v2\x1e.cure.v1.Assignment.PsidsEntryR\x05psids\x1a8\n" +
+	" \x03(\v2\x1e.cure.v1.Assignment.PsidsEntryR\x05psids\x12\x19\n" +
+	"\bsku_yaml\x18\v \x01(\fR\askuYaml\x12\x19\n" +
+	"\bsku_name\x18\f \x01(\tR\askuName\x1a8\n" +
 	"\n" +
 	"PsidsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -4991,7 +5488,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -5002,162 +5499,170 @@ var file_cure_proto_goTypes = []any{
 	(*Identity)(nil),             // 6: cure.v1.Identity
 	(*RunnerState)(nil),          // 7: cure.v1.RunnerState
 	(*Inventory)(nil),            // 8: cure.v1.Inventory
-	(*SystemInfo)(nil),           // 9: cure.v1.SystemInfo
-	(*NvmeController)(nil),       // 10: cure.v1.NvmeController
-	(*NetInterface)(nil),         // 11: cure.v1.NetInterface
-	(*Gpu)(nil),                  // 12: cure.v1.Gpu
-	(*BlockDevice)(nil),          // 13: cure.v1.BlockDevice
-	(*Event)(nil),                // 14: cure.v1.Event
-	(*PhaseStart)(nil),           // 15: cure.v1.PhaseStart
-	(*PhaseEnd)(nil),             // 16: cure.v1.PhaseEnd
-	(*Verdict)(nil),              // 17: cure.v1.Verdict
-	(*Log)(nil),                  // 18: cure.v1.Log
-	(*Metric)(nil),               // 19: cure.v1.Metric
-	(*CoordinatorMessage)(nil),   // 20: cure.v1.CoordinatorMessage
-	(*Assignment)(nil),           // 21: cure.v1.Assignment
-	(*ResumeState)(nil),          // 22: cure.v1.ResumeState
-	(*FirstBoot)(nil),            // 23: cure.v1.FirstBoot
-	(*Ack)(nil),                  // 24: cure.v1.Ack
-	(*Idle)(nil),                 // 25: cure.v1.Idle
-	(*Reboot)(nil),               // 26: cure.v1.Reboot
-	(*Cancel)(nil),               // 27: cure.v1.Cancel
-	(*ProvisionRequest)(nil),     // 28: cure.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),    // 29: cure.v1.ProvisionResponse
-	(*Refusal)(nil),              // 30: cure.v1.Refusal
-	(*CancelRequest)(nil),        // 31: cure.v1.CancelRequest
-	(*CancelResponse)(nil),       // 32: cure.v1.CancelResponse
-	(*FleetRequest)(nil),         // 33: cure.v1.FleetRequest
-	(*FleetStatus)(nil),          // 34: cure.v1.FleetStatus
-	(*FleetRun)(nil),             // 35: cure.v1.FleetRun
-	(*RunRef)(nil),               // 36: cure.v1.RunRef
-	(*WatchRequest)(nil),         // 37: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),        // 38: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),        // 39: cure.v1.ReportRequest
-	(*RunReport)(nil),            // 40: cure.v1.RunReport
-	(*PhaseRecord)(nil),          // 41: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 42: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 43: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 44: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 45: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 46: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 47: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 48: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 49: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 50: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),             // 51: cure.v1.NodeSpec
-	(*BMCSpec)(nil),              // 52: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),      // 53: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),     // 54: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),    // 55: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),   // 56: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),     // 57: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),      // 58: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),           // 59: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),      // 60: cure.v1.InventoryRecord
-	nil,                          // 61: cure.v1.Log.AttrsEntry
-	nil,                          // 62: cure.v1.Metric.LabelsEntry
-	nil,                          // 63: cure.v1.Assignment.PsidsEntry
-	nil,                          // 64: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 65: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 66: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 67: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 68: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 69: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 70: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 71: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 72: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 73: cure.v1.NodeDetail.LabelsEntry
+	(*Processor)(nil),            // 9: cure.v1.Processor
+	(*Dimm)(nil),                 // 10: cure.v1.Dimm
+	(*PciDevice)(nil),            // 11: cure.v1.PciDevice
+	(*NumaNode)(nil),             // 12: cure.v1.NumaNode
+	(*SystemInfo)(nil),           // 13: cure.v1.SystemInfo
+	(*NvmeController)(nil),       // 14: cure.v1.NvmeController
+	(*NetInterface)(nil),         // 15: cure.v1.NetInterface
+	(*Gpu)(nil),                  // 16: cure.v1.Gpu
+	(*BlockDevice)(nil),          // 17: cure.v1.BlockDevice
+	(*Event)(nil),                // 18: cure.v1.Event
+	(*PhaseStart)(nil),           // 19: cure.v1.PhaseStart
+	(*PhaseEnd)(nil),             // 20: cure.v1.PhaseEnd
+	(*Verdict)(nil),              // 21: cure.v1.Verdict
+	(*Log)(nil),                  // 22: cure.v1.Log
+	(*Metric)(nil),               // 23: cure.v1.Metric
+	(*CoordinatorMessage)(nil),   // 24: cure.v1.CoordinatorMessage
+	(*Assignment)(nil),           // 25: cure.v1.Assignment
+	(*ResumeState)(nil),          // 26: cure.v1.ResumeState
+	(*FirstBoot)(nil),            // 27: cure.v1.FirstBoot
+	(*Ack)(nil),                  // 28: cure.v1.Ack
+	(*Idle)(nil),                 // 29: cure.v1.Idle
+	(*Reboot)(nil),               // 30: cure.v1.Reboot
+	(*Cancel)(nil),               // 31: cure.v1.Cancel
+	(*ProvisionRequest)(nil),     // 32: cure.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),    // 33: cure.v1.ProvisionResponse
+	(*Refusal)(nil),              // 34: cure.v1.Refusal
+	(*CancelRequest)(nil),        // 35: cure.v1.CancelRequest
+	(*CancelResponse)(nil),       // 36: cure.v1.CancelResponse
+	(*FleetRequest)(nil),         // 37: cure.v1.FleetRequest
+	(*FleetStatus)(nil),          // 38: cure.v1.FleetStatus
+	(*FleetRun)(nil),             // 39: cure.v1.FleetRun
+	(*RunRef)(nil),               // 40: cure.v1.RunRef
+	(*WatchRequest)(nil),         // 41: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),        // 42: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),        // 43: cure.v1.ReportRequest
+	(*RunReport)(nil),            // 44: cure.v1.RunReport
+	(*PhaseRecord)(nil),          // 45: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 46: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 47: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 48: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 49: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 50: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 51: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 52: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 53: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 54: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),             // 55: cure.v1.NodeSpec
+	(*BMCSpec)(nil),              // 56: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),      // 57: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),     // 58: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),    // 59: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),   // 60: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),     // 61: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),      // 62: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),           // 63: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),      // 64: cure.v1.InventoryRecord
+	nil,                          // 65: cure.v1.Log.AttrsEntry
+	nil,                          // 66: cure.v1.Metric.LabelsEntry
+	nil,                          // 67: cure.v1.Assignment.PsidsEntry
+	nil,                          // 68: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 69: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 70: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 71: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 72: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 73: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 74: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 75: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 76: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 77: cure.v1.NodeDetail.LabelsEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,  // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
-	14, // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
+	18, // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
 	6,  // 2: cure.v1.Hello.identity:type_name -> cure.v1.Identity
 	8,  // 3: cure.v1.Hello.inventory:type_name -> cure.v1.Inventory
 	7,  // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
 	3,  // 5: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
-	9,  // 6: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
-	10, // 7: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
-	11, // 8: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
-	12, // 9: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
-	13, // 10: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
-	15, // 11: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
-	16, // 12: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
-	17, // 13: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
-	18, // 14: cure.v1.Event.log:type_name -> cure.v1.Log
-	19, // 15: cure.v1.Event.metric:type_name -> cure.v1.Metric
-	2,  // 16: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
-	1,  // 17: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	61, // 18: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	62, // 19: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
-	21, // 20: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
-	24, // 21: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
-	25, // 22: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
-	26, // 23: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
-	27, // 24: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
-	0,  // 25: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
-	22, // 26: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
-	23, // 27: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	63, // 28: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
-	0,  // 29: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	64, // 30: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
-	36, // 31: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	30, // 32: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	65, // 33: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
-	36, // 34: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
-	30, // 35: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	66, // 36: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	67, // 37: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	68, // 38: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
-	35, // 39: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	69, // 40: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
-	17, // 41: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
-	0,  // 42: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	41, // 43: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
-	17, // 44: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	60, // 45: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	44, // 46: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	17, // 47: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	47, // 48: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	49, // 49: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	70, // 50: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	52, // 51: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	71, // 52: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	51, // 53: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	72, // 54: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	73, // 55: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	60, // 56: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	8,  // 57: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	4,  // 58: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	28, // 59: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	37, // 60: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	39, // 61: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	45, // 62: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	42, // 63: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	48, // 64: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	31, // 65: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	33, // 66: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	53, // 67: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	55, // 68: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	57, // 69: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	58, // 70: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	20, // 71: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	29, // 72: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	38, // 73: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	40, // 74: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	46, // 75: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	43, // 76: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	50, // 77: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	32, // 78: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	34, // 79: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	54, // 80: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	56, // 81: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	59, // 82: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	59, // 83: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	71, // [71:84] is the sub-list for method output_type
-	58, // [58:71] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	13, // 6: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
+	14, // 7: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
+	15, // 8: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
+	16, // 9: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
+	17, // 10: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
+	9,  // 11: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
+	10, // 12: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
+	11, // 13: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
+	12, // 14: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
+	19, // 15: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
+	20, // 16: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
+	21, // 17: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
+	22, // 18: cure.v1.Event.log:type_name -> cure.v1.Log
+	23, // 19: cure.v1.Event.metric:type_name -> cure.v1.Metric
+	2,  // 20: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
+	1,  // 21: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
+	65, // 22: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	66, // 23: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	25, // 24: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
+	28, // 25: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
+	29, // 26: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
+	30, // 27: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
+	31, // 28: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
+	0,  // 29: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
+	26, // 30: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
+	27, // 31: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
+	67, // 32: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	0,  // 33: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
+	68, // 34: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	40, // 35: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	34, // 36: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
+	69, // 37: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	40, // 38: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
+	34, // 39: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
+	70, // 40: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	71, // 41: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	72, // 42: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	39, // 43: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
+	73, // 44: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	21, // 45: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
+	0,  // 46: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
+	45, // 47: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	21, // 48: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
+	64, // 49: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	48, // 50: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	21, // 51: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	51, // 52: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	53, // 53: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	74, // 54: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	56, // 55: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	75, // 56: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	55, // 57: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	76, // 58: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	77, // 59: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	64, // 60: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	8,  // 61: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	4,  // 62: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	32, // 63: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	41, // 64: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	43, // 65: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	49, // 66: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	46, // 67: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	52, // 68: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	35, // 69: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	37, // 70: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	57, // 71: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	59, // 72: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	61, // 73: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	62, // 74: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	24, // 75: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	33, // 76: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	42, // 77: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	44, // 78: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	50, // 79: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	47, // 80: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	54, // 81: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	36, // 82: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	38, // 83: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	58, // 84: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	60, // 85: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	63, // 86: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	63, // 87: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	75, // [75:88] is the sub-list for method output_type
+	62, // [62:75] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -5169,14 +5674,14 @@ func file_cure_proto_init() {
 		(*RunnerMessage_Hello)(nil),
 		(*RunnerMessage_Event)(nil),
 	}
-	file_cure_proto_msgTypes[10].OneofWrappers = []any{
+	file_cure_proto_msgTypes[14].OneofWrappers = []any{
 		(*Event_PhaseStart)(nil),
 		(*Event_PhaseEnd)(nil),
 		(*Event_Verdict)(nil),
 		(*Event_Log)(nil),
 		(*Event_Metric)(nil),
 	}
-	file_cure_proto_msgTypes[16].OneofWrappers = []any{
+	file_cure_proto_msgTypes[20].OneofWrappers = []any{
 		(*CoordinatorMessage_Assignment)(nil),
 		(*CoordinatorMessage_Ack)(nil),
 		(*CoordinatorMessage_Idle)(nil),
@@ -5189,7 +5694,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   70,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -32,6 +32,89 @@ type Module struct {
 	Depends []string
 	// Aliases are the modinfo alias= patterns (e.g. pci:v00008086d...).
 	Aliases []string
+	// Src is the host file when the module is not under the index's Dir
+	// (a driver bundle's); such modules get no modules.alias lines: they
+	// are loaded on purpose, not by device.
+	Src string
+	// Vermagic and Version are modinfo's vermagic= and version=.
+	Vermagic, Version string
+}
+
+// HostPath is where the module's file is on the build host.
+func (ix *Index) HostPath(m *Module) string {
+	if m.Src != "" {
+		return m.Src
+	}
+	return filepath.Join(ix.Dir, m.Path)
+}
+
+// Add puts a module from outside the tree (m.Src set) into the index;
+// a name the tree already has is refused, naming both files.
+func (ix *Index) Add(m *Module) error {
+	if prev, dup := ix.Modules[m.Name]; dup {
+		return fmt.Errorf("module %s (%s) would shadow the kernel's %s", m.Name, m.Src, prev.Path)
+	}
+	if ix.Builtin[m.Name] {
+		return fmt.Errorf("module %s (%s) is built into the kernel", m.Name, m.Src)
+	}
+	ix.Modules[m.Name] = m
+	return nil
+}
+
+// ParseModinfo builds a Module from modinfo key=value strings; name is
+// the fallback when modinfo has no name=.
+func ParseModinfo(name, path string, info []string) *Module {
+	m := &Module{Name: name, Path: path}
+	for _, kv := range info {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "name":
+			// Newer kernels record the name explicitly; trust it over the file name.
+			if v != "" {
+				m.Name = CanonicalName(v)
+			}
+		case "depends":
+			for _, dep := range strings.Split(v, ",") {
+				if dep = strings.TrimSpace(dep); dep != "" {
+					m.Depends = append(m.Depends, CanonicalName(dep))
+				}
+			}
+		case "alias":
+			m.Aliases = append(m.Aliases, v)
+		case "vermagic":
+			m.Vermagic = strings.TrimSpace(v)
+		case "version":
+			m.Version = v
+		}
+	}
+	return m
+}
+
+// NameFromPath turns kernel/fs/fat/vfat.ko.xz into vfat; ok is false for
+// a file that is not a kernel module.
+func NameFromPath(p string) (string, bool) { return nameFromPath(p) }
+
+// Vermagic is the vermagic the tree's kernel wants of a module: that of
+// the tree's first module by name (every module of one build carries the
+// same).
+func (ix *Index) Vermagic() (string, error) {
+	var names []string
+	for n, m := range ix.Modules {
+		if m.Src == "" {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		info, err := ReadModinfoFile(ix.HostPath(ix.Modules[n]))
+		if err != nil {
+			return "", err
+		}
+		if m := ParseModinfo(n, "", info); m.Vermagic != "" {
+			return m.Vermagic, nil
+		}
+	}
+	return "", fmt.Errorf("no module in %s carries a vermagic", ix.Dir)
 }
 
 // Index is a scanned module directory.
@@ -81,25 +164,7 @@ func Scan(dir string) (*Index, error) {
 		if err != nil {
 			return err
 		}
-		m := &Module{Name: name, Path: filepath.ToSlash(rel)}
-		for _, kv := range info {
-			k, v, _ := strings.Cut(kv, "=")
-			switch k {
-			case "name":
-				// Newer kernels record the name explicitly; trust it over the file name.
-				if v != "" {
-					m.Name = CanonicalName(v)
-				}
-			case "depends":
-				for _, dep := range strings.Split(v, ",") {
-					if dep = strings.TrimSpace(dep); dep != "" {
-						m.Depends = append(m.Depends, CanonicalName(dep))
-					}
-				}
-			case "alias":
-				m.Aliases = append(m.Aliases, v)
-			}
-		}
+		m := ParseModinfo(name, filepath.ToSlash(rel), info)
 		if prev, dup := ix.Modules[m.Name]; dup {
 			return fmt.Errorf("module %q found twice: %s and %s", m.Name, prev.Path, m.Path)
 		}
@@ -321,6 +386,9 @@ func WriteAlias(w io.Writer, mods []*Module) error {
 	byName := append([]*Module(nil), mods...)
 	sort.Slice(byName, func(i, j int) bool { return byName[i].Name < byName[j].Name })
 	for _, m := range byName {
+		if m.Src != "" {
+			continue // a driver bundle's: loaded on purpose (tools/gpu/driver)
+		}
 		aliases := append([]string(nil), m.Aliases...)
 		sort.Strings(aliases)
 		for _, a := range aliases {

@@ -72,6 +72,22 @@ type Spec struct {
 	CAPath Str `yaml:"ca_path"`
 	// Cmdline are default kernel parameters for the boot script.
 	Cmdline Str `yaml:"cmdline"`
+	// PCIIDs puts a PCI id database at /usr/share/misc/pci.ids (the
+	// inventory names devices with it), trimmed to the listed vendors.
+	PCIIDs *PCIIDs `yaml:"pci_ids"`
+}
+
+// PCIIDsPath is where the image carries pci.ids.
+const PCIIDsPath = "usr/share/misc/pci.ids"
+
+// PCIIDs is the pci_ids section of a spec.
+type PCIIDs struct {
+	// Src is a host pci.ids (Debian's pci.ids package: /usr/share/misc/pci.ids).
+	Src Str `yaml:"src"`
+	// Vendors are PCI vendor ids (4 lowercase hex digits) whose devices
+	// keep their names; the others are listed by id only. Empty keeps
+	// every vendor. Subsystem names are always dropped (nothing reads them).
+	Vendors []Str `yaml:"vendors"`
 }
 
 // File pairs a host source with an archive destination (no leading slash).
@@ -82,6 +98,7 @@ type File struct {
 var (
 	importPathRE = regexp.MustCompile(`^[a-zA-Z0-9._~-]+(/[a-zA-Z0-9._~-]+)+$`)
 	moduleRE     = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+	vendorRE     = regexp.MustCompile(`^[0-9a-f]{4}$`)
 )
 
 // Load reads and validates a spec file.
@@ -180,6 +197,20 @@ func (s *Spec) validate() error {
 	for i, f := range s.Files {
 		if _, err := s.parseFile(f); err != nil {
 			errs = append(errs, s.errAt(f.Line, "files[%d]: %v", i, err))
+		}
+	}
+	if p := s.PCIIDs; p != nil {
+		if !filepath.IsAbs(p.Src.Value) {
+			errs = append(errs, s.errAt(p.Src.Line, "pci_ids.src: %q must be an absolute host path", p.Src.Value))
+		}
+		seenV := map[string]int{}
+		for i, v := range p.Vendors {
+			if !vendorRE.MatchString(v.Value) {
+				errs = append(errs, s.errAt(v.Line, "pci_ids.vendors[%d]: %q is not a PCI vendor id (4 lowercase hex digits, e.g. 10de)", i, v.Value))
+			} else if prev, dup := seenV[v.Value]; dup {
+				errs = append(errs, s.errAt(v.Line, "pci_ids.vendors[%d]: %q already listed at line %d", i, v.Value, prev))
+			}
+			seenV[v.Value] = v.Line
 		}
 	}
 	if s.CAPath.Value != "" && !path.IsAbs(s.CAPath.Value) {

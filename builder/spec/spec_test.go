@@ -79,3 +79,16 @@ func TestRepoSpecsParse(t *testing.T) {
 		}
 	}
 }
+
+func TestPCIIDs(t *testing.T) {
+	s, err := Parse("s.yaml", []byte(good+"pci_ids:\n  src: /usr/share/misc/pci.ids\n  vendors: [\"10de\", \"15b3\"]\n"))
+	if err != nil || s.PCIIDs == nil || s.PCIIDs.Src.Value != "/usr/share/misc/pci.ids" || len(s.PCIIDs.Vendors) != 2 {
+		t.Fatalf("spec %+v, err %v", s.PCIIDs, err)
+	}
+	_, err = Parse("s.yaml", []byte(good+"pci_ids:\n  src: pci.ids\n  vendors: [\"10DE\", \"15b3\", \"15b3\"]\n"))
+	for _, want := range []string{"s.yaml:15: pci_ids.src", "s.yaml:16: pci_ids.vendors[0]: \"10DE\"", "pci_ids.vendors[2]: \"15b3\" already listed"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want %q", err, want)
+		}
+	}
+}

@@ -507,3 +507,75 @@ func TestAuditNeverWrites(t *testing.T) {
 		}
 	}
 }
+
+// A hardware mismatch ends a provision before anything is written: no
+// firmware phase, no in-band write is ever assigned.
+func TestHardwareGateStopsBeforeFirmware(t *testing.T) {
+	f := newFixture(t, nil)
+	f.phaseStatus = func(phase string, _ int) curev1.PhaseStatus {
+		if phase == modes.Hardware {
+			return curev1.PhaseStatus_PHASE_FAILED
+		}
+		return curev1.PhaseStatus_PHASE_OK
+	}
+	runID, err := f.eng.Start(context.Background(), "node1", modes.Provision, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.waitRun(runID)
+	if r.Status != "failed" || r.Phase != modes.Hardware || !strings.Contains(r.Message, "phase hardware failed 2 times") {
+		t.Fatalf("run %s at %s: %s", r.Status, r.Phase, r.Message)
+	}
+	got := f.phases(runID)
+	for _, p := range []string{modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX, modes.NIC, modes.NVMe, modes.SEDRevert, modes.OSInstall} {
+		if _, ran := got[p]; ran {
+			t.Errorf("phase %s ran after the hardware gate failed", p)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range f.assignments {
+		if !slices.Equal(a.GetPhases(), []string{modes.Hardware}) {
+			t.Errorf("assignment phases %v", a.GetPhases())
+		}
+		if len(a.GetSkuYaml()) != 0 {
+			t.Error("provision assignment carries the SKU twice")
+		}
+	}
+}
+
+// A diagnostic run's assignment carries the node's SKU next to the suite,
+// for the hardware check.
+func TestDiagnosticCarriesNodeSKU(t *testing.T) {
+	var dir string
+	f := newFixture(t, func(_ *manifests.SKU, casDir string) { dir = filepath.Dir(filepath.Dir(casDir)) })
+	suite, err := os.ReadFile("../../manifests/examples/suites/rma-quick.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "manifests", "suites"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "manifests", "suites", "rma-quick.yaml"), suite, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runID, err := f.eng.Start(context.Background(), "node1", modes.Diagnostic, "rma-quick", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := f.waitRun(runID); r.Status != "succeeded" {
+		t.Fatalf("run %s: %s", r.Status, r.Message)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.assignments) != 1 {
+		t.Fatalf("%d assignments", len(f.assignments))
+	}
+	a := f.assignments[0]
+	if !slices.Equal(a.GetPhases(), []string{modes.Hardware, modes.Validate}) || a.GetManifestName() != "rma-quick.yaml" || a.GetSkuName() != "qemu-nvme.yaml" {
+		t.Fatalf("assignment %v %s %s", a.GetPhases(), a.GetManifestName(), a.GetSkuName())
+	}
+	if sku, err := manifests.ParseSKU(a.GetSkuName(), a.GetSkuYaml()); err != nil || sku.Metadata.Name != "qemu-nvme" {
+		t.Errorf("sku in the assignment: %v %v", sku, err)
+	}
+}

@@ -251,6 +251,18 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 			return nil, err
 		}
 	}
+	// A suite run's hardware check compares against the node's SKU, which
+	// the suite does not carry. A SKU that does not load leaves the check
+	// skipped (the runner says so) rather than the diagnostic undone.
+	var skuYAML []byte
+	var skuName string
+	if slices.Contains(phases, modes.Hardware) && (mode == modes.Diagnostic || mode == modes.Burnin) && n.SKU != "" {
+		if raw, _, err := e.cfg.Manifests.Load(n.SKU); err != nil {
+			e.coordEvent(ctx, *r, modes.Hardware, "info", "", fmt.Sprintf("node SKU %s not sent for the hardware check: %v", n.SKU, err), 0)
+		} else {
+			skuYAML, skuName = raw, n.SKU+".yaml"
+		}
+	}
 	hostname := n.Hostname
 	if hostname == "" {
 		hostname = n.ID
@@ -279,6 +291,8 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 		ArtifactBaseUrl: base + "/artifacts/",
 		Psids:           psids,
 		FirstBoot:       firstBoot,
+		SkuYaml:         skuYAML,
+		SkuName:         skuName,
 	}, nil
 }
 

@@ -165,7 +165,9 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 	if c.TFTPDir != "" {
 		netdev += ",tftp=" + qemuEscape(c.TFTPDir)
 	}
-	nic := "virtio-net-pci,netdev=n0,mac=" + c.MAC
+	// speed/duplex make the guest's link report 25 Gb/s (virtio's
+	// SPEED_DUPLEX feature), which the SKU's hardware check reads.
+	nic := "virtio-net-pci,netdev=n0,mac=" + c.MAC + ",speed=25000,duplex=full"
 	if c.Romfile != "" {
 		nic += ",romfile=" + qemuEscape(c.Romfile)
 	}
@@ -195,6 +197,9 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 	args = append(args,
 		"-device", "virtio-rng-pci",
 		"-smbios", smbios,
+		// Memory devices (type 17) as a board describes its DIMMs: QEMU
+		// writes one per 16 GiB of RAM, "DIMM 0"...
+		"-smbios", "type=17,loc_pfx=DIMM,bank=BANK,manufacturer=QEMU,part=CURE-QEMU-DIMM,speed=4800",
 		"-boot", bootOpt,
 		// A guest reboot becomes a shutdown we observe over QMP, and
 		// -no-shutdown keeps QEMU alive until we have read why.

@@ -317,3 +317,24 @@ func parseProcModules(r io.Reader) []string {
 	}
 	return out
 }
+
+// LoadModule loads one module by name after its dependencies, from
+// modulesDir's modules.dep, skipping what procRoot/modules lists as loaded
+// ("" skips that check). It returns the modules it loaded, in order. The
+// GPU driver's modules are loaded this way, on purpose and late, rather
+// than by modalias at boot (the image lists no alias for them).
+func LoadModule(modulesDir, procRoot, name string, l Loader) ([]string, error) {
+	db, err := loadModuleDB(modulesDir)
+	if err != nil {
+		return nil, err
+	}
+	if procRoot != "" {
+		if f, err := os.Open(filepath.Join(procRoot, "modules")); err == nil {
+			for _, n := range parseProcModules(f) {
+				db.done[n] = true
+			}
+			f.Close()
+		}
+	}
+	return db.loadWithDeps(l, normalizeModName(name), nil)
+}

@@ -145,3 +145,17 @@ func TestModuleDBErrors(t *testing.T) {
 		t.Fatalf("cycle: %v", err)
 	}
 }
+
+func TestLoadModuleByName(t *testing.T) {
+	_, modDir := fixture(t)
+	fl := &fakeLoader{t: t, sysRoot: t.TempDir()}
+	proc := t.TempDir()
+	writeFile(t, filepath.Join(proc, "modules"), "nvme_core 1 0 - Live 0x0\n")
+	got, err := LoadModule(modDir, proc, "nvme", fl)
+	if err != nil || !reflect.DeepEqual(got, []string{"nvme"}) || !reflect.DeepEqual(fl.loaded, []string{"nvme"}) {
+		t.Errorf("loaded %v (%v), err %v: nvme_core was already in", got, fl.loaded, err)
+	}
+	if _, err := LoadModule(modDir, "", "no_such", fl); err == nil || !strings.Contains(err.Error(), "no_such") {
+		t.Errorf("unknown module: %v", err)
+	}
+}

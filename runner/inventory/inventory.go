@@ -5,7 +5,6 @@
 package inventory
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -56,19 +54,42 @@ func Collect(ctx context.Context, o Options) (*curev1.Inventory, *curev1.Identit
 	if _, err := os.Stat(o.path("sys")); err != nil {
 		return nil, nil, fmt.Errorf("inventory: sysfs under %s: %w", o.Root, err)
 	}
-	inv := &curev1.Inventory{System: systemInfo(&o)}
 	warn := func(what string, err error) {
 		o.Log.Warn("inventory: "+what+" unavailable", "err", err)
 	}
-	if mem, err := memTotal(o.path("proc/meminfo")); err != nil {
+	inv := &curev1.Inventory{}
+	tables, err := readSMBIOS(o.Root)
+	if err == nil {
+		if inv.System, err = systemFromSMBIOS(tables); err != nil {
+			warn("smbios system", err)
+		}
+		if inv.Dimms, err = dimmsFromSMBIOS(tables); err != nil {
+			warn("smbios memory devices", err)
+		}
+	} else {
+		warn("smbios tables", err)
+	}
+	if inv.System == nil {
+		// The kernel's class/dmi/id strings come from the same tables; they
+		// are kept for boards whose tables the kernel decodes but u-root's
+		// parser refuses (a malformed entry point or structure).
+		inv.System = systemInfo(&o)
+	}
+	if usable, phys, err := memory(&o); err != nil {
 		warn("memory", err)
 	} else {
-		inv.MemoryBytes = mem
+		inv.MemoryBytes, inv.MemoryPhysicalBytes = usable, phys
 	}
-	if n, model, err := cpuInfo(o.path("proc/cpuinfo")); err != nil {
+	if procs, nodes, err := cpuAndTopology(&o); err != nil {
 		warn("cpu", err)
 	} else {
-		inv.CpuCount, inv.CpuModel = n, model
+		inv.Processors, inv.NumaNodes = procs, nodes
+	}
+	for _, p := range inv.Processors {
+		inv.CpuCount += p.Threads
+		if inv.CpuModel == "" {
+			inv.CpuModel = p.Model
+		}
 	}
 	if k, err := readTrim(o.path("proc/sys/kernel/osrelease")); err != nil {
 		warn("kernel release", err)
@@ -104,11 +125,12 @@ func Collect(ctx context.Context, o Options) (*curev1.Inventory, *curev1.Identit
 		})
 	}
 
-	gpus, err := GPUs(o.Root)
+	devs, err := pciDevices(&o, loadPCIDB(&o))
 	if err != nil {
-		warn("gpus", err)
+		warn("pci devices", err)
 	}
-	inv.Gpus = gpus
+	nicPCI(inv.Nics, devs)
+	inv.Gpus, inv.Nvswitches = gpusAndSwitches(devs)
 
 	id := &curev1.Identity{
 		BootMac:      strings.ToLower(o.BootMAC),
@@ -143,7 +165,8 @@ func Disks(root string) ([]blockdev.Disk, error) {
 	return disks, nil
 }
 
-// systemInfo reads SMBIOS strings the kernel exports under class/dmi/id.
+// systemInfo reads the SMBIOS strings the kernel exports under class/dmi/id
+// (the fallback when the raw tables cannot be parsed).
 func systemInfo(o *Options) *curev1.SystemInfo {
 	dmi := func(f string) string {
 		v, err := readTrim(o.path("sys/class/dmi/id", f))
@@ -159,66 +182,6 @@ func systemInfo(o *Options) *curev1.SystemInfo {
 		Uuid:        strings.ToLower(dmi("product_uuid")),
 		BiosVersion: dmi("bios_version"),
 	}
-}
-
-func memTotal(path string) (uint64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for line := 1; s.Scan(); line++ {
-		k, v, ok := strings.Cut(s.Text(), ":")
-		if !ok || k != "MemTotal" {
-			continue
-		}
-		fs := strings.Fields(v)
-		if len(fs) != 2 || fs[1] != "kB" {
-			return 0, fmt.Errorf("%s:%d: expected \"MemTotal: N kB\", found %q", path, line, s.Text())
-		}
-		n, err := strconv.ParseUint(fs[0], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s:%d: MemTotal %q: %w", path, line, fs[0], err)
-		}
-		return n * 1024, nil
-	}
-	if err := s.Err(); err != nil {
-		return 0, fmt.Errorf("reading %s: %w", path, err)
-	}
-	return 0, fmt.Errorf("%s: no MemTotal line", path)
-}
-
-func cpuInfo(path string) (uint32, string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, "", err
-	}
-	defer f.Close()
-	var n uint32
-	var model string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		k, v, ok := strings.Cut(s.Text(), ":")
-		if !ok {
-			continue
-		}
-		switch strings.TrimSpace(k) {
-		case "processor":
-			n++
-		case "model name":
-			if model == "" {
-				model = strings.ToValidUTF8(strings.TrimSpace(v), "\uFFFD") // the CPUID brand string
-			}
-		}
-	}
-	if err := s.Err(); err != nil {
-		return 0, "", fmt.Errorf("reading %s: %w", path, err)
-	}
-	if n == 0 {
-		return 0, "", fmt.Errorf("%s: no \"processor\" entries", path)
-	}
-	return n, model, nil
 }
 
 // readTrim reads a sysfs or procfs file. SMBIOS strings (class/dmi/id)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"github.com/cure-oss/cure/runner/inventory/invtest"
 	"io"
 	"log/slog"
 	"os"
@@ -14,69 +15,9 @@ import (
 	"github.com/cure-oss/cure/tools/nvme"
 )
 
-func write(t *testing.T, root, rel, content string) {
-	t.Helper()
-	p := filepath.Join(root, rel)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
+func write(t *testing.T, root, rel, content string) { invtest.Write(t, root, rel, content) }
 
-func symlink(t *testing.T, target, link string) {
-	t.Helper()
-	os.MkdirAll(filepath.Dir(link), 0o755)
-	if err := os.Symlink(target, link); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// fixtureRoot is a QEMU-like node: one NVMe controller, one virtio NIC,
-// an NVIDIA GPU and a bridge, in a fake root.
-func fixtureRoot(t *testing.T) string {
-	r := t.TempDir()
-	for f, v := range map[string]string{
-		"sys_vendor": "QEMU", "product_name": "Standard PC (Q35 + ICH9, 2009)",
-		"product_serial": "SN-NODE-1", "product_uuid": "5D7E1C3A-0000-4000-8000-000000000001", "bios_version": "1.16.2-debian",
-	} {
-		write(t, r, "sys/class/dmi/id/"+f, v+"\n")
-	}
-	write(t, r, "proc/meminfo", "MemTotal:        4025524 kB\nMemFree:  100 kB\n")
-	write(t, r, "proc/cpuinfo", "processor\t: 0\nmodel name\t: QEMU Virtual CPU version 2.5+\n\nprocessor\t: 1\nmodel name\t: QEMU Virtual CPU version 2.5+\n")
-	write(t, r, "proc/sys/kernel/osrelease", "6.1.0-27-amd64\n")
-	write(t, r, "proc/cmdline", "console=ttyS0 cure.node=n1\n")
-	write(t, r, "proc/self/mounts", "rootfs / rootfs rw 0 0\nproc /proc proc rw 0 0\n")
-
-	c := "sys/class/nvme/nvme0/"
-	write(t, r, c+"model", "QEMU NVMe Ctrl                          \n")
-	write(t, r, c+"serial", "deadbeef            \n")
-	write(t, r, c+"firmware_rev", "7.2.22  \n")
-	write(t, r, c+"address", "0000:00:04.0\n")
-	write(t, r, c+"device/vendor", "0x1b36\n")
-	os.MkdirAll(filepath.Join(r, c, "nvme0n1"), 0o755)
-	write(t, r, "sys/block/nvme0n1/size", "2097152\n")
-	write(t, r, "sys/block/nvme0n1/ro", "0\n")
-	write(t, r, "sys/block/nvme0n1/removable", "0\n")
-
-	pci := filepath.Join(r, "sys/devices/pci0000:00/0000:00:03.0")
-	os.MkdirAll(filepath.Join(pci, "virtio0"), 0o755)
-	symlink(t, "../../../bus/pci/drivers/virtio-pci", filepath.Join(pci, "driver"))
-	symlink(t, pci, filepath.Join(r, "sys/class/net/ens3/device"))
-	write(t, r, "sys/class/net/ens3/speed", "-1\n")
-	os.MkdirAll(filepath.Join(r, "sys/class/net/br0"), 0o755)
-
-	gpu := "sys/bus/pci/devices/0000:1b:00.0/"
-	write(t, r, gpu+"vendor", "0x10de\n")
-	write(t, r, gpu+"class", "0x030200\n")
-	write(t, r, gpu+"device", "0x2330\n")
-	write(t, r, "sys/bus/pci/devices/0000:1c:00.0/vendor", "0x10de\n") // NVIDIA bridge/audio: not a GPU
-	write(t, r, "sys/bus/pci/devices/0000:1c:00.0/class", "0x040300\n")
-	write(t, r, "sys/bus/pci/devices/0000:00:04.0/vendor", "0x1b36\n")
-	write(t, r, "sys/bus/pci/devices/0000:00:04.0/class", "0x010802\n")
-	return r
-}
+func fixtureRoot(t *testing.T) string { return invtest.Root(t) }
 
 // fakeNVMe answers Identify Controller with the given fields, like the
 // kernel ioctl would fill the 4 KiB buffer.
@@ -122,12 +63,27 @@ func TestCollect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Identity and DIMMs from the SMBIOS tables QEMU wrote (testdata/qemu-smbios).
 	s := inv.System
-	if s.Vendor != "QEMU" || s.Serial != "SN-NODE-1" || s.Uuid != "5d7e1c3a-0000-4000-8000-000000000001" || s.BiosVersion != "1.16.2-debian" {
+	if s.Vendor != "CURE" || s.Product != "QEMU-GPU-Node" || s.Serial != "SN-FIXTURE-1" || s.Uuid != "5d7e1c3a-0000-4000-8000-000000000001" ||
+		s.Sku != "HGX-TEST" || s.BiosVendor != "CURE-BIOS" || s.BiosVersion != "2.4.4" || s.BiosDate != "03/01/2025" {
 		t.Errorf("system = %v", s)
 	}
-	if inv.MemoryBytes != 4025524*1024 || inv.CpuCount != 2 || inv.CpuModel != "QEMU Virtual CPU version 2.5+" || inv.Kernel != "6.1.0-27-amd64" {
-		t.Errorf("mem/cpu/kernel = %d %d %q %q", inv.MemoryBytes, inv.CpuCount, inv.CpuModel, inv.Kernel)
+	if len(inv.Dimms) != 1 {
+		t.Fatalf("dimms = %v", inv.Dimms)
+	}
+	if d := inv.Dimms[0]; d.Locator != "DIMM 0" || d.Bank != "BANK" || d.SizeBytes != 2<<30 || d.Manufacturer != "Samsung" ||
+		d.Serial != "S0001" || d.PartNumber != "M321R8GA0BB0-CQKZJ" || d.SpeedMts != 4800 || d.Type != "RAM" {
+		t.Errorf("dimm = %v", d)
+	}
+	if inv.MemoryBytes != 4025524*1024 || inv.MemoryPhysicalBytes != 4<<30 || inv.CpuCount != 2 || inv.CpuModel != "QEMU Virtual CPU version 2.5+" || inv.Kernel != "6.1.0-27-amd64" {
+		t.Errorf("mem/cpu/kernel = %d %d %d %q %q", inv.MemoryBytes, inv.MemoryPhysicalBytes, inv.CpuCount, inv.CpuModel, inv.Kernel)
+	}
+	if len(inv.Processors) != 1 || inv.Processors[0].Cores != 1 || inv.Processors[0].Threads != 2 || inv.Processors[0].Vendor != "GenuineIntel" {
+		t.Errorf("processors = %v", inv.Processors)
+	}
+	if len(inv.NumaNodes) != 1 || inv.NumaNodes[0].Cores != 1 {
+		t.Errorf("numa = %v", inv.NumaNodes)
 	}
 	if opened != filepath.Join(r, "dev/nvme0") || dev.closed != 1 {
 		t.Errorf("identify opened %q (closed %d times)", opened, dev.closed)
@@ -143,16 +99,20 @@ func TestCollect(t *testing.T) {
 		t.Fatalf("nics = %v (bridge must be left out)", inv.Nics)
 	}
 	nic := inv.Nics[0]
-	if nic.Driver != "virtio-pci" || nic.PciAddress != "0000:00:03.0" || nic.SpeedMbps != 0 || !nic.LinkUp || nic.Addresses[0] != "10.0.2.15/24" {
+	if nic.Driver != "virtio_net" || nic.PciAddress != "0000:00:03.0" || nic.SpeedMbps != 0 || !nic.LinkUp || nic.Addresses[0] != "10.0.2.15/24" ||
+		nic.Model != "Virtio network device" || nic.PciVendorId != 0x1af4 || nic.PciDeviceId != 0x1000 {
 		t.Errorf("nic = %v", nic)
 	}
 	if len(inv.Disks) != 1 || inv.Disks[0].Name != "nvme0n1" || inv.Disks[0].SizeBytes != 1<<30 || inv.Disks[0].BootMedium {
 		t.Errorf("disks = %v", inv.Disks)
 	}
-	if len(inv.Gpus) != 1 || inv.Gpus[0].PciAddress != "0000:1b:00.0" || inv.Gpus[0].Name != "NVIDIA [10de:2330]" {
+	if len(inv.Gpus) != 1 || inv.Gpus[0].PciAddress != "0000:1b:00.0" || inv.Gpus[0].Name != "GH100[H100 SXM5 80GB]" || inv.Gpus[0].PciDeviceId != 0x2330 {
 		t.Errorf("gpus = %v", inv.Gpus)
 	}
-	if id.BootMac != "52:54:00:12:34:56" || id.SystemSerial != "SN-NODE-1" || id.NodeId != "n1" || len(id.Macs) != 1 {
+	if len(inv.Nvswitches) != 1 || inv.Nvswitches[0].Address != "0000:05:00.0" || inv.Nvswitches[0].Name != "GA100 [A100 NVSwitch]" || inv.Nvswitches[0].Class != 0x068000 {
+		t.Errorf("nvswitches = %v", inv.Nvswitches)
+	}
+	if id.BootMac != "52:54:00:12:34:56" || id.SystemSerial != "SN-FIXTURE-1" || id.NodeId != "n1" || len(id.Macs) != 1 {
 		t.Errorf("identity = %v", id)
 	}
 }
@@ -185,11 +145,6 @@ func TestCollectErrors(t *testing.T) {
 	if _, _, err := Collect(context.Background(), Options{Root: filepath.Join(t.TempDir(), "nope"), Log: quiet()}); err == nil || !strings.Contains(err.Error(), "sysfs") {
 		t.Errorf("missing root: %v", err)
 	}
-	r := t.TempDir()
-	write(t, r, "m", "MemTotal: lots\n")
-	if _, err := memTotal(filepath.Join(r, "m")); err == nil || !strings.Contains(err.Error(), "m:1") {
-		t.Errorf("bad meminfo: %v", err)
-	}
 }
 
 func TestBootMediumMarked(t *testing.T) {
@@ -201,5 +156,46 @@ func TestBootMediumMarked(t *testing.T) {
 	}
 	if !disks[0].BootMedium {
 		t.Errorf("mounted disk not marked as boot medium: %+v", disks[0])
+	}
+}
+
+// Empty slots come through with size 0, named by their locator.
+func TestDIMMSlots(t *testing.T) {
+	r := fixtureRoot(t)
+	invtest.SetDIMMs(t, r, []invtest.DIMM{{Locator: "A1", SizeMiB: 16384}, {Locator: "A2", SizeMiB: 16384}, {Locator: "B3"}})
+	inv, _, err := Collect(context.Background(), Options{Root: r, Log: quiet(), NoIdentify: true,
+		Links: func() ([]Link, error) { return nil, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inv.Dimms) != 3 {
+		t.Fatalf("dimms = %v", inv.Dimms)
+	}
+	for i, want := range []struct {
+		loc  string
+		size uint64
+	}{{"A1", 16 << 30}, {"A2", 16 << 30}, {"B3", 0}} {
+		if d := inv.Dimms[i]; d.Locator != want.loc || d.SizeBytes != want.size || (want.size == 0) != (d.Serial == "") {
+			t.Errorf("dimm %d = %v, want %s %d", i, d, want.loc, want.size)
+		}
+	}
+	if inv.System.Serial != "SN-FIXTURE-1" {
+		t.Errorf("rewritten tables lost the system: %v", inv.System)
+	}
+}
+
+// Without pci.ids the PCI bus is still listed, by id.
+func TestNoPCIIDs(t *testing.T) {
+	r := fixtureRoot(t)
+	if err := os.Remove(filepath.Join(r, "usr/share/misc/pci.ids")); err != nil {
+		t.Fatal(err)
+	}
+	inv, _, err := Collect(context.Background(), Options{Root: r, Log: quiet(), NoIdentify: true,
+		Links: func() ([]Link, error) { return nil, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inv.Gpus) != 1 || inv.Gpus[0].Name != "" || inv.Gpus[0].PciDeviceId != 0x2330 || len(inv.Nvswitches) != 1 {
+		t.Errorf("gpus %v nvswitches %v", inv.Gpus, inv.Nvswitches)
 	}
 }

@@ -1,6 +1,8 @@
 package inventory
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -8,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/vishvananda/netlink"
@@ -63,8 +66,8 @@ func nics(o *Options) ([]*curev1.NetInterface, error) {
 		if t, err := os.Readlink(filepath.Join(dev, "driver")); err == nil {
 			n.Driver = filepath.Base(t)
 		}
-		if t, err := filepath.EvalSymlinks(dev); err == nil && isPCIAddress(filepath.Base(t)) {
-			n.PciAddress = filepath.Base(t)
+		if t, err := filepath.EvalSymlinks(dev); err == nil {
+			n.PciAddress = pciAncestor(t)
 		}
 		// speed reads -1 or EINVAL without carrier.
 		if s, err := readTrim(o.path("sys/class/net", l.Name, "speed")); err == nil {
@@ -78,9 +81,72 @@ func nics(o *Options) ([]*curev1.NetInterface, error) {
 	return out, nil
 }
 
+// pciAncestor is the PCI function a device path is, or sits under: a
+// virtio NIC's device is virtio0, a child of its PCI function
+// (.../0000:00:02.0/virtio0); a ConnectX port's is the function itself.
+func pciAncestor(p string) string {
+	for ; p != "/" && p != "." && p != ""; p = filepath.Dir(p) {
+		if isPCIAddress(filepath.Base(p)) {
+			return filepath.Base(p)
+		}
+	}
+	return ""
+}
+
 // isPCIAddress matches 0000:00:03.0.
 func isPCIAddress(s string) bool {
 	var d, b, dev, fn int
 	n, err := fmt.Sscanf(s, "%04x:%02x:%02x.%x", &d, &b, &dev, &fn)
 	return err == nil && n == 4 && len(s) == 12
+}
+
+// LinksUp sets every hardware NIC port under root's sys/class/net (one with
+// a device/ link) that is administratively down up, without an address,
+// and waits up to wait for carrier on the ports it raised: a port reports
+// its negotiated speed only with a link. It returns how many it raised.
+// Ports already up are left alone (the boot port keeps its lease).
+func LinksUp(ctx context.Context, root string, wait time.Duration) (int, error) {
+	dir := filepath.Join(root, "sys/class/net")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("listing %s: %w", dir, err)
+	}
+	var raised []string
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if _, err := os.Stat(filepath.Join(dir, name, "device")); err != nil {
+			continue // virtual
+		}
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			continue
+		}
+		if l.Attrs().Flags&net.FlagUp != 0 {
+			continue
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			errs = append(errs, fmt.Errorf("%s: link up: %w", name, err))
+			continue
+		}
+		raised = append(raised, name)
+	}
+	deadline := time.Now().Add(wait)
+	for _, name := range raised {
+		for {
+			if c, err := readTrim(filepath.Join(dir, name, "carrier")); err == nil && c == "1" {
+				break
+			}
+			if time.Now().After(deadline) {
+				break // reported as link down by the check
+			}
+			select {
+			case <-ctx.Done():
+				return len(raised), ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	return len(raised), errors.Join(errs...)
 }

@@ -2,6 +2,8 @@ package inventory
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -13,6 +15,10 @@ import (
 // never register; they now arrive with U+FFFD in its place.
 func TestCollectMarshalsNonUTF8Hardware(t *testing.T) {
 	r := fixtureRoot(t)
+	// The kernel's dmi/id strings, read when the raw tables are absent.
+	if err := os.RemoveAll(filepath.Join(r, "sys/firmware")); err != nil {
+		t.Fatal(err)
+	}
 	write(t, r, "sys/class/dmi/id/product_serial", "SN-\xff\xfe-1\n")
 	write(t, r, "sys/class/dmi/id/sys_vendor", "Vend\xc3\x28or\n")
 	write(t, r, "proc/cpuinfo", "processor\t: 0\nmodel name\t: CPU \xf0\x28\x8c\x28\n")

@@ -20,8 +20,10 @@ import (
 	"time"
 
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/runner/agent"
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/gpu"
+	"github.com/cure-oss/cure/tools/gpu/driver"
 )
 
 // DefaultNVMLHelper is where the CURE image carries cure-nvml
@@ -51,6 +53,9 @@ type GPUChecks struct {
 	// Exec runs the helper; nil means the real process.
 	Exec GPUExec
 	Log  *slog.Logger
+	// Prepare brings the GPU driver up (modules, fabric manager) before the
+	// helper runs; nil assumes it is up.
+	Prepare func(context.Context) error
 }
 
 // gpuPlan is one gpu check as data: what the helper is told and how long
@@ -231,6 +236,12 @@ func (g GPUChecks) run(ctx context.Context, name string, p gpuPlan) ([]checks.Ve
 				Message: "no NVIDIA GPU on this node's PCI bus (vendor 0x10de, class 0x03): every GPU is off the bus, or this suite is for another SKU"}}, nil
 		}
 		return []checks.Verdict{{Component: "gpu", Status: checks.Skip, Message: "no NVIDIA GPU on this node (no PCI device with vendor 0x10de, class 0x03)"}}, nil
+	}
+	if g.Prepare != nil {
+		if err := g.Prepare(ctx); err != nil {
+			return []checks.Verdict{{Component: "gpu", Status: checks.Error, Expected: "driver loaded",
+				Message: fmt.Sprintf("%d NVIDIA GPU(s) on the bus, but the driver did not come up: %v", len(gpus), err)}}, nil
+		}
 	}
 	if _, err := os.Stat(g.Helper); errors.Is(err, fs.ErrNotExist) {
 		return []checks.Verdict{{Component: "gpu", Status: checks.Skip,
@@ -534,4 +545,28 @@ func thresholdInt(t manifests.Threshold, f string, wantMin, zeroOK bool, bad bad
 		bad(f, "%s 0 is not supported (0 selects the helper's default bar)", side)
 	}
 	return int64(v)
+}
+
+// gpuDriverUp returns GPUChecks.Prepare: the image's GPU driver bundle
+// brought up (modules in dependency order, then the fabric manager on
+// NVSwitch systems), each step logged to the run. Once up it stays up for
+// the boot; a failure is tried again by the next GPU check (Ensure plans
+// only what is still missing).
+func (e *Executor) gpuDriverUp(emit agent.Emitter) func(context.Context) error {
+	if e.cfg.GPUDriver.Load == nil || e.cfg.GPUDriver.Start == nil {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		e.gpuMu.Lock()
+		defer e.gpuMu.Unlock()
+		if e.gpuUp {
+			return nil
+		}
+		acts, err := driver.Ensure(ctx, e.cfg.Root, e.cfg.GPUDriver)
+		for _, a := range acts {
+			emit.Log("INFO", "gpu driver: "+a.String(), nil)
+		}
+		e.gpuUp = err == nil
+		return err
+	}
 }

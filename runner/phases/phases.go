@@ -14,12 +14,15 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/runner/agent"
 	"github.com/cure-oss/cure/runner/inventory"
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/bluefield"
+	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/checks/suite"
 	"github.com/cure-oss/cure/tools/diskimage"
+	"github.com/cure-oss/cure/tools/gpu/driver"
 	"github.com/cure-oss/cure/tools/mstflint"
 )
 
@@ -85,6 +88,18 @@ type Config struct {
 	// TmpDir receives downloaded NIC images and DPU bundles (tmpfs in CURE;
 	// default os.TempDir()).
 	TmpDir string
+	// Inventory collects the node's inventory for the hardware phase;
+	// nil means CollectInventory(Root, ...) over sysfs, SMBIOS and netlink.
+	Inventory func(context.Context) (*curev1.Inventory, error)
+	// LinksUp brings the node's NIC ports up and waits up to wait for
+	// carrier (inventory.LinksUp), returning how many it brought up; nil
+	// reads the links as they are.
+	LinksUp  func(ctx context.Context, wait time.Duration) (int, error)
+	LinkWait time.Duration
+	// GPUDriver loads the image's driver bundle modules and starts the
+	// fabric manager before GPU checks (tools/gpu/driver); a zero value
+	// leaves the driver as it is.
+	GPUDriver driver.Seams
 	// DPUTimeout bounds one DPU bundle install until "DPU is ready"
 	// (default 45 min); DPUPoll is how often the rshim log is read (default 5s).
 	DPUTimeout, DPUPoll time.Duration
@@ -99,6 +114,12 @@ type Executor struct {
 	// them. Lost with a reboot, which only costs speed.
 	mu     sync.Mutex
 	zeroed map[string]bool
+	// hwFailures are the hardware phase's mismatches in this boot; the
+	// validate phase of a diagnostic run fails on them after its suite.
+	hwFailures []checks.Verdict
+	// gpuUp: the GPU driver bundle was brought up in this boot.
+	gpuMu sync.Mutex
+	gpuUp bool
 }
 
 func zeroedKey(d blockdev.Disk) string { return d.Path + "|" + d.Serial }
@@ -138,6 +159,12 @@ func New(cfg Config) *Executor {
 	if cfg.HTTP == nil {
 		cfg.HTTP = DefaultHTTPClient()
 	}
+	if cfg.Inventory == nil {
+		cfg.Inventory = CollectInventory(cfg.Root, inventory.Options{Log: cfg.Log})
+	}
+	if cfg.LinkWait == 0 {
+		cfg.LinkWait = defaultLinkWait
+	}
 	if cfg.DPUTimeout == 0 {
 		cfg.DPUTimeout = 45 * time.Minute
 	}
@@ -158,6 +185,8 @@ func DefaultHTTPClient() *http.Client {
 // Run implements agent.Executor.
 func (e *Executor) Run(ctx context.Context, phase string, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
 	switch phase {
+	case modes.Hardware:
+		return e.runHardware(ctx, a, emit)
 	case "nvme":
 		return e.runNVMe(ctx, a, emit)
 	case "os_install":

@@ -44,7 +44,7 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	}
 	s := doc.Suite
 	env := suite.Env{Root: e.cfg.Root, Disks: e.cfg.Disks, AllowDiskWrites: mode == modes.Burnin,
-		GPU: GPUChecks{Root: e.cfg.Root, TmpDir: e.cfg.TmpDir, Log: e.cfg.Log}.Build}
+		GPU: GPUChecks{Root: e.cfg.Root, TmpDir: e.cfg.TmpDir, Log: e.cfg.Log, Prepare: e.gpuDriverUp(emit)}.Build}
 	if e.cfg.SuiteEnv != nil {
 		env = e.cfg.SuiteEnv(env)
 	}
@@ -70,6 +70,12 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	}
 	summary := fmt.Sprintf("%s: %d verdicts, %d PASS, %d FAIL, %d ERROR, %d SKIP in %s", s.Metadata.Name, len(vs),
 		counts[checks.Pass], counts[checks.Fail], counts[checks.Error], counts[checks.Skip], e.cfg.now().Sub(start).Round(time.Second))
+	if hw := e.hardwareFailures(); len(hw) > 0 {
+		summary += "; hardware does not match the SKU: " + summarize(hw)
+		if len(bad) == 0 {
+			return failed("%s", summary)
+		}
+	}
 	if len(bad) > 0 {
 		return failed("%s; failing: %s", summary, strings.Join(bad, ", "))
 	}

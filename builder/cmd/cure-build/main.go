@@ -1,12 +1,13 @@
 // Command cure-build builds a CURE initramfs from an image spec:
 //
 //	cure-build --spec initramfs/cure.yaml --kernel-root .cache/kernel/root \
-//	    --state-dir state --out out/image
+//	    --state-dir state --out out/image [--driver-bundle nvidia-570.tar.zst]
 //
 // --state-dir is the coordinator's state dir (`provisioner-lite init`): the
 // image trusts its CA (pki/ca.pem) and report.json records that CA's
 // fingerprint, which the coordinator checks at start. --ca names a CA file
-// instead.
+// instead. --driver-bundle adds a site's NVIDIA driver bundle; its modules
+// must match the kernel's vermagic.
 //
 // With --baseline it instead builds the boot-time baseline image (a static
 // init that prints its uptime and powers off) with the same kernel.
@@ -45,6 +46,7 @@ func run() error {
 	baseline := flag.Bool("baseline", false, "build the boot-time baseline image instead of the spec")
 	cmdline := flag.String("baseline-cmdline", "console=ttyS0 panic=-1", "default kernel parameters of the baseline image")
 	keep := flag.Bool("cpio", false, "also keep the uncompressed initramfs.cpio")
+	bundle := flag.String("driver-bundle", "", "site GPU driver bundle, a directory or .tar[.gz|.zst|.xz] (modules/, firmware/, lib/, bin/, share/, etc/); its modules must match the kernel's vermagic")
 	var tools toolList
 	flag.Var(&tools, "tool", "extra host file for the image, HOSTPATH[:IMAGEPATH] (repeatable; ELF shared libraries come along)")
 	flag.Parse()
@@ -71,6 +73,7 @@ func run() error {
 	}
 	_, err = builder.Build(ctx, builder.Options{
 		Spec: s, KernelRoot: *kernelRoot, OutDir: *out, CA: caFile, Uinit: *uinit, KeepCPIO: *keep, Tools: tools, Log: log,
+		DriverBundle: *bundle,
 	})
 	return err
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/cure-oss/cure/runner/phases"
 	"github.com/cure-oss/cure/runner/transport"
 	"github.com/cure-oss/cure/tools/blockdev"
+	"github.com/cure-oss/cure/tools/gpu/driver"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 )
@@ -197,15 +198,23 @@ func (r *runner) readCmdline() error {
 	return c.Validate()
 }
 
+// modulesDir is --modules or /lib/modules/$(uname -r).
+func (r *runner) modulesDir() (string, error) {
+	if r.opt.modulesDir != "" {
+		return r.opt.modulesDir, nil
+	}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "", fmt.Errorf("uname: %w", err)
+	}
+	return filepath.Join("/lib/modules", unix.ByteSliceToString(u.Release[:])), nil
+}
+
 func (r *runner) loadModules(ctx context.Context) {
-	dir := r.opt.modulesDir
-	if dir == "" {
-		var u unix.Utsname
-		if err := unix.Uname(&u); err != nil {
-			r.log.Error("uname", "err", err)
-			return
-		}
-		dir = filepath.Join("/lib/modules", unix.ByteSliceToString(u.Release[:]))
+	dir, err := r.modulesDir()
+	if err != nil {
+		r.log.Error("kernel modules", "err", err)
+		return
 	}
 	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -307,6 +316,24 @@ func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 		MFT:               phases.NewMFT(root, r.log),
 		Rshims:            phases.RealRshims(root),
 		TmpDir:            "/tmp",
+		Inventory:         phases.CollectInventory(root, inventory.Options{Log: r.log, NodeID: r.cmd.Node}),
+		LinksUp: func(ctx context.Context, wait time.Duration) (int, error) {
+			return inventory.LinksUp(ctx, root, wait)
+		},
+		// The driver bundle's modules (cure-build --driver-bundle) load on
+		// purpose before GPU checks, never by modalias at boot.
+		GPUDriver: driver.Seams{
+			Load: func(name string) error {
+				dir, err := r.modulesDir()
+				if err != nil {
+					return err
+				}
+				loaded, err := boot.LoadModule(dir, filepath.Join(root, "proc"), name, boot.KernelLoader{})
+				r.log.Info("gpu driver modules loaded", "module", name, "loaded", loaded)
+				return err
+			},
+			Start: driver.ExecStart,
+		},
 	}
 	if r.opt.dryRun {
 		cfg.Images = refuseImages{}
@@ -315,6 +342,8 @@ func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 		cfg.FixPartitionTable = nil
 		cfg.MFT = nil
 		cfg.Rshims = nil
+		cfg.LinksUp = nil
+		cfg.GPUDriver = driver.Seams{}
 	}
 	return cfg
 }

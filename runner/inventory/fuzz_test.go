@@ -1,0 +1,88 @@
+package inventory
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/cure-oss/cure/runner/inventory/invtest"
+	"google.golang.org/protobuf/proto"
+)
+
+// FuzzSMBIOS reads SMBIOS tables as the firmware wrote them (sysfs
+// firmware/dmi/tables): whatever the bytes, reading them neither panics nor
+// yields strings a Hello could not carry, and a slot's size is 0 exactly
+// when it is reported empty.
+func FuzzSMBIOS(f *testing.F) {
+	root := invtest.Root(f)
+	entry, _ := os.ReadFile(filepath.Join(root, "sys/firmware/dmi/tables/smbios_entry_point"))
+	dmi, _ := os.ReadFile(filepath.Join(root, "sys/firmware/dmi/tables/DMI"))
+	f.Add(entry, dmi)
+	invtest.SetDIMMs(f, root, []invtest.DIMM{{Locator: "A1", SizeMiB: 4096}, {Locator: "B\xff3"}})
+	entry2, _ := os.ReadFile(filepath.Join(root, "sys/firmware/dmi/tables/smbios_entry_point"))
+	dmi2, _ := os.ReadFile(filepath.Join(root, "sys/firmware/dmi/tables/DMI"))
+	f.Add(entry2, dmi2)
+	f.Add(entry, dmi[:40])
+	f.Add(entry[:16], dmi)
+	f.Add(entry, []byte{17, 0x28, 0, 0x11})
+	f.Add(entry, append([]byte{17, 0x05, 0, 0x11, 1}, 'x', 0, 0))
+	f.Fuzz(func(t *testing.T, entry, dmi []byte) {
+		r := t.TempDir()
+		d := filepath.Join(r, "sys/firmware/dmi/tables")
+		os.MkdirAll(d, 0o755)
+		os.WriteFile(filepath.Join(d, "smbios_entry_point"), entry, 0o644)
+		os.WriteFile(filepath.Join(d, "DMI"), dmi, 0o644)
+		info, err := readSMBIOS(r)
+		if err != nil {
+			return
+		}
+		sys, _ := systemFromSMBIOS(info)
+		dimms, _ := dimmsFromSMBIOS(info)
+		if sys != nil {
+			if _, err := proto.Marshal(sys); err != nil {
+				t.Fatalf("system info does not marshal: %v", err)
+			}
+		}
+		for _, dm := range dimms {
+			if _, err := proto.Marshal(dm); err != nil {
+				t.Fatalf("dimm does not marshal: %v", err)
+			}
+			if !utf8.ValidString(dm.Locator) || (dm.SizeBytes == 0 && dm.Serial != "") {
+				t.Fatalf("dimm %v", dm)
+			}
+		}
+	})
+}
+
+// FuzzPCIModalias lists a PCI bus whose modalias file holds arbitrary bytes
+// (sysfs bus/pci/devices/*/modalias, as the kernel and device report it):
+// no panic, and every name comes out valid UTF-8.
+func FuzzPCIModalias(f *testing.F) {
+	f.Add("pci:v000010DEd00002330sv000010DEsd000016C1bc03sc02i00\n")
+	f.Add("pci:v000010DEd00001AF1sv000010DEsd00000000bc06sc80i00")
+	f.Add("pci:v0000")
+	f.Add("")
+	f.Add("pci:vZZZZZZZZdZZZZZZZZsvZZZZZZZZsdZZZZZZZZbcZZscZZiZZ\n")
+	f.Fuzz(func(t *testing.T, modalias string) {
+		r := t.TempDir()
+		invtest.Write(t, r, "sys/bus/pci/devices/0000:1b:00.0/modalias", modalias)
+		invtest.CopyFile(t, "invtest/testdata/pci.ids", filepath.Join(r, "usr/share/misc/pci.ids"))
+		o := &Options{Root: r, Log: quiet()}
+		devs, err := pciDevices(o, loadPCIDB(o))
+		if err != nil {
+			return
+		}
+		gpus, sw := gpusAndSwitches(devs)
+		for _, g := range gpus {
+			if _, err := proto.Marshal(g); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, s := range sw {
+			if _, err := proto.Marshal(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,185 @@
+package inventory
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/jaypipes/ghw"
+	"github.com/jaypipes/ghw/pkg/pci"
+	"github.com/jaypipes/pcidb"
+)
+
+// PCIIDsPaths are where the image carries pci.ids (initramfs/cure.yaml),
+// relative to the root; the first that exists is used.
+var PCIIDsPaths = []string{"usr/share/misc/pci.ids", "usr/share/misc/pci.ids.gz", "usr/share/hwdata/pci.ids"}
+
+// NVIDIA NVSwitch functions are PCI bridges of class 0x0680 ("other bridge")
+// from vendor 0x10de; GPUs are display controllers (class 0x03).
+const (
+	classDisplay     = 0x03
+	classOtherBridge = 0x0680
+)
+
+// ghwOpts are the options every ghw call gets: the fixture or real
+// root, no external tools (the ramdisk has none), warnings through slog.
+func ghwOpts(o *Options, db *pcidb.PCIDB) []any {
+	mods := []any{ghw.WithChroot(o.Root), ghw.WithDisableTools(), ghw.WithLogger(o.Log.With("lib", "ghw"))}
+	if db != nil {
+		mods = append(mods, ghw.WithPCIDB(db))
+	}
+	return mods
+}
+
+// loadPCIDB reads the image's pci.ids. Without one, ghw's PCI reader fails
+// outright (pcidb.ErrNoDB) instead of listing devices with numeric ids, so
+// an empty database stands in: names are empty, ids still come through.
+func loadPCIDB(o *Options) *pcidb.PCIDB {
+	for _, p := range PCIIDsPaths {
+		full := o.path(p)
+		if _, err := os.Stat(full); err != nil {
+			continue
+		}
+		db, err := pcidb.New(pcidb.WithPath(full)) // network fetch is off unless PCIDB_ENABLE_NETWORK_FETCH is set
+		if err == nil {
+			return db
+		}
+		o.Log.Warn("inventory: pci.ids unreadable", "path", full, "err", err)
+	}
+	o.Log.Warn("inventory: no pci.ids in the image; PCI devices are listed by id only", "tried", strings.Join(PCIIDsPaths, ", "))
+	return &pcidb.PCIDB{Classes: map[string]*pcidb.Class{}, Vendors: map[string]*pcidb.Vendor{}, Products: map[string]*pcidb.Product{}}
+}
+
+// pciDevice is what the inventory keeps of one ghw PCI device.
+type pciDevice struct {
+	Address        string
+	Vendor, Device uint32
+	Class          uint32 // 0xCCSSPP
+	Name           string // pci.ids product name, "" when unknown
+	NUMANode       int32
+	Driver         string
+}
+
+func hex32(s string) uint32 {
+	v, _ := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(s), "0x"), 16, 32)
+	return uint32(v)
+}
+
+// pciDevices lists the PCI bus through ghw (modalias parsed, names from
+// pci.ids), sorted by address.
+func pciDevices(o *Options, db *pcidb.PCIDB) ([]pciDevice, error) {
+	info, err := ghw.PCI(ghwOpts(o, db)...)
+	if err != nil {
+		return nil, fmt.Errorf("ghw pci: %w", err)
+	}
+	out := make([]pciDevice, 0, len(info.Devices))
+	for _, d := range info.Devices {
+		out = append(out, fromGHW(d))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Address < out[j].Address })
+	return out, nil
+}
+
+func fromGHW(d *pci.Device) pciDevice {
+	p := pciDevice{Address: d.Address, NUMANode: -1, Driver: d.Driver}
+	if d.Vendor != nil {
+		p.Vendor = hex32(d.Vendor.ID)
+	}
+	if d.Product != nil {
+		p.Device = hex32(d.Product.ID)
+		if n := d.Product.Name; n != "" && n != "unknown" {
+			p.Name = strings.ToValidUTF8(n, "\uFFFD")
+		}
+	}
+	if d.Class != nil {
+		p.Class = hex32(d.Class.ID) << 16
+	}
+	if d.Subclass != nil {
+		p.Class |= hex32(d.Subclass.ID) << 8
+	}
+	if d.ProgrammingInterface != nil {
+		p.Class |= hex32(d.ProgrammingInterface.ID)
+	}
+	if d.Node != nil {
+		p.NUMANode = int32(d.Node.ID)
+	}
+	return p
+}
+
+// gpusAndSwitches picks NVIDIA GPUs and NVSwitches from the PCI list.
+//
+// ghw.GPU is not used: it lists cards from /sys/class/drm, which a data
+// centre GPU has only once nvidia-drm is loaded, never in CURE before the
+// driver overlay (and not at all without it); the PCI bus is what is there.
+func gpusAndSwitches(devs []pciDevice) ([]*curev1.Gpu, []*curev1.PciDevice) {
+	var gpus []*curev1.Gpu
+	var sw []*curev1.PciDevice
+	for _, d := range devs {
+		if d.Vendor != 0x10de {
+			continue
+		}
+		switch {
+		case d.Class>>16 == classDisplay:
+			gpus = append(gpus, &curev1.Gpu{Index: uint32(len(gpus)), Name: d.Name, PciAddress: d.Address,
+				PciDeviceId: d.Device, NumaNode: d.NUMANode})
+		case d.Class>>8 == classOtherBridge:
+			sw = append(sw, &curev1.PciDevice{Address: d.Address, VendorId: d.Vendor, DeviceId: d.Device, Name: d.Name, Class: d.Class})
+		}
+	}
+	return gpus, sw
+}
+
+// cpuAndTopology reads sockets (ghw.CPU) and NUMA nodes (ghw.Topology).
+func cpuAndTopology(o *Options) ([]*curev1.Processor, []*curev1.NumaNode, error) {
+	info, err := ghw.CPU(ghwOpts(o, nil)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ghw cpu: %w", err)
+	}
+	var procs []*curev1.Processor
+	for _, p := range info.Processors {
+		procs = append(procs, &curev1.Processor{Id: uint32(p.ID), Vendor: p.Vendor,
+			Model: strings.ToValidUTF8(strings.TrimSpace(p.Model), "\uFFFD"), Cores: p.TotalCores, Threads: p.TotalHardwareThreads})
+	}
+	topo, err := ghw.Topology(ghwOpts(o, nil)...)
+	if err != nil {
+		return procs, nil, fmt.Errorf("ghw topology: %w", err)
+	}
+	var nodes []*curev1.NumaNode
+	for _, n := range topo.Nodes {
+		nn := &curev1.NumaNode{Id: uint32(n.ID), Cores: uint32(len(n.Cores))}
+		if n.Memory != nil && n.Memory.TotalUsableBytes > 0 {
+			nn.MemoryBytes = uint64(n.Memory.TotalUsableBytes)
+		}
+		nodes = append(nodes, nn)
+	}
+	return procs, nodes, nil
+}
+
+// memory is MemTotal (usable) and the installed memory (the kernel's memory
+// blocks; ghw falls back to the usable size when they are not exported).
+func memory(o *Options) (usable, physical uint64, err error) {
+	m, err := ghw.Memory(ghwOpts(o, nil)...)
+	if err != nil {
+		return 0, 0, fmt.Errorf("ghw memory: %w", err)
+	}
+	if m.TotalUsableBytes <= 0 {
+		return 0, 0, fmt.Errorf("ghw memory: no MemTotal in %s", o.path("proc/meminfo"))
+	}
+	return uint64(m.TotalUsableBytes), uint64(max(m.TotalPhysicalBytes, 0)), nil
+}
+
+// nicPCI fills the model and PCI ids of NICs from the PCI list.
+func nicPCI(nics []*curev1.NetInterface, devs []pciDevice) {
+	by := map[string]pciDevice{}
+	for _, d := range devs {
+		by[d.Address] = d
+	}
+	for _, n := range nics {
+		if d, ok := by[n.PciAddress]; ok {
+			n.Model, n.PciVendorId, n.PciDeviceId = d.Name, d.Vendor, d.Device
+		}
+	}
+}
