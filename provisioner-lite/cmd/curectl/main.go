@@ -724,6 +724,9 @@ func (cc clientCert) explain(err error) error {
 	switch {
 	case st.Code() == codes.Unauthenticated, st.Code() == codes.PermissionDenied:
 		return status.Errorf(st.Code(), "%s (curectl sent %s)", st.Message(), cc.desc)
+	case st.Code() == codes.Unavailable && strings.Contains(st.Message(), "x509:") &&
+		(strings.Contains(st.Message(), "valid for") || strings.Contains(st.Message(), "SANs")):
+		return status.Errorf(st.Code(), "%s (the host in --server must be a name the coordinator's certificate carries: its --advertise address, 127.0.0.1 or localhost)", st.Message())
 	case cc.cert != nil && st.Code() == codes.Unavailable && strings.Contains(st.Message(), "tls:"):
 		return status.Errorf(st.Code(), "%s (the coordinator may have refused %s: was it issued by this coordinator's CA? re-issue with `provisioner-lite pki --operator NAME --role ROLE`)", st.Message(), cc.desc)
 	}
