@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"gopkg.in/yaml.v3"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -189,7 +192,85 @@ func TestWipeNeedsConfirmation(t *testing.T) {
 	if runs["n2"].Mode != "wipe" {
 		t.Fatalf("n2's run mode %q", runs["n2"].Mode)
 	}
+	// Both runs in one live summary (no terminal: plain lines, one round).
+	rc, out, errOut = c.curectl(t, "watch", "n1", "n2", "--once")
+	if rc != 0 || !strings.Contains(out, "\nn2  ") || !strings.HasPrefix(out, "n1  ") || !strings.Contains(out, "2 nodes: ") || strings.Contains(out, "\x1b[") {
+		t.Fatalf("watch n1 n2 --once: rc %d\n%s%s", rc, out, errOut)
+	}
+	rc, out, errOut = c.curectl(t, "watch", "--selector", "sku=qemu-nvme", "--once")
+	if rc != 0 || !strings.Contains(out, "2 nodes: ") {
+		t.Fatalf("watch --selector --once: rc %d\n%s%s", rc, out, errOut)
+	}
 	if rc, _, _ := c.curectl(t, "cancel", "n1", "n2"); rc != 0 {
 		t.Fatalf("cancel: rc %d", rc)
+	}
+}
+
+// -o json and -o yaml carry the same fields (the API's protojson); --json
+// stays an alias; -o is accepted before or after the command.
+func TestOutputFormats(t *testing.T) {
+	c := startCoordinator(t)
+	t.Setenv("SITE_BMC_PW", "pw")
+	if rc, out, errOut := c.curectl(t, "nodes", "add", "--id", "n1", "--bmc-url", "https://192.0.2.11", "--bmc-user", "admin",
+		"--bmc-password-env", "SITE_BMC_PW", "--bmc-insecure", "--mac", "52-54-00-AA-00-01", "--sku", "qemu-nvme"); rc != 0 {
+		t.Fatalf("nodes add: rc %d\n%s%s", rc, out, errOut)
+	}
+	decode := func(format, text string) any {
+		t.Helper()
+		var v any
+		var err error
+		if format == "json" {
+			err = json.Unmarshal([]byte(text), &v)
+		} else {
+			err = yaml.Unmarshal([]byte(text), &v)
+		}
+		if err != nil {
+			t.Fatalf("%s output does not parse: %v\n%s", format, err, text)
+		}
+		if format == "yaml" { // numbers as JSON has them (float64)
+			b, err := json.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v = nil
+			if err := json.Unmarshal(b, &v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return v
+	}
+	for _, args := range [][]string{{"nodes"}, {"nodes", "list"}, {"audit-log"}, {"watch", "--fleet", "--once"}, {"nodes", "show", "n1"}} {
+		rc, js, errOut := c.curectl(t, append(args, "-o", "json")...)
+		if rc != 0 {
+			t.Fatalf("%q -o json: rc %d %s", args, rc, errOut)
+		}
+		rc, ym, errOut := c.curectl(t, append([]string{"-o", "yaml"}, args...)...)
+		if rc != 0 {
+			t.Fatalf("%q -o yaml: rc %d %s", args, rc, errOut)
+		}
+		j, y := decode("json", js), decode("yaml", ym)
+		if args[0] != "audit-log" && args[0] != "watch" && !reflect.DeepEqual(j, y) {
+			t.Errorf("%q: json and yaml differ:\n%v\n%v", args, j, y)
+		}
+		if args[0] == "nodes" && !strings.Contains(js, `"nodeId": "n1"`) {
+			t.Errorf("%q -o json lacks n1:\n%s", args, js)
+		}
+	}
+	// The audit log grows with every call: compare field names, not values.
+	_, js, _ := c.curectl(t, "audit-log", "--json", "--limit", "1")
+	_, ym, _ := c.curectl(t, "audit-log", "-o", "yaml", "--limit", "1")
+	je := decode("json", js).(map[string]any)["entries"].([]any)[0].(map[string]any)
+	ye := decode("yaml", ym).(map[string]any)["entries"].([]any)[0].(map[string]any)
+	if len(je) == 0 || len(je) != len(ye) {
+		t.Fatalf("audit entry fields: json %v, yaml %v", je, ye)
+	}
+	for k := range je {
+		if _, ok := ye[k]; !ok {
+			t.Errorf("yaml audit entry lacks %q", k)
+		}
+	}
+	rc, wide, _ := c.curectl(t, "audit-log", "-o", "wide")
+	if rc != 0 || !strings.Contains(wide, "TIME") || !strings.Contains(wide, "AddNodes") {
+		t.Errorf("audit-log -o wide: rc %d\n%s", rc, wide)
 	}
 }
