@@ -114,12 +114,11 @@ client certificate (provisioner-lite pki --operator NAME --role ROLE).
 Without --cert/--key it uses operators/operator.pem beside the CA file.
 Flags may be given anywhere on the line; defaults come from CURE_SERVER,
 CURE_CA, CURE_CERT and CURE_KEY.`,
-		Version:           versionString(),
-		SilenceErrors:     true,
-		SilenceUsage:      true,
-		Args:              cobra.NoArgs,
-		RunE:              func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
+		Version:       versionString(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.NoArgs,
+		RunE:          func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.server, "server", envOr("CURE_SERVER", "127.0.0.1:8443"), "coordinator gRPC address HOST:PORT (its certificate must name HOST); several, comma-separated: provision moves on to the next when one is full or down")
@@ -313,6 +312,9 @@ With --fleet: counts per status and phase, failures first.`,
 			expect, err := parseExpect(o.expect)
 			if err != nil {
 				return err
+			}
+			if o.runID == "" && len(args) == 0 && len(sel) == 0 && !o.fleet {
+				return errors.New("watch: give NODE..., --run RUN, --selector k=v,... or --fleet")
 			}
 			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
 				switch {

@@ -214,6 +214,10 @@ BMC TLS: --bmc-fingerprint SHA256, --bmc-ca-file FILE or --bmc-insecure.`,
 					o.nodeFlagsGiven = true
 				}
 			})
+			if o.file != "" && o.nodeFlagsGiven {
+				a.rc = nodesUsageErr("add: -f FILE or the node's flags, not both")
+				return errDone
+			}
 			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
 				cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 				defer cancel()
