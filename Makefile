@@ -6,7 +6,7 @@ KERNEL_ROOT := .cache/kernel/root
 OUT         := out
 export CGO_ENABLED := 0
 
-.PHONY: all deps pki image hostos baseline test unit e2e demo bench-boot clean
+.PHONY: all deps pki image hostos baseline test unit e2e demo bench-boot clean man
 
 all: image hostos
 
@@ -67,6 +67,10 @@ e2e: image hostos baseline
 
 demo: image hostos
 	$(GO) run ./qemu-test/cmd/cure-demo --out $(OUT) --work $(OUT)/demo
+
+# Man pages of curectl and every command (troff, section 1).
+man:
+	$(GO) run ./provisioner-lite/cmd/curectl man --dir $(OUT)/man
 
 clean:
 	rm -rf $(OUT)

@@ -143,3 +143,18 @@ func PrintAuditLog(w io.Writer, entries []*curev1.AuditEntry) {
 	}
 	tw.Flush()
 }
+
+// PrintAuditLogWide is PrintAuditLog without clipping the cells (-o wide).
+func PrintAuditLogWide(w io.Writer, entries []*curev1.AuditEntry) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME	KIND	WHO	ROLE	PEER	ACTION	NODES	RUN	RESULT	DETAIL")
+	for _, a := range entries {
+		cells := []string{time.UnixMilli(a.GetTimeUnixMs()).UTC().Format(time.RFC3339), a.GetKind(), a.GetActor(), a.GetRole(), a.GetPeer(),
+			a.GetAction(), strings.Join(a.GetNodeIds(), ","), a.GetRunId(), a.GetResult(), a.GetDetail()}
+		for i, c := range cells {
+			cells[i] = textsafe.Line(c)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	tw.Flush()
+}

@@ -2,24 +2,28 @@
 // with an operator client certificate (`provisioner-lite pki --operator NAME`);
 // without --cert/--key it uses operators/operator.pem beside the CA file.
 //
-//	curectl provision [--mode provision] [--manifest sku] [--resume] [--watch] [--selector k=v,...] [NODE...]
+//	curectl provision [--mode provision] [--manifest sku] [--resume] [--watch] [--yes] [--selector k=v,...] [NODE...]
 //	curectl cancel [--selector k=v,...] [--run RUN] [--reason TEXT] [NODE...]
-//	curectl watch NODE|--run RUN|--fleet [--selector k=v,...]
-//	curectl report [--json] [--html FILE] NODE|--run RUN
+//	curectl watch NODE...|--run RUN|--selector k=v,...|--fleet
+//	curectl report [-o json] [--html FILE] NODE|--run RUN
 //	curectl nodes [list|show NODE|add ...|import FILE|remove NODE|label NODE k=v... k-...]
-//	curectl audit-log [--kind operator|security] [--node NODE] [--limit N] [--json]
+//	curectl audit-log [--kind operator|security] [--node NODE] [--limit N] [-o json|yaml|wide]
+//	curectl completion bash|zsh|fish|powershell; curectl man --dir DIR; curectl --version
+//
+// Flags go anywhere on the line. The coordinator is dialled only when a
+// command needs it: help, --version, completion and man read no CA.
 package main
 
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -27,201 +31,457 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/curectl"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
-// stdin is where --bmc-password-stdin reads (tests replace it).
+// stdin is where --bmc-password-stdin and the wipe confirmation read (tests
+// replace it).
 var stdin io.Reader = os.Stdin
+
+// version is set at link time (-ldflags "-X main.version=v1.2.3"); without
+// it the module version and VCS revision from the build info are shown.
+var version = ""
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout))
 }
 
-func usage() int {
-	fmt.Fprintln(os.Stderr, `usage: curectl [--server ADDR] [--ca FILE] [--cert FILE --key FILE] COMMAND
-  provision [--mode M] [--manifest SKU] [--resume] [--watch] [--selector k=v,...] [NODE...]
-  cancel [--selector k=v,...] [--run RUN] [--reason TEXT] [NODE...]
-  watch [--run RUN] [NODE] | watch --fleet [--selector k=v,...] [--interval 2s] [--once]
-  report [--json] [--html FILE] [--run RUN] [NODE]
-  audit [--manifest SKU] NODE...     (direct: Redfish only, no boot, no changes)
-  nodes [list] | nodes show NODE | nodes add ... | nodes import FILE | nodes remove NODE | nodes label NODE k=v... k-...
-  audit-log [--kind operator|security] [--node NODE] [--limit N] [--json]`)
+// app holds the global flags and the exit code the command chose; the
+// connection is made by connect, only when a command runs.
+type app struct {
+	server, ca, cert, key string
+	out                   io.Writer
+	in                    io.Reader
+	rc                    int
+	closers               []func() error
+}
+
+// errDone means the command has printed its own error and set app.rc.
+var errDone = errors.New("done")
+
+func run(args []string, out io.Writer) int {
+	a := &app{out: out, in: stdin}
+	root := a.rootCmd()
+	root.SetArgs(args)
+	root.SetOut(out)
+	root.SetErr(os.Stderr)
+	err := root.Execute()
+	for _, c := range a.closers {
+		_ = c()
+	}
+	switch {
+	case err == nil, errors.Is(err, errDone):
+		return a.rc
+	}
+	// Flag, argument and unknown-command errors: usage errors.
+	fmt.Fprintf(os.Stderr, "curectl: %v\n(see `curectl --help` or `curectl COMMAND --help`)\n", err)
 	return 2
 }
 
-func run(args []string, out io.Writer) int {
-	g := flag.NewFlagSet("curectl", flag.ContinueOnError)
-	addr := g.String("server", envOr("CURE_SERVER", "127.0.0.1:8443"), "coordinator gRPC address; several, comma-separated: provision moves on to the next when one is full or down")
-	ca := g.String("ca", envOr("CURE_CA", filepath.Join("state", "pki", "ca.pem")), "coordinator CA certificate")
-	certFile := g.String("cert", os.Getenv("CURE_CERT"), "operator client certificate (default: operators/operator.pem beside --ca, if present)")
-	keyFile := g.String("key", os.Getenv("CURE_KEY"), "operator client key (default: operators/operator-key.pem beside --ca, if present)")
-	if err := g.Parse(args); err != nil {
-		return 2
+func versionString() string {
+	v, rev := version, ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				rev = s.Value
+			}
+		}
 	}
-	if g.NArg() == 0 {
-		return usage()
+	if v == "" {
+		v = "(devel)"
 	}
-	caPEM, err := os.ReadFile(*ca)
+	if rev != "" && !strings.Contains(v, rev[:min(12, len(rev))]) {
+		v += " (" + rev[:min(12, len(rev))] + ")"
+	}
+	return v
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "curectl",
+		Short: "Operator CLI of the CURE coordinator (provisioner-lite)",
+		Long: `curectl talks to the coordinator's operator API over TLS with an operator
+client certificate (provisioner-lite pki --operator NAME --role ROLE).
+Without --cert/--key it uses operators/operator.pem beside the CA file.
+Flags may be given anywhere on the line; defaults come from CURE_SERVER,
+CURE_CA, CURE_CERT and CURE_KEY.`,
+		Version:       versionString(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.NoArgs,
+		RunE:          func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.server, "server", envOr("CURE_SERVER", "127.0.0.1:8443"), "coordinator gRPC address HOST:PORT (its certificate must name HOST); several, comma-separated: provision moves on to the next when one is full or down")
+	pf.StringVar(&a.ca, "ca", envOr("CURE_CA", filepath.Join("state", "pki", "ca.pem")), "coordinator CA certificate")
+	pf.StringVar(&a.cert, "cert", os.Getenv("CURE_CERT"), "operator client certificate (default: operators/operator.pem beside --ca, if present)")
+	pf.StringVar(&a.key, "key", os.Getenv("CURE_KEY"), "operator client key (default: operators/operator-key.pem beside --ca, if present)")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
+	root.AddCommand(a.provisionCmd(), a.cancelCmd(), a.watchCmd(), a.reportCmd(), a.auditCmd(),
+		a.nodesCmd(), a.auditLogCmd(), manCmd(root))
+	return root
+}
+
+// connect loads the CA and the operator certificate and dials every
+// --server address. TLS verifies the host part of each address as given.
+func (a *app) connect() (curev1.OperatorServiceClient, []curectl.Target, error) {
+	caPEM, err := os.ReadFile(a.ca)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl: CA certificate:", err)
-		return 1
+		fmt.Fprintf(os.Stderr, "curectl: CA certificate --ca %s: %v (give --ca or CURE_CA: the coordinator's state/pki/ca.pem)\n", a.ca, err)
+		a.rc = 1
+		return nil, nil, errDone
 	}
-	cert, err := operatorCert(*ca, *certFile, *keyFile)
+	cert, err := operatorCert(a.ca, a.cert, a.key)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "curectl:", err)
-		return 1
-	}
-	tlsCfg, err := pki.ClientTLSConfig(caPEM, "127.0.0.1", cert.cert)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl:", err)
-		return 1
+		a.rc = 1
+		return nil, nil, errDone
 	}
 	var targets []curectl.Target
-	for _, a := range strings.Split(*addr, ",") {
-		if a = strings.TrimSpace(a); a == "" {
+	for _, addr := range strings.Split(a.server, ",") {
+		if addr = strings.TrimSpace(addr); addr == "" {
 			continue
 		}
-		conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		host, err := serverName(addr)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "curectl: --server %s: %v\n", addr, err)
+			a.rc = 2
+			return nil, nil, errDone
+		}
+		tlsCfg, err := pki.ClientTLSConfig(caPEM, host, cert.cert)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "curectl: --ca %s: %v\n", a.ca, err)
+			a.rc = 1
+			return nil, nil, errDone
+		}
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
 			grpc.WithChainUnaryInterceptor(cert.unaryInterceptor), grpc.WithChainStreamInterceptor(cert.streamInterceptor))
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "curectl: --server %s: %v\n", a, err)
-			return 1
+			fmt.Fprintf(os.Stderr, "curectl: --server %s: %v\n", addr, err)
+			a.rc = 1
+			return nil, nil, errDone
 		}
-		defer conn.Close()
-		targets = append(targets, curectl.Target{Addr: a, Client: curev1.NewOperatorServiceClient(conn)})
+		a.closers = append(a.closers, conn.Close)
+		targets = append(targets, curectl.Target{Addr: addr, Client: curev1.NewOperatorServiceClient(conn)})
 	}
 	if len(targets) == 0 {
 		fmt.Fprintln(os.Stderr, "curectl: --server: no address")
-		return 2
+		a.rc = 2
+		return nil, nil, errDone
 	}
 	// Instances share one database: any of them answers reads alike.
-	c := targets[0].Client.(curev1.OperatorServiceClient)
-	cmd, rest := g.Arg(0), g.Args()[1:]
-	ctx := context.Background()
-	switch cmd {
-	case "provision":
-		return provision(ctx, c, targets, rest, out)
-	case "cancel":
-		return cancelRuns(ctx, c, rest, out)
-	case "watch":
-		fs := flag.NewFlagSet("watch", flag.ContinueOnError)
-		runID := fs.String("run", "", "run id")
-		fleet := fs.Bool("fleet", false, "follow the whole fleet (or --selector's nodes): counts per status and phase, failures first")
-		selector := fs.String("selector", "", "with --fleet: only nodes matching k=v,... (labels; sku)")
-		interval := fs.Duration("interval", 2*time.Second, "with --fleet: refresh period")
-		once := fs.Bool("once", false, "with --fleet: print one summary and exit")
-		if fs.Parse(rest) != nil {
-			return 2
-		}
-		if *fleet {
-			sel, err := curectl.ParseSelector(*selector)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "curectl watch: --selector:", err)
-				return 2
-			}
-			return watchFleet(ctx, c, sel, *interval, *once, out)
-		}
-		return watch(ctx, c, *runID, fs.Arg(0), out)
-	case "report":
-		fs := flag.NewFlagSet("report", flag.ContinueOnError)
-		runID := fs.String("run", "", "run id")
-		asJSON := fs.Bool("json", false, "JSON output")
-		htmlFile := fs.String("html", "", "also write a self-contained HTML report (for an RMA ticket) to this file")
-		if fs.Parse(rest) != nil {
-			return 2
-		}
-		if *runID == "" && fs.NArg() == 0 {
-			fmt.Fprintln(os.Stderr, "curectl report: give a NODE or --run RUN")
-			return 2
-		}
-		if *htmlFile != "" {
-			return reportHTML(ctx, c, *runID, fs.Arg(0), *htmlFile, *asJSON, out)
-		}
-		return report(ctx, c, *runID, fs.Arg(0), *asJSON, out)
-	case "audit":
-		fs := flag.NewFlagSet("audit", flag.ContinueOnError)
-		manifest := fs.String("manifest", "", "manifest (SKU) name; default: each node's")
-		if fs.Parse(rest) != nil {
-			return 2
-		}
-		if fs.NArg() == 0 {
-			fmt.Fprintln(os.Stderr, "curectl audit: no node given")
-			return 2
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		defer cancel()
-		resp, err := c.AuditDirect(cctx, &curev1.AuditDirectRequest{NodeIds: fs.Args(), Manifest: *manifest})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "curectl audit:", err)
-			return 1
-		}
-		return curectl.PrintAudit(out, resp.GetNodes())
-	case "nodes":
-		return nodesCmd(ctx, c, rest, stdin, out)
-	case "audit-log":
-		fs := flag.NewFlagSet("audit-log", flag.ContinueOnError)
-		kind := fs.String("kind", "", "operator (API calls) or security (refused peers); default both")
-		node := fs.String("node", "", "only entries naming this node")
-		limit := fs.Uint("limit", 100, "entries, newest first")
-		asJSON := fs.Bool("json", false, "JSON output")
-		if fs.Parse(rest) != nil {
-			return 2
-		}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		resp, err := c.ListAuditLog(cctx, &curev1.ListAuditLogRequest{Kind: *kind, NodeId: *node, Limit: uint32(*limit)})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "curectl audit-log:", err)
-			return 1
-		}
-		if *asJSON {
-			printJSON(resp, out)
-			return 0
-		}
-		curectl.PrintAuditLog(out, resp.GetEntries())
-		return 0
-	}
-	return usage()
+	return targets[0].Client.(curev1.OperatorServiceClient), targets, nil
 }
 
-func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []curectl.Target, args []string, out io.Writer) int {
-	fs := flag.NewFlagSet("provision", flag.ContinueOnError)
-	mode := fs.String("mode", "provision", "provision|audit|verify|diagnostic|burnin|wipe")
-	manifest := fs.String("manifest", "", "manifest (SKU) name; default: the node's")
-	resume := fs.Bool("resume", false, "continue the node's latest unfinished run")
-	follow := fs.Bool("watch", false, "follow the timeline until the run ends, then print the report")
-	selector := fs.String("selector", "", "also every node matching k=v,... (labels; sku matches the node's SKU)")
-	if fs.Parse(args) != nil {
-		return 2
+// serverName is the name TLS verifies: the host of HOST:PORT as the
+// operator gave it (an IP or a DNS name the coordinator's certificate must
+// carry: its --advertise address, 127.0.0.1 or localhost).
+func serverName(addr string) (string, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("want HOST:PORT: %w", err)
 	}
-	sel, err := curectl.ParseSelector(*selector)
+	if host == "" {
+		return "", errors.New("want HOST:PORT: no host")
+	}
+	return host, nil
+}
+
+// client is connect for the commands that need only one instance.
+func (a *app) client() (curev1.OperatorServiceClient, error) {
+	c, _, err := a.connect()
+	return c, err
+}
+
+// with runs a command body with a client and records its exit code.
+func (a *app) with(body func(ctx context.Context, c curev1.OperatorServiceClient) int) error {
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	a.rc = body(context.Background(), c)
+	return nil
+}
+
+func manCmd(root *cobra.Command) *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "man --dir DIR",
+		Short: "Write man pages (section 1) for curectl and every command",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("man --dir %s: %w", dir, err)
+			}
+			root.DisableAutoGenTag = true
+			if err := doc.GenManTree(root, &doc.GenManHeader{Title: "CURECTL", Section: "1", Source: "CURE " + versionString()}, dir); err != nil {
+				return fmt.Errorf("man --dir %s: %w", dir, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "man pages written to %s\n", dir)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "man", "directory to write curectl.1 and curectl-COMMAND.1 into")
+	return cmd
+}
+
+type provisionOpts struct {
+	mode, manifest, selector string
+	resume, follow, yes      bool
+}
+
+func (a *app) provisionCmd() *cobra.Command {
+	var o provisionOpts
+	cmd := &cobra.Command{
+		Use:   "provision [NODE...]",
+		Short: "Start a run (provision, audit, verify, diagnostic, burnin or wipe) on nodes",
+		Long: `Start a run on each NODE and on every node --selector matches.
+--mode wipe destroys the disks' data: curectl lists the nodes and disks and
+asks for confirmation on a terminal; elsewhere it refuses unless --yes.`,
+		RunE: func(_ *cobra.Command, args []string) error {
+			c, targets, err := a.connect()
+			if err != nil {
+				return err
+			}
+			a.rc = provision(context.Background(), c, targets, o, args, a.in, a.out)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.mode, "mode", "provision", "provision|audit|verify|diagnostic|burnin|wipe")
+	f.StringVar(&o.manifest, "manifest", "", "manifest (SKU) name; default: the node's")
+	f.BoolVar(&o.resume, "resume", false, "continue the node's latest unfinished run")
+	f.BoolVar(&o.follow, "watch", false, "follow the timeline until the run ends, then print the report")
+	f.StringVar(&o.selector, "selector", "", "also every node matching k=v,... (labels; sku matches the node's SKU)")
+	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask before a destructive mode (wipe)")
+	return cmd
+}
+
+func (a *app) cancelCmd() *cobra.Command {
+	var selector, reason string
+	var runs []string
+	cmd := &cobra.Command{
+		Use:   "cancel [NODE...]",
+		Short: "Cancel the active runs of nodes, by run id or by selector",
+		RunE: func(_ *cobra.Command, args []string) error {
+			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
+				return cancelRuns(ctx, c, selector, runs, reason, args, a.out)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&selector, "selector", "", "also every node matching k=v,... (labels; sku)")
+	cmd.Flags().StringArrayVar(&runs, "run", nil, "run id (repeatable)")
+	cmd.Flags().StringVar(&reason, "reason", "", "recorded in the run's timeline")
+	return cmd
+}
+
+type watchOpts struct {
+	expect                  []string
+	runID, selector, output string
+	fleet, once             bool
+	interval                time.Duration
+}
+
+func (a *app) watchCmd() *cobra.Command {
+	var o watchOpts
+	cmd := &cobra.Command{
+		Use:   "watch [NODE...] | --run RUN | --selector k=v,... | --fleet",
+		Short: "Follow a run's timeline, a live summary of many nodes, or the fleet",
+		Long: `With one NODE or --run: the run's timeline until it ends.
+With several NODEs or --selector: one line per node with its phase, a
+progress bar and an ETA for long phases (redrawn in place on a terminal).
+With --fleet: counts per status and phase, failures first.`,
+		RunE: func(_ *cobra.Command, args []string) error {
+			format, err := parseOutput(o.output)
+			if err != nil {
+				return err
+			}
+			sel, err := curectl.ParseSelector(o.selector)
+			if err != nil {
+				return fmt.Errorf("--selector: %w", err)
+			}
+			expect, err := parseExpect(o.expect)
+			if err != nil {
+				return err
+			}
+			if o.runID == "" && len(args) == 0 && len(sel) == 0 && !o.fleet {
+				return errors.New("watch: give NODE..., --run RUN, --selector k=v,... or --fleet")
+			}
+			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
+				switch {
+				case o.fleet:
+					return watchFleet(ctx, c, sel, o.interval, o.once, format, a.out)
+				case len(args) > 1 || (len(sel) > 0 && o.runID == ""):
+					return watchMany(ctx, c, args, sel, expect, o.interval, o.once, a.out)
+				}
+				return watch(ctx, c, o.runID, firstArg(args), a.out)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.runID, "run", "", "run id")
+	f.BoolVar(&o.fleet, "fleet", false, "follow the whole fleet (or --selector's nodes): counts per status and phase, failures first")
+	f.StringVar(&o.selector, "selector", "", "only nodes matching k=v,... (labels; sku)")
+	f.DurationVar(&o.interval, "interval", 2*time.Second, "with --fleet or several nodes: refresh period")
+	f.BoolVar(&o.once, "once", false, "with --fleet or several nodes: print one summary and exit")
+	f.StringVarP(&o.output, "output", "o", "", "with --fleet --once: table|wide|json|yaml")
+	f.StringArrayVar(&o.expect, "expect", nil, "with several nodes: PHASE=DURATION a phase is expected to take, for its bar and ETA (repeatable; default: the median of the watched nodes that finished it)")
+	return cmd
+}
+
+func firstArg(args []string) string {
+	if len(args) > 0 {
+		return args[0]
+	}
+	return ""
+}
+
+func (a *app) reportCmd() *cobra.Command {
+	var runID, htmlFile, output string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "report [NODE] | --run RUN",
+		Short: "Print a run's report (the node's latest run, or --run)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			if runID == "" && len(args) == 0 {
+				return errors.New("report: give a NODE or --run RUN")
+			}
+			format, err := parseOutput(output)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				format = outJSON
+			}
+			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
+				if htmlFile != "" {
+					return reportHTML(ctx, c, runID, firstArg(args), htmlFile, format, a.out)
+				}
+				return report(ctx, c, runID, firstArg(args), format, a.out)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&runID, "run", "", "run id")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output (same as -o json)")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "table|wide|json|yaml")
+	cmd.Flags().StringVar(&htmlFile, "html", "", "also write a self-contained HTML report (for an RMA ticket) to this file")
+	return cmd
+}
+
+func (a *app) auditCmd() *cobra.Command {
+	var manifest string
+	cmd := &cobra.Command{
+		Use:   "audit NODE...",
+		Short: "Audit nodes directly over Redfish (no boot, no changes)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
+				return auditDirect(ctx, c, manifest, args, a.out)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&manifest, "manifest", "", "manifest (SKU) name; default: each node's")
+	return cmd
+}
+
+func auditDirect(ctx context.Context, c curev1.OperatorServiceClient, manifest string, nodeIDs []string, out io.Writer) int {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	resp, err := c.AuditDirect(cctx, &curev1.AuditDirectRequest{NodeIds: nodeIDs, Manifest: manifest})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl audit:", err)
+		return 1
+	}
+	return curectl.PrintAudit(out, resp.GetNodes())
+}
+
+func (a *app) auditLogCmd() *cobra.Command {
+	var kind, node, output string
+	var limit uint
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "audit-log",
+		Short: "Print the audit log: operator API calls and refused peers, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			format, err := parseOutput(output)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				format = outJSON
+			}
+			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
+				return auditLog(ctx, c, &curev1.ListAuditLogRequest{Kind: kind, NodeId: node, Limit: uint32(limit)}, format, a.out)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&kind, "kind", "", "operator (API calls) or security (refused peers); default both")
+	cmd.Flags().StringVar(&node, "node", "", "only entries naming this node")
+	cmd.Flags().UintVar(&limit, "limit", 100, "entries, newest first")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output (same as -o json)")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "table|wide|json|yaml")
+	return cmd
+}
+
+func auditLog(ctx context.Context, c curev1.OperatorServiceClient, req *curev1.ListAuditLogRequest, format string, out io.Writer) int {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := c.ListAuditLog(cctx, req)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl audit-log:", err)
+		return 1
+	}
+	switch format {
+	case outJSON, outYAML:
+		return printStructured(resp, format, out)
+	case outWide:
+		curectl.PrintAuditLogWide(out, resp.GetEntries())
+	default:
+		curectl.PrintAuditLog(out, resp.GetEntries())
+	}
+	return 0
+}
+
+func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []curectl.Target, o provisionOpts, nodeIDs []string, in io.Reader, out io.Writer) int {
+	sel, err := curectl.ParseSelector(o.selector)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "curectl provision: --selector:", err)
 		return 2
 	}
-	m, err := modes.Parse(*mode)
+	m, err := modes.Parse(o.mode)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "curectl provision: --mode:", err)
 		return 2
 	}
-	if fs.NArg() == 0 && len(sel) == 0 {
+	if len(nodeIDs) == 0 && len(sel) == 0 {
 		fmt.Fprintln(os.Stderr, "curectl provision: no node given (NODE... or --selector)")
 		return 2
 	}
+	if destructive(m) {
+		if rc := confirmWipe(ctx, c, &nodeIDs, &sel, o.yes, in, os.Stderr); rc != 0 {
+			return rc
+		}
+	}
 	// Starting a run is a few store writes; a large batch gets time in
 	// proportion instead of a fixed deadline that would cut it midway.
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(fs.NArg())*20*time.Millisecond+5*time.Minute*time.Duration(min(len(sel), 1)))
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(len(nodeIDs))*20*time.Millisecond+5*time.Minute*time.Duration(min(len(sel), 1)))
 	defer cancel()
 	var progress io.Writer
 	if len(targets) > 1 {
 		progress = os.Stderr
 	}
-	res, err := curectl.ProvisionAcross(cctx, targets, &curev1.ProvisionRequest{NodeIds: fs.Args(), Selector: sel, Mode: modes.ToProto(m), Manifest: *manifest, Resume: *resume}, progress)
+	res, err := curectl.ProvisionAcross(cctx, targets, &curev1.ProvisionRequest{NodeIds: nodeIDs, Selector: sel, Mode: modes.ToProto(m), Manifest: o.manifest, Resume: o.resume}, progress)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "curectl provision:", err)
 		return 1
@@ -235,7 +495,7 @@ func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []cu
 		return 1
 	}
 	resp := &curev1.ProvisionResponse{Runs: res.Runs}
-	if !*follow {
+	if !o.follow {
 		if len(res.Refused) > 0 {
 			return 4
 		}
@@ -246,34 +506,26 @@ func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []cu
 		if code := watch(ctx, c, r.GetRunId(), "", out); code != 0 {
 			rc = code
 		}
-		if code := report(ctx, c, r.GetRunId(), "", false, out); code != 0 {
+		if code := report(ctx, c, r.GetRunId(), "", outTable, out); code != 0 {
 			rc = code
 		}
 	}
 	return rc
 }
 
-func cancelRuns(ctx context.Context, c curev1.OperatorServiceClient, args []string, out io.Writer) int {
-	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
-	selector := fs.String("selector", "", "also every node matching k=v,... (labels; sku)")
-	var runs multiFlag
-	fs.Var(&runs, "run", "run id (repeatable)")
-	reason := fs.String("reason", "", "recorded in the run's timeline")
-	if fs.Parse(args) != nil {
-		return 2
-	}
-	sel, err := curectl.ParseSelector(*selector)
+func cancelRuns(ctx context.Context, c curev1.OperatorServiceClient, selector string, runs []string, reason string, nodeIDs []string, out io.Writer) int {
+	sel, err := curectl.ParseSelector(selector)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "curectl cancel: --selector:", err)
 		return 2
 	}
-	if fs.NArg() == 0 && len(sel) == 0 && len(runs) == 0 {
+	if len(nodeIDs) == 0 && len(sel) == 0 && len(runs) == 0 {
 		fmt.Fprintln(os.Stderr, "curectl cancel: give NODE..., --run RUN or --selector")
 		return 2
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	resp, err := c.Cancel(cctx, &curev1.CancelRequest{NodeIds: fs.Args(), RunIds: runs, Selector: sel, Reason: *reason})
+	resp, err := c.Cancel(cctx, &curev1.CancelRequest{NodeIds: nodeIDs, RunIds: runs, Selector: sel, Reason: reason})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "curectl cancel:", err)
 		return 1
@@ -287,13 +539,8 @@ func cancelRuns(ctx context.Context, c curev1.OperatorServiceClient, args []stri
 
 // watchFleet prints the fleet summary every interval; on a terminal it
 // redraws in place.
-func watchFleet(ctx context.Context, c curev1.OperatorServiceClient, sel map[string]string, every time.Duration, once bool, out io.Writer) int {
-	tty := false
-	if f, ok := out.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			tty = true
-		}
-	}
+func watchFleet(ctx context.Context, c curev1.OperatorServiceClient, sel map[string]string, every time.Duration, once bool, format string, out io.Writer) int {
+	tty := isTerminal(out)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		fs, err := c.Fleet(cctx, &curev1.FleetRequest{Selector: sel, MaxFailures: 20})
@@ -301,6 +548,9 @@ func watchFleet(ctx context.Context, c curev1.OperatorServiceClient, sel map[str
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "curectl watch --fleet:", err)
 			return 1
+		}
+		if once && (format == outJSON || format == outYAML) {
+			return printStructured(fs, format, out)
 		}
 		if tty && !once {
 			fmt.Fprint(out, "\x1b[H\x1b[2J")
@@ -317,10 +567,16 @@ func watchFleet(ctx context.Context, c curev1.OperatorServiceClient, sel map[str
 	}
 }
 
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+// isTerminal reports whether w is a character device (redraw in place
+// there; append plain lines to files and pipes).
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
 
 func watch(ctx context.Context, c curev1.OperatorServiceClient, runID, node string, out io.Writer) int {
 	stream, err := c.Watch(ctx, &curev1.WatchRequest{RunId: runID, NodeId: node, Follow: true})
@@ -342,7 +598,7 @@ func watch(ctx context.Context, c curev1.OperatorServiceClient, runID, node stri
 	}
 }
 
-func report(ctx context.Context, c curev1.OperatorServiceClient, runID, node string, asJSON bool, out io.Writer) int {
+func report(ctx context.Context, c curev1.OperatorServiceClient, runID, node string, format string, out io.Writer) int {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	rep, err := c.Report(cctx, &curev1.ReportRequest{RunId: runID, NodeId: node})
@@ -350,35 +606,26 @@ func report(ctx context.Context, c curev1.OperatorServiceClient, runID, node str
 		fmt.Fprintln(os.Stderr, "curectl report:", err)
 		return 1
 	}
-	printReport(rep, asJSON, out)
+	printReport(rep, format, out)
 	if rep.GetStatus() != "succeeded" {
 		return 3
 	}
 	return 0
 }
 
-func printReport(rep *curev1.RunReport, asJSON bool, out io.Writer) {
-	if asJSON {
-		printJSON(rep, out)
+func printReport(rep *curev1.RunReport, format string, out io.Writer) {
+	if format == outJSON || format == outYAML {
+		printStructured(rep, format, out)
 		return
 	}
 	curectl.PrintReport(out, rep)
-}
-
-func printJSON(m proto.Message, out io.Writer) {
-	b, _ := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(m)
-	var v any
-	_ = json.Unmarshal(b, &v)
-	enc := json.NewEncoder(out)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
 }
 
 // reportHTML writes the run's report and timeline as one HTML file, then
 // prints the usual terminal (or JSON) report so the operator sees the verdict.
 // The report is fetched first and the timeline by its run id, so both
 // describe the same run even if a new one starts on the node in between.
-func reportHTML(ctx context.Context, c curev1.OperatorServiceClient, runID, node, file string, asJSON bool, out io.Writer) int {
+func reportHTML(ctx context.Context, c curev1.OperatorServiceClient, runID, node, file string, format string, out io.Writer) int {
 	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	rep, err := c.Report(cctx, &curev1.ReportRequest{RunId: runID, NodeId: node})
@@ -429,7 +676,7 @@ func reportHTML(ctx context.Context, c curev1.OperatorServiceClient, runID, node
 		fmt.Fprintf(os.Stderr, "curectl report: --html %s: %v\n", file, err)
 		return 1
 	}
-	printReport(rep, asJSON, out)
+	printReport(rep, format, out)
 	fmt.Fprintf(os.Stderr, "curectl report: wrote %s (run %s, %d timeline entries)\n", file, rep.GetRunId(), len(timeline))
 	if rep.GetStatus() != "succeeded" {
 		return 3
@@ -479,6 +726,9 @@ func (cc clientCert) explain(err error) error {
 	switch {
 	case st.Code() == codes.Unauthenticated, st.Code() == codes.PermissionDenied:
 		return status.Errorf(st.Code(), "%s (curectl sent %s)", st.Message(), cc.desc)
+	case st.Code() == codes.Unavailable && strings.Contains(st.Message(), "x509:") &&
+		(strings.Contains(st.Message(), "valid for") || strings.Contains(st.Message(), "SANs")):
+		return status.Errorf(st.Code(), "%s (the host in --server must be a name the coordinator's certificate carries: its --advertise address, 127.0.0.1 or localhost)", st.Message())
 	case cc.cert != nil && st.Code() == codes.Unavailable && strings.Contains(st.Message(), "tls:"):
 		return status.Errorf(st.Code(), "%s (the coordinator may have refused %s: was it issued by this coordinator's CA? re-issue with `provisioner-lite pki --operator NAME --role ROLE`)", st.Message(), cc.desc)
 	}
@@ -531,4 +781,78 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// watchMany prints one progress line per node, from each node's latest
+// run, every interval: redrawn in place on a terminal, appended elsewhere.
+// It returns when no watched run is active (or after one round with once).
+func watchMany(ctx context.Context, c curev1.OperatorServiceClient, ids []string, sel map[string]string, expect map[string]time.Duration, every time.Duration, once bool, out io.Writer) int {
+	nodes := ids
+	if len(sel) > 0 {
+		ds, err := wipeTargets(ctx, c, ids, sel)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "curectl watch:", err)
+			return 1
+		}
+		nodes = nodes[:0:0]
+		for _, d := range ds {
+			nodes = append(nodes, d.GetNodeId())
+		}
+	}
+	tty := isTerminal(out)
+	for {
+		reports := make([]*curev1.RunReport, len(nodes))
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(len(nodes))*100*time.Millisecond)
+		for i, n := range nodes {
+			d, err := c.ShowNode(cctx, &curev1.ShowNodeRequest{NodeId: n})
+			if err != nil {
+				cancel()
+				fmt.Fprintf(os.Stderr, "curectl watch: node %s: %v\n", n, err)
+				return 1
+			}
+			if d.GetLastRunId() == "" {
+				continue
+			}
+			if reports[i], err = c.Report(cctx, &curev1.ReportRequest{RunId: d.GetLastRunId()}); err != nil {
+				cancel()
+				fmt.Fprintf(os.Stderr, "curectl watch: node %s: run %s: %v\n", n, d.GetLastRunId(), err)
+				return 1
+			}
+		}
+		cancel()
+		rows := curectl.Progress(nodes, reports, expect, time.Now())
+		if tty && !once {
+			fmt.Fprint(out, "\x1b[H\x1b[2J")
+		}
+		fmt.Fprintln(out, strings.Join(curectl.RenderProgress(rows, 20), "\n"))
+		active := 0
+		for _, r := range rows {
+			switch r.Status {
+			case "running", "pending", "attention":
+				active++
+			}
+		}
+		if once || active == 0 {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-time.After(every):
+		}
+	}
+}
+
+// parseExpect reads --expect phase=duration pairs.
+func parseExpect(vals []string) (map[string]time.Duration, error) {
+	m := map[string]time.Duration{}
+	for _, v := range vals {
+		k, d, ok := strings.Cut(v, "=")
+		dur, err := time.ParseDuration(d)
+		if !ok || k == "" || err != nil || dur <= 0 {
+			return nil, fmt.Errorf("--expect %q: want PHASE=DURATION, e.g. validate=2h", v)
+		}
+		m[k] = dur
+	}
+	return m, nil
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -18,90 +17,142 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/curectl"
 	"github.com/cure-oss/cure/provisioner-lite/nodes"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-const nodesUsage = `usage: curectl nodes [list]
-       curectl nodes show NODE
-       curectl nodes add --id ID --bmc-url URL --bmc-user USER (--bmc-password-env VAR | --bmc-password-file FILE | --bmc-password-stdin)
-                         [--bmc-fingerprint SHA256 | --bmc-ca-file FILE | --bmc-insecure] --mac MAC [--mac MAC...]
-                         [--sku SKU] [--hostname NAME] [--serial S] [--label k=v...] [--psid SERIAL=PSID...]
-       curectl nodes add -f FILE      (one node's YAML mapping, or a nodes file; refuses ids that exist)
-       curectl nodes import FILE      (YAML or CSV nodes file; adds new nodes and updates existing ones)
-       curectl nodes remove NODE      (refused while the node has an active run; its history stays)
-       curectl nodes label NODE k=v... [k-...]`
+// nodesCmd is `curectl nodes ...`; without a subcommand it lists.
+func (a *app) nodesCmd() *cobra.Command {
+	var output string
+	list := func(_ *cobra.Command, _ []string) error {
+		format, err := parseOutput(output)
+		if err != nil {
+			return err
+		}
+		return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int { return nodesList(ctx, c, format, a.out) })
+	}
+	cmd := &cobra.Command{
+		Use:   "nodes",
+		Short: "List, show, add, import, remove and label nodes (default: list)",
+		Args:  cobra.NoArgs,
+		RunE:  list,
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "table|wide|json|yaml")
+	listCmd := &cobra.Command{Use: "list", Short: "List the nodes", Args: cobra.NoArgs, RunE: list}
+	listCmd.Flags().StringVarP(&output, "output", "o", "", "table|wide|json|yaml")
 
-// nodesCmd runs `curectl nodes ...`. in is stdin (--bmc-password-stdin).
-func nodesCmd(ctx context.Context, c curev1.OperatorServiceClient, args []string, in io.Reader, out io.Writer) int {
-	sub, rest := "list", args
-	if len(args) > 0 {
-		sub, rest = args[0], args[1:]
+	var showOutput string
+	show := &cobra.Command{
+		Use:   "show NODE",
+		Short: "Show one node: inventory entry (secrets only as where they come from), latest run, hardware",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			format, err := parseOutput(showOutput)
+			if err != nil {
+				return err
+			}
+			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
+				return nodesShow(ctx, c, args[0], format, a.out)
+			})
+		},
 	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	switch sub {
-	case "list":
-		if len(rest) > 0 {
-			return nodesUsageErr("list takes no arguments")
-		}
-		resp, err := c.ListNodes(cctx, &curev1.ListNodesRequest{})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "curectl nodes:", err)
-			return 1
-		}
-		curectl.PrintNodes(out, resp.GetNodes())
-		return 0
-	case "show":
-		if len(rest) != 1 {
-			return nodesUsageErr("show takes one NODE")
-		}
-		d, err := c.ShowNode(cctx, &curev1.ShowNodeRequest{NodeId: rest[0]})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "curectl nodes show:", err)
-			return 1
-		}
-		curectl.PrintNode(out, d)
-		return 0
-	case "add":
-		return nodesAdd(cctx, c, rest, in, out)
-	case "import":
-		if len(rest) != 1 {
-			return nodesUsageErr("import takes one FILE")
-		}
-		return sendNodes(cctx, c, rest[0], true, out)
-	case "remove":
-		if len(rest) != 1 {
-			return nodesUsageErr("remove takes one NODE")
-		}
-		resp, err := c.RemoveNode(cctx, &curev1.RemoveNodeRequest{NodeId: rest[0]})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "curectl nodes remove:", err)
-			return 1
-		}
-		fmt.Fprintf(out, "node %s removed (%d run(s) kept in its history)\n", resp.GetNodeId(), resp.GetRunsKept())
-		return 0
-	case "label":
-		if len(rest) < 2 {
-			return nodesUsageErr("label takes NODE and at least one k=v or k-")
-		}
-		set, remove, err := parseLabelArgs(rest[1:])
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "curectl nodes label:", err)
-			return 2
-		}
-		d, err := c.LabelNode(cctx, &curev1.LabelNodeRequest{NodeId: rest[0], Set: set, Remove: remove})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "curectl nodes label:", err)
-			return 1
-		}
-		fmt.Fprintf(out, "node %s labels: %s\n", d.GetNodeId(), labelString(d.GetLabels()))
-		return 0
+	show.Flags().StringVarP(&showOutput, "output", "o", "", "table|json|yaml")
+
+	importCmd := &cobra.Command{
+		Use:   "import FILE",
+		Short: "Add new nodes and update existing ones from a YAML or CSV nodes file",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
+				cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				defer cancel()
+				return sendNodes(cctx, c, args[0], true, a.out)
+			})
+		},
 	}
-	return nodesUsageErr(fmt.Sprintf("unknown nodes command %q", sub))
+	remove := &cobra.Command{
+		Use:   "remove NODE",
+		Short: "Remove a node (refused while it has an active run; its history stays)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
+				return nodesRemove(ctx, c, args[0], a.out)
+			})
+		},
+	}
+	label := &cobra.Command{
+		Use:   "label NODE k=v... [k-...]",
+		Short: "Set (k=v) and remove (k-) a node's labels",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(_ *cobra.Command, args []string) error {
+			set, rm, err := parseLabelArgs(args[1:])
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "curectl nodes label:", err)
+				a.rc = 2
+				return errDone
+			}
+			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
+				return nodesLabel(ctx, c, args[0], set, rm, a.out)
+			})
+		},
+	}
+	cmd.AddCommand(listCmd, show, a.nodesAddCmd(), importCmd, remove, label)
+	return cmd
 }
 
-func nodesUsageErr(msg string) int {
-	fmt.Fprintf(os.Stderr, "curectl nodes: %s\n%s\n", msg, nodesUsage)
-	return 2
+func nodesList(ctx context.Context, c curev1.OperatorServiceClient, format string, out io.Writer) int {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	resp, err := c.ListNodes(cctx, &curev1.ListNodesRequest{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl nodes:", err)
+		return 1
+	}
+	if format == outJSON || format == outYAML {
+		return printStructured(resp, format, out)
+	}
+	// The table already has every field of a node's list entry: wide is it.
+	curectl.PrintNodes(out, resp.GetNodes())
+	return 0
+}
+
+func nodesShow(ctx context.Context, c curev1.OperatorServiceClient, node, format string, out io.Writer) int {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	d, err := c.ShowNode(cctx, &curev1.ShowNodeRequest{NodeId: node})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl nodes show:", err)
+		return 1
+	}
+	if format == outJSON || format == outYAML {
+		return printStructured(d, format, out)
+	}
+	curectl.PrintNode(out, d)
+	return 0
+}
+
+func nodesRemove(ctx context.Context, c curev1.OperatorServiceClient, node string, out io.Writer) int {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	resp, err := c.RemoveNode(cctx, &curev1.RemoveNodeRequest{NodeId: node})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl nodes remove:", err)
+		return 1
+	}
+	fmt.Fprintf(out, "node %s removed (%d run(s) kept in its history)\n", resp.GetNodeId(), resp.GetRunsKept())
+	return 0
+}
+
+func nodesLabel(ctx context.Context, c curev1.OperatorServiceClient, node string, set map[string]string, remove []string, out io.Writer) int {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	d, err := c.LabelNode(cctx, &curev1.LabelNodeRequest{NodeId: node, Set: set, Remove: remove})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl nodes label:", err)
+		return 1
+	}
+	fmt.Fprintf(out, "node %s labels: %s\n", d.GetNodeId(), labelString(d.GetLabels()))
+	return 0
 }
 
 // parseLabelArgs reads k=v (set) and k- (remove), checked as the inventory
@@ -137,43 +188,73 @@ func labelString(m map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
-type multi []string
+// addOpts are the flags of `nodes add`.
+type addOpts struct {
+	file                  string
+	n                     store.Node
+	pwEnv, pwFile, caFile string
+	pwStdin               bool
+	macs, labels, psids   []string
+	nodeFlagsGiven        bool
+}
 
-func (m *multi) String() string     { return strings.Join(*m, ",") }
-func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
+func (a *app) nodesAddCmd() *cobra.Command {
+	var o addOpts
+	cmd := &cobra.Command{
+		Use:   "add (--id ID --bmc-url URL --bmc-user USER PASSWORD-SOURCE --mac MAC... | -f FILE)",
+		Short: "Add one node from flags, or the nodes of a YAML snippet or nodes file (refuses ids that exist)",
+		Long: `Add one node from flags, or with -f the nodes of a YAML snippet (one node's
+mapping) or a nodes file. Exactly one password source: --bmc-password-env VAR,
+--bmc-password-file FILE or --bmc-password-stdin (read here, sent over TLS).
+BMC TLS: --bmc-fingerprint SHA256, --bmc-ca-file FILE or --bmc-insecure.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.Flags().Visit(func(f *pflag.Flag) {
+				if f.Name != "f" && cmd.LocalNonPersistentFlags().Lookup(f.Name) != nil {
+					o.nodeFlagsGiven = true
+				}
+			})
+			if o.file != "" && o.nodeFlagsGiven {
+				a.rc = nodesUsageErr("add: -f FILE or the node's flags, not both")
+				return errDone
+			}
+			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
+				cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				defer cancel()
+				return nodesAdd(cctx, c, o, a.in, a.out)
+			})
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVarP(&o.file, "f", "f", "", "a YAML snippet (one node's mapping) or a nodes file, instead of the flags")
+	fs.StringVar(&o.n.ID, "id", "", "node id")
+	fs.StringVar(&o.n.BMCURL, "bmc-url", "", "BMC Redfish URL (https://...)")
+	fs.StringVar(&o.n.BMCUser, "bmc-user", "", "BMC user name")
+	fs.StringVar(&o.pwEnv, "bmc-password-env", "", "read the BMC password from this environment variable (here, not on the coordinator)")
+	fs.StringVar(&o.pwFile, "bmc-password-file", "", "read the BMC password from this file (mode 0600)")
+	fs.BoolVar(&o.pwStdin, "bmc-password-stdin", false, "read the BMC password from the first line of stdin")
+	fs.StringVar(&o.n.BMCFingerprint, "bmc-fingerprint", "", "pinned SHA-256 of the BMC's certificate")
+	fs.StringVar(&o.caFile, "bmc-ca-file", "", "PEM CA bundle that verifies the BMC (sent to the coordinator)")
+	fs.BoolVar(&o.n.BMCInsecure, "bmc-insecure", false, "do not verify the BMC's TLS (allows http://)")
+	fs.StringVar(&o.n.SKU, "sku", "", "SKU manifest name")
+	fs.StringVar(&o.n.Hostname, "hostname", "", "host name of the installed OS")
+	fs.StringVar(&o.n.SystemSerial, "serial", "", "system serial")
+	fs.StringArrayVar(&o.macs, "mac", nil, "MAC the node PXE-boots from (repeatable)")
+	fs.StringArrayVar(&o.labels, "label", nil, "k=v (repeatable)")
+	fs.StringArrayVar(&o.psids, "psid", nil, "DISKSERIAL=PSID from the drive label (repeatable)")
+	return cmd
+}
 
-func nodesAdd(ctx context.Context, c curev1.OperatorServiceClient, args []string, in io.Reader, out io.Writer) int {
-	fs := flag.NewFlagSet("nodes add", flag.ContinueOnError)
-	file := fs.String("f", "", "a YAML snippet (one node's mapping) or a nodes file, instead of the flags")
-	var n store.Node
-	fs.StringVar(&n.ID, "id", "", "node id")
-	fs.StringVar(&n.BMCURL, "bmc-url", "", "BMC Redfish URL (https://...)")
-	fs.StringVar(&n.BMCUser, "bmc-user", "", "BMC user name")
-	pwEnv := fs.String("bmc-password-env", "", "read the BMC password from this environment variable (here, not on the coordinator)")
-	pwFile := fs.String("bmc-password-file", "", "read the BMC password from this file (mode 0600)")
-	pwStdin := fs.Bool("bmc-password-stdin", false, "read the BMC password from the first line of stdin")
-	fs.StringVar(&n.BMCFingerprint, "bmc-fingerprint", "", "pinned SHA-256 of the BMC's certificate")
-	caFile := fs.String("bmc-ca-file", "", "PEM CA bundle that verifies the BMC (sent to the coordinator)")
-	fs.BoolVar(&n.BMCInsecure, "bmc-insecure", false, "do not verify the BMC's TLS (allows http://)")
-	fs.StringVar(&n.SKU, "sku", "", "SKU manifest name")
-	fs.StringVar(&n.Hostname, "hostname", "", "host name of the installed OS")
-	fs.StringVar(&n.SystemSerial, "serial", "", "system serial")
-	var macs, labels, psids multi
-	fs.Var(&macs, "mac", "MAC the node PXE-boots from (repeatable)")
-	fs.Var(&labels, "label", "k=v (repeatable)")
-	fs.Var(&psids, "psid", "DISKSERIAL=PSID from the drive label (repeatable)")
-	if fs.Parse(args) != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		return nodesUsageErr(fmt.Sprintf("add: unexpected arguments %q", fs.Args()))
-	}
-	if *file != "" {
-		if fs.NFlag() > 1 {
+func nodesAdd(ctx context.Context, c curev1.OperatorServiceClient, o addOpts, in io.Reader, out io.Writer) int {
+	if o.file != "" {
+		if o.nodeFlagsGiven {
 			return nodesUsageErr("add: -f FILE or the node's flags, not both")
 		}
-		return sendNodes(ctx, c, *file, false, out)
+		return sendNodes(ctx, c, o.file, false, out)
 	}
+	n := o.n
+	pwEnv, pwFile, pwStdin, caFile := &o.pwEnv, &o.pwFile, &o.pwStdin, &o.caFile
+	macs, labels, psids := o.macs, o.labels, o.psids
 	n.MACs = macs
 	var err error
 	if n.Labels, err = pairsArg("--label", labels); err != nil {
@@ -296,4 +377,9 @@ func sendSpecs(ctx context.Context, c curev1.OperatorServiceClient, specs []*cur
 		fmt.Fprintf(out, "updated %d: %s\n", len(u), strings.Join(u, ", "))
 	}
 	return 0
+}
+
+func nodesUsageErr(msg string) int {
+	fmt.Fprintf(os.Stderr, "curectl nodes: %s (see `curectl nodes add --help`)\n", msg)
+	return 2
 }

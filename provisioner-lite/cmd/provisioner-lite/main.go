@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -74,6 +75,7 @@ type config struct {
 	powerGroups                                string
 	bmcIdle                                    time.Duration
 	pprofListen                                string
+	tlsNames                                   []string // extra names of the gRPC server certificate
 }
 
 func main() {
@@ -96,7 +98,7 @@ func main() {
 		}
 	}
 	var c config
-	var imports multiFlag
+	var imports, tlsNames multiFlag
 	flag.Usage = func() {
 		usage(flag.CommandLine.Output())
 		fmt.Fprintln(flag.CommandLine.Output(), "\ncoordinator flags:")
@@ -147,6 +149,8 @@ func main() {
 	flag.DurationVar(&c.leaseTTL, "lease-ttl", store.DefaultLeaseTTL, "how long a run stays with an instance that stopped renewing its lease before another instance takes it over")
 	flag.DurationVar(&c.statsEvery, "stats-every", time.Minute, "log the store's write statistics and the active runs this often")
 	flag.StringVar(&c.instance, "instance-id", defaultInstanceID(), "this coordinator instance's name (leases, answers, logs); unique among instances sharing a database")
+	flag.Var(&tlsNames, "tls-name", "another DNS name or IP the gRPC server certificate carries, besides --advertise, 127.0.0.1 and localhost: "+
+		"a name operators give curectl --server (a DNS name, a VIP), which curectl verifies as given (repeatable)")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -154,6 +158,7 @@ func main() {
 		os.Exit(2)
 	}
 	c.imports = imports
+	c.tlsNames = tlsNames
 	c.procRoot = "/proc"
 	c.eventLimits.HardEvents = c.eventLimits.MaxEvents + store.DefaultEventLimits.HardEvents - store.DefaultEventLimits.MaxEvents
 	c.retention.BootTokens = store.DefaultRetention.BootTokens
@@ -259,10 +264,17 @@ func initState(stateDir, operator, advertise, pxeIface, procRoot string, log *sl
 
 // serverHosts are the names the server certificate carries: the address
 // nodes use, and loopback for curectl on the coordinator host.
-func serverHosts(advertise string) []string {
+func serverHosts(advertise string, extra ...string) []string {
 	hosts := []string{"127.0.0.1", "localhost"}
 	if advertise != "" && advertise != "127.0.0.1" && advertise != "localhost" {
 		hosts = append([]string{advertise}, hosts...)
+	}
+	for _, h := range extra {
+		for _, n := range strings.Split(h, ",") {
+			if n = strings.TrimSpace(n); n != "" && !slices.Contains(hosts, n) {
+				hosts = append(hosts, n)
+			}
+		}
 	}
 	return hosts
 }
@@ -489,7 +501,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	}
 	baseURL := "http://" + net.JoinHostPort(c.advertise, httpPort)
 
-	tlsCfg, err := pki.ServerTLSConfig(pkiDir, serverHosts(c.advertise))
+	tlsCfg, err := pki.ServerTLSConfig(pkiDir, serverHosts(c.advertise, c.tlsNames...))
 	if err != nil {
 		return err
 	}

@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/provisioner-lite/statedir"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
@@ -67,5 +69,27 @@ func TestSecondCoordinatorRefused(t *testing.T) {
 	defer cancel2()
 	if err := run(ctx2, log, testConfig(state)); err != nil {
 		t.Fatalf("restart after the first stopped: %v", err)
+	}
+}
+
+// The server certificate carries --advertise, the loopback names and every
+// --tls-name, so curectl --server can verify the name an operator types.
+func TestServerHostsTLSNames(t *testing.T) {
+	got := serverHosts("10.9.8.7", "coord-a.dc1", "vip.dc1, localhost", "10.9.8.7")
+	want := []string{"10.9.8.7", "127.0.0.1", "localhost", "coord-a.dc1", "vip.dc1"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("serverHosts = %q, want %q", got, want)
+	}
+	cert, err := pki.IssueServerCert(t.TempDir(), got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range want {
+		if err := cert.Leaf.VerifyHostname(name); err != nil {
+			t.Errorf("certificate does not carry %s: %v", name, err)
+		}
+	}
+	if err := cert.Leaf.VerifyHostname("coord-b.dc1"); err == nil {
+		t.Error("certificate carries coord-b.dc1, never given")
 	}
 }
