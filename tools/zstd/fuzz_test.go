@@ -2,6 +2,7 @@ package zstd
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"testing"
 
@@ -46,12 +47,27 @@ func FuzzDecode(f *testing.F) {
 			t.Fatal(err)
 		}
 		got, err := io.ReadAll(io.LimitReader(r, fuzzMaxOut+1))
-		if err != nil || len(got) > fuzzMaxOut {
+		want, kerr := kdec.DecodeAll(in, nil)
+		// Past the output bound the decoders stop for different reasons
+		// (our LimitReader, klauspost's max memory): nothing to compare.
+		if len(got) > fuzzMaxOut || errors.Is(kerr, kzstd.ErrDecoderSizeExceeded) {
 			return
 		}
-		want, kerr := kdec.DecodeAll(in, nil)
-		if kerr != nil {
+		// Both decoders enforce the same 8 MiB window; klauspost's own
+		// limit error is the agreement case for ours.
+		if errors.Is(err, ErrWindowTooLarge) && errors.Is(kerr, kzstd.ErrWindowSizeExceeded) {
 			return
+		}
+		switch {
+		case err != nil && kerr == nil:
+			// A false rejection: an image klauspost and zstd(1) decode
+			// would fail to install.
+			t.Fatalf("cure rejects what klauspost decodes (%d bytes): %v", len(want), err)
+		case err == nil && kerr != nil:
+			// A false acceptance: corrupt input written to a disk as if good.
+			t.Fatalf("cure accepts (%d bytes) what klauspost rejects: %v", len(got), kerr)
+		case err != nil:
+			return // both reject
 		}
 		if !bytes.Equal(got, want) {
 			t.Fatalf("both decoders succeed but differ: got %d bytes, klauspost %d, first difference at %d",
