@@ -95,7 +95,8 @@ fuzz:
 
 # Image writer vs `curl | zstd -dc | dd oflag=direct` (and gzip) on the same
 # images and target in one run: MB/s, ratio, writer peak RSS (incompressible
-# and mostly-zero images; 10 GiB RSS check). BENCH_INSTALL_FLAGS=-size=512MiB for a quick run.
+# and mostly-zero images; 10 GiB RSS check). BENCH_INSTALL_FLAGS=-size=512MiB for a quick run;
+# -decoders=cure-zstd,klauspost-zstd,exec,auto adds one row per zstd decoder, alternated in the same runs.
 .PHONY: bench-install
 bench-install:
 	$(GO) run ./tools/diskimage/cmd/bench-install $(BENCH_INSTALL_FLAGS)

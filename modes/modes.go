@@ -168,6 +168,21 @@ func CheckWrite(m Mode, action string) error {
 	return nil
 }
 
+// CheckWipe refuses erasing disks unless the mode is provision or wipe:
+// audit, verify, diagnostic and burn-in never erase one (burn-in may write
+// test patterns elsewhere, but a wipe is the provisioning flow's job).
+// tools/wipe holds no policy of its own: it refuses unless the caller
+// grants it AllowDestructive, which the runner does only after this check.
+func CheckWipe(m Mode) error {
+	if err := CheckWrite(m, "wipe"); err != nil {
+		return err
+	}
+	if m != Provision && m != Wipe {
+		return fmt.Errorf("wipe refused: mode %s does not erase disks (only provision and wipe do)", m)
+	}
+	return nil
+}
+
 // ToProto converts a mode to its wire value.
 func ToProto(m Mode) curev1.Mode {
 	switch m {

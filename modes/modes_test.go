@@ -93,3 +93,19 @@ func TestHardwareGateFirst(t *testing.T) {
 		}
 	}
 }
+
+// Only provision and wipe erase disks; every other mode, and an unknown
+// one, is refused with the mode named (tools/wipe relies on this check
+// being made before it is granted AllowDestructive).
+func TestCheckWipe(t *testing.T) {
+	for _, m := range []Mode{Audit, Verify, Diagnostic, Burnin, "bogus"} {
+		if err := CheckWipe(m); err == nil || !strings.Contains(err.Error(), string(m)) {
+			t.Errorf("mode %s: CheckWipe = %v, want a refusal naming it", m, err)
+		}
+	}
+	for _, m := range []Mode{Provision, Wipe} {
+		if err := CheckWipe(m); err != nil {
+			t.Errorf("mode %s refused: %v", m, err)
+		}
+	}
+}

@@ -50,11 +50,3 @@ func TestParseVPDRepairsUTF8(t *testing.T) {
 		t.Errorf("parseVPD = %q, %q: want invalid bytes replaced by U+FFFD", n, pn)
 	}
 }
-
-// tail cuts at a byte count: the message must still be UTF-8.
-func TestTailKeepsUTF8(t *testing.T) {
-	out := []byte(strings.Repeat("é", 300) + "\xff end")
-	if s := tail(out); !utf8.ValidString(s) || !strings.HasSuffix(s, "\uFFFD end") {
-		t.Errorf("tail = %q", s)
-	}
-}

@@ -32,7 +32,9 @@ func RealDiskWiper(sysRoot string) DiskWiper {
 		if err != nil {
 			return nil, err
 		}
-		return wipe.Execute(ctx, plan, dev.Handles, cred, wipe.Options{})
+		// runSEDRevert calls a DiskWiper only after modes.CheckWipe passed:
+		// that is the grant the device library asks for.
+		return wipe.Execute(ctx, plan, dev.Handles, cred, wipe.Options{AllowDestructive: true})
 	}
 }
 
@@ -52,7 +54,7 @@ func (e *Executor) runSEDRevert(ctx context.Context, a *curev1.Assignment, emit 
 	if err != nil {
 		return failed("sed_revert: %v", err)
 	}
-	if err := wipe.Guard(mode); err != nil {
+	if err := modes.CheckWipe(mode); err != nil {
 		return failed("sed_revert: %v", err)
 	}
 	if e.cfg.Wipe == nil || e.cfg.Disks == nil {

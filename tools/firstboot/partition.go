@@ -1,15 +1,14 @@
 package firstboot
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/cure-oss/cure/tools/fat"
 )
 
 // SeedLabel is the volume label cloud-init's NoCloud datasource looks for.
@@ -57,7 +56,7 @@ func FindSeedPartition(sysRoot, devRoot, disk string) (string, error) {
 	var found, seen []string
 	for _, p := range parts {
 		dev := filepath.Join(devRoot, p.name)
-		label, err := readFATLabel(dev)
+		label, err := fat.ReadLabel(dev)
 		switch {
 		case err != nil:
 			seen = append(seen, fmt.Sprintf("%s: %v", p.name, err))
@@ -74,48 +73,4 @@ func FindSeedPartition(sysRoot, devRoot, disk string) (string, error) {
 		return "", fmt.Errorf("find seed partition: no partition of %s has FAT label %s (%s)", disk, SeedLabel, strings.Join(seen, "; "))
 	}
 	return "", fmt.Errorf("find seed partition: %s has several %s partitions: %s", disk, SeedLabel, strings.Join(found, ", "))
-}
-
-var errNotFAT = errors.New("not a FAT file system")
-
-func readFATLabel(dev string) (string, error) {
-	f, err := os.Open(dev)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	bs := make([]byte, 512)
-	if _, err := io.ReadFull(f, bs); err != nil {
-		return "", fmt.Errorf("read boot sector: %w", err)
-	}
-	return FATLabel(bs)
-}
-
-// FATLabel extracts the volume label from a FAT boot sector. The extended
-// boot signature 0x29 (at 0x26 for FAT12/16, 0x42 for FAT32) says the
-// label field is present: 11 bytes at 0x2B or 0x47, space padded. FAT32 is
-// recognised by a zero 16-bit FAT size (BPB_FATSz16 at 0x16).
-func FATLabel(bs []byte) (string, error) {
-	if len(bs) < 512 {
-		return "", fmt.Errorf("%w: boot sector is %d bytes", errNotFAT, len(bs))
-	}
-	if bs[510] != 0x55 || bs[511] != 0xAA {
-		return "", fmt.Errorf("%w: no 55 AA boot signature", errNotFAT)
-	}
-	if bs[0] != 0xEB && bs[0] != 0xE9 {
-		return "", fmt.Errorf("%w: jump instruction %#02x", errNotFAT, bs[0])
-	}
-	bps := binary.LittleEndian.Uint16(bs[0x0B:])
-	spc := bs[0x0D]
-	if (bps != 512 && bps != 1024 && bps != 2048 && bps != 4096) || spc == 0 || spc&(spc-1) != 0 {
-		return "", fmt.Errorf("%w: bytes/sector %d, sectors/cluster %d", errNotFAT, bps, spc)
-	}
-	sigOff, labelOff := 0x26, 0x2B
-	if binary.LittleEndian.Uint16(bs[0x16:]) == 0 {
-		sigOff, labelOff = 0x42, 0x47
-	}
-	if bs[sigOff] != 0x29 {
-		return "", fmt.Errorf("FAT without a volume label field (extended boot signature %#02x at %#x)", bs[sigOff], sigOff)
-	}
-	return strings.TrimRight(string(bs[labelOff:labelOff+11]), " \x00"), nil
 }

@@ -88,7 +88,7 @@ func TestExecuteATAEnhancedErase(t *testing.T) {
 	if p.Method != MethodATAEnhanced {
 		t.Fatalf("plan %v", methods(p))
 	}
-	res, err := Execute(context.Background(), p, r.handles(), Credentials{}, Options{Samples: 8, Log: r.log})
+	res, err := Execute(context.Background(), p, r.handles(), Credentials{}, Options{Samples: 8, Log: r.log, AllowDestructive: true})
 	if err != nil {
 		t.Fatalf("%v\nlogs:\n%s", err, r.logs)
 	}
@@ -127,7 +127,7 @@ func TestExecuteATAEnhancedErase(t *testing.T) {
 func TestExecuteATANormalErase(t *testing.T) {
 	r := newSATARig(t)
 	r.drive.FixedSense = true
-	res, err := Execute(context.Background(), r.plan(t, Policy{Method: PolicyFormat}), r.handles(), Credentials{}, Options{Log: r.log})
+	res, err := Execute(context.Background(), r.plan(t, Policy{Method: PolicyFormat}), r.handles(), Credentials{}, Options{Log: r.log, AllowDestructive: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestExecuteATAFailureRemovesPassword(t *testing.T) {
 	if len(p.Fallbacks) != 1 || p.Fallbacks[0].Method != MethodATANormal {
 		t.Fatalf("plan %v", methods(p))
 	}
-	res, err := Execute(context.Background(), p, r.handles(), Credentials{}, Options{Log: r.log})
+	res, err := Execute(context.Background(), p, r.handles(), Credentials{}, Options{Log: r.log, AllowDestructive: true})
 	if err == nil {
 		t.Fatal("erase failure not reported")
 	}
@@ -179,7 +179,7 @@ func TestExecuteATAFailureLockedDrive(t *testing.T) {
 	r.drive.EraseUnitError = ata.ErrorABRT
 	r.drive.LockOnEraseFailure = true
 	r.drive.FixedSense, r.drive.OldLibataSense = true, true // as Debian 12's libata reports it
-	_, err := Execute(context.Background(), r.plan(t, Policy{Method: PolicyFormat}), r.handles(), Credentials{}, Options{Log: r.log})
+	_, err := Execute(context.Background(), r.plan(t, Policy{Method: PolicyFormat}), r.handles(), Credentials{}, Options{Log: r.log, AllowDestructive: true})
 	if err == nil || !strings.Contains(err.Error(), "command aborted by the drive: ATA status 0x41 (DRDY ERR), error 0x04 (ABRT)") || !strings.Contains(err.Error(), "removed again") {
 		t.Fatalf("err = %v", err)
 	}
@@ -197,7 +197,7 @@ func TestExecuteATAPasswordLeftBehind(t *testing.T) {
 	r := newSATARig(t)
 	r.drive.EraseUnitError = ata.ErrorABRT
 	r.drive.DisableFails = true
-	res, err := Execute(context.Background(), r.plan(t, Policy{Method: PolicyFormat}), r.handles(), Credentials{}, Options{Log: r.log})
+	res, err := Execute(context.Background(), r.plan(t, Policy{Method: PolicyFormat}), r.handles(), Credentials{}, Options{Log: r.log, AllowDestructive: true})
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -228,7 +228,7 @@ func TestExecuteATAPasswordLeftBehind(t *testing.T) {
 func TestExecuteATAEraseKeepsPassword(t *testing.T) {
 	r := newSATARig(t)
 	r.drive.KeepPasswordOnErase = true
-	_, err := Execute(context.Background(), r.plan(t, Policy{Method: PolicyFormat}), r.handles(), Credentials{}, Options{Log: r.log})
+	_, err := Execute(context.Background(), r.plan(t, Policy{Method: PolicyFormat}), r.handles(), Credentials{}, Options{Log: r.log, AllowDestructive: true})
 	if err == nil || !strings.Contains(err.Error(), "ERASE UNIT reported success but IDENTIFY word 128 0x0023 still shows SEC5") {
 		t.Fatalf("err = %v", err)
 	}
@@ -264,7 +264,7 @@ func TestExecuteATANotStarted(t *testing.T) {
 			r := newSATARig(t)
 			p := r.plan(t, Policy{Method: PolicyFormat})
 			ctx := c.setup(r)
-			res, err := Execute(ctx, p, r.handles(), Credentials{}, Options{Log: r.log})
+			res, err := Execute(ctx, p, r.handles(), Credentials{}, Options{Log: r.log, AllowDestructive: true})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v", err)
 			}
@@ -294,7 +294,7 @@ func TestUnsupportedATA(t *testing.T) {
 	r := newSATARig(t)
 	p := r.plan(t, Policy{Method: PolicySanitize, AllowWeakerFallback: true})
 	r.drive.NoPassThrough = true
-	res, err := Execute(context.Background(), p, r.handles(), Credentials{}, Options{Log: r.log})
+	res, err := Execute(context.Background(), p, r.handles(), Credentials{}, Options{Log: r.log, AllowDestructive: true})
 	if err == nil || !strings.Contains(err.Error(), "every planned method was rejected as unsupported") || len(res.Attempts) != 2 {
 		t.Fatalf("err %v attempts %+v", err, res.Attempts)
 	}

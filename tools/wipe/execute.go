@@ -40,6 +40,10 @@ type Options struct {
 	SanitizePoll   time.Duration // default 2 s
 	SanitizeBudget time.Duration // default 6 h
 	Log            *slog.Logger
+	// AllowDestructive is the caller's grant to write the disk. The
+	// device library does not know modes; the caller decides (the runner:
+	// modes.CheckWipe) and Execute refuses without it, before any write.
+	AllowDestructive bool
 }
 
 // Attempt is one method tried.
@@ -91,6 +95,9 @@ func Execute(ctx context.Context, p Plan, h Handles, cred Credentials, o Options
 	fail := func(format string, a ...any) (*Result, error) {
 		res.Total = time.Since(start)
 		return res, fmt.Errorf("wipe %s (serial %q): %s", p.Disk.Name, p.Disk.Serial, fmt.Sprintf(format, a...))
+	}
+	if !o.AllowDestructive && p.Method != MethodNone {
+		return fail("refused: the caller did not grant AllowDestructive (only provision and wipe modes erase disks)")
 	}
 	if p.Method == MethodNone {
 		res.Verified = true

@@ -122,7 +122,7 @@ func TestExecuteFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Execute(context.Background(), p, Handles{Block: disk, Admin: ctrl, Namespace: testNamespace(t)}, Credentials{}, Options{Samples: 8})
+	res, err := Execute(context.Background(), p, Handles{Block: disk, Admin: ctrl, Namespace: testNamespace(t)}, Credentials{}, Options{Samples: 8, AllowDestructive: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestExecuteDetectsSurvivingMarker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Execute(context.Background(), p, Handles{Block: disk, Admin: ctrl, Namespace: testNamespace(t)}, Credentials{}, Options{})
+	res, err := Execute(context.Background(), p, Handles{Block: disk, Admin: ctrl, Namespace: testNamespace(t)}, Credentials{}, Options{AllowDestructive: true})
 	if err == nil || res.Verified || !strings.Contains(err.Error(), "verification failed: first MiB") || !strings.Contains(err.Error(), "MARKER STILL PRESENT in 256 of 256 blocks") {
 		t.Fatalf("err = %v, verified %t", err, res.Verified)
 	}
@@ -170,7 +170,7 @@ func TestExecuteFallsBackOnlyWhenUnsupported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Execute(context.Background(), p, Handles{Block: disk, Admin: ctrl, Namespace: testNamespace(t)}, Credentials{}, Options{})
+	res, err := Execute(context.Background(), p, Handles{Block: disk, Admin: ctrl, Namespace: testNamespace(t)}, Credentials{}, Options{AllowDestructive: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestExecuteFallsBackOnlyWhenUnsupported(t *testing.T) {
 	}
 	// Sanitize failing for a real reason (Sanitize Failed, 0x1c) stops the run.
 	ctrl = &fakeCtrl{disk: newDisk(t), sanitizeStatus: 0x1c}
-	res, err = Execute(context.Background(), p, Handles{Block: ctrl.disk, Admin: ctrl, Namespace: testNamespace(t)}, Credentials{}, Options{})
+	res, err = Execute(context.Background(), p, Handles{Block: ctrl.disk, Admin: ctrl, Namespace: testNamespace(t)}, Credentials{}, Options{AllowDestructive: true})
 	if err == nil || len(res.Attempts) != 1 || !strings.Contains(err.Error(), "Sanitize Failed") {
 		t.Fatalf("err %v attempts %+v", err, res.Attempts)
 	}
@@ -199,7 +199,7 @@ func TestExecutePSIDRevert(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := Handles{Block: disk, Opal: sed, Security: sed}
-	res, err := Execute(context.Background(), p, h, Credentials{PSID: psid}, Options{})
+	res, err := Execute(context.Background(), p, h, Credentials{PSID: psid}, Options{AllowDestructive: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestExecutePSIDRevert(t *testing.T) {
 
 	// Unlocked drive: the marker is written and proven gone (noise now).
 	sed = &fakeSED{disk: newDisk(t), psid: psid}
-	res, err = Execute(context.Background(), p, Handles{Block: sed.disk, Opal: sed, Security: sed}, Credentials{PSID: psid}, Options{})
+	res, err = Execute(context.Background(), p, Handles{Block: sed.disk, Opal: sed, Security: sed}, Credentials{PSID: psid}, Options{AllowDestructive: true})
 	if err != nil || !strings.Contains(strings.Join(res.Evidence, "\n"), "marker gone, now non-uniform data") {
 		t.Fatalf("err %v evidence %v", err, res.Evidence)
 	}
@@ -224,7 +224,7 @@ func TestExecutePSIDRevert(t *testing.T) {
 		t.Fatalf("plan %+v err %v", p, err)
 	}
 	ctrl := &fakeCtrl{disk: sed.disk}
-	res, err = Execute(context.Background(), p, Handles{Block: sed.disk, Opal: sed, Security: sed, Admin: ctrl, Namespace: testNamespace(t)}, Credentials{PSID: "WRONGWRONGWRONGWRONGWRONGWRONGWR"}, Options{})
+	res, err = Execute(context.Background(), p, Handles{Block: sed.disk, Opal: sed, Security: sed, Admin: ctrl, Namespace: testNamespace(t)}, Credentials{PSID: "WRONGWRONGWRONGWRONGWRONGWRONGWR"}, Options{AllowDestructive: true})
 	if err == nil || !strings.Contains(err.Error(), "NOT_AUTHORIZED") || len(res.Attempts) != 1 || len(ctrl.cmds) != 0 {
 		t.Fatalf("err %v attempts %+v ctrl cmds %d", err, res.Attempts, len(ctrl.cmds))
 	}
@@ -234,7 +234,7 @@ func TestExecuteRefusesBootMedium(t *testing.T) {
 	disk := newDisk(t)
 	p := Plan{Disk: blockdev.Disk{Name: "sda", BootMedium: true}, Method: MethodFormatUserData}
 	before := append([]byte(nil), disk.b[:4096]...)
-	if _, err := Execute(context.Background(), p, Handles{Block: disk}, Credentials{}, Options{}); err == nil || !strings.Contains(err.Error(), "refusing") {
+	if _, err := Execute(context.Background(), p, Handles{Block: disk}, Credentials{}, Options{AllowDestructive: true}); err == nil || !strings.Contains(err.Error(), "refusing") {
 		t.Fatalf("err = %v", err)
 	}
 	if !bytes.Equal(before, disk.b[:4096]) {
@@ -257,5 +257,29 @@ func TestMarkerRegions(t *testing.T) {
 	}
 	if _, err := planMarker(1<<20, 4, bytes.NewReader(make([]byte, 16))); err == nil {
 		t.Error("a 1 MiB disk cannot hold first and last MiB markers")
+	}
+}
+
+// The device library holds no mode policy: without the caller's grant it
+// refuses every erase before a byte is written or a command sent.
+func TestExecuteRefusesWithoutCapability(t *testing.T) {
+	disk := newDisk(t)
+	before := append([]byte(nil), disk.b...)
+	ctrl := &fakeCtrl{disk: disk}
+	for _, pol := range []string{PolicyFormat, PolicyCryptoErase} {
+		p, err := PlanWipe(Target{Disk: nvmeDisk("nvme0n1", "S1"), OpalErr: noTCG, NVMe: fullNVMe()}, Policy{Method: pol})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Execute(context.Background(), p, Handles{Block: disk, Admin: ctrl, Namespace: testNamespace(t)}, Credentials{}, Options{})
+		if err == nil || !strings.Contains(err.Error(), "did not grant AllowDestructive") || res.Verified || res.Method != MethodNone {
+			t.Fatalf("%s: err = %v, result %+v", pol, err, res)
+		}
+	}
+	if len(ctrl.cmds) != 0 {
+		t.Errorf("%d admin commands sent without the capability", len(ctrl.cmds))
+	}
+	if !bytes.Equal(before, disk.b) {
+		t.Error("disk written without the capability")
 	}
 }

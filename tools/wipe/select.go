@@ -5,21 +5,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/tools/blockdev"
 )
-
-// Guard refuses a wipe unless the mode is provision or wipe: audit,
-// verify, diagnostic and burn-in never write a disk.
-func Guard(m modes.Mode) error {
-	if m != modes.Provision && m != modes.Wipe {
-		if err := modes.CheckWrite(m, "wipe"); err != nil {
-			return err
-		}
-		return fmt.Errorf("wipe refused: mode %s does not erase disks (only provision and wipe do)", m)
-	}
-	return modes.CheckWrite(m, "wipe")
-}
 
 // SelectTargets returns every disk sel matches, sorted by name. Unlike an
 // install target a wipe may cover several disks, so "ambiguous" here means

@@ -3,8 +3,13 @@ package zstd
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -34,7 +39,9 @@ var (
 )
 
 // loadBenchInputs builds the streams once per process: a 256 MiB disk image
-// (4 MiB regions, 90% zero, 10% random), 64 MiB random and 64 MiB text.
+// (4 MiB regions, 90% zero, 10% random), 64 MiB random and 64 MiB text,
+// and "osimage": a real ext4 filesystem over a real tree (see osImage),
+// the case the 90%-zero image flatters.
 func loadBenchInputs(b *testing.B) map[string]benchInput {
 	benchOnce.Do(func() {
 		benchInputs = map[string]benchInput{}
@@ -49,6 +56,11 @@ func loadBenchInputs(b *testing.B) map[string]benchInput {
 			"disk":   disk,
 			"random": randomData(64<<20, 100),
 			"text":   textData(64<<20, 101),
+		}
+		if img, err := osImage(b); err != nil {
+			b.Logf("osimage skipped: %v", err)
+		} else {
+			inputs["osimage"] = img
 		}
 		bin, err := execLookPath("zstd")
 		for name, data := range inputs {
@@ -68,8 +80,11 @@ func loadBenchInputs(b *testing.B) map[string]benchInput {
 
 func BenchmarkDecode(b *testing.B) {
 	in := loadBenchInputs(b)
-	for _, name := range []string{"disk", "random", "text"} {
-		bi := in[name]
+	for _, name := range []string{"disk", "osimage", "random", "text"} {
+		bi, ok := in[name]
+		if !ok {
+			continue // osimage without mkfs.ext4 (logged once)
+		}
 		b.Run(name+"/cure", func(b *testing.B) {
 			b.SetBytes(bi.size)
 			b.ReportMetric(float64(len(bi.comp))/float64(bi.size), "ratio")
@@ -112,6 +127,46 @@ func BenchmarkDecode(b *testing.B) {
 			})
 		}
 	}
+}
+
+// osImage returns a realistic OS disk image: an ext4 filesystem made by
+// mkfs.ext4 -d over a real directory tree (ZSTD_BENCH_TREE, default the
+// Go toolchain: binaries, archives, source text), sized so the tree fills
+// ~60% of it, as a root filesystem image with room to grow would be.
+func osImage(b *testing.B) ([]byte, error) {
+	mkfs, err := execLookPath("mkfs.ext4")
+	if err != nil {
+		return nil, fmt.Errorf("mkfs.ext4 not installed (apt-get install e2fsprogs): %w", err)
+	}
+	tree := os.Getenv("ZSTD_BENCH_TREE")
+	if tree == "" {
+		tree = runtime.GOROOT()
+	}
+	var used int64
+	err = filepath.WalkDir(tree, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				used += (fi.Size() + 4095) &^ 4095
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	size := (used*10/6 + 1<<20) &^ (1<<20 - 1)
+	path := filepath.Join(b.TempDir(), "os.img")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.Truncate(path, size); err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command(mkfs, "-q", "-F", "-E", "root_owner=0:0", "-d", tree, path).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("mkfs.ext4 -d %s: %v: %s", tree, err, out)
+	}
+	b.Logf("osimage: ext4 over %s, %d MiB image, %d MiB of files", tree, size>>20, used>>20)
+	return os.ReadFile(path)
 }
 
 // BenchmarkDecodeFile decodes a real stream (an ext4 image compressed with

@@ -2,6 +2,7 @@ package zstd
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"testing"
 
@@ -28,6 +29,17 @@ func FuzzDecode(f *testing.F) {
 			f.Add(klauspostEncode(f, s, true, kzstd.WithEncoderLevel(lvl), kzstd.WithWindowSize(1<<10), kzstd.WithEncoderCRC(false)))
 		}
 	}
+	// Inputs both decoders must reject, and one both must accept: a
+	// flipped content checksum, a truncated frame, a frame after a
+	// skippable one, and a frame declaring a 16 MiB window (over the 8 MiB
+	// limit both are given below).
+	good := klauspostEncode(f, textData(3000, 5), false)
+	badSum := bytes.Clone(good)
+	badSum[len(badSum)-1] ^= 1
+	f.Add(badSum)
+	f.Add(good[:len(good)-1])
+	f.Add(append([]byte{0x50, 0x2A, 0x4D, 0x18, 3, 0, 0, 0, 'a', 'b', 'c'}, good...))
+	f.Add([]byte{0x28, 0xB5, 0x2F, 0xFD, 0x00, 0x70, 0x01, 0x00, 0x00}) // window 2^24, one empty raw block
 	if bin, err := execLookPath("zstd"); err == nil {
 		for _, s := range seeds[1:] {
 			f.Add(cliEncode(f, bin, s, "-19"))
@@ -46,12 +58,22 @@ func FuzzDecode(f *testing.F) {
 			t.Fatal(err)
 		}
 		got, err := io.ReadAll(io.LimitReader(r, fuzzMaxOut+1))
-		if err != nil || len(got) > fuzzMaxOut {
+		want, kerr := kdec.DecodeAll(in, nil)
+		// Past the output bound the decoders stop for different reasons
+		// (our LimitReader, klauspost's max memory): nothing to compare.
+		if len(got) > fuzzMaxOut || errors.Is(kerr, kzstd.ErrDecoderSizeExceeded) {
 			return
 		}
-		want, kerr := kdec.DecodeAll(in, nil)
-		if kerr != nil {
-			return
+		switch {
+		case err != nil && kerr == nil:
+			// A false rejection: an image klauspost and zstd(1) decode
+			// would fail to install.
+			t.Fatalf("cure rejects what klauspost decodes (%d bytes): %v", len(want), err)
+		case err == nil && kerr != nil:
+			// A false acceptance: corrupt input written to a disk as if good.
+			t.Fatalf("cure accepts (%d bytes) what klauspost rejects: %v", len(got), kerr)
+		case err != nil:
+			return // both reject
 		}
 		if !bytes.Equal(got, want) {
 			t.Fatalf("both decoders succeed but differ: got %d bytes, klauspost %d, first difference at %d",

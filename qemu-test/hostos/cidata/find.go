@@ -7,35 +7,18 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/cure-oss/cure/tools/fat"
 	"golang.org/x/sys/unix"
 )
 
 // ErrNotFound means no block device carries the label (yet: NVMe probes
 // asynchronously, so callers poll).
 var ErrNotFound = errors.New("no FAT filesystem with that label")
-
-// FATLabel returns the volume label from a FAT12/16/32 boot sector, or ""
-// when the sector is not a FAT boot sector with an extended BPB.
-func FATLabel(bs []byte) string {
-	if len(bs) < 512 || bs[510] != 0x55 || bs[511] != 0xAA {
-		return ""
-	}
-	// Extended boot signature 0x29 then serial(4) label(11) fstype(8),
-	// at 38 on FAT12/16 and at 66 on FAT32.
-	for _, off := range []int{38, 66} {
-		fsType := string(bs[off+16 : off+24])
-		if bs[off] == 0x29 && strings.HasPrefix(fsType, "FAT") {
-			return strings.TrimRight(string(bs[off+5:off+16]), " \x00")
-		}
-	}
-	return ""
-}
 
 // Candidates lists block device names (sda, sda1, nvme0n1p2...) from
 // <sysRoot>/block: whole disks and their partitions, sorted.
@@ -72,9 +55,9 @@ func FindByLabel(sysRoot, devRoot, label string) (string, error) {
 	var found []string
 	for _, n := range names {
 		p := filepath.Join(devRoot, n)
-		l, err := readLabel(p)
+		l, err := fat.ReadLabel(p)
 		if err != nil {
-			continue // no node yet, or unreadable: not ours
+			continue // no node yet, unreadable or not FAT: not ours
 		}
 		if strings.EqualFold(l, label) {
 			found = append(found, p)
@@ -87,19 +70,6 @@ func FindByLabel(sysRoot, devRoot, label string) (string, error) {
 		return found[0], nil
 	}
 	return "", fmt.Errorf("FAT label %q is ambiguous: found on %s", label, strings.Join(found, ", "))
-}
-
-func readLabel(dev string) (string, error) {
-	f, err := os.Open(dev)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	bs := make([]byte, 512)
-	if _, err := io.ReadFull(f, bs); err != nil {
-		return "", err
-	}
-	return FATLabel(bs), nil
 }
 
 // MountReadOnly mounts the vfat filesystem on dev at dir, read-only: the

@@ -43,6 +43,7 @@ var (
 	runs                     int
 	reuse                    bool
 	fsSource                 string
+	decoders                 []string
 )
 
 func main() {
@@ -60,7 +61,17 @@ func main() {
 	flag.IntVar(&runs, "runs", 3, "runs of each contender per image, alternating; medians are compared")
 	flag.BoolVar(&reuse, "reuse", false, "keep the generated images in -work and reuse them when present")
 	flag.StringVar(&fsSource, "fs-source", "/usr/share", "directory copied into the ext4 'filesystem' image, a stand-in for a real OS image (empty: skip that image)")
+	decList := flag.String("decoders", "", "comma-separated Options.Decoder values (auto, cure-zstd, klauspost-zstd, exec, go) each run alternately with the baseline, one row each (default: auto only)")
 	flag.Parse()
+	decoders = []string{diskimage.DecoderAuto}
+	if *decList != "" {
+		decoders = strings.Split(*decList, ",")
+		for i, d := range decoders {
+			if d == "auto" {
+				decoders[i] = diskimage.DecoderAuto
+			}
+		}
+	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err := run(*size, *zeroPct, *rssSize, *work, *useFile); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-install:", err)
@@ -190,25 +201,34 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 			u := base + filepath.Base(art)
 			// Alternate the contenders so drift in the machine's load
 			// (a shared VM) lands on both; compare medians.
-			var baseDurs, writerDurs []time.Duration
-			var w *childResult
+			// With -decoders, each run has the baseline then every decoder.
+			var baseDurs []time.Duration
+			writerDurs := make([][]time.Duration, len(decoders))
+			ws := make([]*childResult, len(decoders))
 			for r := 0; r < runs; r++ {
 				t0 := time.Now()
 				if err := sh(fmt.Sprintf("%s %q | %s | dd of=%q bs=4M oflag=direct status=none", fetchCmd, u, codec.dec, target)); err != nil {
 					return fmt.Errorf("baseline %s: %w", art, err)
 				}
 				baseDurs = append(baseDurs, time.Since(t0))
-				if w, err = runChild(u, art, codec.format, target); err != nil {
-					return err
-				}
-				writerDurs = append(writerDurs, w.wall)
-				if err := verifyRaw(target, im.size, im.rawSum); err != nil {
-					return fmt.Errorf("writer output for %s does not read back: %w", art, err)
+				for i, dec := range decoders {
+					w, err := runChild(u, art, codec.format, target, dec)
+					if err != nil {
+						return err
+					}
+					ws[i] = w
+					writerDurs[i] = append(writerDurs[i], w.wall)
+					if err := verifyRaw(target, im.size, im.rawSum); err != nil {
+						return fmt.Errorf("writer output for %s (decoder %q) does not read back: %w", art, dec, err)
+					}
 				}
 			}
-			bm, wm := mbps(im.size, median(baseDurs)), mbps(im.size, median(writerDurs))
-			fmt.Printf("%-16s %-6s %7.0f MB/s %7.0f MB/s %6.2fx %6d MiB %8.0f%%  %s\n",
-				im.name, codec.ext, bm, wm, wm/bm, w.maxRSS>>20, 100*float64(w.res.ZeroBytes)/float64(im.size), w.res.Decoder)
+			bm := mbps(im.size, median(baseDurs))
+			for i, w := range ws {
+				wm := mbps(im.size, median(writerDurs[i]))
+				fmt.Printf("%-16s %-6s %7.0f MB/s %7.0f MB/s %6.2fx %6d MiB %8.0f%%  %s\n",
+					im.name, codec.ext, bm, wm, wm/bm, w.maxRSS>>20, 100*float64(w.res.ZeroBytes)/float64(im.size), w.res.Decoder)
+			}
 		}
 	}
 
@@ -222,7 +242,7 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 		if err := os.WriteFile(big, nil, 0o644); err != nil {
 			return err
 		}
-		w, err := runChild(base+filepath.Base(art), art, diskimage.FormatZstd, big)
+		w, err := runChild(base+filepath.Base(art), art, diskimage.FormatZstd, big, diskimage.DecoderAuto)
 		if err != nil {
 			return err
 		}
@@ -336,7 +356,7 @@ type childResult struct {
 }
 
 // runChild runs the writer in a fresh process of this binary.
-func runChild(u, art, format, target string) (*childResult, error) {
+func runChild(u, art, format, target, decoder string) (*childResult, error) {
 	sum, size, err := fileSum(art)
 	if err != nil {
 		return nil, err
@@ -346,8 +366,12 @@ func runChild(u, art, format, target string) (*childResult, error) {
 		return nil, err
 	}
 	cmd := exec.Command(exe, "write-child", u, sum, strconv.FormatInt(size, 10), format, target)
+	cmd.Env = os.Environ()
+	if decoder != "" {
+		cmd.Env = append(cmd.Env, "BENCH_DECODER="+decoder)
+	}
 	if cpuProfileDir != "" {
-		cmd.Env = append(os.Environ(), "BENCH_CPUPROFILE="+filepath.Join(cpuProfileDir, filepath.Base(art)+".pprof"))
+		cmd.Env = append(cmd.Env, "BENCH_CPUPROFILE="+filepath.Join(cpuProfileDir, filepath.Base(art)+".pprof"))
 	}
 	cmd.Stderr = os.Stderr
 	t0 := time.Now()

@@ -73,10 +73,10 @@ func run() error {
 		return err
 	}
 
-	if err := wipe.Guard(modes.Wipe); err != nil {
+	if err := modes.CheckWipe(modes.Wipe); err != nil {
 		return err
 	}
-	if err := wipe.Guard(modes.Audit); err != nil {
+	if err := modes.CheckWipe(modes.Audit); err != nil {
 		fmt.Printf("CURE-WIPE step=guard-audit err=%v\n", err)
 	}
 	dev, tgt, err := openTarget(string(cmdline), blockdev.Selector{Transport: "nvme", Serial: serial})
@@ -106,7 +106,7 @@ func run() error {
 	fmt.Printf("CURE-WIPE step=plan method=%s reason=%q\n", plan.Method, plan.Reason)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := wipe.Execute(ctx, plan, dev.Handles, wipe.Credentials{}, wipe.Options{Samples: 16})
+	res, err := wipe.Execute(ctx, plan, dev.Handles, wipe.Credentials{}, wipe.Options{Samples: 16, AllowDestructive: true})
 	if res != nil {
 		j, _ := json.Marshal(res)
 		fmt.Printf("CURE-WIPE-RESULT %s\n", j)

@@ -1,23 +1,22 @@
-package firstboot
+package fat
 
 import (
 	"strings"
 	"testing"
 )
 
-// FuzzFATLabel reads a partition's boot sector, as the written image (or
-// whatever the disk held) has it, to find the CIDATA partition. A label is
-// at most the 11-byte field, unpadded, and found only in a sector with the
-// boot signature, a jump and a sane BPB; a longer input is read as its
-// first sector.
-func FuzzFATLabel(f *testing.F) {
+// FuzzLabel: a partition's boot sector is whatever the written image (or
+// the disk before it) holds. A label is at most the 11-byte field,
+// unpadded, and found only in a sector with the boot signature, a jump and
+// a sane BPB; a longer input is read as its first sector.
+func FuzzLabel(f *testing.F) {
 	f.Add(bootSector(false, 0x29, "CIDATA"))
 	f.Add(bootSector(true, 0x29, "cidata"))
 	f.Add(bootSector(false, 0x28, "CIDATA"))
 	f.Add(bootSector(true, 0x29, "\xff\xfe\x00 CIDATA"))
 	f.Add(make([]byte, 511))
 	f.Fuzz(func(t *testing.T, bs []byte) {
-		label, err := FATLabel(bs)
+		label, err := Label(bs)
 		if err != nil {
 			if label != "" {
 				t.Fatalf("label %q with error %v", label, err)
@@ -30,7 +29,7 @@ func FuzzFATLabel(f *testing.F) {
 		if len(label) > 11 || label != strings.TrimRight(label, " \x00") {
 			t.Fatalf("label %q", label)
 		}
-		if l2, err := FATLabel(append(bs[:512:512], "more sectors"...)); err != nil || l2 != label {
+		if l2, err := Label(append(bs[:512:512], "more sectors"...)); err != nil || l2 != label {
 			t.Fatalf("bytes after the sector changed the label: %q, %v", l2, err)
 		}
 	})

@@ -1,0 +1,550 @@
+// Package gpucheck builds the validation suite's gpu checks (suite.Env.GPU):
+// a manifests.Check of type gpu becomes a checks.Func that runs cure-nvml
+// (tools/gpu/cmd/cure-nvml), the cgo helper that talks to NVML, so this
+// package and the runner that calls it stay cgo-free.
+package gpucheck
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/tools/checks"
+	"github.com/cure-oss/cure/tools/gpu"
+)
+
+// DefaultNVMLHelper is where the CURE image carries cure-nvml
+// (tools/gpu/cmd/cure-nvml, built with cgo by `make image`).
+const DefaultNVMLHelper = "/usr/bin/cure-nvml"
+
+// gpuMargin is added to a GPU check's own run time for the helper's NVML
+// start-up, the before/after reads and gpu-burn's start-up and grace.
+const gpuMargin = 5 * time.Minute
+
+// Exec runs the NVML helper. code is the exit status; err is set only
+// when the program could not run or was stopped (ctx ended), never for a
+// non-zero exit.
+type Exec func(ctx context.Context, name string, args ...string) (stdout, stderr []byte, code int, err error)
+
+// Checks builds the validation suite's gpu checks (suite.Env.GPU): each
+// runs cure-nvml, which talks to NVML (cgo, the driver's libnvidia-ml.so.1)
+// so the runner itself stays cgo-free.
+type Checks struct {
+	// Helper is the cure-nvml path; default DefaultNVMLHelper.
+	Helper string
+	// Root holds sys/ ("/" on a node): NVIDIA GPUs are found on the PCI bus
+	// there, to tell "no GPU here" from "NVML missing".
+	Root string
+	// TmpDir receives the expectation file; default os.TempDir().
+	TmpDir string
+	// Exec runs the helper; nil means the real process.
+	Exec Exec
+	Log  *slog.Logger
+	// Prepare brings the GPU driver up (modules, fabric manager) before the
+	// helper runs; nil assumes it is up.
+	Prepare func(context.Context) error
+}
+
+// gpuPlan is one gpu check as data: what the helper is told and how long
+// it may take.
+type gpuPlan struct {
+	Expect  gpu.Expect
+	Args    []string // helper flags after -expect FILE
+	Timeout time.Duration
+	// RequireGPU: the check names a GPU count or addresses, so a node with
+	// no NVIDIA GPU on the bus fails it rather than skipping it.
+	RequireGPU bool
+}
+
+// Build implements suite.Env.GPU: it validates c (unknown params and
+// thresholds are errors naming the check) and returns the check's Func.
+func (g Checks) Build(c manifests.Check) (checks.Func, error) {
+	p, err := planGPU(c)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) ([]checks.Verdict, error) { return g.run(ctx, c.Name, p) }, nil
+}
+
+// planGPU maps a manifests.Check of type gpu onto gpu.Expect and helper
+// flags. Field names are gpu.Expect's JSON names where one exists.
+func planGPU(c manifests.Check) (gpuPlan, error) {
+	var p gpuPlan
+	var errs []string
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, field+": "+fmt.Sprintf(format, args...))
+	}
+	e := &p.Expect
+	burn := false
+	burnPath, dcgmLevel, dcgmTimeout := "", int64(0), time.Duration(0)
+	for _, k := range sortedKeys(c.Params) {
+		v, f := c.Params[k], "params."+k
+		switch k {
+		case "count":
+			e.Count = int(paramInt(v, f, bad))
+		case "busIDs":
+			e.BusIDs = paramStrs(v, f, bad)
+		case "model":
+			e.Model = paramStr(v, f, bad)
+		case "pciDeviceID":
+			e.PCIDeviceID = uint32(paramHex(v, f, bad))
+		case "failOnRemapPending":
+			e.FailOnRemapPending = paramBool(v, f, bad)
+		case "criticalXids":
+			list, ok := v.([]any)
+			if !ok {
+				bad(f, "expected a list of Xid numbers, found %T %v", v, v)
+				break
+			}
+			for i, x := range list {
+				if n := paramInt(x, fmt.Sprintf("%s[%d]", f, i), bad); n > 0 {
+					e.CriticalXids = append(e.CriticalXids, uint64(n))
+				}
+			}
+		case "failClocksReasons":
+			for i, name := range paramStrs(v, f, bad) {
+				bit, ok := reasonBit(name)
+				if !ok {
+					bad(fmt.Sprintf("%s[%d]", f, i), "%q is not a clocks event reason (want one of %s)", name, strings.Join(gpu.ReasonNames(^uint64(0)>>55), ", "))
+				}
+				e.FailClocksReasons |= bit
+			}
+		case "pcieGen":
+			e.PCIeGen = int(paramInt(v, f, bad))
+		case "pcieWidth":
+			e.PCIeWidth = int(paramInt(v, f, bad))
+		case "nvlinks":
+			e.NVLinks = int(paramInt(v, f, bad))
+		case "powerLimitW":
+			e.PowerLimitW = int(paramInt(v, f, bad))
+		case "gpuBurn":
+			burn = paramBool(v, f, bad)
+		case "gpuBurnPath":
+			burnPath = paramStr(v, f, bad)
+		case "dcgmLevel":
+			if dcgmLevel = paramInt(v, f, bad); dcgmLevel < 0 || dcgmLevel > 4 {
+				bad(f, "%d is not a dcgmi diag run level (1-4, 0 = none)", dcgmLevel)
+			}
+		case "dcgmTimeout":
+			s, _ := v.(string)
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				bad(f, "expected a positive Go duration such as 90m, found %v", v)
+			}
+			dcgmTimeout = d
+		default:
+			bad(f, "unknown parameter for a gpu check (want count, busIDs, model, pciDeviceID, failOnRemapPending, criticalXids, failClocksReasons, pcieGen, pcieWidth, nvlinks, powerLimitW, gpuBurn, gpuBurnPath, dcgmLevel, dcgmTimeout)")
+		}
+	}
+	for _, k := range sortedKeys(c.Thresholds) {
+		t, f := c.Thresholds[k], "thresholds."+k
+		switch k {
+		case "components":
+			// A bar on how many gpu/<n> verdicts matched: checks.Run judges it.
+		case "uncorrectedECC":
+			e.MaxUncorrectedECC = uint64(thresholdInt(t, f, false, true, bad))
+		case "retiredPages":
+			e.MaxRetiredPages = int(thresholdInt(t, f, false, false, bad))
+		case "pcieReplays":
+			e.MaxPCIeReplayDelta = uint64(thresholdInt(t, f, false, false, bad))
+		case "temperatureC":
+			e.MaxTemperatureC = int(thresholdInt(t, f, false, false, bad))
+		case "tempMarginC":
+			e.TempMarginC = int(thresholdInt(t, f, true, true, bad))
+		case "loadPowerW":
+			e.MinLoadPowerW = int(thresholdInt(t, f, true, false, bad))
+		default:
+			bad(f, "unknown metric for a gpu check (want components, uncorrectedECC, retiredPages, pcieReplays, temperatureC, tempMarginC, loadPowerW)")
+		}
+	}
+	if err := e.Validate(); err != nil {
+		errs = append(errs, err.Error())
+	}
+
+	dur := time.Duration(c.Duration)
+	if c.Interval > 0 {
+		p.Args = append(p.Args, "-interval", time.Duration(c.Interval).String())
+	}
+	switch {
+	case burn && dur <= 0:
+		bad("params.gpuBurn", "needs the check's duration (how long gpu-burn runs)")
+	case burn:
+		p.Args = append(p.Args, "-burn", dur.String())
+		if burnPath != "" {
+			p.Args = append(p.Args, "-gpu-burn", burnPath)
+		}
+	case burnPath != "":
+		bad("params.gpuBurnPath", "set without gpuBurn: true")
+	case dcgmLevel == 0 && dur > 0:
+		p.Args = append(p.Args, "-duration", dur.String())
+	}
+	p.Timeout = dur + gpuMargin
+	if dcgmLevel > 0 {
+		if dcgmTimeout == 0 {
+			dcgmTimeout = 2 * time.Hour // cure-nvml's default: -r 4 takes over an hour
+		}
+		p.Args = append(p.Args, "-dcgm-level", strconv.FormatInt(dcgmLevel, 10), "-dcgm-timeout", dcgmTimeout.String())
+		p.Timeout += dcgmTimeout
+	} else if dcgmTimeout > 0 {
+		bad("params.dcgmTimeout", "set without dcgmLevel")
+	}
+	p.RequireGPU = e.Count > 0 || len(e.BusIDs) > 0
+	if len(errs) > 0 {
+		return gpuPlan{}, fmt.Errorf("gpu check %q: %s", c.Name, strings.Join(errs, "; "))
+	}
+	return p, nil
+}
+
+// run executes one planned check on the node.
+func (g Checks) run(ctx context.Context, name string, p gpuPlan) ([]checks.Verdict, error) {
+	if g.Root == "" {
+		g.Root = "/"
+	}
+	if g.Helper == "" {
+		g.Helper = DefaultNVMLHelper
+	}
+	if g.Exec == nil {
+		g.Exec = osExec
+	}
+	if g.Log == nil {
+		g.Log = slog.Default()
+	}
+	gpus, err := NVIDIAGPUs(g.Root)
+	if err != nil {
+		return nil, err
+	}
+	if len(gpus) == 0 {
+		if p.RequireGPU {
+			want := len(p.Expect.BusIDs)
+			if p.Expect.Count > 0 {
+				want = p.Expect.Count
+			}
+			return []checks.Verdict{{Component: "gpu", Status: checks.Fail, Observed: "0", Expected: fmt.Sprintf("%d GPUs", want),
+				Message: "no NVIDIA GPU on this node's PCI bus (vendor 0x10de, class 0x03): every GPU is off the bus, or this suite is for another SKU"}}, nil
+		}
+		return []checks.Verdict{{Component: "gpu", Status: checks.Skip, Message: "no NVIDIA GPU on this node (no PCI device with vendor 0x10de, class 0x03)"}}, nil
+	}
+	if g.Prepare != nil {
+		if err := g.Prepare(ctx); err != nil {
+			return []checks.Verdict{{Component: "gpu", Status: checks.Error, Expected: "driver loaded",
+				Message: fmt.Sprintf("%d NVIDIA GPU(s) on the bus, but the driver did not come up: %v", len(gpus), err)}}, nil
+		}
+	}
+	if _, err := os.Stat(g.Helper); errors.Is(err, fs.ErrNotExist) {
+		return []checks.Verdict{{Component: "gpu", Status: checks.Skip,
+			Message: fmt.Sprintf("cure-nvml not in this image (%s): %d NVIDIA GPU(s) on the bus are not checked", g.Helper, len(gpus))}}, nil
+	}
+
+	data, err := json.Marshal(p.Expect)
+	if err != nil {
+		return nil, fmt.Errorf("encoding gpu expectations: %w", err)
+	}
+	f, err := os.CreateTemp(g.TmpDir, "cure-gpu-expect-*.json")
+	if err != nil {
+		return nil, fmt.Errorf("writing gpu expectations for %s: %w", g.Helper, err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("writing %s: %w", f.Name(), err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("writing %s: %w", f.Name(), err)
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, p.Timeout)
+	defer cancel()
+	args := append([]string{"-expect", f.Name()}, p.Args...)
+	g.Log.Info("gpu check: running NVML helper", "check", name, "helper", g.Helper, "args", args, "gpus", len(gpus), "timeout", p.Timeout)
+	stdout, stderr, code, err := g.Exec(ctx, g.Helper, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s (limit %s): %w; stderr: %s", g.Helper, p.Timeout, err, tail(stderr))
+	}
+	switch code {
+	case 0, 1, 3:
+	case 2:
+		return []checks.Verdict{{Component: "gpu", Status: checks.Error,
+			Message: fmt.Sprintf("%s refused its input (exit 2): %s", g.Helper, tail(stderr))}}, nil
+	default:
+		return nil, fmt.Errorf("%s exited %d (want 0, 1 or 3); stderr: %s", g.Helper, code, tail(stderr))
+	}
+	var rep struct {
+		Driver   string        `json:"driver"`
+		Verdicts []gpu.Verdict `json:"verdicts"`
+	}
+	if err := json.Unmarshal(stdout, &rep); err != nil || rep.Verdicts == nil {
+		if code == 3 {
+			// The cgo-less build of the helper prints no document.
+			return []checks.Verdict{{Component: "gpu", Status: checks.Error,
+				Message: fmt.Sprintf("NVML unavailable with %d NVIDIA GPU(s) on the bus: %s", len(gpus), tail(stderr))}}, nil
+		}
+		return nil, fmt.Errorf("%s exit %d: expected a JSON document {driver, verdicts} on stdout, found %q: %v", g.Helper, code, tail(stdout), err)
+	}
+	vs := foldVerdicts(rep.Verdicts, rep.Driver)
+	if code == 3 {
+		for i := range vs {
+			vs[i].Message = fmt.Sprintf("%d NVIDIA GPU(s) on the bus but NVML is unavailable: %s", len(gpus), vs[i].Message)
+		}
+	}
+	if w := checks.Worst(vs); code == 1 && w != checks.Fail && w != checks.Error {
+		msg := fmt.Sprintf("%s exited 1 (a failure) but reported none", g.Helper)
+		i := slices.IndexFunc(vs, func(v checks.Verdict) bool { return v.Component == "gpu" })
+		if i < 0 {
+			vs, i = append(vs, checks.Verdict{Component: "gpu"}), len(vs)
+		}
+		vs[i].Status, vs[i].Message = checks.Error, strings.TrimPrefix(msg+"; "+vs[i].Message, "; ")
+		vs[i].Message = strings.TrimSuffix(vs[i].Message, "; ")
+	}
+	return vs, nil
+}
+
+// foldVerdicts turns the helper's (component, sub-check) verdicts into one
+// verdict per component, as checks.Run keeps one per component and check:
+// the worst status, the non-passing sub-checks spelt out, the passing ones
+// named. The system-level component "gpu" carries the driver version.
+func foldVerdicts(in []gpu.Verdict, driver string) []checks.Verdict {
+	byComp := map[string][]gpu.Verdict{}
+	var order []string
+	for _, v := range in {
+		if _, ok := byComp[v.Component]; !ok {
+			order = append(order, v.Component)
+		}
+		byComp[v.Component] = append(byComp[v.Component], v)
+	}
+	out := make([]checks.Verdict, 0, len(order))
+	for _, comp := range order {
+		subs := byComp[comp]
+		worst := checks.Pass
+		for _, v := range subs {
+			if s := checkStatus(v.Status); s.Worse(worst) {
+				worst = s
+			}
+		}
+		var msgs, obs, exp, passed []string
+		for _, v := range subs {
+			st := checkStatus(v.Status)
+			if st == checks.Pass {
+				passed = append(passed, v.Check)
+			} else {
+				m := fmt.Sprintf("%s %s", v.Check, v.Status)
+				if v.Observed != "" || v.Expected != "" {
+					m += fmt.Sprintf(" (observed %s, expected %s)", v.Observed, v.Expected)
+				}
+				if v.Message != "" {
+					m += ": " + v.Message
+				}
+				msgs = append(msgs, m)
+			}
+			if st == worst && worst != checks.Pass && (v.Observed != "" || v.Expected != "") {
+				obs = append(obs, v.Check+": "+v.Observed)
+				exp = append(exp, v.Check+": "+v.Expected)
+			}
+		}
+		if len(passed) > 0 {
+			msgs = append(msgs, "passed: "+strings.Join(passed, ", "))
+		}
+		if comp == "gpu" && driver != "" {
+			msgs = append(msgs, "driver "+driver)
+		}
+		out = append(out, checks.Verdict{Component: comp, Status: worst, Observed: strings.Join(obs, "; "),
+			Expected: strings.Join(exp, "; "), Message: strings.Join(msgs, "; ")})
+	}
+	return out
+}
+
+func checkStatus(s gpu.Status) checks.Status {
+	switch s {
+	case gpu.Pass:
+		return checks.Pass
+	case gpu.Fail:
+		return checks.Fail
+	case gpu.Skip:
+		return checks.Skip
+	}
+	return checks.Error // ERROR, or a status this runner does not know
+}
+
+// NVIDIAGPUs lists the PCI addresses of NVIDIA display controllers (vendor
+// 0x10de, base class 0x03: VGA 0x0300 and 3D 0x0302) under
+// root/sys/bus/pci/devices. NVSwitches (bridge class 0x0680) are not GPUs.
+// A tree without a PCI bus has none.
+func NVIDIAGPUs(root string) ([]string, error) {
+	dir := filepath.Join(root, "sys/bus/pci/devices")
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing PCI devices: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		vendor, verr := os.ReadFile(filepath.Join(dir, e.Name(), "vendor"))
+		class, cerr := os.ReadFile(filepath.Join(dir, e.Name(), "class"))
+		if verr != nil || cerr != nil {
+			continue // a device going away while we look
+		}
+		if strings.EqualFold(strings.TrimSpace(string(vendor)), "0x10de") &&
+			strings.HasPrefix(strings.ToLower(strings.TrimSpace(string(class))), "0x03") {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// osExec runs the helper; on cancellation it sends SIGTERM first so the
+// helper stops gpu-burn and shuts NVML down, then kills it 30 s later.
+func osExec(ctx context.Context, name string, args ...string) ([]byte, []byte, int, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		return o.Bytes(), e.Bytes(), -1, ctx.Err()
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.Exited() {
+		return o.Bytes(), e.Bytes(), ee.ExitCode(), nil
+	}
+	if err != nil {
+		return o.Bytes(), e.Bytes(), -1, err
+	}
+	return o.Bytes(), e.Bytes(), 0, nil
+}
+
+// tail is the last 512 bytes of a program's output, for messages. The cut
+// can split a character and the output need not be UTF-8: messages go
+// into protobuf strings, so what is not UTF-8 becomes U+FFFD.
+func tail(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 512 {
+		s = "..." + s[len(s)-512:]
+	}
+	if s == "" {
+		return "(empty)"
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func reasonBit(name string) (uint64, bool) {
+	for i := range 64 {
+		if n := gpu.ReasonNames(1 << i); len(n) == 1 && n[0] == name && !strings.HasPrefix(name, "unknown_") {
+			return 1 << i, true
+		}
+	}
+	return 0, false
+}
+
+type badFunc func(field, format string, args ...any)
+
+func paramInt(v any, f string, bad badFunc) int64 {
+	if n, ok := v.(int64); ok {
+		return n
+	}
+	if n, ok := v.(int); ok {
+		return int64(n)
+	}
+	bad(f, "expected an integer, found %T %v", v, v)
+	return 0
+}
+
+// paramHex reads an id written as an integer or a hex string ("0x233010DE").
+func paramHex(v any, f string, bad badFunc) uint64 {
+	if s, ok := v.(string); ok {
+		n, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(s), "0x"), 16, 32)
+		if err != nil {
+			bad(f, "%q is not a 32-bit hex id such as 0x233010DE", s)
+		}
+		return n
+	}
+	n := paramInt(v, f, bad)
+	if n < 0 || n > math.MaxUint32 {
+		bad(f, "%d is not a 32-bit id", n)
+		return 0
+	}
+	return uint64(n)
+}
+
+func paramStr(v any, f string, bad badFunc) string {
+	s, ok := v.(string)
+	if !ok {
+		bad(f, "expected a string, found %T %v", v, v)
+	}
+	return s
+}
+
+func paramBool(v any, f string, bad badFunc) bool {
+	b, ok := v.(bool)
+	if !ok {
+		bad(f, "expected true or false, found %T %v", v, v)
+	}
+	return b
+}
+
+func paramStrs(v any, f string, bad badFunc) []string {
+	list, ok := v.([]any)
+	if !ok {
+		bad(f, "expected a list of strings, found %T %v", v, v)
+		return nil
+	}
+	var out []string
+	for i, x := range list {
+		s, ok := x.(string)
+		if !ok {
+			bad(fmt.Sprintf("%s[%d]", f, i), "expected a string, found %T %v", x, x)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// thresholdInt reads a one-sided integer bar: {min: n} when wantMin, else
+// {max: n}. gpu.Expect takes 0 as "use the default" for most bars, so 0 is
+// refused unless zeroOK (the field's zero is a real bar).
+func thresholdInt(t manifests.Threshold, f string, wantMin, zeroOK bool, bad badFunc) int64 {
+	side, want, other := "max", t.Max, t.Min
+	if wantMin {
+		side, want, other = "min", t.Min, t.Max
+	}
+	if want == nil || other != nil || t.Equals != nil {
+		bad(f, "expected {%s: <integer>} only", side)
+		return 0
+	}
+	v := *want
+	if v != math.Trunc(v) || v < 0 || v > math.MaxInt32 {
+		bad(f, "%s %v: expected a non-negative integer", side, v)
+		return 0
+	}
+	if v == 0 && !zeroOK {
+		bad(f, "%s 0 is not supported (0 selects the helper's default bar)", side)
+	}
+	return int64(v)
+}
