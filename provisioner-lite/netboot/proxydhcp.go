@@ -64,7 +64,7 @@ type ProxyDHCP struct {
 	pxe  *server4.Server
 	// The sockets, kept for their addresses.
 	dhcpConn, pxeConn *net.UDPConn
-	lim  *limiter
+	lim               *limiter
 
 	received, answered, ignored, refused, dropped, failed atomic.Uint64
 	lastDropLog                                           atomic.Int64
