@@ -70,7 +70,7 @@ type QEMUMachine struct {
 	mu      sync.Mutex
 	cur     *qemuRun
 	seq     uint64
-	mode    string // BootSourceOverrideMode of the next Start: "Legacy" (default) or "UEFI"
+	mode    string        // BootSourceOverrideMode of the next Start: "Legacy" (default) or "UEFI"
 	stopped chan struct{} // closed by Close
 }
 
