@@ -65,6 +65,7 @@ type config struct {
 	powerGroups                                string
 	bmcIdle                                    time.Duration
 	pprofListen                                string
+	netboot                                    netbootFlags
 }
 
 func main() {
@@ -126,6 +127,7 @@ func main() {
 	flag.DurationVar(&c.leaseTTL, "lease-ttl", store.DefaultLeaseTTL, "how long a run stays with an instance that stopped renewing its lease before another instance takes it over")
 	flag.DurationVar(&c.statsEvery, "stats-every", time.Minute, "log the store's write statistics and the active runs this often")
 	flag.StringVar(&c.instance, "instance-id", defaultInstanceID(), "this coordinator instance's name (leases, answers, logs); unique among instances sharing a database")
+	c.netboot.register(flag.CommandLine)
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -258,10 +260,15 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		return err
 	}
 
+	nb, err := c.netboot.prepare(log)
+	if err != nil {
+		return err
+	}
 	bmcs, err := newBMCConnector(c.bmcCA, c.timeouts.BMCCall, log)
 	if err != nil {
 		return err
 	}
+	bmcs.bootMode, bmcs.httpBootURI = nb.mode, nb.httpBootURI(baseURL)
 	var groupKeys []string
 	for _, k := range strings.Split(c.powerGroups, ",") {
 		if k = strings.TrimSpace(k); k != "" {
@@ -284,10 +291,11 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		Budgets:         c.budgets,
 		TokensPerWindow: c.tokensPerWindow,
 		MaxRuns:         c.maxRuns,
+		NetBoot:         nb.target,
 	})
 
 	bs, err := bootserver.New(bootserver.Config{ImageDir: c.imageDir, ArtifactDir: artifactDir, BaseURL: baseURL, Logger: log,
-		Limits: bootserver.Limits{MaxConns: c.httpMaxConns}}, eng)
+		Limits: bootserver.Limits{MaxConns: c.httpMaxConns}, IPXEBuilds: nb.builds()}, eng)
 	if err != nil {
 		return err
 	}
@@ -312,7 +320,14 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		return err
 	}
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 4)
+	stopNetboot, err := nb.start(ctx, log, bs.ScriptURL(), baseURL, st, errc)
+	if err != nil {
+		hl.Close()
+		gl.Close()
+		return err
+	}
+	defer stopNetboot()
 	go func() { errc <- httpSrv.Serve(bs.Listener(hl)) }()
 	go func() { errc <- gs.Serve(netutil.LimitListener(gl, c.grpcMaxConns)) }()
 	go st.Maintain(ctx, 10*time.Minute, c.retention, log)
