@@ -59,6 +59,12 @@ type netbootPlan struct {
 // prepare checks the flags and reads the iPXE builds, before anything
 // listens: a missing build or a bad flag is an error at start.
 func (n netbootFlags) prepare(log *slog.Logger) (*netbootPlan, error) {
+	if n.ipxeEFI == "" {
+		n.ipxeEFI = "snponly.efi"
+	}
+	if n.ipxeDir == "" {
+		n.ipxeDir = "/usr/lib/ipxe"
+	}
 	p := &netbootPlan{flags: n}
 	switch n.netboot {
 	case "pxe", "":
