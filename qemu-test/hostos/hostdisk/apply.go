@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"debug/pe"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -213,12 +214,60 @@ func buildFAT(ctx context.Context, part Partition, work string, run Runner) (str
 			return "", err
 		}
 	}
+	if part.UKI != nil {
+		if err := addUKI(ctx, *part.UKI, img, stage, env, run); err != nil {
+			return "", fmt.Errorf("unified kernel image: %w", err)
+		}
+	}
 	if part.Syslinux {
 		if err := run(ctx, env, "syslinux", "--install", img); err != nil {
 			return "", err
 		}
 	}
 	return img, nil
+}
+
+// addUKI builds the unified kernel image with objcopy and copies it to
+// UKIPath in the FAT image.
+func addUKI(ctx context.Context, u UKI, img, stage string, env []string, run Runner) error {
+	if err := checkStub(u.Stub); err != nil {
+		return err
+	}
+	osrel, cmdline, out := filepath.Join(stage, "uki.osrel"), filepath.Join(stage, "uki.cmdline"), filepath.Join(stage, "bootx64.efi")
+	if err := os.WriteFile(osrel, []byte(u.OSRel), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(cmdline, []byte(u.Cmdline), 0o644); err != nil {
+		return err
+	}
+	if err := run(ctx, env, "objcopy", u.ObjcopyArgs(osrel, cmdline, out)...); err != nil {
+		return err
+	}
+	if err := os.Chtimes(out, time.Unix(Epoch, 0), time.Unix(Epoch, 0)); err != nil {
+		return err
+	}
+	if err := run(ctx, env, "mmd", "-i", img, "::EFI", "::EFI/BOOT"); err != nil {
+		return err
+	}
+	return run(ctx, env, "mcopy", "-m", "-i", img, out, "::"+UKIPath)
+}
+
+// checkStub refuses a stub whose image reaches into the sections the UKI
+// layout adds (a newer, bigger stub would need other addresses).
+func checkStub(path string) error {
+	f, err := pe.Open(path)
+	if err != nil {
+		return fmt.Errorf("EFI stub %s: %w (apt install systemd-boot-efi)", path, err)
+	}
+	defer f.Close()
+	oh, ok := f.OptionalHeader.(*pe.OptionalHeader64)
+	if !ok {
+		return fmt.Errorf("EFI stub %s: not a PE32+ (x86-64) image", path)
+	}
+	if end := oh.ImageBase + uint64(oh.SizeOfImage); end > ukiOSRelVMA {
+		return fmt.Errorf("EFI stub %s: image ends at %#x, past the %#x where the UKI's sections start", path, end, ukiOSRelVMA)
+	}
+	return nil
 }
 
 func copyFile(src, dst string) error {
