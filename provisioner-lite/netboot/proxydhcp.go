@@ -175,11 +175,13 @@ func (p *ProxyDHCP) handle(conn net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv4,
 		// REQUESTs on 67 are for the site's DHCP server; everything else
 		// is not ours either.
 		p.ignored.Add(1)
+		p.log.Debug("proxy DHCP: ignored", "port", port, "mac", m.ClientHWAddr, "type", m.MessageType())
 		return nil
 	}
 	c, err := Classify(m)
 	if errors.Is(err, ErrNotBootClient) {
 		p.ignored.Add(1)
+		p.log.Debug("proxy DHCP: ignored", "port", port, "mac", m.ClientHWAddr, "type", m.MessageType(), "why", err)
 		return nil
 	}
 	if err != nil {
