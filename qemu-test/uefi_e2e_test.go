@@ -32,6 +32,9 @@ const (
 	// boot token bound to the address that fetched the script) holds.
 	nodeIP  = "10.77.0.10"
 	nodeMAC = "52:54:00:c0:de:01" // harness node1
+	// siteIPv6Prefix is the site's IPv6 /64, announced by router
+	// advertisements only.
+	siteIPv6Prefix = "fd77::"
 )
 
 // TestUEFIProxyDHCPProvision is a site's network boot, end to end: an OVMF
@@ -145,6 +148,7 @@ func newSiteNetwork(t *testing.T) *siteNetwork {
 		{"-n", s.coord, "link", "set", "vethC", "master", siteBridge},
 		{"-n", s.coord, "link", "set", "vethC", "up"},
 		{"-n", s.dhcp, "addr", "add", dhcpIP + "/24", "dev", "vethS"},
+		{"-n", s.dhcp, "addr", "add", siteIPv6Prefix + "2/64", "dev", "vethS", "nodad"},
 		{"-n", s.dhcp, "link", "set", "vethS", "up"},
 	} {
 		ipCmd(t, c...)
@@ -172,7 +176,7 @@ func deleteNetns(t *testing.T, ns string) {
 
 // startDHCP runs the site's DHCP server: Debian's dnsmasq, DHCP only
 // (--port=0: no DNS), no PXE or boot options at all, a fixed lease for the
-// node's MAC. It returns the path of its log.
+// node's MAC, and IPv6 router advertisements as a site router sends. It returns the path of its log.
 func (s *siteNetwork) startDHCP(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -186,6 +190,10 @@ func (s *siteNetwork) startDHCP(t *testing.T) string {
 		"--port=0", "--interface=vethS", "--bind-interfaces", "--user=root", "--group=root",
 		"--dhcp-range=10.77.0.100,10.77.0.200,255.255.255.0,1h",
 		"--dhcp-host="+nodeMAC+","+nodeIP,
+		// Router advertisements (no DHCPv6): iPXE's interface configuration
+		// waits for IPv6 autoconfiguration as well as DHCP, some 15 s
+		// without a router, as it would on a site with IPv6.
+		"--enable-ra", "--dhcp-range="+siteIPv6Prefix+",ra-only",
 		"--dhcp-leasefile="+filepath.Join(dir, "leases"), "--pid-file="+filepath.Join(dir, "dnsmasq.pid"))
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Start(); err != nil {
@@ -311,7 +319,7 @@ func reportBootTimes(t *testing.T, env *harness.Env, n *harness.Node, coord, run
 		{"OVMF POST → first DHCP answer from the proxy", firstLogAfter(coord, t0, `msg="proxy DHCP: answered"`, "stage=pxe-firmware")},
 		{"UEFI PXE: DHCP, ProxyDHCP 4011, TFTP snponly.efi", firstLogAfter(coord, t0, `msg="tftp: sent"`)},
 		{"iPXE start → its DHCP answered", firstLogAfter(coord, t0, `msg="proxy DHCP: answered"`, "stage=ipxe")},
-		{"iPXE configured (IPv6 autoconf waits without a router) → per-MAC script", firstLogAfter(coord, t0, `msg="http request"`, "path=/ipxe/")},
+		{"iPXE configured (DHCP and IPv6 autoconf) → per-MAC script", firstLogAfter(coord, t0, `msg="http request"`, "path=/ipxe/")},
 		{"kernel + initramfs over HTTP", firstLogAfter(coord, t0, `msg="http request"`, "path=/image/initramfs")},
 		{"kernel boot → runner registered", firstLogAfter(coord, t0, `msg="runner connected"`)},
 	}
