@@ -9,6 +9,7 @@ require (
 	github.com/jaypipes/ghw v0.27.0
 	github.com/jaypipes/pcidb v1.1.1
 	github.com/klauspost/compress v1.18.0
+	github.com/pin/tftp/v3 v3.1.0
 	github.com/spf13/cobra v1.9.1
 	github.com/spf13/pflag v1.0.7
 	github.com/stmcginnis/gofish v0.25.0

@@ -2,11 +2,15 @@
 # Installs what CURE's build and QEMU tests need on a fresh Debian 12 machine:
 # Debian packages (QEMU, iPXE ROMs, nvme-cli for the image, syslinux/mtools
 # for the test host-OS disk, PostgreSQL for the store's tests, which start
-# private clusters of their own) and Debian's kernel, unpacked under .cache/kernel.
+# private clusters of their own; for UEFI network boot: OVMF, Debian's iPXE
+# builds that provisioner-lite serves over TFTP, dnsmasq as the test's site
+# DHCP server, systemd-boot's EFI stub and binutils' objcopy for the host
+# disk's unified kernel image) and Debian's kernel, unpacked under .cache/kernel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(qemu-system-x86 qemu-utils ipxe-qemu zstd cpio nvme-cli mstflint syslinux syslinux-common extlinux mtools dosfstools fdisk xz-utils postgresql pci.ids)
+pkgs=(qemu-system-x86 qemu-utils ipxe-qemu zstd cpio nvme-cli mstflint syslinux syslinux-common extlinux mtools dosfstools fdisk xz-utils postgresql pci.ids
+  ovmf ipxe dnsmasq-base systemd-boot-efi binutils iproute2)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -61,6 +61,10 @@ type Config struct {
 	BaseURL     string // as nodes reach us, e.g. http://10.0.2.2:8080
 	Logger      *slog.Logger
 	Limits      Limits
+	// IPXEBuilds, when set, serves the iPXE builds at /ipxe-bin/<name> for
+	// UEFI HTTP boot (netboot.Files.Handler, which sees the path without
+	// the prefix).
+	IPXEBuilds http.Handler
 }
 
 // Limits are what a hostile client meets (docs/SECURITY.md); zero fields take
@@ -116,6 +120,9 @@ const (
 	InitramfsZstd = "initramfs.cpio.zst"
 )
 
+// IPXEBuildsPath is where Config.IPXEBuilds is served.
+const IPXEBuildsPath = "/ipxe-bin"
+
 // decisionTimeout bounds the coordinator's work per iPXE request: iPXE's own
 // HTTP timeout is short, and a hung store must not hang a booting node.
 const decisionTimeout = 15 * time.Second
@@ -150,6 +157,9 @@ func New(cfg Config, c Coordinator) (*Server, error) {
 	mux.HandleFunc("GET /image/{name}", s.image)
 	mux.HandleFunc("GET /artifacts/sha256/{hex}", s.artifact)
 	mux.HandleFunc("POST /v1/nodes/{id}/ready", s.ready)
+	if cfg.IPXEBuilds != nil {
+		mux.Handle("GET "+IPXEBuildsPath+"/", http.StripPrefix(IPXEBuildsPath, cfg.IPXEBuilds))
+	}
 	s.h = s.logRequests(mux)
 	return s, nil
 }
@@ -178,6 +188,9 @@ func (s *Server) Listener(ln net.Listener) net.Listener {
 func (s *Server) ArtifactURL(sha256hex string) string {
 	return s.base + "/artifacts/sha256/" + strings.ToLower(sha256hex)
 }
+
+// ScriptURL is the generic iPXE script every node starts from.
+func (s *Server) ScriptURL() string { return s.base + "/boot.ipxe" }
 
 // ImageURL is where nodes fetch an image file (Kernel, InitramfsGzip, InitramfsZstd).
 func (s *Server) ImageURL(name string) string { return s.base + "/image/" + name }

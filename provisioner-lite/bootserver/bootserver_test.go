@@ -455,3 +455,36 @@ func TestNewValidates(t *testing.T) {
 		t.Error("nil coordinator accepted")
 	}
 }
+
+// The iPXE builds are served under /ipxe-bin/ only when configured, and
+// the handler sees the name without the prefix.
+func TestIPXEBuildsRoute(t *testing.T) {
+	f := newFixture(t)
+	resp, _ := f.get(t, "/ipxe-bin/snponly.efi")
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("unconfigured /ipxe-bin: %d, want 404", resp.StatusCode)
+	}
+	var seen []string
+	s, err := New(Config{ImageDir: f.imgDir, ArtifactDir: f.artDir, BaseURL: f.baseURL, Logger: slog.New(slog.NewTextHandler(f.logBuf, nil)),
+		IPXEBuilds: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			seen = append(seen, r.URL.Path)
+			io.WriteString(w, "EFI")
+		})}, f.coord)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	r, err := http.Get(srv.URL + "/ipxe-bin/snponly.efi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if string(b) != "EFI" || len(seen) != 1 || seen[0] != "/snponly.efi" {
+		t.Errorf("GET /ipxe-bin/snponly.efi: %q, handler saw %v", b, seen)
+	}
+	if s.ScriptURL() != "http://10.0.2.2:8080/boot.ipxe" {
+		t.Errorf("ScriptURL = %s", s.ScriptURL())
+	}
+}

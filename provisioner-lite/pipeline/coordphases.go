@@ -33,11 +33,11 @@ func (e *Engine) coordPhase(ctx context.Context, r *store.Run, phase string, log
 		openBootWindow(r)
 		e.save(ctx, r)
 		if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
-			return b.SetBootOverride(ctx, redfish.BootTarget("Pxe"), true)
+			return b.SetBootOverride(ctx, e.cfg.NetBoot, true)
 		}); err != nil {
-			return failed("one-time PXE override: %v", err)
+			return failed("one-time %s override: %v", e.cfg.NetBoot, err)
 		}
-		return ok("boot override Pxe, Once")
+		return ok("boot override %s, Once", e.cfg.NetBoot)
 	case modes.PoweringOn:
 		return e.powerOnOrCycle(ctx, r)
 	case modes.WaitForCURE:
@@ -319,7 +319,7 @@ func (e *Engine) rebootIntoCURE(ctx context.Context, r *store.Run, why string) e
 	openBootWindow(r)
 	e.save(ctx, r)
 	err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
-		if err := b.SetBootOverride(ctx, redfish.BootTarget("Pxe"), true); err != nil {
+		if err := b.SetBootOverride(ctx, e.cfg.NetBoot, true); err != nil {
 			return err
 		}
 		// Many BMCs refuse ForceRestart on a host that is off (a resumed

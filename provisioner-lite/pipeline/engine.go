@@ -95,9 +95,16 @@ type Config struct {
 	// fails with a CapacityError at once instead of queueing (another
 	// instance, or a later retry, takes the node).
 	MaxRuns int
+	// NetBoot is the boot override that brings a node into CURE:
+	// redfish.BootPxe (default) or redfish.BootUefiHttp (the driver falls
+	// back to Pxe on BMCs that do not offer it).
+	NetBoot redfish.BootTarget
 }
 
 func (c *Config) defaults() {
+	if c.NetBoot == "" {
+		c.NetBoot = redfish.BootPxe
+	}
 	d := func(v *time.Duration, def time.Duration) {
 		if *v == 0 {
 			*v = def

@@ -174,29 +174,47 @@ func FuzzBootState(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, target := range []BootTarget{BootPxe, BootHdd, BootNone} {
-			for _, once := range []bool{true, false} {
-				p, err := planBootOverride(st, target, once)
-				if err != nil {
-					continue
-				}
-				if p.Target != "" && p.Target != string(target) {
-					t.Fatalf("asked %s, patch targets %q", target, p.Target)
-				}
-				if p.Target != "" && len(st.AllowedTargets) > 0 && !slices.Contains(st.AllowedTargets, p.Target) {
-					t.Fatalf("patch target %q outside the BMC's allowable %v", p.Target, st.AllowedTargets)
-				}
-				if p.Enabled != "" && !slices.Contains([]string{"Once", "Continuous", "Disabled"}, p.Enabled) {
-					t.Fatalf("patch Enabled %q", p.Enabled)
-				}
-				if p.Enabled != "" && len(st.AllowedEnabled) > 0 && !slices.Contains(st.AllowedEnabled, p.Enabled) {
-					t.Fatalf("patch Enabled %q outside the BMC's allowable %v", p.Enabled, st.AllowedEnabled)
-				}
-				if p.Mode != "" && p.Mode != st.Mode {
-					t.Fatalf("patch changes the mode %q -> %q", st.Mode, p.Mode)
-				}
-				if _, err := json.Marshal(p); err != nil {
-					t.Fatal(err)
+		for _, target := range []BootTarget{BootPxe, BootHdd, BootNone, BootUefiHttp} {
+			for _, pol := range []BootModePolicy{BootModeAuto, BootModeUEFI, BootModeLegacy} {
+				for _, once := range []bool{true, false} {
+					p, err := planBootOverride(st, bootWant{Target: target, Once: once, Mode: pol, HTTPBootURI: "http://10.0.0.1/ipxe-bin/snponly.efi"})
+					if err != nil {
+						continue
+					}
+					if p.Target != "" && p.Target != string(target) && !(target == BootUefiHttp && p.Target == string(BootPxe)) {
+						t.Fatalf("asked %s, patch targets %q", target, p.Target)
+					}
+					if p.Target != "" && len(st.AllowedTargets) > 0 && !slices.Contains(st.AllowedTargets, p.Target) {
+						t.Fatalf("patch target %q outside the BMC's allowable %v", p.Target, st.AllowedTargets)
+					}
+					if p.Enabled != "" && !slices.Contains([]string{"Once", "Continuous", "Disabled"}, p.Enabled) {
+						t.Fatalf("patch Enabled %q", p.Enabled)
+					}
+					if p.Enabled != "" && len(st.AllowedEnabled) > 0 && !slices.Contains(st.AllowedEnabled, p.Enabled) {
+						t.Fatalf("patch Enabled %q outside the BMC's allowable %v", p.Enabled, st.AllowedEnabled)
+					}
+					if p.Mode != "" && p.Mode != st.Mode {
+						// A mode changes only to UEFI or Legacy, only where the
+						// BMC has the property and allows the value, and under
+						// auto only for a network boot on a UEFI-capable BMC
+						// (UEFI HTTP boot is UEFI by definition).
+						if !st.HasMode || (p.Mode != ModeUEFI && p.Mode != ModeLegacy) ||
+							(len(st.AllowedModes) > 0 && !slices.Contains(st.AllowedModes, p.Mode)) {
+							t.Fatalf("patch mode %q (system %q, allowable %v, has mode %v)", p.Mode, st.Mode, st.AllowedModes, st.HasMode)
+						}
+						if pol == BootModeAuto && p.Target != string(BootUefiHttp) && !(networkTarget(BootTarget(p.Target)) && st.supportsUEFI()) {
+							t.Fatalf("auto changed the mode %q -> %q for target %q", st.Mode, p.Mode, p.Target)
+						}
+						if pol == BootModeLegacy && p.Mode != ModeLegacy {
+							t.Fatalf("legacy policy set mode %q", p.Mode)
+						}
+					}
+					if p.HTTPBootURI != "" && (p.Target != string(BootUefiHttp) || !st.HasHTTPBootURI) {
+						t.Fatalf("HttpBootUri set for target %q (has property %v)", p.Target, st.HasHTTPBootURI)
+					}
+					if _, err := json.Marshal(p); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 		}

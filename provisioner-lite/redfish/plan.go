@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // bootState is what the BMC says about its boot override, including the
@@ -16,6 +17,19 @@ type bootState struct {
 	AllowedTargets []string
 	AllowedEnabled []string
 	AllowedModes   []string
+	// HTTPBootURI is Boot.HttpBootUri, where the BMC has the property: the
+	// URI UEFI HTTP boot loads instead of asking DHCP.
+	HTTPBootURI    string
+	HasHTTPBootURI bool
+}
+
+// supportsUEFI: the BMC lists UEFI among the allowable modes, or lists none
+// and is in UEFI mode already.
+func (st bootState) supportsUEFI() bool {
+	if len(st.AllowedModes) > 0 {
+		return slices.Contains(st.AllowedModes, ModeUEFI)
+	}
+	return st.Mode == ModeUEFI
 }
 
 // parseBootState reads the Boot object out of a raw ComputerSystem body.
@@ -43,7 +57,9 @@ func parseBootState(raw []byte) (bootState, error) {
 	str("BootSourceOverrideTarget", &st.Target)
 	str("BootSourceOverrideEnabled", &st.Enabled)
 	str("BootSourceOverrideMode", &st.Mode)
+	str("HttpBootUri", &st.HTTPBootURI)
 	_, st.HasMode = doc.Boot["BootSourceOverrideMode"]
+	_, st.HasHTTPBootURI = doc.Boot["HttpBootUri"]
 	list("BootSourceOverrideTarget@Redfish.AllowableValues", &st.AllowedTargets)
 	list("BootSourceOverrideEnabled@Redfish.AllowableValues", &st.AllowedEnabled)
 	list("BootSourceOverrideMode@Redfish.AllowableValues", &st.AllowedModes)
@@ -52,33 +68,66 @@ func parseBootState(raw []byte) (bootState, error) {
 
 // bootPatch is the Boot object to PATCH; empty fields are left out.
 type bootPatch struct {
-	Target  string `json:"BootSourceOverrideTarget,omitempty"`
-	Enabled string `json:"BootSourceOverrideEnabled,omitempty"`
-	Mode    string `json:"BootSourceOverrideMode,omitempty"`
+	Target      string `json:"BootSourceOverrideTarget,omitempty"`
+	Enabled     string `json:"BootSourceOverrideEnabled,omitempty"`
+	Mode        string `json:"BootSourceOverrideMode,omitempty"`
+	HTTPBootURI string `json:"HttpBootUri,omitempty"`
 	// Note explains a deliberate deviation from what was asked (logged).
 	Note string `json:"-"`
 }
 
-func (p bootPatch) empty() bool { return p.Target == "" && p.Enabled == "" && p.Mode == "" }
+func (p bootPatch) empty() bool {
+	return p.Target == "" && p.Enabled == "" && p.Mode == "" && p.HTTPBootURI == ""
+}
 
-// planBootOverride computes the PATCH that makes the BMC boot target next
+// bootWant is what the caller asks of the override.
+type bootWant struct {
+	Target BootTarget
+	Once   bool
+	Mode   BootModePolicy
+	// HTTPBootURI is set as Boot.HttpBootUri with a UefiHttp target, where
+	// the BMC has the property.
+	HTTPBootURI string
+}
+
+// networkTarget: a target that boots over the network, where the boot
+// mode decides which firmware network stack (and which iPXE build) runs.
+func networkTarget(t BootTarget) bool { return t == BootPxe || t == BootUefiHttp }
+
+// planBootOverride computes the PATCH that makes the BMC boot w.Target next
 // (once) or from now on (!once). An empty patch means nothing to change.
-func planBootOverride(st bootState, target BootTarget, once bool) (bootPatch, error) {
+func planBootOverride(st bootState, w bootWant) (bootPatch, error) {
+	target := w.Target
 	if target == "" {
 		return bootPatch{}, fmt.Errorf("boot target is empty (want %s or %s)", BootPxe, BootHdd)
+	}
+	var notes []string
+	if target == BootUefiHttp && len(st.AllowedTargets) > 0 && !slices.Contains(st.AllowedTargets, string(BootUefiHttp)) {
+		// UEFI HTTP boot is a choice of path, not of outcome: PXE reaches
+		// the same boot script.
+		notes = append(notes, fmt.Sprintf("BMC offers no UefiHttp target (allowable %v): using Pxe", st.AllowedTargets))
+		target = BootPxe
 	}
 	if len(st.AllowedTargets) > 0 && !slices.Contains(st.AllowedTargets, string(target)) {
 		return bootPatch{}, fmt.Errorf("%w: boot target %q is not in BootSourceOverrideTarget@Redfish.AllowableValues %v",
 			ErrNotSupported, target, st.AllowedTargets)
 	}
+	mode, modeNote, err := planMode(st, w.Mode, target)
+	if err != nil {
+		return bootPatch{}, err
+	}
+	if modeNote != "" {
+		notes = append(notes, modeNote)
+	}
+	note := strings.Join(notes, "; ")
 	want := "Continuous"
-	if once {
+	if w.Once {
 		want = "Once"
 	}
 	if target == BootNone {
 		want = "Disabled"
 	}
-	var p bootPatch
+	p := bootPatch{Note: note}
 	if len(st.AllowedEnabled) > 0 && !slices.Contains(st.AllowedEnabled, want) {
 		switch {
 		case want == "Continuous" && target == BootHdd && slices.Contains(st.AllowedEnabled, "Disabled"):
@@ -98,19 +147,60 @@ func planBootOverride(st bootState, target BootTarget, once bool) (bootPatch, er
 				ErrNotSupported, want, st.AllowedEnabled)
 		}
 	}
-	if st.Target == string(target) && st.Enabled == want {
-		return bootPatch{}, nil // already so: compare first, act only on a delta
+	uri := ""
+	if target == BootUefiHttp && w.HTTPBootURI != "" && st.HasHTTPBootURI {
+		uri = w.HTTPBootURI
+	}
+	if st.Target == string(target) && st.Enabled == want && (mode == "" || mode == st.Mode) && (uri == "" || uri == st.HTTPBootURI) {
+		return bootPatch{Note: note}, nil // already so: compare first, act only on a delta
 	}
 	p.Enabled = want
 	if target != BootNone {
 		p.Target = string(target)
 	}
-	// Repeat the current mode when the system has one: some BMCs fall back
-	// to Legacy when a PATCH leaves it out.
-	if st.HasMode && st.Mode != "" {
-		p.Mode = st.Mode
-	}
+	p.Mode = mode
+	p.HTTPBootURI = uri
 	return p, nil
+}
+
+// planMode is the BootSourceOverrideMode to send ("" leaves it out).
+// Network boots go UEFI where the BMC shows UEFI support (auto) or where
+// asked; disk boots keep the mode the node is in (the OS was installed
+// from a boot in that mode). The current mode is repeated where the system
+// has one: some BMCs fall back to Legacy when a PATCH leaves it out.
+func planMode(st bootState, pol BootModePolicy, target BootTarget) (string, string, error) {
+	if !st.HasMode {
+		if target == BootUefiHttp || pol == BootModeUEFI || pol == BootModeLegacy {
+			return "", "BMC has no BootSourceOverrideMode: the boot mode is the firmware's setting", nil
+		}
+		return "", "", nil
+	}
+	want := ""
+	switch pol {
+	case BootModeUEFI:
+		want = ModeUEFI
+	case BootModeLegacy:
+		want = ModeLegacy
+	case BootModeAuto, "":
+		if networkTarget(target) && st.supportsUEFI() {
+			want = ModeUEFI
+		}
+	default:
+		return "", "", fmt.Errorf("boot mode policy %q: want auto, uefi or legacy", pol)
+	}
+	if target == BootUefiHttp {
+		if want == ModeLegacy {
+			return "", "", fmt.Errorf("%w: UEFI HTTP boot with boot mode Legacy", ErrNotSupported)
+		}
+		want = ModeUEFI
+	}
+	if want == "" {
+		return st.Mode, "", nil
+	}
+	if len(st.AllowedModes) > 0 && !slices.Contains(st.AllowedModes, want) {
+		return "", "", fmt.Errorf("%w: BootSourceOverrideMode %q is not in the allowable values %v", ErrNotSupported, want, st.AllowedModes)
+	}
+	return want, "", nil
 }
 
 // resetCandidates lists, best first, the ResetType values that carry out

@@ -35,7 +35,7 @@ func TestPlanBootOverride(t *testing.T) {
 		{"target not offered", full, "Cd", true, bootPatch{}, ErrNotSupported},
 	}
 	for _, c := range cases {
-		got, err := planBootOverride(c.st, c.target, c.once)
+		got, err := planBootOverride(c.st, bootWant{Target: c.target, Once: c.once})
 		if c.wantErr != nil {
 			if !errors.Is(err, c.wantErr) {
 				t.Errorf("%s: err %v, want %v", c.name, err, c.wantErr)
@@ -51,12 +51,12 @@ func TestPlanBootOverride(t *testing.T) {
 	// Lenovo, persistent disk: disable the override (disk-first order), and
 	// say so.
 	lenovo.Target, lenovo.Enabled = "Pxe", "Once"
-	got, err := planBootOverride(lenovo, BootHdd, false)
+	got, err := planBootOverride(lenovo, bootWant{Target: BootHdd})
 	if err != nil || got.Enabled != "Disabled" || got.Target != "" || got.Note == "" {
 		t.Errorf("lenovo persistent hdd: %+v, %v", got, err)
 	}
 	lenovo.Enabled = "Disabled"
-	if got, _ := planBootOverride(lenovo, BootHdd, false); !got.empty() {
+	if got, _ := planBootOverride(lenovo, bootWant{Target: BootHdd}); !got.empty() {
 		t.Errorf("lenovo persistent hdd when already disabled: %+v, want no change", got)
 	}
 }
@@ -87,5 +87,75 @@ func TestParseBootState(t *testing.T) {
 	}
 	if _, err := parseBootState([]byte(`{"Id":"1"}`)); err == nil {
 		t.Fatal("a system without Boot parsed")
+	}
+}
+
+func TestPlanBootMode(t *testing.T) {
+	both := bootState{Target: "None", Enabled: "Disabled", Mode: "Legacy", HasMode: true,
+		AllowedTargets: []string{"None", "Pxe", "Hdd", "UefiHttp"}, AllowedEnabled: []string{"Disabled", "Once", "Continuous"},
+		AllowedModes: []string{"Legacy", "UEFI"}}
+	legacyOnly := both
+	legacyOnly.AllowedModes = []string{"Legacy"}
+	inUEFI := both
+	inUEFI.Mode = "UEFI"
+	armedLegacy := both
+	armedLegacy.Target, armedLegacy.Enabled = "Pxe", "Once"
+	noHTTP := both
+	noHTTP.AllowedTargets = []string{"None", "Pxe", "Hdd"}
+	withURI := both
+	withURI.HasHTTPBootURI = true
+	noMode := both
+	noMode.HasMode, noMode.Mode, noMode.AllowedModes = false, "", nil
+	const uri = "http://10.0.0.1:8080/ipxe-bin/snponly.efi"
+
+	cases := []struct {
+		name     string
+		st       bootState
+		w        bootWant
+		want     bootPatch
+		wantErr  error
+		wantNote bool
+	}{
+		{"auto: PXE goes UEFI where offered", both, bootWant{Target: BootPxe, Once: true}, bootPatch{Target: "Pxe", Enabled: "Once", Mode: "UEFI"}, nil, false},
+		{"auto: Legacy-only BMC keeps Legacy", legacyOnly, bootWant{Target: BootPxe, Once: true}, bootPatch{Target: "Pxe", Enabled: "Once", Mode: "Legacy"}, nil, false},
+		{"auto: disk keeps the UEFI the OS was installed in", inUEFI, bootWant{Target: BootHdd}, bootPatch{Target: "Hdd", Enabled: "Continuous", Mode: "UEFI"}, nil, false},
+		{"auto: disk keeps Legacy", both, bootWant{Target: BootHdd}, bootPatch{Target: "Hdd", Enabled: "Continuous", Mode: "Legacy"}, nil, false},
+		{"armed PXE in the wrong mode is re-patched", armedLegacy, bootWant{Target: BootPxe, Once: true}, bootPatch{Target: "Pxe", Enabled: "Once", Mode: "UEFI"}, nil, false},
+		{"uefi on a Legacy-only BMC", legacyOnly, bootWant{Target: BootPxe, Once: true, Mode: BootModeUEFI}, bootPatch{}, ErrNotSupported, false},
+		{"legacy asked", both, bootWant{Target: BootPxe, Once: true, Mode: BootModeLegacy}, bootPatch{Target: "Pxe", Enabled: "Once", Mode: "Legacy"}, nil, false},
+		{"legacy asked for the disk too", inUEFI, bootWant{Target: BootHdd, Mode: BootModeLegacy}, bootPatch{Target: "Hdd", Enabled: "Continuous", Mode: "Legacy"}, nil, false},
+		{"UefiHttp offered", both, bootWant{Target: BootUefiHttp, Once: true, HTTPBootURI: uri}, bootPatch{Target: "UefiHttp", Enabled: "Once", Mode: "UEFI"}, nil, false},
+		{"UefiHttp with HttpBootUri", withURI, bootWant{Target: BootUefiHttp, Once: true, HTTPBootURI: uri}, bootPatch{Target: "UefiHttp", Enabled: "Once", Mode: "UEFI", HTTPBootURI: uri}, nil, false},
+		{"UefiHttp not offered falls back to Pxe", noHTTP, bootWant{Target: BootUefiHttp, Once: true}, bootPatch{Target: "Pxe", Enabled: "Once", Mode: "UEFI"}, nil, true},
+		{"UefiHttp in Legacy", both, bootWant{Target: BootUefiHttp, Once: true, Mode: BootModeLegacy}, bootPatch{}, ErrNotSupported, false},
+		{"no mode property: uefi asked, said so", noMode, bootWant{Target: BootPxe, Once: true, Mode: BootModeUEFI}, bootPatch{Target: "Pxe", Enabled: "Once"}, nil, true},
+	}
+	for _, c := range cases {
+		got, err := planBootOverride(c.st, c.w)
+		if c.wantErr != nil {
+			if !errors.Is(err, c.wantErr) {
+				t.Errorf("%s: err %v, want %v", c.name, err, c.wantErr)
+			}
+			continue
+		}
+		if (got.Note != "") != c.wantNote {
+			t.Errorf("%s: note %q, want one: %v", c.name, got.Note, c.wantNote)
+		}
+		got.Note = ""
+		if err != nil || got != c.want {
+			t.Errorf("%s: got %+v, %v; want %+v", c.name, got, err, c.want)
+		}
+	}
+	// Armed already in UEFI: nothing to do.
+	armed := armedLegacy
+	armed.Mode = "UEFI"
+	if got, err := planBootOverride(armed, bootWant{Target: BootPxe, Once: true}); err != nil || !got.empty() {
+		t.Errorf("armed in UEFI: %+v, %v; want no change", got, err)
+	}
+	if _, err := ParseBootModePolicy("bios"); err == nil {
+		t.Error("--boot-mode bios accepted")
+	}
+	if p, err := ParseBootModePolicy("UEFI"); err != nil || p != BootModeUEFI {
+		t.Errorf("ParseBootModePolicy(UEFI) = %q, %v", p, err)
 	}
 }

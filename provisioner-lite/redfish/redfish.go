@@ -53,6 +53,13 @@ type Options struct {
 	UploadTimeout time.Duration
 	Logger        *slog.Logger
 	HTTPClient    *http.Client // default: one with dial/TLS/header timeouts
+	// BootMode is the BootSourceOverrideMode policy of SetBootOverride
+	// (default auto: UEFI network boots where the BMC offers UEFI).
+	BootMode BootModePolicy
+	// HTTPBootURI is what a UefiHttp override sets as Boot.HttpBootUri on
+	// BMCs that have the property (the iPXE EFI build's URL), so UEFI HTTP
+	// boot needs no DHCP-supplied URL there.
+	HTTPBootURI string
 }
 
 // BootTarget is a BootSourceOverrideTarget.
@@ -62,6 +69,39 @@ const (
 	BootPxe  BootTarget = "Pxe"
 	BootHdd  BootTarget = "Hdd"
 	BootNone BootTarget = "None" // clear the override: default boot order
+	// BootUefiHttp is UEFI HTTP boot: the firmware loads an EFI binary
+	// from an http URL (Boot.HttpBootUri where the BMC has it, else the
+	// URL a DHCP server hands out to vendor class HTTPClient).
+	BootUefiHttp BootTarget = "UefiHttp"
+)
+
+// BootModePolicy says which BootSourceOverrideMode a boot override sets.
+type BootModePolicy string
+
+const (
+	// BootModeAuto: network boots in UEFI where the BMC shows UEFI support
+	// (BootSourceOverrideMode@Redfish.AllowableValues, or the property
+	// itself already UEFI), otherwise the mode is left as it is.
+	BootModeAuto   BootModePolicy = "auto"
+	BootModeUEFI   BootModePolicy = "uefi"
+	BootModeLegacy BootModePolicy = "legacy"
+)
+
+// ParseBootModePolicy reads a --boot-mode value.
+func ParseBootModePolicy(s string) (BootModePolicy, error) {
+	switch p := BootModePolicy(strings.ToLower(s)); p {
+	case BootModeAuto, BootModeUEFI, BootModeLegacy:
+		return p, nil
+	case "":
+		return BootModeAuto, nil
+	}
+	return "", fmt.Errorf("boot mode %q: want auto, uefi or legacy", s)
+}
+
+// BootSourceOverrideMode values.
+const (
+	ModeUEFI   = "UEFI"
+	ModeLegacy = "Legacy"
 )
 
 // ErrNotSupported marks requests the BMC cannot carry out as asked
@@ -517,6 +557,17 @@ func (c *Client) WaitPowerState(ctx context.Context, want string, poll time.Dura
 
 // BootOverride reads BootSourceOverrideTarget and BootSourceOverrideEnabled.
 func (c *Client) BootOverride(ctx context.Context) (BootTarget, string, error) {
+	st, err := c.bootState(ctx)
+	return BootTarget(st.Target), st.Enabled, err
+}
+
+// BootMode reads BootSourceOverrideMode ("" where the system has none).
+func (c *Client) BootMode(ctx context.Context) (string, error) {
+	st, err := c.bootState(ctx)
+	return st.Mode, err
+}
+
+func (c *Client) bootState(ctx context.Context) (bootState, error) {
 	var st bootState
 	err := c.call(ctx, "read boot override", func(api *gofish.APIClient) error {
 		sys, err := c.system(api)
@@ -526,15 +577,18 @@ func (c *Client) BootOverride(ctx context.Context) (BootTarget, string, error) {
 		st, err = parseBootState(sys.RawData)
 		return err
 	})
-	return BootTarget(st.Target), st.Enabled, err
+	return st, err
 }
 
 // SetBootOverride makes the system boot target on the next boot (once) or
-// on every boot. It adapts to the BMC's shape: Mode only where the system
-// has one (and dropped if the BMC refuses it), If-Match with the ETag,
-// Lenovo-style BMCs without Continuous. It reads the result back.
+// on every boot. It adapts to the BMC's shape: the boot mode by
+// Options.BootMode (UEFI for network boots where the BMC offers it), Mode
+// only where the system has one (and dropped if the BMC refuses it),
+// If-Match with the ETag, Lenovo-style BMCs without Continuous, Pxe where
+// UefiHttp is asked and not offered. It reads the result back.
 func (c *Client) SetBootOverride(ctx context.Context, target BootTarget, once bool) error {
 	var planned bootPatch
+	want := bootWant{Target: target, Once: once, Mode: c.o.BootMode, HTTPBootURI: c.o.HTTPBootURI}
 	err := c.call(ctx, fmt.Sprintf("set boot override %s once=%v", target, once), func(api *gofish.APIClient) error {
 		var lastErr error
 		// Two rounds: the second after a 412 (the resource changed between
@@ -548,7 +602,7 @@ func (c *Client) SetBootOverride(ctx context.Context, target BootTarget, once bo
 			if err != nil {
 				return fmt.Errorf("system %s: %w", sys.ODataID, err)
 			}
-			p, err := planBootOverride(st, target, once)
+			p, err := planBootOverride(st, want)
 			if err != nil {
 				return fmt.Errorf("system %s: %w", sys.ODataID, err)
 			}
@@ -557,13 +611,13 @@ func (c *Client) SetBootOverride(ctx context.Context, target BootTarget, once bo
 				c.log.Warn("boot override adapted to the BMC", "note", p.Note)
 			}
 			if p.empty() {
-				c.log.Debug("boot override already set", "target", st.Target, "enabled", st.Enabled)
+				c.log.Debug("boot override already set", "target", st.Target, "enabled", st.Enabled, "mode", st.Mode)
 				return nil
 			}
 			lastErr = c.patchBoot(api, sys, p)
-			if statusOf(lastErr) == http.StatusBadRequest && p.Mode != "" {
-				c.log.Warn("BMC refused BootSourceOverrideMode; retrying without it", "err", lastErr)
-				p.Mode = ""
+			if statusOf(lastErr) == http.StatusBadRequest && (p.Mode != "" || p.HTTPBootURI != "") {
+				c.log.Warn("BMC refused BootSourceOverrideMode or HttpBootUri; retrying without them", "err", lastErr)
+				p.Mode, p.HTTPBootURI = "", ""
 				planned = p
 				lastErr = c.patchBoot(api, sys, p)
 			}
@@ -578,15 +632,21 @@ func (c *Client) SetBootOverride(ctx context.Context, target BootTarget, once bo
 		return err
 	}
 	// Verify: what we asked for is what the BMC now says.
-	gotTarget, gotEnabled, err := c.BootOverride(ctx)
+	got, err := c.bootState(ctx)
 	if err != nil {
 		return fmt.Errorf("redfish %s: verify boot override: %w", c.ep.URL, err)
 	}
-	if (planned.Target != "" && string(gotTarget) != planned.Target) || gotEnabled != planned.Enabled {
+	if (planned.Target != "" && got.Target != planned.Target) || got.Enabled != planned.Enabled {
 		return fmt.Errorf("redfish %s: boot override not applied: asked Target=%q Enabled=%q, BMC reports Target=%q Enabled=%q",
-			c.ep.URL, planned.Target, planned.Enabled, gotTarget, gotEnabled)
+			c.ep.URL, planned.Target, planned.Enabled, got.Target, got.Enabled)
 	}
-	c.log.Info("boot override set", "target", gotTarget, "enabled", gotEnabled)
+	if planned.Mode != "" && got.Mode != planned.Mode {
+		// Some BMCs apply the mode only at the next POST, or not at all:
+		// the boot still happens, possibly in the other mode (the proxy DHCP
+		// serves both).
+		c.log.Warn("BMC does not report the boot mode asked for", "asked", planned.Mode, "reports", got.Mode)
+	}
+	c.log.Info("boot override set", "target", got.Target, "enabled", got.Enabled, "mode", got.Mode)
 	return nil
 }
 

@@ -230,6 +230,57 @@ func TestIfMatchAndMode(t *testing.T) {
 	}
 }
 
+// A BMC that offers UEFI gets the PXE override in UEFI mode and boots its
+// machine so; the disk override afterwards keeps UEFI. --boot-mode legacy
+// keeps it in Legacy.
+func TestUEFIModeWhereOffered(t *testing.T) {
+	b, m, rec, url := bmcServer(t, vbmc.Config{BootModes: []string{"Legacy", "UEFI"}}, nil)
+	c := connect(t, url, 5*time.Second)
+	ctx := context.Background()
+	if err := c.SetBootOverride(ctx, BootPxe, true); err != nil {
+		t.Fatal(err)
+	}
+	if p := rec.Patches(); len(p) != 1 || !strings.Contains(p[0].body, `"BootSourceOverrideMode":"UEFI"`) {
+		t.Fatalf("PATCHes = %+v, want one setting UEFI", p)
+	}
+	if mode, err := c.BootMode(ctx); err != nil || mode != "UEFI" {
+		t.Fatalf("BootMode = %q, %v", mode, err)
+	}
+	if err := c.PowerOn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetBootOverride(ctx, BootHdd, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Overrides(); len(got) != 2 || got[1].Mode != "UEFI" || got[1].Target != "Hdd" {
+		t.Errorf("overrides = %+v, want Hdd kept in UEFI", got)
+	}
+	if got := m.Modes(); len(got) != 1 || got[0] != "UEFI" {
+		t.Errorf("machine booted in %v, want [UEFI]", got)
+	}
+
+	b2, _, rec2, url2 := bmcServer(t, vbmc.Config{Name: "node2", BootModes: []string{"Legacy", "UEFI"}}, nil)
+	ctx2, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	legacy, err := Connect(ctx2, endpoint(t, url2, "password"), Options{Timeout: 5 * time.Second, BootMode: BootModeLegacy, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := legacy.SetBootOverride(ctx, BootPxe, true); err != nil {
+		t.Fatal(err)
+	}
+	if p := rec2.Patches(); len(p) != 1 || !strings.Contains(p[0].body, `"BootSourceOverrideMode":"Legacy"`) || b2.BootMode() != "Legacy" {
+		t.Errorf("legacy policy: PATCHes %+v, mode %s", p, b2.BootMode())
+	}
+	// UefiHttp asked of a BMC that does not offer it: PXE, said so.
+	if err := c.SetBootOverride(ctx, BootUefiHttp, true); err != nil {
+		t.Fatal(err)
+	}
+	if tg, en := b.BootOverride(); tg != "Pxe" || en != "Once" {
+		t.Errorf("UefiHttp fallback: override %s/%s, want Pxe/Once", tg, en)
+	}
+}
+
 func TestETagRaceRetried(t *testing.T) {
 	var once sync.Once
 	// The first PATCH finds the resource changed underneath (412).

@@ -52,7 +52,31 @@ type Options struct {
 	// ProxyRunnerStreams routes the nodes' gRPC connections through a TCP
 	// proxy the test can cut (Env.CutRunnerStreams); operator calls go direct.
 	ProxyRunnerStreams bool
+	// Site puts the nodes on a real network instead of QEMU's user network
+	// (SLIRP, whose built-in DHCP hands out the boot URL): each node's NIC
+	// on a tap device, the coordinator listening on all addresses and
+	// advertising the bridge address. Whatever answers DHCP there (a site
+	// DHCP server, the coordinator's proxy DHCP) decides the boot.
+	Site *SiteNet
+	// UEFI gives every node OVMF firmware and a BMC that offers
+	// BootSourceOverrideMode UEFI (besides Legacy): the coordinator's
+	// driver then boots the nodes in UEFI.
+	UEFI bool
 }
+
+// SiteNet is the network the nodes boot on when not SLIRP.
+type SiteNet struct {
+	// Taps are the nodes' tap devices, one per node, already on the bridge.
+	Taps []string
+	// Advertise is the coordinator's address on the bridge.
+	Advertise string
+}
+
+// OVMF firmware (Debian's ovmf package) for UEFI nodes.
+const (
+	OVMFCode = "/usr/share/OVMF/OVMF_CODE.fd"
+	OVMFVars = "/usr/share/OVMF/OVMF_VARS.fd"
+)
 
 // Node is one QEMU node and its BMC.
 type Node struct {
@@ -195,6 +219,11 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Site != nil && len(o.Site.Taps) < o.Nodes {
+		return nil, fmt.Errorf("site network: %d tap devices for %d nodes", len(o.Site.Taps), o.Nodes)
+	}
+	// Local dial addresses; with a site network the coordinator listens on
+	// all addresses (the nodes come through the bridge).
 	e.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", httpPort)
 	e.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", grpcPort)
 	if o.ProxyRunnerStreams {
@@ -300,18 +329,27 @@ func (e *Env) startBMCs(ctx context.Context, httpPort int) error {
 		if err := ensureDisk(n.Disk, e.Opts.DiskBytes); err != nil {
 			return err
 		}
-		m, err := vbmc.NewQEMUMachine(vbmc.QEMUConfig{
+		qc := vbmc.QEMUConfig{
 			Name: n.ID, MAC: n.MAC, Serial: n.Serial, UUID: n.UUID,
 			DiskPath: n.Disk, MemoryMiB: e.Opts.MemoryMiB, ConsoleLog: n.Console,
 			BootURL:       fmt.Sprintf("http://10.0.2.2:%d/boot.ipxe", httpPort),
 			RebootTimeout: 10 * time.Second,
 			Logger:        e.Opts.Logger.With("vm", n.ID),
-		})
+		}
+		if e.Opts.Site != nil {
+			qc.BootURL, qc.Tap = "", e.Opts.Site.Taps[i-1]
+		}
+		var modes []string
+		if e.Opts.UEFI {
+			qc.OVMFCode, qc.OVMFVars = OVMFCode, OVMFVars
+			modes = []string{vbmc.ModeLegacy, vbmc.ModeUEFI}
+		}
+		m, err := vbmc.NewQEMUMachine(qc)
 		if err != nil {
 			return err
 		}
 		b, err := vbmc.New(vbmc.Config{Name: n.ID, Serial: n.Serial, UUID: n.UUID, MAC: n.MAC, Logger: e.Opts.Logger.With("bmc", n.ID),
-			Firmware: e.Opts.Firmware,
+			Firmware: e.Opts.Firmware, BootModes: modes,
 			// Short enough that firmware tests spend their time booting, not
 			// waiting for simulated flash writes and BMC restarts.
 			TaskDuration: time.Second, ResetDuration: time.Second}, m)
@@ -352,14 +390,20 @@ func (e *Env) StartCoordinator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	httpListen, grpcListen, advertise := e.HTTPAddr, e.GRPCAddr, "10.0.2.2"
+	if s := e.Opts.Site; s != nil {
+		_, hp, _ := net.SplitHostPort(e.HTTPAddr)
+		_, gp, _ := net.SplitHostPort(e.GRPCAddr)
+		httpListen, grpcListen, advertise = "0.0.0.0:"+hp, "0.0.0.0:"+gp, s.Advertise
+	}
 	args := []string{
 		"--state-dir", e.StateDir,
 		"--manifests", filepath.Join(e.Opts.Work, "manifests"),
 		"--nodes", filepath.Join(e.Opts.Work, "nodes.yaml"),
 		"--image-dir", filepath.Join(e.Opts.Out, "image"),
-		"--http-listen", e.HTTPAddr,
-		"--grpc-listen", e.GRPCAddr,
-		"--advertise", "10.0.2.2",
+		"--http-listen", httpListen,
+		"--grpc-listen", grpcListen,
+		"--advertise", advertise,
 		"--import-artifact", e.HostOS.Path,
 		"--phase-attempts", fmt.Sprint(e.Opts.PhaseAttempts),
 		"--wait-cure", "6m",

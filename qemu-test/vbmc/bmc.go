@@ -36,7 +36,12 @@ type Config struct {
 	Model        string // default "QEMU-GPU-Node"
 
 	// Vendor shapes.
-	NoBootMode     bool // no BootSourceOverrideMode at all (PATCHing it is a 400)
+	NoBootMode bool // no BootSourceOverrideMode at all (PATCHing it is a 400)
+	// BootModes are the BootSourceOverrideMode allowable values, the first
+	// the mode at power-up (default ["Legacy"]: QEMU boots SeaBIOS). A
+	// machine implementing ModeSetter boots each time in the mode set
+	// (QEMUMachine: SeaBIOS for Legacy, OVMF for UEFI).
+	BootModes      []string
 	NoContinuous   bool // Lenovo-style: Enabled allows only Disabled and Once
 	RequireIfMatch bool // PATCH without If-Match is refused with 428
 	// ResetTypes narrows the advertised ResetType allowable values; default:
@@ -74,6 +79,14 @@ type BootRecord struct {
 	Device   BootDevice // "Pxe" or "Hdd"
 	Override string     // BootSourceOverrideEnabled that chose it: Once, Continuous, Disabled
 	Reason   string     // what caused the boot: power-on, ForceRestart, guest-reset...
+	Mode     string     `json:",omitempty"` // BootSourceOverrideMode in force (firmware the machine booted)
+}
+
+// ModeSetter is a Machine whose firmware the BMC chooses per boot: the BMC
+// calls SetBootMode with the BootSourceOverrideMode in force before every
+// Start. An error (a mode the machine cannot boot) fails the power-on.
+type ModeSetter interface {
+	SetBootMode(mode string) error
 }
 
 // OverrideChange is one accepted Boot PATCH.
@@ -199,6 +212,11 @@ func New(cfg Config, m Machine) (*BMC, error) {
 	if cfg.ResetDuration <= 0 {
 		cfg.ResetDuration = 3 * time.Second
 	}
+	for _, m := range cfg.BootModes {
+		if m != "Legacy" && m != "UEFI" {
+			return nil, fmt.Errorf("vbmc %s: BootModes: %q: want Legacy or UEFI", cfg.Name, m)
+		}
+	}
 	for _, rt := range cfg.ResetTypes {
 		if !slices.Contains(implementedResets, rt) {
 			return nil, fmt.Errorf("vbmc %s: ResetTypes: %q is not implemented (have %v)", cfg.Name, rt, implementedResets)
@@ -227,7 +245,7 @@ func New(cfg Config, m Machine) (*BMC, error) {
 		gen:      1,
 	}
 	if !cfg.NoBootMode {
-		b.mode = "Legacy" // QEMU boots SeaBIOS: be honest about it
+		b.mode = b.allowedModes()[0] // QEMU boots SeaBIOS unless configured with OVMF
 	}
 	for _, f := range cfg.Firmware {
 		if f.SoftwareID == "" {
@@ -344,7 +362,17 @@ func (b *BMC) allowedModes() []string {
 	if b.cfg.NoBootMode {
 		return nil
 	}
+	if len(b.cfg.BootModes) > 0 {
+		return slices.Clone(b.cfg.BootModes)
+	}
 	return []string{"Legacy"}
+}
+
+// BootMode is the current BootSourceOverrideMode ("" with NoBootMode).
+func (b *BMC) BootMode() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.mode
 }
 
 // allowedResets is the mockup's ResetType list narrowed to what is
@@ -404,14 +432,22 @@ func (b *BMC) nextBootLocked() (dev BootDevice, override string, restore func())
 func (b *BMC) boot(ctx context.Context, reason string) error {
 	b.mu.Lock()
 	dev, override, restore := b.nextBootLocked()
+	mode := b.mode
 	b.mu.Unlock()
-	if err := b.m.Start(ctx, dev); err != nil {
+	err := error(nil)
+	if ms, ok := b.m.(ModeSetter); ok && mode != "" {
+		err = ms.SetBootMode(mode)
+	}
+	if err == nil {
+		err = b.m.Start(ctx, dev)
+	}
+	if err != nil {
 		b.mu.Lock()
 		restore()
 		b.power = PowerOff
 		b.gen++
 		b.mu.Unlock()
-		return fmt.Errorf("boot %s (%s): %w", dev, reason, err)
+		return fmt.Errorf("boot %s in mode %q (%s): %w", dev, mode, reason, err)
 	}
 	now := b.cfg.Now()
 	b.mu.Lock()
@@ -423,9 +459,9 @@ func (b *BMC) boot(ctx context.Context, reason string) error {
 	b.power = PowerOn
 	b.lastReset = now
 	b.gen++
-	b.history = append(b.history, BootRecord{Time: now, Device: dev, Override: override, Reason: reason})
+	b.history = append(b.history, BootRecord{Time: now, Device: dev, Override: override, Reason: reason, Mode: mode})
 	b.mu.Unlock()
-	b.log.Info("boot", "device", dev, "override", override, "reason", reason)
+	b.log.Info("boot", "device", dev, "override", override, "mode", mode, "reason", reason)
 	return nil
 }
 

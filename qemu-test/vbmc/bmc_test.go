@@ -278,3 +278,42 @@ func TestHangNextRequest(t *testing.T) {
 		t.Fatalf("request after the hang: %d", rec.Code)
 	}
 }
+
+// The BMC boots the machine in the BootSourceOverrideMode in force, which
+// persists across boots; modes outside BootModes are refused.
+func TestBootModeHonoured(t *testing.T) {
+	b, m := newFakeBMC(t, Config{Name: "n1", BootModes: []string{"Legacy", "UEFI"}})
+	s := decode(t, do(t, b, "GET", sys, "", ""))
+	boot := s["Boot"].(map[string]any)
+	if boot["BootSourceOverrideMode"] != "Legacy" || len(boot["BootSourceOverrideMode@Redfish.AllowableValues"].([]any)) != 2 {
+		t.Fatalf("Boot = %v, want mode Legacy with Legacy and UEFI allowed", boot)
+	}
+	rec := do(t, b, "PATCH", sys, "", `{"Boot":{"BootSourceOverrideTarget":"Pxe","BootSourceOverrideEnabled":"Once","BootSourceOverrideMode":"UEFI"}}`)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("PATCH UEFI: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do(t, b, "POST", sys+"/Actions/ComputerSystem.Reset", "", `{"ResetType":"On"}`); rec.Code != http.StatusNoContent {
+		t.Fatalf("power on: %d %s", rec.Code, rec.Body)
+	}
+	m.GuestReset() // Once consumed: the disk boots next, still in UEFI
+	waitFor(t, 5*time.Second, "reboot after guest reset", func() bool { return len(b.History()) == 2 })
+	if got := m.Modes(); len(got) != 2 || got[0] != "UEFI" || got[1] != "UEFI" {
+		t.Errorf("machine modes = %v, want [UEFI UEFI]", got)
+	}
+	h := b.History()
+	if h[0].Mode != "UEFI" || h[0].Device != BootPxe || h[1].Mode != "UEFI" || h[1].Device != BootHdd {
+		t.Errorf("history = %+v", h)
+	}
+	if o := b.Overrides(); len(o) != 1 || o[0].Mode != "UEFI" {
+		t.Errorf("overrides = %+v", o)
+	}
+
+	legacyOnly, _ := newFakeBMC(t, Config{Name: "n2"})
+	rec = do(t, legacyOnly, "PATCH", sys, "", `{"Boot":{"BootSourceOverrideMode":"UEFI"}}`)
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "PropertyValueNotInList") {
+		t.Errorf("UEFI on a Legacy-only BMC: %d %s", rec.Code, rec.Body)
+	}
+	if _, err := New(Config{Name: "n3", BootModes: []string{"BIOS"}}, NewFakeMachine()); err == nil {
+		t.Error("BootModes [BIOS] accepted")
+	}
+}

@@ -59,6 +59,7 @@ type FakeMachine struct {
 	running bool
 	seq     uint64
 	boots   []BootDevice
+	modes   []string
 	stops   []bool
 	events  chan MachineEvent
 	// StartErr, when set, makes the next Start fail with it.
@@ -104,6 +105,21 @@ func (f *FakeMachine) Running() bool {
 }
 
 func (f *FakeMachine) Events() <-chan MachineEvent { return f.events }
+
+// SetBootMode records the firmware mode of the next Start (ModeSetter).
+func (f *FakeMachine) SetBootMode(mode string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.modes = append(f.modes, mode)
+	return nil
+}
+
+// Modes lists the mode set before every Start so far.
+func (f *FakeMachine) Modes() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.modes...)
+}
 
 // Boots lists the devices of every Start so far.
 func (f *FakeMachine) Boots() []BootDevice {

@@ -37,6 +37,16 @@ type QEMUConfig struct {
 	BootURL string
 	TFTPDir string // optional SLIRP TFTP root
 	Romfile string // optional virtio-net option ROM (default: QEMU's own iPXE)
+	// Tap attaches the NIC to this existing tap device instead of QEMU's
+	// user network (no SLIRP DHCP or TFTP: whatever is on the tap's bridge
+	// answers); BootURL and TFTPDir do not apply.
+	Tap string
+	// OVMFCode and OVMFVars (Debian's /usr/share/OVMF/OVMF_CODE.fd and
+	// OVMF_VARS.fd) let the machine boot in UEFI mode: the code read-only,
+	// the variable store copied once into RunDir, so the machine keeps its
+	// NVRAM across boots as a server does. Without them only Legacy
+	// (SeaBIOS) boots.
+	OVMFCode, OVMFVars string
 	// RebootTimeout makes the firmware reset the machine this long after
 	// "No bootable device" (0: it waits forever, QEMU's default).
 	RebootTimeout time.Duration
@@ -60,6 +70,7 @@ type QEMUMachine struct {
 	mu      sync.Mutex
 	cur     *qemuRun
 	seq     uint64
+	mode    string        // BootSourceOverrideMode of the next Start: "Legacy" (default) or "UEFI"
 	stopped chan struct{} // closed by Close
 }
 
@@ -109,6 +120,19 @@ func NewQEMUMachine(cfg QEMUConfig) (*QEMUMachine, error) {
 	if cfg.ConsoleLog == "" {
 		return nil, fmt.Errorf("%s: ConsoleLog is required", where)
 	}
+	if cfg.Tap != "" && (cfg.BootURL != "" || cfg.TFTPDir != "") {
+		return nil, fmt.Errorf("%s: Tap %q with BootURL or TFTPDir: those are QEMU user-network (SLIRP) settings", where, cfg.Tap)
+	}
+	if (cfg.OVMFCode == "") != (cfg.OVMFVars == "") {
+		return nil, fmt.Errorf("%s: OVMFCode and OVMFVars go together (got code %q, vars %q)", where, cfg.OVMFCode, cfg.OVMFVars)
+	}
+	for _, f := range []string{cfg.OVMFCode, cfg.OVMFVars} {
+		if f != "" {
+			if _, err := os.Stat(f); err != nil {
+				return nil, fmt.Errorf("%s: OVMF firmware: %w (apt install ovmf)", where, err)
+			}
+		}
+	}
 	if cfg.BootURL != "" {
 		if u, err := url.Parse(cfg.BootURL); err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "tftp") {
 			return nil, fmt.Errorf("%s: BootURL %q is not an http(s) or tftp URL", where, cfg.BootURL)
@@ -138,13 +162,41 @@ func NewQEMUMachine(cfg QEMUConfig) (*QEMUMachine, error) {
 	return q, nil
 }
 
+// Boot modes (BootSourceOverrideMode values) a QEMUMachine boots.
+const (
+	ModeLegacy = "Legacy"
+	ModeUEFI   = "UEFI"
+)
+
+// SetBootMode chooses the firmware of the next Start (ModeSetter): SeaBIOS
+// for Legacy, OVMF for UEFI (which needs OVMFCode/OVMFVars).
+func (q *QEMUMachine) SetBootMode(mode string) error {
+	switch mode {
+	case ModeLegacy:
+	case ModeUEFI:
+		if q.cfg.OVMFCode == "" {
+			return fmt.Errorf("qemu node %s: UEFI boot needs OVMFCode and OVMFVars", q.cfg.Name)
+		}
+	default:
+		return fmt.Errorf("qemu node %s: boot mode %q: want %s or %s", q.cfg.Name, mode, ModeLegacy, ModeUEFI)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.mode = mode
+	return nil
+}
+
+// varsPath is the machine's own copy of the OVMF variable store.
+func (q *QEMUMachine) varsPath() string { return filepath.Join(q.cfg.RunDir, "OVMF_VARS.fd") }
+
 // qemuEscape doubles commas, QEMU's escape inside option values.
 func qemuEscape(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 
-// Args is the QEMU command line for one boot from dev (pure: tested without
-// QEMU).
+// Args is the QEMU command line for one boot from dev in the mode last set
+// (pure: tested without QEMU).
 func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 	c := q.cfg
+	uefi := q.mode == ModeUEFI
 	var order string
 	switch dev {
 	case BootPxe:
@@ -159,6 +211,9 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 		bootOpt += ",reboot-timeout=" + strconv.FormatInt(c.RebootTimeout.Milliseconds(), 10)
 	}
 	netdev := "user,id=n0"
+	if c.Tap != "" {
+		netdev = "tap,id=n0,ifname=" + qemuEscape(c.Tap) + ",script=no,downscript=no"
+	}
 	if c.BootURL != "" {
 		netdev += ",bootfile=" + qemuEscape(c.BootURL)
 	}
@@ -168,8 +223,26 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 	// speed/duplex make the guest's link report 25 Gb/s (virtio's
 	// SPEED_DUPLEX feature), which the SKU's hardware check reads.
 	nic := "virtio-net-pci,netdev=n0,mac=" + c.MAC + ",speed=25000,duplex=full"
-	if c.Romfile != "" {
+	switch {
+	case c.Romfile != "":
 		nic += ",romfile=" + qemuEscape(c.Romfile)
+	case uefi:
+		// No option ROM: QEMU's would be iPXE's EFI driver; a server's
+		// UEFI PXE is the firmware's own network stack (OVMF's here).
+		nic += ",romfile="
+	}
+	disk := ""
+	if c.DiskPath != "" {
+		disk = "nvme,serial=" + qemuEscape(orDefault(c.Serial, c.Name)) + ",drive=d0"
+	}
+	if uefi {
+		// OVMF takes the boot order from the devices' bootindex (QEMU's
+		// fw_cfg bootorder), not from -boot order.
+		if dev == BootPxe {
+			nic += ",bootindex=1"
+		} else if disk != "" {
+			disk += ",bootindex=1"
+		}
 	}
 	smbios := "type=1,manufacturer=CURE,product=QEMU-GPU-Node"
 	if c.Serial != "" {
@@ -183,16 +256,23 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 		"-accel", "tcg", "-machine", "q35", "-cpu", "max",
 		"-smp", strconv.Itoa(c.CPUs), "-m", strconv.Itoa(c.MemoryMiB),
 		"-nographic", "-no-user-config", "-nodefaults",
-		"-chardev", "file,id=con0,path=" + qemuEscape(c.ConsoleLog) + ",append=on",
+	}
+	if uefi {
+		args = append(args,
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+qemuEscape(c.OVMFCode),
+			"-drive", "if=pflash,format=raw,unit=1,file="+qemuEscape(q.varsPath()))
+	}
+	args = append(args,
+		"-chardev", "file,id=con0,path="+qemuEscape(c.ConsoleLog)+",append=on",
 		"-serial", "chardev:con0",
-		"-qmp", "unix:" + qemuEscape(qmpPath) + ",server=on,wait=off",
+		"-qmp", "unix:"+qemuEscape(qmpPath)+",server=on,wait=off",
 		"-netdev", netdev,
 		"-device", nic,
-	}
-	if c.DiskPath != "" {
+	)
+	if disk != "" {
 		args = append(args,
 			"-drive", "file="+qemuEscape(c.DiskPath)+",if=none,id=d0,format=raw,cache=writeback",
-			"-device", "nvme,serial="+qemuEscape(orDefault(c.Serial, c.Name))+",drive=d0")
+			"-device", disk)
 	}
 	args = append(args,
 		"-device", "virtio-rng-pci",
@@ -230,6 +310,11 @@ func (q *QEMUMachine) Start(ctx context.Context, dev BootDevice) error {
 	}
 	sock := filepath.Join(q.cfg.RunDir, "qmp.sock")
 	_ = os.Remove(sock)
+	if q.mode == ModeUEFI {
+		if err := q.ensureVars(); err != nil {
+			return err
+		}
+	}
 	args, err := q.Args(dev, sock)
 	if err != nil {
 		return err
@@ -259,8 +344,24 @@ func (q *QEMUMachine) Start(ctx context.Context, dev BootDevice) error {
 	q.seq++
 	r.seq, r.qmp = q.seq, qc
 	q.cur = r
-	q.log.Info("qemu started", "pid", cmd.Process.Pid, "boot", dev, "seq", r.seq)
+	q.log.Info("qemu started", "pid", cmd.Process.Pid, "boot", dev, "mode", orDefault(q.mode, ModeLegacy), "seq", r.seq)
 	go q.watch(r)
+	return nil
+}
+
+// ensureVars copies the OVMF variable store template once: later boots
+// keep what the firmware wrote (boot entries), as a server's NVRAM does.
+func (q *QEMUMachine) ensureVars() error {
+	if _, err := os.Stat(q.varsPath()); err == nil {
+		return nil
+	}
+	b, err := os.ReadFile(q.cfg.OVMFVars)
+	if err != nil {
+		return fmt.Errorf("qemu node %s: OVMF variable store template: %w", q.cfg.Name, err)
+	}
+	if err := os.WriteFile(q.varsPath(), b, 0o600); err != nil {
+		return fmt.Errorf("qemu node %s: OVMF variable store: %w", q.cfg.Name, err)
+	}
 	return nil
 }
 

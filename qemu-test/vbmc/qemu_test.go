@@ -57,6 +57,61 @@ func TestQEMUArgs(t *testing.T) {
 	}
 }
 
+// UEFI mode: OVMF's code and this machine's own variable store, no option
+// ROM on the NIC (OVMF's own PXE), the boot device by bootindex; a tap
+// device instead of the user network.
+func TestQEMUArgsUEFI(t *testing.T) {
+	dir := t.TempDir()
+	disk := filepath.Join(dir, "disk.img")
+	if err := os.WriteFile(disk, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q := &QEMUMachine{cfg: QEMUConfig{
+		Name: "n1", MAC: "52:54:00:00:00:01", DiskPath: disk, MemoryMiB: 768, CPUs: 2, ConsoleLog: filepath.Join(dir, "con.log"),
+		Tap: "tap0", OVMFCode: "/usr/share/OVMF/OVMF_CODE.fd", OVMFVars: "/usr/share/OVMF/OVMF_VARS.fd", RunDir: dir,
+	}}
+	if err := q.SetBootMode(ModeUEFI); err != nil {
+		t.Fatal(err)
+	}
+	args, err := q.Args(BootPxe, "/tmp/q.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := strings.Join(args, " ")
+	for _, want := range []string{
+		"-drive if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE.fd",
+		"-drive if=pflash,format=raw,unit=1,file=" + filepath.Join(dir, "OVMF_VARS.fd"),
+		"-netdev tap,id=n0,ifname=tap0,script=no,downscript=no",
+		"-device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:01,romfile=,bootindex=1",
+		"-device nvme,serial=n1,drive=d0 ",
+	} {
+		if !strings.Contains(line, want) {
+			t.Errorf("UEFI PXE args lack %q:\n%s", want, line)
+		}
+	}
+	args, _ = q.Args(BootHdd, "/tmp/q.sock")
+	line = strings.Join(args, " ")
+	if !strings.Contains(line, "nvme,serial=n1,drive=d0,bootindex=1") || strings.Contains(line, "romfile=,bootindex") {
+		t.Errorf("UEFI disk boot: want the NVMe first:\n%s", line)
+	}
+	// Back to Legacy: SeaBIOS with QEMU's iPXE ROM, no pflash.
+	if err := q.SetBootMode(ModeLegacy); err != nil {
+		t.Fatal(err)
+	}
+	args, _ = q.Args(BootPxe, "/tmp/q.sock")
+	line = strings.Join(args, " ")
+	if strings.Contains(line, "pflash") || strings.Contains(line, "romfile=") || strings.Contains(line, "bootindex") {
+		t.Errorf("Legacy args carry UEFI settings:\n%s", line)
+	}
+	noOVMF := &QEMUMachine{cfg: QEMUConfig{Name: "n2"}}
+	if err := noOVMF.SetBootMode(ModeUEFI); err == nil || !strings.Contains(err.Error(), "OVMF") {
+		t.Errorf("UEFI without OVMF: %v", err)
+	}
+	if err := q.SetBootMode("BIOS"); err == nil {
+		t.Error("mode BIOS accepted")
+	}
+}
+
 func TestNewQEMUMachineRejectsBadConfig(t *testing.T) {
 	base := QEMUConfig{Name: "n", MAC: "52:54:00:00:00:01", ConsoleLog: "/tmp/x.log", Binary: "true"}
 	cases := map[string]func(*QEMUConfig){
@@ -65,6 +120,9 @@ func TestNewQEMUMachineRejectsBadConfig(t *testing.T) {
 		"DiskPath": func(c *QEMUConfig) { c.DiskPath = "/nonexistent/disk.img" },
 		"BootURL":  func(c *QEMUConfig) { c.BootURL = "ftp://x/y" },
 		"Name":     func(c *QEMUConfig) { c.Name = "" },
+		"Tap":      func(c *QEMUConfig) { c.Tap = "tap0"; c.BootURL = "http://10.0.2.2/boot.ipxe" },
+		"OVMFCode": func(c *QEMUConfig) { c.OVMFCode = "/usr/share/OVMF/OVMF_CODE.fd" },
+		"OVMF":     func(c *QEMUConfig) { c.OVMFCode, c.OVMFVars = "/nonexistent/CODE.fd", "/nonexistent/VARS.fd" },
 	}
 	for field, mut := range cases {
 		c := base

@@ -23,6 +23,10 @@ type bmcConnector struct {
 	defaultCA string // --bmc-ca; "" = the system roots
 	timeout   time.Duration
 	log       *slog.Logger
+	// bootMode and httpBootURI go to every client (--boot-mode; the iPXE
+	// EFI build's URL for UefiHttp overrides).
+	bootMode    redfish.BootModePolicy
+	httpBootURI string
 
 	mu    sync.Mutex
 	pools map[string]*x509.CertPool // CA file -> its certificates
@@ -79,5 +83,6 @@ func (b *bmcConnector) connect(ctx context.Context, n store.Node) (pipeline.BMC,
 	if err != nil {
 		return nil, err
 	}
-	return redfish.Connect(ctx, ep, redfish.Options{Timeout: b.timeout, Logger: b.log.With("node", n.ID)})
+	return redfish.Connect(ctx, ep, redfish.Options{Timeout: b.timeout, Logger: b.log.With("node", n.ID),
+		BootMode: b.bootMode, HTTPBootURI: b.httpBootURI})
 }

@@ -76,6 +76,7 @@ type config struct {
 	bmcIdle                                    time.Duration
 	pprofListen                                string
 	tlsNames                                   []string // extra names of the gRPC server certificate
+	netboot                                    netbootFlags
 }
 
 func main() {
@@ -111,7 +112,7 @@ func main() {
 	flag.StringVar(&c.httpListen, "http-listen", ":8080", "boot/artifact HTTP listen address")
 	flag.StringVar(&c.grpcListen, "grpc-listen", ":8443", "gRPC (runners and curectl) listen address")
 	flag.StringVar(&c.advertise, "advertise", "", "host or IP nodes use to reach this coordinator (default: the address of --pxe-interface, else of the default route's interface)")
-	flag.StringVar(&c.pxeInterface, "pxe-interface", "", "the interface facing the nodes (default: the default route's); --advertise defaults to its address")
+	flag.StringVar(&c.pxeInterface, "pxe-interface", "", "the interface facing the nodes' provisioning network (default: the default route's): --advertise defaults to its address, and proxy DHCP answers there (SO_BINDTODEVICE)")
 	flag.StringVar(&c.bmcBaseURL, "bmc-base-url", "", "artifact server base URL as BMCs reach it (default: the nodes' URL)")
 	flag.StringVar(&c.grpcAdv, "advertise-grpc", "", "host:port nodes dial for gRPC (default: advertise host + the gRPC port)")
 	flag.DurationVar(&c.timeouts.Reconnect, "reconnect", 3*time.Minute, "a runner gone this long counts as a disconnect")
@@ -151,6 +152,7 @@ func main() {
 	flag.StringVar(&c.instance, "instance-id", defaultInstanceID(), "this coordinator instance's name (leases, answers, logs); unique among instances sharing a database")
 	flag.Var(&tlsNames, "tls-name", "another DNS name or IP the gRPC server certificate carries, besides --advertise, 127.0.0.1 and localhost: "+
 		"a name operators give curectl --server (a DNS name, a VIP), which curectl verifies as given (repeatable)")
+	c.netboot.register(flag.CommandLine)
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -506,10 +508,16 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		return err
 	}
 
+	c.netboot.pxeInterface = c.pxeInterface
+	nb, err := c.netboot.prepare(log)
+	if err != nil {
+		return err
+	}
 	bmcs, err := newBMCConnector(c.bmcCA, c.timeouts.BMCCall, log)
 	if err != nil {
 		return err
 	}
+	bmcs.bootMode, bmcs.httpBootURI = nb.mode, nb.httpBootURI(baseURL)
 	var groupKeys []string
 	for _, k := range strings.Split(c.powerGroups, ",") {
 		if k = strings.TrimSpace(k); k != "" {
@@ -532,10 +540,11 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		Budgets:         c.budgets,
 		TokensPerWindow: c.tokensPerWindow,
 		MaxRuns:         c.maxRuns,
+		NetBoot:         nb.target,
 	})
 
 	bs, err := bootserver.New(bootserver.Config{ImageDir: c.imageDir, ArtifactDir: artifactDir, BaseURL: baseURL, Logger: log,
-		Limits: bootserver.Limits{MaxConns: c.httpMaxConns}}, eng)
+		Limits: bootserver.Limits{MaxConns: c.httpMaxConns}, IPXEBuilds: nb.builds()}, eng)
 	if err != nil {
 		return err
 	}
@@ -561,7 +570,14 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		return err
 	}
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 4)
+	stopNetboot, err := nb.start(ctx, log, bs.ScriptURL(), baseURL, st, errc)
+	if err != nil {
+		hl.Close()
+		gl.Close()
+		return err
+	}
+	defer stopNetboot()
 	go func() { errc <- httpSrv.Serve(bs.Listener(hl)) }()
 	go func() { errc <- gs.Serve(netutil.LimitListener(gl, c.grpcMaxConns)) }()
 	go st.Maintain(ctx, 10*time.Minute, c.retention, log)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"debug/pe"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -213,12 +215,107 @@ func buildFAT(ctx context.Context, part Partition, work string, run Runner) (str
 			return "", err
 		}
 	}
+	if part.UKI != nil {
+		if err := addUKI(ctx, *part.UKI, img, stage, env, run); err != nil {
+			return "", fmt.Errorf("unified kernel image: %w", err)
+		}
+	}
 	if part.Syslinux {
 		if err := run(ctx, env, "syslinux", "--install", img); err != nil {
 			return "", err
 		}
 	}
 	return img, nil
+}
+
+// addUKI builds the unified kernel image with objcopy and copies it to
+// UKIPath in the FAT image.
+func addUKI(ctx context.Context, u UKI, img, stage string, env []string, run Runner) error {
+	if err := checkStub(u.Stub); err != nil {
+		return err
+	}
+	osrel, cmdline, out := filepath.Join(stage, "uki.osrel"), filepath.Join(stage, "uki.cmdline"), filepath.Join(stage, "bootx64.efi")
+	if err := os.WriteFile(osrel, []byte(u.OSRel), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(cmdline, []byte(u.Cmdline), 0o644); err != nil {
+		return err
+	}
+	if err := run(ctx, env, "objcopy", u.ObjcopyArgs(osrel, cmdline, out)...); err != nil {
+		return err
+	}
+	if err := pinPETimestamp(out, Epoch); err != nil {
+		return err
+	}
+	if err := os.Chtimes(out, time.Unix(Epoch, 0), time.Unix(Epoch, 0)); err != nil {
+		return err
+	}
+	if err := run(ctx, env, "mmd", "-i", img, "::EFI", "::EFI/BOOT"); err != nil {
+		return err
+	}
+	return run(ctx, env, "mcopy", "-m", "-i", img, out, "::"+UKIPath)
+}
+
+// pinPETimestamp sets the PE header's TimeDateStamp, which objcopy (binutils
+// 2.40) fills with the current time whatever SOURCE_DATE_EPOCH says, and
+// recomputes the header checksum over the result, so the image is
+// reproducible.
+func pinPETimestamp(path string, ts uint32) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := setPETimestamp(b, ts); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// setPETimestamp is pinPETimestamp on the bytes.
+func setPETimestamp(b []byte, ts uint32) error {
+	if len(b) < 0x40 || b[0] != 'M' || b[1] != 'Z' {
+		return fmt.Errorf("not a PE image: no MZ header")
+	}
+	pe := int(binary.LittleEndian.Uint32(b[0x3c:]))
+	// Signature (4), COFF header (20), optional header up to CheckSum (64).
+	sum := pe + 4 + 20 + 64
+	if pe < 0x40 || sum+4 > len(b) || string(b[pe:pe+4]) != "PE\x00\x00" {
+		return fmt.Errorf("not a PE image: bad PE header offset %#x", pe)
+	}
+	binary.LittleEndian.PutUint32(b[pe+8:], ts)
+	binary.LittleEndian.PutUint32(b[sum:], 0)
+	// The PE checksum: 16-bit one's-complement-style sum of the file with
+	// the checksum field zero, folded, plus the file length.
+	var c uint64
+	for i := 0; i+1 < len(b); i += 2 {
+		c += uint64(binary.LittleEndian.Uint16(b[i:]))
+		c = (c & 0xffff) + (c >> 16)
+	}
+	if len(b)%2 == 1 {
+		c += uint64(b[len(b)-1])
+		c = (c & 0xffff) + (c >> 16)
+	}
+	c = (c & 0xffff) + (c >> 16)
+	binary.LittleEndian.PutUint32(b[sum:], uint32(c)+uint32(len(b)))
+	return nil
+}
+
+// checkStub refuses a stub whose image reaches into the sections the UKI
+// layout adds (a newer, bigger stub would need other addresses).
+func checkStub(path string) error {
+	f, err := pe.Open(path)
+	if err != nil {
+		return fmt.Errorf("EFI stub %s: %w (apt install systemd-boot-efi)", path, err)
+	}
+	defer f.Close()
+	oh, ok := f.OptionalHeader.(*pe.OptionalHeader64)
+	if !ok {
+		return fmt.Errorf("EFI stub %s: not a PE32+ (x86-64) image", path)
+	}
+	if end := oh.ImageBase + uint64(oh.SizeOfImage); end > ukiOSRelVMA {
+		return fmt.Errorf("EFI stub %s: image ends at %#x, past the %#x where the UKI's sections start", path, end, ukiOSRelVMA)
+	}
+	return nil
 }
 
 func copyFile(src, dst string) error {

@@ -1,6 +1,7 @@
 package hostdisk
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"io"
@@ -141,3 +142,113 @@ func TestAssembleReproducible(t *testing.T) {
 }
 
 func timeNowPlus() time.Time { return time.Now().Add(time.Hour) }
+
+const efiStub = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub"
+
+// With an EFI stub the boot partition is an ESP (type 0xEF, still active
+// for the BIOS path) holding a unified kernel image at \EFI\BOOT\BOOTX64.EFI
+// whose sections carry the same kernel, initramfs and command line; the
+// bytes are reproducible.
+func TestAssembleUEFI(t *testing.T) {
+	needTools(t)
+	if _, err := os.Stat(efiStub); err != nil {
+		t.Skip("systemd-boot-efi not installed")
+	}
+	if _, err := exec.LookPath("objcopy"); err != nil {
+		t.Skip("objcopy not installed")
+	}
+	dir := t.TempDir()
+	k, i := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd")
+	os.WriteFile(k, []byte(strings.Repeat("kernel", 1000)), 0o644)
+	os.WriteFile(i, []byte(strings.Repeat("initrd", 1000)), 0o600)
+	p, err := NewPlan(Options{Kernel: k, Initrd: i, Append: "console=ttyS0 panic=-1", SizeMiB: 32, CIDataMiB: 4, EFIStub: efiStub, FileSizes: StatSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Partitions[0].Type != espType || !p.Partitions[0].Bootable || !p.Partitions[0].Syslinux {
+		t.Fatalf("boot partition = %+v, want an active ESP with syslinux", p.Partitions[0])
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var sums []string
+	for _, sub := range []string{"a", "b"} {
+		m, err := Assemble(context.Background(), p, filepath.Join(dir, sub), ExecRunner, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sums = append(sums, m.Files[0].SHA256)
+		os.Chtimes(k, timeNowPlus(), timeNowPlus())
+	}
+	if sums[0] != sums[1] {
+		t.Errorf("not reproducible: %s vs %s", sums[0], sums[1])
+	}
+	raw := filepath.Join(dir, "a", RawName)
+	out, err := exec.Command("sfdisk", "--dump", raw).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "type=ef, bootable") {
+		t.Errorf("sfdisk --dump (%v):\n%s", err, out)
+	}
+	uki := filepath.Join(dir, "bootx64.efi")
+	cmd := exec.Command("mcopy", "-i", raw+"@@1M", "::EFI/BOOT/BOOTX64.EFI", uki)
+	cmd.Env = append(os.Environ(), "MTOOLS_SKIP_CHECK=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("no %s on the ESP: %v: %s", UKIPath, err, out)
+	}
+	// objcopy stamps the build time; the image carries Epoch instead.
+	if b, err := os.ReadFile(uki); err != nil {
+		t.Fatal(err)
+	} else if ts := binary.LittleEndian.Uint32(b[binary.LittleEndian.Uint32(b[0x3c:])+8:]); ts != Epoch {
+		t.Errorf("UKI PE timestamp %d, want %d (reproducible)", ts, Epoch)
+	}
+	// The sections hold the very bytes given.
+	for sec, want := range map[string]string{".cmdline": "console=ttyS0 panic=-1", ".linux": strings.Repeat("kernel", 1000), ".initrd": strings.Repeat("initrd", 1000)} {
+		got := filepath.Join(dir, "sec")
+		if out, err := exec.Command("objcopy", "-O", "binary", "--only-section="+sec, uki, got).CombinedOutput(); err != nil {
+			t.Fatalf("objcopy %s: %v: %s", sec, err, out)
+		}
+		b, _ := os.ReadFile(got)
+		if string(b) != want {
+			t.Errorf("section %s: %d bytes, want the %d given", sec, len(b), len(want))
+		}
+	}
+	// A kernel the layout cannot hold is refused at plan time.
+	_, err = NewPlan(Options{Kernel: "k", Initrd: "i", EFIStub: efiStub, SizeMiB: 256,
+		FileSizes: sizes(map[string]int64{"k": MaxUKIKernel + 1, "i": 1, efiStub: 1})})
+	if err == nil || !strings.Contains(err.Error(), "unified kernel image") {
+		t.Errorf("oversized kernel: err = %v", err)
+	}
+}
+
+// setPETimestamp's checksum is the PE one: rewriting a real image's own
+// timestamp keeps the checksum its linker wrote, and another timestamp
+// changes both fields and nothing else.
+func TestSetPETimestamp(t *testing.T) {
+	orig, err := os.ReadFile(efiStub)
+	if err != nil {
+		t.Skip("systemd-boot-efi not installed")
+	}
+	pe := int(binary.LittleEndian.Uint32(orig[0x3c:]))
+	ts, sum := binary.LittleEndian.Uint32(orig[pe+8:]), binary.LittleEndian.Uint32(orig[pe+88:])
+	if sum == 0 {
+		t.Skip("the stub carries no checksum to compare with")
+	}
+	b := bytes.Clone(orig)
+	if err := setPETimestamp(b, ts); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, orig) {
+		t.Fatalf("same timestamp: checksum %#x, the linker wrote %#x", binary.LittleEndian.Uint32(b[pe+88:]), sum)
+	}
+	if err := setPETimestamp(b, Epoch); err != nil {
+		t.Fatal(err)
+	}
+	if got := binary.LittleEndian.Uint32(b[pe+8:]); got != Epoch {
+		t.Errorf("timestamp %d, want %d", got, Epoch)
+	}
+	for i := range b {
+		if b[i] != orig[i] && (i < pe+8 || i >= pe+12) && (i < pe+88 || i >= pe+92) {
+			t.Fatalf("byte %#x changed outside the timestamp and checksum", i)
+		}
+	}
+	if err := setPETimestamp([]byte("MZ not a PE image, far too short for one"), 1); err == nil {
+		t.Error("a non-PE file was patched")
+	}
+}

@@ -1,7 +1,13 @@
-// Package hostdisk assembles the QEMU tests' host OS disk: a BIOS-bootable
-// raw image with an MBR (syslinux boot code), a FAT boot partition holding
-// syslinux, the kernel and the initramfs, and an empty FAT partition
-// labelled CIDATA for the NoCloud seed the runner writes after install.
+// Package hostdisk assembles the QEMU tests' host OS disk: a raw image with
+// an MBR (syslinux boot code), a FAT boot partition holding syslinux, the
+// kernel and the initramfs, and an empty FAT partition labelled CIDATA for
+// the NoCloud seed the runner writes after install. With an EFI stub the
+// boot partition is also the EFI System Partition (MBR type 0xEF, still
+// active for the BIOS path) and holds \EFI\BOOT\BOOTX64.EFI, a unified
+// kernel image (systemd-boot's linuxx64.efi.stub with the kernel, the
+// initramfs and the command line as PE sections): UEFI firmware boots it
+// with no boot loader and no configuration, and its command line is the
+// one syslinux passes, so both paths boot the same OS the same way.
 // No loop devices or mounts: filesystems are made in image files with
 // mkfs.vfat, filled with mtools and syslinux, then placed at their offsets.
 // Volume IDs, timestamps and the MBR disk id are fixed, so the same inputs
@@ -22,6 +28,8 @@ const (
 	firstLBA = 2048
 	// fatLBAType is the MBR type of a FAT16 filesystem addressed by LBA.
 	fatLBAType = 0x0e
+	// espType is the MBR type of an EFI System Partition.
+	espType = 0xef
 )
 
 // File goes into a partition's root directory.
@@ -46,6 +54,46 @@ type Partition struct {
 	Files             []File
 	// Content are generated files (syslinux.cfg), name -> bytes.
 	Content map[string][]byte
+	// UKI, when set, is built (objcopy) and placed at UKIPath.
+	UKI *UKI
+}
+
+// UKIPath is where UEFI firmware looks on removable or unregistered media.
+const UKIPath = "EFI/BOOT/BOOTX64.EFI"
+
+// UKI is a unified kernel image: the EFI stub with the kernel, initramfs,
+// command line and os-release added as PE sections at fixed addresses.
+type UKI struct {
+	Stub    string // linuxx64.efi.stub
+	Kernel  string
+	Initrd  string
+	Cmdline string
+	OSRel   string
+}
+
+// UKI section addresses (relative to the stub's ImageBase 0): the layout
+// systemd documents for objcopy-built images. The stub must end below
+// ukiOSRelVMA and the kernel must fit below ukiInitrdVMA.
+const (
+	ukiOSRelVMA   = 0x20000
+	ukiCmdlineVMA = 0x30000
+	ukiLinuxVMA   = 0x2000000
+	ukiInitrdVMA  = 0x3000000
+	// MaxUKIKernel is the largest kernel the layout holds.
+	MaxUKIKernel = ukiInitrdVMA - ukiLinuxVMA
+)
+
+// ObjcopyArgs is the objcopy command line that builds the UKI at out.
+func (u UKI) ObjcopyArgs(osrel, cmdline, out string) []string {
+	sec := func(name, file string, vma int) []string {
+		return []string{"--add-section", name + "=" + file, "--change-section-vma", fmt.Sprintf("%s=%#x", name, vma)}
+	}
+	var a []string
+	a = append(a, sec(".osrel", osrel, ukiOSRelVMA)...)
+	a = append(a, sec(".cmdline", cmdline, ukiCmdlineVMA)...)
+	a = append(a, sec(".linux", u.Kernel, ukiLinuxVMA)...)
+	a = append(a, sec(".initrd", u.Initrd, ukiInitrdVMA)...)
+	return append(a, u.Stub, out)
 }
 
 // Offset is the partition's byte offset in the disk image.
@@ -68,6 +116,9 @@ type Options struct {
 	Append    string // kernel parameters
 	SizeMiB   int    // whole disk, default 64
 	CIDataMiB int    // CIDATA partition, default 8
+	// EFIStub, when set (systemd-boot-efi's linuxx64.efi.stub), makes the
+	// boot partition an EFI System Partition with a unified kernel image.
+	EFIStub string
 	// FileSizes reports host file sizes (os.Stat in production).
 	FileSizes func(path string) (int64, error)
 }
@@ -109,6 +160,25 @@ func NewPlan(o Options) (Plan, error) {
 			return Plan{}, fmt.Errorf("host disk: %w", err)
 		}
 		need += sz
+		if o.EFIStub != "" {
+			// The unified kernel image carries its own copy of both.
+			if f.Name == "vmlinuz" && sz > MaxUKIKernel {
+				return Plan{}, fmt.Errorf("host disk: kernel %s is %d bytes: the unified kernel image layout holds at most %d", f.Src, sz, MaxUKIKernel)
+			}
+			need += sz
+		}
+	}
+	var uki *UKI
+	partType := byte(fatLBAType)
+	if o.EFIStub != "" {
+		sz, err := o.FileSizes(o.EFIStub)
+		if err != nil {
+			return Plan{}, fmt.Errorf("host disk: EFI stub: %w", err)
+		}
+		need += sz
+		uki = &UKI{Stub: o.EFIStub, Kernel: o.Kernel, Initrd: o.Initrd, Cmdline: o.Append,
+			OSRel: "NAME=\"CURE test host OS\"\nID=cure-hostos\n"}
+		partType = espType
 	}
 	// FAT tables, root directory and syslinux (~130 KiB) take a few hundred KiB.
 	if avail := int64(boot)*sectorSize - 2*mib; need > avail {
@@ -119,9 +189,9 @@ func NewPlan(o Options) (Plan, error) {
 		SizeBytes: int64(total) * sectorSize,
 		DiskID:    DiskID,
 		Partitions: []Partition{
-			{Number: 1, StartSector: firstLBA, Sectors: boot, Type: fatLBAType, Bootable: true,
+			{Number: 1, StartSector: firstLBA, Sectors: boot, Type: partType, Bootable: true,
 				Label: BootLabel, VolumeID: bootVolumeID, Syslinux: true, Files: files,
-				Content: map[string][]byte{"syslinux.cfg": []byte(cfg)}},
+				Content: map[string][]byte{"syslinux.cfg": []byte(cfg)}, UKI: uki},
 			{Number: 2, StartSector: firstLBA + boot, Sectors: data, Type: fatLBAType,
 				Label: CIDataLabel, VolumeID: dataVolumeID, SectorsPerCluster: 1},
 		},

@@ -24,17 +24,18 @@ func main() {
 	appendArgs := flag.String("append", "console=ttyS0 panic=-1", "kernel parameters")
 	size := flag.Int("size-mib", 64, "disk size in MiB")
 	cidata := flag.Int("cidata-mib", 8, "CIDATA partition size in MiB")
+	stub := flag.String("efi-stub", "/usr/lib/systemd/boot/efi/linuxx64.efi.stub", "EFI stub (systemd-boot-efi) for the UEFI boot path (\\EFI\\BOOT\\BOOTX64.EFI); empty: BIOS only")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*kernel, *initrd, *out, *appendArgs, *size, *cidata, log); err != nil {
+	if err := run(*kernel, *initrd, *out, *appendArgs, *stub, *size, *cidata, log); err != nil {
 		fmt.Fprintln(os.Stderr, "mkhostdisk:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kernel, initrd, out, appendArgs string, size, cidata int, log *slog.Logger) error {
+func run(kernel, initrd, out, appendArgs, stub string, size, cidata int, log *slog.Logger) error {
 	plan, err := hostdisk.NewPlan(hostdisk.Options{
-		Kernel: kernel, Initrd: initrd, Append: appendArgs, SizeMiB: size, CIDataMiB: cidata,
+		Kernel: kernel, Initrd: initrd, Append: appendArgs, SizeMiB: size, CIDataMiB: cidata, EFIStub: stub,
 		FileSizes: hostdisk.StatSize,
 	})
 	if err != nil {
