@@ -8,6 +8,8 @@ package manifests
 
 import (
 	"time"
+
+	"github.com/cure-oss/cure/manifests/version"
 )
 
 // APIVersion is the only apiVersion this package reads and writes.
@@ -40,8 +42,8 @@ const (
 
 // Gates: when is the running firmware good enough.
 const (
-	GateEqual   = "equal"    // running == desired (after version normalisation)
-	GateAtLeast = "at-least" // running >= desired, same version family
+	GateEqual   = version.GateEqual   // running == desired (after version normalisation)
+	GateAtLeast = version.GateAtLeast // running >= desired, same version family
 )
 
 // Activations: what makes a staged image the running one.
