@@ -37,12 +37,11 @@ func planOOB(component string, want []manifests.Firmware, inv []redfish.Firmware
 				continue
 			}
 			found = true
-			status := "MATCH"
-			if !gateOK(fw.Gate, it.Version, fw.Version) {
-				status = "DRIFT"
+			status, msg := GateVerdict(fw, it.Version)
+			if status == "DRIFT" {
 				drifted = append(drifted, it)
 			}
-			rows = append(rows, oobRow{component: componentName(component, it.ID, len(want)), status: status, observed: it.Version, expected: fw.Version, msg: fw.Name})
+			rows = append(rows, oobRow{component: componentName(component, it.ID, len(want)), status: status, observed: it.Version, expected: fw.Version, msg: msg})
 		}
 		if !found {
 			rows = append(rows, oobRow{component: component, status: "ERROR", expected: fw.Version,
@@ -103,7 +102,7 @@ func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string
 		return ok("%d drifted, %d unmatched (reported only): %s", len(drifted), errs, strings.Join(drifted, ", "))
 	}
 	if errs > 0 {
-		return failed("%d %s entries match no FirmwareInventory member", errs, component)
+		return failed("%d %s verdicts are ERROR (an entry matching no FirmwareInventory member, or versions the gate cannot order)", errs, component)
 	}
 	var done []string
 	for _, d := range deltas {
@@ -209,10 +208,10 @@ func (e *Engine) oobState(ctx context.Context, r *store.Run, fw manifests.Firmwa
 		if !containsStr(targets, it.ID) {
 			continue
 		}
-		if !gateOK(fw.Gate, it.Version, fw.Version) {
+		if ok, _ := gateOK(fw, it.Version); !ok {
 			done = false
 		}
-		if !gateOK(fw.Gate, it.PendingVersion, fw.Version) {
+		if ok, _ := gateOK(fw, it.PendingVersion); !ok {
 			pending = false
 		}
 	}
@@ -265,7 +264,7 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 			continue
 		}
 		comp := componentName(component, it.ID, 0)
-		if gateOK(fw.Gate, it.Version, fw.Version) {
+		if ok, _ := gateOK(fw, it.Version); ok {
 			good = append(good, it.ID)
 			e.verdict(ctx, r, comp, "firmware_update", "PASS", it.Version, fw.Version, fw.Name+": updated and verified after activation")
 		} else {
