@@ -155,7 +155,7 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 		}
 		var job *redfish.Job
 		switch {
-		case caps.SimpleUpdate:
+		case caps.SimpleUpdateFetches(imageURI):
 			// The BMC pulls from the artifact server: nothing streams
 			// through the coordinator.
 			job, err = b.SimpleUpdate(ctx, imageURI, targets, "")
@@ -167,7 +167,7 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 			defer f.Close()
 			job, err = b.MultipartPush(ctx, f, fw.Artifact.Size, targets)
 		default:
-			return errors.New("BMC offers neither SimpleUpdate nor MultipartHttpPushUri")
+			return fmt.Errorf("BMC offers neither a SimpleUpdate that can fetch %s (TransferProtocols %v) nor MultipartHttpPushUri", imageURI, caps.TransferProtocols)
 		}
 		var ue *redfish.UnknownOutcomeError
 		if errors.As(err, &ue) {

@@ -481,7 +481,7 @@ func (c *Client) reset(ctx context.Context, resetType string, done func(powerSta
 		for _, a := range allowed {
 			names = append(names, string(a))
 		}
-		rt, err := chooseReset(want, names)
+		rt, err := chooseReset(want, normalizeAllowed(names, resetTypes))
 		if err != nil {
 			return err
 		}

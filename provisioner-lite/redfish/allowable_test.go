@@ -1,0 +1,83 @@
+package redfish
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestAllowList(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		known []string
+		want  []string
+	}{
+		{`[["SCP"]]`, transferProtocols, []string{"SCP"}}, // nested: one vendor's UpdateService
+		{`["HTTP","HTTPS"]`, transferProtocols, []string{"HTTP", "HTTPS"}},
+		{`"HTTPS, SFTP"`, transferProtocols, []string{"HTTPS", "SFTP"}},
+		{`["https", null, 3, ["Oem"]]`, transferProtocols, []string{"HTTPS", "OEM"}},
+		{`["GracefulShutdownGracefulRestart","ForceOff"]`, resetTypes, []string{"GracefulShutdown", "GracefulRestart", "ForceOff"}},
+		{`["ForceOnForceOffOn"]`, resetTypes, []string{"ForceOn", "ForceOff", "On"}},
+		{`["OnFoo"]`, resetTypes, []string{"OnFoo"}}, // not all known: kept as sent
+		{`{"a":1}`, resetTypes, nil},
+		{`not json`, resetTypes, nil},
+	} {
+		var l allowList
+		if err := json.Unmarshal([]byte(tc.in), &l); err != nil && json.Valid([]byte(tc.in)) {
+			t.Errorf("%s: %v", tc.in, err)
+		}
+		if got := normalizeAllowed(l, tc.known); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: got %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// The run-together reset value no longer makes the planner refuse the
+// end-of-run graceful shutdown.
+func TestChooseResetRunTogether(t *testing.T) {
+	var l allowList
+	_ = json.Unmarshal([]byte(`["On","ForceOff","GracefulShutdownGracefulRestart"]`), &l)
+	if rt, err := chooseReset("GracefulShutdown", normalizeAllowed(l, resetTypes)); err != nil || rt != "GracefulShutdown" {
+		t.Fatalf("chooseReset = %q, %v; want GracefulShutdown", rt, err)
+	}
+}
+
+func TestSimpleUpdateFetches(t *testing.T) {
+	caps, _, err := parseUpdateService([]byte(`{"@odata.id":"/redfish/v1/UpdateService","MultipartHttpPushUri":"/redfish/v1/UpdateService/upload",
+		"Actions":{"#UpdateService.SimpleUpdate":{"target":"/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate","TransferProtocol@Redfish.AllowableValues":[["SCP"]]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(caps.TransferProtocols, []string{"SCP"}) || caps.SimpleUpdateFetches("http://10.0.0.1/fw.bin") || !caps.SimpleUpdateFetches("scp://10.0.0.1/fw.bin") {
+		t.Fatalf("caps %+v: want SCP only, HTTP refused, SCP fetched", caps)
+	}
+}
+
+func FuzzAllowList(f *testing.F) {
+	for _, s := range []string{`[["SCP"]]`, `["GracefulShutdownGracefulRestart"]`, `"HTTPS, SFTP"`, `[[[[[[[[[["x"]]]]]]]]]]`, `[null,1,{}]`, `"` + strings.Repeat("On", 40) + `"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var l allowList
+		if err := json.Unmarshal(b, &l); err != nil && json.Valid(b) {
+			t.Fatalf("valid JSON refused: %v", err)
+		}
+		for _, known := range [][]string{resetTypes, transferProtocols} {
+			out := normalizeAllowed(l, known)
+			if len(out) > maxAllowable*4 {
+				t.Fatalf("%d values kept", len(out))
+			}
+			for _, v := range out {
+				if v == "" || len(v) > 64 || !utf8.ValidString(v) && json.Valid(b) {
+					t.Fatalf("value %q kept", v)
+				}
+			}
+			// Idempotent: normalising again changes nothing.
+			if again := normalizeAllowed(out, known); !slices.Equal(again, out) {
+				t.Fatalf("not idempotent: %q then %q", out, again)
+			}
+		}
+	})
+}
