@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -33,7 +34,7 @@ func planOOB(component string, want []manifests.Firmware, inv []redfish.Firmware
 		var drifted []redfish.FirmwareItem
 		found := false
 		for _, it := range inv {
-			if m, _ := path.Match(fw.Match.RedfishID, it.ID); !m {
+			if !MatchMember(fw.Match, it) {
 				continue
 			}
 			found = true
@@ -45,13 +46,55 @@ func planOOB(component string, want []manifests.Firmware, inv []redfish.Firmware
 		}
 		if !found {
 			rows = append(rows, oobRow{component: component, status: "ERROR", expected: fw.Version,
-				msg: fmt.Sprintf("%s: no FirmwareInventory member matches redfishId %q", fw.Name, fw.Match.RedfishID)})
+				msg: fmt.Sprintf("%s: no FirmwareInventory member matches %s", fw.Name, describeMatch(fw.Match))})
 		}
 		if len(drifted) > 0 {
 			deltas = append(deltas, oobDelta{fw: fw, targets: drifted})
 		}
 	}
 	return rows, deltas
+}
+
+// MatchMember reports whether inventory member it is one fw.Match selects:
+// every field set must match (globs; RelatedItem against any link). Members
+// that are not the running firmware by the vendor's Id convention (Dell's
+// "Previous-…" and "Available-…" beside "Installed-…") are left out unless
+// the redfishId glob names that prefix itself: a wide glob must not select
+// a stale entry.
+func MatchMember(m manifests.Match, it redfish.FirmwareItem) bool {
+	glob := func(pat, s string) bool {
+		ok, _ := path.Match(pat, s)
+		return pat == "" || ok
+	}
+	if !glob(m.RedfishID, it.ID) || !glob(m.Name, it.Name) || !glob(m.SoftwareID, it.SoftwareID) {
+		return false
+	}
+	if m.Updateable != nil && *m.Updateable != it.Updateable {
+		return false
+	}
+	if m.RelatedItem != "" && !slices.ContainsFunc(it.RelatedItems, func(r string) bool { return glob(m.RelatedItem, r) }) {
+		return false
+	}
+	for _, stale := range []string{"Previous-", "Available-"} {
+		if strings.HasPrefix(it.ID, stale) && !strings.HasPrefix(m.RedfishID, stale) {
+			return false
+		}
+	}
+	return true
+}
+
+// describeMatch names a redfish selector's fields for messages.
+func describeMatch(m manifests.Match) string {
+	var parts []string
+	for _, f := range []struct{ k, v string }{{"redfishId", m.RedfishID}, {"name", m.Name}, {"softwareId", m.SoftwareID}, {"relatedItem", m.RelatedItem}} {
+		if f.v != "" {
+			parts = append(parts, fmt.Sprintf("%s %q", f.k, f.v))
+		}
+	}
+	if m.Updateable != nil {
+		parts = append(parts, fmt.Sprintf("updateable %t", *m.Updateable))
+	}
+	return strings.Join(parts, ", ")
 }
 
 type oobRow struct {
@@ -203,11 +246,12 @@ func (e *Engine) oobState(ctx context.Context, r *store.Run, fw manifests.Firmwa
 	}); err != nil {
 		return false, false
 	}
+	members := verifyMembers(inv, fw, targets)
+	if len(members) == 0 {
+		return false, false // nothing to look at is not "done"
+	}
 	done, pending = true, true
-	for _, it := range inv {
-		if !containsStr(targets, it.ID) {
-			continue
-		}
+	for _, it := range members {
 		if ok, _ := gateOK(fw, it.Version); !ok {
 			done = false
 		}
@@ -216,6 +260,29 @@ func (e *Engine) oobState(ctx context.Context, r *store.Run, fw manifests.Firmwa
 		}
 	}
 	return done, pending && !done
+}
+
+// verifyMembers picks the inventory members to verify after an update: the
+// flashed targets by Id, or, when any of those Ids is gone (vendors whose
+// Ids carry the version rename the member), every member the manifest
+// entry's matcher selects now.
+func verifyMembers(inv []redfish.FirmwareItem, fw manifests.Firmware, targets []string) []redfish.FirmwareItem {
+	var byID []redfish.FirmwareItem
+	for _, it := range inv {
+		if containsStr(targets, it.ID) {
+			byID = append(byID, it)
+		}
+	}
+	if len(byID) == len(targets) {
+		return byID
+	}
+	var matched []redfish.FirmwareItem
+	for _, it := range inv {
+		if MatchMember(fw.Match, it) {
+			matched = append(matched, it)
+		}
+	}
+	return matched
 }
 
 // activateOOB makes a staged image run (BMC reset, or a host reboot that
@@ -259,10 +326,15 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 		return failed("%s: read back FirmwareInventory: %v", fw.Name, err)
 	}
 	var bad, good []string
-	for _, it := range inv {
-		if !containsStr(targets, it.ID) {
-			continue
-		}
+	members := verifyMembers(inv, fw, targets)
+	if len(members) < len(targets) {
+		// An update that renames members (Ids carrying the version) is
+		// verified through the manifest's matcher; finding fewer members
+		// than were flashed is never "0 updated, success".
+		bad = append(bad, fmt.Sprintf("%d of %d updated members found in the inventory after activation (targets %s; matcher %s)",
+			len(members), len(targets), strings.Join(targets, ", "), describeMatch(fw.Match)))
+	}
+	for _, it := range members {
 		comp := componentName(component, it.ID, 0)
 		if ok, _ := gateOK(fw, it.Version); ok {
 			good = append(good, it.ID)

@@ -29,3 +29,48 @@ func TestPlanOOBUnorderableIsError(t *testing.T) {
 		}
 	}
 }
+
+func TestMatchMember(t *testing.T) {
+	yes, no := true, false
+	idrac := redfish.FirmwareItem{ID: "Installed-25227-6.10.30.00__iDRAC.Embedded.1-1", Name: "Integrated Dell Remote Access Controller", Version: "6.10.30.00", Updateable: true}
+	prev := redfish.FirmwareItem{ID: "Previous-25227-6.00.02.00__iDRAC.Embedded.1-1", Name: "Integrated Dell Remote Access Controller", Version: "6.00.02.00", Updateable: true}
+	pos := redfish.FirmwareItem{ID: "1", Name: "BMC", SoftwareID: "0x0A", RelatedItems: []string{"/redfish/v1/Managers/1"}, Updateable: true}
+	for _, tc := range []struct {
+		m    manifests.Match
+		it   redfish.FirmwareItem
+		want bool
+	}{
+		{manifests.Match{RedfishID: "*iDRAC*"}, idrac, true},
+		{manifests.Match{RedfishID: "*iDRAC*"}, prev, false}, // stale entry: not running
+		{manifests.Match{RedfishID: "Previous-*"}, prev, true},
+		{manifests.Match{Name: "Integrated Dell Remote Access Controller"}, idrac, true},
+		{manifests.Match{Name: "Integrated Dell*", Updateable: &no}, idrac, false},
+		{manifests.Match{Name: "BMC", RelatedItem: "/redfish/v1/Managers/*"}, pos, true},
+		{manifests.Match{Name: "BMC", RelatedItem: "/redfish/v1/Systems/*"}, pos, false},
+		{manifests.Match{SoftwareID: "0x0A", Updateable: &yes}, pos, true},
+		{manifests.Match{RedfishID: "1", SoftwareID: "0x0B"}, pos, false},
+	} {
+		if got := MatchMember(tc.m, tc.it); got != tc.want {
+			t.Errorf("MatchMember(%s, %s) = %v, want %v", describeMatch(tc.m), tc.it.ID, got, tc.want)
+		}
+	}
+}
+
+// After an update that renames the member (the Id carries the version), the
+// verification finds it through the matcher; a vanished member is never
+// counted as success.
+func TestVerifyMembersRenamed(t *testing.T) {
+	fw := manifests.Firmware{Name: "idrac", Match: manifests.Match{Name: "Integrated Dell Remote Access Controller"}}
+	oldID := "Installed-25227-6.00.02.00__iDRAC.Embedded.1-1"
+	after := []redfish.FirmwareItem{
+		{ID: "Installed-25227-6.10.30.00__iDRAC.Embedded.1-1", Name: fw.Match.Name, Version: "6.10.30.00"},
+		{ID: "Previous-25227-6.00.02.00__iDRAC.Embedded.1-1", Name: fw.Match.Name, Version: "6.00.02.00"},
+	}
+	got := verifyMembers(after, fw, []string{oldID})
+	if len(got) != 1 || got[0].Version != "6.10.30.00" {
+		t.Fatalf("verifyMembers = %+v, want the renamed running member only", got)
+	}
+	if got := verifyMembers(after[1:], fw, []string{oldID}); len(got) != 0 {
+		t.Fatalf("verifyMembers with only the stale entry = %+v, want none", got)
+	}
+}

@@ -95,6 +95,9 @@ type SystemInfo struct {
 type FirmwareItem struct {
 	ID, Name, Version, SoftwareID string
 	Updateable                    bool
+	// RelatedItems are the @odata.id links of the devices this firmware
+	// runs on (a manifest may match on them when Ids are positions).
+	RelatedItems []string
 	// PendingVersion is a staged image waiting for activation, where the
 	// BMC says so (the virtual BMC's Oem.CURE.PendingVersion); empty otherwise.
 	PendingVersion string
@@ -620,13 +623,21 @@ func (c *Client) FirmwareInventory(ctx context.Context) ([]FirmwareItem, error) 
 		items = items[:0]
 		for _, s := range inv {
 			it := FirmwareItem{ID: s.ID, Name: s.Name, Version: s.Version, SoftwareID: s.SoftwareID, Updateable: s.Updateable}
-			var oem struct {
+			var raw struct {
 				Oem struct {
 					CURE struct{ PendingVersion string }
 				}
+				RelatedItem []struct {
+					ID string `json:"@odata.id"`
+				}
 			}
-			if json.Unmarshal(s.RawData, &oem) == nil {
-				it.PendingVersion = oem.Oem.CURE.PendingVersion
+			if json.Unmarshal(s.RawData, &raw) == nil {
+				it.PendingVersion = raw.Oem.CURE.PendingVersion
+				for _, r := range raw.RelatedItem {
+					if r.ID != "" && len(it.RelatedItems) < 16 {
+						it.RelatedItems = append(it.RelatedItems, r.ID)
+					}
+				}
 			}
 			items = append(items, it)
 		}
