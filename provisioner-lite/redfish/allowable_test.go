@@ -81,3 +81,32 @@ func FuzzAllowList(f *testing.F) {
 		}
 	})
 }
+
+// A Bios without @Redfish.Settings: an Oem settings link when the vendor
+// publishes one, otherwise the Bios resource itself.
+func TestBiosSettingsFallback(t *testing.T) {
+	for _, tc := range []struct {
+		body, want string
+		self       bool
+		err        bool
+	}{
+		{`{"@odata.id":"/redfish/v1/Systems/1/Bios","@Redfish.Settings":{"SettingsObject":{"@odata.id":"/redfish/v1/Systems/1/Bios/SD"}}}`, "/redfish/v1/Systems/1/Bios/SD", false, false},
+		{`{"@odata.id":"/redfish/v1/Systems/1/bios","Oem":{"Hp":{"Links":{"Settings":{"href":"/redfish/v1/Systems/1/bios/Settings"}}}}}`, "/redfish/v1/Systems/1/bios/Settings", false, false},
+		{`{"@odata.id":"/redfish/v1/Systems/1/Bios","Oem":{"Vendor":{"SettingsObject":{"@odata.id":"/redfish/v1/Systems/1/Bios/Pending"}}}}`, "/redfish/v1/Systems/1/Bios/Pending", false, false},
+		{`{"@odata.id":"/redfish/v1/Systems/1/Bios","Attributes":{"A":1}}`, "/redfish/v1/Systems/1/Bios", true, false},
+		// An absolute link is followed only as a path on this BMC.
+		{`{"@odata.id":"/redfish/v1/Systems/1/Bios","Oem":{"X":{"SettingsObject":{"@odata.id":"https://evil.example/x"}}}}`, "/x", false, false},
+		{`{"@odata.id":"/redfish/v1/Systems/1/Bios","Oem":{"X":{"SettingsObject":{"@odata.id":"../x"}}}}`, "", false, true},
+	} {
+		doc, err := parseBios([]byte(tc.body))
+		if tc.err {
+			if err == nil {
+				t.Errorf("%s: accepted settings link %q off the BMC", tc.body, doc.Settings.SettingsObject.ID)
+			}
+			continue
+		}
+		if err != nil || doc.Settings == nil || doc.Settings.SettingsObject.ID != tc.want || doc.selfSettings != tc.self {
+			t.Errorf("%s: %+v %v; want settings %s self=%v", tc.body, doc, err, tc.want, tc.self)
+		}
+	}
+}

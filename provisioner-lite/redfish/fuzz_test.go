@@ -248,6 +248,9 @@ func FuzzLinks(f *testing.F) {
 		f.Add(mockup(f, rel))
 	}
 	f.Add([]byte(`{"Actions":{"#Manager.Reset":{"target":".evil/x","ResetType@Redfish.AllowableValues":["ForceRestart"]}},"Bios":{"@odata.id":"0"},"@Redfish.Settings":{"SettingsObject":{"@odata.id":"@e/x"}},"Members":[{"@odata.id":"x"},{"@odata.id":"/ok"}]}`))
+	f.Add([]byte(`{"@odata.id":"/redfish/v1/Systems/1/bios","Attributes":{},"Oem":{"Hp":{"Links":{"Settings":{"href":"/rest/v1/systems/1/bios/Settings"}}}}}`))
+	f.Add([]byte(`{"@odata.id":"/redfish/v1/Systems/1/Bios","Attributes":{"A":1},"Oem":{"X":{"SettingsObject":{"@odata.id":"https://evil/x"}}}}`))
+	f.Add([]byte(`{"Actions":{"#Manager.Reset":{"target":"/redfish/v1/Managers/1/Actions/Manager.Reset","ResetType@Redfish.AllowableValues":[["GracefulRestartForceRestart"]]}}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if target, allowed, err := parseManagerReset(body); err == nil {
 			onBMC(t, "Manager.Reset target", target)
