@@ -2,8 +2,32 @@ package redfish
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 )
+
+// parseSystemReset reads a ComputerSystem's #ComputerSystem.Reset target,
+// which must be a path on the BMC.
+func parseSystemReset(raw []byte) (string, error) {
+	var doc struct {
+		Actions struct {
+			Reset *struct {
+				Target string `json:"target"`
+			} `json:"#ComputerSystem.Reset"`
+		}
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return "", fmt.Errorf("parse: %w", err)
+	}
+	if doc.Actions.Reset == nil || doc.Actions.Reset.Target == "" {
+		return "", fmt.Errorf("%w: no #ComputerSystem.Reset action", ErrNotSupported)
+	}
+	p, err := bmcPath(doc.Actions.Reset.Target)
+	if err != nil {
+		return "", fmt.Errorf("#ComputerSystem.Reset target: %w", err)
+	}
+	return p, nil
+}
 
 // allowList is an @Redfish.AllowableValues list read tolerantly: vendors
 // publish a string instead of an array, nested arrays ([["SCP"]]), nulls

@@ -491,8 +491,19 @@ func (c *Client) reset(ctx context.Context, resetType string, done func(powerSta
 		if rt != resetType {
 			c.log.Info("reset type substituted", "asked", resetType, "using", rt, "power", ps)
 		}
-		if _, err := sys.Reset(schemas.ResetType(rt)); err != nil {
-			return fmt.Errorf("POST %s ResetType=%s: %w", sys.ODataID, rt, err)
+		// Posted directly rather than through gofish's Reset, which checks
+		// rt against the allowable values as the BMC wrote them and so
+		// refuses what normalizeAllowed recovered from a run-together list.
+		target, err := parseSystemReset(sys.RawData)
+		if err != nil {
+			return fmt.Errorf("system %s: %w", sys.ODataID, err)
+		}
+		resp, err := api.Post(target, map[string]any{"ResetType": rt})
+		if resp != nil {
+			resp.Body.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("POST %s ResetType=%s: %w", target, rt, err)
 		}
 		c.log.Info("reset", "type", rt, "system", sys.ODataID)
 		return nil

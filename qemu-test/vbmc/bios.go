@@ -105,6 +105,18 @@ func (b *BMC) serveBios(w http.ResponseWriter) {
 	b.mu.Lock()
 	obj["Attributes"] = maps.Clone(b.biosCur)
 	obj["@odata.etag"] = b.biosETagLocked()
+	if b.cfg.NoBiosSettings {
+		// Pending values are not shown anywhere, as on BMCs without a
+		// settings object; a PATCH here stages them for the next boot.
+		obj["@odata.etag"] = b.settingsETagLocked()
+		etag := b.settingsETagLocked()
+		b.mu.Unlock()
+		delete(obj, "@Redfish.Copyright")
+		delete(obj, "@Redfish.Settings")
+		w.Header().Set("ETag", etag)
+		writeJSON(w, http.StatusOK, obj)
+		return
+	}
 	obj["@Redfish.Settings"] = map[string]any{
 		"@odata.type":         "#Settings.v1_4_0.Settings",
 		"ETag":                b.settingsETagLocked(),
