@@ -2,6 +2,8 @@ package redfish
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -108,5 +110,45 @@ func TestBiosSettingsFallback(t *testing.T) {
 		if err != nil || doc.Settings == nil || doc.Settings.SettingsObject.ID != tc.want || doc.selfSettings != tc.self {
 			t.Errorf("%s: %+v %v; want settings %s self=%v", tc.body, doc, err, tc.want, tc.self)
 		}
+	}
+}
+
+// The vendor captures the virtual BMC's profiles come from, through the
+// driver's own parsers.
+func TestProfileCaptures(t *testing.T) {
+	read := func(p string) []byte {
+		b, err := os.ReadFile(filepath.Join("../../qemu-test/vbmc/profiles", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	caps, info, err := parseUpdateService(read("supermicro/UpdateService.json"))
+	if err != nil || !caps.SimpleUpdate || caps.MultipartPushURI != "/redfish/v1/UpdateService/upload" || info != "/redfish/v1/UpdateService/SimpleUpdateActionInfo" {
+		t.Errorf("Supermicro UpdateService: %+v, ActionInfo %q, %v", caps, info, err)
+	}
+	caps, _, err = parseUpdateService(read("issue13/UpdateService-nested-scp.json"))
+	if err != nil || !slices.Equal(caps.TransferProtocols, []string{"SCP"}) || caps.SimpleUpdateFetches("http://a/b") {
+		t.Errorf("nested SCP UpdateService: %+v, %v", caps, err)
+	}
+	doc, err := parseBios(read("lenovo-xcc/Bios-settings.json"))
+	if err != nil || doc.Settings.SettingsObject.ID != "/redfish/v1/Systems/1/Pending" || doc.selfSettings {
+		t.Errorf("Lenovo settings: %+v, %v", doc, err)
+	}
+	doc, err = parseBios(read("issue13/Bios-no-settings.json"))
+	if err != nil || !doc.selfSettings || doc.Settings.SettingsObject.ID != "/redfish/v1/Systems/1/Bios" {
+		t.Errorf("Bios without settings: %+v, %v", doc, err)
+	}
+	target, err := parseSystemReset(read("issue13/System-reset-run-together.json"))
+	var sys struct {
+		Actions struct {
+			Reset struct {
+				Allowed allowList `json:"ResetType@Redfish.AllowableValues"`
+			} `json:"#ComputerSystem.Reset"`
+		}
+	}
+	_ = json.Unmarshal(read("issue13/System-reset-run-together.json"), &sys)
+	if rt, cerr := chooseReset("GracefulShutdown", normalizeAllowed(sys.Actions.Reset.Allowed, resetTypes)); err != nil || cerr != nil || rt != "GracefulShutdown" || target != "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset" {
+		t.Errorf("run-together resets: target %q %v, chose %q %v", target, err, rt, cerr)
 	}
 }

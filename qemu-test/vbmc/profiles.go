@@ -15,7 +15,8 @@ import (
 type Profile struct {
 	Name   string // e.g. "dell-idrac9"
 	Vendor string
-	// Captures lists the files under profiles/ this profile is built from.
+	// Captures lists the files (relative to this package) the profile is
+	// built from; profiles/README.md gives each one's source and licence.
 	Captures []string
 	// Quirks says in words what differs, for docs and test names.
 	Quirks []string
@@ -38,14 +39,14 @@ func Profiles() []Profile {
 	return []Profile{
 		{
 			Name: "dmtf-rackmount1", Vendor: "DMTF public-rackmount1 mockup",
-			Captures: []string{"../mockups/public-rackmount1 (whole tree)"},
+			Captures: []string{"mockups/public-rackmount1", "profiles/dmtf/SoftwareInventory-BMC.json"},
 			Quirks:   []string{"task monitor (202 + Location to a TaskMonitor)", "@Redfish.Settings at /Bios/Settings"},
 			BMCName:  "Contoso BMC Firmware", BIOSName: "Contoso BIOS Firmware",
 			apply: func(c *Config) {},
 		},
 		{
 			Name: "dell-idrac9", Vendor: "Dell iDRAC9",
-			Captures: []string{"dell-idrac9/FirmwareInventory.json", "dell-idrac9/UpdateService.json"},
+			Captures: []string{"profiles/issue13/FirmwareInventory-versioned-ids.json"},
 			Quirks: []string{"inventory Ids carry the version (Installed-<n>-<ver>__<comp>) and a Previous- member after an update",
 				"SimpleUpdate answers 202 with Location to a Task (JID_...)", "If-Match required on PATCH"},
 			BMCName: "Integrated Dell Remote Access Controller", BIOSName: "BIOS",
@@ -61,7 +62,7 @@ func Profiles() []Profile {
 		},
 		{
 			Name: "hpe-ilo5", Vendor: "HPE iLO 5",
-			Captures: []string{"hpe-ilo5/FirmwareInventory.json", "hpe-ilo5/Manager.json"},
+			Captures: nil, // versions and names from HPE's published iLO 5 inventory (see profiles/README.md)
 			Quirks: []string{"versions with a build date (\"2.55 Oct 01 2021\") and the system-ROM form (\"U30 v2.54 (04/18/2024)\")",
 				"update answers with the Task in the body", "tasks purged on completion"},
 			BMCName: "iLO 5", BIOSName: "System ROM",
@@ -73,7 +74,7 @@ func Profiles() []Profile {
 		},
 		{
 			Name: "hpe-ilo4", Vendor: "HPE iLO 4",
-			Captures: []string{"hpe-ilo4/Bios.json"},
+			Captures: []string{"profiles/issue13/Bios-no-settings.json"},
 			Quirks:   []string{"Bios resource without @Redfish.Settings: settings are PATCHed on the Bios resource", "no MultipartHttpPushUri"},
 			BMCName:  "iLO", BIOSName: "System ROM",
 			apply: func(c *Config) {
@@ -85,7 +86,7 @@ func Profiles() []Profile {
 		},
 		{
 			Name: "lenovo-xcc", Vendor: "Lenovo XClarity Controller",
-			Captures: []string{"lenovo-xcc/Bios.json", "lenovo-xcc/FirmwareInventory.json"},
+			Captures: []string{"profiles/lenovo-xcc/Bios-settings.json"},
 			Quirks: []string{"BootSourceOverrideEnabled allows only Disabled and Once (no persistent override)",
 				"versions with a build id prefix (\"TGBT42S 2.83 2023-07-05\")"},
 			BMCName: "XCC-Primary", BIOSName: "UEFI",
@@ -96,7 +97,7 @@ func Profiles() []Profile {
 		},
 		{
 			Name: "supermicro-x13", Vendor: "Supermicro X13 (AMI MegaRAC based)",
-			Captures: []string{"supermicro/UpdateService.json", "supermicro/Systems.json"},
+			Captures: []string{"profiles/supermicro/UpdateService.json", "profiles/issue13/System-reset-run-together.json"},
 			Quirks: []string{"ResetType values run together (\"GracefulShutdownGracefulRestart\")",
 				"inventory Ids are bare positions", "session limit 4"},
 			BMCName: "BMC", BIOSName: "BIOS",
@@ -109,7 +110,7 @@ func Profiles() []Profile {
 		},
 		{
 			Name: "scp-only", Vendor: "BMC whose SimpleUpdate offers only SCP, as a nested array",
-			Captures: []string{"scp-only/UpdateService.json"},
+			Captures: []string{"profiles/issue13/UpdateService-nested-scp.json"},
 			Quirks:   []string{"TransferProtocol@Redfish.AllowableValues is [[\"SCP\"]]: SimpleUpdate cannot fetch an HTTP artifact; multipart push can"},
 			BMCName:  "BMC Firmware", BIOSName: "BIOS Firmware",
 			apply: func(c *Config) {
@@ -120,7 +121,7 @@ func Profiles() []Profile {
 		},
 		{
 			Name: "nvidia-bluefield", Vendor: "NVIDIA BlueField-3 BMC",
-			Captures: []string{"nvidia-bluefield/FirmwareInventory.json"},
+			Captures: nil, // BMC_Firmware and BF-24.10-17 from NVIDIA's DPU documentation (see profiles/README.md)
 			Quirks:   []string{"versions with a product prefix (\"BF-24.10-17\")", "task monitor with a slow BMC reset"},
 			BMCName:  "BMC_Firmware", BIOSName: "DPU_UEFI",
 			apply: func(c *Config) {
@@ -130,7 +131,7 @@ func Profiles() []Profile {
 		},
 		{
 			Name: "nvidia-hgx", Vendor: "NVIDIA HGX H100 baseboard (HMC)",
-			Captures: []string{"nvidia-hgx/FirmwareInventory.json"},
+			Captures: nil, // HGX_FW_* Ids as DefaultFirmware names them
 			Quirks:   []string{"HGX_FW_* member Ids", "GPU versions in the 96.00.A5.00.01 form", "Task Location answers"},
 			BMCName:  "Contoso BMC Firmware", BIOSName: "Contoso BIOS Firmware",
 			apply: func(c *Config) {
