@@ -2,7 +2,8 @@
 # Installs what CURE's build and QEMU tests need on a fresh Debian 12 machine:
 # Debian packages (QEMU, iPXE ROMs, nvme-cli for the image, syslinux/mtools
 # for the test host-OS disk, PostgreSQL for the store's tests, which start
-# private clusters of their own) and Debian's kernel, unpacked under .cache/kernel.
+# private clusters of their own, python3-sushy for the virtual BMC's Ironic
+# client probes) and Debian's kernel, unpacked under .cache/kernel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

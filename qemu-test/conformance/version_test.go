@@ -11,6 +11,7 @@ import (
 
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
+	"github.com/cure-oss/cure/qemu-test/vbmc"
 	"github.com/cure-oss/cure/runner/phases"
 )
 
@@ -21,11 +22,13 @@ var vendorForms = []string{
 	"2.55 Oct 01 2021", "2.72 Sep 04 2022", "U30 v2.54 (04/18/2024)", "iLO 5 v2.72",
 	"TGBT42S 2.83 2023-07-05", "11.2.0 Build 44", "BIOS Date: 08/04/2023 Ver 1.4",
 	"0x00 0x0b 0x03 0x04", "1.45.455b66-rev4", "P2.1.4", "BF-24.10-17", "96.00.A5.00.01",
-	"7.00.00.171", "2.19.1", "HGX-22.10-1-rc57", "Not Present", "N/A", "", "1.2 3",
+	"7.00.00.171", "2.19.1", "HGX-22.10-1-rc57", "U46 v1.56 (11/29/2021)", "1.2 0", // HPE's SPS descriptor
+	"Not Present", "N/A", "", "1.2 3",
 }
 
 // captureVersions collects every Version, FirmwareVersion and BiosVersion
-// in the virtual BMC's captures, so a new profile's forms are covered.
+// in the virtual BMC's mockups and profile captures, so a new capture's
+// forms are covered.
 func captureVersions(t *testing.T) []string {
 	var out []string
 	root := filepath.Join("..", "vbmc")
@@ -71,6 +74,11 @@ func walkVersions(v any, out *[]string) {
 // form, under both gates, against desired versions of every kind.
 func TestVersionFormsAgree(t *testing.T) {
 	forms := append(slices.Clone(vendorForms), captureVersions(t)...)
+	for _, p := range vbmc.Profiles() { // the versions each profile's BMC reports
+		for _, f := range p.Apply(vbmc.Config{}).Firmware {
+			forms = append(forms, f.Version)
+		}
+	}
 	slices.Sort(forms)
 	forms = slices.Compact(forms)
 	if len(forms) < len(vendorForms)+3 {
