@@ -132,6 +132,11 @@ func TestVendorProfilesConformance(t *testing.T) {
 			// Inventory by Name, whatever the Id convention.
 			bmcMatch := manifests.Match{Name: p.BMCName, Updateable: ptr(true)}
 			before := member(t, c, bmcMatch)
+			// The same member through the link to its Manager, whatever
+			// the Id says.
+			if rel := member(t, c, manifests.Match{RelatedItem: "/redfish/v1/Managers/*", Updateable: ptr(true)}); rel.ID != before.ID {
+				t.Fatalf("relatedItem selects %s, name selects %s", rel.ID, before.ID)
+			}
 			fw := manifests.Firmware{Name: "bmc", Gate: manifests.GateAtLeast, Version: before.Version, Match: bmcMatch}
 			if st, msg := pipeline.GateVerdict(fw, before.Version); st != "MATCH" {
 				t.Fatalf("version %q against itself under at-least: %s %s", before.Version, st, msg)
@@ -191,6 +196,9 @@ func TestVendorProfilesConformance(t *testing.T) {
 				return err == nil && cur["ProcTurboMode"] == "Disabled"
 			}); err != nil {
 				t.Fatalf("BIOS setting after boot: %v", err)
+			}
+			if cfg.MaxSessions > 0 && b.SessionCount() > cfg.MaxSessions {
+				t.Fatalf("%d sessions open, the BMC allows %d", b.SessionCount(), cfg.MaxSessions)
 			}
 		})
 	}
