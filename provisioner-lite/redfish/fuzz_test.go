@@ -272,6 +272,9 @@ func FuzzLinks(f *testing.F) {
 				t.Fatalf("reset %q outside the allowable %v", rt, allowed)
 			}
 		}
+		if target, err := parseSystemReset(body); err == nil {
+			onBMC(t, "ComputerSystem.Reset target", target)
+		}
 		if link, err := parseBiosLink(body); err == nil {
 			onBMC(t, "Bios link", link)
 		}
