@@ -130,7 +130,14 @@ func TestVendorProfilesConformance(t *testing.T) {
 			}
 
 			// Inventory by Name, whatever the Id convention.
+			bmcID := p.BMCID
+			if bmcID == "" {
+				bmcID = "BMC"
+			}
 			bmcMatch := manifests.Match{Name: p.BMCName, Updateable: ptr(true)}
+			if p.BMCName == "" {
+				bmcMatch = manifests.Match{RedfishID: bmcID}
+			}
 			before := member(t, c, bmcMatch)
 			// The same member through the link to its Manager, whatever
 			// the Id says.
@@ -145,7 +152,7 @@ func TestVendorProfilesConformance(t *testing.T) {
 			// Firmware update with task following, then activation by a
 			// manager reset, verified through the matcher.
 			const newVersion = "9.99.1"
-			pkg := fwPackage("BMC", newVersion)
+			pkg := fwPackage(bmcID, newVersion)
 			art := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(pkg) }))
 			t.Cleanup(art.Close)
 			caps, err := c.UpdateService(ctx)
@@ -177,8 +184,8 @@ func TestVendorProfilesConformance(t *testing.T) {
 			}
 			after := member(t, c, bmcMatch)
 			fw.Version = newVersion
-			if st, msg := pipeline.GateVerdict(fw, after.Version); st != "MATCH" || b.Flashes("BMC") != 1 {
-				t.Fatalf("after update and reset: member %+v: %s %s, flashed %d times", after, st, msg, b.Flashes("BMC"))
+			if st, msg := pipeline.GateVerdict(fw, after.Version); st != "MATCH" || b.Flashes(bmcID) != 1 {
+				t.Fatalf("after update and reset: member %+v: %s %s, flashed %d times", after, st, msg, b.Flashes(bmcID))
 			}
 
 			// BIOS settings: staged for the next boot, in effect after it.

@@ -22,7 +22,10 @@ type Profile struct {
 	Quirks []string
 	// BMC and BIOS name the inventory members a manifest would select:
 	// their Name as the vendor writes it (Ids are not a robust handle).
+	// Where every member has the same Name (OpenBMC's "Software
+	// Inventory"), BMCName is empty and BMCID, the member Id, selects.
 	BMCName, BIOSName string
+	BMCID             string // the BMC member's spec Id (what test packages name); default "BMC"
 	apply             func(*Config)
 }
 
@@ -64,11 +67,12 @@ func Profiles() []Profile {
 			Name: "hpe-ilo5", Vendor: "HPE iLO 5",
 			Captures: nil, // versions and names from HPE's published iLO 5 inventory (see profiles/README.md)
 			Quirks: []string{"versions with a build date (\"2.55 Oct 01 2021\") and the system-ROM form (\"U30 v2.54 (04/18/2024)\")",
-				"update answers with the Task in the body", "tasks purged on completion"},
+				"inventory Ids are bare positions", "update answers with the Task in the body", "tasks purged on completion"},
 			BMCName: "iLO 5", BIOSName: "System ROM",
 			apply: func(c *Config) {
 				c.TaskShape = ShapeTaskBody
 				c.TaskGoneAfterCompletion = true
+				c.InventoryIDs = "positions" // "1" is iLO 5, "2" the System ROM
 				c.Firmware = profileFirmware("iLO 5", "2.55 Oct 01 2021", "System ROM", "U30 v2.54 (04/18/2024)")
 			},
 		},
@@ -122,11 +126,17 @@ func Profiles() []Profile {
 		{
 			Name: "nvidia-bluefield", Vendor: "NVIDIA BlueField-3 BMC",
 			Captures: nil, // BMC_Firmware and BF-24.10-17 from NVIDIA's DPU documentation (see profiles/README.md)
-			Quirks:   []string{"versions with a product prefix (\"BF-24.10-17\")", "task monitor with a slow BMC reset"},
-			BMCName:  "BMC_Firmware", BIOSName: "DPU_UEFI",
+			Quirks:   []string{"versions with a product prefix (\"BF-24.10-17\")", "every member named \"Software Inventory\" (OpenBMC): select by Id", "task monitor with a slow BMC reset"},
+			BMCID:    "BMC_Firmware",
 			apply: func(c *Config) {
 				c.ResetDuration = max(c.ResetDuration, 500*time.Millisecond)
-				c.Firmware = profileFirmware("BMC_Firmware", "BF-24.10-17", "DPU_UEFI", "4.9.0-43-g7d1fe7e")
+				// OpenBMC (bmcweb) names every member "Software Inventory":
+				// the Id is the handle there.
+				c.Firmware = []FirmwareSpec{
+					{ID: "BMC_Firmware", Name: "Software Inventory", Version: "BF-24.10-17", Updateable: true, Kind: KindBMC},
+					{ID: "DPU_UEFI", Name: "Software Inventory", Version: "4.9.0-43-g7d1fe7e", Updateable: true, Kind: KindBIOS},
+					{ID: "Bluefield_FW_ERoT", Name: "Software Inventory", Version: "00.02.0180.0000_n02", Updateable: true, Kind: KindBIOS},
+				}
 			},
 		},
 		{
