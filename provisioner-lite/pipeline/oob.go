@@ -31,13 +31,27 @@ type oobDelta struct {
 // component: verdict rows and the deltas to apply. Pure: no BMC access.
 func planOOB(component string, want []manifests.Firmware, inv []redfish.FirmwareItem) (rows []oobRow, deltas []oobDelta) {
 	for _, fw := range want {
-		var drifted []redfish.FirmwareItem
-		found := false
+		var drifted, matched []redfish.FirmwareItem
 		for _, it := range inv {
-			if !MatchMember(fw.Match, it) {
-				continue
+			if MatchMember(fw.Match, it) {
+				matched = append(matched, it)
 			}
-			found = true
+		}
+		if len(matched) > 1 && !matchHasGlob(fw.Match) {
+			// A selector without a wildcard names one component; several
+			// members (OpenBMC names every member "Software Inventory")
+			// make the target ambiguous, and flashing is refused.
+			var ids []string
+			for _, it := range matched {
+				ids = append(ids, it.ID)
+			}
+			rows = append(rows, oobRow{component: component, status: "ERROR", expected: fw.Version,
+				msg: fmt.Sprintf("%s: %s names one component but matches %d FirmwareInventory members (%s); add redfishId, softwareId or relatedItem, or use a wildcard to mean all of them",
+					fw.Name, describeMatch(fw.Match), len(matched), strings.Join(ids, ", "))})
+			continue
+		}
+		found := len(matched) > 0
+		for _, it := range matched {
 			status, msg := GateVerdict(fw, it.Version)
 			if status == "DRIFT" {
 				drifted = append(drifted, it)
@@ -81,6 +95,17 @@ func MatchMember(m manifests.Match, it redfish.FirmwareItem) bool {
 		}
 	}
 	return true
+}
+
+// matchHasGlob reports whether any of a redfish selector's fields is a
+// pattern rather than a literal.
+func matchHasGlob(m manifests.Match) bool {
+	for _, f := range []string{m.RedfishID, m.Name, m.SoftwareID, m.RelatedItem} {
+		if strings.ContainsAny(f, "*?[\\") {
+			return true
+		}
+	}
+	return false
 }
 
 // describeMatch names a redfish selector's fields for messages.

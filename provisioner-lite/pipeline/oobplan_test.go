@@ -74,3 +74,21 @@ func TestVerifyMembersRenamed(t *testing.T) {
 		t.Fatalf("verifyMembers with only the stale entry = %+v, want none", got)
 	}
 }
+
+// A literal selector matching several members is ambiguous: ERROR, no delta.
+// A wildcard means all of them.
+func TestPlanOOBAmbiguousLiteral(t *testing.T) {
+	inv := []redfish.FirmwareItem{
+		{ID: "BMC_Firmware", Name: "Software Inventory", Version: "BF-24.10-17", Updateable: true},
+		{ID: "DPU_UEFI", Name: "Software Inventory", Version: "4.9.0", Updateable: true},
+	}
+	fw := manifests.Firmware{Name: "bmc", Version: "BF-24.10-20", Match: manifests.Match{Name: "Software Inventory"}}
+	rows, deltas := planOOB("bmc", []manifests.Firmware{fw}, inv)
+	if len(rows) != 1 || rows[0].status != "ERROR" || !strings.Contains(rows[0].msg, "BMC_Firmware, DPU_UEFI") || len(deltas) != 0 {
+		t.Fatalf("literal Name over two members: rows %+v, deltas %d", rows, len(deltas))
+	}
+	fw.Match = manifests.Match{Name: "Software Inventory", RedfishID: "BMC_*"}
+	if rows, deltas := planOOB("bmc", []manifests.Firmware{fw}, inv); len(rows) != 1 || rows[0].status != "DRIFT" || len(deltas) != 1 {
+		t.Fatalf("Name plus Id glob: rows %+v, deltas %d", rows, len(deltas))
+	}
+}
