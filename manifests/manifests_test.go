@@ -487,3 +487,37 @@ func TestHardwareSection(t *testing.T) {
 		t.Errorf("empty hardware: %v", err)
 	}
 }
+
+// A redfish entry may select by member fields other than the Id, and a
+// vendor's date-suffixed version can be written as the desired version.
+func TestRedfishMatcherFields(t *testing.T) {
+	sku, err := ParseSKU("m.yaml", []byte(`apiVersion: cure.dev/v1
+kind: SKU
+metadata: {name: m}
+spec:
+  firmware:
+    - name: idrac
+      component: bmc
+      via: redfish
+      match: {name: "Integrated Dell Remote Access Controller", updateable: true}
+      version: "7.00.00.171"
+      activation: bmc-reset
+    - name: ilo
+      component: bmc
+      via: redfish
+      match: {softwareId: "iLO*", relatedItem: "/redfish/v1/Managers/*"}
+      version: "2.55 Oct 01 2021"
+      gate: at-least
+      activation: bmc-reset
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m0, m1 := sku.Spec.Firmware[0].Match, sku.Spec.Firmware[1].Match
+	if m0.Name != "Integrated Dell Remote Access Controller" || m0.Updateable == nil || !*m0.Updateable || m1.SoftwareID != "iLO*" || m1.RelatedItem != "/redfish/v1/Managers/*" {
+		t.Errorf("matchers = %+v, %+v", m0, m1)
+	}
+	if ok, err := sku.Spec.Firmware[1].Satisfied("2.72 Sep 04 2022"); !ok || err != nil {
+		t.Errorf("at-least 2.55 Oct 01 2021 over 2.72 Sep 04 2022 = %v, %v", ok, err)
+	}
+}

@@ -126,7 +126,7 @@ func (d *decoder) firmware(n *yaml.Node, p string) Firmware {
 }
 
 func (d *decoder) match(n *yaml.Node, p string, fw Firmware) Match {
-	f := d.mapping(n, p, "model", "vendorId", "redfishId", "psid")
+	f := d.mapping(n, p, "model", "vendorId", "redfishId", "psid", "name", "softwareId", "relatedItem", "updateable")
 	var m Match
 	var mv, vv, rv, pv *yaml.Node
 	m.Model, mv = f.str("model", false)
@@ -141,21 +141,37 @@ func (d *decoder) match(n *yaml.Node, p string, fw Firmware) Match {
 	if pv != nil && !psidRE.MatchString(m.PSID) {
 		d.errorf(pv, join(p, "psid"), "%q is not a PSID (want up to 16 letters, digits or '_', e.g. MT_0000000838)", m.PSID)
 	}
+	// The Redfish-only member fields: globs, and Updateable.
+	rfKeys := []string{"name", "softwareId", "relatedItem", "updateable"}
+	for i, dst := range []*string{&m.Name, &m.SoftwareID, &m.RelatedItem} {
+		var v *yaml.Node
+		*dst, v = f.str(rfKeys[i], false)
+		d.checkGlob(v, join(p, rfKeys[i]), *dst)
+	}
+	if f.has("updateable") {
+		b := f.boolean("updateable")
+		m.Updateable = &b
+	}
 	if !f.ok {
 		return m
 	}
 	if m == (Match{}) {
-		d.errorf(n, p, "selector is empty: set at least one of model, vendorId, redfishId, psid")
+		d.errorf(n, p, "selector is empty: set at least one of model, vendorId, redfishId, psid, name, softwareId, relatedItem")
 		return m
 	}
 	// The FirmwareInventory member id is the only stable handle on a
 	// component over Redfish; in-band there is no inventory to match it to.
 	switch fw.Via {
 	case ViaRedfish:
-		if m.RedfishID == "" {
-			d.errorf(n, join(p, "redfishId"), "required when via is redfish (the FirmwareInventory member id, e.g. BMC or HGX_FW_GPU_*)")
+		if m.RedfishID == "" && m.Name == "" && m.SoftwareID == "" && m.RelatedItem == "" {
+			d.errorf(n, p, "a redfish selector needs at least one of redfishId, name, softwareId, relatedItem (FirmwareInventory member fields, e.g. redfishId: BMC or name: \"Integrated Dell Remote Access Controller\")")
 		}
 	case ViaInBand:
+		for _, key := range rfKeys {
+			if v := f.get(key); v != nil {
+				d.errorf(v, join(p, key), "only meaningful when via is redfish, but via is in-band")
+			}
+		}
 		if rv != nil {
 			d.errorf(rv, join(p, "redfishId"), "only meaningful when via is redfish, but via is in-band")
 		}

@@ -8,6 +8,8 @@ package manifests
 
 import (
 	"time"
+
+	"github.com/cure-oss/cure/manifests/version"
 )
 
 // APIVersion is the only apiVersion this package reads and writes.
@@ -40,8 +42,8 @@ const (
 
 // Gates: when is the running firmware good enough.
 const (
-	GateEqual   = "equal"    // running == desired (after version normalisation)
-	GateAtLeast = "at-least" // running >= desired, same version family
+	GateEqual   = version.GateEqual   // running == desired (after version normalisation)
+	GateAtLeast = version.GateAtLeast // running >= desired, same version family
 )
 
 // Activations: what makes a staged image the running one.
@@ -139,12 +141,24 @@ type Firmware struct {
 }
 
 // Match selects the devices (in-band) or FirmwareInventory members (Redfish)
-// a Firmware entry applies to. Model and RedfishID are path.Match globs.
+// a Firmware entry applies to. Model, RedfishID, Name, SoftwareID and
+// RelatedItem are path.Match globs; every field set must match.
+//
+// Over Redfish the member Id alone is a weak handle: vendors put positions
+// ("1"), versions ("Installed-25227-6.10.30.00__...") or nothing stable in
+// it, so a redfish entry may select by Name, SoftwareId, a RelatedItem link
+// (the @odata.id of the device the firmware runs on) and Updateable too.
 type Match struct {
 	Model     string `yaml:"model,omitempty"`
 	VendorID  string `yaml:"vendorId,omitempty"`
 	RedfishID string `yaml:"redfishId,omitempty"`
 	PSID      string `yaml:"psid,omitempty"`
+
+	// Redfish FirmwareInventory member fields (via redfish only).
+	Name        string `yaml:"name,omitempty"`
+	SoftwareID  string `yaml:"softwareId,omitempty"`
+	RelatedItem string `yaml:"relatedItem,omitempty"`
+	Updateable  *bool  `yaml:"updateable,omitempty"`
 }
 
 // Artifact is a file the coordinator serves, identified by its content.

@@ -5,12 +5,13 @@
 # private clusters of their own; for UEFI network boot: OVMF, Debian's iPXE
 # builds that provisioner-lite serves over TFTP, dnsmasq as the test's site
 # DHCP server, systemd-boot's EFI stub and binutils' objcopy for the host
-# disk's unified kernel image) and Debian's kernel, unpacked under .cache/kernel.
+# disk's unified kernel image; python3-sushy for the virtual BMC's Ironic
+# client probes) and Debian's kernel, unpacked under .cache/kernel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(qemu-system-x86 qemu-utils ipxe-qemu zstd cpio nvme-cli mstflint syslinux syslinux-common extlinux mtools dosfstools fdisk xz-utils postgresql pci.ids
-  ovmf ipxe dnsmasq-base systemd-boot-efi binutils iproute2)
+  ovmf ipxe dnsmasq-base systemd-boot-efi binutils iproute2 python3-sushy)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,11 +17,16 @@
 //     ignored, so "07" == "7" and "A05" == "A5") and runs of letters compare
 //     lexically, case-insensitively; a digit run sorts before a letter run.
 //   - Missing trailing segments count as 0: "1.2" == "1.2.0".
-//   - The system-ROM form BMCs report for BIOS, "FAMILY vX.Y (MM/DD/YYYY)"
-//     (HPE "U46 v2.10 (03/14/2024)", the DMTF mockup's "P79 v1.45
-//     (12/06/2017)"), is the one place whitespace is allowed: FAMILY is the
-//     prefix, X.Y the segments, and the release date is not compared (one
-//     ROM version has one date).
+//   - Whitespace is allowed only in the spaced forms BMCs report, where a
+//     family, a release date or a build number stands beside the version
+//     (see spacedForms): the system-ROM form "FAMILY vX.Y (MM/DD/YYYY)" (HPE
+//     "U46 v2.10 (03/14/2024)", the DMTF mockup's "P79 v1.45 (12/06/2017)",
+//     HPE's manager "iLO 5 v2.72", Lenovo's "TGBT42S 2.83 2023-07-05"), a
+//     version with a build date ("2.55 Oct 01 2021", iLO's inventory), with
+//     a build number ("11.2.0 Build 44"), Supermicro's "BIOS Date:
+//     08/04/2023 Ver 1.4", and CPLD versions written as hex bytes ("0x00
+//     0x0b 0x03 0x04"). A FAMILY is the prefix; a date is never compared
+//     (one release has one date); a build number is a last segment.
 //
 // Equality after this normalisation is the gating default: "07.2.22" equals
 // "7.2.22", because BMCs and tools disagree about zero padding, not about the
@@ -31,11 +36,47 @@ package version
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
-// romForm is "FAMILY vX.Y" with an optional "(MM/DD/YYYY)" release date.
-var romForm = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9]*)[ \t]+([vV]?[0-9][A-Za-z0-9._+-]*)(?:[ \t]+\(([0-9]{1,2}/[0-9]{1,2}/[0-9]{4})\))?$`)
+// dateRE is a release date as BMCs print it beside a version.
+const dateRE = `(?:\([0-9]{1,2}/[0-9]{1,2}/[0-9]{4}\)|[0-9]{1,2}/[0-9]{1,2}/[0-9]{4}|[0-9]{4}-[0-9]{2}-[0-9]{2}|` +
+	`(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*[ \t]+[0-9]{1,2},?[ \t]+[0-9]{4})`
+
+// coreRE is a version without whitespace, as the strict parser reads it.
+const coreRE = `([vV]?[0-9A-Za-z][A-Za-z0-9._+()-]*)`
+
+// spacedForms are the whitespace-carrying forms vendors report. Each
+// yields a family (may be empty), the core version and an optional build
+// number; the core then goes through the strict parser.
+var spacedForms = []struct {
+	name string
+	re   *regexp.Regexp
+	// family, core and build are submatch indexes (0: none).
+	family, core, build int
+}{
+	// "U46 v2.10 (03/14/2024)", "P79 v1.45", "iLO 5 v2.72", "TGBT42S 2.83 2023-07-05".
+	{"FAMILY vX.Y [DATE]", regexp.MustCompile(`^([A-Za-z][A-Za-z0-9]*(?:[ \t]+[0-9]+)?)[ \t]+([vV]?[0-9][A-Za-z0-9._+-]*)(?:[ \t]+` + dateRE + `)?$`), 1, 2, 0},
+	// "2.55 Oct 01 2021", "1.4 08/04/2023".
+	{"X.Y DATE", regexp.MustCompile(`^` + coreRE + `[ \t]+` + dateRE + `$`), 0, 1, 0},
+	// "11.2.0 Build 44".
+	{"X.Y Build N", regexp.MustCompile(`^` + coreRE + `[ \t]+[Bb]uild[ \t]+([0-9]+)$`), 0, 1, 2},
+	// Supermicro's BIOS: "BIOS Date: 08/04/2023 Ver 1.4".
+	{"BIOS Date: DATE Ver X.Y", regexp.MustCompile(`^BIOS[ \t]+Date:[ \t]*` + dateRE + `[ \t]+(?:Ver|Rev)[ \t]+` + coreRE + `$`), 0, 1, 0},
+}
+
+// hexBytes is a version written as hex bytes: "0x00 0x0b 0x03 0x04".
+var hexBytes = regexp.MustCompile(`^0[xX][0-9A-Fa-f]{1,4}(?:[ \t]+0[xX][0-9A-Fa-f]{1,4})+$`)
+
+// FormNames lists the spaced forms Parse reads, for error messages.
+func FormNames() []string {
+	names := []string{}
+	for _, f := range spacedForms {
+		names = append(names, f.name)
+	}
+	return append(names, "0xHH 0xHH ...")
+}
 
 // Version is a parsed vendor version string. The zero value is not valid;
 // use Parse.
@@ -66,16 +107,8 @@ func Parse(s string) (Version, error) {
 	if raw == "" {
 		return Version{}, &ParseError{Input: s, Reason: "empty version"}
 	}
-	if m := romForm.FindStringSubmatch(raw); m != nil {
-		v, err := Parse(m[2])
-		if err != nil {
-			return Version{}, perr(raw, "ROM version %q: %s", m[2], err.(*ParseError).Reason)
-		}
-		if v.prefix != "" {
-			return Version{}, perr(raw, "ROM version %q carries a family of its own after family %q", m[2], m[1])
-		}
-		v.raw, v.prefix = raw, strings.ToLower(m[1])
-		return v, nil
+	if strings.ContainsAny(raw, " \t\n\r\v\f") {
+		return parseSpaced(raw)
 	}
 	depth := 0
 	hasDigit := false
@@ -91,8 +124,6 @@ func Parse(s string) (Version, error) {
 			if depth < 0 {
 				return Version{}, perr(raw, "unbalanced ')' at offset %d", i)
 			}
-		case r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\v' || r == '\f':
-			return Version{}, perr(raw, "whitespace at offset %d (only the ROM form \"FAMILY vX.Y (MM/DD/YYYY)\" may contain spaces)", i)
 		default:
 			return Version{}, perr(raw, "character %q at offset %d not allowed (want letters, digits, '.', '-', '_', '+', '(', ')')", r, i)
 		}
@@ -128,6 +159,47 @@ func Parse(s string) (Version, error) {
 	}
 	v.segments = segs
 	return v, nil
+}
+
+// parseSpaced reads the forms with whitespace (see spacedForms).
+func parseSpaced(raw string) (Version, error) {
+	if hexBytes.MatchString(raw) {
+		var segs []string
+		for _, f := range strings.Fields(raw) {
+			n, _ := strconv.ParseUint(f[2:], 16, 32) // at most 4 hex digits: cannot fail
+			segs = append(segs, strconv.FormatUint(n, 10))
+		}
+		v, err := Parse(strings.Join(segs, "."))
+		if err != nil {
+			return Version{}, perr(raw, "%s", err.(*ParseError).Reason)
+		}
+		v.raw = raw
+		return v, nil
+	}
+	for _, f := range spacedForms {
+		m := f.re.FindStringSubmatch(raw)
+		if m == nil {
+			continue
+		}
+		core := m[f.core]
+		if f.build > 0 {
+			core += "." + m[f.build]
+		}
+		v, err := Parse(core)
+		if err != nil {
+			return Version{}, perr(raw, "%s: version %q: %s", f.name, m[f.core], err.(*ParseError).Reason)
+		}
+		if f.family > 0 {
+			if v.prefix != "" {
+				return Version{}, perr(raw, "%s: version %q carries a family of its own after family %q", f.name, m[f.core], m[f.family])
+			}
+			v.prefix = strings.ToLower(strings.Join(strings.Fields(m[f.family]), ""))
+		}
+		v.raw = raw
+		return v, nil
+	}
+	i := strings.IndexAny(raw, " \t\n\r\v\f")
+	return Version{}, perr(raw, "whitespace at offset %d (spaces are allowed only in the forms %s)", i, strings.Join(FormNames(), "; "))
 }
 
 // ParseError says why a string is not a version.
@@ -290,4 +362,41 @@ func Equal(a, b string) bool {
 		return ta != "" && ta == tb
 	}
 	return Compare(va, vb) == 0
+}
+
+// Gates: when is a running version good enough. manifests names them in
+// YAML; they are defined here so that the one comparison lives in one place.
+const (
+	GateEqual   = "equal"    // running == desired (after normalisation)
+	GateAtLeast = "at-least" // running >= desired, same family
+)
+
+// Satisfies is the firmware gate every side of CURE plans with — the
+// coordinator's Redfish phases and the runner's in-band phases — so they
+// cannot disagree, errors included.
+//
+// GateEqual ("" too) uses Equal: an unparseable string matches only the
+// identical string, never an error. GateAtLeast needs both versions to parse
+// and to be of one family; otherwise it is an error naming the value (a
+// caller reports it as ERROR, never as a silent DRIFT).
+func Satisfies(gate, running, desired string) (bool, error) {
+	switch gate {
+	case GateEqual, "":
+		return Equal(running, desired), nil
+	case GateAtLeast:
+		want, err := Parse(desired)
+		if err != nil {
+			return false, fmt.Errorf("desired version: %w", err)
+		}
+		have, err := Parse(running)
+		if err != nil {
+			return false, fmt.Errorf("running version: %w", err)
+		}
+		if have.Prefix() != want.Prefix() {
+			return false, fmt.Errorf("running %q and desired %q are different version families (prefix %q vs %q); cannot order them",
+				running, desired, have.Prefix(), want.Prefix())
+		}
+		return Compare(have, want) >= 0, nil
+	}
+	return false, fmt.Errorf("unknown gate %q (want %s or %s)", gate, GateEqual, GateAtLeast)
 }

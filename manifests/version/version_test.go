@@ -11,9 +11,15 @@ func TestParseErrors(t *testing.T) {
 		{"", "empty version"},
 		{"   ", "empty version"},
 		{"1.2 3", "whitespace"},
-		{"U50 v2.40 (2024)", "whitespace at offset 3 (only the ROM form"},
+		{"U50 v2.40 (2024)", "whitespace at offset 3 (spaces are allowed only in the forms FAMILY vX.Y [DATE]"},
+		{"Not Present", "whitespace"},
+		{"version not available", "whitespace"},
+		{"3.50 0x800016DC", "whitespace"},
+		{"0x00 0x0b 0x1FFFF", "whitespace"},
+		{"BIOS Date: 08/04/2023 Ver 1..4", `version "1..4": empty segment`},
+		{"2.55 Oct 01 2021 extra", "whitespace"},
 		{"U50 BF-2.40", "whitespace"},
-		{"U50 v2..40 (10/12/2024)", `ROM version "v2..40": empty segment at offset 3`},
+		{"U50 v2..40 (10/12/2024)", `FAMILY vX.Y [DATE]: version "v2..40": empty segment at offset 3`},
 		{"2.40/3", `character '/'`},
 		{"28.39..1002", "empty segment at offset 6"},
 		{"1.2.", "empty segment at the end"},
@@ -138,6 +144,8 @@ func FuzzCompare(f *testing.F) {
 		{"96.00.A5.00.01", "96.00.a05", "v2.0"},
 		{"1.2", "1.2.0", "1.2.0a"},
 		{"1.2(3)", "(1)", "1+2_3"},
+		{"2.55 Oct 01 2021", "iLO 5 v2.72", "11.2.0 Build 44"},
+		{"BIOS Date: 08/04/2023 Ver 1.4", "0x00 0x0b 0x03 0x04", "TGBT42S 2.83 2023-07-05"},
 	} {
 		f.Add(s[0], s[1], s[2])
 	}
@@ -195,5 +203,80 @@ func TestROMForm(t *testing.T) {
 	}
 	if Equal("U46 v2.10", "U30 v2.10") {
 		t.Error("different ROM families compared equal")
+	}
+}
+
+// The spaced forms real BMCs report (the vendor profiles' captures in
+// qemu-test/vbmc/profiles): what they parse to and how they order.
+func TestVendorForms(t *testing.T) {
+	for _, tc := range []struct {
+		in, prefix, same string // same: an equal version in the plain form
+	}{
+		{"2.55 Oct 01 2021", "", "2.55"},               // HPE iLO 5 inventory
+		{"2.72 Sep 04 2022", "", "2.72"},               // HPE iLO 5 inventory
+		{"U30 v2.54 (04/18/2024)", "u30", "U30 v2.54"}, // HPE system ROM
+		{"A42 v2.60 (08/11/2022)", "a42", "A42 v2.60"},
+		{"iLO 5 v2.72", "ilo5", "iLO 5 v2.72"},                 // HPE manager FirmwareVersion
+		{"TGBT42S 2.83 2023-07-05", "tgbt42s", "TGBT42S 2.83"}, // Lenovo XCC manager
+		{"11.2.0 Build 44", "", "11.2.0.44"},                   // HPE platform data
+		{"BIOS Date: 08/04/2023 Ver 1.4", "", "1.4"},           // Supermicro BIOS
+		{"0x00 0x0b 0x03 0x04", "", "0.11.3.4"},                // NVIDIA CPLD
+		{"1.45.455b66-rev4", "", "1.45.455b66.rev4"},
+		{"P2.1.4", "p", "P2.1.4"},
+		{"BF-24.10-17", "bf", "BF-24.10.17"},
+		{"96.00.A5.00.01", "", "96.0.a5.0.1"},
+		{"HGX-22.10-1-rc57", "hgx", "HGX-22.10.1.rc57"},
+		{"GB200Nvl-24.12-8", "gb", "GB200Nvl-24.12.8"},
+		{"01.03.0262.0000_n04", "", "1.3.262.0.n04"},
+	} {
+		v, err := Parse(tc.in)
+		if err != nil {
+			t.Errorf("Parse(%q): %v", tc.in, err)
+			continue
+		}
+		if v.Prefix() != tc.prefix || v.String() != tc.in {
+			t.Errorf("Parse(%q) = prefix %q, string %q; want prefix %q and the input", tc.in, v.Prefix(), v.String(), tc.prefix)
+		}
+		if !Equal(tc.in, tc.same) {
+			t.Errorf("Equal(%q, %q) = false, want true", tc.in, tc.same)
+		}
+	}
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{
+		{"2.55 Oct 01 2021", "2.72 Sep 04 2022", -1},
+		{"2.55 Oct 01 2021", "2.55 Jan 01 2030", 0}, // the date is not compared
+		{"11.2.0 Build 44", "11.2.0 Build 9", 1},
+		{"BIOS Date: 08/04/2023 Ver 1.4", "BIOS Date: 05/04/2023 Ver 1.3", 1},
+		{"0x00 0x0b 0x03 0x04", "0x00 0x10 0x01 0x0f", -1},
+	} {
+		if got := Compare(MustParse(tc.a), MustParse(tc.b)); got != tc.want {
+			t.Errorf("Compare(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+func TestSatisfies(t *testing.T) {
+	for _, tc := range []struct {
+		gate, running, desired string
+		ok                     bool
+		err                    string
+	}{
+		{GateAtLeast, "2.55 Oct 01 2021", "2.50", true, ""},
+		{GateAtLeast, "2.55 Oct 01 2021", "2.60", false, ""},
+		{GateEqual, "2.55 Oct 01 2021", "2.55", true, ""},
+		{GateAtLeast, "Not Present", "1.4", false, `running version: invalid version "Not Present"`},
+		{GateAtLeast, "1.4", "1.4 1.5", false, `desired version: invalid version "1.4 1.5"`},
+		{GateEqual, "Not Present", "Not Present", true, ""},
+		{GateEqual, "Not Present", "1.4", false, ""},
+		{GateAtLeast, "P2.1.4", "BF-24.10-17", false, "different version families"},
+		{"", "7.2.22", "07.2.22", true, ""},
+		{"newest", "1", "1", false, `unknown gate "newest"`},
+	} {
+		ok, err := Satisfies(tc.gate, tc.running, tc.desired)
+		if ok != tc.ok || (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("Satisfies(%q, %q, %q) = %v, %v; want %v, error containing %q", tc.gate, tc.running, tc.desired, ok, err, tc.ok, tc.err)
+		}
 	}
 }

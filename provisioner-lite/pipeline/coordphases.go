@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/cure-oss/cure/manifests"
-	"github.com/cure-oss/cure/manifests/version"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -375,14 +374,26 @@ func componentName(component, id string, n int) string {
 	return component + "/" + id
 }
 
-// gateOK applies the manifest's gate: equality by default.
-func gateOK(gate, running, desired string) bool {
-	if gate == "at-least" {
-		a, errA := version.Parse(running)
-		b, errB := version.Parse(desired)
-		return errA == nil && errB == nil && version.Compare(a, b) >= 0
+// gateOK applies the manifest's gate through manifests.Firmware.Satisfied,
+// the one comparison the runner's in-band phases use too: an unparseable
+// version under at-least is an error naming the value (an ERROR verdict),
+// never a silent DRIFT.
+func gateOK(fw manifests.Firmware, running string) (bool, error) {
+	return fw.Satisfied(running)
+}
+
+// GateVerdict is the coordinator's verdict status (MATCH, DRIFT or ERROR)
+// and message for one inventory member running version running against fw.
+// TestVersionFormsAgree holds it to the runner's answer.
+func GateVerdict(fw manifests.Firmware, running string) (status, msg string) {
+	ok, err := gateOK(fw, running)
+	switch {
+	case err != nil:
+		return "ERROR", err.Error()
+	case ok:
+		return "MATCH", fw.Name
 	}
-	return version.Equal(running, desired)
+	return "DRIFT", fw.Name
 }
 
 // verdict records a coordinator-side verdict. Its text comes partly from the

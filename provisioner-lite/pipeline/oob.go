@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -30,29 +31,95 @@ type oobDelta struct {
 // component: verdict rows and the deltas to apply. Pure: no BMC access.
 func planOOB(component string, want []manifests.Firmware, inv []redfish.FirmwareItem) (rows []oobRow, deltas []oobDelta) {
 	for _, fw := range want {
-		var drifted []redfish.FirmwareItem
-		found := false
+		var drifted, matched []redfish.FirmwareItem
 		for _, it := range inv {
-			if m, _ := path.Match(fw.Match.RedfishID, it.ID); !m {
-				continue
+			if MatchMember(fw.Match, it) {
+				matched = append(matched, it)
 			}
-			found = true
-			status := "MATCH"
-			if !gateOK(fw.Gate, it.Version, fw.Version) {
-				status = "DRIFT"
+		}
+		if len(matched) > 1 && !matchHasGlob(fw.Match) {
+			// A selector without a wildcard names one component; several
+			// members (OpenBMC names every member "Software Inventory")
+			// make the target ambiguous, and flashing is refused.
+			var ids []string
+			for _, it := range matched {
+				ids = append(ids, it.ID)
+			}
+			rows = append(rows, oobRow{component: component, status: "ERROR", expected: fw.Version,
+				msg: fmt.Sprintf("%s: %s names one component but matches %d FirmwareInventory members (%s); add redfishId, softwareId or relatedItem, or use a wildcard to mean all of them",
+					fw.Name, describeMatch(fw.Match), len(matched), strings.Join(ids, ", "))})
+			continue
+		}
+		found := len(matched) > 0
+		for _, it := range matched {
+			status, msg := GateVerdict(fw, it.Version)
+			if status == "DRIFT" {
 				drifted = append(drifted, it)
 			}
-			rows = append(rows, oobRow{component: componentName(component, it.ID, len(want)), status: status, observed: it.Version, expected: fw.Version, msg: fw.Name})
+			rows = append(rows, oobRow{component: componentName(component, it.ID, len(want)), status: status, observed: it.Version, expected: fw.Version, msg: msg})
 		}
 		if !found {
 			rows = append(rows, oobRow{component: component, status: "ERROR", expected: fw.Version,
-				msg: fmt.Sprintf("%s: no FirmwareInventory member matches redfishId %q", fw.Name, fw.Match.RedfishID)})
+				msg: fmt.Sprintf("%s: no FirmwareInventory member matches %s", fw.Name, describeMatch(fw.Match))})
 		}
 		if len(drifted) > 0 {
 			deltas = append(deltas, oobDelta{fw: fw, targets: drifted})
 		}
 	}
 	return rows, deltas
+}
+
+// MatchMember reports whether inventory member it is one fw.Match selects:
+// every field set must match (globs; RelatedItem against any link). Members
+// that are not the running firmware by the vendor's Id convention (Dell's
+// "Previous-…" and "Available-…" beside "Installed-…") are left out unless
+// the redfishId glob names that prefix itself: a wide glob must not select
+// a stale entry.
+func MatchMember(m manifests.Match, it redfish.FirmwareItem) bool {
+	glob := func(pat, s string) bool {
+		ok, _ := path.Match(pat, s)
+		return pat == "" || ok
+	}
+	if !glob(m.RedfishID, it.ID) || !glob(m.Name, it.Name) || !glob(m.SoftwareID, it.SoftwareID) {
+		return false
+	}
+	if m.Updateable != nil && *m.Updateable != it.Updateable {
+		return false
+	}
+	if m.RelatedItem != "" && !slices.ContainsFunc(it.RelatedItems, func(r string) bool { return glob(m.RelatedItem, r) }) {
+		return false
+	}
+	for _, stale := range []string{"Previous-", "Available-"} {
+		if strings.HasPrefix(it.ID, stale) && !strings.HasPrefix(m.RedfishID, stale) {
+			return false
+		}
+	}
+	return true
+}
+
+// matchHasGlob reports whether any of a redfish selector's fields is a
+// pattern rather than a literal.
+func matchHasGlob(m manifests.Match) bool {
+	for _, f := range []string{m.RedfishID, m.Name, m.SoftwareID, m.RelatedItem} {
+		if strings.ContainsAny(f, "*?[\\") {
+			return true
+		}
+	}
+	return false
+}
+
+// describeMatch names a redfish selector's fields for messages.
+func describeMatch(m manifests.Match) string {
+	var parts []string
+	for _, f := range []struct{ k, v string }{{"redfishId", m.RedfishID}, {"name", m.Name}, {"softwareId", m.SoftwareID}, {"relatedItem", m.RelatedItem}} {
+		if f.v != "" {
+			parts = append(parts, fmt.Sprintf("%s %q", f.k, f.v))
+		}
+	}
+	if m.Updateable != nil {
+		parts = append(parts, fmt.Sprintf("updateable %t", *m.Updateable))
+	}
+	return strings.Join(parts, ", ")
 }
 
 type oobRow struct {
@@ -103,7 +170,7 @@ func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string
 		return ok("%d drifted, %d unmatched (reported only): %s", len(drifted), errs, strings.Join(drifted, ", "))
 	}
 	if errs > 0 {
-		return failed("%d %s entries match no FirmwareInventory member", errs, component)
+		return failed("%d %s verdicts are ERROR (an entry matching no FirmwareInventory member, or versions the gate cannot order)", errs, component)
 	}
 	var done []string
 	for _, d := range deltas {
@@ -156,7 +223,7 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 		}
 		var job *redfish.Job
 		switch {
-		case caps.SimpleUpdate:
+		case caps.SimpleUpdateFetches(imageURI):
 			// The BMC pulls from the artifact server: nothing streams
 			// through the coordinator.
 			job, err = b.SimpleUpdate(ctx, imageURI, targets, "")
@@ -168,7 +235,7 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 			defer f.Close()
 			job, err = b.MultipartPush(ctx, f, fw.Artifact.Size, targets)
 		default:
-			return errors.New("BMC offers neither SimpleUpdate nor MultipartHttpPushUri")
+			return fmt.Errorf("BMC offers neither a SimpleUpdate that can fetch %s (TransferProtocols %v) nor MultipartHttpPushUri", imageURI, caps.TransferProtocols)
 		}
 		var ue *redfish.UnknownOutcomeError
 		if errors.As(err, &ue) {
@@ -204,19 +271,43 @@ func (e *Engine) oobState(ctx context.Context, r *store.Run, fw manifests.Firmwa
 	}); err != nil {
 		return false, false
 	}
+	members := verifyMembers(inv, fw, targets)
+	if len(members) == 0 {
+		return false, false // nothing to look at is not "done"
+	}
 	done, pending = true, true
-	for _, it := range inv {
-		if !containsStr(targets, it.ID) {
-			continue
-		}
-		if !gateOK(fw.Gate, it.Version, fw.Version) {
+	for _, it := range members {
+		if ok, _ := gateOK(fw, it.Version); !ok {
 			done = false
 		}
-		if !gateOK(fw.Gate, it.PendingVersion, fw.Version) {
+		if ok, _ := gateOK(fw, it.PendingVersion); !ok {
 			pending = false
 		}
 	}
 	return done, pending && !done
+}
+
+// verifyMembers picks the inventory members to verify after an update: the
+// flashed targets by Id, or, when any of those Ids is gone (vendors whose
+// Ids carry the version rename the member), every member the manifest
+// entry's matcher selects now.
+func verifyMembers(inv []redfish.FirmwareItem, fw manifests.Firmware, targets []string) []redfish.FirmwareItem {
+	var byID []redfish.FirmwareItem
+	for _, it := range inv {
+		if containsStr(targets, it.ID) {
+			byID = append(byID, it)
+		}
+	}
+	if len(byID) == len(targets) {
+		return byID
+	}
+	var matched []redfish.FirmwareItem
+	for _, it := range inv {
+		if MatchMember(fw.Match, it) {
+			matched = append(matched, it)
+		}
+	}
+	return matched
 }
 
 // activateOOB makes a staged image run (BMC reset, or a host reboot that
@@ -260,12 +351,17 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 		return failed("%s: read back FirmwareInventory: %v", fw.Name, err)
 	}
 	var bad, good []string
-	for _, it := range inv {
-		if !containsStr(targets, it.ID) {
-			continue
-		}
+	members := verifyMembers(inv, fw, targets)
+	if len(members) < len(targets) {
+		// An update that renames members (Ids carrying the version) is
+		// verified through the manifest's matcher; finding fewer members
+		// than were flashed is never "0 updated, success".
+		bad = append(bad, fmt.Sprintf("%d of %d updated members found in the inventory after activation (targets %s; matcher %s)",
+			len(members), len(targets), strings.Join(targets, ", "), describeMatch(fw.Match)))
+	}
+	for _, it := range members {
 		comp := componentName(component, it.ID, 0)
-		if gateOK(fw.Gate, it.Version, fw.Version) {
+		if ok, _ := gateOK(fw, it.Version); ok {
 			good = append(good, it.ID)
 			e.verdict(ctx, r, comp, "firmware_update", "PASS", it.Version, fw.Version, fw.Name+": updated and verified after activation")
 		} else {

@@ -241,3 +241,37 @@ func TestVerifyChecksEveryArtifactAppliesNothing(t *testing.T) {
 		}
 	}
 }
+
+// Dell-style inventory: member Ids carry the version, so the update renames
+// the member and leaves a Previous- one. The manifest selects by Name; the
+// run flashes once, verifies the renamed member and counts it updated.
+func TestFirmwareVersionedIDsByName(t *testing.T) {
+	f := newFixtureBMC(t, func(sku *manifests.SKU, cas string) {
+		sku.Spec.Firmware = append(sku.Spec.Firmware,
+			manifests.Firmware{Name: "bmc", Component: "bmc", Via: "redfish", Match: manifests.Match{Name: "Contoso BMC Firmware"}, Version: "1.50.0", Gate: "equal",
+				Artifact: fwPackage(t, cas, "BMC", "1.50.0"), Activation: "bmc-reset"})
+	}, func(c *vbmc.Config) { c.InventoryIDs = "versioned" })
+	runID, err := f.eng.Start(context.Background(), "node1", modes.Provision, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := f.waitRun(runID); r.Status != "succeeded" {
+		t.Fatalf("run ended %s: %s", r.Status, r.Message)
+	}
+	if v, _, _ := f.bmc.FirmwareVersion("BMC"); v != "1.50.0" || f.bmc.Flashes("BMC") != 1 {
+		t.Fatalf("BMC runs %q after %d flashes", v, f.bmc.Flashes("BMC"))
+	}
+	if ps := f.phases(runID); ps[modes.BMC].Status != "ok" || !strings.Contains(ps[modes.BMC].Message, "1 updated to 1.50.0") {
+		t.Fatalf("bmc phase = %s: %s", ps[modes.BMC].Status, ps[modes.BMC].Message)
+	}
+	vs, _ := f.st.Verdicts(context.Background(), runID)
+	pass := 0
+	for _, v := range vs {
+		if v.Check == "firmware_update" && v.Status == "PASS" && v.Observed == "1.50.0" {
+			pass++
+		}
+	}
+	if pass != 1 {
+		t.Fatalf("%d firmware_update PASS verdicts on the renamed member, want 1: %+v", pass, vs)
+	}
+}

@@ -69,6 +69,13 @@ const mac = "52:54:00:c0:de:01"
 
 func newFixture(t *testing.T, edit func(sku *manifests.SKU, casDir string)) *fixture {
 	t.Helper()
+	return newFixtureBMC(t, edit, nil)
+}
+
+// newFixtureBMC is newFixture with the virtual BMC's Config edited first
+// (vendor shapes).
+func newFixtureBMC(t *testing.T, edit func(sku *manifests.SKU, casDir string), bmcEdit func(*vbmc.Config)) *fixture {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(filepath.Join(dir, "cure.db"), store.WithStateKey(bytes.Repeat([]byte{7}, 32)))
 	if err != nil {
@@ -85,8 +92,12 @@ func newFixture(t *testing.T, edit func(sku *manifests.SKU, casDir string)) *fix
 			firmware[i].Version = "2.19.1"
 		}
 	}
-	b, err := vbmc.New(vbmc.Config{Name: "node1", Serial: "S1", MAC: mac, Firmware: firmware,
-		TaskDuration: 150 * time.Millisecond, ResetDuration: 300 * time.Millisecond}, m)
+	cfg := vbmc.Config{Name: "node1", Serial: "S1", MAC: mac, Firmware: firmware,
+		TaskDuration: 150 * time.Millisecond, ResetDuration: 300 * time.Millisecond}
+	if bmcEdit != nil {
+		bmcEdit(&cfg)
+	}
+	b, err := vbmc.New(cfg, m)
 	if err != nil {
 		t.Fatal(err)
 	}

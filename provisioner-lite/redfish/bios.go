@@ -19,13 +19,50 @@ type biosDoc struct {
 	ODataID    string `json:"@odata.id"`
 	ODataEtag  string `json:"@odata.etag"`
 	Attributes map[string]any
-	Settings   *struct {
-		ETag           string
-		SettingsObject struct {
-			ID string `json:"@odata.id"`
+	Settings   *biosSettings `json:"@Redfish.Settings"`
+	// selfSettings: the BMC publishes no settings object; changes are
+	// PATCHed on the Bios resource itself.
+	selfSettings bool
+}
+
+type biosSettings struct {
+	ETag           string
+	SettingsObject struct {
+		ID string `json:"@odata.id"`
+	}
+	SupportedApplyTimes []string
+}
+
+// oemSettingsLink finds a settings object published under Oem instead of
+// @Redfish.Settings: Oem.<vendor>.Links.Settings or
+// Oem.<vendor>.SettingsObject, any vendor key.
+func oemSettingsLink(raw []byte) string {
+	var doc struct {
+		Oem map[string]struct {
+			Links struct {
+				Settings struct {
+					ID string `json:"@odata.id"`
+					// HPE iLO 4 writes "href".
+					Href string `json:"href"`
+				}
+			}
+			SettingsObject struct {
+				ID string `json:"@odata.id"`
+			}
 		}
-		SupportedApplyTimes []string
-	} `json:"@Redfish.Settings"`
+	}
+	if json.Unmarshal(raw, &doc) != nil {
+		return ""
+	}
+	for _, k := range slices.Sorted(maps.Keys(doc.Oem)) {
+		o := doc.Oem[k]
+		for _, l := range []string{o.Links.Settings.ID, o.Links.Settings.Href, o.SettingsObject.ID} {
+			if l != "" {
+				return l
+			}
+		}
+	}
+	return ""
 }
 
 // bios reads the system's Bios resource.
@@ -48,6 +85,10 @@ func (c *Client) bios(api *gofish.APIClient) (*biosDoc, error) {
 	}
 	if doc.ODataID == "" {
 		doc.ODataID = link
+	}
+	if doc.Settings == nil {
+		doc.Settings = &biosSettings{}
+		doc.Settings.SettingsObject.ID, doc.selfSettings = link, true
 	}
 	return doc, nil
 }
@@ -78,6 +119,23 @@ func parseBios(raw []byte) (*biosDoc, error) {
 			return nil, fmt.Errorf("parse: %w", err)
 		}
 	}
+	doc.ODataID, _ = bmcPath(doc.ODataID) // only named in messages and as the fallback settings target
+	if doc.Settings == nil || doc.Settings.SettingsObject.ID == "" {
+		// No @Redfish.Settings: the vendor's documented ways, in order,
+		// are an Oem settings link (HPE iLO 4's Oem.Hp.Links.Settings,
+		// Oem.Hpe.Links.Settings) and PATCH on the Bios resource itself
+		// (sushy's fallback; BMCs that apply at reset without a separate
+		// object). selfSettings marks the latter: pending values are not
+		// observable there.
+		if link := oemSettingsLink(raw); link != "" {
+			doc.Settings = &biosSettings{}
+			doc.Settings.SettingsObject.ID = link
+		} else if doc.ODataID != "" {
+			doc.Settings = &biosSettings{}
+			doc.Settings.SettingsObject.ID = doc.ODataID
+			doc.selfSettings = true
+		}
+	}
 	if s := doc.Settings; s != nil && s.SettingsObject.ID != "" {
 		p, err := bmcPath(s.SettingsObject.ID)
 		if err != nil {
@@ -85,7 +143,6 @@ func parseBios(raw []byte) (*biosDoc, error) {
 		}
 		s.SettingsObject.ID = p
 	}
-	doc.ODataID, _ = bmcPath(doc.ODataID) // only named in messages
 	return &doc, nil
 }
 
@@ -117,6 +174,9 @@ func (c *Client) PendingBiosAttributes(ctx context.Context) (map[string]any, err
 		if doc.Settings == nil || doc.Settings.SettingsObject.ID == "" {
 			return fmt.Errorf("%w: Bios %s has no @Redfish.Settings object", ErrNotSupported, doc.ODataID)
 		}
+		if doc.selfSettings {
+			return fmt.Errorf("%w: Bios %s has no settings object: pending values are not observable", ErrNotSupported, doc.ODataID)
+		}
 		var st biosDoc
 		if _, err := getJSON(api, doc.Settings.SettingsObject.ID, &st); err != nil {
 			return err
@@ -137,6 +197,7 @@ func (c *Client) SetBiosAttributes(ctx context.Context, attrs map[string]any) er
 	}
 	var settingsURI, etag string
 	var applyTimes []string
+	self := false
 	read := func() error {
 		return c.call(ctx, "read BIOS settings object", func(api *gofish.APIClient) error {
 			doc, err := c.bios(api)
@@ -146,7 +207,7 @@ func (c *Client) SetBiosAttributes(ctx context.Context, attrs map[string]any) er
 			if doc.Settings == nil || doc.Settings.SettingsObject.ID == "" {
 				return fmt.Errorf("%w: Bios %s has no @Redfish.Settings object", ErrNotSupported, doc.ODataID)
 			}
-			settingsURI, applyTimes = doc.Settings.SettingsObject.ID, doc.Settings.SupportedApplyTimes
+			settingsURI, applyTimes, self = doc.Settings.SettingsObject.ID, doc.Settings.SupportedApplyTimes, doc.selfSettings
 			var st biosDoc
 			resp, err := getJSON(api, settingsURI, &st)
 			if err != nil {
@@ -189,9 +250,11 @@ func (c *Client) SetBiosAttributes(ctx context.Context, attrs map[string]any) er
 	if err != nil {
 		return fmt.Errorf("redfish %s: stage BIOS attributes %v at %s: %w", c.ep.URL, slices.Sorted(maps.Keys(attrs)), settingsURI, err)
 	}
-	pending, err := c.PendingBiosAttributes(ctx)
-	if err != nil {
-		return fmt.Errorf("redfish %s: verify staged BIOS attributes: %w", c.ep.URL, err)
+	pending := map[string]any{}
+	if !self {
+		if pending, err = c.PendingBiosAttributes(ctx); err != nil {
+			return fmt.Errorf("redfish %s: verify staged BIOS attributes: %w", c.ep.URL, err)
+		}
 	}
 	current, err := c.BiosAttributes(ctx)
 	if err != nil {
@@ -207,6 +270,12 @@ func (c *Client) SetBiosAttributes(ctx context.Context, attrs map[string]any) er
 			continue // some BMCs apply a no-op at once
 		}
 		missing = append(missing, fmt.Sprintf("%s: asked %v, pending %v", k, attrs[k], p))
+	}
+	if len(missing) > 0 && self {
+		// Nothing shows pending values on such a BMC: the BIOS phase
+		// verifies them after the next boot.
+		c.log.Info("BIOS attributes PATCHed on the Bios resource (no settings object); they show after the next boot", "bios", settingsURI, "attributes", attrs)
+		return nil
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("redfish %s: BMC accepted the BIOS PATCH but does not show it pending: %s", c.ep.URL, strings.Join(missing, "; "))

@@ -226,6 +226,13 @@ func FuzzUpdateService(f *testing.F) {
 	f.Add(us, info, "http://10.0.2.2:8080/artifacts/sha256/ab", "")
 	f.Add([]byte(`{"Actions":{"#UpdateService.SimpleUpdate":{"target":"@evil/x","TransferProtocol@Redfish.AllowableValues":["HTTP"]}}}`), info, "https://a/x", "https")
 	f.Add([]byte(`{"MultipartHttpPushUri":"0","FirmwareInventory":{"@odata.id":"https://x/redfish/v1/UpdateService/FirmwareInventory"}}`), []byte(`{"Parameters":[{"Name":"TransferProtocol","AllowableValues":null}]}`), "a/x", "HTTP")
+	for _, c := range []string{"supermicro/UpdateService.json", "issue13/UpdateService-nested-scp.json"} {
+		b, err := os.ReadFile(filepath.Join("../../qemu-test/vbmc/profiles", c))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b, info, "http://10.0.2.2:8080/artifacts/sha256/ab", "")
+	}
 	f.Fuzz(func(t *testing.T, usBody, infoBody []byte, image, asked string) {
 		caps, actionInfo, err := parseUpdateService(usBody)
 		if err != nil {
@@ -266,12 +273,25 @@ func FuzzLinks(f *testing.F) {
 		f.Add(mockup(f, rel))
 	}
 	f.Add([]byte(`{"Actions":{"#Manager.Reset":{"target":".evil/x","ResetType@Redfish.AllowableValues":["ForceRestart"]}},"Bios":{"@odata.id":"0"},"@Redfish.Settings":{"SettingsObject":{"@odata.id":"@e/x"}},"Members":[{"@odata.id":"x"},{"@odata.id":"/ok"}]}`))
+	for _, c := range []string{"lenovo-xcc/Bios-settings.json", "issue13/Bios-no-settings.json", "issue13/System-reset-run-together.json"} {
+		b, err := os.ReadFile(filepath.Join("../../qemu-test/vbmc/profiles", c))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"@odata.id":"/redfish/v1/Systems/1/bios","Attributes":{},"Oem":{"Hp":{"Links":{"Settings":{"href":"/rest/v1/systems/1/bios/Settings"}}}}}`))
+	f.Add([]byte(`{"@odata.id":"/redfish/v1/Systems/1/Bios","Attributes":{"A":1},"Oem":{"X":{"SettingsObject":{"@odata.id":"https://evil/x"}}}}`))
+	f.Add([]byte(`{"Actions":{"#Manager.Reset":{"target":"/redfish/v1/Managers/1/Actions/Manager.Reset","ResetType@Redfish.AllowableValues":[["GracefulRestartForceRestart"]]}}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if target, allowed, err := parseManagerReset(body); err == nil {
 			onBMC(t, "Manager.Reset target", target)
 			if rt, err := chooseReset("GracefulRestart", allowed); err == nil && len(allowed) > 0 && !slices.Contains(allowed, rt) {
 				t.Fatalf("reset %q outside the allowable %v", rt, allowed)
 			}
+		}
+		if target, err := parseSystemReset(body); err == nil {
+			onBMC(t, "ComputerSystem.Reset target", target)
 		}
 		if link, err := parseBiosLink(body); err == nil {
 			onBMC(t, "Bios link", link)

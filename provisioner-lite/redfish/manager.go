@@ -76,8 +76,8 @@ func parseManagerReset(raw []byte) (target string, allowed []string, err error) 
 	var doc struct {
 		Actions struct {
 			Reset *struct {
-				Target  string   `json:"target"`
-				Allowed []string `json:"ResetType@Redfish.AllowableValues"`
+				Target  string    `json:"target"`
+				Allowed allowList `json:"ResetType@Redfish.AllowableValues"`
 			} `json:"#Manager.Reset"`
 		}
 	}
@@ -90,7 +90,7 @@ func parseManagerReset(raw []byte) (target string, allowed []string, err error) 
 	if target, err = bmcPath(doc.Actions.Reset.Target); err != nil {
 		return "", nil, fmt.Errorf("#Manager.Reset target: %w", err)
 	}
-	return target, doc.Actions.Reset.Allowed, nil
+	return target, normalizeAllowed(doc.Actions.Reset.Allowed, resetTypes), nil
 }
 
 // WaitBMC waits, within budget, for the BMC to come back after a reset:

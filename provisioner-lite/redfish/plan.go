@@ -51,7 +51,9 @@ func parseBootState(raw []byte) (bootState, error) {
 	}
 	list := func(k string, dst *[]string) {
 		if v, ok := doc.Boot[k]; ok {
-			_ = json.Unmarshal(v, dst)
+			var l allowList
+			_ = json.Unmarshal(v, &l) // never fails: tolerant
+			*dst = l
 		}
 	}
 	str("BootSourceOverrideTarget", &st.Target)

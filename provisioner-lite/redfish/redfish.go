@@ -135,6 +135,9 @@ type SystemInfo struct {
 type FirmwareItem struct {
 	ID, Name, Version, SoftwareID string
 	Updateable                    bool
+	// RelatedItems are the @odata.id links of the devices this firmware
+	// runs on (a manifest may match on them when Ids are positions).
+	RelatedItems []string
 	// PendingVersion is a staged image waiting for activation, where the
 	// BMC says so (the virtual BMC's Oem.CURE.PendingVersion); empty otherwise.
 	PendingVersion string
@@ -521,15 +524,26 @@ func (c *Client) reset(ctx context.Context, resetType string, done func(powerSta
 		for _, a := range allowed {
 			names = append(names, string(a))
 		}
-		rt, err := chooseReset(want, names)
+		rt, err := chooseReset(want, normalizeAllowed(names, resetTypes))
 		if err != nil {
 			return err
 		}
 		if rt != resetType {
 			c.log.Info("reset type substituted", "asked", resetType, "using", rt, "power", ps)
 		}
-		if _, err := sys.Reset(schemas.ResetType(rt)); err != nil {
-			return fmt.Errorf("POST %s ResetType=%s: %w", sys.ODataID, rt, err)
+		// Posted directly rather than through gofish's Reset, which checks
+		// rt against the allowable values as the BMC wrote them and so
+		// refuses what normalizeAllowed recovered from a run-together list.
+		target, err := parseSystemReset(sys.RawData)
+		if err != nil {
+			return fmt.Errorf("system %s: %w", sys.ODataID, err)
+		}
+		resp, err := api.Post(target, map[string]any{"ResetType": rt})
+		if resp != nil {
+			resp.Body.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("POST %s ResetType=%s: %w", target, rt, err)
 		}
 		c.log.Info("reset", "type", rt, "system", sys.ODataID)
 		return nil
@@ -680,13 +694,21 @@ func (c *Client) FirmwareInventory(ctx context.Context) ([]FirmwareItem, error) 
 		items = items[:0]
 		for _, s := range inv {
 			it := FirmwareItem{ID: s.ID, Name: s.Name, Version: s.Version, SoftwareID: s.SoftwareID, Updateable: s.Updateable}
-			var oem struct {
+			var raw struct {
 				Oem struct {
 					CURE struct{ PendingVersion string }
 				}
+				RelatedItem []struct {
+					ID string `json:"@odata.id"`
+				}
 			}
-			if json.Unmarshal(s.RawData, &oem) == nil {
-				it.PendingVersion = oem.Oem.CURE.PendingVersion
+			if json.Unmarshal(s.RawData, &raw) == nil {
+				it.PendingVersion = raw.Oem.CURE.PendingVersion
+				for _, r := range raw.RelatedItem {
+					if r.ID != "" && len(it.RelatedItems) < 16 {
+						it.RelatedItems = append(it.RelatedItems, r.ID)
+					}
+				}
 			}
 			items = append(items, it)
 		}

@@ -192,9 +192,9 @@ func parseUpdateService(raw []byte) (caps *UpdateCapabilities, actionInfo string
 		}
 		Actions struct {
 			SimpleUpdate *struct {
-				Target     string   `json:"target"`
-				ActionInfo string   `json:"@Redfish.ActionInfo"`
-				Protocols  []string `json:"TransferProtocol@Redfish.AllowableValues"`
+				Target     string    `json:"target"`
+				ActionInfo string    `json:"@Redfish.ActionInfo"`
+				Protocols  allowList `json:"TransferProtocol@Redfish.AllowableValues"`
 			} `json:"#UpdateService.SimpleUpdate"`
 		}
 	}
@@ -213,7 +213,7 @@ func parseUpdateService(raw []byte) (caps *UpdateCapabilities, actionInfo string
 		if caps.SimpleUpdateURI, err = optPath("SimpleUpdate target", su.Target); err != nil {
 			return nil, "", err
 		}
-		caps.SimpleUpdate, caps.TransferProtocols = true, su.Protocols
+		caps.SimpleUpdate, caps.TransferProtocols = true, normalizeAllowed(su.Protocols, transferProtocols)
 		if len(su.Protocols) == 0 {
 			if actionInfo, err = optPath("SimpleUpdate @Redfish.ActionInfo", su.ActionInfo); err != nil {
 				return nil, "", err
@@ -229,7 +229,7 @@ func parseActionInfoProtocols(raw []byte) ([]string, error) {
 	var info struct {
 		Parameters []struct {
 			Name            string
-			AllowableValues []string
+			AllowableValues allowList
 		}
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
@@ -240,10 +240,22 @@ func parseActionInfoProtocols(raw []byte) ([]string, error) {
 	}
 	for _, p := range info.Parameters {
 		if p.Name == "TransferProtocol" {
-			return p.AllowableValues, nil
+			return normalizeAllowed(p.AllowableValues, transferProtocols), nil
 		}
 	}
 	return nil, nil
+}
+
+// SimpleUpdateFetches reports whether the BMC's SimpleUpdate can fetch
+// imageURI: the action exists and its allowable TransferProtocols (when
+// published) include the URI's scheme. A BMC whose only protocol is SCP
+// cannot pull from the HTTP artifact server; a multipart push still can.
+func (u *UpdateCapabilities) SimpleUpdateFetches(imageURI string) bool {
+	if u == nil || !u.SimpleUpdate {
+		return false
+	}
+	_, err := ChooseTransferProtocol(imageURI, "", u.TransferProtocols)
+	return err == nil
 }
 
 // ChooseTransferProtocol negotiates SimpleUpdate's TransferProtocol: the

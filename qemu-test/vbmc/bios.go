@@ -105,6 +105,18 @@ func (b *BMC) serveBios(w http.ResponseWriter) {
 	b.mu.Lock()
 	obj["Attributes"] = maps.Clone(b.biosCur)
 	obj["@odata.etag"] = b.biosETagLocked()
+	if b.cfg.NoBiosSettings {
+		// Pending values are not shown anywhere, as on BMCs without a
+		// settings object; a PATCH here stages them for the next boot.
+		obj["@odata.etag"] = b.settingsETagLocked()
+		etag := b.settingsETagLocked()
+		b.mu.Unlock()
+		delete(obj, "@Redfish.Copyright")
+		delete(obj, "@Redfish.Settings")
+		w.Header().Set("ETag", etag)
+		writeJSON(w, http.StatusOK, obj)
+		return
+	}
 	obj["@Redfish.Settings"] = map[string]any{
 		"@odata.type":         "#Settings.v1_4_0.Settings",
 		"ETag":                b.settingsETagLocked(),
@@ -183,9 +195,11 @@ func (b *BMC) patchSettings(w http.ResponseWriter, r *http.Request) {
 			errs = append(errs, fieldError{"PropertyValueNotInList", "Attributes/" + k, msg})
 		}
 	}
-	if len(errs) == 0 && len(attrs) == 0 {
-		errs = append(errs, fieldError{"PropertyMissing", "Attributes", "The PATCH changes no attribute: Attributes is missing or empty."})
+	if _, given := body["Attributes"]; len(errs) == 0 && !given {
+		errs = append(errs, fieldError{"PropertyMissing", "Attributes", "The PATCH changes no attribute: Attributes is missing."})
 	}
+	// An empty Attributes object is a valid PATCH that changes nothing
+	// (Ironic's sushy sends one); it still passes the If-Match check below.
 	if len(errs) > 0 {
 		sort.Slice(errs, func(i, j int) bool { return errs[i].prop < errs[j].prop })
 		b.log.Warn("BIOS settings PATCH refused", "errors", len(errs), "first", errs[0].msg)
@@ -202,6 +216,11 @@ func (b *BMC) patchSettings(w http.ResponseWriter, r *http.Request) {
 		}
 	} else if b.cfg.RequireIfMatch {
 		writeError(w, http.StatusPreconditionRequired, "PreconditionRequired", "A precondition header or annotation is required to change this resource.")
+		return
+	}
+	if len(attrs) == 0 {
+		w.Header().Set("ETag", b.settingsETagLocked())
+		writeJSON(w, http.StatusOK, b.settingsBodyLocked())
 		return
 	}
 	maps.Copy(b.biosPending, attrs)

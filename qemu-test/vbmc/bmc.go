@@ -48,13 +48,20 @@ type Config struct {
 	// the mockup's values this BMC implements.
 	ResetTypes []string
 
+	// Vendor quirks the profiles (profiles.go) switch on; each mirrors a
+	// published capture.
+	NestedAllowableValues bool   // TransferProtocol@Redfish.AllowableValues as [["HTTP"]]
+	RunTogetherResets     bool   // ResetType values "GracefulShutdown"+"GracefulRestart" as one string
+	NoBiosSettings        bool   // Bios without @Redfish.Settings: PATCH the Bios resource itself
+	InventoryIDs          string // member Ids: "" (spec Ids), "versioned" (Dell), "positions" ("1", "2", ...)
+
 	// MaxSessions refuses logins beyond this many open sessions (503
 	// SessionLimitExceeded), as real BMCs do; 0: no limit.
 	MaxSessions int
 
 	// Out-of-band firmware (see firmware.go for the package format).
 	Firmware          []FirmwareSpec // default DefaultFirmware()
-	TransferProtocols []string       // SimpleUpdate allowable values, subset of HTTP, HTTPS (default both)
+	TransferProtocols []string       // SimpleUpdate allowable values, subset of HTTP, HTTPS, SCP (default HTTP, HTTPS)
 	NoMultipart       bool           // no MultipartHttpPushUri
 	TaskDuration      time.Duration  // an update task runs this long (default 2s)
 	TaskShape         TaskShape      // how an accepted update answers (default: task monitor)
@@ -199,7 +206,7 @@ func New(cfg Config, m Machine) (*BMC, error) {
 		return nil, fmt.Errorf("vbmc %s: %w", cfg.Name, err)
 	}
 	for _, p := range cfg.TransferProtocols {
-		if !slices.Contains(implementedProtocols, p) {
+		if !slices.Contains(implementedProtocols, p) && p != "SCP" { // SCP: advertised only (a vendor shape); fetching fails the task
 			return nil, fmt.Errorf("vbmc %s: TransferProtocols: %q is not implemented (have %v)", cfg.Name, p, implementedProtocols)
 		}
 	}
@@ -254,7 +261,7 @@ func New(cfg Config, m Machine) (*BMC, error) {
 		if f.Name == "" {
 			f.Name = f.ID + " firmware"
 		}
-		b.fw = append(b.fw, &fwState{spec: f, active: f.Version})
+		b.fw = append(b.fw, &fwState{spec: f, active: f.Version, pos: len(b.fw) + 1})
 	}
 	b.fetcher = cfg.FetchClient
 	if b.fetcher == nil {
@@ -377,6 +384,21 @@ func (b *BMC) BootMode() string {
 
 // allowedResets is the mockup's ResetType list narrowed to what is
 // implemented (or to Config.ResetTypes).
+// servedResets is allowedResets as the vendor writes it: with
+// RunTogetherResets, GracefulShutdown and GracefulRestart as one string.
+func (b *BMC) servedResets() []string {
+	out := b.allowedResets()
+	if !b.cfg.RunTogetherResets {
+		return out
+	}
+	i, j := slices.Index(out, "GracefulShutdown"), slices.Index(out, "GracefulRestart")
+	if i < 0 || j < 0 {
+		return out
+	}
+	out[i] = "GracefulShutdownGracefulRestart"
+	return slices.Delete(out, j, j+1)
+}
+
 func (b *BMC) allowedResets() []string {
 	if len(b.cfg.ResetTypes) > 0 {
 		return slices.Clone(b.cfg.ResetTypes)

@@ -81,6 +81,46 @@ type fwState struct {
 	active  string // the running version, what the inventory reports
 	pending string // flashed but not yet activated
 	flashes int    // images written to this component's flash
+	// previous is the version active before the last activation (served
+	// as a "Previous-" member under InventoryIDs "versioned").
+	previous string
+	pos      int // 1-based position, the member Id under InventoryIDs "positions"
+}
+
+// memberID is the FirmwareInventory member Id of f as this BMC's vendor
+// writes it: Dell's iDRAC puts the version in it
+// ("Installed-<n>-<version>__<component>", so an update renames the
+// member), some BMCs number members ("1").
+func (b *BMC) memberID(f *fwState) string {
+	switch b.cfg.InventoryIDs {
+	case "versioned":
+		return fmt.Sprintf("Installed-%d-%s__%s", 25000+f.pos, f.active, f.spec.ID)
+	case "positions":
+		return fmt.Sprint(f.pos)
+	}
+	return f.spec.ID
+}
+
+// previousID is the Id of f's previous-version member ("" if none).
+func (b *BMC) previousID(f *fwState) string {
+	if b.cfg.InventoryIDs != "versioned" || f.previous == "" {
+		return ""
+	}
+	return fmt.Sprintf("Previous-%d-%s__%s", 25000+f.pos, f.previous, f.spec.ID)
+}
+
+// fwByMemberID finds the member with inventory Id id; prev reports that
+// id names a previous-version member (read-only).
+func (b *BMC) fwByMemberID(id string) (f *fwState, prev bool) {
+	for _, f := range b.fw {
+		if b.memberID(f) == id {
+			return f, false
+		}
+		if p := b.previousID(f); p != "" && p == id {
+			return f, true
+		}
+	}
+	return nil, false
 }
 
 // The test firmware package format (what SimpleUpdate downloads and
@@ -187,7 +227,7 @@ func (b *BMC) activateLocked(kinds ...FirmwareKind) {
 	for _, f := range b.fw {
 		if f.pending != "" && slices.Contains(kinds, f.spec.Kind) {
 			b.log.Info("firmware activated", "component", f.spec.ID, "from", f.active, "to", f.pending)
-			f.active, f.pending = f.pending, ""
+			f.previous, f.active, f.pending = f.active, f.pending, ""
 		}
 	}
 }

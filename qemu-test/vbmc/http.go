@@ -320,7 +320,7 @@ func (b *BMC) systemBodyLocked() map[string]any {
 	}
 	acts["#ComputerSystem.Reset"] = map[string]any{
 		"target":                            odataRoot + "/Systems/" + b.cfg.SystemID + "/Actions/ComputerSystem.Reset",
-		"ResetType@Redfish.AllowableValues": b.allowedResets(),
+		"ResetType@Redfish.AllowableValues": b.servedResets(),
 	}
 	delete(acts, "Oem") // the mockup's OEM reset does nothing here
 	obj["Actions"] = acts

@@ -359,6 +359,12 @@ func TestBiosSettingsStagedUntilBoot(t *testing.T) {
 	if r := patch(good, `"stale"`); r.Code != http.StatusPreconditionFailed {
 		t.Fatalf("stale If-Match: %d", r.Code)
 	}
+	if r := patch(`{"@odata.type":"#Bios.v1_1_0.Bios"}`, etag); r.Code != http.StatusBadRequest || !strings.Contains(r.Body.String(), "Attributes is missing") {
+		t.Errorf("PATCH without Attributes: %d %s, want 400", r.Code, r.Body)
+	}
+	if r := patch(`{"Attributes":{}}`, etag); r.Code != http.StatusOK || r.Header().Get("ETag") != etag || len(b.StagedBiosAttributes()) != 0 {
+		t.Fatalf("PATCH with empty Attributes: %d %s (ETag %s), want 200, nothing staged, ETag unchanged", r.Code, r.Body, r.Header().Get("ETag"))
+	}
 	if r := patch(good, etag); r.Code != http.StatusOK || r.Header().Get("ETag") == etag {
 		t.Fatalf("good PATCH: %d %s", r.Code, r.Body)
 	}

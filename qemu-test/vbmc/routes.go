@@ -42,9 +42,12 @@ func (b *BMC) routeOOB(w http.ResponseWriter, r *http.Request, p string) bool {
 		return only(get, "GET, HEAD", func() { b.serveManager(w) })
 	case p == managerURL+"/Actions/Manager.Reset":
 		return only(post, "POST", func() { b.postManagerReset(w, r) })
+	case p == b.biosURL() && b.cfg.NoBiosSettings && r.Method == http.MethodPatch:
+		b.patchSettings(w, r)
+		return true
 	case p == b.biosURL():
 		return only(get, "GET, HEAD", func() { b.serveBios(w) })
-	case p == b.settingsURL():
+	case p == b.settingsURL() && !b.cfg.NoBiosSettings:
 		b.serveSettings(w, r)
 		return true
 	}

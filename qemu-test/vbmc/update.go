@@ -91,10 +91,19 @@ func (b *BMC) serveUpdateService(w http.ResponseWriter) {
 		"#UpdateService.SimpleUpdate": map[string]any{
 			"target":              simpleUpdateURL,
 			"@Redfish.ActionInfo": simpleUpdateInfo,
-			"TransferProtocol@Redfish.AllowableValues": b.protocols(),
+			"TransferProtocol@Redfish.AllowableValues": b.servedProtocols(),
 		},
 	}
 	writeJSON(w, http.StatusOK, obj)
+}
+
+// servedProtocols is protocols as the vendor writes it (NestedAllowableValues:
+// an array of arrays, as one published UpdateService does).
+func (b *BMC) servedProtocols() any {
+	if b.cfg.NestedAllowableValues {
+		return [][]string{b.protocols()}
+	}
+	return b.protocols()
 }
 
 func (b *BMC) protocols() []string {
@@ -112,7 +121,7 @@ func (b *BMC) serveSimpleUpdateInfo(w http.ResponseWriter) {
 		"Name":        "Simple Update Action Info",
 		"Parameters": []map[string]any{
 			{"Name": "ImageURI", "Required": true, "DataType": "String"},
-			{"Name": "TransferProtocol", "Required": false, "DataType": "String", "AllowableValues": b.protocols()},
+			{"Name": "TransferProtocol", "Required": false, "DataType": "String", "AllowableValues": b.servedProtocols()},
 			{"Name": "Targets", "Required": false, "DataType": "StringArray"},
 			{"Name": "Username", "Required": false, "DataType": "String"},
 			{"Name": "Password", "Required": false, "DataType": "String"},
@@ -126,7 +135,10 @@ func (b *BMC) serveInventory(w http.ResponseWriter, id string) {
 	if id == "" {
 		members := []map[string]string{}
 		for _, f := range b.fw {
-			members = append(members, map[string]string{"@odata.id": inventoryURL + "/" + f.spec.ID})
+			members = append(members, map[string]string{"@odata.id": inventoryURL + "/" + b.memberID(f)})
+			if p := b.previousID(f); p != "" {
+				members = append(members, map[string]string{"@odata.id": inventoryURL + "/" + p})
+			}
 		}
 		writeJSON(w, http.StatusOK, map[string]any{
 			"@odata.type":         "#SoftwareInventoryCollection.SoftwareInventoryCollection",
@@ -137,13 +149,13 @@ func (b *BMC) serveInventory(w http.ResponseWriter, id string) {
 		})
 		return
 	}
-	f := b.fwByID(id)
+	f, prev := b.fwByMemberID(id)
 	if f == nil {
 		writeError(w, http.StatusNotFound, "ResourceMissingAtURI", fmt.Sprintf("The resource at the URI %s/%s was not found.", inventoryURL, id))
 		return
 	}
 	obj := map[string]any{}
-	if res, ok := b.tree[inventoryURL+"/"+id]; ok { // the mockup's own member: keep its details
+	if res, ok := b.tree[inventoryURL+"/"+f.spec.ID]; ok { // the mockup's own member: keep its details
 		_ = json.Unmarshal(res.body, &obj)
 	}
 	obj["@odata.type"] = "#SoftwareInventory.v1_13_0.SoftwareInventory"
@@ -154,7 +166,16 @@ func (b *BMC) serveInventory(w http.ResponseWriter, id string) {
 	obj["Updateable"] = f.spec.Updateable
 	obj["SoftwareId"] = f.spec.SoftwareID
 	obj["Status"] = map[string]any{"State": "Enabled", "Health": "OK"}
+	if f.spec.Kind == KindBMC {
+		obj["RelatedItem"] = []map[string]string{{"@odata.id": managerURL}}
+	}
 	delete(obj, "@Redfish.Copyright")
+	if prev {
+		obj["Version"] = f.previous
+		obj["Updateable"] = false
+		writeJSON(w, http.StatusOK, obj)
+		return
+	}
 	if f.pending != "" {
 		// Real BMCs show staged images in vendor ways; this is ours.
 		on := "HostReset"
@@ -256,13 +277,13 @@ func (b *BMC) targetIDs(w http.ResponseWriter, targets []string) ([]string, bool
 	var ids []string
 	for _, t := range targets {
 		id, ok := strings.CutPrefix(strings.TrimSuffix(t, "/"), inventoryURL+"/")
-		f := b.fwByID(id)
-		if !ok || f == nil || !f.spec.Updateable {
+		f, prev := b.fwByMemberID(id)
+		if !ok || f == nil || prev || !f.spec.Updateable {
 			writeFieldErrors(w, http.StatusBadRequest, []fieldError{{id: "ActionParameterValueNotInList", prop: "Targets",
 				msg: fmt.Sprintf("The value %s for the parameter Targets is not an updateable member of %s.", t, inventoryURL)}})
 			return nil, false
 		}
-		ids = append(ids, id)
+		ids = append(ids, f.spec.ID)
 	}
 	return ids, true
 }

@@ -9,7 +9,6 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
-	"github.com/cure-oss/cure/manifests/version"
 	"github.com/cure-oss/cure/runner/agent"
 	"github.com/cure-oss/cure/runner/inventory"
 )
@@ -119,31 +118,28 @@ func matchController(m manifests.Match, c *inventory.Controller) (bool, error) {
 	return true, nil
 }
 
-// gate decides MATCH or DRIFT for a running version.
+// gate decides MATCH, DRIFT or ERROR for a running version: ERROR when the
+// manifest's gate cannot order the versions (an unparseable value under
+// at-least, different families), never a silent DRIFT.
 func gate(fw manifests.Firmware, running string) (curev1.VerdictStatus, string) {
-	switch fw.Gate {
-	case manifests.GateAtLeast:
-		want, err1 := version.Parse(fw.Version)
-		have, err2 := version.Parse(running)
-		if err1 != nil || err2 != nil {
-			if version.Equal(running, fw.Version) {
-				return curev1.VerdictStatus_MATCH, "running version equals desired"
-			}
-			return curev1.VerdictStatus_DRIFT, fmt.Sprintf("cannot order %q against %q; not equal", running, fw.Version)
-		}
-		if !strings.EqualFold(want.Prefix(), have.Prefix()) {
-			return curev1.VerdictStatus_DRIFT, fmt.Sprintf("running %q is of another version family than %q", running, fw.Version)
-		}
-		if version.Compare(have, want) >= 0 {
-			return curev1.VerdictStatus_MATCH, fmt.Sprintf("running %s is at least %s", running, fw.Version)
-		}
+	ok, err := fw.Satisfied(running)
+	switch {
+	case err != nil:
+		return curev1.VerdictStatus_ERROR, err.Error()
+	case ok && fw.Gate == manifests.GateAtLeast:
+		return curev1.VerdictStatus_MATCH, fmt.Sprintf("running %s is at least %s", running, fw.Version)
+	case ok:
+		return curev1.VerdictStatus_MATCH, "running version equals desired"
+	case fw.Gate == manifests.GateAtLeast:
 		return curev1.VerdictStatus_DRIFT, fmt.Sprintf("running %s is older than %s", running, fw.Version)
-	default: // equal, the loader's default
-		if version.Equal(running, fw.Version) {
-			return curev1.VerdictStatus_MATCH, "running version equals desired"
-		}
-		return curev1.VerdictStatus_DRIFT, fmt.Sprintf("running %s, desired %s", running, fw.Version)
 	}
+	return curev1.VerdictStatus_DRIFT, fmt.Sprintf("running %s, desired %s", running, fw.Version)
+}
+
+// GateVerdict is the verdict the runner gives a component running version
+// running against fw (TestVersionFormsAgree holds it to the coordinator's).
+func GateVerdict(fw manifests.Firmware, running string) (curev1.VerdictStatus, string) {
+	return gate(fw, running)
 }
 
 func expected(fw manifests.Firmware) string {

@@ -45,7 +45,13 @@ func run() error {
 	inventory := flag.String("inventory", "", "write the BMC list (name, URL, certificate fingerprint, MAC, serial) as JSON here")
 	nodesYAMLPath := flag.String("nodes-yaml", "", "write a provisioner-lite node inventory for these BMCs here (fingerprints pinned with -tls)")
 	debug := flag.Bool("debug", false, "debug logs")
+	profileName := flag.String("profile", "", "vendor profile every BMC takes (see docs/REDFISH.md; e.g. dell-idrac9, hpe-ilo5)")
 	flag.Parse()
+	if *profileName != "" {
+		if _, err := vbmc.ProfileByName(*profileName); err != nil {
+			return err // before any machine starts
+		}
+	}
 
 	level := slog.LevelInfo
 	if *debug {
@@ -131,11 +137,19 @@ func run() error {
 			machines = append(machines, qm)
 			m = qm
 		}
-		b, err := vbmc.New(vbmc.Config{
+		cfg := vbmc.Config{
 			Name: nd.Name, Username: fleet.Username, Password: fleet.Password,
 			Serial: nd.Serial, UUID: nd.UUID, MAC: nd.MAC,
 			NoBootMode: nd.NoBootMode, NoContinuous: nd.NoContinuous, Logger: log,
-		}, m)
+		}
+		if *profileName != "" {
+			p, err := vbmc.ProfileByName(*profileName)
+			if err != nil {
+				return err
+			}
+			cfg = p.Apply(cfg)
+		}
+		b, err := vbmc.New(cfg, m)
 		if err != nil {
 			return err
 		}
