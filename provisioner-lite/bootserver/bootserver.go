@@ -61,6 +61,9 @@ type Config struct {
 	BaseURL     string // as nodes reach us, e.g. http://10.0.2.2:8080
 	Logger      *slog.Logger
 	Limits      Limits
+	// Served, if set, is told the bytes sent for every file request, by
+	// kind: "kernel", "initrd" or "artifact" (metrics). It must not block.
+	Served func(kind string, bytes int64)
 }
 
 // Limits are what a hostile client meets (docs/SECURITY.md); zero fields take
@@ -510,6 +513,11 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		if rec.status == 0 {
 			rec.status = http.StatusOK
 		}
+		if s.cfg.Served != nil {
+			if kind := fileKind(r.URL.Path); kind != "" {
+				s.cfg.Served(kind, rec.bytes)
+			}
+		}
 		level := slog.LevelInfo
 		if rec.status >= 500 {
 			level = slog.LevelError
@@ -518,6 +526,19 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			"method", r.Method, "path", textsafe.BoundedLine(r.URL.Path, 256), "status", rec.status, "bytes", rec.bytes,
 			"duration", time.Since(start), "remote", r.RemoteAddr)
 	})
+}
+
+// fileKind names what a file route serves, "" for other routes.
+func fileKind(path string) string {
+	switch {
+	case path == "/image/"+Kernel:
+		return "kernel"
+	case strings.HasPrefix(path, "/image/"):
+		return "initrd"
+	case strings.HasPrefix(path, "/artifacts/"):
+		return "artifact"
+	}
+	return ""
 }
 
 // remoteIP is the client's address without the port. Forwarding headers are
