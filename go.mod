@@ -8,6 +8,8 @@ require (
 	github.com/jackc/pgx/v5 v5.7.6
 	github.com/klauspost/compress v1.18.0
 	github.com/prometheus/client_golang v1.22.0
+	github.com/prometheus/client_model v0.6.1
+	github.com/prometheus/common v0.62.0
 	github.com/stmcginnis/gofish v0.25.0
 	github.com/u-root/gobusybox/src v0.0.0-20250101170133-2e884e4509c7
 	github.com/u-root/mkuimage v0.0.0-20250905073043-9a40452f5d3b
@@ -57,8 +59,6 @@ require (
 	github.com/ncruces/go-strftime v0.1.9 // indirect
 	github.com/peterh/liner v1.2.2 // indirect
 	github.com/pierrec/lz4/v4 v4.1.22 // indirect
-	github.com/prometheus/client_model v0.6.1 // indirect
-	github.com/prometheus/common v0.62.0 // indirect
 	github.com/prometheus/procfs v0.15.1 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/rivo/uniseg v0.4.4 // indirect

@@ -16,6 +16,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
+	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
@@ -54,6 +55,8 @@ type RunnerService struct {
 	BindPeer bool
 	// Limits caps what one run's runner may make the store keep.
 	Limits store.EventLimits
+	// Metrics, if set, hears of sessions, event lag and node metrics.
+	Metrics *metrics.Metrics
 
 	once    sync.Once
 	pending chan struct{}
@@ -122,8 +125,12 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 	hello := first.GetHello()
 	node, run, err := s.authenticate(ctx, hello, peerIP)
 	if err != nil {
+		s.Metrics.RunnerSession("refused")
 		return err
 	}
+	s.Metrics.RunnerSession("accepted")
+	s.Metrics.RunnerConnected(1)
+	defer s.Metrics.RunnerConnected(-1)
 	sess := sessions.NewSession(node.ID, run.ID, hello, stream.Send)
 	log := s.Log.With("node", sess.NodeID, "run", sess.RunID, "boot_id", sess.BootID, "peer", peerIP)
 	st := hello.GetState()
@@ -207,6 +214,10 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 		case err != nil:
 			log.Error("store runner event", "seq", ev.GetSeq(), "err", err)
 			return status.Errorf(codes.Unavailable, "store: %v", err) // runner replays unacked events
+		}
+		s.Metrics.EventStored(e.Kind, time.Since(e.Time))
+		if m := ev.GetMetric(); m != nil {
+			s.Metrics.NodeMetric(sess.NodeID, sess.RunID, m.GetName(), m.GetUnit(), m.GetLabels(), m.GetValue())
 		}
 		if res.Dropped && !droppedNoted {
 			droppedNoted = true

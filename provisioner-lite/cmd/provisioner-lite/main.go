@@ -65,6 +65,7 @@ type config struct {
 	powerGroups                                string
 	bmcIdle                                    time.Duration
 	pprofListen                                string
+	metricsListen                              string
 }
 
 func main() {
@@ -126,6 +127,7 @@ func main() {
 	flag.DurationVar(&c.leaseTTL, "lease-ttl", store.DefaultLeaseTTL, "how long a run stays with an instance that stopped renewing its lease before another instance takes it over")
 	flag.DurationVar(&c.statsEvery, "stats-every", time.Minute, "log the store's write statistics and the active runs this often")
 	flag.StringVar(&c.instance, "instance-id", defaultInstanceID(), "this coordinator instance's name (leases, answers, logs); unique among instances sharing a database")
+	flag.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9464", "serve /metrics, /healthz and /readyz on this address (empty: off; keep it off the provisioning network)")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -213,6 +215,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer st.Close()
+	obs := newObservability(st)
 
 	if c.nodesFile != "" {
 		ns, err := nodes.Load(c.nodesFile)
@@ -269,6 +272,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		}
 	}
 	bmcPool := newBMCPool(bmcs, c.bmcIdle, c.bmcInflight, c.bmcLogins, &pacing.Pacer{Rate: c.powerRate, Burst: c.powerBurst}, groupKeys, log)
+	bmcPool.onRetry = obs.m.RedfishHTTPRetry
 	go bmcPool.run(ctx)
 	rec := audit.New(st, log, 0)
 	hub := sessions.NewHub()
@@ -284,10 +288,11 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		Budgets:         c.budgets,
 		TokensPerWindow: c.tokensPerWindow,
 		MaxRuns:         c.maxRuns,
+		Metrics:         obs.m,
 	})
 
 	bs, err := bootserver.New(bootserver.Config{ImageDir: c.imageDir, ArtifactDir: artifactDir, BaseURL: baseURL, Logger: log,
-		Limits: bootserver.Limits{MaxConns: c.httpMaxConns}}, eng)
+		Limits: bootserver.Limits{MaxConns: c.httpMaxConns}, Served: obs.m.ArtifactServed}, eng)
 	if err != nil {
 		return err
 	}
@@ -304,7 +309,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	opts = append(opts, server.OperatorAuth(rec, log)...)
 	gs := grpc.NewServer(opts...)
 	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Audit: rec, Guard: eng, Instance: c.instance,
-		BindPeer: c.bindBootIP, Limits: c.eventLimits})
+		BindPeer: c.bindBootIP, Limits: c.eventLimits, Metrics: obs.m})
 	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng, Canceler: eng, Instance: c.instance})
 	gl, err := net.Listen("tcp", c.grpcListen)
 	if err != nil {
@@ -315,6 +320,11 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	errc := make(chan error, 2)
 	go func() { errc <- httpSrv.Serve(bs.Listener(hl)) }()
 	go func() { errc <- gs.Serve(netutil.LimitListener(gl, c.grpcMaxConns)) }()
+	obs.h.Listener("http", true)
+	obs.h.Listener("grpc", true)
+	if err := obs.serve(ctx, c.metricsListen, log); err != nil {
+		return err
+	}
 	go st.Maintain(ctx, 10*time.Minute, c.retention, log)
 	n, err := eng.Resume(ctx)
 	if err != nil && ctx.Err() == nil {
@@ -350,6 +360,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 			log.Error("server", "err", err)
 		}
 	}
+	obs.h.ShuttingDown()
 	log.Info("shutting down; active runs resume at next start")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

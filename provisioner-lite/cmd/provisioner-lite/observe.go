@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/cure-oss/cure/provisioner-lite/metrics"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+)
+
+// observability is the coordinator's metrics and health state.
+type observability struct {
+	m *metrics.Metrics
+	h *metrics.Health
+}
+
+// newObservability creates the metrics and hooks the store into them.
+func newObservability(st *store.Store) *observability {
+	m := metrics.New(metrics.Options{})
+	st.ObserveCommits(m.StoreCommit)
+	return &observability{m: m, h: &metrics.Health{StoreCheck: st.Ping}}
+}
+
+// serve starts /metrics, /healthz and /readyz on addr (empty: off). A
+// non-loopback address is allowed (Prometheus usually scrapes from another
+// host) but warned about: the metrics name nodes and runs, and the
+// provisioning network is hostile (docs/SECURITY.md).
+func (o *observability) serve(ctx context.Context, addr string, log *slog.Logger) error {
+	if addr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--metrics-listen %s: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		log.Warn("metrics listener is not on loopback: keep it off the provisioning network (firewall it to the Prometheus host)", "addr", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		// Not fatal: provisioning goes on without metrics (several
+		// instances on one host share the default port).
+		log.Error("metrics listener not started", "addr", addr, "err", err)
+		return nil
+	}
+	srv := metrics.Server(metrics.Mux(o.m, o.h))
+	o.h.Listener("metrics", true)
+	go func() {
+		if err := srv.Serve(ln); err != nil {
+			o.h.Listener("metrics", false)
+		}
+	}()
+	go func() { <-ctx.Done(); srv.Close() }()
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	return nil
+}
