@@ -295,6 +295,7 @@ func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
 					}
 					if p == modes.OSInstall {
 						emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_Metric{Metric: &curev1.Metric{Name: "write_throughput", Unit: "MB/s", Value: 512, Labels: map[string]string{"disk": "nvme0n1"}}}})
+						emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_Metric{Metric: &curev1.Metric{Name: "os_install.stage_seconds", Unit: "s", Value: 0.002, Labels: map[string]string{"disk": "nvme0n1", "stage": "stream"}}}})
 					}
 					if p == modes.NVMe {
 						emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{Component: "nvme/0", Check: "firmware", Status: curev1.VerdictStatus_MATCH, Observed: "7.2.22", Expected: "7.2.22"}}})
