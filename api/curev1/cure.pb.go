@@ -3012,6 +3012,8 @@ type RunReport struct {
 	Verdicts      []*Verdict             `protobuf:"bytes,8,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
 	Reboots       uint32                 `protobuf:"varint,9,opt,name=reboots,proto3" json:"reboots,omitempty"`
 	Message       string                 `protobuf:"bytes,10,opt,name=message,proto3" json:"message,omitempty"`
+	// The run's wall time split into buckets (they add up to it).
+	Buckets       []*TimeBucket `protobuf:"bytes,11,rep,name=buckets,proto3" json:"buckets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3116,6 +3118,346 @@ func (x *RunReport) GetMessage() string {
 	return ""
 }
 
+func (x *RunReport) GetBuckets() []*TimeBucket {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+// TimeBucket is a span of a run's wall time (docs/OBSERVABILITY.md).
+type TimeBucket struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DurationMs    int64                  `protobuf:"varint,2,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	Reboots       uint32                 `protobuf:"varint,3,opt,name=reboots,proto3" json:"reboots,omitempty"`
+	Attempts      uint32                 `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Sub           []*TimeBucket          `protobuf:"bytes,5,rep,name=sub,proto3" json:"sub,omitempty"` // partitions duration_ms when known
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimeBucket) Reset() {
+	*x = TimeBucket{}
+	mi := &file_cure_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimeBucket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimeBucket) ProtoMessage() {}
+
+func (x *TimeBucket) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimeBucket.ProtoReflect.Descriptor instead.
+func (*TimeBucket) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *TimeBucket) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TimeBucket) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *TimeBucket) GetReboots() uint32 {
+	if x != nil {
+		return x.Reboots
+	}
+	return 0
+}
+
+func (x *TimeBucket) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *TimeBucket) GetSub() []*TimeBucket {
+	if x != nil {
+		return x.Sub
+	}
+	return nil
+}
+
+type TimeBucketsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Selector      map[string]string      `protobuf:"bytes,1,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	IncludeFailed bool                   `protobuf:"varint,2,opt,name=include_failed,json=includeFailed,proto3" json:"include_failed,omitempty"` // default: succeeded runs only
+	MaxRuns       uint32                 `protobuf:"varint,3,opt,name=max_runs,json=maxRuns,proto3" json:"max_runs,omitempty"`                   // default 5000
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimeBucketsRequest) Reset() {
+	*x = TimeBucketsRequest{}
+	mi := &file_cure_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimeBucketsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimeBucketsRequest) ProtoMessage() {}
+
+func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimeBucketsRequest.ProtoReflect.Descriptor instead.
+func (*TimeBucketsRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *TimeBucketsRequest) GetSelector() map[string]string {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *TimeBucketsRequest) GetIncludeFailed() bool {
+	if x != nil {
+		return x.IncludeFailed
+	}
+	return false
+}
+
+func (x *TimeBucketsRequest) GetMaxRuns() uint32 {
+	if x != nil {
+		return x.MaxRuns
+	}
+	return 0
+}
+
+type TimeBucketSummary struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Skus          []*SkuTimeBuckets      `protobuf:"bytes,1,rep,name=skus,proto3" json:"skus,omitempty"` // first: every run (sku ""), then per SKU
+	Runs          int64                  `protobuf:"varint,2,opt,name=runs,proto3" json:"runs,omitempty"`
+	Truncated     bool                   `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"` // more runs matched than max_runs
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimeBucketSummary) Reset() {
+	*x = TimeBucketSummary{}
+	mi := &file_cure_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimeBucketSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimeBucketSummary) ProtoMessage() {}
+
+func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimeBucketSummary.ProtoReflect.Descriptor instead.
+func (*TimeBucketSummary) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *TimeBucketSummary) GetSkus() []*SkuTimeBuckets {
+	if x != nil {
+		return x.Skus
+	}
+	return nil
+}
+
+func (x *TimeBucketSummary) GetRuns() int64 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+func (x *TimeBucketSummary) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+type SkuTimeBuckets struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sku           string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
+	Runs          int64                  `protobuf:"varint,2,opt,name=runs,proto3" json:"runs,omitempty"`
+	Wall          *BucketStat            `protobuf:"bytes,3,opt,name=wall,proto3" json:"wall,omitempty"`
+	Buckets       []*BucketStat          `protobuf:"bytes,4,rep,name=buckets,proto3" json:"buckets,omitempty"` // sub-buckets as "parent/sub"
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkuTimeBuckets) Reset() {
+	*x = SkuTimeBuckets{}
+	mi := &file_cure_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkuTimeBuckets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkuTimeBuckets) ProtoMessage() {}
+
+func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkuTimeBuckets.ProtoReflect.Descriptor instead.
+func (*SkuTimeBuckets) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SkuTimeBuckets) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *SkuTimeBuckets) GetRuns() int64 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+func (x *SkuTimeBuckets) GetWall() *BucketStat {
+	if x != nil {
+		return x.Wall
+	}
+	return nil
+}
+
+func (x *SkuTimeBuckets) GetBuckets() []*BucketStat {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+type BucketStat struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Runs          int64                  `protobuf:"varint,2,opt,name=runs,proto3" json:"runs,omitempty"`
+	P50Ms         int64                  `protobuf:"varint,3,opt,name=p50_ms,json=p50Ms,proto3" json:"p50_ms,omitempty"`
+	P90Ms         int64                  `protobuf:"varint,4,opt,name=p90_ms,json=p90Ms,proto3" json:"p90_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BucketStat) Reset() {
+	*x = BucketStat{}
+	mi := &file_cure_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BucketStat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BucketStat) ProtoMessage() {}
+
+func (x *BucketStat) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BucketStat.ProtoReflect.Descriptor instead.
+func (*BucketStat) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *BucketStat) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BucketStat) GetRuns() int64 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+func (x *BucketStat) GetP50Ms() int64 {
+	if x != nil {
+		return x.P50Ms
+	}
+	return 0
+}
+
+func (x *BucketStat) GetP90Ms() int64 {
+	if x != nil {
+		return x.P90Ms
+	}
+	return 0
+}
+
 type PhaseRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -3130,7 +3472,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3142,7 +3484,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3155,7 +3497,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{37}
+	return file_cure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -3210,7 +3552,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3222,7 +3564,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3235,7 +3577,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{38}
+	return file_cure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -3261,7 +3603,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3615,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,7 +3628,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{39}
+	return file_cure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -3308,7 +3650,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3320,7 +3662,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3333,7 +3675,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{40}
+	return file_cure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -3372,7 +3714,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3384,7 +3726,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3397,7 +3739,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{41}
+	return file_cure_proto_rawDescGZIP(), []int{46}
 }
 
 type ListNodesResponse struct {
@@ -3409,7 +3751,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3421,7 +3763,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3434,7 +3776,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{42}
+	return file_cure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -3459,7 +3801,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3471,7 +3813,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3484,7 +3826,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{43}
+	return file_cure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -3549,7 +3891,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3561,7 +3903,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3574,7 +3916,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{44}
+	return file_cure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -3631,7 +3973,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3643,7 +3985,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3656,7 +3998,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{45}
+	return file_cure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -3745,7 +4087,7 @@ type ListAuditLogResponse struct {
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3757,7 +4099,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3770,7 +4112,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{46}
+	return file_cure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -4047,7 +4389,7 @@ const file_cure_proto_rawDesc = "" +
 	" \x01(\tR\x06source\"?\n" +
 	"\rReportRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xd2\x02\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x81\x03\n" +
 	"\tRunReport\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
@@ -4059,7 +4401,38 @@ const file_cure_proto_rawDesc = "" +
 	"\bverdicts\x18\b \x03(\v2\x10.cure.v1.VerdictR\bverdicts\x12\x18\n" +
 	"\areboots\x18\t \x01(\rR\areboots\x12\x18\n" +
 	"\amessage\x18\n" +
-	" \x01(\tR\amessage\"\xbb\x01\n" +
+	" \x01(\tR\amessage\x12-\n" +
+	"\abuckets\x18\v \x03(\v2\x13.cure.v1.TimeBucketR\abuckets\"\x9e\x01\n" +
+	"\n" +
+	"TimeBucket\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vduration_ms\x18\x02 \x01(\x03R\n" +
+	"durationMs\x12\x18\n" +
+	"\areboots\x18\x03 \x01(\rR\areboots\x12\x1a\n" +
+	"\battempts\x18\x04 \x01(\rR\battempts\x12%\n" +
+	"\x03sub\x18\x05 \x03(\v2\x13.cure.v1.TimeBucketR\x03sub\"\xda\x01\n" +
+	"\x12TimeBucketsRequest\x12E\n" +
+	"\bselector\x18\x01 \x03(\v2).cure.v1.TimeBucketsRequest.SelectorEntryR\bselector\x12%\n" +
+	"\x0einclude_failed\x18\x02 \x01(\bR\rincludeFailed\x12\x19\n" +
+	"\bmax_runs\x18\x03 \x01(\rR\amaxRuns\x1a;\n" +
+	"\rSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"r\n" +
+	"\x11TimeBucketSummary\x12+\n" +
+	"\x04skus\x18\x01 \x03(\v2\x17.cure.v1.SkuTimeBucketsR\x04skus\x12\x12\n" +
+	"\x04runs\x18\x02 \x01(\x03R\x04runs\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\x8e\x01\n" +
+	"\x0eSkuTimeBuckets\x12\x10\n" +
+	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x12\n" +
+	"\x04runs\x18\x02 \x01(\x03R\x04runs\x12'\n" +
+	"\x04wall\x18\x03 \x01(\v2\x13.cure.v1.BucketStatR\x04wall\x12-\n" +
+	"\abuckets\x18\x04 \x03(\v2\x13.cure.v1.BucketStatR\abuckets\"b\n" +
+	"\n" +
+	"BucketStat\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04runs\x18\x02 \x01(\x03R\x04runs\x12\x15\n" +
+	"\x06p50_ms\x18\x03 \x01(\x03R\x05p50Ms\x12\x15\n" +
+	"\x06p90_ms\x18\x04 \x01(\x03R\x05p90Ms\"\xbb\x01\n" +
 	"\vPhaseRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12&\n" +
@@ -4135,7 +4508,7 @@ const file_cure_proto_rawDesc = "" +
 	"\rPHASE_SKIPPED\x10\x02\x12\x10\n" +
 	"\fPHASE_FAILED\x10\x032S\n" +
 	"\rRunnerService\x12B\n" +
-	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\x91\x04\n" +
+	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\xd9\x04\n" +
 	"\x0fOperatorService\x12B\n" +
 	"\tProvision\x12\x19.cure.v1.ProvisionRequest\x1a\x1a.cure.v1.ProvisionResponse\x128\n" +
 	"\x05Watch\x12\x15.cure.v1.WatchRequest\x1a\x16.cure.v1.TimelineEntry0\x01\x124\n" +
@@ -4144,7 +4517,8 @@ const file_cure_proto_rawDesc = "" +
 	"\vAuditDirect\x12\x1b.cure.v1.AuditDirectRequest\x1a\x1c.cure.v1.AuditDirectResponse\x12K\n" +
 	"\fListAuditLog\x12\x1c.cure.v1.ListAuditLogRequest\x1a\x1d.cure.v1.ListAuditLogResponse\x129\n" +
 	"\x06Cancel\x12\x16.cure.v1.CancelRequest\x1a\x17.cure.v1.CancelResponse\x124\n" +
-	"\x05Fleet\x12\x15.cure.v1.FleetRequest\x1a\x14.cure.v1.FleetStatusB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
+	"\x05Fleet\x12\x15.cure.v1.FleetRequest\x1a\x14.cure.v1.FleetStatus\x12F\n" +
+	"\vTimeBuckets\x12\x1b.cure.v1.TimeBucketsRequest\x1a\x1a.cure.v1.TimeBucketSummaryB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
 
 var (
 	file_cure_proto_rawDescOnce sync.Once
@@ -4159,7 +4533,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -4202,25 +4576,31 @@ var file_cure_proto_goTypes = []any{
 	(*TimelineEntry)(nil),        // 38: cure.v1.TimelineEntry
 	(*ReportRequest)(nil),        // 39: cure.v1.ReportRequest
 	(*RunReport)(nil),            // 40: cure.v1.RunReport
-	(*PhaseRecord)(nil),          // 41: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 42: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 43: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 44: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 45: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 46: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 47: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 48: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 49: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 50: cure.v1.ListAuditLogResponse
-	nil,                          // 51: cure.v1.Log.AttrsEntry
-	nil,                          // 52: cure.v1.Metric.LabelsEntry
-	nil,                          // 53: cure.v1.Assignment.PsidsEntry
-	nil,                          // 54: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 55: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 56: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 57: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 58: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 59: cure.v1.FleetStatus.ByInstanceEntry
+	(*TimeBucket)(nil),           // 41: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),   // 42: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),    // 43: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),       // 44: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),           // 45: cure.v1.BucketStat
+	(*PhaseRecord)(nil),          // 46: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 47: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 48: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 49: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 50: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 51: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 52: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 53: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 54: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 55: cure.v1.ListAuditLogResponse
+	nil,                          // 56: cure.v1.Log.AttrsEntry
+	nil,                          // 57: cure.v1.Metric.LabelsEntry
+	nil,                          // 58: cure.v1.Assignment.PsidsEntry
+	nil,                          // 59: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 60: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 61: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 62: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 63: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 64: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 65: cure.v1.TimeBucketsRequest.SelectorEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,  // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -4241,8 +4621,8 @@ var file_cure_proto_depIdxs = []int32{
 	19, // 15: cure.v1.Event.metric:type_name -> cure.v1.Metric
 	2,  // 16: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,  // 17: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	51, // 18: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	52, // 19: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	56, // 18: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	57, // 19: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	21, // 20: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
 	24, // 21: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
 	25, // 22: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
@@ -4251,50 +4631,58 @@ var file_cure_proto_depIdxs = []int32{
 	0,  // 25: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
 	22, // 26: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
 	23, // 27: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	53, // 28: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	58, // 28: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
 	0,  // 29: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	54, // 30: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	59, // 30: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
 	36, // 31: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
 	30, // 32: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	55, // 33: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	60, // 33: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
 	36, // 34: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
 	30, // 35: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	56, // 36: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	57, // 37: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	58, // 38: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	61, // 36: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	62, // 37: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	63, // 38: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
 	35, // 39: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	59, // 40: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	64, // 40: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
 	17, // 41: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
 	0,  // 42: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	41, // 43: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	46, // 43: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
 	17, // 44: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	44, // 45: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	17, // 46: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	47, // 47: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	49, // 48: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	4,  // 49: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	28, // 50: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	37, // 51: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	39, // 52: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	45, // 53: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	42, // 54: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	48, // 55: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	31, // 56: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	33, // 57: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	20, // 58: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	29, // 59: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	38, // 60: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	40, // 61: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	46, // 62: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	43, // 63: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	50, // 64: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	32, // 65: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	34, // 66: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	58, // [58:67] is the sub-list for method output_type
-	49, // [49:58] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	41, // 45: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	41, // 46: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	65, // 47: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	44, // 48: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	45, // 49: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	45, // 50: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	49, // 51: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	17, // 52: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	52, // 53: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	54, // 54: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	4,  // 55: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	28, // 56: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	37, // 57: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	39, // 58: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	50, // 59: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	47, // 60: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	53, // 61: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	31, // 62: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	33, // 63: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	42, // 64: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	20, // 65: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	29, // 66: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	38, // 67: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	40, // 68: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	51, // 69: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	48, // 70: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	55, // 71: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	32, // 72: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	34, // 73: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	43, // 74: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	65, // [65:75] is the sub-list for method output_type
+	55, // [55:65] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -4326,7 +4714,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   56,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -137,6 +137,7 @@ const (
 	OperatorService_ListAuditLog_FullMethodName = "/cure.v1.OperatorService/ListAuditLog"
 	OperatorService_Cancel_FullMethodName       = "/cure.v1.OperatorService/Cancel"
 	OperatorService_Fleet_FullMethodName        = "/cure.v1.OperatorService/Fleet"
+	OperatorService_TimeBuckets_FullMethodName  = "/cure.v1.OperatorService/TimeBuckets"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -162,6 +163,9 @@ type OperatorServiceClient interface {
 	// Fleet summarises the latest run of every node (or the selected ones):
 	// counts per status and phase, failures first. curectl watch --fleet polls it.
 	Fleet(ctx context.Context, in *FleetRequest, opts ...grpc.CallOption) (*FleetStatus, error)
+	// TimeBuckets: p50/p90 of each time bucket over the latest finished runs
+	// of the selected nodes, per SKU (provisioner-lite/timebuckets).
+	TimeBuckets(ctx context.Context, in *TimeBucketsRequest, opts ...grpc.CallOption) (*TimeBucketSummary, error)
 }
 
 type operatorServiceClient struct {
@@ -261,6 +265,16 @@ func (c *operatorServiceClient) Fleet(ctx context.Context, in *FleetRequest, opt
 	return out, nil
 }
 
+func (c *operatorServiceClient) TimeBuckets(ctx context.Context, in *TimeBucketsRequest, opts ...grpc.CallOption) (*TimeBucketSummary, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TimeBucketSummary)
+	err := c.cc.Invoke(ctx, OperatorService_TimeBuckets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -284,6 +298,9 @@ type OperatorServiceServer interface {
 	// Fleet summarises the latest run of every node (or the selected ones):
 	// counts per status and phase, failures first. curectl watch --fleet polls it.
 	Fleet(context.Context, *FleetRequest) (*FleetStatus, error)
+	// TimeBuckets: p50/p90 of each time bucket over the latest finished runs
+	// of the selected nodes, per SKU (provisioner-lite/timebuckets).
+	TimeBuckets(context.Context, *TimeBucketsRequest) (*TimeBucketSummary, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -317,6 +334,9 @@ func (UnimplementedOperatorServiceServer) Cancel(context.Context, *CancelRequest
 }
 func (UnimplementedOperatorServiceServer) Fleet(context.Context, *FleetRequest) (*FleetStatus, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Fleet not implemented")
+}
+func (UnimplementedOperatorServiceServer) TimeBuckets(context.Context, *TimeBucketsRequest) (*TimeBucketSummary, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method TimeBuckets not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -476,6 +496,24 @@ func _OperatorService_Fleet_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_TimeBuckets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TimeBucketsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).TimeBuckets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_TimeBuckets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).TimeBuckets(ctx, req.(*TimeBucketsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -510,6 +548,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Fleet",
 			Handler:    _OperatorService_Fleet_Handler,
+		},
+		{
+			MethodName: "TimeBuckets",
+			Handler:    _OperatorService_TimeBuckets_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,11 +1,16 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/curectl"
+	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/timebuckets"
 )
 
@@ -52,4 +57,37 @@ func TestTimeBuckets(t *testing.T) {
 			t.Logf("  %-26s %10s", s.Name, s.Duration.Round(time.Millisecond))
 		}
 	}
+
+	// The report carries them; curectl prints them; the fleet summary of
+	// this one run has its wall time as p50 and p90.
+	rep, err := server.BuildReport(ctx, f.st, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, x := range rep.GetBuckets() {
+		sum += x.GetDurationMs()
+	}
+	if d := sum - wall.Milliseconds(); d > 1000 || d < -1000 || len(rep.GetBuckets()) != len(b.Buckets) {
+		t.Errorf("report buckets: %d of them, %dms, want %d and %s", len(rep.GetBuckets()), sum, len(b.Buckets), wall)
+	}
+	var out bytes.Buffer
+	curectl.PrintReport(&out, rep)
+	if !strings.Contains(out.String(), "TIME BUCKET") || !strings.Contains(out.String(), "  "+timebuckets.FirmwarePOST) {
+		t.Errorf("curectl report has no bucket table:\n%s", out.String())
+	}
+	o := &server.OperatorService{Store: f.st}
+	s, err := o.TimeBuckets(ctx, &curev1.TimeBucketsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.GetRuns() != 1 || len(s.GetSkus()) != 2 || s.GetSkus()[1].GetSku() != "qemu-nvme" || s.GetSkus()[0].GetWall().GetP90Ms() != wall.Milliseconds() {
+		t.Errorf("fleet summary %v", s)
+	}
+	if s, _ := o.TimeBuckets(ctx, &curev1.TimeBucketsRequest{Selector: map[string]string{"sku": "other"}}); s.GetRuns() != 0 {
+		t.Errorf("selector ignored: %d runs", s.GetRuns())
+	}
+	out.Reset()
+	curectl.PrintBucketSummary(&out, s)
+	t.Logf("%s", out.String())
 }

@@ -32,6 +32,7 @@ var methodRoles = map[string]pki.Role{
 	curev1.OperatorService_Report_FullMethodName:       pki.RoleViewer,
 	curev1.OperatorService_ListAuditLog_FullMethodName: pki.RoleViewer,
 	curev1.OperatorService_Fleet_FullMethodName:        pki.RoleViewer,
+	curev1.OperatorService_TimeBuckets_FullMethodName:  pki.RoleViewer,
 	curev1.OperatorService_Cancel_FullMethodName:       pki.RoleOperator,
 	curev1.OperatorService_AuditDirect_FullMethodName:  pki.RoleOperator,
 	// Provision needs operator; a wipe (or resuming one) needs admin, which

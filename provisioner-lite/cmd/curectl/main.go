@@ -6,6 +6,7 @@
 //	curectl cancel [--selector k=v,...] [--run RUN] [--reason TEXT] [NODE...]
 //	curectl watch NODE|--run RUN|--fleet [--selector k=v,...]
 //	curectl report [--json] [--html FILE] NODE|--run RUN
+//	curectl buckets [--selector k=v,...] [--failed] [--max-runs N] [--json]
 //	curectl nodes
 //	curectl audit-log [--kind operator|security] [--node NODE] [--limit N] [--json]
 package main
@@ -45,6 +46,7 @@ func usage() int {
   cancel [--selector k=v,...] [--run RUN] [--reason TEXT] [NODE...]
   watch [--run RUN] [NODE] | watch --fleet [--selector k=v,...] [--interval 2s] [--once]
   report [--json] [--html FILE] [--run RUN] [NODE]
+  buckets [--selector k=v,...] [--failed] [--max-runs N] [--json]   (time buckets p50/p90 per SKU)
   audit [--manifest SKU] NODE...     (direct: Redfish only, no boot, no changes)
   nodes
   audit-log [--kind operator|security] [--node NODE] [--limit N] [--json]`)
@@ -124,6 +126,8 @@ func run(args []string, out io.Writer) int {
 			return watchFleet(ctx, c, sel, *interval, *once, out)
 		}
 		return watch(ctx, c, *runID, fs.Arg(0), out)
+	case "buckets":
+		return curectl.BucketsCmd(ctx, c, rest, out)
 	case "report":
 		fs := flag.NewFlagSet("report", flag.ContinueOnError)
 		runID := fs.String("run", "", "run id")
