@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(qemu-system-x86 qemu-utils ipxe-qemu zstd cpio nvme-cli mstflint syslinux syslinux-common extlinux mtools dosfstools fdisk xz-utils postgresql)
+pkgs=(qemu-system-x86 qemu-utils ipxe-qemu zstd cpio nvme-cli mstflint syslinux syslinux-common extlinux mtools dosfstools fdisk xz-utils postgresql chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

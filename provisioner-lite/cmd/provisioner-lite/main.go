@@ -66,6 +66,8 @@ type config struct {
 	bmcIdle                                    time.Duration
 	pprofListen                                string
 	metricsListen                              string
+	webhooks                                   []string
+	webhookSecret                              string
 }
 
 func main() {
@@ -82,7 +84,7 @@ func main() {
 		}
 	}
 	var c config
-	var imports multiFlag
+	var imports, webhooks multiFlag
 	flag.StringVar(&c.stateDir, "state-dir", "state", "store, PKI and artifact directory (0700; one coordinator at a time)")
 	flag.StringVar(&c.manifestDir, "manifests", "manifests/examples", "directory of SKU manifests (<sku>.yaml)")
 	flag.StringVar(&c.nodesFile, "nodes", "", "node inventory (YAML or CSV) imported at start")
@@ -128,6 +130,8 @@ func main() {
 	flag.DurationVar(&c.statsEvery, "stats-every", time.Minute, "log the store's write statistics and the active runs this often")
 	flag.StringVar(&c.instance, "instance-id", defaultInstanceID(), "this coordinator instance's name (leases, answers, logs); unique among instances sharing a database")
 	flag.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9464", "serve /metrics, /healthz and /readyz on this address (empty: off; keep it off the provisioning network)")
+	flag.Var(&webhooks, "webhook", "POST a signed JSON notification to this URL when a run ends or needs attention (repeatable; docs/OBSERVABILITY.md)")
+	flag.StringVar(&c.webhookSecret, "webhook-secret-file", "", "HMAC key of the webhook signature (default: webhook.secret in the state dir, created on first use)")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -135,6 +139,7 @@ func main() {
 		os.Exit(2)
 	}
 	c.imports = imports
+	c.webhooks = webhooks
 	c.eventLimits.HardEvents = c.eventLimits.MaxEvents + store.DefaultEventLimits.HardEvents - store.DefaultEventLimits.MaxEvents
 	c.retention.BootTokens = store.DefaultRetention.BootTokens
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -216,6 +221,16 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	}
 	defer st.Close()
 	obs := newObservability(st)
+	notifier, err := newNotifier(c.webhooks, nonEmpty(c.webhookSecret, sd.Join("webhook.secret")), obs.m, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Queued webhooks get a few seconds; the rest are abandoned (logged).
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		notifier.Close(cctx)
+	}()
 
 	if c.nodesFile != "" {
 		ns, err := nodes.Load(c.nodesFile)
@@ -289,6 +304,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		TokensPerWindow: c.tokensPerWindow,
 		MaxRuns:         c.maxRuns,
 		Metrics:         obs.m,
+		Notify:          runNotice(notifier),
 	})
 
 	bs, err := bootserver.New(bootserver.Config{ImageDir: c.imageDir, ArtifactDir: artifactDir, BaseURL: baseURL, Logger: log,

@@ -7,6 +7,8 @@ import (
 	"net"
 
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
+	"github.com/cure-oss/cure/provisioner-lite/notify"
+	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
@@ -55,4 +57,34 @@ func (o *observability) serve(ctx context.Context, addr string, log *slog.Logger
 	go func() { <-ctx.Done(); srv.Close() }()
 	log.Info("metrics listening", "addr", ln.Addr().String())
 	return nil
+}
+
+// newNotifier starts the webhook notifier (nil without --webhook). The
+// secret lives in the state dir beside the other secrets unless
+// --webhook-secret-file names another file.
+func newNotifier(urls []string, secretFile string, m *metrics.Metrics, log *slog.Logger) (*notify.Notifier, error) {
+	if len(urls) == 0 {
+		return nil, nil
+	}
+	secret, err := notify.LoadSecret(secretFile, log)
+	if err != nil {
+		return nil, err
+	}
+	return notify.New(notify.Config{URLs: urls, Secret: secret, Log: log, Result: m.Webhook})
+}
+
+// runNotice turns a finished run into a webhook (pipeline.Config.Notify).
+func runNotice(n *notify.Notifier) func(pipeline.RunNotice) {
+	if n == nil {
+		return nil
+	}
+	return func(rn pipeline.RunNotice) {
+		r := rn.Run
+		ev := notify.EventRunEnded
+		if r.Status == store.RunAttention {
+			ev = notify.EventRunAttention
+		}
+		n.Notify(notify.Payload{Event: ev, RunID: r.ID, NodeID: r.NodeID, SKU: rn.SKU, Mode: r.Mode, Status: r.Status, Phase: r.Phase,
+			Message: r.Message, Reboots: r.Reboots, StartedAt: r.StartedAt, EndedAt: r.EndedAt})
+	}
 }
