@@ -99,3 +99,7 @@ func (o *OperatorService) TimeBuckets(ctx context.Context, req *curev1.TimeBucke
 func statProto(s timebuckets.Stat) *curev1.BucketStat {
 	return &curev1.BucketStat{Name: s.Name, Runs: int64(s.Runs), P50Ms: s.P50.Milliseconds(), P90Ms: s.P90.Milliseconds()}
 }
+
+// TimelineEntry is a stored event as the API shows it (the dashboard's RMA
+// report uses it too).
+func TimelineEntry(ev store.Event) *curev1.TimelineEntry { return timelineEntry(ev) }
