@@ -65,7 +65,7 @@ type config struct {
 	powerGroups                                string
 	bmcIdle                                    time.Duration
 	pprofListen                                string
-	metricsListen                              string
+	metricsListen, webListen                   string
 	webhooks                                   []string
 	webhookSecret                              string
 }
@@ -130,6 +130,7 @@ func main() {
 	flag.DurationVar(&c.statsEvery, "stats-every", time.Minute, "log the store's write statistics and the active runs this often")
 	flag.StringVar(&c.instance, "instance-id", defaultInstanceID(), "this coordinator instance's name (leases, answers, logs); unique among instances sharing a database")
 	flag.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9464", "serve /metrics, /healthz and /readyz on this address (empty: off; keep it off the provisioning network)")
+	flag.StringVar(&c.webListen, "web-listen", "", "serve the web dashboard (TLS, operator client certificate required) on this address (empty: off)")
 	flag.Var(&webhooks, "webhook", "POST a signed JSON notification to this URL when a run ends or needs attention (repeatable; docs/OBSERVABILITY.md)")
 	flag.StringVar(&c.webhookSecret, "webhook-secret-file", "", "HMAC key of the webhook signature (default: webhook.secret in the state dir, created on first use)")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
@@ -339,6 +340,9 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	obs.h.Listener("http", true)
 	obs.h.Listener("grpc", true)
 	if err := obs.serve(ctx, c.metricsListen, log); err != nil {
+		return err
+	}
+	if err := obs.serveDashboard(ctx, c.webListen, tlsCfg, st, log); err != nil {
 		return err
 	}
 	go st.Maintain(ctx, 10*time.Minute, c.retention, log)

@@ -2,9 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"time"
+
+	"github.com/cure-oss/cure/provisioner-lite/dashboard"
 
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/notify"
@@ -87,4 +93,29 @@ func runNotice(n *notify.Notifier) func(pipeline.RunNotice) {
 		n.Notify(notify.Payload{Event: ev, RunID: r.ID, NodeID: r.NodeID, SKU: rn.SKU, Mode: r.Mode, Status: r.Status, Phase: r.Phase,
 			Message: r.Message, Reboots: r.Reboots, StartedAt: r.StartedAt, EndedAt: r.EndedAt})
 	}
+}
+
+// serveDashboard serves the web dashboard on addr (empty: off) over TLS
+// with the coordinator's server certificate, requiring an operator client
+// certificate from its CA: operators sign in as they do with curectl.
+func (o *observability) serveDashboard(ctx context.Context, addr string, tlsCfg *tls.Config, st *store.Store, log *slog.Logger) error {
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--web-listen: %w", err)
+	}
+	srv := &http.Server{Handler: dashboard.Handler(dashboard.Config{Store: st, Auth: dashboard.CertViewer, Log: log}),
+		TLSConfig: dashboard.TLSConfig(tlsCfg), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10}
+	o.h.Listener("web", true)
+	go func() {
+		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("dashboard", "err", err)
+			o.h.Listener("web", false)
+		}
+	}()
+	go func() { <-ctx.Done(); srv.Close() }()
+	log.Info("dashboard listening", "addr", ln.Addr().String())
+	return nil
 }
