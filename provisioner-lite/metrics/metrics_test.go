@@ -2,10 +2,13 @@ package metrics
 
 import (
 	"bytes"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 )
 
@@ -59,7 +62,7 @@ func TestNodeSeriesBounded(t *testing.T) {
 		t.Errorf("after the linger: %d series, want r2's 2", got)
 	}
 	m.NodeMetric("n2", "r2", "gpu_temp", "C", map[string]string{"gpu": "0"}, 71) // fresh
-	c.t = c.t.Add(9 * time.Minute) // the others are now 10m1s old
+	c.t = c.t.Add(9 * time.Minute)                                               // the others are now 10m1s old
 	if got := m.NodeSeries(); got != 1 {
 		t.Errorf("after the TTL: %d series, want the one updated", got)
 	}
@@ -98,4 +101,42 @@ func FuzzNodeMetric(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The Grafana dashboard queries only metrics this package defines.
+func TestGrafanaDashboardUsesKnownMetrics(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/grafana/cure-coordinator.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(Options{})
+	// Families without samples are not gathered: describe instead.
+	known := map[string]bool{}
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		for _, c := range []prometheus.Collector{m.runsStarted, m.runsEnded, m.runsActive, m.phaseDuration, m.runReboots, m.retries, m.redfishDuration,
+			m.redfishErrors, m.redfishRetries, m.runnersConnected, m.runnerSessions, m.eventLag, m.artifactBytes, m.commitDuration, m.commitOps, m.webhooks, m.nodes} {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	for d := range ch {
+		name := regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d.String())[1]
+		known[name] = true
+	}
+	used := regexp.MustCompile(`cure_[a-z_]+`).FindAllString(string(raw), -1)
+	if len(used) < 10 {
+		t.Fatalf("only %d metric references", len(used))
+	}
+	for _, u := range used {
+		base := u
+		for _, suf := range []string{"_bucket", "_count", "_sum"} {
+			if b, ok := strings.CutSuffix(u, suf); ok && known[b] {
+				base = b
+			}
+		}
+		if !known[base] && u != "cure_coordinator" {
+			t.Errorf("dashboard queries %s: no such metric", u)
+		}
+	}
 }
