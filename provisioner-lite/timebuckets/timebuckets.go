@@ -148,9 +148,11 @@ func Compute(run store.Run, phases []store.Phase, events []store.Event, now time
 	slices.SortStableFunc(ps, func(a, b store.Phase) int { return a.StartedAt.Compare(b.StartedAt) })
 
 	var spans []span
+	// Gaps of no length are left out; a phase is kept even when it took no
+	// measurable time (stored times are milliseconds), so it always shows.
 	add := func(name string, a, b time.Time, p *store.Phase) {
 		a, b = clampT(a, start, end), clampT(b, start, end)
-		if b.After(a) {
+		if b.After(a) || (p != nil && !b.Before(a)) {
 			spans = append(spans, span{name, a, b, p})
 		}
 	}
@@ -310,20 +312,23 @@ func partition(a, b time.Time, marks []mark) []Bucket {
 
 // bootSteps splits wait_for_cure at the last iPXE script served and the
 // runner's Hello (coordinator times); the kernel's start is the Hello's
-// time minus the uptime the runner reported, kept between the two.
+// time minus the uptime the runner reported, kept between the two. A boot
+// fast enough to register before the phase began (or a runner that was
+// already there) counts as registration only.
 func bootSteps(s span, events []store.Event) []Bucket {
-	hellos := inWindow(s, events, msgHello)
+	before := span{name: s.name, start: time.Time{}, end: s.end, phase: s.phase}
+	hellos := inWindow(before, events, msgHello)
 	if len(hellos) == 0 {
 		return nil
 	}
 	hello := hellos[len(hellos)-1]
 	var ipxe time.Time
-	for _, e := range inWindow(s, events, msgIPXE) {
+	for _, e := range inWindow(before, events, msgIPXE) {
 		if !e.Time.After(hello.Time) {
 			ipxe = e.Time
 		}
 	}
-	if ipxe.IsZero() {
+	if ipxe.IsZero() || ipxe.Before(s.start) {
 		ipxe = s.start // served before the phase (a boot the coordinator requested earlier)
 	}
 	kernel := ipxe

@@ -192,3 +192,23 @@ func TestSummarizePercentiles(t *testing.T) {
 		t.Error("percentile edges")
 	}
 }
+
+// A phase that took no measurable time still shows; a runner that
+// registered before wait_for_cure began makes it all registration.
+func TestComputeInstantPhaseAndEarlyHello(t *testing.T) {
+	run := store.Run{StartedAt: at(0), EndedAt: at(10)}
+	phases := []store.Phase{ph(modes.PoweringOn, 0, 2, 1, "ok"), ph(modes.WaitForCURE, 3, 5, 1, "ok"), ph(modes.OSInstall, 5, 5, 1, "ok")}
+	events := []store.Event{info(modes.PoweringOn, 1, msgIPXE+" to x"), info(modes.PoweringOn, 2.5, msgHello+" from x: guest_uptime=1000ms")}
+	b := Compute(run, phases, events, time.Time{})
+	if g, ok := b.Get(OSInstall); !ok || g.Duration != 0 || g.Attempts != 1 {
+		t.Errorf("instant os_install: %+v present %t", g, ok)
+	}
+	for name, s := range map[string]float64{FirmwarePOST: 0, IPXEDownload: 0, KernelAndRunner: 0, Registration: 2} {
+		if g, ok := b.Get(name); !ok || secs(g.Duration) != s {
+			t.Errorf("%s = %v (present %t), want %gs", name, g.Duration, ok, s)
+		}
+	}
+	if b.Total() != b.Wall {
+		t.Errorf("total %s wall %s", b.Total(), b.Wall)
+	}
+}
