@@ -313,6 +313,7 @@ func (d *dash) node(w http.ResponseWriter, r *http.Request) {
 		now := time.Now()
 		data["Run"] = run
 		data["Bars"] = gantt(run, phases, now)
+		data["Reboots"] = rebootMarks(run, timebuckets.RebootTimes(phases, events), now)
 		data["Buckets"] = timebuckets.Compute(run, phases, events, now)
 		data["Verdicts"] = worstFirst(vs)
 		runs, _ := d.cfg.Store.RunsOfNode(ctx, id)
@@ -361,6 +362,28 @@ func gantt(run store.Run, phases []store.Phase, now time.Time) []Bar {
 		bars = append(bars, Bar{Name: p.Name, Status: p.Status, Left: l, Width: wd, Duration: pe.Sub(p.StartedAt), Attempts: p.Attempts, Start: p.StartedAt, Message: p.Message})
 	}
 	return bars
+}
+
+// Mark is a reboot on the Gantt's time axis.
+type Mark struct {
+	Left float64
+	At   time.Time
+}
+
+func rebootMarks(run store.Run, ts []time.Time, now time.Time) []Mark {
+	end := run.EndedAt
+	if end.IsZero() {
+		end = now
+	}
+	total := end.Sub(run.StartedAt)
+	if total <= 0 {
+		return nil
+	}
+	var out []Mark
+	for _, t := range ts {
+		out = append(out, Mark{Left: min(max(100*float64(t.Sub(run.StartedAt))/float64(total), 0), 100), At: t})
+	}
+	return out
 }
 
 func verdictRank(s string) int {

@@ -81,6 +81,10 @@ func fleetStore(t testing.TB, n int) *store.Store {
 			}
 			at = at.Add(d + time.Second)
 		}
+		if _, _, err := st.AppendEvent(ctx, store.Event{RunID: r.ID, NodeID: id, Source: "coordinator", Kind: "info", Phase: modes.BIOS,
+			Time: t0.Add(7 * time.Minute), Message: "re-armed PXE once and reset the host: BIOS settings apply on reset"}); err != nil {
+			t.Fatal(err)
+		}
 		for _, v := range []store.Verdict{{Component: "nvme/0", Check: "firmware", Status: "MATCH", Observed: "7.2"}, {Component: "gpu/3", Check: "temperature", Status: "FAIL", Observed: "92C", Expected: "<85C"}} {
 			v.RunID, v.Time = r.ID, at
 			if err := st.PutVerdict(ctx, v); err != nil {
@@ -213,7 +217,7 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Errorf("after the update: row %q, counts %q", status, chips)
 	}
 
-	var bars int
+	var bars, reboots int
 	var verdict string
 	var rma chromedp.AttributeResult
 	step("node page", 30*time.Second, func(ctx context.Context) (err error) {
@@ -226,6 +230,9 @@ func TestDashboardInChromium(t *testing.T) {
 		if bars, err = chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#gantt .bar").length`)); err != nil {
 			return err
 		}
+		if reboots, err = chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#gantt .reboot").length`)); err != nil {
+			return err
+		}
 		if verdict, err = chromedp.Run(ctx, chromedp.Text(".verdicts tbody tr:first-child")); err != nil {
 			return err
 		}
@@ -235,8 +242,8 @@ func TestDashboardInChromium(t *testing.T) {
 		nodePNG, err = chromedp.Run(ctx, chromedp.CaptureScreenshot())
 		return err
 	})
-	if bars != 8 || !strings.Contains(verdict, "FAIL") || !strings.HasPrefix(rma.Value, "/nodes/node-0001/report?run=") {
-		t.Errorf("node page: %d bars, first verdict %q, report link %q", bars, verdict, rma.Value)
+	if bars != 8 || reboots != 2 || !strings.Contains(verdict, "FAIL") || !strings.HasPrefix(rma.Value, "/nodes/node-0001/report?run=") {
+		t.Errorf("node page: %d bars, %d reboot marks (want the power-on and the BIOS reset), first verdict %q, report link %q", bars, reboots, verdict, rma.Value)
 	}
 	for name, png := range map[string][]byte{"fleet.png": fleetPNG, "node.png": nodePNG} {
 		if len(png) < 1000 {

@@ -378,3 +378,22 @@ func installStages(s span, events []store.Event) []Bucket {
 	}
 	return []Bucket{{Name: ImageStream, Duration: st}, {Name: ImageReadback, Duration: rb}, {Name: InstallOther, Duration: total - st - rb}}
 }
+
+// RebootTimes is when the coordinator rebooted the node during the run: the
+// end of a successful powering_on, and every reboot event (firmware
+// activation, BIOS settings, recovery, the reboot into the installed OS).
+func RebootTimes(phases []store.Phase, events []store.Event) []time.Time {
+	var out []time.Time
+	for _, p := range phases {
+		if p.Name == modes.PoweringOn && p.Status == "ok" && !p.EndedAt.IsZero() {
+			out = append(out, p.EndedAt)
+		}
+	}
+	for _, e := range events {
+		if e.Source == "coordinator" && e.Kind == "info" && (strings.HasPrefix(e.Message, msgReboot) || strings.HasPrefix(e.Message, msgHostReboot)) {
+			out = append(out, e.Time)
+		}
+	}
+	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
+	return out
+}

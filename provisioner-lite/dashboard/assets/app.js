@@ -8,6 +8,9 @@
     b.style.left = b.dataset.left + "%";
     b.style.width = b.dataset.width + "%";
   }
+  for (const m of document.querySelectorAll(".reboot")) {
+    m.style.left = m.dataset.left + "%";
+  }
   let nodes = [];
   if (body.dataset.page === "fleet") {
     nodes = Array.from(document.querySelectorAll("#fleet tbody tr")).map((tr) => tr.dataset.node);
