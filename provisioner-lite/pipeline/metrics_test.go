@@ -21,12 +21,13 @@ import (
 )
 
 // TestMetricsEndpoint drives a provision run through the pipeline fixture
-// (one scripted BMC login failure, one failed os_install attempt, an install
+// (one scripted BMC login failure, one 503 the transport retries, one failed os_install attempt, an install
 // throughput sample from the runner), fetches an artifact from the boot
 // server, then scrapes /metrics over HTTP and parses it as Prometheus does.
 func TestMetricsEndpoint(t *testing.T) {
 	f := newFixture(t, nil)
 	f.failConnects = 1
+	f.bmc.Fail503(1) // the BMC sheds one request: the transport retries it
 	f.phaseStatus = func(p string, attempt int) curev1.PhaseStatus {
 		if p == modes.OSInstall && attempt == 1 {
 			return curev1.PhaseStatus_PHASE_FAILED
@@ -99,6 +100,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"cure_retries_total", []string{"phase", "cause"}, map[string]string{"phase": modes.OSInstall, "cause": metrics.CausePhaseFailed}},
 		{"cure_redfish_call_duration_seconds", []string{"vendor", "operation"}, map[string]string{"vendor": "cure", "operation": "set_boot_override"}},
 		{"cure_redfish_errors_total", []string{"vendor", "operation"}, map[string]string{"vendor": "unknown", "operation": "connect"}},
+		{"cure_redfish_http_retries_total", []string{"code"}, map[string]string{"code": "503"}},
 		{"cure_runners_connected", nil, nil},
 		{"cure_runner_sessions_total", []string{"result"}, map[string]string{"result": "accepted"}},
 		{"cure_event_lag_seconds", []string{"kind"}, map[string]string{"kind": "phase_end"}},
