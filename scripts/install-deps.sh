@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(qemu-system-x86 qemu-utils ipxe-qemu zstd cpio nvme-cli mstflint syslinux syslinux-common extlinux mtools dosfstools fdisk xz-utils postgresql pci.ids
-  ovmf ipxe dnsmasq-base systemd-boot-efi binutils iproute2 python3-sushy)
+  ovmf ipxe dnsmasq-base systemd-boot-efi binutils iproute2 python3-sushy chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

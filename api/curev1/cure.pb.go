@@ -3459,7 +3459,9 @@ type RunReport struct {
 	Message       string                 `protobuf:"bytes,10,opt,name=message,proto3" json:"message,omitempty"`
 	// The hardware the runner reported at its latest boot of this run (or,
 	// if the run never reached CURE, the node's latest before it).
-	Inventory     *InventoryRecord `protobuf:"bytes,11,opt,name=inventory,proto3" json:"inventory,omitempty"`
+	Inventory *InventoryRecord `protobuf:"bytes,11,opt,name=inventory,proto3" json:"inventory,omitempty"`
+	// The run's wall time split into buckets (they add up to it).
+	Buckets       []*TimeBucket `protobuf:"bytes,12,rep,name=buckets,proto3" json:"buckets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3571,6 +3573,346 @@ func (x *RunReport) GetInventory() *InventoryRecord {
 	return nil
 }
 
+func (x *RunReport) GetBuckets() []*TimeBucket {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+// TimeBucket is a span of a run's wall time (docs/OBSERVABILITY.md).
+type TimeBucket struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DurationMs    int64                  `protobuf:"varint,2,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	Reboots       uint32                 `protobuf:"varint,3,opt,name=reboots,proto3" json:"reboots,omitempty"`
+	Attempts      uint32                 `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Sub           []*TimeBucket          `protobuf:"bytes,5,rep,name=sub,proto3" json:"sub,omitempty"` // partitions duration_ms when known
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimeBucket) Reset() {
+	*x = TimeBucket{}
+	mi := &file_cure_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimeBucket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimeBucket) ProtoMessage() {}
+
+func (x *TimeBucket) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimeBucket.ProtoReflect.Descriptor instead.
+func (*TimeBucket) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *TimeBucket) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TimeBucket) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *TimeBucket) GetReboots() uint32 {
+	if x != nil {
+		return x.Reboots
+	}
+	return 0
+}
+
+func (x *TimeBucket) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *TimeBucket) GetSub() []*TimeBucket {
+	if x != nil {
+		return x.Sub
+	}
+	return nil
+}
+
+type TimeBucketsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Selector      map[string]string      `protobuf:"bytes,1,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	IncludeFailed bool                   `protobuf:"varint,2,opt,name=include_failed,json=includeFailed,proto3" json:"include_failed,omitempty"` // default: succeeded runs only
+	MaxRuns       uint32                 `protobuf:"varint,3,opt,name=max_runs,json=maxRuns,proto3" json:"max_runs,omitempty"`                   // default 5000
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimeBucketsRequest) Reset() {
+	*x = TimeBucketsRequest{}
+	mi := &file_cure_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimeBucketsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimeBucketsRequest) ProtoMessage() {}
+
+func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimeBucketsRequest.ProtoReflect.Descriptor instead.
+func (*TimeBucketsRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *TimeBucketsRequest) GetSelector() map[string]string {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *TimeBucketsRequest) GetIncludeFailed() bool {
+	if x != nil {
+		return x.IncludeFailed
+	}
+	return false
+}
+
+func (x *TimeBucketsRequest) GetMaxRuns() uint32 {
+	if x != nil {
+		return x.MaxRuns
+	}
+	return 0
+}
+
+type TimeBucketSummary struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Skus          []*SkuTimeBuckets      `protobuf:"bytes,1,rep,name=skus,proto3" json:"skus,omitempty"` // first: every run (sku ""), then per SKU
+	Runs          int64                  `protobuf:"varint,2,opt,name=runs,proto3" json:"runs,omitempty"`
+	Truncated     bool                   `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"` // more runs matched than max_runs
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimeBucketSummary) Reset() {
+	*x = TimeBucketSummary{}
+	mi := &file_cure_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimeBucketSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimeBucketSummary) ProtoMessage() {}
+
+func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimeBucketSummary.ProtoReflect.Descriptor instead.
+func (*TimeBucketSummary) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *TimeBucketSummary) GetSkus() []*SkuTimeBuckets {
+	if x != nil {
+		return x.Skus
+	}
+	return nil
+}
+
+func (x *TimeBucketSummary) GetRuns() int64 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+func (x *TimeBucketSummary) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+type SkuTimeBuckets struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sku           string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
+	Runs          int64                  `protobuf:"varint,2,opt,name=runs,proto3" json:"runs,omitempty"`
+	Wall          *BucketStat            `protobuf:"bytes,3,opt,name=wall,proto3" json:"wall,omitempty"`
+	Buckets       []*BucketStat          `protobuf:"bytes,4,rep,name=buckets,proto3" json:"buckets,omitempty"` // sub-buckets as "parent/sub"
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkuTimeBuckets) Reset() {
+	*x = SkuTimeBuckets{}
+	mi := &file_cure_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkuTimeBuckets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkuTimeBuckets) ProtoMessage() {}
+
+func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkuTimeBuckets.ProtoReflect.Descriptor instead.
+func (*SkuTimeBuckets) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *SkuTimeBuckets) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *SkuTimeBuckets) GetRuns() int64 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+func (x *SkuTimeBuckets) GetWall() *BucketStat {
+	if x != nil {
+		return x.Wall
+	}
+	return nil
+}
+
+func (x *SkuTimeBuckets) GetBuckets() []*BucketStat {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+type BucketStat struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Runs          int64                  `protobuf:"varint,2,opt,name=runs,proto3" json:"runs,omitempty"`
+	P50Ms         int64                  `protobuf:"varint,3,opt,name=p50_ms,json=p50Ms,proto3" json:"p50_ms,omitempty"`
+	P90Ms         int64                  `protobuf:"varint,4,opt,name=p90_ms,json=p90Ms,proto3" json:"p90_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BucketStat) Reset() {
+	*x = BucketStat{}
+	mi := &file_cure_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BucketStat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BucketStat) ProtoMessage() {}
+
+func (x *BucketStat) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BucketStat.ProtoReflect.Descriptor instead.
+func (*BucketStat) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *BucketStat) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BucketStat) GetRuns() int64 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+func (x *BucketStat) GetP50Ms() int64 {
+	if x != nil {
+		return x.P50Ms
+	}
+	return 0
+}
+
+func (x *BucketStat) GetP90Ms() int64 {
+	if x != nil {
+		return x.P90Ms
+	}
+	return 0
+}
+
 type PhaseRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -3585,7 +3927,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3597,7 +3939,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3610,7 +3952,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{41}
+	return file_cure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -3665,7 +4007,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3677,7 +4019,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3690,7 +4032,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{42}
+	return file_cure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -3716,7 +4058,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3728,7 +4070,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3741,7 +4083,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{43}
+	return file_cure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -3763,7 +4105,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3775,7 +4117,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3788,7 +4130,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{44}
+	return file_cure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -3827,7 +4169,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3839,7 +4181,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3852,7 +4194,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{45}
+	return file_cure_proto_rawDescGZIP(), []int{50}
 }
 
 type ListNodesResponse struct {
@@ -3864,7 +4206,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3876,7 +4218,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3889,7 +4231,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{46}
+	return file_cure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -3914,7 +4256,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3926,7 +4268,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3939,7 +4281,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{47}
+	return file_cure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -4004,7 +4346,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4016,7 +4358,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4029,7 +4371,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{48}
+	return file_cure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -4086,7 +4428,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4098,7 +4440,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4111,7 +4453,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{49}
+	return file_cure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -4200,7 +4542,7 @@ type ListAuditLogResponse struct {
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4212,7 +4554,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4225,7 +4567,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{50}
+	return file_cure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -4252,7 +4594,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4264,7 +4606,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4277,7 +4619,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{51}
+	return file_cure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *NodeSpec) GetId() string {
@@ -4354,7 +4696,7 @@ type BMCSpec struct {
 
 func (x *BMCSpec) Reset() {
 	*x = BMCSpec{}
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4366,7 +4708,7 @@ func (x *BMCSpec) String() string {
 func (*BMCSpec) ProtoMessage() {}
 
 func (x *BMCSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4379,7 +4721,7 @@ func (x *BMCSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
 func (*BMCSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{52}
+	return file_cure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BMCSpec) GetUrl() string {
@@ -4435,7 +4777,7 @@ type AddNodesRequest struct {
 
 func (x *AddNodesRequest) Reset() {
 	*x = AddNodesRequest{}
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4447,7 +4789,7 @@ func (x *AddNodesRequest) String() string {
 func (*AddNodesRequest) ProtoMessage() {}
 
 func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4460,7 +4802,7 @@ func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
 func (*AddNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{53}
+	return file_cure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AddNodesRequest) GetNodes() []*NodeSpec {
@@ -4494,7 +4836,7 @@ type AddNodesResponse struct {
 
 func (x *AddNodesResponse) Reset() {
 	*x = AddNodesResponse{}
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4506,7 +4848,7 @@ func (x *AddNodesResponse) String() string {
 func (*AddNodesResponse) ProtoMessage() {}
 
 func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4519,7 +4861,7 @@ func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
 func (*AddNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{54}
+	return file_cure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AddNodesResponse) GetAdded() []string {
@@ -4545,7 +4887,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4557,7 +4899,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4570,7 +4912,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{55}
+	return file_cure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -4590,7 +4932,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4602,7 +4944,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4615,7 +4957,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{56}
+	return file_cure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -4643,7 +4985,7 @@ type LabelNodeRequest struct {
 
 func (x *LabelNodeRequest) Reset() {
 	*x = LabelNodeRequest{}
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4655,7 +4997,7 @@ func (x *LabelNodeRequest) String() string {
 func (*LabelNodeRequest) ProtoMessage() {}
 
 func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4668,7 +5010,7 @@ func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
 func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{57}
+	return file_cure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *LabelNodeRequest) GetNodeId() string {
@@ -4701,7 +5043,7 @@ type ShowNodeRequest struct {
 
 func (x *ShowNodeRequest) Reset() {
 	*x = ShowNodeRequest{}
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4713,7 +5055,7 @@ func (x *ShowNodeRequest) String() string {
 func (*ShowNodeRequest) ProtoMessage() {}
 
 func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4726,7 +5068,7 @@ func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{58}
+	return file_cure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ShowNodeRequest) GetNodeId() string {
@@ -4759,7 +5101,7 @@ type NodeDetail struct {
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4771,7 +5113,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4784,7 +5126,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{59}
+	return file_cure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -4908,7 +5250,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4920,7 +5262,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4933,7 +5275,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{60}
+	return file_cure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -5297,7 +5639,7 @@ const file_cure_proto_rawDesc = "" +
 	" \x01(\tR\x06source\"?\n" +
 	"\rReportRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x8a\x03\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xb9\x03\n" +
 	"\tRunReport\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
@@ -5310,7 +5652,38 @@ const file_cure_proto_rawDesc = "" +
 	"\areboots\x18\t \x01(\rR\areboots\x12\x18\n" +
 	"\amessage\x18\n" +
 	" \x01(\tR\amessage\x126\n" +
-	"\tinventory\x18\v \x01(\v2\x18.cure.v1.InventoryRecordR\tinventory\"\xbb\x01\n" +
+	"\tinventory\x18\v \x01(\v2\x18.cure.v1.InventoryRecordR\tinventory\x12-\n" +
+	"\abuckets\x18\f \x03(\v2\x13.cure.v1.TimeBucketR\abuckets\"\x9e\x01\n" +
+	"\n" +
+	"TimeBucket\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vduration_ms\x18\x02 \x01(\x03R\n" +
+	"durationMs\x12\x18\n" +
+	"\areboots\x18\x03 \x01(\rR\areboots\x12\x1a\n" +
+	"\battempts\x18\x04 \x01(\rR\battempts\x12%\n" +
+	"\x03sub\x18\x05 \x03(\v2\x13.cure.v1.TimeBucketR\x03sub\"\xda\x01\n" +
+	"\x12TimeBucketsRequest\x12E\n" +
+	"\bselector\x18\x01 \x03(\v2).cure.v1.TimeBucketsRequest.SelectorEntryR\bselector\x12%\n" +
+	"\x0einclude_failed\x18\x02 \x01(\bR\rincludeFailed\x12\x19\n" +
+	"\bmax_runs\x18\x03 \x01(\rR\amaxRuns\x1a;\n" +
+	"\rSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"r\n" +
+	"\x11TimeBucketSummary\x12+\n" +
+	"\x04skus\x18\x01 \x03(\v2\x17.cure.v1.SkuTimeBucketsR\x04skus\x12\x12\n" +
+	"\x04runs\x18\x02 \x01(\x03R\x04runs\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\x8e\x01\n" +
+	"\x0eSkuTimeBuckets\x12\x10\n" +
+	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x12\n" +
+	"\x04runs\x18\x02 \x01(\x03R\x04runs\x12'\n" +
+	"\x04wall\x18\x03 \x01(\v2\x13.cure.v1.BucketStatR\x04wall\x12-\n" +
+	"\abuckets\x18\x04 \x03(\v2\x13.cure.v1.BucketStatR\abuckets\"b\n" +
+	"\n" +
+	"BucketStat\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04runs\x18\x02 \x01(\x03R\x04runs\x12\x15\n" +
+	"\x06p50_ms\x18\x03 \x01(\x03R\x05p50Ms\x12\x15\n" +
+	"\x06p90_ms\x18\x04 \x01(\x03R\x05p90Ms\"\xbb\x01\n" +
 	"\vPhaseRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12&\n" +
@@ -5459,7 +5832,7 @@ const file_cure_proto_rawDesc = "" +
 	"\rPHASE_SKIPPED\x10\x02\x12\x10\n" +
 	"\fPHASE_FAILED\x10\x032S\n" +
 	"\rRunnerService\x12B\n" +
-	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\x91\x06\n" +
+	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\xd9\x06\n" +
 	"\x0fOperatorService\x12B\n" +
 	"\tProvision\x12\x19.cure.v1.ProvisionRequest\x1a\x1a.cure.v1.ProvisionResponse\x128\n" +
 	"\x05Watch\x12\x15.cure.v1.WatchRequest\x1a\x16.cure.v1.TimelineEntry0\x01\x124\n" +
@@ -5473,7 +5846,8 @@ const file_cure_proto_rawDesc = "" +
 	"\n" +
 	"RemoveNode\x12\x1a.cure.v1.RemoveNodeRequest\x1a\x1b.cure.v1.RemoveNodeResponse\x12;\n" +
 	"\tLabelNode\x12\x19.cure.v1.LabelNodeRequest\x1a\x13.cure.v1.NodeDetail\x129\n" +
-	"\bShowNode\x12\x18.cure.v1.ShowNodeRequest\x1a\x13.cure.v1.NodeDetailB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
+	"\bShowNode\x12\x18.cure.v1.ShowNodeRequest\x1a\x13.cure.v1.NodeDetail\x12F\n" +
+	"\vTimeBuckets\x12\x1b.cure.v1.TimeBucketsRequest\x1a\x1a.cure.v1.TimeBucketSummaryB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
 
 var (
 	file_cure_proto_rawDescOnce sync.Once
@@ -5488,7 +5862,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -5535,39 +5909,45 @@ var file_cure_proto_goTypes = []any{
 	(*TimelineEntry)(nil),        // 42: cure.v1.TimelineEntry
 	(*ReportRequest)(nil),        // 43: cure.v1.ReportRequest
 	(*RunReport)(nil),            // 44: cure.v1.RunReport
-	(*PhaseRecord)(nil),          // 45: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 46: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 47: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 48: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 49: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 50: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 51: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 52: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 53: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 54: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),             // 55: cure.v1.NodeSpec
-	(*BMCSpec)(nil),              // 56: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),      // 57: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),     // 58: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),    // 59: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),   // 60: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),     // 61: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),      // 62: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),           // 63: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),      // 64: cure.v1.InventoryRecord
-	nil,                          // 65: cure.v1.Log.AttrsEntry
-	nil,                          // 66: cure.v1.Metric.LabelsEntry
-	nil,                          // 67: cure.v1.Assignment.PsidsEntry
-	nil,                          // 68: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 69: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 70: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 71: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 72: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 73: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 74: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 75: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 76: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 77: cure.v1.NodeDetail.LabelsEntry
+	(*TimeBucket)(nil),           // 45: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),   // 46: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),    // 47: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),       // 48: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),           // 49: cure.v1.BucketStat
+	(*PhaseRecord)(nil),          // 50: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 51: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 52: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 53: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 54: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 55: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 56: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 57: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 58: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 59: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),             // 60: cure.v1.NodeSpec
+	(*BMCSpec)(nil),              // 61: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),      // 62: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),     // 63: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),    // 64: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),   // 65: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),     // 66: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),      // 67: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),           // 68: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),      // 69: cure.v1.InventoryRecord
+	nil,                          // 70: cure.v1.Log.AttrsEntry
+	nil,                          // 71: cure.v1.Metric.LabelsEntry
+	nil,                          // 72: cure.v1.Assignment.PsidsEntry
+	nil,                          // 73: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 74: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 75: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 76: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 77: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 78: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 79: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 80: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 81: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 82: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 83: cure.v1.NodeDetail.LabelsEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,  // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -5592,8 +5972,8 @@ var file_cure_proto_depIdxs = []int32{
 	23, // 19: cure.v1.Event.metric:type_name -> cure.v1.Metric
 	2,  // 20: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,  // 21: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	65, // 22: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	66, // 23: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	70, // 22: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	71, // 23: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	25, // 24: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
 	28, // 25: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
 	29, // 26: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
@@ -5602,67 +5982,75 @@ var file_cure_proto_depIdxs = []int32{
 	0,  // 29: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
 	26, // 30: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
 	27, // 31: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	67, // 32: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	72, // 32: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
 	0,  // 33: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	68, // 34: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	73, // 34: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
 	40, // 35: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
 	34, // 36: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	69, // 37: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	74, // 37: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
 	40, // 38: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
 	34, // 39: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	70, // 40: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	71, // 41: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	72, // 42: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	75, // 40: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	76, // 41: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	77, // 42: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
 	39, // 43: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	73, // 44: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	78, // 44: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
 	21, // 45: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
 	0,  // 46: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	45, // 47: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	50, // 47: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
 	21, // 48: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	64, // 49: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	48, // 50: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	21, // 51: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	51, // 52: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	53, // 53: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	74, // 54: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	56, // 55: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	75, // 56: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	55, // 57: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	76, // 58: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	77, // 59: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	64, // 60: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	8,  // 61: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	4,  // 62: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	32, // 63: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	41, // 64: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	43, // 65: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	49, // 66: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	46, // 67: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	52, // 68: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	35, // 69: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	37, // 70: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	57, // 71: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	59, // 72: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	61, // 73: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	62, // 74: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	24, // 75: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	33, // 76: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	42, // 77: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	44, // 78: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	50, // 79: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	47, // 80: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	54, // 81: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	36, // 82: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	38, // 83: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	58, // 84: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	60, // 85: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	63, // 86: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	63, // 87: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	75, // [75:88] is the sub-list for method output_type
-	62, // [62:75] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	69, // 49: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	45, // 50: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	45, // 51: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	79, // 52: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	48, // 53: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	49, // 54: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	49, // 55: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	53, // 56: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	21, // 57: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	56, // 58: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	58, // 59: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	80, // 60: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	61, // 61: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	81, // 62: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	60, // 63: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	82, // 64: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	83, // 65: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	69, // 66: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	8,  // 67: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	4,  // 68: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	32, // 69: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	41, // 70: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	43, // 71: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	54, // 72: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	51, // 73: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	57, // 74: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	35, // 75: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	37, // 76: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	62, // 77: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	64, // 78: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	66, // 79: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	67, // 80: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	46, // 81: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	24, // 82: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	33, // 83: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	42, // 84: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	44, // 85: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	55, // 86: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	52, // 87: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	59, // 88: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	36, // 89: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	38, // 90: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	63, // 91: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	65, // 92: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	68, // 93: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	68, // 94: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	47, // 95: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	82, // [82:96] is the sub-list for method output_type
+	68, // [68:82] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -5694,7 +6082,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   74,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -141,6 +141,7 @@ const (
 	OperatorService_RemoveNode_FullMethodName   = "/cure.v1.OperatorService/RemoveNode"
 	OperatorService_LabelNode_FullMethodName    = "/cure.v1.OperatorService/LabelNode"
 	OperatorService_ShowNode_FullMethodName     = "/cure.v1.OperatorService/ShowNode"
+	OperatorService_TimeBuckets_FullMethodName  = "/cure.v1.OperatorService/TimeBuckets"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -179,6 +180,9 @@ type OperatorServiceClient interface {
 	// ShowNode is one node: inventory entry (no secrets), latest run, and the
 	// hardware inventory its runner reported at its latest boot.
 	ShowNode(ctx context.Context, in *ShowNodeRequest, opts ...grpc.CallOption) (*NodeDetail, error)
+	// TimeBuckets: p50/p90 of each time bucket over the latest finished runs
+	// of the selected nodes, per SKU (provisioner-lite/timebuckets).
+	TimeBuckets(ctx context.Context, in *TimeBucketsRequest, opts ...grpc.CallOption) (*TimeBucketSummary, error)
 }
 
 type operatorServiceClient struct {
@@ -318,6 +322,16 @@ func (c *operatorServiceClient) ShowNode(ctx context.Context, in *ShowNodeReques
 	return out, nil
 }
 
+func (c *operatorServiceClient) TimeBuckets(ctx context.Context, in *TimeBucketsRequest, opts ...grpc.CallOption) (*TimeBucketSummary, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TimeBucketSummary)
+	err := c.cc.Invoke(ctx, OperatorService_TimeBuckets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -354,6 +368,9 @@ type OperatorServiceServer interface {
 	// ShowNode is one node: inventory entry (no secrets), latest run, and the
 	// hardware inventory its runner reported at its latest boot.
 	ShowNode(context.Context, *ShowNodeRequest) (*NodeDetail, error)
+	// TimeBuckets: p50/p90 of each time bucket over the latest finished runs
+	// of the selected nodes, per SKU (provisioner-lite/timebuckets).
+	TimeBuckets(context.Context, *TimeBucketsRequest) (*TimeBucketSummary, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -399,6 +416,9 @@ func (UnimplementedOperatorServiceServer) LabelNode(context.Context, *LabelNodeR
 }
 func (UnimplementedOperatorServiceServer) ShowNode(context.Context, *ShowNodeRequest) (*NodeDetail, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ShowNode not implemented")
+}
+func (UnimplementedOperatorServiceServer) TimeBuckets(context.Context, *TimeBucketsRequest) (*TimeBucketSummary, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method TimeBuckets not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -630,6 +650,24 @@ func _OperatorService_ShowNode_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_TimeBuckets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TimeBucketsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).TimeBuckets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_TimeBuckets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).TimeBuckets(ctx, req.(*TimeBucketsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -680,6 +718,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ShowNode",
 			Handler:    _OperatorService_ShowNode_Handler,
+		},
+		{
+			MethodName: "TimeBuckets",
+			Handler:    _OperatorService_TimeBuckets_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

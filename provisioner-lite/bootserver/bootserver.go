@@ -65,6 +65,9 @@ type Config struct {
 	// UEFI HTTP boot (netboot.Files.Handler, which sees the path without
 	// the prefix).
 	IPXEBuilds http.Handler
+	// Served, if set, is told the bytes sent for every file request, by
+	// kind: "kernel", "initrd" or "artifact" (metrics). It must not block.
+	Served func(kind string, bytes int64)
 }
 
 // Limits are what a hostile client meets (docs/SECURITY.md); zero fields take
@@ -523,6 +526,11 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		if rec.status == 0 {
 			rec.status = http.StatusOK
 		}
+		if s.cfg.Served != nil {
+			if kind := fileKind(r.URL.Path); kind != "" {
+				s.cfg.Served(kind, rec.bytes)
+			}
+		}
 		level := slog.LevelInfo
 		if rec.status >= 500 {
 			level = slog.LevelError
@@ -531,6 +539,19 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			"method", r.Method, "path", textsafe.BoundedLine(r.URL.Path, 256), "status", rec.status, "bytes", rec.bytes,
 			"duration", time.Since(start), "remote", r.RemoteAddr)
 	})
+}
+
+// fileKind names what a file route serves, "" for other routes.
+func fileKind(path string) string {
+	switch {
+	case path == "/image/"+Kernel:
+		return "kernel"
+	case strings.HasPrefix(path, "/image/"):
+		return "initrd"
+	case strings.HasPrefix(path, "/artifacts/"):
+		return "artifact"
+	}
+	return ""
 }
 
 // remoteIP is the client's address without the port. Forwarding headers are

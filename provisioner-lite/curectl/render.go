@@ -103,6 +103,7 @@ func PrintReport(w io.Writer, r *curev1.RunReport) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", p.GetName(), strings.ToUpper(p.GetStatus()), p.GetAttempts(), d, clip(p.GetMessage(), 90))
 	}
 	tw.Flush()
+	PrintBuckets(w, r.GetBuckets())
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nCOMPONENT\tCHECK\tVERDICT\tOBSERVED\tEXPECTED\tDETAIL")
 	for _, v := range r.GetVerdicts() {
@@ -110,6 +111,73 @@ func PrintReport(w io.Writer, r *curev1.RunReport) {
 	}
 	tw.Flush()
 	PrintInventory(w, r.GetInventory(), r.GetRunId())
+}
+
+// PrintBuckets writes a run's time buckets (sub-buckets indented) with
+// their share of the wall time.
+func PrintBuckets(w io.Writer, buckets []*curev1.TimeBucket) {
+	if len(buckets) == 0 {
+		return
+	}
+	var total int64
+	for _, b := range buckets {
+		total += b.GetDurationMs()
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nTIME BUCKET\tDURATION\tSHARE\tREBOOTS\t")
+	var row func(b *curev1.TimeBucket, indent string)
+	row = func(b *curev1.TimeBucket, indent string) {
+		share := ""
+		if total > 0 {
+			share = fmt.Sprintf("%.1f%%", 100*float64(b.GetDurationMs())/float64(total))
+		}
+		reboots := ""
+		if b.GetReboots() > 0 {
+			reboots = fmt.Sprint(b.GetReboots())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", indent+clip(b.GetName(), 40), msDur(b.GetDurationMs()), share, reboots)
+		for _, s := range b.GetSub() {
+			row(s, indent+"  ")
+		}
+	}
+	for _, b := range buckets {
+		row(b, "")
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", "total", msDur(total), "", "")
+	tw.Flush()
+}
+
+// PrintBucketSummary writes the fleet's p50/p90 per time bucket, per SKU.
+func PrintBucketSummary(w io.Writer, s *curev1.TimeBucketSummary) {
+	fmt.Fprintf(w, "%d runs", s.GetRuns())
+	if s.GetTruncated() {
+		fmt.Fprint(w, " (more matched: raise --max-runs or narrow the selector)")
+	}
+	fmt.Fprintln(w)
+	for _, k := range s.GetSkus() {
+		name := k.GetSku()
+		if name == "" {
+			name = "all SKUs"
+		}
+		fmt.Fprintf(w, "\n%s: %d runs, wall p50 %s p90 %s\n", clip(name, 60), k.GetRuns(), msDur(k.GetWall().GetP50Ms()), msDur(k.GetWall().GetP90Ms()))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "TIME BUCKET\tRUNS\tP50\tP90\t")
+		for _, b := range k.GetBuckets() {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\n", clip(b.GetName(), 50), b.GetRuns(), msDur(b.GetP50Ms()), msDur(b.GetP90Ms()))
+		}
+		tw.Flush()
+	}
+}
+
+func msDur(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	switch {
+	case d >= time.Minute:
+		return d.Round(time.Second).String()
+	case d >= time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.String()
 }
 
 // PrintNodes writes the node list.

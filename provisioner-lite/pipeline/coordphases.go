@@ -98,8 +98,18 @@ func (e *Engine) withBMCFor(ctx context.Context, r *store.Run, budget time.Durat
 	var b BMC
 	for {
 		cctx, cancel := context.WithTimeout(ctx, e.cfg.Timeouts.BMCCall)
+		start := time.Now()
 		b, err = e.cfg.ConnectBMC(cctx, n)
 		cancel()
+		if err != nil {
+			// The vendor is unknown until a login succeeds.
+			e.cfg.Metrics.RedfishCall("", "connect", time.Since(start), err)
+		} else {
+			b = metered(b, e.cfg.Metrics)
+			if mb, ok := b.(*meteredBMC); ok {
+				mb.obs("connect", start, nil)
+			}
+		}
 		if err == nil || !pending || time.Now().After(connectUntil) || ctx.Err() != nil {
 			break
 		}

@@ -7,9 +7,11 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
@@ -54,6 +56,8 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 		e.save(ctx, &r)
 	}
 	log := e.cfg.Log.With("run", r.ID, "node", r.NodeID)
+	e.cfg.Metrics.RunStarted(r.Mode)
+	defer e.cfg.Metrics.RunStopped(r.Mode)
 	plan, err := modes.For(modes.Mode(r.Mode))
 	if err != nil {
 		e.finish(ctx, &r, StatusFailed, err.Error())
@@ -87,7 +91,11 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 				return
 			}
 			if failedPhase != "" {
-				if !e.retryAllowed(ctx, &r, failedPhase, msg) {
+				cause := metrics.CausePhaseFailed
+				if strings.HasPrefix(msg, noPhaseEnd) {
+					cause = metrics.CausePhaseTimeout
+				}
+				if !e.retryAllowed(ctx, &r, failedPhase, cause, msg) {
 					return
 				}
 				continue // resend from the failed phase
@@ -103,7 +111,7 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 		}
 		e.end(ctx, &r, ph.Name, out, time.Since(started), "coordinator")
 		if out.status == PhaseFailed {
-			if !e.retryAllowed(ctx, &r, ph.Name, out.msg) {
+			if !e.retryAllowed(ctx, &r, ph.Name, coordCause(ph.Name), out.msg) {
 				return
 			}
 			continue
@@ -114,15 +122,29 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 	e.finish(ctx, &r, StatusSucceeded, "all phases done")
 }
 
+// coordCause is the retry cause of a failed coordinator phase.
+func coordCause(phase string) string {
+	switch phase {
+	case modes.WaitForCURE:
+		return metrics.CauseCUREBoot
+	case modes.WaitForHostOS:
+		return metrics.CauseHostOS
+	case modes.Preflight:
+		return metrics.CausePhaseFailed
+	}
+	return metrics.CauseBMC
+}
+
 // retryAllowed counts a phase failure against the budget; when spent, the
 // run ends failed with the phase it reached, so a later resume restarts there.
-func (e *Engine) retryAllowed(ctx context.Context, r *store.Run, phase, msg string) bool {
+func (e *Engine) retryAllowed(ctx context.Context, r *store.Run, phase, cause, msg string) bool {
 	r.PhaseFailures++
 	attempts := e.attempts(r, phase)
 	if attempts >= e.cfg.Budgets.PhaseAttempts {
 		e.finish(ctx, r, StatusFailed, fmt.Sprintf("phase %s failed %d times (budget %d): %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, msg))
 		return false
 	}
+	e.cfg.Metrics.Retry(phase, cause)
 	e.save(ctx, r)
 	delay := retryDelay(e.cfg.Timeouts.RetryBase, e.cfg.Timeouts.RetryMax, attempts)
 	e.coordEvent(ctx, *r, phase, "info", "", fmt.Sprintf("phase %s failed (attempt %d of %d), retrying in %s: %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, delay.Round(time.Millisecond), msg), 0)
@@ -193,6 +215,7 @@ func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcom
 	}); err != nil {
 		e.cfg.Log.Error("store phase", "err", err)
 	}
+	e.cfg.Metrics.PhaseEnded(phase, e.skuOf(ctx, r), out.status, dur)
 	if out.status != PhaseFailed && !slices.Contains(r.CompletedPhases, phase) {
 		r.CompletedPhases = append(r.CompletedPhases, phase)
 	}
@@ -218,6 +241,10 @@ func (e *Engine) finish(ctx context.Context, r *store.Run, status, msg string) {
 	e.cfg.Hub.CloseRun(r.ID)
 	e.coordEvent(ctx, *r, r.Phase, "run_end", status, msg, r.EndedAt.Sub(r.StartedAt))
 	e.cfg.Log.Info("run end", "run", r.ID, "node", r.NodeID, "status", status, "msg", msg)
+	e.cfg.Metrics.RunEnded(r.ID, r.Mode, status, r.Reboots)
+	if e.cfg.Notify != nil {
+		e.cfg.Notify(RunNotice{Run: *r, SKU: e.skuOf(ctx, r)})
+	}
 }
 
 // sleep waits d or until ctx ends.

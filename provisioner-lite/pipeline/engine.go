@@ -16,6 +16,7 @@ import (
 
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
+	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -99,6 +100,17 @@ type Config struct {
 	// redfish.BootPxe (default) or redfish.BootUefiHttp (the driver falls
 	// back to Pxe on BMCs that do not offer it).
 	NetBoot redfish.BootTarget
+	// Metrics, if set, hears of runs, phases, retries and Redfish calls.
+	Metrics *metrics.Metrics
+	// Notify, if set, is told of every run that ends (webhooks). It must
+	// not block: it runs on the run's goroutine.
+	Notify func(RunNotice)
+}
+
+// RunNotice is a run as it ended, with its node's SKU.
+type RunNotice struct {
+	Run store.Run
+	SKU string
 }
 
 func (c *Config) defaults() {
@@ -173,6 +185,8 @@ type Engine struct {
 	// interrupted holds runs whose pipeline stopped with the engine (not
 	// because the run ended): ReleaseAll hands their leases back.
 	interrupted map[string]bool
+	// skus caches the node SKU of each run driven (a metrics label).
+	skus sync.Map
 }
 
 // New returns an engine; call Resume to pick up runs from the store.
@@ -382,6 +396,7 @@ func (e *Engine) launch(runID string) {
 			if stopped {
 				e.stopRun(runID, stop)
 			}
+			e.skus.Delete(runID)
 		}()
 		e.drive(ctx, runID)
 	}()
@@ -418,4 +433,17 @@ func (e *Engine) coordEvent(ctx context.Context, r store.Run, phase, kind, statu
 	if err != nil {
 		e.cfg.Log.Error("store event", "run", r.ID, "err", err)
 	}
+}
+
+// skuOf is the SKU of the run's node, read once per run.
+func (e *Engine) skuOf(ctx context.Context, r *store.Run) string {
+	if v, ok := e.skus.Load(r.ID); ok {
+		return v.(string)
+	}
+	sku := ""
+	if n, err := e.cfg.Store.GetNode(context.WithoutCancel(ctx), r.NodeID); err == nil {
+		sku = n.SKU
+	}
+	e.skus.Store(r.ID, sku)
+	return sku
 }

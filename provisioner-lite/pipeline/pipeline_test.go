@@ -23,6 +23,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/server"
@@ -55,6 +56,12 @@ type fixture struct {
 	dropAfterStart string
 	dropped        bool
 	assignments    []*curev1.Assignment
+	// failConnects makes this many BMC logins fail before they reach the BMC.
+	failConnects int
+	// metrics hears everything the engine, runner service, store and
+	// Redfish transport report.
+	metrics *metrics.Metrics
+	dir     string
 }
 
 // helloDisks is what the scripted runner reports: the disk the manifest's
@@ -144,10 +151,24 @@ func newFixtureBMC(t *testing.T, edit func(sku *manifests.SKU, casDir string), b
 	t.Cleanup(cas.Close)
 	hub := sessions.NewHub()
 	ectx, cancel := context.WithCancel(ctx)
+	met := metrics.New(metrics.Options{})
+	st.ObserveCommits(met.StoreCommit)
+	f := &fixture{t: t, st: st, m: m, bmc: b, cancel: cancel, attempts: map[string]int{}, metrics: met, dir: dir,
+		phaseStatus: func(string, int) curev1.PhaseStatus { return curev1.PhaseStatus_PHASE_OK }}
 	eng := pipeline.New(ectx, pipeline.Config{
-		Store: st, Hub: hub, Log: log,
+		Store: st, Hub: hub, Log: log, Metrics: met,
 		ConnectBMC: func(ctx context.Context, n store.Node) (pipeline.BMC, error) {
-			return redfish.Connect(ctx, redfish.Endpoint{URL: n.BMCURL, Username: n.BMCUser, Password: n.BMCPassword, Insecure: true /* httptest BMC over plain HTTP */}, redfish.Options{Timeout: 5 * time.Second, Logger: log})
+			f.mu.Lock()
+			fail := f.failConnects > 0
+			if fail {
+				f.failConnects--
+			}
+			f.mu.Unlock()
+			if fail {
+				return nil, fmt.Errorf("bmc %s: scripted login failure", n.BMCURL)
+			}
+			return redfish.Connect(ctx, redfish.Endpoint{URL: n.BMCURL, Username: n.BMCUser, Password: n.BMCPassword, Insecure: true /* httptest BMC over plain HTTP */},
+				redfish.Options{Timeout: 5 * time.Second, Logger: log, OnRetry: met.RedfishHTTPRetry})
 		},
 		Manifests: &pipeline.Catalog{Dir: filepath.Join(dir, "manifests")}, ArtifactDir: filepath.Join(dir, "artifacts"),
 		BaseURL: "http://10.0.2.2:8080", RunnerAddr: "10.0.2.2:8443", BMCBaseURL: cas.URL,
@@ -158,7 +179,7 @@ func newFixtureBMC(t *testing.T, edit func(sku *manifests.SKU, casDir string), b
 
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()
-	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log})
+	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Metrics: met})
 	go gs.Serve(lis)
 	conn, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
@@ -166,8 +187,7 @@ func newFixtureBMC(t *testing.T, edit func(sku *manifests.SKU, casDir string), b
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, st: st, eng: eng, m: m, bmc: b, client: curev1.NewRunnerServiceClient(conn), cancel: cancel, attempts: map[string]int{},
-		phaseStatus: func(string, int) curev1.PhaseStatus { return curev1.PhaseStatus_PHASE_OK }}
+	f.eng, f.client = eng, curev1.NewRunnerServiceClient(conn)
 	nodeCtx, stopNode := context.WithCancel(ctx)
 	go f.playNode(nodeCtx)
 	t.Cleanup(func() {
@@ -283,6 +303,10 @@ func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
 						// and reconnects, replaying what was not acked.
 						cancel()
 						reconnect = true
+					}
+					if p == modes.OSInstall {
+						emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_Metric{Metric: &curev1.Metric{Name: "write_throughput", Unit: "MB/s", Value: 512, Labels: map[string]string{"disk": "nvme0n1"}}}})
+						emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_Metric{Metric: &curev1.Metric{Name: "os_install.stage_seconds", Unit: "s", Value: 0.002, Labels: map[string]string{"disk": "nvme0n1", "stage": "stream"}}}})
 					}
 					if p == modes.NVMe {
 						emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{Component: "nvme/0", Check: "firmware", Status: curev1.VerdictStatus_MATCH, Observed: "7.2.22", Expected: "7.2.22"}}})

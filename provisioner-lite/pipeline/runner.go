@@ -11,6 +11,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -128,6 +129,7 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 				if r.Disconnects > e.cfg.Budgets.Disconnects {
 					return "", "", fmt.Errorf("runner lost %d times (budget %d) during %s", r.Disconnects, e.cfg.Budgets.Disconnects, strings.Join(remaining, ","))
 				}
+				e.cfg.Metrics.Retry(nonEmpty(current, remaining[0]), metrics.CauseRunnerLost)
 				if err := e.rebootIntoCURE(ctx, r, fmt.Sprintf("runner gone for %s during %s", budget, nonEmpty(current, remaining[0]))); err != nil {
 					return "", "", err
 				}
@@ -188,7 +190,7 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 			break
 		}
 		if current != "" && time.Since(phaseStarted) > e.cfg.Timeouts.RunnerPhase {
-			return current, fmt.Sprintf("no phase_end within %s", e.cfg.Timeouts.RunnerPhase), nil
+			return current, fmt.Sprintf("%s %s", noPhaseEnd, e.cfg.Timeouts.RunnerPhase), nil
 		}
 		select {
 		case <-ctx.Done():
@@ -200,6 +202,10 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 	}
 	return "", "", nil
 }
+
+// noPhaseEnd starts the failure message of an in-band phase that sent no
+// phase_end in time (a retry of cause phase_timeout).
+const noPhaseEnd = "no phase_end within"
 
 func rebootRequired(ev store.Event) bool {
 	if len(ev.Payload) == 0 {

@@ -60,6 +60,9 @@ type Options struct {
 	// BMCs that have the property (the iPXE EFI build's URL), so UEFI HTTP
 	// boot needs no DHCP-supplied URL there.
 	HTTPBootURI string
+	// OnRetry, if set, is told the status of every answer the transport
+	// retries (503, 502/504 on reads): metrics. It must not block.
+	OnRetry func(status int)
 }
 
 // BootTarget is a BootSourceOverrideTarget.
@@ -158,6 +161,8 @@ type Client struct {
 	// resetAt is when ResetManager was accepted (or may have been); WaitBMC
 	// then first waits to see the BMC go away.
 	resetAt time.Time
+	// vendor is the service root's Vendor, else the system's Manufacturer.
+	vendor string
 }
 
 // Connect logs in to the BMC (a Redfish session, or Basic auth if the BMC
@@ -194,19 +199,40 @@ func Connect(ctx context.Context, ep Endpoint, o Options) (*Client, error) {
 	if hc == nil {
 		hc = newHTTPClient(pol.config(), o.Timeout)
 	}
-	c.httpc = guardClient(hc, u, ep.URL)
+	c.httpc = guardClient(hc, u, ep.URL, o.OnRetry)
 	if err := c.login(ctx); err != nil {
 		return nil, err
 	}
 	// Finding the system also proves the credentials under Basic auth.
 	if err := c.call(ctx, "find system", func(api *gofish.APIClient) error {
-		_, err := c.system(api)
+		sys, err := c.system(api)
+		if err == nil {
+			v := ""
+			if api.Service != nil {
+				v = api.Service.Vendor
+			}
+			if v == "" && sys != nil {
+				v = sys.Manufacturer
+			}
+			c.mu.Lock()
+			c.vendor = v
+			c.mu.Unlock()
+		}
 		return err
 	}); err != nil {
 		c.Close(ctx)
 		return nil, err
 	}
 	return c, nil
+}
+
+// Vendor is what the BMC says it is: its service root's Vendor, or its
+// system's Manufacturer when the root has none (as the BMC wrote it: fold
+// it before using it as a label).
+func (c *Client) Vendor() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.vendor
 }
 
 // endpointPolicy checks that ep's TLS settings make sense together.

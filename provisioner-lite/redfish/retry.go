@@ -24,6 +24,7 @@ type retryTransport struct {
 	baseWait time.Duration
 	maxWait  time.Duration
 	sleep    func(r *http.Request, d time.Duration) error // injectable in tests
+	onRetry  func(status int)                             // metrics; nil: none
 }
 
 func newRetryTransport(base http.RoundTripper) *retryTransport {
@@ -46,6 +47,9 @@ func (t *retryTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		resp, err := t.base.RoundTrip(r)
 		if err != nil || attempt >= t.attempts || !t.retryable(r, resp) {
 			return resp, err
+		}
+		if t.onRetry != nil {
+			t.onRetry(resp.StatusCode)
 		}
 		wait := t.backoff(attempt, resp.Header.Get("Retry-After"))
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))

@@ -217,12 +217,14 @@ func (g *originGuard) CloseIdleConnections() {
 }
 
 // guardClient returns a copy of hc whose requests cannot leave u's origin.
-func guardClient(hc *http.Client, u *url.URL, raw string) *http.Client {
+func guardClient(hc *http.Client, u *url.URL, raw string, onRetry func(int)) *http.Client {
 	out := *hc
 	base := out.Transport
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	out.Transport = &originGuard{base: newRetryTransport(base), scheme: u.Scheme, host: u.Host, url: raw}
+	rt := newRetryTransport(base)
+	rt.onRetry = onRetry
+	out.Transport = &originGuard{base: rt, scheme: u.Scheme, host: u.Host, url: raw}
 	return &out
 }

@@ -236,6 +236,11 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 			Observed: v.Observed, Expected: v.Expected, Message: v.Message,
 		})
 	}
+	b, err := RunBuckets(ctx, st, r)
+	if err != nil {
+		return nil, err
+	}
+	rep.Buckets = BucketsProto(b.Buckets)
 	return rep, nil
 }
 

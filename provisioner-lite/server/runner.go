@@ -17,6 +17,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/inventory"
+	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
@@ -55,6 +56,8 @@ type RunnerService struct {
 	BindPeer bool
 	// Limits caps what one run's runner may make the store keep.
 	Limits store.EventLimits
+	// Metrics, if set, hears of sessions, event lag and node metrics.
+	Metrics *metrics.Metrics
 
 	once    sync.Once
 	pending chan struct{}
@@ -123,8 +126,12 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 	hello := first.GetHello()
 	node, run, err := s.authenticate(ctx, hello, peerIP)
 	if err != nil {
+		s.Metrics.RunnerSession("refused")
 		return err
 	}
+	s.Metrics.RunnerSession("accepted")
+	s.Metrics.RunnerConnected(1)
+	defer s.Metrics.RunnerConnected(-1)
 	sess := sessions.NewSession(node.ID, run.ID, hello, stream.Send)
 	log := s.Log.With("node", sess.NodeID, "run", sess.RunID, "boot_id", sess.BootID, "peer", peerIP)
 	st := hello.GetState()
@@ -209,6 +216,10 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 		case err != nil:
 			log.Error("store runner event", "seq", ev.GetSeq(), "err", err)
 			return status.Errorf(codes.Unavailable, "store: %v", err) // runner replays unacked events
+		}
+		s.Metrics.EventStored(e.Kind, time.Since(e.Time))
+		if m := ev.GetMetric(); m != nil {
+			s.Metrics.NodeMetric(sess.NodeID, sess.RunID, m.GetName(), m.GetUnit(), m.GetLabels(), m.GetValue())
 		}
 		if res.Dropped && !droppedNoted {
 			droppedNoted = true

@@ -155,6 +155,10 @@ type committer struct {
 
 	commits, ops_, batchedOps, failedCommits atomic.Int64
 	commitNanos, maxBatchSeen                atomic.Int64
+
+	// observe, if set, is told each committed transaction's duration and
+	// write count (metrics); it must not block.
+	observe atomic.Pointer[func(d time.Duration, writes int)]
 }
 
 func newCommitter(db *sql.DB, p *pool, maxBatch int) *committer {
@@ -291,6 +295,9 @@ func (c *committer) commit(ops []*op) (failed int, opErr, err error) {
 		return -1, nil, fmt.Errorf("commit: %w", err)
 	}
 	c.commits.Add(1)
+	if f := c.observe.Load(); f != nil {
+		(*f)(time.Since(start), len(ops))
+	}
 	c.ops_.Add(int64(len(ops)))
 	if len(ops) > 1 {
 		c.batchedOps.Add(int64(len(ops)))
@@ -330,4 +337,23 @@ func (s *Store) Stats() Stats {
 	c := s.gc
 	return Stats{Commits: c.commits.Load(), Ops: c.ops_.Load(), BatchedOps: c.batchedOps.Load(), FailedCommits: c.failedCommits.Load(),
 		MaxBatch: c.maxBatchSeen.Load(), CommitTime: time.Duration(c.commitNanos.Load())}
+}
+
+// ObserveCommits makes f hear of every committed transaction: its duration
+// (BEGIN to COMMIT done) and how many writes it carried. Set it once, before
+// the store is used; f must not block (it runs on the committer).
+func (s *Store) ObserveCommits(f func(d time.Duration, writes int)) { s.gc.observe.Store(&f) }
+
+// Ping proves the store takes a write: a write transaction whose one
+// statement changes nothing. A read-only database (a PostgreSQL standby, a
+// full or read-only SQLite file) refuses it.
+func (s *Store) Ping(ctx context.Context) error {
+	err := s.tx(ctx, func(tx *Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE runs SET status = status WHERE 1 = 0`)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store: write check: %w", err)
+	}
+	return nil
 }

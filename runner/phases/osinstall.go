@@ -155,22 +155,36 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 			}
 		},
 	}
+	// Stage durations feed the run's time buckets (os_install.stage_seconds,
+	// provisioner-lite/timebuckets): download, decode and write stream
+	// together, the read-back is its own pass.
+	var streamTime, readbackTime time.Duration
+	t := e.cfg.now()
 	res, err := e.cfg.Images.Write(ctx, opts)
+	streamTime += e.cfg.now().Sub(t)
 	if err != nil {
 		return fail(fmt.Errorf("writing %s to %s: %w", plan.URL, d.Path, err))
 	}
+	t = e.cfg.now()
 	verr := e.cfg.Images.Verify(ctx, d.Path, res.Readback)
+	readbackTime += e.cfg.now().Sub(t)
 	if verr != nil && opts.TargetZeroed {
 		// The erase's samples read zeros but the disk does not: write
 		// again, zeroing instead of skipping.
 		e.setZeroed(d, false)
 		emit.Log("WARN", "read-back failed after skipping zero blocks on an erased disk; rewriting with zeroing", map[string]string{"disk": d.Name, "error": verr.Error()})
 		opts.TargetZeroed = false
+		t = e.cfg.now()
 		if res, err = e.cfg.Images.Write(ctx, opts); err != nil {
 			return fail(fmt.Errorf("rewriting %s to %s: %w", plan.URL, d.Path, err))
 		}
+		streamTime += e.cfg.now().Sub(t)
+		t = e.cfg.now()
 		verr = e.cfg.Images.Verify(ctx, d.Path, res.Readback)
+		readbackTime += e.cfg.now().Sub(t)
 	}
+	emit.Metric("os_install.stage_seconds", streamTime.Seconds(), "s", map[string]string{"disk": d.Name, "stage": "stream"})
+	emit.Metric("os_install.stage_seconds", readbackTime.Seconds(), "s", map[string]string{"disk": d.Name, "stage": "readback"})
 	if verr != nil {
 		return fail(fmt.Errorf("verifying %s after write: %w", d.Path, verr))
 	}

@@ -8,6 +8,7 @@
 //	curectl report [-o json] [--html FILE] NODE|--run RUN
 //	curectl nodes [list|show NODE|add ...|import FILE|remove NODE|label NODE k=v... k-...]
 //	curectl audit-log [--kind operator|security] [--node NODE] [--limit N] [-o json|yaml|wide]
+//	curectl buckets [--selector k=v,...] [--failed] [--max-runs N] [-o json|yaml]
 //	curectl completion bash|zsh|fish|powershell; curectl man --dir DIR; curectl --version
 //
 // Flags go anywhere on the line. The coordinator is dialled only when a
@@ -127,7 +128,7 @@ CURE_CA, CURE_CERT and CURE_KEY.`,
 	pf.StringVar(&a.key, "key", os.Getenv("CURE_KEY"), "operator client key (default: operators/operator-key.pem beside --ca, if present)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 	root.AddCommand(a.provisionCmd(), a.cancelCmd(), a.watchCmd(), a.reportCmd(), a.auditCmd(),
-		a.nodesCmd(), a.auditLogCmd(), manCmd(root))
+		a.nodesCmd(), a.auditLogCmd(), a.bucketsCmd(), manCmd(root))
 	return root
 }
 

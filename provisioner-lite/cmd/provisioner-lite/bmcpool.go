@@ -31,6 +31,8 @@ type bmcPool struct {
 	log         *slog.Logger
 	// dial is redfish.Connect; tests count it.
 	dial func(ctx context.Context, ep redfish.Endpoint, o redfish.Options) (*redfish.Client, error)
+	// onRetry hears of BMC requests the transport retried (metrics).
+	onRetry func(status int)
 
 	mu      sync.Mutex
 	entries map[string]*bmcEntry
@@ -105,7 +107,7 @@ func (p *bmcPool) login(ctx context.Context, ep redfish.Endpoint, n store.Node) 
 		return nil, ctx.Err()
 	}
 	defer func() { <-p.logins }()
-	c, err := p.dial(ctx, ep, redfish.Options{Timeout: p.conn.timeout, Logger: p.log.With("node", n.ID)})
+	c, err := p.dial(ctx, ep, redfish.Options{Timeout: p.conn.timeout, Logger: p.log.With("node", n.ID), OnRetry: p.onRetry})
 	if err == nil {
 		p.logged.Add(1)
 	}

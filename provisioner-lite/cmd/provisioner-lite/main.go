@@ -77,6 +77,9 @@ type config struct {
 	pprofListen                                string
 	tlsNames                                   []string // extra names of the gRPC server certificate
 	netboot                                    netbootFlags
+	metricsListen, webListen                   string
+	webhooks                                   []string
+	webhookSecret                              string
 }
 
 func main() {
@@ -99,7 +102,7 @@ func main() {
 		}
 	}
 	var c config
-	var imports, tlsNames multiFlag
+	var imports, tlsNames, webhooks multiFlag
 	flag.Usage = func() {
 		usage(flag.CommandLine.Output())
 		fmt.Fprintln(flag.CommandLine.Output(), "\ncoordinator flags:")
@@ -153,6 +156,10 @@ func main() {
 	flag.Var(&tlsNames, "tls-name", "another DNS name or IP the gRPC server certificate carries, besides --advertise, 127.0.0.1 and localhost: "+
 		"a name operators give curectl --server (a DNS name, a VIP), which curectl verifies as given (repeatable)")
 	c.netboot.register(flag.CommandLine)
+	flag.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9464", "serve /metrics, /healthz and /readyz on this address (empty: off; keep it off the provisioning network)")
+	flag.StringVar(&c.webListen, "web-listen", "", "serve the web dashboard (TLS, operator client certificate required) on this address (empty: off)")
+	flag.Var(&webhooks, "webhook", "POST a signed JSON notification to this URL when a run ends or needs attention (repeatable; docs/OBSERVABILITY.md)")
+	flag.StringVar(&c.webhookSecret, "webhook-secret-file", "", "HMAC key of the webhook signature (default: webhook.secret in the state dir, created on first use)")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -162,6 +169,7 @@ func main() {
 	c.imports = imports
 	c.tlsNames = tlsNames
 	c.procRoot = "/proc"
+	c.webhooks = webhooks
 	c.eventLimits.HardEvents = c.eventLimits.MaxEvents + store.DefaultEventLimits.HardEvents - store.DefaultEventLimits.MaxEvents
 	c.retention.BootTokens = store.DefaultRetention.BootTokens
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -469,6 +477,17 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer st.Close()
+	obs := newObservability(st)
+	notifier, err := newNotifier(c.webhooks, nonEmpty(c.webhookSecret, sd.Join("webhook.secret")), obs.m, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Queued webhooks get a few seconds; the rest are abandoned (logged).
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		notifier.Close(cctx)
+	}()
 
 	if c.nodesFile != "" {
 		for _, n := range site.Nodes {
@@ -525,6 +544,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		}
 	}
 	bmcPool := newBMCPool(bmcs, c.bmcIdle, c.bmcInflight, c.bmcLogins, &pacing.Pacer{Rate: c.powerRate, Burst: c.powerBurst}, groupKeys, log)
+	bmcPool.onRetry = obs.m.RedfishHTTPRetry
 	go bmcPool.run(ctx)
 	rec := audit.New(st, log, 0)
 	hub := sessions.NewHub()
@@ -541,10 +561,12 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		TokensPerWindow: c.tokensPerWindow,
 		MaxRuns:         c.maxRuns,
 		NetBoot:         nb.target,
+		Metrics:         obs.m,
+		Notify:          runNotice(notifier),
 	})
 
 	bs, err := bootserver.New(bootserver.Config{ImageDir: c.imageDir, ArtifactDir: artifactDir, BaseURL: baseURL, Logger: log,
-		Limits: bootserver.Limits{MaxConns: c.httpMaxConns}, IPXEBuilds: nb.builds()}, eng)
+		Limits: bootserver.Limits{MaxConns: c.httpMaxConns}, IPXEBuilds: nb.builds(), Served: obs.m.ArtifactServed}, eng)
 	if err != nil {
 		return err
 	}
@@ -561,7 +583,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	opts = append(opts, server.OperatorAuth(rec, log)...)
 	gs := grpc.NewServer(opts...)
 	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Audit: rec, Guard: eng, Instance: c.instance,
-		BindPeer: c.bindBootIP, Limits: c.eventLimits})
+		BindPeer: c.bindBootIP, Limits: c.eventLimits, Metrics: obs.m})
 	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng, Canceler: eng, Instance: c.instance,
 		KnownSKU: sitecheck.KnownSKU(c.manifestDir), BMCCADir: sd.Join("bmc-ca"), Log: log})
 	gl, err := net.Listen("tcp", c.grpcListen)
@@ -580,6 +602,14 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	defer stopNetboot()
 	go func() { errc <- httpSrv.Serve(bs.Listener(hl)) }()
 	go func() { errc <- gs.Serve(netutil.LimitListener(gl, c.grpcMaxConns)) }()
+	obs.h.Listener("http", true)
+	obs.h.Listener("grpc", true)
+	if err := obs.serve(ctx, c.metricsListen, log); err != nil {
+		return err
+	}
+	if err := obs.serveDashboard(ctx, c.webListen, tlsCfg, st, log); err != nil {
+		return err
+	}
 	go st.Maintain(ctx, 10*time.Minute, c.retention, log)
 	n, err := eng.Resume(ctx)
 	if err != nil && ctx.Err() == nil {
@@ -615,6 +645,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 			log.Error("server", "err", err)
 		}
 	}
+	obs.h.ShuttingDown()
 	log.Info("shutting down; active runs resume at next start")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

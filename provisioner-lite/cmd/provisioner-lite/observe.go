@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/cure-oss/cure/provisioner-lite/dashboard"
+
+	"github.com/cure-oss/cure/provisioner-lite/metrics"
+	"github.com/cure-oss/cure/provisioner-lite/notify"
+	"github.com/cure-oss/cure/provisioner-lite/pipeline"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+)
+
+// observability is the coordinator's metrics and health state.
+type observability struct {
+	m *metrics.Metrics
+	h *metrics.Health
+}
+
+// newObservability creates the metrics and hooks the store into them.
+func newObservability(st *store.Store) *observability {
+	m := metrics.New(metrics.Options{})
+	st.ObserveCommits(m.StoreCommit)
+	return &observability{m: m, h: &metrics.Health{StoreCheck: st.Ping}}
+}
+
+// serve starts /metrics, /healthz and /readyz on addr (empty: off). A
+// non-loopback address is allowed (Prometheus usually scrapes from another
+// host) but warned about: the metrics name nodes and runs, and the
+// provisioning network is hostile (docs/SECURITY.md).
+func (o *observability) serve(ctx context.Context, addr string, log *slog.Logger) error {
+	if addr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--metrics-listen %s: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		log.Warn("metrics listener is not on loopback: keep it off the provisioning network (firewall it to the Prometheus host)", "addr", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		// Not fatal: provisioning goes on without metrics (several
+		// instances on one host share the default port).
+		log.Error("metrics listener not started", "addr", addr, "err", err)
+		return nil
+	}
+	srv := metrics.Server(metrics.Mux(o.m, o.h))
+	o.h.Listener("metrics", true)
+	go func() {
+		if err := srv.Serve(ln); err != nil {
+			o.h.Listener("metrics", false)
+		}
+	}()
+	go func() { <-ctx.Done(); srv.Close() }()
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	return nil
+}
+
+// newNotifier starts the webhook notifier (nil without --webhook). The
+// secret lives in the state dir beside the other secrets unless
+// --webhook-secret-file names another file.
+func newNotifier(urls []string, secretFile string, m *metrics.Metrics, log *slog.Logger) (*notify.Notifier, error) {
+	if len(urls) == 0 {
+		return nil, nil
+	}
+	secret, err := notify.LoadSecret(secretFile, log)
+	if err != nil {
+		return nil, err
+	}
+	return notify.New(notify.Config{URLs: urls, Secret: secret, Log: log, Result: m.Webhook})
+}
+
+// runNotice turns a finished run into a webhook (pipeline.Config.Notify).
+func runNotice(n *notify.Notifier) func(pipeline.RunNotice) {
+	if n == nil {
+		return nil
+	}
+	return func(rn pipeline.RunNotice) {
+		r := rn.Run
+		ev := notify.EventRunEnded
+		if r.Status == store.RunAttention {
+			ev = notify.EventRunAttention
+		}
+		n.Notify(notify.Payload{Event: ev, RunID: r.ID, NodeID: r.NodeID, SKU: rn.SKU, Mode: r.Mode, Status: r.Status, Phase: r.Phase,
+			Message: r.Message, Reboots: r.Reboots, StartedAt: r.StartedAt, EndedAt: r.EndedAt})
+	}
+}
+
+// serveDashboard serves the web dashboard on addr (empty: off) over TLS
+// with the coordinator's server certificate, requiring an operator client
+// certificate from its CA: operators sign in as they do with curectl.
+func (o *observability) serveDashboard(ctx context.Context, addr string, tlsCfg *tls.Config, st *store.Store, log *slog.Logger) error {
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--web-listen: %w", err)
+	}
+	srv := &http.Server{Handler: dashboard.Handler(dashboard.Config{Store: st, Auth: dashboard.CertViewer, Log: log}),
+		TLSConfig: dashboard.TLSConfig(tlsCfg), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10}
+	o.h.Listener("web", true)
+	go func() {
+		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("dashboard", "err", err)
+			o.h.Listener("web", false)
+		}
+	}()
+	go func() { <-ctx.Done(); srv.Close() }()
+	log.Info("dashboard listening", "addr", ln.Addr().String())
+	return nil
+}

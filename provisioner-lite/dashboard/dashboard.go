@@ -1,0 +1,547 @@
+// Package dashboard is the coordinator's read-only web dashboard: a fleet
+// view (nodes × current phase, counts per status, failures first, filter by
+// SKU or label, paged), a node page (a Gantt of the run's phases, its time
+// buckets, verdicts worst first, the RMA report) and live updates by
+// server-sent events. Go templates and embedded assets: no build step.
+//
+// Scale: every page is aggregated on the server and paged (PageSize rows);
+// the event stream sends the counts (a few dozen numbers) and only the rows
+// of the nodes the page shows that changed, never the fleet.
+//
+// Security (docs/SECURITY.md): every request is authenticated by Auth (the
+// operator's verified client certificate, as for curectl); the dashboard
+// offers no action, so it takes GET only (no CSRF surface); pages are
+// served with a strict CSP (no inline script), no-store and no framing; no
+// secret is ever in a URL.
+package dashboard
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/curectl"
+	"github.com/cure-oss/cure/provisioner-lite/server"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/provisioner-lite/timebuckets"
+)
+
+//go:embed assets/*
+var assets embed.FS
+
+//go:embed templates/*.html
+var templates embed.FS
+
+var tmpl = template.Must(template.New("").Funcs(template.FuncMap{
+	"dur":   func(d time.Duration) string { return roundDur(d) },
+	"ms":    func(t time.Time) int64 { return t.UnixMilli() },
+	"stamp": func(t time.Time) string { return stamp(t) },
+	"pct":   func(f float64) string { return strconv.FormatFloat(f, 'f', 3, 64) },
+	"q":     url.QueryEscape,
+}).ParseFS(templates, "templates/*.html"))
+
+// Config configures the dashboard.
+type Config struct {
+	Store *store.Store
+	// Auth authenticates a request (CertViewer in production).
+	Auth func(*http.Request) (Viewer, error)
+	Log  *slog.Logger
+	// PageSize is the fleet view's rows per page (default 100).
+	PageSize int
+	// Interval is how often the event stream looks for changes (default 1s).
+	Interval time.Duration
+}
+
+// Handler serves the dashboard.
+func Handler(cfg Config) http.Handler {
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = 100
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	d := &dash{cfg: cfg}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", d.fleet)
+	mux.HandleFunc("GET /nodes/{id}", d.node)
+	mux.HandleFunc("GET /nodes/{id}/report", d.report)
+	mux.HandleFunc("GET /events", d.events)
+	mux.Handle("GET /assets/", http.FileServerFS(assets))
+	return d.guard(mux)
+}
+
+type dash struct{ cfg Config }
+
+// guard authenticates, refuses anything but GET/HEAD and sets the headers
+// every answer carries.
+func (d *dash) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			h.Set("Allow", "GET, HEAD")
+			http.Error(w, "the dashboard is read-only", http.StatusMethodNotAllowed)
+			return
+		}
+		v, err := d.cfg.Auth(r)
+		if err != nil {
+			d.cfg.Log.Warn("dashboard: refused", "peer", r.RemoteAddr, "path", r.URL.Path, "err", err)
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), viewerKey{}, v)))
+	})
+}
+
+type viewerKey struct{}
+
+func viewerOf(r *http.Request) Viewer { v, _ := r.Context().Value(viewerKey{}).(Viewer); return v }
+
+// Row is a node in the fleet view.
+type Row struct {
+	Node, SKU, Status, Phase, RunID, Message string
+	Ended                                    time.Time
+}
+
+// Fleet is the aggregated fleet view.
+type Fleet struct {
+	Nodes    int
+	ByStatus []Count
+	ByPhase  []Count
+	Rows     []Row // this page
+	Page     int
+	Pages    int
+	Prev     int // 0: none
+	Next     int // 0: none
+	Filter   Filter
+}
+
+// Count is one status or phase and its node count.
+type Count struct {
+	Name string
+	N    int
+}
+
+// Filter selects nodes by SKU and one label.
+type Filter struct{ SKU, Label string }
+
+func (f Filter) matches(n store.NodeSummary) bool {
+	if f.SKU != "" && n.SKU != f.SKU {
+		return false
+	}
+	if f.Label != "" {
+		k, v, _ := strings.Cut(f.Label, "=")
+		if n.Labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (f Filter) Query() string {
+	q := url.Values{}
+	if f.SKU != "" {
+		q.Set("sku", f.SKU)
+	}
+	if f.Label != "" {
+		q.Set("label", f.Label)
+	}
+	return q.Encode()
+}
+
+// statusRank orders the fleet view: what needs a human first.
+func statusRank(s string) int {
+	switch s {
+	case store.RunFailed:
+		return 0
+	case store.RunAttention:
+		return 1
+	case store.RunRunning, store.RunPending:
+		return 2
+	case store.RunCanceled:
+		return 3
+	case store.RunSucceeded:
+		return 4
+	}
+	return 5
+}
+
+// BuildFleet aggregates the fleet from two queries (nodes, latest runs).
+func BuildFleet(ctx context.Context, st *store.Store, f Filter, page, pageSize int) (Fleet, []Row, error) {
+	nodes, err := st.NodeSummaries(ctx)
+	if err != nil {
+		return Fleet{}, nil, err
+	}
+	latest, err := st.LatestRunSummaries(ctx)
+	if err != nil {
+		return Fleet{}, nil, err
+	}
+	byStatus, byPhase := map[string]int{}, map[string]int{}
+	var rows []Row
+	for _, n := range nodes {
+		if !f.matches(n) {
+			continue
+		}
+		row := Row{Node: n.ID, SKU: n.SKU, Status: "none"}
+		if r, ok := latest[n.ID]; ok {
+			row.Status, row.Phase, row.RunID, row.Message, row.Ended = r.Status, r.Phase, r.ID, r.Message, r.EndedAt
+			if r.Status == store.RunRunning || r.Status == store.RunPending {
+				byPhase[nonEmpty(r.Phase, "start")]++
+			}
+		}
+		byStatus[row.Status]++
+		rows = append(rows, row)
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		if a, b := statusRank(rows[i].Status), statusRank(rows[j].Status); a != b {
+			return a < b
+		}
+		return rows[i].Node < rows[j].Node
+	})
+	fl := Fleet{Nodes: len(rows), ByStatus: counts(byStatus), ByPhase: counts(byPhase), Filter: f}
+	fl.Pages = max(1, (len(rows)+pageSize-1)/pageSize)
+	fl.Page = min(max(page, 1), fl.Pages)
+	if fl.Page > 1 {
+		fl.Prev = fl.Page - 1
+	}
+	if fl.Page < fl.Pages {
+		fl.Next = fl.Page + 1
+	}
+	lo := (fl.Page - 1) * pageSize
+	fl.Rows = rows[min(lo, len(rows)):min(lo+pageSize, len(rows))]
+	return fl, rows, nil
+}
+
+func counts(m map[string]int) []Count {
+	out := make([]Count, 0, len(m))
+	for k, v := range m {
+		out = append(out, Count{k, v})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if a, b := statusRank(out[i].Name), statusRank(out[j].Name); a != b {
+			return a < b
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+func nonEmpty(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func filterOf(r *http.Request) Filter {
+	return Filter{SKU: r.URL.Query().Get("sku"), Label: r.URL.Query().Get("label")}
+}
+
+func (d *dash) fleet(w http.ResponseWriter, r *http.Request) {
+	page, _ := strconv.Atoi(r.URL.Query().Get("page"))
+	fl, _, err := BuildFleet(r.Context(), d.cfg.Store, filterOf(r), page, d.cfg.PageSize)
+	if err != nil {
+		d.fail(w, err)
+		return
+	}
+	d.render(w, "fleet.html", map[string]any{"F": fl, "Viewer": viewerOf(r), "Now": time.Now()})
+}
+
+// NodeView is the node as the page shows it.
+type NodeView struct {
+	ID, SKU, Hostname, Serial string
+	MACs                      []string
+	Labels                    map[string]string
+}
+
+// Bar is a phase in the node page's Gantt chart (positions in % of the run).
+type Bar struct {
+	Name, Status string
+	Left, Width  float64
+	Duration     time.Duration
+	Attempts     int
+	Start        time.Time
+	Message      string
+}
+
+func (d *dash) node(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	n, err := d.cfg.Store.GetNode(ctx, id)
+	if err != nil {
+		http.Error(w, "no node "+id, http.StatusNotFound)
+		return
+	}
+	// Only what an operator needs to see: never the BMC credentials.
+	data := map[string]any{"Node": NodeView{ID: n.ID, SKU: n.SKU, Hostname: n.Hostname, Serial: n.SystemSerial, MACs: n.MACs, Labels: n.Labels},
+		"Viewer": viewerOf(r)}
+	run, err := d.runOf(ctx, id, r.URL.Query().Get("run"))
+	if err == nil {
+		phases, err := d.cfg.Store.Phases(ctx, run.ID)
+		if err != nil {
+			d.fail(w, err)
+			return
+		}
+		events, err := d.cfg.Store.Events(ctx, run.ID, 0, 0)
+		if err != nil {
+			d.fail(w, err)
+			return
+		}
+		vs, err := d.cfg.Store.Verdicts(ctx, run.ID)
+		if err != nil {
+			d.fail(w, err)
+			return
+		}
+		now := time.Now()
+		data["Run"] = run
+		data["Bars"] = gantt(run, phases, now)
+		data["Reboots"] = rebootMarks(run, timebuckets.RebootTimes(phases, events), now)
+		data["Buckets"] = timebuckets.Compute(run, phases, events, now)
+		data["Verdicts"] = worstFirst(vs)
+		runs, _ := d.cfg.Store.RunsOfNode(ctx, id)
+		if len(runs) > 20 {
+			runs = runs[:20]
+		}
+		data["Runs"] = runs
+	}
+	d.render(w, "node.html", data)
+}
+
+func (d *dash) runOf(ctx context.Context, node, runID string) (store.Run, error) {
+	if runID == "" {
+		return d.cfg.Store.LatestRun(ctx, node)
+	}
+	r, err := d.cfg.Store.GetRun(ctx, runID)
+	if err == nil && r.NodeID != node {
+		return store.Run{}, store.ErrNotFound
+	}
+	return r, err
+}
+
+// gantt places each phase on the run's time axis.
+func gantt(run store.Run, phases []store.Phase, now time.Time) []Bar {
+	start, end := run.StartedAt, run.EndedAt
+	if end.IsZero() {
+		end = now
+	}
+	total := end.Sub(start)
+	if total <= 0 {
+		total = time.Millisecond
+	}
+	var bars []Bar
+	for _, p := range phases {
+		if p.StartedAt.IsZero() {
+			continue
+		}
+		pe := p.EndedAt
+		if pe.IsZero() {
+			pe = end
+		}
+		l := 100 * float64(p.StartedAt.Sub(start)) / float64(total)
+		wd := 100 * float64(pe.Sub(p.StartedAt)) / float64(total)
+		l = min(max(l, 0), 100)
+		wd = min(max(wd, 0.3), 100-l) // a visible sliver for instant phases
+		bars = append(bars, Bar{Name: p.Name, Status: p.Status, Left: l, Width: wd, Duration: pe.Sub(p.StartedAt), Attempts: p.Attempts, Start: p.StartedAt, Message: p.Message})
+	}
+	return bars
+}
+
+// Mark is a reboot on the Gantt's time axis.
+type Mark struct {
+	Left float64
+	At   time.Time
+}
+
+func rebootMarks(run store.Run, ts []time.Time, now time.Time) []Mark {
+	end := run.EndedAt
+	if end.IsZero() {
+		end = now
+	}
+	total := end.Sub(run.StartedAt)
+	if total <= 0 {
+		return nil
+	}
+	var out []Mark
+	for _, t := range ts {
+		out = append(out, Mark{Left: min(max(100*float64(t.Sub(run.StartedAt))/float64(total), 0), 100), At: t})
+	}
+	return out
+}
+
+func verdictRank(s string) int {
+	switch s {
+	case "FAIL", "ERROR":
+		return 0
+	case "DRIFT":
+		return 1
+	case "SKIP":
+		return 2
+	}
+	return 3
+}
+
+func worstFirst(vs []store.Verdict) []store.Verdict {
+	vs = slices.Clone(vs)
+	sort.SliceStable(vs, func(i, j int) bool { return verdictRank(vs[i].Status) < verdictRank(vs[j].Status) })
+	return vs
+}
+
+// report is the self-contained RMA report curectl writes (curectl report --html).
+func (d *dash) report(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	run, err := d.runOf(ctx, r.PathValue("id"), r.URL.Query().Get("run"))
+	if err != nil {
+		http.Error(w, "no run", http.StatusNotFound)
+		return
+	}
+	rep, err := server.BuildReport(ctx, d.cfg.Store, run)
+	if err != nil {
+		d.fail(w, err)
+		return
+	}
+	evs, err := d.cfg.Store.Events(ctx, run.ID, 0, 0)
+	if err != nil {
+		d.fail(w, err)
+		return
+	}
+	tl := make([]*curev1.TimelineEntry, 0, len(evs))
+	for _, e := range evs {
+		tl = append(tl, server.TimelineEntry(e))
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	// The report is self-contained with inline styles: relax the CSP for it.
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'")
+	if err := curectl.WriteHTML(w, rep, tl); err != nil {
+		d.cfg.Log.Error("dashboard report", "run", run.ID, "err", err)
+	}
+}
+
+// Delta is one event-stream message: the counts, and the rows of the
+// watched nodes that changed since the last message.
+type Delta struct {
+	Nodes    int     `json:"nodes"`
+	ByStatus []Count `json:"by_status"`
+	ByPhase  []Count `json:"by_phase"`
+	Changed  []Row   `json:"changed"`
+	Time     int64   `json:"time"`
+}
+
+// events streams deltas for the nodes listed in ?nodes= (those on the
+// page, at most 500) and the filter's counts.
+func (d *dash) events(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	watch := map[string]bool{}
+	for _, n := range strings.Split(r.URL.Query().Get("nodes"), ",") {
+		if n != "" && len(watch) < 500 {
+			watch[n] = true
+		}
+	}
+	f := filterOf(r)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("X-Accel-Buffering", "no")
+	last := map[string]Row{}
+	lastCounts := ""
+	first := true
+	t := time.NewTicker(d.cfg.Interval)
+	defer t.Stop()
+	for {
+		_, rows, err := BuildFleet(r.Context(), d.cfg.Store, f, 1, 1)
+		if err != nil {
+			if r.Context().Err() != nil {
+				return
+			}
+			d.cfg.Log.Error("dashboard events", "err", err)
+		} else {
+			var delta Delta
+			byStatus, byPhase := map[string]int{}, map[string]int{}
+			for _, row := range rows {
+				byStatus[row.Status]++
+				if row.Status == store.RunRunning || row.Status == store.RunPending {
+					byPhase[nonEmpty(row.Phase, "start")]++
+				}
+				if !watch[row.Node] {
+					continue
+				}
+				row.Message = clip(row.Message, 200)
+				if prev, ok := last[row.Node]; first || !ok || prev != row {
+					delta.Changed = append(delta.Changed, row)
+					last[row.Node] = row
+				}
+			}
+			delta.Nodes, delta.ByStatus, delta.ByPhase, delta.Time = len(rows), counts(byStatus), counts(byPhase), time.Now().UnixMilli()
+			c, _ := json.Marshal([]any{delta.Nodes, delta.ByStatus, delta.ByPhase})
+			if first || len(delta.Changed) > 0 || string(c) != lastCounts {
+				b, _ := json.Marshal(delta)
+				if _, err := fmt.Fprintf(w, "event: delta\ndata: %s\n\n", b); err != nil {
+					return
+				}
+				fl.Flush()
+				lastCounts = string(c)
+			}
+			first = false
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func (d *dash) render(w http.ResponseWriter, name string, data any) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := tmpl.ExecuteTemplate(w, name, data); err != nil {
+		d.cfg.Log.Error("dashboard render", "page", name, "err", err)
+	}
+}
+
+func (d *dash) fail(w http.ResponseWriter, err error) {
+	d.cfg.Log.Error("dashboard", "err", err)
+	http.Error(w, "store unavailable", http.StatusServiceUnavailable)
+}
+
+func roundDur(d time.Duration) string {
+	switch {
+	case d >= time.Minute:
+		return d.Round(time.Second).String()
+	case d >= time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}

@@ -1,0 +1,399 @@
+// Package timebuckets splits a run's wall time into the buckets an
+// optimizer needs (queue, BMC operations, boot into CURE and its steps,
+// each firmware phase with its reboots, the OS install and its stages,
+// boot into the installed OS, retries, coordinator overhead), computed from
+// the stored timeline only: a pure function of the run, its phase records
+// and its events, so any report, the dashboard and the fleet summary agree.
+//
+// The top-level buckets partition [run start, run end] exactly: their sum is
+// the run's wall time. Only the coordinator's clock places boundaries (phase
+// records, coordinator events); what the node reports (its uptime at Hello,
+// its install stage durations) is used as durations inside a bucket, clamped
+// to it, never to move a boundary.
+package timebuckets
+
+import (
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+)
+
+// Bucket names.
+const (
+	Queued          = "queued"            // request accepted → first phase started
+	BMCOps          = "bmc_operations"    // preflight, boot overrides, power on
+	BootToCURE      = "boot_to_cure"      // power-on → PXE → runner registered
+	FirmwarePOST    = "firmware_post"     // (boot_to_cure) power-on → iPXE script served
+	IPXEDownload    = "ipxe_download"     // (boot_to_cure) script → kernel started (kernel and initrd download)
+	KernelAndRunner = "kernel_and_runner" // (boot_to_cure) kernel start → runner Hello
+	Registration    = "registration"      // (boot_to_cure) Hello → phase end
+	FirmwarePrefix  = "firmware/"         // one per firmware phase (bmc, bios, ..., sed_revert)
+	OSInstall       = "os_install"
+	ImageStream     = "image_stream"   // (os_install) download + decode + write, streamed together
+	ImageReadback   = "image_readback" // (os_install) read-back verification
+	InstallOther    = "install_other"  // (os_install) planning, seed, partition table, reporting
+	BootInstalledOS = "boot_installed_os"
+	RebootRequest   = "reboot_request"      // (boot_installed_os) phase start → reboot sent
+	OSBootCallback  = "os_boot_to_callback" // (boot_installed_os) reboot → the installed OS called back
+	RetryPrefix     = "retry/"              // time before a phase's last attempt: failed attempts and backoff
+	Overhead        = "coordinator"         // between phases, nothing else to blame
+	Finish          = "finish"              // last phase end → run end
+	PhasePrefix     = "phase/"              // any other phase (validate, power_off...)
+	Unattributed    = "unattributed"        // (any) part of a bucket whose steps the timeline does not show
+)
+
+// Bucket is a span of a run's wall time.
+type Bucket struct {
+	Name     string
+	Duration time.Duration
+	// Reboots of the node inside this bucket (firmware activation, BIOS
+	// settings, power-on).
+	Reboots int
+	// Attempts of the phase (phase buckets; 0 otherwise).
+	Attempts int
+	// Sub partitions Duration, when known.
+	Sub []Bucket
+}
+
+// Breakdown is a run split into buckets.
+type Breakdown struct {
+	RunID, NodeID, Mode, Status string
+	Wall                        time.Duration
+	Buckets                     []Bucket // in order of first appearance
+}
+
+// Total is the sum of the top-level buckets (equal to Wall).
+func (b Breakdown) Total() time.Duration {
+	var d time.Duration
+	for _, x := range b.Buckets {
+		d += x.Duration
+	}
+	return d
+}
+
+// Get returns the bucket named name (top level or sub), ok=false if absent.
+func (b Breakdown) Get(name string) (Bucket, bool) {
+	for _, x := range b.Buckets {
+		if x.Name == name {
+			return x, true
+		}
+		for _, s := range x.Sub {
+			if s.Name == name {
+				return s, true
+			}
+		}
+	}
+	return Bucket{}, false
+}
+
+// phaseBucket names the bucket of a phase.
+func phaseBucket(phase string) string {
+	switch phase {
+	case modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.SetBootDisk:
+		return BMCOps
+	case modes.WaitForCURE:
+		return BootToCURE
+	case modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX, modes.NIC, modes.DPU, modes.NVMe, modes.SEDRevert:
+		return FirmwarePrefix + phase
+	case modes.OSInstall:
+		return OSInstall
+	case modes.WaitForHostOS:
+		return BootInstalledOS
+	}
+	return PhasePrefix + phase
+}
+
+// Message prefixes of the coordinator events the buckets read (written by
+// pipeline and server: keep them in step).
+const (
+	msgReboot     = "re-armed PXE once and reset the host"
+	msgHostReboot = "rebooting into the installed OS"
+	msgIPXE       = "iPXE script served"
+	msgHello      = "runner connected"
+)
+
+var uptimeRE = regexp.MustCompile(`guest_uptime=(\d+)ms`)
+
+// StageMetric is the runner metric that carries an install stage's
+// duration in seconds, its stage label naming it (stream, readback).
+const StageMetric = "os_install.stage_seconds"
+
+var stageRE = regexp.MustCompile(`^` + regexp.QuoteMeta(StageMetric) + `=([0-9.eE+-]+)s\b.*\bstage=(stream|readback)\b`)
+
+type span struct {
+	name       string
+	start, end time.Time
+	phase      *store.Phase
+}
+
+// Compute splits run into buckets. now ends a run still going.
+func Compute(run store.Run, phases []store.Phase, events []store.Event, now time.Time) Breakdown {
+	end := run.EndedAt
+	if end.IsZero() {
+		end = now
+	}
+	start := run.StartedAt
+	if end.Before(start) {
+		end = start
+	}
+	out := Breakdown{RunID: run.ID, NodeID: run.NodeID, Mode: run.Mode, Status: run.Status, Wall: end.Sub(start)}
+
+	ps := slices.Clone(phases)
+	ps = slices.DeleteFunc(ps, func(p store.Phase) bool { return p.StartedAt.IsZero() })
+	slices.SortStableFunc(ps, func(a, b store.Phase) int { return a.StartedAt.Compare(b.StartedAt) })
+
+	var spans []span
+	// Gaps of no length are left out; a phase is kept even when it took no
+	// measurable time (stored times are milliseconds), so it always shows.
+	add := func(name string, a, b time.Time, p *store.Phase) {
+		a, b = clampT(a, start, end), clampT(b, start, end)
+		if b.After(a) || (p != nil && !b.Before(a)) {
+			spans = append(spans, span{name, a, b, p})
+		}
+	}
+	cursor := start
+	for i := range ps {
+		p := &ps[i]
+		pStart := p.StartedAt
+		if pStart.Before(cursor) {
+			pStart = cursor
+		}
+		gap := Overhead
+		switch {
+		case i == 0 && p.Attempts <= 1:
+			gap = Queued
+		case p.Attempts > 1:
+			gap = RetryPrefix + p.Name
+		}
+		add(gap, cursor, pStart, nil)
+		pEnd := p.EndedAt
+		if pEnd.IsZero() || p.Status == "running" {
+			pEnd = end
+		}
+		if pEnd.Before(pStart) {
+			pEnd = pStart
+		}
+		add(phaseBucket(p.Name), pStart, pEnd, p)
+		if pEnd.After(cursor) {
+			cursor = clampT(pEnd, start, end)
+		}
+	}
+	if len(ps) == 0 {
+		add(Queued, cursor, end, nil)
+	} else {
+		add(Finish, cursor, end, nil)
+	}
+
+	reboots := rebootsByPhase(events)
+	for _, s := range spans {
+		d := s.end.Sub(s.start)
+		i := slices.IndexFunc(out.Buckets, func(b Bucket) bool { return b.Name == s.name })
+		if i < 0 {
+			out.Buckets = append(out.Buckets, Bucket{Name: s.name})
+			i = len(out.Buckets) - 1
+		}
+		b := &out.Buckets[i]
+		b.Duration += d
+		if s.phase == nil {
+			continue
+		}
+		b.Attempts += s.phase.Attempts
+		b.Reboots += reboots[s.phase.Name]
+		if s.phase.Name == modes.PoweringOn && s.phase.Status == "ok" {
+			b.Reboots++ // powering on (or the ForceRestart) is the boot into PXE
+		}
+		b.Sub = mergeSub(b.Sub, subBuckets(s, events))
+	}
+	// A bucket whose steps are known for one span but not another (a
+	// wait_for_cure attempt with no Hello) keeps the rest as unattributed,
+	// so the sub-buckets always add up to it.
+	for i := range out.Buckets {
+		b := &out.Buckets[i]
+		if b.Sub == nil {
+			continue
+		}
+		var sum time.Duration
+		for _, s := range b.Sub {
+			sum += s.Duration
+		}
+		if sum < b.Duration {
+			b.Sub = mergeSub(b.Sub, []Bucket{{Name: Unattributed, Duration: b.Duration - sum}})
+		}
+	}
+	return out
+}
+
+func clampT(t, lo, hi time.Time) time.Time {
+	if t.Before(lo) {
+		return lo
+	}
+	if t.After(hi) {
+		return hi
+	}
+	return t
+}
+
+// rebootsByPhase counts the coordinator's reboot events per phase.
+func rebootsByPhase(events []store.Event) map[string]int {
+	m := map[string]int{}
+	for _, e := range events {
+		if e.Source == "coordinator" && e.Kind == "info" && (strings.HasPrefix(e.Message, msgReboot) || strings.HasPrefix(e.Message, msgHostReboot)) {
+			m[e.Phase]++
+		}
+	}
+	return m
+}
+
+func mergeSub(have, add []Bucket) []Bucket {
+	for _, a := range add {
+		if i := slices.IndexFunc(have, func(b Bucket) bool { return b.Name == a.Name }); i >= 0 {
+			have[i].Duration += a.Duration
+		} else {
+			have = append(have, a)
+		}
+	}
+	return have
+}
+
+// inWindow is the coordinator events of kind info inside [s.start, s.end]
+// whose message starts with prefix.
+func inWindow(s span, events []store.Event, prefix string) []store.Event {
+	var out []store.Event
+	for _, e := range events {
+		if e.Source == "coordinator" && e.Kind == "info" && strings.HasPrefix(e.Message, prefix) && !e.Time.Before(s.start) && !e.Time.After(s.end) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// subBuckets partitions a phase span where the timeline knows its steps.
+func subBuckets(s span, events []store.Event) []Bucket {
+	switch s.phase.Name {
+	case modes.WaitForCURE:
+		return bootSteps(s, events)
+	case modes.WaitForHostOS:
+		rb := inWindow(s, events, msgHostReboot)
+		if len(rb) == 0 {
+			return nil
+		}
+		t := rb[len(rb)-1].Time
+		return partition(s.start, s.end, []mark{{s.start, RebootRequest}, {t, OSBootCallback}})
+	case modes.OSInstall:
+		return installStages(s, events)
+	}
+	return nil
+}
+
+type mark struct {
+	t    time.Time
+	name string
+}
+
+// partition turns ordered marks into consecutive buckets over [a, b]; every
+// name appears, even at zero length, so sub-buckets line up across runs.
+func partition(a, b time.Time, marks []mark) []Bucket {
+	var out []Bucket
+	for i, m := range marks {
+		from := clampT(m.t, a, b)
+		to := b
+		if i+1 < len(marks) {
+			to = clampT(marks[i+1].t, from, b)
+		}
+		out = append(out, Bucket{Name: m.name, Duration: to.Sub(from)})
+	}
+	return out
+}
+
+// bootSteps splits wait_for_cure at the last iPXE script served and the
+// runner's Hello (coordinator times); the kernel's start is the Hello's
+// time minus the uptime the runner reported, kept between the two. A boot
+// fast enough to register before the phase began (or a runner that was
+// already there) counts as registration only.
+func bootSteps(s span, events []store.Event) []Bucket {
+	before := span{name: s.name, start: time.Time{}, end: s.end, phase: s.phase}
+	hellos := inWindow(before, events, msgHello)
+	if len(hellos) == 0 {
+		return nil
+	}
+	hello := hellos[len(hellos)-1]
+	var ipxe time.Time
+	for _, e := range inWindow(before, events, msgIPXE) {
+		if !e.Time.After(hello.Time) {
+			ipxe = e.Time
+		}
+	}
+	if ipxe.IsZero() || ipxe.Before(s.start) {
+		ipxe = s.start // served before the phase (a boot the coordinator requested earlier)
+	}
+	kernel := ipxe
+	if m := uptimeRE.FindStringSubmatch(hello.Message); m != nil {
+		if ms, err := strconv.ParseInt(m[1], 10, 64); err == nil {
+			kernel = clampT(hello.Time.Add(-time.Duration(ms)*time.Millisecond), ipxe, hello.Time)
+		}
+	}
+	return partition(s.start, s.end, []mark{{s.start, FirmwarePOST}, {ipxe, IPXEDownload}, {kernel, KernelAndRunner}, {hello.Time, Registration}})
+}
+
+// installStages splits os_install by the stage durations the runner
+// reported (the last report of each stage), scaled down if together they
+// exceed the phase (a node's clock runs at its own pace).
+func installStages(s span, events []store.Event) []Bucket {
+	var stream, readback float64
+	found := false
+	for _, e := range events {
+		if e.Kind != "metric" || e.Phase != modes.OSInstall {
+			continue
+		}
+		m := stageRE.FindStringSubmatch(e.Message)
+		if m == nil {
+			continue
+		}
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil || v < 0 || v > 1e7 {
+			continue
+		}
+		found = true
+		if m[2] == "stream" {
+			stream = v
+		} else {
+			readback = v
+		}
+	}
+	if !found {
+		return nil
+	}
+	total := s.end.Sub(s.start)
+	st := time.Duration(stream * float64(time.Second))
+	rb := time.Duration(readback * float64(time.Second))
+	if st+rb > total {
+		f := float64(total) / float64(st+rb)
+		st = time.Duration(float64(st) * f)
+		rb = total - st
+	}
+	return []Bucket{{Name: ImageStream, Duration: st}, {Name: ImageReadback, Duration: rb}, {Name: InstallOther, Duration: total - st - rb}}
+}
+
+// RebootTimes is when the coordinator rebooted the node during the run: the
+// end of a successful powering_on, and every reboot event (firmware
+// activation, BIOS settings, recovery, the reboot into the installed OS).
+func RebootTimes(phases []store.Phase, events []store.Event) []time.Time {
+	var out []time.Time
+	for _, p := range phases {
+		if p.Name == modes.PoweringOn && p.Status == "ok" && !p.EndedAt.IsZero() {
+			out = append(out, p.EndedAt)
+		}
+	}
+	for _, e := range events {
+		if e.Source == "coordinator" && e.Kind == "info" && (strings.HasPrefix(e.Message, msgReboot) || strings.HasPrefix(e.Message, msgHostReboot)) {
+			out = append(out, e.Time)
+		}
+	}
+	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
+	return out
+}
