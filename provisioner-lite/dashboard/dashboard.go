@@ -32,6 +32,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/curectl"
+	"github.com/cure-oss/cure/provisioner-lite/inventory"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/timebuckets"
@@ -293,6 +294,15 @@ func (d *dash) node(w http.ResponseWriter, r *http.Request) {
 	// Only what an operator needs to see: never the BMC credentials.
 	data := map[string]any{"Node": NodeView{ID: n.ID, SKU: n.SKU, Hostname: n.Hostname, Serial: n.SystemSerial, MACs: n.MACs, Labels: n.Labels},
 		"Viewer": viewerOf(r)}
+	// The latest boot's hardware, as the runner reported it (stored cleaned
+	// and bounded; html/template escapes it again).
+	if rec, err := d.cfg.Store.LatestInventory(ctx, id); err == nil {
+		if inv, err := inventory.Unmarshal(rec.JSON); err == nil {
+			data["Inventory"] = curectl.InventorySections(inv)
+			data["InventoryHeading"] = curectl.InventoryHeading(&curev1.InventoryRecord{BootId: rec.BootID, RunId: rec.RunID,
+				TimeUnixMs: rec.Time.UnixMilli(), Peer: rec.Peer, Truncated: rec.Truncated}, "")
+		}
+	}
 	run, err := d.runOf(ctx, id, r.URL.Query().Get("run"))
 	if err == nil {
 		phases, err := d.cfg.Store.Phases(ctx, run.ID)

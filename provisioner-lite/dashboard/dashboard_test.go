@@ -366,3 +366,36 @@ func BenchmarkFleetPage5000(b *testing.B) {
 	}
 	b.ReportMetric(float64(size), "page-bytes")
 }
+
+// The node page shows the hardware the runner reported at its latest boot,
+// escaped: a hostile runner's strings never become markup.
+func TestDashboardNodeInventory(t *testing.T) {
+	st := fleetStore(t, 2)
+	h := dashboard.Handler(dashboard.Config{Store: st, Auth: viewer, Log: quiet})
+	get := func() string {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/nodes/node-0001", nil))
+		if rec.Code != 200 {
+			t.Fatalf("node page: %d", rec.Code)
+		}
+		return rec.Body.String()
+	}
+	if body := get(); !strings.Contains(body, "No hardware reported yet") {
+		t.Errorf("node page without an inventory does not say so")
+	}
+	js := `{"system":{"vendor":"Supermicro","product":"AS-8125GS","serial":"S4XY<script>x</script>","biosVersion":"2.1"},` +
+		`"gpus":[{"pciAddress":"0000:c1:00.0","name":"H100 SXM5"}],"cpuCount":224}`
+	if _, err := st.PutInventory(t.Context(), store.InventoryRecord{NodeID: "node-0001", RunID: "run-node-0001", BootID: "boot-1",
+		Time: time.Now(), Peer: "10.0.0.9", JSON: []byte(js)}); err != nil {
+		t.Fatal(err)
+	}
+	body := get()
+	for _, want := range []string{"AS-8125GS", "0000:c1:00.0", "H100 SXM5", "224", "boot-1", "S4XY&lt;script&gt;"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("node page lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "<script>x</script>") {
+		t.Error("inventory text rendered as markup")
+	}
+}
