@@ -34,7 +34,10 @@ const (
 	Registration    = "registration"      // (boot_to_cure) Hello → phase end
 	FirmwarePrefix  = "firmware/"         // one per firmware phase (bmc, bios, ..., sed_revert)
 	OSInstall       = "os_install"
-	ImageStream     = "image_stream"   // (os_install) download + decode + write, streamed together
+	ImageStream     = "image_stream"   // (os_install) download + decode + write, from a runner that does not split them
+	ImageDownload   = "image_download" // (os_install) the stream held up by the network (and each chunk's sha256)
+	ImageDecode     = "image_decode"   // (os_install) the stream held up by decompression
+	ImageWrite      = "image_write"    // (os_install) the stream held up by the disk (writes, fsync)
 	ImageReadback   = "image_readback" // (os_install) read-back verification
 	InstallOther    = "install_other"  // (os_install) planning, seed, partition table, reporting
 	BootInstalledOS = "boot_installed_os"
@@ -123,7 +126,7 @@ var uptimeRE = regexp.MustCompile(`guest_uptime=(\d+)ms`)
 // duration in seconds, its stage label naming it (stream, readback).
 const StageMetric = "os_install.stage_seconds"
 
-var stageRE = regexp.MustCompile(`^` + regexp.QuoteMeta(StageMetric) + `=([0-9.eE+-]+)s\b.*\bstage=(stream|readback)\b`)
+var stageRE = regexp.MustCompile(`^` + regexp.QuoteMeta(StageMetric) + `=([0-9.eE+-]+)s\b.*\bstage=(stream|download|decode|write|readback)\b`)
 
 type span struct {
 	name       string
@@ -344,8 +347,10 @@ func bootSteps(s span, events []store.Event) []Bucket {
 // reported (the last report of each stage), scaled down if together they
 // exceed the phase (a node's clock runs at its own pace).
 func installStages(s span, events []store.Event) []Bucket {
-	var stream, readback float64
-	found := false
+	// The last report of each stage, in the order the buckets show them.
+	names := map[string]string{"stream": ImageStream, "download": ImageDownload, "decode": ImageDecode, "write": ImageWrite, "readback": ImageReadback}
+	order := []string{"stream", "download", "decode", "write", "readback"}
+	vals := map[string]float64{}
 	for _, e := range events {
 		if e.Kind != "metric" || e.Phase != modes.OSInstall {
 			continue
@@ -358,25 +363,45 @@ func installStages(s span, events []store.Event) []Bucket {
 		if err != nil || v < 0 || v > 1e7 {
 			continue
 		}
-		found = true
-		if m[2] == "stream" {
-			stream = v
-		} else {
-			readback = v
-		}
+		vals[m[2]] = v
 	}
-	if !found {
+	if len(vals) == 0 {
 		return nil
 	}
-	total := s.end.Sub(s.start)
-	st := time.Duration(stream * float64(time.Second))
-	rb := time.Duration(readback * float64(time.Second))
-	if st+rb > total {
-		f := float64(total) / float64(st+rb)
-		st = time.Duration(float64(st) * f)
-		rb = total - st
+	if _, split := vals["download"]; split {
+		// A runner that splits the stream reports no "stream" of its own.
+		delete(vals, "stream")
 	}
-	return []Bucket{{Name: ImageStream, Duration: st}, {Name: ImageReadback, Duration: rb}, {Name: InstallOther, Duration: total - st - rb}}
+	total := s.end.Sub(s.start)
+	var ds []time.Duration
+	var sum time.Duration
+	var used []string
+	for _, k := range order {
+		v, ok := vals[k]
+		if !ok {
+			continue
+		}
+		d := time.Duration(v * float64(time.Second))
+		ds = append(ds, d)
+		used = append(used, k)
+		sum += d
+	}
+	if sum > total {
+		// The node's clock runs at its own pace: scale to the phase.
+		f := float64(total) / float64(sum)
+		sum = 0
+		for i := range ds {
+			ds[i] = time.Duration(float64(ds[i]) * f)
+			sum += ds[i]
+		}
+		ds[len(ds)-1] += total - sum
+		sum = total
+	}
+	var out []Bucket
+	for i, k := range used {
+		out = append(out, Bucket{Name: names[k], Duration: ds[i]})
+	}
+	return append(out, Bucket{Name: InstallOther, Duration: total - sum})
 }
 
 // RebootTimes is when the coordinator rebooted the node during the run: the

@@ -121,6 +121,34 @@ func TestComputeClampsNodeNumbers(t *testing.T) {
 	}
 }
 
+// A runner that splits the stream by what held it up gets a bucket per
+// stage instead of one "stream" (a stale "stream" report is ignored).
+func TestInstallStagesSplit(t *testing.T) {
+	run := store.Run{StartedAt: at(0), EndedAt: at(100)}
+	phases := []store.Phase{ph(modes.OSInstall, 0, 100, 1, "ok")}
+	m := func(v, stage string) store.Event {
+		return store.Event{Kind: "metric", Phase: modes.OSInstall, Message: StageMetric + "=" + v + "s disk=nvme0n1 stage=" + stage}
+	}
+	events := []store.Event{m("70", "stream"), m("40", "download"), m("10", "decode"), m("20", "write"), m("15", "readback")}
+	b := Compute(run, phases, events, time.Time{})
+	for name, s := range map[string]float64{ImageDownload: 40, ImageDecode: 10, ImageWrite: 20, ImageReadback: 15, InstallOther: 15} {
+		if g, ok := b.Get(name); !ok || secs(g.Duration) != s {
+			t.Errorf("%s = %v, want %gs", name, g.Duration, s)
+		}
+	}
+	if _, ok := b.Get(ImageStream); ok {
+		t.Error("a split stream still shows the whole stream bucket")
+	}
+	// Longer than the phase: scaled, adding up to it.
+	events = []store.Event{m("100", "download"), m("50", "decode"), m("50", "write")}
+	b = Compute(run, phases, events, time.Time{})
+	for name, s := range map[string]float64{ImageDownload: 50, ImageDecode: 25, ImageWrite: 25, InstallOther: 0} {
+		if g, ok := b.Get(name); !ok || secs(g.Duration) != s {
+			t.Errorf("scaled: %s = %v, want %gs", name, g.Duration, s)
+		}
+	}
+}
+
 // Phases overlapping each other or the run's edges (clock steps, resumed
 // runs, corrupt rows) still give buckets that add up to the wall time.
 func TestComputeAlwaysAddsUp(t *testing.T) {

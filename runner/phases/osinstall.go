@@ -157,11 +157,16 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 	}
 	// Stage durations feed the run's time buckets (os_install.stage_seconds,
 	// provisioner-lite/timebuckets): download, decode and write stream
-	// together, the read-back is its own pass.
+	// together and are charged by what held the stream up (diskimage.Stages);
+	// the read-back is its own pass.
 	var streamTime, readbackTime time.Duration
+	var stages diskimage.Stages
 	t := e.cfg.now()
 	res, err := e.cfg.Images.Write(ctx, opts)
 	streamTime += e.cfg.now().Sub(t)
+	if res != nil {
+		stages = addStages(stages, res.Stages)
+	}
 	if err != nil {
 		return fail(fmt.Errorf("writing %s to %s: %w", plan.URL, d.Path, err))
 	}
@@ -179,11 +184,14 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 			return fail(fmt.Errorf("rewriting %s to %s: %w", plan.URL, d.Path, err))
 		}
 		streamTime += e.cfg.now().Sub(t)
+		stages = addStages(stages, res.Stages)
 		t = e.cfg.now()
 		verr = e.cfg.Images.Verify(ctx, d.Path, res.Readback)
 		readbackTime += e.cfg.now().Sub(t)
 	}
-	emit.Metric("os_install.stage_seconds", streamTime.Seconds(), "s", map[string]string{"disk": d.Name, "stage": "stream"})
+	for _, st := range streamStages(streamTime, stages) {
+		emit.Metric("os_install.stage_seconds", st.d.Seconds(), "s", map[string]string{"disk": d.Name, "stage": st.name})
+	}
 	emit.Metric("os_install.stage_seconds", readbackTime.Seconds(), "s", map[string]string{"disk": d.Name, "stage": "readback"})
 	if verr != nil {
 		return fail(fmt.Errorf("verifying %s after write: %w", d.Path, verr))
@@ -264,4 +272,34 @@ func FixGPT(path string, growRoot bool) (string, error) {
 		return "GPT already spans the disk", nil
 	}
 	return "GPT fixed: " + p.String(), nil
+}
+
+func addStages(a, b diskimage.Stages) diskimage.Stages {
+	return diskimage.Stages{Download: a.Download + b.Download, Decode: a.Decode + b.Decode, Write: a.Write + b.Write}
+}
+
+type stageTime struct {
+	name string
+	d    time.Duration
+}
+
+// streamStages splits the streamed passes' wall time: the writer's own
+// attribution where it has one, the rest of the pass (opening the target,
+// fsync, re-reading the partition table) charged to the write; a writer
+// that reports no stages leaves the pass whole ("stream").
+func streamStages(stream time.Duration, s diskimage.Stages) []stageTime {
+	sum := s.Download + s.Decode + s.Write
+	if sum <= 0 {
+		return []stageTime{{"stream", stream}}
+	}
+	if sum > stream {
+		// Another clock than ours measured the stages: scale them to it.
+		f := float64(stream) / float64(sum)
+		s.Download = time.Duration(float64(s.Download) * f)
+		s.Decode = time.Duration(float64(s.Decode) * f)
+		s.Write = stream - s.Download - s.Decode
+	} else {
+		s.Write += stream - sum
+	}
+	return []stageTime{{"download", s.Download}, {"decode", s.Decode}, {"write", s.Write}}
 }

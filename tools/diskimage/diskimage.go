@@ -87,6 +87,9 @@ type Result struct {
 	Resumes         int    // Range requests after dropped connections
 	Direct          bool   // written with O_DIRECT
 	Duration        time.Duration
+	// Stages is the streamed pass's wall time by what held it up
+	// (download, decode, write; see Stages): the run's time buckets.
+	Stages Stages
 }
 
 // Write streams o.URL onto o.Target.
@@ -218,6 +221,7 @@ func write(ctx context.Context, o Options, t target) (*Result, error) {
 		Readback:        st.readback,
 		Decoder:         st.decoder,
 		Resumes:         f.resumes,
+		Stages:          st.stages,
 	}
 	if err := o.check(ctx, dl, res, st); err != nil {
 		if st.touched {

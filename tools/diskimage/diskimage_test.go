@@ -413,3 +413,54 @@ func BenchmarkWrite(b *testing.B) {
 		})
 	}
 }
+
+// attribute charges the writer's critical path and always adds up.
+func TestAttribute(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		wall, wBusy, dBusy, dWait time.Duration
+		want                      Stages
+	}{
+		{1000 * ms, 600 * ms, 100 * ms, 300 * ms, Stages{Download: 300 * ms, Decode: 100 * ms, Write: 600 * ms}},
+		{1000 * ms, 0, 0, 0, Stages{Download: 1000 * ms}},                // no decoder work seen: upstream is the network
+		{1000 * ms, 2000 * ms, 5 * ms, 5 * ms, Stages{Write: 1000 * ms}}, // clock skew: clamped to the wall
+		{1000 * ms, 0, 800 * ms, -5 * ms, Stages{Decode: 1000 * ms}},     // a negative wait counts as none
+		{1000 * ms, -5 * ms, 300 * ms, 100 * ms, Stages{Download: 250 * ms, Decode: 750 * ms}},
+	} {
+		got := attribute(c.wall, c.wBusy, c.dBusy, c.dWait)
+		if got != c.want {
+			t.Errorf("attribute(%v, %v, %v, %v) = %+v, want %+v", c.wall, c.wBusy, c.dBusy, c.dWait, got, c.want)
+		}
+		if sum := got.Download + got.Decode + got.Write; sum != c.wall {
+			t.Errorf("stages add up to %v, want %v", sum, c.wall)
+		}
+	}
+}
+
+// A server that trickles the image makes the download the stage that held
+// the write up, and the stages account for the whole streamed pass.
+func TestStagesChargeTheSlowDownload(t *testing.T) {
+	raw := payload(2 << 20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(raw)))
+		for off := 0; off < len(raw); off += 256 << 10 {
+			w.Write(raw[off:min(off+256<<10, len(raw))])
+			w.(http.Flusher).Flush()
+			time.Sleep(40 * time.Millisecond)
+		}
+	}))
+	defer srv.Close()
+	res, err := Write(context.Background(), Options{URL: srv.URL, SHA256: hexSum(raw), Size: int64(len(raw)),
+		Format: FormatRaw, Target: emptyTarget(t), BlockSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Stages
+	sum := s.Download + s.Decode + s.Write
+	if sum <= 0 || sum > res.Duration {
+		t.Fatalf("stages %+v add up to %v, outside (0, %v]", s, sum, res.Duration)
+	}
+	if s.Download < s.Decode+s.Write {
+		t.Errorf("stages %+v: the trickled download is not what held the write up", s)
+	}
+}

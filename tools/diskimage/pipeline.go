@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // decoderSeam lets tests stand in for a misbehaving decoder.
@@ -87,9 +89,33 @@ type pipelineState struct {
 	err           error // the first stage failure (decode or write)
 	stopped       bool  // the download ended because a stage failed
 	touched       bool  // something was written or zeroed on the target
+	stages        Stages
+}
+
+// Stages attributes a streamed write's wall time to what held it up. The
+// stages overlap, so each is charged along the writer's critical path:
+// the writer's own busy time is Write; the time it waited for blocks is
+// split between Decode and Download in the proportion the decoder itself
+// spent working and waiting for input (Download covers the network and
+// the sha256 of each chunk). The three add up to the pipeline's wall time.
+type Stages struct {
+	Download, Decode, Write time.Duration
+}
+
+// attribute charges wall to the stages (see Stages).
+func attribute(wall, writeBusy, decBusy, decWait time.Duration) Stages {
+	writeBusy = min(max(writeBusy, 0), wall)
+	up := wall - writeBusy
+	var dec time.Duration
+	if decBusy > 0 && decBusy+decWait > 0 {
+		dec = time.Duration(float64(up) * float64(decBusy) / float64(decBusy+max(decWait, 0)))
+	}
+	dec = min(max(dec, 0), up)
+	return Stages{Download: up - dec, Decode: dec, Write: writeBusy}
 }
 
 func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options, t target, dl *downloadReader, img *qcowImage) pipelineState {
+	began := time.Now()
 	chunks := newFreeList(chunkBufs, chunkSize)
 	blocks := newFreeList(blockBufs, o.BlockSize)
 	dlCh := make(chan []byte, queue)
@@ -158,10 +184,11 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 
 	// Decompress (or map qcow2 clusters) into blocks.
 	var decName string
+	var decRead time.Duration // the decoder's time in ReadFull, its input waits included
+	src := &chanReader{ctx: ctx, ch: hashCh, free: chunks}
 	go func() {
 		defer wg.Done()
 		defer close(decCh)
-		src := &chanReader{ctx: ctx, ch: hashCh, free: chunks}
 		// Whatever happens, consume the rest of the download so its byte
 		// count and hash cover the whole artifact.
 		defer src.drain()
@@ -196,7 +223,9 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 			if err != nil {
 				return
 			}
+			t0 := time.Now()
 			n, rerr := io.ReadFull(r, b)
+			decRead += time.Since(t0)
 			if n > 0 {
 				select {
 				case decCh <- block{buf: b[:n], off: off}:
@@ -221,20 +250,25 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 
 	w := &zeroWriter{t: t, skip: o.TargetZeroed, digest: newDigester()}
 	var werr error
+	var writeBusy time.Duration
 	for b := range decCh {
 		if werr == nil && ctx.Err() == nil {
+			t0 := time.Now()
 			if werr = w.write(b.buf, b.off); werr != nil {
 				fail(werr)
 			} else if o.Progress != nil {
 				o.Progress(w.end)
 			}
+			writeBusy += time.Since(t0)
 		}
 		blocks.put(b.buf)
 	}
 	if werr == nil && ctx.Err() == nil {
+		t0 := time.Now()
 		if werr = w.flush(); werr != nil {
 			fail(werr)
 		}
+		writeBusy += time.Since(t0)
 	}
 	wg.Wait()
 	// Whatever the stages left in the channels goes back; nothing is
@@ -244,17 +278,22 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 	st.err = first
 	mu.Unlock()
 	st.stopped = stopped
+	// The decoder's input waits are the chanReader's (for an external
+	// decoder its feeder's, which mirror them).
+	srcWait := src.waited.Load()
+	st.stages = attribute(time.Since(began), writeBusy, decRead-time.Duration(srcWait), time.Duration(srcWait))
 	return st
 }
 
 // chanReader turns the chunk channel back into an io.Reader for the
 // decompressors, returning each chunk to the free list once consumed.
 type chanReader struct {
-	ctx  context.Context
-	ch   <-chan []byte
-	free *freeList
-	cur  []byte
-	rest []byte
+	ctx    context.Context
+	ch     <-chan []byte
+	free   *freeList
+	cur    []byte
+	rest   []byte
+	waited atomic.Int64 // nanoseconds blocked waiting for the next chunk
 }
 
 func (c *chanReader) Read(p []byte) (int, error) {
@@ -263,15 +302,23 @@ func (c *chanReader) Read(p []byte) (int, error) {
 			c.free.put(c.cur)
 			c.cur = nil
 		}
+		var b []byte
+		var ok bool
 		select {
-		case b, ok := <-c.ch:
-			if !ok {
-				return 0, io.EOF
+		case b, ok = <-c.ch:
+		default:
+			t0 := time.Now()
+			select {
+			case b, ok = <-c.ch:
+			case <-c.ctx.Done():
+				return 0, context.Cause(c.ctx)
 			}
-			c.cur, c.rest = b, b
-		case <-c.ctx.Done():
-			return 0, context.Cause(c.ctx)
+			c.waited.Add(int64(time.Since(t0)))
 		}
+		if !ok {
+			return 0, io.EOF
+		}
+		c.cur, c.rest = b, b
 	}
 	n := copy(p, c.rest)
 	c.rest = c.rest[n:]
