@@ -82,8 +82,17 @@ func mark(status string) string {
 	return "•"
 }
 
-// PrintReport writes the phase table and the per-component verdict table.
-func PrintReport(w io.Writer, r *curev1.RunReport) {
+// PrintReport writes the phase table and the per-component verdict table,
+// long cells clipped to keep the tables readable on a terminal.
+func PrintReport(w io.Writer, r *curev1.RunReport) { printReport(w, r, clip) }
+
+// PrintReportWide is PrintReport with every cell whole (-o wide): a
+// verdict's detail is often the part an RMA ticket needs.
+func PrintReportWide(w io.Writer, r *curev1.RunReport) {
+	printReport(w, r, func(s string, _ int) string { return textsafe.Line(s) })
+}
+
+func printReport(w io.Writer, r *curev1.RunReport, clip func(string, int) string) {
 	dur := ""
 	if r.GetEndedUnixMs() > 0 {
 		dur = (time.Duration(r.GetEndedUnixMs()-r.GetStartedUnixMs()) * time.Millisecond).Round(time.Second).String()

@@ -34,3 +34,19 @@ func TestTimelineAndReport(t *testing.T) {
 		}
 	}
 }
+
+// -o wide keeps every cell whole; the default table clips long ones.
+func TestPrintReportWide(t *testing.T) {
+	long := "GPU 3 failed DCGM diagnostic level 3: " + strings.Repeat("memory bandwidth below 80% of spec on HBM stack ", 4) + "END"
+	rep := &curev1.RunReport{RunId: "r1", NodeId: "n1", Status: "failed",
+		Verdicts: []*curev1.Verdict{{Component: "gpu/3", Check: "dcgm", Status: curev1.VerdictStatus_FAIL, Message: long}}}
+	var narrow, wide strings.Builder
+	PrintReport(&narrow, rep)
+	PrintReportWide(&wide, rep)
+	if strings.Contains(narrow.String(), "END") || !strings.Contains(narrow.String(), "…") {
+		t.Errorf("table does not clip a %d-character detail:\n%s", len(long), narrow.String())
+	}
+	if !strings.Contains(wide.String(), long) {
+		t.Errorf("wide report lacks the whole detail:\n%s", wide.String())
+	}
+}

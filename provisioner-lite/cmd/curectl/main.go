@@ -619,6 +619,10 @@ func printReport(rep *curev1.RunReport, format string, out io.Writer) {
 		printStructured(rep, format, out)
 		return
 	}
+	if format == outWide {
+		curectl.PrintReportWide(out, rep)
+		return
+	}
 	curectl.PrintReport(out, rep)
 }
 
