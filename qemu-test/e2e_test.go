@@ -138,13 +138,10 @@ var provisionOrder = []string{
 	modes.SetBootDisk, modes.WaitForHostOS,
 }
 
-func checkProvisioned(t *testing.T, env *harness.Env, rep *curev1.RunReport) {
+// checkPhaseOrder: the run's stored phases are a provision's, in order.
+func checkPhaseOrder(t *testing.T, st *store.Store, runID string) {
 	t.Helper()
-	if rep.GetStatus() != "succeeded" {
-		t.Fatalf("run %s ended %s: %s", rep.GetRunId(), rep.GetStatus(), rep.GetMessage())
-	}
-	st := openStore(t, env)
-	ps, err := st.Phases(context.Background(), rep.GetRunId())
+	ps, err := st.Phases(context.Background(), runID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +152,15 @@ func checkProvisioned(t *testing.T, env *harness.Env, rep *curev1.RunReport) {
 	if !slices.Equal(names, provisionOrder) {
 		t.Errorf("phase sequence in the store:\n got %v\nwant %v", names, provisionOrder)
 	}
+}
+
+func checkProvisioned(t *testing.T, env *harness.Env, rep *curev1.RunReport) {
+	t.Helper()
+	if rep.GetStatus() != "succeeded" {
+		t.Fatalf("run %s ended %s: %s", rep.GetRunId(), rep.GetStatus(), rep.GetMessage())
+	}
+	st := openStore(t, env)
+	checkPhaseOrder(t, st, rep.GetRunId())
 	got := phaseStatuses(t, st, rep.GetRunId())
 	for _, p := range []string{modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE, modes.Hardware, modes.SEDRevert, modes.OSInstall, modes.SetBootDisk, modes.WaitForHostOS} {
 		if got[p] != "ok" {
@@ -276,6 +282,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// sharedEnvUsed says whether a test has already taken the shared
+// environment.
+func sharedEnvUsed() bool { return provisioned != nil }
+
 // sharedEnv returns the long-lived environment, starting it on first use.
 func sharedEnv(t *testing.T) *harness.Env {
 	t.Helper()
@@ -316,8 +326,16 @@ func dumpOnFailure(t *testing.T, env *harness.Env) {
 }
 
 func TestProvisionFromPowerOff(t *testing.T) {
-	env := sharedEnv(t)
-	dumpOnFailure(t, env)
+	// The node must start powered off with no history: the shared node is
+	// that only if no other test used it first (test order is not fixed:
+	// the suite runs with -shuffle on).
+	var env *harness.Env
+	if sharedEnvUsed() {
+		env = startEnv(t, harness.Options{})
+	} else {
+		env = sharedEnv(t)
+		dumpOnFailure(t, env)
+	}
 	n := env.Nodes[0]
 	if n.BMC.PowerState() != vbmc.PowerOff {
 		t.Fatalf("node starts %s, want Off", n.BMC.PowerState())

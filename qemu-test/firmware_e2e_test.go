@@ -171,17 +171,7 @@ func checkInstalled(t *testing.T, env *harness.Env, st *store.Store, rep *curev1
 	if rep.GetStatus() != "succeeded" {
 		t.Fatalf("run %s ended %s: %s", rep.GetRunId(), rep.GetStatus(), rep.GetMessage())
 	}
-	ps, err := st.Phases(context.Background(), rep.GetRunId())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, p := range ps {
-		names = append(names, p.Name)
-	}
-	if !slices.Equal(names, provisionOrder) {
-		t.Errorf("phase sequence in the store:\n got %v\nwant %v", names, provisionOrder)
-	}
+	checkPhaseOrder(t, st, rep.GetRunId())
 	evs := storeEvents(t, st, rep.GetRunId())
 	if countEvents(evs, func(e store.Event) bool {
 		return e.Kind == "host_ready" && strings.Contains(e.Message, "instance_id="+rep.GetRunId())

@@ -119,8 +119,15 @@ type Env struct {
 	proxy    *streamProxy
 	coord    *exec.Cmd
 	coordOut *os.File
-	servers  []*vbmc.Server
-	mu       sync.Mutex
+	// coordExited delivers the coordinator's exit (its one Wait).
+	coordExited chan error
+	// The coordinator's listening sockets, bound here for the Env's life
+	// and handed to every coordinator process it starts (fd:3, fd:4): no
+	// other process can take the ports between a pick and a bind, and a
+	// restarted coordinator finds them again.
+	httpLn, grpcLn *net.TCPListener
+	servers        []*vbmc.Server
+	mu             sync.Mutex
 	// extraEdit is the latest EditManifest edit.
 	extraEdit func(*manifests.SKU)
 }
@@ -211,19 +218,24 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	if err := e.writeManifest(); err != nil {
 		return nil, err
 	}
-	httpPort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	grpcPort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
 	if o.Site != nil && len(o.Site.Taps) < o.Nodes {
 		return nil, fmt.Errorf("site network: %d tap devices for %d nodes", len(o.Site.Taps), o.Nodes)
 	}
-	// Local dial addresses; with a site network the coordinator listens on
-	// all addresses (the nodes come through the bridge).
+	// With a site network the coordinator listens on all addresses (the
+	// nodes come through the bridge).
+	bind := "127.0.0.1:0"
+	if o.Site != nil {
+		bind = "0.0.0.0:0"
+	}
+	if e.httpLn, err = listenTCP(bind); err != nil {
+		return nil, err
+	}
+	if e.grpcLn, err = listenTCP(bind); err != nil {
+		e.httpLn.Close()
+		return nil, err
+	}
+	httpPort, grpcPort := e.httpLn.Addr().(*net.TCPAddr).Port, e.grpcLn.Addr().(*net.TCPAddr).Port
+	// Local dial addresses.
 	e.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", httpPort)
 	e.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", grpcPort)
 	if o.ProxyRunnerStreams {
@@ -390,19 +402,29 @@ func (e *Env) StartCoordinator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	httpListen, grpcListen, advertise := e.HTTPAddr, e.GRPCAddr, "10.0.2.2"
+	advertise := "10.0.2.2"
 	if s := e.Opts.Site; s != nil {
-		_, hp, _ := net.SplitHostPort(e.HTTPAddr)
-		_, gp, _ := net.SplitHostPort(e.GRPCAddr)
-		httpListen, grpcListen, advertise = "0.0.0.0:"+hp, "0.0.0.0:"+gp, s.Advertise
+		advertise = s.Advertise
 	}
+	hf, err := e.httpLn.File()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	defer hf.Close()
+	gf, err := e.grpcLn.File()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	defer gf.Close()
 	args := []string{
 		"--state-dir", e.StateDir,
 		"--manifests", filepath.Join(e.Opts.Work, "manifests"),
 		"--nodes", filepath.Join(e.Opts.Work, "nodes.yaml"),
 		"--image-dir", filepath.Join(e.Opts.Out, "image"),
-		"--http-listen", httpListen,
-		"--grpc-listen", grpcListen,
+		"--http-listen", "fd:3", // ExtraFiles[0]
+		"--grpc-listen", "fd:4",
 		"--advertise", advertise,
 		"--import-artifact", e.HostOS.Path,
 		"--phase-attempts", fmt.Sprint(e.Opts.PhaseAttempts),
@@ -423,14 +445,14 @@ func (e *Env) StartCoordinator(ctx context.Context) error {
 	}
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.ExtraFiles = []*os.File{hf, gf}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return err
 	}
-	e.coord, e.coordOut = cmd, f
-	if err := waitTCP(ctx, e.GRPCAddr, 60*time.Second); err != nil {
-		return fmt.Errorf("coordinator did not start (see %s): %w", logPath, err)
-	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	e.coord, e.coordOut, e.coordExited = cmd, f, exited
 	if e.conn == nil {
 		caPEM, err := os.ReadFile(filepath.Join(e.StateDir, "pki", "ca.pem"))
 		if err != nil {
@@ -450,7 +472,42 @@ func (e *Env) StartCoordinator(ctx context.Context) error {
 		}
 		e.conn, e.Client = conn, curev1.NewOperatorServiceClient(conn)
 	}
-	return nil
+	// The sockets accept from the start (they are ours): ready is when the
+	// coordinator answers an RPC, failed is when it exits first.
+	return e.waitReady(ctx, exited, logPath, 60*time.Second)
+}
+
+// waitReady polls the operator API until the coordinator answers.
+func (e *Env) waitReady(ctx context.Context, exited <-chan error, logPath string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := e.Client.ListNodes(cctx, &curev1.ListNodesRequest{})
+		ccancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case werr := <-exited:
+			exited := make(chan error, 1)
+			exited <- werr
+			e.coordExited = exited // StopCoordinator still reads it
+			return fmt.Errorf("coordinator exited before it was ready (%v; see %s)", werr, logPath)
+		case <-ctx.Done():
+			return fmt.Errorf("coordinator did not answer within %s (see %s): %w", d, logPath, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// listenTCP binds a TCP listener the coordinator processes inherit.
+func listenTCP(addr string) (*net.TCPListener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return l.(*net.TCPListener), nil
 }
 
 // StopCoordinator stops provisioner-lite (SIGTERM, then SIGKILL).
@@ -465,13 +522,11 @@ func (e *Env) StopCoordinator(kill bool) error {
 		sig = syscall.SIGKILL
 	}
 	_ = e.coord.Process.Signal(sig)
-	done := make(chan error, 1)
-	go func() { done <- e.coord.Wait() }()
 	select {
-	case <-done:
+	case <-e.coordExited:
 	case <-time.After(20 * time.Second):
 		_ = e.coord.Process.Kill()
-		<-done
+		<-e.coordExited
 	}
 	e.coordOut.Close()
 	e.coord = nil
@@ -555,6 +610,11 @@ func (e *Env) Close() {
 	if e.proxy != nil {
 		e.proxy.close()
 	}
+	for _, l := range []*net.TCPListener{e.httpLn, e.grpcLn} {
+		if l != nil {
+			l.Close()
+		}
+	}
 }
 
 func ensureDisk(path string, size int64) error {
@@ -571,34 +631,6 @@ func ensureDisk(path string, size int64) error {
 		return f.Truncate(size) // sparse: a blank NVMe namespace
 	}
 	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func waitTCP(ctx context.Context, addr string, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 func copyFile(src, dst string) error {

@@ -112,8 +112,8 @@ func main() {
 	flag.StringVar(&c.manifestDir, "manifests", "manifests/examples", "directory of SKU manifests (<sku>.yaml) and validation suites (suites/<name>.yaml)")
 	flag.StringVar(&c.nodesFile, "nodes", "", "node inventory (YAML or CSV) imported at start (later: curectl nodes import)")
 	flag.StringVar(&c.imageDir, "image-dir", "out/image", "cure-build output: vmlinuz, initramfs, report.json (its CA must be this state dir's)")
-	flag.StringVar(&c.httpListen, "http-listen", ":8080", "boot/artifact HTTP listen address")
-	flag.StringVar(&c.grpcListen, "grpc-listen", ":8443", "gRPC (runners and curectl) listen address")
+	flag.StringVar(&c.httpListen, "http-listen", ":8080", "boot/artifact HTTP listen address (fd:N: a listening socket inherited as file descriptor N)")
+	flag.StringVar(&c.grpcListen, "grpc-listen", ":8443", "gRPC (runners and curectl) listen address (fd:N: a listening socket inherited as file descriptor N)")
 	flag.StringVar(&c.advertise, "advertise", "", "host or IP nodes use to reach this coordinator (default: the address of --pxe-interface, else of the default route's interface)")
 	flag.StringVar(&c.pxeInterface, "pxe-interface", "", "the interface facing the nodes' provisioning network (default: the default route's): --advertise defaults to its address, and proxy DHCP answers there (SO_BINDTODEVICE)")
 	flag.StringVar(&c.bmcBaseURL, "bmc-base-url", "", "artifact server base URL as BMCs reach it (default: the nodes' URL)")
@@ -512,14 +512,25 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		log.Info("artifact imported", "file", f, "sha256", sum, "size", size)
 	}
 
-	_, httpPort, err := net.SplitHostPort(c.httpListen)
+	// Listeners first: the URLs nodes are given name the ports actually
+	// bound (":0" and inherited sockets work).
+	hl, err := openListener(c.httpListen)
 	if err != nil {
 		return fmt.Errorf("--http-listen: %w", err)
 	}
-	_, grpcPort, err := net.SplitHostPort(c.grpcListen)
+	gl, err := openListener(c.grpcListen)
 	if err != nil {
+		hl.Close()
 		return fmt.Errorf("--grpc-listen: %w", err)
 	}
+	serving := false
+	defer func() {
+		if !serving {
+			hl.Close()
+			gl.Close()
+		}
+	}()
+	httpPort, grpcPort := listenerPort(hl), listenerPort(gl)
 	baseURL := "http://" + net.JoinHostPort(c.advertise, httpPort)
 
 	tlsCfg, err := pki.ServerTLSConfig(pkiDir, serverHosts(c.advertise, c.tlsNames...))
@@ -571,10 +582,6 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		return err
 	}
 	httpSrv := bs.HTTPServer()
-	hl, err := net.Listen("tcp", c.httpListen)
-	if err != nil {
-		return err
-	}
 
 	// Runners and operators share the listener: TLS verifies a client
 	// certificate when one is sent, and OperatorAuth lets only the runner
@@ -586,20 +593,14 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		BindPeer: c.bindBootIP, Limits: c.eventLimits, Metrics: obs.m})
 	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng, Canceler: eng, Instance: c.instance,
 		KnownSKU: sitecheck.KnownSKU(c.manifestDir), BMCCADir: sd.Join("bmc-ca"), Log: log})
-	gl, err := net.Listen("tcp", c.grpcListen)
-	if err != nil {
-		hl.Close()
-		return err
-	}
 
 	errc := make(chan error, 4)
 	stopNetboot, err := nb.start(ctx, log, bs.ScriptURL(), baseURL, st, errc)
 	if err != nil {
-		hl.Close()
-		gl.Close()
 		return err
 	}
 	defer stopNetboot()
+	serving = true
 	go func() { errc <- httpSrv.Serve(bs.Listener(hl)) }()
 	go func() { errc <- gs.Serve(netutil.LimitListener(gl, c.grpcMaxConns)) }()
 	obs.h.Listener("http", true)
@@ -636,7 +637,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 			}
 		}
 	}()
-	log.Info("provisioner-lite ready", "instance", c.instance, "db", st.Path(), "http", c.httpListen, "grpc", c.grpcListen, "advertise", c.advertise, "resumed_runs", n, "state", sd.Path)
+	log.Info("provisioner-lite ready", "instance", c.instance, "db", st.Path(), "http", hl.Addr().String(), "grpc", gl.Addr().String(), "advertise", c.advertise, "resumed_runs", n, "state", sd.Path)
 
 	select {
 	case <-ctx.Done():
