@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -224,4 +225,70 @@ func waitFor(ctx context.Context, cond func() bool) error {
 		}
 	}
 	return nil
+}
+
+// TestVendorProfilesBootModes: the boot override's BootSourceOverrideMode
+// against every profile, through the real driver. A mode the BMC lists is
+// set (UEFI and legacy where the profile offers both); one it does not
+// list is refused before anything is PATCHed (ErrNotSupported); auto takes
+// UEFI for a network boot where offered; a BMC without the property is left
+// to its firmware setting.
+func TestVendorProfilesBootModes(t *testing.T) {
+	for _, p := range vbmc.Profiles() {
+		t.Run(p.Name, func(t *testing.T) {
+			t.Parallel()
+			cfg := p.Apply(vbmc.Config{Name: p.Name, TaskDuration: 100 * time.Millisecond, ResetDuration: 300 * time.Millisecond, Logger: logger(t)})
+			b, err := vbmc.New(cfg, vbmc.NewFakeMachine())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close(context.Background()) })
+			srv, err := vbmc.Listen("127.0.0.1:0", b, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { srv.Shutdown(context.Background()) })
+			allowed := cfg.BootModes
+			if len(allowed) == 0 && !cfg.NoBootMode {
+				allowed = []string{"Legacy"} // the virtual BMC's default, as its System shows
+			}
+			for _, pol := range []redfish.BootModePolicy{redfish.BootModeUEFI, redfish.BootModeLegacy, redfish.BootModeAuto} {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				c, err := redfish.Connect(ctx, redfish.Endpoint{URL: srv.URL, Username: "admin", Password: "password", Fingerprint: srv.Fingerprint()},
+					redfish.Options{Timeout: 5 * time.Second, Logger: logger(t), BootMode: pol})
+				if err != nil {
+					cancel()
+					t.Fatalf("%s: Connect: %v", pol, err)
+				}
+				before := b.BootMode()
+				err = c.SetBootOverride(ctx, redfish.BootPxe, true)
+				want := map[redfish.BootModePolicy]string{redfish.BootModeUEFI: "UEFI", redfish.BootModeLegacy: "Legacy"}[pol]
+				if pol == redfish.BootModeAuto {
+					want = before
+					if slices.Contains(allowed, "UEFI") {
+						want = "UEFI"
+					}
+				}
+				switch {
+				case cfg.NoBootMode:
+					if err != nil || b.BootMode() != "" {
+						t.Errorf("%s on a BMC without BootSourceOverrideMode: err %v, mode %q; want the override set, the mode left alone", pol, err, b.BootMode())
+					}
+				case slices.Contains(allowed, want):
+					if err != nil || b.BootMode() != want {
+						t.Errorf("%s with allowable %v: err %v, mode %q, want %q", pol, allowed, err, b.BootMode(), want)
+					}
+					if tgt, en, err := c.BootOverride(ctx); err != nil || tgt != redfish.BootPxe || en != "Once" {
+						t.Errorf("%s: override after setting it: %s %s %v", pol, tgt, en, err)
+					}
+				default:
+					if !errors.Is(err, redfish.ErrNotSupported) || b.BootMode() != before {
+						t.Errorf("%s with allowable %v: err %v, mode %q (was %q); want ErrNotSupported and nothing changed", pol, allowed, err, b.BootMode(), before)
+					}
+				}
+				c.Close(ctx)
+				cancel()
+			}
+		})
+	}
 }

@@ -45,7 +45,9 @@ func Profiles() []Profile {
 			Captures: []string{"mockups/public-rackmount1", "profiles/dmtf/SoftwareInventory-BMC.json"},
 			Quirks:   []string{"task monitor (202 + Location to a TaskMonitor)", "@Redfish.Settings at /Bios/Settings"},
 			BMCName:  "Contoso BMC Firmware", BIOSName: "Contoso BIOS Firmware",
-			apply: func(c *Config) {},
+			apply: func(c *Config) {
+				c.BootModes = []string{"Legacy", "UEFI"}
+			},
 		},
 		{
 			Name: "dell-idrac9", Vendor: "Dell iDRAC9",
@@ -54,6 +56,7 @@ func Profiles() []Profile {
 				"SimpleUpdate answers 202 with Location to a Task (JID_...)", "If-Match required on PATCH"},
 			BMCName: "Integrated Dell Remote Access Controller", BIOSName: "BIOS",
 			apply: func(c *Config) {
+				c.BootModes = []string{"Legacy", "UEFI"}
 				c.InventoryIDs = "versioned"
 				c.TaskShape = ShapeTaskLocation
 				c.RequireIfMatch = true
@@ -70,6 +73,7 @@ func Profiles() []Profile {
 				"inventory Ids are bare positions", "update answers with the Task in the body", "tasks purged on completion"},
 			BMCName: "iLO 5", BIOSName: "System ROM",
 			apply: func(c *Config) {
+				c.BootModes = []string{"Legacy", "UEFI"}
 				c.TaskShape = ShapeTaskBody
 				c.TaskGoneAfterCompletion = true
 				c.InventoryIDs = "positions" // "1" is iLO 5, "2" the System ROM
@@ -95,6 +99,7 @@ func Profiles() []Profile {
 				"versions with a build id prefix (\"TGBT42S 2.83 2023-07-05\")"},
 			BMCName: "XCC-Primary", BIOSName: "UEFI",
 			apply: func(c *Config) {
+				c.BootModes = []string{"Legacy", "UEFI"}
 				c.NoContinuous = true
 				c.Firmware = profileFirmware("XCC-Primary", "TGBT42S 2.83 2023-07-05", "UEFI", "U8E132C-3.20")
 			},
@@ -106,6 +111,7 @@ func Profiles() []Profile {
 				"inventory Ids are bare positions", "session limit 4"},
 			BMCName: "BMC", BIOSName: "BIOS",
 			apply: func(c *Config) {
+				c.BootModes = []string{"Legacy", "UEFI"}
 				c.RunTogetherResets = true
 				c.InventoryIDs = "positions"
 				c.MaxSessions = 4
@@ -129,6 +135,7 @@ func Profiles() []Profile {
 			Quirks:   []string{"versions with a product prefix (\"BF-24.10-17\")", "every member named \"Software Inventory\" (OpenBMC): select by Id", "task monitor with a slow BMC reset"},
 			BMCID:    "BMC_Firmware",
 			apply: func(c *Config) {
+				c.BootModes = []string{"UEFI"} // an Arm UEFI platform: no legacy boot
 				c.ResetDuration = max(c.ResetDuration, 500*time.Millisecond)
 				// OpenBMC (bmcweb) names every member "Software Inventory":
 				// the Id is the handle there.
