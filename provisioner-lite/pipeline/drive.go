@@ -233,11 +233,13 @@ func (e *Engine) finish(ctx context.Context, r *store.Run, status, msg string) {
 	r.EndedAt = time.Now().UTC()
 	r.Data["boot"] = ""
 	delete(r.Data, dataHostTokens)
-	e.save(ctx, r)
-	// A finished run takes no session any more: its tokens go, its runner is cut off.
+	// A finished run takes no session any more: its tokens go before the
+	// run reads as ended (nobody who sees it ended finds a live token), and
+	// its runner is cut off.
 	if err := e.cfg.Store.DeleteRunBootTokens(ctx, r.ID); err != nil {
 		e.cfg.Log.Error("delete boot tokens of finished run", "run", r.ID, "err", err)
 	}
+	e.save(ctx, r)
 	e.cfg.Hub.CloseRun(r.ID)
 	e.coordEvent(ctx, *r, r.Phase, "run_end", status, msg, r.EndedAt.Sub(r.StartedAt))
 	e.cfg.Log.Info("run end", "run", r.ID, "node", r.NodeID, "status", status, "msg", msg)
