@@ -269,6 +269,16 @@ func (e *Engine) Active() int {
 	return len(e.running)
 }
 
+// Driving says whether this instance's goroutine for runID is still
+// running: a run reads as ended once its status is saved, and finishing it
+// (events, metrics, webhooks) completes before Driving turns false.
+func (e *Engine) Driving(runID string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.running[runID]
+	return ok
+}
+
 // Start creates a run for a node and starts its pipeline. With resume, the
 // node's latest unfinished run continues from the phase it reached instead.
 func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, manifest string, resume bool) (string, error) {

@@ -336,7 +336,9 @@ func (f *fixture) waitRun(runID string) store.Run {
 		if err != nil {
 			f.t.Fatal(err)
 		}
-		if r.Status != "running" && r.Status != "pending" {
+		// Ended, and done ending: finish's side effects (tokens, events,
+		// metrics, webhooks) follow the status save.
+		if r.Status != "running" && r.Status != "pending" && !f.eng.Driving(runID) {
 			return r
 		}
 		time.Sleep(50 * time.Millisecond)
