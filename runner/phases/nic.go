@@ -2,21 +2,16 @@ package phases
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 	"unicode"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -540,65 +535,4 @@ func lookTool(lp func(string) (string, error), name, def string) (string, error)
 		name = def
 	}
 	return lp(name)
-}
-
-// fetchArtifactFile downloads an artifact into a new file under dir (tmpfs
-// in CURE), checking size and sha256 before returning its path; on any
-// error the file is removed. Tools that take a path (mstflint -i) and
-// images too large for a []byte go through here.
-func fetchArtifactFile(ctx context.Context, c *http.Client, url string, art manifests.Artifact, dir string, limit int64) (string, error) {
-	if art.Size <= 0 || art.Size > limit {
-		return "", fmt.Errorf("artifact %s: size %d outside 1..%d bytes", url, art.Size, limit)
-	}
-	if dir == "" {
-		dir = os.TempDir()
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("artifact %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("artifact %s: HTTP %s", url, resp.Status)
-	}
-	f, err := os.CreateTemp(dir, "cure-artifact-*."+formatExt(art.Format))
-	if err != nil {
-		return "", fmt.Errorf("artifact %s: %w", url, err)
-	}
-	keep := false
-	defer func() {
-		if !keep {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(resp.Body, art.Size+1))
-	if err != nil {
-		return "", fmt.Errorf("artifact %s: after %d bytes into %s: %w", url, n, f.Name(), err)
-	}
-	if n != art.Size {
-		return "", fmt.Errorf("artifact %s: got %d bytes, manifest says %d", url, n, art.Size)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != strings.ToLower(art.SHA256) {
-		return "", fmt.Errorf("artifact %s: sha256 mismatch: manifest says %s, downloaded %s", url, art.SHA256, got)
-	}
-	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("artifact %s: %w", url, err)
-	}
-	keep = true
-	return f.Name(), nil
-}
-
-func formatExt(f string) string {
-	if f == "" {
-		return "bin"
-	}
-	return f
 }

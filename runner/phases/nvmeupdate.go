@@ -2,8 +2,6 @@ package phases
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +11,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/tools/artifact"
 	"github.com/cure-oss/cure/tools/nvme"
 	"github.com/cure-oss/cure/tools/nvmefw"
 )
@@ -37,35 +36,24 @@ func OpenNVMeFirmwareDevice(devPath string) (nvme.Admin, nvmefw.Resetter, io.Clo
 // fetchArtifact downloads a small artifact into memory, checking size and
 // sha256 before anyone uses a byte of it.
 func fetchArtifact(ctx context.Context, c *http.Client, url string, art manifests.Artifact) ([]byte, error) {
-	if art.Size <= 0 || art.Size > maxFirmwareImage {
-		return nil, fmt.Errorf("artifact %s: size %d outside 1..%d bytes", url, art.Size, maxFirmwareImage)
+	return artifact.Fetcher{Client: c, Timeout: 10 * time.Minute, Limit: maxFirmwareImage}.Bytes(ctx, url, wantOf(art))
+}
+
+// fetchArtifactFile downloads an artifact into a new file under dir (tmpfs
+// in CURE), checking size and sha256 before returning its path; on any
+// error the file is removed. Tools that take a path (mstflint -i) and
+// images too large for a []byte go through here.
+func fetchArtifactFile(ctx context.Context, c *http.Client, url string, art manifests.Artifact, dir string, limit int64) (string, error) {
+	return artifact.Fetcher{Client: c, Timeout: 30 * time.Minute, Limit: limit}.File(ctx, url, wantOf(art), dir, "cure-artifact-*."+formatExt(art.Format))
+}
+
+func wantOf(a manifests.Artifact) artifact.Want { return artifact.Want{Size: a.Size, SHA256: a.SHA256} }
+
+func formatExt(f string) string {
+	if f == "" {
+		return "bin"
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("artifact %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("artifact %s: HTTP %s", url, resp.Status)
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, art.Size+1))
-	if err != nil {
-		return nil, fmt.Errorf("artifact %s: read after %d bytes: %w", url, len(b), err)
-	}
-	if int64(len(b)) != art.Size {
-		return nil, fmt.Errorf("artifact %s: got %d bytes, manifest says %d", url, len(b), art.Size)
-	}
-	sum := sha256.Sum256(b)
-	if got := hex.EncodeToString(sum[:]); got != art.SHA256 {
-		return nil, fmt.Errorf("artifact %s: sha256 mismatch: manifest says %s, downloaded %s", url, art.SHA256, got)
-	}
-	return b, nil
+	return f
 }
 
 // updateNVMe flashes one drifted controller and verifies the running
