@@ -8,7 +8,6 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -16,6 +15,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/runner/agent"
 	"github.com/cure-oss/cure/tools/bluefield"
+	"github.com/cure-oss/cure/tools/pci"
 )
 
 // maxBundle bounds a downloaded BlueField bundle: BFBs carrying a full OS
@@ -136,9 +136,9 @@ func dpuLabel(o *DPUObservation) string {
 // could not read it.
 func matchDPU(m manifests.Match, o *DPUObservation) (ok bool, undecided string, err error) {
 	if m.VendorID != "" {
-		v, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(m.VendorID), "0x"), 16, 16)
+		v, err := pci.ParseVendorID(m.VendorID)
 		if err != nil {
-			return false, "", fmt.Errorf("match.vendorId %q: expected a hex PCI vendor ID like 0x15b3", m.VendorID)
+			return false, "", fmt.Errorf("match.vendorId: %w", err)
 		}
 		if v != mellanoxVendor { // every rshim device is a BlueField
 			return false, "", nil

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"unicode"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/runner/agent"
 	"github.com/cure-oss/cure/tools/mstflint"
+	"github.com/cure-oss/cure/tools/pci"
 )
 
 // mellanoxVendor is the PCI vendor id of Mellanox (NVIDIA networking).
@@ -86,63 +85,44 @@ var mellanoxFamilies = map[uint16]string{
 // sorted by address. A device whose sysfs files cannot be read is an error:
 // skipping it would hide an adapter the manifest pins.
 func FindMellanoxNICs(root string) ([]NICDevice, error) {
-	dir := filepath.Join(root, "sys/bus/pci/devices")
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	fns, err := pci.Functions(root)
 	if err != nil {
-		return nil, fmt.Errorf("list PCI devices: %w", err)
+		return nil, err
 	}
 	var out []NICDevice
-	for _, e := range ents {
-		addr := e.Name()
-		if !strings.HasSuffix(addr, ".0") {
+	for _, f := range fns {
+		if !strings.HasSuffix(f.Addr, ".0") {
 			continue
 		}
-		p := filepath.Join(dir, addr)
-		vendor, err := sysfsHex(filepath.Join(p, "vendor"))
+		vendor, err := f.Vendor()
 		if err != nil {
 			return nil, err
 		}
 		if vendor != mellanoxVendor {
 			continue
 		}
-		class, err := sysfsHex(filepath.Join(p, "class"))
+		class, err := f.Class()
 		if err != nil {
 			return nil, err
 		}
 		if c := class >> 8; c != 0x0200 && c != 0x0207 {
 			continue
 		}
-		if _, err := os.Lstat(filepath.Join(p, "physfn")); err == nil {
-			continue // an SR-IOV virtual function
+		if f.VirtualFunction() {
+			continue
 		}
-		dev, err := sysfsHex(filepath.Join(p, "device"))
+		dev, err := f.Device()
 		if err != nil {
 			return nil, err
 		}
-		d := NICDevice{PCI: addr, DeviceID: uint16(dev), Class: uint32(class), Family: mellanoxFamilies[uint16(dev)]}
+		d := NICDevice{PCI: f.Addr, DeviceID: dev, Class: class, Family: mellanoxFamilies[dev]}
 		// VPD is optional: old kernels and some firmware do not expose it.
-		if b, err := os.ReadFile(filepath.Join(p, "vpd")); err == nil {
+		if b, err := f.ReadFile("vpd"); err == nil {
 			d.Name, d.PartNumber = parseVPD(b)
 		}
 		out = append(out, d)
 	}
 	return out, nil
-}
-
-func sysfsHex(p string) (uint64, error) {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", p, err)
-	}
-	s := strings.TrimSpace(string(b))
-	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 32)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %q is not a hex number", p, s)
-	}
-	return v, nil
 }
 
 // parseVPD reads the identifier string (large resource tag 0x82) and the
@@ -279,9 +259,9 @@ func PlanNIC(entries []manifests.Firmware, obs []NICObservation) []NICCheck {
 // matchNIC applies vendorId, psid and the model glob of m.
 func matchNIC(m manifests.Match, d NICDevice, q *mstflint.Query) (bool, error) {
 	if m.VendorID != "" {
-		v, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(m.VendorID), "0x"), 16, 16)
+		v, err := pci.ParseVendorID(m.VendorID)
 		if err != nil {
-			return false, fmt.Errorf("match.vendorId %q: expected a hex PCI vendor ID like 0x15b3", m.VendorID)
+			return false, fmt.Errorf("match.vendorId: %w", err)
 		}
 		if v != mellanoxVendor {
 			return false, nil

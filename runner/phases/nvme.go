@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"path"
-	"strconv"
 	"strings"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/runner/agent"
 	"github.com/cure-oss/cure/runner/inventory"
+	"github.com/cure-oss/cure/tools/pci"
 )
 
 // NVMeCheck is the plan for one (manifest entry, controller) pair, or for
@@ -107,11 +107,11 @@ func matchController(m manifests.Match, c *inventory.Controller) (bool, error) {
 		}
 	}
 	if m.VendorID != "" {
-		v, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(m.VendorID), "0x"), 16, 16)
+		v, err := pci.ParseVendorID(m.VendorID)
 		if err != nil {
-			return false, fmt.Errorf("match.vendorId %q: expected a hex PCI vendor ID like 0x1b36", m.VendorID)
+			return false, fmt.Errorf("match.vendorId: %w", err)
 		}
-		if uint16(v) != c.VendorID() {
+		if v != c.VendorID() {
 			return false, nil
 		}
 	}
