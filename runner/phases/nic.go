@@ -16,6 +16,7 @@ import (
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/runner/agent"
+	"github.com/cure-oss/cure/runner/fwplan"
 	"github.com/cure-oss/cure/tools/mstflint"
 	"github.com/cure-oss/cure/tools/pci"
 )
@@ -175,85 +176,106 @@ type NICObservation struct {
 	Err    error
 }
 
-// NICCheck is the plan for one adapter, or for an entry that selected no
-// adapter (Device.PCI empty).
-type NICCheck struct {
-	Entry    *manifests.Firmware // nil: no entry selects the adapter (SKIP) or the query failed (ERROR)
-	Device   NICDevice
-	Query    *mstflint.Query
-	Status   curev1.VerdictStatus // MATCH, DRIFT, ERROR or SKIP
-	Observed string
-	Message  string
+// nicKind is the Mellanox/NVIDIA adapters' firmware, checked with
+// mstflint and burnt in-band (PSID checked by mstflint before anything is
+// written). Adapters no entry selects are SKIPs.
+type nicKind struct {
+	e *Executor
+	// images are the downloaded image files by entry: eight fabric
+	// adapters share one file. removeImages deletes them.
+	images map[*manifests.Firmware]string
 }
 
-// Component is the verdict component: nic/<pci>, or "nic" for an entry
-// that selected nothing.
-func (c NICCheck) Component() string {
-	if c.Device.PCI == "" {
-		return "nic"
-	}
-	return "nic/" + c.Device.PCI
-}
+func (nicKind) Kind() string                  { return manifests.ComponentNIC }
+func (nicKind) Label(o NICObservation) string { return "nic/" + o.Device.PCI }
 
-func (c NICCheck) expected() string {
-	if c.Entry == nil {
+func (nicKind) Broken(o NICObservation) string {
+	if o.Err == nil {
 		return ""
 	}
-	return expected(*c.Entry)
+	return fmt.Sprintf("%s: %v", o.Device, o.Err)
 }
 
-// PlanNIC judges every queried adapter against the in-band nic entries:
-// an adapter belongs to the first entry whose selector (vendorId, psid,
-// model glob over family, VPD part number or name) matches it. An entry
-// that selects nothing is an ERROR naming its selector; an adapter whose
-// query failed is an ERROR; one no entry selects is a SKIP. It is pure.
-func PlanNIC(entries []manifests.Firmware, obs []NICObservation) []NICCheck {
-	var out []NICCheck
-	taken := map[string]bool{}
-	for _, o := range obs {
-		if o.Err != nil {
-			taken[o.Device.PCI] = true
-			out = append(out, NICCheck{Device: o.Device, Status: curev1.VerdictStatus_ERROR,
-				Message: fmt.Sprintf("%s: %v", o.Device, o.Err)})
-		}
+func (nicKind) Match(m manifests.Match, o NICObservation) (bool, string, error) {
+	ok, err := matchNIC(m, o.Device, o.Query)
+	return ok, "", err
+}
+
+func (nicKind) Judge(fw *manifests.Firmware, o NICObservation) fwplan.Judgement {
+	st, msg := gate(*fw, o.Query.Running())
+	if o.Query.PendingReset() {
+		msg += fmt.Sprintf(" (flash holds %s, waiting for a reset)", o.Query.FWVersion)
 	}
-	for i := range entries {
-		fw := &entries[i]
-		n := 0
-		for _, o := range obs {
-			if taken[o.Device.PCI] {
-				continue
-			}
-			ok, err := matchNIC(fw.Match, o.Device, o.Query)
-			if err != nil {
-				out = append(out, NICCheck{Entry: fw, Status: curev1.VerdictStatus_ERROR, Message: fmt.Sprintf("firmware entry %q: %v", fw.Name, err)})
-				n = -1
-				break
-			}
-			if !ok {
-				continue
-			}
-			taken[o.Device.PCI] = true
-			n++
-			st, msg := gate(*fw, o.Query.Running())
-			if o.Query.PendingReset() {
-				msg += fmt.Sprintf(" (flash holds %s, waiting for a reset)", o.Query.FWVersion)
-			}
-			out = append(out, NICCheck{Entry: fw, Device: o.Device, Query: o.Query, Status: st, Observed: o.Query.Running(),
-				Message: fmt.Sprintf("%s PSID %s: %s", o.Device, o.Query.PSID, msg)})
-		}
-		if n == 0 {
-			out = append(out, NICCheck{Entry: fw, Status: curev1.VerdictStatus_ERROR,
-				Message: fmt.Sprintf("firmware entry %q: no Mellanox adapter matches %s (adapters seen: %s)", fw.Name, nicSelector(fw.Match), seenNICs(obs))})
-		}
+	return fwplan.Judgement{Status: st, Observed: o.Query.Running(), Message: fmt.Sprintf("%s PSID %s: %s", o.Device, o.Query.PSID, msg)}
+}
+
+func (nicKind) NoMatch(fw *manifests.Firmware, obs []NICObservation) string {
+	return fmt.Sprintf("firmware entry %q: no Mellanox adapter matches %s (adapters seen: %s)", fw.Name, nicSelector(fw.Match), seenNICs(obs))
+}
+
+func (nicKind) Unmatched(o NICObservation) (fwplan.Judgement, bool) {
+	return fwplan.Judgement{Observed: o.Query.Running(),
+		Message: fmt.Sprintf("%s PSID %s: no nic firmware entry selects this adapter", o.Device, o.Query.PSID)}, true
+}
+
+func (nicKind) words() fwWords {
+	return fwWords{devices: "adapter(s)", pinned: "pinned ", action: "update", kind: "nic firmware update", done: "updated"}
+}
+
+func (nicKind) entries(sku *manifests.SKU) ([]manifests.Firmware, string) {
+	return inBand(sku, manifests.ComponentNIC), fmt.Sprintf("manifest %s pins no nic firmware (in-band): nothing to check", sku.Metadata.Name)
+}
+
+// observe lists the adapters and queries each; no adapter, or no usable
+// mstflint, skips the phase (with a SKIP verdict per adapter for the latter).
+func (k *nicKind) observe(ctx context.Context, entries []manifests.Firmware, emit agent.Emitter) ([]NICObservation, *agent.PhaseOutcome) {
+	end := func(out agent.PhaseOutcome) ([]NICObservation, *agent.PhaseOutcome) { return nil, &out }
+	devs, err := FindMellanoxNICs(k.e.cfg.Root)
+	if err != nil {
+		return end(failed("nic: listing Mellanox adapters: %v", err))
 	}
-	for _, o := range obs {
-		if !taken[o.Device.PCI] {
-			out = append(out, NICCheck{Device: o.Device, Query: o.Query, Status: curev1.VerdictStatus_SKIP, Observed: o.Query.Running(),
-				Message: fmt.Sprintf("%s PSID %s: no nic firmware entry selects this adapter", o.Device, o.Query.PSID)})
-		}
+	if len(devs) == 0 {
+		return end(skipped("no Mellanox (PCI vendor 0x15b3) Ethernet/InfiniBand adapter on this node: %d nic firmware entr(y/ies) not checked", len(entries)))
 	}
-	return out
+	mft := k.e.cfg.MFT
+	if mft == nil {
+		return end(skipped("runner has no mstflint tool configured: %d Mellanox adapter(s) not checked", len(devs)))
+	}
+	if err := mft.Available(); err != nil {
+		reason := err.Error()
+		var se *mstflint.SkipError
+		if errors.As(err, &se) {
+			reason = se.Reason
+		}
+		for _, d := range devs {
+			emit.Verdict(&curev1.Verdict{Component: "nic/" + d.PCI, Check: "firmware", Status: curev1.VerdictStatus_SKIP, Message: reason})
+		}
+		return end(skipped("%s: %d Mellanox adapter(s) not checked", reason, len(devs)))
+	}
+	obs := make([]NICObservation, 0, len(devs))
+	for _, d := range devs {
+		q, err := mft.QueryDevice(ctx, d.PCI)
+		obs = append(obs, NICObservation{Device: d, Query: q, Err: err})
+	}
+	return obs, nil
+}
+
+func (k *nicKind) update(ctx context.Context, a *curev1.Assignment, c fwplan.Check[NICObservation], _ agent.Emitter) (*curev1.Verdict, bool) {
+	return k.e.updateNIC(ctx, a, c, k.images)
+}
+
+func (k *nicKind) removeImages() {
+	for _, p := range k.images {
+		os.Remove(p)
+	}
+}
+
+// runNIC reports a verdict per Mellanox adapter and, in provision mode,
+// burns the manifest's image on drifted ones.
+func (e *Executor) runNIC(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
+	k := &nicKind{e: e, images: map[*manifests.Firmware]string{}}
+	defer k.removeImages()
+	return runFirmware[NICObservation](ctx, e, k, a, emit)
 }
 
 // matchNIC applies vendorId, psid and the model glob of m.
@@ -332,93 +354,6 @@ func skipped(format string, args ...any) agent.PhaseOutcome {
 	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: fmt.Sprintf(format, args...)}
 }
 
-// runNIC reports a verdict per Mellanox adapter and, in provision mode,
-// burns the manifest's image on drifted ones (PSID checked by mstflint
-// before anything is written).
-func (e *Executor) runNIC(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
-	sku, err := e.sku(a)
-	if err != nil {
-		return failed("nic: %v", err)
-	}
-	entries := inBand(sku, manifests.ComponentNIC)
-	if len(entries) == 0 {
-		return skipped("manifest %s pins no nic firmware (in-band): nothing to check", sku.Metadata.Name)
-	}
-	devs, err := FindMellanoxNICs(e.cfg.Root)
-	if err != nil {
-		return failed("nic: listing Mellanox adapters: %v", err)
-	}
-	if len(devs) == 0 {
-		return skipped("no Mellanox (PCI vendor 0x15b3) Ethernet/InfiniBand adapter on this node: %d nic firmware entr(y/ies) not checked", len(entries))
-	}
-	if e.cfg.MFT == nil {
-		return skipped("runner has no mstflint tool configured: %d Mellanox adapter(s) not checked", len(devs))
-	}
-	if err := e.cfg.MFT.Available(); err != nil {
-		reason := err.Error()
-		var se *mstflint.SkipError
-		if errors.As(err, &se) {
-			reason = se.Reason
-		}
-		for _, d := range devs {
-			emit.Verdict(&curev1.Verdict{Component: "nic/" + d.PCI, Check: "firmware", Status: curev1.VerdictStatus_SKIP, Message: reason})
-		}
-		return skipped("%s: %d Mellanox adapter(s) not checked", reason, len(devs))
-	}
-	obs := make([]NICObservation, 0, len(devs))
-	for _, d := range devs {
-		q, err := e.cfg.MFT.QueryDevice(ctx, d.PCI)
-		obs = append(obs, NICObservation{Device: d, Query: q, Err: err})
-	}
-	if err := ctx.Err(); err != nil {
-		return failed("nic: %v", err)
-	}
-	checks := PlanNIC(entries, obs)
-	js := make([]judged, 0, len(checks))
-	for _, c := range checks {
-		desired := "" // a component no entry selects has no target
-		if c.Entry != nil {
-			desired = c.Entry.Version
-		}
-		js = append(js, judged{&curev1.Verdict{Component: c.Component(), Check: "firmware", Status: c.Status,
-			Observed: c.Observed, Expected: c.expected(), Message: c.Message}, desired})
-	}
-	drift, errs, nJudged := tally(emit, js)
-	provision := a.GetMode() == curev1.Mode_MODE_PROVISION
-	if provision && len(errs) > 0 {
-		return failed("nic: %s", strings.Join(errs, "; "))
-	}
-	if provision && len(drift) > 0 {
-		return e.updateNICs(ctx, a, checks, emit)
-	}
-	if len(drift) == 0 && len(errs) == 0 {
-		return skipped("all %d pinned adapter(s) match the manifest: nothing to update", nJudged)
-	}
-	msg := fmt.Sprintf("%d adapter(s) checked: %d drift, %d error", len(devs), len(drift), len(errs))
-	if len(drift) > 0 {
-		msg += " (" + strings.Join(drift, ", ") + "; reported only in " + a.GetMode().String() + ")"
-	}
-	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: msg}
-}
-
-// updateNICs burns every drifted adapter, downloading each entry's image
-// once (eight fabric adapters share one file).
-func (e *Executor) updateNICs(ctx context.Context, a *curev1.Assignment, checks []NICCheck, emit agent.Emitter) agent.PhaseOutcome {
-	images := map[*manifests.Firmware]string{}
-	defer func() {
-		for _, p := range images {
-			os.Remove(p)
-		}
-	}()
-	var ups []update
-	for _, c := range checks {
-		if c.Status == curev1.VerdictStatus_DRIFT {
-			ups = append(ups, update{c.Component(), func() (*curev1.Verdict, bool) { return e.updateNIC(ctx, a, c, images) }})
-		}
-	}
-	return applyUpdates("nic firmware update", "updated", ups, emit)
-}
-
 // nicActivation maps the manifest's activation onto mstflint's. An image
 // without mstfwreset cannot reset the adapter, so a reset becomes a reboot.
 func nicActivation(activation string, haveReset bool) (mstflint.Activation, string) {
@@ -437,8 +372,8 @@ func nicActivation(activation string, haveReset bool) (mstflint.Activation, stri
 
 // updateNIC burns one adapter and verifies. It returns the verdict and
 // whether a host reboot is needed before the new firmware runs.
-func (e *Executor) updateNIC(ctx context.Context, a *curev1.Assignment, c NICCheck, images map[*manifests.Firmware]string) (*curev1.Verdict, bool) {
-	v := &curev1.Verdict{Component: c.Component(), Check: "firmware_update", Observed: c.Observed, Expected: c.expected()}
+func (e *Executor) updateNIC(ctx context.Context, a *curev1.Assignment, c fwplan.Check[NICObservation], images map[*manifests.Firmware]string) (*curev1.Verdict, bool) {
+	v := &curev1.Verdict{Component: nicKind{}.Label(c.Device), Check: "firmware_update", Observed: c.Observed, Expected: expected(*c.Entry)}
 	fail := func(format string, args ...any) (*curev1.Verdict, bool) {
 		v.Status = curev1.VerdictStatus_FAIL
 		v.Message = fmt.Sprintf(format, args...)
@@ -469,16 +404,16 @@ func (e *Executor) updateNIC(ctx context.Context, a *curev1.Assignment, c NICChe
 	}
 	_, resetErr := lookTool(e.cfg.MFT.LookPath, e.cfg.MFT.Mstfwreset, "mstfwreset")
 	act, note := nicActivation(fw.Activation, resetErr == nil)
-	plan, res, err := e.cfg.MFT.Update(ctx, c.Device.PCI, image, fw.Version, act)
+	plan, res, err := e.cfg.MFT.Update(ctx, c.Device.Device.PCI, image, fw.Version, act)
 	if err != nil {
 		var pm *mstflint.PSIDMismatchError
 		if errors.As(err, &pm) {
 			return fail("%s: nothing burnt: %v", fw.Name, err)
 		}
 		if res != nil && res.Burned {
-			return fail("%s %s -> %s: burnt, then: %v", c.Device.PCI, c.Observed, fw.Version, err)
+			return fail("%s %s -> %s: burnt, then: %v", c.Device.Device.PCI, c.Observed, fw.Version, err)
 		}
-		return fail("%s %s -> %s: %v", c.Device.PCI, c.Observed, fw.Version, err)
+		return fail("%s %s -> %s: %v", c.Device.Device.PCI, c.Observed, fw.Version, err)
 	}
 	notes := append([]string{plan.String()}, res.Notes...)
 	if note != "" {

@@ -11,6 +11,8 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/runner/fwplan"
+	"github.com/cure-oss/cure/runner/inventory"
 	"github.com/cure-oss/cure/tools/artifact"
 	"github.com/cure-oss/cure/tools/nvme"
 	"github.com/cure-oss/cure/tools/nvmefw"
@@ -59,8 +61,9 @@ func formatExt(f string) string {
 // updateNVMe flashes one drifted controller and verifies the running
 // revision. It returns the verdict to report and whether a host reboot is
 // needed before the new firmware runs.
-func (e *Executor) updateNVMe(ctx context.Context, a *curev1.Assignment, c NVMeCheck) (*curev1.Verdict, bool) {
-	v := &curev1.Verdict{Component: c.Component(), Check: "firmware_update", Observed: c.Observed, Expected: expected(c.Entry)}
+func (e *Executor) updateNVMe(ctx context.Context, a *curev1.Assignment, c fwplan.Check[*inventory.Controller]) (*curev1.Verdict, bool) {
+	ctrl := c.Device
+	v := &curev1.Verdict{Component: nvmeKind{}.Label(ctrl), Check: "firmware_update", Observed: c.Observed, Expected: expected(*c.Entry)}
 	fail := func(format string, args ...any) (*curev1.Verdict, bool) {
 		v.Status = curev1.VerdictStatus_FAIL
 		v.Message = fmt.Sprintf(format, args...)
@@ -87,9 +90,9 @@ func (e *Executor) updateNVMe(ctx context.Context, a *curev1.Assignment, c NVMeC
 	if err != nil {
 		return fail("%v", err)
 	}
-	admin, resetter, closer, err := e.cfg.OpenNVMeFirmware(c.Controller.Info.DevPath)
+	admin, resetter, closer, err := e.cfg.OpenNVMeFirmware(ctrl.Info.DevPath)
 	if err != nil {
-		return fail("open %s: %v", c.Controller.Info.DevPath, err)
+		return fail("open %s: %v", ctrl.Info.DevPath, err)
 	}
 	defer closer.Close()
 	rep, err := nvmefw.Update(ctx, admin, resetter, c.Entry.Version, image, nvmefw.UpdateOptions{
@@ -102,9 +105,9 @@ func (e *Executor) updateNVMe(ctx context.Context, a *curev1.Assignment, c NVMeC
 	if err != nil {
 		var se *nvme.StatusError
 		if errors.As(err, &se) {
-			return fail("%s %s -> %s: controller refused: %v", c.Controller.Info.Name, c.Observed, c.Entry.Version, err)
+			return fail("%s %s -> %s: controller refused: %v", ctrl.Info.Name, c.Observed, c.Entry.Version, err)
 		}
-		return fail("%s %s -> %s: %v", c.Controller.Info.Name, c.Observed, c.Entry.Version, err)
+		return fail("%s %s -> %s: %v", ctrl.Info.Name, c.Observed, c.Entry.Version, err)
 	}
 	if rep.RebootRequired {
 		v.Status = curev1.VerdictStatus_DRIFT
