@@ -356,8 +356,3 @@ func (e *Executor) installDPU(ctx context.Context, a *curev1.Assignment, c fwpla
 	}
 	return v, reboot
 }
-
-func gateStatus(fw manifests.Firmware, running string) curev1.VerdictStatus {
-	s, _ := gate(fw, running)
-	return s
-}

@@ -95,3 +95,55 @@ func runFirmware[D any](ctx context.Context, e *Executor, k firmwareKind[D], a *
 	}
 	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: msg}
 }
+
+// gate decides MATCH, DRIFT or ERROR for a running version: ERROR when the
+// manifest's gate cannot order the versions (an unparseable value under
+// at-least, different families), never a silent DRIFT.
+func gate(fw manifests.Firmware, running string) (curev1.VerdictStatus, string) {
+	ok, err := fw.Satisfied(running)
+	switch {
+	case err != nil:
+		return curev1.VerdictStatus_ERROR, err.Error()
+	case ok && fw.Gate == manifests.GateAtLeast:
+		return curev1.VerdictStatus_MATCH, fmt.Sprintf("running %s is at least %s", running, fw.Version)
+	case ok:
+		return curev1.VerdictStatus_MATCH, "running version equals desired"
+	case fw.Gate == manifests.GateAtLeast:
+		return curev1.VerdictStatus_DRIFT, fmt.Sprintf("running %s is older than %s", running, fw.Version)
+	}
+	return curev1.VerdictStatus_DRIFT, fmt.Sprintf("running %s, desired %s", running, fw.Version)
+}
+
+// GateVerdict is the verdict the runner gives a component running version
+// running against fw (TestVersionFormsAgree holds it to the coordinator's).
+func GateVerdict(fw manifests.Firmware, running string) (curev1.VerdictStatus, string) {
+	return gate(fw, running)
+}
+
+func expected(fw manifests.Firmware) string {
+	if fw.Gate == manifests.GateAtLeast {
+		return ">= " + fw.Version
+	}
+	return fw.Version
+}
+
+func gateStatus(fw manifests.Firmware, running string) curev1.VerdictStatus {
+	s, _ := gate(fw, running)
+	return s
+}
+
+// inBand keeps the entries of one component the runner updates in-band;
+// via redfish they are the coordinator's.
+func inBand(sku *manifests.SKU, component string) []manifests.Firmware {
+	var out []manifests.Firmware
+	for _, f := range sku.FirmwareFor(component) {
+		if f.Via == manifests.ViaInBand {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func skipped(format string, args ...any) agent.PhaseOutcome {
+	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: fmt.Sprintf(format, args...)}
+}

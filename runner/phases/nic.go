@@ -338,22 +338,6 @@ func seenNICs(obs []NICObservation) string {
 	return strings.Join(p, ", ")
 }
 
-// inBand keeps the entries of one component the runner updates in-band;
-// via redfish they are the coordinator's.
-func inBand(sku *manifests.SKU, component string) []manifests.Firmware {
-	var out []manifests.Firmware
-	for _, f := range sku.FirmwareFor(component) {
-		if f.Via == manifests.ViaInBand {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-func skipped(format string, args ...any) agent.PhaseOutcome {
-	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: fmt.Sprintf(format, args...)}
-}
-
 // nicActivation maps the manifest's activation onto mstflint's. An image
 // without mstfwreset cannot reset the adapter, so a reset becomes a reboot.
 func nicActivation(activation string, haveReset bool) (mstflint.Activation, string) {
