@@ -6,6 +6,7 @@
 package artifact
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -35,19 +36,22 @@ type Fetcher struct {
 	Limit int64
 }
 
-var defaultClient = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, ResponseHeaderTimeout: 30 * time.Second}}
+// defaultClient goes direct (no proxy from the environment: artifacts
+// come from the coordinator or the manifest's URL as written).
+var defaultClient = &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: 30 * time.Second}}
 
 // Bytes downloads url into memory and returns it once size and sha256 match.
 func (f Fetcher) Bytes(ctx context.Context, url string, want Want) ([]byte, error) {
 	if err := f.checkWant(url, want); err != nil {
 		return nil, err
 	}
-	var b strings.Builder
-	b.Grow(int(want.Size))
-	if err := f.stream(ctx, url, want, &b); err != nil {
+	// One buffer of the expected size (plus the byte that detects a
+	// longer body): a firmware image is not copied again on return.
+	b := bytes.NewBuffer(make([]byte, 0, want.Size+1))
+	if err := f.stream(ctx, url, want, b); err != nil {
 		return nil, err
 	}
-	return []byte(b.String()), nil
+	return b.Bytes(), nil
 }
 
 // File downloads url into a new file in dir (os.TempDir when "") named by
