@@ -2,12 +2,8 @@ package pipeline
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,6 +15,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
+	"github.com/cure-oss/cure/tools/artifact"
 )
 
 // coordPhase runs one coordinator-owned phase attempt.
@@ -235,44 +232,25 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 	return e.preflightBMC(ctx, r, n, inputs)
 }
 
+// maxArtifact bounds an artifact the coordinator verifies before a run:
+// it is streamed through sha256, never held, so only sanity limits it.
+const maxArtifact = 1 << 40
+
 // verifyArtifact reads an artifact whole (from the store, or its URL) and
 // checks its size and sha256.
 func (e *Engine) verifyArtifact(ctx context.Context, a *manifests.Artifact) error {
-	var rd io.Reader
-	if a.URL == "" {
-		f, err := os.Open(filepath.Join(e.cfg.ArtifactDir, "sha256", a.SHA256))
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		rd = f
-	} else {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
-		defer cancel()
-		req, err := http.NewRequestWithContext(cctx, http.MethodGet, a.URL, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := (&http.Client{Transport: &http.Transport{ResponseHeaderTimeout: 30 * time.Second}}).Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: HTTP %s", a.URL, resp.Status)
-		}
-		rd = resp.Body
+	want := artifact.Want{Size: a.Size, SHA256: a.SHA256}
+	if a.URL != "" {
+		return artifact.Fetcher{Timeout: 30 * time.Minute, Limit: maxArtifact}.Check(ctx, a.URL, want)
 	}
-	h := sha256.New()
-	n, err := io.Copy(h, io.LimitReader(rd, a.Size+1))
+	p := filepath.Join(e.cfg.ArtifactDir, "sha256", a.SHA256)
+	f, err := os.Open(p)
 	if err != nil {
 		return err
 	}
-	if n != a.Size {
-		return fmt.Errorf("%d bytes, manifest says %d", n, a.Size)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != a.SHA256 {
-		return fmt.Errorf("sha256 %s, manifest says %s", got, a.SHA256)
+	defer f.Close()
+	if err := artifact.Verify(f, want, nil); err != nil {
+		return fmt.Errorf("%s: %w", p, err)
 	}
 	return nil
 }

@@ -8,14 +8,15 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/runner/agent"
+	"github.com/cure-oss/cure/runner/fwplan"
 	"github.com/cure-oss/cure/tools/bluefield"
+	"github.com/cure-oss/cure/tools/pci"
 )
 
 // maxBundle bounds a downloaded BlueField bundle: BFBs carrying a full OS
@@ -56,31 +57,6 @@ type DPUObservation struct {
 // Name is the rshim directory's base name (rshim0).
 func (o DPUObservation) Name() string { return filepath.Base(o.Rshim.Name()) }
 
-// DPUCheck is the plan for one DPU, or for an entry that selected no DPU
-// (Obs nil).
-type DPUCheck struct {
-	Entry    *manifests.Firmware // nil: no entry selects the DPU (SKIP) or it could not be read (ERROR)
-	Obs      *DPUObservation
-	Status   curev1.VerdictStatus // MATCH, DRIFT, ERROR or SKIP
-	Observed string
-	Message  string
-}
-
-// Component is dpu/<rshim>, or "dpu" for an entry that selected nothing.
-func (c DPUCheck) Component() string {
-	if c.Obs == nil {
-		return "dpu"
-	}
-	return "dpu/" + c.Obs.Name()
-}
-
-func (c DPUCheck) expected() string {
-	if c.Entry == nil {
-		return ""
-	}
-	return expected(*c.Entry)
-}
-
 var nicFWVersion = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
 
 // dpuObserved picks what the manifest's version is compared with. A
@@ -102,24 +78,24 @@ func dpuObserved(want string, o *DPUObservation) (observed, what string) {
 }
 
 // judgeDPU gates one DPU against its entry.
-func judgeDPU(fw *manifests.Firmware, o *DPUObservation) DPUCheck {
-	c := DPUCheck{Entry: fw, Obs: o}
+func judgeDPU(fw *manifests.Firmware, o *DPUObservation) fwplan.Judgement {
+	var j fwplan.Judgement
 	observed, what := dpuObserved(fw.Version, o)
-	c.Observed = observed
+	j.Observed = observed
 	if observed == "" {
 		// Installing a bundle again is harmless; skipping a needed one is not.
-		c.Status = curev1.VerdictStatus_DRIFT
-		c.Message = fmt.Sprintf("%s: %s not observable from the host; want %s", dpuLabel(o), what, expected(*fw))
+		j.Status = curev1.VerdictStatus_DRIFT
+		j.Message = fmt.Sprintf("%s: %s not observable from the host; want %s", dpuLabel(o), what, expected(*fw))
 	} else {
 		st, msg := gate(*fw, observed)
-		c.Status = st
-		c.Message = fmt.Sprintf("%s: %s %s", dpuLabel(o), what, msg)
+		j.Status = st
+		j.Message = fmt.Sprintf("%s: %s %s", dpuLabel(o), what, msg)
 	}
 	if o.Status.State == bluefield.StateFailed {
-		c.Status = curev1.VerdictStatus_DRIFT
-		c.Message += "; the DPU's boot log reports a failure"
+		j.Status = curev1.VerdictStatus_DRIFT
+		j.Message += "; the DPU's boot log reports a failure"
 	}
-	return c
+	return j
 }
 
 func dpuLabel(o *DPUObservation) string {
@@ -136,9 +112,9 @@ func dpuLabel(o *DPUObservation) string {
 // could not read it.
 func matchDPU(m manifests.Match, o *DPUObservation) (ok bool, undecided string, err error) {
 	if m.VendorID != "" {
-		v, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(m.VendorID), "0x"), 16, 16)
+		v, err := pci.ParseVendorID(m.VendorID)
 		if err != nil {
-			return false, "", fmt.Errorf("match.vendorId %q: expected a hex PCI vendor ID like 0x15b3", m.VendorID)
+			return false, "", fmt.Errorf("match.vendorId: %w", err)
 		}
 		if v != mellanoxVendor { // every rshim device is a BlueField
 			return false, "", nil
@@ -162,7 +138,7 @@ func matchDPU(m manifests.Match, o *DPUObservation) (ok bool, undecided string, 
 	}
 	if m.PSID != "" {
 		if o.Status.NIC == nil {
-			return false, fmt.Sprintf("match.psid %s: cannot read the DPU's PSID: %v", m.PSID, o.NICErr), nil
+			return false, fmt.Sprintf("%s: match.psid %s: cannot read the DPU's PSID: %v", o.Rshim.Name(), m.PSID, o.NICErr), nil
 		}
 		if !strings.EqualFold(m.PSID, o.Status.NIC.PSID) {
 			return false, "", nil
@@ -171,62 +147,74 @@ func matchDPU(m manifests.Match, o *DPUObservation) (ok bool, undecided string, 
 	return true, "", nil
 }
 
-// PlanDPU judges every observed DPU against the in-band dpu entries, the
-// way PlanNIC does for adapters. It is pure.
-func PlanDPU(entries []manifests.Firmware, obs []DPUObservation) []DPUCheck {
-	var out []DPUCheck
-	taken := make([]bool, len(obs))
-	for i := range obs {
-		if obs[i].Err != nil {
-			taken[i] = true
-			out = append(out, DPUCheck{Obs: &obs[i], Status: curev1.VerdictStatus_ERROR, Message: fmt.Sprintf("%s: %v", obs[i].Rshim.Name(), obs[i].Err)})
+// dpuKind is the BlueField DPUs, seen through rshim (and, on PCIe, their
+// NIC firmware through mstflint), installed with a bundle streamed into
+// rshim. DPUs no entry selects are SKIPs.
+type dpuKind struct{ e *Executor }
+
+func (dpuKind) Kind() string                   { return manifests.ComponentDPU }
+func (dpuKind) Label(o *DPUObservation) string { return "dpu/" + o.Name() }
+
+func (dpuKind) Broken(o *DPUObservation) string {
+	if o.Err == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s: %v", o.Rshim.Name(), o.Err)
+}
+
+func (dpuKind) Match(m manifests.Match, o *DPUObservation) (bool, string, error) {
+	return matchDPU(m, o)
+}
+func (dpuKind) Judge(fw *manifests.Firmware, o *DPUObservation) fwplan.Judgement {
+	return judgeDPU(fw, o)
+}
+
+func (dpuKind) NoMatch(fw *manifests.Firmware, obs []*DPUObservation) string {
+	var seen []string
+	for _, o := range obs {
+		if o.Status != nil {
+			seen = append(seen, dpuLabel(o))
 		}
 	}
-	for k := range entries {
-		fw := &entries[k]
-		n := 0
-		for i := range obs {
-			if taken[i] {
-				continue
-			}
-			ok, undecided, err := matchDPU(fw.Match, &obs[i])
-			if err != nil {
-				out = append(out, DPUCheck{Entry: fw, Status: curev1.VerdictStatus_ERROR, Message: fmt.Sprintf("firmware entry %q: %v", fw.Name, err)})
-				n = -1
-				break
-			}
-			if undecided != "" {
-				taken[i] = true
-				n++
-				out = append(out, DPUCheck{Entry: fw, Obs: &obs[i], Status: curev1.VerdictStatus_ERROR,
-					Message: fmt.Sprintf("firmware entry %q on %s: %s", fw.Name, obs[i].Rshim.Name(), undecided)})
-				continue
-			}
-			if !ok {
-				continue
-			}
-			taken[i] = true
-			n++
-			out = append(out, judgeDPU(fw, &obs[i]))
-		}
-		if n == 0 {
-			var seen []string
-			for i := range obs {
-				if obs[i].Status != nil {
-					seen = append(seen, dpuLabel(&obs[i]))
-				}
-			}
-			out = append(out, DPUCheck{Entry: fw, Status: curev1.VerdictStatus_ERROR,
-				Message: fmt.Sprintf("firmware entry %q: no DPU matches %s (DPUs seen: %s)", fw.Name, nicSelector(fw.Match), strings.Join(seen, ", "))})
-		}
+	return fmt.Sprintf("firmware entry %q: no DPU matches %s (DPUs seen: %s)", fw.Name, nicSelector(fw.Match), strings.Join(seen, ", "))
+}
+
+func (dpuKind) Unmatched(o *DPUObservation) (fwplan.Judgement, bool) {
+	return fwplan.Judgement{Message: dpuLabel(o) + ": no dpu firmware entry selects this DPU"}, true
+}
+
+func (dpuKind) words() fwWords {
+	return fwWords{devices: "DPU(s)", pinned: "pinned ", action: "install", kind: "dpu bundle install", done: "installed"}
+}
+
+func (dpuKind) entries(sku *manifests.SKU) ([]manifests.Firmware, string) {
+	return inBand(sku, manifests.ComponentDPU), fmt.Sprintf("manifest %s pins no dpu firmware (in-band): nothing to check", sku.Metadata.Name)
+}
+
+func (k dpuKind) observe(ctx context.Context, entries []manifests.Firmware, _ agent.Emitter) ([]*DPUObservation, *agent.PhaseOutcome) {
+	end := func(out agent.PhaseOutcome) ([]*DPUObservation, *agent.PhaseOutcome) { return nil, &out }
+	e := k.e
+	if e.cfg.Rshims == nil {
+		return end(skipped("runner has no rshim device source configured: %d dpu firmware entr(y/ies) not checked", len(entries)))
 	}
-	for i := range obs {
-		if !taken[i] {
-			out = append(out, DPUCheck{Obs: &obs[i], Status: curev1.VerdictStatus_SKIP,
-				Message: dpuLabel(&obs[i]) + ": no dpu firmware entry selects this DPU"})
-		}
+	rs, err := e.cfg.Rshims()
+	if err != nil {
+		return end(failed("dpu: %v", err))
 	}
-	return out
+	if len(rs) == 0 {
+		return end(skipped("no BlueField rshim device under %s (no DPU, or the rshim driver is not running): %d dpu firmware entr(y/ies) not checked",
+			filepath.Join(e.cfg.Root, "dev/rshim*"), len(entries)))
+	}
+	obs := make([]*DPUObservation, 0, len(rs))
+	for _, r := range rs {
+		o := e.observeDPU(ctx, r)
+		obs = append(obs, &o)
+	}
+	return obs, nil
+}
+
+func (k dpuKind) update(ctx context.Context, a *curev1.Assignment, c fwplan.Check[*DPUObservation], emit agent.Emitter) (*curev1.Verdict, bool) {
+	return k.e.installDPU(ctx, a, c, emit)
 }
 
 // observeDPU reads misc (read-only: the display level is left as found)
@@ -260,70 +248,14 @@ func (e *Executor) observeDPU(ctx context.Context, r bluefield.Rshim) DPUObserva
 // runDPU reports a verdict per DPU and, in provision mode, installs the
 // manifest's bundle on drifted ones through rshim.
 func (e *Executor) runDPU(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
-	sku, err := e.sku(a)
-	if err != nil {
-		return failed("dpu: %v", err)
-	}
-	entries := inBand(sku, manifests.ComponentDPU)
-	if len(entries) == 0 {
-		return skipped("manifest %s pins no dpu firmware (in-band): nothing to check", sku.Metadata.Name)
-	}
-	if e.cfg.Rshims == nil {
-		return skipped("runner has no rshim device source configured: %d dpu firmware entr(y/ies) not checked", len(entries))
-	}
-	rs, err := e.cfg.Rshims()
-	if err != nil {
-		return failed("dpu: %v", err)
-	}
-	if len(rs) == 0 {
-		return skipped("no BlueField rshim device under %s (no DPU, or the rshim driver is not running): %d dpu firmware entr(y/ies) not checked",
-			filepath.Join(e.cfg.Root, "dev/rshim*"), len(entries))
-	}
-	obs := make([]DPUObservation, 0, len(rs))
-	for _, r := range rs {
-		obs = append(obs, e.observeDPU(ctx, r))
-	}
-	if err := ctx.Err(); err != nil {
-		return failed("dpu: %v", err)
-	}
-	checks := PlanDPU(entries, obs)
-	js := make([]judged, 0, len(checks))
-	for _, c := range checks {
-		desired := "" // a component no entry selects has no target
-		if c.Entry != nil {
-			desired = c.Entry.Version
-		}
-		js = append(js, judged{&curev1.Verdict{Component: c.Component(), Check: "firmware", Status: c.Status,
-			Observed: c.Observed, Expected: c.expected(), Message: c.Message}, desired})
-	}
-	drift, errs, nJudged := tally(emit, js)
-	provision := a.GetMode() == curev1.Mode_MODE_PROVISION
-	if provision && len(errs) > 0 {
-		return failed("dpu: %s", strings.Join(errs, "; "))
-	}
-	if provision && len(drift) > 0 {
-		var ups []update
-		for _, c := range checks {
-			if c.Status == curev1.VerdictStatus_DRIFT {
-				ups = append(ups, update{c.Component(), func() (*curev1.Verdict, bool) { return e.installDPU(ctx, a, c, emit) }})
-			}
-		}
-		return applyUpdates("dpu bundle install", "installed", ups, emit)
-	}
-	if len(drift) == 0 && len(errs) == 0 {
-		return skipped("all %d pinned DPU(s) match the manifest: nothing to install", nJudged)
-	}
-	msg := fmt.Sprintf("%d DPU(s) checked: %d drift, %d error", len(rs), len(drift), len(errs))
-	if len(drift) > 0 {
-		msg += " (" + strings.Join(drift, ", ") + "; reported only in " + a.GetMode().String() + ")"
-	}
-	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: msg}
+	return runFirmware(ctx, e, dpuKind{e}, a, emit)
 }
 
 // installDPU streams the bundle into one DPU, waits for it to report
 // ready, activates per the entry and verifies what the host can see.
-func (e *Executor) installDPU(ctx context.Context, a *curev1.Assignment, c DPUCheck, emit agent.Emitter) (*curev1.Verdict, bool) {
-	v := &curev1.Verdict{Component: c.Component(), Check: "firmware_update", Observed: c.Observed, Expected: c.expected()}
+func (e *Executor) installDPU(ctx context.Context, a *curev1.Assignment, c fwplan.Check[*DPUObservation], emit agent.Emitter) (*curev1.Verdict, bool) {
+	component := dpuKind{}.Label(c.Device)
+	v := &curev1.Verdict{Component: component, Check: "firmware_update", Observed: c.Observed, Expected: expected(*c.Entry)}
 	fail := func(format string, args ...any) (*curev1.Verdict, bool) {
 		v.Status = curev1.VerdictStatus_FAIL
 		v.Message = fmt.Sprintf(format, args...)
@@ -336,7 +268,7 @@ func (e *Executor) installDPU(ctx context.Context, a *curev1.Assignment, c DPUCh
 	if err := modes.CheckWrite(mode, "dpu bundle install"); err != nil {
 		return fail("%v", err)
 	}
-	fw, r := c.Entry, c.Obs.Rshim
+	fw, r := c.Entry, c.Device.Rshim
 	if fw.Artifact == nil {
 		return fail("firmware entry %q drifted but names no artifact", fw.Name)
 	}
@@ -358,7 +290,7 @@ func (e *Executor) installDPU(ctx context.Context, a *curev1.Assignment, c DPUCh
 	}
 	defer f.Close()
 
-	labels := map[string]string{"component": c.Component()}
+	labels := map[string]string{"component": component}
 	last := e.cfg.now()
 	progress := func(written, total int64) {
 		if now := e.cfg.now(); now.Sub(last) >= e.cfg.ProgressEvery || written == total {
@@ -423,9 +355,4 @@ func (e *Executor) installDPU(ctx context.Context, a *curev1.Assignment, c DPUCh
 		v.Message += "; " + strings.Join(notes, "; ")
 	}
 	return v, reboot
-}
-
-func gateStatus(fw manifests.Firmware, running string) curev1.VerdictStatus {
-	s, _ := gate(fw, running)
-	return s
 }

@@ -2,28 +2,23 @@ package phases
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"time"
 	"unicode"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/runner/agent"
+	"github.com/cure-oss/cure/runner/fwplan"
 	"github.com/cure-oss/cure/tools/mstflint"
+	"github.com/cure-oss/cure/tools/pci"
 )
 
 // mellanoxVendor is the PCI vendor id of Mellanox (NVIDIA networking).
@@ -91,63 +86,44 @@ var mellanoxFamilies = map[uint16]string{
 // sorted by address. A device whose sysfs files cannot be read is an error:
 // skipping it would hide an adapter the manifest pins.
 func FindMellanoxNICs(root string) ([]NICDevice, error) {
-	dir := filepath.Join(root, "sys/bus/pci/devices")
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	fns, err := pci.Functions(root)
 	if err != nil {
-		return nil, fmt.Errorf("list PCI devices: %w", err)
+		return nil, err
 	}
 	var out []NICDevice
-	for _, e := range ents {
-		addr := e.Name()
-		if !strings.HasSuffix(addr, ".0") {
+	for _, f := range fns {
+		if !strings.HasSuffix(f.Addr, ".0") {
 			continue
 		}
-		p := filepath.Join(dir, addr)
-		vendor, err := sysfsHex(filepath.Join(p, "vendor"))
+		vendor, err := f.Vendor()
 		if err != nil {
 			return nil, err
 		}
 		if vendor != mellanoxVendor {
 			continue
 		}
-		class, err := sysfsHex(filepath.Join(p, "class"))
+		class, err := f.Class()
 		if err != nil {
 			return nil, err
 		}
 		if c := class >> 8; c != 0x0200 && c != 0x0207 {
 			continue
 		}
-		if _, err := os.Lstat(filepath.Join(p, "physfn")); err == nil {
-			continue // an SR-IOV virtual function
+		if f.VirtualFunction() {
+			continue
 		}
-		dev, err := sysfsHex(filepath.Join(p, "device"))
+		dev, err := f.Device()
 		if err != nil {
 			return nil, err
 		}
-		d := NICDevice{PCI: addr, DeviceID: uint16(dev), Class: uint32(class), Family: mellanoxFamilies[uint16(dev)]}
+		d := NICDevice{PCI: f.Addr, DeviceID: dev, Class: class, Family: mellanoxFamilies[dev]}
 		// VPD is optional: old kernels and some firmware do not expose it.
-		if b, err := os.ReadFile(filepath.Join(p, "vpd")); err == nil {
+		if b, err := f.ReadFile("vpd"); err == nil {
 			d.Name, d.PartNumber = parseVPD(b)
 		}
 		out = append(out, d)
 	}
 	return out, nil
-}
-
-func sysfsHex(p string) (uint64, error) {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", p, err)
-	}
-	s := strings.TrimSpace(string(b))
-	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 32)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %q is not a hex number", p, s)
-	}
-	return v, nil
 }
 
 // parseVPD reads the identifier string (large resource tag 0x82) and the
@@ -200,93 +176,114 @@ type NICObservation struct {
 	Err    error
 }
 
-// NICCheck is the plan for one adapter, or for an entry that selected no
-// adapter (Device.PCI empty).
-type NICCheck struct {
-	Entry    *manifests.Firmware // nil: no entry selects the adapter (SKIP) or the query failed (ERROR)
-	Device   NICDevice
-	Query    *mstflint.Query
-	Status   curev1.VerdictStatus // MATCH, DRIFT, ERROR or SKIP
-	Observed string
-	Message  string
+// nicKind is the Mellanox/NVIDIA adapters' firmware, checked with
+// mstflint and burnt in-band (PSID checked by mstflint before anything is
+// written). Adapters no entry selects are SKIPs.
+type nicKind struct {
+	e *Executor
+	// images are the downloaded image files by entry: eight fabric
+	// adapters share one file. removeImages deletes them.
+	images map[*manifests.Firmware]string
 }
 
-// Component is the verdict component: nic/<pci>, or "nic" for an entry
-// that selected nothing.
-func (c NICCheck) Component() string {
-	if c.Device.PCI == "" {
-		return "nic"
-	}
-	return "nic/" + c.Device.PCI
-}
+func (nicKind) Kind() string                  { return manifests.ComponentNIC }
+func (nicKind) Label(o NICObservation) string { return "nic/" + o.Device.PCI }
 
-func (c NICCheck) expected() string {
-	if c.Entry == nil {
+func (nicKind) Broken(o NICObservation) string {
+	if o.Err == nil {
 		return ""
 	}
-	return expected(*c.Entry)
+	return fmt.Sprintf("%s: %v", o.Device, o.Err)
 }
 
-// PlanNIC judges every queried adapter against the in-band nic entries:
-// an adapter belongs to the first entry whose selector (vendorId, psid,
-// model glob over family, VPD part number or name) matches it. An entry
-// that selects nothing is an ERROR naming its selector; an adapter whose
-// query failed is an ERROR; one no entry selects is a SKIP. It is pure.
-func PlanNIC(entries []manifests.Firmware, obs []NICObservation) []NICCheck {
-	var out []NICCheck
-	taken := map[string]bool{}
-	for _, o := range obs {
-		if o.Err != nil {
-			taken[o.Device.PCI] = true
-			out = append(out, NICCheck{Device: o.Device, Status: curev1.VerdictStatus_ERROR,
-				Message: fmt.Sprintf("%s: %v", o.Device, o.Err)})
-		}
+func (nicKind) Match(m manifests.Match, o NICObservation) (bool, string, error) {
+	ok, err := matchNIC(m, o.Device, o.Query)
+	return ok, "", err
+}
+
+func (nicKind) Judge(fw *manifests.Firmware, o NICObservation) fwplan.Judgement {
+	st, msg := gate(*fw, o.Query.Running())
+	if o.Query.PendingReset() {
+		msg += fmt.Sprintf(" (flash holds %s, waiting for a reset)", o.Query.FWVersion)
 	}
-	for i := range entries {
-		fw := &entries[i]
-		n := 0
-		for _, o := range obs {
-			if taken[o.Device.PCI] {
-				continue
-			}
-			ok, err := matchNIC(fw.Match, o.Device, o.Query)
-			if err != nil {
-				out = append(out, NICCheck{Entry: fw, Status: curev1.VerdictStatus_ERROR, Message: fmt.Sprintf("firmware entry %q: %v", fw.Name, err)})
-				n = -1
-				break
-			}
-			if !ok {
-				continue
-			}
-			taken[o.Device.PCI] = true
-			n++
-			st, msg := gate(*fw, o.Query.Running())
-			if o.Query.PendingReset() {
-				msg += fmt.Sprintf(" (flash holds %s, waiting for a reset)", o.Query.FWVersion)
-			}
-			out = append(out, NICCheck{Entry: fw, Device: o.Device, Query: o.Query, Status: st, Observed: o.Query.Running(),
-				Message: fmt.Sprintf("%s PSID %s: %s", o.Device, o.Query.PSID, msg)})
-		}
-		if n == 0 {
-			out = append(out, NICCheck{Entry: fw, Status: curev1.VerdictStatus_ERROR,
-				Message: fmt.Sprintf("firmware entry %q: no Mellanox adapter matches %s (adapters seen: %s)", fw.Name, nicSelector(fw.Match), seenNICs(obs))})
-		}
+	return fwplan.Judgement{Status: st, Observed: o.Query.Running(), Message: fmt.Sprintf("%s PSID %s: %s", o.Device, o.Query.PSID, msg)}
+}
+
+func (nicKind) NoMatch(fw *manifests.Firmware, obs []NICObservation) string {
+	return fmt.Sprintf("firmware entry %q: no Mellanox adapter matches %s (adapters seen: %s)", fw.Name, nicSelector(fw.Match), seenNICs(obs))
+}
+
+func (nicKind) Unmatched(o NICObservation) (fwplan.Judgement, bool) {
+	return fwplan.Judgement{Observed: o.Query.Running(),
+		Message: fmt.Sprintf("%s PSID %s: no nic firmware entry selects this adapter", o.Device, o.Query.PSID)}, true
+}
+
+func (nicKind) words() fwWords {
+	return fwWords{devices: "adapter(s)", pinned: "pinned ", action: "update", kind: "nic firmware update", done: "updated"}
+}
+
+func (nicKind) entries(sku *manifests.SKU) ([]manifests.Firmware, string) {
+	return inBand(sku, manifests.ComponentNIC), fmt.Sprintf("manifest %s pins no nic firmware (in-band): nothing to check", sku.Metadata.Name)
+}
+
+// observe lists the adapters and queries each; no adapter, or no usable
+// mstflint, skips the phase (with a SKIP verdict per adapter for the latter).
+func (k *nicKind) observe(ctx context.Context, entries []manifests.Firmware, emit agent.Emitter) ([]NICObservation, *agent.PhaseOutcome) {
+	end := func(out agent.PhaseOutcome) ([]NICObservation, *agent.PhaseOutcome) { return nil, &out }
+	devs, err := FindMellanoxNICs(k.e.cfg.Root)
+	if err != nil {
+		return end(failed("nic: listing Mellanox adapters: %v", err))
 	}
-	for _, o := range obs {
-		if !taken[o.Device.PCI] {
-			out = append(out, NICCheck{Device: o.Device, Query: o.Query, Status: curev1.VerdictStatus_SKIP, Observed: o.Query.Running(),
-				Message: fmt.Sprintf("%s PSID %s: no nic firmware entry selects this adapter", o.Device, o.Query.PSID)})
-		}
+	if len(devs) == 0 {
+		return end(skipped("no Mellanox (PCI vendor 0x15b3) Ethernet/InfiniBand adapter on this node: %d nic firmware entr(y/ies) not checked", len(entries)))
 	}
-	return out
+	mft := k.e.cfg.MFT
+	if mft == nil {
+		return end(skipped("runner has no mstflint tool configured: %d Mellanox adapter(s) not checked", len(devs)))
+	}
+	if err := mft.Available(); err != nil {
+		reason := err.Error()
+		var se *mstflint.SkipError
+		if errors.As(err, &se) {
+			reason = se.Reason
+		}
+		for _, d := range devs {
+			emit.Verdict(&curev1.Verdict{Component: "nic/" + d.PCI, Check: "firmware", Status: curev1.VerdictStatus_SKIP, Message: reason})
+		}
+		return end(skipped("%s: %d Mellanox adapter(s) not checked", reason, len(devs)))
+	}
+	obs := make([]NICObservation, 0, len(devs))
+	for _, d := range devs {
+		q, err := mft.QueryDevice(ctx, d.PCI)
+		obs = append(obs, NICObservation{Device: d, Query: q, Err: err})
+	}
+	return obs, nil
+}
+
+func (k *nicKind) update(ctx context.Context, a *curev1.Assignment, c fwplan.Check[NICObservation], _ agent.Emitter) (*curev1.Verdict, bool) {
+	return k.e.updateNIC(ctx, a, c, k.images)
+}
+
+func (k *nicKind) removeImages() {
+	for _, p := range k.images {
+		os.Remove(p)
+	}
+}
+
+// runNIC reports a verdict per Mellanox adapter and, in provision mode,
+// burns the manifest's image on drifted ones.
+func (e *Executor) runNIC(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
+	k := &nicKind{e: e, images: map[*manifests.Firmware]string{}}
+	defer k.removeImages()
+	return runFirmware[NICObservation](ctx, e, k, a, emit)
 }
 
 // matchNIC applies vendorId, psid and the model glob of m.
 func matchNIC(m manifests.Match, d NICDevice, q *mstflint.Query) (bool, error) {
 	if m.VendorID != "" {
-		v, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(m.VendorID), "0x"), 16, 16)
+		v, err := pci.ParseVendorID(m.VendorID)
 		if err != nil {
-			return false, fmt.Errorf("match.vendorId %q: expected a hex PCI vendor ID like 0x15b3", m.VendorID)
+			return false, fmt.Errorf("match.vendorId: %w", err)
 		}
 		if v != mellanoxVendor {
 			return false, nil
@@ -341,109 +338,6 @@ func seenNICs(obs []NICObservation) string {
 	return strings.Join(p, ", ")
 }
 
-// inBand keeps the entries of one component the runner updates in-band;
-// via redfish they are the coordinator's.
-func inBand(sku *manifests.SKU, component string) []manifests.Firmware {
-	var out []manifests.Firmware
-	for _, f := range sku.FirmwareFor(component) {
-		if f.Via == manifests.ViaInBand {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-func skipped(format string, args ...any) agent.PhaseOutcome {
-	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: fmt.Sprintf(format, args...)}
-}
-
-// runNIC reports a verdict per Mellanox adapter and, in provision mode,
-// burns the manifest's image on drifted ones (PSID checked by mstflint
-// before anything is written).
-func (e *Executor) runNIC(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
-	sku, err := e.sku(a)
-	if err != nil {
-		return failed("nic: %v", err)
-	}
-	entries := inBand(sku, manifests.ComponentNIC)
-	if len(entries) == 0 {
-		return skipped("manifest %s pins no nic firmware (in-band): nothing to check", sku.Metadata.Name)
-	}
-	devs, err := FindMellanoxNICs(e.cfg.Root)
-	if err != nil {
-		return failed("nic: listing Mellanox adapters: %v", err)
-	}
-	if len(devs) == 0 {
-		return skipped("no Mellanox (PCI vendor 0x15b3) Ethernet/InfiniBand adapter on this node: %d nic firmware entr(y/ies) not checked", len(entries))
-	}
-	if e.cfg.MFT == nil {
-		return skipped("runner has no mstflint tool configured: %d Mellanox adapter(s) not checked", len(devs))
-	}
-	if err := e.cfg.MFT.Available(); err != nil {
-		reason := err.Error()
-		var se *mstflint.SkipError
-		if errors.As(err, &se) {
-			reason = se.Reason
-		}
-		for _, d := range devs {
-			emit.Verdict(&curev1.Verdict{Component: "nic/" + d.PCI, Check: "firmware", Status: curev1.VerdictStatus_SKIP, Message: reason})
-		}
-		return skipped("%s: %d Mellanox adapter(s) not checked", reason, len(devs))
-	}
-	obs := make([]NICObservation, 0, len(devs))
-	for _, d := range devs {
-		q, err := e.cfg.MFT.QueryDevice(ctx, d.PCI)
-		obs = append(obs, NICObservation{Device: d, Query: q, Err: err})
-	}
-	if err := ctx.Err(); err != nil {
-		return failed("nic: %v", err)
-	}
-	checks := PlanNIC(entries, obs)
-	js := make([]judged, 0, len(checks))
-	for _, c := range checks {
-		desired := "" // a component no entry selects has no target
-		if c.Entry != nil {
-			desired = c.Entry.Version
-		}
-		js = append(js, judged{&curev1.Verdict{Component: c.Component(), Check: "firmware", Status: c.Status,
-			Observed: c.Observed, Expected: c.expected(), Message: c.Message}, desired})
-	}
-	drift, errs, nJudged := tally(emit, js)
-	provision := a.GetMode() == curev1.Mode_MODE_PROVISION
-	if provision && len(errs) > 0 {
-		return failed("nic: %s", strings.Join(errs, "; "))
-	}
-	if provision && len(drift) > 0 {
-		return e.updateNICs(ctx, a, checks, emit)
-	}
-	if len(drift) == 0 && len(errs) == 0 {
-		return skipped("all %d pinned adapter(s) match the manifest: nothing to update", nJudged)
-	}
-	msg := fmt.Sprintf("%d adapter(s) checked: %d drift, %d error", len(devs), len(drift), len(errs))
-	if len(drift) > 0 {
-		msg += " (" + strings.Join(drift, ", ") + "; reported only in " + a.GetMode().String() + ")"
-	}
-	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: msg}
-}
-
-// updateNICs burns every drifted adapter, downloading each entry's image
-// once (eight fabric adapters share one file).
-func (e *Executor) updateNICs(ctx context.Context, a *curev1.Assignment, checks []NICCheck, emit agent.Emitter) agent.PhaseOutcome {
-	images := map[*manifests.Firmware]string{}
-	defer func() {
-		for _, p := range images {
-			os.Remove(p)
-		}
-	}()
-	var ups []update
-	for _, c := range checks {
-		if c.Status == curev1.VerdictStatus_DRIFT {
-			ups = append(ups, update{c.Component(), func() (*curev1.Verdict, bool) { return e.updateNIC(ctx, a, c, images) }})
-		}
-	}
-	return applyUpdates("nic firmware update", "updated", ups, emit)
-}
-
 // nicActivation maps the manifest's activation onto mstflint's. An image
 // without mstfwreset cannot reset the adapter, so a reset becomes a reboot.
 func nicActivation(activation string, haveReset bool) (mstflint.Activation, string) {
@@ -462,8 +356,8 @@ func nicActivation(activation string, haveReset bool) (mstflint.Activation, stri
 
 // updateNIC burns one adapter and verifies. It returns the verdict and
 // whether a host reboot is needed before the new firmware runs.
-func (e *Executor) updateNIC(ctx context.Context, a *curev1.Assignment, c NICCheck, images map[*manifests.Firmware]string) (*curev1.Verdict, bool) {
-	v := &curev1.Verdict{Component: c.Component(), Check: "firmware_update", Observed: c.Observed, Expected: c.expected()}
+func (e *Executor) updateNIC(ctx context.Context, a *curev1.Assignment, c fwplan.Check[NICObservation], images map[*manifests.Firmware]string) (*curev1.Verdict, bool) {
+	v := &curev1.Verdict{Component: nicKind{}.Label(c.Device), Check: "firmware_update", Observed: c.Observed, Expected: expected(*c.Entry)}
 	fail := func(format string, args ...any) (*curev1.Verdict, bool) {
 		v.Status = curev1.VerdictStatus_FAIL
 		v.Message = fmt.Sprintf(format, args...)
@@ -494,16 +388,16 @@ func (e *Executor) updateNIC(ctx context.Context, a *curev1.Assignment, c NICChe
 	}
 	_, resetErr := lookTool(e.cfg.MFT.LookPath, e.cfg.MFT.Mstfwreset, "mstfwreset")
 	act, note := nicActivation(fw.Activation, resetErr == nil)
-	plan, res, err := e.cfg.MFT.Update(ctx, c.Device.PCI, image, fw.Version, act)
+	plan, res, err := e.cfg.MFT.Update(ctx, c.Device.Device.PCI, image, fw.Version, act)
 	if err != nil {
 		var pm *mstflint.PSIDMismatchError
 		if errors.As(err, &pm) {
 			return fail("%s: nothing burnt: %v", fw.Name, err)
 		}
 		if res != nil && res.Burned {
-			return fail("%s %s -> %s: burnt, then: %v", c.Device.PCI, c.Observed, fw.Version, err)
+			return fail("%s %s -> %s: burnt, then: %v", c.Device.Device.PCI, c.Observed, fw.Version, err)
 		}
-		return fail("%s %s -> %s: %v", c.Device.PCI, c.Observed, fw.Version, err)
+		return fail("%s %s -> %s: %v", c.Device.Device.PCI, c.Observed, fw.Version, err)
 	}
 	notes := append([]string{plan.String()}, res.Notes...)
 	if note != "" {
@@ -540,65 +434,4 @@ func lookTool(lp func(string) (string, error), name, def string) (string, error)
 		name = def
 	}
 	return lp(name)
-}
-
-// fetchArtifactFile downloads an artifact into a new file under dir (tmpfs
-// in CURE), checking size and sha256 before returning its path; on any
-// error the file is removed. Tools that take a path (mstflint -i) and
-// images too large for a []byte go through here.
-func fetchArtifactFile(ctx context.Context, c *http.Client, url string, art manifests.Artifact, dir string, limit int64) (string, error) {
-	if art.Size <= 0 || art.Size > limit {
-		return "", fmt.Errorf("artifact %s: size %d outside 1..%d bytes", url, art.Size, limit)
-	}
-	if dir == "" {
-		dir = os.TempDir()
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("artifact %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("artifact %s: HTTP %s", url, resp.Status)
-	}
-	f, err := os.CreateTemp(dir, "cure-artifact-*."+formatExt(art.Format))
-	if err != nil {
-		return "", fmt.Errorf("artifact %s: %w", url, err)
-	}
-	keep := false
-	defer func() {
-		if !keep {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(resp.Body, art.Size+1))
-	if err != nil {
-		return "", fmt.Errorf("artifact %s: after %d bytes into %s: %w", url, n, f.Name(), err)
-	}
-	if n != art.Size {
-		return "", fmt.Errorf("artifact %s: got %d bytes, manifest says %d", url, n, art.Size)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != strings.ToLower(art.SHA256) {
-		return "", fmt.Errorf("artifact %s: sha256 mismatch: manifest says %s, downloaded %s", url, art.SHA256, got)
-	}
-	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("artifact %s: %w", url, err)
-	}
-	keep = true
-	return f.Name(), nil
-}
-
-func formatExt(f string) string {
-	if f == "" {
-		return "bin"
-	}
-	return f
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/runner/fwplan"
 	"github.com/cure-oss/cure/tools/mstflint"
 )
 
@@ -479,10 +480,11 @@ func TestPlanNICModelAndQueryErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checks := PlanNIC(inBand(sku, "nic"), obs)
+	k := &nicKind{}
+	checks := fwplan.Plan[NICObservation](k, inBand(sku, "nic"), obs)
 	var got []string
 	for _, c := range checks {
-		got = append(got, c.Component()+"="+c.Status.String())
+		got = append(got, c.Component(k)+"="+c.Status.String())
 	}
 	want := "nic/0000:3b:00.0=ERROR nic/0000:17:00.0=MATCH nic/0000:a3:00.0=SKIP"
 	if strings.Join(got, " ") != want {

@@ -4,70 +4,72 @@ import (
 	"context"
 	"fmt"
 	"path"
-	"strconv"
 	"strings"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/runner/agent"
+	"github.com/cure-oss/cure/runner/fwplan"
 	"github.com/cure-oss/cure/runner/inventory"
+	"github.com/cure-oss/cure/tools/pci"
 )
 
-// NVMeCheck is the plan for one (manifest entry, controller) pair, or for
-// an entry that matched no controller (Controller nil).
-type NVMeCheck struct {
-	Entry      manifests.Firmware
-	Controller *inventory.Controller
-	Status     curev1.VerdictStatus // MATCH, DRIFT or ERROR
-	Observed   string
-	Message    string
+// nvmeKind is the NVMe controllers' firmware: one verdict per controller
+// the manifest's nvme entries select, updated through the admin queue
+// (nvmeupdate.go). Controllers no entry selects are not reported.
+type nvmeKind struct{ e *Executor }
+
+func (nvmeKind) Kind() string                         { return manifests.ComponentNVMe }
+func (nvmeKind) Label(c *inventory.Controller) string { return fmt.Sprintf("nvme/%d", c.Index) }
+func (nvmeKind) Broken(*inventory.Controller) string  { return "" }
+func (nvmeKind) Unmatched(*inventory.Controller) (fwplan.Judgement, bool) {
+	return fwplan.Judgement{}, false
 }
 
-// Component is the verdict component: nvme/<index>, or "nvme" when no
-// controller matched.
-func (c NVMeCheck) Component() string {
-	if c.Controller == nil {
-		return "nvme"
-	}
-	return fmt.Sprintf("nvme/%d", c.Controller.Index)
+func (nvmeKind) words() fwWords {
+	return fwWords{devices: "controller(s)", action: "update", kind: "nvme firmware update", done: "updated"}
 }
 
-// PlanNVMe compares the running firmware of every controller with the
-// manifest entries of component nvme. A controller is judged by the first
-// entry that matches it; an entry that matches nothing is an ERROR check
-// naming its selector. It is pure: no device access.
-func PlanNVMe(entries []manifests.Firmware, ctrls []*inventory.Controller) []NVMeCheck {
-	var out []NVMeCheck
-	taken := map[int]bool{}
-	for _, fw := range entries {
-		n := 0
-		for _, c := range ctrls {
-			if taken[c.Index] {
-				continue
-			}
-			ok, err := matchController(fw.Match, c)
-			if err != nil {
-				out = append(out, NVMeCheck{Entry: fw, Status: curev1.VerdictStatus_ERROR, Message: fmt.Sprintf("firmware entry %q: %v", fw.Name, err)})
-				n = -1
-				break
-			}
-			if !ok {
-				continue
-			}
-			taken[c.Index] = true
-			n++
-			st, msg := gate(fw, c.Firmware())
-			out = append(out, NVMeCheck{
-				Entry: fw, Controller: c, Status: st, Observed: c.Firmware(),
-				Message: fmt.Sprintf("%s model %q serial %q (from %s): %s", c.Info.Name, c.Model(), c.Serial(), c.Source(), msg),
-			})
-		}
-		if n == 0 {
-			out = append(out, NVMeCheck{Entry: fw, Status: curev1.VerdictStatus_ERROR,
-				Message: fmt.Sprintf("firmware entry %q: no NVMe controller matches %s (controllers seen: %s)", fw.Name, selector(fw.Match), seen(ctrls))})
-		}
+func (nvmeKind) Match(m manifests.Match, c *inventory.Controller) (bool, string, error) {
+	ok, err := matchController(m, c)
+	return ok, "", err
+}
+
+func (nvmeKind) Judge(fw *manifests.Firmware, c *inventory.Controller) fwplan.Judgement {
+	st, msg := gate(*fw, c.Firmware())
+	return fwplan.Judgement{Status: st, Observed: c.Firmware(),
+		Message: fmt.Sprintf("%s model %q serial %q (from %s): %s", c.Info.Name, c.Model(), c.Serial(), c.Source(), msg)}
+}
+
+func (nvmeKind) NoMatch(fw *manifests.Firmware, ctrls []*inventory.Controller) string {
+	return fmt.Sprintf("firmware entry %q: no NVMe controller matches %s (controllers seen: %s)", fw.Name, selector(fw.Match), seen(ctrls))
+}
+
+func (nvmeKind) entries(sku *manifests.SKU) ([]manifests.Firmware, string) {
+	return sku.FirmwareFor(manifests.ComponentNVMe), fmt.Sprintf("manifest %s declares no nvme firmware: nothing to check", sku.Metadata.Name)
+}
+
+func (k nvmeKind) observe(context.Context, []manifests.Firmware, agent.Emitter) ([]*inventory.Controller, *agent.PhaseOutcome) {
+	if k.e.cfg.Controllers == nil {
+		out := failed("nvme: runner has no NVMe controller source configured")
+		return nil, &out
 	}
-	return out
+	ctrls, err := k.e.cfg.Controllers()
+	if err != nil {
+		out := failed("nvme: listing controllers: %v", err)
+		return nil, &out
+	}
+	return ctrls, nil
+}
+
+func (k nvmeKind) update(ctx context.Context, a *curev1.Assignment, c fwplan.Check[*inventory.Controller], _ agent.Emitter) (*curev1.Verdict, bool) {
+	return k.e.updateNVMe(ctx, a, c)
+}
+
+// runNVMe reports a verdict per controller and, in provision mode,
+// updates drifted ones; in other modes DRIFT is only reported.
+func (e *Executor) runNVMe(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
+	return runFirmware(ctx, e, nvmeKind{e}, a, emit)
 }
 
 func selector(m manifests.Match) string {
@@ -107,98 +109,13 @@ func matchController(m manifests.Match, c *inventory.Controller) (bool, error) {
 		}
 	}
 	if m.VendorID != "" {
-		v, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(m.VendorID), "0x"), 16, 16)
+		v, err := pci.ParseVendorID(m.VendorID)
 		if err != nil {
-			return false, fmt.Errorf("match.vendorId %q: expected a hex PCI vendor ID like 0x1b36", m.VendorID)
+			return false, fmt.Errorf("match.vendorId: %w", err)
 		}
-		if uint16(v) != c.VendorID() {
+		if v != c.VendorID() {
 			return false, nil
 		}
 	}
 	return true, nil
-}
-
-// gate decides MATCH, DRIFT or ERROR for a running version: ERROR when the
-// manifest's gate cannot order the versions (an unparseable value under
-// at-least, different families), never a silent DRIFT.
-func gate(fw manifests.Firmware, running string) (curev1.VerdictStatus, string) {
-	ok, err := fw.Satisfied(running)
-	switch {
-	case err != nil:
-		return curev1.VerdictStatus_ERROR, err.Error()
-	case ok && fw.Gate == manifests.GateAtLeast:
-		return curev1.VerdictStatus_MATCH, fmt.Sprintf("running %s is at least %s", running, fw.Version)
-	case ok:
-		return curev1.VerdictStatus_MATCH, "running version equals desired"
-	case fw.Gate == manifests.GateAtLeast:
-		return curev1.VerdictStatus_DRIFT, fmt.Sprintf("running %s is older than %s", running, fw.Version)
-	}
-	return curev1.VerdictStatus_DRIFT, fmt.Sprintf("running %s, desired %s", running, fw.Version)
-}
-
-// GateVerdict is the verdict the runner gives a component running version
-// running against fw (TestVersionFormsAgree holds it to the coordinator's).
-func GateVerdict(fw manifests.Firmware, running string) (curev1.VerdictStatus, string) {
-	return gate(fw, running)
-}
-
-func expected(fw manifests.Firmware) string {
-	if fw.Gate == manifests.GateAtLeast {
-		return ">= " + fw.Version
-	}
-	return fw.Version
-}
-
-// runNVMe reports a verdict per controller. In provision mode a DRIFT fails
-// the phase (the in-band update is not built yet); in other modes DRIFT is
-// only reported.
-func (e *Executor) runNVMe(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
-	sku, err := e.sku(a)
-	if err != nil {
-		return failed("nvme: %v", err)
-	}
-	entries := sku.FirmwareFor(manifests.ComponentNVMe)
-	if len(entries) == 0 {
-		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: fmt.Sprintf("manifest %s declares no nvme firmware: nothing to check", sku.Metadata.Name)}
-	}
-	if e.cfg.Controllers == nil {
-		return failed("nvme: runner has no NVMe controller source configured")
-	}
-	ctrls, err := e.cfg.Controllers()
-	if err != nil {
-		return failed("nvme: listing controllers: %v", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return failed("nvme: %v", err)
-	}
-	checks := PlanNVMe(entries, ctrls)
-	js := make([]judged, 0, len(checks))
-	for _, c := range checks {
-		js = append(js, judged{&curev1.Verdict{Component: c.Component(), Check: "firmware", Status: c.Status,
-			Observed: c.Observed, Expected: expected(c.Entry), Message: c.Message}, c.Entry.Version})
-	}
-	drift, errs, _ := tally(emit, js)
-	provision := a.GetMode() == curev1.Mode_MODE_PROVISION
-	if provision && len(errs) > 0 {
-		return failed("nvme: %s", strings.Join(errs, "; "))
-	}
-	if provision && len(drift) > 0 {
-		var ups []update
-		for _, c := range checks {
-			if c.Status == curev1.VerdictStatus_DRIFT {
-				ups = append(ups, update{c.Component(), func() (*curev1.Verdict, bool) { return e.updateNVMe(ctx, a, c) }})
-			}
-		}
-		return applyUpdates("nvme firmware update", "updated", ups, emit)
-	}
-	if len(drift) == 0 && len(errs) == 0 {
-		// Idempotence: a component already at the target is skipped, and
-		// the timeline says so.
-		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: fmt.Sprintf("all %d controller(s) match the manifest: nothing to update", len(checks))}
-	}
-	msg := fmt.Sprintf("%d controller(s) checked: %d drift, %d error", len(ctrls), len(drift), len(errs))
-	if len(drift) > 0 {
-		msg += " (" + strings.Join(drift, ", ") + "; reported only in " + a.GetMode().String() + ")"
-	}
-	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: msg}
 }

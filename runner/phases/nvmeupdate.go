@@ -2,8 +2,6 @@ package phases
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +11,9 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/runner/fwplan"
+	"github.com/cure-oss/cure/runner/inventory"
+	"github.com/cure-oss/cure/tools/artifact"
 	"github.com/cure-oss/cure/tools/nvme"
 	"github.com/cure-oss/cure/tools/nvmefw"
 )
@@ -37,42 +38,32 @@ func OpenNVMeFirmwareDevice(devPath string) (nvme.Admin, nvmefw.Resetter, io.Clo
 // fetchArtifact downloads a small artifact into memory, checking size and
 // sha256 before anyone uses a byte of it.
 func fetchArtifact(ctx context.Context, c *http.Client, url string, art manifests.Artifact) ([]byte, error) {
-	if art.Size <= 0 || art.Size > maxFirmwareImage {
-		return nil, fmt.Errorf("artifact %s: size %d outside 1..%d bytes", url, art.Size, maxFirmwareImage)
+	return artifact.Fetcher{Client: c, Timeout: 10 * time.Minute, Limit: maxFirmwareImage}.Bytes(ctx, url, wantOf(art))
+}
+
+// fetchArtifactFile downloads an artifact into a new file under dir (tmpfs
+// in CURE), checking size and sha256 before returning its path; on any
+// error the file is removed. Tools that take a path (mstflint -i) and
+// images too large for a []byte go through here.
+func fetchArtifactFile(ctx context.Context, c *http.Client, url string, art manifests.Artifact, dir string, limit int64) (string, error) {
+	return artifact.Fetcher{Client: c, Timeout: 30 * time.Minute, Limit: limit}.File(ctx, url, wantOf(art), dir, "cure-artifact-*."+formatExt(art.Format))
+}
+
+func wantOf(a manifests.Artifact) artifact.Want { return artifact.Want{Size: a.Size, SHA256: a.SHA256} }
+
+func formatExt(f string) string {
+	if f == "" {
+		return "bin"
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("artifact %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("artifact %s: HTTP %s", url, resp.Status)
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, art.Size+1))
-	if err != nil {
-		return nil, fmt.Errorf("artifact %s: read after %d bytes: %w", url, len(b), err)
-	}
-	if int64(len(b)) != art.Size {
-		return nil, fmt.Errorf("artifact %s: got %d bytes, manifest says %d", url, len(b), art.Size)
-	}
-	sum := sha256.Sum256(b)
-	if got := hex.EncodeToString(sum[:]); got != art.SHA256 {
-		return nil, fmt.Errorf("artifact %s: sha256 mismatch: manifest says %s, downloaded %s", url, art.SHA256, got)
-	}
-	return b, nil
+	return f
 }
 
 // updateNVMe flashes one drifted controller and verifies the running
 // revision. It returns the verdict to report and whether a host reboot is
 // needed before the new firmware runs.
-func (e *Executor) updateNVMe(ctx context.Context, a *curev1.Assignment, c NVMeCheck) (*curev1.Verdict, bool) {
-	v := &curev1.Verdict{Component: c.Component(), Check: "firmware_update", Observed: c.Observed, Expected: expected(c.Entry)}
+func (e *Executor) updateNVMe(ctx context.Context, a *curev1.Assignment, c fwplan.Check[*inventory.Controller]) (*curev1.Verdict, bool) {
+	ctrl := c.Device
+	v := &curev1.Verdict{Component: nvmeKind{}.Label(ctrl), Check: "firmware_update", Observed: c.Observed, Expected: expected(*c.Entry)}
 	fail := func(format string, args ...any) (*curev1.Verdict, bool) {
 		v.Status = curev1.VerdictStatus_FAIL
 		v.Message = fmt.Sprintf(format, args...)
@@ -99,9 +90,9 @@ func (e *Executor) updateNVMe(ctx context.Context, a *curev1.Assignment, c NVMeC
 	if err != nil {
 		return fail("%v", err)
 	}
-	admin, resetter, closer, err := e.cfg.OpenNVMeFirmware(c.Controller.Info.DevPath)
+	admin, resetter, closer, err := e.cfg.OpenNVMeFirmware(ctrl.Info.DevPath)
 	if err != nil {
-		return fail("open %s: %v", c.Controller.Info.DevPath, err)
+		return fail("open %s: %v", ctrl.Info.DevPath, err)
 	}
 	defer closer.Close()
 	rep, err := nvmefw.Update(ctx, admin, resetter, c.Entry.Version, image, nvmefw.UpdateOptions{
@@ -114,9 +105,9 @@ func (e *Executor) updateNVMe(ctx context.Context, a *curev1.Assignment, c NVMeC
 	if err != nil {
 		var se *nvme.StatusError
 		if errors.As(err, &se) {
-			return fail("%s %s -> %s: controller refused: %v", c.Controller.Info.Name, c.Observed, c.Entry.Version, err)
+			return fail("%s %s -> %s: controller refused: %v", ctrl.Info.Name, c.Observed, c.Entry.Version, err)
 		}
-		return fail("%s %s -> %s: %v", c.Controller.Info.Name, c.Observed, c.Entry.Version, err)
+		return fail("%s %s -> %s: %v", ctrl.Info.Name, c.Observed, c.Entry.Version, err)
 	}
 	if rep.RebootRequired {
 		v.Status = curev1.VerdictStatus_DRIFT

@@ -154,7 +154,7 @@ func TestFetchArtifactRejectsCorruption(t *testing.T) {
 	}
 	bad = art
 	bad.Size++
-	if _, err := fetchArtifact(context.Background(), http.DefaultClient, url, bad); err == nil || !strings.Contains(err.Error(), "manifest says") {
+	if _, err := fetchArtifact(context.Background(), http.DefaultClient, url, bad); err == nil || !strings.Contains(err.Error(), "size: expected") {
 		t.Errorf("wrong size: %v", err)
 	}
 }

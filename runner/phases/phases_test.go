@@ -13,6 +13,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/runner/fwplan"
 	"github.com/cure-oss/cure/runner/inventory"
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/diskimage"
@@ -137,10 +138,11 @@ func TestPlanNVMeGates(t *testing.T) {
 		{Name: "samsung", Component: "nvme", Match: manifests.Match{VendorID: "0x144d"}, Version: "7.2.22", Gate: manifests.GateEqual},
 		{Name: "rest", Component: "nvme", Match: manifests.Match{Model: "QEMU*"}, Version: "2.0", Gate: manifests.GateAtLeast},
 	}
-	checks := PlanNVMe(entries, ctrls)
+	k := nvmeKind{}
+	checks := fwplan.Plan[*inventory.Controller](k, entries, ctrls)
 	got := map[string]curev1.VerdictStatus{}
 	for _, c := range checks {
-		got[c.Component()+"/"+c.Entry.Name] = c.Status
+		got[c.Component(k)+"/"+c.Entry.Name] = c.Status
 	}
 	want := map[string]curev1.VerdictStatus{
 		"nvme/2/samsung": curev1.VerdictStatus_MATCH, // 07.2.22 == 7.2.22 after normalisation
@@ -155,7 +157,7 @@ func TestPlanNVMeGates(t *testing.T) {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
 		}
 	}
-	bad := PlanNVMe([]manifests.Firmware{{Name: "x", Match: manifests.Match{VendorID: "zz"}}}, ctrls)
+	bad := fwplan.Plan[*inventory.Controller](k, []manifests.Firmware{{Name: "x", Match: manifests.Match{VendorID: "zz"}}}, ctrls)
 	if len(bad) != 1 || bad[0].Status != curev1.VerdictStatus_ERROR || !strings.Contains(bad[0].Message, "vendorId") {
 		t.Errorf("bad vendor id: %+v", bad)
 	}

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/cure-oss/cure/tools/pci"
 )
 
 // Info is what sysfs says about one controller, without issuing commands.
@@ -67,11 +69,11 @@ func Enumerate(sysRoot string) ([]Info, error) {
 			*f.dst = v
 		}
 		if v, err := readTrim(filepath.Join(dir, "device/vendor")); err == nil {
-			id, perr := strconv.ParseUint(strings.TrimPrefix(v, "0x"), 16, 16)
+			id, perr := pci.ParseVendorID(v)
 			if perr != nil {
-				return nil, fmt.Errorf("nvme controller %s: device/vendor: expected a hex PCI vendor ID like 0x1b36, found %q", name, v)
+				return nil, fmt.Errorf("nvme controller %s: device/vendor: %w", name, perr)
 			}
-			info.VendorID = uint16(id)
+			info.VendorID = id
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			// Fabrics controllers have no PCI device; anything else is real trouble.
 			return nil, fmt.Errorf("nvme controller %s: %w", name, err)

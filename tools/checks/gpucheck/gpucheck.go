@@ -15,9 +15,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,6 +24,7 @@ import (
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/gpu"
+	"github.com/cure-oss/cure/tools/pci"
 )
 
 // DefaultNVMLHelper is where the CURE image carries cure-nvml
@@ -384,29 +383,26 @@ func checkStatus(s gpu.Status) checks.Status {
 // root/sys/bus/pci/devices. NVSwitches (bridge class 0x0680) are not GPUs.
 // A tree without a PCI bus has none.
 func NVIDIAGPUs(root string) ([]string, error) {
-	dir := filepath.Join(root, "sys/bus/pci/devices")
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	fns, err := pci.Functions(root)
 	if err != nil {
-		return nil, fmt.Errorf("listing PCI devices: %w", err)
+		return nil, err
 	}
 	var out []string
-	for _, e := range ents {
-		vendor, verr := os.ReadFile(filepath.Join(dir, e.Name(), "vendor"))
-		class, cerr := os.ReadFile(filepath.Join(dir, e.Name(), "class"))
+	for _, f := range fns {
+		vendor, verr := f.Vendor()
+		class, cerr := f.Class()
 		if verr != nil || cerr != nil {
 			continue // a device going away while we look
 		}
-		if strings.EqualFold(strings.TrimSpace(string(vendor)), "0x10de") &&
-			strings.HasPrefix(strings.ToLower(strings.TrimSpace(string(class))), "0x03") {
-			out = append(out, e.Name())
+		if vendor == nvidiaVendor && class>>16 == 0x03 {
+			out = append(out, f.Addr)
 		}
 	}
-	sort.Strings(out)
 	return out, nil
 }
+
+// nvidiaVendor is NVIDIA's PCI vendor id.
+const nvidiaVendor = 0x10de
 
 // osExec runs the helper; on cancellation it sends SIGTERM first so the
 // helper stops gpu-burn and shuts NVML down, then kills it 30 s later.

@@ -21,6 +21,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/cure-oss/cure/tools/pci"
 )
 
 // ManifestPath is where the image carries the bundle's manifest, relative
@@ -162,22 +164,22 @@ func ReadState(root string) (State, error) {
 			return s, err
 		}
 	}
-	dir := filepath.Join(root, "sys/bus/pci/devices")
-	ents, err := os.ReadDir(dir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	fns, err := pci.Functions(root)
+	if err != nil {
 		return s, err
 	}
-	for _, e := range ents {
-		v, _ := os.ReadFile(filepath.Join(dir, e.Name(), "vendor"))
-		c, _ := os.ReadFile(filepath.Join(dir, e.Name(), "class"))
-		if strings.TrimSpace(string(v)) != "0x10de" {
+	for _, f := range fns {
+		// A device whose files cannot be read is not counted: it is going
+		// away, or it is not a GPU the driver can bring up.
+		v, verr := f.Vendor()
+		c, cerr := f.Class()
+		if verr != nil || cerr != nil || v != 0x10de {
 			continue
 		}
-		class := strings.TrimSpace(string(c))
 		switch {
-		case strings.HasPrefix(class, "0x03"):
+		case c>>16 == 0x03:
 			s.GPUs++
-		case strings.HasPrefix(class, "0x0680"):
+		case c>>8 == 0x0680:
 			s.NVSwitches++
 		}
 	}
