@@ -67,7 +67,7 @@ func TestPendingBMCResetWaitedForAfterRestart(t *testing.T) {
 		t.Fatalf("without a pending reset: err %v, called %v, %d connects; want one refused connect", err, called, connects)
 	}
 
-	run.Data[dataBMCResetAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	run.SetBMCResetAt(time.Now())
 	if err := st.UpdateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}
@@ -85,13 +85,13 @@ func TestPendingBMCResetWaitedForAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := stored.Data[dataBMCResetAt]; ok {
+	if at, err := stored.BMCResetAt(); err != nil || !at.IsZero() {
 		t.Error("the pending reset is still recorded after the BMC came back")
 	}
 
 	// A BMC that never comes back within the reset budget fails the phase.
 	back = time.Now().Add(time.Hour)
-	run.Data[dataBMCResetAt] = time.Now().Add(-5 * time.Second).UTC().Format(time.RFC3339Nano)
+	run.SetBMCResetAt(time.Now().Add(-5 * time.Second))
 	called = false
 	err = e.withBMC(ctx, &run, func(context.Context, BMC) error { called = true; return nil })
 	if err == nil || called {

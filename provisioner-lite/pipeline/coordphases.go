@@ -51,7 +51,7 @@ func (e *Engine) coordPhase(ctx context.Context, r *store.Run, phase string, log
 	case modes.BIOSSettings:
 		return e.biosSettings(ctx, r)
 	case modes.SetBootDisk:
-		r.Data["boot"] = "disk"
+		r.SetBoot(store.BootDisk)
 		e.save(ctx, r)
 		if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
 			return b.SetBootOverride(ctx, redfish.BootTarget("Hdd"), false)
@@ -63,7 +63,7 @@ func (e *Engine) coordPhase(ctx context.Context, r *store.Run, phase string, log
 		return e.waitForHostOS(ctx, r)
 	case modes.PowerOffAtEnd:
 		// The node goes back to the pool powered off, with no CURE boot armed.
-		r.Data["boot"] = ""
+		r.SetBoot(store.BootUnset)
 		e.save(ctx, r)
 		if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error { return b.PowerOff(ctx, false) }); err != nil {
 			return failed("power off: %v", err)
@@ -89,8 +89,11 @@ func (e *Engine) withBMCFor(ctx context.Context, r *store.Run, budget time.Durat
 	// A BMC this run reset and nobody saw come back (the coordinator died
 	// meanwhile) may be away for minutes yet: that is the reset's own
 	// budget, not a failed phase attempt.
-	resetAt, resetErr := time.Parse(time.RFC3339Nano, r.Data[dataBMCResetAt])
-	pending := resetErr == nil
+	resetAt, err := r.BMCResetAt()
+	if err != nil {
+		return err
+	}
+	pending := !resetAt.IsZero()
 	connectUntil := time.Now().Add(e.cfg.Timeouts.BMCCall)
 	if pending {
 		connectUntil = resetAt.Add(max(e.cfg.Timeouts.BMCReset, e.cfg.Timeouts.BMCCall))
@@ -132,7 +135,7 @@ func (e *Engine) withBMCFor(ctx context.Context, r *store.Run, budget time.Durat
 		if err := b.WaitBMC(ctx, max(time.Until(connectUntil), e.cfg.Timeouts.BMCCall)); err != nil {
 			return fmt.Errorf("bmc %s: not back from the reset requested at %s: %w", n.BMCURL, resetAt.Format(time.RFC3339), err)
 		}
-		delete(r.Data, dataBMCResetAt)
+		r.SetBMCResetAt(time.Time{})
 		e.save(ctx, r)
 	}
 	cctx, cancel := context.WithTimeout(ctx, budget)
@@ -317,7 +320,7 @@ func (e *Engine) powerOnOrCycle(ctx context.Context, r *store.Run) outcome {
 		return failed("%v", err)
 	}
 	r.Reboots++
-	r.Data["boot_requested_at"] = time.Now().UTC().Format(time.RFC3339Nano)
+	r.SetBootRequestedAt(time.Now())
 	e.save(ctx, r)
 	return ok("%s", msg)
 }
@@ -342,7 +345,7 @@ func (e *Engine) rebootIntoCURE(ctx context.Context, r *store.Run, why string) e
 		return fmt.Errorf("reboot into CURE (%s): %w", why, err)
 	}
 	r.Reboots++
-	r.Data["boot_requested_at"] = time.Now().UTC().Format(time.RFC3339Nano)
+	r.SetBootRequestedAt(time.Now())
 	e.save(ctx, r)
 	e.coordEvent(ctx, *r, r.Phase, "info", "", "re-armed PXE once and reset the host: "+why, 0)
 	return nil
@@ -355,7 +358,7 @@ func (e *Engine) waitForCURE(ctx context.Context, r *store.Run) outcome {
 		changed := e.cfg.Hub.Changed(r.NodeID)
 		if s := e.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {
 			msg := fmt.Sprintf("runner registered: boot_id=%s guest_uptime=%dms", s.BootID, s.Hello.GetUptimeMs())
-			if t, err := time.Parse(time.RFC3339Nano, r.Data["boot_requested_at"]); err == nil {
+			if t, err := r.BootRequestedAt(); err == nil && !t.IsZero() {
 				msg += fmt.Sprintf(" power_on_to_registered=%s", s.ConnectedAt.Sub(t).Round(time.Millisecond))
 			}
 			return ok("%s", msg)
@@ -424,24 +427,28 @@ func (e *Engine) verdict(ctx context.Context, r *store.Run, component, check, st
 func (e *Engine) waitForHostOS(ctx context.Context, r *store.Run) outcome {
 	// Each attempt reboots once; a coordinator restart inside the attempt
 	// after the reboot keeps waiting for the same callback.
-	attempt := fmt.Sprint(e.attempts(r, modes.WaitForHostOS))
-	if r.Data["host_reboot_attempt"] != attempt {
+	attempt := e.attempts(r, modes.WaitForHostOS)
+	if done, err := r.HostRebootAttempt(); err != nil {
+		return failed("%v", err)
+	} else if done != attempt {
 		from, err := e.lastEventID(ctx, r.ID)
 		if err != nil {
 			return failed("%v", err)
 		}
-		r.Data["host_wait_from"] = fmt.Sprint(from)
-		delete(r.Data, "host_rebooted_at") // no callback before this attempt's reboot
+		r.SetHostWaitFrom(from)
+		r.SetHostRebootedAt(time.Time{}) // no callback before this attempt's reboot
 		e.save(ctx, r)
 		if err := e.rebootOutOfCURE(ctx, r); err != nil {
 			return failed("%v", err)
 		}
-		r.Data["host_reboot_attempt"] = attempt
-		r.Data["host_rebooted_at"] = time.Now().UTC().Format(time.RFC3339Nano)
+		r.SetHostRebootAttempt(attempt)
+		r.SetHostRebootedAt(time.Now())
 		e.save(ctx, r)
 	}
-	var from int64
-	fmt.Sscan(r.Data["host_wait_from"], &from)
+	from, err := r.HostWaitFrom()
+	if err != nil {
+		return failed("%v", err)
+	}
 	deadline := time.Now().Add(e.cfg.Timeouts.HostOS)
 	signal, unsub := e.cfg.Store.Subscribe(r.ID)
 	defer unsub()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -14,10 +13,6 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
-
-// dataRunnerAddr (run data) is the runner address list of the instance
-// driving the run, itself first.
-const dataRunnerAddr = "runner_addr"
 
 // errStopped means the coordinator is shutting down: the run stays active in
 // the store and the next coordinator resumes it.
@@ -50,9 +45,15 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 	if r.Data == nil {
 		r.Data = map[string]string{}
 	}
-	if r.Data[dataRunnerAddr] != e.cfg.RunnerAddr {
+	if err := r.ValidateData(); err != nil {
+		// Misreading it (an attempt count as 0, a pending BMC reset as
+		// none) would repeat or skip work: an operator looks first.
+		e.finish(ctx, &r, StatusAttention, err.Error())
+		return
+	}
+	if r.RunnerAddr() != e.cfg.RunnerAddr {
 		// This instance drives the run now: runners are sent here first.
-		r.Data[dataRunnerAddr] = e.cfg.RunnerAddr
+		r.SetRunnerAddr(e.cfg.RunnerAddr)
 		e.save(ctx, &r)
 	}
 	log := e.cfg.Log.With("run", r.ID, "node", r.NodeID)
@@ -118,7 +119,7 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 		}
 		i++
 	}
-	r.Data["boot"] = ""
+	r.SetBoot(store.BootUnset)
 	e.finish(ctx, &r, StatusSucceeded, "all phases done")
 }
 
@@ -165,8 +166,14 @@ func retryDelay(base, max time.Duration, attempt int) time.Duration {
 	return time.Duration(rand.Int64N(int64(d) + 1))
 }
 
+// attempts is how many attempts of phase started. drive validated the run's
+// data when it loaded it and the engine writes it only through the typed
+// setters, so an error here is a bug: logged, never silent.
 func (e *Engine) attempts(r *store.Run, phase string) int {
-	n, _ := strconv.Atoi(r.Data["attempts/"+phase])
+	n, err := r.Attempts(phase)
+	if err != nil {
+		e.cfg.Log.Error("run data", "run", r.ID, "err", err)
+	}
 	return n
 }
 
@@ -186,9 +193,9 @@ func (e *Engine) save(ctx context.Context, r *store.Run) {
 func (e *Engine) begin(ctx context.Context, r *store.Run, phase, source string) {
 	n := e.attempts(r, phase) + 1
 	now := time.Now().UTC()
-	r.Data["attempts/"+phase] = strconv.Itoa(n)
+	r.SetAttempts(phase, n)
 	// The coordinator's clock orders phases: a node's clock is not trusted.
-	r.Data["started/"+phase] = now.Format(time.RFC3339Nano)
+	r.SetPhaseStartedAt(phase, now)
 	r.Phase = phase
 	e.save(ctx, r)
 	if err := e.cfg.Store.UpsertPhase(context.WithoutCancel(ctx), store.Phase{
@@ -205,8 +212,8 @@ func (e *Engine) begin(ctx context.Context, r *store.Run, phase, source string) 
 func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source string) {
 	ctx = context.WithoutCancel(ctx)
 	now := time.Now().UTC()
-	started, err := time.Parse(time.RFC3339Nano, r.Data["started/"+phase])
-	if err != nil {
+	started, err := r.PhaseStartedAt(phase)
+	if err != nil || started.IsZero() {
 		started = now.Add(-dur)
 	}
 	if err := e.cfg.Store.UpsertPhase(ctx, store.Phase{
@@ -231,8 +238,8 @@ func (e *Engine) finish(ctx context.Context, r *store.Run, status, msg string) {
 	r.Status = status
 	r.Message = msg
 	r.EndedAt = time.Now().UTC()
-	r.Data["boot"] = ""
-	delete(r.Data, dataHostTokens)
+	r.SetBoot(store.BootUnset)
+	r.ClearHostTokens()
 	e.save(ctx, r)
 	// A finished run takes no session any more: its tokens go, its runner is cut off.
 	if err := e.cfg.Store.DeleteRunBootTokens(ctx, r.ID); err != nil {

@@ -303,13 +303,10 @@ func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, mani
 			last.Disconnects = 0
 			last.EndedAt = time.Time{}
 			last.Message = fmt.Sprintf("resumed by operator from %s", last.Phase)
-			if last.Data == nil {
-				last.Data = map[string]string{}
-			}
 			// The run's end revoked its runner's session: a runner still
 			// idling in CURE cannot come back, so the next in-band phase
 			// boots a fresh CURE instead of waiting for it.
-			last.Data["fresh_cure"] = "resumed"
+			last.SetFreshCURE("resumed")
 			if err := e.cfg.Store.UpdateRun(ctx, last); err != nil {
 				return "", err
 			}

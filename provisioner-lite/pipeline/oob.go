@@ -18,9 +18,6 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
-// dataBMCResetAt is when this run asked the BMC to reset, until it is seen back.
-const dataBMCResetAt = "bmc_reset_at"
-
 // oobDelta is one manifest entry whose inventory members drifted.
 type oobDelta struct {
 	fw      manifests.Firmware
@@ -198,7 +195,6 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 	for _, t := range d.targets {
 		targets = append(targets, t.ID)
 	}
-	key := "oob/" + fw.Name
 	imageURI := fw.Artifact.URL
 	if imageURI == "" {
 		imageURI = strings.TrimRight(e.bmcBaseURL(), "/") + "/artifacts/sha256/" + fw.Artifact.SHA256
@@ -207,13 +203,13 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 
 	// A previous attempt (before a crash, a restart or a lost response)
 	// may already have flashed: look before pushing again.
-	if r.Data[key] != "" {
+	if prev := r.OOBSubmission(fw.Name); prev != "" {
 		if done, pending := e.oobState(ctx, r, fw, targets); done || pending {
-			e.coordEvent(ctx, *r, component, "info", "", fmt.Sprintf("%s: earlier submission (%s) already took effect (done=%t staged=%t); not flashing again", fw.Name, r.Data[key], done, pending), 0)
+			e.coordEvent(ctx, *r, component, "info", "", fmt.Sprintf("%s: earlier submission (%s) already took effect (done=%t staged=%t); not flashing again", fw.Name, prev, done, pending), 0)
 			return e.activateOOB(ctx, r, component, fw, targets, !done)
 		}
 	}
-	r.Data[key] = "submitting " + time.Now().UTC().Format(time.RFC3339)
+	r.SetOOBSubmission(fw.Name, "submitting "+time.Now().UTC().Format(time.RFC3339))
 	e.save(ctx, r)
 	var result *redfish.TaskResult
 	err := e.withBMCFor(ctx, r, 4*e.cfg.Timeouts.BMCCall+e.cfg.Timeouts.BMCTask, func(ctx context.Context, b BMC) error {
@@ -248,7 +244,7 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 		if err != nil {
 			return err
 		}
-		r.Data[key] = "submitted task " + nonEmpty(job.TaskURI, job.MonitorURI)
+		r.SetOOBSubmission(fw.Name, "submitted task "+nonEmpty(job.TaskURI, job.MonitorURI))
 		e.save(ctx, r)
 		result, err = b.WaitTask(ctx, job, e.cfg.Timeouts.TaskPoll)
 		return err
@@ -319,7 +315,7 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 			err := e.withBMCFor(ctx, r, 4*e.cfg.Timeouts.BMCCall+e.cfg.Timeouts.BMCReset, func(ctx context.Context, b BMC) error {
 				// Recorded first: whoever drives the run next waits for the
 				// BMC to return before talking to it (see withBMC).
-				r.Data[dataBMCResetAt] = time.Now().UTC().Format(time.RFC3339Nano)
+				r.SetBMCResetAt(time.Now())
 				e.save(ctx, r)
 				if err := b.ResetManager(ctx, "GracefulRestart"); err != nil {
 					return err
@@ -330,8 +326,12 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 			if err != nil {
 				return failed("%s: BMC reset to activate: %v", fw.Name, err)
 			}
-			delete(r.Data, dataBMCResetAt)
-			r.Data["bmc_resets"] = fmt.Sprint(atoi(r.Data["bmc_resets"]) + 1)
+			r.SetBMCResetAt(time.Time{})
+			resets, err := r.BMCResets()
+			if err != nil {
+				return failed("%v", err)
+			}
+			r.SetBMCResets(resets + 1)
 			e.save(ctx, r)
 		case "host-reboot":
 			if err := e.rebootIntoCURE(ctx, r, fw.Name+" activates on host reboot"); err != nil {
@@ -382,7 +382,10 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 // waitForNewCURE waits for a runner of this run that connected after the
 // last reboot request.
 func (e *Engine) waitForNewCURE(ctx context.Context, r *store.Run) outcome {
-	since, _ := time.Parse(time.RFC3339Nano, r.Data["boot_requested_at"])
+	since, err := r.BootRequestedAt()
+	if err != nil {
+		return failed("%v", err)
+	}
 	deadline := time.Now().Add(e.cfg.Timeouts.WaitForCURE)
 	for {
 		changed := e.cfg.Hub.Changed(r.NodeID)
@@ -484,10 +487,4 @@ func containsStr(ss []string, s string) bool {
 		}
 	}
 	return false
-}
-
-func atoi(s string) int {
-	var n int
-	fmt.Sscan(s, &n)
-	return n
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -36,23 +35,27 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 	}
 	// A coordinator that died mid-batch may have stored runner events it
 	// never acted on: resume reading from where the assignment was sent.
-	if from := atoi64(r.Data["assign_cursor"]); from > 0 && from < cursor {
+	from, hadRunner, err := r.AssignCursor()
+	if err != nil {
+		return "", "", err
+	}
+	if from > 0 && from < cursor {
 		cursor = from
 	}
 	defer func() {
 		if ctx.Err() == nil { // keep it for the next coordinator when stopping
-			delete(r.Data, "assign_cursor")
+			r.ClearAssignCursor()
 			e.save(ctx, r)
 		}
 	}()
 	signal, unsub := e.cfg.Store.Subscribe(r.ID)
 	defer unsub()
 
-	if why := r.Data["fresh_cure"]; why != "" {
+	if why := r.FreshCURE(); why != "" {
 		if err := e.rebootIntoCURE(ctx, r, "run "+why+": its earlier CURE session ended with the run"); err != nil {
 			return "", "", err
 		}
-		delete(r.Data, "fresh_cure")
+		r.SetFreshCURE("")
 		e.save(ctx, r)
 	}
 	var sess *sessions.Session
@@ -60,7 +63,6 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 	// A run resumed mid-batch (coordinator restart or takeover) had a
 	// runner: it reconnects within the reconnect budget or is gone (the
 	// node reset meanwhile), not the whole PXE budget.
-	hadRunner := r.Data["assign_cursor"] != ""
 	phaseStarted := time.Now()
 	current := ""
 	// A new session is judged only after the events it had stored when it
@@ -173,7 +175,7 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 			if err != nil {
 				return "", "", err
 			}
-			r.Data["assign_cursor"] = strconv.FormatInt(cursor, 10)
+			r.SetAssignCursor(cursor)
 			e.save(ctx, r)
 			if err := cur.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Assignment{Assignment: a}}); err != nil {
 				log.Warn("send assignment", "err", err)
@@ -218,26 +220,6 @@ func rebootRequired(ev store.Event) bool {
 	return pe.GetPhaseEnd().GetRebootRequired()
 }
 
-// dataHostTokens holds the digests of the host callback tokens this run's
-// assignments carried, newest last.
-const dataHostTokens = "host_token_sha256"
-
-// maxHostTokens bounds them: a run reassigns os_install a handful of times.
-const maxHostTokens = 8
-
-// addHostToken appends digest to the space-separated list, keeping the
-// newest maxHostTokens. Every token of the run stays good for its one
-// callback: a runner busy with an os_install ignores a re-sent assignment
-// (and its new token), so only the node knows which one its disk carries.
-// All of them went only to this run's authenticated CURE sessions.
-func addHostToken(list, digest string) string {
-	ds := append(strings.Fields(list), digest)
-	if len(ds) > maxHostTokens {
-		ds = ds[len(ds)-maxHostTokens:]
-	}
-	return strings.Join(ds, " ")
-}
-
 // assignment builds what the runner needs for the remaining phases, and no
 // more: PSIDs only for a sed_revert in a mode that wipes, for the disks the
 // wipe selects; a host callback token only for an os_install, minted anew.
@@ -277,7 +259,7 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 	var firstBoot *curev1.FirstBoot
 	if slices.Contains(phases, modes.OSInstall) {
 		tok := NewToken()
-		r.Data[dataHostTokens] = addHostToken(r.Data[dataHostTokens], store.TokenHash(tok))
+		r.AddHostToken(store.TokenHash(tok))
 		e.save(ctx, r)
 		firstBoot = &curev1.FirstBoot{
 			Hostname:      hostname,
@@ -340,9 +322,4 @@ func (e *Engine) markHandled(s *sessions.Session) {
 	if _, loaded := e.sessionsSeen.LoadOrStore(s, true); !loaded {
 		go func() { <-s.Done(); e.sessionsSeen.Delete(s) }()
 	}
-}
-
-func atoi64(s string) int64 {
-	n, _ := strconv.ParseInt(s, 10, 64)
-	return n
 }

@@ -25,11 +25,11 @@ import (
 // boot into CURE: only now may the boot server mint tokens for the run, and
 // the first boot to register closes the window again.
 func openBootWindow(r *store.Run) {
-	r.Data["boot"] = "cure"
-	r.Data["cure_window"] = fmt.Sprintf("w%d", time.Now().UnixNano())
+	r.SetBoot(store.BootCURE)
+	r.SetCUREWindow(fmt.Sprintf("w%d", time.Now().UnixNano()))
 }
 
-func bootWindow(r store.Run) string { return nonEmpty(r.Data["cure_window"], "w0") }
+func bootWindow(r store.Run) string { return nonEmpty(r.CUREWindow(), "w0") }
 
 // BootDecision implements bootserver.Coordinator: a node boots CURE only
 // while its active run has an open boot window; each answer then mints a
@@ -43,7 +43,7 @@ func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver
 	if err != nil || (r.Status != StatusRunning && r.Status != StatusPending) {
 		return bootserver.Decision{Boot: false, Reason: "no active run"}, nil
 	}
-	if r.Data["boot"] != "cure" {
+	if r.Boot() != store.BootCURE {
 		return bootserver.Decision{Boot: false, Reason: "run " + r.ID + " wants the installed OS"}, nil
 	}
 	window := bootWindow(r)
@@ -86,7 +86,7 @@ func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver
 		Boot: true,
 		// The instance driving the run comes first in the runner's list, so
 		// a node that PXE-booted from another instance still reaches it.
-		Cmdline: fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", nonEmpty(r.Data[dataRunnerAddr], e.cfg.RunnerAddr), e.cfg.BaseURL, n.ID, tok),
+		Cmdline: fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", nonEmpty(r.RunnerAddr(), e.cfg.RunnerAddr), e.cfg.BaseURL, n.ID, tok),
 		Reason:  "run " + r.ID,
 	}, nil
 }
@@ -112,17 +112,24 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 		return refuse("the node has no run")
 	}
 	got, match := []byte(store.TokenHash(token)), 0
-	for _, want := range strings.Fields(r.Data[dataHostTokens]) {
+	for _, want := range r.HostTokens() {
 		match |= subtle.ConstantTimeCompare(got, []byte(want))
 	}
 	if match != 1 {
 		return refuse("token is not a host token of run " + r.ID)
 	}
+	waitFrom, err := r.HostWaitFrom()
+	if err != nil {
+		return refuse(err.Error())
+	}
 	if r.Status != StatusRunning || r.Phase != modes.WaitForHostOS {
 		return refuse(fmt.Sprintf("run %s is %s in %s, not waiting for the installed OS", r.ID, r.Status, nonEmpty(r.Phase, "no phase")))
 	}
-	rebooted, err := time.Parse(time.RFC3339Nano, r.Data["host_rebooted_at"])
+	rebooted, err := r.HostRebootedAt()
 	if err != nil {
+		return refuse(err.Error())
+	}
+	if rebooted.IsZero() {
 		return refuse("the coordinator has not rebooted the node out of CURE yet")
 	}
 	if time.Since(rebooted) > e.cfg.Timeouts.HostOS {
@@ -143,7 +150,7 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 	}
 	// One callback per wait: the event's (boot id, seq) key makes a replay a no-op the store refuses.
 	_, inserted, err := e.cfg.Store.AppendEvent(ctx, store.Event{
-		RunID: r.ID, NodeID: nodeID, Source: "hostos", BootID: "host-ready/" + r.Data["host_wait_from"], Seq: 1,
+		RunID: r.ID, NodeID: nodeID, Source: "hostos", BootID: fmt.Sprintf("host-ready/%d", waitFrom), Seq: 1,
 		Time: time.Now().UTC(), Phase: modes.WaitForHostOS, Kind: KindHostReady,
 		Message: "host OS called back ready from " + peer + ": " + strings.Join(parts, " "),
 	})

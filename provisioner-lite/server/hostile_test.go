@@ -469,13 +469,11 @@ func (h *hostile) waitHost(token string, rebooted time.Time) {
 	h.t.Helper()
 	r := h.run(nodeA.run)
 	r.Phase = modes.WaitForHostOS
-	r.Data["boot"] = "disk"
-	r.Data["host_token_sha256"] = store.TokenHash(token)
-	r.Data["host_wait_from"] = "7"
-	delete(r.Data, "host_rebooted_at")
-	if !rebooted.IsZero() {
-		r.Data["host_rebooted_at"] = rebooted.UTC().Format(time.RFC3339Nano)
-	}
+	r.SetBoot(store.BootDisk)
+	r.ClearHostTokens()
+	r.AddHostToken(store.TokenHash(token))
+	r.SetHostWaitFrom(7)
+	r.SetHostRebootedAt(rebooted) // zero: not rebooted yet
 	if err := h.st.UpdateRun(context.Background(), r); err != nil {
 		h.t.Fatal(err)
 	}
@@ -558,7 +556,7 @@ func TestHostCallbackOnce(t *testing.T) {
 	}
 	h.waitHost(tok, time.Now().Add(-2*time.Minute))
 	r = h.run(nodeA.run)
-	r.Data["host_wait_from"] = "8" // a new wait: only the expiry refuses
+	r.SetHostWaitFrom(8) // a new wait: only the expiry refuses
 	if err := h.st.UpdateRun(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
@@ -591,14 +589,15 @@ func TestHostCallbackOnce(t *testing.T) {
 func (h *hostile) fetchTokenAfterReopen() string {
 	h.t.Helper()
 	r := h.run(nodeA.run)
-	boot := r.Data["boot"]
-	r.Data["boot"], r.Data["cure_window"] = "cure", fmt.Sprintf("w%d", time.Now().UnixNano())
+	boot := r.Boot()
+	r.SetBoot(store.BootCURE)
+	r.SetCUREWindow(fmt.Sprintf("w%d", time.Now().UnixNano()))
 	if err := h.st.UpdateRun(context.Background(), r); err != nil {
 		h.t.Fatal(err)
 	}
 	tok := h.fetchToken(nodeA.mac)
 	r = h.run(nodeA.run)
-	r.Data["boot"] = boot
+	r.SetBoot(boot)
 	if err := h.st.UpdateRun(context.Background(), r); err != nil {
 		h.t.Fatal(err)
 	}
