@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
@@ -40,7 +41,7 @@ func TestPendingBMCResetWaitedForAfterRestart(t *testing.T) {
 	if err := st.UpsertNode(ctx, store.Node{ID: "n1", BMCURL: "https://bmc", BMCUser: "u", BMCPassword: "p", SKU: "s", MACs: []string{"52:54:00:00:00:01"}}); err != nil {
 		t.Fatal(err)
 	}
-	run := store.Run{ID: "r1", NodeID: "n1", Mode: "provision", Manifest: "s", Status: store.RunRunning, StartedAt: time.Now().UTC(), Data: map[string]string{}}
+	run := store.Run{ID: "r1", NodeID: "n1", Mode: "provision", Manifest: "s", Status: runstate.RunRunning, StartedAt: time.Now().UTC(), Data: map[string]string{}}
 	if err := st.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}

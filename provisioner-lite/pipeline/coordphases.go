@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,60 +16,78 @@ import (
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 )
 
-// coordPhase runs one coordinator-owned phase attempt.
-func (e *Engine) coordPhase(ctx context.Context, r *store.Run, phase string, log *slog.Logger) outcome {
-	switch phase {
-	case modes.Preflight:
-		return e.preflight(ctx, r)
-	case modes.SetBootPXE:
-		// Recorded before the BMC call: the boot server must hand out CURE to
-		// the very next PXE request.
-		openBootWindow(r)
-		e.save(ctx, r)
-		if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
-			return b.SetBootOverride(ctx, e.cfg.NetBoot, true)
-		}); err != nil {
-			return failed("one-time %s override: %v", e.cfg.NetBoot, err)
-		}
-		return ok("boot override %s, Once", e.cfg.NetBoot)
-	case modes.PoweringOn:
-		return e.powerOnOrCycle(ctx, r)
-	case modes.WaitForCURE:
-		if e.attempts(r, phase) > 1 {
-			if err := e.rebootIntoCURE(ctx, r, "previous wait for CURE timed out"); err != nil {
-				return failed("%v", err)
-			}
-		}
-		return e.waitForCURE(ctx, r)
-	case modes.BMC, modes.BIOS, modes.HGX:
-		return e.oobFirmware(ctx, r, phase)
-	case modes.BIOSSettings:
-		return e.biosSettings(ctx, r)
-	case modes.SetBootDisk:
-		r.SetBoot(store.BootDisk)
-		e.save(ctx, r)
-		if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
-			return b.SetBootOverride(ctx, redfish.BootTarget("Hdd"), false)
-		}); err != nil {
-			return failed("boot override to disk: %v", err)
-		}
-		return ok("boot override Hdd, Continuous")
-	case modes.WaitForHostOS:
-		return e.waitForHostOS(ctx, r)
-	case modes.PowerOffAtEnd:
-		// The node goes back to the pool powered off, with no CURE boot armed.
-		r.SetBoot(store.BootUnset)
-		e.save(ctx, r)
-		if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error { return b.PowerOff(ctx, false) }); err != nil {
-			return failed("power off: %v", err)
-		}
-		return ok("powered off; node returned to the pool")
+// coordExecutors maps each coordinator-owned phase (the modes constants) to
+// its executor. TestEveryPhaseHasExecutor checks every mode's plan against it.
+var coordExecutors = map[string]func(e *Engine, ctx context.Context, r *store.Run, phase string) outcome{
+	modes.Preflight:     func(e *Engine, ctx context.Context, r *store.Run, _ string) outcome { return e.preflight(ctx, r) },
+	modes.SetBootPXE:    (*Engine).setBootPXE,
+	modes.PoweringOn:    func(e *Engine, ctx context.Context, r *store.Run, _ string) outcome { return e.powerOnOrCycle(ctx, r) },
+	modes.WaitForCURE:   (*Engine).waitForCUREPhase,
+	modes.BMC:           (*Engine).oobFirmware,
+	modes.BIOS:          (*Engine).oobFirmware,
+	modes.HGX:           (*Engine).oobFirmware,
+	modes.BIOSSettings:  func(e *Engine, ctx context.Context, r *store.Run, _ string) outcome { return e.biosSettings(ctx, r) },
+	modes.SetBootDisk:   (*Engine).setBootDisk,
+	modes.WaitForHostOS: func(e *Engine, ctx context.Context, r *store.Run, _ string) outcome { return e.waitForHostOS(ctx, r) },
+	modes.PowerOffAtEnd: (*Engine).powerOffAtEnd,
+}
+
+// coordPhase runs one coordinator-owned phase attempt. A phase with no
+// executor is skipped, never passed (TestEveryPhaseHasExecutor keeps every
+// plan's phases covered).
+func (e *Engine) coordPhase(ctx context.Context, r *store.Run, phase string) outcome {
+	if run, ok := coordExecutors[phase]; ok {
+		return run(e, ctx, r, phase)
 	}
 	return skipped("phase %s is not built yet", phase)
+}
+
+func (e *Engine) setBootPXE(ctx context.Context, r *store.Run, _ string) outcome {
+	// Recorded before the BMC call: the boot server must hand out CURE to
+	// the very next PXE request.
+	openBootWindow(r)
+	e.save(ctx, r)
+	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		return b.SetBootOverride(ctx, e.cfg.NetBoot, true)
+	}); err != nil {
+		return failed("one-time %s override: %v", e.cfg.NetBoot, err)
+	}
+	return ok("boot override %s, Once", e.cfg.NetBoot)
+}
+
+func (e *Engine) waitForCUREPhase(ctx context.Context, r *store.Run, phase string) outcome {
+	if e.attempts(r, phase) > 1 {
+		if err := e.rebootIntoCURE(ctx, r, "previous wait for CURE timed out"); err != nil {
+			return failed("%v", err)
+		}
+	}
+	return e.waitForCURE(ctx, r)
+}
+
+func (e *Engine) setBootDisk(ctx context.Context, r *store.Run, _ string) outcome {
+	r.SetBoot(store.BootDisk)
+	e.save(ctx, r)
+	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		return b.SetBootOverride(ctx, redfish.BootTarget("Hdd"), false)
+	}); err != nil {
+		return failed("boot override to disk: %v", err)
+	}
+	return ok("boot override Hdd, Continuous")
+}
+
+func (e *Engine) powerOffAtEnd(ctx context.Context, r *store.Run, _ string) outcome {
+	// The node goes back to the pool powered off, with no CURE boot armed.
+	r.SetBoot(store.BootUnset)
+	e.save(ctx, r)
+	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error { return b.PowerOff(ctx, false) }); err != nil {
+		return failed("power off: %v", err)
+	}
+	return ok("powered off; node returned to the pool")
 }
 
 // withBMC opens a Redfish session for one step and always closes it: BMCs
@@ -205,7 +222,7 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 		return failed("inputs do not resolve: %s", strings.Join(missing, "; "))
 	}
 	if len(warnings) > 0 {
-		e.coordEvent(ctx, *r, modes.Preflight, "log", "WARN", "needed only on drift: "+strings.Join(warnings, "; "), 0)
+		e.coordEvent(ctx, *r, modes.Preflight, runstate.EventLog, "WARN", "needed only on drift: "+strings.Join(warnings, "; "), 0)
 	}
 	inputs := "manifest " + r.Manifest + " valid"
 	if mode == modes.Verify {
@@ -347,7 +364,7 @@ func (e *Engine) rebootIntoCURE(ctx context.Context, r *store.Run, why string) e
 	r.Reboots++
 	r.SetBootRequestedAt(time.Now())
 	e.save(ctx, r)
-	e.coordEvent(ctx, *r, r.Phase, "info", "", "re-armed PXE once and reset the host: "+why, 0)
+	e.coordEvent(ctx, *r, r.Phase, runstate.EventInfo, "", "re-armed PXE once and reset the host: "+why, 0)
 	return nil
 }
 
@@ -459,7 +476,7 @@ func (e *Engine) waitForHostOS(ctx context.Context, r *store.Run) outcome {
 		}
 		for _, ev := range evs {
 			from = ev.ID
-			if ev.Kind == KindHostReady {
+			if ev.Kind == runstate.EventHostReady {
 				return ok("%s", ev.Message)
 			}
 		}
@@ -503,7 +520,7 @@ func (e *Engine) rebootOutOfCURE(ctx context.Context, r *store.Run) error {
 	if !graceful {
 		how = "BMC ForceRestart"
 	}
-	e.coordEvent(ctx, *r, modes.WaitForHostOS, "info", "", "rebooting into the installed OS: "+how, 0)
+	e.coordEvent(ctx, *r, modes.WaitForHostOS, runstate.EventInfo, "", "rebooting into the installed OS: "+how, 0)
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
@@ -20,16 +21,16 @@ var errStopped = errors.New("coordinator stopping")
 
 // outcome is the result of one phase attempt.
 type outcome struct {
-	status string // PhaseOK, PhaseSkipped, PhaseFailed
+	status string // runstate.PhaseOK, runstate.PhaseSkipped, runstate.PhaseFailed
 	msg    string
 }
 
-func ok(format string, a ...any) outcome { return outcome{PhaseOK, fmt.Sprintf(format, a...)} }
+func ok(format string, a ...any) outcome { return outcome{runstate.PhaseOK, fmt.Sprintf(format, a...)} }
 func skipped(format string, a ...any) outcome {
-	return outcome{PhaseSkipped, fmt.Sprintf(format, a...)}
+	return outcome{runstate.PhaseSkipped, fmt.Sprintf(format, a...)}
 }
 func failed(format string, a ...any) outcome {
-	return outcome{PhaseFailed, fmt.Sprintf(format, a...)}
+	return outcome{runstate.PhaseFailed, fmt.Sprintf(format, a...)}
 }
 
 // drive runs one run's remaining phases.
@@ -39,7 +40,7 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 		e.cfg.Log.Error("load run", "run", runID, "err", err)
 		return
 	}
-	if r.Status != StatusRunning && r.Status != StatusPending {
+	if r.Status != runstate.RunRunning && r.Status != runstate.RunPending {
 		return // ended meanwhile (e.g. its identity was contested)
 	}
 	if r.Data == nil {
@@ -48,7 +49,7 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 	if err := r.ValidateData(); err != nil {
 		// Misreading it (an attempt count as 0, a pending BMC reset as
 		// none) would repeat or skip work: an operator looks first.
-		e.finish(ctx, &r, StatusAttention, err.Error())
+		e.finish(ctx, &r, runstate.RunAttention, err.Error())
 		return
 	}
 	if r.RunnerAddr() != e.cfg.RunnerAddr {
@@ -61,7 +62,7 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 	defer e.cfg.Metrics.RunStopped(r.Mode)
 	plan, err := modes.For(modes.Mode(r.Mode))
 	if err != nil {
-		e.finish(ctx, &r, StatusFailed, err.Error())
+		e.finish(ctx, &r, runstate.RunFailed, err.Error())
 		return
 	}
 	i := 0
@@ -88,7 +89,7 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 				if errors.Is(err, errStopped) || ctx.Err() != nil {
 					return
 				}
-				e.finish(ctx, &r, StatusAttention, err.Error())
+				e.finish(ctx, &r, runstate.RunAttention, err.Error())
 				return
 			}
 			if failedPhase != "" {
@@ -106,12 +107,12 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 
 		started := time.Now()
 		e.begin(ctx, &r, ph.Name, "coordinator")
-		out := e.coordPhase(ctx, &r, ph.Name, log)
+		out := e.coordPhase(ctx, &r, ph.Name)
 		if ctx.Err() != nil {
 			return
 		}
 		e.end(ctx, &r, ph.Name, out, time.Since(started), "coordinator")
-		if out.status == PhaseFailed {
+		if out.status == runstate.PhaseFailed {
 			if !e.retryAllowed(ctx, &r, ph.Name, coordCause(ph.Name), out.msg) {
 				return
 			}
@@ -120,7 +121,7 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 		i++
 	}
 	r.SetBoot(store.BootUnset)
-	e.finish(ctx, &r, StatusSucceeded, "all phases done")
+	e.finish(ctx, &r, runstate.RunSucceeded, "all phases done")
 }
 
 // coordCause is the retry cause of a failed coordinator phase.
@@ -142,13 +143,13 @@ func (e *Engine) retryAllowed(ctx context.Context, r *store.Run, phase, cause, m
 	r.PhaseFailures++
 	attempts := e.attempts(r, phase)
 	if attempts >= e.cfg.Budgets.PhaseAttempts {
-		e.finish(ctx, r, StatusFailed, fmt.Sprintf("phase %s failed %d times (budget %d): %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, msg))
+		e.finish(ctx, r, runstate.RunFailed, fmt.Sprintf("phase %s failed %d times (budget %d): %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, msg))
 		return false
 	}
 	e.cfg.Metrics.Retry(phase, cause)
 	e.save(ctx, r)
 	delay := retryDelay(e.cfg.Timeouts.RetryBase, e.cfg.Timeouts.RetryMax, attempts)
-	e.coordEvent(ctx, *r, phase, "info", "", fmt.Sprintf("phase %s failed (attempt %d of %d), retrying in %s: %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, delay.Round(time.Millisecond), msg), 0)
+	e.coordEvent(ctx, *r, phase, runstate.EventInfo, "", fmt.Sprintf("phase %s failed (attempt %d of %d), retrying in %s: %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, delay.Round(time.Millisecond), msg), 0)
 	return sleep(ctx, delay) == nil
 }
 
@@ -199,12 +200,12 @@ func (e *Engine) begin(ctx context.Context, r *store.Run, phase, source string) 
 	r.Phase = phase
 	e.save(ctx, r)
 	if err := e.cfg.Store.UpsertPhase(context.WithoutCancel(ctx), store.Phase{
-		RunID: r.ID, Name: phase, Status: PhaseRunning, Attempts: n, StartedAt: now,
+		RunID: r.ID, Name: phase, Status: runstate.PhaseRunning, Attempts: n, StartedAt: now,
 	}); err != nil {
 		e.cfg.Log.Error("store phase", "err", err)
 	}
 	if source == "coordinator" {
-		e.coordEvent(context.WithoutCancel(ctx), *r, phase, "phase_start", "", "", 0)
+		e.coordEvent(context.WithoutCancel(ctx), *r, phase, runstate.EventPhaseStart, "", "", 0)
 	}
 }
 
@@ -223,12 +224,12 @@ func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcom
 		e.cfg.Log.Error("store phase", "err", err)
 	}
 	e.cfg.Metrics.PhaseEnded(phase, e.skuOf(ctx, r), out.status, dur)
-	if out.status != PhaseFailed && !slices.Contains(r.CompletedPhases, phase) {
+	if out.status != runstate.PhaseFailed && !slices.Contains(r.CompletedPhases, phase) {
 		r.CompletedPhases = append(r.CompletedPhases, phase)
 	}
 	e.save(ctx, r)
 	if source == "coordinator" {
-		e.coordEvent(ctx, *r, phase, "phase_end", out.status, out.msg, dur)
+		e.coordEvent(ctx, *r, phase, runstate.EventPhaseEnd, out.status, out.msg, dur)
 	}
 	e.cfg.Log.Info("phase end", "run", r.ID, "node", r.NodeID, "phase", phase, "status", out.status, "msg", out.msg, "duration", dur.Round(time.Millisecond))
 }
@@ -246,7 +247,7 @@ func (e *Engine) finish(ctx context.Context, r *store.Run, status, msg string) {
 		e.cfg.Log.Error("delete boot tokens of finished run", "run", r.ID, "err", err)
 	}
 	e.cfg.Hub.CloseRun(r.ID)
-	e.coordEvent(ctx, *r, r.Phase, "run_end", status, msg, r.EndedAt.Sub(r.StartedAt))
+	e.coordEvent(ctx, *r, r.Phase, runstate.EventRunEnd, status, msg, r.EndedAt.Sub(r.StartedAt))
 	e.cfg.Log.Info("run end", "run", r.ID, "node", r.NodeID, "status", status, "msg", msg)
 	e.cfg.Metrics.RunEnded(r.ID, r.Mode, status, r.Reboots)
 	if e.cfg.Notify != nil {

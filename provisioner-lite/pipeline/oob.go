@@ -15,6 +15,7 @@ import (
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
@@ -172,7 +173,7 @@ func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string
 	var done []string
 	for _, d := range deltas {
 		res := e.applyOOB(ctx, r, component, d)
-		if res.status == PhaseFailed {
+		if res.status == runstate.PhaseFailed {
 			return res
 		}
 		done = append(done, res.msg)
@@ -205,7 +206,7 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 	// may already have flashed: look before pushing again.
 	if prev := r.OOBSubmission(fw.Name); prev != "" {
 		if done, pending := e.oobState(ctx, r, fw, targets); done || pending {
-			e.coordEvent(ctx, *r, component, "info", "", fmt.Sprintf("%s: earlier submission (%s) already took effect (done=%t staged=%t); not flashing again", fw.Name, prev, done, pending), 0)
+			e.coordEvent(ctx, *r, component, runstate.EventInfo, "", fmt.Sprintf("%s: earlier submission (%s) already took effect (done=%t staged=%t); not flashing again", fw.Name, prev, done, pending), 0)
 			return e.activateOOB(ctx, r, component, fw, targets, !done)
 		}
 	}
@@ -235,7 +236,7 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 		}
 		var ue *redfish.UnknownOutcomeError
 		if errors.As(err, &ue) {
-			e.coordEvent(ctx, *r, component, "log", "WARN", fmt.Sprintf("%s: update submission outcome unknown (%v); searching the BMC's tasks before any retry", fw.Name, err), 0)
+			e.coordEvent(ctx, *r, component, runstate.EventLog, "WARN", fmt.Sprintf("%s: update submission outcome unknown (%v); searching the BMC's tasks before any retry", fw.Name, err), 0)
 			job, err = b.RecoverJob(ctx, ue)
 			if err == nil && job == nil {
 				return fmt.Errorf("submission was not taken by the BMC (no new task): safe to retry")
@@ -252,7 +253,7 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 	if err != nil {
 		return failed("%s: %v", fw.Name, err)
 	}
-	e.coordEvent(ctx, *r, component, "info", "", fmt.Sprintf("%s: update task %s (%s)", fw.Name, result.State, strings.Join(result.Messages, "; ")), 0)
+	e.coordEvent(ctx, *r, component, runstate.EventInfo, "", fmt.Sprintf("%s: update task %s (%s)", fw.Name, result.State, strings.Join(result.Messages, "; ")), 0)
 	return e.activateOOB(ctx, r, component, fw, targets, true)
 }
 
@@ -337,7 +338,7 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 			if err := e.rebootIntoCURE(ctx, r, fw.Name+" activates on host reboot"); err != nil {
 				return failed("%v", err)
 			}
-			if out := e.waitForNewCURE(ctx, r); out.status == PhaseFailed {
+			if out := e.waitForNewCURE(ctx, r); out.status == runstate.PhaseFailed {
 				return out
 			}
 		}
@@ -443,7 +444,7 @@ func (e *Engine) biosSettings(ctx context.Context, r *store.Run) outcome {
 	if err := e.rebootIntoCURE(ctx, r, fmt.Sprintf("%d BIOS attributes apply on reset", len(changes))); err != nil {
 		return failed("%v", err)
 	}
-	if out := e.waitForNewCURE(ctx, r); out.status == PhaseFailed {
+	if out := e.waitForNewCURE(ctx, r); out.status == runstate.PhaseFailed {
 		return out
 	}
 	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {

@@ -26,6 +26,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -495,7 +496,7 @@ func TestStreamCutMidPhaseReattachesWithoutRetry(t *testing.T) {
 	ends := 0
 	reattached := false
 	for _, e := range evs {
-		if e.Source == "runner" && e.Kind == "phase_end" && e.Phase == modes.OSInstall {
+		if e.Source == "runner" && e.Kind == runstate.EventPhaseEnd && e.Phase == modes.OSInstall {
 			ends++
 		}
 		if strings.Contains(e.Message, "re-attached mid-phase") {

@@ -11,6 +11,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -84,14 +85,14 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 				continue
 			}
 			switch ev.Kind {
-			case "phase_start":
+			case runstate.EventPhaseStart:
 				current = ev.Phase
 				phaseStarted = ev.Time
 				e.begin(ctx, r, ev.Phase, "runner")
-			case "phase_end":
+			case runstate.EventPhaseEnd:
 				out := outcome{status: ev.Status, msg: ev.Message}
 				e.end(ctx, r, ev.Phase, out, time.Duration(ev.DurationMs)*time.Millisecond, "runner")
-				if out.status == PhaseFailed {
+				if out.status == runstate.PhaseFailed {
 					return ev.Phase, ev.Message, nil
 				}
 				remaining = slices.DeleteFunc(remaining, func(p string) bool { return p == ev.Phase })
@@ -118,7 +119,7 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 			if lostSince.IsZero() {
 				lostSince = time.Now()
 				if sess != nil {
-					e.coordEvent(ctx, *r, current, "info", "", "runner disconnected", 0)
+					e.coordEvent(ctx, *r, current, runstate.EventInfo, "", "runner disconnected", 0)
 				}
 			}
 			budget := e.cfg.Timeouts.Reconnect
@@ -183,7 +184,7 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 			}
 			e.markHandled(cur)
 			e.save(ctx, r)
-			e.coordEvent(ctx, *r, remaining[0], "info", "", fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(remaining, ","), r.ResumeCount), 0)
+			e.coordEvent(ctx, *r, remaining[0], runstate.EventInfo, "", fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(remaining, ","), r.ResumeCount), 0)
 			sess = cur
 			phaseStarted = time.Now()
 		}
@@ -246,7 +247,7 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 	var skuName string
 	if slices.Contains(phases, modes.Hardware) && (mode == modes.Diagnostic || mode == modes.Burnin) && n.SKU != "" {
 		if raw, _, err := e.cfg.Manifests.Load(n.SKU); err != nil {
-			e.coordEvent(ctx, *r, modes.Hardware, "info", "", fmt.Sprintf("node SKU %s not sent for the hardware check: %v", n.SKU, err), 0)
+			e.coordEvent(ctx, *r, modes.Hardware, runstate.EventInfo, "", fmt.Sprintf("node SKU %s not sent for the hardware check: %v", n.SKU, err), 0)
 		} else {
 			skuYAML, skuName = raw, n.SKU+".yaml"
 		}
@@ -301,9 +302,9 @@ func (e *Engine) reattachable(r *store.Run, s *sessions.Session, stored uint64, 
 		return false
 	}
 	switch {
-	case since == "phase_start":
+	case since == runstate.EventPhaseStart:
 		return true
-	case since == "phase_end":
+	case since == runstate.EventPhaseEnd:
 		return false
 	case st.GetKind() == curev1.RunnerState_IN_PHASE:
 		return true

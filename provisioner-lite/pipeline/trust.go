@@ -14,6 +14,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"github.com/cure-oss/cure/tools/blockdev"
@@ -40,7 +41,7 @@ func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver
 		return bootserver.Decision{}, fmt.Errorf("mac %s is not registered: %w", mac, err)
 	}
 	r, err := e.cfg.Store.LatestRun(ctx, n.ID)
-	if err != nil || (r.Status != StatusRunning && r.Status != StatusPending) {
+	if err != nil || (r.Status != runstate.RunRunning && r.Status != runstate.RunPending) {
 		return bootserver.Decision{Boot: false, Reason: "no active run"}, nil
 	}
 	if r.Boot() != store.BootCURE {
@@ -80,7 +81,7 @@ func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver
 	if err != nil {
 		return bootserver.Decision{}, err
 	}
-	e.coordEvent(ctx, r, r.Phase, "info", "", fmt.Sprintf("iPXE script served to %s from %s; per-boot token %d of at most %d in this boot window",
+	e.coordEvent(ctx, r, r.Phase, runstate.EventInfo, "", fmt.Sprintf("iPXE script served to %s from %s; per-boot token %d of at most %d in this boot window",
 		mac, peer, ws.Issued+1, e.cfg.TokensPerWindow), 0)
 	return bootserver.Decision{
 		Boot: true,
@@ -122,7 +123,7 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 	if err != nil {
 		return refuse(err.Error())
 	}
-	if r.Status != StatusRunning || r.Phase != modes.WaitForHostOS {
+	if r.Status != runstate.RunRunning || r.Phase != modes.WaitForHostOS {
 		return refuse(fmt.Sprintf("run %s is %s in %s, not waiting for the installed OS", r.ID, r.Status, nonEmpty(r.Phase, "no phase")))
 	}
 	rebooted, err := r.HostRebootedAt()
@@ -151,7 +152,7 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 	// One callback per wait: the event's (boot id, seq) key makes a replay a no-op the store refuses.
 	_, inserted, err := e.cfg.Store.AppendEvent(ctx, store.Event{
 		RunID: r.ID, NodeID: nodeID, Source: "hostos", BootID: fmt.Sprintf("host-ready/%d", waitFrom), Seq: 1,
-		Time: time.Now().UTC(), Phase: modes.WaitForHostOS, Kind: KindHostReady,
+		Time: time.Now().UTC(), Phase: modes.WaitForHostOS, Kind: runstate.EventHostReady,
 		Message: "host OS called back ready from " + peer + ": " + strings.Join(parts, " "),
 	})
 	if err != nil {
@@ -168,7 +169,7 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 // for an operator, its sessions are closed and its tokens deleted.
 func (e *Engine) IdentityContested(ctx context.Context, runID, detail string) {
 	e.cfg.Hub.CloseRun(runID)
-	e.requestStop(runID, stopRequest{status: StatusAttention, msg: "runner identity contested, run stopped: " + detail})
+	e.requestStop(runID, stopRequest{status: runstate.RunAttention, msg: "runner identity contested, run stopped: " + detail})
 }
 
 // psidsFor returns the PSIDs an assignment may carry: only the disks the
