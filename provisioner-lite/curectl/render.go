@@ -63,9 +63,9 @@ func (t *Timeline) Print(e *curev1.TimelineEntry) {
 
 func src(s string) string {
 	switch s {
-	case "runner":
+	case runstate.SourceRunner:
 		return "node"
-	case "coordinator":
+	case runstate.SourceCoordinator:
 		return "coord"
 	}
 	return s

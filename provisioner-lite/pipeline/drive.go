@@ -106,12 +106,12 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 		}
 
 		started := time.Now()
-		e.begin(ctx, &r, ph.Name, "coordinator")
+		e.begin(ctx, &r, ph.Name, runstate.SourceCoordinator)
 		out := e.coordPhase(ctx, &r, ph.Name)
 		if ctx.Err() != nil {
 			return
 		}
-		e.end(ctx, &r, ph.Name, out, time.Since(started), "coordinator")
+		e.end(ctx, &r, ph.Name, out, time.Since(started), runstate.SourceCoordinator)
 		if out.status == runstate.PhaseFailed {
 			if !e.retryAllowed(ctx, &r, ph.Name, coordCause(ph.Name), out.msg) {
 				return
@@ -204,7 +204,7 @@ func (e *Engine) begin(ctx context.Context, r *store.Run, phase, source string) 
 	}); err != nil {
 		e.cfg.Log.Error("store phase", "err", err)
 	}
-	if source == "coordinator" {
+	if source == runstate.SourceCoordinator {
 		e.coordEvent(context.WithoutCancel(ctx), *r, phase, runstate.EventPhaseStart, "", "", 0)
 	}
 }
@@ -228,7 +228,7 @@ func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcom
 		r.CompletedPhases = append(r.CompletedPhases, phase)
 	}
 	e.save(ctx, r)
-	if source == "coordinator" {
+	if source == runstate.SourceCoordinator {
 		e.coordEvent(ctx, *r, phase, runstate.EventPhaseEnd, out.status, out.msg, dur)
 	}
 	e.cfg.Log.Info("phase end", "run", r.ID, "node", r.NodeID, "phase", phase, "status", out.status, "msg", out.msg, "duration", dur.Round(time.Millisecond))

@@ -403,7 +403,7 @@ func nonEmpty(s, def string) string {
 // coordEvent records a coordinator-side timeline entry.
 func (e *Engine) coordEvent(ctx context.Context, r store.Run, phase, kind, status, msg string, dur time.Duration) {
 	_, _, err := e.cfg.Store.AppendEvent(ctx, store.Event{
-		RunID: r.ID, NodeID: r.NodeID, Source: "coordinator", Time: time.Now().UTC(),
+		RunID: r.ID, NodeID: r.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(),
 		Phase: phase, Kind: kind, Status: status, Message: msg, DurationMs: dur.Milliseconds(),
 	})
 	if err != nil {

@@ -81,17 +81,17 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 		}
 		for _, ev := range evs {
 			cursor = ev.ID
-			if ev.Source != "runner" || !slices.Contains(remaining, ev.Phase) {
+			if ev.Source != runstate.SourceRunner || !slices.Contains(remaining, ev.Phase) {
 				continue
 			}
 			switch ev.Kind {
 			case runstate.EventPhaseStart:
 				current = ev.Phase
 				phaseStarted = ev.Time
-				e.begin(ctx, r, ev.Phase, "runner")
+				e.begin(ctx, r, ev.Phase, runstate.SourceRunner)
 			case runstate.EventPhaseEnd:
 				out := outcome{status: ev.Status, msg: ev.Message}
-				e.end(ctx, r, ev.Phase, out, time.Duration(ev.DurationMs)*time.Millisecond, "runner")
+				e.end(ctx, r, ev.Phase, out, time.Duration(ev.DurationMs)*time.Millisecond, runstate.SourceRunner)
 				if out.status == runstate.PhaseFailed {
 					return ev.Phase, ev.Message, nil
 				}

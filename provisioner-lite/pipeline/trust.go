@@ -151,7 +151,7 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 	}
 	// One callback per wait: the event's (boot id, seq) key makes a replay a no-op the store refuses.
 	_, inserted, err := e.cfg.Store.AppendEvent(ctx, store.Event{
-		RunID: r.ID, NodeID: nodeID, Source: "hostos", BootID: fmt.Sprintf("host-ready/%d", waitFrom), Seq: 1,
+		RunID: r.ID, NodeID: nodeID, Source: runstate.SourceHostOS, BootID: fmt.Sprintf("host-ready/%d", waitFrom), Seq: 1,
 		Time: time.Now().UTC(), Phase: modes.WaitForHostOS, Kind: runstate.EventHostReady,
 		Message: "host OS called back ready from " + peer + ": " + strings.Join(parts, " "),
 	})

@@ -137,7 +137,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 	log := s.Log.With("node", sess.NodeID, "run", sess.RunID, "boot_id", sess.BootID, "peer", peerIP)
 	st := hello.GetState()
 	s.event(ctx, store.Event{
-		RunID: sess.RunID, NodeID: sess.NodeID, Source: "coordinator", Time: time.Now().UTC(), Phase: run.Phase, Kind: runstate.EventInfo,
+		RunID: sess.RunID, NodeID: sess.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(), Phase: run.Phase, Kind: runstate.EventInfo,
 		Message: textsafe.BoundedLine(fmt.Sprintf("runner connected from %s: state=%s boot_id=%s guest_uptime=%dms mac=%s serial=%s runner=%s",
 			peerIP, st.GetKind(), hello.GetBootId(), hello.GetUptimeMs(), hello.GetIdentity().GetBootMac(), hello.GetIdentity().GetSystemSerial(),
 			hello.GetRunnerVersion()), maxMessage),
@@ -225,7 +225,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 		if res.Dropped && !droppedNoted {
 			droppedNoted = true
 			log.Warn("run event cap reached: metrics and logs are acknowledged but not stored")
-			s.event(ctx, store.Event{RunID: sess.RunID, NodeID: sess.NodeID, Source: "coordinator", Time: time.Now().UTC(), Kind: runstate.EventInfo,
+			s.event(ctx, store.Event{RunID: sess.RunID, NodeID: sess.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(), Kind: runstate.EventInfo,
 				Message: fmt.Sprintf("event cap reached (%d events or %d bytes): the runner's further metrics and logs are not stored", s.Limits.MaxEvents, s.Limits.MaxBytes)})
 		}
 		if err := sess.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Ack{Ack: &curev1.Ack{Seq: ev.GetSeq()}}}); err != nil {
@@ -351,7 +351,7 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 		return store.Event{}, nil, fmt.Errorf("event seq %d: phase %q is not a runner phase of this run", ev.GetSeq(), textsafe.BoundedLine(phase, maxName))
 	}
 	t := time.UnixMilli(ev.GetTimeUnixMs()).UTC()
-	e := store.Event{RunID: runID, NodeID: nodeID, Source: "runner", BootID: bootID, Seq: ev.GetSeq(), Time: t, Phase: phase}
+	e := store.Event{RunID: runID, NodeID: nodeID, Source: runstate.SourceRunner, BootID: bootID, Seq: ev.GetSeq(), Time: t, Phase: phase}
 	var v *store.Verdict
 	switch b := ev.GetBody().(type) {
 	case *curev1.Event_PhaseStart:

@@ -163,7 +163,7 @@ func (s *Store) AppendRunnerEvent(ctx context.Context, e Event, v *Verdict, lim 
 	if e.RunID == "" || e.Seq == 0 || e.Seq > math.MaxInt64 {
 		return res, fmt.Errorf("store: append runner event to run %q: seq %d: want a run and 1 <= seq <= 2^63-1", e.RunID, e.Seq)
 	}
-	e.Source = "runner"
+	e.Source = runstate.SourceRunner
 	size := int64(len(e.Message) + len(e.Payload) + len(e.Phase) + len(e.Status))
 	if v != nil {
 		size += int64(len(v.Component) + len(v.Check) + len(v.Observed) + len(v.Expected) + len(v.Message))

@@ -246,7 +246,7 @@ func clampT(t, lo, hi time.Time) time.Time {
 func rebootsByPhase(events []store.Event) map[string]int {
 	m := map[string]int{}
 	for _, e := range events {
-		if e.Source == "coordinator" && e.Kind == runstate.EventInfo && (strings.HasPrefix(e.Message, msgReboot) || strings.HasPrefix(e.Message, msgHostReboot)) {
+		if e.Source == runstate.SourceCoordinator && e.Kind == runstate.EventInfo && (strings.HasPrefix(e.Message, msgReboot) || strings.HasPrefix(e.Message, msgHostReboot)) {
 			m[e.Phase]++
 		}
 	}
@@ -269,7 +269,7 @@ func mergeSub(have, add []Bucket) []Bucket {
 func inWindow(s span, events []store.Event, prefix string) []store.Event {
 	var out []store.Event
 	for _, e := range events {
-		if e.Source == "coordinator" && e.Kind == runstate.EventInfo && strings.HasPrefix(e.Message, prefix) && !e.Time.Before(s.start) && !e.Time.After(s.end) {
+		if e.Source == runstate.SourceCoordinator && e.Kind == runstate.EventInfo && strings.HasPrefix(e.Message, prefix) && !e.Time.Before(s.start) && !e.Time.After(s.end) {
 			out = append(out, e)
 		}
 	}
@@ -416,7 +416,7 @@ func RebootTimes(phases []store.Phase, events []store.Event) []time.Time {
 		}
 	}
 	for _, e := range events {
-		if e.Source == "coordinator" && e.Kind == runstate.EventInfo && (strings.HasPrefix(e.Message, msgReboot) || strings.HasPrefix(e.Message, msgHostReboot)) {
+		if e.Source == runstate.SourceCoordinator && e.Kind == runstate.EventInfo && (strings.HasPrefix(e.Message, msgReboot) || strings.HasPrefix(e.Message, msgHostReboot)) {
 			out = append(out, e.Time)
 		}
 	}
