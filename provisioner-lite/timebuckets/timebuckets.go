@@ -208,7 +208,7 @@ func Compute(run store.Run, phases []store.Phase, events []store.Event, now time
 		}
 		b.Attempts += s.phase.Attempts
 		b.Reboots += reboots[s.phase.Name]
-		if s.phase.Name == modes.PoweringOn && s.phase.Status == "ok" {
+		if s.phase.Name == modes.PoweringOn && s.phase.Status == runstate.PhaseOK {
 			b.Reboots++ // powering on (or the ForceRestart) is the boot into PXE
 		}
 		b.Sub = mergeSub(b.Sub, subBuckets(s, events))
@@ -411,7 +411,7 @@ func installStages(s span, events []store.Event) []Bucket {
 func RebootTimes(phases []store.Phase, events []store.Event) []time.Time {
 	var out []time.Time
 	for _, p := range phases {
-		if p.Name == modes.PoweringOn && p.Status == "ok" && !p.EndedAt.IsZero() {
+		if p.Name == modes.PoweringOn && p.Status == runstate.PhaseOK && !p.EndedAt.IsZero() {
 			out = append(out, p.EndedAt)
 		}
 	}
