@@ -23,6 +23,10 @@ const (
 	Wipe       Mode = "wipe"
 )
 
+// All lists every mode, so a check over "every plan" (every phase has an
+// executor on its side) cannot miss one.
+func All() []Mode { return []Mode{Provision, Audit, Verify, Diagnostic, Burnin, Wipe} }
+
 // Owner says which side executes a phase.
 type Owner string
 
@@ -153,6 +157,18 @@ func (p Plan) Phase(name string) (Phase, bool) {
 		return p.Phases[i], true
 	}
 	return Phase{}, false
+}
+
+// Unexecutable returns the phases of the plan owned by owner for which has
+// reports no executor: each side's test that every phase it owns can run.
+func (p Plan) Unexecutable(owner Owner, has func(phase string) bool) []string {
+	var missing []string
+	for _, ph := range p.Phases {
+		if ph.Owner == owner && !has(ph.Name) {
+			missing = append(missing, ph.Name)
+		}
+	}
+	return missing
 }
 
 // CheckWrite refuses a writing action in a mode that must not write. Every

@@ -3,6 +3,8 @@ package modes
 import (
 	"strings"
 	"testing"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
 )
 
 func TestReadOnlyModesHaveNoWritingPhase(t *testing.T) {
@@ -107,5 +109,38 @@ func TestCheckWipe(t *testing.T) {
 		if err := CheckWipe(m); err != nil {
 			t.Errorf("mode %s refused: %v", m, err)
 		}
+	}
+}
+
+func TestAllModes(t *testing.T) {
+	seen := map[Mode]bool{}
+	for _, m := range All() {
+		if seen[m] {
+			t.Errorf("%s listed twice", m)
+		}
+		seen[m] = true
+		if got, err := Parse(string(m)); err != nil || got != m {
+			t.Errorf("Parse(%q) = %q, %v", m, got, err)
+		}
+		if _, err := FromProto(ToProto(m)); err != nil {
+			t.Errorf("%s has no wire value: %v", m, err)
+		}
+	}
+	// Every wire mode is in All, so a mode added to the proto is not missed.
+	for v := range curev1.Mode_name {
+		if m, err := FromProto(curev1.Mode(v)); err == nil && !seen[m] {
+			t.Errorf("mode %s is on the wire but not in All", m)
+		}
+	}
+}
+
+func TestUnexecutable(t *testing.T) {
+	p := Plan{Phases: []Phase{{"a", Coordinator, false}, {"b", Runner, false}, {"c", Coordinator, true}, {"d", Runner, true}}}
+	has := func(name string) bool { return name == "a" || name == "d" }
+	if got := p.Unexecutable(Coordinator, has); len(got) != 1 || got[0] != "c" {
+		t.Errorf("coordinator: %v, want [c]", got)
+	}
+	if got := p.Unexecutable(Runner, has); len(got) != 1 || got[0] != "b" {
+		t.Errorf("runner: %v, want [b]", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -160,7 +161,7 @@ func PrintRefusals(w io.Writer, rs []*curev1.Refusal) {
 func PrintFleet(w io.Writer, fs *curev1.FleetStatus) {
 	at := time.UnixMilli(fs.GetTimeUnixMs()).Format(time.TimeOnly)
 	fmt.Fprintf(w, "fleet at %s: %d nodes, %d active runs\n", at, fs.GetNodes(), fs.GetActive())
-	order := []string{"failed", "attention", "running", "pending", "canceled", "succeeded", "none"}
+	order := []string{runstate.RunFailed, runstate.RunAttention, runstate.RunRunning, runstate.RunPending, runstate.RunCanceled, runstate.RunSucceeded, "none"}
 	var parts []string
 	for _, k := range order {
 		if n := fs.GetByStatus()[k]; n > 0 {

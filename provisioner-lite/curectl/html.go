@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"github.com/cure-oss/cure/provisioner-lite/natural"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"html/template"
 	"io"
 	"sort"
@@ -138,7 +139,7 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 		origin = timeline[0].GetTimeUnixMs()
 	}
 	for _, e := range timeline {
-		if e.GetKind() == "metric" {
+		if e.GetKind() == runstate.EventMetric {
 			p.TimelineOmittedMetrics++
 			continue
 		}
@@ -147,7 +148,7 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 			v := e.GetVerdict()
 			msg = fmt.Sprintf("%s %s: %s", v.GetComponent(), v.GetCheck(), verdictName(v.GetStatus()))
 		}
-		if e.GetKind() == "phase_end" || e.GetKind() == "run_end" {
+		if e.GetKind() == runstate.EventPhaseEnd || e.GetKind() == runstate.EventRunEnd {
 			if d := e.GetDurationMs(); d > 0 {
 				msg = strings.TrimSpace(fmt.Sprintf("(%s) %s", span(d), msg))
 			}
@@ -216,13 +217,13 @@ func verdictClass(s curev1.VerdictStatus) string {
 
 func runClass(s string) string {
 	switch s {
-	case "succeeded":
+	case runstate.RunSucceeded:
 		return "good"
-	case "failed":
+	case runstate.RunFailed:
 		return "bad"
-	case "attention":
+	case runstate.RunAttention:
 		return "warn"
-	case "running", "pending":
+	case runstate.RunRunning, runstate.RunPending:
 		return "info"
 	}
 	return "muted"
@@ -230,11 +231,11 @@ func runClass(s string) string {
 
 func phaseClass(s string) string {
 	switch s {
-	case "ok":
+	case runstate.PhaseOK:
 		return "good"
-	case "failed":
+	case runstate.PhaseFailed:
 		return "bad"
-	case "running":
+	case runstate.PhaseRunning:
 		return "info"
 	}
 	return "muted"
@@ -242,13 +243,13 @@ func phaseClass(s string) string {
 
 func entryClass(e *curev1.TimelineEntry) string {
 	switch e.GetKind() {
-	case "phase_end":
+	case runstate.EventPhaseEnd:
 		return phaseClass(e.GetStatus())
-	case "run_end":
+	case runstate.EventRunEnd:
 		return runClass(e.GetStatus())
-	case "verdict":
+	case runstate.EventVerdict:
 		return verdictClass(curev1.VerdictStatus(curev1.VerdictStatus_value[e.GetStatus()]))
-	case "log":
+	case runstate.EventLog:
 		switch e.GetStatus() {
 		case "ERROR":
 			return "bad"

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 )
 
@@ -30,7 +31,7 @@ func Progress(nodes []string, reports []*curev1.RunReport, expect map[string]tim
 	learned := map[string][]time.Duration{}
 	for _, r := range reports {
 		for _, p := range r.GetPhases() {
-			if p.GetStatus() == "succeeded" && p.GetEndedUnixMs() > p.GetStartedUnixMs() && p.GetStartedUnixMs() > 0 {
+			if p.GetStatus() == runstate.PhaseOK && p.GetEndedUnixMs() > p.GetStartedUnixMs() && p.GetStartedUnixMs() > 0 {
 				learned[p.GetName()] = append(learned[p.GetName()], time.Duration(p.GetEndedUnixMs()-p.GetStartedUnixMs())*time.Millisecond)
 			}
 		}
@@ -108,14 +109,14 @@ func RenderProgress(rows []NodeProgress, barWidth int) []string {
 			}
 		case r.RunID != "":
 			line += fmt.Sprintf("  %d/%d", r.Done, r.Total)
-			if r.Message != "" && r.Status != "succeeded" {
+			if r.Message != "" && r.Status != runstate.RunSucceeded {
 				line += "  " + clip(r.Message, 80)
 			}
 		}
 		lines = append(lines, strings.TrimRight(line, " "))
 	}
 	var parts []string
-	for _, k := range []string{"failed", "attention", "running", "pending", "canceled", "succeeded", "none"} {
+	for _, k := range []string{runstate.RunFailed, runstate.RunAttention, runstate.RunRunning, runstate.RunPending, runstate.RunCanceled, runstate.RunSucceeded, "none"} {
 		if count[k] > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", k, count[k]))
 			delete(count, k)

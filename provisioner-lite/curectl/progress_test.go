@@ -14,24 +14,24 @@ func TestProgressAndRender(t *testing.T) {
 	reports := []*curev1.RunReport{
 		// n1 finished validate in 40m and is in os_install (expected 4m by --expect).
 		{RunId: "r1", NodeId: "n1", Status: "running", Phases: []*curev1.PhaseRecord{
-			{Name: "preflight", Status: "succeeded", StartedUnixMs: ms(3 * time.Hour), EndedUnixMs: ms(170 * time.Minute)},
-			{Name: "validate", Status: "succeeded", StartedUnixMs: ms(170 * time.Minute), EndedUnixMs: ms(130 * time.Minute)},
+			{Name: "preflight", Status: "ok", StartedUnixMs: ms(3 * time.Hour), EndedUnixMs: ms(170 * time.Minute)},
+			{Name: "validate", Status: "ok", StartedUnixMs: ms(170 * time.Minute), EndedUnixMs: ms(130 * time.Minute)},
 			{Name: "os_install", Status: "running", StartedUnixMs: ms(5 * time.Minute)},
 		}},
 		// n2 is 30m into validate; the median of finished validates (40m, 60m, 90m) is 60m.
 		{RunId: "r2", NodeId: "n2", Status: "running", Phases: []*curev1.PhaseRecord{
-			{Name: "preflight", Status: "succeeded", StartedUnixMs: ms(2 * time.Hour), EndedUnixMs: ms(119 * time.Minute)},
+			{Name: "preflight", Status: "ok", StartedUnixMs: ms(2 * time.Hour), EndedUnixMs: ms(119 * time.Minute)},
 			{Name: "validate", Status: "running", StartedUnixMs: ms(30 * time.Minute)},
 		}},
 		{RunId: "r3", NodeId: "n3", Status: "failed", Message: "validate: gpu-burn: 3 ECC errors", Phases: []*curev1.PhaseRecord{
 			{Name: "validate", Status: "failed", StartedUnixMs: ms(4 * time.Hour), EndedUnixMs: ms(3 * time.Hour)},
 		}},
 		{RunId: "r4", NodeId: "n4", Status: "succeeded", Phases: []*curev1.PhaseRecord{
-			{Name: "validate", Status: "succeeded", StartedUnixMs: ms(5 * time.Hour), EndedUnixMs: ms(4 * time.Hour)},
-			{Name: "os_install", Status: "succeeded", StartedUnixMs: ms(4 * time.Hour), EndedUnixMs: ms(230 * time.Minute)},
+			{Name: "validate", Status: "ok", StartedUnixMs: ms(5 * time.Hour), EndedUnixMs: ms(4 * time.Hour)},
+			{Name: "os_install", Status: "ok", StartedUnixMs: ms(4 * time.Hour), EndedUnixMs: ms(230 * time.Minute)},
 		}},
 		{RunId: "r6", NodeId: "n6", Status: "succeeded", Phases: []*curev1.PhaseRecord{
-			{Name: "validate", Status: "succeeded", StartedUnixMs: ms(5 * time.Hour), EndedUnixMs: ms(210 * time.Minute)},
+			{Name: "validate", Status: "ok", StartedUnixMs: ms(5 * time.Hour), EndedUnixMs: ms(210 * time.Minute)},
 		}},
 		nil,
 	}

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 )
 
@@ -37,19 +38,19 @@ func (t *Timeline) Print(e *curev1.TimelineEntry) {
 	}
 	var line string
 	switch e.GetKind() {
-	case "phase_start":
+	case runstate.EventPhaseStart:
 		line = fmt.Sprintf("▶ %-20s started", phase)
-	case "phase_end":
+	case runstate.EventPhaseEnd:
 		line = fmt.Sprintf("%s %-20s %-8s %8s  %s", mark(e.GetStatus()), phase, strings.ToUpper(e.GetStatus()),
 			(time.Duration(e.GetDurationMs()) * time.Millisecond).Round(100*time.Millisecond), e.GetMessage())
-	case "verdict":
+	case runstate.EventVerdict:
 		line = fmt.Sprintf("  %-20s verdict  %-6s %s", phase, e.GetStatus(), e.GetMessage())
-	case "run_end":
+	case runstate.EventRunEnd:
 		line = fmt.Sprintf("■ run %s after %s: %s", strings.ToUpper(e.GetStatus()),
 			(time.Duration(e.GetDurationMs()) * time.Millisecond).Round(time.Second), e.GetMessage())
-	case "metric":
+	case runstate.EventMetric:
 		return
-	case "log":
+	case runstate.EventLog:
 		if e.GetStatus() == "DEBUG" {
 			return
 		}
@@ -62,9 +63,9 @@ func (t *Timeline) Print(e *curev1.TimelineEntry) {
 
 func src(s string) string {
 	switch s {
-	case "runner":
+	case runstate.SourceRunner:
 		return "node"
-	case "coordinator":
+	case runstate.SourceCoordinator:
 		return "coord"
 	}
 	return s
@@ -72,11 +73,11 @@ func src(s string) string {
 
 func mark(status string) string {
 	switch status {
-	case "ok":
+	case runstate.PhaseOK:
 		return "✔"
-	case "skipped":
+	case runstate.PhaseSkipped:
 		return "↷"
-	case "failed":
+	case runstate.PhaseFailed:
 		return "✘"
 	}
 	return "•"

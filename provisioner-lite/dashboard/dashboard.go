@@ -33,6 +33,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/curectl"
 	"github.com/cure-oss/cure/provisioner-lite/inventory"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/timebuckets"
@@ -171,15 +172,15 @@ func (f Filter) Query() string {
 // statusRank orders the fleet view: what needs a human first.
 func statusRank(s string) int {
 	switch s {
-	case store.RunFailed:
+	case runstate.RunFailed:
 		return 0
-	case store.RunAttention:
+	case runstate.RunAttention:
 		return 1
-	case store.RunRunning, store.RunPending:
+	case runstate.RunRunning, runstate.RunPending:
 		return 2
-	case store.RunCanceled:
+	case runstate.RunCanceled:
 		return 3
-	case store.RunSucceeded:
+	case runstate.RunSucceeded:
 		return 4
 	}
 	return 5
@@ -204,7 +205,7 @@ func BuildFleet(ctx context.Context, st *store.Store, f Filter, page, pageSize i
 		row := Row{Node: n.ID, SKU: n.SKU, Status: "none"}
 		if r, ok := latest[n.ID]; ok {
 			row.Status, row.Phase, row.RunID, row.Message, row.Ended = r.Status, r.Phase, r.ID, r.Message, r.EndedAt
-			if r.Status == store.RunRunning || r.Status == store.RunPending {
+			if r.Status == runstate.RunRunning || r.Status == runstate.RunPending {
 				byPhase[nonEmpty(r.Phase, "start")]++
 			}
 		}
@@ -488,7 +489,7 @@ func (d *dash) events(w http.ResponseWriter, r *http.Request) {
 			byStatus, byPhase := map[string]int{}, map[string]int{}
 			for _, row := range rows {
 				byStatus[row.Status]++
-				if row.Status == store.RunRunning || row.Status == store.RunPending {
+				if row.Status == runstate.RunRunning || row.Status == runstate.RunPending {
 					byPhase[nonEmpty(row.Phase, "start")]++
 				}
 				if !watch[row.Node] {

@@ -21,6 +21,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/dashboard"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
@@ -45,16 +46,16 @@ func fleetStore(t testing.TB, n int) *store.Store {
 			MACs: []string{fmt.Sprintf("52:54:00:00:%02x:%02x", i/256, i%256)}, Labels: map[string]string{"rack": fmt.Sprintf("r%02d", i/40)}}); err != nil {
 			t.Fatal(err)
 		}
-		status, phase := store.RunSucceeded, modes.WaitForHostOS
+		status, phase := runstate.RunSucceeded, modes.WaitForHostOS
 		switch {
 		case i%7 == 0:
-			status, phase = store.RunFailed, modes.OSInstall
+			status, phase = runstate.RunFailed, modes.OSInstall
 		case i%3 == 0:
-			status, phase = store.RunRunning, modes.BIOS
+			status, phase = runstate.RunRunning, modes.BIOS
 		}
 		r := store.Run{ID: "run-" + id, NodeID: id, Mode: "provision", Status: status, Phase: phase, StartedAt: t0, Reboots: 3,
-			Message: map[string]string{store.RunFailed: "os_install failed 2 times: write /dev/nvme0n1: I/O error"}[status]}
-		if status != store.RunRunning {
+			Message: map[string]string{runstate.RunFailed: "os_install failed 2 times: write /dev/nvme0n1: I/O error"}[status]}
+		if status != runstate.RunRunning {
 			r.EndedAt = t0.Add(40 * time.Minute)
 		}
 		if err := st.CreateRun(ctx, r); err != nil {
@@ -67,16 +68,16 @@ func fleetStore(t testing.TB, n int) *store.Store {
 		for j, p := range phases {
 			d := time.Duration(j+1) * 40 * time.Second
 			ps := store.Phase{RunID: r.ID, Name: p, Status: "ok", Attempts: 1, StartedAt: at, EndedAt: at.Add(d)}
-			if p == phase && status != store.RunSucceeded {
-				ps.Status, ps.EndedAt = map[string]string{store.RunFailed: "failed", store.RunRunning: "running"}[status], time.Time{}
-				if status == store.RunFailed {
+			if p == phase && status != runstate.RunSucceeded {
+				ps.Status, ps.EndedAt = map[string]string{runstate.RunFailed: "failed", runstate.RunRunning: "running"}[status], time.Time{}
+				if status == runstate.RunFailed {
 					ps.EndedAt = at.Add(d)
 				}
 			}
 			if err := st.UpsertPhase(ctx, ps); err != nil {
 				t.Fatal(err)
 			}
-			if p == phase && status != store.RunSucceeded {
+			if p == phase && status != runstate.RunSucceeded {
 				break
 			}
 			at = at.Add(d + time.Second)
@@ -189,7 +190,7 @@ func TestDashboardInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Status, r.Phase, r.Message, r.EndedAt = store.RunAttention, modes.BIOS, "BIOS settings did not apply", time.Now().UTC()
+	r.Status, r.Phase, r.Message, r.EndedAt = runstate.RunAttention, modes.BIOS, "BIOS settings did not apply", time.Now().UTC()
 	if err := st.UpdateRun(bg, r); err != nil {
 		t.Fatal(err)
 	}

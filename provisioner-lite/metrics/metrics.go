@@ -18,6 +18,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -312,7 +314,7 @@ func (m *Metrics) NodeSeries() int {
 
 func eventKind(k string) string {
 	switch k {
-	case "phase_start", "phase_end", "verdict", "log", "metric":
+	case runstate.EventPhaseStart, runstate.EventPhaseEnd, runstate.EventVerdict, runstate.EventLog, runstate.EventMetric:
 		return k
 	}
 	return "other"

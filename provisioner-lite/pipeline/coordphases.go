@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,61 +12,79 @@ import (
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"github.com/cure-oss/cure/tools/artifact"
 )
 
-// coordPhase runs one coordinator-owned phase attempt.
-func (e *Engine) coordPhase(ctx context.Context, r *store.Run, phase string, log *slog.Logger) outcome {
-	switch phase {
-	case modes.Preflight:
-		return e.preflight(ctx, r)
-	case modes.SetBootPXE:
-		// Recorded before the BMC call: the boot server must hand out CURE to
-		// the very next PXE request.
-		openBootWindow(r)
-		e.save(ctx, r)
-		if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
-			return b.SetBootOverride(ctx, e.cfg.NetBoot, true)
-		}); err != nil {
-			return failed("one-time %s override: %v", e.cfg.NetBoot, err)
-		}
-		return ok("boot override %s, Once", e.cfg.NetBoot)
-	case modes.PoweringOn:
-		return e.powerOnOrCycle(ctx, r)
-	case modes.WaitForCURE:
-		if e.attempts(r, phase) > 1 {
-			if err := e.rebootIntoCURE(ctx, r, "previous wait for CURE timed out"); err != nil {
-				return failed("%v", err)
-			}
-		}
-		return e.waitForCURE(ctx, r)
-	case modes.BMC, modes.BIOS, modes.HGX:
-		return e.oobFirmware(ctx, r, phase)
-	case modes.BIOSSettings:
-		return e.biosSettings(ctx, r)
-	case modes.SetBootDisk:
-		r.Data["boot"] = "disk"
-		e.save(ctx, r)
-		if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
-			return b.SetBootOverride(ctx, redfish.BootTarget("Hdd"), false)
-		}); err != nil {
-			return failed("boot override to disk: %v", err)
-		}
-		return ok("boot override Hdd, Continuous")
-	case modes.WaitForHostOS:
-		return e.waitForHostOS(ctx, r)
-	case modes.PowerOffAtEnd:
-		// The node goes back to the pool powered off, with no CURE boot armed.
-		r.Data["boot"] = ""
-		e.save(ctx, r)
-		if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error { return b.PowerOff(ctx, false) }); err != nil {
-			return failed("power off: %v", err)
-		}
-		return ok("powered off; node returned to the pool")
+// coordExecutors maps each coordinator-owned phase (the modes constants) to
+// its executor. TestEveryPhaseHasExecutor checks every mode's plan against it.
+var coordExecutors = map[string]func(e *Engine, ctx context.Context, r *store.Run, phase string) outcome{
+	modes.Preflight:     func(e *Engine, ctx context.Context, r *store.Run, _ string) outcome { return e.preflight(ctx, r) },
+	modes.SetBootPXE:    (*Engine).setBootPXE,
+	modes.PoweringOn:    func(e *Engine, ctx context.Context, r *store.Run, _ string) outcome { return e.powerOnOrCycle(ctx, r) },
+	modes.WaitForCURE:   (*Engine).waitForCUREPhase,
+	modes.BMC:           (*Engine).oobFirmware,
+	modes.BIOS:          (*Engine).oobFirmware,
+	modes.HGX:           (*Engine).oobFirmware,
+	modes.BIOSSettings:  func(e *Engine, ctx context.Context, r *store.Run, _ string) outcome { return e.biosSettings(ctx, r) },
+	modes.SetBootDisk:   (*Engine).setBootDisk,
+	modes.WaitForHostOS: func(e *Engine, ctx context.Context, r *store.Run, _ string) outcome { return e.waitForHostOS(ctx, r) },
+	modes.PowerOffAtEnd: (*Engine).powerOffAtEnd,
+}
+
+// coordPhase runs one coordinator-owned phase attempt. A phase with no
+// executor is skipped, never passed (TestEveryPhaseHasExecutor keeps every
+// plan's phases covered).
+func (e *Engine) coordPhase(ctx context.Context, r *store.Run, phase string) outcome {
+	if run, ok := coordExecutors[phase]; ok {
+		return run(e, ctx, r, phase)
 	}
 	return skipped("phase %s is not built yet", phase)
+}
+
+func (e *Engine) setBootPXE(ctx context.Context, r *store.Run, _ string) outcome {
+	// Recorded before the BMC call: the boot server must hand out CURE to
+	// the very next PXE request.
+	openBootWindow(r)
+	e.save(ctx, r)
+	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		return b.SetBootOverride(ctx, e.cfg.NetBoot, true)
+	}); err != nil {
+		return failed("one-time %s override: %v", e.cfg.NetBoot, err)
+	}
+	return ok("boot override %s, Once", e.cfg.NetBoot)
+}
+
+func (e *Engine) waitForCUREPhase(ctx context.Context, r *store.Run, phase string) outcome {
+	if e.attempts(r, phase) > 1 {
+		if err := e.rebootIntoCURE(ctx, r, "previous wait for CURE timed out"); err != nil {
+			return failed("%v", err)
+		}
+	}
+	return e.waitForCURE(ctx, r)
+}
+
+func (e *Engine) setBootDisk(ctx context.Context, r *store.Run, _ string) outcome {
+	r.SetBoot(store.BootDisk)
+	e.save(ctx, r)
+	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		return b.SetBootOverride(ctx, redfish.BootTarget("Hdd"), false)
+	}); err != nil {
+		return failed("boot override to disk: %v", err)
+	}
+	return ok("boot override Hdd, Continuous")
+}
+
+func (e *Engine) powerOffAtEnd(ctx context.Context, r *store.Run, _ string) outcome {
+	// The node goes back to the pool powered off, with no CURE boot armed.
+	r.SetBoot(store.BootUnset)
+	e.save(ctx, r)
+	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error { return b.PowerOff(ctx, false) }); err != nil {
+		return failed("power off: %v", err)
+	}
+	return ok("powered off; node returned to the pool")
 }
 
 // withBMC opens a Redfish session for one step and always closes it: BMCs
@@ -86,8 +103,11 @@ func (e *Engine) withBMCFor(ctx context.Context, r *store.Run, budget time.Durat
 	// A BMC this run reset and nobody saw come back (the coordinator died
 	// meanwhile) may be away for minutes yet: that is the reset's own
 	// budget, not a failed phase attempt.
-	resetAt, resetErr := time.Parse(time.RFC3339Nano, r.Data[dataBMCResetAt])
-	pending := resetErr == nil
+	resetAt, err := r.BMCResetAt()
+	if err != nil {
+		return err
+	}
+	pending := !resetAt.IsZero()
 	connectUntil := time.Now().Add(e.cfg.Timeouts.BMCCall)
 	if pending {
 		connectUntil = resetAt.Add(max(e.cfg.Timeouts.BMCReset, e.cfg.Timeouts.BMCCall))
@@ -129,7 +149,7 @@ func (e *Engine) withBMCFor(ctx context.Context, r *store.Run, budget time.Durat
 		if err := b.WaitBMC(ctx, max(time.Until(connectUntil), e.cfg.Timeouts.BMCCall)); err != nil {
 			return fmt.Errorf("bmc %s: not back from the reset requested at %s: %w", n.BMCURL, resetAt.Format(time.RFC3339), err)
 		}
-		delete(r.Data, dataBMCResetAt)
+		r.SetBMCResetAt(time.Time{})
 		e.save(ctx, r)
 	}
 	cctx, cancel := context.WithTimeout(ctx, budget)
@@ -199,7 +219,7 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 		return failed("inputs do not resolve: %s", strings.Join(missing, "; "))
 	}
 	if len(warnings) > 0 {
-		e.coordEvent(ctx, *r, modes.Preflight, "log", "WARN", "needed only on drift: "+strings.Join(warnings, "; "), 0)
+		e.coordEvent(ctx, *r, modes.Preflight, runstate.EventLog, "WARN", "needed only on drift: "+strings.Join(warnings, "; "), 0)
 	}
 	inputs := "manifest " + r.Manifest + " valid"
 	if mode == modes.Verify {
@@ -295,7 +315,7 @@ func (e *Engine) powerOnOrCycle(ctx context.Context, r *store.Run) outcome {
 		return failed("%v", err)
 	}
 	r.Reboots++
-	r.Data["boot_requested_at"] = time.Now().UTC().Format(time.RFC3339Nano)
+	r.SetBootRequestedAt(time.Now())
 	e.save(ctx, r)
 	return ok("%s", msg)
 }
@@ -320,9 +340,9 @@ func (e *Engine) rebootIntoCURE(ctx context.Context, r *store.Run, why string) e
 		return fmt.Errorf("reboot into CURE (%s): %w", why, err)
 	}
 	r.Reboots++
-	r.Data["boot_requested_at"] = time.Now().UTC().Format(time.RFC3339Nano)
+	r.SetBootRequestedAt(time.Now())
 	e.save(ctx, r)
-	e.coordEvent(ctx, *r, r.Phase, "info", "", "re-armed PXE once and reset the host: "+why, 0)
+	e.coordEvent(ctx, *r, r.Phase, runstate.EventInfo, "", "re-armed PXE once and reset the host: "+why, 0)
 	return nil
 }
 
@@ -333,7 +353,7 @@ func (e *Engine) waitForCURE(ctx context.Context, r *store.Run) outcome {
 		changed := e.cfg.Hub.Changed(r.NodeID)
 		if s := e.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {
 			msg := fmt.Sprintf("runner registered: boot_id=%s guest_uptime=%dms", s.BootID, s.Hello.GetUptimeMs())
-			if t, err := time.Parse(time.RFC3339Nano, r.Data["boot_requested_at"]); err == nil {
+			if t, err := r.BootRequestedAt(); err == nil && !t.IsZero() {
 				msg += fmt.Sprintf(" power_on_to_registered=%s", s.ConnectedAt.Sub(t).Round(time.Millisecond))
 			}
 			return ok("%s", msg)
@@ -402,24 +422,28 @@ func (e *Engine) verdict(ctx context.Context, r *store.Run, component, check, st
 func (e *Engine) waitForHostOS(ctx context.Context, r *store.Run) outcome {
 	// Each attempt reboots once; a coordinator restart inside the attempt
 	// after the reboot keeps waiting for the same callback.
-	attempt := fmt.Sprint(e.attempts(r, modes.WaitForHostOS))
-	if r.Data["host_reboot_attempt"] != attempt {
+	attempt := e.attempts(r, modes.WaitForHostOS)
+	if done, err := r.HostRebootAttempt(); err != nil {
+		return failed("%v", err)
+	} else if done != attempt {
 		from, err := e.lastEventID(ctx, r.ID)
 		if err != nil {
 			return failed("%v", err)
 		}
-		r.Data["host_wait_from"] = fmt.Sprint(from)
-		delete(r.Data, "host_rebooted_at") // no callback before this attempt's reboot
+		r.SetHostWaitFrom(from)
+		r.SetHostRebootedAt(time.Time{}) // no callback before this attempt's reboot
 		e.save(ctx, r)
 		if err := e.rebootOutOfCURE(ctx, r); err != nil {
 			return failed("%v", err)
 		}
-		r.Data["host_reboot_attempt"] = attempt
-		r.Data["host_rebooted_at"] = time.Now().UTC().Format(time.RFC3339Nano)
+		r.SetHostRebootAttempt(attempt)
+		r.SetHostRebootedAt(time.Now())
 		e.save(ctx, r)
 	}
-	var from int64
-	fmt.Sscan(r.Data["host_wait_from"], &from)
+	from, err := r.HostWaitFrom()
+	if err != nil {
+		return failed("%v", err)
+	}
 	deadline := time.Now().Add(e.cfg.Timeouts.HostOS)
 	signal, unsub := e.cfg.Store.Subscribe(r.ID)
 	defer unsub()
@@ -430,7 +454,7 @@ func (e *Engine) waitForHostOS(ctx context.Context, r *store.Run) outcome {
 		}
 		for _, ev := range evs {
 			from = ev.ID
-			if ev.Kind == KindHostReady {
+			if ev.Kind == runstate.EventHostReady {
 				return ok("%s", ev.Message)
 			}
 		}
@@ -474,7 +498,7 @@ func (e *Engine) rebootOutOfCURE(ctx context.Context, r *store.Run) error {
 	if !graceful {
 		how = "BMC ForceRestart"
 	}
-	e.coordEvent(ctx, *r, modes.WaitForHostOS, "info", "", "rebooting into the installed OS: "+how, 0)
+	e.coordEvent(ctx, *r, modes.WaitForHostOS, runstate.EventInfo, "", "rebooting into the installed OS: "+how, 0)
 	return nil
 }
 

@@ -6,18 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
-
-// dataRunnerAddr (run data) is the runner address list of the instance
-// driving the run, itself first.
-const dataRunnerAddr = "runner_addr"
 
 // errStopped means the coordinator is shutting down: the run stays active in
 // the store and the next coordinator resumes it.
@@ -25,16 +21,16 @@ var errStopped = errors.New("coordinator stopping")
 
 // outcome is the result of one phase attempt.
 type outcome struct {
-	status string // PhaseOK, PhaseSkipped, PhaseFailed
+	status string // runstate.PhaseOK, runstate.PhaseSkipped, runstate.PhaseFailed
 	msg    string
 }
 
-func ok(format string, a ...any) outcome { return outcome{PhaseOK, fmt.Sprintf(format, a...)} }
+func ok(format string, a ...any) outcome { return outcome{runstate.PhaseOK, fmt.Sprintf(format, a...)} }
 func skipped(format string, a ...any) outcome {
-	return outcome{PhaseSkipped, fmt.Sprintf(format, a...)}
+	return outcome{runstate.PhaseSkipped, fmt.Sprintf(format, a...)}
 }
 func failed(format string, a ...any) outcome {
-	return outcome{PhaseFailed, fmt.Sprintf(format, a...)}
+	return outcome{runstate.PhaseFailed, fmt.Sprintf(format, a...)}
 }
 
 // drive runs one run's remaining phases.
@@ -44,15 +40,21 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 		e.cfg.Log.Error("load run", "run", runID, "err", err)
 		return
 	}
-	if r.Status != StatusRunning && r.Status != StatusPending {
+	if r.Status != runstate.RunRunning && r.Status != runstate.RunPending {
 		return // ended meanwhile (e.g. its identity was contested)
 	}
 	if r.Data == nil {
 		r.Data = map[string]string{}
 	}
-	if r.Data[dataRunnerAddr] != e.cfg.RunnerAddr {
+	if err := r.ValidateData(); err != nil {
+		// Misreading it (an attempt count as 0, a pending BMC reset as
+		// none) would repeat or skip work: an operator looks first.
+		e.finish(ctx, &r, runstate.RunAttention, err.Error())
+		return
+	}
+	if r.RunnerAddr() != e.cfg.RunnerAddr {
 		// This instance drives the run now: runners are sent here first.
-		r.Data[dataRunnerAddr] = e.cfg.RunnerAddr
+		r.SetRunnerAddr(e.cfg.RunnerAddr)
 		e.save(ctx, &r)
 	}
 	log := e.cfg.Log.With("run", r.ID, "node", r.NodeID)
@@ -60,7 +62,7 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 	defer e.cfg.Metrics.RunStopped(r.Mode)
 	plan, err := modes.For(modes.Mode(r.Mode))
 	if err != nil {
-		e.finish(ctx, &r, StatusFailed, err.Error())
+		e.finish(ctx, &r, runstate.RunFailed, err.Error())
 		return
 	}
 	i := 0
@@ -87,7 +89,7 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 				if errors.Is(err, errStopped) || ctx.Err() != nil {
 					return
 				}
-				e.finish(ctx, &r, StatusAttention, err.Error())
+				e.finish(ctx, &r, runstate.RunAttention, err.Error())
 				return
 			}
 			if failedPhase != "" {
@@ -104,13 +106,13 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 		}
 
 		started := time.Now()
-		e.begin(ctx, &r, ph.Name, "coordinator")
-		out := e.coordPhase(ctx, &r, ph.Name, log)
+		e.begin(ctx, &r, ph.Name, runstate.SourceCoordinator)
+		out := e.coordPhase(ctx, &r, ph.Name)
 		if ctx.Err() != nil {
 			return
 		}
-		e.end(ctx, &r, ph.Name, out, time.Since(started), "coordinator")
-		if out.status == PhaseFailed {
+		e.end(ctx, &r, ph.Name, out, time.Since(started), runstate.SourceCoordinator)
+		if out.status == runstate.PhaseFailed {
 			if !e.retryAllowed(ctx, &r, ph.Name, coordCause(ph.Name), out.msg) {
 				return
 			}
@@ -118,8 +120,8 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 		}
 		i++
 	}
-	r.Data["boot"] = ""
-	e.finish(ctx, &r, StatusSucceeded, "all phases done")
+	r.SetBoot(store.BootUnset)
+	e.finish(ctx, &r, runstate.RunSucceeded, "all phases done")
 }
 
 // coordCause is the retry cause of a failed coordinator phase.
@@ -141,13 +143,13 @@ func (e *Engine) retryAllowed(ctx context.Context, r *store.Run, phase, cause, m
 	r.PhaseFailures++
 	attempts := e.attempts(r, phase)
 	if attempts >= e.cfg.Budgets.PhaseAttempts {
-		e.finish(ctx, r, StatusFailed, fmt.Sprintf("phase %s failed %d times (budget %d): %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, msg))
+		e.finish(ctx, r, runstate.RunFailed, fmt.Sprintf("phase %s failed %d times (budget %d): %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, msg))
 		return false
 	}
 	e.cfg.Metrics.Retry(phase, cause)
 	e.save(ctx, r)
 	delay := retryDelay(e.cfg.Timeouts.RetryBase, e.cfg.Timeouts.RetryMax, attempts)
-	e.coordEvent(ctx, *r, phase, "info", "", fmt.Sprintf("phase %s failed (attempt %d of %d), retrying in %s: %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, delay.Round(time.Millisecond), msg), 0)
+	e.coordEvent(ctx, *r, phase, runstate.EventInfo, "", fmt.Sprintf("phase %s failed (attempt %d of %d), retrying in %s: %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, delay.Round(time.Millisecond), msg), 0)
 	return sleep(ctx, delay) == nil
 }
 
@@ -165,8 +167,14 @@ func retryDelay(base, max time.Duration, attempt int) time.Duration {
 	return time.Duration(rand.Int64N(int64(d) + 1))
 }
 
+// attempts is how many attempts of phase started. drive validated the run's
+// data when it loaded it and the engine writes it only through the typed
+// setters, so an error here is a bug: logged, never silent.
 func (e *Engine) attempts(r *store.Run, phase string) int {
-	n, _ := strconv.Atoi(r.Data["attempts/"+phase])
+	n, err := r.Attempts(phase)
+	if err != nil {
+		e.cfg.Log.Error("run data", "run", r.ID, "err", err)
+	}
 	return n
 }
 
@@ -186,18 +194,18 @@ func (e *Engine) save(ctx context.Context, r *store.Run) {
 func (e *Engine) begin(ctx context.Context, r *store.Run, phase, source string) {
 	n := e.attempts(r, phase) + 1
 	now := time.Now().UTC()
-	r.Data["attempts/"+phase] = strconv.Itoa(n)
+	r.SetAttempts(phase, n)
 	// The coordinator's clock orders phases: a node's clock is not trusted.
-	r.Data["started/"+phase] = now.Format(time.RFC3339Nano)
+	r.SetPhaseStartedAt(phase, now)
 	r.Phase = phase
 	e.save(ctx, r)
 	if err := e.cfg.Store.UpsertPhase(context.WithoutCancel(ctx), store.Phase{
-		RunID: r.ID, Name: phase, Status: PhaseRunning, Attempts: n, StartedAt: now,
+		RunID: r.ID, Name: phase, Status: runstate.PhaseRunning, Attempts: n, StartedAt: now,
 	}); err != nil {
 		e.cfg.Log.Error("store phase", "err", err)
 	}
-	if source == "coordinator" {
-		e.coordEvent(context.WithoutCancel(ctx), *r, phase, "phase_start", "", "", 0)
+	if source == runstate.SourceCoordinator {
+		e.coordEvent(context.WithoutCancel(ctx), *r, phase, runstate.EventPhaseStart, "", "", 0)
 	}
 }
 
@@ -205,8 +213,8 @@ func (e *Engine) begin(ctx context.Context, r *store.Run, phase, source string) 
 func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source string) {
 	ctx = context.WithoutCancel(ctx)
 	now := time.Now().UTC()
-	started, err := time.Parse(time.RFC3339Nano, r.Data["started/"+phase])
-	if err != nil {
+	started, err := r.PhaseStartedAt(phase)
+	if err != nil || started.IsZero() {
 		started = now.Add(-dur)
 	}
 	if err := e.cfg.Store.UpsertPhase(ctx, store.Phase{
@@ -216,12 +224,12 @@ func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcom
 		e.cfg.Log.Error("store phase", "err", err)
 	}
 	e.cfg.Metrics.PhaseEnded(phase, e.skuOf(ctx, r), out.status, dur)
-	if out.status != PhaseFailed && !slices.Contains(r.CompletedPhases, phase) {
+	if out.status != runstate.PhaseFailed && !slices.Contains(r.CompletedPhases, phase) {
 		r.CompletedPhases = append(r.CompletedPhases, phase)
 	}
 	e.save(ctx, r)
-	if source == "coordinator" {
-		e.coordEvent(ctx, *r, phase, "phase_end", out.status, out.msg, dur)
+	if source == runstate.SourceCoordinator {
+		e.coordEvent(ctx, *r, phase, runstate.EventPhaseEnd, out.status, out.msg, dur)
 	}
 	e.cfg.Log.Info("phase end", "run", r.ID, "node", r.NodeID, "phase", phase, "status", out.status, "msg", out.msg, "duration", dur.Round(time.Millisecond))
 }
@@ -231,8 +239,8 @@ func (e *Engine) finish(ctx context.Context, r *store.Run, status, msg string) {
 	r.Status = status
 	r.Message = msg
 	r.EndedAt = time.Now().UTC()
-	r.Data["boot"] = ""
-	delete(r.Data, dataHostTokens)
+	r.SetBoot(store.BootUnset)
+	r.ClearHostTokens()
 	// A finished run takes no session any more: its tokens go before the
 	// run reads as ended (nobody who sees it ended finds a live token), and
 	// its runner is cut off.
@@ -241,7 +249,7 @@ func (e *Engine) finish(ctx context.Context, r *store.Run, status, msg string) {
 	}
 	e.save(ctx, r)
 	e.cfg.Hub.CloseRun(r.ID)
-	e.coordEvent(ctx, *r, r.Phase, "run_end", status, msg, r.EndedAt.Sub(r.StartedAt))
+	e.coordEvent(ctx, *r, r.Phase, runstate.EventRunEnd, status, msg, r.EndedAt.Sub(r.StartedAt))
 	e.cfg.Log.Info("run end", "run", r.ID, "node", r.NodeID, "status", status, "msg", msg)
 	e.cfg.Metrics.RunEnded(r.ID, r.Mode, status, r.Reboots)
 	if e.cfg.Notify != nil {

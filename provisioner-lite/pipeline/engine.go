@@ -18,6 +18,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
@@ -196,28 +197,6 @@ func New(ctx context.Context, cfg Config) *Engine {
 		tokens: newTokenLimiter(cfg.TokensPerNode, cfg.TokenPeriod)}
 }
 
-// Run statuses.
-const (
-	StatusPending   = "pending"
-	StatusRunning   = "running"
-	StatusSucceeded = "succeeded"
-	StatusFailed    = "failed"
-	StatusAttention = "attention"
-)
-
-// Phase statuses as stored.
-const (
-	PhaseRunning = "running"
-	PhaseOK      = "ok"
-	PhaseSkipped = "skipped"
-	PhaseFailed  = "failed"
-)
-
-// KindHostReady marks the installed OS's callback in the timeline; the
-// pipeline waits for it there rather than in shared memory, so the wait
-// survives a coordinator restart.
-const KindHostReady = "host_ready"
-
 // Errors of Start, so callers can tell the operator why a node did not start.
 var (
 	// ErrBusy: the node already has an active run.
@@ -293,7 +272,7 @@ func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, mani
 		return "", fmt.Errorf("node %s: %w", nodeID, err)
 	}
 	last, lastErr := e.cfg.Store.LatestRun(ctx, nodeID)
-	if lastErr == nil && (last.Status == StatusPending || last.Status == StatusRunning) {
+	if lastErr == nil && (last.Status == runstate.RunPending || last.Status == runstate.RunRunning) {
 		return "", fmt.Errorf("node %s: run %s is %s: %w", nodeID, last.ID, last.Status, ErrBusy)
 	}
 	// A busy node is reported as busy, not as capacity: the slot is taken
@@ -304,26 +283,23 @@ func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, mani
 	defer e.release()
 	if err := lastErr; err == nil {
 		if resume {
-			if last.Status == StatusSucceeded {
+			if last.Status == runstate.RunSucceeded {
 				return "", fmt.Errorf("node %s: latest run %s succeeded; nothing to resume: %w", nodeID, last.ID, ErrInvalid)
 			}
-			last.Status = StatusRunning
+			last.Status = runstate.RunRunning
 			last.ResumeCount++
 			last.PhaseFailures = 0
 			last.Disconnects = 0
 			last.EndedAt = time.Time{}
 			last.Message = fmt.Sprintf("resumed by operator from %s", last.Phase)
-			if last.Data == nil {
-				last.Data = map[string]string{}
-			}
 			// The run's end revoked its runner's session: a runner still
 			// idling in CURE cannot come back, so the next in-band phase
 			// boots a fresh CURE instead of waiting for it.
-			last.Data["fresh_cure"] = "resumed"
+			last.SetFreshCURE("resumed")
 			if err := e.cfg.Store.UpdateRun(ctx, last); err != nil {
 				return "", err
 			}
-			e.coordEvent(ctx, last, last.Phase, "info", "", last.Message, 0)
+			e.coordEvent(ctx, last, last.Phase, runstate.EventInfo, "", last.Message, 0)
 			e.launch(last.ID)
 			return last.ID, nil
 		}
@@ -344,7 +320,7 @@ func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, mani
 	}
 	r := store.Run{
 		ID: newRunID(nodeID), NodeID: nodeID, Mode: string(mode), Manifest: manifest,
-		Status: StatusRunning, StartedAt: time.Now().UTC(), Data: map[string]string{},
+		Status: runstate.RunRunning, StartedAt: time.Now().UTC(), Data: map[string]string{},
 	}
 	if err := e.cfg.Store.CreateRun(ctx, r); errors.Is(err, store.ErrActiveRun) {
 		// Another instance (or request) started the node meanwhile.
@@ -352,7 +328,7 @@ func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, mani
 	} else if err != nil {
 		return "", err
 	}
-	e.coordEvent(ctx, r, "", "info", "", fmt.Sprintf("run created: mode=%s manifest=%s", mode, manifest), 0)
+	e.coordEvent(ctx, r, "", runstate.EventInfo, "", fmt.Sprintf("run created: mode=%s manifest=%s", mode, manifest), 0)
 	e.launch(r.ID)
 	return r.ID, nil
 }
@@ -373,7 +349,7 @@ func (e *Engine) Resume(ctx context.Context) (int, error) {
 		}
 		n++
 		e.cfg.Log.Info("resuming run after coordinator start", "run", r.ID, "node", r.NodeID, "phase", r.Phase)
-		e.coordEvent(ctx, r, r.Phase, "info", "", "coordinator restarted; resuming from "+nonEmpty(r.Phase, "start"), 0)
+		e.coordEvent(ctx, r, r.Phase, runstate.EventInfo, "", "coordinator restarted; resuming from "+nonEmpty(r.Phase, "start"), 0)
 		e.launch(r.ID)
 	}
 	return n, nil
@@ -437,7 +413,7 @@ func nonEmpty(s, def string) string {
 // coordEvent records a coordinator-side timeline entry.
 func (e *Engine) coordEvent(ctx context.Context, r store.Run, phase, kind, status, msg string, dur time.Duration) {
 	_, _, err := e.cfg.Store.AppendEvent(ctx, store.Event{
-		RunID: r.ID, NodeID: r.NodeID, Source: "coordinator", Time: time.Now().UTC(),
+		RunID: r.ID, NodeID: r.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(),
 		Phase: phase, Kind: kind, Status: status, Message: msg, DurationMs: dur.Milliseconds(),
 	})
 	if err != nil {

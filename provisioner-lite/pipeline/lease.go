@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
@@ -82,7 +83,7 @@ func (e *Engine) takeOver(ctx context.Context) {
 	}
 	for _, r := range runs {
 		e.cfg.Log.Info("took over run whose lease expired", "run", r.ID, "node", r.NodeID, "phase", r.Phase, "instance", e.cfg.Store.Instance())
-		e.coordEvent(ctx, r, r.Phase, "info", "", fmt.Sprintf("instance %s took the run over from %s (its lease expired); resuming from %s", e.cfg.Store.Instance(), nonEmpty(r.PrevOwner, "nobody"), nonEmpty(r.Phase, "start")), 0)
+		e.coordEvent(ctx, r, r.Phase, runstate.EventInfo, "", fmt.Sprintf("instance %s took the run over from %s (its lease expired); resuming from %s", e.cfg.Store.Instance(), nonEmpty(r.PrevOwner, "nobody"), nonEmpty(r.Phase, "start")), 0)
 		e.launch(r.ID)
 	}
 }

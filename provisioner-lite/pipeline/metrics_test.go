@@ -16,6 +16,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 )
@@ -103,7 +104,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"cure_redfish_http_retries_total", []string{"code"}, map[string]string{"code": "503"}},
 		{"cure_runners_connected", nil, nil},
 		{"cure_runner_sessions_total", []string{"result"}, map[string]string{"result": "accepted"}},
-		{"cure_event_lag_seconds", []string{"kind"}, map[string]string{"kind": "phase_end"}},
+		{"cure_event_lag_seconds", []string{"kind"}, map[string]string{"kind": runstate.EventPhaseEnd}},
 		{"cure_artifact_bytes_served_total", []string{"kind"}, map[string]string{"kind": "artifact"}},
 		{"cure_store_commit_duration_seconds", nil, nil},
 		{"cure_store_commit_writes", nil, nil},

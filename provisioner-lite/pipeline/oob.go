@@ -15,11 +15,9 @@ import (
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
-
-// dataBMCResetAt is when this run asked the BMC to reset, until it is seen back.
-const dataBMCResetAt = "bmc_reset_at"
 
 // oobDelta is one manifest entry whose inventory members drifted.
 type oobDelta struct {
@@ -175,7 +173,7 @@ func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string
 	var done []string
 	for _, d := range deltas {
 		res := e.applyOOB(ctx, r, component, d)
-		if res.status == PhaseFailed {
+		if res.status == runstate.PhaseFailed {
 			return res
 		}
 		done = append(done, res.msg)
@@ -198,7 +196,6 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 	for _, t := range d.targets {
 		targets = append(targets, t.ID)
 	}
-	key := "oob/" + fw.Name
 	imageURI := fw.Artifact.URL
 	if imageURI == "" {
 		imageURI = strings.TrimRight(e.bmcBaseURL(), "/") + "/artifacts/sha256/" + fw.Artifact.SHA256
@@ -207,13 +204,13 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 
 	// A previous attempt (before a crash, a restart or a lost response)
 	// may already have flashed: look before pushing again.
-	if r.Data[key] != "" {
+	if prev := r.OOBSubmission(fw.Name); prev != "" {
 		if done, pending := e.oobState(ctx, r, fw, targets); done || pending {
-			e.coordEvent(ctx, *r, component, "info", "", fmt.Sprintf("%s: earlier submission (%s) already took effect (done=%t staged=%t); not flashing again", fw.Name, r.Data[key], done, pending), 0)
+			e.coordEvent(ctx, *r, component, runstate.EventInfo, "", fmt.Sprintf("%s: earlier submission (%s) already took effect (done=%t staged=%t); not flashing again", fw.Name, prev, done, pending), 0)
 			return e.activateOOB(ctx, r, component, fw, targets, !done)
 		}
 	}
-	r.Data[key] = "submitting " + time.Now().UTC().Format(time.RFC3339)
+	r.SetOOBSubmission(fw.Name, "submitting "+time.Now().UTC().Format(time.RFC3339))
 	e.save(ctx, r)
 	var result *redfish.TaskResult
 	err := e.withBMCFor(ctx, r, 4*e.cfg.Timeouts.BMCCall+e.cfg.Timeouts.BMCTask, func(ctx context.Context, b BMC) error {
@@ -239,7 +236,7 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 		}
 		var ue *redfish.UnknownOutcomeError
 		if errors.As(err, &ue) {
-			e.coordEvent(ctx, *r, component, "log", "WARN", fmt.Sprintf("%s: update submission outcome unknown (%v); searching the BMC's tasks before any retry", fw.Name, err), 0)
+			e.coordEvent(ctx, *r, component, runstate.EventLog, "WARN", fmt.Sprintf("%s: update submission outcome unknown (%v); searching the BMC's tasks before any retry", fw.Name, err), 0)
 			job, err = b.RecoverJob(ctx, ue)
 			if err == nil && job == nil {
 				return fmt.Errorf("submission was not taken by the BMC (no new task): safe to retry")
@@ -248,7 +245,7 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 		if err != nil {
 			return err
 		}
-		r.Data[key] = "submitted task " + nonEmpty(job.TaskURI, job.MonitorURI)
+		r.SetOOBSubmission(fw.Name, "submitted task "+nonEmpty(job.TaskURI, job.MonitorURI))
 		e.save(ctx, r)
 		result, err = b.WaitTask(ctx, job, e.cfg.Timeouts.TaskPoll)
 		return err
@@ -256,7 +253,7 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 	if err != nil {
 		return failed("%s: %v", fw.Name, err)
 	}
-	e.coordEvent(ctx, *r, component, "info", "", fmt.Sprintf("%s: update task %s (%s)", fw.Name, result.State, strings.Join(result.Messages, "; ")), 0)
+	e.coordEvent(ctx, *r, component, runstate.EventInfo, "", fmt.Sprintf("%s: update task %s (%s)", fw.Name, result.State, strings.Join(result.Messages, "; ")), 0)
 	return e.activateOOB(ctx, r, component, fw, targets, true)
 }
 
@@ -319,7 +316,7 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 			err := e.withBMCFor(ctx, r, 4*e.cfg.Timeouts.BMCCall+e.cfg.Timeouts.BMCReset, func(ctx context.Context, b BMC) error {
 				// Recorded first: whoever drives the run next waits for the
 				// BMC to return before talking to it (see withBMC).
-				r.Data[dataBMCResetAt] = time.Now().UTC().Format(time.RFC3339Nano)
+				r.SetBMCResetAt(time.Now())
 				e.save(ctx, r)
 				if err := b.ResetManager(ctx, "GracefulRestart"); err != nil {
 					return err
@@ -330,14 +327,18 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 			if err != nil {
 				return failed("%s: BMC reset to activate: %v", fw.Name, err)
 			}
-			delete(r.Data, dataBMCResetAt)
-			r.Data["bmc_resets"] = fmt.Sprint(atoi(r.Data["bmc_resets"]) + 1)
+			r.SetBMCResetAt(time.Time{})
+			resets, err := r.BMCResets()
+			if err != nil {
+				return failed("%v", err)
+			}
+			r.SetBMCResets(resets + 1)
 			e.save(ctx, r)
 		case "host-reboot":
 			if err := e.rebootIntoCURE(ctx, r, fw.Name+" activates on host reboot"); err != nil {
 				return failed("%v", err)
 			}
-			if out := e.waitForNewCURE(ctx, r); out.status == PhaseFailed {
+			if out := e.waitForNewCURE(ctx, r); out.status == runstate.PhaseFailed {
 				return out
 			}
 		}
@@ -382,7 +383,10 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 // waitForNewCURE waits for a runner of this run that connected after the
 // last reboot request.
 func (e *Engine) waitForNewCURE(ctx context.Context, r *store.Run) outcome {
-	since, _ := time.Parse(time.RFC3339Nano, r.Data["boot_requested_at"])
+	since, err := r.BootRequestedAt()
+	if err != nil {
+		return failed("%v", err)
+	}
 	deadline := time.Now().Add(e.cfg.Timeouts.WaitForCURE)
 	for {
 		changed := e.cfg.Hub.Changed(r.NodeID)
@@ -440,7 +444,7 @@ func (e *Engine) biosSettings(ctx context.Context, r *store.Run) outcome {
 	if err := e.rebootIntoCURE(ctx, r, fmt.Sprintf("%d BIOS attributes apply on reset", len(changes))); err != nil {
 		return failed("%v", err)
 	}
-	if out := e.waitForNewCURE(ctx, r); out.status == PhaseFailed {
+	if out := e.waitForNewCURE(ctx, r); out.status == runstate.PhaseFailed {
 		return out
 	}
 	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
@@ -484,10 +488,4 @@ func containsStr(ss []string, s string) bool {
 		}
 	}
 	return false
-}
-
-func atoi(s string) int {
-	var n int
-	fmt.Sscan(s, &n)
-	return n
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -426,10 +427,10 @@ func TestProvisionRunsEveryPhaseInOrder(t *testing.T) {
 			t.Errorf("assignment %v: callback token %q", a.GetPhases(), a.GetFirstBoot().GetCallbackToken())
 		}
 	}
-	if ws, err := f.st.BootWindow(context.Background(), runID, r.Data["cure_window"]); err != nil || ws.Issued != 0 {
+	if ws, err := f.st.BootWindow(context.Background(), runID, r.CUREWindow()); err != nil || ws.Issued != 0 {
 		t.Errorf("boot tokens of the finished run: %+v %v, want none", ws, err)
 	}
-	if r.Data["host_token_sha256"] != "" {
+	if len(r.HostTokens()) != 0 {
 		t.Error("the host token hash outlived the run")
 	}
 }
@@ -497,7 +498,7 @@ func TestStreamCutMidPhaseReattachesWithoutRetry(t *testing.T) {
 	ends := 0
 	reattached := false
 	for _, e := range evs {
-		if e.Source == "runner" && e.Kind == "phase_end" && e.Phase == modes.OSInstall {
+		if e.Source == "runner" && e.Kind == runstate.EventPhaseEnd && e.Phase == modes.OSInstall {
 			ends++
 		}
 		if strings.Contains(e.Message, "re-attached mid-phase") {

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -36,23 +36,27 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 	}
 	// A coordinator that died mid-batch may have stored runner events it
 	// never acted on: resume reading from where the assignment was sent.
-	if from := atoi64(r.Data["assign_cursor"]); from > 0 && from < cursor {
+	from, hadRunner, err := r.AssignCursor()
+	if err != nil {
+		return "", "", err
+	}
+	if from > 0 && from < cursor {
 		cursor = from
 	}
 	defer func() {
 		if ctx.Err() == nil { // keep it for the next coordinator when stopping
-			delete(r.Data, "assign_cursor")
+			r.ClearAssignCursor()
 			e.save(ctx, r)
 		}
 	}()
 	signal, unsub := e.cfg.Store.Subscribe(r.ID)
 	defer unsub()
 
-	if why := r.Data["fresh_cure"]; why != "" {
+	if why := r.FreshCURE(); why != "" {
 		if err := e.rebootIntoCURE(ctx, r, "run "+why+": its earlier CURE session ended with the run"); err != nil {
 			return "", "", err
 		}
-		delete(r.Data, "fresh_cure")
+		r.SetFreshCURE("")
 		e.save(ctx, r)
 	}
 	var sess *sessions.Session
@@ -60,7 +64,6 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 	// A run resumed mid-batch (coordinator restart or takeover) had a
 	// runner: it reconnects within the reconnect budget or is gone (the
 	// node reset meanwhile), not the whole PXE budget.
-	hadRunner := r.Data["assign_cursor"] != ""
 	phaseStarted := time.Now()
 	current := ""
 	// A new session is judged only after the events it had stored when it
@@ -78,18 +81,18 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 		}
 		for _, ev := range evs {
 			cursor = ev.ID
-			if ev.Source != "runner" || !slices.Contains(remaining, ev.Phase) {
+			if ev.Source != runstate.SourceRunner || !slices.Contains(remaining, ev.Phase) {
 				continue
 			}
 			switch ev.Kind {
-			case "phase_start":
+			case runstate.EventPhaseStart:
 				current = ev.Phase
 				phaseStarted = ev.Time
-				e.begin(ctx, r, ev.Phase, "runner")
-			case "phase_end":
+				e.begin(ctx, r, ev.Phase, runstate.SourceRunner)
+			case runstate.EventPhaseEnd:
 				out := outcome{status: ev.Status, msg: ev.Message}
-				e.end(ctx, r, ev.Phase, out, time.Duration(ev.DurationMs)*time.Millisecond, "runner")
-				if out.status == PhaseFailed {
+				e.end(ctx, r, ev.Phase, out, time.Duration(ev.DurationMs)*time.Millisecond, runstate.SourceRunner)
+				if out.status == runstate.PhaseFailed {
 					return ev.Phase, ev.Message, nil
 				}
 				remaining = slices.DeleteFunc(remaining, func(p string) bool { return p == ev.Phase })
@@ -116,7 +119,7 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 			if lostSince.IsZero() {
 				lostSince = time.Now()
 				if sess != nil {
-					e.coordEvent(ctx, *r, current, "info", "", "runner disconnected", 0)
+					e.coordEvent(ctx, *r, current, runstate.EventInfo, "", "runner disconnected", 0)
 				}
 			}
 			budget := e.cfg.Timeouts.Reconnect
@@ -173,7 +176,7 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 			if err != nil {
 				return "", "", err
 			}
-			r.Data["assign_cursor"] = strconv.FormatInt(cursor, 10)
+			r.SetAssignCursor(cursor)
 			e.save(ctx, r)
 			if err := cur.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Assignment{Assignment: a}}); err != nil {
 				log.Warn("send assignment", "err", err)
@@ -181,7 +184,7 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 			}
 			e.markHandled(cur)
 			e.save(ctx, r)
-			e.coordEvent(ctx, *r, remaining[0], "info", "", fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(remaining, ","), r.ResumeCount), 0)
+			e.coordEvent(ctx, *r, remaining[0], runstate.EventInfo, "", fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(remaining, ","), r.ResumeCount), 0)
 			sess = cur
 			phaseStarted = time.Now()
 		}
@@ -218,26 +221,6 @@ func rebootRequired(ev store.Event) bool {
 	return pe.GetPhaseEnd().GetRebootRequired()
 }
 
-// dataHostTokens holds the digests of the host callback tokens this run's
-// assignments carried, newest last.
-const dataHostTokens = "host_token_sha256"
-
-// maxHostTokens bounds them: a run reassigns os_install a handful of times.
-const maxHostTokens = 8
-
-// addHostToken appends digest to the space-separated list, keeping the
-// newest maxHostTokens. Every token of the run stays good for its one
-// callback: a runner busy with an os_install ignores a re-sent assignment
-// (and its new token), so only the node knows which one its disk carries.
-// All of them went only to this run's authenticated CURE sessions.
-func addHostToken(list, digest string) string {
-	ds := append(strings.Fields(list), digest)
-	if len(ds) > maxHostTokens {
-		ds = ds[len(ds)-maxHostTokens:]
-	}
-	return strings.Join(ds, " ")
-}
-
 // assignment builds what the runner needs for the remaining phases, and no
 // more: PSIDs only for a sed_revert in a mode that wipes, for the disks the
 // wipe selects; a host callback token only for an os_install, minted anew.
@@ -264,7 +247,7 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 	var skuName string
 	if slices.Contains(phases, modes.Hardware) && (mode == modes.Diagnostic || mode == modes.Burnin) && n.SKU != "" {
 		if raw, _, err := e.cfg.Manifests.Load(n.SKU); err != nil {
-			e.coordEvent(ctx, *r, modes.Hardware, "info", "", fmt.Sprintf("node SKU %s not sent for the hardware check: %v", n.SKU, err), 0)
+			e.coordEvent(ctx, *r, modes.Hardware, runstate.EventInfo, "", fmt.Sprintf("node SKU %s not sent for the hardware check: %v", n.SKU, err), 0)
 		} else {
 			skuYAML, skuName = raw, n.SKU+".yaml"
 		}
@@ -277,7 +260,7 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 	var firstBoot *curev1.FirstBoot
 	if slices.Contains(phases, modes.OSInstall) {
 		tok := NewToken()
-		r.Data[dataHostTokens] = addHostToken(r.Data[dataHostTokens], store.TokenHash(tok))
+		r.AddHostToken(store.TokenHash(tok))
 		e.save(ctx, r)
 		firstBoot = &curev1.FirstBoot{
 			Hostname:      hostname,
@@ -319,9 +302,9 @@ func (e *Engine) reattachable(r *store.Run, s *sessions.Session, stored uint64, 
 		return false
 	}
 	switch {
-	case since == "phase_start":
+	case since == runstate.EventPhaseStart:
 		return true
-	case since == "phase_end":
+	case since == runstate.EventPhaseEnd:
 		return false
 	case st.GetKind() == curev1.RunnerState_IN_PHASE:
 		return true
@@ -340,9 +323,4 @@ func (e *Engine) markHandled(s *sessions.Session) {
 	if _, loaded := e.sessionsSeen.LoadOrStore(s, true); !loaded {
 		go func() { <-s.Done(); e.sessionsSeen.Delete(s) }()
 	}
-}
-
-func atoi64(s string) int64 {
-	n, _ := strconv.ParseInt(s, 10, 64)
-	return n
 }

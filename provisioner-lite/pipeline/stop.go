@@ -3,6 +3,8 @@ package pipeline
 import (
 	"context"
 	"time"
+
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
 // stopRequest is how a run stopped from outside its goroutine ends.
@@ -31,7 +33,7 @@ func (e *Engine) stopRun(runID string, req stopRequest) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r, err := e.cfg.Store.GetRun(ctx, runID)
-	if err != nil || (r.Status != StatusRunning && r.Status != StatusPending) {
+	if err != nil || (r.Status != runstate.RunRunning && r.Status != runstate.RunPending) {
 		return
 	}
 	if r.Data == nil {
@@ -39,9 +41,6 @@ func (e *Engine) stopRun(runID string, req stopRequest) {
 	}
 	e.finish(ctx, &r, req.status, req.msg)
 }
-
-// StatusCanceled is the status of a run an operator cancelled.
-const StatusCanceled = "canceled"
 
 // Cancel ends an active run as canceled: its pipeline stops, its runner's
 // session is cut and its tokens are deleted. The node is left as it is (a
@@ -53,6 +52,6 @@ func (e *Engine) Cancel(ctx context.Context, runID, reason string) error {
 		msg += ": " + reason
 	}
 	e.cfg.Hub.CloseRun(runID)
-	e.requestStop(runID, stopRequest{status: StatusCanceled, msg: msg})
+	e.requestStop(runID, stopRequest{status: runstate.RunCanceled, msg: msg})
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"github.com/cure-oss/cure/tools/blockdev"
@@ -25,11 +26,11 @@ import (
 // boot into CURE: only now may the boot server mint tokens for the run, and
 // the first boot to register closes the window again.
 func openBootWindow(r *store.Run) {
-	r.Data["boot"] = "cure"
-	r.Data["cure_window"] = fmt.Sprintf("w%d", time.Now().UnixNano())
+	r.SetBoot(store.BootCURE)
+	r.SetCUREWindow(fmt.Sprintf("w%d", time.Now().UnixNano()))
 }
 
-func bootWindow(r store.Run) string { return nonEmpty(r.Data["cure_window"], "w0") }
+func bootWindow(r store.Run) string { return nonEmpty(r.CUREWindow(), "w0") }
 
 // BootDecision implements bootserver.Coordinator: a node boots CURE only
 // while its active run has an open boot window; each answer then mints a
@@ -40,10 +41,10 @@ func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver
 		return bootserver.Decision{}, fmt.Errorf("mac %s is not registered: %w", mac, err)
 	}
 	r, err := e.cfg.Store.LatestRun(ctx, n.ID)
-	if err != nil || (r.Status != StatusRunning && r.Status != StatusPending) {
+	if err != nil || (r.Status != runstate.RunRunning && r.Status != runstate.RunPending) {
 		return bootserver.Decision{Boot: false, Reason: "no active run"}, nil
 	}
-	if r.Data["boot"] != "cure" {
+	if r.Boot() != store.BootCURE {
 		return bootserver.Decision{Boot: false, Reason: "run " + r.ID + " wants the installed OS"}, nil
 	}
 	window := bootWindow(r)
@@ -80,13 +81,13 @@ func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver
 	if err != nil {
 		return bootserver.Decision{}, err
 	}
-	e.coordEvent(ctx, r, r.Phase, "info", "", fmt.Sprintf("iPXE script served to %s from %s; per-boot token %d of at most %d in this boot window",
+	e.coordEvent(ctx, r, r.Phase, runstate.EventInfo, "", fmt.Sprintf("iPXE script served to %s from %s; per-boot token %d of at most %d in this boot window",
 		mac, peer, ws.Issued+1, e.cfg.TokensPerWindow), 0)
 	return bootserver.Decision{
 		Boot: true,
 		// The instance driving the run comes first in the runner's list, so
 		// a node that PXE-booted from another instance still reaches it.
-		Cmdline: fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", nonEmpty(r.Data[dataRunnerAddr], e.cfg.RunnerAddr), e.cfg.BaseURL, n.ID, tok),
+		Cmdline: fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", nonEmpty(r.RunnerAddr(), e.cfg.RunnerAddr), e.cfg.BaseURL, n.ID, tok),
 		Reason:  "run " + r.ID,
 	}, nil
 }
@@ -112,17 +113,24 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 		return refuse("the node has no run")
 	}
 	got, match := []byte(store.TokenHash(token)), 0
-	for _, want := range strings.Fields(r.Data[dataHostTokens]) {
+	for _, want := range r.HostTokens() {
 		match |= subtle.ConstantTimeCompare(got, []byte(want))
 	}
 	if match != 1 {
 		return refuse("token is not a host token of run " + r.ID)
 	}
-	if r.Status != StatusRunning || r.Phase != modes.WaitForHostOS {
+	waitFrom, err := r.HostWaitFrom()
+	if err != nil {
+		return refuse(err.Error())
+	}
+	if r.Status != runstate.RunRunning || r.Phase != modes.WaitForHostOS {
 		return refuse(fmt.Sprintf("run %s is %s in %s, not waiting for the installed OS", r.ID, r.Status, nonEmpty(r.Phase, "no phase")))
 	}
-	rebooted, err := time.Parse(time.RFC3339Nano, r.Data["host_rebooted_at"])
+	rebooted, err := r.HostRebootedAt()
 	if err != nil {
+		return refuse(err.Error())
+	}
+	if rebooted.IsZero() {
 		return refuse("the coordinator has not rebooted the node out of CURE yet")
 	}
 	if time.Since(rebooted) > e.cfg.Timeouts.HostOS {
@@ -143,8 +151,8 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 	}
 	// One callback per wait: the event's (boot id, seq) key makes a replay a no-op the store refuses.
 	_, inserted, err := e.cfg.Store.AppendEvent(ctx, store.Event{
-		RunID: r.ID, NodeID: nodeID, Source: "hostos", BootID: "host-ready/" + r.Data["host_wait_from"], Seq: 1,
-		Time: time.Now().UTC(), Phase: modes.WaitForHostOS, Kind: KindHostReady,
+		RunID: r.ID, NodeID: nodeID, Source: runstate.SourceHostOS, BootID: fmt.Sprintf("host-ready/%d", waitFrom), Seq: 1,
+		Time: time.Now().UTC(), Phase: modes.WaitForHostOS, Kind: runstate.EventHostReady,
 		Message: "host OS called back ready from " + peer + ": " + strings.Join(parts, " "),
 	})
 	if err != nil {
@@ -161,7 +169,7 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 // for an operator, its sessions are closed and its tokens deleted.
 func (e *Engine) IdentityContested(ctx context.Context, runID, detail string) {
 	e.cfg.Hub.CloseRun(runID)
-	e.requestStop(runID, stopRequest{status: StatusAttention, msg: "runner identity contested, run stopped: " + detail})
+	e.requestStop(runID, stopRequest{status: runstate.RunAttention, msg: "runner identity contested, run stopped: " + detail})
 }
 
 // psidsFor returns the PSIDs an assignment may carry: only the disks the

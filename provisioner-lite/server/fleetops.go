@@ -14,6 +14,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -247,7 +248,7 @@ func (o *OperatorService) Cancel(ctx context.Context, req *curev1.CancelRequest)
 		}
 		for _, id := range ids {
 			r, err := o.Store.LatestRun(ctx, id)
-			if err != nil || (r.Status != store.RunPending && r.Status != store.RunRunning) {
+			if err != nil || (r.Status != runstate.RunPending && r.Status != runstate.RunRunning) {
 				resp.Refused = append(resp.Refused, &curev1.Refusal{NodeId: id, Reason: RefusedNotRun, Message: "node has no active run"})
 				continue
 			}
@@ -262,7 +263,7 @@ func (o *OperatorService) Cancel(ctx context.Context, req *curev1.CancelRequest)
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "read run %s: %v", id, err)
 		}
-		if r.Status != store.RunPending && r.Status != store.RunRunning {
+		if r.Status != runstate.RunPending && r.Status != runstate.RunRunning {
 			resp.Refused = append(resp.Refused, &curev1.Refusal{NodeId: r.NodeID, Reason: RefusedNotRun, Message: fmt.Sprintf("run %s already %s", r.ID, r.Status)})
 			continue
 		}
@@ -306,10 +307,10 @@ func (o *OperatorService) Fleet(ctx context.Context, req *curev1.FleetRequest) (
 		}
 		fs.ByStatus[r.Status]++
 		switch r.Status {
-		case store.RunPending, store.RunRunning:
+		case runstate.RunPending, runstate.RunRunning:
 			fs.Active++
 			fs.ByPhase[nonEmpty(r.Phase, "start")]++
-		case store.RunFailed, store.RunAttention:
+		case runstate.RunFailed, runstate.RunAttention:
 			failures = append(failures, &curev1.FleetRun{NodeId: n.ID, RunId: r.ID, Status: r.Status, Phase: r.Phase, Message: r.Message, EndedUnixMs: r.EndedAt.UnixMilli()})
 		}
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -112,7 +113,7 @@ func newHostile(t *testing.T) *hostile {
 			PSIDs: map[string]string{"DISK-" + n.id: strings.Repeat("P", 32)}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.CreateRun(ctx, store.Run{ID: n.run, NodeID: n.id, Mode: "provision", Manifest: "m", Status: store.RunRunning, Phase: modes.WaitForCURE,
+		if err := st.CreateRun(ctx, store.Run{ID: n.run, NodeID: n.id, Mode: "provision", Manifest: "m", Status: runstate.RunRunning, Phase: modes.WaitForCURE,
 			StartedAt: time.Now(), Data: map[string]string{"boot": "cure", "cure_window": "w1"}}); err != nil {
 			t.Fatal(err)
 		}
@@ -340,7 +341,7 @@ func TestHostileRunnerCannotWriteOtherRun(t *testing.T) {
 		t.Fatalf("security events for the identity claim: %+v", got)
 	}
 	// B's run is where it was: nothing moved it.
-	if r := h.run(nodeB.run); r.Status != store.RunRunning || r.Phase != modes.WaitForCURE {
+	if r := h.run(nodeB.run); r.Status != runstate.RunRunning || r.Phase != modes.WaitForCURE {
 		t.Fatalf("run B after the attack: %s in %s", r.Status, r.Phase)
 	}
 }
@@ -389,7 +390,7 @@ func TestBootTokenSingleUse(t *testing.T) {
 	}
 	// Contested: the run stops, the legitimate-looking session is cut too.
 	r := h.run(nodeA.run)
-	if r.Status != store.RunAttention || !strings.Contains(r.Message, "contested") || !strings.Contains(r.Message, "attacker") {
+	if r.Status != runstate.RunAttention || !strings.Contains(r.Message, "contested") || !strings.Contains(r.Message, "attacker") {
 		t.Fatalf("run after a contested boot window: %s %q", r.Status, r.Message)
 	}
 	if err := send(s2, logEvent(3, "", "still here?")); err == nil {
@@ -427,7 +428,7 @@ func TestFinishedRunTokenRefused(t *testing.T) {
 	// Both runs end as the store records it; no cleanup ran (as after a crash).
 	for _, id := range []string{nodeA.run, nodeB.run} {
 		r := h.run(id)
-		r.Status, r.EndedAt = store.RunSucceeded, time.Now()
+		r.Status, r.EndedAt = runstate.RunSucceeded, time.Now()
 		if err := h.st.UpdateRun(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}
@@ -469,13 +470,11 @@ func (h *hostile) waitHost(token string, rebooted time.Time) {
 	h.t.Helper()
 	r := h.run(nodeA.run)
 	r.Phase = modes.WaitForHostOS
-	r.Data["boot"] = "disk"
-	r.Data["host_token_sha256"] = store.TokenHash(token)
-	r.Data["host_wait_from"] = "7"
-	delete(r.Data, "host_rebooted_at")
-	if !rebooted.IsZero() {
-		r.Data["host_rebooted_at"] = rebooted.UTC().Format(time.RFC3339Nano)
-	}
+	r.SetBoot(store.BootDisk)
+	r.ClearHostTokens()
+	r.AddHostToken(store.TokenHash(token))
+	r.SetHostWaitFrom(7)
+	r.SetHostRebootedAt(rebooted) // zero: not rebooted yet
 	if err := h.st.UpdateRun(context.Background(), r); err != nil {
 		h.t.Fatal(err)
 	}
@@ -498,7 +497,7 @@ func (h *hostile) hostReadyEvents() int {
 	evs, _ := h.st.Events(context.Background(), nodeA.run, 0, 0)
 	n := 0
 	for _, e := range evs {
-		if e.Kind == pipeline.KindHostReady {
+		if e.Kind == runstate.EventHostReady {
 			n++
 		}
 	}
@@ -544,7 +543,7 @@ func TestHostCallbackOnce(t *testing.T) {
 	}
 	// After success.
 	r := h.run(nodeA.run)
-	r.Status, r.Phase = store.RunSucceeded, modes.WaitForHostOS
+	r.Status, r.Phase = runstate.RunSucceeded, modes.WaitForHostOS
 	if err := h.st.UpdateRun(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
@@ -552,13 +551,13 @@ func TestHostCallbackOnce(t *testing.T) {
 		t.Fatalf("callback after the run succeeded: %d, want 401", code)
 	}
 	// Expired: a wait that ended long ago.
-	r.Status = store.RunRunning
+	r.Status = runstate.RunRunning
 	if err := h.st.UpdateRun(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
 	h.waitHost(tok, time.Now().Add(-2*time.Minute))
 	r = h.run(nodeA.run)
-	r.Data["host_wait_from"] = "8" // a new wait: only the expiry refuses
+	r.SetHostWaitFrom(8) // a new wait: only the expiry refuses
 	if err := h.st.UpdateRun(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
@@ -591,14 +590,15 @@ func TestHostCallbackOnce(t *testing.T) {
 func (h *hostile) fetchTokenAfterReopen() string {
 	h.t.Helper()
 	r := h.run(nodeA.run)
-	boot := r.Data["boot"]
-	r.Data["boot"], r.Data["cure_window"] = "cure", fmt.Sprintf("w%d", time.Now().UnixNano())
+	boot := r.Boot()
+	r.SetBoot(store.BootCURE)
+	r.SetCUREWindow(fmt.Sprintf("w%d", time.Now().UnixNano()))
 	if err := h.st.UpdateRun(context.Background(), r); err != nil {
 		h.t.Fatal(err)
 	}
 	tok := h.fetchToken(nodeA.mac)
 	r = h.run(nodeA.run)
-	r.Data["boot"] = boot
+	r.SetBoot(boot)
 	if err := h.st.UpdateRun(context.Background(), r); err != nil {
 		h.t.Fatal(err)
 	}
@@ -786,7 +786,7 @@ func TestViewerCannotWipe(t *testing.T) {
 	}
 	// Resume continues the latest run in its own mode: resuming a failed
 	// wipe is a wipe, whatever mode the request names.
-	if err := h.st.CreateRun(ctx, store.Run{ID: "wipe-old", NodeID: nodeB.id, Mode: "wipe", Status: store.RunFailed}); err != nil {
+	if err := h.st.CreateRun(ctx, store.Run{ID: "wipe-old", NodeID: nodeB.id, Mode: "wipe", Status: runstate.RunFailed}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := op.Provision(ctx, &curev1.ProvisionRequest{NodeIds: []string{nodeB.id}, Mode: curev1.Mode_MODE_PROVISION, Resume: true}); codeOf(err) != codes.PermissionDenied {

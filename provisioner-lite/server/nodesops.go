@@ -16,6 +16,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/inventory"
 	"github.com/cure-oss/cure/provisioner-lite/nodes"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -213,7 +214,7 @@ func (o *OperatorService) ShowNode(ctx context.Context, req *curev1.ShowNodeRequ
 	}
 	if r, err := o.Store.LatestRun(ctx, n.ID); err == nil {
 		d.LastRunId, d.LastRunStatus = r.ID, r.Status
-		if r.Status == store.RunRunning || r.Status == store.RunPending {
+		if r.Status == runstate.RunRunning || r.Status == runstate.RunPending {
 			d.State = "in " + nonEmpty(r.Phase, "start")
 		}
 	}

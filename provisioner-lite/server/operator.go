@@ -10,6 +10,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -161,10 +162,10 @@ func (o *OperatorService) Watch(req *curev1.WatchRequest, stream curev1.Operator
 			if err := stream.Send(timelineEntry(ev)); err != nil {
 				return err
 			}
-			if ev.Kind == "run_end" && req.GetFollow() {
+			if ev.Kind == runstate.EventRunEnd && req.GetFollow() {
 				// A resumed run has run_end events from earlier attempts:
 				// only the end of an inactive run ends the watch.
-				if cur, err := o.Store.GetRun(ctx, r.ID); err == nil && cur.Status != "running" && cur.Status != "pending" {
+				if cur, err := o.Store.GetRun(ctx, r.ID); err == nil && !runstate.Active(cur.Status) {
 					if rest, _ := o.Store.Events(ctx, r.ID, cursor, 1); len(rest) == 0 {
 						return nil
 					}
@@ -255,7 +256,7 @@ func (o *OperatorService) ListNodes(ctx context.Context, _ *curev1.ListNodesRequ
 		ni := &curev1.NodeInfo{NodeId: n.ID, BmcEndpoint: n.BMCURL, Macs: n.MACs, Sku: n.SKU, State: "idle"}
 		if r, err := o.Store.LatestRun(ctx, n.ID); err == nil {
 			ni.LastRunId, ni.LastRunStatus = r.ID, r.Status
-			if r.Status == "running" {
+			if r.Status == runstate.RunRunning {
 				ni.State = "in " + r.Phase
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/inventory"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
@@ -136,7 +137,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 	log := s.Log.With("node", sess.NodeID, "run", sess.RunID, "boot_id", sess.BootID, "peer", peerIP)
 	st := hello.GetState()
 	s.event(ctx, store.Event{
-		RunID: sess.RunID, NodeID: sess.NodeID, Source: "coordinator", Time: time.Now().UTC(), Phase: run.Phase, Kind: "info",
+		RunID: sess.RunID, NodeID: sess.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(), Phase: run.Phase, Kind: runstate.EventInfo,
 		Message: textsafe.BoundedLine(fmt.Sprintf("runner connected from %s: state=%s boot_id=%s guest_uptime=%dms mac=%s serial=%s runner=%s",
 			peerIP, st.GetKind(), hello.GetBootId(), hello.GetUptimeMs(), hello.GetIdentity().GetBootMac(), hello.GetIdentity().GetSystemSerial(),
 			hello.GetRunnerVersion()), maxMessage),
@@ -224,7 +225,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 		if res.Dropped && !droppedNoted {
 			droppedNoted = true
 			log.Warn("run event cap reached: metrics and logs are acknowledged but not stored")
-			s.event(ctx, store.Event{RunID: sess.RunID, NodeID: sess.NodeID, Source: "coordinator", Time: time.Now().UTC(), Kind: "info",
+			s.event(ctx, store.Event{RunID: sess.RunID, NodeID: sess.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(), Kind: runstate.EventInfo,
 				Message: fmt.Sprintf("event cap reached (%d events or %d bytes): the runner's further metrics and logs are not stored", s.Limits.MaxEvents, s.Limits.MaxBytes)})
 		}
 		if err := sess.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Ack{Ack: &curev1.Ack{Seq: ev.GetSeq()}}}); err != nil {
@@ -264,7 +265,7 @@ func (s *RunnerService) authenticate(ctx context.Context, hello *curev1.Hello, p
 		return store.Node{}, store.Run{}, status.Errorf(codes.PermissionDenied, "token of node %s: %s", node.ID, textsafe.BoundedLine(err.Error(), maxMessage))
 	}
 	run, err := s.Store.GetRun(ctx, tok.RunID)
-	if err != nil || (run.Status != store.RunRunning && run.Status != store.RunPending) {
+	if err != nil || (run.Status != runstate.RunRunning && run.Status != runstate.RunPending) {
 		s.Log.Info("runner refused: its run is not active", "node", node.ID, "run", tok.RunID, "status", run.Status)
 		return store.Node{}, store.Run{}, status.Errorf(codes.FailedPrecondition, "run %s is not active", tok.RunID)
 	}
@@ -350,13 +351,13 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 		return store.Event{}, nil, fmt.Errorf("event seq %d: phase %q is not a runner phase of this run", ev.GetSeq(), textsafe.BoundedLine(phase, maxName))
 	}
 	t := time.UnixMilli(ev.GetTimeUnixMs()).UTC()
-	e := store.Event{RunID: runID, NodeID: nodeID, Source: "runner", BootID: bootID, Seq: ev.GetSeq(), Time: t, Phase: phase}
+	e := store.Event{RunID: runID, NodeID: nodeID, Source: runstate.SourceRunner, BootID: bootID, Seq: ev.GetSeq(), Time: t, Phase: phase}
 	var v *store.Verdict
 	switch b := ev.GetBody().(type) {
 	case *curev1.Event_PhaseStart:
-		e.Kind = "phase_start"
+		e.Kind = runstate.EventPhaseStart
 	case *curev1.Event_PhaseEnd:
-		e.Kind = "phase_end"
+		e.Kind = runstate.EventPhaseEnd
 		e.Status = phaseStatus(b.PhaseEnd.GetStatus())
 		e.Message = textsafe.Bounded(b.PhaseEnd.GetMessage(), maxMessage)
 		e.DurationMs = max(b.PhaseEnd.GetDurationMs(), 0)
@@ -380,16 +381,16 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 		if v.Component == "" || v.Check == "" {
 			return store.Event{}, nil, fmt.Errorf("event seq %d: verdict without component or check", ev.GetSeq())
 		}
-		e.Kind = "verdict"
+		e.Kind = runstate.EventVerdict
 		e.Status = v.Status
 		e.Message = textsafe.Truncate(fmt.Sprintf("%s %s: %s", v.Component, v.Check, v.Message), maxMessage)
 	case *curev1.Event_Log:
-		e.Kind = "log"
+		e.Kind = runstate.EventLog
 		e.Status = textsafe.BoundedLine(strings.ToUpper(b.Log.GetLevel()), 8)
 		e.Message = textsafe.Bounded(b.Log.GetMessage()+logAttrs(b.Log.GetAttrs()), maxMessage)
 	case *curev1.Event_Metric:
 		m := b.Metric
-		e.Kind = "metric"
+		e.Kind = runstate.EventMetric
 		e.Message = textsafe.BoundedLine(fmt.Sprintf("%s=%g%s%s", m.GetName(), m.GetValue(), m.GetUnit(), logAttrs(m.GetLabels())), maxValue)
 	default:
 		return store.Event{}, nil, fmt.Errorf("event seq %d has no body", ev.GetSeq())
@@ -421,11 +422,11 @@ func logAttrs(m map[string]string) string {
 func phaseStatus(s curev1.PhaseStatus) string {
 	switch s {
 	case curev1.PhaseStatus_PHASE_OK:
-		return "ok"
+		return runstate.PhaseOK
 	case curev1.PhaseStatus_PHASE_SKIPPED:
-		return "skipped"
+		return runstate.PhaseSkipped
 	}
-	return "failed"
+	return runstate.PhaseFailed
 }
 
 // checkIdentity ties a token to the hardware presenting it: the runner's

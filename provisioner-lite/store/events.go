@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
 // Event is one entry of a run's timeline.
@@ -161,7 +163,7 @@ func (s *Store) AppendRunnerEvent(ctx context.Context, e Event, v *Verdict, lim 
 	if e.RunID == "" || e.Seq == 0 || e.Seq > math.MaxInt64 {
 		return res, fmt.Errorf("store: append runner event to run %q: seq %d: want a run and 1 <= seq <= 2^63-1", e.RunID, e.Seq)
 	}
-	e.Source = "runner"
+	e.Source = runstate.SourceRunner
 	size := int64(len(e.Message) + len(e.Payload) + len(e.Phase) + len(e.Status))
 	if v != nil {
 		size += int64(len(v.Component) + len(v.Check) + len(v.Observed) + len(v.Expected) + len(v.Message))
@@ -173,7 +175,7 @@ func (s *Store) AppendRunnerEvent(ctx context.Context, e Event, v *Verdict, lim 
 		} else if err != nil {
 			return err
 		}
-		if status != RunPending && status != RunRunning {
+		if status != runstate.RunPending && status != runstate.RunRunning {
 			return fmt.Errorf("%w (%s)", ErrRunInactive, status)
 		}
 		err := tx.QueryRowContext(ctx, `SELECT id FROM events WHERE run_id = ? AND source = 'runner' AND boot_id = ? AND seq = ?`,
@@ -188,7 +190,7 @@ func (s *Store) AppendRunnerEvent(ctx context.Context, e Event, v *Verdict, lim 
 		if err := tx.QueryRowContext(ctx, `SELECT events, bytes, verdicts FROM run_usage WHERE run_id = ?`, e.RunID).Scan(&events, &bytes, &verdicts); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		soft := e.Kind == "metric" || e.Kind == "log"
+		soft := e.Kind == runstate.EventMetric || e.Kind == runstate.EventLog
 		if soft && (events+1 > lim.MaxEvents || bytes+size > lim.MaxBytes) {
 			res.Dropped = true
 			_, err := tx.ExecContext(ctx, `INSERT INTO run_usage (run_id, dropped) VALUES (?, 1)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store/pgtest"
 )
 
@@ -95,7 +96,7 @@ func TestGroupCommit(t *testing.T) {
 
 func runningRunOn(t *testing.T, s *Store, id, node string) {
 	t.Helper()
-	if err := s.CreateRun(ctxT(t), Run{ID: id, NodeID: node, Status: RunRunning, StartedAt: time.Now()}); err != nil {
+	if err := s.CreateRun(ctxT(t), Run{ID: id, NodeID: node, Status: runstate.RunRunning, StartedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 }

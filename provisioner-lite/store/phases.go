@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
 // Phase is one phase's record within a run.
@@ -16,9 +18,7 @@ type Phase struct {
 
 // UpsertPhase inserts or replaces the (RunID, Name) phase record.
 func (s *Store) UpsertPhase(ctx context.Context, p Phase) error {
-	switch p.Status {
-	case "running", "ok", "skipped", "failed":
-	default:
+	if !runstate.ValidPhase(p.Status) {
 		return fmt.Errorf("store: phase %s of run %s: status %q is not one of running|ok|skipped|failed", p.Name, p.RunID, p.Status)
 	}
 	if p.Name == "" {

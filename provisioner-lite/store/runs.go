@@ -8,22 +8,14 @@ import (
 	"fmt"
 	"strings"
 	"time"
-)
 
-// Run statuses.
-const (
-	RunPending   = "pending"
-	RunRunning   = "running"
-	RunSucceeded = "succeeded"
-	RunFailed    = "failed"
-	RunAttention = "attention"
-	RunCanceled  = "canceled"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
 // Run is one execution of a mode against a node.
 type Run struct {
 	ID, NodeID, Mode, Manifest string
-	Status                     string // pending|running|succeeded|failed|attention|canceled
+	Status                     string // one of runstate.RunStatuses
 	Phase                      string // phase reached (current)
 	ResumeCount, PhaseFailures int
 	Disconnects, Reboots       int
@@ -43,14 +35,6 @@ type Run struct {
 // run (whichever instance started it).
 var ErrActiveRun = errors.New("node already has an active run")
 
-func validRunStatus(s string) bool {
-	switch s {
-	case RunPending, RunRunning, RunSucceeded, RunFailed, RunAttention, RunCanceled:
-		return true
-	}
-	return false
-}
-
 // CreateRun inserts a new run; r.ID must be set by the caller and r.NodeID must
 // name an existing node. An empty Status means pending.
 func (s *Store) CreateRun(ctx context.Context, r Run) error {
@@ -58,9 +42,9 @@ func (s *Store) CreateRun(ctx context.Context, r Run) error {
 		return errors.New("store: create run: empty id")
 	}
 	if r.Status == "" {
-		r.Status = RunPending
+		r.Status = runstate.RunPending
 	}
-	if !validRunStatus(r.Status) {
+	if !runstate.ValidRun(r.Status) {
 		return fmt.Errorf("store: create run %s: status %q is not one of pending|running|succeeded|failed|attention|canceled", r.ID, r.Status)
 	}
 	completed, data, err := marshalRun(r)
@@ -75,7 +59,7 @@ func (s *Store) CreateRun(ctx context.Context, r Run) error {
 		if exists == 0 {
 			return fmt.Errorf("node %q: %w", r.NodeID, ErrNotFound)
 		}
-		if r.Status == RunPending || r.Status == RunRunning {
+		if r.Status == runstate.RunPending || r.Status == runstate.RunRunning {
 			var active string
 			err := tx.QueryRowContext(ctx, `SELECT id FROM runs WHERE node_id = ? AND status IN ('pending','running')`, r.NodeID).Scan(&active)
 			if err == nil {
@@ -116,7 +100,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 // leases, a run another live instance holds is refused with ErrLeaseLost.
 // Subscribers of the run are signalled.
 func (s *Store) UpdateRun(ctx context.Context, r Run) error {
-	if !validRunStatus(r.Status) {
+	if !runstate.ValidRun(r.Status) {
 		return fmt.Errorf("store: update run %s: status %q is not one of pending|running|succeeded|failed|attention|canceled", r.ID, r.Status)
 	}
 	completed, data, err := marshalRun(r)
@@ -254,7 +238,7 @@ func sameRun(a, b Run) bool {
 func (s *Store) rememberRun(r Run) {
 	s.runCacheMu.Lock()
 	defer s.runCacheMu.Unlock()
-	if r.Status != RunPending && r.Status != RunRunning {
+	if r.Status != runstate.RunPending && r.Status != runstate.RunRunning {
 		delete(s.runCache, r.ID)
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store/pgtest"
 )
 
@@ -218,11 +219,11 @@ func TestRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Status != RunPending || !got.StartedAt.Equal(t0.Truncate(time.Millisecond)) || got.StartedAt.Location() != time.UTC || !got.EndedAt.IsZero() {
+	if got.Status != runstate.RunPending || !got.StartedAt.Equal(t0.Truncate(time.Millisecond)) || got.StartedAt.Location() != time.UTC || !got.EndedAt.IsZero() {
 		t.Fatalf("GetRun = %+v", got)
 	}
 
-	got.Status, got.Phase = RunRunning, "nvme"
+	got.Status, got.Phase = runstate.RunRunning, "nvme"
 	got.ResumeCount, got.PhaseFailures, got.Disconnects, got.Reboots = 1, 2, 3, 4
 	got.CompletedPhases = []string{"preflight", "powering_on"}
 	got.Data = map[string]string{"token": "abc", "expected_boot_id": "b2"}
@@ -236,7 +237,7 @@ func TestRuns(t *testing.T) {
 	if !reflect.DeepEqual(again, got) {
 		t.Fatalf("after UpdateRun:\n got %+v\nwant %+v", again, got)
 	}
-	if err := s.UpdateRun(ctx, Run{ID: "missing", Status: RunFailed}); !errors.Is(err, ErrNotFound) {
+	if err := s.UpdateRun(ctx, Run{ID: "missing", Status: runstate.RunFailed}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("UpdateRun of missing run: %v", err)
 	}
 	if err := s.UpdateRun(ctx, Run{ID: "r1", Status: "done"}); err == nil {
@@ -248,7 +249,7 @@ func TestRuns(t *testing.T) {
 		t.Fatal("UpdateRun moved a run to another node")
 	}
 
-	if err := s.CreateRun(ctx, Run{ID: "r2", NodeID: "n1", Status: RunSucceeded}); err != nil {
+	if err := s.CreateRun(ctx, Run{ID: "r2", NodeID: "n1", Status: runstate.RunSucceeded}); err != nil {
 		t.Fatal(err)
 	}
 	latest, err := s.LatestRun(ctx, "n1")
@@ -429,7 +430,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	s, path := openTest(t)
 	ctx := ctxT(t)
 	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
-	run := Run{ID: "r1", NodeID: "n1", Mode: "provision", Status: RunRunning, Phase: "nvme", Reboots: 2, CompletedPhases: []string{"preflight"}, Data: map[string]string{"k": "v"}}
+	run := Run{ID: "r1", NodeID: "n1", Mode: "provision", Status: runstate.RunRunning, Phase: "nvme", Reboots: 2, CompletedPhases: []string{"preflight"}, Data: map[string]string{"k": "v"}}
 	if err := s.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}
@@ -604,7 +605,7 @@ func TestSubscribe(t *testing.T) {
 	}
 	expectNone(ch, "replay")
 	r, _ := s.GetRun(ctx, "r1")
-	r.Status = RunRunning
+	r.Status = runstate.RunRunning
 	if err := s.UpdateRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}

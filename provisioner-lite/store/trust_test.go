@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
 func issue(t *testing.T, s *Store, token, run, window, peer string, expires time.Time) {
@@ -29,11 +31,11 @@ func bind(s *Store, token, boot, secret, peer string) (string, BootToken, error)
 // has an active run (a node has one active run at a time).
 func runningRun(t *testing.T, s *Store, id string) {
 	t.Helper()
-	err := s.CreateRun(ctxT(t), Run{ID: id, NodeID: "n1", Status: RunRunning})
+	err := s.CreateRun(ctxT(t), Run{ID: id, NodeID: "n1", Status: runstate.RunRunning})
 	if errors.Is(err, ErrActiveRun) {
 		runs, _ := s.ActiveRuns(ctxT(t))
 		mustNode(t, s, testNode("n-"+id, fmt.Sprintf("52:54:00:ee:00:%02x", len(runs))))
-		err = s.CreateRun(ctxT(t), Run{ID: id, NodeID: "n-" + id, Status: RunRunning})
+		err = s.CreateRun(ctxT(t), Run{ID: id, NodeID: "n-" + id, Status: runstate.RunRunning})
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +125,7 @@ func TestEndBootWindowAndPrune(t *testing.T) {
 	ctx := ctxT(t)
 	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
 	runningRun(t, s, "r1")
-	if err := s.CreateRun(ctx, Run{ID: "done", NodeID: "n1", Status: RunSucceeded}); err != nil {
+	if err := s.CreateRun(ctx, Run{ID: "done", NodeID: "n1", Status: runstate.RunSucceeded}); err != nil {
 		t.Fatal(err)
 	}
 	issue(t, s, "late", "r1", "w1", "", time.Now().Add(time.Hour))
@@ -328,7 +330,7 @@ func TestRunnerEventCaps(t *testing.T) {
 	}
 	// A finished run takes nothing more.
 	r, _ := s.GetRun(ctx, "r1")
-	r.Status = RunSucceeded
+	r.Status = runstate.RunSucceeded
 	if err := s.UpdateRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +357,7 @@ func TestRetention(t *testing.T) {
 		}
 	}
 	r, _ := s.GetRun(ctx, "old")
-	r.Status, r.EndedAt = RunSucceeded, time.Now().Add(-40*24*time.Hour)
+	r.Status, r.EndedAt = runstate.RunSucceeded, time.Now().Add(-40*24*time.Hour)
 	if err := s.UpdateRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
@@ -175,7 +176,7 @@ func Compute(run store.Run, phases []store.Phase, events []store.Event, now time
 		}
 		add(gap, cursor, pStart, nil)
 		pEnd := p.EndedAt
-		if pEnd.IsZero() || p.Status == "running" {
+		if pEnd.IsZero() || p.Status == runstate.PhaseRunning {
 			pEnd = end
 		}
 		if pEnd.Before(pStart) {
@@ -207,7 +208,7 @@ func Compute(run store.Run, phases []store.Phase, events []store.Event, now time
 		}
 		b.Attempts += s.phase.Attempts
 		b.Reboots += reboots[s.phase.Name]
-		if s.phase.Name == modes.PoweringOn && s.phase.Status == "ok" {
+		if s.phase.Name == modes.PoweringOn && s.phase.Status == runstate.PhaseOK {
 			b.Reboots++ // powering on (or the ForceRestart) is the boot into PXE
 		}
 		b.Sub = mergeSub(b.Sub, subBuckets(s, events))
@@ -245,7 +246,7 @@ func clampT(t, lo, hi time.Time) time.Time {
 func rebootsByPhase(events []store.Event) map[string]int {
 	m := map[string]int{}
 	for _, e := range events {
-		if e.Source == "coordinator" && e.Kind == "info" && (strings.HasPrefix(e.Message, msgReboot) || strings.HasPrefix(e.Message, msgHostReboot)) {
+		if e.Source == runstate.SourceCoordinator && e.Kind == runstate.EventInfo && (strings.HasPrefix(e.Message, msgReboot) || strings.HasPrefix(e.Message, msgHostReboot)) {
 			m[e.Phase]++
 		}
 	}
@@ -268,7 +269,7 @@ func mergeSub(have, add []Bucket) []Bucket {
 func inWindow(s span, events []store.Event, prefix string) []store.Event {
 	var out []store.Event
 	for _, e := range events {
-		if e.Source == "coordinator" && e.Kind == "info" && strings.HasPrefix(e.Message, prefix) && !e.Time.Before(s.start) && !e.Time.After(s.end) {
+		if e.Source == runstate.SourceCoordinator && e.Kind == runstate.EventInfo && strings.HasPrefix(e.Message, prefix) && !e.Time.Before(s.start) && !e.Time.After(s.end) {
 			out = append(out, e)
 		}
 	}
@@ -352,7 +353,7 @@ func installStages(s span, events []store.Event) []Bucket {
 	order := []string{"stream", "download", "decode", "write", "readback"}
 	vals := map[string]float64{}
 	for _, e := range events {
-		if e.Kind != "metric" || e.Phase != modes.OSInstall {
+		if e.Kind != runstate.EventMetric || e.Phase != modes.OSInstall {
 			continue
 		}
 		m := stageRE.FindStringSubmatch(e.Message)
@@ -410,12 +411,12 @@ func installStages(s span, events []store.Event) []Bucket {
 func RebootTimes(phases []store.Phase, events []store.Event) []time.Time {
 	var out []time.Time
 	for _, p := range phases {
-		if p.Name == modes.PoweringOn && p.Status == "ok" && !p.EndedAt.IsZero() {
+		if p.Name == modes.PoweringOn && p.Status == runstate.PhaseOK && !p.EndedAt.IsZero() {
 			out = append(out, p.EndedAt)
 		}
 	}
 	for _, e := range events {
-		if e.Source == "coordinator" && e.Kind == "info" && (strings.HasPrefix(e.Message, msgReboot) || strings.HasPrefix(e.Message, msgHostReboot)) {
+		if e.Source == runstate.SourceCoordinator && e.Kind == runstate.EventInfo && (strings.HasPrefix(e.Message, msgReboot) || strings.HasPrefix(e.Message, msgHostReboot)) {
 			out = append(out, e.Time)
 		}
 	}

@@ -37,6 +37,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -1011,7 +1012,7 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 					named = true
 				}
 			}
-			if named && rep.GetStatus() != "succeeded" {
+			if named && rep.GetStatus() != runstate.RunSucceeded {
 				res.FaultsNamed++
 			} else {
 				var vs []string
@@ -1022,7 +1023,7 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 			}
 		} else {
 			res.Healthy++
-			if rep.GetStatus() == "succeeded" {
+			if rep.GetStatus() == runstate.RunSucceeded {
 				res.HealthyFirstPass++
 			} else {
 				res.Problems = append(res.Problems, fmt.Sprintf("%s (%s, faults %+v): run %s: %s", n.ID, mode[n.ID], n.Faults, rep.GetStatus(), rep.GetMessage()))

@@ -182,26 +182,30 @@ func DefaultHTTPClient() *http.Client {
 	return &http.Client{Transport: t}
 }
 
+// executors maps each runner-owned phase (the modes constants) to its
+// executor. TestEveryPhaseHasExecutor checks every mode's plan against it.
+var executors = map[string]func(*Executor, context.Context, *curev1.Assignment, agent.Emitter) agent.PhaseOutcome{
+	modes.Hardware:  (*Executor).runHardware,
+	modes.NIC:       (*Executor).runNIC,
+	modes.DPU:       (*Executor).runDPU,
+	modes.NVMe:      (*Executor).runNVMe,
+	modes.SEDRevert: (*Executor).runSEDRevert,
+	modes.OSInstall: (*Executor).runOSInstall,
+	modes.Validate:  (*Executor).runValidate,
+}
+
+// Has reports whether this runner has an executor for phase.
+func Has(phase string) bool {
+	_, ok := executors[phase]
+	return ok
+}
+
 // Run implements agent.Executor.
 func (e *Executor) Run(ctx context.Context, phase string, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
-	switch phase {
-	case modes.Hardware:
-		return e.runHardware(ctx, a, emit)
-	case "nvme":
-		return e.runNVMe(ctx, a, emit)
-	case "os_install":
-		return e.runOSInstall(ctx, a, emit)
-	case "sed_revert":
-		return e.runSEDRevert(ctx, a, emit)
-	case "validate":
-		return e.runValidate(ctx, a, emit)
-	case "nic":
-		return e.runNIC(ctx, a, emit)
-	case "dpu":
-		return e.runDPU(ctx, a, emit)
-	default:
-		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: fmt.Sprintf("phase %s: %s", phase, NotImplemented)}
+	if run, ok := executors[phase]; ok {
+		return run(e, ctx, a, emit)
 	}
+	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: fmt.Sprintf("phase %s: %s", phase, NotImplemented)}
 }
 
 func (e *Executor) sku(a *curev1.Assignment) (*manifests.SKU, error) {

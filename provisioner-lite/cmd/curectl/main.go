@@ -32,6 +32,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/curectl"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 	"google.golang.org/grpc"
@@ -608,7 +609,7 @@ func report(ctx context.Context, c curev1.OperatorServiceClient, runID, node str
 		return 1
 	}
 	printReport(rep, format, out)
-	if rep.GetStatus() != "succeeded" {
+	if rep.GetStatus() != runstate.RunSucceeded {
 		return 3
 	}
 	return 0
@@ -683,7 +684,7 @@ func reportHTML(ctx context.Context, c curev1.OperatorServiceClient, runID, node
 	}
 	printReport(rep, format, out)
 	fmt.Fprintf(os.Stderr, "curectl report: wrote %s (run %s, %d timeline entries)\n", file, rep.GetRunId(), len(timeline))
-	if rep.GetStatus() != "succeeded" {
+	if rep.GetStatus() != runstate.RunSucceeded {
 		return 3
 	}
 	return 0
@@ -833,7 +834,7 @@ func watchMany(ctx context.Context, c curev1.OperatorServiceClient, ids []string
 		active := 0
 		for _, r := range rows {
 			switch r.Status {
-			case "running", "pending", "attention":
+			case runstate.RunRunning, runstate.RunPending, runstate.RunAttention:
 				active++
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/sitecheck"
@@ -212,7 +213,7 @@ func TestNodesAddAtRuntime(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r, _ := c.st.LatestRun(ctx, "n1")
-		if r.Status != store.RunRunning && r.Status != store.RunPending {
+		if r.Status != runstate.RunRunning && r.Status != runstate.RunPending {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cure-oss/cure/provisioner-lite/dashboard"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/notify"
@@ -87,7 +88,7 @@ func runNotice(n *notify.Notifier) func(pipeline.RunNotice) {
 	return func(rn pipeline.RunNotice) {
 		r := rn.Run
 		ev := notify.EventRunEnded
-		if r.Status == store.RunAttention {
+		if r.Status == runstate.RunAttention {
 			ev = notify.EventRunAttention
 		}
 		n.Notify(notify.Payload{Event: ev, RunID: r.ID, NodeID: r.NodeID, SKU: rn.SKU, Mode: r.Mode, Status: r.Status, Phase: r.Phase,

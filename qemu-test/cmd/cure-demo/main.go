@@ -19,6 +19,7 @@ import (
 
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/curectl"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/qemu-test/harness"
 )
 
@@ -83,7 +84,7 @@ func run(out, work string, mode modes.Mode, verbose bool) int {
 		fmt.Printf("%s/%s ", c.Target, c.Enabled)
 	}
 	fmt.Printf("\ncure-demo: %s in %s (wall clock, QEMU TCG)\n", rep.GetStatus(), time.Since(t0).Round(time.Second))
-	if rep.GetStatus() != "succeeded" {
+	if rep.GetStatus() != runstate.RunSucceeded {
 		return 1
 	}
 	return 0
