@@ -112,21 +112,7 @@ func (d *decoder) hardware(n *yaml.Node, p string) *Hardware {
 		mp := join(p, "memory")
 		m := d.mapping(v, mp, "dimms", "dimmSize", "locators")
 		h.Memory = &MemorySpec{DIMMs: m.devices("dimms", 1), DIMMSize: m.byteSize("dimmSize")}
-		seen := map[string]int{}
-		for i, item := range m.seq("locators", false) {
-			ip := index(join(mp, "locators"), i)
-			s, ok := d.scalarString(item, ip)
-			if !ok {
-				continue
-			}
-			if !locatorRE.MatchString(s) {
-				d.errorf(item, ip, "%q is not a DIMM locator (printable ASCII, no leading or trailing space)", s)
-			} else if line, dup := seen[s]; dup {
-				d.errorf(item, ip, "duplicate locator %q (first on line %d)", s, line)
-			}
-			seen[s] = item.Line
-			h.Memory.Locators = append(h.Memory.Locators, s)
-		}
+		h.Memory.Locators = d.uniqueList(m, mp, "locators", "locator", locatorRE, "is not a DIMM locator (printable ASCII, no leading or trailing space)")
 		if h.Memory.DIMMs > 0 && len(h.Memory.Locators) > h.Memory.DIMMs {
 			d.errorf(m.vals["locators"], join(mp, "locators"), "lists %d slots but dimms is %d", len(h.Memory.Locators), h.Memory.DIMMs)
 		}
@@ -233,18 +219,24 @@ func (d *decoder) pciID(f *fields, p string) string {
 }
 
 func (d *decoder) pciAddresses(f *fields, p string) []string {
+	return d.uniqueList(f, p, "addresses", "address", pciAddrRE, "is not a PCI address (want domain:bus:device.function in lowercase hex, e.g. 0000:1b:00.0)")
+}
+
+// uniqueList reads the optional string list key of f: every item matches
+// re (else the error says it "<bad>") and names a thing once.
+func (d *decoder) uniqueList(f *fields, p, key, what string, re *regexp.Regexp, bad string) []string {
 	var out []string
 	seen := map[string]int{}
-	for i, item := range f.seq("addresses", false) {
-		ip := index(join(p, "addresses"), i)
+	for i, item := range f.seq(key, false) {
+		ip := index(join(p, key), i)
 		s, ok := d.scalarString(item, ip)
 		if !ok {
 			continue
 		}
-		if !pciAddrRE.MatchString(s) {
-			d.errorf(item, ip, "%q is not a PCI address (want domain:bus:device.function in lowercase hex, e.g. 0000:1b:00.0)", s)
+		if !re.MatchString(s) {
+			d.errorf(item, ip, "%q %s", s, bad)
 		} else if line, dup := seen[s]; dup {
-			d.errorf(item, ip, "duplicate address %q (first on line %d)", s, line)
+			d.errorf(item, ip, "duplicate %s %q (first on line %d)", what, s, line)
 		}
 		seen[s] = item.Line
 		out = append(out, s)

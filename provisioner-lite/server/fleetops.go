@@ -281,13 +281,9 @@ func (o *OperatorService) Cancel(ctx context.Context, req *curev1.CancelRequest)
 
 // Fleet summarises the latest run of every selected node.
 func (o *OperatorService) Fleet(ctx context.Context, req *curev1.FleetRequest) (*curev1.FleetStatus, error) {
-	nodes, err := o.Store.NodeSummaries(ctx)
+	nodes, latest, err := o.fleetState(ctx)
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "read inventory: %v", err)
-	}
-	latest, err := o.Store.LatestRunSummaries(ctx)
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "read runs: %v", err)
+		return nil, err
 	}
 	maxFail := int(req.GetMaxFailures())
 	if maxFail <= 0 {
@@ -327,4 +323,18 @@ func nonEmpty(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// fleetState reads every node and its latest run: what fleet views and
+// summaries start from.
+func (o *OperatorService) fleetState(ctx context.Context) ([]store.NodeSummary, map[string]store.RunSummary, error) {
+	nodes, err := o.Store.NodeSummaries(ctx)
+	if err != nil {
+		return nil, nil, status.Errorf(codes.Unavailable, "read inventory: %v", err)
+	}
+	latest, err := o.Store.LatestRunSummaries(ctx)
+	if err != nil {
+		return nil, nil, status.Errorf(codes.Unavailable, "read runs: %v", err)
+	}
+	return nodes, latest, nil
 }

@@ -42,13 +42,9 @@ const defaultBucketRuns = 5000
 // one pass over their stored timelines (metrics and logs of finished runs
 // are pruned after the retention, which bounds it).
 func (o *OperatorService) TimeBuckets(ctx context.Context, req *curev1.TimeBucketsRequest) (*curev1.TimeBucketSummary, error) {
-	nodes, err := o.Store.NodeSummaries(ctx)
+	nodes, latest, err := o.fleetState(ctx)
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "read inventory: %v", err)
-	}
-	latest, err := o.Store.LatestRunSummaries(ctx)
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "read runs: %v", err)
+		return nil, err
 	}
 	maxRuns := int(req.GetMaxRuns())
 	if maxRuns <= 0 || maxRuns > defaultBucketRuns {
