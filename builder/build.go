@@ -205,7 +205,7 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	mods2 := []uimage.Modifier{
 		// gobusybox runs the go tool with only $GOROOT/bin on PATH: no C
 		// toolchain, so cgo must be off explicitly.
-		uimage.WithEnv(golang.DisableCGO()),
+		uimage.WithEnv(golang.DisableCGO(), golang.WithBuildTag(spec.Values(s.BuildTags)...)),
 		uimage.WithTempDir(tmp),
 		uimage.WithBaseArchive(base),
 		uimage.WithBusyboxCommands(cmds...),

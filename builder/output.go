@@ -13,7 +13,6 @@ import (
 	"text/template"
 
 	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zstd"
 	"github.com/u-root/mkuimage/cpio"
 
 	"github.com/cure-oss/cure/provisioner-lite/pki"
@@ -21,13 +20,12 @@ import (
 
 // Output file names in the output directory.
 const (
-	VmlinuzName  = "vmlinuz"
-	CPIOName     = "initramfs.cpio"
-	ZstName      = "initramfs.cpio.zst"
-	GzName       = "initramfs.cpio.gz"
-	IPXEName     = "boot.ipxe.tmpl"
-	ReportName   = "report.json"
-	zstdMaxLevel = zstd.SpeedBestCompression
+	VmlinuzName = "vmlinuz"
+	CPIOName    = "initramfs.cpio"
+	ZstName     = "initramfs.cpio.zst"
+	GzName      = "initramfs.cpio.gz"
+	IPXEName    = "boot.ipxe.tmpl"
+	ReportName  = "report.json"
 )
 
 // Entry is one record of the built initramfs.
@@ -89,7 +87,13 @@ type Report struct {
 	DriverBundle *DriverBundleReport `json:"driver_bundle,omitempty"`
 	Artifacts    []Artifact          `json:"artifacts"`
 	Totals       Totals              `json:"totals"`
-	Entries      []Entry             `json:"entries"`
+	// Zstd is the compressor of initramfs.cpio.zst: zstd(1)'s version and
+	// ZstdArgs.
+	Zstd string `json:"zstd"`
+	// Breakdown says what the image's bytes are for, by category; both
+	// columns sum to the totals (uncompressed_bytes, zst_bytes).
+	Breakdown []Category `json:"breakdown"`
+	Entries   []Entry    `json:"entries"`
 }
 
 // listArchive describes every record of a newc archive.
@@ -129,20 +133,6 @@ func listArchive(data []byte) ([]Entry, error) {
 		return nil, fmt.Errorf("listing initramfs: %w", err)
 	}
 	return out, nil
-}
-
-// compressZstd uses fixed encoder options and one goroutine so the output
-// depends only on the input bytes.
-func compressZstd(data []byte) ([]byte, error) {
-	enc, err := zstd.NewWriter(nil,
-		zstd.WithEncoderLevel(zstdMaxLevel),
-		zstd.WithEncoderConcurrency(1),
-		zstd.WithEncoderCRC(true))
-	if err != nil {
-		return nil, err
-	}
-	defer enc.Close()
-	return enc.EncodeAll(data, nil), nil
 }
 
 // compressGzip writes no name and a zero mtime in the gzip header.
@@ -265,6 +255,14 @@ func finish(outDir string, archive []byte, vmlinuz string, keepCPIO bool, r *Rep
 		return err
 	}
 	r.Totals.ZstBytes, r.Totals.GzBytes = int64(len(zst)), int64(len(gz))
+	if r.Breakdown, err = sizeBreakdown(archive, r.Totals.ZstBytes); err != nil {
+		return err
+	}
+	v, err := zstdVersion()
+	if err != nil {
+		return err
+	}
+	r.Zstd = v + " " + strings.Join(ZstdArgs, " ")
 	outs := []struct {
 		name string
 		data []byte

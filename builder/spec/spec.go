@@ -61,6 +61,10 @@ type Spec struct {
 	Shell Str `yaml:"shell"`
 	// Commands are extra Go commands (import paths) built into the busybox.
 	Commands []Str `yaml:"commands"`
+	// BuildTags are Go build tags for the busybox (e.g. grpcnotrace, which
+	// drops gRPC's x/net/trace and with it text/template, whose reflection
+	// keeps the linker from dropping unused methods).
+	BuildTags []Str `yaml:"build_tags"`
 	// Modules are kernel module names; their dependency closure is added.
 	Modules []Str `yaml:"modules"`
 	// Tools are host ELF binaries copied with their shared libraries.
@@ -98,6 +102,7 @@ type File struct {
 var (
 	importPathRE = regexp.MustCompile(`^[a-zA-Z0-9._~-]+(/[a-zA-Z0-9._~-]+)+$`)
 	moduleRE     = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+	buildTagRE   = regexp.MustCompile(`^[a-zA-Z0-9_.]+$`)
 	vendorRE     = regexp.MustCompile(`^[0-9a-f]{4}$`)
 )
 
@@ -172,6 +177,16 @@ func (s *Spec) validate() error {
 			errs = append(errs, s.errAt(c.Line, "commands[%d]: %q already listed at line %d", i, c.Value, prev))
 		}
 		seen[c.Value] = c.Line
+	}
+	tags := map[string]int{}
+	for i, t := range s.BuildTags {
+		if !buildTagRE.MatchString(t.Value) {
+			errs = append(errs, s.errAt(t.Line, "build_tags[%d]: %q is not a Go build tag", i, t.Value))
+		}
+		if prev, dup := tags[t.Value]; dup {
+			errs = append(errs, s.errAt(t.Line, "build_tags[%d]: %q already listed at line %d", i, t.Value, prev))
+		}
+		tags[t.Value] = t.Line
 	}
 	if s.Shell.Value != "" && s.Shell.Value != s.Uinit.Value {
 		if _, ok := seen[s.Shell.Value]; !ok {

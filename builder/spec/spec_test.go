@@ -55,6 +55,8 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"file no dst", "init: a/b\nfiles: [foo]\n", "spec.yaml:2: files[0]: \"foo\": expected \"src:dst\""},
 		{"file rel dst", "init: a/b\nfiles: [\"foo:etc/foo\"]\n", "must be absolute"},
 		{"shell not listed", "init: a/b\nshell: a/sh\n", "spec.yaml:2: shell"},
+		{"bad build tag", "init: a/b\nbuild_tags: [\"-s -w\"]\n", "spec.yaml:2: build_tags[0]: \"-s -w\" is not a Go build tag"},
+		{"dup build tag", "init: a/b\nbuild_tags:\n  - grpcnotrace\n  - grpcnotrace\n", "spec.yaml:4: build_tags[1]: \"grpcnotrace\" already listed at line 3"},
 		{"ca relative", "init: a/b\nca_path: etc/ca.pem\n", "spec.yaml:2: ca_path"},
 	}
 	for _, c := range cases {
