@@ -39,7 +39,9 @@ func TLSConfig(caPEM []byte, serverName string) (*tls.Config, error) {
 	if serverName == "" {
 		return nil, fmt.Errorf("coordinator TLS: empty server name")
 	}
-	return &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}, nil
+	// TLS 1.3 only, as the coordinator serves: the busybox is built with
+	// old GODEBUG defaults (tlsrsakex, tls3des), which TLS 1.3 never uses.
+	return &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS13}, nil
 }
 
 // Dial prepares a TLS client connection to coordinator (HOST:PORT) trusting

@@ -166,3 +166,15 @@ func TestDialFailsOverToNextCoordinator(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// The runner speaks TLS 1.3 only, whatever the image's GODEBUG defaults.
+func TestTLSConfigIsTLS13Only(t *testing.T) {
+	caPEM, _ := newCA(t)
+	cfg, err := TLSConfig(caPEM, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MinVersion != tls.VersionTLS13 {
+		t.Errorf("MinVersion = %#x, want TLS 1.3", cfg.MinVersion)
+	}
+}
