@@ -80,7 +80,8 @@ clean:
 
 # QEMU start → runner registered, against a bare kernel + trivial init (same run).
 bench-boot: image baseline
-	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -run '^$$' -bench BootToRegistered -benchtime 3x -timeout 30m -v ./qemu-test/
+	set -o pipefail; CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -run '^$$' -bench BootToRegistered -benchtime 3x -timeout 30m -v ./qemu-test/ | tee $(OUT)/bench-boot.log
+	@grep '^bench-boot ' $(OUT)/bench-boot.log | tail -1
 
 # The fleet simulator against the real coordinator at 1, 100, 1,000 and
 # 5,000 nodes (BENCH_FLEET_NODES=1,100 for a quick run): wall time against one

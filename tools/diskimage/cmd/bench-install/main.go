@@ -189,7 +189,8 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 	fmt.Printf("target: %s\n\n", target)
 
 	fmt.Printf("mostly-zero = %d%% of 4 MiB blocks zero; filesystem = ext4 holding %s; medians of %d alternating runs\n\n", zeroPct, fsSource, runs)
-	fmt.Printf("%-16s %-6s %12s %12s %7s %10s %9s  %s\n", "image", "codec", "baseline", "writer", "ratio", "writer RSS", "zero", "decoder")
+	fmt.Printf("%-16s %-6s %12s %12s %12s %7s %9s %10s %9s  %s\n", "image", "codec", "ceiling", "baseline", "writer", "ratio", "/ceiling", "writer RSS", "zero", "decoder")
+	var lines []string // one script-readable line per image and codec, printed last
 	for _, im := range imgs {
 		for _, codec := range []struct{ ext, format, dec string }{
 			{"zst", diskimage.FormatZstd, "zstd -dc"}, {"gz", diskimage.FormatGzip, "gzip -dc"},
@@ -202,11 +203,18 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 			// Alternate the contenders so drift in the machine's load
 			// (a shared VM) lands on both; compare medians.
 			// With -decoders, each run has the baseline then every decoder.
-			var baseDurs []time.Duration
+			var baseDurs, ceilDurs []time.Duration
 			writerDurs := make([][]time.Duration, len(decoders))
 			ws := make([]*childResult, len(decoders))
 			for r := 0; r < runs; r++ {
+				// The ceiling: the image's decompressed bytes written to the
+				// same target with O_DIRECT, nothing to fetch or decode.
 				t0 := time.Now()
+				if err := sh(fmt.Sprintf("dd if=%q of=%q bs=4M oflag=direct status=none", im.raw, target)); err != nil {
+					return fmt.Errorf("ceiling %s: %w", im.raw, err)
+				}
+				ceilDurs = append(ceilDurs, time.Since(t0))
+				t0 = time.Now()
 				if err := sh(fmt.Sprintf("%s %q | %s | dd of=%q bs=4M oflag=direct status=none", fetchCmd, u, codec.dec, target)); err != nil {
 					return fmt.Errorf("baseline %s: %w", art, err)
 				}
@@ -224,14 +232,23 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 				}
 			}
 			bm := mbps(im.size, median(baseDurs))
+			cm := mbps(im.size, median(ceilDurs))
 			for i, w := range ws {
 				wm := mbps(im.size, median(writerDurs[i]))
-				fmt.Printf("%-16s %-6s %7.0f MB/s %7.0f MB/s %6.2fx %6d MiB %8.0f%%  %s\n",
-					im.name, codec.ext, bm, wm, wm/bm, w.maxRSS>>20, 100*float64(w.res.ZeroBytes)/float64(im.size), w.res.Decoder)
+				fmt.Printf("%-16s %-6s %7.0f MB/s %7.0f MB/s %7.0f MB/s %6.2fx %8.2fx %6d MiB %8.0f%%  %s\n",
+					im.name, codec.ext, cm, bm, wm, wm/bm, wm/cm, w.maxRSS>>20, 100*float64(w.res.ZeroBytes)/float64(im.size), w.res.Decoder)
+				lines = append(lines, fmt.Sprintf("bench-install image=%s codec=%s ceiling_mbs=%.0f writer_mbs=%.0f ratio_to_ceiling=%.2f ratio_to_pipeline=%.2f decoder=%s",
+					im.name, codec.ext, cm, wm, wm/cm, wm/bm, strings.ReplaceAll(w.res.Decoder, " ", "_")))
 			}
 		}
 	}
 
+	defer func() {
+		fmt.Println()
+		for _, l := range lines {
+			fmt.Println(l)
+		}
+	}()
 	if rssSize > 0 {
 		fmt.Printf("\npeak RSS for a %d GiB mostly-zero image (zstd, sparse file target):\n", rssSize>>30)
 		art := filepath.Join(work, "big.raw.zst")
