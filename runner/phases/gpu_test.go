@@ -13,6 +13,7 @@ import (
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/checks/gpucheck"
 	"github.com/cure-oss/cure/tools/gpu/driver"
+	"github.com/cure-oss/cure/tools/pci/pcitest"
 )
 
 // gpuSuite parses a one-check suite the way the validate phase does.
@@ -27,17 +28,7 @@ func gpuCheck(t *testing.T, body string) manifests.Check {
 
 // gpuNode is a sysfs fixture with the given PCI devices (addr -> vendor, class).
 func gpuNode(t *testing.T, devs map[string][2]string) string {
-	t.Helper()
-	root := t.TempDir()
-	for addr, vc := range devs {
-		d := filepath.Join(root, "sys/bus/pci/devices", addr)
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		os.WriteFile(filepath.Join(d, "vendor"), []byte(vc[0]+"\n"), 0o644)
-		os.WriteFile(filepath.Join(d, "class"), []byte(vc[1]+"\n"), 0o644)
-	}
-	return root
+	return pcitest.Devices(t, devs)
 }
 
 // On an HGX node whose image carries a driver bundle, the GPU check loads

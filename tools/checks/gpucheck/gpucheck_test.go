@@ -18,6 +18,7 @@ import (
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/checks/suite"
 	"github.com/cure-oss/cure/tools/gpu"
+	"github.com/cure-oss/cure/tools/pci/pcitest"
 )
 
 // gpuSuite parses a one-check suite the way the validate phase does.
@@ -115,17 +116,7 @@ func TestPlanGPUErrors(t *testing.T) {
 
 // gpuNode is a sysfs fixture with the given PCI devices (addr -> vendor, class).
 func gpuNode(t *testing.T, devs map[string][2]string) string {
-	t.Helper()
-	root := t.TempDir()
-	for addr, vc := range devs {
-		d := filepath.Join(root, "sys/bus/pci/devices", addr)
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		os.WriteFile(filepath.Join(d, "vendor"), []byte(vc[0]+"\n"), 0o644)
-		os.WriteFile(filepath.Join(d, "class"), []byte(vc[1]+"\n"), 0o644)
-	}
-	return root
+	return pcitest.Devices(t, devs)
 }
 
 func TestNVIDIAGPUs(t *testing.T) {
