@@ -248,7 +248,7 @@ func (x RunnerState_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunnerState_Kind.Descriptor instead.
 func (RunnerState_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{3, 0}
+	return file_cure_proto_rawDescGZIP(), []int{4, 0}
 }
 
 type RunnerMessage struct {
@@ -346,6 +346,11 @@ type Hello struct {
 	// Hello binds the boot token to this boot; a reconnect of the same boot
 	// proves itself with the same secret (docs/SECURITY.md).
 	SessionSecret string `protobuf:"bytes,8,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
+	// The boot's milestones, in order (kernel stages from /dev/kmsg, the
+	// runner's own from CLOCK_BOOTTIME): what the boot-time breakdown and the
+	// cure_boot_stage_seconds metric read. Informational only: nothing is
+	// decided on them, and the coordinator bounds their names and values.
+	BootStages    []*BootStage `protobuf:"bytes,9,rep,name=boot_stages,json=bootStages,proto3" json:"boot_stages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -436,6 +441,66 @@ func (x *Hello) GetSessionSecret() string {
 	return ""
 }
 
+func (x *Hello) GetBootStages() []*BootStage {
+	if x != nil {
+		return x.BootStages
+	}
+	return nil
+}
+
+// BootStage is one boot milestone: the guest uptime when it was reached.
+type BootStage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // e.g. initramfs_unpacked, modules_loaded, dhcp_bound
+	UptimeMs      int64                  `protobuf:"varint,2,opt,name=uptime_ms,json=uptimeMs,proto3" json:"uptime_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootStage) Reset() {
+	*x = BootStage{}
+	mi := &file_cure_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootStage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootStage) ProtoMessage() {}
+
+func (x *BootStage) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootStage.ProtoReflect.Descriptor instead.
+func (*BootStage) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BootStage) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BootStage) GetUptimeMs() int64 {
+	if x != nil {
+		return x.UptimeMs
+	}
+	return 0
+}
+
 type Identity struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	BootMac       string                 `protobuf:"bytes,1,opt,name=boot_mac,json=bootMac,proto3" json:"boot_mac,omitempty"` // MAC of the interface that took the DHCP lease
@@ -449,7 +514,7 @@ type Identity struct {
 
 func (x *Identity) Reset() {
 	*x = Identity{}
-	mi := &file_cure_proto_msgTypes[2]
+	mi := &file_cure_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -461,7 +526,7 @@ func (x *Identity) String() string {
 func (*Identity) ProtoMessage() {}
 
 func (x *Identity) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[2]
+	mi := &file_cure_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -474,7 +539,7 @@ func (x *Identity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Identity.ProtoReflect.Descriptor instead.
 func (*Identity) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{2}
+	return file_cure_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Identity) GetBootMac() string {
@@ -524,7 +589,7 @@ type RunnerState struct {
 
 func (x *RunnerState) Reset() {
 	*x = RunnerState{}
-	mi := &file_cure_proto_msgTypes[3]
+	mi := &file_cure_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -536,7 +601,7 @@ func (x *RunnerState) String() string {
 func (*RunnerState) ProtoMessage() {}
 
 func (x *RunnerState) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[3]
+	mi := &file_cure_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -549,7 +614,7 @@ func (x *RunnerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunnerState.ProtoReflect.Descriptor instead.
 func (*RunnerState) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{3}
+	return file_cure_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RunnerState) GetKind() RunnerState_Kind {
@@ -604,7 +669,7 @@ type Inventory struct {
 
 func (x *Inventory) Reset() {
 	*x = Inventory{}
-	mi := &file_cure_proto_msgTypes[4]
+	mi := &file_cure_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +681,7 @@ func (x *Inventory) String() string {
 func (*Inventory) ProtoMessage() {}
 
 func (x *Inventory) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[4]
+	mi := &file_cure_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +694,7 @@ func (x *Inventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inventory.ProtoReflect.Descriptor instead.
 func (*Inventory) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{4}
+	return file_cure_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Inventory) GetSystem() *SystemInfo {
@@ -743,7 +808,7 @@ type Processor struct {
 
 func (x *Processor) Reset() {
 	*x = Processor{}
-	mi := &file_cure_proto_msgTypes[5]
+	mi := &file_cure_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +820,7 @@ func (x *Processor) String() string {
 func (*Processor) ProtoMessage() {}
 
 func (x *Processor) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[5]
+	mi := &file_cure_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +833,7 @@ func (x *Processor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Processor.ProtoReflect.Descriptor instead.
 func (*Processor) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{5}
+	return file_cure_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Processor) GetId() uint32 {
@@ -822,7 +887,7 @@ type Dimm struct {
 
 func (x *Dimm) Reset() {
 	*x = Dimm{}
-	mi := &file_cure_proto_msgTypes[6]
+	mi := &file_cure_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +899,7 @@ func (x *Dimm) String() string {
 func (*Dimm) ProtoMessage() {}
 
 func (x *Dimm) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[6]
+	mi := &file_cure_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +912,7 @@ func (x *Dimm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dimm.ProtoReflect.Descriptor instead.
 func (*Dimm) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{6}
+	return file_cure_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Dimm) GetLocator() string {
@@ -919,7 +984,7 @@ type PciDevice struct {
 
 func (x *PciDevice) Reset() {
 	*x = PciDevice{}
-	mi := &file_cure_proto_msgTypes[7]
+	mi := &file_cure_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +996,7 @@ func (x *PciDevice) String() string {
 func (*PciDevice) ProtoMessage() {}
 
 func (x *PciDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[7]
+	mi := &file_cure_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1009,7 @@ func (x *PciDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PciDevice.ProtoReflect.Descriptor instead.
 func (*PciDevice) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{7}
+	return file_cure_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PciDevice) GetAddress() string {
@@ -993,7 +1058,7 @@ type NumaNode struct {
 
 func (x *NumaNode) Reset() {
 	*x = NumaNode{}
-	mi := &file_cure_proto_msgTypes[8]
+	mi := &file_cure_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1070,7 @@ func (x *NumaNode) String() string {
 func (*NumaNode) ProtoMessage() {}
 
 func (x *NumaNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[8]
+	mi := &file_cure_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1083,7 @@ func (x *NumaNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NumaNode.ProtoReflect.Descriptor instead.
 func (*NumaNode) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{8}
+	return file_cure_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NumaNode) GetId() uint32 {
@@ -1059,7 +1124,7 @@ type SystemInfo struct {
 
 func (x *SystemInfo) Reset() {
 	*x = SystemInfo{}
-	mi := &file_cure_proto_msgTypes[9]
+	mi := &file_cure_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1136,7 @@ func (x *SystemInfo) String() string {
 func (*SystemInfo) ProtoMessage() {}
 
 func (x *SystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[9]
+	mi := &file_cure_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1149,7 @@ func (x *SystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemInfo.ProtoReflect.Descriptor instead.
 func (*SystemInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{9}
+	return file_cure_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SystemInfo) GetVendor() string {
@@ -1165,7 +1230,7 @@ type NvmeController struct {
 
 func (x *NvmeController) Reset() {
 	*x = NvmeController{}
-	mi := &file_cure_proto_msgTypes[10]
+	mi := &file_cure_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1242,7 @@ func (x *NvmeController) String() string {
 func (*NvmeController) ProtoMessage() {}
 
 func (x *NvmeController) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[10]
+	mi := &file_cure_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1255,7 @@ func (x *NvmeController) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NvmeController.ProtoReflect.Descriptor instead.
 func (*NvmeController) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{10}
+	return file_cure_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NvmeController) GetName() string {
@@ -1261,7 +1326,7 @@ type NetInterface struct {
 
 func (x *NetInterface) Reset() {
 	*x = NetInterface{}
-	mi := &file_cure_proto_msgTypes[11]
+	mi := &file_cure_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1338,7 @@ func (x *NetInterface) String() string {
 func (*NetInterface) ProtoMessage() {}
 
 func (x *NetInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[11]
+	mi := &file_cure_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1351,7 @@ func (x *NetInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetInterface.ProtoReflect.Descriptor instead.
 func (*NetInterface) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{11}
+	return file_cure_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NetInterface) GetName() string {
@@ -1382,7 +1447,7 @@ type Gpu struct {
 
 func (x *Gpu) Reset() {
 	*x = Gpu{}
-	mi := &file_cure_proto_msgTypes[12]
+	mi := &file_cure_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1459,7 @@ func (x *Gpu) String() string {
 func (*Gpu) ProtoMessage() {}
 
 func (x *Gpu) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[12]
+	mi := &file_cure_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1472,7 @@ func (x *Gpu) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gpu.ProtoReflect.Descriptor instead.
 func (*Gpu) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{12}
+	return file_cure_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Gpu) GetIndex() uint32 {
@@ -1481,7 +1546,7 @@ type BlockDevice struct {
 
 func (x *BlockDevice) Reset() {
 	*x = BlockDevice{}
-	mi := &file_cure_proto_msgTypes[13]
+	mi := &file_cure_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1558,7 @@ func (x *BlockDevice) String() string {
 func (*BlockDevice) ProtoMessage() {}
 
 func (x *BlockDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[13]
+	mi := &file_cure_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1571,7 @@ func (x *BlockDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockDevice.ProtoReflect.Descriptor instead.
 func (*BlockDevice) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{13}
+	return file_cure_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BlockDevice) GetName() string {
@@ -1578,7 +1643,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_cure_proto_msgTypes[14]
+	mi := &file_cure_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +1655,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[14]
+	mi := &file_cure_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +1668,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{14}
+	return file_cure_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1728,7 +1793,7 @@ type PhaseStart struct {
 
 func (x *PhaseStart) Reset() {
 	*x = PhaseStart{}
-	mi := &file_cure_proto_msgTypes[15]
+	mi := &file_cure_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1805,7 @@ func (x *PhaseStart) String() string {
 func (*PhaseStart) ProtoMessage() {}
 
 func (x *PhaseStart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[15]
+	mi := &file_cure_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1818,7 @@ func (x *PhaseStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseStart.ProtoReflect.Descriptor instead.
 func (*PhaseStart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{15}
+	return file_cure_proto_rawDescGZIP(), []int{16}
 }
 
 type PhaseEnd struct {
@@ -1768,7 +1833,7 @@ type PhaseEnd struct {
 
 func (x *PhaseEnd) Reset() {
 	*x = PhaseEnd{}
-	mi := &file_cure_proto_msgTypes[16]
+	mi := &file_cure_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +1845,7 @@ func (x *PhaseEnd) String() string {
 func (*PhaseEnd) ProtoMessage() {}
 
 func (x *PhaseEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[16]
+	mi := &file_cure_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +1858,7 @@ func (x *PhaseEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseEnd.ProtoReflect.Descriptor instead.
 func (*PhaseEnd) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{16}
+	return file_cure_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PhaseEnd) GetStatus() PhaseStatus {
@@ -1838,7 +1903,7 @@ type Verdict struct {
 
 func (x *Verdict) Reset() {
 	*x = Verdict{}
-	mi := &file_cure_proto_msgTypes[17]
+	mi := &file_cure_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +1915,7 @@ func (x *Verdict) String() string {
 func (*Verdict) ProtoMessage() {}
 
 func (x *Verdict) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[17]
+	mi := &file_cure_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +1928,7 @@ func (x *Verdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Verdict.ProtoReflect.Descriptor instead.
 func (*Verdict) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{17}
+	return file_cure_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Verdict) GetComponent() string {
@@ -1919,7 +1984,7 @@ type Log struct {
 
 func (x *Log) Reset() {
 	*x = Log{}
-	mi := &file_cure_proto_msgTypes[18]
+	mi := &file_cure_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +1996,7 @@ func (x *Log) String() string {
 func (*Log) ProtoMessage() {}
 
 func (x *Log) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[18]
+	mi := &file_cure_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2009,7 @@ func (x *Log) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Log.ProtoReflect.Descriptor instead.
 func (*Log) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{18}
+	return file_cure_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Log) GetLevel() string {
@@ -1980,7 +2045,7 @@ type Metric struct {
 
 func (x *Metric) Reset() {
 	*x = Metric{}
-	mi := &file_cure_proto_msgTypes[19]
+	mi := &file_cure_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2057,7 @@ func (x *Metric) String() string {
 func (*Metric) ProtoMessage() {}
 
 func (x *Metric) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[19]
+	mi := &file_cure_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2070,7 @@ func (x *Metric) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metric.ProtoReflect.Descriptor instead.
 func (*Metric) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{19}
+	return file_cure_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Metric) GetName() string {
@@ -2052,7 +2117,7 @@ type CoordinatorMessage struct {
 
 func (x *CoordinatorMessage) Reset() {
 	*x = CoordinatorMessage{}
-	mi := &file_cure_proto_msgTypes[20]
+	mi := &file_cure_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2129,7 @@ func (x *CoordinatorMessage) String() string {
 func (*CoordinatorMessage) ProtoMessage() {}
 
 func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[20]
+	mi := &file_cure_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2142,7 @@ func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoordinatorMessage.ProtoReflect.Descriptor instead.
 func (*CoordinatorMessage) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{20}
+	return file_cure_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CoordinatorMessage) GetMsg() isCoordinatorMessage_Msg {
@@ -2191,7 +2256,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_cure_proto_msgTypes[21]
+	mi := &file_cure_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2268,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[21]
+	mi := &file_cure_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2281,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{21}
+	return file_cure_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Assignment) GetRunId() string {
@@ -2314,7 +2379,7 @@ type ResumeState struct {
 
 func (x *ResumeState) Reset() {
 	*x = ResumeState{}
-	mi := &file_cure_proto_msgTypes[22]
+	mi := &file_cure_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2391,7 @@ func (x *ResumeState) String() string {
 func (*ResumeState) ProtoMessage() {}
 
 func (x *ResumeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[22]
+	mi := &file_cure_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2404,7 @@ func (x *ResumeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeState.ProtoReflect.Descriptor instead.
 func (*ResumeState) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{22}
+	return file_cure_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ResumeState) GetPhaseReached() string {
@@ -2375,7 +2440,7 @@ type FirstBoot struct {
 
 func (x *FirstBoot) Reset() {
 	*x = FirstBoot{}
-	mi := &file_cure_proto_msgTypes[23]
+	mi := &file_cure_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2452,7 @@ func (x *FirstBoot) String() string {
 func (*FirstBoot) ProtoMessage() {}
 
 func (x *FirstBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[23]
+	mi := &file_cure_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2465,7 @@ func (x *FirstBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirstBoot.ProtoReflect.Descriptor instead.
 func (*FirstBoot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{23}
+	return file_cure_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FirstBoot) GetHostname() string {
@@ -2440,7 +2505,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_cure_proto_msgTypes[24]
+	mi := &file_cure_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2517,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[24]
+	mi := &file_cure_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2530,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{24}
+	return file_cure_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -2484,7 +2549,7 @@ type Idle struct {
 
 func (x *Idle) Reset() {
 	*x = Idle{}
-	mi := &file_cure_proto_msgTypes[25]
+	mi := &file_cure_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2561,7 @@ func (x *Idle) String() string {
 func (*Idle) ProtoMessage() {}
 
 func (x *Idle) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[25]
+	mi := &file_cure_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2574,7 @@ func (x *Idle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Idle.ProtoReflect.Descriptor instead.
 func (*Idle) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{25}
+	return file_cure_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Idle) GetReason() string {
@@ -2528,7 +2593,7 @@ type Reboot struct {
 
 func (x *Reboot) Reset() {
 	*x = Reboot{}
-	mi := &file_cure_proto_msgTypes[26]
+	mi := &file_cure_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2540,7 +2605,7 @@ func (x *Reboot) String() string {
 func (*Reboot) ProtoMessage() {}
 
 func (x *Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[26]
+	mi := &file_cure_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2553,7 +2618,7 @@ func (x *Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reboot.ProtoReflect.Descriptor instead.
 func (*Reboot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{26}
+	return file_cure_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Reboot) GetReason() string {
@@ -2572,7 +2637,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_cure_proto_msgTypes[27]
+	mi := &file_cure_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2584,7 +2649,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[27]
+	mi := &file_cure_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2597,7 +2662,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{27}
+	return file_cure_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Cancel) GetReason() string {
@@ -2622,7 +2687,7 @@ type ProvisionRequest struct {
 
 func (x *ProvisionRequest) Reset() {
 	*x = ProvisionRequest{}
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2699,7 @@ func (x *ProvisionRequest) String() string {
 func (*ProvisionRequest) ProtoMessage() {}
 
 func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2712,7 @@ func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionRequest.ProtoReflect.Descriptor instead.
 func (*ProvisionRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{28}
+	return file_cure_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ProvisionRequest) GetNodeIds() []string {
@@ -2696,7 +2761,7 @@ type ProvisionResponse struct {
 
 func (x *ProvisionResponse) Reset() {
 	*x = ProvisionResponse{}
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2708,7 +2773,7 @@ func (x *ProvisionResponse) String() string {
 func (*ProvisionResponse) ProtoMessage() {}
 
 func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2721,7 +2786,7 @@ func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionResponse.ProtoReflect.Descriptor instead.
 func (*ProvisionResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{29}
+	return file_cure_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ProvisionResponse) GetRuns() []*RunRef {
@@ -2761,7 +2826,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +2838,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +2851,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{30}
+	return file_cure_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Refusal) GetNodeId() string {
@@ -2829,7 +2894,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2841,7 +2906,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2854,7 +2919,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{31}
+	return file_cure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CancelRequest) GetNodeIds() []string {
@@ -2895,7 +2960,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +2972,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +2985,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{32}
+	return file_cure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CancelResponse) GetCanceled() []*RunRef {
@@ -2947,7 +3012,7 @@ type FleetRequest struct {
 
 func (x *FleetRequest) Reset() {
 	*x = FleetRequest{}
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3024,7 @@ func (x *FleetRequest) String() string {
 func (*FleetRequest) ProtoMessage() {}
 
 func (x *FleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3037,7 @@ func (x *FleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRequest.ProtoReflect.Descriptor instead.
 func (*FleetRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{33}
+	return file_cure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FleetRequest) GetSelector() map[string]string {
@@ -3004,7 +3069,7 @@ type FleetStatus struct {
 
 func (x *FleetStatus) Reset() {
 	*x = FleetStatus{}
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3016,7 +3081,7 @@ func (x *FleetStatus) String() string {
 func (*FleetStatus) ProtoMessage() {}
 
 func (x *FleetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3029,7 +3094,7 @@ func (x *FleetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetStatus.ProtoReflect.Descriptor instead.
 func (*FleetStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{34}
+	return file_cure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FleetStatus) GetNodes() int64 {
@@ -3095,7 +3160,7 @@ type FleetRun struct {
 
 func (x *FleetRun) Reset() {
 	*x = FleetRun{}
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3107,7 +3172,7 @@ func (x *FleetRun) String() string {
 func (*FleetRun) ProtoMessage() {}
 
 func (x *FleetRun) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3120,7 +3185,7 @@ func (x *FleetRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRun.ProtoReflect.Descriptor instead.
 func (*FleetRun) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{35}
+	return file_cure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FleetRun) GetNodeId() string {
@@ -3175,7 +3240,7 @@ type RunRef struct {
 
 func (x *RunRef) Reset() {
 	*x = RunRef{}
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3187,7 +3252,7 @@ func (x *RunRef) String() string {
 func (*RunRef) ProtoMessage() {}
 
 func (x *RunRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3200,7 +3265,7 @@ func (x *RunRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRef.ProtoReflect.Descriptor instead.
 func (*RunRef) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{36}
+	return file_cure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RunRef) GetRunId() string {
@@ -3228,7 +3293,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3240,7 +3305,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3253,7 +3318,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{37}
+	return file_cure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -3295,7 +3360,7 @@ type TimelineEntry struct {
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +3372,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +3385,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{38}
+	return file_cure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TimelineEntry) GetRunId() string {
@@ -3403,7 +3468,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3415,7 +3480,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3428,7 +3493,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{39}
+	return file_cure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReportRequest) GetRunId() string {
@@ -3468,7 +3533,7 @@ type RunReport struct {
 
 func (x *RunReport) Reset() {
 	*x = RunReport{}
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3545,7 @@ func (x *RunReport) String() string {
 func (*RunReport) ProtoMessage() {}
 
 func (x *RunReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3558,7 @@ func (x *RunReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReport.ProtoReflect.Descriptor instead.
 func (*RunReport) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{40}
+	return file_cure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RunReport) GetRunId() string {
@@ -3594,7 +3659,7 @@ type TimeBucket struct {
 
 func (x *TimeBucket) Reset() {
 	*x = TimeBucket{}
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3606,7 +3671,7 @@ func (x *TimeBucket) String() string {
 func (*TimeBucket) ProtoMessage() {}
 
 func (x *TimeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3619,7 +3684,7 @@ func (x *TimeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucket.ProtoReflect.Descriptor instead.
 func (*TimeBucket) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{41}
+	return file_cure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TimeBucket) GetName() string {
@@ -3668,7 +3733,7 @@ type TimeBucketsRequest struct {
 
 func (x *TimeBucketsRequest) Reset() {
 	*x = TimeBucketsRequest{}
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3680,7 +3745,7 @@ func (x *TimeBucketsRequest) String() string {
 func (*TimeBucketsRequest) ProtoMessage() {}
 
 func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3693,7 +3758,7 @@ func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketsRequest.ProtoReflect.Descriptor instead.
 func (*TimeBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{42}
+	return file_cure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TimeBucketsRequest) GetSelector() map[string]string {
@@ -3728,7 +3793,7 @@ type TimeBucketSummary struct {
 
 func (x *TimeBucketSummary) Reset() {
 	*x = TimeBucketSummary{}
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +3805,7 @@ func (x *TimeBucketSummary) String() string {
 func (*TimeBucketSummary) ProtoMessage() {}
 
 func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +3818,7 @@ func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketSummary.ProtoReflect.Descriptor instead.
 func (*TimeBucketSummary) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{43}
+	return file_cure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TimeBucketSummary) GetSkus() []*SkuTimeBuckets {
@@ -3789,7 +3854,7 @@ type SkuTimeBuckets struct {
 
 func (x *SkuTimeBuckets) Reset() {
 	*x = SkuTimeBuckets{}
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3801,7 +3866,7 @@ func (x *SkuTimeBuckets) String() string {
 func (*SkuTimeBuckets) ProtoMessage() {}
 
 func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3814,7 +3879,7 @@ func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkuTimeBuckets.ProtoReflect.Descriptor instead.
 func (*SkuTimeBuckets) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{44}
+	return file_cure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SkuTimeBuckets) GetSku() string {
@@ -3857,7 +3922,7 @@ type BucketStat struct {
 
 func (x *BucketStat) Reset() {
 	*x = BucketStat{}
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3869,7 +3934,7 @@ func (x *BucketStat) String() string {
 func (*BucketStat) ProtoMessage() {}
 
 func (x *BucketStat) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3882,7 +3947,7 @@ func (x *BucketStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketStat.ProtoReflect.Descriptor instead.
 func (*BucketStat) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{45}
+	return file_cure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *BucketStat) GetName() string {
@@ -3927,7 +3992,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3939,7 +4004,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3952,7 +4017,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{46}
+	return file_cure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -4007,7 +4072,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4019,7 +4084,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4032,7 +4097,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{47}
+	return file_cure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -4058,7 +4123,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4070,7 +4135,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4083,7 +4148,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{48}
+	return file_cure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -4105,7 +4170,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4117,7 +4182,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4130,7 +4195,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{49}
+	return file_cure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -4169,7 +4234,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4181,7 +4246,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4194,7 +4259,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{50}
+	return file_cure_proto_rawDescGZIP(), []int{51}
 }
 
 type ListNodesResponse struct {
@@ -4206,7 +4271,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4218,7 +4283,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4231,7 +4296,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{51}
+	return file_cure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -4256,7 +4321,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4268,7 +4333,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4281,7 +4346,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{52}
+	return file_cure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -4346,7 +4411,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4358,7 +4423,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4371,7 +4436,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{53}
+	return file_cure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -4428,7 +4493,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4440,7 +4505,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4453,7 +4518,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{54}
+	return file_cure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -4542,7 +4607,7 @@ type ListAuditLogResponse struct {
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4554,7 +4619,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4567,7 +4632,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{55}
+	return file_cure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -4594,7 +4659,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4606,7 +4671,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4619,7 +4684,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{56}
+	return file_cure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *NodeSpec) GetId() string {
@@ -4696,7 +4761,7 @@ type BMCSpec struct {
 
 func (x *BMCSpec) Reset() {
 	*x = BMCSpec{}
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4708,7 +4773,7 @@ func (x *BMCSpec) String() string {
 func (*BMCSpec) ProtoMessage() {}
 
 func (x *BMCSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4721,7 +4786,7 @@ func (x *BMCSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
 func (*BMCSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{57}
+	return file_cure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BMCSpec) GetUrl() string {
@@ -4777,7 +4842,7 @@ type AddNodesRequest struct {
 
 func (x *AddNodesRequest) Reset() {
 	*x = AddNodesRequest{}
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4789,7 +4854,7 @@ func (x *AddNodesRequest) String() string {
 func (*AddNodesRequest) ProtoMessage() {}
 
 func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4802,7 +4867,7 @@ func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
 func (*AddNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{58}
+	return file_cure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AddNodesRequest) GetNodes() []*NodeSpec {
@@ -4836,7 +4901,7 @@ type AddNodesResponse struct {
 
 func (x *AddNodesResponse) Reset() {
 	*x = AddNodesResponse{}
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4848,7 +4913,7 @@ func (x *AddNodesResponse) String() string {
 func (*AddNodesResponse) ProtoMessage() {}
 
 func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4861,7 +4926,7 @@ func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
 func (*AddNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{59}
+	return file_cure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AddNodesResponse) GetAdded() []string {
@@ -4887,7 +4952,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4899,7 +4964,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4912,7 +4977,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{60}
+	return file_cure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -4932,7 +4997,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4944,7 +5009,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4957,7 +5022,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{61}
+	return file_cure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -4985,7 +5050,7 @@ type LabelNodeRequest struct {
 
 func (x *LabelNodeRequest) Reset() {
 	*x = LabelNodeRequest{}
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4997,7 +5062,7 @@ func (x *LabelNodeRequest) String() string {
 func (*LabelNodeRequest) ProtoMessage() {}
 
 func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5010,7 +5075,7 @@ func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
 func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{62}
+	return file_cure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *LabelNodeRequest) GetNodeId() string {
@@ -5043,7 +5108,7 @@ type ShowNodeRequest struct {
 
 func (x *ShowNodeRequest) Reset() {
 	*x = ShowNodeRequest{}
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5055,7 +5120,7 @@ func (x *ShowNodeRequest) String() string {
 func (*ShowNodeRequest) ProtoMessage() {}
 
 func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5068,7 +5133,7 @@ func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{63}
+	return file_cure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ShowNodeRequest) GetNodeId() string {
@@ -5101,7 +5166,7 @@ type NodeDetail struct {
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5113,7 +5178,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5126,7 +5191,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{64}
+	return file_cure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -5250,7 +5315,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5262,7 +5327,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5275,7 +5340,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{65}
+	return file_cure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -5329,7 +5394,7 @@ const file_cure_proto_rawDesc = "" +
 	"\rRunnerMessage\x12&\n" +
 	"\x05hello\x18\x01 \x01(\v2\x0e.cure.v1.HelloH\x00R\x05hello\x12&\n" +
 	"\x05event\x18\x02 \x01(\v2\x0e.cure.v1.EventH\x00R\x05eventB\x05\n" +
-	"\x03msg\"\xae\x02\n" +
+	"\x03msg\"\xe3\x02\n" +
 	"\x05Hello\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x17\n" +
 	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x12-\n" +
@@ -5338,7 +5403,12 @@ const file_cure_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\v2\x14.cure.v1.RunnerStateR\x05state\x12%\n" +
 	"\x0erunner_version\x18\x06 \x01(\tR\rrunnerVersion\x12\x1b\n" +
 	"\tuptime_ms\x18\a \x01(\x03R\buptimeMs\x12%\n" +
-	"\x0esession_secret\x18\b \x01(\tR\rsessionSecret\"\x98\x01\n" +
+	"\x0esession_secret\x18\b \x01(\tR\rsessionSecret\x123\n" +
+	"\vboot_stages\x18\t \x03(\v2\x12.cure.v1.BootStageR\n" +
+	"bootStages\"<\n" +
+	"\tBootStage\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tuptime_ms\x18\x02 \x01(\x03R\buptimeMs\"\x98\x01\n" +
 	"\bIdentity\x12\x19\n" +
 	"\bboot_mac\x18\x01 \x01(\tR\abootMac\x12\x12\n" +
 	"\x04macs\x18\x02 \x03(\tR\x04macs\x12#\n" +
@@ -5862,7 +5932,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -5870,187 +5940,189 @@ var file_cure_proto_goTypes = []any{
 	(RunnerState_Kind)(0),        // 3: cure.v1.RunnerState.Kind
 	(*RunnerMessage)(nil),        // 4: cure.v1.RunnerMessage
 	(*Hello)(nil),                // 5: cure.v1.Hello
-	(*Identity)(nil),             // 6: cure.v1.Identity
-	(*RunnerState)(nil),          // 7: cure.v1.RunnerState
-	(*Inventory)(nil),            // 8: cure.v1.Inventory
-	(*Processor)(nil),            // 9: cure.v1.Processor
-	(*Dimm)(nil),                 // 10: cure.v1.Dimm
-	(*PciDevice)(nil),            // 11: cure.v1.PciDevice
-	(*NumaNode)(nil),             // 12: cure.v1.NumaNode
-	(*SystemInfo)(nil),           // 13: cure.v1.SystemInfo
-	(*NvmeController)(nil),       // 14: cure.v1.NvmeController
-	(*NetInterface)(nil),         // 15: cure.v1.NetInterface
-	(*Gpu)(nil),                  // 16: cure.v1.Gpu
-	(*BlockDevice)(nil),          // 17: cure.v1.BlockDevice
-	(*Event)(nil),                // 18: cure.v1.Event
-	(*PhaseStart)(nil),           // 19: cure.v1.PhaseStart
-	(*PhaseEnd)(nil),             // 20: cure.v1.PhaseEnd
-	(*Verdict)(nil),              // 21: cure.v1.Verdict
-	(*Log)(nil),                  // 22: cure.v1.Log
-	(*Metric)(nil),               // 23: cure.v1.Metric
-	(*CoordinatorMessage)(nil),   // 24: cure.v1.CoordinatorMessage
-	(*Assignment)(nil),           // 25: cure.v1.Assignment
-	(*ResumeState)(nil),          // 26: cure.v1.ResumeState
-	(*FirstBoot)(nil),            // 27: cure.v1.FirstBoot
-	(*Ack)(nil),                  // 28: cure.v1.Ack
-	(*Idle)(nil),                 // 29: cure.v1.Idle
-	(*Reboot)(nil),               // 30: cure.v1.Reboot
-	(*Cancel)(nil),               // 31: cure.v1.Cancel
-	(*ProvisionRequest)(nil),     // 32: cure.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),    // 33: cure.v1.ProvisionResponse
-	(*Refusal)(nil),              // 34: cure.v1.Refusal
-	(*CancelRequest)(nil),        // 35: cure.v1.CancelRequest
-	(*CancelResponse)(nil),       // 36: cure.v1.CancelResponse
-	(*FleetRequest)(nil),         // 37: cure.v1.FleetRequest
-	(*FleetStatus)(nil),          // 38: cure.v1.FleetStatus
-	(*FleetRun)(nil),             // 39: cure.v1.FleetRun
-	(*RunRef)(nil),               // 40: cure.v1.RunRef
-	(*WatchRequest)(nil),         // 41: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),        // 42: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),        // 43: cure.v1.ReportRequest
-	(*RunReport)(nil),            // 44: cure.v1.RunReport
-	(*TimeBucket)(nil),           // 45: cure.v1.TimeBucket
-	(*TimeBucketsRequest)(nil),   // 46: cure.v1.TimeBucketsRequest
-	(*TimeBucketSummary)(nil),    // 47: cure.v1.TimeBucketSummary
-	(*SkuTimeBuckets)(nil),       // 48: cure.v1.SkuTimeBuckets
-	(*BucketStat)(nil),           // 49: cure.v1.BucketStat
-	(*PhaseRecord)(nil),          // 50: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 51: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 52: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 53: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 54: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 55: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 56: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 57: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 58: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 59: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),             // 60: cure.v1.NodeSpec
-	(*BMCSpec)(nil),              // 61: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),      // 62: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),     // 63: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),    // 64: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),   // 65: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),     // 66: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),      // 67: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),           // 68: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),      // 69: cure.v1.InventoryRecord
-	nil,                          // 70: cure.v1.Log.AttrsEntry
-	nil,                          // 71: cure.v1.Metric.LabelsEntry
-	nil,                          // 72: cure.v1.Assignment.PsidsEntry
-	nil,                          // 73: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 74: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 75: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 76: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 77: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 78: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 79: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 80: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 81: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 82: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 83: cure.v1.NodeDetail.LabelsEntry
+	(*BootStage)(nil),            // 6: cure.v1.BootStage
+	(*Identity)(nil),             // 7: cure.v1.Identity
+	(*RunnerState)(nil),          // 8: cure.v1.RunnerState
+	(*Inventory)(nil),            // 9: cure.v1.Inventory
+	(*Processor)(nil),            // 10: cure.v1.Processor
+	(*Dimm)(nil),                 // 11: cure.v1.Dimm
+	(*PciDevice)(nil),            // 12: cure.v1.PciDevice
+	(*NumaNode)(nil),             // 13: cure.v1.NumaNode
+	(*SystemInfo)(nil),           // 14: cure.v1.SystemInfo
+	(*NvmeController)(nil),       // 15: cure.v1.NvmeController
+	(*NetInterface)(nil),         // 16: cure.v1.NetInterface
+	(*Gpu)(nil),                  // 17: cure.v1.Gpu
+	(*BlockDevice)(nil),          // 18: cure.v1.BlockDevice
+	(*Event)(nil),                // 19: cure.v1.Event
+	(*PhaseStart)(nil),           // 20: cure.v1.PhaseStart
+	(*PhaseEnd)(nil),             // 21: cure.v1.PhaseEnd
+	(*Verdict)(nil),              // 22: cure.v1.Verdict
+	(*Log)(nil),                  // 23: cure.v1.Log
+	(*Metric)(nil),               // 24: cure.v1.Metric
+	(*CoordinatorMessage)(nil),   // 25: cure.v1.CoordinatorMessage
+	(*Assignment)(nil),           // 26: cure.v1.Assignment
+	(*ResumeState)(nil),          // 27: cure.v1.ResumeState
+	(*FirstBoot)(nil),            // 28: cure.v1.FirstBoot
+	(*Ack)(nil),                  // 29: cure.v1.Ack
+	(*Idle)(nil),                 // 30: cure.v1.Idle
+	(*Reboot)(nil),               // 31: cure.v1.Reboot
+	(*Cancel)(nil),               // 32: cure.v1.Cancel
+	(*ProvisionRequest)(nil),     // 33: cure.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),    // 34: cure.v1.ProvisionResponse
+	(*Refusal)(nil),              // 35: cure.v1.Refusal
+	(*CancelRequest)(nil),        // 36: cure.v1.CancelRequest
+	(*CancelResponse)(nil),       // 37: cure.v1.CancelResponse
+	(*FleetRequest)(nil),         // 38: cure.v1.FleetRequest
+	(*FleetStatus)(nil),          // 39: cure.v1.FleetStatus
+	(*FleetRun)(nil),             // 40: cure.v1.FleetRun
+	(*RunRef)(nil),               // 41: cure.v1.RunRef
+	(*WatchRequest)(nil),         // 42: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),        // 43: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),        // 44: cure.v1.ReportRequest
+	(*RunReport)(nil),            // 45: cure.v1.RunReport
+	(*TimeBucket)(nil),           // 46: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),   // 47: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),    // 48: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),       // 49: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),           // 50: cure.v1.BucketStat
+	(*PhaseRecord)(nil),          // 51: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 52: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 53: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 54: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 55: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 56: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 57: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 58: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 59: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 60: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),             // 61: cure.v1.NodeSpec
+	(*BMCSpec)(nil),              // 62: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),      // 63: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),     // 64: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),    // 65: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),   // 66: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),     // 67: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),      // 68: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),           // 69: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),      // 70: cure.v1.InventoryRecord
+	nil,                          // 71: cure.v1.Log.AttrsEntry
+	nil,                          // 72: cure.v1.Metric.LabelsEntry
+	nil,                          // 73: cure.v1.Assignment.PsidsEntry
+	nil,                          // 74: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 75: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 76: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 77: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 78: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 79: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 80: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 81: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 82: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 83: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 84: cure.v1.NodeDetail.LabelsEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,  // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
-	18, // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
-	6,  // 2: cure.v1.Hello.identity:type_name -> cure.v1.Identity
-	8,  // 3: cure.v1.Hello.inventory:type_name -> cure.v1.Inventory
-	7,  // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
-	3,  // 5: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
-	13, // 6: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
-	14, // 7: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
-	15, // 8: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
-	16, // 9: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
-	17, // 10: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
-	9,  // 11: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
-	10, // 12: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
-	11, // 13: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
-	12, // 14: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
-	19, // 15: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
-	20, // 16: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
-	21, // 17: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
-	22, // 18: cure.v1.Event.log:type_name -> cure.v1.Log
-	23, // 19: cure.v1.Event.metric:type_name -> cure.v1.Metric
-	2,  // 20: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
-	1,  // 21: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	70, // 22: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	71, // 23: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
-	25, // 24: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
-	28, // 25: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
-	29, // 26: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
-	30, // 27: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
-	31, // 28: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
-	0,  // 29: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
-	26, // 30: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
-	27, // 31: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	72, // 32: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
-	0,  // 33: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	73, // 34: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
-	40, // 35: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	34, // 36: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	74, // 37: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
-	40, // 38: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
-	34, // 39: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	75, // 40: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	76, // 41: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	77, // 42: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
-	39, // 43: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	78, // 44: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
-	21, // 45: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
-	0,  // 46: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	50, // 47: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
-	21, // 48: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	69, // 49: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	45, // 50: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	45, // 51: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	79, // 52: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	48, // 53: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	49, // 54: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	49, // 55: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
-	53, // 56: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	21, // 57: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	56, // 58: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	58, // 59: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	80, // 60: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	61, // 61: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	81, // 62: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	60, // 63: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	82, // 64: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	83, // 65: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	69, // 66: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	8,  // 67: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	4,  // 68: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	32, // 69: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	41, // 70: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	43, // 71: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	54, // 72: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	51, // 73: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	57, // 74: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	35, // 75: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	37, // 76: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	62, // 77: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	64, // 78: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	66, // 79: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	67, // 80: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	46, // 81: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	24, // 82: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	33, // 83: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	42, // 84: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	44, // 85: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	55, // 86: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	52, // 87: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	59, // 88: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	36, // 89: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	38, // 90: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	63, // 91: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	65, // 92: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	68, // 93: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	68, // 94: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	47, // 95: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	82, // [82:96] is the sub-list for method output_type
-	68, // [68:82] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	19, // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
+	7,  // 2: cure.v1.Hello.identity:type_name -> cure.v1.Identity
+	9,  // 3: cure.v1.Hello.inventory:type_name -> cure.v1.Inventory
+	8,  // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
+	6,  // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
+	3,  // 6: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
+	14, // 7: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
+	15, // 8: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
+	16, // 9: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
+	17, // 10: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
+	18, // 11: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
+	10, // 12: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
+	11, // 13: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
+	12, // 14: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
+	13, // 15: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
+	20, // 16: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
+	21, // 17: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
+	22, // 18: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
+	23, // 19: cure.v1.Event.log:type_name -> cure.v1.Log
+	24, // 20: cure.v1.Event.metric:type_name -> cure.v1.Metric
+	2,  // 21: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
+	1,  // 22: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
+	71, // 23: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	72, // 24: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	26, // 25: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
+	29, // 26: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
+	30, // 27: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
+	31, // 28: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
+	32, // 29: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
+	0,  // 30: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
+	27, // 31: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
+	28, // 32: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
+	73, // 33: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	0,  // 34: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
+	74, // 35: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	41, // 36: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	35, // 37: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
+	75, // 38: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	41, // 39: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
+	35, // 40: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
+	76, // 41: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	77, // 42: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	78, // 43: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	40, // 44: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
+	79, // 45: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	22, // 46: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
+	0,  // 47: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
+	51, // 48: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	22, // 49: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
+	70, // 50: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	46, // 51: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	46, // 52: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	80, // 53: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	49, // 54: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	50, // 55: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	50, // 56: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	54, // 57: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	22, // 58: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	57, // 59: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	59, // 60: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	81, // 61: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	62, // 62: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	82, // 63: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	61, // 64: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	83, // 65: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	84, // 66: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	70, // 67: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	9,  // 68: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	4,  // 69: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	33, // 70: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	42, // 71: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	44, // 72: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	55, // 73: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	52, // 74: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	58, // 75: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	36, // 76: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	38, // 77: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	63, // 78: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	65, // 79: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	67, // 80: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	68, // 81: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	47, // 82: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	25, // 83: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	34, // 84: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	43, // 85: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	45, // 86: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	56, // 87: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	53, // 88: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	60, // 89: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	37, // 90: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	39, // 91: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	64, // 92: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	66, // 93: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	69, // 94: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	69, // 95: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	48, // 96: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	83, // [83:97] is the sub-list for method output_type
+	69, // [69:83] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -6062,14 +6134,14 @@ func file_cure_proto_init() {
 		(*RunnerMessage_Hello)(nil),
 		(*RunnerMessage_Event)(nil),
 	}
-	file_cure_proto_msgTypes[14].OneofWrappers = []any{
+	file_cure_proto_msgTypes[15].OneofWrappers = []any{
 		(*Event_PhaseStart)(nil),
 		(*Event_PhaseEnd)(nil),
 		(*Event_Verdict)(nil),
 		(*Event_Log)(nil),
 		(*Event_Metric)(nil),
 	}
-	file_cure_proto_msgTypes[20].OneofWrappers = []any{
+	file_cure_proto_msgTypes[21].OneofWrappers = []any{
 		(*CoordinatorMessage_Assignment)(nil),
 		(*CoordinatorMessage_Ack)(nil),
 		(*CoordinatorMessage_Idle)(nil),
@@ -6082,7 +6154,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   80,
+			NumMessages:   81,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -97,6 +97,7 @@ type Metrics struct {
 	commitDuration   prometheus.Histogram
 	commitOps        prometheus.Histogram
 	webhooks         *prometheus.CounterVec
+	bootStage        *prometheus.HistogramVec
 
 	nodes *nodeMetrics
 }
@@ -145,12 +146,15 @@ func New(o Options) *Metrics {
 		Help: "Store group-commit transactions, BEGIN to COMMIT done.", Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}})
 	m.commitOps = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "store_commit_writes",
 		Help: "Writes per store commit (group commit batch size).", Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}})
+	m.bootStage = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "boot_stage_seconds",
+		Help:    "Time a CURE boot spent reaching each stage from the previous one the runner reported; stage=\"total\" is the guest uptime at the last (registration).",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60}}, []string{"stage"})
 	m.webhooks = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "webhook_deliveries_total",
 		Help: "Webhook delivery attempts, by result (delivered, retried, failed, dropped)."}, []string{"result"})
 	m.nodes = newNodeMetrics(o)
 	for _, c := range []prometheus.Collector{m.runsStarted, m.runsEnded, m.runsActive, m.phaseDuration, m.runReboots, m.retries,
 		m.redfishDuration, m.redfishErrors, m.redfishRetries, m.runnersConnected, m.runnerSessions, m.eventLag, m.artifactBytes,
-		m.commitDuration, m.commitOps, m.webhooks, m.nodes,
+		m.commitDuration, m.commitOps, m.webhooks, m.bootStage, m.nodes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}

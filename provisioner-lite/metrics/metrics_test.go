@@ -115,7 +115,7 @@ func TestGrafanaDashboardUsesKnownMetrics(t *testing.T) {
 	ch := make(chan *prometheus.Desc, 64)
 	go func() {
 		for _, c := range []prometheus.Collector{m.runsStarted, m.runsEnded, m.runsActive, m.phaseDuration, m.runReboots, m.retries, m.redfishDuration,
-			m.redfishErrors, m.redfishRetries, m.runnersConnected, m.runnerSessions, m.eventLag, m.artifactBytes, m.commitDuration, m.commitOps, m.webhooks, m.nodes} {
+			m.redfishErrors, m.redfishRetries, m.runnersConnected, m.runnerSessions, m.eventLag, m.artifactBytes, m.commitDuration, m.commitOps, m.webhooks, m.bootStage, m.nodes} {
 			c.Describe(ch)
 		}
 		close(ch)

@@ -143,6 +143,10 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 			hello.GetRunnerVersion()), maxMessage),
 	})
 	log.Info("runner connected", "state", st.GetKind().String(), "uptime_ms", hello.GetUptimeMs())
+	if steps := metrics.BootSteps(hello.GetBootStages()); len(steps) > 0 {
+		s.Metrics.BootStages(steps)
+		log.Info("runner boot timeline", "stages", metrics.FormatBootSteps(steps))
+	}
 	s.storeInventory(ctx, sess, hello.GetInventory(), peerIP, log)
 	s.Hub.Attach(sess)
 	defer func() {

@@ -35,6 +35,7 @@ type NetworkOptions struct {
 	DHCPTimeout    time.Duration // one DHCP exchange (default 5s)
 	DHCPRetries    int           // per attempt (default 3)
 	Attempts       int           // whole link-up+DHCP attempts (default 5)
+	OnCarrier      func()        // called when a link has carrier, before DHCP (the boot timeline's link_up)
 }
 
 func (o *NetworkOptions) defaults() {
@@ -107,6 +108,8 @@ func configureOnce(ctx context.Context, log *slog.Logger, o NetworkOptions) (*Le
 		// Some drivers never report carrier; try DHCP everywhere rather than give up.
 		log.Warn("no link reported carrier; trying DHCP on all links", "waited", o.CarrierTimeout)
 		withCarrier = links
+	} else if o.OnCarrier != nil {
+		o.OnCarrier()
 	}
 	names := make([]string, 0, len(withCarrier))
 	for _, l := range withCarrier {

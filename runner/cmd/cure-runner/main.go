@@ -51,6 +51,8 @@ type options struct {
 }
 
 func main() {
+	timeline := boot.NewTimeline()
+	timeline.Mark(boot.StageRunnerStarted)
 	var o options
 	flag.BoolVar(&o.dryRun, "dry-run", false, "local testing: no mounts, no module loading, no network configuration, never write a disk, never reboot; exit on fatal errors")
 	flag.StringVar(&o.root, "sysroot", "/", "filesystem root holding sys/, proc/ and dev/ (a fixture tree for local testing)")
@@ -60,7 +62,7 @@ func main() {
 	flag.Parse()
 
 	console := openConsole(o.dryRun)
-	r := &runner{opt: o, console: console, procRoot: filepath.Join(o.root, "proc")}
+	r := &runner{opt: o, console: console, procRoot: filepath.Join(o.root, "proc"), timeline: timeline}
 	r.log = slog.New(slog.NewTextHandler(console, &slog.HandlerOptions{Level: &r.level}))
 	slog.SetDefault(r.log)
 	r.run(context.Background())
@@ -86,6 +88,7 @@ type runner struct {
 	level    slog.LevelVar
 	procRoot string
 	cmd      boot.Cmdline
+	timeline *boot.Timeline
 }
 
 // say prints one greppable line on the console (the e2e tests wait for them).
@@ -147,6 +150,16 @@ func (r *runner) run(ctx context.Context) {
 			r.log.Warn("mounting pseudo filesystems", "err", err)
 		}
 	}
+	if !r.opt.dryRun {
+		// The kernel's own stages (initramfs unpack, /init) are in its log.
+		if st, err := boot.ReadKernelStages("/dev/kmsg"); err != nil {
+			r.log.Warn("boot timeline: kernel stages unavailable", "err", err)
+		} else {
+			for _, s := range st {
+				r.timeline.Add(s)
+			}
+		}
+	}
 	for {
 		if err := r.readCmdline(); err != nil {
 			r.fatal("cmdline", err)
@@ -162,9 +175,12 @@ func (r *runner) run(ctx context.Context) {
 	if !r.opt.dryRun {
 		r.loadModules(ctx)
 	}
+	r.timeline.Mark(boot.StageModulesLoaded)
 	lease := r.network(ctx)
+	r.timeline.Mark(boot.StageDHCPBound)
 
 	inv, id := r.inventory(ctx, lease)
+	r.timeline.Mark(boot.StageInventoryDone)
 	var conn *grpc.ClientConn
 	for {
 		var err error
@@ -235,7 +251,9 @@ func (r *runner) network(ctx context.Context) *boot.Lease {
 	}
 	for {
 		nctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-		lease, err := boot.ConfigureNetwork(nctx, r.log)
+		lease, err := boot.ConfigureNetwork(nctx, r.log, boot.NetworkOptions{
+			OnCarrier: func() { r.timeline.Mark(boot.StageLinkUp) },
+		})
 		cancel()
 		if err == nil {
 			r.say("network up iface=%s ip=%s", lease.Iface, lease.IP)
@@ -272,13 +290,25 @@ func (r *runner) newAgent(inv *curev1.Inventory, id *curev1.Identity, conn *grpc
 		r.log.Warn("boot id unavailable", "err", err)
 	}
 	var a *agent.Agent
+	var firstHello sync.Once
 	sess := transport.NewSession(conn, func() *curev1.Hello {
 		var up int64
 		if u, err := transport.Uptime(r.procRoot); err == nil {
 			up = u.Milliseconds()
 		}
+		// The session calls this once the connection is ready, just
+		// before sending: the first call closes the boot timeline.
+		// Only the boot's first Hello carries the timeline, so a reconnect
+		// is not counted as another boot.
+		var stages []*curev1.BootStage
+		firstHello.Do(func() {
+			r.timeline.Mark(boot.StageConnected)
+			r.timeline.Add(boot.Stage{Name: boot.StageHelloSent, Uptime: time.Duration(up) * time.Millisecond})
+			r.say("boot timeline %s", r.timeline)
+			stages = bootStages(r.timeline)
+		})
 		return &curev1.Hello{Token: r.cmd.Token, BootId: bootID, Identity: id, Inventory: inv,
-			State: a.State(), RunnerVersion: runnerVersion(), UptimeMs: up}
+			State: a.State(), RunnerVersion: runnerVersion(), UptimeMs: up, BootStages: stages}
 	}, transport.SessionOptions{Log: r.log})
 
 	var rb agent.Rebooter = agent.SystemRebooter{}
@@ -346,6 +376,16 @@ func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 		cfg.GPUDriver = driver.Seams{}
 	}
 	return cfg
+}
+
+// bootStages is the timeline in the Hello's form.
+func bootStages(t *boot.Timeline) []*curev1.BootStage {
+	st := t.Stages()
+	out := make([]*curev1.BootStage, 0, len(st))
+	for _, s := range st {
+		out = append(out, &curev1.BootStage{Name: s.Name, UptimeMs: s.Uptime.Milliseconds()})
+	}
+	return out
 }
 
 type dryRebooter struct{}

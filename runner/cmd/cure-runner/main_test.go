@@ -122,7 +122,9 @@ func TestDryRunWiring(t *testing.T) {
 	var cmu sync.Mutex
 	r := &runner{opt: options{dryRun: true, root: root, caFile: caFile}, console: lockedWriter{&cmu, &console},
 		log: slog.New(slog.NewTextHandler(io.Discard, nil)), procRoot: filepath.Join(root, "proc"),
-		cmd: boot.ParseCmdline("cure.coordinator=" + lis.Addr().String() + " cure.token=tok cure.node=node-1")}
+		cmd:      boot.ParseCmdline("cure.coordinator=" + lis.Addr().String() + " cure.token=tok cure.node=node-1"),
+		timeline: boot.NewTimeline()}
+	r.timeline.Add(boot.Stage{Name: boot.StageInitStarted, Uptime: 2 * time.Second})
 	inv, id := r.inventory(context.Background(), &boot.Lease{MAC: "52:54:00:00:00:01"})
 	conn, err := transport.Dial(r.cmd.Coordinator, caFile)
 	if err != nil {
@@ -145,6 +147,21 @@ func TestDryRunWiring(t *testing.T) {
 		h.GetIdentity().GetSystemSerial() != "SN1" || len(h.GetInventory().GetNvme()) != 1 {
 		t.Errorf("hello = %v", h)
 	}
+	// The first Hello carries the boot timeline: the kernel's stage added
+	// above, then connected and hello_sent (the fixture's uptime).
+	got := map[string]int64{}
+	for _, st := range h.GetBootStages() {
+		got[st.GetName()] = st.GetUptimeMs()
+	}
+	if got[boot.StageInitStarted] != 2000 || got[boot.StageHelloSent] != 12500 || got[boot.StageConnected] <= 0 {
+		t.Errorf("hello boot stages = %v", h.GetBootStages())
+	}
+	cmu.Lock()
+	consoleText := console.String()
+	cmu.Unlock()
+	if !strings.Contains(consoleText, "CURE-RUNNER: boot timeline ") {
+		t.Errorf("console lacks the boot timeline line:\n%s", consoleText)
+	}
 	var kinds []string
 	for i, ev := range co.events {
 		if ev.Seq != uint64(i+1) {
@@ -163,12 +180,9 @@ func TestDryRunWiring(t *testing.T) {
 	if got := strings.Join(kinds, " "); got != want {
 		t.Errorf("events\n got %s\nwant %s", got, want)
 	}
-	cmu.Lock()
-	out := console.String()
-	cmu.Unlock()
 	for _, line := range []string{"CURE-RUNNER: registered node=node-1 uptime=12.5s", "CURE-RUNNER: phase nvme done status=PHASE_SKIPPED", "CURE-RUNNER: phase nic done status=PHASE_SKIPPED"} {
-		if !strings.Contains(out, line) {
-			t.Errorf("console lacks %q:\n%s", line, out)
+		if !strings.Contains(consoleText, line) {
+			t.Errorf("console lacks %q:\n%s", line, consoleText)
 		}
 	}
 }
