@@ -7,7 +7,8 @@ const (
 	BootStageInitramfsUnpacked    = "initramfs_unpacked"     // kernel: "Freeing initrd memory"
 	BootStageInitStarted          = "init_started"           // kernel: "Run /init as init process"
 	BootStageRunnerStarted        = "runner_started"         // the runner's main(), after u-root's init and Go's start
-	BootStageModulesLoaded        = "modules_loaded"         // drivers for the devices present
+	BootStageNetDriversLoaded     = "net_drivers_loaded"     // drivers for the network devices present
+	BootStageModulesLoaded        = "modules_loaded"         // drivers for all the devices present
 	BootStageLinkUp               = "link_up"                // a NIC reports carrier
 	BootStageDHCPBound            = "dhcp_bound"             // lease configured
 	BootStageInventoryDone        = "inventory_done"
@@ -15,9 +16,12 @@ const (
 	BootStageHelloSent            = "hello_sent" // registered, as the coordinator sees it
 )
 
-// BootStageNames lists the boot stages in boot order.
+// BootStageNames lists the boot stages in the order a boot usually reaches
+// them. Some run side by side (storage drivers load during DHCP, the TLS
+// handshake runs beside the inventory), so a boot may reach them in another
+// order: reports sort by time.
 var BootStageNames = []string{
 	BootStageInitramfsUnpackStart, BootStageInitramfsUnpacked, BootStageInitStarted, BootStageRunnerStarted,
-	BootStageModulesLoaded, BootStageLinkUp, BootStageDHCPBound, BootStageInventoryDone, BootStageConnected,
-	BootStageHelloSent,
+	BootStageNetDriversLoaded, BootStageLinkUp, BootStageDHCPBound, BootStageModulesLoaded, BootStageConnected,
+	BootStageInventoryDone, BootStageHelloSent,
 }

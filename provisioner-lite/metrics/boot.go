@@ -1,7 +1,9 @@
 package metrics
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,34 +25,48 @@ type BootStep struct {
 	Took   time.Duration
 }
 
-// BootSteps checks a Hello's boot stages and returns them in boot order
-// with the time each took. The list is the runner's word: only known stage
-// names count (each once, the first), uptimes outside [0, 1h] and stages
-// reported before the one preceding them are dropped, and an overlong list
-// is ignored whole. Nothing is decided on it; it feeds a metric and a log.
+// BootSteps checks a Hello's boot stages and returns them in the order they
+// were reached (uptime; equal times in BootStageNames order) with the time
+// each took since the one before. The list is the runner's word: only known
+// stage names count (each once, the first), uptimes outside [0, 1h] are
+// dropped, and an overlong list is ignored whole. Nothing is decided on it;
+// it feeds a metric and a log.
 func BootSteps(stages []*curev1.BootStage) []BootStep {
 	if len(stages) > maxBootStages {
 		return nil
 	}
+	known := map[string]int{}
+	for i, n := range curev1.BootStageNames {
+		known[n] = i
+	}
 	at := map[string]time.Duration{}
 	for _, s := range stages {
-		d := time.Duration(s.GetUptimeMs()) * time.Millisecond
-		if s.GetUptimeMs() < 0 || d > maxBootUptime {
+		if _, ok := known[s.GetName()]; !ok {
 			continue
 		}
+		// Bounds checked in milliseconds: converting first could overflow.
+		if ms := s.GetUptimeMs(); ms < 0 || ms > maxBootUptime.Milliseconds() {
+			continue
+		}
+		d := time.Duration(s.GetUptimeMs()) * time.Millisecond
 		if _, dup := at[s.GetName()]; !dup {
 			at[s.GetName()] = d
 		}
 	}
-	var out []BootStep
-	var prev time.Duration
-	for _, name := range curev1.BootStageNames {
-		d, ok := at[name]
-		if !ok || d < prev {
-			continue
+	out := make([]BootStep, 0, len(at))
+	for name, d := range at {
+		out = append(out, BootStep{Stage: name, Uptime: d})
+	}
+	slices.SortFunc(out, func(a, b BootStep) int {
+		if c := cmp.Compare(a.Uptime, b.Uptime); c != 0 {
+			return c
 		}
-		out = append(out, BootStep{Stage: name, Uptime: d, Took: d - prev})
-		prev = d
+		return cmp.Compare(known[a.Stage], known[b.Stage])
+	})
+	var prev time.Duration
+	for i := range out {
+		out[i].Took = out[i].Uptime - prev
+		prev = out[i].Uptime
 	}
 	return out
 }

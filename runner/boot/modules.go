@@ -10,8 +10,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/u-root/u-root/pkg/kmodule"
@@ -54,11 +56,13 @@ func (KernelLoader) Load(p string) error {
 }
 
 type moduleOptions struct {
-	loader   Loader
-	always   []string
-	rounds   int
-	settle   time.Duration
-	procRoot string
+	loader    Loader
+	always    []string
+	rounds    int
+	settle    time.Duration
+	procRoot  string
+	parallel  int
+	onNetwork func()
 }
 
 // ModuleOption tunes LoadModulesForDevices.
@@ -68,30 +72,53 @@ type ModuleOption func(*moduleOptions)
 func WithLoader(l Loader) ModuleOption { return func(o *moduleOptions) { o.loader = l } }
 
 // WithAlwaysLoad names modules loaded whatever the devices (vfat, nls_*...):
-// filesystems have no modalias.
+// filesystems have no modalias. They load after the network drivers.
 func WithAlwaysLoad(names ...string) ModuleOption {
 	return func(o *moduleOptions) { o.always = append(o.always, names...) }
 }
 
-// WithSettle sets the pause between rounds, so devices created by the modules
-// of one round (virtio_pci creates virtio devices) show up for the next.
+// WithSettle sets the pause before the last look for new devices, for
+// drivers that probe asynchronously (libata scans its ports after
+// returning, and its disks then want sd_mod).
 func WithSettle(d time.Duration) ModuleOption { return func(o *moduleOptions) { o.settle = d } }
 
 // WithProcRoot points at the proc filesystem used to skip already loaded
 // modules ("" disables the check).
 func WithProcRoot(p string) ModuleOption { return func(o *moduleOptions) { o.procRoot = p } }
 
+// WithParallel sets how many modules load at once (default 4). Signature
+// checks, relocation and the drivers' probes run in the caller's context,
+// so independent modules load faster side by side.
+func WithParallel(n int) ModuleOption { return func(o *moduleOptions) { o.parallel = max(1, n) } }
+
+// WithNetworkFirst loads the drivers of network devices (and of the devices
+// those drivers create, virtio_pci's virtio-net) before anything else, then
+// calls f, so the caller can bring the network up while storage and
+// filesystem modules still load. f is called exactly once, also when
+// loading stops early.
+func WithNetworkFirst(f func()) ModuleOption { return func(o *moduleOptions) { o.onNetwork = f } }
+
 // LoadModulesForDevices loads the modules every device under
 // <sysRoot>/bus/*/devices/*/modalias asks for, according to
 // <modulesDir>/modules.alias, with their dependencies from modules.dep,
-// and repeats until a round loads nothing new. It returns the names of
-// the modules it loaded, in load order. A module that fails to load is
-// logged and reported in the joined error; the others still load.
+// independent modules in parallel and each after its dependencies. It looks
+// again right after each round (probes create devices: virtio_pci's virtio
+// devices) and once more after a settle, and stops when that finds nothing
+// new. It returns the names of the modules it loaded, each after its
+// dependencies. A module that fails to load is logged and reported in the
+// joined error; the others still load.
 func LoadModulesForDevices(ctx context.Context, sysRoot, modulesDir string, log *slog.Logger, opts ...ModuleOption) ([]string, error) {
-	o := moduleOptions{loader: KernelLoader{}, rounds: 10, settle: 200 * time.Millisecond, procRoot: "/proc"}
+	o := moduleOptions{loader: KernelLoader{}, rounds: 10, settle: 200 * time.Millisecond, procRoot: "/proc", parallel: 4}
 	for _, f := range opts {
 		f(&o)
 	}
+	var notified sync.Once
+	notifyNetwork := func() {
+		if o.onNetwork != nil {
+			notified.Do(o.onNetwork)
+		}
+	}
+	defer notifyNetwork()
 	if log == nil {
 		log = slog.Default()
 	}
@@ -109,46 +136,191 @@ func LoadModulesForDevices(ctx context.Context, sysRoot, modulesDir string, log 
 	}
 	var loaded []string
 	var errs []error
-	load := func(name, why string) {
-		l, err := db.loadWithDeps(o.loader, name, nil)
-		for _, n := range l {
-			log.Info("loaded kernel module", "module", n, "for", why)
-		}
+	load := func(want map[string]string) {
+		l, e := db.loadSet(o.loader, want, o.parallel, log)
 		loaded = append(loaded, l...)
-		if err != nil {
-			log.Warn("kernel module failed to load", "module", name, "for", why, "err", err)
-			errs = append(errs, err)
-		}
+		errs = append(errs, e...)
 	}
-	for _, n := range o.always {
-		load(normalizeModName(n), "always")
-	}
-	for round := 0; round < o.rounds; round++ {
-		if err := ctx.Err(); err != nil {
-			return loaded, errors.Join(append(errs, fmt.Errorf("loading modules: %w", err))...)
-		}
+	// pending returns the modules the devices present want and that were
+	// not tried yet, each with the modalias that wants it.
+	pending := func(only func(string) bool) (map[string]string, error) {
 		aliases, err := readModaliases(sysRoot)
 		if err != nil {
-			return loaded, errors.Join(append(errs, err)...)
+			return nil, err
 		}
-		before := len(db.done)
+		want := map[string]string{}
 		for _, a := range aliases {
+			if only != nil && !only(a) {
+				continue
+			}
 			for _, m := range db.match(a) {
-				if !db.done[m] {
-					load(m, a)
+				if _, seen := want[m]; !seen && !db.done[m] {
+					want[m] = a
 				}
 			}
 		}
-		log.Debug("module round done", "round", round, "modaliases", len(aliases), "loaded_total", len(loaded))
-		if len(db.done) == before {
+		return want, nil
+	}
+	stop := func(err error) ([]string, error) {
+		return loaded, errors.Join(append(errs, err)...)
+	}
+
+	if o.onNetwork != nil {
+		for round := 0; round < o.rounds; round++ {
+			if err := ctx.Err(); err != nil {
+				return stop(fmt.Errorf("loading modules: %w", err))
+			}
+			want, err := pending(isNetworkModalias)
+			if err != nil {
+				return stop(err)
+			}
+			if len(want) == 0 {
+				break
+			}
+			load(want)
+		}
+		notifyNetwork()
+	}
+	always := map[string]string{}
+	for _, n := range o.always {
+		always[normalizeModName(n)] = "always"
+	}
+	load(always)
+	settled := false
+	for round := 0; round < o.rounds; round++ {
+		if err := ctx.Err(); err != nil {
+			return stop(fmt.Errorf("loading modules: %w", err))
+		}
+		want, err := pending(nil)
+		if err != nil {
+			return stop(err)
+		}
+		log.Debug("module round", "round", round, "pending", len(want), "loaded_total", len(loaded))
+		if len(want) > 0 {
+			load(want)
+			settled = false
+			continue // look again at once: the probes just run may have made devices
+		}
+		if settled {
 			break
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(o.settle):
 		}
+		settled = true
 	}
 	return loaded, errors.Join(errs...)
+}
+
+// isNetworkModalias reports whether a modalias is a network controller's:
+// PCI base class 02, or a virtio network device (id 1).
+func isNetworkModalias(a string) bool {
+	if rest, ok := strings.CutPrefix(a, "pci:"); ok {
+		// pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X: hex digits are
+		// upper case, so "bc" is only ever the base-class field.
+		_, class, found := strings.Cut(rest, "bc")
+		return found && strings.HasPrefix(class, "02")
+	}
+	return strings.HasPrefix(a, "virtio:d00000001v")
+}
+
+// loadSet loads the modules in want (name → why) and their dependencies
+// not tried yet: each after its dependencies, up to par at once. A module
+// whose dependency failed is not tried. It returns the modules loaded, in
+// completion order (so each after its dependencies), and the errors.
+func (db *moduleDB) loadSet(l Loader, want map[string]string, par int, log *slog.Logger) ([]string, []error) {
+	names := make([]string, 0, len(want))
+	for n := range want {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	// Depth-first: the closure in dependency order, cycles refused.
+	type node struct {
+		name, why string
+		deps      []string
+		done      chan struct{}
+		ok        bool
+	}
+	nodes := map[string]*node{}
+	var order []*node
+	var errs []error
+	var visit func(name, why string, stack []string) bool
+	visit = func(name, why string, stack []string) bool {
+		if db.done[name] {
+			return true
+		}
+		if _, ok := nodes[name]; ok {
+			return true
+		}
+		if slices.Contains(stack, name) {
+			errs = append(errs, fmt.Errorf("module dependency cycle: %s -> %s", strings.Join(stack, " -> "), name))
+			return false
+		}
+		if _, ok := db.files[name]; !ok {
+			db.done[name] = true
+			errs = append(errs, fmt.Errorf("module %s: not in %s", name, filepath.Join(db.dir, "modules.dep")))
+			log.Warn("kernel module failed to load", "module", name, "for", why, "err", "not in modules.dep")
+			return false
+		}
+		for _, d := range db.deps[name] {
+			if !visit(d, "dependency of "+name, append(stack, name)) {
+				db.done[name] = true
+				errs = append(errs, fmt.Errorf("module %s: dependency %s cannot load", name, d))
+				return false
+			}
+		}
+		n := &node{name: name, why: why, deps: db.deps[name], done: make(chan struct{})}
+		nodes[name] = n
+		order = append(order, n)
+		return true
+	}
+	for _, n := range names {
+		visit(n, want[n], nil)
+	}
+	for _, n := range order {
+		db.done[n.name] = true
+	}
+
+	sem := make(chan struct{}, max(1, par))
+	var mu sync.Mutex
+	var loaded []string
+	var wg sync.WaitGroup
+	for _, n := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(n.done)
+			for _, d := range n.deps {
+				dn, inSet := nodes[d]
+				if !inSet {
+					continue // loaded before, built in, or already running
+				}
+				<-dn.done
+				if !dn.ok {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("module %s: dependency %s did not load", n.name, d))
+					mu.Unlock()
+					return
+				}
+			}
+			sem <- struct{}{}
+			err := l.Load(db.files[n.name])
+			<-sem
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				log.Warn("kernel module failed to load", "module", n.name, "for", n.why, "err", err)
+				errs = append(errs, fmt.Errorf("module %s: %w", n.name, err))
+				return
+			}
+			n.ok = true
+			log.Info("loaded kernel module", "module", n.name, "for", n.why)
+			loaded = append(loaded, n.name)
+		}()
+	}
+	wg.Wait()
+	return loaded, errs
 }
 
 // moduleDB is modules.alias + modules.dep + modules.builtin of one kernel.

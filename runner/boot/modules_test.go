@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -16,8 +18,13 @@ import (
 type fakeLoader struct {
 	t       *testing.T
 	sysRoot string
+	mu      sync.Mutex
 	loaded  []string
 	fail    map[string]bool
+	// netDone is set when the network-first callback ran: loads after it
+	// are recorded in afterNet.
+	netDone  bool
+	afterNet []string
 }
 
 func (f *fakeLoader) Load(p string) error {
@@ -25,7 +32,12 @@ func (f *fakeLoader) Load(p string) error {
 	if f.fail[name] {
 		return errors.New("simulated finit_module failure")
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.loaded = append(f.loaded, name)
+	if f.netDone {
+		f.afterNet = append(f.afterNet, name)
+	}
 	if name == "virtio_pci" {
 		writeFile(f.t, filepath.Join(f.sysRoot, "bus/virtio/devices/virtio0/modalias"), "virtio:d00000001v00001AF4\n")
 	}
@@ -72,22 +84,117 @@ func fixture(t *testing.T) (sysRoot, modDir string) {
 	return sysRoot, modDir
 }
 
+// fixtureDeps is the fixture's modules.dep as name → dependencies.
+var fixtureDeps = map[string][]string{
+	"virtio_pci":   {"virtio_pci_modern_dev", "virtio_ring", "virtio"},
+	"net_failover": {"failover"},
+	"virtio_net":   {"net_failover", "virtio_ring", "virtio"},
+	"nvme":         {"nvme_core"},
+	"vfat":         {"fat"},
+}
+
+// checkDepOrder fails unless every module in order comes after its
+// dependencies that are also in order.
+func checkDepOrder(t *testing.T, order []string) {
+	t.Helper()
+	pos := map[string]int{}
+	for i, m := range order {
+		pos[m] = i
+	}
+	for m, deps := range fixtureDeps {
+		for _, d := range deps {
+			pm, okm := pos[m]
+			pd, okd := pos[d]
+			if okm && okd && pd > pm {
+				t.Errorf("%s loaded before its dependency %s: %v", m, d, order)
+			}
+		}
+	}
+}
+
 func TestLoadModulesForDevices(t *testing.T) {
+	for _, par := range []int{1, 4} {
+		sysRoot, modDir := fixture(t)
+		fl := &fakeLoader{t: t, sysRoot: sysRoot}
+		got, err := LoadModulesForDevices(context.Background(), sysRoot, modDir, nil,
+			WithLoader(fl), WithAlwaysLoad("vfat"), WithSettle(time.Millisecond), WithProcRoot(""), WithParallel(par))
+		if err != nil {
+			t.Fatalf("LoadModulesForDevices: %v", err)
+		}
+		// Every module once, dependencies before dependants; virtio_net
+		// only after virtio_pci created its device.
+		want := []string{"fat", "vfat", "virtio_pci_modern_dev", "virtio_ring", "virtio", "virtio_pci", "nvme_core", "nvme", "failover", "net_failover", "virtio_net"}
+		if !reflect.DeepEqual(sorted(got), sorted(want)) {
+			t.Errorf("parallel %d: loaded\n got %v\nwant %v", par, got, want)
+		}
+		if !reflect.DeepEqual(fl.loaded, got) {
+			t.Errorf("parallel %d: loader saw %v, reported %v", par, fl.loaded, got)
+		}
+		checkDepOrder(t, got)
+	}
+}
+
+// With the network first, the NIC's drivers (and virtio_net, which only
+// appears once virtio_pci made its device) load before the callback, and
+// storage and filesystems after it.
+func TestLoadModulesNetworkFirst(t *testing.T) {
 	sysRoot, modDir := fixture(t)
 	fl := &fakeLoader{t: t, sysRoot: sysRoot}
+	calls := 0
 	got, err := LoadModulesForDevices(context.Background(), sysRoot, modDir, nil,
-		WithLoader(fl), WithAlwaysLoad("vfat"), WithSettle(time.Millisecond), WithProcRoot(""))
+		WithLoader(fl), WithAlwaysLoad("vfat"), WithSettle(time.Millisecond), WithProcRoot(""),
+		WithNetworkFirst(func() {
+			calls++
+			fl.mu.Lock()
+			defer fl.mu.Unlock()
+			fl.netDone = true
+			if !slices.Contains(fl.loaded, "virtio_net") {
+				t.Errorf("network callback before virtio_net loaded: %v", fl.loaded)
+			}
+		}))
 	if err != nil {
-		t.Fatalf("LoadModulesForDevices: %v", err)
+		t.Fatal(err)
 	}
-	// Dependencies before dependants; virtio_net only after virtio_pci created its device.
-	want := []string{"fat", "vfat", "virtio_pci_modern_dev", "virtio_ring", "virtio", "virtio_pci", "nvme_core", "nvme", "failover", "net_failover", "virtio_net"}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("loaded\n got %v\nwant %v", got, want)
+	if calls != 1 {
+		t.Fatalf("network callback ran %d times", calls)
 	}
-	if !reflect.DeepEqual(fl.loaded, want) {
-		t.Errorf("loader saw %v", fl.loaded)
+	if want := []string{"fat", "nvme", "nvme_core", "vfat"}; !reflect.DeepEqual(sorted(fl.afterNet), want) {
+		t.Errorf("after the network callback loaded %v, want %v", fl.afterNet, want)
 	}
+	checkDepOrder(t, got)
+}
+
+// The network callback runs also when loading cannot start.
+func TestLoadModulesNetworkFirstCalledOnError(t *testing.T) {
+	called := false
+	_, err := LoadModulesForDevices(context.Background(), t.TempDir(), t.TempDir(), nil, WithNetworkFirst(func() { called = true }))
+	if err == nil || !called {
+		t.Fatalf("err %v, called %v", err, called)
+	}
+}
+
+func TestIsNetworkModalias(t *testing.T) {
+	for a, want := range map[string]bool{
+		"pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00": true,  // virtio-net
+		"pci:v000015B3d0000101Dsv000015B3sd00000047bc02sc00i00": true,  // ConnectX-6 Dx
+		"pci:v000015B3d0000A2D6sv000015B3sd00000061bc02sc00i00": true,  // BlueField-2 (network class)
+		"pci:v00001B36d00000010sv00001AF4sd00001100bc01sc08i02": false, // NVMe
+		"pci:v000010DEd00002330sv000010DEsd00001626bc03sc02i00": false, // H100
+		"virtio:d00000001v00001AF4":                             true,
+		"virtio:d00000004v00001AF4":                             false, // rng
+		"virtio:d00000010v00001AF4":                             false,
+		"acpi:PNP0303:":                                         false,
+	} {
+		if got := isNetworkModalias(a); got != want {
+			t.Errorf("isNetworkModalias(%s) = %v, want %v", a, got, want)
+		}
+	}
+}
+
+func sorted(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
 }
 
 func TestLoadModulesSkipsLoadedAndBuiltin(t *testing.T) {
@@ -102,9 +209,10 @@ func TestLoadModulesSkipsLoadedAndBuiltin(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"virtio_pci_modern_dev", "virtio_pci", "failover", "net_failover", "virtio_net"}
-	if !reflect.DeepEqual(got, want) {
+	if !reflect.DeepEqual(sorted(got), sorted(want)) {
 		t.Errorf("loaded %v, want %v", got, want)
 	}
+	checkDepOrder(t, got)
 }
 
 func TestLoadModulesFailureIsReportedOthersLoad(t *testing.T) {
@@ -120,7 +228,7 @@ func TestLoadModulesFailureIsReportedOthersLoad(t *testing.T) {
 			t.Errorf("%s reported loaded although its load failed", m)
 		}
 	}
-	if got[len(got)-1] != "virtio_net" {
+	if !slices.Contains(got, "virtio_net") {
 		t.Errorf("virtio chain did not load after nvme failure: %v", got)
 	}
 }

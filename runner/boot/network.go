@@ -179,23 +179,51 @@ func candidateLinks() ([]netlink.Link, error) {
 	return out, nil
 }
 
-// waitCarrier polls until at least one link has carrier, then gives the
-// others a short grace period, and returns those with carrier.
+// lowerUpSettle is how long a link must show carrier (IFF_LOWER_UP) before
+// it counts without the operational state (IFF_RUNNING). The kernel sets
+// IFF_RUNNING from its link watcher, which batches non-urgent events up to
+// a second: a NIC whose carrier came on during probe (virtio-net) sits up
+// to a second with carrier and working queues, not yet "running". A carrier
+// that comes on after the link was set up is an urgent event, activated
+// within milliseconds; the settle covers that gap, so the first DHCP
+// DISCOVER is not sent into a queue not yet active.
+const lowerUpSettle = 50 * time.Millisecond
+
+// linkReady is the readiness rule for one link: running, or carrier for at
+// least lowerUpSettle. carrierSince is when carrier was first seen (zero if
+// never) and is updated.
+func linkReady(flags uint32, now time.Time, carrierSince *time.Time) bool {
+	if flags&unix.IFF_RUNNING != 0 {
+		return true
+	}
+	if flags&unix.IFF_LOWER_UP == 0 {
+		*carrierSince = time.Time{}
+		return false
+	}
+	if carrierSince.IsZero() {
+		*carrierSince = now
+	}
+	return now.Sub(*carrierSince) >= lowerUpSettle
+}
+
+// waitCarrier polls until at least one link is ready (linkReady), then
+// gives the others a short grace period, and returns those ready.
 func waitCarrier(ctx context.Context, links []netlink.Link, timeout time.Duration) []netlink.Link {
 	deadline := time.Now().Add(timeout)
 	var grace time.Time
+	since := make([]time.Time, len(links))
 	for {
 		var up []netlink.Link
-		for _, l := range links {
+		now := time.Now()
+		for i, l := range links {
 			cur, err := netlink.LinkByIndex(l.Attrs().Index)
 			if err != nil {
 				continue
 			}
-			if cur.Attrs().RawFlags&unix.IFF_RUNNING != 0 {
+			if linkReady(cur.Attrs().RawFlags, now, &since[i]) {
 				up = append(up, cur)
 			}
 		}
-		now := time.Now()
 		if len(up) == len(links) || now.After(deadline) || (!grace.IsZero() && now.After(grace)) {
 			return up
 		}
@@ -205,7 +233,7 @@ func waitCarrier(ctx context.Context, links []netlink.Link, timeout time.Duratio
 		select {
 		case <-ctx.Done():
 			return up
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

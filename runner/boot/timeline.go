@@ -21,6 +21,7 @@ const (
 	StageInitramfsUnpacked    = curev1.BootStageInitramfsUnpacked
 	StageInitStarted          = curev1.BootStageInitStarted
 	StageRunnerStarted        = curev1.BootStageRunnerStarted
+	StageNetDriversLoaded     = curev1.BootStageNetDriversLoaded
 	StageModulesLoaded        = curev1.BootStageModulesLoaded
 	StageLinkUp               = curev1.BootStageLinkUp
 	StageDHCPBound            = curev1.BootStageDHCPBound

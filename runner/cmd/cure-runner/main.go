@@ -31,6 +31,7 @@ import (
 	"github.com/cure-oss/cure/tools/gpu/driver"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -172,15 +173,25 @@ func (r *runner) run(ctx context.Context) {
 	}
 	r.log.Info("kernel command line", "coordinator", r.cmd.Coordinator, "node", r.cmd.Node, "http", r.cmd.HTTP, "debug", r.cmd.Debug)
 
-	if !r.opt.dryRun {
-		r.loadModules(ctx)
-	}
-	r.timeline.Mark(boot.StageModulesLoaded)
+	// The NIC's drivers load first; the network comes up while storage
+	// and filesystem modules still load, and the inventory waits for all.
+	netDrivers, modulesDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(modulesDone)
+		if r.opt.dryRun {
+			close(netDrivers)
+			return
+		}
+		r.loadModules(ctx, func() {
+			r.timeline.Mark(boot.StageNetDriversLoaded)
+			close(netDrivers)
+		})
+	}()
+	<-netDrivers
 	lease := r.network(ctx)
 	r.timeline.Mark(boot.StageDHCPBound)
 
-	inv, id := r.inventory(ctx, lease)
-	r.timeline.Mark(boot.StageInventoryDone)
+	// The TLS handshake with the coordinator runs beside the inventory.
 	var conn *grpc.ClientConn
 	for {
 		var err error
@@ -189,6 +200,12 @@ func (r *runner) run(ctx context.Context) {
 		}
 		r.fatal("dial", err)
 	}
+	go r.markConnected(ctx, conn)
+
+	<-modulesDone
+	r.timeline.Mark(boot.StageModulesLoaded)
+	inv, id := r.inventory(ctx, lease)
+	r.timeline.Mark(boot.StageInventoryDone)
 	a, sess := r.newAgent(inv, id, conn)
 	go sess.Run(ctx) // reconnects forever; one session per boot keeps seqs unique
 	for {
@@ -226,15 +243,34 @@ func (r *runner) modulesDir() (string, error) {
 	return filepath.Join("/lib/modules", unix.ByteSliceToString(u.Release[:])), nil
 }
 
-func (r *runner) loadModules(ctx context.Context) {
+// markConnected starts the connection to the coordinator and marks the
+// boot timeline's connected stage when it is ready (the session's Hello
+// then goes out on it at once).
+func (r *runner) markConnected(ctx context.Context, conn *grpc.ClientConn) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn.Connect()
+	for s := conn.GetState(); s != connectivity.Ready; s = conn.GetState() {
+		if !conn.WaitForStateChange(ctx, s) {
+			return
+		}
+	}
+	r.timeline.Mark(boot.StageConnected)
+}
+
+// loadModules loads the drivers of the devices present; onNetwork runs once
+// the network devices' drivers are in.
+func (r *runner) loadModules(ctx context.Context, onNetwork func()) {
 	dir, err := r.modulesDir()
 	if err != nil {
 		r.log.Error("kernel modules", "err", err)
+		onNetwork()
 		return
 	}
 	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	loaded, err := boot.LoadModulesForDevices(mctx, filepath.Join(r.opt.root, "sys"), dir, r.log, boot.WithAlwaysLoad(alwaysModules...))
+	loaded, err := boot.LoadModulesForDevices(mctx, filepath.Join(r.opt.root, "sys"), dir, r.log,
+		boot.WithAlwaysLoad(alwaysModules...), boot.WithNetworkFirst(onNetwork))
 	if err != nil {
 		// A missing driver shows up later as a missing NIC or disk, with
 		// its own error; carry on with what loaded.
@@ -302,8 +338,8 @@ func (r *runner) newAgent(inv *curev1.Inventory, id *curev1.Identity, conn *grpc
 		// is not counted as another boot.
 		var stages []*curev1.BootStage
 		firstHello.Do(func() {
-			r.timeline.Mark(boot.StageConnected)
-			r.timeline.Add(boot.Stage{Name: boot.StageHelloSent, Uptime: time.Duration(up) * time.Millisecond})
+			r.timeline.Mark(boot.StageConnected) // unless markConnected saw it first
+			r.timeline.Mark(boot.StageHelloSent)
 			r.say("boot timeline %s", r.timeline)
 			stages = bootStages(r.timeline)
 		})

@@ -148,12 +148,12 @@ func TestDryRunWiring(t *testing.T) {
 		t.Errorf("hello = %v", h)
 	}
 	// The first Hello carries the boot timeline: the kernel's stage added
-	// above, then connected and hello_sent (the fixture's uptime).
+	// above, then connected and hello_sent.
 	got := map[string]int64{}
 	for _, st := range h.GetBootStages() {
 		got[st.GetName()] = st.GetUptimeMs()
 	}
-	if got[boot.StageInitStarted] != 2000 || got[boot.StageHelloSent] != 12500 || got[boot.StageConnected] <= 0 {
+	if got[boot.StageInitStarted] != 2000 || got[boot.StageConnected] <= 0 || got[boot.StageHelloSent] < got[boot.StageConnected] {
 		t.Errorf("hello boot stages = %v", h.GetBootStages())
 	}
 	cmu.Lock()
