@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
 	"github.com/u-root/u-root/pkg/dhclient"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -119,11 +121,7 @@ func configureOnce(ctx context.Context, log *slog.Logger, o NetworkOptions) (*Le
 
 	dctx, cancel := context.WithTimeout(ctx, time.Duration(o.DHCPRetries+1)*o.DHCPTimeout+5*time.Second)
 	defer cancel()
-	results := dhclient.SendRequests(dctx, withCarrier, true, false, dhclient.Config{
-		Timeout:  o.DHCPTimeout,
-		Retries:  o.DHCPRetries,
-		LogLevel: dhclient.LogInfo,
-	}, o.CarrierTimeout)
+	results := requestLeases(dctx, withCarrier, o, log)
 	var errs []error
 	for r := range results {
 		if r.Err != nil {
@@ -145,6 +143,57 @@ func configureOnce(ctx context.Context, log *slog.Logger, o NetworkOptions) (*Le
 		return lease, nil
 	}
 	return nil, fmt.Errorf("DHCPv4 on %v: %w", names, errors.Join(errs...))
+}
+
+// dhcpResult is one link's DHCPv4 outcome.
+type dhcpResult struct {
+	Interface netlink.Link
+	Lease     *dhclient.Packet4
+	Err       error
+}
+
+// requestLeases runs DHCPv4 on every link at once and sends each outcome on
+// the returned channel, closed when all are done. Unlike u-root's
+// dhclient.SendRequests it does not wait for the operational state
+// (IFF_RUNNING, up to a second behind carrier): waitCarrier has already
+// decided the links are usable.
+func requestLeases(ctx context.Context, links []netlink.Link, o NetworkOptions, log *slog.Logger) <-chan dhcpResult {
+	out := make(chan dhcpResult, len(links))
+	var wg sync.WaitGroup
+	for _, l := range links {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := requestLease(ctx, l, o, log)
+			out <- dhcpResult{Interface: l, Lease: p, Err: err}
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(out)
+	}()
+	return out
+}
+
+// requestLease is one DISCOVER/OFFER/REQUEST/ACK exchange on one link, with
+// the options u-root's client sends (class "PXE UROOT", subnet mask,
+// netboot options), so DHCP servers see the same client as before.
+func requestLease(ctx context.Context, l netlink.Link, o NetworkOptions, log *slog.Logger) (*dhclient.Packet4, error) {
+	name := l.Attrs().Name
+	c, err := nclient4.New(name, nclient4.WithTimeout(o.DHCPTimeout), nclient4.WithRetry(o.DHCPRetries))
+	if err != nil {
+		return nil, fmt.Errorf("DHCPv4 client on %s: %w", name, err)
+	}
+	defer c.Close()
+	lease, err := c.Request(ctx,
+		dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXE UROOT")),
+		dhcpv4.WithRequestedOptions(dhcpv4.OptionSubnetMask),
+		dhcpv4.WithNetboot)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("got DHCPv4 lease", "iface", name, "ip", lease.ACK.YourIPAddr.String(), "server", lease.ACK.ServerIdentifier().String())
+	return dhclient.NewPacket4(l, lease.ACK), nil
 }
 
 func leaseFromACK(iface string, mac net.HardwareAddr, ack *dhcpv4.DHCPv4) *Lease {
