@@ -63,6 +63,7 @@ type moduleOptions struct {
 	procRoot  string
 	parallel  int
 	onNetwork func()
+	onDevices func()
 }
 
 // ModuleOption tunes LoadModulesForDevices.
@@ -98,6 +99,13 @@ func WithParallel(n int) ModuleOption { return func(o *moduleOptions) { o.parall
 // loading stops early.
 func WithNetworkFirst(f func()) ModuleOption { return func(o *moduleOptions) { o.onNetwork = f } }
 
+// WithDevicesLoaded calls f, once, as soon as a look right after loading
+// finds no device still wanting a module: the drivers of every device
+// present at boot are in. Loading then goes on with the settle and the last
+// look (for devices that asynchronous probes add later) without holding up
+// the caller. f is also called when loading stops early.
+func WithDevicesLoaded(f func()) ModuleOption { return func(o *moduleOptions) { o.onDevices = f } }
+
 // LoadModulesForDevices loads the modules every device under
 // <sysRoot>/bus/*/devices/*/modalias asks for, according to
 // <modulesDir>/modules.alias, with their dependencies from modules.dep,
@@ -119,6 +127,13 @@ func LoadModulesForDevices(ctx context.Context, sysRoot, modulesDir string, log 
 		}
 	}
 	defer notifyNetwork()
+	var devicesNotified sync.Once
+	notifyDevices := func() {
+		if o.onDevices != nil {
+			devicesNotified.Do(o.onDevices)
+		}
+	}
+	defer notifyDevices()
 	if log == nil {
 		log = slog.Default()
 	}
@@ -204,6 +219,7 @@ func LoadModulesForDevices(ctx context.Context, sysRoot, modulesDir string, log 
 		if settled {
 			break
 		}
+		notifyDevices()
 		select {
 		case <-ctx.Done():
 		case <-time.After(o.settle):

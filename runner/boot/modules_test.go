@@ -267,3 +267,35 @@ func TestLoadModuleByName(t *testing.T) {
 		t.Errorf("unknown module: %v", err)
 	}
 }
+
+// The devices-loaded callback runs once, after every module the fixture's
+// devices want and before the settle: a settle far longer than the test
+// would take shows it is not waited for.
+func TestLoadModulesDevicesLoadedBeforeSettle(t *testing.T) {
+	sysRoot, modDir := fixture(t)
+	fl := &fakeLoader{t: t, sysRoot: sysRoot}
+	called := make(chan []string, 2)
+	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); <-done }()
+	go func() {
+		defer close(done)
+		_, _ = LoadModulesForDevices(ctx, sysRoot, modDir, nil,
+			WithLoader(fl), WithSettle(time.Hour), WithProcRoot(""),
+			WithDevicesLoaded(func() {
+				fl.mu.Lock()
+				defer fl.mu.Unlock()
+				called <- slices.Clone(fl.loaded)
+			}))
+	}()
+	got := <-called
+	want := []string{"failover", "net_failover", "nvme", "nvme_core", "virtio", "virtio_net", "virtio_pci", "virtio_pci_modern_dev", "virtio_ring"}
+	if !reflect.DeepEqual(sorted(got), want) {
+		t.Fatalf("at the callback loaded %v, want %v", got, want)
+	}
+	select {
+	case <-done:
+		t.Fatal("returned before the settle")
+	default:
+	}
+}

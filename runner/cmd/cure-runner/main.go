@@ -177,15 +177,15 @@ func (r *runner) run(ctx context.Context) {
 	// and filesystem modules still load, and the inventory waits for all.
 	netDrivers, modulesDone := make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(modulesDone)
 		if r.opt.dryRun {
 			close(netDrivers)
+			close(modulesDone)
 			return
 		}
 		r.loadModules(ctx, func() {
 			r.timeline.Mark(boot.StageNetDriversLoaded)
 			close(netDrivers)
-		})
+		}, func() { close(modulesDone) })
 	}()
 	<-netDrivers
 	lease := r.network(ctx)
@@ -259,18 +259,20 @@ func (r *runner) markConnected(ctx context.Context, conn *grpc.ClientConn) {
 }
 
 // loadModules loads the drivers of the devices present; onNetwork runs once
-// the network devices' drivers are in.
-func (r *runner) loadModules(ctx context.Context, onNetwork func()) {
+// the network devices' drivers are in, onDevices once every present
+// device's are (the settle for late devices goes on after it).
+func (r *runner) loadModules(ctx context.Context, onNetwork, onDevices func()) {
 	dir, err := r.modulesDir()
 	if err != nil {
 		r.log.Error("kernel modules", "err", err)
 		onNetwork()
+		onDevices()
 		return
 	}
 	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	loaded, err := boot.LoadModulesForDevices(mctx, filepath.Join(r.opt.root, "sys"), dir, r.log,
-		boot.WithAlwaysLoad(alwaysModules...), boot.WithNetworkFirst(onNetwork))
+		boot.WithAlwaysLoad(alwaysModules...), boot.WithNetworkFirst(onNetwork), boot.WithDevicesLoaded(onDevices))
 	if err != nil {
 		// A missing driver shows up later as a missing NIC or disk, with
 		// its own error; carry on with what loaded.
