@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/big"
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -16,7 +15,7 @@ import (
 type ByteSize int64
 
 // decimalRE keeps big.Rat from accepting "0x10", "1e3" or "1/2".
-var decimalRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
+var decimalRE = lazyRegexp(`^[0-9]+(\.[0-9]+)?$`)
 
 var byteUnits = []struct {
 	name string

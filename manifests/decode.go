@@ -5,7 +5,6 @@ import (
 	"math"
 	"net/url"
 	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -330,13 +329,13 @@ func (f *fields) seq(key string, required bool) []*yaml.Node {
 
 // Syntax checks shared by several fields.
 var (
-	nameRE       = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$`)
-	sha256RE     = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	formatRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9.+-]*$`)
-	vendorIDRE   = regexp.MustCompile(`^0x[0-9a-fA-F]{4}$`)
-	psidRE       = regexp.MustCompile(`^[A-Za-z0-9_]{1,16}$`)
-	attributeRE  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*$`)
-	kernelNameRE = regexp.MustCompile(`^[a-z][a-z0-9]*$`)
+	nameRE       = lazyRegexp(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$`)
+	sha256RE     = lazyRegexp(`^[0-9a-f]{64}$`)
+	formatRE     = lazyRegexp(`^[a-z0-9][a-z0-9.+-]*$`)
+	vendorIDRE   = lazyRegexp(`^0x[0-9a-fA-F]{4}$`)
+	psidRE       = lazyRegexp(`^[A-Za-z0-9_]{1,16}$`)
+	attributeRE  = lazyRegexp(`^[A-Za-z][A-Za-z0-9_]*$`)
+	kernelNameRE = lazyRegexp(`^[a-z][a-z0-9]*$`)
 )
 
 func (d *decoder) checkName(v *yaml.Node, p, s string) {

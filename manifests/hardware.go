@@ -1,8 +1,6 @@
 package manifests
 
 import (
-	"regexp"
-
 	"gopkg.in/yaml.v3"
 )
 
@@ -79,11 +77,11 @@ type NVMeSpec struct {
 }
 
 var (
-	pciIDRE   = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{4}$`)
-	pciAddrRE = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
+	pciIDRE   = lazyRegexp(`^[0-9a-f]{4}:[0-9a-f]{4}$`)
+	pciAddrRE = lazyRegexp(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
 	// locatorRE: SMBIOS strings are free text; refuse only what cannot be a
 	// slot name and would make component ids unreadable.
-	locatorRE = regexp.MustCompile(`^[\x21-\x7e]([\x20-\x7e]{0,62}[\x21-\x7e])?$`)
+	locatorRE = lazyRegexp(`^[\x21-\x7e]([\x20-\x7e]{0,62}[\x21-\x7e])?$`)
 )
 
 // Limits keep a typo ("count: 80000") from reading as an expectation.
@@ -224,7 +222,7 @@ func (d *decoder) pciAddresses(f *fields, p string) []string {
 
 // uniqueList reads the optional string list key of f: every item matches
 // re (else the error says it "<bad>") and names a thing once.
-func (d *decoder) uniqueList(f *fields, p, key, what string, re *regexp.Regexp, bad string) []string {
+func (d *decoder) uniqueList(f *fields, p, key, what string, re lazyRE, bad string) []string {
 	var out []string
 	seen := map[string]int{}
 	for i, item := range f.seq(key, false) {

@@ -2,14 +2,13 @@ package manifests
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"unicode/utf8"
 )
 
 var (
-	placeholderRE = regexp.MustCompile(`\{\{\s*\.([A-Za-z0-9_]+)\s*\}\}`)
-	hostLabelRE   = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	placeholderRE = lazyRegexp(`\{\{\s*\.([A-Za-z0-9_]+)\s*\}\}`)
+	hostLabelRE   = lazyRegexp(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 )
 
 // RenderHostname expands the hostname template with a node's id and serial

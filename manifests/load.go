@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -114,7 +113,7 @@ func single(name string, data []byte) (*yaml.Node, *FieldError) {
 	return doc.Content[0], nil
 }
 
-var yamlLineRE = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
+var yamlLineRE = lazyRegexp(`^(?:yaml: )?line (\d+): (.*)$`)
 
 // syntaxError turns "yaml: line 7: did not find expected key" into a
 // FieldError on line 7.

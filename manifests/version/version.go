@@ -38,6 +38,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // dateRE is a release date as BMCs print it beside a version.
@@ -50,29 +51,37 @@ const coreRE = `([vV]?[0-9A-Za-z][A-Za-z0-9._+()-]*)`
 // spacedForms are the whitespace-carrying forms vendors report. Each
 // yields a family (may be empty), the core version and an optional build
 // number; the core then goes through the strict parser.
-var spacedForms = []struct {
+// Compiled on first use: the runner's busybox starts twice per boot and
+// every package-level regexp is paid at each start.
+var spacedForms = sync.OnceValue(func() []spacedForm {
+	return []spacedForm{
+		// "U46 v2.10 (03/14/2024)", "P79 v1.45", "iLO 5 v2.72", "TGBT42S 2.83 2023-07-05".
+		{"FAMILY vX.Y [DATE]", regexp.MustCompile(`^([A-Za-z][A-Za-z0-9]*(?:[ \t]+[0-9]+)?)[ \t]+([vV]?[0-9][A-Za-z0-9._+-]*)(?:[ \t]+` + dateRE + `)?$`), 1, 2, 0},
+		// "2.55 Oct 01 2021", "1.4 08/04/2023".
+		{"X.Y DATE", regexp.MustCompile(`^` + coreRE + `[ \t]+` + dateRE + `$`), 0, 1, 0},
+		// "11.2.0 Build 44".
+		{"X.Y Build N", regexp.MustCompile(`^` + coreRE + `[ \t]+[Bb]uild[ \t]+([0-9]+)$`), 0, 1, 2},
+		// Supermicro's BIOS: "BIOS Date: 08/04/2023 Ver 1.4".
+		{"BIOS Date: DATE Ver X.Y", regexp.MustCompile(`^BIOS[ \t]+Date:[ \t]*` + dateRE + `[ \t]+(?:Ver|Rev)[ \t]+` + coreRE + `$`), 0, 1, 0},
+	}
+})
+
+type spacedForm struct {
 	name string
 	re   *regexp.Regexp
 	// family, core and build are submatch indexes (0: none).
 	family, core, build int
-}{
-	// "U46 v2.10 (03/14/2024)", "P79 v1.45", "iLO 5 v2.72", "TGBT42S 2.83 2023-07-05".
-	{"FAMILY vX.Y [DATE]", regexp.MustCompile(`^([A-Za-z][A-Za-z0-9]*(?:[ \t]+[0-9]+)?)[ \t]+([vV]?[0-9][A-Za-z0-9._+-]*)(?:[ \t]+` + dateRE + `)?$`), 1, 2, 0},
-	// "2.55 Oct 01 2021", "1.4 08/04/2023".
-	{"X.Y DATE", regexp.MustCompile(`^` + coreRE + `[ \t]+` + dateRE + `$`), 0, 1, 0},
-	// "11.2.0 Build 44".
-	{"X.Y Build N", regexp.MustCompile(`^` + coreRE + `[ \t]+[Bb]uild[ \t]+([0-9]+)$`), 0, 1, 2},
-	// Supermicro's BIOS: "BIOS Date: 08/04/2023 Ver 1.4".
-	{"BIOS Date: DATE Ver X.Y", regexp.MustCompile(`^BIOS[ \t]+Date:[ \t]*` + dateRE + `[ \t]+(?:Ver|Rev)[ \t]+` + coreRE + `$`), 0, 1, 0},
 }
 
 // hexBytes is a version written as hex bytes: "0x00 0x0b 0x03 0x04".
-var hexBytes = regexp.MustCompile(`^0[xX][0-9A-Fa-f]{1,4}(?:[ \t]+0[xX][0-9A-Fa-f]{1,4})+$`)
+var hexBytes = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^0[xX][0-9A-Fa-f]{1,4}(?:[ \t]+0[xX][0-9A-Fa-f]{1,4})+$`)
+})
 
 // FormNames lists the spaced forms Parse reads, for error messages.
 func FormNames() []string {
 	names := []string{}
-	for _, f := range spacedForms {
+	for _, f := range spacedForms() {
 		names = append(names, f.name)
 	}
 	return append(names, "0xHH 0xHH ...")
@@ -163,7 +172,7 @@ func Parse(s string) (Version, error) {
 
 // parseSpaced reads the forms with whitespace (see spacedForms).
 func parseSpaced(raw string) (Version, error) {
-	if hexBytes.MatchString(raw) {
+	if hexBytes().MatchString(raw) {
 		var segs []string
 		for _, f := range strings.Fields(raw) {
 			n, _ := strconv.ParseUint(f[2:], 16, 32) // at most 4 hex digits: cannot fail
@@ -176,7 +185,7 @@ func parseSpaced(raw string) (Version, error) {
 		v.raw = raw
 		return v, nil
 	}
-	for _, f := range spacedForms {
+	for _, f := range spacedForms() {
 		m := f.re.FindStringSubmatch(raw)
 		if m == nil {
 			continue

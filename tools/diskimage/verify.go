@@ -10,6 +10,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"sync"
 )
 
 // Digest is what Verify compares a target against after a write: one
@@ -32,7 +33,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // zeroGrainCRC is the CRC of an all-zero grain: zero grains are found by
 // comparison anyway, so they never need the CRC computed.
-var zeroGrainCRC = crc32.Checksum(zeroes, castagnoli)
+var zeroGrainCRC = sync.OnceValue(func() uint32 { return crc32.Checksum(zeroes, castagnoli) })
 
 // String is a short fingerprint for logs and verdicts: the sha256 of the
 // CRC list, so two writes of the same image print the same value.
@@ -58,7 +59,7 @@ func newDigester() *digester { return &digester{d: Digest{Grain: zeroGrain}} }
 // add takes whole grains (a short one only at the end of the image);
 // isZero says the caller already found the grain all zeros.
 func (g *digester) add(p []byte, isZero bool) {
-	c := zeroGrainCRC
+	c := zeroGrainCRC()
 	if !isZero {
 		c = crc32.Checksum(p, castagnoli)
 	}
