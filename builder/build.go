@@ -265,6 +265,6 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	}
 	log.Info("image built", "out", o.OutDir, "files", r.Totals.Files,
 		"cpio_bytes", r.Totals.UncompressedBytes, "zst_bytes", r.Totals.ZstBytes,
-		"gz_bytes", r.Totals.GzBytes, "seconds", fmt.Sprintf("%.1f", r.Totals.BuildSeconds))
+		"gz_bytes", r.Totals.GzBytes, "lz4_bytes", r.Totals.LZ4Bytes, "seconds", fmt.Sprintf("%.1f", r.Totals.BuildSeconds))
 	return r, nil
 }

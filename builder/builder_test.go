@@ -3,8 +3,10 @@ package builder
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -95,6 +97,27 @@ func TestListArchiveAndCompression(t *testing.T) {
 	if err != nil || !bytes.Equal(back, b.Bytes()) {
 		t.Errorf("zstd round trip failed: %v", err)
 	}
+	// LZ4: the legacy frame (magic 0x184C2102, what the kernel unpacks),
+	// deterministic, and lz4(1) reads it back.
+	l1, err := compressLZ4(b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, _ := compressLZ4(b.Bytes())
+	if !bytes.Equal(l1, l2) {
+		t.Error("lz4 compression is not deterministic")
+	}
+	if len(l1) < 4 || binary.LittleEndian.Uint32(l1) != 0x184C2102 {
+		t.Fatalf("lz4 output does not start with the legacy magic: % x", l1[:min(8, len(l1))])
+	}
+	if _, err := exec.LookPath("lz4"); err == nil {
+		cmd := exec.Command("lz4", "-dc")
+		cmd.Stdin = bytes.NewReader(l1)
+		out, err := cmd.Output()
+		if err != nil || !bytes.Equal(out, b.Bytes()) {
+			t.Errorf("lz4 -dc round trip failed: %v", err)
+		}
+	}
 }
 
 func kernelRoot(t *testing.T) string {
@@ -165,7 +188,7 @@ cmdline: console=ttyS0
 		}
 		reports = append(reports, r)
 	}
-	if len(reports[0].Artifacts) != 5 {
+	if len(reports[0].Artifacts) != 6 {
 		t.Fatalf("artifacts = %+v", reports[0].Artifacts)
 	}
 	for i, a := range reports[0].Artifacts {

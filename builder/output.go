@@ -13,6 +13,7 @@ import (
 	"text/template"
 
 	"github.com/klauspost/compress/gzip"
+	"github.com/pierrec/lz4/v4"
 	"github.com/u-root/mkuimage/cpio"
 
 	"github.com/cure-oss/cure/provisioner-lite/pki"
@@ -24,6 +25,7 @@ const (
 	CPIOName    = "initramfs.cpio"
 	ZstName     = "initramfs.cpio.zst"
 	GzName      = "initramfs.cpio.gz"
+	LZ4Name     = "initramfs.cpio.lz4"
 	IPXEName    = "boot.ipxe.tmpl"
 	ReportName  = "report.json"
 )
@@ -53,6 +55,7 @@ type Totals struct {
 	UncompressedBytes int64 `json:"uncompressed_bytes"`
 	ZstBytes          int64 `json:"zst_bytes"`
 	GzBytes           int64 `json:"gz_bytes"`
+	LZ4Bytes          int64 `json:"lz4_bytes"`
 	// BuildSeconds is logged, not written: report.json is part of the
 	// build's output and must be byte-identical across rebuilds.
 	BuildSeconds float64 `json:"-"`
@@ -151,22 +154,41 @@ func compressGzip(data []byte) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// compressLZ4 writes the LZ4 legacy frame format, the only LZ4 format the
+// kernel unpacks an initramfs from, at the highest level.
+func compressLZ4(data []byte) ([]byte, error) {
+	var b bytes.Buffer
+	w := lz4.NewWriter(&b)
+	if err := w.Apply(lz4.LegacyOption(true), lz4.CompressionLevelOption(lz4.Level9)); err != nil {
+		return nil, err
+	}
+	if _, err := w.Write(data); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
 // IPXEData is what the coordinator passes when rendering boot.ipxe.tmpl.
 type IPXEData struct {
-	// BaseURL serves vmlinuz and initramfs.cpio.gz, without trailing slash.
+	// BaseURL serves vmlinuz and initramfs.cpio.lz4, without trailing slash.
 	BaseURL string
 	// Cmdline carries per-boot parameters (cure.token=..., cure.node=...).
 	Cmdline string
 }
 
-// ipxeTemplate boots the gzip initramfs: QEMU's iPXE and older ROMs pass it
-// through untouched, and every kernel can unpack gzip. initrd= names the
+// ipxeTemplate boots the LZ4 initramfs: the kernel unpacks it about 0.5 s
+// sooner than gzip under QEMU (0.38 s against 0.86 s for 54 MB; zstd -22
+// takes 1.22 s), for 16 % more bytes on the wire (make bench-boot,
+// CURE_BENCH_INITRD). iPXE passes it through untouched. initrd= names the
 // image for EFI stub boots.
 var ipxeTemplate = `#!ipxe
 # CURE image, kernel {{.KVer}}. Rendered by the coordinator with
 # text/template and IPXEData{BaseURL, Cmdline}.
-kernel {{"{{.BaseURL}}"}}/vmlinuz initrd=initramfs.cpio.gz {{.Defaults}}{{"{{if .Cmdline}} {{.Cmdline}}{{end}}"}}
-initrd {{"{{.BaseURL}}"}}/initramfs.cpio.gz
+kernel {{"{{.BaseURL}}"}}/vmlinuz initrd=initramfs.cpio.lz4 {{.Defaults}}{{"{{if .Cmdline}} {{.Cmdline}}{{end}}"}}
+initrd {{"{{.BaseURL}}"}}/initramfs.cpio.lz4
 boot
 `
 
@@ -250,11 +272,15 @@ func finish(outDir string, archive []byte, vmlinuz string, keepCPIO bool, r *Rep
 	if err != nil {
 		return fmt.Errorf("gzip-compressing initramfs: %w", err)
 	}
+	lz, err := compressLZ4(archive)
+	if err != nil {
+		return fmt.Errorf("lz4-compressing initramfs: %w", err)
+	}
 	tmpl, err := renderIPXETemplate(r.KernelVersion, r.Cmdline)
 	if err != nil {
 		return err
 	}
-	r.Totals.ZstBytes, r.Totals.GzBytes = int64(len(zst)), int64(len(gz))
+	r.Totals.ZstBytes, r.Totals.GzBytes, r.Totals.LZ4Bytes = int64(len(zst)), int64(len(gz)), int64(len(lz))
 	if r.Breakdown, err = sizeBreakdown(archive, r.Totals.ZstBytes); err != nil {
 		return err
 	}
@@ -266,7 +292,7 @@ func finish(outDir string, archive []byte, vmlinuz string, keepCPIO bool, r *Rep
 	outs := []struct {
 		name string
 		data []byte
-	}{{VmlinuzName, kb}, {ZstName, zst}, {GzName, gz}, {IPXEName, tmpl}}
+	}{{VmlinuzName, kb}, {ZstName, zst}, {GzName, gz}, {LZ4Name, lz}, {IPXEName, tmpl}}
 	if keepCPIO {
 		outs = append(outs, struct {
 			name string

@@ -90,7 +90,7 @@ func bootQEMU(ctx context.Context, kernel, initrd, cmdline, marker string, disk 
 // and the baseline's kernel log on its console.
 //
 // CURE_BENCH_INITRD picks the image's initramfs file (default
-// initramfs.cpio.gz, what iPXE boots; initramfs.cpio.zst, or an
+// initramfs.cpio.lz4, what iPXE boots; initramfs.cpio.gz, .zst, or an
 // uncompressed cpio made for the experiment) to measure compression.
 func BenchmarkBootToRegistered(b *testing.B) {
 	out := os.Getenv("CURE_OUT")
@@ -99,7 +99,7 @@ func BenchmarkBootToRegistered(b *testing.B) {
 	}
 	initrd := os.Getenv("CURE_BENCH_INITRD")
 	if initrd == "" {
-		initrd = "initramfs.cpio.gz"
+		initrd = "initramfs.cpio.lz4"
 	}
 	for _, f := range []string{"baseline/vmlinuz", "baseline/initramfs.cpio.gz", "image/vmlinuz", "image/" + initrd, "pki/ca.pem"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {

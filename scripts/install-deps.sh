@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(qemu-system-x86 qemu-utils ipxe-qemu zstd cpio nvme-cli mstflint syslinux syslinux-common extlinux mtools dosfstools fdisk xz-utils postgresql pci.ids
+pkgs=(qemu-system-x86 qemu-utils ipxe-qemu zstd lz4 cpio nvme-cli mstflint syslinux syslinux-common extlinux mtools dosfstools fdisk xz-utils postgresql pci.ids
   ovmf ipxe dnsmasq-base systemd-boot-efi binutils iproute2 python3-sushy chromium)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -56,7 +56,7 @@ var (
 
 // Config configures a Server.
 type Config struct {
-	ImageDir    string // vmlinuz, initramfs.cpio.gz (and .zst) from cure-build
+	ImageDir    string // vmlinuz, initramfs.cpio.lz4 (and .gz, .zst) from cure-build
 	ArtifactDir string // content-addressed: <ArtifactDir>/sha256/<hex>
 	BaseURL     string // as nodes reach us, e.g. http://10.0.2.2:8080
 	Logger      *slog.Logger
@@ -119,6 +119,7 @@ type Server struct {
 // Image file names served under /image/.
 const (
 	Kernel        = "vmlinuz"
+	InitramfsLZ4  = "initramfs.cpio.lz4"
 	InitramfsGzip = "initramfs.cpio.gz"
 	InitramfsZstd = "initramfs.cpio.zst"
 )
@@ -195,7 +196,7 @@ func (s *Server) ArtifactURL(sha256hex string) string {
 // ScriptURL is the generic iPXE script every node starts from.
 func (s *Server) ScriptURL() string { return s.base + "/boot.ipxe" }
 
-// ImageURL is where nodes fetch an image file (Kernel, InitramfsGzip, InitramfsZstd).
+// ImageURL is where nodes fetch an image file (Kernel, InitramfsLZ4, InitramfsGzip, InitramfsZstd).
 func (s *Server) ImageURL(name string) string { return s.base + "/image/" + name }
 
 // --- iPXE scripts ---
@@ -286,18 +287,19 @@ boot
 `, ipxeText(orDefault(d.Reason, "booting CURE")), s.ImageURL(Kernel), args, s.ImageURL(initrd)))
 }
 
-// initramfsName prefers the gzip initramfs (every kernel can unpack it) and
-// falls back to zstd; the kernel must exist.
+// initramfsName prefers the LZ4 initramfs (the kernel unpacks it fastest:
+// builder's ipxeTemplate has the figures), then gzip, then zstd; the
+// kernel must exist.
 func (s *Server) initramfsName() (string, error) {
 	if _, err := os.Stat(filepath.Join(s.cfg.ImageDir, Kernel)); err != nil {
 		return "", fmt.Errorf("CURE image not built: %s missing in %s", Kernel, s.cfg.ImageDir)
 	}
-	for _, n := range []string{InitramfsGzip, InitramfsZstd} {
+	for _, n := range []string{InitramfsLZ4, InitramfsGzip, InitramfsZstd} {
 		if _, err := os.Stat(filepath.Join(s.cfg.ImageDir, n)); err == nil {
 			return n, nil
 		}
 	}
-	return "", fmt.Errorf("CURE image not built: neither %s nor %s in %s", InitramfsGzip, InitramfsZstd, s.cfg.ImageDir)
+	return "", fmt.Errorf("CURE image not built: none of %s, %s, %s in %s", InitramfsLZ4, InitramfsGzip, InitramfsZstd, s.cfg.ImageDir)
 }
 
 // exitScript prints why and exits, so the firmware tries the next boot device.
@@ -360,9 +362,9 @@ func orDefault(s, d string) string {
 func (s *Server) image(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	switch name {
-	case Kernel, InitramfsGzip, InitramfsZstd:
+	case Kernel, InitramfsLZ4, InitramfsGzip, InitramfsZstd:
 	default:
-		http.Error(w, fmt.Sprintf("unknown image file %q: want %s, %s or %s", name, Kernel, InitramfsGzip, InitramfsZstd), http.StatusNotFound)
+		http.Error(w, fmt.Sprintf("unknown image file %q: want %s, %s, %s or %s", name, Kernel, InitramfsLZ4, InitramfsGzip, InitramfsZstd), http.StatusNotFound)
 		return
 	}
 	s.serveFile(w, r, filepath.Join(s.cfg.ImageDir, name), "", "no-cache")

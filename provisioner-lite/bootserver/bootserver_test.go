@@ -169,6 +169,21 @@ func TestPerMACBoot(t *testing.T) {
 	}
 }
 
+// With every compression built, the LZ4 initramfs is booted (the kernel
+// unpacks it fastest) and served.
+func TestPerMACPrefersLZ4(t *testing.T) {
+	f := newFixture(t)
+	os.WriteFile(filepath.Join(f.imgDir, InitramfsZstd), []byte("Z"), 0o644)
+	os.WriteFile(filepath.Join(f.imgDir, InitramfsLZ4), []byte("LZ4-INITRAMFS"), 0o644)
+	_, body := f.get(t, "/ipxe/52-54-00-12-34-56")
+	if !strings.Contains(body, "initrd=initramfs.cpio.lz4 ") || !strings.Contains(body, "initrd http://10.0.2.2:8080/image/initramfs.cpio.lz4\n") {
+		t.Fatalf("image with lz4, gzip and zstd:\n%s", body)
+	}
+	if resp, got := f.get(t, "/image/initramfs.cpio.lz4"); resp.StatusCode != http.StatusOK || got != "LZ4-INITRAMFS" {
+		t.Fatalf("serving the lz4 initramfs: %d %q", resp.StatusCode, got)
+	}
+}
+
 func TestPerMACZstdFallback(t *testing.T) {
 	f := newFixture(t)
 	os.Remove(filepath.Join(f.imgDir, InitramfsGzip))

@@ -153,7 +153,7 @@ func RepoRoot() (string, error) {
 // Missing lists the build outputs an environment needs that are absent.
 func Missing(out string) []string {
 	var miss []string
-	for _, f := range []string{"image/vmlinuz", "image/initramfs.cpio.gz", "pki/ca.pem", "pki/ca-key.pem", "hostos/disk.raw.zst", "hostos/disk.raw"} {
+	for _, f := range []string{"image/vmlinuz", "image/initramfs.cpio.lz4", "pki/ca.pem", "pki/ca-key.pem", "hostos/disk.raw.zst", "hostos/disk.raw"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			miss = append(miss, filepath.Join(out, f))
 		}
