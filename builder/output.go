@@ -140,26 +140,25 @@ func listArchive(data []byte) ([]Entry, error) {
 
 // compressGzip writes no name and a zero mtime in the gzip header.
 func compressGzip(data []byte) ([]byte, error) {
-	var b bytes.Buffer
-	w, err := gzip.NewWriterLevel(&b, gzip.BestCompression)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := w.Write(data); err != nil {
-		return nil, err
-	}
-	if err := w.Close(); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
+	return compressWith(data, func(w io.Writer) (io.WriteCloser, error) {
+		return gzip.NewWriterLevel(w, gzip.BestCompression)
+	})
 }
 
 // compressLZ4 writes the LZ4 legacy frame format, the only LZ4 format the
 // kernel unpacks an initramfs from, at the highest level.
 func compressLZ4(data []byte) ([]byte, error) {
+	return compressWith(data, func(w io.Writer) (io.WriteCloser, error) {
+		z := lz4.NewWriter(w)
+		return z, z.Apply(lz4.LegacyOption(true), lz4.CompressionLevelOption(lz4.Level9))
+	})
+}
+
+// compressWith runs data through the writer newWriter makes.
+func compressWith(data []byte, newWriter func(io.Writer) (io.WriteCloser, error)) ([]byte, error) {
 	var b bytes.Buffer
-	w := lz4.NewWriter(&b)
-	if err := w.Apply(lz4.LegacyOption(true), lz4.CompressionLevelOption(lz4.Level9)); err != nil {
+	w, err := newWriter(&b)
+	if err != nil {
 		return nil, err
 	}
 	if _, err := w.Write(data); err != nil {
