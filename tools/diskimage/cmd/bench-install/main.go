@@ -55,8 +55,9 @@ var (
 	reuse                    bool
 	fsSource                 string
 	decoders                 []string
-	cpus                     int    // cores the contenders may use
-	pin                      string // "taskset -c 0-N " or "" when they may use all
+	profileRuns              = map[string]int{} // writer runs per artifact so far, for -cpuprofile
+	cpus                     int                // cores the contenders may use
+	pin                      string             // "taskset -c 0-N " or "" when they may use all
 )
 
 func main() {
@@ -69,7 +70,7 @@ func main() {
 	rssSize := flag.String("rss-size", "10GiB", "size of the mostly-zero image used for the peak-RSS check (0 to skip)")
 	work := flag.String("work", "", "scratch directory (default: a temp dir under /var/tmp, removed afterwards)")
 	useFile := flag.Bool("file-target", false, "write to a regular file even when a loop device is available")
-	flag.StringVar(&cpuProfileDir, "cpuprofile", "", "write a CPU profile of each writer run into this directory")
+	flag.StringVar(&cpuProfileDir, "cpuprofile", "", "write a CPU profile of each writer run into this directory (ARTIFACT.runN.pprof)")
 	flag.StringVar(&onlyCodec, "codec", "", "run only this codec (zst or gz)")
 	flag.IntVar(&runs, "runs", 3, "runs of each contender per image, alternating; medians are compared")
 	flag.BoolVar(&reuse, "reuse", false, "keep the generated images in -work and reuse them when present")
@@ -425,7 +426,10 @@ func runChild(u, art, format, target, decoder string) (*childResult, error) {
 		cmd.Env = append(cmd.Env, "BENCH_DECODER="+decoder)
 	}
 	if cpuProfileDir != "" {
-		cmd.Env = append(cmd.Env, "BENCH_CPUPROFILE="+filepath.Join(cpuProfileDir, filepath.Base(art)+".pprof"))
+		// One profile per run: `go tool pprof -top DIR/X.run*.pprof`
+		// merges them, and one 1 GiB run alone has ~100 samples.
+		profileRuns[art]++
+		cmd.Env = append(cmd.Env, "BENCH_CPUPROFILE="+filepath.Join(cpuProfileDir, fmt.Sprintf("%s.run%d.pprof", filepath.Base(art), profileRuns[art])))
 	}
 	cmd.Stderr = os.Stderr
 	t0 := time.Now()
