@@ -19,7 +19,7 @@ var decoderSeam = func(r io.Reader) io.Reader { return r }
 // Pipeline shape (each arrow a bounded channel, each box a goroutine; an
 // external decoder adds a process and a feeder goroutine in the middle):
 //
-//	download ──chunks──▶ sha256 ──chunks──▶ decompress, zero scan, CRC ──blocks──▶ plan ──▶ writeDepth writers
+//	download ──chunks──▶ sha256 ──chunks──▶ decompress ──blocks──▶ zero scan+CRC ──▶ writeDepth writers
 //
 // The sha256 has a goroutine of its own: it is the one inherently serial
 // computation (2.0 GB/s with SHA-NI on this host, as fast as OpenSSL's),
@@ -83,9 +83,8 @@ func (l *freeList) get(ctx context.Context) ([]byte, error) {
 func (l *freeList) put(b []byte) { l.free <- b[:cap(b)] }
 
 type block struct {
-	buf  []byte // len is the data length
-	off  int64  // where it goes on the target
-	zero []bool // per zeroGrain of buf: all zeros
+	buf []byte // len is the data length
+	off int64  // where it goes on the target
 }
 
 // pipelineState is how the stages ended.
@@ -192,7 +191,6 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 
 	// Decompress (or map qcow2 clusters) into blocks.
 	var decName string
-	var readback Digest
 	var decRead time.Duration // the decoder's time in ReadFull, its input waits included
 	src := &chanReader{ctx: ctx, ch: hashCh, free: chunks}
 	go func() {
@@ -227,19 +225,17 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 		// eofReader tells the two apart.
 		r := &eofReader{r: dec}
 		var off int64
-		dg := newDigester()
-		defer func() { readback = dg.d }()
 		for {
 			b, err := blocks.get(ctx)
 			if err != nil {
 				return
 			}
 			t0 := time.Now()
-			n, zero, rerr := readGrains(r, b, dg)
+			n, rerr := io.ReadFull(r, b)
 			decRead += time.Since(t0)
 			if n > 0 {
 				select {
-				case decCh <- block{buf: b[:n], off: off, zero: zero}:
+				case decCh <- block{buf: b[:n], off: off}:
 				case <-ctx.Done():
 					return
 				}
@@ -259,9 +255,11 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 		}
 	}()
 
-	// Write: plan each block here, in order, while earlier blocks'
-	// writes are still with the device.
-	w := &zeroWriter{skip: o.TargetZeroed}
+	// Write: plan each block (zero scan, read-back CRC) here, in order,
+	// while earlier blocks' writes are still with the device. The scan
+	// stays off the decoder's goroutine: on a compressed filesystem image
+	// the decoder is the critical path, and on 2 cores the two overlap.
+	w := &zeroWriter{skip: o.TargetZeroed, digest: newDigester()}
 	q := newWriteQueue(ctx, t, writeDepth, blocks, o.Progress, fail)
 	var writeBusy time.Duration // planning, and waiting for a free write slot
 	for b := range decCh {
@@ -270,7 +268,7 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 			continue
 		}
 		t0 := time.Now()
-		q.submit(b.buf, w.plan(b.buf, b.off, b.zero), w.end)
+		q.submit(b.buf, w.plan(b.buf, b.off), w.end)
 		writeBusy += time.Since(t0)
 	}
 	t0 := time.Now()
@@ -291,7 +289,7 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 	wg.Wait()
 	// Whatever the stages left in the channels goes back; nothing is
 	// waiting for it, this only keeps the accounting honest.
-	st := pipelineState{written: q.written, zero: w.zero, sha256: sum, readback: readback, decoder: decName, touched: w.touched}
+	st := pipelineState{written: q.written, zero: w.zero, sha256: sum, readback: w.digest.d, decoder: decName, touched: w.touched}
 	mu.Lock()
 	st.err = first
 	mu.Unlock()
@@ -398,52 +396,32 @@ func (e *eofReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// readGrains fills b from r one zeroGrain at a time and, while each grain
-// is still in this core's cache, checks it for zeros and adds it to the
-// read-back digest. It returns the bytes read, a zero flag per grain, and
-// r's error as io.ReadFull would for the whole of b. A short grain (the
-// image's tail) is never a zero grain: zero offload wants aligned ranges.
-func readGrains(r io.Reader, b []byte, g *digester) (int, []bool, error) {
-	n := 0
-	zero := make([]bool, 0, (len(b)+zeroGrain-1)/zeroGrain)
-	for n < len(b) {
-		k, err := io.ReadFull(r, b[n:min(n+zeroGrain, len(b))])
-		if k > 0 {
-			isZero := k == zeroGrain && bytes.Equal(b[n:n+k], zeroes)
-			g.add(b[n:n+k], isZero)
-			zero = append(zero, isZero)
-			n += k
-		}
-		if err == io.EOF && n > 0 {
-			err = io.ErrUnexpectedEOF
-		}
-		if err != nil {
-			return n, zero, err
-		}
-	}
-	return n, zero, nil
-}
-
 // zeroWriter plans the writes of blocks handed over in image order:
 // all-zero grains become skipped or device-zeroed ranges, coalesced across
-// blocks, the rest data writes.
+// blocks, the rest data writes. It digests every grain on the way: the
+// scan for zeros has the bytes in cache.
 type zeroWriter struct {
 	skip              bool
+	digest            *digester
 	end               int64 // image bytes planned so far
 	zero              int64
 	zeroFrom, zeroLen int64 // pending zero range
 	touched           bool  // an operation on the target was planned
 }
 
-// plan returns the operations that put b at off; zero flags its
-// all-zero grains. A zero range is only emitted once it has ended: with
-// the data that follows it, or by flushZero at the end of the image.
-func (w *zeroWriter) plan(b []byte, off int64, zero []bool) []op {
+// plan returns the operations that put b at off. A zero range is only
+// emitted once it has ended: with the data that follows it, or by
+// flushZero at the end of the image.
+func (w *zeroWriter) plan(b []byte, off int64) []op {
 	var ops []op
 	dataFrom := -1
-	for i, s := 0, 0; s < len(b); i, s = i+1, s+zeroGrain {
+	for s := 0; s < len(b); s += zeroGrain {
 		e := min(s+zeroGrain, len(b))
-		if zero[i] {
+		// A short grain (the image's tail) is written as is: zero offload
+		// wants aligned ranges.
+		isZero := e-s == zeroGrain && bytes.Equal(b[s:e], zeroes)
+		w.digest.add(b[s:e], isZero)
+		if isZero {
 			if dataFrom >= 0 {
 				ops = w.data(ops, b[dataFrom:s], off+int64(dataFrom))
 				dataFrom = -1
