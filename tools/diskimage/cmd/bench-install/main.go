@@ -292,9 +292,10 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 		if err := verifyRaw(big, rssSize, bigSum); err != nil {
 			return fmt.Errorf("writer output for %s does not read back: %w", art, err)
 		}
-		fmt.Printf("  %d MiB written in %s (%.0f MB/s), peak RSS %d MiB: %s\n", rssSize>>20, w.wall.Round(time.Millisecond), mbps(rssSize, w.wall), w.maxRSS>>20, verdict)
+		rssMiB := (w.maxRSS + 1<<20 - 1) >> 20 // rounded up
+		fmt.Printf("  %d MiB written in %s (%.0f MB/s), peak RSS %d MiB: %s\n", rssSize>>20, w.wall.Round(time.Millisecond), mbps(rssSize, w.wall), rssMiB, verdict)
 		lines = append(lines, fmt.Sprintf("bench-install image=mostly-zero-%s codec=zst writer_mbs=%.0f rss_mib=%d rss_limit_mib=%d decoder=%s cpus=%d",
-			rssFlag, mbps(rssSize, w.wall), (w.maxRSS+1<<20-1)>>20, rssLimit>>20, strings.ReplaceAll(w.res.Decoder, " ", "_"), cpus))
+			rssFlag, mbps(rssSize, w.wall), rssMiB, rssLimit>>20, strings.ReplaceAll(w.res.Decoder, " ", "_"), cpus))
 		os.Remove(big)
 	}
 	return nil
