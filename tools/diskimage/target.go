@@ -222,3 +222,22 @@ func alignedBuf(n, align int) []byte {
 	}
 	return b[off : off+n : off+n]
 }
+
+// hugePage is the transparent huge page size on x86-64 and arm64 (4 KiB
+// base pages).
+const hugePage = 2 << 20
+
+// hugeBuf returns n bytes aligned to hugePage and, where the kernel has
+// transparent huge pages in madvise mode, backed by them. The stages'
+// buffers are touched at memory speed and pinned for every O_DIRECT
+// write: with 4 KiB pages that is 1024 page pins and as many TLB entries
+// per 4 MiB block (about 5 % of an incompressible install's CPU here),
+// with huge pages two. It stays ordinary Go memory, so no buffer can
+// outlive its last user; the advice is best effort.
+func hugeBuf(n int) []byte {
+	b := alignedBuf(n, hugePage)
+	if n >= hugePage {
+		unix.Madvise(b[:n/hugePage*hugePage], unix.MADV_HUGEPAGE)
+	}
+	return b
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"testing"
+	"testing/iotest"
 
 	kzstd "github.com/klauspost/compress/zstd"
 )
@@ -58,6 +59,12 @@ func FuzzDecode(f *testing.F) {
 			t.Fatal(err)
 		}
 		got, err := io.ReadAll(io.LimitReader(r, fuzzMaxOut+1))
+		// The source's piece sizes must not matter (raw blocks bypass the
+		// input buffer, the rest goes through it): halves decode the same.
+		rh, _ := NewReader(iotest.HalfReader(bytes.NewReader(in)), WithMaxWindow(8<<20))
+		if goth, errh := io.ReadAll(io.LimitReader(rh, fuzzMaxOut+1)); (err == nil) != (errh == nil) || !bytes.Equal(got, goth) {
+			t.Fatalf("read in halves: %d bytes, err %v; read whole: %d bytes, err %v", len(goth), errh, len(got), err)
+		}
 		want, kerr := kdec.DecodeAll(in, nil)
 		// Past the output bound the decoders stop for different reasons
 		// (our LimitReader, klauspost's max memory): nothing to compare.

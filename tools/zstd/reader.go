@@ -9,7 +9,6 @@
 package zstd
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -49,8 +48,7 @@ func WithMaxWindow(n uint64) Option {
 // Reader decompresses a stream of Zstandard frames. It reads ahead from the
 // underlying reader, so bytes after the last frame may be consumed.
 type Reader struct {
-	in        *bufio.Reader
-	inOff     int64 // input bytes consumed, for error messages
+	in        *input
 	maxWindow uint64
 	err       error // sticky
 
@@ -86,7 +84,7 @@ func NewReader(r io.Reader, opts ...Option) (*Reader, error) {
 			return nil, err
 		}
 	}
-	z.in = bufio.NewReaderSize(r, inputBufferSize)
+	z.in = newInput(r, inputBufferSize)
 	return z, nil
 }
 
@@ -163,8 +161,7 @@ func (z *Reader) step() error {
 }
 
 func (z *Reader) readFull(b []byte) error {
-	n, err := io.ReadFull(z.in, b)
-	z.inOff += int64(n)
+	_, err := z.in.readFull(b)
 	return err
 }
 
@@ -177,24 +174,22 @@ func unexpected(err error) error {
 }
 
 func (z *Reader) frameErr(what string, err error) error {
-	return fmt.Errorf("zstd: frame %d (input offset %d): %s: %w", z.frameNum, z.inOff, what, err)
+	return fmt.Errorf("zstd: frame %d (input offset %d): %s: %w", z.frameNum, z.in.off, what, err)
 }
 
 func (z *Reader) blockErr(what string, err error) error {
-	return fmt.Errorf("zstd: frame %d, block %d (input offset %d): %s: %w", z.frameNum, z.blockNum, z.inOff, what, err)
+	return fmt.Errorf("zstd: frame %d, block %d (input offset %d): %s: %w", z.frameNum, z.blockNum, z.in.off, what, err)
 }
 
 // startFrame reads a magic number and, for a Zstandard frame, its header
 // (RFC 8878 section 3.1.1.1); skippable frames are discarded whole.
 func (z *Reader) startFrame() error {
 	var hdr [14]byte
-	n, err := io.ReadFull(z.in, hdr[:4])
-	z.inOff += int64(n)
-	if err != nil {
+	if _, err := z.in.readFull(hdr[:4]); err != nil {
 		if err == io.EOF {
 			return io.EOF // clean end between frames
 		}
-		return fmt.Errorf("zstd: frame %d (input offset %d): reading magic number: %w", z.frameNum+1, z.inOff, err)
+		return fmt.Errorf("zstd: frame %d (input offset %d): reading magic number: %w", z.frameNum+1, z.in.off, err)
 	}
 	z.frameNum++
 	magic := binary.LittleEndian.Uint32(hdr[:4])
@@ -203,9 +198,7 @@ func (z *Reader) startFrame() error {
 			return z.frameErr("skippable frame size", unexpected(err))
 		}
 		size := int64(binary.LittleEndian.Uint32(hdr[:4]))
-		d, err := z.in.Discard(int(size))
-		z.inOff += int64(d)
-		if err != nil {
+		if _, err := z.in.discard(size); err != nil {
 			return z.frameErr("skippable frame data", unexpected(err))
 		}
 		return nil
@@ -336,7 +329,7 @@ func (z *Reader) decodeBlock() error {
 
 	var n int
 	switch typ {
-	case 0: // Raw_Block: read straight into history.
+	case 0: // Raw_Block: read straight into history, bypassing the input buffer.
 		if size > z.blockMax {
 			return z.blockErr("raw block", corruptf("size %d exceeds Block_Maximum_Size %d", size, z.blockMax))
 		}
@@ -360,11 +353,11 @@ func (z *Reader) decodeBlock() error {
 		if size > z.blockMax {
 			return z.blockErr("compressed block", corruptf("size %d exceeds Block_Maximum_Size %d", size, z.blockMax))
 		}
-		src, err := z.in.Peek(size)
+		src, err := z.in.peek(size)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				// Account for what was there so the offset is useful.
-				z.inOff += int64(len(src))
+				z.in.off += int64(len(src))
 				return z.blockErr("compressed block", io.ErrUnexpectedEOF)
 			}
 			return z.blockErr("compressed block", err)
@@ -379,8 +372,7 @@ func (z *Reader) decodeBlock() error {
 		if err != nil {
 			return z.blockErr("compressed block", err)
 		}
-		d, _ := z.in.Discard(size)
-		z.inOff += int64(d)
+		z.in.discard(int64(size))
 	default:
 		return z.blockErr("block header", corrupt("reserved block type"))
 	}

@@ -4,6 +4,12 @@
 // run, for an incompressible image and a mostly-zero one. The writer runs
 // as a child process so its peak RSS (rusage maxrss) is its own.
 //
+// With -cpus N the writer, the baseline pipeline and the ceiling's dd all
+// run under `taskset -c 0-(N-1)` (the Go runtime then sizes GOMAXPROCS to
+// N); the benchmark itself, which is also the HTTP server, moves to the
+// other cores, standing in for the remote artifact server a node
+// downloads from.
+//
 //	go run ./tools/diskimage/cmd/bench-install -size 2GiB
 package main
 
@@ -13,6 +19,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,6 +30,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -38,12 +46,18 @@ import (
 
 const block = 4 << 20
 
+// rssLimit is the aim for the writer's peak RSS, whatever the image size.
+const rssLimit = 256 << 20
+
 var (
 	cpuProfileDir, onlyCodec string
 	runs                     int
 	reuse                    bool
 	fsSource                 string
 	decoders                 []string
+	profileRuns              = map[string]int{} // writer runs per artifact so far, for -cpuprofile
+	cpus                     int                // cores the contenders may use
+	pin                      string             // "taskset -c 0-N " or "" when they may use all
 )
 
 func main() {
@@ -56,11 +70,12 @@ func main() {
 	rssSize := flag.String("rss-size", "10GiB", "size of the mostly-zero image used for the peak-RSS check (0 to skip)")
 	work := flag.String("work", "", "scratch directory (default: a temp dir under /var/tmp, removed afterwards)")
 	useFile := flag.Bool("file-target", false, "write to a regular file even when a loop device is available")
-	flag.StringVar(&cpuProfileDir, "cpuprofile", "", "write a CPU profile of each writer run into this directory")
+	flag.StringVar(&cpuProfileDir, "cpuprofile", "", "write a CPU profile of each writer run into this directory (ARTIFACT.runN.pprof)")
 	flag.StringVar(&onlyCodec, "codec", "", "run only this codec (zst or gz)")
 	flag.IntVar(&runs, "runs", 3, "runs of each contender per image, alternating; medians are compared")
 	flag.BoolVar(&reuse, "reuse", false, "keep the generated images in -work and reuse them when present")
 	flag.StringVar(&fsSource, "fs-source", "/usr/share", "directory copied into the ext4 'filesystem' image, a stand-in for a real OS image (empty: skip that image)")
+	flag.IntVar(&cpus, "cpus", 0, "pin the writer, the baseline and the ceiling to cores 0..N-1 with taskset (0: all cores, unpinned)")
 	decList := flag.String("decoders", "", "comma-separated Options.Decoder values (auto, cure-zstd, klauspost-zstd, exec, go) each run alternately with the baseline, one row each (default: auto only)")
 	flag.Parse()
 	decoders = []string{diskimage.DecoderAuto}
@@ -73,6 +88,10 @@ func main() {
 		}
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err := setCPUs(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-install:", err)
+		os.Exit(1)
+	}
 	if err := run(*size, *zeroPct, *rssSize, *work, *useFile); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-install:", err)
 		os.Exit(1)
@@ -188,7 +207,7 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 	defer cleanup()
 	fmt.Printf("target: %s\n\n", target)
 
-	fmt.Printf("mostly-zero = %d%% of 4 MiB blocks zero; filesystem = ext4 holding %s; medians of %d alternating runs\n\n", zeroPct, fsSource, runs)
+	fmt.Printf("mostly-zero = %d%% of 4 MiB blocks zero; filesystem = ext4 holding %s; medians of %d alternating runs; contenders on %d cores\n\n", zeroPct, fsSource, runs, cpus)
 	fmt.Printf("%-16s %-6s %12s %12s %12s %7s %9s %10s %9s  %s\n", "image", "codec", "ceiling", "baseline", "writer", "ratio", "/ceiling", "writer RSS", "zero", "decoder")
 	var lines []string // one script-readable line per image and codec, printed last
 	for _, im := range imgs {
@@ -210,12 +229,14 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 				// The ceiling: the image's decompressed bytes written to the
 				// same target with O_DIRECT, nothing to fetch or decode.
 				t0 := time.Now()
-				if err := sh(fmt.Sprintf("dd if=%q of=%q bs=4M oflag=direct status=none", im.raw, target)); err != nil {
+				if err := shPinned(fmt.Sprintf("dd if=%q of=%q bs=4M oflag=direct status=none", im.raw, target)); err != nil {
 					return fmt.Errorf("ceiling %s: %w", im.raw, err)
 				}
 				ceilDurs = append(ceilDurs, time.Since(t0))
 				t0 = time.Now()
-				if err := sh(fmt.Sprintf("%s %q | %s | dd of=%q bs=4M oflag=direct status=none", fetchCmd, u, codec.dec, target)); err != nil {
+				// Under -cpus the whole pipeline is pinned, curl included:
+				// the writer's download is its own work too.
+				if err := shPinned(fmt.Sprintf("%s %q | %s | dd of=%q bs=4M oflag=direct status=none", fetchCmd, u, codec.dec, target)); err != nil {
 					return fmt.Errorf("baseline %s: %w", art, err)
 				}
 				baseDurs = append(baseDurs, time.Since(t0))
@@ -237,8 +258,8 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 				wm := mbps(im.size, median(writerDurs[i]))
 				fmt.Printf("%-16s %-6s %7.0f MB/s %7.0f MB/s %7.0f MB/s %6.2fx %8.2fx %6d MiB %8.0f%%  %s\n",
 					im.name, codec.ext, cm, bm, wm, wm/bm, wm/cm, w.maxRSS>>20, 100*float64(w.res.ZeroBytes)/float64(im.size), w.res.Decoder)
-				lines = append(lines, fmt.Sprintf("bench-install image=%s codec=%s ceiling_mbs=%.0f writer_mbs=%.0f ratio_to_ceiling=%.2f ratio_to_pipeline=%.2f decoder=%s",
-					im.name, codec.ext, cm, wm, wm/cm, wm/bm, strings.ReplaceAll(w.res.Decoder, " ", "_")))
+				lines = append(lines, fmt.Sprintf("bench-install image=%s codec=%s ceiling_mbs=%.0f writer_mbs=%.0f ratio_to_ceiling=%.2f ratio_to_pipeline=%.2f decoder=%s cpus=%d",
+					im.name, codec.ext, cm, wm, wm/cm, wm/bm, strings.ReplaceAll(w.res.Decoder, " ", "_"), cpus))
 			}
 		}
 	}
@@ -250,9 +271,10 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 		}
 	}()
 	if rssSize > 0 {
-		fmt.Printf("\npeak RSS for a %d GiB mostly-zero image (zstd, sparse file target):\n", rssSize>>30)
+		fmt.Printf("\npeak RSS for a %s mostly-zero image (zstd, sparse file target):\n", rssFlag)
 		art := filepath.Join(work, "big.raw.zst")
-		if err := generateZstd(art, rssSize, zeroPct); err != nil {
+		bigSum, err := generateZstd(art, rssSize, zeroPct)
+		if err != nil {
 			return err
 		}
 		big := filepath.Join(work, "big.target")
@@ -263,11 +285,17 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 		if err != nil {
 			return err
 		}
-		verdict := "OK (< 256 MiB)"
-		if w.maxRSS >= 256<<20 {
+		verdict := "OK (<= 256 MiB)"
+		if w.maxRSS > rssLimit {
 			verdict = "OVER the 256 MiB aim"
 		}
-		fmt.Printf("  %d MiB written in %s (%.0f MB/s), peak RSS %d MiB: %s\n", rssSize>>20, w.wall.Round(time.Millisecond), mbps(rssSize, w.wall), w.maxRSS>>20, verdict)
+		if err := verifyRaw(big, rssSize, bigSum); err != nil {
+			return fmt.Errorf("writer output for %s does not read back: %w", art, err)
+		}
+		rssMiB := (w.maxRSS + 1<<20 - 1) >> 20 // rounded up
+		fmt.Printf("  %d MiB written in %s (%.0f MB/s), peak RSS %d MiB: %s\n", rssSize>>20, w.wall.Round(time.Millisecond), mbps(rssSize, w.wall), rssMiB, verdict)
+		lines = append(lines, fmt.Sprintf("bench-install image=mostly-zero-%s codec=zst writer_mbs=%.0f rss_mib=%d rss_limit_mib=%d decoder=%s cpus=%d",
+			rssFlag, mbps(rssSize, w.wall), rssMiB, rssLimit>>20, strings.ReplaceAll(w.res.Decoder, " ", "_"), cpus))
 		os.Remove(big)
 	}
 	return nil
@@ -275,8 +303,14 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 
 func mbps(n int64, d time.Duration) float64 { return float64(n) / 1e6 / d.Seconds() }
 
-func sh(script string) error {
-	cmd := exec.Command("bash", "-o", "pipefail", "-c", script)
+func sh(script string) error { return runScript(nil, script) }
+
+// shPinned runs script on the contenders' cores (-cpus).
+func shPinned(script string) error { return runScript(strings.Fields(pin), script) }
+
+func runScript(prefix []string, script string) error {
+	args := append(prefix, "bash", "-o", "pipefail", "-c", script)
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s: %w", script, err)
@@ -346,24 +380,25 @@ func blocks(size int64, zeroPct int, emit func([]byte) error) error {
 }
 
 // generateZstd writes the big RSS-check image compressed, without the raw
-// file ever existing on disk.
-func generateZstd(path string, size int64, zeroPct int) error {
+// file ever existing on disk, and returns the raw image's sha256.
+func generateZstd(path string, size int64, zeroPct int) (string, error) {
 	f, err := os.Create(path)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer f.Close()
 	enc, err := zstd.NewWriter(f, zstd.WithEncoderLevel(zstd.SpeedFastest))
 	if err != nil {
-		return err
+		return "", err
 	}
-	if err := blocks(size, zeroPct, func(b []byte) error { _, err := enc.Write(b); return err }); err != nil {
-		return err
+	h := sha256.New()
+	if err := blocks(size, zeroPct, func(b []byte) error { h.Write(b); _, err := enc.Write(b); return err }); err != nil {
+		return "", err
 	}
 	if err := enc.Close(); err != nil {
-		return err
+		return "", err
 	}
-	return f.Close()
+	return hex.EncodeToString(h.Sum(nil)), f.Close()
 }
 
 type childResult struct {
@@ -382,13 +417,20 @@ func runChild(u, art, format, target, decoder string) (*childResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, "write-child", u, sum, strconv.FormatInt(size, 10), format, target)
+	args := []string{exe, "write-child", u, sum, strconv.FormatInt(size, 10), format, target}
+	if pin != "" {
+		args = append(strings.Fields(pin), args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = os.Environ()
 	if decoder != "" {
 		cmd.Env = append(cmd.Env, "BENCH_DECODER="+decoder)
 	}
 	if cpuProfileDir != "" {
-		cmd.Env = append(cmd.Env, "BENCH_CPUPROFILE="+filepath.Join(cpuProfileDir, filepath.Base(art)+".pprof"))
+		// One profile per run: `go tool pprof -top DIR/X.run*.pprof`
+		// merges them, and one 1 GiB run alone has ~100 samples.
+		profileRuns[art]++
+		cmd.Env = append(cmd.Env, "BENCH_CPUPROFILE="+filepath.Join(cpuProfileDir, fmt.Sprintf("%s.run%d.pprof", filepath.Base(art), profileRuns[art])))
 	}
 	cmd.Stderr = os.Stderr
 	t0 := time.Now()
@@ -486,4 +528,47 @@ func median(ds []time.Duration) time.Duration {
 func fileSumOnly(p string) (string, error) {
 	sum, _, err := fileSum(p)
 	return sum, err
+}
+
+// setCPUs validates -cpus and, when it leaves cores over, moves this
+// process (the HTTP server) onto them by re-executing itself under
+// taskset; the contenders are then started under `taskset -c 0-(N-1)`,
+// which sets their affinity whatever this process's is.
+func setCPUs() error {
+	n := runtime.NumCPU()
+	if s := os.Getenv("BENCH_INSTALL_PINNED"); s != "" {
+		// Re-executed: NumCPU is now the server's share.
+		n, _ = strconv.Atoi(s)
+	}
+	if cpus == 0 || cpus == n {
+		cpus, pin = n, ""
+		return nil
+	}
+	if cpus < 0 || cpus > n {
+		return fmt.Errorf("-cpus %d: this machine has %d cores", cpus, n)
+	}
+	if _, err := exec.LookPath("taskset"); err != nil {
+		return fmt.Errorf("-cpus needs taskset (util-linux): %w", err)
+	}
+	pin = fmt.Sprintf("taskset -c 0-%d ", cpus-1)
+	if os.Getenv("BENCH_INSTALL_PINNED") != "" {
+		return nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("taskset", append([]string{"-c", fmt.Sprintf("%d-%d", cpus, n-1), exe}, os.Args[1:]...)...)
+	cmd.Env = append(os.Environ(), "BENCH_INSTALL_PINNED="+strconv.Itoa(n))
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		os.Exit(ee.ExitCode())
+	}
+	if err != nil {
+		return err
+	}
+	os.Exit(0)
+	return nil
 }
