@@ -47,8 +47,8 @@ func TestIPXETemplateRenders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "kernel http://10.0.2.2:8080/image/vmlinuz initrd=initramfs.cpio.gz console=ttyS0 panic=-1 cure.token=abc cure.node=n1\n" +
-		"initrd http://10.0.2.2:8080/image/initramfs.cpio.gz\nboot\n"
+	want := "kernel http://10.0.2.2:8080/image/vmlinuz initrd=initramfs.cpio.lz4 console=ttyS0 panic=-1 cure.token=abc cure.node=n1\n" +
+		"initrd http://10.0.2.2:8080/image/initramfs.cpio.lz4\nboot\n"
 	if !strings.HasPrefix(string(out), "#!ipxe\n") || !strings.HasSuffix(string(out), want) {
 		t.Errorf("rendered:\n%s\nwant suffix:\n%s", out, want)
 	}
