@@ -3,7 +3,7 @@ package qemutest
 import (
 	"testing"
 
-	"github.com/cure-oss/cure/provisioner-lite/metrics"
+	curev1 "github.com/cure-oss/cure/api/curev1"
 )
 
 // The baseline's stages come from its console: kernel log lines (one behind
@@ -20,7 +20,7 @@ func TestBaselineStepsFromConsole(t *testing.T) {
 	if !ok {
 		t.Fatalf("baselineSteps not ok: %+v", steps)
 	}
-	if got := metrics.FormatBootSteps(steps); got != "initramfs_unpack_start=1.12s(+1.12s) initramfs_unpacked=1.18s(+0.06s) init_started=1.85s(+0.67s) hello_sent=1.91s(+0.06s)" {
+	if got := curev1.FormatBootSteps(steps); got != "initramfs_unpack_start=1.12s(+1.12s) initramfs_unpacked=1.18s(+0.06s) init_started=1.85s(+0.67s) hello_sent=1.91s(+0.06s)" {
 		t.Fatalf("steps %s", got)
 	}
 	if _, ok := baselineSteps(lines[:4]); ok {

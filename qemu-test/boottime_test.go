@@ -17,7 +17,6 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
-	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -164,9 +163,9 @@ func BenchmarkBootToRegistered(b *testing.B) {
 		select {
 		case h := <-rec.got:
 			cure = time.Since(start)
-			steps := metrics.BootSteps(h.GetBootStages())
+			steps := curev1.BootSteps(h.GetBootStages())
 			b.Logf("boot %d: baseline %.2fs, CURE registered %.2fs (guest uptime at Hello %.2fs)\n  baseline: %s\n  CURE:     %s",
-				i, base.Seconds(), cure.Seconds(), float64(h.GetUptimeMs())/1000, metrics.FormatBootSteps(baseLinesSteps(baseLines)), metrics.FormatBootSteps(steps))
+				i, base.Seconds(), cure.Seconds(), float64(h.GetUptimeMs())/1000, curev1.FormatBootSteps(baseLinesSteps(baseLines)), curev1.FormatBootSteps(steps))
 			cureStages.add(cure, steps)
 		case err := <-done:
 			b.Fatalf("CURE boot ended before registering: %v", err)
@@ -210,7 +209,7 @@ const stageBeforeKernel = "before_kernel"
 // stageSums accumulates per-stage durations over runs.
 type stageSums map[string][]time.Duration
 
-func (s stageSums) add(wall time.Duration, steps []metrics.BootStep) {
+func (s stageSums) add(wall time.Duration, steps []curev1.BootStep) {
 	if len(steps) == 0 {
 		return
 	}
@@ -246,14 +245,14 @@ var kernelLogLine = regexp.MustCompile(`\[\s*(\d+\.\d+)\] (Trying to unpack root
 var baselineInitLine = regexp.MustCompile(`CURE-BASELINE-INIT uptime=(\d+\.\d+)`)
 
 // baseLinesSteps is baselineSteps without the found flag (for the log).
-func baseLinesSteps(lines []string) []metrics.BootStep {
+func baseLinesSteps(lines []string) []curev1.BootStep {
 	steps, _ := baselineSteps(lines)
 	return steps
 }
 
 // baselineSteps reads the baseline boot's stages from its console: the
 // kernel's from its log lines, hello_sent from the trivial init's line.
-func baselineSteps(lines []string) ([]metrics.BootStep, bool) {
+func baselineSteps(lines []string) ([]curev1.BootStep, bool) {
 	names := map[string]string{
 		"Trying to unpack rootfs image as initramfs": curev1.BootStageInitramfsUnpackStart,
 		"Freeing initrd memory":                      curev1.BootStageInitramfsUnpacked,
@@ -272,7 +271,7 @@ func baselineSteps(lines []string) ([]metrics.BootStep, bool) {
 			stages = append(stages, &curev1.BootStage{Name: curev1.BootStageHelloSent, UptimeMs: ms(m[1])})
 		}
 	}
-	steps := metrics.BootSteps(stages)
+	steps := curev1.BootSteps(stages)
 	return steps, len(steps) > 0 && steps[len(steps)-1].Stage == curev1.BootStageHelloSent
 }
 

@@ -143,9 +143,9 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 			hello.GetRunnerVersion()), maxMessage),
 	})
 	log.Info("runner connected", "state", st.GetKind().String(), "uptime_ms", hello.GetUptimeMs())
-	if steps := metrics.BootSteps(hello.GetBootStages()); len(steps) > 0 {
+	if steps := curev1.BootSteps(hello.GetBootStages()); len(steps) > 0 {
 		s.Metrics.BootStages(steps)
-		log.Info("runner boot timeline", "stages", metrics.FormatBootSteps(steps))
+		log.Info("runner boot timeline", "stages", curev1.FormatBootSteps(steps))
 	}
 	s.storeInventory(ctx, sess, hello.GetInventory(), peerIP, log)
 	s.Hub.Attach(sess)

@@ -3,11 +3,12 @@ package boot
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -89,30 +90,26 @@ func (t *Timeline) Add(s Stage) {
 // keep their marking order).
 func (t *Timeline) Stages() []Stage {
 	t.mu.Lock()
-	out := append([]Stage(nil), t.stages...)
+	out := slices.Clone(t.stages)
 	t.mu.Unlock()
-	// Insertion sort: a dozen entries, and stability matters.
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j].Uptime < out[j-1].Uptime; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
+	slices.SortStableFunc(out, func(a, b Stage) int { return cmp.Compare(a.Uptime, b.Uptime) })
+	return out
+}
+
+// Proto is the timeline as the Hello carries it.
+func (t *Timeline) Proto() []*curev1.BootStage {
+	st := t.Stages()
+	out := make([]*curev1.BootStage, 0, len(st))
+	for _, s := range st {
+		out = append(out, &curev1.BootStage{Name: s.Name, UptimeMs: s.Uptime.Milliseconds()})
 	}
 	return out
 }
 
-// String is the console form: each stage with its uptime and the time
-// since the previous one, "init_started=2.66s(+0.64s) ...".
+// String is the console form, the coordinator's log form too:
+// "init_started=2.66s(+0.64s) ...".
 func (t *Timeline) String() string {
-	var b strings.Builder
-	var prev time.Duration
-	for i, s := range t.Stages() {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		fmt.Fprintf(&b, "%s=%.2fs(+%.2fs)", s.Name, s.Uptime.Seconds(), (s.Uptime - prev).Seconds())
-		prev = s.Uptime
-	}
-	return b.String()
+	return curev1.FormatBootSteps(curev1.BootSteps(t.Proto()))
 }
 
 // ReadKernelStages reads what the kernel log at path (/dev/kmsg) holds now,

@@ -343,7 +343,7 @@ func (r *runner) newAgent(inv *curev1.Inventory, id *curev1.Identity, conn *grpc
 			r.timeline.Mark(boot.StageConnected) // unless markConnected saw it first
 			r.timeline.Mark(boot.StageHelloSent)
 			r.say("boot timeline %s", r.timeline)
-			stages = bootStages(r.timeline)
+			stages = r.timeline.Proto()
 		})
 		return &curev1.Hello{Token: r.cmd.Token, BootId: bootID, Identity: id, Inventory: inv,
 			State: a.State(), RunnerVersion: runnerVersion(), UptimeMs: up, BootStages: stages}
@@ -414,16 +414,6 @@ func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 		cfg.GPUDriver = driver.Seams{}
 	}
 	return cfg
-}
-
-// bootStages is the timeline in the Hello's form.
-func bootStages(t *boot.Timeline) []*curev1.BootStage {
-	st := t.Stages()
-	out := make([]*curev1.BootStage, 0, len(st))
-	for _, s := range st {
-		out = append(out, &curev1.BootStage{Name: s.Name, UptimeMs: s.Uptime.Milliseconds()})
-	}
-	return out
 }
 
 type dryRebooter struct{}
