@@ -120,19 +120,8 @@ func LoadModulesForDevices(ctx context.Context, sysRoot, modulesDir string, log 
 	for _, f := range opts {
 		f(&o)
 	}
-	var notified sync.Once
-	notifyNetwork := func() {
-		if o.onNetwork != nil {
-			notified.Do(o.onNetwork)
-		}
-	}
+	notifyNetwork, notifyDevices := atMostOnce(o.onNetwork), atMostOnce(o.onDevices)
 	defer notifyNetwork()
-	var devicesNotified sync.Once
-	notifyDevices := func() {
-		if o.onDevices != nil {
-			devicesNotified.Do(o.onDevices)
-		}
-	}
 	defer notifyDevices()
 	if log == nil {
 		log = slog.Default()
@@ -227,6 +216,14 @@ func LoadModulesForDevices(ctx context.Context, sysRoot, modulesDir string, log 
 		settled = true
 	}
 	return loaded, errors.Join(errs...)
+}
+
+// atMostOnce is f made safe to call several times (a no-op for nil f).
+func atMostOnce(f func()) func() {
+	if f == nil {
+		return func() {}
+	}
+	return sync.OnceFunc(f)
 }
 
 // isNetworkModalias reports whether a modalias is a network controller's:
