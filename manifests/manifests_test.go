@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 type want struct {
@@ -519,5 +522,85 @@ spec:
 	}
 	if ok, err := sku.Spec.Firmware[1].Satisfied("2.72 Sep 04 2022"); !ok || err != nil {
 		t.Errorf("at-least 2.55 Oct 01 2021 over 2.72 Sep 04 2022 = %v, %v", ok, err)
+	}
+}
+
+func TestStagedSuite(t *testing.T) {
+	doc, err := LoadFile("testdata/staged-suite.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := doc.Suite.Spec
+	var names, stages []string
+	for _, c := range sp.Checks {
+		names = append(names, c.Name)
+		stages = append(stages, c.Stage)
+	}
+	if want := []string{"nvme-health-before", "cpu-stress", "disk-read", "nvme-health-after"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("checks = %v, want %v", names, want)
+	}
+	if want := []string{"before", "soak", "soak", "after"}; !reflect.DeepEqual(stages, want) {
+		t.Errorf("stages of the checks = %v, want %v", stages, want)
+	}
+	if len(sp.Stages) != 3 || !reflect.DeepEqual(sp.Stages[1].Checks, []string{"cpu-stress", "disk-read"}) {
+		t.Fatalf("stages = %+v", sp.Stages)
+	}
+	tel := sp.Stages[1].Telemetry
+	if tel == nil || tel.Interval.String() != "5s" || tel.BMCInterval.String() != "15s" || *tel.Thresholds["gpuTempMaxC"].Max != 85 {
+		t.Errorf("telemetry = %+v", tel)
+	}
+	if b := sp.Checks[2].Fleet["readMBps"]; b.Below == nil || *b.Below != 3 || b.Above != nil {
+		t.Errorf("fleet band = %+v", b)
+	}
+	if sp.Fleet == nil || sp.Fleet.MinNodes != 3 || sp.Fleet.Window.String() != "168h0m0s" || sp.Resume != ResumeContinue {
+		t.Errorf("fleet policy %+v, resume %q", sp.Fleet, sp.Resume)
+	}
+	// The suite's bound wins over the stages' sum; grace is added to it.
+	if sp.Planned() != 3*time.Hour || sp.Deadline() != 3*time.Hour+20*time.Minute {
+		t.Errorf("planned %s deadline %s", sp.Planned(), sp.Deadline())
+	}
+	sp.Duration = 0
+	if sp.Planned() != 2*time.Hour {
+		t.Errorf("planned without a bound = %s, want the soak stage's 2h", sp.Planned())
+	}
+	// Written back, it reads the same.
+	out, err := yaml.Marshal(doc.Suite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := ParseSuite("again.yaml", out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !reflect.DeepEqual(again.Spec.Stages, doc.Suite.Spec.Stages) || len(again.Spec.Checks) != 4 || again.Spec.Checks[2].Stage != "soak" {
+		t.Errorf("round trip changed the stages:\n%s", out)
+	}
+}
+
+func TestPlannedFlatSuite(t *testing.T) {
+	sp := ValidationSuiteSpec{Checks: []Check{{Name: "a", Duration: Duration(time.Hour)}, {Name: "b"}, {Name: "c", Duration: Duration(30 * time.Minute)}}}
+	if sp.Planned() != 90*time.Minute || sp.Deadline() != 90*time.Minute+time.Duration(DefaultGrace) {
+		t.Errorf("planned %s deadline %s", sp.Planned(), sp.Deadline())
+	}
+}
+
+func TestStagedSuiteErrors(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{`spec: {checks: [{name: a, type: cpu}], stages: [{name: s, checks: [{name: b, type: cpu}]}]}`, "spec.checks: set either checks"},
+		{`spec: {stages: [{name: s, checks: [{name: a, type: cpu}]}, {name: s, checks: [{name: b, type: cpu}]}]}`, `duplicate stage name "s"`},
+		{`spec: {stages: [{name: s, checks: [{name: a, type: cpu}]}, {name: t, checks: [{name: a, type: cpu}]}]}`, `duplicate check name "a"`},
+		{`spec: {stages: [{name: s, duration: 1h, checks: [{name: a, type: cpu, duration: 2h}]}]}`, "longer than its stage's duration 1h0m0s"},
+		{`spec: {duration: 1h, stages: [{name: s, duration: 40m, checks: [{name: a, type: cpu}]}, {name: t, duration: 40m, checks: [{name: b, type: cpu}]}]}`, "the stages add up to 1h20m0s"},
+		{`spec: {resume: sometimes, checks: [{name: a, type: cpu}]}`, `spec.resume: "sometimes" is not one of continue, restart`},
+		{`spec: {checks: [{name: a, type: cpu, fleet: {x: {}}}]}`, "band is empty"},
+		{`spec: {checks: [{name: a, type: cpu, fleet: {x: {below: -1}}}]}`, "out of range"},
+		{`spec: {fleet: {minNodes: 0}, checks: [{name: a, type: cpu}]}`, "spec.fleet.minNodes: 0 is out of range"},
+		{`spec: {stages: [{name: s, telemetry: {interval: fast}, checks: [{name: a, type: cpu}]}]}`, "spec.stages[0].telemetry.interval"},
+	} {
+		src := "apiVersion: cure.dev/v1\nkind: ValidationSuite\nmetadata: {name: x}\n" + tc.yaml + "\n"
+		_, err := ParseSuite("x.yaml", []byte(src))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s\nerror = %v, want one containing %q", tc.yaml, err, tc.want)
+		}
 	}
 }

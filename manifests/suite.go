@@ -1,6 +1,8 @@
 package manifests
 
 import (
+	"time"
+
 	"gopkg.in/yaml.v3"
 )
 
@@ -18,13 +20,18 @@ func (d *decoder) suite(top *fields) *ValidationSuite {
 		top.missing("spec")
 		return s
 	}
-	spec := d.mapping(v, "spec", "duration", "failFast", "checks")
+	spec := d.mapping(v, "spec", "duration", "grace", "failFast", "resume", "fleet", "stages", "checks")
 	s.Spec.Duration = spec.duration("duration")
+	s.Spec.Grace = spec.duration("grace")
 	s.Spec.FailFast = spec.boolean("failFast")
+	s.Spec.Resume = spec.optEnum("resume", ResumeContinue, ResumeRestart)
+	if v := spec.get("fleet"); v != nil {
+		s.Spec.Fleet = d.fleetPolicy(v, "spec.fleet")
+	}
 	seen := map[string]int{}
-	for i, item := range spec.seq("checks", true) {
-		p := index("spec.checks", i)
+	add := func(item *yaml.Node, p, stage string, stageDur Duration) {
 		c := d.check(item, p)
+		c.Stage = stage
 		if c.Name != "" {
 			if line, dup := seen[c.Name]; dup {
 				d.errorf(item, join(p, "name"), "duplicate check name %q (first used on line %d)", c.Name, line)
@@ -32,16 +39,132 @@ func (d *decoder) suite(top *fields) *ValidationSuite {
 				seen[c.Name] = item.Line
 			}
 		}
+		if stageDur > 0 && c.Duration > stageDur {
+			d.errorf(item, join(p, "duration"), "%s is longer than its stage's duration %s", c.Duration, stageDur)
+		}
 		if s.Spec.Duration > 0 && c.Duration > s.Spec.Duration {
 			d.errorf(item, join(p, "duration"), "%s is longer than the suite's duration %s", c.Duration, s.Spec.Duration)
 		}
 		s.Spec.Checks = append(s.Spec.Checks, c)
 	}
+	switch {
+	case spec.has("stages") && spec.has("checks"):
+		d.errorf(spec.vals["checks"], "spec.checks", "set either checks (one after another) or stages (checks grouped to run at once), not both")
+	case spec.has("stages"):
+		stageNames := map[string]int{}
+		for i, item := range spec.seq("stages", true) {
+			p := index("spec.stages", i)
+			f := d.mapping(item, p, "name", "duration", "telemetry", "checks")
+			var st Stage
+			var nv *yaml.Node
+			st.Name, nv = f.str("name", true)
+			d.checkName(nv, join(p, "name"), st.Name)
+			if line, dup := stageNames[st.Name]; dup && st.Name != "" {
+				d.errorf(nv, join(p, "name"), "duplicate stage name %q (first used on line %d)", st.Name, line)
+			} else if nv != nil {
+				stageNames[st.Name] = nv.Line
+			}
+			st.Duration = f.duration("duration")
+			if s.Spec.Duration > 0 && st.Duration > s.Spec.Duration {
+				d.errorf(f.vals["duration"], join(p, "duration"), "%s is longer than the suite's duration %s", st.Duration, s.Spec.Duration)
+			}
+			if v := f.get("telemetry"); v != nil {
+				st.Telemetry = d.telemetry(v, join(p, "telemetry"))
+			}
+			for j, c := range f.seq("checks", true) {
+				n := len(s.Spec.Checks)
+				add(c, index(join(p, "checks"), j), st.Name, st.Duration)
+				if len(s.Spec.Checks) > n {
+					st.Checks = append(st.Checks, s.Spec.Checks[n].Name)
+				}
+			}
+			s.Spec.Stages = append(s.Spec.Stages, st)
+		}
+		if s.Spec.Duration > 0 {
+			if planned := (&ValidationSuiteSpec{Stages: s.Spec.Stages, Checks: s.Spec.Checks}).Planned(); planned > time.Duration(s.Spec.Duration) {
+				d.errorf(spec.vals["stages"], "spec.stages", "the stages add up to %s, longer than the suite's duration %s", planned, s.Spec.Duration)
+			}
+		}
+	default:
+		for i, item := range spec.seq("checks", true) {
+			add(item, index("spec.checks", i), "", 0)
+		}
+	}
 	return s
 }
 
+func (d *decoder) fleetPolicy(n *yaml.Node, p string) *FleetPolicy {
+	f := d.mapping(n, p, "window", "minNodes")
+	fp := &FleetPolicy{Window: f.duration("window")}
+	if v := f.get("minNodes"); v != nil {
+		if x, ok := d.integer(v, join(p, "minNodes")); ok {
+			if x < 1 || x > 100000 {
+				d.errorf(v, join(p, "minNodes"), "%d is out of range [1, 100000]", x)
+			}
+			fp.MinNodes = int(x)
+		}
+	}
+	return fp
+}
+
+func (d *decoder) telemetry(n *yaml.Node, p string) *Telemetry {
+	f := d.mapping(n, p, "interval", "bmcInterval", "thresholds")
+	t := &Telemetry{Interval: f.duration("interval"), BMCInterval: f.duration("bmcInterval")}
+	if v := f.get("thresholds"); v != nil {
+		t.Thresholds = d.thresholds(v, join(p, "thresholds"))
+	}
+	return t
+}
+
+// bands: metric -> {below, above}, each a positive number of robust
+// deviations.
+func (d *decoder) bands(n *yaml.Node, p string) map[string]Band {
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, p, "expected a mapping of metric names to {below, above}, found %s", describe(n))
+		return nil
+	}
+	out := map[string]Band{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		kp := join(p, k.Value)
+		if _, dup := out[k.Value]; dup {
+			d.errorf(k, kp, "duplicate metric")
+			continue
+		}
+		f := d.mapping(v, kp, "below", "above")
+		var b Band
+		for _, side := range []string{"below", "above"} {
+			x := f.get(side)
+			if x == nil {
+				continue
+			}
+			val, ok := d.number(x, join(kp, side))
+			if !ok {
+				continue
+			}
+			if val <= 0 || val > 100 {
+				d.errorf(x, join(kp, side), "%v robust deviations is out of range (0, 100]", val)
+				continue
+			}
+			if side == "below" {
+				b.Below = &val
+			} else {
+				b.Above = &val
+			}
+		}
+		if f.ok && f.count() == 0 {
+			d.errorf(v, kp, "band is empty: set below, above or both (robust deviations from the fleet median)")
+		}
+		out[k.Value] = b
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
 func (d *decoder) check(n *yaml.Node, p string) Check {
-	f := d.mapping(n, p, "name", "type", "appliesTo", "duration", "interval", "params", "thresholds")
+	f := d.mapping(n, p, "name", "type", "appliesTo", "duration", "interval", "params", "thresholds", "fleet")
 	var c Check
 	var v *yaml.Node
 	c.Name, v = f.str("name", true)
@@ -59,6 +182,9 @@ func (d *decoder) check(n *yaml.Node, p string) Check {
 	}
 	if v := f.get("thresholds"); v != nil {
 		c.Thresholds = d.thresholds(v, join(p, "thresholds"))
+	}
+	if v := f.get("fleet"); v != nil {
+		c.Fleet = d.bands(v, join(p, "fleet"))
 	}
 	return c
 }
@@ -178,4 +304,38 @@ func floatNodes(v any) any {
 		return out
 	}
 	return v
+}
+
+// MarshalYAML writes a staged suite back as stages with their checks
+// nested, as it was read.
+func (s ValidationSuiteSpec) MarshalYAML() (any, error) {
+	type plain ValidationSuiteSpec // no MarshalYAML: avoids recursion
+	if len(s.Stages) == 0 {
+		return plain(s), nil
+	}
+	type stageOut struct {
+		Name      string     `yaml:"name"`
+		Duration  Duration   `yaml:"duration,omitempty"`
+		Telemetry *Telemetry `yaml:"telemetry,omitempty"`
+		Checks    []Check    `yaml:"checks"`
+	}
+	type specOut struct {
+		Duration Duration     `yaml:"duration,omitempty"`
+		Grace    Duration     `yaml:"grace,omitempty"`
+		FailFast bool         `yaml:"failFast,omitempty"`
+		Resume   string       `yaml:"resume,omitempty"`
+		Fleet    *FleetPolicy `yaml:"fleet,omitempty"`
+		Stages   []stageOut   `yaml:"stages"`
+	}
+	out := specOut{Duration: s.Duration, Grace: s.Grace, FailFast: s.FailFast, Resume: s.Resume, Fleet: s.Fleet}
+	for _, st := range s.Stages {
+		so := stageOut{Name: st.Name, Duration: st.Duration, Telemetry: st.Telemetry}
+		for _, c := range s.Checks {
+			if c.Stage == st.Name {
+				so.Checks = append(so.Checks, c)
+			}
+		}
+		out.Stages = append(out.Stages, so)
+	}
+	return out, nil
 }

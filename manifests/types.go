@@ -230,14 +230,137 @@ type ValidationSuite struct {
 type ValidationSuiteSpec struct {
 	// Duration bounds the whole suite; zero means no bound beyond the checks'.
 	Duration Duration `yaml:"duration,omitempty"`
+	// Grace is what the coordinator adds to the planned duration (Planned)
+	// before it calls the validate phase overdue; zero means DefaultGrace.
+	// Liveness is proven by the runner's heartbeats, not by this deadline.
+	Grace    Duration `yaml:"grace,omitempty"`
 	FailFast bool     `yaml:"failFast,omitempty"`
-	Checks   []Check  `yaml:"checks"`
+	// Resume is what a node reset during the suite does: ResumeContinue
+	// (checks that ended stay ended, the interrupted one and the rest run)
+	// or ResumeRestart (the whole suite again). Empty means continue.
+	Resume string `yaml:"resume,omitempty"`
+	// Fleet sets how results are compared with the SKU's fleet (MARGINAL);
+	// nil means the defaults (DefaultFleetWindow, DefaultFleetMinNodes) for
+	// the checks that name fleet bands.
+	Fleet *FleetPolicy `yaml:"fleet,omitempty"`
+	// Stages group checks that run at once. A suite written with a flat
+	// `checks:` list has no stages: each check is its own step, in order.
+	Stages []Stage `yaml:"-"`
+	// Checks is every check of the suite in order; a check from `stages:`
+	// has Stage set to its stage's name.
+	Checks []Check `yaml:"checks"`
+}
+
+// Resume policies of a suite.
+const (
+	ResumeContinue = "continue"
+	ResumeRestart  = "restart"
+)
+
+// DefaultGrace is the validate phase's grace when a suite sets none:
+// enough for one-shot checks, driver bring-up and a slow device.
+const DefaultGrace = Duration(15 * time.Minute)
+
+// Stage is a group of checks that run at the same time, loading the node
+// as a training job does; the stage ends when its last check ends.
+type Stage struct {
+	Name string `yaml:"name"`
+	// Duration is the stage's length: a check in it without its own
+	// duration runs this long.
+	Duration Duration `yaml:"duration,omitempty"`
+	// Telemetry is what the runner samples (and the coordinator polls from
+	// the BMC) while the stage runs; nil means no sampling.
+	Telemetry *Telemetry `yaml:"telemetry,omitempty"`
+	// Checks are the names of the stage's checks (in Spec.Checks).
+	Checks []string `yaml:"-"`
+}
+
+// Telemetry is sampling during a stage and the bars on the sampled series.
+type Telemetry struct {
+	// Interval is the runner's host sampling period (hwmon, throttle
+	// counters, clocks, GPU readings); zero means DefaultTelemetryInterval.
+	Interval Duration `yaml:"interval,omitempty"`
+	// BMCInterval is how often the coordinator reads the BMC's sensors;
+	// zero means DefaultBMCInterval.
+	BMCInterval Duration `yaml:"bmcInterval,omitempty"`
+	// Thresholds are bars on the sampled series, keyed by series metric
+	// (the runner's tools/checks/suite knows the names).
+	Thresholds map[string]Threshold `yaml:"thresholds,omitempty"`
+}
+
+// Sampling defaults.
+const (
+	DefaultTelemetryInterval = Duration(10 * time.Second)
+	DefaultBMCInterval       = Duration(30 * time.Second)
+)
+
+// FleetPolicy is how a node's measured results are compared with the
+// recent passing results of other nodes of its SKU.
+type FleetPolicy struct {
+	// Window is how recent a fleet result must be; zero: DefaultFleetWindow.
+	Window Duration `yaml:"window,omitempty"`
+	// MinNodes is how many other nodes must have a result before the band
+	// applies; below it only the absolute thresholds do, and the report
+	// says so. Zero means DefaultFleetMinNodes.
+	MinNodes int `yaml:"minNodes,omitempty"`
+}
+
+// Fleet defaults.
+const (
+	DefaultFleetWindow   = Duration(30 * 24 * time.Hour)
+	DefaultFleetMinNodes = 5
+)
+
+// Band is a check metric's fleet band: a value more than Below robust
+// deviations (scaled MAD) under the fleet median, or more than Above over
+// it, is MARGINAL. At least one is set.
+type Band struct {
+	Below *float64 `yaml:"below,omitempty"`
+	Above *float64 `yaml:"above,omitempty"`
+}
+
+// Planned is how long the suite is planned to run: its duration bound when
+// set, else the sum over its steps (a stage, or a lone check) of the longest
+// check in each. One-shot checks count as zero; the grace covers them.
+func (s *ValidationSuiteSpec) Planned() time.Duration {
+	if s.Duration > 0 {
+		return time.Duration(s.Duration)
+	}
+	var total time.Duration
+	stageLen := map[string]time.Duration{}
+	for _, st := range s.Stages {
+		stageLen[st.Name] = time.Duration(st.Duration)
+	}
+	for _, c := range s.Checks {
+		d := time.Duration(c.Duration)
+		if c.Stage == "" {
+			total += d
+			continue
+		}
+		stageLen[c.Stage] = max(stageLen[c.Stage], d)
+	}
+	for _, d := range stageLen {
+		total += d
+	}
+	return total
+}
+
+// Deadline is Planned plus the grace: when the coordinator gives up on a
+// validate phase that is still alive.
+func (s *ValidationSuiteSpec) Deadline() time.Duration {
+	g := s.Grace
+	if g <= 0 {
+		g = DefaultGrace
+	}
+	return s.Planned() + time.Duration(g)
 }
 
 // Check is one validation check.
 type Check struct {
 	Name string `yaml:"name"`
 	Type string `yaml:"type"`
+	// Stage is the name of the stage the check runs in ("" : on its own).
+	Stage string `yaml:"-"`
 	// AppliesTo is a path.Match glob over component ids ("gpu/*", "nvme/0").
 	AppliesTo string `yaml:"appliesTo,omitempty"`
 	// Duration is how long the check runs (burn-in); zero means one shot.
@@ -248,6 +371,8 @@ type Check struct {
 	Params map[string]any `yaml:"params,omitempty"`
 	// Thresholds are the pass bars, keyed by metric name.
 	Thresholds map[string]Threshold `yaml:"thresholds,omitempty"`
+	// Fleet are the fleet bands, keyed by measured metric name.
+	Fleet map[string]Band `yaml:"fleet,omitempty"`
 }
 
 // Threshold is a pass bar: Min and/or Max, or Equals (a scalar).

@@ -96,6 +96,11 @@ const (
 	VerdictStatus_FAIL                       VerdictStatus = 4
 	VerdictStatus_SKIP                       VerdictStatus = 5
 	VerdictStatus_ERROR                      VerdictStatus = 6
+	// Passed its absolute bars but lies outside the band of recent passing
+	// results of its SKU's fleet: judged by the coordinator, never sent by a
+	// runner. A gate failure: the node is the marginal node burn-in exists
+	// to stop.
+	VerdictStatus_MARGINAL VerdictStatus = 7
 )
 
 // Enum value maps for VerdictStatus.
@@ -108,6 +113,7 @@ var (
 		4: "FAIL",
 		5: "SKIP",
 		6: "ERROR",
+		7: "MARGINAL",
 	}
 	VerdictStatus_value = map[string]int32{
 		"VERDICT_STATUS_UNSPECIFIED": 0,
@@ -117,6 +123,7 @@ var (
 		"FAIL":                       4,
 		"SKIP":                       5,
 		"ERROR":                      6,
+		"MARGINAL":                   7,
 	}
 )
 
@@ -1636,6 +1643,8 @@ type Event struct {
 	//	*Event_Verdict
 	//	*Event_Log
 	//	*Event_Metric
+	//	*Event_Progress
+	//	*Event_Samples
 	Body          isEvent_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1751,6 +1760,24 @@ func (x *Event) GetMetric() *Metric {
 	return nil
 }
 
+func (x *Event) GetProgress() *Progress {
+	if x != nil {
+		if x, ok := x.Body.(*Event_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetSamples() *Samples {
+	if x != nil {
+		if x, ok := x.Body.(*Event_Samples); ok {
+			return x.Samples
+		}
+	}
+	return nil
+}
+
 type isEvent_Body interface {
 	isEvent_Body()
 }
@@ -1775,6 +1802,14 @@ type Event_Metric struct {
 	Metric *Metric `protobuf:"bytes,14,opt,name=metric,proto3,oneof"`
 }
 
+type Event_Progress struct {
+	Progress *Progress `protobuf:"bytes,15,opt,name=progress,proto3,oneof"`
+}
+
+type Event_Samples struct {
+	Samples *Samples `protobuf:"bytes,16,opt,name=samples,proto3,oneof"`
+}
+
 func (*Event_PhaseStart) isEvent_Body() {}
 
 func (*Event_PhaseEnd) isEvent_Body() {}
@@ -1785,6 +1820,321 @@ func (*Event_Log) isEvent_Body() {}
 
 func (*Event_Metric) isEvent_Body() {}
 
+func (*Event_Progress) isEvent_Body() {}
+
+func (*Event_Samples) isEvent_Body() {}
+
+// Progress is a long phase's heartbeat (sent at least every minute while a
+// suite runs): where the suite is, each check's state and the runner's
+// estimate of what is left. The coordinator keeps the latest only (it is
+// liveness and ETA, not history).
+type Progress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Suite         string                 `protobuf:"bytes,1,opt,name=suite,proto3" json:"suite,omitempty"`
+	Stage         string                 `protobuf:"bytes,2,opt,name=stage,proto3" json:"stage,omitempty"` // the stage running now ("" : a lone check)
+	Checks        []*CheckProgress       `protobuf:"bytes,3,rep,name=checks,proto3" json:"checks,omitempty"`
+	ElapsedMs     int64                  `protobuf:"varint,4,opt,name=elapsed_ms,json=elapsedMs,proto3" json:"elapsed_ms,omitempty"`       // since the suite (re)started
+	PlannedMs     int64                  `protobuf:"varint,5,opt,name=planned_ms,json=plannedMs,proto3" json:"planned_ms,omitempty"`       // the suite's planned duration
+	RemainingMs   int64                  `protobuf:"varint,6,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"` // the runner's estimate
+	Resumed       uint32                 `protobuf:"varint,7,opt,name=resumed,proto3" json:"resumed,omitempty"`                            // how many node resets this suite resumed from
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Progress) Reset() {
+	*x = Progress{}
+	mi := &file_cure_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Progress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Progress) ProtoMessage() {}
+
+func (x *Progress) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Progress.ProtoReflect.Descriptor instead.
+func (*Progress) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Progress) GetSuite() string {
+	if x != nil {
+		return x.Suite
+	}
+	return ""
+}
+
+func (x *Progress) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *Progress) GetChecks() []*CheckProgress {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+func (x *Progress) GetElapsedMs() int64 {
+	if x != nil {
+		return x.ElapsedMs
+	}
+	return 0
+}
+
+func (x *Progress) GetPlannedMs() int64 {
+	if x != nil {
+		return x.PlannedMs
+	}
+	return 0
+}
+
+func (x *Progress) GetRemainingMs() int64 {
+	if x != nil {
+		return x.RemainingMs
+	}
+	return 0
+}
+
+func (x *Progress) GetResumed() uint32 {
+	if x != nil {
+		return x.Resumed
+	}
+	return 0
+}
+
+type CheckProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Check         string                 `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
+	Stage         string                 `protobuf:"bytes,2,opt,name=stage,proto3" json:"stage,omitempty"`
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"` // pending, running, done, interrupted
+	ElapsedMs     int64                  `protobuf:"varint,4,opt,name=elapsed_ms,json=elapsedMs,proto3" json:"elapsed_ms,omitempty"`
+	PlannedMs     int64                  `protobuf:"varint,5,opt,name=planned_ms,json=plannedMs,proto3" json:"planned_ms,omitempty"`   // the check's duration (0: one shot)
+	Worst         VerdictStatus          `protobuf:"varint,6,opt,name=worst,proto3,enum=cure.v1.VerdictStatus" json:"worst,omitempty"` // worst verdict so far, once done
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckProgress) Reset() {
+	*x = CheckProgress{}
+	mi := &file_cure_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckProgress) ProtoMessage() {}
+
+func (x *CheckProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckProgress.ProtoReflect.Descriptor instead.
+func (*CheckProgress) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CheckProgress) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *CheckProgress) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *CheckProgress) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *CheckProgress) GetElapsedMs() int64 {
+	if x != nil {
+		return x.ElapsedMs
+	}
+	return 0
+}
+
+func (x *CheckProgress) GetPlannedMs() int64 {
+	if x != nil {
+		return x.PlannedMs
+	}
+	return 0
+}
+
+func (x *CheckProgress) GetWorst() VerdictStatus {
+	if x != nil {
+		return x.Worst
+	}
+	return VerdictStatus_VERDICT_STATUS_UNSPECIFIED
+}
+
+// Samples carries telemetry sampled during a stage, a batch of points per
+// series; the runner thins long series before sending (the coordinator
+// bounds points and series per run whatever it is sent).
+type Samples struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Series        []*Series              `protobuf:"bytes,1,rep,name=series,proto3" json:"series,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Samples) Reset() {
+	*x = Samples{}
+	mi := &file_cure_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Samples) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Samples) ProtoMessage() {}
+
+func (x *Samples) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Samples.ProtoReflect.Descriptor instead.
+func (*Samples) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Samples) GetSeries() []*Series {
+	if x != nil {
+		return x.Series
+	}
+	return nil
+}
+
+type Series struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Component     string                 `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"` // gpu/0, cpu/3, hwmon/coretemp/Package id 0, bmc/Temperatures/CPU1
+	Metric        string                 `protobuf:"bytes,2,opt,name=metric,proto3" json:"metric,omitempty"`       // temp_c, clock_mhz, power_w, throttled, fan_rpm
+	Unit          string                 `protobuf:"bytes,3,opt,name=unit,proto3" json:"unit,omitempty"`
+	Source        string                 `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"` // host, gpu, bmc
+	TimeUnixMs    []int64                `protobuf:"varint,5,rep,packed,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	Values        []float64              `protobuf:"fixed64,6,rep,packed,name=values,proto3" json:"values,omitempty"` // same length as time_unix_ms
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Series) Reset() {
+	*x = Series{}
+	mi := &file_cure_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Series) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Series) ProtoMessage() {}
+
+func (x *Series) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Series.ProtoReflect.Descriptor instead.
+func (*Series) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Series) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *Series) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *Series) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *Series) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Series) GetTimeUnixMs() []int64 {
+	if x != nil {
+		return x.TimeUnixMs
+	}
+	return nil
+}
+
+func (x *Series) GetValues() []float64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
 type PhaseStart struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1793,7 +2143,7 @@ type PhaseStart struct {
 
 func (x *PhaseStart) Reset() {
 	*x = PhaseStart{}
-	mi := &file_cure_proto_msgTypes[16]
+	mi := &file_cure_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2155,7 @@ func (x *PhaseStart) String() string {
 func (*PhaseStart) ProtoMessage() {}
 
 func (x *PhaseStart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[16]
+	mi := &file_cure_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2168,7 @@ func (x *PhaseStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseStart.ProtoReflect.Descriptor instead.
 func (*PhaseStart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{16}
+	return file_cure_proto_rawDescGZIP(), []int{20}
 }
 
 type PhaseEnd struct {
@@ -1833,7 +2183,7 @@ type PhaseEnd struct {
 
 func (x *PhaseEnd) Reset() {
 	*x = PhaseEnd{}
-	mi := &file_cure_proto_msgTypes[17]
+	mi := &file_cure_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2195,7 @@ func (x *PhaseEnd) String() string {
 func (*PhaseEnd) ProtoMessage() {}
 
 func (x *PhaseEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[17]
+	mi := &file_cure_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2208,7 @@ func (x *PhaseEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseEnd.ProtoReflect.Descriptor instead.
 func (*PhaseEnd) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{17}
+	return file_cure_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PhaseEnd) GetStatus() PhaseStatus {
@@ -1890,20 +2240,27 @@ func (x *PhaseEnd) GetDurationMs() int64 {
 }
 
 type Verdict struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Component     string                 `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"` // gpu/3, nvme/0, nic/1, bmc, bios, disk/nvme0n1
-	Check         string                 `protobuf:"bytes,2,opt,name=check,proto3" json:"check,omitempty"`         // firmware, os_install, ecc, ...
-	Status        VerdictStatus          `protobuf:"varint,3,opt,name=status,proto3,enum=cure.v1.VerdictStatus" json:"status,omitempty"`
-	Observed      string                 `protobuf:"bytes,4,opt,name=observed,proto3" json:"observed,omitempty"`
-	Expected      string                 `protobuf:"bytes,5,opt,name=expected,proto3" json:"expected,omitempty"`
-	Message       string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Component string                 `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"` // gpu/3, nvme/0, nic/1, bmc, bios, disk/nvme0n1
+	Check     string                 `protobuf:"bytes,2,opt,name=check,proto3" json:"check,omitempty"`         // firmware, os_install, ecc, ...
+	Status    VerdictStatus          `protobuf:"varint,3,opt,name=status,proto3,enum=cure.v1.VerdictStatus" json:"status,omitempty"`
+	Observed  string                 `protobuf:"bytes,4,opt,name=observed,proto3" json:"observed,omitempty"`
+	Expected  string                 `protobuf:"bytes,5,opt,name=expected,proto3" json:"expected,omitempty"`
+	Message   string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// The numbers the verdict was judged on, with their units: what the
+	// report tabulates and the fleet bands (MARGINAL) compare.
+	Measurements []*Measurement `protobuf:"bytes,7,rep,name=measurements,proto3" json:"measurements,omitempty"`
+	// When the finding happened, when it is earlier than the verdict (a bar
+	// on a sampled series: the first sample past it); 0: when it was sent.
+	AtUnixMs      int64  `protobuf:"varint,8,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	Stage         string `protobuf:"bytes,9,opt,name=stage,proto3" json:"stage,omitempty"` // the suite stage the check ran in
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Verdict) Reset() {
 	*x = Verdict{}
-	mi := &file_cure_proto_msgTypes[18]
+	mi := &file_cure_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2272,7 @@ func (x *Verdict) String() string {
 func (*Verdict) ProtoMessage() {}
 
 func (x *Verdict) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[18]
+	mi := &file_cure_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2285,7 @@ func (x *Verdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Verdict.ProtoReflect.Descriptor instead.
 func (*Verdict) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{18}
+	return file_cure_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Verdict) GetComponent() string {
@@ -1973,6 +2330,88 @@ func (x *Verdict) GetMessage() string {
 	return ""
 }
 
+func (x *Verdict) GetMeasurements() []*Measurement {
+	if x != nil {
+		return x.Measurements
+	}
+	return nil
+}
+
+func (x *Verdict) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
+func (x *Verdict) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+// Measurement is one measured number of a verdict.
+type Measurement struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Metric        string                 `protobuf:"bytes,1,opt,name=metric,proto3" json:"metric,omitempty"` // randReadIOPS, readMBps, p99ReadLatencyUs, memBandwidthMBps
+	Value         float64                `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
+	Unit          string                 `protobuf:"bytes,3,opt,name=unit,proto3" json:"unit,omitempty"` // IOPS, MB/s, us, MHz, C, W, bogo-ops/s, Mb/s, ratio
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Measurement) Reset() {
+	*x = Measurement{}
+	mi := &file_cure_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Measurement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Measurement) ProtoMessage() {}
+
+func (x *Measurement) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Measurement.ProtoReflect.Descriptor instead.
+func (*Measurement) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Measurement) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *Measurement) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *Measurement) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
 type Log struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Level         string                 `protobuf:"bytes,1,opt,name=level,proto3" json:"level,omitempty"` // DEBUG INFO WARN ERROR
@@ -1984,7 +2423,7 @@ type Log struct {
 
 func (x *Log) Reset() {
 	*x = Log{}
-	mi := &file_cure_proto_msgTypes[19]
+	mi := &file_cure_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2435,7 @@ func (x *Log) String() string {
 func (*Log) ProtoMessage() {}
 
 func (x *Log) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[19]
+	mi := &file_cure_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2448,7 @@ func (x *Log) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Log.ProtoReflect.Descriptor instead.
 func (*Log) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{19}
+	return file_cure_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Log) GetLevel() string {
@@ -2045,7 +2484,7 @@ type Metric struct {
 
 func (x *Metric) Reset() {
 	*x = Metric{}
-	mi := &file_cure_proto_msgTypes[20]
+	mi := &file_cure_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2057,7 +2496,7 @@ func (x *Metric) String() string {
 func (*Metric) ProtoMessage() {}
 
 func (x *Metric) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[20]
+	mi := &file_cure_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2070,7 +2509,7 @@ func (x *Metric) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metric.ProtoReflect.Descriptor instead.
 func (*Metric) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{20}
+	return file_cure_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Metric) GetName() string {
@@ -2117,7 +2556,7 @@ type CoordinatorMessage struct {
 
 func (x *CoordinatorMessage) Reset() {
 	*x = CoordinatorMessage{}
-	mi := &file_cure_proto_msgTypes[21]
+	mi := &file_cure_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2568,7 @@ func (x *CoordinatorMessage) String() string {
 func (*CoordinatorMessage) ProtoMessage() {}
 
 func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[21]
+	mi := &file_cure_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2581,7 @@ func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoordinatorMessage.ProtoReflect.Descriptor instead.
 func (*CoordinatorMessage) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{21}
+	return file_cure_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CoordinatorMessage) GetMsg() isCoordinatorMessage_Msg {
@@ -2256,7 +2695,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_cure_proto_msgTypes[22]
+	mi := &file_cure_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2707,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[22]
+	mi := &file_cure_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2720,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{22}
+	return file_cure_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Assignment) GetRunId() string {
@@ -2379,7 +2818,7 @@ type ResumeState struct {
 
 func (x *ResumeState) Reset() {
 	*x = ResumeState{}
-	mi := &file_cure_proto_msgTypes[23]
+	mi := &file_cure_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2830,7 @@ func (x *ResumeState) String() string {
 func (*ResumeState) ProtoMessage() {}
 
 func (x *ResumeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[23]
+	mi := &file_cure_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2843,7 @@ func (x *ResumeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeState.ProtoReflect.Descriptor instead.
 func (*ResumeState) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{23}
+	return file_cure_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ResumeState) GetPhaseReached() string {
@@ -2440,7 +2879,7 @@ type FirstBoot struct {
 
 func (x *FirstBoot) Reset() {
 	*x = FirstBoot{}
-	mi := &file_cure_proto_msgTypes[24]
+	mi := &file_cure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2891,7 @@ func (x *FirstBoot) String() string {
 func (*FirstBoot) ProtoMessage() {}
 
 func (x *FirstBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[24]
+	mi := &file_cure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2904,7 @@ func (x *FirstBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirstBoot.ProtoReflect.Descriptor instead.
 func (*FirstBoot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{24}
+	return file_cure_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FirstBoot) GetHostname() string {
@@ -2505,7 +2944,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_cure_proto_msgTypes[25]
+	mi := &file_cure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2956,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[25]
+	mi := &file_cure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +2969,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{25}
+	return file_cure_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -2549,7 +2988,7 @@ type Idle struct {
 
 func (x *Idle) Reset() {
 	*x = Idle{}
-	mi := &file_cure_proto_msgTypes[26]
+	mi := &file_cure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +3000,7 @@ func (x *Idle) String() string {
 func (*Idle) ProtoMessage() {}
 
 func (x *Idle) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[26]
+	mi := &file_cure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +3013,7 @@ func (x *Idle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Idle.ProtoReflect.Descriptor instead.
 func (*Idle) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{26}
+	return file_cure_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Idle) GetReason() string {
@@ -2593,7 +3032,7 @@ type Reboot struct {
 
 func (x *Reboot) Reset() {
 	*x = Reboot{}
-	mi := &file_cure_proto_msgTypes[27]
+	mi := &file_cure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +3044,7 @@ func (x *Reboot) String() string {
 func (*Reboot) ProtoMessage() {}
 
 func (x *Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[27]
+	mi := &file_cure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +3057,7 @@ func (x *Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reboot.ProtoReflect.Descriptor instead.
 func (*Reboot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{27}
+	return file_cure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Reboot) GetReason() string {
@@ -2637,7 +3076,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2649,7 +3088,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2662,7 +3101,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{28}
+	return file_cure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Cancel) GetReason() string {
@@ -2687,7 +3126,7 @@ type ProvisionRequest struct {
 
 func (x *ProvisionRequest) Reset() {
 	*x = ProvisionRequest{}
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +3138,7 @@ func (x *ProvisionRequest) String() string {
 func (*ProvisionRequest) ProtoMessage() {}
 
 func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +3151,7 @@ func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionRequest.ProtoReflect.Descriptor instead.
 func (*ProvisionRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{29}
+	return file_cure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ProvisionRequest) GetNodeIds() []string {
@@ -2761,7 +3200,7 @@ type ProvisionResponse struct {
 
 func (x *ProvisionResponse) Reset() {
 	*x = ProvisionResponse{}
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +3212,7 @@ func (x *ProvisionResponse) String() string {
 func (*ProvisionResponse) ProtoMessage() {}
 
 func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +3225,7 @@ func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionResponse.ProtoReflect.Descriptor instead.
 func (*ProvisionResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{30}
+	return file_cure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ProvisionResponse) GetRuns() []*RunRef {
@@ -2826,7 +3265,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2838,7 +3277,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2851,7 +3290,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{31}
+	return file_cure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Refusal) GetNodeId() string {
@@ -2894,7 +3333,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2906,7 +3345,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2919,7 +3358,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{32}
+	return file_cure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CancelRequest) GetNodeIds() []string {
@@ -2960,7 +3399,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3411,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3424,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{33}
+	return file_cure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CancelResponse) GetCanceled() []*RunRef {
@@ -3012,7 +3451,7 @@ type FleetRequest struct {
 
 func (x *FleetRequest) Reset() {
 	*x = FleetRequest{}
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3024,7 +3463,7 @@ func (x *FleetRequest) String() string {
 func (*FleetRequest) ProtoMessage() {}
 
 func (x *FleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3037,7 +3476,7 @@ func (x *FleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRequest.ProtoReflect.Descriptor instead.
 func (*FleetRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{34}
+	return file_cure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FleetRequest) GetSelector() map[string]string {
@@ -3069,7 +3508,7 @@ type FleetStatus struct {
 
 func (x *FleetStatus) Reset() {
 	*x = FleetStatus{}
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3081,7 +3520,7 @@ func (x *FleetStatus) String() string {
 func (*FleetStatus) ProtoMessage() {}
 
 func (x *FleetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3094,7 +3533,7 @@ func (x *FleetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetStatus.ProtoReflect.Descriptor instead.
 func (*FleetStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{35}
+	return file_cure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FleetStatus) GetNodes() int64 {
@@ -3160,7 +3599,7 @@ type FleetRun struct {
 
 func (x *FleetRun) Reset() {
 	*x = FleetRun{}
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3172,7 +3611,7 @@ func (x *FleetRun) String() string {
 func (*FleetRun) ProtoMessage() {}
 
 func (x *FleetRun) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3185,7 +3624,7 @@ func (x *FleetRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRun.ProtoReflect.Descriptor instead.
 func (*FleetRun) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{36}
+	return file_cure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FleetRun) GetNodeId() string {
@@ -3240,7 +3679,7 @@ type RunRef struct {
 
 func (x *RunRef) Reset() {
 	*x = RunRef{}
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3252,7 +3691,7 @@ func (x *RunRef) String() string {
 func (*RunRef) ProtoMessage() {}
 
 func (x *RunRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3265,7 +3704,7 @@ func (x *RunRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRef.ProtoReflect.Descriptor instead.
 func (*RunRef) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{37}
+	return file_cure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RunRef) GetRunId() string {
@@ -3293,7 +3732,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3305,7 +3744,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3318,7 +3757,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{38}
+	return file_cure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -3360,7 +3799,7 @@ type TimelineEntry struct {
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3372,7 +3811,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3385,7 +3824,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{39}
+	return file_cure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TimelineEntry) GetRunId() string {
@@ -3468,7 +3907,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3919,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3932,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{40}
+	return file_cure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReportRequest) GetRunId() string {
@@ -3533,7 +3972,7 @@ type RunReport struct {
 
 func (x *RunReport) Reset() {
 	*x = RunReport{}
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3545,7 +3984,7 @@ func (x *RunReport) String() string {
 func (*RunReport) ProtoMessage() {}
 
 func (x *RunReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3558,7 +3997,7 @@ func (x *RunReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReport.ProtoReflect.Descriptor instead.
 func (*RunReport) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{41}
+	return file_cure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RunReport) GetRunId() string {
@@ -3659,7 +4098,7 @@ type TimeBucket struct {
 
 func (x *TimeBucket) Reset() {
 	*x = TimeBucket{}
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3671,7 +4110,7 @@ func (x *TimeBucket) String() string {
 func (*TimeBucket) ProtoMessage() {}
 
 func (x *TimeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3684,7 +4123,7 @@ func (x *TimeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucket.ProtoReflect.Descriptor instead.
 func (*TimeBucket) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{42}
+	return file_cure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TimeBucket) GetName() string {
@@ -3733,7 +4172,7 @@ type TimeBucketsRequest struct {
 
 func (x *TimeBucketsRequest) Reset() {
 	*x = TimeBucketsRequest{}
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3745,7 +4184,7 @@ func (x *TimeBucketsRequest) String() string {
 func (*TimeBucketsRequest) ProtoMessage() {}
 
 func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3758,7 +4197,7 @@ func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketsRequest.ProtoReflect.Descriptor instead.
 func (*TimeBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{43}
+	return file_cure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TimeBucketsRequest) GetSelector() map[string]string {
@@ -3793,7 +4232,7 @@ type TimeBucketSummary struct {
 
 func (x *TimeBucketSummary) Reset() {
 	*x = TimeBucketSummary{}
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3805,7 +4244,7 @@ func (x *TimeBucketSummary) String() string {
 func (*TimeBucketSummary) ProtoMessage() {}
 
 func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3818,7 +4257,7 @@ func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketSummary.ProtoReflect.Descriptor instead.
 func (*TimeBucketSummary) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{44}
+	return file_cure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TimeBucketSummary) GetSkus() []*SkuTimeBuckets {
@@ -3854,7 +4293,7 @@ type SkuTimeBuckets struct {
 
 func (x *SkuTimeBuckets) Reset() {
 	*x = SkuTimeBuckets{}
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3866,7 +4305,7 @@ func (x *SkuTimeBuckets) String() string {
 func (*SkuTimeBuckets) ProtoMessage() {}
 
 func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3879,7 +4318,7 @@ func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkuTimeBuckets.ProtoReflect.Descriptor instead.
 func (*SkuTimeBuckets) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{45}
+	return file_cure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SkuTimeBuckets) GetSku() string {
@@ -3922,7 +4361,7 @@ type BucketStat struct {
 
 func (x *BucketStat) Reset() {
 	*x = BucketStat{}
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3934,7 +4373,7 @@ func (x *BucketStat) String() string {
 func (*BucketStat) ProtoMessage() {}
 
 func (x *BucketStat) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3947,7 +4386,7 @@ func (x *BucketStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketStat.ProtoReflect.Descriptor instead.
 func (*BucketStat) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{46}
+	return file_cure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *BucketStat) GetName() string {
@@ -3992,7 +4431,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4004,7 +4443,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4017,7 +4456,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{47}
+	return file_cure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -4072,7 +4511,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4084,7 +4523,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4097,7 +4536,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{48}
+	return file_cure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -4123,7 +4562,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4135,7 +4574,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4148,7 +4587,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{49}
+	return file_cure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -4170,7 +4609,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4182,7 +4621,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4195,7 +4634,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{50}
+	return file_cure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -4234,7 +4673,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4246,7 +4685,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4259,7 +4698,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{51}
+	return file_cure_proto_rawDescGZIP(), []int{56}
 }
 
 type ListNodesResponse struct {
@@ -4271,7 +4710,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4283,7 +4722,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4296,7 +4735,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{52}
+	return file_cure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -4321,7 +4760,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4333,7 +4772,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4346,7 +4785,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{53}
+	return file_cure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -4411,7 +4850,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4423,7 +4862,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4436,7 +4875,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{54}
+	return file_cure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -4493,7 +4932,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4505,7 +4944,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4518,7 +4957,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{55}
+	return file_cure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -4607,7 +5046,7 @@ type ListAuditLogResponse struct {
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4619,7 +5058,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4632,7 +5071,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{56}
+	return file_cure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -4659,7 +5098,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4671,7 +5110,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4684,7 +5123,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{57}
+	return file_cure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *NodeSpec) GetId() string {
@@ -4761,7 +5200,7 @@ type BMCSpec struct {
 
 func (x *BMCSpec) Reset() {
 	*x = BMCSpec{}
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4773,7 +5212,7 @@ func (x *BMCSpec) String() string {
 func (*BMCSpec) ProtoMessage() {}
 
 func (x *BMCSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4786,7 +5225,7 @@ func (x *BMCSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
 func (*BMCSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{58}
+	return file_cure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *BMCSpec) GetUrl() string {
@@ -4842,7 +5281,7 @@ type AddNodesRequest struct {
 
 func (x *AddNodesRequest) Reset() {
 	*x = AddNodesRequest{}
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4854,7 +5293,7 @@ func (x *AddNodesRequest) String() string {
 func (*AddNodesRequest) ProtoMessage() {}
 
 func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4867,7 +5306,7 @@ func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
 func (*AddNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{59}
+	return file_cure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *AddNodesRequest) GetNodes() []*NodeSpec {
@@ -4901,7 +5340,7 @@ type AddNodesResponse struct {
 
 func (x *AddNodesResponse) Reset() {
 	*x = AddNodesResponse{}
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4913,7 +5352,7 @@ func (x *AddNodesResponse) String() string {
 func (*AddNodesResponse) ProtoMessage() {}
 
 func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4926,7 +5365,7 @@ func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
 func (*AddNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{60}
+	return file_cure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *AddNodesResponse) GetAdded() []string {
@@ -4952,7 +5391,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4964,7 +5403,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4977,7 +5416,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{61}
+	return file_cure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -4997,7 +5436,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5009,7 +5448,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5022,7 +5461,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{62}
+	return file_cure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -5050,7 +5489,7 @@ type LabelNodeRequest struct {
 
 func (x *LabelNodeRequest) Reset() {
 	*x = LabelNodeRequest{}
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5062,7 +5501,7 @@ func (x *LabelNodeRequest) String() string {
 func (*LabelNodeRequest) ProtoMessage() {}
 
 func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5075,7 +5514,7 @@ func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
 func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{63}
+	return file_cure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *LabelNodeRequest) GetNodeId() string {
@@ -5108,7 +5547,7 @@ type ShowNodeRequest struct {
 
 func (x *ShowNodeRequest) Reset() {
 	*x = ShowNodeRequest{}
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5120,7 +5559,7 @@ func (x *ShowNodeRequest) String() string {
 func (*ShowNodeRequest) ProtoMessage() {}
 
 func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5133,7 +5572,7 @@ func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{64}
+	return file_cure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ShowNodeRequest) GetNodeId() string {
@@ -5166,7 +5605,7 @@ type NodeDetail struct {
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5178,7 +5617,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5191,7 +5630,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{65}
+	return file_cure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -5315,7 +5754,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5327,7 +5766,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5340,7 +5779,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{66}
+	return file_cure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -5532,7 +5971,7 @@ const file_cure_proto_rawDesc = "" +
 	"\ttransport\x18\x05 \x01(\tR\ttransport\x12\x1c\n" +
 	"\tremovable\x18\x06 \x01(\bR\tremovable\x12\x1f\n" +
 	"\vboot_medium\x18\a \x01(\bR\n" +
-	"bootMedium\"\xd5\x02\n" +
+	"bootMedium\"\xb4\x03\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12 \n" +
 	"\ftime_unix_ms\x18\x02 \x01(\x03R\n" +
@@ -5545,8 +5984,39 @@ const file_cure_proto_rawDesc = "" +
 	"\tphase_end\x18\v \x01(\v2\x11.cure.v1.PhaseEndH\x00R\bphaseEnd\x12,\n" +
 	"\averdict\x18\f \x01(\v2\x10.cure.v1.VerdictH\x00R\averdict\x12 \n" +
 	"\x03log\x18\r \x01(\v2\f.cure.v1.LogH\x00R\x03log\x12)\n" +
-	"\x06metric\x18\x0e \x01(\v2\x0f.cure.v1.MetricH\x00R\x06metricB\x06\n" +
-	"\x04body\"\f\n" +
+	"\x06metric\x18\x0e \x01(\v2\x0f.cure.v1.MetricH\x00R\x06metric\x12/\n" +
+	"\bprogress\x18\x0f \x01(\v2\x11.cure.v1.ProgressH\x00R\bprogress\x12,\n" +
+	"\asamples\x18\x10 \x01(\v2\x10.cure.v1.SamplesH\x00R\asamplesB\x06\n" +
+	"\x04body\"\xe1\x01\n" +
+	"\bProgress\x12\x14\n" +
+	"\x05suite\x18\x01 \x01(\tR\x05suite\x12\x14\n" +
+	"\x05stage\x18\x02 \x01(\tR\x05stage\x12.\n" +
+	"\x06checks\x18\x03 \x03(\v2\x16.cure.v1.CheckProgressR\x06checks\x12\x1d\n" +
+	"\n" +
+	"elapsed_ms\x18\x04 \x01(\x03R\telapsedMs\x12\x1d\n" +
+	"\n" +
+	"planned_ms\x18\x05 \x01(\x03R\tplannedMs\x12!\n" +
+	"\fremaining_ms\x18\x06 \x01(\x03R\vremainingMs\x12\x18\n" +
+	"\aresumed\x18\a \x01(\rR\aresumed\"\xbd\x01\n" +
+	"\rCheckProgress\x12\x14\n" +
+	"\x05check\x18\x01 \x01(\tR\x05check\x12\x14\n" +
+	"\x05stage\x18\x02 \x01(\tR\x05stage\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"elapsed_ms\x18\x04 \x01(\x03R\telapsedMs\x12\x1d\n" +
+	"\n" +
+	"planned_ms\x18\x05 \x01(\x03R\tplannedMs\x12,\n" +
+	"\x05worst\x18\x06 \x01(\x0e2\x16.cure.v1.VerdictStatusR\x05worst\"2\n" +
+	"\aSamples\x12'\n" +
+	"\x06series\x18\x01 \x03(\v2\x0f.cure.v1.SeriesR\x06series\"\xa4\x01\n" +
+	"\x06Series\x12\x1c\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12\x16\n" +
+	"\x06metric\x18\x02 \x01(\tR\x06metric\x12\x12\n" +
+	"\x04unit\x18\x03 \x01(\tR\x04unit\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\x12 \n" +
+	"\ftime_unix_ms\x18\x05 \x03(\x03R\n" +
+	"timeUnixMs\x12\x16\n" +
+	"\x06values\x18\x06 \x03(\x01R\x06values\"\f\n" +
 	"\n" +
 	"PhaseStart\"\x9c\x01\n" +
 	"\bPhaseEnd\x12,\n" +
@@ -5554,14 +6024,22 @@ const file_cure_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12'\n" +
 	"\x0freboot_required\x18\x03 \x01(\bR\x0erebootRequired\x12\x1f\n" +
 	"\vduration_ms\x18\x04 \x01(\x03R\n" +
-	"durationMs\"\xbf\x01\n" +
+	"durationMs\"\xad\x02\n" +
 	"\aVerdict\x12\x1c\n" +
 	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12\x14\n" +
 	"\x05check\x18\x02 \x01(\tR\x05check\x12.\n" +
 	"\x06status\x18\x03 \x01(\x0e2\x16.cure.v1.VerdictStatusR\x06status\x12\x1a\n" +
 	"\bobserved\x18\x04 \x01(\tR\bobserved\x12\x1a\n" +
 	"\bexpected\x18\x05 \x01(\tR\bexpected\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"\x9e\x01\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x128\n" +
+	"\fmeasurements\x18\a \x03(\v2\x14.cure.v1.MeasurementR\fmeasurements\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\b \x01(\x03R\batUnixMs\x12\x14\n" +
+	"\x05stage\x18\t \x01(\tR\x05stage\"O\n" +
+	"\vMeasurement\x12\x16\n" +
+	"\x06metric\x18\x01 \x01(\tR\x06metric\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x12\n" +
+	"\x04unit\x18\x03 \x01(\tR\x04unit\"\x9e\x01\n" +
 	"\x03Log\x12\x14\n" +
 	"\x05level\x18\x01 \x01(\tR\x05level\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12-\n" +
@@ -5887,7 +6365,7 @@ const file_cure_proto_rawDesc = "" +
 	"\vMODE_VERIFY\x10\x03\x12\x13\n" +
 	"\x0fMODE_DIAGNOSTIC\x10\x04\x12\x0f\n" +
 	"\vMODE_BURNIN\x10\x05\x12\r\n" +
-	"\tMODE_WIPE\x10\x06*n\n" +
+	"\tMODE_WIPE\x10\x06*|\n" +
 	"\rVerdictStatus\x12\x1e\n" +
 	"\x1aVERDICT_STATUS_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05MATCH\x10\x01\x12\t\n" +
@@ -5895,7 +6373,8 @@ const file_cure_proto_rawDesc = "" +
 	"\x04PASS\x10\x03\x12\b\n" +
 	"\x04FAIL\x10\x04\x12\b\n" +
 	"\x04SKIP\x10\x05\x12\t\n" +
-	"\x05ERROR\x10\x06*^\n" +
+	"\x05ERROR\x10\x06\x12\f\n" +
+	"\bMARGINAL\x10\a*^\n" +
 	"\vPhaseStatus\x12\x1c\n" +
 	"\x18PHASE_STATUS_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bPHASE_OK\x10\x01\x12\x11\n" +
@@ -5932,7 +6411,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -5954,71 +6433,76 @@ var file_cure_proto_goTypes = []any{
 	(*Gpu)(nil),                  // 17: cure.v1.Gpu
 	(*BlockDevice)(nil),          // 18: cure.v1.BlockDevice
 	(*Event)(nil),                // 19: cure.v1.Event
-	(*PhaseStart)(nil),           // 20: cure.v1.PhaseStart
-	(*PhaseEnd)(nil),             // 21: cure.v1.PhaseEnd
-	(*Verdict)(nil),              // 22: cure.v1.Verdict
-	(*Log)(nil),                  // 23: cure.v1.Log
-	(*Metric)(nil),               // 24: cure.v1.Metric
-	(*CoordinatorMessage)(nil),   // 25: cure.v1.CoordinatorMessage
-	(*Assignment)(nil),           // 26: cure.v1.Assignment
-	(*ResumeState)(nil),          // 27: cure.v1.ResumeState
-	(*FirstBoot)(nil),            // 28: cure.v1.FirstBoot
-	(*Ack)(nil),                  // 29: cure.v1.Ack
-	(*Idle)(nil),                 // 30: cure.v1.Idle
-	(*Reboot)(nil),               // 31: cure.v1.Reboot
-	(*Cancel)(nil),               // 32: cure.v1.Cancel
-	(*ProvisionRequest)(nil),     // 33: cure.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),    // 34: cure.v1.ProvisionResponse
-	(*Refusal)(nil),              // 35: cure.v1.Refusal
-	(*CancelRequest)(nil),        // 36: cure.v1.CancelRequest
-	(*CancelResponse)(nil),       // 37: cure.v1.CancelResponse
-	(*FleetRequest)(nil),         // 38: cure.v1.FleetRequest
-	(*FleetStatus)(nil),          // 39: cure.v1.FleetStatus
-	(*FleetRun)(nil),             // 40: cure.v1.FleetRun
-	(*RunRef)(nil),               // 41: cure.v1.RunRef
-	(*WatchRequest)(nil),         // 42: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),        // 43: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),        // 44: cure.v1.ReportRequest
-	(*RunReport)(nil),            // 45: cure.v1.RunReport
-	(*TimeBucket)(nil),           // 46: cure.v1.TimeBucket
-	(*TimeBucketsRequest)(nil),   // 47: cure.v1.TimeBucketsRequest
-	(*TimeBucketSummary)(nil),    // 48: cure.v1.TimeBucketSummary
-	(*SkuTimeBuckets)(nil),       // 49: cure.v1.SkuTimeBuckets
-	(*BucketStat)(nil),           // 50: cure.v1.BucketStat
-	(*PhaseRecord)(nil),          // 51: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 52: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 53: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 54: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 55: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 56: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 57: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 58: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 59: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 60: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),             // 61: cure.v1.NodeSpec
-	(*BMCSpec)(nil),              // 62: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),      // 63: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),     // 64: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),    // 65: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),   // 66: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),     // 67: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),      // 68: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),           // 69: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),      // 70: cure.v1.InventoryRecord
-	nil,                          // 71: cure.v1.Log.AttrsEntry
-	nil,                          // 72: cure.v1.Metric.LabelsEntry
-	nil,                          // 73: cure.v1.Assignment.PsidsEntry
-	nil,                          // 74: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 75: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 76: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 77: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 78: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 79: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 80: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 81: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 82: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 83: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 84: cure.v1.NodeDetail.LabelsEntry
+	(*Progress)(nil),             // 20: cure.v1.Progress
+	(*CheckProgress)(nil),        // 21: cure.v1.CheckProgress
+	(*Samples)(nil),              // 22: cure.v1.Samples
+	(*Series)(nil),               // 23: cure.v1.Series
+	(*PhaseStart)(nil),           // 24: cure.v1.PhaseStart
+	(*PhaseEnd)(nil),             // 25: cure.v1.PhaseEnd
+	(*Verdict)(nil),              // 26: cure.v1.Verdict
+	(*Measurement)(nil),          // 27: cure.v1.Measurement
+	(*Log)(nil),                  // 28: cure.v1.Log
+	(*Metric)(nil),               // 29: cure.v1.Metric
+	(*CoordinatorMessage)(nil),   // 30: cure.v1.CoordinatorMessage
+	(*Assignment)(nil),           // 31: cure.v1.Assignment
+	(*ResumeState)(nil),          // 32: cure.v1.ResumeState
+	(*FirstBoot)(nil),            // 33: cure.v1.FirstBoot
+	(*Ack)(nil),                  // 34: cure.v1.Ack
+	(*Idle)(nil),                 // 35: cure.v1.Idle
+	(*Reboot)(nil),               // 36: cure.v1.Reboot
+	(*Cancel)(nil),               // 37: cure.v1.Cancel
+	(*ProvisionRequest)(nil),     // 38: cure.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),    // 39: cure.v1.ProvisionResponse
+	(*Refusal)(nil),              // 40: cure.v1.Refusal
+	(*CancelRequest)(nil),        // 41: cure.v1.CancelRequest
+	(*CancelResponse)(nil),       // 42: cure.v1.CancelResponse
+	(*FleetRequest)(nil),         // 43: cure.v1.FleetRequest
+	(*FleetStatus)(nil),          // 44: cure.v1.FleetStatus
+	(*FleetRun)(nil),             // 45: cure.v1.FleetRun
+	(*RunRef)(nil),               // 46: cure.v1.RunRef
+	(*WatchRequest)(nil),         // 47: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),        // 48: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),        // 49: cure.v1.ReportRequest
+	(*RunReport)(nil),            // 50: cure.v1.RunReport
+	(*TimeBucket)(nil),           // 51: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),   // 52: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),    // 53: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),       // 54: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),           // 55: cure.v1.BucketStat
+	(*PhaseRecord)(nil),          // 56: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 57: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 58: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 59: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 60: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 61: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 62: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 63: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 64: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 65: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),             // 66: cure.v1.NodeSpec
+	(*BMCSpec)(nil),              // 67: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),      // 68: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),     // 69: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),    // 70: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),   // 71: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),     // 72: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),      // 73: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),           // 74: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),      // 75: cure.v1.InventoryRecord
+	nil,                          // 76: cure.v1.Log.AttrsEntry
+	nil,                          // 77: cure.v1.Metric.LabelsEntry
+	nil,                          // 78: cure.v1.Assignment.PsidsEntry
+	nil,                          // 79: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 80: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 81: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 82: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 83: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 84: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 85: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 86: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 87: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 88: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 89: cure.v1.NodeDetail.LabelsEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,  // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -6037,92 +6521,98 @@ var file_cure_proto_depIdxs = []int32{
 	11, // 13: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
 	12, // 14: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
 	13, // 15: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
-	20, // 16: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
-	21, // 17: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
-	22, // 18: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
-	23, // 19: cure.v1.Event.log:type_name -> cure.v1.Log
-	24, // 20: cure.v1.Event.metric:type_name -> cure.v1.Metric
-	2,  // 21: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
-	1,  // 22: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	71, // 23: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	72, // 24: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
-	26, // 25: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
-	29, // 26: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
-	30, // 27: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
-	31, // 28: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
-	32, // 29: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
-	0,  // 30: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
-	27, // 31: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
-	28, // 32: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	73, // 33: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
-	0,  // 34: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	74, // 35: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
-	41, // 36: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	35, // 37: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	75, // 38: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
-	41, // 39: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
-	35, // 40: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	76, // 41: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	77, // 42: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	78, // 43: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
-	40, // 44: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	79, // 45: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
-	22, // 46: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
-	0,  // 47: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	51, // 48: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
-	22, // 49: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	70, // 50: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	46, // 51: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	46, // 52: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	80, // 53: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	49, // 54: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	50, // 55: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	50, // 56: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
-	54, // 57: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	22, // 58: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	57, // 59: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	59, // 60: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	81, // 61: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	62, // 62: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	82, // 63: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	61, // 64: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	83, // 65: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	84, // 66: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	70, // 67: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	9,  // 68: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	4,  // 69: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	33, // 70: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	42, // 71: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	44, // 72: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	55, // 73: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	52, // 74: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	58, // 75: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	36, // 76: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	38, // 77: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	63, // 78: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	65, // 79: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	67, // 80: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	68, // 81: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	47, // 82: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	25, // 83: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	34, // 84: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	43, // 85: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	45, // 86: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	56, // 87: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	53, // 88: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	60, // 89: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	37, // 90: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	39, // 91: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	64, // 92: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	66, // 93: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	69, // 94: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	69, // 95: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	48, // 96: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	83, // [83:97] is the sub-list for method output_type
-	69, // [69:83] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	24, // 16: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
+	25, // 17: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
+	26, // 18: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
+	28, // 19: cure.v1.Event.log:type_name -> cure.v1.Log
+	29, // 20: cure.v1.Event.metric:type_name -> cure.v1.Metric
+	20, // 21: cure.v1.Event.progress:type_name -> cure.v1.Progress
+	22, // 22: cure.v1.Event.samples:type_name -> cure.v1.Samples
+	21, // 23: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
+	1,  // 24: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
+	23, // 25: cure.v1.Samples.series:type_name -> cure.v1.Series
+	2,  // 26: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
+	1,  // 27: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
+	27, // 28: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
+	76, // 29: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	77, // 30: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	31, // 31: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
+	34, // 32: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
+	35, // 33: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
+	36, // 34: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
+	37, // 35: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
+	0,  // 36: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
+	32, // 37: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
+	33, // 38: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
+	78, // 39: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	0,  // 40: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
+	79, // 41: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	46, // 42: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	40, // 43: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
+	80, // 44: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	46, // 45: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
+	40, // 46: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
+	81, // 47: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	82, // 48: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	83, // 49: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	45, // 50: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
+	84, // 51: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	26, // 52: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
+	0,  // 53: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
+	56, // 54: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	26, // 55: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
+	75, // 56: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	51, // 57: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	51, // 58: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	85, // 59: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	54, // 60: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	55, // 61: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	55, // 62: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	59, // 63: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	26, // 64: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	62, // 65: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	64, // 66: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	86, // 67: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	67, // 68: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	87, // 69: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	66, // 70: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	88, // 71: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	89, // 72: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	75, // 73: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	9,  // 74: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	4,  // 75: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	38, // 76: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	47, // 77: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	49, // 78: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	60, // 79: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	57, // 80: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	63, // 81: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	41, // 82: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	43, // 83: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	68, // 84: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	70, // 85: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	72, // 86: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	73, // 87: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	52, // 88: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	30, // 89: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	39, // 90: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	48, // 91: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	50, // 92: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	61, // 93: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	58, // 94: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	65, // 95: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	42, // 96: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	44, // 97: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	69, // 98: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	71, // 99: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	74, // 100: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	74, // 101: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	53, // 102: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	89, // [89:103] is the sub-list for method output_type
+	75, // [75:89] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -6140,8 +6630,10 @@ func file_cure_proto_init() {
 		(*Event_Verdict)(nil),
 		(*Event_Log)(nil),
 		(*Event_Metric)(nil),
+		(*Event_Progress)(nil),
+		(*Event_Samples)(nil),
 	}
-	file_cure_proto_msgTypes[21].OneofWrappers = []any{
+	file_cure_proto_msgTypes[26].OneofWrappers = []any{
 		(*CoordinatorMessage_Assignment)(nil),
 		(*CoordinatorMessage_Ack)(nil),
 		(*CoordinatorMessage_Idle)(nil),
@@ -6154,7 +6646,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   81,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

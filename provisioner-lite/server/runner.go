@@ -377,6 +377,11 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 		if _, known := curev1.VerdictStatus_name[int32(status)]; !known || status == curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED {
 			return store.Event{}, nil, fmt.Errorf("event seq %d: verdict status %d is not a verdict", ev.GetSeq(), status)
 		}
+		if status == curev1.VerdictStatus_MARGINAL {
+			// The fleet band is the coordinator's judgement of the node
+			// against its peers; a runner cannot pass it off as its own.
+			return store.Event{}, nil, fmt.Errorf("event seq %d: a runner cannot send a MARGINAL verdict (the coordinator judges fleet bands)", ev.GetSeq())
+		}
 		v = &store.Verdict{
 			RunID: runID, Component: textsafe.BoundedLine(in.GetComponent(), maxName), Check: textsafe.BoundedLine(in.GetCheck(), maxName),
 			Status: status.String(), Observed: textsafe.Bounded(in.GetObserved(), maxValue), Expected: textsafe.Bounded(in.GetExpected(), maxValue),
