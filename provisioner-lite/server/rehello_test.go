@@ -236,3 +236,43 @@ func bootStageCount(t *testing.T, h *hostile, stage string) uint64 {
 	}
 	return 0
 }
+
+// A run whose runner sent many large verdicts (the verdict cap allows 60 MiB
+// of them) still has a report curectl can receive (gRPC's default 4 MiB):
+// failures first, the rest counted.
+func TestReportBoundedForClient(t *testing.T) {
+	h := newHostile(t)
+	tok := h.fetchToken(nodeA.mac)
+	s, cancel := h.session(helloOpts{token: tok, boot: "boot1", node: nodeA})
+	defer cancel()
+	const total = 900
+	big := strings.Repeat("x", 4096)
+	for i := 1; i <= total; i++ {
+		st := curev1.VerdictStatus_PASS
+		if i%300 == 0 {
+			st = curev1.VerdictStatus_FAIL
+		}
+		ev := &curev1.Event{Seq: uint64(i), Phase: modes.SEDRevert, TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{
+			Component: fmt.Sprintf("disk/nvme%dn1", i), Check: "wipe", Status: st, Observed: big[:1024], Expected: big[:1024], Message: big}}}
+		if err := send(s, ev); err != nil {
+			t.Fatalf("verdict %d: %v", i, err)
+		}
+	}
+	ctx, cancelR := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelR()
+	rep, err := h.operatorClient("vic", pki.RoleViewer).Report(ctx, &curev1.ReportRequest{RunId: nodeA.run})
+	if err != nil {
+		t.Fatalf("report of a run with %d verdicts of 6 KiB: %v", total, err)
+	}
+	fails := 0
+	for _, v := range rep.GetVerdicts() {
+		if v.GetStatus() == curev1.VerdictStatus_FAIL {
+			fails++
+		}
+	}
+	t.Logf("report: %d bytes, %d verdicts, %d omitted", proto.Size(rep), len(rep.GetVerdicts()), rep.GetVerdictsOmitted())
+	if proto.Size(rep) > server.MaxReportBytes || rep.GetVerdictsOmitted() == 0 || len(rep.GetVerdicts())+int(rep.GetVerdictsOmitted()) != total || fails != 3 {
+		t.Fatalf("report: %d bytes, %d verdicts (%d failures) + %d omitted; want at most %d bytes, all %d accounted, the 3 failures kept",
+			proto.Size(rep), len(rep.GetVerdicts()), fails, rep.GetVerdictsOmitted(), server.MaxReportBytes, total)
+	}
+}
