@@ -243,8 +243,17 @@ func bootStageCount(t *testing.T, h *hostile, stage string) uint64 {
 func TestReportBoundedForClient(t *testing.T) {
 	h := newHostile(t)
 	tok := h.fetchToken(nodeA.mac)
-	s, cancel := h.session(helloOpts{token: tok, boot: "boot1", node: nodeA})
+	// A long deadline: 900 round trips take a while under the race detector.
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	s, err := curev1.NewRunnerServiceClient(h.conn("", nil)).Session(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Hello{Hello: &curev1.Hello{Token: tok, BootId: "boot1", SessionSecret: strings.Repeat("s", 32),
+		Identity: &curev1.Identity{BootMac: nodeA.mac, SystemSerial: nodeA.serial, NodeId: nodeA.id}}}}); err != nil {
+		t.Fatal(err)
+	}
 	const total = 900
 	big := strings.Repeat("x", 4096)
 	for i := 1; i <= total; i++ {
