@@ -3965,9 +3965,15 @@ type RunReport struct {
 	// if the run never reached CURE, the node's latest before it).
 	Inventory *InventoryRecord `protobuf:"bytes,11,opt,name=inventory,proto3" json:"inventory,omitempty"`
 	// The run's wall time split into buckets (they add up to it).
-	Buckets       []*TimeBucket `protobuf:"bytes,12,rep,name=buckets,proto3" json:"buckets,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Buckets []*TimeBucket `protobuf:"bytes,12,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	// Verdicts left out so the answer stays under a client's receive limit
+	// (failures, errors and drift are kept first); 0 when all are here.
+	VerdictsOmitted uint32 `protobuf:"varint,13,opt,name=verdicts_omitted,json=verdictsOmitted,proto3" json:"verdicts_omitted,omitempty"`
+	// Events the run's caps kept out of the store: the runner's metrics and
+	// logs past the run's event caps, the coordinator's notes past theirs.
+	EventsNotStored int64 `protobuf:"varint,14,opt,name=events_not_stored,json=eventsNotStored,proto3" json:"events_not_stored,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RunReport) Reset() {
@@ -4082,6 +4088,20 @@ func (x *RunReport) GetBuckets() []*TimeBucket {
 		return x.Buckets
 	}
 	return nil
+}
+
+func (x *RunReport) GetVerdictsOmitted() uint32 {
+	if x != nil {
+		return x.VerdictsOmitted
+	}
+	return 0
+}
+
+func (x *RunReport) GetEventsNotStored() int64 {
+	if x != nil {
+		return x.EventsNotStored
+	}
+	return 0
 }
 
 // TimeBucket is a span of a run's wall time (docs/OBSERVABILITY.md).
@@ -6187,7 +6207,7 @@ const file_cure_proto_rawDesc = "" +
 	" \x01(\tR\x06source\"?\n" +
 	"\rReportRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xb9\x03\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x90\x04\n" +
 	"\tRunReport\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
@@ -6201,7 +6221,9 @@ const file_cure_proto_rawDesc = "" +
 	"\amessage\x18\n" +
 	" \x01(\tR\amessage\x126\n" +
 	"\tinventory\x18\v \x01(\v2\x18.cure.v1.InventoryRecordR\tinventory\x12-\n" +
-	"\abuckets\x18\f \x03(\v2\x13.cure.v1.TimeBucketR\abuckets\"\x9e\x01\n" +
+	"\abuckets\x18\f \x03(\v2\x13.cure.v1.TimeBucketR\abuckets\x12)\n" +
+	"\x10verdicts_omitted\x18\r \x01(\rR\x0fverdictsOmitted\x12*\n" +
+	"\x11events_not_stored\x18\x0e \x01(\x03R\x0feventsNotStored\"\x9e\x01\n" +
 	"\n" +
 	"TimeBucket\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +

@@ -58,6 +58,10 @@ type page struct {
 	Phases                 []phaseRow
 	Timeline               []timelineRow
 	TimelineOmittedMetrics int
+	// VerdictsOmitted were left out of the report's answer (its size
+	// bound); EventsNotStored were counted past the run's caps.
+	VerdictsOmitted uint32
+	EventsNotStored int64
 	// Hardware is the inventory the node reported (InventorySections),
 	// HardwareFrom where it came from; empty when none was reported.
 	Hardware     []InventorySection
@@ -88,9 +92,10 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 		Mode:   strings.TrimPrefix(r.GetMode().String(), "MODE_"),
 		Status: strings.ToUpper(r.GetStatus()), StatusClass: runClass(r.GetStatus()),
 		Started: stamp(r.GetStartedUnixMs()), Ended: stamp(r.GetEndedUnixMs()),
-		Reboots:   r.GetReboots(),
-		Generated: generated.UTC().Format("2006-01-02 15:04:05 UTC"),
-		Message:   r.GetMessage(),
+		Reboots:         r.GetReboots(),
+		Generated:       generated.UTC().Format("2006-01-02 15:04:05 UTC"),
+		Message:         r.GetMessage(),
+		VerdictsOmitted: r.GetVerdictsOmitted(), EventsNotStored: r.GetEventsNotStored(),
 	}
 	p.Title = fmt.Sprintf("CURE %s report: %s (run %s)", strings.ToLower(p.Mode), p.Node, p.RunID)
 	if p.Ended == "" {

@@ -120,6 +120,12 @@ func printReport(w io.Writer, r *curev1.RunReport, clip func(string, int) string
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", clip(v.GetComponent(), 40), clip(v.GetCheck(), 40), v.GetStatus(), clip(v.GetObserved(), 40), clip(v.GetExpected(), 40), clip(v.GetMessage(), 60))
 	}
 	tw.Flush()
+	if n := r.GetVerdictsOmitted(); n > 0 {
+		fmt.Fprintf(w, "(%d more verdicts left out to keep the answer within the API's limit; failures, errors and drift are shown first)\n", n)
+	}
+	if n := r.GetEventsNotStored(); n > 0 {
+		fmt.Fprintf(w, "(%d events past the run's caps were counted, not stored)\n", n)
+	}
 	PrintInventory(w, r.GetInventory(), r.GetRunId())
 }
 

@@ -421,6 +421,19 @@ func (e *Engine) coordEvent(ctx context.Context, r store.Run, phase, kind, statu
 	}
 }
 
+// coordNote records a coordinator note: session chatter a runner can
+// provoke by reconnecting (store.Event.Note: capped per run, pruned with the
+// runner's logs), not the run's essential timeline.
+func (e *Engine) coordNote(ctx context.Context, r store.Run, phase, msg string) {
+	_, _, err := e.cfg.Store.AppendEvent(ctx, store.Event{
+		RunID: r.ID, NodeID: r.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(),
+		Phase: phase, Kind: runstate.EventInfo, Message: msg, Note: true,
+	})
+	if err != nil {
+		e.cfg.Log.Error("store note", "run", r.ID, "err", err)
+	}
+}
+
 // skuOf is the SKU of the run's node, read once per run.
 func (e *Engine) skuOf(ctx context.Context, r *store.Run) string {
 	if v, ok := e.skus.Load(r.ID); ok {

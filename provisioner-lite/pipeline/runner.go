@@ -119,7 +119,7 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 			if lostSince.IsZero() {
 				lostSince = time.Now()
 				if sess != nil {
-					e.coordEvent(ctx, *r, current, runstate.EventInfo, "", "runner disconnected", 0)
+					e.coordNote(ctx, *r, current, "runner disconnected")
 				}
 			}
 			budget := e.cfg.Timeouts.Reconnect
@@ -164,7 +164,7 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 				st := cur.Hello.GetState()
 				// The runner kept working while its stream was down (or while
 				// the coordinator restarted): follow it, don't restart it.
-				e.coordEvent(ctx, *r, st.GetPhase(), "info", "", fmt.Sprintf("runner re-attached mid-phase %s (last seq %d)", st.GetPhase(), st.GetLastEventSeq()), 0)
+				e.coordNote(ctx, *r, st.GetPhase(), fmt.Sprintf("runner re-attached mid-phase %s (last seq %d)", st.GetPhase(), st.GetLastEventSeq()))
 				e.markHandled(cur)
 				sess = cur
 				break
@@ -184,7 +184,7 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 			}
 			e.markHandled(cur)
 			e.save(ctx, r)
-			e.coordEvent(ctx, *r, remaining[0], runstate.EventInfo, "", fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(remaining, ","), r.ResumeCount), 0)
+			e.coordNote(ctx, *r, remaining[0], fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(remaining, ","), r.ResumeCount))
 			sess = cur
 			phaseStarted = time.Now()
 		}

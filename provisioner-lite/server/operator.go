@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -14,6 +15,8 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // Starter starts (or resumes) runs; the pipeline engine implements it.
@@ -242,7 +245,63 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 		return nil, err
 	}
 	rep.Buckets = BucketsProto(b.Buckets)
+	if u, err := st.Usage(ctx, r.ID); err == nil {
+		rep.EventsNotStored = u.Dropped + u.NotesDropped
+	}
+	boundReport(rep, MaxReportBytes)
 	return rep, nil
+}
+
+// MaxReportBytes bounds a run report's answer below the 4 MiB a gRPC client
+// (curectl) receives by default, whatever the run stored: its verdicts alone
+// may reach 60 MiB (10,000 of up to 6 KiB each). Phases are few and the
+// inventory is bounded to 256 KiB.
+const MaxReportBytes = 3 << 20
+
+// boundReport leaves verdicts out of rep until it encodes within max: the
+// ones a technician must act on (failures and errors, then drift) are kept
+// first, in their order; VerdictsOmitted counts the rest.
+func boundReport(rep *curev1.RunReport, max int) {
+	if proto.Size(rep) <= max {
+		return
+	}
+	vs := rep.Verdicts
+	rep.Verdicts = nil
+	room := max - proto.Size(rep) - 16 // VerdictsOmitted, set below
+	order := make([]int, len(vs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return verdictRank(vs[a].GetStatus()) - verdictRank(vs[b].GetStatus()) })
+	keep := make([]bool, len(vs))
+	omitted := 0
+	for _, i := range order {
+		n := proto.Size(vs[i])
+		n += 1 + protowire.SizeVarint(uint64(n)) // field tag and length
+		if n > room {
+			omitted++
+			continue
+		}
+		room -= n
+		keep[i] = true
+	}
+	for i, v := range vs {
+		if keep[i] {
+			rep.Verdicts = append(rep.Verdicts, v)
+		}
+	}
+	rep.VerdictsOmitted = uint32(omitted)
+}
+
+// verdictRank orders verdicts by what a technician must act on first.
+func verdictRank(s curev1.VerdictStatus) int {
+	switch s {
+	case curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR:
+		return 0
+	case curev1.VerdictStatus_DRIFT:
+		return 1
+	}
+	return 2
 }
 
 // ListNodes lists the inventory with each node's latest run.

@@ -4,6 +4,7 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/inventory"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
+	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -59,9 +61,16 @@ type RunnerService struct {
 	Limits store.EventLimits
 	// Metrics, if set, hears of sessions, event lag and node metrics.
 	Metrics *metrics.Metrics
+	// SessionRate and SessionBurst bound how often one boot may open a
+	// session (its first Hello and every reconnect): a token bucket per
+	// boot, refilled SessionRate times a second up to SessionBurst
+	// (defaults 0.1 and 10). A runner refused backs off and retries.
+	SessionRate  float64
+	SessionBurst int
 
-	once    sync.Once
-	pending chan struct{}
+	once     sync.Once
+	pending  chan struct{}
+	sessions *peerlimit.Keyed // per boot (run and boot id)
 }
 
 // Field limits of runner text, in bytes: enough for any real message, small
@@ -92,7 +101,14 @@ func (s *RunnerService) init() {
 		if s.Limits == (store.EventLimits{}) {
 			s.Limits = store.DefaultEventLimits
 		}
+		if s.SessionRate <= 0 {
+			s.SessionRate = 0.1
+		}
+		if s.SessionBurst <= 0 {
+			s.SessionBurst = 10
+		}
 		s.pending = make(chan struct{}, s.MaxPendingHellos)
+		s.sessions = peerlimit.NewKeyed(s.SessionRate, s.SessionBurst, 0)
 	})
 }
 
@@ -125,7 +141,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 		return status.Errorf(codes.DeadlineExceeded, "waiting for hello: %v", err)
 	}
 	hello := first.GetHello()
-	node, run, err := s.authenticate(ctx, hello, peerIP)
+	node, run, outcome, err := s.authenticate(ctx, hello, peerIP)
 	if err != nil {
 		s.Metrics.RunnerSession("refused")
 		return err
@@ -136,18 +152,33 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 	sess := sessions.NewSession(node.ID, run.ID, hello, stream.Send)
 	log := s.Log.With("node", sess.NodeID, "run", sess.RunID, "boot_id", sess.BootID, "peer", peerIP)
 	st := hello.GetState()
-	s.event(ctx, store.Event{
-		RunID: sess.RunID, NodeID: sess.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(), Phase: run.Phase, Kind: runstate.EventInfo,
-		Message: textsafe.BoundedLine(fmt.Sprintf("runner connected from %s: state=%s boot_id=%s guest_uptime=%dms mac=%s serial=%s runner=%s",
-			peerIP, st.GetKind(), hello.GetBootId(), hello.GetUptimeMs(), hello.GetIdentity().GetBootMac(), hello.GetIdentity().GetSystemSerial(),
-			hello.GetRunnerVersion()), maxMessage),
-	})
-	log.Info("runner connected", "state", st.GetKind().String(), "uptime_ms", hello.GetUptimeMs())
-	if steps := curev1.BootSteps(hello.GetBootStages()); len(steps) > 0 {
-		s.Metrics.BootStages(steps)
-		log.Info("runner boot timeline", "stages", curev1.FormatBootSteps(steps))
+	firstOfBoot := outcome == store.Bound
+	if firstOfBoot {
+		// The boot's first connect is part of the run's essential timeline
+		// (the time buckets read it); what this boot reports about itself
+		// (boot timeline, inventory) is taken now, once.
+		s.event(ctx, store.Event{
+			RunID: sess.RunID, NodeID: sess.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(), Phase: run.Phase, Kind: runstate.EventInfo,
+			Message: textsafe.BoundedLine(fmt.Sprintf("runner connected from %s: state=%s boot_id=%s guest_uptime=%dms mac=%s serial=%s runner=%s",
+				peerIP, st.GetKind(), hello.GetBootId(), hello.GetUptimeMs(), hello.GetIdentity().GetBootMac(), hello.GetIdentity().GetSystemSerial(),
+				hello.GetRunnerVersion()), maxMessage),
+		})
+		log.Info("runner connected", "state", st.GetKind().String(), "uptime_ms", hello.GetUptimeMs())
+		if steps := curev1.BootSteps(hello.GetBootStages()); len(steps) > 0 {
+			s.Metrics.BootStages(steps)
+			log.Info("runner boot timeline", "stages", curev1.FormatBootSteps(steps))
+		}
+	} else {
+		// A reconnect is counted against the run and summarised in one
+		// note per boot, not written as an event each.
+		n, err := s.Store.NoteReconnect(ctx, store.Reconnect{TokenHash: store.TokenHash(hello.GetToken()), RunID: sess.RunID, NodeID: sess.NodeID,
+			BootID: sess.BootID, Phase: run.Phase, Peer: peerIP, Time: time.Now().UTC()}, s.Limits)
+		if err != nil {
+			log.Warn("runner reconnect not counted", "err", err)
+		}
+		log.Info("runner reconnected", "state", st.GetKind().String(), "reconnects", n)
 	}
-	s.storeInventory(ctx, sess, hello.GetInventory(), peerIP, log)
+	s.storeInventory(ctx, sess, hello.GetInventory(), peerIP, firstOfBoot, log)
 	s.Hub.Attach(sess)
 	defer func() {
 		s.Hub.Detach(sess)
@@ -184,7 +215,6 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 			}
 		}
 	}()
-	droppedNoted := false
 	for {
 		var msg *curev1.RunnerMessage
 		select {
@@ -226,8 +256,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 		if m := ev.GetMetric(); m != nil {
 			s.Metrics.NodeMetric(sess.NodeID, sess.RunID, m.GetName(), m.GetUnit(), m.GetLabels(), m.GetValue())
 		}
-		if res.Dropped && !droppedNoted {
-			droppedNoted = true
+		if res.FirstDrop {
 			log.Warn("run event cap reached: metrics and logs are acknowledged but not stored")
 			s.event(ctx, store.Event{RunID: sess.RunID, NodeID: sess.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(), Kind: runstate.EventInfo,
 				Message: fmt.Sprintf("event cap reached (%d events or %d bytes): the runner's further metrics and logs are not stored", s.Limits.MaxEvents, s.Limits.MaxBytes)})
@@ -239,13 +268,24 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 }
 
 // authenticate turns a Hello into a session: the token is bound to this boot
-// (or this boot proves it is the one the token was bound to), the hardware
-// matches the token's node, and the token's run is active.
-func (s *RunnerService) authenticate(ctx context.Context, hello *curev1.Hello, peerIP string) (store.Node, store.Run, error) {
+// (or this boot proves it is the one the token was bound to), the boot has
+// not opened sessions faster than its budget, the hardware matches the
+// token's node, and the token's run is active. It returns the binding's
+// outcome: store.Bound for the boot's first Hello, store.Resumed for a
+// reconnect.
+func (s *RunnerService) authenticate(ctx context.Context, hello *curev1.Hello, peerIP string) (store.Node, store.Run, string, error) {
+	node, run, outcome, err := s.authenticateHello(ctx, hello, peerIP)
+	if err == nil {
+		s.Log.Info("runner authenticated", "node", node.ID, "run", run.ID, "boot_id", hello.GetBootId(), "how", outcome)
+	}
+	return node, run, outcome, err
+}
+
+func (s *RunnerService) authenticateHello(ctx context.Context, hello *curev1.Hello, peerIP string) (store.Node, store.Run, string, error) {
 	claimed := textsafe.BoundedLine(hello.GetIdentity().GetNodeId(), maxName)
-	refuse := func(action, detail string, code codes.Code, msg string) (store.Node, store.Run, error) {
+	refuse := func(action, detail string, code codes.Code, msg string) (store.Node, store.Run, string, error) {
 		s.Audit.Security(ctx, store.AuditEntry{Actor: claimed, Peer: peerIP, Action: action, Result: "refused", Detail: detail})
-		return store.Node{}, store.Run{}, status.Error(code, msg)
+		return store.Node{}, store.Run{}, "", status.Error(code, msg)
 	}
 	if hello == nil {
 		return refuse(audit.RunnerSession, "first message is not a Hello", codes.InvalidArgument, "first message must be Hello")
@@ -259,26 +299,42 @@ func (s *RunnerService) authenticate(ctx context.Context, hello *curev1.Hello, p
 	if err != nil {
 		return refuse(audit.BootTokenRejected, "unknown boot token", codes.Unauthenticated, "unknown or expired boot token")
 	}
+	// A boot's sessions are charged to its budget; a reconnect (the token
+	// is bound to this boot id and secret, which authenticates it) is
+	// charged before anything is written, so one refused costs reads only.
+	boot := tok.RunID + "\x00" + hello.GetBootId()
+	charged := false
+	if tok.State == store.TokenBound && tok.BootID == hello.GetBootId() &&
+		subtle.ConstantTimeCompare([]byte(tok.SessionHash), []byte(store.TokenHash(hello.GetSessionSecret()))) == 1 {
+		if !s.sessions.Allow(boot) {
+			s.Audit.Security(ctx, store.AuditEntry{Actor: tok.NodeID, Peer: peerIP, Action: audit.RunnerSession, RunID: tok.RunID, Nodes: []string{tok.NodeID},
+				Result: "refused", Detail: fmt.Sprintf("boot %s reconnects faster than its budget (%g a second, burst %d)",
+					textsafe.BoundedLine(hello.GetBootId(), maxName), s.SessionRate, s.SessionBurst)})
+			return store.Node{}, store.Run{}, "", status.Errorf(codes.ResourceExhausted, "boot %s reconnects too often: back off and retry",
+				textsafe.BoundedLine(hello.GetBootId(), maxName))
+		}
+		charged = true
+	}
 	node, err := s.Store.GetNode(ctx, tok.NodeID)
 	if err != nil {
-		return store.Node{}, store.Run{}, status.Errorf(codes.Internal, "node %s: %v", tok.NodeID, err)
+		return store.Node{}, store.Run{}, "", status.Errorf(codes.Internal, "node %s: %v", tok.NodeID, err)
 	}
 	if err := checkIdentity(node, hello.GetIdentity()); err != nil {
 		s.Audit.Security(ctx, store.AuditEntry{Actor: node.ID, Peer: peerIP, Action: audit.RunnerIdentity, RunID: tok.RunID, Result: "refused",
 			Nodes: []string{node.ID}, Detail: textsafe.BoundedLine(err.Error(), maxMessage)})
-		return store.Node{}, store.Run{}, status.Errorf(codes.PermissionDenied, "token of node %s: %s", node.ID, textsafe.BoundedLine(err.Error(), maxMessage))
+		return store.Node{}, store.Run{}, "", status.Errorf(codes.PermissionDenied, "token of node %s: %s", node.ID, textsafe.BoundedLine(err.Error(), maxMessage))
 	}
 	run, err := s.Store.GetRun(ctx, tok.RunID)
 	if err != nil || (run.Status != runstate.RunRunning && run.Status != runstate.RunPending) {
 		s.Log.Info("runner refused: its run is not active", "node", node.ID, "run", tok.RunID, "status", run.Status)
-		return store.Node{}, store.Run{}, status.Errorf(codes.FailedPrecondition, "run %s is not active", tok.RunID)
+		return store.Node{}, store.Run{}, "", status.Errorf(codes.FailedPrecondition, "run %s is not active", tok.RunID)
 	}
 	if s.Instance != "" && run.Owner != "" && run.Owner != s.Instance && run.LeaseUntil.After(time.Now()) {
 		// Another live instance drives this run and waits for its runner
 		// there; the runner retries, and reaches this instance only if that
 		// one dies (then this one takes the run over once its lease expired).
 		s.Log.Info("runner refused: its run is driven by another instance", "node", node.ID, "run", run.ID, "owner", run.Owner)
-		return store.Node{}, store.Run{}, status.Errorf(codes.Unavailable, "run %s is driven by coordinator instance %s; retry", run.ID, run.Owner)
+		return store.Node{}, store.Run{}, "", status.Errorf(codes.Unavailable, "run %s is driven by coordinator instance %s; retry", run.ID, run.Owner)
 	}
 	outcome, tok, err := s.Store.BindBootToken(ctx, store.BindRequest{
 		Hash: hash, BootID: hello.GetBootId(), SessionHash: store.TokenHash(hello.GetSessionSecret()), Peer: peerIP, RequirePeer: s.BindPeer,
@@ -294,27 +350,38 @@ func (s *RunnerService) authenticate(ctx context.Context, hello *curev1.Hello, p
 		if s.Guard != nil {
 			s.Guard.IdentityContested(ctx, run.ID, entry.Detail)
 		}
-		return store.Node{}, store.Run{}, status.Error(codes.PermissionDenied, "this boot window was already registered by another boot; the run is stopped for an operator")
+		return store.Node{}, store.Run{}, "", status.Error(codes.PermissionDenied, "this boot window was already registered by another boot; the run is stopped for an operator")
 	case errors.Is(err, store.ErrPeerMismatch):
 		entry.Action, entry.Detail = audit.BootTokenPeer, err.Error()
 		s.Audit.Security(ctx, entry)
-		return store.Node{}, store.Run{}, status.Error(codes.PermissionDenied, "boot token presented from another address than it was issued to")
+		return store.Node{}, store.Run{}, "", status.Error(codes.PermissionDenied, "boot token presented from another address than it was issued to")
 	case err != nil:
 		entry.Action, entry.Detail = audit.BootTokenRejected, err.Error()
 		s.Audit.Security(ctx, entry)
-		return store.Node{}, store.Run{}, status.Error(codes.Unauthenticated, "unknown, expired or superseded boot token")
+		return store.Node{}, store.Run{}, "", status.Error(codes.Unauthenticated, "unknown, expired or superseded boot token")
 	}
-	s.Log.Info("runner authenticated", "node", node.ID, "run", run.ID, "boot_id", tok.BootID, "how", outcome)
-	return node, run, nil
+	if !charged {
+		// The first Hello opens the boot's budget (or a reconnect that raced
+		// its own first Hello): it is never refused for it.
+		s.sessions.Allow(boot)
+	}
+	return node, run, outcome, nil
 }
 
 // storeInventory keeps the hardware a boot reported in its Hello, cleaned
 // and bounded (package inventory), once per boot: a reconnect of the same
-// boot changes nothing. Only an authenticated session gets here, so the
-// record is the node's by the session, whatever its fields claim.
-func (s *RunnerService) storeInventory(ctx context.Context, sess *sessions.Session, inv *curev1.Inventory, peerIP string, log *slog.Logger) {
+// boot changes nothing, and costs one read when the boot's inventory is
+// stored (a reconnect stores it only if its first Hello's was lost). Only an
+// authenticated session gets here, so the record is the node's by the
+// session, whatever its fields claim.
+func (s *RunnerService) storeInventory(ctx context.Context, sess *sessions.Session, inv *curev1.Inventory, peerIP string, firstOfBoot bool, log *slog.Logger) {
 	if inv == nil {
 		return
+	}
+	if !firstOfBoot {
+		if have, err := s.Store.HasInventory(ctx, sess.RunID, textsafe.BoundedLine(sess.BootID, maxName)); err != nil || have {
+			return
+		}
 	}
 	js, cut, err := inventory.Marshal(inv)
 	if err != nil {

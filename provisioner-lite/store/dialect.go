@@ -127,7 +127,7 @@ func openPostgres(dsn string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s: %w", Redacted(dsn), err)
 	}
 	st := &Store{path: Redacted(dsn), w: db, r: newPool(db), wp: newPool(db), sealer: seal, subs: map[string]map[*subscriber]struct{}{},
-		instance: o.instance, leaseTTL: o.leaseTTL, runCache: map[string]Run{}, dialect: postgresDialect}
+		instance: o.instance, leaseTTL: o.leaseTTL, runCache: map[string]Run{}, dialect: postgresDialect, maxNotes: o.notes()}
 	st.r.rebind, st.wp.rebind = rebindDollar, rebindDollar
 	if st.leaseTTL <= 0 {
 		st.leaseTTL = DefaultLeaseTTL
@@ -230,6 +230,12 @@ CREATE TABLE inventories (
 );
 CREATE UNIQUE INDEX inventories_boot ON inventories(run_id, boot_id);
 CREATE INDEX inventories_node ON inventories(node_id, id);
+`,
+	`
+ALTER TABLE events ADD COLUMN note BOOLEAN NOT NULL DEFAULT false;
+ALTER TABLE run_usage ADD COLUMN notes BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE run_usage ADD COLUMN notes_dropped BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE boot_tokens ADD COLUMN reconnects BIGINT NOT NULL DEFAULT 0;
 `,
 }
 

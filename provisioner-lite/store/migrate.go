@@ -185,6 +185,16 @@ CREATE TABLE inventories (
 CREATE UNIQUE INDEX inventories_boot ON inventories(run_id, boot_id);
 CREATE INDEX inventories_node ON inventories(node_id, id);
 `,
+	// 5: a runner's session bounded like its events. Coordinator notes
+	// (reconnect summaries, cap notices, session chatter) are marked, capped
+	// per run and pruned with the runner's metrics and logs; a bound token
+	// counts its boot's reconnects.
+	`
+ALTER TABLE events ADD COLUMN note INTEGER NOT NULL DEFAULT 0;          -- a coordinator note: capped, pruned
+ALTER TABLE run_usage ADD COLUMN notes INTEGER NOT NULL DEFAULT 0;       -- coordinator notes stored
+ALTER TABLE run_usage ADD COLUMN notes_dropped INTEGER NOT NULL DEFAULT 0; -- notes counted past the cap
+ALTER TABLE boot_tokens ADD COLUMN reconnects INTEGER NOT NULL DEFAULT 0; -- sessions of the bound boot after its first
+`,
 }
 
 // SchemaVersion is the user_version a fully migrated database has.

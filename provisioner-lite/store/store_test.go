@@ -21,11 +21,12 @@ var testKey = []byte("0123456789abcdef0123456789abcdef")
 // backend-neutral tests again with "postgres".
 var backend = "sqlite"
 
-func openTest(t *testing.T) (*Store, string) {
+func openTest(t *testing.T, opts ...Option) (*Store, string) {
 	t.Helper()
+	opts = append([]Option{WithStateKey(testKey)}, opts...)
 	if backend == "postgres" {
 		dsn := pgtest.Shared(t).NewDatabase(t)
-		s, err := OpenDSN(dsn, WithStateKey(testKey))
+		s, err := OpenDSN(dsn, opts...)
 		if err != nil {
 			t.Fatalf("OpenDSN: %v", err)
 		}
@@ -33,7 +34,7 @@ func openTest(t *testing.T) (*Store, string) {
 		return s, dsn
 	}
 	path := filepath.Join(t.TempDir(), "cure.db")
-	s, err := Open(path, WithStateKey(testKey))
+	s, err := Open(path, opts...)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

@@ -133,7 +133,7 @@ func main() {
 	flag.Int64Var(&c.eventLimits.MaxEvents, "max-run-events", store.DefaultEventLimits.MaxEvents, "runner events stored per run; past it metrics and logs are dropped")
 	flag.Int64Var(&c.eventLimits.MaxBytes, "max-run-event-bytes", store.DefaultEventLimits.MaxBytes, "bytes of runner events stored per run; past it metrics and logs are dropped")
 	flag.Int64Var(&c.eventLimits.MaxVerdicts, "max-run-verdicts", store.DefaultEventLimits.MaxVerdicts, "distinct verdicts a run's runner may report")
-	flag.DurationVar(&c.retention.RunEvents, "retention", store.DefaultRetention.RunEvents, "keep the runner's metrics and logs of finished runs this long (phases and verdicts stay)")
+	flag.DurationVar(&c.retention.RunEvents, "retention", store.DefaultRetention.RunEvents, "keep the runner's metrics and logs and the coordinator's notes of finished runs this long (phases, verdicts and the essential timeline stay)")
 	flag.DurationVar(&c.retention.Audit, "audit-retention", store.DefaultRetention.Audit, "keep audit log entries this long")
 	flag.IntVar(&c.httpMaxConns, "http-max-conns", 4096, "open connections of the boot/artifact server")
 	flag.IntVar(&c.grpcMaxConns, "grpc-max-conns", 8192, "open connections of the gRPC server")
