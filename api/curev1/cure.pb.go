@@ -5058,8 +5058,12 @@ func (x *AuditEntry) GetDetail() string {
 }
 
 type ListAuditLogResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*AuditEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*AuditEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// The before_id that reads the next (older) page; 0: no older entry. A
+	// page may hold fewer entries than the limit asked for: it stays under a
+	// client's receive limit whatever is stored.
+	NextBeforeId  int64 `protobuf:"varint,2,opt,name=next_before_id,json=nextBeforeId,proto3" json:"next_before_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5099,6 +5103,13 @@ func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *ListAuditLogResponse) GetNextBeforeId() int64 {
+	if x != nil {
+		return x.NextBeforeId
+	}
+	return 0
 }
 
 type NodeSpec struct {
@@ -6303,9 +6314,10 @@ const file_cure_proto_rawDesc = "" +
 	"\x06run_id\x18\t \x01(\tR\x05runId\x12\x16\n" +
 	"\x06result\x18\n" +
 	" \x01(\tR\x06result\x12\x16\n" +
-	"\x06detail\x18\v \x01(\tR\x06detail\"E\n" +
+	"\x06detail\x18\v \x01(\tR\x06detail\"k\n" +
 	"\x14ListAuditLogResponse\x12-\n" +
-	"\aentries\x18\x01 \x03(\v2\x13.cure.v1.AuditEntryR\aentries\"\xf8\x02\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.cure.v1.AuditEntryR\aentries\x12$\n" +
+	"\x0enext_before_id\x18\x02 \x01(\x03R\fnextBeforeId\"\xf8\x02\n" +
 	"\bNodeSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03sku\x18\x02 \x01(\tR\x03sku\x12\x1a\n" +
