@@ -28,7 +28,15 @@ import (
 type Option func(*options)
 
 type options struct {
-	sku func(name string) error
+	sku       func(name string) error
+	caChecked bool
+}
+
+// WithCABundleChecked tells Check that the node's caFile is not to be read:
+// its caller has checked the bundle's bytes (ParseCABundle) and writes the
+// file only once every node of an import passed.
+func WithCABundleChecked() Option {
+	return func(o *options) { o.caChecked = true }
 }
 
 // WithSKUCheck reports, at the sku field, every SKU for which known returns
@@ -182,6 +190,7 @@ func checkPSID(serial, psid string) error {
 type bmcFields struct {
 	url, password, passwordEnv, passwordFile, caFile, fingerprint string
 	insecure                                                      bool
+	caChecked                                                     bool // caFile's bundle was checked already (WithCABundleChecked)
 }
 
 // fieldErr is a problem with one bmc field (YAML key; "" for the password
@@ -239,7 +248,9 @@ func (b bmcFields) apply(dir string, out *store.Node) []fieldErr {
 	}
 	if b.caFile != "" {
 		p := absPath(dir, b.caFile)
-		if _, err := LoadCABundle(p); err != nil {
+		if b.caChecked {
+			out.BMCCAFile = p
+		} else if _, err := LoadCABundle(p); err != nil {
 			bad("caFile", err)
 		} else {
 			out.BMCCAFile = p
@@ -314,7 +325,7 @@ func Check(n *store.Node, opts ...Option) error {
 	if n.BMCUser == "" {
 		bad("bmc.username", errors.New("required"))
 	}
-	b := bmcFields{url: n.BMCURL, password: n.BMCPassword, caFile: n.BMCCAFile, fingerprint: n.BMCFingerprint, insecure: n.BMCInsecure}
+	b := bmcFields{url: n.BMCURL, password: n.BMCPassword, caFile: n.BMCCAFile, fingerprint: n.BMCFingerprint, insecure: n.BMCInsecure, caChecked: o.caChecked}
 	switch ref := n.BMCPasswordRef; {
 	case strings.HasPrefix(ref, RefEnv):
 		b.passwordEnv = strings.TrimPrefix(ref, RefEnv)

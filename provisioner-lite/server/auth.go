@@ -144,14 +144,16 @@ func authorize(ctx context.Context, method string, rec *audit.Recorder, req any)
 	need, known := methodRoles[method]
 	name, role, why := certOperator(ctx)
 	op.Name, op.Role = name, role
+	// A refused call is a peer's: its entry is bounded and charged to the
+	// peer's budget (audit.Recorder.Denied), whatever it sent.
 	refuse := func(code codes.Code, msg string) (Operator, error) {
-		rec.Operator(ctx, store.AuditEntry{Actor: op.Name, Role: string(op.Role), Peer: op.Peer, Action: method, Nodes: requestNodes(req),
+		rec.Denied(ctx, store.AuditEntry{Actor: op.Name, Role: string(op.Role), Peer: op.Peer, Action: method, Nodes: requestNodes(req),
 			Result: code.String(), Detail: msg})
 		return Operator{}, status.Error(code, msg)
 	}
 	switch {
 	case !known:
-		return refuse(codes.PermissionDenied, fmt.Sprintf("method %q is not open to anyone", method))
+		return refuse(codes.PermissionDenied, fmt.Sprintf("method %q is not open to anyone", textsafe.BoundedLine(method, 128)))
 	case why != "":
 		return refuse(codes.Unauthenticated, why+": "+operatorCertHint)
 	case !role.Allows(need):

@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -51,6 +54,9 @@ type OperatorService struct {
 	// commit batches, so more in flight means bigger batches (32 took 94 s
 	// to start 5,000 nodes on 2 cores under the fleet's load).
 	StartWorkers int
+
+	// importMu serialises AddNodes' writes (CA bundles, then the nodes).
+	importMu sync.Mutex
 }
 
 // Canceler ends an active run.
@@ -101,25 +107,59 @@ func (o *OperatorService) allowMode(ctx context.Context, mode modes.Mode, req *c
 	return nil
 }
 
-// ListAuditLog reads the audit log.
+// Bounds of the answers a client must read whole: curectl (and any gRPC
+// client left at its default) receives at most 4 MiB, whatever the store
+// holds. An audit page stops at auditPageBytes (one entry at least) and
+// each entry is cut (audit.Clip) to auditViewNodes ids and auditViewDetail
+// bytes (a report is bounded by MaxReportBytes).
+const (
+	auditPageBytes  = 1 << 20
+	auditViewNodes  = 256
+	auditViewDetail = 8 << 10
+	maxAuditPage    = 5000 // entries
+)
+
+// ListAuditLog reads the audit log, newest first, one page: at most the
+// limit asked for, and no more than fits auditPageBytes.
+// next_before_id reads the next page.
 func (o *OperatorService) ListAuditLog(ctx context.Context, req *curev1.ListAuditLogRequest) (*curev1.ListAuditLogResponse, error) {
 	f := store.AuditFilter{Kind: req.GetKind(), Node: req.GetNodeId(), BeforeID: req.GetBeforeId(), Limit: int(req.GetLimit())}
 	if f.Kind != "" && f.Kind != store.AuditOperator && f.Kind != store.AuditSecurity {
-		return nil, status.Errorf(codes.InvalidArgument, "kind %q: want %s, %s or empty", f.Kind, store.AuditOperator, store.AuditSecurity)
+		return nil, status.Errorf(codes.InvalidArgument, "kind %q: want %s, %s or empty", textsafe.BoundedLine(f.Kind, 64), store.AuditOperator, store.AuditSecurity)
 	}
 	if ms := req.GetSinceUnixMs(); ms > 0 {
 		f.Since = time.UnixMilli(ms)
 	}
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	f.Limit = min(f.Limit, maxAuditPage)
+	// One more than asked says whether an older entry exists.
+	want := f.Limit
+	f.Limit++
 	entries, err := o.Store.AuditLog(ctx, f)
 	if err != nil {
 		return nil, err
 	}
 	resp := &curev1.ListAuditLogResponse{}
-	for _, a := range entries {
-		resp.Entries = append(resp.Entries, &curev1.AuditEntry{
+	size := 0
+	for i, a := range entries {
+		if i == want {
+			resp.NextBeforeId = resp.Entries[len(resp.Entries)-1].GetId()
+			break
+		}
+		a = audit.Clip(a, auditViewNodes, auditViewDetail)
+		e := &curev1.AuditEntry{
 			Id: a.ID, TimeUnixMs: a.Time.UnixMilli(), Kind: a.Kind, Actor: a.Actor, Role: a.Role, Peer: a.Peer,
 			Action: a.Action, NodeIds: a.Nodes, RunId: a.RunID, Result: a.Result, Detail: a.Detail,
-		})
+		}
+		n := proto.Size(e) + 8 // and its framing in the list
+		if len(resp.Entries) > 0 && size+n > auditPageBytes {
+			resp.NextBeforeId = resp.Entries[len(resp.Entries)-1].GetId()
+			break
+		}
+		size += n
+		resp.Entries = append(resp.Entries, e)
 	}
 	return resp, nil
 }

@@ -558,6 +558,10 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	bmcPool.onRetry = obs.m.RedfishHTTPRetry
 	go bmcPool.run(ctx)
 	rec := audit.New(st, log, 0)
+	// What the audit budgets held back is summed periodically, and once
+	// more before the store closes.
+	go rec.Run(ctx)
+	defer rec.Flush(context.Background())
 	hub := sessions.NewHub()
 	eng := pipeline.New(ctx, pipeline.Config{
 		Store: st, Hub: hub, Log: log, Audit: rec,
