@@ -95,6 +95,7 @@ func OperatorAuth(rec *audit.Recorder, log *slog.Logger) []grpc.ServerOption {
 		}
 		start := time.Now()
 		resp, err := handler(context.WithValue(ctx, operatorKey{}, op), req)
+		err = redactStatus(err)
 		recordCall(ctx, rec, op, info.FullMethod, req, resp, err, time.Since(start))
 		return resp, err
 	}
@@ -108,7 +109,7 @@ func OperatorAuth(rec *audit.Recorder, log *slog.Logger) []grpc.ServerOption {
 		}
 		start := time.Now()
 		w := &operatorStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), operatorKey{}, op)}
-		err = handler(srv, w)
+		err = redactStatus(handler(srv, w))
 		recordCall(ss.Context(), rec, op, info.FullMethod, w.firstReq, nil, err, time.Since(start))
 		return err
 	}
@@ -117,6 +118,23 @@ func OperatorAuth(rec *audit.Recorder, log *slog.Logger) []grpc.ServerOption {
 	// (grpc-go itself refuses a :path without its leading slash.)
 	unknown := func(any, grpc.ServerStream) error { return status.Error(codes.Unimplemented, "unknown method") }
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream), grpc.UnknownServiceHandler(unknown)}
+}
+
+// redactStatus drops what may be a URL's userinfo from an error's message
+// (textsafe.RedactURLs): a second line behind the handlers, which quote
+// URLs redacted already. Code and details are kept.
+func redactStatus(err error) error {
+	st, ok := status.FromError(err)
+	if err == nil || !ok {
+		return err
+	}
+	msg := textsafe.RedactURLs(st.Message())
+	if msg == st.Message() {
+		return err
+	}
+	p := st.Proto()
+	p.Message = msg
+	return status.ErrorProto(p)
 }
 
 // operatorStream carries the operator in its context and remembers the

@@ -17,43 +17,69 @@ func RedactURL(s string) string {
 	if at < 0 {
 		return s
 	}
-	start := 0
-	if i := strings.Index(s[:at], "://"); i >= 0 {
-		start = i + 3
-	}
+	start := userinfoStart(s[:at])
 	return s[:start] + Redacted + s[at:]
 }
 
-// RedactURLs redacts the userinfo of every URL in free text (an error
-// message or a detail that may quote one): from each "://" to the last '@'
-// before the next white space. It is the second line of defence; the
-// first is that code quoting a URL quotes RedactURL's form.
+// RedactURLs redacts what may be a URL's userinfo in free text (an error
+// message or a detail that may quote a URL): in each word holding an '@'
+// with a ':' before it ("https://u:p@h", "u:p@h", quoted or not), from the
+// scheme (or the word's start) to its last '@'. It is the second line of
+// defence; the first is that code quoting a URL quotes RedactURL's form.
 func RedactURLs(s string) string {
-	if !strings.Contains(s, "://") || !strings.Contains(s, "@") {
+	if !strings.Contains(s, "@") {
 		return s
 	}
 	var b strings.Builder
-	for {
-		i := strings.Index(s, "://")
-		if i < 0 {
-			break
-		}
-		start := i + 3
-		end := start + strings.IndexFunc(s[start:], isSpace)
-		if end < start { // no white space: the token runs to the end
+	for len(s) > 0 {
+		end := strings.IndexFunc(s, isSpace)
+		if end < 0 {
 			end = len(s)
 		}
-		b.WriteString(s[:start])
-		if at := strings.LastIndexByte(s[start:end], '@'); at >= 0 {
-			b.WriteString(Redacted)
-			start += at
+		word := s[:end]
+		if at := strings.LastIndexByte(word, '@'); at > 0 && strings.Contains(word[:at], ":") {
+			start := userinfoStart(word[:at])
+			word = word[:start] + Redacted + word[at:]
 		}
-		// Go on from the '@' (or the scheme's end): a URL quoted inside
-		// this one's token is redacted with it, one after it gets its own.
-		s = s[start:]
+		b.WriteString(word)
+		// The white space after the word, as it was.
+		rest := s[end:]
+		sp := strings.IndexFunc(rest, func(r rune) bool { return !isSpace(r) })
+		if sp < 0 {
+			sp = len(rest)
+		}
+		b.WriteString(rest[:sp])
+		s = rest[sp:]
 	}
-	b.WriteString(s)
 	return b.String()
+}
+
+// userinfoStart is where the userinfo of head (what precedes the last
+// '@') begins: after "scheme://" when head starts with one (after any
+// quotes or brackets around it), else after those quotes or brackets. A
+// "://" that does not follow a scheme is part of the userinfo.
+func userinfoStart(head string) int {
+	lead := strings.IndexFunc(head, func(r rune) bool { return !strings.ContainsRune("\"'`([{<=,;", r) })
+	if lead < 0 {
+		return len(head)
+	}
+	if i := strings.Index(head[lead:], "://"); i > 0 && isScheme(head[lead:lead+i]) {
+		return lead + i + 3
+	}
+	return lead
+}
+
+// isScheme is RFC 3986's scheme: a letter, then letters, digits, + - .
+func isScheme(s string) bool {
+	for i, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+		case i > 0 && (r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.'):
+		default:
+			return false
+		}
+	}
+	return s != ""
 }
 
 func isSpace(r rune) bool {
