@@ -237,14 +237,14 @@ func (r *Recorder) Flush(ctx context.Context) {
 	r.write(ctx, summaryEntry(h, r.now()))
 }
 
-// Run flushes the summary every interval until ctx ends, then once more.
+// Run flushes the summary every interval until ctx ends. The last flush
+// is its owner's, before the store closes.
 func (r *Recorder) Run(ctx context.Context) {
 	t := time.NewTicker(r.summaryEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			r.Flush(context.WithoutCancel(ctx))
 			return
 		case <-t.C:
 			r.Flush(ctx)

@@ -262,7 +262,7 @@ func (o *OperatorService) Cancel(ctx context.Context, req *curev1.CancelRequest)
 	for _, id := range req.GetRunIds() {
 		r, err := o.Store.GetRun(ctx, id)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, status.Errorf(codes.InvalidArgument, "unknown run id %q (nothing was canceled)", id)
+			return nil, status.Errorf(codes.InvalidArgument, "unknown run id %q (nothing was canceled)", textsafe.BoundedLine(id, maxEchoedID))
 		}
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "read run %s: %v", id, err)

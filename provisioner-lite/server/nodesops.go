@@ -218,7 +218,7 @@ func (o *OperatorService) RemoveNode(ctx context.Context, req *curev1.RemoveNode
 	kept, err := o.Store.RemoveNode(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return nil, status.Errorf(codes.NotFound, "unknown node id %q (nothing was removed)", id)
+		return nil, status.Errorf(codes.NotFound, "unknown node id %q (nothing was removed)", textsafe.BoundedLine(id, maxEchoedID))
 	case errors.Is(err, store.ErrActiveRun):
 		return nil, status.Errorf(codes.FailedPrecondition, "node %s has an active run (%v): cancel it first (curectl cancel %s); nothing was removed", id, err, id)
 	case err != nil:
@@ -251,7 +251,7 @@ func (o *OperatorService) LabelNode(ctx context.Context, req *curev1.LabelNodeRe
 		return nil, status.Errorf(codes.InvalidArgument, "%s (nothing was changed)", strings.Join(problems, "; "))
 	}
 	if _, err := o.Store.SetLabels(ctx, id, req.GetSet(), req.GetRemove()); errors.Is(err, store.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "unknown node id %q (nothing was changed)", id)
+		return nil, status.Errorf(codes.NotFound, "unknown node id %q (nothing was changed)", textsafe.BoundedLine(id, maxEchoedID))
 	} else if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "%v", err)
 	}
@@ -267,7 +267,7 @@ func (o *OperatorService) ShowNode(ctx context.Context, req *curev1.ShowNodeRequ
 	}
 	n, err := o.Store.GetNode(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "unknown node id %q", id)
+		return nil, status.Errorf(codes.NotFound, "unknown node id %q", textsafe.BoundedLine(id, maxEchoedID))
 	} else if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "%v", err)
 	}

@@ -117,6 +117,8 @@ const (
 	auditViewNodes  = 256
 	auditViewDetail = 8 << 10
 	maxAuditPage    = 5000 // entries
+	// maxEchoedID bounds a request's id quoted in an error.
+	maxEchoedID = 128
 )
 
 // ListAuditLog reads the audit log, newest first, one page: at most the
@@ -168,7 +170,7 @@ func (o *OperatorService) resolveRun(ctx context.Context, runID, nodeID string) 
 	if runID != "" {
 		r, err := o.Store.GetRun(ctx, runID)
 		if errors.Is(err, store.ErrNotFound) {
-			return store.Run{}, fmt.Errorf("unknown run id %q: %w", runID, store.ErrNotFound)
+			return store.Run{}, fmt.Errorf("unknown run id %q: %w", textsafe.BoundedLine(runID, maxEchoedID), store.ErrNotFound)
 		}
 		return r, err
 	}
@@ -178,7 +180,7 @@ func (o *OperatorService) resolveRun(ctx context.Context, runID, nodeID string) 
 	r, err := o.Store.LatestRun(ctx, nodeID)
 	if errors.Is(err, store.ErrNotFound) {
 		if _, nerr := o.Store.GetNode(ctx, nodeID); errors.Is(nerr, store.ErrNotFound) {
-			return store.Run{}, fmt.Errorf("unknown node id %q: %w", nodeID, store.ErrNotFound)
+			return store.Run{}, fmt.Errorf("unknown node id %q: %w", textsafe.BoundedLine(nodeID, maxEchoedID), store.ErrNotFound)
 		}
 		return store.Run{}, fmt.Errorf("node %s has no run yet: %w", nodeID, store.ErrNotFound)
 	}

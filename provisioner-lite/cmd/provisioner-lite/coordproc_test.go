@@ -210,6 +210,13 @@ func (s *site) curectl(c *coordinator, oc pki.OperatorCert, stdin string, args .
 	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
 }
 
+// removeCurectl removes the binary curectl built, if any (TestMain).
+func removeCurectl() {
+	if curectlBin != "" {
+		os.RemoveAll(filepath.Dir(curectlBin))
+	}
+}
+
 type buildError struct {
 	err error
 	out string

@@ -25,7 +25,9 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeCurectl()
+	os.Exit(code)
 }
 
 // runMain runs `provisioner-lite args...` in a child process in dir.
