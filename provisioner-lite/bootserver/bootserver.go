@@ -21,9 +21,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
-	"golang.org/x/net/netutil"
 )
 
 // Decision is the coordinator's answer for one booting NIC.
@@ -83,6 +83,13 @@ type Limits struct {
 	MaxHeaderBytes int // default 16 KiB
 	MaxRanges      int // Range parts per request (default 16), never overlapping
 	MaxConns       int // open connections (default 4096)
+	// MaxConnsPerSource caps the connections of one client address
+	// (default 32): iPXE, the installed OS and a BMC fetch a few files at
+	// a time, and one host must not hold the listener.
+	MaxConnsPerSource int
+	// Silent closes a connection that sent nothing within it (default 5s):
+	// iPXE sends its request as soon as it connects.
+	Silent time.Duration
 }
 
 func (l *Limits) defaults() {
@@ -105,6 +112,10 @@ func (l *Limits) defaults() {
 	if l.MaxConns <= 0 {
 		l.MaxConns = 4096
 	}
+	if l.MaxConnsPerSource <= 0 {
+		l.MaxConnsPerSource = 32
+	}
+	d(&l.Silent, 5*time.Second)
 }
 
 // Server serves the boot routes. Create it with New.
@@ -114,6 +125,8 @@ type Server struct {
 	c    Coordinator
 	log  *slog.Logger
 	h    http.Handler
+	// refusals summarises the peers the listener refused or cut.
+	refusals *peerlimit.Refusals
 }
 
 // Image file names served under /image/.
@@ -154,7 +167,7 @@ func New(cfg Config, c Coordinator) (*Server, error) {
 		log = slog.Default()
 	}
 	cfg.Limits.defaults()
-	s := &Server{cfg: cfg, base: strings.TrimRight(cfg.BaseURL, "/"), c: c, log: log}
+	s := &Server{cfg: cfg, base: strings.TrimRight(cfg.BaseURL, "/"), c: c, log: log, refusals: peerlimit.NewRefusals(log, "http", slog.LevelWarn, 0)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /boot.ipxe", s.generic)
 	mux.HandleFunc("GET /ipxe/{mac}", s.perMAC)
@@ -178,14 +191,18 @@ func (s *Server) HTTPServer() *http.Server {
 	l := s.cfg.Limits
 	return &http.Server{
 		Handler: s.h, ReadHeaderTimeout: l.ReadHeader, IdleTimeout: l.Idle, MaxHeaderBytes: l.MaxHeaderBytes,
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug), // TLS/handshake noise from peers
+		ErrorLog: peerlimit.HTTPErrorLog(s.refusals, s.log), // peers' noise summarised, the server's own errors rate-limited
 	}
 }
 
-// Listener bounds the open connections of ln to Limits.MaxConns: past it,
-// new connections wait in the kernel's backlog.
-func (s *Server) Listener(ln net.Listener) net.Listener {
-	return netutil.LimitListener(ln, s.cfg.Limits.MaxConns)
+// Listener bounds the open connections of ln to Limits.MaxConns in all
+// and MaxConnsPerSource per client, and closes silent ones: past a cap a
+// connection is closed at once, and the refusals are logged as a summary
+// (Flush it periodically).
+func (s *Server) Listener(ln net.Listener) *peerlimit.Listener {
+	l := s.cfg.Limits
+	return peerlimit.NewListener(ln, peerlimit.ListenerConfig{MaxConns: l.MaxConns, MaxPerSource: l.MaxConnsPerSource, Silent: l.Silent,
+		Refusals: s.refusals})
 }
 
 // ArtifactURL is where nodes fetch the artifact with that sha256.
