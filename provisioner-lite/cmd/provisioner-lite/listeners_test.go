@@ -424,3 +424,103 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// openEvents opens a live dashboard stream: nil and the refusal's status
+// and message, or the stream (drained until the test ends).
+func openEvents(t *testing.T, hc *http.Client, web string) (bool, int, string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+web+"/events?nodes="+floodNode, nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		return false, resp.StatusCode, string(b)
+	}
+	t.Cleanup(cancel)
+	go func() {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}()
+	return true, resp.StatusCode, ""
+}
+
+// scrape reads the coordinator's /metrics: value by series as written.
+func (p *coordProc) scrape() map[string]float64 {
+	p.t.Helper()
+	resp, err := http.Get("http://" + p.metrics + "/metrics")
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	out := map[string]float64{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, " "); ok && strings.HasPrefix(k, "cure_dashboard_") {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				out[k] = f
+			}
+		}
+	}
+	return out
+}
+
+// TestDashboardStreamsCapped: the coordinator started with its live
+// stream caps set low: an operator's streams past their cap, and anyone's
+// past the total, are refused with 429 and a message saying why; the
+// streams that are open share one fleet snapshot per tick (its metrics:
+// snapshots taken against stream updates, one per stream per snapshot).
+func TestDashboardStreamsCapped(t *testing.T) {
+	p := startCoordinator(t, 0, "--web-max-streams", "5", "--web-max-streams-per-operator", "3")
+	if _, err := pki.IssueOperatorCert(p.pkiDir, "bob", pki.RoleViewer); err != nil {
+		t.Fatal(err)
+	}
+	admin, bob := p.webClient("admin"), p.webClient("bob")
+	for i := 0; i < 3; i++ {
+		if ok, code, msg := openEvents(t, admin, p.web); !ok {
+			t.Fatalf("admin's stream %d: %d %s", i, code, msg)
+		}
+	}
+	if ok, code, msg := openEvents(t, admin, p.web); ok || code != http.StatusTooManyRequests || !strings.Contains(msg, "admin already has 3 live dashboard streams open") {
+		t.Fatalf("admin's 4th stream: %d %q, want 429 naming the per-operator cap", code, msg)
+	}
+	for i := 0; i < 2; i++ {
+		if ok, code, msg := openEvents(t, bob, p.web); !ok {
+			t.Fatalf("bob's stream %d: %d %s", i, code, msg)
+		}
+	}
+	if ok, code, msg := openEvents(t, bob, p.web); ok || code != http.StatusTooManyRequests || !strings.Contains(msg, "5 live dashboard streams are open on this coordinator") {
+		t.Fatalf("a 6th stream: %d %q, want 429 naming the total cap", code, msg)
+	}
+	// Five streams open: count snapshots and stream updates over a few ticks.
+	before := p.scrape()
+	if before["cure_dashboard_streams"] != 5 || before[`cure_dashboard_streams_refused_total{reason="operator-streams"}`] != 1 ||
+		before[`cure_dashboard_streams_refused_total{reason="total-streams"}`] != 1 {
+		t.Fatalf("dashboard metrics: %v", before)
+	}
+	var after map[string]float64
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		after = p.scrape()
+		if after["cure_dashboard_snapshots_total"]-before["cure_dashboard_snapshots_total"] >= 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshots taken: %v", after)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	snaps := after["cure_dashboard_snapshots_total"] - before["cure_dashboard_snapshots_total"]
+	updates := after["cure_dashboard_stream_updates_total"] - before["cure_dashboard_stream_updates_total"]
+	t.Logf("5 streams: %.0f snapshots taken, %.0f stream updates", snaps, updates)
+	// Each stream takes every snapshot in; a stream may be one behind at
+	// either scrape.
+	if updates < 5*(snaps-1) || updates > 5*(snaps+1) {
+		t.Fatalf("%.0f snapshots for %.0f stream updates: want one snapshot per tick shared by the 5 streams", snaps, updates)
+	}
+}
