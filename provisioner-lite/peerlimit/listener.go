@@ -231,7 +231,7 @@ func (e *errorLog) Write(p []byte) (int, error) {
 			return len(p), nil // the Listener closed a silent peer: noted there
 		}
 		addr, _, _ := strings.Cut(rest, ": ")
-		src := addr
+		src := truncate(addr, 64)
 		if ap, err := netip.ParseAddrPort(addr); err == nil {
 			src = SourceKey(net.TCPAddrFromAddrPort(ap))
 		}
