@@ -115,6 +115,9 @@ func startCoordinator(t *testing.T, nofile int, extra ...string) *coordProc {
 			cmd.Process.Kill()
 			<-done
 		}
+		if strings.Contains(logs.String(), "WARNING: DATA RACE") {
+			t.Errorf("the coordinator hit a data race (go test -race):\n%s", logs.String())
+		}
 		if t.Failed() {
 			t.Logf("coordinator log:\n%s", tail(logs.String(), 80))
 		}
@@ -425,8 +428,8 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// openEvents opens a live dashboard stream: nil and the refusal's status
-// and message, or the stream (drained until the test ends).
+// openEvents opens a live dashboard stream: true when it is open (drained
+// until the test ends), else the refusal's status and message.
 func openEvents(t *testing.T, hc *http.Client, web string) (bool, int, string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
