@@ -268,7 +268,10 @@ func (s *Server) perMAC(w http.ResponseWriter, r *http.Request) {
 			writeScript(w, http.StatusNotFound, exitScript("MAC "+mac+" is not in the inventory"))
 			return
 		case errors.Is(err, ErrRateLimited):
-			status = http.StatusTooManyRequests
+			// Counted with the refused requests (logRequests); the
+			// coordinator records it as a rate-limited security event.
+			writeScript(w, http.StatusTooManyRequests, exitScript(fmt.Sprintf("no boot decision for %s: %v", mac, err)))
+			return
 		}
 		s.log.Warn("boot decision failed", "mac", mac, "status", status, "err", err)
 		writeScript(w, status, exitScript(fmt.Sprintf("no boot decision for %s: %v", mac, err)))
@@ -479,8 +482,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		case formErr != nil:
 			http.Error(w, "bad form body: "+formErr.Error(), http.StatusBadRequest)
 		case errors.Is(err, ErrUnauthorized), errors.Is(err, store.ErrExpired), errors.Is(err, store.ErrNotFound) && !errors.Is(err, ErrUnknownNode):
-			s.log.Warn("host ready rejected", "node", id, "err", err)
-			unauthorized(w, "token rejected")
+			unauthorized(w, "token rejected") // counted with the refused requests (logRequests)
 		case errors.Is(err, ErrUnknownNode):
 			http.Error(w, "unknown node", http.StatusNotFound)
 		default:
@@ -549,6 +551,13 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			if kind := fileKind(r.URL.Path); kind != "" {
 				s.cfg.Served(kind, rec.bytes)
 			}
+		}
+		if rec.status >= 400 && rec.status < 500 {
+			// A refused request (unknown MAC or path, rate limit, bad
+			// token) is counted into the listener's summary: a peer
+			// looping on one costs a counter, not a line each.
+			s.refusals.Note("http-"+strconv.Itoa(rec.status), remoteIP(r))
+			return
 		}
 		level := slog.LevelInfo
 		if rec.status >= 500 {
