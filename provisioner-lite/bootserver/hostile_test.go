@@ -299,8 +299,12 @@ type lockedBuf struct {
 	b  bytes.Buffer
 }
 
-func (b *lockedBuf) Write(p []byte) (int, error) { b.mu.Lock(); defer b.mu.Unlock(); return b.b.Write(p) }
-func (b *lockedBuf) String() string              { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
+func (b *lockedBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+func (b *lockedBuf) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
 
 // A peer holding silent connections gets its per-source cap and no more,
 // and they are cut; a peer looping on refused requests (unknown MACs and
