@@ -400,6 +400,32 @@ func TestListenerFloodKeepsBootPath(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
+	// A peer that sends nothing, and one that stalls inside its TLS
+	// handshake, are each closed by the dashboard (the read returns).
+	var probes sync.WaitGroup
+	for i, hello := range [][]byte{nil, {0x16, 0x03, 0x01, 0x02, 0x00, 0x01}} {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(fmt.Sprintf("127.0.9.%d", 9+i))}}
+		c, err := d.Dial("tcp", p.web)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(hello)
+		probes.Add(1)
+		go func() {
+			defer probes.Done()
+			defer c.Close()
+			start := time.Now()
+			c.SetReadDeadline(start.Add(60 * time.Second)) // a guard against a hang, not a timing claim
+			_, err := io.Copy(io.Discard, c)
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Errorf("the dashboard kept a peer that sent %d bytes open for a minute", len(hello))
+				return
+			}
+			t.Logf("a peer that sent %d bytes was closed after %s", len(hello), time.Since(start).Round(100*time.Millisecond))
+		}()
+	}
+	probes.Wait()
+
 	logs := p.logs.String()
 	for _, bad := range []string{"too many open files", "TLS handshake error"} {
 		if strings.Contains(logs, bad) {
