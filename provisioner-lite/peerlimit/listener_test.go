@@ -123,8 +123,12 @@ func TestListenerCaps(t *testing.T) {
 		t.Fatal("a 7th connection served past the listener's cap of 6")
 	}
 	// A flood of refusals: counted, one line per reason, and nothing held.
+	// Each is waited for until the listener refused it, so none is still in
+	// the backlog when a slot frees below.
 	for i := 0; i < 300; i++ {
-		if c := dialFrom(t, fmt.Sprintf("127.0.1.%d", i%200), addr); c != nil {
+		if c := dialFrom(t, fmt.Sprintf("127.0.1.%d", i%200), addr); served(c) {
+			t.Fatalf("flood connection %d served past the cap", i)
+		} else if c != nil {
 			c.Close()
 		}
 	}
