@@ -38,7 +38,6 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/sitecheck"
 	"github.com/cure-oss/cure/provisioner-lite/statedir"
 	"github.com/cure-oss/cure/provisioner-lite/store"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -62,7 +61,7 @@ type config struct {
 	tokensPerWindow                            int
 	eventLimits                                store.EventLimits
 	retention                                  store.Retention
-	httpMaxConns, grpcMaxConns                 int
+	conns                                      connFlags
 	bmcCA                                      string
 	maxRuns                                    int
 	instance                                   string
@@ -135,8 +134,7 @@ func main() {
 	flag.Int64Var(&c.eventLimits.MaxVerdicts, "max-run-verdicts", store.DefaultEventLimits.MaxVerdicts, "distinct verdicts a run's runner may report")
 	flag.DurationVar(&c.retention.RunEvents, "retention", store.DefaultRetention.RunEvents, "keep the runner's metrics and logs and the coordinator's notes of finished runs this long (phases, verdicts and the essential timeline stay)")
 	flag.DurationVar(&c.retention.Audit, "audit-retention", store.DefaultRetention.Audit, "keep audit log entries this long")
-	flag.IntVar(&c.httpMaxConns, "http-max-conns", 4096, "open connections of the boot/artifact server")
-	flag.IntVar(&c.grpcMaxConns, "grpc-max-conns", 8192, "open connections of the gRPC server")
+	c.conns.register(flag.CommandLine)
 	flag.StringVar(&c.bmcCA, "bmc-ca", "", "PEM CA bundle that verifies BMC certificates of nodes without caFile or fingerprint (empty: the system roots)")
 	flag.IntVar(&c.maxRuns, "max-runs", pipeline.DefaultMaxRuns, "runs this instance drives at once; Provision beyond it is refused (ResourceExhausted) so curectl can try another instance")
 	flag.StringVar(&c.peerGRPC, "peer-grpc", "", "other instances of this fleet (shared database) as nodes dial them, host:port comma-separated: "+
@@ -435,6 +433,17 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	if err := site.Err(); err != nil {
 		return fmt.Errorf("refusing to start: %w\n(`provisioner-lite check --manifests %s --nodes %s` lists the same)", err, c.manifestDir, c.nodesFile)
 	}
+	// The listeners' caps fit the descriptors this process may open, or
+	// it refuses to start, saying what does not fit.
+	fdLimit, err := nofileLimit()
+	if err != nil {
+		return err
+	}
+	plan, err := planListeners(c, fdLimit)
+	if err != nil {
+		return err
+	}
+	plan.log(log)
 	if c.advertise == "" {
 		a, why, err := hostaddr.Advertise(nonEmpty(c.procRoot, "/proc"), c.pxeInterface, hostaddr.InterfaceAddrs)
 		if err != nil {
@@ -581,7 +590,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	})
 
 	bs, err := bootserver.New(bootserver.Config{ImageDir: c.imageDir, ArtifactDir: artifactDir, BaseURL: baseURL, Logger: log,
-		Limits: bootserver.Limits{MaxConns: c.httpMaxConns}, IPXEBuilds: nb.builds(), Served: obs.m.ArtifactServed}, eng)
+		Limits: bootserver.Limits{MaxConns: plan.http.Conns, MaxConnsPerSource: plan.http.PerSource}, IPXEBuilds: nb.builds(), Served: obs.m.ArtifactServed}, eng)
 	if err != nil {
 		return err
 	}
@@ -605,16 +614,20 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	}
 	defer stopNetboot()
 	serving = true
-	go func() { errc <- httpSrv.Serve(bs.Listener(hl)) }()
-	go func() { errc <- gs.Serve(netutil.LimitListener(gl, c.grpcMaxConns)) }()
+	bootLn, grpcLn := bs.Listener(hl), limited(gl, "grpc", plan.grpc, log)
+	go func() { errc <- httpSrv.Serve(bootLn) }()
+	go func() { errc <- gs.Serve(grpcLn) }()
 	obs.h.Listener("http", true)
 	obs.h.Listener("grpc", true)
-	if err := obs.serve(ctx, c.metricsListen, log); err != nil {
+	metricsLn, err := obs.serve(ctx, c.metricsListen, plan.metrics, log)
+	if err != nil {
 		return err
 	}
-	if err := obs.serveDashboard(ctx, c.webListen, tlsCfg, st, log); err != nil {
+	webLn, err := obs.serveDashboard(ctx, c.webListen, tlsCfg, st, plan.web, c.conns, log)
+	if err != nil {
 		return err
 	}
+	go flushRefusals(ctx, 10*time.Second, bootLn, grpcLn, metricsLn, webLn)
 	go st.Maintain(ctx, 10*time.Minute, c.retention, log)
 	n, err := eng.Resume(ctx)
 	if err != nil && ctx.Err() == nil {

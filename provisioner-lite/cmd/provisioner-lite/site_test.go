@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +25,14 @@ import (
 func TestMain(m *testing.M) {
 	if args := os.Getenv("CURE_TEST_MAIN_ARGS"); args != "" {
 		os.Args = append([]string{"provisioner-lite"}, strings.Split(args, "\x1f")...)
+		// CURE_TEST_NOFILE: run under that file descriptor limit, soft and
+		// hard, as a supervisor's LimitNOFILE= would set it.
+		if n, err := strconv.ParseUint(os.Getenv("CURE_TEST_NOFILE"), 10, 64); err == nil {
+			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
+				fmt.Fprintln(os.Stderr, "setrlimit:", err)
+				os.Exit(3)
+			}
+		}
 		main()
 		os.Exit(0)
 	}
