@@ -306,7 +306,6 @@ func (e testErr) Error() string { return string(e) }
 
 const errTest = testErr("qemu: terminating on signal 9")
 
-
 func entries(t *testing.T, b *BMC, path string) ([]map[string]any, string, float64) {
 	t.Helper()
 	page := getJSON(t, b, path)

@@ -92,7 +92,7 @@ func Profiles() []Profile {
 			Captures: []string{"profiles/issue13/Bios-no-settings.json"},
 			Quirks: []string{"Bios resource without @Redfish.Settings: settings are PATCHed on the Bios resource", "no MultipartHttpPushUri",
 				"Thermal and Power only", "IML (EntryType Oem) newest first"},
-			BMCName:  "iLO", BIOSName: "System ROM",
+			BMCName: "iLO", BIOSName: "System ROM",
 			apply: func(c *Config) {
 				c.NoBiosSettings = true
 				c.NoMultipart = true
@@ -149,7 +149,7 @@ func Profiles() []Profile {
 			Captures: nil, // BMC_Firmware and BF-24.10-17 from NVIDIA's DPU documentation (see profiles/README.md)
 			Quirks: []string{"versions with a product prefix (\"BF-24.10-17\")", "every member named \"Software Inventory\" (OpenBMC): select by Id", "task monitor with a slow BMC reset",
 				"Thermal/Power and the Sensors collection both (bmcweb)", "event log at Systems/…/LogServices/EventLog (EntryType Event)"},
-			BMCID:    "BMC_Firmware",
+			BMCID: "BMC_Firmware",
 			apply: func(c *Config) {
 				c.BootModes = []string{"UEFI"} // an Arm UEFI platform: no legacy boot
 				c.ResetDuration = max(c.ResetDuration, 500*time.Millisecond)
@@ -168,7 +168,7 @@ func Profiles() []Profile {
 			Captures: nil, // HGX_FW_* Ids as DefaultFirmware names them
 			Quirks: []string{"HGX_FW_* member Ids", "GPU versions in the 96.00.A5.00.01 form", "Task Location answers",
 				"the Sensors collection only (no Thermal or Power resources)", "event log at Systems/…/LogServices/EventLog (EntryType Event)"},
-			BMCName:  "Contoso BMC Firmware", BIOSName: "Contoso BIOS Firmware",
+			BMCName: "Contoso BMC Firmware", BIOSName: "Contoso BIOS Firmware",
 			apply: func(c *Config) {
 				c.TaskShape = ShapeTaskLocation
 				c.SensorAPI = SensorAPISensors
