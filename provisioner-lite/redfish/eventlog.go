@@ -158,7 +158,7 @@ func parseCreated(s string) (time.Time, bool) {
 // services first, then the manager's, audit and lifecycle logs left out,
 // at most maxLogServices. Pages are followed through their next link
 // (each a path on this BMC, none twice), a log listed newest first is
-// read only back to since, and every log is bounded in pages and entries.
+// read only back to a page wholly before since, and every log is bounded in pages and entries.
 // At most max entries of the window are kept (0: DefaultLogEntries):
 // Critical, then Warning, then the earliest. ErrNotSupported: the BMC
 // has no log service at all.
@@ -297,8 +297,8 @@ func (c *Client) logServices(api *gofish.APIClient) ([]logServiceDoc, []string, 
 }
 
 // readLog pages through one log's entries. A log listed newest first is
-// read until an entry older than since; any other to its end (within the
-// bounds).
+// read until a page wholly older than since; any other to its end (within
+// the bounds).
 func (c *Client) readLog(ctx context.Context, s logServiceDoc, since time.Time) (ents []LogEntry, read int, notes []string, err error) {
 	next := s.Entries
 	visited := map[string]bool{}
@@ -333,21 +333,21 @@ func (c *Client) readLog(ctx context.Context, s logServiceDoc, since time.Time) 
 		}
 		read += len(pg.Entries) + pg.Undated
 		undated += pg.Undated
-		stop := false
+		older := len(pg.Entries) > 0
 		for _, e := range pg.Entries {
 			if !last.IsZero() {
 				descending = descending || e.Created.Before(last)
 				ascending = ascending || e.Created.After(last)
 			}
 			last = e.Created
+			older = older && e.Created.Before(since)
 			ents = append(ents, e)
-			// Newest first (and only ever so): everything after this is
-			// older still.
-			if descending && !ascending && e.Created.Before(since) {
-				stop = true
-			}
 		}
-		if stop {
+		// Newest first (and only ever so), and a whole page before the
+		// window: what follows is older still. A whole page, not one
+		// entry: a BMC whose clock was set mid-log (NTP after a reset)
+		// lists one entry out of order.
+		if descending && !ascending && older {
 			break
 		}
 		next = pg.Next

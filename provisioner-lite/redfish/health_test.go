@@ -208,9 +208,10 @@ func TestEventLogWindowPagingBound(t *testing.T) {
 			}
 			pages := cnt.count("/redfish/v1/Systems/437XR1138R2/LogServices/Log1/Entries")
 			if newest {
-				// 30 newest first: 29..26, 25..22, 21..18 (18, 19 before since): 3 pages.
-				if pages != 3 || log.Read != 12+1 {
-					t.Errorf("newest first: %d pages, %d entries read; want 3 and 12+1 (stop at the window's start)", pages, log.Read)
+				// 30 newest first: 29..26, 25..22, 21..18, then 17..14 wholly
+				// before since: 4 pages, not 8.
+				if pages != 4 || log.Read != 16+1 {
+					t.Errorf("newest first: %d pages, %d entries read; want 4 and 16+1 (stop past the window's start)", pages, log.Read)
 				}
 			} else if pages != 8 || log.Read != 30+1 {
 				t.Errorf("oldest first: %d pages, %d entries read; want 8 and 30+1", pages, log.Read)

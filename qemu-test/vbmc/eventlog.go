@@ -103,6 +103,10 @@ func (s LogShape) validate() error {
 	return nil
 }
 
+// LogShape is the live log's shape in effect (Config.EventLog with its
+// defaults).
+func (b *BMC) LogShape() LogShape { return b.cfg.EventLog }
+
 // logServicesURL is the LogServices collection the live log is listed in.
 func (b *BMC) logServicesURL() string {
 	if b.cfg.EventLog.Under == "Managers" {
