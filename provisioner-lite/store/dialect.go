@@ -231,6 +231,16 @@ CREATE TABLE inventories (
 CREATE UNIQUE INDEX inventories_boot ON inventories(run_id, boot_id);
 CREATE INDEX inventories_node ON inventories(node_id, id);
 `,
+	`
+CREATE TABLE series (
+	run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, source TEXT NOT NULL, component TEXT NOT NULL,
+	metric TEXT NOT NULL, unit TEXT NOT NULL DEFAULT '', points TEXT NOT NULL, thinned BIGINT NOT NULL DEFAULT 0,
+	PRIMARY KEY (run_id, source, component, metric)
+);
+CREATE TABLE run_bmc_evidence (
+	run_id TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE, time BIGINT NOT NULL, evidence TEXT NOT NULL
+);
+`,
 }
 
 // pgMigrationLock is the advisory lock two instances starting at once

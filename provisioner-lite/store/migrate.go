@@ -185,6 +185,26 @@ CREATE TABLE inventories (
 CREATE UNIQUE INDEX inventories_boot ON inventories(run_id, boot_id);
 CREATE INDEX inventories_node ON inventories(node_id, id);
 `,
+	// 5: series sampled during a run (the BMC's sensors, the host's
+	// telemetry), bounded per run and thinned per series; and what the
+	// run's BMC showed at the end of its validate phase.
+	`
+CREATE TABLE series (
+	run_id    TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+	source    TEXT NOT NULL,              -- bmc, host, gpu
+	component TEXT NOT NULL,
+	metric    TEXT NOT NULL,
+	unit      TEXT NOT NULL DEFAULT '',
+	points    TEXT NOT NULL,              -- JSON {"t":[unix ms],"v":[values]}, time order
+	thinned   INTEGER NOT NULL DEFAULT 0, -- points merged away to stay bounded
+	PRIMARY KEY (run_id, source, component, metric)
+);
+CREATE TABLE run_bmc_evidence (
+	run_id   TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+	time     INTEGER NOT NULL,
+	evidence TEXT NOT NULL                -- protojson of cure.v1.BmcEvidence
+);
+`,
 }
 
 // SchemaVersion is the user_version a fully migrated database has.
