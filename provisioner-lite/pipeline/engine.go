@@ -188,6 +188,9 @@ type Engine struct {
 	interrupted map[string]bool
 	// skus caches the node SKU of each run driven (a metrics label).
 	skus sync.Map
+	// pollers holds the BMC sensor poller of each run in its validate
+	// phase: run id -> *bmcPoller.
+	pollers sync.Map
 }
 
 // New returns an engine; call Resume to pick up runs from the store.

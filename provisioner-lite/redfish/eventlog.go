@@ -154,18 +154,21 @@ func parseCreated(s string) (time.Time, bool) {
 }
 
 // EventLog reads the entries of the BMC's hardware-event logs (the SEL,
-// the event log, HPE's IML) created in [since, until]: the system's log
-// services first, then the manager's, audit and lifecycle logs left out,
-// at most maxLogServices. Pages are followed through their next link
-// (each a path on this BMC, none twice), a log listed newest first is
-// read only back to a page wholly before since, and every log is bounded in pages and entries.
-// At most max entries of the window are kept (0: DefaultLogEntries):
-// Critical, then Warning, then the earliest. ErrNotSupported: the BMC
-// has no log service at all.
+// the event log, HPE's IML) created in [since, until], since taken to its
+// whole second as BMCs write Created: the system's log services first, then
+// the manager's, audit and lifecycle logs left out, at most maxLogServices.
+// Pages are followed through their next link (each a path on this BMC, none
+// twice); a log listed newest first is read only back to a page wholly
+// before since; every log is bounded in pages and entries. At most max
+// entries of the window are kept (0: DefaultLogEntries): Critical, then
+// Warning, then the earliest. ErrNotSupported: the BMC has no log service.
 func (c *Client) EventLog(ctx context.Context, since, until time.Time, max int) (*EventLog, error) {
 	if max <= 0 {
 		max = DefaultLogEntries
 	}
+	// BMCs write Created in whole seconds, truncated: an entry made after
+	// since, in the same second, reads as before it.
+	since = since.Truncate(time.Second)
 	var services []logServiceDoc
 	out := &EventLog{}
 	err := c.call(ctx, "find log services", func(api *gofish.APIClient) error {
