@@ -151,7 +151,9 @@ func TestBMCEvidenceAtEnd(t *testing.T) {
 }
 
 func TestBMCInterval(t *testing.T) {
-	tel := func(d time.Duration) *manifests.Telemetry { return &manifests.Telemetry{BMCInterval: manifests.Duration(d)} }
+	tel := func(d time.Duration) *manifests.Telemetry {
+		return &manifests.Telemetry{BMCInterval: manifests.Duration(d)}
+	}
 	for _, tc := range []struct {
 		stages []manifests.Stage
 		want   time.Duration
