@@ -28,9 +28,6 @@ type BMCHealth interface {
 	EventLog(ctx context.Context, since, until time.Time, max int) (*redfish.EventLog, error)
 }
 
-// SourceBMC is the series source of the BMC's sensors.
-const SourceBMC = "bmc"
-
 // minBMCInterval keeps a suite from polling a BMC harder than this.
 const minBMCInterval = 100 * time.Millisecond
 
@@ -255,7 +252,7 @@ func sensorSeries(s *redfish.Sensors, at time.Time) []store.Series {
 	var out []store.Series
 	for _, r := range s.Readings {
 		out = append(out, store.Series{
-			Source: SourceBMC, Component: textsafe.BoundedLine("bmc/"+r.Key, 160), Metric: sensorMetric(r.Kind, r.Units),
+			Source: runstate.SeriesBMC, Component: textsafe.BoundedLine("bmc/"+r.Key, 160), Metric: sensorMetric(r.Kind, r.Units),
 			Unit: textsafe.BoundedLine(r.Units, 16), Times: []int64{at.UnixMilli()}, Values: []float64{r.Value},
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -73,8 +74,9 @@ func TestValidatePollsBMCSensors(t *testing.T) {
 	if err := f.bmc.SetPartHealth(vbmc.PartPSU, "Bay1", "Critical", "Power supply 'PSU 1' has failed: AC input lost."); err != nil {
 		t.Fatal(err)
 	}
-	if r := f.waitRun(runID); r.Status != "succeeded" {
-		t.Fatalf("run %s: %s (a BMC reading must not fail the run)", r.Status, r.Message)
+	run := f.waitRun(runID)
+	if run.Status != "succeeded" {
+		t.Fatalf("run %s: %s (a BMC reading must not fail the run)", run.Status, run.Message)
 	}
 	val := f.phases(runID)[modes.Validate]
 
@@ -125,5 +127,23 @@ func TestValidatePollsBMCSensors(t *testing.T) {
 	}
 	if len(ev.GetFans()) != 4 || ev.GetCollection().GetLogServices()[0] != "Sel" {
 		t.Errorf("fans %v, log services %v", ev.GetFans(), ev.GetCollection().GetLogServices())
+	}
+
+	// The report carries it all.
+	rep, err := server.BuildReport(ctx, f.st, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, l := range rep.GetBmcLog() {
+		if l.GetSeverity() == "Critical" && strings.Contains(l.GetMessage(), "PSU 1") && l.GetCreatedUnixMs() >= run.StartedAt.Truncate(time.Second).UnixMilli() {
+			found = true
+		}
+	}
+	if !found || len(rep.GetBmcPowerSupplies()) != 2 || len(rep.GetBmcFans()) != 4 || rep.GetBmcCollection().GetWindowStartUnixMs() != run.StartedAt.UnixMilli() {
+		t.Errorf("report: log %v, PSUs %d, fans %d, collection %v", rep.GetBmcLog(), len(rep.GetBmcPowerSupplies()), len(rep.GetBmcFans()), rep.GetBmcCollection())
+	}
+	if len(rep.GetBmcSeries()) != len(series) || rep.GetBmcSeries()[0].GetSource() != "bmc" || len(rep.GetBmcSeries()[0].GetValues()) == 0 {
+		t.Errorf("report series: %d of %d", len(rep.GetBmcSeries()), len(series))
 	}
 }

@@ -242,6 +242,9 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 		return nil, err
 	}
 	rep.Buckets = BucketsProto(b.Buckets)
+	if err := addBMCEvidence(ctx, st, r.ID, rep); err != nil {
+		return nil, err
+	}
 	return rep, nil
 }
 
