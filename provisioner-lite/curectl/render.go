@@ -120,6 +120,7 @@ func printReport(w io.Writer, r *curev1.RunReport, clip func(string, int) string
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", clip(v.GetComponent(), 40), clip(v.GetCheck(), 40), v.GetStatus(), clip(v.GetObserved(), 40), clip(v.GetExpected(), 40), clip(v.GetMessage(), 60))
 	}
 	tw.Flush()
+	printBMC(w, r, clip)
 	PrintInventory(w, r.GetInventory(), r.GetRunId())
 }
 
