@@ -210,4 +210,3 @@ func seriesStats(vs []float64) (lo, hi, last float64, n int) {
 	}
 	return lo, hi, last, n
 }
-
