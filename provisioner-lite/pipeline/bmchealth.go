@@ -33,9 +33,9 @@ const minBMCInterval = 100 * time.Millisecond
 
 // bmcInterval is how often the BMC's sensors are polled during the suite's
 // validate phase: the shortest BMCInterval of its stages that sample
-// telemetry (manifests.DefaultBMCInterval where one leaves it unset), the
-// default when none does.
-func bmcInterval(s *manifests.ValidationSuite) time.Duration {
+// telemetry (manifests.DefaultBMCInterval where one leaves it unset), def
+// when none does; never faster than minBMCInterval.
+func bmcInterval(s *manifests.ValidationSuite, def time.Duration) time.Duration {
 	d := time.Duration(0)
 	if s != nil {
 		for _, st := range s.Spec.Stages {
@@ -52,7 +52,7 @@ func bmcInterval(s *manifests.ValidationSuite) time.Duration {
 		}
 	}
 	if d == 0 {
-		d = time.Duration(manifests.DefaultBMCInterval)
+		d = def
 	}
 	return max(d, minBMCInterval)
 }
@@ -76,7 +76,7 @@ func (e *Engine) startBMCTelemetry(ctx context.Context, r *store.Run, batch []st
 	if _, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest); err == nil {
 		suite = doc.Suite
 	}
-	p := &bmcPoller{e: e, run: *r, interval: bmcInterval(suite), wake: make(chan struct{}, 1)}
+	p := &bmcPoller{e: e, run: *r, interval: bmcInterval(suite, e.cfg.Timeouts.BMCPoll), wake: make(chan struct{}, 1)}
 	// A run resumed mid-phase (a coordinator restart) may not see the
 	// phase start again.
 	if ps, err := e.cfg.Store.Phases(ctx, r.ID); err == nil {

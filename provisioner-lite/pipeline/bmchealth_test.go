@@ -158,14 +158,14 @@ func TestBMCInterval(t *testing.T) {
 		stages []manifests.Stage
 		want   time.Duration
 	}{
-		{nil, 30 * time.Second},
-		{[]manifests.Stage{{Name: "a"}}, 30 * time.Second},
+		{nil, 45 * time.Second},
+		{[]manifests.Stage{{Name: "a"}}, 45 * time.Second},
 		{[]manifests.Stage{{Name: "a", Telemetry: tel(15 * time.Second)}, {Name: "b", Telemetry: tel(5 * time.Second)}, {Name: "c"}}, 5 * time.Second},
 		{[]manifests.Stage{{Name: "a", Telemetry: tel(0)}, {Name: "b", Telemetry: tel(time.Minute)}}, 30 * time.Second},
 		{[]manifests.Stage{{Name: "a", Telemetry: tel(time.Millisecond)}}, minBMCInterval},
 	} {
 		s := &manifests.ValidationSuite{Spec: manifests.ValidationSuiteSpec{Stages: tc.stages}}
-		if got := bmcInterval(s); got != tc.want {
+		if got := bmcInterval(s, 45*time.Second); got != tc.want {
 			t.Errorf("stages %+v: %s, want %s", tc.stages, got, tc.want)
 		}
 	}

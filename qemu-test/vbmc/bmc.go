@@ -564,7 +564,7 @@ func (b *BMC) reset(ctx context.Context, resetType string) error {
 	}
 	b.log.Info("reset", "type", resetType, "power", b.PowerState())
 	b.mu.Lock()
-	b.logLocked(Event{Severity: "OK", Message: fmt.Sprintf("A %s reset of the host was requested.", resetType), MessageID: MsgHostReset,
+	b.logLocked(Event{Severity: "OK", Message: fmt.Sprintf("Reset of the host requested (ResetType %s).", resetType), MessageID: MsgHostReset,
 		MessageArgs: []string{resetType}, SensorType: "System Event", EntryCode: "Assert"})
 	b.mu.Unlock()
 	switch resetType {
