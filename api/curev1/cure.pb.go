@@ -3972,8 +3972,17 @@ type RunReport struct {
 	// Events the run's caps kept out of the store: the runner's metrics and
 	// logs past the run's event caps, the coordinator's notes past theirs.
 	EventsNotStored int64 `protobuf:"varint,14,opt,name=events_not_stored,json=eventsNotStored,proto3" json:"events_not_stored,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// What the node's BMC showed over the run (diagnostic and burn-in): its
+	// log entries within the run's window, its PSUs and fans with their
+	// identity and health, how the reading went, and its sensors sampled
+	// during the validate phase.
+	BmcLog           []*BmcLogEntry `protobuf:"bytes,16,rep,name=bmc_log,json=bmcLog,proto3" json:"bmc_log,omitempty"`
+	BmcPowerSupplies []*BmcPart     `protobuf:"bytes,17,rep,name=bmc_power_supplies,json=bmcPowerSupplies,proto3" json:"bmc_power_supplies,omitempty"`
+	BmcFans          []*BmcPart     `protobuf:"bytes,18,rep,name=bmc_fans,json=bmcFans,proto3" json:"bmc_fans,omitempty"`
+	BmcCollection    *BmcCollection `protobuf:"bytes,19,opt,name=bmc_collection,json=bmcCollection,proto3" json:"bmc_collection,omitempty"`
+	BmcSeries        []*Series      `protobuf:"bytes,20,rep,name=bmc_series,json=bmcSeries,proto3" json:"bmc_series,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RunReport) Reset() {
@@ -4104,6 +4113,509 @@ func (x *RunReport) GetEventsNotStored() int64 {
 	return 0
 }
 
+func (x *RunReport) GetBmcLog() []*BmcLogEntry {
+	if x != nil {
+		return x.BmcLog
+	}
+	return nil
+}
+
+func (x *RunReport) GetBmcPowerSupplies() []*BmcPart {
+	if x != nil {
+		return x.BmcPowerSupplies
+	}
+	return nil
+}
+
+func (x *RunReport) GetBmcFans() []*BmcPart {
+	if x != nil {
+		return x.BmcFans
+	}
+	return nil
+}
+
+func (x *RunReport) GetBmcCollection() *BmcCollection {
+	if x != nil {
+		return x.BmcCollection
+	}
+	return nil
+}
+
+func (x *RunReport) GetBmcSeries() []*Series {
+	if x != nil {
+		return x.BmcSeries
+	}
+	return nil
+}
+
+// BmcLogEntry is one entry of a BMC log service (SEL, event log), text as
+// the BMC wrote it, cleaned and bounded.
+type BmcLogEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"` // the LogService Id: Sel, Log1, IML, EventLog
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	CreatedUnixMs int64                  `protobuf:"varint,3,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"` // the BMC's clock
+	Severity      string                 `protobuf:"bytes,4,opt,name=severity,proto3" json:"severity,omitempty"`                                   // OK, Warning, Critical
+	Message       string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	MessageId     string                 `protobuf:"bytes,6,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`    // registry id (Power.1.0.PowerSupplyFailed) or the SEL's code
+	SensorType    string                 `protobuf:"bytes,7,opt,name=sensor_type,json=sensorType,proto3" json:"sensor_type,omitempty"` // Temperature, Power Supply / Converter, Fan, ...
+	EntryType     string                 `protobuf:"bytes,8,opt,name=entry_type,json=entryType,proto3" json:"entry_type,omitempty"`    // SEL, Event, Oem
+	EntryCode     string                 `protobuf:"bytes,9,opt,name=entry_code,json=entryCode,proto3" json:"entry_code,omitempty"`    // Assert, Deassert, Upper Critical - going high, ...
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BmcLogEntry) Reset() {
+	*x = BmcLogEntry{}
+	mi := &file_cure_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcLogEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcLogEntry) ProtoMessage() {}
+
+func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcLogEntry.ProtoReflect.Descriptor instead.
+func (*BmcLogEntry) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *BmcLogEntry) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+func (x *BmcLogEntry) GetSeverity() string {
+	if x != nil {
+		return x.Severity
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetSensorType() string {
+	if x != nil {
+		return x.SensorType
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetEntryType() string {
+	if x != nil {
+		return x.EntryType
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetEntryCode() string {
+	if x != nil {
+		return x.EntryCode
+	}
+	return ""
+}
+
+// BmcPart is a replaceable part the BMC reports: a power supply or a fan.
+type BmcPart struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name            string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Manufacturer    string                 `protobuf:"bytes,3,opt,name=manufacturer,proto3" json:"manufacturer,omitempty"`
+	Model           string                 `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	PartNumber      string                 `protobuf:"bytes,5,opt,name=part_number,json=partNumber,proto3" json:"part_number,omitempty"`
+	SerialNumber    string                 `protobuf:"bytes,6,opt,name=serial_number,json=serialNumber,proto3" json:"serial_number,omitempty"`
+	SparePartNumber string                 `protobuf:"bytes,7,opt,name=spare_part_number,json=sparePartNumber,proto3" json:"spare_part_number,omitempty"`
+	FirmwareVersion string                 `protobuf:"bytes,8,opt,name=firmware_version,json=firmwareVersion,proto3" json:"firmware_version,omitempty"`
+	Health          string                 `protobuf:"bytes,9,opt,name=health,proto3" json:"health,omitempty"`      // OK, Warning, Critical; empty: not reported
+	State           string                 `protobuf:"bytes,10,opt,name=state,proto3" json:"state,omitempty"`       // Enabled, Absent, UnavailableOffline, ...
+	Location        string                 `protobuf:"bytes,11,opt,name=location,proto3" json:"location,omitempty"` // the service label printed on the chassis: "PSU 1"
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *BmcPart) Reset() {
+	*x = BmcPart{}
+	mi := &file_cure_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcPart) ProtoMessage() {}
+
+func (x *BmcPart) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcPart.ProtoReflect.Descriptor instead.
+func (*BmcPart) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *BmcPart) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BmcPart) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BmcPart) GetManufacturer() string {
+	if x != nil {
+		return x.Manufacturer
+	}
+	return ""
+}
+
+func (x *BmcPart) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *BmcPart) GetPartNumber() string {
+	if x != nil {
+		return x.PartNumber
+	}
+	return ""
+}
+
+func (x *BmcPart) GetSerialNumber() string {
+	if x != nil {
+		return x.SerialNumber
+	}
+	return ""
+}
+
+func (x *BmcPart) GetSparePartNumber() string {
+	if x != nil {
+		return x.SparePartNumber
+	}
+	return ""
+}
+
+func (x *BmcPart) GetFirmwareVersion() string {
+	if x != nil {
+		return x.FirmwareVersion
+	}
+	return ""
+}
+
+func (x *BmcPart) GetHealth() string {
+	if x != nil {
+		return x.Health
+	}
+	return ""
+}
+
+func (x *BmcPart) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *BmcPart) GetLocation() string {
+	if x != nil {
+		return x.Location
+	}
+	return ""
+}
+
+// BmcCollection says how the BMC evidence of a run was read: when, over
+// which window, from where, and what the BMC did not offer or could not
+// give (recorded, never a failure of the run).
+type BmcCollection struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	CollectedUnixMs   int64                  `protobuf:"varint,1,opt,name=collected_unix_ms,json=collectedUnixMs,proto3" json:"collected_unix_ms,omitempty"`
+	WindowStartUnixMs int64                  `protobuf:"varint,2,opt,name=window_start_unix_ms,json=windowStartUnixMs,proto3" json:"window_start_unix_ms,omitempty"`
+	WindowEndUnixMs   int64                  `protobuf:"varint,3,opt,name=window_end_unix_ms,json=windowEndUnixMs,proto3" json:"window_end_unix_ms,omitempty"`
+	LogServices       []string               `protobuf:"bytes,4,rep,name=log_services,json=logServices,proto3" json:"log_services,omitempty"`                      // the log services read
+	LogEntriesRead    uint32                 `protobuf:"varint,5,opt,name=log_entries_read,json=logEntriesRead,proto3" json:"log_entries_read,omitempty"`          // entries examined, in and out of the window
+	LogEntriesDropped uint32                 `protobuf:"varint,6,opt,name=log_entries_dropped,json=logEntriesDropped,proto3" json:"log_entries_dropped,omitempty"` // in the window but over the bound kept
+	SensorSource      string                 `protobuf:"bytes,7,opt,name=sensor_source,json=sensorSource,proto3" json:"sensor_source,omitempty"`                   // Sensors, Thermal/Power
+	Notes             []*BmcNote             `protobuf:"bytes,8,rep,name=notes,proto3" json:"notes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *BmcCollection) Reset() {
+	*x = BmcCollection{}
+	mi := &file_cure_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcCollection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcCollection) ProtoMessage() {}
+
+func (x *BmcCollection) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcCollection.ProtoReflect.Descriptor instead.
+func (*BmcCollection) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *BmcCollection) GetCollectedUnixMs() int64 {
+	if x != nil {
+		return x.CollectedUnixMs
+	}
+	return 0
+}
+
+func (x *BmcCollection) GetWindowStartUnixMs() int64 {
+	if x != nil {
+		return x.WindowStartUnixMs
+	}
+	return 0
+}
+
+func (x *BmcCollection) GetWindowEndUnixMs() int64 {
+	if x != nil {
+		return x.WindowEndUnixMs
+	}
+	return 0
+}
+
+func (x *BmcCollection) GetLogServices() []string {
+	if x != nil {
+		return x.LogServices
+	}
+	return nil
+}
+
+func (x *BmcCollection) GetLogEntriesRead() uint32 {
+	if x != nil {
+		return x.LogEntriesRead
+	}
+	return 0
+}
+
+func (x *BmcCollection) GetLogEntriesDropped() uint32 {
+	if x != nil {
+		return x.LogEntriesDropped
+	}
+	return 0
+}
+
+func (x *BmcCollection) GetSensorSource() string {
+	if x != nil {
+		return x.SensorSource
+	}
+	return ""
+}
+
+func (x *BmcCollection) GetNotes() []*BmcNote {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+type BmcNote struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Resource      string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"` // sensors, power_supplies, fans, event_log
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Unsupported   bool                   `protobuf:"varint,3,opt,name=unsupported,proto3" json:"unsupported,omitempty"` // the BMC does not offer it (not a read failure)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BmcNote) Reset() {
+	*x = BmcNote{}
+	mi := &file_cure_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcNote) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcNote) ProtoMessage() {}
+
+func (x *BmcNote) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcNote.ProtoReflect.Descriptor instead.
+func (*BmcNote) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *BmcNote) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *BmcNote) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *BmcNote) GetUnsupported() bool {
+	if x != nil {
+		return x.Unsupported
+	}
+	return false
+}
+
+// BmcEvidence is what the coordinator reads from a node's BMC at the end of
+// a validate phase and stores with the run (the report's bmc_* fields).
+type BmcEvidence struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Log           []*BmcLogEntry         `protobuf:"bytes,1,rep,name=log,proto3" json:"log,omitempty"`
+	PowerSupplies []*BmcPart             `protobuf:"bytes,2,rep,name=power_supplies,json=powerSupplies,proto3" json:"power_supplies,omitempty"`
+	Fans          []*BmcPart             `protobuf:"bytes,3,rep,name=fans,proto3" json:"fans,omitempty"`
+	Collection    *BmcCollection         `protobuf:"bytes,4,opt,name=collection,proto3" json:"collection,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BmcEvidence) Reset() {
+	*x = BmcEvidence{}
+	mi := &file_cure_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcEvidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcEvidence) ProtoMessage() {}
+
+func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcEvidence.ProtoReflect.Descriptor instead.
+func (*BmcEvidence) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *BmcEvidence) GetLog() []*BmcLogEntry {
+	if x != nil {
+		return x.Log
+	}
+	return nil
+}
+
+func (x *BmcEvidence) GetPowerSupplies() []*BmcPart {
+	if x != nil {
+		return x.PowerSupplies
+	}
+	return nil
+}
+
+func (x *BmcEvidence) GetFans() []*BmcPart {
+	if x != nil {
+		return x.Fans
+	}
+	return nil
+}
+
+func (x *BmcEvidence) GetCollection() *BmcCollection {
+	if x != nil {
+		return x.Collection
+	}
+	return nil
+}
+
 // TimeBucket is a span of a run's wall time (docs/OBSERVABILITY.md).
 type TimeBucket struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4118,7 +4630,7 @@ type TimeBucket struct {
 
 func (x *TimeBucket) Reset() {
 	*x = TimeBucket{}
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4130,7 +4642,7 @@ func (x *TimeBucket) String() string {
 func (*TimeBucket) ProtoMessage() {}
 
 func (x *TimeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4143,7 +4655,7 @@ func (x *TimeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucket.ProtoReflect.Descriptor instead.
 func (*TimeBucket) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{47}
+	return file_cure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TimeBucket) GetName() string {
@@ -4192,7 +4704,7 @@ type TimeBucketsRequest struct {
 
 func (x *TimeBucketsRequest) Reset() {
 	*x = TimeBucketsRequest{}
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4204,7 +4716,7 @@ func (x *TimeBucketsRequest) String() string {
 func (*TimeBucketsRequest) ProtoMessage() {}
 
 func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4217,7 +4729,7 @@ func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketsRequest.ProtoReflect.Descriptor instead.
 func (*TimeBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{48}
+	return file_cure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TimeBucketsRequest) GetSelector() map[string]string {
@@ -4252,7 +4764,7 @@ type TimeBucketSummary struct {
 
 func (x *TimeBucketSummary) Reset() {
 	*x = TimeBucketSummary{}
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4264,7 +4776,7 @@ func (x *TimeBucketSummary) String() string {
 func (*TimeBucketSummary) ProtoMessage() {}
 
 func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4277,7 +4789,7 @@ func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketSummary.ProtoReflect.Descriptor instead.
 func (*TimeBucketSummary) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{49}
+	return file_cure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TimeBucketSummary) GetSkus() []*SkuTimeBuckets {
@@ -4313,7 +4825,7 @@ type SkuTimeBuckets struct {
 
 func (x *SkuTimeBuckets) Reset() {
 	*x = SkuTimeBuckets{}
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4325,7 +4837,7 @@ func (x *SkuTimeBuckets) String() string {
 func (*SkuTimeBuckets) ProtoMessage() {}
 
 func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4338,7 +4850,7 @@ func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkuTimeBuckets.ProtoReflect.Descriptor instead.
 func (*SkuTimeBuckets) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{50}
+	return file_cure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SkuTimeBuckets) GetSku() string {
@@ -4381,7 +4893,7 @@ type BucketStat struct {
 
 func (x *BucketStat) Reset() {
 	*x = BucketStat{}
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4393,7 +4905,7 @@ func (x *BucketStat) String() string {
 func (*BucketStat) ProtoMessage() {}
 
 func (x *BucketStat) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4406,7 +4918,7 @@ func (x *BucketStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketStat.ProtoReflect.Descriptor instead.
 func (*BucketStat) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{51}
+	return file_cure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BucketStat) GetName() string {
@@ -4451,7 +4963,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4463,7 +4975,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4476,7 +4988,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{52}
+	return file_cure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -4531,7 +5043,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4543,7 +5055,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4556,7 +5068,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{53}
+	return file_cure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -4582,7 +5094,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4594,7 +5106,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4607,7 +5119,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{54}
+	return file_cure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -4629,7 +5141,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4641,7 +5153,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4654,7 +5166,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{55}
+	return file_cure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -4693,7 +5205,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4705,7 +5217,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4718,7 +5230,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{56}
+	return file_cure_proto_rawDescGZIP(), []int{61}
 }
 
 type ListNodesResponse struct {
@@ -4730,7 +5242,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4742,7 +5254,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4755,7 +5267,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{57}
+	return file_cure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -4780,7 +5292,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4792,7 +5304,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4805,7 +5317,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{58}
+	return file_cure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -4870,7 +5382,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4882,7 +5394,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4895,7 +5407,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{59}
+	return file_cure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -4952,7 +5464,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4964,7 +5476,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4977,7 +5489,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{60}
+	return file_cure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -5070,7 +5582,7 @@ type ListAuditLogResponse struct {
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5082,7 +5594,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5095,7 +5607,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{61}
+	return file_cure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -5129,7 +5641,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5141,7 +5653,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5154,7 +5666,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{62}
+	return file_cure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *NodeSpec) GetId() string {
@@ -5231,7 +5743,7 @@ type BMCSpec struct {
 
 func (x *BMCSpec) Reset() {
 	*x = BMCSpec{}
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5243,7 +5755,7 @@ func (x *BMCSpec) String() string {
 func (*BMCSpec) ProtoMessage() {}
 
 func (x *BMCSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5256,7 +5768,7 @@ func (x *BMCSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
 func (*BMCSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{63}
+	return file_cure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *BMCSpec) GetUrl() string {
@@ -5312,7 +5824,7 @@ type AddNodesRequest struct {
 
 func (x *AddNodesRequest) Reset() {
 	*x = AddNodesRequest{}
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5324,7 +5836,7 @@ func (x *AddNodesRequest) String() string {
 func (*AddNodesRequest) ProtoMessage() {}
 
 func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5337,7 +5849,7 @@ func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
 func (*AddNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{64}
+	return file_cure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *AddNodesRequest) GetNodes() []*NodeSpec {
@@ -5371,7 +5883,7 @@ type AddNodesResponse struct {
 
 func (x *AddNodesResponse) Reset() {
 	*x = AddNodesResponse{}
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5383,7 +5895,7 @@ func (x *AddNodesResponse) String() string {
 func (*AddNodesResponse) ProtoMessage() {}
 
 func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5396,7 +5908,7 @@ func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
 func (*AddNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{65}
+	return file_cure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AddNodesResponse) GetAdded() []string {
@@ -5422,7 +5934,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5434,7 +5946,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5447,7 +5959,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{66}
+	return file_cure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -5467,7 +5979,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5479,7 +5991,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5492,7 +6004,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{67}
+	return file_cure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -5520,7 +6032,7 @@ type LabelNodeRequest struct {
 
 func (x *LabelNodeRequest) Reset() {
 	*x = LabelNodeRequest{}
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5532,7 +6044,7 @@ func (x *LabelNodeRequest) String() string {
 func (*LabelNodeRequest) ProtoMessage() {}
 
 func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5545,7 +6057,7 @@ func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
 func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{68}
+	return file_cure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *LabelNodeRequest) GetNodeId() string {
@@ -5578,7 +6090,7 @@ type ShowNodeRequest struct {
 
 func (x *ShowNodeRequest) Reset() {
 	*x = ShowNodeRequest{}
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5590,7 +6102,7 @@ func (x *ShowNodeRequest) String() string {
 func (*ShowNodeRequest) ProtoMessage() {}
 
 func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5603,7 +6115,7 @@ func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{69}
+	return file_cure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ShowNodeRequest) GetNodeId() string {
@@ -5636,7 +6148,7 @@ type NodeDetail struct {
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5648,7 +6160,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5661,7 +6173,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{70}
+	return file_cure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -5785,7 +6297,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5797,7 +6309,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5810,7 +6322,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{71}
+	return file_cure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -6218,7 +6730,7 @@ const file_cure_proto_rawDesc = "" +
 	" \x01(\tR\x06source\"?\n" +
 	"\rReportRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x90\x04\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x9b\x06\n" +
 	"\tRunReport\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
@@ -6234,7 +6746,61 @@ const file_cure_proto_rawDesc = "" +
 	"\tinventory\x18\v \x01(\v2\x18.cure.v1.InventoryRecordR\tinventory\x12-\n" +
 	"\abuckets\x18\f \x03(\v2\x13.cure.v1.TimeBucketR\abuckets\x12)\n" +
 	"\x10verdicts_omitted\x18\r \x01(\rR\x0fverdictsOmitted\x12*\n" +
-	"\x11events_not_stored\x18\x0e \x01(\x03R\x0feventsNotStored\"\x9e\x01\n" +
+	"\x11events_not_stored\x18\x0e \x01(\x03R\x0feventsNotStored\x12-\n" +
+	"\abmc_log\x18\x10 \x03(\v2\x14.cure.v1.BmcLogEntryR\x06bmcLog\x12>\n" +
+	"\x12bmc_power_supplies\x18\x11 \x03(\v2\x10.cure.v1.BmcPartR\x10bmcPowerSupplies\x12+\n" +
+	"\bbmc_fans\x18\x12 \x03(\v2\x10.cure.v1.BmcPartR\abmcFans\x12=\n" +
+	"\x0ebmc_collection\x18\x13 \x01(\v2\x16.cure.v1.BmcCollectionR\rbmcCollection\x12.\n" +
+	"\n" +
+	"bmc_series\x18\x14 \x03(\v2\x0f.cure.v1.SeriesR\tbmcSeries\"\x93\x02\n" +
+	"\vBmcLogEntry\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x03 \x01(\x03R\rcreatedUnixMs\x12\x1a\n" +
+	"\bseverity\x18\x04 \x01(\tR\bseverity\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x06 \x01(\tR\tmessageId\x12\x1f\n" +
+	"\vsensor_type\x18\a \x01(\tR\n" +
+	"sensorType\x12\x1d\n" +
+	"\n" +
+	"entry_type\x18\b \x01(\tR\tentryType\x12\x1d\n" +
+	"\n" +
+	"entry_code\x18\t \x01(\tR\tentryCode\"\xce\x02\n" +
+	"\aBmcPart\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\"\n" +
+	"\fmanufacturer\x18\x03 \x01(\tR\fmanufacturer\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x1f\n" +
+	"\vpart_number\x18\x05 \x01(\tR\n" +
+	"partNumber\x12#\n" +
+	"\rserial_number\x18\x06 \x01(\tR\fserialNumber\x12*\n" +
+	"\x11spare_part_number\x18\a \x01(\tR\x0fsparePartNumber\x12)\n" +
+	"\x10firmware_version\x18\b \x01(\tR\x0ffirmwareVersion\x12\x16\n" +
+	"\x06health\x18\t \x01(\tR\x06health\x12\x14\n" +
+	"\x05state\x18\n" +
+	" \x01(\tR\x05state\x12\x1a\n" +
+	"\blocation\x18\v \x01(\tR\blocation\"\xe3\x02\n" +
+	"\rBmcCollection\x12*\n" +
+	"\x11collected_unix_ms\x18\x01 \x01(\x03R\x0fcollectedUnixMs\x12/\n" +
+	"\x14window_start_unix_ms\x18\x02 \x01(\x03R\x11windowStartUnixMs\x12+\n" +
+	"\x12window_end_unix_ms\x18\x03 \x01(\x03R\x0fwindowEndUnixMs\x12!\n" +
+	"\flog_services\x18\x04 \x03(\tR\vlogServices\x12(\n" +
+	"\x10log_entries_read\x18\x05 \x01(\rR\x0elogEntriesRead\x12.\n" +
+	"\x13log_entries_dropped\x18\x06 \x01(\rR\x11logEntriesDropped\x12#\n" +
+	"\rsensor_source\x18\a \x01(\tR\fsensorSource\x12&\n" +
+	"\x05notes\x18\b \x03(\v2\x10.cure.v1.BmcNoteR\x05notes\"a\n" +
+	"\aBmcNote\x12\x1a\n" +
+	"\bresource\x18\x01 \x01(\tR\bresource\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12 \n" +
+	"\vunsupported\x18\x03 \x01(\bR\vunsupported\"\xcc\x01\n" +
+	"\vBmcEvidence\x12&\n" +
+	"\x03log\x18\x01 \x03(\v2\x14.cure.v1.BmcLogEntryR\x03log\x127\n" +
+	"\x0epower_supplies\x18\x02 \x03(\v2\x10.cure.v1.BmcPartR\rpowerSupplies\x12$\n" +
+	"\x04fans\x18\x03 \x03(\v2\x10.cure.v1.BmcPartR\x04fans\x126\n" +
+	"\n" +
+	"collection\x18\x04 \x01(\v2\x16.cure.v1.BmcCollectionR\n" +
+	"collection\"\x9e\x01\n" +
 	"\n" +
 	"TimeBucket\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
@@ -6445,7 +7011,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -6498,45 +7064,50 @@ var file_cure_proto_goTypes = []any{
 	(*TimelineEntry)(nil),        // 48: cure.v1.TimelineEntry
 	(*ReportRequest)(nil),        // 49: cure.v1.ReportRequest
 	(*RunReport)(nil),            // 50: cure.v1.RunReport
-	(*TimeBucket)(nil),           // 51: cure.v1.TimeBucket
-	(*TimeBucketsRequest)(nil),   // 52: cure.v1.TimeBucketsRequest
-	(*TimeBucketSummary)(nil),    // 53: cure.v1.TimeBucketSummary
-	(*SkuTimeBuckets)(nil),       // 54: cure.v1.SkuTimeBuckets
-	(*BucketStat)(nil),           // 55: cure.v1.BucketStat
-	(*PhaseRecord)(nil),          // 56: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 57: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 58: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 59: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 60: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 61: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 62: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 63: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 64: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 65: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),             // 66: cure.v1.NodeSpec
-	(*BMCSpec)(nil),              // 67: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),      // 68: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),     // 69: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),    // 70: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),   // 71: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),     // 72: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),      // 73: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),           // 74: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),      // 75: cure.v1.InventoryRecord
-	nil,                          // 76: cure.v1.Log.AttrsEntry
-	nil,                          // 77: cure.v1.Metric.LabelsEntry
-	nil,                          // 78: cure.v1.Assignment.PsidsEntry
-	nil,                          // 79: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 80: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 81: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 82: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 83: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 84: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 85: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 86: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 87: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 88: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 89: cure.v1.NodeDetail.LabelsEntry
+	(*BmcLogEntry)(nil),          // 51: cure.v1.BmcLogEntry
+	(*BmcPart)(nil),              // 52: cure.v1.BmcPart
+	(*BmcCollection)(nil),        // 53: cure.v1.BmcCollection
+	(*BmcNote)(nil),              // 54: cure.v1.BmcNote
+	(*BmcEvidence)(nil),          // 55: cure.v1.BmcEvidence
+	(*TimeBucket)(nil),           // 56: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),   // 57: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),    // 58: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),       // 59: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),           // 60: cure.v1.BucketStat
+	(*PhaseRecord)(nil),          // 61: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 62: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 63: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 64: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 65: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 66: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 67: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 68: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 69: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 70: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),             // 71: cure.v1.NodeSpec
+	(*BMCSpec)(nil),              // 72: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),      // 73: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),     // 74: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),    // 75: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),   // 76: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),     // 77: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),      // 78: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),           // 79: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),      // 80: cure.v1.InventoryRecord
+	nil,                          // 81: cure.v1.Log.AttrsEntry
+	nil,                          // 82: cure.v1.Metric.LabelsEntry
+	nil,                          // 83: cure.v1.Assignment.PsidsEntry
+	nil,                          // 84: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 85: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 86: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 87: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 88: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 89: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 90: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 91: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 92: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 93: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 94: cure.v1.NodeDetail.LabelsEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,  // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -6568,8 +7139,8 @@ var file_cure_proto_depIdxs = []int32{
 	2,  // 26: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,  // 27: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
 	27, // 28: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	76, // 29: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	77, // 30: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	81, // 29: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	82, // 30: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	31, // 31: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
 	34, // 32: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
 	35, // 33: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
@@ -6578,75 +7149,85 @@ var file_cure_proto_depIdxs = []int32{
 	0,  // 36: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
 	32, // 37: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
 	33, // 38: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	78, // 39: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	83, // 39: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
 	0,  // 40: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	79, // 41: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	84, // 41: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
 	46, // 42: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
 	40, // 43: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	80, // 44: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	85, // 44: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
 	46, // 45: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
 	40, // 46: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	81, // 47: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	82, // 48: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	83, // 49: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	86, // 47: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	87, // 48: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	88, // 49: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
 	45, // 50: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	84, // 51: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	89, // 51: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
 	26, // 52: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
 	0,  // 53: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	56, // 54: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	61, // 54: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
 	26, // 55: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	75, // 56: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	51, // 57: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	51, // 58: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	85, // 59: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	54, // 60: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	55, // 61: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	55, // 62: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
-	59, // 63: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	26, // 64: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	62, // 65: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	64, // 66: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	86, // 67: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	67, // 68: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	87, // 69: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	66, // 70: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	88, // 71: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	89, // 72: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	75, // 73: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	9,  // 74: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	4,  // 75: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	38, // 76: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	47, // 77: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	49, // 78: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	60, // 79: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	57, // 80: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	63, // 81: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	41, // 82: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	43, // 83: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	68, // 84: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	70, // 85: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	72, // 86: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	73, // 87: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	52, // 88: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	30, // 89: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	39, // 90: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	48, // 91: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	50, // 92: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	61, // 93: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	58, // 94: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	65, // 95: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	42, // 96: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	44, // 97: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	69, // 98: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	71, // 99: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	74, // 100: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	74, // 101: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	53, // 102: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	89, // [89:103] is the sub-list for method output_type
-	75, // [75:89] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	80, // 56: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	56, // 57: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	51, // 58: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
+	52, // 59: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
+	52, // 60: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
+	53, // 61: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
+	23, // 62: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
+	54, // 63: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
+	51, // 64: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
+	52, // 65: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
+	52, // 66: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
+	53, // 67: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
+	56, // 68: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	90, // 69: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	59, // 70: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	60, // 71: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	60, // 72: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	64, // 73: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	26, // 74: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	67, // 75: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	69, // 76: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	91, // 77: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	72, // 78: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	92, // 79: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	71, // 80: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	93, // 81: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	94, // 82: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	80, // 83: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	9,  // 84: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	4,  // 85: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	38, // 86: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	47, // 87: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	49, // 88: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	65, // 89: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	62, // 90: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	68, // 91: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	41, // 92: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	43, // 93: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	73, // 94: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	75, // 95: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	77, // 96: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	78, // 97: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	57, // 98: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	30, // 99: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	39, // 100: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	48, // 101: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	50, // 102: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	66, // 103: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	63, // 104: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	70, // 105: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	42, // 106: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	44, // 107: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	74, // 108: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	76, // 109: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	79, // 110: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	79, // 111: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	58, // 112: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	99, // [99:113] is the sub-list for method output_type
+	85, // [85:99] is the sub-list for method input_type
+	85, // [85:85] is the sub-list for extension type_name
+	85, // [85:85] is the sub-list for extension extendee
+	0,  // [0:85] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -6680,7 +7261,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   86,
+			NumMessages:   91,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -66,6 +66,8 @@ type page struct {
 	// HardwareFrom where it came from; empty when none was reported.
 	Hardware     []InventorySection
 	HardwareFrom string
+	// BMC is what the node's BMC showed over the run (nil: not read).
+	BMC *bmcSection
 }
 
 type count struct {
@@ -133,6 +135,7 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 		p.Phases = append(p.Phases, row)
 	}
 
+	p.BMC = buildBMC(r)
 	p.Hardware = InventorySections(r.GetInventory().GetInventory())
 	p.HardwareFrom = InventoryHeading(r.GetInventory(), r.GetRunId())
 

@@ -56,7 +56,9 @@ type fixture struct {
 	// dropAfterStart cuts the stream once after this phase's start.
 	dropAfterStart string
 	dropped        bool
-	assignments    []*curev1.Assignment
+	// hold is how long the scripted runner spends in a phase.
+	hold        map[string]time.Duration
+	assignments []*curev1.Assignment
 	// failConnects makes this many BMC logins fail before they reach the BMC.
 	failConnects int
 	// metrics hears everything the engine, runner service, store and
@@ -312,6 +314,10 @@ func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
 					if p == modes.NVMe {
 						emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{Component: "nvme/0", Check: "firmware", Status: curev1.VerdictStatus_MATCH, Observed: "7.2.22", Expected: "7.2.22"}}})
 					}
+					f.mu.Lock()
+					hold := f.hold[p]
+					f.mu.Unlock()
+					time.Sleep(hold)
 					emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_PhaseEnd{PhaseEnd: &curev1.PhaseEnd{Status: status, Message: "scripted", DurationMs: 5}}})
 					if status == curev1.PhaseStatus_PHASE_FAILED {
 						break

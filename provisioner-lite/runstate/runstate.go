@@ -66,3 +66,7 @@ const (
 	SourceRunner      = "runner"
 	SourceHostOS      = "hostos"
 )
+
+// SeriesBMC is the source of the series sampled from a node's BMC sensors
+// (a run's series from the node itself name theirs).
+const SeriesBMC = "bmc"

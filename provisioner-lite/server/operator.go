@@ -290,6 +290,9 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 	if u, err := st.Usage(ctx, r.ID); err == nil {
 		rep.EventsNotStored = u.Dropped + u.NotesDropped
 	}
+	if err := addBMCEvidence(ctx, st, r.ID, rep); err != nil {
+		return nil, err
+	}
 	boundReport(rep, MaxReportBytes)
 	return rep, nil
 }
@@ -338,7 +341,7 @@ func boundReport(rep *curev1.RunReport, max int) {
 // verdictRank orders verdicts by what a technician must act on first.
 func verdictRank(s curev1.VerdictStatus) int {
 	switch s {
-	case curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR:
+	case curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR, curev1.VerdictStatus_MARGINAL:
 		return 0
 	case curev1.VerdictStatus_DRIFT:
 		return 1

@@ -237,6 +237,16 @@ ALTER TABLE run_usage ADD COLUMN notes BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE run_usage ADD COLUMN notes_dropped BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE boot_tokens ADD COLUMN reconnects BIGINT NOT NULL DEFAULT 0;
 `,
+	`
+CREATE TABLE series (
+	run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, source TEXT NOT NULL, component TEXT NOT NULL,
+	metric TEXT NOT NULL, unit TEXT NOT NULL DEFAULT '', points TEXT NOT NULL, thinned BIGINT NOT NULL DEFAULT 0,
+	PRIMARY KEY (run_id, source, component, metric)
+);
+CREATE TABLE run_bmc_evidence (
+	run_id TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE, time BIGINT NOT NULL, evidence TEXT NOT NULL
+);
+`,
 }
 
 // pgMigrationLock is the advisory lock two instances starting at once

@@ -33,6 +33,7 @@ func TestPostgresBackend(t *testing.T) {
 		"AuditLog": TestAuditLog, "GroupCommit": TestGroupCommit, "Leases": TestLeases, "UpdateRunInPlace": TestUpdateRunInPlace,
 		"PutNodesAddAndReplace": TestPutNodesAddAndReplace, "RemoveNode": TestRemoveNode, "SetLabels": TestSetLabels, "Inventories": TestInventories,
 		"CoordinatorNotesCapped": TestCoordinatorNotesCapped, "ReconnectSummary": TestReconnectSummary, "HasInventory": TestHasInventory,
+		"Series": TestSeries, "SeriesBounds": TestSeriesBounds, "BMCEvidence": TestBMCEvidence,
 	} {
 		t.Run(name, f)
 	}

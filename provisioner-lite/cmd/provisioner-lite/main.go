@@ -27,6 +27,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
 	"github.com/cure-oss/cure/provisioner-lite/hostaddr"
@@ -121,6 +122,7 @@ func main() {
 	flag.DurationVar(&c.timeouts.BMCCall, "bmc-timeout", 30*time.Second, "timeout of one Redfish call")
 	flag.DurationVar(&c.timeouts.BMCTask, "bmc-task-timeout", time.Hour, "a BMC firmware update task, from submission to its end")
 	flag.DurationVar(&c.timeouts.BMCReset, "bmc-reset-timeout", 10*time.Minute, "a BMC reset until the BMC answers again")
+	flag.DurationVar(&c.timeouts.BMCPoll, "bmc-poll", time.Duration(manifests.DefaultBMCInterval), "BMC sensor polling period during a validate phase whose suite sets no stage bmcInterval")
 	flag.DurationVar(&c.timeouts.RetryBase, "retry-base", 2*time.Second, "first delay before a failed phase is tried again (doubles per attempt, full jitter)")
 	flag.DurationVar(&c.timeouts.RetryMax, "retry-max", time.Minute, "cap of the delay before a failed phase is tried again")
 	flag.DurationVar(&c.timeouts.WaitForCURE, "wait-cure", 10*time.Minute, "PXE boot to runner registered budget (also a boot token's life)")
