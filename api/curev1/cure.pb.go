@@ -3981,8 +3981,15 @@ type RunReport struct {
 	BmcFans          []*BmcPart     `protobuf:"bytes,18,rep,name=bmc_fans,json=bmcFans,proto3" json:"bmc_fans,omitempty"`
 	BmcCollection    *BmcCollection `protobuf:"bytes,19,opt,name=bmc_collection,json=bmcCollection,proto3" json:"bmc_collection,omitempty"`
 	BmcSeries        []*Series      `protobuf:"bytes,20,rep,name=bmc_series,json=bmcSeries,proto3" json:"bmc_series,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The host's telemetry (hwmon, CPU clocks and throttling, utilisation,
+	// GPU readings) the runner sampled during the suite's stages that set
+	// telemetry (source host or gpu).
+	HostSeries []*Series `protobuf:"bytes,21,rep,name=host_series,json=hostSeries,proto3" json:"host_series,omitempty"`
+	// How the report's series (bmc_series and host_series) were cut to keep
+	// the answer under a client's receive limit; unset when they were not.
+	SeriesBound   *ReportSeriesBound `protobuf:"bytes,22,opt,name=series_bound,json=seriesBound,proto3" json:"series_bound,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunReport) Reset() {
@@ -4148,6 +4155,81 @@ func (x *RunReport) GetBmcSeries() []*Series {
 	return nil
 }
 
+func (x *RunReport) GetHostSeries() []*Series {
+	if x != nil {
+		return x.HostSeries
+	}
+	return nil
+}
+
+func (x *RunReport) GetSeriesBound() *ReportSeriesBound {
+	if x != nil {
+		return x.SeriesBound
+	}
+	return nil
+}
+
+// ReportSeriesBound says what a report left out of its sampled series.
+type ReportSeriesBound struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	PointsPerSeries uint32                 `protobuf:"varint,1,opt,name=points_per_series,json=pointsPerSeries,proto3" json:"points_per_series,omitempty"` // each series thinned to at most this (extremes kept)
+	SeriesOmitted   uint32                 `protobuf:"varint,2,opt,name=series_omitted,json=seriesOmitted,proto3" json:"series_omitted,omitempty"`         // series left out, lowest priority first
+	Note            string                 `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`                                                 // what was cut and why, for the reader
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ReportSeriesBound) Reset() {
+	*x = ReportSeriesBound{}
+	mi := &file_cure_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportSeriesBound) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportSeriesBound) ProtoMessage() {}
+
+func (x *ReportSeriesBound) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportSeriesBound.ProtoReflect.Descriptor instead.
+func (*ReportSeriesBound) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ReportSeriesBound) GetPointsPerSeries() uint32 {
+	if x != nil {
+		return x.PointsPerSeries
+	}
+	return 0
+}
+
+func (x *ReportSeriesBound) GetSeriesOmitted() uint32 {
+	if x != nil {
+		return x.SeriesOmitted
+	}
+	return 0
+}
+
+func (x *ReportSeriesBound) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
 // BmcLogEntry is one entry of a BMC log service (SEL, event log), text as
 // the BMC wrote it, cleaned and bounded.
 type BmcLogEntry struct {
@@ -4167,7 +4249,7 @@ type BmcLogEntry struct {
 
 func (x *BmcLogEntry) Reset() {
 	*x = BmcLogEntry{}
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4179,7 +4261,7 @@ func (x *BmcLogEntry) String() string {
 func (*BmcLogEntry) ProtoMessage() {}
 
 func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4192,7 +4274,7 @@ func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcLogEntry.ProtoReflect.Descriptor instead.
 func (*BmcLogEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{47}
+	return file_cure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *BmcLogEntry) GetService() string {
@@ -4278,7 +4360,7 @@ type BmcPart struct {
 
 func (x *BmcPart) Reset() {
 	*x = BmcPart{}
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4290,7 +4372,7 @@ func (x *BmcPart) String() string {
 func (*BmcPart) ProtoMessage() {}
 
 func (x *BmcPart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4303,7 +4385,7 @@ func (x *BmcPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcPart.ProtoReflect.Descriptor instead.
 func (*BmcPart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{48}
+	return file_cure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BmcPart) GetId() string {
@@ -4402,7 +4484,7 @@ type BmcCollection struct {
 
 func (x *BmcCollection) Reset() {
 	*x = BmcCollection{}
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4414,7 +4496,7 @@ func (x *BmcCollection) String() string {
 func (*BmcCollection) ProtoMessage() {}
 
 func (x *BmcCollection) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4427,7 +4509,7 @@ func (x *BmcCollection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcCollection.ProtoReflect.Descriptor instead.
 func (*BmcCollection) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{49}
+	return file_cure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BmcCollection) GetCollectedUnixMs() int64 {
@@ -4497,7 +4579,7 @@ type BmcNote struct {
 
 func (x *BmcNote) Reset() {
 	*x = BmcNote{}
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4509,7 +4591,7 @@ func (x *BmcNote) String() string {
 func (*BmcNote) ProtoMessage() {}
 
 func (x *BmcNote) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4522,7 +4604,7 @@ func (x *BmcNote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcNote.ProtoReflect.Descriptor instead.
 func (*BmcNote) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{50}
+	return file_cure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *BmcNote) GetResource() string {
@@ -4560,7 +4642,7 @@ type BmcEvidence struct {
 
 func (x *BmcEvidence) Reset() {
 	*x = BmcEvidence{}
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4572,7 +4654,7 @@ func (x *BmcEvidence) String() string {
 func (*BmcEvidence) ProtoMessage() {}
 
 func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4585,7 +4667,7 @@ func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcEvidence.ProtoReflect.Descriptor instead.
 func (*BmcEvidence) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{51}
+	return file_cure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *BmcEvidence) GetLog() []*BmcLogEntry {
@@ -4630,7 +4712,7 @@ type TimeBucket struct {
 
 func (x *TimeBucket) Reset() {
 	*x = TimeBucket{}
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4642,7 +4724,7 @@ func (x *TimeBucket) String() string {
 func (*TimeBucket) ProtoMessage() {}
 
 func (x *TimeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4655,7 +4737,7 @@ func (x *TimeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucket.ProtoReflect.Descriptor instead.
 func (*TimeBucket) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{52}
+	return file_cure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TimeBucket) GetName() string {
@@ -4704,7 +4786,7 @@ type TimeBucketsRequest struct {
 
 func (x *TimeBucketsRequest) Reset() {
 	*x = TimeBucketsRequest{}
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4716,7 +4798,7 @@ func (x *TimeBucketsRequest) String() string {
 func (*TimeBucketsRequest) ProtoMessage() {}
 
 func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4729,7 +4811,7 @@ func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketsRequest.ProtoReflect.Descriptor instead.
 func (*TimeBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{53}
+	return file_cure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TimeBucketsRequest) GetSelector() map[string]string {
@@ -4764,7 +4846,7 @@ type TimeBucketSummary struct {
 
 func (x *TimeBucketSummary) Reset() {
 	*x = TimeBucketSummary{}
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4776,7 +4858,7 @@ func (x *TimeBucketSummary) String() string {
 func (*TimeBucketSummary) ProtoMessage() {}
 
 func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4789,7 +4871,7 @@ func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketSummary.ProtoReflect.Descriptor instead.
 func (*TimeBucketSummary) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{54}
+	return file_cure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TimeBucketSummary) GetSkus() []*SkuTimeBuckets {
@@ -4825,7 +4907,7 @@ type SkuTimeBuckets struct {
 
 func (x *SkuTimeBuckets) Reset() {
 	*x = SkuTimeBuckets{}
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4837,7 +4919,7 @@ func (x *SkuTimeBuckets) String() string {
 func (*SkuTimeBuckets) ProtoMessage() {}
 
 func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4850,7 +4932,7 @@ func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkuTimeBuckets.ProtoReflect.Descriptor instead.
 func (*SkuTimeBuckets) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{55}
+	return file_cure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SkuTimeBuckets) GetSku() string {
@@ -4893,7 +4975,7 @@ type BucketStat struct {
 
 func (x *BucketStat) Reset() {
 	*x = BucketStat{}
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4905,7 +4987,7 @@ func (x *BucketStat) String() string {
 func (*BucketStat) ProtoMessage() {}
 
 func (x *BucketStat) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4918,7 +5000,7 @@ func (x *BucketStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketStat.ProtoReflect.Descriptor instead.
 func (*BucketStat) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{56}
+	return file_cure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BucketStat) GetName() string {
@@ -4963,7 +5045,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4975,7 +5057,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4988,7 +5070,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{57}
+	return file_cure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -5043,7 +5125,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5055,7 +5137,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5068,7 +5150,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{58}
+	return file_cure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -5094,7 +5176,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5106,7 +5188,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5119,7 +5201,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{59}
+	return file_cure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -5141,7 +5223,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5153,7 +5235,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5166,7 +5248,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{60}
+	return file_cure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -5205,7 +5287,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5217,7 +5299,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5230,7 +5312,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{61}
+	return file_cure_proto_rawDescGZIP(), []int{62}
 }
 
 type ListNodesResponse struct {
@@ -5242,7 +5324,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5254,7 +5336,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5267,7 +5349,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{62}
+	return file_cure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -5292,7 +5374,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5304,7 +5386,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5317,7 +5399,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{63}
+	return file_cure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -5382,7 +5464,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5394,7 +5476,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5407,7 +5489,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{64}
+	return file_cure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -5464,7 +5546,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5476,7 +5558,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5489,7 +5571,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{65}
+	return file_cure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -5582,7 +5664,7 @@ type ListAuditLogResponse struct {
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5594,7 +5676,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5607,7 +5689,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{66}
+	return file_cure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -5641,7 +5723,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5653,7 +5735,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5666,7 +5748,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{67}
+	return file_cure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *NodeSpec) GetId() string {
@@ -5743,7 +5825,7 @@ type BMCSpec struct {
 
 func (x *BMCSpec) Reset() {
 	*x = BMCSpec{}
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5755,7 +5837,7 @@ func (x *BMCSpec) String() string {
 func (*BMCSpec) ProtoMessage() {}
 
 func (x *BMCSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5768,7 +5850,7 @@ func (x *BMCSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
 func (*BMCSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{68}
+	return file_cure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *BMCSpec) GetUrl() string {
@@ -5824,7 +5906,7 @@ type AddNodesRequest struct {
 
 func (x *AddNodesRequest) Reset() {
 	*x = AddNodesRequest{}
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5836,7 +5918,7 @@ func (x *AddNodesRequest) String() string {
 func (*AddNodesRequest) ProtoMessage() {}
 
 func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5849,7 +5931,7 @@ func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
 func (*AddNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{69}
+	return file_cure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AddNodesRequest) GetNodes() []*NodeSpec {
@@ -5883,7 +5965,7 @@ type AddNodesResponse struct {
 
 func (x *AddNodesResponse) Reset() {
 	*x = AddNodesResponse{}
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5895,7 +5977,7 @@ func (x *AddNodesResponse) String() string {
 func (*AddNodesResponse) ProtoMessage() {}
 
 func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5908,7 +5990,7 @@ func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
 func (*AddNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{70}
+	return file_cure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AddNodesResponse) GetAdded() []string {
@@ -5934,7 +6016,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5946,7 +6028,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5959,7 +6041,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{71}
+	return file_cure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -5979,7 +6061,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5991,7 +6073,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6004,7 +6086,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{72}
+	return file_cure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -6032,7 +6114,7 @@ type LabelNodeRequest struct {
 
 func (x *LabelNodeRequest) Reset() {
 	*x = LabelNodeRequest{}
-	mi := &file_cure_proto_msgTypes[73]
+	mi := &file_cure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6044,7 +6126,7 @@ func (x *LabelNodeRequest) String() string {
 func (*LabelNodeRequest) ProtoMessage() {}
 
 func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[73]
+	mi := &file_cure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6057,7 +6139,7 @@ func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
 func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{73}
+	return file_cure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *LabelNodeRequest) GetNodeId() string {
@@ -6090,7 +6172,7 @@ type ShowNodeRequest struct {
 
 func (x *ShowNodeRequest) Reset() {
 	*x = ShowNodeRequest{}
-	mi := &file_cure_proto_msgTypes[74]
+	mi := &file_cure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6102,7 +6184,7 @@ func (x *ShowNodeRequest) String() string {
 func (*ShowNodeRequest) ProtoMessage() {}
 
 func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[74]
+	mi := &file_cure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6115,7 +6197,7 @@ func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{74}
+	return file_cure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ShowNodeRequest) GetNodeId() string {
@@ -6148,7 +6230,7 @@ type NodeDetail struct {
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[75]
+	mi := &file_cure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6160,7 +6242,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[75]
+	mi := &file_cure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6173,7 +6255,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{75}
+	return file_cure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -6297,7 +6379,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[76]
+	mi := &file_cure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6309,7 +6391,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[76]
+	mi := &file_cure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6322,7 +6404,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{76}
+	return file_cure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -6730,7 +6812,7 @@ const file_cure_proto_rawDesc = "" +
 	" \x01(\tR\x06source\"?\n" +
 	"\rReportRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x9b\x06\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x8c\a\n" +
 	"\tRunReport\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
@@ -6752,7 +6834,14 @@ const file_cure_proto_rawDesc = "" +
 	"\bbmc_fans\x18\x12 \x03(\v2\x10.cure.v1.BmcPartR\abmcFans\x12=\n" +
 	"\x0ebmc_collection\x18\x13 \x01(\v2\x16.cure.v1.BmcCollectionR\rbmcCollection\x12.\n" +
 	"\n" +
-	"bmc_series\x18\x14 \x03(\v2\x0f.cure.v1.SeriesR\tbmcSeries\"\x93\x02\n" +
+	"bmc_series\x18\x14 \x03(\v2\x0f.cure.v1.SeriesR\tbmcSeries\x120\n" +
+	"\vhost_series\x18\x15 \x03(\v2\x0f.cure.v1.SeriesR\n" +
+	"hostSeries\x12=\n" +
+	"\fseries_bound\x18\x16 \x01(\v2\x1a.cure.v1.ReportSeriesBoundR\vseriesBound\"z\n" +
+	"\x11ReportSeriesBound\x12*\n" +
+	"\x11points_per_series\x18\x01 \x01(\rR\x0fpointsPerSeries\x12%\n" +
+	"\x0eseries_omitted\x18\x02 \x01(\rR\rseriesOmitted\x12\x12\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"\x93\x02\n" +
 	"\vBmcLogEntry\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12&\n" +
@@ -7011,7 +7100,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -7064,170 +7153,173 @@ var file_cure_proto_goTypes = []any{
 	(*TimelineEntry)(nil),        // 48: cure.v1.TimelineEntry
 	(*ReportRequest)(nil),        // 49: cure.v1.ReportRequest
 	(*RunReport)(nil),            // 50: cure.v1.RunReport
-	(*BmcLogEntry)(nil),          // 51: cure.v1.BmcLogEntry
-	(*BmcPart)(nil),              // 52: cure.v1.BmcPart
-	(*BmcCollection)(nil),        // 53: cure.v1.BmcCollection
-	(*BmcNote)(nil),              // 54: cure.v1.BmcNote
-	(*BmcEvidence)(nil),          // 55: cure.v1.BmcEvidence
-	(*TimeBucket)(nil),           // 56: cure.v1.TimeBucket
-	(*TimeBucketsRequest)(nil),   // 57: cure.v1.TimeBucketsRequest
-	(*TimeBucketSummary)(nil),    // 58: cure.v1.TimeBucketSummary
-	(*SkuTimeBuckets)(nil),       // 59: cure.v1.SkuTimeBuckets
-	(*BucketStat)(nil),           // 60: cure.v1.BucketStat
-	(*PhaseRecord)(nil),          // 61: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 62: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 63: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 64: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 65: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 66: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 67: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 68: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 69: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 70: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),             // 71: cure.v1.NodeSpec
-	(*BMCSpec)(nil),              // 72: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),      // 73: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),     // 74: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),    // 75: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),   // 76: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),     // 77: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),      // 78: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),           // 79: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),      // 80: cure.v1.InventoryRecord
-	nil,                          // 81: cure.v1.Log.AttrsEntry
-	nil,                          // 82: cure.v1.Metric.LabelsEntry
-	nil,                          // 83: cure.v1.Assignment.PsidsEntry
-	nil,                          // 84: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 85: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 86: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 87: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 88: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 89: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 90: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 91: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 92: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 93: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 94: cure.v1.NodeDetail.LabelsEntry
+	(*ReportSeriesBound)(nil),    // 51: cure.v1.ReportSeriesBound
+	(*BmcLogEntry)(nil),          // 52: cure.v1.BmcLogEntry
+	(*BmcPart)(nil),              // 53: cure.v1.BmcPart
+	(*BmcCollection)(nil),        // 54: cure.v1.BmcCollection
+	(*BmcNote)(nil),              // 55: cure.v1.BmcNote
+	(*BmcEvidence)(nil),          // 56: cure.v1.BmcEvidence
+	(*TimeBucket)(nil),           // 57: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),   // 58: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),    // 59: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),       // 60: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),           // 61: cure.v1.BucketStat
+	(*PhaseRecord)(nil),          // 62: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 63: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 64: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 65: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 66: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 67: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 68: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 69: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 70: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 71: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),             // 72: cure.v1.NodeSpec
+	(*BMCSpec)(nil),              // 73: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),      // 74: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),     // 75: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),    // 76: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),   // 77: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),     // 78: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),      // 79: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),           // 80: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),      // 81: cure.v1.InventoryRecord
+	nil,                          // 82: cure.v1.Log.AttrsEntry
+	nil,                          // 83: cure.v1.Metric.LabelsEntry
+	nil,                          // 84: cure.v1.Assignment.PsidsEntry
+	nil,                          // 85: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 86: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 87: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 88: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 89: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 90: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 91: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 92: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 93: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 94: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 95: cure.v1.NodeDetail.LabelsEntry
 }
 var file_cure_proto_depIdxs = []int32{
-	5,  // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
-	19, // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
-	7,  // 2: cure.v1.Hello.identity:type_name -> cure.v1.Identity
-	9,  // 3: cure.v1.Hello.inventory:type_name -> cure.v1.Inventory
-	8,  // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
-	6,  // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
-	3,  // 6: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
-	14, // 7: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
-	15, // 8: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
-	16, // 9: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
-	17, // 10: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
-	18, // 11: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
-	10, // 12: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
-	11, // 13: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
-	12, // 14: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
-	13, // 15: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
-	24, // 16: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
-	25, // 17: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
-	26, // 18: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
-	28, // 19: cure.v1.Event.log:type_name -> cure.v1.Log
-	29, // 20: cure.v1.Event.metric:type_name -> cure.v1.Metric
-	20, // 21: cure.v1.Event.progress:type_name -> cure.v1.Progress
-	22, // 22: cure.v1.Event.samples:type_name -> cure.v1.Samples
-	21, // 23: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
-	1,  // 24: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
-	23, // 25: cure.v1.Samples.series:type_name -> cure.v1.Series
-	2,  // 26: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
-	1,  // 27: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	27, // 28: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	81, // 29: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	82, // 30: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
-	31, // 31: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
-	34, // 32: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
-	35, // 33: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
-	36, // 34: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
-	37, // 35: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
-	0,  // 36: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
-	32, // 37: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
-	33, // 38: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	83, // 39: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
-	0,  // 40: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	84, // 41: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
-	46, // 42: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	40, // 43: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	85, // 44: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
-	46, // 45: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
-	40, // 46: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	86, // 47: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	87, // 48: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	88, // 49: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
-	45, // 50: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	89, // 51: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
-	26, // 52: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
-	0,  // 53: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	61, // 54: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
-	26, // 55: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	80, // 56: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	56, // 57: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	51, // 58: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
-	52, // 59: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
-	52, // 60: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
-	53, // 61: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
-	23, // 62: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
-	54, // 63: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
-	51, // 64: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
-	52, // 65: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
-	52, // 66: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
-	53, // 67: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
-	56, // 68: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	90, // 69: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	59, // 70: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	60, // 71: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	60, // 72: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
-	64, // 73: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	26, // 74: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	67, // 75: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	69, // 76: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	91, // 77: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	72, // 78: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	92, // 79: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	71, // 80: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	93, // 81: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	94, // 82: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	80, // 83: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	9,  // 84: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	4,  // 85: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	38, // 86: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	47, // 87: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	49, // 88: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	65, // 89: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	62, // 90: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	68, // 91: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	41, // 92: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	43, // 93: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	73, // 94: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	75, // 95: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	77, // 96: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	78, // 97: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	57, // 98: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	30, // 99: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	39, // 100: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	48, // 101: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	50, // 102: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	66, // 103: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	63, // 104: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	70, // 105: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	42, // 106: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	44, // 107: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	74, // 108: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	76, // 109: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	79, // 110: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	79, // 111: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	58, // 112: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	99, // [99:113] is the sub-list for method output_type
-	85, // [85:99] is the sub-list for method input_type
-	85, // [85:85] is the sub-list for extension type_name
-	85, // [85:85] is the sub-list for extension extendee
-	0,  // [0:85] is the sub-list for field type_name
+	5,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
+	19,  // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
+	7,   // 2: cure.v1.Hello.identity:type_name -> cure.v1.Identity
+	9,   // 3: cure.v1.Hello.inventory:type_name -> cure.v1.Inventory
+	8,   // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
+	6,   // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
+	3,   // 6: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
+	14,  // 7: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
+	15,  // 8: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
+	16,  // 9: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
+	17,  // 10: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
+	18,  // 11: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
+	10,  // 12: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
+	11,  // 13: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
+	12,  // 14: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
+	13,  // 15: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
+	24,  // 16: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
+	25,  // 17: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
+	26,  // 18: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
+	28,  // 19: cure.v1.Event.log:type_name -> cure.v1.Log
+	29,  // 20: cure.v1.Event.metric:type_name -> cure.v1.Metric
+	20,  // 21: cure.v1.Event.progress:type_name -> cure.v1.Progress
+	22,  // 22: cure.v1.Event.samples:type_name -> cure.v1.Samples
+	21,  // 23: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
+	1,   // 24: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
+	23,  // 25: cure.v1.Samples.series:type_name -> cure.v1.Series
+	2,   // 26: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
+	1,   // 27: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
+	27,  // 28: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
+	82,  // 29: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	83,  // 30: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	31,  // 31: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
+	34,  // 32: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
+	35,  // 33: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
+	36,  // 34: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
+	37,  // 35: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
+	0,   // 36: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
+	32,  // 37: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
+	33,  // 38: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
+	84,  // 39: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	0,   // 40: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
+	85,  // 41: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	46,  // 42: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	40,  // 43: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
+	86,  // 44: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	46,  // 45: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
+	40,  // 46: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
+	87,  // 47: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	88,  // 48: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	89,  // 49: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	45,  // 50: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
+	90,  // 51: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	26,  // 52: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
+	0,   // 53: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
+	62,  // 54: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	26,  // 55: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
+	81,  // 56: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	57,  // 57: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	52,  // 58: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
+	53,  // 59: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
+	53,  // 60: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
+	54,  // 61: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
+	23,  // 62: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
+	23,  // 63: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
+	51,  // 64: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
+	55,  // 65: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
+	52,  // 66: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
+	53,  // 67: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
+	53,  // 68: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
+	54,  // 69: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
+	57,  // 70: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	91,  // 71: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	60,  // 72: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	61,  // 73: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	61,  // 74: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	65,  // 75: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	26,  // 76: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	68,  // 77: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	70,  // 78: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	92,  // 79: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	73,  // 80: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	93,  // 81: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	72,  // 82: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	94,  // 83: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	95,  // 84: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	81,  // 85: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	9,   // 86: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	4,   // 87: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	38,  // 88: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	47,  // 89: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	49,  // 90: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	66,  // 91: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	63,  // 92: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	69,  // 93: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	41,  // 94: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	43,  // 95: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	74,  // 96: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	76,  // 97: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	78,  // 98: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	79,  // 99: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	58,  // 100: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	30,  // 101: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	39,  // 102: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	48,  // 103: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	50,  // 104: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	67,  // 105: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	64,  // 106: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	71,  // 107: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	42,  // 108: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	44,  // 109: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	75,  // 110: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	77,  // 111: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	80,  // 112: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	80,  // 113: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	59,  // 114: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	101, // [101:115] is the sub-list for method output_type
+	87,  // [87:101] is the sub-list for method input_type
+	87,  // [87:87] is the sub-list for extension type_name
+	87,  // [87:87] is the sub-list for extension extendee
+	0,   // [0:87] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -7261,7 +7353,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   91,
+			NumMessages:   92,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
