@@ -16,8 +16,8 @@ type TelemetryLine struct {
 // TelemetryReading is one GPU's reading; a field NVML did not answer is
 // absent and Errors says why.
 type TelemetryReading struct {
-	Index int    `json:"index"` // NVML index
-	BusID string `json:"busId,omitempty"`
+	Index int     `json:"index"` // NVML index
+	BusID string  `json:"busId,omitempty"`
 	TempC *uint32 `json:"tempC,omitempty"`
 	// SMClockMHz is the SM clock now; BaseClockMHz what it is compared
 	// with (Device.BaseSMClockMHz).

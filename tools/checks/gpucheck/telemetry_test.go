@@ -19,7 +19,7 @@ import (
 // waits for the stage to stop it.
 type fakeStream struct {
 	lines  []string
-	exit   error  // the helper's own end, when it does not wait for ctx
+	exit   error // the helper's own end, when it does not wait for ctx
 	stderr string
 	mu     sync.Mutex
 	args   []string
