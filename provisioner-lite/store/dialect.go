@@ -231,6 +231,12 @@ CREATE TABLE inventories (
 CREATE UNIQUE INDEX inventories_boot ON inventories(run_id, boot_id);
 CREATE INDEX inventories_node ON inventories(node_id, id);
 `,
+	`
+CREATE TABLE run_progress (
+	run_id TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE, boot_id TEXT NOT NULL, seq BIGINT NOT NULL,
+	phase TEXT NOT NULL DEFAULT '', time BIGINT NOT NULL, received BIGINT NOT NULL, progress TEXT NOT NULL
+);
+`,
 }
 
 // pgMigrationLock is the advisory lock two instances starting at once

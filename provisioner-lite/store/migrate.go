@@ -185,6 +185,20 @@ CREATE TABLE inventories (
 CREATE UNIQUE INDEX inventories_boot ON inventories(run_id, boot_id);
 CREATE INDEX inventories_node ON inventories(node_id, id);
 `,
+	// 5: a suite's heartbeats. The latest Progress per run (liveness, each
+	// check's state, the ETA), replaced in place: a soak of days keeps one
+	// row, not an event a minute.
+	`
+CREATE TABLE run_progress (
+	run_id   TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+	boot_id  TEXT NOT NULL,
+	seq      INTEGER NOT NULL,
+	phase    TEXT NOT NULL DEFAULT '',
+	time     INTEGER NOT NULL,            -- the runner's clock
+	received INTEGER NOT NULL,            -- the coordinator's
+	progress TEXT NOT NULL                -- protojson of cure.v1.Progress
+);
+`,
 }
 
 // SchemaVersion is the user_version a fully migrated database has.

@@ -31,7 +31,7 @@ func TestPostgresBackend(t *testing.T) {
 		"ConcurrentWriters": TestConcurrentWriters, "Subscribe": TestSubscribe, "BootTokenBinding": TestBootTokenBinding,
 		"EndBootWindowAndPrune": TestEndBootWindowAndPrune, "RunnerEventCaps": TestRunnerEventCaps, "Retention": TestRetention,
 		"AuditLog": TestAuditLog, "GroupCommit": TestGroupCommit, "Leases": TestLeases, "UpdateRunInPlace": TestUpdateRunInPlace,
-		"PutNodesAddAndReplace": TestPutNodesAddAndReplace, "RemoveNode": TestRemoveNode, "SetLabels": TestSetLabels, "Inventories": TestInventories,
+		"PutNodesAddAndReplace": TestPutNodesAddAndReplace, "RemoveNode": TestRemoveNode, "SetLabels": TestSetLabels, "Inventories": TestInventories, "RunProgress": TestRunProgress,
 	} {
 		t.Run(name, f)
 	}
