@@ -62,6 +62,9 @@ type page struct {
 	// HardwareFrom where it came from; empty when none was reported.
 	Hardware     []InventorySection
 	HardwareFrom string
+	// Suite is the suite's latest heartbeat: each check's progress and
+	// the ETA (nil: the run ran no suite, or its runner sent none).
+	Suite *SuiteView
 }
 
 type count struct {
@@ -128,6 +131,7 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 		p.Phases = append(p.Phases, row)
 	}
 
+	p.Suite = SuiteProgress(r.GetProgress(), r.GetProgressUnixMs(), r.GetDeadlineUnixMs(), runstate.Active(r.GetStatus()), generated)
 	p.Hardware = InventorySections(r.GetInventory().GetInventory())
 	p.HardwareFrom = InventoryHeading(r.GetInventory(), r.GetRunId())
 
@@ -142,6 +146,9 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 		if e.GetKind() == runstate.EventMetric {
 			p.TimelineOmittedMetrics++
 			continue
+		}
+		if e.GetKind() == runstate.EventProgress {
+			continue // live only; the latest is the Suite section
 		}
 		msg := e.GetMessage()
 		if msg == "" && e.GetVerdict() != nil {
