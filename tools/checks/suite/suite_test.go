@@ -25,11 +25,14 @@ func suitesDir() string {
 	return filepath.Join(filepath.Dir(file), "../../../manifests/examples/suites")
 }
 
-// TestShippedSuites loads every suite in manifests/examples/suites with the
-// strict loader and builds it: every param and threshold must be one the
+// TestShippedSuites loads every suite in manifests/examples/suites (and
+// qemu-test/testdata/suites) with the strict loader and builds it: every param and threshold must be one the
 // checks understand.
 func TestShippedSuites(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(suitesDir(), "*.yaml"))
+	// The QEMU tests' own suites are held to the same rules.
+	qemu, _ := filepath.Glob(filepath.Join(suitesDir(), "../../../qemu-test/testdata/suites/*.yaml"))
+	files = append(files, qemu...)
 	want := map[string]bool{"rma-quick.yaml": false, "burnin-24h-hgx.yaml": false, "burnin-72h-hgx.yaml": false}
 	for _, f := range files {
 		doc, err := manifests.LoadFile(f)
