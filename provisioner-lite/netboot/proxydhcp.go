@@ -156,6 +156,12 @@ func NewProxyDHCP(cfg Config) (*ProxyDHCP, error) {
 		p.dhcpConn.Close()
 		return nil, fmt.Errorf("proxy DHCP: listen %s on %q: %w", cfg.PXEAddr, cfg.Interface, err)
 	}
+	// Replies never wait for room in the send buffer (sendNoWait); a larger
+	// one holds what the budgets let through towards addresses that do not
+	// resolve (about 100 replies a second for the ~3 s ARP gives up after).
+	for _, c := range []*net.UDPConn{p.dhcpConn, p.pxeConn} {
+		_ = c.SetWriteBuffer(1 << 20)
+	}
 	return p, nil
 }
 
@@ -248,7 +254,7 @@ const (
 // handle decides on one request: the inventory check comes first (from
 // memory), then the budget of the request's kind is charged, then the
 // answer is built.
-func (p *ProxyDHCP) handle(conn net.PacketConn, from, peer *net.UDPAddr, m *dhcpv4.DHCPv4, port int) error {
+func (p *ProxyDHCP) handle(conn *net.UDPConn, from, peer *net.UDPAddr, m *dhcpv4.DHCPv4, port int) error {
 	var reply dhcpv4.MessageType
 	switch mt := m.MessageType(); {
 	case port == DHCPPort && mt == dhcpv4.MessageTypeDiscover:
@@ -325,8 +331,8 @@ func (p *ProxyDHCP) handle(conn net.PacketConn, from, peer *net.UDPAddr, m *dhcp
 		return fmt.Errorf("reply to %s: %w", c.MAC, err)
 	}
 	dst := replyAddr(m, peer, port)
-	if _, err := conn.WriteTo(r.ToBytes(), dst); err != nil {
-		return fmt.Errorf("send %s to %s: %w", reply, dst, err)
+	if err := sendNoWait(conn, r.ToBytes(), dst, nil); err != nil {
+		return fmt.Errorf("send %s: %w", reply, err)
 	}
 	p.answered.Add(1)
 	level := slog.LevelInfo
@@ -341,7 +347,7 @@ func (p *ProxyDHCP) handle(conn net.PacketConn, from, peer *net.UDPAddr, m *dhcp
 // replyAddr is where a reply goes: through the relay (giaddr:67) when the
 // request was relayed; broadcast when the client has no address;
 // otherwise back to the sender.
-func replyAddr(m *dhcpv4.DHCPv4, peer net.Addr, port int) net.Addr {
+func replyAddr(m *dhcpv4.DHCPv4, peer *net.UDPAddr, port int) *net.UDPAddr {
 	if gw := m.GatewayIPAddr; gw != nil && !gw.IsUnspecified() && port == DHCPPort {
 		return &net.UDPAddr{IP: gw, Port: DHCPPort}
 	}

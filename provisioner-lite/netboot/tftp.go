@@ -2,6 +2,7 @@ package netboot
 
 import (
 	"container/list"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,7 +20,7 @@ import (
 type TFTPLimits struct {
 	Transfers      int           // acknowledged transfers at once, all clients (default 64)
 	TransfersPerIP int           // acknowledged transfers at once, one client address (default 4)
-	Pending        int           // requests waiting for their first acknowledgement (default 4096); beyond it the oldest is forgotten
+	Pending        int           // requests waiting for their first acknowledgement, a socket each (default 512); beyond it the oldest is forgotten
 	FirstBlock     time.Duration // how long a request waits for the client's first acknowledgement (default 1.5s)
 	Timeout        time.Duration // per block round trip once acknowledged (default 2s)
 	Retries        int           // per block once acknowledged (default 5)
@@ -37,7 +38,7 @@ func (l *TFTPLimits) defaults() {
 	}
 	def(&l.Transfers, 64)
 	def(&l.TransfersPerIP, 4)
-	def(&l.Pending, 4096)
+	def(&l.Pending, 512)
 	def(&l.Retries, 5)
 	def(&l.BlockSize, 1468)
 	def(&l.RequestBurst, 20)
@@ -56,7 +57,7 @@ func (l *TFTPLimits) defaults() {
 
 // TFTPStats are the server's counters.
 type TFTPStats struct {
-	Requests       uint64 // read and write requests received
+	Requests       uint64 // packets to the listening port
 	OverBudget     uint64 // requests dropped: their source spent its budget
 	Refused        uint64 // answered with an ERROR: unknown name, write, mode, busy
 	Unacknowledged uint64 // requests whose first packet was never acknowledged
@@ -71,50 +72,49 @@ type TFTPStats struct {
 //
 // Nothing proves a request's source address, so a request holds no
 // transfer slot until the client has acknowledged the first packet (the
-// OACK, or DATA 1 without options) sent to that address: until then it is
-// a small entry in a bounded table, dropped after FirstBlock, or earlier
-// when newer requests need the room. Every transfer is answered from one
-// transfer port, opened beside the listening one, so waiting requests
-// cost no socket.
+// OACK, or DATA 1 without options) sent to that address. Until then it is
+// pending: a socket of its own (the transfer's port, as RFC 1350 has it)
+// and a goroutine waiting FirstBlock at most; at most Pending of them, the
+// oldest forgotten first when a newer request needs the room. A request's
+// own socket also keeps its packets apart from those queued towards forged
+// addresses that never resolve.
 type TFTP struct {
 	files    *Files
 	log      *slog.Logger
 	lim      TFTPLimits
 	sources  *peerlimit.Keyed
 	refusals *peerlimit.Refusals
+	nameLog  *peerlimit.Bucket // lines naming a refused file, beside the summary
 
 	mu      sync.Mutex
 	closed  bool
-	main    *ipv4.PacketConn
-	mainRaw net.PacketConn
-	xfer    *ipv4.PacketConn
-	xferRaw *net.UDPConn
+	conn    *net.UDPConn     // the listening socket
+	main    *ipv4.PacketConn // conn, read with the request's destination address
+	local   net.IP           // conn's address; nil when it listens on 0.0.0.0
 	pending map[netip.AddrPort]*transfer
-	order   *list.List // pending transfers, oldest first
-	active  map[netip.AddrPort]*transfer
+	order   *list.List             // pending transfers, oldest first
+	live    map[*transfer]struct{} // pending and active: closed by Shutdown
+	active  int
 	perIP   map[netip.Addr]int
-	ready   chan struct{} // closed once Serve has its sockets
 	done    chan struct{} // closed by Shutdown
 	wg      sync.WaitGroup
 
 	requests, overBudget, refused, unacked, evicted, sent, failed atomic.Uint64
 }
 
-// transfer is one read, waiting for its first acknowledgement (pending)
-// or under way (active).
+// transfer is one read, pending (waiting for its first acknowledgement)
+// or active (acknowledged, holding a slot).
 type transfer struct {
 	peer     netip.AddrPort
 	to       *net.UDPAddr
-	src      net.IP // reply source address (nil: the kernel's choice)
+	conn     *net.UDPConn // its own port: the transfer's TID
 	name     string
 	data     []byte
 	blksize  int
 	oack     []byte // the first packet when options were accepted; else DATA 1 is
 	firstAck uint16 // the block that acknowledges it: 0 after an OACK, 1 after DATA 1
 	created  time.Time
-	resent   bool
 	elem     *list.Element
-	acks     chan tftpClientPacket // once active
 }
 
 // NewTFTP builds the server; Serve runs it.
@@ -130,58 +130,44 @@ func NewTFTP(files *Files, lim TFTPLimits, log *slog.Logger) (*TFTP, error) {
 		files: files, log: log, lim: lim,
 		sources:  peerlimit.NewKeyed(lim.RequestRate, lim.RequestBurst, lim.Sources),
 		refusals: peerlimit.NewRefusals(log, "tftp", slog.LevelWarn, 0),
-		pending:  map[netip.AddrPort]*transfer{}, order: list.New(),
-		active: map[netip.AddrPort]*transfer{}, perIP: map[netip.Addr]int{},
-		ready: make(chan struct{}), done: make(chan struct{}),
+		nameLog:  peerlimit.NewBucket(1, 5),
+		pending:  map[netip.AddrPort]*transfer{}, order: list.New(), live: map[*transfer]struct{}{},
+		perIP: map[netip.Addr]int{}, done: make(chan struct{}),
 	}, nil
 }
 
 // Serve answers requests on conn (an IPv4 UDP socket, port 69) until
-// Shutdown; transfers go out of a port it opens on conn's address.
-func (t *TFTP) Serve(conn net.PacketConn) error {
-	la, ok := conn.LocalAddr().(*net.UDPAddr)
-	if !ok || la.IP.To4() == nil && !la.IP.IsUnspecified() {
-		return fmt.Errorf("tftp: %v is not an IPv4 UDP address", conn.LocalAddr())
+// Shutdown.
+func (t *TFTP) Serve(pc net.PacketConn) error {
+	conn, ok := pc.(*net.UDPConn)
+	la, _ := pc.LocalAddr().(*net.UDPAddr)
+	if !ok || la == nil || la.IP.To4() == nil && !la.IP.IsUnspecified() {
+		return fmt.Errorf("tftp: %v is not an IPv4 UDP socket", pc.LocalAddr())
 	}
-	xc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: la.IP})
-	if err != nil {
-		return fmt.Errorf("tftp: transfer port on %s: %w", la.IP, err)
-	}
-	main, xfer := ipv4.NewPacketConn(conn), ipv4.NewPacketConn(xc)
-	// The request's destination becomes the replies' source: a listener on
-	// 0.0.0.0 then answers from the address the client asked, as clients
-	// check.
+	main := ipv4.NewPacketConn(conn)
+	var local net.IP
 	if la.IP.IsUnspecified() {
+		// The request's destination becomes the transfer's address: a
+		// listener on 0.0.0.0 then answers from the address the client
+		// asked, as clients check.
 		if err := main.SetControlMessage(ipv4.FlagDst, true); err != nil {
-			t.log.Warn("tftp: replies' source address left to the kernel", "err", err)
+			t.log.Warn("tftp: transfers' source address left to the kernel", "err", err)
 		}
+	} else {
+		local = la.IP
 	}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		xc.Close()
 		conn.Close()
 		return nil
 	}
-	t.main, t.mainRaw, t.xfer, t.xferRaw = main, conn, xfer, xc
-	close(t.ready)
-	t.wg.Add(2)
+	t.conn, t.main, t.local = conn, main, local
+	t.wg.Add(1)
 	t.mu.Unlock()
-	t.log.Info("TFTP serving iPXE builds", "listen", la, "transfer_port", xc.LocalAddr().(*net.UDPAddr).Port, "files", t.files.Names())
-	go t.readTransfers()
-	go t.sweep()
+	t.log.Info("TFTP serving iPXE builds", "listen", la, "files", t.files.Names())
+	go t.flushRefusals()
 	return t.readRequests()
-}
-
-// TransferAddr is the port transfers are answered from (after Serve has
-// started; nil before).
-func (t *TFTP) TransferAddr() *net.UDPAddr {
-	select {
-	case <-t.ready:
-		return t.xferRaw.LocalAddr().(*net.UDPAddr)
-	default:
-		return nil
-	}
 }
 
 // Shutdown stops serving: requests and transfers in flight end (a client
@@ -194,12 +180,13 @@ func (t *TFTP) Shutdown() {
 	}
 	t.closed = true
 	close(t.done)
-	started := t.main != nil
-	t.mu.Unlock()
-	if started {
-		t.mainRaw.Close()
-		t.xferRaw.Close()
+	if t.conn != nil {
+		t.conn.Close()
 	}
+	for x := range t.live {
+		x.conn.Close()
+	}
+	t.mu.Unlock()
 	t.wg.Wait()
 	t.refusals.Flush()
 }
@@ -214,7 +201,7 @@ func (t *TFTP) Stats() TFTPStats {
 func (t *TFTP) Active() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.active)
+	return t.active
 }
 
 // Pending is the number of requests waiting for their first acknowledgement.
@@ -237,6 +224,7 @@ const (
 	refusedMalformed   = "malformed"
 	refusedUnacked     = "first-packet-unacknowledged"
 	refusedEvicted     = "evicted-for-newer-requests"
+	refusedNoSocket    = "no-socket"
 )
 
 func (t *TFTP) readRequests() error {
@@ -249,7 +237,8 @@ func (t *TFTP) readRequests() error {
 				return nil
 			default:
 			}
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
 			return fmt.Errorf("tftp: read: %w", err)
@@ -259,7 +248,7 @@ func (t *TFTP) readRequests() error {
 			continue
 		}
 		var dst net.IP
-		if cm != nil && cm.Dst != nil && cm.Dst.To4() != nil && !cm.Dst.Equal(net.IPv4bcast) && !cm.Dst.IsMulticast() {
+		if cm != nil && cm.Dst.To4() != nil && !cm.Dst.Equal(net.IPv4bcast) && !cm.Dst.IsMulticast() {
 			dst = cm.Dst
 		}
 		t.request(buf[:n], ua, dst)
@@ -268,9 +257,9 @@ func (t *TFTP) readRequests() error {
 
 // request handles one packet to the listening port. Every request is
 // charged to its source address first: a source that spends its budget is
-// dropped without an answer, so a spoofed flood can neither make the server
+// dropped without an answer, so a forged flood can neither make the server
 // send much to one address nor make it log much.
-func (t *TFTP) request(b []byte, from *net.UDPAddr, local net.IP) {
+func (t *TFTP) request(b []byte, from *net.UDPAddr, dst net.IP) {
 	peer := from.AddrPort()
 	peer = netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port())
 	ip := peer.Addr()
@@ -291,23 +280,24 @@ func (t *TFTP) request(b []byte, from *net.UDPAddr, local net.IP) {
 	}
 	to := net.UDPAddrFromAddrPort(peer)
 	if req.write {
-		t.refuse(to, local, refusedWrite, tftpErrAccess, "read-only server: write requests are refused")
+		t.refuse(t.conn, to, dst, refusedWrite, tftpErrAccess, "read-only server: write requests are refused")
 		return
 	}
 	if req.mode != "octet" {
-		t.refuse(to, local, refusedMode, tftpErrIllegalOp, "only octet mode: the iPXE builds are binary")
+		t.refuse(t.conn, to, dst, refusedMode, tftpErrIllegalOp, "only octet mode: the iPXE builds are binary")
 		return
 	}
 	name, data, ok := t.files.Lookup(req.filename)
 	if !ok {
-		t.log.Debug("tftp: refused: not an iPXE build served here", "file", printable(req.filename), "peer", ip, "served", t.files.Names())
-		t.refuse(to, local, refusedUnknownName, tftpErrNotFound, "file not found")
+		// The name asked for tells a misconfigured site what is wrong: a
+		// few lines a second name it, the summary counts the rest.
+		level := slog.LevelDebug
+		if t.nameLog.Allow() {
+			level = slog.LevelWarn
+		}
+		t.log.Log(context.Background(), level, "tftp: refused: not an iPXE build served here", "file", printable(req.filename), "peer", ip, "served", t.files.Names())
+		t.refuse(t.conn, to, dst, refusedUnknownName, tftpErrNotFound, "file not found")
 		return
-	}
-	plan := planTFTPRead(req, len(data), t.lim.BlockSize)
-	x := &transfer{peer: peer, to: to, src: local, name: name, data: data, blksize: plan.blksize, created: time.Now()}
-	if x.oack = plan.oack; x.oack == nil {
-		x.firstAck = 1
 	}
 	t.mu.Lock()
 	if t.closed {
@@ -318,16 +308,12 @@ func (t *TFTP) request(b []byte, from *net.UDPAddr, local net.IP) {
 		// The client repeated its request (our first packet was lost):
 		// repeat the first packet.
 		t.mu.Unlock()
-		t.writeFirst(old)
+		t.sendFirst(old)
 		return
 	}
-	if t.active[peer] != nil {
+	if t.active >= t.lim.Transfers || t.perIP[ip] >= t.lim.TransfersPerIP {
 		t.mu.Unlock()
-		return // a stale duplicate of a request already under way
-	}
-	if len(t.active) >= t.lim.Transfers || t.perIP[ip] >= t.lim.TransfersPerIP {
-		t.mu.Unlock()
-		t.refuse(to, local, refusedBusy, tftpErrUndefined, "busy: too many transfers, retry")
+		t.refuse(t.conn, to, dst, refusedBusy, tftpErrUndefined, "busy: too many transfers, retry")
 		return
 	}
 	var evicted *transfer
@@ -335,123 +321,158 @@ func (t *TFTP) request(b []byte, from *net.UDPAddr, local net.IP) {
 		evicted = t.order.Remove(t.order.Front()).(*transfer)
 		delete(t.pending, evicted.peer)
 	}
-	x.elem = t.order.PushBack(x)
-	t.pending[peer] = x
 	t.mu.Unlock()
 	if evicted != nil {
+		evicted.conn.Close() // its goroutine ends
 		t.evicted.Add(1)
 		t.refusals.Note(refusedEvicted, evicted.peer.Addr().String())
 	}
-	t.writeFirst(x)
-}
-
-// writeFirst sends a pending transfer's first packet (DATA 1 is built
-// again each time rather than held by every waiting request).
-func (t *TFTP) writeFirst(x *transfer) {
-	if x.oack != nil {
-		t.write(x, x.oack)
+	bind := t.local
+	if bind == nil {
+		bind = dst
+	}
+	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: bind})
+	if err != nil {
+		t.refusals.Note(refusedNoSocket, ip.String())
+		t.log.Debug("tftp: no socket for a transfer", "peer", ip, "err", err)
 		return
 	}
-	t.write(x, tftpData(make([]byte, 0, 4+x.blksize), x.data, 1, x.blksize))
+	plan := planTFTPRead(req, len(data), t.lim.BlockSize)
+	x := &transfer{peer: peer, to: to, conn: conn, name: name, data: data, blksize: plan.blksize, oack: plan.oack, created: time.Now()}
+	if x.oack == nil {
+		x.firstAck = 1
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		conn.Close()
+		return
+	}
+	x.elem = t.order.PushBack(x)
+	t.pending[peer] = x
+	t.live[x] = struct{}{}
+	t.wg.Add(1)
+	t.mu.Unlock()
+	t.sendFirst(x)
+	go t.run(x)
 }
 
 // refuse answers a request with an ERROR.
-func (t *TFTP) refuse(to *net.UDPAddr, local net.IP, reason string, code uint16, msg string) {
+func (t *TFTP) refuse(conn *net.UDPConn, to *net.UDPAddr, src net.IP, reason string, code uint16, msg string) {
 	t.refused.Add(1)
 	t.refusals.Note(reason, to.IP.String())
-	t.writeTo(tftpError(code, msg), to, local)
+	t.send(conn, tftpError(code, msg), to, src)
 }
 
-func (t *TFTP) write(x *transfer, b []byte) { t.writeTo(b, x.to, x.src) }
-
-func (t *TFTP) writeTo(b []byte, to *net.UDPAddr, src net.IP) {
-	var cm *ipv4.ControlMessage
-	if src != nil {
-		cm = &ipv4.ControlMessage{Src: src}
-	}
-	if _, err := t.xfer.WriteTo(b, cm, to); err != nil {
+func (t *TFTP) send(conn *net.UDPConn, b []byte, to *net.UDPAddr, src net.IP) {
+	if err := sendNoWait(conn, b, to, src); err != nil {
 		t.log.Debug("tftp: send failed", "peer", to, "err", err)
 	}
 }
 
-// readTransfers reads ACKs and ERRORs on the transfer port: a pending
-// request's first acknowledgement makes it a transfer (if a slot is free);
-// an active transfer's packets go to its goroutine.
-func (t *TFTP) readTransfers() {
+// sendFirst sends a pending transfer's first packet (DATA 1 is built
+// again each time rather than held by every waiting request).
+func (t *TFTP) sendFirst(x *transfer) {
+	if x.oack != nil {
+		t.send(x.conn, x.oack, x.to, nil)
+		return
+	}
+	t.send(x.conn, tftpData(make([]byte, 0, 4+x.blksize), x.data, 1, x.blksize), x.to, nil)
+}
+
+// run is a transfer's life: its first packet acknowledged, a slot, the
+// blocks.
+func (t *TFTP) run(x *transfer) {
 	defer t.wg.Done()
-	buf := make([]byte, 2048)
+	defer func() {
+		x.conn.Close()
+		t.mu.Lock()
+		delete(t.live, x)
+		t.mu.Unlock()
+	}()
+	acked := t.firstAcknowledged(x)
+	t.mu.Lock()
+	if t.pending[x.peer] == x {
+		t.order.Remove(x.elem)
+		delete(t.pending, x.peer)
+	}
+	if !acked {
+		t.mu.Unlock()
+		return
+	}
+	ip := x.peer.Addr()
+	if t.closed || t.active >= t.lim.Transfers || t.perIP[ip] >= t.lim.TransfersPerIP {
+		t.mu.Unlock()
+		t.refuse(x.conn, x.to, nil, refusedBusy, tftpErrUndefined, "busy: too many transfers, retry")
+		return
+	}
+	t.active++
+	t.perIP[ip]++
+	t.mu.Unlock()
+	defer t.release(ip)
+	t.sendBlocks(x)
+}
+
+// firstAcknowledged waits for the acknowledgement of the first packet
+// (sent by request) until FirstBlock, sending it once more halfway.
+func (t *TFTP) firstAcknowledged(x *transfer) bool {
+	resent := false
+	buf := make([]byte, 1024)
 	for {
-		n, _, src, err := t.xfer.ReadFrom(buf)
-		if err != nil {
-			select {
-			case <-t.done:
-				return
-			default:
-			}
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		deadline := x.created.Add(t.lim.FirstBlock)
+		if !resent {
+			deadline = x.created.Add(t.lim.FirstBlock / 2)
+		}
+		x.conn.SetReadDeadline(deadline)
+		p, err := t.readFrom(x, buf)
+		var ne net.Error
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
+			if !resent { // even when late: every request gets its second chance
+				resent = true
+				t.sendFirst(x)
 				continue
 			}
-			t.log.Error("tftp: transfer port read failed", "err", err)
-			return
+			t.unacked.Add(1)
+			t.refusals.Note(refusedUnacked, x.peer.Addr().String())
+			return false
+		case err != nil: // closed: evicted, or shutting down
+			return false
+		case p.op == opERROR:
+			// Firmware asks for tsize, then ends the transfer on purpose.
+			t.log.Debug("tftp: transfer ended by the client before it began", "file", x.name, "peer", x.peer.Addr(), "code", p.code)
+			return false
+		case p.block == x.firstAck:
+			return true
 		}
-		ua, ok := src.(*net.UDPAddr)
-		if !ok {
-			continue
-		}
-		p, err := parseTFTPClientPacket(buf[:n])
+	}
+}
+
+// readFrom reads the next ACK or ERROR of x's client on x's port; packets
+// from anyone else, or of any other kind, are skipped.
+func (t *TFTP) readFrom(x *transfer, buf []byte) (tftpClientPacket, error) {
+	for {
+		n, from, err := x.conn.ReadFromUDP(buf)
 		if err != nil {
+			return tftpClientPacket{}, err
+		}
+		ap := from.AddrPort()
+		if netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()) != x.peer {
 			continue
 		}
-		peer := ua.AddrPort()
-		t.transferPacket(netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port()), p)
-	}
-}
-
-func (t *TFTP) transferPacket(peer netip.AddrPort, p tftpClientPacket) {
-	t.mu.Lock()
-	if x := t.active[peer]; x != nil {
-		t.mu.Unlock()
-		select {
-		case x.acks <- p:
-		default: // the transfer is behind: a client resends what matters
+		if p, err := parseTFTPClientPacket(buf[:n]); err == nil {
+			return p, nil
 		}
-		return
 	}
-	x := t.pending[peer]
-	if x == nil || p.op == opACK && p.block != x.firstAck {
-		t.mu.Unlock()
-		return // not a transfer of ours, or not the acknowledgement we wait for
-	}
-	t.order.Remove(x.elem)
-	delete(t.pending, peer)
-	if p.op == opERROR {
-		t.mu.Unlock()
-		// Firmware asks for tsize, then ends the transfer on purpose.
-		t.log.Debug("tftp: transfer ended by the client before it began", "file", x.name, "peer", peer.Addr(), "code", p.code)
-		return
-	}
-	ip := peer.Addr()
-	if t.closed || len(t.active) >= t.lim.Transfers || t.perIP[ip] >= t.lim.TransfersPerIP {
-		t.mu.Unlock()
-		t.refuse(x.to, x.src, refusedBusy, tftpErrUndefined, "busy: too many transfers, retry")
-		return
-	}
-	x.acks = make(chan tftpClientPacket, 8)
-	t.active[peer] = x
-	t.perIP[ip]++
-	t.wg.Add(1)
-	t.mu.Unlock()
-	go t.send(x)
 }
 
-// send runs an acknowledged transfer to its end, block by block.
-func (t *TFTP) send(x *transfer) {
-	defer t.wg.Done()
-	defer t.release(x)
+// sendBlocks runs an acknowledged transfer to its end.
+func (t *TFTP) sendBlocks(x *transfer) {
 	blocks := tftpBlocks(len(x.data), x.blksize)
-	buf := make([]byte, 0, 4+x.blksize)
+	pkt := make([]byte, 0, 4+x.blksize)
+	buf := make([]byte, 1024)
 	for n := int(x.firstAck) + 1; n <= blocks; n++ {
-		if err := t.sendBlock(x, tftpData(buf, x.data, n, x.blksize), uint16(n)); err != nil {
+		if err := t.sendBlock(x, tftpData(pkt, x.data, n, x.blksize), uint16(n), buf); err != nil {
 			t.failed.Add(1)
 			t.log.Debug("tftp: transfer ended early", "file", x.name, "peer", x.peer.Addr(), "block", n, "blocks", blocks, "err", err)
 			return
@@ -461,98 +482,53 @@ func (t *TFTP) send(x *transfer) {
 	t.log.Info("tftp: sent", "file", x.name, "peer", x.peer.Addr(), "bytes", len(x.data), "duration", time.Since(x.created).Round(time.Millisecond))
 }
 
-var errShutdown = errors.New("server shutting down")
-
 // sendBlock sends one DATA packet until it is acknowledged, at most
 // Retries more times. A duplicate ACK of the previous block is not a
 // reason to resend (RFC 1350's Sorcerer's Apprentice bug): only a timeout is.
-func (t *TFTP) sendBlock(x *transfer, pkt []byte, block uint16) error {
-	timer := time.NewTimer(t.lim.Timeout)
-	defer timer.Stop()
+func (t *TFTP) sendBlock(x *transfer, pkt []byte, block uint16, buf []byte) error {
 	for try := 0; try <= t.lim.Retries; try++ {
-		t.write(x, pkt)
-		timer.Reset(t.lim.Timeout)
-	wait:
+		t.send(x.conn, pkt, x.to, nil)
+		x.conn.SetReadDeadline(time.Now().Add(t.lim.Timeout))
 		for {
-			select {
-			case p := <-x.acks:
-				if p.op == opERROR {
-					return fmt.Errorf("client sent error %d", p.code)
-				}
-				if p.block == block {
-					return nil
-				}
-			case <-timer.C:
-				break wait
-			case <-t.done:
-				return errShutdown
+			p, err := t.readFrom(x, buf)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if p.op == opERROR {
+				return fmt.Errorf("client sent error %d", p.code)
+			}
+			if p.block == block {
+				return nil
 			}
 		}
 	}
 	return fmt.Errorf("block %d not acknowledged after %d tries of %s", block, t.lim.Retries+1, t.lim.Timeout)
 }
 
-func (t *TFTP) release(x *transfer) {
+func (t *TFTP) release(ip netip.Addr) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.active, x.peer)
-	ip := x.peer.Addr()
+	t.active--
 	if t.perIP[ip]--; t.perIP[ip] <= 0 {
 		delete(t.perIP, ip)
 	}
 }
 
-// sweep resends a pending request's first packet once, halfway through
-// FirstBlock, and forgets it at FirstBlock (a tick later if the resend was
-// late); it also writes the refusal
-// summary of a flood that has stopped.
-func (t *TFTP) sweep() {
+// flushRefusals writes the refusal summary of a flood that has stopped.
+func (t *TFTP) flushRefusals() {
 	defer t.wg.Done()
-	tick := time.NewTicker(max(t.lim.FirstBlock/8, 10*time.Millisecond))
+	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
-	lastFlush := time.Now()
 	for {
 		select {
 		case <-t.done:
 			return
-		case now := <-tick.C:
-			t.sweepPending(now)
-			if now.Sub(lastFlush) >= 10*time.Second {
-				t.refusals.Flush()
-				lastFlush = now
-			}
+		case <-tick.C:
+			t.refusals.Flush()
 		}
-	}
-}
-
-func (t *TFTP) sweepPending(now time.Time) {
-	var resend []*transfer
-	var expired []netip.Addr
-	t.mu.Lock()
-	for e := t.order.Front(); e != nil; {
-		x := e.Value.(*transfer)
-		age := now.Sub(x.created)
-		if age < t.lim.FirstBlock/2 {
-			break // the rest are younger
-		}
-		next := e.Next()
-		switch {
-		case !x.resent: // even when late: every request gets its second chance
-			x.resent = true
-			resend = append(resend, x)
-		case age >= t.lim.FirstBlock:
-			t.order.Remove(e)
-			delete(t.pending, x.peer)
-			expired = append(expired, x.peer.Addr())
-		}
-		e = next
-	}
-	t.mu.Unlock()
-	for _, x := range resend {
-		t.writeFirst(x)
-	}
-	for _, ip := range expired {
-		t.unacked.Add(1)
-		t.refusals.Note(refusedUnacked, ip.String())
 	}
 }
