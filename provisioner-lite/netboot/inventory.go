@@ -18,6 +18,7 @@ import (
 // node removed stops being answered). It holds exactly the inventory's
 // MACs, so a flood of other MACs cannot grow it.
 type MACInventory struct {
+	ctx    context.Context // ends the background reads (the coordinator's life)
 	load   func(ctx context.Context) (map[string]string, error)
 	log    *slog.Logger
 	minAge time.Duration
@@ -40,12 +41,13 @@ const (
 )
 
 // NewMACInventory reads the inventory once (an error here is an error at
-// start). load returns every inventory MAC with its node.
+// start). load returns every inventory MAC with its node; ctx bounds every
+// later read too.
 func NewMACInventory(ctx context.Context, load func(ctx context.Context) (map[string]string, error), log *slog.Logger) (*MACInventory, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	inv := &MACInventory{load: load, log: log, minAge: DefaultInventoryMinAge, maxAge: DefaultInventoryMaxAge, now: time.Now}
+	inv := &MACInventory{ctx: ctx, load: load, log: log, minAge: DefaultInventoryMinAge, maxAge: DefaultInventoryMaxAge, now: time.Now}
 	inv.readAt = inv.now()
 	m, err := load(ctx)
 	if err != nil {
@@ -99,7 +101,7 @@ func (i *MACInventory) Loads() uint64 { return i.loads.Load() }
 // refresh reads the inventory in the background, one read at a time;
 // a failed read keeps the previous copy.
 func (i *MACInventory) refresh() {
-	if !i.loading.CompareAndSwap(false, true) {
+	if i.ctx.Err() != nil || !i.loading.CompareAndSwap(false, true) {
 		return
 	}
 	i.mu.Lock()
@@ -107,7 +109,7 @@ func (i *MACInventory) refresh() {
 	i.mu.Unlock()
 	go func() {
 		defer i.loading.Store(false)
-		ctx, cancel := context.WithTimeout(context.Background(), inventoryLoadTimeout)
+		ctx, cancel := context.WithTimeout(i.ctx, inventoryLoadTimeout)
 		m, err := i.load(ctx)
 		cancel()
 		i.loads.Add(1)
@@ -119,6 +121,7 @@ func (i *MACInventory) refresh() {
 		}
 		i.mu.Unlock()
 		switch {
+		case i.ctx.Err() != nil: // shutting down
 		case err != nil && !wasFailed:
 			i.log.Warn("proxy DHCP: reading the inventory's MACs failed: answering from the previous copy", "err", err)
 		case err == nil && wasFailed:

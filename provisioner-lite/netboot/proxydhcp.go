@@ -93,6 +93,7 @@ type ProxyDHCP struct {
 	unknown    *peerlimit.Bucket
 	refusals   *peerlimit.Refusals
 	answerLog  *peerlimit.Bucket // info lines for answers to unknown MACs
+	failLog    *peerlimit.Bucket // error lines for replies not sent
 
 	received, answered, ignored, refused, dropped, failed atomic.Uint64
 }
@@ -142,6 +143,7 @@ func NewProxyDHCP(cfg Config) (*ProxyDHCP, error) {
 		unknown:    peerlimit.NewBucket(cfg.Rate, cfg.Burst),
 		refusals:   peerlimit.NewRefusals(cfg.Log, "proxy-dhcp", slog.LevelInfo, 0),
 		answerLog:  peerlimit.NewBucket(1, 20),
+		failLog:    peerlimit.NewBucket(0.1, 1),
 	}
 	var err error
 	// The library's socket sets SO_REUSEADDR and SO_REUSEPORT, so a site
@@ -226,8 +228,15 @@ func (p *ProxyDHCP) serve(conn *net.UDPConn, port int) error {
 			peer = &net.UDPAddr{IP: net.IPv4bcast, Port: from.Port}
 		}
 		if err := p.handle(conn, from, peer, m, port); err != nil {
+			// A full send buffer under a flood fails every reply: counted
+			// and summarised, an error in full every 10 s at most.
 			p.failed.Add(1)
-			p.log.Error("proxy DHCP: reply failed", "port", port, "peer", from, "err", err)
+			p.refusals.Note(refusedNotSent, from.IP.String())
+			level := slog.LevelDebug
+			if p.failLog.Allow() {
+				level = slog.LevelError
+			}
+			p.log.Log(context.Background(), level, "proxy DHCP: reply failed", "port", port, "peer", from, "err", err)
 		}
 	}
 }
@@ -249,6 +258,7 @@ const (
 	refusedUnknownMAC    = "unknown-mac"
 	refusedUnknownBudget = "unknown-mac-over-budget"
 	refusedUnsupported   = "unsupported-client"
+	refusedNotSent       = "reply-not-sent"
 )
 
 // handle decides on one request: the inventory check comes first (from
