@@ -125,7 +125,7 @@ func startPXESite(t *testing.T) *pxeSite {
 	go func() { s.exited <- s.cmd.Wait(); lf.Close() }()
 	t.Cleanup(func() {
 		log := s.stop(t)
-		if t.Failed() || os.Getenv("CURE_DEBUG_LOG") != "" {
+		if t.Failed() {
 			t.Logf("--- coordinator log, last 8 KiB ---\n%s", log[max(0, len(log)-8192):])
 		}
 	})
