@@ -2687,8 +2687,15 @@ type Assignment struct {
 	// The node's SKU manifest, verbatim, when the run's manifest is a
 	// validation suite and the phases include hardware (diagnostic, burn-in):
 	// the hardware check compares against the SKU's spec.hardware.
-	SkuYaml       []byte `protobuf:"bytes,11,opt,name=sku_yaml,json=skuYaml,proto3" json:"sku_yaml,omitempty"`
-	SkuName       string `protobuf:"bytes,12,opt,name=sku_name,json=skuName,proto3" json:"sku_name,omitempty"`
+	SkuYaml []byte `protobuf:"bytes,11,opt,name=sku_yaml,json=skuYaml,proto3" json:"sku_yaml,omitempty"`
+	SkuName string `protobuf:"bytes,12,opt,name=sku_name,json=skuName,proto3" json:"sku_name,omitempty"`
+	// A validate phase given again after the node lost its suite (a reset):
+	// the checks that had ended, which the runner does not run again.
+	SuiteResume *SuiteResume `protobuf:"bytes,13,opt,name=suite_resume,json=suiteResume,proto3" json:"suite_resume,omitempty"`
+	// How often the runner sends Progress while a suite runs (0: every
+	// minute); the coordinator asks for a period well inside its liveness
+	// budget, since heartbeats are what prove the runner alive.
+	HeartbeatMs   int64 `protobuf:"varint,14,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2807,6 +2814,83 @@ func (x *Assignment) GetSkuName() string {
 	return ""
 }
 
+func (x *Assignment) GetSuiteResume() *SuiteResume {
+	if x != nil {
+		return x.SuiteResume
+	}
+	return nil
+}
+
+func (x *Assignment) GetHeartbeatMs() int64 {
+	if x != nil {
+		return x.HeartbeatMs
+	}
+	return 0
+}
+
+// SuiteResume is what a resumed validate phase keeps of the earlier try.
+type SuiteResume struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Checks that ended before the reset, with their worst verdict (their
+	// verdicts are stored already): not run again, still counted.
+	Done          []*CheckProgress `protobuf:"bytes,1,rep,name=done,proto3" json:"done,omitempty"`
+	Resumed       uint32           `protobuf:"varint,2,opt,name=resumed,proto3" json:"resumed,omitempty"` // node resets this suite has resumed from
+	Policy        string           `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`    // the suite's resume policy (continue, restart)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuiteResume) Reset() {
+	*x = SuiteResume{}
+	mi := &file_cure_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuiteResume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuiteResume) ProtoMessage() {}
+
+func (x *SuiteResume) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuiteResume.ProtoReflect.Descriptor instead.
+func (*SuiteResume) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SuiteResume) GetDone() []*CheckProgress {
+	if x != nil {
+		return x.Done
+	}
+	return nil
+}
+
+func (x *SuiteResume) GetResumed() uint32 {
+	if x != nil {
+		return x.Resumed
+	}
+	return 0
+}
+
+func (x *SuiteResume) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
 type ResumeState struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	PhaseReached    string                 `protobuf:"bytes,1,opt,name=phase_reached,json=phaseReached,proto3" json:"phase_reached,omitempty"`
@@ -2818,7 +2902,7 @@ type ResumeState struct {
 
 func (x *ResumeState) Reset() {
 	*x = ResumeState{}
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +2914,7 @@ func (x *ResumeState) String() string {
 func (*ResumeState) ProtoMessage() {}
 
 func (x *ResumeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +2927,7 @@ func (x *ResumeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeState.ProtoReflect.Descriptor instead.
 func (*ResumeState) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{28}
+	return file_cure_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResumeState) GetPhaseReached() string {
@@ -2879,7 +2963,7 @@ type FirstBoot struct {
 
 func (x *FirstBoot) Reset() {
 	*x = FirstBoot{}
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +2975,7 @@ func (x *FirstBoot) String() string {
 func (*FirstBoot) ProtoMessage() {}
 
 func (x *FirstBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +2988,7 @@ func (x *FirstBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirstBoot.ProtoReflect.Descriptor instead.
 func (*FirstBoot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{29}
+	return file_cure_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FirstBoot) GetHostname() string {
@@ -2944,7 +3028,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2956,7 +3040,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2969,7 +3053,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{30}
+	return file_cure_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -2988,7 +3072,7 @@ type Idle struct {
 
 func (x *Idle) Reset() {
 	*x = Idle{}
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3000,7 +3084,7 @@ func (x *Idle) String() string {
 func (*Idle) ProtoMessage() {}
 
 func (x *Idle) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3013,7 +3097,7 @@ func (x *Idle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Idle.ProtoReflect.Descriptor instead.
 func (*Idle) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{31}
+	return file_cure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Idle) GetReason() string {
@@ -3032,7 +3116,7 @@ type Reboot struct {
 
 func (x *Reboot) Reset() {
 	*x = Reboot{}
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3044,7 +3128,7 @@ func (x *Reboot) String() string {
 func (*Reboot) ProtoMessage() {}
 
 func (x *Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3057,7 +3141,7 @@ func (x *Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reboot.ProtoReflect.Descriptor instead.
 func (*Reboot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{32}
+	return file_cure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Reboot) GetReason() string {
@@ -3076,7 +3160,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3088,7 +3172,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3101,7 +3185,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{33}
+	return file_cure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Cancel) GetReason() string {
@@ -3126,7 +3210,7 @@ type ProvisionRequest struct {
 
 func (x *ProvisionRequest) Reset() {
 	*x = ProvisionRequest{}
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3138,7 +3222,7 @@ func (x *ProvisionRequest) String() string {
 func (*ProvisionRequest) ProtoMessage() {}
 
 func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3151,7 +3235,7 @@ func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionRequest.ProtoReflect.Descriptor instead.
 func (*ProvisionRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{34}
+	return file_cure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ProvisionRequest) GetNodeIds() []string {
@@ -3200,7 +3284,7 @@ type ProvisionResponse struct {
 
 func (x *ProvisionResponse) Reset() {
 	*x = ProvisionResponse{}
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3212,7 +3296,7 @@ func (x *ProvisionResponse) String() string {
 func (*ProvisionResponse) ProtoMessage() {}
 
 func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3225,7 +3309,7 @@ func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionResponse.ProtoReflect.Descriptor instead.
 func (*ProvisionResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{35}
+	return file_cure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ProvisionResponse) GetRuns() []*RunRef {
@@ -3265,7 +3349,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3277,7 +3361,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3290,7 +3374,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{36}
+	return file_cure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Refusal) GetNodeId() string {
@@ -3333,7 +3417,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3345,7 +3429,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3358,7 +3442,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{37}
+	return file_cure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CancelRequest) GetNodeIds() []string {
@@ -3399,7 +3483,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3411,7 +3495,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3424,7 +3508,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{38}
+	return file_cure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CancelResponse) GetCanceled() []*RunRef {
@@ -3451,7 +3535,7 @@ type FleetRequest struct {
 
 func (x *FleetRequest) Reset() {
 	*x = FleetRequest{}
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3463,7 +3547,7 @@ func (x *FleetRequest) String() string {
 func (*FleetRequest) ProtoMessage() {}
 
 func (x *FleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3476,7 +3560,7 @@ func (x *FleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRequest.ProtoReflect.Descriptor instead.
 func (*FleetRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{39}
+	return file_cure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FleetRequest) GetSelector() map[string]string {
@@ -3508,7 +3592,7 @@ type FleetStatus struct {
 
 func (x *FleetStatus) Reset() {
 	*x = FleetStatus{}
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3520,7 +3604,7 @@ func (x *FleetStatus) String() string {
 func (*FleetStatus) ProtoMessage() {}
 
 func (x *FleetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3533,7 +3617,7 @@ func (x *FleetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetStatus.ProtoReflect.Descriptor instead.
 func (*FleetStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{40}
+	return file_cure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FleetStatus) GetNodes() int64 {
@@ -3599,7 +3683,7 @@ type FleetRun struct {
 
 func (x *FleetRun) Reset() {
 	*x = FleetRun{}
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3611,7 +3695,7 @@ func (x *FleetRun) String() string {
 func (*FleetRun) ProtoMessage() {}
 
 func (x *FleetRun) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3624,7 +3708,7 @@ func (x *FleetRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRun.ProtoReflect.Descriptor instead.
 func (*FleetRun) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{41}
+	return file_cure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FleetRun) GetNodeId() string {
@@ -3679,7 +3763,7 @@ type RunRef struct {
 
 func (x *RunRef) Reset() {
 	*x = RunRef{}
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3691,7 +3775,7 @@ func (x *RunRef) String() string {
 func (*RunRef) ProtoMessage() {}
 
 func (x *RunRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3704,7 +3788,7 @@ func (x *RunRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRef.ProtoReflect.Descriptor instead.
 func (*RunRef) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{42}
+	return file_cure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RunRef) GetRunId() string {
@@ -3732,7 +3816,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3744,7 +3828,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3757,7 +3841,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{43}
+	return file_cure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -3782,24 +3866,29 @@ func (x *WatchRequest) GetFollow() bool {
 }
 
 type TimelineEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	TimeUnixMs    int64                  `protobuf:"varint,3,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
-	Phase         string                 `protobuf:"bytes,4,opt,name=phase,proto3" json:"phase,omitempty"`
-	Kind          string                 `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"` // phase_start, phase_end, verdict, log, metric, run_end
-	Status        string                 `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
-	Message       string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
-	DurationMs    int64                  `protobuf:"varint,8,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
-	Verdict       *Verdict               `protobuf:"bytes,9,opt,name=verdict,proto3" json:"verdict,omitempty"`
-	Source        string                 `protobuf:"bytes,10,opt,name=source,proto3" json:"source,omitempty"` // coordinator or runner
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	RunId      string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	NodeId     string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	TimeUnixMs int64                  `protobuf:"varint,3,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	Phase      string                 `protobuf:"bytes,4,opt,name=phase,proto3" json:"phase,omitempty"`
+	Kind       string                 `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"` // phase_start, phase_end, verdict, log, metric, run_end
+	Status     string                 `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
+	Message    string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	DurationMs int64                  `protobuf:"varint,8,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	Verdict    *Verdict               `protobuf:"bytes,9,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	Source     string                 `protobuf:"bytes,10,opt,name=source,proto3" json:"source,omitempty"` // coordinator or runner
+	// kind "progress": the runner's latest heartbeat, streamed live by a
+	// following Watch (not stored as an event: the coordinator keeps the
+	// latest only).
+	Progress       *Progress `protobuf:"bytes,11,opt,name=progress,proto3" json:"progress,omitempty"`
+	DeadlineUnixMs int64     `protobuf:"varint,12,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"` // when the coordinator gives up on the phase
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +3900,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +3913,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{44}
+	return file_cure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TimelineEntry) GetRunId() string {
@@ -3897,6 +3986,20 @@ func (x *TimelineEntry) GetSource() string {
 	return ""
 }
 
+func (x *TimelineEntry) GetProgress() *Progress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+func (x *TimelineEntry) GetDeadlineUnixMs() int64 {
+	if x != nil {
+		return x.DeadlineUnixMs
+	}
+	return 0
+}
+
 type ReportRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
@@ -3907,7 +4010,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3919,7 +4022,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3932,7 +4035,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{45}
+	return file_cure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReportRequest) GetRunId() string {
@@ -3987,14 +4090,19 @@ type RunReport struct {
 	HostSeries []*Series `protobuf:"bytes,21,rep,name=host_series,json=hostSeries,proto3" json:"host_series,omitempty"`
 	// How the report's series (bmc_series and host_series) were cut to keep
 	// the answer under a client's receive limit; unset when they were not.
-	SeriesBound   *ReportSeriesBound `protobuf:"bytes,22,opt,name=series_bound,json=seriesBound,proto3" json:"series_bound,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SeriesBound *ReportSeriesBound `protobuf:"bytes,22,opt,name=series_bound,json=seriesBound,proto3" json:"series_bound,omitempty"`
+	// The runner's latest heartbeat of a suite (validate): each check's
+	// state and the estimate of what is left. Kept after the run ends.
+	Progress       *Progress `protobuf:"bytes,28,opt,name=progress,proto3" json:"progress,omitempty"`
+	ProgressUnixMs int64     `protobuf:"varint,29,opt,name=progress_unix_ms,json=progressUnixMs,proto3" json:"progress_unix_ms,omitempty"` // when the coordinator received it
+	DeadlineUnixMs int64     `protobuf:"varint,30,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"` // the running in-band phase's deadline (0: none)
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RunReport) Reset() {
 	*x = RunReport{}
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4006,7 +4114,7 @@ func (x *RunReport) String() string {
 func (*RunReport) ProtoMessage() {}
 
 func (x *RunReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4019,7 +4127,7 @@ func (x *RunReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReport.ProtoReflect.Descriptor instead.
 func (*RunReport) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{46}
+	return file_cure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RunReport) GetRunId() string {
@@ -4169,6 +4277,27 @@ func (x *RunReport) GetSeriesBound() *ReportSeriesBound {
 	return nil
 }
 
+func (x *RunReport) GetProgress() *Progress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+func (x *RunReport) GetProgressUnixMs() int64 {
+	if x != nil {
+		return x.ProgressUnixMs
+	}
+	return 0
+}
+
+func (x *RunReport) GetDeadlineUnixMs() int64 {
+	if x != nil {
+		return x.DeadlineUnixMs
+	}
+	return 0
+}
+
 // ReportSeriesBound says what a report left out of its sampled series.
 type ReportSeriesBound struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -4181,7 +4310,7 @@ type ReportSeriesBound struct {
 
 func (x *ReportSeriesBound) Reset() {
 	*x = ReportSeriesBound{}
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4193,7 +4322,7 @@ func (x *ReportSeriesBound) String() string {
 func (*ReportSeriesBound) ProtoMessage() {}
 
 func (x *ReportSeriesBound) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4206,7 +4335,7 @@ func (x *ReportSeriesBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSeriesBound.ProtoReflect.Descriptor instead.
 func (*ReportSeriesBound) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{47}
+	return file_cure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReportSeriesBound) GetPointsPerSeries() uint32 {
@@ -4249,7 +4378,7 @@ type BmcLogEntry struct {
 
 func (x *BmcLogEntry) Reset() {
 	*x = BmcLogEntry{}
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4261,7 +4390,7 @@ func (x *BmcLogEntry) String() string {
 func (*BmcLogEntry) ProtoMessage() {}
 
 func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4274,7 +4403,7 @@ func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcLogEntry.ProtoReflect.Descriptor instead.
 func (*BmcLogEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{48}
+	return file_cure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BmcLogEntry) GetService() string {
@@ -4360,7 +4489,7 @@ type BmcPart struct {
 
 func (x *BmcPart) Reset() {
 	*x = BmcPart{}
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4372,7 +4501,7 @@ func (x *BmcPart) String() string {
 func (*BmcPart) ProtoMessage() {}
 
 func (x *BmcPart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4385,7 +4514,7 @@ func (x *BmcPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcPart.ProtoReflect.Descriptor instead.
 func (*BmcPart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{49}
+	return file_cure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BmcPart) GetId() string {
@@ -4484,7 +4613,7 @@ type BmcCollection struct {
 
 func (x *BmcCollection) Reset() {
 	*x = BmcCollection{}
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4496,7 +4625,7 @@ func (x *BmcCollection) String() string {
 func (*BmcCollection) ProtoMessage() {}
 
 func (x *BmcCollection) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4509,7 +4638,7 @@ func (x *BmcCollection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcCollection.ProtoReflect.Descriptor instead.
 func (*BmcCollection) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{50}
+	return file_cure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *BmcCollection) GetCollectedUnixMs() int64 {
@@ -4579,7 +4708,7 @@ type BmcNote struct {
 
 func (x *BmcNote) Reset() {
 	*x = BmcNote{}
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4591,7 +4720,7 @@ func (x *BmcNote) String() string {
 func (*BmcNote) ProtoMessage() {}
 
 func (x *BmcNote) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4604,7 +4733,7 @@ func (x *BmcNote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcNote.ProtoReflect.Descriptor instead.
 func (*BmcNote) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{51}
+	return file_cure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *BmcNote) GetResource() string {
@@ -4642,7 +4771,7 @@ type BmcEvidence struct {
 
 func (x *BmcEvidence) Reset() {
 	*x = BmcEvidence{}
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4654,7 +4783,7 @@ func (x *BmcEvidence) String() string {
 func (*BmcEvidence) ProtoMessage() {}
 
 func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4667,7 +4796,7 @@ func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcEvidence.ProtoReflect.Descriptor instead.
 func (*BmcEvidence) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{52}
+	return file_cure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *BmcEvidence) GetLog() []*BmcLogEntry {
@@ -4712,7 +4841,7 @@ type TimeBucket struct {
 
 func (x *TimeBucket) Reset() {
 	*x = TimeBucket{}
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4724,7 +4853,7 @@ func (x *TimeBucket) String() string {
 func (*TimeBucket) ProtoMessage() {}
 
 func (x *TimeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4737,7 +4866,7 @@ func (x *TimeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucket.ProtoReflect.Descriptor instead.
 func (*TimeBucket) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{53}
+	return file_cure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TimeBucket) GetName() string {
@@ -4786,7 +4915,7 @@ type TimeBucketsRequest struct {
 
 func (x *TimeBucketsRequest) Reset() {
 	*x = TimeBucketsRequest{}
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4798,7 +4927,7 @@ func (x *TimeBucketsRequest) String() string {
 func (*TimeBucketsRequest) ProtoMessage() {}
 
 func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4811,7 +4940,7 @@ func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketsRequest.ProtoReflect.Descriptor instead.
 func (*TimeBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{54}
+	return file_cure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TimeBucketsRequest) GetSelector() map[string]string {
@@ -4846,7 +4975,7 @@ type TimeBucketSummary struct {
 
 func (x *TimeBucketSummary) Reset() {
 	*x = TimeBucketSummary{}
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4858,7 +4987,7 @@ func (x *TimeBucketSummary) String() string {
 func (*TimeBucketSummary) ProtoMessage() {}
 
 func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4871,7 +5000,7 @@ func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketSummary.ProtoReflect.Descriptor instead.
 func (*TimeBucketSummary) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{55}
+	return file_cure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TimeBucketSummary) GetSkus() []*SkuTimeBuckets {
@@ -4907,7 +5036,7 @@ type SkuTimeBuckets struct {
 
 func (x *SkuTimeBuckets) Reset() {
 	*x = SkuTimeBuckets{}
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4919,7 +5048,7 @@ func (x *SkuTimeBuckets) String() string {
 func (*SkuTimeBuckets) ProtoMessage() {}
 
 func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4932,7 +5061,7 @@ func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkuTimeBuckets.ProtoReflect.Descriptor instead.
 func (*SkuTimeBuckets) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{56}
+	return file_cure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SkuTimeBuckets) GetSku() string {
@@ -4975,7 +5104,7 @@ type BucketStat struct {
 
 func (x *BucketStat) Reset() {
 	*x = BucketStat{}
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4987,7 +5116,7 @@ func (x *BucketStat) String() string {
 func (*BucketStat) ProtoMessage() {}
 
 func (x *BucketStat) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5000,7 +5129,7 @@ func (x *BucketStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketStat.ProtoReflect.Descriptor instead.
 func (*BucketStat) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{57}
+	return file_cure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BucketStat) GetName() string {
@@ -5045,7 +5174,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5057,7 +5186,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5070,7 +5199,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{58}
+	return file_cure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -5125,7 +5254,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5137,7 +5266,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5150,7 +5279,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{59}
+	return file_cure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -5176,7 +5305,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5188,7 +5317,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5201,7 +5330,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{60}
+	return file_cure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -5223,7 +5352,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5235,7 +5364,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5248,7 +5377,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{61}
+	return file_cure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -5287,7 +5416,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5299,7 +5428,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5312,7 +5441,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{62}
+	return file_cure_proto_rawDescGZIP(), []int{63}
 }
 
 type ListNodesResponse struct {
@@ -5324,7 +5453,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5336,7 +5465,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5349,7 +5478,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{63}
+	return file_cure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -5374,7 +5503,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5386,7 +5515,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5399,7 +5528,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{64}
+	return file_cure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -5464,7 +5593,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5476,7 +5605,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5489,7 +5618,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{65}
+	return file_cure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -5546,7 +5675,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5558,7 +5687,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5571,7 +5700,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{66}
+	return file_cure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -5664,7 +5793,7 @@ type ListAuditLogResponse struct {
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5676,7 +5805,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5689,7 +5818,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{67}
+	return file_cure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -5723,7 +5852,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5735,7 +5864,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5748,7 +5877,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{68}
+	return file_cure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *NodeSpec) GetId() string {
@@ -5825,7 +5954,7 @@ type BMCSpec struct {
 
 func (x *BMCSpec) Reset() {
 	*x = BMCSpec{}
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5837,7 +5966,7 @@ func (x *BMCSpec) String() string {
 func (*BMCSpec) ProtoMessage() {}
 
 func (x *BMCSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5850,7 +5979,7 @@ func (x *BMCSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
 func (*BMCSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{69}
+	return file_cure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *BMCSpec) GetUrl() string {
@@ -5906,7 +6035,7 @@ type AddNodesRequest struct {
 
 func (x *AddNodesRequest) Reset() {
 	*x = AddNodesRequest{}
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5918,7 +6047,7 @@ func (x *AddNodesRequest) String() string {
 func (*AddNodesRequest) ProtoMessage() {}
 
 func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5931,7 +6060,7 @@ func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
 func (*AddNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{70}
+	return file_cure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AddNodesRequest) GetNodes() []*NodeSpec {
@@ -5965,7 +6094,7 @@ type AddNodesResponse struct {
 
 func (x *AddNodesResponse) Reset() {
 	*x = AddNodesResponse{}
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5977,7 +6106,7 @@ func (x *AddNodesResponse) String() string {
 func (*AddNodesResponse) ProtoMessage() {}
 
 func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5990,7 +6119,7 @@ func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
 func (*AddNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{71}
+	return file_cure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *AddNodesResponse) GetAdded() []string {
@@ -6016,7 +6145,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6028,7 +6157,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6041,7 +6170,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{72}
+	return file_cure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -6061,7 +6190,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_cure_proto_msgTypes[73]
+	mi := &file_cure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6073,7 +6202,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[73]
+	mi := &file_cure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6086,7 +6215,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{73}
+	return file_cure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -6114,7 +6243,7 @@ type LabelNodeRequest struct {
 
 func (x *LabelNodeRequest) Reset() {
 	*x = LabelNodeRequest{}
-	mi := &file_cure_proto_msgTypes[74]
+	mi := &file_cure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6126,7 +6255,7 @@ func (x *LabelNodeRequest) String() string {
 func (*LabelNodeRequest) ProtoMessage() {}
 
 func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[74]
+	mi := &file_cure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6139,7 +6268,7 @@ func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
 func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{74}
+	return file_cure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *LabelNodeRequest) GetNodeId() string {
@@ -6172,7 +6301,7 @@ type ShowNodeRequest struct {
 
 func (x *ShowNodeRequest) Reset() {
 	*x = ShowNodeRequest{}
-	mi := &file_cure_proto_msgTypes[75]
+	mi := &file_cure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6184,7 +6313,7 @@ func (x *ShowNodeRequest) String() string {
 func (*ShowNodeRequest) ProtoMessage() {}
 
 func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[75]
+	mi := &file_cure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6197,7 +6326,7 @@ func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{75}
+	return file_cure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ShowNodeRequest) GetNodeId() string {
@@ -6230,7 +6359,7 @@ type NodeDetail struct {
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[76]
+	mi := &file_cure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6242,7 +6371,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[76]
+	mi := &file_cure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6255,7 +6384,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{76}
+	return file_cure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -6379,7 +6508,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[77]
+	mi := &file_cure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6391,7 +6520,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[77]
+	mi := &file_cure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6404,7 +6533,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{77}
+	return file_cure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -6689,7 +6818,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x04idle\x18\x03 \x01(\v2\r.cure.v1.IdleH\x00R\x04idle\x12)\n" +
 	"\x06reboot\x18\x04 \x01(\v2\x0f.cure.v1.RebootH\x00R\x06reboot\x12)\n" +
 	"\x06cancel\x18\x05 \x01(\v2\x0f.cure.v1.CancelH\x00R\x06cancelB\x05\n" +
-	"\x03msg\"\xf4\x03\n" +
+	"\x03msg\"\xd0\x04\n" +
 	"\n" +
 	"Assignment\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
@@ -6705,11 +6834,17 @@ const file_cure_proto_rawDesc = "" +
 	"\x05psids\x18\n" +
 	" \x03(\v2\x1e.cure.v1.Assignment.PsidsEntryR\x05psids\x12\x19\n" +
 	"\bsku_yaml\x18\v \x01(\fR\askuYaml\x12\x19\n" +
-	"\bsku_name\x18\f \x01(\tR\askuName\x1a8\n" +
+	"\bsku_name\x18\f \x01(\tR\askuName\x127\n" +
+	"\fsuite_resume\x18\r \x01(\v2\x14.cure.v1.SuiteResumeR\vsuiteResume\x12!\n" +
+	"\fheartbeat_ms\x18\x0e \x01(\x03R\vheartbeatMs\x1a8\n" +
 	"\n" +
 	"PsidsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
+	"\vSuiteResume\x12*\n" +
+	"\x04done\x18\x01 \x03(\v2\x16.cure.v1.CheckProgressR\x04done\x12\x18\n" +
+	"\aresumed\x18\x02 \x01(\rR\aresumed\x12\x16\n" +
+	"\x06policy\x18\x03 \x01(\tR\x06policy\"\x80\x01\n" +
 	"\vResumeState\x12#\n" +
 	"\rphase_reached\x18\x01 \x01(\tR\fphaseReached\x12!\n" +
 	"\fresume_count\x18\x02 \x01(\rR\vresumeCount\x12)\n" +
@@ -6795,7 +6930,7 @@ const file_cure_proto_rawDesc = "" +
 	"\fWatchRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x16\n" +
-	"\x06follow\x18\x03 \x01(\bR\x06follow\"\xa2\x02\n" +
+	"\x06follow\x18\x03 \x01(\bR\x06follow\"\xfb\x02\n" +
 	"\rTimelineEntry\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12 \n" +
@@ -6809,10 +6944,12 @@ const file_cure_proto_rawDesc = "" +
 	"durationMs\x12*\n" +
 	"\averdict\x18\t \x01(\v2\x10.cure.v1.VerdictR\averdict\x12\x16\n" +
 	"\x06source\x18\n" +
-	" \x01(\tR\x06source\"?\n" +
+	" \x01(\tR\x06source\x12-\n" +
+	"\bprogress\x18\v \x01(\v2\x11.cure.v1.ProgressR\bprogress\x12(\n" +
+	"\x10deadline_unix_ms\x18\f \x01(\x03R\x0edeadlineUnixMs\"?\n" +
 	"\rReportRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x8c\a\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x8f\b\n" +
 	"\tRunReport\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
@@ -6837,7 +6974,10 @@ const file_cure_proto_rawDesc = "" +
 	"bmc_series\x18\x14 \x03(\v2\x0f.cure.v1.SeriesR\tbmcSeries\x120\n" +
 	"\vhost_series\x18\x15 \x03(\v2\x0f.cure.v1.SeriesR\n" +
 	"hostSeries\x12=\n" +
-	"\fseries_bound\x18\x16 \x01(\v2\x1a.cure.v1.ReportSeriesBoundR\vseriesBound\"z\n" +
+	"\fseries_bound\x18\x16 \x01(\v2\x1a.cure.v1.ReportSeriesBoundR\vseriesBound\x12-\n" +
+	"\bprogress\x18\x1c \x01(\v2\x11.cure.v1.ProgressR\bprogress\x12(\n" +
+	"\x10progress_unix_ms\x18\x1d \x01(\x03R\x0eprogressUnixMs\x12(\n" +
+	"\x10deadline_unix_ms\x18\x1e \x01(\x03R\x0edeadlineUnixMs\"z\n" +
 	"\x11ReportSeriesBound\x12*\n" +
 	"\x11points_per_series\x18\x01 \x01(\rR\x0fpointsPerSeries\x12%\n" +
 	"\x0eseries_omitted\x18\x02 \x01(\rR\rseriesOmitted\x12\x12\n" +
@@ -7100,7 +7240,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 93)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -7134,70 +7274,71 @@ var file_cure_proto_goTypes = []any{
 	(*Metric)(nil),               // 29: cure.v1.Metric
 	(*CoordinatorMessage)(nil),   // 30: cure.v1.CoordinatorMessage
 	(*Assignment)(nil),           // 31: cure.v1.Assignment
-	(*ResumeState)(nil),          // 32: cure.v1.ResumeState
-	(*FirstBoot)(nil),            // 33: cure.v1.FirstBoot
-	(*Ack)(nil),                  // 34: cure.v1.Ack
-	(*Idle)(nil),                 // 35: cure.v1.Idle
-	(*Reboot)(nil),               // 36: cure.v1.Reboot
-	(*Cancel)(nil),               // 37: cure.v1.Cancel
-	(*ProvisionRequest)(nil),     // 38: cure.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),    // 39: cure.v1.ProvisionResponse
-	(*Refusal)(nil),              // 40: cure.v1.Refusal
-	(*CancelRequest)(nil),        // 41: cure.v1.CancelRequest
-	(*CancelResponse)(nil),       // 42: cure.v1.CancelResponse
-	(*FleetRequest)(nil),         // 43: cure.v1.FleetRequest
-	(*FleetStatus)(nil),          // 44: cure.v1.FleetStatus
-	(*FleetRun)(nil),             // 45: cure.v1.FleetRun
-	(*RunRef)(nil),               // 46: cure.v1.RunRef
-	(*WatchRequest)(nil),         // 47: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),        // 48: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),        // 49: cure.v1.ReportRequest
-	(*RunReport)(nil),            // 50: cure.v1.RunReport
-	(*ReportSeriesBound)(nil),    // 51: cure.v1.ReportSeriesBound
-	(*BmcLogEntry)(nil),          // 52: cure.v1.BmcLogEntry
-	(*BmcPart)(nil),              // 53: cure.v1.BmcPart
-	(*BmcCollection)(nil),        // 54: cure.v1.BmcCollection
-	(*BmcNote)(nil),              // 55: cure.v1.BmcNote
-	(*BmcEvidence)(nil),          // 56: cure.v1.BmcEvidence
-	(*TimeBucket)(nil),           // 57: cure.v1.TimeBucket
-	(*TimeBucketsRequest)(nil),   // 58: cure.v1.TimeBucketsRequest
-	(*TimeBucketSummary)(nil),    // 59: cure.v1.TimeBucketSummary
-	(*SkuTimeBuckets)(nil),       // 60: cure.v1.SkuTimeBuckets
-	(*BucketStat)(nil),           // 61: cure.v1.BucketStat
-	(*PhaseRecord)(nil),          // 62: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 63: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 64: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 65: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 66: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 67: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 68: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 69: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 70: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 71: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),             // 72: cure.v1.NodeSpec
-	(*BMCSpec)(nil),              // 73: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),      // 74: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),     // 75: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),    // 76: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),   // 77: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),     // 78: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),      // 79: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),           // 80: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),      // 81: cure.v1.InventoryRecord
-	nil,                          // 82: cure.v1.Log.AttrsEntry
-	nil,                          // 83: cure.v1.Metric.LabelsEntry
-	nil,                          // 84: cure.v1.Assignment.PsidsEntry
-	nil,                          // 85: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 86: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 87: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 88: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 89: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 90: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 91: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 92: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 93: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 94: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 95: cure.v1.NodeDetail.LabelsEntry
+	(*SuiteResume)(nil),          // 32: cure.v1.SuiteResume
+	(*ResumeState)(nil),          // 33: cure.v1.ResumeState
+	(*FirstBoot)(nil),            // 34: cure.v1.FirstBoot
+	(*Ack)(nil),                  // 35: cure.v1.Ack
+	(*Idle)(nil),                 // 36: cure.v1.Idle
+	(*Reboot)(nil),               // 37: cure.v1.Reboot
+	(*Cancel)(nil),               // 38: cure.v1.Cancel
+	(*ProvisionRequest)(nil),     // 39: cure.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),    // 40: cure.v1.ProvisionResponse
+	(*Refusal)(nil),              // 41: cure.v1.Refusal
+	(*CancelRequest)(nil),        // 42: cure.v1.CancelRequest
+	(*CancelResponse)(nil),       // 43: cure.v1.CancelResponse
+	(*FleetRequest)(nil),         // 44: cure.v1.FleetRequest
+	(*FleetStatus)(nil),          // 45: cure.v1.FleetStatus
+	(*FleetRun)(nil),             // 46: cure.v1.FleetRun
+	(*RunRef)(nil),               // 47: cure.v1.RunRef
+	(*WatchRequest)(nil),         // 48: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),        // 49: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),        // 50: cure.v1.ReportRequest
+	(*RunReport)(nil),            // 51: cure.v1.RunReport
+	(*ReportSeriesBound)(nil),    // 52: cure.v1.ReportSeriesBound
+	(*BmcLogEntry)(nil),          // 53: cure.v1.BmcLogEntry
+	(*BmcPart)(nil),              // 54: cure.v1.BmcPart
+	(*BmcCollection)(nil),        // 55: cure.v1.BmcCollection
+	(*BmcNote)(nil),              // 56: cure.v1.BmcNote
+	(*BmcEvidence)(nil),          // 57: cure.v1.BmcEvidence
+	(*TimeBucket)(nil),           // 58: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),   // 59: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),    // 60: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),       // 61: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),           // 62: cure.v1.BucketStat
+	(*PhaseRecord)(nil),          // 63: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 64: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 65: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 66: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 67: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 68: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 69: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 70: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 71: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 72: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),             // 73: cure.v1.NodeSpec
+	(*BMCSpec)(nil),              // 74: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),      // 75: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),     // 76: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),    // 77: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),   // 78: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),     // 79: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),      // 80: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),           // 81: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),      // 82: cure.v1.InventoryRecord
+	nil,                          // 83: cure.v1.Log.AttrsEntry
+	nil,                          // 84: cure.v1.Metric.LabelsEntry
+	nil,                          // 85: cure.v1.Assignment.PsidsEntry
+	nil,                          // 86: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 87: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 88: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 89: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 90: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 91: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 92: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 93: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 94: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 95: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 96: cure.v1.NodeDetail.LabelsEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -7229,97 +7370,101 @@ var file_cure_proto_depIdxs = []int32{
 	2,   // 26: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,   // 27: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
 	27,  // 28: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	82,  // 29: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	83,  // 30: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	83,  // 29: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	84,  // 30: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	31,  // 31: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
-	34,  // 32: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
-	35,  // 33: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
-	36,  // 34: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
-	37,  // 35: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
+	35,  // 32: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
+	36,  // 33: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
+	37,  // 34: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
+	38,  // 35: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
 	0,   // 36: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
-	32,  // 37: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
-	33,  // 38: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	84,  // 39: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
-	0,   // 40: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	85,  // 41: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
-	46,  // 42: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	40,  // 43: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	86,  // 44: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
-	46,  // 45: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
-	40,  // 46: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	87,  // 47: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	88,  // 48: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	89,  // 49: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
-	45,  // 50: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	90,  // 51: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
-	26,  // 52: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
-	0,   // 53: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	62,  // 54: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
-	26,  // 55: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	81,  // 56: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	57,  // 57: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	52,  // 58: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
-	53,  // 59: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
-	53,  // 60: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
-	54,  // 61: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
-	23,  // 62: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
-	23,  // 63: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
-	51,  // 64: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
-	55,  // 65: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
-	52,  // 66: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
-	53,  // 67: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
-	53,  // 68: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
-	54,  // 69: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
-	57,  // 70: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	91,  // 71: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	60,  // 72: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	61,  // 73: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	61,  // 74: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
-	65,  // 75: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	26,  // 76: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	68,  // 77: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	70,  // 78: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	92,  // 79: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	73,  // 80: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	93,  // 81: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	72,  // 82: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	94,  // 83: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	95,  // 84: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	81,  // 85: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	9,   // 86: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	4,   // 87: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	38,  // 88: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	47,  // 89: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	49,  // 90: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	66,  // 91: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	63,  // 92: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	69,  // 93: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	41,  // 94: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	43,  // 95: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	74,  // 96: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	76,  // 97: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	78,  // 98: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	79,  // 99: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	58,  // 100: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	30,  // 101: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	39,  // 102: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	48,  // 103: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	50,  // 104: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	67,  // 105: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	64,  // 106: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	71,  // 107: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	42,  // 108: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	44,  // 109: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	75,  // 110: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	77,  // 111: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	80,  // 112: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	80,  // 113: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	59,  // 114: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	101, // [101:115] is the sub-list for method output_type
-	87,  // [87:101] is the sub-list for method input_type
-	87,  // [87:87] is the sub-list for extension type_name
-	87,  // [87:87] is the sub-list for extension extendee
-	0,   // [0:87] is the sub-list for field type_name
+	33,  // 37: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
+	34,  // 38: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
+	85,  // 39: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	32,  // 40: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
+	21,  // 41: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
+	0,   // 42: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
+	86,  // 43: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	47,  // 44: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	41,  // 45: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
+	87,  // 46: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	47,  // 47: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
+	41,  // 48: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
+	88,  // 49: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	89,  // 50: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	90,  // 51: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	46,  // 52: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
+	91,  // 53: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	26,  // 54: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
+	20,  // 55: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
+	0,   // 56: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
+	63,  // 57: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	26,  // 58: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
+	82,  // 59: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	58,  // 60: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	53,  // 61: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
+	54,  // 62: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
+	54,  // 63: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
+	55,  // 64: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
+	23,  // 65: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
+	23,  // 66: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
+	52,  // 67: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
+	20,  // 68: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
+	56,  // 69: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
+	53,  // 70: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
+	54,  // 71: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
+	54,  // 72: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
+	55,  // 73: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
+	58,  // 74: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	92,  // 75: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	61,  // 76: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	62,  // 77: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	62,  // 78: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	66,  // 79: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	26,  // 80: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	69,  // 81: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	71,  // 82: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	93,  // 83: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	74,  // 84: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	94,  // 85: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	73,  // 86: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	95,  // 87: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	96,  // 88: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	82,  // 89: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	9,   // 90: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	4,   // 91: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	39,  // 92: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	48,  // 93: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	50,  // 94: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	67,  // 95: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	64,  // 96: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	70,  // 97: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	42,  // 98: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	44,  // 99: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	75,  // 100: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	77,  // 101: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	79,  // 102: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	80,  // 103: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	59,  // 104: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	30,  // 105: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	40,  // 106: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	49,  // 107: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	51,  // 108: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	68,  // 109: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	65,  // 110: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	72,  // 111: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	43,  // 112: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	45,  // 113: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	76,  // 114: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	78,  // 115: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	81,  // 116: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	81,  // 117: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	60,  // 118: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	105, // [105:119] is the sub-list for method output_type
+	91,  // [91:105] is the sub-list for method input_type
+	91,  // [91:91] is the sub-list for extension type_name
+	91,  // [91:91] is the sub-list for extension extendee
+	0,   // [0:91] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -7353,7 +7498,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   92,
+			NumMessages:   93,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

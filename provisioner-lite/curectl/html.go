@@ -68,6 +68,9 @@ type page struct {
 	HardwareFrom string
 	// BMC is what the node's BMC showed over the run (nil: not read).
 	BMC *bmcSection
+	// Suite is the suite's latest heartbeat: each check's progress and
+	// the ETA (nil: the run ran no suite, or its runner sent none).
+	Suite *SuiteView
 }
 
 type count struct {
@@ -136,6 +139,7 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 	}
 
 	p.BMC = buildBMC(r)
+	p.Suite = SuiteProgress(r.GetProgress(), r.GetProgressUnixMs(), r.GetDeadlineUnixMs(), runstate.Active(r.GetStatus()), generated)
 	p.Hardware = InventorySections(r.GetInventory().GetInventory())
 	p.HardwareFrom = InventoryHeading(r.GetInventory(), r.GetRunId())
 
@@ -150,6 +154,9 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 		if e.GetKind() == runstate.EventMetric {
 			p.TimelineOmittedMetrics++
 			continue
+		}
+		if e.GetKind() == runstate.EventProgress {
+			continue // live only; the latest is the Suite section
 		}
 		msg := e.GetMessage()
 		if msg == "" && e.GetVerdict() != nil {

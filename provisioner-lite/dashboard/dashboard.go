@@ -38,6 +38,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/timebuckets"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 //go:embed assets/*
@@ -354,6 +355,7 @@ func (d *dash) node(w http.ResponseWriter, r *http.Request) {
 		data["Reboots"] = rebootMarks(run, timebuckets.RebootTimes(phases, events), now)
 		data["Buckets"] = timebuckets.Compute(run, phases, events, now)
 		data["Verdicts"] = worstFirst(vs)
+		data["Suite"] = suiteView(ctx, d.cfg.Store, run, now)
 		runs, _ := d.cfg.Store.RunsOfNode(ctx, id)
 		if len(runs) > 20 {
 			runs = runs[:20]
@@ -361,6 +363,24 @@ func (d *dash) node(w http.ResponseWriter, r *http.Request) {
 		data["Runs"] = runs
 	}
 	d.render(w, "node.html", data)
+}
+
+// suiteView is the run's suite progress from its runner's latest heartbeat
+// (nil when none).
+func suiteView(ctx context.Context, st *store.Store, run store.Run, now time.Time) *curectl.SuiteView {
+	rec, err := st.RunProgress(ctx, run.ID)
+	if err != nil {
+		return nil
+	}
+	var p curev1.Progress
+	if protojson.Unmarshal(rec.JSON, &p) != nil {
+		return nil
+	}
+	var deadline int64
+	if d, err := run.PhaseDeadline(run.Phase); err == nil && !d.IsZero() && run.Phase == rec.Phase {
+		deadline = d.UnixMilli()
+	}
+	return curectl.SuiteProgress(&p, rec.Received.UnixMilli(), deadline, runstate.Active(run.Status), now)
 }
 
 func (d *dash) runOf(ctx context.Context, node, runID string) (store.Run, error) {

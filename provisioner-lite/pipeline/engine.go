@@ -48,7 +48,7 @@ type BMC interface {
 type Timeouts struct {
 	BMCCall      time.Duration // one Redfish call
 	WaitForCURE  time.Duration // PXE boot to runner registered
-	RunnerPhase  time.Duration // one in-band phase
+	RunnerPhase  time.Duration // one in-band phase other than validate (whose deadline is its suite's planned duration plus grace)
 	Reconnect    time.Duration // runner gone before it counts as a disconnect
 	ShutdownWait time.Duration // runner asked to reboot, before a BMC reset
 	HostOS       time.Duration // reboot to the installed OS calling back

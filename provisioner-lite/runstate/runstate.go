@@ -55,6 +55,10 @@ const (
 	// for it in the timeline rather than in memory, so the wait survives a
 	// coordinator restart.
 	EventHostReady = "host_ready"
+	// EventProgress is a runner's latest heartbeat as a following Watch
+	// streams it live; it is never stored as an event (the store keeps the
+	// latest per run), so it is not in EventKinds.
+	EventProgress = "progress"
 )
 
 // EventKinds lists every event kind.

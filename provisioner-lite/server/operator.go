@@ -18,6 +18,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -197,6 +198,7 @@ func (o *OperatorService) Watch(req *curev1.WatchRequest, stream curev1.Operator
 	signal, unsub := o.Store.Subscribe(r.ID)
 	defer unsub()
 	var cursor int64
+	var lastBeat store.ProgressRecord
 	for {
 		evs, err := o.Store.Events(ctx, r.ID, cursor, 500)
 		if err != nil {
@@ -223,6 +225,15 @@ func (o *OperatorService) Watch(req *curev1.WatchRequest, stream curev1.Operator
 		if !req.GetFollow() {
 			return nil
 		}
+		// Caught up: the runner's latest heartbeat, when it is new.
+		if rec, err := o.Store.RunProgress(ctx, r.ID); err == nil && (rec.BootID != lastBeat.BootID || rec.Seq != lastBeat.Seq) {
+			lastBeat = rec
+			if e := progressEntry(ctx, o.Store, r.ID, rec); e != nil {
+				if err := stream.Send(e); err != nil {
+					return err
+				}
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -230,6 +241,59 @@ func (o *OperatorService) Watch(req *curev1.WatchRequest, stream curev1.Operator
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// progressEntry is a heartbeat as a live timeline entry, with the phase's
+// deadline; nil when the stored heartbeat does not parse.
+func progressEntry(ctx context.Context, st *store.Store, runID string, rec store.ProgressRecord) *curev1.TimelineEntry {
+	var p curev1.Progress
+	if err := protojson.Unmarshal(rec.JSON, &p); err != nil {
+		return nil
+	}
+	e := &curev1.TimelineEntry{RunId: runID, TimeUnixMs: rec.Received.UnixMilli(), Phase: rec.Phase, Kind: runstate.EventProgress,
+		Source: runstate.SourceRunner, Progress: &p, Message: ProgressLine(&p)}
+	if r, err := st.GetRun(ctx, runID); err == nil {
+		e.NodeId = r.NodeID
+		e.DeadlineUnixMs = phaseDeadline(r, rec.Phase)
+	}
+	return e
+}
+
+// ProgressLine sums a heartbeat up in one line: suite, stage, checks done
+// and running, elapsed and what the runner says is left.
+func ProgressLine(p *curev1.Progress) string {
+	done, running := 0, 0
+	for _, c := range p.GetChecks() {
+		switch c.GetState() {
+		case "done":
+			done++
+		case "running":
+			running++
+		}
+	}
+	line := fmt.Sprintf("suite %s", p.GetSuite())
+	if p.GetStage() != "" {
+		line += ", stage " + p.GetStage()
+	}
+	line += fmt.Sprintf(": %d/%d checks done, %d running, elapsed %s of %s planned, eta %s", done, len(p.GetChecks()), running,
+		(time.Duration(p.GetElapsedMs()) * time.Millisecond).Round(time.Second), (time.Duration(p.GetPlannedMs()) * time.Millisecond).Round(time.Second),
+		(time.Duration(p.GetRemainingMs()) * time.Millisecond).Round(time.Second))
+	if p.GetResumed() > 0 {
+		line += fmt.Sprintf(" (resumed after %d node reset(s))", p.GetResumed())
+	}
+	return line
+}
+
+// phaseDeadline is the deadline of phase while the run is active and in it
+// (0 otherwise).
+func phaseDeadline(r store.Run, phase string) int64 {
+	if !runstate.Active(r.Status) || r.Phase != phase || phase == "" {
+		return 0
+	}
+	if d, err := r.PhaseDeadline(phase); err == nil && !d.IsZero() {
+		return d.UnixMilli()
+	}
+	return 0
 }
 
 func timelineEntry(ev store.Event) *curev1.TimelineEntry {
@@ -292,6 +356,19 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 	}
 	if err := addBMCEvidence(ctx, st, r.ID, rep); err != nil {
 		return nil, err
+	}
+	if rec, err := st.RunProgress(ctx, r.ID); err == nil {
+		var p curev1.Progress
+		if protojson.Unmarshal(rec.JSON, &p) == nil {
+			rep.Progress, rep.ProgressUnixMs = &p, rec.Received.UnixMilli()
+		}
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	for _, p := range phases {
+		if p.Name == r.Phase && p.Status == runstate.PhaseRunning {
+			rep.DeadlineUnixMs = phaseDeadline(r, r.Phase)
+		}
 	}
 	boundReport(rep, MaxReportBytes)
 	return rep, nil

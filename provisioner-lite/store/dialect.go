@@ -247,6 +247,12 @@ CREATE TABLE run_bmc_evidence (
 	run_id TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE, time BIGINT NOT NULL, evidence TEXT NOT NULL
 );
 `,
+	`
+CREATE TABLE run_progress (
+	run_id TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE, boot_id TEXT NOT NULL, seq BIGINT NOT NULL,
+	phase TEXT NOT NULL DEFAULT '', time BIGINT NOT NULL, received BIGINT NOT NULL, progress TEXT NOT NULL
+);
+`,
 }
 
 // pgMigrationLock is the advisory lock two instances starting at once

@@ -215,6 +215,20 @@ CREATE TABLE run_bmc_evidence (
 	evidence TEXT NOT NULL                -- protojson of cure.v1.BmcEvidence
 );
 `,
+	// 7: a suite's heartbeats. The latest Progress per run (liveness, each
+	// check's state, the ETA), replaced in place: a soak of days keeps one
+	// row, not an event a minute.
+	`
+CREATE TABLE run_progress (
+	run_id   TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+	boot_id  TEXT NOT NULL,
+	seq      INTEGER NOT NULL,
+	phase    TEXT NOT NULL DEFAULT '',
+	time     INTEGER NOT NULL,            -- the runner's clock
+	received INTEGER NOT NULL,            -- the coordinator's
+	progress TEXT NOT NULL                -- protojson of cure.v1.Progress
+);
+`,
 }
 
 // SchemaVersion is the user_version a fully migrated database has.

@@ -34,6 +34,7 @@ func TestPostgresBackend(t *testing.T) {
 		"PutNodesAddAndReplace": TestPutNodesAddAndReplace, "RemoveNode": TestRemoveNode, "SetLabels": TestSetLabels, "Inventories": TestInventories,
 		"CoordinatorNotesCapped": TestCoordinatorNotesCapped, "ReconnectSummary": TestReconnectSummary, "HasInventory": TestHasInventory,
 		"Series": TestSeries, "SeriesBounds": TestSeriesBounds, "BMCEvidence": TestBMCEvidence,
+		"RunProgress": TestRunProgress,
 	} {
 		t.Run(name, f)
 	}
