@@ -83,6 +83,11 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	}()
 	counts := map[checks.Status]int{}
 	var bad []string
+	// Stages that set telemetry are sampled while they run and judged on
+	// their bars when they end; those verdicts count with the checks'.
+	tel := e.newStageTelemetry(ctx, s, emit)
+	defer tel.stop()
+	telVerdicts := 0
 	vs, err := suite.Run(ctx, s, env, checks.Options{
 		FailFast: s.Spec.FailFast,
 		Log:      e.cfg.Log,
@@ -112,6 +117,15 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 				what = "ended"
 			}
 			emit.Log("INFO", fmt.Sprintf("stage %s %s: %s", ev.Stage, what, strings.Join(ev.Checks, ", ")), map[string]string{"stage": ev.Stage})
+			// The stage's checks have all ended here: nothing else reports.
+			for _, v := range tel.stage(ev) {
+				telVerdicts++
+				counts[v.Status]++
+				if v.Status == checks.Fail || v.Status == checks.Error {
+					bad = append(bad, fmt.Sprintf("%s %s", v.Component, v.Check))
+				}
+				emit.Verdict(barVerdict(v))
+			}
 			prog.beat(emit)
 		},
 	})
@@ -121,7 +135,7 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 		return failed("validate %s: %v", s.Metadata.Name, err)
 	}
 	prog.beat(emit)
-	summary := fmt.Sprintf("%s: %d verdicts, %d PASS, %d FAIL, %d ERROR, %d SKIP in %s", s.Metadata.Name, len(vs),
+	summary := fmt.Sprintf("%s: %d verdicts, %d PASS, %d FAIL, %d ERROR, %d SKIP in %s", s.Metadata.Name, len(vs)+telVerdicts,
 		counts[checks.Pass], counts[checks.Fail], counts[checks.Error], counts[checks.Skip], e.cfg.now().Sub(start).Round(time.Second))
 	if len(done) > 0 {
 		summary += fmt.Sprintf("; %d check(s) kept from before %d node reset(s)", len(done), resume.GetResumed())
