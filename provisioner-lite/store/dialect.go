@@ -253,6 +253,10 @@ CREATE TABLE run_progress (
 	phase TEXT NOT NULL DEFAULT '', time BIGINT NOT NULL, received BIGINT NOT NULL, progress TEXT NOT NULL
 );
 `,
+	`
+ALTER TABLE verdicts ADD COLUMN at BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE verdicts ADD COLUMN stage TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // pgMigrationLock is the advisory lock two instances starting at once

@@ -35,6 +35,7 @@ func TestPostgresBackend(t *testing.T) {
 		"CoordinatorNotesCapped": TestCoordinatorNotesCapped, "ReconnectSummary": TestReconnectSummary, "HasInventory": TestHasInventory,
 		"Series": TestSeries, "SeriesBounds": TestSeriesBounds, "BMCEvidence": TestBMCEvidence,
 		"RunProgress": TestRunProgress,
+		"SeriesRunnerBudgetAndReplay": TestSeriesRunnerBudgetAndReplay, "VerdictAtAndStage": TestVerdictAtAndStage,
 	} {
 		t.Run(name, f)
 	}
