@@ -343,7 +343,7 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 	for _, v := range vs {
 		rep.Verdicts = append(rep.Verdicts, &curev1.Verdict{
 			Component: v.Component, Check: v.Check, Status: curev1.VerdictStatus(curev1.VerdictStatus_value[v.Status]),
-			Observed: v.Observed, Expected: v.Expected, Message: v.Message,
+			Observed: v.Observed, Expected: v.Expected, Message: v.Message, Stage: v.Stage, AtUnixMs: unixMs(v.At),
 		})
 	}
 	b, err := RunBuckets(ctx, st, r)
@@ -357,6 +357,10 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 	if err := addBMCEvidence(ctx, st, r.ID, rep); err != nil {
 		return nil, err
 	}
+	if err := addHostSeries(ctx, st, r.ID, rep); err != nil {
+		return nil, err
+	}
+	boundSeries(rep, MaxReportSeriesBytes)
 	if rec, err := st.RunProgress(ctx, r.ID); err == nil {
 		var p curev1.Progress
 		if protojson.Unmarshal(rec.JSON, &p) == nil {
@@ -444,4 +448,12 @@ func (o *OperatorService) ListNodes(ctx context.Context, _ *curev1.ListNodesRequ
 		resp.Nodes = append(resp.Nodes, ni)
 	}
 	return resp, nil
+}
+
+// unixMs is t in unix milliseconds, 0 for the zero time.
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
 }
