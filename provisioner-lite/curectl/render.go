@@ -138,6 +138,7 @@ func printReport(w io.Writer, r *curev1.RunReport, clip func(string, int) string
 		fmt.Fprintf(w, "(%d events past the run's caps were counted, not stored)\n", n)
 	}
 	printBMC(w, r, clip)
+	printHost(w, r, clip)
 	PrintInventory(w, r.GetInventory(), r.GetRunId())
 }
 
