@@ -13,6 +13,7 @@ import (
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/checks/gpucheck"
 	"github.com/cure-oss/cure/tools/checks/suite"
+	"github.com/cure-oss/cure/tools/telemetry/bars"
 )
 
 // protoStatus maps a check verdict to the wire enum.
@@ -113,12 +114,19 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 		OnStage: func(ev checks.StageEvent) {
 			prog.stageEvent(ev)
 			what := "started"
+			var judged []bars.Verdict
 			if ev.End {
 				what = "ended"
+				// Sampling stops before the end is logged, so every sample
+				// lies between the stage's start and end lines.
+				judged = tel.stage(ev)
 			}
 			emit.Log("INFO", fmt.Sprintf("stage %s %s: %s", ev.Stage, what, strings.Join(ev.Checks, ", ")), map[string]string{"stage": ev.Stage})
+			if !ev.End {
+				tel.stage(ev)
+			}
 			// The stage's checks have all ended here: nothing else reports.
-			for _, v := range tel.stage(ev) {
+			for _, v := range judged {
 				telVerdicts++
 				counts[v.Status]++
 				if v.Status == checks.Fail || v.Status == checks.Error {
