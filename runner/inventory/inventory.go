@@ -131,6 +131,9 @@ func Collect(ctx context.Context, o Options) (*curev1.Inventory, *curev1.Identit
 	}
 	nicPCI(inv.Nics, devs)
 	inv.Gpus, inv.Nvswitches = gpusAndSwitches(devs)
+	if inv.PcieLinks, err = pcieLinks(o.Root, devs); err != nil {
+		warn("pcie links", err)
+	}
 
 	id := &curev1.Identity{
 		BootMac:      strings.ToLower(o.BootMAC),
