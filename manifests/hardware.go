@@ -11,9 +11,9 @@ import (
 // node's inventory with it (tools/checks/hardware) before anything is
 // written, and a diagnostic run does the same before its suite.
 type Hardware struct {
-	CPU        *CPUSpec    `yaml:"cpu,omitempty"`
-	Memory     *MemorySpec `yaml:"memory,omitempty"`
-	GPUs       *GPUSpec    `yaml:"gpus,omitempty"`
+	CPU        *CPUSpec      `yaml:"cpu,omitempty"`
+	Memory     *MemorySpec   `yaml:"memory,omitempty"`
+	GPUs       *GPUSpec      `yaml:"gpus,omitempty"`
 	NVSwitches *NVSwitchSpec `yaml:"nvswitches,omitempty"`
 	// NICs are groups of network ports by model; ports no group matches
 	// are not checked.

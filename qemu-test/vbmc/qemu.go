@@ -56,11 +56,11 @@ type QEMUConfig struct {
 	// DiskPort, when set, puts the NVMe controller behind its own
 	// pcie-root-port whose link is limited to this speed and width (QEMU's
 	// x-speed/x-width): a slot slower or narrower than the SKU declares.
-	DiskPort *RootPort
-	Binary   string // default qemu-system-x86_64
-	RunDir          string // QMP socket directory (default: a new temp dir)
-	ExtraArgs       []string
-	Logger          *slog.Logger
+	DiskPort  *RootPort
+	Binary    string // default qemu-system-x86_64
+	RunDir    string // QMP socket directory (default: a new temp dir)
+	ExtraArgs []string
+	Logger    *slog.Logger
 }
 
 // QEMUMachine runs one QEMU process per boot, so the boot device the BMC
