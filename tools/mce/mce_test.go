@@ -100,11 +100,11 @@ func TestKinds(t *testing.T) {
 
 func TestEvidence(t *testing.T) {
 	for msg, want := range map[string]bool{
-		"mce: [Hardware Error]: Machine check events logged":                      true,
+		"mce: [Hardware Error]: Machine check events logged":                     true,
 		"EDAC MC0: 1 CE memory read error on CPU_SrcID#0_MC#0_Chan#0_DIMM#0 (x)": true,
-		"{1}[Hardware Error]: section_type: memory error":                         true,
-		"Memory failure: 0x1: recovery action for free buddy page: Recovered":     true,
-		"nvme nvme0: I/O 12 QID 1 timeout, aborting":                              false,
+		"{1}[Hardware Error]: section_type: memory error":                        true,
+		"Memory failure: 0x1: recovery action for free buddy page: Recovered":    true,
+		"nvme nvme0: I/O 12 QID 1 timeout, aborting":                             false,
 	} {
 		if Evidence(msg) != want {
 			t.Errorf("Evidence(%q) = %t", msg, !want)
