@@ -203,9 +203,12 @@ func Parse(recs []kmsg.Record) []Record {
 // Evidence reports whether a kernel log line is about a hardware error:
 // machine checks, EDAC, APEI/GHES and memory-failure handling.
 func Evidence(msg string) bool {
-	return strings.Contains(msg, "[Hardware Error]") || strings.HasPrefix(msg, "EDAC ") ||
-		strings.HasPrefix(msg, "Memory failure:") || strings.Contains(msg, "Machine check") ||
-		strings.HasPrefix(msg, "mce: ")
+	if strings.HasPrefix(msg, "EDAC ") {
+		// The drivers' error reports, not their start-up banners.
+		return strings.Contains(msg, " CE ") || strings.Contains(msg, " UE ") || strings.Contains(msg, "error")
+	}
+	return strings.Contains(msg, "[Hardware Error]") || strings.HasPrefix(msg, "Memory failure:") ||
+		strings.Contains(strings.ToLower(msg), "machine check")
 }
 
 // Counts are the machine-check rows of /proc/interrupts, summed over CPUs.
