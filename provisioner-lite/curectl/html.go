@@ -58,6 +58,9 @@ type page struct {
 	Phases                 []phaseRow
 	Timeline               []timelineRow
 	TimelineOmittedMetrics int
+	// Parts are the parts the failing verdicts name, with their identity
+	// and evidence (RunReport.parts).
+	Parts []partRow
 	// Hardware is the inventory the node reported (InventorySections),
 	// HardwareFrom where it came from; empty when none was reported.
 	Hardware     []InventorySection
@@ -71,6 +74,11 @@ type count struct {
 
 type verdictRow struct {
 	Component, Check, Status, Class, Observed, Expected, Message string
+}
+
+type partRow struct {
+	Component, Kind, Status, Class, Identity, Checks string
+	KernelLog, Evidence                              []string
 }
 
 type phaseRow struct {
@@ -107,9 +115,10 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 	n := map[curev1.VerdictStatus]int{}
 	for _, v := range vs {
 		n[v.GetStatus()]++
+		text, _ := curev1.SplitEvidence(v.GetMessage()) // the evidence is shown under its part
 		p.Verdicts = append(p.Verdicts, verdictRow{
 			Component: v.GetComponent(), Check: v.GetCheck(), Status: verdictName(v.GetStatus()),
-			Class: verdictClass(v.GetStatus()), Observed: v.GetObserved(), Expected: v.GetExpected(), Message: v.GetMessage(),
+			Class: verdictClass(v.GetStatus()), Observed: v.GetObserved(), Expected: v.GetExpected(), Message: text,
 		})
 	}
 	p.Total = len(vs)
@@ -126,6 +135,12 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 			row.Took = span(ph.GetEndedUnixMs() - ph.GetStartedUnixMs())
 		}
 		p.Phases = append(p.Phases, row)
+	}
+
+	for _, pt := range r.GetParts() {
+		p.Parts = append(p.Parts, partRow{Component: pt.GetComponent(), Kind: pt.GetKind(), Status: verdictName(pt.GetStatus()),
+			Class: verdictClass(pt.GetStatus()), Identity: PartIdentity(pt), Checks: strings.Join(pt.GetChecks(), ", "),
+			KernelLog: pt.GetKernelLog(), Evidence: pt.GetEvidence()})
 	}
 
 	p.Hardware = InventorySections(r.GetInventory().GetInventory())

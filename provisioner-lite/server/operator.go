@@ -10,6 +10,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/rmaparts"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/grpc/codes"
@@ -242,6 +243,7 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 		return nil, err
 	}
 	rep.Buckets = BucketsProto(b.Buckets)
+	rep.Parts = rmaparts.Parts(rep.GetInventory().GetInventory(), rep.Verdicts)
 	return rep, nil
 }
 
