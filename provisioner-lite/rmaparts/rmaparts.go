@@ -268,3 +268,37 @@ func physicalNICs(inv *curev1.Inventory) []*curev1.NetInterface {
 	sort.SliceStable(out, func(i, j int) bool { return out[i].GetPciAddress() < out[j].GetPciAddress() })
 	return out
 }
+
+// GPUIdentities fills the inventory's GPU entries with the NVML identity
+// the runner's GPU check put in its verdicts (identity blocks naming the
+// GPU's PCI address): the inventory a runner reports at boot is read
+// before the GPU driver loads, from the PCI bus alone. inv is changed in
+// place (the report's copy).
+func GPUIdentities(inv *curev1.Inventory, vs []*curev1.Verdict) {
+	if inv == nil {
+		return
+	}
+	for _, v := range vs {
+		if !strings.HasPrefix(v.GetComponent(), "gpu/") {
+			continue
+		}
+		_, blocks := curev1.SplitEvidence(v.GetMessage())
+		for _, b := range blocks {
+			if b.Title != curev1.EvidenceIdentity {
+				continue
+			}
+			id := b.Identity()
+			for _, g := range inv.GetGpus() {
+				if id["pci"] == "" || !strings.EqualFold(g.GetPciAddress(), id["pci"]) {
+					continue
+				}
+				g.Uuid, g.Serial, g.Vbios, g.BoardPartNumber = first(id["uuid"], g.Uuid), first(id["serial"], g.Serial),
+					first(id["vbios"], g.Vbios), first(id["board part number"], g.BoardPartNumber)
+				g.IdentitySource = "nvml"
+				if t, err := strconv.Atoi(strings.TrimSuffix(id["memory temp peak"], " C")); err == nil && t > 0 {
+					g.MemoryTempC = int32(t)
+				}
+			}
+		}
+	}
+}

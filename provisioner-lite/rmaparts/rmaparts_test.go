@@ -67,3 +67,22 @@ func TestParts(t *testing.T) {
 		t.Errorf("no verdicts: %v", ps)
 	}
 }
+
+func TestGPUIdentities(t *testing.T) {
+	i := inv()
+	i.Gpus = append(i.Gpus, &curev1.Gpu{PciAddress: "0000:43:00.0"})
+	vs := []*curev1.Verdict{{Component: "gpu/1", Check: "gpu-health", Status: curev1.VerdictStatus_PASS,
+		Message: curev1.AppendEvidence("passed: ecc", curev1.EvidenceIdentity, []string{"serial: 1654024085493",
+			"uuid: GPU-476c6bd9-bacc-d199-245c-8658bfe3126e", "vbios: 96.00.A5.00.1A", "board part number: 692-2G520-0282-000",
+			"pci: 0000:43:00.0", "memory temp peak: 47 C"})}}
+	GPUIdentities(i, vs)
+	g := i.Gpus[1]
+	if g.Serial != "1654024085493" || g.Uuid != "GPU-476c6bd9-bacc-d199-245c-8658bfe3126e" || g.Vbios != "96.00.A5.00.1A" ||
+		g.BoardPartNumber != "692-2G520-0282-000" || g.IdentitySource != "nvml" || g.MemoryTempC != 47 {
+		t.Errorf("gpu %v", g)
+	}
+	if i.Gpus[0].IdentitySource != "" {
+		t.Errorf("another GPU changed: %v", i.Gpus[0])
+	}
+	GPUIdentities(nil, vs) // no inventory: nothing to fill
+}

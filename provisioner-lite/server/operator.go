@@ -243,6 +243,7 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 		return nil, err
 	}
 	rep.Buckets = BucketsProto(b.Buckets)
+	rmaparts.GPUIdentities(rep.GetInventory().GetInventory(), rep.Verdicts)
 	rep.Parts = rmaparts.Parts(rep.GetInventory().GetInventory(), rep.Verdicts)
 	return rep, nil
 }
