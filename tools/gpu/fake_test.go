@@ -55,12 +55,12 @@ func (d *fakeDev) chk() error {
 	}
 	return nil
 }
-func (d *fakeDev) Name() (string, error)                   { return d.name, d.chk() }
-func (d *fakeDev) UUID() (string, error)                   { return "GPU-" + d.bus, d.chk() }
-func (d *fakeDev) PCI() (PCIInfo, error)                   { return PCIInfo{BusID: d.bus, DeviceID: d.devID}, d.chk() }
-func (d *fakeDev) Serial() (string, error)                 { return d.serial, d.chk() }
-func (d *fakeDev) VBIOSVersion() (string, error)           { return d.vbios, d.chk() }
-func (d *fakeDev) BoardPartNumber() (string, error)        { return d.boardPN, d.chk() }
+func (d *fakeDev) Name() (string, error)            { return d.name, d.chk() }
+func (d *fakeDev) UUID() (string, error)            { return "GPU-" + d.bus, d.chk() }
+func (d *fakeDev) PCI() (PCIInfo, error)            { return PCIInfo{BusID: d.bus, DeviceID: d.devID}, d.chk() }
+func (d *fakeDev) Serial() (string, error)          { return d.serial, d.chk() }
+func (d *fakeDev) VBIOSVersion() (string, error)    { return d.vbios, d.chk() }
+func (d *fakeDev) BoardPartNumber() (string, error) { return d.boardPN, d.chk() }
 func (d *fakeDev) MemoryTemperature() (uint32, error) {
 	if d.memTemp == 0 {
 		return 0, ErrNotSupported
