@@ -307,8 +307,9 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 		"-device", "virtio-rng-pci",
 		"-smbios", smbios,
 		// Memory devices (type 17) as a board describes its DIMMs: QEMU
-		// writes one per 16 GiB of RAM, "DIMM 0"...
-		"-smbios", "type=17,loc_pfx=DIMM,bank=BANK,manufacturer=QEMU,part=CURE-QEMU-DIMM,speed=4800",
+		// writes one per 16 GiB of RAM, "DIMM 0"..., each with this serial
+		// (what a report names a DIMM by).
+		"-smbios", "type=17,loc_pfx=DIMM,bank=BANK,manufacturer=QEMU,part=CURE-QEMU-DIMM,speed=4800,serial="+qemuEscape(orDefault(c.Serial, c.Name)+"-DIMM"),
 		"-boot", bootOpt,
 		// A guest reboot becomes a shutdown we observe over QMP, and
 		// -no-shutdown keeps QEMU alive until we have read why.
