@@ -75,3 +75,19 @@ func TestWriteHTMLParts(t *testing.T) {
 		t.Errorf("verdict rows %q", rows)
 	}
 }
+
+// PCI ids, classes and machine-check registers read as lspci and the
+// kernel write them.
+func TestInventoryHexFields(t *testing.T) {
+	var b bytes.Buffer
+	PrintInventory(&b, &curev1.InventoryRecord{Inventory: &curev1.Inventory{
+		PcieLinks:     []*curev1.PcieLink{{Address: "0000:01:00.0", VendorId: 0x1b36, DeviceId: 0x10, Class: 0x010802, SpeedGts: 2.5, Width: 1}},
+		MachineChecks: []*curev1.MachineCheck{{Cpu: 1, Bank: 9, Status: 0x9c0000000000009f, Address: 0x1000, Dimm: "DIMM 0"}},
+	}}, "r1")
+	out := b.String()
+	for _, want := range []string{"PCIe links (1)", "SPEED GT/S", "0x1b36", "0x0010", "0x010802", "0x9c0000000000009f", "0x1000"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inventory lacks %q:\n%s", want, out)
+		}
+	}
+}
