@@ -31,3 +31,29 @@ func TestEvidenceRoundTrip(t *testing.T) {
 		t.Errorf("cut: %q %v", text, blocks)
 	}
 }
+
+// FuzzSplitEvidence: verdict messages come from runners (peers); the
+// coordinator splits every one of them. Nothing is lost or invented: the
+// text and the blocks together hold no more lines than the message.
+func FuzzSplitEvidence(f *testing.F) {
+	f.Add(AppendEvidence("m", EvidenceIdentity, []string{"serial: 1"}))
+	f.Add("x\n--- kernel log ---\na\n--- \n--- y")
+	f.Add("\n--- ---\n\n--- a ---")
+	f.Fuzz(func(t *testing.T, msg string) {
+		text, blocks := SplitEvidence(msg)
+		n := strings.Count(text, "\n")
+		for _, b := range blocks {
+			n += len(b.Lines) + 1
+			_ = b.Identity()
+			if strings.Contains(b.Title, "\n") {
+				t.Fatalf("title %q spans lines", b.Title)
+			}
+		}
+		if n > strings.Count(msg, "\n")+1 {
+			t.Fatalf("%d lines out of %d", n, strings.Count(msg, "\n")+1)
+		}
+		if !strings.HasPrefix(msg, text) {
+			t.Fatalf("text %q is not the message's start", text)
+		}
+	})
+}
