@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -62,11 +63,14 @@ func (e *Executor) hostErrorVerdicts(ctx context.Context, poll time.Duration) []
 // verdict, the kernel log lines naming its component's device. The
 // inventory is this boot's (the hardware phase's, else collected once).
 func (e *Executor) kernelLogFor(ctx context.Context, emit agent.Emitter) func(checks.Verdict) checks.Verdict {
+	var mu sync.Mutex // checks of a stage report at once
 	var inv *curev1.Inventory
 	return func(v checks.Verdict) checks.Verdict {
 		if (v.Status != checks.Fail && v.Status != checks.Error) || v.Check == hwerrors.Check {
 			return v
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		if inv == nil {
 			if inv = e.bootInventory(); inv == nil {
 				var err error
