@@ -1,8 +1,9 @@
 // Package edac reads the kernel's EDAC error counters: per DIMM (or rank)
 // under root/sys/devices/system/edac/mc/mc*/dimm*|rank* (dimm_label,
-// dimm_location, dimm_ce_count, dimm_ue_count), or per chip-select row
-// and channel on drivers that only fill the legacy csrow* layout. A
-// counter counts since the EDAC driver loaded: in CURE, since boot.
+// dimm_location, dimm_ce_count, dimm_ue_count), which every EDAC driver
+// has filled since the EDAC core's 3.0 API (the legacy csrow* files
+// repeat the same counts). A counter counts since the EDAC driver loaded:
+// in CURE, since boot.
 package edac
 
 import (
@@ -20,7 +21,7 @@ import (
 // DIMM is one memory module's (or rank's) counters as EDAC sees it.
 type DIMM struct {
 	MC       int    // memory controller number
-	Name     string // "dimm3", "rank0", "csrow2/ch1": where sysfs has it
+	Name     string // "dimm3", "rank0": where sysfs has it
 	Label    string // dimm_label: the board's name when the driver or a label file set it
 	Location string // dimm_location: "channel 1 slot 0"
 	CE, UE   uint64
@@ -38,10 +39,8 @@ type Summary struct {
 var ErrNoEDAC = errors.New("no EDAC memory controller (no driver for this memory controller)")
 
 var (
-	mcRE    = regexp.MustCompile(`^mc(\d+)$`)
-	dimmRE  = regexp.MustCompile(`^(dimm|rank)\d+$`)
-	csrowRE = regexp.MustCompile(`^csrow\d+$`)
-	chRE    = regexp.MustCompile(`^ch(\d+)_ce_count$`)
+	mcRE   = regexp.MustCompile(`^mc(\d+)$`)
+	dimmRE = regexp.MustCompile(`^(dimm|rank)\d+$`)
 )
 
 // Read reads every controller under root.
@@ -76,17 +75,13 @@ func Read(root string) (Summary, error) {
 			errs = append(errs, fmt.Errorf("edac mc%d: %w", mc, err))
 			continue
 		}
-		var dimms, rows []string
+		var dimms []string
 		for _, d := range subs {
-			switch {
-			case dimmRE.MatchString(d.Name()):
+			if dimmRE.MatchString(d.Name()) {
 				dimms = append(dimms, d.Name())
-			case csrowRE.MatchString(d.Name()):
-				rows = append(rows, d.Name())
 			}
 		}
 		sort.Slice(dimms, func(i, j int) bool { return natLess(dimms[i], dimms[j]) })
-		sort.Slice(rows, func(i, j int) bool { return natLess(rows[i], rows[j]) })
 		for _, name := range dimms {
 			d, err := readDIMM(filepath.Join(dir, name))
 			if err != nil {
@@ -95,20 +90,6 @@ func Read(root string) (Summary, error) {
 			}
 			d.MC, d.Name = mc, name
 			s.DIMMs = append(s.DIMMs, d)
-		}
-		if len(dimms) > 0 {
-			continue // the csrow view repeats the same counts
-		}
-		for _, row := range rows {
-			ds, err := readRow(filepath.Join(dir, row))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("edac mc%d %s: %w", mc, row, err))
-				continue
-			}
-			for i := range ds {
-				ds[i].MC, ds[i].Name = mc, row+"/"+ds[i].Name
-			}
-			s.DIMMs = append(s.DIMMs, ds...)
 		}
 	}
 	if !found {
@@ -129,32 +110,6 @@ func readDIMM(dir string) (DIMM, error) {
 	d.Label = readText(dir, "dimm_label")
 	d.Location = readText(dir, "dimm_location")
 	return d, nil
-}
-
-// readRow reads a csrow's channels: ch<N>_ce_count and ch<N>_dimm_label
-// per channel; the row's ue_count has no channel, so it goes to the first.
-func readRow(dir string) ([]DIMM, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []DIMM
-	for _, e := range ents {
-		m := chRE.FindStringSubmatch(e.Name())
-		if m == nil {
-			continue
-		}
-		ce, err := readCount(dir, e.Name())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, DIMM{Name: "ch" + m[1], CE: ce, Label: readText(dir, "ch"+m[1]+"_dimm_label")})
-	}
-	sort.Slice(out, func(i, j int) bool { return natLess(out[i].Name, out[j].Name) })
-	if ue, err := readCount(dir, "ue_count"); err == nil && len(out) > 0 {
-		out[0].UE = ue
-	}
-	return out, nil
 }
 
 func readCount(dir, name string) (uint64, error) {

@@ -15,8 +15,9 @@ func write(t *testing.T, root, rel, s string) {
 	}
 }
 
-// A skx_edac-like controller (per-DIMM directories, driver labels) and an
-// older csrow-only driver with ghes-style labels.
+// A skx_edac-like controller (per-DIMM directories, driver labels, and the
+// legacy csrow view of the same counts) and a rank-based one with
+// ghes-style labels.
 func TestRead(t *testing.T) {
 	root := t.TempDir()
 	mc := "sys/devices/system/edac/mc/"
@@ -32,11 +33,12 @@ func TestRead(t *testing.T) {
 	}
 	write(t, root, mc+"mc0/csrow0/ch0_ce_count", "7") // the same errors, csrow view: not counted twice
 	write(t, root, mc+"mc0/ce_noinfo_count", "1")
-	write(t, root, mc+"mc1/csrow0/ch0_ce_count", "0")
-	write(t, root, mc+"mc1/csrow0/ch0_dimm_label", "NODE 1 DIMM_B1")
-	write(t, root, mc+"mc1/csrow0/ch1_ce_count", "2")
-	write(t, root, mc+"mc1/csrow0/ch1_dimm_label", "NODE 1 DIMM_B2")
-	write(t, root, mc+"mc1/csrow0/ue_count", "1")
+	for i, v := range []struct{ label, ce, ue string }{{"NODE 1 DIMM_B1", "0", "1"}, {"NODE 1 DIMM_B2", "2", "0"}} {
+		d := mc + "mc1/rank" + []string{"0", "1"}[i] + "/"
+		write(t, root, d+"dimm_label", v.label)
+		write(t, root, d+"dimm_ce_count", v.ce)
+		write(t, root, d+"dimm_ue_count", v.ue)
+	}
 	write(t, root, mc+"mc1/ue_noinfo_count", "4")
 	s, err := Read(root)
 	if err != nil {
@@ -45,8 +47,8 @@ func TestRead(t *testing.T) {
 	want := []DIMM{
 		{MC: 0, Name: "dimm0", Label: "CPU_SrcID#0_MC#0_Chan#0_DIMM#0", Location: "channel 0 slot 0"},
 		{MC: 0, Name: "dimm10", Label: "CPU_SrcID#0_MC#0_Chan#1_DIMM#0", Location: "channel 1 slot 0", CE: 7},
-		{MC: 1, Name: "csrow0/ch0", Label: "NODE 1 DIMM_B1", UE: 1},
-		{MC: 1, Name: "csrow0/ch1", Label: "NODE 1 DIMM_B2", CE: 2},
+		{MC: 1, Name: "rank0", Label: "NODE 1 DIMM_B1", UE: 1},
+		{MC: 1, Name: "rank1", Label: "NODE 1 DIMM_B2", CE: 2},
 	}
 	if len(s.DIMMs) != len(want) {
 		t.Fatalf("dimms %+v", s.DIMMs)
