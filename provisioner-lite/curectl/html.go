@@ -62,6 +62,9 @@ type page struct {
 	// bound); EventsNotStored were counted past the run's caps.
 	VerdictsOmitted uint32
 	EventsNotStored int64
+	// Parts are the parts the failing verdicts name, with their identity
+	// and evidence (RunReport.parts).
+	Parts []partRow
 	// Hardware is the inventory the node reported (InventorySections),
 	// HardwareFrom where it came from; empty when none was reported.
 	Hardware     []InventorySection
@@ -80,6 +83,11 @@ type count struct {
 
 type verdictRow struct {
 	Component, Check, Status, Class, Observed, Expected, Message string
+}
+
+type partRow struct {
+	Component, Kind, Status, Class, Identity, Checks string
+	KernelLog, Evidence                              []string
 }
 
 type phaseRow struct {
@@ -117,9 +125,10 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 	n := map[curev1.VerdictStatus]int{}
 	for _, v := range vs {
 		n[v.GetStatus()]++
+		text, _ := curev1.SplitEvidence(v.GetMessage()) // the evidence is shown under its part
 		p.Verdicts = append(p.Verdicts, verdictRow{
 			Component: v.GetComponent(), Check: v.GetCheck(), Status: verdictName(v.GetStatus()),
-			Class: verdictClass(v.GetStatus()), Observed: v.GetObserved(), Expected: v.GetExpected(), Message: v.GetMessage(),
+			Class: verdictClass(v.GetStatus()), Observed: v.GetObserved(), Expected: v.GetExpected(), Message: text,
 		})
 	}
 	p.Total = len(vs)
@@ -140,6 +149,12 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 
 	p.BMC = buildBMC(r)
 	p.Suite = SuiteProgress(r.GetProgress(), r.GetProgressUnixMs(), r.GetDeadlineUnixMs(), runstate.Active(r.GetStatus()), generated)
+	for _, pt := range r.GetParts() {
+		p.Parts = append(p.Parts, partRow{Component: pt.GetComponent(), Kind: pt.GetKind(), Status: verdictName(pt.GetStatus()),
+			Class: verdictClass(pt.GetStatus()), Identity: PartIdentity(pt), Checks: strings.Join(pt.GetChecks(), ", "),
+			KernelLog: pt.GetKernelLog(), Evidence: pt.GetEvidence()})
+	}
+
 	p.Hardware = InventorySections(r.GetInventory().GetInventory())
 	p.HardwareFrom = InventoryHeading(r.GetInventory(), r.GetRunId())
 

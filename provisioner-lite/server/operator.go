@@ -13,6 +13,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/rmaparts"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
@@ -370,6 +371,8 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 			rep.DeadlineUnixMs = phaseDeadline(r, r.Phase)
 		}
 	}
+	rmaparts.GPUIdentities(rep.GetInventory().GetInventory(), rep.Verdicts)
+	rep.Parts = rmaparts.Parts(rep.GetInventory().GetInventory(), rep.Verdicts)
 	boundReport(rep, MaxReportBytes)
 	return rep, nil
 }

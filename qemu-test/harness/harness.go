@@ -61,6 +61,9 @@ type Options struct {
 	// advertising the bridge address. Whatever answers DHCP there (a site
 	// DHCP server, the coordinator's proxy DHCP) decides the boot.
 	Site *SiteNet
+	// DiskPort puts every node's NVMe controller behind a PCIe root port
+	// with this link capability (vbmc.QEMUConfig.DiskPort).
+	DiskPort *vbmc.RootPort
 	// UEFI gives every node OVMF firmware and a BMC that offers
 	// BootSourceOverrideMode UEFI (besides Legacy): the coordinator's
 	// driver then boots the nodes in UEFI.
@@ -349,6 +352,7 @@ func (e *Env) startBMCs(ctx context.Context, httpPort int) error {
 			DiskPath: n.Disk, MemoryMiB: e.Opts.MemoryMiB, ConsoleLog: n.Console,
 			BootURL:       fmt.Sprintf("http://10.0.2.2:%d/boot.ipxe", httpPort),
 			RebootTimeout: 10 * time.Second,
+			DiskPort:      e.Opts.DiskPort,
 			Logger:        e.Opts.Logger.With("vm", n.ID),
 		}
 		if e.Opts.Site != nil {

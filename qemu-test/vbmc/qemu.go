@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,10 +53,14 @@ type QEMUConfig struct {
 	RebootTimeout time.Duration
 	// GracefulTimeout bounds a graceful Stop before power is cut (default 60s).
 	GracefulTimeout time.Duration
-	Binary          string // default qemu-system-x86_64
-	RunDir          string // QMP socket directory (default: a new temp dir)
-	ExtraArgs       []string
-	Logger          *slog.Logger
+	// DiskPort, when set, puts the NVMe controller behind its own
+	// pcie-root-port whose link is limited to this speed and width (QEMU's
+	// x-speed/x-width): a slot slower or narrower than the SKU declares.
+	DiskPort  *RootPort
+	Binary    string // default qemu-system-x86_64
+	RunDir    string // QMP socket directory (default: a new temp dir)
+	ExtraArgs []string
+	Logger    *slog.Logger
 }
 
 // QEMUMachine runs one QEMU process per boot, so the boot device the BMC
@@ -83,6 +88,18 @@ type qemuRun struct {
 	stopping atomic.Bool // host-initiated stop: no event
 	stderr   *tail.Buffer
 }
+
+// RootPort is a pcie-root-port's link capability. QEMU 7.2 emulated
+// endpoints (its NVMe) always report a 2.5 GT/s x1 link of their own; the
+// port's setting is what its Link Capabilities (sysfs max_link_speed and
+// max_link_width of the port) say.
+type RootPort struct {
+	Speed string // x-speed: 2_5, 5, 8 or 16 (GT/s)
+	Width int    // x-width: 1, 2, 4, 8, 12, 16 or 32 lanes
+}
+
+var rootPortSpeeds = []string{"2_5", "5", "8", "16"}
+var rootPortWidths = []int{1, 2, 4, 8, 12, 16, 32}
 
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
@@ -136,6 +153,14 @@ func NewQEMUMachine(cfg QEMUConfig) (*QEMUMachine, error) {
 	if cfg.BootURL != "" {
 		if u, err := url.Parse(cfg.BootURL); err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "tftp") {
 			return nil, fmt.Errorf("%s: BootURL %q is not an http(s) or tftp URL", where, cfg.BootURL)
+		}
+	}
+	if p := cfg.DiskPort; p != nil {
+		if cfg.DiskPath == "" {
+			return nil, fmt.Errorf("%s: DiskPort without DiskPath: the port holds the NVMe controller", where)
+		}
+		if !slices.Contains(rootPortSpeeds, p.Speed) || !slices.Contains(rootPortWidths, p.Width) {
+			return nil, fmt.Errorf("%s: DiskPort speed %q width %d: want speed one of %v and width one of %v", where, p.Speed, p.Width, rootPortSpeeds, rootPortWidths)
 		}
 	}
 	if cfg.DiskPath != "" {
@@ -270,6 +295,10 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 		"-device", nic,
 	)
 	if disk != "" {
+		if p := c.DiskPort; p != nil {
+			args = append(args, "-device", fmt.Sprintf("pcie-root-port,id=rp0,chassis=1,x-speed=%s,x-width=%d", p.Speed, p.Width))
+			disk += ",bus=rp0"
+		}
 		args = append(args,
 			"-drive", "file="+qemuEscape(c.DiskPath)+",if=none,id=d0,format=raw,cache=writeback",
 			"-device", disk)
@@ -278,8 +307,9 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 		"-device", "virtio-rng-pci",
 		"-smbios", smbios,
 		// Memory devices (type 17) as a board describes its DIMMs: QEMU
-		// writes one per 16 GiB of RAM, "DIMM 0"...
-		"-smbios", "type=17,loc_pfx=DIMM,bank=BANK,manufacturer=QEMU,part=CURE-QEMU-DIMM,speed=4800",
+		// writes one per 16 GiB of RAM, "DIMM 0"..., each with this serial
+		// (what a report names a DIMM by).
+		"-smbios", "type=17,loc_pfx=DIMM,bank=BANK,manufacturer=QEMU,part=CURE-QEMU-DIMM,speed=4800,serial="+qemuEscape(orDefault(c.Serial, c.Name)+"-DIMM"),
 		"-boot", bootOpt,
 		// A guest reboot becomes a shutdown we observe over QMP, and
 		// -no-shutdown keeps QEMU alive until we have read why.
@@ -511,4 +541,26 @@ func (q *QEMUMachine) Close(ctx context.Context) error {
 		_ = os.RemoveAll(q.cfg.RunDir)
 	}
 	return err
+}
+
+// HumanMonitorCommand runs a QEMU monitor (HMP) command on the running
+// machine through QMP's human-monitor-command and returns what the monitor
+// printed: tests inject faults with it ("mce 0 9 0x9c00000000000090 0
+// 0x1000 0x86" logs a corrected memory error in CPU 0's bank 9).
+func (q *QEMUMachine) HumanMonitorCommand(ctx context.Context, line string) (string, error) {
+	q.mu.Lock()
+	r := q.cur
+	q.mu.Unlock()
+	if r == nil {
+		return "", fmt.Errorf("qemu node %s: monitor command %q: the machine is off", q.cfg.Name, line)
+	}
+	raw, err := r.qmp.execute(ctx, "human-monitor-command", map[string]string{"command-line": line})
+	if err != nil {
+		return "", fmt.Errorf("qemu node %s: monitor command %q: %w", q.cfg.Name, line, err)
+	}
+	var out string
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return "", fmt.Errorf("qemu node %s: monitor command %q: reply %s: %w", q.cfg.Name, line, raw, err)
+	}
+	return out, nil
 }

@@ -55,6 +55,16 @@ func TestQEMUArgs(t *testing.T) {
 	if _, err := q.Args("Cd", "/tmp/q.sock"); err == nil {
 		t.Error("Args accepted boot device Cd")
 	}
+	// A slot limited to gen1 x1: the NVMe controller sits behind its own
+	// root port with that link capability.
+	q.cfg.DiskPort = &RootPort{Speed: "2_5", Width: 1}
+	args, _ = q.Args(BootPxe, "/tmp/q.sock")
+	line = strings.Join(args, " ")
+	if !strings.Contains(line, "-device pcie-root-port,id=rp0,chassis=1,x-speed=2_5,x-width=1") ||
+		!strings.Contains(line, "-device nvme,serial=SN,,1,drive=d0,bus=rp0") ||
+		strings.Index(line, "pcie-root-port") > strings.Index(line, "-device nvme") {
+		t.Errorf("DiskPort: want the root port, then the NVMe on it:\n%s", line)
+	}
 }
 
 // UEFI mode: OVMF's code and this machine's own variable store, no option
@@ -123,6 +133,7 @@ func TestNewQEMUMachineRejectsBadConfig(t *testing.T) {
 		"Tap":      func(c *QEMUConfig) { c.Tap = "tap0"; c.BootURL = "http://10.0.2.2/boot.ipxe" },
 		"OVMFCode": func(c *QEMUConfig) { c.OVMFCode = "/usr/share/OVMF/OVMF_CODE.fd" },
 		"OVMF":     func(c *QEMUConfig) { c.OVMFCode, c.OVMFVars = "/nonexistent/CODE.fd", "/nonexistent/VARS.fd" },
+		"DiskPort": func(c *QEMUConfig) { c.DiskPort = &RootPort{Speed: "2.5", Width: 1} },
 	}
 	for field, mut := range cases {
 		c := base

@@ -83,20 +83,24 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	}()
 	counts := map[checks.Status]int{}
 	var bad []string
+	poll := e.pollMachineChecks(emit)
+	withLog := e.kernelLogFor(ctx, emit)
+	onVerdict := func(v checks.Verdict) {
+		v = withLog(v)
+		counts[v.Status]++
+		if v.Status == checks.Fail || v.Status == checks.Error {
+			bad = append(bad, fmt.Sprintf("%s %s", v.Component, v.Check))
+		}
+		emit.Verdict(&curev1.Verdict{Component: v.Component, Check: v.Check, Status: protoStatus(v.Status),
+			Observed: v.Observed, Expected: v.Expected, Message: v.Message})
+		emit.Log("INFO", fmt.Sprintf("progress %s: %s %s %s (elapsed %s)", s.Metadata.Name, v.Component, v.Check, v.Status,
+			e.cfg.now().Sub(start).Round(time.Second)), map[string]string{"check": v.Check})
+	}
 	vs, err := suite.Run(ctx, s, env, checks.Options{
-		FailFast: s.Spec.FailFast,
-		Log:      e.cfg.Log,
-		Done:     doneBefore(done),
-		OnVerdict: func(v checks.Verdict) {
-			counts[v.Status]++
-			if v.Status == checks.Fail || v.Status == checks.Error {
-				bad = append(bad, fmt.Sprintf("%s %s", v.Component, v.Check))
-			}
-			emit.Verdict(&curev1.Verdict{Component: v.Component, Check: v.Check, Status: protoStatus(v.Status),
-				Observed: v.Observed, Expected: v.Expected, Message: v.Message})
-			emit.Log("INFO", fmt.Sprintf("progress %s: %s %s %s (elapsed %s)", s.Metadata.Name, v.Component, v.Check, v.Status,
-				e.cfg.now().Sub(start).Round(time.Second)), map[string]string{"check": v.Check})
-		},
+		FailFast:  s.Spec.FailFast,
+		Log:       e.cfg.Log,
+		Done:      doneBefore(done),
+		OnVerdict: onVerdict,
 		OnCheck: func(name string, st checks.CheckState, worst checks.Status) {
 			prog.check(name, st, worst)
 			if st == checks.CheckRunning {
@@ -119,6 +123,11 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	<-beats
 	if err != nil {
 		return failed("validate %s: %v", s.Metadata.Name, err)
+	}
+	// The boot's machine checks and EDAC counters, whatever the suite ran.
+	for _, v := range e.hostErrorVerdicts(ctx, poll) {
+		onVerdict(v)
+		vs = append(vs, v)
 	}
 	prog.beat(emit)
 	summary := fmt.Sprintf("%s: %d verdicts, %d PASS, %d FAIL, %d ERROR, %d SKIP in %s", s.Metadata.Name, len(vs),
