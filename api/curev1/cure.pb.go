@@ -3972,8 +3972,14 @@ type RunReport struct {
 	// Events the run's caps kept out of the store: the runner's metrics and
 	// logs past the run's event caps, the coordinator's notes past theirs.
 	EventsNotStored int64 `protobuf:"varint,14,opt,name=events_not_stored,json=eventsNotStored,proto3" json:"events_not_stored,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Every measured metric of the run that a suite's fleet band names, as the
+	// coordinator judged it against the SKU's fleet when the validate phase
+	// ended: MARGINAL, within the band, or not applied (too few nodes).
+	FleetJudgements []*FleetJudgement `protobuf:"bytes,23,rep,name=fleet_judgements,json=fleetJudgements,proto3" json:"fleet_judgements,omitempty"`
+	// The fleet distributions those judgements used, one per check and metric.
+	FleetDistributions []*FleetDistribution `protobuf:"bytes,24,rep,name=fleet_distributions,json=fleetDistributions,proto3" json:"fleet_distributions,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *RunReport) Reset() {
@@ -4102,6 +4108,20 @@ func (x *RunReport) GetEventsNotStored() int64 {
 		return x.EventsNotStored
 	}
 	return 0
+}
+
+func (x *RunReport) GetFleetJudgements() []*FleetJudgement {
+	if x != nil {
+		return x.FleetJudgements
+	}
+	return nil
+}
+
+func (x *RunReport) GetFleetDistributions() []*FleetDistribution {
+	if x != nil {
+		return x.FleetDistributions
+	}
+	return nil
 }
 
 // TimeBucket is a span of a run's wall time (docs/OBSERVABILITY.md).
@@ -5844,6 +5864,637 @@ func (x *InventoryRecord) GetTruncated() bool {
 	return false
 }
 
+type FleetBandsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sku           string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`                            // empty: every SKU (or node_id's)
+	Check         string                 `protobuf:"bytes,2,opt,name=check,proto3" json:"check,omitempty"`                        // empty: every check
+	Metric        string                 `protobuf:"bytes,3,opt,name=metric,proto3" json:"metric,omitempty"`                      // empty: every metric
+	NodeId        string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`        // mark where this node sits (its latest value per component)
+	WindowMs      int64                  `protobuf:"varint,5,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"` // how recent a result must be; 0: the default fleet window
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetBandsRequest) Reset() {
+	*x = FleetBandsRequest{}
+	mi := &file_cure_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetBandsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetBandsRequest) ProtoMessage() {}
+
+func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetBandsRequest.ProtoReflect.Descriptor instead.
+func (*FleetBandsRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *FleetBandsRequest) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *FleetBandsRequest) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *FleetBandsRequest) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *FleetBandsRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *FleetBandsRequest) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+type FleetBandsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Distributions []*FleetDistribution   `protobuf:"bytes,1,rep,name=distributions,proto3" json:"distributions,omitempty"`
+	WindowMs      int64                  `protobuf:"varint,2,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	Truncated     bool                   `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"` // more SKU/check/metric triples matched than are listed
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetBandsResponse) Reset() {
+	*x = FleetBandsResponse{}
+	mi := &file_cure_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetBandsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetBandsResponse) ProtoMessage() {}
+
+func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetBandsResponse.ProtoReflect.Descriptor instead.
+func (*FleetBandsResponse) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *FleetBandsResponse) GetDistributions() []*FleetDistribution {
+	if x != nil {
+		return x.Distributions
+	}
+	return nil
+}
+
+func (x *FleetBandsResponse) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+func (x *FleetBandsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// FleetDistribution is the recent passing results of one SKU's fleet for one
+// check's metric: each node counted once per component (its latest value),
+// robust statistics over them, and a bounded sample of the values.
+type FleetDistribution struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sku           string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
+	Check         string                 `protobuf:"bytes,2,opt,name=check,proto3" json:"check,omitempty"`
+	Metric        string                 `protobuf:"bytes,3,opt,name=metric,proto3" json:"metric,omitempty"`
+	Unit          string                 `protobuf:"bytes,4,opt,name=unit,proto3" json:"unit,omitempty"`
+	Nodes         uint32                 `protobuf:"varint,5,opt,name=nodes,proto3" json:"nodes,omitempty"`     // distinct nodes
+	Samples       uint32                 `protobuf:"varint,6,opt,name=samples,proto3" json:"samples,omitempty"` // values (a node has one per component)
+	Median        float64                `protobuf:"fixed64,7,opt,name=median,proto3" json:"median,omitempty"`
+	Mad           float64                `protobuf:"fixed64,8,opt,name=mad,proto3" json:"mad,omitempty"`       // median absolute deviation scaled by 1.4826 (a normal sigma)
+	Spread        float64                `protobuf:"fixed64,9,opt,name=spread,proto3" json:"spread,omitempty"` // what bands are measured in: mad, or its floor when the fleet agrees too closely
+	P5            float64                `protobuf:"fixed64,10,opt,name=p5,proto3" json:"p5,omitempty"`
+	P50           float64                `protobuf:"fixed64,11,opt,name=p50,proto3" json:"p50,omitempty"`
+	P95           float64                `protobuf:"fixed64,12,opt,name=p95,proto3" json:"p95,omitempty"`
+	Min           float64                `protobuf:"fixed64,13,opt,name=min,proto3" json:"min,omitempty"`
+	Max           float64                `protobuf:"fixed64,14,opt,name=max,proto3" json:"max,omitempty"`
+	Values        []float64              `protobuf:"fixed64,15,rep,packed,name=values,proto3" json:"values,omitempty"` // sorted; evenly thinned to a bound for plots
+	Marks         []*FleetNodeMark       `protobuf:"bytes,16,rep,name=marks,proto3" json:"marks,omitempty"`            // where the asked-for node sits
+	WindowMs      int64                  `protobuf:"varint,17,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetDistribution) Reset() {
+	*x = FleetDistribution{}
+	mi := &file_cure_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetDistribution) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetDistribution) ProtoMessage() {}
+
+func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetDistribution.ProtoReflect.Descriptor instead.
+func (*FleetDistribution) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *FleetDistribution) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *FleetDistribution) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *FleetDistribution) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *FleetDistribution) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *FleetDistribution) GetNodes() uint32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetSamples() uint32 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetMedian() float64 {
+	if x != nil {
+		return x.Median
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetMad() float64 {
+	if x != nil {
+		return x.Mad
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetSpread() float64 {
+	if x != nil {
+		return x.Spread
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetP5() float64 {
+	if x != nil {
+		return x.P5
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetP50() float64 {
+	if x != nil {
+		return x.P50
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetP95() float64 {
+	if x != nil {
+		return x.P95
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetMin() float64 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetMax() float64 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetValues() []float64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *FleetDistribution) GetMarks() []*FleetNodeMark {
+	if x != nil {
+		return x.Marks
+	}
+	return nil
+}
+
+func (x *FleetDistribution) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+// FleetNodeMark is one component of a node placed in its fleet.
+type FleetNodeMark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Component     string                 `protobuf:"bytes,2,opt,name=component,proto3" json:"component,omitempty"`
+	Value         float64                `protobuf:"fixed64,3,opt,name=value,proto3" json:"value,omitempty"`
+	Percentile    float64                `protobuf:"fixed64,4,opt,name=percentile,proto3" json:"percentile,omitempty"` // share of the fleet's values below it, 0..100
+	RunId         string                 `protobuf:"bytes,5,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Passed        bool                   `protobuf:"varint,6,opt,name=passed,proto3" json:"passed,omitempty"` // its verdict passed
+	TimeUnixMs    int64                  `protobuf:"varint,7,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetNodeMark) Reset() {
+	*x = FleetNodeMark{}
+	mi := &file_cure_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetNodeMark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetNodeMark) ProtoMessage() {}
+
+func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetNodeMark.ProtoReflect.Descriptor instead.
+func (*FleetNodeMark) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *FleetNodeMark) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *FleetNodeMark) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *FleetNodeMark) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *FleetNodeMark) GetPercentile() float64 {
+	if x != nil {
+		return x.Percentile
+	}
+	return 0
+}
+
+func (x *FleetNodeMark) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *FleetNodeMark) GetPassed() bool {
+	if x != nil {
+		return x.Passed
+	}
+	return false
+}
+
+func (x *FleetNodeMark) GetTimeUnixMs() int64 {
+	if x != nil {
+		return x.TimeUnixMs
+	}
+	return 0
+}
+
+// FleetJudgement is one measured metric of one component judged against
+// the distribution of the same check's metric on other nodes of the SKU.
+type FleetJudgement struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Component     string                 `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"`
+	Check         string                 `protobuf:"bytes,2,opt,name=check,proto3" json:"check,omitempty"`
+	Metric        string                 `protobuf:"bytes,3,opt,name=metric,proto3" json:"metric,omitempty"`
+	Unit          string                 `protobuf:"bytes,4,opt,name=unit,proto3" json:"unit,omitempty"`
+	Value         float64                `protobuf:"fixed64,5,opt,name=value,proto3" json:"value,omitempty"`
+	Percentile    float64                `protobuf:"fixed64,6,opt,name=percentile,proto3" json:"percentile,omitempty"`
+	Applied       bool                   `protobuf:"varint,7,opt,name=applied,proto3" json:"applied,omitempty"` // false: too few nodes, only absolute thresholds applied
+	Marginal      bool                   `protobuf:"varint,8,opt,name=marginal,proto3" json:"marginal,omitempty"`
+	BandLow       *float64               `protobuf:"fixed64,9,opt,name=band_low,json=bandLow,proto3,oneof" json:"band_low,omitempty"` // the band in the metric's unit
+	BandHigh      *float64               `protobuf:"fixed64,10,opt,name=band_high,json=bandHigh,proto3,oneof" json:"band_high,omitempty"`
+	Below         float64                `protobuf:"fixed64,11,opt,name=below,proto3" json:"below,omitempty"` // the band's factors, robust deviations (0: that side is open)
+	Above         float64                `protobuf:"fixed64,12,opt,name=above,proto3" json:"above,omitempty"`
+	MinNodes      uint32                 `protobuf:"varint,13,opt,name=min_nodes,json=minNodes,proto3" json:"min_nodes,omitempty"`
+	Note          string                 `protobuf:"bytes,14,opt,name=note,proto3" json:"note,omitempty"`       // "fleet band not applied: 2 of 5 nodes"
+	Message       string                 `protobuf:"bytes,15,opt,name=message,proto3" json:"message,omitempty"` // what the MARGINAL verdict says
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetJudgement) Reset() {
+	*x = FleetJudgement{}
+	mi := &file_cure_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetJudgement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetJudgement) ProtoMessage() {}
+
+func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetJudgement.ProtoReflect.Descriptor instead.
+func (*FleetJudgement) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *FleetJudgement) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *FleetJudgement) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *FleetJudgement) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *FleetJudgement) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *FleetJudgement) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetPercentile() float64 {
+	if x != nil {
+		return x.Percentile
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
+func (x *FleetJudgement) GetMarginal() bool {
+	if x != nil {
+		return x.Marginal
+	}
+	return false
+}
+
+func (x *FleetJudgement) GetBandLow() float64 {
+	if x != nil && x.BandLow != nil {
+		return *x.BandLow
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetBandHigh() float64 {
+	if x != nil && x.BandHigh != nil {
+		return *x.BandHigh
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetBelow() float64 {
+	if x != nil {
+		return x.Below
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetAbove() float64 {
+	if x != nil {
+		return x.Above
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetMinNodes() uint32 {
+	if x != nil {
+		return x.MinNodes
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *FleetJudgement) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// FleetJudgements is what the coordinator keeps of a run's fleet judgement.
+type FleetJudgements struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Judgements        []*FleetJudgement      `protobuf:"bytes,1,rep,name=judgements,proto3" json:"judgements,omitempty"`
+	Distributions     []*FleetDistribution   `protobuf:"bytes,2,rep,name=distributions,proto3" json:"distributions,omitempty"`
+	TimeUnixMs        int64                  `protobuf:"varint,3,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	JudgementsOmitted uint32                 `protobuf:"varint,4,opt,name=judgements_omitted,json=judgementsOmitted,proto3" json:"judgements_omitted,omitempty"` // past the per-run bound
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *FleetJudgements) Reset() {
+	*x = FleetJudgements{}
+	mi := &file_cure_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetJudgements) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetJudgements) ProtoMessage() {}
+
+func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetJudgements.ProtoReflect.Descriptor instead.
+func (*FleetJudgements) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *FleetJudgements) GetJudgements() []*FleetJudgement {
+	if x != nil {
+		return x.Judgements
+	}
+	return nil
+}
+
+func (x *FleetJudgements) GetDistributions() []*FleetDistribution {
+	if x != nil {
+		return x.Distributions
+	}
+	return nil
+}
+
+func (x *FleetJudgements) GetTimeUnixMs() int64 {
+	if x != nil {
+		return x.TimeUnixMs
+	}
+	return 0
+}
+
+func (x *FleetJudgements) GetJudgementsOmitted() uint32 {
+	if x != nil {
+		return x.JudgementsOmitted
+	}
+	return 0
+}
+
 var File_cure_proto protoreflect.FileDescriptor
 
 const file_cure_proto_rawDesc = "" +
@@ -6207,7 +6858,7 @@ const file_cure_proto_rawDesc = "" +
 	" \x01(\tR\x06source\"?\n" +
 	"\rReportRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x90\x04\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xa1\x05\n" +
 	"\tRunReport\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
@@ -6223,7 +6874,9 @@ const file_cure_proto_rawDesc = "" +
 	"\tinventory\x18\v \x01(\v2\x18.cure.v1.InventoryRecordR\tinventory\x12-\n" +
 	"\abuckets\x18\f \x03(\v2\x13.cure.v1.TimeBucketR\abuckets\x12)\n" +
 	"\x10verdicts_omitted\x18\r \x01(\rR\x0fverdictsOmitted\x12*\n" +
-	"\x11events_not_stored\x18\x0e \x01(\x03R\x0feventsNotStored\"\x9e\x01\n" +
+	"\x11events_not_stored\x18\x0e \x01(\x03R\x0feventsNotStored\x12B\n" +
+	"\x10fleet_judgements\x18\x17 \x03(\v2\x17.cure.v1.FleetJudgementR\x0ffleetJudgements\x12K\n" +
+	"\x13fleet_distributions\x18\x18 \x03(\v2\x1a.cure.v1.FleetDistributionR\x12fleetDistributions\"\x9e\x01\n" +
 	"\n" +
 	"TimeBucket\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
@@ -6378,7 +7031,77 @@ const file_cure_proto_rawDesc = "" +
 	"timeUnixMs\x12\x12\n" +
 	"\x04peer\x18\x04 \x01(\tR\x04peer\x120\n" +
 	"\tinventory\x18\x05 \x01(\v2\x12.cure.v1.InventoryR\tinventory\x12\x1c\n" +
-	"\ttruncated\x18\x06 \x01(\bR\ttruncated*\x86\x01\n" +
+	"\ttruncated\x18\x06 \x01(\bR\ttruncated\"\x89\x01\n" +
+	"\x11FleetBandsRequest\x12\x10\n" +
+	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
+	"\x05check\x18\x02 \x01(\tR\x05check\x12\x16\n" +
+	"\x06metric\x18\x03 \x01(\tR\x06metric\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x1b\n" +
+	"\twindow_ms\x18\x05 \x01(\x03R\bwindowMs\"\x91\x01\n" +
+	"\x12FleetBandsResponse\x12@\n" +
+	"\rdistributions\x18\x01 \x03(\v2\x1a.cure.v1.FleetDistributionR\rdistributions\x12\x1b\n" +
+	"\twindow_ms\x18\x02 \x01(\x03R\bwindowMs\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\x94\x03\n" +
+	"\x11FleetDistribution\x12\x10\n" +
+	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
+	"\x05check\x18\x02 \x01(\tR\x05check\x12\x16\n" +
+	"\x06metric\x18\x03 \x01(\tR\x06metric\x12\x12\n" +
+	"\x04unit\x18\x04 \x01(\tR\x04unit\x12\x14\n" +
+	"\x05nodes\x18\x05 \x01(\rR\x05nodes\x12\x18\n" +
+	"\asamples\x18\x06 \x01(\rR\asamples\x12\x16\n" +
+	"\x06median\x18\a \x01(\x01R\x06median\x12\x10\n" +
+	"\x03mad\x18\b \x01(\x01R\x03mad\x12\x16\n" +
+	"\x06spread\x18\t \x01(\x01R\x06spread\x12\x0e\n" +
+	"\x02p5\x18\n" +
+	" \x01(\x01R\x02p5\x12\x10\n" +
+	"\x03p50\x18\v \x01(\x01R\x03p50\x12\x10\n" +
+	"\x03p95\x18\f \x01(\x01R\x03p95\x12\x10\n" +
+	"\x03min\x18\r \x01(\x01R\x03min\x12\x10\n" +
+	"\x03max\x18\x0e \x01(\x01R\x03max\x12\x16\n" +
+	"\x06values\x18\x0f \x03(\x01R\x06values\x12,\n" +
+	"\x05marks\x18\x10 \x03(\v2\x16.cure.v1.FleetNodeMarkR\x05marks\x12\x1b\n" +
+	"\twindow_ms\x18\x11 \x01(\x03R\bwindowMs\"\xcd\x01\n" +
+	"\rFleetNodeMark\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
+	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\x01R\x05value\x12\x1e\n" +
+	"\n" +
+	"percentile\x18\x04 \x01(\x01R\n" +
+	"percentile\x12\x15\n" +
+	"\x06run_id\x18\x05 \x01(\tR\x05runId\x12\x16\n" +
+	"\x06passed\x18\x06 \x01(\bR\x06passed\x12 \n" +
+	"\ftime_unix_ms\x18\a \x01(\x03R\n" +
+	"timeUnixMs\"\xb0\x03\n" +
+	"\x0eFleetJudgement\x12\x1c\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12\x14\n" +
+	"\x05check\x18\x02 \x01(\tR\x05check\x12\x16\n" +
+	"\x06metric\x18\x03 \x01(\tR\x06metric\x12\x12\n" +
+	"\x04unit\x18\x04 \x01(\tR\x04unit\x12\x14\n" +
+	"\x05value\x18\x05 \x01(\x01R\x05value\x12\x1e\n" +
+	"\n" +
+	"percentile\x18\x06 \x01(\x01R\n" +
+	"percentile\x12\x18\n" +
+	"\aapplied\x18\a \x01(\bR\aapplied\x12\x1a\n" +
+	"\bmarginal\x18\b \x01(\bR\bmarginal\x12\x1e\n" +
+	"\bband_low\x18\t \x01(\x01H\x00R\abandLow\x88\x01\x01\x12 \n" +
+	"\tband_high\x18\n" +
+	" \x01(\x01H\x01R\bbandHigh\x88\x01\x01\x12\x14\n" +
+	"\x05below\x18\v \x01(\x01R\x05below\x12\x14\n" +
+	"\x05above\x18\f \x01(\x01R\x05above\x12\x1b\n" +
+	"\tmin_nodes\x18\r \x01(\rR\bminNodes\x12\x12\n" +
+	"\x04note\x18\x0e \x01(\tR\x04note\x12\x18\n" +
+	"\amessage\x18\x0f \x01(\tR\amessageB\v\n" +
+	"\t_band_lowB\f\n" +
+	"\n" +
+	"_band_high\"\xdd\x01\n" +
+	"\x0fFleetJudgements\x127\n" +
+	"\n" +
+	"judgements\x18\x01 \x03(\v2\x17.cure.v1.FleetJudgementR\n" +
+	"judgements\x12@\n" +
+	"\rdistributions\x18\x02 \x03(\v2\x1a.cure.v1.FleetDistributionR\rdistributions\x12 \n" +
+	"\ftime_unix_ms\x18\x03 \x01(\x03R\n" +
+	"timeUnixMs\x12-\n" +
+	"\x12judgements_omitted\x18\x04 \x01(\rR\x11judgementsOmitted*\x86\x01\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_PROVISION\x10\x01\x12\x0e\n" +
@@ -6403,7 +7126,7 @@ const file_cure_proto_rawDesc = "" +
 	"\rPHASE_SKIPPED\x10\x02\x12\x10\n" +
 	"\fPHASE_FAILED\x10\x032S\n" +
 	"\rRunnerService\x12B\n" +
-	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\xd9\x06\n" +
+	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\xa0\a\n" +
 	"\x0fOperatorService\x12B\n" +
 	"\tProvision\x12\x19.cure.v1.ProvisionRequest\x1a\x1a.cure.v1.ProvisionResponse\x128\n" +
 	"\x05Watch\x12\x15.cure.v1.WatchRequest\x1a\x16.cure.v1.TimelineEntry0\x01\x124\n" +
@@ -6418,7 +7141,9 @@ const file_cure_proto_rawDesc = "" +
 	"RemoveNode\x12\x1a.cure.v1.RemoveNodeRequest\x1a\x1b.cure.v1.RemoveNodeResponse\x12;\n" +
 	"\tLabelNode\x12\x19.cure.v1.LabelNodeRequest\x1a\x13.cure.v1.NodeDetail\x129\n" +
 	"\bShowNode\x12\x18.cure.v1.ShowNodeRequest\x1a\x13.cure.v1.NodeDetail\x12F\n" +
-	"\vTimeBuckets\x12\x1b.cure.v1.TimeBucketsRequest\x1a\x1a.cure.v1.TimeBucketSummaryB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
+	"\vTimeBuckets\x12\x1b.cure.v1.TimeBucketsRequest\x1a\x1a.cure.v1.TimeBucketSummary\x12E\n" +
+	"\n" +
+	"FleetBands\x12\x1a.cure.v1.FleetBandsRequest\x1a\x1b.cure.v1.FleetBandsResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
 
 var (
 	file_cure_proto_rawDescOnce sync.Once
@@ -6433,7 +7158,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -6511,20 +7236,26 @@ var file_cure_proto_goTypes = []any{
 	(*ShowNodeRequest)(nil),      // 73: cure.v1.ShowNodeRequest
 	(*NodeDetail)(nil),           // 74: cure.v1.NodeDetail
 	(*InventoryRecord)(nil),      // 75: cure.v1.InventoryRecord
-	nil,                          // 76: cure.v1.Log.AttrsEntry
-	nil,                          // 77: cure.v1.Metric.LabelsEntry
-	nil,                          // 78: cure.v1.Assignment.PsidsEntry
-	nil,                          // 79: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 80: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 81: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 82: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 83: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 84: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 85: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 86: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 87: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 88: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 89: cure.v1.NodeDetail.LabelsEntry
+	(*FleetBandsRequest)(nil),    // 76: cure.v1.FleetBandsRequest
+	(*FleetBandsResponse)(nil),   // 77: cure.v1.FleetBandsResponse
+	(*FleetDistribution)(nil),    // 78: cure.v1.FleetDistribution
+	(*FleetNodeMark)(nil),        // 79: cure.v1.FleetNodeMark
+	(*FleetJudgement)(nil),       // 80: cure.v1.FleetJudgement
+	(*FleetJudgements)(nil),      // 81: cure.v1.FleetJudgements
+	nil,                          // 82: cure.v1.Log.AttrsEntry
+	nil,                          // 83: cure.v1.Metric.LabelsEntry
+	nil,                          // 84: cure.v1.Assignment.PsidsEntry
+	nil,                          // 85: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 86: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 87: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 88: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 89: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 90: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 91: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 92: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 93: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 94: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 95: cure.v1.NodeDetail.LabelsEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,  // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -6556,8 +7287,8 @@ var file_cure_proto_depIdxs = []int32{
 	2,  // 26: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,  // 27: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
 	27, // 28: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	76, // 29: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	77, // 30: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	82, // 29: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	83, // 30: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	31, // 31: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
 	34, // 32: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
 	35, // 33: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
@@ -6566,75 +7297,83 @@ var file_cure_proto_depIdxs = []int32{
 	0,  // 36: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
 	32, // 37: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
 	33, // 38: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	78, // 39: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	84, // 39: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
 	0,  // 40: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	79, // 41: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	85, // 41: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
 	46, // 42: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
 	40, // 43: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	80, // 44: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	86, // 44: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
 	46, // 45: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
 	40, // 46: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	81, // 47: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	82, // 48: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	83, // 49: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	87, // 47: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	88, // 48: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	89, // 49: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
 	45, // 50: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	84, // 51: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	90, // 51: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
 	26, // 52: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
 	0,  // 53: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
 	56, // 54: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
 	26, // 55: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
 	75, // 56: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
 	51, // 57: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	51, // 58: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	85, // 59: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	54, // 60: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	55, // 61: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	55, // 62: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
-	59, // 63: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	26, // 64: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	62, // 65: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	64, // 66: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	86, // 67: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	67, // 68: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	87, // 69: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	66, // 70: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	88, // 71: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	89, // 72: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	75, // 73: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	9,  // 74: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	4,  // 75: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	38, // 76: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	47, // 77: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	49, // 78: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	60, // 79: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	57, // 80: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	63, // 81: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	41, // 82: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	43, // 83: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	68, // 84: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	70, // 85: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	72, // 86: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	73, // 87: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	52, // 88: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	30, // 89: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	39, // 90: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	48, // 91: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	50, // 92: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	61, // 93: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	58, // 94: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	65, // 95: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	42, // 96: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	44, // 97: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	69, // 98: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	71, // 99: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	74, // 100: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	74, // 101: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	53, // 102: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	89, // [89:103] is the sub-list for method output_type
-	75, // [75:89] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	80, // 58: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
+	78, // 59: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
+	51, // 60: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	91, // 61: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	54, // 62: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	55, // 63: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	55, // 64: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	59, // 65: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	26, // 66: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	62, // 67: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	64, // 68: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	92, // 69: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	67, // 70: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	93, // 71: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	66, // 72: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	94, // 73: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	95, // 74: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	75, // 75: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	9,  // 76: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	78, // 77: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
+	79, // 78: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
+	80, // 79: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
+	78, // 80: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
+	4,  // 81: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	38, // 82: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	47, // 83: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	49, // 84: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	60, // 85: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	57, // 86: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	63, // 87: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	41, // 88: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	43, // 89: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	68, // 90: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	70, // 91: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	72, // 92: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	73, // 93: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	52, // 94: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	76, // 95: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
+	30, // 96: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	39, // 97: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	48, // 98: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	50, // 99: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	61, // 100: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	58, // 101: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	65, // 102: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	42, // 103: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	44, // 104: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	69, // 105: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	71, // 106: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	74, // 107: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	74, // 108: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	53, // 109: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	77, // 110: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
+	96, // [96:111] is the sub-list for method output_type
+	81, // [81:96] is the sub-list for method input_type
+	81, // [81:81] is the sub-list for extension type_name
+	81, // [81:81] is the sub-list for extension extendee
+	0,  // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -6662,13 +7401,14 @@ func file_cure_proto_init() {
 		(*CoordinatorMessage_Reboot)(nil),
 		(*CoordinatorMessage_Cancel)(nil),
 	}
+	file_cure_proto_msgTypes[76].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   86,
+			NumMessages:   92,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
