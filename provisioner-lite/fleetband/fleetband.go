@@ -113,6 +113,7 @@ func Bands(s *manifests.ValidationSuiteSpec) map[string]map[string]manifests.Ban
 type Judgement struct {
 	Component, Check, Metric, Unit string
 	Value                          float64
+	Measured                       bool    // the result carried the metric
 	Percentile                     float64 // NaN when there is no fleet
 	// Applied: the fleet had MinNodes other nodes and the band was
 	// checked; Marginal: the value lies outside it.
@@ -229,7 +230,7 @@ func Judge(in Input) Outcome {
 				out.Judgements = append(out.Judgements, j)
 				continue
 			}
-			j.Value, j.Unit = m.Value, m.Unit
+			j.Value, j.Unit, j.Measured = m.Value, m.Unit, true
 			dk := distKey{Key{r.Check, metric}, m.Unit}
 			st, seen := dists[dk]
 			if !seen {
