@@ -16,8 +16,8 @@ const (
 )
 
 // verdictMeasurements cleans a runner verdict's measurements for the store:
-// more than store.MaxVerdictMeasurements, a nameless or repeated metric is
-// refused (a runner bug or a peer probing the bounds); a value that is not
+// more than store.MaxVerdictMeasurements, a metric without a plain name or
+// repeated is refused (a runner bug or a peer probing the bounds); a value that is not
 // finite is not a measurement and is left out.
 func verdictMeasurements(in []*curev1.Measurement) ([]store.Measurement, error) {
 	if len(in) > store.MaxVerdictMeasurements {
@@ -26,9 +26,9 @@ func verdictMeasurements(in []*curev1.Measurement) ([]store.Measurement, error) 
 	out := make([]store.Measurement, 0, len(in))
 	seen := map[string]bool{}
 	for i, m := range in {
-		name := textsafe.BoundedLine(m.GetMetric(), maxMetricName)
-		if name == "" {
-			return nil, fmt.Errorf("measurement %d has no metric name", i)
+		name := m.GetMetric()
+		if !metricName(name) {
+			return nil, fmt.Errorf("measurement %d: metric name %q is not 1 to %d of A-Z a-z 0-9 _ . - /", i, textsafe.BoundedLine(name, maxMetricName), maxMetricName)
 		}
 		if seen[name] {
 			return nil, fmt.Errorf("measurement %d: metric %q twice in one verdict", i, name)
@@ -40,6 +40,20 @@ func verdictMeasurements(in []*curev1.Measurement) ([]store.Measurement, error) 
 		out = append(out, store.Measurement{Metric: name, Value: m.GetValue(), Unit: textsafe.BoundedLine(m.GetUnit(), maxUnit)})
 	}
 	return out, nil
+}
+
+// metricName: a metric is a key of the fleet history and a word in
+// reports, so its name is plain.
+func metricName(s string) bool {
+	if s == "" || len(s) > maxMetricName {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-' || c == '/') {
+			return false
+		}
+	}
+	return true
 }
 
 // measurementsProto puts stored measurements back on the wire.
