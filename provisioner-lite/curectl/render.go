@@ -126,6 +126,7 @@ func printReport(w io.Writer, r *curev1.RunReport, clip func(string, int) string
 	if n := r.GetEventsNotStored(); n > 0 {
 		fmt.Fprintf(w, "(%d events past the run's caps were counted, not stored)\n", n)
 	}
+	PrintFleetJudgements(w, r)
 	PrintInventory(w, r.GetInventory(), r.GetRunId())
 }
 
