@@ -18,7 +18,7 @@ func fleetDist() *curev1.FleetDistribution {
 	return &curev1.FleetDistribution{Sku: "qemu-nvme", Check: "disk-read", Metric: "readMBps", Unit: "MB/s", Nodes: 3, Samples: 3,
 		Median: 200, Mad: 5.93, Spread: 5.93, P5: 196.4, P50: 200, P95: 205.4, Min: 196, Max: 206, Values: []float64{196, 200, 206},
 		WindowMs: (24 * time.Hour).Milliseconds(),
-		Marks: []*curev1.FleetNodeMark{{NodeId: "node4", Component: "disk/nvme0n1", Value: 41, Percentile: 0, Passed: false}}}
+		Marks:    []*curev1.FleetNodeMark{{NodeId: "node4", Component: "disk/nvme0n1", Value: 41, Percentile: 0, Passed: false}}}
 }
 
 func marginalJudgement() *curev1.FleetJudgement {

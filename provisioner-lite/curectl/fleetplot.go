@@ -174,10 +174,10 @@ func bandText(j *curev1.FleetJudgement) string {
 
 // FleetRow is one judgement laid out for a table, with its plot when asked.
 type FleetRow struct {
-	Component, Check, Metric                string
+	Component, Check, Metric               string
 	Value, Median, Nodes, Band, Percentile string
-	Result, Class, Detail                   string
-	Plot                                    template.HTML
+	Result, Class, Detail                  string
+	Plot                                   template.HTML
 }
 
 // FleetRows lays out a run's fleet judgements (MARGINAL first); plot says
