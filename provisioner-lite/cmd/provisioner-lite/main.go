@@ -135,6 +135,7 @@ func main() {
 	flag.Int64Var(&c.eventLimits.MaxVerdicts, "max-run-verdicts", store.DefaultEventLimits.MaxVerdicts, "distinct verdicts a run's runner may report")
 	flag.DurationVar(&c.retention.RunEvents, "retention", store.DefaultRetention.RunEvents, "keep the runner's metrics and logs and the coordinator's notes of finished runs this long (phases, verdicts and the essential timeline stay)")
 	flag.DurationVar(&c.retention.Audit, "audit-retention", store.DefaultRetention.Audit, "keep audit log entries this long")
+	flag.DurationVar(&c.retention.Fleet, "fleet-retention", store.DefaultRetention.Fleet, "keep verdicts' measurements (the fleet history fleet bands judge against) this long; raised to the longest fleet window of the suites")
 	flag.IntVar(&c.httpMaxConns, "http-max-conns", 4096, "open connections of the boot/artifact server")
 	flag.IntVar(&c.grpcMaxConns, "grpc-max-conns", 8192, "open connections of the gRPC server")
 	flag.StringVar(&c.bmcCA, "bmc-ca", "", "PEM CA bundle that verifies BMC certificates of nodes without caFile or fingerprint (empty: the system roots)")
@@ -611,6 +612,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	if err := obs.serveDashboard(ctx, c.webListen, tlsCfg, st, log); err != nil {
 		return err
 	}
+	c.retention.Fleet = fleetRetention(c.retention.Fleet, c.manifestDir, site.Suites, log)
 	go st.Maintain(ctx, 10*time.Minute, c.retention, log)
 	n, err := eng.Resume(ctx)
 	if err != nil && ctx.Err() == nil {
