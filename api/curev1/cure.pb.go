@@ -2687,8 +2687,15 @@ type Assignment struct {
 	// The node's SKU manifest, verbatim, when the run's manifest is a
 	// validation suite and the phases include hardware (diagnostic, burn-in):
 	// the hardware check compares against the SKU's spec.hardware.
-	SkuYaml       []byte `protobuf:"bytes,11,opt,name=sku_yaml,json=skuYaml,proto3" json:"sku_yaml,omitempty"`
-	SkuName       string `protobuf:"bytes,12,opt,name=sku_name,json=skuName,proto3" json:"sku_name,omitempty"`
+	SkuYaml []byte `protobuf:"bytes,11,opt,name=sku_yaml,json=skuYaml,proto3" json:"sku_yaml,omitempty"`
+	SkuName string `protobuf:"bytes,12,opt,name=sku_name,json=skuName,proto3" json:"sku_name,omitempty"`
+	// A validate phase given again after the node lost its suite (a reset):
+	// the checks that had ended, which the runner does not run again.
+	SuiteResume *SuiteResume `protobuf:"bytes,13,opt,name=suite_resume,json=suiteResume,proto3" json:"suite_resume,omitempty"`
+	// How often the runner sends Progress while a suite runs (0: every
+	// minute); the coordinator asks for a period well inside its liveness
+	// budget, since heartbeats are what prove the runner alive.
+	HeartbeatMs   int64 `protobuf:"varint,14,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2807,6 +2814,83 @@ func (x *Assignment) GetSkuName() string {
 	return ""
 }
 
+func (x *Assignment) GetSuiteResume() *SuiteResume {
+	if x != nil {
+		return x.SuiteResume
+	}
+	return nil
+}
+
+func (x *Assignment) GetHeartbeatMs() int64 {
+	if x != nil {
+		return x.HeartbeatMs
+	}
+	return 0
+}
+
+// SuiteResume is what a resumed validate phase keeps of the earlier try.
+type SuiteResume struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Checks that ended before the reset, with their worst verdict (their
+	// verdicts are stored already): not run again, still counted.
+	Done          []*CheckProgress `protobuf:"bytes,1,rep,name=done,proto3" json:"done,omitempty"`
+	Resumed       uint32           `protobuf:"varint,2,opt,name=resumed,proto3" json:"resumed,omitempty"` // node resets this suite has resumed from
+	Policy        string           `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`    // the suite's resume policy (continue, restart)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuiteResume) Reset() {
+	*x = SuiteResume{}
+	mi := &file_cure_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuiteResume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuiteResume) ProtoMessage() {}
+
+func (x *SuiteResume) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuiteResume.ProtoReflect.Descriptor instead.
+func (*SuiteResume) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SuiteResume) GetDone() []*CheckProgress {
+	if x != nil {
+		return x.Done
+	}
+	return nil
+}
+
+func (x *SuiteResume) GetResumed() uint32 {
+	if x != nil {
+		return x.Resumed
+	}
+	return 0
+}
+
+func (x *SuiteResume) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
 type ResumeState struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	PhaseReached    string                 `protobuf:"bytes,1,opt,name=phase_reached,json=phaseReached,proto3" json:"phase_reached,omitempty"`
@@ -2818,7 +2902,7 @@ type ResumeState struct {
 
 func (x *ResumeState) Reset() {
 	*x = ResumeState{}
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +2914,7 @@ func (x *ResumeState) String() string {
 func (*ResumeState) ProtoMessage() {}
 
 func (x *ResumeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +2927,7 @@ func (x *ResumeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeState.ProtoReflect.Descriptor instead.
 func (*ResumeState) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{28}
+	return file_cure_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResumeState) GetPhaseReached() string {
@@ -2879,7 +2963,7 @@ type FirstBoot struct {
 
 func (x *FirstBoot) Reset() {
 	*x = FirstBoot{}
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +2975,7 @@ func (x *FirstBoot) String() string {
 func (*FirstBoot) ProtoMessage() {}
 
 func (x *FirstBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +2988,7 @@ func (x *FirstBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirstBoot.ProtoReflect.Descriptor instead.
 func (*FirstBoot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{29}
+	return file_cure_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FirstBoot) GetHostname() string {
@@ -2944,7 +3028,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2956,7 +3040,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2969,7 +3053,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{30}
+	return file_cure_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -2988,7 +3072,7 @@ type Idle struct {
 
 func (x *Idle) Reset() {
 	*x = Idle{}
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3000,7 +3084,7 @@ func (x *Idle) String() string {
 func (*Idle) ProtoMessage() {}
 
 func (x *Idle) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3013,7 +3097,7 @@ func (x *Idle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Idle.ProtoReflect.Descriptor instead.
 func (*Idle) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{31}
+	return file_cure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Idle) GetReason() string {
@@ -3032,7 +3116,7 @@ type Reboot struct {
 
 func (x *Reboot) Reset() {
 	*x = Reboot{}
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3044,7 +3128,7 @@ func (x *Reboot) String() string {
 func (*Reboot) ProtoMessage() {}
 
 func (x *Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3057,7 +3141,7 @@ func (x *Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reboot.ProtoReflect.Descriptor instead.
 func (*Reboot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{32}
+	return file_cure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Reboot) GetReason() string {
@@ -3076,7 +3160,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3088,7 +3172,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3101,7 +3185,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{33}
+	return file_cure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Cancel) GetReason() string {
@@ -3126,7 +3210,7 @@ type ProvisionRequest struct {
 
 func (x *ProvisionRequest) Reset() {
 	*x = ProvisionRequest{}
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3138,7 +3222,7 @@ func (x *ProvisionRequest) String() string {
 func (*ProvisionRequest) ProtoMessage() {}
 
 func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3151,7 +3235,7 @@ func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionRequest.ProtoReflect.Descriptor instead.
 func (*ProvisionRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{34}
+	return file_cure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ProvisionRequest) GetNodeIds() []string {
@@ -3200,7 +3284,7 @@ type ProvisionResponse struct {
 
 func (x *ProvisionResponse) Reset() {
 	*x = ProvisionResponse{}
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3212,7 +3296,7 @@ func (x *ProvisionResponse) String() string {
 func (*ProvisionResponse) ProtoMessage() {}
 
 func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3225,7 +3309,7 @@ func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionResponse.ProtoReflect.Descriptor instead.
 func (*ProvisionResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{35}
+	return file_cure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ProvisionResponse) GetRuns() []*RunRef {
@@ -3265,7 +3349,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3277,7 +3361,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3290,7 +3374,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{36}
+	return file_cure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Refusal) GetNodeId() string {
@@ -3333,7 +3417,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3345,7 +3429,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3358,7 +3442,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{37}
+	return file_cure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CancelRequest) GetNodeIds() []string {
@@ -3399,7 +3483,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3411,7 +3495,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3424,7 +3508,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{38}
+	return file_cure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CancelResponse) GetCanceled() []*RunRef {
@@ -3451,7 +3535,7 @@ type FleetRequest struct {
 
 func (x *FleetRequest) Reset() {
 	*x = FleetRequest{}
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3463,7 +3547,7 @@ func (x *FleetRequest) String() string {
 func (*FleetRequest) ProtoMessage() {}
 
 func (x *FleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3476,7 +3560,7 @@ func (x *FleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRequest.ProtoReflect.Descriptor instead.
 func (*FleetRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{39}
+	return file_cure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FleetRequest) GetSelector() map[string]string {
@@ -3508,7 +3592,7 @@ type FleetStatus struct {
 
 func (x *FleetStatus) Reset() {
 	*x = FleetStatus{}
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3520,7 +3604,7 @@ func (x *FleetStatus) String() string {
 func (*FleetStatus) ProtoMessage() {}
 
 func (x *FleetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3533,7 +3617,7 @@ func (x *FleetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetStatus.ProtoReflect.Descriptor instead.
 func (*FleetStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{40}
+	return file_cure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FleetStatus) GetNodes() int64 {
@@ -3599,7 +3683,7 @@ type FleetRun struct {
 
 func (x *FleetRun) Reset() {
 	*x = FleetRun{}
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3611,7 +3695,7 @@ func (x *FleetRun) String() string {
 func (*FleetRun) ProtoMessage() {}
 
 func (x *FleetRun) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3624,7 +3708,7 @@ func (x *FleetRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRun.ProtoReflect.Descriptor instead.
 func (*FleetRun) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{41}
+	return file_cure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FleetRun) GetNodeId() string {
@@ -3679,7 +3763,7 @@ type RunRef struct {
 
 func (x *RunRef) Reset() {
 	*x = RunRef{}
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3691,7 +3775,7 @@ func (x *RunRef) String() string {
 func (*RunRef) ProtoMessage() {}
 
 func (x *RunRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3704,7 +3788,7 @@ func (x *RunRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRef.ProtoReflect.Descriptor instead.
 func (*RunRef) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{42}
+	return file_cure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RunRef) GetRunId() string {
@@ -3732,7 +3816,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3744,7 +3828,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3757,7 +3841,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{43}
+	return file_cure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -3782,24 +3866,29 @@ func (x *WatchRequest) GetFollow() bool {
 }
 
 type TimelineEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	TimeUnixMs    int64                  `protobuf:"varint,3,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
-	Phase         string                 `protobuf:"bytes,4,opt,name=phase,proto3" json:"phase,omitempty"`
-	Kind          string                 `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"` // phase_start, phase_end, verdict, log, metric, run_end
-	Status        string                 `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
-	Message       string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
-	DurationMs    int64                  `protobuf:"varint,8,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
-	Verdict       *Verdict               `protobuf:"bytes,9,opt,name=verdict,proto3" json:"verdict,omitempty"`
-	Source        string                 `protobuf:"bytes,10,opt,name=source,proto3" json:"source,omitempty"` // coordinator or runner
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	RunId      string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	NodeId     string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	TimeUnixMs int64                  `protobuf:"varint,3,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	Phase      string                 `protobuf:"bytes,4,opt,name=phase,proto3" json:"phase,omitempty"`
+	Kind       string                 `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"` // phase_start, phase_end, verdict, log, metric, run_end
+	Status     string                 `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
+	Message    string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	DurationMs int64                  `protobuf:"varint,8,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	Verdict    *Verdict               `protobuf:"bytes,9,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	Source     string                 `protobuf:"bytes,10,opt,name=source,proto3" json:"source,omitempty"` // coordinator or runner
+	// kind "progress": the runner's latest heartbeat, streamed live by a
+	// following Watch (not stored as an event: the coordinator keeps the
+	// latest only).
+	Progress       *Progress `protobuf:"bytes,11,opt,name=progress,proto3" json:"progress,omitempty"`
+	DeadlineUnixMs int64     `protobuf:"varint,12,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"` // when the coordinator gives up on the phase
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +3900,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +3913,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{44}
+	return file_cure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TimelineEntry) GetRunId() string {
@@ -3897,6 +3986,20 @@ func (x *TimelineEntry) GetSource() string {
 	return ""
 }
 
+func (x *TimelineEntry) GetProgress() *Progress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+func (x *TimelineEntry) GetDeadlineUnixMs() int64 {
+	if x != nil {
+		return x.DeadlineUnixMs
+	}
+	return 0
+}
+
 type ReportRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
@@ -3907,7 +4010,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3919,7 +4022,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3932,7 +4035,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{45}
+	return file_cure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReportRequest) GetRunId() string {
@@ -3972,19 +4075,33 @@ type RunReport struct {
 	// Events the run's caps kept out of the store: the runner's metrics and
 	// logs past the run's event caps, the coordinator's notes past theirs.
 	EventsNotStored int64 `protobuf:"varint,14,opt,name=events_not_stored,json=eventsNotStored,proto3" json:"events_not_stored,omitempty"`
+	// What the node's BMC showed over the run (diagnostic and burn-in): its
+	// log entries within the run's window, its PSUs and fans with their
+	// identity and health, how the reading went, and its sensors sampled
+	// during the validate phase.
+	BmcLog           []*BmcLogEntry `protobuf:"bytes,16,rep,name=bmc_log,json=bmcLog,proto3" json:"bmc_log,omitempty"`
+	BmcPowerSupplies []*BmcPart     `protobuf:"bytes,17,rep,name=bmc_power_supplies,json=bmcPowerSupplies,proto3" json:"bmc_power_supplies,omitempty"`
+	BmcFans          []*BmcPart     `protobuf:"bytes,18,rep,name=bmc_fans,json=bmcFans,proto3" json:"bmc_fans,omitempty"`
+	BmcCollection    *BmcCollection `protobuf:"bytes,19,opt,name=bmc_collection,json=bmcCollection,proto3" json:"bmc_collection,omitempty"`
+	BmcSeries        []*Series      `protobuf:"bytes,20,rep,name=bmc_series,json=bmcSeries,proto3" json:"bmc_series,omitempty"`
 	// Every measured metric of the run that a suite's fleet band names, as the
 	// coordinator judged it against the SKU's fleet when the validate phase
 	// ended: MARGINAL, within the band, or not applied (too few nodes).
 	FleetJudgements []*FleetJudgement `protobuf:"bytes,23,rep,name=fleet_judgements,json=fleetJudgements,proto3" json:"fleet_judgements,omitempty"`
 	// The fleet distributions those judgements used, one per check and metric.
 	FleetDistributions []*FleetDistribution `protobuf:"bytes,24,rep,name=fleet_distributions,json=fleetDistributions,proto3" json:"fleet_distributions,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The runner's latest heartbeat of a suite (validate): each check's
+	// state and the estimate of what is left. Kept after the run ends.
+	Progress       *Progress `protobuf:"bytes,28,opt,name=progress,proto3" json:"progress,omitempty"`
+	ProgressUnixMs int64     `protobuf:"varint,29,opt,name=progress_unix_ms,json=progressUnixMs,proto3" json:"progress_unix_ms,omitempty"` // when the coordinator received it
+	DeadlineUnixMs int64     `protobuf:"varint,30,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"` // the running in-band phase's deadline (0: none)
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RunReport) Reset() {
 	*x = RunReport{}
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3996,7 +4113,7 @@ func (x *RunReport) String() string {
 func (*RunReport) ProtoMessage() {}
 
 func (x *RunReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4009,7 +4126,7 @@ func (x *RunReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReport.ProtoReflect.Descriptor instead.
 func (*RunReport) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{46}
+	return file_cure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RunReport) GetRunId() string {
@@ -4110,6 +4227,41 @@ func (x *RunReport) GetEventsNotStored() int64 {
 	return 0
 }
 
+func (x *RunReport) GetBmcLog() []*BmcLogEntry {
+	if x != nil {
+		return x.BmcLog
+	}
+	return nil
+}
+
+func (x *RunReport) GetBmcPowerSupplies() []*BmcPart {
+	if x != nil {
+		return x.BmcPowerSupplies
+	}
+	return nil
+}
+
+func (x *RunReport) GetBmcFans() []*BmcPart {
+	if x != nil {
+		return x.BmcFans
+	}
+	return nil
+}
+
+func (x *RunReport) GetBmcCollection() *BmcCollection {
+	if x != nil {
+		return x.BmcCollection
+	}
+	return nil
+}
+
+func (x *RunReport) GetBmcSeries() []*Series {
+	if x != nil {
+		return x.BmcSeries
+	}
+	return nil
+}
+
 func (x *RunReport) GetFleetJudgements() []*FleetJudgement {
 	if x != nil {
 		return x.FleetJudgements
@@ -4120,6 +4272,495 @@ func (x *RunReport) GetFleetJudgements() []*FleetJudgement {
 func (x *RunReport) GetFleetDistributions() []*FleetDistribution {
 	if x != nil {
 		return x.FleetDistributions
+	}
+	return nil
+}
+
+func (x *RunReport) GetProgress() *Progress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+func (x *RunReport) GetProgressUnixMs() int64 {
+	if x != nil {
+		return x.ProgressUnixMs
+	}
+	return 0
+}
+
+func (x *RunReport) GetDeadlineUnixMs() int64 {
+	if x != nil {
+		return x.DeadlineUnixMs
+	}
+	return 0
+}
+
+// BmcLogEntry is one entry of a BMC log service (SEL, event log), text as
+// the BMC wrote it, cleaned and bounded.
+type BmcLogEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"` // the LogService Id: Sel, Log1, IML, EventLog
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	CreatedUnixMs int64                  `protobuf:"varint,3,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"` // the BMC's clock
+	Severity      string                 `protobuf:"bytes,4,opt,name=severity,proto3" json:"severity,omitempty"`                                   // OK, Warning, Critical
+	Message       string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	MessageId     string                 `protobuf:"bytes,6,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`    // registry id (Power.1.0.PowerSupplyFailed) or the SEL's code
+	SensorType    string                 `protobuf:"bytes,7,opt,name=sensor_type,json=sensorType,proto3" json:"sensor_type,omitempty"` // Temperature, Power Supply / Converter, Fan, ...
+	EntryType     string                 `protobuf:"bytes,8,opt,name=entry_type,json=entryType,proto3" json:"entry_type,omitempty"`    // SEL, Event, Oem
+	EntryCode     string                 `protobuf:"bytes,9,opt,name=entry_code,json=entryCode,proto3" json:"entry_code,omitempty"`    // Assert, Deassert, Upper Critical - going high, ...
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BmcLogEntry) Reset() {
+	*x = BmcLogEntry{}
+	mi := &file_cure_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcLogEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcLogEntry) ProtoMessage() {}
+
+func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcLogEntry.ProtoReflect.Descriptor instead.
+func (*BmcLogEntry) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *BmcLogEntry) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+func (x *BmcLogEntry) GetSeverity() string {
+	if x != nil {
+		return x.Severity
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetSensorType() string {
+	if x != nil {
+		return x.SensorType
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetEntryType() string {
+	if x != nil {
+		return x.EntryType
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetEntryCode() string {
+	if x != nil {
+		return x.EntryCode
+	}
+	return ""
+}
+
+// BmcPart is a replaceable part the BMC reports: a power supply or a fan.
+type BmcPart struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name            string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Manufacturer    string                 `protobuf:"bytes,3,opt,name=manufacturer,proto3" json:"manufacturer,omitempty"`
+	Model           string                 `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	PartNumber      string                 `protobuf:"bytes,5,opt,name=part_number,json=partNumber,proto3" json:"part_number,omitempty"`
+	SerialNumber    string                 `protobuf:"bytes,6,opt,name=serial_number,json=serialNumber,proto3" json:"serial_number,omitempty"`
+	SparePartNumber string                 `protobuf:"bytes,7,opt,name=spare_part_number,json=sparePartNumber,proto3" json:"spare_part_number,omitempty"`
+	FirmwareVersion string                 `protobuf:"bytes,8,opt,name=firmware_version,json=firmwareVersion,proto3" json:"firmware_version,omitempty"`
+	Health          string                 `protobuf:"bytes,9,opt,name=health,proto3" json:"health,omitempty"`      // OK, Warning, Critical; empty: not reported
+	State           string                 `protobuf:"bytes,10,opt,name=state,proto3" json:"state,omitempty"`       // Enabled, Absent, UnavailableOffline, ...
+	Location        string                 `protobuf:"bytes,11,opt,name=location,proto3" json:"location,omitempty"` // the service label printed on the chassis: "PSU 1"
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *BmcPart) Reset() {
+	*x = BmcPart{}
+	mi := &file_cure_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcPart) ProtoMessage() {}
+
+func (x *BmcPart) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcPart.ProtoReflect.Descriptor instead.
+func (*BmcPart) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *BmcPart) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BmcPart) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BmcPart) GetManufacturer() string {
+	if x != nil {
+		return x.Manufacturer
+	}
+	return ""
+}
+
+func (x *BmcPart) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *BmcPart) GetPartNumber() string {
+	if x != nil {
+		return x.PartNumber
+	}
+	return ""
+}
+
+func (x *BmcPart) GetSerialNumber() string {
+	if x != nil {
+		return x.SerialNumber
+	}
+	return ""
+}
+
+func (x *BmcPart) GetSparePartNumber() string {
+	if x != nil {
+		return x.SparePartNumber
+	}
+	return ""
+}
+
+func (x *BmcPart) GetFirmwareVersion() string {
+	if x != nil {
+		return x.FirmwareVersion
+	}
+	return ""
+}
+
+func (x *BmcPart) GetHealth() string {
+	if x != nil {
+		return x.Health
+	}
+	return ""
+}
+
+func (x *BmcPart) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *BmcPart) GetLocation() string {
+	if x != nil {
+		return x.Location
+	}
+	return ""
+}
+
+// BmcCollection says how the BMC evidence of a run was read: when, over
+// which window, from where, and what the BMC did not offer or could not
+// give (recorded, never a failure of the run).
+type BmcCollection struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	CollectedUnixMs   int64                  `protobuf:"varint,1,opt,name=collected_unix_ms,json=collectedUnixMs,proto3" json:"collected_unix_ms,omitempty"`
+	WindowStartUnixMs int64                  `protobuf:"varint,2,opt,name=window_start_unix_ms,json=windowStartUnixMs,proto3" json:"window_start_unix_ms,omitempty"`
+	WindowEndUnixMs   int64                  `protobuf:"varint,3,opt,name=window_end_unix_ms,json=windowEndUnixMs,proto3" json:"window_end_unix_ms,omitempty"`
+	LogServices       []string               `protobuf:"bytes,4,rep,name=log_services,json=logServices,proto3" json:"log_services,omitempty"`                      // the log services read
+	LogEntriesRead    uint32                 `protobuf:"varint,5,opt,name=log_entries_read,json=logEntriesRead,proto3" json:"log_entries_read,omitempty"`          // entries examined, in and out of the window
+	LogEntriesDropped uint32                 `protobuf:"varint,6,opt,name=log_entries_dropped,json=logEntriesDropped,proto3" json:"log_entries_dropped,omitempty"` // in the window but over the bound kept
+	SensorSource      string                 `protobuf:"bytes,7,opt,name=sensor_source,json=sensorSource,proto3" json:"sensor_source,omitempty"`                   // Sensors, Thermal/Power
+	Notes             []*BmcNote             `protobuf:"bytes,8,rep,name=notes,proto3" json:"notes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *BmcCollection) Reset() {
+	*x = BmcCollection{}
+	mi := &file_cure_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcCollection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcCollection) ProtoMessage() {}
+
+func (x *BmcCollection) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcCollection.ProtoReflect.Descriptor instead.
+func (*BmcCollection) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *BmcCollection) GetCollectedUnixMs() int64 {
+	if x != nil {
+		return x.CollectedUnixMs
+	}
+	return 0
+}
+
+func (x *BmcCollection) GetWindowStartUnixMs() int64 {
+	if x != nil {
+		return x.WindowStartUnixMs
+	}
+	return 0
+}
+
+func (x *BmcCollection) GetWindowEndUnixMs() int64 {
+	if x != nil {
+		return x.WindowEndUnixMs
+	}
+	return 0
+}
+
+func (x *BmcCollection) GetLogServices() []string {
+	if x != nil {
+		return x.LogServices
+	}
+	return nil
+}
+
+func (x *BmcCollection) GetLogEntriesRead() uint32 {
+	if x != nil {
+		return x.LogEntriesRead
+	}
+	return 0
+}
+
+func (x *BmcCollection) GetLogEntriesDropped() uint32 {
+	if x != nil {
+		return x.LogEntriesDropped
+	}
+	return 0
+}
+
+func (x *BmcCollection) GetSensorSource() string {
+	if x != nil {
+		return x.SensorSource
+	}
+	return ""
+}
+
+func (x *BmcCollection) GetNotes() []*BmcNote {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+type BmcNote struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Resource      string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"` // sensors, power_supplies, fans, event_log
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Unsupported   bool                   `protobuf:"varint,3,opt,name=unsupported,proto3" json:"unsupported,omitempty"` // the BMC does not offer it (not a read failure)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BmcNote) Reset() {
+	*x = BmcNote{}
+	mi := &file_cure_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcNote) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcNote) ProtoMessage() {}
+
+func (x *BmcNote) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcNote.ProtoReflect.Descriptor instead.
+func (*BmcNote) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *BmcNote) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *BmcNote) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *BmcNote) GetUnsupported() bool {
+	if x != nil {
+		return x.Unsupported
+	}
+	return false
+}
+
+// BmcEvidence is what the coordinator reads from a node's BMC at the end of
+// a validate phase and stores with the run (the report's bmc_* fields).
+type BmcEvidence struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Log           []*BmcLogEntry         `protobuf:"bytes,1,rep,name=log,proto3" json:"log,omitempty"`
+	PowerSupplies []*BmcPart             `protobuf:"bytes,2,rep,name=power_supplies,json=powerSupplies,proto3" json:"power_supplies,omitempty"`
+	Fans          []*BmcPart             `protobuf:"bytes,3,rep,name=fans,proto3" json:"fans,omitempty"`
+	Collection    *BmcCollection         `protobuf:"bytes,4,opt,name=collection,proto3" json:"collection,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BmcEvidence) Reset() {
+	*x = BmcEvidence{}
+	mi := &file_cure_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcEvidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcEvidence) ProtoMessage() {}
+
+func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcEvidence.ProtoReflect.Descriptor instead.
+func (*BmcEvidence) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *BmcEvidence) GetLog() []*BmcLogEntry {
+	if x != nil {
+		return x.Log
+	}
+	return nil
+}
+
+func (x *BmcEvidence) GetPowerSupplies() []*BmcPart {
+	if x != nil {
+		return x.PowerSupplies
+	}
+	return nil
+}
+
+func (x *BmcEvidence) GetFans() []*BmcPart {
+	if x != nil {
+		return x.Fans
+	}
+	return nil
+}
+
+func (x *BmcEvidence) GetCollection() *BmcCollection {
+	if x != nil {
+		return x.Collection
 	}
 	return nil
 }
@@ -4138,7 +4779,7 @@ type TimeBucket struct {
 
 func (x *TimeBucket) Reset() {
 	*x = TimeBucket{}
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4150,7 +4791,7 @@ func (x *TimeBucket) String() string {
 func (*TimeBucket) ProtoMessage() {}
 
 func (x *TimeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4163,7 +4804,7 @@ func (x *TimeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucket.ProtoReflect.Descriptor instead.
 func (*TimeBucket) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{47}
+	return file_cure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TimeBucket) GetName() string {
@@ -4212,7 +4853,7 @@ type TimeBucketsRequest struct {
 
 func (x *TimeBucketsRequest) Reset() {
 	*x = TimeBucketsRequest{}
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4224,7 +4865,7 @@ func (x *TimeBucketsRequest) String() string {
 func (*TimeBucketsRequest) ProtoMessage() {}
 
 func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4237,7 +4878,7 @@ func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketsRequest.ProtoReflect.Descriptor instead.
 func (*TimeBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{48}
+	return file_cure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TimeBucketsRequest) GetSelector() map[string]string {
@@ -4272,7 +4913,7 @@ type TimeBucketSummary struct {
 
 func (x *TimeBucketSummary) Reset() {
 	*x = TimeBucketSummary{}
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4284,7 +4925,7 @@ func (x *TimeBucketSummary) String() string {
 func (*TimeBucketSummary) ProtoMessage() {}
 
 func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4297,7 +4938,7 @@ func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketSummary.ProtoReflect.Descriptor instead.
 func (*TimeBucketSummary) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{49}
+	return file_cure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TimeBucketSummary) GetSkus() []*SkuTimeBuckets {
@@ -4333,7 +4974,7 @@ type SkuTimeBuckets struct {
 
 func (x *SkuTimeBuckets) Reset() {
 	*x = SkuTimeBuckets{}
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4345,7 +4986,7 @@ func (x *SkuTimeBuckets) String() string {
 func (*SkuTimeBuckets) ProtoMessage() {}
 
 func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4358,7 +4999,7 @@ func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkuTimeBuckets.ProtoReflect.Descriptor instead.
 func (*SkuTimeBuckets) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{50}
+	return file_cure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SkuTimeBuckets) GetSku() string {
@@ -4401,7 +5042,7 @@ type BucketStat struct {
 
 func (x *BucketStat) Reset() {
 	*x = BucketStat{}
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4413,7 +5054,7 @@ func (x *BucketStat) String() string {
 func (*BucketStat) ProtoMessage() {}
 
 func (x *BucketStat) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4426,7 +5067,7 @@ func (x *BucketStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketStat.ProtoReflect.Descriptor instead.
 func (*BucketStat) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{51}
+	return file_cure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BucketStat) GetName() string {
@@ -4471,7 +5112,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4483,7 +5124,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4496,7 +5137,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{52}
+	return file_cure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -4551,7 +5192,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4563,7 +5204,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4576,7 +5217,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{53}
+	return file_cure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -4602,7 +5243,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4614,7 +5255,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4627,7 +5268,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{54}
+	return file_cure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -4649,7 +5290,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4661,7 +5302,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4674,7 +5315,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{55}
+	return file_cure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -4713,7 +5354,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4725,7 +5366,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4738,7 +5379,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{56}
+	return file_cure_proto_rawDescGZIP(), []int{62}
 }
 
 type ListNodesResponse struct {
@@ -4750,7 +5391,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4762,7 +5403,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4775,7 +5416,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{57}
+	return file_cure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -4800,7 +5441,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4812,7 +5453,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4825,7 +5466,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{58}
+	return file_cure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -4890,7 +5531,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4902,7 +5543,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4915,7 +5556,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{59}
+	return file_cure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -4972,7 +5613,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4984,7 +5625,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4997,7 +5638,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{60}
+	return file_cure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -5078,15 +5719,19 @@ func (x *AuditEntry) GetDetail() string {
 }
 
 type ListAuditLogResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*AuditEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*AuditEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// The before_id that reads the next (older) page; 0: no older entry. A
+	// page may hold fewer entries than the limit asked for: it stays under a
+	// client's receive limit whatever is stored.
+	NextBeforeId  int64 `protobuf:"varint,2,opt,name=next_before_id,json=nextBeforeId,proto3" json:"next_before_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5098,7 +5743,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5111,7 +5756,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{61}
+	return file_cure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -5119,6 +5764,13 @@ func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *ListAuditLogResponse) GetNextBeforeId() int64 {
+	if x != nil {
+		return x.NextBeforeId
+	}
+	return 0
 }
 
 type NodeSpec struct {
@@ -5138,7 +5790,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5150,7 +5802,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5163,7 +5815,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{62}
+	return file_cure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *NodeSpec) GetId() string {
@@ -5240,7 +5892,7 @@ type BMCSpec struct {
 
 func (x *BMCSpec) Reset() {
 	*x = BMCSpec{}
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5252,7 +5904,7 @@ func (x *BMCSpec) String() string {
 func (*BMCSpec) ProtoMessage() {}
 
 func (x *BMCSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5265,7 +5917,7 @@ func (x *BMCSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
 func (*BMCSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{63}
+	return file_cure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *BMCSpec) GetUrl() string {
@@ -5321,7 +5973,7 @@ type AddNodesRequest struct {
 
 func (x *AddNodesRequest) Reset() {
 	*x = AddNodesRequest{}
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5333,7 +5985,7 @@ func (x *AddNodesRequest) String() string {
 func (*AddNodesRequest) ProtoMessage() {}
 
 func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5346,7 +5998,7 @@ func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
 func (*AddNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{64}
+	return file_cure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AddNodesRequest) GetNodes() []*NodeSpec {
@@ -5380,7 +6032,7 @@ type AddNodesResponse struct {
 
 func (x *AddNodesResponse) Reset() {
 	*x = AddNodesResponse{}
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5392,7 +6044,7 @@ func (x *AddNodesResponse) String() string {
 func (*AddNodesResponse) ProtoMessage() {}
 
 func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5405,7 +6057,7 @@ func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
 func (*AddNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{65}
+	return file_cure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AddNodesResponse) GetAdded() []string {
@@ -5431,7 +6083,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5443,7 +6095,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5456,7 +6108,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{66}
+	return file_cure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -5476,7 +6128,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5488,7 +6140,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5501,7 +6153,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{67}
+	return file_cure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -5529,7 +6181,7 @@ type LabelNodeRequest struct {
 
 func (x *LabelNodeRequest) Reset() {
 	*x = LabelNodeRequest{}
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5541,7 +6193,7 @@ func (x *LabelNodeRequest) String() string {
 func (*LabelNodeRequest) ProtoMessage() {}
 
 func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5554,7 +6206,7 @@ func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
 func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{68}
+	return file_cure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *LabelNodeRequest) GetNodeId() string {
@@ -5587,7 +6239,7 @@ type ShowNodeRequest struct {
 
 func (x *ShowNodeRequest) Reset() {
 	*x = ShowNodeRequest{}
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5599,7 +6251,7 @@ func (x *ShowNodeRequest) String() string {
 func (*ShowNodeRequest) ProtoMessage() {}
 
 func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5612,7 +6264,7 @@ func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{69}
+	return file_cure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ShowNodeRequest) GetNodeId() string {
@@ -5645,7 +6297,7 @@ type NodeDetail struct {
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5657,7 +6309,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5670,7 +6322,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{70}
+	return file_cure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -5794,7 +6446,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5806,7 +6458,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5819,7 +6471,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{71}
+	return file_cure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -5877,7 +6529,7 @@ type FleetBandsRequest struct {
 
 func (x *FleetBandsRequest) Reset() {
 	*x = FleetBandsRequest{}
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5889,7 +6541,7 @@ func (x *FleetBandsRequest) String() string {
 func (*FleetBandsRequest) ProtoMessage() {}
 
 func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5902,7 +6554,7 @@ func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetBandsRequest.ProtoReflect.Descriptor instead.
 func (*FleetBandsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{72}
+	return file_cure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *FleetBandsRequest) GetSku() string {
@@ -5951,7 +6603,7 @@ type FleetBandsResponse struct {
 
 func (x *FleetBandsResponse) Reset() {
 	*x = FleetBandsResponse{}
-	mi := &file_cure_proto_msgTypes[73]
+	mi := &file_cure_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5963,7 +6615,7 @@ func (x *FleetBandsResponse) String() string {
 func (*FleetBandsResponse) ProtoMessage() {}
 
 func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[73]
+	mi := &file_cure_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5976,7 +6628,7 @@ func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetBandsResponse.ProtoReflect.Descriptor instead.
 func (*FleetBandsResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{73}
+	return file_cure_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *FleetBandsResponse) GetDistributions() []*FleetDistribution {
@@ -6028,7 +6680,7 @@ type FleetDistribution struct {
 
 func (x *FleetDistribution) Reset() {
 	*x = FleetDistribution{}
-	mi := &file_cure_proto_msgTypes[74]
+	mi := &file_cure_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6040,7 +6692,7 @@ func (x *FleetDistribution) String() string {
 func (*FleetDistribution) ProtoMessage() {}
 
 func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[74]
+	mi := &file_cure_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6053,7 +6705,7 @@ func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetDistribution.ProtoReflect.Descriptor instead.
 func (*FleetDistribution) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{74}
+	return file_cure_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *FleetDistribution) GetSku() string {
@@ -6191,7 +6843,7 @@ type FleetNodeMark struct {
 
 func (x *FleetNodeMark) Reset() {
 	*x = FleetNodeMark{}
-	mi := &file_cure_proto_msgTypes[75]
+	mi := &file_cure_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6203,7 +6855,7 @@ func (x *FleetNodeMark) String() string {
 func (*FleetNodeMark) ProtoMessage() {}
 
 func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[75]
+	mi := &file_cure_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6216,7 +6868,7 @@ func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetNodeMark.ProtoReflect.Descriptor instead.
 func (*FleetNodeMark) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{75}
+	return file_cure_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *FleetNodeMark) GetNodeId() string {
@@ -6293,7 +6945,7 @@ type FleetJudgement struct {
 
 func (x *FleetJudgement) Reset() {
 	*x = FleetJudgement{}
-	mi := &file_cure_proto_msgTypes[76]
+	mi := &file_cure_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6305,7 +6957,7 @@ func (x *FleetJudgement) String() string {
 func (*FleetJudgement) ProtoMessage() {}
 
 func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[76]
+	mi := &file_cure_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6318,7 +6970,7 @@ func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetJudgement.ProtoReflect.Descriptor instead.
 func (*FleetJudgement) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{76}
+	return file_cure_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *FleetJudgement) GetComponent() string {
@@ -6439,7 +7091,7 @@ type FleetJudgements struct {
 
 func (x *FleetJudgements) Reset() {
 	*x = FleetJudgements{}
-	mi := &file_cure_proto_msgTypes[77]
+	mi := &file_cure_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6451,7 +7103,7 @@ func (x *FleetJudgements) String() string {
 func (*FleetJudgements) ProtoMessage() {}
 
 func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[77]
+	mi := &file_cure_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6464,7 +7116,7 @@ func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetJudgements.ProtoReflect.Descriptor instead.
 func (*FleetJudgements) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{77}
+	return file_cure_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *FleetJudgements) GetJudgements() []*FleetJudgement {
@@ -6735,7 +7387,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x04idle\x18\x03 \x01(\v2\r.cure.v1.IdleH\x00R\x04idle\x12)\n" +
 	"\x06reboot\x18\x04 \x01(\v2\x0f.cure.v1.RebootH\x00R\x06reboot\x12)\n" +
 	"\x06cancel\x18\x05 \x01(\v2\x0f.cure.v1.CancelH\x00R\x06cancelB\x05\n" +
-	"\x03msg\"\xf4\x03\n" +
+	"\x03msg\"\xd0\x04\n" +
 	"\n" +
 	"Assignment\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
@@ -6751,11 +7403,17 @@ const file_cure_proto_rawDesc = "" +
 	"\x05psids\x18\n" +
 	" \x03(\v2\x1e.cure.v1.Assignment.PsidsEntryR\x05psids\x12\x19\n" +
 	"\bsku_yaml\x18\v \x01(\fR\askuYaml\x12\x19\n" +
-	"\bsku_name\x18\f \x01(\tR\askuName\x1a8\n" +
+	"\bsku_name\x18\f \x01(\tR\askuName\x127\n" +
+	"\fsuite_resume\x18\r \x01(\v2\x14.cure.v1.SuiteResumeR\vsuiteResume\x12!\n" +
+	"\fheartbeat_ms\x18\x0e \x01(\x03R\vheartbeatMs\x1a8\n" +
 	"\n" +
 	"PsidsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
+	"\vSuiteResume\x12*\n" +
+	"\x04done\x18\x01 \x03(\v2\x16.cure.v1.CheckProgressR\x04done\x12\x18\n" +
+	"\aresumed\x18\x02 \x01(\rR\aresumed\x12\x16\n" +
+	"\x06policy\x18\x03 \x01(\tR\x06policy\"\x80\x01\n" +
 	"\vResumeState\x12#\n" +
 	"\rphase_reached\x18\x01 \x01(\tR\fphaseReached\x12!\n" +
 	"\fresume_count\x18\x02 \x01(\rR\vresumeCount\x12)\n" +
@@ -6841,7 +7499,7 @@ const file_cure_proto_rawDesc = "" +
 	"\fWatchRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x16\n" +
-	"\x06follow\x18\x03 \x01(\bR\x06follow\"\xa2\x02\n" +
+	"\x06follow\x18\x03 \x01(\bR\x06follow\"\xfb\x02\n" +
 	"\rTimelineEntry\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12 \n" +
@@ -6855,10 +7513,12 @@ const file_cure_proto_rawDesc = "" +
 	"durationMs\x12*\n" +
 	"\averdict\x18\t \x01(\v2\x10.cure.v1.VerdictR\averdict\x12\x16\n" +
 	"\x06source\x18\n" +
-	" \x01(\tR\x06source\"?\n" +
+	" \x01(\tR\x06source\x12-\n" +
+	"\bprogress\x18\v \x01(\v2\x11.cure.v1.ProgressR\bprogress\x12(\n" +
+	"\x10deadline_unix_ms\x18\f \x01(\x03R\x0edeadlineUnixMs\"?\n" +
 	"\rReportRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xa1\x05\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xaf\b\n" +
 	"\tRunReport\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
@@ -6874,9 +7534,66 @@ const file_cure_proto_rawDesc = "" +
 	"\tinventory\x18\v \x01(\v2\x18.cure.v1.InventoryRecordR\tinventory\x12-\n" +
 	"\abuckets\x18\f \x03(\v2\x13.cure.v1.TimeBucketR\abuckets\x12)\n" +
 	"\x10verdicts_omitted\x18\r \x01(\rR\x0fverdictsOmitted\x12*\n" +
-	"\x11events_not_stored\x18\x0e \x01(\x03R\x0feventsNotStored\x12B\n" +
+	"\x11events_not_stored\x18\x0e \x01(\x03R\x0feventsNotStored\x12-\n" +
+	"\abmc_log\x18\x10 \x03(\v2\x14.cure.v1.BmcLogEntryR\x06bmcLog\x12>\n" +
+	"\x12bmc_power_supplies\x18\x11 \x03(\v2\x10.cure.v1.BmcPartR\x10bmcPowerSupplies\x12+\n" +
+	"\bbmc_fans\x18\x12 \x03(\v2\x10.cure.v1.BmcPartR\abmcFans\x12=\n" +
+	"\x0ebmc_collection\x18\x13 \x01(\v2\x16.cure.v1.BmcCollectionR\rbmcCollection\x12.\n" +
+	"\n" +
+	"bmc_series\x18\x14 \x03(\v2\x0f.cure.v1.SeriesR\tbmcSeries\x12B\n" +
 	"\x10fleet_judgements\x18\x17 \x03(\v2\x17.cure.v1.FleetJudgementR\x0ffleetJudgements\x12K\n" +
-	"\x13fleet_distributions\x18\x18 \x03(\v2\x1a.cure.v1.FleetDistributionR\x12fleetDistributions\"\x9e\x01\n" +
+	"\x13fleet_distributions\x18\x18 \x03(\v2\x1a.cure.v1.FleetDistributionR\x12fleetDistributions\x12-\n" +
+	"\bprogress\x18\x1c \x01(\v2\x11.cure.v1.ProgressR\bprogress\x12(\n" +
+	"\x10progress_unix_ms\x18\x1d \x01(\x03R\x0eprogressUnixMs\x12(\n" +
+	"\x10deadline_unix_ms\x18\x1e \x01(\x03R\x0edeadlineUnixMs\"\x93\x02\n" +
+	"\vBmcLogEntry\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x03 \x01(\x03R\rcreatedUnixMs\x12\x1a\n" +
+	"\bseverity\x18\x04 \x01(\tR\bseverity\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x06 \x01(\tR\tmessageId\x12\x1f\n" +
+	"\vsensor_type\x18\a \x01(\tR\n" +
+	"sensorType\x12\x1d\n" +
+	"\n" +
+	"entry_type\x18\b \x01(\tR\tentryType\x12\x1d\n" +
+	"\n" +
+	"entry_code\x18\t \x01(\tR\tentryCode\"\xce\x02\n" +
+	"\aBmcPart\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\"\n" +
+	"\fmanufacturer\x18\x03 \x01(\tR\fmanufacturer\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x1f\n" +
+	"\vpart_number\x18\x05 \x01(\tR\n" +
+	"partNumber\x12#\n" +
+	"\rserial_number\x18\x06 \x01(\tR\fserialNumber\x12*\n" +
+	"\x11spare_part_number\x18\a \x01(\tR\x0fsparePartNumber\x12)\n" +
+	"\x10firmware_version\x18\b \x01(\tR\x0ffirmwareVersion\x12\x16\n" +
+	"\x06health\x18\t \x01(\tR\x06health\x12\x14\n" +
+	"\x05state\x18\n" +
+	" \x01(\tR\x05state\x12\x1a\n" +
+	"\blocation\x18\v \x01(\tR\blocation\"\xe3\x02\n" +
+	"\rBmcCollection\x12*\n" +
+	"\x11collected_unix_ms\x18\x01 \x01(\x03R\x0fcollectedUnixMs\x12/\n" +
+	"\x14window_start_unix_ms\x18\x02 \x01(\x03R\x11windowStartUnixMs\x12+\n" +
+	"\x12window_end_unix_ms\x18\x03 \x01(\x03R\x0fwindowEndUnixMs\x12!\n" +
+	"\flog_services\x18\x04 \x03(\tR\vlogServices\x12(\n" +
+	"\x10log_entries_read\x18\x05 \x01(\rR\x0elogEntriesRead\x12.\n" +
+	"\x13log_entries_dropped\x18\x06 \x01(\rR\x11logEntriesDropped\x12#\n" +
+	"\rsensor_source\x18\a \x01(\tR\fsensorSource\x12&\n" +
+	"\x05notes\x18\b \x03(\v2\x10.cure.v1.BmcNoteR\x05notes\"a\n" +
+	"\aBmcNote\x12\x1a\n" +
+	"\bresource\x18\x01 \x01(\tR\bresource\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12 \n" +
+	"\vunsupported\x18\x03 \x01(\bR\vunsupported\"\xcc\x01\n" +
+	"\vBmcEvidence\x12&\n" +
+	"\x03log\x18\x01 \x03(\v2\x14.cure.v1.BmcLogEntryR\x03log\x127\n" +
+	"\x0epower_supplies\x18\x02 \x03(\v2\x10.cure.v1.BmcPartR\rpowerSupplies\x12$\n" +
+	"\x04fans\x18\x03 \x03(\v2\x10.cure.v1.BmcPartR\x04fans\x126\n" +
+	"\n" +
+	"collection\x18\x04 \x01(\v2\x16.cure.v1.BmcCollectionR\n" +
+	"collection\"\x9e\x01\n" +
 	"\n" +
 	"TimeBucket\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
@@ -6956,9 +7673,10 @@ const file_cure_proto_rawDesc = "" +
 	"\x06run_id\x18\t \x01(\tR\x05runId\x12\x16\n" +
 	"\x06result\x18\n" +
 	" \x01(\tR\x06result\x12\x16\n" +
-	"\x06detail\x18\v \x01(\tR\x06detail\"E\n" +
+	"\x06detail\x18\v \x01(\tR\x06detail\"k\n" +
 	"\x14ListAuditLogResponse\x12-\n" +
-	"\aentries\x18\x01 \x03(\v2\x13.cure.v1.AuditEntryR\aentries\"\xf8\x02\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.cure.v1.AuditEntryR\aentries\x12$\n" +
+	"\x0enext_before_id\x18\x02 \x01(\x03R\fnextBeforeId\"\xf8\x02\n" +
 	"\bNodeSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03sku\x18\x02 \x01(\tR\x03sku\x12\x1a\n" +
@@ -7158,7 +7876,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 98)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -7192,188 +7910,208 @@ var file_cure_proto_goTypes = []any{
 	(*Metric)(nil),               // 29: cure.v1.Metric
 	(*CoordinatorMessage)(nil),   // 30: cure.v1.CoordinatorMessage
 	(*Assignment)(nil),           // 31: cure.v1.Assignment
-	(*ResumeState)(nil),          // 32: cure.v1.ResumeState
-	(*FirstBoot)(nil),            // 33: cure.v1.FirstBoot
-	(*Ack)(nil),                  // 34: cure.v1.Ack
-	(*Idle)(nil),                 // 35: cure.v1.Idle
-	(*Reboot)(nil),               // 36: cure.v1.Reboot
-	(*Cancel)(nil),               // 37: cure.v1.Cancel
-	(*ProvisionRequest)(nil),     // 38: cure.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),    // 39: cure.v1.ProvisionResponse
-	(*Refusal)(nil),              // 40: cure.v1.Refusal
-	(*CancelRequest)(nil),        // 41: cure.v1.CancelRequest
-	(*CancelResponse)(nil),       // 42: cure.v1.CancelResponse
-	(*FleetRequest)(nil),         // 43: cure.v1.FleetRequest
-	(*FleetStatus)(nil),          // 44: cure.v1.FleetStatus
-	(*FleetRun)(nil),             // 45: cure.v1.FleetRun
-	(*RunRef)(nil),               // 46: cure.v1.RunRef
-	(*WatchRequest)(nil),         // 47: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),        // 48: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),        // 49: cure.v1.ReportRequest
-	(*RunReport)(nil),            // 50: cure.v1.RunReport
-	(*TimeBucket)(nil),           // 51: cure.v1.TimeBucket
-	(*TimeBucketsRequest)(nil),   // 52: cure.v1.TimeBucketsRequest
-	(*TimeBucketSummary)(nil),    // 53: cure.v1.TimeBucketSummary
-	(*SkuTimeBuckets)(nil),       // 54: cure.v1.SkuTimeBuckets
-	(*BucketStat)(nil),           // 55: cure.v1.BucketStat
-	(*PhaseRecord)(nil),          // 56: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 57: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 58: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 59: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 60: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 61: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 62: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 63: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 64: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 65: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),             // 66: cure.v1.NodeSpec
-	(*BMCSpec)(nil),              // 67: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),      // 68: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),     // 69: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),    // 70: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),   // 71: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),     // 72: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),      // 73: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),           // 74: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),      // 75: cure.v1.InventoryRecord
-	(*FleetBandsRequest)(nil),    // 76: cure.v1.FleetBandsRequest
-	(*FleetBandsResponse)(nil),   // 77: cure.v1.FleetBandsResponse
-	(*FleetDistribution)(nil),    // 78: cure.v1.FleetDistribution
-	(*FleetNodeMark)(nil),        // 79: cure.v1.FleetNodeMark
-	(*FleetJudgement)(nil),       // 80: cure.v1.FleetJudgement
-	(*FleetJudgements)(nil),      // 81: cure.v1.FleetJudgements
-	nil,                          // 82: cure.v1.Log.AttrsEntry
-	nil,                          // 83: cure.v1.Metric.LabelsEntry
-	nil,                          // 84: cure.v1.Assignment.PsidsEntry
-	nil,                          // 85: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 86: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 87: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 88: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 89: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 90: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 91: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 92: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 93: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 94: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 95: cure.v1.NodeDetail.LabelsEntry
+	(*SuiteResume)(nil),          // 32: cure.v1.SuiteResume
+	(*ResumeState)(nil),          // 33: cure.v1.ResumeState
+	(*FirstBoot)(nil),            // 34: cure.v1.FirstBoot
+	(*Ack)(nil),                  // 35: cure.v1.Ack
+	(*Idle)(nil),                 // 36: cure.v1.Idle
+	(*Reboot)(nil),               // 37: cure.v1.Reboot
+	(*Cancel)(nil),               // 38: cure.v1.Cancel
+	(*ProvisionRequest)(nil),     // 39: cure.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),    // 40: cure.v1.ProvisionResponse
+	(*Refusal)(nil),              // 41: cure.v1.Refusal
+	(*CancelRequest)(nil),        // 42: cure.v1.CancelRequest
+	(*CancelResponse)(nil),       // 43: cure.v1.CancelResponse
+	(*FleetRequest)(nil),         // 44: cure.v1.FleetRequest
+	(*FleetStatus)(nil),          // 45: cure.v1.FleetStatus
+	(*FleetRun)(nil),             // 46: cure.v1.FleetRun
+	(*RunRef)(nil),               // 47: cure.v1.RunRef
+	(*WatchRequest)(nil),         // 48: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),        // 49: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),        // 50: cure.v1.ReportRequest
+	(*RunReport)(nil),            // 51: cure.v1.RunReport
+	(*BmcLogEntry)(nil),          // 52: cure.v1.BmcLogEntry
+	(*BmcPart)(nil),              // 53: cure.v1.BmcPart
+	(*BmcCollection)(nil),        // 54: cure.v1.BmcCollection
+	(*BmcNote)(nil),              // 55: cure.v1.BmcNote
+	(*BmcEvidence)(nil),          // 56: cure.v1.BmcEvidence
+	(*TimeBucket)(nil),           // 57: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),   // 58: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),    // 59: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),       // 60: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),           // 61: cure.v1.BucketStat
+	(*PhaseRecord)(nil),          // 62: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 63: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 64: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 65: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 66: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 67: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 68: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 69: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 70: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 71: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),             // 72: cure.v1.NodeSpec
+	(*BMCSpec)(nil),              // 73: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),      // 74: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),     // 75: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),    // 76: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),   // 77: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),     // 78: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),      // 79: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),           // 80: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),      // 81: cure.v1.InventoryRecord
+	(*FleetBandsRequest)(nil),    // 82: cure.v1.FleetBandsRequest
+	(*FleetBandsResponse)(nil),   // 83: cure.v1.FleetBandsResponse
+	(*FleetDistribution)(nil),    // 84: cure.v1.FleetDistribution
+	(*FleetNodeMark)(nil),        // 85: cure.v1.FleetNodeMark
+	(*FleetJudgement)(nil),       // 86: cure.v1.FleetJudgement
+	(*FleetJudgements)(nil),      // 87: cure.v1.FleetJudgements
+	nil,                          // 88: cure.v1.Log.AttrsEntry
+	nil,                          // 89: cure.v1.Metric.LabelsEntry
+	nil,                          // 90: cure.v1.Assignment.PsidsEntry
+	nil,                          // 91: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 92: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 93: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 94: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 95: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 96: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 97: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 98: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 99: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 100: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 101: cure.v1.NodeDetail.LabelsEntry
 }
 var file_cure_proto_depIdxs = []int32{
-	5,  // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
-	19, // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
-	7,  // 2: cure.v1.Hello.identity:type_name -> cure.v1.Identity
-	9,  // 3: cure.v1.Hello.inventory:type_name -> cure.v1.Inventory
-	8,  // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
-	6,  // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
-	3,  // 6: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
-	14, // 7: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
-	15, // 8: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
-	16, // 9: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
-	17, // 10: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
-	18, // 11: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
-	10, // 12: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
-	11, // 13: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
-	12, // 14: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
-	13, // 15: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
-	24, // 16: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
-	25, // 17: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
-	26, // 18: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
-	28, // 19: cure.v1.Event.log:type_name -> cure.v1.Log
-	29, // 20: cure.v1.Event.metric:type_name -> cure.v1.Metric
-	20, // 21: cure.v1.Event.progress:type_name -> cure.v1.Progress
-	22, // 22: cure.v1.Event.samples:type_name -> cure.v1.Samples
-	21, // 23: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
-	1,  // 24: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
-	23, // 25: cure.v1.Samples.series:type_name -> cure.v1.Series
-	2,  // 26: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
-	1,  // 27: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	27, // 28: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	82, // 29: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	83, // 30: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
-	31, // 31: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
-	34, // 32: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
-	35, // 33: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
-	36, // 34: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
-	37, // 35: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
-	0,  // 36: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
-	32, // 37: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
-	33, // 38: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	84, // 39: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
-	0,  // 40: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	85, // 41: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
-	46, // 42: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	40, // 43: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	86, // 44: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
-	46, // 45: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
-	40, // 46: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	87, // 47: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	88, // 48: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	89, // 49: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
-	45, // 50: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	90, // 51: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
-	26, // 52: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
-	0,  // 53: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	56, // 54: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
-	26, // 55: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	75, // 56: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	51, // 57: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	80, // 58: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
-	78, // 59: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
-	51, // 60: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	91, // 61: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	54, // 62: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	55, // 63: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	55, // 64: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
-	59, // 65: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	26, // 66: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	62, // 67: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	64, // 68: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	92, // 69: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	67, // 70: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	93, // 71: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	66, // 72: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	94, // 73: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	95, // 74: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	75, // 75: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	9,  // 76: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	78, // 77: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
-	79, // 78: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
-	80, // 79: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
-	78, // 80: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
-	4,  // 81: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	38, // 82: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	47, // 83: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	49, // 84: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	60, // 85: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	57, // 86: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	63, // 87: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	41, // 88: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	43, // 89: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	68, // 90: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	70, // 91: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	72, // 92: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	73, // 93: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	52, // 94: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	76, // 95: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
-	30, // 96: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	39, // 97: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	48, // 98: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	50, // 99: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	61, // 100: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	58, // 101: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	65, // 102: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	42, // 103: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	44, // 104: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	69, // 105: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	71, // 106: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	74, // 107: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	74, // 108: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	53, // 109: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	77, // 110: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
-	96, // [96:111] is the sub-list for method output_type
-	81, // [81:96] is the sub-list for method input_type
-	81, // [81:81] is the sub-list for extension type_name
-	81, // [81:81] is the sub-list for extension extendee
-	0,  // [0:81] is the sub-list for field type_name
+	5,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
+	19,  // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
+	7,   // 2: cure.v1.Hello.identity:type_name -> cure.v1.Identity
+	9,   // 3: cure.v1.Hello.inventory:type_name -> cure.v1.Inventory
+	8,   // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
+	6,   // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
+	3,   // 6: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
+	14,  // 7: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
+	15,  // 8: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
+	16,  // 9: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
+	17,  // 10: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
+	18,  // 11: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
+	10,  // 12: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
+	11,  // 13: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
+	12,  // 14: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
+	13,  // 15: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
+	24,  // 16: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
+	25,  // 17: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
+	26,  // 18: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
+	28,  // 19: cure.v1.Event.log:type_name -> cure.v1.Log
+	29,  // 20: cure.v1.Event.metric:type_name -> cure.v1.Metric
+	20,  // 21: cure.v1.Event.progress:type_name -> cure.v1.Progress
+	22,  // 22: cure.v1.Event.samples:type_name -> cure.v1.Samples
+	21,  // 23: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
+	1,   // 24: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
+	23,  // 25: cure.v1.Samples.series:type_name -> cure.v1.Series
+	2,   // 26: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
+	1,   // 27: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
+	27,  // 28: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
+	88,  // 29: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	89,  // 30: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	31,  // 31: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
+	35,  // 32: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
+	36,  // 33: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
+	37,  // 34: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
+	38,  // 35: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
+	0,   // 36: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
+	33,  // 37: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
+	34,  // 38: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
+	90,  // 39: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	32,  // 40: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
+	21,  // 41: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
+	0,   // 42: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
+	91,  // 43: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	47,  // 44: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	41,  // 45: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
+	92,  // 46: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	47,  // 47: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
+	41,  // 48: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
+	93,  // 49: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	94,  // 50: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	95,  // 51: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	46,  // 52: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
+	96,  // 53: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	26,  // 54: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
+	20,  // 55: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
+	0,   // 56: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
+	62,  // 57: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	26,  // 58: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
+	81,  // 59: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	57,  // 60: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	52,  // 61: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
+	53,  // 62: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
+	53,  // 63: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
+	54,  // 64: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
+	23,  // 65: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
+	86,  // 66: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
+	84,  // 67: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
+	20,  // 68: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
+	55,  // 69: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
+	52,  // 70: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
+	53,  // 71: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
+	53,  // 72: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
+	54,  // 73: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
+	57,  // 74: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	97,  // 75: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	60,  // 76: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	61,  // 77: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	61,  // 78: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	65,  // 79: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	26,  // 80: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	68,  // 81: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	70,  // 82: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	98,  // 83: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	73,  // 84: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	99,  // 85: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	72,  // 86: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	100, // 87: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	101, // 88: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	81,  // 89: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	9,   // 90: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	84,  // 91: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
+	85,  // 92: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
+	86,  // 93: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
+	84,  // 94: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
+	4,   // 95: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	39,  // 96: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	48,  // 97: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	50,  // 98: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	66,  // 99: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	63,  // 100: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	69,  // 101: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	42,  // 102: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	44,  // 103: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	74,  // 104: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	76,  // 105: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	78,  // 106: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	79,  // 107: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	58,  // 108: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	82,  // 109: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
+	30,  // 110: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	40,  // 111: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	49,  // 112: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	51,  // 113: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	67,  // 114: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	64,  // 115: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	71,  // 116: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	43,  // 117: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	45,  // 118: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	75,  // 119: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	77,  // 120: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	80,  // 121: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	80,  // 122: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	59,  // 123: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	83,  // 124: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
+	110, // [110:125] is the sub-list for method output_type
+	95,  // [95:110] is the sub-list for method input_type
+	95,  // [95:95] is the sub-list for extension type_name
+	95,  // [95:95] is the sub-list for extension extendee
+	0,   // [0:95] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -7401,14 +8139,14 @@ func file_cure_proto_init() {
 		(*CoordinatorMessage_Reboot)(nil),
 		(*CoordinatorMessage_Cancel)(nil),
 	}
-	file_cure_proto_msgTypes[76].OneofWrappers = []any{}
+	file_cure_proto_msgTypes[82].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   92,
+			NumMessages:   98,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

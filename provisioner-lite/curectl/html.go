@@ -66,6 +66,11 @@ type page struct {
 	// HardwareFrom where it came from; empty when none was reported.
 	Hardware     []InventorySection
 	HardwareFrom string
+	// BMC is what the node's BMC showed over the run (nil: not read).
+	BMC *bmcSection
+	// Suite is the suite's latest heartbeat: each check's progress and
+	// the ETA (nil: the run ran no suite, or its runner sent none).
+	Suite *SuiteView
 	// Fleet are the run's fleet band judgements, MARGINAL first, each of
 	// those with its plot (the fleet and the node in it).
 	Fleet []FleetRow
@@ -136,6 +141,8 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 		p.Phases = append(p.Phases, row)
 	}
 
+	p.BMC = buildBMC(r)
+	p.Suite = SuiteProgress(r.GetProgress(), r.GetProgressUnixMs(), r.GetDeadlineUnixMs(), runstate.Active(r.GetStatus()), generated)
 	p.Fleet = FleetRows(r.GetFleetJudgements(), r.GetFleetDistributions(), (*curev1.FleetJudgement).GetMarginal)
 	p.Hardware = InventorySections(r.GetInventory().GetInventory())
 	p.HardwareFrom = InventoryHeading(r.GetInventory(), r.GetRunId())
@@ -151,6 +158,9 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 		if e.GetKind() == runstate.EventMetric {
 			p.TimelineOmittedMetrics++
 			continue
+		}
+		if e.GetKind() == runstate.EventProgress {
+			continue // live only; the latest is the Suite section
 		}
 		msg := e.GetMessage()
 		if msg == "" && e.GetVerdict() != nil {

@@ -50,6 +50,16 @@ func (t *Timeline) Print(e *curev1.TimelineEntry) {
 			(time.Duration(e.GetDurationMs()) * time.Millisecond).Round(time.Second), e.GetMessage())
 	case runstate.EventMetric:
 		return
+	case runstate.EventProgress:
+		if e.GetProgress() == nil {
+			return
+		}
+		lines := progressLines(e.GetProgress(), e.GetTimeUnixMs(), e.GetDeadlineUnixMs())
+		fmt.Fprintf(t.w, "%s [%s] ⋯ %-18s %s\n", stamp, src(e.GetSource()), phase, textsafe.Line(lines[0]))
+		for _, l := range lines[1:] {
+			fmt.Fprintf(t.w, "%s\n", textsafe.Line(l))
+		}
+		return
 	case runstate.EventLog:
 		if e.GetStatus() == "DEBUG" {
 			return
@@ -113,6 +123,7 @@ func printReport(w io.Writer, r *curev1.RunReport, clip func(string, int) string
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", p.GetName(), strings.ToUpper(p.GetStatus()), p.GetAttempts(), d, clip(p.GetMessage(), 90))
 	}
 	tw.Flush()
+	PrintSuiteProgress(w, SuiteProgress(r.GetProgress(), r.GetProgressUnixMs(), r.GetDeadlineUnixMs(), runstate.Active(r.GetStatus()), time.Now()))
 	PrintBuckets(w, r.GetBuckets())
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nCOMPONENT\tCHECK\tVERDICT\tOBSERVED\tEXPECTED\tDETAIL")
@@ -127,6 +138,7 @@ func printReport(w io.Writer, r *curev1.RunReport, clip func(string, int) string
 		fmt.Fprintf(w, "(%d events past the run's caps were counted, not stored)\n", n)
 	}
 	PrintFleetJudgements(w, r)
+	printBMC(w, r, clip)
 	PrintInventory(w, r.GetInventory(), r.GetRunId())
 }
 

@@ -84,7 +84,12 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 					batch = append(batch, plan.Phases[j].Name)
 				}
 			}
+			stopTelemetry := e.startBMCTelemetry(ctx, &r, batch)
 			failedPhase, msg, err := e.runnerPhases(ctx, &r, batch, log)
+			stopTelemetry()
+			if validating(&r, batch) && !errors.Is(err, errStopped) && ctx.Err() == nil {
+				e.collectBMCEvidence(ctx, &r)
+			}
 			if err != nil {
 				if errors.Is(err, errStopped) || ctx.Err() != nil {
 					return
@@ -208,6 +213,9 @@ func (e *Engine) begin(ctx context.Context, r *store.Run, phase, source string) 
 	}); err != nil {
 		e.cfg.Log.Error("store phase", "err", err)
 	}
+	if phase == modes.Validate {
+		e.validateChanged(r.ID, true)
+	}
 	if source == runstate.SourceCoordinator {
 		e.coordEvent(context.WithoutCancel(ctx), *r, phase, runstate.EventPhaseStart, "", "", 0)
 	}
@@ -227,6 +235,9 @@ func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcom
 	}); err != nil {
 		e.cfg.Log.Error("store phase", "err", err)
 	}
+	if phase == modes.Validate {
+		e.validateChanged(r.ID, false)
+	}
 	e.cfg.Metrics.PhaseEnded(phase, e.skuOf(ctx, r), out.status, dur)
 	if out.status != runstate.PhaseFailed && !slices.Contains(r.CompletedPhases, phase) {
 		r.CompletedPhases = append(r.CompletedPhases, phase)
@@ -245,6 +256,7 @@ func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcom
 
 func (e *Engine) finish(ctx context.Context, r *store.Run, status, msg string) {
 	ctx = context.WithoutCancel(ctx)
+	e.bmcEvidenceAtEnd(ctx, r)
 	r.Status = status
 	r.Message = msg
 	r.EndedAt = time.Now().UTC()

@@ -236,6 +236,15 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 				ev.GetSeq(), textsafe.BoundedLine(ev.GetRunId(), maxName), sess.RunID))
 			return status.Errorf(codes.PermissionDenied, "event names run %q: this session belongs to run %s", textsafe.BoundedLine(ev.GetRunId(), maxName), sess.RunID)
 		}
+		if ev.GetProgress() != nil {
+			if err := s.progress(ctx, sess, peerIP, ev, runnerPhases, log); err != nil {
+				return err
+			}
+			if err := sess.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Ack{Ack: &curev1.Ack{Seq: ev.GetSeq()}}}); err != nil {
+				return nil
+			}
+			continue
+		}
 		e, v, err := runnerEvent(sess.NodeID, sess.RunID, sess.BootID, ev, runnerPhases)
 		if err != nil {
 			s.security(ctx, audit.RunnerSession, sess, peerIP, err.Error())
@@ -265,6 +274,76 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 			return nil
 		}
 	}
+}
+
+// progress keeps a runner's heartbeat as its run's latest (one row
+// replaced, never an event: a soak of days would fill the run's event caps)
+// and as the session's proof of life.
+func (s *RunnerService) progress(ctx context.Context, sess *sessions.Session, peerIP string, ev *curev1.Event, runnerPhases map[string]bool,
+	log *slog.Logger) error {
+	rec, err := runnerProgress(sess.RunID, sess.BootID, ev, runnerPhases)
+	if err != nil {
+		s.security(ctx, audit.RunnerSession, sess, peerIP, err.Error())
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	now := time.Now()
+	sess.Heartbeat(now)
+	rec.Received = now
+	_, err = s.Store.PutProgress(ctx, rec)
+	switch {
+	case errors.Is(err, store.ErrRunInactive):
+		return status.Errorf(codes.FailedPrecondition, "run %s is no longer active", sess.RunID)
+	case err != nil:
+		log.Error("store runner progress", "seq", ev.GetSeq(), "err", err)
+		return status.Errorf(codes.Unavailable, "store: %v", err) // runner replays unacked events
+	}
+	return nil
+}
+
+// Bounds of a heartbeat: a suite has tens of checks.
+const maxProgressChecks = 512
+
+var progressStates = []string{"pending", "running", "done", "interrupted"}
+
+// runnerProgress turns a runner's heartbeat into what the store keeps:
+// attributed to the session, of a runner phase of its run, every string
+// cleaned and bounded, numbers not negative, at most maxProgressChecks
+// checks, a worst verdict only one a runner may give.
+func runnerProgress(runID, bootID string, ev *curev1.Event, runnerPhases map[string]bool) (store.ProgressRecord, error) {
+	if ev.GetSeq() == 0 || ev.GetSeq() > 1<<62 {
+		return store.ProgressRecord{}, fmt.Errorf("event seq %d: want 1..2^62", ev.GetSeq())
+	}
+	phase := ev.GetPhase()
+	if !runnerPhases[phase] {
+		return store.ProgressRecord{}, fmt.Errorf("event seq %d: progress of %q, not a runner phase of this run", ev.GetSeq(), textsafe.BoundedLine(phase, maxName))
+	}
+	in := ev.GetProgress()
+	nonNeg := func(x int64) int64 { return max(x, 0) }
+	out := &curev1.Progress{
+		Suite: textsafe.BoundedLine(in.GetSuite(), maxName), Stage: textsafe.BoundedLine(in.GetStage(), maxName),
+		ElapsedMs: nonNeg(in.GetElapsedMs()), PlannedMs: nonNeg(in.GetPlannedMs()), RemainingMs: nonNeg(in.GetRemainingMs()), Resumed: in.GetResumed(),
+	}
+	for i, c := range in.GetChecks() {
+		if i == maxProgressChecks {
+			break
+		}
+		st := c.GetState()
+		if !slices.Contains(progressStates, st) {
+			return store.ProgressRecord{}, fmt.Errorf("event seq %d: check %d of the progress has state %q (want one of %s)",
+				ev.GetSeq(), i, textsafe.BoundedLine(st, maxName), strings.Join(progressStates, ", "))
+		}
+		worst := c.GetWorst()
+		if _, known := curev1.VerdictStatus_name[int32(worst)]; !known || worst == curev1.VerdictStatus_MARGINAL {
+			worst = curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED // MARGINAL is the coordinator's to give
+		}
+		out.Checks = append(out.Checks, &curev1.CheckProgress{Check: textsafe.BoundedLine(c.GetCheck(), maxName), Stage: textsafe.BoundedLine(c.GetStage(), maxName),
+			State: st, ElapsedMs: nonNeg(c.GetElapsedMs()), PlannedMs: nonNeg(c.GetPlannedMs()), Worst: worst})
+	}
+	js, err := protojson.Marshal(out)
+	if err != nil {
+		return store.ProgressRecord{}, err
+	}
+	return store.ProgressRecord{RunID: runID, BootID: bootID, Seq: ev.GetSeq(), Phase: phase, Time: time.UnixMilli(ev.GetTimeUnixMs()).UTC(), JSON: js}, nil
 }
 
 // authenticate turns a Hello into a session: the token is bound to this boot

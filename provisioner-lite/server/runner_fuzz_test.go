@@ -82,3 +82,53 @@ func FuzzRunnerEvent(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRunnerProgress feeds any bytes a runner could send as a heartbeat:
+// whatever is kept is attributed to the session, of a runner phase, its
+// stored form parses back with clean, bounded text, no negative times, at
+// most maxProgressChecks checks and no MARGINAL.
+func FuzzRunnerProgress(f *testing.F) {
+	for _, ev := range []*curev1.Event{
+		{Seq: 1, Phase: "nvme", Body: &curev1.Event_Progress{Progress: &curev1.Progress{Suite: "soak", Stage: "load", ElapsedMs: 5, PlannedMs: 10, RemainingMs: 5,
+			Checks: []*curev1.CheckProgress{{Check: "cpu", Stage: "load", State: "running", ElapsedMs: 1, PlannedMs: 10}, {Check: "smart", State: "done", Worst: curev1.VerdictStatus_FAIL}}}}},
+		{Seq: 2, Phase: "os_install", RunId: "other", Body: &curev1.Event_Progress{Progress: &curev1.Progress{Suite: "\x1b]0;x\x07", ElapsedMs: -1,
+			Checks: []*curev1.CheckProgress{{Check: "\u202e", State: "done", Worst: curev1.VerdictStatus_MARGINAL}}}}},
+		{Seq: 3, Phase: "bios", Body: &curev1.Event_Progress{Progress: &curev1.Progress{}}},
+		{Seq: 4, Phase: "nvme", Body: &curev1.Event_Progress{Progress: &curev1.Progress{Checks: []*curev1.CheckProgress{{State: "weird"}}}}},
+	} {
+		b, _ := proto.Marshal(ev)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var ev curev1.Event
+		if proto.Unmarshal(b, &ev) != nil || ev.GetProgress() == nil {
+			return
+		}
+		rec, err := runnerProgress("run1", "boot1", &ev, fuzzPhases)
+		if err != nil {
+			return
+		}
+		if rec.RunID != "run1" || rec.BootID != "boot1" || rec.Seq == 0 || !fuzzPhases[rec.Phase] {
+			t.Fatalf("heartbeat kept as %+v", rec)
+		}
+		var p curev1.Progress
+		if err := protojson.Unmarshal(rec.JSON, &p); err != nil {
+			t.Fatalf("stored heartbeat %q: %v", rec.JSON, err)
+		}
+		if len(p.GetChecks()) > maxProgressChecks || p.GetElapsedMs() < 0 || p.GetPlannedMs() < 0 || p.GetRemainingMs() < 0 {
+			t.Fatalf("unbounded heartbeat: %d checks, %d/%d/%d ms", len(p.GetChecks()), p.GetElapsedMs(), p.GetPlannedMs(), p.GetRemainingMs())
+		}
+		texts := []string{p.GetSuite(), p.GetStage()}
+		for _, c := range p.GetChecks() {
+			texts = append(texts, c.GetCheck(), c.GetStage(), c.GetState())
+			if c.GetElapsedMs() < 0 || c.GetPlannedMs() < 0 || c.GetWorst() == curev1.VerdictStatus_MARGINAL {
+				t.Fatalf("stored check %v", c)
+			}
+		}
+		for _, s := range texts {
+			if !utf8.ValidString(s) || !textsafe.Safe(s) || strings.ContainsAny(s, "\n\t") || len(s) > maxName+64 {
+				t.Fatalf("unclean or unbounded text %q", s)
+			}
+		}
+	})
+}

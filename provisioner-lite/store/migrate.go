@@ -195,7 +195,41 @@ ALTER TABLE run_usage ADD COLUMN notes INTEGER NOT NULL DEFAULT 0;       -- coor
 ALTER TABLE run_usage ADD COLUMN notes_dropped INTEGER NOT NULL DEFAULT 0; -- notes counted past the cap
 ALTER TABLE boot_tokens ADD COLUMN reconnects INTEGER NOT NULL DEFAULT 0; -- sessions of the bound boot after its first
 `,
-	// 6: fleet history. Every verdict's measurements (metric, value, unit)
+	// 6: series sampled during a run (the BMC's sensors, the host's
+	// telemetry), bounded per run and thinned per series; and what the
+	// run's BMC showed at the end of its validate phase.
+	`
+CREATE TABLE series (
+	run_id    TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+	source    TEXT NOT NULL,              -- bmc, host, gpu
+	component TEXT NOT NULL,
+	metric    TEXT NOT NULL,
+	unit      TEXT NOT NULL DEFAULT '',
+	points    TEXT NOT NULL,              -- JSON {"t":[unix ms],"v":[values]}, time order
+	thinned   INTEGER NOT NULL DEFAULT 0, -- points merged away to stay bounded
+	PRIMARY KEY (run_id, source, component, metric)
+);
+CREATE TABLE run_bmc_evidence (
+	run_id   TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+	time     INTEGER NOT NULL,
+	evidence TEXT NOT NULL                -- protojson of cure.v1.BmcEvidence
+);
+`,
+	// 7: a suite's heartbeats. The latest Progress per run (liveness, each
+	// check's state, the ETA), replaced in place: a soak of days keeps one
+	// row, not an event a minute.
+	`
+CREATE TABLE run_progress (
+	run_id   TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+	boot_id  TEXT NOT NULL,
+	seq      INTEGER NOT NULL,
+	phase    TEXT NOT NULL DEFAULT '',
+	time     INTEGER NOT NULL,            -- the runner's clock
+	received INTEGER NOT NULL,            -- the coordinator's
+	progress TEXT NOT NULL                -- protojson of cure.v1.Progress
+);
+`,
+	// 8: fleet history. Every verdict's measurements (metric, value, unit)
 	// with what the fleet bands select them by (SKU, check, metric, time;
 	// the coordinator's clock), bounded per run (run_usage.measurements),
 	// pruned by their own retention; and each run's fleet judgement

@@ -115,6 +115,9 @@ func TestNodes(t *testing.T) {
 			t.Fatalf("NodeByMAC(%s) = %q, %v; want n1", m, got.ID, err)
 		}
 	}
+	if idx, err := s.MACIndex(ctx); err != nil || !reflect.DeepEqual(idx, map[string]string{"52:54:00:aa:bb:01": "n1", "52:54:00:aa:bb:02": "n1"}) {
+		t.Fatalf("MACIndex = %v, %v", idx, err)
+	}
 	if _, err := s.NodeByMAC(ctx, "52:54:00:aa:bb:99"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("NodeByMAC unknown: err = %v, want ErrNotFound", err)
 	}

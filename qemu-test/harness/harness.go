@@ -46,6 +46,9 @@ type Options struct {
 	Logger       *slog.Logger
 	// ExtraCoordinatorArgs are appended to provisioner-lite's command line.
 	ExtraCoordinatorArgs []string
+	// ExtraSuites are validation suite files served beside the examples'
+	// (a test's own, scaled to QEMU).
+	ExtraSuites []string
 	// Firmware is each virtual BMC's simulated FirmwareInventory (nil:
 	// vbmc.DefaultFirmware()).
 	Firmware []vbmc.FirmwareSpec
@@ -323,7 +326,7 @@ func (e *Env) writeManifest() error {
 	if err := os.MkdirAll(filepath.Join(e.Opts.Work, "manifests", "suites"), 0o755); err != nil {
 		return err
 	}
-	for _, f := range suites {
+	for _, f := range append(suites, e.Opts.ExtraSuites...) {
 		if err := copyFile(f, filepath.Join(e.Opts.Work, "manifests", "suites", filepath.Base(f))); err != nil {
 			return err
 		}
@@ -555,6 +558,8 @@ func (e *Env) Run(ctx context.Context, node string, mode modes.Mode, manifest st
 
 // Follow streams the run's timeline to print until the run ends, then
 // returns its report. A broken stream (coordinator restart) is re-opened.
+// Live heartbeats (kind progress, not stored) are printed as they come and
+// not counted among the stored entries a re-opened stream replays.
 func (e *Env) Follow(ctx context.Context, runID string, print func(*curev1.TimelineEntry)) (*curev1.RunReport, error) {
 	seen := 0
 	for {
@@ -568,6 +573,12 @@ func (e *Env) Follow(ctx context.Context, runID string, print func(*curev1.Timel
 						return e.Report(ctx, runID)
 					}
 					break
+				}
+				if ev.GetKind() == "progress" {
+					if print != nil {
+						print(ev)
+					}
+					continue
 				}
 				i++
 				if i > seen {

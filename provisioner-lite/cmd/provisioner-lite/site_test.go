@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,10 +25,20 @@ import (
 func TestMain(m *testing.M) {
 	if args := os.Getenv("CURE_TEST_MAIN_ARGS"); args != "" {
 		os.Args = append([]string{"provisioner-lite"}, strings.Split(args, "\x1f")...)
+		// CURE_TEST_NOFILE: run under that file descriptor limit, soft and
+		// hard, as a supervisor's LimitNOFILE= would set it.
+		if n, err := strconv.ParseUint(os.Getenv("CURE_TEST_NOFILE"), 10, 64); err == nil {
+			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
+				fmt.Fprintln(os.Stderr, "setrlimit:", err)
+				os.Exit(3)
+			}
+		}
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeCurectl()
+	os.Exit(code)
 }
 
 // runMain runs `provisioner-lite args...` in a child process in dir.
