@@ -4392,6 +4392,12 @@ type RunReport struct {
 	BmcFans          []*BmcPart     `protobuf:"bytes,18,rep,name=bmc_fans,json=bmcFans,proto3" json:"bmc_fans,omitempty"`
 	BmcCollection    *BmcCollection `protobuf:"bytes,19,opt,name=bmc_collection,json=bmcCollection,proto3" json:"bmc_collection,omitempty"`
 	BmcSeries        []*Series      `protobuf:"bytes,20,rep,name=bmc_series,json=bmcSeries,proto3" json:"bmc_series,omitempty"`
+	// Every measured metric of the run that a suite's fleet band names, as the
+	// coordinator judged it against the SKU's fleet when the validate phase
+	// ended: MARGINAL, within the band, or not applied (too few nodes).
+	FleetJudgements []*FleetJudgement `protobuf:"bytes,23,rep,name=fleet_judgements,json=fleetJudgements,proto3" json:"fleet_judgements,omitempty"`
+	// The fleet distributions those judgements used, one per check and metric.
+	FleetDistributions []*FleetDistribution `protobuf:"bytes,24,rep,name=fleet_distributions,json=fleetDistributions,proto3" json:"fleet_distributions,omitempty"`
 	// The runner's latest heartbeat of a suite (validate): each check's
 	// state and the estimate of what is left. Kept after the run ends.
 	Progress       *Progress `protobuf:"bytes,28,opt,name=progress,proto3" json:"progress,omitempty"`
@@ -4563,6 +4569,20 @@ func (x *RunReport) GetBmcCollection() *BmcCollection {
 func (x *RunReport) GetBmcSeries() []*Series {
 	if x != nil {
 		return x.BmcSeries
+	}
+	return nil
+}
+
+func (x *RunReport) GetFleetJudgements() []*FleetJudgement {
+	if x != nil {
+		return x.FleetJudgements
+	}
+	return nil
+}
+
+func (x *RunReport) GetFleetDistributions() []*FleetDistribution {
+	if x != nil {
+		return x.FleetDistributions
 	}
 	return nil
 }
@@ -6958,6 +6978,637 @@ func (x *InventoryRecord) GetTruncated() bool {
 	return false
 }
 
+type FleetBandsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sku           string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`                            // empty: every SKU (or node_id's)
+	Check         string                 `protobuf:"bytes,2,opt,name=check,proto3" json:"check,omitempty"`                        // empty: every check
+	Metric        string                 `protobuf:"bytes,3,opt,name=metric,proto3" json:"metric,omitempty"`                      // empty: every metric
+	NodeId        string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`        // mark where this node sits (its latest value per component)
+	WindowMs      int64                  `protobuf:"varint,5,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"` // how recent a result must be; 0: the default fleet window
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetBandsRequest) Reset() {
+	*x = FleetBandsRequest{}
+	mi := &file_cure_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetBandsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetBandsRequest) ProtoMessage() {}
+
+func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetBandsRequest.ProtoReflect.Descriptor instead.
+func (*FleetBandsRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *FleetBandsRequest) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *FleetBandsRequest) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *FleetBandsRequest) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *FleetBandsRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *FleetBandsRequest) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+type FleetBandsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Distributions []*FleetDistribution   `protobuf:"bytes,1,rep,name=distributions,proto3" json:"distributions,omitempty"`
+	WindowMs      int64                  `protobuf:"varint,2,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	Truncated     bool                   `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"` // more SKU/check/metric triples matched than are listed
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetBandsResponse) Reset() {
+	*x = FleetBandsResponse{}
+	mi := &file_cure_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetBandsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetBandsResponse) ProtoMessage() {}
+
+func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetBandsResponse.ProtoReflect.Descriptor instead.
+func (*FleetBandsResponse) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *FleetBandsResponse) GetDistributions() []*FleetDistribution {
+	if x != nil {
+		return x.Distributions
+	}
+	return nil
+}
+
+func (x *FleetBandsResponse) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+func (x *FleetBandsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// FleetDistribution is the recent passing results of one SKU's fleet for one
+// check's metric: each node counted once per component (its latest value),
+// robust statistics over them, and a bounded sample of the values.
+type FleetDistribution struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sku           string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
+	Check         string                 `protobuf:"bytes,2,opt,name=check,proto3" json:"check,omitempty"`
+	Metric        string                 `protobuf:"bytes,3,opt,name=metric,proto3" json:"metric,omitempty"`
+	Unit          string                 `protobuf:"bytes,4,opt,name=unit,proto3" json:"unit,omitempty"`
+	Nodes         uint32                 `protobuf:"varint,5,opt,name=nodes,proto3" json:"nodes,omitempty"`     // distinct nodes
+	Samples       uint32                 `protobuf:"varint,6,opt,name=samples,proto3" json:"samples,omitempty"` // values (a node has one per component)
+	Median        float64                `protobuf:"fixed64,7,opt,name=median,proto3" json:"median,omitempty"`
+	Mad           float64                `protobuf:"fixed64,8,opt,name=mad,proto3" json:"mad,omitempty"`       // median absolute deviation scaled by 1.4826 (a normal sigma)
+	Spread        float64                `protobuf:"fixed64,9,opt,name=spread,proto3" json:"spread,omitempty"` // what bands are measured in: mad, or its floor when the fleet agrees too closely
+	P5            float64                `protobuf:"fixed64,10,opt,name=p5,proto3" json:"p5,omitempty"`
+	P50           float64                `protobuf:"fixed64,11,opt,name=p50,proto3" json:"p50,omitempty"`
+	P95           float64                `protobuf:"fixed64,12,opt,name=p95,proto3" json:"p95,omitempty"`
+	Min           float64                `protobuf:"fixed64,13,opt,name=min,proto3" json:"min,omitempty"`
+	Max           float64                `protobuf:"fixed64,14,opt,name=max,proto3" json:"max,omitempty"`
+	Values        []float64              `protobuf:"fixed64,15,rep,packed,name=values,proto3" json:"values,omitempty"` // sorted; evenly thinned to a bound for plots
+	Marks         []*FleetNodeMark       `protobuf:"bytes,16,rep,name=marks,proto3" json:"marks,omitempty"`            // where the asked-for node sits
+	WindowMs      int64                  `protobuf:"varint,17,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetDistribution) Reset() {
+	*x = FleetDistribution{}
+	mi := &file_cure_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetDistribution) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetDistribution) ProtoMessage() {}
+
+func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetDistribution.ProtoReflect.Descriptor instead.
+func (*FleetDistribution) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *FleetDistribution) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *FleetDistribution) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *FleetDistribution) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *FleetDistribution) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *FleetDistribution) GetNodes() uint32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetSamples() uint32 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetMedian() float64 {
+	if x != nil {
+		return x.Median
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetMad() float64 {
+	if x != nil {
+		return x.Mad
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetSpread() float64 {
+	if x != nil {
+		return x.Spread
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetP5() float64 {
+	if x != nil {
+		return x.P5
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetP50() float64 {
+	if x != nil {
+		return x.P50
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetP95() float64 {
+	if x != nil {
+		return x.P95
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetMin() float64 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetMax() float64 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetValues() []float64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *FleetDistribution) GetMarks() []*FleetNodeMark {
+	if x != nil {
+		return x.Marks
+	}
+	return nil
+}
+
+func (x *FleetDistribution) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+// FleetNodeMark is one component of a node placed in its fleet.
+type FleetNodeMark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Component     string                 `protobuf:"bytes,2,opt,name=component,proto3" json:"component,omitempty"`
+	Value         float64                `protobuf:"fixed64,3,opt,name=value,proto3" json:"value,omitempty"`
+	Percentile    float64                `protobuf:"fixed64,4,opt,name=percentile,proto3" json:"percentile,omitempty"` // share of the fleet's values below it, 0..100
+	RunId         string                 `protobuf:"bytes,5,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Passed        bool                   `protobuf:"varint,6,opt,name=passed,proto3" json:"passed,omitempty"` // its verdict passed
+	TimeUnixMs    int64                  `protobuf:"varint,7,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetNodeMark) Reset() {
+	*x = FleetNodeMark{}
+	mi := &file_cure_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetNodeMark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetNodeMark) ProtoMessage() {}
+
+func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetNodeMark.ProtoReflect.Descriptor instead.
+func (*FleetNodeMark) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *FleetNodeMark) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *FleetNodeMark) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *FleetNodeMark) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *FleetNodeMark) GetPercentile() float64 {
+	if x != nil {
+		return x.Percentile
+	}
+	return 0
+}
+
+func (x *FleetNodeMark) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *FleetNodeMark) GetPassed() bool {
+	if x != nil {
+		return x.Passed
+	}
+	return false
+}
+
+func (x *FleetNodeMark) GetTimeUnixMs() int64 {
+	if x != nil {
+		return x.TimeUnixMs
+	}
+	return 0
+}
+
+// FleetJudgement is one measured metric of one component judged against
+// the distribution of the same check's metric on other nodes of the SKU.
+type FleetJudgement struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Component     string                 `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"`
+	Check         string                 `protobuf:"bytes,2,opt,name=check,proto3" json:"check,omitempty"`
+	Metric        string                 `protobuf:"bytes,3,opt,name=metric,proto3" json:"metric,omitempty"`
+	Unit          string                 `protobuf:"bytes,4,opt,name=unit,proto3" json:"unit,omitempty"`
+	Value         float64                `protobuf:"fixed64,5,opt,name=value,proto3" json:"value,omitempty"`
+	Percentile    float64                `protobuf:"fixed64,6,opt,name=percentile,proto3" json:"percentile,omitempty"`
+	Applied       bool                   `protobuf:"varint,7,opt,name=applied,proto3" json:"applied,omitempty"` // false: too few nodes, only absolute thresholds applied
+	Marginal      bool                   `protobuf:"varint,8,opt,name=marginal,proto3" json:"marginal,omitempty"`
+	BandLow       *float64               `protobuf:"fixed64,9,opt,name=band_low,json=bandLow,proto3,oneof" json:"band_low,omitempty"` // the band in the metric's unit
+	BandHigh      *float64               `protobuf:"fixed64,10,opt,name=band_high,json=bandHigh,proto3,oneof" json:"band_high,omitempty"`
+	Below         float64                `protobuf:"fixed64,11,opt,name=below,proto3" json:"below,omitempty"` // the band's factors, robust deviations (0: that side is open)
+	Above         float64                `protobuf:"fixed64,12,opt,name=above,proto3" json:"above,omitempty"`
+	MinNodes      uint32                 `protobuf:"varint,13,opt,name=min_nodes,json=minNodes,proto3" json:"min_nodes,omitempty"`
+	Note          string                 `protobuf:"bytes,14,opt,name=note,proto3" json:"note,omitempty"`       // "fleet band not applied: 2 of 5 nodes"
+	Message       string                 `protobuf:"bytes,15,opt,name=message,proto3" json:"message,omitempty"` // what the MARGINAL verdict says
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetJudgement) Reset() {
+	*x = FleetJudgement{}
+	mi := &file_cure_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetJudgement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetJudgement) ProtoMessage() {}
+
+func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetJudgement.ProtoReflect.Descriptor instead.
+func (*FleetJudgement) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *FleetJudgement) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *FleetJudgement) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *FleetJudgement) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *FleetJudgement) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *FleetJudgement) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetPercentile() float64 {
+	if x != nil {
+		return x.Percentile
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
+func (x *FleetJudgement) GetMarginal() bool {
+	if x != nil {
+		return x.Marginal
+	}
+	return false
+}
+
+func (x *FleetJudgement) GetBandLow() float64 {
+	if x != nil && x.BandLow != nil {
+		return *x.BandLow
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetBandHigh() float64 {
+	if x != nil && x.BandHigh != nil {
+		return *x.BandHigh
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetBelow() float64 {
+	if x != nil {
+		return x.Below
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetAbove() float64 {
+	if x != nil {
+		return x.Above
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetMinNodes() uint32 {
+	if x != nil {
+		return x.MinNodes
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *FleetJudgement) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// FleetJudgements is what the coordinator keeps of a run's fleet judgement.
+type FleetJudgements struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Judgements        []*FleetJudgement      `protobuf:"bytes,1,rep,name=judgements,proto3" json:"judgements,omitempty"`
+	Distributions     []*FleetDistribution   `protobuf:"bytes,2,rep,name=distributions,proto3" json:"distributions,omitempty"`
+	TimeUnixMs        int64                  `protobuf:"varint,3,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	JudgementsOmitted uint32                 `protobuf:"varint,4,opt,name=judgements_omitted,json=judgementsOmitted,proto3" json:"judgements_omitted,omitempty"` // past the per-run bound
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *FleetJudgements) Reset() {
+	*x = FleetJudgements{}
+	mi := &file_cure_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetJudgements) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetJudgements) ProtoMessage() {}
+
+func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetJudgements.ProtoReflect.Descriptor instead.
+func (*FleetJudgements) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *FleetJudgements) GetJudgements() []*FleetJudgement {
+	if x != nil {
+		return x.Judgements
+	}
+	return nil
+}
+
+func (x *FleetJudgements) GetDistributions() []*FleetDistribution {
+	if x != nil {
+		return x.Distributions
+	}
+	return nil
+}
+
+func (x *FleetJudgements) GetTimeUnixMs() int64 {
+	if x != nil {
+		return x.TimeUnixMs
+	}
+	return 0
+}
+
+func (x *FleetJudgements) GetJudgementsOmitted() uint32 {
+	if x != nil {
+		return x.JudgementsOmitted
+	}
+	return 0
+}
+
 var File_cure_proto protoreflect.FileDescriptor
 
 const file_cure_proto_rawDesc = "" +
@@ -7364,7 +8015,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x10deadline_unix_ms\x18\f \x01(\x03R\x0edeadlineUnixMs\"?\n" +
 	"\rReportRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xc6\a\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xd7\b\n" +
 	"\tRunReport\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
@@ -7386,7 +8037,9 @@ const file_cure_proto_rawDesc = "" +
 	"\bbmc_fans\x18\x12 \x03(\v2\x10.cure.v1.BmcPartR\abmcFans\x12=\n" +
 	"\x0ebmc_collection\x18\x13 \x01(\v2\x16.cure.v1.BmcCollectionR\rbmcCollection\x12.\n" +
 	"\n" +
-	"bmc_series\x18\x14 \x03(\v2\x0f.cure.v1.SeriesR\tbmcSeries\x12-\n" +
+	"bmc_series\x18\x14 \x03(\v2\x0f.cure.v1.SeriesR\tbmcSeries\x12B\n" +
+	"\x10fleet_judgements\x18\x17 \x03(\v2\x17.cure.v1.FleetJudgementR\x0ffleetJudgements\x12K\n" +
+	"\x13fleet_distributions\x18\x18 \x03(\v2\x1a.cure.v1.FleetDistributionR\x12fleetDistributions\x12-\n" +
 	"\bprogress\x18\x1c \x01(\v2\x11.cure.v1.ProgressR\bprogress\x12(\n" +
 	"\x10progress_unix_ms\x18\x1d \x01(\x03R\x0eprogressUnixMs\x12(\n" +
 	"\x10deadline_unix_ms\x18\x1e \x01(\x03R\x0edeadlineUnixMs\x12&\n" +
@@ -7611,7 +8264,77 @@ const file_cure_proto_rawDesc = "" +
 	"timeUnixMs\x12\x12\n" +
 	"\x04peer\x18\x04 \x01(\tR\x04peer\x120\n" +
 	"\tinventory\x18\x05 \x01(\v2\x12.cure.v1.InventoryR\tinventory\x12\x1c\n" +
-	"\ttruncated\x18\x06 \x01(\bR\ttruncated*\x86\x01\n" +
+	"\ttruncated\x18\x06 \x01(\bR\ttruncated\"\x89\x01\n" +
+	"\x11FleetBandsRequest\x12\x10\n" +
+	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
+	"\x05check\x18\x02 \x01(\tR\x05check\x12\x16\n" +
+	"\x06metric\x18\x03 \x01(\tR\x06metric\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x1b\n" +
+	"\twindow_ms\x18\x05 \x01(\x03R\bwindowMs\"\x91\x01\n" +
+	"\x12FleetBandsResponse\x12@\n" +
+	"\rdistributions\x18\x01 \x03(\v2\x1a.cure.v1.FleetDistributionR\rdistributions\x12\x1b\n" +
+	"\twindow_ms\x18\x02 \x01(\x03R\bwindowMs\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\x94\x03\n" +
+	"\x11FleetDistribution\x12\x10\n" +
+	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
+	"\x05check\x18\x02 \x01(\tR\x05check\x12\x16\n" +
+	"\x06metric\x18\x03 \x01(\tR\x06metric\x12\x12\n" +
+	"\x04unit\x18\x04 \x01(\tR\x04unit\x12\x14\n" +
+	"\x05nodes\x18\x05 \x01(\rR\x05nodes\x12\x18\n" +
+	"\asamples\x18\x06 \x01(\rR\asamples\x12\x16\n" +
+	"\x06median\x18\a \x01(\x01R\x06median\x12\x10\n" +
+	"\x03mad\x18\b \x01(\x01R\x03mad\x12\x16\n" +
+	"\x06spread\x18\t \x01(\x01R\x06spread\x12\x0e\n" +
+	"\x02p5\x18\n" +
+	" \x01(\x01R\x02p5\x12\x10\n" +
+	"\x03p50\x18\v \x01(\x01R\x03p50\x12\x10\n" +
+	"\x03p95\x18\f \x01(\x01R\x03p95\x12\x10\n" +
+	"\x03min\x18\r \x01(\x01R\x03min\x12\x10\n" +
+	"\x03max\x18\x0e \x01(\x01R\x03max\x12\x16\n" +
+	"\x06values\x18\x0f \x03(\x01R\x06values\x12,\n" +
+	"\x05marks\x18\x10 \x03(\v2\x16.cure.v1.FleetNodeMarkR\x05marks\x12\x1b\n" +
+	"\twindow_ms\x18\x11 \x01(\x03R\bwindowMs\"\xcd\x01\n" +
+	"\rFleetNodeMark\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
+	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\x01R\x05value\x12\x1e\n" +
+	"\n" +
+	"percentile\x18\x04 \x01(\x01R\n" +
+	"percentile\x12\x15\n" +
+	"\x06run_id\x18\x05 \x01(\tR\x05runId\x12\x16\n" +
+	"\x06passed\x18\x06 \x01(\bR\x06passed\x12 \n" +
+	"\ftime_unix_ms\x18\a \x01(\x03R\n" +
+	"timeUnixMs\"\xb0\x03\n" +
+	"\x0eFleetJudgement\x12\x1c\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12\x14\n" +
+	"\x05check\x18\x02 \x01(\tR\x05check\x12\x16\n" +
+	"\x06metric\x18\x03 \x01(\tR\x06metric\x12\x12\n" +
+	"\x04unit\x18\x04 \x01(\tR\x04unit\x12\x14\n" +
+	"\x05value\x18\x05 \x01(\x01R\x05value\x12\x1e\n" +
+	"\n" +
+	"percentile\x18\x06 \x01(\x01R\n" +
+	"percentile\x12\x18\n" +
+	"\aapplied\x18\a \x01(\bR\aapplied\x12\x1a\n" +
+	"\bmarginal\x18\b \x01(\bR\bmarginal\x12\x1e\n" +
+	"\bband_low\x18\t \x01(\x01H\x00R\abandLow\x88\x01\x01\x12 \n" +
+	"\tband_high\x18\n" +
+	" \x01(\x01H\x01R\bbandHigh\x88\x01\x01\x12\x14\n" +
+	"\x05below\x18\v \x01(\x01R\x05below\x12\x14\n" +
+	"\x05above\x18\f \x01(\x01R\x05above\x12\x1b\n" +
+	"\tmin_nodes\x18\r \x01(\rR\bminNodes\x12\x12\n" +
+	"\x04note\x18\x0e \x01(\tR\x04note\x12\x18\n" +
+	"\amessage\x18\x0f \x01(\tR\amessageB\v\n" +
+	"\t_band_lowB\f\n" +
+	"\n" +
+	"_band_high\"\xdd\x01\n" +
+	"\x0fFleetJudgements\x127\n" +
+	"\n" +
+	"judgements\x18\x01 \x03(\v2\x17.cure.v1.FleetJudgementR\n" +
+	"judgements\x12@\n" +
+	"\rdistributions\x18\x02 \x03(\v2\x1a.cure.v1.FleetDistributionR\rdistributions\x12 \n" +
+	"\ftime_unix_ms\x18\x03 \x01(\x03R\n" +
+	"timeUnixMs\x12-\n" +
+	"\x12judgements_omitted\x18\x04 \x01(\rR\x11judgementsOmitted*\x86\x01\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_PROVISION\x10\x01\x12\x0e\n" +
@@ -7636,7 +8359,7 @@ const file_cure_proto_rawDesc = "" +
 	"\rPHASE_SKIPPED\x10\x02\x12\x10\n" +
 	"\fPHASE_FAILED\x10\x032S\n" +
 	"\rRunnerService\x12B\n" +
-	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\xd9\x06\n" +
+	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\xa0\a\n" +
 	"\x0fOperatorService\x12B\n" +
 	"\tProvision\x12\x19.cure.v1.ProvisionRequest\x1a\x1a.cure.v1.ProvisionResponse\x128\n" +
 	"\x05Watch\x12\x15.cure.v1.WatchRequest\x1a\x16.cure.v1.TimelineEntry0\x01\x124\n" +
@@ -7651,7 +8374,9 @@ const file_cure_proto_rawDesc = "" +
 	"RemoveNode\x12\x1a.cure.v1.RemoveNodeRequest\x1a\x1b.cure.v1.RemoveNodeResponse\x12;\n" +
 	"\tLabelNode\x12\x19.cure.v1.LabelNodeRequest\x1a\x13.cure.v1.NodeDetail\x129\n" +
 	"\bShowNode\x12\x18.cure.v1.ShowNodeRequest\x1a\x13.cure.v1.NodeDetail\x12F\n" +
-	"\vTimeBuckets\x12\x1b.cure.v1.TimeBucketsRequest\x1a\x1a.cure.v1.TimeBucketSummaryB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
+	"\vTimeBuckets\x12\x1b.cure.v1.TimeBucketsRequest\x1a\x1a.cure.v1.TimeBucketSummary\x12E\n" +
+	"\n" +
+	"FleetBands\x12\x1a.cure.v1.FleetBandsRequest\x1a\x1b.cure.v1.FleetBandsResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
 
 var (
 	file_cure_proto_rawDescOnce sync.Once
@@ -7666,7 +8391,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 95)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 101)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -7753,20 +8478,26 @@ var file_cure_proto_goTypes = []any{
 	(*ShowNodeRequest)(nil),      // 82: cure.v1.ShowNodeRequest
 	(*NodeDetail)(nil),           // 83: cure.v1.NodeDetail
 	(*InventoryRecord)(nil),      // 84: cure.v1.InventoryRecord
-	nil,                          // 85: cure.v1.Log.AttrsEntry
-	nil,                          // 86: cure.v1.Metric.LabelsEntry
-	nil,                          // 87: cure.v1.Assignment.PsidsEntry
-	nil,                          // 88: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 89: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 90: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 91: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 92: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 93: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 94: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 95: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 96: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 97: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 98: cure.v1.NodeDetail.LabelsEntry
+	(*FleetBandsRequest)(nil),    // 85: cure.v1.FleetBandsRequest
+	(*FleetBandsResponse)(nil),   // 86: cure.v1.FleetBandsResponse
+	(*FleetDistribution)(nil),    // 87: cure.v1.FleetDistribution
+	(*FleetNodeMark)(nil),        // 88: cure.v1.FleetNodeMark
+	(*FleetJudgement)(nil),       // 89: cure.v1.FleetJudgement
+	(*FleetJudgements)(nil),      // 90: cure.v1.FleetJudgements
+	nil,                          // 91: cure.v1.Log.AttrsEntry
+	nil,                          // 92: cure.v1.Metric.LabelsEntry
+	nil,                          // 93: cure.v1.Assignment.PsidsEntry
+	nil,                          // 94: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 95: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 96: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 97: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 98: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 99: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 100: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 101: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 102: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 103: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 104: cure.v1.NodeDetail.LabelsEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -7800,8 +8531,8 @@ var file_cure_proto_depIdxs = []int32{
 	2,   // 28: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,   // 29: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
 	29,  // 30: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	85,  // 31: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	86,  // 32: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	91,  // 31: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	92,  // 32: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	33,  // 33: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
 	37,  // 34: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
 	38,  // 35: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
@@ -7810,21 +8541,21 @@ var file_cure_proto_depIdxs = []int32{
 	0,   // 38: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
 	35,  // 39: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
 	36,  // 40: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	87,  // 41: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	93,  // 41: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
 	34,  // 42: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
 	23,  // 43: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
 	0,   // 44: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	88,  // 45: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	94,  // 45: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
 	49,  // 46: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
 	43,  // 47: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	89,  // 48: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	95,  // 48: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
 	49,  // 49: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
 	43,  // 50: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	90,  // 51: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	91,  // 52: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	92,  // 53: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	96,  // 51: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	97,  // 52: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	98,  // 53: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
 	48,  // 54: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	93,  // 55: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	99,  // 55: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
 	28,  // 56: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
 	22,  // 57: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
 	0,   // 58: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
@@ -7837,64 +8568,72 @@ var file_cure_proto_depIdxs = []int32{
 	55,  // 65: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
 	56,  // 66: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
 	25,  // 67: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
-	22,  // 68: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
-	59,  // 69: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
-	57,  // 70: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
-	54,  // 71: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
-	55,  // 72: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
-	55,  // 73: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
-	56,  // 74: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
-	1,   // 75: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
-	60,  // 76: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	94,  // 77: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	63,  // 78: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	64,  // 79: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	64,  // 80: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
-	68,  // 81: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	28,  // 82: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	71,  // 83: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	73,  // 84: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	95,  // 85: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	76,  // 86: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	96,  // 87: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	75,  // 88: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	97,  // 89: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	98,  // 90: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	84,  // 91: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	9,   // 92: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	4,   // 93: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	41,  // 94: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	50,  // 95: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	52,  // 96: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	69,  // 97: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	66,  // 98: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	72,  // 99: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	44,  // 100: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	46,  // 101: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	77,  // 102: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	79,  // 103: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	81,  // 104: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	82,  // 105: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	61,  // 106: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	32,  // 107: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	42,  // 108: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	51,  // 109: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	53,  // 110: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	70,  // 111: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	67,  // 112: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	74,  // 113: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	45,  // 114: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	47,  // 115: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	78,  // 116: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	80,  // 117: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	83,  // 118: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	83,  // 119: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	62,  // 120: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	107, // [107:121] is the sub-list for method output_type
-	93,  // [93:107] is the sub-list for method input_type
-	93,  // [93:93] is the sub-list for extension type_name
-	93,  // [93:93] is the sub-list for extension extendee
-	0,   // [0:93] is the sub-list for field type_name
+	89,  // 68: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
+	87,  // 69: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
+	22,  // 70: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
+	59,  // 71: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
+	57,  // 72: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
+	54,  // 73: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
+	55,  // 74: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
+	55,  // 75: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
+	56,  // 76: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
+	1,   // 77: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
+	60,  // 78: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	100, // 79: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	63,  // 80: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	64,  // 81: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	64,  // 82: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	68,  // 83: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	28,  // 84: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	71,  // 85: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	73,  // 86: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	101, // 87: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	76,  // 88: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	102, // 89: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	75,  // 90: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	103, // 91: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	104, // 92: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	84,  // 93: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	9,   // 94: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	87,  // 95: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
+	88,  // 96: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
+	89,  // 97: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
+	87,  // 98: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
+	4,   // 99: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	41,  // 100: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	50,  // 101: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	52,  // 102: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	69,  // 103: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	66,  // 104: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	72,  // 105: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	44,  // 106: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	46,  // 107: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	77,  // 108: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	79,  // 109: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	81,  // 110: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	82,  // 111: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	61,  // 112: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	85,  // 113: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
+	32,  // 114: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	42,  // 115: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	51,  // 116: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	53,  // 117: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	70,  // 118: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	67,  // 119: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	74,  // 120: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	45,  // 121: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	47,  // 122: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	78,  // 123: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	80,  // 124: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	83,  // 125: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	83,  // 126: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	62,  // 127: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	86,  // 128: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
+	114, // [114:129] is the sub-list for method output_type
+	99,  // [99:114] is the sub-list for method input_type
+	99,  // [99:99] is the sub-list for extension type_name
+	99,  // [99:99] is the sub-list for extension extendee
+	0,   // [0:99] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -7922,13 +8661,14 @@ func file_cure_proto_init() {
 		(*CoordinatorMessage_Reboot)(nil),
 		(*CoordinatorMessage_Cancel)(nil),
 	}
+	file_cure_proto_msgTypes[85].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   95,
+			NumMessages:   101,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

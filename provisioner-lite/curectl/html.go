@@ -74,6 +74,9 @@ type page struct {
 	// Suite is the suite's latest heartbeat: each check's progress and
 	// the ETA (nil: the run ran no suite, or its runner sent none).
 	Suite *SuiteView
+	// Fleet are the run's fleet band judgements, MARGINAL first, each of
+	// those with its plot (the fleet and the node in it).
+	Fleet []FleetRow
 }
 
 type count struct {
@@ -155,6 +158,7 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 			KernelLog: pt.GetKernelLog(), Evidence: pt.GetEvidence()})
 	}
 
+	p.Fleet = FleetRows(r.GetFleetJudgements(), r.GetFleetDistributions(), (*curev1.FleetJudgement).GetMarginal)
 	p.Hardware = InventorySections(r.GetInventory().GetInventory())
 	p.HardwareFrom = InventoryHeading(r.GetInventory(), r.GetRunId())
 
@@ -194,7 +198,7 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 // summaryOrder lists verdict statuses worst first, the order a technician
 // reads the summary in.
 var summaryOrder = []curev1.VerdictStatus{
-	curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR, curev1.VerdictStatus_DRIFT,
+	curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR, curev1.VerdictStatus_MARGINAL, curev1.VerdictStatus_DRIFT,
 	curev1.VerdictStatus_PASS, curev1.VerdictStatus_MATCH, curev1.VerdictStatus_SKIP,
 	curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED,
 }
@@ -205,7 +209,7 @@ func verdictRank(s curev1.VerdictStatus) int {
 	switch s {
 	case curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR:
 		return 0
-	case curev1.VerdictStatus_DRIFT:
+	case curev1.VerdictStatus_DRIFT, curev1.VerdictStatus_MARGINAL:
 		return 1
 	}
 	return 2
@@ -237,7 +241,7 @@ func verdictClass(s curev1.VerdictStatus) string {
 	switch s {
 	case curev1.VerdictStatus_PASS, curev1.VerdictStatus_MATCH:
 		return "good"
-	case curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR:
+	case curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR, curev1.VerdictStatus_MARGINAL:
 		return "bad"
 	case curev1.VerdictStatus_DRIFT:
 		return "warn"

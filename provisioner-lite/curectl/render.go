@@ -138,6 +138,7 @@ func printReport(w io.Writer, r *curev1.RunReport, clip func(string, int) string
 	if n := r.GetEventsNotStored(); n > 0 {
 		fmt.Fprintf(w, "(%d events past the run's caps were counted, not stored)\n", n)
 	}
+	PrintFleetJudgements(w, r)
 	printBMC(w, r, clip)
 	printParts(w, r.GetParts(), clip)
 	PrintInventory(w, r.GetInventory(), r.GetRunId())

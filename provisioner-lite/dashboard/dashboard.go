@@ -356,6 +356,7 @@ func (d *dash) node(w http.ResponseWriter, r *http.Request) {
 		data["Buckets"] = timebuckets.Compute(run, phases, events, now)
 		data["Verdicts"] = worstFirst(vs)
 		data["Suite"] = suiteView(ctx, d.cfg.Store, run, now)
+		d.fleetBands(ctx, run.ID, data)
 		runs, _ := d.cfg.Store.RunsOfNode(ctx, id)
 		if len(runs) > 20 {
 			runs = runs[:20]
@@ -448,7 +449,7 @@ func verdictRank(s string) int {
 	switch s {
 	case "FAIL", "ERROR":
 		return 0
-	case "DRIFT":
+	case "DRIFT", "MARGINAL":
 		return 1
 	case "SKIP":
 		return 2

@@ -125,6 +125,10 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 		}
 		i++
 	}
+	if msg := e.fleetGate(ctx, &r); msg != "" {
+		e.finish(ctx, &r, runstate.RunFailed, msg)
+		return
+	}
 	r.SetBoot(store.BootUnset)
 	e.finish(ctx, &r, runstate.RunSucceeded, "all phases done")
 }
@@ -243,6 +247,11 @@ func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcom
 		e.coordEvent(ctx, *r, phase, runstate.EventPhaseEnd, out.status, out.msg, dur)
 	}
 	e.cfg.Log.Info("phase end", "run", r.ID, "node", r.NodeID, "phase", phase, "status", out.status, "msg", out.msg, "duration", dur.Round(time.Millisecond))
+	if phase == modes.Validate {
+		if err := e.judgeFleet(ctx, r); err != nil {
+			e.cfg.Log.Error("fleet bands", "run", r.ID, "err", err)
+		}
+	}
 }
 
 func (e *Engine) finish(ctx context.Context, r *store.Run, status, msg string) {

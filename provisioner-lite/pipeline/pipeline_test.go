@@ -70,6 +70,8 @@ type fixture struct {
 	// Redfish transport report.
 	metrics *metrics.Metrics
 	dir     string
+	// verdicts are what the runner reports in a phase, before its end.
+	verdicts map[string][]*curev1.Verdict
 }
 
 // helloDisks is what the scripted runner reports: the disk the manifest's
@@ -328,8 +330,12 @@ func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
 						emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{Component: "nvme/0", Check: "firmware", Status: curev1.VerdictStatus_MATCH, Observed: "7.2.22", Expected: "7.2.22"}}})
 					}
 					f.mu.Lock()
+					vs := f.verdicts[p]
 					hold := f.hold[p]
 					f.mu.Unlock()
+					for _, v := range vs {
+						emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_Verdict{Verdict: v}})
+					}
 					time.Sleep(hold)
 					emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_PhaseEnd{PhaseEnd: &curev1.PhaseEnd{Status: status, Message: "scripted", DurationMs: 5}}})
 					if status == curev1.PhaseStatus_PHASE_FAILED {

@@ -341,11 +341,18 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 		return nil, err
 	}
 	rep.Inventory = runInventory(ctx, st, r)
+	ms, err := runMeasurements(ctx, st, r.ID)
+	if err != nil {
+		return nil, err
+	}
 	for _, v := range vs {
 		rep.Verdicts = append(rep.Verdicts, &curev1.Verdict{
 			Component: v.Component, Check: v.Check, Status: curev1.VerdictStatus(curev1.VerdictStatus_value[v.Status]),
-			Observed: v.Observed, Expected: v.Expected, Message: v.Message,
+			Observed: v.Observed, Expected: v.Expected, Message: v.Message, Measurements: ms[[2]string{v.Component, v.Check}],
 		})
+	}
+	if err := fleetReport(ctx, st, r.ID, rep); err != nil {
+		return nil, err
 	}
 	b, err := RunBuckets(ctx, st, r)
 	if err != nil {

@@ -503,6 +503,7 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 	t := time.UnixMilli(ev.GetTimeUnixMs()).UTC()
 	e := store.Event{RunID: runID, NodeID: nodeID, Source: runstate.SourceRunner, BootID: bootID, Seq: ev.GetSeq(), Time: t, Phase: phase}
 	var v *store.Verdict
+	var err error
 	switch b := ev.GetBody().(type) {
 	case *curev1.Event_PhaseStart:
 		e.Kind = runstate.EventPhaseStart
@@ -535,6 +536,9 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 		}
 		if v.Component == "" || v.Check == "" {
 			return store.Event{}, nil, fmt.Errorf("event seq %d: verdict without component or check", ev.GetSeq())
+		}
+		if v.Measurements, err = verdictMeasurements(in.GetMeasurements()); err != nil {
+			return store.Event{}, nil, fmt.Errorf("event seq %d: verdict %s %s: %w", ev.GetSeq(), v.Component, v.Check, err)
 		}
 		e.Kind = runstate.EventVerdict
 		e.Status = v.Status

@@ -12,6 +12,9 @@ import (
 type Verdict struct {
 	RunID, Component, Check, Status, Observed, Expected, Message string
 	Time                                                         time.Time
+	// Measurements are stored apart (measurements.go) when the runner's
+	// verdict is: Verdicts does not return them (RunMeasurements does).
+	Measurements []Measurement
 }
 
 const upsertVerdict = `

@@ -52,6 +52,9 @@ type Options struct {
 	// Firmware is each virtual BMC's simulated FirmwareInventory (nil:
 	// vbmc.DefaultFirmware()).
 	Firmware []vbmc.FirmwareSpec
+	// DiskThrottle slows the disks of the nodes it names (node1, node2...)
+	// with QEMU's block throttling: a part slower than its fleet.
+	DiskThrottle map[string]vbmc.DiskThrottle
 	// ProxyRunnerStreams routes the nodes' gRPC connections through a TCP
 	// proxy the test can cut (Env.CutRunnerStreams); operator calls go direct.
 	ProxyRunnerStreams bool
@@ -358,6 +361,7 @@ func (e *Env) startBMCs(ctx context.Context, httpPort int) error {
 		if e.Opts.Site != nil {
 			qc.BootURL, qc.Tap = "", e.Opts.Site.Taps[i-1]
 		}
+		qc.DiskThrottle = e.Opts.DiskThrottle[n.ID]
 		var modes []string
 		if e.Opts.UEFI {
 			qc.OVMFCode, qc.OVMFVars = OVMFCode, OVMFVars

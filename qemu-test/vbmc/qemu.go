@@ -48,6 +48,10 @@ type QEMUConfig struct {
 	// NVRAM across boots as a server does. Without them only Legacy
 	// (SeaBIOS) boots.
 	OVMFCode, OVMFVars string
+	// DiskThrottle slows the disk as QEMU's block throttling does (a drive
+	// that enumerates and passes its checks, only slower than its peers:
+	// the marginal part fleet bands exist to catch); zero: full speed.
+	DiskThrottle DiskThrottle
 	// RebootTimeout makes the firmware reset the machine this long after
 	// "No bootable device" (0: it waits forever, QEMU's default).
 	RebootTimeout time.Duration
@@ -61,6 +65,25 @@ type QEMUConfig struct {
 	RunDir    string // QMP socket directory (default: a new temp dir)
 	ExtraArgs []string
 	Logger    *slog.Logger
+}
+
+// DiskThrottle is a disk's QEMU throttling (the drive's throttling.*
+// options): total bytes and I/O operations per second, reads and writes
+// together; zero leaves that limit off.
+type DiskThrottle struct {
+	BPS, IOPS int64
+}
+
+// args are the -set options that throttle drive id (none when unset).
+func (t DiskThrottle) args(id string) []string {
+	var out []string
+	if t.BPS > 0 {
+		out = append(out, "-set", "drive."+id+".throttling.bps-total="+strconv.FormatInt(t.BPS, 10))
+	}
+	if t.IOPS > 0 {
+		out = append(out, "-set", "drive."+id+".throttling.iops-total="+strconv.FormatInt(t.IOPS, 10))
+	}
+	return out
 }
 
 // QEMUMachine runs one QEMU process per boot, so the boot device the BMC
@@ -130,6 +153,9 @@ func NewQEMUMachine(cfg QEMUConfig) (*QEMUMachine, error) {
 	}
 	if cfg.UUID != "" && !uuidRE.MatchString(cfg.UUID) {
 		return nil, fmt.Errorf("%s: UUID %q is not in 8-4-4-4-12 hex form", where, cfg.UUID)
+	}
+	if cfg.DiskThrottle.BPS < 0 || cfg.DiskThrottle.IOPS < 0 {
+		return nil, fmt.Errorf("%s: DiskThrottle %+v: limits per second cannot be negative", where, cfg.DiskThrottle)
 	}
 	if cfg.MemoryMiB < 64 {
 		return nil, fmt.Errorf("%s: MemoryMiB %d is below 64", where, cfg.MemoryMiB)
@@ -316,6 +342,9 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 		"-action", "reboot=shutdown",
 		"-no-shutdown",
 	)
+	if disk != "" {
+		args = append(args, c.DiskThrottle.args("d0")...)
+	}
 	return append(args, c.ExtraArgs...), nil
 }
 

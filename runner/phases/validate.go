@@ -92,7 +92,7 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 			bad = append(bad, fmt.Sprintf("%s %s", v.Component, v.Check))
 		}
 		emit.Verdict(&curev1.Verdict{Component: v.Component, Check: v.Check, Status: protoStatus(v.Status),
-			Observed: v.Observed, Expected: v.Expected, Message: v.Message})
+			Observed: v.Observed, Expected: v.Expected, Message: v.Message, Measurements: protoMeasurements(v.Measurements)})
 		emit.Log("INFO", fmt.Sprintf("progress %s: %s %s %s (elapsed %s)", s.Metadata.Name, v.Component, v.Check, v.Status,
 			e.cfg.now().Sub(start).Round(time.Second)), map[string]string{"check": v.Check})
 	}
@@ -151,6 +151,16 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 		return failed("%s; failing: %s", summary, strings.Join(bad, ", "))
 	}
 	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: summary}
+}
+
+// protoMeasurements puts a verdict's measured numbers on the wire: the
+// coordinator keeps them as the fleet history its bands judge against.
+func protoMeasurements(ms []checks.Measurement) []*curev1.Measurement {
+	var out []*curev1.Measurement
+	for _, m := range ms {
+		out = append(out, &curev1.Measurement{Metric: m.Metric, Value: m.Value, Unit: m.Unit})
+	}
+	return out
 }
 
 func nonEmpty(s, def string) string {

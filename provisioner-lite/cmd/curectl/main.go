@@ -129,7 +129,7 @@ CURE_CA, CURE_CERT and CURE_KEY.`,
 	pf.StringVar(&a.key, "key", os.Getenv("CURE_KEY"), "operator client key (default: operators/operator-key.pem beside --ca, if present)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 	root.AddCommand(a.provisionCmd(), a.cancelCmd(), a.watchCmd(), a.reportCmd(), a.auditCmd(),
-		a.nodesCmd(), a.auditLogCmd(), a.bucketsCmd(), manCmd(root))
+		a.nodesCmd(), a.auditLogCmd(), a.bucketsCmd(), a.fleetBandsCmd(), manCmd(root))
 	return root
 }
 
