@@ -412,8 +412,14 @@ func nonEmpty(s, def string) string {
 
 // coordEvent records a coordinator-side timeline entry.
 func (e *Engine) coordEvent(ctx context.Context, r store.Run, phase, kind, status, msg string, dur time.Duration) {
+	e.coordEventAt(ctx, r, time.Now(), phase, kind, status, msg, dur)
+}
+
+// coordEventAt is coordEvent for something that happened at t (a moment the
+// coordinator learnt of only afterwards).
+func (e *Engine) coordEventAt(ctx context.Context, r store.Run, t time.Time, phase, kind, status, msg string, dur time.Duration) {
 	_, _, err := e.cfg.Store.AppendEvent(ctx, store.Event{
-		RunID: r.ID, NodeID: r.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(),
+		RunID: r.ID, NodeID: r.NodeID, Source: runstate.SourceCoordinator, Time: t.UTC(),
 		Phase: phase, Kind: kind, Status: status, Message: msg, DurationMs: dur.Milliseconds(),
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ package sessions
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -24,15 +25,26 @@ type Session struct {
 	send   func(*curev1.CoordinatorMessage) error
 	closed chan struct{}
 	once   sync.Once
+	// lastRecv is when the runner last sent a message (unix nanoseconds):
+	// a runner told to reboot has drained its events once it falls silent.
+	lastRecv atomic.Int64
 }
 
 // NewSession wraps a stream's send function.
 func NewSession(nodeID, runID string, hello *curev1.Hello, send func(*curev1.CoordinatorMessage) error) *Session {
-	return &Session{
+	s := &Session{
 		NodeID: nodeID, RunID: runID, BootID: hello.GetBootId(), Hello: hello,
 		ConnectedAt: time.Now(), send: send, closed: make(chan struct{}),
 	}
+	s.lastRecv.Store(s.ConnectedAt.UnixNano())
+	return s
 }
+
+// Received records that the runner sent a message now.
+func (s *Session) Received() { s.lastRecv.Store(time.Now().UnixNano()) }
+
+// LastReceived is when the runner last sent a message (its Hello at first).
+func (s *Session) LastReceived() time.Time { return time.Unix(0, s.lastRecv.Load()) }
 
 // ErrClosed is returned when sending on a session whose stream has ended.
 var ErrClosed = errors.New("runner session closed")
