@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -139,6 +140,9 @@ func (e *Engine) withBMCFor(ctx context.Context, r *store.Run, budget time.Durat
 		if pending {
 			return fmt.Errorf("bmc %s: not back from the reset requested at %s: %w", n.BMCURL, resetAt.Format(time.RFC3339), err)
 		}
+		if errors.Is(err, redfish.ErrLoginRefused) {
+			return err // names the BMC already
+		}
 		return fmt.Errorf("bmc %s: %w", n.BMCURL, err)
 	}
 	defer func() {
@@ -167,22 +171,22 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 		return failed("%v", err)
 	}
 	if len(n.MACs) == 0 {
-		return failed("node %s has no registered MAC: it cannot be PXE-booted", n.ID)
+		return failedFinal(operatorFix, "node %s has no registered MAC: it cannot be PXE-booted", n.ID)
 	}
 	mode := modes.Mode(r.Mode)
 	if mode == modes.Diagnostic || mode == modes.Burnin {
 		_, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest)
 		if err != nil {
-			return failed("%v", err)
+			return failedFinal(operatorFix, "%v", err)
 		}
 		if doc.Suite == nil {
-			return failed("mode %s needs a ValidationSuite; %s is a %s", mode, r.Manifest, doc.Kind)
+			return failedFinal(operatorFix, "mode %s needs a ValidationSuite; %s is a %s", mode, r.Manifest, doc.Kind)
 		}
 		return e.preflightBMC(ctx, r, n, fmt.Sprintf("suite %s valid (%d checks)", r.Manifest, len(doc.Suite.Spec.Checks)))
 	}
 	_, sku, err := e.cfg.Manifests.Load(r.Manifest)
 	if err != nil {
-		return failed("%v", err)
+		return failedFinal(operatorFix, "%v", err)
 	}
 	var missing, warnings []string
 	check := func(what string, a *manifests.Artifact, required bool) {
@@ -217,7 +221,8 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 		}
 	}
 	if len(missing) > 0 {
-		return failed("inputs do not resolve: %s", strings.Join(missing, "; "))
+		return failedFinal(operatorFix, "inputs do not resolve: %s; add the image with `provisioner-lite artifacts add --state-dir STATE --sku %s.yaml FILE` (README, \"Set up a site\")",
+			strings.Join(missing, "; "), r.Manifest)
 	}
 	if len(warnings) > 0 {
 		e.coordEvent(ctx, *r, modes.Preflight, runstate.EventLog, "WARN", "needed only on drift: "+strings.Join(warnings, "; "), 0)
@@ -252,6 +257,11 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 	}
 	return e.preflightBMC(ctx, r, n, inputs)
 }
+
+// operatorFix is why a preflight failure is not retried: what is missing
+// or wrong is the site's configuration, which no retry changes; once fixed,
+// `curectl provision --resume` starts the run again from preflight.
+const operatorFix = "not retried: the site configuration must change first; then curectl provision --resume NODE"
 
 // maxArtifact bounds an artifact the coordinator verifies before a run:
 // it is streamed through sha256, never held, so only sanity limits it.
@@ -293,6 +303,9 @@ func (e *Engine) preflightBMC(ctx context.Context, r *store.Run, n store.Node, i
 		state, err = b.PowerState(ctx)
 		return err
 	}); err != nil {
+		if errors.Is(err, redfish.ErrLoginRefused) {
+			return failed("%v", err)
+		}
 		return failed("BMC unreachable: %v", err)
 	}
 	return ok("node %s, %d MACs, %s, BMC reachable (power %s)", n.ID, len(n.MACs), inputs, state)

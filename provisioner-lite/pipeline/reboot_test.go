@@ -2,9 +2,11 @@ package pipeline_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -70,5 +72,26 @@ func TestRebootOutOfCUREEndsSession(t *testing.T) {
 	}
 	if len(marks) != 2 || !marks[1].Before(ready.Add(-f.hostBootDelay/2)) {
 		t.Errorf("reboot marks %v, host ready at %v: want the second mark at the reboot, before the callback", marks, ready)
+	}
+}
+
+// A SKU whose OS image is not in the artifact store fails preflight once,
+// saying what to import: retrying cannot make the image appear.
+func TestPreflightMissingImageNotRetried(t *testing.T) {
+	f := newFixture(t, func(sku *manifests.SKU, _ string) {
+		sku.Spec.OS.Image = manifests.Artifact{SHA256: strings.Repeat("ab", 32), Size: 1234, Format: "raw.zst"}
+	})
+	runID, err := f.eng.Start(context.Background(), "node1", modes.Provision, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.waitRun(runID)
+	pre := f.phases(runID)[modes.Preflight]
+	if r.Status != "failed" || pre.Attempts != 1 || !strings.Contains(r.Message, "os.image: sha256:"+strings.Repeat("ab", 32)+" not in the artifact store") ||
+		!strings.Contains(r.Message, "provisioner-lite artifacts add") {
+		t.Fatalf("run %s after %d preflight attempts: %s", r.Status, pre.Attempts, r.Message)
+	}
+	if n := f.bmc.SessionCount(); len(f.bmc.Overrides()) != 0 || n != 0 {
+		t.Errorf("preflight failed on its inputs but the BMC saw %d overrides, %d sessions", len(f.bmc.Overrides()), n)
 	}
 }

@@ -6,6 +6,7 @@
 //	provisioner-lite init --state-dir DIR     one state dir: CA, server certificate, state key, admin operator certificate
 //	provisioner-lite check [--manifests DIR] [--nodes FILE] [--state-dir DIR --image-dir DIR]
 //	provisioner-lite pki --state-dir DIR [--operator NAME --role ROLE]
+//	provisioner-lite artifacts add --state-dir DIR [--sku SKU.yaml] FILE...
 //	provisioner-lite [flags]                  the coordinator (lints the same as check first, and refuses on problems)
 package main
 
@@ -94,6 +95,8 @@ func main() {
 			os.Exit(checkCmd(os.Args[2:], os.Stdout))
 		case "pki":
 			os.Exit(pkiCmd(os.Args[2:]))
+		case "artifacts":
+			os.Exit(artifactsCmd(os.Args[2:], os.Stdout))
 		default:
 			// Never a coordinator start: a typo must not create a state dir and a CA.
 			fmt.Fprintf(os.Stderr, "provisioner-lite: unknown command %q\n", os.Args[1])
@@ -190,6 +193,8 @@ func usage(w io.Writer) {
         lint the manifests, suites and nodes file (and the image's CA) as the coordinator will read them
   provisioner-lite pki --state-dir DIR [--operator NAME --role viewer|operator|admin]
         the CA, and one operator's curectl certificate
+  provisioner-lite artifacts add --state-dir DIR [--sku SKU.yaml] FILE...
+        files into the artifact store; with --sku, FILE becomes that SKU's OS image (sha256, size, format)
   provisioner-lite [flags]
         the coordinator (-h lists its flags)
 `)
@@ -338,7 +343,7 @@ func checkCmd(args []string, out io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	manifestDir := fs.String("manifests", "manifests/examples", "directory of SKU manifests and suites/, as the coordinator's --manifests")
 	nodesFile := fs.String("nodes", "", "node inventory (YAML or CSV), as the coordinator's --nodes")
-	stateDir := fs.String("state-dir", "", "with --image-dir: check that the image trusts this state dir's CA")
+	stateDir := fs.String("state-dir", "", "the coordinator's state dir: check that the SKUs' OS images are in its artifact store (and, with --image-dir, that the image trusts its CA)")
 	imageDir := fs.String("image-dir", "", "with --state-dir: the cure-build output to check")
 	if fs.Parse(args) != nil {
 		return 2
@@ -347,8 +352,8 @@ func checkCmd(args []string, out io.Writer) int {
 		fmt.Fprintf(os.Stderr, "check: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	if (*stateDir == "") != (*imageDir == "") {
-		fmt.Fprintln(os.Stderr, "check: --state-dir and --image-dir go together (the image's CA is checked against the state dir's)")
+	if *imageDir != "" && *stateDir == "" {
+		fmt.Fprintln(os.Stderr, "check: --image-dir needs --state-dir (the image's CA is checked against the state dir's)")
 		return 2
 	}
 	res := sitecheck.Site(*manifestDir, *nodesFile)
@@ -359,6 +364,9 @@ func checkCmd(args []string, out io.Writer) int {
 		fmt.Fprintf(out, "nodes %s: not read (see below)\n", *nodesFile)
 	}
 	if *stateDir != "" {
+		res.Images(*stateDir)
+	}
+	if *imageDir != "" {
 		caPEM, err := os.ReadFile(filepath.Join(*stateDir, "pki", pki.CACertFile))
 		if err != nil {
 			res.Problems = append(res.Problems, fmt.Sprintf("%s: the state dir has no CA (%v): run `provisioner-lite init --state-dir %s`", *stateDir, err, *stateDir))
@@ -510,6 +518,12 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 			return fmt.Errorf("import artifact %s: %w", f, err)
 		}
 		log.Info("artifact imported", "file", f, "sha256", sum, "size", size)
+	}
+	// A SKU whose image is missing is not a reason to refuse: the image
+	// may be added while the coordinator runs (artifacts add).
+	site.Images(c.stateDir)
+	for _, p := range site.Problems {
+		log.Warn("the site is not ready to provision", "problem", p)
 	}
 
 	// Listeners first: the URLs nodes are given name the ports actually

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/qemu-test/vbmc"
+)
+
+// The README's site path, as a new site meets it: `check` with the state dir
+// names the SKU whose OS image is not in the artifact store (file, line,
+// digest, the command that fixes it) instead of "no problems";
+// `artifacts add --sku` imports the image and puts its digest in the SKU;
+// check is then clean.
+func TestCheckFlagsMissingImage(t *testing.T) {
+	root := t.TempDir()
+	state := filepath.Join(root, "state")
+	if _, err := initState(state, "admin", "127.0.0.1", "", "/proc", slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	man := filepath.Join(root, "manifests")
+	if err := os.MkdirAll(man, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile("../../../manifests/examples/qemu-nvme.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sku := filepath.Join(man, "qemu-nvme.yaml")
+	if err := os.WriteFile(sku, example, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	placeholder, err := manifests.ParseSKU(sku, example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodesFile := filepath.Join(root, "nodes.yaml")
+	os.WriteFile(nodesFile, []byte("nodes:\n  - id: node1\n    bmc: {url: https://10.0.0.1, username: admin, passwordEnv: BMC_PW, insecure: true}\n    macs: [52:54:00:c0:de:01]\n    sku: qemu-nvme\n"), 0o600)
+	t.Setenv("BMC_PW", "secret") // check resolves password references as the coordinator will
+	args := []string{"--manifests", man, "--nodes", nodesFile, "--state-dir", state}
+
+	var out bytes.Buffer
+	if rc := checkCmd(args, &out); rc != 1 {
+		t.Fatalf("check with the placeholder image: rc %d, want 1\n%s", rc, out.String())
+	}
+	line := bytes.Count(example[:bytes.Index(example, []byte("sha256: "+placeholder.Spec.OS.Image.SHA256))], []byte("\n")) + 1
+	want := fmt.Sprintf("%s:%d: spec.os.image: sha256:%s (%d bytes) is not in the artifact store %s: every provision of SKU qemu-nvme fails its preflight; "+
+		"import the image and set its digest with `provisioner-lite artifacts add --state-dir %s --sku %s IMAGE`",
+		sku, line, placeholder.Spec.OS.Image.SHA256, placeholder.Spec.OS.Image.Size, filepath.Join(state, "artifacts"), state, sku)
+	if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "check: 1 problem(s)") {
+		t.Fatalf("check output:\n%s\nwant the line\n%s", out.String(), want)
+	}
+
+	// The fix the message names.
+	img := filepath.Join(root, "disk.raw.zst")
+	if err := os.WriteFile(img, bytes.Repeat([]byte("cure"), 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if rc := artifactsCmd([]string{"add", "--state-dir", state, "--sku", sku, img}, &out); rc != 0 {
+		t.Fatalf("artifacts add: rc %d\n%s", rc, out.String())
+	}
+	if !regexp.MustCompile(`spec.os.image is now sha256:[0-9a-f]{64}, size 16384, format raw.zst`).MatchString(out.String()) {
+		t.Errorf("artifacts add said:\n%s", out.String())
+	}
+	edited, err := os.ReadFile(sku)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(edited, []byte("# The SKU the QEMU end-to-end tests use.")) {
+		t.Error("artifacts add dropped the SKU's comments")
+	}
+	out.Reset()
+	if rc := checkCmd(args, &out); rc != 0 || !strings.Contains(out.String(), "check: no problems") {
+		t.Fatalf("check after artifacts add: rc %d\n%s", rc, out.String())
+	}
+
+	// A SKU with no OS image block is refused before anything is imported.
+	bare := filepath.Join(root, "bare.yaml")
+	os.WriteFile(bare, []byte("apiVersion: cure.dev/v1\nkind: SKU\nmetadata:\n  name: bare\nspec: {}\n"), 0o644)
+	other := filepath.Join(root, "other.raw")
+	os.WriteFile(other, []byte("other"), 0o644)
+	out.Reset()
+	if rc := artifactsCmd([]string{"add", "--state-dir", state, "--sku", bare, other}, &out); rc != 1 {
+		t.Errorf("artifacts add --sku of a SKU without spec.os: rc %d", rc)
+	}
+}
+
+// A wrong BMC password, as a site meets it on day one: the password comes
+// from the coordinator's environment variable (passwordEnv) and the BMC
+// refuses the login. `curectl provision --watch` says so in one line naming
+// the user, the BMC and where the password came from, never the BMC's JSON
+// answer, and at most twice (the phase and the run); the coordinator tries
+// to log in once: a refused login is not retried (on a real BMC every try
+// counts toward locking the account).
+func TestBMCAuthErrorOneLine(t *testing.T) {
+	s := newSite(t)
+	bm, err := vbmc.New(vbmc.Config{Name: "node1", Serial: "S1", MAC: "52:54:00:c0:de:01", Logger: quiet()}, vbmc.NewFakeMachine())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logins atomic.Int64
+	bmcSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.TrimSuffix(r.URL.Path, "/") == "/redfish/v1/SessionService/Sessions" {
+			logins.Add(1)
+		}
+		bm.Handler().ServeHTTP(w, r)
+	}))
+	bmcSrv.StartTLS()
+	t.Cleanup(bmcSrv.Close)
+	sum := sha256.Sum256(bmcSrv.Certificate().Raw)
+
+	man := filepath.Join(s.root, "manifests")
+	if err := os.MkdirAll(man, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile(filepath.Join(s.manifests, "qemu-nvme.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(man, "qemu-nvme.yaml"), example, 0o644)
+	img := filepath.Join(s.root, "disk.raw")
+	os.WriteFile(img, []byte("an installed OS"), 0o644)
+	var out bytes.Buffer
+	if rc := artifactsCmd([]string{"add", "--state-dir", s.state, "--sku", filepath.Join(man, "qemu-nvme.yaml"), img}, &out); rc != 0 {
+		t.Fatalf("artifacts add: %d\n%s", rc, out.String())
+	}
+	nodesFile := filepath.Join(s.root, "nodes.yaml")
+	os.WriteFile(nodesFile, fmt.Appendf(nil, "nodes:\n  - id: node1\n    bmc: {url: %q, username: admin, passwordEnv: CURE_TEST_BMC_PW, fingerprint: \"sha256:%x\"}\n    macs: [52:54:00:c0:de:01]\n    sku: qemu-nvme\n",
+		bmcSrv.URL, sum[:]), 0o600)
+	t.Setenv("CURE_TEST_BMC_PW", "not-the-password") // the coordinator's environment
+	c := s.start("--manifests", man, "--nodes", nodesFile)
+
+	rc, stdout, stderr := s.curectl(c, s.admin, "", "provision", "--watch", "node1")
+	all := stdout + stderr
+	if rc == 0 {
+		t.Fatalf("provision with a wrong BMC password exited 0:\n%s", all)
+	}
+	want := fmt.Sprintf(`BMC %s refused the login of user "admin" (HTTP 401): the password was read from the coordinator's environment variable CURE_TEST_BMC_PW (passwordEnv of node node1)`, bmcSrv.URL)
+	if !strings.Contains(all, want) {
+		t.Errorf("curectl output lacks\n  %s\n%s", want, all)
+	}
+	shown := 0
+	for _, line := range strings.Split(all, "\n") {
+		if strings.Contains(line, "refused the login") {
+			shown++
+			if len(line) > len(want)+200 {
+				t.Errorf("a %d-character line: %s", len(line), line)
+			}
+		}
+	}
+	// The live timeline's phase and run end, the report's header and its
+	// phase table: once per view (it was 7 lines of a kilobyte each).
+	if shown == 0 || shown > 4 {
+		t.Errorf("the refused login is shown %d times, want at most once per view (phase, run end, report, phase table):\n%s", shown, all)
+	}
+	for _, raw := range []string{"{", "@Message.ExtendedInfo", "@odata", "ResourceAtUriUnauthorized"} {
+		if strings.Contains(all, raw) {
+			t.Errorf("curectl shows the BMC's raw answer (%q):\n%s", raw, all)
+		}
+	}
+	if n := logins.Load(); n != 1 {
+		t.Errorf("%d logins tried at the BMC, want 1: a refused login is not retried", n)
+	}
+	if !strings.Contains(all, "not retried") {
+		t.Errorf("the run's end does not say the login is not retried:\n%s", all)
+	}
+}
