@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
@@ -56,6 +57,11 @@ func artifactsCmd(args []string, out io.Writer) int {
 		}
 		if _, err := manifests.ParseSKU(*skuFile, skuData); err != nil {
 			fmt.Fprintf(os.Stderr, "artifacts add: --sku %s:\n%v\n", *skuFile, err)
+			return 1
+		}
+		trial := manifests.Artifact{SHA256: strings.Repeat("0", 64), Size: 1, Format: manifests.ImageRaw}
+		if _, err := manifests.SetOSImage(*skuFile, skuData, trial); err != nil {
+			fmt.Fprintf(os.Stderr, "artifacts add: nothing imported: %v\n", err)
 			return 1
 		}
 	}

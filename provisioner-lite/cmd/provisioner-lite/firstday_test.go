@@ -95,6 +95,9 @@ func TestCheckFlagsMissingImage(t *testing.T) {
 	if rc := artifactsCmd([]string{"add", "--state-dir", state, "--sku", bare, other}, &out); rc != 1 {
 		t.Errorf("artifacts add --sku of a SKU without spec.os: rc %d", rc)
 	}
+	if entries, _ := os.ReadDir(filepath.Join(state, "artifacts", "sha256")); len(entries) != 1 {
+		t.Errorf("the artifact store holds %d files, want only the first image", len(entries))
+	}
 }
 
 // A wrong BMC password, as a site meets it on day one: the password comes
