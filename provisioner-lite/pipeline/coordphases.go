@@ -363,6 +363,8 @@ func (e *Engine) rebootIntoCURE(ctx context.Context, r *store.Run, why string) e
 // waitForCURE waits for this run's runner to register.
 func (e *Engine) waitForCURE(ctx context.Context, r *store.Run) outcome {
 	deadline := time.Now().Add(e.cfg.Timeouts.WaitForCURE)
+	e.waitsForCURE.add(*r)
+	defer e.waitsForCURE.remove(r.ID)
 	for {
 		changed := e.cfg.Hub.Changed(r.NodeID)
 		if s := e.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {

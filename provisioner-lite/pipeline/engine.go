@@ -188,6 +188,8 @@ type Engine struct {
 	interrupted map[string]bool
 	// skus caches the node SKU of each run driven (a metrics label).
 	skus sync.Map
+	// waitsForCURE are the runs in wait_for_cure, for UnknownMAC.
+	waitsForCURE cureWaits
 }
 
 // New returns an engine; call Resume to pick up runs from the store.

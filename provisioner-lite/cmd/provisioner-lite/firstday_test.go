@@ -2,19 +2,27 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/netboot"
+	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
 )
 
@@ -178,5 +186,116 @@ func TestBMCAuthErrorOneLine(t *testing.T) {
 	}
 	if !strings.Contains(all, "not retried") {
 		t.Errorf("the run's end does not say the login is not retried:\n%s", all)
+	}
+}
+
+var readyHTTP = regexp.MustCompile(`msg="provisioner-lite ready".* http=(\S+)`)
+
+// A node whose inventory MAC is wrong boots as a stranger: its iPXE asks
+// for the script of its real MAC and is told "not in the inventory". The
+// coordinator logs that at info (no flag needed), and the node's run,
+// waiting for CURE after its BMC was told to boot, shows the stranger on
+// its timeline, once per MAC, naming the inventory's MACs, which is what
+// the operator must fix. The proxy DHCP's inventory lookup tells the same
+// observer.
+func TestUnknownMACVisible(t *testing.T) {
+	s := newSite(t)
+	bm, err := vbmc.New(vbmc.Config{Name: "node1", Serial: "S1", MAC: "52:54:00:c0:de:99", Logger: quiet()}, vbmc.NewFakeMachine())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bmcSrv, err := vbmc.Listen("127.0.0.1:0", bm, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bmcSrv.Shutdown(context.Background()) })
+	nodesFile := filepath.Join(s.root, "nodes.yaml")
+	// The site typed ...:01; the machine's NIC is ...:99.
+	os.WriteFile(nodesFile, fmt.Appendf(nil, "nodes:\n  - id: node1\n    bmc: {url: %q, username: admin, passwordEnv: CURE_TEST_BMC_PW, fingerprint: %q}\n    macs: [52:54:00:c0:de:01]\n    sku: qemu-nvme\n",
+		bmcSrv.URL, bmcSrv.Fingerprint()), 0o600)
+	t.Setenv("CURE_TEST_BMC_PW", "password")
+	before := len(s.coordinatorLog())
+	// A diagnostic run: it reaches wait_for_cure without an OS image.
+	c := s.start("--nodes", nodesFile)
+	m := readyHTTP.FindStringSubmatch(s.coordinatorLog()[before:])
+	if m == nil {
+		t.Fatal("no http address in the coordinator's ready line")
+	}
+	if rc, out, errOut := s.curectl(c, s.admin, "", "provision", "--mode", "diagnostic", "--manifest", "rma-quick", "node1"); rc != 0 {
+		t.Fatalf("provision: %d\n%s%s", rc, out, errOut)
+	}
+	st := s.openStore()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	runWaiting := func() store.Run {
+		for {
+			r, err := st.LatestRun(ctx, "node1")
+			if err == nil && r.Phase == modes.WaitForCURE {
+				return r
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("the run never reached wait_for_cure: %+v %v", r, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	r := runWaiting()
+	// What the node's iPXE fetches, twice (iPXE retries).
+	for range 2 {
+		resp, err := http.Get("http://" + m[1] + "/ipxe/52-54-00-C0-DE-99")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "not in the inventory") {
+			t.Fatalf("script for the stranger: %d %s", resp.StatusCode, body)
+		}
+	}
+	// The proxy DHCP's lookup of another stranger.
+	p := &netbootPlan{}
+	var told []string
+	p.onUnknownMAC = func(_ context.Context, mac string) { told = append(told, mac) }
+	if _, err := p.inventoryLookup(st)(ctx, "52:54:00:c0:de:98"); !errors.Is(err, netboot.ErrUnknownMAC) || !slices.Equal(told, []string{"52:54:00:c0:de:98"}) {
+		t.Errorf("proxy DHCP lookup of an unknown MAC: %v, observer told %v", err, told)
+	}
+	if id, err := p.inventoryLookup(st)(ctx, "52:54:00:c0:de:01"); id != "node1" || err != nil || len(told) != 1 {
+		t.Errorf("lookup of the inventory MAC: %q %v, observer told %v", id, err, told)
+	}
+	want := "iPXE request from 52:54:00:c0:de:99 from 127.0.0.1, a MAC not in the node inventory, while this node waits for CURE: " +
+		"if it is this node, its inventory MACs (52:54:00:c0:de:01) are wrong"
+	for {
+		evs, err := st.Events(ctx, r.ID, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(evs, func(e store.Event) bool { return strings.Contains(e.Message, want) }) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the run's timeline never showed the stranger: %+v", evs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if rc, out, errOut := s.curectl(c, s.admin, "", "cancel", "node1", "--reason", "test done"); rc != 0 {
+		t.Fatalf("cancel: %d\n%s%s", rc, out, errOut)
+	}
+	_, out, _ := s.curectl(c, s.admin, "", "watch", "node1")
+	t.Logf("curectl watch node1:\n%s", out)
+	shown := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, want) {
+			shown++
+			if !strings.Contains(line, modes.WaitForCURE) {
+				t.Errorf("the stranger is not shown on wait_for_cure: %s", line)
+			}
+		}
+	}
+	if shown != 1 {
+		t.Errorf("curectl watch shows the stranger %d times, want once:\n%s", shown, out)
+	}
+	log := s.coordinatorLog()
+	if !strings.Contains(log, `level=INFO msg=refused listener="boot server" reason="iPXE script for a MAC not in the inventory" source=52:54:00:c0:de:99@127.0.0.1`) {
+		t.Errorf("the coordinator's log (at info) does not name the stranger:\n%s", log)
 	}
 }

@@ -164,6 +164,8 @@ func main() {
 	flag.Var(&webhooks, "webhook", "POST a signed JSON notification to this URL when a run ends or needs attention (repeatable; docs/OBSERVABILITY.md)")
 	flag.StringVar(&c.webhookSecret, "webhook-secret-file", "", "HMAC key of the webhook signature (default: webhook.secret in the state dir, created on first use)")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
+	var logLevel slog.Level
+	flag.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error (debug adds every request, DHCP packet and Redfish call)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "provisioner-lite: unexpected arguments %q\n", flag.Args())
@@ -175,7 +177,7 @@ func main() {
 	c.webhooks = webhooks
 	c.eventLimits.HardEvents = c.eventLimits.MaxEvents + store.DefaultEventLimits.HardEvents - store.DefaultEventLimits.MaxEvents
 	c.retention.BootTokens = store.DefaultRetention.BootTokens
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
 	slog.SetDefault(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -613,6 +615,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		KnownSKU: sitecheck.KnownSKU(c.manifestDir), BMCCADir: sd.Join("bmc-ca"), Log: log})
 
 	errc := make(chan error, 4)
+	nb.onUnknownMAC = func(ctx context.Context, mac string) { eng.UnknownMAC(ctx, mac, "proxy DHCP", "") }
 	stopNetboot, err := nb.start(ctx, log, bs.ScriptURL(), baseURL, st, errc)
 	if err != nil {
 		return err

@@ -53,6 +53,10 @@ type netbootPlan struct {
 	mode     redfish.BootModePolicy
 	files    *netboot.Files // nil: no TFTP, proxy or HTTP builds
 	tftpAddr string
+	// onUnknownMAC, if set, hears of every PXE request the proxy DHCP
+	// leaves unanswered because its MAC is not in the inventory
+	// (pipeline.Engine.UnknownMAC shows it on the runs waiting for CURE).
+	onUnknownMAC func(ctx context.Context, mac string)
 }
 
 // prepare checks the flags and reads the iPXE builds, before anything
@@ -169,13 +173,7 @@ func (p *netbootPlan) start(ctx context.Context, log *slog.Logger, scriptURL, ba
 	}
 	var known func(ctx context.Context, mac string) (string, error)
 	if !p.flags.allMACs {
-		known = func(ctx context.Context, mac string) (string, error) {
-			n, err := st.NodeByMAC(ctx, mac)
-			if errors.Is(err, store.ErrNotFound) {
-				return "", fmt.Errorf("%s: %w", mac, netboot.ErrUnknownMAC)
-			}
-			return n.ID, err
-		}
+		known = p.inventoryLookup(st)
 	}
 	files := map[string]bool{}
 	for _, n := range p.files.Names() {
@@ -203,4 +201,20 @@ func (p *netbootPlan) start(ctx context.Context, log *slog.Logger, scriptURL, ba
 	}()
 	stops = append([]func(){func() { cancel(); <-done }}, stops...)
 	return stop, nil
+}
+
+// inventoryLookup is the proxy DHCP's Known: a MAC's node, or
+// netboot.ErrUnknownMAC for a MAC not in the inventory (told to
+// onUnknownMAC first).
+func (p *netbootPlan) inventoryLookup(st *store.Store) func(ctx context.Context, mac string) (string, error) {
+	return func(ctx context.Context, mac string) (string, error) {
+		n, err := st.NodeByMAC(ctx, mac)
+		if errors.Is(err, store.ErrNotFound) {
+			if p.onUnknownMAC != nil {
+				p.onUnknownMAC(ctx, mac)
+			}
+			return "", fmt.Errorf("%s: %w", mac, netboot.ErrUnknownMAC)
+		}
+		return n.ID, err
+	}
 }
