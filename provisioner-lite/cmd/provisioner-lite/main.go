@@ -512,6 +512,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 			return fmt.Errorf("import %s: %w", c.nodesFile, err)
 		}
 		log.Info("node inventory imported", "file", c.nodesFile, "nodes", len(site.Nodes), "added", len(added), "updated", len(updated))
+		warnUnlistedNICs(ctx, st, site.Nodes, log)
 	}
 	artifactDir := sd.Join("artifacts")
 	for _, f := range c.imports {
