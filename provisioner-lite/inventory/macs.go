@@ -29,4 +29,6 @@ func UnlistedNICs(macs []string, inv *curev1.Inventory) []string {
 	return reported
 }
 
-func normMAC(m string) string { return strings.ReplaceAll(strings.ToLower(strings.TrimSpace(m)), "-", ":") }
+func normMAC(m string) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimSpace(m)), "-", ":")
+}
