@@ -199,7 +199,7 @@ func run() error {
 // entry is one BMC as -inventory lists it.
 type entry struct {
 	Name, URL, Fingerprint, MAC, Serial, UUID, Username, Password, Console string
-	SKU, PasswordEnv                                                        string `json:",omitempty"`
+	SKU, PasswordEnv                                                       string `json:",omitempty"`
 }
 
 // nodesYAML renders the BMCs as a provisioner-lite node inventory: HTTPS
