@@ -231,13 +231,14 @@ func initCmd(args []string, out io.Writer) int {
 // initResult is what init made or found.
 type initResult struct {
 	stateDir, advertise, advertiseWhy string
+	pxeIface                          string
 	caFile, caFingerprint             string
 	caCreated, keyCreated             bool
 	op                                pki.OperatorCert
 }
 
 func initState(stateDir, operator, advertise, pxeIface, procRoot string, log *slog.Logger) (*initResult, error) {
-	r := &initResult{advertise: advertise, advertiseWhy: "--advertise"}
+	r := &initResult{advertise: advertise, advertiseWhy: "--advertise", pxeIface: pxeIface}
 	abs, err := filepath.Abs(stateDir)
 	if err != nil {
 		return nil, err
@@ -316,27 +317,36 @@ func (r *initResult) print(w io.Writer) {
 		return p
 	}
 	sd := rel(r.stateDir)
+	advertiseFlag := "" // the address is the --pxe-interface's unless init was told another
+	if r.advertiseWhy == "--advertise" {
+		advertiseFlag = " --advertise " + r.advertise
+	}
 	fmt.Fprintf(w, `state dir %s
   CA           %s (%s, %s)
   state key    %s (%s: it seals BMC passwords and PSIDs; back it up with cure.db)
   server cert  for %s (%s)
   operator     %s, role admin: %s (%s, valid until %s)
 
-Next:
+Next (README, "Set up a site"):
   1. Build the CURE image with this CA (the coordinator refuses an image that trusts another):
-       go run ./builder/cmd/cure-build --spec initramfs/cure.yaml --state-dir %s --out out/image
-     (or: make image STATE=%s)
-  2. Write the nodes file (README, "Set up a site"), then check it with the manifests:
-       provisioner-lite check --manifests manifests/examples --nodes nodes.yaml --state-dir %s --image-dir out/image
-  3. Start the coordinator:
-       provisioner-lite --state-dir %s --manifests manifests/examples --nodes nodes.yaml --image-dir out/image --advertise %s
-  4. Drive it with curectl:
+       make image STATE=%s
+     (or: go run ./builder/cmd/cure-build --spec initramfs/cure.yaml --state-dir %s --out out/image)
+  2. The OS image nodes get: copy a SKU into the site's manifests, import the image into it
+     (make hostos builds a test one, out/hostos/disk.raw.zst):
+       mkdir -p site-manifests && cp manifests/examples/qemu-nvme.yaml site-manifests/
+       provisioner-lite artifacts add --state-dir %s --sku site-manifests/qemu-nvme.yaml IMAGE
+  3. Write the nodes file, then check it with the manifests, the image and the artifact store:
+       provisioner-lite check --manifests site-manifests --nodes nodes.yaml --state-dir %s --image-dir out/image
+  4. Start the coordinator, its proxy DHCP and TFTP on the interface facing the nodes
+     (or let the site's DHCP server chain to http://%s:8080/boot.ipxe: docs/NETBOOT.md):
+       provisioner-lite --state-dir %s --manifests site-manifests --nodes nodes.yaml --image-dir out/image%s --pxe-interface %s --proxy-dhcp
+  5. Drive it with curectl:
        export CURE_CA=%s CURE_CERT=%s CURE_KEY=%s
        curectl nodes
        curectl provision --watch NODE
 `, sd, rel(r.caFile), made(r.caCreated), r.caFingerprint, rel(filepath.Join(r.stateDir, statedir.KeyFile)), made(r.keyCreated),
 		r.advertise, r.advertiseWhy, r.op.Name, rel(r.op.CertFile), opWhat, r.op.NotAfter.Format(time.DateOnly),
-		sd, sd, sd, sd, r.advertise, rel(r.caFile), rel(r.op.CertFile), rel(r.op.KeyFile))
+		sd, sd, sd, sd, r.advertise, sd, advertiseFlag, nonEmpty(r.pxeIface, "IFACE"), rel(r.caFile), rel(r.op.CertFile), rel(r.op.KeyFile))
 }
 
 // checkCmd lints the site's configuration as the coordinator reads it at
