@@ -333,3 +333,53 @@ func TestWarnUnlistedNICs(t *testing.T) {
 		t.Errorf("warnings:\n%s", got)
 	}
 }
+
+var flagLine = regexp.MustCompile(`(?m)^  -([a-z0-9.-]+)`)
+
+// `provisioner-lite --help` lists the coordinator's flags by topic, each
+// flag once, none renamed: the network boot flags together, the listeners
+// together.
+func TestHelpGroupsFlags(t *testing.T) {
+	rc, out := runMain(t, t.TempDir(), "--help")
+	if rc != 0 {
+		t.Fatalf("--help: rc %d\n%s", rc, out)
+	}
+	seen := map[string]int{}
+	for _, m := range flagLine.FindAllStringSubmatch(out, -1) {
+		if !strings.HasPrefix(m[1], "test.") { // this test binary's own, under "other"
+			seen[m[1]]++
+		}
+	}
+	for name, n := range seen {
+		if n != 1 {
+			t.Errorf("-%s listed %d times", name, n)
+		}
+	}
+	if len(seen) < 50 {
+		t.Errorf("%d flags listed", len(seen))
+	}
+	section := func(title string) string {
+		i := strings.Index(out, "\n"+title+":\n")
+		if i < 0 {
+			t.Fatalf("no %q section:\n%s", title, out)
+		}
+		rest := out[i+len(title)+3:]
+		if j := strings.Index(rest, "\n\n"); j >= 0 {
+			rest = rest[:j]
+		}
+		return rest
+	}
+	for title, flags := range map[string][]string{
+		"site: state, manifests, nodes, images":                       {"state-dir", "nodes", "image-dir", "log-level"},
+		"network boot: how nodes reach the coordinator and boot CURE": {"pxe-interface", "proxy-dhcp", "advertise", "ipxe-efi"},
+		"listeners and their limits":                                  {"http-listen", "grpc-listen", "web-listen", "http-max-conns"},
+		"BMCs (Redfish) and power":                                    {"bmc-timeout", "bmc-ca", "power-on-rate"},
+	} {
+		s := section(title)
+		for _, f := range flags {
+			if !strings.Contains(s, "  -"+f+" ") && !strings.Contains(s, "  -"+f+"\n") {
+				t.Errorf("-%s is not under %q", f, title)
+			}
+		}
+	}
+}

@@ -108,10 +108,10 @@ func main() {
 	var imports, tlsNames, webhooks multiFlag
 	flag.Usage = func() {
 		usage(flag.CommandLine.Output())
-		fmt.Fprintln(flag.CommandLine.Output(), "\ncoordinator flags:")
-		flag.PrintDefaults()
+		fmt.Fprintln(flag.CommandLine.Output(), "\ncoordinator flags, by topic:")
+		printGroupedFlags(flag.CommandLine.Output(), flag.CommandLine)
 	}
-	flag.StringVar(&c.stateDir, "state-dir", "state", "store, PKI and artifact directory (0700; one coordinator at a time; make it with `provisioner-lite init`)")
+	flag.StringVar(&c.stateDir, "state-dir", "state", "store, PKI and artifact directory (0700; one coordinator at a time; made by provisioner-lite init)")
 	flag.StringVar(&c.manifestDir, "manifests", "manifests/examples", "directory of SKU manifests (<sku>.yaml) and validation suites (suites/<name>.yaml)")
 	flag.StringVar(&c.nodesFile, "nodes", "", "node inventory (YAML or CSV) imported at start (later: curectl nodes import)")
 	flag.StringVar(&c.imageDir, "image-dir", "out/image", "cure-build output: vmlinuz, initramfs, report.json (its CA must be this state dir's)")
@@ -165,7 +165,7 @@ func main() {
 	flag.StringVar(&c.webhookSecret, "webhook-secret-file", "", "HMAC key of the webhook signature (default: webhook.secret in the state dir, created on first use)")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
 	var logLevel slog.Level
-	flag.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error (debug adds every request, DHCP packet and Redfish call)")
+	flag.TextVar(&logLevel, "log-level", slog.LevelInfo, "`level` of the log: debug, info, warn or error (debug adds every request, DHCP packet and Redfish call)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "provisioner-lite: unexpected arguments %q\n", flag.Args())
