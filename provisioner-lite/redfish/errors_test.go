@@ -34,3 +34,32 @@ func TestBriefErrorAnswer(t *testing.T) {
 		t.Error("brief changed an error that carries no answer")
 	}
 }
+
+// FuzzBriefErrorAnswer: whatever a BMC answers with an error status, what
+// reaches an operator is one clean line of bounded length that keeps the
+// driver's own words around it, and the status stays readable.
+func FuzzBriefErrorAnswer(f *testing.F) {
+	f.Add(400, []byte(`{"error":{"code":"Base.1.8.GeneralError","message":"x","@Message.ExtendedInfo":[{"MessageId":"Base.1.8.PropertyValueNotInList","Message":"The value Floppy is not in the list."}]}}`))
+	f.Add(401, []byte(`{"error":{"code":"Base.1.8.NoValidSession","message":"There is no valid session established with the implementation."}}`))
+	f.Add(500, []byte("<html>"+strings.Repeat("x", 4000)+"</html>"))
+	f.Add(404, []byte("line one\nline two\x1b[31m\u202e"))
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		if status < 100 || status > 599 {
+			return
+		}
+		err := brief(fmt.Errorf("redfish https://bmc: read power state: %w", schemas.ConstructError(status, body)))
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "redfish https://bmc: read power state: HTTP "+fmt.Sprint(status)) {
+			t.Fatalf("the driver's context or the status is lost: %q", msg)
+		}
+		if strings.ContainsAny(msg, "\n\r\x1b\u202e") {
+			t.Fatalf("not one clean line: %q", msg)
+		}
+		if len(msg) > len("redfish https://bmc: read power state: HTTP 400 ")+80+2+maxBMCMessage+8 {
+			t.Fatalf("%d bytes: %q", len(msg), msg)
+		}
+		if statusOf(err) != status {
+			t.Fatalf("status %d after brief, want %d", statusOf(err), status)
+		}
+	})
+}
