@@ -4,7 +4,7 @@
 // resumes where the runs were.
 //
 //	provisioner-lite init --state-dir DIR     one state dir: CA, server certificate, state key, admin operator certificate
-//	provisioner-lite check [--manifests DIR] [--nodes FILE] [--state-dir DIR --image-dir DIR]
+//	provisioner-lite check [--manifests DIR] [--nodes FILE] [--state-dir DIR [--image-dir DIR]]
 //	provisioner-lite pki --state-dir DIR [--operator NAME --role ROLE]
 //	provisioner-lite artifacts add --state-dir DIR [--sku SKU.yaml] FILE...
 //	provisioner-lite [flags]                  the coordinator (lints the same as check first, and refuses on problems)
@@ -192,7 +192,7 @@ func usage(w io.Writer) {
   provisioner-lite init --state-dir DIR [--operator NAME] [--advertise ADDR | --pxe-interface IFACE]
         one state dir: CA, server certificate, state key, an admin operator certificate; prints the next commands
   provisioner-lite check [--manifests DIR] [--nodes FILE] [--state-dir DIR] [--image-dir DIR]
-        lint the manifests, suites and nodes file (and the image's CA) as the coordinator will read them
+        lint the manifests, suites and nodes file as the coordinator will read them (and the SKUs' OS images in the state dir's store, the image's CA)
   provisioner-lite pki --state-dir DIR [--operator NAME --role viewer|operator|admin]
         the CA, and one operator's curectl certificate
   provisioner-lite artifacts add --state-dir DIR [--sku SKU.yaml] FILE...
