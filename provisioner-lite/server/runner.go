@@ -225,6 +225,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 				return nil
 			}
 			msg = r.m
+			sess.Received()
 		}
 		ev := msg.GetEvent()
 		if ev == nil {
