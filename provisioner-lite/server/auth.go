@@ -44,6 +44,7 @@ var methodRoles = map[string]pki.Role{
 	curev1.OperatorService_Cancel_FullMethodName:      pki.RoleOperator,
 	curev1.OperatorService_AuditDirect_FullMethodName: pki.RoleOperator,
 	curev1.OperatorService_TimeBuckets_FullMethodName: pki.RoleViewer,
+	curev1.OperatorService_FleetBands_FullMethodName:  pki.RoleViewer,
 	// Provision needs operator; a wipe (or resuming one) needs admin, which
 	// the handler checks against the mode (ModeRole).
 	curev1.OperatorService_Provision_FullMethodName: pki.RoleOperator,

@@ -134,7 +134,10 @@ func newHostile(t *testing.T, runnerOpts ...func(*server.RunnerService)) *hostil
 			t.Fatal(err)
 		}
 	}
-	bs, err := bootserver.New(bootserver.Config{ImageDir: img, ArtifactDir: t.TempDir(), BaseURL: "http://10.0.0.1:8080", Logger: log}, eng)
+	// The flood tests open up to 32 connections from one address: room above
+	// that, so the per-source cap (a listener test's subject) never decides them.
+	bs, err := bootserver.New(bootserver.Config{ImageDir: img, ArtifactDir: t.TempDir(), BaseURL: "http://10.0.0.1:8080", Logger: log,
+		Limits: bootserver.Limits{MaxConnsPerSource: 256}}, eng)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/rmaparts"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
@@ -340,11 +341,19 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 		return nil, err
 	}
 	rep.Inventory = runInventory(ctx, st, r)
+	ms, err := runMeasurements(ctx, st, r.ID)
+	if err != nil {
+		return nil, err
+	}
 	for _, v := range vs {
 		rep.Verdicts = append(rep.Verdicts, &curev1.Verdict{
 			Component: v.Component, Check: v.Check, Status: curev1.VerdictStatus(curev1.VerdictStatus_value[v.Status]),
-			Observed: v.Observed, Expected: v.Expected, Message: v.Message, Stage: v.Stage, AtUnixMs: unixMs(v.At),
+			Observed: v.Observed, Expected: v.Expected, Message: v.Message, Measurements: ms[[2]string{v.Component, v.Check}],
+			Stage: v.Stage, AtUnixMs: unixMs(v.At),
 		})
+	}
+	if err := fleetReport(ctx, st, r.ID, rep); err != nil {
+		return nil, err
 	}
 	b, err := RunBuckets(ctx, st, r)
 	if err != nil {
@@ -374,6 +383,8 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 			rep.DeadlineUnixMs = phaseDeadline(r, r.Phase)
 		}
 	}
+	rmaparts.GPUIdentities(rep.GetInventory().GetInventory(), rep.Verdicts)
+	rep.Parts = rmaparts.Parts(rep.GetInventory().GetInventory(), rep.Verdicts)
 	boundReport(rep, MaxReportBytes)
 	return rep, nil
 }

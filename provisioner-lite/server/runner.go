@@ -229,6 +229,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 				return nil
 			}
 			msg = r.m
+			sess.Received()
 		}
 		ev := msg.GetEvent()
 		if ev == nil {
@@ -516,6 +517,7 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 	t := time.UnixMilli(ev.GetTimeUnixMs()).UTC()
 	e := store.Event{RunID: runID, NodeID: nodeID, Source: runstate.SourceRunner, BootID: bootID, Seq: ev.GetSeq(), Time: t, Phase: phase}
 	var v *store.Verdict
+	var err error
 	switch b := ev.GetBody().(type) {
 	case *curev1.Event_PhaseStart:
 		e.Kind = runstate.EventPhaseStart
@@ -554,6 +556,9 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 			v.At = time.UnixMilli(at).UTC()
 		}
 		v.Stage = textsafe.BoundedLine(in.GetStage(), maxName)
+		if v.Measurements, err = verdictMeasurements(in.GetMeasurements()); err != nil {
+			return store.Event{}, nil, fmt.Errorf("event seq %d: verdict %s %s: %w", ev.GetSeq(), v.Component, v.Check, err)
+		}
 		e.Kind = runstate.EventVerdict
 		e.Status = v.Status
 		e.Message = textsafe.Truncate(fmt.Sprintf("%s %s: %s", v.Component, v.Check, v.Message), maxMessage)

@@ -1,11 +1,13 @@
 package server
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -26,6 +28,8 @@ func FuzzRunnerEvent(f *testing.F) {
 		{Seq: 5, Body: &curev1.Event_Metric{Metric: &curev1.Metric{Name: "gpu_temp", Value: 71, Unit: "C", Labels: map[string]string{"gpu": "3"}}}},
 		{Seq: 0, Body: &curev1.Event_PhaseStart{PhaseStart: &curev1.PhaseStart{}}},
 		{Seq: 6, Phase: "bios", Body: &curev1.Event_PhaseStart{PhaseStart: &curev1.PhaseStart{}}},
+		{Seq: 7, Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{Component: "disk/vdb", Check: "disk-read", Status: curev1.VerdictStatus_PASS,
+			Measurements: []*curev1.Measurement{{Metric: "readMBps", Value: 41, Unit: "MB/s"}, {Metric: "lat", Value: -1, Unit: "us\x1b"}}}}},
 	} {
 		b, _ := proto.Marshal(ev)
 		f.Add(b)
@@ -57,6 +61,14 @@ func FuzzRunnerEvent(f *testing.F) {
 			for _, s := range []string{v.Component, v.Check, v.Observed, v.Expected, v.Message} {
 				if !textsafe.Safe(s) || strings.ContainsAny(v.Component+v.Check, "\n\t") || len(s) > maxMessage+64 {
 					t.Fatalf("unclean verdict field %q", s)
+				}
+			}
+			if len(v.Measurements) > store.MaxVerdictMeasurements {
+				t.Fatalf("%d measurements", len(v.Measurements))
+			}
+			for _, m := range v.Measurements {
+				if !metricName(m.Metric) || !textsafe.Safe(m.Unit) || len(m.Unit) > maxUnit || math.IsNaN(m.Value) || math.IsInf(m.Value, 0) {
+					t.Fatalf("measurement %+v", m)
 				}
 			}
 		}

@@ -255,6 +255,9 @@ VALUES (?, ?, 'runner', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 				toMs(v.At), v.Stage); err != nil {
 				return err
 			}
+			if err := s.putMeasurements(ctx, tx, e.RunID, *v); err != nil {
+				return err
+			}
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO run_usage (run_id, events, bytes, verdicts) VALUES (?, 1, ?, ?)
 ON CONFLICT(run_id) DO UPDATE SET events = run_usage.events + 1, bytes = run_usage.bytes + excluded.bytes, verdicts = run_usage.verdicts + excluded.verdicts`,

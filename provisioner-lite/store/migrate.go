@@ -229,7 +229,36 @@ CREATE TABLE run_progress (
 	progress TEXT NOT NULL                -- protojson of cure.v1.Progress
 );
 `,
-	// 8: when a verdict's finding happened (a bar on a sampled series: the
+	// 8: fleet history. Every verdict's measurements (metric, value, unit)
+	// with what the fleet bands select them by (SKU, check, metric, time;
+	// the coordinator's clock), bounded per run (run_usage.measurements),
+	// pruned by their own retention; and each run's fleet judgement
+	// (protojson of cure.v1.FleetJudgements), kept with the run.
+	`
+CREATE TABLE measurements (
+	run_id     TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+	node_id    TEXT NOT NULL,
+	sku        TEXT NOT NULL DEFAULT '',   -- the node's when the verdict arrived
+	suite      TEXT NOT NULL DEFAULT '',   -- the run's manifest
+	check_name TEXT NOT NULL,
+	component  TEXT NOT NULL,
+	metric     TEXT NOT NULL,
+	value      REAL NOT NULL,
+	unit       TEXT NOT NULL DEFAULT '',
+	time       INTEGER NOT NULL,
+	passed     INTEGER NOT NULL DEFAULT 0, -- its verdict passed (PASS): a fleet sample
+	PRIMARY KEY (run_id, component, check_name, metric)
+);
+CREATE INDEX measurements_fleet ON measurements(sku, check_name, metric, time);
+CREATE INDEX measurements_time ON measurements(time);
+ALTER TABLE run_usage ADD COLUMN measurements INTEGER NOT NULL DEFAULT 0; -- measurement rows the run keeps
+CREATE TABLE run_fleet (
+	run_id     TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+	time       INTEGER NOT NULL,
+	judgements TEXT NOT NULL
+);
+`,
+	// 9: when a verdict's finding happened (a bar on a sampled series: the
 	// first sample past it) and the suite stage it came from.
 	`
 ALTER TABLE verdicts ADD COLUMN at INTEGER NOT NULL DEFAULT 0;      -- unix ms; 0: the verdict's time

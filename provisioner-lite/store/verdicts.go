@@ -16,6 +16,9 @@ type Verdict struct {
 	// sampled series); zero: at Time. Stage is the suite stage.
 	At    time.Time
 	Stage string
+	// Measurements are stored apart (measurements.go) when the runner's
+	// verdict is: Verdicts does not return them (RunMeasurements does).
+	Measurements []Measurement
 }
 
 const upsertVerdict = `

@@ -52,6 +52,9 @@ type Options struct {
 	// Firmware is each virtual BMC's simulated FirmwareInventory (nil:
 	// vbmc.DefaultFirmware()).
 	Firmware []vbmc.FirmwareSpec
+	// DiskThrottle slows the disks of the nodes it names (node1, node2...)
+	// with QEMU's block throttling: a part slower than its fleet.
+	DiskThrottle map[string]vbmc.DiskThrottle
 	// ProxyRunnerStreams routes the nodes' gRPC connections through a TCP
 	// proxy the test can cut (Env.CutRunnerStreams); operator calls go direct.
 	ProxyRunnerStreams bool
@@ -61,6 +64,9 @@ type Options struct {
 	// advertising the bridge address. Whatever answers DHCP there (a site
 	// DHCP server, the coordinator's proxy DHCP) decides the boot.
 	Site *SiteNet
+	// DiskPort puts every node's NVMe controller behind a PCIe root port
+	// with this link capability (vbmc.QEMUConfig.DiskPort).
+	DiskPort *vbmc.RootPort
 	// UEFI gives every node OVMF firmware and a BMC that offers
 	// BootSourceOverrideMode UEFI (besides Legacy): the coordinator's
 	// driver then boots the nodes in UEFI.
@@ -349,11 +355,13 @@ func (e *Env) startBMCs(ctx context.Context, httpPort int) error {
 			DiskPath: n.Disk, MemoryMiB: e.Opts.MemoryMiB, ConsoleLog: n.Console,
 			BootURL:       fmt.Sprintf("http://10.0.2.2:%d/boot.ipxe", httpPort),
 			RebootTimeout: 10 * time.Second,
+			DiskPort:      e.Opts.DiskPort,
 			Logger:        e.Opts.Logger.With("vm", n.ID),
 		}
 		if e.Opts.Site != nil {
 			qc.BootURL, qc.Tap = "", e.Opts.Site.Taps[i-1]
 		}
+		qc.DiskThrottle = e.Opts.DiskThrottle[n.ID]
 		var modes []string
 		if e.Opts.UEFI {
 			qc.OVMFCode, qc.OVMFVars = OVMFCode, OVMFVars

@@ -89,20 +89,24 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	tel := e.newStageTelemetry(ctx, s, emit)
 	defer tel.stop()
 	telVerdicts := 0
+	poll := e.pollMachineChecks(emit)
+	withLog := e.kernelLogFor(ctx, emit)
+	onVerdict := func(v checks.Verdict) {
+		v = withLog(v)
+		counts[v.Status]++
+		if v.Status == checks.Fail || v.Status == checks.Error {
+			bad = append(bad, fmt.Sprintf("%s %s", v.Component, v.Check))
+		}
+		emit.Verdict(&curev1.Verdict{Component: v.Component, Check: v.Check, Status: protoStatus(v.Status),
+			Observed: v.Observed, Expected: v.Expected, Message: v.Message, Measurements: protoMeasurements(v.Measurements)})
+		emit.Log("INFO", fmt.Sprintf("progress %s: %s %s %s (elapsed %s)", s.Metadata.Name, v.Component, v.Check, v.Status,
+			e.cfg.now().Sub(start).Round(time.Second)), map[string]string{"check": v.Check})
+	}
 	vs, err := suite.Run(ctx, s, env, checks.Options{
-		FailFast: s.Spec.FailFast,
-		Log:      e.cfg.Log,
-		Done:     doneBefore(done),
-		OnVerdict: func(v checks.Verdict) {
-			counts[v.Status]++
-			if v.Status == checks.Fail || v.Status == checks.Error {
-				bad = append(bad, fmt.Sprintf("%s %s", v.Component, v.Check))
-			}
-			emit.Verdict(&curev1.Verdict{Component: v.Component, Check: v.Check, Status: protoStatus(v.Status),
-				Observed: v.Observed, Expected: v.Expected, Message: v.Message})
-			emit.Log("INFO", fmt.Sprintf("progress %s: %s %s %s (elapsed %s)", s.Metadata.Name, v.Component, v.Check, v.Status,
-				e.cfg.now().Sub(start).Round(time.Second)), map[string]string{"check": v.Check})
-		},
+		FailFast:  s.Spec.FailFast,
+		Log:       e.cfg.Log,
+		Done:      doneBefore(done),
+		OnVerdict: onVerdict,
 		OnCheck: func(name string, st checks.CheckState, worst checks.Status) {
 			prog.check(name, st, worst)
 			if st == checks.CheckRunning {
@@ -142,6 +146,11 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	if err != nil {
 		return failed("validate %s: %v", s.Metadata.Name, err)
 	}
+	// The boot's machine checks and EDAC counters, whatever the suite ran.
+	for _, v := range e.hostErrorVerdicts(ctx, poll) {
+		onVerdict(v)
+		vs = append(vs, v)
+	}
 	prog.beat(emit)
 	summary := fmt.Sprintf("%s: %d verdicts, %d PASS, %d FAIL, %d ERROR, %d SKIP in %s", s.Metadata.Name, len(vs)+telVerdicts,
 		counts[checks.Pass], counts[checks.Fail], counts[checks.Error], counts[checks.Skip], e.cfg.now().Sub(start).Round(time.Second))
@@ -164,6 +173,16 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 		return failed("%s; failing: %s", summary, strings.Join(bad, ", "))
 	}
 	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: summary}
+}
+
+// protoMeasurements puts a verdict's measured numbers on the wire: the
+// coordinator keeps them as the fleet history its bands judge against.
+func protoMeasurements(ms []checks.Measurement) []*curev1.Measurement {
+	var out []*curev1.Measurement
+	for _, m := range ms {
+		out = append(out, &curev1.Measurement{Metric: m.Metric, Value: m.Value, Unit: m.Unit})
+	}
+	return out
 }
 
 func nonEmpty(s, def string) string {
