@@ -200,9 +200,11 @@ func TestNodesAddAtRuntime(t *testing.T) {
 	if _, err := c.st.GetNode(ctx, "n1"); err != nil {
 		t.Fatalf("n1 after the refused removal: %v", err)
 	}
-	// show: the entry without secrets, the state, no hardware yet.
+	// show: the entry without secrets, the state, no hardware yet. (The
+	// run's BMC is unreachable: by the time show runs the run may have
+	// failed already, so the state is not asserted.)
 	rc, out, errOut = c.curectl(t, "nodes", "show", "n1")
-	if rc != 0 || !strings.Contains(out, "node n1  sku qemu-nvme  state in ") || !strings.Contains(out, "labels pool=burnin") ||
+	if rc != 0 || !strings.Contains(out, "node n1  sku qemu-nvme  state ") || !strings.Contains(out, "labels pool=burnin") ||
 		!strings.Contains(out, "password sealed in the store") || strings.Contains(out, "pw1") || !strings.Contains(out, "no hardware reported yet") {
 		t.Fatalf("nodes show n1: rc %d\n%s%s", rc, out, errOut)
 	}
