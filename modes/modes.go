@@ -86,8 +86,9 @@ var (
 	preflight = Phase{Preflight, Coordinator, false}
 )
 
-// provisionPhases follow DESIGN.md's pipeline. The one-time PXE override is
-// armed before power-on so a node that is off spends no boot on its old disk.
+// provisionPhases are the provisioning pipeline (docs/ARCHITECTURE.md, Phase
+// flow). The one-time PXE override is armed before power-on so a node that
+// is off spends no boot on its old disk.
 var provisionPhases = []Phase{
 	preflight, pxe, powerOn, waitCURE, hardware,
 	{BMC, Coordinator, true},
