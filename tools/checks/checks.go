@@ -54,6 +54,16 @@ type Verdict struct {
 	Message   string
 	Started   time.Time
 	Finished  time.Time
+	// Measurements are the verdict's numbers with their units (the
+	// readings made with In), what reports tabulate and fleet bands compare.
+	Measurements []Measurement
+}
+
+// Measurement is one measured number with its unit.
+type Measurement struct {
+	Metric string  // readMBps, randReadIOPS, p99ReadLatencyUs
+	Value  float64 // in Unit
+	Unit   string  // MB/s, IOPS, us, bogo-ops/s, Mb/s, ratio, C
 }
 
 func (v Verdict) String() string {
@@ -140,6 +150,8 @@ type Reading struct {
 	// Missing marks a metric the device did not report; it fails a set bar
 	// (a bar that cannot be checked is not a pass).
 	Missing bool
+	// Unit makes a numeric reading a Measurement of its verdict.
+	Unit    string
 	textual bool
 }
 
@@ -156,6 +168,13 @@ func Text(metric, v, want string) Reading {
 // Missing is a metric the device did not report, with the bar it had.
 func Missing(metric string, l Limit) Reading {
 	return Reading{Metric: metric, Limit: l, Missing: true}
+}
+
+// In gives a numeric reading its unit: the verdict then carries it as a
+// Measurement (a missing or textual reading carries none).
+func (r Reading) In(unit string) Reading {
+	r.Unit = unit
+	return r
 }
 
 func (r Reading) barred() bool { return !r.Limit.IsZero() || r.Want != "" }
@@ -195,6 +214,9 @@ func Judge(component string, rs ...Reading) Verdict {
 	var obs, exp, bad []string
 	for _, r := range rs {
 		obs = append(obs, r.observed())
+		if r.Unit != "" && !r.Missing && !r.textual {
+			v.Measurements = append(v.Measurements, Measurement{Metric: r.Metric, Value: r.Value, Unit: r.Unit})
+		}
 		if !r.barred() {
 			continue
 		}

@@ -32,6 +32,29 @@ func TestJudge(t *testing.T) {
 	}
 }
 
+// TestJudgeMeasurements: readings with a unit become the verdict's
+// measurements, in order, bar or no bar; missing and textual ones do not.
+func TestJudgeMeasurements(t *testing.T) {
+	v := Judge("disk/nvme1n1",
+		Value("readMBps", 512.5, AtLeast(1000)).In("MB/s"),
+		Value("readbackMismatches", 0, AtMost(0)),
+		Value("p99ReadLatencyUs", 180, Limit{}).In("us"),
+		Missing("randReadIOPS", AtLeast(1)).In("IOPS"),
+		Text("state", "up", "").In("x"))
+	if v.Status != Fail {
+		t.Errorf("status %s, want FAIL (readMBps under its bar)", v.Status)
+	}
+	want := []Measurement{{"readMBps", 512.5, "MB/s"}, {"p99ReadLatencyUs", 180, "us"}}
+	if len(v.Measurements) != len(want) {
+		t.Fatalf("measurements %v, want %v", v.Measurements, want)
+	}
+	for i := range want {
+		if v.Measurements[i] != want[i] {
+			t.Errorf("measurement %d = %v, want %v", i, v.Measurements[i], want[i])
+		}
+	}
+}
+
 func TestRun(t *testing.T) {
 	ctx := context.Background()
 	pass := func(comps ...string) Func {
