@@ -2687,8 +2687,12 @@ type Assignment struct {
 	// The node's SKU manifest, verbatim, when the run's manifest is a
 	// validation suite and the phases include hardware (diagnostic, burn-in):
 	// the hardware check compares against the SKU's spec.hardware.
-	SkuYaml       []byte `protobuf:"bytes,11,opt,name=sku_yaml,json=skuYaml,proto3" json:"sku_yaml,omitempty"`
-	SkuName       string `protobuf:"bytes,12,opt,name=sku_name,json=skuName,proto3" json:"sku_name,omitempty"`
+	SkuYaml []byte `protobuf:"bytes,11,opt,name=sku_yaml,json=skuYaml,proto3" json:"sku_yaml,omitempty"`
+	SkuName string `protobuf:"bytes,12,opt,name=sku_name,json=skuName,proto3" json:"sku_name,omitempty"`
+	// The tool bundle (fio, stress-ng, iperf3 with their libraries), sent
+	// when the suite has a check that runs one of them; the runner fetches
+	// it only then, and refuses it unless size and sha256 match.
+	ToolBundle    *ToolBundleRef `protobuf:"bytes,15,opt,name=tool_bundle,json=toolBundle,proto3" json:"tool_bundle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2807,6 +2811,82 @@ func (x *Assignment) GetSkuName() string {
 	return ""
 }
 
+func (x *Assignment) GetToolBundle() *ToolBundleRef {
+	if x != nil {
+		return x.ToolBundle
+	}
+	return nil
+}
+
+// ToolBundleRef is where the tool bundle is and what it must be.
+type ToolBundleRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"` // content-addressed: .../artifacts/sha256/<sha256>
+	Sha256        string                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Size          int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Tools         []string               `protobuf:"bytes,4,rep,name=tools,proto3" json:"tools,omitempty"` // the programs it holds
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolBundleRef) Reset() {
+	*x = ToolBundleRef{}
+	mi := &file_cure_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolBundleRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolBundleRef) ProtoMessage() {}
+
+func (x *ToolBundleRef) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolBundleRef.ProtoReflect.Descriptor instead.
+func (*ToolBundleRef) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ToolBundleRef) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *ToolBundleRef) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *ToolBundleRef) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ToolBundleRef) GetTools() []string {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
 type ResumeState struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	PhaseReached    string                 `protobuf:"bytes,1,opt,name=phase_reached,json=phaseReached,proto3" json:"phase_reached,omitempty"`
@@ -2818,7 +2898,7 @@ type ResumeState struct {
 
 func (x *ResumeState) Reset() {
 	*x = ResumeState{}
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +2910,7 @@ func (x *ResumeState) String() string {
 func (*ResumeState) ProtoMessage() {}
 
 func (x *ResumeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +2923,7 @@ func (x *ResumeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeState.ProtoReflect.Descriptor instead.
 func (*ResumeState) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{28}
+	return file_cure_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResumeState) GetPhaseReached() string {
@@ -2879,7 +2959,7 @@ type FirstBoot struct {
 
 func (x *FirstBoot) Reset() {
 	*x = FirstBoot{}
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +2971,7 @@ func (x *FirstBoot) String() string {
 func (*FirstBoot) ProtoMessage() {}
 
 func (x *FirstBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +2984,7 @@ func (x *FirstBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirstBoot.ProtoReflect.Descriptor instead.
 func (*FirstBoot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{29}
+	return file_cure_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FirstBoot) GetHostname() string {
@@ -2944,7 +3024,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2956,7 +3036,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2969,7 +3049,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{30}
+	return file_cure_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -2988,7 +3068,7 @@ type Idle struct {
 
 func (x *Idle) Reset() {
 	*x = Idle{}
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3000,7 +3080,7 @@ func (x *Idle) String() string {
 func (*Idle) ProtoMessage() {}
 
 func (x *Idle) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3013,7 +3093,7 @@ func (x *Idle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Idle.ProtoReflect.Descriptor instead.
 func (*Idle) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{31}
+	return file_cure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Idle) GetReason() string {
@@ -3032,7 +3112,7 @@ type Reboot struct {
 
 func (x *Reboot) Reset() {
 	*x = Reboot{}
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3044,7 +3124,7 @@ func (x *Reboot) String() string {
 func (*Reboot) ProtoMessage() {}
 
 func (x *Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3057,7 +3137,7 @@ func (x *Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reboot.ProtoReflect.Descriptor instead.
 func (*Reboot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{32}
+	return file_cure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Reboot) GetReason() string {
@@ -3076,7 +3156,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3088,7 +3168,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3101,7 +3181,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{33}
+	return file_cure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Cancel) GetReason() string {
@@ -3126,7 +3206,7 @@ type ProvisionRequest struct {
 
 func (x *ProvisionRequest) Reset() {
 	*x = ProvisionRequest{}
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3138,7 +3218,7 @@ func (x *ProvisionRequest) String() string {
 func (*ProvisionRequest) ProtoMessage() {}
 
 func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3151,7 +3231,7 @@ func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionRequest.ProtoReflect.Descriptor instead.
 func (*ProvisionRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{34}
+	return file_cure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ProvisionRequest) GetNodeIds() []string {
@@ -3200,7 +3280,7 @@ type ProvisionResponse struct {
 
 func (x *ProvisionResponse) Reset() {
 	*x = ProvisionResponse{}
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3212,7 +3292,7 @@ func (x *ProvisionResponse) String() string {
 func (*ProvisionResponse) ProtoMessage() {}
 
 func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3225,7 +3305,7 @@ func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionResponse.ProtoReflect.Descriptor instead.
 func (*ProvisionResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{35}
+	return file_cure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ProvisionResponse) GetRuns() []*RunRef {
@@ -3265,7 +3345,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3277,7 +3357,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3290,7 +3370,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{36}
+	return file_cure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Refusal) GetNodeId() string {
@@ -3333,7 +3413,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3345,7 +3425,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3358,7 +3438,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{37}
+	return file_cure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CancelRequest) GetNodeIds() []string {
@@ -3399,7 +3479,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3411,7 +3491,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3424,7 +3504,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{38}
+	return file_cure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CancelResponse) GetCanceled() []*RunRef {
@@ -3451,7 +3531,7 @@ type FleetRequest struct {
 
 func (x *FleetRequest) Reset() {
 	*x = FleetRequest{}
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3463,7 +3543,7 @@ func (x *FleetRequest) String() string {
 func (*FleetRequest) ProtoMessage() {}
 
 func (x *FleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3476,7 +3556,7 @@ func (x *FleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRequest.ProtoReflect.Descriptor instead.
 func (*FleetRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{39}
+	return file_cure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FleetRequest) GetSelector() map[string]string {
@@ -3508,7 +3588,7 @@ type FleetStatus struct {
 
 func (x *FleetStatus) Reset() {
 	*x = FleetStatus{}
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3520,7 +3600,7 @@ func (x *FleetStatus) String() string {
 func (*FleetStatus) ProtoMessage() {}
 
 func (x *FleetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3533,7 +3613,7 @@ func (x *FleetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetStatus.ProtoReflect.Descriptor instead.
 func (*FleetStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{40}
+	return file_cure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FleetStatus) GetNodes() int64 {
@@ -3599,7 +3679,7 @@ type FleetRun struct {
 
 func (x *FleetRun) Reset() {
 	*x = FleetRun{}
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3611,7 +3691,7 @@ func (x *FleetRun) String() string {
 func (*FleetRun) ProtoMessage() {}
 
 func (x *FleetRun) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3624,7 +3704,7 @@ func (x *FleetRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRun.ProtoReflect.Descriptor instead.
 func (*FleetRun) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{41}
+	return file_cure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FleetRun) GetNodeId() string {
@@ -3679,7 +3759,7 @@ type RunRef struct {
 
 func (x *RunRef) Reset() {
 	*x = RunRef{}
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3691,7 +3771,7 @@ func (x *RunRef) String() string {
 func (*RunRef) ProtoMessage() {}
 
 func (x *RunRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3704,7 +3784,7 @@ func (x *RunRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRef.ProtoReflect.Descriptor instead.
 func (*RunRef) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{42}
+	return file_cure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RunRef) GetRunId() string {
@@ -3732,7 +3812,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3744,7 +3824,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3757,7 +3837,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{43}
+	return file_cure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -3799,7 +3879,7 @@ type TimelineEntry struct {
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +3891,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +3904,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{44}
+	return file_cure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TimelineEntry) GetRunId() string {
@@ -3907,7 +3987,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3919,7 +3999,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3932,7 +4012,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{45}
+	return file_cure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReportRequest) GetRunId() string {
@@ -3972,7 +4052,7 @@ type RunReport struct {
 
 func (x *RunReport) Reset() {
 	*x = RunReport{}
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3984,7 +4064,7 @@ func (x *RunReport) String() string {
 func (*RunReport) ProtoMessage() {}
 
 func (x *RunReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3997,7 +4077,7 @@ func (x *RunReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReport.ProtoReflect.Descriptor instead.
 func (*RunReport) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{46}
+	return file_cure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RunReport) GetRunId() string {
@@ -4098,7 +4178,7 @@ type TimeBucket struct {
 
 func (x *TimeBucket) Reset() {
 	*x = TimeBucket{}
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4110,7 +4190,7 @@ func (x *TimeBucket) String() string {
 func (*TimeBucket) ProtoMessage() {}
 
 func (x *TimeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4123,7 +4203,7 @@ func (x *TimeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucket.ProtoReflect.Descriptor instead.
 func (*TimeBucket) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{47}
+	return file_cure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TimeBucket) GetName() string {
@@ -4172,7 +4252,7 @@ type TimeBucketsRequest struct {
 
 func (x *TimeBucketsRequest) Reset() {
 	*x = TimeBucketsRequest{}
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4184,7 +4264,7 @@ func (x *TimeBucketsRequest) String() string {
 func (*TimeBucketsRequest) ProtoMessage() {}
 
 func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4197,7 +4277,7 @@ func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketsRequest.ProtoReflect.Descriptor instead.
 func (*TimeBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{48}
+	return file_cure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TimeBucketsRequest) GetSelector() map[string]string {
@@ -4232,7 +4312,7 @@ type TimeBucketSummary struct {
 
 func (x *TimeBucketSummary) Reset() {
 	*x = TimeBucketSummary{}
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4244,7 +4324,7 @@ func (x *TimeBucketSummary) String() string {
 func (*TimeBucketSummary) ProtoMessage() {}
 
 func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4257,7 +4337,7 @@ func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketSummary.ProtoReflect.Descriptor instead.
 func (*TimeBucketSummary) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{49}
+	return file_cure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TimeBucketSummary) GetSkus() []*SkuTimeBuckets {
@@ -4293,7 +4373,7 @@ type SkuTimeBuckets struct {
 
 func (x *SkuTimeBuckets) Reset() {
 	*x = SkuTimeBuckets{}
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4305,7 +4385,7 @@ func (x *SkuTimeBuckets) String() string {
 func (*SkuTimeBuckets) ProtoMessage() {}
 
 func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4318,7 +4398,7 @@ func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkuTimeBuckets.ProtoReflect.Descriptor instead.
 func (*SkuTimeBuckets) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{50}
+	return file_cure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SkuTimeBuckets) GetSku() string {
@@ -4361,7 +4441,7 @@ type BucketStat struct {
 
 func (x *BucketStat) Reset() {
 	*x = BucketStat{}
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4373,7 +4453,7 @@ func (x *BucketStat) String() string {
 func (*BucketStat) ProtoMessage() {}
 
 func (x *BucketStat) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4386,7 +4466,7 @@ func (x *BucketStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketStat.ProtoReflect.Descriptor instead.
 func (*BucketStat) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{51}
+	return file_cure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *BucketStat) GetName() string {
@@ -4431,7 +4511,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4443,7 +4523,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4456,7 +4536,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{52}
+	return file_cure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -4511,7 +4591,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4523,7 +4603,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4536,7 +4616,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{53}
+	return file_cure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -4562,7 +4642,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4574,7 +4654,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4587,7 +4667,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{54}
+	return file_cure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -4609,7 +4689,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4621,7 +4701,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4634,7 +4714,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{55}
+	return file_cure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -4673,7 +4753,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4685,7 +4765,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4698,7 +4778,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{56}
+	return file_cure_proto_rawDescGZIP(), []int{57}
 }
 
 type ListNodesResponse struct {
@@ -4710,7 +4790,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4722,7 +4802,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4735,7 +4815,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{57}
+	return file_cure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -4760,7 +4840,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4772,7 +4852,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4785,7 +4865,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{58}
+	return file_cure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -4850,7 +4930,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4862,7 +4942,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4875,7 +4955,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{59}
+	return file_cure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -4932,7 +5012,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4944,7 +5024,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4957,7 +5037,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{60}
+	return file_cure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -5046,7 +5126,7 @@ type ListAuditLogResponse struct {
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5058,7 +5138,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5071,7 +5151,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{61}
+	return file_cure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -5098,7 +5178,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5110,7 +5190,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5123,7 +5203,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{62}
+	return file_cure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *NodeSpec) GetId() string {
@@ -5200,7 +5280,7 @@ type BMCSpec struct {
 
 func (x *BMCSpec) Reset() {
 	*x = BMCSpec{}
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5212,7 +5292,7 @@ func (x *BMCSpec) String() string {
 func (*BMCSpec) ProtoMessage() {}
 
 func (x *BMCSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5225,7 +5305,7 @@ func (x *BMCSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
 func (*BMCSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{63}
+	return file_cure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *BMCSpec) GetUrl() string {
@@ -5281,7 +5361,7 @@ type AddNodesRequest struct {
 
 func (x *AddNodesRequest) Reset() {
 	*x = AddNodesRequest{}
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5293,7 +5373,7 @@ func (x *AddNodesRequest) String() string {
 func (*AddNodesRequest) ProtoMessage() {}
 
 func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5306,7 +5386,7 @@ func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
 func (*AddNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{64}
+	return file_cure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *AddNodesRequest) GetNodes() []*NodeSpec {
@@ -5340,7 +5420,7 @@ type AddNodesResponse struct {
 
 func (x *AddNodesResponse) Reset() {
 	*x = AddNodesResponse{}
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5352,7 +5432,7 @@ func (x *AddNodesResponse) String() string {
 func (*AddNodesResponse) ProtoMessage() {}
 
 func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5365,7 +5445,7 @@ func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
 func (*AddNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{65}
+	return file_cure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *AddNodesResponse) GetAdded() []string {
@@ -5391,7 +5471,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5403,7 +5483,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5416,7 +5496,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{66}
+	return file_cure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -5436,7 +5516,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5448,7 +5528,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5461,7 +5541,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{67}
+	return file_cure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -5489,7 +5569,7 @@ type LabelNodeRequest struct {
 
 func (x *LabelNodeRequest) Reset() {
 	*x = LabelNodeRequest{}
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5501,7 +5581,7 @@ func (x *LabelNodeRequest) String() string {
 func (*LabelNodeRequest) ProtoMessage() {}
 
 func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5514,7 +5594,7 @@ func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
 func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{68}
+	return file_cure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *LabelNodeRequest) GetNodeId() string {
@@ -5547,7 +5627,7 @@ type ShowNodeRequest struct {
 
 func (x *ShowNodeRequest) Reset() {
 	*x = ShowNodeRequest{}
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5559,7 +5639,7 @@ func (x *ShowNodeRequest) String() string {
 func (*ShowNodeRequest) ProtoMessage() {}
 
 func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5572,7 +5652,7 @@ func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{69}
+	return file_cure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ShowNodeRequest) GetNodeId() string {
@@ -5605,7 +5685,7 @@ type NodeDetail struct {
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5617,7 +5697,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5630,7 +5710,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{70}
+	return file_cure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -5754,7 +5834,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5766,7 +5846,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5779,7 +5859,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{71}
+	return file_cure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -6064,7 +6144,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x04idle\x18\x03 \x01(\v2\r.cure.v1.IdleH\x00R\x04idle\x12)\n" +
 	"\x06reboot\x18\x04 \x01(\v2\x0f.cure.v1.RebootH\x00R\x06reboot\x12)\n" +
 	"\x06cancel\x18\x05 \x01(\v2\x0f.cure.v1.CancelH\x00R\x06cancelB\x05\n" +
-	"\x03msg\"\xf4\x03\n" +
+	"\x03msg\"\xad\x04\n" +
 	"\n" +
 	"Assignment\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
@@ -6080,11 +6160,18 @@ const file_cure_proto_rawDesc = "" +
 	"\x05psids\x18\n" +
 	" \x03(\v2\x1e.cure.v1.Assignment.PsidsEntryR\x05psids\x12\x19\n" +
 	"\bsku_yaml\x18\v \x01(\fR\askuYaml\x12\x19\n" +
-	"\bsku_name\x18\f \x01(\tR\askuName\x1a8\n" +
+	"\bsku_name\x18\f \x01(\tR\askuName\x127\n" +
+	"\vtool_bundle\x18\x0f \x01(\v2\x16.cure.v1.ToolBundleRefR\n" +
+	"toolBundle\x1a8\n" +
 	"\n" +
 	"PsidsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"c\n" +
+	"\rToolBundleRef\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x14\n" +
+	"\x05tools\x18\x04 \x03(\tR\x05tools\"\x80\x01\n" +
 	"\vResumeState\x12#\n" +
 	"\rphase_reached\x18\x01 \x01(\tR\fphaseReached\x12!\n" +
 	"\fresume_count\x18\x02 \x01(\rR\vresumeCount\x12)\n" +
@@ -6411,7 +6498,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -6445,64 +6532,65 @@ var file_cure_proto_goTypes = []any{
 	(*Metric)(nil),               // 29: cure.v1.Metric
 	(*CoordinatorMessage)(nil),   // 30: cure.v1.CoordinatorMessage
 	(*Assignment)(nil),           // 31: cure.v1.Assignment
-	(*ResumeState)(nil),          // 32: cure.v1.ResumeState
-	(*FirstBoot)(nil),            // 33: cure.v1.FirstBoot
-	(*Ack)(nil),                  // 34: cure.v1.Ack
-	(*Idle)(nil),                 // 35: cure.v1.Idle
-	(*Reboot)(nil),               // 36: cure.v1.Reboot
-	(*Cancel)(nil),               // 37: cure.v1.Cancel
-	(*ProvisionRequest)(nil),     // 38: cure.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),    // 39: cure.v1.ProvisionResponse
-	(*Refusal)(nil),              // 40: cure.v1.Refusal
-	(*CancelRequest)(nil),        // 41: cure.v1.CancelRequest
-	(*CancelResponse)(nil),       // 42: cure.v1.CancelResponse
-	(*FleetRequest)(nil),         // 43: cure.v1.FleetRequest
-	(*FleetStatus)(nil),          // 44: cure.v1.FleetStatus
-	(*FleetRun)(nil),             // 45: cure.v1.FleetRun
-	(*RunRef)(nil),               // 46: cure.v1.RunRef
-	(*WatchRequest)(nil),         // 47: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),        // 48: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),        // 49: cure.v1.ReportRequest
-	(*RunReport)(nil),            // 50: cure.v1.RunReport
-	(*TimeBucket)(nil),           // 51: cure.v1.TimeBucket
-	(*TimeBucketsRequest)(nil),   // 52: cure.v1.TimeBucketsRequest
-	(*TimeBucketSummary)(nil),    // 53: cure.v1.TimeBucketSummary
-	(*SkuTimeBuckets)(nil),       // 54: cure.v1.SkuTimeBuckets
-	(*BucketStat)(nil),           // 55: cure.v1.BucketStat
-	(*PhaseRecord)(nil),          // 56: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 57: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 58: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 59: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 60: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 61: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 62: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 63: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 64: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 65: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),             // 66: cure.v1.NodeSpec
-	(*BMCSpec)(nil),              // 67: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),      // 68: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),     // 69: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),    // 70: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),   // 71: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),     // 72: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),      // 73: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),           // 74: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),      // 75: cure.v1.InventoryRecord
-	nil,                          // 76: cure.v1.Log.AttrsEntry
-	nil,                          // 77: cure.v1.Metric.LabelsEntry
-	nil,                          // 78: cure.v1.Assignment.PsidsEntry
-	nil,                          // 79: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 80: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 81: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 82: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 83: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 84: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 85: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 86: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 87: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 88: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 89: cure.v1.NodeDetail.LabelsEntry
+	(*ToolBundleRef)(nil),        // 32: cure.v1.ToolBundleRef
+	(*ResumeState)(nil),          // 33: cure.v1.ResumeState
+	(*FirstBoot)(nil),            // 34: cure.v1.FirstBoot
+	(*Ack)(nil),                  // 35: cure.v1.Ack
+	(*Idle)(nil),                 // 36: cure.v1.Idle
+	(*Reboot)(nil),               // 37: cure.v1.Reboot
+	(*Cancel)(nil),               // 38: cure.v1.Cancel
+	(*ProvisionRequest)(nil),     // 39: cure.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),    // 40: cure.v1.ProvisionResponse
+	(*Refusal)(nil),              // 41: cure.v1.Refusal
+	(*CancelRequest)(nil),        // 42: cure.v1.CancelRequest
+	(*CancelResponse)(nil),       // 43: cure.v1.CancelResponse
+	(*FleetRequest)(nil),         // 44: cure.v1.FleetRequest
+	(*FleetStatus)(nil),          // 45: cure.v1.FleetStatus
+	(*FleetRun)(nil),             // 46: cure.v1.FleetRun
+	(*RunRef)(nil),               // 47: cure.v1.RunRef
+	(*WatchRequest)(nil),         // 48: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),        // 49: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),        // 50: cure.v1.ReportRequest
+	(*RunReport)(nil),            // 51: cure.v1.RunReport
+	(*TimeBucket)(nil),           // 52: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),   // 53: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),    // 54: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),       // 55: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),           // 56: cure.v1.BucketStat
+	(*PhaseRecord)(nil),          // 57: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 58: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 59: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 60: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 61: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 62: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 63: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 64: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 65: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 66: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),             // 67: cure.v1.NodeSpec
+	(*BMCSpec)(nil),              // 68: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),      // 69: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),     // 70: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),    // 71: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),   // 72: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),     // 73: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),      // 74: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),           // 75: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),      // 76: cure.v1.InventoryRecord
+	nil,                          // 77: cure.v1.Log.AttrsEntry
+	nil,                          // 78: cure.v1.Metric.LabelsEntry
+	nil,                          // 79: cure.v1.Assignment.PsidsEntry
+	nil,                          // 80: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 81: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 82: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 83: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 84: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 85: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 86: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 87: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 88: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 89: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 90: cure.v1.NodeDetail.LabelsEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,  // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -6534,85 +6622,86 @@ var file_cure_proto_depIdxs = []int32{
 	2,  // 26: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,  // 27: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
 	27, // 28: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	76, // 29: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	77, // 30: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	77, // 29: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	78, // 30: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	31, // 31: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
-	34, // 32: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
-	35, // 33: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
-	36, // 34: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
-	37, // 35: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
+	35, // 32: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
+	36, // 33: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
+	37, // 34: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
+	38, // 35: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
 	0,  // 36: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
-	32, // 37: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
-	33, // 38: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	78, // 39: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
-	0,  // 40: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	79, // 41: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
-	46, // 42: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	40, // 43: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	80, // 44: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
-	46, // 45: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
-	40, // 46: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	81, // 47: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	82, // 48: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	83, // 49: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
-	45, // 50: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	84, // 51: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
-	26, // 52: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
-	0,  // 53: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	56, // 54: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
-	26, // 55: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	75, // 56: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	51, // 57: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	51, // 58: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	85, // 59: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	54, // 60: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	55, // 61: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	55, // 62: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
-	59, // 63: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	26, // 64: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	62, // 65: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	64, // 66: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	86, // 67: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	67, // 68: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	87, // 69: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	66, // 70: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	88, // 71: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	89, // 72: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	75, // 73: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	9,  // 74: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	4,  // 75: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	38, // 76: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	47, // 77: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	49, // 78: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	60, // 79: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	57, // 80: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	63, // 81: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	41, // 82: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	43, // 83: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	68, // 84: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	70, // 85: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	72, // 86: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	73, // 87: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	52, // 88: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	30, // 89: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	39, // 90: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	48, // 91: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	50, // 92: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	61, // 93: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	58, // 94: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	65, // 95: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	42, // 96: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	44, // 97: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	69, // 98: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	71, // 99: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	74, // 100: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	74, // 101: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	53, // 102: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	89, // [89:103] is the sub-list for method output_type
-	75, // [75:89] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	33, // 37: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
+	34, // 38: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
+	79, // 39: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	32, // 40: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
+	0,  // 41: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
+	80, // 42: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	47, // 43: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	41, // 44: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
+	81, // 45: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	47, // 46: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
+	41, // 47: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
+	82, // 48: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	83, // 49: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	84, // 50: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	46, // 51: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
+	85, // 52: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	26, // 53: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
+	0,  // 54: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
+	57, // 55: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	26, // 56: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
+	76, // 57: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	52, // 58: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	52, // 59: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	86, // 60: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	55, // 61: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	56, // 62: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	56, // 63: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	60, // 64: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	26, // 65: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	63, // 66: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	65, // 67: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	87, // 68: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	68, // 69: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	88, // 70: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	67, // 71: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	89, // 72: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	90, // 73: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	76, // 74: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	9,  // 75: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	4,  // 76: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	39, // 77: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	48, // 78: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	50, // 79: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	61, // 80: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	58, // 81: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	64, // 82: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	42, // 83: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	44, // 84: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	69, // 85: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	71, // 86: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	73, // 87: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	74, // 88: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	53, // 89: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	30, // 90: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	40, // 91: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	49, // 92: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	51, // 93: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	62, // 94: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	59, // 95: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	66, // 96: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	43, // 97: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	45, // 98: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	70, // 99: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	72, // 100: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	75, // 101: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	75, // 102: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	54, // 103: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	90, // [90:104] is the sub-list for method output_type
+	76, // [76:90] is the sub-list for method input_type
+	76, // [76:76] is the sub-list for extension type_name
+	76, // [76:76] is the sub-list for extension extendee
+	0,  // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -6646,7 +6735,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   86,
+			NumMessages:   87,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
