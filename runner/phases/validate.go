@@ -46,6 +46,11 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	s := doc.Suite
 	env := suite.Env{Root: e.cfg.Root, Disks: e.cfg.Disks, AllowDiskWrites: mode == modes.Burnin,
 		GPU: gpucheck.Checks{Root: e.cfg.Root, TmpDir: e.cfg.TmpDir, Log: e.cfg.Log, Prepare: e.gpuDriverUp(emit)}.Build}
+	if need := s.Tools(); len(need) > 0 {
+		tb := &toolBundle{e: e, ref: a.GetToolBundle(), need: need, emit: emit}
+		defer tb.done()
+		env.Tools, env.TmpDir = tb.command, e.cfg.TmpDir
+	}
 	if e.cfg.SuiteEnv != nil {
 		env = e.cfg.SuiteEnv(env)
 	}
@@ -61,7 +66,7 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 				bad = append(bad, fmt.Sprintf("%s %s", v.Component, v.Check))
 			}
 			emit.Verdict(&curev1.Verdict{Component: v.Component, Check: v.Check, Status: protoStatus(v.Status),
-				Observed: v.Observed, Expected: v.Expected, Message: v.Message})
+				Observed: v.Observed, Expected: v.Expected, Message: v.Message, Measurements: protoMeasurements(v.Measurements)})
 			emit.Log("INFO", fmt.Sprintf("progress %s: %s %s %s (elapsed %s)", s.Metadata.Name, v.Component, v.Check, v.Status,
 				e.cfg.now().Sub(start).Round(time.Second)), map[string]string{"check": v.Check})
 		},
@@ -81,6 +86,14 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 		return failed("%s; failing: %s", summary, strings.Join(bad, ", "))
 	}
 	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: summary}
+}
+
+func protoMeasurements(ms []checks.Measurement) []*curev1.Measurement {
+	out := make([]*curev1.Measurement, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, &curev1.Measurement{Metric: m.Metric, Value: m.Value, Unit: m.Unit})
+	}
+	return out
 }
 
 func nonEmptyName(n string) string {
