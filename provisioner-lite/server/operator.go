@@ -232,10 +232,14 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 	}
 	rep.Inventory = runInventory(ctx, st, r)
 	for _, v := range vs {
-		rep.Verdicts = append(rep.Verdicts, &curev1.Verdict{
+		pv := &curev1.Verdict{
 			Component: v.Component, Check: v.Check, Status: curev1.VerdictStatus(curev1.VerdictStatus_value[v.Status]),
 			Observed: v.Observed, Expected: v.Expected, Message: v.Message,
-		})
+		}
+		for _, m := range v.Measurements {
+			pv.Measurements = append(pv.Measurements, &curev1.Measurement{Metric: m.Metric, Value: m.Value, Unit: m.Unit})
+		}
+		rep.Verdicts = append(rep.Verdicts, pv)
 	}
 	b, err := RunBuckets(ctx, st, r)
 	if err != nil {

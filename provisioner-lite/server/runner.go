@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -390,6 +391,11 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 		if v.Component == "" || v.Check == "" {
 			return store.Event{}, nil, fmt.Errorf("event seq %d: verdict without component or check", ev.GetSeq())
 		}
+		ms, err := measurements(in.GetMeasurements())
+		if err != nil {
+			return store.Event{}, nil, fmt.Errorf("event seq %d: verdict %s %s: %w", ev.GetSeq(), v.Component, v.Check, err)
+		}
+		v.Measurements = ms
 		e.Kind = runstate.EventVerdict
 		e.Status = v.Status
 		e.Message = textsafe.Truncate(fmt.Sprintf("%s %s: %s", v.Component, v.Check, v.Message), maxMessage)
@@ -405,6 +411,26 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 		return store.Event{}, nil, fmt.Errorf("event seq %d has no body", ev.GetSeq())
 	}
 	return e, v, nil
+}
+
+// maxMeasurements bounds a verdict's measurements (a check reports a few
+// per component).
+const maxMeasurements = 32
+
+// measurements cleans a verdict's measurements: named, finite, bounded.
+func measurements(in []*curev1.Measurement) ([]store.Measurement, error) {
+	if len(in) > maxMeasurements {
+		return nil, fmt.Errorf("%d measurements, at most %d", len(in), maxMeasurements)
+	}
+	var out []store.Measurement
+	for i, m := range in {
+		name := textsafe.BoundedLine(m.GetMetric(), maxName)
+		if name == "" || math.IsNaN(m.GetValue()) || math.IsInf(m.GetValue(), 0) {
+			return nil, fmt.Errorf("measurement %d (%q=%v): want a metric name and a finite value", i, name, m.GetValue())
+		}
+		out = append(out, store.Measurement{Metric: name, Value: m.GetValue(), Unit: textsafe.BoundedLine(m.GetUnit(), 32)})
+	}
+	return out, nil
 }
 
 // logAttrs renders up to maxAttrs key=value pairs, sorted, for the timeline.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -22,6 +23,8 @@ func FuzzRunnerEvent(f *testing.F) {
 		{Seq: 1, RunId: "other-run", Phase: "nvme", Body: &curev1.Event_PhaseStart{PhaseStart: &curev1.PhaseStart{}}},
 		{Seq: 2, Phase: "os_install", Body: &curev1.Event_PhaseEnd{PhaseEnd: &curev1.PhaseEnd{Status: curev1.PhaseStatus_PHASE_OK, Message: "ok\x1b]0;x\x07", RebootRequired: true, DurationMs: -5}}},
 		{Seq: 3, Phase: "sed_revert", Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{Component: "disk/nvme0n1", Check: "wipe", Status: curev1.VerdictStatus_PASS, Observed: strings.Repeat("o", 5000)}}},
+		{Seq: 7, Phase: "nvme", Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{Component: "disk/nvme0n1", Check: "disk-random", Status: curev1.VerdictStatus_PASS,
+			Measurements: []*curev1.Measurement{{Metric: "randReadIOPS", Value: 182345, Unit: "IOPS"}, {Metric: "p99ReadLatencyUs\x1b[2J", Value: 2244.6, Unit: "us\u202e"}}}}},
 		{Seq: 4, Body: &curev1.Event_Log{Log: &curev1.Log{Level: "info", Message: "m", Attrs: map[string]string{"a": "b", "\u202e": "\x00"}}}},
 		{Seq: 5, Body: &curev1.Event_Metric{Metric: &curev1.Metric{Name: "gpu_temp", Value: 71, Unit: "C", Labels: map[string]string{"gpu": "3"}}}},
 		{Seq: 0, Body: &curev1.Event_PhaseStart{PhaseStart: &curev1.PhaseStart{}}},
@@ -53,6 +56,14 @@ func FuzzRunnerEvent(f *testing.F) {
 		if v != nil {
 			if v.RunID != "run1" || v.Component == "" || v.Check == "" {
 				t.Fatalf("verdict %+v", v)
+			}
+			if len(v.Measurements) > maxMeasurements {
+				t.Fatalf("%d measurements kept", len(v.Measurements))
+			}
+			for _, m := range v.Measurements {
+				if m.Metric == "" || !textsafe.Safe(m.Metric+m.Unit) || len(m.Metric) > maxName+64 || len(m.Unit) > 96 || math.IsNaN(m.Value) || math.IsInf(m.Value, 0) {
+					t.Fatalf("measurement %+v", m)
+				}
 			}
 			for _, s := range []string{v.Component, v.Check, v.Observed, v.Expected, v.Message} {
 				if !textsafe.Safe(s) || strings.ContainsAny(v.Component+v.Check, "\n\t") || len(s) > maxMessage+64 {

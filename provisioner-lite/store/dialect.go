@@ -231,6 +231,9 @@ CREATE TABLE inventories (
 CREATE UNIQUE INDEX inventories_boot ON inventories(run_id, boot_id);
 CREATE INDEX inventories_node ON inventories(node_id, id);
 `,
+	`
+ALTER TABLE verdicts ADD COLUMN measurements TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // pgMigrationLock is the advisory lock two instances starting at once

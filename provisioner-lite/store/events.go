@@ -165,8 +165,13 @@ func (s *Store) AppendRunnerEvent(ctx context.Context, e Event, v *Verdict, lim 
 	}
 	e.Source = runstate.SourceRunner
 	size := int64(len(e.Message) + len(e.Payload) + len(e.Phase) + len(e.Status))
+	var ms string
 	if v != nil {
-		size += int64(len(v.Component) + len(v.Check) + len(v.Observed) + len(v.Expected) + len(v.Message))
+		var err error
+		if ms, err = measurementsJSON(*v); err != nil {
+			return res, err
+		}
+		size += int64(len(v.Component) + len(v.Check) + len(v.Observed) + len(v.Expected) + len(v.Message) + len(ms))
 	}
 	err := s.tx(ctx, func(tx *Tx) error {
 		var status string
@@ -224,7 +229,7 @@ VALUES (?, ?, 'runner', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 			if v.Component == "" || v.Check == "" {
 				return fmt.Errorf("verdict: component %q and check %q must both be set", v.Component, v.Check)
 			}
-			if _, err := tx.ExecContext(ctx, upsertVerdict, e.RunID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time)); err != nil {
+			if _, err := tx.ExecContext(ctx, upsertVerdict, e.RunID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time), ms); err != nil {
 				return err
 			}
 		}

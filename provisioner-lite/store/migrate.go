@@ -185,6 +185,11 @@ CREATE TABLE inventories (
 CREATE UNIQUE INDEX inventories_boot ON inventories(run_id, boot_id);
 CREATE INDEX inventories_node ON inventories(node_id, id);
 `,
+	// 5: a verdict's measurements (metric, value, unit), JSON, as the
+	// server bounded them: what reports tabulate.
+	`
+ALTER TABLE verdicts ADD COLUMN measurements TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // SchemaVersion is the user_version a fully migrated database has.

@@ -3,6 +3,7 @@ package phases
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -91,7 +92,11 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 func protoMeasurements(ms []checks.Measurement) []*curev1.Measurement {
 	out := make([]*curev1.Measurement, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, &curev1.Measurement{Metric: m.Metric, Value: m.Value, Unit: m.Unit})
+		// The coordinator refuses a verdict with a non-finite number;
+		// such a reading is in Observed as NaN already.
+		if !math.IsNaN(m.Value) && !math.IsInf(m.Value, 0) {
+			out = append(out, &curev1.Measurement{Metric: m.Metric, Value: m.Value, Unit: m.Unit})
+		}
 	}
 	return out
 }

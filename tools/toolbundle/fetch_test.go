@@ -101,6 +101,23 @@ func TestFetchVerifyRun(t *testing.T) {
 			}
 		})
 	}
+	t.Run("manifest", func(t *testing.T) {
+		in, err := os.Open(archive)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Close()
+		m, err := toolbundle.ReadManifest(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(m.Names(), ",") != "iperf3" || len(m.Files) != len(rep.Manifest.Files) {
+			t.Errorf("manifest %+v", m)
+		}
+		if _, err := toolbundle.ReadManifest(strings.NewReader("not a bundle")); err == nil {
+			t.Error("read a manifest from nothing")
+		}
+	})
 	t.Run("tool not in the bundle", func(t *testing.T) {
 		tmp := t.TempDir()
 		_, err := toolbundle.Fetch(ctx, f, ref, tmp, "tools", []string{"fio"})

@@ -223,6 +223,38 @@ func octal(b []byte) (int64, error) {
 	return v, nil
 }
 
+// ReadManifest reads a bundle's manifest (its first entry) and nothing
+// more: what the coordinator checks when it is given a bundle to serve.
+func ReadManifest(r io.Reader) (*Manifest, error) {
+	z, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow), zstd.WithDecoderMaxMemory(2*maxZstdWindow))
+	if err != nil {
+		return nil, fmt.Errorf("tool bundle: %w", err)
+	}
+	defer z.Close()
+	var m *Manifest
+	errFound := errors.New("found")
+	err = readUSTAR(z, func(name string, size int64, body io.Reader) error {
+		if name != ManifestName || size > MaxManifest {
+			return fmt.Errorf("first entry is %q (%d bytes), want %s", name, size, ManifestName)
+		}
+		raw, err := io.ReadAll(body)
+		if err != nil {
+			return err
+		}
+		if m, err = ParseManifest(raw); err != nil {
+			return err
+		}
+		return errFound
+	})
+	if m == nil || !errors.Is(err, errFound) {
+		if err == nil {
+			err = errors.New("empty archive")
+		}
+		return nil, fmt.Errorf("tool bundle: %w", err)
+	}
+	return m, nil
+}
+
 // Ref is where a bundle is and what it must be.
 type Ref struct {
 	URL  string

@@ -56,6 +56,7 @@ type config struct {
 	procRoot                                   string // /proc: the default route (hostaddr)
 	bmcBaseURL                                 string
 	imports                                    []string
+	toolBundle                                 string
 	timeouts                                   pipeline.Timeouts
 	budgets                                    pipeline.Budgets
 	bindBootIP                                 bool
@@ -161,6 +162,7 @@ func main() {
 	flag.Var(&webhooks, "webhook", "POST a signed JSON notification to this URL when a run ends or needs attention (repeatable; docs/OBSERVABILITY.md)")
 	flag.StringVar(&c.webhookSecret, "webhook-secret-file", "", "HMAC key of the webhook signature (default: webhook.secret in the state dir, created on first use)")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
+	flag.StringVar(&c.toolBundle, "tool-bundle", "", "the tool bundle (make toolbundle: out/toolbundle/toolbundle.tar.zst) to serve to suites that run fio, stress-ng or iperf3")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "provisioner-lite: unexpected arguments %q\n", flag.Args())
@@ -511,6 +513,13 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		}
 		log.Info("artifact imported", "file", f, "sha256", sum, "size", size)
 	}
+	var toolBundle *pipeline.ToolBundle
+	if c.toolBundle != "" {
+		if toolBundle, err = importToolBundle(artifactDir, c.toolBundle); err != nil {
+			return err
+		}
+		log.Info("tool bundle served", "file", c.toolBundle, "sha256", toolBundle.SHA256, "size", toolBundle.Size, "tools", toolBundle.Tools)
+	}
 
 	// Listeners first: the URLs nodes are given name the ports actually
 	// bound (":0" and inherited sockets work).
@@ -574,6 +583,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		NetBoot:         nb.target,
 		Metrics:         obs.m,
 		Notify:          runNotice(notifier),
+		ToolBundle:      toolBundle,
 	})
 
 	bs, err := bootserver.New(bootserver.Config{ImageDir: c.imageDir, ArtifactDir: artifactDir, BaseURL: baseURL, Logger: log,
