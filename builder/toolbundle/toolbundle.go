@@ -2,7 +2,8 @@
 // SPEC`, `make toolbundle`): the programs a spec names (fio, stress-ng,
 // iperf3), each checked to come from the pinned Debian package version,
 // with the shared libraries their ELF interpreter resolves (`ld.so --list`,
-// as the image's tools are resolved) and that interpreter, packed as
+// as the image's tools are resolved) and that interpreter, and the Go
+// helpers built from this repository (cure-measure, static), packed as
 // tools/toolbundle reads it: a zstd-compressed ustar archive, manifest.json
 // first, then bin/ and lib/ in name order, every entry a regular file with
 // mtime 0, owner 0:0 and fixed modes. The same host files give the same
@@ -40,8 +41,16 @@ const (
 
 // Spec is a bundle spec file (initramfs/toolbundle.yaml).
 type Spec struct {
-	File  string
-	Tools []SpecTool
+	File     string
+	Tools    []SpecTool
+	Programs []SpecProgram
+}
+
+// SpecProgram is a Go program of this repository built into the bundle.
+type SpecProgram struct {
+	Name    string `yaml:"name"`    // cure-measure
+	Package string `yaml:"package"` // ./tools/checks/measure/cmd/cure-measure, from the module root
+	Line    int    `yaml:"-"`
 }
 
 // SpecTool is one program to bundle.
@@ -61,7 +70,8 @@ func LoadSpec(file string) (*Spec, error) {
 		return nil, fmt.Errorf("tool bundle spec: %w", err)
 	}
 	var doc struct {
-		Tools []SpecTool `yaml:"tools"`
+		Tools    []SpecTool    `yaml:"tools"`
+		Programs []SpecProgram `yaml:"programs"`
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -69,7 +79,8 @@ func LoadSpec(file string) (*Spec, error) {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	var lines struct {
-		Tools []yaml.Node `yaml:"tools"`
+		Tools    []yaml.Node `yaml:"tools"`
+		Programs []yaml.Node `yaml:"programs"`
 	}
 	if err := yaml.Unmarshal(b, &lines); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
@@ -96,6 +107,17 @@ func LoadSpec(file string) (*Spec, error) {
 		names[t.Name] = t.Line
 		s.Tools = append(s.Tools, t)
 	}
+	for i, p := range doc.Programs {
+		p.Line = lines.Programs[i].Line
+		if p.Name == "" || strings.ContainsAny(p.Name, "/ ") || !strings.HasPrefix(p.Package, "./") {
+			errs = append(errs, fmt.Sprintf("%s:%d: programs[%d]: want a name and a package path ./... from the module root", file, p.Line, i))
+		}
+		if first, dup := names[p.Name]; dup {
+			errs = append(errs, fmt.Sprintf("%s:%d: programs[%d].name: %s already on line %d", file, p.Line, i, p.Name, first))
+		}
+		names[p.Name] = p.Line
+		s.Programs = append(s.Programs, p)
+	}
 	if len(s.Tools) == 0 && len(errs) == 0 {
 		errs = append(errs, file+": no tools")
 	}
@@ -113,6 +135,12 @@ type Host struct {
 	// Libraries returns a program's ELF interpreter ("" for a static
 	// program) and the shared libraries it resolves to; nil means ldd.
 	Libraries func(prog string) (interp string, libs []string, err error)
+	// GoBuild builds the Go package pkg (./..., from the module root of
+	// the spec) into out and returns the Go version; nil means `go build`
+	// (static, -trimpath, no VCS stamp: the same tree gives the same bytes).
+	GoBuild func(moduleRoot, pkg, out string) (goVersion string, err error)
+	// TmpDir holds built programs until they are packed; "" : os.TempDir.
+	TmpDir string
 }
 
 // Entry is one file of the plan.
@@ -120,6 +148,9 @@ type Entry struct {
 	Path   string // in the bundle: bin/fio, lib/libc.so.6
 	Source string // on the host, symlinks resolved
 	Mode   uint32
+	// Origin is what the manifest records as the source: Source, or the
+	// Go package of a program built into a temporary directory.
+	Origin string
 }
 
 // Plan is a resolved spec: the manifest's tools and the files to pack,
@@ -128,6 +159,42 @@ type Plan struct {
 	Loader  string
 	Tools   []bundle.Tool
 	Entries []Entry
+	// Cleanup removes the built programs (nil when none were built).
+	Cleanup func()
+}
+
+// modulePath names this repository's programs in the manifest.
+const modulePath = "github.com/cure-oss/cure"
+
+func moduleRoot(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.Contains(b, []byte("module "+modulePath+"\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod of %s above the spec", modulePath)
+		}
+		dir = parent
+	}
+}
+
+func goBuild(root, pkg, out string) (string, error) {
+	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	v, err := exec.Command("go", "env", "GOVERSION").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOVERSION: %w", err)
+	}
+	return strings.TrimSpace(string(v)), nil
 }
 
 // Resolve checks every tool against its pinned package and resolves the
@@ -142,10 +209,13 @@ func Resolve(s *Spec, h Host) (*Plan, error) {
 	}
 	p := &Plan{}
 	bySource := map[string]string{} // bundle path -> host file
-	add := func(bp, src string, mode uint32) error {
+	addFrom := func(bp, src, origin string, mode uint32) error {
 		real, err := filepath.EvalSymlinks(src)
 		if err != nil {
 			return err
+		}
+		if origin == "" {
+			origin = real
 		}
 		if old, ok := bySource[bp]; ok {
 			if old != real {
@@ -154,9 +224,10 @@ func Resolve(s *Spec, h Host) (*Plan, error) {
 			return nil
 		}
 		bySource[bp] = real
-		p.Entries = append(p.Entries, Entry{Path: bp, Source: real, Mode: mode})
+		p.Entries = append(p.Entries, Entry{Path: bp, Source: real, Mode: mode, Origin: origin})
 		return nil
 	}
+	add := func(bp, src string, mode uint32) error { return addFrom(bp, src, "", mode) }
 	for _, t := range s.Tools {
 		where := fmt.Sprintf("%s:%d: tool %s", s.File, t.Line, t.Name)
 		pkg, ver, err := h.Owner(t.Path)
@@ -195,6 +266,34 @@ func Resolve(s *Spec, h Host) (*Plan, error) {
 		}
 		sort.Strings(tool.Needs)
 		p.Tools = append(p.Tools, tool)
+	}
+	if len(s.Programs) > 0 {
+		if h.GoBuild == nil {
+			h.GoBuild = goBuild
+		}
+		root, err := moduleRoot(filepath.Dir(s.File))
+		if err != nil {
+			return nil, fmt.Errorf("%s: programs: %w", s.File, err)
+		}
+		tmp, err := os.MkdirTemp(h.TmpDir, "toolbundle-programs-")
+		if err != nil {
+			return nil, err
+		}
+		p.Cleanup = func() { os.RemoveAll(tmp) }
+		for _, prog := range s.Programs {
+			out := filepath.Join(tmp, prog.Name)
+			ver, err := h.GoBuild(root, prog.Package, out)
+			if err != nil {
+				p.Cleanup()
+				return nil, fmt.Errorf("%s:%d: program %s: %w", s.File, prog.Line, prog.Name, err)
+			}
+			tool := bundle.Tool{Name: prog.Name, Path: "bin/" + prog.Name, Package: modulePath + strings.TrimPrefix(prog.Package, "."), Version: ver}
+			if err := addFrom(tool.Path, out, tool.Package, 0o755); err != nil {
+				p.Cleanup()
+				return nil, fmt.Errorf("%s:%d: %w", s.File, prog.Line, err)
+			}
+			p.Tools = append(p.Tools, tool)
+		}
 	}
 	sort.Slice(p.Tools, func(i, j int) bool { return p.Tools[i].Name < p.Tools[j].Name })
 	sort.Slice(p.Entries, func(i, j int) bool { return p.Entries[i].Path < p.Entries[j].Path })
@@ -253,6 +352,9 @@ func Pack(p *Plan, w io.Writer) (*bundle.Manifest, error) {
 			return nil, err
 		}
 		m.Files = append(m.Files, bundle.File{Path: e.Path, Size: size, Mode: e.Mode, SHA256: sum, Source: e.Source})
+		if e.Origin != "" {
+			m.Files[len(m.Files)-1].Source = e.Origin
+		}
 	}
 	if err := m.Validate(); err != nil {
 		return nil, err
@@ -277,11 +379,11 @@ func Pack(p *Plan, w io.Writer) (*bundle.Manifest, error) {
 	if _, err := tw.Write(raw); err != nil {
 		return nil, err
 	}
-	for _, f := range m.Files {
+	for i, f := range m.Files {
 		if err := tw.WriteHeader(hdr(f.Path, f.Size, f.Mode)); err != nil {
 			return nil, fmt.Errorf("%s: %w", f.Path, err)
 		}
-		if err := copyFile(tw, f); err != nil {
+		if err := copyFile(tw, f, p.Entries[i].Source); err != nil {
 			return nil, err
 		}
 	}
@@ -308,8 +410,8 @@ func hashFile(p string) (int64, string, error) {
 	return n, hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func copyFile(w io.Writer, f bundle.File) error {
-	in, err := os.Open(f.Source)
+func copyFile(w io.Writer, f bundle.File, src string) error {
+	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
@@ -317,10 +419,10 @@ func copyFile(w io.Writer, f bundle.File) error {
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(w, h), in)
 	if err != nil {
-		return fmt.Errorf("%s: %w", f.Source, err)
+		return fmt.Errorf("%s: %w", src, err)
 	}
 	if n != f.Size || hex.EncodeToString(h.Sum(nil)) != f.SHA256 {
-		return fmt.Errorf("%s changed while the bundle was packed", f.Source)
+		return fmt.Errorf("%s changed while the bundle was packed", src)
 	}
 	return nil
 }
@@ -341,6 +443,9 @@ func Build(s *Spec, h Host, outDir string) (*Report, error) {
 	p, err := Resolve(s, h)
 	if err != nil {
 		return nil, err
+	}
+	if p.Cleanup != nil {
+		defer p.Cleanup()
 	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return nil, err

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	bundle "github.com/cure-oss/cure/tools/toolbundle"
 )
 
 func repoSpec(t *testing.T) *Spec {
@@ -48,8 +50,37 @@ func TestRepoSpec(t *testing.T) {
 	for _, tl := range s.Tools {
 		names = append(names, tl.Name)
 	}
-	if strings.Join(names, ",") != "fio,stress-ng,iperf3" {
-		t.Errorf("spec tools %v", names)
+	if strings.Join(names, ",") != "fio,stress-ng,iperf3" || len(s.Programs) != 1 || s.Programs[0].Name != "cure-measure" {
+		t.Errorf("spec tools %v programs %v", names, s.Programs)
+	}
+}
+
+// TestBuildsHelper: the Go helper is built from this tree into the bundle,
+// static (it needs no file of the bundle), the same bytes both times.
+func TestBuildsHelper(t *testing.T) {
+	needDpkg(t)
+	s := onlyTool(t, "iperf3")
+	s.Programs = repoSpec(t).Programs
+	var sums [2]string
+	for i := range sums {
+		r, err := Build(s, Host{TmpDir: t.TempDir()}, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sums[i] = r.SHA256
+		var helper *bundle.Tool
+		for j, tl := range r.Manifest.Tools {
+			if tl.Name == "cure-measure" {
+				helper = &r.Manifest.Tools[j]
+			}
+		}
+		if helper == nil || helper.Path != "bin/cure-measure" || len(helper.Needs) != 0 || !r.Manifest.Static(*helper) ||
+			helper.Package != "github.com/cure-oss/cure/tools/checks/measure/cmd/cure-measure" || !strings.HasPrefix(helper.Version, "go1.") {
+			t.Fatalf("helper %+v", helper)
+		}
+	}
+	if sums[0] != sums[1] {
+		t.Errorf("two builds with the helper differ: %s %s", sums[0], sums[1])
 	}
 }
 

@@ -52,10 +52,11 @@ func iperfServer(t *testing.T) string {
 }
 
 // TestValidateFetchesToolBundle: a suite with a nic-throughput check makes
-// the runner fetch the assignment's tool bundle over HTTP, verify it, run
-// the bundle's own iperf3 (its loader and libraries) against a real
-// server and report the measurement with its unit; the unpacked bundle is
-// gone afterwards. A bundle whose digest does not match is never run.
+// the runner fetch the assignment's tool bundle over HTTP, verify it and
+// run the check in the bundle's cure-measure, which runs the bundle's own
+// iperf3 (its loader and libraries) against a real server; the verdict
+// comes back with its measurement and unit, and the bundle is gone from
+// tmpfs afterwards. A bundle whose digest does not match is never run.
 func TestValidateFetchesToolBundle(t *testing.T) {
 	for _, tool := range []string{"dpkg-query", "iperf3"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -72,7 +73,7 @@ func TestValidateFetchesToolBundle(t *testing.T) {
 		}
 	}
 	bundleDir := t.TempDir()
-	rep, err := builder.Build(spec, builder.Host{}, bundleDir)
+	rep, err := builder.Build(spec, builder.Host{TmpDir: t.TempDir()}, bundleDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ spec:
 		t.Errorf("wrong digest: %v %v", out, em.verdicts)
 	}
 	em, _ = run(nil)
-	if len(em.verdicts) != 1 || !strings.Contains(em.verdicts[0].GetMessage(), "the coordinator sent none (start it with --tool-bundle)") {
+	if len(em.verdicts) != 1 || !strings.Contains(em.verdicts[0].GetMessage(), "the suite runs iperf3 from the tool bundle, and the coordinator sent none (start it with --tool-bundle)") {
 		t.Errorf("no bundle: %v", em.verdicts)
 	}
 }

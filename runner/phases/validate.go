@@ -47,10 +47,13 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	s := doc.Suite
 	env := suite.Env{Root: e.cfg.Root, Disks: e.cfg.Disks, AllowDiskWrites: mode == modes.Burnin,
 		GPU: gpucheck.Checks{Root: e.cfg.Root, TmpDir: e.cfg.TmpDir, Log: e.cfg.Log, Prepare: e.gpuDriverUp(emit)}.Build}
-	if need := s.Tools(); len(need) > 0 {
-		tb := &toolBundle{e: e, ref: a.GetToolBundle(), need: need, emit: emit}
-		defer tb.done()
-		env.Tools, env.TmpDir = tb.command, e.cfg.TmpDir
+	for _, c := range s.Spec.Checks {
+		if manifests.CheckTools(c.Type) != "" {
+			tb := &toolBundle{e: e, ref: a.GetToolBundle(), emit: emit}
+			defer tb.done()
+			env.Measure = tb.measure
+			break
+		}
 	}
 	if e.cfg.SuiteEnv != nil {
 		env = e.cfg.SuiteEnv(env)

@@ -1,12 +1,14 @@
 // Package toolbundle is the node side of CURE's tool bundle: the reference
 // tools that do not fit the image (fio, stress-ng, iperf3 from Debian, with
-// their shared libraries and their own dynamic loader), packed by cure-build
-// (builder/toolbundle) as a zstd-compressed ustar archive whose first entry
-// is manifest.json. The coordinator serves it as a content-addressed
-// artifact; the runner fetches it through tools/artifact (size and sha256
-// checked before anything is unpacked), unpacks the files the suite's tools
-// need into tmpfs and runs them through the bundle's loader, so they use
-// the bundle's libraries, never the image's.
+// their shared libraries and their own dynamic loader) and cure-measure, the
+// static helper that drives them, packed by cure-build (builder/toolbundle)
+// as a zstd-compressed ustar archive whose first entry is manifest.json.
+// The coordinator serves it as a content-addressed artifact; the runner
+// fetches it through tools/artifact (size and sha256 checked before
+// anything is read from it: Fetch) and takes the helper out of it
+// (ExtractProgram); the helper unpacks the programs a check needs into
+// tmpfs (Unpack) and runs them through the bundle's loader, so they use the
+// bundle's libraries, never the image's.
 //
 // The reader accepts only what cure-build writes: regular files named in
 // the manifest, at the size it states, under bin/ and lib/.
@@ -157,9 +159,6 @@ func (m *Manifest) needed(tools []string) (map[string]bool, error) {
 			want[n] = true
 		}
 	}
-	if m.Loader != "" && len(want) > 0 {
-		want[m.Loader] = true
-	}
 	return want, nil
 }
 
@@ -179,9 +178,12 @@ func (b *Bundle) Command(ctx context.Context, tool string, args ...string) (*exe
 		return nil, fmt.Errorf("tool bundle: %s was not unpacked (unpacked: %s)", tool, strings.Join(b.Unpacked, ", "))
 	}
 	prog := filepath.Join(b.Dir, t.Path)
-	if b.Manifest.Loader == "" {
+	if b.Manifest.Static(t) {
 		return exec.CommandContext(ctx, prog, args...), nil
 	}
 	argv := append([]string{"--library-path", filepath.Join(b.Dir, "lib"), prog}, args...)
 	return exec.CommandContext(ctx, filepath.Join(b.Dir, b.Manifest.Loader), argv...), nil
 }
+
+// Static reports whether t runs without the loader (a Go helper).
+func (m *Manifest) Static(t Tool) bool { return m.Loader == "" || !slices.Contains(t.Needs, m.Loader) }

@@ -26,6 +26,71 @@ const (
 	defaultUnpacked = 1 << 30
 )
 
+// Ref is where a bundle is and what it must be.
+type Ref struct {
+	URL  string
+	Want artifact.Want
+}
+
+// Fetch downloads the bundle through f into a new file in dir and returns
+// its path once its size and sha256 match (nothing else may read it
+// before); on any error nothing is left behind.
+func Fetch(ctx context.Context, f artifact.Fetcher, ref Ref, dir string) (string, error) {
+	if f.Limit == 0 {
+		f.Limit = MaxArchive
+	}
+	if f.Timeout == 0 {
+		f.Timeout = 10 * time.Minute
+	}
+	p, err := f.File(ctx, ref.URL, ref.Want, dir, "toolbundle-*.tar.zst")
+	if err != nil {
+		return "", fmt.Errorf("tool bundle: %w", err)
+	}
+	return p, nil
+}
+
+// ExtractProgram copies the archive's entry bin/<name> to dst (mode
+// 0755): how the runner takes the helper out of a verified bundle without
+// unpacking the rest.
+func ExtractProgram(archive, name, dst string) error {
+	in, err := os.Open(archive)
+	if err != nil {
+		return fmt.Errorf("tool bundle: %w", err)
+	}
+	defer in.Close()
+	z, err := newReader(in)
+	if err != nil {
+		return err
+	}
+	defer z.Close()
+	want := "bin/" + name
+	errDone := errors.New("done")
+	err = readUSTAR(z, func(entry string, size int64, body io.Reader) error {
+		if entry != want {
+			return nil
+		}
+		if err := writeFile(dst, 0o755, body, size); err != nil {
+			return err
+		}
+		return errDone
+	})
+	if errors.Is(err, errDone) {
+		return nil
+	}
+	if err == nil {
+		err = fmt.Errorf("no %s in the archive", want)
+	}
+	return fmt.Errorf("tool bundle %s: %w", archive, err)
+}
+
+func newReader(r io.Reader) (*zstd.Decoder, error) {
+	z, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow), zstd.WithDecoderMaxMemory(2*maxZstdWindow))
+	if err != nil {
+		return nil, fmt.Errorf("tool bundle: %w", err)
+	}
+	return z, nil
+}
+
 // Options of Unpack.
 type Options struct {
 	// Tools are the tools to unpack (with what they need); the other
@@ -36,24 +101,16 @@ type Options struct {
 }
 
 // Unpack reads a bundle (zstd-compressed ustar) and writes the files the
-// requested tools need under dir, which must not exist yet (it is created,
-// and removed again on any error). Every entry must be named in the
+// requested tools need under dir, which must be empty or absent (each helper
+// unpacks into a directory of its own). Every entry must be named in the
 // manifest with the size it states; anything else is refused.
 func Unpack(r io.Reader, dir string, o Options) (*Bundle, error) {
-	z, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow), zstd.WithDecoderMaxMemory(2*maxZstdWindow))
+	z, err := newReader(r)
 	if err != nil {
-		return nil, fmt.Errorf("tool bundle: %w", err)
-	}
-	defer z.Close()
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("tool bundle: %w", err)
-	}
-	b, err := unpack(z, dir, o)
-	if err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
-	return b, nil
+	defer z.Close()
+	return unpack(z, dir, o)
 }
 
 func unpack(r io.Reader, dir string, o Options) (*Bundle, error) {
@@ -61,11 +118,10 @@ func unpack(r io.Reader, dir string, o Options) (*Bundle, error) {
 		o.MaxBytes = defaultUnpacked
 	}
 	var (
-		m       *Manifest
-		want    map[string]bool
-		byPath  = map[string]File{}
-		seen    = map[string]bool{}
-		written int64
+		m      *Manifest
+		want   map[string]bool
+		byPath = map[string]File{}
+		seen   = map[string]bool{}
 	)
 	entries := 0
 	err := readUSTAR(r, func(name string, size int64, body io.Reader) error {
@@ -112,7 +168,6 @@ func unpack(r io.Reader, dir string, o Options) (*Bundle, error) {
 		if !want[name] {
 			return nil
 		}
-		written += size
 		return writeFile(filepath.Join(dir, filepath.FromSlash(name)), os.FileMode(f.Mode), body, size)
 	})
 	if err != nil {
@@ -129,6 +184,7 @@ func unpack(r io.Reader, dir string, o Options) (*Bundle, error) {
 	return &Bundle{Dir: dir, Manifest: m, Unpacked: append([]string(nil), o.Tools...)}, nil
 }
 
+// writeFile creates p (never over an existing file) with size bytes.
 func writeFile(p string, mode os.FileMode, body io.Reader, size int64) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
@@ -226,9 +282,9 @@ func octal(b []byte) (int64, error) {
 // ReadManifest reads a bundle's manifest (its first entry) and nothing
 // more: what the coordinator checks when it is given a bundle to serve.
 func ReadManifest(r io.Reader) (*Manifest, error) {
-	z, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow), zstd.WithDecoderMaxMemory(2*maxZstdWindow))
+	z, err := newReader(r)
 	if err != nil {
-		return nil, fmt.Errorf("tool bundle: %w", err)
+		return nil, err
 	}
 	defer z.Close()
 	var m *Manifest
@@ -253,33 +309,4 @@ func ReadManifest(r io.Reader) (*Manifest, error) {
 		return nil, fmt.Errorf("tool bundle: %w", err)
 	}
 	return m, nil
-}
-
-// Ref is where a bundle is and what it must be.
-type Ref struct {
-	URL  string
-	Want artifact.Want
-}
-
-// Fetch downloads the bundle through f (size and sha256 verified before
-// anything is read from it) into a file in tmp, unpacks the files of
-// tools into tmp/dirName and removes the download.
-func Fetch(ctx context.Context, f artifact.Fetcher, ref Ref, tmp, dirName string, tools []string) (*Bundle, error) {
-	if f.Limit == 0 {
-		f.Limit = MaxArchive
-	}
-	if f.Timeout == 0 {
-		f.Timeout = 10 * time.Minute
-	}
-	p, err := f.File(ctx, ref.URL, ref.Want, tmp, ".toolbundle-*")
-	if err != nil {
-		return nil, fmt.Errorf("tool bundle: %w", err)
-	}
-	defer os.Remove(p)
-	in, err := os.Open(p)
-	if err != nil {
-		return nil, fmt.Errorf("tool bundle: %w", err)
-	}
-	defer in.Close()
-	return Unpack(in, filepath.Join(tmp, dirName), Options{Tools: tools})
 }

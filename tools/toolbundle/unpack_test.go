@@ -99,6 +99,26 @@ func TestUnpackOnlyWhatIsNeeded(t *testing.T) {
 	}
 }
 
+// TestStaticTool: a tool without the loader among its files (the Go
+// helper) is started directly, and needs only its own file.
+func TestStaticTool(t *testing.T) {
+	m := twoTools()
+	m.Tools = append(m.Tools, Tool{Name: "c", Path: "bin/c"})
+	m.Files = append(m.Files, File{Path: "bin/c", Size: 1, Mode: 0o755})
+	dir := t.TempDir()
+	b, err := unpack(bytes.NewReader(archive(t, m, append(files(m)[:4], entry{name: "bin/c", data: "c"})...)), dir, Options{Tools: []string{"c"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(dir, "lib")); len(entries) != 0 {
+		t.Errorf("a static tool unpacked %v", entries)
+	}
+	cmd, err := b.Command(t.Context(), "c", "-v")
+	if err != nil || strings.Join(cmd.Args, " ") != filepath.Join(dir, "bin/c")+" -v" {
+		t.Errorf("static tool command %q %v", cmd.Args, err)
+	}
+}
+
 func TestUnpackRefuses(t *testing.T) {
 	m := twoTools()
 	good := files(m)

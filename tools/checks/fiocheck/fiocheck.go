@@ -11,6 +11,7 @@ package fiocheck
 import (
 	"context"
 	"fmt"
+	"path"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -26,10 +27,11 @@ type Options struct {
 	// Root holds dev/ (and sys/, proc/ when Disks is nil).
 	Root string
 	// Disks lists the disks with the boot medium marked; nil: blockdev.
-	Disks func() ([]blockdev.Disk, error)
-	// Select keeps disks by component id (disk/<name>); nil keeps all.
-	Select func(component string) bool
-	Tools  checks.Tools
+	Disks func() ([]blockdev.Disk, error) `json:"-"`
+	// AppliesTo keeps disks whose component id (disk/<name>) matches
+	// this path.Match glob; "" keeps all.
+	AppliesTo string
+	Tools     checks.Tools `json:"-"`
 	// Runtime of each fio run (default 30s).
 	Runtime time.Duration
 	// BlockSize in bytes (default 4096), IODepth per drive (default 32).
@@ -66,7 +68,7 @@ func Check(ctx context.Context, o Options) ([]checks.Verdict, error) {
 	var targets []string
 	for _, d := range disks {
 		comp := "disk/" + d.Name
-		if o.Select != nil && !o.Select(comp) {
+		if ok, _ := path.Match(o.AppliesTo, comp); o.AppliesTo != "" && !ok {
 			continue
 		}
 		if d.BootMedium {

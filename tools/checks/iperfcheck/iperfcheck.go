@@ -23,7 +23,7 @@ const DefaultPort = 5201
 type Options struct {
 	// Server is host or host:port (DefaultPort when absent).
 	Server string
-	Tools  checks.Tools
+	Tools  checks.Tools `json:"-"`
 	// Duration of the transfer (default 10s).
 	Duration time.Duration
 	// Reverse makes the server send (the node's receive path).
@@ -36,7 +36,7 @@ type Options struct {
 	ThroughputMbps, Retransmits checks.Limit
 	// Interface names the interface holding a local address; nil reads
 	// the host's interfaces.
-	Interface func(ip net.IP) (string, error)
+	Interface func(ip net.IP) (string, error) `json:"-"`
 }
 
 // Check runs one iperf3 client and returns the NIC's verdict. An iperf3

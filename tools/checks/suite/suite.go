@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"path"
 	"slices"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/cure-oss/cure/tools/checks/cpustress"
 	"github.com/cure-oss/cure/tools/checks/fiocheck"
 	"github.com/cure-oss/cure/tools/checks/iperfcheck"
+	"github.com/cure-oss/cure/tools/checks/measure"
 	"github.com/cure-oss/cure/tools/checks/memtest"
 	"github.com/cure-oss/cure/tools/checks/netcheck"
 	"github.com/cure-oss/cure/tools/checks/nvmehealth"
@@ -47,11 +47,11 @@ type Env struct {
 	// GPU builds GPU checks (NVML lives in a separate cgo helper); nil
 	// makes them SKIP with a message saying so.
 	GPU func(c manifests.Check) (checks.Func, error)
-	// Tools runs the tool bundle's programs (manifests.CheckTools); nil
-	// makes the checks that need one ERROR, saying so.
-	Tools checks.Tools
-	// TmpDir is where tools write their reports ("" : os.TempDir).
-	TmpDir string
+	// Measure runs the checks that drive a tool-bundle program
+	// (manifests.CheckTools): on a node, cure-measure from the bundle
+	// (measure.Exec); in tests, measure.Run in process. Nil makes those
+	// checks ERROR, saying so.
+	Measure func(ctx context.Context, r measure.Request) ([]checks.Verdict, error)
 }
 
 // DefaultIBWindow is the InfiniBand counter window when a suite bars
@@ -182,17 +182,13 @@ func build(c *checks.Check, mc manifests.Check, p *params, env Env) {
 
 	case manifests.CheckStorageRandom:
 		o := fiocheck.Options{
-			Root: env.Root, Disks: env.Disks, Tools: env.tools(mc.Type), Runtime: c.Duration,
+			Root: env.Root, AppliesTo: c.AppliesTo, Runtime: c.Duration,
 			BlockSize: int(p.size("blockSize")), IODepth: int(p.int("ioDepth", 0)), IOEngine: p.str("ioEngine"),
 			ReadIOPS: p.limit("randReadIOPS"), ReadP99Us: p.limit("p99ReadLatencyUs"),
 			WriteIOPS: p.limit("randWriteIOPS"), WriteP99Us: p.limit("p99WriteLatencyUs"),
 		}
 		if o.BlockSize%512 != 0 || o.BlockSize < 0 {
 			p.errorf("params.blockSize", "%d is not a multiple of 512", o.BlockSize)
-		}
-		if c.AppliesTo != "" {
-			glob := c.AppliesTo
-			o.Select = func(comp string) bool { ok, _ := path.Match(glob, comp); return ok }
 		}
 		note := ""
 		if sc := scratch(p, "randWriteIOPS", "p99WriteLatencyUs"); sc != nil {
@@ -203,34 +199,51 @@ func build(c *checks.Check, mc manifests.Check, p *params, env Env) {
 			}
 		}
 		c.Func = func(ctx context.Context) ([]checks.Verdict, error) {
-			vs, err := fiocheck.Check(ctx, o)
+			// The runner's disks, boot medium marked: the helper
+			// runs fio on what the runner sees.
+			disks, markErr := storage.ListDisks(env.Root, env.Disks)
+			if disks == nil && markErr != nil {
+				return nil, markErr
+			}
+			if o.Write != nil {
+				if err := storage.CheckScratch(disks, markErr, *o.Write); err != nil {
+					return nil, err
+				}
+			}
+			vs, err := env.measure(ctx, measure.Request{Type: mc.Type, Storage: &o, Disks: disks})
 			return withNote(vs, note), err
 		}
 
 	case manifests.CheckCPUThroughput:
-		o := stresscheck.CPUOptions{Root: env.Root, Tools: env.tools(mc.Type), TmpDir: env.TmpDir, Duration: c.Duration,
+		o := stresscheck.CPUOptions{Root: env.Root, Duration: c.Duration,
 			Method: p.str("method"), BogoOpsPerSec: p.limit("cpuBogoOpsPerSec")}
 		p.zeroOnly("verifyFailures", "a computation stress-ng's --verify finds wrong always fails")
-		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return stresscheck.CPU(ctx, o) }
+		c.Func = func(ctx context.Context) ([]checks.Verdict, error) {
+			return env.measure(ctx, measure.Request{Type: mc.Type, CPU: &o})
+		}
 
 	case manifests.CheckMemoryBandwidth:
-		o := stresscheck.MemoryOptions{Root: env.Root, Tools: env.tools(mc.Type), TmpDir: env.TmpDir, Duration: c.Duration,
+		o := stresscheck.MemoryOptions{Root: env.Root, Duration: c.Duration,
 			Instances: int(p.int("instances", 0)), L3Bytes: p.size("l3Size"),
 			ReadMiBps: p.limit("memReadMiBps"), WriteMiBps: p.limit("memWriteMiBps")}
 		p.zeroOnly("verifyFailures", "a stream array stress-ng's --verify finds wrong always fails")
 		if c.Duration > 0 && c.Duration < stresscheck.MinStreamDuration {
 			p.errorf("duration", "%s is too short: stress-ng's stream reports no memory rate under %s", c.Duration, stresscheck.MinStreamDuration)
 		}
-		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return stresscheck.Memory(ctx, o) }
+		c.Func = func(ctx context.Context) ([]checks.Verdict, error) {
+			return env.measure(ctx, measure.Request{Type: mc.Type, Memory: &o})
+		}
 
 	case manifests.CheckNICThroughput:
-		o := iperfcheck.Options{Server: p.str("server"), Tools: env.tools(mc.Type), Duration: c.Duration,
+		o := iperfcheck.Options{Server: p.str("server"), Duration: c.Duration,
 			Reverse: p.bool("reverse"), Streams: int(p.int("streams", 0)), Bind: p.str("bind"),
 			ThroughputMbps: p.limit("throughputMbps"), Retransmits: p.limit("retransmits")}
 		if _, _, err := iperfcheck.SplitServer(o.Server); err != nil {
 			p.errorf("params.server", "the iperf3 server to measure against, host or host:port: %v", err)
 		}
-		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return iperfcheck.Check(ctx, o) }
+		c.Func = func(ctx context.Context) ([]checks.Verdict, error) {
+			return env.measure(ctx, measure.Request{Type: mc.Type, NIC: &o})
+		}
 
 	case manifests.CheckEthernet:
 		o := netcheck.EthernetOptions{
@@ -333,13 +346,10 @@ func withNote(vs []checks.Verdict, note string) []checks.Verdict {
 	return vs
 }
 
-// tools is how a check of type t runs its tool-bundle program.
-func (env Env) tools(t string) checks.Tools {
-	if env.Tools != nil {
-		return env.Tools
+// measure runs a tool-bundle check through env.Measure.
+func (env Env) measure(ctx context.Context, r measure.Request) ([]checks.Verdict, error) {
+	if env.Measure == nil {
+		return nil, fmt.Errorf("%s checks run %s from the tool bundle, and this runner has none", r.Type, r.Tool())
 	}
-	tool := manifests.CheckTools(t)
-	return func(context.Context, string, ...string) (*exec.Cmd, error) {
-		return nil, fmt.Errorf("%s checks run %s from the tool bundle, and this runner has none", t, tool)
-	}
+	return env.Measure(ctx, r)
 }

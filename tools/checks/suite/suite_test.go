@@ -16,6 +16,7 @@ import (
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/checks"
+	"github.com/cure-oss/cure/tools/checks/measure"
 	"github.com/cure-oss/cure/tools/checks/nvmehealth"
 	"github.com/cure-oss/cure/tools/checks/storage"
 	"github.com/cure-oss/cure/tools/nvme"
@@ -311,7 +312,7 @@ spec:
 			t.Fatal(err)
 		}
 	}
-	env := Env{Root: root, TmpDir: t.TempDir(),
+	env := Env{Root: root,
 		Disks: func() ([]blockdev.Disk, error) { return []blockdev.Disk{{Name: "vda", SizeBytes: 4 << 20}}, nil }}
 	quiet := checks.Options{Log: slog.New(slog.DiscardHandler)}
 	vs, err := Run(context.Background(), s, env, quiet)
@@ -328,7 +329,12 @@ spec:
 			t.Skipf("%s is not installed (scripts/install-deps.sh installs it)", tool)
 		}
 	}
-	env.Tools = checks.HostTools
+	// In process with the host's programs: what cure-measure does with
+	// the bundle's on a node.
+	tmp := t.TempDir()
+	env.Measure = func(ctx context.Context, r measure.Request) ([]checks.Verdict, error) {
+		return measure.Run(ctx, r, checks.HostTools, tmp)
+	}
 	vs, err = Run(context.Background(), s, env, quiet)
 	if err != nil {
 		t.Fatal(err)
