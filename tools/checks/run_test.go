@@ -36,11 +36,11 @@ func TestJudge(t *testing.T) {
 // measurements, in order, bar or no bar; missing and textual ones do not.
 func TestJudgeMeasurements(t *testing.T) {
 	v := Judge("disk/nvme1n1",
-		Value("readMBps", 512.5, AtLeast(1000)).In("MB/s"),
+		Measured("readMBps", 512.5, AtLeast(1000), "MB/s"),
 		Value("readbackMismatches", 0, AtMost(0)),
-		Value("p99ReadLatencyUs", 180, Limit{}).In("us"),
-		Missing("randReadIOPS", AtLeast(1)).In("IOPS"),
-		Text("state", "up", "").In("x"))
+		Measured("p99ReadLatencyUs", 180, Limit{}, "us"),
+		Missing("randReadIOPS", AtLeast(1)),
+		Text("state", "up", ""))
 	if v.Status != Fail {
 		t.Errorf("status %s, want FAIL (readMBps under its bar)", v.Status)
 	}

@@ -85,7 +85,10 @@ func Exec(cmd *exec.Cmd, r Request) ([]checks.Verdict, error) {
 		return nil, fmt.Errorf("%s: %w", Helper, err)
 	}
 	cmd.Stdin = bytes.NewReader(in)
-	out, _, runErr := checks.RunTool(cmd)
+	out, runErr := cmd.Output()
+	if ee, ok := runErr.(*exec.ExitError); ok && len(ee.Stderr) > 0 {
+		runErr = fmt.Errorf("%w: %s", runErr, bytes.TrimSpace(ee.Stderr))
+	}
 	var resp Response
 	if err := json.Unmarshal(out, &resp); err != nil {
 		if runErr != nil {
