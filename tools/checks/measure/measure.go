@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strings"
 
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/tools/blockdev"
@@ -22,6 +23,7 @@ import (
 	"github.com/cure-oss/cure/tools/checks/fiocheck"
 	"github.com/cure-oss/cure/tools/checks/iperfcheck"
 	"github.com/cure-oss/cure/tools/checks/stresscheck"
+	"github.com/cure-oss/cure/tools/tail"
 )
 
 // Helper is the helper's name in the tool bundle.
@@ -84,13 +86,17 @@ func Exec(cmd *exec.Cmd, r Request) ([]checks.Verdict, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Helper, err)
 	}
-	cmd.Stdin = bytes.NewReader(in)
-	out, runErr := cmd.Output()
-	if ee, ok := runErr.(*exec.ExitError); ok && len(ee.Stderr) > 0 {
-		runErr = fmt.Errorf("%w: %s", runErr, bytes.TrimSpace(ee.Stderr))
+	var out bytes.Buffer
+	errTail := &tail.Buffer{Max: 2048}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &out, errTail
+	runErr := cmd.Run()
+	if runErr != nil {
+		if msg := strings.TrimSpace(errTail.String()); msg != "" {
+			runErr = fmt.Errorf("%w: %s", runErr, msg)
+		}
 	}
 	var resp Response
-	if err := json.Unmarshal(out, &resp); err != nil {
+	if err := json.Unmarshal(out.Bytes(), &resp); err != nil {
 		if runErr != nil {
 			return nil, fmt.Errorf("%s: %w", Helper, runErr)
 		}
