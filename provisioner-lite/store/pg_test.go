@@ -32,6 +32,7 @@ func TestPostgresBackend(t *testing.T) {
 		"EndBootWindowAndPrune": TestEndBootWindowAndPrune, "RunnerEventCaps": TestRunnerEventCaps, "Retention": TestRetention,
 		"AuditLog": TestAuditLog, "GroupCommit": TestGroupCommit, "Leases": TestLeases, "UpdateRunInPlace": TestUpdateRunInPlace,
 		"PutNodesAddAndReplace": TestPutNodesAddAndReplace, "RemoveNode": TestRemoveNode, "SetLabels": TestSetLabels, "Inventories": TestInventories,
+		"VerdictMeasurements": TestVerdictMeasurements,
 	} {
 		t.Run(name, f)
 	}
