@@ -1,6 +1,8 @@
 package manifests
 
 import (
+	"slices"
+
 	"gopkg.in/yaml.v3"
 )
 
@@ -9,10 +11,10 @@ import (
 // node's inventory with it (tools/checks/hardware) before anything is
 // written, and a diagnostic run does the same before its suite.
 type Hardware struct {
-	CPU        *CPUSpec    `yaml:"cpu,omitempty"`
-	Memory     *MemorySpec `yaml:"memory,omitempty"`
-	GPUs       *GPUSpec    `yaml:"gpus,omitempty"`
-	NVSwitches *CountSpec  `yaml:"nvswitches,omitempty"`
+	CPU        *CPUSpec      `yaml:"cpu,omitempty"`
+	Memory     *MemorySpec   `yaml:"memory,omitempty"`
+	GPUs       *GPUSpec      `yaml:"gpus,omitempty"`
+	NVSwitches *NVSwitchSpec `yaml:"nvswitches,omitempty"`
 	// NICs are groups of network ports by model; ports no group matches
 	// are not checked.
 	NICs []NICSpec  `yaml:"nics,omitempty"`
@@ -48,11 +50,23 @@ type GPUSpec struct {
 	// Addresses are the expected PCI addresses in GPU index order, so a
 	// missing GPU is named by index and slot ("gpu/6 missing at PCI 0000:c1:00.0").
 	Addresses []string `yaml:"addresses,omitempty"`
+	// PCIe is the link every GPU must negotiate.
+	PCIe *PCIeSpec `yaml:"pcie,omitempty"`
 }
 
-// CountSpec is a plain device count.
-type CountSpec struct {
-	Count int `yaml:"count"`
+// NVSwitchSpec: NVIDIA NVSwitch functions on the PCI bus.
+type NVSwitchSpec struct {
+	Count int       `yaml:"count"`
+	PCIe  *PCIeSpec `yaml:"pcie,omitempty"`
+}
+
+// PCIeSpec is the PCIe link a group of devices must negotiate: at least
+// this generation and at least this many lanes (each optional). A device
+// that trained below it (a bad riser, cable or slot, a BIOS bifurcation
+// setting) is named with its negotiated and capable link.
+type PCIeSpec struct {
+	Gen   int `yaml:"gen,omitempty"`   // 1 (2.5 GT/s) to 6 (64 GT/s)
+	Width int `yaml:"width,omitempty"` // lanes: 1, 2, 4, 8, 12, 16 or 32
 }
 
 // NICSpec is a group of network ports of one model.
@@ -64,6 +78,8 @@ type NICSpec struct {
 	Count int    `yaml:"count,omitempty"`
 	// SpeedMbps is the link speed every port of the group must negotiate.
 	SpeedMbps int `yaml:"speedMbps,omitempty"`
+	// PCIe is the PCIe link every port's function must negotiate.
+	PCIe *PCIeSpec `yaml:"pcie,omitempty"`
 }
 
 // NVMeSpec is a group of NVMe controllers of one model.
@@ -74,6 +90,8 @@ type NVMeSpec struct {
 	// MinSize is the smallest acceptable capacity of each drive (its
 	// namespaces together); drives are sold by decimal size ("7.68TB").
 	MinSize ByteSize `yaml:"minSize,omitempty"`
+	// PCIe is the link every drive of the group must negotiate.
+	PCIe *PCIeSpec `yaml:"pcie,omitempty"`
 }
 
 var (
@@ -118,28 +136,29 @@ func (d *decoder) hardware(n *yaml.Node, p string) *Hardware {
 	}
 	if v := f.get("gpus"); v != nil {
 		gp := join(p, "gpus")
-		g := d.mapping(v, gp, "count", "model", "pciId", "addresses")
+		g := d.mapping(v, gp, "count", "model", "pciId", "addresses", "pcie")
 		h.GPUs = &GPUSpec{Count: g.devices("count", 1)}
 		var mv *yaml.Node
 		h.GPUs.Model, mv = g.str("model", false)
 		d.checkGlob(mv, join(gp, "model"), h.GPUs.Model)
 		h.GPUs.PCIID = d.pciID(g, gp)
 		h.GPUs.Addresses = d.pciAddresses(g, gp)
+		h.GPUs.PCIe = d.pcie(g, gp)
 		if g.has("count") && len(h.GPUs.Addresses) > 0 && len(h.GPUs.Addresses) != h.GPUs.Count {
 			d.errorf(g.vals["addresses"], join(gp, "addresses"), "lists %d addresses but count is %d", len(h.GPUs.Addresses), h.GPUs.Count)
 		}
 		d.nonEmpty(g, v, gp)
 	}
 	if v := f.get("nvswitches"); v != nil {
-		c := d.mapping(v, join(p, "nvswitches"), "count")
+		c := d.mapping(v, join(p, "nvswitches"), "count", "pcie")
 		if !c.has("count") {
 			c.missing("count")
 		}
-		h.NVSwitches = &CountSpec{Count: c.devices("count", 1)}
+		h.NVSwitches = &NVSwitchSpec{Count: c.devices("count", 1), PCIe: d.pcie(c, join(p, "nvswitches"))}
 	}
 	for i, item := range f.seq("nics", false) {
 		ip := index(join(p, "nics"), i)
-		c := d.mapping(item, ip, "model", "pciId", "count", "speedMbps")
+		c := d.mapping(item, ip, "model", "pciId", "count", "speedMbps", "pcie")
 		var s NICSpec
 		var mv *yaml.Node
 		s.Model, mv = c.str("model", false)
@@ -158,22 +177,24 @@ func (d *decoder) hardware(n *yaml.Node, p string) *Hardware {
 				}
 			}
 		}
-		if c.ok && !c.has("count") && !c.has("speedMbps") {
-			d.errorf(item, ip, "set count or speedMbps (a model alone checks nothing)")
+		s.PCIe = d.pcie(c, ip)
+		if c.ok && !c.has("count") && !c.has("speedMbps") && !c.has("pcie") {
+			d.errorf(item, ip, "set count, speedMbps or pcie (a model alone checks nothing)")
 		}
 		h.NICs = append(h.NICs, s)
 	}
 	for i, item := range f.seq("nvme", false) {
 		ip := index(join(p, "nvme"), i)
-		c := d.mapping(item, ip, "model", "count", "minSize")
+		c := d.mapping(item, ip, "model", "count", "minSize", "pcie")
 		var s NVMeSpec
 		var mv *yaml.Node
 		s.Model, mv = c.str("model", true)
 		d.checkGlob(mv, join(ip, "model"), s.Model)
 		s.Count = c.devices("count", 1)
 		s.MinSize = c.byteSize("minSize")
-		if c.ok && !c.has("count") && !c.has("minSize") {
-			d.errorf(item, ip, "set count or minSize (a model alone checks nothing)")
+		s.PCIe = d.pcie(c, ip)
+		if c.ok && !c.has("count") && !c.has("minSize") && !c.has("pcie") {
+			d.errorf(item, ip, "set count, minSize or pcie (a model alone checks nothing)")
 		}
 		h.NVMe = append(h.NVMe, s)
 	}
@@ -197,6 +218,40 @@ func (f *fields) devices(key string, min int64) int {
 		return 0
 	}
 	return int(n)
+}
+
+// pcieWidths are the link widths the PCIe base specification defines.
+var pcieWidths = []int64{1, 2, 4, 8, 12, 16, 32}
+
+// pcie reads the optional pcie: {gen, width} of a device group.
+func (d *decoder) pcie(f *fields, p string) *PCIeSpec {
+	v := f.get("pcie")
+	if v == nil {
+		return nil
+	}
+	pp := join(p, "pcie")
+	c := d.mapping(v, pp, "gen", "width")
+	s := &PCIeSpec{}
+	if g := c.get("gen"); g != nil {
+		if n, ok := d.integer(g, join(pp, "gen")); ok {
+			if n < 1 || n > 6 {
+				d.errorf(g, join(pp, "gen"), "%d is not a PCIe generation (1 = 2.5 GT/s to 6 = 64 GT/s)", n)
+			} else {
+				s.Gen = int(n)
+			}
+		}
+	}
+	if w := c.get("width"); w != nil {
+		if n, ok := d.integer(w, join(pp, "width")); ok {
+			if !slices.Contains(pcieWidths, n) {
+				d.errorf(w, join(pp, "width"), "%d is not a PCIe link width (want 1, 2, 4, 8, 12, 16 or 32 lanes)", n)
+			} else {
+				s.Width = int(n)
+			}
+		}
+	}
+	d.nonEmpty(c, v, pp)
+	return s
 }
 
 // nonEmpty refuses a section that sets nothing.

@@ -479,6 +479,10 @@ func TestHardwareSection(t *testing.T) {
 	if len(h.NVMe) != 2 || h.NVMe[0].MinSize != 7680000000000 || h.NVMe[1].Model != "Micron_7450_*" {
 		t.Errorf("nvme %+v", h.NVMe)
 	}
+	if h.GPUs.PCIe == nil || *h.GPUs.PCIe != (PCIeSpec{Gen: 5, Width: 16}) || h.NVMe[1].PCIe == nil || *h.NVMe[1].PCIe != (PCIeSpec{Gen: 4, Width: 4}) ||
+		h.NICs[0].PCIe == nil || h.NICs[1].PCIe != nil || h.NVSwitches.PCIe != nil {
+		t.Errorf("pcie: gpus %+v nvme %+v nics %+v", h.GPUs.PCIe, h.NVMe[1].PCIe, h.NICs)
+	}
 	// Every part is optional: a SKU with only a NIC group is valid.
 	doc := "apiVersion: cure.dev/v1\nkind: SKU\nmetadata: {name: x}\nspec:\n  hardware:\n    nics:\n      - {model: \"*\", speedMbps: 1000}\n"
 	s, err := ParseSKU("x.yaml", []byte(doc))

@@ -150,18 +150,8 @@ func (d *decoder) telemetry(n *yaml.Node, p string) *Telemetry {
 // bands: metric -> {below, above}, each a positive number of robust
 // deviations.
 func (d *decoder) bands(n *yaml.Node, p string) map[string]Band {
-	if n.Kind != yaml.MappingNode {
-		d.errorf(n, p, "expected a mapping of metric names to {below, above}, found %s", describe(n))
-		return nil
-	}
 	out := map[string]Band{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
-		kp := join(p, k.Value)
-		if _, dup := out[k.Value]; dup {
-			d.errorf(k, kp, "duplicate metric")
-			continue
-		}
+	if !d.entries(n, p, "a mapping of metric names to {below, above}", "duplicate metric", func(k, v *yaml.Node, kp string) {
 		f := d.mapping(v, kp, "below", "above")
 		var b Band
 		for _, side := range []string{"below", "above"} {
@@ -187,6 +177,8 @@ func (d *decoder) bands(n *yaml.Node, p string) map[string]Band {
 			d.errorf(v, kp, "band is empty: set below, above or both (robust deviations from the fleet median)")
 		}
 		out[k.Value] = b
+	}) {
+		return nil
 	}
 	if len(out) == 0 {
 		return nil
@@ -223,18 +215,8 @@ func (d *decoder) check(n *yaml.Node, p string) Check {
 // params: scalars or lists of scalars, nothing deeper — a check's knobs
 // should read as a flat list.
 func (d *decoder) params(n *yaml.Node, p string) map[string]any {
-	if n.Kind != yaml.MappingNode {
-		d.errorf(n, p, "expected a mapping, found %s", describe(n))
-		return nil
-	}
 	out := map[string]any{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
-		kp := join(p, k.Value)
-		if _, dup := out[k.Value]; dup {
-			d.errorf(k, kp, "duplicate key")
-			continue
-		}
+	if !d.entries(n, p, "a mapping", "duplicate key", func(k, v *yaml.Node, kp string) {
 		if v.Kind == yaml.SequenceNode {
 			list := make([]any, 0, len(v.Content))
 			for j, item := range v.Content {
@@ -243,11 +225,13 @@ func (d *decoder) params(n *yaml.Node, p string) map[string]any {
 				}
 			}
 			out[k.Value] = list
-			continue
+			return
 		}
 		if x, ok := d.scalar(v, kp, true); ok {
 			out[k.Value] = x
 		}
+	}) {
+		return nil
 	}
 	if len(out) == 0 {
 		return nil
@@ -256,18 +240,8 @@ func (d *decoder) params(n *yaml.Node, p string) map[string]any {
 }
 
 func (d *decoder) thresholds(n *yaml.Node, p string) map[string]Threshold {
-	if n.Kind != yaml.MappingNode {
-		d.errorf(n, p, "expected a mapping of metric names to {min, max, equals}, found %s", describe(n))
-		return nil
-	}
 	out := map[string]Threshold{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
-		kp := join(p, k.Value)
-		if _, dup := out[k.Value]; dup {
-			d.errorf(k, kp, "duplicate metric")
-			continue
-		}
+	if !d.entries(n, p, "a mapping of metric names to {min, max, equals}", "duplicate metric", func(k, v *yaml.Node, kp string) {
 		f := d.mapping(v, kp, "min", "max", "equals")
 		var t Threshold
 		if v := f.get("min"); v != nil {
@@ -295,6 +269,8 @@ func (d *decoder) thresholds(n *yaml.Node, p string) map[string]Threshold {
 			d.errorf(v, kp, "threshold is empty: set min, max or equals")
 		}
 		out[k.Value] = t
+	}) {
+		return nil
 	}
 	if len(out) == 0 {
 		return nil
@@ -369,4 +345,26 @@ func (s ValidationSuiteSpec) MarshalYAML() (any, error) {
 		out.Stages = append(out.Stages, so)
 	}
 	return out, nil
+}
+
+// entries walks a mapping whose keys are free (metric and param names),
+// reporting a value that is not a mapping and repeated keys; fn sees each
+// key's first occurrence with its path. It reports whether n was a mapping.
+func (d *decoder) entries(n *yaml.Node, p, want, dupMsg string, fn func(k, v *yaml.Node, kp string)) bool {
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, p, "expected %s, found %s", want, describe(n))
+		return false
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		kp := join(p, k.Value)
+		if seen[k.Value] {
+			d.errorf(k, kp, "%s", dupMsg)
+			continue
+		}
+		seen[k.Value] = true
+		fn(k, v, kp)
+	}
+	return true
 }

@@ -670,8 +670,15 @@ type Inventory struct {
 	Nvswitches          []*PciDevice `protobuf:"bytes,12,rep,name=nvswitches,proto3" json:"nvswitches,omitempty"` // NVIDIA NVSwitch functions on the PCI bus
 	NumaNodes           []*NumaNode  `protobuf:"bytes,13,rep,name=numa_nodes,json=numaNodes,proto3" json:"numa_nodes,omitempty"`
 	MemoryPhysicalBytes uint64       `protobuf:"varint,14,opt,name=memory_physical_bytes,json=memoryPhysicalBytes,proto3" json:"memory_physical_bytes,omitempty"` // installed (memory blocks), not MemTotal
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Every PCI function with a PCIe link: negotiated against capable, with
+	// the port above it (what the slot can do). The hardware check judges
+	// the SKU's declared gen/width against these.
+	PcieLinks []*PcieLink `protobuf:"bytes,15,rep,name=pcie_links,json=pcieLinks,proto3" json:"pcie_links,omitempty"`
+	// Machine checks the kernel logged in this boot before the inventory
+	// was taken (a previous boot's errors surface at boot), bounded.
+	MachineChecks []*MachineCheck `protobuf:"bytes,16,rep,name=machine_checks,json=machineChecks,proto3" json:"machine_checks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Inventory) Reset() {
@@ -802,6 +809,255 @@ func (x *Inventory) GetMemoryPhysicalBytes() uint64 {
 	return 0
 }
 
+func (x *Inventory) GetPcieLinks() []*PcieLink {
+	if x != nil {
+		return x.PcieLinks
+	}
+	return nil
+}
+
+func (x *Inventory) GetMachineChecks() []*MachineCheck {
+	if x != nil {
+		return x.MachineChecks
+	}
+	return nil
+}
+
+// PcieLink is one PCI function's link as sysfs reports it.
+type PcieLink struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Address         string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"` // 0000:01:00.0
+	VendorId        uint32                 `protobuf:"varint,2,opt,name=vendor_id,json=vendorId,proto3" json:"vendor_id,omitempty"`
+	DeviceId        uint32                 `protobuf:"varint,3,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	Class           uint32                 `protobuf:"varint,4,opt,name=class,proto3" json:"class,omitempty"`                                   // 0xCCSSPP
+	SpeedGts        float64                `protobuf:"fixed64,5,opt,name=speed_gts,json=speedGts,proto3" json:"speed_gts,omitempty"`            // negotiated (current_link_speed): 2.5, 5, 8, 16, 32, 64; 0: down or unknown
+	Width           uint32                 `protobuf:"varint,6,opt,name=width,proto3" json:"width,omitempty"`                                   // negotiated lanes; 0: down or unknown
+	MaxSpeedGts     float64                `protobuf:"fixed64,7,opt,name=max_speed_gts,json=maxSpeedGts,proto3" json:"max_speed_gts,omitempty"` // capable (max_link_speed)
+	MaxWidth        uint32                 `protobuf:"varint,8,opt,name=max_width,json=maxWidth,proto3" json:"max_width,omitempty"`
+	Port            string                 `protobuf:"bytes,9,opt,name=port,proto3" json:"port,omitempty"` // the bridge or root port above; "" when none
+	PortMaxSpeedGts float64                `protobuf:"fixed64,10,opt,name=port_max_speed_gts,json=portMaxSpeedGts,proto3" json:"port_max_speed_gts,omitempty"`
+	PortMaxWidth    uint32                 `protobuf:"varint,11,opt,name=port_max_width,json=portMaxWidth,proto3" json:"port_max_width,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PcieLink) Reset() {
+	*x = PcieLink{}
+	mi := &file_cure_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PcieLink) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PcieLink) ProtoMessage() {}
+
+func (x *PcieLink) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PcieLink.ProtoReflect.Descriptor instead.
+func (*PcieLink) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PcieLink) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *PcieLink) GetVendorId() uint32 {
+	if x != nil {
+		return x.VendorId
+	}
+	return 0
+}
+
+func (x *PcieLink) GetDeviceId() uint32 {
+	if x != nil {
+		return x.DeviceId
+	}
+	return 0
+}
+
+func (x *PcieLink) GetClass() uint32 {
+	if x != nil {
+		return x.Class
+	}
+	return 0
+}
+
+func (x *PcieLink) GetSpeedGts() float64 {
+	if x != nil {
+		return x.SpeedGts
+	}
+	return 0
+}
+
+func (x *PcieLink) GetWidth() uint32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *PcieLink) GetMaxSpeedGts() float64 {
+	if x != nil {
+		return x.MaxSpeedGts
+	}
+	return 0
+}
+
+func (x *PcieLink) GetMaxWidth() uint32 {
+	if x != nil {
+		return x.MaxWidth
+	}
+	return 0
+}
+
+func (x *PcieLink) GetPort() string {
+	if x != nil {
+		return x.Port
+	}
+	return ""
+}
+
+func (x *PcieLink) GetPortMaxSpeedGts() float64 {
+	if x != nil {
+		return x.PortMaxSpeedGts
+	}
+	return 0
+}
+
+func (x *PcieLink) GetPortMaxWidth() uint32 {
+	if x != nil {
+		return x.PortMaxWidth
+	}
+	return 0
+}
+
+// MachineCheck is one machine-check record the kernel logged ("mce:
+// [Hardware Error]: CPU 0: Machine Check: 0 Bank 9: 9c0000000000009f").
+type MachineCheck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cpu           uint32                 `protobuf:"varint,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	Bank          uint32                 `protobuf:"varint,2,opt,name=bank,proto3" json:"bank,omitempty"`
+	Status        uint64                 `protobuf:"varint,3,opt,name=status,proto3" json:"status,omitempty"`   // MCi_STATUS
+	Address       uint64                 `protobuf:"varint,4,opt,name=address,proto3" json:"address,omitempty"` // MCi_ADDR when valid
+	Socket        uint32                 `protobuf:"varint,5,opt,name=socket,proto3" json:"socket,omitempty"`
+	Uncorrected   bool                   `protobuf:"varint,6,opt,name=uncorrected,proto3" json:"uncorrected,omitempty"`
+	Memory        bool                   `protobuf:"varint,7,opt,name=memory,proto3" json:"memory,omitempty"`                   // a memory-controller or memory-hierarchy error code
+	Dimm          string                 `protobuf:"bytes,8,opt,name=dimm,proto3" json:"dimm,omitempty"`                        // the DIMM slot the address maps to, when one does
+	UptimeS       float64                `protobuf:"fixed64,9,opt,name=uptime_s,json=uptimeS,proto3" json:"uptime_s,omitempty"` // when the kernel logged it
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MachineCheck) Reset() {
+	*x = MachineCheck{}
+	mi := &file_cure_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MachineCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MachineCheck) ProtoMessage() {}
+
+func (x *MachineCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MachineCheck.ProtoReflect.Descriptor instead.
+func (*MachineCheck) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *MachineCheck) GetCpu() uint32 {
+	if x != nil {
+		return x.Cpu
+	}
+	return 0
+}
+
+func (x *MachineCheck) GetBank() uint32 {
+	if x != nil {
+		return x.Bank
+	}
+	return 0
+}
+
+func (x *MachineCheck) GetStatus() uint64 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *MachineCheck) GetAddress() uint64 {
+	if x != nil {
+		return x.Address
+	}
+	return 0
+}
+
+func (x *MachineCheck) GetSocket() uint32 {
+	if x != nil {
+		return x.Socket
+	}
+	return 0
+}
+
+func (x *MachineCheck) GetUncorrected() bool {
+	if x != nil {
+		return x.Uncorrected
+	}
+	return false
+}
+
+func (x *MachineCheck) GetMemory() bool {
+	if x != nil {
+		return x.Memory
+	}
+	return false
+}
+
+func (x *MachineCheck) GetDimm() string {
+	if x != nil {
+		return x.Dimm
+	}
+	return ""
+}
+
+func (x *MachineCheck) GetUptimeS() float64 {
+	if x != nil {
+		return x.UptimeS
+	}
+	return 0
+}
+
 type Processor struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"` // physical package id
@@ -815,7 +1071,7 @@ type Processor struct {
 
 func (x *Processor) Reset() {
 	*x = Processor{}
-	mi := &file_cure_proto_msgTypes[6]
+	mi := &file_cure_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +1083,7 @@ func (x *Processor) String() string {
 func (*Processor) ProtoMessage() {}
 
 func (x *Processor) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[6]
+	mi := &file_cure_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +1096,7 @@ func (x *Processor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Processor.ProtoReflect.Descriptor instead.
 func (*Processor) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{6}
+	return file_cure_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Processor) GetId() uint32 {
@@ -879,22 +1135,27 @@ func (x *Processor) GetThreads() uint32 {
 }
 
 type Dimm struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Locator       string                 `protobuf:"bytes,1,opt,name=locator,proto3" json:"locator,omitempty"` // SMBIOS Device Locator: the slot ("A1", "CPU0_DIMM_B3")
-	Bank          string                 `protobuf:"bytes,2,opt,name=bank,proto3" json:"bank,omitempty"`
-	SizeBytes     uint64                 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"` // 0: slot empty
-	Type          string                 `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`                             // DDR5, ...
-	SpeedMts      uint32                 `protobuf:"varint,5,opt,name=speed_mts,json=speedMts,proto3" json:"speed_mts,omitempty"`
-	Manufacturer  string                 `protobuf:"bytes,6,opt,name=manufacturer,proto3" json:"manufacturer,omitempty"`
-	Serial        string                 `protobuf:"bytes,7,opt,name=serial,proto3" json:"serial,omitempty"`
-	PartNumber    string                 `protobuf:"bytes,8,opt,name=part_number,json=partNumber,proto3" json:"part_number,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Locator      string                 `protobuf:"bytes,1,opt,name=locator,proto3" json:"locator,omitempty"` // SMBIOS Device Locator: the slot ("A1", "CPU0_DIMM_B3")
+	Bank         string                 `protobuf:"bytes,2,opt,name=bank,proto3" json:"bank,omitempty"`
+	SizeBytes    uint64                 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"` // 0: slot empty
+	Type         string                 `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`                             // DDR5, ...
+	SpeedMts     uint32                 `protobuf:"varint,5,opt,name=speed_mts,json=speedMts,proto3" json:"speed_mts,omitempty"`
+	Manufacturer string                 `protobuf:"bytes,6,opt,name=manufacturer,proto3" json:"manufacturer,omitempty"`
+	Serial       string                 `protobuf:"bytes,7,opt,name=serial,proto3" json:"serial,omitempty"`
+	PartNumber   string                 `protobuf:"bytes,8,opt,name=part_number,json=partNumber,proto3" json:"part_number,omitempty"`
+	// EDAC's error counters for this DIMM since the driver loaded, when an
+	// EDAC driver reports one whose label names this slot.
+	EdacCeCount   uint64 `protobuf:"varint,9,opt,name=edac_ce_count,json=edacCeCount,proto3" json:"edac_ce_count,omitempty"`
+	EdacUeCount   uint64 `protobuf:"varint,10,opt,name=edac_ue_count,json=edacUeCount,proto3" json:"edac_ue_count,omitempty"`
+	EdacLabel     string `protobuf:"bytes,11,opt,name=edac_label,json=edacLabel,proto3" json:"edac_label,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Dimm) Reset() {
 	*x = Dimm{}
-	mi := &file_cure_proto_msgTypes[7]
+	mi := &file_cure_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +1167,7 @@ func (x *Dimm) String() string {
 func (*Dimm) ProtoMessage() {}
 
 func (x *Dimm) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[7]
+	mi := &file_cure_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1180,7 @@ func (x *Dimm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dimm.ProtoReflect.Descriptor instead.
 func (*Dimm) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{7}
+	return file_cure_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Dimm) GetLocator() string {
@@ -978,6 +1239,27 @@ func (x *Dimm) GetPartNumber() string {
 	return ""
 }
 
+func (x *Dimm) GetEdacCeCount() uint64 {
+	if x != nil {
+		return x.EdacCeCount
+	}
+	return 0
+}
+
+func (x *Dimm) GetEdacUeCount() uint64 {
+	if x != nil {
+		return x.EdacUeCount
+	}
+	return 0
+}
+
+func (x *Dimm) GetEdacLabel() string {
+	if x != nil {
+		return x.EdacLabel
+	}
+	return ""
+}
+
 type PciDevice struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
@@ -991,7 +1273,7 @@ type PciDevice struct {
 
 func (x *PciDevice) Reset() {
 	*x = PciDevice{}
-	mi := &file_cure_proto_msgTypes[8]
+	mi := &file_cure_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1285,7 @@ func (x *PciDevice) String() string {
 func (*PciDevice) ProtoMessage() {}
 
 func (x *PciDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[8]
+	mi := &file_cure_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1298,7 @@ func (x *PciDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PciDevice.ProtoReflect.Descriptor instead.
 func (*PciDevice) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{8}
+	return file_cure_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PciDevice) GetAddress() string {
@@ -1065,7 +1347,7 @@ type NumaNode struct {
 
 func (x *NumaNode) Reset() {
 	*x = NumaNode{}
-	mi := &file_cure_proto_msgTypes[9]
+	mi := &file_cure_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1359,7 @@ func (x *NumaNode) String() string {
 func (*NumaNode) ProtoMessage() {}
 
 func (x *NumaNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[9]
+	mi := &file_cure_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1372,7 @@ func (x *NumaNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NumaNode.ProtoReflect.Descriptor instead.
 func (*NumaNode) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{9}
+	return file_cure_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NumaNode) GetId() uint32 {
@@ -1131,7 +1413,7 @@ type SystemInfo struct {
 
 func (x *SystemInfo) Reset() {
 	*x = SystemInfo{}
-	mi := &file_cure_proto_msgTypes[10]
+	mi := &file_cure_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1425,7 @@ func (x *SystemInfo) String() string {
 func (*SystemInfo) ProtoMessage() {}
 
 func (x *SystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[10]
+	mi := &file_cure_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1438,7 @@ func (x *SystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemInfo.ProtoReflect.Descriptor instead.
 func (*SystemInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{10}
+	return file_cure_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SystemInfo) GetVendor() string {
@@ -1237,7 +1519,7 @@ type NvmeController struct {
 
 func (x *NvmeController) Reset() {
 	*x = NvmeController{}
-	mi := &file_cure_proto_msgTypes[11]
+	mi := &file_cure_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1531,7 @@ func (x *NvmeController) String() string {
 func (*NvmeController) ProtoMessage() {}
 
 func (x *NvmeController) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[11]
+	mi := &file_cure_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1544,7 @@ func (x *NvmeController) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NvmeController.ProtoReflect.Descriptor instead.
 func (*NvmeController) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{11}
+	return file_cure_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NvmeController) GetName() string {
@@ -1333,7 +1615,7 @@ type NetInterface struct {
 
 func (x *NetInterface) Reset() {
 	*x = NetInterface{}
-	mi := &file_cure_proto_msgTypes[12]
+	mi := &file_cure_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1627,7 @@ func (x *NetInterface) String() string {
 func (*NetInterface) ProtoMessage() {}
 
 func (x *NetInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[12]
+	mi := &file_cure_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1640,7 @@ func (x *NetInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetInterface.ProtoReflect.Descriptor instead.
 func (*NetInterface) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{12}
+	return file_cure_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NetInterface) GetName() string {
@@ -1439,22 +1721,27 @@ func (x *NetInterface) GetPciDeviceId() uint32 {
 }
 
 type Gpu struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Uuid          string                 `protobuf:"bytes,3,opt,name=uuid,proto3" json:"uuid,omitempty"`
-	Serial        string                 `protobuf:"bytes,4,opt,name=serial,proto3" json:"serial,omitempty"`
-	PciAddress    string                 `protobuf:"bytes,5,opt,name=pci_address,json=pciAddress,proto3" json:"pci_address,omitempty"`
-	Vbios         string                 `protobuf:"bytes,6,opt,name=vbios,proto3" json:"vbios,omitempty"`
-	PciDeviceId   uint32                 `protobuf:"varint,7,opt,name=pci_device_id,json=pciDeviceId,proto3" json:"pci_device_id,omitempty"`
-	NumaNode      int32                  `protobuf:"varint,8,opt,name=numa_node,json=numaNode,proto3" json:"numa_node,omitempty"` // -1: unknown
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Index       uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Name        string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Uuid        string                 `protobuf:"bytes,3,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Serial      string                 `protobuf:"bytes,4,opt,name=serial,proto3" json:"serial,omitempty"`
+	PciAddress  string                 `protobuf:"bytes,5,opt,name=pci_address,json=pciAddress,proto3" json:"pci_address,omitempty"`
+	Vbios       string                 `protobuf:"bytes,6,opt,name=vbios,proto3" json:"vbios,omitempty"`
+	PciDeviceId uint32                 `protobuf:"varint,7,opt,name=pci_device_id,json=pciDeviceId,proto3" json:"pci_device_id,omitempty"`
+	NumaNode    int32                  `protobuf:"varint,8,opt,name=numa_node,json=numaNode,proto3" json:"numa_node,omitempty"` // -1: unknown
+	// Identity from NVML (uuid, serial and vbios above too), when the
+	// driver answered; identity_source says where it came from.
+	BoardPartNumber string `protobuf:"bytes,9,opt,name=board_part_number,json=boardPartNumber,proto3" json:"board_part_number,omitempty"`
+	IdentitySource  string `protobuf:"bytes,10,opt,name=identity_source,json=identitySource,proto3" json:"identity_source,omitempty"` // "nvml"; "" when only the PCI bus was read
+	MemoryTempC     int32  `protobuf:"varint,11,opt,name=memory_temp_c,json=memoryTempC,proto3" json:"memory_temp_c,omitempty"`       // HBM temperature when read; 0: not read
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Gpu) Reset() {
 	*x = Gpu{}
-	mi := &file_cure_proto_msgTypes[13]
+	mi := &file_cure_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1753,7 @@ func (x *Gpu) String() string {
 func (*Gpu) ProtoMessage() {}
 
 func (x *Gpu) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[13]
+	mi := &file_cure_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1766,7 @@ func (x *Gpu) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gpu.ProtoReflect.Descriptor instead.
 func (*Gpu) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{13}
+	return file_cure_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Gpu) GetIndex() uint32 {
@@ -1538,6 +1825,27 @@ func (x *Gpu) GetNumaNode() int32 {
 	return 0
 }
 
+func (x *Gpu) GetBoardPartNumber() string {
+	if x != nil {
+		return x.BoardPartNumber
+	}
+	return ""
+}
+
+func (x *Gpu) GetIdentitySource() string {
+	if x != nil {
+		return x.IdentitySource
+	}
+	return ""
+}
+
+func (x *Gpu) GetMemoryTempC() int32 {
+	if x != nil {
+		return x.MemoryTempC
+	}
+	return 0
+}
+
 type BlockDevice struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // nvme0n1, sda
@@ -1553,7 +1861,7 @@ type BlockDevice struct {
 
 func (x *BlockDevice) Reset() {
 	*x = BlockDevice{}
-	mi := &file_cure_proto_msgTypes[14]
+	mi := &file_cure_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1873,7 @@ func (x *BlockDevice) String() string {
 func (*BlockDevice) ProtoMessage() {}
 
 func (x *BlockDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[14]
+	mi := &file_cure_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1886,7 @@ func (x *BlockDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockDevice.ProtoReflect.Descriptor instead.
 func (*BlockDevice) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{14}
+	return file_cure_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BlockDevice) GetName() string {
@@ -1652,7 +1960,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_cure_proto_msgTypes[15]
+	mi := &file_cure_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1972,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[15]
+	mi := &file_cure_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1985,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{15}
+	return file_cure_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1843,7 +2151,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_cure_proto_msgTypes[16]
+	mi := &file_cure_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +2163,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[16]
+	mi := &file_cure_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +2176,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{16}
+	return file_cure_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Progress) GetSuite() string {
@@ -1934,7 +2242,7 @@ type CheckProgress struct {
 
 func (x *CheckProgress) Reset() {
 	*x = CheckProgress{}
-	mi := &file_cure_proto_msgTypes[17]
+	mi := &file_cure_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2254,7 @@ func (x *CheckProgress) String() string {
 func (*CheckProgress) ProtoMessage() {}
 
 func (x *CheckProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[17]
+	mi := &file_cure_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2267,7 @@ func (x *CheckProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckProgress.ProtoReflect.Descriptor instead.
 func (*CheckProgress) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{17}
+	return file_cure_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CheckProgress) GetCheck() string {
@@ -2016,7 +2324,7 @@ type Samples struct {
 
 func (x *Samples) Reset() {
 	*x = Samples{}
-	mi := &file_cure_proto_msgTypes[18]
+	mi := &file_cure_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2336,7 @@ func (x *Samples) String() string {
 func (*Samples) ProtoMessage() {}
 
 func (x *Samples) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[18]
+	mi := &file_cure_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2349,7 @@ func (x *Samples) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Samples.ProtoReflect.Descriptor instead.
 func (*Samples) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{18}
+	return file_cure_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Samples) GetSeries() []*Series {
@@ -2065,7 +2373,7 @@ type Series struct {
 
 func (x *Series) Reset() {
 	*x = Series{}
-	mi := &file_cure_proto_msgTypes[19]
+	mi := &file_cure_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2077,7 +2385,7 @@ func (x *Series) String() string {
 func (*Series) ProtoMessage() {}
 
 func (x *Series) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[19]
+	mi := &file_cure_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2090,7 +2398,7 @@ func (x *Series) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Series.ProtoReflect.Descriptor instead.
 func (*Series) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{19}
+	return file_cure_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Series) GetComponent() string {
@@ -2143,7 +2451,7 @@ type PhaseStart struct {
 
 func (x *PhaseStart) Reset() {
 	*x = PhaseStart{}
-	mi := &file_cure_proto_msgTypes[20]
+	mi := &file_cure_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2463,7 @@ func (x *PhaseStart) String() string {
 func (*PhaseStart) ProtoMessage() {}
 
 func (x *PhaseStart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[20]
+	mi := &file_cure_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2476,7 @@ func (x *PhaseStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseStart.ProtoReflect.Descriptor instead.
 func (*PhaseStart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{20}
+	return file_cure_proto_rawDescGZIP(), []int{22}
 }
 
 type PhaseEnd struct {
@@ -2183,7 +2491,7 @@ type PhaseEnd struct {
 
 func (x *PhaseEnd) Reset() {
 	*x = PhaseEnd{}
-	mi := &file_cure_proto_msgTypes[21]
+	mi := &file_cure_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2195,7 +2503,7 @@ func (x *PhaseEnd) String() string {
 func (*PhaseEnd) ProtoMessage() {}
 
 func (x *PhaseEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[21]
+	mi := &file_cure_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2208,7 +2516,7 @@ func (x *PhaseEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseEnd.ProtoReflect.Descriptor instead.
 func (*PhaseEnd) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{21}
+	return file_cure_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PhaseEnd) GetStatus() PhaseStatus {
@@ -2260,7 +2568,7 @@ type Verdict struct {
 
 func (x *Verdict) Reset() {
 	*x = Verdict{}
-	mi := &file_cure_proto_msgTypes[22]
+	mi := &file_cure_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2580,7 @@ func (x *Verdict) String() string {
 func (*Verdict) ProtoMessage() {}
 
 func (x *Verdict) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[22]
+	mi := &file_cure_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2593,7 @@ func (x *Verdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Verdict.ProtoReflect.Descriptor instead.
 func (*Verdict) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{22}
+	return file_cure_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Verdict) GetComponent() string {
@@ -2363,7 +2671,7 @@ type Measurement struct {
 
 func (x *Measurement) Reset() {
 	*x = Measurement{}
-	mi := &file_cure_proto_msgTypes[23]
+	mi := &file_cure_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2375,7 +2683,7 @@ func (x *Measurement) String() string {
 func (*Measurement) ProtoMessage() {}
 
 func (x *Measurement) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[23]
+	mi := &file_cure_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2388,7 +2696,7 @@ func (x *Measurement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Measurement.ProtoReflect.Descriptor instead.
 func (*Measurement) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{23}
+	return file_cure_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Measurement) GetMetric() string {
@@ -2423,7 +2731,7 @@ type Log struct {
 
 func (x *Log) Reset() {
 	*x = Log{}
-	mi := &file_cure_proto_msgTypes[24]
+	mi := &file_cure_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2743,7 @@ func (x *Log) String() string {
 func (*Log) ProtoMessage() {}
 
 func (x *Log) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[24]
+	mi := &file_cure_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2756,7 @@ func (x *Log) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Log.ProtoReflect.Descriptor instead.
 func (*Log) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{24}
+	return file_cure_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Log) GetLevel() string {
@@ -2484,7 +2792,7 @@ type Metric struct {
 
 func (x *Metric) Reset() {
 	*x = Metric{}
-	mi := &file_cure_proto_msgTypes[25]
+	mi := &file_cure_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2804,7 @@ func (x *Metric) String() string {
 func (*Metric) ProtoMessage() {}
 
 func (x *Metric) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[25]
+	mi := &file_cure_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2817,7 @@ func (x *Metric) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metric.ProtoReflect.Descriptor instead.
 func (*Metric) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{25}
+	return file_cure_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Metric) GetName() string {
@@ -2556,7 +2864,7 @@ type CoordinatorMessage struct {
 
 func (x *CoordinatorMessage) Reset() {
 	*x = CoordinatorMessage{}
-	mi := &file_cure_proto_msgTypes[26]
+	mi := &file_cure_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2876,7 @@ func (x *CoordinatorMessage) String() string {
 func (*CoordinatorMessage) ProtoMessage() {}
 
 func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[26]
+	mi := &file_cure_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2889,7 @@ func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoordinatorMessage.ProtoReflect.Descriptor instead.
 func (*CoordinatorMessage) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{26}
+	return file_cure_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CoordinatorMessage) GetMsg() isCoordinatorMessage_Msg {
@@ -2689,7 +2997,15 @@ type Assignment struct {
 	// the hardware check compares against the SKU's spec.hardware.
 	SkuYaml []byte `protobuf:"bytes,11,opt,name=sku_yaml,json=skuYaml,proto3" json:"sku_yaml,omitempty"`
 	SkuName string `protobuf:"bytes,12,opt,name=sku_name,json=skuName,proto3" json:"sku_name,omitempty"`
-	// The tool bundle (fio, stress-ng, iperf3 with their libraries), sent
+	// A validate phase given again after the node lost its suite (a reset):
+	// the checks that had ended, which the runner does not run again.
+	SuiteResume *SuiteResume `protobuf:"bytes,13,opt,name=suite_resume,json=suiteResume,proto3" json:"suite_resume,omitempty"`
+	// How often the runner sends Progress while a suite runs (0: every
+	// minute); the coordinator asks for a period well inside its liveness
+	// budget, since heartbeats are what prove the runner alive.
+	HeartbeatMs int64 `protobuf:"varint,14,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
+	// The tool bundle (fio, stress-ng, iperf3 with their libraries, and the
+	// cure-measure helper that runs the checks driving them), sent
 	// when the suite has a check that runs one of them; the runner fetches
 	// it only then, and refuses it unless size and sha256 match.
 	ToolBundle    *ToolBundleRef `protobuf:"bytes,15,opt,name=tool_bundle,json=toolBundle,proto3" json:"tool_bundle,omitempty"`
@@ -2699,7 +3015,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_cure_proto_msgTypes[27]
+	mi := &file_cure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2711,7 +3027,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[27]
+	mi := &file_cure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2724,7 +3040,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{27}
+	return file_cure_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Assignment) GetRunId() string {
@@ -2811,6 +3127,20 @@ func (x *Assignment) GetSkuName() string {
 	return ""
 }
 
+func (x *Assignment) GetSuiteResume() *SuiteResume {
+	if x != nil {
+		return x.SuiteResume
+	}
+	return nil
+}
+
+func (x *Assignment) GetHeartbeatMs() int64 {
+	if x != nil {
+		return x.HeartbeatMs
+	}
+	return 0
+}
+
 func (x *Assignment) GetToolBundle() *ToolBundleRef {
 	if x != nil {
 		return x.ToolBundle
@@ -2831,7 +3161,7 @@ type ToolBundleRef struct {
 
 func (x *ToolBundleRef) Reset() {
 	*x = ToolBundleRef{}
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +3173,7 @@ func (x *ToolBundleRef) String() string {
 func (*ToolBundleRef) ProtoMessage() {}
 
 func (x *ToolBundleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +3186,7 @@ func (x *ToolBundleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolBundleRef.ProtoReflect.Descriptor instead.
 func (*ToolBundleRef) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{28}
+	return file_cure_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ToolBundleRef) GetUrl() string {
@@ -2887,6 +3217,69 @@ func (x *ToolBundleRef) GetTools() []string {
 	return nil
 }
 
+// SuiteResume is what a resumed validate phase keeps of the earlier try.
+type SuiteResume struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Checks that ended before the reset, with their worst verdict (their
+	// verdicts are stored already): not run again, still counted.
+	Done          []*CheckProgress `protobuf:"bytes,1,rep,name=done,proto3" json:"done,omitempty"`
+	Resumed       uint32           `protobuf:"varint,2,opt,name=resumed,proto3" json:"resumed,omitempty"` // node resets this suite has resumed from
+	Policy        string           `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`    // the suite's resume policy (continue, restart)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuiteResume) Reset() {
+	*x = SuiteResume{}
+	mi := &file_cure_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuiteResume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuiteResume) ProtoMessage() {}
+
+func (x *SuiteResume) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuiteResume.ProtoReflect.Descriptor instead.
+func (*SuiteResume) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SuiteResume) GetDone() []*CheckProgress {
+	if x != nil {
+		return x.Done
+	}
+	return nil
+}
+
+func (x *SuiteResume) GetResumed() uint32 {
+	if x != nil {
+		return x.Resumed
+	}
+	return 0
+}
+
+func (x *SuiteResume) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
 type ResumeState struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	PhaseReached    string                 `protobuf:"bytes,1,opt,name=phase_reached,json=phaseReached,proto3" json:"phase_reached,omitempty"`
@@ -2898,7 +3291,7 @@ type ResumeState struct {
 
 func (x *ResumeState) Reset() {
 	*x = ResumeState{}
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2910,7 +3303,7 @@ func (x *ResumeState) String() string {
 func (*ResumeState) ProtoMessage() {}
 
 func (x *ResumeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2923,7 +3316,7 @@ func (x *ResumeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeState.ProtoReflect.Descriptor instead.
 func (*ResumeState) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{29}
+	return file_cure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResumeState) GetPhaseReached() string {
@@ -2959,7 +3352,7 @@ type FirstBoot struct {
 
 func (x *FirstBoot) Reset() {
 	*x = FirstBoot{}
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2971,7 +3364,7 @@ func (x *FirstBoot) String() string {
 func (*FirstBoot) ProtoMessage() {}
 
 func (x *FirstBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2984,7 +3377,7 @@ func (x *FirstBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirstBoot.ProtoReflect.Descriptor instead.
 func (*FirstBoot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{30}
+	return file_cure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FirstBoot) GetHostname() string {
@@ -3024,7 +3417,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3036,7 +3429,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3049,7 +3442,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{31}
+	return file_cure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -3068,7 +3461,7 @@ type Idle struct {
 
 func (x *Idle) Reset() {
 	*x = Idle{}
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3080,7 +3473,7 @@ func (x *Idle) String() string {
 func (*Idle) ProtoMessage() {}
 
 func (x *Idle) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3093,7 +3486,7 @@ func (x *Idle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Idle.ProtoReflect.Descriptor instead.
 func (*Idle) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{32}
+	return file_cure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Idle) GetReason() string {
@@ -3112,7 +3505,7 @@ type Reboot struct {
 
 func (x *Reboot) Reset() {
 	*x = Reboot{}
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3124,7 +3517,7 @@ func (x *Reboot) String() string {
 func (*Reboot) ProtoMessage() {}
 
 func (x *Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3137,7 +3530,7 @@ func (x *Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reboot.ProtoReflect.Descriptor instead.
 func (*Reboot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{33}
+	return file_cure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Reboot) GetReason() string {
@@ -3156,7 +3549,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3168,7 +3561,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3181,7 +3574,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{34}
+	return file_cure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Cancel) GetReason() string {
@@ -3206,7 +3599,7 @@ type ProvisionRequest struct {
 
 func (x *ProvisionRequest) Reset() {
 	*x = ProvisionRequest{}
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3218,7 +3611,7 @@ func (x *ProvisionRequest) String() string {
 func (*ProvisionRequest) ProtoMessage() {}
 
 func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3231,7 +3624,7 @@ func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionRequest.ProtoReflect.Descriptor instead.
 func (*ProvisionRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{35}
+	return file_cure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ProvisionRequest) GetNodeIds() []string {
@@ -3280,7 +3673,7 @@ type ProvisionResponse struct {
 
 func (x *ProvisionResponse) Reset() {
 	*x = ProvisionResponse{}
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3292,7 +3685,7 @@ func (x *ProvisionResponse) String() string {
 func (*ProvisionResponse) ProtoMessage() {}
 
 func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3305,7 +3698,7 @@ func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionResponse.ProtoReflect.Descriptor instead.
 func (*ProvisionResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{36}
+	return file_cure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ProvisionResponse) GetRuns() []*RunRef {
@@ -3345,7 +3738,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3357,7 +3750,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3370,7 +3763,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{37}
+	return file_cure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Refusal) GetNodeId() string {
@@ -3413,7 +3806,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3425,7 +3818,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3438,7 +3831,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{38}
+	return file_cure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CancelRequest) GetNodeIds() []string {
@@ -3479,7 +3872,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3491,7 +3884,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3504,7 +3897,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{39}
+	return file_cure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CancelResponse) GetCanceled() []*RunRef {
@@ -3531,7 +3924,7 @@ type FleetRequest struct {
 
 func (x *FleetRequest) Reset() {
 	*x = FleetRequest{}
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3543,7 +3936,7 @@ func (x *FleetRequest) String() string {
 func (*FleetRequest) ProtoMessage() {}
 
 func (x *FleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3556,7 +3949,7 @@ func (x *FleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRequest.ProtoReflect.Descriptor instead.
 func (*FleetRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{40}
+	return file_cure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FleetRequest) GetSelector() map[string]string {
@@ -3588,7 +3981,7 @@ type FleetStatus struct {
 
 func (x *FleetStatus) Reset() {
 	*x = FleetStatus{}
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3600,7 +3993,7 @@ func (x *FleetStatus) String() string {
 func (*FleetStatus) ProtoMessage() {}
 
 func (x *FleetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3613,7 +4006,7 @@ func (x *FleetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetStatus.ProtoReflect.Descriptor instead.
 func (*FleetStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{41}
+	return file_cure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FleetStatus) GetNodes() int64 {
@@ -3679,7 +4072,7 @@ type FleetRun struct {
 
 func (x *FleetRun) Reset() {
 	*x = FleetRun{}
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3691,7 +4084,7 @@ func (x *FleetRun) String() string {
 func (*FleetRun) ProtoMessage() {}
 
 func (x *FleetRun) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3704,7 +4097,7 @@ func (x *FleetRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRun.ProtoReflect.Descriptor instead.
 func (*FleetRun) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{42}
+	return file_cure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FleetRun) GetNodeId() string {
@@ -3759,7 +4152,7 @@ type RunRef struct {
 
 func (x *RunRef) Reset() {
 	*x = RunRef{}
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3771,7 +4164,7 @@ func (x *RunRef) String() string {
 func (*RunRef) ProtoMessage() {}
 
 func (x *RunRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3784,7 +4177,7 @@ func (x *RunRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRef.ProtoReflect.Descriptor instead.
 func (*RunRef) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{43}
+	return file_cure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RunRef) GetRunId() string {
@@ -3812,7 +4205,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3824,7 +4217,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3837,7 +4230,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{44}
+	return file_cure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -3862,24 +4255,29 @@ func (x *WatchRequest) GetFollow() bool {
 }
 
 type TimelineEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	TimeUnixMs    int64                  `protobuf:"varint,3,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
-	Phase         string                 `protobuf:"bytes,4,opt,name=phase,proto3" json:"phase,omitempty"`
-	Kind          string                 `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"` // phase_start, phase_end, verdict, log, metric, run_end
-	Status        string                 `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
-	Message       string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
-	DurationMs    int64                  `protobuf:"varint,8,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
-	Verdict       *Verdict               `protobuf:"bytes,9,opt,name=verdict,proto3" json:"verdict,omitempty"`
-	Source        string                 `protobuf:"bytes,10,opt,name=source,proto3" json:"source,omitempty"` // coordinator or runner
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	RunId      string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	NodeId     string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	TimeUnixMs int64                  `protobuf:"varint,3,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	Phase      string                 `protobuf:"bytes,4,opt,name=phase,proto3" json:"phase,omitempty"`
+	Kind       string                 `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"` // phase_start, phase_end, verdict, log, metric, run_end
+	Status     string                 `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
+	Message    string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	DurationMs int64                  `protobuf:"varint,8,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	Verdict    *Verdict               `protobuf:"bytes,9,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	Source     string                 `protobuf:"bytes,10,opt,name=source,proto3" json:"source,omitempty"` // coordinator or runner
+	// kind "progress": the runner's latest heartbeat, streamed live by a
+	// following Watch (not stored as an event: the coordinator keeps the
+	// latest only).
+	Progress       *Progress `protobuf:"bytes,11,opt,name=progress,proto3" json:"progress,omitempty"`
+	DeadlineUnixMs int64     `protobuf:"varint,12,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"` // when the coordinator gives up on the phase
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3891,7 +4289,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3904,7 +4302,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{45}
+	return file_cure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TimelineEntry) GetRunId() string {
@@ -3977,6 +4375,20 @@ func (x *TimelineEntry) GetSource() string {
 	return ""
 }
 
+func (x *TimelineEntry) GetProgress() *Progress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+func (x *TimelineEntry) GetDeadlineUnixMs() int64 {
+	if x != nil {
+		return x.DeadlineUnixMs
+	}
+	return 0
+}
+
 type ReportRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
@@ -3987,7 +4399,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3999,7 +4411,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4012,7 +4424,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{46}
+	return file_cure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReportRequest) GetRunId() string {
@@ -4045,14 +4457,43 @@ type RunReport struct {
 	// if the run never reached CURE, the node's latest before it).
 	Inventory *InventoryRecord `protobuf:"bytes,11,opt,name=inventory,proto3" json:"inventory,omitempty"`
 	// The run's wall time split into buckets (they add up to it).
-	Buckets       []*TimeBucket `protobuf:"bytes,12,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	Buckets []*TimeBucket `protobuf:"bytes,12,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	// Verdicts left out so the answer stays under a client's receive limit
+	// (failures, errors and drift are kept first); 0 when all are here.
+	VerdictsOmitted uint32 `protobuf:"varint,13,opt,name=verdicts_omitted,json=verdictsOmitted,proto3" json:"verdicts_omitted,omitempty"`
+	// Events the run's caps kept out of the store: the runner's metrics and
+	// logs past the run's event caps, the coordinator's notes past theirs.
+	EventsNotStored int64 `protobuf:"varint,14,opt,name=events_not_stored,json=eventsNotStored,proto3" json:"events_not_stored,omitempty"`
+	// What the node's BMC showed over the run (diagnostic and burn-in): its
+	// log entries within the run's window, its PSUs and fans with their
+	// identity and health, how the reading went, and its sensors sampled
+	// during the validate phase.
+	BmcLog           []*BmcLogEntry `protobuf:"bytes,16,rep,name=bmc_log,json=bmcLog,proto3" json:"bmc_log,omitempty"`
+	BmcPowerSupplies []*BmcPart     `protobuf:"bytes,17,rep,name=bmc_power_supplies,json=bmcPowerSupplies,proto3" json:"bmc_power_supplies,omitempty"`
+	BmcFans          []*BmcPart     `protobuf:"bytes,18,rep,name=bmc_fans,json=bmcFans,proto3" json:"bmc_fans,omitempty"`
+	BmcCollection    *BmcCollection `protobuf:"bytes,19,opt,name=bmc_collection,json=bmcCollection,proto3" json:"bmc_collection,omitempty"`
+	BmcSeries        []*Series      `protobuf:"bytes,20,rep,name=bmc_series,json=bmcSeries,proto3" json:"bmc_series,omitempty"`
+	// Every measured metric of the run that a suite's fleet band names, as the
+	// coordinator judged it against the SKU's fleet when the validate phase
+	// ended: MARGINAL, within the band, or not applied (too few nodes).
+	FleetJudgements []*FleetJudgement `protobuf:"bytes,23,rep,name=fleet_judgements,json=fleetJudgements,proto3" json:"fleet_judgements,omitempty"`
+	// The fleet distributions those judgements used, one per check and metric.
+	FleetDistributions []*FleetDistribution `protobuf:"bytes,24,rep,name=fleet_distributions,json=fleetDistributions,proto3" json:"fleet_distributions,omitempty"`
+	// The runner's latest heartbeat of a suite (validate): each check's
+	// state and the estimate of what is left. Kept after the run ends.
+	Progress       *Progress `protobuf:"bytes,28,opt,name=progress,proto3" json:"progress,omitempty"`
+	ProgressUnixMs int64     `protobuf:"varint,29,opt,name=progress_unix_ms,json=progressUnixMs,proto3" json:"progress_unix_ms,omitempty"` // when the coordinator received it
+	DeadlineUnixMs int64     `protobuf:"varint,30,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"` // the running in-band phase's deadline (0: none)
+	// The parts the run's non-passing verdicts name, each with what
+	// identifies it for a replacement and the evidence the runner attached.
+	Parts         []*RmaPart `protobuf:"bytes,25,rep,name=parts,proto3" json:"parts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunReport) Reset() {
 	*x = RunReport{}
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4064,7 +4505,7 @@ func (x *RunReport) String() string {
 func (*RunReport) ProtoMessage() {}
 
 func (x *RunReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4077,7 +4518,7 @@ func (x *RunReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReport.ProtoReflect.Descriptor instead.
 func (*RunReport) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{47}
+	return file_cure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RunReport) GetRunId() string {
@@ -4164,6 +4605,709 @@ func (x *RunReport) GetBuckets() []*TimeBucket {
 	return nil
 }
 
+func (x *RunReport) GetVerdictsOmitted() uint32 {
+	if x != nil {
+		return x.VerdictsOmitted
+	}
+	return 0
+}
+
+func (x *RunReport) GetEventsNotStored() int64 {
+	if x != nil {
+		return x.EventsNotStored
+	}
+	return 0
+}
+
+func (x *RunReport) GetBmcLog() []*BmcLogEntry {
+	if x != nil {
+		return x.BmcLog
+	}
+	return nil
+}
+
+func (x *RunReport) GetBmcPowerSupplies() []*BmcPart {
+	if x != nil {
+		return x.BmcPowerSupplies
+	}
+	return nil
+}
+
+func (x *RunReport) GetBmcFans() []*BmcPart {
+	if x != nil {
+		return x.BmcFans
+	}
+	return nil
+}
+
+func (x *RunReport) GetBmcCollection() *BmcCollection {
+	if x != nil {
+		return x.BmcCollection
+	}
+	return nil
+}
+
+func (x *RunReport) GetBmcSeries() []*Series {
+	if x != nil {
+		return x.BmcSeries
+	}
+	return nil
+}
+
+func (x *RunReport) GetFleetJudgements() []*FleetJudgement {
+	if x != nil {
+		return x.FleetJudgements
+	}
+	return nil
+}
+
+func (x *RunReport) GetFleetDistributions() []*FleetDistribution {
+	if x != nil {
+		return x.FleetDistributions
+	}
+	return nil
+}
+
+func (x *RunReport) GetProgress() *Progress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+func (x *RunReport) GetProgressUnixMs() int64 {
+	if x != nil {
+		return x.ProgressUnixMs
+	}
+	return 0
+}
+
+func (x *RunReport) GetDeadlineUnixMs() int64 {
+	if x != nil {
+		return x.DeadlineUnixMs
+	}
+	return 0
+}
+
+func (x *RunReport) GetParts() []*RmaPart {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+// BmcLogEntry is one entry of a BMC log service (SEL, event log), text as
+// the BMC wrote it, cleaned and bounded.
+type BmcLogEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"` // the LogService Id: Sel, Log1, IML, EventLog
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	CreatedUnixMs int64                  `protobuf:"varint,3,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"` // the BMC's clock
+	Severity      string                 `protobuf:"bytes,4,opt,name=severity,proto3" json:"severity,omitempty"`                                   // OK, Warning, Critical
+	Message       string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	MessageId     string                 `protobuf:"bytes,6,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`    // registry id (Power.1.0.PowerSupplyFailed) or the SEL's code
+	SensorType    string                 `protobuf:"bytes,7,opt,name=sensor_type,json=sensorType,proto3" json:"sensor_type,omitempty"` // Temperature, Power Supply / Converter, Fan, ...
+	EntryType     string                 `protobuf:"bytes,8,opt,name=entry_type,json=entryType,proto3" json:"entry_type,omitempty"`    // SEL, Event, Oem
+	EntryCode     string                 `protobuf:"bytes,9,opt,name=entry_code,json=entryCode,proto3" json:"entry_code,omitempty"`    // Assert, Deassert, Upper Critical - going high, ...
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BmcLogEntry) Reset() {
+	*x = BmcLogEntry{}
+	mi := &file_cure_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcLogEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcLogEntry) ProtoMessage() {}
+
+func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcLogEntry.ProtoReflect.Descriptor instead.
+func (*BmcLogEntry) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *BmcLogEntry) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+func (x *BmcLogEntry) GetSeverity() string {
+	if x != nil {
+		return x.Severity
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetSensorType() string {
+	if x != nil {
+		return x.SensorType
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetEntryType() string {
+	if x != nil {
+		return x.EntryType
+	}
+	return ""
+}
+
+func (x *BmcLogEntry) GetEntryCode() string {
+	if x != nil {
+		return x.EntryCode
+	}
+	return ""
+}
+
+// BmcPart is a replaceable part the BMC reports: a power supply or a fan.
+type BmcPart struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name            string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Manufacturer    string                 `protobuf:"bytes,3,opt,name=manufacturer,proto3" json:"manufacturer,omitempty"`
+	Model           string                 `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	PartNumber      string                 `protobuf:"bytes,5,opt,name=part_number,json=partNumber,proto3" json:"part_number,omitempty"`
+	SerialNumber    string                 `protobuf:"bytes,6,opt,name=serial_number,json=serialNumber,proto3" json:"serial_number,omitempty"`
+	SparePartNumber string                 `protobuf:"bytes,7,opt,name=spare_part_number,json=sparePartNumber,proto3" json:"spare_part_number,omitempty"`
+	FirmwareVersion string                 `protobuf:"bytes,8,opt,name=firmware_version,json=firmwareVersion,proto3" json:"firmware_version,omitempty"`
+	Health          string                 `protobuf:"bytes,9,opt,name=health,proto3" json:"health,omitempty"`      // OK, Warning, Critical; empty: not reported
+	State           string                 `protobuf:"bytes,10,opt,name=state,proto3" json:"state,omitempty"`       // Enabled, Absent, UnavailableOffline, ...
+	Location        string                 `protobuf:"bytes,11,opt,name=location,proto3" json:"location,omitempty"` // the service label printed on the chassis: "PSU 1"
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *BmcPart) Reset() {
+	*x = BmcPart{}
+	mi := &file_cure_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcPart) ProtoMessage() {}
+
+func (x *BmcPart) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcPart.ProtoReflect.Descriptor instead.
+func (*BmcPart) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *BmcPart) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BmcPart) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BmcPart) GetManufacturer() string {
+	if x != nil {
+		return x.Manufacturer
+	}
+	return ""
+}
+
+func (x *BmcPart) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *BmcPart) GetPartNumber() string {
+	if x != nil {
+		return x.PartNumber
+	}
+	return ""
+}
+
+func (x *BmcPart) GetSerialNumber() string {
+	if x != nil {
+		return x.SerialNumber
+	}
+	return ""
+}
+
+func (x *BmcPart) GetSparePartNumber() string {
+	if x != nil {
+		return x.SparePartNumber
+	}
+	return ""
+}
+
+func (x *BmcPart) GetFirmwareVersion() string {
+	if x != nil {
+		return x.FirmwareVersion
+	}
+	return ""
+}
+
+func (x *BmcPart) GetHealth() string {
+	if x != nil {
+		return x.Health
+	}
+	return ""
+}
+
+func (x *BmcPart) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *BmcPart) GetLocation() string {
+	if x != nil {
+		return x.Location
+	}
+	return ""
+}
+
+// BmcCollection says how the BMC evidence of a run was read: when, over
+// which window, from where, and what the BMC did not offer or could not
+// give (recorded, never a failure of the run).
+type BmcCollection struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	CollectedUnixMs   int64                  `protobuf:"varint,1,opt,name=collected_unix_ms,json=collectedUnixMs,proto3" json:"collected_unix_ms,omitempty"`
+	WindowStartUnixMs int64                  `protobuf:"varint,2,opt,name=window_start_unix_ms,json=windowStartUnixMs,proto3" json:"window_start_unix_ms,omitempty"`
+	WindowEndUnixMs   int64                  `protobuf:"varint,3,opt,name=window_end_unix_ms,json=windowEndUnixMs,proto3" json:"window_end_unix_ms,omitempty"`
+	LogServices       []string               `protobuf:"bytes,4,rep,name=log_services,json=logServices,proto3" json:"log_services,omitempty"`                      // the log services read
+	LogEntriesRead    uint32                 `protobuf:"varint,5,opt,name=log_entries_read,json=logEntriesRead,proto3" json:"log_entries_read,omitempty"`          // entries examined, in and out of the window
+	LogEntriesDropped uint32                 `protobuf:"varint,6,opt,name=log_entries_dropped,json=logEntriesDropped,proto3" json:"log_entries_dropped,omitempty"` // in the window but over the bound kept
+	SensorSource      string                 `protobuf:"bytes,7,opt,name=sensor_source,json=sensorSource,proto3" json:"sensor_source,omitempty"`                   // Sensors, Thermal/Power
+	Notes             []*BmcNote             `protobuf:"bytes,8,rep,name=notes,proto3" json:"notes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *BmcCollection) Reset() {
+	*x = BmcCollection{}
+	mi := &file_cure_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcCollection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcCollection) ProtoMessage() {}
+
+func (x *BmcCollection) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcCollection.ProtoReflect.Descriptor instead.
+func (*BmcCollection) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *BmcCollection) GetCollectedUnixMs() int64 {
+	if x != nil {
+		return x.CollectedUnixMs
+	}
+	return 0
+}
+
+func (x *BmcCollection) GetWindowStartUnixMs() int64 {
+	if x != nil {
+		return x.WindowStartUnixMs
+	}
+	return 0
+}
+
+func (x *BmcCollection) GetWindowEndUnixMs() int64 {
+	if x != nil {
+		return x.WindowEndUnixMs
+	}
+	return 0
+}
+
+func (x *BmcCollection) GetLogServices() []string {
+	if x != nil {
+		return x.LogServices
+	}
+	return nil
+}
+
+func (x *BmcCollection) GetLogEntriesRead() uint32 {
+	if x != nil {
+		return x.LogEntriesRead
+	}
+	return 0
+}
+
+func (x *BmcCollection) GetLogEntriesDropped() uint32 {
+	if x != nil {
+		return x.LogEntriesDropped
+	}
+	return 0
+}
+
+func (x *BmcCollection) GetSensorSource() string {
+	if x != nil {
+		return x.SensorSource
+	}
+	return ""
+}
+
+func (x *BmcCollection) GetNotes() []*BmcNote {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+type BmcNote struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Resource      string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"` // sensors, power_supplies, fans, event_log
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Unsupported   bool                   `protobuf:"varint,3,opt,name=unsupported,proto3" json:"unsupported,omitempty"` // the BMC does not offer it (not a read failure)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BmcNote) Reset() {
+	*x = BmcNote{}
+	mi := &file_cure_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcNote) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcNote) ProtoMessage() {}
+
+func (x *BmcNote) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcNote.ProtoReflect.Descriptor instead.
+func (*BmcNote) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *BmcNote) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *BmcNote) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *BmcNote) GetUnsupported() bool {
+	if x != nil {
+		return x.Unsupported
+	}
+	return false
+}
+
+// BmcEvidence is what the coordinator reads from a node's BMC at the end of
+// a validate phase and stores with the run (the report's bmc_* fields).
+type BmcEvidence struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Log           []*BmcLogEntry         `protobuf:"bytes,1,rep,name=log,proto3" json:"log,omitempty"`
+	PowerSupplies []*BmcPart             `protobuf:"bytes,2,rep,name=power_supplies,json=powerSupplies,proto3" json:"power_supplies,omitempty"`
+	Fans          []*BmcPart             `protobuf:"bytes,3,rep,name=fans,proto3" json:"fans,omitempty"`
+	Collection    *BmcCollection         `protobuf:"bytes,4,opt,name=collection,proto3" json:"collection,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BmcEvidence) Reset() {
+	*x = BmcEvidence{}
+	mi := &file_cure_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcEvidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcEvidence) ProtoMessage() {}
+
+func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcEvidence.ProtoReflect.Descriptor instead.
+func (*BmcEvidence) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *BmcEvidence) GetLog() []*BmcLogEntry {
+	if x != nil {
+		return x.Log
+	}
+	return nil
+}
+
+func (x *BmcEvidence) GetPowerSupplies() []*BmcPart {
+	if x != nil {
+		return x.PowerSupplies
+	}
+	return nil
+}
+
+func (x *BmcEvidence) GetFans() []*BmcPart {
+	if x != nil {
+		return x.Fans
+	}
+	return nil
+}
+
+func (x *BmcEvidence) GetCollection() *BmcCollection {
+	if x != nil {
+		return x.Collection
+	}
+	return nil
+}
+
+// RmaPart is one part a FAIL or ERROR verdict named: its identity from
+// the run's inventory (and from the verdicts' identity blocks, e.g. a
+// GPU's NVML serial) and the kernel log lines the runner attached
+// (api/curev1 SplitEvidence reads both out of verdict messages).
+type RmaPart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Component     string                 `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"` // as the verdicts name it: nvme/0, dimm/DIMM 0, gpu/3
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`           // nvme, dimm, gpu, nic, disk, cpu, memory, nvswitch
+	Model         string                 `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	Serial        string                 `protobuf:"bytes,4,opt,name=serial,proto3" json:"serial,omitempty"`
+	Location      string                 `protobuf:"bytes,5,opt,name=location,proto3" json:"location,omitempty"` // DIMM slot, PCI address
+	PartNumber    string                 `protobuf:"bytes,6,opt,name=part_number,json=partNumber,proto3" json:"part_number,omitempty"`
+	Firmware      string                 `protobuf:"bytes,7,opt,name=firmware,proto3" json:"firmware,omitempty"` // NVMe firmware revision, GPU VBIOS
+	Uuid          string                 `protobuf:"bytes,8,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Link          string                 `protobuf:"bytes,9,opt,name=link,proto3" json:"link,omitempty"`                                  // PCIe link: negotiated of capable
+	Status        VerdictStatus          `protobuf:"varint,10,opt,name=status,proto3,enum=cure.v1.VerdictStatus" json:"status,omitempty"` // the worst verdict naming it
+	Checks        []string               `protobuf:"bytes,11,rep,name=checks,proto3" json:"checks,omitempty"`                             // the non-passing checks
+	KernelLog     []string               `protobuf:"bytes,12,rep,name=kernel_log,json=kernelLog,proto3" json:"kernel_log,omitempty"`
+	Evidence      []string               `protobuf:"bytes,13,rep,name=evidence,proto3" json:"evidence,omitempty"` // other evidence lines (machine checks, EDAC counts)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RmaPart) Reset() {
+	*x = RmaPart{}
+	mi := &file_cure_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RmaPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RmaPart) ProtoMessage() {}
+
+func (x *RmaPart) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RmaPart.ProtoReflect.Descriptor instead.
+func (*RmaPart) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *RmaPart) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *RmaPart) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *RmaPart) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *RmaPart) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *RmaPart) GetLocation() string {
+	if x != nil {
+		return x.Location
+	}
+	return ""
+}
+
+func (x *RmaPart) GetPartNumber() string {
+	if x != nil {
+		return x.PartNumber
+	}
+	return ""
+}
+
+func (x *RmaPart) GetFirmware() string {
+	if x != nil {
+		return x.Firmware
+	}
+	return ""
+}
+
+func (x *RmaPart) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *RmaPart) GetLink() string {
+	if x != nil {
+		return x.Link
+	}
+	return ""
+}
+
+func (x *RmaPart) GetStatus() VerdictStatus {
+	if x != nil {
+		return x.Status
+	}
+	return VerdictStatus_VERDICT_STATUS_UNSPECIFIED
+}
+
+func (x *RmaPart) GetChecks() []string {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+func (x *RmaPart) GetKernelLog() []string {
+	if x != nil {
+		return x.KernelLog
+	}
+	return nil
+}
+
+func (x *RmaPart) GetEvidence() []string {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
 // TimeBucket is a span of a run's wall time (docs/OBSERVABILITY.md).
 type TimeBucket struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4178,7 +5322,7 @@ type TimeBucket struct {
 
 func (x *TimeBucket) Reset() {
 	*x = TimeBucket{}
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4190,7 +5334,7 @@ func (x *TimeBucket) String() string {
 func (*TimeBucket) ProtoMessage() {}
 
 func (x *TimeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4203,7 +5347,7 @@ func (x *TimeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucket.ProtoReflect.Descriptor instead.
 func (*TimeBucket) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{48}
+	return file_cure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *TimeBucket) GetName() string {
@@ -4252,7 +5396,7 @@ type TimeBucketsRequest struct {
 
 func (x *TimeBucketsRequest) Reset() {
 	*x = TimeBucketsRequest{}
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4264,7 +5408,7 @@ func (x *TimeBucketsRequest) String() string {
 func (*TimeBucketsRequest) ProtoMessage() {}
 
 func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4277,7 +5421,7 @@ func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketsRequest.ProtoReflect.Descriptor instead.
 func (*TimeBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{49}
+	return file_cure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TimeBucketsRequest) GetSelector() map[string]string {
@@ -4312,7 +5456,7 @@ type TimeBucketSummary struct {
 
 func (x *TimeBucketSummary) Reset() {
 	*x = TimeBucketSummary{}
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4324,7 +5468,7 @@ func (x *TimeBucketSummary) String() string {
 func (*TimeBucketSummary) ProtoMessage() {}
 
 func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4337,7 +5481,7 @@ func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketSummary.ProtoReflect.Descriptor instead.
 func (*TimeBucketSummary) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{50}
+	return file_cure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TimeBucketSummary) GetSkus() []*SkuTimeBuckets {
@@ -4373,7 +5517,7 @@ type SkuTimeBuckets struct {
 
 func (x *SkuTimeBuckets) Reset() {
 	*x = SkuTimeBuckets{}
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4385,7 +5529,7 @@ func (x *SkuTimeBuckets) String() string {
 func (*SkuTimeBuckets) ProtoMessage() {}
 
 func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4398,7 +5542,7 @@ func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkuTimeBuckets.ProtoReflect.Descriptor instead.
 func (*SkuTimeBuckets) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{51}
+	return file_cure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SkuTimeBuckets) GetSku() string {
@@ -4441,7 +5585,7 @@ type BucketStat struct {
 
 func (x *BucketStat) Reset() {
 	*x = BucketStat{}
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4453,7 +5597,7 @@ func (x *BucketStat) String() string {
 func (*BucketStat) ProtoMessage() {}
 
 func (x *BucketStat) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4466,7 +5610,7 @@ func (x *BucketStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketStat.ProtoReflect.Descriptor instead.
 func (*BucketStat) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{52}
+	return file_cure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BucketStat) GetName() string {
@@ -4511,7 +5655,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4523,7 +5667,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4536,7 +5680,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{53}
+	return file_cure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -4591,7 +5735,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4603,7 +5747,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4616,7 +5760,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{54}
+	return file_cure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -4642,7 +5786,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4654,7 +5798,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4667,7 +5811,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{55}
+	return file_cure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -4689,7 +5833,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4701,7 +5845,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4714,7 +5858,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{56}
+	return file_cure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -4753,7 +5897,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4765,7 +5909,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4778,7 +5922,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{57}
+	return file_cure_proto_rawDescGZIP(), []int{66}
 }
 
 type ListNodesResponse struct {
@@ -4790,7 +5934,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4802,7 +5946,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4815,7 +5959,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{58}
+	return file_cure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -4840,7 +5984,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4852,7 +5996,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4865,7 +6009,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{59}
+	return file_cure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -4930,7 +6074,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4942,7 +6086,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4955,7 +6099,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{60}
+	return file_cure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -5012,7 +6156,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5024,7 +6168,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5037,7 +6181,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{61}
+	return file_cure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -5118,15 +6262,19 @@ func (x *AuditEntry) GetDetail() string {
 }
 
 type ListAuditLogResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*AuditEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*AuditEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// The before_id that reads the next (older) page; 0: no older entry. A
+	// page may hold fewer entries than the limit asked for: it stays under a
+	// client's receive limit whatever is stored.
+	NextBeforeId  int64 `protobuf:"varint,2,opt,name=next_before_id,json=nextBeforeId,proto3" json:"next_before_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5138,7 +6286,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5151,7 +6299,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{62}
+	return file_cure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -5159,6 +6307,13 @@ func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *ListAuditLogResponse) GetNextBeforeId() int64 {
+	if x != nil {
+		return x.NextBeforeId
+	}
+	return 0
 }
 
 type NodeSpec struct {
@@ -5178,7 +6333,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5190,7 +6345,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5203,7 +6358,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{63}
+	return file_cure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *NodeSpec) GetId() string {
@@ -5280,7 +6435,7 @@ type BMCSpec struct {
 
 func (x *BMCSpec) Reset() {
 	*x = BMCSpec{}
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5292,7 +6447,7 @@ func (x *BMCSpec) String() string {
 func (*BMCSpec) ProtoMessage() {}
 
 func (x *BMCSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5305,7 +6460,7 @@ func (x *BMCSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
 func (*BMCSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{64}
+	return file_cure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *BMCSpec) GetUrl() string {
@@ -5361,7 +6516,7 @@ type AddNodesRequest struct {
 
 func (x *AddNodesRequest) Reset() {
 	*x = AddNodesRequest{}
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5373,7 +6528,7 @@ func (x *AddNodesRequest) String() string {
 func (*AddNodesRequest) ProtoMessage() {}
 
 func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5386,7 +6541,7 @@ func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
 func (*AddNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{65}
+	return file_cure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *AddNodesRequest) GetNodes() []*NodeSpec {
@@ -5420,7 +6575,7 @@ type AddNodesResponse struct {
 
 func (x *AddNodesResponse) Reset() {
 	*x = AddNodesResponse{}
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5432,7 +6587,7 @@ func (x *AddNodesResponse) String() string {
 func (*AddNodesResponse) ProtoMessage() {}
 
 func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5445,7 +6600,7 @@ func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
 func (*AddNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{66}
+	return file_cure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AddNodesResponse) GetAdded() []string {
@@ -5471,7 +6626,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5483,7 +6638,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5496,7 +6651,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{67}
+	return file_cure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -5516,7 +6671,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5528,7 +6683,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5541,7 +6696,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{68}
+	return file_cure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -5569,7 +6724,7 @@ type LabelNodeRequest struct {
 
 func (x *LabelNodeRequest) Reset() {
 	*x = LabelNodeRequest{}
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5581,7 +6736,7 @@ func (x *LabelNodeRequest) String() string {
 func (*LabelNodeRequest) ProtoMessage() {}
 
 func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5594,7 +6749,7 @@ func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
 func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{69}
+	return file_cure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *LabelNodeRequest) GetNodeId() string {
@@ -5627,7 +6782,7 @@ type ShowNodeRequest struct {
 
 func (x *ShowNodeRequest) Reset() {
 	*x = ShowNodeRequest{}
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5639,7 +6794,7 @@ func (x *ShowNodeRequest) String() string {
 func (*ShowNodeRequest) ProtoMessage() {}
 
 func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5652,7 +6807,7 @@ func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{70}
+	return file_cure_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ShowNodeRequest) GetNodeId() string {
@@ -5685,7 +6840,7 @@ type NodeDetail struct {
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5697,7 +6852,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5710,7 +6865,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{71}
+	return file_cure_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -5834,7 +6989,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5846,7 +7001,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5859,7 +7014,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{72}
+	return file_cure_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -5904,6 +7059,637 @@ func (x *InventoryRecord) GetTruncated() bool {
 	return false
 }
 
+type FleetBandsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sku           string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`                            // empty: every SKU (or node_id's)
+	Check         string                 `protobuf:"bytes,2,opt,name=check,proto3" json:"check,omitempty"`                        // empty: every check
+	Metric        string                 `protobuf:"bytes,3,opt,name=metric,proto3" json:"metric,omitempty"`                      // empty: every metric
+	NodeId        string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`        // mark where this node sits (its latest value per component)
+	WindowMs      int64                  `protobuf:"varint,5,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"` // how recent a result must be; 0: the default fleet window
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetBandsRequest) Reset() {
+	*x = FleetBandsRequest{}
+	mi := &file_cure_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetBandsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetBandsRequest) ProtoMessage() {}
+
+func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetBandsRequest.ProtoReflect.Descriptor instead.
+func (*FleetBandsRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *FleetBandsRequest) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *FleetBandsRequest) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *FleetBandsRequest) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *FleetBandsRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *FleetBandsRequest) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+type FleetBandsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Distributions []*FleetDistribution   `protobuf:"bytes,1,rep,name=distributions,proto3" json:"distributions,omitempty"`
+	WindowMs      int64                  `protobuf:"varint,2,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	Truncated     bool                   `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"` // more SKU/check/metric triples matched than are listed
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetBandsResponse) Reset() {
+	*x = FleetBandsResponse{}
+	mi := &file_cure_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetBandsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetBandsResponse) ProtoMessage() {}
+
+func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetBandsResponse.ProtoReflect.Descriptor instead.
+func (*FleetBandsResponse) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *FleetBandsResponse) GetDistributions() []*FleetDistribution {
+	if x != nil {
+		return x.Distributions
+	}
+	return nil
+}
+
+func (x *FleetBandsResponse) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+func (x *FleetBandsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// FleetDistribution is the recent passing results of one SKU's fleet for one
+// check's metric: each node counted once per component (its latest value),
+// robust statistics over them, and a bounded sample of the values.
+type FleetDistribution struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sku           string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
+	Check         string                 `protobuf:"bytes,2,opt,name=check,proto3" json:"check,omitempty"`
+	Metric        string                 `protobuf:"bytes,3,opt,name=metric,proto3" json:"metric,omitempty"`
+	Unit          string                 `protobuf:"bytes,4,opt,name=unit,proto3" json:"unit,omitempty"`
+	Nodes         uint32                 `protobuf:"varint,5,opt,name=nodes,proto3" json:"nodes,omitempty"`     // distinct nodes
+	Samples       uint32                 `protobuf:"varint,6,opt,name=samples,proto3" json:"samples,omitempty"` // values (a node has one per component)
+	Median        float64                `protobuf:"fixed64,7,opt,name=median,proto3" json:"median,omitempty"`
+	Mad           float64                `protobuf:"fixed64,8,opt,name=mad,proto3" json:"mad,omitempty"`       // median absolute deviation scaled by 1.4826 (a normal sigma)
+	Spread        float64                `protobuf:"fixed64,9,opt,name=spread,proto3" json:"spread,omitempty"` // what bands are measured in: mad, or its floor when the fleet agrees too closely
+	P5            float64                `protobuf:"fixed64,10,opt,name=p5,proto3" json:"p5,omitempty"`
+	P50           float64                `protobuf:"fixed64,11,opt,name=p50,proto3" json:"p50,omitempty"`
+	P95           float64                `protobuf:"fixed64,12,opt,name=p95,proto3" json:"p95,omitempty"`
+	Min           float64                `protobuf:"fixed64,13,opt,name=min,proto3" json:"min,omitempty"`
+	Max           float64                `protobuf:"fixed64,14,opt,name=max,proto3" json:"max,omitempty"`
+	Values        []float64              `protobuf:"fixed64,15,rep,packed,name=values,proto3" json:"values,omitempty"` // sorted; evenly thinned to a bound for plots
+	Marks         []*FleetNodeMark       `protobuf:"bytes,16,rep,name=marks,proto3" json:"marks,omitempty"`            // where the asked-for node sits
+	WindowMs      int64                  `protobuf:"varint,17,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetDistribution) Reset() {
+	*x = FleetDistribution{}
+	mi := &file_cure_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetDistribution) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetDistribution) ProtoMessage() {}
+
+func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetDistribution.ProtoReflect.Descriptor instead.
+func (*FleetDistribution) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *FleetDistribution) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *FleetDistribution) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *FleetDistribution) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *FleetDistribution) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *FleetDistribution) GetNodes() uint32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetSamples() uint32 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetMedian() float64 {
+	if x != nil {
+		return x.Median
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetMad() float64 {
+	if x != nil {
+		return x.Mad
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetSpread() float64 {
+	if x != nil {
+		return x.Spread
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetP5() float64 {
+	if x != nil {
+		return x.P5
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetP50() float64 {
+	if x != nil {
+		return x.P50
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetP95() float64 {
+	if x != nil {
+		return x.P95
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetMin() float64 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetMax() float64 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *FleetDistribution) GetValues() []float64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *FleetDistribution) GetMarks() []*FleetNodeMark {
+	if x != nil {
+		return x.Marks
+	}
+	return nil
+}
+
+func (x *FleetDistribution) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+// FleetNodeMark is one component of a node placed in its fleet.
+type FleetNodeMark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Component     string                 `protobuf:"bytes,2,opt,name=component,proto3" json:"component,omitempty"`
+	Value         float64                `protobuf:"fixed64,3,opt,name=value,proto3" json:"value,omitempty"`
+	Percentile    float64                `protobuf:"fixed64,4,opt,name=percentile,proto3" json:"percentile,omitempty"` // share of the fleet's values below it, 0..100
+	RunId         string                 `protobuf:"bytes,5,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Passed        bool                   `protobuf:"varint,6,opt,name=passed,proto3" json:"passed,omitempty"` // its verdict passed
+	TimeUnixMs    int64                  `protobuf:"varint,7,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetNodeMark) Reset() {
+	*x = FleetNodeMark{}
+	mi := &file_cure_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetNodeMark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetNodeMark) ProtoMessage() {}
+
+func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetNodeMark.ProtoReflect.Descriptor instead.
+func (*FleetNodeMark) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *FleetNodeMark) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *FleetNodeMark) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *FleetNodeMark) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *FleetNodeMark) GetPercentile() float64 {
+	if x != nil {
+		return x.Percentile
+	}
+	return 0
+}
+
+func (x *FleetNodeMark) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *FleetNodeMark) GetPassed() bool {
+	if x != nil {
+		return x.Passed
+	}
+	return false
+}
+
+func (x *FleetNodeMark) GetTimeUnixMs() int64 {
+	if x != nil {
+		return x.TimeUnixMs
+	}
+	return 0
+}
+
+// FleetJudgement is one measured metric of one component judged against
+// the distribution of the same check's metric on other nodes of the SKU.
+type FleetJudgement struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Component     string                 `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"`
+	Check         string                 `protobuf:"bytes,2,opt,name=check,proto3" json:"check,omitempty"`
+	Metric        string                 `protobuf:"bytes,3,opt,name=metric,proto3" json:"metric,omitempty"`
+	Unit          string                 `protobuf:"bytes,4,opt,name=unit,proto3" json:"unit,omitempty"`
+	Value         float64                `protobuf:"fixed64,5,opt,name=value,proto3" json:"value,omitempty"`
+	Percentile    float64                `protobuf:"fixed64,6,opt,name=percentile,proto3" json:"percentile,omitempty"`
+	Applied       bool                   `protobuf:"varint,7,opt,name=applied,proto3" json:"applied,omitempty"` // false: too few nodes, only absolute thresholds applied
+	Marginal      bool                   `protobuf:"varint,8,opt,name=marginal,proto3" json:"marginal,omitempty"`
+	BandLow       *float64               `protobuf:"fixed64,9,opt,name=band_low,json=bandLow,proto3,oneof" json:"band_low,omitempty"` // the band in the metric's unit
+	BandHigh      *float64               `protobuf:"fixed64,10,opt,name=band_high,json=bandHigh,proto3,oneof" json:"band_high,omitempty"`
+	Below         float64                `protobuf:"fixed64,11,opt,name=below,proto3" json:"below,omitempty"` // the band's factors, robust deviations (0: that side is open)
+	Above         float64                `protobuf:"fixed64,12,opt,name=above,proto3" json:"above,omitempty"`
+	MinNodes      uint32                 `protobuf:"varint,13,opt,name=min_nodes,json=minNodes,proto3" json:"min_nodes,omitempty"`
+	Note          string                 `protobuf:"bytes,14,opt,name=note,proto3" json:"note,omitempty"`       // "fleet band not applied: 2 of 5 nodes"
+	Message       string                 `protobuf:"bytes,15,opt,name=message,proto3" json:"message,omitempty"` // what the MARGINAL verdict says
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetJudgement) Reset() {
+	*x = FleetJudgement{}
+	mi := &file_cure_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetJudgement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetJudgement) ProtoMessage() {}
+
+func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetJudgement.ProtoReflect.Descriptor instead.
+func (*FleetJudgement) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *FleetJudgement) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *FleetJudgement) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *FleetJudgement) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *FleetJudgement) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *FleetJudgement) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetPercentile() float64 {
+	if x != nil {
+		return x.Percentile
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
+func (x *FleetJudgement) GetMarginal() bool {
+	if x != nil {
+		return x.Marginal
+	}
+	return false
+}
+
+func (x *FleetJudgement) GetBandLow() float64 {
+	if x != nil && x.BandLow != nil {
+		return *x.BandLow
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetBandHigh() float64 {
+	if x != nil && x.BandHigh != nil {
+		return *x.BandHigh
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetBelow() float64 {
+	if x != nil {
+		return x.Below
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetAbove() float64 {
+	if x != nil {
+		return x.Above
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetMinNodes() uint32 {
+	if x != nil {
+		return x.MinNodes
+	}
+	return 0
+}
+
+func (x *FleetJudgement) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *FleetJudgement) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// FleetJudgements is what the coordinator keeps of a run's fleet judgement.
+type FleetJudgements struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Judgements        []*FleetJudgement      `protobuf:"bytes,1,rep,name=judgements,proto3" json:"judgements,omitempty"`
+	Distributions     []*FleetDistribution   `protobuf:"bytes,2,rep,name=distributions,proto3" json:"distributions,omitempty"`
+	TimeUnixMs        int64                  `protobuf:"varint,3,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	JudgementsOmitted uint32                 `protobuf:"varint,4,opt,name=judgements_omitted,json=judgementsOmitted,proto3" json:"judgements_omitted,omitempty"` // past the per-run bound
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *FleetJudgements) Reset() {
+	*x = FleetJudgements{}
+	mi := &file_cure_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetJudgements) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetJudgements) ProtoMessage() {}
+
+func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetJudgements.ProtoReflect.Descriptor instead.
+func (*FleetJudgements) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *FleetJudgements) GetJudgements() []*FleetJudgement {
+	if x != nil {
+		return x.Judgements
+	}
+	return nil
+}
+
+func (x *FleetJudgements) GetDistributions() []*FleetDistribution {
+	if x != nil {
+		return x.Distributions
+	}
+	return nil
+}
+
+func (x *FleetJudgements) GetTimeUnixMs() int64 {
+	if x != nil {
+		return x.TimeUnixMs
+	}
+	return 0
+}
+
+func (x *FleetJudgements) GetJudgementsOmitted() uint32 {
+	if x != nil {
+		return x.JudgementsOmitted
+	}
+	return 0
+}
+
 var File_cure_proto protoreflect.FileDescriptor
 
 const file_cure_proto_rawDesc = "" +
@@ -5944,7 +7730,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04IDLE\x10\x01\x12\f\n" +
 	"\bIN_PHASE\x10\x02\x12\b\n" +
-	"\x04DONE\x10\x03\"\xc6\x04\n" +
+	"\x04DONE\x10\x03\"\xb6\x05\n" +
 	"\tInventory\x12+\n" +
 	"\x06system\x18\x01 \x01(\v2\x13.cure.v1.SystemInfoR\x06system\x12+\n" +
 	"\x04nvme\x18\x02 \x03(\v2\x17.cure.v1.NvmeControllerR\x04nvme\x12)\n" +
@@ -5965,13 +7751,39 @@ const file_cure_proto_rawDesc = "" +
 	"nvswitches\x120\n" +
 	"\n" +
 	"numa_nodes\x18\r \x03(\v2\x11.cure.v1.NumaNodeR\tnumaNodes\x122\n" +
-	"\x15memory_physical_bytes\x18\x0e \x01(\x04R\x13memoryPhysicalBytes\"y\n" +
+	"\x15memory_physical_bytes\x18\x0e \x01(\x04R\x13memoryPhysicalBytes\x120\n" +
+	"\n" +
+	"pcie_links\x18\x0f \x03(\v2\x11.cure.v1.PcieLinkR\tpcieLinks\x12<\n" +
+	"\x0emachine_checks\x18\x10 \x03(\v2\x15.cure.v1.MachineCheckR\rmachineChecks\"\xcf\x02\n" +
+	"\bPcieLink\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1b\n" +
+	"\tvendor_id\x18\x02 \x01(\rR\bvendorId\x12\x1b\n" +
+	"\tdevice_id\x18\x03 \x01(\rR\bdeviceId\x12\x14\n" +
+	"\x05class\x18\x04 \x01(\rR\x05class\x12\x1b\n" +
+	"\tspeed_gts\x18\x05 \x01(\x01R\bspeedGts\x12\x14\n" +
+	"\x05width\x18\x06 \x01(\rR\x05width\x12\"\n" +
+	"\rmax_speed_gts\x18\a \x01(\x01R\vmaxSpeedGts\x12\x1b\n" +
+	"\tmax_width\x18\b \x01(\rR\bmaxWidth\x12\x12\n" +
+	"\x04port\x18\t \x01(\tR\x04port\x12+\n" +
+	"\x12port_max_speed_gts\x18\n" +
+	" \x01(\x01R\x0fportMaxSpeedGts\x12$\n" +
+	"\x0eport_max_width\x18\v \x01(\rR\fportMaxWidth\"\xe7\x01\n" +
+	"\fMachineCheck\x12\x10\n" +
+	"\x03cpu\x18\x01 \x01(\rR\x03cpu\x12\x12\n" +
+	"\x04bank\x18\x02 \x01(\rR\x04bank\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\x04R\x06status\x12\x18\n" +
+	"\aaddress\x18\x04 \x01(\x04R\aaddress\x12\x16\n" +
+	"\x06socket\x18\x05 \x01(\rR\x06socket\x12 \n" +
+	"\vuncorrected\x18\x06 \x01(\bR\vuncorrected\x12\x16\n" +
+	"\x06memory\x18\a \x01(\bR\x06memory\x12\x12\n" +
+	"\x04dimm\x18\b \x01(\tR\x04dimm\x12\x19\n" +
+	"\buptime_s\x18\t \x01(\x01R\auptimeS\"y\n" +
 	"\tProcessor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
 	"\x06vendor\x18\x02 \x01(\tR\x06vendor\x12\x14\n" +
 	"\x05model\x18\x03 \x01(\tR\x05model\x12\x14\n" +
 	"\x05cores\x18\x04 \x01(\rR\x05cores\x12\x18\n" +
-	"\athreads\x18\x05 \x01(\rR\athreads\"\xe1\x01\n" +
+	"\athreads\x18\x05 \x01(\rR\athreads\"\xc8\x02\n" +
 	"\x04Dimm\x12\x18\n" +
 	"\alocator\x18\x01 \x01(\tR\alocator\x12\x12\n" +
 	"\x04bank\x18\x02 \x01(\tR\x04bank\x12\x1d\n" +
@@ -5982,7 +7794,12 @@ const file_cure_proto_rawDesc = "" +
 	"\fmanufacturer\x18\x06 \x01(\tR\fmanufacturer\x12\x16\n" +
 	"\x06serial\x18\a \x01(\tR\x06serial\x12\x1f\n" +
 	"\vpart_number\x18\b \x01(\tR\n" +
-	"partNumber\"\x89\x01\n" +
+	"partNumber\x12\"\n" +
+	"\redac_ce_count\x18\t \x01(\x04R\vedacCeCount\x12\"\n" +
+	"\redac_ue_count\x18\n" +
+	" \x01(\x04R\vedacUeCount\x12\x1d\n" +
+	"\n" +
+	"edac_label\x18\v \x01(\tR\tedacLabel\"\x89\x01\n" +
 	"\tPciDevice\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1b\n" +
 	"\tvendor_id\x18\x02 \x01(\rR\bvendorId\x12\x1b\n" +
@@ -6031,7 +7848,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x05model\x18\t \x01(\tR\x05model\x12\"\n" +
 	"\rpci_vendor_id\x18\n" +
 	" \x01(\rR\vpciVendorId\x12\"\n" +
-	"\rpci_device_id\x18\v \x01(\rR\vpciDeviceId\"\xd3\x01\n" +
+	"\rpci_device_id\x18\v \x01(\rR\vpciDeviceId\"\xcc\x02\n" +
 	"\x03Gpu\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -6041,7 +7858,11 @@ const file_cure_proto_rawDesc = "" +
 	"pciAddress\x12\x14\n" +
 	"\x05vbios\x18\x06 \x01(\tR\x05vbios\x12\"\n" +
 	"\rpci_device_id\x18\a \x01(\rR\vpciDeviceId\x12\x1b\n" +
-	"\tnuma_node\x18\b \x01(\x05R\bnumaNode\"\xcb\x01\n" +
+	"\tnuma_node\x18\b \x01(\x05R\bnumaNode\x12*\n" +
+	"\x11board_part_number\x18\t \x01(\tR\x0fboardPartNumber\x12'\n" +
+	"\x0fidentity_source\x18\n" +
+	" \x01(\tR\x0eidentitySource\x12\"\n" +
+	"\rmemory_temp_c\x18\v \x01(\x05R\vmemoryTempC\"\xcb\x01\n" +
 	"\vBlockDevice\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -6144,7 +7965,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x04idle\x18\x03 \x01(\v2\r.cure.v1.IdleH\x00R\x04idle\x12)\n" +
 	"\x06reboot\x18\x04 \x01(\v2\x0f.cure.v1.RebootH\x00R\x06reboot\x12)\n" +
 	"\x06cancel\x18\x05 \x01(\v2\x0f.cure.v1.CancelH\x00R\x06cancelB\x05\n" +
-	"\x03msg\"\xad\x04\n" +
+	"\x03msg\"\x89\x05\n" +
 	"\n" +
 	"Assignment\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
@@ -6161,6 +7982,8 @@ const file_cure_proto_rawDesc = "" +
 	" \x03(\v2\x1e.cure.v1.Assignment.PsidsEntryR\x05psids\x12\x19\n" +
 	"\bsku_yaml\x18\v \x01(\fR\askuYaml\x12\x19\n" +
 	"\bsku_name\x18\f \x01(\tR\askuName\x127\n" +
+	"\fsuite_resume\x18\r \x01(\v2\x14.cure.v1.SuiteResumeR\vsuiteResume\x12!\n" +
+	"\fheartbeat_ms\x18\x0e \x01(\x03R\vheartbeatMs\x127\n" +
 	"\vtool_bundle\x18\x0f \x01(\v2\x16.cure.v1.ToolBundleRefR\n" +
 	"toolBundle\x1a8\n" +
 	"\n" +
@@ -6171,7 +7994,11 @@ const file_cure_proto_rawDesc = "" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x14\n" +
-	"\x05tools\x18\x04 \x03(\tR\x05tools\"\x80\x01\n" +
+	"\x05tools\x18\x04 \x03(\tR\x05tools\"k\n" +
+	"\vSuiteResume\x12*\n" +
+	"\x04done\x18\x01 \x03(\v2\x16.cure.v1.CheckProgressR\x04done\x12\x18\n" +
+	"\aresumed\x18\x02 \x01(\rR\aresumed\x12\x16\n" +
+	"\x06policy\x18\x03 \x01(\tR\x06policy\"\x80\x01\n" +
 	"\vResumeState\x12#\n" +
 	"\rphase_reached\x18\x01 \x01(\tR\fphaseReached\x12!\n" +
 	"\fresume_count\x18\x02 \x01(\rR\vresumeCount\x12)\n" +
@@ -6257,7 +8084,7 @@ const file_cure_proto_rawDesc = "" +
 	"\fWatchRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x16\n" +
-	"\x06follow\x18\x03 \x01(\bR\x06follow\"\xa2\x02\n" +
+	"\x06follow\x18\x03 \x01(\bR\x06follow\"\xfb\x02\n" +
 	"\rTimelineEntry\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12 \n" +
@@ -6271,10 +8098,12 @@ const file_cure_proto_rawDesc = "" +
 	"durationMs\x12*\n" +
 	"\averdict\x18\t \x01(\v2\x10.cure.v1.VerdictR\averdict\x12\x16\n" +
 	"\x06source\x18\n" +
-	" \x01(\tR\x06source\"?\n" +
+	" \x01(\tR\x06source\x12-\n" +
+	"\bprogress\x18\v \x01(\v2\x11.cure.v1.ProgressR\bprogress\x12(\n" +
+	"\x10deadline_unix_ms\x18\f \x01(\x03R\x0edeadlineUnixMs\"?\n" +
 	"\rReportRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xb9\x03\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xd7\b\n" +
 	"\tRunReport\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
@@ -6288,7 +8117,86 @@ const file_cure_proto_rawDesc = "" +
 	"\amessage\x18\n" +
 	" \x01(\tR\amessage\x126\n" +
 	"\tinventory\x18\v \x01(\v2\x18.cure.v1.InventoryRecordR\tinventory\x12-\n" +
-	"\abuckets\x18\f \x03(\v2\x13.cure.v1.TimeBucketR\abuckets\"\x9e\x01\n" +
+	"\abuckets\x18\f \x03(\v2\x13.cure.v1.TimeBucketR\abuckets\x12)\n" +
+	"\x10verdicts_omitted\x18\r \x01(\rR\x0fverdictsOmitted\x12*\n" +
+	"\x11events_not_stored\x18\x0e \x01(\x03R\x0feventsNotStored\x12-\n" +
+	"\abmc_log\x18\x10 \x03(\v2\x14.cure.v1.BmcLogEntryR\x06bmcLog\x12>\n" +
+	"\x12bmc_power_supplies\x18\x11 \x03(\v2\x10.cure.v1.BmcPartR\x10bmcPowerSupplies\x12+\n" +
+	"\bbmc_fans\x18\x12 \x03(\v2\x10.cure.v1.BmcPartR\abmcFans\x12=\n" +
+	"\x0ebmc_collection\x18\x13 \x01(\v2\x16.cure.v1.BmcCollectionR\rbmcCollection\x12.\n" +
+	"\n" +
+	"bmc_series\x18\x14 \x03(\v2\x0f.cure.v1.SeriesR\tbmcSeries\x12B\n" +
+	"\x10fleet_judgements\x18\x17 \x03(\v2\x17.cure.v1.FleetJudgementR\x0ffleetJudgements\x12K\n" +
+	"\x13fleet_distributions\x18\x18 \x03(\v2\x1a.cure.v1.FleetDistributionR\x12fleetDistributions\x12-\n" +
+	"\bprogress\x18\x1c \x01(\v2\x11.cure.v1.ProgressR\bprogress\x12(\n" +
+	"\x10progress_unix_ms\x18\x1d \x01(\x03R\x0eprogressUnixMs\x12(\n" +
+	"\x10deadline_unix_ms\x18\x1e \x01(\x03R\x0edeadlineUnixMs\x12&\n" +
+	"\x05parts\x18\x19 \x03(\v2\x10.cure.v1.RmaPartR\x05parts\"\x93\x02\n" +
+	"\vBmcLogEntry\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x03 \x01(\x03R\rcreatedUnixMs\x12\x1a\n" +
+	"\bseverity\x18\x04 \x01(\tR\bseverity\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x06 \x01(\tR\tmessageId\x12\x1f\n" +
+	"\vsensor_type\x18\a \x01(\tR\n" +
+	"sensorType\x12\x1d\n" +
+	"\n" +
+	"entry_type\x18\b \x01(\tR\tentryType\x12\x1d\n" +
+	"\n" +
+	"entry_code\x18\t \x01(\tR\tentryCode\"\xce\x02\n" +
+	"\aBmcPart\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\"\n" +
+	"\fmanufacturer\x18\x03 \x01(\tR\fmanufacturer\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x1f\n" +
+	"\vpart_number\x18\x05 \x01(\tR\n" +
+	"partNumber\x12#\n" +
+	"\rserial_number\x18\x06 \x01(\tR\fserialNumber\x12*\n" +
+	"\x11spare_part_number\x18\a \x01(\tR\x0fsparePartNumber\x12)\n" +
+	"\x10firmware_version\x18\b \x01(\tR\x0ffirmwareVersion\x12\x16\n" +
+	"\x06health\x18\t \x01(\tR\x06health\x12\x14\n" +
+	"\x05state\x18\n" +
+	" \x01(\tR\x05state\x12\x1a\n" +
+	"\blocation\x18\v \x01(\tR\blocation\"\xe3\x02\n" +
+	"\rBmcCollection\x12*\n" +
+	"\x11collected_unix_ms\x18\x01 \x01(\x03R\x0fcollectedUnixMs\x12/\n" +
+	"\x14window_start_unix_ms\x18\x02 \x01(\x03R\x11windowStartUnixMs\x12+\n" +
+	"\x12window_end_unix_ms\x18\x03 \x01(\x03R\x0fwindowEndUnixMs\x12!\n" +
+	"\flog_services\x18\x04 \x03(\tR\vlogServices\x12(\n" +
+	"\x10log_entries_read\x18\x05 \x01(\rR\x0elogEntriesRead\x12.\n" +
+	"\x13log_entries_dropped\x18\x06 \x01(\rR\x11logEntriesDropped\x12#\n" +
+	"\rsensor_source\x18\a \x01(\tR\fsensorSource\x12&\n" +
+	"\x05notes\x18\b \x03(\v2\x10.cure.v1.BmcNoteR\x05notes\"a\n" +
+	"\aBmcNote\x12\x1a\n" +
+	"\bresource\x18\x01 \x01(\tR\bresource\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12 \n" +
+	"\vunsupported\x18\x03 \x01(\bR\vunsupported\"\xcc\x01\n" +
+	"\vBmcEvidence\x12&\n" +
+	"\x03log\x18\x01 \x03(\v2\x14.cure.v1.BmcLogEntryR\x03log\x127\n" +
+	"\x0epower_supplies\x18\x02 \x03(\v2\x10.cure.v1.BmcPartR\rpowerSupplies\x12$\n" +
+	"\x04fans\x18\x03 \x03(\v2\x10.cure.v1.BmcPartR\x04fans\x126\n" +
+	"\n" +
+	"collection\x18\x04 \x01(\v2\x16.cure.v1.BmcCollectionR\n" +
+	"collection\"\xed\x02\n" +
+	"\aRmaPart\x12\x1c\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12\x16\n" +
+	"\x06serial\x18\x04 \x01(\tR\x06serial\x12\x1a\n" +
+	"\blocation\x18\x05 \x01(\tR\blocation\x12\x1f\n" +
+	"\vpart_number\x18\x06 \x01(\tR\n" +
+	"partNumber\x12\x1a\n" +
+	"\bfirmware\x18\a \x01(\tR\bfirmware\x12\x12\n" +
+	"\x04uuid\x18\b \x01(\tR\x04uuid\x12\x12\n" +
+	"\x04link\x18\t \x01(\tR\x04link\x12.\n" +
+	"\x06status\x18\n" +
+	" \x01(\x0e2\x16.cure.v1.VerdictStatusR\x06status\x12\x16\n" +
+	"\x06checks\x18\v \x03(\tR\x06checks\x12\x1d\n" +
+	"\n" +
+	"kernel_log\x18\f \x03(\tR\tkernelLog\x12\x1a\n" +
+	"\bevidence\x18\r \x03(\tR\bevidence\"\x9e\x01\n" +
 	"\n" +
 	"TimeBucket\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
@@ -6368,9 +8276,10 @@ const file_cure_proto_rawDesc = "" +
 	"\x06run_id\x18\t \x01(\tR\x05runId\x12\x16\n" +
 	"\x06result\x18\n" +
 	" \x01(\tR\x06result\x12\x16\n" +
-	"\x06detail\x18\v \x01(\tR\x06detail\"E\n" +
+	"\x06detail\x18\v \x01(\tR\x06detail\"k\n" +
 	"\x14ListAuditLogResponse\x12-\n" +
-	"\aentries\x18\x01 \x03(\v2\x13.cure.v1.AuditEntryR\aentries\"\xf8\x02\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.cure.v1.AuditEntryR\aentries\x12$\n" +
+	"\x0enext_before_id\x18\x02 \x01(\x03R\fnextBeforeId\"\xf8\x02\n" +
 	"\bNodeSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03sku\x18\x02 \x01(\tR\x03sku\x12\x1a\n" +
@@ -6443,7 +8352,77 @@ const file_cure_proto_rawDesc = "" +
 	"timeUnixMs\x12\x12\n" +
 	"\x04peer\x18\x04 \x01(\tR\x04peer\x120\n" +
 	"\tinventory\x18\x05 \x01(\v2\x12.cure.v1.InventoryR\tinventory\x12\x1c\n" +
-	"\ttruncated\x18\x06 \x01(\bR\ttruncated*\x86\x01\n" +
+	"\ttruncated\x18\x06 \x01(\bR\ttruncated\"\x89\x01\n" +
+	"\x11FleetBandsRequest\x12\x10\n" +
+	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
+	"\x05check\x18\x02 \x01(\tR\x05check\x12\x16\n" +
+	"\x06metric\x18\x03 \x01(\tR\x06metric\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x1b\n" +
+	"\twindow_ms\x18\x05 \x01(\x03R\bwindowMs\"\x91\x01\n" +
+	"\x12FleetBandsResponse\x12@\n" +
+	"\rdistributions\x18\x01 \x03(\v2\x1a.cure.v1.FleetDistributionR\rdistributions\x12\x1b\n" +
+	"\twindow_ms\x18\x02 \x01(\x03R\bwindowMs\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\x94\x03\n" +
+	"\x11FleetDistribution\x12\x10\n" +
+	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
+	"\x05check\x18\x02 \x01(\tR\x05check\x12\x16\n" +
+	"\x06metric\x18\x03 \x01(\tR\x06metric\x12\x12\n" +
+	"\x04unit\x18\x04 \x01(\tR\x04unit\x12\x14\n" +
+	"\x05nodes\x18\x05 \x01(\rR\x05nodes\x12\x18\n" +
+	"\asamples\x18\x06 \x01(\rR\asamples\x12\x16\n" +
+	"\x06median\x18\a \x01(\x01R\x06median\x12\x10\n" +
+	"\x03mad\x18\b \x01(\x01R\x03mad\x12\x16\n" +
+	"\x06spread\x18\t \x01(\x01R\x06spread\x12\x0e\n" +
+	"\x02p5\x18\n" +
+	" \x01(\x01R\x02p5\x12\x10\n" +
+	"\x03p50\x18\v \x01(\x01R\x03p50\x12\x10\n" +
+	"\x03p95\x18\f \x01(\x01R\x03p95\x12\x10\n" +
+	"\x03min\x18\r \x01(\x01R\x03min\x12\x10\n" +
+	"\x03max\x18\x0e \x01(\x01R\x03max\x12\x16\n" +
+	"\x06values\x18\x0f \x03(\x01R\x06values\x12,\n" +
+	"\x05marks\x18\x10 \x03(\v2\x16.cure.v1.FleetNodeMarkR\x05marks\x12\x1b\n" +
+	"\twindow_ms\x18\x11 \x01(\x03R\bwindowMs\"\xcd\x01\n" +
+	"\rFleetNodeMark\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
+	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\x01R\x05value\x12\x1e\n" +
+	"\n" +
+	"percentile\x18\x04 \x01(\x01R\n" +
+	"percentile\x12\x15\n" +
+	"\x06run_id\x18\x05 \x01(\tR\x05runId\x12\x16\n" +
+	"\x06passed\x18\x06 \x01(\bR\x06passed\x12 \n" +
+	"\ftime_unix_ms\x18\a \x01(\x03R\n" +
+	"timeUnixMs\"\xb0\x03\n" +
+	"\x0eFleetJudgement\x12\x1c\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12\x14\n" +
+	"\x05check\x18\x02 \x01(\tR\x05check\x12\x16\n" +
+	"\x06metric\x18\x03 \x01(\tR\x06metric\x12\x12\n" +
+	"\x04unit\x18\x04 \x01(\tR\x04unit\x12\x14\n" +
+	"\x05value\x18\x05 \x01(\x01R\x05value\x12\x1e\n" +
+	"\n" +
+	"percentile\x18\x06 \x01(\x01R\n" +
+	"percentile\x12\x18\n" +
+	"\aapplied\x18\a \x01(\bR\aapplied\x12\x1a\n" +
+	"\bmarginal\x18\b \x01(\bR\bmarginal\x12\x1e\n" +
+	"\bband_low\x18\t \x01(\x01H\x00R\abandLow\x88\x01\x01\x12 \n" +
+	"\tband_high\x18\n" +
+	" \x01(\x01H\x01R\bbandHigh\x88\x01\x01\x12\x14\n" +
+	"\x05below\x18\v \x01(\x01R\x05below\x12\x14\n" +
+	"\x05above\x18\f \x01(\x01R\x05above\x12\x1b\n" +
+	"\tmin_nodes\x18\r \x01(\rR\bminNodes\x12\x12\n" +
+	"\x04note\x18\x0e \x01(\tR\x04note\x12\x18\n" +
+	"\amessage\x18\x0f \x01(\tR\amessageB\v\n" +
+	"\t_band_lowB\f\n" +
+	"\n" +
+	"_band_high\"\xdd\x01\n" +
+	"\x0fFleetJudgements\x127\n" +
+	"\n" +
+	"judgements\x18\x01 \x03(\v2\x17.cure.v1.FleetJudgementR\n" +
+	"judgements\x12@\n" +
+	"\rdistributions\x18\x02 \x03(\v2\x1a.cure.v1.FleetDistributionR\rdistributions\x12 \n" +
+	"\ftime_unix_ms\x18\x03 \x01(\x03R\n" +
+	"timeUnixMs\x12-\n" +
+	"\x12judgements_omitted\x18\x04 \x01(\rR\x11judgementsOmitted*\x86\x01\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_PROVISION\x10\x01\x12\x0e\n" +
@@ -6468,7 +8447,7 @@ const file_cure_proto_rawDesc = "" +
 	"\rPHASE_SKIPPED\x10\x02\x12\x10\n" +
 	"\fPHASE_FAILED\x10\x032S\n" +
 	"\rRunnerService\x12B\n" +
-	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\xd9\x06\n" +
+	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\xa0\a\n" +
 	"\x0fOperatorService\x12B\n" +
 	"\tProvision\x12\x19.cure.v1.ProvisionRequest\x1a\x1a.cure.v1.ProvisionResponse\x128\n" +
 	"\x05Watch\x12\x15.cure.v1.WatchRequest\x1a\x16.cure.v1.TimelineEntry0\x01\x124\n" +
@@ -6483,7 +8462,9 @@ const file_cure_proto_rawDesc = "" +
 	"RemoveNode\x12\x1a.cure.v1.RemoveNodeRequest\x1a\x1b.cure.v1.RemoveNodeResponse\x12;\n" +
 	"\tLabelNode\x12\x19.cure.v1.LabelNodeRequest\x1a\x13.cure.v1.NodeDetail\x129\n" +
 	"\bShowNode\x12\x18.cure.v1.ShowNodeRequest\x1a\x13.cure.v1.NodeDetail\x12F\n" +
-	"\vTimeBuckets\x12\x1b.cure.v1.TimeBucketsRequest\x1a\x1a.cure.v1.TimeBucketSummaryB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
+	"\vTimeBuckets\x12\x1b.cure.v1.TimeBucketsRequest\x1a\x1a.cure.v1.TimeBucketSummary\x12E\n" +
+	"\n" +
+	"FleetBands\x12\x1a.cure.v1.FleetBandsRequest\x1a\x1b.cure.v1.FleetBandsResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
 
 var (
 	file_cure_proto_rawDescOnce sync.Once
@@ -6498,7 +8479,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 102)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -6510,198 +8491,239 @@ var file_cure_proto_goTypes = []any{
 	(*Identity)(nil),             // 7: cure.v1.Identity
 	(*RunnerState)(nil),          // 8: cure.v1.RunnerState
 	(*Inventory)(nil),            // 9: cure.v1.Inventory
-	(*Processor)(nil),            // 10: cure.v1.Processor
-	(*Dimm)(nil),                 // 11: cure.v1.Dimm
-	(*PciDevice)(nil),            // 12: cure.v1.PciDevice
-	(*NumaNode)(nil),             // 13: cure.v1.NumaNode
-	(*SystemInfo)(nil),           // 14: cure.v1.SystemInfo
-	(*NvmeController)(nil),       // 15: cure.v1.NvmeController
-	(*NetInterface)(nil),         // 16: cure.v1.NetInterface
-	(*Gpu)(nil),                  // 17: cure.v1.Gpu
-	(*BlockDevice)(nil),          // 18: cure.v1.BlockDevice
-	(*Event)(nil),                // 19: cure.v1.Event
-	(*Progress)(nil),             // 20: cure.v1.Progress
-	(*CheckProgress)(nil),        // 21: cure.v1.CheckProgress
-	(*Samples)(nil),              // 22: cure.v1.Samples
-	(*Series)(nil),               // 23: cure.v1.Series
-	(*PhaseStart)(nil),           // 24: cure.v1.PhaseStart
-	(*PhaseEnd)(nil),             // 25: cure.v1.PhaseEnd
-	(*Verdict)(nil),              // 26: cure.v1.Verdict
-	(*Measurement)(nil),          // 27: cure.v1.Measurement
-	(*Log)(nil),                  // 28: cure.v1.Log
-	(*Metric)(nil),               // 29: cure.v1.Metric
-	(*CoordinatorMessage)(nil),   // 30: cure.v1.CoordinatorMessage
-	(*Assignment)(nil),           // 31: cure.v1.Assignment
-	(*ToolBundleRef)(nil),        // 32: cure.v1.ToolBundleRef
-	(*ResumeState)(nil),          // 33: cure.v1.ResumeState
-	(*FirstBoot)(nil),            // 34: cure.v1.FirstBoot
-	(*Ack)(nil),                  // 35: cure.v1.Ack
-	(*Idle)(nil),                 // 36: cure.v1.Idle
-	(*Reboot)(nil),               // 37: cure.v1.Reboot
-	(*Cancel)(nil),               // 38: cure.v1.Cancel
-	(*ProvisionRequest)(nil),     // 39: cure.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),    // 40: cure.v1.ProvisionResponse
-	(*Refusal)(nil),              // 41: cure.v1.Refusal
-	(*CancelRequest)(nil),        // 42: cure.v1.CancelRequest
-	(*CancelResponse)(nil),       // 43: cure.v1.CancelResponse
-	(*FleetRequest)(nil),         // 44: cure.v1.FleetRequest
-	(*FleetStatus)(nil),          // 45: cure.v1.FleetStatus
-	(*FleetRun)(nil),             // 46: cure.v1.FleetRun
-	(*RunRef)(nil),               // 47: cure.v1.RunRef
-	(*WatchRequest)(nil),         // 48: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),        // 49: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),        // 50: cure.v1.ReportRequest
-	(*RunReport)(nil),            // 51: cure.v1.RunReport
-	(*TimeBucket)(nil),           // 52: cure.v1.TimeBucket
-	(*TimeBucketsRequest)(nil),   // 53: cure.v1.TimeBucketsRequest
-	(*TimeBucketSummary)(nil),    // 54: cure.v1.TimeBucketSummary
-	(*SkuTimeBuckets)(nil),       // 55: cure.v1.SkuTimeBuckets
-	(*BucketStat)(nil),           // 56: cure.v1.BucketStat
-	(*PhaseRecord)(nil),          // 57: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 58: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 59: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 60: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 61: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 62: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 63: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 64: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 65: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 66: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),             // 67: cure.v1.NodeSpec
-	(*BMCSpec)(nil),              // 68: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),      // 69: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),     // 70: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),    // 71: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),   // 72: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),     // 73: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),      // 74: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),           // 75: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),      // 76: cure.v1.InventoryRecord
-	nil,                          // 77: cure.v1.Log.AttrsEntry
-	nil,                          // 78: cure.v1.Metric.LabelsEntry
-	nil,                          // 79: cure.v1.Assignment.PsidsEntry
-	nil,                          // 80: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 81: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 82: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 83: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 84: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 85: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 86: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 87: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 88: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 89: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 90: cure.v1.NodeDetail.LabelsEntry
+	(*PcieLink)(nil),             // 10: cure.v1.PcieLink
+	(*MachineCheck)(nil),         // 11: cure.v1.MachineCheck
+	(*Processor)(nil),            // 12: cure.v1.Processor
+	(*Dimm)(nil),                 // 13: cure.v1.Dimm
+	(*PciDevice)(nil),            // 14: cure.v1.PciDevice
+	(*NumaNode)(nil),             // 15: cure.v1.NumaNode
+	(*SystemInfo)(nil),           // 16: cure.v1.SystemInfo
+	(*NvmeController)(nil),       // 17: cure.v1.NvmeController
+	(*NetInterface)(nil),         // 18: cure.v1.NetInterface
+	(*Gpu)(nil),                  // 19: cure.v1.Gpu
+	(*BlockDevice)(nil),          // 20: cure.v1.BlockDevice
+	(*Event)(nil),                // 21: cure.v1.Event
+	(*Progress)(nil),             // 22: cure.v1.Progress
+	(*CheckProgress)(nil),        // 23: cure.v1.CheckProgress
+	(*Samples)(nil),              // 24: cure.v1.Samples
+	(*Series)(nil),               // 25: cure.v1.Series
+	(*PhaseStart)(nil),           // 26: cure.v1.PhaseStart
+	(*PhaseEnd)(nil),             // 27: cure.v1.PhaseEnd
+	(*Verdict)(nil),              // 28: cure.v1.Verdict
+	(*Measurement)(nil),          // 29: cure.v1.Measurement
+	(*Log)(nil),                  // 30: cure.v1.Log
+	(*Metric)(nil),               // 31: cure.v1.Metric
+	(*CoordinatorMessage)(nil),   // 32: cure.v1.CoordinatorMessage
+	(*Assignment)(nil),           // 33: cure.v1.Assignment
+	(*ToolBundleRef)(nil),        // 34: cure.v1.ToolBundleRef
+	(*SuiteResume)(nil),          // 35: cure.v1.SuiteResume
+	(*ResumeState)(nil),          // 36: cure.v1.ResumeState
+	(*FirstBoot)(nil),            // 37: cure.v1.FirstBoot
+	(*Ack)(nil),                  // 38: cure.v1.Ack
+	(*Idle)(nil),                 // 39: cure.v1.Idle
+	(*Reboot)(nil),               // 40: cure.v1.Reboot
+	(*Cancel)(nil),               // 41: cure.v1.Cancel
+	(*ProvisionRequest)(nil),     // 42: cure.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),    // 43: cure.v1.ProvisionResponse
+	(*Refusal)(nil),              // 44: cure.v1.Refusal
+	(*CancelRequest)(nil),        // 45: cure.v1.CancelRequest
+	(*CancelResponse)(nil),       // 46: cure.v1.CancelResponse
+	(*FleetRequest)(nil),         // 47: cure.v1.FleetRequest
+	(*FleetStatus)(nil),          // 48: cure.v1.FleetStatus
+	(*FleetRun)(nil),             // 49: cure.v1.FleetRun
+	(*RunRef)(nil),               // 50: cure.v1.RunRef
+	(*WatchRequest)(nil),         // 51: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),        // 52: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),        // 53: cure.v1.ReportRequest
+	(*RunReport)(nil),            // 54: cure.v1.RunReport
+	(*BmcLogEntry)(nil),          // 55: cure.v1.BmcLogEntry
+	(*BmcPart)(nil),              // 56: cure.v1.BmcPart
+	(*BmcCollection)(nil),        // 57: cure.v1.BmcCollection
+	(*BmcNote)(nil),              // 58: cure.v1.BmcNote
+	(*BmcEvidence)(nil),          // 59: cure.v1.BmcEvidence
+	(*RmaPart)(nil),              // 60: cure.v1.RmaPart
+	(*TimeBucket)(nil),           // 61: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),   // 62: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),    // 63: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),       // 64: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),           // 65: cure.v1.BucketStat
+	(*PhaseRecord)(nil),          // 66: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 67: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 68: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 69: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 70: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 71: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 72: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 73: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 74: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 75: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),             // 76: cure.v1.NodeSpec
+	(*BMCSpec)(nil),              // 77: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),      // 78: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),     // 79: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),    // 80: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),   // 81: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),     // 82: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),      // 83: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),           // 84: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),      // 85: cure.v1.InventoryRecord
+	(*FleetBandsRequest)(nil),    // 86: cure.v1.FleetBandsRequest
+	(*FleetBandsResponse)(nil),   // 87: cure.v1.FleetBandsResponse
+	(*FleetDistribution)(nil),    // 88: cure.v1.FleetDistribution
+	(*FleetNodeMark)(nil),        // 89: cure.v1.FleetNodeMark
+	(*FleetJudgement)(nil),       // 90: cure.v1.FleetJudgement
+	(*FleetJudgements)(nil),      // 91: cure.v1.FleetJudgements
+	nil,                          // 92: cure.v1.Log.AttrsEntry
+	nil,                          // 93: cure.v1.Metric.LabelsEntry
+	nil,                          // 94: cure.v1.Assignment.PsidsEntry
+	nil,                          // 95: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 96: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 97: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 98: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 99: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 100: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 101: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 102: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 103: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 104: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 105: cure.v1.NodeDetail.LabelsEntry
 }
 var file_cure_proto_depIdxs = []int32{
-	5,  // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
-	19, // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
-	7,  // 2: cure.v1.Hello.identity:type_name -> cure.v1.Identity
-	9,  // 3: cure.v1.Hello.inventory:type_name -> cure.v1.Inventory
-	8,  // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
-	6,  // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
-	3,  // 6: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
-	14, // 7: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
-	15, // 8: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
-	16, // 9: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
-	17, // 10: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
-	18, // 11: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
-	10, // 12: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
-	11, // 13: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
-	12, // 14: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
-	13, // 15: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
-	24, // 16: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
-	25, // 17: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
-	26, // 18: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
-	28, // 19: cure.v1.Event.log:type_name -> cure.v1.Log
-	29, // 20: cure.v1.Event.metric:type_name -> cure.v1.Metric
-	20, // 21: cure.v1.Event.progress:type_name -> cure.v1.Progress
-	22, // 22: cure.v1.Event.samples:type_name -> cure.v1.Samples
-	21, // 23: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
-	1,  // 24: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
-	23, // 25: cure.v1.Samples.series:type_name -> cure.v1.Series
-	2,  // 26: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
-	1,  // 27: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	27, // 28: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	77, // 29: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	78, // 30: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
-	31, // 31: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
-	35, // 32: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
-	36, // 33: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
-	37, // 34: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
-	38, // 35: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
-	0,  // 36: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
-	33, // 37: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
-	34, // 38: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	79, // 39: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
-	32, // 40: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
-	0,  // 41: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	80, // 42: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
-	47, // 43: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	41, // 44: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	81, // 45: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
-	47, // 46: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
-	41, // 47: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	82, // 48: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	83, // 49: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	84, // 50: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
-	46, // 51: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	85, // 52: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
-	26, // 53: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
-	0,  // 54: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	57, // 55: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
-	26, // 56: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	76, // 57: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	52, // 58: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	52, // 59: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	86, // 60: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	55, // 61: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	56, // 62: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	56, // 63: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
-	60, // 64: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	26, // 65: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	63, // 66: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	65, // 67: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	87, // 68: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	68, // 69: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	88, // 70: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	67, // 71: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	89, // 72: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	90, // 73: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	76, // 74: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	9,  // 75: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	4,  // 76: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	39, // 77: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	48, // 78: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	50, // 79: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	61, // 80: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	58, // 81: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	64, // 82: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	42, // 83: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	44, // 84: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	69, // 85: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	71, // 86: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	73, // 87: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	74, // 88: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	53, // 89: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	30, // 90: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	40, // 91: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	49, // 92: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	51, // 93: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	62, // 94: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	59, // 95: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	66, // 96: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	43, // 97: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	45, // 98: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	70, // 99: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	72, // 100: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	75, // 101: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	75, // 102: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	54, // 103: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	90, // [90:104] is the sub-list for method output_type
-	76, // [76:90] is the sub-list for method input_type
-	76, // [76:76] is the sub-list for extension type_name
-	76, // [76:76] is the sub-list for extension extendee
-	0,  // [0:76] is the sub-list for field type_name
+	5,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
+	21,  // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
+	7,   // 2: cure.v1.Hello.identity:type_name -> cure.v1.Identity
+	9,   // 3: cure.v1.Hello.inventory:type_name -> cure.v1.Inventory
+	8,   // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
+	6,   // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
+	3,   // 6: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
+	16,  // 7: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
+	17,  // 8: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
+	18,  // 9: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
+	19,  // 10: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
+	20,  // 11: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
+	12,  // 12: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
+	13,  // 13: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
+	14,  // 14: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
+	15,  // 15: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
+	10,  // 16: cure.v1.Inventory.pcie_links:type_name -> cure.v1.PcieLink
+	11,  // 17: cure.v1.Inventory.machine_checks:type_name -> cure.v1.MachineCheck
+	26,  // 18: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
+	27,  // 19: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
+	28,  // 20: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
+	30,  // 21: cure.v1.Event.log:type_name -> cure.v1.Log
+	31,  // 22: cure.v1.Event.metric:type_name -> cure.v1.Metric
+	22,  // 23: cure.v1.Event.progress:type_name -> cure.v1.Progress
+	24,  // 24: cure.v1.Event.samples:type_name -> cure.v1.Samples
+	23,  // 25: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
+	1,   // 26: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
+	25,  // 27: cure.v1.Samples.series:type_name -> cure.v1.Series
+	2,   // 28: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
+	1,   // 29: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
+	29,  // 30: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
+	92,  // 31: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	93,  // 32: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	33,  // 33: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
+	38,  // 34: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
+	39,  // 35: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
+	40,  // 36: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
+	41,  // 37: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
+	0,   // 38: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
+	36,  // 39: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
+	37,  // 40: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
+	94,  // 41: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	35,  // 42: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
+	34,  // 43: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
+	23,  // 44: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
+	0,   // 45: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
+	95,  // 46: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	50,  // 47: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	44,  // 48: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
+	96,  // 49: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	50,  // 50: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
+	44,  // 51: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
+	97,  // 52: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	98,  // 53: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	99,  // 54: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	49,  // 55: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
+	100, // 56: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	28,  // 57: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
+	22,  // 58: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
+	0,   // 59: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
+	66,  // 60: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	28,  // 61: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
+	85,  // 62: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	61,  // 63: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	55,  // 64: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
+	56,  // 65: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
+	56,  // 66: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
+	57,  // 67: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
+	25,  // 68: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
+	90,  // 69: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
+	88,  // 70: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
+	22,  // 71: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
+	60,  // 72: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
+	58,  // 73: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
+	55,  // 74: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
+	56,  // 75: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
+	56,  // 76: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
+	57,  // 77: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
+	1,   // 78: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
+	61,  // 79: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	101, // 80: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	64,  // 81: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	65,  // 82: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	65,  // 83: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	69,  // 84: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	28,  // 85: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	72,  // 86: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	74,  // 87: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	102, // 88: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	77,  // 89: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	103, // 90: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	76,  // 91: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	104, // 92: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	105, // 93: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	85,  // 94: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	9,   // 95: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	88,  // 96: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
+	89,  // 97: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
+	90,  // 98: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
+	88,  // 99: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
+	4,   // 100: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	42,  // 101: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	51,  // 102: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	53,  // 103: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	70,  // 104: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	67,  // 105: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	73,  // 106: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	45,  // 107: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	47,  // 108: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	78,  // 109: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	80,  // 110: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	82,  // 111: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	83,  // 112: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	62,  // 113: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	86,  // 114: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
+	32,  // 115: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	43,  // 116: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	52,  // 117: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	54,  // 118: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	71,  // 119: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	68,  // 120: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	75,  // 121: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	46,  // 122: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	48,  // 123: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	79,  // 124: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	81,  // 125: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	84,  // 126: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	84,  // 127: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	63,  // 128: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	87,  // 129: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
+	115, // [115:130] is the sub-list for method output_type
+	100, // [100:115] is the sub-list for method input_type
+	100, // [100:100] is the sub-list for extension type_name
+	100, // [100:100] is the sub-list for extension extendee
+	0,   // [0:100] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -6713,7 +8735,7 @@ func file_cure_proto_init() {
 		(*RunnerMessage_Hello)(nil),
 		(*RunnerMessage_Event)(nil),
 	}
-	file_cure_proto_msgTypes[15].OneofWrappers = []any{
+	file_cure_proto_msgTypes[17].OneofWrappers = []any{
 		(*Event_PhaseStart)(nil),
 		(*Event_PhaseEnd)(nil),
 		(*Event_Verdict)(nil),
@@ -6722,20 +8744,21 @@ func file_cure_proto_init() {
 		(*Event_Progress)(nil),
 		(*Event_Samples)(nil),
 	}
-	file_cure_proto_msgTypes[26].OneofWrappers = []any{
+	file_cure_proto_msgTypes[28].OneofWrappers = []any{
 		(*CoordinatorMessage_Assignment)(nil),
 		(*CoordinatorMessage_Ack)(nil),
 		(*CoordinatorMessage_Idle)(nil),
 		(*CoordinatorMessage_Reboot)(nil),
 		(*CoordinatorMessage_Cancel)(nil),
 	}
+	file_cure_proto_msgTypes[86].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   87,
+			NumMessages:   102,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -142,6 +142,7 @@ const (
 	OperatorService_LabelNode_FullMethodName    = "/cure.v1.OperatorService/LabelNode"
 	OperatorService_ShowNode_FullMethodName     = "/cure.v1.OperatorService/ShowNode"
 	OperatorService_TimeBuckets_FullMethodName  = "/cure.v1.OperatorService/TimeBuckets"
+	OperatorService_FleetBands_FullMethodName   = "/cure.v1.OperatorService/FleetBands"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -183,6 +184,10 @@ type OperatorServiceClient interface {
 	// TimeBuckets: p50/p90 of each time bucket over the latest finished runs
 	// of the selected nodes, per SKU (provisioner-lite/timebuckets).
 	TimeBuckets(ctx context.Context, in *TimeBucketsRequest, opts ...grpc.CallOption) (*TimeBucketSummary, error)
+	// FleetBands: per SKU, check and measured metric, the distribution of
+	// recent passing results (each node's latest per component) that fleet
+	// bands judge against, and where a node sits in it.
+	FleetBands(ctx context.Context, in *FleetBandsRequest, opts ...grpc.CallOption) (*FleetBandsResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -332,6 +337,16 @@ func (c *operatorServiceClient) TimeBuckets(ctx context.Context, in *TimeBuckets
 	return out, nil
 }
 
+func (c *operatorServiceClient) FleetBands(ctx context.Context, in *FleetBandsRequest, opts ...grpc.CallOption) (*FleetBandsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FleetBandsResponse)
+	err := c.cc.Invoke(ctx, OperatorService_FleetBands_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -371,6 +386,10 @@ type OperatorServiceServer interface {
 	// TimeBuckets: p50/p90 of each time bucket over the latest finished runs
 	// of the selected nodes, per SKU (provisioner-lite/timebuckets).
 	TimeBuckets(context.Context, *TimeBucketsRequest) (*TimeBucketSummary, error)
+	// FleetBands: per SKU, check and measured metric, the distribution of
+	// recent passing results (each node's latest per component) that fleet
+	// bands judge against, and where a node sits in it.
+	FleetBands(context.Context, *FleetBandsRequest) (*FleetBandsResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -419,6 +438,9 @@ func (UnimplementedOperatorServiceServer) ShowNode(context.Context, *ShowNodeReq
 }
 func (UnimplementedOperatorServiceServer) TimeBuckets(context.Context, *TimeBucketsRequest) (*TimeBucketSummary, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method TimeBuckets not implemented")
+}
+func (UnimplementedOperatorServiceServer) FleetBands(context.Context, *FleetBandsRequest) (*FleetBandsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method FleetBands not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -668,6 +690,24 @@ func _OperatorService_TimeBuckets_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_FleetBands_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FleetBandsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).FleetBands(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_FleetBands_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).FleetBands(ctx, req.(*FleetBandsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -722,6 +762,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TimeBuckets",
 			Handler:    _OperatorService_TimeBuckets_Handler,
+		},
+		{
+			MethodName: "FleetBands",
+			Handler:    _OperatorService_FleetBands_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -21,9 +21,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
-	"golang.org/x/net/netutil"
 )
 
 // Decision is the coordinator's answer for one booting NIC.
@@ -83,6 +83,13 @@ type Limits struct {
 	MaxHeaderBytes int // default 16 KiB
 	MaxRanges      int // Range parts per request (default 16), never overlapping
 	MaxConns       int // open connections (default 4096)
+	// MaxConnsPerSource caps the connections of one client address
+	// (default 32): iPXE, the installed OS and a BMC fetch a few files at
+	// a time, and one host must not hold the listener.
+	MaxConnsPerSource int
+	// Silent closes a connection that sent nothing within it (default 5s):
+	// iPXE sends its request as soon as it connects.
+	Silent time.Duration
 }
 
 func (l *Limits) defaults() {
@@ -105,6 +112,10 @@ func (l *Limits) defaults() {
 	if l.MaxConns <= 0 {
 		l.MaxConns = 4096
 	}
+	if l.MaxConnsPerSource <= 0 {
+		l.MaxConnsPerSource = 32
+	}
+	d(&l.Silent, 5*time.Second)
 }
 
 // Server serves the boot routes. Create it with New.
@@ -114,6 +125,8 @@ type Server struct {
 	c    Coordinator
 	log  *slog.Logger
 	h    http.Handler
+	// refusals summarises the peers the listener refused or cut.
+	refusals *peerlimit.Refusals
 }
 
 // Image file names served under /image/.
@@ -154,7 +167,7 @@ func New(cfg Config, c Coordinator) (*Server, error) {
 		log = slog.Default()
 	}
 	cfg.Limits.defaults()
-	s := &Server{cfg: cfg, base: strings.TrimRight(cfg.BaseURL, "/"), c: c, log: log}
+	s := &Server{cfg: cfg, base: strings.TrimRight(cfg.BaseURL, "/"), c: c, log: log, refusals: peerlimit.NewRefusals(log, "http", slog.LevelWarn, 0)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /boot.ipxe", s.generic)
 	mux.HandleFunc("GET /ipxe/{mac}", s.perMAC)
@@ -178,14 +191,18 @@ func (s *Server) HTTPServer() *http.Server {
 	l := s.cfg.Limits
 	return &http.Server{
 		Handler: s.h, ReadHeaderTimeout: l.ReadHeader, IdleTimeout: l.Idle, MaxHeaderBytes: l.MaxHeaderBytes,
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug), // TLS/handshake noise from peers
+		ErrorLog: peerlimit.HTTPErrorLog(s.refusals, s.log), // peers' noise summarised, the server's own errors rate-limited
 	}
 }
 
-// Listener bounds the open connections of ln to Limits.MaxConns: past it,
-// new connections wait in the kernel's backlog.
-func (s *Server) Listener(ln net.Listener) net.Listener {
-	return netutil.LimitListener(ln, s.cfg.Limits.MaxConns)
+// Listener bounds the open connections of ln to Limits.MaxConns in all
+// and MaxConnsPerSource per client, and closes silent ones: past a cap a
+// connection is closed at once, and the refusals are logged as a summary
+// (Flush it periodically).
+func (s *Server) Listener(ln net.Listener) *peerlimit.Listener {
+	l := s.cfg.Limits
+	return peerlimit.NewListener(ln, peerlimit.ListenerConfig{MaxConns: l.MaxConns, MaxPerSource: l.MaxConnsPerSource, Silent: l.Silent,
+		Refusals: s.refusals})
 }
 
 // ArtifactURL is where nodes fetch the artifact with that sha256.
@@ -251,7 +268,10 @@ func (s *Server) perMAC(w http.ResponseWriter, r *http.Request) {
 			writeScript(w, http.StatusNotFound, exitScript("MAC "+mac+" is not in the inventory"))
 			return
 		case errors.Is(err, ErrRateLimited):
-			status = http.StatusTooManyRequests
+			// Counted with the refused requests (logRequests); the
+			// coordinator records it as a rate-limited security event.
+			writeScript(w, http.StatusTooManyRequests, exitScript(fmt.Sprintf("no boot decision for %s: %v", mac, err)))
+			return
 		}
 		s.log.Warn("boot decision failed", "mac", mac, "status", status, "err", err)
 		writeScript(w, status, exitScript(fmt.Sprintf("no boot decision for %s: %v", mac, err)))
@@ -462,8 +482,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		case formErr != nil:
 			http.Error(w, "bad form body: "+formErr.Error(), http.StatusBadRequest)
 		case errors.Is(err, ErrUnauthorized), errors.Is(err, store.ErrExpired), errors.Is(err, store.ErrNotFound) && !errors.Is(err, ErrUnknownNode):
-			s.log.Warn("host ready rejected", "node", id, "err", err)
-			unauthorized(w, "token rejected")
+			unauthorized(w, "token rejected") // counted with the refused requests (logRequests)
 		case errors.Is(err, ErrUnknownNode):
 			http.Error(w, "unknown node", http.StatusNotFound)
 		default:
@@ -532,6 +551,13 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			if kind := fileKind(r.URL.Path); kind != "" {
 				s.cfg.Served(kind, rec.bytes)
 			}
+		}
+		if rec.status >= 400 && rec.status < 500 {
+			// A refused request (unknown MAC or path, rate limit, bad
+			// token) is counted into the listener's summary: a peer
+			// looping on one costs a counter, not a line each.
+			s.refusals.Note("http-"+strconv.Itoa(rec.status), remoteIP(r))
+			return
 		}
 		level := slog.LevelInfo
 		if rec.status >= 500 {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -291,4 +292,87 @@ func (r *recorderT) Write(b []byte) (int, error) {
 		r.code = 200
 	}
 	return r.body.Write(b)
+}
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+func (b *lockedBuf) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
+
+// A peer holding silent connections gets its per-source cap and no more,
+// and they are cut; a peer looping on refused requests (unknown MACs and
+// paths, bad callback tokens) costs the log a line per reason, not one per
+// request; another client is served all along.
+func TestBootListenerRefusalsBounded(t *testing.T) {
+	f := newFixture(t)
+	logs := &lockedBuf{}
+	s, err := New(Config{ImageDir: f.imgDir, ArtifactDir: f.artDir, BaseURL: f.baseURL, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		Limits: Limits{MaxConns: 8, MaxConnsPerSource: 2, Silent: 300 * time.Millisecond}}, f.coord)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := s.Listener(inner)
+	hs := s.HTTPServer()
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	addr := inner.Addr().String()
+
+	for i := 0; i < 10; i++ {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+		if c, err := d.Dial("tcp", addr); err == nil {
+			defer c.Close()
+		}
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i := 0; i < 300; i++ {
+		var resp *http.Response
+		var err error
+		switch i % 3 {
+		case 0:
+			resp, err = client.Get(fmt.Sprintf("http://%s/ipxe/52:54:01:00:%02x:%02x", addr, i>>8, i&0xff))
+		case 1:
+			resp, err = client.Get("http://" + addr + "/no/such/path")
+		case 2:
+			resp, err = client.Post("http://"+addr+"/v1/nodes/n1/ready?token=bad", "text/plain", nil)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if want := []int{404, 404, 401}[i%3]; resp.StatusCode != want {
+			t.Fatalf("request %d: %d, want %d", i, resp.StatusCode, want)
+		}
+	}
+	if resp, err := client.Get("http://" + addr + "/boot.ipxe"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a client beside the flood: %v %v", resp, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for n, _ := ln.Open(); n > 1; n, _ = ln.Open() { // the client's kept-alive connection stays
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still open: the silent ones were not cut", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ln.Flush()
+	out := logs.String()
+	for _, want := range []string{"reason=source-cap", "reason=silent", "reason=http-404", "reason=http-401", "refused=199"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+	if n := strings.Count(out, "\n"); n > 12 {
+		t.Errorf("%d log lines for 300 refused requests and 10 refused connections:\n%s", n, out)
+	}
 }

@@ -58,10 +58,25 @@ type page struct {
 	Phases                 []phaseRow
 	Timeline               []timelineRow
 	TimelineOmittedMetrics int
+	// VerdictsOmitted were left out of the report's answer (its size
+	// bound); EventsNotStored were counted past the run's caps.
+	VerdictsOmitted uint32
+	EventsNotStored int64
+	// Parts are the parts the failing verdicts name, with their identity
+	// and evidence (RunReport.parts).
+	Parts []partRow
 	// Hardware is the inventory the node reported (InventorySections),
 	// HardwareFrom where it came from; empty when none was reported.
 	Hardware     []InventorySection
 	HardwareFrom string
+	// BMC is what the node's BMC showed over the run (nil: not read).
+	BMC *bmcSection
+	// Suite is the suite's latest heartbeat: each check's progress and
+	// the ETA (nil: the run ran no suite, or its runner sent none).
+	Suite *SuiteView
+	// Fleet are the run's fleet band judgements, MARGINAL first, each of
+	// those with its plot (the fleet and the node in it).
+	Fleet []FleetRow
 }
 
 type count struct {
@@ -71,6 +86,11 @@ type count struct {
 
 type verdictRow struct {
 	Component, Check, Status, Class, Observed, Expected, Message string
+}
+
+type partRow struct {
+	Component, Kind, Status, Class, Identity, Checks string
+	KernelLog, Evidence                              []string
 }
 
 type phaseRow struct {
@@ -88,9 +108,10 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 		Mode:   strings.TrimPrefix(r.GetMode().String(), "MODE_"),
 		Status: strings.ToUpper(r.GetStatus()), StatusClass: runClass(r.GetStatus()),
 		Started: stamp(r.GetStartedUnixMs()), Ended: stamp(r.GetEndedUnixMs()),
-		Reboots:   r.GetReboots(),
-		Generated: generated.UTC().Format("2006-01-02 15:04:05 UTC"),
-		Message:   r.GetMessage(),
+		Reboots:         r.GetReboots(),
+		Generated:       generated.UTC().Format("2006-01-02 15:04:05 UTC"),
+		Message:         r.GetMessage(),
+		VerdictsOmitted: r.GetVerdictsOmitted(), EventsNotStored: r.GetEventsNotStored(),
 	}
 	p.Title = fmt.Sprintf("CURE %s report: %s (run %s)", strings.ToLower(p.Mode), p.Node, p.RunID)
 	if p.Ended == "" {
@@ -107,9 +128,10 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 	n := map[curev1.VerdictStatus]int{}
 	for _, v := range vs {
 		n[v.GetStatus()]++
+		text, _ := curev1.SplitEvidence(v.GetMessage()) // the evidence is shown under its part
 		p.Verdicts = append(p.Verdicts, verdictRow{
 			Component: v.GetComponent(), Check: v.GetCheck(), Status: verdictName(v.GetStatus()),
-			Class: verdictClass(v.GetStatus()), Observed: v.GetObserved(), Expected: v.GetExpected(), Message: v.GetMessage(),
+			Class: verdictClass(v.GetStatus()), Observed: v.GetObserved(), Expected: v.GetExpected(), Message: text,
 		})
 	}
 	p.Total = len(vs)
@@ -128,6 +150,15 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 		p.Phases = append(p.Phases, row)
 	}
 
+	p.BMC = buildBMC(r)
+	p.Suite = SuiteProgress(r.GetProgress(), r.GetProgressUnixMs(), r.GetDeadlineUnixMs(), runstate.Active(r.GetStatus()), generated)
+	for _, pt := range r.GetParts() {
+		p.Parts = append(p.Parts, partRow{Component: pt.GetComponent(), Kind: pt.GetKind(), Status: verdictName(pt.GetStatus()),
+			Class: verdictClass(pt.GetStatus()), Identity: PartIdentity(pt), Checks: strings.Join(pt.GetChecks(), ", "),
+			KernelLog: pt.GetKernelLog(), Evidence: pt.GetEvidence()})
+	}
+
+	p.Fleet = FleetRows(r.GetFleetJudgements(), r.GetFleetDistributions(), (*curev1.FleetJudgement).GetMarginal)
 	p.Hardware = InventorySections(r.GetInventory().GetInventory())
 	p.HardwareFrom = InventoryHeading(r.GetInventory(), r.GetRunId())
 
@@ -142,6 +173,9 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 		if e.GetKind() == runstate.EventMetric {
 			p.TimelineOmittedMetrics++
 			continue
+		}
+		if e.GetKind() == runstate.EventProgress {
+			continue // live only; the latest is the Suite section
 		}
 		msg := e.GetMessage()
 		if msg == "" && e.GetVerdict() != nil {
@@ -164,7 +198,7 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 // summaryOrder lists verdict statuses worst first, the order a technician
 // reads the summary in.
 var summaryOrder = []curev1.VerdictStatus{
-	curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR, curev1.VerdictStatus_DRIFT,
+	curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR, curev1.VerdictStatus_MARGINAL, curev1.VerdictStatus_DRIFT,
 	curev1.VerdictStatus_PASS, curev1.VerdictStatus_MATCH, curev1.VerdictStatus_SKIP,
 	curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED,
 }
@@ -175,7 +209,7 @@ func verdictRank(s curev1.VerdictStatus) int {
 	switch s {
 	case curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR:
 		return 0
-	case curev1.VerdictStatus_DRIFT:
+	case curev1.VerdictStatus_DRIFT, curev1.VerdictStatus_MARGINAL:
 		return 1
 	}
 	return 2
@@ -207,7 +241,7 @@ func verdictClass(s curev1.VerdictStatus) string {
 	switch s {
 	case curev1.VerdictStatus_PASS, curev1.VerdictStatus_MATCH:
 		return "good"
-	case curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR:
+	case curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR, curev1.VerdictStatus_MARGINAL:
 		return "bad"
 	case curev1.VerdictStatus_DRIFT:
 		return "warn"

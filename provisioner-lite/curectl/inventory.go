@@ -181,6 +181,12 @@ func scalar(fd protoreflect.FieldDescriptor, v protoreflect.Value) string {
 
 func unit(name string, n uint64) string {
 	switch {
+	case name == "vendor_id" || name == "device_id" || name == "pci_vendor_id" || name == "pci_device_id":
+		return fmt.Sprintf("0x%04x", n) // PCI ids as lspci and pci.ids write them
+	case name == "class":
+		return fmt.Sprintf("0x%06x", n)
+	case name == "status" || name == "address":
+		return fmt.Sprintf("0x%x", n) // machine-check registers
 	case strings.HasSuffix(name, "_bytes"):
 		return humanBytes(n)
 	case strings.HasSuffix(name, "_mbps") && n >= 1000 && n%1000 == 0:
@@ -210,6 +216,7 @@ var acronyms = map[string]string{
 	"nvme": "NVMe", "gpu": "GPU", "gpus": "GPUs", "nic": "NIC", "nics": "NICs", "cpu": "CPU", "cpus": "CPUs",
 	"bios": "BIOS", "bmc": "BMC", "pci": "PCI", "uuid": "UUID", "mac": "MAC", "vbios": "VBIOS", "dimm": "DIMM",
 	"dimms": "DIMMs", "id": "ID", "numa": "NUMA", "nvswitch": "NVSwitch", "nvswitches": "NVSwitches", "mbps": "Mb/s",
+	"pcie": "PCIe", "gts": "GT/s", "edac": "EDAC", "ce": "CE", "ue": "UE",
 }
 
 func label(name protoreflect.Name) string {

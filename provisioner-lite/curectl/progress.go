@@ -8,6 +8,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 )
@@ -54,7 +55,12 @@ func Progress(nodes []string, reports []*curev1.RunReport, expect map[string]tim
 				np.Elapsed = max(0, now.Sub(time.UnixMilli(p.GetStartedUnixMs())))
 			}
 		}
-		if np.Phase != "" {
+		if pr := r.GetProgress(); np.Phase != "" && pr != nil && r.GetProgressUnixMs() > 0 && np.Phase == modes.Validate {
+			// A suite says itself what is left: its planned stages, not
+			// other nodes' history, set the bar and the ETA.
+			left := max(time.Duration(pr.GetRemainingMs())*time.Millisecond-now.Sub(time.UnixMilli(r.GetProgressUnixMs())), 0)
+			np.Expected = np.Elapsed + left
+		} else if np.Phase != "" {
 			if d, ok := expect[np.Phase]; ok {
 				np.Expected = d
 			} else if ds := learned[np.Phase]; len(ds) > 0 {

@@ -50,6 +50,16 @@ func (t *Timeline) Print(e *curev1.TimelineEntry) {
 			(time.Duration(e.GetDurationMs()) * time.Millisecond).Round(time.Second), e.GetMessage())
 	case runstate.EventMetric:
 		return
+	case runstate.EventProgress:
+		if e.GetProgress() == nil {
+			return
+		}
+		lines := progressLines(e.GetProgress(), e.GetTimeUnixMs(), e.GetDeadlineUnixMs())
+		fmt.Fprintf(t.w, "%s [%s] ⋯ %-18s %s\n", stamp, src(e.GetSource()), phase, textsafe.Line(lines[0]))
+		for _, l := range lines[1:] {
+			fmt.Fprintf(t.w, "%s\n", textsafe.Line(l))
+		}
+		return
 	case runstate.EventLog:
 		if e.GetStatus() == "DEBUG" {
 			return
@@ -113,14 +123,69 @@ func printReport(w io.Writer, r *curev1.RunReport, clip func(string, int) string
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", p.GetName(), strings.ToUpper(p.GetStatus()), p.GetAttempts(), d, clip(p.GetMessage(), 90))
 	}
 	tw.Flush()
+	PrintSuiteProgress(w, SuiteProgress(r.GetProgress(), r.GetProgressUnixMs(), r.GetDeadlineUnixMs(), runstate.Active(r.GetStatus()), time.Now()))
 	PrintBuckets(w, r.GetBuckets())
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nCOMPONENT\tCHECK\tVERDICT\tOBSERVED\tEXPECTED\tDETAIL")
 	for _, v := range r.GetVerdicts() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", clip(v.GetComponent(), 40), clip(v.GetCheck(), 40), v.GetStatus(), clip(v.GetObserved(), 40), clip(v.GetExpected(), 40), clip(v.GetMessage(), 60))
+		text, _ := curev1.SplitEvidence(v.GetMessage()) // the evidence is under PARTS
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", clip(v.GetComponent(), 40), clip(v.GetCheck(), 40), v.GetStatus(), clip(v.GetObserved(), 40), clip(v.GetExpected(), 40), clip(text, 60))
 	}
 	tw.Flush()
+	if n := r.GetVerdictsOmitted(); n > 0 {
+		fmt.Fprintf(w, "(%d more verdicts left out to keep the answer within the API's limit; failures, errors and drift are shown first)\n", n)
+	}
+	if n := r.GetEventsNotStored(); n > 0 {
+		fmt.Fprintf(w, "(%d events past the run's caps were counted, not stored)\n", n)
+	}
+	PrintFleetJudgements(w, r)
+	printBMC(w, r, clip)
+	printParts(w, r.GetParts(), clip)
 	PrintInventory(w, r.GetInventory(), r.GetRunId())
+}
+
+// printParts writes the parts the failing verdicts name, each with what
+// identifies it and the evidence lines under it: what an RMA ticket needs.
+func printParts(w io.Writer, parts []*curev1.RmaPart, clip func(string, int) string) {
+	if len(parts) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nPARTS NAMED BY FAILING VERDICTS")
+	for _, p := range parts {
+		fmt.Fprintf(w, "%s  %s  %s\n", clip(p.GetComponent(), 40), verdictName(p.GetStatus()), clip(PartIdentity(p), 160))
+		fmt.Fprintf(w, "  checks: %s\n", clip(strings.Join(p.GetChecks(), ", "), 160))
+		if len(p.GetKernelLog()) > 0 {
+			fmt.Fprintln(w, "  kernel log:")
+			for _, l := range p.GetKernelLog() {
+				fmt.Fprintf(w, "    %s\n", clip(l, 200))
+			}
+		}
+		for _, l := range p.GetEvidence() {
+			fmt.Fprintf(w, "  %s\n", clip(l, 200))
+		}
+	}
+}
+
+// PartIdentity is a part's identity in one line: "QEMU NVMe Ctrl, serial
+// X, firmware 7.2.22, PCI 0000:01:00.0, link 2.5 GT/s x1 of 16 GT/s x4".
+func PartIdentity(p *curev1.RmaPart) string {
+	var s []string
+	add := func(label, v string) {
+		if v != "" {
+			s = append(s, strings.TrimSpace(label+" "+v))
+		}
+	}
+	add("", p.GetModel())
+	add("serial", p.GetSerial())
+	add("uuid", p.GetUuid())
+	add("part", p.GetPartNumber())
+	add("firmware", p.GetFirmware())
+	add("", p.GetLocation())
+	add("link", p.GetLink())
+	if len(s) == 0 {
+		return "(no identity in the inventory)"
+	}
+	return strings.Join(s, ", ")
 }
 
 // PrintBuckets writes a run's time buckets (sub-buckets indented) with

@@ -50,3 +50,25 @@ func TestPrintReportWide(t *testing.T) {
 		t.Errorf("wide report lacks the whole detail:\n%s", wide.String())
 	}
 }
+
+// A report the coordinator cut to its size bound says what it left out, in
+// the terminal and in the HTML report.
+func TestReportSaysWhatWasLeftOut(t *testing.T) {
+	rep := &curev1.RunReport{RunId: "r1", NodeId: "n1", Status: "failed", VerdictsOmitted: 391, EventsNotStored: 4212,
+		Verdicts: []*curev1.Verdict{{Component: "gpu/3", Check: "dcgm", Status: curev1.VerdictStatus_FAIL}}}
+	var text, html bytes.Buffer
+	PrintReport(&text, rep)
+	if err := WriteHTML(&html, rep, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{text.String(), html.String()} {
+		if !strings.Contains(out, "391 more verdicts") || !strings.Contains(out, "4212 events past the run's caps") {
+			t.Errorf("report does not say what was left out:\n%s", out)
+		}
+	}
+	var full bytes.Buffer
+	PrintReport(&full, &curev1.RunReport{RunId: "r1", Status: "succeeded"})
+	if strings.Contains(full.String(), "left out") || strings.Contains(full.String(), "not stored") {
+		t.Errorf("a whole report claims something was left out:\n%s", full.String())
+	}
+}

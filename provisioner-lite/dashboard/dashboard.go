@@ -6,7 +6,9 @@
 //
 // Scale: every page is aggregated on the server and paged (PageSize rows);
 // the event stream sends the counts (a few dozen numbers) and only the rows
-// of the nodes the page shows that changed, never the fleet.
+// of the nodes the page shows that changed, never the fleet. All streams
+// share one fleet snapshot per tick, and they are capped per operator and
+// in total (stream.go).
 //
 // Security (docs/SECURITY.md): every request is authenticated by Auth (the
 // operator's verified client certificate, as for curectl); the dashboard
@@ -18,8 +20,6 @@ package dashboard
 import (
 	"context"
 	"embed"
-	"encoding/json"
-	"fmt"
 	"html/template"
 	"log/slog"
 	"net/http"
@@ -33,10 +33,12 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/curectl"
 	"github.com/cure-oss/cure/provisioner-lite/inventory"
+	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/timebuckets"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 //go:embed assets/*
@@ -61,8 +63,16 @@ type Config struct {
 	Log  *slog.Logger
 	// PageSize is the fleet view's rows per page (default 100).
 	PageSize int
-	// Interval is how often the event stream looks for changes (default 1s).
+	// Interval is how often the live streams look for changes (default 1s).
 	Interval time.Duration
+	// MaxStreams caps the live streams open at once (default 64), and
+	// MaxStreamsPerViewer those of one operator (default 8): past either
+	// a stream is refused with 429.
+	MaxStreams, MaxStreamsPerViewer int
+	// Observer hears of streams and snapshots (optional).
+	Observer Observer
+
+	ticks <-chan time.Time // tests: snapshot ticks given by hand
 }
 
 // Handler serves the dashboard.
@@ -76,7 +86,20 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	d := &dash{cfg: cfg}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = 64
+	}
+	if cfg.MaxStreamsPerViewer <= 0 {
+		cfg.MaxStreamsPerViewer = 8
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = noObserver{}
+	}
+	d := &dash{cfg: cfg,
+		caps:     &streamCaps{max: cfg.MaxStreams, perViewer: cfg.MaxStreamsPerViewer, obs: cfg.Observer, byViewer: map[string]int{}},
+		feed:     newFeed(cfg.Store, cfg.Log, cfg.Observer, cfg.Interval, cfg.ticks),
+		refusals: newStreamRefusals(cfg.Log),
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", d.fleet)
 	mux.HandleFunc("GET /nodes/{id}", d.node)
@@ -86,7 +109,12 @@ func Handler(cfg Config) http.Handler {
 	return d.guard(mux)
 }
 
-type dash struct{ cfg Config }
+type dash struct {
+	cfg      Config
+	caps     *streamCaps
+	feed     *feed
+	refusals *peerlimit.Refusals
+}
 
 // guard authenticates, refuses anything but GET/HEAD and sets the headers
 // every answer carries.
@@ -327,6 +355,8 @@ func (d *dash) node(w http.ResponseWriter, r *http.Request) {
 		data["Reboots"] = rebootMarks(run, timebuckets.RebootTimes(phases, events), now)
 		data["Buckets"] = timebuckets.Compute(run, phases, events, now)
 		data["Verdicts"] = worstFirst(vs)
+		data["Suite"] = suiteView(ctx, d.cfg.Store, run, now)
+		d.fleetBands(ctx, run.ID, data)
 		runs, _ := d.cfg.Store.RunsOfNode(ctx, id)
 		if len(runs) > 20 {
 			runs = runs[:20]
@@ -334,6 +364,24 @@ func (d *dash) node(w http.ResponseWriter, r *http.Request) {
 		data["Runs"] = runs
 	}
 	d.render(w, "node.html", data)
+}
+
+// suiteView is the run's suite progress from its runner's latest heartbeat
+// (nil when none).
+func suiteView(ctx context.Context, st *store.Store, run store.Run, now time.Time) *curectl.SuiteView {
+	rec, err := st.RunProgress(ctx, run.ID)
+	if err != nil {
+		return nil
+	}
+	var p curev1.Progress
+	if protojson.Unmarshal(rec.JSON, &p) != nil {
+		return nil
+	}
+	var deadline int64
+	if d, err := run.PhaseDeadline(run.Phase); err == nil && !d.IsZero() && run.Phase == rec.Phase {
+		deadline = d.UnixMilli()
+	}
+	return curectl.SuiteProgress(&p, rec.Received.UnixMilli(), deadline, runstate.Active(run.Status), now)
 }
 
 func (d *dash) runOf(ctx context.Context, node, runID string) (store.Run, error) {
@@ -401,7 +449,7 @@ func verdictRank(s string) int {
 	switch s {
 	case "FAIL", "ERROR":
 		return 0
-	case "DRIFT":
+	case "DRIFT", "MARGINAL":
 		return 1
 	case "SKIP":
 		return 2
@@ -453,72 +501,6 @@ type Delta struct {
 	ByPhase  []Count `json:"by_phase"`
 	Changed  []Row   `json:"changed"`
 	Time     int64   `json:"time"`
-}
-
-// events streams deltas for the nodes listed in ?nodes= (those on the
-// page, at most 500) and the filter's counts.
-func (d *dash) events(w http.ResponseWriter, r *http.Request) {
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
-		return
-	}
-	watch := map[string]bool{}
-	for _, n := range strings.Split(r.URL.Query().Get("nodes"), ",") {
-		if n != "" && len(watch) < 500 {
-			watch[n] = true
-		}
-	}
-	f := filterOf(r)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("X-Accel-Buffering", "no")
-	last := map[string]Row{}
-	lastCounts := ""
-	first := true
-	t := time.NewTicker(d.cfg.Interval)
-	defer t.Stop()
-	for {
-		_, rows, err := BuildFleet(r.Context(), d.cfg.Store, f, 1, 1)
-		if err != nil {
-			if r.Context().Err() != nil {
-				return
-			}
-			d.cfg.Log.Error("dashboard events", "err", err)
-		} else {
-			var delta Delta
-			byStatus, byPhase := map[string]int{}, map[string]int{}
-			for _, row := range rows {
-				byStatus[row.Status]++
-				if row.Status == runstate.RunRunning || row.Status == runstate.RunPending {
-					byPhase[nonEmpty(row.Phase, "start")]++
-				}
-				if !watch[row.Node] {
-					continue
-				}
-				row.Message = clip(row.Message, 200)
-				if prev, ok := last[row.Node]; first || !ok || prev != row {
-					delta.Changed = append(delta.Changed, row)
-					last[row.Node] = row
-				}
-			}
-			delta.Nodes, delta.ByStatus, delta.ByPhase, delta.Time = len(rows), counts(byStatus), counts(byPhase), time.Now().UnixMilli()
-			c, _ := json.Marshal([]any{delta.Nodes, delta.ByStatus, delta.ByPhase})
-			if first || len(delta.Changed) > 0 || string(c) != lastCounts {
-				b, _ := json.Marshal(delta)
-				if _, err := fmt.Fprintf(w, "event: delta\ndata: %s\n\n", b); err != nil {
-					return
-				}
-				fl.Flush()
-				lastCounts = string(c)
-			}
-			first = false
-		}
-		select {
-		case <-r.Context().Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 func clip(s string, n int) string {

@@ -400,3 +400,25 @@ func TestDashboardNodeInventory(t *testing.T) {
 		t.Error("inventory text rendered as markup")
 	}
 }
+
+// TestDashboardNodeSuiteProgress: a node in a suite shows each check's
+// progress and the ETA from its runner's latest heartbeat.
+func TestDashboardNodeSuiteProgress(t *testing.T) {
+	st := fleetStore(t, 4)
+	h := dashboard.Handler(dashboard.Config{Store: st, Auth: viewer, Log: quiet})
+	js := `{"suite":"burnin-72h","stage":"load","elapsedMs":"36000000","plannedMs":"259200000","remainingMs":"223200000",` +
+		`"checks":[{"check":"cpu-soak","stage":"load","state":"running","elapsedMs":"32400000","plannedMs":"129600000"},` +
+		`{"check":"smart-before","stage":"before","state":"done","worst":"PASS"}]}`
+	if _, err := st.PutProgress(t.Context(), store.ProgressRecord{RunID: "run-node-0003", BootID: "b1", Seq: 7, Phase: modes.Validate,
+		Time: time.Now(), Received: time.Now(), JSON: []byte(js)}); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/nodes/node-0003", nil))
+	body := rec.Body.String()
+	for _, want := range []string{`id="suite"`, "suite burnin-72h · stage load · 1/2 checks done, 1 running", "eta 62h0m0s", "cpu-soak", `value="25"`, "smart-before"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("node page lacks %q", want)
+		}
+	}
+}

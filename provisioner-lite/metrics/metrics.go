@@ -100,6 +100,7 @@ type Metrics struct {
 	bootStage        *prometheus.HistogramVec
 
 	nodes *nodeMetrics
+	dash  *dashboardMetrics
 }
 
 // New registers every family in a fresh registry (plus Go runtime and
@@ -152,6 +153,7 @@ func New(o Options) *Metrics {
 	m.webhooks = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "webhook_deliveries_total",
 		Help: "Webhook delivery attempts, by result (delivered, retried, failed, dropped)."}, []string{"result"})
 	m.nodes = newNodeMetrics(o)
+	m.dash = newDashboardMetrics(reg)
 	for _, c := range []prometheus.Collector{m.runsStarted, m.runsEnded, m.runsActive, m.phaseDuration, m.runReboots, m.retries,
 		m.redfishDuration, m.redfishErrors, m.redfishRetries, m.runnersConnected, m.runnerSessions, m.eventLag, m.artifactBytes,
 		m.commitDuration, m.commitOps, m.webhooks, m.bootStage, m.nodes,

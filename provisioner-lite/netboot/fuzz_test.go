@@ -2,6 +2,7 @@ package netboot
 
 import (
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -81,6 +82,74 @@ func FuzzTFTPName(f *testing.F) {
 		}
 		if want := files.m[name]; len(want) != len(b) || &want[0] != &b[0] {
 			t.Fatalf("request %q: content is not the build's", req)
+		}
+	})
+}
+
+// FuzzTFTPPacket feeds any bytes a peer can send to the TFTP ports through
+// the parsers and the answer they lead to: no panic; a parsed request's
+// blksize is 0 or within RFC 2348's range; the answer's block size never
+// exceeds the cap; its OACK names only the options asked for, with the
+// granted values; the DATA blocks cover the file exactly.
+func FuzzTFTPPacket(f *testing.F) {
+	for _, b := range [][]byte{
+		rrq("snponly.efi", "tsize", "0", "blksize", "1468"), rrq("undionly.kpxe"), rrq("x", "BLKSIZE", "7", "blksize", "9000", "timeout", "1"),
+		{0, 2, 'a', 0, 'o', 'c', 't', 'e', 't', 0}, {0, 4, 0, 1}, {0, 5, 0, 8, 0}, {0, 1, 0, 0}, {},
+	} {
+		f.Add(b, uint16(1468), uint32(173792))
+	}
+	f.Fuzz(func(t *testing.T, b []byte, maxBlk uint16, size uint32) {
+		if p, err := parseTFTPClientPacket(b); err == nil && p.op != opACK && p.op != opERROR {
+			t.Fatalf("client packet of opcode %d accepted", p.op)
+		}
+		r, err := parseTFTPRequest(b)
+		if err != nil {
+			return
+		}
+		if r.blksize != 0 && (r.blksize < minBlockSize || r.blksize > maxBlockSize) {
+			t.Fatalf("blksize %d accepted", r.blksize)
+		}
+		lim := TFTPLimits{BlockSize: int(maxBlk)}
+		lim.defaults()
+		n := int(size % (1 << 20))
+		plan := planTFTPRead(r, n, lim.BlockSize)
+		if plan.blksize > lim.BlockSize || plan.blksize < minBlockSize {
+			t.Fatalf("block size %d granted with cap %d", plan.blksize, lim.BlockSize)
+		}
+		if (plan.oack != nil) != (r.blksize > 0 || r.tsize) {
+			t.Fatalf("OACK %q for blksize %d tsize %v", plan.oack, r.blksize, r.tsize)
+		}
+		if plan.oack != nil {
+			fields := strings.Split(strings.TrimSuffix(string(plan.oack[2:]), "\x00"), "\x00")
+			for i := 0; i+1 < len(fields); i += 2 {
+				switch fields[i] {
+				case "blksize":
+					if fields[i+1] != strconv.Itoa(plan.blksize) {
+						t.Fatalf("OACK blksize %s, granted %d", fields[i+1], plan.blksize)
+					}
+				case "tsize":
+					if fields[i+1] != strconv.Itoa(n) {
+						t.Fatalf("OACK tsize %s, size %d", fields[i+1], n)
+					}
+				default:
+					t.Fatalf("OACK names %q", fields[i])
+				}
+			}
+		}
+		if plan.blksize >= 512 { // smaller blocks: too many to walk here
+			data := make([]byte, n)
+			var total int
+			blocks := tftpBlocks(n, plan.blksize)
+			for i := 1; i <= blocks; i++ {
+				p := tftpData(nil, data, i, plan.blksize)
+				if l := len(p) - 4; l > plan.blksize || i < blocks && l != plan.blksize || i == blocks && l == plan.blksize {
+					t.Fatalf("block %d of %d: %d bytes, blksize %d", i, blocks, l, plan.blksize)
+				}
+				total += len(p) - 4
+			}
+			if total != n {
+				t.Fatalf("blocks carry %d bytes, file %d", total, n)
+			}
 		}
 	})
 }

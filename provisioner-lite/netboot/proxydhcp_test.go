@@ -32,6 +32,36 @@ func (l *logBuf) String() string {
 	return l.b.String()
 }
 
+// staticInventory is an inventory that never changes; it counts lookups.
+type staticInventory struct {
+	mu     sync.Mutex
+	macs   map[string]string
+	asked  []string
+	missed int
+}
+
+func inventoryOf(macs ...string) *staticInventory {
+	inv := &staticInventory{macs: map[string]string{}}
+	for i, m := range macs {
+		inv.macs[m] = fmt.Sprintf("node%d", i+1)
+	}
+	return inv
+}
+
+func (s *staticInventory) Lookup(mac string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked = append(s.asked, mac)
+	n, ok := s.macs[mac]
+	return n, ok
+}
+
+func (s *staticInventory) Missed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.missed++
+}
+
 // startProxy runs a ProxyDHCP on loopback with ephemeral ports.
 func startProxy(t *testing.T, cfg Config) (*ProxyDHCP, *logBuf) {
 	t.Helper()
@@ -120,14 +150,8 @@ func waitStats(t *testing.T, p *ProxyDHCP, cond func(Stats) bool) Stats {
 // an OFFER naming the iPXE build; its ProxyDHCP REQUEST on 4011 gets the
 // ACK; iPXE's DISCOVER gets the boot script URL.
 func TestProxyDHCPOverUDP(t *testing.T) {
-	var asked []string
-	var mu sync.Mutex
-	p, logs := startProxy(t, Config{Known: func(_ context.Context, mac string) (string, error) {
-		mu.Lock()
-		asked = append(asked, mac)
-		mu.Unlock()
-		return "node1", nil
-	}})
+	inv := inventoryOf(testMAC.String())
+	p, logs := startProxy(t, Config{Inventory: inv})
 	dhcpAddr, pxeAddr := p.Addrs()
 	c := newClient(t)
 
@@ -170,10 +194,10 @@ func TestProxyDHCPOverUDP(t *testing.T) {
 	if s.Answered != 3 {
 		t.Errorf("stats %+v, want 3 answered", s)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(asked) != 3 || asked[0] != testMAC.String() {
-		t.Errorf("inventory asked for %v, want the client's MAC for each answered request", asked)
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	if len(inv.asked) != 3 || inv.asked[0] != testMAC.String() {
+		t.Errorf("inventory asked for %v, want the client's MAC for each answered request", inv.asked)
 	}
 	for _, want := range []string{`node=node1`, `stage=pxe-firmware`, `file=snponly.efi`, `stage=ipxe`, `reply=ACK`} {
 		if !strings.Contains(logs.String(), want) {
@@ -185,12 +209,7 @@ func TestProxyDHCPOverUDP(t *testing.T) {
 // MACs not in the inventory, non-PXE DHCP clients and unsupported
 // architectures get no answer at all.
 func TestProxyDHCPSilentForOthers(t *testing.T) {
-	p, logs := startProxy(t, Config{Known: func(_ context.Context, mac string) (string, error) {
-		if mac == testMAC.String() {
-			return "node1", nil
-		}
-		return "", fmt.Errorf("mac %s: %w", mac, ErrUnknownMAC)
-	}})
+	p, logs := startProxy(t, Config{Inventory: inventoryOf(testMAC.String())})
 	dhcpAddr, _ := p.Addrs()
 	c := newClient(t)
 	stranger := ovmfDiscover(t, dhcpv4.WithHwAddr(net.HardwareAddr{2, 0, 0, 0, 0, 9}))
@@ -216,7 +235,7 @@ func TestProxyDHCPSilentForOthers(t *testing.T) {
 
 // A flood is dropped past the burst, not queued.
 func TestProxyDHCPRateLimit(t *testing.T) {
-	p, _ := startProxy(t, Config{Rate: 0.001, Burst: 2})
+	p, _ := startProxy(t, Config{Rate: 0.001, Burst: 2, AnswerUnknown: true})
 	dhcpAddr, _ := p.Addrs()
 	c := newClient(t)
 	for i := 0; i < 6; i++ {
@@ -235,13 +254,16 @@ func TestNewProxyDHCPRefuses(t *testing.T) {
 	if _, err := NewProxyDHCP(Config{ServerIP: net.IPv4(127, 0, 0, 1)}); err == nil || !strings.Contains(err.Error(), "ScriptURL") {
 		t.Errorf("no script URL: err = %v", err)
 	}
+	if _, err := NewProxyDHCP(Config{ServerIP: net.IPv4(127, 0, 0, 1), Boot: testBoot}); err == nil || !strings.Contains(err.Error(), "no inventory") {
+		t.Errorf("no inventory, unknown MACs not answered: err = %v", err)
+	}
 	// A port already taken without SO_REUSEPORT is an error at start.
 	busy, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	_, err = NewProxyDHCP(Config{ServerIP: net.IPv4(127, 0, 0, 1), Boot: testBoot, DHCPAddr: busy.LocalAddr().(*net.UDPAddr),
+	_, err = NewProxyDHCP(Config{ServerIP: net.IPv4(127, 0, 0, 1), Boot: testBoot, AnswerUnknown: true, DHCPAddr: busy.LocalAddr().(*net.UDPAddr),
 		PXEAddr: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}})
 	if err == nil {
 		t.Error("listening on a port another socket holds succeeded")

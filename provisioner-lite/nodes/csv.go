@@ -54,11 +54,11 @@ func ParseCSV(name string, data []byte, opts ...Option) ([]store.Node, error) {
 		h = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")) // spreadsheet exports start with a BOM
 		line, c := r.FieldPos(i)
 		if _, dup := col[h]; dup {
-			errs = append(errs, fmt.Errorf("%s:%d:%d: header: duplicate column %q", name, line, c, h))
+			errs = append(errs, fmt.Errorf("%s:%d:%d: header: duplicate column %s", name, line, c, quote(h)))
 			continue
 		}
 		if !isCSVColumn(h) {
-			errs = append(errs, fmt.Errorf("%s:%d:%d: header: unknown column %q (want %s and optionally %s)", name, line, c, h, strings.Join(csvRequired, ","), strings.Join(csvOptional, ",")))
+			errs = append(errs, fmt.Errorf("%s:%d:%d: header: unknown column %s (want %s and optionally %s)", name, line, c, quote(h), strings.Join(csvRequired, ","), strings.Join(csvOptional, ",")))
 			continue
 		}
 		col[h] = i
@@ -120,7 +120,7 @@ func ParseCSV(name string, data []byte, opts ...Option) ([]store.Node, error) {
 			passwordFile: get("bmc_password_file"), caFile: get("bmc_ca_file"), fingerprint: get("bmc_fingerprint")}
 		if v := get("bmc_insecure"); v != "" {
 			if b.insecure, err = strconv.ParseBool(v); err != nil {
-				bad("bmc_insecure", fmt.Errorf("%q: want true or false", v))
+				bad("bmc_insecure", fmt.Errorf("%s: want true or false", quote(v)))
 			}
 		}
 		for _, fe := range b.apply(filepath.Dir(name), &n) {
@@ -186,10 +186,10 @@ func csvMap(s string, check func(k, v string) error) (map[string]string, error) 
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
 		if !ok {
-			return nil, fmt.Errorf("entry %d %q: want key=value (entries separated by ';')", i+1, part)
+			return nil, fmt.Errorf("entry %d %s: want key=value (entries separated by ';')", i+1, quote(part))
 		}
 		if _, dup := out[k]; dup {
-			return nil, fmt.Errorf("entry %d: %q given twice", i+1, k)
+			return nil, fmt.Errorf("entry %d: %s given twice", i+1, quote(k))
 		}
 		if err := check(k, v); err != nil {
 			return nil, fmt.Errorf("entry %d: %w", i+1, err)

@@ -1,12 +1,14 @@
 package nodes
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 )
 
 // checkParsed holds what every successful import must satisfy, whatever the
@@ -44,6 +46,9 @@ func checkParsed(t *testing.T, ns []store.Node, err error, name string) {
 		}
 		if err := checkBMCURL(n.BMCURL); err != nil {
 			t.Fatalf("node %s BMC URL %q: %v", n.ID, n.BMCURL, err)
+		}
+		if strings.Contains(n.BMCURL, "@") {
+			t.Fatalf("node %s: BMC URL %q with userinfo accepted", n.ID, n.BMCURL)
 		}
 		if strings.HasPrefix(n.BMCURL, "http:") && !n.BMCInsecure {
 			t.Fatalf("node %s: http:// BMC without insecure", n.ID)
@@ -106,4 +111,48 @@ func FuzzParseCSV(f *testing.F) {
 		ns, err := ParseCSV("fuzz.csv", []byte(doc))
 		checkParsed(t, ns, err, "fuzz.csv")
 	})
+}
+
+// FuzzBMCURLRedacted: a BMC URL with a password in it, spelled any way,
+// is refused, and no error of Check or of either file format shows the
+// password (it carries a byte that nothing else in the input has).
+func FuzzBMCURLRedacted(f *testing.F) {
+	f.Add("https://admin:", "Zq7-pw", "@10.0.0.1")
+	f.Add("https//", "Zq7-pw", "@@h:99999")
+	f.Add("", "p%zz/w", "@h")
+	check := func(u string) error {
+		n := store.Node{ID: "a", BMCURL: u, BMCUser: "u", BMCPassword: "p", MACs: []string{"52:54:00:00:00:01"}}
+		return Check(&n)
+	}
+	csv := func(u string) error {
+		_, err := ParseCSV("f.csv", []byte("id,bmc_url,bmc_username,bmc_password,macs,sku,hostname,serial\na,"+u+",u,p,52:54:00:00:00:01,,,\n"))
+		return err
+	}
+	f.Fuzz(func(t *testing.T, before, secret, after string) {
+		u := before + secret + after
+		bare := !strings.ContainsAny(u, "\r\n\",") // a CSV field written bare
+		// What the errors say without the secret is not a leak of it.
+		other := before + after + textsafe.Redacted + fmt.Sprint(check(before+after))
+		if bare {
+			other += fmt.Sprint(csv(before + after))
+		}
+		if !strings.Contains(after, "@") || !hasUniqueByte(secret, other) {
+			return
+		}
+		if err := check(u); err == nil || strings.Contains(err.Error(), secret) {
+			t.Fatalf("Check of %q: %v", u, err)
+		}
+		if err := csv(u); bare && (err == nil || strings.Contains(err.Error(), secret)) {
+			t.Fatalf("CSV with %q: %v", u, err)
+		}
+	})
+}
+
+func hasUniqueByte(s, other string) bool {
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(other, s[i]) < 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -16,17 +16,27 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 )
 
 // Option adds a check to parsing.
 type Option func(*options)
 
 type options struct {
-	sku func(name string) error
+	sku       func(name string) error
+	caChecked bool
+}
+
+// WithCABundleChecked tells Check that the node's caFile is not to be read:
+// its caller has checked the bundle's bytes (ParseCABundle) and writes the
+// file only once every node of an import passed.
+func WithCABundleChecked() Option {
+	return func(o *options) { o.caChecked = true }
 }
 
 // WithSKUCheck reports, at the sku field, every SKU for which known returns
@@ -77,29 +87,53 @@ func checkID(id string) error {
 		return errors.New("required")
 	}
 	if !idRE.MatchString(id) {
-		return fmt.Errorf("%q: want 1-63 characters of A-Z a-z 0-9 . _ - starting with a letter or digit", id)
+		return fmt.Errorf("%s: want 1-63 characters of A-Z a-z 0-9 . _ - starting with a letter or digit", quote(id))
 	}
 	return nil
 }
 
+// maxBMCURL bounds a BMC URL (a Redfish base URL is short; the inventory
+// is shown in every node listing).
+const maxBMCURL = 2048
+
+// checkBMCURL refuses a URL with userinfo ("user:password@") before
+// anything else: a password there would be stored with the URL and echoed
+// wherever the URL is (listings, logs, the audit log viewers read). Any '@'
+// counts, parsed as userinfo or not (a malformed URL is the one an error
+// quotes). Errors quote the URL redacted (quote).
 func checkBMCURL(s string) error {
 	if s == "" {
 		return errors.New("required")
 	}
+	if strings.Contains(s, "@") {
+		return fmt.Errorf("%s: credentials in the URL (user:password@) are refused: they would be stored and shown with the URL; put the user in username and the password in password, passwordEnv or passwordFile", quote(s))
+	}
+	if len(s) > maxBMCURL {
+		return fmt.Errorf("%d bytes: at most %d", len(s), maxBMCURL)
+	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Errorf("%q: %v", s, err)
+		// url.Error quotes the whole input; its cause does not.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("%s: %v", quote(s), err)
 	}
 	if u.Scheme != "https" && u.Scheme != "http" {
-		return fmt.Errorf("%q: scheme %q: want https (or http with insecure: true)", s, u.Scheme)
+		return fmt.Errorf("%s: scheme %s: want https (or http with insecure: true)", quote(s), quote(u.Scheme))
 	}
 	if u.Hostname() == "" {
-		return fmt.Errorf("%q: no host", s)
-	}
-	if u.User != nil {
-		return fmt.Errorf("%q: credentials in the URL: use username and password fields", s)
+		return fmt.Errorf("%s: no host", quote(s))
 	}
 	return nil
+}
+
+// quote is how an error shows a value from the inventory: quoted, one line,
+// at most 256 bytes, and with anything a URL's userinfo could hold replaced
+// (textsafe.RedactURL): errors reach logs, curectl and the audit log.
+func quote(s string) string {
+	return strconv.Quote(textsafe.BoundedLine(textsafe.RedactURL(s), 256))
 }
 
 // hostnameRE is one RFC 1123 label.
@@ -110,11 +144,11 @@ func checkHostname(h string) error {
 		return nil
 	}
 	if len(h) > 253 {
-		return fmt.Errorf("%q: longer than 253 characters", h)
+		return fmt.Errorf("%s: longer than 253 characters", quote(h))
 	}
 	for _, l := range strings.Split(h, ".") {
 		if !hostnameRE.MatchString(l) {
-			return fmt.Errorf("%q: label %q: want letters, digits and '-' (RFC 1123), 1-63 characters", h, l)
+			return fmt.Errorf("%s: label %s: want letters, digits and '-' (RFC 1123), 1-63 characters", quote(h), quote(l))
 		}
 	}
 	return nil
@@ -130,10 +164,10 @@ var (
 // CheckLabel is the rule for one label, here and in `curectl nodes label`.
 func CheckLabel(k, v string) error {
 	if !labelKeyRE.MatchString(k) {
-		return fmt.Errorf("label name %q: want 1-63 letters, digits and . _ / - (starting and ending with a letter or digit)", k)
+		return fmt.Errorf("label name %s: want 1-63 letters, digits and . _ / - (starting and ending with a letter or digit)", quote(k))
 	}
 	if !labelValueRE.MatchString(v) {
-		return fmt.Errorf("label %s: value %q: want at most 128 letters, digits and . _ / : @ + - (no spaces, ',' or '=': selectors are k=v,...)", k, v)
+		return fmt.Errorf("label %s: value %s: want at most 128 letters, digits and . _ / : @ + - (no spaces, ',' or '=': selectors are k=v,...)", k, quote(v))
 	}
 	return nil
 }
@@ -156,6 +190,7 @@ func checkPSID(serial, psid string) error {
 type bmcFields struct {
 	url, password, passwordEnv, passwordFile, caFile, fingerprint string
 	insecure                                                      bool
+	caChecked                                                     bool // caFile's bundle was checked already (WithCABundleChecked)
 }
 
 // fieldErr is a problem with one bmc field (YAML key; "" for the password
@@ -213,7 +248,9 @@ func (b bmcFields) apply(dir string, out *store.Node) []fieldErr {
 	}
 	if b.caFile != "" {
 		p := absPath(dir, b.caFile)
-		if _, err := LoadCABundle(p); err != nil {
+		if b.caChecked {
+			out.BMCCAFile = p
+		} else if _, err := LoadCABundle(p); err != nil {
 			bad("caFile", err)
 		} else {
 			out.BMCCAFile = p
@@ -228,7 +265,7 @@ func (b bmcFields) apply(dir string, out *store.Node) []fieldErr {
 		bad("fingerprint", errors.New("with caFile: give one way to verify the BMC, the pin or the CA"))
 	}
 	if u, err := url.Parse(b.url); err == nil && u.Scheme == "http" && !b.insecure {
-		bad("url", fmt.Errorf("%q: plain http:// sends the BMC password in clear: use https://, or add insecure: true to allow it", b.url))
+		bad("url", fmt.Errorf("%s: plain http:// sends the BMC password in clear: use https://, or add insecure: true to allow it", quote(b.url)))
 	}
 	return errs
 }
@@ -255,7 +292,7 @@ func newSeen() *seen { return &seen{ids: map[string]string{}, macs: map[string]s
 
 func (s *seen) id(id, where string) error {
 	if prev, ok := s.ids[id]; ok {
-		return fmt.Errorf("duplicate id %q (first defined at %s)", id, prev)
+		return fmt.Errorf("duplicate id %s (first defined at %s)", quote(id), prev)
 	}
 	s.ids[id] = where
 	return nil
@@ -288,14 +325,14 @@ func Check(n *store.Node, opts ...Option) error {
 	if n.BMCUser == "" {
 		bad("bmc.username", errors.New("required"))
 	}
-	b := bmcFields{url: n.BMCURL, password: n.BMCPassword, caFile: n.BMCCAFile, fingerprint: n.BMCFingerprint, insecure: n.BMCInsecure}
+	b := bmcFields{url: n.BMCURL, password: n.BMCPassword, caFile: n.BMCCAFile, fingerprint: n.BMCFingerprint, insecure: n.BMCInsecure, caChecked: o.caChecked}
 	switch ref := n.BMCPasswordRef; {
 	case strings.HasPrefix(ref, RefEnv):
 		b.passwordEnv = strings.TrimPrefix(ref, RefEnv)
 	case strings.HasPrefix(ref, RefFile):
 		b.passwordFile = strings.TrimPrefix(ref, RefFile)
 	case ref != "":
-		bad("bmc.password", fmt.Errorf("reference %q: want env:NAME or file:/path", ref))
+		bad("bmc.password", fmt.Errorf("reference %s: want env:NAME or file:/path", quote(ref)))
 	}
 	out := *n
 	out.BMCPassword, out.BMCPasswordRef, out.BMCCAFile, out.BMCFingerprint = "", "", "", ""

@@ -57,7 +57,7 @@ func resolveRef(ref string) (string, error) {
 	case strings.HasPrefix(ref, RefEnv):
 		name := strings.TrimPrefix(ref, RefEnv)
 		if !envNameRE.MatchString(name) {
-			return "", fmt.Errorf("passwordEnv %q: not an environment variable name", name)
+			return "", fmt.Errorf("passwordEnv %s: not an environment variable name", quote(name))
 		}
 		v, ok := os.LookupEnv(name)
 		if !ok || v == "" {
@@ -67,12 +67,12 @@ func resolveRef(ref string) (string, error) {
 	case strings.HasPrefix(ref, RefFile):
 		return readPasswordFile(strings.TrimPrefix(ref, RefFile))
 	}
-	return "", fmt.Errorf("password reference %q: want env:NAME or file:/path", ref)
+	return "", fmt.Errorf("password reference %s: want env:NAME or file:/path", quote(ref))
 }
 
 func readPasswordFile(path string) (string, error) {
 	if !filepath.IsAbs(path) {
-		return "", fmt.Errorf("passwordFile %q: not an absolute path", path)
+		return "", fmt.Errorf("passwordFile %s: not an absolute path", quote(path))
 	}
 	b, mode, err := readRegular(path, maxPasswordFile)
 	if err != nil {

@@ -133,7 +133,7 @@ func kindName(n *yaml.Node) string {
 		if n.Tag == "!!null" {
 			return "nothing"
 		}
-		return fmt.Sprintf("scalar %q", n.Value)
+		return "scalar " + quote(n.Value)
 	}
 	return "something else"
 }

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"time"
 
@@ -107,4 +108,58 @@ func (b *meteredBMC) BiosAttributes(ctx context.Context) (a map[string]any, err 
 func (b *meteredBMC) SetBiosAttributes(ctx context.Context, attrs map[string]any) (err error) {
 	defer func(t time.Time) { b.obs("set_bios_attributes", t, err) }(time.Now())
 	return b.BMC.SetBiosAttributes(ctx, attrs)
+}
+
+// health is the wrapped connection's health reader; a connection without
+// one offers none (ErrNotSupported, recorded as such by the callers).
+func (b *meteredBMC) health() (BMCHealth, error) {
+	if h, ok := b.BMC.(BMCHealth); ok {
+		return h, nil
+	}
+	return nil, fmt.Errorf("%w: this BMC connection reads no health resources", redfish.ErrNotSupported)
+}
+
+// obsHealth times a health read; a resource the BMC does not offer is not
+// an error of the BMC.
+func (b *meteredBMC) obsHealth(op string, start time.Time, err error) {
+	if redfish.IsNotSupported(err) {
+		err = nil
+	}
+	b.obs(op, start, err)
+}
+
+func (b *meteredBMC) Sensors(ctx context.Context) (s *redfish.Sensors, err error) {
+	defer func(t time.Time) { b.obsHealth("sensors", t, err) }(time.Now())
+	h, err := b.health()
+	if err != nil {
+		return nil, err
+	}
+	return h.Sensors(ctx)
+}
+
+func (b *meteredBMC) PowerSupplies(ctx context.Context) (ps []redfish.Part, err error) {
+	defer func(t time.Time) { b.obsHealth("power_supplies", t, err) }(time.Now())
+	h, err := b.health()
+	if err != nil {
+		return nil, err
+	}
+	return h.PowerSupplies(ctx)
+}
+
+func (b *meteredBMC) Fans(ctx context.Context) (fs []redfish.Part, err error) {
+	defer func(t time.Time) { b.obsHealth("fans", t, err) }(time.Now())
+	h, err := b.health()
+	if err != nil {
+		return nil, err
+	}
+	return h.Fans(ctx)
+}
+
+func (b *meteredBMC) EventLog(ctx context.Context, since, until time.Time, max int) (l *redfish.EventLog, err error) {
+	defer func(t time.Time) { b.obsHealth("event_log", t, err) }(time.Now())
+	h, err := b.health()
+	if err != nil {
+		return nil, err
+	}
+	return h.EventLog(ctx, since, until, max)
 }

@@ -84,7 +84,12 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 					batch = append(batch, plan.Phases[j].Name)
 				}
 			}
+			stopTelemetry := e.startBMCTelemetry(ctx, &r, batch)
 			failedPhase, msg, err := e.runnerPhases(ctx, &r, batch, log)
+			stopTelemetry()
+			if validating(&r, batch) && !errors.Is(err, errStopped) && ctx.Err() == nil {
+				e.collectBMCEvidence(ctx, &r)
+			}
 			if err != nil {
 				if errors.Is(err, errStopped) || ctx.Err() != nil {
 					return
@@ -119,6 +124,10 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 			continue
 		}
 		i++
+	}
+	if msg := e.fleetGate(ctx, &r); msg != "" {
+		e.finish(ctx, &r, runstate.RunFailed, msg)
+		return
 	}
 	r.SetBoot(store.BootUnset)
 	e.finish(ctx, &r, runstate.RunSucceeded, "all phases done")
@@ -204,6 +213,9 @@ func (e *Engine) begin(ctx context.Context, r *store.Run, phase, source string) 
 	}); err != nil {
 		e.cfg.Log.Error("store phase", "err", err)
 	}
+	if phase == modes.Validate {
+		e.validateChanged(r.ID, true)
+	}
 	if source == runstate.SourceCoordinator {
 		e.coordEvent(context.WithoutCancel(ctx), *r, phase, runstate.EventPhaseStart, "", "", 0)
 	}
@@ -223,6 +235,9 @@ func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcom
 	}); err != nil {
 		e.cfg.Log.Error("store phase", "err", err)
 	}
+	if phase == modes.Validate {
+		e.validateChanged(r.ID, false)
+	}
 	e.cfg.Metrics.PhaseEnded(phase, e.skuOf(ctx, r), out.status, dur)
 	if out.status != runstate.PhaseFailed && !slices.Contains(r.CompletedPhases, phase) {
 		r.CompletedPhases = append(r.CompletedPhases, phase)
@@ -232,10 +247,16 @@ func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcom
 		e.coordEvent(ctx, *r, phase, runstate.EventPhaseEnd, out.status, out.msg, dur)
 	}
 	e.cfg.Log.Info("phase end", "run", r.ID, "node", r.NodeID, "phase", phase, "status", out.status, "msg", out.msg, "duration", dur.Round(time.Millisecond))
+	if phase == modes.Validate {
+		if err := e.judgeFleet(ctx, r); err != nil {
+			e.cfg.Log.Error("fleet bands", "run", r.ID, "err", err)
+		}
+	}
 }
 
 func (e *Engine) finish(ctx context.Context, r *store.Run, status, msg string) {
 	ctx = context.WithoutCancel(ctx)
+	e.bmcEvidenceAtEnd(ctx, r)
 	r.Status = status
 	r.Message = msg
 	r.EndedAt = time.Now().UTC()

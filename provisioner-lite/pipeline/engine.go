@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
@@ -47,13 +48,16 @@ type BMC interface {
 type Timeouts struct {
 	BMCCall      time.Duration // one Redfish call
 	WaitForCURE  time.Duration // PXE boot to runner registered
-	RunnerPhase  time.Duration // one in-band phase
+	RunnerPhase  time.Duration // one in-band phase other than validate (whose deadline is its suite's planned duration plus grace)
 	Reconnect    time.Duration // runner gone before it counts as a disconnect
 	ShutdownWait time.Duration // runner asked to reboot, before a BMC reset
 	HostOS       time.Duration // reboot to the installed OS calling back
 	BMCReset     time.Duration // BMC reset until it answers again
 	BMCTask      time.Duration // a firmware update task, submission to its end
 	TaskPoll     time.Duration // Redfish task polling period
+	// BMCPoll is the BMC sensor polling period of a validate phase whose
+	// suite sets no stage bmcInterval (default manifests.DefaultBMCInterval).
+	BMCPoll time.Duration
 	// RetryBase is the first delay before a failed phase is tried again;
 	// it doubles per attempt up to RetryMax, with full jitter, so a rack
 	// whose switch flapped does not retry in lockstep.
@@ -135,6 +139,7 @@ func (c *Config) defaults() {
 	d(&c.Timeouts.BMCReset, 10*time.Minute)
 	d(&c.Timeouts.BMCTask, time.Hour)
 	d(&c.Timeouts.TaskPoll, 2*time.Second)
+	d(&c.Timeouts.BMCPoll, time.Duration(manifests.DefaultBMCInterval))
 	d(&c.Timeouts.RetryBase, 2*time.Second)
 	d(&c.Timeouts.RetryMax, time.Minute)
 	if c.Budgets.PhaseAttempts == 0 {
@@ -191,6 +196,9 @@ type Engine struct {
 	interrupted map[string]bool
 	// skus caches the node SKU of each run driven (a metrics label).
 	skus sync.Map
+	// pollers holds the BMC sensor poller of each run in its validate
+	// phase: run id -> *bmcPoller.
+	pollers sync.Map
 }
 
 // New returns an engine; call Resume to pick up runs from the store.
@@ -421,6 +429,19 @@ func (e *Engine) coordEvent(ctx context.Context, r store.Run, phase, kind, statu
 	})
 	if err != nil {
 		e.cfg.Log.Error("store event", "run", r.ID, "err", err)
+	}
+}
+
+// coordNote records a coordinator note: session chatter a runner can
+// provoke by reconnecting (store.Event.Note: capped per run, pruned with the
+// runner's logs), not the run's essential timeline.
+func (e *Engine) coordNote(ctx context.Context, r store.Run, phase, msg string) {
+	_, _, err := e.cfg.Store.AppendEvent(ctx, store.Event{
+		RunID: r.ID, NodeID: r.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(),
+		Phase: phase, Kind: runstate.EventInfo, Message: msg, Note: true,
+	})
+	if err != nil {
+		e.cfg.Log.Error("store note", "run", r.ID, "err", err)
 	}
 }
 

@@ -56,13 +56,22 @@ type fixture struct {
 	// dropAfterStart cuts the stream once after this phase's start.
 	dropAfterStart string
 	dropped        bool
-	assignments    []*curev1.Assignment
+	// hold is how long the scripted runner spends in a phase.
+	hold        map[string]time.Duration
+	assignments []*curev1.Assignment
 	// failConnects makes this many BMC logins fail before they reach the BMC.
 	failConnects int
+	// during, when set, runs between a phase's start and end on the
+	// runner of boot (1 for the first), sending events through emit; it
+	// may block (a hung runner) until its boot is over, and then says the
+	// runner died with it (no phase end).
+	during func(phase string, boot int, emit func(*curev1.Event)) (died bool)
 	// metrics hears everything the engine, runner service, store and
 	// Redfish transport report.
 	metrics *metrics.Metrics
 	dir     string
+	// verdicts are what the runner reports in a phase, before its end.
+	verdicts map[string][]*curev1.Verdict
 }
 
 // helloDisks is what the scripted runner reports: the disk the manifest's
@@ -298,7 +307,15 @@ func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
 					}
 					f.attempts[p]++
 					status := f.phaseStatus(p, f.attempts[p])
+					during := f.during
 					f.mu.Unlock()
+					if during != nil {
+						run := a.GetRunId()
+						if during(p, boot, func(ev *curev1.Event) { emit(run, p, ev) }) {
+							cancel()
+							return
+						}
+					}
 					if drop {
 						// The TCP stream dies mid-phase; the runner keeps working
 						// and reconnects, replaying what was not acked.
@@ -312,6 +329,14 @@ func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
 					if p == modes.NVMe {
 						emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{Component: "nvme/0", Check: "firmware", Status: curev1.VerdictStatus_MATCH, Observed: "7.2.22", Expected: "7.2.22"}}})
 					}
+					f.mu.Lock()
+					vs := f.verdicts[p]
+					hold := f.hold[p]
+					f.mu.Unlock()
+					for _, v := range vs {
+						emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_Verdict{Verdict: v}})
+					}
+					time.Sleep(hold)
 					emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_PhaseEnd{PhaseEnd: &curev1.PhaseEnd{Status: status, Message: "scripted", DurationMs: 5}}})
 					if status == curev1.PhaseStatus_PHASE_FAILED {
 						break

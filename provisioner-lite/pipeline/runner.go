@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
@@ -64,8 +66,23 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 	// A run resumed mid-batch (coordinator restart or takeover) had a
 	// runner: it reconnects within the reconnect budget or is gone (the
 	// node reset meanwhile), not the whole PXE budget.
-	phaseStarted := time.Now()
 	current := ""
+	var deadline time.Time
+	suite := e.batchSuite(r, batch, log)
+	if hadRunner {
+		// The coordinator stopped while the runner was in a phase: the
+		// phase, its deadline and its attempt carry on (the phase_start
+		// was acted on; the cursor is past it).
+		current, deadline = e.runningPhase(ctx, r, remaining, suite)
+	}
+	// lastAlive is the last sign of life of the followed runner: its
+	// session (re)attached, a phase started, or (LastHeartbeat) a
+	// heartbeat. A validate phase without one for the reconnect budget
+	// has lost its runner, even with its stream up.
+	var lastAlive time.Time
+	// dead is a session whose runner stopped sending heartbeats: its
+	// stream may outlive the node's reset until keepalives close it.
+	var dead *sessions.Session
 	// A new session is judged only after the events it had stored when it
 	// was first seen have been acted on (see reattachable).
 	var seen *sessions.Session
@@ -87,9 +104,16 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 			switch ev.Kind {
 			case runstate.EventPhaseStart:
 				current = ev.Phase
-				phaseStarted = ev.Time
+				budget, _ := phaseBudget(ev.Phase, suite, e.cfg.Timeouts.RunnerPhase)
+				deadline = time.Now().Add(budget)
+				lastAlive = time.Now()
+				r.SetPhaseDeadline(ev.Phase, deadline)
+				// Acted on: a restarted coordinator reads on from here, and
+				// does not start the phase's attempt a second time.
+				r.SetAssignCursor(ev.ID)
 				e.begin(ctx, r, ev.Phase, runstate.SourceRunner)
 			case runstate.EventPhaseEnd:
+				r.SetAssignCursor(ev.ID)
 				out := outcome{status: ev.Status, msg: ev.Message}
 				e.end(ctx, r, ev.Phase, out, time.Duration(ev.DurationMs)*time.Millisecond, runstate.SourceRunner)
 				if out.status == runstate.PhaseFailed {
@@ -111,15 +135,29 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 		}
 		changed := e.cfg.Hub.Changed(r.NodeID)
 		cur := e.cfg.Hub.Current(r.NodeID)
-		if cur != nil && cur.RunID != r.ID {
-			cur = nil // a runner booted for another run is not ours
+		if cur != nil && (cur.RunID != r.ID || cur == dead) {
+			cur = nil // a runner booted for another run is not ours; a silent one is gone
+		}
+		if cur != nil && cur == sess && current == modes.Validate {
+			last := lastAlive
+			if hb := cur.LastHeartbeat(); hb.After(last) {
+				last = hb
+			}
+			if silent := time.Since(last); silent > e.cfg.Timeouts.Reconnect {
+				e.coordEvent(ctx, *r, current, runstate.EventInfo, "", fmt.Sprintf("no heartbeat from the runner for %s (budget %s): the runner counts as lost",
+					silent.Round(time.Second), e.cfg.Timeouts.Reconnect), 0)
+				// sess stays the silent one: the reconnect budget applies,
+				// and it has run out.
+				dead, cur = cur, nil
+				lostSince = last
+			}
 		}
 		switch {
 		case cur == nil:
 			if lostSince.IsZero() {
 				lostSince = time.Now()
 				if sess != nil {
-					e.coordEvent(ctx, *r, current, runstate.EventInfo, "", "runner disconnected", 0)
+					e.coordNote(ctx, *r, current, "runner disconnected")
 				}
 			}
 			budget := e.cfg.Timeouts.Reconnect
@@ -164,9 +202,9 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 				st := cur.Hello.GetState()
 				// The runner kept working while its stream was down (or while
 				// the coordinator restarted): follow it, don't restart it.
-				e.coordEvent(ctx, *r, st.GetPhase(), "info", "", fmt.Sprintf("runner re-attached mid-phase %s (last seq %d)", st.GetPhase(), st.GetLastEventSeq()), 0)
+				e.coordNote(ctx, *r, st.GetPhase(), fmt.Sprintf("runner re-attached mid-phase %s (last seq %d)", st.GetPhase(), st.GetLastEventSeq()))
 				e.markHandled(cur)
-				sess = cur
+				sess, lastAlive = cur, time.Now()
 				break
 			}
 			if sess != nil || r.ResumeCount > 0 || e.attempts(r, remaining[0]) > 0 {
@@ -184,16 +222,20 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 			}
 			e.markHandled(cur)
 			e.save(ctx, r)
-			e.coordEvent(ctx, *r, remaining[0], runstate.EventInfo, "", fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(remaining, ","), r.ResumeCount), 0)
-			sess = cur
-			phaseStarted = time.Now()
+			e.coordNote(ctx, *r, remaining[0], fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(remaining, ","), r.ResumeCount))
+			sess, lastAlive = cur, time.Now()
 		}
 
 		if len(remaining) == 0 {
 			break
 		}
-		if current != "" && time.Since(phaseStarted) > e.cfg.Timeouts.RunnerPhase {
-			return current, fmt.Sprintf("%s %s", noPhaseEnd, e.cfg.Timeouts.RunnerPhase), nil
+		if current != "" && !deadline.IsZero() && time.Now().After(deadline) {
+			budget, why := phaseBudget(current, suite, e.cfg.Timeouts.RunnerPhase)
+			msg := fmt.Sprintf("%s %s", noPhaseEnd, budget)
+			if why != "" {
+				msg += " (" + why + ")"
+			}
+			return current, msg, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -269,7 +311,15 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 			CallbackToken: tok,
 		}
 	}
+	var resume *curev1.SuiteResume
+	if slices.Contains(phases, modes.Validate) {
+		if resume, err = e.suiteResume(ctx, r); err != nil {
+			return nil, err
+		}
+	}
 	return &curev1.Assignment{
+		SuiteResume:     resume,
+		HeartbeatMs:     heartbeatEvery(e.cfg.Timeouts.Reconnect).Milliseconds(),
 		RunId:           r.ID,
 		NodeId:          r.NodeID,
 		Mode:            modes.ToProto(modes.Mode(r.Mode)),
@@ -284,6 +334,82 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 		SkuName:         skuName,
 		ToolBundle:      e.toolBundleRef(ctx, r, phases, doc),
 	}, nil
+}
+
+// batchSuite is the run's validation suite when the batch runs one (nil
+// otherwise, or when it does not load: the runner then fails the phase
+// saying why, within the fixed in-band bound).
+func (e *Engine) batchSuite(r *store.Run, batch []string, log *slog.Logger) *manifests.ValidationSuite {
+	if !slices.Contains(batch, modes.Validate) {
+		return nil
+	}
+	_, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest)
+	if err != nil || doc.Suite == nil {
+		log.Warn("validate phase without a suite deadline", "manifest", r.Manifest, "err", err)
+		return nil
+	}
+	return doc.Suite
+}
+
+// runningPhase is the in-band phase a restarted coordinator finds running
+// (started, not ended) and its deadline as stored; "" when none.
+func (e *Engine) runningPhase(ctx context.Context, r *store.Run, remaining []string, suite *manifests.ValidationSuite) (string, time.Time) {
+	if !slices.Contains(remaining, r.Phase) {
+		return "", time.Time{}
+	}
+	ps, err := e.cfg.Store.Phases(ctx, r.ID)
+	if err != nil {
+		return "", time.Time{}
+	}
+	for _, p := range ps {
+		if p.Name != r.Phase || p.Status != runstate.PhaseRunning {
+			continue
+		}
+		d, err := r.PhaseDeadline(p.Name)
+		if err != nil || d.IsZero() {
+			budget, _ := phaseBudget(p.Name, suite, e.cfg.Timeouts.RunnerPhase)
+			d = p.StartedAt.Add(budget)
+		}
+		return p.Name, d
+	}
+	return "", time.Time{}
+}
+
+// suiteResume is the Assignment's SuiteResume when the validate phase is
+// given again while its latest attempt never ended (the node lost it: a
+// reset, a crash), nil for a first try or a retry after a failure. It
+// records the resume in the run's timeline.
+func (e *Engine) suiteResume(ctx context.Context, r *store.Run) (*curev1.SuiteResume, error) {
+	ps, err := e.cfg.Store.Phases(ctx, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	interrupted := false
+	for _, p := range ps {
+		interrupted = interrupted || (p.Name == modes.Validate && p.Status == runstate.PhaseRunning)
+	}
+	if !interrupted {
+		return nil, nil
+	}
+	_, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	if doc.Suite == nil {
+		return nil, nil // the runner refuses it, saying so
+	}
+	var last *curev1.Progress
+	if rec, err := e.cfg.Store.RunProgress(ctx, r.ID); err == nil {
+		last = &curev1.Progress{}
+		if err := protojson.Unmarshal(rec.JSON, last); err != nil {
+			return nil, fmt.Errorf("run %s: stored progress: %w", r.ID, err)
+		}
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	sr, note := planSuiteResume(doc.Suite, last)
+	e.coordEvent(ctx, *r, modes.Validate, runstate.EventInfo, "", note, 0)
+	return sr, nil
 }
 
 // reattachable says whether a connected runner is still carrying this run's

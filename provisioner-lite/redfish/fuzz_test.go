@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -420,6 +421,152 @@ func FuzzWaitTask(f *testing.F) {
 		defer fb.mu.Unlock()
 		if len(fb.foreign) > 0 {
 			t.Fatalf("requests left the BMC: %q", fb.foreign)
+		}
+	})
+}
+
+// cleanSensor checks one decoded reading: a finite value, bounded clean
+// text, a Redfish health or none.
+func cleanSensor(t *testing.T, r SensorReading) {
+	t.Helper()
+	if math.IsNaN(r.Value) || math.IsInf(r.Value, 0) {
+		t.Fatalf("reading %q is %v", r.Key, r.Value)
+	}
+	cleanText(t, "sensor key", r.Key, sensorKeyLimit)
+	cleanText(t, "sensor name", r.Name, maxTextLen+len(" output"))
+	cleanText(t, "sensor units", r.Units, maxUnitsLen)
+	if r.Key == "" || r.Kind == "" {
+		t.Fatalf("reading without a key or kind: %+v", r)
+	}
+	if r.Health != "" && r.Health != "OK" && r.Health != "Warning" && r.Health != "Critical" {
+		t.Fatalf("health %q", r.Health)
+	}
+}
+
+func cleanPart(t *testing.T, p Part) {
+	t.Helper()
+	for _, s := range []string{p.ID, p.Name, p.Manufacturer, p.Model, p.PartNumber, p.SparePartNumber, p.SerialNumber, p.FirmwareVersion, p.State, p.Location} {
+		cleanText(t, "part field", s, maxTextLen)
+	}
+	if p.Health != "" && p.Health != "OK" && p.Health != "Warning" && p.Health != "Critical" {
+		t.Fatalf("health %q", p.Health)
+	}
+}
+
+// FuzzHealthDecoders feeds the chassis, sensor, Thermal/Power and part
+// decoders what a BMC could send: links stay on the BMC, readings are
+// finite, text is bounded and clean, and counts are bounded.
+func FuzzHealthDecoders(f *testing.F) {
+	for _, rel := range []string{"Chassis/1U", "Chassis/1U/Sensors", "Chassis/1U/Sensors/CPU1Temp", "Chassis/1U/Sensors/CPUFan1",
+		"Chassis/1U/Thermal", "Chassis/1U/Power", "Chassis/1U/PowerSubsystem", "Chassis/1U/ThermalSubsystem",
+		"Chassis/1U/PowerSubsystem/PowerSupplies/Bay1", "Chassis/1U/ThermalSubsystem/Fans/CPU1"} {
+		f.Add(mockup(f, rel))
+	}
+	// What the live virtual BMC serves (expanded members, live readings).
+	b, err := vbmc.New(vbmc.Config{Name: "seed", Logger: discardLogger()}, vbmc.NewFakeMachine())
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, p := range []string{"/redfish/v1/Chassis/1U/Sensors?$expand=.($levels=1)", "/redfish/v1/Chassis/1U/Thermal", "/redfish/v1/Chassis/1U/Power"} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", p, nil)
+		req.SetBasicAuth("admin", "password")
+		b.Handler().ServeHTTP(rec, req)
+		f.Add(rec.Body.Bytes())
+	}
+	b.Close(context.Background())
+	f.Add([]byte(`{"Sensors":{"@odata.id":"@evil.example/x"},"Thermal":{"@odata.id":"https://evil.example/redfish/v1/T"},"Members":[{"Reading":1e308,"ReadingType":"Temperature","ReadingUnits":"Cel\u202e","Id":"\u001b[2J"},{"@odata.id":"0"}]}`))
+	f.Add([]byte(`{"Temperatures":[{"Name":"x","ReadingCelsius":null},{"MemberId":"1","ReadingCelsius":-3.5,"Status":{"Health":"Bad"}}],"Fans":[{"Name":"f","Reading":50,"ReadingUnits":"Percent"}],"PowerSupplies":[{"SerialNumber":"\u0000SN","PowerInputWatts":"12"}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if l, err := parseChassisLinks(body); err == nil {
+			for _, u := range []string{l.Sensors, l.Thermal, l.Power, l.ThermalSubsystem, l.PowerSubsystem} {
+				onBMC(t, "chassis link", u)
+			}
+			cleanText(t, "chassis id", l.ID, maxTextLen)
+		}
+		if rs, pending, skipped, err := parseSensorCollection(body); err == nil {
+			if len(pending) > maxSensors || skipped < 0 || len(rs) > maxMembers {
+				t.Fatalf("%d readings, %d pending, %d skipped", len(rs), len(pending), skipped)
+			}
+			for _, p := range pending {
+				onBMC(t, "sensor member", p)
+			}
+			for _, r := range rs {
+				cleanSensor(t, r)
+			}
+		}
+		if r, ok := parseSensor(body); ok {
+			cleanSensor(t, r)
+		}
+		if rs, _, err := parseLegacySensors(body); err == nil {
+			if len(rs) > maxSensors {
+				t.Fatalf("%d legacy readings (limit %d)", len(rs), maxSensors)
+			}
+			for _, r := range rs {
+				cleanSensor(t, r)
+			}
+		}
+		if p, err := parsePart(body); err == nil {
+			cleanPart(t, p)
+		}
+		for _, key := range []string{"PowerSupplies", "Fans"} {
+			if ps, _, err := parseLegacyParts(body, key); err == nil {
+				if len(ps) > maxParts {
+					t.Fatalf("%d parts (limit %d)", len(ps), maxParts)
+				}
+				for _, p := range ps {
+					cleanPart(t, p)
+				}
+			}
+			if l, err := parseSubsystemLink(body, key); err == nil {
+				onBMC(t, "subsystem link", l)
+			}
+		}
+	})
+}
+
+// FuzzLogDecoders feeds the LogService and Entries decoders what a BMC
+// could send: the next page and Entries links stay on the BMC, every
+// entry kept has a time, text is bounded and clean.
+func FuzzLogDecoders(f *testing.F) {
+	for _, rel := range []string{"Systems/437XR1138R2/LogServices/Log1", "Systems/437XR1138R2/LogServices/Log1/Entries",
+		"Managers/BMC/LogServices/Log/Entries", "Systems/437XR1138R2/LogServices/Log1/Entries/1"} {
+		f.Add(mockup(f, rel))
+	}
+	f.Add([]byte(`{"Members":[{"Id":"1","Created":"2026-05-01T10:00:00+06:00","Severity":"Critical","Message":"PSU 2\u001b[31m lost","MessageId":"Power.1.0.PowerSupplyFailed","SensorType":"Power Supply / Converter"}],"Members@odata.nextLink":"/redfish/v1/x?$skip=1"}`))
+	f.Add([]byte(`{"Members":[{"Created":"yesterday"},{"Created":"2026-05-01T10:00:00"}],"@odata.nextLink":"@evil.example/p"}`))
+	f.Add([]byte(`{"Id":"Sel","Entries":{"@odata.id":"//evil.example/e"},"LogEntryType":"SEL"}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if s, err := parseLogService(body); err == nil {
+			onBMC(t, "Entries link", s.Entries)
+			cleanText(t, "log id", s.ID, maxTextLen)
+			cleanText(t, "log name", s.Name, maxTextLen)
+		}
+		pg, err := parseEntryPage(body, "Sel")
+		if err != nil {
+			return
+		}
+		onBMC(t, "next page", pg.Next)
+		for _, e := range pg.Entries {
+			if e.Created.IsZero() {
+				t.Fatalf("entry kept without a time: %+v", e)
+			}
+			cleanText(t, "message", e.Message, maxMessageLen)
+			for _, s := range []string{e.ID, e.MessageID, e.SensorType, e.EntryCode} {
+				cleanText(t, "entry field", s, maxTextLen)
+			}
+			if e.Severity != "" && e.Severity != "OK" && e.Severity != "Warning" && e.Severity != "Critical" {
+				t.Fatalf("severity %q", e.Severity)
+			}
+		}
+		kept, dropped := boundEntries(pg.Entries, 3)
+		if len(kept) > 3 || len(kept)+dropped != len(pg.Entries) {
+			t.Fatalf("bound 3 of %d: kept %d, dropped %d", len(pg.Entries), len(kept), dropped)
+		}
+		for i := 1; i < len(kept); i++ {
+			if kept[i].Created.Before(kept[i-1].Created) {
+				t.Fatal("kept entries not oldest first")
+			}
 		}
 	})
 }

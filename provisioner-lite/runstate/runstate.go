@@ -55,6 +55,10 @@ const (
 	// for it in the timeline rather than in memory, so the wait survives a
 	// coordinator restart.
 	EventHostReady = "host_ready"
+	// EventProgress is a runner's latest heartbeat as a following Watch
+	// streams it live; it is never stored as an event (the store keeps the
+	// latest per run), so it is not in EventKinds.
+	EventProgress = "progress"
 )
 
 // EventKinds lists every event kind.
@@ -66,3 +70,7 @@ const (
 	SourceRunner      = "runner"
 	SourceHostOS      = "hostos"
 )
+
+// SeriesBMC is the source of the series sampled from a node's BMC sensors
+// (a run's series from the node itself name theirs).
+const SeriesBMC = "bmc"

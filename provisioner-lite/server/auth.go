@@ -44,6 +44,7 @@ var methodRoles = map[string]pki.Role{
 	curev1.OperatorService_Cancel_FullMethodName:      pki.RoleOperator,
 	curev1.OperatorService_AuditDirect_FullMethodName: pki.RoleOperator,
 	curev1.OperatorService_TimeBuckets_FullMethodName: pki.RoleViewer,
+	curev1.OperatorService_FleetBands_FullMethodName:  pki.RoleViewer,
 	// Provision needs operator; a wipe (or resuming one) needs admin, which
 	// the handler checks against the mode (ModeRole).
 	curev1.OperatorService_Provision_FullMethodName: pki.RoleOperator,
@@ -95,6 +96,7 @@ func OperatorAuth(rec *audit.Recorder, log *slog.Logger) []grpc.ServerOption {
 		}
 		start := time.Now()
 		resp, err := handler(context.WithValue(ctx, operatorKey{}, op), req)
+		err = redactStatus(err)
 		recordCall(ctx, rec, op, info.FullMethod, req, resp, err, time.Since(start))
 		return resp, err
 	}
@@ -108,7 +110,7 @@ func OperatorAuth(rec *audit.Recorder, log *slog.Logger) []grpc.ServerOption {
 		}
 		start := time.Now()
 		w := &operatorStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), operatorKey{}, op)}
-		err = handler(srv, w)
+		err = redactStatus(handler(srv, w))
 		recordCall(ss.Context(), rec, op, info.FullMethod, w.firstReq, nil, err, time.Since(start))
 		return err
 	}
@@ -117,6 +119,23 @@ func OperatorAuth(rec *audit.Recorder, log *slog.Logger) []grpc.ServerOption {
 	// (grpc-go itself refuses a :path without its leading slash.)
 	unknown := func(any, grpc.ServerStream) error { return status.Error(codes.Unimplemented, "unknown method") }
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream), grpc.UnknownServiceHandler(unknown)}
+}
+
+// redactStatus drops what may be a URL's userinfo from an error's message
+// (textsafe.RedactURLs): a second line behind the handlers, which quote
+// URLs redacted already. Code and details are kept.
+func redactStatus(err error) error {
+	st, ok := status.FromError(err)
+	if err == nil || !ok {
+		return err
+	}
+	msg := textsafe.RedactURLs(st.Message())
+	if msg == st.Message() {
+		return err
+	}
+	p := st.Proto()
+	p.Message = msg
+	return status.ErrorProto(p)
 }
 
 // operatorStream carries the operator in its context and remembers the
@@ -144,14 +163,16 @@ func authorize(ctx context.Context, method string, rec *audit.Recorder, req any)
 	need, known := methodRoles[method]
 	name, role, why := certOperator(ctx)
 	op.Name, op.Role = name, role
+	// A refused call is a peer's: its entry is bounded and charged to the
+	// peer's budget (audit.Recorder.Denied), whatever it sent.
 	refuse := func(code codes.Code, msg string) (Operator, error) {
-		rec.Operator(ctx, store.AuditEntry{Actor: op.Name, Role: string(op.Role), Peer: op.Peer, Action: method, Nodes: requestNodes(req),
+		rec.Denied(ctx, store.AuditEntry{Actor: op.Name, Role: string(op.Role), Peer: op.Peer, Action: method, Nodes: requestNodes(req),
 			Result: code.String(), Detail: msg})
 		return Operator{}, status.Error(code, msg)
 	}
 	switch {
 	case !known:
-		return refuse(codes.PermissionDenied, fmt.Sprintf("method %q is not open to anyone", method))
+		return refuse(codes.PermissionDenied, fmt.Sprintf("method %q is not open to anyone", textsafe.BoundedLine(method, 128)))
 	case why != "":
 		return refuse(codes.Unauthenticated, why+": "+operatorCertHint)
 	case !role.Allows(need):

@@ -16,6 +16,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -60,6 +61,13 @@ func selectorMatches(n store.NodeSummary, sel map[string]string) bool {
 // maxNamed bounds how many unknown ids an error message lists.
 const maxNamed = 20
 
+// Fleet answers list at most maxFleetFailures failed runs, each message cut
+// to maxFleetMessage bytes (under 1 MiB in all).
+const (
+	maxFleetFailures = 500
+	maxFleetMessage  = 1024
+)
+
 // resolveNodes turns ids and a selector into the node ids to act on, in the
 // order given (ids first, then the selector's matches by id), deduplicated.
 // Unknown ids are an error naming them; so is a selection that is empty.
@@ -93,12 +101,8 @@ func (o *OperatorService) resolveNodes(ctx context.Context, ids []string, sel ma
 		}
 	}
 	if len(unknown) > 0 {
-		named := unknown
-		more := ""
-		if len(named) > maxNamed {
-			named, more = named[:maxNamed], fmt.Sprintf(" and %d more", len(unknown)-maxNamed)
-		}
-		return nil, status.Errorf(codes.InvalidArgument, "%d unknown node id(s): %s%s (nothing was started)", len(unknown), strings.Join(named, ", "), more)
+		return nil, status.Errorf(codes.InvalidArgument, "%d unknown node id(s): %s (nothing was started)", len(unknown),
+			textsafe.JoinFirst(unknown, maxNamed, 128, ", "))
 	}
 	if len(sel) > 0 {
 		matched := 0
@@ -258,7 +262,7 @@ func (o *OperatorService) Cancel(ctx context.Context, req *curev1.CancelRequest)
 	for _, id := range req.GetRunIds() {
 		r, err := o.Store.GetRun(ctx, id)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, status.Errorf(codes.InvalidArgument, "unknown run id %q (nothing was canceled)", id)
+			return nil, status.Errorf(codes.InvalidArgument, "unknown run id %q (nothing was canceled)", textsafe.BoundedLine(id, maxEchoedID))
 		}
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "read run %s: %v", id, err)
@@ -289,6 +293,9 @@ func (o *OperatorService) Fleet(ctx context.Context, req *curev1.FleetRequest) (
 	if maxFail <= 0 {
 		maxFail = 50
 	}
+	// The answer must stay under a client's receive limit whatever a
+	// viewer asks for: at most maxFleetFailures runs of bounded message.
+	maxFail = min(maxFail, maxFleetFailures)
 	fs := &curev1.FleetStatus{ByStatus: map[string]int64{}, ByPhase: map[string]int64{}, ByInstance: map[string]int64{}, TimeUnixMs: time.Now().UnixMilli()}
 	var failures []*curev1.FleetRun
 	for _, n := range nodes {
@@ -307,7 +314,8 @@ func (o *OperatorService) Fleet(ctx context.Context, req *curev1.FleetRequest) (
 			fs.Active++
 			fs.ByPhase[nonEmpty(r.Phase, "start")]++
 		case runstate.RunFailed, runstate.RunAttention:
-			failures = append(failures, &curev1.FleetRun{NodeId: n.ID, RunId: r.ID, Status: r.Status, Phase: r.Phase, Message: r.Message, EndedUnixMs: r.EndedAt.UnixMilli()})
+			failures = append(failures, &curev1.FleetRun{NodeId: n.ID, RunId: r.ID, Status: r.Status, Phase: r.Phase,
+				Message: textsafe.Truncate(r.Message, maxFleetMessage), EndedUnixMs: r.EndedAt.UnixMilli()})
 		}
 	}
 	sort.SliceStable(failures, func(i, j int) bool { return failures[i].EndedUnixMs > failures[j].EndedUnixMs })

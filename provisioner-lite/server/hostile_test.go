@@ -31,6 +31,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
+	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
@@ -64,6 +65,7 @@ type hostile struct {
 	caPEM   []byte
 	starts  *startRecorder
 	logs    *syncBuf
+	metrics *metrics.Metrics
 }
 
 type syncBuf struct {
@@ -96,8 +98,9 @@ func (noAudit) AuditDirect(context.Context, []string, string) []*curev1.NodeAudi
 
 // newHostile starts a coordinator: nodes A and B each have a provision run
 // waiting for CURE (an open boot window), nobody drives them, so every change
-// in the store is the attacker's doing or the defence's.
-func newHostile(t *testing.T) *hostile {
+// in the store is the attacker's doing or the defence's. Options adjust the
+// runner service before it serves.
+func newHostile(t *testing.T, runnerOpts ...func(*server.RunnerService)) *hostile {
 	t.Helper()
 	dir := t.TempDir()
 	logs := &syncBuf{}
@@ -131,7 +134,10 @@ func newHostile(t *testing.T) *hostile {
 			t.Fatal(err)
 		}
 	}
-	bs, err := bootserver.New(bootserver.Config{ImageDir: img, ArtifactDir: t.TempDir(), BaseURL: "http://10.0.0.1:8080", Logger: log}, eng)
+	// The flood tests open up to 32 connections from one address: room above
+	// that, so the per-source cap (a listener test's subject) never decides them.
+	bs, err := bootserver.New(bootserver.Config{ImageDir: img, ArtifactDir: t.TempDir(), BaseURL: "http://10.0.0.1:8080", Logger: log,
+		Limits: bootserver.Limits{MaxConnsPerSource: 256}}, eng)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,8 +159,13 @@ func newHostile(t *testing.T) *hostile {
 	opts = append(opts, server.OperatorAuth(rec, log)...)
 	gs := grpc.NewServer(opts...)
 	starts := &startRecorder{}
-	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Audit: rec, Guard: eng, BindPeer: true,
-		HelloTimeout: time.Second, MaxPendingHellos: 64})
+	m := metrics.New(metrics.Options{})
+	rs := &server.RunnerService{Store: st, Hub: hub, Log: log, Audit: rec, Guard: eng, BindPeer: true,
+		HelloTimeout: time.Second, MaxPendingHellos: 64, Metrics: m}
+	for _, o := range runnerOpts {
+		o(rs)
+	}
+	curev1.RegisterRunnerServiceServer(gs, rs)
 	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: starts, Auditor: noAudit{}})
 	gl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -163,7 +174,7 @@ func newHostile(t *testing.T) *hostile {
 	go gs.Serve(gl)
 	t.Cleanup(gs.Stop)
 	return &hostile{t: t, st: st, eng: eng, hub: hub, httpURL: "http://" + hl.Addr().String(), grpc: gl.Addr().String(),
-		pkiDir: pkiDir, caPEM: caPEM, starts: starts, logs: logs}
+		pkiDir: pkiDir, caPEM: caPEM, starts: starts, logs: logs, metrics: m}
 }
 
 var tokenRE = regexp.MustCompile(`cure\.token=([0-9a-f]+)`)

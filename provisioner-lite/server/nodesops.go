@@ -18,6 +18,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/nodes"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -25,10 +26,17 @@ import (
 // maxAddNodes bounds one AddNodes call (a site's whole inventory fits).
 const maxAddNodes = 20000
 
+// maxProblems bounds the problems an AddNodes error lists (the count says
+// how many there are): a 20,000-node import with errors must not answer,
+// log and audit megabytes.
+const maxProblems = 50
+
 // AddNodes adds nodes to the inventory (or, with replace, updates existing
 // ones) without a restart. Every node is checked as the start-time import
 // checks it (nodes.Check, with the SKU looked up in the manifests); nothing
-// is written unless every node passes, and the write is one transaction.
+// is written unless every node passes, and the write is all or nothing:
+// the nodes in one transaction, and the CA bundles kept in the state dir
+// only once every node passed, removed again if the transaction fails.
 func (o *OperatorService) AddNodes(ctx context.Context, req *curev1.AddNodesRequest) (*curev1.AddNodesResponse, error) {
 	specs := req.GetNodes()
 	switch {
@@ -39,20 +47,21 @@ func (o *OperatorService) AddNodes(ctx context.Context, req *curev1.AddNodesRequ
 	}
 	var problems []string
 	ns := make([]store.Node, 0, len(specs))
+	var bundles []caBundle
 	ids := map[string]int{}
 	for i, spec := range specs {
 		where := fmt.Sprintf("nodes[%d]", i)
 		if id := spec.GetId(); id != "" {
-			where = fmt.Sprintf("nodes[%d] (%s)", i, id)
+			where = fmt.Sprintf("nodes[%d] (%s)", i, textsafe.BoundedLine(textsafe.RedactURL(id), 64))
 			if first, dup := ids[id]; dup {
 				problems = append(problems, fmt.Sprintf("%s: id: duplicate id (first at nodes[%d])", where, first))
 				continue
 			}
 			ids[id] = i
 		}
-		n, err := o.nodeFromSpec(spec)
+		n, ca, err := o.nodeFromSpec(spec)
 		if err == nil {
-			err = nodes.Check(&n, nodes.WithSKUCheck(o.KnownSKU))
+			err = nodes.Check(&n, nodes.WithSKUCheck(o.KnownSKU), nodes.WithCABundleChecked())
 		}
 		if err != nil {
 			for _, line := range strings.Split(err.Error(), "\n") {
@@ -60,65 +69,119 @@ func (o *OperatorService) AddNodes(ctx context.Context, req *curev1.AddNodesRequ
 			}
 			continue
 		}
+		if ca.pem != nil {
+			bundles = append(bundles, ca)
+		}
 		ns = append(ns, n)
 	}
 	if len(problems) > 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "%d problem(s), nothing was written:\n%s", len(problems), strings.Join(problems, "\n"))
+		return nil, status.Errorf(codes.InvalidArgument, "%d problem(s), nothing was written:\n%s", len(problems),
+			textsafe.JoinFirst(problems, maxProblems, 512, "\n"))
+	}
+	// One import at a time: a rollback removes only the bundles this call
+	// created, and no other call may come to rely on one meanwhile.
+	o.importMu.Lock()
+	defer o.importMu.Unlock()
+	undo, err := o.keepBundles(bundles)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "%v (nothing was written)", err)
 	}
 	added, updated, err := o.Store.PutNodes(ctx, ns, req.GetReplace())
+	if err != nil {
+		undo()
+	}
 	switch {
 	case errors.Is(err, store.ErrNodeExists):
 		return nil, status.Errorf(codes.AlreadyExists, "%v (nothing was written)", err)
 	case err != nil && strings.Contains(err.Error(), "already belongs to node"):
-		return nil, status.Errorf(codes.FailedPrecondition, "%v", err)
+		return nil, status.Errorf(codes.FailedPrecondition, "%v (nothing was written)", err)
 	case err != nil:
-		return nil, status.Errorf(codes.Unavailable, "%v", err)
+		return nil, status.Errorf(codes.Unavailable, "%v (nothing was written)", err)
 	}
 	for _, n := range ns {
 		if n.BMCInsecure {
 			o.log().Warn("BMC TLS verification is off for this node, as the operator's inventory says: a peer on the BMC network can read its password",
-				"node", n.ID, "bmc", n.BMCURL)
+				"node", n.ID, "bmc", textsafe.RedactURL(n.BMCURL))
 		}
 	}
 	return &curev1.AddNodesResponse{Added: added, Updated: updated}, nil
 }
 
-// nodeFromSpec turns an API node into a store node. A CA bundle is kept in
-// BMCCADir under its content hash (a failed call never changes the bundle
-// of a node that exists). The API takes literal secrets only: a password
-// reference would make the coordinator read its own environment or files
-// and send them to a BMC URL the caller chose.
-func (o *OperatorService) nodeFromSpec(spec *curev1.NodeSpec) (store.Node, error) {
+// caBundle is a BMC CA bundle an AddNodes call sent, checked, and the file
+// it will be kept in.
+type caBundle struct {
+	path string
+	pem  []byte
+}
+
+// nodeFromSpec turns an API node into a store node, and its CA bundle (if
+// any) into the file it is to be kept in (under BMCCADir, named by its
+// content hash, so a failed call never changes the bundle of a node that
+// exists); nothing is written here. The API takes literal secrets only: a
+// password reference would make the coordinator read its own environment
+// or files and send them to a BMC URL the caller chose.
+func (o *OperatorService) nodeFromSpec(spec *curev1.NodeSpec) (store.Node, caBundle, error) {
 	b := spec.GetBmc()
 	n := store.Node{
 		ID: spec.GetId(), SKU: spec.GetSku(), Hostname: spec.GetHostname(), SystemSerial: spec.GetSerial(),
 		MACs: slices.Clone(spec.GetMacs()), Labels: cloneMap(spec.GetLabels()), PSIDs: cloneMap(spec.GetPsids()),
 		BMCURL: b.GetUrl(), BMCUser: b.GetUsername(), BMCPassword: b.GetPassword(), BMCFingerprint: b.GetFingerprint(), BMCInsecure: b.GetInsecure(),
 	}
-	if pem := b.GetCaPem(); len(pem) > 0 {
-		if o.BMCCADir == "" {
-			return store.Node{}, errors.New("bmc.caFile: this coordinator keeps no CA bundles sent through the API; use fingerprint")
-		}
-		if _, err := nodes.ParseCABundle("bmc.caFile", pem); err != nil {
-			return store.Node{}, err
-		}
-		sum := sha256.Sum256(pem)
-		if err := os.MkdirAll(o.BMCCADir, 0o700); err != nil {
-			return store.Node{}, fmt.Errorf("bmc.caFile: %w", err)
-		}
-		path := filepath.Join(o.BMCCADir, "sha256-"+hex.EncodeToString(sum[:])+".pem")
-		if err := writeFileAtomic(path, pem); err != nil {
-			return store.Node{}, fmt.Errorf("bmc.caFile: %w", err)
-		}
-		n.BMCCAFile = path
+	pem := b.GetCaPem()
+	if len(pem) == 0 {
+		return n, caBundle{}, nil
 	}
-	return n, nil
+	if o.BMCCADir == "" {
+		return store.Node{}, caBundle{}, errors.New("bmc.caFile: this coordinator keeps no CA bundles sent through the API; use fingerprint")
+	}
+	if _, err := nodes.ParseCABundle("bmc.caFile", pem); err != nil {
+		return store.Node{}, caBundle{}, err
+	}
+	sum := sha256.Sum256(pem)
+	n.BMCCAFile = filepath.Join(o.BMCCADir, "sha256-"+hex.EncodeToString(sum[:])+".pem")
+	return n, caBundle{path: n.BMCCAFile, pem: pem}, nil
+}
+
+// keepBundles writes the bundles that are not in BMCCADir yet; undo
+// removes what it created (the files, and the directory if it made it),
+// leaving the state dir as it found it. A write that fails is undone at
+// once.
+func (o *OperatorService) keepBundles(bundles []caBundle) (undo func(), err error) {
+	var created []string
+	madeDir := false
+	undo = func() {
+		for _, p := range created {
+			if err := os.Remove(p); err != nil {
+				o.log().Warn("a CA bundle of a failed node import was not removed", "file", p, "err", err)
+			}
+		}
+		if madeDir {
+			_ = os.Remove(o.BMCCADir) // only if empty: another bundle may have landed
+		}
+	}
+	if len(bundles) == 0 {
+		return undo, nil
+	}
+	if _, err := os.Stat(o.BMCCADir); errors.Is(err, os.ErrNotExist) {
+		if err := os.Mkdir(o.BMCCADir, 0o700); err != nil {
+			return nil, fmt.Errorf("bmc.caFile: %w", err)
+		}
+		madeDir = true
+	}
+	for _, b := range bundles {
+		if _, err := os.Stat(b.path); err == nil {
+			continue // the same bundle, kept for another node or an earlier call
+		}
+		if err := writeFileAtomic(b.path, b.pem); err != nil {
+			undo()
+			return nil, fmt.Errorf("bmc.caFile: %w", err)
+		}
+		created = append(created, b.path)
+	}
+	return undo, nil
 }
 
 func writeFileAtomic(path string, data []byte) error {
-	if b, err := os.ReadFile(path); err == nil && string(b) == string(data) {
-		return nil
-	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".ca-*")
 	if err != nil {
 		return err
@@ -155,7 +218,7 @@ func (o *OperatorService) RemoveNode(ctx context.Context, req *curev1.RemoveNode
 	kept, err := o.Store.RemoveNode(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return nil, status.Errorf(codes.NotFound, "unknown node id %q (nothing was removed)", id)
+		return nil, status.Errorf(codes.NotFound, "unknown node id %q (nothing was removed)", textsafe.BoundedLine(id, maxEchoedID))
 	case errors.Is(err, store.ErrActiveRun):
 		return nil, status.Errorf(codes.FailedPrecondition, "node %s has an active run (%v): cancel it first (curectl cancel %s); nothing was removed", id, err, id)
 	case err != nil:
@@ -188,7 +251,7 @@ func (o *OperatorService) LabelNode(ctx context.Context, req *curev1.LabelNodeRe
 		return nil, status.Errorf(codes.InvalidArgument, "%s (nothing was changed)", strings.Join(problems, "; "))
 	}
 	if _, err := o.Store.SetLabels(ctx, id, req.GetSet(), req.GetRemove()); errors.Is(err, store.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "unknown node id %q (nothing was changed)", id)
+		return nil, status.Errorf(codes.NotFound, "unknown node id %q (nothing was changed)", textsafe.BoundedLine(id, maxEchoedID))
 	} else if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "%v", err)
 	}
@@ -204,7 +267,7 @@ func (o *OperatorService) ShowNode(ctx context.Context, req *curev1.ShowNodeRequ
 	}
 	n, err := o.Store.GetNode(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "unknown node id %q", id)
+		return nil, status.Errorf(codes.NotFound, "unknown node id %q", textsafe.BoundedLine(id, maxEchoedID))
 	} else if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "%v", err)
 	}

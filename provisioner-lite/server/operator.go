@@ -5,15 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/rmaparts"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // Starter starts (or resumes) runs; the pipeline engine implements it.
@@ -48,6 +56,9 @@ type OperatorService struct {
 	// commit batches, so more in flight means bigger batches (32 took 94 s
 	// to start 5,000 nodes on 2 cores under the fleet's load).
 	StartWorkers int
+
+	// importMu serialises AddNodes' writes (CA bundles, then the nodes).
+	importMu sync.Mutex
 }
 
 // Canceler ends an active run.
@@ -98,25 +109,61 @@ func (o *OperatorService) allowMode(ctx context.Context, mode modes.Mode, req *c
 	return nil
 }
 
-// ListAuditLog reads the audit log.
+// Bounds of the answers a client must read whole: curectl (and any gRPC
+// client left at its default) receives at most 4 MiB, whatever the store
+// holds. An audit page stops at auditPageBytes (one entry at least) and
+// each entry is cut (audit.Clip) to auditViewNodes ids and auditViewDetail
+// bytes (a report is bounded by MaxReportBytes).
+const (
+	auditPageBytes  = 1 << 20
+	auditViewNodes  = 256
+	auditViewDetail = 8 << 10
+	maxAuditPage    = 5000 // entries
+	// maxEchoedID bounds a request's id quoted in an error.
+	maxEchoedID = 128
+)
+
+// ListAuditLog reads the audit log, newest first, one page: at most the
+// limit asked for, and no more than fits auditPageBytes.
+// next_before_id reads the next page.
 func (o *OperatorService) ListAuditLog(ctx context.Context, req *curev1.ListAuditLogRequest) (*curev1.ListAuditLogResponse, error) {
 	f := store.AuditFilter{Kind: req.GetKind(), Node: req.GetNodeId(), BeforeID: req.GetBeforeId(), Limit: int(req.GetLimit())}
 	if f.Kind != "" && f.Kind != store.AuditOperator && f.Kind != store.AuditSecurity {
-		return nil, status.Errorf(codes.InvalidArgument, "kind %q: want %s, %s or empty", f.Kind, store.AuditOperator, store.AuditSecurity)
+		return nil, status.Errorf(codes.InvalidArgument, "kind %q: want %s, %s or empty", textsafe.BoundedLine(f.Kind, 64), store.AuditOperator, store.AuditSecurity)
 	}
 	if ms := req.GetSinceUnixMs(); ms > 0 {
 		f.Since = time.UnixMilli(ms)
 	}
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	f.Limit = min(f.Limit, maxAuditPage)
+	// One more than asked says whether an older entry exists.
+	want := f.Limit
+	f.Limit++
 	entries, err := o.Store.AuditLog(ctx, f)
 	if err != nil {
 		return nil, err
 	}
 	resp := &curev1.ListAuditLogResponse{}
-	for _, a := range entries {
-		resp.Entries = append(resp.Entries, &curev1.AuditEntry{
+	size := 0
+	for i, a := range entries {
+		if i == want {
+			resp.NextBeforeId = resp.Entries[len(resp.Entries)-1].GetId()
+			break
+		}
+		a = audit.Clip(a, auditViewNodes, auditViewDetail)
+		e := &curev1.AuditEntry{
 			Id: a.ID, TimeUnixMs: a.Time.UnixMilli(), Kind: a.Kind, Actor: a.Actor, Role: a.Role, Peer: a.Peer,
 			Action: a.Action, NodeIds: a.Nodes, RunId: a.RunID, Result: a.Result, Detail: a.Detail,
-		})
+		}
+		n := proto.Size(e) + 8 // and its framing in the list
+		if len(resp.Entries) > 0 && size+n > auditPageBytes {
+			resp.NextBeforeId = resp.Entries[len(resp.Entries)-1].GetId()
+			break
+		}
+		size += n
+		resp.Entries = append(resp.Entries, e)
 	}
 	return resp, nil
 }
@@ -125,7 +172,7 @@ func (o *OperatorService) resolveRun(ctx context.Context, runID, nodeID string) 
 	if runID != "" {
 		r, err := o.Store.GetRun(ctx, runID)
 		if errors.Is(err, store.ErrNotFound) {
-			return store.Run{}, fmt.Errorf("unknown run id %q: %w", runID, store.ErrNotFound)
+			return store.Run{}, fmt.Errorf("unknown run id %q: %w", textsafe.BoundedLine(runID, maxEchoedID), store.ErrNotFound)
 		}
 		return r, err
 	}
@@ -135,7 +182,7 @@ func (o *OperatorService) resolveRun(ctx context.Context, runID, nodeID string) 
 	r, err := o.Store.LatestRun(ctx, nodeID)
 	if errors.Is(err, store.ErrNotFound) {
 		if _, nerr := o.Store.GetNode(ctx, nodeID); errors.Is(nerr, store.ErrNotFound) {
-			return store.Run{}, fmt.Errorf("unknown node id %q: %w", nodeID, store.ErrNotFound)
+			return store.Run{}, fmt.Errorf("unknown node id %q: %w", textsafe.BoundedLine(nodeID, maxEchoedID), store.ErrNotFound)
 		}
 		return store.Run{}, fmt.Errorf("node %s has no run yet: %w", nodeID, store.ErrNotFound)
 	}
@@ -152,6 +199,7 @@ func (o *OperatorService) Watch(req *curev1.WatchRequest, stream curev1.Operator
 	signal, unsub := o.Store.Subscribe(r.ID)
 	defer unsub()
 	var cursor int64
+	var lastBeat store.ProgressRecord
 	for {
 		evs, err := o.Store.Events(ctx, r.ID, cursor, 500)
 		if err != nil {
@@ -178,6 +226,15 @@ func (o *OperatorService) Watch(req *curev1.WatchRequest, stream curev1.Operator
 		if !req.GetFollow() {
 			return nil
 		}
+		// Caught up: the runner's latest heartbeat, when it is new.
+		if rec, err := o.Store.RunProgress(ctx, r.ID); err == nil && (rec.BootID != lastBeat.BootID || rec.Seq != lastBeat.Seq) {
+			lastBeat = rec
+			if e := progressEntry(ctx, o.Store, r.ID, rec); e != nil {
+				if err := stream.Send(e); err != nil {
+					return err
+				}
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -185,6 +242,59 @@ func (o *OperatorService) Watch(req *curev1.WatchRequest, stream curev1.Operator
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// progressEntry is a heartbeat as a live timeline entry, with the phase's
+// deadline; nil when the stored heartbeat does not parse.
+func progressEntry(ctx context.Context, st *store.Store, runID string, rec store.ProgressRecord) *curev1.TimelineEntry {
+	var p curev1.Progress
+	if err := protojson.Unmarshal(rec.JSON, &p); err != nil {
+		return nil
+	}
+	e := &curev1.TimelineEntry{RunId: runID, TimeUnixMs: rec.Received.UnixMilli(), Phase: rec.Phase, Kind: runstate.EventProgress,
+		Source: runstate.SourceRunner, Progress: &p, Message: ProgressLine(&p)}
+	if r, err := st.GetRun(ctx, runID); err == nil {
+		e.NodeId = r.NodeID
+		e.DeadlineUnixMs = phaseDeadline(r, rec.Phase)
+	}
+	return e
+}
+
+// ProgressLine sums a heartbeat up in one line: suite, stage, checks done
+// and running, elapsed and what the runner says is left.
+func ProgressLine(p *curev1.Progress) string {
+	done, running := 0, 0
+	for _, c := range p.GetChecks() {
+		switch c.GetState() {
+		case "done":
+			done++
+		case "running":
+			running++
+		}
+	}
+	line := fmt.Sprintf("suite %s", p.GetSuite())
+	if p.GetStage() != "" {
+		line += ", stage " + p.GetStage()
+	}
+	line += fmt.Sprintf(": %d/%d checks done, %d running, elapsed %s of %s planned, eta %s", done, len(p.GetChecks()), running,
+		(time.Duration(p.GetElapsedMs()) * time.Millisecond).Round(time.Second), (time.Duration(p.GetPlannedMs()) * time.Millisecond).Round(time.Second),
+		(time.Duration(p.GetRemainingMs()) * time.Millisecond).Round(time.Second))
+	if p.GetResumed() > 0 {
+		line += fmt.Sprintf(" (resumed after %d node reset(s))", p.GetResumed())
+	}
+	return line
+}
+
+// phaseDeadline is the deadline of phase while the run is active and in it
+// (0 otherwise).
+func phaseDeadline(r store.Run, phase string) int64 {
+	if !runstate.Active(r.Status) || r.Phase != phase || phase == "" {
+		return 0
+	}
+	if d, err := r.PhaseDeadline(phase); err == nil && !d.IsZero() {
+		return d.UnixMilli()
+	}
+	return 0
 }
 
 func timelineEntry(ev store.Event) *curev1.TimelineEntry {
@@ -231,22 +341,99 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 		return nil, err
 	}
 	rep.Inventory = runInventory(ctx, st, r)
+	ms, err := runMeasurements(ctx, st, r.ID)
+	if err != nil {
+		return nil, err
+	}
 	for _, v := range vs {
-		pv := &curev1.Verdict{
+		rep.Verdicts = append(rep.Verdicts, &curev1.Verdict{
 			Component: v.Component, Check: v.Check, Status: curev1.VerdictStatus(curev1.VerdictStatus_value[v.Status]),
-			Observed: v.Observed, Expected: v.Expected, Message: v.Message,
-		}
-		for _, m := range v.Measurements {
-			pv.Measurements = append(pv.Measurements, &curev1.Measurement{Metric: m.Metric, Value: m.Value, Unit: m.Unit})
-		}
-		rep.Verdicts = append(rep.Verdicts, pv)
+			Observed: v.Observed, Expected: v.Expected, Message: v.Message, Measurements: ms[[2]string{v.Component, v.Check}],
+		})
+	}
+	if err := fleetReport(ctx, st, r.ID, rep); err != nil {
+		return nil, err
 	}
 	b, err := RunBuckets(ctx, st, r)
 	if err != nil {
 		return nil, err
 	}
 	rep.Buckets = BucketsProto(b.Buckets)
+	if u, err := st.Usage(ctx, r.ID); err == nil {
+		rep.EventsNotStored = u.Dropped + u.NotesDropped
+	}
+	if err := addBMCEvidence(ctx, st, r.ID, rep); err != nil {
+		return nil, err
+	}
+	if rec, err := st.RunProgress(ctx, r.ID); err == nil {
+		var p curev1.Progress
+		if protojson.Unmarshal(rec.JSON, &p) == nil {
+			rep.Progress, rep.ProgressUnixMs = &p, rec.Received.UnixMilli()
+		}
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	for _, p := range phases {
+		if p.Name == r.Phase && p.Status == runstate.PhaseRunning {
+			rep.DeadlineUnixMs = phaseDeadline(r, r.Phase)
+		}
+	}
+	rmaparts.GPUIdentities(rep.GetInventory().GetInventory(), rep.Verdicts)
+	rep.Parts = rmaparts.Parts(rep.GetInventory().GetInventory(), rep.Verdicts)
+	boundReport(rep, MaxReportBytes)
 	return rep, nil
+}
+
+// MaxReportBytes bounds a run report's answer below the 4 MiB a gRPC client
+// (curectl) receives by default, whatever the run stored: its verdicts alone
+// may reach 60 MiB (10,000 of up to 6 KiB each). Phases are few and the
+// inventory is bounded to 256 KiB.
+const MaxReportBytes = 3 << 20
+
+// boundReport leaves verdicts out of rep until it encodes within max: the
+// ones a technician must act on (failures and errors, then drift) are kept
+// first, in their order; VerdictsOmitted counts the rest.
+func boundReport(rep *curev1.RunReport, max int) {
+	if proto.Size(rep) <= max {
+		return
+	}
+	vs := rep.Verdicts
+	rep.Verdicts = nil
+	room := max - proto.Size(rep) - 16 // VerdictsOmitted, set below
+	order := make([]int, len(vs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return verdictRank(vs[a].GetStatus()) - verdictRank(vs[b].GetStatus()) })
+	keep := make([]bool, len(vs))
+	omitted := 0
+	for _, i := range order {
+		n := proto.Size(vs[i])
+		n += 1 + protowire.SizeVarint(uint64(n)) // field tag and length
+		if n > room {
+			omitted++
+			continue
+		}
+		room -= n
+		keep[i] = true
+	}
+	for i, v := range vs {
+		if keep[i] {
+			rep.Verdicts = append(rep.Verdicts, v)
+		}
+	}
+	rep.VerdictsOmitted = uint32(omitted)
+}
+
+// verdictRank orders verdicts by what a technician must act on first.
+func verdictRank(s curev1.VerdictStatus) int {
+	switch s {
+	case curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR, curev1.VerdictStatus_MARGINAL:
+		return 0
+	case curev1.VerdictStatus_DRIFT:
+		return 1
+	}
+	return 2
 }
 
 // ListNodes lists the inventory with each node's latest run.

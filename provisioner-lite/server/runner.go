@@ -4,10 +4,10 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"slices"
 	"strings"
@@ -19,6 +19,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/inventory"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
+	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -60,9 +61,16 @@ type RunnerService struct {
 	Limits store.EventLimits
 	// Metrics, if set, hears of sessions, event lag and node metrics.
 	Metrics *metrics.Metrics
+	// SessionRate and SessionBurst bound how often one boot may open a
+	// session (its first Hello and every reconnect): a token bucket per
+	// boot, refilled SessionRate times a second up to SessionBurst
+	// (defaults 0.1 and 10). A runner refused backs off and retries.
+	SessionRate  float64
+	SessionBurst int
 
-	once    sync.Once
-	pending chan struct{}
+	once     sync.Once
+	pending  chan struct{}
+	sessions *peerlimit.Keyed // per boot (run and boot id)
 }
 
 // Field limits of runner text, in bytes: enough for any real message, small
@@ -93,7 +101,14 @@ func (s *RunnerService) init() {
 		if s.Limits == (store.EventLimits{}) {
 			s.Limits = store.DefaultEventLimits
 		}
+		if s.SessionRate <= 0 {
+			s.SessionRate = 0.1
+		}
+		if s.SessionBurst <= 0 {
+			s.SessionBurst = 10
+		}
 		s.pending = make(chan struct{}, s.MaxPendingHellos)
+		s.sessions = peerlimit.NewKeyed(s.SessionRate, s.SessionBurst, 0)
 	})
 }
 
@@ -126,7 +141,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 		return status.Errorf(codes.DeadlineExceeded, "waiting for hello: %v", err)
 	}
 	hello := first.GetHello()
-	node, run, err := s.authenticate(ctx, hello, peerIP)
+	node, run, outcome, err := s.authenticate(ctx, hello, peerIP)
 	if err != nil {
 		s.Metrics.RunnerSession("refused")
 		return err
@@ -137,18 +152,33 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 	sess := sessions.NewSession(node.ID, run.ID, hello, stream.Send)
 	log := s.Log.With("node", sess.NodeID, "run", sess.RunID, "boot_id", sess.BootID, "peer", peerIP)
 	st := hello.GetState()
-	s.event(ctx, store.Event{
-		RunID: sess.RunID, NodeID: sess.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(), Phase: run.Phase, Kind: runstate.EventInfo,
-		Message: textsafe.BoundedLine(fmt.Sprintf("runner connected from %s: state=%s boot_id=%s guest_uptime=%dms mac=%s serial=%s runner=%s",
-			peerIP, st.GetKind(), hello.GetBootId(), hello.GetUptimeMs(), hello.GetIdentity().GetBootMac(), hello.GetIdentity().GetSystemSerial(),
-			hello.GetRunnerVersion()), maxMessage),
-	})
-	log.Info("runner connected", "state", st.GetKind().String(), "uptime_ms", hello.GetUptimeMs())
-	if steps := curev1.BootSteps(hello.GetBootStages()); len(steps) > 0 {
-		s.Metrics.BootStages(steps)
-		log.Info("runner boot timeline", "stages", curev1.FormatBootSteps(steps))
+	firstOfBoot := outcome == store.Bound
+	if firstOfBoot {
+		// The boot's first connect is part of the run's essential timeline
+		// (the time buckets read it); what this boot reports about itself
+		// (boot timeline, inventory) is taken now, once.
+		s.event(ctx, store.Event{
+			RunID: sess.RunID, NodeID: sess.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(), Phase: run.Phase, Kind: runstate.EventInfo,
+			Message: textsafe.BoundedLine(fmt.Sprintf("runner connected from %s: state=%s boot_id=%s guest_uptime=%dms mac=%s serial=%s runner=%s",
+				peerIP, st.GetKind(), hello.GetBootId(), hello.GetUptimeMs(), hello.GetIdentity().GetBootMac(), hello.GetIdentity().GetSystemSerial(),
+				hello.GetRunnerVersion()), maxMessage),
+		})
+		log.Info("runner connected", "state", st.GetKind().String(), "uptime_ms", hello.GetUptimeMs())
+		if steps := curev1.BootSteps(hello.GetBootStages()); len(steps) > 0 {
+			s.Metrics.BootStages(steps)
+			log.Info("runner boot timeline", "stages", curev1.FormatBootSteps(steps))
+		}
+	} else {
+		// A reconnect is counted against the run and summarised in one
+		// note per boot, not written as an event each.
+		n, err := s.Store.NoteReconnect(ctx, store.Reconnect{TokenHash: store.TokenHash(hello.GetToken()), RunID: sess.RunID, NodeID: sess.NodeID,
+			BootID: sess.BootID, Phase: run.Phase, Peer: peerIP, Time: time.Now().UTC()}, s.Limits)
+		if err != nil {
+			log.Warn("runner reconnect not counted", "err", err)
+		}
+		log.Info("runner reconnected", "state", st.GetKind().String(), "reconnects", n)
 	}
-	s.storeInventory(ctx, sess, hello.GetInventory(), peerIP, log)
+	s.storeInventory(ctx, sess, hello.GetInventory(), peerIP, firstOfBoot, log)
 	s.Hub.Attach(sess)
 	defer func() {
 		s.Hub.Detach(sess)
@@ -185,7 +215,6 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 			}
 		}
 	}()
-	droppedNoted := false
 	for {
 		var msg *curev1.RunnerMessage
 		select {
@@ -207,6 +236,15 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 				ev.GetSeq(), textsafe.BoundedLine(ev.GetRunId(), maxName), sess.RunID))
 			return status.Errorf(codes.PermissionDenied, "event names run %q: this session belongs to run %s", textsafe.BoundedLine(ev.GetRunId(), maxName), sess.RunID)
 		}
+		if ev.GetProgress() != nil {
+			if err := s.progress(ctx, sess, peerIP, ev, runnerPhases, log); err != nil {
+				return err
+			}
+			if err := sess.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Ack{Ack: &curev1.Ack{Seq: ev.GetSeq()}}}); err != nil {
+				return nil
+			}
+			continue
+		}
 		e, v, err := runnerEvent(sess.NodeID, sess.RunID, sess.BootID, ev, runnerPhases)
 		if err != nil {
 			s.security(ctx, audit.RunnerSession, sess, peerIP, err.Error())
@@ -227,8 +265,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 		if m := ev.GetMetric(); m != nil {
 			s.Metrics.NodeMetric(sess.NodeID, sess.RunID, m.GetName(), m.GetUnit(), m.GetLabels(), m.GetValue())
 		}
-		if res.Dropped && !droppedNoted {
-			droppedNoted = true
+		if res.FirstDrop {
 			log.Warn("run event cap reached: metrics and logs are acknowledged but not stored")
 			s.event(ctx, store.Event{RunID: sess.RunID, NodeID: sess.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(), Kind: runstate.EventInfo,
 				Message: fmt.Sprintf("event cap reached (%d events or %d bytes): the runner's further metrics and logs are not stored", s.Limits.MaxEvents, s.Limits.MaxBytes)})
@@ -239,14 +276,95 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 	}
 }
 
+// progress keeps a runner's heartbeat as its run's latest (one row
+// replaced, never an event: a soak of days would fill the run's event caps)
+// and as the session's proof of life.
+func (s *RunnerService) progress(ctx context.Context, sess *sessions.Session, peerIP string, ev *curev1.Event, runnerPhases map[string]bool,
+	log *slog.Logger) error {
+	rec, err := runnerProgress(sess.RunID, sess.BootID, ev, runnerPhases)
+	if err != nil {
+		s.security(ctx, audit.RunnerSession, sess, peerIP, err.Error())
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	now := time.Now()
+	sess.Heartbeat(now)
+	rec.Received = now
+	_, err = s.Store.PutProgress(ctx, rec)
+	switch {
+	case errors.Is(err, store.ErrRunInactive):
+		return status.Errorf(codes.FailedPrecondition, "run %s is no longer active", sess.RunID)
+	case err != nil:
+		log.Error("store runner progress", "seq", ev.GetSeq(), "err", err)
+		return status.Errorf(codes.Unavailable, "store: %v", err) // runner replays unacked events
+	}
+	return nil
+}
+
+// Bounds of a heartbeat: a suite has tens of checks.
+const maxProgressChecks = 512
+
+var progressStates = []string{"pending", "running", "done", "interrupted"}
+
+// runnerProgress turns a runner's heartbeat into what the store keeps:
+// attributed to the session, of a runner phase of its run, every string
+// cleaned and bounded, numbers not negative, at most maxProgressChecks
+// checks, a worst verdict only one a runner may give.
+func runnerProgress(runID, bootID string, ev *curev1.Event, runnerPhases map[string]bool) (store.ProgressRecord, error) {
+	if ev.GetSeq() == 0 || ev.GetSeq() > 1<<62 {
+		return store.ProgressRecord{}, fmt.Errorf("event seq %d: want 1..2^62", ev.GetSeq())
+	}
+	phase := ev.GetPhase()
+	if !runnerPhases[phase] {
+		return store.ProgressRecord{}, fmt.Errorf("event seq %d: progress of %q, not a runner phase of this run", ev.GetSeq(), textsafe.BoundedLine(phase, maxName))
+	}
+	in := ev.GetProgress()
+	nonNeg := func(x int64) int64 { return max(x, 0) }
+	out := &curev1.Progress{
+		Suite: textsafe.BoundedLine(in.GetSuite(), maxName), Stage: textsafe.BoundedLine(in.GetStage(), maxName),
+		ElapsedMs: nonNeg(in.GetElapsedMs()), PlannedMs: nonNeg(in.GetPlannedMs()), RemainingMs: nonNeg(in.GetRemainingMs()), Resumed: in.GetResumed(),
+	}
+	for i, c := range in.GetChecks() {
+		if i == maxProgressChecks {
+			break
+		}
+		st := c.GetState()
+		if !slices.Contains(progressStates, st) {
+			return store.ProgressRecord{}, fmt.Errorf("event seq %d: check %d of the progress has state %q (want one of %s)",
+				ev.GetSeq(), i, textsafe.BoundedLine(st, maxName), strings.Join(progressStates, ", "))
+		}
+		worst := c.GetWorst()
+		if _, known := curev1.VerdictStatus_name[int32(worst)]; !known || worst == curev1.VerdictStatus_MARGINAL {
+			worst = curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED // MARGINAL is the coordinator's to give
+		}
+		out.Checks = append(out.Checks, &curev1.CheckProgress{Check: textsafe.BoundedLine(c.GetCheck(), maxName), Stage: textsafe.BoundedLine(c.GetStage(), maxName),
+			State: st, ElapsedMs: nonNeg(c.GetElapsedMs()), PlannedMs: nonNeg(c.GetPlannedMs()), Worst: worst})
+	}
+	js, err := protojson.Marshal(out)
+	if err != nil {
+		return store.ProgressRecord{}, err
+	}
+	return store.ProgressRecord{RunID: runID, BootID: bootID, Seq: ev.GetSeq(), Phase: phase, Time: time.UnixMilli(ev.GetTimeUnixMs()).UTC(), JSON: js}, nil
+}
+
 // authenticate turns a Hello into a session: the token is bound to this boot
-// (or this boot proves it is the one the token was bound to), the hardware
-// matches the token's node, and the token's run is active.
-func (s *RunnerService) authenticate(ctx context.Context, hello *curev1.Hello, peerIP string) (store.Node, store.Run, error) {
+// (or this boot proves it is the one the token was bound to), the boot has
+// not opened sessions faster than its budget, the hardware matches the
+// token's node, and the token's run is active. It returns the binding's
+// outcome: store.Bound for the boot's first Hello, store.Resumed for a
+// reconnect.
+func (s *RunnerService) authenticate(ctx context.Context, hello *curev1.Hello, peerIP string) (store.Node, store.Run, string, error) {
+	node, run, outcome, err := s.authenticateHello(ctx, hello, peerIP)
+	if err == nil {
+		s.Log.Info("runner authenticated", "node", node.ID, "run", run.ID, "boot_id", hello.GetBootId(), "how", outcome)
+	}
+	return node, run, outcome, err
+}
+
+func (s *RunnerService) authenticateHello(ctx context.Context, hello *curev1.Hello, peerIP string) (store.Node, store.Run, string, error) {
 	claimed := textsafe.BoundedLine(hello.GetIdentity().GetNodeId(), maxName)
-	refuse := func(action, detail string, code codes.Code, msg string) (store.Node, store.Run, error) {
+	refuse := func(action, detail string, code codes.Code, msg string) (store.Node, store.Run, string, error) {
 		s.Audit.Security(ctx, store.AuditEntry{Actor: claimed, Peer: peerIP, Action: action, Result: "refused", Detail: detail})
-		return store.Node{}, store.Run{}, status.Error(code, msg)
+		return store.Node{}, store.Run{}, "", status.Error(code, msg)
 	}
 	if hello == nil {
 		return refuse(audit.RunnerSession, "first message is not a Hello", codes.InvalidArgument, "first message must be Hello")
@@ -260,26 +378,42 @@ func (s *RunnerService) authenticate(ctx context.Context, hello *curev1.Hello, p
 	if err != nil {
 		return refuse(audit.BootTokenRejected, "unknown boot token", codes.Unauthenticated, "unknown or expired boot token")
 	}
+	// A boot's sessions are charged to its budget; a reconnect (the token
+	// is bound to this boot id and secret, which authenticates it) is
+	// charged before anything is written, so one refused costs reads only.
+	boot := tok.RunID + "\x00" + hello.GetBootId()
+	charged := false
+	if tok.State == store.TokenBound && tok.BootID == hello.GetBootId() &&
+		subtle.ConstantTimeCompare([]byte(tok.SessionHash), []byte(store.TokenHash(hello.GetSessionSecret()))) == 1 {
+		if !s.sessions.Allow(boot) {
+			s.Audit.Security(ctx, store.AuditEntry{Actor: tok.NodeID, Peer: peerIP, Action: audit.RunnerSession, RunID: tok.RunID, Nodes: []string{tok.NodeID},
+				Result: "refused", Detail: fmt.Sprintf("boot %s reconnects faster than its budget (%g a second, burst %d)",
+					textsafe.BoundedLine(hello.GetBootId(), maxName), s.SessionRate, s.SessionBurst)})
+			return store.Node{}, store.Run{}, "", status.Errorf(codes.ResourceExhausted, "boot %s reconnects too often: back off and retry",
+				textsafe.BoundedLine(hello.GetBootId(), maxName))
+		}
+		charged = true
+	}
 	node, err := s.Store.GetNode(ctx, tok.NodeID)
 	if err != nil {
-		return store.Node{}, store.Run{}, status.Errorf(codes.Internal, "node %s: %v", tok.NodeID, err)
+		return store.Node{}, store.Run{}, "", status.Errorf(codes.Internal, "node %s: %v", tok.NodeID, err)
 	}
 	if err := checkIdentity(node, hello.GetIdentity()); err != nil {
 		s.Audit.Security(ctx, store.AuditEntry{Actor: node.ID, Peer: peerIP, Action: audit.RunnerIdentity, RunID: tok.RunID, Result: "refused",
 			Nodes: []string{node.ID}, Detail: textsafe.BoundedLine(err.Error(), maxMessage)})
-		return store.Node{}, store.Run{}, status.Errorf(codes.PermissionDenied, "token of node %s: %s", node.ID, textsafe.BoundedLine(err.Error(), maxMessage))
+		return store.Node{}, store.Run{}, "", status.Errorf(codes.PermissionDenied, "token of node %s: %s", node.ID, textsafe.BoundedLine(err.Error(), maxMessage))
 	}
 	run, err := s.Store.GetRun(ctx, tok.RunID)
 	if err != nil || (run.Status != runstate.RunRunning && run.Status != runstate.RunPending) {
 		s.Log.Info("runner refused: its run is not active", "node", node.ID, "run", tok.RunID, "status", run.Status)
-		return store.Node{}, store.Run{}, status.Errorf(codes.FailedPrecondition, "run %s is not active", tok.RunID)
+		return store.Node{}, store.Run{}, "", status.Errorf(codes.FailedPrecondition, "run %s is not active", tok.RunID)
 	}
 	if s.Instance != "" && run.Owner != "" && run.Owner != s.Instance && run.LeaseUntil.After(time.Now()) {
 		// Another live instance drives this run and waits for its runner
 		// there; the runner retries, and reaches this instance only if that
 		// one dies (then this one takes the run over once its lease expired).
 		s.Log.Info("runner refused: its run is driven by another instance", "node", node.ID, "run", run.ID, "owner", run.Owner)
-		return store.Node{}, store.Run{}, status.Errorf(codes.Unavailable, "run %s is driven by coordinator instance %s; retry", run.ID, run.Owner)
+		return store.Node{}, store.Run{}, "", status.Errorf(codes.Unavailable, "run %s is driven by coordinator instance %s; retry", run.ID, run.Owner)
 	}
 	outcome, tok, err := s.Store.BindBootToken(ctx, store.BindRequest{
 		Hash: hash, BootID: hello.GetBootId(), SessionHash: store.TokenHash(hello.GetSessionSecret()), Peer: peerIP, RequirePeer: s.BindPeer,
@@ -295,27 +429,38 @@ func (s *RunnerService) authenticate(ctx context.Context, hello *curev1.Hello, p
 		if s.Guard != nil {
 			s.Guard.IdentityContested(ctx, run.ID, entry.Detail)
 		}
-		return store.Node{}, store.Run{}, status.Error(codes.PermissionDenied, "this boot window was already registered by another boot; the run is stopped for an operator")
+		return store.Node{}, store.Run{}, "", status.Error(codes.PermissionDenied, "this boot window was already registered by another boot; the run is stopped for an operator")
 	case errors.Is(err, store.ErrPeerMismatch):
 		entry.Action, entry.Detail = audit.BootTokenPeer, err.Error()
 		s.Audit.Security(ctx, entry)
-		return store.Node{}, store.Run{}, status.Error(codes.PermissionDenied, "boot token presented from another address than it was issued to")
+		return store.Node{}, store.Run{}, "", status.Error(codes.PermissionDenied, "boot token presented from another address than it was issued to")
 	case err != nil:
 		entry.Action, entry.Detail = audit.BootTokenRejected, err.Error()
 		s.Audit.Security(ctx, entry)
-		return store.Node{}, store.Run{}, status.Error(codes.Unauthenticated, "unknown, expired or superseded boot token")
+		return store.Node{}, store.Run{}, "", status.Error(codes.Unauthenticated, "unknown, expired or superseded boot token")
 	}
-	s.Log.Info("runner authenticated", "node", node.ID, "run", run.ID, "boot_id", tok.BootID, "how", outcome)
-	return node, run, nil
+	if !charged {
+		// The first Hello opens the boot's budget (or a reconnect that raced
+		// its own first Hello): it is never refused for it.
+		s.sessions.Allow(boot)
+	}
+	return node, run, outcome, nil
 }
 
 // storeInventory keeps the hardware a boot reported in its Hello, cleaned
 // and bounded (package inventory), once per boot: a reconnect of the same
-// boot changes nothing. Only an authenticated session gets here, so the
-// record is the node's by the session, whatever its fields claim.
-func (s *RunnerService) storeInventory(ctx context.Context, sess *sessions.Session, inv *curev1.Inventory, peerIP string, log *slog.Logger) {
+// boot changes nothing, and costs one read when the boot's inventory is
+// stored (a reconnect stores it only if its first Hello's was lost). Only an
+// authenticated session gets here, so the record is the node's by the
+// session, whatever its fields claim.
+func (s *RunnerService) storeInventory(ctx context.Context, sess *sessions.Session, inv *curev1.Inventory, peerIP string, firstOfBoot bool, log *slog.Logger) {
 	if inv == nil {
 		return
+	}
+	if !firstOfBoot {
+		if have, err := s.Store.HasInventory(ctx, sess.RunID, textsafe.BoundedLine(sess.BootID, maxName)); err != nil || have {
+			return
+		}
 	}
 	js, cut, err := inventory.Marshal(inv)
 	if err != nil {
@@ -358,6 +503,7 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 	t := time.UnixMilli(ev.GetTimeUnixMs()).UTC()
 	e := store.Event{RunID: runID, NodeID: nodeID, Source: runstate.SourceRunner, BootID: bootID, Seq: ev.GetSeq(), Time: t, Phase: phase}
 	var v *store.Verdict
+	var err error
 	switch b := ev.GetBody().(type) {
 	case *curev1.Event_PhaseStart:
 		e.Kind = runstate.EventPhaseStart
@@ -391,11 +537,9 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 		if v.Component == "" || v.Check == "" {
 			return store.Event{}, nil, fmt.Errorf("event seq %d: verdict without component or check", ev.GetSeq())
 		}
-		ms, err := measurements(in.GetMeasurements())
-		if err != nil {
+		if v.Measurements, err = verdictMeasurements(in.GetMeasurements()); err != nil {
 			return store.Event{}, nil, fmt.Errorf("event seq %d: verdict %s %s: %w", ev.GetSeq(), v.Component, v.Check, err)
 		}
-		v.Measurements = ms
 		e.Kind = runstate.EventVerdict
 		e.Status = v.Status
 		e.Message = textsafe.Truncate(fmt.Sprintf("%s %s: %s", v.Component, v.Check, v.Message), maxMessage)
@@ -411,26 +555,6 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 		return store.Event{}, nil, fmt.Errorf("event seq %d has no body", ev.GetSeq())
 	}
 	return e, v, nil
-}
-
-// maxMeasurements bounds a verdict's measurements (a check reports a few
-// per component).
-const maxMeasurements = 32
-
-// measurements cleans a verdict's measurements: named, finite, bounded.
-func measurements(in []*curev1.Measurement) ([]store.Measurement, error) {
-	if len(in) > maxMeasurements {
-		return nil, fmt.Errorf("%d measurements, at most %d", len(in), maxMeasurements)
-	}
-	var out []store.Measurement
-	for i, m := range in {
-		name := textsafe.BoundedLine(m.GetMetric(), maxName)
-		if name == "" || math.IsNaN(m.GetValue()) || math.IsInf(m.GetValue(), 0) {
-			return nil, fmt.Errorf("measurement %d (%q=%v): want a metric name and a finite value", i, name, m.GetValue())
-		}
-		out = append(out, store.Measurement{Metric: name, Value: m.GetValue(), Unit: textsafe.BoundedLine(m.GetUnit(), 32)})
-	}
-	return out, nil
 }
 
 // logAttrs renders up to maxAttrs key=value pairs, sorted, for the timeline.

@@ -7,6 +7,7 @@ package sessions
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -24,6 +25,21 @@ type Session struct {
 	send   func(*curev1.CoordinatorMessage) error
 	closed chan struct{}
 	once   sync.Once
+	// beat is when the runner last sent a heartbeat (unix ns, 0: never).
+	beat atomic.Int64
+}
+
+// Heartbeat records that the runner sent a heartbeat (Progress) now: a
+// long phase's proof that the runner is alive, not just its stream.
+func (s *Session) Heartbeat(t time.Time) { s.beat.Store(t.UnixNano()) }
+
+// LastHeartbeat is when the runner last sent a heartbeat (zero: never on
+// this session).
+func (s *Session) LastHeartbeat() time.Time {
+	if ns := s.beat.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // NewSession wraps a stream's send function.

@@ -21,6 +21,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/nodes"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 )
 
 // Result is what a lint found.
@@ -37,12 +38,18 @@ type Result struct {
 // OK reports whether the lint found nothing.
 func (r *Result) OK() bool { return len(r.Problems) == 0 }
 
-// Err is nil when the lint found nothing, or an error listing every problem.
+// MaxErrProblems bounds the problems Err lists (the count is whole; Problems
+// and `provisioner-lite check` have them all): an inventory of 20,000 bad
+// lines must not make a log line of megabytes.
+const MaxErrProblems = 50
+
+// Err is nil when the lint found nothing, or an error counting every
+// problem and listing the first MaxErrProblems.
 func (r *Result) Err() error {
 	if r.OK() {
 		return nil
 	}
-	return fmt.Errorf("%d problem(s) in the site configuration:\n  %s", len(r.Problems), strings.Join(r.Problems, "\n  "))
+	return fmt.Errorf("%d problem(s) in the site configuration:\n  %s", len(r.Problems), textsafe.JoinFirst(r.Problems, MaxErrProblems, 1024, "\n  "))
 }
 
 // Site lints manifestDir and, when nodesFile is not empty, the nodes file

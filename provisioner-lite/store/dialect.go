@@ -127,7 +127,8 @@ func openPostgres(dsn string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s: %w", Redacted(dsn), err)
 	}
 	st := &Store{path: Redacted(dsn), w: db, r: newPool(db), wp: newPool(db), sealer: seal, subs: map[string]map[*subscriber]struct{}{},
-		instance: o.instance, leaseTTL: o.leaseTTL, runCache: map[string]Run{}, dialect: postgresDialect}
+		instance: o.instance, leaseTTL: o.leaseTTL, runCache: map[string]Run{}, dialect: postgresDialect, maxNotes: o.notes(),
+		maxMeasurements: o.measurements()}
 	st.r.rebind, st.wp.rebind = rebindDollar, rebindDollar
 	if st.leaseTTL <= 0 {
 		st.leaseTTL = DefaultLeaseTTL
@@ -232,7 +233,38 @@ CREATE UNIQUE INDEX inventories_boot ON inventories(run_id, boot_id);
 CREATE INDEX inventories_node ON inventories(node_id, id);
 `,
 	`
-ALTER TABLE verdicts ADD COLUMN measurements TEXT NOT NULL DEFAULT '';
+ALTER TABLE events ADD COLUMN note BOOLEAN NOT NULL DEFAULT false;
+ALTER TABLE run_usage ADD COLUMN notes BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE run_usage ADD COLUMN notes_dropped BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE boot_tokens ADD COLUMN reconnects BIGINT NOT NULL DEFAULT 0;
+`,
+	`
+CREATE TABLE series (
+	run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, source TEXT NOT NULL, component TEXT NOT NULL,
+	metric TEXT NOT NULL, unit TEXT NOT NULL DEFAULT '', points TEXT NOT NULL, thinned BIGINT NOT NULL DEFAULT 0,
+	PRIMARY KEY (run_id, source, component, metric)
+);
+CREATE TABLE run_bmc_evidence (
+	run_id TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE, time BIGINT NOT NULL, evidence TEXT NOT NULL
+);
+`,
+	`
+CREATE TABLE run_progress (
+	run_id TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE, boot_id TEXT NOT NULL, seq BIGINT NOT NULL,
+	phase TEXT NOT NULL DEFAULT '', time BIGINT NOT NULL, received BIGINT NOT NULL, progress TEXT NOT NULL
+);
+`,
+	`
+CREATE TABLE measurements (
+	run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, node_id TEXT NOT NULL, sku TEXT NOT NULL DEFAULT '',
+	suite TEXT NOT NULL DEFAULT '', check_name TEXT NOT NULL, component TEXT NOT NULL, metric TEXT NOT NULL,
+	value DOUBLE PRECISION NOT NULL, unit TEXT NOT NULL DEFAULT '', time BIGINT NOT NULL, passed BOOLEAN NOT NULL DEFAULT false,
+	PRIMARY KEY (run_id, component, check_name, metric)
+);
+CREATE INDEX measurements_fleet ON measurements(sku, check_name, metric, time);
+CREATE INDEX measurements_time ON measurements(time);
+ALTER TABLE run_usage ADD COLUMN measurements BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE run_fleet (run_id TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE, time BIGINT NOT NULL, judgements TEXT NOT NULL);
 `,
 }
 

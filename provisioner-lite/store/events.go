@@ -26,11 +26,16 @@ type Event struct {
 	Message    string
 	DurationMs int64
 	Payload    []byte // protojson of the original event, optional
+	// Note marks a coordinator note (session chatter, reconnect summaries,
+	// cap notices): capped per run and pruned with the runner's metrics and
+	// logs, unlike the coordinator's essential timeline (notes.go).
+	Note bool
 }
 
 // AppendEvent stores e and returns its id. When e.Seq > 0 it is idempotent on
 // (run, source, boot, seq): a replayed runner event returns the id of the copy
-// already stored and inserted=false.
+// already stored and inserted=false. A note (e.Note) past its run's cap is
+// counted, not stored: id 0 and inserted=false (notes.go).
 func (s *Store) AppendEvent(ctx context.Context, e Event) (id int64, inserted bool, err error) {
 	if e.RunID == "" {
 		return 0, false, errors.New("store: append event: empty run id")
@@ -38,31 +43,48 @@ func (s *Store) AppendEvent(ctx context.Context, e Event) (id int64, inserted bo
 	if e.Seq > math.MaxInt64 {
 		return 0, false, fmt.Errorf("store: append event to run %s: seq %d exceeds int64", e.RunID, e.Seq)
 	}
+	if e.Note && e.Source != runstate.SourceCoordinator {
+		return 0, false, fmt.Errorf("store: append event to run %s: only the coordinator writes notes (source %q)", e.RunID, e.Source)
+	}
+	var wrote bool
 	err = s.tx(ctx, func(tx *Tx) error {
-		// RETURNING gives the id in SQLite and PostgreSQL alike (pgx has no
-		// LastInsertId); a conflict returns no row.
-		err := tx.QueryRowContext(ctx, `
-INSERT INTO events (run_id, node_id, source, boot_id, seq, time, phase, kind, status, message, duration_ms, payload)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT(run_id, source, boot_id, seq) WHERE seq > 0 DO NOTHING RETURNING id`,
-			e.RunID, e.NodeID, e.Source, e.BootID, int64(e.Seq), toMs(e.Time), e.Phase, e.Kind, e.Status, e.Message, e.DurationMs, e.Payload).Scan(&id)
-		if err == nil {
-			inserted = true
-			return nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
+		var err error
+		if e.Note {
+			id, inserted, wrote, err = s.appendNote(ctx, tx, e)
 			return err
 		}
-		return tx.QueryRowContext(ctx, `SELECT id FROM events WHERE run_id = ? AND source = ? AND boot_id = ? AND seq = ?`,
-			e.RunID, e.Source, e.BootID, int64(e.Seq)).Scan(&id)
+		id, inserted, err = insertEvent(ctx, tx, e)
+		wrote = inserted
+		return err
 	})
 	if err != nil {
 		return 0, false, fmt.Errorf("store: append %s event (source %s, boot %q, seq %d) to run %s: %w", e.Kind, e.Source, e.BootID, e.Seq, e.RunID, err)
 	}
-	if inserted {
+	if wrote {
 		s.notify(e.RunID)
 	}
 	return id, inserted, nil
+}
+
+// insertEvent inserts e, or on a (run, source, boot, seq) already stored
+// returns that row's id and inserted=false.
+func insertEvent(ctx context.Context, tx *Tx, e Event) (id int64, inserted bool, err error) {
+	// RETURNING gives the id in SQLite and PostgreSQL alike (pgx has no
+	// LastInsertId); a conflict returns no row.
+	err = tx.QueryRowContext(ctx, `
+INSERT INTO events (run_id, node_id, source, boot_id, seq, time, phase, kind, status, message, duration_ms, payload, note)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT(run_id, source, boot_id, seq) WHERE seq > 0 DO NOTHING RETURNING id`,
+		e.RunID, e.NodeID, e.Source, e.BootID, int64(e.Seq), toMs(e.Time), e.Phase, e.Kind, e.Status, e.Message, e.DurationMs, e.Payload, e.Note).Scan(&id)
+	if err == nil {
+		return id, true, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return 0, false, err
+	}
+	err = tx.QueryRowContext(ctx, `SELECT id FROM events WHERE run_id = ? AND source = ? AND boot_id = ? AND seq = ?`,
+		e.RunID, e.Source, e.BootID, int64(e.Seq)).Scan(&id)
+	return id, false, err
 }
 
 // Events returns a run's events with ID > afterID in ID order, at most limit of
@@ -72,7 +94,7 @@ func (s *Store) Events(ctx context.Context, runID string, afterID int64, limit i
 		limit = math.MaxInt32 // no limit (PostgreSQL refuses LIMIT -1)
 	}
 	rows, err := s.r.QueryContext(ctx, `
-SELECT id, run_id, node_id, source, boot_id, seq, time, phase, kind, status, message, duration_ms, payload
+SELECT id, run_id, node_id, source, boot_id, seq, time, phase, kind, status, message, duration_ms, payload, note
 FROM events WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?`, runID, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: events of run %s after %d: %w", runID, afterID, err)
@@ -82,7 +104,7 @@ FROM events WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?`, runID, afterID, li
 	for rows.Next() {
 		var e Event
 		var seq, t int64
-		if err := rows.Scan(&e.ID, &e.RunID, &e.NodeID, &e.Source, &e.BootID, &seq, &t, &e.Phase, &e.Kind, &e.Status, &e.Message, &e.DurationMs, &e.Payload); err != nil {
+		if err := rows.Scan(&e.ID, &e.RunID, &e.NodeID, &e.Source, &e.BootID, &seq, &t, &e.Phase, &e.Kind, &e.Status, &e.Message, &e.DurationMs, &e.Payload, &e.Note); err != nil {
 			return nil, fmt.Errorf("store: events of run %s: %w", runID, err)
 		}
 		e.Seq, e.Time = uint64(seq), fromMs(t)
@@ -152,6 +174,9 @@ type AppendResult struct {
 	ID       int64
 	Inserted bool // false: a replay of a stored event, or dropped
 	Dropped  bool // a metric or log over the run's caps: acked, not stored
+	// FirstDrop: this is the run's first dropped event (whichever session
+	// sent it), the one moment to say so in the run's timeline.
+	FirstDrop bool
 }
 
 // AppendRunnerEvent stores one runner event of an active run, and its verdict
@@ -165,13 +190,8 @@ func (s *Store) AppendRunnerEvent(ctx context.Context, e Event, v *Verdict, lim 
 	}
 	e.Source = runstate.SourceRunner
 	size := int64(len(e.Message) + len(e.Payload) + len(e.Phase) + len(e.Status))
-	var ms string
 	if v != nil {
-		var err error
-		if ms, err = measurementsJSON(*v); err != nil {
-			return res, err
-		}
-		size += int64(len(v.Component) + len(v.Check) + len(v.Observed) + len(v.Expected) + len(v.Message) + len(ms))
+		size += int64(len(v.Component) + len(v.Check) + len(v.Observed) + len(v.Expected) + len(v.Message))
 	}
 	err := s.tx(ctx, func(tx *Tx) error {
 		var status string
@@ -198,8 +218,10 @@ func (s *Store) AppendRunnerEvent(ctx context.Context, e Event, v *Verdict, lim 
 		soft := e.Kind == runstate.EventMetric || e.Kind == runstate.EventLog
 		if soft && (events+1 > lim.MaxEvents || bytes+size > lim.MaxBytes) {
 			res.Dropped = true
-			_, err := tx.ExecContext(ctx, `INSERT INTO run_usage (run_id, dropped) VALUES (?, 1)
-ON CONFLICT(run_id) DO UPDATE SET dropped = run_usage.dropped + 1`, e.RunID)
+			var dropped int64
+			err := tx.QueryRowContext(ctx, `INSERT INTO run_usage (run_id, dropped) VALUES (?, 1)
+ON CONFLICT(run_id) DO UPDATE SET dropped = run_usage.dropped + 1 RETURNING dropped`, e.RunID).Scan(&dropped)
+			res.FirstDrop = dropped == 1
 			return err
 		}
 		if events+1 > lim.HardEvents || bytes+size > lim.MaxBytes+lim.MaxBytes/8 {
@@ -229,7 +251,10 @@ VALUES (?, ?, 'runner', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 			if v.Component == "" || v.Check == "" {
 				return fmt.Errorf("verdict: component %q and check %q must both be set", v.Component, v.Check)
 			}
-			if _, err := tx.ExecContext(ctx, upsertVerdict, e.RunID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time), ms); err != nil {
+			if _, err := tx.ExecContext(ctx, upsertVerdict, e.RunID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time)); err != nil {
+				return err
+			}
+			if err := s.putMeasurements(ctx, tx, e.RunID, *v); err != nil {
 				return err
 			}
 		}
@@ -247,13 +272,16 @@ ON CONFLICT(run_id) DO UPDATE SET events = run_usage.events + 1, bytes = run_usa
 	return res, nil
 }
 
-// RunUsage is what a run's runner has made the store keep.
-type RunUsage struct{ Events, Bytes, Dropped, Verdicts int64 }
+// RunUsage is what a run's runner has made the store keep (Events and
+// Bytes include the reconnects charged to the run), and the coordinator
+// notes kept and counted past their cap.
+type RunUsage struct{ Events, Bytes, Dropped, Verdicts, Notes, NotesDropped int64 }
 
 // Usage returns a run's accounting (zero for a run without runner events).
 func (s *Store) Usage(ctx context.Context, runID string) (RunUsage, error) {
 	var u RunUsage
-	err := s.r.QueryRowContext(ctx, `SELECT events, bytes, dropped, verdicts FROM run_usage WHERE run_id = ?`, runID).Scan(&u.Events, &u.Bytes, &u.Dropped, &u.Verdicts)
+	err := s.r.QueryRowContext(ctx, `SELECT events, bytes, dropped, verdicts, notes, notes_dropped FROM run_usage WHERE run_id = ?`, runID).Scan(
+		&u.Events, &u.Bytes, &u.Dropped, &u.Verdicts, &u.Notes, &u.NotesDropped)
 	if errors.Is(err, sql.ErrNoRows) {
 		return RunUsage{}, nil
 	}
@@ -263,13 +291,14 @@ func (s *Store) Usage(ctx context.Context, runID string) (RunUsage, error) {
 	return u, nil
 }
 
-// PruneRunEvents deletes the runner's metrics and logs of runs that ended
-// before t; phases, verdicts and the coordinator's timeline stay.
+// PruneRunEvents deletes the runner's metrics and logs and the coordinator's
+// notes of runs that ended before t; phases, verdicts and the coordinator's
+// essential timeline stay.
 func (s *Store) PruneRunEvents(ctx context.Context, endedBefore time.Time) (int64, error) {
 	var n int64
 	err := s.tx(ctx, func(tx *Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE source = 'runner' AND kind IN ('metric', 'log') AND run_id IN
-(SELECT id FROM runs WHERE status NOT IN ('pending', 'running') AND ended_at > 0 AND ended_at < ?)`, toMs(endedBefore))
+		res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE ((source = 'runner' AND kind IN ('metric', 'log')) OR note = ?) AND run_id IN
+(SELECT id FROM runs WHERE status NOT IN ('pending', 'running') AND ended_at > 0 AND ended_at < ?)`, true, toMs(endedBefore))
 		if err != nil {
 			return err
 		}

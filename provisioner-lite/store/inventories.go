@@ -48,6 +48,20 @@ VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, boot_id) DO NOTHING`,
 	return stored, nil
 }
 
+// HasInventory reports whether a boot of a run has its inventory stored
+// (a reconnect then has nothing to add).
+func (s *Store) HasInventory(ctx context.Context, runID, bootID string) (bool, error) {
+	var one int
+	err := s.r.QueryRowContext(ctx, `SELECT 1 FROM inventories WHERE run_id = ? AND boot_id = ?`, runID, bootID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("store: inventory of run %s boot %q: %w", runID, bootID, err)
+	}
+	return true, nil
+}
+
 const inventoryCols = `id, node_id, run_id, boot_id, time, peer, inventory, truncated`
 
 func scanInventory(row *sql.Row) (InventoryRecord, error) {

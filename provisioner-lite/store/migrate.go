@@ -185,10 +185,78 @@ CREATE TABLE inventories (
 CREATE UNIQUE INDEX inventories_boot ON inventories(run_id, boot_id);
 CREATE INDEX inventories_node ON inventories(node_id, id);
 `,
-	// 5: a verdict's measurements (metric, value, unit), JSON, as the
-	// server bounded them: what reports tabulate.
+	// 5: a runner's session bounded like its events. Coordinator notes
+	// (reconnect summaries, cap notices, session chatter) are marked, capped
+	// per run and pruned with the runner's metrics and logs; a bound token
+	// counts its boot's reconnects.
 	`
-ALTER TABLE verdicts ADD COLUMN measurements TEXT NOT NULL DEFAULT '';
+ALTER TABLE events ADD COLUMN note INTEGER NOT NULL DEFAULT 0;          -- a coordinator note: capped, pruned
+ALTER TABLE run_usage ADD COLUMN notes INTEGER NOT NULL DEFAULT 0;       -- coordinator notes stored
+ALTER TABLE run_usage ADD COLUMN notes_dropped INTEGER NOT NULL DEFAULT 0; -- notes counted past the cap
+ALTER TABLE boot_tokens ADD COLUMN reconnects INTEGER NOT NULL DEFAULT 0; -- sessions of the bound boot after its first
+`,
+	// 6: series sampled during a run (the BMC's sensors, the host's
+	// telemetry), bounded per run and thinned per series; and what the
+	// run's BMC showed at the end of its validate phase.
+	`
+CREATE TABLE series (
+	run_id    TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+	source    TEXT NOT NULL,              -- bmc, host, gpu
+	component TEXT NOT NULL,
+	metric    TEXT NOT NULL,
+	unit      TEXT NOT NULL DEFAULT '',
+	points    TEXT NOT NULL,              -- JSON {"t":[unix ms],"v":[values]}, time order
+	thinned   INTEGER NOT NULL DEFAULT 0, -- points merged away to stay bounded
+	PRIMARY KEY (run_id, source, component, metric)
+);
+CREATE TABLE run_bmc_evidence (
+	run_id   TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+	time     INTEGER NOT NULL,
+	evidence TEXT NOT NULL                -- protojson of cure.v1.BmcEvidence
+);
+`,
+	// 7: a suite's heartbeats. The latest Progress per run (liveness, each
+	// check's state, the ETA), replaced in place: a soak of days keeps one
+	// row, not an event a minute.
+	`
+CREATE TABLE run_progress (
+	run_id   TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+	boot_id  TEXT NOT NULL,
+	seq      INTEGER NOT NULL,
+	phase    TEXT NOT NULL DEFAULT '',
+	time     INTEGER NOT NULL,            -- the runner's clock
+	received INTEGER NOT NULL,            -- the coordinator's
+	progress TEXT NOT NULL                -- protojson of cure.v1.Progress
+);
+`,
+	// 8: fleet history. Every verdict's measurements (metric, value, unit)
+	// with what the fleet bands select them by (SKU, check, metric, time;
+	// the coordinator's clock), bounded per run (run_usage.measurements),
+	// pruned by their own retention; and each run's fleet judgement
+	// (protojson of cure.v1.FleetJudgements), kept with the run.
+	`
+CREATE TABLE measurements (
+	run_id     TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+	node_id    TEXT NOT NULL,
+	sku        TEXT NOT NULL DEFAULT '',   -- the node's when the verdict arrived
+	suite      TEXT NOT NULL DEFAULT '',   -- the run's manifest
+	check_name TEXT NOT NULL,
+	component  TEXT NOT NULL,
+	metric     TEXT NOT NULL,
+	value      REAL NOT NULL,
+	unit       TEXT NOT NULL DEFAULT '',
+	time       INTEGER NOT NULL,
+	passed     INTEGER NOT NULL DEFAULT 0, -- its verdict passed (PASS): a fleet sample
+	PRIMARY KEY (run_id, component, check_name, metric)
+);
+CREATE INDEX measurements_fleet ON measurements(sku, check_name, metric, time);
+CREATE INDEX measurements_time ON measurements(time);
+ALTER TABLE run_usage ADD COLUMN measurements INTEGER NOT NULL DEFAULT 0; -- measurement rows the run keeps
+CREATE TABLE run_fleet (
+	run_id     TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+	time       INTEGER NOT NULL,
+	judgements TEXT NOT NULL
+);
 `,
 }
 

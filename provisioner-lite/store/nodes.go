@@ -314,6 +314,28 @@ func (s *Store) NodeByMAC(ctx context.Context, mac string) (Node, error) {
 	return n, nil
 }
 
+// MACIndex maps every inventory MAC (normalised) to its node's id, in one
+// query: what the proxy DHCP holds in memory to check a request's MAC.
+func (s *Store) MACIndex(ctx context.Context) (map[string]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT m.mac, m.node_id FROM node_macs m JOIN nodes n ON n.id = m.node_id WHERE n.removed_at = 0`)
+	if err != nil {
+		return nil, fmt.Errorf("store: MAC index: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var mac, id string
+		if err := rows.Scan(&mac, &id); err != nil {
+			return nil, fmt.Errorf("store: MAC index: %w", err)
+		}
+		out[mac] = id
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: MAC index: %w", err)
+	}
+	return out, nil
+}
+
 // ListNodes returns every node ordered by id.
 func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT `+nodeCols+` FROM nodes WHERE removed_at = 0 ORDER BY id`)

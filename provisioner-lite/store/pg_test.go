@@ -32,7 +32,9 @@ func TestPostgresBackend(t *testing.T) {
 		"EndBootWindowAndPrune": TestEndBootWindowAndPrune, "RunnerEventCaps": TestRunnerEventCaps, "Retention": TestRetention,
 		"AuditLog": TestAuditLog, "GroupCommit": TestGroupCommit, "Leases": TestLeases, "UpdateRunInPlace": TestUpdateRunInPlace,
 		"PutNodesAddAndReplace": TestPutNodesAddAndReplace, "RemoveNode": TestRemoveNode, "SetLabels": TestSetLabels, "Inventories": TestInventories,
-		"VerdictMeasurements": TestVerdictMeasurements,
+		"CoordinatorNotesCapped": TestCoordinatorNotesCapped, "ReconnectSummary": TestReconnectSummary, "HasInventory": TestHasInventory,
+		"Series": TestSeries, "SeriesBounds": TestSeriesBounds, "BMCEvidence": TestBMCEvidence,
+		"RunProgress": TestRunProgress,
 	} {
 		t.Run(name, f)
 	}

@@ -29,6 +29,7 @@ const (
 	dataAssignCursor      = "assign_cursor"       // event id an assignment was sent at
 	dataFreshCURE         = "fresh_cure"          // why the next runner batch needs a fresh CURE boot
 	dataOOBPrefix         = "oob/"                // + firmware name: out-of-band submission record
+	dataDeadlinePrefix    = "deadline/"           // + phase: when the coordinator gives up on an in-band phase
 )
 
 // MaxHostTokens bounds the host callback token digests a run keeps: a run
@@ -54,6 +55,8 @@ func (r Run) ValidateData() error {
 			_, err = r.Attempts(strings.TrimPrefix(k, dataAttemptsPrefix))
 		case strings.HasPrefix(k, dataStartedPrefix):
 			_, err = r.PhaseStartedAt(strings.TrimPrefix(k, dataStartedPrefix))
+		case strings.HasPrefix(k, dataDeadlinePrefix):
+			_, err = r.PhaseDeadline(strings.TrimPrefix(k, dataDeadlinePrefix))
 		case k == dataHostRebootedAt:
 			_, err = r.HostRebootedAt()
 		case k == dataHostWaitFrom:
@@ -205,6 +208,14 @@ func (r Run) PhaseStartedAt(phase string) (time.Time, error) {
 	return r.getTime(dataStartedPrefix + phase)
 }
 func (r *Run) SetPhaseStartedAt(phase string, t time.Time) { r.setTime(dataStartedPrefix+phase, t) }
+
+// PhaseDeadline is when the coordinator gives up on the latest attempt of an
+// in-band phase that sent no end (zero: none set). Kept in the run so a
+// restarted coordinator holds the same deadline.
+func (r Run) PhaseDeadline(phase string) (time.Time, error) {
+	return r.getTime(dataDeadlinePrefix + phase)
+}
+func (r *Run) SetPhaseDeadline(phase string, t time.Time) { r.setTime(dataDeadlinePrefix+phase, t) }
 
 // BMCResetAt is when the run asked the BMC to reset and has not seen it
 // back since; zero if no reset is pending.

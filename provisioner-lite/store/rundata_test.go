@@ -23,6 +23,7 @@ func TestRunDataRoundTrip(t *testing.T) {
 	r.SetRunnerAddr("a:1,b:2")
 	r.SetFreshCURE("resumed")
 	r.SetOOBSubmission("bmc-fw", "submitted task /t/1")
+	r.SetPhaseDeadline("validate", at)
 
 	// The stored encoding is the one earlier coordinators wrote.
 	want := map[string]string{
@@ -30,6 +31,7 @@ func TestRunDataRoundTrip(t *testing.T) {
 		"host_wait_from": "42", "host_reboot_attempt": "2", "bmc_reset_at": "2026-11-24T12:00:00.123456789Z", "bmc_resets": "1",
 		"boot_requested_at": "2026-11-24T12:00:00.123456789Z", "assign_cursor": "0", "boot": "cure", "cure_window": "w7",
 		"runner_addr": "a:1,b:2", "fresh_cure": "resumed", "oob/bmc-fw": "submitted task /t/1",
+		"deadline/validate": "2026-11-24T12:00:00.123456789Z",
 	}
 	for k, v := range want {
 		if r.Data[k] != v {
@@ -50,6 +52,7 @@ func TestRunDataRoundTrip(t *testing.T) {
 	}
 	for name, get := range map[string]func() (time.Time, error){
 		"PhaseStartedAt": func() (time.Time, error) { return r.PhaseStartedAt("bmc") },
+		"PhaseDeadline":  func() (time.Time, error) { return r.PhaseDeadline("validate") },
 		"HostRebootedAt": r.HostRebootedAt, "BMCResetAt": r.BMCResetAt, "BootRequestedAt": r.BootRequestedAt,
 	} {
 		if got, err := get(); !got.Equal(at) || err != nil {
@@ -124,6 +127,7 @@ func TestRunDataMalformed(t *testing.T) {
 		{"attempts/bmc", "-1", func(r Run) error { _, err := r.Attempts("bmc"); return err }},
 		{"attempts/bmc", "2 ", func(r Run) error { _, err := r.Attempts("bmc"); return err }},
 		{"started/bmc", "yesterday", func(r Run) error { _, err := r.PhaseStartedAt("bmc"); return err }},
+		{"deadline/validate", "soon", func(r Run) error { _, err := r.PhaseDeadline("validate"); return err }},
 		{"host_rebooted_at", "2026-13-01T00:00:00Z", func(r Run) error { _, err := r.HostRebootedAt(); return err }},
 		{"host_wait_from", "7x", func(r Run) error { _, err := r.HostWaitFrom(); return err }},
 		{"host_reboot_attempt", "1.5", func(r Run) error { _, err := r.HostRebootAttempt(); return err }},

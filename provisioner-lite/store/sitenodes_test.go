@@ -83,6 +83,9 @@ func TestRemoveNode(t *testing.T) {
 	if _, err := s.NodeByMAC(ctx, "52:54:00:00:00:01"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("NodeByMAC of a removed node: %v", err)
 	}
+	if idx, err := s.MACIndex(ctx); err != nil || len(idx) != 1 || idx["52:54:00:00:00:02"] != "fresh" {
+		t.Fatalf("MACIndex after removal: %v, %v; want only fresh's MAC", idx, err)
+	}
 	ns, _ := s.ListNodes(ctx)
 	sums, _ := s.NodeSummaries(ctx)
 	if len(ns) != 1 || ns[0].ID != "fresh" || len(sums) != 1 {

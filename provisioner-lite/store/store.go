@@ -47,6 +47,10 @@ type Store struct {
 
 	runCacheMu sync.Mutex
 	runCache   map[string]Run // last row this store wrote or read, per active run
+
+	maxNotes int64 // coordinator notes kept per run (notes.go)
+
+	maxMeasurements int64 // measurement rows kept per run (measurements.go)
 }
 
 type subscriber struct{ ch chan struct{} }
@@ -63,6 +67,9 @@ type options struct {
 	noGroupCommit bool
 	instance      string
 	leaseTTL      time.Duration
+	maxNotes      int64
+
+	maxMeasurements int64
 }
 
 // WithoutGroupCommit commits every write in its own transaction, as before
@@ -160,7 +167,8 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s for reading: %w", abs, err)
 	}
 	st := &Store{path: abs, w: w, r: newPool(r), wp: newPool(w), sealer: seal, subs: map[string]map[*subscriber]struct{}{},
-		instance: o.instance, leaseTTL: o.leaseTTL, runCache: map[string]Run{}, dialect: sqliteDialect}
+		instance: o.instance, leaseTTL: o.leaseTTL, runCache: map[string]Run{}, dialect: sqliteDialect, maxNotes: o.notes(),
+		maxMeasurements: o.measurements()}
 	if st.leaseTTL <= 0 {
 		st.leaseTTL = DefaultLeaseTTL
 	}

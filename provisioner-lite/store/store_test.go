@@ -21,11 +21,12 @@ var testKey = []byte("0123456789abcdef0123456789abcdef")
 // backend-neutral tests again with "postgres".
 var backend = "sqlite"
 
-func openTest(t *testing.T) (*Store, string) {
+func openTest(t *testing.T, opts ...Option) (*Store, string) {
 	t.Helper()
+	opts = append([]Option{WithStateKey(testKey)}, opts...)
 	if backend == "postgres" {
 		dsn := pgtest.Shared(t).NewDatabase(t)
-		s, err := OpenDSN(dsn, WithStateKey(testKey))
+		s, err := OpenDSN(dsn, opts...)
 		if err != nil {
 			t.Fatalf("OpenDSN: %v", err)
 		}
@@ -33,7 +34,7 @@ func openTest(t *testing.T) (*Store, string) {
 		return s, dsn
 	}
 	path := filepath.Join(t.TempDir(), "cure.db")
-	s, err := Open(path, WithStateKey(testKey))
+	s, err := Open(path, opts...)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -113,6 +114,9 @@ func TestNodes(t *testing.T) {
 		if err != nil || got.ID != "n1" {
 			t.Fatalf("NodeByMAC(%s) = %q, %v; want n1", m, got.ID, err)
 		}
+	}
+	if idx, err := s.MACIndex(ctx); err != nil || !reflect.DeepEqual(idx, map[string]string{"52:54:00:aa:bb:01": "n1", "52:54:00:aa:bb:02": "n1"}) {
+		t.Fatalf("MACIndex = %v, %v", idx, err)
 	}
 	if _, err := s.NodeByMAC(ctx, "52:54:00:aa:bb:99"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("NodeByMAC unknown: err = %v, want ErrNotFound", err)
@@ -632,44 +636,5 @@ func TestSubscribe(t *testing.T) {
 	s.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("%d subscribers left for r1 after cancel", n)
-	}
-}
-
-// TestVerdictMeasurements: a verdict's measurements are stored and read
-// back, by PutVerdict and with a runner's event; an upsert replaces them.
-func TestVerdictMeasurements(t *testing.T) {
-	s, _ := openTest(t)
-	ctx := ctxT(t)
-	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
-	if err := s.CreateRun(ctx, Run{ID: "r1", NodeID: "n1", Status: runstate.RunRunning}); err != nil {
-		t.Fatal(err)
-	}
-	ms := []Measurement{{"randReadIOPS", 182345, "IOPS"}, {"p99ReadLatencyUs", 2244.608, "us"}}
-	if err := s.PutVerdict(ctx, Verdict{RunID: "r1", Component: "disk/nvme0n1", Check: "disk-random", Status: "PASS", Measurements: ms}); err != nil {
-		t.Fatal(err)
-	}
-	cpu := Verdict{Component: "cpu/0", Check: "cpu-ops", Status: "PASS", Measurements: []Measurement{{"cpuBogoOpsPerSec", 708.09, "bogo-ops/s"}}}
-	if _, err := s.AppendRunnerEvent(ctx, Event{RunID: "r1", NodeID: "n1", BootID: "b", Seq: 1, Kind: runstate.EventVerdict, Status: "PASS"}, &cpu, DefaultEventLimits); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.PutVerdict(ctx, Verdict{RunID: "r1", Component: "nic/eth0", Check: "links", Status: "PASS"}); err != nil {
-		t.Fatal(err)
-	}
-	vs, err := s.Verdicts(ctx, "r1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string][]Measurement{}
-	for _, v := range vs {
-		got[v.Component] = v.Measurements
-	}
-	if !reflect.DeepEqual(got["disk/nvme0n1"], ms) || !reflect.DeepEqual(got["cpu/0"], cpu.Measurements) || got["nic/eth0"] != nil {
-		t.Errorf("measurements %v", got)
-	}
-	if err := s.PutVerdict(ctx, Verdict{RunID: "r1", Component: "disk/nvme0n1", Check: "disk-random", Status: "FAIL"}); err != nil {
-		t.Fatal(err)
-	}
-	if vs, _ := s.Verdicts(ctx, "r1"); vs[1].Component != "disk/nvme0n1" || vs[1].Measurements != nil {
-		t.Errorf("after an upsert without measurements: %+v", vs[1])
 	}
 }

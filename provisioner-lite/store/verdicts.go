@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"github.com/cure-oss/cure/provisioner-lite/natural"
 	"sort"
@@ -13,35 +12,25 @@ import (
 type Verdict struct {
 	RunID, Component, Check, Status, Observed, Expected, Message string
 	Time                                                         time.Time
-	// Measurements are the numbers the verdict was judged on, with units.
+	// Measurements are stored apart (measurements.go) when the runner's
+	// verdict is: Verdicts does not return them (RunMeasurements does).
 	Measurements []Measurement
 }
 
-// Measurement is one measured number of a verdict.
-type Measurement struct {
-	Metric string  `json:"metric"`
-	Value  float64 `json:"value"`
-	Unit   string  `json:"unit"`
-}
-
 const upsertVerdict = `
-INSERT INTO verdicts (run_id, component, check_name, status, observed, expected, message, time, measurements)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO verdicts (run_id, component, check_name, status, observed, expected, message, time)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT(run_id, component, check_name) DO UPDATE SET status=excluded.status, observed=excluded.observed,
-	expected=excluded.expected, message=excluded.message, time=excluded.time, measurements=excluded.measurements`
+	expected=excluded.expected, message=excluded.message, time=excluded.time`
 
 // PutVerdict inserts or replaces the (RunID, Component, Check) verdict.
 func (s *Store) PutVerdict(ctx context.Context, v Verdict) error {
 	if v.Component == "" || v.Check == "" {
 		return fmt.Errorf("store: verdict of run %s: component %q and check %q must both be set", v.RunID, v.Component, v.Check)
 	}
-	ms, err := measurementsJSON(v)
-	if err != nil {
-		return err
-	}
-	err = s.tx(ctx, func(tx *Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, upsertVerdict,
-			v.RunID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time), ms)
+			v.RunID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time))
 		return err
 	})
 	if err != nil {
@@ -51,25 +40,11 @@ func (s *Store) PutVerdict(ctx context.Context, v Verdict) error {
 	return nil
 }
 
-// measurementsJSON is how a verdict's measurements are stored ("" for
-// none). A non-finite value cannot be stored (JSON has none): the server
-// refuses those before.
-func measurementsJSON(v Verdict) (string, error) {
-	if len(v.Measurements) == 0 {
-		return "", nil
-	}
-	b, err := json.Marshal(v.Measurements)
-	if err != nil {
-		return "", fmt.Errorf("store: verdict %s/%s of run %s: measurements: %w", v.Component, v.Check, v.RunID, err)
-	}
-	return string(b), nil
-}
-
 // Verdicts returns a run's verdicts sorted by component in natural order
 // (gpu/2 before gpu/10), then by check.
 func (s *Store) Verdicts(ctx context.Context, runID string) ([]Verdict, error) {
 	rows, err := s.r.QueryContext(ctx, `
-SELECT run_id, component, check_name, status, observed, expected, message, time, measurements FROM verdicts WHERE run_id = ?`, runID)
+SELECT run_id, component, check_name, status, observed, expected, message, time FROM verdicts WHERE run_id = ?`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("store: verdicts of run %s: %w", runID, err)
 	}
@@ -78,16 +53,10 @@ SELECT run_id, component, check_name, status, observed, expected, message, time,
 	for rows.Next() {
 		var v Verdict
 		var t int64
-		var ms string
-		if err := rows.Scan(&v.RunID, &v.Component, &v.Check, &v.Status, &v.Observed, &v.Expected, &v.Message, &t, &ms); err != nil {
+		if err := rows.Scan(&v.RunID, &v.Component, &v.Check, &v.Status, &v.Observed, &v.Expected, &v.Message, &t); err != nil {
 			return nil, fmt.Errorf("store: verdicts of run %s: %w", runID, err)
 		}
 		v.Time = fromMs(t)
-		if ms != "" {
-			if err := json.Unmarshal([]byte(ms), &v.Measurements); err != nil {
-				return nil, fmt.Errorf("store: verdict %s/%s of run %s: measurements: %w", v.Component, v.Check, runID, err)
-			}
-		}
 		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {

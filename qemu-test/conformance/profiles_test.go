@@ -62,7 +62,8 @@ func member(t *testing.T, c *redfish.Client, m manifests.Match) redfish.Firmware
 // virtual BMC of every vendor profile: power, boot override (one-time and
 // persistent), inventory by a Name matcher, a firmware update with task
 // following and activation (SimpleUpdate where the BMC can fetch the
-// artifact, multipart push otherwise), BIOS settings and a manager reset.
+// artifact, multipart push otherwise), BIOS settings and a manager reset;
+// the health readers (sensors, PSUs and fans, the event log) in between.
 func TestVendorProfilesConformance(t *testing.T) {
 	for _, p := range vbmc.Profiles() {
 		t.Run(p.Name, func(t *testing.T) {
@@ -98,6 +99,9 @@ func TestVendorProfilesConformance(t *testing.T) {
 			if err := c.Reset(ctx, "ForceRestart"); err != nil {
 				t.Fatalf("ForceRestart: %v", err)
 			}
+
+			// Sensors, PSUs and fans, and the event log of a window.
+			checkHealth(t, ctx, c, b, cfg)
 
 			// Boot override: one-time PXE, then persistent disk (or, where
 			// the BMC has no persistent override, a clear refusal).

@@ -46,9 +46,15 @@ type Options struct {
 	Logger       *slog.Logger
 	// ExtraCoordinatorArgs are appended to provisioner-lite's command line.
 	ExtraCoordinatorArgs []string
+	// ExtraSuites are validation suite files served beside the examples'
+	// (a test's own, scaled to QEMU).
+	ExtraSuites []string
 	// Firmware is each virtual BMC's simulated FirmwareInventory (nil:
 	// vbmc.DefaultFirmware()).
 	Firmware []vbmc.FirmwareSpec
+	// DiskThrottle slows the disks of the nodes it names (node1, node2...)
+	// with QEMU's block throttling: a part slower than its fleet.
+	DiskThrottle map[string]vbmc.DiskThrottle
 	// ProxyRunnerStreams routes the nodes' gRPC connections through a TCP
 	// proxy the test can cut (Env.CutRunnerStreams); operator calls go direct.
 	ProxyRunnerStreams bool
@@ -58,6 +64,9 @@ type Options struct {
 	// advertising the bridge address. Whatever answers DHCP there (a site
 	// DHCP server, the coordinator's proxy DHCP) decides the boot.
 	Site *SiteNet
+	// DiskPort puts every node's NVMe controller behind a PCIe root port
+	// with this link capability (vbmc.QEMUConfig.DiskPort).
+	DiskPort *vbmc.RootPort
 	// UEFI gives every node OVMF firmware and a BMC that offers
 	// BootSourceOverrideMode UEFI (besides Legacy): the coordinator's
 	// driver then boots the nodes in UEFI.
@@ -329,7 +338,7 @@ func (e *Env) writeManifest() error {
 	if err := os.MkdirAll(filepath.Join(e.Opts.Work, "manifests", "suites"), 0o755); err != nil {
 		return err
 	}
-	for _, f := range suites {
+	for _, f := range append(suites, e.Opts.ExtraSuites...) {
 		if err := copyFile(f, filepath.Join(e.Opts.Work, "manifests", "suites", filepath.Base(f))); err != nil {
 			return err
 		}
@@ -355,11 +364,13 @@ func (e *Env) startBMCs(ctx context.Context, httpPort int) error {
 			DiskPath: n.Disk, MemoryMiB: e.Opts.MemoryMiB, ConsoleLog: n.Console,
 			BootURL:       fmt.Sprintf("http://10.0.2.2:%d/boot.ipxe", httpPort),
 			RebootTimeout: 10 * time.Second,
+			DiskPort:      e.Opts.DiskPort,
 			Logger:        e.Opts.Logger.With("vm", n.ID),
 		}
 		if e.Opts.Site != nil {
 			qc.BootURL, qc.Tap = "", e.Opts.Site.Taps[i-1]
 		}
+		qc.DiskThrottle = e.Opts.DiskThrottle[n.ID]
 		var modes []string
 		if e.Opts.UEFI {
 			qc.OVMFCode, qc.OVMFVars = OVMFCode, OVMFVars
@@ -563,6 +574,8 @@ func (e *Env) Run(ctx context.Context, node string, mode modes.Mode, manifest st
 
 // Follow streams the run's timeline to print until the run ends, then
 // returns its report. A broken stream (coordinator restart) is re-opened.
+// Live heartbeats (kind progress, not stored) are printed as they come and
+// not counted among the stored entries a re-opened stream replays.
 func (e *Env) Follow(ctx context.Context, runID string, print func(*curev1.TimelineEntry)) (*curev1.RunReport, error) {
 	seen := 0
 	for {
@@ -576,6 +589,12 @@ func (e *Env) Follow(ctx context.Context, runID string, print func(*curev1.Timel
 						return e.Report(ctx, runID)
 					}
 					break
+				}
+				if ev.GetKind() == "progress" {
+					if print != nil {
+						print(ev)
+					}
+					continue
 				}
 				i++
 				if i > seen {

@@ -76,6 +76,16 @@ type Config struct {
 	// Listen) rather than answered with 503.
 	ResetRefuse bool
 
+	// Health and telemetry (sensors.go, eventlog.go).
+	SensorAPI string // SensorAPIBoth (default), SensorAPILegacy or SensorAPISensors
+	// NoExpand: the service root advertises no $expand and the BMC ignores
+	// it (members are links only, as on BMCs without ExpandQuery).
+	NoExpand bool
+	// ThermalTau is how fast temperatures and fans follow the load (the
+	// thermal mass; default 15s).
+	ThermalTau time.Duration
+	EventLog   LogShape // the live event log (default: the mockup's Log1, SEL)
+
 	Logger *slog.Logger
 	Now    func() time.Time
 }
@@ -165,6 +175,11 @@ type BMC struct {
 	failTask            *string
 	slowReturn          time.Duration
 
+	// Sensors, parts and the event log, guarded by mu.
+	sens     sensorState
+	events   []LogEntry
+	eventSeq int
+
 	failAuth atomic.Bool
 	hangNext atomic.Bool
 	fail503  atomic.Int64
@@ -229,8 +244,23 @@ func New(cfg Config, m Machine) (*BMC, error) {
 			return nil, fmt.Errorf("vbmc %s: ResetTypes: %q is not implemented (have %v)", cfg.Name, rt, implementedResets)
 		}
 	}
+	switch cfg.SensorAPI {
+	case SensorAPIBoth, SensorAPILegacy, SensorAPISensors:
+	default:
+		return nil, fmt.Errorf("vbmc %s: SensorAPI %q: want %q, %q or %q", cfg.Name, cfg.SensorAPI, SensorAPIBoth, SensorAPILegacy, SensorAPISensors)
+	}
+	if cfg.ThermalTau <= 0 {
+		cfg.ThermalTau = 15 * time.Second
+	}
+	cfg.EventLog = cfg.EventLog.withDefaults()
+	if err := cfg.EventLog.validate(); err != nil {
+		return nil, fmt.Errorf("vbmc %s: %w", cfg.Name, err)
+	}
 	tree, err := loadTree(cfg.SystemID, cfg.MAC)
 	if err != nil {
+		return nil, fmt.Errorf("vbmc %s: %w", cfg.Name, err)
+	}
+	if err := shapeTree(tree, cfg); err != nil {
 		return nil, fmt.Errorf("vbmc %s: %w", cfg.Name, err)
 	}
 	sys, err := mockupSystem(tree, cfg.SystemID)
@@ -254,6 +284,11 @@ func New(cfg Config, m Machine) (*BMC, error) {
 	if !cfg.NoBootMode {
 		b.mode = b.allowedModes()[0] // QEMU boots SeaBIOS unless configured with OVMF
 	}
+	serialBase := cfg.Serial
+	if serialBase == "" {
+		serialBase = cfg.SystemID
+	}
+	b.sens.psus, b.sens.fans = newParts(serialBase)
 	for _, f := range cfg.Firmware {
 		if f.SoftwareID == "" {
 			f.SoftwareID = softwareID(f.ID)
@@ -482,6 +517,8 @@ func (b *BMC) boot(ctx context.Context, reason string) error {
 	b.lastReset = now
 	b.gen++
 	b.history = append(b.history, BootRecord{Time: now, Device: dev, Override: override, Reason: reason, Mode: mode})
+	b.logLocked(Event{Created: now, Severity: "OK", Message: fmt.Sprintf("The host powered on (%s).", reason), MessageID: MsgHostPoweredOn,
+		MessageArgs: []string{reason}, SensorType: "System ACPI Power State", EntryCode: "S0/G0: working"})
 	b.mu.Unlock()
 	b.log.Info("boot", "device", dev, "override", override, "mode", mode, "reason", reason)
 	return nil
@@ -492,6 +529,8 @@ func (b *BMC) setOff() {
 	if b.power != PowerOff {
 		b.power = PowerOff
 		b.gen++
+		b.logLocked(Event{Severity: "OK", Message: "The host powered off.", MessageID: MsgHostPoweredOff,
+			SensorType: "System ACPI Power State", EntryCode: "S5/G2: soft-off"})
 	}
 	b.mu.Unlock()
 }
@@ -524,6 +563,10 @@ func (b *BMC) reset(ctx context.Context, resetType string) error {
 		return err
 	}
 	b.log.Info("reset", "type", resetType, "power", b.PowerState())
+	b.mu.Lock()
+	b.logLocked(Event{Severity: "OK", Message: fmt.Sprintf("Reset of the host requested (ResetType %s).", resetType), MessageID: MsgHostReset,
+		MessageArgs: []string{resetType}, SensorType: "System Event", EntryCode: "Assert"})
+	b.mu.Unlock()
 	switch resetType {
 	case "GracefulShutdown", "GracefulRestart":
 		b.wg.Add(1)
@@ -604,6 +647,10 @@ func (b *BMC) handle(ev MachineEvent) {
 		b.setOff()
 		if ev.Err != nil {
 			b.log.Error("machine exited", "err", ev.Err)
+			b.mu.Lock()
+			b.logLocked(Event{Severity: "Critical", Message: fmt.Sprintf("The host stopped unexpectedly: %v.", ev.Err), MessageID: "VBMC.1.0.HostStopped",
+				SensorType: "System Event", EntryCode: "Assert"})
+			b.mu.Unlock()
 		}
 	}
 }

@@ -36,6 +36,10 @@ func (b *BMC) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		b.serveHistory(w, r)
 		return
 	}
+	if strings.HasPrefix(p, "/vbmc/") {
+		b.serveHooks(w, r, p)
+		return
+	}
 	if !b.fault(r) {
 		return
 	}
@@ -81,7 +85,7 @@ func (b *BMC) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 // route dispatches an authenticated request.
 func (b *BMC) route(w http.ResponseWriter, r *http.Request, p string) {
-	if b.routeOOB(w, r, p) {
+	if b.routeOOB(w, r, p) || b.routeHealth(w, r, p) || b.routeEventLog(w, r, p) {
 		return
 	}
 	sysURL := odataRoot + "/Systems/" + b.cfg.SystemID

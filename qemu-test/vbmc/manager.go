@@ -78,6 +78,8 @@ func (b *BMC) postManagerReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b.mu.Lock()
+	b.logLocked(Event{Severity: "OK", Message: fmt.Sprintf("The BMC is resetting (%s).", rt), MessageID: MsgManagerReset,
+		MessageArgs: []string{rt}, SensorType: "Management Subsystem Health", EntryCode: "Assert"})
 	b.resetting = true
 	b.bmcResets++
 	clear(b.sessions) // a rebooted BMC remembers no session

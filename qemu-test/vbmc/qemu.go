@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,15 +48,42 @@ type QEMUConfig struct {
 	// NVRAM across boots as a server does. Without them only Legacy
 	// (SeaBIOS) boots.
 	OVMFCode, OVMFVars string
+	// DiskThrottle slows the disk as QEMU's block throttling does (a drive
+	// that enumerates and passes its checks, only slower than its peers:
+	// the marginal part fleet bands exist to catch); zero: full speed.
+	DiskThrottle DiskThrottle
 	// RebootTimeout makes the firmware reset the machine this long after
 	// "No bootable device" (0: it waits forever, QEMU's default).
 	RebootTimeout time.Duration
 	// GracefulTimeout bounds a graceful Stop before power is cut (default 60s).
 	GracefulTimeout time.Duration
-	Binary          string // default qemu-system-x86_64
-	RunDir          string // QMP socket directory (default: a new temp dir)
-	ExtraArgs       []string
-	Logger          *slog.Logger
+	// DiskPort, when set, puts the NVMe controller behind its own
+	// pcie-root-port whose link is limited to this speed and width (QEMU's
+	// x-speed/x-width): a slot slower or narrower than the SKU declares.
+	DiskPort  *RootPort
+	Binary    string // default qemu-system-x86_64
+	RunDir    string // QMP socket directory (default: a new temp dir)
+	ExtraArgs []string
+	Logger    *slog.Logger
+}
+
+// DiskThrottle is a disk's QEMU throttling (the drive's throttling.*
+// options): total bytes and I/O operations per second, reads and writes
+// together; zero leaves that limit off.
+type DiskThrottle struct {
+	BPS, IOPS int64
+}
+
+// args are the -set options that throttle drive id (none when unset).
+func (t DiskThrottle) args(id string) []string {
+	var out []string
+	if t.BPS > 0 {
+		out = append(out, "-set", "drive."+id+".throttling.bps-total="+strconv.FormatInt(t.BPS, 10))
+	}
+	if t.IOPS > 0 {
+		out = append(out, "-set", "drive."+id+".throttling.iops-total="+strconv.FormatInt(t.IOPS, 10))
+	}
+	return out
 }
 
 // QEMUMachine runs one QEMU process per boot, so the boot device the BMC
@@ -83,6 +111,18 @@ type qemuRun struct {
 	stopping atomic.Bool // host-initiated stop: no event
 	stderr   *tail.Buffer
 }
+
+// RootPort is a pcie-root-port's link capability. QEMU 7.2 emulated
+// endpoints (its NVMe) always report a 2.5 GT/s x1 link of their own; the
+// port's setting is what its Link Capabilities (sysfs max_link_speed and
+// max_link_width of the port) say.
+type RootPort struct {
+	Speed string // x-speed: 2_5, 5, 8 or 16 (GT/s)
+	Width int    // x-width: 1, 2, 4, 8, 12, 16 or 32 lanes
+}
+
+var rootPortSpeeds = []string{"2_5", "5", "8", "16"}
+var rootPortWidths = []int{1, 2, 4, 8, 12, 16, 32}
 
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
@@ -114,6 +154,9 @@ func NewQEMUMachine(cfg QEMUConfig) (*QEMUMachine, error) {
 	if cfg.UUID != "" && !uuidRE.MatchString(cfg.UUID) {
 		return nil, fmt.Errorf("%s: UUID %q is not in 8-4-4-4-12 hex form", where, cfg.UUID)
 	}
+	if cfg.DiskThrottle.BPS < 0 || cfg.DiskThrottle.IOPS < 0 {
+		return nil, fmt.Errorf("%s: DiskThrottle %+v: limits per second cannot be negative", where, cfg.DiskThrottle)
+	}
 	if cfg.MemoryMiB < 64 {
 		return nil, fmt.Errorf("%s: MemoryMiB %d is below 64", where, cfg.MemoryMiB)
 	}
@@ -136,6 +179,14 @@ func NewQEMUMachine(cfg QEMUConfig) (*QEMUMachine, error) {
 	if cfg.BootURL != "" {
 		if u, err := url.Parse(cfg.BootURL); err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "tftp") {
 			return nil, fmt.Errorf("%s: BootURL %q is not an http(s) or tftp URL", where, cfg.BootURL)
+		}
+	}
+	if p := cfg.DiskPort; p != nil {
+		if cfg.DiskPath == "" {
+			return nil, fmt.Errorf("%s: DiskPort without DiskPath: the port holds the NVMe controller", where)
+		}
+		if !slices.Contains(rootPortSpeeds, p.Speed) || !slices.Contains(rootPortWidths, p.Width) {
+			return nil, fmt.Errorf("%s: DiskPort speed %q width %d: want speed one of %v and width one of %v", where, p.Speed, p.Width, rootPortSpeeds, rootPortWidths)
 		}
 	}
 	if cfg.DiskPath != "" {
@@ -270,6 +321,10 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 		"-device", nic,
 	)
 	if disk != "" {
+		if p := c.DiskPort; p != nil {
+			args = append(args, "-device", fmt.Sprintf("pcie-root-port,id=rp0,chassis=1,x-speed=%s,x-width=%d", p.Speed, p.Width))
+			disk += ",bus=rp0"
+		}
 		args = append(args,
 			"-drive", "file="+qemuEscape(c.DiskPath)+",if=none,id=d0,format=raw,cache=writeback",
 			"-device", disk)
@@ -278,14 +333,18 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 		"-device", "virtio-rng-pci",
 		"-smbios", smbios,
 		// Memory devices (type 17) as a board describes its DIMMs: QEMU
-		// writes one per 16 GiB of RAM, "DIMM 0"...
-		"-smbios", "type=17,loc_pfx=DIMM,bank=BANK,manufacturer=QEMU,part=CURE-QEMU-DIMM,speed=4800",
+		// writes one per 16 GiB of RAM, "DIMM 0"..., each with this serial
+		// (what a report names a DIMM by).
+		"-smbios", "type=17,loc_pfx=DIMM,bank=BANK,manufacturer=QEMU,part=CURE-QEMU-DIMM,speed=4800,serial="+qemuEscape(orDefault(c.Serial, c.Name)+"-DIMM"),
 		"-boot", bootOpt,
 		// A guest reboot becomes a shutdown we observe over QMP, and
 		// -no-shutdown keeps QEMU alive until we have read why.
 		"-action", "reboot=shutdown",
 		"-no-shutdown",
 	)
+	if disk != "" {
+		args = append(args, c.DiskThrottle.args("d0")...)
+	}
 	return append(args, c.ExtraArgs...), nil
 }
 
@@ -511,4 +570,26 @@ func (q *QEMUMachine) Close(ctx context.Context) error {
 		_ = os.RemoveAll(q.cfg.RunDir)
 	}
 	return err
+}
+
+// HumanMonitorCommand runs a QEMU monitor (HMP) command on the running
+// machine through QMP's human-monitor-command and returns what the monitor
+// printed: tests inject faults with it ("mce 0 9 0x9c00000000000090 0
+// 0x1000 0x86" logs a corrected memory error in CPU 0's bank 9).
+func (q *QEMUMachine) HumanMonitorCommand(ctx context.Context, line string) (string, error) {
+	q.mu.Lock()
+	r := q.cur
+	q.mu.Unlock()
+	if r == nil {
+		return "", fmt.Errorf("qemu node %s: monitor command %q: the machine is off", q.cfg.Name, line)
+	}
+	raw, err := r.qmp.execute(ctx, "human-monitor-command", map[string]string{"command-line": line})
+	if err != nil {
+		return "", fmt.Errorf("qemu node %s: monitor command %q: %w", q.cfg.Name, line, err)
+	}
+	var out string
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return "", fmt.Errorf("qemu node %s: monitor command %q: reply %s: %w", q.cfg.Name, line, raw, err)
+	}
+	return out, nil
 }

@@ -55,6 +55,24 @@ func TestQEMUArgs(t *testing.T) {
 	if _, err := q.Args("Cd", "/tmp/q.sock"); err == nil {
 		t.Error("Args accepted boot device Cd")
 	}
+	if strings.Contains(line, "throttling.") {
+		t.Errorf("an unthrottled disk is throttled:\n%s", line)
+	}
+	q.cfg.DiskThrottle = DiskThrottle{BPS: 2 << 20, IOPS: 50}
+	args, _ = q.Args(BootPxe, "/tmp/q.sock")
+	if want := "-set drive.d0.throttling.bps-total=2097152 -set drive.d0.throttling.iops-total=50"; !strings.Contains(strings.Join(args, " "), want) {
+		t.Errorf("throttled disk: args lack %q:\n%s", want, strings.Join(args, " "))
+	}
+	// A slot limited to gen1 x1: the NVMe controller sits behind its own
+	// root port with that link capability.
+	q.cfg.DiskPort = &RootPort{Speed: "2_5", Width: 1}
+	args, _ = q.Args(BootPxe, "/tmp/q.sock")
+	line = strings.Join(args, " ")
+	if !strings.Contains(line, "-device pcie-root-port,id=rp0,chassis=1,x-speed=2_5,x-width=1") ||
+		!strings.Contains(line, "-device nvme,serial=SN,,1,drive=d0,bus=rp0") ||
+		strings.Index(line, "pcie-root-port") > strings.Index(line, "-device nvme") {
+		t.Errorf("DiskPort: want the root port, then the NVMe on it:\n%s", line)
+	}
 }
 
 // UEFI mode: OVMF's code and this machine's own variable store, no option
@@ -115,14 +133,16 @@ func TestQEMUArgsUEFI(t *testing.T) {
 func TestNewQEMUMachineRejectsBadConfig(t *testing.T) {
 	base := QEMUConfig{Name: "n", MAC: "52:54:00:00:00:01", ConsoleLog: "/tmp/x.log", Binary: "true"}
 	cases := map[string]func(*QEMUConfig){
-		"MAC":      func(c *QEMUConfig) { c.MAC = "52-54-00" },
-		"UUID":     func(c *QEMUConfig) { c.UUID = "nope" },
-		"DiskPath": func(c *QEMUConfig) { c.DiskPath = "/nonexistent/disk.img" },
-		"BootURL":  func(c *QEMUConfig) { c.BootURL = "ftp://x/y" },
-		"Name":     func(c *QEMUConfig) { c.Name = "" },
-		"Tap":      func(c *QEMUConfig) { c.Tap = "tap0"; c.BootURL = "http://10.0.2.2/boot.ipxe" },
-		"OVMFCode": func(c *QEMUConfig) { c.OVMFCode = "/usr/share/OVMF/OVMF_CODE.fd" },
-		"OVMF":     func(c *QEMUConfig) { c.OVMFCode, c.OVMFVars = "/nonexistent/CODE.fd", "/nonexistent/VARS.fd" },
+		"MAC":          func(c *QEMUConfig) { c.MAC = "52-54-00" },
+		"UUID":         func(c *QEMUConfig) { c.UUID = "nope" },
+		"DiskPath":     func(c *QEMUConfig) { c.DiskPath = "/nonexistent/disk.img" },
+		"BootURL":      func(c *QEMUConfig) { c.BootURL = "ftp://x/y" },
+		"Name":         func(c *QEMUConfig) { c.Name = "" },
+		"Tap":          func(c *QEMUConfig) { c.Tap = "tap0"; c.BootURL = "http://10.0.2.2/boot.ipxe" },
+		"OVMFCode":     func(c *QEMUConfig) { c.OVMFCode = "/usr/share/OVMF/OVMF_CODE.fd" },
+		"OVMF":         func(c *QEMUConfig) { c.OVMFCode, c.OVMFVars = "/nonexistent/CODE.fd", "/nonexistent/VARS.fd" },
+		"DiskPort":     func(c *QEMUConfig) { c.DiskPort = &RootPort{Speed: "2.5", Width: 1} },
+		"DiskThrottle": func(c *QEMUConfig) { c.DiskThrottle.BPS = -1 },
 	}
 	for field, mut := range cases {
 		c := base

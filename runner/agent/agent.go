@@ -47,6 +47,8 @@ type Emitter interface {
 	Verdict(v *curev1.Verdict)
 	Log(level, msg string, attrs map[string]string)
 	Metric(name string, value float64, unit string, labels map[string]string)
+	// Progress is a long phase's heartbeat: where it is and what is left.
+	Progress(p *curev1.Progress)
 }
 
 // PhaseOutcome is how a phase ended.
@@ -310,6 +312,10 @@ func (e *emitter) Log(level, msg string, attrs map[string]string) {
 
 func (e *emitter) Metric(name string, value float64, unit string, labels map[string]string) {
 	e.emit(&curev1.Event{Body: &curev1.Event_Metric{Metric: &curev1.Metric{Name: name, Value: value, Unit: unit, Labels: labels}}})
+}
+
+func (e *emitter) Progress(p *curev1.Progress) {
+	e.emit(&curev1.Event{Body: &curev1.Event_Progress{Progress: p}})
 }
 
 // ErrNoReboot is returned by a Rebooter that is not allowed to reboot (dry run).

@@ -31,7 +31,10 @@ type Options struct {
 	// Set NoIdentify to read sysfs only (no device access).
 	OpenNVMe   OpenFunc
 	NoIdentify bool
-	Log        *slog.Logger
+	// KernelLog is read for the boot's machine checks; "" means
+	// Root/dev/kmsg.
+	KernelLog string
+	Log       *slog.Logger
 }
 
 func (o *Options) path(p ...string) string {
@@ -75,6 +78,7 @@ func Collect(ctx context.Context, o Options) (*curev1.Inventory, *curev1.Identit
 		// parser refuses (a malformed entry point or structure).
 		inv.System = systemInfo(&o)
 	}
+	hostErrors(&o, inv, warn)
 	if usable, phys, err := memory(&o); err != nil {
 		warn("memory", err)
 	} else {
@@ -131,6 +135,9 @@ func Collect(ctx context.Context, o Options) (*curev1.Inventory, *curev1.Identit
 	}
 	nicPCI(inv.Nics, devs)
 	inv.Gpus, inv.Nvswitches = gpusAndSwitches(devs)
+	if inv.PcieLinks, err = pcieLinks(o.Root, devs); err != nil {
+		warn("pcie links", err)
+	}
 
 	id := &curev1.Identity{
 		BootMac:      strings.ToLower(o.BootMAC),

@@ -68,8 +68,11 @@ func (e *Executor) runHardware(ctx context.Context, a *curev1.Assignment, emit a
 	if err != nil {
 		emit.Log("WARN", fmt.Sprintf("hardware: inventory incomplete: %v", err), nil)
 	}
+	e.setBootInventory(inv)
 	vs := hardware.Compare(inv, h)
+	withLog := e.kernelLogFor(ctx, emit)
 	for _, v := range vs {
+		v = withLog(v)
 		emit.Verdict(&curev1.Verdict{Component: v.Component, Check: v.Check, Status: protoStatus(v.Status),
 			Observed: v.Observed, Expected: v.Expected, Message: v.Message})
 	}

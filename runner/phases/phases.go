@@ -103,7 +103,10 @@ type Config struct {
 	// DPUTimeout bounds one DPU bundle install until "DPU is ready"
 	// (default 45 min); DPUPoll is how often the rshim log is read (default 5s).
 	DPUTimeout, DPUPoll time.Duration
-	now                 func() time.Time
+	// MCEPoll is the kernel's machine-check poll interval during a
+	// validation run (default 5s; negative leaves the kernel's own).
+	MCEPoll time.Duration
+	now     func() time.Time
 }
 
 // Executor dispatches phases by name; it implements agent.Executor.
@@ -117,6 +120,9 @@ type Executor struct {
 	// hwFailures are the hardware phase's mismatches in this boot; the
 	// validate phase of a diagnostic run fails on them after its suite.
 	hwFailures []checks.Verdict
+	// inv is this boot's inventory as the hardware phase read it: what
+	// names a failing component's device in the kernel log.
+	inv *curev1.Inventory
 	// gpuUp: the GPU driver bundle was brought up in this boot.
 	gpuMu sync.Mutex
 	gpuUp bool
@@ -164,6 +170,9 @@ func New(cfg Config) *Executor {
 	}
 	if cfg.LinkWait == 0 {
 		cfg.LinkWait = defaultLinkWait
+	}
+	if cfg.MCEPoll == 0 {
+		cfg.MCEPoll = defaultMCEPoll
 	}
 	if cfg.DPUTimeout == 0 {
 		cfg.DPUTimeout = 45 * time.Minute

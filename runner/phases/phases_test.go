@@ -35,7 +35,14 @@ type recEmitter struct {
 	mu       sync.Mutex
 	verdicts []*curev1.Verdict
 	metrics  []*curev1.Metric
+	progress []*curev1.Progress
 	logs     int
+}
+
+func (r *recEmitter) Progress(p *curev1.Progress) {
+	r.mu.Lock()
+	r.progress = append(r.progress, p)
+	r.mu.Unlock()
 }
 
 func (r *recEmitter) Verdict(v *curev1.Verdict) {

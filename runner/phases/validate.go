@@ -3,7 +3,6 @@ package phases
 import (
 	"context"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -26,9 +25,13 @@ func protoStatus(s checks.Status) curev1.VerdictStatus {
 
 // runValidate runs the assignment's validation suite (diagnostic and
 // burn-in): one verdict per sub-component and check, streamed as each check
-// ends, with a progress log per check so `curectl watch` follows a burn-in.
-// Disk writes are allowed only in burn-in, and only where the suite asks for
-// a scratch area.
+// ends; stages run their checks at once. Heartbeats (Progress) go out on
+// every check state change and at least every heartbeat period, so the
+// coordinator knows the runner alive through a soak of hours and `curectl
+// watch` shows each check's progress. A suite resumed after a node reset
+// does not run again the checks that had ended (Assignment.suite_resume).
+// Disk writes are allowed only in burn-in, and only where the suite asks
+// for a scratch area.
 func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
 	mode, err := modes.FromProto(a.GetMode())
 	if err != nil {
@@ -58,28 +61,94 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	if e.cfg.SuiteEnv != nil {
 		env = e.cfg.SuiteEnv(env)
 	}
+	resume := a.GetSuiteResume()
+	done := resume.GetDone()
+	prog := newSuiteProgress(s, done, resume.GetResumed(), e.cfg.now)
+	if resume != nil {
+		var names []string
+		for _, d := range done {
+			names = append(names, d.GetCheck())
+		}
+		emit.Log("INFO", fmt.Sprintf("suite %s resumed after %d node reset(s) (policy %s): %d check(s) that had ended are kept and not run again: %s",
+			s.Metadata.Name, resume.GetResumed(), nonEmpty(resume.GetPolicy(), manifests.ResumeContinue), len(done), nonEmpty(strings.Join(names, ", "), "none")), nil)
+	}
 	start := e.cfg.now()
+	prog.beat(emit)
+	hbCtx, stopBeats := context.WithCancel(ctx)
+	beats := make(chan struct{})
+	go func() {
+		defer close(beats)
+		t := time.NewTicker(heartbeatPeriod(a.GetHeartbeatMs()))
+		defer t.Stop()
+		for {
+			select {
+			case <-hbCtx.Done():
+				return
+			case <-t.C:
+				prog.beat(emit)
+			}
+		}
+	}()
 	counts := map[checks.Status]int{}
 	var bad []string
+	poll := e.pollMachineChecks(emit)
+	withLog := e.kernelLogFor(ctx, emit)
+	onVerdict := func(v checks.Verdict) {
+		v = withLog(v)
+		counts[v.Status]++
+		if v.Status == checks.Fail || v.Status == checks.Error {
+			bad = append(bad, fmt.Sprintf("%s %s", v.Component, v.Check))
+		}
+		emit.Verdict(&curev1.Verdict{Component: v.Component, Check: v.Check, Status: protoStatus(v.Status),
+			Observed: v.Observed, Expected: v.Expected, Message: v.Message, Measurements: protoMeasurements(v.Measurements)})
+		emit.Log("INFO", fmt.Sprintf("progress %s: %s %s %s (elapsed %s)", s.Metadata.Name, v.Component, v.Check, v.Status,
+			e.cfg.now().Sub(start).Round(time.Second)), map[string]string{"check": v.Check})
+	}
 	vs, err := suite.Run(ctx, s, env, checks.Options{
-		FailFast: s.Spec.FailFast,
-		Log:      e.cfg.Log,
-		OnVerdict: func(v checks.Verdict) {
-			counts[v.Status]++
-			if v.Status == checks.Fail || v.Status == checks.Error {
-				bad = append(bad, fmt.Sprintf("%s %s", v.Component, v.Check))
+		FailFast:  s.Spec.FailFast,
+		Log:       e.cfg.Log,
+		Done:      doneBefore(done),
+		OnVerdict: onVerdict,
+		OnCheck: func(name string, st checks.CheckState, worst checks.Status) {
+			prog.check(name, st, worst)
+			if st == checks.CheckRunning {
+				emit.Log("INFO", fmt.Sprintf("check %s started", name), map[string]string{"check": name})
 			}
-			emit.Verdict(&curev1.Verdict{Component: v.Component, Check: v.Check, Status: protoStatus(v.Status),
-				Observed: v.Observed, Expected: v.Expected, Message: v.Message, Measurements: protoMeasurements(v.Measurements)})
-			emit.Log("INFO", fmt.Sprintf("progress %s: %s %s %s (elapsed %s)", s.Metadata.Name, v.Component, v.Check, v.Status,
-				e.cfg.now().Sub(start).Round(time.Second)), map[string]string{"check": v.Check})
+			prog.beat(emit)
+		},
+		// Where a stage starts and ends: telemetry sampling hooks in here.
+		OnStage: func(ev checks.StageEvent) {
+			prog.stageEvent(ev)
+			what := "started"
+			if ev.End {
+				what = "ended"
+			}
+			emit.Log("INFO", fmt.Sprintf("stage %s %s: %s", ev.Stage, what, strings.Join(ev.Checks, ", ")), map[string]string{"stage": ev.Stage})
+			prog.beat(emit)
 		},
 	})
+	stopBeats()
+	<-beats
 	if err != nil {
 		return failed("validate %s: %v", s.Metadata.Name, err)
 	}
+	// The boot's machine checks and EDAC counters, whatever the suite ran.
+	for _, v := range e.hostErrorVerdicts(ctx, poll) {
+		onVerdict(v)
+		vs = append(vs, v)
+	}
+	prog.beat(emit)
 	summary := fmt.Sprintf("%s: %d verdicts, %d PASS, %d FAIL, %d ERROR, %d SKIP in %s", s.Metadata.Name, len(vs),
 		counts[checks.Pass], counts[checks.Fail], counts[checks.Error], counts[checks.Skip], e.cfg.now().Sub(start).Round(time.Second))
+	if len(done) > 0 {
+		summary += fmt.Sprintf("; %d check(s) kept from before %d node reset(s)", len(done), resume.GetResumed())
+		before := doneBefore(done)
+		for _, d := range done {
+			if st := before[d.GetCheck()]; st == checks.Fail || st == checks.Error {
+				bad = append(bad, fmt.Sprintf("%s (%s before the reset)", d.GetCheck(), st))
+			}
+		}
+	}
 	if hw := e.hardwareFailures(); len(hw) > 0 {
 		summary += "; hardware does not match the SKU: " + summarize(hw)
 		if len(bad) == 0 {
@@ -92,16 +161,21 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: summary}
 }
 
+// protoMeasurements puts a verdict's measured numbers on the wire: the
+// coordinator keeps them as the fleet history its bands judge against.
 func protoMeasurements(ms []checks.Measurement) []*curev1.Measurement {
-	out := make([]*curev1.Measurement, 0, len(ms))
+	var out []*curev1.Measurement
 	for _, m := range ms {
-		// The coordinator refuses a verdict with a non-finite number;
-		// such a reading is in Observed as NaN already.
-		if !math.IsNaN(m.Value) && !math.IsInf(m.Value, 0) {
-			out = append(out, &curev1.Measurement{Metric: m.Metric, Value: m.Value, Unit: m.Unit})
-		}
+		out = append(out, &curev1.Measurement{Metric: m.Metric, Value: m.Value, Unit: m.Unit})
 	}
 	return out
+}
+
+func nonEmpty(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 func nonEmptyName(n string) string {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/tools/checks"
 )
 
 const linkSuite = `apiVersion: cure.dev/v1
@@ -79,4 +80,16 @@ func TestValidatePhase(t *testing.T) {
 			t.Errorf("sku: %+v", out)
 		}
 	})
+}
+
+// TestVerdictMeasurementsOnTheWire: a check's measured numbers travel with
+// its verdict, in order, with their units.
+func TestVerdictMeasurementsOnTheWire(t *testing.T) {
+	got := protoMeasurements([]checks.Measurement{{Metric: "readMBps", Value: 41.5, Unit: "MB/s"}, {Metric: "writeMBps", Value: 12, Unit: "MB/s"}})
+	if len(got) != 2 || got[0].GetMetric() != "readMBps" || got[0].GetValue() != 41.5 || got[0].GetUnit() != "MB/s" || got[1].GetMetric() != "writeMBps" {
+		t.Errorf("measurements %v", got)
+	}
+	if protoMeasurements(nil) != nil {
+		t.Error("no measurements became some")
+	}
 }

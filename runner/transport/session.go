@@ -109,7 +109,27 @@ func (s *Session) Emit(ev *curev1.Event) {
 			s.dropOldestMetric()
 		}
 	}
+	if ev.GetProgress() != nil {
+		s.dropOlderProgress()
+	}
 	s.signal()
+}
+
+// dropOlderProgress removes queued heartbeats a newer one (the last in
+// unacked) supersedes: the coordinator keeps only the latest, so a soak
+// that outlives its coordinator for hours queues one, not one a minute.
+// Callers hold s.mu. One being sent right now may still arrive: harmless.
+func (s *Session) dropOlderProgress() {
+	last := len(s.unacked) - 1
+	kept := s.unacked[:0]
+	for i, ev := range s.unacked {
+		if i != last && ev.GetProgress() != nil {
+			continue
+		}
+		kept = append(kept, ev)
+	}
+	clear(s.unacked[len(kept):])
+	s.unacked = kept
 }
 
 // dropOldestMetric removes the oldest queued metric sample; callers hold

@@ -297,6 +297,38 @@ func TestSessionCapsQueuedMetrics(t *testing.T) {
 	}
 }
 
+// TestSessionKeepsLatestProgress: heartbeats queued while the coordinator
+// is away are superseded by the newest; verdicts and logs between them stay.
+func TestSessionKeepsLatestProgress(t *testing.T) {
+	s := NewSession(nil, nil, SessionOptions{Log: quiet()})
+	progress := func(ms int64) *curev1.Event {
+		return &curev1.Event{RunId: "r1", Body: &curev1.Event_Progress{Progress: &curev1.Progress{Suite: "soak", ElapsedMs: ms}}}
+	}
+	for i := int64(1); i <= 60; i++ {
+		s.Emit(progress(i * 60000))
+		if i%20 == 0 {
+			s.Emit(&curev1.Event{RunId: "r1", Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{Component: fmt.Sprintf("cpu/%d", i/20)}}})
+		}
+	}
+	s.Emit(progress(3700000))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var got []string
+	for i, ev := range s.unacked {
+		if i > 0 && ev.Seq <= s.unacked[i-1].Seq {
+			t.Errorf("queue out of seq order: %d after %d", ev.Seq, s.unacked[i-1].Seq)
+		}
+		if p := ev.GetProgress(); p != nil {
+			got = append(got, fmt.Sprint("progress ", p.ElapsedMs))
+		} else {
+			got = append(got, ev.GetVerdict().GetComponent())
+		}
+	}
+	if fmt.Sprint(got) != "[cpu/1 cpu/2 cpu/3 progress 3700000]" {
+		t.Errorf("queued %v, want the verdicts and the newest heartbeat", got)
+	}
+}
+
 // Bytes from hardware that are not UTF-8 would make proto3 refuse the whole
 // message: the session repairs them instead of failing forever.
 func TestInvalidUTF8Repaired(t *testing.T) {

@@ -170,10 +170,11 @@ func Missing(metric string, l Limit) Reading {
 	return Reading{Metric: metric, Limit: l, Missing: true}
 }
 
-// Measured is a numeric reading with its unit and bar: the verdict
-// carries it as a Measurement.
-func Measured(metric string, v float64, l Limit, unit string) Reading {
-	return Reading{Metric: metric, Value: v, Limit: l, Unit: unit}
+// In gives a numeric reading its unit: the verdict then carries it as a
+// Measurement (a missing or textual reading carries none).
+func (r Reading) In(unit string) Reading {
+	r.Unit = unit
+	return r
 }
 
 func (r Reading) barred() bool { return !r.Limit.IsZero() || r.Want != "" }

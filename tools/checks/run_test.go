@@ -3,7 +3,9 @@ package checks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -36,11 +38,11 @@ func TestJudge(t *testing.T) {
 // measurements, in order, bar or no bar; missing and textual ones do not.
 func TestJudgeMeasurements(t *testing.T) {
 	v := Judge("disk/nvme1n1",
-		Measured("readMBps", 512.5, AtLeast(1000), "MB/s"),
+		Value("readMBps", 512.5, AtLeast(1000)).In("MB/s"),
 		Value("readbackMismatches", 0, AtMost(0)),
-		Measured("p99ReadLatencyUs", 180, Limit{}, "us"),
-		Missing("randReadIOPS", AtLeast(1)),
-		Text("state", "up", ""))
+		Value("p99ReadLatencyUs", 180, Limit{}).In("us"),
+		Missing("randReadIOPS", AtLeast(1)).In("IOPS"),
+		Text("state", "up", "").In("x"))
 	if v.Status != Fail {
 		t.Errorf("status %s, want FAIL (readMBps under its bar)", v.Status)
 	}
@@ -121,4 +123,163 @@ func TestRun(t *testing.T) {
 			t.Errorf("verdicts %v", vs)
 		}
 	})
+}
+
+// TestRunStages runs a stage of two checks, a lone check and a second
+// stage: the stage's checks run at the same time (each waits until the
+// other has started), and every step ends before the next begins.
+func TestRunStages(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) {
+		mu.Lock()
+		order = append(order, s)
+		mu.Unlock()
+	}
+	started := map[string]chan struct{}{"a": make(chan struct{}), "b": make(chan struct{})}
+	// waitFor blocks until the sibling started: run one after the other,
+	// the first never returns a PASS.
+	waitFor := func(me, other string) Func {
+		return func(ctx context.Context) ([]Verdict, error) {
+			close(started[me])
+			select {
+			case <-started[other]:
+				return []Verdict{{Component: me + "/0", Status: Pass}}, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(10 * time.Second):
+				return nil, fmt.Errorf("%s: %s never started while %s ran", me, other, me)
+			}
+		}
+	}
+	one := func(name string) Func {
+		return func(context.Context) ([]Verdict, error) {
+			return []Verdict{{Component: name + "/0", Status: Pass}}, nil
+		}
+	}
+	cs := []Check{
+		{Name: "a", Type: "cpu", Stage: "load", Func: waitFor("a", "b")},
+		{Name: "b", Type: "memory", Stage: "load", Func: waitFor("b", "a")},
+		{Name: "c", Type: "thermal", Func: one("c")},
+		{Name: "d", Type: "nvme-smart", Stage: "after", Func: one("d")},
+		{Name: "e", Type: "ethernet", Stage: "after", Func: one("e")},
+	}
+	if got := len(Steps(cs)); got != 3 {
+		t.Fatalf("Steps: %d steps, want 3 (load, c, after)", got)
+	}
+	vs := Run(context.Background(), cs, Options{
+		OnCheck: func(name string, st CheckState, _ Status) { note(name + ":" + string(st)) },
+		OnStage: func(e StageEvent) {
+			if e.End {
+				note("end " + e.Stage)
+			} else {
+				note("start " + e.Stage + " " + strings.Join(e.Checks, ","))
+			}
+		},
+	})
+	for _, v := range vs {
+		if v.Status != Pass {
+			t.Errorf("%s %s: %s %s", v.Check, v.Component, v.Status, v.Message)
+		}
+	}
+	if got := []string{vs[0].Check, vs[1].Check, vs[2].Check, vs[3].Check, vs[4].Check}; strings.Join(got, "") != "abcde" {
+		t.Errorf("verdicts in order %v, want the checks' order", got)
+	}
+	pos := map[string]int{}
+	for i, s := range order {
+		pos[s] = i
+	}
+	before := func(x, y string) {
+		if px, ok := pos[x]; !ok || pos[y] <= px {
+			t.Errorf("%q not before %q in %v", x, y, order)
+		}
+	}
+	before("start load a,b", "a:running")
+	before("a:done", "end load")
+	before("b:done", "end load")
+	before("end load", "c:running")
+	before("c:done", "start after d,e")
+	before("start after d,e", "d:running")
+	before("e:done", "end after")
+}
+
+// TestRunStageFailFast: a check failing in a stage stops its running
+// sibling (SKIP saying why, not an ERROR) and every later step.
+func TestRunStageFailFast(t *testing.T) {
+	blocker := func(ctx context.Context) ([]Verdict, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	vs := Run(context.Background(), []Check{
+		{Name: "soak", Type: "cpu", Stage: "load", Func: blocker},
+		{Name: "bad", Type: "memory", Stage: "load", Func: func(context.Context) ([]Verdict, error) {
+			return []Verdict{{Component: "memory", Status: Fail, Message: "mismatch"}}, nil
+		}},
+		{Name: "later", Type: "thermal", Func: func(context.Context) ([]Verdict, error) {
+			t.Error("a check after the failed stage ran")
+			return nil, nil
+		}},
+	}, Options{FailFast: true})
+	got := map[string]Verdict{}
+	for _, v := range vs {
+		got[v.Check] = v
+	}
+	if v := got["bad"]; v.Status != Fail {
+		t.Errorf("bad: %v", v)
+	}
+	if v := got["soak"]; v.Status != Skip || !strings.Contains(v.Message, `failFast after check "bad" failed in stage "load"`) {
+		t.Errorf("stopped sibling: %v", v)
+	}
+	if v := got["later"]; v.Status != Skip || !strings.Contains(v.Message, `not run: failFast after check "bad"`) {
+		t.Errorf("later step: %v", v)
+	}
+}
+
+// TestRunResumeSkipsDone: checks that ended before a node reset are not run
+// or reported again; the others run; a failed one still stops the rest
+// under failFast.
+func TestRunResumeSkipsDone(t *testing.T) {
+	ran := map[string]int{}
+	var mu sync.Mutex
+	f := func(name string) Func {
+		return func(context.Context) ([]Verdict, error) {
+			mu.Lock()
+			ran[name]++
+			mu.Unlock()
+			return []Verdict{{Component: name, Status: Pass}}, nil
+		}
+	}
+	cs := []Check{
+		{Name: "before", Type: "nvme-smart", Func: f("before")},
+		{Name: "cpu", Type: "cpu", Stage: "soak", Func: f("cpu")},
+		{Name: "mem", Type: "memory", Stage: "soak", Func: f("mem")},
+		{Name: "after", Type: "nvme-smart", Func: f("after")},
+	}
+	var stages []string
+	var reported []string
+	vs := Run(context.Background(), cs, Options{
+		Done:      map[string]Status{"before": Pass, "cpu": Pass},
+		OnStage:   func(e StageEvent) { stages = append(stages, fmt.Sprint(e.End, e.Checks)) },
+		OnVerdict: func(v Verdict) { reported = append(reported, v.Check) },
+	})
+	if ran["before"] != 0 || ran["cpu"] != 0 || ran["mem"] != 1 || ran["after"] != 1 {
+		t.Errorf("ran %v: want mem and after once, the done checks never", ran)
+	}
+	if len(vs) != 2 || strings.Join(reported, ",") != "mem,after" {
+		t.Errorf("verdicts %v, reported %v", vs, reported)
+	}
+	if strings.Join(stages, ";") != "false [mem];true [mem]" {
+		t.Errorf("stage events %v: the stage runs with its remaining check", stages)
+	}
+
+	clear(ran)
+	vs = Run(context.Background(), cs, Options{FailFast: true, Done: map[string]Status{"before": Fail}})
+	if len(ran) != 0 {
+		t.Errorf("ran %v after a check that had failed before the reset", ran)
+	}
+	for _, v := range vs {
+		if v.Status != Skip || !strings.Contains(v.Message, `failFast after check "before"`) {
+			t.Errorf("%v", v)
+		}
+	}
 }

@@ -28,6 +28,7 @@ type Sample struct {
 	TempC   reading[uint32]
 	PowerMW reading[uint32]
 	Link    reading[PCIeLink]
+	MemC    reading[uint32] // HBM temperature
 }
 
 // DeviceObservation is everything read from one GPU over a run. It is plain
@@ -40,6 +41,10 @@ type DeviceObservation struct {
 
 	Name       reading[string]
 	PCI        reading[PCIInfo]
+	UUID       reading[string]
+	Serial     reading[string]
+	VBIOS      reading[string]
+	BoardPN    reading[string]
 	SlowdownC  reading[uint32]
 	LimitMW    reading[uint32]
 	ECC        reading[uint64]
@@ -188,6 +193,10 @@ func Collect(ctx context.Context, lib Library, exp Expect, opt Options) *Observa
 		d := &devs[i]
 		d.Name = read(dev.Name)
 		d.PCI = read(dev.PCI)
+		d.UUID = read(dev.UUID)
+		d.Serial = read(dev.Serial)
+		d.VBIOS = read(dev.VBIOSVersion)
+		d.BoardPN = read(dev.BoardPartNumber)
 		d.SlowdownC = read(dev.SlowdownTemperature)
 		d.LimitMW = read(dev.EnforcedPowerLimit)
 		d.ReplayPre = read(dev.PCIeReplayCounter)
@@ -223,6 +232,7 @@ func Collect(ctx context.Context, lib Library, exp Expect, opt Options) *Observa
 				TempC:   read(dev.Temperature),
 				PowerMW: read(dev.PowerUsage),
 				Link:    read(dev.PCIeLink),
+				MemC:    read(dev.MemoryTemperature),
 			})
 		}
 	}

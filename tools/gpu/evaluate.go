@@ -299,6 +299,9 @@ func evalTemperature(d *DeviceObservation, exp Expect, v mk) Verdict {
 		return errVerdict(v, CheckTemperature, want, "nvmlDeviceGetTemperature", lastErr)
 	}
 	obsv := fmt.Sprintf("peak %d C", peak)
+	if mem, ok := d.MemoryPeakC(); ok {
+		obsv += fmt.Sprintf(", HBM peak %d C", mem)
+	}
 	if limit == 0 {
 		msg := "no threshold: slowdown temperature unreadable and no suite maximum"
 		if d.SlowdownC.Err != nil {

@@ -25,6 +25,10 @@ type fakeDev struct {
 	powerMW  uint32
 	limitMW  uint32
 	lost     bool
+	serial   string
+	vbios    string
+	boardPN  string
+	memTemp  uint32 // 0: no memory sensor
 
 	mu      sync.Mutex
 	replayN int
@@ -37,6 +41,7 @@ func healthyDev(i int) *fakeDev {
 		reasons: ReasonSWPowerCap, temp: 71, slowdown: 87,
 		link:   PCIeLink{CurGen: 5, MaxGen: 5, CurWidth: 16, MaxWidth: 16},
 		replay: []uint64{3, 3}, powerMW: 690000, limitMW: 700000,
+		serial: fmt.Sprintf("165402408549%d", i), vbios: "96.00.A5.00.1A", boardPN: "692-2G520-0282-000",
 	}
 	for l := 0; l < 18; l++ {
 		d.links = append(d.links, NVLink{Link: l, Up: true})
@@ -50,9 +55,18 @@ func (d *fakeDev) chk() error {
 	}
 	return nil
 }
-func (d *fakeDev) Name() (string, error)                   { return d.name, d.chk() }
-func (d *fakeDev) UUID() (string, error)                   { return "GPU-" + d.bus, d.chk() }
-func (d *fakeDev) PCI() (PCIInfo, error)                   { return PCIInfo{BusID: d.bus, DeviceID: d.devID}, d.chk() }
+func (d *fakeDev) Name() (string, error)            { return d.name, d.chk() }
+func (d *fakeDev) UUID() (string, error)            { return "GPU-" + d.bus, d.chk() }
+func (d *fakeDev) PCI() (PCIInfo, error)            { return PCIInfo{BusID: d.bus, DeviceID: d.devID}, d.chk() }
+func (d *fakeDev) Serial() (string, error)          { return d.serial, d.chk() }
+func (d *fakeDev) VBIOSVersion() (string, error)    { return d.vbios, d.chk() }
+func (d *fakeDev) BoardPartNumber() (string, error) { return d.boardPN, d.chk() }
+func (d *fakeDev) MemoryTemperature() (uint32, error) {
+	if d.memTemp == 0 {
+		return 0, ErrNotSupported
+	}
+	return d.memTemp, d.chk()
+}
 func (d *fakeDev) UncorrectedECCVolatile() (uint64, error) { return d.ecc, d.chk() }
 func (d *fakeDev) RemappedRows() (RemappedRows, error) {
 	if d.remapErr != nil {

@@ -46,6 +46,15 @@ type Device interface {
 	Name() (string, error) // nvmlDeviceGetName
 	UUID() (string, error) // nvmlDeviceGetUUID
 	PCI() (PCIInfo, error) // nvmlDeviceGetPciInfo_v3
+	// Serial is nvmlDeviceGetSerial: the board serial number, as printed
+	// on the board's label (what an RMA names).
+	Serial() (string, error)
+	VBIOSVersion() (string, error)    // nvmlDeviceGetVbiosVersion
+	BoardPartNumber() (string, error) // nvmlDeviceGetBoardPartNumber
+	// MemoryTemperature is the HBM temperature in °C, the field value
+	// NVML_FI_DEV_MEMORY_TEMP (nvmlDeviceGetFieldValues); ErrNotSupported
+	// on boards without a memory sensor.
+	MemoryTemperature() (uint32, error)
 	// UncorrectedECCVolatile is nvmlDeviceGetTotalEccErrors(UNCORRECTED,
 	// VOLATILE_ECC): uncorrectable errors since the last driver load.
 	UncorrectedECCVolatile() (uint64, error)

@@ -129,7 +129,7 @@ CURE_CA, CURE_CERT and CURE_KEY.`,
 	pf.StringVar(&a.key, "key", os.Getenv("CURE_KEY"), "operator client key (default: operators/operator-key.pem beside --ca, if present)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 	root.AddCommand(a.provisionCmd(), a.cancelCmd(), a.watchCmd(), a.reportCmd(), a.auditCmd(),
-		a.nodesCmd(), a.auditLogCmd(), a.bucketsCmd(), manCmd(root))
+		a.nodesCmd(), a.auditLogCmd(), a.bucketsCmd(), a.fleetBandsCmd(), manCmd(root))
 	return root
 }
 
@@ -437,9 +437,7 @@ func (a *app) auditLogCmd() *cobra.Command {
 }
 
 func auditLog(ctx context.Context, c curev1.OperatorServiceClient, req *curev1.ListAuditLogRequest, format string, out io.Writer) int {
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	resp, err := c.ListAuditLog(cctx, req)
+	resp, err := auditLogPages(ctx, c, req)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "curectl audit-log:", err)
 		return 1
@@ -453,6 +451,42 @@ func auditLog(ctx context.Context, c curev1.OperatorServiceClient, req *curev1.L
 		curectl.PrintAuditLog(out, resp.GetEntries())
 	}
 	return 0
+}
+
+// auditLogPages reads req.limit entries (default 100), newest first, page
+// by page: the coordinator answers a page at a time that stays under the
+// receive limit, and says where the next one starts.
+func auditLogPages(ctx context.Context, c curev1.OperatorServiceClient, req *curev1.ListAuditLogRequest) (*curev1.ListAuditLogResponse, error) {
+	want := int(req.GetLimit())
+	if want <= 0 {
+		want = 100
+	}
+	page := proto.Clone(req).(*curev1.ListAuditLogRequest)
+	all := &curev1.ListAuditLogResponse{}
+	for len(all.Entries) < want {
+		page.Limit = uint32(want - len(all.Entries))
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		resp, err := c.ListAuditLog(cctx, page)
+		cancel()
+		if err != nil {
+			if len(all.Entries) > 0 {
+				return nil, fmt.Errorf("after %d entries: %w", len(all.Entries), err)
+			}
+			return nil, err
+		}
+		all.Entries = append(all.Entries, resp.GetEntries()...)
+		next := resp.GetNextBeforeId()
+		// An older coordinator sends no next_before_id: its one page is all.
+		if next <= 0 || len(resp.GetEntries()) == 0 || (page.BeforeId > 0 && next >= page.BeforeId) {
+			break
+		}
+		page.BeforeId = next
+		all.NextBeforeId = next
+	}
+	if len(all.Entries) < want {
+		all.NextBeforeId = 0
+	}
+	return all, nil
 }
 
 func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []curectl.Target, o provisionOpts, nodeIDs []string, in io.Reader, out io.Writer) int {

@@ -17,6 +17,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/curectl"
 	"github.com/cure-oss/cure/provisioner-lite/nodes"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -295,7 +296,7 @@ func nodesAdd(ctx context.Context, c curev1.OperatorServiceClient, o addOpts, in
 	// The same rules as the inventory file, here first so a typo is caught
 	// before anything is sent; the coordinator checks again (and the SKU).
 	if err := nodes.Check(&n); err != nil {
-		fmt.Fprintf(os.Stderr, "curectl nodes add: nothing was sent:\n%s\n", err)
+		fmt.Fprintf(os.Stderr, "curectl nodes add: nothing was sent:\n%s\n", boundedProblems(err, ""))
 		return 2
 	}
 	spec, err := specFromNode(n)
@@ -326,7 +327,7 @@ func pairsArg(flagName string, vals []string) (map[string]string, error) {
 func sendNodes(ctx context.Context, c curev1.OperatorServiceClient, file string, replace bool, out io.Writer) int {
 	ns, err := nodes.Load(file)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "curectl nodes: nothing was sent:\n%v\n", err)
+		fmt.Fprintf(os.Stderr, "curectl nodes: nothing was sent:\n%s\n", boundedProblems(err, file))
 		return 2
 	}
 	specs := make([]*curev1.NodeSpec, 0, len(ns))
@@ -377,6 +378,25 @@ func sendSpecs(ctx context.Context, c curev1.OperatorServiceClient, specs []*cur
 		fmt.Fprintf(out, "updated %d: %s\n", len(u), strings.Join(u, ", "))
 	}
 	return 0
+}
+
+// maxProblems bounds the problems curectl lists of a nodes file (the
+// coordinator's own check lists them all).
+const maxProblems = 50
+
+// boundedProblems is a parser's error (one problem a line) cut to its
+// first maxProblems lines, saying how many there were and where all of
+// them are listed.
+func boundedProblems(err error, file string) string {
+	lines := strings.Split(strings.TrimRight(err.Error(), "\n"), "\n")
+	if len(lines) <= maxProblems {
+		return err.Error()
+	}
+	out := fmt.Sprintf("%d problem(s):\n%s", len(lines), textsafe.JoinFirst(lines, maxProblems, 1024, "\n"))
+	if file != "" {
+		out += "\n(provisioner-lite check --nodes " + file + " lists them all)"
+	}
+	return out
 }
 
 func nodesUsageErr(msg string) int {

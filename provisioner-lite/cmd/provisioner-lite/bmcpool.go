@@ -273,3 +273,40 @@ func (h *bmcHandle) SetBiosAttributes(ctx context.Context, attrs map[string]any)
 	defer h.done()
 	return h.Client.SetBiosAttributes(ctx, attrs)
 }
+
+// The health reads take a slot of their BMC like every other call: a
+// validate phase polls the sensors while other steps may use the session.
+
+func (h *bmcHandle) Sensors(ctx context.Context) (*redfish.Sensors, error) {
+	if err := h.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer h.done()
+	return h.Client.Sensors(ctx)
+}
+
+func (h *bmcHandle) PowerSupplies(ctx context.Context) ([]redfish.Part, error) {
+	if err := h.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer h.done()
+	return h.Client.PowerSupplies(ctx)
+}
+
+func (h *bmcHandle) Fans(ctx context.Context) ([]redfish.Part, error) {
+	if err := h.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer h.done()
+	return h.Client.Fans(ctx)
+}
+
+func (h *bmcHandle) EventLog(ctx context.Context, since, until time.Time, max int) (*redfish.EventLog, error) {
+	if err := h.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer h.done()
+	return h.Client.EventLog(ctx, since, until, max)
+}
+
+var _ pipeline.BMCHealth = (*bmcHandle)(nil)

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
 	"github.com/cure-oss/cure/provisioner-lite/hostaddr"
@@ -38,7 +39,6 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/sitecheck"
 	"github.com/cure-oss/cure/provisioner-lite/statedir"
 	"github.com/cure-oss/cure/provisioner-lite/store"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -63,7 +63,7 @@ type config struct {
 	tokensPerWindow                            int
 	eventLimits                                store.EventLimits
 	retention                                  store.Retention
-	httpMaxConns, grpcMaxConns                 int
+	conns                                      connFlags
 	bmcCA                                      string
 	maxRuns                                    int
 	instance                                   string
@@ -119,10 +119,12 @@ func main() {
 	flag.StringVar(&c.pxeInterface, "pxe-interface", "", "the interface facing the nodes' provisioning network (default: the default route's): --advertise defaults to its address, and proxy DHCP answers there (SO_BINDTODEVICE)")
 	flag.StringVar(&c.bmcBaseURL, "bmc-base-url", "", "artifact server base URL as BMCs reach it (default: the nodes' URL)")
 	flag.StringVar(&c.grpcAdv, "advertise-grpc", "", "host:port nodes dial for gRPC (default: advertise host + the gRPC port)")
-	flag.DurationVar(&c.timeouts.Reconnect, "reconnect", 3*time.Minute, "a runner gone this long counts as a disconnect")
+	flag.DurationVar(&c.timeouts.Reconnect, "reconnect", 3*time.Minute, "a runner gone this long (or, in a validate phase, silent: no heartbeat) counts as a disconnect")
+	flag.DurationVar(&c.timeouts.RunnerPhase, "runner-phase-timeout", 30*time.Minute, "an in-band phase other than validate fails without its end within this (validate: its suite's planned duration plus grace)")
 	flag.DurationVar(&c.timeouts.BMCCall, "bmc-timeout", 30*time.Second, "timeout of one Redfish call")
 	flag.DurationVar(&c.timeouts.BMCTask, "bmc-task-timeout", time.Hour, "a BMC firmware update task, from submission to its end")
 	flag.DurationVar(&c.timeouts.BMCReset, "bmc-reset-timeout", 10*time.Minute, "a BMC reset until the BMC answers again")
+	flag.DurationVar(&c.timeouts.BMCPoll, "bmc-poll", time.Duration(manifests.DefaultBMCInterval), "BMC sensor polling period during a validate phase whose suite sets no stage bmcInterval")
 	flag.DurationVar(&c.timeouts.RetryBase, "retry-base", 2*time.Second, "first delay before a failed phase is tried again (doubles per attempt, full jitter)")
 	flag.DurationVar(&c.timeouts.RetryMax, "retry-max", time.Minute, "cap of the delay before a failed phase is tried again")
 	flag.DurationVar(&c.timeouts.WaitForCURE, "wait-cure", 10*time.Minute, "PXE boot to runner registered budget (also a boot token's life)")
@@ -134,10 +136,10 @@ func main() {
 	flag.Int64Var(&c.eventLimits.MaxEvents, "max-run-events", store.DefaultEventLimits.MaxEvents, "runner events stored per run; past it metrics and logs are dropped")
 	flag.Int64Var(&c.eventLimits.MaxBytes, "max-run-event-bytes", store.DefaultEventLimits.MaxBytes, "bytes of runner events stored per run; past it metrics and logs are dropped")
 	flag.Int64Var(&c.eventLimits.MaxVerdicts, "max-run-verdicts", store.DefaultEventLimits.MaxVerdicts, "distinct verdicts a run's runner may report")
-	flag.DurationVar(&c.retention.RunEvents, "retention", store.DefaultRetention.RunEvents, "keep the runner's metrics and logs of finished runs this long (phases and verdicts stay)")
+	flag.DurationVar(&c.retention.RunEvents, "retention", store.DefaultRetention.RunEvents, "keep the runner's metrics and logs and the coordinator's notes of finished runs this long (phases, verdicts and the essential timeline stay)")
 	flag.DurationVar(&c.retention.Audit, "audit-retention", store.DefaultRetention.Audit, "keep audit log entries this long")
-	flag.IntVar(&c.httpMaxConns, "http-max-conns", 4096, "open connections of the boot/artifact server")
-	flag.IntVar(&c.grpcMaxConns, "grpc-max-conns", 8192, "open connections of the gRPC server")
+	flag.DurationVar(&c.retention.Fleet, "fleet-retention", store.DefaultRetention.Fleet, "keep verdicts' measurements (the fleet history fleet bands judge against) this long; raised to the longest fleet window of the suites")
+	c.conns.register(flag.CommandLine)
 	flag.StringVar(&c.bmcCA, "bmc-ca", "", "PEM CA bundle that verifies BMC certificates of nodes without caFile or fingerprint (empty: the system roots)")
 	flag.IntVar(&c.maxRuns, "max-runs", pipeline.DefaultMaxRuns, "runs this instance drives at once; Provision beyond it is refused (ResourceExhausted) so curectl can try another instance")
 	flag.StringVar(&c.peerGRPC, "peer-grpc", "", "other instances of this fleet (shared database) as nodes dial them, host:port comma-separated: "+
@@ -437,6 +439,17 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	if err := site.Err(); err != nil {
 		return fmt.Errorf("refusing to start: %w\n(`provisioner-lite check --manifests %s --nodes %s` lists the same)", err, c.manifestDir, c.nodesFile)
 	}
+	// The listeners' caps fit the descriptors this process may open, or
+	// it refuses to start, saying what does not fit.
+	fdLimit, err := nofileLimit()
+	if err != nil {
+		return err
+	}
+	plan, err := planListeners(c, fdLimit)
+	if err != nil {
+		return err
+	}
+	plan.log(log)
 	if c.advertise == "" {
 		a, why, err := hostaddr.Advertise(nonEmpty(c.procRoot, "/proc"), c.pxeInterface, hostaddr.InterfaceAddrs)
 		if err != nil {
@@ -567,6 +580,10 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	bmcPool.onRetry = obs.m.RedfishHTTPRetry
 	go bmcPool.run(ctx)
 	rec := audit.New(st, log, 0)
+	// What the audit budgets held back is summed periodically, and once
+	// more before the store closes.
+	go rec.Run(ctx)
+	defer rec.Flush(context.Background())
 	hub := sessions.NewHub()
 	eng := pipeline.New(ctx, pipeline.Config{
 		Store: st, Hub: hub, Log: log, Audit: rec,
@@ -587,7 +604,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	})
 
 	bs, err := bootserver.New(bootserver.Config{ImageDir: c.imageDir, ArtifactDir: artifactDir, BaseURL: baseURL, Logger: log,
-		Limits: bootserver.Limits{MaxConns: c.httpMaxConns}, IPXEBuilds: nb.builds(), Served: obs.m.ArtifactServed}, eng)
+		Limits: bootserver.Limits{MaxConns: plan.http.Conns, MaxConnsPerSource: plan.http.PerSource}, IPXEBuilds: nb.builds(), Served: obs.m.ArtifactServed}, eng)
 	if err != nil {
 		return err
 	}
@@ -611,16 +628,21 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	}
 	defer stopNetboot()
 	serving = true
-	go func() { errc <- httpSrv.Serve(bs.Listener(hl)) }()
-	go func() { errc <- gs.Serve(netutil.LimitListener(gl, c.grpcMaxConns)) }()
+	bootLn, grpcLn := bs.Listener(hl), limited(gl, "grpc", plan.grpc, log)
+	go func() { errc <- httpSrv.Serve(bootLn) }()
+	go func() { errc <- gs.Serve(grpcLn) }()
 	obs.h.Listener("http", true)
 	obs.h.Listener("grpc", true)
-	if err := obs.serve(ctx, c.metricsListen, log); err != nil {
+	metricsLn, err := obs.serve(ctx, c.metricsListen, plan.metrics, log)
+	if err != nil {
 		return err
 	}
-	if err := obs.serveDashboard(ctx, c.webListen, tlsCfg, st, log); err != nil {
+	webLn, err := obs.serveDashboard(ctx, c.webListen, tlsCfg, st, plan.web, c.conns, log)
+	if err != nil {
 		return err
 	}
+	c.retention.Fleet = fleetRetention(c.retention.Fleet, c.manifestDir, site.Suites, log)
+	go flushRefusals(ctx, 10*time.Second, bootLn, grpcLn, metricsLn, webLn)
 	go st.Maintain(ctx, 10*time.Minute, c.retention, log)
 	n, err := eng.Resume(ctx)
 	if err != nil && ctx.Err() == nil {

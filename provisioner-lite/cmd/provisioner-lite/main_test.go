@@ -21,7 +21,7 @@ func testConfig(state string) config {
 		stateDir: state, manifestDir: "../../../manifests/examples", imageDir: filepath.Join(state, "no-image"),
 		httpListen: "127.0.0.1:0", grpcListen: "127.0.0.1:0", advertise: "127.0.0.1",
 		eventLimits: store.DefaultEventLimits, retention: store.DefaultRetention,
-		httpMaxConns: 16, grpcMaxConns: 16, tokensPerWindow: 6, bindBootIP: true,
+		conns: connFlags{httpConns: 16, grpcConns: 16}, tokensPerWindow: 6, bindBootIP: true,
 	}
 }
 

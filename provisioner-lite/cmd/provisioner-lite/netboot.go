@@ -162,20 +162,17 @@ func (p *netbootPlan) start(ctx context.Context, log *slog.Logger, scriptURL, ba
 			}
 		}()
 		stops = append(stops, srv.Shutdown)
-		log.Info("TFTP serving iPXE builds", "listen", conn.LocalAddr(), "files", p.files.Names())
 	}
 	if !p.flags.proxyDHCP {
 		return stop, nil
 	}
-	var known func(ctx context.Context, mac string) (string, error)
-	if !p.flags.allMACs {
-		known = func(ctx context.Context, mac string) (string, error) {
-			n, err := st.NodeByMAC(ctx, mac)
-			if errors.Is(err, store.ErrNotFound) {
-				return "", fmt.Errorf("%s: %w", mac, netboot.ErrUnknownMAC)
-			}
-			return n.ID, err
-		}
+	// The inventory check runs for every request, floods included: the
+	// proxy holds the inventory's MACs in memory and reads them again in
+	// the background.
+	inv, err := netboot.NewMACInventory(ctx, st.MACIndex, log)
+	if err != nil {
+		stop()
+		return func() {}, fmt.Errorf("proxy DHCP: %w", err)
 	}
 	files := map[string]bool{}
 	for _, n := range p.files.Names() {
@@ -188,7 +185,8 @@ func (p *netbootPlan) start(ctx context.Context, log *slog.Logger, scriptURL, ba
 		}
 	}
 	boot.HTTPBase = strings.TrimRight(baseURL, "/") + bootserver.IPXEBuildsPath
-	px, err := netboot.NewProxyDHCP(netboot.Config{Interface: p.flags.pxeInterface, ServerIP: serverIP, Boot: boot, Known: known, Log: log})
+	px, err := netboot.NewProxyDHCP(netboot.Config{Interface: p.flags.pxeInterface, ServerIP: serverIP, Boot: boot,
+		Inventory: inv, AnswerUnknown: p.flags.allMACs, Log: log})
 	if err != nil {
 		stop()
 		return func() {}, err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cure-oss/cure/provisioner-lite/dashboard"
+	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
@@ -32,29 +33,32 @@ func newObservability(st *store.Store) *observability {
 	return &observability{m: m, h: &metrics.Health{StoreCheck: st.Ping}}
 }
 
-// serve starts /metrics, /healthz and /readyz on addr (empty: off). A
-// non-loopback address is allowed (Prometheus usually scrapes from another
-// host) but warned about: the metrics name nodes and runs, and the
-// provisioning network is hostile (docs/SECURITY.md).
-func (o *observability) serve(ctx context.Context, addr string, log *slog.Logger) error {
+// serve starts /metrics, /healthz and /readyz on addr (empty: off), its
+// connections capped. A non-loopback address is allowed (Prometheus
+// usually scrapes from another host) but warned about: the metrics name
+// nodes and runs, and the provisioning network is hostile
+// (docs/SECURITY.md). The listener is nil when off or not started.
+func (o *observability) serve(ctx context.Context, addr string, caps peerlimit.Caps, log *slog.Logger) (*peerlimit.Listener, error) {
 	if addr == "" {
-		return nil
+		return nil, nil
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("--metrics-listen %s: %w", addr, err)
+		return nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		log.Warn("metrics listener is not on loopback: keep it off the provisioning network (firewall it to the Prometheus host)", "addr", addr)
 	}
-	ln, err := net.Listen("tcp", addr)
+	inner, err := net.Listen("tcp", addr)
 	if err != nil {
 		// Not fatal: provisioning goes on without metrics (several
 		// instances on one host share the default port).
 		log.Error("metrics listener not started", "addr", addr, "err", err)
-		return nil
+		return nil, nil
 	}
+	ln := limited(inner, "metrics", caps, log)
 	srv := metrics.Server(metrics.Mux(o.m, o.h))
+	srv.ErrorLog = peerlimit.HTTPErrorLog(ln.Config().Refusals, log)
 	o.h.Listener("metrics", true)
 	go func() {
 		if err := srv.Serve(ln); err != nil {
@@ -63,7 +67,7 @@ func (o *observability) serve(ctx context.Context, addr string, log *slog.Logger
 	}()
 	go func() { <-ctx.Done(); srv.Close() }()
 	log.Info("metrics listening", "addr", ln.Addr().String())
-	return nil
+	return ln, nil
 }
 
 // newNotifier starts the webhook notifier (nil without --webhook). The
@@ -98,17 +102,24 @@ func runNotice(n *notify.Notifier) func(pipeline.RunNotice) {
 
 // serveDashboard serves the web dashboard on addr (empty: off) over TLS
 // with the coordinator's server certificate, requiring an operator client
-// certificate from its CA: operators sign in as they do with curectl.
-func (o *observability) serveDashboard(ctx context.Context, addr string, tlsCfg *tls.Config, st *store.Store, log *slog.Logger) error {
+// certificate from its CA: operators sign in as they do with curectl. Its
+// connections and live streams are capped; a peer that does not finish
+// its TLS handshake within ReadHeaderTimeout (Go's http.Server uses it as
+// the handshake deadline) is cut, one that sends nothing sooner.
+func (o *observability) serveDashboard(ctx context.Context, addr string, tlsCfg *tls.Config, st *store.Store, caps peerlimit.Caps, f connFlags,
+	log *slog.Logger) (*peerlimit.Listener, error) {
 	if addr == "" {
-		return nil
+		return nil, nil
 	}
-	ln, err := net.Listen("tcp", addr)
+	inner, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("--web-listen: %w", err)
+		return nil, fmt.Errorf("--web-listen: %w", err)
 	}
-	srv := &http.Server{Handler: dashboard.Handler(dashboard.Config{Store: st, Auth: dashboard.CertViewer, Log: log}),
-		TLSConfig: dashboard.TLSConfig(tlsCfg), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10}
+	ln := limited(inner, "web", caps, log)
+	h := dashboard.Handler(dashboard.Config{Store: st, Auth: dashboard.CertViewer, Log: log,
+		MaxStreams: f.webStreams, MaxStreamsPerViewer: f.webStreamsPerOp, Observer: o.m})
+	srv := &http.Server{Handler: h, TLSConfig: dashboard.TLSConfig(tlsCfg), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		MaxHeaderBytes: 16 << 10, ErrorLog: peerlimit.HTTPErrorLog(ln.Config().Refusals, log)}
 	o.h.Listener("web", true)
 	go func() {
 		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -118,5 +129,5 @@ func (o *observability) serveDashboard(ctx context.Context, addr string, tlsCfg 
 	}()
 	go func() { <-ctx.Done(); srv.Close() }()
 	log.Info("dashboard listening", "addr", ln.Addr().String())
-	return nil
+	return ln, nil
 }

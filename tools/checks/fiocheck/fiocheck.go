@@ -152,7 +152,7 @@ func (o Options) run(ctx context.Context, rw string, names []string, scratch *st
 // readings of one direction: rand<Dir>IOPS, p99<Dir>LatencyUs (barred),
 // and the informational MB/s and p50/p99.9.
 func readings(dir string, io fio.IO, iops, p99 checks.Limit) []checks.Reading {
-	rs := []checks.Reading{checks.Measured("rand"+dir+"IOPS", round(io.IOPS), iops, "IOPS")}
+	rs := []checks.Reading{checks.Value("rand"+dir+"IOPS", round(io.IOPS), iops).In("IOPS")}
 	for _, p := range []struct {
 		q    float64
 		name string
@@ -160,12 +160,12 @@ func readings(dir string, io fio.IO, iops, p99 checks.Limit) []checks.Reading {
 	}{{99, "p99", p99}, {50, "p50", checks.Limit{}}, {99.9, "p99.9", checks.Limit{}}} {
 		metric := p.name + dir + "LatencyUs"
 		if v, ok := io.Clat.PercentileUs(p.q); ok {
-			rs = append(rs, checks.Measured(metric, v, p.bar, "us"))
+			rs = append(rs, checks.Value(metric, v, p.bar).In("us"))
 		} else {
 			rs = append(rs, checks.Missing(metric, p.bar))
 		}
 	}
-	return append(rs, checks.Measured("rand"+dir+"MBps", round(io.BWBytes/1e6*100)/100, checks.Limit{}, "MB/s"))
+	return append(rs, checks.Value("rand"+dir+"MBps", round(io.BWBytes/1e6*100)/100, checks.Limit{}).In("MB/s"))
 }
 
 func round(v float64) float64 { return float64(int64(v + 0.5)) }

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/gpu"
@@ -283,8 +284,9 @@ func (g Checks) run(ctx context.Context, name string, p gpuPlan) ([]checks.Verdi
 		return nil, fmt.Errorf("%s exited %d (want 0, 1 or 3); stderr: %s", g.Helper, code, tail(stderr))
 	}
 	var rep struct {
-		Driver   string        `json:"driver"`
-		Verdicts []gpu.Verdict `json:"verdicts"`
+		Driver   string         `json:"driver"`
+		Verdicts []gpu.Verdict  `json:"verdicts"`
+		Devices  []gpu.Identity `json:"devices"`
 	}
 	if err := json.Unmarshal(stdout, &rep); err != nil || rep.Verdicts == nil {
 		if code == 3 {
@@ -295,6 +297,7 @@ func (g Checks) run(ctx context.Context, name string, p gpuPlan) ([]checks.Verdi
 		return nil, fmt.Errorf("%s exit %d: expected a JSON document {driver, verdicts} on stdout, found %q: %v", g.Helper, code, tail(stdout), err)
 	}
 	vs := foldVerdicts(rep.Verdicts, rep.Driver)
+	withIdentity(vs, rep.Devices)
 	if code == 3 {
 		for i := range vs {
 			vs[i].Message = fmt.Sprintf("%d NVIDIA GPU(s) on the bus but NVML is unavailable: %s", len(gpus), vs[i].Message)
@@ -364,6 +367,21 @@ func foldVerdicts(in []gpu.Verdict, driver string) []checks.Verdict {
 			Expected: strings.Join(exp, "; "), Message: strings.Join(msgs, "; ")})
 	}
 	return out
+}
+
+// withIdentity puts each GPU's NVML identity (serial, UUID, VBIOS, board
+// part number, HBM peak) into its verdict as an identity evidence block:
+// what the report names the part by.
+func withIdentity(vs []checks.Verdict, ids []gpu.Identity) {
+	by := map[string]gpu.Identity{}
+	for _, id := range ids {
+		by[id.Component] = id
+	}
+	for i := range vs {
+		if id, ok := by[vs[i].Component]; ok {
+			vs[i].Message = curev1.AppendEvidence(vs[i].Message, curev1.EvidenceIdentity, id.Lines())
+		}
+	}
 }
 
 func checkStatus(s gpu.Status) checks.Status {

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/checks/suite"
@@ -263,6 +264,49 @@ func TestGPUCheckRun(t *testing.T) {
 				t.Errorf("helper was told %+v, want count 2", calls[0].expect)
 			}
 		})
+	}
+}
+
+// TestH200Identity: the helper's output from a real H200 run becomes one
+// verdict per GPU that names the board by its NVML serial, UUID, VBIOS and
+// board part number (an identity evidence block the report reads).
+func TestH200Identity(t *testing.T) {
+	out, err := os.ReadFile("testdata/cure-nvml-h200-load.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := gpuNode(t, map[string][2]string{"0000:00:06.0": {"0x10de", "0x030200"}})
+	helper := filepath.Join(t.TempDir(), "cure-nvml")
+	os.WriteFile(helper, []byte("#!/bin/false\n"), 0o755)
+	g := Checks{Helper: helper, Root: root, TmpDir: t.TempDir(), Log: quiet(),
+		Exec: func(context.Context, string, ...string) ([]byte, []byte, int, error) { return out, nil, 0, nil }}
+	f, err := g.Build(gpuCheck(t, "    - {name: g, type: gpu, params: {count: 1, pcieGen: 5, pcieWidth: 16}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := f(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g0 *checks.Verdict
+	for i := range vs {
+		if vs[i].Component == "gpu/0" {
+			g0 = &vs[i]
+		}
+	}
+	if g0 == nil || g0.Status != checks.Skip { // NVLink and the model are not checked on this passthrough GPU
+		t.Fatalf("verdicts %+v", vs)
+	}
+	text, blocks := curev1.SplitEvidence(g0.Message)
+	if len(blocks) != 1 || blocks[0].Title != curev1.EvidenceIdentity || !strings.Contains(text, "passed: present") {
+		t.Fatalf("message %q", g0.Message)
+	}
+	id := blocks[0].Identity()
+	for k, want := range map[string]string{"serial": "1654024085493", "uuid": "GPU-476c6bd9-bacc-d199-245c-8658bfe3126e",
+		"vbios": "96.00.A5.00.1A", "board part number": "692-2G520-0282-000", "pci": "0000:00:06.0", "memory temp peak": "47 C", "name": "NVIDIA H200"} {
+		if id[k] != want {
+			t.Errorf("identity %s = %q, want %q", k, id[k], want)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/tools/checks"
+	"github.com/cure-oss/cure/tools/pci"
 )
 
 // Check is the check name every verdict carries.
@@ -82,6 +83,15 @@ func Compare(inv *curev1.Inventory, h *manifests.Hardware) []checks.Verdict {
 	}
 	if h.NVSwitches != nil {
 		p.count("nvswitch", "NVSwitches", len(inv.GetNvswitches()), h.NVSwitches.Count)
+		if h.NVSwitches.PCIe != nil {
+			var devs []linked
+			for i, sw := range inv.GetNvswitches() {
+				devs = append(devs, linked{fmt.Sprintf("nvswitch/%d", i), sw.GetAddress()})
+			}
+			if p.links(inv, h.NVSwitches.PCIe, devs) == 0 {
+				p.pass("nvswitch", fmt.Sprintf("%d links", len(devs)), expectPCIe(h.NVSwitches.PCIe), "every NVSwitch link at %s or better", expectPCIe(h.NVSwitches.PCIe))
+			}
+		}
 	}
 	if len(h.NICs) > 0 {
 		p.nics(inv, h.NICs)
@@ -284,8 +294,19 @@ func (p *planner) gpus(inv *curev1.Inventory, g *manifests.GPUSpec) {
 			}
 		}
 	}
+	if g.PCIe != nil {
+		var devs []linked
+		for i, x := range gpus {
+			devs = append(devs, linked{gpuComponent(g, x, i), x.GetPciAddress()})
+		}
+		bad += p.links(inv, g.PCIe, devs)
+	}
 	if bad == 0 {
-		p.pass("gpus", fmt.Sprintf("%d GPUs", len(gpus)), strings.TrimSpace(fmt.Sprintf("%d GPUs %s %s", g.Count, g.Model, g.PCIID)), "every declared GPU present")
+		msg := "every declared GPU present"
+		if g.PCIe != nil {
+			msg += ", links at " + expectPCIe(g.PCIe) + " or better"
+		}
+		p.pass("gpus", fmt.Sprintf("%d GPUs", len(gpus)), strings.TrimSpace(fmt.Sprintf("%d GPUs %s %s", g.Count, g.Model, g.PCIID)), "%s", msg)
 	}
 }
 
@@ -343,6 +364,13 @@ func (p *planner) nics(inv *curev1.Inventory, groups []manifests.NICSpec) {
 				}
 			}
 		}
+		if g.PCIe != nil {
+			var devs []linked
+			for _, i := range ports {
+				devs = append(devs, linked{fmt.Sprintf("nic/%d", i), nics[i].GetPciAddress()})
+			}
+			bad += p.links(inv, g.PCIe, devs)
+		}
 		if bad == 0 {
 			p.pass("nic", fmt.Sprintf("%d ports", len(ports)), expectNIC(g), "%s as declared", nicGroup(g))
 		}
@@ -367,6 +395,9 @@ func expectNIC(g manifests.NICSpec) string {
 	}
 	if g.SpeedMbps > 0 {
 		s += fmt.Sprintf(" at %d Mb/s", g.SpeedMbps)
+	}
+	if g.PCIe != nil {
+		s += ", PCIe " + expectPCIe(g.PCIe)
 	}
 	return s
 }
@@ -404,8 +435,78 @@ func (p *planner) nvme(inv *curev1.Inventory, groups []manifests.NVMeSpec) {
 				}
 			}
 		}
+		if g.PCIe != nil {
+			var devs []linked
+			for _, i := range ctrls {
+				devs = append(devs, linked{fmt.Sprintf("nvme/%d", i), inv.GetNvme()[i].GetPciAddress()})
+			}
+			bad += p.links(inv, g.PCIe, devs)
+		}
 		if bad == 0 {
-			p.pass("nvme", fmt.Sprintf("%d drives", len(ctrls)), g.Model, "%q as declared", g.Model)
+			want := g.Model
+			if g.PCIe != nil {
+				want += ", PCIe " + expectPCIe(g.PCIe)
+			}
+			p.pass("nvme", fmt.Sprintf("%d drives", len(ctrls)), want, "%q as declared", g.Model)
 		}
 	}
+}
+
+// linked is a device of a group with a declared PCIe link.
+type linked struct {
+	component, address string
+}
+
+// links judges each device's negotiated link against the group's
+// declaration; it returns how many fell short (or could not be read).
+// The message carries the capable link and the port's, so the reader can
+// tell a device that trained low (capable of more) from a slot that
+// offers less (the port capable of less: a BIOS bifurcation setting, a riser).
+func (p *planner) links(inv *curev1.Inventory, want *manifests.PCIeSpec, devs []linked) int {
+	byAddr := map[string]*curev1.PcieLink{}
+	for _, l := range inv.GetPcieLinks() {
+		byAddr[strings.ToLower(l.GetAddress())] = l
+	}
+	exp := expectPCIe(want)
+	bad := 0
+	for _, d := range devs {
+		l := byAddr[strings.ToLower(d.address)]
+		if l == nil || (l.GetMaxSpeedGts() == 0 && l.GetMaxWidth() == 0) {
+			p.add(checks.Error, d.component, "unknown", exp, "%s has no PCIe link in sysfs; SKU wants %s", orUnknown(d.address), exp)
+			bad++
+			continue
+		}
+		slow := want.Gen > 0 && l.GetSpeedGts() < pci.GenSpeed(want.Gen)
+		narrow := want.Width > 0 && int(l.GetWidth()) < want.Width
+		if !slow && !narrow {
+			continue
+		}
+		bad++
+		have := pci.Speed(l.GetSpeedGts()) + " " + pci.Width(int(l.GetWidth()))
+		msg := fmt.Sprintf("%s link %s, capable %s %s", d.address, have, pci.Speed(l.GetMaxSpeedGts()), pci.Width(int(l.GetMaxWidth())))
+		if l.GetPort() != "" && (l.GetPortMaxSpeedGts() > 0 || l.GetPortMaxWidth() > 0) {
+			msg += fmt.Sprintf(", port %s capable %s %s", l.GetPort(), pci.Speed(l.GetPortMaxSpeedGts()), pci.Width(int(l.GetPortMaxWidth())))
+		}
+		p.fail(d.component, have, exp, "%s; SKU wants %s", msg, exp)
+	}
+	return bad
+}
+
+// expectPCIe is a declaration as a reader says it: "gen4 x4", "gen5", "x16".
+func expectPCIe(s *manifests.PCIeSpec) string {
+	var parts []string
+	if s.Gen > 0 {
+		parts = append(parts, fmt.Sprintf("gen%d", s.Gen))
+	}
+	if s.Width > 0 {
+		parts = append(parts, fmt.Sprintf("x%d", s.Width))
+	}
+	return strings.Join(parts, " ")
+}
+
+func orUnknown(addr string) string {
+	if addr == "" {
+		return "the device (no PCI address)"
+	}
+	return addr
 }

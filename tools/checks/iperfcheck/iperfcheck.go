@@ -93,7 +93,7 @@ func Check(ctx context.Context, o Options) ([]checks.Verdict, error) {
 		comp = "nic/" + name
 	}
 	v := checks.Judge(comp,
-		checks.Measured("throughputMbps", round2(r.ReceivedBps/1e6), o.ThroughputMbps, "Mb/s"),
+		checks.Value("throughputMbps", round2(r.ReceivedBps/1e6), o.ThroughputMbps).In("Mb/s"),
 		checks.Value("retransmits", float64(r.Retransmits), o.Retransmits),
 		checks.Value("streams", float64(r.Streams), checks.Limit{}),
 	)

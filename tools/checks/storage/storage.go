@@ -194,8 +194,8 @@ func (o Options) disk(ctx context.Context, d blockdev.Disk, comp string, writes 
 		return checks.Verdict{}, fmt.Errorf("reading %s: %w", path, err)
 	}
 	rs := []checks.Reading{
-		checks.Measured("readMBps", mbps(length, dur), o.ReadMBps, "MB/s"),
-		checks.Measured("readMB", float64(length)/1e6, checks.Limit{}, "MB"),
+		checks.Value("readMBps", mbps(length, dur), o.ReadMBps).In("MB/s"),
+		checks.Value("readMB", float64(length)/1e6, checks.Limit{}).In("MB"),
 	}
 	var notes []string
 	if o.Verify {
@@ -332,7 +332,7 @@ func (o Options) writeScratch(ctx context.Context, path string) ([]checks.Readin
 		}
 	}
 	return []checks.Reading{
-		checks.Measured("writeMBps", mbps(s.Length, dur), o.WriteMBps, "MB/s"),
+		checks.Value("writeMBps", mbps(s.Length, dur), o.WriteMBps).In("MB/s"),
 		checks.Value("writeVerifyMismatches", float64(bad), checks.AtMost(0)),
 	}, note, nil
 }

@@ -103,7 +103,7 @@ func CPU(ctx context.Context, o CPUOptions) ([]checks.Verdict, error) {
 	for i, g := range gs {
 		out = append(out, judge(g, res[i], "cpu", func(m stressng.Metric, _ stressng.Log) []checks.Reading {
 			return []checks.Reading{
-				checks.Measured("cpuBogoOpsPerSec", round2(m.BogoOpsPerSec), o.BogoOpsPerSec, "bogo-ops/s"),
+				checks.Value("cpuBogoOpsPerSec", round2(m.BogoOpsPerSec), o.BogoOpsPerSec).In("bogo-ops/s"),
 				checks.Value("cpus", float64(len(g.cpus)), checks.Limit{}),
 			}
 		}))
@@ -151,8 +151,8 @@ func Memory(ctx context.Context, o MemoryOptions) ([]checks.Verdict, error) {
 			}
 			measured = true
 			return []checks.Reading{
-				checks.Measured("memReadMiBps", round2(rd), o.ReadMiBps, "MiB/s"),
-				checks.Measured("memWriteMiBps", round2(wr), o.WriteMiBps, "MiB/s"),
+				checks.Value("memReadMiBps", round2(rd), o.ReadMiBps).In("MiB/s"),
+				checks.Value("memWriteMiBps", round2(wr), o.WriteMiBps).In("MiB/s"),
 				checks.Value("instances", float64(n), checks.Limit{}),
 			}
 		})

@@ -137,7 +137,7 @@ func TestVerifyFailureFails(t *testing.T) {
 	log := stressng.ParseLog([]byte("stress-ng: fail:  [812] cpu: matrixprod: result mismatch\nstress-ng: error: [811] process [812] (cpu) terminated with an error, exit status=2 (stressor failed)\n"))
 	v := judge(group{comp: "cpu/0"}, result{rep: rep, log: log, err: fmt.Errorf("exit status 2")}, "cpu",
 		func(m stressng.Metric, _ stressng.Log) []checks.Reading {
-			return []checks.Reading{checks.Measured("cpuBogoOpsPerSec", m.BogoOpsPerSec, checks.Limit{}, "bogo-ops/s")}
+			return []checks.Reading{checks.Value("cpuBogoOpsPerSec", m.BogoOpsPerSec, checks.Limit{}).In("bogo-ops/s")}
 		})
 	if v.Status != checks.Fail || !strings.Contains(v.Message, "verifyFailures=1") || !strings.Contains(v.Message, "result mismatch") {
 		t.Errorf("verdict %v", v)

@@ -69,8 +69,8 @@ func Build(s *manifests.ValidationSuite, env Env) ([]checks.Check, error) {
 	for i, mc := range s.Spec.Checks {
 		p := newParams(i, mc)
 		c := checks.Check{
-			Name: mc.Name, Type: mc.Type, AppliesTo: mc.AppliesTo,
-			Duration: time.Duration(mc.Duration), Interval: time.Duration(mc.Interval),
+			Name: mc.Name, Type: mc.Type, Stage: mc.Stage, AppliesTo: mc.AppliesTo,
+			Duration: CheckDuration(&s.Spec, mc), Interval: time.Duration(mc.Interval),
 			Count: p.limit("components"),
 		}
 		build(&c, mc, p, env)
@@ -83,7 +83,23 @@ func Build(s *manifests.ValidationSuite, env Env) ([]checks.Check, error) {
 	return out, nil
 }
 
-// Run builds and runs s with o.FailFast taken from the suite.
+// CheckDuration is how long c runs: its own duration, else its stage's
+// (a stage loads the node for its whole length), else zero (one shot).
+func CheckDuration(spec *manifests.ValidationSuiteSpec, c manifests.Check) time.Duration {
+	if c.Duration > 0 || c.Stage == "" {
+		return time.Duration(c.Duration)
+	}
+	for _, st := range spec.Stages {
+		if st.Name == c.Stage {
+			return time.Duration(st.Duration)
+		}
+	}
+	return 0
+}
+
+// Run builds and runs s with o.FailFast taken from the suite: stages one
+// after another, the checks of a stage at the same time (checks.Run), the
+// checks in o.Done (ended before a node reset) not again.
 func Run(ctx context.Context, s *manifests.ValidationSuite, env Env, o checks.Options) ([]checks.Verdict, error) {
 	cs, err := Build(s, env)
 	if err != nil {

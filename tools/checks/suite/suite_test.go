@@ -27,11 +27,14 @@ func suitesDir() string {
 	return filepath.Join(filepath.Dir(file), "../../../manifests/examples/suites")
 }
 
-// TestShippedSuites loads every suite in manifests/examples/suites with the
-// strict loader and builds it: every param and threshold must be one the
+// TestShippedSuites loads every suite in manifests/examples/suites (and
+// qemu-test/testdata/suites) with the strict loader and builds it: every param and threshold must be one the
 // checks understand.
 func TestShippedSuites(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(suitesDir(), "*.yaml"))
+	// The QEMU tests' own suites are held to the same rules.
+	qemu, _ := filepath.Glob(filepath.Join(suitesDir(), "../../../qemu-test/testdata/suites/*.yaml"))
+	files = append(files, qemu...)
 	want := map[string]bool{"rma-quick.yaml": false, "burnin-24h-hgx.yaml": false, "burnin-72h-hgx.yaml": false}
 	for _, f := range files {
 		doc, err := manifests.LoadFile(f)
@@ -49,8 +52,14 @@ func TestShippedSuites(t *testing.T) {
 			continue
 		}
 		var sum time.Duration
+		for _, step := range checks.Steps(cs) {
+			var longest time.Duration
+			for _, c := range step {
+				longest = max(longest, c.Duration)
+			}
+			sum += longest
+		}
 		for _, c := range cs {
-			sum += c.Duration
 			// appliesTo is a path.Match glob: "*" stops at "/", so
 			// "ib/*" would match no port. Each glob must match the id
 			// shape its check type produces.
@@ -59,7 +68,7 @@ func TestShippedSuites(t *testing.T) {
 			}
 		}
 		if d := time.Duration(doc.Suite.Spec.Duration); d > 0 && sum > d {
-			t.Errorf("%s: check durations add up to %s, over the suite's %s (checks run one after another)", f, sum, d)
+			t.Errorf("%s: steps add up to %s, over the suite's %s (steps run one after another)", f, sum, d)
 		}
 		want[filepath.Base(f)] = true
 	}
@@ -350,5 +359,38 @@ spec:
 	}
 	if units["disk/vda randReadIOPS"] != "IOPS" || units["disk/vda p99ReadLatencyUs"] != "us" || units["cpu/0 cpuBogoOpsPerSec"] != "bogo-ops/s" {
 		t.Errorf("measurements %v", units)
+	}
+}
+
+// TestBuildStaged: a staged suite's checks carry their stage, and a check
+// without its own duration runs for its stage's.
+func TestBuildStaged(t *testing.T) {
+	doc, err := manifests.LoadFile(filepath.Join(suitesDir(), "../../testdata/staged-suite.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := Build(doc.Suite, Env{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]checks.Check{}
+	for _, c := range cs {
+		got[c.Name] = c
+	}
+	for name, want := range map[string]struct {
+		stage string
+		d     time.Duration
+	}{
+		"nvme-health-before": {"before", 0},
+		"cpu-stress":         {"soak", 2 * time.Hour}, // the stage's
+		"disk-read":          {"soak", time.Hour},     // its own
+		"nvme-health-after":  {"after", 0},
+	} {
+		if c := got[name]; c.Stage != want.stage || c.Duration != want.d {
+			t.Errorf("%s: stage %q duration %s, want %q %s", name, c.Stage, c.Duration, want.stage, want.d)
+		}
+	}
+	if steps := checks.Steps(cs); len(steps) != 3 || len(steps[1]) != 2 {
+		t.Errorf("steps %v: want before, soak (2 checks at once), after", steps)
 	}
 }

@@ -165,6 +165,68 @@ func (d *device) UUID() (string, error) {
 	return v, d.call("nvmlDeviceGetUUID", ret)
 }
 
+func (d *device) Serial() (string, error) {
+	v, ret := d.d.GetSerial()
+	return v, d.call("nvmlDeviceGetSerial", ret)
+}
+
+func (d *device) VBIOSVersion() (string, error) {
+	v, ret := d.d.GetVbiosVersion()
+	return v, d.call("nvmlDeviceGetVbiosVersion", ret)
+}
+
+func (d *device) BoardPartNumber() (string, error) {
+	v, ret := d.d.GetBoardPartNumber()
+	return v, d.call("nvmlDeviceGetBoardPartNumber", ret)
+}
+
+// MemoryTemperature reads field NVML_FI_DEV_MEMORY_TEMP. The call can
+// succeed as a whole while the field itself fails (its nvmlReturn), which
+// is how a board without the sensor answers.
+func (d *device) MemoryTemperature() (uint32, error) {
+	vals := []nvml.FieldValue{{FieldId: nvml.FI_DEV_MEMORY_TEMP}}
+	if ret := d.d.GetFieldValues(vals); ret != nvml.SUCCESS {
+		return 0, d.call("nvmlDeviceGetFieldValues(MEMORY_TEMP)", ret)
+	}
+	if ret := nvml.Return(vals[0].NvmlReturn); ret != nvml.SUCCESS {
+		return 0, d.call("nvmlDeviceGetFieldValues(MEMORY_TEMP)", ret)
+	}
+	v, ok := fieldUint(vals[0])
+	if !ok {
+		return 0, fmt.Errorf("nvmlDeviceGetFieldValues(MEMORY_TEMP)(gpu %d): value type %d is not a number", d.index, vals[0].ValueType)
+	}
+	return uint32(v), nil
+}
+
+// fieldUint reads a field value's union as its type says (nvmlValueType_t).
+func fieldUint(f nvml.FieldValue) (uint64, bool) {
+	b := f.Value
+	le := func(n int) uint64 {
+		var v uint64
+		for i := n - 1; i >= 0; i-- {
+			v = v<<8 | uint64(b[i])
+		}
+		return v
+	}
+	switch nvml.ValueType(f.ValueType) {
+	case nvml.VALUE_TYPE_UNSIGNED_INT:
+		return le(4), true
+	case nvml.VALUE_TYPE_UNSIGNED_LONG, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG:
+		return le(8), true
+	case nvml.VALUE_TYPE_SIGNED_LONG_LONG:
+		if v := int64(le(8)); v >= 0 {
+			return uint64(v), true
+		}
+	case nvml.VALUE_TYPE_SIGNED_INT:
+		if v := int32(le(4)); v >= 0 {
+			return uint64(v), true
+		}
+	case nvml.VALUE_TYPE_UNSIGNED_SHORT:
+		return le(2), true
+	}
+	return 0, false
+}
+
 func (d *device) PCI() (gpu.PCIInfo, error) {
 	p, ret := d.d.GetPciInfo()
 	if ret != nvml.SUCCESS {

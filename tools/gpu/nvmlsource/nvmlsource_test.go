@@ -84,6 +84,29 @@ func instrument(d *server.Device, h *health) {
 	d.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 650000, nvml.SUCCESS }
 	d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return 700000, nvml.SUCCESS }
 	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+	// Identity as a real H200 (driver 580.159.04) answered it, with the
+	// serial made unique per board.
+	d.GetSerialFunc = func() (string, nvml.Return) { return "16540240854" + bus[5:7], nvml.SUCCESS }
+	d.GetVbiosVersionFunc = func() (string, nvml.Return) { return "96.00.A5.00.1A", nvml.SUCCESS }
+	d.GetBoardPartNumberFunc = func() (string, nvml.Return) { return "692-2G520-0282-000", nvml.SUCCESS }
+	d.GetFieldValuesFunc = memTempField(47, nvml.SUCCESS)
+}
+
+// memTempField answers NVML_FI_DEV_MEMORY_TEMP as the H200 did: "ret=Success
+// type=1 (unsigned int) value 47" (or the field's own error).
+func memTempField(c uint32, fieldRet nvml.Return) func([]nvml.FieldValue) nvml.Return {
+	return func(vs []nvml.FieldValue) nvml.Return {
+		for i := range vs {
+			if vs[i].FieldId != nvml.FI_DEV_MEMORY_TEMP {
+				vs[i].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+				continue
+			}
+			vs[i].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
+			vs[i].NvmlReturn = uint32(fieldRet)
+			vs[i].Value = [8]byte{byte(c), byte(c >> 8), byte(c >> 16), byte(c >> 24)}
+		}
+		return nvml.SUCCESS
+	}
 }
 
 // instrumentServer wires an event set that delivers xids once, then times out.
@@ -204,3 +227,52 @@ func TestErrorMapping(t *testing.T) {
 }
 
 func isErr(err, target error) bool { return err != nil && errors.Is(err, target) }
+
+// TestIdentityFromNVML: serial, UUID, VBIOS, board part number and the HBM
+// temperature come through the adapter as NVML answers them; a board
+// whose memory sensor field fails reads as not supported.
+func TestIdentityFromNVML(t *testing.T) {
+	s := dgxh200.New()
+	for _, d := range s.Devices {
+		instrument(d.(*server.Device), &health{})
+	}
+	s.Devices[1].(*server.Device).GetFieldValuesFunc = memTempField(0, nvml.ERROR_NOT_SUPPORTED)
+	instrumentServer(s, nil)
+	obs := gpu.Collect(context.Background(), New(s), gpu.Expect{}, gpu.Options{Interval: time.Millisecond})
+	ids := gpu.Identities(obs)
+	if len(ids) != len(s.Devices) {
+		t.Fatalf("identities %+v", ids)
+	}
+	d0 := s.Devices[0].(*server.Device)
+	a := ids[0]
+	if a.UUID != d0.UUID || a.Serial != "16540240854"+d0.PciBusID[5:7] || a.VBIOS != "96.00.A5.00.1A" ||
+		a.BoardPartNumber != "692-2G520-0282-000" || a.MemoryTempPeakC != 47 || a.Name != d0.Config.Name {
+		t.Errorf("gpu/0 identity %+v (uuid %s)", a, d0.UUID)
+	}
+	if ids[1].MemoryTempPeakC != 0 || ids[1].Serial == "" {
+		t.Errorf("gpu/1 without a memory sensor: %+v", ids[1])
+	}
+	dev := &device{d: s.Devices[1].(*server.Device), index: 1}
+	if _, err := dev.MemoryTemperature(); !isErr(err, gpu.ErrNotSupported) {
+		t.Errorf("field error: %v", err)
+	}
+}
+
+func TestFieldUint(t *testing.T) {
+	for _, c := range []struct {
+		typ  nvml.ValueType
+		b    [8]byte
+		want uint64
+		ok   bool
+	}{
+		{nvml.VALUE_TYPE_UNSIGNED_INT, [8]byte{47}, 47, true},
+		{nvml.VALUE_TYPE_UNSIGNED_LONG_LONG, [8]byte{0, 1}, 256, true},
+		{nvml.VALUE_TYPE_SIGNED_INT, [8]byte{0xff, 0xff, 0xff, 0xff}, 0, false},
+		{nvml.VALUE_TYPE_DOUBLE, [8]byte{}, 0, false},
+	} {
+		v, ok := fieldUint(nvml.FieldValue{ValueType: uint32(c.typ), Value: c.b})
+		if v != c.want || ok != c.ok {
+			t.Errorf("type %d %v: %d %t", c.typ, c.b, v, ok)
+		}
+	}
+}

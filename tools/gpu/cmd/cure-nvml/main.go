@@ -12,6 +12,11 @@
 //	  "verdicts": [                      // gpu.Verdict, in a stable order
 //	    {"component": "gpu/3", "check": "ecc", "status": "FAIL",
 //	     "observed": "1", "expected": "<= 0", "message": "..."}
+//	  ],
+//	  "devices": [                       // gpu.Identity, one per GPU that answered
+//	    {"component": "gpu/3", "busId": "0000:1b:00.0", "name": "NVIDIA H200",
+//	     "uuid": "GPU-...", "serial": "1654024085493", "vbios": "96.00.A5.00.1A",
+//	     "boardPartNumber": "692-2G520-0282-000", "memoryTempPeakC": 47}
 //	  ]
 //	}
 //
@@ -45,8 +50,9 @@ import (
 )
 
 type report struct {
-	Driver   string        `json:"driver"`
-	Verdicts []gpu.Verdict `json:"verdicts"`
+	Driver   string         `json:"driver"`
+	Verdicts []gpu.Verdict  `json:"verdicts"`
+	Devices  []gpu.Identity `json:"devices,omitempty"`
 }
 
 func main() {
@@ -160,12 +166,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return nil
 		}
 	}
-	vs, err := gpu.Run(ctx, src, exp, opt)
-	if err != nil {
-		fmt.Fprintf(stderr, "cure-nvml: %v\n", err)
-		return 2
-	}
-	rep.Verdicts = append(vs, extra...)
+	obs := gpu.Collect(ctx, src, exp, opt)
+	rep.Verdicts = append(gpu.Evaluate(obs, exp), extra...)
+	rep.Devices = gpu.Identities(obs)
 	emit(stdout, rep)
 	if gpu.Failed(rep.Verdicts) {
 		return 1

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
+)
+
+// silentConn closes a connection to the gRPC, dashboard or metrics
+// listener whose peer sent nothing this long: each of their clients speaks
+// first (a TLS ClientHello, an HTTP request line). The boot server has its
+// own, the same (bootserver.Limits.Silent).
+const silentConn = 5 * time.Second
+
+// connFlags are the listeners' connection caps as the flags set them
+// (0: derived from the file descriptor limit).
+type connFlags struct {
+	httpConns, httpPerSource       int
+	grpcConns, grpcPerSource       int
+	webConns, webPerSource         int
+	metricsConns, metricsPerSource int
+	webStreams, webStreamsPerOp    int
+}
+
+func (f *connFlags) register(fs *flag.FlagSet) {
+	derived := " (0: derived from the file descriptor limit, docs/SECURITY.md)"
+	fs.IntVar(&f.httpConns, "http-max-conns", 0, "open connections of the boot/artifact server"+derived)
+	fs.IntVar(&f.httpPerSource, "http-max-conns-per-source", 0, "open connections of the boot/artifact server from one address (IPv6: one /64)"+derived)
+	fs.IntVar(&f.grpcConns, "grpc-max-conns", 0, "open connections of the gRPC server"+derived)
+	fs.IntVar(&f.grpcPerSource, "grpc-max-conns-per-source", 0, "open connections of the gRPC server from one address"+derived)
+	fs.IntVar(&f.webConns, "web-max-conns", 0, "open connections of the dashboard"+derived)
+	fs.IntVar(&f.webPerSource, "web-max-conns-per-source", 0, "open connections of the dashboard from one address"+derived)
+	fs.IntVar(&f.metricsConns, "metrics-max-conns", 0, "open connections of the metrics listener"+derived)
+	fs.IntVar(&f.metricsPerSource, "metrics-max-conns-per-source", 0, "open connections of the metrics listener from one address"+derived)
+	fs.IntVar(&f.webStreams, "web-max-streams", 64, "live dashboard streams (one per open dashboard tab) in all; more are refused with 429")
+	fs.IntVar(&f.webStreamsPerOp, "web-max-streams-per-operator", 8, "live dashboard streams of one operator certificate; more are refused with 429")
+}
+
+// listenerPlan is the caps of the listeners this coordinator opens.
+type listenerPlan struct {
+	budget                   peerlimit.Budget
+	http, grpc, web, metrics peerlimit.Caps
+}
+
+// nofileLimit is the process's file descriptor limit (the soft
+// RLIMIT_NOFILE, which Go raises to the hard limit at start).
+func nofileLimit() (int, error) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0, fmt.Errorf("read RLIMIT_NOFILE: %w", err)
+	}
+	return int(min(rl.Cur, 1<<24)), nil
+}
+
+// fdReserve is what the listeners leave to the rest of the process: the
+// store's connections and files, BMC sessions (up to --bmc-max-logins
+// logging in at once, and their kept-alive connections), webhooks, TFTP
+// transfers, artifact imports and logs. A quarter of the limit, and never
+// less than 128 plus the BMC logins.
+func fdReserve(limit, bmcLogins int) int { return max(limit/4, 128+bmcLogins) }
+
+// planListeners splits the descriptors left after fdReserve among the
+// listeners that are on (peerlimit.SplitFDs): caps given by flags are
+// kept, the others derived. A boot connection may hold a file as well as
+// its socket.
+func planListeners(c config, limit int) (listenerPlan, error) {
+	f := c.conns
+	shares := []peerlimit.Share{
+		{Name: "http", Flag: "--http-max-conns", Conns: f.httpConns, PerSource: f.httpPerSource, DefaultConns: 4096, MinConns: 16, DefaultPerSource: 32, FDsPerConn: 2},
+		{Name: "grpc", Flag: "--grpc-max-conns", Conns: f.grpcConns, PerSource: f.grpcPerSource, DefaultConns: 8192, MinConns: 16, DefaultPerSource: 64, FDsPerConn: 1},
+	}
+	if c.webListen != "" {
+		shares = append(shares, peerlimit.Share{Name: "web", Flag: "--web-max-conns", Conns: f.webConns, PerSource: f.webPerSource,
+			DefaultConns: 256, MinConns: 4, DefaultPerSource: 16, FDsPerConn: 1})
+	}
+	if c.metricsListen != "" {
+		shares = append(shares, peerlimit.Share{Name: "metrics", Flag: "--metrics-max-conns", Conns: f.metricsConns, PerSource: f.metricsPerSource,
+			DefaultConns: 64, MinConns: 2, DefaultPerSource: 4, FDsPerConn: 1})
+	}
+	b, err := peerlimit.SplitFDs(limit, fdReserve(limit, c.bmcLogins), shares)
+	if err != nil {
+		return listenerPlan{}, fmt.Errorf("refusing to start: %w", err)
+	}
+	p := listenerPlan{budget: b}
+	for i, s := range shares {
+		switch s.Name {
+		case "http":
+			p.http = b.Caps[i]
+		case "grpc":
+			p.grpc = b.Caps[i]
+		case "web":
+			p.web = b.Caps[i]
+		case "metrics":
+			p.metrics = b.Caps[i]
+		}
+	}
+	return p, nil
+}
+
+func (p listenerPlan) log(log *slog.Logger) {
+	caps := func(c peerlimit.Caps) string {
+		if c.Conns == 0 {
+			return "off"
+		}
+		return fmt.Sprintf("%d (%d per source)", c.Conns, c.PerSource)
+	}
+	log.Info("connection caps", "fd_limit", p.budget.Limit, "fd_reserved", p.budget.Reserve, "fd_listeners", p.budget.Listeners,
+		"http", caps(p.http), "grpc", caps(p.grpc), "web", caps(p.web), "metrics", caps(p.metrics))
+}
+
+// limited wraps a listener in its caps, refusals logged as listener name.
+func limited(ln net.Listener, name string, c peerlimit.Caps, log *slog.Logger) *peerlimit.Listener {
+	return peerlimit.NewListener(ln, peerlimit.ListenerConfig{MaxConns: c.Conns, MaxPerSource: c.PerSource, Silent: silentConn,
+		Refusals: peerlimit.NewRefusals(log, name, slog.LevelWarn, 0)})
+}
+
+// flushRefusals logs the listeners' pending refusal summaries every
+// interval, so a flood that stopped is still reported, and once more at
+// the end.
+// A listener that is off is nil.
+func flushRefusals(ctx context.Context, every time.Duration, ls ...*peerlimit.Listener) {
+	flush := func() {
+		for _, l := range ls {
+			if l != nil {
+				l.Flush()
+			}
+		}
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			flush()
+			return
+		case <-t.C:
+			flush()
+		}
+	}
+}

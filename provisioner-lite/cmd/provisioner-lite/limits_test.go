@@ -1,0 +1,42 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// The listeners that are on share the descriptors left after the reserve;
+// caps set by flag that do not fit stop the start, naming the flag.
+func TestPlanListeners(t *testing.T) {
+	limit, err := nofileLimit()
+	if err != nil || limit <= 0 {
+		t.Fatalf("nofileLimit = %d, %v", limit, err)
+	}
+	c := config{bmcLogins: 64, webListen: "127.0.0.1:0", metricsListen: "127.0.0.1:0"}
+	for _, limit := range []int{256, 1024, 65536, 1 << 20} {
+		p, err := planListeners(c, limit)
+		if err != nil {
+			t.Fatalf("limit %d: %v", limit, err)
+		}
+		sum := 2*p.http.Conns + p.grpc.Conns + p.web.Conns + p.metrics.Conns
+		if sum > limit-fdReserve(limit, 64) || sum != p.budget.Listeners {
+			t.Errorf("limit %d: the listeners may hold %d descriptors (budget says %d), reserve %d", limit, sum, p.budget.Listeners, fdReserve(limit, 64))
+		}
+		if p.http.PerSource < 1 || p.http.PerSource > p.http.Conns || p.web.PerSource > p.web.Conns {
+			t.Errorf("limit %d: per-source caps %+v", limit, p)
+		}
+	}
+	if p, _ := planListeners(c, 1<<20); p.http.Conns != 4096 || p.grpc.Conns != 8192 || p.web.Conns != 256 || p.metrics.Conns != 64 {
+		t.Errorf("plentiful descriptors: %+v, want the defaults", p)
+	}
+	// Listeners that are off take nothing.
+	off := config{bmcLogins: 64}
+	if p, _ := planListeners(off, 1024); p.web.Conns != 0 || p.metrics.Conns != 0 || p.http.Conns <= 0 {
+		t.Errorf("dashboard and metrics off: %+v", p)
+	}
+	c.conns.httpConns = 4096
+	if _, err := planListeners(c, 4096); err == nil || !strings.Contains(err.Error(), "refusing to start") ||
+		!strings.Contains(err.Error(), "--http-max-conns 4096") || !strings.Contains(err.Error(), "LimitNOFILE") {
+		t.Fatalf("--http-max-conns beyond the limit: %v", err)
+	}
+}

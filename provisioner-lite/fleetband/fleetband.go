@@ -1,0 +1,363 @@
+// Package fleetband judges a node's measured results against the recent
+// passing results of the other nodes of its SKU: the coordinator's MARGINAL
+// verdict, for the node that clears every absolute bar and is still slower
+// than its fleet. Pure: the run's results and the fleet's samples in,
+// judgements and verdicts out; the pipeline reads the store and writes back.
+//
+// The fleet of a check's metric is each other node counted once per
+// component: its latest passing value within the suite's window (a node
+// that ran ten times weighs as much as one that ran once, and a drive is
+// compared with the pool of the fleet's drives of that check). Statistics
+// are robust: the median and the median absolute deviation (scaled by
+// MADScale, with a floor of MinRelSpread of the median when the fleet agrees
+// too closely), so a few bad nodes in the fleet do not widen the band.
+// A band names, per metric, how many robust deviations below (and/or
+// above) the median a value may lie; with fewer than the suite's MinNodes
+// other nodes the band is not applied and the judgement says so.
+package fleetband
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/provisioner-lite/natural"
+)
+
+// Statuses of the results the planner reads (the store's verdict statuses).
+const (
+	StatusPass     = "PASS"
+	StatusMarginal = "MARGINAL"
+)
+
+// MaxJudgements bounds what one run's judgement keeps (a run has at most
+// the store's verdict cap of results; a suite names a few bands).
+const MaxJudgements = 2048
+
+// Measurement is one measured number of a result.
+type Measurement struct {
+	Metric string
+	Value  float64
+	Unit   string
+}
+
+// Result is one verdict of the run being judged.
+type Result struct {
+	Component, Check, Status string
+	Measurements             []Measurement
+}
+
+// Sample is one fleet value: a node's component's measured metric of a check.
+type Sample struct {
+	Node, Run, Component string
+	Value                float64
+	Unit                 string
+	Time                 time.Time
+}
+
+// Key names a check's metric.
+type Key struct{ Check, Metric string }
+
+// Input is what one run is judged on.
+type Input struct {
+	Node string // the node judged: never part of its own fleet
+	Now  time.Time
+	// Window is how recent a fleet sample must be; MinNodes how many other
+	// nodes the fleet needs before a band applies (see Policy).
+	Window   time.Duration
+	MinNodes int
+	// Bands are the suite's fleet bands: check name -> metric -> band.
+	Bands   map[string]map[string]manifests.Band
+	Results []Result
+	// Fleet are the samples of each banded check's metric, as the store
+	// returns them (filtered again here: window, node, unit, one per node
+	// and component).
+	Fleet map[Key][]Sample
+}
+
+// Policy is a suite's fleet window and minimum node count, defaults
+// applied.
+func Policy(s *manifests.ValidationSuiteSpec) (window time.Duration, minNodes int) {
+	window, minNodes = time.Duration(manifests.DefaultFleetWindow), manifests.DefaultFleetMinNodes
+	if s.Fleet != nil {
+		if s.Fleet.Window > 0 {
+			window = time.Duration(s.Fleet.Window)
+		}
+		if s.Fleet.MinNodes > 0 {
+			minNodes = s.Fleet.MinNodes
+		}
+	}
+	return window, minNodes
+}
+
+// Bands are a suite's fleet bands by check and metric (nil: none).
+func Bands(s *manifests.ValidationSuiteSpec) map[string]map[string]manifests.Band {
+	var out map[string]map[string]manifests.Band
+	for _, c := range s.Checks {
+		if len(c.Fleet) == 0 {
+			continue
+		}
+		if out == nil {
+			out = map[string]map[string]manifests.Band{}
+		}
+		out[c.Name] = c.Fleet
+	}
+	return out
+}
+
+// Judgement is one measured metric of one component against its fleet.
+type Judgement struct {
+	Component, Check, Metric, Unit string
+	Value                          float64
+	Measured                       bool    // the result carried the metric
+	Percentile                     float64 // NaN when there is no fleet
+	// Applied: the fleet had MinNodes other nodes and the band was
+	// checked; Marginal: the value lies outside it.
+	Applied, Marginal bool
+	// Low and High are the band in the metric's unit (nil: open side).
+	Low, High     *float64
+	Below, Above  float64 // the band's factors (0: open side)
+	MinNodes      int
+	Nodes         int // other nodes in the fleet
+	Median        float64
+	Note, Message string
+}
+
+// Distribution is the fleet of one check's metric as it was judged against.
+type Distribution struct {
+	Key
+	Unit string
+	Stats
+}
+
+// Verdict is a MARGINAL verdict the coordinator adds to the run: one per
+// component and check, naming every metric outside its band.
+type Verdict struct {
+	Component, Check  string
+	Observed          string // metric=value unit; ...
+	Expected          string // the bands, in the metric's unit
+	Message           string
+	MarginalJudgments []Judgement
+}
+
+// Outcome is a run's fleet judgement.
+type Outcome struct {
+	Judgements    []Judgement
+	Distributions []Distribution
+	Verdicts      []Verdict
+	Omitted       int // judgements past MaxJudgements
+}
+
+// Marginal reports whether any judgement is MARGINAL.
+func (o Outcome) Marginal() bool { return len(o.Verdicts) > 0 }
+
+// Pool is the fleet of one check's metric for node: samples of other nodes,
+// no older than since, in unit (when set), finite, and each node's latest
+// per component (ties: the later run id).
+func Pool(samples []Sample, node string, since time.Time, unit string) []Sample {
+	type nc struct{ node, comp string }
+	latest := map[nc]Sample{}
+	for _, s := range samples {
+		if s.Node == node || s.Time.Before(since) || (unit != "" && s.Unit != unit) || math.IsNaN(s.Value) || math.IsInf(s.Value, 0) {
+			continue
+		}
+		k := nc{s.Node, s.Component}
+		if cur, ok := latest[k]; !ok || s.Time.After(cur.Time) || (s.Time.Equal(cur.Time) && s.Run > cur.Run) {
+			latest[k] = s
+		}
+	}
+	out := make([]Sample, 0, len(latest))
+	for _, s := range latest {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b Sample) int {
+		if c := natural.Compare(a.Node, b.Node); c != 0 {
+			return c
+		}
+		return natural.Compare(a.Component, b.Component)
+	})
+	return out
+}
+
+// Judge judges every banded metric of the run's passing results.
+func Judge(in Input) Outcome {
+	var out Outcome
+	since := in.Now.Add(-in.Window)
+	type distKey struct {
+		Key
+		unit string
+	}
+	dists := map[distKey]Stats{}
+	results := slices.Clone(in.Results)
+	slices.SortStableFunc(results, func(a, b Result) int {
+		if c := natural.Compare(a.Component, b.Component); c != 0 {
+			return c
+		}
+		return natural.Compare(a.Check, b.Check)
+	})
+	verdicts := map[[2]string]*Verdict{}
+	var order [][2]string
+	for _, r := range results {
+		bands := in.Bands[r.Check]
+		if len(bands) == 0 || (r.Status != StatusPass && r.Status != StatusMarginal) {
+			continue
+		}
+		metrics := make([]string, 0, len(bands))
+		for m := range bands {
+			metrics = append(metrics, m)
+		}
+		slices.Sort(metrics)
+		for _, metric := range metrics {
+			if len(out.Judgements) >= MaxJudgements {
+				out.Omitted++
+				continue
+			}
+			band := bands[metric]
+			j := Judgement{Component: r.Component, Check: r.Check, Metric: metric, MinNodes: in.MinNodes, Percentile: math.NaN()}
+			if band.Below != nil {
+				j.Below = *band.Below
+			}
+			if band.Above != nil {
+				j.Above = *band.Above
+			}
+			m, ok := measurement(r.Measurements, metric)
+			if !ok {
+				j.Note = fmt.Sprintf("fleet band not applied: the verdict carries no %s measurement", metric)
+				out.Judgements = append(out.Judgements, j)
+				continue
+			}
+			j.Value, j.Unit, j.Measured = m.Value, m.Unit, true
+			dk := distKey{Key{r.Check, metric}, m.Unit}
+			st, seen := dists[dk]
+			if !seen {
+				st = Describe(Pool(in.Fleet[dk.Key], in.Node, since, m.Unit))
+				dists[dk] = st
+				out.Distributions = append(out.Distributions, Distribution{Key: dk.Key, Unit: m.Unit, Stats: st})
+			}
+			j.Nodes, j.Median = st.Nodes, st.Median
+			if st.Samples > 0 {
+				j.Percentile = st.Percentile(m.Value)
+			}
+			if st.Nodes < in.MinNodes {
+				j.Note = fmt.Sprintf("fleet band not applied: %d of %d nodes", st.Nodes, in.MinNodes)
+				out.Judgements = append(out.Judgements, j)
+				continue
+			}
+			j.Applied = true
+			if band.Below != nil {
+				lo := st.Median - *band.Below*st.Spread
+				j.Low = &lo
+				j.Marginal = j.Marginal || m.Value < lo
+			}
+			if band.Above != nil {
+				hi := st.Median + *band.Above*st.Spread
+				j.High = &hi
+				j.Marginal = j.Marginal || m.Value > hi
+			}
+			j.Message = message(j, st)
+			out.Judgements = append(out.Judgements, j)
+			if !j.Marginal {
+				continue
+			}
+			k := [2]string{r.Component, r.Check}
+			v := verdicts[k]
+			if v == nil {
+				v = &Verdict{Component: r.Component, Check: r.Check}
+				verdicts[k] = v
+				order = append(order, k)
+			}
+			v.MarginalJudgments = append(v.MarginalJudgments, j)
+		}
+	}
+	for _, k := range order {
+		v := verdicts[k]
+		var obs, exp, msg []string
+		for _, j := range v.MarginalJudgments {
+			obs = append(obs, fmt.Sprintf("%s=%s", j.Metric, withUnit(j.Value, j.Unit)))
+			exp = append(exp, j.Metric+" "+bandExpr(j)+" (fleet band)")
+			msg = append(msg, j.Message)
+		}
+		v.Observed, v.Expected = strings.Join(obs, "; "), strings.Join(exp, "; ")
+		v.Message = "outside the fleet band: " + strings.Join(msg, "; ")
+		out.Verdicts = append(out.Verdicts, *v)
+	}
+	return out
+}
+
+func measurement(ms []Measurement, metric string) (Measurement, bool) {
+	for _, m := range ms {
+		if m.Metric == metric && !math.IsNaN(m.Value) && !math.IsInf(m.Value, 0) {
+			return m, true
+		}
+	}
+	return Measurement{}, false
+}
+
+// message is what a judged value says, e.g. "readMBps=41 MB/s, fleet median
+// 203 MB/s (n=4), band >= 150 MB/s (3.0 MAD), percentile 0".
+func message(j Judgement, st Stats) string {
+	return fmt.Sprintf("%s=%s, fleet median %s (n=%d), band %s (%s MAD), percentile %s",
+		j.Metric, withUnit(j.Value, j.Unit), withUnit(st.Median, j.Unit), st.Nodes, bandExpr(j), factors(j), Num(j.Percentile))
+}
+
+// bandExpr is the band in the metric's unit: ">= 150 MB/s", "<= 90 C",
+// "150..250 MB/s".
+func bandExpr(j Judgement) string {
+	switch {
+	case j.Low != nil && j.High != nil:
+		return Num(*j.Low) + ".." + withUnit(*j.High, j.Unit)
+	case j.Low != nil:
+		return ">= " + withUnit(*j.Low, j.Unit)
+	case j.High != nil:
+		return "<= " + withUnit(*j.High, j.Unit)
+	}
+	return "open"
+}
+
+func factors(j Judgement) string {
+	f := func(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
+	switch {
+	case j.Below > 0 && j.Above > 0 && j.Below != j.Above:
+		return f(j.Below) + " below, " + f(j.Above) + " above"
+	case j.Below > 0:
+		return f(j.Below)
+	}
+	return f(j.Above)
+}
+
+func withUnit(v float64, unit string) string {
+	if unit == "" {
+		return Num(v)
+	}
+	return Num(v) + " " + unit
+}
+
+// Num formats a measured value for people: three significant figures at
+// most below 100, whole numbers above ("41", "3.27", "203", "12500").
+func Num(v float64) string {
+	a := math.Abs(v)
+	var s string
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return "-"
+	case a >= 100 || a == 0:
+		s = strconv.FormatFloat(math.Round(v), 'f', 0, 64)
+	case a >= 10:
+		s = strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 1:
+		s = strconv.FormatFloat(v, 'f', 2, 64)
+	default:
+		s = strconv.FormatFloat(v, 'g', 3, 64)
+	}
+	if strings.Contains(s, ".") && !strings.ContainsAny(s, "eE") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	if s == "-0" {
+		s = "0"
+	}
+	return s
+}

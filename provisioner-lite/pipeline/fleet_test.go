@@ -1,0 +1,160 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+const fleetSuite = `apiVersion: cure.dev/v1
+kind: ValidationSuite
+metadata:
+  name: fleet-read
+spec:
+  fleet: {window: 24h, minNodes: 3}
+  checks:
+    - name: disk-read
+      type: storage-throughput
+      appliesTo: "disk/*"
+      thresholds:
+        readMBps: {min: 5}
+      fleet:
+        readMBps: {below: 3}
+`
+
+// seedFleet stores a finished diagnostic run of each other node of the
+// SKU with a passing disk-read verdict measuring readMBps.
+func seedFleet(t *testing.T, st *store.Store, vals ...float64) {
+	t.Helper()
+	ctx := context.Background()
+	for i, v := range vals {
+		node, run := fmt.Sprintf("peer%d", i+1), fmt.Sprintf("peer-run-%d", i+1)
+		if err := st.UpsertNode(ctx, store.Node{ID: node, BMCURL: "https://10.0.0.9", SKU: "qemu-nvme", MACs: []string{fmt.Sprintf("52:54:00:aa:00:%02x", i+1)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CreateRun(ctx, store.Run{ID: run, NodeID: node, Mode: "diagnostic", Manifest: "fleet-read", Status: runstate.RunRunning, StartedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		v := store.Verdict{RunID: run, Component: "disk/nvme0n1", Check: "disk-read", Status: "PASS", Measurements: []store.Measurement{{Metric: "readMBps", Value: v, Unit: "MB/s"}}}
+		if _, err := st.AppendRunnerEvent(ctx, store.Event{RunID: run, NodeID: node, BootID: "b", Seq: 1, Time: time.Now(), Kind: runstate.EventVerdict, Phase: modes.Validate}, &v, store.DefaultEventLimits); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func fleetFixture(t *testing.T, mbps float64) *fixture {
+	t.Helper()
+	var dir string
+	f := newFixture(t, func(_ *manifests.SKU, casDir string) { dir = filepath.Dir(filepath.Dir(casDir)) })
+	if err := os.MkdirAll(filepath.Join(dir, "manifests", "suites"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "manifests", "suites", "fleet-read.yaml"), []byte(fleetSuite), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.verdicts = map[string][]*curev1.Verdict{modes.Validate: {{Component: "disk/nvme0n1", Check: "disk-read", Status: curev1.VerdictStatus_PASS,
+		Observed: fmt.Sprintf("readMBps=%g", mbps), Expected: "readMBps>=5",
+		Measurements: []*curev1.Measurement{{Metric: "readMBps", Value: mbps, Unit: "MB/s"}, {Metric: "readMB", Value: 8, Unit: "MB"}}}}}
+	return f
+}
+
+func fleetRecord(t *testing.T, st *store.Store, runID string) *curev1.FleetJudgements {
+	t.Helper()
+	js, _, err := st.RunFleetJudgement(context.Background(), runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &curev1.FleetJudgements{}
+	if err := protojson.Unmarshal(js, rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// TestFleetMarginalFailsGate: a diagnostic whose disk passes its absolute
+// bar but reads far below the three other nodes of its SKU ends failed, its
+// verdict MARGINAL naming the metric, value, fleet median, band and
+// percentile; the timeline and the stored judgement say so.
+func TestFleetMarginalFailsGate(t *testing.T) {
+	f := fleetFixture(t, 41)
+	seedFleet(t, f.st, 200, 206, 196)
+	runID, err := f.eng.Start(context.Background(), "node1", modes.Diagnostic, "fleet-read", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.waitRun(runID)
+	if r.Status != runstate.RunFailed || !strings.Contains(r.Message, "MARGINAL against the SKU's fleet") || !strings.Contains(r.Message, "disk/nvme0n1 disk-read readMBps=41 MB/s") {
+		t.Fatalf("run %s: %s", r.Status, r.Message)
+	}
+	vs, _ := f.st.Verdicts(context.Background(), runID)
+	if len(vs) != 1 || vs[0].Status != "MARGINAL" ||
+		vs[0].Message != "outside the fleet band: readMBps=41 MB/s, fleet median 200 MB/s (n=3), band >= 182 MB/s (3.0 MAD), percentile 0" ||
+		vs[0].Expected != "readMBps>=5; readMBps >= 182 MB/s (fleet band)" {
+		t.Fatalf("verdicts %+v", vs)
+	}
+	rec := fleetRecord(t, f.st, runID)
+	if len(rec.GetJudgements()) != 1 || !rec.GetJudgements()[0].GetMarginal() || len(rec.GetDistributions()) != 1 {
+		t.Fatalf("record %v", rec)
+	}
+	d := rec.GetDistributions()[0]
+	if d.GetSku() != "qemu-nvme" || d.GetNodes() != 3 || d.GetMedian() != 200 || len(d.GetValues()) != 3 || len(d.GetMarks()) != 1 || d.GetMarks()[0].GetValue() != 41 {
+		t.Errorf("distribution %v", d)
+	}
+	evs, _ := f.st.Events(context.Background(), runID, 0, 0)
+	var marginal, summary bool
+	for _, e := range evs {
+		marginal = marginal || (e.Kind == runstate.EventVerdict && e.Status == "MARGINAL" && strings.Contains(e.Message, "disk/nvme0n1 disk-read"))
+		summary = summary || strings.Contains(e.Message, "fleet bands (SKU qemu-nvme): 1 MARGINAL, 0 within the band")
+	}
+	if !marginal || !summary {
+		t.Errorf("timeline lacks the MARGINAL verdict (%v) or the summary (%v)", marginal, summary)
+	}
+	// The node's result is not a fleet sample: a later node is not judged
+	// against it.
+	got, _ := f.st.FleetSamples(context.Background(), store.FleetQuery{SKU: "qemu-nvme", Check: "disk-read", Metric: "readMBps"})
+	if len(got) != 3 {
+		t.Errorf("fleet after the MARGINAL run: %d samples, want the 3 others", len(got))
+	}
+}
+
+// TestFleetTooFewNodesPasses: with two other nodes (the suite wants three)
+// the band is not applied, the run succeeds on its absolute bars, and the
+// judgement and the timeline say why.
+func TestFleetTooFewNodesPasses(t *testing.T) {
+	f := fleetFixture(t, 41)
+	seedFleet(t, f.st, 200, 206)
+	runID, err := f.eng.Start(context.Background(), "node1", modes.Diagnostic, "fleet-read", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := f.waitRun(runID); r.Status != runstate.RunSucceeded {
+		t.Fatalf("run %s: %s", r.Status, r.Message)
+	}
+	j := fleetRecord(t, f.st, runID).GetJudgements()
+	if len(j) != 1 || j[0].GetApplied() || j[0].GetNote() != "fleet band not applied: 2 of 3 nodes" {
+		t.Fatalf("judgements %v", j)
+	}
+	evs, _ := f.st.Events(context.Background(), runID, 0, 0)
+	found := false
+	for _, e := range evs {
+		found = found || strings.Contains(e.Message, "1 fleet band not applied: 2 of 3 nodes (only the absolute thresholds apply)")
+	}
+	if !found {
+		t.Error("timeline does not say the band was not applied")
+	}
+	// This node's passing result joins the fleet for the next one.
+	if got, _ := f.st.FleetSamples(context.Background(), store.FleetQuery{SKU: "qemu-nvme", Check: "disk-read", Metric: "readMBps"}); len(got) != 3 {
+		t.Errorf("fleet after a passing run: %d samples, want 3", len(got))
+	}
+}

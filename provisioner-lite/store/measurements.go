@@ -1,0 +1,281 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Fleet history: every verdict's measurements are kept apart from the
+// verdict (one row per metric) with what the fleet bands select them by,
+// so "the recent passing readMBps of disk-read on SKU x" is one index range
+// (measurements_fleet). A row's time is the coordinator's clock when the
+// verdict arrived: a node's clock does not decide whether its result is
+// recent. Rows outlive the runner's logs (Retention.Fleet).
+
+// Measurement is one measured number of a verdict, with its unit.
+type Measurement struct {
+	Metric string
+	Value  float64
+	Unit   string
+}
+
+// Bounds of what one run keeps: MaxVerdictMeasurements per verdict (the
+// rest are not stored), DefaultMaxRunMeasurements rows per run (a verdict
+// past it is stored without its measurements).
+const (
+	MaxVerdictMeasurements    = 32
+	DefaultMaxRunMeasurements = 20_000
+)
+
+// WithMaxMeasurements sets the measurement rows kept per run (default
+// DefaultMaxRunMeasurements).
+func WithMaxMeasurements(n int64) Option { return func(o *options) { o.maxMeasurements = n } }
+
+func (o options) measurements() int64 {
+	if o.maxMeasurements <= 0 {
+		return DefaultMaxRunMeasurements
+	}
+	return o.maxMeasurements
+}
+
+// MeasurementRecord is one stored measurement.
+type MeasurementRecord struct {
+	RunID, NodeID, SKU, Suite, Check, Component string
+	Measurement
+	Time   time.Time
+	Passed bool // its verdict passed (PASS): a fleet sample
+}
+
+// putMeasurements replaces the measurements of v's (component, check) in
+// run runID with v's, within the run's bound, in tx. The node, its SKU and
+// the suite are the run's, as stored: never what the runner says.
+func (s *Store) putMeasurements(ctx context.Context, tx *Tx, runID string, v Verdict) error {
+	if len(v.Measurements) == 0 {
+		return nil
+	}
+	var node, sku, suite string
+	err := tx.QueryRowContext(ctx, `SELECT r.node_id, n.sku, r.manifest FROM runs r JOIN nodes n ON n.id = r.node_id WHERE r.id = ?`, runID).Scan(&node, &sku, &suite)
+	if err != nil {
+		return fmt.Errorf("measurements of %s/%s: run %s: %w", v.Component, v.Check, runID, err)
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM measurements WHERE run_id = ? AND component = ? AND check_name = ?`, runID, v.Component, v.Check)
+	if err != nil {
+		return err
+	}
+	replaced, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	var have int64
+	if err := tx.QueryRowContext(ctx, `SELECT measurements FROM run_usage WHERE run_id = ?`, runID).Scan(&have); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	have = max(have-replaced, 0)
+	now := toMs(time.Now())
+	seen := map[string]bool{}
+	for i, m := range v.Measurements {
+		if i == MaxVerdictMeasurements || have >= s.maxMeasurements {
+			break
+		}
+		if m.Metric == "" || seen[m.Metric] || math.IsNaN(m.Value) || math.IsInf(m.Value, 0) {
+			continue
+		}
+		seen[m.Metric] = true
+		if _, err := tx.ExecContext(ctx, `
+INSERT INTO measurements (run_id, node_id, sku, suite, check_name, component, metric, value, unit, time, passed)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, runID, node, sku, suite, v.Check, v.Component, m.Metric, m.Value, m.Unit, now, v.Status == "PASS"); err != nil {
+			return err
+		}
+		have++
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO run_usage (run_id, measurements) VALUES (?, ?)
+ON CONFLICT(run_id) DO UPDATE SET measurements = excluded.measurements`, runID, have)
+	return err
+}
+
+const measurementCols = `run_id, node_id, sku, suite, check_name, component, metric, value, unit, time, passed`
+
+func scanMeasurements(rows *sql.Rows) ([]MeasurementRecord, error) {
+	defer rows.Close()
+	var out []MeasurementRecord
+	for rows.Next() {
+		var m MeasurementRecord
+		var t int64
+		if err := rows.Scan(&m.RunID, &m.NodeID, &m.SKU, &m.Suite, &m.Check, &m.Component, &m.Metric, &m.Value, &m.Unit, &t, &m.Passed); err != nil {
+			return nil, err
+		}
+		m.Time = fromMs(t)
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// RunMeasurements returns a run's measurements by component, check and metric.
+func (s *Store) RunMeasurements(ctx context.Context, runID string) ([]MeasurementRecord, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+measurementCols+` FROM measurements WHERE run_id = ? ORDER BY component, check_name, metric`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("store: measurements of run %s: %w", runID, err)
+	}
+	out, err := scanMeasurements(rows)
+	if err != nil {
+		return nil, fmt.Errorf("store: measurements of run %s: %w", runID, err)
+	}
+	return out, nil
+}
+
+// FleetQuery selects the fleet of one check's metric on one SKU.
+type FleetQuery struct {
+	SKU, Check, Metric string
+	Since              time.Time // no older than this
+	// ExcludeNode leaves a node out (the one judged); Node keeps only one
+	// (where it sits). IncludeFailing keeps measurements whose verdict did
+	// not pass (a node's own place, not its fleet).
+	ExcludeNode, Node string
+	IncludeFailing    bool
+	Limit             int // rows; 0: DefaultFleetLimit
+}
+
+// DefaultFleetLimit bounds one fleet query: 5,000 nodes of 16 drives each.
+const DefaultFleetLimit = 80_000
+
+// FleetSamples returns each node's latest measurement per component of the
+// query's SKU, check and metric, in node and component order (one value per
+// node and component: a node that ran often weighs no more than one that
+// ran once).
+func (s *Store) FleetSamples(ctx context.Context, q FleetQuery) ([]MeasurementRecord, error) {
+	if q.SKU == "" && q.Node == "" || q.Check == "" || q.Metric == "" {
+		return nil, fmt.Errorf("store: fleet samples: SKU (or node), check and metric are needed (got %q, %q, %q)", q.SKU, q.Check, q.Metric)
+	}
+	if q.Limit <= 0 {
+		q.Limit = DefaultFleetLimit
+	}
+	where := []string{"sku = ?", "check_name = ?", "metric = ?", "time >= ?"}
+	args := []any{q.SKU, q.Check, q.Metric, toMs(q.Since)}
+	if q.SKU == "" {
+		where, args = where[1:], args[1:]
+	}
+	if !q.IncludeFailing {
+		where, args = append(where, "passed = ?"), append(args, true)
+	}
+	if q.ExcludeNode != "" {
+		where, args = append(where, "node_id <> ?"), append(args, q.ExcludeNode)
+	}
+	if q.Node != "" {
+		where, args = append(where, "node_id = ?"), append(args, q.Node)
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+measurementCols+` FROM (
+SELECT `+measurementCols+`, ROW_NUMBER() OVER (PARTITION BY node_id, component ORDER BY time DESC, run_id DESC) AS rn
+FROM measurements WHERE `+strings.Join(where, " AND ")+`) AS latest WHERE rn = 1 ORDER BY node_id, component LIMIT ?`, append(args, q.Limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("store: fleet samples of %s %s %s: %w", q.SKU, q.Check, q.Metric, err)
+	}
+	out, err := scanMeasurements(rows)
+	if err != nil {
+		return nil, fmt.Errorf("store: fleet samples of %s %s %s: %w", q.SKU, q.Check, q.Metric, err)
+	}
+	return out, nil
+}
+
+// FleetKey names a fleet: a SKU's check's metric.
+type FleetKey struct{ SKU, Check, Metric string }
+
+// FleetKeys lists the (SKU, check, metric) with passing measurements since
+// since, filtered by the non-empty arguments, in order; truncated says more
+// than limit matched.
+func (s *Store) FleetKeys(ctx context.Context, sku, check, metric string, since time.Time, limit int) ([]FleetKey, bool, error) {
+	where := []string{"time >= ?", "passed = ?"}
+	args := []any{toMs(since), true}
+	for _, c := range []struct{ col, v string }{{"sku", sku}, {"check_name", check}, {"metric", metric}} {
+		if c.v != "" {
+			where, args = append(where, c.col+" = ?"), append(args, c.v)
+		}
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT sku, check_name, metric FROM measurements WHERE `+strings.Join(where, " AND ")+
+		` ORDER BY sku, check_name, metric LIMIT ?`, append(args, limit+1)...)
+	if err != nil {
+		return nil, false, fmt.Errorf("store: fleet keys: %w", err)
+	}
+	defer rows.Close()
+	var out []FleetKey
+	for rows.Next() {
+		var k FleetKey
+		if err := rows.Scan(&k.SKU, &k.Check, &k.Metric); err != nil {
+			return nil, false, fmt.Errorf("store: fleet keys: %w", err)
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("store: fleet keys: %w", err)
+	}
+	if len(out) > limit {
+		return out[:limit], true, nil
+	}
+	return out, false, nil
+}
+
+// PutFleetJudgement stores a run's fleet judgement in one transaction: the
+// MARGINAL verdicts (replacing the runner's PASS of the same component and
+// check; their measurements stop being fleet samples) and the judgement
+// itself (protojson of cure.v1.FleetJudgements), replacing an earlier one.
+func (s *Store) PutFleetJudgement(ctx context.Context, runID string, marginal []Verdict, judgements []byte) error {
+	err := s.tx(ctx, func(tx *Tx) error {
+		for _, v := range marginal {
+			if v.Component == "" || v.Check == "" {
+				return fmt.Errorf("verdict: component %q and check %q must both be set", v.Component, v.Check)
+			}
+			if _, err := tx.ExecContext(ctx, upsertVerdict, runID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time)); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE measurements SET passed = ? WHERE run_id = ? AND component = ? AND check_name = ?`,
+				v.Status == "PASS", runID, v.Component, v.Check); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO run_fleet (run_id, time, judgements) VALUES (?, ?, ?)
+ON CONFLICT(run_id) DO UPDATE SET time = excluded.time, judgements = excluded.judgements`, runID, toMs(time.Now()), string(judgements))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store: fleet judgement of run %s: %w", runID, err)
+	}
+	s.notify(runID)
+	return nil
+}
+
+// RunFleetJudgement returns a run's stored fleet judgement (ErrNotFound:
+// none was made).
+func (s *Store) RunFleetJudgement(ctx context.Context, runID string) ([]byte, time.Time, error) {
+	var js string
+	var t int64
+	err := s.r.QueryRowContext(ctx, `SELECT judgements, time FROM run_fleet WHERE run_id = ?`, runID).Scan(&js, &t)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, time.Time{}, fmt.Errorf("store: fleet judgement of run %s: %w", runID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("store: fleet judgement of run %s: %w", runID, err)
+	}
+	return []byte(js), fromMs(t), nil
+}
+
+// PruneMeasurements deletes measurements older than t (their runs' verdicts
+// and judgements stay).
+func (s *Store) PruneMeasurements(ctx context.Context, olderThan time.Time) (int64, error) {
+	var n int64
+	err := s.tx(ctx, func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM measurements WHERE time < ?`, toMs(olderThan))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store: prune measurements: %w", err)
+	}
+	return n, nil
+}
