@@ -100,6 +100,14 @@ spec:
 		if left, _ := os.ReadDir(tmp); len(left) != 0 {
 			t.Errorf("left in the runner's tmpfs: %v", left)
 		}
+		// Only the suite's check: the phase adds the host's own.
+		var vs []*curev1.Verdict
+		for _, v := range em.verdicts {
+			if v.GetCheck() == "nic-rate" {
+				vs = append(vs, v)
+			}
+		}
+		em.verdicts = vs
 		return em, out
 	}
 	ref := &curev1.ToolBundleRef{Url: srv.URL + "/" + builder.ArchiveName, Sha256: rep.SHA256, Size: rep.Size, Tools: []string{"iperf3"}}
