@@ -289,7 +289,7 @@ type Telemetry struct {
 	// zero means DefaultBMCInterval.
 	BMCInterval Duration `yaml:"bmcInterval,omitempty"`
 	// Thresholds are bars on the sampled series, keyed by series metric
-	// (the runner's tools/checks/suite knows the names).
+	// (tools/telemetry/bars names them; the suite build refuses others).
 	Thresholds map[string]Threshold `yaml:"thresholds,omitempty"`
 }
 

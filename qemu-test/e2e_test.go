@@ -279,6 +279,9 @@ func TestMain(m *testing.M) {
 			os.RemoveAll(env.Opts.Work)
 		}
 	}
+	if oneBoxRes != nil && oneBoxRes.work != "" {
+		os.RemoveAll(oneBoxRes.work)
+	}
 	os.Exit(code)
 }
 

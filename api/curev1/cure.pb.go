@@ -4473,6 +4473,13 @@ type RunReport struct {
 	BmcFans          []*BmcPart     `protobuf:"bytes,18,rep,name=bmc_fans,json=bmcFans,proto3" json:"bmc_fans,omitempty"`
 	BmcCollection    *BmcCollection `protobuf:"bytes,19,opt,name=bmc_collection,json=bmcCollection,proto3" json:"bmc_collection,omitempty"`
 	BmcSeries        []*Series      `protobuf:"bytes,20,rep,name=bmc_series,json=bmcSeries,proto3" json:"bmc_series,omitempty"`
+	// The host's telemetry (hwmon, CPU clocks and throttling, utilisation,
+	// GPU readings) the runner sampled during the suite's stages that set
+	// telemetry (source host or gpu).
+	HostSeries []*Series `protobuf:"bytes,21,rep,name=host_series,json=hostSeries,proto3" json:"host_series,omitempty"`
+	// How the report's series (bmc_series and host_series) were cut to keep
+	// the answer under a client's receive limit; unset when they were not.
+	SeriesBound *ReportSeriesBound `protobuf:"bytes,22,opt,name=series_bound,json=seriesBound,proto3" json:"series_bound,omitempty"`
 	// Every measured metric of the run that a suite's fleet band names, as the
 	// coordinator judged it against the SKU's fleet when the validate phase
 	// ended: MARGINAL, within the band, or not applied (too few nodes).
@@ -4654,6 +4661,20 @@ func (x *RunReport) GetBmcSeries() []*Series {
 	return nil
 }
 
+func (x *RunReport) GetHostSeries() []*Series {
+	if x != nil {
+		return x.HostSeries
+	}
+	return nil
+}
+
+func (x *RunReport) GetSeriesBound() *ReportSeriesBound {
+	if x != nil {
+		return x.SeriesBound
+	}
+	return nil
+}
+
 func (x *RunReport) GetFleetJudgements() []*FleetJudgement {
 	if x != nil {
 		return x.FleetJudgements
@@ -4696,6 +4717,67 @@ func (x *RunReport) GetParts() []*RmaPart {
 	return nil
 }
 
+// ReportSeriesBound says what a report left out of its sampled series.
+type ReportSeriesBound struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	PointsPerSeries uint32                 `protobuf:"varint,1,opt,name=points_per_series,json=pointsPerSeries,proto3" json:"points_per_series,omitempty"` // each series thinned to at most this (extremes kept)
+	SeriesOmitted   uint32                 `protobuf:"varint,2,opt,name=series_omitted,json=seriesOmitted,proto3" json:"series_omitted,omitempty"`         // series left out, lowest priority first
+	Note            string                 `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`                                                 // what was cut and why, for the reader
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ReportSeriesBound) Reset() {
+	*x = ReportSeriesBound{}
+	mi := &file_cure_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportSeriesBound) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportSeriesBound) ProtoMessage() {}
+
+func (x *ReportSeriesBound) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportSeriesBound.ProtoReflect.Descriptor instead.
+func (*ReportSeriesBound) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ReportSeriesBound) GetPointsPerSeries() uint32 {
+	if x != nil {
+		return x.PointsPerSeries
+	}
+	return 0
+}
+
+func (x *ReportSeriesBound) GetSeriesOmitted() uint32 {
+	if x != nil {
+		return x.SeriesOmitted
+	}
+	return 0
+}
+
+func (x *ReportSeriesBound) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
 // BmcLogEntry is one entry of a BMC log service (SEL, event log), text as
 // the BMC wrote it, cleaned and bounded.
 type BmcLogEntry struct {
@@ -4715,7 +4797,7 @@ type BmcLogEntry struct {
 
 func (x *BmcLogEntry) Reset() {
 	*x = BmcLogEntry{}
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4727,7 +4809,7 @@ func (x *BmcLogEntry) String() string {
 func (*BmcLogEntry) ProtoMessage() {}
 
 func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4740,7 +4822,7 @@ func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcLogEntry.ProtoReflect.Descriptor instead.
 func (*BmcLogEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{51}
+	return file_cure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *BmcLogEntry) GetService() string {
@@ -4826,7 +4908,7 @@ type BmcPart struct {
 
 func (x *BmcPart) Reset() {
 	*x = BmcPart{}
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4838,7 +4920,7 @@ func (x *BmcPart) String() string {
 func (*BmcPart) ProtoMessage() {}
 
 func (x *BmcPart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4851,7 +4933,7 @@ func (x *BmcPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcPart.ProtoReflect.Descriptor instead.
 func (*BmcPart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{52}
+	return file_cure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *BmcPart) GetId() string {
@@ -4950,7 +5032,7 @@ type BmcCollection struct {
 
 func (x *BmcCollection) Reset() {
 	*x = BmcCollection{}
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4962,7 +5044,7 @@ func (x *BmcCollection) String() string {
 func (*BmcCollection) ProtoMessage() {}
 
 func (x *BmcCollection) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4975,7 +5057,7 @@ func (x *BmcCollection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcCollection.ProtoReflect.Descriptor instead.
 func (*BmcCollection) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{53}
+	return file_cure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *BmcCollection) GetCollectedUnixMs() int64 {
@@ -5045,7 +5127,7 @@ type BmcNote struct {
 
 func (x *BmcNote) Reset() {
 	*x = BmcNote{}
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5057,7 +5139,7 @@ func (x *BmcNote) String() string {
 func (*BmcNote) ProtoMessage() {}
 
 func (x *BmcNote) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5070,7 +5152,7 @@ func (x *BmcNote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcNote.ProtoReflect.Descriptor instead.
 func (*BmcNote) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{54}
+	return file_cure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *BmcNote) GetResource() string {
@@ -5108,7 +5190,7 @@ type BmcEvidence struct {
 
 func (x *BmcEvidence) Reset() {
 	*x = BmcEvidence{}
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5120,7 +5202,7 @@ func (x *BmcEvidence) String() string {
 func (*BmcEvidence) ProtoMessage() {}
 
 func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5133,7 +5215,7 @@ func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcEvidence.ProtoReflect.Descriptor instead.
 func (*BmcEvidence) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{55}
+	return file_cure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BmcEvidence) GetLog() []*BmcLogEntry {
@@ -5189,7 +5271,7 @@ type RmaPart struct {
 
 func (x *RmaPart) Reset() {
 	*x = RmaPart{}
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5201,7 +5283,7 @@ func (x *RmaPart) String() string {
 func (*RmaPart) ProtoMessage() {}
 
 func (x *RmaPart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5214,7 +5296,7 @@ func (x *RmaPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RmaPart.ProtoReflect.Descriptor instead.
 func (*RmaPart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{56}
+	return file_cure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RmaPart) GetComponent() string {
@@ -5322,7 +5404,7 @@ type TimeBucket struct {
 
 func (x *TimeBucket) Reset() {
 	*x = TimeBucket{}
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5334,7 +5416,7 @@ func (x *TimeBucket) String() string {
 func (*TimeBucket) ProtoMessage() {}
 
 func (x *TimeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5347,7 +5429,7 @@ func (x *TimeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucket.ProtoReflect.Descriptor instead.
 func (*TimeBucket) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{57}
+	return file_cure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TimeBucket) GetName() string {
@@ -5396,7 +5478,7 @@ type TimeBucketsRequest struct {
 
 func (x *TimeBucketsRequest) Reset() {
 	*x = TimeBucketsRequest{}
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5408,7 +5490,7 @@ func (x *TimeBucketsRequest) String() string {
 func (*TimeBucketsRequest) ProtoMessage() {}
 
 func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5421,7 +5503,7 @@ func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketsRequest.ProtoReflect.Descriptor instead.
 func (*TimeBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{58}
+	return file_cure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TimeBucketsRequest) GetSelector() map[string]string {
@@ -5456,7 +5538,7 @@ type TimeBucketSummary struct {
 
 func (x *TimeBucketSummary) Reset() {
 	*x = TimeBucketSummary{}
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5468,7 +5550,7 @@ func (x *TimeBucketSummary) String() string {
 func (*TimeBucketSummary) ProtoMessage() {}
 
 func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5481,7 +5563,7 @@ func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketSummary.ProtoReflect.Descriptor instead.
 func (*TimeBucketSummary) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{59}
+	return file_cure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TimeBucketSummary) GetSkus() []*SkuTimeBuckets {
@@ -5517,7 +5599,7 @@ type SkuTimeBuckets struct {
 
 func (x *SkuTimeBuckets) Reset() {
 	*x = SkuTimeBuckets{}
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5529,7 +5611,7 @@ func (x *SkuTimeBuckets) String() string {
 func (*SkuTimeBuckets) ProtoMessage() {}
 
 func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5542,7 +5624,7 @@ func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkuTimeBuckets.ProtoReflect.Descriptor instead.
 func (*SkuTimeBuckets) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{60}
+	return file_cure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *SkuTimeBuckets) GetSku() string {
@@ -5585,7 +5667,7 @@ type BucketStat struct {
 
 func (x *BucketStat) Reset() {
 	*x = BucketStat{}
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5597,7 +5679,7 @@ func (x *BucketStat) String() string {
 func (*BucketStat) ProtoMessage() {}
 
 func (x *BucketStat) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5610,7 +5692,7 @@ func (x *BucketStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketStat.ProtoReflect.Descriptor instead.
 func (*BucketStat) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{61}
+	return file_cure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *BucketStat) GetName() string {
@@ -5655,7 +5737,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5667,7 +5749,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5680,7 +5762,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{62}
+	return file_cure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -5735,7 +5817,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5747,7 +5829,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5760,7 +5842,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{63}
+	return file_cure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -5786,7 +5868,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5798,7 +5880,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5811,7 +5893,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{64}
+	return file_cure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -5833,7 +5915,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5845,7 +5927,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5858,7 +5940,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{65}
+	return file_cure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -5897,7 +5979,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5909,7 +5991,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5922,7 +6004,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{66}
+	return file_cure_proto_rawDescGZIP(), []int{67}
 }
 
 type ListNodesResponse struct {
@@ -5934,7 +6016,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5946,7 +6028,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5959,7 +6041,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{67}
+	return file_cure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -5984,7 +6066,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5996,7 +6078,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6009,7 +6091,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{68}
+	return file_cure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -6074,7 +6156,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6086,7 +6168,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6099,7 +6181,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{69}
+	return file_cure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -6156,7 +6238,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6168,7 +6250,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6181,7 +6263,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{70}
+	return file_cure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -6274,7 +6356,7 @@ type ListAuditLogResponse struct {
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6286,7 +6368,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6299,7 +6381,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{71}
+	return file_cure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -6333,7 +6415,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6345,7 +6427,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6358,7 +6440,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{72}
+	return file_cure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *NodeSpec) GetId() string {
@@ -6435,7 +6517,7 @@ type BMCSpec struct {
 
 func (x *BMCSpec) Reset() {
 	*x = BMCSpec{}
-	mi := &file_cure_proto_msgTypes[73]
+	mi := &file_cure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6447,7 +6529,7 @@ func (x *BMCSpec) String() string {
 func (*BMCSpec) ProtoMessage() {}
 
 func (x *BMCSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[73]
+	mi := &file_cure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6460,7 +6542,7 @@ func (x *BMCSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
 func (*BMCSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{73}
+	return file_cure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *BMCSpec) GetUrl() string {
@@ -6516,7 +6598,7 @@ type AddNodesRequest struct {
 
 func (x *AddNodesRequest) Reset() {
 	*x = AddNodesRequest{}
-	mi := &file_cure_proto_msgTypes[74]
+	mi := &file_cure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6528,7 +6610,7 @@ func (x *AddNodesRequest) String() string {
 func (*AddNodesRequest) ProtoMessage() {}
 
 func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[74]
+	mi := &file_cure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6541,7 +6623,7 @@ func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
 func (*AddNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{74}
+	return file_cure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AddNodesRequest) GetNodes() []*NodeSpec {
@@ -6575,7 +6657,7 @@ type AddNodesResponse struct {
 
 func (x *AddNodesResponse) Reset() {
 	*x = AddNodesResponse{}
-	mi := &file_cure_proto_msgTypes[75]
+	mi := &file_cure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6587,7 +6669,7 @@ func (x *AddNodesResponse) String() string {
 func (*AddNodesResponse) ProtoMessage() {}
 
 func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[75]
+	mi := &file_cure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6600,7 +6682,7 @@ func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
 func (*AddNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{75}
+	return file_cure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AddNodesResponse) GetAdded() []string {
@@ -6626,7 +6708,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_cure_proto_msgTypes[76]
+	mi := &file_cure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6638,7 +6720,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[76]
+	mi := &file_cure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6651,7 +6733,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{76}
+	return file_cure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -6671,7 +6753,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_cure_proto_msgTypes[77]
+	mi := &file_cure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6683,7 +6765,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[77]
+	mi := &file_cure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6696,7 +6778,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{77}
+	return file_cure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -6724,7 +6806,7 @@ type LabelNodeRequest struct {
 
 func (x *LabelNodeRequest) Reset() {
 	*x = LabelNodeRequest{}
-	mi := &file_cure_proto_msgTypes[78]
+	mi := &file_cure_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6736,7 +6818,7 @@ func (x *LabelNodeRequest) String() string {
 func (*LabelNodeRequest) ProtoMessage() {}
 
 func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[78]
+	mi := &file_cure_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6749,7 +6831,7 @@ func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
 func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{78}
+	return file_cure_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *LabelNodeRequest) GetNodeId() string {
@@ -6782,7 +6864,7 @@ type ShowNodeRequest struct {
 
 func (x *ShowNodeRequest) Reset() {
 	*x = ShowNodeRequest{}
-	mi := &file_cure_proto_msgTypes[79]
+	mi := &file_cure_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6794,7 +6876,7 @@ func (x *ShowNodeRequest) String() string {
 func (*ShowNodeRequest) ProtoMessage() {}
 
 func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[79]
+	mi := &file_cure_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6807,7 +6889,7 @@ func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{79}
+	return file_cure_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ShowNodeRequest) GetNodeId() string {
@@ -6840,7 +6922,7 @@ type NodeDetail struct {
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[80]
+	mi := &file_cure_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6852,7 +6934,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[80]
+	mi := &file_cure_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6865,7 +6947,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{80}
+	return file_cure_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -6989,7 +7071,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[81]
+	mi := &file_cure_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7001,7 +7083,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[81]
+	mi := &file_cure_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7014,7 +7096,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{81}
+	return file_cure_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -7072,7 +7154,7 @@ type FleetBandsRequest struct {
 
 func (x *FleetBandsRequest) Reset() {
 	*x = FleetBandsRequest{}
-	mi := &file_cure_proto_msgTypes[82]
+	mi := &file_cure_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7084,7 +7166,7 @@ func (x *FleetBandsRequest) String() string {
 func (*FleetBandsRequest) ProtoMessage() {}
 
 func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[82]
+	mi := &file_cure_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7097,7 +7179,7 @@ func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetBandsRequest.ProtoReflect.Descriptor instead.
 func (*FleetBandsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{82}
+	return file_cure_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *FleetBandsRequest) GetSku() string {
@@ -7146,7 +7228,7 @@ type FleetBandsResponse struct {
 
 func (x *FleetBandsResponse) Reset() {
 	*x = FleetBandsResponse{}
-	mi := &file_cure_proto_msgTypes[83]
+	mi := &file_cure_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7158,7 +7240,7 @@ func (x *FleetBandsResponse) String() string {
 func (*FleetBandsResponse) ProtoMessage() {}
 
 func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[83]
+	mi := &file_cure_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7171,7 +7253,7 @@ func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetBandsResponse.ProtoReflect.Descriptor instead.
 func (*FleetBandsResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{83}
+	return file_cure_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *FleetBandsResponse) GetDistributions() []*FleetDistribution {
@@ -7223,7 +7305,7 @@ type FleetDistribution struct {
 
 func (x *FleetDistribution) Reset() {
 	*x = FleetDistribution{}
-	mi := &file_cure_proto_msgTypes[84]
+	mi := &file_cure_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7235,7 +7317,7 @@ func (x *FleetDistribution) String() string {
 func (*FleetDistribution) ProtoMessage() {}
 
 func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[84]
+	mi := &file_cure_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7248,7 +7330,7 @@ func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetDistribution.ProtoReflect.Descriptor instead.
 func (*FleetDistribution) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{84}
+	return file_cure_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *FleetDistribution) GetSku() string {
@@ -7386,7 +7468,7 @@ type FleetNodeMark struct {
 
 func (x *FleetNodeMark) Reset() {
 	*x = FleetNodeMark{}
-	mi := &file_cure_proto_msgTypes[85]
+	mi := &file_cure_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7398,7 +7480,7 @@ func (x *FleetNodeMark) String() string {
 func (*FleetNodeMark) ProtoMessage() {}
 
 func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[85]
+	mi := &file_cure_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7411,7 +7493,7 @@ func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetNodeMark.ProtoReflect.Descriptor instead.
 func (*FleetNodeMark) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{85}
+	return file_cure_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *FleetNodeMark) GetNodeId() string {
@@ -7488,7 +7570,7 @@ type FleetJudgement struct {
 
 func (x *FleetJudgement) Reset() {
 	*x = FleetJudgement{}
-	mi := &file_cure_proto_msgTypes[86]
+	mi := &file_cure_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7500,7 +7582,7 @@ func (x *FleetJudgement) String() string {
 func (*FleetJudgement) ProtoMessage() {}
 
 func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[86]
+	mi := &file_cure_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7513,7 +7595,7 @@ func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetJudgement.ProtoReflect.Descriptor instead.
 func (*FleetJudgement) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{86}
+	return file_cure_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *FleetJudgement) GetComponent() string {
@@ -7634,7 +7716,7 @@ type FleetJudgements struct {
 
 func (x *FleetJudgements) Reset() {
 	*x = FleetJudgements{}
-	mi := &file_cure_proto_msgTypes[87]
+	mi := &file_cure_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7646,7 +7728,7 @@ func (x *FleetJudgements) String() string {
 func (*FleetJudgements) ProtoMessage() {}
 
 func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[87]
+	mi := &file_cure_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7659,7 +7741,7 @@ func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetJudgements.ProtoReflect.Descriptor instead.
 func (*FleetJudgements) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{87}
+	return file_cure_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *FleetJudgements) GetJudgements() []*FleetJudgement {
@@ -8103,7 +8185,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x10deadline_unix_ms\x18\f \x01(\x03R\x0edeadlineUnixMs\"?\n" +
 	"\rReportRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xd7\b\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xc8\t\n" +
 	"\tRunReport\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
@@ -8125,13 +8207,20 @@ const file_cure_proto_rawDesc = "" +
 	"\bbmc_fans\x18\x12 \x03(\v2\x10.cure.v1.BmcPartR\abmcFans\x12=\n" +
 	"\x0ebmc_collection\x18\x13 \x01(\v2\x16.cure.v1.BmcCollectionR\rbmcCollection\x12.\n" +
 	"\n" +
-	"bmc_series\x18\x14 \x03(\v2\x0f.cure.v1.SeriesR\tbmcSeries\x12B\n" +
+	"bmc_series\x18\x14 \x03(\v2\x0f.cure.v1.SeriesR\tbmcSeries\x120\n" +
+	"\vhost_series\x18\x15 \x03(\v2\x0f.cure.v1.SeriesR\n" +
+	"hostSeries\x12=\n" +
+	"\fseries_bound\x18\x16 \x01(\v2\x1a.cure.v1.ReportSeriesBoundR\vseriesBound\x12B\n" +
 	"\x10fleet_judgements\x18\x17 \x03(\v2\x17.cure.v1.FleetJudgementR\x0ffleetJudgements\x12K\n" +
 	"\x13fleet_distributions\x18\x18 \x03(\v2\x1a.cure.v1.FleetDistributionR\x12fleetDistributions\x12-\n" +
 	"\bprogress\x18\x1c \x01(\v2\x11.cure.v1.ProgressR\bprogress\x12(\n" +
 	"\x10progress_unix_ms\x18\x1d \x01(\x03R\x0eprogressUnixMs\x12(\n" +
 	"\x10deadline_unix_ms\x18\x1e \x01(\x03R\x0edeadlineUnixMs\x12&\n" +
-	"\x05parts\x18\x19 \x03(\v2\x10.cure.v1.RmaPartR\x05parts\"\x93\x02\n" +
+	"\x05parts\x18\x19 \x03(\v2\x10.cure.v1.RmaPartR\x05parts\"z\n" +
+	"\x11ReportSeriesBound\x12*\n" +
+	"\x11points_per_series\x18\x01 \x01(\rR\x0fpointsPerSeries\x12%\n" +
+	"\x0eseries_omitted\x18\x02 \x01(\rR\rseriesOmitted\x12\x12\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"\x93\x02\n" +
 	"\vBmcLogEntry\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12&\n" +
@@ -8479,7 +8568,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 102)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 103)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -8536,57 +8625,58 @@ var file_cure_proto_goTypes = []any{
 	(*TimelineEntry)(nil),        // 52: cure.v1.TimelineEntry
 	(*ReportRequest)(nil),        // 53: cure.v1.ReportRequest
 	(*RunReport)(nil),            // 54: cure.v1.RunReport
-	(*BmcLogEntry)(nil),          // 55: cure.v1.BmcLogEntry
-	(*BmcPart)(nil),              // 56: cure.v1.BmcPart
-	(*BmcCollection)(nil),        // 57: cure.v1.BmcCollection
-	(*BmcNote)(nil),              // 58: cure.v1.BmcNote
-	(*BmcEvidence)(nil),          // 59: cure.v1.BmcEvidence
-	(*RmaPart)(nil),              // 60: cure.v1.RmaPart
-	(*TimeBucket)(nil),           // 61: cure.v1.TimeBucket
-	(*TimeBucketsRequest)(nil),   // 62: cure.v1.TimeBucketsRequest
-	(*TimeBucketSummary)(nil),    // 63: cure.v1.TimeBucketSummary
-	(*SkuTimeBuckets)(nil),       // 64: cure.v1.SkuTimeBuckets
-	(*BucketStat)(nil),           // 65: cure.v1.BucketStat
-	(*PhaseRecord)(nil),          // 66: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 67: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 68: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 69: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 70: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 71: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 72: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 73: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 74: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 75: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),             // 76: cure.v1.NodeSpec
-	(*BMCSpec)(nil),              // 77: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),      // 78: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),     // 79: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),    // 80: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),   // 81: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),     // 82: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),      // 83: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),           // 84: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),      // 85: cure.v1.InventoryRecord
-	(*FleetBandsRequest)(nil),    // 86: cure.v1.FleetBandsRequest
-	(*FleetBandsResponse)(nil),   // 87: cure.v1.FleetBandsResponse
-	(*FleetDistribution)(nil),    // 88: cure.v1.FleetDistribution
-	(*FleetNodeMark)(nil),        // 89: cure.v1.FleetNodeMark
-	(*FleetJudgement)(nil),       // 90: cure.v1.FleetJudgement
-	(*FleetJudgements)(nil),      // 91: cure.v1.FleetJudgements
-	nil,                          // 92: cure.v1.Log.AttrsEntry
-	nil,                          // 93: cure.v1.Metric.LabelsEntry
-	nil,                          // 94: cure.v1.Assignment.PsidsEntry
-	nil,                          // 95: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 96: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 97: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 98: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 99: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 100: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 101: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 102: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 103: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 104: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 105: cure.v1.NodeDetail.LabelsEntry
+	(*ReportSeriesBound)(nil),    // 55: cure.v1.ReportSeriesBound
+	(*BmcLogEntry)(nil),          // 56: cure.v1.BmcLogEntry
+	(*BmcPart)(nil),              // 57: cure.v1.BmcPart
+	(*BmcCollection)(nil),        // 58: cure.v1.BmcCollection
+	(*BmcNote)(nil),              // 59: cure.v1.BmcNote
+	(*BmcEvidence)(nil),          // 60: cure.v1.BmcEvidence
+	(*RmaPart)(nil),              // 61: cure.v1.RmaPart
+	(*TimeBucket)(nil),           // 62: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),   // 63: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),    // 64: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),       // 65: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),           // 66: cure.v1.BucketStat
+	(*PhaseRecord)(nil),          // 67: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 68: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 69: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 70: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 71: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 72: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 73: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 74: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 75: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 76: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),             // 77: cure.v1.NodeSpec
+	(*BMCSpec)(nil),              // 78: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),      // 79: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),     // 80: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),    // 81: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),   // 82: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),     // 83: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),      // 84: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),           // 85: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),      // 86: cure.v1.InventoryRecord
+	(*FleetBandsRequest)(nil),    // 87: cure.v1.FleetBandsRequest
+	(*FleetBandsResponse)(nil),   // 88: cure.v1.FleetBandsResponse
+	(*FleetDistribution)(nil),    // 89: cure.v1.FleetDistribution
+	(*FleetNodeMark)(nil),        // 90: cure.v1.FleetNodeMark
+	(*FleetJudgement)(nil),       // 91: cure.v1.FleetJudgement
+	(*FleetJudgements)(nil),      // 92: cure.v1.FleetJudgements
+	nil,                          // 93: cure.v1.Log.AttrsEntry
+	nil,                          // 94: cure.v1.Metric.LabelsEntry
+	nil,                          // 95: cure.v1.Assignment.PsidsEntry
+	nil,                          // 96: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 97: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 98: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 99: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 100: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 101: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 102: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 103: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 104: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 105: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 106: cure.v1.NodeDetail.LabelsEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -8620,8 +8710,8 @@ var file_cure_proto_depIdxs = []int32{
 	2,   // 28: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,   // 29: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
 	29,  // 30: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	92,  // 31: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	93,  // 32: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	93,  // 31: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	94,  // 32: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	33,  // 33: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
 	38,  // 34: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
 	39,  // 35: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
@@ -8630,100 +8720,102 @@ var file_cure_proto_depIdxs = []int32{
 	0,   // 38: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
 	36,  // 39: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
 	37,  // 40: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	94,  // 41: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	95,  // 41: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
 	35,  // 42: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
 	34,  // 43: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
 	23,  // 44: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
 	0,   // 45: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	95,  // 46: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	96,  // 46: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
 	50,  // 47: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
 	44,  // 48: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	96,  // 49: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	97,  // 49: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
 	50,  // 50: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
 	44,  // 51: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	97,  // 52: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	98,  // 53: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	99,  // 54: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	98,  // 52: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	99,  // 53: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	100, // 54: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
 	49,  // 55: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	100, // 56: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	101, // 56: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
 	28,  // 57: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
 	22,  // 58: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
 	0,   // 59: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	66,  // 60: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	67,  // 60: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
 	28,  // 61: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	85,  // 62: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	61,  // 63: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	55,  // 64: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
-	56,  // 65: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
-	56,  // 66: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
-	57,  // 67: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
+	86,  // 62: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	62,  // 63: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	56,  // 64: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
+	57,  // 65: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
+	57,  // 66: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
+	58,  // 67: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
 	25,  // 68: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
-	90,  // 69: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
-	88,  // 70: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
-	22,  // 71: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
-	60,  // 72: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
-	58,  // 73: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
-	55,  // 74: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
-	56,  // 75: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
-	56,  // 76: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
-	57,  // 77: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
-	1,   // 78: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
-	61,  // 79: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	101, // 80: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	64,  // 81: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	65,  // 82: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	65,  // 83: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
-	69,  // 84: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	28,  // 85: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	72,  // 86: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	74,  // 87: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	102, // 88: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	77,  // 89: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	103, // 90: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	76,  // 91: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	104, // 92: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	105, // 93: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	85,  // 94: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	9,   // 95: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	88,  // 96: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
-	89,  // 97: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
-	90,  // 98: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
-	88,  // 99: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
-	4,   // 100: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	42,  // 101: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	51,  // 102: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	53,  // 103: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	70,  // 104: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	67,  // 105: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	73,  // 106: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	45,  // 107: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	47,  // 108: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	78,  // 109: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	80,  // 110: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	82,  // 111: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	83,  // 112: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	62,  // 113: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	86,  // 114: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
-	32,  // 115: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	43,  // 116: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	52,  // 117: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	54,  // 118: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	71,  // 119: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	68,  // 120: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	75,  // 121: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	46,  // 122: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	48,  // 123: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	79,  // 124: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	81,  // 125: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	84,  // 126: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	84,  // 127: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	63,  // 128: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	87,  // 129: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
-	115, // [115:130] is the sub-list for method output_type
-	100, // [100:115] is the sub-list for method input_type
-	100, // [100:100] is the sub-list for extension type_name
-	100, // [100:100] is the sub-list for extension extendee
-	0,   // [0:100] is the sub-list for field type_name
+	25,  // 69: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
+	55,  // 70: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
+	91,  // 71: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
+	89,  // 72: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
+	22,  // 73: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
+	61,  // 74: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
+	59,  // 75: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
+	56,  // 76: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
+	57,  // 77: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
+	57,  // 78: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
+	58,  // 79: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
+	1,   // 80: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
+	62,  // 81: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	102, // 82: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	65,  // 83: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	66,  // 84: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	66,  // 85: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	70,  // 86: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	28,  // 87: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	73,  // 88: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	75,  // 89: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	103, // 90: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	78,  // 91: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	104, // 92: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	77,  // 93: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	105, // 94: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	106, // 95: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	86,  // 96: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	9,   // 97: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	89,  // 98: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
+	90,  // 99: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
+	91,  // 100: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
+	89,  // 101: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
+	4,   // 102: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	42,  // 103: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	51,  // 104: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	53,  // 105: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	71,  // 106: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	68,  // 107: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	74,  // 108: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	45,  // 109: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	47,  // 110: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	79,  // 111: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	81,  // 112: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	83,  // 113: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	84,  // 114: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	63,  // 115: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	87,  // 116: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
+	32,  // 117: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	43,  // 118: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	52,  // 119: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	54,  // 120: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	72,  // 121: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	69,  // 122: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	76,  // 123: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	46,  // 124: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	48,  // 125: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	80,  // 126: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	82,  // 127: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	85,  // 128: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	85,  // 129: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	64,  // 130: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	88,  // 131: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
+	117, // [117:132] is the sub-list for method output_type
+	102, // [102:117] is the sub-list for method input_type
+	102, // [102:102] is the sub-list for extension type_name
+	102, // [102:102] is the sub-list for extension extendee
+	0,   // [0:102] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -8751,14 +8843,14 @@ func file_cure_proto_init() {
 		(*CoordinatorMessage_Reboot)(nil),
 		(*CoordinatorMessage_Cancel)(nil),
 	}
-	file_cure_proto_msgTypes[86].OneofWrappers = []any{}
+	file_cure_proto_msgTypes[87].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   102,
+			NumMessages:   103,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

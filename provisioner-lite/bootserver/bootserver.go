@@ -127,6 +127,11 @@ type Server struct {
 	h    http.Handler
 	// refusals summarises the peers the listener refused or cut.
 	refusals *peerlimit.Refusals
+	// strangers logs iPXE script requests from MACs not in the inventory
+	// at info, one line at once and then a summary per interval: a node
+	// whose inventory MAC is wrong shows up in the log, a network full of
+	// other machines does not flood it.
+	strangers *peerlimit.Refusals
 }
 
 // Image file names served under /image/.
@@ -167,7 +172,8 @@ func New(cfg Config, c Coordinator) (*Server, error) {
 		log = slog.Default()
 	}
 	cfg.Limits.defaults()
-	s := &Server{cfg: cfg, base: strings.TrimRight(cfg.BaseURL, "/"), c: c, log: log, refusals: peerlimit.NewRefusals(log, "http", slog.LevelWarn, 0)}
+	s := &Server{cfg: cfg, base: strings.TrimRight(cfg.BaseURL, "/"), c: c, log: log, refusals: peerlimit.NewRefusals(log, "http", slog.LevelWarn, 0),
+		strangers: peerlimit.NewRefusals(log, "boot server", slog.LevelInfo, 0)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /boot.ipxe", s.generic)
 	mux.HandleFunc("GET /ipxe/{mac}", s.perMAC)
@@ -263,8 +269,9 @@ func (s *Server) perMAC(w http.ResponseWriter, r *http.Request) {
 		status := http.StatusServiceUnavailable
 		switch {
 		case errors.Is(err, ErrUnknownNode) || errors.Is(err, store.ErrNotFound):
-			// Any machine on the network may PXE here: not an error of ours.
-			s.log.Debug("boot decision: unknown MAC", "mac", mac, "peer", remoteIP(r))
+			// Any machine on the network may PXE here: not an error of ours,
+			// but a node with a wrong inventory MAC looks just like it.
+			s.strangers.Note("iPXE script for a MAC not in the inventory", mac+"@"+remoteIP(r))
 			writeScript(w, http.StatusNotFound, exitScript("MAC "+mac+" is not in the inventory"))
 			return
 		case errors.Is(err, ErrRateLimited):

@@ -71,6 +71,8 @@ type page struct {
 	HardwareFrom string
 	// BMC is what the node's BMC showed over the run (nil: not read).
 	BMC *bmcSection
+	// Host is the telemetry sampled during the suite's stages (nil: none).
+	Host *hostSection
 	// Suite is the suite's latest heartbeat: each check's progress and
 	// the ETA (nil: the run ran no suite, or its runner sent none).
 	Suite *SuiteView
@@ -151,6 +153,7 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 	}
 
 	p.BMC = buildBMC(r)
+	p.Host = buildHost(r)
 	p.Suite = SuiteProgress(r.GetProgress(), r.GetProgressUnixMs(), r.GetDeadlineUnixMs(), runstate.Active(r.GetStatus()), generated)
 	for _, pt := range r.GetParts() {
 		p.Parts = append(p.Parts, partRow{Component: pt.GetComponent(), Kind: pt.GetKind(), Status: verdictName(pt.GetStatus()),

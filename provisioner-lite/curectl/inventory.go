@@ -11,6 +11,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/inventory"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -181,8 +182,8 @@ func scalar(fd protoreflect.FieldDescriptor, v protoreflect.Value) string {
 
 func unit(name string, n uint64) string {
 	switch {
-	case name == "vendor_id" || name == "device_id" || name == "pci_vendor_id" || name == "pci_device_id":
-		return fmt.Sprintf("0x%04x", n) // PCI ids as lspci and pci.ids write them
+	case strings.HasSuffix(name, "vendor_id") || strings.HasSuffix(name, "device_id"):
+		return fmt.Sprintf("%04x", n) // PCI ids are read in hex (1af4:1000), as lspci and pci.ids write them
 	case name == "class":
 		return fmt.Sprintf("0x%06x", n)
 	case name == "status" || name == "address":
@@ -290,6 +291,10 @@ func PrintNode(w io.Writer, d *curev1.NodeDetail) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  hostname %s  serial %s  MACs %s\n", orDash(d.GetHostname()), orDash(d.GetSerial()), strings.Join(d.GetMacs(), ", "))
+	if nics := inventory.UnlistedNICs(d.GetMacs(), d.GetInventory().GetInventory()); nics != nil {
+		fmt.Fprintf(w, "  WARNING: none of these MACs is a NIC the node reported at boot %s (%s): it will not be recognised when it network-boots; fix its macs (curectl nodes add -f, nodes import)\n",
+			orDash(d.GetInventory().GetBootId()), textsafe.Line(strings.Join(nics, ", ")))
+	}
 	var labels []string
 	for _, k := range slices.Sorted(maps.Keys(d.GetLabels())) {
 		labels = append(labels, k+"="+d.GetLabels()[k])

@@ -59,6 +59,14 @@ func TestInventorySections(t *testing.T) {
 // The layout follows the message, not a list of known fields: a message it
 // was not written for (a Hello, with identity, inventory and state) comes
 // out whole, so fields added to Inventory later show without a change.
+// PCI ids read as lspci and pci.ids write them: 1af4:1000, not 6900 4096.
+func TestPCIIDsInHex(t *testing.T) {
+	secs := InventorySections(&curev1.Inventory{Nics: []*curev1.NetInterface{{Name: "eth0", PciVendorId: 0x1af4, PciDeviceId: 0x1000}}})
+	if len(secs) != 1 || fmt.Sprint(secs[0].Rows) != "[[eth0 1af4 1000]]" {
+		t.Errorf("NIC section %+v", secs)
+	}
+}
+
 func TestSectionsAreGeneric(t *testing.T) {
 	h := &curev1.Hello{BootId: "b-9", Identity: &curev1.Identity{BootMac: "52:54:00:00:00:09", Macs: []string{"a", "b"}},
 		Inventory: sampleInventory().GetInventory(), State: &curev1.RunnerState{Kind: curev1.RunnerState_IN_PHASE, Phase: "nvme"}}
@@ -85,6 +93,15 @@ func TestPrintNodeAndReportShowHardware(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("nodes show lacks %q:\n%s", want, out)
 		}
+	}
+	// The sample's NICs are b8:3f:d2:…: none is the node's MAC.
+	if !strings.Contains(out, "WARNING: none of these MACs is a NIC the node reported at boot b-1 (b8:3f:d2:00:00:01, b8:3f:d2:00:00:02)") {
+		t.Errorf("nodes show does not warn that no reported NIC is in the node's MACs:\n%s", out)
+	}
+	b.Reset()
+	PrintNode(&b, &curev1.NodeDetail{NodeId: "gpu-1", Macs: []string{"B8-3F-D2-00-00-02"}, Inventory: sampleInventory()})
+	if strings.Contains(b.String(), "WARNING") {
+		t.Errorf("warns though a reported NIC is the node's:\n%s", b.String())
 	}
 	b.Reset()
 	PrintNode(&b, &curev1.NodeDetail{NodeId: "gpu-2"})

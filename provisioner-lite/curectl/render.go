@@ -140,6 +140,7 @@ func printReport(w io.Writer, r *curev1.RunReport, clip func(string, int) string
 	}
 	PrintFleetJudgements(w, r)
 	printBMC(w, r, clip)
+	printHost(w, r, clip)
 	printParts(w, r.GetParts(), clip)
 	PrintInventory(w, r.GetInventory(), r.GetRunId())
 }

@@ -357,6 +357,7 @@ func (d *dash) node(w http.ResponseWriter, r *http.Request) {
 		data["Verdicts"] = worstFirst(vs)
 		data["Suite"] = suiteView(ctx, d.cfg.Store, run, now)
 		d.fleetBands(ctx, run.ID, data)
+		data["Warnings"] = warnings(events, maxWarnings)
 		runs, _ := d.cfg.Store.RunsOfNode(ctx, id)
 		if len(runs) > 20 {
 			runs = runs[:20]
@@ -382,6 +383,26 @@ func suiteView(ctx context.Context, st *store.Store, run store.Run, now time.Tim
 		deadline = d.UnixMilli()
 	}
 	return curectl.SuiteProgress(&p, rec.Received.UnixMilli(), deadline, runstate.Active(run.Status), now)
+}
+
+// maxWarnings bounds the warnings a node page lists (the newest).
+const maxWarnings = 20
+
+// warnings are the coordinator's warnings on a run's timeline (a network
+// boot request from a MAC not in the inventory while the node waits for
+// CURE, an artifact needed only on drift): what an operator may have to
+// fix while the run goes on.
+func warnings(events []store.Event, max int) []store.Event {
+	var out []store.Event
+	for _, e := range events {
+		if e.Source == runstate.SourceCoordinator && e.Kind == runstate.EventLog && e.Status == "WARN" {
+			out = append(out, e)
+		}
+	}
+	if len(out) > max {
+		out = out[len(out)-max:]
+	}
+	return out
 }
 
 func (d *dash) runOf(ctx context.Context, node, runID string) (store.Run, error) {

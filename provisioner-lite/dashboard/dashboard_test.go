@@ -218,8 +218,15 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Errorf("after the update: row %q, counts %q", status, chips)
 	}
 
+	// A wipe verdict's detail is long and has long unbroken words (device
+	// paths, markers): the page wraps it instead of scrolling sideways.
+	if err := st.PutVerdict(bg, store.Verdict{RunID: "run-node-0001", Component: "nvme0n1", Check: "wipe", Status: "PASS", Time: time.Now(),
+		Message: "format (user-data erase) verified: marker " + strings.Repeat("c0ffee", 40) + " gone from /dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_" + strings.Repeat("SERIAL", 20)}); err != nil {
+		t.Fatal(err)
+	}
 	var bars, reboots int
 	var verdict string
+	var sideways bool
 	var rma chromedp.AttributeResult
 	step("node page", 30*time.Second, func(ctx context.Context) (err error) {
 		if _, err = chromedp.Run(ctx, chromedp.Navigate(srv.URL+"/nodes/node-0001")); err != nil {
@@ -240,11 +247,17 @@ func TestDashboardInChromium(t *testing.T) {
 		if rma, err = chromedp.Run(ctx, chromedp.AttributeValue("#rma", "href")); err != nil {
 			return err
 		}
+		if sideways, err = chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > document.documentElement.clientWidth`)); err != nil {
+			return err
+		}
 		nodePNG, err = chromedp.Run(ctx, chromedp.CaptureScreenshot())
 		return err
 	})
 	if bars != 8 || reboots != 2 || !strings.Contains(verdict, "FAIL") || !strings.HasPrefix(rma.Value, "/nodes/node-0001/report?run=") {
 		t.Errorf("node page: %d bars, %d reboot marks (want the power-on and the BIOS reset), first verdict %q, report link %q", bars, reboots, verdict, rma.Value)
+	}
+	if sideways {
+		t.Error("the node page scrolls sideways: a long verdict detail is not wrapped")
 	}
 	for name, png := range map[string][]byte{"fleet.png": fleetPNG, "node.png": nodePNG} {
 		if len(png) < 1000 {
@@ -420,5 +433,30 @@ func TestDashboardNodeSuiteProgress(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("node page lacks %q", want)
 		}
+	}
+}
+
+// The node page lists the coordinator's warnings on the run (a network
+// boot request from a MAC not in the inventory while the node waits for
+// CURE), escaped like any text.
+func TestDashboardNodeWarnings(t *testing.T) {
+	st := fleetStore(t, 4)
+	msg := "iPXE request from 52:54:00:c0:de:99 from 10.0.0.7, a MAC not in the node inventory, while this node waits for CURE: <b>x</b>"
+	if _, _, err := st.AppendEvent(t.Context(), store.Event{RunID: "run-node-0003", NodeID: "node-0003", Source: runstate.SourceCoordinator,
+		Kind: runstate.EventLog, Status: "WARN", Phase: modes.WaitForCURE, Time: time.Now(), Message: msg}); err != nil {
+		t.Fatal(err)
+	}
+	h := dashboard.Handler(dashboard.Config{Store: st, Auth: viewer, Log: quiet})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/nodes/node-0003", nil))
+	body := rec.Body.String()
+	if rec.Code != 200 || !strings.Contains(body, `id="warnings"`) || !strings.Contains(body, "wait_for_cure</span> iPXE request from 52:54:00:c0:de:99") ||
+		!strings.Contains(body, "&lt;b&gt;x&lt;/b&gt;") {
+		t.Errorf("node page %d lacks the warning:\n%s", rec.Code, body)
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/nodes/node-0001", nil))
+	if strings.Contains(rec.Body.String(), `id="warnings"`) {
+		t.Error("a run without warnings shows a warnings section")
 	}
 }

@@ -124,3 +124,16 @@ func FuzzMarshal(f *testing.F) {
 		}
 	})
 }
+
+func TestUnlistedNICs(t *testing.T) {
+	inv := &curev1.Inventory{Nics: []*curev1.NetInterface{{Name: "lo", Mac: "00:00:00:00:00:00"}, {Name: "eth0", Mac: "52:54:00:C0:DE:99"}, {Name: "eth1", Mac: "52:54:00:c0:de:9a"}}}
+	if got := UnlistedNICs([]string{"52-54-00-c0-de-99"}, inv); got != nil {
+		t.Errorf("a listed NIC (other spelling): %v", got)
+	}
+	if got := UnlistedNICs([]string{"52:54:00:c0:de:01"}, inv); strings.Join(got, ",") != "52:54:00:c0:de:99,52:54:00:c0:de:9a" {
+		t.Errorf("no NIC listed: %v", got)
+	}
+	if got := UnlistedNICs([]string{"52:54:00:c0:de:01"}, &curev1.Inventory{}); got != nil {
+		t.Errorf("no NIC reported: %v", got)
+	}
+}

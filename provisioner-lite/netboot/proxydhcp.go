@@ -41,6 +41,11 @@ type Config struct {
 	// AnswerUnknown answers PXE clients whose MAC is not in the inventory
 	// too; by default they are left to whatever else answers them.
 	AnswerUnknown bool
+	// OnUnknown, if set, hears of each PXE request from a MAC not in the
+	// inventory that is within its budget (a flood is held by the budgets
+	// first): the coordinator shows it on the runs waiting for CURE, where
+	// a mistyped inventory MAC is the likely cause.
+	OnUnknown func(mac, source string)
 	// Rate and Burst bound the inventory nodes' requests handled per
 	// second, all together (default 50, burst 200); beyond them requests
 	// are dropped and counted. Requests of other MACs never draw on it:
@@ -305,6 +310,9 @@ func (p *ProxyDHCP) handle(conn *net.UDPConn, from, peer *net.UDPAddr, m *dhcpv4
 		}
 		if p.cfg.Inventory != nil {
 			p.cfg.Inventory.Missed()
+		}
+		if cerr == nil && p.cfg.OnUnknown != nil {
+			p.cfg.OnUnknown(mac, src)
 		}
 		if !p.cfg.AnswerUnknown {
 			p.ignored.Add(1)

@@ -209,7 +209,13 @@ func TestProxyDHCPOverUDP(t *testing.T) {
 // MACs not in the inventory, non-PXE DHCP clients and unsupported
 // architectures get no answer at all.
 func TestProxyDHCPSilentForOthers(t *testing.T) {
-	p, logs := startProxy(t, Config{Inventory: inventoryOf(testMAC.String())})
+	var mu sync.Mutex
+	var told []string
+	p, logs := startProxy(t, Config{Inventory: inventoryOf(testMAC.String()), OnUnknown: func(mac, source string) {
+		mu.Lock()
+		defer mu.Unlock()
+		told = append(told, mac+" from "+source)
+	}})
 	dhcpAddr, _ := p.Addrs()
 	c := newClient(t)
 	stranger := ovmfDiscover(t, dhcpv4.WithHwAddr(net.HardwareAddr{2, 0, 0, 0, 0, 9}))
@@ -228,6 +234,11 @@ func TestProxyDHCPSilentForOthers(t *testing.T) {
 	if r := c.recv(); r.TransactionID != good.TransactionID {
 		t.Errorf("first reply is for xid %v, want only the known node's %v", r.TransactionID, good.TransactionID)
 	}
+	mu.Lock()
+	if len(told) != 1 || !strings.HasPrefix(told[0], "02:00:00:00:00:09 from ") {
+		t.Errorf("OnUnknown told %q, want the stranger's PXE request only (not the known MAC's OS client)", told)
+	}
+	mu.Unlock()
 	if !strings.Contains(logs.String(), "EFI ARM64") {
 		t.Errorf("the refusal does not name the architecture:\n%s", logs)
 	}

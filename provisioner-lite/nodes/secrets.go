@@ -52,6 +52,20 @@ func ResolvePassword(n store.Node) (string, error) {
 	return pw, nil
 }
 
+// PasswordSource says where node n's BMC password comes from, for the
+// message of a refused login (never the password).
+func PasswordSource(n store.Node) string {
+	switch ref := n.BMCPasswordRef; {
+	case strings.HasPrefix(ref, RefEnv):
+		return fmt.Sprintf("read from the coordinator's environment variable %s (passwordEnv of node %s)", strings.TrimPrefix(ref, RefEnv), n.ID)
+	case strings.HasPrefix(ref, RefFile):
+		return fmt.Sprintf("read from %s on the coordinator (passwordFile of node %s)", strings.TrimPrefix(ref, RefFile), n.ID)
+	case n.BMCPassword != "":
+		return fmt.Sprintf("node %s's password as the inventory gave it (sealed in the coordinator's store; change it with curectl nodes add or import)", n.ID)
+	}
+	return ""
+}
+
 func resolveRef(ref string) (string, error) {
 	switch {
 	case strings.HasPrefix(ref, RefEnv):

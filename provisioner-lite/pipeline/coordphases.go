@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
+	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"github.com/cure-oss/cure/tools/artifact"
@@ -138,6 +140,9 @@ func (e *Engine) withBMCFor(ctx context.Context, r *store.Run, budget time.Durat
 		if pending {
 			return fmt.Errorf("bmc %s: not back from the reset requested at %s: %w", n.BMCURL, resetAt.Format(time.RFC3339), err)
 		}
+		if errors.Is(err, redfish.ErrLoginRefused) {
+			return err // names the BMC already
+		}
 		return fmt.Errorf("bmc %s: %w", n.BMCURL, err)
 	}
 	defer func() {
@@ -166,22 +171,22 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 		return failed("%v", err)
 	}
 	if len(n.MACs) == 0 {
-		return failed("node %s has no registered MAC: it cannot be PXE-booted", n.ID)
+		return failedFinal(operatorFix, "node %s has no registered MAC: it cannot be PXE-booted", n.ID)
 	}
 	mode := modes.Mode(r.Mode)
 	if mode == modes.Diagnostic || mode == modes.Burnin {
 		_, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest)
 		if err != nil {
-			return failed("%v", err)
+			return failedFinal(operatorFix, "%v", err)
 		}
 		if doc.Suite == nil {
-			return failed("mode %s needs a ValidationSuite; %s is a %s", mode, r.Manifest, doc.Kind)
+			return failedFinal(operatorFix, "mode %s needs a ValidationSuite; %s is a %s", mode, r.Manifest, doc.Kind)
 		}
 		return e.preflightBMC(ctx, r, n, fmt.Sprintf("suite %s valid (%d checks)", r.Manifest, len(doc.Suite.Spec.Checks)))
 	}
 	_, sku, err := e.cfg.Manifests.Load(r.Manifest)
 	if err != nil {
-		return failed("%v", err)
+		return failedFinal(operatorFix, "%v", err)
 	}
 	var missing, warnings []string
 	check := func(what string, a *manifests.Artifact, required bool) {
@@ -216,7 +221,8 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 		}
 	}
 	if len(missing) > 0 {
-		return failed("inputs do not resolve: %s", strings.Join(missing, "; "))
+		return failedFinal(operatorFix, "inputs do not resolve: %s; add the image with `provisioner-lite artifacts add --state-dir STATE --sku %s.yaml FILE` (README, \"Set up a site\")",
+			strings.Join(missing, "; "), r.Manifest)
 	}
 	if len(warnings) > 0 {
 		e.coordEvent(ctx, *r, modes.Preflight, runstate.EventLog, "WARN", "needed only on drift: "+strings.Join(warnings, "; "), 0)
@@ -251,6 +257,11 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 	}
 	return e.preflightBMC(ctx, r, n, inputs)
 }
+
+// operatorFix is why a preflight failure is not retried: what is missing
+// or wrong is the site's configuration, which no retry changes; once fixed,
+// `curectl provision --resume` starts the run again from preflight.
+const operatorFix = "not retried: the site configuration must change first; then curectl provision --resume NODE"
 
 // maxArtifact bounds an artifact the coordinator verifies before a run:
 // it is streamed through sha256, never held, so only sanity limits it.
@@ -292,6 +303,9 @@ func (e *Engine) preflightBMC(ctx context.Context, r *store.Run, n store.Node, i
 		state, err = b.PowerState(ctx)
 		return err
 	}); err != nil {
+		if errors.Is(err, redfish.ErrLoginRefused) {
+			return failed("%v", err)
+		}
 		return failed("BMC unreachable: %v", err)
 	}
 	return ok("node %s, %d MACs, %s, BMC reachable (power %s)", n.ID, len(n.MACs), inputs, state)
@@ -349,6 +363,8 @@ func (e *Engine) rebootIntoCURE(ctx context.Context, r *store.Run, why string) e
 // waitForCURE waits for this run's runner to register.
 func (e *Engine) waitForCURE(ctx context.Context, r *store.Run) outcome {
 	deadline := time.Now().Add(e.cfg.Timeouts.WaitForCURE)
+	e.waitsForCURE.add(*r)
+	defer e.waitsForCURE.remove(r.ID)
 	for {
 		changed := e.cfg.Hub.Changed(r.NodeID)
 		if s := e.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {
@@ -433,11 +449,12 @@ func (e *Engine) waitForHostOS(ctx context.Context, r *store.Run) outcome {
 		r.SetHostWaitFrom(from)
 		r.SetHostRebootedAt(time.Time{}) // no callback before this attempt's reboot
 		e.save(ctx, r)
-		if err := e.rebootOutOfCURE(ctx, r); err != nil {
+		rebooted, err := e.rebootOutOfCURE(ctx, r)
+		if err != nil {
 			return failed("%v", err)
 		}
 		r.SetHostRebootAttempt(attempt)
-		r.SetHostRebootedAt(time.Now())
+		r.SetHostRebootedAt(rebooted)
 		e.save(ctx, r)
 	}
 	from, err := r.HostWaitFrom()
@@ -448,6 +465,18 @@ func (e *Engine) waitForHostOS(ctx context.Context, r *store.Run) outcome {
 	signal, unsub := e.cfg.Store.Subscribe(r.ID)
 	defer unsub()
 	for {
+		changed := e.cfg.Hub.Changed(r.NodeID)
+		// A CURE session of the run that reconnects after the reboot order
+		// (a runner replaying its last events before it resets) is told
+		// again: while it is connected the installed OS's callback is
+		// refused, so it must not linger.
+		if s := e.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {
+			e.coordNote(ctx, *r, modes.WaitForHostOS, "CURE session of boot "+s.BootID+" connected after the reboot order: told to reboot again")
+			if _, _, err := e.orderReboot(ctx, s, "os installed; boot the installed OS"); err != nil {
+				return failed("stopped")
+			}
+			continue
+		}
 		evs, err := e.cfg.Store.Events(ctx, r.ID, from, 1000)
 		if err != nil {
 			return failed("%v", err)
@@ -465,32 +494,34 @@ func (e *Engine) waitForHostOS(ctx context.Context, r *store.Run) outcome {
 		case <-ctx.Done():
 			return failed("stopped")
 		case <-signal:
+		case <-changed:
 		case <-time.After(5 * time.Second):
 		}
 	}
 }
 
 // rebootOutOfCURE asks the runner to reboot (it drains its events first);
-// a runner that does not go away in time is reset through the BMC.
-func (e *Engine) rebootOutOfCURE(ctx context.Context, r *store.Run) error {
+// a runner that does not go away in time is reset through the BMC. Either
+// way the run's CURE session is over when it returns: the coordinator
+// ordered the reboot, so it does not wait for the network to notice (a
+// machine that resets sends no FIN; the stream would linger until a
+// keepalive fails, tens of seconds after the installed OS is up).
+func (e *Engine) rebootOutOfCURE(ctx context.Context, r *store.Run) (time.Time, error) {
 	graceful := false
-	if s := e.cfg.Hub.Current(r.NodeID); s != nil {
-		if err := s.Send(rebootMsg("os installed; boot the installed OS")); err == nil {
-			select {
-			case <-s.Done():
-				graceful = true
-			case <-time.After(e.cfg.Timeouts.ShutdownWait):
-			case <-ctx.Done():
-				return errStopped
-			}
+	var at time.Time // the reset, as near as the coordinator can tell
+	if s := e.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {
+		var err error
+		if at, graceful, err = e.orderReboot(ctx, s, "os installed; boot the installed OS"); err != nil {
+			return time.Time{}, err
 		}
 	}
 	if !graceful {
 		if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
 			return b.Reset(ctx, "ForceRestart")
 		}); err != nil {
-			return fmt.Errorf("reset into the installed OS: %w", err)
+			return time.Time{}, fmt.Errorf("reset into the installed OS: %w", err)
 		}
+		at = time.Now()
 	}
 	r.Reboots++
 	e.save(ctx, r)
@@ -498,8 +529,56 @@ func (e *Engine) rebootOutOfCURE(ctx context.Context, r *store.Run) error {
 	if !graceful {
 		how = "BMC ForceRestart"
 	}
-	e.coordEvent(ctx, *r, modes.WaitForHostOS, runstate.EventInfo, "", "rebooting into the installed OS: "+how, 0)
-	return nil
+	e.coordEventAt(ctx, *r, at, modes.WaitForHostOS, runstate.EventInfo, "", "rebooting into the installed OS: "+how, 0)
+	return at, nil
+}
+
+// rebootDrainQuiet is how long a runner told to reboot must have sent
+// nothing before its events count as drained: it sends what was not yet
+// acknowledged, waits for the acks, then resets the machine.
+const rebootDrainQuiet = 500 * time.Millisecond
+
+// orderReboot tells the runner of s to reboot and ends s once the runner
+// has drained (its stream ended, or it fell silent for rebootDrainQuiet),
+// reporting true and when it went silent (its reset follows at once); a
+// runner still talking after ShutdownWait has its session ended too,
+// reporting false (the caller resets it through the BMC). From then on
+// the coordinator holds the session for ended: a reconnect of the same
+// boot is a new session, and the host callback is refused while it is
+// connected.
+func (e *Engine) orderReboot(ctx context.Context, s *sessions.Session, reason string) (time.Time, bool, error) {
+	sent := time.Now()
+	if err := s.Send(rebootMsg(reason)); err != nil {
+		e.cfg.Hub.Detach(s)
+		return time.Time{}, false, nil
+	}
+	giveUp := time.NewTimer(e.cfg.Timeouts.ShutdownWait)
+	defer giveUp.Stop()
+	tick := time.NewTicker(rebootDrainQuiet / 5)
+	defer tick.Stop()
+	silentSince := func() time.Time {
+		if last := s.LastReceived(); last.After(sent) {
+			return last
+		}
+		return sent
+	}
+	for {
+		select {
+		case <-s.Done():
+			e.cfg.Hub.Detach(s)
+			return silentSince(), true, nil
+		case <-ctx.Done():
+			return time.Time{}, false, errStopped
+		case <-giveUp.C:
+			e.cfg.Hub.Detach(s)
+			return time.Time{}, false, nil
+		case now := <-tick.C:
+			if last := silentSince(); now.Sub(last) >= rebootDrainQuiet {
+				e.cfg.Hub.Detach(s)
+				return last, true, nil
+			}
+		}
+	}
 }
 
 func (e *Engine) lastEventID(ctx context.Context, runID string) (int64, error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
+	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
@@ -23,14 +24,33 @@ var errStopped = errors.New("coordinator stopping")
 type outcome struct {
 	status string // runstate.PhaseOK, runstate.PhaseSkipped, runstate.PhaseFailed
 	msg    string
+	// noRetry, on a failure, says why another attempt cannot help (the
+	// run fails at once).
+	noRetry string
 }
 
-func ok(format string, a ...any) outcome { return outcome{runstate.PhaseOK, fmt.Sprintf(format, a...)} }
-func skipped(format string, a ...any) outcome {
-	return outcome{runstate.PhaseSkipped, fmt.Sprintf(format, a...)}
+func ok(format string, a ...any) outcome {
+	return outcome{status: runstate.PhaseOK, msg: fmt.Sprintf(format, a...)}
 }
+func skipped(format string, a ...any) outcome {
+	return outcome{status: runstate.PhaseSkipped, msg: fmt.Sprintf(format, a...)}
+}
+
+// failed is a failed attempt. An error among a that no retry can change
+// (a refused BMC login) makes it final.
 func failed(format string, a ...any) outcome {
-	return outcome{runstate.PhaseFailed, fmt.Sprintf(format, a...)}
+	o := outcome{status: runstate.PhaseFailed, msg: fmt.Sprintf(format, a...)}
+	for _, x := range a {
+		if err, isErr := x.(error); isErr && errors.Is(err, redfish.ErrLoginRefused) {
+			o.noRetry = "a refused BMC login is not retried: each try counts toward locking the account on a real BMC"
+		}
+	}
+	return o
+}
+
+// failedFinal is a failure another attempt cannot change: why says so.
+func failedFinal(why, format string, a ...any) outcome {
+	return outcome{status: runstate.PhaseFailed, msg: fmt.Sprintf(format, a...), noRetry: why}
 }
 
 // drive runs one run's remaining phases.
@@ -102,7 +122,7 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 				if strings.HasPrefix(msg, noPhaseEnd) {
 					cause = metrics.CausePhaseTimeout
 				}
-				if !e.retryAllowed(ctx, &r, failedPhase, cause, msg) {
+				if !e.retryAllowed(ctx, &r, failedPhase, cause, outcome{status: runstate.PhaseFailed, msg: msg}) {
 					return
 				}
 				continue // resend from the failed phase
@@ -118,7 +138,7 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 		}
 		e.end(ctx, &r, ph.Name, out, time.Since(started), runstate.SourceCoordinator)
 		if out.status == runstate.PhaseFailed {
-			if !e.retryAllowed(ctx, &r, ph.Name, coordCause(ph.Name), out.msg) {
+			if !e.retryAllowed(ctx, &r, ph.Name, coordCause(ph.Name), out) {
 				return
 			}
 			continue
@@ -146,11 +166,17 @@ func coordCause(phase string) string {
 	return metrics.CauseBMC
 }
 
-// retryAllowed counts a phase failure against the budget; when spent, the
-// run ends failed with the phase it reached, so a later resume restarts there.
-func (e *Engine) retryAllowed(ctx context.Context, r *store.Run, phase, cause, msg string) bool {
+// retryAllowed counts a phase failure against the budget; when spent, or
+// when the failure is final, the run ends failed with the phase it reached,
+// so a later resume restarts there.
+func (e *Engine) retryAllowed(ctx context.Context, r *store.Run, phase, cause string, out outcome) bool {
 	r.PhaseFailures++
 	attempts := e.attempts(r, phase)
+	msg := out.msg
+	if out.noRetry != "" {
+		e.finish(ctx, r, runstate.RunFailed, fmt.Sprintf("phase %s failed: %s (%s)", phase, msg, out.noRetry))
+		return false
+	}
 	if attempts >= e.cfg.Budgets.PhaseAttempts {
 		e.finish(ctx, r, runstate.RunFailed, fmt.Sprintf("phase %s failed %d times (budget %d): %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, msg))
 		return false

@@ -199,6 +199,8 @@ type Engine struct {
 	// pollers holds the BMC sensor poller of each run in its validate
 	// phase: run id -> *bmcPoller.
 	pollers sync.Map
+	// waitsForCURE are the runs in wait_for_cure, for UnknownMAC.
+	waitsForCURE cureWaits
 }
 
 // New returns an engine; call Resume to pick up runs from the store.
@@ -423,8 +425,14 @@ func nonEmpty(s, def string) string {
 
 // coordEvent records a coordinator-side timeline entry.
 func (e *Engine) coordEvent(ctx context.Context, r store.Run, phase, kind, status, msg string, dur time.Duration) {
+	e.coordEventAt(ctx, r, time.Now(), phase, kind, status, msg, dur)
+}
+
+// coordEventAt is coordEvent for something that happened at t (a moment the
+// coordinator learnt of only afterwards).
+func (e *Engine) coordEventAt(ctx context.Context, r store.Run, t time.Time, phase, kind, status, msg string, dur time.Duration) {
 	_, _, err := e.cfg.Store.AppendEvent(ctx, store.Event{
-		RunID: r.ID, NodeID: r.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(),
+		RunID: r.ID, NodeID: r.NodeID, Source: runstate.SourceCoordinator, Time: t.UTC(),
 		Phase: phase, Kind: kind, Status: status, Message: msg, DurationMs: dur.Milliseconds(),
 	})
 	if err != nil {

@@ -86,7 +86,7 @@ func (e *Engine) judgeFleet(ctx context.Context, r *store.Run) error {
 		o := orig[[2]string{v.Component, v.Check}]
 		marginal = append(marginal, store.Verdict{RunID: r.ID, Component: v.Component, Check: v.Check, Status: fleetband.StatusMarginal,
 			Observed: textsafe.Bounded(v.Observed, 1024), Expected: textsafe.Bounded(joinNonEmpty("; ", o.Expected, v.Expected), 1024),
-			Message: textsafe.Bounded(v.Message, 4096), Time: now})
+			Message: textsafe.Bounded(v.Message, 4096), Time: now, Stage: o.Stage})
 	}
 	if err := e.cfg.Store.PutFleetJudgement(ctx, r.ID, marginal, rec); err != nil {
 		return err

@@ -72,6 +72,12 @@ type fixture struct {
 	dir     string
 	// verdicts are what the runner reports in a phase, before its end.
 	verdicts map[string][]*curev1.Verdict
+	// rebootKeepsStream makes the runner reset the machine on a Reboot
+	// without closing its stream, as a real node does (a reset sends no
+	// FIN), and hostBootDelay is how long the installed OS takes to boot
+	// before it calls back.
+	rebootKeepsStream bool
+	hostBootDelay     time.Duration
 }
 
 // helloDisks is what the scripted runner reports: the disk the manifest's
@@ -233,8 +239,9 @@ func (f *fixture) playNode(ctx context.Context) {
 			go f.runRunner(ctx, tok, seen)
 		case vbmc.BootHdd:
 			f.mu.Lock()
-			tok, inst := f.hostToken, f.instanceID
+			tok, inst, delay := f.hostToken, f.instanceID, f.hostBootDelay
 			f.mu.Unlock()
+			time.Sleep(delay)
 			if tok != "" {
 				// Like cloud-init's phone_home tries: the coordinator accepts
 				// the callback only once it has recorded the reboot.
@@ -344,7 +351,15 @@ func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
 				}
 				state = &curev1.RunnerState{Kind: curev1.RunnerState_DONE, RunId: a.GetRunId()}
 			case *curev1.CoordinatorMessage_Reboot:
-				cancel()
+				f.mu.Lock()
+				keep := f.rebootKeepsStream
+				f.mu.Unlock()
+				if keep {
+					// The machine resets under the stream: nothing closes it.
+					go func() { <-ctx.Done(); cancel() }()
+				} else {
+					cancel()
+				}
 				f.m.GuestReset()
 				return
 			}

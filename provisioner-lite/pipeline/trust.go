@@ -38,6 +38,9 @@ func bootWindow(r store.Run) string { return nonEmpty(r.CUREWindow(), "w0") }
 func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver.Decision, error) {
 	n, err := e.cfg.Store.NodeByMAC(ctx, mac)
 	if err != nil {
+		if unknownMACErr(err) {
+			e.UnknownMAC(ctx, mac, "iPXE", peer)
+		}
 		return bootserver.Decision{}, fmt.Errorf("mac %s is not registered: %w", mac, err)
 	}
 	r, err := e.cfg.Store.LatestRun(ctx, n.ID)

@@ -43,6 +43,10 @@ type Endpoint struct {
 	// Insecure skips verification and allows http://. Only for a node whose
 	// inventory says so; every Connect warns.
 	Insecure bool
+	// PasswordFrom says where Password came from, for the message of a
+	// refused login ("read from the coordinator's environment variable
+	// BMC_PW (passwordEnv)"); never the password itself.
+	PasswordFrom string
 }
 
 // Options tune the client.
@@ -292,10 +296,10 @@ func (c *Client) login(ctx context.Context) error {
 			// Nothing was sent: the handshake stopped before any request.
 			return fmt.Errorf("redfish: %w", ce)
 		}
-		if statusOf(err) == http.StatusUnauthorized || statusOf(err) == http.StatusForbidden {
-			return fmt.Errorf("redfish %s: login as %q refused (HTTP %d): check the BMC credentials: %w", c.ep.URL, c.ep.Username, statusOf(err), err)
+		if st := statusOf(err); st == http.StatusUnauthorized || st == http.StatusForbidden {
+			return c.loginError(st)
 		}
-		return fmt.Errorf("redfish %s: login: %w", c.ep.URL, err)
+		return brief(fmt.Errorf("redfish %s: login: %w", c.ep.URL, err))
 	}
 	c.mu.Lock()
 	c.api, c.basic = api, basic
@@ -318,6 +322,12 @@ func (c *Client) connect(ctx context.Context, basic bool) (*gofish.APIClient, er
 		ReuseConnections:  true,
 		BasicAuth:         basic,
 	})
+}
+
+// loginError is a refused login: one line, and no Redfish body (it says
+// nothing more than the status, and a kilobyte of JSON buries the point).
+func (c *Client) loginError(status int) error {
+	return &LoginError{URL: c.ep.URL, Username: c.ep.Username, Status: status, PasswordFrom: c.ep.PasswordFrom}
 }
 
 // sessionsUnsupported tells "no SessionService here" from a refused login.
@@ -367,10 +377,14 @@ func (c *Client) call(ctx context.Context, what string, fn func(api *gofish.APIC
 			}
 			continue
 		}
-		if timedOut {
-			return fmt.Errorf("redfish %s: %s: no answer within %v: %w", c.ep.URL, what, c.o.Timeout, err)
+		if st := statusOf(err); basic && (st == http.StatusUnauthorized || st == http.StatusForbidden) {
+			// Under Basic auth every request is a login.
+			return c.loginError(st)
 		}
-		return fmt.Errorf("redfish %s: %s: %w", c.ep.URL, what, err)
+		if timedOut {
+			return brief(fmt.Errorf("redfish %s: %s: no answer within %v: %w", c.ep.URL, what, c.o.Timeout, err))
+		}
+		return brief(fmt.Errorf("redfish %s: %s: %w", c.ep.URL, what, err))
 	}
 }
 

@@ -415,10 +415,14 @@ func TestCloseLogsOut(t *testing.T) {
 
 func TestBadCredentials(t *testing.T) {
 	_, _, _, url := bmcServer(t, vbmc.Config{}, nil)
-	_, err := Connect(context.Background(), endpoint(t, url, "nope"),
-		Options{Timeout: 5 * time.Second, Logger: testLogger(t)})
-	if err == nil || !strings.Contains(err.Error(), "credentials") {
-		t.Fatalf("wrong password: %v", err)
+	ep := endpoint(t, url, "nope")
+	ep.PasswordFrom = "read from the coordinator's environment variable BMC_PW (passwordEnv)"
+	_, err := Connect(context.Background(), ep, Options{Timeout: 5 * time.Second, Logger: testLogger(t)})
+	// One line an operator can act on: which BMC, which user, where the
+	// password came from; not the BMC's JSON answer.
+	want := `BMC ` + url + ` refused the login of user "admin" (HTTP 401): the password was read from the coordinator's environment variable BMC_PW (passwordEnv)`
+	if !errors.Is(err, ErrLoginRefused) || err.Error() != want {
+		t.Fatalf("wrong password: %v\nwant %s", err, want)
 	}
 	if _, err := Connect(context.Background(), Endpoint{URL: "bmc1:443", Username: "a"}, Options{}); err == nil || !strings.Contains(err.Error(), "endpoint URL") {
 		t.Fatalf("bad URL: %v", err)

@@ -450,7 +450,7 @@ func (c *Client) MultipartPush(ctx context.Context, r io.Reader, size int64, tar
 				}
 			}
 		}
-		return nil, fmt.Errorf("redfish %s: MultipartPush to %s: %w", c.ep.URL, caps.MultipartPushURI, err)
+		return nil, brief(fmt.Errorf("redfish %s: MultipartPush to %s: %w", c.ep.URL, caps.MultipartPushURI, err))
 	}
 }
 

@@ -74,3 +74,10 @@ const (
 // SeriesBMC is the source of the series sampled from a node's BMC sensors
 // (a run's series from the node itself name theirs).
 const SeriesBMC = "bmc"
+
+// Sources of the series the runner samples during a suite stage: the
+// host's files and the GPUs through NVML.
+const (
+	SeriesHost = "host"
+	SeriesGPU  = "gpu"
+)

@@ -349,6 +349,7 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 		rep.Verdicts = append(rep.Verdicts, &curev1.Verdict{
 			Component: v.Component, Check: v.Check, Status: curev1.VerdictStatus(curev1.VerdictStatus_value[v.Status]),
 			Observed: v.Observed, Expected: v.Expected, Message: v.Message, Measurements: ms[[2]string{v.Component, v.Check}],
+			Stage: v.Stage, AtUnixMs: unixMs(v.At),
 		})
 	}
 	if err := fleetReport(ctx, st, r.ID, rep); err != nil {
@@ -365,6 +366,10 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 	if err := addBMCEvidence(ctx, st, r.ID, rep); err != nil {
 		return nil, err
 	}
+	if err := addHostSeries(ctx, st, r.ID, rep); err != nil {
+		return nil, err
+	}
+	boundSeries(rep, MaxReportSeriesBytes)
 	if rec, err := st.RunProgress(ctx, r.ID); err == nil {
 		var p curev1.Progress
 		if protojson.Unmarshal(rec.JSON, &p) == nil {
@@ -454,4 +459,12 @@ func (o *OperatorService) ListNodes(ctx context.Context, _ *curev1.ListNodesRequ
 		resp.Nodes = append(resp.Nodes, ni)
 	}
 	return resp, nil
+}
+
+// unixMs is t in unix milliseconds, 0 for the zero time.
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
 }

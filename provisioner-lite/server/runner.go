@@ -71,6 +71,8 @@ type RunnerService struct {
 	once     sync.Once
 	pending  chan struct{}
 	sessions *peerlimit.Keyed // per boot (run and boot id)
+	// samplesRate budgets telemetry batches per run, across its sessions.
+	samplesRate *peerlimit.Keyed
 }
 
 // Field limits of runner text, in bytes: enough for any real message, small
@@ -109,6 +111,7 @@ func (s *RunnerService) init() {
 		}
 		s.pending = make(chan struct{}, s.MaxPendingHellos)
 		s.sessions = peerlimit.NewKeyed(s.SessionRate, s.SessionBurst, 0)
+		s.samplesRate = peerlimit.NewKeyed(1/samplesEvery.Seconds(), samplesBurst, 0)
 	})
 }
 
@@ -199,6 +202,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 		m   *curev1.RunnerMessage
 		err error
 	}
+	var samplesSt samplesState
 	msgs := make(chan recv, 1)
 	done := make(chan struct{})
 	defer close(done)
@@ -225,6 +229,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 				return nil
 			}
 			msg = r.m
+			sess.Received()
 		}
 		ev := msg.GetEvent()
 		if ev == nil {
@@ -235,6 +240,15 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 			s.security(ctx, audit.EventOtherRun, sess, peerIP, fmt.Sprintf("event seq %d names run %q; the session belongs to run %s",
 				ev.GetSeq(), textsafe.BoundedLine(ev.GetRunId(), maxName), sess.RunID))
 			return status.Errorf(codes.PermissionDenied, "event names run %q: this session belongs to run %s", textsafe.BoundedLine(ev.GetRunId(), maxName), sess.RunID)
+		}
+		if ev.GetSamples() != nil {
+			if err := s.samples(ctx, sess, peerIP, ev, runnerPhases, run.StartedAt, &samplesSt, log); err != nil {
+				return err
+			}
+			if err := sess.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Ack{Ack: &curev1.Ack{Seq: ev.GetSeq()}}}); err != nil {
+				return nil
+			}
+			continue
 		}
 		if ev.GetProgress() != nil {
 			if err := s.progress(ctx, sess, peerIP, ev, runnerPhases, log); err != nil {
@@ -537,6 +551,11 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 		if v.Component == "" || v.Check == "" {
 			return store.Event{}, nil, fmt.Errorf("event seq %d: verdict without component or check", ev.GetSeq())
 		}
+		// When the finding happened (a bar on a sampled series) and its stage.
+		if at := in.GetAtUnixMs(); at > 0 && at < 1<<50 {
+			v.At = time.UnixMilli(at).UTC()
+		}
+		v.Stage = textsafe.BoundedLine(in.GetStage(), maxName)
 		if v.Measurements, err = verdictMeasurements(in.GetMeasurements()); err != nil {
 			return store.Event{}, nil, fmt.Errorf("event seq %d: verdict %s %s: %w", ev.GetSeq(), v.Component, v.Check, err)
 		}

@@ -27,6 +27,9 @@ type Session struct {
 	once   sync.Once
 	// beat is when the runner last sent a heartbeat (unix ns, 0: never).
 	beat atomic.Int64
+	// lastRecv is when the runner last sent a message (unix nanoseconds):
+	// a runner told to reboot has drained its events once it falls silent.
+	lastRecv atomic.Int64
 }
 
 // Heartbeat records that the runner sent a heartbeat (Progress) now: a
@@ -44,11 +47,19 @@ func (s *Session) LastHeartbeat() time.Time {
 
 // NewSession wraps a stream's send function.
 func NewSession(nodeID, runID string, hello *curev1.Hello, send func(*curev1.CoordinatorMessage) error) *Session {
-	return &Session{
+	s := &Session{
 		NodeID: nodeID, RunID: runID, BootID: hello.GetBootId(), Hello: hello,
 		ConnectedAt: time.Now(), send: send, closed: make(chan struct{}),
 	}
+	s.lastRecv.Store(s.ConnectedAt.UnixNano())
+	return s
 }
+
+// Received records that the runner sent a message now.
+func (s *Session) Received() { s.lastRecv.Store(time.Now().UnixNano()) }
+
+// LastReceived is when the runner last sent a message (its Hello at first).
+func (s *Session) LastReceived() time.Time { return time.Unix(0, s.lastRecv.Load()) }
 
 // ErrClosed is returned when sending on a session whose stream has ended.
 var ErrClosed = errors.New("runner session closed")

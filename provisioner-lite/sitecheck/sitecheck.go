@@ -171,7 +171,10 @@ func (r *Result) lintDir(dir string, shadowing map[string]string) map[string]str
 }
 
 // nameLine finds the line of metadata.name for a message (0 if unknown).
-func nameLine(path string) int {
+func nameLine(path string) int { return keyLine(path, "metadata", "name") }
+
+// keyLine finds the line of the value at keys in a YAML file (0 if unknown).
+func keyLine(path string, keys ...string) int {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
@@ -191,10 +194,61 @@ func nameLine(path string) int {
 		}
 		return nil
 	}
-	if n := find(find(doc.Content[0], "metadata"), "name"); n != nil {
-		return n.Line
+	n := doc.Content[0]
+	for _, k := range keys {
+		if n = find(n, k); n == nil {
+			return 0
+		}
 	}
-	return 0
+	return n.Line
+}
+
+// Images checks that the OS image of every SKU the nodes file uses (every
+// SKU, without a nodes file) is in the coordinator's artifact store: a
+// provision of a node whose image is missing fails its preflight. stateDir
+// is the state dir as the operator named it (for the fix in the message).
+// Images served from a URL are the node's to fetch and are not checked.
+func (r *Result) Images(stateDir string) {
+	store := filepath.Join(stateDir, "artifacts")
+	skus := r.SKUs
+	if r.NodesFile != "" {
+		used := map[string]bool{}
+		for _, n := range r.Nodes {
+			if n.SKU != "" {
+				used[n.SKU] = true
+			}
+		}
+		skus = nil
+		for name := range used {
+			skus = append(skus, name)
+		}
+		slices.Sort(skus)
+	}
+	cat := &pipeline.Catalog{Dir: r.ManifestDir}
+	for _, name := range skus {
+		_, sku, err := cat.Load(name)
+		if err != nil || sku.Spec.OS == nil {
+			continue // reported by the manifests lint, or no OS to install
+		}
+		img := sku.Spec.OS.Image
+		if img.URL != "" {
+			continue
+		}
+		path := filepath.Join(r.ManifestDir, name+".yaml")
+		at := path
+		if ln := keyLine(path, "spec", "os", "image", "sha256"); ln > 0 {
+			at = fmt.Sprintf("%s:%d", path, ln)
+		}
+		fix := fmt.Sprintf("import the image and set its digest with `provisioner-lite artifacts add --state-dir %s --sku %s IMAGE`", stateDir, path)
+		st, err := os.Stat(filepath.Join(store, "sha256", img.SHA256))
+		switch {
+		case err != nil:
+			r.addf("%s: spec.os.image: sha256:%s (%d bytes) is not in the artifact store %s: every provision of SKU %s fails its preflight; %s",
+				at, img.SHA256, img.Size, store, name, fix)
+		case st.Size() != img.Size:
+			r.addf("%s: spec.os.image: sha256:%s is %d bytes in the artifact store %s, the manifest says %d; %s", at, img.SHA256, st.Size(), store, img.Size, fix)
+		}
+	}
 }
 
 // KnownSKU returns the check the nodes file's sku fields get: name must

@@ -266,6 +266,10 @@ CREATE INDEX measurements_time ON measurements(time);
 ALTER TABLE run_usage ADD COLUMN measurements BIGINT NOT NULL DEFAULT 0;
 CREATE TABLE run_fleet (run_id TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE, time BIGINT NOT NULL, judgements TEXT NOT NULL);
 `,
+	`
+ALTER TABLE verdicts ADD COLUMN at BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE verdicts ADD COLUMN stage TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // pgMigrationLock is the advisory lock two instances starting at once

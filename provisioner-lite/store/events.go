@@ -191,7 +191,7 @@ func (s *Store) AppendRunnerEvent(ctx context.Context, e Event, v *Verdict, lim 
 	e.Source = runstate.SourceRunner
 	size := int64(len(e.Message) + len(e.Payload) + len(e.Phase) + len(e.Status))
 	if v != nil {
-		size += int64(len(v.Component) + len(v.Check) + len(v.Observed) + len(v.Expected) + len(v.Message))
+		size += int64(len(v.Component) + len(v.Check) + len(v.Observed) + len(v.Expected) + len(v.Message) + len(v.Stage))
 	}
 	err := s.tx(ctx, func(tx *Tx) error {
 		var status string
@@ -251,7 +251,8 @@ VALUES (?, ?, 'runner', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 			if v.Component == "" || v.Check == "" {
 				return fmt.Errorf("verdict: component %q and check %q must both be set", v.Component, v.Check)
 			}
-			if _, err := tx.ExecContext(ctx, upsertVerdict, e.RunID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time)); err != nil {
+			if _, err := tx.ExecContext(ctx, upsertVerdict, e.RunID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time),
+				toMs(v.At), v.Stage); err != nil {
 				return err
 			}
 			if err := s.putMeasurements(ctx, tx, e.RunID, *v); err != nil {

@@ -228,7 +228,8 @@ func (s *Store) PutFleetJudgement(ctx context.Context, runID string, marginal []
 			if v.Component == "" || v.Check == "" {
 				return fmt.Errorf("verdict: component %q and check %q must both be set", v.Component, v.Check)
 			}
-			if _, err := tx.ExecContext(ctx, upsertVerdict, runID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time)); err != nil {
+			if _, err := tx.ExecContext(ctx, upsertVerdict, runID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time),
+				toMs(v.At), v.Stage); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, `UPDATE measurements SET passed = ? WHERE run_id = ? AND component = ? AND check_name = ?`,

@@ -258,6 +258,12 @@ CREATE TABLE run_fleet (
 	judgements TEXT NOT NULL
 );
 `,
+	// 9: when a verdict's finding happened (a bar on a sampled series: the
+	// first sample past it) and the suite stage it came from.
+	`
+ALTER TABLE verdicts ADD COLUMN at INTEGER NOT NULL DEFAULT 0;      -- unix ms; 0: the verdict's time
+ALTER TABLE verdicts ADD COLUMN stage TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // SchemaVersion is the user_version a fully migrated database has.

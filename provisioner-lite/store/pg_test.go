@@ -34,7 +34,8 @@ func TestPostgresBackend(t *testing.T) {
 		"PutNodesAddAndReplace": TestPutNodesAddAndReplace, "RemoveNode": TestRemoveNode, "SetLabels": TestSetLabels, "Inventories": TestInventories,
 		"CoordinatorNotesCapped": TestCoordinatorNotesCapped, "ReconnectSummary": TestReconnectSummary, "HasInventory": TestHasInventory,
 		"Series": TestSeries, "SeriesBounds": TestSeriesBounds, "BMCEvidence": TestBMCEvidence,
-		"RunProgress": TestRunProgress,
+		"RunProgress":                 TestRunProgress,
+		"SeriesRunnerBudgetAndReplay": TestSeriesRunnerBudgetAndReplay, "VerdictAtAndStage": TestVerdictAtAndStage,
 	} {
 		t.Run(name, f)
 	}

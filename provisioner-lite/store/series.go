@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/cure-oss/cure/provisioner-lite/natural"
@@ -42,11 +43,23 @@ const (
 	maxSeriesName = 160
 )
 
+// MaxRunnerSeriesPerRun is the share of MaxSeriesPerRun the runner's
+// series (sources host and gpu) may take, so the BMC's always have room.
+const MaxRunnerSeriesPerRun = 384
+
 // SeriesAppend is what AppendSeries did.
 type SeriesAppend struct {
-	Points  int // points stored
-	Refused int // series not created: the run has MaxSeriesPerRun already
-	Invalid int // points not stored: not a finite number
+	Points    int // points stored
+	Refused   int // series not created: the run (or the sources' budget) is full
+	Invalid   int // points not stored: not a finite number
+	Duplicate int // points not stored: the series has a point at that time (a replayed batch)
+}
+
+// SeriesBudget caps the series some sources may create in one run, within
+// MaxSeriesPerRun.
+type SeriesBudget struct {
+	Sources []string
+	Max     int
 }
 
 type seriesPoints struct {
@@ -57,20 +70,41 @@ type seriesPoints struct {
 // AppendSeries adds points to a run's series, creating each (by source,
 // component and metric) on its first points while the run has fewer than
 // MaxSeriesPerRun; a series' unit is the one it was created with. Points
-// out of time order are merged into place. A series over MaxSeriesPoints is
-// thinned.
+// out of time order are merged into place; a point at a time the series
+// already has is a replay and not stored again. A series over
+// MaxSeriesPoints is thinned.
 func (s *Store) AppendSeries(ctx context.Context, runID string, batch []Series) (SeriesAppend, error) {
+	return s.AppendSeriesWithin(ctx, runID, batch, SeriesBudget{})
+}
+
+// AppendSeriesWithin is AppendSeries where the series of budget's sources
+// also stay within budget.Max (zero: no budget beyond the run's).
+func (s *Store) AppendSeriesWithin(ctx context.Context, runID string, batch []Series, budget SeriesBudget) (SeriesAppend, error) {
 	var res SeriesAppend
+	inBudget := func(source string) bool { return budget.Max > 0 && slices.Contains(budget.Sources, source) }
 	for _, in := range batch {
 		if err := checkSeries(in); err != nil {
 			return res, fmt.Errorf("store: series of run %s: %w", runID, err)
 		}
+		if budget.Max > 0 && !inBudget(in.Source) {
+			return res, fmt.Errorf("store: series of run %s: source %q is not among the budget's %v", runID, in.Source, budget.Sources)
+		}
 	}
 	err := s.tx(ctx, func(tx *Tx) error {
 		res = SeriesAppend{}
-		var count int
+		var count, budgeted int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM series WHERE run_id = ?`, runID).Scan(&count); err != nil {
 			return err
+		}
+		if budget.Max > 0 {
+			q := `SELECT count(*) FROM series WHERE run_id = ? AND source IN (?` + strings.Repeat(", ?", len(budget.Sources)-1) + `)`
+			args := []any{runID}
+			for _, src := range budget.Sources {
+				args = append(args, src)
+			}
+			if err := tx.QueryRowContext(ctx, q, args...).Scan(&budgeted); err != nil {
+				return err
+			}
 		}
 		for _, in := range batch {
 			var js string
@@ -80,11 +114,12 @@ func (s *Store) AppendSeries(ctx context.Context, runID string, batch []Series) 
 			var pts seriesPoints
 			switch {
 			case errors.Is(err, sql.ErrNoRows):
-				if count >= MaxSeriesPerRun {
+				if count >= MaxSeriesPerRun || (budget.Max > 0 && budgeted >= budget.Max) {
 					res.Refused++
 					continue
 				}
 				count++
+				budgeted++
 			case err != nil:
 				return err
 			default:
@@ -92,11 +127,20 @@ func (s *Store) AppendSeries(ctx context.Context, runID string, batch []Series) 
 					return fmt.Errorf("series %s %s %s: stored points unreadable: %v", in.Source, in.Component, in.Metric, err)
 				}
 			}
+			have := make(map[int64]bool, len(pts.T))
+			for _, t := range pts.T {
+				have[t] = true
+			}
 			for i, v := range in.Values {
 				if math.IsNaN(v) || math.IsInf(v, 0) {
 					res.Invalid++
 					continue
 				}
+				if have[in.Times[i]] {
+					res.Duplicate++
+					continue
+				}
+				have[in.Times[i]] = true
 				pts.T, pts.V = append(pts.T, in.Times[i]), append(pts.V, v)
 				res.Points++
 			}

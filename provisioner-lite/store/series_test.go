@@ -78,7 +78,9 @@ func TestSeriesBounds(t *testing.T) {
 		t.Fatalf("over the series bound: %+v, %v", res, err)
 	}
 	// Existing series still take points at the bound.
-	if res, err := s.AppendSeries(ctx, "r1", batch[:1]); err != nil || res.Points != 1 || res.Refused != 0 {
+	later := batch[0]
+	later.Times = []int64{2}
+	if res, err := s.AppendSeries(ctx, "r1", []Series{later}); err != nil || res.Points != 1 || res.Refused != 0 {
 		t.Fatalf("append to an existing series at the bound: %+v, %v", res, err)
 	}
 
@@ -118,6 +120,54 @@ func TestSeriesBounds(t *testing.T) {
 	}
 	if slices.Max(g.Values) != 9999 || slices.Min(g.Values) != 0 {
 		t.Errorf("thinning lost the extremes: max %v min %v", slices.Max(g.Values), slices.Min(g.Values))
+	}
+}
+
+// The runner's series take at most their budget of a run, leaving the
+// BMC room; a replayed batch (points at times the series has) is not
+// stored twice.
+func TestSeriesRunnerBudgetAndReplay(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := ctxT(t)
+	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
+	if err := s.CreateRun(ctx, Run{ID: "r1", NodeID: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	budget := SeriesBudget{Sources: []string{"host", "gpu"}, Max: MaxRunnerSeriesPerRun}
+	var batch []Series
+	for i := range MaxRunnerSeriesPerRun + 10 {
+		src := "host"
+		if i%2 == 1 {
+			src = "gpu"
+		}
+		batch = append(batch, Series{Source: src, Component: fmt.Sprintf("cpu/%d", i), Metric: "busy_pct", Unit: "%", Times: []int64{1000, 2000}, Values: []float64{10, 20}})
+	}
+	res, err := s.AppendSeriesWithin(ctx, "r1", batch, budget)
+	if err != nil || res.Refused != 10 || res.Points != 2*MaxRunnerSeriesPerRun {
+		t.Fatalf("over the runner's budget: %+v, %v", res, err)
+	}
+	// The BMC still has room.
+	bmc := Series{Source: "bmc", Component: "bmc/CPU1Temp", Metric: "temp_c", Unit: "C", Times: []int64{1000}, Values: []float64{40}}
+	if res, err := s.AppendSeries(ctx, "r1", []Series{bmc}); err != nil || res.Points != 1 || res.Refused != 0 {
+		t.Fatalf("BMC series after the runner's budget: %+v, %v", res, err)
+	}
+	// A source outside the budget is refused outright.
+	if _, err := s.AppendSeriesWithin(ctx, "r1", []Series{bmc}, budget); err == nil {
+		t.Error("a bmc series appended within the runner's budget")
+	}
+	// A replay of the first batch, with one new point.
+	replay := batch[0]
+	replay.Times, replay.Values = []int64{1000, 2000, 3000}, []float64{10, 20, 30}
+	res, err = s.AppendSeriesWithin(ctx, "r1", []Series{replay}, budget)
+	if err != nil || res.Points != 1 || res.Duplicate != 2 {
+		t.Fatalf("replay: %+v, %v", res, err)
+	}
+	got, err := s.RunSeries(ctx, "r1", "host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got[0].Times, []int64{1000, 2000, 3000}) {
+		t.Errorf("after the replay: %v", got[0].Times)
 	}
 }
 

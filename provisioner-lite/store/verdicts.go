@@ -12,16 +12,20 @@ import (
 type Verdict struct {
 	RunID, Component, Check, Status, Observed, Expected, Message string
 	Time                                                         time.Time
+	// At is when the finding happened, when earlier than Time (a bar on a
+	// sampled series); zero: at Time. Stage is the suite stage.
+	At    time.Time
+	Stage string
 	// Measurements are stored apart (measurements.go) when the runner's
 	// verdict is: Verdicts does not return them (RunMeasurements does).
 	Measurements []Measurement
 }
 
 const upsertVerdict = `
-INSERT INTO verdicts (run_id, component, check_name, status, observed, expected, message, time)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO verdicts (run_id, component, check_name, status, observed, expected, message, time, at, stage)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT(run_id, component, check_name) DO UPDATE SET status=excluded.status, observed=excluded.observed,
-	expected=excluded.expected, message=excluded.message, time=excluded.time`
+	expected=excluded.expected, message=excluded.message, time=excluded.time, at=excluded.at, stage=excluded.stage`
 
 // PutVerdict inserts or replaces the (RunID, Component, Check) verdict.
 func (s *Store) PutVerdict(ctx context.Context, v Verdict) error {
@@ -30,7 +34,7 @@ func (s *Store) PutVerdict(ctx context.Context, v Verdict) error {
 	}
 	err := s.tx(ctx, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, upsertVerdict,
-			v.RunID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time))
+			v.RunID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time), toMs(v.At), v.Stage)
 		return err
 	})
 	if err != nil {
@@ -44,7 +48,7 @@ func (s *Store) PutVerdict(ctx context.Context, v Verdict) error {
 // (gpu/2 before gpu/10), then by check.
 func (s *Store) Verdicts(ctx context.Context, runID string) ([]Verdict, error) {
 	rows, err := s.r.QueryContext(ctx, `
-SELECT run_id, component, check_name, status, observed, expected, message, time FROM verdicts WHERE run_id = ?`, runID)
+SELECT run_id, component, check_name, status, observed, expected, message, time, at, stage FROM verdicts WHERE run_id = ?`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("store: verdicts of run %s: %w", runID, err)
 	}
@@ -52,11 +56,11 @@ SELECT run_id, component, check_name, status, observed, expected, message, time 
 	var out []Verdict
 	for rows.Next() {
 		var v Verdict
-		var t int64
-		if err := rows.Scan(&v.RunID, &v.Component, &v.Check, &v.Status, &v.Observed, &v.Expected, &v.Message, &t); err != nil {
+		var t, at int64
+		if err := rows.Scan(&v.RunID, &v.Component, &v.Check, &v.Status, &v.Observed, &v.Expected, &v.Message, &t, &at, &v.Stage); err != nil {
 			return nil, fmt.Errorf("store: verdicts of run %s: %w", runID, err)
 		}
-		v.Time = fromMs(t)
+		v.Time, v.At = fromMs(t), fromMs(at)
 		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {

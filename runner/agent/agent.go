@@ -49,6 +49,8 @@ type Emitter interface {
 	Metric(name string, value float64, unit string, labels map[string]string)
 	// Progress is a long phase's heartbeat: where it is and what is left.
 	Progress(p *curev1.Progress)
+	// Samples is a batch of telemetry sampled during a suite stage.
+	Samples(s *curev1.Samples)
 }
 
 // PhaseOutcome is how a phase ended.
@@ -316,6 +318,10 @@ func (e *emitter) Metric(name string, value float64, unit string, labels map[str
 
 func (e *emitter) Progress(p *curev1.Progress) {
 	e.emit(&curev1.Event{Body: &curev1.Event_Progress{Progress: p}})
+}
+
+func (e *emitter) Samples(s *curev1.Samples) {
+	e.emit(&curev1.Event{Body: &curev1.Event_Samples{Samples: s}})
 }
 
 // ErrNoReboot is returned by a Rebooter that is not allowed to reboot (dry run).

@@ -24,6 +24,7 @@ import (
 	"github.com/cure-oss/cure/tools/diskimage"
 	"github.com/cure-oss/cure/tools/gpu/driver"
 	"github.com/cure-oss/cure/tools/mstflint"
+	"github.com/cure-oss/cure/tools/telemetry"
 )
 
 // NotImplemented is the message of phases this runner cannot run yet: they
@@ -68,6 +69,9 @@ type Config struct {
 	Root string
 	// SuiteEnv adjusts the validation environment (tests inject fakes).
 	SuiteEnv func(suite.Env) suite.Env
+	// TelemetryGPU samples GPUs during a stage's telemetry; nil means
+	// cure-nvml -sample (gpucheck.Telemetry) over Root.
+	TelemetryGPU telemetry.GPUSource
 	// Wipe erases one disk (RealDiskWiper); nil refuses sed_revert.
 	Wipe DiskWiper
 	// HTTP downloads images; nil means a client with connect/header timeouts.

@@ -36,7 +36,14 @@ type recEmitter struct {
 	verdicts []*curev1.Verdict
 	metrics  []*curev1.Metric
 	progress []*curev1.Progress
+	samples  []*curev1.Samples
 	logs     int
+}
+
+func (r *recEmitter) Samples(s *curev1.Samples) {
+	r.mu.Lock()
+	r.samples = append(r.samples, s)
+	r.mu.Unlock()
 }
 
 func (r *recEmitter) Progress(p *curev1.Progress) {

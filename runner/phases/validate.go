@@ -13,6 +13,7 @@ import (
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/checks/gpucheck"
 	"github.com/cure-oss/cure/tools/checks/suite"
+	"github.com/cure-oss/cure/tools/telemetry/bars"
 )
 
 // protoStatus maps a check verdict to the wire enum.
@@ -91,6 +92,11 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	}()
 	counts := map[checks.Status]int{}
 	var bad []string
+	// Stages that set telemetry are sampled while they run and judged on
+	// their bars when they end; those verdicts count with the checks'.
+	tel := e.newStageTelemetry(ctx, s, emit)
+	defer tel.stop()
+	telVerdicts := 0
 	poll := e.pollMachineChecks(emit)
 	withLog := e.kernelLogFor(ctx, emit)
 	onVerdict := func(v checks.Verdict) {
@@ -120,10 +126,26 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 		OnStage: func(ev checks.StageEvent) {
 			prog.stageEvent(ev)
 			what := "started"
+			var judged []bars.Verdict
 			if ev.End {
 				what = "ended"
+				// Sampling stops before the end is logged, so every sample
+				// lies between the stage's start and end lines.
+				judged = tel.stage(ev)
 			}
 			emit.Log("INFO", fmt.Sprintf("stage %s %s: %s", ev.Stage, what, strings.Join(ev.Checks, ", ")), map[string]string{"stage": ev.Stage})
+			if !ev.End {
+				tel.stage(ev)
+			}
+			// The stage's checks have all ended here: nothing else reports.
+			for _, v := range judged {
+				telVerdicts++
+				counts[v.Status]++
+				if v.Status == checks.Fail || v.Status == checks.Error {
+					bad = append(bad, fmt.Sprintf("%s %s", v.Component, v.Check))
+				}
+				emit.Verdict(barVerdict(v))
+			}
 			prog.beat(emit)
 		},
 	})
@@ -138,7 +160,7 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 		vs = append(vs, v)
 	}
 	prog.beat(emit)
-	summary := fmt.Sprintf("%s: %d verdicts, %d PASS, %d FAIL, %d ERROR, %d SKIP in %s", s.Metadata.Name, len(vs),
+	summary := fmt.Sprintf("%s: %d verdicts, %d PASS, %d FAIL, %d ERROR, %d SKIP in %s", s.Metadata.Name, len(vs)+telVerdicts,
 		counts[checks.Pass], counts[checks.Fail], counts[checks.Error], counts[checks.Skip], e.cfg.now().Sub(start).Round(time.Second))
 	if len(done) > 0 {
 		summary += fmt.Sprintf("; %d check(s) kept from before %d node reset(s)", len(done), resume.GetResumed())

@@ -28,6 +28,10 @@ type SessionOptions struct {
 	// never dropped; a burn-in that outlives its coordinator keeps its
 	// results, not every sample of the way there.
 	MaxUnackedMetrics int
+	// MaxUnackedSamples bounds the telemetry batches (Samples) queued the
+	// same way (default 64): a stage sends one a minute or less, so an
+	// outage of an hour keeps its latest hour.
+	MaxUnackedSamples int
 	Log               *slog.Logger
 	// OnAck, if set, is called (outside the session's lock) with each event
 	// the coordinator acknowledged: the fleet simulator measures
@@ -53,8 +57,10 @@ type Session struct {
 	unacked []*curev1.Event // seq order, gaps where metrics were dropped; removed when an Ack covers them
 	metrics int             // metric events in unacked
 	dropped int             // metric events dropped for the cap, this boot
-	changed chan struct{}   // closed and replaced whenever unacked or directives change
-	dirs    []agent.Directive
+	// droppedSamples counts telemetry batches dropped for their cap.
+	droppedSamples int
+	changed        chan struct{} // closed and replaced whenever unacked or directives change
+	dirs           []agent.Directive
 }
 
 // NewSession returns a session over conn. hello builds the Hello for each
@@ -72,6 +78,9 @@ func NewSession(conn *grpc.ClientConn, hello func() *curev1.Hello, opt SessionOp
 	}
 	if opt.MaxUnackedMetrics == 0 {
 		opt.MaxUnackedMetrics = 20000
+	}
+	if opt.MaxUnackedSamples == 0 {
+		opt.MaxUnackedSamples = 64
 	}
 	log := opt.Log
 	if log == nil {
@@ -112,7 +121,34 @@ func (s *Session) Emit(ev *curev1.Event) {
 	if ev.GetProgress() != nil {
 		s.dropOlderProgress()
 	}
+	if ev.GetSamples() != nil {
+		s.capSamples()
+	}
 	s.signal()
+}
+
+// capSamples drops the oldest queued telemetry batches beyond
+// MaxUnackedSamples; callers hold s.mu.
+func (s *Session) capSamples() {
+	n := 0
+	for _, ev := range s.unacked {
+		if ev.GetSamples() != nil {
+			n++
+		}
+	}
+	if n <= s.opt.MaxUnackedSamples {
+		return
+	}
+	for i, ev := range s.unacked {
+		if ev.GetSamples() != nil {
+			s.unacked = append(s.unacked[:i:i], s.unacked[i+1:]...)
+			s.droppedSamples++
+			if s.droppedSamples == 1 || s.droppedSamples%100 == 0 {
+				s.log.Warn("coordinator unreachable: dropping the oldest queued telemetry batches", "dropped", s.droppedSamples, "queued", len(s.unacked))
+			}
+			return
+		}
+	}
 }
 
 // dropOlderProgress removes queued heartbeats a newer one (the last in

@@ -351,3 +351,32 @@ func TestInvalidUTF8Repaired(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionCapsQueuedSamples: telemetry batches queued while the
+// coordinator is away are capped, the oldest dropped; verdicts stay.
+func TestSessionCapsQueuedSamples(t *testing.T) {
+	s := NewSession(nil, nil, SessionOptions{Log: quiet(), MaxUnackedSamples: 3})
+	batch := func(i int) *curev1.Event {
+		return &curev1.Event{RunId: "r1", Body: &curev1.Event_Samples{Samples: &curev1.Samples{Series: []*curev1.Series{
+			{Component: "cpu/0", Metric: "busy_pct", Source: "host", TimeUnixMs: []int64{int64(i)}, Values: []float64{50}}}}}}
+	}
+	for i := 1; i <= 10; i++ {
+		s.Emit(batch(i))
+		if i == 2 {
+			s.Emit(&curev1.Event{RunId: "r1", Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{Component: "gpu/0"}}})
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var got []string
+	for _, ev := range s.unacked {
+		if b := ev.GetSamples(); b != nil {
+			got = append(got, fmt.Sprint(b.GetSeries()[0].GetTimeUnixMs()[0]))
+		} else {
+			got = append(got, ev.GetVerdict().GetComponent())
+		}
+	}
+	if fmt.Sprint(got) != "[gpu/0 8 9 10]" || s.droppedSamples != 7 {
+		t.Errorf("queued %v (%d dropped), want the verdict and the newest 3 batches", got, s.droppedSamples)
+	}
+}

@@ -78,6 +78,12 @@ type Device interface {
 	NVLinks() ([]NVLink, error)
 	PowerUsage() (uint32, error)         // nvmlDeviceGetPowerUsage, milliwatts
 	EnforcedPowerLimit() (uint32, error) // nvmlDeviceGetEnforcedPowerLimit, milliwatts
+	SMClockMHz() (uint32, error)         // nvmlDeviceGetClockInfo(SM): the SM clock now
+	// BaseSMClockMHz is what a stage's sustained clock is compared with:
+	// nvmlDeviceGetDefaultApplicationsClock(SM), the clock the board
+	// targets under load, or nvmlDeviceGetMaxClockInfo(SM) where the board
+	// has no default.
+	BaseSMClockMHz() (uint32, error)
 }
 
 // XidWatcher is an NVML event set. Wait is nvmlEventSetWait_v2.

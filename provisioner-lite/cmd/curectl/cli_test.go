@@ -44,6 +44,9 @@ func TestCLIHelpWithoutCA(t *testing.T) {
 	}{
 		{[]string{"--help"}, []string{"Available Commands:", "provision", "watch", "audit-log", "--server", "--ca"}},
 		{[]string{"report", "--help"}, []string{"curectl report [NODE] | --run RUN", "--html", "-o, --output"}},
+		// A first-day operator learns the common calls and what a script can test.
+		{[]string{"provision", "--help"}, []string{"Examples:", "curectl provision --watch gpu-001", "--resume gpu-001", "Exit codes:",
+			"3  with --watch: a run ended failed", "4  without --watch: some nodes started, others were refused"}},
 		{[]string{"nodes", "add", "--help"}, []string{"--bmc-password-stdin", "--mac", "-f, --f"}},
 		// Flags after the command and its flags, too.
 		{[]string{"nodes", "list", "--help", "--server", "x:1"}, []string{"curectl nodes list"}},

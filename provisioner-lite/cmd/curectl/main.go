@@ -1,6 +1,6 @@
 // Command curectl is the operator CLI of provisioner-lite. It authenticates
 // with an operator client certificate (`provisioner-lite pki --operator NAME`);
-// without --cert/--key it uses operators/operator.pem beside the CA file.
+// without --cert/--key it uses operators/operator.pem (else admin.pem) beside the CA file.
 //
 //	curectl provision [--mode provision] [--manifest sku] [--resume] [--watch] [--yes] [--selector k=v,...] [NODE...]
 //	curectl cancel [--selector k=v,...] [--run RUN] [--reason TEXT] [NODE...]
@@ -113,7 +113,8 @@ func (a *app) rootCmd() *cobra.Command {
 		Short: "Operator CLI of the CURE coordinator (provisioner-lite)",
 		Long: `curectl talks to the coordinator's operator API over TLS with an operator
 client certificate (provisioner-lite pki --operator NAME --role ROLE).
-Without --cert/--key it uses operators/operator.pem beside the CA file.
+Without --cert/--key it uses operators/operator.pem beside the CA file, else
+operators/admin.pem (the certificate provisioner-lite init issues).
 Flags may be given anywhere on the line; defaults come from CURE_SERVER,
 CURE_CA, CURE_CERT and CURE_KEY.`,
 		Version:       versionString(),
@@ -125,8 +126,8 @@ CURE_CA, CURE_CERT and CURE_KEY.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.server, "server", envOr("CURE_SERVER", "127.0.0.1:8443"), "coordinator gRPC address HOST:PORT (its certificate must name HOST); several, comma-separated: provision moves on to the next when one is full or down")
 	pf.StringVar(&a.ca, "ca", envOr("CURE_CA", filepath.Join("state", "pki", "ca.pem")), "coordinator CA certificate")
-	pf.StringVar(&a.cert, "cert", os.Getenv("CURE_CERT"), "operator client certificate (default: operators/operator.pem beside --ca, if present)")
-	pf.StringVar(&a.key, "key", os.Getenv("CURE_KEY"), "operator client key (default: operators/operator-key.pem beside --ca, if present)")
+	pf.StringVar(&a.cert, "cert", os.Getenv("CURE_CERT"), "operator client certificate (default: operators/operator.pem beside --ca, else operators/admin.pem, if present)")
+	pf.StringVar(&a.key, "key", os.Getenv("CURE_KEY"), "operator client key (default: the key beside the default certificate)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 	root.AddCommand(a.provisionCmd(), a.cancelCmd(), a.watchCmd(), a.reportCmd(), a.auditCmd(),
 		a.nodesCmd(), a.auditLogCmd(), a.bucketsCmd(), a.fleetBandsCmd(), manCmd(root))
@@ -248,7 +249,20 @@ func (a *app) provisionCmd() *cobra.Command {
 		Short: "Start a run (provision, audit, verify, diagnostic, burnin or wipe) on nodes",
 		Long: `Start a run on each NODE and on every node --selector matches.
 --mode wipe destroys the disks' data: curectl lists the nodes and disks and
-asks for confirmation on a terminal; elsewhere it refuses unless --yes.`,
+asks for confirmation on a terminal; elsewhere it refuses unless --yes.
+
+Exit codes:
+  0  every run started (with --watch: and every run succeeded)
+  1  nothing started: no node could be started, or the coordinator could not be reached
+  2  bad usage (flags, no node given), or a wipe not confirmed
+  3  with --watch: a run ended failed, canceled or needing attention (its report says why)
+  4  without --watch: some nodes started, others were refused (listed with why)`,
+		Example: `  curectl provision --watch gpu-001                   # provision one node and follow it to the end
+  curectl provision --selector rack=r12,sku=hgx-b200  # every node of a rack and SKU
+  curectl provision --resume gpu-001                  # continue a failed run from the phase it reached
+  curectl provision --mode audit gpu-001              # compare firmware and settings, write nothing
+  curectl provision --mode diagnostic --manifest rma-quick --watch gpu-001
+  curectl provision --mode wipe --yes gpu-001         # erase the disks (without --yes: asks on a terminal)`,
 		RunE: func(_ *cobra.Command, args []string) error {
 			c, targets, err := a.connect()
 			if err != nil {
@@ -731,18 +745,33 @@ type clientCert struct {
 	desc string
 }
 
+// defaultOperators are the certificates curectl looks for beside the CA
+// without --cert/--key, in order.
+var defaultOperators = []string{"operator", "admin"}
+
 // operatorCert loads --cert/--key, or by default operators/operator.pem and
-// operator-key.pem beside the CA file when both exist. No certificate is not
-// an error here: the coordinator's answer explains what is missing.
+// operator-key.pem beside the CA file when both exist, else admin.pem and
+// admin-key.pem. No certificate is not an error here: the coordinator's
+// answer explains what is missing.
 func operatorCert(caFile, certFile, keyFile string) (clientCert, error) {
 	if (certFile == "") != (keyFile == "") {
 		return clientCert{}, errors.New("--cert and --key go together: give both (an operator certificate from `provisioner-lite pki --operator NAME --role ROLE`)")
 	}
 	if certFile == "" {
+		// "operator" by convention, else "admin": the one `provisioner-lite
+		// init` issues, so a fresh state dir works without exports.
 		pkiDir := filepath.Dir(caFile)
-		certFile, keyFile = pki.OperatorCertFiles(pkiDir, "operator")
-		if !fileExists(certFile) || !fileExists(keyFile) {
-			return clientCert{desc: fmt.Sprintf("no client certificate (no --cert/--key, no %s)", certFile)}, nil
+		var tried []string
+		for _, name := range defaultOperators {
+			c, k := pki.OperatorCertFiles(pkiDir, name)
+			if fileExists(c) && fileExists(k) {
+				certFile, keyFile = c, k
+				break
+			}
+			tried = append(tried, c)
+		}
+		if certFile == "" {
+			return clientCert{desc: fmt.Sprintf("no client certificate (no --cert/--key, no %s)", strings.Join(tried, " or "))}, nil
 		}
 	}
 	c, err := pki.LoadOperatorCert(certFile, keyFile)

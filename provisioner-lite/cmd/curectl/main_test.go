@@ -31,7 +31,15 @@ func TestOperatorCertDefaults(t *testing.T) {
 	if err != nil || cc.cert != nil || !strings.Contains(cc.desc, filepath.Join(dir, "operators", "operator.pem")) {
 		t.Fatalf("no default files: %+v, %v", cc, err)
 	}
-	// The default operator certificate is picked up.
+	// The admin certificate `provisioner-lite init` issues is found without exports.
+	if _, err := pki.IssueOperatorCert(dir, "admin", pki.RoleAdmin); err != nil {
+		t.Fatal(err)
+	}
+	cc, err = operatorCert(ca, "", "")
+	if err != nil || cc.cert == nil || cc.cert.Leaf.Subject.CommonName != "admin" {
+		t.Fatalf("init's admin certificate: %+v, %v", cc, err)
+	}
+	// The default operator certificate is picked up first.
 	if _, err := pki.IssueOperatorCert(dir, "operator", pki.RoleOperator); err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,8 @@ func (b *bmcConnector) endpoint(n store.Node) (redfish.Endpoint, error) {
 	if err != nil {
 		return redfish.Endpoint{}, err
 	}
-	ep := redfish.Endpoint{URL: n.BMCURL, Username: n.BMCUser, Password: pw, Fingerprint: n.BMCFingerprint, Insecure: n.BMCInsecure}
+	ep := redfish.Endpoint{URL: n.BMCURL, Username: n.BMCUser, Password: pw, Fingerprint: n.BMCFingerprint, Insecure: n.BMCInsecure,
+		PasswordFrom: nodes.PasswordSource(n)}
 	ca := b.defaultCA
 	if n.BMCCAFile != "" {
 		ca = n.BMCCAFile

@@ -4,8 +4,9 @@
 // resumes where the runs were.
 //
 //	provisioner-lite init --state-dir DIR     one state dir: CA, server certificate, state key, admin operator certificate
-//	provisioner-lite check [--manifests DIR] [--nodes FILE] [--state-dir DIR --image-dir DIR]
+//	provisioner-lite check [--manifests DIR] [--nodes FILE] [--state-dir DIR [--image-dir DIR]]
 //	provisioner-lite pki --state-dir DIR [--operator NAME --role ROLE]
+//	provisioner-lite artifacts add --state-dir DIR [--sku SKU.yaml] FILE...
 //	provisioner-lite [flags]                  the coordinator (lints the same as check first, and refuses on problems)
 package main
 
@@ -95,6 +96,8 @@ func main() {
 			os.Exit(checkCmd(os.Args[2:], os.Stdout))
 		case "pki":
 			os.Exit(pkiCmd(os.Args[2:]))
+		case "artifacts":
+			os.Exit(artifactsCmd(os.Args[2:], os.Stdout))
 		default:
 			// Never a coordinator start: a typo must not create a state dir and a CA.
 			fmt.Fprintf(os.Stderr, "provisioner-lite: unknown command %q\n", os.Args[1])
@@ -106,10 +109,10 @@ func main() {
 	var imports, tlsNames, webhooks multiFlag
 	flag.Usage = func() {
 		usage(flag.CommandLine.Output())
-		fmt.Fprintln(flag.CommandLine.Output(), "\ncoordinator flags:")
-		flag.PrintDefaults()
+		fmt.Fprintln(flag.CommandLine.Output(), "\ncoordinator flags, by topic:")
+		printGroupedFlags(flag.CommandLine.Output(), flag.CommandLine)
 	}
-	flag.StringVar(&c.stateDir, "state-dir", "state", "store, PKI and artifact directory (0700; one coordinator at a time; make it with `provisioner-lite init`)")
+	flag.StringVar(&c.stateDir, "state-dir", "state", "store, PKI and artifact directory (0700; one coordinator at a time; made by provisioner-lite init)")
 	flag.StringVar(&c.manifestDir, "manifests", "manifests/examples", "directory of SKU manifests (<sku>.yaml) and validation suites (suites/<name>.yaml)")
 	flag.StringVar(&c.nodesFile, "nodes", "", "node inventory (YAML or CSV) imported at start (later: curectl nodes import)")
 	flag.StringVar(&c.imageDir, "image-dir", "out/image", "cure-build output: vmlinuz, initramfs, report.json (its CA must be this state dir's)")
@@ -165,6 +168,8 @@ func main() {
 	flag.StringVar(&c.webhookSecret, "webhook-secret-file", "", "HMAC key of the webhook signature (default: webhook.secret in the state dir, created on first use)")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
 	flag.StringVar(&c.toolBundle, "tool-bundle", "", "the tool bundle (make toolbundle: out/toolbundle/toolbundle.tar.zst) to serve to suites that run fio, stress-ng or iperf3")
+	var logLevel slog.Level
+	flag.TextVar(&logLevel, "log-level", slog.LevelInfo, "`level` of the log: debug, info, warn or error (debug adds every request, DHCP packet and Redfish call)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "provisioner-lite: unexpected arguments %q\n", flag.Args())
@@ -176,7 +181,7 @@ func main() {
 	c.webhooks = webhooks
 	c.eventLimits.HardEvents = c.eventLimits.MaxEvents + store.DefaultEventLimits.HardEvents - store.DefaultEventLimits.MaxEvents
 	c.retention.BootTokens = store.DefaultRetention.BootTokens
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
 	slog.SetDefault(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -191,9 +196,11 @@ func usage(w io.Writer) {
   provisioner-lite init --state-dir DIR [--operator NAME] [--advertise ADDR | --pxe-interface IFACE]
         one state dir: CA, server certificate, state key, an admin operator certificate; prints the next commands
   provisioner-lite check [--manifests DIR] [--nodes FILE] [--state-dir DIR] [--image-dir DIR]
-        lint the manifests, suites and nodes file (and the image's CA) as the coordinator will read them
+        lint the manifests, suites and nodes file as the coordinator will read them (and the SKUs' OS images in the state dir's store, the image's CA)
   provisioner-lite pki --state-dir DIR [--operator NAME --role viewer|operator|admin]
         the CA, and one operator's curectl certificate
+  provisioner-lite artifacts add --state-dir DIR [--sku SKU.yaml] FILE...
+        files into the artifact store; with --sku, FILE becomes that SKU's OS image (sha256, size, format)
   provisioner-lite [flags]
         the coordinator (-h lists its flags)
 `)
@@ -228,13 +235,14 @@ func initCmd(args []string, out io.Writer) int {
 // initResult is what init made or found.
 type initResult struct {
 	stateDir, advertise, advertiseWhy string
+	pxeIface                          string
 	caFile, caFingerprint             string
 	caCreated, keyCreated             bool
 	op                                pki.OperatorCert
 }
 
 func initState(stateDir, operator, advertise, pxeIface, procRoot string, log *slog.Logger) (*initResult, error) {
-	r := &initResult{advertise: advertise, advertiseWhy: "--advertise"}
+	r := &initResult{advertise: advertise, advertiseWhy: "--advertise", pxeIface: pxeIface}
 	abs, err := filepath.Abs(stateDir)
 	if err != nil {
 		return nil, err
@@ -313,27 +321,36 @@ func (r *initResult) print(w io.Writer) {
 		return p
 	}
 	sd := rel(r.stateDir)
+	advertiseFlag := "" // the address is the --pxe-interface's unless init was told another
+	if r.advertiseWhy == "--advertise" {
+		advertiseFlag = " --advertise " + r.advertise
+	}
 	fmt.Fprintf(w, `state dir %s
   CA           %s (%s, %s)
   state key    %s (%s: it seals BMC passwords and PSIDs; back it up with cure.db)
   server cert  for %s (%s)
   operator     %s, role admin: %s (%s, valid until %s)
 
-Next:
+Next (README, "Set up a site"):
   1. Build the CURE image with this CA (the coordinator refuses an image that trusts another):
-       go run ./builder/cmd/cure-build --spec initramfs/cure.yaml --state-dir %s --out out/image
-     (or: make image STATE=%s)
-  2. Write the nodes file (README, "Set up a site"), then check it with the manifests:
-       provisioner-lite check --manifests manifests/examples --nodes nodes.yaml --state-dir %s --image-dir out/image
-  3. Start the coordinator:
-       provisioner-lite --state-dir %s --manifests manifests/examples --nodes nodes.yaml --image-dir out/image --advertise %s
-  4. Drive it with curectl:
+       make image STATE=%s
+     (or: go run ./builder/cmd/cure-build --spec initramfs/cure.yaml --state-dir %s --out out/image)
+  2. The OS image nodes get: copy a SKU into the site's manifests, import the image into it
+     (make hostos builds a test one, out/hostos/disk.raw.zst):
+       mkdir -p site-manifests && cp manifests/examples/qemu-nvme.yaml site-manifests/
+       provisioner-lite artifacts add --state-dir %s --sku site-manifests/qemu-nvme.yaml IMAGE
+  3. Write the nodes file, then check it with the manifests, the image and the artifact store:
+       provisioner-lite check --manifests site-manifests --nodes nodes.yaml --state-dir %s --image-dir out/image
+  4. Start the coordinator, its proxy DHCP and TFTP on the interface facing the nodes
+     (or let the site's DHCP server chain to http://%s:8080/boot.ipxe: docs/NETBOOT.md):
+       provisioner-lite --state-dir %s --manifests site-manifests --nodes nodes.yaml --image-dir out/image%s --pxe-interface %s --proxy-dhcp
+  5. Drive it with curectl:
        export CURE_CA=%s CURE_CERT=%s CURE_KEY=%s
        curectl nodes
        curectl provision --watch NODE
 `, sd, rel(r.caFile), made(r.caCreated), r.caFingerprint, rel(filepath.Join(r.stateDir, statedir.KeyFile)), made(r.keyCreated),
 		r.advertise, r.advertiseWhy, r.op.Name, rel(r.op.CertFile), opWhat, r.op.NotAfter.Format(time.DateOnly),
-		sd, sd, sd, sd, r.advertise, rel(r.caFile), rel(r.op.CertFile), rel(r.op.KeyFile))
+		sd, sd, sd, sd, r.advertise, sd, advertiseFlag, nonEmpty(r.pxeIface, "IFACE"), rel(r.caFile), rel(r.op.CertFile), rel(r.op.KeyFile))
 }
 
 // checkCmd lints the site's configuration as the coordinator reads it at
@@ -342,7 +359,7 @@ func checkCmd(args []string, out io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	manifestDir := fs.String("manifests", "manifests/examples", "directory of SKU manifests and suites/, as the coordinator's --manifests")
 	nodesFile := fs.String("nodes", "", "node inventory (YAML or CSV), as the coordinator's --nodes")
-	stateDir := fs.String("state-dir", "", "with --image-dir: check that the image trusts this state dir's CA")
+	stateDir := fs.String("state-dir", "", "the coordinator's state dir: check that the SKUs' OS images are in its artifact store (and, with --image-dir, that the image trusts its CA)")
 	imageDir := fs.String("image-dir", "", "with --state-dir: the cure-build output to check")
 	if fs.Parse(args) != nil {
 		return 2
@@ -351,8 +368,8 @@ func checkCmd(args []string, out io.Writer) int {
 		fmt.Fprintf(os.Stderr, "check: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	if (*stateDir == "") != (*imageDir == "") {
-		fmt.Fprintln(os.Stderr, "check: --state-dir and --image-dir go together (the image's CA is checked against the state dir's)")
+	if *imageDir != "" && *stateDir == "" {
+		fmt.Fprintln(os.Stderr, "check: --image-dir needs --state-dir (the image's CA is checked against the state dir's)")
 		return 2
 	}
 	res := sitecheck.Site(*manifestDir, *nodesFile)
@@ -363,6 +380,9 @@ func checkCmd(args []string, out io.Writer) int {
 		fmt.Fprintf(out, "nodes %s: not read (see below)\n", *nodesFile)
 	}
 	if *stateDir != "" {
+		res.Images(*stateDir)
+	}
+	if *imageDir != "" {
 		caPEM, err := os.ReadFile(filepath.Join(*stateDir, "pki", pki.CACertFile))
 		if err != nil {
 			res.Problems = append(res.Problems, fmt.Sprintf("%s: the state dir has no CA (%v): run `provisioner-lite init --state-dir %s`", *stateDir, err, *stateDir))
@@ -517,6 +537,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 			return fmt.Errorf("import %s: %w", c.nodesFile, err)
 		}
 		log.Info("node inventory imported", "file", c.nodesFile, "nodes", len(site.Nodes), "added", len(added), "updated", len(updated))
+		warnUnlistedNICs(ctx, st, site.Nodes, log)
 	}
 	artifactDir := sd.Join("artifacts")
 	for _, f := range c.imports {
@@ -532,6 +553,12 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 			return err
 		}
 		log.Info("tool bundle served", "file", c.toolBundle, "sha256", toolBundle.SHA256, "size", toolBundle.Size, "tools", toolBundle.Tools)
+	}
+	// A SKU whose image is missing is not a reason to refuse: the image
+	// may be added while the coordinator runs (artifacts add).
+	site.Images(c.stateDir)
+	for _, p := range site.Problems {
+		log.Warn("the site is not ready to provision", "problem", p)
 	}
 
 	// Listeners first: the URLs nodes are given name the ports actually
@@ -622,6 +649,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		KnownSKU: sitecheck.KnownSKU(c.manifestDir), BMCCADir: sd.Join("bmc-ca"), Log: log})
 
 	errc := make(chan error, 4)
+	nb.onUnknownMAC = func(ctx context.Context, mac, source string) { eng.UnknownMAC(ctx, mac, "proxy DHCP", source) }
 	stopNetboot, err := nb.start(ctx, log, bs.ScriptURL(), baseURL, st, errc)
 	if err != nil {
 		return err

@@ -53,6 +53,10 @@ type netbootPlan struct {
 	mode     redfish.BootModePolicy
 	files    *netboot.Files // nil: no TFTP, proxy or HTTP builds
 	tftpAddr string
+	// onUnknownMAC, if set, hears of the PXE requests the proxy DHCP
+	// gets from MACs not in the inventory, within their budget
+	// (pipeline.Engine.UnknownMAC shows them on the runs waiting for CURE).
+	onUnknownMAC func(ctx context.Context, mac, source string)
 }
 
 // prepare checks the flags and reads the iPXE builds, before anything
@@ -186,7 +190,7 @@ func (p *netbootPlan) start(ctx context.Context, log *slog.Logger, scriptURL, ba
 	}
 	boot.HTTPBase = strings.TrimRight(baseURL, "/") + bootserver.IPXEBuildsPath
 	px, err := netboot.NewProxyDHCP(netboot.Config{Interface: p.flags.pxeInterface, ServerIP: serverIP, Boot: boot,
-		Inventory: inv, AnswerUnknown: p.flags.allMACs, Log: log})
+		Inventory: inv, AnswerUnknown: p.flags.allMACs, OnUnknown: p.unknownObserver(ctx), Log: log})
 	if err != nil {
 		stop()
 		return func() {}, err
@@ -201,4 +205,12 @@ func (p *netbootPlan) start(ctx context.Context, log *slog.Logger, scriptURL, ba
 	}()
 	stops = append([]func(){func() { cancel(); <-done }}, stops...)
 	return stop, nil
+}
+
+// unknownObserver is the proxy DHCP's OnUnknown (nil without an observer).
+func (p *netbootPlan) unknownObserver(ctx context.Context) func(mac, source string) {
+	if p.onUnknownMAC == nil {
+		return nil
+	}
+	return func(mac, source string) { p.onUnknownMAC(ctx, mac, source) }
 }

@@ -2,11 +2,11 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 
 	"gopkg.in/yaml.v3"
 )
@@ -18,10 +18,19 @@ type Fleet struct {
 	TLS      bool   `yaml:"tls"`      // self-signed HTTPS, as real BMCs
 	Username string `yaml:"username"`
 	Password string `yaml:"password"`
-	BootURL  string `yaml:"bootURL"` // DHCP bootfile, e.g. http://10.0.2.2:8080/boot.ipxe
+	BootURL  string `yaml:"bootURL"` // DHCP bootfile of nodes on QEMU's user network, e.g. http://10.0.2.2:8080/boot.ipxe
 	WorkDir  string `yaml:"workDir"` // disks and console logs
 	Fake     bool   `yaml:"fake"`    // in-memory machines instead of QEMU
-	Nodes    []Node `yaml:"nodes"`
+	// OVMFCode and OVMFVars are the UEFI firmware of nodes with uefi: true
+	// (default: Debian's ovmf package).
+	OVMFCode string `yaml:"ovmfCode"`
+	OVMFVars string `yaml:"ovmfVars"`
+	// What -nodes-yaml writes besides the BMCs: every node's SKU (a node's
+	// own sku wins), and the coordinator's environment variable holding the
+	// BMC password (passwordEnv) instead of the password itself.
+	SKU         string `yaml:"sku"`
+	PasswordEnv string `yaml:"passwordEnv"`
+	Nodes       []Node `yaml:"nodes"`
 }
 
 // Node is one machine behind one BMC. Empty fields get per-index defaults.
@@ -36,6 +45,15 @@ type Node struct {
 	MemoryMiB    int    `yaml:"memoryMiB"`
 	NoBootMode   bool   `yaml:"noBootMode"`
 	NoContinuous bool   `yaml:"noContinuous"`
+	// Tap puts the node's NIC on this existing tap device (on a bridge with
+	// the site's DHCP server and the coordinator) instead of QEMU's user
+	// network; bootURL does not apply to it.
+	Tap string `yaml:"tap"`
+	// UEFI makes the node a UEFI server: OVMF firmware with its own NVRAM,
+	// no NIC option ROM (the firmware's own PXE), and a BMC that offers
+	// BootSourceOverrideMode UEFI (first) and Legacy.
+	UEFI bool   `yaml:"uefi"`
+	SKU  string `yaml:"sku"` // the node's SKU in -nodes-yaml (default: the fleet's)
 
 	line int // where the node starts in the file, for errors
 }
@@ -98,10 +116,16 @@ func (f *Fleet) complete(where string) error {
 	if f.WorkDir == "" {
 		f.WorkDir = filepath.Join(os.TempDir(), "cure-vbmc")
 	}
+	if f.OVMFCode == "" {
+		f.OVMFCode = "/usr/share/OVMF/OVMF_CODE.fd"
+	}
+	if f.OVMFVars == "" {
+		f.OVMFVars = "/usr/share/OVMF/OVMF_VARS.fd"
+	}
 	if len(f.Nodes) == 0 {
 		return fmt.Errorf("%s: nodes: at least one node is required", where)
 	}
-	names, ports, macs := map[string]int{}, map[int]int{}, map[string]int{}
+	names, ports, macs, taps := map[string]int{}, map[int]int{}, map[string]int{}, map[string]int{}
 	for i := range f.Nodes {
 		n := &f.Nodes[i]
 		at := fmt.Sprintf("%s: nodes[%d]", where, i)
@@ -132,6 +156,9 @@ func (f *Fleet) complete(where string) error {
 		if n.MemoryMiB == 0 {
 			n.MemoryMiB = 1024
 		}
+		if n.SKU == "" {
+			n.SKU = f.SKU
+		}
 		hw, err := net.ParseMAC(n.MAC)
 		if err != nil || len(hw) != 6 {
 			return fmt.Errorf("%s (%s): mac %q is not a 48-bit MAC like 52:54:00:c0:00:01", at, n.Name, n.MAC)
@@ -154,12 +181,23 @@ func (f *Fleet) complete(where string) error {
 			return fmt.Errorf("%s (%s): port %d is also nodes[%d]'s", at, n.Name, n.Port, j)
 		}
 		ports[n.Port] = i
+		if n.Tap != "" {
+			if j, ok := taps[n.Tap]; ok {
+				return fmt.Errorf("%s (%s): tap %s is also nodes[%d]'s: one NIC per tap device", at, n.Name, n.Tap, j)
+			}
+			taps[n.Tap] = i
+		}
+		if !f.Fake && n.Tap == "" && f.BootURL == "" {
+			return fmt.Errorf("%s (%s): bootURL is required for QEMU nodes on QEMU's user network (e.g. http://10.0.2.2:8080/boot.ipxe), or give the node a tap", at, n.Name)
+		}
 	}
-	if !f.Fake && f.BootURL == "" {
-		return errors.New(where + ": bootURL is required for QEMU nodes (e.g. http://10.0.2.2:8080/boot.ipxe)")
+	if f.PasswordEnv != "" && !envNameRE.MatchString(f.PasswordEnv) {
+		return fmt.Errorf("%s: passwordEnv %q is not an environment variable name", where, f.PasswordEnv)
 	}
 	return nil
 }
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func dup(seen map[string]int, key string, i int) bool {
 	if _, ok := seen[key]; ok {

@@ -1,6 +1,7 @@
 // Command vbmc runs a fleet of Redfish virtual BMCs, one per node and each
-// on its own 127.0.0.1 port, each driving a QEMU VM (or an in-memory fake).
-// It is what `make demo` points the coordinator at.
+// on its own 127.0.0.1 port, each driving a QEMU VM (or an in-memory fake):
+// on QEMU's user network, or on a tap device beside a site's DHCP server,
+// with SeaBIOS or UEFI firmware (OVMF). README "Try it on one box" runs one.
 //
 //	vbmc -config fleet.yaml
 //	vbmc -n 3 -boot-url http://10.0.2.2:8080/boot.ipxe
@@ -126,11 +127,18 @@ func run() error {
 			if err := ensureDisk(nd.Disk, nd.DiskSizeMiB); err != nil {
 				return fmt.Errorf("node %s: %w", nd.Name, err)
 			}
-			qm, err := vbmc.NewQEMUMachine(vbmc.QEMUConfig{
+			qc := vbmc.QEMUConfig{
 				Name: nd.Name, MAC: nd.MAC, Serial: nd.Serial, UUID: nd.UUID, DiskPath: nd.Disk,
 				MemoryMiB: nd.MemoryMiB, ConsoleLog: console, BootURL: fleet.BootURL,
 				RebootTimeout: 10 * time.Second, Logger: log,
-			})
+			}
+			if nd.Tap != "" {
+				qc.Tap, qc.BootURL = nd.Tap, ""
+			}
+			if nd.UEFI {
+				qc.OVMFCode, qc.OVMFVars = fleet.OVMFCode, fleet.OVMFVars
+			}
+			qm, err := vbmc.NewQEMUMachine(qc)
 			if err != nil {
 				return err
 			}
@@ -141,6 +149,10 @@ func run() error {
 			Name: nd.Name, Username: fleet.Username, Password: fleet.Password,
 			Serial: nd.Serial, UUID: nd.UUID, MAC: nd.MAC,
 			NoBootMode: nd.NoBootMode, NoContinuous: nd.NoContinuous, Logger: log,
+		}
+		if nd.UEFI {
+			// A UEFI server: it powers up in UEFI; Legacy stays selectable.
+			cfg.BootModes = []string{vbmc.ModeUEFI, vbmc.ModeLegacy}
 		}
 		if *profileName != "" {
 			p, err := vbmc.ProfileByName(*profileName)
@@ -159,7 +171,8 @@ func run() error {
 			return err
 		}
 		servers = append(servers, s)
-		inv = append(inv, entry{nd.Name, s.URL, s.Fingerprint(), nd.MAC, nd.Serial, nd.UUID, fleet.Username, fleet.Password, console})
+		inv = append(inv, entry{Name: nd.Name, URL: s.URL, Fingerprint: s.Fingerprint(), MAC: nd.MAC, Serial: nd.Serial, UUID: nd.UUID,
+			Username: fleet.Username, Password: fleet.Password, Console: console, SKU: nd.SKU, PasswordEnv: fleet.PasswordEnv})
 		if s.Fingerprint() != "" {
 			// What an operator checks out of band and pins as bmc.fingerprint.
 			log.Info("BMC certificate", "bmc", nd.Name, "url", s.URL, "fingerprint", s.Fingerprint())
@@ -186,6 +199,7 @@ func run() error {
 // entry is one BMC as -inventory lists it.
 type entry struct {
 	Name, URL, Fingerprint, MAC, Serial, UUID, Username, Password, Console string
+	SKU, PasswordEnv                                                       string `json:",omitempty"`
 }
 
 // nodesYAML renders the BMCs as a provisioner-lite node inventory: HTTPS
@@ -199,8 +213,15 @@ func nodesYAML(inv []entry) []byte {
 		if e.Fingerprint != "" {
 			tls = "fingerprint: " + strconv.Quote(e.Fingerprint)
 		}
-		fmt.Fprintf(&b, "  - id: %s\n    bmc: {url: %q, username: %q, password: %q, %s}\n    macs: [%q]\n    serial: %q\n",
-			e.Name, e.URL, e.Username, e.Password, tls, e.MAC, e.Serial)
+		pw := "password: " + strconv.Quote(e.Password)
+		if e.PasswordEnv != "" {
+			pw = "passwordEnv: " + e.PasswordEnv // the coordinator reads it from its environment
+		}
+		fmt.Fprintf(&b, "  - id: %s\n    bmc: {url: %q, username: %q, %s, %s}\n    macs: [%q]\n    serial: %q\n",
+			e.Name, e.URL, e.Username, pw, tls, e.MAC, e.Serial)
+		if e.SKU != "" {
+			fmt.Fprintf(&b, "    sku: %s\n", e.SKU)
+		}
 	}
 	return []byte(b.String())
 }

@@ -77,6 +77,7 @@ func Build(s *manifests.ValidationSuite, env Env) ([]checks.Check, error) {
 		errs = append(errs, p.done()...)
 		out = append(out, c)
 	}
+	errs = append(errs, telemetryErrors(s)...)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("suite %s: %d problem(s):\n  %s", s.Metadata.Name, len(errs), strings.Join(errs, "\n  "))
 	}

@@ -171,3 +171,31 @@ func judge(s sensor, o Options) checks.Verdict {
 	}
 	return v
 }
+
+// Sensor is one hwmon temperature sensor, named as Check names it; the
+// telemetry sampler reads the same sensors through it.
+type Sensor struct {
+	Component string // hwmon/<name>/<label>
+	Chip      string // the hwmon device's name attribute (coretemp, k10temp, nvme)
+	s         sensor
+}
+
+// Sensors lists every hwmon temperature sensor under root (none when no
+// hwmon driver is loaded).
+func Sensors(root string) ([]Sensor, error) {
+	ss, err := list(root)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Sensor, len(ss))
+	for i, s := range ss {
+		chip, _ := checks.ReadString(filepath.Join(s.dir, "name"))
+		out[i] = Sensor{Component: "hwmon/" + s.name + "/" + s.label, Chip: chip, s: s}
+	}
+	return out, nil
+}
+
+// Attr is the path of the sensor's temp<N>_<attr> file (input, crit, max).
+func (s Sensor) Attr(attr string) string {
+	return filepath.Join(s.s.dir, fmt.Sprintf("temp%d_%s", s.s.index, attr))
+}

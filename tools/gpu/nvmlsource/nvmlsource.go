@@ -366,3 +366,17 @@ func (d *device) EnforcedPowerLimit() (uint32, error) {
 	v, ret := d.d.GetEnforcedPowerLimit()
 	return v, d.call("nvmlDeviceGetEnforcedPowerLimit", ret)
 }
+
+func (d *device) SMClockMHz() (uint32, error) {
+	v, ret := d.d.GetClockInfo(nvml.CLOCK_SM)
+	return v, d.call("nvmlDeviceGetClockInfo(SM)", ret)
+}
+
+func (d *device) BaseSMClockMHz() (uint32, error) {
+	v, ret := d.d.GetDefaultApplicationsClock(nvml.CLOCK_SM)
+	if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_FUNCTION_NOT_FOUND {
+		v, ret = d.d.GetMaxClockInfo(nvml.CLOCK_SM)
+		return v, d.call("nvmlDeviceGetMaxClockInfo(SM)", ret)
+	}
+	return v, d.call("nvmlDeviceGetDefaultApplicationsClock(SM)", ret)
+}

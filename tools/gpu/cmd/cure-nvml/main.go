@@ -30,6 +30,12 @@
 // Usage:
 //
 //	cure-nvml -expect expect.json [-burn 10m] [-dcgm-level 2] [-interval 5s]
+//	cure-nvml -sample [-interval 10s] [-count N]
+//
+// -sample is a stage's GPU telemetry: every interval one JSON line (a
+// gpu.TelemetryLine: time, and per GPU temperature, SM clock and its base,
+// power, clocks-event reasons), until -count lines, SIGTERM or a closed
+// stdout; exit 0, or 3 when NVML cannot start (why on stderr).
 package main
 
 import (
@@ -71,8 +77,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	dcgmTimeout := fs.Duration("dcgm-timeout", 2*time.Hour, "limit for dcgmi diag (-r 4 takes over an hour)")
 	duration := fs.Duration("duration", 0, "without a load: how long to sample")
 	interval := fs.Duration("interval", 5*time.Second, "sampling interval")
+	sample := fs.Bool("sample", false, "print GPU telemetry as JSON lines, one every -interval, instead of checking")
+	count := fs.Int("count", 0, "with -sample: how many lines (0: until SIGTERM or stdout closes)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *sample {
+		return runSample(*libPath, *interval, *count, stdout, stderr)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 

@@ -1,0 +1,110 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
+	"github.com/cure-oss/cure/provisioner-lite/store"
+)
+
+// A node whose inventory names the wrong MAC PXE-boots as a stranger: the
+// proxy DHCP does not answer it, or its iPXE gets "not in the inventory",
+// and its run waits for CURE until the budget ends. The coordinator cannot
+// know which stranger is which node, but a request from an unknown MAC
+// while a node it just powered on waits for CURE is worth showing on that
+// node's timeline.
+
+// Bounds of what unknown MACs may add to timelines: a site booting a
+// whole rack at once cannot say which stranger is which node, and spoofed
+// MACs must not fill the store.
+const (
+	maxAnnotatedWaits = 8 // with more nodes waiting for CURE, unknown MACs are only logged
+	maxMACsPerWait    = 4 // distinct unknown MACs shown per wait
+)
+
+// cureWaits are the runs waiting for their runner to register, and the
+// unknown MACs already shown on each.
+type cureWaits struct {
+	mu    sync.Mutex
+	waits map[string]*cureWait // run id
+}
+
+type cureWait struct {
+	run   store.Run
+	shown []string
+	more  bool // a MAC beyond maxMACsPerWait was not shown (said once)
+}
+
+func (w *cureWaits) add(r store.Run) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waits == nil {
+		w.waits = map[string]*cureWait{}
+	}
+	w.waits[r.ID] = &cureWait{run: r}
+}
+
+func (w *cureWaits) remove(runID string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.waits, runID)
+}
+
+// note picks the waits that should show mac: none when more than
+// maxAnnotatedWaits runs wait, else each that has not shown it yet (and
+// has room). The messages are the caller's to write.
+func (w *cureWaits) note(mac string) (show []store.Run, full []store.Run) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.waits) == 0 || len(w.waits) > maxAnnotatedWaits {
+		return nil, nil
+	}
+	for _, cw := range w.waits {
+		switch {
+		case slices.Contains(cw.shown, mac):
+		case len(cw.shown) < maxMACsPerWait:
+			cw.shown = append(cw.shown, mac)
+			show = append(show, cw.run)
+		case !cw.more:
+			cw.more = true
+			full = append(full, cw.run)
+		}
+	}
+	return show, full
+}
+
+// UnknownMAC is told of a network boot request from a MAC that is not in
+// the node inventory: via names the listener ("proxy DHCP", "iPXE"), source
+// the requester's address when known. Each run waiting for CURE (a few at
+// most) gets one timeline entry per such MAC: if the MAC is that node's,
+// its inventory entry is wrong. The listener logs the request itself.
+func (e *Engine) UnknownMAC(ctx context.Context, mac, via, source string) {
+	show, full := e.waitsForCURE.note(mac)
+	from := ""
+	if source != "" {
+		from = " from " + source
+	}
+	for _, r := range show {
+		macs := "none"
+		if n, err := e.cfg.Store.GetNode(ctx, r.NodeID); err == nil && len(n.MACs) > 0 {
+			macs = strings.Join(n.MACs, ", ")
+		}
+		e.coordEvent(ctx, r, modes.WaitForCURE, runstate.EventLog, "WARN", fmt.Sprintf(
+			"%s request from %s%s, a MAC not in the node inventory, while this node waits for CURE: if it is this node, "+
+				"its inventory MACs (%s) are wrong; fix them with curectl nodes add or nodes import (the run keeps waiting)", via, mac, from, macs), 0)
+	}
+	for _, r := range full {
+		e.coordEvent(ctx, r, modes.WaitForCURE, runstate.EventLog, "WARN",
+			fmt.Sprintf("more network boot requests from MACs not in the node inventory (%d shown)", maxMACsPerWait), 0)
+	}
+}
+
+// unknownMACErr says whether a NodeByMAC error means the MAC is not in
+// the inventory.
+func unknownMACErr(err error) bool { return errors.Is(err, store.ErrNotFound) }
