@@ -6,7 +6,7 @@ KERNEL_ROOT := .cache/kernel/root
 OUT         := out
 export CGO_ENABLED := 0
 
-.PHONY: all deps pki image hostos baseline test unit e2e demo bench-boot clean man
+.PHONY: all deps pki image hostos baseline toolbundle test unit e2e demo bench-boot clean man
 
 all: image hostos
 
@@ -53,19 +53,26 @@ hostos: deps
 baseline: deps
 	$(GO) run ./builder/cmd/cure-build --baseline --kernel-root $(KERNEL_ROOT) --out $(OUT)/baseline
 
+# fio, stress-ng and iperf3 from their pinned Debian packages with their
+# libraries (initramfs/toolbundle.yaml): too big for the image, served by the
+# coordinator (--tool-bundle) and fetched by the runner when a suite needs
+# them. docs/VALIDATION.md.
+toolbundle: deps
+	$(GO) run ./builder/cmd/cure-build --tool-bundle initramfs/toolbundle.yaml --out $(OUT)/toolbundle
+
 unit:
 	$(GO) test -short ./...
 
 # Everything: unit tests, then the QEMU end-to-end tests against freshly built images.
 # The QEMU suite runs in shuffled order (its tests must not depend on each
 # other's order; the seed is printed for a rerun with -shuffle SEED).
-test: image hostos baseline
+test: image hostos baseline toolbundle
 	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -timeout 80m $$($(GO) list ./... | grep -v '/qemu-test$$')
 	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -timeout 60m -shuffle on ./qemu-test/
 	# NVML's Go bindings need cgo; the rest of the tree is built without it.
 	CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" $(GO) test ./tools/gpu/...
 
-e2e: image hostos baseline
+e2e: image hostos baseline toolbundle
 	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -timeout 80m -v -count=1 -shuffle on ./qemu-test/
 
 demo: image hostos

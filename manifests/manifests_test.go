@@ -608,3 +608,22 @@ func TestStagedSuiteErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestSuiteTools: the tool-bundle programs a suite needs, once each and
+// sorted; a suite of built-in checks needs none.
+func TestSuiteTools(t *testing.T) {
+	s := &ValidationSuite{Spec: ValidationSuiteSpec{Checks: []Check{
+		{Name: "a", Type: CheckNICThroughput}, {Name: "b", Type: CheckCPUThroughput}, {Name: "c", Type: CheckStorageRandom},
+		{Name: "d", Type: CheckMemoryBandwidth}, {Name: "e", Type: CheckMemory},
+	}}}
+	if got := s.Tools(); !reflect.DeepEqual(got, []string{"fio", "iperf3", "stress-ng"}) {
+		t.Errorf("tools %v", got)
+	}
+	doc, err := LoadFile("testdata/suite.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := doc.Suite.Tools(); len(got) != 0 {
+		t.Errorf("a GPU suite needs %v", got)
+	}
+}

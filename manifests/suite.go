@@ -1,12 +1,43 @@
 package manifests
 
 import (
+	"sort"
 	"time"
 
 	"gopkg.in/yaml.v3"
 )
 
-var checkTypes = []string{CheckGPU, CheckMemory, CheckCPU, CheckNVMeSMART, CheckStorageThroughput, CheckEthernet, CheckInfiniBand, CheckThermal}
+var checkTypes = []string{CheckGPU, CheckMemory, CheckCPU, CheckNVMeSMART, CheckStorageThroughput, CheckEthernet, CheckInfiniBand, CheckThermal,
+	CheckStorageRandom, CheckMemoryBandwidth, CheckCPUThroughput, CheckNICThroughput}
+
+// CheckTools names the tool-bundle program a check type runs ("" for the
+// checks built into the runner).
+func CheckTools(checkType string) string {
+	switch checkType {
+	case CheckStorageRandom:
+		return "fio"
+	case CheckMemoryBandwidth, CheckCPUThroughput:
+		return "stress-ng"
+	case CheckNICThroughput:
+		return "iperf3"
+	}
+	return ""
+}
+
+// Tools lists, sorted, the tool-bundle programs the suite's checks run:
+// when it is empty the runner needs no tool bundle.
+func (s *ValidationSuite) Tools() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, c := range s.Spec.Checks {
+		if t := CheckTools(c.Type); t != "" && !seen[t] {
+			seen[t] = true
+			out = append(out, t)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
 
 func (d *decoder) suite(top *fields) *ValidationSuite {
 	s := &ValidationSuite{APIVersion: APIVersion, Kind: KindValidationSuite}

@@ -95,6 +95,11 @@ const (
 	CheckEthernet          = "ethernet"
 	CheckInfiniBand        = "infiniband"
 	CheckThermal           = "thermal"
+	// Checks driving the tool bundle's reference tools (CheckTools).
+	CheckStorageRandom   = "storage-random"   // fio: 4 KiB random read IOPS, p99 latency per drive
+	CheckMemoryBandwidth = "memory-bandwidth" // stress-ng --stream per NUMA node
+	CheckCPUThroughput   = "cpu-throughput"   // stress-ng --cpu --verify per socket
+	CheckNICThroughput   = "nic-throughput"   // iperf3 against a server the suite names
 )
 
 // Metadata names a document.

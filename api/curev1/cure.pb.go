@@ -3003,7 +3003,12 @@ type Assignment struct {
 	// How often the runner sends Progress while a suite runs (0: every
 	// minute); the coordinator asks for a period well inside its liveness
 	// budget, since heartbeats are what prove the runner alive.
-	HeartbeatMs   int64 `protobuf:"varint,14,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
+	HeartbeatMs int64 `protobuf:"varint,14,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
+	// The tool bundle (fio, stress-ng, iperf3 with their libraries, and the
+	// cure-measure helper that runs the checks driving them), sent
+	// when the suite has a check that runs one of them; the runner fetches
+	// it only then, and refuses it unless size and sha256 match.
+	ToolBundle    *ToolBundleRef `protobuf:"bytes,15,opt,name=tool_bundle,json=toolBundle,proto3" json:"tool_bundle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3136,6 +3141,82 @@ func (x *Assignment) GetHeartbeatMs() int64 {
 	return 0
 }
 
+func (x *Assignment) GetToolBundle() *ToolBundleRef {
+	if x != nil {
+		return x.ToolBundle
+	}
+	return nil
+}
+
+// ToolBundleRef is where the tool bundle is and what it must be.
+type ToolBundleRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"` // content-addressed: .../artifacts/sha256/<sha256>
+	Sha256        string                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Size          int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Tools         []string               `protobuf:"bytes,4,rep,name=tools,proto3" json:"tools,omitempty"` // the programs it holds
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolBundleRef) Reset() {
+	*x = ToolBundleRef{}
+	mi := &file_cure_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolBundleRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolBundleRef) ProtoMessage() {}
+
+func (x *ToolBundleRef) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolBundleRef.ProtoReflect.Descriptor instead.
+func (*ToolBundleRef) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ToolBundleRef) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *ToolBundleRef) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *ToolBundleRef) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ToolBundleRef) GetTools() []string {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
 // SuiteResume is what a resumed validate phase keeps of the earlier try.
 type SuiteResume struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3150,7 +3231,7 @@ type SuiteResume struct {
 
 func (x *SuiteResume) Reset() {
 	*x = SuiteResume{}
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3162,7 +3243,7 @@ func (x *SuiteResume) String() string {
 func (*SuiteResume) ProtoMessage() {}
 
 func (x *SuiteResume) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3175,7 +3256,7 @@ func (x *SuiteResume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuiteResume.ProtoReflect.Descriptor instead.
 func (*SuiteResume) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{30}
+	return file_cure_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SuiteResume) GetDone() []*CheckProgress {
@@ -3210,7 +3291,7 @@ type ResumeState struct {
 
 func (x *ResumeState) Reset() {
 	*x = ResumeState{}
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3222,7 +3303,7 @@ func (x *ResumeState) String() string {
 func (*ResumeState) ProtoMessage() {}
 
 func (x *ResumeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3235,7 +3316,7 @@ func (x *ResumeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeState.ProtoReflect.Descriptor instead.
 func (*ResumeState) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{31}
+	return file_cure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResumeState) GetPhaseReached() string {
@@ -3271,7 +3352,7 @@ type FirstBoot struct {
 
 func (x *FirstBoot) Reset() {
 	*x = FirstBoot{}
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3283,7 +3364,7 @@ func (x *FirstBoot) String() string {
 func (*FirstBoot) ProtoMessage() {}
 
 func (x *FirstBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3296,7 +3377,7 @@ func (x *FirstBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirstBoot.ProtoReflect.Descriptor instead.
 func (*FirstBoot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{32}
+	return file_cure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FirstBoot) GetHostname() string {
@@ -3336,7 +3417,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3348,7 +3429,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3361,7 +3442,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{33}
+	return file_cure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -3380,7 +3461,7 @@ type Idle struct {
 
 func (x *Idle) Reset() {
 	*x = Idle{}
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3392,7 +3473,7 @@ func (x *Idle) String() string {
 func (*Idle) ProtoMessage() {}
 
 func (x *Idle) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3405,7 +3486,7 @@ func (x *Idle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Idle.ProtoReflect.Descriptor instead.
 func (*Idle) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{34}
+	return file_cure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Idle) GetReason() string {
@@ -3424,7 +3505,7 @@ type Reboot struct {
 
 func (x *Reboot) Reset() {
 	*x = Reboot{}
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3436,7 +3517,7 @@ func (x *Reboot) String() string {
 func (*Reboot) ProtoMessage() {}
 
 func (x *Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3449,7 +3530,7 @@ func (x *Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reboot.ProtoReflect.Descriptor instead.
 func (*Reboot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{35}
+	return file_cure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Reboot) GetReason() string {
@@ -3468,7 +3549,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3561,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3574,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{36}
+	return file_cure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Cancel) GetReason() string {
@@ -3518,7 +3599,7 @@ type ProvisionRequest struct {
 
 func (x *ProvisionRequest) Reset() {
 	*x = ProvisionRequest{}
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3530,7 +3611,7 @@ func (x *ProvisionRequest) String() string {
 func (*ProvisionRequest) ProtoMessage() {}
 
 func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3543,7 +3624,7 @@ func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionRequest.ProtoReflect.Descriptor instead.
 func (*ProvisionRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{37}
+	return file_cure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ProvisionRequest) GetNodeIds() []string {
@@ -3592,7 +3673,7 @@ type ProvisionResponse struct {
 
 func (x *ProvisionResponse) Reset() {
 	*x = ProvisionResponse{}
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3604,7 +3685,7 @@ func (x *ProvisionResponse) String() string {
 func (*ProvisionResponse) ProtoMessage() {}
 
 func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3617,7 +3698,7 @@ func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionResponse.ProtoReflect.Descriptor instead.
 func (*ProvisionResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{38}
+	return file_cure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ProvisionResponse) GetRuns() []*RunRef {
@@ -3657,7 +3738,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3669,7 +3750,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3682,7 +3763,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{39}
+	return file_cure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Refusal) GetNodeId() string {
@@ -3725,7 +3806,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3737,7 +3818,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3750,7 +3831,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{40}
+	return file_cure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CancelRequest) GetNodeIds() []string {
@@ -3791,7 +3872,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3803,7 +3884,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3816,7 +3897,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{41}
+	return file_cure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CancelResponse) GetCanceled() []*RunRef {
@@ -3843,7 +3924,7 @@ type FleetRequest struct {
 
 func (x *FleetRequest) Reset() {
 	*x = FleetRequest{}
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3855,7 +3936,7 @@ func (x *FleetRequest) String() string {
 func (*FleetRequest) ProtoMessage() {}
 
 func (x *FleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3868,7 +3949,7 @@ func (x *FleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRequest.ProtoReflect.Descriptor instead.
 func (*FleetRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{42}
+	return file_cure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FleetRequest) GetSelector() map[string]string {
@@ -3900,7 +3981,7 @@ type FleetStatus struct {
 
 func (x *FleetStatus) Reset() {
 	*x = FleetStatus{}
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3912,7 +3993,7 @@ func (x *FleetStatus) String() string {
 func (*FleetStatus) ProtoMessage() {}
 
 func (x *FleetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3925,7 +4006,7 @@ func (x *FleetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetStatus.ProtoReflect.Descriptor instead.
 func (*FleetStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{43}
+	return file_cure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FleetStatus) GetNodes() int64 {
@@ -3991,7 +4072,7 @@ type FleetRun struct {
 
 func (x *FleetRun) Reset() {
 	*x = FleetRun{}
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4003,7 +4084,7 @@ func (x *FleetRun) String() string {
 func (*FleetRun) ProtoMessage() {}
 
 func (x *FleetRun) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4016,7 +4097,7 @@ func (x *FleetRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRun.ProtoReflect.Descriptor instead.
 func (*FleetRun) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{44}
+	return file_cure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FleetRun) GetNodeId() string {
@@ -4071,7 +4152,7 @@ type RunRef struct {
 
 func (x *RunRef) Reset() {
 	*x = RunRef{}
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4083,7 +4164,7 @@ func (x *RunRef) String() string {
 func (*RunRef) ProtoMessage() {}
 
 func (x *RunRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4096,7 +4177,7 @@ func (x *RunRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRef.ProtoReflect.Descriptor instead.
 func (*RunRef) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{45}
+	return file_cure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RunRef) GetRunId() string {
@@ -4124,7 +4205,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4136,7 +4217,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4149,7 +4230,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{46}
+	return file_cure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -4196,7 +4277,7 @@ type TimelineEntry struct {
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4208,7 +4289,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4221,7 +4302,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{47}
+	return file_cure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TimelineEntry) GetRunId() string {
@@ -4318,7 +4399,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4330,7 +4411,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4343,7 +4424,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{48}
+	return file_cure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReportRequest) GetRunId() string {
@@ -4419,7 +4500,7 @@ type RunReport struct {
 
 func (x *RunReport) Reset() {
 	*x = RunReport{}
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4431,7 +4512,7 @@ func (x *RunReport) String() string {
 func (*RunReport) ProtoMessage() {}
 
 func (x *RunReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4444,7 +4525,7 @@ func (x *RunReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReport.ProtoReflect.Descriptor instead.
 func (*RunReport) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{49}
+	return file_cure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RunReport) GetRunId() string {
@@ -4648,7 +4729,7 @@ type ReportSeriesBound struct {
 
 func (x *ReportSeriesBound) Reset() {
 	*x = ReportSeriesBound{}
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4660,7 +4741,7 @@ func (x *ReportSeriesBound) String() string {
 func (*ReportSeriesBound) ProtoMessage() {}
 
 func (x *ReportSeriesBound) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4673,7 +4754,7 @@ func (x *ReportSeriesBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSeriesBound.ProtoReflect.Descriptor instead.
 func (*ReportSeriesBound) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{50}
+	return file_cure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReportSeriesBound) GetPointsPerSeries() uint32 {
@@ -4716,7 +4797,7 @@ type BmcLogEntry struct {
 
 func (x *BmcLogEntry) Reset() {
 	*x = BmcLogEntry{}
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4728,7 +4809,7 @@ func (x *BmcLogEntry) String() string {
 func (*BmcLogEntry) ProtoMessage() {}
 
 func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4741,7 +4822,7 @@ func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcLogEntry.ProtoReflect.Descriptor instead.
 func (*BmcLogEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{51}
+	return file_cure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *BmcLogEntry) GetService() string {
@@ -4827,7 +4908,7 @@ type BmcPart struct {
 
 func (x *BmcPart) Reset() {
 	*x = BmcPart{}
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4839,7 +4920,7 @@ func (x *BmcPart) String() string {
 func (*BmcPart) ProtoMessage() {}
 
 func (x *BmcPart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4852,7 +4933,7 @@ func (x *BmcPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcPart.ProtoReflect.Descriptor instead.
 func (*BmcPart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{52}
+	return file_cure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *BmcPart) GetId() string {
@@ -4951,7 +5032,7 @@ type BmcCollection struct {
 
 func (x *BmcCollection) Reset() {
 	*x = BmcCollection{}
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4963,7 +5044,7 @@ func (x *BmcCollection) String() string {
 func (*BmcCollection) ProtoMessage() {}
 
 func (x *BmcCollection) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4976,7 +5057,7 @@ func (x *BmcCollection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcCollection.ProtoReflect.Descriptor instead.
 func (*BmcCollection) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{53}
+	return file_cure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *BmcCollection) GetCollectedUnixMs() int64 {
@@ -5046,7 +5127,7 @@ type BmcNote struct {
 
 func (x *BmcNote) Reset() {
 	*x = BmcNote{}
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5058,7 +5139,7 @@ func (x *BmcNote) String() string {
 func (*BmcNote) ProtoMessage() {}
 
 func (x *BmcNote) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5071,7 +5152,7 @@ func (x *BmcNote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcNote.ProtoReflect.Descriptor instead.
 func (*BmcNote) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{54}
+	return file_cure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *BmcNote) GetResource() string {
@@ -5109,7 +5190,7 @@ type BmcEvidence struct {
 
 func (x *BmcEvidence) Reset() {
 	*x = BmcEvidence{}
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5121,7 +5202,7 @@ func (x *BmcEvidence) String() string {
 func (*BmcEvidence) ProtoMessage() {}
 
 func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5134,7 +5215,7 @@ func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcEvidence.ProtoReflect.Descriptor instead.
 func (*BmcEvidence) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{55}
+	return file_cure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BmcEvidence) GetLog() []*BmcLogEntry {
@@ -5190,7 +5271,7 @@ type RmaPart struct {
 
 func (x *RmaPart) Reset() {
 	*x = RmaPart{}
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5202,7 +5283,7 @@ func (x *RmaPart) String() string {
 func (*RmaPart) ProtoMessage() {}
 
 func (x *RmaPart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5215,7 +5296,7 @@ func (x *RmaPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RmaPart.ProtoReflect.Descriptor instead.
 func (*RmaPart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{56}
+	return file_cure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RmaPart) GetComponent() string {
@@ -5323,7 +5404,7 @@ type TimeBucket struct {
 
 func (x *TimeBucket) Reset() {
 	*x = TimeBucket{}
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5335,7 +5416,7 @@ func (x *TimeBucket) String() string {
 func (*TimeBucket) ProtoMessage() {}
 
 func (x *TimeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5348,7 +5429,7 @@ func (x *TimeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucket.ProtoReflect.Descriptor instead.
 func (*TimeBucket) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{57}
+	return file_cure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TimeBucket) GetName() string {
@@ -5397,7 +5478,7 @@ type TimeBucketsRequest struct {
 
 func (x *TimeBucketsRequest) Reset() {
 	*x = TimeBucketsRequest{}
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5409,7 +5490,7 @@ func (x *TimeBucketsRequest) String() string {
 func (*TimeBucketsRequest) ProtoMessage() {}
 
 func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5422,7 +5503,7 @@ func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketsRequest.ProtoReflect.Descriptor instead.
 func (*TimeBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{58}
+	return file_cure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TimeBucketsRequest) GetSelector() map[string]string {
@@ -5457,7 +5538,7 @@ type TimeBucketSummary struct {
 
 func (x *TimeBucketSummary) Reset() {
 	*x = TimeBucketSummary{}
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5469,7 +5550,7 @@ func (x *TimeBucketSummary) String() string {
 func (*TimeBucketSummary) ProtoMessage() {}
 
 func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5482,7 +5563,7 @@ func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketSummary.ProtoReflect.Descriptor instead.
 func (*TimeBucketSummary) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{59}
+	return file_cure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TimeBucketSummary) GetSkus() []*SkuTimeBuckets {
@@ -5518,7 +5599,7 @@ type SkuTimeBuckets struct {
 
 func (x *SkuTimeBuckets) Reset() {
 	*x = SkuTimeBuckets{}
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5530,7 +5611,7 @@ func (x *SkuTimeBuckets) String() string {
 func (*SkuTimeBuckets) ProtoMessage() {}
 
 func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5543,7 +5624,7 @@ func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkuTimeBuckets.ProtoReflect.Descriptor instead.
 func (*SkuTimeBuckets) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{60}
+	return file_cure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *SkuTimeBuckets) GetSku() string {
@@ -5586,7 +5667,7 @@ type BucketStat struct {
 
 func (x *BucketStat) Reset() {
 	*x = BucketStat{}
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5598,7 +5679,7 @@ func (x *BucketStat) String() string {
 func (*BucketStat) ProtoMessage() {}
 
 func (x *BucketStat) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5611,7 +5692,7 @@ func (x *BucketStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketStat.ProtoReflect.Descriptor instead.
 func (*BucketStat) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{61}
+	return file_cure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *BucketStat) GetName() string {
@@ -5656,7 +5737,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5668,7 +5749,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5681,7 +5762,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{62}
+	return file_cure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -5736,7 +5817,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5748,7 +5829,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5761,7 +5842,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{63}
+	return file_cure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -5787,7 +5868,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5799,7 +5880,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5812,7 +5893,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{64}
+	return file_cure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -5834,7 +5915,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5846,7 +5927,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5859,7 +5940,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{65}
+	return file_cure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -5898,7 +5979,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5910,7 +5991,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5923,7 +6004,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{66}
+	return file_cure_proto_rawDescGZIP(), []int{67}
 }
 
 type ListNodesResponse struct {
@@ -5935,7 +6016,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5947,7 +6028,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5960,7 +6041,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{67}
+	return file_cure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -5985,7 +6066,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5997,7 +6078,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6010,7 +6091,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{68}
+	return file_cure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -6075,7 +6156,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6087,7 +6168,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6100,7 +6181,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{69}
+	return file_cure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -6157,7 +6238,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6169,7 +6250,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6182,7 +6263,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{70}
+	return file_cure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -6275,7 +6356,7 @@ type ListAuditLogResponse struct {
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6287,7 +6368,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6300,7 +6381,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{71}
+	return file_cure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -6334,7 +6415,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6346,7 +6427,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6359,7 +6440,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{72}
+	return file_cure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *NodeSpec) GetId() string {
@@ -6436,7 +6517,7 @@ type BMCSpec struct {
 
 func (x *BMCSpec) Reset() {
 	*x = BMCSpec{}
-	mi := &file_cure_proto_msgTypes[73]
+	mi := &file_cure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6448,7 +6529,7 @@ func (x *BMCSpec) String() string {
 func (*BMCSpec) ProtoMessage() {}
 
 func (x *BMCSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[73]
+	mi := &file_cure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6461,7 +6542,7 @@ func (x *BMCSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
 func (*BMCSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{73}
+	return file_cure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *BMCSpec) GetUrl() string {
@@ -6517,7 +6598,7 @@ type AddNodesRequest struct {
 
 func (x *AddNodesRequest) Reset() {
 	*x = AddNodesRequest{}
-	mi := &file_cure_proto_msgTypes[74]
+	mi := &file_cure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6529,7 +6610,7 @@ func (x *AddNodesRequest) String() string {
 func (*AddNodesRequest) ProtoMessage() {}
 
 func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[74]
+	mi := &file_cure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6542,7 +6623,7 @@ func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
 func (*AddNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{74}
+	return file_cure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AddNodesRequest) GetNodes() []*NodeSpec {
@@ -6576,7 +6657,7 @@ type AddNodesResponse struct {
 
 func (x *AddNodesResponse) Reset() {
 	*x = AddNodesResponse{}
-	mi := &file_cure_proto_msgTypes[75]
+	mi := &file_cure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6588,7 +6669,7 @@ func (x *AddNodesResponse) String() string {
 func (*AddNodesResponse) ProtoMessage() {}
 
 func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[75]
+	mi := &file_cure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6601,7 +6682,7 @@ func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
 func (*AddNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{75}
+	return file_cure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AddNodesResponse) GetAdded() []string {
@@ -6627,7 +6708,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_cure_proto_msgTypes[76]
+	mi := &file_cure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6639,7 +6720,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[76]
+	mi := &file_cure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6652,7 +6733,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{76}
+	return file_cure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -6672,7 +6753,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_cure_proto_msgTypes[77]
+	mi := &file_cure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6684,7 +6765,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[77]
+	mi := &file_cure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6697,7 +6778,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{77}
+	return file_cure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -6725,7 +6806,7 @@ type LabelNodeRequest struct {
 
 func (x *LabelNodeRequest) Reset() {
 	*x = LabelNodeRequest{}
-	mi := &file_cure_proto_msgTypes[78]
+	mi := &file_cure_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6737,7 +6818,7 @@ func (x *LabelNodeRequest) String() string {
 func (*LabelNodeRequest) ProtoMessage() {}
 
 func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[78]
+	mi := &file_cure_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6750,7 +6831,7 @@ func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
 func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{78}
+	return file_cure_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *LabelNodeRequest) GetNodeId() string {
@@ -6783,7 +6864,7 @@ type ShowNodeRequest struct {
 
 func (x *ShowNodeRequest) Reset() {
 	*x = ShowNodeRequest{}
-	mi := &file_cure_proto_msgTypes[79]
+	mi := &file_cure_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6795,7 +6876,7 @@ func (x *ShowNodeRequest) String() string {
 func (*ShowNodeRequest) ProtoMessage() {}
 
 func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[79]
+	mi := &file_cure_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6808,7 +6889,7 @@ func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{79}
+	return file_cure_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ShowNodeRequest) GetNodeId() string {
@@ -6841,7 +6922,7 @@ type NodeDetail struct {
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[80]
+	mi := &file_cure_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6853,7 +6934,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[80]
+	mi := &file_cure_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6866,7 +6947,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{80}
+	return file_cure_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -6990,7 +7071,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[81]
+	mi := &file_cure_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7002,7 +7083,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[81]
+	mi := &file_cure_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7015,7 +7096,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{81}
+	return file_cure_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -7073,7 +7154,7 @@ type FleetBandsRequest struct {
 
 func (x *FleetBandsRequest) Reset() {
 	*x = FleetBandsRequest{}
-	mi := &file_cure_proto_msgTypes[82]
+	mi := &file_cure_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7085,7 +7166,7 @@ func (x *FleetBandsRequest) String() string {
 func (*FleetBandsRequest) ProtoMessage() {}
 
 func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[82]
+	mi := &file_cure_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7098,7 +7179,7 @@ func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetBandsRequest.ProtoReflect.Descriptor instead.
 func (*FleetBandsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{82}
+	return file_cure_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *FleetBandsRequest) GetSku() string {
@@ -7147,7 +7228,7 @@ type FleetBandsResponse struct {
 
 func (x *FleetBandsResponse) Reset() {
 	*x = FleetBandsResponse{}
-	mi := &file_cure_proto_msgTypes[83]
+	mi := &file_cure_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7159,7 +7240,7 @@ func (x *FleetBandsResponse) String() string {
 func (*FleetBandsResponse) ProtoMessage() {}
 
 func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[83]
+	mi := &file_cure_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7172,7 +7253,7 @@ func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetBandsResponse.ProtoReflect.Descriptor instead.
 func (*FleetBandsResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{83}
+	return file_cure_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *FleetBandsResponse) GetDistributions() []*FleetDistribution {
@@ -7224,7 +7305,7 @@ type FleetDistribution struct {
 
 func (x *FleetDistribution) Reset() {
 	*x = FleetDistribution{}
-	mi := &file_cure_proto_msgTypes[84]
+	mi := &file_cure_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7236,7 +7317,7 @@ func (x *FleetDistribution) String() string {
 func (*FleetDistribution) ProtoMessage() {}
 
 func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[84]
+	mi := &file_cure_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7249,7 +7330,7 @@ func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetDistribution.ProtoReflect.Descriptor instead.
 func (*FleetDistribution) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{84}
+	return file_cure_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *FleetDistribution) GetSku() string {
@@ -7387,7 +7468,7 @@ type FleetNodeMark struct {
 
 func (x *FleetNodeMark) Reset() {
 	*x = FleetNodeMark{}
-	mi := &file_cure_proto_msgTypes[85]
+	mi := &file_cure_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7399,7 +7480,7 @@ func (x *FleetNodeMark) String() string {
 func (*FleetNodeMark) ProtoMessage() {}
 
 func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[85]
+	mi := &file_cure_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7412,7 +7493,7 @@ func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetNodeMark.ProtoReflect.Descriptor instead.
 func (*FleetNodeMark) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{85}
+	return file_cure_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *FleetNodeMark) GetNodeId() string {
@@ -7489,7 +7570,7 @@ type FleetJudgement struct {
 
 func (x *FleetJudgement) Reset() {
 	*x = FleetJudgement{}
-	mi := &file_cure_proto_msgTypes[86]
+	mi := &file_cure_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7501,7 +7582,7 @@ func (x *FleetJudgement) String() string {
 func (*FleetJudgement) ProtoMessage() {}
 
 func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[86]
+	mi := &file_cure_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7514,7 +7595,7 @@ func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetJudgement.ProtoReflect.Descriptor instead.
 func (*FleetJudgement) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{86}
+	return file_cure_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *FleetJudgement) GetComponent() string {
@@ -7635,7 +7716,7 @@ type FleetJudgements struct {
 
 func (x *FleetJudgements) Reset() {
 	*x = FleetJudgements{}
-	mi := &file_cure_proto_msgTypes[87]
+	mi := &file_cure_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7647,7 +7728,7 @@ func (x *FleetJudgements) String() string {
 func (*FleetJudgements) ProtoMessage() {}
 
 func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[87]
+	mi := &file_cure_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7660,7 +7741,7 @@ func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetJudgements.ProtoReflect.Descriptor instead.
 func (*FleetJudgements) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{87}
+	return file_cure_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *FleetJudgements) GetJudgements() []*FleetJudgement {
@@ -7966,7 +8047,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x04idle\x18\x03 \x01(\v2\r.cure.v1.IdleH\x00R\x04idle\x12)\n" +
 	"\x06reboot\x18\x04 \x01(\v2\x0f.cure.v1.RebootH\x00R\x06reboot\x12)\n" +
 	"\x06cancel\x18\x05 \x01(\v2\x0f.cure.v1.CancelH\x00R\x06cancelB\x05\n" +
-	"\x03msg\"\xd0\x04\n" +
+	"\x03msg\"\x89\x05\n" +
 	"\n" +
 	"Assignment\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
@@ -7984,11 +8065,18 @@ const file_cure_proto_rawDesc = "" +
 	"\bsku_yaml\x18\v \x01(\fR\askuYaml\x12\x19\n" +
 	"\bsku_name\x18\f \x01(\tR\askuName\x127\n" +
 	"\fsuite_resume\x18\r \x01(\v2\x14.cure.v1.SuiteResumeR\vsuiteResume\x12!\n" +
-	"\fheartbeat_ms\x18\x0e \x01(\x03R\vheartbeatMs\x1a8\n" +
+	"\fheartbeat_ms\x18\x0e \x01(\x03R\vheartbeatMs\x127\n" +
+	"\vtool_bundle\x18\x0f \x01(\v2\x16.cure.v1.ToolBundleRefR\n" +
+	"toolBundle\x1a8\n" +
 	"\n" +
 	"PsidsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"c\n" +
+	"\rToolBundleRef\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x14\n" +
+	"\x05tools\x18\x04 \x03(\tR\x05tools\"k\n" +
 	"\vSuiteResume\x12*\n" +
 	"\x04done\x18\x01 \x03(\v2\x16.cure.v1.CheckProgressR\x04done\x12\x18\n" +
 	"\aresumed\x18\x02 \x01(\rR\aresumed\x12\x16\n" +
@@ -8480,7 +8568,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 102)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 103)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -8516,78 +8604,79 @@ var file_cure_proto_goTypes = []any{
 	(*Metric)(nil),               // 31: cure.v1.Metric
 	(*CoordinatorMessage)(nil),   // 32: cure.v1.CoordinatorMessage
 	(*Assignment)(nil),           // 33: cure.v1.Assignment
-	(*SuiteResume)(nil),          // 34: cure.v1.SuiteResume
-	(*ResumeState)(nil),          // 35: cure.v1.ResumeState
-	(*FirstBoot)(nil),            // 36: cure.v1.FirstBoot
-	(*Ack)(nil),                  // 37: cure.v1.Ack
-	(*Idle)(nil),                 // 38: cure.v1.Idle
-	(*Reboot)(nil),               // 39: cure.v1.Reboot
-	(*Cancel)(nil),               // 40: cure.v1.Cancel
-	(*ProvisionRequest)(nil),     // 41: cure.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),    // 42: cure.v1.ProvisionResponse
-	(*Refusal)(nil),              // 43: cure.v1.Refusal
-	(*CancelRequest)(nil),        // 44: cure.v1.CancelRequest
-	(*CancelResponse)(nil),       // 45: cure.v1.CancelResponse
-	(*FleetRequest)(nil),         // 46: cure.v1.FleetRequest
-	(*FleetStatus)(nil),          // 47: cure.v1.FleetStatus
-	(*FleetRun)(nil),             // 48: cure.v1.FleetRun
-	(*RunRef)(nil),               // 49: cure.v1.RunRef
-	(*WatchRequest)(nil),         // 50: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),        // 51: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),        // 52: cure.v1.ReportRequest
-	(*RunReport)(nil),            // 53: cure.v1.RunReport
-	(*ReportSeriesBound)(nil),    // 54: cure.v1.ReportSeriesBound
-	(*BmcLogEntry)(nil),          // 55: cure.v1.BmcLogEntry
-	(*BmcPart)(nil),              // 56: cure.v1.BmcPart
-	(*BmcCollection)(nil),        // 57: cure.v1.BmcCollection
-	(*BmcNote)(nil),              // 58: cure.v1.BmcNote
-	(*BmcEvidence)(nil),          // 59: cure.v1.BmcEvidence
-	(*RmaPart)(nil),              // 60: cure.v1.RmaPart
-	(*TimeBucket)(nil),           // 61: cure.v1.TimeBucket
-	(*TimeBucketsRequest)(nil),   // 62: cure.v1.TimeBucketsRequest
-	(*TimeBucketSummary)(nil),    // 63: cure.v1.TimeBucketSummary
-	(*SkuTimeBuckets)(nil),       // 64: cure.v1.SkuTimeBuckets
-	(*BucketStat)(nil),           // 65: cure.v1.BucketStat
-	(*PhaseRecord)(nil),          // 66: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 67: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 68: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 69: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 70: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 71: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 72: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 73: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 74: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 75: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),             // 76: cure.v1.NodeSpec
-	(*BMCSpec)(nil),              // 77: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),      // 78: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),     // 79: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),    // 80: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),   // 81: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),     // 82: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),      // 83: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),           // 84: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),      // 85: cure.v1.InventoryRecord
-	(*FleetBandsRequest)(nil),    // 86: cure.v1.FleetBandsRequest
-	(*FleetBandsResponse)(nil),   // 87: cure.v1.FleetBandsResponse
-	(*FleetDistribution)(nil),    // 88: cure.v1.FleetDistribution
-	(*FleetNodeMark)(nil),        // 89: cure.v1.FleetNodeMark
-	(*FleetJudgement)(nil),       // 90: cure.v1.FleetJudgement
-	(*FleetJudgements)(nil),      // 91: cure.v1.FleetJudgements
-	nil,                          // 92: cure.v1.Log.AttrsEntry
-	nil,                          // 93: cure.v1.Metric.LabelsEntry
-	nil,                          // 94: cure.v1.Assignment.PsidsEntry
-	nil,                          // 95: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 96: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 97: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 98: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 99: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 100: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 101: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 102: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 103: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 104: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 105: cure.v1.NodeDetail.LabelsEntry
+	(*ToolBundleRef)(nil),        // 34: cure.v1.ToolBundleRef
+	(*SuiteResume)(nil),          // 35: cure.v1.SuiteResume
+	(*ResumeState)(nil),          // 36: cure.v1.ResumeState
+	(*FirstBoot)(nil),            // 37: cure.v1.FirstBoot
+	(*Ack)(nil),                  // 38: cure.v1.Ack
+	(*Idle)(nil),                 // 39: cure.v1.Idle
+	(*Reboot)(nil),               // 40: cure.v1.Reboot
+	(*Cancel)(nil),               // 41: cure.v1.Cancel
+	(*ProvisionRequest)(nil),     // 42: cure.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),    // 43: cure.v1.ProvisionResponse
+	(*Refusal)(nil),              // 44: cure.v1.Refusal
+	(*CancelRequest)(nil),        // 45: cure.v1.CancelRequest
+	(*CancelResponse)(nil),       // 46: cure.v1.CancelResponse
+	(*FleetRequest)(nil),         // 47: cure.v1.FleetRequest
+	(*FleetStatus)(nil),          // 48: cure.v1.FleetStatus
+	(*FleetRun)(nil),             // 49: cure.v1.FleetRun
+	(*RunRef)(nil),               // 50: cure.v1.RunRef
+	(*WatchRequest)(nil),         // 51: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),        // 52: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),        // 53: cure.v1.ReportRequest
+	(*RunReport)(nil),            // 54: cure.v1.RunReport
+	(*ReportSeriesBound)(nil),    // 55: cure.v1.ReportSeriesBound
+	(*BmcLogEntry)(nil),          // 56: cure.v1.BmcLogEntry
+	(*BmcPart)(nil),              // 57: cure.v1.BmcPart
+	(*BmcCollection)(nil),        // 58: cure.v1.BmcCollection
+	(*BmcNote)(nil),              // 59: cure.v1.BmcNote
+	(*BmcEvidence)(nil),          // 60: cure.v1.BmcEvidence
+	(*RmaPart)(nil),              // 61: cure.v1.RmaPart
+	(*TimeBucket)(nil),           // 62: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),   // 63: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),    // 64: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),       // 65: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),           // 66: cure.v1.BucketStat
+	(*PhaseRecord)(nil),          // 67: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 68: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 69: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 70: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 71: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 72: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 73: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 74: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 75: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 76: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),             // 77: cure.v1.NodeSpec
+	(*BMCSpec)(nil),              // 78: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),      // 79: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),     // 80: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),    // 81: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),   // 82: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),     // 83: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),      // 84: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),           // 85: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),      // 86: cure.v1.InventoryRecord
+	(*FleetBandsRequest)(nil),    // 87: cure.v1.FleetBandsRequest
+	(*FleetBandsResponse)(nil),   // 88: cure.v1.FleetBandsResponse
+	(*FleetDistribution)(nil),    // 89: cure.v1.FleetDistribution
+	(*FleetNodeMark)(nil),        // 90: cure.v1.FleetNodeMark
+	(*FleetJudgement)(nil),       // 91: cure.v1.FleetJudgement
+	(*FleetJudgements)(nil),      // 92: cure.v1.FleetJudgements
+	nil,                          // 93: cure.v1.Log.AttrsEntry
+	nil,                          // 94: cure.v1.Metric.LabelsEntry
+	nil,                          // 95: cure.v1.Assignment.PsidsEntry
+	nil,                          // 96: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 97: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 98: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 99: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 100: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 101: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 102: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 103: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 104: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 105: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 106: cure.v1.NodeDetail.LabelsEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	5,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -8621,111 +8710,112 @@ var file_cure_proto_depIdxs = []int32{
 	2,   // 28: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,   // 29: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
 	29,  // 30: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	92,  // 31: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	93,  // 32: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	93,  // 31: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	94,  // 32: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	33,  // 33: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
-	37,  // 34: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
-	38,  // 35: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
-	39,  // 36: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
-	40,  // 37: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
+	38,  // 34: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
+	39,  // 35: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
+	40,  // 36: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
+	41,  // 37: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
 	0,   // 38: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
-	35,  // 39: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
-	36,  // 40: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	94,  // 41: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
-	34,  // 42: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
-	23,  // 43: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
-	0,   // 44: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	95,  // 45: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
-	49,  // 46: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	43,  // 47: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	96,  // 48: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
-	49,  // 49: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
-	43,  // 50: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	97,  // 51: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	98,  // 52: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	99,  // 53: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
-	48,  // 54: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	100, // 55: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
-	28,  // 56: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
-	22,  // 57: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
-	0,   // 58: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	66,  // 59: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
-	28,  // 60: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	85,  // 61: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	61,  // 62: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	55,  // 63: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
-	56,  // 64: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
-	56,  // 65: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
-	57,  // 66: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
-	25,  // 67: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
-	25,  // 68: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
-	54,  // 69: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
-	90,  // 70: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
-	88,  // 71: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
-	22,  // 72: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
-	60,  // 73: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
-	58,  // 74: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
-	55,  // 75: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
-	56,  // 76: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
-	56,  // 77: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
-	57,  // 78: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
-	1,   // 79: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
-	61,  // 80: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	101, // 81: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	64,  // 82: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	65,  // 83: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	65,  // 84: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
-	69,  // 85: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	28,  // 86: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	72,  // 87: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	74,  // 88: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	102, // 89: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	77,  // 90: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	103, // 91: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	76,  // 92: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	104, // 93: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	105, // 94: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	85,  // 95: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	9,   // 96: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	88,  // 97: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
-	89,  // 98: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
-	90,  // 99: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
-	88,  // 100: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
-	4,   // 101: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	41,  // 102: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	50,  // 103: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	52,  // 104: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	70,  // 105: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	67,  // 106: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	73,  // 107: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	44,  // 108: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	46,  // 109: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	78,  // 110: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	80,  // 111: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	82,  // 112: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	83,  // 113: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	62,  // 114: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	86,  // 115: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
-	32,  // 116: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	42,  // 117: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	51,  // 118: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	53,  // 119: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	71,  // 120: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	68,  // 121: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	75,  // 122: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	45,  // 123: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	47,  // 124: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	79,  // 125: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	81,  // 126: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	84,  // 127: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	84,  // 128: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	63,  // 129: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	87,  // 130: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
-	116, // [116:131] is the sub-list for method output_type
-	101, // [101:116] is the sub-list for method input_type
-	101, // [101:101] is the sub-list for extension type_name
-	101, // [101:101] is the sub-list for extension extendee
-	0,   // [0:101] is the sub-list for field type_name
+	36,  // 39: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
+	37,  // 40: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
+	95,  // 41: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	35,  // 42: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
+	34,  // 43: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
+	23,  // 44: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
+	0,   // 45: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
+	96,  // 46: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	50,  // 47: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	44,  // 48: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
+	97,  // 49: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	50,  // 50: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
+	44,  // 51: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
+	98,  // 52: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	99,  // 53: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	100, // 54: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	49,  // 55: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
+	101, // 56: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	28,  // 57: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
+	22,  // 58: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
+	0,   // 59: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
+	67,  // 60: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	28,  // 61: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
+	86,  // 62: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	62,  // 63: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	56,  // 64: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
+	57,  // 65: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
+	57,  // 66: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
+	58,  // 67: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
+	25,  // 68: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
+	25,  // 69: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
+	55,  // 70: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
+	91,  // 71: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
+	89,  // 72: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
+	22,  // 73: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
+	61,  // 74: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
+	59,  // 75: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
+	56,  // 76: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
+	57,  // 77: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
+	57,  // 78: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
+	58,  // 79: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
+	1,   // 80: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
+	62,  // 81: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	102, // 82: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	65,  // 83: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	66,  // 84: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	66,  // 85: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	70,  // 86: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	28,  // 87: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	73,  // 88: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	75,  // 89: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	103, // 90: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	78,  // 91: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	104, // 92: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	77,  // 93: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	105, // 94: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	106, // 95: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	86,  // 96: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	9,   // 97: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	89,  // 98: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
+	90,  // 99: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
+	91,  // 100: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
+	89,  // 101: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
+	4,   // 102: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	42,  // 103: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	51,  // 104: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	53,  // 105: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	71,  // 106: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	68,  // 107: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	74,  // 108: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	45,  // 109: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	47,  // 110: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	79,  // 111: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	81,  // 112: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	83,  // 113: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	84,  // 114: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	63,  // 115: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	87,  // 116: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
+	32,  // 117: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	43,  // 118: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	52,  // 119: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	54,  // 120: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	72,  // 121: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	69,  // 122: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	76,  // 123: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	46,  // 124: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	48,  // 125: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	80,  // 126: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	82,  // 127: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	85,  // 128: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	85,  // 129: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	64,  // 130: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	88,  // 131: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
+	117, // [117:132] is the sub-list for method output_type
+	102, // [102:117] is the sub-list for method input_type
+	102, // [102:102] is the sub-list for extension type_name
+	102, // [102:102] is the sub-list for extension extendee
+	0,   // [0:102] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -8753,14 +8843,14 @@ func file_cure_proto_init() {
 		(*CoordinatorMessage_Reboot)(nil),
 		(*CoordinatorMessage_Cancel)(nil),
 	}
-	file_cure_proto_msgTypes[86].OneofWrappers = []any{}
+	file_cure_proto_msgTypes[87].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   102,
+			NumMessages:   103,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

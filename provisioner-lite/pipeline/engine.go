@@ -110,6 +110,9 @@ type Config struct {
 	// Notify, if set, is told of every run that ends (webhooks). It must
 	// not block: it runs on the run's goroutine.
 	Notify func(RunNotice)
+	// ToolBundle, if set, is served from ArtifactDir to the suites that
+	// run its programs.
+	ToolBundle *ToolBundle
 }
 
 // RunNotice is a run as it ended, with its node's SKU.

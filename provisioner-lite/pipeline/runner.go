@@ -267,7 +267,7 @@ func rebootRequired(ev store.Event) bool {
 // more: PSIDs only for a sed_revert in a mode that wipes, for the disks the
 // wipe selects; a host callback token only for an os_install, minted anew.
 func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, sess *sessions.Session) (*curev1.Assignment, error) {
-	raw, _, err := e.cfg.Manifests.LoadDocument(r.Manifest)
+	raw, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest)
 	if err != nil {
 		return nil, err
 	}
@@ -332,6 +332,7 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 		FirstBoot:       firstBoot,
 		SkuYaml:         skuYAML,
 		SkuName:         skuName,
+		ToolBundle:      e.toolBundleRef(ctx, r, phases, doc),
 	}, nil
 }
 

@@ -71,7 +71,13 @@ type Options struct {
 	// BootSourceOverrideMode UEFI (besides Legacy): the coordinator's
 	// driver then boots the nodes in UEFI.
 	UEFI bool
+	// ToolBundle has the coordinator serve make toolbundle's bundle
+	// (Out/toolbundle/toolbundle.tar.zst) to suites that run its programs.
+	ToolBundle bool
 }
+
+// ToolBundlePath is where make toolbundle leaves the bundle under Out.
+func ToolBundlePath(out string) string { return filepath.Join(out, "toolbundle", "toolbundle.tar.zst") }
 
 // SiteNet is the network the nodes boot on when not SLIRP.
 type SiteNet struct {
@@ -193,6 +199,9 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	}
 	if miss := Missing(o.Out); len(miss) > 0 {
 		return nil, fmt.Errorf("build outputs missing (run `make image hostos`): %s", strings.Join(miss, ", "))
+	}
+	if _, err := os.Stat(ToolBundlePath(o.Out)); o.ToolBundle && err != nil {
+		return nil, fmt.Errorf("the tool bundle is not built (run `make toolbundle`): %w", err)
 	}
 	root, err := RepoRoot()
 	if err != nil {
@@ -443,6 +452,9 @@ func (e *Env) StartCoordinator(ctx context.Context) error {
 		"--wait-host", "6m",
 		// The virtual BMCs run on this host: they fetch firmware from loopback.
 		"--bmc-base-url", "http://" + e.HTTPAddr,
+	}
+	if e.Opts.ToolBundle {
+		args = append(args, "--tool-bundle", ToolBundlePath(e.Opts.Out))
 	}
 	if e.proxy != nil {
 		// 10.0.2.2 is the host's loopback as QEMU's user network shows it.

@@ -51,6 +51,14 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	s := doc.Suite
 	env := suite.Env{Root: e.cfg.Root, Disks: e.cfg.Disks, AllowDiskWrites: mode == modes.Burnin,
 		GPU: gpucheck.Checks{Root: e.cfg.Root, TmpDir: e.cfg.TmpDir, Log: e.cfg.Log, Prepare: e.gpuDriverUp(emit)}.Build}
+	for _, c := range s.Spec.Checks {
+		if manifests.CheckTools(c.Type) != "" {
+			tb := &toolBundle{e: e, ref: a.GetToolBundle(), emit: emit}
+			defer tb.done()
+			env.Measure = tb.measure
+			break
+		}
+	}
 	if e.cfg.SuiteEnv != nil {
 		env = e.cfg.SuiteEnv(env)
 	}

@@ -11,6 +11,10 @@
 //
 // With --baseline it instead builds the boot-time baseline image (a static
 // init that prints its uptime and powers off) with the same kernel.
+//
+// With --tool-bundle SPEC it instead packs the tool bundle (fio, stress-ng,
+// iperf3 with their libraries; builder/toolbundle) into --out as
+// toolbundle.tar.zst and toolbundle.json, and lists its contents.
 package main
 
 import (
@@ -26,6 +30,7 @@ import (
 
 	"github.com/cure-oss/cure/builder"
 	"github.com/cure-oss/cure/builder/spec"
+	"github.com/cure-oss/cure/builder/toolbundle"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 )
 
@@ -47,6 +52,7 @@ func run() error {
 	cmdline := flag.String("baseline-cmdline", "console=ttyS0 panic=-1", "default kernel parameters of the baseline image")
 	keep := flag.Bool("cpio", false, "also keep the uncompressed initramfs.cpio")
 	bundle := flag.String("driver-bundle", "", "site GPU driver bundle, a directory or .tar[.gz|.zst|.xz] (modules/, firmware/, lib/, bin/, share/, etc/); its modules must match the kernel's vermagic")
+	toolBundle := flag.String("tool-bundle", "", "pack the tool bundle this spec names (initramfs/toolbundle.yaml) into --out instead of building an image")
 	var tools toolList
 	flag.Var(&tools, "tool", "extra host file for the image, HOSTPATH[:IMAGEPATH] (repeatable; ELF shared libraries come along)")
 	flag.Parse()
@@ -61,6 +67,18 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
+	if *toolBundle != "" {
+		s, err := toolbundle.LoadSpec(*toolBundle)
+		if err != nil {
+			return err
+		}
+		r, err := toolbundle.Build(s, toolbundle.Host{}, *out)
+		if err != nil {
+			return err
+		}
+		fmt.Print(toolbundle.Listing(r))
+		return nil
+	}
 	if *baseline {
 		_, err := builder.BuildBaseline(ctx, builder.BaselineOptions{
 			KernelRoot: *kernelRoot, OutDir: *out, Cmdline: *cmdline, KeepCPIO: *keep, Log: log,

@@ -57,6 +57,7 @@ type config struct {
 	procRoot                                   string // /proc: the default route (hostaddr)
 	bmcBaseURL                                 string
 	imports                                    []string
+	toolBundle                                 string
 	timeouts                                   pipeline.Timeouts
 	budgets                                    pipeline.Budgets
 	bindBootIP                                 bool
@@ -166,6 +167,7 @@ func main() {
 	flag.Var(&webhooks, "webhook", "POST a signed JSON notification to this URL when a run ends or needs attention (repeatable; docs/OBSERVABILITY.md)")
 	flag.StringVar(&c.webhookSecret, "webhook-secret-file", "", "HMAC key of the webhook signature (default: webhook.secret in the state dir, created on first use)")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
+	flag.StringVar(&c.toolBundle, "tool-bundle", "", "the tool bundle (make toolbundle: out/toolbundle/toolbundle.tar.zst) to serve to suites that run fio, stress-ng or iperf3")
 	var logLevel slog.Level
 	flag.TextVar(&logLevel, "log-level", slog.LevelInfo, "`level` of the log: debug, info, warn or error (debug adds every request, DHCP packet and Redfish call)")
 	flag.Parse()
@@ -545,6 +547,13 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		}
 		log.Info("artifact imported", "file", f, "sha256", sum, "size", size)
 	}
+	var toolBundle *pipeline.ToolBundle
+	if c.toolBundle != "" {
+		if toolBundle, err = importToolBundle(artifactDir, c.toolBundle); err != nil {
+			return err
+		}
+		log.Info("tool bundle served", "file", c.toolBundle, "sha256", toolBundle.SHA256, "size", toolBundle.Size, "tools", toolBundle.Tools)
+	}
 	// A SKU whose image is missing is not a reason to refuse: the image
 	// may be added while the coordinator runs (artifacts add).
 	site.Images(c.stateDir)
@@ -618,6 +627,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		NetBoot:         nb.target,
 		Metrics:         obs.m,
 		Notify:          runNotice(notifier),
+		ToolBundle:      toolBundle,
 	})
 
 	bs, err := bootserver.New(bootserver.Config{ImageDir: c.imageDir, ArtifactDir: artifactDir, BaseURL: baseURL, Logger: log,

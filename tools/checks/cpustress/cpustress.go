@@ -299,7 +299,7 @@ func (a *freqAcc) readings(o Options) []checks.Reading {
 		return missing(o, o.BaseFreqRatio, "baseFreqRatio")
 	}
 	return []checks.Reading{
-		checks.Value("baseFreqRatio", math.Round(a.cur/a.base*100)/100, o.BaseFreqRatio),
-		checks.Value("minFreqMHz", math.Round(a.minKHz/1000), checks.Limit{}),
+		checks.Value("baseFreqRatio", math.Round(a.cur/a.base*100)/100, o.BaseFreqRatio).In("ratio"),
+		checks.Value("minFreqMHz", math.Round(a.minKHz/1000), checks.Limit{}).In("MHz"),
 	}
 }

@@ -141,9 +141,9 @@ func Check(ctx context.Context, o Options) ([]checks.Verdict, error) {
 	}
 	v := checks.Judge("memory",
 		checks.Value("mismatches", float64(r.count), bar),
-		checks.Value("testedMiB", mb, checks.Limit{}),
+		checks.Value("testedMiB", mb, checks.Limit{}).In("MiB"),
 		checks.Value("passes", float64(pass), checks.Limit{}),
-		checks.Value("MiBps", 2*mb*float64(pass)/elapsed.Seconds(), checks.Limit{}),
+		checks.Value("MiBps", 2*mb*float64(pass)/elapsed.Seconds(), checks.Limit{}).In("MiB/s"),
 	)
 	var msgs []string
 	if v.Message != "" {

@@ -80,7 +80,7 @@ func Ethernet(ctx context.Context, o EthernetOptions) ([]checks.Verdict, error) 
 		if err != nil || speed < 0 {
 			rs = append(rs, checks.Missing("speedMbps", o.SpeedMbps))
 		} else {
-			rs = append(rs, checks.Value("speedMbps", float64(speed), o.SpeedMbps))
+			rs = append(rs, checks.Value("speedMbps", float64(speed), o.SpeedMbps).In("Mb/s"))
 		}
 		if d, err := checks.ReadString(filepath.Join(dir, "duplex")); err == nil && d != "" {
 			rs = append(rs, checks.Text("duplex", d, ""))

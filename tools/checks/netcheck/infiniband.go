@@ -162,7 +162,7 @@ func judgeIB(p ibPort, o InfiniBandOptions, names []string, before map[string]ui
 	if rate, err := readRate(filepath.Join(p.dir, "rate")); err != nil {
 		rs = append(rs, checks.Missing("rateGbps", o.RateGbps))
 	} else {
-		rs = append(rs, checks.Value("rateGbps", rate, o.RateGbps))
+		rs = append(rs, checks.Value("rateGbps", rate, o.RateGbps).In("Gb/s"))
 	}
 	var notes []string
 	if before != nil {

@@ -98,10 +98,10 @@ func Judge(component string, l *nvme.SMARTLog, o Options) checks.Verdict {
 	spare.Max = o.AvailableSpare.Max
 	v := checks.Judge(component,
 		checks.Value("criticalWarning", float64(warn), checks.AtMost(0)),
-		checks.Value("availableSpare", float64(l.AvailableSpare), spare),
-		checks.Value("percentageUsed", float64(l.PercentageUsed), o.PercentageUsed),
+		checks.Value("availableSpare", float64(l.AvailableSpare), spare).In("%"),
+		checks.Value("percentageUsed", float64(l.PercentageUsed), o.PercentageUsed).In("%"),
 		checks.Value("mediaErrors", float64(l.MediaErrors), o.MediaErrors),
-		checks.Value("tempC", float64(l.CompositeTempC()), o.TempC),
+		checks.Value("tempC", float64(l.CompositeTempC()), o.TempC).In("C"),
 		checks.Value("powerOnHours", float64(l.PowerOnHours), checks.Limit{}),
 		checks.Value("errorLogEntries", float64(l.ErrorLogEntries), checks.Limit{}),
 	)

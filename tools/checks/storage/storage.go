@@ -83,12 +83,12 @@ func Check(ctx context.Context, o Options) ([]checks.Verdict, error) {
 	if o.Open == nil {
 		o.Open = OpenDirect
 	}
-	disks, markErr := o.list()
+	disks, markErr := ListDisks(o.Root, o.Disks)
 	if disks == nil && markErr != nil {
 		return nil, markErr
 	}
 	if o.Write != nil {
-		if err := checkScratch(disks, markErr, *o.Write); err != nil {
+		if err := CheckScratch(disks, markErr, *o.Write); err != nil {
 			return nil, err
 		}
 	}
@@ -114,30 +114,31 @@ func Check(ctx context.Context, o Options) ([]checks.Verdict, error) {
 	return out, nil
 }
 
-// list returns the disks, and separately an error from boot-medium
-// detection (which only matters when writing).
-func (o Options) list() ([]blockdev.Disk, error) {
-	if o.Disks != nil {
-		d, err := o.Disks()
+// ListDisks returns the disks (from list, or blockdev under root when
+// nil), and separately an error from boot-medium detection (which only
+// matters when writing). The storage checks share it.
+func ListDisks(root string, list func() ([]blockdev.Disk, error)) ([]blockdev.Disk, error) {
+	if list != nil {
+		d, err := list()
 		if err != nil {
 			return nil, fmt.Errorf("storage: listing disks: %w", err)
 		}
 		return d, nil
 	}
-	disks, err := blockdev.List(o.Root)
+	disks, err := blockdev.List(root)
 	if err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
-	cmdline, err := os.ReadFile(filepath.Join(o.Root, "proc/cmdline"))
+	cmdline, err := os.ReadFile(filepath.Join(root, "proc/cmdline"))
 	if err != nil {
 		return disks, fmt.Errorf("storage: reading kernel command line for boot-medium detection: %w", err)
 	}
-	return disks, blockdev.MarkBootMedium(disks, filepath.Join(o.Root, "proc/self/mounts"), strings.TrimSpace(string(cmdline)))
+	return disks, blockdev.MarkBootMedium(disks, filepath.Join(root, "proc/self/mounts"), strings.TrimSpace(string(cmdline)))
 }
 
-// checkScratch refuses a write unless the target is one known, unused,
-// writable disk and the range lies inside it.
-func checkScratch(disks []blockdev.Disk, markErr error, s Scratch) error {
+// CheckScratch refuses a write unless the target is one known, unused,
+// writable disk and the range lies inside it. The storage checks share it.
+func CheckScratch(disks []blockdev.Disk, markErr error, s Scratch) error {
 	if markErr != nil {
 		return fmt.Errorf("storage: refusing to write scratch range on %q: cannot tell the boot medium: %w", s.Device, markErr)
 	}

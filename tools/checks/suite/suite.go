@@ -16,10 +16,14 @@ import (
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/checks/cpustress"
+	"github.com/cure-oss/cure/tools/checks/fiocheck"
+	"github.com/cure-oss/cure/tools/checks/iperfcheck"
+	"github.com/cure-oss/cure/tools/checks/measure"
 	"github.com/cure-oss/cure/tools/checks/memtest"
 	"github.com/cure-oss/cure/tools/checks/netcheck"
 	"github.com/cure-oss/cure/tools/checks/nvmehealth"
 	"github.com/cure-oss/cure/tools/checks/storage"
+	"github.com/cure-oss/cure/tools/checks/stresscheck"
 	"github.com/cure-oss/cure/tools/checks/thermal"
 )
 
@@ -43,6 +47,11 @@ type Env struct {
 	// GPU builds GPU checks (NVML lives in a separate cgo helper); nil
 	// makes them SKIP with a message saying so.
 	GPU func(c manifests.Check) (checks.Func, error)
+	// Measure runs the checks that drive a tool-bundle program
+	// (manifests.CheckTools): on a node, cure-measure from the bundle
+	// (measure.Exec); in tests, measure.Run in process. Nil makes those
+	// checks ERROR, saying so.
+	Measure func(ctx context.Context, r measure.Request) ([]checks.Verdict, error)
 }
 
 // DefaultIBWindow is the InfiniBand counter window when a suite bars
@@ -175,35 +184,82 @@ func build(c *checks.Check, mc manifests.Check, p *params, env Env) {
 			o.Select = func(comp string) bool { ok, _ := path.Match(glob, comp); return ok }
 		}
 		note := ""
-		if p.bool("allowWrite") {
-			sc := &storage.Scratch{Device: p.str("scratchDevice"), Offset: p.size("scratchOffset"), Length: p.size("scratchLength")}
-			if sc.Device == "" || sc.Length == 0 {
-				p.errorf("params.allowWrite", "needs scratchDevice (one disk name) and a non-zero scratchLength")
-			}
+		if sc := scratch(p, "writeMBps"); sc != nil {
 			if env.AllowDiskWrites {
 				o.Write = sc
 			} else {
 				note = "scratch write not run: this mode never writes to disks"
 			}
-		} else {
-			for _, k := range []string{"scratchDevice", "scratchOffset", "scratchLength"} {
-				if _, set := p.get(k); set {
-					p.errorf("params."+k, "set without allowWrite: true")
-				}
-			}
-			if !p.limit("writeMBps").IsZero() {
-				p.errorf("thresholds.writeMBps", "set without params.allowWrite: true")
-			}
 		}
 		c.Sample = c.Duration > 0
 		c.Func = func(ctx context.Context) ([]checks.Verdict, error) {
 			vs, err := storage.Check(ctx, o)
-			if note != "" {
-				for i := range vs {
-					vs[i].Message = strings.TrimPrefix(vs[i].Message+"; "+note, "; ")
+			return withNote(vs, note), err
+		}
+
+	case manifests.CheckStorageRandom:
+		o := fiocheck.Options{
+			Root: env.Root, AppliesTo: c.AppliesTo, Runtime: c.Duration,
+			BlockSize: int(p.size("blockSize")), IODepth: int(p.int("ioDepth", 0)), IOEngine: p.str("ioEngine"),
+			ReadIOPS: p.limit("randReadIOPS"), ReadP99Us: p.limit("p99ReadLatencyUs"),
+			WriteIOPS: p.limit("randWriteIOPS"), WriteP99Us: p.limit("p99WriteLatencyUs"),
+		}
+		if o.BlockSize%512 != 0 || o.BlockSize < 0 {
+			p.errorf("params.blockSize", "%d is not a multiple of 512", o.BlockSize)
+		}
+		note := ""
+		if sc := scratch(p, "randWriteIOPS", "p99WriteLatencyUs"); sc != nil {
+			if env.AllowDiskWrites {
+				o.Write = sc
+			} else {
+				note = "scratch write not run: this mode never writes to disks"
+			}
+		}
+		c.Func = func(ctx context.Context) ([]checks.Verdict, error) {
+			// The runner's disks, boot medium marked: the helper
+			// runs fio on what the runner sees.
+			disks, markErr := storage.ListDisks(env.Root, env.Disks)
+			if disks == nil && markErr != nil {
+				return nil, markErr
+			}
+			if o.Write != nil {
+				if err := storage.CheckScratch(disks, markErr, *o.Write); err != nil {
+					return nil, err
 				}
 			}
-			return vs, err
+			vs, err := env.measure(ctx, measure.Request{Type: mc.Type, Storage: &o, Disks: disks})
+			return withNote(vs, note), err
+		}
+
+	case manifests.CheckCPUThroughput:
+		o := stresscheck.CPUOptions{Root: env.Root, Duration: c.Duration,
+			Method: p.str("method"), BogoOpsPerSec: p.limit("cpuBogoOpsPerSec")}
+		p.zeroOnly("verifyFailures", "a computation stress-ng's --verify finds wrong always fails")
+		c.Func = func(ctx context.Context) ([]checks.Verdict, error) {
+			return env.measure(ctx, measure.Request{Type: mc.Type, CPU: &o})
+		}
+
+	case manifests.CheckMemoryBandwidth:
+		o := stresscheck.MemoryOptions{Root: env.Root, Duration: c.Duration,
+			Instances: int(p.int("instances", 0)), L3Bytes: p.size("l3Size"),
+			ReadMiBps: p.limit("memReadMiBps"), WriteMiBps: p.limit("memWriteMiBps")}
+		p.zeroOnly("verifyFailures", "a stream array stress-ng's --verify finds wrong always fails")
+		if c.Duration > 0 && c.Duration < stresscheck.MinStreamDuration {
+			p.errorf("duration", "%s is too short: stress-ng's stream reports no memory rate under %s", c.Duration, stresscheck.MinStreamDuration)
+		}
+		c.Func = func(ctx context.Context) ([]checks.Verdict, error) {
+			return env.measure(ctx, measure.Request{Type: mc.Type, Memory: &o})
+		}
+
+	case manifests.CheckNICThroughput:
+		o := iperfcheck.Options{Server: p.str("server"), Duration: c.Duration,
+			Reverse: p.bool("reverse"), Streams: int(p.int("streams", 0)), Bind: p.str("bind"),
+			ThroughputMbps: p.limit("throughputMbps"), Retransmits: p.limit("retransmits")}
+		if _, _, err := iperfcheck.SplitServer(o.Server); err != nil {
+			p.errorf("params.server", "the iperf3 server to measure against, host or host:port: %v", err)
+		}
+		c.Func = func(ctx context.Context) ([]checks.Verdict, error) {
+			return env.measure(ctx, measure.Request{Type: mc.Type, NIC: &o})
 		}
 
 	case manifests.CheckEthernet:
@@ -272,4 +328,45 @@ func build(c *checks.Check, mc manifests.Check, p *params, env Env) {
 			return nil, errors.New("check type not implemented")
 		}
 	}
+}
+
+// scratch reads the scratch-write params the storage checks share: a
+// range on one disk, only with allowWrite (the mode must allow writes
+// too); a write threshold without allowWrite is an error.
+func scratch(p *params, writeMetrics ...string) *storage.Scratch {
+	if p.bool("allowWrite") {
+		sc := &storage.Scratch{Device: p.str("scratchDevice"), Offset: p.size("scratchOffset"), Length: p.size("scratchLength")}
+		if sc.Device == "" || sc.Length == 0 {
+			p.errorf("params.allowWrite", "needs scratchDevice (one disk name) and a non-zero scratchLength")
+		}
+		return sc
+	}
+	for _, k := range []string{"scratchDevice", "scratchOffset", "scratchLength"} {
+		if _, set := p.get(k); set {
+			p.errorf("params."+k, "set without allowWrite: true")
+		}
+	}
+	for _, m := range writeMetrics {
+		if !p.limit(m).IsZero() {
+			p.errorf("thresholds."+m, "set without params.allowWrite: true")
+		}
+	}
+	return nil
+}
+
+func withNote(vs []checks.Verdict, note string) []checks.Verdict {
+	if note != "" {
+		for i := range vs {
+			vs[i].Message = strings.TrimPrefix(vs[i].Message+"; "+note, "; ")
+		}
+	}
+	return vs
+}
+
+// measure runs a tool-bundle check through env.Measure.
+func (env Env) measure(ctx context.Context, r measure.Request) ([]checks.Verdict, error) {
+	if env.Measure == nil {
+		return nil, fmt.Errorf("%s checks run %s from the tool bundle, and this runner has none", r.Type, r.Tool())
+	}
+	return env.Measure(ctx, r)
 }

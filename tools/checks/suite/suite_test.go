@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
@@ -15,6 +16,7 @@ import (
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/checks"
+	"github.com/cure-oss/cure/tools/checks/measure"
 	"github.com/cure-oss/cure/tools/checks/nvmehealth"
 	"github.com/cure-oss/cure/tools/checks/storage"
 	"github.com/cure-oss/cure/tools/nvme"
@@ -86,6 +88,10 @@ var sample = map[string]string{
 	manifests.CheckCPU:               "cpu/0",
 	manifests.CheckStorageThroughput: "disk/nvme1n1",
 	manifests.CheckGPU:               "gpu/0",
+	manifests.CheckStorageRandom:     "disk/nvme1n1",
+	manifests.CheckMemoryBandwidth:   "memory/node0",
+	manifests.CheckCPUThroughput:     "cpu/0",
+	manifests.CheckNICThroughput:     "nic/ens1f0np0",
 }
 
 func TestBuildErrors(t *testing.T) {
@@ -224,6 +230,135 @@ func TestRunQuickSuite(t *testing.T) {
 			t.Log(v)
 		}
 		t.Errorf("%d verdicts, want %d", len(got), len(want))
+	}
+}
+
+func TestToolCheckErrors(t *testing.T) {
+	s, err := manifests.ParseSuite("bad.yaml", []byte(`apiVersion: cure.dev/v1
+kind: ValidationSuite
+metadata: {name: bad}
+spec:
+  checks:
+    - name: rand
+      type: storage-random
+      params: {blockSize: 1000, scratchLength: 1MiB}
+      thresholds:
+        randWriteIOPS: {min: 1}
+        randReadIOPS: {min: 1}
+        readMBps: {min: 1}
+    - name: cpu
+      type: cpu-throughput
+      thresholds:
+        verifyFailures: {max: 3}
+    - name: mem
+      type: memory-bandwidth
+      duration: 2s
+      params: {l3Size: lots}
+    - name: net
+      type: nic-throughput
+      params: {reverse: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Build(s, Env{})
+	if err == nil {
+		t.Fatal("bad suite built")
+	}
+	for _, want := range []string{
+		"spec.checks[0] (rand, type storage-random): params.blockSize: 1000 is not a multiple of 512",
+		"spec.checks[0] (rand, type storage-random): params.scratchLength: set without allowWrite",
+		"spec.checks[0] (rand, type storage-random): thresholds.randWriteIOPS: set without params.allowWrite",
+		"spec.checks[0] (rand, type storage-random): thresholds.readMBps: unknown metric",
+		"spec.checks[1] (cpu, type cpu-throughput): thresholds.verifyFailures: only {max: 0}",
+		"spec.checks[2] (mem, type memory-bandwidth): duration: 2s is too short",
+		`spec.checks[2] (mem, type memory-bandwidth): params.l3Size: "lots" is not a size`,
+		"spec.checks[3] (net, type nic-throughput): params.server: the iperf3 server to measure against",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+// TestToolChecksRun runs a suite of the tool-bundle checks: without a
+// tool bundle each is an ERROR saying which program it lacks; with the
+// host's fio and stress-ng (what the bundle carries), real measurements.
+func TestToolChecksRun(t *testing.T) {
+	s, err := manifests.ParseSuite("tools.yaml", []byte(`apiVersion: cure.dev/v1
+kind: ValidationSuite
+metadata: {name: tools}
+spec:
+  checks:
+    - name: disk-random
+      type: storage-random
+      appliesTo: "disk/*"
+      duration: 1s
+      params: {ioDepth: 4, ioEngine: psync}
+      thresholds:
+        randReadIOPS: {min: 1}
+    - name: cpu-ops
+      type: cpu-throughput
+      duration: 1s
+      params: {method: matrixprod}
+      thresholds:
+        cpuBogoOpsPerSec: {min: 1}
+        verifyFailures: {equals: 0}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Tools(); strings.Join(got, ",") != "fio,stress-ng" {
+		t.Errorf("suite tools %v", got)
+	}
+	root := t.TempDir()
+	for p, v := range map[string]string{
+		"sys/devices/system/cpu/cpu0/topology/physical_package_id": "0",
+		"dev/vda": strings.Repeat("x", 4<<20),
+	} {
+		os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
+		if err := os.WriteFile(filepath.Join(root, p), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := Env{Root: root,
+		Disks: func() ([]blockdev.Disk, error) { return []blockdev.Disk{{Name: "vda", SizeBytes: 4 << 20}}, nil }}
+	quiet := checks.Options{Log: slog.New(slog.DiscardHandler)}
+	vs, err := Run(context.Background(), s, env, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		if v.Status != checks.Error || !strings.Contains(v.Message, "from the tool bundle, and this runner has none") {
+			t.Errorf("without a bundle: %v", v)
+		}
+	}
+	for _, tool := range []string{"fio", "stress-ng"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed (scripts/install-deps.sh installs it)", tool)
+		}
+	}
+	// In process with the host's programs: what cure-measure does with
+	// the bundle's on a node.
+	tmp := t.TempDir()
+	env.Measure = func(ctx context.Context, r measure.Request) ([]checks.Verdict, error) {
+		return measure.Run(ctx, r, checks.HostTools, tmp)
+	}
+	vs, err = Run(context.Background(), s, env, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	units := map[string]string{}
+	for _, v := range vs {
+		if v.Status != checks.Pass {
+			t.Errorf("%v", v)
+		}
+		for _, m := range v.Measurements {
+			units[v.Component+" "+m.Metric] = m.Unit
+		}
+	}
+	if units["disk/vda randReadIOPS"] != "IOPS" || units["disk/vda p99ReadLatencyUs"] != "us" || units["cpu/0 cpuBogoOpsPerSec"] != "bogo-ops/s" {
+		t.Errorf("measurements %v", units)
 	}
 }
 

@@ -148,7 +148,7 @@ func judge(s sensor, o Options) checks.Verdict {
 	if !o.TempC.IsZero() {
 		sources = append(sources, "suite bar "+o.TempC.Expr("tempC"))
 	}
-	rs := []checks.Reading{checks.Value("tempC", t, bar)}
+	rs := []checks.Reading{checks.Value("tempC", t, bar).In("C")}
 	for _, a := range []string{"crit_alarm", "max_alarm"} {
 		if a == "max_alarm" && o.IgnoreMax {
 			continue
