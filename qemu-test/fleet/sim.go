@@ -656,6 +656,11 @@ func (s *Sim) startCoordinator(ctx context.Context, i int) error {
 		"--reconnect", max(s.scaled(3*time.Minute), 5*time.Second).String(),
 		"--retry-base", max(s.scaled(2*time.Second), 50*time.Millisecond).String(),
 		"--retry-max", max(s.scaled(time.Minute), time.Second).String(),
+		// Every simulated BMC and runner reaches the coordinator from
+		// 127.0.0.1, where a site's nodes have an address each: the
+		// per-source connection caps would take the fleet for one flooding
+		// peer.
+		"--http-max-conns-per-source", "4096", "--grpc-max-conns-per-source", "8192",
 	}
 	if s.cfg.DSN != "" {
 		args = append(args, "--db", s.cfg.DSN)
