@@ -242,7 +242,7 @@ func TestBurninSurvivesCoordinatorRestart(t *testing.T) {
 		t.Errorf("runner started validate %d times, want once", c)
 	}
 	run := storeRun(t, st, rep.GetRunId())
-	if a, _ := run.Attempts(modes.Validate); a != 1 || run.Disconnects != 0 {
+	if a := run.Pipeline.Attempts(modes.Validate); a != 1 || run.Disconnects != 0 {
 		t.Errorf("validate attempts %d, disconnects %d: want 1 and 0", a, run.Disconnects)
 	}
 	if devs := bootDevices(n); !slices.Equal(devs, []string{"Pxe"}) {
@@ -303,10 +303,10 @@ func TestBurninResumesAfterNodeReset(t *testing.T) {
 		t.Log("the runner's stream closed before its heartbeats were missed (the reset was seen as a disconnect)")
 	}
 	run := storeRun(t, st, rep.GetRunId())
-	if a, _ := run.Attempts(modes.Validate); a != 2 || run.Disconnects != 1 {
+	if a := run.Pipeline.Attempts(modes.Validate); a != 2 || run.Disconnects != 1 {
 		t.Errorf("validate attempts %d, disconnects %d: want 2 and 1", a, run.Disconnects)
 	}
-	if a, _ := run.Attempts(modes.Hardware); a != 1 {
+	if a := run.Pipeline.Attempts(modes.Hardware); a != 1 {
 		t.Errorf("hardware ran %d times: the resume restarted earlier phases", a)
 	}
 }

@@ -379,7 +379,7 @@ func suiteView(ctx context.Context, st *store.Store, run store.Run, now time.Tim
 		return nil
 	}
 	var deadline int64
-	if d, err := run.PhaseDeadline(run.Phase); err == nil && !d.IsZero() && run.Phase == rec.Phase {
+	if d := run.Pipeline.Phase(run.Phase).Deadline; !d.IsZero() && run.Phase == rec.Phase {
 		deadline = d.UnixMilli()
 	}
 	return curectl.SuiteProgress(&p, rec.Received.UnixMilli(), deadline, runstate.Active(run.Status), now)

@@ -59,7 +59,7 @@ func evidenceEngine(t *testing.T, connect func(context.Context, store.Node) (BMC
 	if err := st.UpsertNode(ctx, store.Node{ID: "n1", BMCURL: "https://bmc", BMCUser: "u", BMCPassword: "p", SKU: "s", MACs: []string{"52:54:00:00:00:01"}}); err != nil {
 		t.Fatal(err)
 	}
-	run := store.Run{ID: "r1", NodeID: "n1", Mode: "diagnostic", Manifest: "s", Status: runstate.RunRunning, StartedAt: time.Now().Add(-time.Minute).UTC(), Data: map[string]string{}}
+	run := store.Run{ID: "r1", NodeID: "n1", Mode: "diagnostic", Manifest: "s", Status: runstate.RunRunning, StartedAt: time.Now().Add(-time.Minute).UTC()}
 	if err := st.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}

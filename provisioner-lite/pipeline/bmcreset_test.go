@@ -41,7 +41,7 @@ func TestPendingBMCResetWaitedForAfterRestart(t *testing.T) {
 	if err := st.UpsertNode(ctx, store.Node{ID: "n1", BMCURL: "https://bmc", BMCUser: "u", BMCPassword: "p", SKU: "s", MACs: []string{"52:54:00:00:00:01"}}); err != nil {
 		t.Fatal(err)
 	}
-	run := store.Run{ID: "r1", NodeID: "n1", Mode: "provision", Manifest: "s", Status: runstate.RunRunning, StartedAt: time.Now().UTC(), Data: map[string]string{}}
+	run := store.Run{ID: "r1", NodeID: "n1", Mode: "provision", Manifest: "s", Status: runstate.RunRunning, StartedAt: time.Now().UTC()}
 	if err := st.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestPendingBMCResetWaitedForAfterRestart(t *testing.T) {
 		t.Fatalf("without a pending reset: err %v, called %v, %d connects; want one refused connect", err, called, connects)
 	}
 
-	run.SetBMCResetAt(time.Now())
+	run.Pipeline.BMC.ResetAt = time.Now()
 	if err := st.UpdateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}
@@ -86,13 +86,13 @@ func TestPendingBMCResetWaitedForAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if at, err := stored.BMCResetAt(); err != nil || !at.IsZero() {
+	if at := stored.Pipeline.BMC.ResetAt; !at.IsZero() {
 		t.Error("the pending reset is still recorded after the BMC came back")
 	}
 
 	// A BMC that never comes back within the reset budget fails the phase.
 	back = time.Now().Add(time.Hour)
-	run.SetBMCResetAt(time.Now().Add(-5 * time.Second))
+	run.Pipeline.BMC.ResetAt = time.Now().Add(-5 * time.Second)
 	called = false
 	err = e.withBMC(ctx, &run, func(context.Context, BMC) error { called = true; return nil })
 	if err == nil || called {

@@ -60,7 +60,7 @@ func (e *Engine) setBootPXE(ctx context.Context, r *store.Run, _ string) outcome
 }
 
 func (e *Engine) waitForCUREPhase(ctx context.Context, r *store.Run, phase string) outcome {
-	if e.attempts(r, phase) > 1 {
+	if r.Pipeline.Attempts(phase) > 1 {
 		if err := e.rebootIntoCURE(ctx, r, "previous wait for CURE timed out"); err != nil {
 			return failed("%v", err)
 		}
@@ -69,7 +69,7 @@ func (e *Engine) waitForCUREPhase(ctx context.Context, r *store.Run, phase strin
 }
 
 func (e *Engine) setBootDisk(ctx context.Context, r *store.Run, _ string) outcome {
-	r.SetBoot(store.BootDisk)
+	r.Pipeline.Boot = store.BootDisk
 	e.save(ctx, r)
 	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
 		return b.SetBootOverride(ctx, redfish.BootTarget("Hdd"), false)
@@ -81,7 +81,7 @@ func (e *Engine) setBootDisk(ctx context.Context, r *store.Run, _ string) outcom
 
 func (e *Engine) powerOffAtEnd(ctx context.Context, r *store.Run, _ string) outcome {
 	// The node goes back to the pool powered off, with no CURE boot armed.
-	r.SetBoot(store.BootUnset)
+	r.Pipeline.Boot = store.BootUnset
 	e.save(ctx, r)
 	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error { return b.PowerOff(ctx, false) }); err != nil {
 		return failed("power off: %v", err)
@@ -105,10 +105,7 @@ func (e *Engine) withBMCFor(ctx context.Context, r *store.Run, budget time.Durat
 	// A BMC this run reset and nobody saw come back (the coordinator died
 	// meanwhile) may be away for minutes yet: that is the reset's own
 	// budget, not a failed phase attempt.
-	resetAt, err := r.BMCResetAt()
-	if err != nil {
-		return err
-	}
+	resetAt := r.Pipeline.BMC.ResetAt
 	pending := !resetAt.IsZero()
 	connectUntil := time.Now().Add(e.cfg.Timeouts.BMCCall)
 	if pending {
@@ -154,7 +151,7 @@ func (e *Engine) withBMCFor(ctx context.Context, r *store.Run, budget time.Durat
 		if err := b.WaitBMC(ctx, max(time.Until(connectUntil), e.cfg.Timeouts.BMCCall)); err != nil {
 			return fmt.Errorf("bmc %s: not back from the reset requested at %s: %w", n.BMCURL, resetAt.Format(time.RFC3339), err)
 		}
-		r.SetBMCResetAt(time.Time{})
+		r.Pipeline.BMC.ResetAt = time.Time{}
 		e.save(ctx, r)
 	}
 	cctx, cancel := context.WithTimeout(ctx, budget)
@@ -329,7 +326,7 @@ func (e *Engine) powerOnOrCycle(ctx context.Context, r *store.Run) outcome {
 		return failed("%v", err)
 	}
 	r.Reboots++
-	r.SetBootRequestedAt(time.Now())
+	r.Pipeline.BootRequestedAt = time.Now().UTC()
 	e.save(ctx, r)
 	return ok("%s", msg)
 }
@@ -354,41 +351,69 @@ func (e *Engine) rebootIntoCURE(ctx context.Context, r *store.Run, why string) e
 		return fmt.Errorf("reboot into CURE (%s): %w", why, err)
 	}
 	r.Reboots++
-	r.SetBootRequestedAt(time.Now())
+	r.Pipeline.BootRequestedAt = time.Now().UTC()
 	e.save(ctx, r)
 	e.coordEvent(ctx, *r, r.Phase, runstate.EventInfo, "", "re-armed PXE once and reset the host: "+why, 0)
 	return nil
 }
 
-// waitForCURE waits for this run's runner to register.
+// waitForCURE waits for this run's runner to register, until the
+// attempt's deadline (set when it began waiting).
 func (e *Engine) waitForCURE(ctx context.Context, r *store.Run) outcome {
-	deadline := time.Now().Add(e.cfg.Timeouts.WaitForCURE)
+	if r.Pipeline.Phase(modes.WaitForCURE).Deadline.IsZero() {
+		r.Pipeline.SetDeadline(modes.WaitForCURE, time.Now().Add(e.cfg.Timeouts.WaitForCURE))
+		e.save(ctx, r)
+	}
 	e.waitsForCURE.add(*r)
 	defer e.waitsForCURE.remove(r.ID)
 	for {
 		changed := e.cfg.Hub.Changed(r.NodeID)
-		if s := e.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {
-			msg := fmt.Sprintf("runner registered: boot_id=%s guest_uptime=%dms", s.BootID, s.Hello.GetUptimeMs())
-			if t, err := r.BootRequestedAt(); err == nil && !t.IsZero() {
-				msg += fmt.Sprintf(" power_on_to_registered=%s", s.ConnectedAt.Sub(t).Round(time.Millisecond))
-			}
-			return ok("%s", msg)
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			// Tokens minted for this boot and never used die with the wait.
-			if err := e.cfg.Store.EndBootWindow(context.WithoutCancel(ctx), r.ID, bootWindow(*r)); err != nil {
-				e.cfg.Log.Error("end boot window", "run", r.ID, "err", err)
-			}
-			return failed("runner did not register within %s", e.cfg.Timeouts.WaitForCURE)
+		acts := decideWaitCURE(*r, e.cfg.Timeouts.WaitForCURE, cureObs{now: time.Now(), session: e.cfg.Hub.Current(r.NodeID)})
+		if out, end := e.applyWait(ctx, r, acts); end {
+			return out
 		}
 		select {
 		case <-ctx.Done():
 			return failed("stopped")
 		case <-changed:
-		case <-time.After(left):
+		case <-time.After(time.Until(r.Pipeline.Phase(modes.WaitForCURE).Deadline)):
 		}
 	}
+}
+
+// applyWait carries out the actions of a coordinator phase's wait: end
+// says the attempt ended, with out.
+func (e *Engine) applyWait(ctx context.Context, r *store.Run, acts []action) (out outcome, end bool) {
+	for _, a := range acts {
+		switch a.kind {
+		case actDone:
+			return ok("%s", a.msg), true
+		case actFail:
+			return failed("%s", a.msg), true
+		case actEndBootWindow:
+			// Tokens minted for this boot and never used die with the wait.
+			if err := e.cfg.Store.EndBootWindow(context.WithoutCancel(ctx), r.ID, bootWindow(*r)); err != nil {
+				e.cfg.Log.Error("end boot window", "run", r.ID, "err", err)
+			}
+		case actNote:
+			e.coordNote(ctx, *r, a.phase, a.msg)
+		case actRebootOutOfCURE:
+			if err := e.hostReboot(ctx, r); err != nil {
+				return failed("%v", err), true
+			}
+		case actOrderReboot:
+			if s := e.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {
+				if _, _, err := e.orderReboot(ctx, s, "os installed; boot the installed OS"); err != nil {
+					return failed("stopped"), true
+				}
+			}
+		case actRequeue:
+			return outcome{}, false
+		default:
+			panic(fmt.Sprintf("pipeline: wait decision asked for action %d", a.kind))
+		}
+	}
+	return outcome{}, false
 }
 
 func componentName(component, id string, n int) string {
@@ -433,62 +458,28 @@ func (e *Engine) verdict(ctx context.Context, r *store.Run, component, check, st
 }
 
 // waitForHostOS reboots the node out of CURE and waits for the installed OS
-// to phone home. The wait is anchored on an event id so that a coordinator
-// restart in the middle keeps waiting for the same callback.
+// to phone home. The wait is anchored on an event id in the run's status
+// so that a coordinator restart in the middle keeps waiting for the same
+// callback.
 func (e *Engine) waitForHostOS(ctx context.Context, r *store.Run) outcome {
-	// Each attempt reboots once; a coordinator restart inside the attempt
-	// after the reboot keeps waiting for the same callback.
-	attempt := e.attempts(r, modes.WaitForHostOS)
-	if done, err := r.HostRebootAttempt(); err != nil {
-		return failed("%v", err)
-	} else if done != attempt {
-		from, err := e.lastEventID(ctx, r.ID)
-		if err != nil {
-			return failed("%v", err)
-		}
-		r.SetHostWaitFrom(from)
-		r.SetHostRebootedAt(time.Time{}) // no callback before this attempt's reboot
-		e.save(ctx, r)
-		rebooted, err := e.rebootOutOfCURE(ctx, r)
-		if err != nil {
-			return failed("%v", err)
-		}
-		r.SetHostRebootAttempt(attempt)
-		r.SetHostRebootedAt(rebooted)
-		e.save(ctx, r)
-	}
-	from, err := r.HostWaitFrom()
-	if err != nil {
-		return failed("%v", err)
-	}
-	deadline := time.Now().Add(e.cfg.Timeouts.HostOS)
 	signal, unsub := e.cfg.Store.Subscribe(r.ID)
 	defer unsub()
+	var readTo int64
 	for {
 		changed := e.cfg.Hub.Changed(r.NodeID)
-		// A CURE session of the run that reconnects after the reboot order
-		// (a runner replaying its last events before it resets) is told
-		// again: while it is connected the installed OS's callback is
-		// refused, so it must not linger.
-		if s := e.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {
-			e.coordNote(ctx, *r, modes.WaitForHostOS, "CURE session of boot "+s.BootID+" connected after the reboot order: told to reboot again")
-			if _, _, err := e.orderReboot(ctx, s, "os installed; boot the installed OS"); err != nil {
-				return failed("stopped")
-			}
-			continue
-		}
-		evs, err := e.cfg.Store.Events(ctx, r.ID, from, 1000)
+		obs, err := e.observeHost(ctx, r, &readTo)
 		if err != nil {
 			return failed("%v", err)
 		}
-		for _, ev := range evs {
-			from = ev.ID
-			if ev.Kind == runstate.EventHostReady {
-				return ok("%s", ev.Message)
-			}
+		next, acts := decideHostOS(*r, e.cfg.Timeouts.HostOS, obs)
+		*r = next
+		e.save(ctx, r)
+		out, end := e.applyWait(ctx, r, acts)
+		if end {
+			return out
 		}
-		if time.Now().After(deadline) {
-			return failed("installed OS did not call back within %s", e.cfg.Timeouts.HostOS)
+		if len(acts) > 0 && acts[len(acts)-1].kind == actRequeue {
+			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -498,6 +489,40 @@ func (e *Engine) waitForHostOS(ctx context.Context, r *store.Run) outcome {
 		case <-time.After(5 * time.Second):
 		}
 	}
+}
+
+// observeHost looks at the wait for the installed OS: the run's CURE
+// session, if one is connected, and the events since the wait's cursor
+// that earlier looks did not read (readTo: the last one they read).
+func (e *Engine) observeHost(ctx context.Context, r *store.Run, readTo *int64) (hostObs, error) {
+	obs := hostObs{now: time.Now()}
+	if s := e.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {
+		obs.cure = s
+	}
+	var err error
+	if r.Pipeline.Host.RebootAttempt != r.Pipeline.Attempts(modes.WaitForHostOS) {
+		obs.tail, err = e.lastEventID(ctx, r.ID)
+		return obs, err
+	}
+	from := max(r.Pipeline.Host.WaitFrom, *readTo)
+	if obs.events, err = e.cfg.Store.Events(ctx, r.ID, from, maxEventsPerLook); err == nil && len(obs.events) > 0 {
+		*readTo = obs.events[len(obs.events)-1].ID
+	}
+	return obs, err
+}
+
+// hostReboot reboots the node out of CURE for the current attempt of the
+// wait and records it; the wait's deadline runs from then.
+func (e *Engine) hostReboot(ctx context.Context, r *store.Run) error {
+	rebooted, err := e.rebootOutOfCURE(ctx, r)
+	if err != nil {
+		return err
+	}
+	r.Pipeline.Host.RebootAttempt = r.Pipeline.Attempts(modes.WaitForHostOS)
+	r.Pipeline.Host.RebootedAt = rebooted.UTC()
+	r.Pipeline.SetDeadline(modes.WaitForHostOS, time.Now().Add(e.cfg.Timeouts.HostOS))
+	e.save(ctx, r)
+	return nil
 }
 
 // rebootOutOfCURE asks the runner to reboot (it drains its events first);

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"log/slog"
+
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
@@ -55,27 +57,9 @@ func failedFinal(why, format string, a ...any) outcome {
 
 // drive runs one run's remaining phases.
 func (e *Engine) drive(ctx context.Context, runID string) {
-	r, err := e.cfg.Store.GetRun(ctx, runID)
-	if err != nil {
-		e.cfg.Log.Error("load run", "run", runID, "err", err)
+	r, ok := e.loadRun(ctx, runID)
+	if !ok {
 		return
-	}
-	if r.Status != runstate.RunRunning && r.Status != runstate.RunPending {
-		return // ended meanwhile (e.g. its identity was contested)
-	}
-	if r.Data == nil {
-		r.Data = map[string]string{}
-	}
-	if err := r.ValidateData(); err != nil {
-		// Misreading it (an attempt count as 0, a pending BMC reset as
-		// none) would repeat or skip work: an operator looks first.
-		e.finish(ctx, &r, runstate.RunAttention, err.Error())
-		return
-	}
-	if r.RunnerAddr() != e.cfg.RunnerAddr {
-		// This instance drives the run now: runners are sent here first.
-		r.SetRunnerAddr(e.cfg.RunnerAddr)
-		e.save(ctx, &r)
 	}
 	log := e.cfg.Log.With("run", r.ID, "node", r.NodeID)
 	e.cfg.Metrics.RunStarted(r.Mode)
@@ -85,72 +69,130 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 		e.finish(ctx, &r, runstate.RunFailed, err.Error())
 		return
 	}
-	i := 0
-	if r.Phase != "" {
-		if i = plan.Index(r.Phase); i < 0 {
-			i = 0
+	from := max(plan.Index(r.Phase), 0)
+	for {
+		step := nextStep(plan, r.CompletedPhases, from)
+		goOn := false
+		switch {
+		case step.done:
+			e.complete(ctx, &r)
+			return
+		case len(step.batch) > 0:
+			goOn = e.driveBatch(ctx, &r, step.batch, log)
+		default:
+			goOn = e.driveCoord(ctx, &r, step.phase)
 		}
-	}
-	for i < len(plan.Phases) {
-		ph := plan.Phases[i]
-		if slices.Contains(r.CompletedPhases, ph.Name) {
-			i++
-			continue
-		}
-		if ph.Owner == modes.Runner {
-			batch := []string{}
-			for j := i; j < len(plan.Phases) && plan.Phases[j].Owner == modes.Runner; j++ {
-				if !slices.Contains(r.CompletedPhases, plan.Phases[j].Name) {
-					batch = append(batch, plan.Phases[j].Name)
-				}
-			}
-			stopTelemetry := e.startBMCTelemetry(ctx, &r, batch)
-			failedPhase, msg, err := e.runnerPhases(ctx, &r, batch, log)
-			stopTelemetry()
-			if validating(&r, batch) && !errors.Is(err, errStopped) && ctx.Err() == nil {
-				e.collectBMCEvidence(ctx, &r)
-			}
-			if err != nil {
-				if errors.Is(err, errStopped) || ctx.Err() != nil {
-					return
-				}
-				e.finish(ctx, &r, runstate.RunAttention, err.Error())
-				return
-			}
-			if failedPhase != "" {
-				cause := metrics.CausePhaseFailed
-				if strings.HasPrefix(msg, noPhaseEnd) {
-					cause = metrics.CausePhaseTimeout
-				}
-				if !e.retryAllowed(ctx, &r, failedPhase, cause, outcome{status: runstate.PhaseFailed, msg: msg}) {
-					return
-				}
-				continue // resend from the failed phase
-			}
-			continue
-		}
-
-		started := time.Now()
-		e.begin(ctx, &r, ph.Name, runstate.SourceCoordinator)
-		out := e.coordPhase(ctx, &r, ph.Name)
-		if ctx.Err() != nil {
+		if !goOn {
 			return
 		}
-		e.end(ctx, &r, ph.Name, out, time.Since(started), runstate.SourceCoordinator)
-		if out.status == runstate.PhaseFailed {
-			if !e.retryAllowed(ctx, &r, ph.Name, coordCause(ph.Name), out) {
-				return
-			}
+	}
+}
+
+// loadRun reads a run to drive: false when it is not to be driven (ended
+// meanwhile, or its status is unreadable: then it ends in attention).
+func (e *Engine) loadRun(ctx context.Context, runID string) (store.Run, bool) {
+	r, err := e.cfg.Store.GetRun(ctx, runID)
+	if err != nil {
+		e.cfg.Log.Error("load run", "run", runID, "err", err)
+		return r, false
+	}
+	if !runstate.Active(r.Status) {
+		return r, false // ended meanwhile (e.g. its identity was contested)
+	}
+	if why := r.Pipeline.Malformed; why != "" {
+		// Misreading it (an attempt count as 0, a pending BMC reset as
+		// none) would repeat or skip work: an operator looks first.
+		e.finish(ctx, &r, runstate.RunAttention, why)
+		return r, false
+	}
+	if r.Pipeline.RunnerAddr != e.cfg.RunnerAddr {
+		// This instance drives the run now: runners are sent here first.
+		r.Pipeline.RunnerAddr = e.cfg.RunnerAddr
+		e.save(ctx, &r)
+	}
+	return r, true
+}
+
+// step is what a run does next: a batch of in-band phases, one
+// coordinator phase, or nothing (done).
+type step struct {
+	batch []string
+	phase string
+	done  bool
+}
+
+// nextStep is the first phase of plan from index from that is not
+// completed, with the in-band phases that follow it when the runner owns it.
+func nextStep(plan modes.Plan, completed []string, from int) step {
+	for i := from; i < len(plan.Phases); i++ {
+		ph := plan.Phases[i]
+		if slices.Contains(completed, ph.Name) {
 			continue
 		}
-		i++
+		if ph.Owner != modes.Runner {
+			return step{phase: ph.Name}
+		}
+		var batch []string
+		for j := i; j < len(plan.Phases) && plan.Phases[j].Owner == modes.Runner; j++ {
+			if !slices.Contains(completed, plan.Phases[j].Name) {
+				batch = append(batch, plan.Phases[j].Name)
+			}
+		}
+		return step{batch: batch}
 	}
-	if msg := e.fleetGate(ctx, &r); msg != "" {
-		e.finish(ctx, &r, runstate.RunFailed, msg)
+	return step{done: true}
+}
+
+// driveBatch runs a batch of in-band phases (with the BMC's sensors polled
+// during a suite's validate phase); false when the run stops.
+func (e *Engine) driveBatch(ctx context.Context, r *store.Run, batch []string, log *slog.Logger) bool {
+	stopTelemetry := e.startBMCTelemetry(ctx, r, batch)
+	failedPhase, msg, err := e.runnerPhases(ctx, r, batch, log)
+	stopTelemetry()
+	if validating(r, batch) && !errors.Is(err, errStopped) && ctx.Err() == nil {
+		e.collectBMCEvidence(ctx, r)
+	}
+	if err != nil {
+		if !errors.Is(err, errStopped) && ctx.Err() == nil {
+			e.finish(ctx, r, runstate.RunAttention, err.Error())
+		}
+		return false
+	}
+	if failedPhase == "" {
+		return true
+	}
+	cause := metrics.CausePhaseFailed
+	if strings.HasPrefix(msg, noPhaseEnd) {
+		cause = metrics.CausePhaseTimeout
+	}
+	return e.retryAllowed(ctx, r, failedPhase, cause, outcome{status: runstate.PhaseFailed, msg: msg})
+}
+
+// driveCoord runs one attempt of a coordinator phase; false when the run
+// stops.
+func (e *Engine) driveCoord(ctx context.Context, r *store.Run, phase string) bool {
+	started := time.Now()
+	e.begin(ctx, r, phase, runstate.SourceCoordinator)
+	out := e.coordPhase(ctx, r, phase)
+	if ctx.Err() != nil {
+		return false
+	}
+	e.end(ctx, r, phase, out, time.Since(started), runstate.SourceCoordinator)
+	if out.status == runstate.PhaseFailed {
+		return e.retryAllowed(ctx, r, phase, coordCause(phase), out)
+	}
+	return true
+}
+
+// complete ends a run whose phases are all done: succeeded, unless the
+// fleet's judgement of its results fails it.
+func (e *Engine) complete(ctx context.Context, r *store.Run) {
+	if msg := e.fleetGate(ctx, r); msg != "" {
+		e.finish(ctx, r, runstate.RunFailed, msg)
 		return
 	}
-	r.SetBoot(store.BootUnset)
-	e.finish(ctx, &r, runstate.RunSucceeded, "all phases done")
+	r.Pipeline.Boot = store.BootUnset
+	e.finish(ctx, r, runstate.RunSucceeded, "all phases done")
 }
 
 // coordCause is the retry cause of a failed coordinator phase.
@@ -171,21 +213,28 @@ func coordCause(phase string) string {
 // so a later resume restarts there.
 func (e *Engine) retryAllowed(ctx context.Context, r *store.Run, phase, cause string, out outcome) bool {
 	r.PhaseFailures++
-	attempts := e.attempts(r, phase)
-	msg := out.msg
-	if out.noRetry != "" {
-		e.finish(ctx, r, runstate.RunFailed, fmt.Sprintf("phase %s failed: %s (%s)", phase, msg, out.noRetry))
-		return false
-	}
-	if attempts >= e.cfg.Budgets.PhaseAttempts {
-		e.finish(ctx, r, runstate.RunFailed, fmt.Sprintf("phase %s failed %d times (budget %d): %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, msg))
+	attempts := r.Pipeline.Attempts(phase)
+	if why := retryRefused(phase, attempts, e.cfg.Budgets.PhaseAttempts, out); why != "" {
+		e.finish(ctx, r, runstate.RunFailed, why)
 		return false
 	}
 	e.cfg.Metrics.Retry(phase, cause)
 	e.save(ctx, r)
 	delay := retryDelay(e.cfg.Timeouts.RetryBase, e.cfg.Timeouts.RetryMax, attempts)
-	e.coordEvent(ctx, *r, phase, runstate.EventInfo, "", fmt.Sprintf("phase %s failed (attempt %d of %d), retrying in %s: %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, delay.Round(time.Millisecond), msg), 0)
+	e.coordEvent(ctx, *r, phase, runstate.EventInfo, "", fmt.Sprintf("phase %s failed (attempt %d of %d), retrying in %s: %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, delay.Round(time.Millisecond), out.msg), 0)
 	return sleep(ctx, delay) == nil
+}
+
+// retryRefused is why a failed attempt of phase gets no other ("" when it
+// does): its failure is final, or its attempts used the budget.
+func retryRefused(phase string, attempts, budget int, out outcome) string {
+	switch {
+	case out.noRetry != "":
+		return fmt.Sprintf("phase %s failed: %s (%s)", phase, out.msg, out.noRetry)
+	case attempts >= budget:
+		return fmt.Sprintf("phase %s failed %d times (budget %d): %s", phase, attempts, budget, out.msg)
+	}
+	return ""
 }
 
 // retryDelay is exponential backoff with full jitter: uniform in
@@ -202,17 +251,6 @@ func retryDelay(base, max time.Duration, attempt int) time.Duration {
 	return time.Duration(rand.Int64N(int64(d) + 1))
 }
 
-// attempts is how many attempts of phase started. drive validated the run's
-// data when it loaded it and the engine writes it only through the typed
-// setters, so an error here is a bug: logged, never silent.
-func (e *Engine) attempts(r *store.Run, phase string) int {
-	n, err := r.Attempts(phase)
-	if err != nil {
-		e.cfg.Log.Error("run data", "run", r.ID, "err", err)
-	}
-	return n
-}
-
 func (e *Engine) save(ctx context.Context, r *store.Run) {
 	// The store write must land even while shutting down, or a resume would
 	// repeat a phase that already finished.
@@ -225,17 +263,18 @@ func (e *Engine) save(ctx context.Context, r *store.Run) {
 	}
 }
 
-// begin records a phase attempt start.
+// begin starts a coordinator phase's attempt and records it.
 func (e *Engine) begin(ctx context.Context, r *store.Run, phase, source string) {
-	n := e.attempts(r, phase) + 1
-	now := time.Now().UTC()
-	r.SetAttempts(phase, n)
-	// The coordinator's clock orders phases: a node's clock is not trusted.
-	r.SetPhaseStartedAt(phase, now)
-	r.Phase = phase
+	startAttempt(r, phase, time.Now())
+	e.recordStart(ctx, r, phase, source)
+}
+
+// recordStart records a phase attempt's start, as the run's status has it.
+func (e *Engine) recordStart(ctx context.Context, r *store.Run, phase, source string) {
 	e.save(ctx, r)
+	ps := r.Pipeline.Phase(phase)
 	if err := e.cfg.Store.UpsertPhase(context.WithoutCancel(ctx), store.Phase{
-		RunID: r.ID, Name: phase, Status: runstate.PhaseRunning, Attempts: n, StartedAt: now,
+		RunID: r.ID, Name: phase, Status: runstate.PhaseRunning, Attempts: ps.Attempts, StartedAt: ps.StartedAt,
 	}); err != nil {
 		e.cfg.Log.Error("store phase", "err", err)
 	}
@@ -247,16 +286,23 @@ func (e *Engine) begin(ctx context.Context, r *store.Run, phase, source string) 
 	}
 }
 
-// end records a phase attempt result.
+// end ends a coordinator phase's attempt and records it.
 func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source string) {
+	endAttempt(r, phase, out)
+	e.recordEnd(ctx, r, phase, out, dur, source)
+}
+
+// recordEnd records a phase attempt's result; the end of a validate phase
+// has the run's results judged against its SKU's fleet.
+func (e *Engine) recordEnd(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source string) {
 	ctx = context.WithoutCancel(ctx)
 	now := time.Now().UTC()
-	started, err := r.PhaseStartedAt(phase)
-	if err != nil || started.IsZero() {
+	started := r.Pipeline.Phase(phase).StartedAt
+	if started.IsZero() {
 		started = now.Add(-dur)
 	}
 	if err := e.cfg.Store.UpsertPhase(ctx, store.Phase{
-		RunID: r.ID, Name: phase, Status: out.status, Attempts: e.attempts(r, phase),
+		RunID: r.ID, Name: phase, Status: out.status, Attempts: r.Pipeline.Attempts(phase),
 		StartedAt: started, EndedAt: now, Message: out.msg,
 	}); err != nil {
 		e.cfg.Log.Error("store phase", "err", err)
@@ -265,9 +311,6 @@ func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcom
 		e.validateChanged(r.ID, false)
 	}
 	e.cfg.Metrics.PhaseEnded(phase, e.skuOf(ctx, r), out.status, dur)
-	if out.status != runstate.PhaseFailed && !slices.Contains(r.CompletedPhases, phase) {
-		r.CompletedPhases = append(r.CompletedPhases, phase)
-	}
 	e.save(ctx, r)
 	if source == runstate.SourceCoordinator {
 		e.coordEvent(ctx, *r, phase, runstate.EventPhaseEnd, out.status, out.msg, dur)
@@ -286,8 +329,8 @@ func (e *Engine) finish(ctx context.Context, r *store.Run, status, msg string) {
 	r.Status = status
 	r.Message = msg
 	r.EndedAt = time.Now().UTC()
-	r.SetBoot(store.BootUnset)
-	r.ClearHostTokens()
+	r.Pipeline.Boot = store.BootUnset
+	r.Pipeline.HostTokens = nil
 	// A finished run takes no session any more: its tokens go before the
 	// run reads as ended (nobody who sees it ended finds a live token), and
 	// its runner is cut off.

@@ -184,8 +184,6 @@ type Engine struct {
 	nodeStarts sync.Map // node id -> struct{}: a Start of that node is under way
 	wg         sync.WaitGroup
 	ctx        context.Context
-	// sessionsSeen holds the runner sessions this engine has given work to.
-	sessionsSeen sync.Map
 	// stops holds runs being stopped from outside their goroutine (identity
 	// contested, operator cancel): run id -> how the run ends, applied when
 	// the run's goroutine has exited so no late save of it can overwrite it.
@@ -308,7 +306,7 @@ func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, mani
 			// The run's end revoked its runner's session: a runner still
 			// idling in CURE cannot come back, so the next in-band phase
 			// boots a fresh CURE instead of waiting for it.
-			last.SetFreshCURE("resumed")
+			last.Pipeline.FreshCURE = "resumed"
 			if err := e.cfg.Store.UpdateRun(ctx, last); err != nil {
 				return "", err
 			}
@@ -333,7 +331,7 @@ func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, mani
 	}
 	r := store.Run{
 		ID: newRunID(nodeID), NodeID: nodeID, Mode: string(mode), Manifest: manifest,
-		Status: runstate.RunRunning, StartedAt: time.Now().UTC(), Data: map[string]string{},
+		Status: runstate.RunRunning, StartedAt: time.Now().UTC(),
 	}
 	if err := e.cfg.Store.CreateRun(ctx, r); errors.Is(err, store.ErrActiveRun) {
 		// Another instance (or request) started the node meanwhile.

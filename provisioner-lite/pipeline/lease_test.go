@@ -37,7 +37,7 @@ func TestAbandonedRunsResumeWhenRenewalsRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Past its preflight (which checks artifacts this test has none of).
-	run := store.Run{ID: "r1", NodeID: "n1", Mode: "provision", Manifest: "qemu-nvme", Status: runstate.RunRunning, StartedAt: time.Now().UTC(), Data: map[string]string{},
+	run := store.Run{ID: "r1", NodeID: "n1", Mode: "provision", Manifest: "qemu-nvme", Status: runstate.RunRunning, StartedAt: time.Now().UTC(),
 		Phase: "powering_on", CompletedPhases: []string{"preflight", "set_boot_order_pxe"}}
 	if err := st.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)

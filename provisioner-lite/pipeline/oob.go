@@ -204,13 +204,13 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 
 	// A previous attempt (before a crash, a restart or a lost response)
 	// may already have flashed: look before pushing again.
-	if prev := r.OOBSubmission(fw.Name); prev != "" {
+	if prev := r.Pipeline.Submission(fw.Name); prev != "" {
 		if done, pending := e.oobState(ctx, r, fw, targets); done || pending {
 			e.coordEvent(ctx, *r, component, runstate.EventInfo, "", fmt.Sprintf("%s: earlier submission (%s) already took effect (done=%t staged=%t); not flashing again", fw.Name, prev, done, pending), 0)
 			return e.activateOOB(ctx, r, component, fw, targets, !done)
 		}
 	}
-	r.SetOOBSubmission(fw.Name, "submitting "+time.Now().UTC().Format(time.RFC3339))
+	r.Pipeline.SetSubmission(fw.Name, "submitting "+time.Now().UTC().Format(time.RFC3339))
 	e.save(ctx, r)
 	var result *redfish.TaskResult
 	err := e.withBMCFor(ctx, r, 4*e.cfg.Timeouts.BMCCall+e.cfg.Timeouts.BMCTask, func(ctx context.Context, b BMC) error {
@@ -245,7 +245,7 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 		if err != nil {
 			return err
 		}
-		r.SetOOBSubmission(fw.Name, "submitted task "+nonEmpty(job.TaskURI, job.MonitorURI))
+		r.Pipeline.SetSubmission(fw.Name, "submitted task "+nonEmpty(job.TaskURI, job.MonitorURI))
 		e.save(ctx, r)
 		result, err = b.WaitTask(ctx, job, e.cfg.Timeouts.TaskPoll)
 		return err
@@ -316,7 +316,7 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 			err := e.withBMCFor(ctx, r, 4*e.cfg.Timeouts.BMCCall+e.cfg.Timeouts.BMCReset, func(ctx context.Context, b BMC) error {
 				// Recorded first: whoever drives the run next waits for the
 				// BMC to return before talking to it (see withBMC).
-				r.SetBMCResetAt(time.Now())
+				r.Pipeline.BMC.ResetAt = time.Now().UTC()
 				e.save(ctx, r)
 				if err := b.ResetManager(ctx, "GracefulRestart"); err != nil {
 					return err
@@ -327,12 +327,8 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 			if err != nil {
 				return failed("%s: BMC reset to activate: %v", fw.Name, err)
 			}
-			r.SetBMCResetAt(time.Time{})
-			resets, err := r.BMCResets()
-			if err != nil {
-				return failed("%v", err)
-			}
-			r.SetBMCResets(resets + 1)
+			r.Pipeline.BMC.ResetAt = time.Time{}
+			r.Pipeline.BMC.Resets++
 			e.save(ctx, r)
 		case "host-reboot":
 			if err := e.rebootIntoCURE(ctx, r, fw.Name+" activates on host reboot"); err != nil {
@@ -371,7 +367,7 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 				fmt.Sprintf("%s: version did not change after %s (pending %q)", fw.Name, nonEmpty(fw.Activation, "activation"), it.PendingVersion))
 		}
 	}
-	delete(r.Data, "oob/"+fw.Name)
+	r.Pipeline.SetSubmission(fw.Name, "")
 	e.save(ctx, r)
 	if len(bad) > 0 {
 		return failed("%s: %s", fw.Name, strings.Join(bad, "; "))
@@ -383,10 +379,7 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 // waitForNewCURE waits for a runner of this run that connected after the
 // last reboot request.
 func (e *Engine) waitForNewCURE(ctx context.Context, r *store.Run) outcome {
-	since, err := r.BootRequestedAt()
-	if err != nil {
-		return failed("%v", err)
-	}
+	since := r.Pipeline.BootRequestedAt
 	deadline := time.Now().Add(e.cfg.Timeouts.WaitForCURE)
 	for {
 		changed := e.cfg.Hub.Changed(r.NodeID)

@@ -467,10 +467,10 @@ func TestProvisionRunsEveryPhaseInOrder(t *testing.T) {
 			t.Errorf("assignment %v: callback token %q", a.GetPhases(), a.GetFirstBoot().GetCallbackToken())
 		}
 	}
-	if ws, err := f.st.BootWindow(context.Background(), runID, r.CUREWindow()); err != nil || ws.Issued != 0 {
+	if ws, err := f.st.BootWindow(context.Background(), runID, r.Pipeline.CUREWindow); err != nil || ws.Issued != 0 {
 		t.Errorf("boot tokens of the finished run: %+v %v, want none", ws, err)
 	}
-	if len(r.HostTokens()) != 0 {
+	if len(r.Pipeline.HostTokens) != 0 {
 		t.Error("the host token hash outlived the run")
 	}
 }

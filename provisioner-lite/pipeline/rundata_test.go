@@ -14,10 +14,10 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
-// A run whose stored state is malformed is not driven on a misreading (an
-// attempt count read as 0 would grant a fresh retry budget): it ends in
-// attention with an error naming the run, the key and the value, before
-// any BMC is touched.
+// A run whose stored state the schema upgrade could not read is not driven
+// on a misreading (an attempt count read as 0 would grant a fresh retry
+// budget): it ends in attention with the upgrade's note naming the run, the
+// key and the value, before any BMC is touched.
 func TestMalformedRunDataNeedsAttention(t *testing.T) {
 	ctx := context.Background()
 	st, err := store.Open(filepath.Join(t.TempDir(), "cure.db"), store.WithStateKey(bytes.Repeat([]byte{7}, 32)))
@@ -29,7 +29,7 @@ func TestMalformedRunDataNeedsAttention(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := store.Run{ID: "r1", NodeID: "n1", Mode: "provision", Manifest: "s", Status: runstate.RunRunning, StartedAt: time.Now().UTC(),
-		Phase: "bmc", Data: map[string]string{"attempts/bmc": "two"}}
+		Phase: "bmc", Pipeline: store.PipelineState{Malformed: `run r1: data attempts/bmc = "two" is not a decimal integer`}}
 	if err := st.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestMalformedRunDataNeedsAttention(t *testing.T) {
 	if connects != 0 {
 		t.Errorf("%d BMC connects for a run with malformed state", connects)
 	}
-	if got.Data["attempts/bmc"] != "two" {
-		t.Errorf("the malformed value was overwritten (%q): the operator must see what was stored", got.Data["attempts/bmc"])
+	if got.Pipeline.Malformed != run.Pipeline.Malformed {
+		t.Errorf("the upgrade's note was overwritten (%q): the operator must see what was stored", got.Pipeline.Malformed)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
-	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -29,213 +28,34 @@ func rebootMsg(reason string) *curev1.CoordinatorMessage {
 //
 // The runner may vanish and come back: a runner that reports IN_PHASE for
 // this run is re-attached to (its work goes on); a fresh one gets the
-// remaining phases again with its resume count raised.
+// remaining phases again with its resume count raised. Each look is
+// reconciled from the run's stored status (decideBatch); the batch's state
+// lives there, so a coordinator stopped mid-batch leaves it to the next.
 func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string, log *slog.Logger) (string, string, error) {
-	remaining := slices.Clone(batch)
-	cursor, err := e.lastEventID(ctx, r.ID)
-	if err != nil {
-		return "", "", err
-	}
-	// A coordinator that died mid-batch may have stored runner events it
-	// never acted on: resume reading from where the assignment was sent.
-	from, hadRunner, err := r.AssignCursor()
-	if err != nil {
-		return "", "", err
-	}
-	if from > 0 && from < cursor {
-		cursor = from
-	}
+	pol := e.batchPolicy(r, batch, log)
+	signal, unsub := e.cfg.Store.Subscribe(r.ID)
+	defer unsub()
 	defer func() {
 		if ctx.Err() == nil { // keep it for the next coordinator when stopping
-			r.ClearAssignCursor()
+			r.Pipeline.Batch = nil
 			e.save(ctx, r)
 		}
 	}()
-	signal, unsub := e.cfg.Store.Subscribe(r.ID)
-	defer unsub()
-
-	if why := r.FreshCURE(); why != "" {
-		if err := e.rebootIntoCURE(ctx, r, "run "+why+": its earlier CURE session ended with the run"); err != nil {
-			return "", "", err
-		}
-		r.SetFreshCURE("")
-		e.save(ctx, r)
-	}
-	var sess *sessions.Session
-	var lostSince time.Time
-	// A run resumed mid-batch (coordinator restart or takeover) had a
-	// runner: it reconnects within the reconnect budget or is gone (the
-	// node reset meanwhile), not the whole PXE budget.
-	current := ""
-	var deadline time.Time
-	suite := e.batchSuite(r, batch, log)
-	if hadRunner {
-		// The coordinator stopped while the runner was in a phase: the
-		// phase, its deadline and its attempt carry on (the phase_start
-		// was acted on; the cursor is past it).
-		current, deadline = e.runningPhase(ctx, r, remaining, suite)
-	}
-	// lastAlive is the last sign of life of the followed runner: its
-	// session (re)attached, a phase started, or (LastHeartbeat) a
-	// heartbeat. A validate phase without one for the reconnect budget
-	// has lost its runner, even with its stream up.
-	var lastAlive time.Time
-	// dead is a session whose runner stopped sending heartbeats: its
-	// stream may outlive the node's reset until keepalives close it.
-	var dead *sessions.Session
-	// A new session is judged only after the events it had stored when it
-	// was first seen have been acted on (see reattachable).
-	var seen *sessions.Session
-	var seenStored uint64
-
-	for len(remaining) > 0 {
-		// Stored events first: after a coordinator restart the runner may
-		// have finished phases this pipeline has not acted on yet, and a new
-		// assignment would run them (and mint a new host token) again.
-		evs, err := e.cfg.Store.Events(ctx, r.ID, cursor, 1000)
+	w := &batchWatch{fresh: true}
+	for {
+		obs, changed, more, err := e.observeBatch(ctx, r, w)
 		if err != nil {
 			return "", "", err
 		}
-		for _, ev := range evs {
-			cursor = ev.ID
-			if ev.Source != runstate.SourceRunner || !slices.Contains(remaining, ev.Phase) {
-				continue
-			}
-			switch ev.Kind {
-			case runstate.EventPhaseStart:
-				current = ev.Phase
-				budget, _ := phaseBudget(ev.Phase, suite, e.cfg.Timeouts.RunnerPhase)
-				deadline = time.Now().Add(budget)
-				lastAlive = time.Now()
-				r.SetPhaseDeadline(ev.Phase, deadline)
-				// Acted on: a restarted coordinator reads on from here, and
-				// does not start the phase's attempt a second time.
-				r.SetAssignCursor(ev.ID)
-				e.begin(ctx, r, ev.Phase, runstate.SourceRunner)
-			case runstate.EventPhaseEnd:
-				r.SetAssignCursor(ev.ID)
-				out := outcome{status: ev.Status, msg: ev.Message}
-				e.end(ctx, r, ev.Phase, out, time.Duration(ev.DurationMs)*time.Millisecond, runstate.SourceRunner)
-				if out.status == runstate.PhaseFailed {
-					return ev.Phase, ev.Message, nil
-				}
-				remaining = slices.DeleteFunc(remaining, func(p string) bool { return p == ev.Phase })
-				if rebootRequired(ev) {
-					if err := e.rebootIntoCURE(ctx, r, ev.Phase+" needs a reboot to activate"); err != nil {
-						return "", "", err
-					}
-					sess = nil
-					lostSince = time.Now()
-					hadRunner = false
-				}
-			}
-		}
-		if len(remaining) == 0 {
-			break
-		}
-		changed := e.cfg.Hub.Changed(r.NodeID)
-		cur := e.cfg.Hub.Current(r.NodeID)
-		if cur != nil && (cur.RunID != r.ID || cur == dead) {
-			cur = nil // a runner booted for another run is not ours; a silent one is gone
-		}
-		if cur != nil && cur == sess && current == modes.Validate {
-			last := lastAlive
-			if hb := cur.LastHeartbeat(); hb.After(last) {
-				last = hb
-			}
-			if silent := time.Since(last); silent > e.cfg.Timeouts.Reconnect {
-				e.coordEvent(ctx, *r, current, runstate.EventInfo, "", fmt.Sprintf("no heartbeat from the runner for %s (budget %s): the runner counts as lost",
-					silent.Round(time.Second), e.cfg.Timeouts.Reconnect), 0)
-				// sess stays the silent one: the reconnect budget applies,
-				// and it has run out.
-				dead, cur = cur, nil
-				lostSince = last
-			}
-		}
+		next, acts := decideBatch(*r, pol, obs)
+		*r = next
+		res := e.applyBatch(ctx, r, acts, log)
+		e.save(ctx, r)
 		switch {
-		case cur == nil:
-			if lostSince.IsZero() {
-				lostSince = time.Now()
-				if sess != nil {
-					e.coordNote(ctx, *r, current, "runner disconnected")
-				}
-			}
-			budget := e.cfg.Timeouts.Reconnect
-			if sess == nil && !hadRunner {
-				budget = e.cfg.Timeouts.WaitForCURE
-			}
-			if time.Since(lostSince) > budget {
-				r.Disconnects++
-				e.save(ctx, r)
-				if r.Disconnects > e.cfg.Budgets.Disconnects {
-					return "", "", fmt.Errorf("runner lost %d times (budget %d) during %s", r.Disconnects, e.cfg.Budgets.Disconnects, strings.Join(remaining, ","))
-				}
-				e.cfg.Metrics.Retry(nonEmpty(current, remaining[0]), metrics.CauseRunnerLost)
-				if err := e.rebootIntoCURE(ctx, r, fmt.Sprintf("runner gone for %s during %s", budget, nonEmpty(current, remaining[0]))); err != nil {
-					return "", "", err
-				}
-				lostSince = time.Now()
-				sess = nil
-				hadRunner = false // a fresh CURE boots: the PXE budget applies
-			}
-		case cur != sess:
-			lostSince = time.Time{}
-			if seen != cur {
-				// Snapshot what this runner has stored, then read the
-				// events again before deciding: a runner that finished its
-				// phases while the coordinator was away may have replayed
-				// them all between the read above and now, and a new
-				// assignment would run them again (and void the host token
-				// the node was installed with).
-				stored, err := e.cfg.Store.MaxSeq(ctx, r.ID, cur.BootID)
-				if err != nil {
-					return "", "", err
-				}
-				seen, seenStored = cur, stored
-				continue
-			}
-			since, err := e.cfg.Store.LastPhaseEventKind(ctx, r.ID, cur.BootID, cur.Hello.GetState().GetLastEventSeq())
-			if err != nil {
-				return "", "", err
-			}
-			if e.reattachable(r, cur, seenStored, since) {
-				st := cur.Hello.GetState()
-				// The runner kept working while its stream was down (or while
-				// the coordinator restarted): follow it, don't restart it.
-				e.coordNote(ctx, *r, st.GetPhase(), fmt.Sprintf("runner re-attached mid-phase %s (last seq %d)", st.GetPhase(), st.GetLastEventSeq()))
-				e.markHandled(cur)
-				sess, lastAlive = cur, time.Now()
-				break
-			}
-			if sess != nil || r.ResumeCount > 0 || e.attempts(r, remaining[0]) > 0 {
-				r.ResumeCount++
-			}
-			a, err := e.assignment(ctx, r, remaining, cur)
-			if err != nil {
-				return "", "", err
-			}
-			r.SetAssignCursor(cursor)
-			e.save(ctx, r)
-			if err := cur.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Assignment{Assignment: a}}); err != nil {
-				log.Warn("send assignment", "err", err)
-				break
-			}
-			e.markHandled(cur)
-			e.save(ctx, r)
-			e.coordNote(ctx, *r, remaining[0], fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(remaining, ","), r.ResumeCount))
-			sess, lastAlive = cur, time.Now()
-		}
-
-		if len(remaining) == 0 {
-			break
-		}
-		if current != "" && !deadline.IsZero() && time.Now().After(deadline) {
-			budget, why := phaseBudget(current, suite, e.cfg.Timeouts.RunnerPhase)
-			msg := fmt.Sprintf("%s %s", noPhaseEnd, budget)
-			if why != "" {
-				msg += " (" + why + ")"
-			}
-			return current, msg, nil
+		case res.end:
+			return res.phase, res.msg, res.err
+		case res.requeue || more:
+			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -245,7 +65,145 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 		case <-time.After(5 * time.Second):
 		}
 	}
-	return "", "", nil
+}
+
+// batchPolicy is what the run's batch is judged by.
+func (e *Engine) batchPolicy(r *store.Run, batch []string, log *slog.Logger) batchPolicy {
+	return batchPolicy{phases: batch, suite: e.batchSuite(r, batch, log), phaseBound: e.cfg.Timeouts.RunnerPhase,
+		reconnect: e.cfg.Timeouts.Reconnect, waitForCURE: e.cfg.Timeouts.WaitForCURE, disconnects: e.cfg.Budgets.Disconnects}
+}
+
+// batchWatch is where a batch's observer has read the run's events to: a
+// read position, not a decision (events that ask for nothing move it past
+// the stored cursor without a write).
+type batchWatch struct {
+	fresh  bool
+	readTo int64
+}
+
+// maxEventsPerLook bounds the events one look reads; more are read by the
+// next look at once.
+const maxEventsPerLook = 1000
+
+// observeBatch looks at the batch: its events since the read position, the
+// node's current session, the clock. changed wakes the caller when the
+// node's session changes; more says events were left to read.
+func (e *Engine) observeBatch(ctx context.Context, r *store.Run, w *batchWatch) (obs batchObs, changed <-chan struct{}, more bool, err error) {
+	obs = batchObs{now: time.Now(), fresh: w.fresh}
+	from := w.readTo
+	if w.fresh {
+		if b := r.Pipeline.Batch; b != nil {
+			from = b.Cursor // a coordinator stopped mid-batch: act on what it left
+		} else if obs.tail, err = e.lastEventID(ctx, r.ID); err != nil {
+			return obs, nil, false, err
+		} else {
+			from = obs.tail
+		}
+		w.fresh = false
+	}
+	if obs.events, err = e.cfg.Store.Events(ctx, r.ID, from, maxEventsPerLook); err != nil {
+		return obs, nil, false, err
+	}
+	obs.readTo = from
+	if n := len(obs.events); n > 0 {
+		obs.readTo = obs.events[n-1].ID
+	}
+	w.readTo = obs.readTo
+	changed = e.cfg.Hub.Changed(r.NodeID)
+	if obs.session, err = e.observeSession(ctx, r, obs.fresh); err != nil {
+		return obs, nil, false, err
+	}
+	return obs, changed, len(obs.events) == maxEventsPerLook, nil
+}
+
+// observeSession is the node's current session as a batch sees it; for a
+// session the batch does not follow yet, what its runner has stored.
+func (e *Engine) observeSession(ctx context.Context, r *store.Run, fresh bool) (*sessionObs, error) {
+	s := e.cfg.Hub.Current(r.NodeID)
+	if s == nil {
+		return nil, nil
+	}
+	so := &sessionObs{ref: sessionRef(s), runID: s.RunID, state: s.Hello.GetState(), heartbeat: s.LastHeartbeat()}
+	if b := r.Pipeline.Batch; !fresh && b != nil && so.ref == b.Bound || s.RunID != r.ID {
+		return so, nil
+	}
+	var err error
+	if so.stored, err = e.cfg.Store.MaxSeq(ctx, r.ID, s.BootID); err != nil {
+		return nil, err
+	}
+	if so.since, err = e.cfg.Store.LastPhaseEventKind(ctx, r.ID, s.BootID, so.state.GetLastEventSeq()); err != nil {
+		return nil, err
+	}
+	return so, nil
+}
+
+// batchResult is how a look at a batch ends.
+type batchResult struct {
+	end, requeue bool
+	phase, msg   string // the failed phase
+	err          error  // the node is lost for good
+}
+
+// applyBatch carries out a batch decision's actions, in order.
+func (e *Engine) applyBatch(ctx context.Context, r *store.Run, acts []action, log *slog.Logger) batchResult {
+	for _, a := range acts {
+		switch a.kind {
+		case actRecordStart:
+			e.recordStart(ctx, r, a.phase, runstate.SourceRunner)
+		case actRecordEnd:
+			e.recordEnd(ctx, r, a.phase, a.out, a.dur, runstate.SourceRunner)
+		case actRebootCURE:
+			if err := e.rebootIntoCURE(ctx, r, a.msg); err != nil {
+				return batchResult{end: true, err: err}
+			}
+		case actEvent:
+			e.coordEvent(ctx, *r, a.phase, runstate.EventInfo, "", a.msg, 0)
+		case actNote, actReattach:
+			e.coordNote(ctx, *r, a.phase, a.msg)
+		case actRetry:
+			e.cfg.Metrics.Retry(a.phase, a.cause)
+		case actAssign:
+			if err := e.sendAssignment(ctx, r, a, log); err != nil {
+				return batchResult{end: true, err: err}
+			}
+		case actFail:
+			return batchResult{end: true, phase: a.phase, msg: a.msg}
+		case actLost:
+			return batchResult{end: true, err: errors.New(a.msg)}
+		case actDone:
+			return batchResult{end: true}
+		case actRequeue:
+			return batchResult{requeue: true}
+		default:
+			panic(fmt.Sprintf("pipeline: batch decision asked for action %d", a.kind))
+		}
+	}
+	return batchResult{}
+}
+
+// sendAssignment gives the session the batch's remaining phases; only a
+// session that took them is followed. The status (cursor, resume count,
+// host token) is saved before the runner can act on it.
+func (e *Engine) sendAssignment(ctx context.Context, r *store.Run, a action, log *slog.Logger) error {
+	s := e.cfg.Hub.Current(r.NodeID)
+	if s == nil || sessionRef(s) != a.session {
+		return nil // gone meanwhile: the next look decides again
+	}
+	asg, err := e.assignment(ctx, r, a.phases, s)
+	if err != nil {
+		return err
+	}
+	e.save(ctx, r)
+	if err := s.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Assignment{Assignment: asg}}); err != nil {
+		log.Warn("send assignment", "err", err)
+		return nil
+	}
+	b := r.Pipeline.Batch
+	r.Pipeline.Handled = a.session
+	b.Bound, b.LastAlive, b.HadRunner = a.session, time.Now(), true
+	e.save(ctx, r)
+	e.coordNote(ctx, *r, a.phases[0], fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(a.phases, ","), r.ResumeCount))
+	return nil
 }
 
 // noPhaseEnd starts the failure message of an in-band phase that sent no
@@ -302,7 +260,7 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 	var firstBoot *curev1.FirstBoot
 	if slices.Contains(phases, modes.OSInstall) {
 		tok := NewToken()
-		r.AddHostToken(store.TokenHash(tok))
+		r.Pipeline.AddHostToken(store.TokenHash(tok))
 		e.save(ctx, r)
 		firstBoot = &curev1.FirstBoot{
 			Hostname:      hostname,
@@ -351,30 +309,6 @@ func (e *Engine) batchSuite(r *store.Run, batch []string, log *slog.Logger) *man
 	return doc.Suite
 }
 
-// runningPhase is the in-band phase a restarted coordinator finds running
-// (started, not ended) and its deadline as stored; "" when none.
-func (e *Engine) runningPhase(ctx context.Context, r *store.Run, remaining []string, suite *manifests.ValidationSuite) (string, time.Time) {
-	if !slices.Contains(remaining, r.Phase) {
-		return "", time.Time{}
-	}
-	ps, err := e.cfg.Store.Phases(ctx, r.ID)
-	if err != nil {
-		return "", time.Time{}
-	}
-	for _, p := range ps {
-		if p.Name != r.Phase || p.Status != runstate.PhaseRunning {
-			continue
-		}
-		d, err := r.PhaseDeadline(p.Name)
-		if err != nil || d.IsZero() {
-			budget, _ := phaseBudget(p.Name, suite, e.cfg.Timeouts.RunnerPhase)
-			d = p.StartedAt.Add(budget)
-		}
-		return p.Name, d
-	}
-	return "", time.Time{}
-}
-
 // suiteResume is the Assignment's SuiteResume when the validate phase is
 // given again while its latest attempt never ended (the node lost it: a
 // reset, a crash), nil for a first try or a retry after a failure. It
@@ -410,44 +344,4 @@ func (e *Engine) suiteResume(ctx context.Context, r *store.Run) (*curev1.SuiteRe
 	sr, note := planSuiteResume(doc.Suite, last)
 	e.coordEvent(ctx, *r, modes.Validate, runstate.EventInfo, "", note, 0)
 	return sr, nil
-}
-
-// reattachable says whether a connected runner is still carrying this run's
-// work, so that it is followed rather than given the phases again. Its
-// Hello said so (mid-phase, or done with events still to replay beyond
-// stored, the events of its boot the store held before the pipeline last
-// read them), and neither has the Hello gone stale: since it, the runner's
-// latest stored phase event (since) is not a phase end (it finished what it
-// was doing; a new assignment is then safe: a runner still busy with the run
-// ignores it) and this engine has not given the session work.
-func (e *Engine) reattachable(r *store.Run, s *sessions.Session, stored uint64, since string) bool {
-	if e.handled(s) {
-		return false
-	}
-	st := s.Hello.GetState()
-	if st.GetRunId() != r.ID {
-		return false
-	}
-	switch {
-	case since == runstate.EventPhaseStart:
-		return true
-	case since == runstate.EventPhaseEnd:
-		return false
-	case st.GetKind() == curev1.RunnerState_IN_PHASE:
-		return true
-	case st.GetKind() == curev1.RunnerState_DONE:
-		return st.GetLastEventSeq() > stored
-	}
-	return false
-}
-
-func (e *Engine) handled(s *sessions.Session) bool {
-	_, ok := e.sessionsSeen.Load(s)
-	return ok
-}
-
-func (e *Engine) markHandled(s *sessions.Session) {
-	if _, loaded := e.sessionsSeen.LoadOrStore(s, true); !loaded {
-		go func() { <-s.Done(); e.sessionsSeen.Delete(s) }()
-	}
 }

@@ -36,9 +36,6 @@ func (e *Engine) stopRun(runID string, req stopRequest) {
 	if err != nil || (r.Status != runstate.RunRunning && r.Status != runstate.RunPending) {
 		return
 	}
-	if r.Data == nil {
-		r.Data = map[string]string{}
-	}
 	e.finish(ctx, &r, req.status, req.msg)
 }
 

@@ -29,7 +29,7 @@ func TestToolBundleRef(t *testing.T) {
 	if err := st.UpsertNode(ctx, store.Node{ID: "n1", BMCURL: "https://bmc", BMCUser: "u", BMCPassword: "p", SKU: "qemu-nvme", MACs: []string{"52:54:00:00:00:01"}}); err != nil {
 		t.Fatal(err)
 	}
-	run := store.Run{ID: "r1", NodeID: "n1", Mode: "diagnostic", Manifest: "measure", Status: runstate.RunRunning, StartedAt: time.Now().UTC(), Data: map[string]string{}}
+	run := store.Run{ID: "r1", NodeID: "n1", Mode: "diagnostic", Manifest: "measure", Status: runstate.RunRunning, StartedAt: time.Now().UTC()}
 	if err := st.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}

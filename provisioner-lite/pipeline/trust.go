@@ -26,11 +26,11 @@ import (
 // boot into CURE: only now may the boot server mint tokens for the run, and
 // the first boot to register closes the window again.
 func openBootWindow(r *store.Run) {
-	r.SetBoot(store.BootCURE)
-	r.SetCUREWindow(fmt.Sprintf("w%d", time.Now().UnixNano()))
+	r.Pipeline.Boot = store.BootCURE
+	r.Pipeline.CUREWindow = fmt.Sprintf("w%d", time.Now().UnixNano())
 }
 
-func bootWindow(r store.Run) string { return nonEmpty(r.CUREWindow(), "w0") }
+func bootWindow(r store.Run) string { return nonEmpty(r.Pipeline.CUREWindow, "w0") }
 
 // BootDecision implements bootserver.Coordinator: a node boots CURE only
 // while its active run has an open boot window; each answer then mints a
@@ -47,7 +47,7 @@ func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver
 	if err != nil || (r.Status != runstate.RunRunning && r.Status != runstate.RunPending) {
 		return bootserver.Decision{Boot: false, Reason: "no active run"}, nil
 	}
-	if r.Boot() != store.BootCURE {
+	if r.Pipeline.Boot != store.BootCURE {
 		return bootserver.Decision{Boot: false, Reason: "run " + r.ID + " wants the installed OS"}, nil
 	}
 	window := bootWindow(r)
@@ -90,7 +90,7 @@ func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver
 		Boot: true,
 		// The instance driving the run comes first in the runner's list, so
 		// a node that PXE-booted from another instance still reaches it.
-		Cmdline: fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", nonEmpty(r.RunnerAddr(), e.cfg.RunnerAddr), e.cfg.BaseURL, n.ID, tok),
+		Cmdline: fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", nonEmpty(r.Pipeline.RunnerAddr, e.cfg.RunnerAddr), e.cfg.BaseURL, n.ID, tok),
 		Reason:  "run " + r.ID,
 	}, nil
 }
@@ -116,23 +116,17 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 		return refuse("the node has no run")
 	}
 	got, match := []byte(store.TokenHash(token)), 0
-	for _, want := range r.HostTokens() {
+	for _, want := range r.Pipeline.HostTokens {
 		match |= subtle.ConstantTimeCompare(got, []byte(want))
 	}
 	if match != 1 {
 		return refuse("token is not a host token of run " + r.ID)
 	}
-	waitFrom, err := r.HostWaitFrom()
-	if err != nil {
-		return refuse(err.Error())
-	}
+	waitFrom := r.Pipeline.Host.WaitFrom
 	if r.Status != runstate.RunRunning || r.Phase != modes.WaitForHostOS {
 		return refuse(fmt.Sprintf("run %s is %s in %s, not waiting for the installed OS", r.ID, r.Status, nonEmpty(r.Phase, "no phase")))
 	}
-	rebooted, err := r.HostRebootedAt()
-	if err != nil {
-		return refuse(err.Error())
-	}
+	rebooted := r.Pipeline.Host.RebootedAt
 	if rebooted.IsZero() {
 		return refuse("the coordinator has not rebooted the node out of CURE yet")
 	}

@@ -117,7 +117,7 @@ func newHostile(t *testing.T, runnerOpts ...func(*server.RunnerService)) *hostil
 			t.Fatal(err)
 		}
 		if err := st.CreateRun(ctx, store.Run{ID: n.run, NodeID: n.id, Mode: "provision", Manifest: "m", Status: runstate.RunRunning, Phase: modes.WaitForCURE,
-			StartedAt: time.Now(), Data: map[string]string{"boot": "cure", "cure_window": "w1"}}); err != nil {
+			StartedAt: time.Now(), Pipeline: store.PipelineState{Boot: store.BootCURE, CUREWindow: "w1"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -481,11 +481,11 @@ func (h *hostile) waitHost(token string, rebooted time.Time) {
 	h.t.Helper()
 	r := h.run(nodeA.run)
 	r.Phase = modes.WaitForHostOS
-	r.SetBoot(store.BootDisk)
-	r.ClearHostTokens()
-	r.AddHostToken(store.TokenHash(token))
-	r.SetHostWaitFrom(7)
-	r.SetHostRebootedAt(rebooted) // zero: not rebooted yet
+	r.Pipeline.Boot = store.BootDisk
+	r.Pipeline.HostTokens = nil
+	r.Pipeline.AddHostToken(store.TokenHash(token))
+	r.Pipeline.Host.WaitFrom = 7
+	r.Pipeline.Host.RebootedAt = rebooted // zero: not rebooted yet
 	if err := h.st.UpdateRun(context.Background(), r); err != nil {
 		h.t.Fatal(err)
 	}
@@ -568,7 +568,7 @@ func TestHostCallbackOnce(t *testing.T) {
 	}
 	h.waitHost(tok, time.Now().Add(-2*time.Minute))
 	r = h.run(nodeA.run)
-	r.SetHostWaitFrom(8) // a new wait: only the expiry refuses
+	r.Pipeline.Host.WaitFrom = 8 // a new wait: only the expiry refuses
 	if err := h.st.UpdateRun(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
@@ -601,15 +601,15 @@ func TestHostCallbackOnce(t *testing.T) {
 func (h *hostile) fetchTokenAfterReopen() string {
 	h.t.Helper()
 	r := h.run(nodeA.run)
-	boot := r.Boot()
-	r.SetBoot(store.BootCURE)
-	r.SetCUREWindow(fmt.Sprintf("w%d", time.Now().UnixNano()))
+	boot := r.Pipeline.Boot
+	r.Pipeline.Boot = store.BootCURE
+	r.Pipeline.CUREWindow = fmt.Sprintf("w%d", time.Now().UnixNano())
 	if err := h.st.UpdateRun(context.Background(), r); err != nil {
 		h.t.Fatal(err)
 	}
 	tok := h.fetchToken(nodeA.mac)
 	r = h.run(nodeA.run)
-	r.SetBoot(boot)
+	r.Pipeline.Boot = boot
 	if err := h.st.UpdateRun(context.Background(), r); err != nil {
 		h.t.Fatal(err)
 	}

@@ -291,7 +291,7 @@ func phaseDeadline(r store.Run, phase string) int64 {
 	if !runstate.Active(r.Status) || r.Phase != phase || phase == "" {
 		return 0
 	}
-	if d, err := r.PhaseDeadline(phase); err == nil && !d.IsZero() {
+	if d := r.Pipeline.Phase(phase).Deadline; !d.IsZero() {
 		return d.UnixMilli()
 	}
 	return 0

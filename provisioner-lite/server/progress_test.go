@@ -107,7 +107,7 @@ func TestWatchStreamsProgress(t *testing.T) {
 	deadline := time.Now().Add(3 * time.Hour).Truncate(time.Millisecond)
 	r := h.run(nodeA.run)
 	r.Phase = modes.SEDRevert
-	r.SetPhaseDeadline(modes.SEDRevert, deadline)
+	r.Pipeline.SetDeadline(modes.SEDRevert, deadline)
 	if err := h.st.UpdateRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}

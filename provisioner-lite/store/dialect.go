@@ -127,7 +127,7 @@ func openPostgres(dsn string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s: %w", Redacted(dsn), err)
 	}
 	st := &Store{path: Redacted(dsn), w: db, r: newPool(db), wp: newPool(db), sealer: seal, subs: map[string]map[*subscriber]struct{}{},
-		instance: o.instance, leaseTTL: o.leaseTTL, runCache: map[string]Run{}, dialect: postgresDialect, maxNotes: o.notes(),
+		instance: o.instance, leaseTTL: o.leaseTTL, runCache: map[string]cachedRow{}, dialect: postgresDialect, maxNotes: o.notes(),
 		maxMeasurements: o.measurements()}
 	st.r.rebind, st.wp.rebind = rebindDollar, rebindDollar
 	if st.leaseTTL <= 0 {
@@ -270,6 +270,9 @@ CREATE TABLE run_fleet (run_id TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CA
 ALTER TABLE verdicts ADD COLUMN at BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE verdicts ADD COLUMN stage TEXT NOT NULL DEFAULT '';
 `,
+	`
+ALTER TABLE runs ADD COLUMN pipeline TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // pgMigrationLock is the advisory lock two instances starting at once
@@ -312,6 +315,12 @@ func migratePostgres(ctx context.Context, db *sql.DB) error {
 		if _, err := tx.ExecContext(ctx, pgMigrations[i]); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+		if step := migrationSteps[i+1]; step != nil {
+			if err := step(ctx, tx, rebindDollar); err != nil {
+				tx.Rollback()
+				return fmt.Errorf("migration %d: %w", i+1, err)
+			}
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = $1`, i+1); err != nil {
 			tx.Rollback()

@@ -264,6 +264,19 @@ CREATE TABLE run_fleet (
 ALTER TABLE verdicts ADD COLUMN at INTEGER NOT NULL DEFAULT 0;      -- unix ms; 0: the verdict's time
 ALTER TABLE verdicts ADD COLUMN stage TEXT NOT NULL DEFAULT '';
 `,
+	// 10: a run's pipeline state typed, as one JSON document (PipelineState);
+	// upgradeRunData fills it from the free-form keys of runs.data, which
+	// is kept as it was and no longer read.
+	`
+ALTER TABLE runs ADD COLUMN pipeline TEXT NOT NULL DEFAULT '';
+`,
+}
+
+// migrationSteps are the data conversions SQL cannot express, by the schema
+// version whose migration they complete; each runs in that migration's
+// transaction, after its SQL, on SQLite and PostgreSQL alike.
+var migrationSteps = map[int]func(ctx context.Context, tx *sql.Tx, rebind func(string) string) error{
+	10: upgradeRunData,
 }
 
 // SchemaVersion is the user_version a fully migrated database has.
@@ -289,6 +302,12 @@ func migrateTo(ctx context.Context, db *sql.DB, target int) error {
 		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+		if step := migrationSteps[i+1]; step != nil {
+			if err := step(ctx, tx, sqliteDialect.rebind); err != nil {
+				tx.Rollback()
+				return fmt.Errorf("migration %d: %w", i+1, err)
+			}
 		}
 		// PRAGMA takes no bind parameters; i is ours, not input.
 		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, i+1)); err != nil {

@@ -115,7 +115,7 @@ func TestUpdateRunInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Data = map[string]string{"k": "v"}
+	r.Pipeline.RunnerAddr = "a:1"
 	if err := s.UpdateRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestUpdateRunInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := s.GetRun(ctx, "r1")
-	if got.Phase != "nvme" || got.Data["k"] != "v" {
+	if got.Phase != "nvme" || got.Pipeline.RunnerAddr != "a:1" {
 		t.Fatalf("after in-place update: %+v", got)
 	}
 	// A second store writing the row meanwhile: the first store's next

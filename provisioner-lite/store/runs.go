@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -22,7 +21,8 @@ type Run struct {
 	CompletedPhases            []string
 	StartedAt, EndedAt         time.Time
 	Message                    string
-	Data                       map[string]string // pipeline scratch: tokens, expected boot id...
+	// Pipeline is the pipeline's typed status of the run.
+	Pipeline PipelineState
 	// Owner is the coordinator instance holding the run's lease and
 	// LeaseUntil when it expires (read-only: leases.go changes them).
 	Owner      string
@@ -47,7 +47,7 @@ func (s *Store) CreateRun(ctx context.Context, r Run) error {
 	if !runstate.ValidRun(r.Status) {
 		return fmt.Errorf("store: create run %s: status %q is not one of pending|running|succeeded|failed|attention|canceled", r.ID, r.Status)
 	}
-	completed, data, err := marshalRun(r)
+	vals, err := valuesOf(r)
 	if err != nil {
 		return fmt.Errorf("store: create run %s: %w", r.ID, err)
 	}
@@ -72,12 +72,17 @@ func (s *Store) CreateRun(ctx context.Context, r Run) error {
 		if s.instance != "" {
 			lease = s.leaseDeadline()
 		}
-		_, err := tx.ExecContext(ctx, `
-INSERT INTO runs (id, node_id, mode, manifest, status, phase, resume_count, phase_failures, disconnects, reboots,
-	completed_phases, started_at, ended_at, message, data, created_at, owner, lease_until)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			r.ID, r.NodeID, r.Mode, r.Manifest, r.Status, r.Phase, r.ResumeCount, r.PhaseFailures, r.Disconnects, r.Reboots,
-			completed, toMs(r.StartedAt), toMs(r.EndedAt), r.Message, data, time.Now().UnixMilli(), s.instance, lease)
+		var names []string
+		var args []any
+		for i, c := range runColumns {
+			if c.use != colLease {
+				names = append(names, c.name)
+				args = append(args, vals[i])
+			}
+		}
+		names = append(names, "created_at", "owner", "lease_until")
+		args = append(args, time.Now().UnixMilli(), s.instance, lease)
+		_, err := tx.ExecContext(ctx, `INSERT INTO runs (`+strings.Join(names, ", ")+`) VALUES (?`+strings.Repeat(", ?", len(names)-1)+`)`, args...)
 		return err
 	})
 	if err != nil && !errors.Is(err, ErrActiveRun) && strings.Contains(err.Error(), "runs_one_active") || err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: runs.node_id") {
@@ -89,7 +94,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		return fmt.Errorf("store: create run %s for node %s: %w", r.ID, r.NodeID, err)
 	}
 	r.Owner = s.instance
-	s.rememberRun(r)
+	s.rememberRun(r.ID, r.NodeID, r.Status, vals)
 	s.notify(r.ID)
 	return nil
 }
@@ -103,72 +108,29 @@ func (s *Store) UpdateRun(ctx context.Context, r Run) error {
 	if !runstate.ValidRun(r.Status) {
 		return fmt.Errorf("store: update run %s: status %q is not one of pending|running|succeeded|failed|attention|canceled", r.ID, r.Status)
 	}
-	completed, data, err := marshalRun(r)
+	vals, err := valuesOf(r)
 	if err != nil {
 		return fmt.Errorf("store: update run %s: %w", r.ID, err)
 	}
-	cols := []struct {
-		name string
-		val  any
-	}{
-		{"mode", r.Mode}, {"manifest", r.Manifest}, {"status", r.Status}, {"phase", r.Phase},
-		{"resume_count", r.ResumeCount}, {"phase_failures", r.PhaseFailures}, {"disconnects", r.Disconnects}, {"reboots", r.Reboots},
-		{"completed_phases", completed}, {"started_at", toMs(r.StartedAt)}, {"ended_at", toMs(r.EndedAt)}, {"message", r.Message}, {"data", data},
-	}
 	// Nothing changed since this store wrote the row: no transaction at all.
-	if prev, ok := s.cachedRun(r.ID); ok && (r.NodeID == "" || r.NodeID == prev.NodeID) && sameRun(prev, r) {
-		return nil
+	if prev, ok := s.cachedRun(r.ID); ok && (r.NodeID == "" || r.NodeID == prev.nodeID) {
+		if set, _ := vals.changed(prev.vals); len(set) == 0 {
+			return nil
+		}
 	}
 	// The diff is taken inside the transaction: writes run there in commit
 	// order, so the cache is exactly the row as committed before this one.
 	unchanged := false
 	err = s.tx(ctx, func(tx *Tx) error {
+		prev, cached := s.cachedRun(r.ID)
 		var set []string
 		var args []any
-		prev, cached := s.cachedRun(r.ID)
-		var prevCompleted, prevData string
 		if cached {
-			prevCompleted, prevData, _ = marshalRun(prev)
+			set, args = vals.changed(prev.vals)
+		} else {
+			set, args = vals.changed(nil)
 		}
-		for i, c := range cols {
-			if cached {
-				same := false
-				switch i {
-				case 0:
-					same = prev.Mode == r.Mode
-				case 1:
-					same = prev.Manifest == r.Manifest
-				case 2:
-					same = prev.Status == r.Status
-				case 3:
-					same = prev.Phase == r.Phase
-				case 4:
-					same = prev.ResumeCount == r.ResumeCount
-				case 5:
-					same = prev.PhaseFailures == r.PhaseFailures
-				case 6:
-					same = prev.Disconnects == r.Disconnects
-				case 7:
-					same = prev.Reboots == r.Reboots
-				case 8:
-					same = prevCompleted == completed
-				case 9:
-					same = toMs(prev.StartedAt) == toMs(r.StartedAt)
-				case 10:
-					same = toMs(prev.EndedAt) == toMs(r.EndedAt)
-				case 11:
-					same = prev.Message == r.Message
-				case 12:
-					same = prevData == data
-				}
-				if same {
-					continue
-				}
-			}
-			set = append(set, c.name+" = ?")
-			args = append(args, c.val)
-		}
-		if len(set) == 0 && (r.NodeID == "" || r.NodeID == prev.NodeID) {
+		if len(set) == 0 && (r.NodeID == "" || r.NodeID == prev.nodeID) {
 			unchanged = true
 			return nil
 		}
@@ -193,9 +155,9 @@ func (s *Store) UpdateRun(ctx context.Context, r Run) error {
 			return err
 		} else if n == 1 {
 			if r.NodeID == "" {
-				r.NodeID = prev.NodeID
+				r.NodeID = prev.nodeID
 			}
-			s.rememberRun(r)
+			s.rememberRun(r.ID, r.NodeID, r.Status, vals)
 			return nil
 		}
 		// Nothing matched: say why.
@@ -224,34 +186,25 @@ func (s *Store) UpdateRun(ctx context.Context, r Run) error {
 	return nil
 }
 
-// sameRun reports whether b would write nothing over a.
-func sameRun(a, b Run) bool {
-	ac, ad, err1 := marshalRun(a)
-	bc, bd, err2 := marshalRun(b)
-	return err1 == nil && err2 == nil && ac == bc && ad == bd && a.Mode == b.Mode && a.Manifest == b.Manifest && a.Status == b.Status &&
-		a.Phase == b.Phase && a.ResumeCount == b.ResumeCount && a.PhaseFailures == b.PhaseFailures && a.Disconnects == b.Disconnects &&
-		a.Reboots == b.Reboots && toMs(a.StartedAt) == toMs(b.StartedAt) && toMs(a.EndedAt) == toMs(b.EndedAt) && a.Message == b.Message
+// cachedRow is a run's row as this store last wrote it, for UpdateRun's diff.
+type cachedRow struct {
+	nodeID string
+	vals   runValues
 }
 
-// rememberRun keeps the row as last written, for UpdateRun's diff; a run
-// that ended is forgotten (it is rarely written again, and then in full).
-func (s *Store) rememberRun(r Run) {
+// rememberRun keeps the row as last written; a run that ended is forgotten
+// (it is rarely written again, and then in full).
+func (s *Store) rememberRun(id, nodeID, status string, vals runValues) {
 	s.runCacheMu.Lock()
 	defer s.runCacheMu.Unlock()
-	if r.Status != runstate.RunPending && r.Status != runstate.RunRunning {
-		delete(s.runCache, r.ID)
+	if !runstate.Active(status) {
+		delete(s.runCache, id)
 		return
 	}
-	r.CompletedPhases = append([]string(nil), r.CompletedPhases...)
-	m := make(map[string]string, len(r.Data))
-	for k, v := range r.Data {
-		m[k] = v
-	}
-	r.Data = m
-	s.runCache[r.ID] = r
+	s.runCache[id] = cachedRow{nodeID: nodeID, vals: vals}
 }
 
-func (s *Store) cachedRun(id string) (Run, bool) {
+func (s *Store) cachedRun(id string) (cachedRow, bool) {
 	s.runCacheMu.Lock()
 	defer s.runCacheMu.Unlock()
 	r, ok := s.runCache[id]
@@ -263,9 +216,6 @@ func (s *Store) forgetRun(id string) {
 	delete(s.runCache, id)
 	s.runCacheMu.Unlock()
 }
-
-const runCols = `id, node_id, mode, manifest, status, phase, resume_count, phase_failures, disconnects, reboots,
-	completed_phases, started_at, ended_at, message, data, owner, lease_until`
 
 // GetRun returns the run with that id, or an error wrapping ErrNotFound.
 func (s *Store) GetRun(ctx context.Context, id string) (Run, error) {
@@ -315,45 +265,4 @@ func (s *Store) listRuns(ctx context.Context, where string, args ...any) ([]Run,
 		return nil, fmt.Errorf("store: list runs: %w", err)
 	}
 	return out, nil
-}
-
-func marshalRun(r Run) (completed, data string, err error) {
-	c := r.CompletedPhases
-	if c == nil {
-		c = []string{}
-	}
-	b, err := json.Marshal(c)
-	if err != nil {
-		return "", "", fmt.Errorf("completed phases: %w", err)
-	}
-	data, err = marshalMap(r.Data)
-	if err != nil {
-		return "", "", fmt.Errorf("data: %w", err)
-	}
-	return string(b), data, nil
-}
-
-func scanRun(sc scanner) (Run, error) {
-	var r Run
-	var completed, data string
-	var started, ended, lease int64
-	err := sc.Scan(&r.ID, &r.NodeID, &r.Mode, &r.Manifest, &r.Status, &r.Phase, &r.ResumeCount, &r.PhaseFailures,
-		&r.Disconnects, &r.Reboots, &completed, &started, &ended, &r.Message, &data, &r.Owner, &lease)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Run{}, ErrNotFound
-	}
-	if err != nil {
-		return Run{}, err
-	}
-	if err := json.Unmarshal([]byte(completed), &r.CompletedPhases); err != nil {
-		return Run{}, fmt.Errorf("run %s: completed_phases column: %w", r.ID, err)
-	}
-	if len(r.CompletedPhases) == 0 {
-		r.CompletedPhases = nil
-	}
-	if r.Data, err = unmarshalMap(data); err != nil {
-		return Run{}, fmt.Errorf("run %s: data column: %w", r.ID, err)
-	}
-	r.StartedAt, r.EndedAt, r.LeaseUntil = fromMs(started), fromMs(ended), fromMs(lease)
-	return r, nil
 }

@@ -46,7 +46,7 @@ type Store struct {
 	dialect dialect
 
 	runCacheMu sync.Mutex
-	runCache   map[string]Run // last row this store wrote or read, per active run
+	runCache   map[string]cachedRow // last row this store wrote, per active run
 
 	maxNotes int64 // coordinator notes kept per run (notes.go)
 
@@ -167,7 +167,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s for reading: %w", abs, err)
 	}
 	st := &Store{path: abs, w: w, r: newPool(r), wp: newPool(w), sealer: seal, subs: map[string]map[*subscriber]struct{}{},
-		instance: o.instance, leaseTTL: o.leaseTTL, runCache: map[string]Run{}, dialect: sqliteDialect, maxNotes: o.notes(),
+		instance: o.instance, leaseTTL: o.leaseTTL, runCache: map[string]cachedRow{}, dialect: sqliteDialect, maxNotes: o.notes(),
 		maxMeasurements: o.measurements()}
 	if st.leaseTTL <= 0 {
 		st.leaseTTL = DefaultLeaseTTL

@@ -230,7 +230,8 @@ func TestRuns(t *testing.T) {
 	got.Status, got.Phase = runstate.RunRunning, "nvme"
 	got.ResumeCount, got.PhaseFailures, got.Disconnects, got.Reboots = 1, 2, 3, 4
 	got.CompletedPhases = []string{"preflight", "powering_on"}
-	got.Data = map[string]string{"token": "abc", "expected_boot_id": "b2"}
+	got.Pipeline = PipelineState{CUREWindow: "w2", Boot: BootCURE, HostTokens: []string{"d1"},
+		Batch: &RunnerBatch{Phases: []string{"nvme"}, Cursor: 7, Bound: SessionRef{BootID: "b2", ConnectedNs: 42}}}
 	got.Message = "flashing"
 	got.EndedAt = t0.Add(time.Hour)
 	if err := s.UpdateRun(ctx, got); err != nil {
@@ -434,7 +435,8 @@ func TestReopenKeepsEverything(t *testing.T) {
 	s, path := openTest(t)
 	ctx := ctxT(t)
 	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
-	run := Run{ID: "r1", NodeID: "n1", Mode: "provision", Status: runstate.RunRunning, Phase: "nvme", Reboots: 2, CompletedPhases: []string{"preflight"}, Data: map[string]string{"k": "v"}}
+	run := Run{ID: "r1", NodeID: "n1", Mode: "provision", Status: runstate.RunRunning, Phase: "nvme", Reboots: 2, CompletedPhases: []string{"preflight"},
+		Pipeline: PipelineState{RunnerAddr: "a:1", Phases: map[string]PhaseState{"nvme": {Attempts: 2}}}}
 	if err := s.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}

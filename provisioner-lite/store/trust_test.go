@@ -236,8 +236,15 @@ INSERT INTO runs (id, node_id, status, data, created_at) VALUES ('r1', 'n1', 'su
 		t.Fatalf("node after upgrade: %+v %v", n, err)
 	}
 	r, err := s.GetRun(ctx, "r1")
-	if err != nil || r.Data["host_token"] != "" || r.Data["k"] != "v" {
-		t.Fatalf("run data after upgrade: %+v %v", r.Data, err)
+	if err != nil {
+		t.Fatalf("run after upgrade: %v", err)
+	}
+	var data string
+	if err := s.r.db.QueryRow(`SELECT data FROM runs WHERE id = 'r1'`).Scan(&data); err != nil || strings.Contains(data, "clear-host-token") {
+		t.Fatalf("run data after upgrade: %q %v: the clear host token is still there", data, err)
+	}
+	if r.Pipeline.Malformed != "" || len(r.Pipeline.HostTokens) != 0 {
+		t.Errorf("pipeline state from unknown keys: %+v", r.Pipeline)
 	}
 	var pw, psids string
 	if err := s.r.db.QueryRow(`SELECT bmc_password, psids FROM nodes WHERE id = 'n1'`).Scan(&pw, &psids); err != nil {

@@ -1,0 +1,228 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// PipelineState is the pipeline's status of one run, typed and stored as one
+// JSON column (runs.pipeline): what the coordinator driving the run needs to
+// pick it up where it stood after a restart or a takeover. The pipeline reads
+// it, decides, and writes it back; there are no free-form keys.
+type PipelineState struct {
+	// RunnerAddr is the runner address list of the instance driving the
+	// run, itself first.
+	RunnerAddr string `json:"runner_addr,omitempty"`
+	// Boot is what the node should boot next.
+	Boot BootTarget `json:"boot,omitempty"`
+	// CUREWindow is the id of the run's latest CURE boot window.
+	CUREWindow string `json:"cure_window,omitempty"`
+	// BootRequestedAt is when the coordinator last powered on or rebooted
+	// the node.
+	BootRequestedAt time.Time `json:"boot_requested_at,omitzero"`
+	// FreshCURE is why the next runner batch must boot a fresh CURE ("": it
+	// need not).
+	FreshCURE string `json:"fresh_cure,omitempty"`
+	// HostTokens are the digests of the host callback tokens the run's
+	// assignments carried, oldest first (at most MaxHostTokens).
+	HostTokens []string `json:"host_tokens,omitempty"`
+	// Phases holds each phase's attempts, start and deadline.
+	Phases map[string]PhaseState `json:"phases,omitempty"`
+	// Host is the wait for the installed OS.
+	Host HostWait `json:"host,omitzero"`
+	// BMC is the out-of-band work the run has pending.
+	BMC BMCWork `json:"bmc,omitzero"`
+	// Batch is the in-band batch the run's runner works on (nil: none).
+	Batch *RunnerBatch `json:"batch,omitempty"`
+	// Handled is the latest runner session given work or re-attached to:
+	// never re-attached to again (its Hello is stale by then).
+	Handled SessionRef `json:"handled,omitzero"`
+	// Malformed is set by the schema upgrade when the run's earlier scratch
+	// data held a value it could not read (naming the run, the key and the
+	// value): the pipeline does not drive such a run on a guess.
+	Malformed string `json:"malformed,omitempty"`
+}
+
+// PhaseState is the coordinator's record of one phase's attempts.
+type PhaseState struct {
+	Attempts int `json:"attempts,omitempty"`
+	// StartedAt is the start of the latest attempt, by the coordinator's clock.
+	StartedAt time.Time `json:"started_at,omitzero"`
+	// Deadline is when the coordinator gives up on the latest attempt of an
+	// in-band phase that sent no end (zero: none set). Kept so a restarted
+	// coordinator holds the same deadline.
+	Deadline time.Time `json:"deadline,omitzero"`
+}
+
+// HostWait is the state of the wait for the installed OS's callback.
+type HostWait struct {
+	// RebootAttempt is the wait_for_host_os attempt that rebooted the node
+	// out of CURE (0: none did).
+	RebootAttempt int `json:"reboot_attempt,omitempty"`
+	// RebootedAt is when it did; zero until then (no callback is taken
+	// before it).
+	RebootedAt time.Time `json:"rebooted_at,omitzero"`
+	// WaitFrom is the event id the wait reads the callback from.
+	WaitFrom int64 `json:"wait_from,omitempty"`
+}
+
+// BMCWork is the out-of-band work of a run that outlives one step.
+type BMCWork struct {
+	// ResetAt is when the run asked the BMC to reset and has not seen it
+	// back since (zero: no reset pending).
+	ResetAt time.Time `json:"reset_at,omitzero"`
+	// Resets is how many BMC resets the run caused.
+	Resets int `json:"resets,omitempty"`
+	// Submissions records each out-of-band firmware update submitted, by
+	// manifest entry name, until it is verified.
+	Submissions map[string]string `json:"submissions,omitempty"`
+}
+
+// RunnerBatch is the state of one batch of in-band phases handed to the
+// node's runner: how far its events were acted on, which runner session it
+// follows, and the budgets that session is judged by.
+type RunnerBatch struct {
+	// Phases are the batch's phases as it was started (the ones still to do
+	// are those not in the run's CompletedPhases).
+	Phases []string `json:"phases"`
+	// Cursor is the id of the last stored event the pipeline acted on: a
+	// coordinator that stopped mid-batch reads on from there, so runner
+	// events stored while it was away are acted on, once.
+	Cursor int64 `json:"cursor"`
+	// Current is the in-band phase the runner is in ("": none started).
+	Current string `json:"current,omitempty"`
+	// HadRunner says a runner has worked on the batch since the node last
+	// booted: one gone counts against the reconnect budget, not the budget
+	// of a fresh CURE boot.
+	HadRunner bool `json:"had_runner,omitempty"`
+	// Bound is the session the batch follows (zero: none).
+	Bound SessionRef `json:"bound,omitzero"`
+	// Seen is a new session first looked at, and SeenStored the highest
+	// event seq of its boot the store held then: it is judged only after
+	// the events stored by then were acted on.
+	Seen       SessionRef `json:"seen,omitzero"`
+	SeenStored uint64     `json:"seen_stored,omitempty"`
+	// Silent is a session whose runner stopped sending heartbeats: its
+	// stream may outlive the node's reset until keepalives close it.
+	Silent SessionRef `json:"silent,omitzero"`
+	// LostSince is when the batch last had no runner (zero: it has one).
+	LostSince time.Time `json:"lost_since,omitzero"`
+	// LastAlive is the last sign of life of the bound runner other than a
+	// heartbeat: its session (re)attached or a phase started.
+	LastAlive time.Time `json:"last_alive,omitzero"`
+}
+
+// SessionRef names one runner session: the boot it came from and when it
+// connected (a reconnect of the same boot is another session).
+type SessionRef struct {
+	BootID      string `json:"boot_id,omitempty"`
+	ConnectedNs int64  `json:"connected_ns,omitempty"`
+}
+
+// IsZero reports whether the reference names no session.
+func (s SessionRef) IsZero() bool { return s == SessionRef{} }
+
+// MaxHostTokens bounds the host callback token digests a run keeps: a run
+// reassigns os_install a handful of times.
+const MaxHostTokens = 8
+
+// BootTarget is what the node should boot next.
+type BootTarget string
+
+const (
+	BootUnset BootTarget = ""     // nothing armed: the boot server sends the node to its disk
+	BootCURE  BootTarget = "cure" // a CURE boot window is open
+	BootDisk  BootTarget = "disk" // the installed OS
+)
+
+// Attempts is how many attempts of phase have started.
+func (p PipelineState) Attempts(phase string) int { return p.Phases[phase].Attempts }
+
+// Phase is the record of one phase (zero if it never started).
+func (p PipelineState) Phase(phase string) PhaseState { return p.Phases[phase] }
+
+// SetPhase replaces the record of one phase.
+func (p *PipelineState) SetPhase(phase string, ps PhaseState) {
+	if p.Phases == nil {
+		p.Phases = map[string]PhaseState{}
+	}
+	p.Phases[phase] = ps
+}
+
+// SetDeadline sets the deadline of phase's latest attempt.
+func (p *PipelineState) SetDeadline(phase string, t time.Time) {
+	ps := p.Phase(phase)
+	ps.Deadline = t.UTC()
+	p.SetPhase(phase, ps)
+}
+
+// AddHostToken appends a digest, keeping the newest MaxHostTokens. Every
+// token of the run stays good for its one callback: a runner busy with an
+// os_install ignores a re-sent assignment (and its new token), so only the
+// node knows which one its disk carries. All of them went only to this run's
+// authenticated CURE sessions.
+func (p *PipelineState) AddHostToken(digest string) {
+	ds := append(slices.Clone(p.HostTokens), digest)
+	if len(ds) > MaxHostTokens {
+		ds = ds[len(ds)-MaxHostTokens:]
+	}
+	p.HostTokens = ds
+}
+
+// Submission is the record of an out-of-band update of the named firmware
+// ("" if none was submitted).
+func (p PipelineState) Submission(firmware string) string { return p.BMC.Submissions[firmware] }
+
+// SetSubmission records an out-of-band update of the named firmware; ""
+// forgets it (verified).
+func (p *PipelineState) SetSubmission(firmware, rec string) {
+	if rec == "" {
+		delete(p.BMC.Submissions, firmware)
+		if len(p.BMC.Submissions) == 0 {
+			p.BMC.Submissions = nil
+		}
+		return
+	}
+	if p.BMC.Submissions == nil {
+		p.BMC.Submissions = map[string]string{}
+	}
+	p.BMC.Submissions[firmware] = rec
+}
+
+// Clone is a deep copy: the pipeline's decisions work on a copy of the
+// stored status.
+func (p PipelineState) Clone() PipelineState {
+	p.HostTokens = slices.Clone(p.HostTokens)
+	p.Phases = maps.Clone(p.Phases)
+	p.BMC.Submissions = maps.Clone(p.BMC.Submissions)
+	if p.Batch != nil {
+		b := *p.Batch
+		b.Phases = slices.Clone(b.Phases)
+		p.Batch = &b
+	}
+	return p
+}
+
+// marshalPipeline is the column's text: "{}" for a run with no state.
+func marshalPipeline(p PipelineState) (string, error) {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return "", fmt.Errorf("pipeline state: %w", err)
+	}
+	return string(b), nil
+}
+
+// unmarshalPipeline reads the column; empty is a run with no state.
+func unmarshalPipeline(s string) (PipelineState, error) {
+	var p PipelineState
+	if s == "" {
+		return p, nil
+	}
+	if err := json.Unmarshal([]byte(s), &p); err != nil {
+		return PipelineState{}, fmt.Errorf("pipeline state: %w", err)
+	}
+	return p, nil
+}
