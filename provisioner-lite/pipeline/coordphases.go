@@ -185,7 +185,29 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 	if err != nil {
 		return failedFinal(operatorFix, "%v", err)
 	}
-	var missing, warnings []string
+	missing, warnings := e.localArtifacts(mode, sku)
+	if len(missing) > 0 {
+		return failedFinal(operatorFix, "inputs do not resolve: %s; add the image with `provisioner-lite artifacts add --state-dir STATE --sku %s.yaml FILE` (README, \"Set up a site\")",
+			strings.Join(missing, "; "), r.Manifest)
+	}
+	if len(warnings) > 0 {
+		e.coordEvent(ctx, *r, modes.Preflight, runstate.EventLog, "WARN", "needed only on drift: "+strings.Join(warnings, "; "), 0)
+	}
+	inputs := "manifest " + r.Manifest + " valid"
+	if mode == modes.Verify {
+		verified, out := e.verifyArtifacts(ctx, r, sku)
+		if out != nil {
+			return *out
+		}
+		inputs += verified
+	}
+	return e.preflightBMC(ctx, r, n, inputs)
+}
+
+// localArtifacts checks the artifacts of sku a run in mode takes from the
+// artifact store: missing are those it cannot do without, warnings those
+// it needs only if a component drifts.
+func (e *Engine) localArtifacts(mode modes.Mode, sku *manifests.SKU) (missing, warnings []string) {
 	check := func(what string, a *manifests.Artifact, required bool) {
 		if a == nil || a.URL != "" {
 			return // remote artifacts are fetched by the node; verify mode checks them
@@ -217,42 +239,38 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 			check("firmware "+fw.Name, fw.Artifact, mode == modes.Verify)
 		}
 	}
-	if len(missing) > 0 {
-		return failedFinal(operatorFix, "inputs do not resolve: %s; add the image with `provisioner-lite artifacts add --state-dir STATE --sku %s.yaml FILE` (README, \"Set up a site\")",
-			strings.Join(missing, "; "), r.Manifest)
+	return missing, warnings
+}
+
+// verifyArtifacts downloads and hashes every artifact a provision would
+// use, each with its verdict: what to add to the preflight's message, or
+// the failed outcome.
+func (e *Engine) verifyArtifacts(ctx context.Context, r *store.Run, sku *manifests.SKU) (string, *outcome) {
+	bad := 0
+	arts := map[string]*manifests.Artifact{}
+	for _, fw := range sku.Spec.Firmware {
+		if fw.Artifact != nil {
+			arts["firmware/"+fw.Name] = fw.Artifact
+		}
 	}
-	if len(warnings) > 0 {
-		e.coordEvent(ctx, *r, modes.Preflight, runstate.EventLog, "WARN", "needed only on drift: "+strings.Join(warnings, "; "), 0)
+	if sku.Spec.OS != nil {
+		arts["os/image"] = &sku.Spec.OS.Image
 	}
-	inputs := "manifest " + r.Manifest + " valid"
-	if mode == modes.Verify {
-		// Verify downloads and hashes every artifact a provision would use.
-		bad := 0
-		arts := map[string]*manifests.Artifact{}
-		for _, fw := range sku.Spec.Firmware {
-			if fw.Artifact != nil {
-				arts["firmware/"+fw.Name] = fw.Artifact
-			}
+	for _, name := range sortedArtifactNames(arts) {
+		a := arts[name]
+		err := e.verifyArtifact(ctx, a)
+		status, msg := "PASS", "sha256 and size verified"
+		if err != nil {
+			status, msg = "FAIL", err.Error()
+			bad++
 		}
-		if sku.Spec.OS != nil {
-			arts["os/image"] = &sku.Spec.OS.Image
-		}
-		for _, name := range sortedArtifactNames(arts) {
-			a := arts[name]
-			err := e.verifyArtifact(ctx, a)
-			status, msg := "PASS", "sha256 and size verified"
-			if err != nil {
-				status, msg = "FAIL", err.Error()
-				bad++
-			}
-			e.verdict(ctx, r, name, "artifact", status, fmt.Sprintf("%d bytes", a.Size), "sha256:"+a.SHA256, msg)
-		}
-		if bad > 0 {
-			return failed("%d of %d artifacts failed verification", bad, len(arts))
-		}
-		inputs += fmt.Sprintf(", %d artifacts downloaded and verified", len(arts))
+		e.verdict(ctx, r, name, "artifact", status, fmt.Sprintf("%d bytes", a.Size), "sha256:"+a.SHA256, msg)
 	}
-	return e.preflightBMC(ctx, r, n, inputs)
+	if bad > 0 {
+		out := failed("%d of %d artifacts failed verification", bad, len(arts))
+		return "", &out
+	}
+	return fmt.Sprintf(", %d artifacts downloaded and verified", len(arts)), nil
 }
 
 // operatorFix is why a preflight failure is not retried: what is missing
