@@ -428,7 +428,7 @@ func (e *Engine) applyWait(ctx context.Context, r *store.Run, acts []action) (ou
 		case actRequeue:
 			return outcome{}, false
 		default:
-			panic(fmt.Sprintf("pipeline: wait decision asked for action %d", a.kind))
+			panic(fmt.Sprintf("pipeline: wait decision asked for action %s", a.kind))
 		}
 	}
 	return outcome{}, false

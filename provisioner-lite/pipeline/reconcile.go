@@ -45,6 +45,20 @@ const (
 	actOrderReboot                       // tell session's runner to reboot again
 )
 
+var actionNames = map[actionKind]string{
+	actRecordStart: "record_start", actRecordEnd: "record_end", actRebootCURE: "reboot_into_cure", actEvent: "event",
+	actNote: "note", actRetry: "retry", actAssign: "assign", actReattach: "reattach", actFail: "fail", actLost: "lost",
+	actDone: "done", actRequeue: "requeue", actEndBootWindow: "end_boot_window", actRebootOutOfCURE: "reboot_out_of_cure",
+	actOrderReboot: "order_reboot",
+}
+
+func (k actionKind) String() string {
+	if n, ok := actionNames[k]; ok {
+		return n
+	}
+	return fmt.Sprintf("action(%d)", int(k))
+}
+
 // action is one thing a decision asks for; which fields count depends on
 // kind.
 type action struct {

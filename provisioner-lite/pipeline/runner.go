@@ -175,7 +175,7 @@ func (e *Engine) applyBatch(ctx context.Context, r *store.Run, acts []action, lo
 		case actRequeue:
 			return batchResult{requeue: true}
 		default:
-			panic(fmt.Sprintf("pipeline: batch decision asked for action %d", a.kind))
+			panic(fmt.Sprintf("pipeline: batch decision asked for action %s", a.kind))
 		}
 	}
 	return batchResult{}
