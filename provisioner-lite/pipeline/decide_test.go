@@ -282,7 +282,9 @@ func sessionCases() []batchCase {
 }
 
 func eventCases(t *testing.T) []batchCase {
-	b := func() store.Run { return batchRun(&store.RunnerBatch{Phases: hwValidate, Bound: refA, HadRunner: true, Current: modes.Hardware, Cursor: 10}) }
+	b := func() store.Run {
+		return batchRun(&store.RunnerBatch{Phases: hwValidate, Bound: refA, HadRunner: true, Current: modes.Hardware, Cursor: 10})
+	}
 	cur := runner(refA, curev1.RunnerState_IN_PHASE, modes.Hardware, 7)
 	late := b()
 	late.Pipeline.SetDeadline(modes.Hardware, ago(time.Second))
@@ -352,7 +354,7 @@ func restartCases() []batchCase {
 				}
 			}},
 		{name: "coordinator restart: the runner still in its phase is seen, then re-attached", run: stored,
-			obs: batchObs{fresh: true, session: &sessionObs{ref: refB, runID: "r1", stored: 9, state: &curev1.RunnerState{Kind: curev1.RunnerState_IN_PHASE, RunId: "r1", Phase: modes.Hardware, LastEventSeq: 9}}},
+			obs:  batchObs{fresh: true, session: &sessionObs{ref: refB, runID: "r1", stored: 9, state: &curev1.RunnerState{Kind: curev1.RunnerState_IN_PHASE, RunId: "r1", Phase: modes.Hardware, LastEventSeq: 9}}},
 			want: []string{"requeue"}},
 		{name: "a batch from before the status was typed resumes at the run's phase", run: legacy, obs: batchObs{fresh: true},
 			check: func(t *testing.T, r store.Run) {
