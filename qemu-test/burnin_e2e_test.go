@@ -155,7 +155,7 @@ func TestBurninOutlastsPhaseTimeout(t *testing.T) {
 	}
 	v := storePhases(t, st, rep.GetRunId())[modes.Validate]
 	took := v.EndedAt.Sub(v.StartedAt)
-	if v.Status != "ok" || v.Attempts != 1 || took < soakLength || took < 3*8*time.Second {
+	if v.Status != curev1.PhaseStatus_PHASE_OK || v.Attempts != 1 || took < soakLength || took < 3*8*time.Second {
 		t.Errorf("validate %s after %d attempt(s) in %s: want ok in one, longer than the soak and than 3 liveness budgets", v.Status, v.Attempts, took)
 	}
 	t.Logf("validate took %s against a liveness budget of 8s and an in-band phase bound of 10s", took.Round(time.Second))

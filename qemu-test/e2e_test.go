@@ -23,6 +23,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/qemu-test/harness"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
@@ -117,7 +118,7 @@ func phaseStatuses(t *testing.T, st *store.Store, runID string) map[string]strin
 	}
 	m := map[string]string{}
 	for _, p := range ps {
-		m[p.Name] = p.Status
+		m[p.Name] = runstate.PhaseName(p.Status)
 	}
 	return m
 }
@@ -369,7 +370,7 @@ func TestReprovisionSkipsMatching(t *testing.T) {
 	dumpOnFailure(t, env)
 	n := env.Nodes[0]
 	st := openStore(t, env)
-	if last, err := st.LatestRun(context.Background(), n.ID); err != nil || last.Status != "succeeded" {
+	if last, err := st.LatestRun(context.Background(), n.ID); err != nil || last.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		checkProvisioned(t, env, provisionAndWait(t, env, n.ID, false))
 	}
 	before := len(bootHistory(n))

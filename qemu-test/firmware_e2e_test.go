@@ -259,7 +259,7 @@ func TestFirmwareAllDrift(t *testing.T) {
 
 	ps := storePhases(t, st, rep.GetRunId())
 	for _, p := range []string{modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX} {
-		if ps[p].Status != "ok" || ps[p].Attempts != 1 {
+		if ps[p].Status != curev1.PhaseStatus_PHASE_OK || ps[p].Attempts != 1 {
 			t.Errorf("phase %s = %s after %d attempts (%s), want ok in one", p, ps[p].Status, ps[p].Attempts, ps[p].Message)
 		}
 	}
@@ -344,7 +344,7 @@ func TestFirmwareRerunSkips(t *testing.T) {
 	checkInstalled(t, env, st, rep)
 	ps := storePhases(t, st, rep.GetRunId())
 	for _, p := range []string{modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX} {
-		if ps[p].Status != "skipped" {
+		if ps[p].Status != curev1.PhaseStatus_PHASE_SKIPPED {
 			t.Errorf("rerun phase %s = %s (%s), want skipped", p, ps[p].Status, ps[p].Message)
 		}
 	}
@@ -499,7 +499,7 @@ func TestLostUpdateResponseNoDoubleFlash(t *testing.T) {
 		t.Errorf("BMC resets = %d, want 1", r)
 	}
 	p := storePhases(t, st, rep.GetRunId())[modes.BMC]
-	if p.Status != "ok" || p.Attempts != 1 {
+	if p.Status != curev1.PhaseStatus_PHASE_OK || p.Attempts != 1 {
 		t.Errorf("bmc phase = %s after %d attempts (%s), want ok in one", p.Status, p.Attempts, p.Message)
 	}
 	evs := storeEvents(t, st, rep.GetRunId())

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -258,7 +259,7 @@ func TestCleanRunNoSecurityEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Status != runstate.RunSucceeded {
+	if r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("run %s: %s", r.Status, r.Message)
 	}
 	phases, err := st.Phases(ctx, r.ID)

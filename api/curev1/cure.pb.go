@@ -161,6 +161,9 @@ const (
 	PhaseStatus_PHASE_OK                 PhaseStatus = 1 // the phase reached its goal (or had nothing to do)
 	PhaseStatus_PHASE_SKIPPED            PhaseStatus = 2 // not applicable or not built; message says why
 	PhaseStatus_PHASE_FAILED             PhaseStatus = 3 // retryable per the coordinator's phase budget
+	// An attempt under way: the coordinator's record of a phase, never a
+	// runner's PhaseEnd.
+	PhaseStatus_PHASE_RUNNING PhaseStatus = 4
 )
 
 // Enum value maps for PhaseStatus.
@@ -170,12 +173,14 @@ var (
 		1: "PHASE_OK",
 		2: "PHASE_SKIPPED",
 		3: "PHASE_FAILED",
+		4: "PHASE_RUNNING",
 	}
 	PhaseStatus_value = map[string]int32{
 		"PHASE_STATUS_UNSPECIFIED": 0,
 		"PHASE_OK":                 1,
 		"PHASE_SKIPPED":            2,
 		"PHASE_FAILED":             3,
+		"PHASE_RUNNING":            4,
 	}
 )
 
@@ -204,6 +209,69 @@ func (x PhaseStatus) Number() protoreflect.EnumNumber {
 // Deprecated: Use PhaseStatus.Descriptor instead.
 func (PhaseStatus) EnumDescriptor() ([]byte, []int) {
 	return file_cure_proto_rawDescGZIP(), []int{2}
+}
+
+// RunStatus is a run's status as the coordinator stores and reports it
+// (stored by name: pending, running, succeeded, failed, attention, canceled).
+type RunStatus int32
+
+const (
+	RunStatus_RUN_STATUS_UNSPECIFIED RunStatus = 0
+	RunStatus_RUN_PENDING            RunStatus = 1 // created, not driven yet
+	RunStatus_RUN_RUNNING            RunStatus = 2
+	RunStatus_RUN_SUCCEEDED          RunStatus = 3
+	RunStatus_RUN_FAILED             RunStatus = 4 // a phase failed past its budget, or could not be retried
+	RunStatus_RUN_ATTENTION          RunStatus = 5 // stopped for an operator (runner lost, identity contested...)
+	RunStatus_RUN_CANCELED           RunStatus = 6 // by an operator
+)
+
+// Enum value maps for RunStatus.
+var (
+	RunStatus_name = map[int32]string{
+		0: "RUN_STATUS_UNSPECIFIED",
+		1: "RUN_PENDING",
+		2: "RUN_RUNNING",
+		3: "RUN_SUCCEEDED",
+		4: "RUN_FAILED",
+		5: "RUN_ATTENTION",
+		6: "RUN_CANCELED",
+	}
+	RunStatus_value = map[string]int32{
+		"RUN_STATUS_UNSPECIFIED": 0,
+		"RUN_PENDING":            1,
+		"RUN_RUNNING":            2,
+		"RUN_SUCCEEDED":          3,
+		"RUN_FAILED":             4,
+		"RUN_ATTENTION":          5,
+		"RUN_CANCELED":           6,
+	}
+)
+
+func (x RunStatus) Enum() *RunStatus {
+	p := new(RunStatus)
+	*p = x
+	return p
+}
+
+func (x RunStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RunStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_cure_proto_enumTypes[3].Descriptor()
+}
+
+func (RunStatus) Type() protoreflect.EnumType {
+	return &file_cure_proto_enumTypes[3]
+}
+
+func (x RunStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RunStatus.Descriptor instead.
+func (RunStatus) EnumDescriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{3}
 }
 
 type RunnerState_Kind int32
@@ -242,11 +310,11 @@ func (x RunnerState_Kind) String() string {
 }
 
 func (RunnerState_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_cure_proto_enumTypes[3].Descriptor()
+	return file_cure_proto_enumTypes[4].Descriptor()
 }
 
 func (RunnerState_Kind) Type() protoreflect.EnumType {
-	return &file_cure_proto_enumTypes[3]
+	return &file_cure_proto_enumTypes[4]
 }
 
 func (x RunnerState_Kind) Number() protoreflect.EnumNumber {
@@ -4062,10 +4130,11 @@ type FleetRun struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	Status        string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	Status        string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"` // run_status's name, for older clients
 	Phase         string                 `protobuf:"bytes,4,opt,name=phase,proto3" json:"phase,omitempty"`
 	Message       string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
 	EndedUnixMs   int64                  `protobuf:"varint,6,opt,name=ended_unix_ms,json=endedUnixMs,proto3" json:"ended_unix_ms,omitempty"`
+	RunStatus     RunStatus              `protobuf:"varint,7,opt,name=run_status,json=runStatus,proto3,enum=cure.v1.RunStatus" json:"run_status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4140,6 +4209,13 @@ func (x *FleetRun) GetEndedUnixMs() int64 {
 		return x.EndedUnixMs
 	}
 	return 0
+}
+
+func (x *FleetRun) GetRunStatus() RunStatus {
+	if x != nil {
+		return x.RunStatus
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
 }
 
 type RunRef struct {
@@ -4446,7 +4522,7 @@ type RunReport struct {
 	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Mode          Mode                   `protobuf:"varint,3,opt,name=mode,proto3,enum=cure.v1.Mode" json:"mode,omitempty"`
-	Status        string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"` // running, succeeded, failed, attention
+	Status        string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"` // run_status's name (running, succeeded...), for older clients
 	StartedUnixMs int64                  `protobuf:"varint,5,opt,name=started_unix_ms,json=startedUnixMs,proto3" json:"started_unix_ms,omitempty"`
 	EndedUnixMs   int64                  `protobuf:"varint,6,opt,name=ended_unix_ms,json=endedUnixMs,proto3" json:"ended_unix_ms,omitempty"`
 	Phases        []*PhaseRecord         `protobuf:"bytes,7,rep,name=phases,proto3" json:"phases,omitempty"`
@@ -4494,6 +4570,7 @@ type RunReport struct {
 	// The parts the run's non-passing verdicts name, each with what
 	// identifies it for a replacement and the evidence the runner attached.
 	Parts         []*RmaPart `protobuf:"bytes,25,rep,name=parts,proto3" json:"parts,omitempty"`
+	RunStatus     RunStatus  `protobuf:"varint,31,opt,name=run_status,json=runStatus,proto3,enum=cure.v1.RunStatus" json:"run_status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4715,6 +4792,13 @@ func (x *RunReport) GetParts() []*RmaPart {
 		return x.Parts
 	}
 	return nil
+}
+
+func (x *RunReport) GetRunStatus() RunStatus {
+	if x != nil {
+		return x.RunStatus
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
 }
 
 // ReportSeriesBound says what a report left out of its sampled series.
@@ -5726,11 +5810,12 @@ func (x *BucketStat) GetP90Ms() int64 {
 type PhaseRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"` // phase_status's name (running, ok, skipped, failed), for older clients
 	StartedUnixMs int64                  `protobuf:"varint,3,opt,name=started_unix_ms,json=startedUnixMs,proto3" json:"started_unix_ms,omitempty"`
 	EndedUnixMs   int64                  `protobuf:"varint,4,opt,name=ended_unix_ms,json=endedUnixMs,proto3" json:"ended_unix_ms,omitempty"`
 	Attempts      uint32                 `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	Message       string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	PhaseStatus   PhaseStatus            `protobuf:"varint,7,opt,name=phase_status,json=phaseStatus,proto3,enum=cure.v1.PhaseStatus" json:"phase_status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5805,6 +5890,13 @@ func (x *PhaseRecord) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *PhaseRecord) GetPhaseStatus() PhaseStatus {
+	if x != nil {
+		return x.PhaseStatus
+	}
+	return PhaseStatus_PHASE_STATUS_UNSPECIFIED
 }
 
 type AuditDirectRequest struct {
@@ -6059,7 +6151,8 @@ type NodeInfo struct {
 	Sku           string                 `protobuf:"bytes,4,opt,name=sku,proto3" json:"sku,omitempty"`
 	State         string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
 	LastRunId     string                 `protobuf:"bytes,6,opt,name=last_run_id,json=lastRunId,proto3" json:"last_run_id,omitempty"`
-	LastRunStatus string                 `protobuf:"bytes,7,opt,name=last_run_status,json=lastRunStatus,proto3" json:"last_run_status,omitempty"`
+	LastRunStatus string                 `protobuf:"bytes,7,opt,name=last_run_status,json=lastRunStatus,proto3" json:"last_run_status,omitempty"`                      // last_run_state's name, for older clients
+	LastRunState  RunStatus              `protobuf:"varint,8,opt,name=last_run_state,json=lastRunState,proto3,enum=cure.v1.RunStatus" json:"last_run_state,omitempty"` // the latest run's status (unset: never run)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6141,6 +6234,13 @@ func (x *NodeInfo) GetLastRunStatus() string {
 		return x.LastRunStatus
 	}
 	return ""
+}
+
+func (x *NodeInfo) GetLastRunState() RunStatus {
+	if x != nil {
+		return x.LastRunState
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
 }
 
 type ListAuditLogRequest struct {
@@ -6914,8 +7014,9 @@ type NodeDetail struct {
 	Psids         uint32                 `protobuf:"varint,11,opt,name=psids,proto3" json:"psids,omitempty"`                              // how many PSIDs are stored
 	State         string                 `protobuf:"bytes,12,opt,name=state,proto3" json:"state,omitempty"`
 	LastRunId     string                 `protobuf:"bytes,13,opt,name=last_run_id,json=lastRunId,proto3" json:"last_run_id,omitempty"`
-	LastRunStatus string                 `protobuf:"bytes,14,opt,name=last_run_status,json=lastRunStatus,proto3" json:"last_run_status,omitempty"`
-	Inventory     *InventoryRecord       `protobuf:"bytes,15,opt,name=inventory,proto3" json:"inventory,omitempty"` // latest reported hardware, if any
+	LastRunStatus string                 `protobuf:"bytes,14,opt,name=last_run_status,json=lastRunStatus,proto3" json:"last_run_status,omitempty"`                      // last_run_state's name, for older clients
+	Inventory     *InventoryRecord       `protobuf:"bytes,15,opt,name=inventory,proto3" json:"inventory,omitempty"`                                                     // latest reported hardware, if any
+	LastRunState  RunStatus              `protobuf:"varint,16,opt,name=last_run_state,json=lastRunState,proto3,enum=cure.v1.RunStatus" json:"last_run_state,omitempty"` // the latest run's status (unset: never run)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7053,6 +7154,13 @@ func (x *NodeDetail) GetInventory() *InventoryRecord {
 		return x.Inventory
 	}
 	return nil
+}
+
+func (x *NodeDetail) GetLastRunState() RunStatus {
+	if x != nil {
+		return x.LastRunState
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
 }
 
 // InventoryRecord is one boot's Hello inventory as the coordinator stored
@@ -8152,14 +8260,16 @@ const file_cure_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a=\n" +
 	"\x0fByInstanceEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xa6\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd9\x01\n" +
 	"\bFleetRun\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\tR\x06status\x12\x14\n" +
 	"\x05phase\x18\x04 \x01(\tR\x05phase\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12\"\n" +
-	"\rended_unix_ms\x18\x06 \x01(\x03R\vendedUnixMs\"8\n" +
+	"\rended_unix_ms\x18\x06 \x01(\x03R\vendedUnixMs\x121\n" +
+	"\n" +
+	"run_status\x18\a \x01(\x0e2\x12.cure.v1.RunStatusR\trunStatus\"8\n" +
 	"\x06RunRef\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"V\n" +
@@ -8185,7 +8295,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x10deadline_unix_ms\x18\f \x01(\x03R\x0edeadlineUnixMs\"?\n" +
 	"\rReportRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xc8\t\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xfb\t\n" +
 	"\tRunReport\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
@@ -8216,7 +8326,9 @@ const file_cure_proto_rawDesc = "" +
 	"\bprogress\x18\x1c \x01(\v2\x11.cure.v1.ProgressR\bprogress\x12(\n" +
 	"\x10progress_unix_ms\x18\x1d \x01(\x03R\x0eprogressUnixMs\x12(\n" +
 	"\x10deadline_unix_ms\x18\x1e \x01(\x03R\x0edeadlineUnixMs\x12&\n" +
-	"\x05parts\x18\x19 \x03(\v2\x10.cure.v1.RmaPartR\x05parts\"z\n" +
+	"\x05parts\x18\x19 \x03(\v2\x10.cure.v1.RmaPartR\x05parts\x121\n" +
+	"\n" +
+	"run_status\x18\x1f \x01(\x0e2\x12.cure.v1.RunStatusR\trunStatus\"z\n" +
 	"\x11ReportSeriesBound\x12*\n" +
 	"\x11points_per_series\x18\x01 \x01(\rR\x0fpointsPerSeries\x12%\n" +
 	"\x0eseries_omitted\x18\x02 \x01(\rR\rseriesOmitted\x12\x12\n" +
@@ -8315,14 +8427,15 @@ const file_cure_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04runs\x18\x02 \x01(\x03R\x04runs\x12\x15\n" +
 	"\x06p50_ms\x18\x03 \x01(\x03R\x05p50Ms\x12\x15\n" +
-	"\x06p90_ms\x18\x04 \x01(\x03R\x05p90Ms\"\xbb\x01\n" +
+	"\x06p90_ms\x18\x04 \x01(\x03R\x05p90Ms\"\xf4\x01\n" +
 	"\vPhaseRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12&\n" +
 	"\x0fstarted_unix_ms\x18\x03 \x01(\x03R\rstartedUnixMs\x12\"\n" +
 	"\rended_unix_ms\x18\x04 \x01(\x03R\vendedUnixMs\x12\x1a\n" +
 	"\battempts\x18\x05 \x01(\rR\battempts\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"K\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x127\n" +
+	"\fphase_status\x18\a \x01(\x0e2\x14.cure.v1.PhaseStatusR\vphaseStatus\"K\n" +
 	"\x12AuditDirectRequest\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12\x1a\n" +
 	"\bmanifest\x18\x02 \x01(\tR\bmanifest\"?\n" +
@@ -8336,7 +8449,7 @@ const file_cure_proto_rawDesc = "" +
 	"durationMs\"\x12\n" +
 	"\x10ListNodesRequest\"<\n" +
 	"\x11ListNodesResponse\x12'\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x11.cure.v1.NodeInfoR\x05nodes\"\xca\x01\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x11.cure.v1.NodeInfoR\x05nodes\"\x84\x02\n" +
 	"\bNodeInfo\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fbmc_endpoint\x18\x02 \x01(\tR\vbmcEndpoint\x12\x12\n" +
@@ -8344,7 +8457,8 @@ const file_cure_proto_rawDesc = "" +
 	"\x03sku\x18\x04 \x01(\tR\x03sku\x12\x14\n" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x1e\n" +
 	"\vlast_run_id\x18\x06 \x01(\tR\tlastRunId\x12&\n" +
-	"\x0flast_run_status\x18\a \x01(\tR\rlastRunStatus\"\x99\x01\n" +
+	"\x0flast_run_status\x18\a \x01(\tR\rlastRunStatus\x128\n" +
+	"\x0elast_run_state\x18\b \x01(\x0e2\x12.cure.v1.RunStatusR\flastRunState\"\x99\x01\n" +
 	"\x13ListAuditLogRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\"\n" +
@@ -8412,7 +8526,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"*\n" +
 	"\x0fShowNodeRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x97\x04\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xd1\x04\n" +
 	"\n" +
 	"NodeDetail\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
@@ -8430,7 +8544,8 @@ const file_cure_proto_rawDesc = "" +
 	"\x05state\x18\f \x01(\tR\x05state\x12\x1e\n" +
 	"\vlast_run_id\x18\r \x01(\tR\tlastRunId\x12&\n" +
 	"\x0flast_run_status\x18\x0e \x01(\tR\rlastRunStatus\x126\n" +
-	"\tinventory\x18\x0f \x01(\v2\x18.cure.v1.InventoryRecordR\tinventory\x1a9\n" +
+	"\tinventory\x18\x0f \x01(\v2\x18.cure.v1.InventoryRecordR\tinventory\x128\n" +
+	"\x0elast_run_state\x18\x10 \x01(\x0e2\x12.cure.v1.RunStatusR\flastRunState\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc7\x01\n" +
@@ -8529,12 +8644,22 @@ const file_cure_proto_rawDesc = "" +
 	"\x04FAIL\x10\x04\x12\b\n" +
 	"\x04SKIP\x10\x05\x12\t\n" +
 	"\x05ERROR\x10\x06\x12\f\n" +
-	"\bMARGINAL\x10\a*^\n" +
+	"\bMARGINAL\x10\a*q\n" +
 	"\vPhaseStatus\x12\x1c\n" +
 	"\x18PHASE_STATUS_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bPHASE_OK\x10\x01\x12\x11\n" +
 	"\rPHASE_SKIPPED\x10\x02\x12\x10\n" +
-	"\fPHASE_FAILED\x10\x032S\n" +
+	"\fPHASE_FAILED\x10\x03\x12\x11\n" +
+	"\rPHASE_RUNNING\x10\x04*\x91\x01\n" +
+	"\tRunStatus\x12\x1a\n" +
+	"\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vRUN_PENDING\x10\x01\x12\x0f\n" +
+	"\vRUN_RUNNING\x10\x02\x12\x11\n" +
+	"\rRUN_SUCCEEDED\x10\x03\x12\x0e\n" +
+	"\n" +
+	"RUN_FAILED\x10\x04\x12\x11\n" +
+	"\rRUN_ATTENTION\x10\x05\x12\x10\n" +
+	"\fRUN_CANCELED\x10\x062S\n" +
 	"\rRunnerService\x12B\n" +
 	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\xa0\a\n" +
 	"\x0fOperatorService\x12B\n" +
@@ -8567,255 +8692,261 @@ func file_cure_proto_rawDescGZIP() []byte {
 	return file_cure_proto_rawDescData
 }
 
-var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 103)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
 	(PhaseStatus)(0),             // 2: cure.v1.PhaseStatus
-	(RunnerState_Kind)(0),        // 3: cure.v1.RunnerState.Kind
-	(*RunnerMessage)(nil),        // 4: cure.v1.RunnerMessage
-	(*Hello)(nil),                // 5: cure.v1.Hello
-	(*BootStage)(nil),            // 6: cure.v1.BootStage
-	(*Identity)(nil),             // 7: cure.v1.Identity
-	(*RunnerState)(nil),          // 8: cure.v1.RunnerState
-	(*Inventory)(nil),            // 9: cure.v1.Inventory
-	(*PcieLink)(nil),             // 10: cure.v1.PcieLink
-	(*MachineCheck)(nil),         // 11: cure.v1.MachineCheck
-	(*Processor)(nil),            // 12: cure.v1.Processor
-	(*Dimm)(nil),                 // 13: cure.v1.Dimm
-	(*PciDevice)(nil),            // 14: cure.v1.PciDevice
-	(*NumaNode)(nil),             // 15: cure.v1.NumaNode
-	(*SystemInfo)(nil),           // 16: cure.v1.SystemInfo
-	(*NvmeController)(nil),       // 17: cure.v1.NvmeController
-	(*NetInterface)(nil),         // 18: cure.v1.NetInterface
-	(*Gpu)(nil),                  // 19: cure.v1.Gpu
-	(*BlockDevice)(nil),          // 20: cure.v1.BlockDevice
-	(*Event)(nil),                // 21: cure.v1.Event
-	(*Progress)(nil),             // 22: cure.v1.Progress
-	(*CheckProgress)(nil),        // 23: cure.v1.CheckProgress
-	(*Samples)(nil),              // 24: cure.v1.Samples
-	(*Series)(nil),               // 25: cure.v1.Series
-	(*PhaseStart)(nil),           // 26: cure.v1.PhaseStart
-	(*PhaseEnd)(nil),             // 27: cure.v1.PhaseEnd
-	(*Verdict)(nil),              // 28: cure.v1.Verdict
-	(*Measurement)(nil),          // 29: cure.v1.Measurement
-	(*Log)(nil),                  // 30: cure.v1.Log
-	(*Metric)(nil),               // 31: cure.v1.Metric
-	(*CoordinatorMessage)(nil),   // 32: cure.v1.CoordinatorMessage
-	(*Assignment)(nil),           // 33: cure.v1.Assignment
-	(*ToolBundleRef)(nil),        // 34: cure.v1.ToolBundleRef
-	(*SuiteResume)(nil),          // 35: cure.v1.SuiteResume
-	(*ResumeState)(nil),          // 36: cure.v1.ResumeState
-	(*FirstBoot)(nil),            // 37: cure.v1.FirstBoot
-	(*Ack)(nil),                  // 38: cure.v1.Ack
-	(*Idle)(nil),                 // 39: cure.v1.Idle
-	(*Reboot)(nil),               // 40: cure.v1.Reboot
-	(*Cancel)(nil),               // 41: cure.v1.Cancel
-	(*ProvisionRequest)(nil),     // 42: cure.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),    // 43: cure.v1.ProvisionResponse
-	(*Refusal)(nil),              // 44: cure.v1.Refusal
-	(*CancelRequest)(nil),        // 45: cure.v1.CancelRequest
-	(*CancelResponse)(nil),       // 46: cure.v1.CancelResponse
-	(*FleetRequest)(nil),         // 47: cure.v1.FleetRequest
-	(*FleetStatus)(nil),          // 48: cure.v1.FleetStatus
-	(*FleetRun)(nil),             // 49: cure.v1.FleetRun
-	(*RunRef)(nil),               // 50: cure.v1.RunRef
-	(*WatchRequest)(nil),         // 51: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),        // 52: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),        // 53: cure.v1.ReportRequest
-	(*RunReport)(nil),            // 54: cure.v1.RunReport
-	(*ReportSeriesBound)(nil),    // 55: cure.v1.ReportSeriesBound
-	(*BmcLogEntry)(nil),          // 56: cure.v1.BmcLogEntry
-	(*BmcPart)(nil),              // 57: cure.v1.BmcPart
-	(*BmcCollection)(nil),        // 58: cure.v1.BmcCollection
-	(*BmcNote)(nil),              // 59: cure.v1.BmcNote
-	(*BmcEvidence)(nil),          // 60: cure.v1.BmcEvidence
-	(*RmaPart)(nil),              // 61: cure.v1.RmaPart
-	(*TimeBucket)(nil),           // 62: cure.v1.TimeBucket
-	(*TimeBucketsRequest)(nil),   // 63: cure.v1.TimeBucketsRequest
-	(*TimeBucketSummary)(nil),    // 64: cure.v1.TimeBucketSummary
-	(*SkuTimeBuckets)(nil),       // 65: cure.v1.SkuTimeBuckets
-	(*BucketStat)(nil),           // 66: cure.v1.BucketStat
-	(*PhaseRecord)(nil),          // 67: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 68: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 69: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 70: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 71: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 72: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 73: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 74: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 75: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 76: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),             // 77: cure.v1.NodeSpec
-	(*BMCSpec)(nil),              // 78: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),      // 79: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),     // 80: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),    // 81: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),   // 82: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),     // 83: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),      // 84: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),           // 85: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),      // 86: cure.v1.InventoryRecord
-	(*FleetBandsRequest)(nil),    // 87: cure.v1.FleetBandsRequest
-	(*FleetBandsResponse)(nil),   // 88: cure.v1.FleetBandsResponse
-	(*FleetDistribution)(nil),    // 89: cure.v1.FleetDistribution
-	(*FleetNodeMark)(nil),        // 90: cure.v1.FleetNodeMark
-	(*FleetJudgement)(nil),       // 91: cure.v1.FleetJudgement
-	(*FleetJudgements)(nil),      // 92: cure.v1.FleetJudgements
-	nil,                          // 93: cure.v1.Log.AttrsEntry
-	nil,                          // 94: cure.v1.Metric.LabelsEntry
-	nil,                          // 95: cure.v1.Assignment.PsidsEntry
-	nil,                          // 96: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 97: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 98: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 99: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 100: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 101: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 102: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 103: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 104: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 105: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 106: cure.v1.NodeDetail.LabelsEntry
+	(RunStatus)(0),               // 3: cure.v1.RunStatus
+	(RunnerState_Kind)(0),        // 4: cure.v1.RunnerState.Kind
+	(*RunnerMessage)(nil),        // 5: cure.v1.RunnerMessage
+	(*Hello)(nil),                // 6: cure.v1.Hello
+	(*BootStage)(nil),            // 7: cure.v1.BootStage
+	(*Identity)(nil),             // 8: cure.v1.Identity
+	(*RunnerState)(nil),          // 9: cure.v1.RunnerState
+	(*Inventory)(nil),            // 10: cure.v1.Inventory
+	(*PcieLink)(nil),             // 11: cure.v1.PcieLink
+	(*MachineCheck)(nil),         // 12: cure.v1.MachineCheck
+	(*Processor)(nil),            // 13: cure.v1.Processor
+	(*Dimm)(nil),                 // 14: cure.v1.Dimm
+	(*PciDevice)(nil),            // 15: cure.v1.PciDevice
+	(*NumaNode)(nil),             // 16: cure.v1.NumaNode
+	(*SystemInfo)(nil),           // 17: cure.v1.SystemInfo
+	(*NvmeController)(nil),       // 18: cure.v1.NvmeController
+	(*NetInterface)(nil),         // 19: cure.v1.NetInterface
+	(*Gpu)(nil),                  // 20: cure.v1.Gpu
+	(*BlockDevice)(nil),          // 21: cure.v1.BlockDevice
+	(*Event)(nil),                // 22: cure.v1.Event
+	(*Progress)(nil),             // 23: cure.v1.Progress
+	(*CheckProgress)(nil),        // 24: cure.v1.CheckProgress
+	(*Samples)(nil),              // 25: cure.v1.Samples
+	(*Series)(nil),               // 26: cure.v1.Series
+	(*PhaseStart)(nil),           // 27: cure.v1.PhaseStart
+	(*PhaseEnd)(nil),             // 28: cure.v1.PhaseEnd
+	(*Verdict)(nil),              // 29: cure.v1.Verdict
+	(*Measurement)(nil),          // 30: cure.v1.Measurement
+	(*Log)(nil),                  // 31: cure.v1.Log
+	(*Metric)(nil),               // 32: cure.v1.Metric
+	(*CoordinatorMessage)(nil),   // 33: cure.v1.CoordinatorMessage
+	(*Assignment)(nil),           // 34: cure.v1.Assignment
+	(*ToolBundleRef)(nil),        // 35: cure.v1.ToolBundleRef
+	(*SuiteResume)(nil),          // 36: cure.v1.SuiteResume
+	(*ResumeState)(nil),          // 37: cure.v1.ResumeState
+	(*FirstBoot)(nil),            // 38: cure.v1.FirstBoot
+	(*Ack)(nil),                  // 39: cure.v1.Ack
+	(*Idle)(nil),                 // 40: cure.v1.Idle
+	(*Reboot)(nil),               // 41: cure.v1.Reboot
+	(*Cancel)(nil),               // 42: cure.v1.Cancel
+	(*ProvisionRequest)(nil),     // 43: cure.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),    // 44: cure.v1.ProvisionResponse
+	(*Refusal)(nil),              // 45: cure.v1.Refusal
+	(*CancelRequest)(nil),        // 46: cure.v1.CancelRequest
+	(*CancelResponse)(nil),       // 47: cure.v1.CancelResponse
+	(*FleetRequest)(nil),         // 48: cure.v1.FleetRequest
+	(*FleetStatus)(nil),          // 49: cure.v1.FleetStatus
+	(*FleetRun)(nil),             // 50: cure.v1.FleetRun
+	(*RunRef)(nil),               // 51: cure.v1.RunRef
+	(*WatchRequest)(nil),         // 52: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),        // 53: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),        // 54: cure.v1.ReportRequest
+	(*RunReport)(nil),            // 55: cure.v1.RunReport
+	(*ReportSeriesBound)(nil),    // 56: cure.v1.ReportSeriesBound
+	(*BmcLogEntry)(nil),          // 57: cure.v1.BmcLogEntry
+	(*BmcPart)(nil),              // 58: cure.v1.BmcPart
+	(*BmcCollection)(nil),        // 59: cure.v1.BmcCollection
+	(*BmcNote)(nil),              // 60: cure.v1.BmcNote
+	(*BmcEvidence)(nil),          // 61: cure.v1.BmcEvidence
+	(*RmaPart)(nil),              // 62: cure.v1.RmaPart
+	(*TimeBucket)(nil),           // 63: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),   // 64: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),    // 65: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),       // 66: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),           // 67: cure.v1.BucketStat
+	(*PhaseRecord)(nil),          // 68: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 69: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 70: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 71: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 72: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 73: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 74: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 75: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 76: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 77: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),             // 78: cure.v1.NodeSpec
+	(*BMCSpec)(nil),              // 79: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),      // 80: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),     // 81: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),    // 82: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),   // 83: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),     // 84: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),      // 85: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),           // 86: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),      // 87: cure.v1.InventoryRecord
+	(*FleetBandsRequest)(nil),    // 88: cure.v1.FleetBandsRequest
+	(*FleetBandsResponse)(nil),   // 89: cure.v1.FleetBandsResponse
+	(*FleetDistribution)(nil),    // 90: cure.v1.FleetDistribution
+	(*FleetNodeMark)(nil),        // 91: cure.v1.FleetNodeMark
+	(*FleetJudgement)(nil),       // 92: cure.v1.FleetJudgement
+	(*FleetJudgements)(nil),      // 93: cure.v1.FleetJudgements
+	nil,                          // 94: cure.v1.Log.AttrsEntry
+	nil,                          // 95: cure.v1.Metric.LabelsEntry
+	nil,                          // 96: cure.v1.Assignment.PsidsEntry
+	nil,                          // 97: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 98: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 99: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 100: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 101: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 102: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 103: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 104: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 105: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 106: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 107: cure.v1.NodeDetail.LabelsEntry
 }
 var file_cure_proto_depIdxs = []int32{
-	5,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
-	21,  // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
-	7,   // 2: cure.v1.Hello.identity:type_name -> cure.v1.Identity
-	9,   // 3: cure.v1.Hello.inventory:type_name -> cure.v1.Inventory
-	8,   // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
-	6,   // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
-	3,   // 6: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
-	16,  // 7: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
-	17,  // 8: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
-	18,  // 9: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
-	19,  // 10: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
-	20,  // 11: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
-	12,  // 12: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
-	13,  // 13: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
-	14,  // 14: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
-	15,  // 15: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
-	10,  // 16: cure.v1.Inventory.pcie_links:type_name -> cure.v1.PcieLink
-	11,  // 17: cure.v1.Inventory.machine_checks:type_name -> cure.v1.MachineCheck
-	26,  // 18: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
-	27,  // 19: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
-	28,  // 20: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
-	30,  // 21: cure.v1.Event.log:type_name -> cure.v1.Log
-	31,  // 22: cure.v1.Event.metric:type_name -> cure.v1.Metric
-	22,  // 23: cure.v1.Event.progress:type_name -> cure.v1.Progress
-	24,  // 24: cure.v1.Event.samples:type_name -> cure.v1.Samples
-	23,  // 25: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
+	6,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
+	22,  // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
+	8,   // 2: cure.v1.Hello.identity:type_name -> cure.v1.Identity
+	10,  // 3: cure.v1.Hello.inventory:type_name -> cure.v1.Inventory
+	9,   // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
+	7,   // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
+	4,   // 6: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
+	17,  // 7: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
+	18,  // 8: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
+	19,  // 9: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
+	20,  // 10: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
+	21,  // 11: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
+	13,  // 12: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
+	14,  // 13: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
+	15,  // 14: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
+	16,  // 15: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
+	11,  // 16: cure.v1.Inventory.pcie_links:type_name -> cure.v1.PcieLink
+	12,  // 17: cure.v1.Inventory.machine_checks:type_name -> cure.v1.MachineCheck
+	27,  // 18: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
+	28,  // 19: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
+	29,  // 20: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
+	31,  // 21: cure.v1.Event.log:type_name -> cure.v1.Log
+	32,  // 22: cure.v1.Event.metric:type_name -> cure.v1.Metric
+	23,  // 23: cure.v1.Event.progress:type_name -> cure.v1.Progress
+	25,  // 24: cure.v1.Event.samples:type_name -> cure.v1.Samples
+	24,  // 25: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
 	1,   // 26: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
-	25,  // 27: cure.v1.Samples.series:type_name -> cure.v1.Series
+	26,  // 27: cure.v1.Samples.series:type_name -> cure.v1.Series
 	2,   // 28: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,   // 29: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	29,  // 30: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	93,  // 31: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	94,  // 32: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
-	33,  // 33: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
-	38,  // 34: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
-	39,  // 35: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
-	40,  // 36: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
-	41,  // 37: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
+	30,  // 30: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
+	94,  // 31: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	95,  // 32: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	34,  // 33: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
+	39,  // 34: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
+	40,  // 35: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
+	41,  // 36: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
+	42,  // 37: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
 	0,   // 38: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
-	36,  // 39: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
-	37,  // 40: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	95,  // 41: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
-	35,  // 42: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
-	34,  // 43: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
-	23,  // 44: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
+	37,  // 39: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
+	38,  // 40: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
+	96,  // 41: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	36,  // 42: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
+	35,  // 43: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
+	24,  // 44: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
 	0,   // 45: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	96,  // 46: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
-	50,  // 47: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	44,  // 48: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	97,  // 49: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
-	50,  // 50: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
-	44,  // 51: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	98,  // 52: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	99,  // 53: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	100, // 54: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
-	49,  // 55: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	101, // 56: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
-	28,  // 57: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
-	22,  // 58: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
-	0,   // 59: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	67,  // 60: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
-	28,  // 61: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	86,  // 62: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	62,  // 63: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	56,  // 64: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
-	57,  // 65: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
-	57,  // 66: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
-	58,  // 67: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
-	25,  // 68: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
-	25,  // 69: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
-	55,  // 70: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
-	91,  // 71: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
-	89,  // 72: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
-	22,  // 73: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
-	61,  // 74: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
-	59,  // 75: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
-	56,  // 76: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
-	57,  // 77: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
-	57,  // 78: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
-	58,  // 79: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
-	1,   // 80: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
-	62,  // 81: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	102, // 82: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	65,  // 83: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	66,  // 84: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	66,  // 85: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
-	70,  // 86: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	28,  // 87: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	73,  // 88: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	75,  // 89: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	103, // 90: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	78,  // 91: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	104, // 92: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	77,  // 93: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	105, // 94: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	106, // 95: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	86,  // 96: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	9,   // 97: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	89,  // 98: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
-	90,  // 99: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
-	91,  // 100: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
-	89,  // 101: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
-	4,   // 102: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	42,  // 103: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	51,  // 104: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	53,  // 105: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	71,  // 106: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	68,  // 107: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	74,  // 108: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	45,  // 109: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	47,  // 110: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	79,  // 111: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	81,  // 112: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	83,  // 113: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	84,  // 114: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	63,  // 115: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	87,  // 116: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
-	32,  // 117: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	43,  // 118: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	52,  // 119: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	54,  // 120: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	72,  // 121: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	69,  // 122: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	76,  // 123: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	46,  // 124: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	48,  // 125: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	80,  // 126: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	82,  // 127: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	85,  // 128: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	85,  // 129: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	64,  // 130: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	88,  // 131: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
-	117, // [117:132] is the sub-list for method output_type
-	102, // [102:117] is the sub-list for method input_type
-	102, // [102:102] is the sub-list for extension type_name
-	102, // [102:102] is the sub-list for extension extendee
-	0,   // [0:102] is the sub-list for field type_name
+	97,  // 46: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	51,  // 47: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	45,  // 48: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
+	98,  // 49: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	51,  // 50: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
+	45,  // 51: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
+	99,  // 52: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	100, // 53: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	101, // 54: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	50,  // 55: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
+	102, // 56: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	3,   // 57: cure.v1.FleetRun.run_status:type_name -> cure.v1.RunStatus
+	29,  // 58: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
+	23,  // 59: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
+	0,   // 60: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
+	68,  // 61: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	29,  // 62: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
+	87,  // 63: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	63,  // 64: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	57,  // 65: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
+	58,  // 66: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
+	58,  // 67: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
+	59,  // 68: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
+	26,  // 69: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
+	26,  // 70: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
+	56,  // 71: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
+	92,  // 72: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
+	90,  // 73: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
+	23,  // 74: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
+	62,  // 75: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
+	3,   // 76: cure.v1.RunReport.run_status:type_name -> cure.v1.RunStatus
+	60,  // 77: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
+	57,  // 78: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
+	58,  // 79: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
+	58,  // 80: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
+	59,  // 81: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
+	1,   // 82: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
+	63,  // 83: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	103, // 84: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	66,  // 85: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	67,  // 86: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	67,  // 87: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	2,   // 88: cure.v1.PhaseRecord.phase_status:type_name -> cure.v1.PhaseStatus
+	71,  // 89: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	29,  // 90: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	74,  // 91: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	3,   // 92: cure.v1.NodeInfo.last_run_state:type_name -> cure.v1.RunStatus
+	76,  // 93: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	104, // 94: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	79,  // 95: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	105, // 96: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	78,  // 97: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	106, // 98: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	107, // 99: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	87,  // 100: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	3,   // 101: cure.v1.NodeDetail.last_run_state:type_name -> cure.v1.RunStatus
+	10,  // 102: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	90,  // 103: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
+	91,  // 104: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
+	92,  // 105: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
+	90,  // 106: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
+	5,   // 107: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	43,  // 108: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	52,  // 109: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	54,  // 110: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	72,  // 111: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	69,  // 112: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	75,  // 113: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	46,  // 114: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	48,  // 115: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	80,  // 116: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	82,  // 117: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	84,  // 118: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	85,  // 119: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	64,  // 120: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	88,  // 121: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
+	33,  // 122: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	44,  // 123: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	53,  // 124: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	55,  // 125: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	73,  // 126: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	70,  // 127: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	77,  // 128: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	47,  // 129: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	49,  // 130: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	81,  // 131: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	83,  // 132: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	86,  // 133: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	86,  // 134: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	65,  // 135: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	89,  // 136: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
+	122, // [122:137] is the sub-list for method output_type
+	107, // [107:122] is the sub-list for method input_type
+	107, // [107:107] is the sub-list for extension type_name
+	107, // [107:107] is the sub-list for extension extendee
+	0,   // [0:107] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -8849,7 +8980,7 @@ func file_cure_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   103,
 			NumExtensions: 0,
 			NumServices:   2,

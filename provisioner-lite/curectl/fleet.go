@@ -12,7 +12,6 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -161,7 +160,11 @@ func PrintRefusals(w io.Writer, rs []*curev1.Refusal) {
 func PrintFleet(w io.Writer, fs *curev1.FleetStatus) {
 	at := time.UnixMilli(fs.GetTimeUnixMs()).Format(time.TimeOnly)
 	fmt.Fprintf(w, "fleet at %s: %d nodes, %d active runs\n", at, fs.GetNodes(), fs.GetActive())
-	order := []string{runstate.RunFailed, runstate.RunAttention, runstate.RunRunning, runstate.RunPending, runstate.RunCanceled, runstate.RunSucceeded, "none"}
+	// The counts are keyed by name ("none": never run).
+	order := make([]string, len(runOrder))
+	for i, s := range runOrder {
+		order[i] = RunLabel(s)
+	}
 	var parts []string
 	for _, k := range order {
 		if n := fs.GetByStatus()[k]; n > 0 {
@@ -200,7 +203,7 @@ func PrintFleet(w io.Writer, fs *curev1.FleetStatus) {
 	if len(fs.GetFailures()) > 0 {
 		fmt.Fprintf(w, "  failures (newest first):\n")
 		for _, f := range fs.GetFailures() {
-			fmt.Fprintf(w, "    %-20s %-9s %-18s %s\n", f.GetNodeId(), f.GetStatus(), f.GetPhase(), f.GetMessage())
+			fmt.Fprintf(w, "    %-20s %-9s %-18s %s\n", f.GetNodeId(), RunLabel(fleetRunStatus(f)), f.GetPhase(), f.GetMessage())
 		}
 	}
 }

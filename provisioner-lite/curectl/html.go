@@ -3,13 +3,14 @@ package curectl
 import (
 	_ "embed"
 	"fmt"
-	"github.com/cure-oss/cure/provisioner-lite/natural"
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"html/template"
 	"io"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cure-oss/cure/provisioner-lite/natural"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 )
@@ -108,7 +109,7 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 	p := page{
 		Node: r.GetNodeId(), RunID: r.GetRunId(),
 		Mode:   strings.TrimPrefix(r.GetMode().String(), "MODE_"),
-		Status: strings.ToUpper(r.GetStatus()), StatusClass: runClass(r.GetStatus()),
+		Status: strings.ToUpper(RunLabel(RunStatusOf(r))), StatusClass: runClass(RunStatusOf(r)),
 		Started: stamp(r.GetStartedUnixMs()), Ended: stamp(r.GetEndedUnixMs()),
 		Reboots:         r.GetReboots(),
 		Generated:       generated.UTC().Format("2006-01-02 15:04:05 UTC"),
@@ -144,7 +145,7 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 	}
 
 	for _, ph := range r.GetPhases() {
-		row := phaseRow{Name: ph.GetName(), Status: strings.ToUpper(ph.GetStatus()), Class: phaseClass(ph.GetStatus()),
+		row := phaseRow{Name: ph.GetName(), Status: strings.ToUpper(runstate.PhaseName(phaseStatusOf(ph))), Class: phaseClass(phaseStatusOf(ph)),
 			Attempts: ph.GetAttempts(), Message: ph.GetMessage(), Took: "—"}
 		if ph.GetEndedUnixMs() > 0 && ph.GetEndedUnixMs() >= ph.GetStartedUnixMs() {
 			row.Took = span(ph.GetEndedUnixMs() - ph.GetStartedUnixMs())
@@ -154,7 +155,7 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 
 	p.BMC = buildBMC(r)
 	p.Host = buildHost(r)
-	p.Suite = SuiteProgress(r.GetProgress(), r.GetProgressUnixMs(), r.GetDeadlineUnixMs(), runstate.Active(r.GetStatus()), generated)
+	p.Suite = SuiteProgress(r.GetProgress(), r.GetProgressUnixMs(), r.GetDeadlineUnixMs(), runstate.Active(RunStatusOf(r)), generated)
 	for _, pt := range r.GetParts() {
 		p.Parts = append(p.Parts, partRow{Component: pt.GetComponent(), Kind: pt.GetKind(), Status: verdictName(pt.GetStatus()),
 			Class: verdictClass(pt.GetStatus()), Identity: PartIdentity(pt), Checks: strings.Join(pt.GetChecks(), ", "),
@@ -214,8 +215,11 @@ func verdictRank(s curev1.VerdictStatus) int {
 		return 0
 	case curev1.VerdictStatus_DRIFT, curev1.VerdictStatus_MARGINAL:
 		return 1
+	case curev1.VerdictStatus_PASS, curev1.VerdictStatus_MATCH, curev1.VerdictStatus_SKIP, curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED:
+		return 2
+	default:
+		return 2 // a status newer than this curectl
 	}
-	return 2
 }
 
 func sortVerdicts(vs []*curev1.Verdict) {
@@ -248,44 +252,55 @@ func verdictClass(s curev1.VerdictStatus) string {
 		return "bad"
 	case curev1.VerdictStatus_DRIFT:
 		return "warn"
+	case curev1.VerdictStatus_SKIP, curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED:
+		return "muted"
+	default:
+		return "muted" // a status newer than this curectl
 	}
-	return "muted"
 }
 
-func runClass(s string) string {
+func runClass(s curev1.RunStatus) string {
 	switch s {
-	case runstate.RunSucceeded:
+	case curev1.RunStatus_RUN_SUCCEEDED:
 		return "good"
-	case runstate.RunFailed:
+	case curev1.RunStatus_RUN_FAILED:
 		return "bad"
-	case runstate.RunAttention:
+	case curev1.RunStatus_RUN_ATTENTION:
 		return "warn"
-	case runstate.RunRunning, runstate.RunPending:
+	case curev1.RunStatus_RUN_RUNNING, curev1.RunStatus_RUN_PENDING:
 		return "info"
+	case curev1.RunStatus_RUN_CANCELED, curev1.RunStatus_RUN_STATUS_UNSPECIFIED:
+		return "muted"
+	default:
+		return "muted" // a status newer than this curectl
 	}
-	return "muted"
 }
 
-func phaseClass(s string) string {
+func phaseClass(s curev1.PhaseStatus) string {
 	switch s {
-	case runstate.PhaseOK:
+	case curev1.PhaseStatus_PHASE_OK:
 		return "good"
-	case runstate.PhaseFailed:
+	case curev1.PhaseStatus_PHASE_FAILED:
 		return "bad"
-	case runstate.PhaseRunning:
+	case curev1.PhaseStatus_PHASE_RUNNING:
 		return "info"
+	case curev1.PhaseStatus_PHASE_SKIPPED, curev1.PhaseStatus_PHASE_STATUS_UNSPECIFIED:
+		return "muted"
+	default:
+		return "muted" // a status newer than this curectl
 	}
-	return "muted"
 }
 
 func entryClass(e *curev1.TimelineEntry) string {
 	switch e.GetKind() {
 	case runstate.EventPhaseEnd:
-		return phaseClass(e.GetStatus())
+		return phaseClass(entryPhaseStatus(e))
 	case runstate.EventRunEnd:
-		return runClass(e.GetStatus())
+		s, _ := runstate.ParseRun(e.GetStatus())
+		return runClass(s)
 	case runstate.EventVerdict:
-		return verdictClass(curev1.VerdictStatus(curev1.VerdictStatus_value[e.GetStatus()]))
+		s, _ := runstate.ParseVerdict(e.GetStatus())
+		return verdictClass(s)
 	case runstate.EventLog:
 		switch e.GetStatus() {
 		case "ERROR":

@@ -2,11 +2,12 @@ package curectl
 
 import (
 	"bytes"
-	"github.com/cure-oss/cure/provisioner-lite/natural"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cure-oss/cure/provisioner-lite/natural"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"golang.org/x/net/html"

@@ -9,14 +9,14 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 )
 
 // NodeProgress is one line of `curectl watch NODE1 NODE2 ...`: where a
 // node's latest run is and how far through its current phase.
 type NodeProgress struct {
-	Node, RunID, Status, Phase string
+	Node, RunID, Phase string
+	Status             curev1.RunStatus // unspecified: the node has no run
 	// Elapsed in the current phase; Expected is its expected length (0:
 	// unknown), from --expect or from the nodes that already finished it.
 	Elapsed, Expected time.Duration
@@ -32,20 +32,20 @@ func Progress(nodes []string, reports []*curev1.RunReport, expect map[string]tim
 	learned := map[string][]time.Duration{}
 	for _, r := range reports {
 		for _, p := range r.GetPhases() {
-			if p.GetStatus() == runstate.PhaseOK && p.GetEndedUnixMs() > p.GetStartedUnixMs() && p.GetStartedUnixMs() > 0 {
+			if phaseStatusOf(p) == curev1.PhaseStatus_PHASE_OK && p.GetEndedUnixMs() > p.GetStartedUnixMs() && p.GetStartedUnixMs() > 0 {
 				learned[p.GetName()] = append(learned[p.GetName()], time.Duration(p.GetEndedUnixMs()-p.GetStartedUnixMs())*time.Millisecond)
 			}
 		}
 	}
 	out := make([]NodeProgress, len(nodes))
 	for i, n := range nodes {
-		np := NodeProgress{Node: n, Status: "none"}
+		np := NodeProgress{Node: n}
 		r := reports[i]
 		if r == nil {
 			out[i] = np
 			continue
 		}
-		np.RunID, np.Status, np.Message, np.Total = r.GetRunId(), r.GetStatus(), r.GetMessage(), len(r.GetPhases())
+		np.RunID, np.Status, np.Message, np.Total = r.GetRunId(), RunStatusOf(r), r.GetMessage(), len(r.GetPhases())
 		for _, p := range r.GetPhases() {
 			switch {
 			case p.GetEndedUnixMs() > 0:
@@ -102,10 +102,10 @@ func RenderProgress(rows []NodeProgress, barWidth int) []string {
 		w = max(w, len(textsafe.Line(r.Node)))
 	}
 	lines := make([]string, 0, len(rows)+1)
-	count := map[string]int{}
+	count := map[curev1.RunStatus]int{}
 	for _, r := range rows {
 		count[r.Status]++
-		line := fmt.Sprintf("%-*s  %-9s", w, textsafe.Line(r.Node), r.Status)
+		line := fmt.Sprintf("%-*s  %-9s", w, textsafe.Line(r.Node), RunLabel(r.Status))
 		switch {
 		case r.Phase != "":
 			line += fmt.Sprintf("  %d/%d %-14s %s", r.Done, r.Total, textsafe.Line(r.Phase), r.Elapsed.Round(time.Second))
@@ -115,21 +115,21 @@ func RenderProgress(rows []NodeProgress, barWidth int) []string {
 			}
 		case r.RunID != "":
 			line += fmt.Sprintf("  %d/%d", r.Done, r.Total)
-			if r.Message != "" && r.Status != runstate.RunSucceeded {
+			if r.Message != "" && r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 				line += "  " + clip(r.Message, 80)
 			}
 		}
 		lines = append(lines, strings.TrimRight(line, " "))
 	}
 	var parts []string
-	for _, k := range []string{runstate.RunFailed, runstate.RunAttention, runstate.RunRunning, runstate.RunPending, runstate.RunCanceled, runstate.RunSucceeded, "none"} {
+	for _, k := range runOrder {
 		if count[k] > 0 {
-			parts = append(parts, fmt.Sprintf("%s %d", k, count[k]))
+			parts = append(parts, fmt.Sprintf("%s %d", RunLabel(k), count[k]))
 			delete(count, k)
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(count)) {
-		parts = append(parts, fmt.Sprintf("%s %d", textsafe.Line(k), count[k]))
+		parts = append(parts, fmt.Sprintf("%s %d", RunLabel(k), count[k]))
 	}
 	lines = append(lines, fmt.Sprintf("%d nodes: %s", len(rows), strings.Join(parts, ", ")))
 	return lines

@@ -38,12 +38,12 @@ func TestProgressAndRender(t *testing.T) {
 	nodes := []string{"n1", "n2", "n3", "n4", "n6", "n5"}
 	rows := Progress(nodes, reports, map[string]time.Duration{"os_install": 4 * time.Minute}, now)
 	want := []NodeProgress{
-		{Node: "n1", RunID: "r1", Status: "running", Phase: "os_install", Elapsed: 5 * time.Minute, Expected: 4 * time.Minute, Done: 2, Total: 3},
-		{Node: "n2", RunID: "r2", Status: "running", Phase: "validate", Elapsed: 30 * time.Minute, Expected: 60 * time.Minute, Done: 1, Total: 2},
-		{Node: "n3", RunID: "r3", Status: "failed", Done: 1, Total: 1, Message: "validate: gpu-burn: 3 ECC errors"},
-		{Node: "n4", RunID: "r4", Status: "succeeded", Done: 2, Total: 2},
-		{Node: "n6", RunID: "r6", Status: "succeeded", Done: 1, Total: 1},
-		{Node: "n5", Status: "none"},
+		{Node: "n1", RunID: "r1", Status: curev1.RunStatus_RUN_RUNNING, Phase: "os_install", Elapsed: 5 * time.Minute, Expected: 4 * time.Minute, Done: 2, Total: 3},
+		{Node: "n2", RunID: "r2", Status: curev1.RunStatus_RUN_RUNNING, Phase: "validate", Elapsed: 30 * time.Minute, Expected: 60 * time.Minute, Done: 1, Total: 2},
+		{Node: "n3", RunID: "r3", Status: curev1.RunStatus_RUN_FAILED, Done: 1, Total: 1, Message: "validate: gpu-burn: 3 ECC errors"},
+		{Node: "n4", RunID: "r4", Status: curev1.RunStatus_RUN_SUCCEEDED, Done: 2, Total: 2},
+		{Node: "n6", RunID: "r6", Status: curev1.RunStatus_RUN_SUCCEEDED, Done: 1, Total: 1},
+		{Node: "n5", Status: curev1.RunStatus_RUN_STATUS_UNSPECIFIED},
 	}
 	for i := range want {
 		if rows[i] != want[i] {

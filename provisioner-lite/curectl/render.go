@@ -41,7 +41,7 @@ func (t *Timeline) Print(e *curev1.TimelineEntry) {
 	case runstate.EventPhaseStart:
 		line = fmt.Sprintf("▶ %-20s started", phase)
 	case runstate.EventPhaseEnd:
-		line = fmt.Sprintf("%s %-20s %-8s %8s  %s", mark(e.GetStatus()), phase, strings.ToUpper(e.GetStatus()),
+		line = fmt.Sprintf("%s %-20s %-8s %8s  %s", mark(entryPhaseStatus(e)), phase, strings.ToUpper(e.GetStatus()),
 			(time.Duration(e.GetDurationMs()) * time.Millisecond).Round(100*time.Millisecond), e.GetMessage())
 	case runstate.EventVerdict:
 		line = fmt.Sprintf("  %-20s verdict  %-6s %s", phase, e.GetStatus(), e.GetMessage())
@@ -81,16 +81,19 @@ func src(s string) string {
 	return s
 }
 
-func mark(status string) string {
+func mark(status curev1.PhaseStatus) string {
 	switch status {
-	case runstate.PhaseOK:
+	case curev1.PhaseStatus_PHASE_OK:
 		return "✔"
-	case runstate.PhaseSkipped:
+	case curev1.PhaseStatus_PHASE_SKIPPED:
 		return "↷"
-	case runstate.PhaseFailed:
+	case curev1.PhaseStatus_PHASE_FAILED:
 		return "✘"
+	case curev1.PhaseStatus_PHASE_RUNNING, curev1.PhaseStatus_PHASE_STATUS_UNSPECIFIED:
+		return "•"
+	default:
+		return "•" // a status newer than this curectl
 	}
-	return "•"
 }
 
 // PrintReport writes the phase table and the per-component verdict table,
@@ -109,7 +112,7 @@ func printReport(w io.Writer, r *curev1.RunReport, clip func(string, int) string
 		dur = (time.Duration(r.GetEndedUnixMs()-r.GetStartedUnixMs()) * time.Millisecond).Round(time.Second).String()
 	}
 	fmt.Fprintf(w, "\nrun %s  node %s  mode %s  status %s  %s  reboots %d\n", r.GetRunId(), r.GetNodeId(),
-		strings.TrimPrefix(r.GetMode().String(), "MODE_"), strings.ToUpper(r.GetStatus()), dur, r.GetReboots())
+		strings.TrimPrefix(r.GetMode().String(), "MODE_"), strings.ToUpper(RunLabel(RunStatusOf(r))), dur, r.GetReboots())
 	if r.GetMessage() != "" {
 		fmt.Fprintf(w, "  %s\n", textsafe.Line(r.GetMessage()))
 	}
@@ -120,10 +123,10 @@ func printReport(w io.Writer, r *curev1.RunReport, clip func(string, int) string
 		if p.GetEndedUnixMs() > 0 {
 			d = (time.Duration(p.GetEndedUnixMs()-p.GetStartedUnixMs()) * time.Millisecond).Round(100 * time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", p.GetName(), strings.ToUpper(p.GetStatus()), p.GetAttempts(), d, clip(p.GetMessage(), 90))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", p.GetName(), strings.ToUpper(runstate.PhaseName(phaseStatusOf(p))), p.GetAttempts(), d, clip(p.GetMessage(), 90))
 	}
 	tw.Flush()
-	PrintSuiteProgress(w, SuiteProgress(r.GetProgress(), r.GetProgressUnixMs(), r.GetDeadlineUnixMs(), runstate.Active(r.GetStatus()), time.Now()))
+	PrintSuiteProgress(w, SuiteProgress(r.GetProgress(), r.GetProgressUnixMs(), r.GetDeadlineUnixMs(), runstate.Active(RunStatusOf(r)), time.Now()))
 	PrintBuckets(w, r.GetBuckets())
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nCOMPONENT\tCHECK\tVERDICT\tOBSERVED\tEXPECTED\tDETAIL")

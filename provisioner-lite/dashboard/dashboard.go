@@ -20,6 +20,7 @@ package dashboard
 import (
 	"context"
 	"embed"
+	"fmt"
 	"html/template"
 	"log/slog"
 	"net/http"
@@ -53,6 +54,8 @@ var tmpl = template.Must(template.New("").Funcs(template.FuncMap{
 	"stamp": func(t time.Time) string { return stamp(t) },
 	"pct":   func(f float64) string { return strconv.FormatFloat(f, 'f', 3, 64) },
 	"q":     url.QueryEscape,
+	// status shows a run, phase or verdict status by its name.
+	"status": statusName,
 }).ParseFS(templates, "templates/*.html"))
 
 // Config configures the dashboard.
@@ -145,10 +148,34 @@ type viewerKey struct{}
 
 func viewerOf(r *http.Request) Viewer { v, _ := r.Context().Value(viewerKey{}).(Viewer); return v }
 
-// Row is a node in the fleet view.
+// Row is a node in the fleet view. Status is its latest run's status as
+// the page and the stream show it (its name, "none" for a node never run).
 type Row struct {
 	Node, SKU, Status, Phase, RunID, Message string
 	Ended                                    time.Time
+	Run                                      curev1.RunStatus `json:"-"`
+}
+
+// newRow is a node's row, with its latest run if it has one.
+func newRow(n store.NodeSummary, r *store.RunSummary) Row {
+	row := Row{Node: n.ID, SKU: n.SKU, Status: curectl.RunLabel(curev1.RunStatus_RUN_STATUS_UNSPECIFIED)}
+	if r != nil {
+		row.Run, row.Status, row.Phase, row.RunID, row.Message, row.Ended = r.Status, curectl.RunLabel(r.Status), r.Phase, r.ID, clip(r.Message, 200), r.EndedAt
+	}
+	return row
+}
+
+// statusName is a status's name, for the templates.
+func statusName(s any) string {
+	switch s := s.(type) {
+	case curev1.RunStatus:
+		return curectl.RunLabel(s)
+	case curev1.PhaseStatus:
+		return runstate.PhaseName(s)
+	case curev1.VerdictStatus:
+		return runstate.VerdictName(s)
+	}
+	return fmt.Sprint(s)
 }
 
 // Fleet is the aggregated fleet view.
@@ -198,20 +225,23 @@ func (f Filter) Query() string {
 }
 
 // statusRank orders the fleet view: what needs a human first.
-func statusRank(s string) int {
+func statusRank(s curev1.RunStatus) int {
 	switch s {
-	case runstate.RunFailed:
+	case curev1.RunStatus_RUN_FAILED:
 		return 0
-	case runstate.RunAttention:
+	case curev1.RunStatus_RUN_ATTENTION:
 		return 1
-	case runstate.RunRunning, runstate.RunPending:
+	case curev1.RunStatus_RUN_RUNNING, curev1.RunStatus_RUN_PENDING:
 		return 2
-	case runstate.RunCanceled:
+	case curev1.RunStatus_RUN_CANCELED:
 		return 3
-	case runstate.RunSucceeded:
+	case curev1.RunStatus_RUN_SUCCEEDED:
 		return 4
+	case curev1.RunStatus_RUN_STATUS_UNSPECIFIED:
+		return 5 // never run
+	default:
+		return 5 // a status newer than this dashboard
 	}
-	return 5
 }
 
 // BuildFleet aggregates the fleet from two queries (nodes, latest runs).
@@ -230,18 +260,22 @@ func BuildFleet(ctx context.Context, st *store.Store, f Filter, page, pageSize i
 		if !f.matches(n) {
 			continue
 		}
-		row := Row{Node: n.ID, SKU: n.SKU, Status: "none"}
+		var latestRun *store.RunSummary
 		if r, ok := latest[n.ID]; ok {
-			row.Status, row.Phase, row.RunID, row.Message, row.Ended = r.Status, r.Phase, r.ID, r.Message, r.EndedAt
-			if r.Status == runstate.RunRunning || r.Status == runstate.RunPending {
+			latestRun = &r
+			if runstate.Active(r.Status) {
 				byPhase[nonEmpty(r.Phase, "start")]++
 			}
+		}
+		row := newRow(n, latestRun)
+		if latestRun != nil {
+			row.Message = latestRun.Message
 		}
 		byStatus[row.Status]++
 		rows = append(rows, row)
 	}
 	sort.SliceStable(rows, func(i, j int) bool {
-		if a, b := statusRank(rows[i].Status), statusRank(rows[j].Status); a != b {
+		if a, b := statusRank(rows[i].Run), statusRank(rows[j].Run); a != b {
 			return a < b
 		}
 		return rows[i].Node < rows[j].Node
@@ -260,13 +294,20 @@ func BuildFleet(ctx context.Context, st *store.Store, f Filter, page, pageSize i
 	return fl, rows, nil
 }
 
+// nameRank ranks a count by the run status it names (a phase, or "none",
+// ranks last).
+func nameRank(name string) int {
+	s, _ := runstate.ParseRun(name)
+	return statusRank(s)
+}
+
 func counts(m map[string]int) []Count {
 	out := make([]Count, 0, len(m))
 	for k, v := range m {
 		out = append(out, Count{k, v})
 	}
 	sort.Slice(out, func(i, j int) bool {
-		if a, b := statusRank(out[i].Name), statusRank(out[j].Name); a != b {
+		if a, b := nameRank(out[i].Name), nameRank(out[j].Name); a != b {
 			return a < b
 		}
 		return out[i].Name < out[j].Name
@@ -304,12 +345,13 @@ type NodeView struct {
 
 // Bar is a phase in the node page's Gantt chart (positions in % of the run).
 type Bar struct {
-	Name, Status string
-	Left, Width  float64
-	Duration     time.Duration
-	Attempts     int
-	Start        time.Time
-	Message      string
+	Name        string
+	Status      curev1.PhaseStatus
+	Left, Width float64
+	Duration    time.Duration
+	Attempts    int
+	Start       time.Time
+	Message     string
 }
 
 func (d *dash) node(w http.ResponseWriter, r *http.Request) {
@@ -466,16 +508,19 @@ func rebootMarks(run store.Run, ts []time.Time, now time.Time) []Mark {
 	return out
 }
 
-func verdictRank(s string) int {
+func verdictRank(s curev1.VerdictStatus) int {
 	switch s {
-	case "FAIL", "ERROR":
+	case curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR:
 		return 0
-	case "DRIFT", "MARGINAL":
+	case curev1.VerdictStatus_DRIFT, curev1.VerdictStatus_MARGINAL:
 		return 1
-	case "SKIP":
+	case curev1.VerdictStatus_SKIP:
 		return 2
+	case curev1.VerdictStatus_PASS, curev1.VerdictStatus_MATCH, curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED:
+		return 3
+	default:
+		return 3 // a status newer than this dashboard
 	}
-	return 3
 }
 
 func worstFirst(vs []store.Verdict) []store.Verdict {

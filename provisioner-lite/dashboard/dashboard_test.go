@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/dashboard"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
@@ -46,16 +47,16 @@ func fleetStore(t testing.TB, n int) *store.Store {
 			MACs: []string{fmt.Sprintf("52:54:00:00:%02x:%02x", i/256, i%256)}, Labels: map[string]string{"rack": fmt.Sprintf("r%02d", i/40)}}); err != nil {
 			t.Fatal(err)
 		}
-		status, phase := runstate.RunSucceeded, modes.WaitForHostOS
+		status, phase := curev1.RunStatus_RUN_SUCCEEDED, modes.WaitForHostOS
 		switch {
 		case i%7 == 0:
-			status, phase = runstate.RunFailed, modes.OSInstall
+			status, phase = curev1.RunStatus_RUN_FAILED, modes.OSInstall
 		case i%3 == 0:
-			status, phase = runstate.RunRunning, modes.BIOS
+			status, phase = curev1.RunStatus_RUN_RUNNING, modes.BIOS
 		}
 		r := store.Run{ID: "run-" + id, NodeID: id, Mode: "provision", Status: status, Phase: phase, StartedAt: t0, Reboots: 3,
-			Message: map[string]string{runstate.RunFailed: "os_install failed 2 times: write /dev/nvme0n1: I/O error"}[status]}
-		if status != runstate.RunRunning {
+			Message: map[curev1.RunStatus]string{curev1.RunStatus_RUN_FAILED: "os_install failed 2 times: write /dev/nvme0n1: I/O error"}[status]}
+		if status != curev1.RunStatus_RUN_RUNNING {
 			r.EndedAt = t0.Add(40 * time.Minute)
 		}
 		if err := st.CreateRun(ctx, r); err != nil {
@@ -67,17 +68,17 @@ func fleetStore(t testing.TB, n int) *store.Store {
 		at := t0.Add(5 * time.Second)
 		for j, p := range phases {
 			d := time.Duration(j+1) * 40 * time.Second
-			ps := store.Phase{RunID: r.ID, Name: p, Status: "ok", Attempts: 1, StartedAt: at, EndedAt: at.Add(d)}
-			if p == phase && status != runstate.RunSucceeded {
-				ps.Status, ps.EndedAt = map[string]string{runstate.RunFailed: "failed", runstate.RunRunning: "running"}[status], time.Time{}
-				if status == runstate.RunFailed {
+			ps := store.Phase{RunID: r.ID, Name: p, Status: curev1.PhaseStatus_PHASE_OK, Attempts: 1, StartedAt: at, EndedAt: at.Add(d)}
+			if p == phase && status != curev1.RunStatus_RUN_SUCCEEDED {
+				ps.Status, ps.EndedAt = map[curev1.RunStatus]curev1.PhaseStatus{curev1.RunStatus_RUN_FAILED: curev1.PhaseStatus_PHASE_FAILED, curev1.RunStatus_RUN_RUNNING: curev1.PhaseStatus_PHASE_RUNNING}[status], time.Time{}
+				if status == curev1.RunStatus_RUN_FAILED {
 					ps.EndedAt = at.Add(d)
 				}
 			}
 			if err := st.UpsertPhase(ctx, ps); err != nil {
 				t.Fatal(err)
 			}
-			if p == phase && status != runstate.RunSucceeded {
+			if p == phase && status != curev1.RunStatus_RUN_SUCCEEDED {
 				break
 			}
 			at = at.Add(d + time.Second)
@@ -86,7 +87,7 @@ func fleetStore(t testing.TB, n int) *store.Store {
 			Time: t0.Add(7 * time.Minute), Message: "re-armed PXE once and reset the host: BIOS settings apply on reset"}); err != nil {
 			t.Fatal(err)
 		}
-		for _, v := range []store.Verdict{{Component: "nvme/0", Check: "firmware", Status: "MATCH", Observed: "7.2"}, {Component: "gpu/3", Check: "temperature", Status: "FAIL", Observed: "92C", Expected: "<85C"}} {
+		for _, v := range []store.Verdict{{Component: "nvme/0", Check: "firmware", Status: curev1.VerdictStatus_MATCH, Observed: "7.2"}, {Component: "gpu/3", Check: "temperature", Status: curev1.VerdictStatus_FAIL, Observed: "92C", Expected: "<85C"}} {
 			v.RunID, v.Time = r.ID, at
 			if err := st.PutVerdict(ctx, v); err != nil {
 				t.Fatal(err)
@@ -190,7 +191,7 @@ func TestDashboardInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Status, r.Phase, r.Message, r.EndedAt = runstate.RunAttention, modes.BIOS, "BIOS settings did not apply", time.Now().UTC()
+	r.Status, r.Phase, r.Message, r.EndedAt = curev1.RunStatus_RUN_ATTENTION, modes.BIOS, "BIOS settings did not apply", time.Now().UTC()
 	if err := st.UpdateRun(bg, r); err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +221,7 @@ func TestDashboardInChromium(t *testing.T) {
 
 	// A wipe verdict's detail is long and has long unbroken words (device
 	// paths, markers): the page wraps it instead of scrolling sideways.
-	if err := st.PutVerdict(bg, store.Verdict{RunID: "run-node-0001", Component: "nvme0n1", Check: "wipe", Status: "PASS", Time: time.Now(),
+	if err := st.PutVerdict(bg, store.Verdict{RunID: "run-node-0001", Component: "nvme0n1", Check: "wipe", Status: curev1.VerdictStatus_PASS, Time: time.Now(),
 		Message: "format (user-data erase) verified: marker " + strings.Repeat("c0ffee", 40) + " gone from /dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_" + strings.Repeat("SERIAL", 20)}); err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func TestDashboardFleetPlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	marginal := store.Verdict{Component: "disk/nvme0n1", Check: "disk-read", Status: "MARGINAL", Message: "outside the fleet band: " + rec.Judgements[0].Message}
+	marginal := store.Verdict{Component: "disk/nvme0n1", Check: "disk-read", Status: curev1.VerdictStatus_MARGINAL, Message: "outside the fleet band: " + rec.Judgements[0].Message}
 	if err := st.PutFleetJudgement(t.Context(), "run-node-0001", []store.Verdict{marginal}, js); err != nil {
 		t.Fatal(err)
 	}

@@ -219,11 +219,11 @@ func takeSnapshot(ctx context.Context, st *store.Store) *snapshot {
 	}
 	s.nodes, s.rows, s.index = nodes, make([]Row, len(nodes)), make(map[string]int, len(nodes))
 	for i, n := range nodes {
-		row := Row{Node: n.ID, SKU: n.SKU, Status: "none"}
+		var latestRun *store.RunSummary
 		if r, ok := latest[n.ID]; ok {
-			row.Status, row.Phase, row.RunID, row.Message, row.Ended = r.Status, r.Phase, r.ID, clip(r.Message, 200), r.EndedAt
+			latestRun = &r
 		}
-		s.rows[i] = row
+		s.rows[i] = newRow(n, latestRun)
 		s.index[n.ID] = i
 	}
 	return s
@@ -245,7 +245,7 @@ func (s *snapshot) countsFor(f Filter) *fleetCounts {
 		n++
 		row := s.rows[i]
 		byStatus[row.Status]++
-		if row.Status == runstate.RunRunning || row.Status == runstate.RunPending {
+		if runstate.Active(row.Run) {
 			byPhase[nonEmpty(row.Phase, "start")]++
 		}
 	}

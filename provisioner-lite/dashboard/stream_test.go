@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/dashboard"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
 // countingObserver counts what the live streams report.
@@ -178,7 +178,7 @@ func TestLiveStreamsShareOneSnapshot(t *testing.T) {
 	// A change, then ticks without change, then another change: every
 	// stream gets the first change, nothing for the quiet ticks, then the
 	// second change; one snapshot per tick in all.
-	setStatus := func(node, status string) {
+	setStatus := func(node string, status curev1.RunStatus) {
 		r, err := st.GetRun(context.Background(), "run-"+node)
 		if err != nil {
 			t.Fatal(err)
@@ -196,17 +196,17 @@ func TestLiveStreamsShareOneSnapshot(t *testing.T) {
 		waitCount(t, "stream updates", &obs.updates, 5*want)
 		return want
 	}
-	setStatus("node-0002", runstate.RunAttention)
+	setStatus("node-0002", curev1.RunStatus_RUN_ATTENTION)
 	tick()
 	for i := 0; i < quiet; i++ {
 		tick()
 	}
-	setStatus("node-0003", runstate.RunAttention)
+	setStatus("node-0003", curev1.RunStatus_RUN_ATTENTION)
 	taken := tick()
 	for i, s := range streams {
 		for _, want := range []string{"node-0002", "node-0003"} {
 			d := s.next(t)
-			if len(d.Changed) != 1 || d.Changed[0].Node != want || d.Changed[0].Status != runstate.RunAttention {
+			if len(d.Changed) != 1 || d.Changed[0].Node != want || d.Changed[0].Status != "attention" {
 				t.Fatalf("stream %d: delta %+v, want only %s turned attention (and nothing for the quiet ticks)", i, d.Changed, want)
 			}
 		}

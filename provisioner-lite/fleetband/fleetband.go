@@ -24,14 +24,9 @@ import (
 	"strings"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/provisioner-lite/natural"
-)
-
-// Statuses of the results the planner reads (the store's verdict statuses).
-const (
-	StatusPass     = "PASS"
-	StatusMarginal = "MARGINAL"
 )
 
 // MaxJudgements bounds what one run's judgement keeps (a run has at most
@@ -47,8 +42,9 @@ type Measurement struct {
 
 // Result is one verdict of the run being judged.
 type Result struct {
-	Component, Check, Status string
-	Measurements             []Measurement
+	Component, Check string
+	Status           curev1.VerdictStatus
+	Measurements     []Measurement
 }
 
 // Sample is one fleet value: a node's component's measured metric of a check.
@@ -203,7 +199,7 @@ func Judge(in Input) Outcome {
 	var order [][2]string
 	for _, r := range results {
 		bands := in.Bands[r.Check]
-		if len(bands) == 0 || (r.Status != StatusPass && r.Status != StatusMarginal) {
+		if len(bands) == 0 || (r.Status != curev1.VerdictStatus_PASS && r.Status != curev1.VerdictStatus_MARGINAL) {
 			continue
 		}
 		metrics := make([]string, 0, len(bands))

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 )
 
@@ -25,7 +26,7 @@ func fleet(vals ...float64) []Sample {
 }
 
 func readResult(v float64) []Result {
-	return []Result{{Component: "disk/vdb", Check: "disk-read", Status: StatusPass,
+	return []Result{{Component: "disk/vdb", Check: "disk-read", Status: curev1.VerdictStatus_PASS,
 		Measurements: []Measurement{{"readMB", 8, "MB"}, {"readMBps", v, "MB/s"}}}}
 }
 
@@ -156,10 +157,10 @@ func TestWindowHonoured(t *testing.T) {
 // MARGINAL (a judgement repeated after a restart) is judged again.
 func TestOnlyPassingBandedResults(t *testing.T) {
 	in := input("me", []Result{
-		{Component: "disk/vdb", Check: "disk-read", Status: "FAIL", Measurements: []Measurement{{"readMBps", 1, "MB/s"}}},
-		{Component: "disk/vdc", Check: "disk-read", Status: StatusPass},
-		{Component: "disk/vdd", Check: "disk-read", Status: StatusMarginal, Measurements: []Measurement{{"readMBps", 41, "MB/s"}}},
-		{Component: "cpu/0", Check: "cpu-stress", Status: StatusPass, Measurements: []Measurement{{"readMBps", 1, "MB/s"}}},
+		{Component: "disk/vdb", Check: "disk-read", Status: curev1.VerdictStatus_FAIL, Measurements: []Measurement{{"readMBps", 1, "MB/s"}}},
+		{Component: "disk/vdc", Check: "disk-read", Status: curev1.VerdictStatus_PASS},
+		{Component: "disk/vdd", Check: "disk-read", Status: curev1.VerdictStatus_MARGINAL, Measurements: []Measurement{{"readMBps", 41, "MB/s"}}},
+		{Component: "cpu/0", Check: "cpu-stress", Status: curev1.VerdictStatus_PASS, Measurements: []Measurement{{"readMBps", 1, "MB/s"}}},
 	}, fleet(200, 205, 190, 210), manifests.Band{Below: f(3)})
 	out := Judge(in)
 	if len(out.Judgements) != 2 {
@@ -185,7 +186,7 @@ func TestSeveralMetricsOneVerdict(t *testing.T) {
 	}
 	in := Input{Node: "me", Now: now, Window: time.Hour, MinNodes: 2,
 		Bands: map[string]map[string]manifests.Band{"disk": {"readMBps": {Below: f(3)}, "writeMBps": {Below: f(3)}}},
-		Results: []Result{{Component: "disk/vdb", Check: "disk", Status: StatusPass,
+		Results: []Result{{Component: "disk/vdb", Check: "disk", Status: curev1.VerdictStatus_PASS,
 			Measurements: []Measurement{{"readMBps", 20, "MB/s"}, {"writeMBps", 30, "MB/s"}}}},
 		Fleet: map[Key][]Sample{{"disk", "readMBps"}: samples, {"disk", "writeMBps"}: samples}}
 	out := Judge(in)

@@ -81,7 +81,7 @@ func (e *Engine) startBMCTelemetry(ctx context.Context, r *store.Run, batch []st
 	// phase start again.
 	if ps, err := e.cfg.Store.Phases(ctx, r.ID); err == nil {
 		for _, ph := range ps {
-			if ph.Name == modes.Validate && ph.Status == runstate.PhaseRunning {
+			if ph.Name == modes.Validate && ph.Status == curev1.PhaseStatus_PHASE_RUNNING {
 				p.running.Store(true)
 			}
 		}

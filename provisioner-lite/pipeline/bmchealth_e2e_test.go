@@ -65,7 +65,7 @@ func TestValidatePollsBMCSensors(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for f.phases(runID)[modes.Validate].Status != "running" {
+	for f.phases(runID)[modes.Validate].Status != curev1.PhaseStatus_PHASE_RUNNING {
 		if time.Now().After(deadline) {
 			t.Fatal("validate never started")
 		}
@@ -75,7 +75,7 @@ func TestValidatePollsBMCSensors(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := f.waitRun(runID)
-	if run.Status != "succeeded" {
+	if run.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("run %s: %s (a BMC reading must not fail the run)", run.Status, run.Message)
 	}
 	val := f.phases(runID)[modes.Validate]

@@ -13,7 +13,6 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -59,7 +58,7 @@ func evidenceEngine(t *testing.T, connect func(context.Context, store.Node) (BMC
 	if err := st.UpsertNode(ctx, store.Node{ID: "n1", BMCURL: "https://bmc", BMCUser: "u", BMCPassword: "p", SKU: "s", MACs: []string{"52:54:00:00:00:01"}}); err != nil {
 		t.Fatal(err)
 	}
-	run := store.Run{ID: "r1", NodeID: "n1", Mode: "diagnostic", Manifest: "s", Status: runstate.RunRunning, StartedAt: time.Now().Add(-time.Minute).UTC()}
+	run := store.Run{ID: "r1", NodeID: "n1", Mode: "diagnostic", Manifest: "s", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now().Add(-time.Minute).UTC()}
 	if err := st.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
@@ -41,7 +41,7 @@ func TestPendingBMCResetWaitedForAfterRestart(t *testing.T) {
 	if err := st.UpsertNode(ctx, store.Node{ID: "n1", BMCURL: "https://bmc", BMCUser: "u", BMCPassword: "p", SKU: "s", MACs: []string{"52:54:00:00:00:01"}}); err != nil {
 		t.Fatal(err)
 	}
-	run := store.Run{ID: "r1", NodeID: "n1", Mode: "provision", Manifest: "s", Status: runstate.RunRunning, StartedAt: time.Now().UTC()}
+	run := store.Run{ID: "r1", NodeID: "n1", Mode: "provision", Manifest: "s", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now().UTC()}
 	if err := st.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}

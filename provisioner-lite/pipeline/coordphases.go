@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
@@ -259,9 +260,9 @@ func (e *Engine) verifyArtifacts(ctx context.Context, r *store.Run, sku *manifes
 	for _, name := range sortedArtifactNames(arts) {
 		a := arts[name]
 		err := e.verifyArtifact(ctx, a)
-		status, msg := "PASS", "sha256 and size verified"
+		status, msg := curev1.VerdictStatus_PASS, "sha256 and size verified"
 		if err != nil {
-			status, msg = "FAIL", err.Error()
+			status, msg = curev1.VerdictStatus_FAIL, err.Error()
 			bad++
 		}
 		e.verdict(ctx, r, name, "artifact", status, fmt.Sprintf("%d bytes", a.Size), "sha256:"+a.SHA256, msg)
@@ -452,21 +453,21 @@ func gateOK(fw manifests.Firmware, running string) (bool, error) {
 // GateVerdict is the coordinator's verdict status (MATCH, DRIFT or ERROR)
 // and message for one inventory member running version running against fw.
 // TestVersionFormsAgree holds it to the runner's answer.
-func GateVerdict(fw manifests.Firmware, running string) (status, msg string) {
+func GateVerdict(fw manifests.Firmware, running string) (status curev1.VerdictStatus, msg string) {
 	ok, err := gateOK(fw, running)
 	switch {
 	case err != nil:
-		return "ERROR", err.Error()
+		return curev1.VerdictStatus_ERROR, err.Error()
 	case ok:
-		return "MATCH", fw.Name
+		return curev1.VerdictStatus_MATCH, fw.Name
 	}
-	return "DRIFT", fw.Name
+	return curev1.VerdictStatus_DRIFT, fw.Name
 }
 
 // verdict records a coordinator-side verdict. Its text comes partly from the
 // BMC (inventory ids, versions, task messages): cleaned and bounded like a
 // runner's.
-func (e *Engine) verdict(ctx context.Context, r *store.Run, component, check, status, observed, expected, msg string) {
+func (e *Engine) verdict(ctx context.Context, r *store.Run, component, check string, status curev1.VerdictStatus, observed, expected, msg string) {
 	if err := e.cfg.Store.PutVerdict(context.WithoutCancel(ctx), store.Verdict{
 		RunID: r.ID, Component: textsafe.BoundedLine(component, 128), Check: check, Status: status,
 		Observed: textsafe.Bounded(observed, 1024), Expected: textsafe.Bounded(expected, 1024), Message: textsafe.Bounded(msg, 4096), Time: time.Now().UTC(),

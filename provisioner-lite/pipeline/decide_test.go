@@ -38,12 +38,12 @@ func runner(ref store.SessionRef, kind curev1.RunnerState_Kind, phase string, se
 	return &sessionObs{ref: ref, runID: "r1", state: &curev1.RunnerState{Kind: kind, RunId: "r1", Phase: phase, LastEventSeq: seq}}
 }
 
-func runnerEvent(id int64, phase, kind, status string) store.Event {
-	return store.Event{ID: id, RunID: "r1", Source: runstate.SourceRunner, Phase: phase, Kind: kind, Status: status}
+func runnerEvent(id int64, phase, kind string, status curev1.PhaseStatus) store.Event {
+	return store.Event{ID: id, RunID: "r1", Source: runstate.SourceRunner, Phase: phase, Kind: kind, Status: runstate.PhaseName(status)}
 }
 
 func rebootEnd(t *testing.T, id int64, phase string) store.Event {
-	ev := runnerEvent(id, phase, runstate.EventPhaseEnd, runstate.PhaseOK)
+	ev := runnerEvent(id, phase, runstate.EventPhaseEnd, curev1.PhaseStatus_PHASE_OK)
 	b, err := protojson.Marshal(&curev1.Event{Body: &curev1.Event_PhaseEnd{PhaseEnd: &curev1.PhaseEnd{Status: curev1.PhaseStatus_PHASE_OK, RebootRequired: true}}})
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func matches(got, want []string) bool {
 var hwValidate = []string{modes.Hardware, modes.Validate}
 
 func batchRun(b *store.RunnerBatch) store.Run {
-	return store.Run{ID: "r1", NodeID: "n1", Mode: string(modes.Burnin), Status: runstate.RunRunning, Phase: modes.Hardware,
+	return store.Run{ID: "r1", NodeID: "n1", Mode: string(modes.Burnin), Status: curev1.RunStatus_RUN_RUNNING, Phase: modes.Hardware,
 		CompletedPhases: []string{modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE},
 		Pipeline:        store.PipelineState{Batch: b, Phases: map[string]store.PhaseState{modes.Hardware: {Attempts: 1, StartedAt: ago(time.Minute), Deadline: now.Add(29 * time.Minute)}}}}
 }
@@ -290,7 +290,7 @@ func eventCases(t *testing.T) []batchCase {
 	late.Pipeline.SetDeadline(modes.Hardware, ago(time.Second))
 	return []batchCase{
 		{name: "phase start and end are recorded", run: b(), obs: batchObs{session: cur, events: []store.Event{
-			runnerEvent(11, modes.Hardware, runstate.EventPhaseEnd, runstate.PhaseOK), runnerEvent(12, modes.Validate, runstate.EventPhaseStart, ""),
+			runnerEvent(11, modes.Hardware, runstate.EventPhaseEnd, curev1.PhaseStatus_PHASE_OK), runnerEvent(12, modes.Validate, runstate.EventPhaseStart, 0),
 			{ID: 13, Source: runstate.SourceRunner, Phase: modes.Validate, Kind: runstate.EventLog}}},
 			want: []string{"record_end hardware", "record_start validate"},
 			check: func(t *testing.T, r store.Run) {
@@ -303,7 +303,7 @@ func eventCases(t *testing.T) []batchCase {
 				}
 			}},
 		{name: "events of phases outside the batch's remaining are ignored", run: b(), obs: batchObs{session: cur, events: []store.Event{
-			runnerEvent(11, modes.WaitForCURE, runstate.EventPhaseEnd, runstate.PhaseOK), {ID: 12, Source: runstate.SourceCoordinator, Phase: modes.Hardware, Kind: runstate.EventPhaseEnd}}}},
+			runnerEvent(11, modes.WaitForCURE, runstate.EventPhaseEnd, curev1.PhaseStatus_PHASE_OK), {ID: 12, Source: runstate.SourceCoordinator, Phase: modes.Hardware, Kind: runstate.EventPhaseEnd}}}},
 		{name: "reboot required after a phase", run: b(), obs: batchObs{session: cur, events: []store.Event{rebootEnd(t, 11, modes.Hardware)}},
 			// The session still up is the runner being reset: judged anew.
 			want: []string{"record_end hardware", "reboot_into_cure: hardware needs a reboot to activate", "requeue"},
@@ -313,8 +313,8 @@ func eventCases(t *testing.T) []batchCase {
 				}
 			}},
 		{name: "a failed phase fails the batch", run: b(), obs: batchObs{session: cur, events: []store.Event{
-			{ID: 11, Source: runstate.SourceRunner, Phase: modes.Hardware, Kind: runstate.EventPhaseEnd, Status: runstate.PhaseFailed, Message: "2 GPUs missing"},
-			runnerEvent(12, modes.Validate, runstate.EventPhaseStart, "")}},
+			{ID: 11, Source: runstate.SourceRunner, Phase: modes.Hardware, Kind: runstate.EventPhaseEnd, Status: runstate.PhaseName(curev1.PhaseStatus_PHASE_FAILED), Message: "2 GPUs missing"},
+			runnerEvent(12, modes.Validate, runstate.EventPhaseStart, 0)}},
 			want: []string{"record_end hardware", "fail hardware: 2 GPUs missing"},
 			check: func(t *testing.T, r store.Run) {
 				if slices.Contains(r.CompletedPhases, modes.Hardware) || r.Pipeline.Batch.Cursor != 11 {
@@ -335,8 +335,8 @@ func restartCases() []batchCase {
 	reset.Disconnects = 1
 	return []batchCase{
 		{name: "coordinator restart acts on events stored while it was away", run: stored, obs: batchObs{fresh: true, session: runner(refB, curev1.RunnerState_DONE, "", 9), events: []store.Event{
-			runnerEvent(11, modes.Hardware, runstate.EventPhaseEnd, runstate.PhaseOK), runnerEvent(12, modes.Validate, runstate.EventPhaseStart, ""),
-			runnerEvent(13, modes.Validate, runstate.EventPhaseEnd, runstate.PhaseOK)}},
+			runnerEvent(11, modes.Hardware, runstate.EventPhaseEnd, curev1.PhaseStatus_PHASE_OK), runnerEvent(12, modes.Validate, runstate.EventPhaseStart, 0),
+			runnerEvent(13, modes.Validate, runstate.EventPhaseEnd, curev1.PhaseStatus_PHASE_OK)}},
 			want: []string{"record_end hardware", "record_start validate", "record_end validate", "done"},
 			check: func(t *testing.T, r store.Run) {
 				if r.Pipeline.Batch.Cursor != 13 || r.Pipeline.Attempts(modes.Validate) != 1 || r.ResumeCount != 0 {
@@ -491,7 +491,7 @@ func testDecideDrive(t *testing.T) {
 			}
 		})
 	}
-	failedOnce := outcome{status: runstate.PhaseFailed, msg: "BMC unreachable"}
+	failedOnce := outcome{status: curev1.PhaseStatus_PHASE_FAILED, msg: "BMC unreachable"}
 	final := failedFinal("a refused BMC login is not retried", "login refused")
 	for _, c := range []struct {
 		name     string

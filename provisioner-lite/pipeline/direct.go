@@ -78,7 +78,7 @@ func (e *Engine) auditNode(ctx context.Context, nodeID, manifest string) ([]*cur
 		}
 		rows, _ := planOOB(comp, want, inv)
 		for _, r := range rows {
-			vs = append(vs, &curev1.Verdict{Component: r.component, Check: "firmware", Status: verdictStatus(r.status),
+			vs = append(vs, &curev1.Verdict{Component: r.component, Check: "firmware", Status: r.status,
 				Observed: r.observed, Expected: r.expected, Message: r.msg})
 		}
 	}
@@ -100,8 +100,4 @@ func (e *Engine) auditNode(ctx context.Context, nodeID, manifest string) ([]*cur
 		vs = append(vs, v)
 	}
 	return vs, nil
-}
-
-func verdictStatus(s string) curev1.VerdictStatus {
-	return curev1.VerdictStatus(curev1.VerdictStatus_value[s])
 }

@@ -11,6 +11,7 @@ import (
 
 	"log/slog"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
@@ -24,7 +25,7 @@ var errStopped = errors.New("coordinator stopping")
 
 // outcome is the result of one phase attempt.
 type outcome struct {
-	status string // runstate.PhaseOK, runstate.PhaseSkipped, runstate.PhaseFailed
+	status curev1.PhaseStatus // ok, skipped or failed
 	msg    string
 	// noRetry, on a failure, says why another attempt cannot help (the
 	// run fails at once).
@@ -32,16 +33,16 @@ type outcome struct {
 }
 
 func ok(format string, a ...any) outcome {
-	return outcome{status: runstate.PhaseOK, msg: fmt.Sprintf(format, a...)}
+	return outcome{status: curev1.PhaseStatus_PHASE_OK, msg: fmt.Sprintf(format, a...)}
 }
 func skipped(format string, a ...any) outcome {
-	return outcome{status: runstate.PhaseSkipped, msg: fmt.Sprintf(format, a...)}
+	return outcome{status: curev1.PhaseStatus_PHASE_SKIPPED, msg: fmt.Sprintf(format, a...)}
 }
 
 // failed is a failed attempt. An error among a that no retry can change
 // (a refused BMC login) makes it final.
 func failed(format string, a ...any) outcome {
-	o := outcome{status: runstate.PhaseFailed, msg: fmt.Sprintf(format, a...)}
+	o := outcome{status: curev1.PhaseStatus_PHASE_FAILED, msg: fmt.Sprintf(format, a...)}
 	for _, x := range a {
 		if err, isErr := x.(error); isErr && errors.Is(err, redfish.ErrLoginRefused) {
 			o.noRetry = "a refused BMC login is not retried: each try counts toward locking the account on a real BMC"
@@ -52,7 +53,7 @@ func failed(format string, a ...any) outcome {
 
 // failedFinal is a failure another attempt cannot change: why says so.
 func failedFinal(why, format string, a ...any) outcome {
-	return outcome{status: runstate.PhaseFailed, msg: fmt.Sprintf(format, a...), noRetry: why}
+	return outcome{status: curev1.PhaseStatus_PHASE_FAILED, msg: fmt.Sprintf(format, a...), noRetry: why}
 }
 
 // drive runs one run's remaining phases.
@@ -66,7 +67,7 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 	defer e.cfg.Metrics.RunStopped(r.Mode)
 	plan, err := modes.For(modes.Mode(r.Mode))
 	if err != nil {
-		e.finish(ctx, &r, runstate.RunFailed, err.Error())
+		e.finish(ctx, &r, curev1.RunStatus_RUN_FAILED, err.Error())
 		return
 	}
 	from := max(plan.Index(r.Phase), 0)
@@ -102,7 +103,7 @@ func (e *Engine) loadRun(ctx context.Context, runID string) (store.Run, bool) {
 	if why := r.Pipeline.Malformed; why != "" {
 		// Misreading it (an attempt count as 0, a pending BMC reset as
 		// none) would repeat or skip work: an operator looks first.
-		e.finish(ctx, &r, runstate.RunAttention, why)
+		e.finish(ctx, &r, curev1.RunStatus_RUN_ATTENTION, why)
 		return r, false
 	}
 	if r.Pipeline.RunnerAddr != e.cfg.RunnerAddr {
@@ -154,7 +155,7 @@ func (e *Engine) driveBatch(ctx context.Context, r *store.Run, batch []string, l
 	}
 	if err != nil {
 		if !errors.Is(err, errStopped) && ctx.Err() == nil {
-			e.finish(ctx, r, runstate.RunAttention, err.Error())
+			e.finish(ctx, r, curev1.RunStatus_RUN_ATTENTION, err.Error())
 		}
 		return false
 	}
@@ -165,7 +166,7 @@ func (e *Engine) driveBatch(ctx context.Context, r *store.Run, batch []string, l
 	if strings.HasPrefix(msg, noPhaseEnd) {
 		cause = metrics.CausePhaseTimeout
 	}
-	return e.retryAllowed(ctx, r, failedPhase, cause, outcome{status: runstate.PhaseFailed, msg: msg})
+	return e.retryAllowed(ctx, r, failedPhase, cause, outcome{status: curev1.PhaseStatus_PHASE_FAILED, msg: msg})
 }
 
 // driveCoord runs one attempt of a coordinator phase; false when the run
@@ -178,7 +179,7 @@ func (e *Engine) driveCoord(ctx context.Context, r *store.Run, phase string) boo
 		return false
 	}
 	e.end(ctx, r, phase, out, time.Since(started), runstate.SourceCoordinator)
-	if out.status == runstate.PhaseFailed {
+	if out.status == curev1.PhaseStatus_PHASE_FAILED {
 		return e.retryAllowed(ctx, r, phase, coordCause(phase), out)
 	}
 	return true
@@ -188,11 +189,11 @@ func (e *Engine) driveCoord(ctx context.Context, r *store.Run, phase string) boo
 // fleet's judgement of its results fails it.
 func (e *Engine) complete(ctx context.Context, r *store.Run) {
 	if msg := e.fleetGate(ctx, r); msg != "" {
-		e.finish(ctx, r, runstate.RunFailed, msg)
+		e.finish(ctx, r, curev1.RunStatus_RUN_FAILED, msg)
 		return
 	}
 	r.Pipeline.Boot = store.BootUnset
-	e.finish(ctx, r, runstate.RunSucceeded, "all phases done")
+	e.finish(ctx, r, curev1.RunStatus_RUN_SUCCEEDED, "all phases done")
 }
 
 // coordCause is the retry cause of a failed coordinator phase.
@@ -215,7 +216,7 @@ func (e *Engine) retryAllowed(ctx context.Context, r *store.Run, phase, cause st
 	r.PhaseFailures++
 	attempts := r.Pipeline.Attempts(phase)
 	if why := retryRefused(phase, attempts, e.cfg.Budgets.PhaseAttempts, out); why != "" {
-		e.finish(ctx, r, runstate.RunFailed, why)
+		e.finish(ctx, r, curev1.RunStatus_RUN_FAILED, why)
 		return false
 	}
 	e.cfg.Metrics.Retry(phase, cause)
@@ -274,7 +275,7 @@ func (e *Engine) recordStart(ctx context.Context, r *store.Run, phase, source st
 	e.save(ctx, r)
 	ps := r.Pipeline.Phase(phase)
 	if err := e.cfg.Store.UpsertPhase(context.WithoutCancel(ctx), store.Phase{
-		RunID: r.ID, Name: phase, Status: runstate.PhaseRunning, Attempts: ps.Attempts, StartedAt: ps.StartedAt,
+		RunID: r.ID, Name: phase, Status: curev1.PhaseStatus_PHASE_RUNNING, Attempts: ps.Attempts, StartedAt: ps.StartedAt,
 	}); err != nil {
 		e.cfg.Log.Error("store phase", "err", err)
 	}
@@ -310,12 +311,12 @@ func (e *Engine) recordEnd(ctx context.Context, r *store.Run, phase string, out 
 	if phase == modes.Validate {
 		e.validateChanged(r.ID, false)
 	}
-	e.cfg.Metrics.PhaseEnded(phase, e.skuOf(ctx, r), out.status, dur)
+	e.cfg.Metrics.PhaseEnded(phase, e.skuOf(ctx, r), runstate.PhaseName(out.status), dur)
 	e.save(ctx, r)
 	if source == runstate.SourceCoordinator {
-		e.coordEvent(ctx, *r, phase, runstate.EventPhaseEnd, out.status, out.msg, dur)
+		e.coordEvent(ctx, *r, phase, runstate.EventPhaseEnd, runstate.PhaseName(out.status), out.msg, dur)
 	}
-	e.cfg.Log.Info("phase end", "run", r.ID, "node", r.NodeID, "phase", phase, "status", out.status, "msg", out.msg, "duration", dur.Round(time.Millisecond))
+	e.cfg.Log.Info("phase end", "run", r.ID, "node", r.NodeID, "phase", phase, "status", runstate.PhaseName(out.status), "msg", out.msg, "duration", dur.Round(time.Millisecond))
 	if phase == modes.Validate {
 		if err := e.judgeFleet(ctx, r); err != nil {
 			e.cfg.Log.Error("fleet bands", "run", r.ID, "err", err)
@@ -323,7 +324,7 @@ func (e *Engine) recordEnd(ctx context.Context, r *store.Run, phase string, out 
 	}
 }
 
-func (e *Engine) finish(ctx context.Context, r *store.Run, status, msg string) {
+func (e *Engine) finish(ctx context.Context, r *store.Run, status curev1.RunStatus, msg string) {
 	ctx = context.WithoutCancel(ctx)
 	e.bmcEvidenceAtEnd(ctx, r)
 	r.Status = status
@@ -339,9 +340,9 @@ func (e *Engine) finish(ctx context.Context, r *store.Run, status, msg string) {
 	}
 	e.save(ctx, r)
 	e.cfg.Hub.CloseRun(r.ID)
-	e.coordEvent(ctx, *r, r.Phase, runstate.EventRunEnd, status, msg, r.EndedAt.Sub(r.StartedAt))
-	e.cfg.Log.Info("run end", "run", r.ID, "node", r.NodeID, "status", status, "msg", msg)
-	e.cfg.Metrics.RunEnded(r.ID, r.Mode, status, r.Reboots)
+	e.coordEvent(ctx, *r, r.Phase, runstate.EventRunEnd, runstate.RunName(status), msg, r.EndedAt.Sub(r.StartedAt))
+	e.cfg.Log.Info("run end", "run", r.ID, "node", r.NodeID, "status", runstate.RunName(status), "msg", msg)
+	e.cfg.Metrics.RunEnded(r.ID, r.Mode, runstate.RunName(status), r.Reboots)
 	if e.cfg.Notify != nil {
 		e.cfg.Notify(RunNotice{Run: *r, SKU: e.skuOf(ctx, r)})
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
@@ -283,8 +284,8 @@ func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, mani
 		return "", fmt.Errorf("node %s: %w", nodeID, err)
 	}
 	last, lastErr := e.cfg.Store.LatestRun(ctx, nodeID)
-	if lastErr == nil && (last.Status == runstate.RunPending || last.Status == runstate.RunRunning) {
-		return "", fmt.Errorf("node %s: run %s is %s: %w", nodeID, last.ID, last.Status, ErrBusy)
+	if lastErr == nil && runstate.Active(last.Status) {
+		return "", fmt.Errorf("node %s: run %s is %s: %w", nodeID, last.ID, runstate.RunName(last.Status), ErrBusy)
 	}
 	// A busy node is reported as busy, not as capacity: the slot is taken
 	// only for a run that could start.
@@ -294,10 +295,10 @@ func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, mani
 	defer e.release()
 	if err := lastErr; err == nil {
 		if resume {
-			if last.Status == runstate.RunSucceeded {
+			if last.Status == curev1.RunStatus_RUN_SUCCEEDED {
 				return "", fmt.Errorf("node %s: latest run %s succeeded; nothing to resume: %w", nodeID, last.ID, ErrInvalid)
 			}
-			last.Status = runstate.RunRunning
+			last.Status = curev1.RunStatus_RUN_RUNNING
 			last.ResumeCount++
 			last.PhaseFailures = 0
 			last.Disconnects = 0
@@ -331,7 +332,7 @@ func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, mani
 	}
 	r := store.Run{
 		ID: newRunID(nodeID), NodeID: nodeID, Mode: string(mode), Manifest: manifest,
-		Status: runstate.RunRunning, StartedAt: time.Now().UTC(),
+		Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now().UTC(),
 	}
 	if err := e.cfg.Store.CreateRun(ctx, r); errors.Is(err, store.ErrActiveRun) {
 		// Another instance (or request) started the node meanwhile.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/fleetband"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
@@ -84,7 +85,7 @@ func (e *Engine) judgeFleet(ctx context.Context, r *store.Run) error {
 	}
 	for _, v := range out.Verdicts {
 		o := orig[[2]string{v.Component, v.Check}]
-		marginal = append(marginal, store.Verdict{RunID: r.ID, Component: v.Component, Check: v.Check, Status: fleetband.StatusMarginal,
+		marginal = append(marginal, store.Verdict{RunID: r.ID, Component: v.Component, Check: v.Check, Status: curev1.VerdictStatus_MARGINAL,
 			Observed: textsafe.Bounded(v.Observed, 1024), Expected: textsafe.Bounded(joinNonEmpty("; ", o.Expected, v.Expected), 1024),
 			Message: textsafe.Bounded(v.Message, 4096), Time: now, Stage: o.Stage})
 	}
@@ -92,7 +93,7 @@ func (e *Engine) judgeFleet(ctx context.Context, r *store.Run) error {
 		return err
 	}
 	for _, v := range marginal {
-		e.coordEvent(ctx, *r, modes.Validate, runstate.EventVerdict, v.Status, fmt.Sprintf("%s %s: %s", v.Component, v.Check, v.Message), 0)
+		e.coordEvent(ctx, *r, modes.Validate, runstate.EventVerdict, runstate.VerdictName(v.Status), fmt.Sprintf("%s %s: %s", v.Component, v.Check, v.Message), 0)
 	}
 	e.coordEvent(ctx, *r, modes.Validate, runstate.EventInfo, "", fleetSummary(out, n.SKU), 0)
 	return nil
@@ -119,7 +120,7 @@ func (e *Engine) fleetGate(ctx context.Context, r *store.Run) string {
 	}
 	var bad []string
 	for _, v := range vs {
-		if v.Status == fleetband.StatusMarginal {
+		if v.Status == curev1.VerdictStatus_MARGINAL {
 			bad = append(bad, fmt.Sprintf("%s %s %s", v.Component, v.Check, strings.TrimPrefix(v.Message, "outside the fleet band: ")))
 		}
 	}

@@ -43,10 +43,10 @@ func seedFleet(t *testing.T, st *store.Store, vals ...float64) {
 		if err := st.UpsertNode(ctx, store.Node{ID: node, BMCURL: "https://10.0.0.9", SKU: "qemu-nvme", MACs: []string{fmt.Sprintf("52:54:00:aa:00:%02x", i+1)}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.CreateRun(ctx, store.Run{ID: run, NodeID: node, Mode: "diagnostic", Manifest: "fleet-read", Status: runstate.RunRunning, StartedAt: time.Now()}); err != nil {
+		if err := st.CreateRun(ctx, store.Run{ID: run, NodeID: node, Mode: "diagnostic", Manifest: "fleet-read", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
-		v := store.Verdict{RunID: run, Component: "disk/nvme0n1", Check: "disk-read", Status: "PASS", Measurements: []store.Measurement{{Metric: "readMBps", Value: v, Unit: "MB/s"}}}
+		v := store.Verdict{RunID: run, Component: "disk/nvme0n1", Check: "disk-read", Status: curev1.VerdictStatus_PASS, Measurements: []store.Measurement{{Metric: "readMBps", Value: v, Unit: "MB/s"}}}
 		if _, err := st.AppendRunnerEvent(ctx, store.Event{RunID: run, NodeID: node, BootID: "b", Seq: 1, Time: time.Now(), Kind: runstate.EventVerdict, Phase: modes.Validate}, &v, store.DefaultEventLimits); err != nil {
 			t.Fatal(err)
 		}
@@ -94,11 +94,11 @@ func TestFleetMarginalFailsGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.waitRun(runID)
-	if r.Status != runstate.RunFailed || !strings.Contains(r.Message, "MARGINAL against the SKU's fleet") || !strings.Contains(r.Message, "disk/nvme0n1 disk-read readMBps=41 MB/s") {
+	if r.Status != curev1.RunStatus_RUN_FAILED || !strings.Contains(r.Message, "MARGINAL against the SKU's fleet") || !strings.Contains(r.Message, "disk/nvme0n1 disk-read readMBps=41 MB/s") {
 		t.Fatalf("run %s: %s", r.Status, r.Message)
 	}
 	vs, _ := f.st.Verdicts(context.Background(), runID)
-	if len(vs) != 1 || vs[0].Status != "MARGINAL" ||
+	if len(vs) != 1 || vs[0].Status != curev1.VerdictStatus_MARGINAL ||
 		vs[0].Message != "outside the fleet band: readMBps=41 MB/s, fleet median 200 MB/s (n=3), band >= 182 MB/s (3.0 MAD), percentile 0" ||
 		vs[0].Expected != "readMBps>=5; readMBps >= 182 MB/s (fleet band)" {
 		t.Fatalf("verdicts %+v", vs)
@@ -138,7 +138,7 @@ func TestFleetTooFewNodesPasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := f.waitRun(runID); r.Status != runstate.RunSucceeded {
+	if r := f.waitRun(runID); r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("run %s: %s", r.Status, r.Message)
 	}
 	j := fleetRecord(t, f.st, runID).GetJudgements()

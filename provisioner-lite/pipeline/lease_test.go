@@ -10,7 +10,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/store/pgtest"
@@ -37,7 +37,7 @@ func TestAbandonedRunsResumeWhenRenewalsRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Past its preflight (which checks artifacts this test has none of).
-	run := store.Run{ID: "r1", NodeID: "n1", Mode: "provision", Manifest: "qemu-nvme", Status: runstate.RunRunning, StartedAt: time.Now().UTC(),
+	run := store.Run{ID: "r1", NodeID: "n1", Mode: "provision", Manifest: "qemu-nvme", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now().UTC(),
 		Phase: "powering_on", CompletedPhases: []string{"preflight", "set_boot_order_pxe"}}
 	if err := st.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestAbandonedRunsResumeWhenRenewalsRecover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Status != runstate.RunRunning || r.Owner != "a" {
+	if r.Status != curev1.RunStatus_RUN_RUNNING || r.Owner != "a" {
 		t.Errorf("run after recovery: status %s owner %q, want running, owned by a", r.Status, r.Owner)
 	}
 }

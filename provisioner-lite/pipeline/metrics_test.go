@@ -39,7 +39,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := f.waitRun(runID); r.Status != "succeeded" {
+	if r := f.waitRun(runID); r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("run ended %s: %s", r.Status, r.Message)
 	}
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
@@ -43,7 +44,7 @@ func planOOB(component string, want []manifests.Firmware, inv []redfish.Firmware
 			for _, it := range matched {
 				ids = append(ids, it.ID)
 			}
-			rows = append(rows, oobRow{component: component, status: "ERROR", expected: fw.Version,
+			rows = append(rows, oobRow{component: component, status: curev1.VerdictStatus_ERROR, expected: fw.Version,
 				msg: fmt.Sprintf("%s: %s names one component but matches %d FirmwareInventory members (%s); add redfishId, softwareId or relatedItem, or use a wildcard to mean all of them",
 					fw.Name, describeMatch(fw.Match), len(matched), strings.Join(ids, ", "))})
 			continue
@@ -51,13 +52,13 @@ func planOOB(component string, want []manifests.Firmware, inv []redfish.Firmware
 		found := len(matched) > 0
 		for _, it := range matched {
 			status, msg := GateVerdict(fw, it.Version)
-			if status == "DRIFT" {
+			if status == curev1.VerdictStatus_DRIFT {
 				drifted = append(drifted, it)
 			}
 			rows = append(rows, oobRow{component: componentName(component, it.ID, len(want)), status: status, observed: it.Version, expected: fw.Version, msg: msg})
 		}
 		if !found {
-			rows = append(rows, oobRow{component: component, status: "ERROR", expected: fw.Version,
+			rows = append(rows, oobRow{component: component, status: curev1.VerdictStatus_ERROR, expected: fw.Version,
 				msg: fmt.Sprintf("%s: no FirmwareInventory member matches %s", fw.Name, describeMatch(fw.Match))})
 		}
 		if len(drifted) > 0 {
@@ -121,7 +122,9 @@ func describeMatch(m manifests.Match) string {
 }
 
 type oobRow struct {
-	component, status, observed, expected, msg string
+	component               string
+	status                  curev1.VerdictStatus
+	observed, expected, msg string
 }
 
 // oobFirmware is the bmc, bios and hgx phase: compare, and in provision
@@ -151,7 +154,7 @@ func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string
 	errs := 0
 	for _, row := range rows {
 		e.verdict(ctx, r, row.component, "firmware", row.status, row.observed, row.expected, row.msg)
-		if row.status == "ERROR" {
+		if row.status == curev1.VerdictStatus_ERROR {
 			errs++
 		}
 	}
@@ -173,7 +176,7 @@ func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string
 	var done []string
 	for _, d := range deltas {
 		res := e.applyOOB(ctx, r, component, d)
-		if res.status == runstate.PhaseFailed {
+		if res.status == curev1.PhaseStatus_PHASE_FAILED {
 			return res
 		}
 		done = append(done, res.msg)
@@ -334,7 +337,7 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 			if err := e.rebootIntoCURE(ctx, r, fw.Name+" activates on host reboot"); err != nil {
 				return failed("%v", err)
 			}
-			if out := e.waitForNewCURE(ctx, r); out.status == runstate.PhaseFailed {
+			if out := e.waitForNewCURE(ctx, r); out.status == curev1.PhaseStatus_PHASE_FAILED {
 				return out
 			}
 		}
@@ -360,10 +363,10 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 		comp := componentName(component, it.ID, 0)
 		if ok, _ := gateOK(fw, it.Version); ok {
 			good = append(good, it.ID)
-			e.verdict(ctx, r, comp, "firmware_update", "PASS", it.Version, fw.Version, fw.Name+": updated and verified after activation")
+			e.verdict(ctx, r, comp, "firmware_update", curev1.VerdictStatus_PASS, it.Version, fw.Version, fw.Name+": updated and verified after activation")
 		} else {
 			bad = append(bad, fmt.Sprintf("%s still runs %s", it.ID, it.Version))
-			e.verdict(ctx, r, comp, "firmware_update", "FAIL", it.Version, fw.Version,
+			e.verdict(ctx, r, comp, "firmware_update", curev1.VerdictStatus_FAIL, it.Version, fw.Version,
 				fmt.Sprintf("%s: version did not change after %s (pending %q)", fw.Name, nonEmpty(fw.Activation, "activation"), it.PendingVersion))
 		}
 	}
@@ -419,7 +422,7 @@ func (e *Engine) biosSettings(ctx context.Context, r *store.Run) outcome {
 	}
 	changes, matches := redfish.PlanBios(current, desired)
 	if len(changes) == 0 {
-		e.verdict(ctx, r, "bios", "settings", "MATCH", fmt.Sprintf("%d attributes", len(matches)), fmt.Sprintf("%d attributes", len(desired)), "all attributes match")
+		e.verdict(ctx, r, "bios", "settings", curev1.VerdictStatus_MATCH, fmt.Sprintf("%d attributes", len(matches)), fmt.Sprintf("%d attributes", len(desired)), "all attributes match")
 		return skipped("all %d BIOS attributes match", len(matches))
 	}
 	keys := sortedKeys(changes)
@@ -428,7 +431,7 @@ func (e *Engine) biosSettings(ctx context.Context, r *store.Run) outcome {
 		diff = append(diff, fmt.Sprintf("%s=%v (is %v)", k, changes[k], current[k]))
 	}
 	if modes.Mode(r.Mode) != modes.Provision {
-		e.verdict(ctx, r, "bios", "settings", "DRIFT", strings.Join(diff, ", "), "", "reported only")
+		e.verdict(ctx, r, "bios", "settings", curev1.VerdictStatus_DRIFT, strings.Join(diff, ", "), "", "reported only")
 		return ok("%d BIOS attributes drifted (reported only): %s", len(changes), strings.Join(diff, ", "))
 	}
 	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error { return b.SetBiosAttributes(ctx, changes) }); err != nil {
@@ -437,7 +440,7 @@ func (e *Engine) biosSettings(ctx context.Context, r *store.Run) outcome {
 	if err := e.rebootIntoCURE(ctx, r, fmt.Sprintf("%d BIOS attributes apply on reset", len(changes))); err != nil {
 		return failed("%v", err)
 	}
-	if out := e.waitForNewCURE(ctx, r); out.status == runstate.PhaseFailed {
+	if out := e.waitForNewCURE(ctx, r); out.status == curev1.PhaseStatus_PHASE_FAILED {
 		return out
 	}
 	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
@@ -451,10 +454,10 @@ func (e *Engine) biosSettings(ctx context.Context, r *store.Run) outcome {
 		for _, k := range sortedKeys(left) {
 			miss = append(miss, fmt.Sprintf("%s is %v, want %v", k, current[k], left[k]))
 		}
-		e.verdict(ctx, r, "bios", "settings", "FAIL", strings.Join(miss, ", "), "", "attributes did not apply after the reboot")
+		e.verdict(ctx, r, "bios", "settings", curev1.VerdictStatus_FAIL, strings.Join(miss, ", "), "", "attributes did not apply after the reboot")
 		return failed("BIOS attributes not applied after reboot: %s", strings.Join(miss, "; "))
 	}
-	e.verdict(ctx, r, "bios", "settings", "PASS", strings.Join(keys, ","), "", fmt.Sprintf("%d changed, %d already matched; verified after reboot", len(changes), len(matches)))
+	e.verdict(ctx, r, "bios", "settings", curev1.VerdictStatus_PASS, strings.Join(keys, ","), "", fmt.Sprintf("%d changed, %d already matched; verified after reboot", len(changes), len(matches)))
 	return ok("%d BIOS attributes applied and verified: %s", len(changes), strings.Join(keys, ", "))
 }
 

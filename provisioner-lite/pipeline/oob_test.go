@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
@@ -54,7 +55,7 @@ func TestFirmwareAllDriftThenRerunSkips(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.waitRun(runID)
-	if r.Status != "succeeded" {
+	if r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("run ended %s: %s", r.Status, r.Message)
 	}
 	if v, _, _ := f.bmc.FirmwareVersion("BMC"); v != "1.50.0" {
@@ -86,14 +87,14 @@ func TestFirmwareAllDriftThenRerunSkips(t *testing.T) {
 	}
 	ps := f.phases(runID)
 	for _, p := range []string{modes.BMC, modes.BIOS, modes.HGX, modes.BIOSSettings} {
-		if ps[p].Status != "ok" {
+		if ps[p].Status != curev1.PhaseStatus_PHASE_OK {
 			t.Errorf("%s = %s: %s", p, ps[p].Status, ps[p].Message)
 		}
 	}
 	vs, _ := f.st.Verdicts(context.Background(), runID)
 	pass := 0
 	for _, v := range vs {
-		if v.Check == "firmware_update" && v.Status == "PASS" {
+		if v.Check == "firmware_update" && v.Status == curev1.VerdictStatus_PASS {
 			pass++
 		}
 	}
@@ -107,12 +108,12 @@ func TestFirmwareAllDriftThenRerunSkips(t *testing.T) {
 		t.Fatal(err)
 	}
 	r2 := f.waitRun(run2)
-	if r2.Status != "succeeded" {
+	if r2.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("rerun ended %s: %s", r2.Status, r2.Message)
 	}
 	ps2 := f.phases(run2)
 	for _, p := range []string{modes.BMC, modes.BIOS, modes.HGX, modes.BIOSSettings} {
-		if ps2[p].Status != "skipped" {
+		if ps2[p].Status != curev1.PhaseStatus_PHASE_SKIPPED {
 			t.Errorf("rerun %s = %s: %s", p, ps2[p].Status, ps2[p].Message)
 		}
 	}
@@ -137,7 +138,7 @@ func TestLostUpdateResponseNoDoubleFlash(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.waitRun(runID)
-	if r.Status != "succeeded" {
+	if r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("run ended %s: %s", r.Status, r.Message)
 	}
 	if n := f.bmc.Flashes("BMC"); n != 1 {
@@ -155,7 +156,7 @@ func TestAuditReportsDriftChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.waitRun(runID)
-	if r.Status != "succeeded" {
+	if r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("audit ended %s: %s", r.Status, r.Message)
 	}
 	for _, id := range []string{"BMC", "BIOS", "HGX_FW_GPU_SXM_1"} {
@@ -169,7 +170,7 @@ func TestAuditReportsDriftChangesNothing(t *testing.T) {
 	vs, _ := f.st.Verdicts(context.Background(), runID)
 	drift := map[string]bool{}
 	for _, v := range vs {
-		if v.Status == "DRIFT" {
+		if v.Status == curev1.VerdictStatus_DRIFT {
 			drift[v.Component] = true
 		}
 	}
@@ -194,13 +195,13 @@ func TestVerifyChecksEveryArtifactAppliesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := f.waitRun(runID); r.Status != "succeeded" {
+	if r := f.waitRun(runID); r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("verify ended %s: %s", r.Status, r.Message)
 	}
 	vs, _ := f.st.Verdicts(context.Background(), runID)
 	verified := 0
 	for _, v := range vs {
-		if v.Check == "artifact" && v.Status == "PASS" {
+		if v.Check == "artifact" && v.Status == curev1.VerdictStatus_PASS {
 			verified++
 		}
 	}
@@ -228,7 +229,7 @@ func TestVerifyChecksEveryArtifactAppliesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	r2 := f.waitRun(run2)
-	if r2.Status != "failed" || r2.Phase != modes.Preflight {
+	if r2.Status != curev1.RunStatus_RUN_FAILED || r2.Phase != modes.Preflight {
 		t.Fatalf("verify with a corrupted artifact = %s at %s: %s", r2.Status, r2.Phase, r2.Message)
 	}
 	if len(f.m.Boots()) != boots {
@@ -236,7 +237,7 @@ func TestVerifyChecksEveryArtifactAppliesNothing(t *testing.T) {
 	}
 	vs, _ = f.st.Verdicts(context.Background(), run2)
 	for _, v := range vs {
-		if v.Component == "firmware/bmc" && (v.Status != "FAIL" || !strings.Contains(v.Message, "sha256")) {
+		if v.Component == "firmware/bmc" && (v.Status != curev1.VerdictStatus_FAIL || !strings.Contains(v.Message, "sha256")) {
 			t.Errorf("corrupted bmc artifact verdict %+v", v)
 		}
 	}
@@ -255,19 +256,19 @@ func TestFirmwareVersionedIDsByName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := f.waitRun(runID); r.Status != "succeeded" {
+	if r := f.waitRun(runID); r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("run ended %s: %s", r.Status, r.Message)
 	}
 	if v, _, _ := f.bmc.FirmwareVersion("BMC"); v != "1.50.0" || f.bmc.Flashes("BMC") != 1 {
 		t.Fatalf("BMC runs %q after %d flashes", v, f.bmc.Flashes("BMC"))
 	}
-	if ps := f.phases(runID); ps[modes.BMC].Status != "ok" || !strings.Contains(ps[modes.BMC].Message, "1 updated to 1.50.0") {
+	if ps := f.phases(runID); ps[modes.BMC].Status != curev1.PhaseStatus_PHASE_OK || !strings.Contains(ps[modes.BMC].Message, "1 updated to 1.50.0") {
 		t.Fatalf("bmc phase = %s: %s", ps[modes.BMC].Status, ps[modes.BMC].Message)
 	}
 	vs, _ := f.st.Verdicts(context.Background(), runID)
 	pass := 0
 	for _, v := range vs {
-		if v.Check == "firmware_update" && v.Status == "PASS" && v.Observed == "1.50.0" {
+		if v.Check == "firmware_update" && v.Status == curev1.VerdictStatus_PASS && v.Observed == "1.50.0" {
 			pass++
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 )
@@ -13,18 +14,19 @@ import (
 func TestPlanOOBUnorderableIsError(t *testing.T) {
 	want := []manifests.Firmware{{Name: "bmc", Component: "bmc", Gate: manifests.GateAtLeast, Version: "2.50", Match: manifests.Match{RedfishID: "*"}}}
 	for _, tc := range []struct {
-		running, status string
-		deltas          int
+		running string
+		status  curev1.VerdictStatus
+		deltas  int
 	}{
-		{"2.55 Oct 01 2021", "MATCH", 0},
-		{"2.45 Oct 01 2020", "DRIFT", 1},
-		{"Not Present", "ERROR", 0},
+		{"2.55 Oct 01 2021", curev1.VerdictStatus_MATCH, 0},
+		{"2.45 Oct 01 2020", curev1.VerdictStatus_DRIFT, 1},
+		{"Not Present", curev1.VerdictStatus_ERROR, 0},
 	} {
 		rows, deltas := planOOB("bmc", want, []redfish.FirmwareItem{{ID: "BMC", Version: tc.running}})
 		if len(rows) != 1 || rows[0].status != tc.status || len(deltas) != tc.deltas {
 			t.Fatalf("running %q: rows %+v, %d deltas; want one %s row and %d deltas", tc.running, rows, len(deltas), tc.status, tc.deltas)
 		}
-		if tc.status == "ERROR" && !strings.Contains(rows[0].msg, tc.running) {
+		if tc.status == curev1.VerdictStatus_ERROR && !strings.Contains(rows[0].msg, tc.running) {
 			t.Errorf("ERROR message %q does not name the value %q", rows[0].msg, tc.running)
 		}
 	}
@@ -84,11 +86,11 @@ func TestPlanOOBAmbiguousLiteral(t *testing.T) {
 	}
 	fw := manifests.Firmware{Name: "bmc", Version: "BF-24.10-20", Match: manifests.Match{Name: "Software Inventory"}}
 	rows, deltas := planOOB("bmc", []manifests.Firmware{fw}, inv)
-	if len(rows) != 1 || rows[0].status != "ERROR" || !strings.Contains(rows[0].msg, "BMC_Firmware, DPU_UEFI") || len(deltas) != 0 {
+	if len(rows) != 1 || rows[0].status != curev1.VerdictStatus_ERROR || !strings.Contains(rows[0].msg, "BMC_Firmware, DPU_UEFI") || len(deltas) != 0 {
 		t.Fatalf("literal Name over two members: rows %+v, deltas %d", rows, len(deltas))
 	}
 	fw.Match = manifests.Match{Name: "Software Inventory", RedfishID: "BMC_*"}
-	if rows, deltas := planOOB("bmc", []manifests.Firmware{fw}, inv); len(rows) != 1 || rows[0].status != "DRIFT" || len(deltas) != 1 {
+	if rows, deltas := planOOB("bmc", []manifests.Firmware{fw}, inv); len(rows) != 1 || rows[0].status != curev1.VerdictStatus_DRIFT || len(deltas) != 1 {
 		t.Fatalf("Name plus Id glob: rows %+v, deltas %d", rows, len(deltas))
 	}
 }

@@ -379,7 +379,7 @@ func (f *fixture) waitRun(runID string) store.Run {
 		}
 		// Ended, and done ending: finish's side effects (tokens, events,
 		// metrics, webhooks) follow the status save.
-		if r.Status != "running" && r.Status != "pending" && !f.eng.Driving(runID) {
+		if r.Status != curev1.RunStatus_RUN_RUNNING && r.Status != curev1.RunStatus_RUN_PENDING && !f.eng.Driving(runID) {
 			return r
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -407,7 +407,7 @@ func TestProvisionRunsEveryPhaseInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.waitRun(runID)
-	if r.Status != "succeeded" {
+	if r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("run ended %s: %s", r.Status, r.Message)
 	}
 	ps, _ := f.st.Phases(context.Background(), runID)
@@ -427,7 +427,7 @@ func TestProvisionRunsEveryPhaseInOrder(t *testing.T) {
 	// those phases must be skipped, never passed.
 	got := f.phases(runID)
 	for _, p := range []string{modes.BMC, modes.BIOS, modes.HGX, modes.BIOSSettings} {
-		if got[p].Status != "skipped" {
+		if got[p].Status != curev1.PhaseStatus_PHASE_SKIPPED {
 			t.Errorf("%s = %s, want skipped", p, got[p].Status)
 		}
 	}
@@ -445,7 +445,7 @@ func TestProvisionRunsEveryPhaseInOrder(t *testing.T) {
 		t.Errorf("reboots = %d, want 2", r.Reboots)
 	}
 	vs, _ := f.st.Verdicts(context.Background(), runID)
-	if len(vs) != 1 || vs[0].Component != "nvme/0" || vs[0].Status != "MATCH" {
+	if len(vs) != 1 || vs[0].Component != "nvme/0" || vs[0].Status != curev1.VerdictStatus_MATCH {
 		t.Errorf("verdicts = %+v", vs)
 	}
 	// Need to know: the PSID of the selected disk only, the callback token
@@ -489,7 +489,7 @@ func TestPhaseFailureBudgetThenResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.waitRun(runID)
-	if r.Status != "failed" || r.Phase != modes.OSInstall || !strings.Contains(r.Message, "os_install failed 2 times") {
+	if r.Status != curev1.RunStatus_RUN_FAILED || r.Phase != modes.OSInstall || !strings.Contains(r.Message, "os_install failed 2 times") {
 		t.Fatalf("run = %s at %s: %q; want failed at os_install after 2 attempts", r.Status, r.Phase, r.Message)
 	}
 	for _, o := range f.bmc.Overrides() {
@@ -505,7 +505,7 @@ func TestPhaseFailureBudgetThenResume(t *testing.T) {
 		t.Fatalf("resume = %s, %v; want the same run", again, err)
 	}
 	r = f.waitRun(runID)
-	if r.Status != "succeeded" {
+	if r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("resumed run ended %s: %s", r.Status, r.Message)
 	}
 	got := f.phases(runID)
@@ -525,13 +525,13 @@ func TestStreamCutMidPhaseReattachesWithoutRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.waitRun(runID)
-	if r.Status != "succeeded" {
+	if r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("run ended %s: %s", r.Status, r.Message)
 	}
 	if r.PhaseFailures != 0 {
 		t.Errorf("a cut stream burned %d phase retries", r.PhaseFailures)
 	}
-	if got := f.phases(runID)[modes.OSInstall]; got.Attempts != 1 || got.Status != "ok" {
+	if got := f.phases(runID)[modes.OSInstall]; got.Attempts != 1 || got.Status != curev1.PhaseStatus_PHASE_OK {
 		t.Errorf("os_install = %+v, want one ok attempt", got)
 	}
 	evs, _ := f.st.Events(context.Background(), runID, 0, 1000)
@@ -560,7 +560,7 @@ func TestAuditNeverWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.waitRun(runID)
-	if r.Status != "succeeded" {
+	if r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("audit ended %s: %s", r.Status, r.Message)
 	}
 	got := f.phases(runID)
@@ -601,7 +601,7 @@ func TestHardwareGateStopsBeforeFirmware(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.waitRun(runID)
-	if r.Status != "failed" || r.Phase != modes.Hardware || !strings.Contains(r.Message, "phase hardware failed 2 times") {
+	if r.Status != curev1.RunStatus_RUN_FAILED || r.Phase != modes.Hardware || !strings.Contains(r.Message, "phase hardware failed 2 times") {
 		t.Fatalf("run %s at %s: %s", r.Status, r.Phase, r.Message)
 	}
 	got := f.phases(runID)
@@ -641,7 +641,7 @@ func TestDiagnosticCarriesNodeSKU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := f.waitRun(runID); r.Status != "succeeded" {
+	if r := f.waitRun(runID); r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("run %s: %s", r.Status, r.Message)
 	}
 	f.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
@@ -28,7 +29,7 @@ func TestRebootOutOfCUREEndsSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.waitRun(runID)
-	if r.Status != "succeeded" {
+	if r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("run ended %s: %s", r.Status, r.Message)
 	}
 	ctx := context.Background()
@@ -87,7 +88,7 @@ func TestPreflightMissingImageNotRetried(t *testing.T) {
 	}
 	r := f.waitRun(runID)
 	pre := f.phases(runID)[modes.Preflight]
-	if r.Status != "failed" || pre.Attempts != 1 || !strings.Contains(r.Message, "os.image: sha256:"+strings.Repeat("ab", 32)+" not in the artifact store") ||
+	if r.Status != curev1.RunStatus_RUN_FAILED || pre.Attempts != 1 || !strings.Contains(r.Message, "os.image: sha256:"+strings.Repeat("ab", 32)+" not in the artifact store") ||
 		!strings.Contains(r.Message, "provisioner-lite artifacts add") {
 		t.Fatalf("run %s after %d preflight attempts: %s", r.Status, pre.Attempts, r.Message)
 	}

@@ -245,13 +245,13 @@ func (d *batchDecision) actOnEvents() {
 			d.add(action{kind: actRecordStart, phase: ev.Phase})
 		case runstate.EventPhaseEnd:
 			d.b.Cursor = ev.ID
-			out := outcome{status: ev.Status, msg: ev.Message}
+			out := phaseEndOutcome(ev)
 			endAttempt(d.r, ev.Phase, out)
 			if d.b.Current == ev.Phase {
 				d.b.Current = ""
 			}
 			d.add(action{kind: actRecordEnd, phase: ev.Phase, out: out, dur: time.Duration(ev.DurationMs) * time.Millisecond})
-			if out.status == runstate.PhaseFailed {
+			if out.status == curev1.PhaseStatus_PHASE_FAILED {
 				d.add(action{kind: actFail, phase: ev.Phase, msg: ev.Message})
 				return
 			}
@@ -416,6 +416,19 @@ func (d *batchDecision) checkDeadline() {
 	d.add(action{kind: actFail, phase: cur, msg: msg})
 }
 
+// phaseEndOutcome is the outcome a runner's phase_end event reports; a
+// status the coordinator cannot read is a failure saying so.
+func phaseEndOutcome(ev store.Event) outcome {
+	st, err := runstate.ParsePhase(ev.Status)
+	switch {
+	case err != nil:
+		return outcome{status: curev1.PhaseStatus_PHASE_FAILED, msg: fmt.Sprintf("phase_end event %d: %v: %s", ev.ID, err, ev.Message)}
+	case st == curev1.PhaseStatus_PHASE_RUNNING:
+		return outcome{status: curev1.PhaseStatus_PHASE_FAILED, msg: fmt.Sprintf("phase_end event %d says the phase is still running: %s", ev.ID, ev.Message)}
+	}
+	return outcome{status: st, msg: ev.Message}
+}
+
 // startAttempt is a phase attempt's start in the run's status: the
 // coordinator's clock orders phases (a node's clock is not trusted).
 func startAttempt(r *store.Run, phase string, now time.Time) {
@@ -425,7 +438,7 @@ func startAttempt(r *store.Run, phase string, now time.Time) {
 
 // endAttempt is a phase attempt's end in the run's status.
 func endAttempt(r *store.Run, phase string, out outcome) {
-	if out.status != runstate.PhaseFailed && !slices.Contains(r.CompletedPhases, phase) {
+	if out.status != curev1.PhaseStatus_PHASE_FAILED && !slices.Contains(r.CompletedPhases, phase) {
 		r.CompletedPhases = append(r.CompletedPhases, phase)
 	}
 }

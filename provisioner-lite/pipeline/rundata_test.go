@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
@@ -28,7 +28,7 @@ func TestMalformedRunDataNeedsAttention(t *testing.T) {
 	if err := st.UpsertNode(ctx, store.Node{ID: "n1", BMCURL: "https://bmc", BMCUser: "u", BMCPassword: "p", SKU: "s", MACs: []string{"52:54:00:00:00:01"}}); err != nil {
 		t.Fatal(err)
 	}
-	run := store.Run{ID: "r1", NodeID: "n1", Mode: "provision", Manifest: "s", Status: runstate.RunRunning, StartedAt: time.Now().UTC(),
+	run := store.Run{ID: "r1", NodeID: "n1", Mode: "provision", Manifest: "s", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now().UTC(),
 		Phase: "bmc", Pipeline: store.PipelineState{Malformed: `run r1: data attempts/bmc = "two" is not a decimal integer`}}
 	if err := st.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func TestMalformedRunDataNeedsAttention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Status != runstate.RunAttention {
+	if got.Status != curev1.RunStatus_RUN_ATTENTION {
 		t.Errorf("status %s, want attention", got.Status)
 	}
 	for _, want := range []string{"r1", "attempts/bmc", `"two"`} {

@@ -320,7 +320,7 @@ func (e *Engine) suiteResume(ctx context.Context, r *store.Run) (*curev1.SuiteRe
 	}
 	interrupted := false
 	for _, p := range ps {
-		interrupted = interrupted || (p.Name == modes.Validate && p.Status == runstate.PhaseRunning)
+		interrupted = interrupted || (p.Name == modes.Validate && p.Status == curev1.PhaseStatus_PHASE_RUNNING)
 	}
 	if !interrupted {
 		return nil, nil

@@ -74,7 +74,7 @@ func TestSilentRunnerLostAndSuiteResumed(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.waitRun(runID)
-	if r.Status != "succeeded" {
+	if r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("run ended %s: %s", r.Status, r.Message)
 	}
 	started := r.Pipeline.Phase(modes.Validate).StartedAt

@@ -4,11 +4,15 @@ import (
 	"context"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
 // stopRequest is how a run stopped from outside its goroutine ends.
-type stopRequest struct{ status, msg string }
+type stopRequest struct {
+	status curev1.RunStatus
+	msg    string
+}
 
 // requestStop ends a run from outside its goroutine: a running pipeline is
 // cancelled and the run is finished after the goroutine exits (so none of its
@@ -33,7 +37,7 @@ func (e *Engine) stopRun(runID string, req stopRequest) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r, err := e.cfg.Store.GetRun(ctx, runID)
-	if err != nil || (r.Status != runstate.RunRunning && r.Status != runstate.RunPending) {
+	if err != nil || !runstate.Active(r.Status) {
 		return
 	}
 	e.finish(ctx, &r, req.status, req.msg)
@@ -49,6 +53,6 @@ func (e *Engine) Cancel(ctx context.Context, runID, reason string) error {
 		msg += ": " + reason
 	}
 	e.cfg.Hub.CloseRun(runID)
-	e.requestStop(runID, stopRequest{status: runstate.RunCanceled, msg: msg})
+	e.requestStop(runID, stopRequest{status: curev1.RunStatus_RUN_CANCELED, msg: msg})
 	return nil
 }

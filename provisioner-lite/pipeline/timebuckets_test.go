@@ -25,7 +25,7 @@ func TestTimeBuckets(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.waitRun(runID)
-	if r.Status != "succeeded" {
+	if r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("run ended %s: %s", r.Status, r.Message)
 	}
 	ctx := context.Background()

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
@@ -29,7 +29,7 @@ func TestToolBundleRef(t *testing.T) {
 	if err := st.UpsertNode(ctx, store.Node{ID: "n1", BMCURL: "https://bmc", BMCUser: "u", BMCPassword: "p", SKU: "qemu-nvme", MACs: []string{"52:54:00:00:00:01"}}); err != nil {
 		t.Fatal(err)
 	}
-	run := store.Run{ID: "r1", NodeID: "n1", Mode: "diagnostic", Manifest: "measure", Status: runstate.RunRunning, StartedAt: time.Now().UTC()}
+	run := store.Run{ID: "r1", NodeID: "n1", Mode: "diagnostic", Manifest: "measure", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now().UTC()}
 	if err := st.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver
 		return bootserver.Decision{}, fmt.Errorf("mac %s is not registered: %w", mac, err)
 	}
 	r, err := e.cfg.Store.LatestRun(ctx, n.ID)
-	if err != nil || (r.Status != runstate.RunRunning && r.Status != runstate.RunPending) {
+	if err != nil || !runstate.Active(r.Status) {
 		return bootserver.Decision{Boot: false, Reason: "no active run"}, nil
 	}
 	if r.Pipeline.Boot != store.BootCURE {
@@ -123,7 +123,7 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 		return refuse("token is not a host token of run " + r.ID)
 	}
 	waitFrom := r.Pipeline.Host.WaitFrom
-	if r.Status != runstate.RunRunning || r.Phase != modes.WaitForHostOS {
+	if r.Status != curev1.RunStatus_RUN_RUNNING || r.Phase != modes.WaitForHostOS {
 		return refuse(fmt.Sprintf("run %s is %s in %s, not waiting for the installed OS", r.ID, r.Status, nonEmpty(r.Phase, "no phase")))
 	}
 	rebooted := r.Pipeline.Host.RebootedAt
@@ -166,7 +166,7 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 // for an operator, its sessions are closed and its tokens deleted.
 func (e *Engine) IdentityContested(ctx context.Context, runID, detail string) {
 	e.cfg.Hub.CloseRun(runID)
-	e.requestStop(runID, stopRequest{status: runstate.RunAttention, msg: "runner identity contested, run stopped: " + detail})
+	e.requestStop(runID, stopRequest{status: curev1.RunStatus_RUN_ATTENTION, msg: "runner identity contested, run stopped: " + detail})
 }
 
 // psidsFor returns the PSIDs an assignment may carry: only the disks the

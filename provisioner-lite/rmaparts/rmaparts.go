@@ -74,8 +74,12 @@ func rank(s curev1.VerdictStatus) int {
 		return 2
 	case curev1.VerdictStatus_MARGINAL:
 		return 1
+	case curev1.VerdictStatus_PASS, curev1.VerdictStatus_MATCH, curev1.VerdictStatus_DRIFT, curev1.VerdictStatus_SKIP,
+		curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED:
+		return 0 // names no part to replace
+	default:
+		return 0
 	}
-	return 0
 }
 
 func contains(list []string, s string) bool {

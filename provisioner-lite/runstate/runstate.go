@@ -1,45 +1,109 @@
-// Package runstate defines, once, the run statuses, phase statuses and event
-// kinds the coordinator stores, serves over the operator API and shows. The
-// store validates against these sets; the pipeline, server, dashboard,
-// time buckets, curectl and the fleet simulator compare with these names
-// rather than with literals. It imports nothing, so a client (curectl, the
+// Package runstate defines, once, the event kinds and sources the
+// coordinator stores, and maps the statuses (the proto enums of api/curev1:
+// RunStatus, PhaseStatus, VerdictStatus) to and from the names the store
+// keeps them by, which the operator API's older string fields, the
+// timeline and the metrics' labels carry too. Code compares statuses as
+// enums, never as names. It imports only the API, so a client (curectl, the
 // fleet simulator) can use it without the store's database drivers.
 package runstate
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+	"strings"
 
-// Run statuses, as stored and as the operator API reports them.
-const (
-	RunPending   = "pending"
-	RunRunning   = "running"
-	RunSucceeded = "succeeded"
-	RunFailed    = "failed"
-	RunAttention = "attention"
-	RunCanceled  = "canceled"
+	curev1 "github.com/cure-oss/cure/api/curev1"
 )
 
 // RunStatuses lists every run status, the active ones first.
-var RunStatuses = []string{RunPending, RunRunning, RunSucceeded, RunFailed, RunAttention, RunCanceled}
+var RunStatuses = []curev1.RunStatus{curev1.RunStatus_RUN_PENDING, curev1.RunStatus_RUN_RUNNING, curev1.RunStatus_RUN_SUCCEEDED,
+	curev1.RunStatus_RUN_FAILED, curev1.RunStatus_RUN_ATTENTION, curev1.RunStatus_RUN_CANCELED}
 
-// ValidRun reports whether s is a run status.
-func ValidRun(s string) bool { return slices.Contains(RunStatuses, s) }
+// runNames are the names the store keeps run statuses by.
+var runNames = map[curev1.RunStatus]string{
+	curev1.RunStatus_RUN_PENDING: "pending", curev1.RunStatus_RUN_RUNNING: "running", curev1.RunStatus_RUN_SUCCEEDED: "succeeded",
+	curev1.RunStatus_RUN_FAILED: "failed", curev1.RunStatus_RUN_ATTENTION: "attention", curev1.RunStatus_RUN_CANCELED: "canceled",
+}
+
+// RunName is a run status's stored name ("" for none).
+func RunName(s curev1.RunStatus) string { return runNames[s] }
+
+// ParseRun is the run status named name.
+func ParseRun(name string) (curev1.RunStatus, error) {
+	for s, n := range runNames {
+		if n == name {
+			return s, nil
+		}
+	}
+	return 0, fmt.Errorf("run status %q is not one of %s", name, strings.Join(names(RunStatuses, RunName), "|"))
+}
 
 // Active reports whether a run in status s is still to be driven.
-func Active(s string) bool { return s == RunPending || s == RunRunning }
+func Active(s curev1.RunStatus) bool {
+	return s == curev1.RunStatus_RUN_PENDING || s == curev1.RunStatus_RUN_RUNNING
+}
 
-// Phase statuses, as stored and as a phase_end event carries them.
-const (
-	PhaseRunning = "running"
-	PhaseOK      = "ok"
-	PhaseSkipped = "skipped"
-	PhaseFailed  = "failed"
-)
+// PhaseStatuses lists every phase status a phase record takes.
+var PhaseStatuses = []curev1.PhaseStatus{curev1.PhaseStatus_PHASE_RUNNING, curev1.PhaseStatus_PHASE_OK, curev1.PhaseStatus_PHASE_SKIPPED,
+	curev1.PhaseStatus_PHASE_FAILED}
 
-// PhaseStatuses lists every phase status.
-var PhaseStatuses = []string{PhaseRunning, PhaseOK, PhaseSkipped, PhaseFailed}
+var phaseNames = map[curev1.PhaseStatus]string{
+	curev1.PhaseStatus_PHASE_RUNNING: "running", curev1.PhaseStatus_PHASE_OK: "ok", curev1.PhaseStatus_PHASE_SKIPPED: "skipped",
+	curev1.PhaseStatus_PHASE_FAILED: "failed",
+}
 
-// ValidPhase reports whether s is a phase status.
-func ValidPhase(s string) bool { return slices.Contains(PhaseStatuses, s) }
+// PhaseName is a phase status's stored name ("" for none).
+func PhaseName(s curev1.PhaseStatus) string { return phaseNames[s] }
+
+// ParsePhase is the phase status named name.
+func ParsePhase(name string) (curev1.PhaseStatus, error) {
+	for s, n := range phaseNames {
+		if n == name {
+			return s, nil
+		}
+	}
+	return 0, fmt.Errorf("phase status %q is not one of %s", name, strings.Join(names(PhaseStatuses, PhaseName), "|"))
+}
+
+// VerdictStatuses lists every verdict status, in the enum's order.
+var VerdictStatuses = func() []curev1.VerdictStatus {
+	var out []curev1.VerdictStatus
+	for n := range curev1.VerdictStatus_name {
+		if s := curev1.VerdictStatus(n); s != curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED {
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out)
+	return out
+}()
+
+// VerdictName is a verdict status's stored name: the enum's (PASS, DRIFT...),
+// "" for none.
+func VerdictName(s curev1.VerdictStatus) string {
+	if s == curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED {
+		return ""
+	}
+	if _, ok := curev1.VerdictStatus_name[int32(s)]; !ok {
+		return ""
+	}
+	return s.String()
+}
+
+// ParseVerdict is the verdict status named name.
+func ParseVerdict(name string) (curev1.VerdictStatus, error) {
+	if v, ok := curev1.VerdictStatus_value[name]; ok && v != 0 {
+		return curev1.VerdictStatus(v), nil
+	}
+	return 0, fmt.Errorf("verdict status %q is not one of %s", name, strings.Join(names(VerdictStatuses, VerdictName), "|"))
+}
+
+func names[S ~int32](ss []S, name func(S) string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = name(s)
+	}
+	return out
+}
 
 // Event kinds of a run's timeline. The runner sends proto events; the
 // server stores each under one of the first five kinds.

@@ -22,7 +22,6 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/curectl"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -257,7 +256,7 @@ func TestProvision1000AllStartedOrRefused(t *testing.T) {
 	waitFor(t, func() bool { return len(f.activeRuns()) == capacity-inRack })
 	for _, r := range cresp.GetCanceled() {
 		run, err := f.st.GetRun(ctx, r.GetRunId())
-		if err != nil || run.Status != runstate.RunCanceled {
+		if err != nil || run.Status != curev1.RunStatus_RUN_CANCELED {
 			t.Errorf("run %s: %v, status %q; want canceled", r.GetRunId(), err, run.Status)
 		}
 	}

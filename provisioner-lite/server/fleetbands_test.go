@@ -11,7 +11,6 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -33,7 +32,7 @@ func fleetStore(t *testing.T, vals ...float64) *store.Store {
 		if err := st.UpsertNode(ctx, store.Node{ID: node, BMCURL: "https://192.0.2.1", SKU: "hgx", MACs: []string{fmt.Sprintf("52:54:00:00:00:%02x", i+1)}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.CreateRun(ctx, store.Run{ID: run, NodeID: node, Mode: "diagnostic", Manifest: "fleet-read", Status: runstate.RunRunning, StartedAt: time.Now()}); err != nil {
+		if err := st.CreateRun(ctx, store.Run{ID: run, NodeID: node, Mode: "diagnostic", Manifest: "fleet-read", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 		ev := &curev1.Event{Seq: 1, TimeUnixMs: time.Now().UnixMilli(), Phase: "validate", Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{

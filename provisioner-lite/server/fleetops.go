@@ -252,7 +252,7 @@ func (o *OperatorService) Cancel(ctx context.Context, req *curev1.CancelRequest)
 		}
 		for _, id := range ids {
 			r, err := o.Store.LatestRun(ctx, id)
-			if err != nil || (r.Status != runstate.RunPending && r.Status != runstate.RunRunning) {
+			if err != nil || (r.Status != curev1.RunStatus_RUN_PENDING && r.Status != curev1.RunStatus_RUN_RUNNING) {
 				resp.Refused = append(resp.Refused, &curev1.Refusal{NodeId: id, Reason: RefusedNotRun, Message: "node has no active run"})
 				continue
 			}
@@ -267,7 +267,7 @@ func (o *OperatorService) Cancel(ctx context.Context, req *curev1.CancelRequest)
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "read run %s: %v", id, err)
 		}
-		if r.Status != runstate.RunPending && r.Status != runstate.RunRunning {
+		if r.Status != curev1.RunStatus_RUN_PENDING && r.Status != curev1.RunStatus_RUN_RUNNING {
 			resp.Refused = append(resp.Refused, &curev1.Refusal{NodeId: r.NodeID, Reason: RefusedNotRun, Message: fmt.Sprintf("run %s already %s", r.ID, r.Status)})
 			continue
 		}
@@ -308,14 +308,16 @@ func (o *OperatorService) Fleet(ctx context.Context, req *curev1.FleetRequest) (
 			fs.ByStatus["none"]++
 			continue
 		}
-		fs.ByStatus[r.Status]++
+		fs.ByStatus[runstate.RunName(r.Status)]++
 		switch r.Status {
-		case runstate.RunPending, runstate.RunRunning:
+		case curev1.RunStatus_RUN_PENDING, curev1.RunStatus_RUN_RUNNING:
 			fs.Active++
 			fs.ByPhase[nonEmpty(r.Phase, "start")]++
-		case runstate.RunFailed, runstate.RunAttention:
-			failures = append(failures, &curev1.FleetRun{NodeId: n.ID, RunId: r.ID, Status: r.Status, Phase: r.Phase,
-				Message: textsafe.Truncate(r.Message, maxFleetMessage), EndedUnixMs: r.EndedAt.UnixMilli()})
+		case curev1.RunStatus_RUN_FAILED, curev1.RunStatus_RUN_ATTENTION:
+			failures = append(failures, &curev1.FleetRun{NodeId: n.ID, RunId: r.ID, Status: runstate.RunName(r.Status), RunStatus: r.Status,
+				Phase: r.Phase, Message: textsafe.Truncate(r.Message, maxFleetMessage), EndedUnixMs: r.EndedAt.UnixMilli()})
+		case curev1.RunStatus_RUN_SUCCEEDED, curev1.RunStatus_RUN_CANCELED, curev1.RunStatus_RUN_STATUS_UNSPECIFIED:
+			// ended without needing anyone: counted only
 		}
 	}
 	sort.SliceStable(failures, func(i, j int) bool { return failures[i].EndedUnixMs > failures[j].EndedUnixMs })

@@ -116,7 +116,7 @@ func newHostile(t *testing.T, runnerOpts ...func(*server.RunnerService)) *hostil
 			PSIDs: map[string]string{"DISK-" + n.id: strings.Repeat("P", 32)}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.CreateRun(ctx, store.Run{ID: n.run, NodeID: n.id, Mode: "provision", Manifest: "m", Status: runstate.RunRunning, Phase: modes.WaitForCURE,
+		if err := st.CreateRun(ctx, store.Run{ID: n.run, NodeID: n.id, Mode: "provision", Manifest: "m", Status: curev1.RunStatus_RUN_RUNNING, Phase: modes.WaitForCURE,
 			StartedAt: time.Now(), Pipeline: store.PipelineState{Boot: store.BootCURE, CUREWindow: "w1"}}); err != nil {
 			t.Fatal(err)
 		}
@@ -352,7 +352,7 @@ func TestHostileRunnerCannotWriteOtherRun(t *testing.T) {
 		t.Fatalf("security events for the identity claim: %+v", got)
 	}
 	// B's run is where it was: nothing moved it.
-	if r := h.run(nodeB.run); r.Status != runstate.RunRunning || r.Phase != modes.WaitForCURE {
+	if r := h.run(nodeB.run); r.Status != curev1.RunStatus_RUN_RUNNING || r.Phase != modes.WaitForCURE {
 		t.Fatalf("run B after the attack: %s in %s", r.Status, r.Phase)
 	}
 }
@@ -401,7 +401,7 @@ func TestBootTokenSingleUse(t *testing.T) {
 	}
 	// Contested: the run stops, the legitimate-looking session is cut too.
 	r := h.run(nodeA.run)
-	if r.Status != runstate.RunAttention || !strings.Contains(r.Message, "contested") || !strings.Contains(r.Message, "attacker") {
+	if r.Status != curev1.RunStatus_RUN_ATTENTION || !strings.Contains(r.Message, "contested") || !strings.Contains(r.Message, "attacker") {
 		t.Fatalf("run after a contested boot window: %s %q", r.Status, r.Message)
 	}
 	if err := send(s2, logEvent(3, "", "still here?")); err == nil {
@@ -439,7 +439,7 @@ func TestFinishedRunTokenRefused(t *testing.T) {
 	// Both runs end as the store records it; no cleanup ran (as after a crash).
 	for _, id := range []string{nodeA.run, nodeB.run} {
 		r := h.run(id)
-		r.Status, r.EndedAt = runstate.RunSucceeded, time.Now()
+		r.Status, r.EndedAt = curev1.RunStatus_RUN_SUCCEEDED, time.Now()
 		if err := h.st.UpdateRun(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}
@@ -554,7 +554,7 @@ func TestHostCallbackOnce(t *testing.T) {
 	}
 	// After success.
 	r := h.run(nodeA.run)
-	r.Status, r.Phase = runstate.RunSucceeded, modes.WaitForHostOS
+	r.Status, r.Phase = curev1.RunStatus_RUN_SUCCEEDED, modes.WaitForHostOS
 	if err := h.st.UpdateRun(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
@@ -562,7 +562,7 @@ func TestHostCallbackOnce(t *testing.T) {
 		t.Fatalf("callback after the run succeeded: %d, want 401", code)
 	}
 	// Expired: a wait that ended long ago.
-	r.Status = runstate.RunRunning
+	r.Status = curev1.RunStatus_RUN_RUNNING
 	if err := h.st.UpdateRun(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
@@ -797,7 +797,7 @@ func TestViewerCannotWipe(t *testing.T) {
 	}
 	// Resume continues the latest run in its own mode: resuming a failed
 	// wipe is a wipe, whatever mode the request names.
-	if err := h.st.CreateRun(ctx, store.Run{ID: "wipe-old", NodeID: nodeB.id, Mode: "wipe", Status: runstate.RunFailed}); err != nil {
+	if err := h.st.CreateRun(ctx, store.Run{ID: "wipe-old", NodeID: nodeB.id, Mode: "wipe", Status: curev1.RunStatus_RUN_FAILED}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := op.Provision(ctx, &curev1.ProvisionRequest{NodeIds: []string{nodeB.id}, Mode: curev1.Mode_MODE_PROVISION, Resume: true}); codeOf(err) != codes.PermissionDenied {

@@ -276,8 +276,8 @@ func (o *OperatorService) ShowNode(ctx context.Context, req *curev1.ShowNodeRequ
 		BmcUrl: n.BMCURL, BmcUsername: n.BMCUser, BmcPassword: passwordSource(n), BmcTls: bmcTLS(n), Psids: uint32(len(n.PSIDs)), State: "idle",
 	}
 	if r, err := o.Store.LatestRun(ctx, n.ID); err == nil {
-		d.LastRunId, d.LastRunStatus = r.ID, r.Status
-		if r.Status == runstate.RunRunning || r.Status == runstate.RunPending {
+		d.LastRunId, d.LastRunStatus, d.LastRunState = r.ID, runstate.RunName(r.Status), r.Status
+		if runstate.Active(r.Status) {
 			d.State = "in " + nonEmpty(r.Phase, "start")
 		}
 	}

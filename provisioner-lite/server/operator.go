@@ -319,7 +319,7 @@ func (o *OperatorService) Report(ctx context.Context, req *curev1.ReportRequest)
 // BuildReport assembles a run report from the store.
 func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.RunReport, error) {
 	rep := &curev1.RunReport{
-		RunId: r.ID, NodeId: r.NodeID, Mode: modes.ToProto(modes.Mode(r.Mode)), Status: r.Status,
+		RunId: r.ID, NodeId: r.NodeID, Mode: modes.ToProto(modes.Mode(r.Mode)), Status: runstate.RunName(r.Status), RunStatus: r.Status,
 		StartedUnixMs: r.StartedAt.UnixMilli(), Reboots: uint32(r.Reboots), Message: r.Message,
 	}
 	if !r.EndedAt.IsZero() {
@@ -330,7 +330,7 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 		return nil, err
 	}
 	for _, p := range phases {
-		pr := &curev1.PhaseRecord{Name: p.Name, Status: p.Status, StartedUnixMs: p.StartedAt.UnixMilli(), Attempts: uint32(p.Attempts), Message: p.Message}
+		pr := &curev1.PhaseRecord{Name: p.Name, Status: runstate.PhaseName(p.Status), PhaseStatus: p.Status, StartedUnixMs: p.StartedAt.UnixMilli(), Attempts: uint32(p.Attempts), Message: p.Message}
 		if !p.EndedAt.IsZero() {
 			pr.EndedUnixMs = p.EndedAt.UnixMilli()
 		}
@@ -347,7 +347,7 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 	}
 	for _, v := range vs {
 		rep.Verdicts = append(rep.Verdicts, &curev1.Verdict{
-			Component: v.Component, Check: v.Check, Status: curev1.VerdictStatus(curev1.VerdictStatus_value[v.Status]),
+			Component: v.Component, Check: v.Check, Status: v.Status,
 			Observed: v.Observed, Expected: v.Expected, Message: v.Message, Measurements: ms[[2]string{v.Component, v.Check}],
 			Stage: v.Stage, AtUnixMs: unixMs(v.At),
 		})
@@ -379,7 +379,7 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 		return nil, err
 	}
 	for _, p := range phases {
-		if p.Name == r.Phase && p.Status == runstate.PhaseRunning {
+		if p.Name == r.Phase && p.Status == curev1.PhaseStatus_PHASE_RUNNING {
 			rep.DeadlineUnixMs = phaseDeadline(r, r.Phase)
 		}
 	}
@@ -437,8 +437,11 @@ func verdictRank(s curev1.VerdictStatus) int {
 		return 0
 	case curev1.VerdictStatus_DRIFT:
 		return 1
+	case curev1.VerdictStatus_PASS, curev1.VerdictStatus_MATCH, curev1.VerdictStatus_SKIP, curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED:
+		return 2
+	default:
+		return 2
 	}
-	return 2
 }
 
 // ListNodes lists the inventory with each node's latest run.
@@ -451,8 +454,8 @@ func (o *OperatorService) ListNodes(ctx context.Context, _ *curev1.ListNodesRequ
 	for _, n := range nodes {
 		ni := &curev1.NodeInfo{NodeId: n.ID, BmcEndpoint: n.BMCURL, Macs: n.MACs, Sku: n.SKU, State: "idle"}
 		if r, err := o.Store.LatestRun(ctx, n.ID); err == nil {
-			ni.LastRunId, ni.LastRunStatus = r.ID, r.Status
-			if r.Status == runstate.RunRunning {
+			ni.LastRunId, ni.LastRunStatus, ni.LastRunState = r.ID, runstate.RunName(r.Status), r.Status
+			if r.Status == curev1.RunStatus_RUN_RUNNING {
 				ni.State = "in " + r.Phase
 			}
 		}

@@ -111,7 +111,7 @@ func TestWatchStreamsProgress(t *testing.T) {
 	if err := h.st.UpdateRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.st.UpsertPhase(ctx, store.Phase{RunID: r.ID, Name: modes.SEDRevert, Status: runstate.PhaseRunning, Attempts: 1, StartedAt: time.Now()}); err != nil {
+	if err := h.st.UpsertPhase(ctx, store.Phase{RunID: r.ID, Name: modes.SEDRevert, Status: curev1.PhaseStatus_PHASE_RUNNING, Attempts: 1, StartedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	op := h.operatorClient("watcher", pki.RoleViewer)

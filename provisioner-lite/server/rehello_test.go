@@ -12,7 +12,6 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/grpc"
@@ -207,7 +206,7 @@ func TestReHelloFloodBounded(t *testing.T) {
 	if evs, _ := h.st.Events(ctx, nodeB.run, 0, 0); len(evs) != 0 {
 		t.Fatalf("run B has events: %v", evs)
 	}
-	if r := h.run(nodeA.run); r.Status != runstate.RunRunning {
+	if r := h.run(nodeA.run); r.Status != curev1.RunStatus_RUN_RUNNING {
 		t.Fatalf("run A is %s after the flood", r.Status)
 	}
 	for _, c := range conns {

@@ -418,7 +418,7 @@ func (s *RunnerService) authenticateHello(ctx context.Context, hello *curev1.Hel
 		return store.Node{}, store.Run{}, "", status.Errorf(codes.PermissionDenied, "token of node %s: %s", node.ID, textsafe.BoundedLine(err.Error(), maxMessage))
 	}
 	run, err := s.Store.GetRun(ctx, tok.RunID)
-	if err != nil || (run.Status != runstate.RunRunning && run.Status != runstate.RunPending) {
+	if err != nil || (run.Status != curev1.RunStatus_RUN_RUNNING && run.Status != curev1.RunStatus_RUN_PENDING) {
 		s.Log.Info("runner refused: its run is not active", "node", node.ID, "run", tok.RunID, "status", run.Status)
 		return store.Node{}, store.Run{}, "", status.Errorf(codes.FailedPrecondition, "run %s is not active", tok.RunID)
 	}
@@ -545,7 +545,7 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 		}
 		v = &store.Verdict{
 			RunID: runID, Component: textsafe.BoundedLine(in.GetComponent(), maxName), Check: textsafe.BoundedLine(in.GetCheck(), maxName),
-			Status: status.String(), Observed: textsafe.Bounded(in.GetObserved(), maxValue), Expected: textsafe.Bounded(in.GetExpected(), maxValue),
+			Status: status, Observed: textsafe.Bounded(in.GetObserved(), maxValue), Expected: textsafe.Bounded(in.GetExpected(), maxValue),
 			Message: textsafe.Bounded(in.GetMessage(), maxMessage), Time: t,
 		}
 		if v.Component == "" || v.Check == "" {
@@ -560,7 +560,7 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 			return store.Event{}, nil, fmt.Errorf("event seq %d: verdict %s %s: %w", ev.GetSeq(), v.Component, v.Check, err)
 		}
 		e.Kind = runstate.EventVerdict
-		e.Status = v.Status
+		e.Status = runstate.VerdictName(v.Status)
 		e.Message = textsafe.Truncate(fmt.Sprintf("%s %s: %s", v.Component, v.Check, v.Message), maxMessage)
 	case *curev1.Event_Log:
 		e.Kind = runstate.EventLog
@@ -597,14 +597,17 @@ func logAttrs(m map[string]string) string {
 	return b.String()
 }
 
+// phaseStatus is the stored name of the status a runner's PhaseEnd
+// reports: what is not an end it can report counts as a failure.
 func phaseStatus(s curev1.PhaseStatus) string {
 	switch s {
-	case curev1.PhaseStatus_PHASE_OK:
-		return runstate.PhaseOK
-	case curev1.PhaseStatus_PHASE_SKIPPED:
-		return runstate.PhaseSkipped
+	case curev1.PhaseStatus_PHASE_OK, curev1.PhaseStatus_PHASE_SKIPPED, curev1.PhaseStatus_PHASE_FAILED:
+		return runstate.PhaseName(s)
+	case curev1.PhaseStatus_PHASE_RUNNING, curev1.PhaseStatus_PHASE_STATUS_UNSPECIFIED:
+		return runstate.PhaseName(curev1.PhaseStatus_PHASE_FAILED)
+	default:
+		return runstate.PhaseName(curev1.PhaseStatus_PHASE_FAILED) // a status newer than this coordinator
 	}
-	return runstate.PhaseFailed
 }
 
 // checkIdentity ties a token to the hardware presenting it: the runner's

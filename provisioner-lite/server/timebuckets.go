@@ -5,7 +5,6 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/timebuckets"
 	"google.golang.org/grpc/codes"
@@ -57,7 +56,7 @@ func (o *OperatorService) TimeBuckets(ctx context.Context, req *curev1.TimeBucke
 			continue
 		}
 		r, ok := latest[n.ID]
-		if !ok || r.EndedAt.IsZero() || (r.Status != runstate.RunSucceeded && !req.GetIncludeFailed()) {
+		if !ok || r.EndedAt.IsZero() || (r.Status != curev1.RunStatus_RUN_SUCCEEDED && !req.GetIncludeFailed()) {
 			continue
 		}
 		picks = append(picks, pick{r.ID, n.SKU})

@@ -8,6 +8,8 @@ import (
 	"math"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
+
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
@@ -194,14 +196,14 @@ func (s *Store) AppendRunnerEvent(ctx context.Context, e Event, v *Verdict, lim 
 		size += int64(len(v.Component) + len(v.Check) + len(v.Observed) + len(v.Expected) + len(v.Message) + len(v.Stage))
 	}
 	err := s.tx(ctx, func(tx *Tx) error {
-		var status string
-		if err := tx.QueryRowContext(ctx, `SELECT status FROM runs WHERE id = ?`, e.RunID).Scan(&status); errors.Is(err, sql.ErrNoRows) {
+		var status curev1.RunStatus
+		if err := tx.QueryRowContext(ctx, `SELECT status FROM runs WHERE id = ?`, e.RunID).Scan(runStatusCol(&status)); errors.Is(err, sql.ErrNoRows) {
 			return ErrNotFound
 		} else if err != nil {
 			return err
 		}
-		if status != runstate.RunPending && status != runstate.RunRunning {
-			return fmt.Errorf("%w (%s)", ErrRunInactive, status)
+		if !runstate.Active(status) {
+			return fmt.Errorf("%w (%s)", ErrRunInactive, runstate.RunName(status))
 		}
 		err := tx.QueryRowContext(ctx, `SELECT id FROM events WHERE run_id = ? AND source = 'runner' AND boot_id = ? AND seq = ?`,
 			e.RunID, e.BootID, int64(e.Seq)).Scan(&res.ID)
@@ -251,7 +253,7 @@ VALUES (?, ?, 'runner', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 			if v.Component == "" || v.Check == "" {
 				return fmt.Errorf("verdict: component %q and check %q must both be set", v.Component, v.Check)
 			}
-			if _, err := tx.ExecContext(ctx, upsertVerdict, e.RunID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time),
+			if _, err := tx.ExecContext(ctx, upsertVerdict, e.RunID, v.Component, v.Check, verdictStatusCol(&v.Status), v.Observed, v.Expected, v.Message, toMs(v.Time),
 				toMs(v.At), v.Stage); err != nil {
 				return err
 			}

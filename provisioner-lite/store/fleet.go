@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
 )
 
 // NodeSummary is what selecting nodes by label needs: no secrets, no MACs,
@@ -40,8 +42,9 @@ func (s *Store) NodeSummaries(ctx context.Context) ([]NodeSummary, error) {
 
 // RunSummary is a run without its scratch data: what a fleet view lists.
 type RunSummary struct {
-	ID, NodeID, Mode, Status, Phase, Message string
-	StartedAt, EndedAt                       time.Time
+	ID, NodeID, Mode, Phase, Message string
+	Status                           curev1.RunStatus
+	StartedAt, EndedAt               time.Time
 }
 
 // LatestRunSummaries returns the latest run of every node that has one, in
@@ -61,7 +64,7 @@ WHERE rn = 1`)
 	for rows.Next() {
 		var r RunSummary
 		var st, en int64
-		if err := rows.Scan(&r.ID, &r.NodeID, &r.Mode, &r.Status, &r.Phase, &r.Message, &st, &en); err != nil {
+		if err := rows.Scan(&r.ID, &r.NodeID, &r.Mode, runStatusCol(&r.Status), &r.Phase, &r.Message, &st, &en); err != nil {
 			return nil, fmt.Errorf("store: latest runs: %w", err)
 		}
 		r.StartedAt, r.EndedAt = fromMs(st), fromMs(en)

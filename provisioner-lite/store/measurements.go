@@ -8,6 +8,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
 )
 
 // Fleet history: every verdict's measurements are kept apart from the
@@ -88,7 +90,7 @@ func (s *Store) putMeasurements(ctx context.Context, tx *Tx, runID string, v Ver
 		seen[m.Metric] = true
 		if _, err := tx.ExecContext(ctx, `
 INSERT INTO measurements (run_id, node_id, sku, suite, check_name, component, metric, value, unit, time, passed)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, runID, node, sku, suite, v.Check, v.Component, m.Metric, m.Value, m.Unit, now, v.Status == "PASS"); err != nil {
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, runID, node, sku, suite, v.Check, v.Component, m.Metric, m.Value, m.Unit, now, v.Status == curev1.VerdictStatus_PASS); err != nil {
 			return err
 		}
 		have++
@@ -228,12 +230,12 @@ func (s *Store) PutFleetJudgement(ctx context.Context, runID string, marginal []
 			if v.Component == "" || v.Check == "" {
 				return fmt.Errorf("verdict: component %q and check %q must both be set", v.Component, v.Check)
 			}
-			if _, err := tx.ExecContext(ctx, upsertVerdict, runID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time),
+			if _, err := tx.ExecContext(ctx, upsertVerdict, runID, v.Component, v.Check, verdictStatusCol(&v.Status), v.Observed, v.Expected, v.Message, toMs(v.Time),
 				toMs(v.At), v.Stage); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, `UPDATE measurements SET passed = ? WHERE run_id = ? AND component = ? AND check_name = ?`,
-				v.Status == "PASS", runID, v.Component, v.Check); err != nil {
+				v.Status == curev1.VerdictStatus_PASS, runID, v.Component, v.Check); err != nil {
 				return err
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store/pgtest"
 )
@@ -16,7 +17,7 @@ import (
 // suiteRunOn creates a running diagnostic run of suite on node.
 func suiteRunOn(t *testing.T, s *Store, id, node, suite string) {
 	t.Helper()
-	if err := s.CreateRun(ctxT(t), Run{ID: id, NodeID: node, Mode: "diagnostic", Manifest: suite, Status: runstate.RunRunning, StartedAt: time.Now()}); err != nil {
+	if err := s.CreateRun(ctxT(t), Run{ID: id, NodeID: node, Mode: "diagnostic", Manifest: suite, Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -26,14 +27,18 @@ func suiteRunOn(t *testing.T, s *Store, id, node, suite string) {
 func verdictEvent(t *testing.T, s *Store, run, node string, seq uint64, v Verdict) {
 	t.Helper()
 	v.RunID = run
-	e := Event{RunID: run, NodeID: node, BootID: "b1", Seq: seq, Time: time.Now(), Phase: "validate", Kind: runstate.EventVerdict, Status: v.Status}
+	e := Event{RunID: run, NodeID: node, BootID: "b1", Seq: seq, Time: time.Now(), Phase: "validate", Kind: runstate.EventVerdict, Status: runstate.VerdictName(v.Status)}
 	if _, err := s.AppendRunnerEvent(ctxT(t), e, &v, DefaultEventLimits); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func readVerdict(status string, mbps float64) Verdict {
-	return Verdict{Component: "disk/vdb", Check: "disk-read", Status: status, Observed: fmt.Sprintf("readMBps=%g", mbps),
+	st, err := runstate.ParseVerdict(status)
+	if err != nil {
+		panic(err)
+	}
+	return Verdict{Component: "disk/vdb", Check: "disk-read", Status: st, Observed: fmt.Sprintf("readMBps=%g", mbps),
 		Measurements: []Measurement{{"readMBps", mbps, "MB/s"}, {"readMB", 8.39, "MB"}}}
 }
 
@@ -66,7 +71,7 @@ func TestMeasurementsStoredWithVerdict(t *testing.T) {
 	}
 	// The check ran again (a resumed suite): its new verdict's numbers
 	// replace the old ones; a FAIL's are kept, but not as a fleet sample.
-	verdictEvent(t, s, "r1", "n1", 2, Verdict{Component: "disk/vdb", Check: "disk-read", Status: "FAIL", Measurements: []Measurement{{"readMBps", 3, "MB/s"}}})
+	verdictEvent(t, s, "r1", "n1", 2, Verdict{Component: "disk/vdb", Check: "disk-read", Status: curev1.VerdictStatus_FAIL, Measurements: []Measurement{{"readMBps", 3, "MB/s"}}})
 	ms, _ = s.RunMeasurements(ctx, "r1")
 	if len(ms) != 1 || ms[0].Value != 3 || ms[0].Passed {
 		t.Errorf("after the second verdict: %+v", ms)
@@ -84,7 +89,7 @@ func TestMeasurementsBoundedPerRun(t *testing.T) {
 	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
 	suiteRunOn(t, s, "r1", "n1", "qemu-fleet")
 	for i := range 4 {
-		verdictEvent(t, s, "r1", "n1", uint64(i+1), Verdict{Component: fmt.Sprintf("disk/vd%c", 'b'+i), Check: "disk-read", Status: "PASS",
+		verdictEvent(t, s, "r1", "n1", uint64(i+1), Verdict{Component: fmt.Sprintf("disk/vd%c", 'b'+i), Check: "disk-read", Status: curev1.VerdictStatus_PASS,
 			Measurements: []Measurement{{"readMBps", 100, "MB/s"}, {"readMB", 8, "MB"}}})
 	}
 	ms, _ := s.RunMeasurements(ctx, "r1")
@@ -96,8 +101,8 @@ func TestMeasurementsBoundedPerRun(t *testing.T) {
 		t.Fatalf("%d verdicts, want 4 (a verdict past the bound is kept without its numbers)", len(vs))
 	}
 	// disk/vdb's two rows replaced by one: room for one more elsewhere.
-	verdictEvent(t, s, "r1", "n1", 5, Verdict{Component: "disk/vdb", Check: "disk-read", Status: "PASS", Measurements: []Measurement{{"readMBps", 90, "MB/s"}}})
-	verdictEvent(t, s, "r1", "n1", 6, Verdict{Component: "disk/vdf", Check: "disk-read", Status: "PASS", Measurements: []Measurement{{"readMBps", 90, "MB/s"}, {"readMB", 8, "MB"}}})
+	verdictEvent(t, s, "r1", "n1", 5, Verdict{Component: "disk/vdb", Check: "disk-read", Status: curev1.VerdictStatus_PASS, Measurements: []Measurement{{"readMBps", 90, "MB/s"}}})
+	verdictEvent(t, s, "r1", "n1", 6, Verdict{Component: "disk/vdf", Check: "disk-read", Status: curev1.VerdictStatus_PASS, Measurements: []Measurement{{"readMBps", 90, "MB/s"}, {"readMB", 8, "MB"}}})
 	if ms, _ := s.RunMeasurements(ctx, "r1"); len(ms) != 5 {
 		t.Errorf("%d measurements after a replacement, want 5", len(ms))
 	}
@@ -108,7 +113,7 @@ func TestMeasurementsBoundedPerRun(t *testing.T) {
 	s2, _ := openTest(t)
 	mustNode(t, s2, testNode("n1", "52:54:00:00:00:01"))
 	suiteRunOn(t, s2, "r1", "n1", "x")
-	verdictEvent(t, s2, "r1", "n1", 1, Verdict{Component: "cpu/0", Check: "cpu", Status: "PASS", Measurements: many})
+	verdictEvent(t, s2, "r1", "n1", 1, Verdict{Component: "cpu/0", Check: "cpu", Status: curev1.VerdictStatus_PASS, Measurements: many})
 	if ms, _ := s2.RunMeasurements(ctx, "r1"); len(ms) != MaxVerdictMeasurements {
 		t.Errorf("%d measurements of one verdict kept, want %d", len(ms), MaxVerdictMeasurements)
 	}
@@ -132,14 +137,14 @@ func TestFleetSamples(t *testing.T) {
 			verdictEvent(t, s, id, node, uint64(i+1), v)
 		}
 		r, _ := s.GetRun(ctx, id)
-		r.Status, r.EndedAt = runstate.RunSucceeded, time.Now()
+		r.Status, r.EndedAt = curev1.RunStatus_RUN_SUCCEEDED, time.Now()
 		if err := s.UpdateRun(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
 	run("r1", "n1", readVerdict("PASS", 150))
 	run("r2", "n1", readVerdict("PASS", 200)) // n1's latest
-	run("r3", "n2", readVerdict("PASS", 210), Verdict{Component: "disk/vdc", Check: "disk-read", Status: "PASS", Measurements: []Measurement{{"readMBps", 205, "MB/s"}}})
+	run("r3", "n2", readVerdict("PASS", 210), Verdict{Component: "disk/vdc", Check: "disk-read", Status: curev1.VerdictStatus_PASS, Measurements: []Measurement{{"readMBps", 205, "MB/s"}}})
 	run("r4", "n3", readVerdict("FAIL", 2))
 	run("r5", "x1", readVerdict("PASS", 999))
 	q := FleetQuery{SKU: "hgx-h100", Check: "disk-read", Metric: "readMBps"}
@@ -197,13 +202,13 @@ func TestPutFleetJudgement(t *testing.T) {
 	if _, _, err := s.RunFleetJudgement(ctx, "r1"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("judgement before any: %v", err)
 	}
-	m := Verdict{Component: "disk/vdb", Check: "disk-read", Status: "MARGINAL", Observed: "readMBps=41 MB/s", Expected: "readMBps >= 150 MB/s (fleet band)",
+	m := Verdict{Component: "disk/vdb", Check: "disk-read", Status: curev1.VerdictStatus_MARGINAL, Observed: "readMBps=41 MB/s", Expected: "readMBps >= 150 MB/s (fleet band)",
 		Message: "outside the fleet band", Time: time.Now()}
 	if err := s.PutFleetJudgement(ctx, "r1", []Verdict{m}, []byte(`{"judgements":[]}`)); err != nil {
 		t.Fatal(err)
 	}
 	vs, _ := s.Verdicts(ctx, "r1")
-	if len(vs) != 1 || vs[0].Status != "MARGINAL" || vs[0].Expected != m.Expected {
+	if len(vs) != 1 || vs[0].Status != curev1.VerdictStatus_MARGINAL || vs[0].Expected != m.Expected {
 		t.Errorf("verdicts %+v", vs)
 	}
 	if got, _ := s.FleetSamples(ctx, FleetQuery{SKU: "hgx-h100", Check: "disk-read", Metric: "readMBps"}); len(got) != 0 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
@@ -59,7 +60,7 @@ func TestCoordinatorNotesCapped(t *testing.T) {
 	}
 
 	r, _ := s.GetRun(ctx, "r1")
-	r.Status, r.EndedAt = runstate.RunSucceeded, time.Now().Add(-40*24*time.Hour)
+	r.Status, r.EndedAt = curev1.RunStatus_RUN_SUCCEEDED, time.Now().Add(-40*24*time.Hour)
 	if err := s.UpdateRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}

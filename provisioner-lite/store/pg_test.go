@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/store/pgtest"
 )
 
@@ -65,7 +65,7 @@ func TestGroupCommit(t *testing.T) {
 			defer wg.Done()
 			if i == 13 {
 				// Fails inside the transaction (the run does not exist).
-				errs[i] = s.UpsertPhase(ctx, Phase{RunID: "missing-run", Name: "nvme", Status: "running"})
+				errs[i] = s.UpsertPhase(ctx, Phase{RunID: "missing-run", Name: "nvme", Status: curev1.PhaseStatus_PHASE_RUNNING})
 				return
 			}
 			_, _, errs[i] = s.AppendEvent(ctx, Event{RunID: "r1", Source: "coordinator", Kind: "info", Message: fmt.Sprint(i)})
@@ -100,7 +100,7 @@ func TestGroupCommit(t *testing.T) {
 
 func runningRunOn(t *testing.T, s *Store, id, node string) {
 	t.Helper()
-	if err := s.CreateRun(ctxT(t), Run{ID: id, NodeID: node, Status: runstate.RunRunning, StartedAt: time.Now()}); err != nil {
+	if err := s.CreateRun(ctxT(t), Run{ID: id, NodeID: node, Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -5,21 +5,23 @@ import (
 	"fmt"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
 // Phase is one phase's record within a run.
 type Phase struct {
-	RunID, Name, Status string // status: running|ok|skipped|failed
-	Attempts            int
-	StartedAt, EndedAt  time.Time
-	Message             string
+	RunID, Name        string
+	Status             curev1.PhaseStatus
+	Attempts           int
+	StartedAt, EndedAt time.Time
+	Message            string
 }
 
 // UpsertPhase inserts or replaces the (RunID, Name) phase record.
 func (s *Store) UpsertPhase(ctx context.Context, p Phase) error {
-	if !runstate.ValidPhase(p.Status) {
-		return fmt.Errorf("store: phase %s of run %s: status %q is not one of running|ok|skipped|failed", p.Name, p.RunID, p.Status)
+	if runstate.PhaseName(p.Status) == "" {
+		return fmt.Errorf("store: phase %s of run %s: status %d is not a phase status", p.Name, p.RunID, p.Status)
 	}
 	if p.Name == "" {
 		return fmt.Errorf("store: phase of run %s: empty name", p.RunID)
@@ -30,7 +32,7 @@ INSERT INTO phases (run_id, name, status, attempts, started_at, ended_at, messag
 VALUES (?, ?, ?, ?, ?, ?, ?, (SELECT coalesce(max(ord), 0) + 1 FROM phases WHERE run_id = ?))
 ON CONFLICT(run_id, name) DO UPDATE SET status=excluded.status, attempts=excluded.attempts,
 	started_at=excluded.started_at, ended_at=excluded.ended_at, message=excluded.message`,
-			p.RunID, p.Name, p.Status, p.Attempts, toMs(p.StartedAt), toMs(p.EndedAt), p.Message, p.RunID)
+			p.RunID, p.Name, runstate.PhaseName(p.Status), p.Attempts, toMs(p.StartedAt), toMs(p.EndedAt), p.Message, p.RunID)
 		return err
 	})
 	if err != nil {
@@ -54,7 +56,7 @@ WHERE run_id = ? ORDER BY CASE WHEN started_at = 0 THEN 1 ELSE 0 END, started_at
 	for rows.Next() {
 		var p Phase
 		var st, en int64
-		if err := rows.Scan(&p.RunID, &p.Name, &p.Status, &p.Attempts, &st, &en, &p.Message); err != nil {
+		if err := rows.Scan(&p.RunID, &p.Name, phaseStatusCol(&p.Status), &p.Attempts, &st, &en, &p.Message); err != nil {
 			return nil, fmt.Errorf("store: phases of run %s: %w", runID, err)
 		}
 		p.StartedAt, p.EndedAt = fromMs(st), fromMs(en)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
+	curev1 "github.com/cure-oss/cure/api/curev1"
 )
 
 // Every field of the pipeline state survives the store, and a clone shares
@@ -30,7 +30,7 @@ func TestPipelineStateRoundTrip(t *testing.T) {
 			LostSince: at, LastAlive: at},
 		Handled: SessionRef{BootID: "b1", ConnectedNs: 5},
 	}
-	if err := s.CreateRun(ctx, Run{ID: "r1", NodeID: "n1", Status: runstate.RunRunning, Pipeline: p}); err != nil {
+	if err := s.CreateRun(ctx, Run{ID: "r1", NodeID: "n1", Status: curev1.RunStatus_RUN_RUNNING, Pipeline: p}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.GetRun(ctx, "r1")
@@ -169,10 +169,10 @@ func mustMap(t *testing.T, s string) map[string]string {
 // UpdateRun writes exactly the columns whose value changed, for every data
 // column of the list: none is left out of the diff.
 func TestUpdateRunDiffsEveryColumn(t *testing.T) {
-	base := Run{ID: "r1", NodeID: "n1", Status: runstate.RunRunning}
+	base := Run{ID: "r1", NodeID: "n1", Status: curev1.RunStatus_RUN_RUNNING}
 	edits := map[string]func(r *Run){
 		"mode": func(r *Run) { r.Mode = "wipe" }, "manifest": func(r *Run) { r.Manifest = "m" },
-		"status": func(r *Run) { r.Status = runstate.RunFailed }, "phase": func(r *Run) { r.Phase = "nvme" },
+		"status": func(r *Run) { r.Status = curev1.RunStatus_RUN_FAILED }, "phase": func(r *Run) { r.Phase = "nvme" },
 		"resume_count": func(r *Run) { r.ResumeCount = 1 }, "phase_failures": func(r *Run) { r.PhaseFailures = 1 },
 		"disconnects": func(r *Run) { r.Disconnects = 1 }, "reboots": func(r *Run) { r.Reboots = 1 },
 		"completed_phases": func(r *Run) { r.CompletedPhases = []string{"preflight"} },

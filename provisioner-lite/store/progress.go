@@ -8,6 +8,8 @@ import (
 	"math"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
+
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
@@ -36,14 +38,14 @@ func (s *Store) PutProgress(ctx context.Context, rec ProgressRecord) (kept bool,
 		rec.Received = time.Now()
 	}
 	err = s.tx(ctx, func(tx *Tx) error {
-		var status string
-		if err := tx.QueryRowContext(ctx, `SELECT status FROM runs WHERE id = ?`, rec.RunID).Scan(&status); errors.Is(err, sql.ErrNoRows) {
+		var status curev1.RunStatus
+		if err := tx.QueryRowContext(ctx, `SELECT status FROM runs WHERE id = ?`, rec.RunID).Scan(runStatusCol(&status)); errors.Is(err, sql.ErrNoRows) {
 			return ErrNotFound
 		} else if err != nil {
 			return err
 		}
 		if !runstate.Active(status) {
-			return fmt.Errorf("%w (%s)", ErrRunInactive, status)
+			return fmt.Errorf("%w (%s)", ErrRunInactive, runstate.RunName(status))
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO run_progress (run_id, boot_id, seq, phase, time, received, progress) VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id) DO UPDATE SET boot_id = excluded.boot_id, seq = excluded.seq, phase = excluded.phase, time = excluded.time,

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
+	curev1 "github.com/cure-oss/cure/api/curev1"
 )
 
 // TestRunProgress: a run keeps one heartbeat, the newest of its boot, and a
@@ -16,7 +16,7 @@ func TestRunProgress(t *testing.T) {
 	s, _ := openTest(t)
 	ctx := ctxT(t)
 	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
-	if err := s.CreateRun(ctx, Run{ID: "r1", NodeID: "n1", Status: runstate.RunRunning}); err != nil {
+	if err := s.CreateRun(ctx, Run{ID: "r1", NodeID: "n1", Status: curev1.RunStatus_RUN_RUNNING}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.RunProgress(ctx, "r1"); !errors.Is(err, ErrNotFound) {
@@ -62,7 +62,7 @@ func TestRunProgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Status = runstate.RunSucceeded
+	r.Status = curev1.RunStatus_RUN_SUCCEEDED
 	if err := s.UpdateRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ var runColumns = []runColumn{
 	{"node_id", func(r *Run) runField { return textField{&r.NodeID} }, colKey},
 	{"mode", func(r *Run) runField { return textField{&r.Mode} }, colData},
 	{"manifest", func(r *Run) runField { return textField{&r.Manifest} }, colData},
-	{"status", func(r *Run) runField { return textField{&r.Status} }, colData},
+	{"status", func(r *Run) runField { return runStatusCol(&r.Status) }, colData},
 	{"phase", func(r *Run) runField { return textField{&r.Phase} }, colData},
 	{"resume_count", func(r *Run) runField { return intField{&r.ResumeCount} }, colData},
 	{"phase_failures", func(r *Run) runField { return intField{&r.PhaseFailures} }, colData},

@@ -8,13 +8,14 @@ import (
 	"strings"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
 // Run is one execution of a mode against a node.
 type Run struct {
 	ID, NodeID, Mode, Manifest string
-	Status                     string // one of runstate.RunStatuses
+	Status                     curev1.RunStatus
 	Phase                      string // phase reached (current)
 	ResumeCount, PhaseFailures int
 	Disconnects, Reboots       int
@@ -41,11 +42,8 @@ func (s *Store) CreateRun(ctx context.Context, r Run) error {
 	if r.ID == "" {
 		return errors.New("store: create run: empty id")
 	}
-	if r.Status == "" {
-		r.Status = runstate.RunPending
-	}
-	if !runstate.ValidRun(r.Status) {
-		return fmt.Errorf("store: create run %s: status %q is not one of pending|running|succeeded|failed|attention|canceled", r.ID, r.Status)
+	if r.Status == curev1.RunStatus_RUN_STATUS_UNSPECIFIED {
+		r.Status = curev1.RunStatus_RUN_PENDING
 	}
 	vals, err := valuesOf(r)
 	if err != nil {
@@ -59,7 +57,7 @@ func (s *Store) CreateRun(ctx context.Context, r Run) error {
 		if exists == 0 {
 			return fmt.Errorf("node %q: %w", r.NodeID, ErrNotFound)
 		}
-		if r.Status == runstate.RunPending || r.Status == runstate.RunRunning {
+		if runstate.Active(r.Status) {
 			var active string
 			err := tx.QueryRowContext(ctx, `SELECT id FROM runs WHERE node_id = ? AND status IN ('pending','running')`, r.NodeID).Scan(&active)
 			if err == nil {
@@ -105,9 +103,6 @@ func (s *Store) CreateRun(ctx context.Context, r Run) error {
 // leases, a run another live instance holds is refused with ErrLeaseLost.
 // Subscribers of the run are signalled.
 func (s *Store) UpdateRun(ctx context.Context, r Run) error {
-	if !runstate.ValidRun(r.Status) {
-		return fmt.Errorf("store: update run %s: status %q is not one of pending|running|succeeded|failed|attention|canceled", r.ID, r.Status)
-	}
 	vals, err := valuesOf(r)
 	if err != nil {
 		return fmt.Errorf("store: update run %s: %w", r.ID, err)
@@ -194,7 +189,7 @@ type cachedRow struct {
 
 // rememberRun keeps the row as last written; a run that ended is forgotten
 // (it is rarely written again, and then in full).
-func (s *Store) rememberRun(id, nodeID, status string, vals runValues) {
+func (s *Store) rememberRun(id, nodeID string, status curev1.RunStatus, vals runValues) {
 	s.runCacheMu.Lock()
 	defer s.runCacheMu.Unlock()
 	if !runstate.Active(status) {

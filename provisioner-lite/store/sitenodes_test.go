@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
+	curev1 "github.com/cure-oss/cure/api/curev1"
 )
 
 // Nodes added at run time: an add refuses an existing id, an import
@@ -59,7 +59,7 @@ func TestRemoveNode(t *testing.T) {
 	ctx := ctxT(t)
 	mustNode(t, s, testNode("a", "52:54:00:00:00:01"))
 	mustNode(t, s, testNode("fresh", "52:54:00:00:00:02"))
-	if err := s.CreateRun(ctx, Run{ID: "r1", NodeID: "a", Status: runstate.RunRunning, StartedAt: time.Now()}); err != nil {
+	if err := s.CreateRun(ctx, Run{ID: "r1", NodeID: "a", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.PutInventory(ctx, InventoryRecord{NodeID: "a", RunID: "r1", BootID: "b1", JSON: []byte(`{"cpuCount":4}`)}); err != nil {
@@ -69,7 +69,7 @@ func TestRemoveNode(t *testing.T) {
 		t.Fatalf("remove with an active run: %v, want ErrActiveRun naming r1", err)
 	}
 	r, _ := s.GetRun(ctx, "r1")
-	r.Status, r.EndedAt = runstate.RunSucceeded, time.Now()
+	r.Status, r.EndedAt = curev1.RunStatus_RUN_SUCCEEDED, time.Now()
 	if err := s.UpdateRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestRemoveNode(t *testing.T) {
 	if _, err := s.RemoveNode(ctx, "a"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("second removal: %v, want not found", err)
 	}
-	if err := s.CreateRun(ctx, Run{ID: "r2", NodeID: "a", Status: runstate.RunRunning, StartedAt: time.Now()}); !errors.Is(err, ErrNotFound) {
+	if err := s.CreateRun(ctx, Run{ID: "r2", NodeID: "a", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now()}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("run for a removed node: %v, want not found", err)
 	}
 	// The history stays, the secrets do not.
@@ -155,7 +155,7 @@ func TestInventories(t *testing.T) {
 	ctx := ctxT(t)
 	mustNode(t, s, testNode("a", "52:54:00:00:00:01"))
 	start := time.Now().Add(-time.Hour)
-	if err := s.CreateRun(ctx, Run{ID: "r1", NodeID: "a", Status: runstate.RunRunning, StartedAt: start}); err != nil {
+	if err := s.CreateRun(ctx, Run{ID: "r1", NodeID: "a", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: start}); err != nil {
 		t.Fatal(err)
 	}
 	put := func(run, boot, js string, at time.Time) bool {
@@ -188,7 +188,7 @@ func TestInventories(t *testing.T) {
 		t.Fatalf("prune of an active run: %d %v", n, err)
 	}
 	r, _ := s.GetRun(ctx, "r1")
-	r.Status, r.EndedAt = runstate.RunFailed, time.Now()
+	r.Status, r.EndedAt = curev1.RunStatus_RUN_FAILED, time.Now()
 	if err := s.UpdateRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}

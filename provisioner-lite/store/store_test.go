@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/store/pgtest"
 )
 
@@ -223,11 +223,11 @@ func TestRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Status != runstate.RunPending || !got.StartedAt.Equal(t0.Truncate(time.Millisecond)) || got.StartedAt.Location() != time.UTC || !got.EndedAt.IsZero() {
+	if got.Status != curev1.RunStatus_RUN_PENDING || !got.StartedAt.Equal(t0.Truncate(time.Millisecond)) || got.StartedAt.Location() != time.UTC || !got.EndedAt.IsZero() {
 		t.Fatalf("GetRun = %+v", got)
 	}
 
-	got.Status, got.Phase = runstate.RunRunning, "nvme"
+	got.Status, got.Phase = curev1.RunStatus_RUN_RUNNING, "nvme"
 	got.ResumeCount, got.PhaseFailures, got.Disconnects, got.Reboots = 1, 2, 3, 4
 	got.CompletedPhases = []string{"preflight", "powering_on"}
 	got.Pipeline = PipelineState{CUREWindow: "w2", Boot: BootCURE, HostTokens: []string{"d1"},
@@ -242,11 +242,11 @@ func TestRuns(t *testing.T) {
 	if !reflect.DeepEqual(again, got) {
 		t.Fatalf("after UpdateRun:\n got %+v\nwant %+v", again, got)
 	}
-	if err := s.UpdateRun(ctx, Run{ID: "missing", Status: runstate.RunFailed}); !errors.Is(err, ErrNotFound) {
+	if err := s.UpdateRun(ctx, Run{ID: "missing", Status: curev1.RunStatus_RUN_FAILED}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("UpdateRun of missing run: %v", err)
 	}
-	if err := s.UpdateRun(ctx, Run{ID: "r1", Status: "done"}); err == nil {
-		t.Fatal("UpdateRun accepted status done")
+	if err := s.UpdateRun(ctx, Run{ID: "r1", Status: curev1.RunStatus(99)}); err == nil {
+		t.Fatal("UpdateRun accepted status 99")
 	}
 	bad := again
 	bad.NodeID = "other"
@@ -254,7 +254,7 @@ func TestRuns(t *testing.T) {
 		t.Fatal("UpdateRun moved a run to another node")
 	}
 
-	if err := s.CreateRun(ctx, Run{ID: "r2", NodeID: "n1", Status: runstate.RunSucceeded}); err != nil {
+	if err := s.CreateRun(ctx, Run{ID: "r2", NodeID: "n1", Status: curev1.RunStatus_RUN_SUCCEEDED}); err != nil {
 		t.Fatal(err)
 	}
 	latest, err := s.LatestRun(ctx, "n1")
@@ -294,12 +294,12 @@ func TestPhases(t *testing.T) {
 	}
 	t0 := time.UnixMilli(1_700_000_000_000).UTC()
 	for i, name := range []string{"preflight", "powering_on", "set_boot_order"} {
-		if err := s.UpsertPhase(ctx, Phase{RunID: "r1", Name: name, Status: "running", Attempts: 1, StartedAt: t0.Add(time.Duration(i) * time.Second)}); err != nil {
+		if err := s.UpsertPhase(ctx, Phase{RunID: "r1", Name: name, Status: curev1.PhaseStatus_PHASE_RUNNING, Attempts: 1, StartedAt: t0.Add(time.Duration(i) * time.Second)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Updating an earlier phase must not move it.
-	if err := s.UpsertPhase(ctx, Phase{RunID: "r1", Name: "preflight", Status: "ok", Attempts: 2, StartedAt: t0, EndedAt: t0.Add(500 * time.Millisecond), Message: "all inputs resolve"}); err != nil {
+	if err := s.UpsertPhase(ctx, Phase{RunID: "r1", Name: "preflight", Status: curev1.PhaseStatus_PHASE_OK, Attempts: 2, StartedAt: t0, EndedAt: t0.Add(500 * time.Millisecond), Message: "all inputs resolve"}); err != nil {
 		t.Fatal(err)
 	}
 	ps, err := s.Phases(ctx, "r1")
@@ -313,14 +313,14 @@ func TestPhases(t *testing.T) {
 	if !reflect.DeepEqual(names, []string{"preflight", "powering_on", "set_boot_order"}) {
 		t.Fatalf("Phases order = %v", names)
 	}
-	want := Phase{RunID: "r1", Name: "preflight", Status: "ok", Attempts: 2, StartedAt: t0, EndedAt: t0.Add(500 * time.Millisecond), Message: "all inputs resolve"}
+	want := Phase{RunID: "r1", Name: "preflight", Status: curev1.PhaseStatus_PHASE_OK, Attempts: 2, StartedAt: t0, EndedAt: t0.Add(500 * time.Millisecond), Message: "all inputs resolve"}
 	if !reflect.DeepEqual(ps[0], want) {
 		t.Fatalf("phase = %+v, want %+v", ps[0], want)
 	}
-	if err := s.UpsertPhase(ctx, Phase{RunID: "r1", Name: "x", Status: "weird"}); err == nil {
-		t.Fatal("UpsertPhase accepted status weird")
+	if err := s.UpsertPhase(ctx, Phase{RunID: "r1", Name: "x", Status: curev1.PhaseStatus(99)}); err == nil {
+		t.Fatal("UpsertPhase accepted status 99")
 	}
-	if err := s.UpsertPhase(ctx, Phase{RunID: "nope", Name: "x", Status: "ok"}); err == nil {
+	if err := s.UpsertPhase(ctx, Phase{RunID: "nope", Name: "x", Status: curev1.PhaseStatus_PHASE_OK}); err == nil {
 		t.Fatal("UpsertPhase for a missing run succeeded (foreign keys off?)")
 	}
 }
@@ -406,12 +406,12 @@ func TestVerdictsNaturalOrderAndUpsert(t *testing.T) {
 	}
 	for _, c := range []string{"gpu/10", "gpu/2", "nvme/0", "gpu/1", "bmc"} {
 		for _, chk := range []string{"firmware", "ecc"} {
-			if err := s.PutVerdict(ctx, Verdict{RunID: "r1", Component: c, Check: chk, Status: "PASS"}); err != nil {
+			if err := s.PutVerdict(ctx, Verdict{RunID: "r1", Component: c, Check: chk, Status: curev1.VerdictStatus_PASS}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	if err := s.PutVerdict(ctx, Verdict{RunID: "r1", Component: "gpu/2", Check: "ecc", Status: "FAIL", Observed: "12 DBE", Expected: "0"}); err != nil {
+	if err := s.PutVerdict(ctx, Verdict{RunID: "r1", Component: "gpu/2", Check: "ecc", Status: curev1.VerdictStatus_FAIL, Observed: "12 DBE", Expected: "0"}); err != nil {
 		t.Fatal(err)
 	}
 	vs, err := s.Verdicts(ctx, "r1")
@@ -426,7 +426,7 @@ func TestVerdictsNaturalOrderAndUpsert(t *testing.T) {
 	if !reflect.DeepEqual(order, want) {
 		t.Fatalf("Verdicts order = %v\nwant %v", order, want)
 	}
-	if vs[4].Status != "FAIL" || vs[4].Observed != "12 DBE" {
+	if vs[4].Status != curev1.VerdictStatus_FAIL || vs[4].Observed != "12 DBE" {
 		t.Fatalf("upserted verdict = %+v", vs[4])
 	}
 }
@@ -435,19 +435,19 @@ func TestReopenKeepsEverything(t *testing.T) {
 	s, path := openTest(t)
 	ctx := ctxT(t)
 	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
-	run := Run{ID: "r1", NodeID: "n1", Mode: "provision", Status: runstate.RunRunning, Phase: "nvme", Reboots: 2, CompletedPhases: []string{"preflight"},
+	run := Run{ID: "r1", NodeID: "n1", Mode: "provision", Status: curev1.RunStatus_RUN_RUNNING, Phase: "nvme", Reboots: 2, CompletedPhases: []string{"preflight"},
 		Pipeline: PipelineState{RunnerAddr: "a:1", Phases: map[string]PhaseState{"nvme": {Attempts: 2}}}}
 	if err := s.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.UpsertPhase(ctx, Phase{RunID: "r1", Name: "nvme", Status: "running", Attempts: 1}); err != nil {
+	if err := s.UpsertPhase(ctx, Phase{RunID: "r1", Name: "nvme", Status: curev1.PhaseStatus_PHASE_RUNNING, Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 	id, _, err := s.AppendEvent(ctx, Event{RunID: "r1", Source: "runner", BootID: "b1", Seq: 7, Kind: "log", Message: "hi"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutVerdict(ctx, Verdict{RunID: "r1", Component: "nvme/0", Check: "firmware", Status: "DRIFT"}); err != nil {
+	if err := s.PutVerdict(ctx, Verdict{RunID: "r1", Component: "nvme/0", Check: "firmware", Status: curev1.VerdictStatus_DRIFT}); err != nil {
 		t.Fatal(err)
 	}
 	tok := BootToken{Hash: TokenHash("tok"), NodeID: "n1", RunID: "r1", Window: "w1", Expires: time.Now().Add(time.Hour)}
@@ -473,7 +473,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	if active, _ := s2.ActiveRuns(ctx); len(active) != 1 {
 		t.Fatalf("active runs after reopen: %+v", active)
 	}
-	if ps, _ := s2.Phases(ctx, "r1"); len(ps) != 1 || ps[0].Status != "running" {
+	if ps, _ := s2.Phases(ctx, "r1"); len(ps) != 1 || ps[0].Status != curev1.PhaseStatus_PHASE_RUNNING {
 		t.Fatalf("phases after reopen: %+v", ps)
 	}
 	if m, _ := s2.MaxSeq(ctx, "r1", "b1"); m != 7 {
@@ -486,7 +486,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	if id3, _, err := s2.AppendEvent(ctx, Event{RunID: "r1", Source: "coordinator", Kind: "info"}); err != nil || id3 <= id {
 		t.Fatalf("new event after reopen: id %d (prev %d) err %v", id3, id, err)
 	}
-	if vs, _ := s2.Verdicts(ctx, "r1"); len(vs) != 1 || vs[0].Status != "DRIFT" {
+	if vs, _ := s2.Verdicts(ctx, "r1"); len(vs) != 1 || vs[0].Status != curev1.VerdictStatus_DRIFT {
 		t.Fatalf("verdicts after reopen: %+v", vs)
 	}
 	if got, err := s2.LookupBootToken(ctx, TokenHash("tok")); err != nil || got.NodeID != "n1" || got.State != TokenIssued {
@@ -611,7 +611,7 @@ func TestSubscribe(t *testing.T) {
 	}
 	expectNone(ch, "replay")
 	r, _ := s.GetRun(ctx, "r1")
-	r.Status = runstate.RunRunning
+	r.Status = curev1.RunStatus_RUN_RUNNING
 	if err := s.UpdateRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}

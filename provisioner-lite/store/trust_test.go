@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
+	curev1 "github.com/cure-oss/cure/api/curev1"
 )
 
 func issue(t *testing.T, s *Store, token, run, window, peer string, expires time.Time) {
@@ -31,11 +31,11 @@ func bind(s *Store, token, boot, secret, peer string) (string, BootToken, error)
 // has an active run (a node has one active run at a time).
 func runningRun(t *testing.T, s *Store, id string) {
 	t.Helper()
-	err := s.CreateRun(ctxT(t), Run{ID: id, NodeID: "n1", Status: runstate.RunRunning})
+	err := s.CreateRun(ctxT(t), Run{ID: id, NodeID: "n1", Status: curev1.RunStatus_RUN_RUNNING})
 	if errors.Is(err, ErrActiveRun) {
 		runs, _ := s.ActiveRuns(ctxT(t))
 		mustNode(t, s, testNode("n-"+id, fmt.Sprintf("52:54:00:ee:00:%02x", len(runs))))
-		err = s.CreateRun(ctxT(t), Run{ID: id, NodeID: "n-" + id, Status: runstate.RunRunning})
+		err = s.CreateRun(ctxT(t), Run{ID: id, NodeID: "n-" + id, Status: curev1.RunStatus_RUN_RUNNING})
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +125,7 @@ func TestEndBootWindowAndPrune(t *testing.T) {
 	ctx := ctxT(t)
 	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
 	runningRun(t, s, "r1")
-	if err := s.CreateRun(ctx, Run{ID: "done", NodeID: "n1", Status: runstate.RunSucceeded}); err != nil {
+	if err := s.CreateRun(ctx, Run{ID: "done", NodeID: "n1", Status: curev1.RunStatus_RUN_SUCCEEDED}); err != nil {
 		t.Fatal(err)
 	}
 	issue(t, s, "late", "r1", "w1", "", time.Now().Add(time.Hour))
@@ -309,7 +309,9 @@ func TestRunnerEventCaps(t *testing.T) {
 	if res, err := s.AppendRunnerEvent(ctx, ev(next(), "phase_end", "ok"), nil, lim); err != nil || !res.Inserted {
 		t.Fatalf("phase_end over the soft cap: %+v %v", res, err)
 	}
-	v := func(c string) *Verdict { return &Verdict{RunID: "r1", Component: c, Check: "wipe", Status: "PASS"} }
+	v := func(c string) *Verdict {
+		return &Verdict{RunID: "r1", Component: c, Check: "wipe", Status: curev1.VerdictStatus_PASS}
+	}
 	if _, err := s.AppendRunnerEvent(ctx, ev(next(), "verdict", "disk/a"), v("disk/a"), lim); err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +339,7 @@ func TestRunnerEventCaps(t *testing.T) {
 	}
 	// A finished run takes nothing more.
 	r, _ := s.GetRun(ctx, "r1")
-	r.Status = runstate.RunSucceeded
+	r.Status = curev1.RunStatus_RUN_SUCCEEDED
 	if err := s.UpdateRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +358,7 @@ func TestRetention(t *testing.T) {
 		for i, kind := range []string{"metric", "log", "phase_end", "verdict"} {
 			var v *Verdict
 			if kind == "verdict" {
-				v = &Verdict{RunID: run, Component: "gpu/0", Check: "ecc", Status: "PASS"}
+				v = &Verdict{RunID: run, Component: "gpu/0", Check: "ecc", Status: curev1.VerdictStatus_PASS}
 			}
 			if _, err := s.AppendRunnerEvent(ctx, Event{RunID: run, BootID: "b", Seq: uint64(i + 1), Kind: kind}, v, DefaultEventLimits); err != nil {
 				t.Fatal(err)
@@ -364,7 +366,7 @@ func TestRetention(t *testing.T) {
 		}
 	}
 	r, _ := s.GetRun(ctx, "old")
-	r.Status, r.EndedAt = runstate.RunSucceeded, time.Now().Add(-40*24*time.Hour)
+	r.Status, r.EndedAt = curev1.RunStatus_RUN_SUCCEEDED, time.Now().Add(-40*24*time.Hour)
 	if err := s.UpdateRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}

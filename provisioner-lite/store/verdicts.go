@@ -3,15 +3,19 @@ package store
 import (
 	"context"
 	"fmt"
-	"github.com/cure-oss/cure/provisioner-lite/natural"
 	"sort"
 	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/natural"
 )
 
 // Verdict is the latest outcome of one check on one component within a run.
 type Verdict struct {
-	RunID, Component, Check, Status, Observed, Expected, Message string
-	Time                                                         time.Time
+	RunID, Component, Check     string
+	Status                      curev1.VerdictStatus
+	Observed, Expected, Message string
+	Time                        time.Time
 	// At is when the finding happened, when earlier than Time (a bar on a
 	// sampled series); zero: at Time. Stage is the suite stage.
 	At    time.Time
@@ -34,7 +38,7 @@ func (s *Store) PutVerdict(ctx context.Context, v Verdict) error {
 	}
 	err := s.tx(ctx, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, upsertVerdict,
-			v.RunID, v.Component, v.Check, v.Status, v.Observed, v.Expected, v.Message, toMs(v.Time), toMs(v.At), v.Stage)
+			v.RunID, v.Component, v.Check, verdictStatusCol(&v.Status), v.Observed, v.Expected, v.Message, toMs(v.Time), toMs(v.At), v.Stage)
 		return err
 	})
 	if err != nil {
@@ -57,7 +61,7 @@ SELECT run_id, component, check_name, status, observed, expected, message, time,
 	for rows.Next() {
 		var v Verdict
 		var t, at int64
-		if err := rows.Scan(&v.RunID, &v.Component, &v.Check, &v.Status, &v.Observed, &v.Expected, &v.Message, &t, &at, &v.Stage); err != nil {
+		if err := rows.Scan(&v.RunID, &v.Component, &v.Check, verdictStatusCol(&v.Status), &v.Observed, &v.Expected, &v.Message, &t, &at, &v.Stage); err != nil {
 			return nil, fmt.Errorf("store: verdicts of run %s: %w", runID, err)
 		}
 		v.Time, v.At = fromMs(t), fromMs(at)

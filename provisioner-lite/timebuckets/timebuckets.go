@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -66,9 +67,10 @@ type Bucket struct {
 
 // Breakdown is a run split into buckets.
 type Breakdown struct {
-	RunID, NodeID, Mode, Status string
-	Wall                        time.Duration
-	Buckets                     []Bucket // in order of first appearance
+	RunID, NodeID, Mode string
+	Status              curev1.RunStatus
+	Wall                time.Duration
+	Buckets             []Bucket // in order of first appearance
 }
 
 // Total is the sum of the top-level buckets (equal to Wall).
@@ -176,7 +178,7 @@ func Compute(run store.Run, phases []store.Phase, events []store.Event, now time
 		}
 		add(gap, cursor, pStart, nil)
 		pEnd := p.EndedAt
-		if pEnd.IsZero() || p.Status == runstate.PhaseRunning {
+		if pEnd.IsZero() || p.Status == curev1.PhaseStatus_PHASE_RUNNING {
 			pEnd = end
 		}
 		if pEnd.Before(pStart) {
@@ -208,7 +210,7 @@ func Compute(run store.Run, phases []store.Phase, events []store.Event, now time
 		}
 		b.Attempts += s.phase.Attempts
 		b.Reboots += reboots[s.phase.Name]
-		if s.phase.Name == modes.PoweringOn && s.phase.Status == runstate.PhaseOK {
+		if s.phase.Name == modes.PoweringOn && s.phase.Status == curev1.PhaseStatus_PHASE_OK {
 			b.Reboots++ // powering on (or the ForceRestart) is the boot into PXE
 		}
 		b.Sub = mergeSub(b.Sub, subBuckets(s, events))
@@ -411,7 +413,7 @@ func installStages(s span, events []store.Event) []Bucket {
 func RebootTimes(phases []store.Phase, events []store.Event) []time.Time {
 	var out []time.Time
 	for _, p := range phases {
-		if p.Name == modes.PoweringOn && p.Status == runstate.PhaseOK && !p.EndedAt.IsZero() {
+		if p.Name == modes.PoweringOn && p.Status == curev1.PhaseStatus_PHASE_OK && !p.EndedAt.IsZero() {
 			out = append(out, p.EndedAt)
 		}
 	}

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
@@ -14,7 +16,11 @@ var t0 = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 
 func ph(name string, a, b float64, attempts int, status string) store.Phase {
-	p := store.Phase{Name: name, StartedAt: at(a), Attempts: attempts, Status: status}
+	st, err := runstate.ParsePhase(status)
+	if err != nil {
+		panic(err)
+	}
+	p := store.Phase{Name: name, StartedAt: at(a), Attempts: attempts, Status: st}
 	if b >= 0 {
 		p.EndedAt = at(b)
 	}
@@ -30,7 +36,7 @@ func secs(d time.Duration) float64 { return d.Seconds() }
 // A provision run with every marker: the buckets, their sub-buckets and
 // reboots are exactly what the timeline says.
 func TestComputeProvisionRun(t *testing.T) {
-	run := store.Run{ID: "r1", Mode: "provision", Status: "succeeded", StartedAt: at(0), EndedAt: at(1000)}
+	run := store.Run{ID: "r1", Mode: "provision", Status: curev1.RunStatus_RUN_SUCCEEDED, StartedAt: at(0), EndedAt: at(1000)}
 	phases := []store.Phase{
 		ph(modes.Preflight, 2, 3, 1, "ok"),
 		ph(modes.SetBootPXE, 3, 4, 1, "ok"),
@@ -83,7 +89,7 @@ func TestComputeProvisionRun(t *testing.T) {
 
 // A run still going ends now; its running phase too.
 func TestComputeRunningRun(t *testing.T) {
-	run := store.Run{ID: "r", Status: "running", StartedAt: at(0)}
+	run := store.Run{ID: "r", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: at(0)}
 	b := Compute(run, []store.Phase{ph(modes.Preflight, 1, 2, 1, "ok"), ph(modes.WaitForCURE, 2, -1, 1, "running")}, nil, at(60))
 	if b.Wall != 60*time.Second || b.Total() != b.Wall {
 		t.Fatalf("wall %s total %s", b.Wall, b.Total())

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
@@ -150,7 +151,7 @@ func TestVendorProfilesConformance(t *testing.T) {
 				t.Fatalf("relatedItem selects %s, name selects %s", rel.ID, before.ID)
 			}
 			fw := manifests.Firmware{Name: "bmc", Gate: manifests.GateAtLeast, Version: before.Version, Match: bmcMatch}
-			if st, msg := pipeline.GateVerdict(fw, before.Version); st != "MATCH" {
+			if st, msg := pipeline.GateVerdict(fw, before.Version); st != curev1.VerdictStatus_MATCH {
 				t.Fatalf("version %q against itself under at-least: %s %s", before.Version, st, msg)
 			}
 
@@ -189,7 +190,7 @@ func TestVendorProfilesConformance(t *testing.T) {
 			}
 			after := member(t, c, bmcMatch)
 			fw.Version = newVersion
-			if st, msg := pipeline.GateVerdict(fw, after.Version); st != "MATCH" || b.Flashes(bmcID) != 1 {
+			if st, msg := pipeline.GateVerdict(fw, after.Version); st != curev1.VerdictStatus_MATCH || b.Flashes(bmcID) != 1 {
 				t.Fatalf("after update and reset: member %+v: %s %s, flashed %d times", after, st, msg, b.Flashes(bmcID))
 			}
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
@@ -92,10 +93,10 @@ func TestVersionFormsAgree(t *testing.T) {
 				fw := manifests.Firmware{Name: "fw", Gate: gate, Version: want}
 				cs, cmsg := pipeline.GateVerdict(fw, running)
 				rs, rmsg := phases.GateVerdict(fw, running)
-				if cs != rs.String() {
+				if cs != rs {
 					t.Errorf("gate %s, running %q, desired %q: coordinator %s (%s), runner %s (%s)", gate, running, want, cs, cmsg, rs, rmsg)
 				}
-				if cs == "ERROR" {
+				if cs == curev1.VerdictStatus_ERROR {
 					errs[gate]++
 					if cmsg != rmsg {
 						t.Errorf("gate %s, running %q, desired %q: errors differ: coordinator %q, runner %q", gate, running, want, cmsg, rmsg)
@@ -109,13 +110,16 @@ func TestVersionFormsAgree(t *testing.T) {
 	if errs[manifests.GateEqual] != 0 || errs[manifests.GateAtLeast] == 0 {
 		t.Errorf("ERROR verdicts per gate = %v; want none under equal and some under at-least", errs)
 	}
-	for _, tc := range []struct{ running, want, status string }{
-		{"2.55 Oct 01 2021", "2.50", "MATCH"},
-		{"2.55 Oct 01 2021", "2.60", "DRIFT"},
-		{"Not Present", "2.60", "ERROR"},
+	for _, tc := range []struct {
+		running, want string
+		status        curev1.VerdictStatus
+	}{
+		{"2.55 Oct 01 2021", "2.50", curev1.VerdictStatus_MATCH},
+		{"2.55 Oct 01 2021", "2.60", curev1.VerdictStatus_DRIFT},
+		{"Not Present", "2.60", curev1.VerdictStatus_ERROR},
 	} {
 		fw := manifests.Firmware{Name: "bmc", Gate: manifests.GateAtLeast, Version: tc.want}
-		if s, msg := pipeline.GateVerdict(fw, tc.running); s != tc.status || (s == "ERROR" && !strings.Contains(msg, tc.running)) {
+		if s, msg := pipeline.GateVerdict(fw, tc.running); s != tc.status || (s == curev1.VerdictStatus_ERROR && !strings.Contains(msg, tc.running)) {
 			t.Errorf("at-least %q over %q = %s (%s), want %s naming the value", tc.want, tc.running, s, msg, tc.status)
 		}
 	}

@@ -37,7 +37,6 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -1017,7 +1016,7 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 					named = true
 				}
 			}
-			if named && rep.GetStatus() != runstate.RunSucceeded {
+			if named && rep.GetRunStatus() != curev1.RunStatus_RUN_SUCCEEDED {
 				res.FaultsNamed++
 			} else {
 				var vs []string
@@ -1028,7 +1027,7 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 			}
 		} else {
 			res.Healthy++
-			if rep.GetStatus() == runstate.RunSucceeded {
+			if rep.GetRunStatus() == curev1.RunStatus_RUN_SUCCEEDED {
 				res.HealthyFirstPass++
 			} else {
 				res.Problems = append(res.Problems, fmt.Sprintf("%s (%s, faults %+v): run %s: %s", n.ID, mode[n.ID], n.Faults, rep.GetStatus(), rep.GetMessage()))

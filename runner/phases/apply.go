@@ -61,6 +61,9 @@ func tally(emit agent.Emitter, js []judged) (drift, errs []string, n int) {
 		case curev1.VerdictStatus_ERROR:
 			errs = append(errs, v.GetMessage())
 		case curev1.VerdictStatus_MATCH:
+		case curev1.VerdictStatus_SKIP, curev1.VerdictStatus_PASS, curev1.VerdictStatus_FAIL, curev1.VerdictStatus_MARGINAL,
+			curev1.VerdictStatus_VERDICT_STATUS_UNSPECIFIED:
+			continue // not judged
 		default:
 			continue
 		}

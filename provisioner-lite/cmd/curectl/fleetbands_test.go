@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -24,10 +25,10 @@ func TestFleetBandsCommand(t *testing.T) {
 		if err := c.st.UpsertNode(ctx, store.Node{ID: node, BMCURL: "https://192.0.2.1", SKU: "qemu-nvme", MACs: []string{fmt.Sprintf("52:54:00:00:00:%02x", i+1)}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.st.CreateRun(ctx, store.Run{ID: run, NodeID: node, Mode: "diagnostic", Manifest: "qemu-fleet", Status: runstate.RunRunning, StartedAt: time.Now()}); err != nil {
+		if err := c.st.CreateRun(ctx, store.Run{ID: run, NodeID: node, Mode: "diagnostic", Manifest: "qemu-fleet", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
-		v := store.Verdict{RunID: run, Component: "disk/nvme0n1", Check: "disk-read", Status: "PASS", Measurements: []store.Measurement{{Metric: "readMBps", Value: v, Unit: "MB/s"}}}
+		v := store.Verdict{RunID: run, Component: "disk/nvme0n1", Check: "disk-read", Status: curev1.VerdictStatus_PASS, Measurements: []store.Measurement{{Metric: "readMBps", Value: v, Unit: "MB/s"}}}
 		if _, err := c.st.AppendRunnerEvent(ctx, store.Event{RunID: run, NodeID: node, BootID: "b", Seq: 1, Time: time.Now(), Kind: runstate.EventVerdict}, &v, store.DefaultEventLimits); err != nil {
 			t.Fatal(err)
 		}

@@ -32,7 +32,6 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/curectl"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 	"google.golang.org/grpc"
@@ -657,7 +656,7 @@ func report(ctx context.Context, c curev1.OperatorServiceClient, runID, node str
 		return 1
 	}
 	printReport(rep, format, out)
-	if rep.GetStatus() != runstate.RunSucceeded {
+	if curectl.RunStatusOf(rep) != curev1.RunStatus_RUN_SUCCEEDED {
 		return 3
 	}
 	return 0
@@ -732,7 +731,7 @@ func reportHTML(ctx context.Context, c curev1.OperatorServiceClient, runID, node
 	}
 	printReport(rep, format, out)
 	fmt.Fprintf(os.Stderr, "curectl report: wrote %s (run %s, %d timeline entries)\n", file, rep.GetRunId(), len(timeline))
-	if rep.GetStatus() != runstate.RunSucceeded {
+	if curectl.RunStatusOf(rep) != curev1.RunStatus_RUN_SUCCEEDED {
 		return 3
 	}
 	return 0
@@ -897,8 +896,10 @@ func watchMany(ctx context.Context, c curev1.OperatorServiceClient, ids []string
 		active := 0
 		for _, r := range rows {
 			switch r.Status {
-			case runstate.RunRunning, runstate.RunPending, runstate.RunAttention:
+			case curev1.RunStatus_RUN_RUNNING, curev1.RunStatus_RUN_PENDING, curev1.RunStatus_RUN_ATTENTION:
 				active++
+			case curev1.RunStatus_RUN_SUCCEEDED, curev1.RunStatus_RUN_FAILED, curev1.RunStatus_RUN_CANCELED, curev1.RunStatus_RUN_STATUS_UNSPECIFIED:
+				// nothing more to watch
 			}
 		}
 		if once || active == 0 {

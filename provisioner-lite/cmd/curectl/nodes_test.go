@@ -16,7 +16,6 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/sitecheck"
@@ -215,7 +214,7 @@ func TestNodesAddAtRuntime(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r, _ := c.st.LatestRun(ctx, "n1")
-		if r.Status != runstate.RunRunning && r.Status != runstate.RunPending {
+		if r.Status != curev1.RunStatus_RUN_RUNNING && r.Status != curev1.RunStatus_RUN_PENDING {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -307,7 +308,7 @@ func TestWarnUnlistedNICs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for id, mac := range map[string]string{"typo": "52:54:00:c0:de:99", "fine": "52:54:00:c0:de:02"} {
-		if err := st.CreateRun(ctx, store.Run{ID: "r-" + id, NodeID: id, Mode: "provision", Status: "succeeded", StartedAt: time.Now(), EndedAt: time.Now()}); err != nil {
+		if err := st.CreateRun(ctx, store.Run{ID: "r-" + id, NodeID: id, Mode: "provision", Status: curev1.RunStatus_RUN_SUCCEEDED, StartedAt: time.Now(), EndedAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := st.PutInventory(ctx, store.InventoryRecord{NodeID: id, RunID: "r-" + id, BootID: "b-" + id, Time: time.Now(),

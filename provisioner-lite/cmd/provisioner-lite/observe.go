@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/dashboard"
 	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
@@ -92,10 +93,10 @@ func runNotice(n *notify.Notifier) func(pipeline.RunNotice) {
 	return func(rn pipeline.RunNotice) {
 		r := rn.Run
 		ev := notify.EventRunEnded
-		if r.Status == runstate.RunAttention {
+		if r.Status == curev1.RunStatus_RUN_ATTENTION {
 			ev = notify.EventRunAttention
 		}
-		n.Notify(notify.Payload{Event: ev, RunID: r.ID, NodeID: r.NodeID, SKU: rn.SKU, Mode: r.Mode, Status: r.Status, Phase: r.Phase,
+		n.Notify(notify.Payload{Event: ev, RunID: r.ID, NodeID: r.NodeID, SKU: rn.SKU, Mode: r.Mode, Status: runstate.RunName(r.Status), Phase: r.Phase,
 			Message: r.Message, Reboots: r.Reboots, StartedAt: r.StartedAt, EndedAt: r.EndedAt})
 	}
 }

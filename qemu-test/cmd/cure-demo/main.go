@@ -17,9 +17,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/curectl"
-	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/qemu-test/harness"
 )
 
@@ -84,7 +84,7 @@ func run(out, work string, mode modes.Mode, verbose bool) int {
 		fmt.Printf("%s/%s ", c.Target, c.Enabled)
 	}
 	fmt.Printf("\ncure-demo: %s in %s (wall clock, QEMU TCG)\n", rep.GetStatus(), time.Since(t0).Round(time.Second))
-	if rep.GetStatus() != runstate.RunSucceeded {
+	if rep.GetRunStatus() != curev1.RunStatus_RUN_SUCCEEDED {
 		return 1
 	}
 	return 0
