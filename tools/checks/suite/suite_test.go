@@ -394,3 +394,37 @@ func TestBuildStaged(t *testing.T) {
 		t.Errorf("steps %v: want before, soak (2 checks at once), after", steps)
 	}
 }
+
+// TestBuildStagedGPU: a gpu check in a stage without its own duration is
+// handed to the GPU builder with the stage's (gpu-burn runs that long).
+func TestBuildStagedGPU(t *testing.T) {
+	s, err := manifests.ParseSuite("staged-gpu.yaml", []byte(`apiVersion: cure.dev/v1
+kind: ValidationSuite
+metadata: {name: staged-gpu}
+spec:
+  stages:
+    - name: soak
+      duration: 3h
+      checks:
+        - name: gpu-burn
+          type: gpu
+          params: {gpuBurn: true}
+        - name: gpu-short
+          type: gpu
+          duration: 10m
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]time.Duration{}
+	gpu := func(c manifests.Check) (checks.Func, error) {
+		got[c.Name] = time.Duration(c.Duration)
+		return func(context.Context) ([]checks.Verdict, error) { return nil, nil }, nil
+	}
+	if _, err := Build(s, Env{Root: t.TempDir(), GPU: gpu}); err != nil {
+		t.Fatal(err)
+	}
+	if got["gpu-burn"] != 3*time.Hour || got["gpu-short"] != 10*time.Minute {
+		t.Errorf("durations the GPU builder saw: %v, want gpu-burn 3h (its stage's), gpu-short 10m (its own)", got)
+	}
+}
