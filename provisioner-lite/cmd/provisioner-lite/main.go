@@ -554,6 +554,9 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		}
 		log.Info("tool bundle served", "file", c.toolBundle, "sha256", toolBundle.SHA256, "size", toolBundle.Size, "tools", toolBundle.Tools)
 	}
+	if msg := imageToolBundleProblem(c.imageDir, toolBundle); msg != "" {
+		log.Warn(msg, "image_dir", c.imageDir)
+	}
 	// A SKU whose image is missing is not a reason to refuse: the image
 	// may be added while the coordinator runs (artifacts add).
 	site.Images(c.stateDir)

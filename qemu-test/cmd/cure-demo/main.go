@@ -51,7 +51,7 @@ func run(out, work string, mode modes.Mode, verbose bool) int {
 	}
 	t0 := time.Now()
 	fmt.Printf("cure-demo: starting virtual BMC, QEMU node and provisioner-lite (work dir %s)\n", work)
-	env, err := harness.Start(ctx, harness.Options{Out: out, Work: work, Logger: log, CoordinatorLog: coordLog})
+	env, err := harness.Start(ctx, harness.Options{Out: out, Work: work, Logger: log, CoordinatorLog: coordLog, ToolBundle: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cure-demo:", err)
 		return 1
