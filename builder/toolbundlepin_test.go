@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	tbbuild "github.com/cure-oss/cure/builder/toolbundle"
 	"github.com/cure-oss/cure/builder/spec"
+	tbbuild "github.com/cure-oss/cure/builder/toolbundle"
 )
 
 // smallBundle packs a bundle of one fake program (a file of this test)

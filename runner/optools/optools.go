@@ -225,12 +225,16 @@ func Command(dir string, pin *toolbundle.Pin, name string, args []string) ([]str
 // List writes what the pinned bundle offers, and which tools are fetched.
 func (c Config) List(w io.Writer) {
 	fmt.Fprintf(w, "tool bundle %.12s (%d bytes), pinned by %s:\n", c.Pin.SHA256, c.Pin.Size, c.PinFile)
+	nw, pw := 0, 0
+	for _, t := range c.Pin.Tools {
+		nw, pw = max(nw, len(t.Name)), max(pw, len(t.Package)+1+len(t.Version))
+	}
 	for _, t := range c.Pin.Tools {
 		state := "cure-tools fetch " + t.Name
 		if _, err := os.Stat(filepath.Join(c.Dir, "bin", t.Name)); err == nil {
 			state = "fetched: " + filepath.Join(c.Dir, "bin", t.Name)
 		}
-		fmt.Fprintf(w, "  %-14s %-32s %4d files %7.1f MB  %s\n", t.Name, t.Package+" "+t.Version, t.Files, float64(t.Bytes)/1e6, state)
+		fmt.Fprintf(w, "  %-*s  %-*s  %3d files %6.1f MB  %s\n", nw, t.Name, pw, t.Package+" "+t.Version, t.Files, float64(t.Bytes)/1e6, state)
 	}
 	src := "cure.http=" + c.BaseURL
 	if c.BaseURL == "" {
