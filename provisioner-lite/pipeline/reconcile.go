@@ -169,7 +169,7 @@ func (d *batchDecision) ended() bool {
 }
 
 func (d *batchDecision) decide() {
-	if d.obs.fresh {
+	if d.obs.fresh || d.r.Pipeline.Batch == nil {
 		d.enter()
 	}
 	d.b = d.r.Pipeline.Batch
