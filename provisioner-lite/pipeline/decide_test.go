@@ -321,6 +321,9 @@ func eventCases(t *testing.T) []batchCase {
 					t.Errorf("completed %v, cursor %d", r.CompletedPhases, r.Pipeline.Batch.Cursor)
 				}
 			}},
+		{name: "a phase end the coordinator cannot read fails the phase, saying so", run: b(), obs: batchObs{session: cur, events: []store.Event{
+			{ID: 11, Source: runstate.SourceRunner, Phase: modes.Hardware, Kind: runstate.EventPhaseEnd, Status: "weird", Message: "x"}}},
+			want: []string{"record_end hardware", `fail hardware: phase_end event 11: phase status "weird" is not one of`}},
 		{name: "deadline passed without a phase end", run: late, obs: batchObs{session: cur}, want: []string{"fail hardware: no phase_end within 30m0s"}},
 	}
 }

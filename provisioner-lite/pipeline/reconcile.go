@@ -252,7 +252,7 @@ func (d *batchDecision) actOnEvents() {
 			}
 			d.add(action{kind: actRecordEnd, phase: ev.Phase, out: out, dur: time.Duration(ev.DurationMs) * time.Millisecond})
 			if out.status == curev1.PhaseStatus_PHASE_FAILED {
-				d.add(action{kind: actFail, phase: ev.Phase, msg: ev.Message})
+				d.add(action{kind: actFail, phase: ev.Phase, msg: out.msg})
 				return
 			}
 			if rebootRequired(ev) {
