@@ -280,6 +280,12 @@ ALTER TABLE runs ADD COLUMN pipeline TEXT NOT NULL DEFAULT '';
 const pgMigrationLock = 0x43555245 // "CURE"
 
 func migratePostgres(ctx context.Context, db *sql.DB) error {
+	return migratePostgresTo(ctx, db, len(pgMigrations))
+}
+
+// migratePostgresTo applies the migrations up to schema version target
+// (tests build databases of older versions with it).
+func migratePostgresTo(ctx context.Context, db *sql.DB, target int) error {
 	if len(pgMigrations) != len(migrations) {
 		return fmt.Errorf("schema: %d PostgreSQL migrations for %d SQLite ones", len(pgMigrations), len(migrations))
 	}
@@ -307,7 +313,7 @@ func migratePostgres(ctx context.Context, db *sql.DB) error {
 	if v > len(pgMigrations) {
 		return fmt.Errorf("database schema version %d is newer than this provisioner-lite (%d): refusing to run an older binary on it", v, len(pgMigrations))
 	}
-	for i := v; i < len(pgMigrations); i++ {
+	for i := v; i < target; i++ {
 		tx, err := conn.BeginTx(ctx, nil)
 		if err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/store/pgtest"
 )
 
 // Every field of the pipeline state survives the store, and a clone shares
@@ -86,6 +87,39 @@ func TestUpgradeRunDataToPipelineState(t *testing.T) {
 	if err := migrateTo(ctx, db, 9); err != nil {
 		t.Fatal(err)
 	}
+	checkRunDataUpgrade(t, db, sqliteDialect.rebind, func() *Store {
+		s, err := Open(path, WithStateKey(testKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+// The same upgrade on PostgreSQL (its placeholders, its text types).
+func TestUpgradeRunDataToPipelineStatePostgres(t *testing.T) {
+	dsn := pgtest.Shared(t).NewDatabase(t)
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migratePostgresTo(ctxT(t), db, 9); err != nil {
+		t.Fatal(err)
+	}
+	checkRunDataUpgrade(t, db, rebindDollar, func() *Store {
+		s, err := OpenDSN(dsn, WithStateKey(testKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+// checkRunDataUpgrade fills db (at schema 9) with runs as earlier
+// coordinators wrote them, closes it, opens the store (which upgrades it)
+// and checks every run's state.
+func checkRunDataUpgrade(t *testing.T, db *sql.DB, rebind func(string) string, open func() *Store) {
+	ctx := ctxT(t)
 	const ts = "2026-11-24T12:00:00.123456789Z"
 	old := `{"attempts/bmc":"3","started/bmc":"` + ts + `","host_rebooted_at":"` + ts + `","host_wait_from":"42","host_reboot_attempt":"2",` +
 		`"bmc_reset_at":"` + ts + `","bmc_resets":"1","boot_requested_at":"` + ts + `","assign_cursor":"0","boot":"cure","cure_window":"w7",` +
@@ -100,8 +134,9 @@ func TestUpgradeRunDataToPipelineState(t *testing.T) {
 	if _, err := db.Exec(`INSERT INTO nodes (id, updated_at) VALUES ('n1', 0)`); err != nil {
 		t.Fatal(err)
 	}
+	q := rebind(`INSERT INTO runs (id, node_id, status, data, created_at) VALUES (?, 'n1', ?, ?, 0)`)
 	ins := func(id, status, data string) {
-		if _, err := db.Exec(`INSERT INTO runs (id, node_id, status, data, created_at) VALUES (?, 'n1', ?, ?, 0)`, id, status, data); err != nil {
+		if _, err := db.Exec(q, id, status, data); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -112,10 +147,7 @@ func TestUpgradeRunDataToPipelineState(t *testing.T) {
 	}
 	db.Close()
 
-	s, err := Open(path, WithStateKey(testKey))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := open()
 	defer s.Close()
 	at, _ := time.Parse(time.RFC3339Nano, ts)
 	want := PipelineState{
@@ -151,7 +183,7 @@ func TestUpgradeRunDataToPipelineState(t *testing.T) {
 			}
 		}
 		var kept string
-		if err := s.r.db.QueryRow(`SELECT data FROM runs WHERE id = ?`, id).Scan(&kept); err != nil || kept != data {
+		if err := s.r.db.QueryRow(s.dialect.rebind(`SELECT data FROM runs WHERE id = ?`), id).Scan(&kept); err != nil || kept != data {
 			t.Errorf("%s: data column %q after the upgrade, want it kept as %q", id, kept, data)
 		}
 	}
