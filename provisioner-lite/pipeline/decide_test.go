@@ -210,8 +210,12 @@ func lostCases() []batchCase {
 			want: []string{"retry hardware (" + metrics.CauseRunnerLost + ")", "reboot_into_cure: runner gone for 3m0s during hardware"},
 			check: func(t *testing.T, r store.Run) {
 				b := r.Pipeline.Batch
-				if r.Disconnects != 1 || !b.Bound.IsZero() || b.HadRunner || !b.LostSince.Equal(now) {
-					t.Errorf("disconnects %d, batch %+v: want the fresh boot's budget next", r.Disconnects, b)
+				if r.Disconnects != 1 || !b.Bound.IsZero() || !b.HadRunner || !b.LostSince.Equal(now) {
+					t.Errorf("disconnects %d, batch %+v: want no runner followed, the reconnect budget until the reset is done", r.Disconnects, b)
+				}
+				rebootedIntoCURE(b, now)
+				if b.HadRunner {
+					t.Error("after the reset the fresh boot does not get the PXE budget")
 				}
 			}},
 		{name: "disconnect budget spent", run: spent, want: []string{"lost: runner lost 6 times (budget 5) during hardware,validate"}},
@@ -308,8 +312,8 @@ func eventCases(t *testing.T) []batchCase {
 			// The session still up is the runner being reset: judged anew.
 			want: []string{"record_end hardware", "reboot_into_cure: hardware needs a reboot to activate", "requeue"},
 			check: func(t *testing.T, r store.Run) {
-				if bt := r.Pipeline.Batch; !bt.Bound.IsZero() || bt.HadRunner || bt.Current != "" {
-					t.Errorf("batch %+v: want no runner, a fresh boot's budget, no phase running", bt)
+				if bt := r.Pipeline.Batch; !bt.Bound.IsZero() || bt.Current != "" {
+					t.Errorf("batch %+v: want no runner followed, no phase running", bt)
 				}
 			}},
 		{name: "a failed phase fails the batch", run: b(), obs: batchObs{session: cur, events: []store.Event{
@@ -359,6 +363,13 @@ func restartCases() []batchCase {
 		{name: "coordinator restart: the runner still in its phase is seen, then re-attached", run: stored,
 			obs:  batchObs{fresh: true, session: &sessionObs{ref: refB, runID: "r1", stored: 9, state: &curev1.RunnerState{Kind: curev1.RunnerState_IN_PHASE, RunId: "r1", Phase: modes.Hardware, LastEventSeq: 9}}},
 			want: []string{"requeue"}},
+		{name: "coordinator restart after a reboot it decided but never saw done: the reconnect budget", obs: batchObs{fresh: true},
+			run: batchRun(&store.RunnerBatch{Phases: hwValidate, Cursor: 10, HadRunner: true, Current: modes.Hardware, LostSince: ago(10 * time.Minute)}),
+			check: func(t *testing.T, r store.Run) {
+				if b := r.Pipeline.Batch; !b.HadRunner || !b.LostSince.Equal(now) || r.Disconnects != 0 {
+					t.Errorf("batch %+v, disconnects %d: want the runner that may still be there looked for with the reconnect budget", b, r.Disconnects)
+				}
+			}},
 		{name: "a batch from before the status was typed resumes at the run's phase", run: legacy, obs: batchObs{fresh: true},
 			check: func(t *testing.T, r store.Run) {
 				if b := r.Pipeline.Batch; !slices.Equal(b.Phases, hwValidate) || b.Current != modes.Hardware || b.Cursor != 10 {

@@ -216,12 +216,20 @@ func (d *batchDecision) enter() {
 }
 
 // reboot asks for a reboot into CURE: whatever runner the batch followed is
-// gone, and the fresh boot gets the PXE budget.
+// gone. The fresh boot gets the PXE budget only once the applier saw the
+// reset done (rebootedIntoCURE): a coordinator that stopped between the
+// decision and the reset leaves a runner that may still be there.
 func (d *batchDecision) reboot(why string) {
 	d.add(action{kind: actRebootCURE, msg: why})
 	d.b.Bound = store.SessionRef{}
 	d.b.LostSince = d.obs.now
-	d.b.HadRunner = false
+}
+
+// rebootedIntoCURE is the batch's status once a reboot into CURE was
+// done: a fresh CURE boot is under way, with the PXE budget from now.
+func rebootedIntoCURE(b *store.RunnerBatch, now time.Time) {
+	b.HadRunner = false
+	b.LostSince = now
 }
 
 // actOnEvents acts on the runner's phase events stored since the cursor:

@@ -156,6 +156,7 @@ func (e *Engine) applyBatch(ctx context.Context, r *store.Run, acts []action, lo
 			if err := e.rebootIntoCURE(ctx, r, a.msg); err != nil {
 				return batchResult{end: true, err: err}
 			}
+			rebootedIntoCURE(r.Pipeline.Batch, time.Now())
 		case actEvent:
 			e.coordEvent(ctx, *r, a.phase, runstate.EventInfo, "", a.msg, 0)
 		case actNote, actReattach:
