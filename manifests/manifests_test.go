@@ -627,3 +627,20 @@ func TestSuiteTools(t *testing.T) {
 		t.Errorf("a GPU suite needs %v", got)
 	}
 }
+
+func TestMatchString(t *testing.T) {
+	yes := true
+	for _, tc := range []struct {
+		m    Match
+		want string
+	}{
+		{Match{}, "{any}"},
+		{Match{VendorID: "0x15b3", PSID: "MT_0000000838", Model: "MCX7*"}, `{vendorId="0x15b3" psid="MT_0000000838" model="MCX7*"}`},
+		{Match{Name: "BMC", RelatedItem: "/redfish/v1/Managers/*", Updateable: &yes}, `{name="BMC" relatedItem="/redfish/v1/Managers/*" updateable=true}`},
+		{Match{RedfishID: "HGX_FW_GPU_*", SoftwareID: "0x0A"}, `{redfishId="HGX_FW_GPU_*" softwareId="0x0A"}`},
+	} {
+		if got := tc.m.String(); got != tc.want {
+			t.Errorf("%#v.String() = %s, want %s", tc.m, got, tc.want)
+		}
+	}
+}

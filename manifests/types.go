@@ -7,6 +7,8 @@
 package manifests
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cure-oss/cure/manifests/version"
@@ -412,4 +414,26 @@ func (s *SKU) FirmwareFor(component string) []Firmware {
 		}
 	}
 	return out
+}
+
+// String names the fields a selector sets, for messages:
+// {vendorId="0x15b3" psid="MT_0000000838"}, {name="BMC" updateable=true};
+// {any} when it sets none.
+func (m Match) String() string {
+	var p []string
+	for _, f := range []struct{ k, v string }{
+		{"vendorId", m.VendorID}, {"psid", m.PSID}, {"model", m.Model},
+		{"redfishId", m.RedfishID}, {"name", m.Name}, {"softwareId", m.SoftwareID}, {"relatedItem", m.RelatedItem},
+	} {
+		if f.v != "" {
+			p = append(p, fmt.Sprintf("%s=%q", f.k, f.v))
+		}
+	}
+	if m.Updateable != nil {
+		p = append(p, fmt.Sprintf("updateable=%t", *m.Updateable))
+	}
+	if len(p) == 0 {
+		return "{any}"
+	}
+	return "{" + strings.Join(p, " ") + "}"
 }

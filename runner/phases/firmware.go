@@ -7,8 +7,9 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/manifests/fwplan"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/runner/agent"
-	"github.com/cure-oss/cure/runner/fwplan"
 )
 
 // firmwareKind is one kind of firmware-bearing device the runner checks
@@ -25,9 +26,10 @@ type firmwareKind[D any] interface {
 	// observe lists the devices. A non-nil outcome ends the phase there:
 	// nothing to check, or no way to look.
 	observe(ctx context.Context, entries []manifests.Firmware, emit agent.Emitter) ([]D, *agent.PhaseOutcome)
-	// update brings one drifted device to its entry (provision mode only;
-	// it refuses in any other). It returns the verdict and whether a host
-	// reboot is needed before the new firmware runs.
+	// update brings one drifted device to its entry, whose artifact is
+	// set, in provision mode (refuseUpdate checked both). It returns the
+	// verdict (startUpdate's) and whether a host reboot is needed before
+	// the new firmware runs.
 	update(ctx context.Context, a *curev1.Assignment, c fwplan.Check[D], emit agent.Emitter) (*curev1.Verdict, bool)
 }
 
@@ -64,7 +66,7 @@ func runFirmware[D any](ctx context.Context, e *Executor, k firmwareKind[D], a *
 	for _, c := range checks {
 		desired, exp := "", "" // a device no entry selects has no target
 		if c.Entry != nil {
-			desired, exp = c.Entry.Version, expected(*c.Entry)
+			desired, exp = c.Entry.Version, fwplan.Expected(c.Entry)
 		}
 		js = append(js, judged{&curev1.Verdict{Component: c.Component(k), Check: "firmware", Status: c.Status,
 			Observed: c.Observed, Expected: exp, Message: c.Message}, desired})
@@ -79,7 +81,12 @@ func runFirmware[D any](ctx context.Context, e *Executor, k firmwareKind[D], a *
 		var ups []update
 		for _, c := range checks {
 			if c.Status == curev1.VerdictStatus_DRIFT {
-				ups = append(ups, update{c.Component(k), func() (*curev1.Verdict, bool) { return k.update(ctx, a, c, emit) }})
+				ups = append(ups, update{c.Component(k), func() (*curev1.Verdict, bool) {
+					if v := refuseUpdate(k, a, c); v != nil {
+						return v, false
+					}
+					return k.update(ctx, a, c, emit)
+				}})
 			}
 		}
 		return applyUpdates(w.kind, w.done, ups, emit)
@@ -96,40 +103,43 @@ func runFirmware[D any](ctx context.Context, e *Executor, k firmwareKind[D], a *
 	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: msg}
 }
 
-// gate decides MATCH, DRIFT or ERROR for a running version: ERROR when the
-// manifest's gate cannot order the versions (an unparseable value under
-// at-least, different families), never a silent DRIFT.
-func gate(fw manifests.Firmware, running string) (curev1.VerdictStatus, string) {
-	ok, err := fw.Satisfied(running)
-	switch {
-	case err != nil:
-		return curev1.VerdictStatus_ERROR, err.Error()
-	case ok && fw.Gate == manifests.GateAtLeast:
-		return curev1.VerdictStatus_MATCH, fmt.Sprintf("running %s is at least %s", running, fw.Version)
-	case ok:
-		return curev1.VerdictStatus_MATCH, "running version equals desired"
-	case fw.Gate == manifests.GateAtLeast:
-		return curev1.VerdictStatus_DRIFT, fmt.Sprintf("running %s is older than %s", running, fw.Version)
-	}
-	return curev1.VerdictStatus_DRIFT, fmt.Sprintf("running %s, desired %s", running, fw.Version)
-}
-
 // GateVerdict is the verdict the runner gives a component running version
-// running against fw (TestVersionFormsAgree holds it to the coordinator's).
+// running against fw: fwplan.Gate, the judgement every kind of both sides
+// makes (TestVersionFormsAgree holds it to the coordinator's).
 func GateVerdict(fw manifests.Firmware, running string) (curev1.VerdictStatus, string) {
-	return gate(fw, running)
+	j := fwplan.Gate(&fw, running)
+	return j.Status, j.Message
 }
 
-func expected(fw manifests.Firmware) string {
-	if fw.Gate == manifests.GateAtLeast {
-		return ">= " + fw.Version
+// refuseUpdate is what stops any kind's update before it starts: a mode
+// that may not write firmware, an entry without an image. nil: go on.
+func refuseUpdate[D any](k firmwareKind[D], a *curev1.Assignment, c fwplan.Check[D]) *curev1.Verdict {
+	v, fail := startUpdate(k, c)
+	mode, err := modes.FromProto(a.GetMode())
+	if err != nil {
+		v, _ = fail("%v", err)
+		return v
 	}
-	return fw.Version
+	if err := modes.CheckWrite(mode, k.words().kind); err != nil {
+		v, _ = fail("%v", err)
+		return v
+	}
+	if c.Entry.Artifact == nil {
+		v, _ = fail("firmware entry %q drifted but names no artifact", c.Entry.Name)
+		return v
+	}
+	return nil
 }
 
-func gateStatus(fw manifests.Firmware, running string) curev1.VerdictStatus {
-	s, _ := gate(fw, running)
-	return s
+// startUpdate is the firmware_update verdict of one device, to be filled
+// by its kind's update, and fail, which fills it as a FAIL.
+func startUpdate[D any](k fwplan.Component[D], c fwplan.Check[D]) (*curev1.Verdict, func(format string, args ...any) (*curev1.Verdict, bool)) {
+	v := &curev1.Verdict{Component: k.Label(c.Device), Check: "firmware_update", Observed: c.Observed, Expected: fwplan.Expected(c.Entry)}
+	return v, func(format string, args ...any) (*curev1.Verdict, bool) {
+		v.Status = curev1.VerdictStatus_FAIL
+		v.Message = fmt.Sprintf(format, args...)
+		return v, false
+	}
 }
 
 // inBand keeps the entries of one component the runner updates in-band;

@@ -13,7 +13,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
-	"github.com/cure-oss/cure/runner/fwplan"
+	"github.com/cure-oss/cure/manifests/fwplan"
 	"github.com/cure-oss/cure/runner/inventory"
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/diskimage"
