@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/manifests/fwplan"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
@@ -391,33 +392,13 @@ func (e *Engine) waitForCURE(ctx context.Context, r *store.Run) outcome {
 	}
 }
 
-func componentName(component, id string, n int) string {
-	if component == "bmc" || component == "bios" {
-		return component
-	}
-	return component + "/" + id
-}
-
-// gateOK applies the manifest's gate through manifests.Firmware.Satisfied,
-// the one comparison the runner's in-band phases use too: an unparseable
-// version under at-least is an error naming the value (an ERROR verdict),
-// never a silent DRIFT.
-func gateOK(fw manifests.Firmware, running string) (bool, error) {
-	return fw.Satisfied(running)
-}
-
 // GateVerdict is the coordinator's verdict status (MATCH, DRIFT or ERROR)
-// and message for one inventory member running version running against fw.
+// and message for one inventory member running version running against fw:
+// fwplan.Gate, the judgement every kind of both sides makes.
 // TestVersionFormsAgree holds it to the runner's answer.
 func GateVerdict(fw manifests.Firmware, running string) (status, msg string) {
-	ok, err := gateOK(fw, running)
-	switch {
-	case err != nil:
-		return "ERROR", err.Error()
-	case ok:
-		return "MATCH", fw.Name
-	}
-	return "DRIFT", fw.Name
+	j := fwplan.Gate(&fw, running)
+	return j.Status.String(), j.Message
 }
 
 // verdict records a coordinator-side verdict. Its text comes partly from the
