@@ -401,6 +401,15 @@ func GateVerdict(fw manifests.Firmware, running string) (status, msg string) {
 	return j.Status.String(), j.Message
 }
 
+// ConfirmVerdict is the coordinator's verdict status (PASS, FAIL or ERROR)
+// and message for a member running version running after its update:
+// fwplan.Confirm, the judgement both sides make after a flash
+// (TestOneFirmwarePlanner holds it to the runner's).
+func ConfirmVerdict(fw manifests.Firmware, running string) (status, msg string) {
+	j := fwplan.Confirm(&fw, running)
+	return j.Status.String(), j.Message
+}
+
 // verdict records a coordinator-side verdict. Its text comes partly from the
 // BMC (inventory ids, versions, task messages): cleaned and bounded like a
 // runner's.

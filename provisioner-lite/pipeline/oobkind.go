@@ -223,16 +223,16 @@ func confirmOOB(component string, fw *manifests.Firmware, inv []redfish.Firmware
 		activation = "activation"
 	}
 	for _, it := range members {
-		j := fwplan.Confirm(fw, it.Version)
-		row := oobRow{component: k.Label(it), status: j.Status.String(), observed: it.Version, expected: fwplan.Expected(fw)}
-		switch j.Status {
-		case curev1.VerdictStatus_PASS:
-			row.msg = fmt.Sprintf("%s: %s after %s", fw.Name, j.Message, activation)
-		case curev1.VerdictStatus_FAIL:
-			row.msg = fmt.Sprintf("%s: %s after %s (pending %q)", fw.Name, j.Message, activation, it.PendingVersion)
+		status, msg := ConfirmVerdict(*fw, it.Version)
+		row := oobRow{component: k.Label(it), status: status, observed: it.Version, expected: fwplan.Expected(fw)}
+		switch status {
+		case curev1.VerdictStatus_PASS.String():
+			row.msg = fmt.Sprintf("%s: %s after %s", fw.Name, msg, activation)
+		case curev1.VerdictStatus_FAIL.String():
+			row.msg = fmt.Sprintf("%s: %s after %s (pending %q)", fw.Name, msg, activation, it.PendingVersion)
 			bad = append(bad, fmt.Sprintf("%s still runs %s", it.ID, it.Version))
 		default:
-			row.msg = fmt.Sprintf("%s: %s: %s", fw.Name, it.ID, j.Message)
+			row.msg = fmt.Sprintf("%s: %s: %s", fw.Name, it.ID, msg)
 			bad = append(bad, row.msg)
 		}
 		rows = append(rows, row)

@@ -272,6 +272,12 @@ func (e *Executor) installDPU(ctx context.Context, a *curev1.Assignment, c fwpla
 	}
 	j := judgeDPU(fw, &after)
 	v.Observed = j.Observed
+	if j.Observed != "" {
+		if st, msg := ConfirmVerdict(*fw, j.Observed); st == curev1.VerdictStatus_ERROR {
+			v.Status, v.Message = st, fmt.Sprintf("bundle installed and the DPU reported ready; %s: %s", dpuLabel(&after), msg)
+			return v, false
+		}
+	}
 	an := after.Status.NIC
 	switch {
 	case j.Status == curev1.VerdictStatus_MATCH:

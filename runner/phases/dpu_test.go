@@ -310,3 +310,21 @@ func TestDPUBSPVersion(t *testing.T) {
 		t.Errorf("audit wrote to misc: %q", d.writes)
 	}
 }
+
+// A DPU whose NIC firmware reads as something the gate cannot order after
+// the install is an ERROR naming the value, and fails the phase: not
+// "installed", not "did not change".
+func TestDPUGateErrorAfterInstall(t *testing.T) {
+	cfg, d, f, _ := dpuNode(t, "32.41.1000")
+	img := bfbImage(4096)
+	srv, _ := serveCounted(t, img)
+	d.installed = func() { f.dev["0000:a3:00.0"].flash, f.dev["0000:a3:00.0"].running = "32.43..1014", "32.43..1014" }
+	out, em := runDPU(t, cfg, curev1.Mode_MODE_PROVISION, dpuEntry(bf3PSID, "32.43.1014", "dpu-reset", img), srv.URL+"/artifacts/")
+	if out.status != curev1.PhaseStatus_PHASE_FAILED || !strings.Contains(out.message, `"32.43..1014"`) {
+		t.Fatalf("outcome %+v %v", out, em.verdicts)
+	}
+	v := em.verdicts[len(em.verdicts)-1]
+	if v.Check != "firmware_update" || v.Status != curev1.VerdictStatus_ERROR || v.Observed != "32.43..1014" || !strings.Contains(v.Message, `running version "32.43..1014" cannot be judged`) {
+		t.Errorf("verdict %v", v)
+	}
+}

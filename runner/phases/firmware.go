@@ -10,6 +10,7 @@ import (
 	"github.com/cure-oss/cure/manifests/fwplan"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/runner/agent"
+	"github.com/cure-oss/cure/runner/inventory"
 )
 
 // firmwareKind is one kind of firmware-bearing device the runner checks
@@ -110,6 +111,19 @@ func GateVerdict(fw manifests.Firmware, running string) (curev1.VerdictStatus, s
 	j := fwplan.Gate(&fw, running)
 	return j.Status, j.Message
 }
+
+// ConfirmVerdict is the verdict the runner gives a component running
+// version running after its update: fwplan.Confirm, the judgement both
+// sides make after a flash (TestOneFirmwarePlanner holds it to the
+// coordinator's): a version the gate cannot read is an ERROR naming it.
+func ConfirmVerdict(fw manifests.Firmware, running string) (curev1.VerdictStatus, string) {
+	j := fwplan.Confirm(&fw, running)
+	return j.Status, j.Message
+}
+
+// NVMeKind is the runner's NVMe kind, for tests that hold the runner's
+// kinds and the coordinator's to the one planner.
+func NVMeKind() fwplan.Component[*inventory.Controller] { return nvmeKind{} }
 
 // refuseUpdate is what stops any kind's update before it starts: a mode
 // that may not write firmware, an entry without an image. nil: go on.
