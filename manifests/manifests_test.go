@@ -644,3 +644,17 @@ func TestMatchString(t *testing.T) {
 		}
 	}
 }
+
+func TestFirmwareVia(t *testing.T) {
+	sku := &SKU{Spec: SKUSpec{Firmware: []Firmware{
+		{Name: "a", Component: ComponentNIC, Via: ViaInBand}, {Name: "b", Component: ComponentBMC, Via: ViaRedfish},
+		{Name: "c", Component: ComponentNIC, Via: ViaInBand}, {Name: "d", Component: ComponentDPU, Via: ViaRedfish},
+	}}}
+	var got []string
+	for _, f := range sku.FirmwareVia(ComponentNIC, ViaInBand) {
+		got = append(got, f.Name)
+	}
+	if strings.Join(got, ",") != "a,c" || len(sku.FirmwareVia(ComponentNIC, ViaRedfish)) != 0 || len(sku.FirmwareVia(ComponentBMC, ViaRedfish)) != 1 {
+		t.Errorf("FirmwareVia = %v", got)
+	}
+}

@@ -416,6 +416,19 @@ func (s *SKU) FirmwareFor(component string) []Firmware {
 	return out
 }
 
+// FirmwareVia returns the component's entries updated via via
+// (ViaRedfish: the coordinator's, through the BMC; ViaInBand: the
+// runner's), in manifest order.
+func (s *SKU) FirmwareVia(component, via string) []Firmware {
+	var out []Firmware
+	for _, f := range s.FirmwareFor(component) {
+		if f.Via == via {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // String names the fields a selector sets, for messages:
 // {vendorId="0x15b3" psid="MT_0000000838"}, {name="BMC" updateable=true};
 // {any} when it sets none.

@@ -25,20 +25,12 @@ func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string
 	if err != nil {
 		return failed("%v", err)
 	}
-	var want []manifests.Firmware
-	for _, fw := range sku.Spec.Firmware {
-		if fw.Component == component && fw.Via == "redfish" {
-			want = append(want, fw)
-		}
-	}
+	want := sku.FirmwareVia(component, manifests.ViaRedfish)
 	if len(want) == 0 {
 		return skipped("manifest pins no %s firmware", component)
 	}
-	var inv []redfish.FirmwareItem
-	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
-		inv, err = b.FirmwareInventory(ctx)
-		return err
-	}); err != nil {
+	inv, err := e.firmwareInventory(ctx, r)
+	if err != nil {
 		return failed("read FirmwareInventory: %v", err)
 	}
 	rows, deltas := planOOB(component, want, inv)
@@ -156,16 +148,23 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 	return e.activateOOB(ctx, r, component, fw, targets, true)
 }
 
+// firmwareInventory reads the BMC's FirmwareInventory.
+func (e *Engine) firmwareInventory(ctx context.Context, r *store.Run) ([]redfish.FirmwareItem, error) {
+	var inv []redfish.FirmwareItem
+	err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		var err error
+		inv, err = b.FirmwareInventory(ctx)
+		return err
+	})
+	return inv, err
+}
+
 // oobState reads the inventory: whether the targets run the desired
 // version, or have it staged for the next activation (stagedState). An
 // unreadable inventory is neither: the caller submits again.
 func (e *Engine) oobState(ctx context.Context, r *store.Run, fw manifests.Firmware, targets []string) (done, pending bool, err error) {
-	var inv []redfish.FirmwareItem
-	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
-		var err error
-		inv, err = b.FirmwareInventory(ctx)
-		return err
-	}); err != nil {
+	inv, err := e.firmwareInventory(ctx, r)
+	if err != nil {
 		return false, false, nil
 	}
 	return stagedState(&fw, verifyMembers(inv, fw, targets))
@@ -207,12 +206,8 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 			}
 		}
 	}
-	var inv []redfish.FirmwareItem
-	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
-		var err error
-		inv, err = b.FirmwareInventory(ctx)
-		return err
-	}); err != nil {
+	inv, err := e.firmwareInventory(ctx, r)
+	if err != nil {
 		return failed("%s: read back FirmwareInventory: %v", fw.Name, err)
 	}
 	rows, bad := confirmOOB(component, &fw, inv, targets)

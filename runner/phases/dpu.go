@@ -145,7 +145,7 @@ func (dpuKind) words() fwWords {
 }
 
 func (dpuKind) entries(sku *manifests.SKU) ([]manifests.Firmware, string) {
-	return inBand(sku, manifests.ComponentDPU), fmt.Sprintf("manifest %s pins no dpu firmware (in-band): nothing to check", sku.Metadata.Name)
+	return sku.FirmwareVia(manifests.ComponentDPU, manifests.ViaInBand), fmt.Sprintf("manifest %s pins no dpu firmware (in-band): nothing to check", sku.Metadata.Name)
 }
 
 func (k dpuKind) observe(ctx context.Context, entries []manifests.Firmware, _ agent.Emitter) ([]*DPUObservation, *agent.PhaseOutcome) {

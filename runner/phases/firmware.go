@@ -156,18 +156,6 @@ func startUpdate[D any](k fwplan.Component[D], c fwplan.Check[D]) (*curev1.Verdi
 	}
 }
 
-// inBand keeps the entries of one component the runner updates in-band;
-// via redfish they are the coordinator's.
-func inBand(sku *manifests.SKU, component string) []manifests.Firmware {
-	var out []manifests.Firmware
-	for _, f := range sku.FirmwareFor(component) {
-		if f.Via == manifests.ViaInBand {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
 func skipped(format string, args ...any) agent.PhaseOutcome {
 	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: fmt.Sprintf(format, args...)}
 }

@@ -86,7 +86,7 @@ func (nicKind) words() fwWords {
 }
 
 func (nicKind) entries(sku *manifests.SKU) ([]manifests.Firmware, string) {
-	return inBand(sku, manifests.ComponentNIC), fmt.Sprintf("manifest %s pins no nic firmware (in-band): nothing to check", sku.Metadata.Name)
+	return sku.FirmwareVia(manifests.ComponentNIC, manifests.ViaInBand), fmt.Sprintf("manifest %s pins no nic firmware (in-band): nothing to check", sku.Metadata.Name)
 }
 
 // observe lists the adapters and queries each; no adapter, or no usable

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/manifests/fwplan"
 	"github.com/cure-oss/cure/tools/mellanox"
 	"github.com/cure-oss/cure/tools/mstflint"
@@ -416,7 +417,7 @@ func TestPlanNICModelAndQueryErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := &nicKind{}
-	checks := fwplan.Plan[NICObservation](k, inBand(sku, "nic"), obs)
+	checks := fwplan.Plan[NICObservation](k, sku.FirmwareVia("nic", manifests.ViaInBand), obs)
 	var got []string
 	for _, c := range checks {
 		got = append(got, c.Component(k)+"="+c.Status.String())
