@@ -3,6 +3,7 @@ package phases
 import (
 	"context"
 	"fmt"
+	"path"
 	"strings"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -11,6 +12,8 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/runner/agent"
 	"github.com/cure-oss/cure/runner/inventory"
+	"github.com/cure-oss/cure/tools/mellanox"
+	"github.com/cure-oss/cure/tools/pci"
 )
 
 // firmwareKind is one kind of firmware-bearing device the runner checks
@@ -154,6 +157,47 @@ func startUpdate[D any](k fwplan.Component[D], c fwplan.Check[D]) (*curev1.Verdi
 		v.Message = fmt.Sprintf(format, args...)
 		return v, false
 	}
+}
+
+// matchMellanox applies a selector's vendorId to a Mellanox device (NIC
+// or BlueField DPU: both carry the Mellanox vendor id).
+func matchMellanox(m manifests.Match) (bool, error) {
+	if m.VendorID == "" {
+		return true, nil
+	}
+	v, err := pci.ParseVendorID(m.VendorID)
+	if err != nil {
+		return false, fmt.Errorf("match.vendorId: %w", err)
+	}
+	return v == mellanox.VendorID, nil
+}
+
+// matchModel applies a model glob to the names a device goes by; an
+// empty glob matches, an empty name never does.
+func matchModel(glob string, names ...string) (bool, error) {
+	if glob == "" {
+		return true, nil
+	}
+	hit := false
+	for _, s := range names {
+		if s == "" {
+			continue
+		}
+		ok, err := path.Match(glob, s)
+		if err != nil {
+			return false, fmt.Errorf("match.model %q: %w", glob, err)
+		}
+		hit = hit || ok
+	}
+	return hit, nil
+}
+
+// orNone joins what was seen, or says none was.
+func orNone(seen []string, none string) string {
+	if len(seen) == 0 {
+		return none
+	}
+	return strings.Join(seen, ", ")
 }
 
 func skipped(format string, args ...any) agent.PhaseOutcome {

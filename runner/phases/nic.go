@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"strings"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -14,7 +13,6 @@ import (
 	"github.com/cure-oss/cure/runner/agent"
 	"github.com/cure-oss/cure/tools/mellanox"
 	"github.com/cure-oss/cure/tools/mstflint"
-	"github.com/cure-oss/cure/tools/pci"
 )
 
 // NICObservation is one adapter and what `mstflint query` said of it.
@@ -191,47 +189,6 @@ func (e *Executor) runNIC(ctx context.Context, a *curev1.Assignment, emit agent.
 	k := &nicKind{e: e, images: map[*manifests.Firmware]string{}}
 	defer k.removeImages()
 	return runFirmware[NICObservation](ctx, e, k, a, emit)
-}
-
-// matchMellanox applies a selector's vendorId to a Mellanox device (NIC
-// or BlueField DPU: both carry the Mellanox vendor id).
-func matchMellanox(m manifests.Match) (bool, error) {
-	if m.VendorID == "" {
-		return true, nil
-	}
-	v, err := pci.ParseVendorID(m.VendorID)
-	if err != nil {
-		return false, fmt.Errorf("match.vendorId: %w", err)
-	}
-	return v == mellanox.VendorID, nil
-}
-
-// matchModel applies a model glob to the names a device goes by; an
-// empty glob matches, an empty name never does.
-func matchModel(glob string, names ...string) (bool, error) {
-	if glob == "" {
-		return true, nil
-	}
-	hit := false
-	for _, s := range names {
-		if s == "" {
-			continue
-		}
-		ok, err := path.Match(glob, s)
-		if err != nil {
-			return false, fmt.Errorf("match.model %q: %w", glob, err)
-		}
-		hit = hit || ok
-	}
-	return hit, nil
-}
-
-// orNone joins what was seen, or says none was.
-func orNone(seen []string, none string) string {
-	if len(seen) == 0 {
-		return none
-	}
-	return strings.Join(seen, ", ")
 }
 
 // nicActivation maps the manifest's activation onto mstflint's. An image
