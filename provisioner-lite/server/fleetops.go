@@ -156,10 +156,18 @@ func (o *OperatorService) Provision(ctx context.Context, req *curev1.ProvisionRe
 			defer wg.Done()
 			for i := range work {
 				id := ids[i]
+				if err := o.admitPool(ctx, id, mode, req.GetResume()); err != nil {
+					refused[i] = refusal(id, err)
+					refused[i].Reason = RefusedPool
+					continue
+				}
 				runID, err := o.Starter.Start(ctx, id, mode, req.GetManifest(), req.GetResume())
 				if err != nil {
 					refused[i] = refusal(id, err)
 					continue
+				}
+				if o.Pool != nil {
+					o.Pool.RunStarted(ctx, id, runID, mode)
 				}
 				runs[i] = &curev1.RunRef{RunId: runID, NodeId: id}
 			}
