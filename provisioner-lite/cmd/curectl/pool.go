@@ -46,13 +46,17 @@ scheduler (or an operator) says the node is drained (curectl nodes drained).`,
 		`Moves draining nodes to drained: the scheduler's word (or an operator's)
 that no job runs there. Only a drained node is revalidated or serviced.`,
 		func(c curev1.OperatorServiceClient) func(context.Context, *curev1.PoolRequest) (*curev1.PoolResponse, error) {
-			return func(ctx context.Context, r *curev1.PoolRequest) (*curev1.PoolResponse, error) { return c.MarkDrained(ctx, r) }
+			return func(ctx context.Context, r *curev1.PoolRequest) (*curev1.PoolResponse, error) {
+				return c.MarkDrained(ctx, r)
+			}
 		})
 	ret := simple("return", "Put nodes back in service (draining, drained, ready; or a node deployed before the pool)",
 		`Moves nodes back to in_service and announces it. An rma node is revalidated
 (or provisioned) first.`,
 		func(c curev1.OperatorServiceClient) func(context.Context, *curev1.PoolRequest) (*curev1.PoolResponse, error) {
-			return func(ctx context.Context, r *curev1.PoolRequest) (*curev1.PoolResponse, error) { return c.ReturnToPool(ctx, r) }
+			return func(ctx context.Context, r *curev1.PoolRequest) (*curev1.PoolResponse, error) {
+				return c.ReturnToPool(ctx, r)
+			}
 		})
 
 	var o poolOpts
