@@ -11,7 +11,11 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/curectl"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 )
+
+// poolRPC is one of the OperatorService's pool methods.
+type poolRPC func(curev1.OperatorServiceClient, context.Context, *curev1.PoolRequest, ...grpc.CallOption) (*curev1.PoolResponse, error)
 
 // poolOpts are the flags every pool command shares.
 type poolOpts struct {
@@ -21,13 +25,14 @@ type poolOpts struct {
 // poolCmds are `curectl nodes drain|drained|revalidate|return`: a deployed
 // node's way through the day-2 pool (docs/ARCHITECTURE.md, "Day 2").
 func (a *app) poolCmds() []*cobra.Command {
-	simple := func(use, short, long string, call func(curev1.OperatorServiceClient) func(context.Context, *curev1.PoolRequest) (*curev1.PoolResponse, error)) *cobra.Command {
+	simple := func(use, short, long string, rpc poolRPC) *cobra.Command {
 		var o poolOpts
 		cmd := &cobra.Command{
 			Use: use + " [NODE...]", Short: short, Long: long,
 			RunE: func(_ *cobra.Command, args []string) error {
 				return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
-					return poolMove(ctx, "nodes "+use, call(c), o, args, a.out)
+					call := func(ctx context.Context, r *curev1.PoolRequest) (*curev1.PoolResponse, error) { return rpc(c, ctx, r) }
+					return poolMove(ctx, "nodes "+use, call, o, args, a.out)
 				})
 			},
 		}
@@ -39,25 +44,15 @@ func (a *app) poolCmds() []*cobra.Command {
 		`Moves in-service nodes to draining and announces it (node.pool webhook).
 Moving jobs away is the scheduler's job: CURE reboots nothing until the
 scheduler (or an operator) says the node is drained (curectl nodes drained).`,
-		func(c curev1.OperatorServiceClient) func(context.Context, *curev1.PoolRequest) (*curev1.PoolResponse, error) {
-			return func(ctx context.Context, r *curev1.PoolRequest) (*curev1.PoolResponse, error) { return c.Drain(ctx, r) }
-		})
+		curev1.OperatorServiceClient.Drain)
 	drained := simple("drained", "Say no job runs on draining nodes any more: CURE may reboot them",
 		`Moves draining nodes to drained: the scheduler's word (or an operator's)
 that no job runs there. Only a drained node is revalidated or serviced.`,
-		func(c curev1.OperatorServiceClient) func(context.Context, *curev1.PoolRequest) (*curev1.PoolResponse, error) {
-			return func(ctx context.Context, r *curev1.PoolRequest) (*curev1.PoolResponse, error) {
-				return c.MarkDrained(ctx, r)
-			}
-		})
+		curev1.OperatorServiceClient.MarkDrained)
 	ret := simple("return", "Put nodes back in service (draining, drained, ready; or a node deployed before the pool)",
 		`Moves nodes back to in_service and announces it. An rma node is revalidated
 (or provisioned) first.`,
-		func(c curev1.OperatorServiceClient) func(context.Context, *curev1.PoolRequest) (*curev1.PoolResponse, error) {
-			return func(ctx context.Context, r *curev1.PoolRequest) (*curev1.PoolResponse, error) {
-				return c.ReturnToPool(ctx, r)
-			}
-		})
+		curev1.OperatorServiceClient.ReturnToPool)
 
 	var o poolOpts
 	var suite, mode string
