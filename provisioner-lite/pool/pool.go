@@ -10,6 +10,7 @@ import (
 
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
+	"github.com/cure-oss/cure/provisioner-lite/notify"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
@@ -35,6 +36,12 @@ type Change struct {
 	Actor       string
 	RunID       string
 	At          time.Time
+}
+
+// Payload is the node.pool webhook announcing c.
+func (c Change) Payload() notify.Payload {
+	return notify.Payload{Event: notify.EventNodePool, NodeID: c.NodeID, SKU: c.SKU, RunID: c.RunID,
+		PoolState: string(c.To), PoolFrom: string(c.From), Reason: c.Reason, Actor: c.Actor, Since: c.At}
 }
 
 // Config wires a Pool.

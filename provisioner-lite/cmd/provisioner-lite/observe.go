@@ -110,10 +110,7 @@ func poolNotice(n *notify.Notifier) func(pool.Change) {
 	if n == nil {
 		return nil
 	}
-	return func(c pool.Change) {
-		n.Notify(notify.Payload{Event: notify.EventNodePool, NodeID: c.NodeID, SKU: c.SKU, RunID: c.RunID,
-			PoolState: string(c.To), PoolFrom: string(c.From), Reason: c.Reason, Actor: c.Actor, Since: c.At})
-	}
+	return func(c pool.Change) { n.Notify(c.Payload()) }
 }
 
 // suiteCheck refuses a revalidation whose suite does not load as a
