@@ -156,7 +156,8 @@ func (o *OperatorService) Provision(ctx context.Context, req *curev1.ProvisionRe
 			defer wg.Done()
 			for i := range work {
 				id := ids[i]
-				if err := o.admitPool(ctx, id, mode, req.GetResume()); err != nil {
+				runMode := o.runMode(ctx, id, mode, req.GetResume())
+				if err := o.admitPool(ctx, id, runMode); err != nil {
 					refused[i] = refusal(id, err)
 					refused[i].Reason = RefusedPool
 					continue
@@ -167,7 +168,7 @@ func (o *OperatorService) Provision(ctx context.Context, req *curev1.ProvisionRe
 					continue
 				}
 				if o.Pool != nil {
-					o.Pool.RunStarted(ctx, id, runID, mode)
+					o.Pool.RunStarted(ctx, id, runID, runMode)
 				}
 				runs[i] = &curev1.RunRef{RunId: runID, NodeId: id}
 			}

@@ -104,16 +104,21 @@ func (o *OperatorService) poolEach(ids []string, move func(id string) (store.Nod
 	return resp, nil
 }
 
-// admitPool refuses a run the node's pool state does not allow (a resume
-// is judged by the mode of the run it continues).
-func (o *OperatorService) admitPool(ctx context.Context, id string, mode modes.Mode, resume bool) error {
-	if o.Pool == nil {
-		return nil
-	}
+// runMode is the mode a Provision request runs on a node: a resume
+// continues the node's latest run in that run's mode.
+func (o *OperatorService) runMode(ctx context.Context, id string, mode modes.Mode, resume bool) modes.Mode {
 	if resume {
 		if r, err := o.Store.LatestRun(ctx, id); err == nil {
-			mode = modes.Mode(r.Mode)
+			return modes.Mode(r.Mode)
 		}
+	}
+	return mode
+}
+
+// admitPool refuses a run the node's pool state does not allow.
+func (o *OperatorService) admitPool(ctx context.Context, id string, mode modes.Mode) error {
+	if o.Pool == nil {
+		return nil
 	}
 	return o.Pool.Admit(ctx, id, mode)
 }
