@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/cure-oss/cure/modes"
@@ -63,7 +64,11 @@ type Config struct {
 // Pool carries the moves out: each is one compare-and-set in the store
 // (two coordinators, or an operator and the scheduler, cannot both move a
 // node from the same state), then announced.
-type Pool struct{ cfg Config }
+type Pool struct {
+	cfg Config
+	// dirty says a move happened since the gauge was last set.
+	dirty atomic.Bool
+}
 
 // New returns a Pool.
 func New(cfg Config) *Pool {
@@ -206,7 +211,6 @@ func (p *Pool) RunEnded(ctx context.Context, r store.Run) {
 	if err != nil {
 		p.cfg.Log.Error("pool: run ended", "node", r.NodeID, "run", r.ID, "err", err)
 	}
-	p.refreshGauge(ctx)
 }
 
 // revalidationEnded judges r if it is its node's revalidation run.
@@ -288,19 +292,32 @@ func (p *Pool) Reconcile(ctx context.Context) error {
 	return nil
 }
 
-// Run reconciles every interval until ctx ends.
+// Run reconciles every interval until ctx ends, and sets the gauge at
+// most once a second after moves (a drain of thousands of nodes counts
+// the pool once a second, not once a node).
 func (p *Pool) Run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
+	reconcile := time.NewTicker(every)
+	defer reconcile.Stop()
+	gauge := time.NewTicker(time.Second)
+	defer gauge.Stop()
+	p.reconcileLogged(ctx)
 	for {
-		if err := p.Reconcile(ctx); err != nil && ctx.Err() == nil {
-			p.cfg.Log.Error("pool: reconcile", "err", err)
-		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-gauge.C:
+			if p.dirty.Swap(false) {
+				p.refreshGauge(ctx)
+			}
+		case <-reconcile.C:
+			p.reconcileLogged(ctx)
 		}
+	}
+}
+
+func (p *Pool) reconcileLogged(ctx context.Context) {
+	if err := p.Reconcile(ctx); err != nil && ctx.Err() == nil {
+		p.cfg.Log.Error("pool: reconcile", "err", err)
 	}
 }
 
@@ -347,7 +364,7 @@ func (p *Pool) announce(ctx context.Context, prev, next store.NodePool) {
 	if p.cfg.Announce != nil {
 		p.cfg.Announce(c)
 	}
-	p.refreshGauge(ctx)
+	p.dirty.Store(true)
 }
 
 // refreshGauge sets cure_pool_nodes from the store (every instance's
@@ -356,17 +373,14 @@ func (p *Pool) refreshGauge(ctx context.Context) {
 	if p.cfg.Metrics == nil {
 		return
 	}
-	all, err := p.cfg.Store.NodePools(context.WithoutCancel(ctx))
+	stored, err := p.cfg.Store.PoolCounts(context.WithoutCancel(ctx))
 	if err != nil {
 		p.cfg.Log.Error("pool: gauge", "err", err)
 		return
 	}
 	counts := map[string]int{}
 	for _, s := range States() {
-		counts[string(s)] = 0
-	}
-	for _, n := range all {
-		counts[n.State]++
+		counts[string(s)] = stored[string(s)]
 	}
 	p.cfg.Metrics.PoolNodes(counts)
 }

@@ -111,6 +111,9 @@ func TestPoolLoop(t *testing.T) {
 	if err != nil || np.State != string(Revalidating) || np.RunID != "n1-run" {
 		t.Fatalf("revalidate: %+v, %v", np, err)
 	}
+	if err := p.Reconcile(ctx); err != nil { // sets the gauge, as Run does
+		t.Fatal(err)
+	}
 	if g := poolGauge(t, m, Revalidating); g != 1 {
 		t.Errorf("gauge revalidating = %v", g)
 	}
@@ -127,6 +130,9 @@ func TestPoolLoop(t *testing.T) {
 	}
 	if c := h.cs[4]; c.RunID != "n1-run" || c.Actor != Coordinator || c.SKU != "qemu-nvme" {
 		t.Errorf("judgement announced as %+v", c)
+	}
+	if err := p.Reconcile(ctx); err != nil {
+		t.Fatal(err)
 	}
 	gauge := func(state State) float64 { return poolGauge(t, m, state) }
 	if gauge(InService) != 1 || gauge(Ready) != 0 || gauge(RMA) != 0 {

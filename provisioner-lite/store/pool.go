@@ -84,6 +84,25 @@ FROM node_pool p JOIN nodes n ON n.id = p.node_id WHERE n.removed_at = 0`)
 	return out, rows.Err()
 }
 
+// PoolCounts is the number of nodes (removed ones left out) per pool state.
+func (s *Store) PoolCounts(ctx context.Context) (map[string]int, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT p.state, count(*) FROM node_pool p JOIN nodes n ON n.id = p.node_id WHERE n.removed_at = 0 GROUP BY p.state`)
+	if err != nil {
+		return nil, fmt.Errorf("store: pool counts: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var state string
+		var n int
+		if err := rows.Scan(&state, &n); err != nil {
+			return nil, fmt.Errorf("store: pool counts: %w", err)
+		}
+		out[state] = n
+	}
+	return out, rows.Err()
+}
+
 // SetNodePool moves a node to p.State (State "" takes it out of the pool)
 // if its current state is one of from ("" for not in the pool); with no
 // from the move is unconditional. It returns the state replaced; a node

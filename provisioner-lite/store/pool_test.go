@@ -47,6 +47,9 @@ func TestNodePool(t *testing.T) {
 	if err != nil || len(all) != 1 || all["n1"].RunID != "run-1" || !all["n1"].AutoReturn {
 		t.Fatalf("NodePools = %+v, %v", all, err)
 	}
+	if c, err := s.PoolCounts(ctx); err != nil || len(c) != 1 || c["revalidating"] != 1 {
+		t.Fatalf("PoolCounts = %v, %v", c, err)
+	}
 	if _, err := s.SetNodePool(ctx, NodePool{NodeID: "n1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +67,9 @@ func TestNodePool(t *testing.T) {
 	}
 	if all, _ := s.NodePools(ctx); len(all) != 0 {
 		t.Errorf("removed node listed: %+v", all)
+	}
+	if c, _ := s.PoolCounts(ctx); len(c) != 0 {
+		t.Errorf("removed node counted: %v", c)
 	}
 }
 
