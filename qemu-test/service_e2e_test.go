@@ -39,25 +39,32 @@ func TestServiceModeKeepsDisks(t *testing.T) {
 	deployed := fileSum(t, n.Disk)
 
 	// The site pins a new BMC firmware, a BIOS setting and NVMe firmware
-	// after the node was deployed.
-	pinFirmware(t, env, []fwPin{pinBMC}, map[string]any{"ProcTurboMode": "Disabled"})
+	// after the node was deployed (EditManifest replaces the previous
+	// edit: every pin goes in each).
+	bmcArt, err := env.AddFirmwarePackage(pinBMC.redfishID, pinBMC.version)
+	if err != nil {
+		t.Fatal(err)
+	}
 	nvmeArt, err := env.AddFirmwarePackage("NVME", "8.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	setNVMe := func(version string, art *manifests.Artifact) {
+	pin := func(nvmeVersion string, nvme *manifests.Artifact) {
 		t.Helper()
 		if err := env.EditManifest(func(sku *manifests.SKU) {
 			for i := range sku.Spec.Firmware {
 				if sku.Spec.Firmware[i].Component == manifests.ComponentNVMe {
-					sku.Spec.Firmware[i].Version, sku.Spec.Firmware[i].Artifact = version, art
+					sku.Spec.Firmware[i].Version, sku.Spec.Firmware[i].Artifact = nvmeVersion, nvme
 				}
 			}
+			sku.Spec.Firmware = append(sku.Spec.Firmware, manifests.Firmware{Name: pinBMC.name, Component: pinBMC.component, Via: "redfish",
+				Match: manifests.Match{RedfishID: pinBMC.redfishID}, Version: pinBMC.version, Gate: "equal", Artifact: bmcArt, Activation: pinBMC.activation})
+			sku.Spec.BIOS = &manifests.BIOS{Settings: map[string]any{"ProcTurboMode": "Disabled"}}
 		}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	setNVMe("8.0.1", nvmeArt)
+	pin("8.0.1", nvmeArt)
 	if got := n.BMC.BiosAttributes()["ProcTurboMode"]; got == "Disabled" {
 		t.Fatalf("ProcTurboMode already %v", got)
 	}
@@ -95,16 +102,17 @@ func TestServiceModeKeepsDisks(t *testing.T) {
 
 	// The NVMe pin back to what QEMU runs; the run resumes and returns the
 	// node to its installed OS.
-	setNVMe("7.2.22", nil)
+	pin("7.2.22", nil)
 	rep = followRun(t, env, modes.Service, true, nil)
 	if rep.GetStatus() != "succeeded" {
 		t.Fatalf("resumed service ended %s: %s", rep.GetStatus(), rep.GetMessage())
 	}
 	st := openStore(t, env)
 	ps := storePhases(t, st, rep.GetRunId())
-	for _, p := range []string{modes.BMC, modes.BIOSSettings, modes.SetBootDisk, modes.WaitForHostOS} {
-		if ps[p].Status != "ok" {
-			t.Errorf("phase %s = %s: %s", p, ps[p].Status, ps[p].Message)
+	// The resumed attempt found the NVMe at its (new) pin: nothing to do.
+	for p, want := range map[string]string{modes.BMC: "ok", modes.BIOSSettings: "ok", modes.NVMe: "skipped", modes.SetBootDisk: "ok", modes.WaitForHostOS: "ok"} {
+		if ps[p].Status != want {
+			t.Errorf("phase %s = %s, want %s: %s", p, ps[p].Status, want, ps[p].Message)
 		}
 	}
 	for _, p := range []string{modes.SEDRevert, modes.OSInstall} {
