@@ -123,6 +123,11 @@ func (p *Pool) Revalidate(ctx context.Context, nodeID string, req RevalidateRequ
 			return store.NodePool{}, fmt.Errorf("node %s: %v: %w", nodeID, err, ErrRefused)
 		}
 	}
+	// A node busy with another run would only flap revalidating and back
+	// (announced twice) when the engine refuses the start.
+	if r, err := p.cfg.Store.LatestRun(ctx, nodeID); err == nil && (r.Status == runstate.RunRunning || r.Status == runstate.RunPending) {
+		return store.NodePool{}, fmt.Errorf("node %s: run %s (%s) is active: let it end or cancel it first: %w", nodeID, r.ID, r.Mode, ErrRefused)
+	}
 	from, to, _ := Move(Revalidate)
 	reason := textsafe.BoundedLine(req.Reason, maxReason)
 	if reason == "" {

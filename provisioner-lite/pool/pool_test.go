@@ -160,6 +160,13 @@ func TestRevalidationOutcomes(t *testing.T) {
 	if _, err := p.Revalidate(ctx, "n1", RevalidateRequest{Suite: "s", Mode: modes.Diagnostic, AutoReturn: true}); err != nil {
 		t.Fatal(err)
 	}
+	announced := h.path()
+	if _, err := p.Revalidate(ctx, "n1", RevalidateRequest{Suite: "s", Mode: modes.Diagnostic}); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "is active") {
+		t.Errorf("revalidate while its run is active: %v", err)
+	}
+	if h.path() != announced {
+		t.Errorf("a refused revalidation was announced: %s", h.path())
+	}
 	p.RunEnded(ctx, endRun(t, st, s.runs[0], runstate.RunFailed, store.Verdict{Component: "gpu/3", Check: "gpu-burn", Status: "FAIL"}))
 	np, _ := st.NodePool(ctx, "n1")
 	if np.State != string(RMA) || !strings.Contains(np.Reason, "gpu/3 gpu-burn FAIL") {
