@@ -174,6 +174,19 @@ func TestPlotSVG(t *testing.T) {
 	}
 }
 
+// TestPlotSVGGap: a line sampled in two stages with nothing between them
+// is drawn as two pieces, not joined across the gap; a lone point after a
+// gap is a dot.
+func TestPlotSVGGap(t *testing.T) {
+	svg := string(PlotSVG(Plot{Lines: []PlotLine{
+		{Label: "cpu/0", Times: []int64{0, 1000, 2000, 3000, 60000, 61000, 62000, 120000}, Values: []float64{1, 2, 3, 4, 5, 6, 7, 8}},
+		{Label: "steady", Times: []int64{0, 1000, 2500, 3000}, Values: []float64{1, 2, 3, 4}},
+	}}))
+	if n, d := strings.Count(svg, "<polyline"), strings.Count(svg, "<circle"); n != 3 || d != 1 {
+		t.Errorf("%d polylines and %d dots, want 3 (cpu/0's two runs, steady's one) and 1 (cpu/0's last point):\n%s", n, d, svg)
+	}
+}
+
 func TestSeriesPlotsGroups(t *testing.T) {
 	var ss []*curev1.Series
 	for i := range 10 {

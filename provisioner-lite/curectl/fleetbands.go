@@ -82,7 +82,11 @@ func FleetStrip(d *curev1.FleetDistribution, width int) []string {
 		hist[cell(d.GetMedian())] = '┃'
 	}
 	left, right := fleetband.Num(lo), fleetband.Num(hi)
-	out := []string{fmt.Sprintf("%*s ▕%s▏ %s   (┃ median %s)", len(left), left, string(hist), right, withUnit(d.GetMedian(), d.GetUnit()))}
+	legend := "(┃ median " + withUnit(d.GetMedian(), d.GetUnit()) + ")"
+	if len(vals) == 0 {
+		legend = "(no fleet results in the window)" // no median to draw or print
+	}
+	out := []string{fmt.Sprintf("%*s ▕%s▏ %s   %s", len(left), left, string(hist), right, legend)}
 	if len(marks) == 0 {
 		return out
 	}

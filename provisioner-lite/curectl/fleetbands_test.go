@@ -100,6 +100,12 @@ func TestPrintFleetBands(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+	// No fleet at all (too few nodes): the node's mark, no median.
+	alone := FleetStrip(&curev1.FleetDistribution{Check: "disk-read", Metric: "readMBps", Unit: "MB/s",
+		Marks: []*curev1.FleetNodeMark{{NodeId: "node1", Component: "disk/nvme0n1", Value: 41}}}, 20)
+	if len(alone) != 2 || !strings.Contains(alone[0], "(no fleet results in the window)") || strings.Contains(alone[0], "median") || !strings.Contains(alone[1], "▲ node1: disk/nvme0n1 41 MB/s") {
+		t.Errorf("strip of a node without a fleet: %q", alone)
+	}
 	lines := FleetStrip(fleetDist(), 20)
 	if len(lines) != 2 {
 		t.Fatalf("strip %q", lines)

@@ -5,6 +5,7 @@ import (
 	"html"
 	"html/template"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -104,20 +105,23 @@ func PlotSVG(p Plot) template.HTML {
 
 	for i, l := range p.Lines {
 		color := plotColors[i%len(plotColors)]
+		var ts []int64
 		var pts []string
 		for j, v := range l.Values {
 			if j >= len(l.Times) || math.IsNaN(v) || math.IsInf(v, 0) {
 				continue
 			}
+			ts = append(ts, l.Times[j])
 			pts = append(pts, num(x(l.Times[j]))+","+num(y(v)))
 		}
-		switch len(pts) {
-		case 0:
-		case 1:
-			xy := strings.Split(pts[0], ",")
-			fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="2.5" fill="%s"/>`, xy[0], xy[1], color)
-		default:
-			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`, color, strings.Join(pts, " "))
+		for _, seg := range segments(ts) {
+			switch seg[1] - seg[0] {
+			case 1:
+				xy := strings.Split(pts[seg[0]], ",")
+				fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="2.5" fill="%s"/>`, xy[0], xy[1], color)
+			default:
+				fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`, color, strings.Join(pts[seg[0]:seg[1]], " "))
+			}
 		}
 		// Legend: two columns under the plot.
 		lx, ly := left+(i%2)*int(pw/2), h+14*(i/2)
@@ -126,6 +130,36 @@ func PlotSVG(p Plot) template.HTML {
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
+}
+
+// gapFactor: a step between two points longer than this many times the
+// line's median step is a gap in the sampling (a stage that sampled
+// nothing), drawn as a break rather than a straight line across it.
+const gapFactor = 5
+
+// segments splits ascending times into runs [from, to) without a gap.
+func segments(ts []int64) [][2]int {
+	if len(ts) == 0 {
+		return nil
+	}
+	steps := make([]int64, 0, len(ts))
+	for i := 1; i < len(ts); i++ {
+		steps = append(steps, ts[i]-ts[i-1])
+	}
+	slices.Sort(steps)
+	var median int64
+	if len(steps) > 0 {
+		median = steps[len(steps)/2]
+	}
+	var out [][2]int
+	from := 0
+	for i := 1; i < len(ts); i++ {
+		if median > 0 && ts[i]-ts[i-1] > gapFactor*median {
+			out = append(out, [2]int{from, i})
+			from = i
+		}
+	}
+	return append(out, [2]int{from, len(ts)})
 }
 
 // num formats a coordinate.

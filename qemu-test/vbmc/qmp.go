@@ -140,9 +140,10 @@ func (q *qmpConn) execute(ctx context.Context, cmd string, args any) (json.RawMe
 	if err != nil {
 		return nil, fmt.Errorf("qmp %s: encode: %w", cmd, err)
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = q.conn.SetWriteDeadline(dl)
-	}
+	// A context without a deadline clears the previous command's: a
+	// stale one in the past fails this write at once.
+	dl, _ := ctx.Deadline()
+	_ = q.conn.SetWriteDeadline(dl)
 	if _, err := q.conn.Write(append(b, '\n')); err != nil {
 		return nil, fmt.Errorf("qmp %s: write: %w", cmd, err)
 	}

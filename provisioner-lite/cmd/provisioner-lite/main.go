@@ -168,7 +168,7 @@ func main() {
 	flag.Var(&webhooks, "webhook", "POST a signed JSON notification to this URL when a run ends or needs attention (repeatable; docs/OBSERVABILITY.md)")
 	flag.StringVar(&c.webhookSecret, "webhook-secret-file", "", "HMAC key of the webhook signature (default: webhook.secret in the state dir, created on first use)")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
-	flag.StringVar(&c.toolBundle, "tool-bundle", "", "the tool bundle (make toolbundle: out/toolbundle/toolbundle.tar.zst) to serve to suites that run fio, stress-ng or iperf3")
+	flag.StringVar(&c.toolBundle, "tool-bundle", "", "the tool bundle (make toolbundle: out/toolbundle/toolbundle.tar.zst) to serve to suites that run fio, stress-ng or iperf3, and to cure-tools in a node's debug shell (nvme-cli); the image pins the one it was built with")
 	var logLevel slog.Level
 	flag.TextVar(&logLevel, "log-level", slog.LevelInfo, "`level` of the log: debug, info, warn or error (debug adds every request, DHCP packet and Redfish call)")
 	flag.Parse()
@@ -554,6 +554,9 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 			return err
 		}
 		log.Info("tool bundle served", "file", c.toolBundle, "sha256", toolBundle.SHA256, "size", toolBundle.Size, "tools", toolBundle.Tools)
+	}
+	if msg := imageToolBundleProblem(c.imageDir, toolBundle); msg != "" {
+		log.Warn(msg, "image_dir", c.imageDir)
 	}
 	// A SKU whose image is missing is not a reason to refuse: the image
 	// may be added while the coordinator runs (artifacts add).

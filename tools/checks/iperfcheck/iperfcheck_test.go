@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +110,41 @@ func TestThroughputBarAndErrors(t *testing.T) {
 	}
 	if _, err := Check(ctx, Options{Server: addr}); err == nil {
 		t.Error("ran without a way to run iperf3")
+	}
+}
+
+// TestReportSizeIndependentOfDuration: the JSON report iperf3 prints does
+// not grow with the run's length (a soak of hours must stay far under
+// checks.MaxToolOutput): a 4 s run's report is about a 1 s run's size
+// (per-second entries would add about 1 KB a second with 4 streams).
+func TestReportSizeIndependentOfDuration(t *testing.T) {
+	addr := server(t)
+	size := func(d time.Duration) int {
+		report := filepath.Join(t.TempDir(), "report.json")
+		// iperf3 as the check runs it, its stdout also kept in a file.
+		tee := func(ctx context.Context, name string, args ...string) (*exec.Cmd, error) {
+			return exec.CommandContext(ctx, "sh", append([]string{"-c", `"$0" "$@" | tee "$REPORT"`, name}, args...)...), nil
+		}
+		t.Setenv("REPORT", report)
+		var err error
+		for range 20 { // the server may still be closing the previous test
+			if _, err = Check(context.Background(), Options{Server: addr, Tools: tee, Duration: d, Streams: 4}); err == nil || !strings.Contains(err.Error(), "busy") {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(report)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(st.Size())
+	}
+	short, long := size(time.Second), size(4*time.Second)
+	if long-short > 500 {
+		t.Errorf("report of a 4 s run is %d bytes, of a 1 s run %d: it grows with the run", long, short)
 	}
 }
 

@@ -316,6 +316,10 @@ func build(c *checks.Check, mc manifests.Check, p *params, env Env) {
 			}
 			return
 		}
+		// The GPU builder reads the check's own duration (how long
+		// gpu-burn or the sampling runs): a check in a stage runs the
+		// stage's unless it sets one.
+		mc.Duration = manifests.Duration(c.Duration)
 		f, err := env.GPU(mc)
 		if err != nil {
 			p.errorf("type", "%v", err)

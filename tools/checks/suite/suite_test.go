@@ -19,6 +19,7 @@ import (
 	"github.com/cure-oss/cure/tools/checks/measure"
 	"github.com/cure-oss/cure/tools/checks/nvmehealth"
 	"github.com/cure-oss/cure/tools/checks/storage"
+	"github.com/cure-oss/cure/tools/checks/stresscheck"
 	"github.com/cure-oss/cure/tools/nvme"
 )
 
@@ -155,17 +156,26 @@ func (fakeNVMe) Close() error { return nil }
 
 // TestRunQuickSuite runs the shipped RMA suite, with its durations cut to
 // milliseconds, against a fixture node: one NVMe drive, one NIC, one hwmon
-// sensor, one CPU, one disk and no InfiniBand.
+// sensor, one CPU, one disk and no InfiniBand. It has no tool bundle: the
+// measured checks are ERROR, naming the tool they need.
 func TestRunQuickSuite(t *testing.T) {
 	s, err := manifests.LoadFile(filepath.Join(suitesDir(), "rma-quick.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	suite := s.Suite
+	for i := range suite.Spec.Stages {
+		suite.Spec.Stages[i].Duration = manifests.Duration(100 * time.Millisecond)
+	}
 	for i := range suite.Spec.Checks {
 		c := &suite.Spec.Checks[i]
 		if c.Duration > 0 {
 			c.Duration = manifests.Duration(100 * time.Millisecond)
+		}
+		if c.Type == manifests.CheckMemoryBandwidth {
+			// The build refuses a stream run too short to report a
+			// rate; without a bundle it never starts anyway.
+			c.Duration = manifests.Duration(stresscheck.MinStreamDuration)
 		}
 		if c.Interval > 0 {
 			c.Interval = manifests.Duration(20 * time.Millisecond)
@@ -210,19 +220,27 @@ func TestRunQuickSuite(t *testing.T) {
 		got[v.Check+" "+v.Component] = v.Status
 	}
 	want := map[string]checks.Status{
-		"nvme-health nvme/0":            checks.Pass,
-		"hwmon-limits hwmon/nvme/temp1": checks.Pass,
-		"ethernet-links nic/eth0":       checks.Pass,
-		"ethernet-links ethernet":       checks.Pass, // components >= 1
-		"infiniband-ports infiniband":   checks.Skip, // no IB in this node
-		"memory-patterns memory":        checks.Pass,
-		"cpu-stress cpu/0":              checks.Pass,
-		"disk-read disk/vda":            checks.Pass,
-		"gpu-health gpu":                checks.Skip, // Env.GPU nil: no NVML helper
+		"nvme-health nvme/0":              checks.Pass,
+		"hwmon-limits hwmon/nvme/temp1":   checks.Pass,
+		"ethernet-links nic/eth0":         checks.Pass,
+		"ethernet-links ethernet":         checks.Pass, // components >= 1
+		"infiniband-ports infiniband":     checks.Skip, // no IB in this node
+		"memory-patterns memory":          checks.Pass,
+		"cpu-stress cpu/0":                checks.Pass,
+		"disk-read disk/vda":              checks.Pass,
+		"gpu-health gpu":                  checks.Skip,  // Env.GPU nil: no NVML helper
+		"disk-random-read storage-random": checks.Error, // no tool bundle
+		"memory-stream memory-bandwidth":  checks.Error,
+		"cpu-ops cpu-throughput":          checks.Error,
 	}
 	for k, st := range want {
 		if got[k] != st {
 			t.Errorf("%s: %s, want %s", k, got[k], st)
+		}
+	}
+	for _, v := range vs {
+		if v.Status == checks.Error && !strings.Contains(v.Message, "from the tool bundle, and this runner has none") {
+			t.Errorf("%s %s: ERROR %q does not say the tool bundle is missing", v.Check, v.Component, v.Message)
 		}
 	}
 	if t.Failed() || len(got) != len(want) {
@@ -392,5 +410,39 @@ func TestBuildStaged(t *testing.T) {
 	}
 	if steps := checks.Steps(cs); len(steps) != 3 || len(steps[1]) != 2 {
 		t.Errorf("steps %v: want before, soak (2 checks at once), after", steps)
+	}
+}
+
+// TestBuildStagedGPU: a gpu check in a stage without its own duration is
+// handed to the GPU builder with the stage's (gpu-burn runs that long).
+func TestBuildStagedGPU(t *testing.T) {
+	s, err := manifests.ParseSuite("staged-gpu.yaml", []byte(`apiVersion: cure.dev/v1
+kind: ValidationSuite
+metadata: {name: staged-gpu}
+spec:
+  stages:
+    - name: soak
+      duration: 3h
+      checks:
+        - name: gpu-burn
+          type: gpu
+          params: {gpuBurn: true}
+        - name: gpu-short
+          type: gpu
+          duration: 10m
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]time.Duration{}
+	gpu := func(c manifests.Check) (checks.Func, error) {
+		got[c.Name] = time.Duration(c.Duration)
+		return func(context.Context) ([]checks.Verdict, error) { return nil, nil }, nil
+	}
+	if _, err := Build(s, Env{Root: t.TempDir(), GPU: gpu}); err != nil {
+		t.Fatal(err)
+	}
+	if got["gpu-burn"] != 3*time.Hour || got["gpu-short"] != 10*time.Minute {
+		t.Errorf("durations the GPU builder saw: %v, want gpu-burn 3h (its stage's), gpu-short 10m (its own)", got)
 	}
 }
