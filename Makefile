@@ -42,8 +42,12 @@ nvml-helper:
 # not the kernel's, and report.json says what the bundle adds.
 CURE_DRIVER_BUNDLE ?=
 
-image: deps pki nvml-helper
+# The image pins the tool bundle it is built with (its sha256, size and
+# tools at /etc/cure/toolbundle.json): cure-tools in the debug shell fetches
+# nvme-cli and the other operator tools from it and refuses any other bundle.
+image: deps pki nvml-helper toolbundle
 	$(GO) run ./builder/cmd/cure-build --spec initramfs/cure.yaml --kernel-root $(KERNEL_ROOT) --state-dir $(STATE) --out $(OUT)/image $(NVML_TOOLS) \
+		--pin-tool-bundle $(OUT)/toolbundle/toolbundle.json \
 		$(if $(CURE_DRIVER_BUNDLE),--driver-bundle $(CURE_DRIVER_BUNDLE))
 
 hostos: deps
@@ -53,10 +57,10 @@ hostos: deps
 baseline: deps
 	$(GO) run ./builder/cmd/cure-build --baseline --kernel-root $(KERNEL_ROOT) --out $(OUT)/baseline
 
-# fio, stress-ng and iperf3 from their pinned Debian packages with their
-# libraries (initramfs/toolbundle.yaml): too big for the image, served by the
-# coordinator (--tool-bundle) and fetched by the runner when a suite needs
-# them. docs/VALIDATION.md.
+# fio, stress-ng, iperf3 and nvme-cli from their pinned Debian packages with
+# their libraries (initramfs/toolbundle.yaml): too big for the image, served
+# by the coordinator (--tool-bundle) and fetched by the runner when a suite
+# needs them, or by cure-tools in the debug shell. docs/VALIDATION.md.
 toolbundle: deps
 	$(GO) run ./builder/cmd/cure-build --tool-bundle initramfs/toolbundle.yaml --out $(OUT)/toolbundle
 
@@ -75,7 +79,7 @@ test: image hostos baseline toolbundle
 e2e: image hostos baseline toolbundle
 	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -timeout 80m -v -count=1 -shuffle on ./qemu-test/
 
-demo: image hostos
+demo: image hostos toolbundle
 	$(GO) run ./qemu-test/cmd/cure-demo --out $(OUT) --work $(OUT)/demo
 
 # Man pages of curectl and every command (troff, section 1).

@@ -48,7 +48,11 @@ type Options struct {
 	// DriverBundle is a site's GPU driver bundle, a directory or tarball
 	// (builder/driverbundle): its modules must match the kernel's vermagic.
 	DriverBundle string
-	Log          *slog.Logger
+	// ToolBundlePin is the built tool bundle's toolbundle.json (or its
+	// directory): its sha256, size and tools go to the spec's
+	// tool_bundle_path. Required exactly when the spec has one.
+	ToolBundlePin string
+	Log           *slog.Logger
 }
 
 // Build builds the image described by o.Spec into o.OutDir.
@@ -71,6 +75,11 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		return nil, fmt.Errorf("%s:%d: ca_path %s needs the site CA: pass --ca", s.File, s.CAPath.Line, s.CAPath.Value)
 	case s.CAPath.Value == "" && o.CA != "":
 		return nil, fmt.Errorf("%s: --ca %s given but the spec has no ca_path saying where it goes", s.File, o.CA)
+	case s.ToolBundlePath.Value != "" && o.ToolBundlePin == "":
+		return nil, fmt.Errorf("%s:%d: tool_bundle_path %s needs the built tool bundle: make toolbundle, then pass --pin-tool-bundle out/toolbundle/toolbundle.json",
+			s.File, s.ToolBundlePath.Line, s.ToolBundlePath.Value)
+	case s.ToolBundlePath.Value == "" && o.ToolBundlePin != "":
+		return nil, fmt.Errorf("%s: --pin-tool-bundle %s given but the spec has no tool_bundle_path saying where it goes", s.File, o.ToolBundlePin)
 	}
 
 	k, err := FindKernel(o.KernelRoot)
@@ -141,6 +150,20 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		ca.Path = path.Clean(s.CAPath.Value)
 		caInfo = &ca
 	}
+	var pinReport *ToolBundleReport
+	if o.ToolBundlePin != "" {
+		pin, err := PinToolBundle(o.ToolBundlePin)
+		if err != nil {
+			return nil, err
+		}
+		data, err := pinRecord(pin)
+		if err != nil {
+			return nil, err
+		}
+		dst := path.Clean(s.ToolBundlePath.Value)
+		recs = append(recs, fileRecord(dst[1:], data, 0o644))
+		pinReport = &ToolBundleReport{Path: dst, SHA256: pin.SHA256, Size: pin.Size, Tools: pin.Names()}
+	}
 	var bundleReport *DriverBundleReport
 	if bundle != nil {
 		br, brecs, err := bundleRecords(bundle, mods)
@@ -155,7 +178,7 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 			continue
 		}
 		if _, dup := base.Get(r.Name); dup {
-			return nil, fmt.Errorf("image path /%s is provided twice (files, ca_path or modules)", r.Name)
+			return nil, fmt.Errorf("image path /%s is provided twice (files, ca_path, tool_bundle_path or modules)", r.Name)
 		}
 		if err := base.WriteRecord(r); err != nil {
 			return nil, err
@@ -252,6 +275,7 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		Tools:          tools,
 		CA:             caInfo,
 		DriverBundle:   bundleReport,
+		ToolBundle:     pinReport,
 	}
 	for _, m := range mods {
 		r.Modules = append(r.Modules, m.Name)

@@ -88,8 +88,11 @@ type Report struct {
 	CA *pki.ImageCA `json:"ca,omitempty"`
 	// DriverBundle is the GPU driver overlay, when one was given.
 	DriverBundle *DriverBundleReport `json:"driver_bundle,omitempty"`
-	Artifacts    []Artifact          `json:"artifacts"`
-	Totals       Totals              `json:"totals"`
+	// ToolBundle is the tool bundle the image pins, when the spec has
+	// tool_bundle_path.
+	ToolBundle *ToolBundleReport `json:"tool_bundle,omitempty"`
+	Artifacts  []Artifact        `json:"artifacts"`
+	Totals     Totals            `json:"totals"`
 	// Zstd is the compressor of initramfs.cpio.zst: zstd(1)'s version and
 	// ZstdArgs.
 	Zstd string `json:"zstd"`

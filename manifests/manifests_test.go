@@ -3,6 +3,7 @@ package manifests
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -596,6 +597,7 @@ func TestStagedSuiteErrors(t *testing.T) {
 		{`spec: {stages: [{name: s, duration: 1h, checks: [{name: a, type: cpu, duration: 2h}]}]}`, "longer than its stage's duration 1h0m0s"},
 		{`spec: {duration: 1h, stages: [{name: s, duration: 40m, checks: [{name: a, type: cpu}]}, {name: t, duration: 40m, checks: [{name: b, type: cpu}]}]}`, "the stages add up to 1h20m0s"},
 		{`spec: {resume: sometimes, checks: [{name: a, type: cpu}]}`, `spec.resume: "sometimes" is not one of continue, restart`},
+		{`spec: {end: reboot, checks: [{name: a, type: cpu}]}`, `spec.end: "reboot" is not one of host-os, power-off, stay`},
 		{`spec: {checks: [{name: a, type: cpu, fleet: {x: {}}}]}`, "band is empty"},
 		{`spec: {checks: [{name: a, type: cpu, fleet: {x: {below: -1}}}]}`, "out of range"},
 		{`spec: {fleet: {minNodes: 0}, checks: [{name: a, type: cpu}]}`, "spec.fleet.minNodes: 0 is out of range"},
@@ -606,6 +608,38 @@ func TestStagedSuiteErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s\nerror = %v, want one containing %q", tc.yaml, err, tc.want)
 		}
+	}
+}
+
+// TestSuiteEnd: spec.end is read, kept through a round trip (flat and
+// staged), and a suite without it stays in CURE as before.
+func TestSuiteEnd(t *testing.T) {
+	for _, body := range []string{
+		"spec: {end: %s, checks: [{name: a, type: cpu}]}",
+		"spec: {end: %s, stages: [{name: s, checks: [{name: a, type: cpu}]}]}",
+	} {
+		for _, end := range []string{EndHostOS, EndPowerOff, EndStay} {
+			src := "apiVersion: cure.dev/v1\nkind: ValidationSuite\nmetadata: {name: x}\n" + fmt.Sprintf(body, end) + "\n"
+			s, err := ParseSuite("x.yaml", []byte(src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Spec.EndPolicy() != end {
+				t.Errorf("%s: end %q", src, s.Spec.EndPolicy())
+			}
+			out, err := Marshal(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := ParseSuite("x.yaml", out)
+			if err != nil || back.Spec.End != end {
+				t.Errorf("round trip: end %q, %v\n%s", back.Spec.End, err, out)
+			}
+		}
+	}
+	s, err := ParseSuite("x.yaml", []byte("apiVersion: cure.dev/v1\nkind: ValidationSuite\nmetadata: {name: x}\nspec: {checks: [{name: a, type: cpu}]}\n"))
+	if err != nil || s.Spec.End != "" || s.Spec.EndPolicy() != EndStay {
+		t.Errorf("no spec.end: %q %q %v", s.Spec.End, s.Spec.EndPolicy(), err)
 	}
 }
 

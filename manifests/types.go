@@ -246,6 +246,11 @@ type ValidationSuiteSpec struct {
 	// (checks that ended stay ended, the interrupted one and the rest run)
 	// or ResumeRestart (the whole suite again). Empty means continue.
 	Resume string `yaml:"resume,omitempty"`
+	// End is where the node goes once the suite is done: EndHostOS (boot
+	// from disk, verified by the installed OS's callback where the node has
+	// one on record), EndPowerOff, or EndStay (idle in CURE). Empty means
+	// EndStay, what a suite did before it could say.
+	End string `yaml:"end,omitempty"`
 	// Fleet sets how results are compared with the SKU's fleet (MARGINAL);
 	// nil means the defaults (DefaultFleetWindow, DefaultFleetMinNodes) for
 	// the checks that name fleet bands.
@@ -263,6 +268,21 @@ const (
 	ResumeContinue = "continue"
 	ResumeRestart  = "restart"
 )
+
+// End policies of a suite (ValidationSuiteSpec.End).
+const (
+	EndHostOS   = "host-os"
+	EndPowerOff = "power-off"
+	EndStay     = "stay"
+)
+
+// EndPolicy is the suite's end policy, EndStay when unset.
+func (s *ValidationSuiteSpec) EndPolicy() string {
+	if s.End == "" {
+		return EndStay
+	}
+	return s.End
+}
 
 // DefaultGrace is the validate phase's grace when a suite sets none:
 // enough for one-shot checks, driver bring-up and a slow device.

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Installs what CURE's build and QEMU tests need on a fresh Debian 12 machine:
-# Debian packages (QEMU, iPXE ROMs, nvme-cli for the image, syslinux/mtools
+# Debian packages (QEMU, iPXE ROMs, mstflint for the image, syslinux/mtools
 # for the test host-OS disk, PostgreSQL for the store's tests, which start
 # private clusters of their own; for UEFI network boot: OVMF, Debian's iPXE
 # builds that provisioner-lite serves over TFTP, dnsmasq as the test's site
 # DHCP server, systemd-boot's EFI stub and binutils' objcopy for the host
 # disk's unified kernel image; python3-sushy for the virtual BMC's Ironic
-# client probes; fio, stress-ng and iperf3 for the tool bundle, whose
+# client probes; fio, stress-ng, iperf3 and nvme-cli for the tool bundle, whose
 # pinned versions initramfs/toolbundle.yaml names) and Debian's kernel,
 # unpacked under .cache/kernel.
 set -euo pipefail

@@ -74,6 +74,11 @@ type Spec struct {
 	// CAPath is where the site CA (cure-build --ca) is placed in the image.
 	// When set, --ca is mandatory; when empty, --ca is refused.
 	CAPath Str `yaml:"ca_path"`
+	// ToolBundlePath is where the image carries the pin of the tool
+	// bundle it was built with (cure-build --pin-tool-bundle: the bundle's
+	// sha256, size and tools), which cure-tools checks a fetched bundle
+	// against. When set, --pin-tool-bundle is mandatory; when empty, refused.
+	ToolBundlePath Str `yaml:"tool_bundle_path"`
 	// Cmdline are default kernel parameters for the boot script.
 	Cmdline Str `yaml:"cmdline"`
 	// PCIIDs puts a PCI id database at /usr/share/misc/pci.ids (the
@@ -230,6 +235,9 @@ func (s *Spec) validate() error {
 	}
 	if s.CAPath.Value != "" && !path.IsAbs(s.CAPath.Value) {
 		errs = append(errs, s.errAt(s.CAPath.Line, "ca_path: %q must be an absolute path in the image", s.CAPath.Value))
+	}
+	if s.ToolBundlePath.Value != "" && !path.IsAbs(s.ToolBundlePath.Value) {
+		errs = append(errs, s.errAt(s.ToolBundlePath.Line, "tool_bundle_path: %q must be an absolute path in the image", s.ToolBundlePath.Value))
 	}
 	return errors.Join(errs...)
 }

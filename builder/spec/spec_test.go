@@ -58,6 +58,7 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"bad build tag", "init: a/b\nbuild_tags: [\"-s -w\"]\n", "spec.yaml:2: build_tags[0]: \"-s -w\" is not a Go build tag"},
 		{"dup build tag", "init: a/b\nbuild_tags:\n  - grpcnotrace\n  - grpcnotrace\n", "spec.yaml:4: build_tags[1]: \"grpcnotrace\" already listed at line 3"},
 		{"ca relative", "init: a/b\nca_path: etc/ca.pem\n", "spec.yaml:2: ca_path"},
+		{"tool bundle pin relative", "init: a/b\ntool_bundle_path: etc/cure/toolbundle.json\n", "spec.yaml:2: tool_bundle_path"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -145,10 +145,20 @@ type viewerKey struct{}
 
 func viewerOf(r *http.Request) Viewer { v, _ := r.Context().Value(viewerKey{}).(Viewer); return v }
 
-// Row is a node in the fleet view.
+// Row is a node in the fleet view. Pool is its day-2 pool state
+// (provisioner-lite/pool), "-" when not in the pool.
 type Row struct {
 	Node, SKU, Status, Phase, RunID, Message string
+	Pool                                     string
 	Ended                                    time.Time
+}
+
+// poolOf is a node's pool state as the fleet view shows it.
+func poolOf(pools map[string]store.NodePool, node string) string {
+	if p, ok := pools[node]; ok && p.State != "" {
+		return p.State
+	}
+	return "-"
 }
 
 // Fleet is the aggregated fleet view.
@@ -224,13 +234,17 @@ func BuildFleet(ctx context.Context, st *store.Store, f Filter, page, pageSize i
 	if err != nil {
 		return Fleet{}, nil, err
 	}
+	pools, err := st.NodePools(ctx)
+	if err != nil {
+		return Fleet{}, nil, err
+	}
 	byStatus, byPhase := map[string]int{}, map[string]int{}
 	var rows []Row
 	for _, n := range nodes {
 		if !f.matches(n) {
 			continue
 		}
-		row := Row{Node: n.ID, SKU: n.SKU, Status: "none"}
+		row := Row{Node: n.ID, SKU: n.SKU, Status: "none", Pool: poolOf(pools, n.ID)}
 		if r, ok := latest[n.ID]; ok {
 			row.Status, row.Phase, row.RunID, row.Message, row.Ended = r.Status, r.Phase, r.ID, r.Message, r.EndedAt
 			if r.Status == runstate.RunRunning || r.Status == runstate.RunPending {
@@ -300,6 +314,9 @@ type NodeView struct {
 	ID, SKU, Hostname, Serial string
 	MACs                      []string
 	Labels                    map[string]string
+	// Pool is the node's pool state with why and since when (zero State:
+	// not in the pool).
+	Pool store.NodePool
 }
 
 // Bar is a phase in the node page's Gantt chart (positions in % of the run).
@@ -321,8 +338,11 @@ func (d *dash) node(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Only what an operator needs to see: never the BMC credentials.
-	data := map[string]any{"Node": NodeView{ID: n.ID, SKU: n.SKU, Hostname: n.Hostname, Serial: n.SystemSerial, MACs: n.MACs, Labels: n.Labels},
-		"Viewer": viewerOf(r)}
+	view := NodeView{ID: n.ID, SKU: n.SKU, Hostname: n.Hostname, Serial: n.SystemSerial, MACs: n.MACs, Labels: n.Labels}
+	if p, err := d.cfg.Store.NodePool(ctx, id); err == nil {
+		view.Pool = p
+	}
+	data := map[string]any{"Node": view, "Viewer": viewerOf(r)}
 	// The latest boot's hardware, as the runner reported it (stored cleaned
 	// and bounded; html/template escapes it again).
 	if rec, err := d.cfg.Store.LatestInventory(ctx, id); err == nil {

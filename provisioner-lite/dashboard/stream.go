@@ -217,9 +217,14 @@ func takeSnapshot(ctx context.Context, st *store.Store) *snapshot {
 		s.err = err
 		return s
 	}
+	pools, err := st.NodePools(ctx)
+	if err != nil {
+		s.err = err
+		return s
+	}
 	s.nodes, s.rows, s.index = nodes, make([]Row, len(nodes)), make(map[string]int, len(nodes))
 	for i, n := range nodes {
-		row := Row{Node: n.ID, SKU: n.SKU, Status: "none"}
+		row := Row{Node: n.ID, SKU: n.SKU, Status: "none", Pool: poolOf(pools, n.ID)}
 		if r, ok := latest[n.ID]; ok {
 			row.Status, row.Phase, row.RunID, row.Message, row.Ended = r.Status, r.Phase, r.ID, clip(r.Message, 200), r.EndedAt
 		}

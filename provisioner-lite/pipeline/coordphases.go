@@ -32,9 +32,9 @@ var coordExecutors = map[string]func(e *Engine, ctx context.Context, r *store.Ru
 	modes.BIOS:          (*Engine).oobFirmware,
 	modes.HGX:           (*Engine).oobFirmware,
 	modes.BIOSSettings:  func(e *Engine, ctx context.Context, r *store.Run, _ string) outcome { return e.biosSettings(ctx, r) },
-	modes.SetBootDisk:   (*Engine).setBootDisk,
-	modes.WaitForHostOS: func(e *Engine, ctx context.Context, r *store.Run, _ string) outcome { return e.waitForHostOS(ctx, r) },
-	modes.PowerOffAtEnd: (*Engine).powerOffAtEnd,
+	modes.SetBootDisk:   (*Engine).setBootDiskAtEnd,
+	modes.WaitForHostOS: (*Engine).waitForHostOSPhase,
+	modes.PowerOffAtEnd: (*Engine).powerOffByPolicy,
 }
 
 // coordPhase runs one coordinator-owned phase attempt. A phase with no
@@ -189,6 +189,9 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 	if err != nil {
 		return failedFinal(operatorFix, "%v", err)
 	}
+	if out, stop := e.servicePreflight(ctx, r); stop {
+		return out
+	}
 	var missing, warnings []string
 	check := func(what string, a *manifests.Artifact, required bool) {
 		if a == nil || a.URL != "" {
@@ -216,7 +219,7 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 	}
 	// A firmware image is only needed when its component drifts, which is not
 	// known before the node is inventoried; verify mode exists to insist.
-	if mode == modes.Provision || mode == modes.Verify {
+	if modes.FlashesFirmware(mode) || mode == modes.Verify {
 		for _, fw := range sku.Spec.Firmware {
 			check("firmware "+fw.Name, fw.Artifact, mode == modes.Verify)
 		}

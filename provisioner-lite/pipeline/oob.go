@@ -50,7 +50,7 @@ func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string
 			drifted = append(drifted, fmt.Sprintf("%s %s -> %s", t.ID, t.Version, d.fw.Version))
 		}
 	}
-	if modes.Mode(r.Mode) != modes.Provision {
+	if !modes.FlashesFirmware(modes.Mode(r.Mode)) {
 		return ok("%d drifted, %d error (reported only): %s", len(drifted), len(errs), strings.Join(drifted, ", "))
 	}
 	if len(errs) > 0 {
@@ -276,7 +276,7 @@ func (e *Engine) biosSettings(ctx context.Context, r *store.Run) outcome {
 	for _, k := range keys {
 		diff = append(diff, fmt.Sprintf("%s=%v (is %v)", k, changes[k], current[k]))
 	}
-	if modes.Mode(r.Mode) != modes.Provision {
+	if !modes.FlashesFirmware(modes.Mode(r.Mode)) {
 		e.verdict(ctx, r, "bios", "settings", "DRIFT", strings.Join(diff, ", "), "", "reported only")
 		return ok("%d BIOS attributes drifted (reported only): %s", len(changes), strings.Join(diff, ", "))
 	}

@@ -71,8 +71,10 @@ type Options struct {
 	// BootSourceOverrideMode UEFI (besides Legacy): the coordinator's
 	// driver then boots the nodes in UEFI.
 	UEFI bool
-	// ToolBundle has the coordinator serve make toolbundle's bundle
-	// (Out/toolbundle/toolbundle.tar.zst) to suites that run its programs.
+	// ToolBundle requires make toolbundle's bundle
+	// (Out/toolbundle/toolbundle.tar.zst), for suites that run its
+	// programs. Without it the coordinator still serves the bundle when it
+	// is built, as a site's does (the image pins it for cure-tools).
 	ToolBundle bool
 }
 
@@ -453,7 +455,7 @@ func (e *Env) StartCoordinator(ctx context.Context) error {
 		// The virtual BMCs run on this host: they fetch firmware from loopback.
 		"--bmc-base-url", "http://" + e.HTTPAddr,
 	}
-	if e.Opts.ToolBundle {
+	if _, err := os.Stat(ToolBundlePath(e.Opts.Out)); err == nil {
 		args = append(args, "--tool-bundle", ToolBundlePath(e.Opts.Out))
 	}
 	if e.proxy != nil {

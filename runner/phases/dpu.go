@@ -202,7 +202,7 @@ func (e *Executor) observeDPU(ctx context.Context, r bluefield.Rshim) DPUObserva
 	return o
 }
 
-// runDPU reports a verdict per DPU and, in provision mode, installs the
+// runDPU reports a verdict per DPU and, in provision and service modes, installs the
 // manifest's bundle on drifted ones through rshim.
 func (e *Executor) runDPU(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
 	return runFirmware(ctx, e, dpuKind{e}, a, emit)

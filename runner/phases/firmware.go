@@ -31,9 +31,9 @@ type firmwareKind[D any] interface {
 	// nothing to check, or no way to look.
 	observe(ctx context.Context, entries []manifests.Firmware, emit agent.Emitter) ([]D, *agent.PhaseOutcome)
 	// update brings one drifted device to its entry, whose artifact is
-	// set, in provision mode (refuseUpdate checked both). It returns the
-	// verdict (startUpdate's) and whether a host reboot is needed before
-	// the new firmware runs.
+	// set, in a mode that flashes (provision, service; refuseUpdate
+	// checked both). It returns the verdict (startUpdate's) and whether a
+	// host reboot is needed before the new firmware runs.
 	update(ctx context.Context, a *curev1.Assignment, c fwplan.Check[D], emit agent.Emitter) (*curev1.Verdict, bool)
 }
 
@@ -47,8 +47,9 @@ type fwWords struct {
 }
 
 // runFirmware is the phase of every firmware kind: plan (fwplan.Plan),
-// stream a verdict per check, then, in provision mode, fail on any ERROR
-// or update every DRIFT; in other modes report only.
+// stream a verdict per check, then, in a mode that flashes (provision,
+// service), fail on any ERROR or update every DRIFT; in other modes
+// report only.
 func runFirmware[D any](ctx context.Context, e *Executor, k firmwareKind[D], a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
 	sku, err := e.sku(a)
 	if err != nil {
@@ -76,7 +77,9 @@ func runFirmware[D any](ctx context.Context, e *Executor, k firmwareKind[D], a *
 			Observed: c.Observed, Expected: exp, Message: c.Message}, desired})
 	}
 	drift, errs, nJudged := tally(emit, js)
-	provision := a.GetMode() == curev1.Mode_MODE_PROVISION
+	// Provision and service flash; the other modes report drift only.
+	mode, _ := modes.FromProto(a.GetMode())
+	provision := modes.FlashesFirmware(mode)
 	w := k.words()
 	if provision && len(errs) > 0 {
 		return failed("%s: %s", k.Kind(), strings.Join(errs, "; "))

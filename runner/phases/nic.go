@@ -183,8 +183,8 @@ func (k *nicKind) removeImages() {
 	}
 }
 
-// runNIC reports a verdict per Mellanox adapter and, in provision mode,
-// burns the manifest's image on drifted ones.
+// runNIC reports a verdict per Mellanox adapter and, in provision and
+// service modes, burns the manifest's image on drifted ones.
 func (e *Executor) runNIC(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
 	k := &nicKind{e: e, images: map[*manifests.Firmware]string{}}
 	defer k.removeImages()

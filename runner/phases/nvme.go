@@ -69,7 +69,7 @@ func (k nvmeKind) update(ctx context.Context, a *curev1.Assignment, c fwplan.Che
 	return k.e.updateNVMe(ctx, a, c)
 }
 
-// runNVMe reports a verdict per controller and, in provision mode,
+// runNVMe reports a verdict per controller and, in provision and service modes,
 // updates drifted ones; in other modes DRIFT is only reported.
 func (e *Executor) runNVMe(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
 	return runFirmware(ctx, e, nvmeKind{e}, a, emit)

@@ -128,13 +128,22 @@ func (f Fetcher) stream(ctx context.Context, url string, want Want, w io.Writer)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("artifact %s: HTTP %s", url, resp.Status)
+		return fmt.Errorf("artifact %s: %w", url, &StatusError{Code: resp.StatusCode, Status: resp.Status})
 	}
 	if err := Verify(resp.Body, want, w); err != nil {
 		return fmt.Errorf("artifact %s: %w", url, err)
 	}
 	return nil
 }
+
+// StatusError is a server's answer other than 200 OK (a 404 is an artifact
+// the server does not hold).
+type StatusError struct {
+	Code   int
+	Status string // "404 Not Found"
+}
+
+func (e *StatusError) Error() string { return "HTTP " + e.Status }
 
 // ErrMismatch is wrapped by every size or digest mismatch.
 var ErrMismatch = errors.New("artifact mismatch")

@@ -99,6 +99,10 @@ func TestFetch(t *testing.T) {
 				if errors.Is(err, ErrMismatch) != tc.mismatch {
 					t.Errorf("%s: errors.Is(ErrMismatch) = %v", what, !tc.mismatch)
 				}
+				var se *StatusError
+				if errors.As(err, &se) != (tc.name == "404") || (se != nil && se.Code != http.StatusNotFound) {
+					t.Errorf("%s: StatusError = %v, want one only for the 404", what, se)
+				}
 			}
 			b, err := tc.f.Bytes(context.Background(), url, tc.want)
 			check("Bytes", err)

@@ -7,7 +7,9 @@
 // image trusts its CA (pki/ca.pem) and report.json records that CA's
 // fingerprint, which the coordinator checks at start. --ca names a CA file
 // instead. --driver-bundle adds a site's NVIDIA driver bundle; its modules
-// must match the kernel's vermagic.
+// must match the kernel's vermagic. --pin-tool-bundle out/toolbundle/toolbundle.json
+// (make toolbundle) bakes the tool bundle's sha256, size and tools in at the
+// spec's tool_bundle_path, for cure-tools in the debug shell.
 //
 // With --baseline it instead builds the boot-time baseline image (a static
 // init that prints its uptime and powers off) with the same kernel.
@@ -53,6 +55,7 @@ func run() error {
 	keep := flag.Bool("cpio", false, "also keep the uncompressed initramfs.cpio")
 	bundle := flag.String("driver-bundle", "", "site GPU driver bundle, a directory or .tar[.gz|.zst|.xz] (modules/, firmware/, lib/, bin/, share/, etc/); its modules must match the kernel's vermagic")
 	toolBundle := flag.String("tool-bundle", "", "pack the tool bundle this spec names (initramfs/toolbundle.yaml) into --out instead of building an image")
+	pinBundle := flag.String("pin-tool-bundle", "", "the built tool bundle's toolbundle.json (make toolbundle: out/toolbundle/toolbundle.json) whose sha256, size and tools the image pins at the spec's tool_bundle_path")
 	var tools toolList
 	flag.Var(&tools, "tool", "extra host file for the image, HOSTPATH[:IMAGEPATH] (repeatable; ELF shared libraries come along)")
 	flag.Parse()
@@ -91,7 +94,7 @@ func run() error {
 	}
 	_, err = builder.Build(ctx, builder.Options{
 		Spec: s, KernelRoot: *kernelRoot, OutDir: *out, CA: caFile, Uinit: *uinit, KeepCPIO: *keep, Tools: tools, Log: log,
-		DriverBundle: *bundle,
+		DriverBundle: *bundle, ToolBundlePin: *pinBundle,
 	})
 	return err
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/pacing"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/pool"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/sitecheck"
@@ -167,7 +168,7 @@ func main() {
 	flag.Var(&webhooks, "webhook", "POST a signed JSON notification to this URL when a run ends or needs attention (repeatable; docs/OBSERVABILITY.md)")
 	flag.StringVar(&c.webhookSecret, "webhook-secret-file", "", "HMAC key of the webhook signature (default: webhook.secret in the state dir, created on first use)")
 	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
-	flag.StringVar(&c.toolBundle, "tool-bundle", "", "the tool bundle (make toolbundle: out/toolbundle/toolbundle.tar.zst) to serve to suites that run fio, stress-ng or iperf3")
+	flag.StringVar(&c.toolBundle, "tool-bundle", "", "the tool bundle (make toolbundle: out/toolbundle/toolbundle.tar.zst) to serve to suites that run fio, stress-ng or iperf3, and to cure-tools in a node's debug shell (nvme-cli); the image pins the one it was built with")
 	var logLevel slog.Level
 	flag.TextVar(&logLevel, "log-level", slog.LevelInfo, "`level` of the log: debug, info, warn or error (debug adds every request, DHCP packet and Redfish call)")
 	flag.Parse()
@@ -554,6 +555,9 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		}
 		log.Info("tool bundle served", "file", c.toolBundle, "sha256", toolBundle.SHA256, "size", toolBundle.Size, "tools", toolBundle.Tools)
 	}
+	if msg := imageToolBundleProblem(c.imageDir, toolBundle); msg != "" {
+		log.Warn(msg, "image_dir", c.imageDir)
+	}
 	// A SKU whose image is missing is not a reason to refuse: the image
 	// may be added while the coordinator runs (artifacts add).
 	site.Images(c.stateDir)
@@ -612,10 +616,14 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	go rec.Run(ctx)
 	defer rec.Flush(context.Background())
 	hub := sessions.NewHub()
+	catalog := &pipeline.Catalog{Dir: c.manifestDir}
+	// The pool hears every run's end and starts revalidation runs: it and
+	// the engine refer to each other, the engine's hook is set first.
+	var nodePool *pool.Pool
 	eng := pipeline.New(ctx, pipeline.Config{
 		Store: st, Hub: hub, Log: log, Audit: rec,
 		ConnectBMC:      bmcPool.connect,
-		Manifests:       &pipeline.Catalog{Dir: c.manifestDir},
+		Manifests:       catalog,
 		ArtifactDir:     artifactDir,
 		BaseURL:         baseURL,
 		BMCBaseURL:      c.bmcBaseURL,
@@ -626,9 +634,10 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		MaxRuns:         c.maxRuns,
 		NetBoot:         nb.target,
 		Metrics:         obs.m,
-		Notify:          runNotice(notifier),
+		Notify:          runNotice(notifier, func(rn pipeline.RunNotice) { nodePool.RunEnded(ctx, rn.Run) }),
 		ToolBundle:      toolBundle,
 	})
+	nodePool = pool.New(pool.Config{Store: st, Starter: eng, Announce: poolNotice(notifier), CheckSuite: suiteCheck(catalog), Metrics: obs.m, Log: log})
 
 	bs, err := bootserver.New(bootserver.Config{ImageDir: c.imageDir, ArtifactDir: artifactDir, BaseURL: baseURL, Logger: log,
 		Limits: bootserver.Limits{MaxConns: plan.http.Conns, MaxConnsPerSource: plan.http.PerSource}, IPXEBuilds: nb.builds(), Served: obs.m.ArtifactServed}, eng)
@@ -645,7 +654,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	gs := grpc.NewServer(opts...)
 	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Audit: rec, Guard: eng, Instance: c.instance,
 		BindPeer: c.bindBootIP, Limits: c.eventLimits, Metrics: obs.m})
-	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng, Canceler: eng, Instance: c.instance,
+	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng, Canceler: eng, Pool: nodePool, Instance: c.instance,
 		KnownSKU: sitecheck.KnownSKU(c.manifestDir), BMCCADir: sd.Join("bmc-ca"), Log: log})
 
 	errc := make(chan error, 4)
@@ -682,6 +691,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		}
 	}
 	go eng.RunLeases(ctx)
+	go nodePool.Run(ctx, time.Minute)
 	go func() {
 		if c.statsEvery <= 0 {
 			return // --stats-every 0: no periodic statistics

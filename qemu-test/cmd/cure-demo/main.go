@@ -41,7 +41,7 @@ type options struct {
 	out, work, manifest, injectAt string
 	mode                          modes.Mode
 	inject                        []string
-	verbose, toolBundle, hold     bool
+	verbose, hold                 bool
 }
 
 func main() {
@@ -50,7 +50,6 @@ func main() {
 	flag.StringVar(&o.work, "work", "out/demo", "demo state: store, node disk, logs (kept between runs)")
 	mode := flag.String("mode", "provision", "provision|audit|verify|diagnostic|burnin")
 	flag.StringVar(&o.manifest, "manifest", "", "diagnostic and burnin: the validation suite (a name in manifests/examples/suites, e.g. qemu-burnin)")
-	flag.BoolVar(&o.toolBundle, "tool-bundle", false, "serve make toolbundle's bundle (OUT/toolbundle) to suites that run fio, stress-ng or iperf3")
 	inject := flag.String("inject", "", "faults to inject while the suite runs, comma-separated: mce (a corrected memory error, QEMU monitor), psu (PSU 2 fails at the BMC)")
 	flag.StringVar(&o.injectAt, "inject-at", "", "the suite stage whose start triggers -inject (default: the validate phase's start)")
 	flag.BoolVar(&o.hold, "hold", false, "after the run keep the coordinator, BMC and node up for curectl until interrupted")
@@ -97,7 +96,7 @@ func run(o options) int {
 	}
 	t0 := time.Now()
 	fmt.Printf("cure-demo: starting virtual BMC, QEMU node and provisioner-lite (work dir %s)\n", o.work)
-	hopts := harness.Options{Out: o.out, Work: o.work, Logger: log, CoordinatorLog: coordLog, ToolBundle: o.toolBundle}
+	hopts := harness.Options{Out: o.out, Work: o.work, Logger: log, CoordinatorLog: coordLog, ToolBundle: true}
 	if len(o.inject) > 0 {
 		// One attempt: a retried validate phase would judge the same
 		// boot's machine check again.
