@@ -3,6 +3,7 @@ package manifests
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -596,6 +597,7 @@ func TestStagedSuiteErrors(t *testing.T) {
 		{`spec: {stages: [{name: s, duration: 1h, checks: [{name: a, type: cpu, duration: 2h}]}]}`, "longer than its stage's duration 1h0m0s"},
 		{`spec: {duration: 1h, stages: [{name: s, duration: 40m, checks: [{name: a, type: cpu}]}, {name: t, duration: 40m, checks: [{name: b, type: cpu}]}]}`, "the stages add up to 1h20m0s"},
 		{`spec: {resume: sometimes, checks: [{name: a, type: cpu}]}`, `spec.resume: "sometimes" is not one of continue, restart`},
+		{`spec: {end: reboot, checks: [{name: a, type: cpu}]}`, `spec.end: "reboot" is not one of host-os, power-off, stay`},
 		{`spec: {checks: [{name: a, type: cpu, fleet: {x: {}}}]}`, "band is empty"},
 		{`spec: {checks: [{name: a, type: cpu, fleet: {x: {below: -1}}}]}`, "out of range"},
 		{`spec: {fleet: {minNodes: 0}, checks: [{name: a, type: cpu}]}`, "spec.fleet.minNodes: 0 is out of range"},
@@ -606,6 +608,38 @@ func TestStagedSuiteErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s\nerror = %v, want one containing %q", tc.yaml, err, tc.want)
 		}
+	}
+}
+
+// TestSuiteEnd: spec.end is read, kept through a round trip (flat and
+// staged), and a suite without it stays in CURE as before.
+func TestSuiteEnd(t *testing.T) {
+	for _, body := range []string{
+		"spec: {end: %s, checks: [{name: a, type: cpu}]}",
+		"spec: {end: %s, stages: [{name: s, checks: [{name: a, type: cpu}]}]}",
+	} {
+		for _, end := range []string{EndHostOS, EndPowerOff, EndStay} {
+			src := "apiVersion: cure.dev/v1\nkind: ValidationSuite\nmetadata: {name: x}\n" + fmt.Sprintf(body, end) + "\n"
+			s, err := ParseSuite("x.yaml", []byte(src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Spec.EndPolicy() != end {
+				t.Errorf("%s: end %q", src, s.Spec.EndPolicy())
+			}
+			out, err := Marshal(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := ParseSuite("x.yaml", out)
+			if err != nil || back.Spec.End != end {
+				t.Errorf("round trip: end %q, %v\n%s", back.Spec.End, err, out)
+			}
+		}
+	}
+	s, err := ParseSuite("x.yaml", []byte("apiVersion: cure.dev/v1\nkind: ValidationSuite\nmetadata: {name: x}\nspec: {checks: [{name: a, type: cpu}]}\n"))
+	if err != nil || s.Spec.End != "" || s.Spec.EndPolicy() != EndStay {
+		t.Errorf("no spec.end: %q %q %v", s.Spec.End, s.Spec.EndPolicy(), err)
 	}
 }
 
@@ -625,5 +659,36 @@ func TestSuiteTools(t *testing.T) {
 	}
 	if got := doc.Suite.Tools(); len(got) != 0 {
 		t.Errorf("a GPU suite needs %v", got)
+	}
+}
+
+func TestMatchString(t *testing.T) {
+	yes := true
+	for _, tc := range []struct {
+		m    Match
+		want string
+	}{
+		{Match{}, "{any}"},
+		{Match{VendorID: "0x15b3", PSID: "MT_0000000838", Model: "MCX7*"}, `{vendorId="0x15b3" psid="MT_0000000838" model="MCX7*"}`},
+		{Match{Name: "BMC", RelatedItem: "/redfish/v1/Managers/*", Updateable: &yes}, `{name="BMC" relatedItem="/redfish/v1/Managers/*" updateable=true}`},
+		{Match{RedfishID: "HGX_FW_GPU_*", SoftwareID: "0x0A"}, `{redfishId="HGX_FW_GPU_*" softwareId="0x0A"}`},
+	} {
+		if got := tc.m.String(); got != tc.want {
+			t.Errorf("%#v.String() = %s, want %s", tc.m, got, tc.want)
+		}
+	}
+}
+
+func TestFirmwareVia(t *testing.T) {
+	sku := &SKU{Spec: SKUSpec{Firmware: []Firmware{
+		{Name: "a", Component: ComponentNIC, Via: ViaInBand}, {Name: "b", Component: ComponentBMC, Via: ViaRedfish},
+		{Name: "c", Component: ComponentNIC, Via: ViaInBand}, {Name: "d", Component: ComponentDPU, Via: ViaRedfish},
+	}}}
+	var got []string
+	for _, f := range sku.FirmwareVia(ComponentNIC, ViaInBand) {
+		got = append(got, f.Name)
+	}
+	if strings.Join(got, ",") != "a,c" || len(sku.FirmwareVia(ComponentNIC, ViaRedfish)) != 0 || len(sku.FirmwareVia(ComponentBMC, ViaRedfish)) != 1 {
+		t.Errorf("FirmwareVia = %v", got)
 	}
 }

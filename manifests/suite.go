@@ -51,11 +51,12 @@ func (d *decoder) suite(top *fields) *ValidationSuite {
 		top.missing("spec")
 		return s
 	}
-	spec := d.mapping(v, "spec", "duration", "grace", "failFast", "resume", "fleet", "stages", "checks")
+	spec := d.mapping(v, "spec", "duration", "grace", "failFast", "resume", "end", "fleet", "stages", "checks")
 	s.Spec.Duration = spec.duration("duration")
 	s.Spec.Grace = spec.duration("grace")
 	s.Spec.FailFast = spec.boolean("failFast")
 	s.Spec.Resume = spec.optEnum("resume", ResumeContinue, ResumeRestart)
+	s.Spec.End = spec.optEnum("end", EndHostOS, EndPowerOff, EndStay)
 	if v := spec.get("fleet"); v != nil {
 		s.Spec.Fleet = d.fleetPolicy(v, "spec.fleet")
 	}
@@ -331,10 +332,11 @@ func (s ValidationSuiteSpec) MarshalYAML() (any, error) {
 		Grace    Duration     `yaml:"grace,omitempty"`
 		FailFast bool         `yaml:"failFast,omitempty"`
 		Resume   string       `yaml:"resume,omitempty"`
+		End      string       `yaml:"end,omitempty"`
 		Fleet    *FleetPolicy `yaml:"fleet,omitempty"`
 		Stages   []stageOut   `yaml:"stages"`
 	}
-	out := specOut{Duration: s.Duration, Grace: s.Grace, FailFast: s.FailFast, Resume: s.Resume, Fleet: s.Fleet}
+	out := specOut{Duration: s.Duration, Grace: s.Grace, FailFast: s.FailFast, Resume: s.Resume, End: s.End, Fleet: s.Fleet}
 	for _, st := range s.Stages {
 		so := stageOut{Name: st.Name, Duration: st.Duration, Telemetry: st.Telemetry}
 		for _, c := range s.Checks {

@@ -7,6 +7,8 @@
 package manifests
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cure-oss/cure/manifests/version"
@@ -244,6 +246,11 @@ type ValidationSuiteSpec struct {
 	// (checks that ended stay ended, the interrupted one and the rest run)
 	// or ResumeRestart (the whole suite again). Empty means continue.
 	Resume string `yaml:"resume,omitempty"`
+	// End is where the node goes once the suite is done: EndHostOS (boot
+	// from disk, verified by the installed OS's callback where the node has
+	// one on record), EndPowerOff, or EndStay (idle in CURE). Empty means
+	// EndStay, what a suite did before it could say.
+	End string `yaml:"end,omitempty"`
 	// Fleet sets how results are compared with the SKU's fleet (MARGINAL);
 	// nil means the defaults (DefaultFleetWindow, DefaultFleetMinNodes) for
 	// the checks that name fleet bands.
@@ -261,6 +268,21 @@ const (
 	ResumeContinue = "continue"
 	ResumeRestart  = "restart"
 )
+
+// End policies of a suite (ValidationSuiteSpec.End).
+const (
+	EndHostOS   = "host-os"
+	EndPowerOff = "power-off"
+	EndStay     = "stay"
+)
+
+// EndPolicy is the suite's end policy, EndStay when unset.
+func (s *ValidationSuiteSpec) EndPolicy() string {
+	if s.End == "" {
+		return EndStay
+	}
+	return s.End
+}
 
 // DefaultGrace is the validate phase's grace when a suite sets none:
 // enough for one-shot checks, driver bring-up and a slow device.
@@ -412,4 +434,39 @@ func (s *SKU) FirmwareFor(component string) []Firmware {
 		}
 	}
 	return out
+}
+
+// FirmwareVia returns the component's entries updated via via
+// (ViaRedfish: the coordinator's, through the BMC; ViaInBand: the
+// runner's), in manifest order.
+func (s *SKU) FirmwareVia(component, via string) []Firmware {
+	var out []Firmware
+	for _, f := range s.FirmwareFor(component) {
+		if f.Via == via {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// String names the fields a selector sets, for messages:
+// {vendorId="0x15b3" psid="MT_0000000838"}, {name="BMC" updateable=true};
+// {any} when it sets none.
+func (m Match) String() string {
+	var p []string
+	for _, f := range []struct{ k, v string }{
+		{"vendorId", m.VendorID}, {"psid", m.PSID}, {"model", m.Model},
+		{"redfishId", m.RedfishID}, {"name", m.Name}, {"softwareId", m.SoftwareID}, {"relatedItem", m.RelatedItem},
+	} {
+		if f.v != "" {
+			p = append(p, fmt.Sprintf("%s=%q", f.k, f.v))
+		}
+	}
+	if m.Updateable != nil {
+		p = append(p, fmt.Sprintf("updateable=%t", *m.Updateable))
+	}
+	if len(p) == 0 {
+		return "{any}"
+	}
+	return "{" + strings.Join(p, " ") + "}"
 }

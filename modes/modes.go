@@ -1,7 +1,8 @@
 // Package modes says, for each way CURE can be run against a node, which
 // phases run, in which order, who runs them, and what the mode may never touch.
 // Both the coordinator and the runner consult it, so the read-only guarantee of
-// audit, verify and diagnostic is one table rather than scattered checks.
+// audit, verify and diagnostic, and the disks-untouched guarantee of service,
+// are one table rather than scattered checks.
 package modes
 
 import (
@@ -21,11 +22,14 @@ const (
 	Diagnostic Mode = "diagnostic"
 	Burnin     Mode = "burnin"
 	Wipe       Mode = "wipe"
+	// Service brings a deployed node's firmware and BIOS settings to its
+	// SKU and returns it to its installed OS; it never writes a disk.
+	Service Mode = "service"
 )
 
 // All lists every mode, so a check over "every plan" (every phase has an
 // executor on its side) cannot miss one.
-func All() []Mode { return []Mode{Provision, Audit, Verify, Diagnostic, Burnin, Wipe} }
+func All() []Mode { return []Mode{Provision, Audit, Verify, Diagnostic, Burnin, Wipe, Service} }
 
 // Owner says which side executes a phase.
 type Owner string
@@ -55,7 +59,6 @@ const (
 	WaitForHostOS = "wait_for_host_os"
 	Validate      = "validate"
 	PowerOffAtEnd = "power_off"
-	ReturnToPool  = "return_to_pool"
 )
 
 // Phase is one step of a plan.
@@ -73,6 +76,10 @@ type Plan struct {
 	// MayWrite is false for modes that must never flash firmware, change BIOS
 	// settings or write a disk.
 	MayWrite bool
+	// MayWriteDisks is true only for the modes that end a node's tenancy
+	// (provision, wipe): the others leave every disk's bytes as they found
+	// them, service included, which may flash firmware.
+	MayWriteDisks bool
 }
 
 var (
@@ -117,20 +124,46 @@ var readOnlyFirmwarePhases = []Phase{
 	{NVMe, Runner, false},
 }
 
+// servicePhases are provision's without the disk phases: the firmware
+// and BIOS settings written as provision writes them, then the node boots
+// its installed OS again (which calls back). The hardware gate stays first.
+var servicePhases = []Phase{
+	preflight, pxe, powerOn, waitCURE, hardware,
+	{BMC, Coordinator, true},
+	{BIOS, Coordinator, true},
+	{BIOSSettings, Coordinator, true},
+	{HGX, Coordinator, true},
+	{NIC, Runner, true},
+	{DPU, Runner, true},
+	{NVMe, Runner, true},
+	{SetBootDisk, Coordinator, false},
+	{WaitForHostOS, Coordinator, false},
+}
+
+// suitePhases are diagnostic's and burn-in's: the suite, then how it ends
+// (manifests.ValidationSuiteSpec.End). Each end phase runs only under its
+// policy and is skipped otherwise: back to the host OS (boot from disk,
+// the OS's callback where the node has one on record), powered off, or
+// left in CURE (all skipped, what a suite without spec.end does).
+var suitePhases = []Phase{preflight, pxe, powerOn, waitCURE, hardware, {Validate, Runner, false},
+	{SetBootDisk, Coordinator, false}, {WaitForHostOS, Coordinator, false}, {PowerOffAtEnd, Coordinator, false}}
+
 // For returns the plan of a mode.
 func For(m Mode) (Plan, error) {
 	switch m {
 	case Provision:
-		return Plan{Mode: m, Phases: provisionPhases, MayWrite: true}, nil
+		return Plan{Mode: m, Phases: provisionPhases, MayWrite: true, MayWriteDisks: true}, nil
 	case Audit, Verify:
 		return Plan{Mode: m, Phases: readOnlyFirmwarePhases}, nil
 	case Diagnostic, Burnin:
-		return Plan{Mode: m, Phases: []Phase{preflight, pxe, powerOn, waitCURE, hardware, {Validate, Runner, false}}}, nil
+		return Plan{Mode: m, Phases: suitePhases}, nil
 	case Wipe:
-		return Plan{Mode: m, MayWrite: true, Phases: []Phase{preflight, pxe, powerOn, waitCURE,
+		return Plan{Mode: m, MayWrite: true, MayWriteDisks: true, Phases: []Phase{preflight, pxe, powerOn, waitCURE,
 			{SEDRevert, Runner, true}, {PowerOffAtEnd, Coordinator, false}}}, nil
+	case Service:
+		return Plan{Mode: m, Phases: servicePhases, MayWrite: true}, nil
 	}
-	return Plan{}, fmt.Errorf("unknown mode %q (want provision, audit, verify, diagnostic, burnin or wipe)", string(m))
+	return Plan{}, fmt.Errorf("unknown mode %q (want provision, audit, verify, diagnostic, burnin, wipe or service)", string(m))
 }
 
 // Parse reads a mode name as typed by an operator.
@@ -177,7 +210,7 @@ func (p Plan) Unexecutable(owner Owner, has func(phase string) bool) []string {
 func CheckWrite(m Mode, action string) error {
 	p, err := For(m)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s refused: %w", action, err)
 	}
 	if !p.MayWrite {
 		return fmt.Errorf("%s refused: mode %s never writes firmware, BIOS settings or disks", action, m)
@@ -185,19 +218,46 @@ func CheckWrite(m Mode, action string) error {
 	return nil
 }
 
+// CheckDiskWrite refuses writing a disk (an OS image, a seed, a wipe) in
+// a mode that must leave disks as it found them: every mode but provision
+// and wipe. Service flashes firmware (CheckWrite passes) yet fails here.
+func CheckDiskWrite(m Mode, action string) error {
+	if err := CheckWrite(m, action); err != nil {
+		return err
+	}
+	p, _ := For(m) // CheckWrite resolved it
+	if !p.MayWriteDisks {
+		return fmt.Errorf("%s refused: mode %s never writes a disk (only provision and wipe do)", action, m)
+	}
+	return nil
+}
+
 // CheckWipe refuses erasing disks unless the mode is provision or wipe:
-// audit, verify, diagnostic and burn-in never erase one (burn-in may write
-// test patterns elsewhere, but a wipe is the provisioning flow's job).
-// tools/wipe holds no policy of its own: it refuses unless the caller
-// grants it AllowDestructive, which the runner does only after this check.
+// audit, verify, diagnostic, burn-in and service never erase one (burn-in
+// may write test patterns elsewhere, but a wipe is the provisioning flow's
+// job). tools/wipe holds no policy of its own: it refuses unless the
+// caller grants it AllowDestructive, which the runner does only after this
+// check.
 func CheckWipe(m Mode) error {
-	if err := CheckWrite(m, "wipe"); err != nil {
+	if err := CheckDiskWrite(m, "wipe"); err != nil {
 		return err
 	}
 	if m != Provision && m != Wipe {
 		return fmt.Errorf("wipe refused: mode %s does not erase disks (only provision and wipe do)", m)
 	}
 	return nil
+}
+
+// FlashesFirmware says whether a mode brings drifted firmware and BIOS
+// settings to the manifest (its firmware phases write); the others only
+// report drift.
+func FlashesFirmware(m Mode) bool {
+	p, err := For(m)
+	if err != nil || !p.MayWrite {
+		return false
+	}
+	ph, ok := p.Phase(BMC)
+	return ok && ph.Writes
 }
 
 // ToProto converts a mode to its wire value.
@@ -215,6 +275,8 @@ func ToProto(m Mode) curev1.Mode {
 		return curev1.Mode_MODE_BURNIN
 	case Wipe:
 		return curev1.Mode_MODE_WIPE
+	case Service:
+		return curev1.Mode_MODE_SERVICE
 	}
 	return curev1.Mode_MODE_UNSPECIFIED
 }
@@ -234,6 +296,8 @@ func FromProto(m curev1.Mode) (Mode, error) {
 		return Burnin, nil
 	case curev1.Mode_MODE_WIPE:
 		return Wipe, nil
+	case curev1.Mode_MODE_SERVICE:
+		return Service, nil
 	}
 	return "", fmt.Errorf("mode %v is not a mode CURE runs", m)
 }

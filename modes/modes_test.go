@@ -53,7 +53,7 @@ func TestProvisionOrder(t *testing.T) {
 }
 
 func TestParseAndProto(t *testing.T) {
-	for _, m := range []Mode{Provision, Audit, Verify, Diagnostic, Burnin, Wipe} {
+	for _, m := range []Mode{Provision, Audit, Verify, Diagnostic, Burnin, Wipe, Service} {
 		got, err := Parse(" " + strings.ToUpper(string(m)))
 		if err != nil || got != m {
 			t.Errorf("Parse(%s) = %v, %v", m, got, err)
@@ -74,7 +74,7 @@ func TestParseAndProto(t *testing.T) {
 // The hardware gate comes before every phase that writes, in every mode
 // that has it, and is itself read-only.
 func TestHardwareGateFirst(t *testing.T) {
-	for _, m := range []Mode{Provision, Diagnostic, Burnin} {
+	for _, m := range []Mode{Provision, Diagnostic, Burnin, Service} {
 		p, _ := For(m)
 		i := p.Index(Hardware)
 		if i < 0 {
@@ -100,7 +100,7 @@ func TestHardwareGateFirst(t *testing.T) {
 // one, is refused with the mode named (tools/wipe relies on this check
 // being made before it is granted AllowDestructive).
 func TestCheckWipe(t *testing.T) {
-	for _, m := range []Mode{Audit, Verify, Diagnostic, Burnin, "bogus"} {
+	for _, m := range []Mode{Audit, Verify, Diagnostic, Burnin, Service, "bogus"} {
 		if err := CheckWipe(m); err == nil || !strings.Contains(err.Error(), string(m)) {
 			t.Errorf("mode %s: CheckWipe = %v, want a refusal naming it", m, err)
 		}
@@ -142,5 +142,70 @@ func TestUnexecutable(t *testing.T) {
 	}
 	if got := p.Unexecutable(Runner, has); len(got) != 1 || got[0] != "b" {
 		t.Errorf("runner: %v, want [b]", got)
+	}
+}
+
+// Service flashes firmware and BIOS settings but writes no disk: it has
+// no disk phase, its firmware phases are the writing ones, and the disk
+// policy refuses it every disk write by name, as it refuses the read-only
+// modes; only provision and wipe pass it.
+func TestServiceNeverWritesDisks(t *testing.T) {
+	p, err := For(Service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.MayWrite || p.MayWriteDisks {
+		t.Errorf("service: MayWrite=%v MayWriteDisks=%v, want true, false", p.MayWrite, p.MayWriteDisks)
+	}
+	for _, ph := range p.Phases {
+		if ph.Name == OSInstall || ph.Name == SEDRevert {
+			t.Errorf("service has disk phase %s", ph.Name)
+		}
+	}
+	for _, name := range []string{BMC, BIOS, BIOSSettings, HGX, NIC, DPU, NVMe} {
+		if ph, ok := p.Phase(name); !ok || !ph.Writes {
+			t.Errorf("service: firmware phase %s = %+v, %v; want a writing phase", name, ph, ok)
+		}
+	}
+	if last := p.Phases[len(p.Phases)-2:]; last[0].Name != SetBootDisk || last[1].Name != WaitForHostOS {
+		t.Errorf("service ends %v, want set_boot_order_disk then wait_for_host_os", last)
+	}
+	if err := CheckWrite(Service, "nvme firmware update"); err != nil {
+		t.Errorf("service refused a firmware write: %v", err)
+	}
+	for _, m := range []Mode{Service, Audit, Verify, Diagnostic, Burnin, "bogus"} {
+		for _, action := range []string{"os_install", "first-boot seed", "wipe"} {
+			if err := CheckDiskWrite(m, action); err == nil || !strings.Contains(err.Error(), string(m)) || !strings.Contains(err.Error(), action) {
+				t.Errorf("CheckDiskWrite(%s, %s) = %v, want a refusal naming both", m, action, err)
+			}
+		}
+	}
+	for _, m := range []Mode{Provision, Wipe} {
+		if err := CheckDiskWrite(m, "os_install"); err != nil {
+			t.Errorf("CheckDiskWrite(%s) = %v", m, err)
+		}
+	}
+	for m, want := range map[Mode]bool{Provision: true, Service: true, Audit: false, Verify: false, Diagnostic: false, Burnin: false, Wipe: false, "bogus": false} {
+		if got := FlashesFirmware(m); got != want {
+			t.Errorf("FlashesFirmware(%s) = %v, want %v", m, got, want)
+		}
+	}
+}
+
+// A suite mode ends by its suite's policy: the end phases follow validate
+// and never write.
+func TestSuiteEndPhases(t *testing.T) {
+	for _, m := range []Mode{Diagnostic, Burnin} {
+		p, _ := For(m)
+		v := p.Index(Validate)
+		for _, name := range []string{SetBootDisk, WaitForHostOS, PowerOffAtEnd} {
+			i := p.Index(name)
+			if i <= v {
+				t.Errorf("%s: %s at %d, validate at %d", m, name, i, v)
+			}
+			if ph := p.Phases[i]; ph.Writes || ph.Owner != Coordinator {
+				t.Errorf("%s: %+v", m, ph)
+			}
+		}
 	}
 }

@@ -35,6 +35,9 @@ const (
 	Mode_MODE_DIAGNOSTIC  Mode = 4
 	Mode_MODE_BURNIN      Mode = 5
 	Mode_MODE_WIPE        Mode = 6
+	// Firmware and BIOS settings on a deployed node, its disks untouched;
+	// back to its installed OS, verified by that OS's callback.
+	Mode_MODE_SERVICE Mode = 7
 )
 
 // Enum value maps for Mode.
@@ -47,6 +50,7 @@ var (
 		4: "MODE_DIAGNOSTIC",
 		5: "MODE_BURNIN",
 		6: "MODE_WIPE",
+		7: "MODE_SERVICE",
 	}
 	Mode_value = map[string]int32{
 		"MODE_UNSPECIFIED": 0,
@@ -56,6 +60,7 @@ var (
 		"MODE_DIAGNOSTIC":  4,
 		"MODE_BURNIN":      5,
 		"MODE_WIPE":        6,
+		"MODE_SERVICE":     7,
 	}
 )
 
@@ -274,6 +279,69 @@ func (RunStatus) EnumDescriptor() ([]byte, []int) {
 	return file_cure_proto_rawDescGZIP(), []int{3}
 }
 
+// PoolState is a node's place in the day-2 loop. Unspecified: not in the
+// pool (never provisioned by CURE, or wiped).
+type PoolState int32
+
+const (
+	PoolState_POOL_STATE_UNSPECIFIED PoolState = 0
+	PoolState_POOL_IN_SERVICE        PoolState = 1 // provisioned (or returned): the scheduler's
+	PoolState_POOL_DRAINING          PoolState = 2 // drain asked: the scheduler moves jobs away
+	PoolState_POOL_DRAINED           PoolState = 3 // the scheduler said no job runs there: CURE may reboot it
+	PoolState_POOL_REVALIDATING      PoolState = 4 // a revalidation suite runs
+	PoolState_POOL_READY             PoolState = 5 // the revalidation passed: waiting to be returned
+	PoolState_POOL_RMA               PoolState = 6 // the revalidation failed (FAIL, ERROR or MARGINAL), or did not finish
+)
+
+// Enum value maps for PoolState.
+var (
+	PoolState_name = map[int32]string{
+		0: "POOL_STATE_UNSPECIFIED",
+		1: "POOL_IN_SERVICE",
+		2: "POOL_DRAINING",
+		3: "POOL_DRAINED",
+		4: "POOL_REVALIDATING",
+		5: "POOL_READY",
+		6: "POOL_RMA",
+	}
+	PoolState_value = map[string]int32{
+		"POOL_STATE_UNSPECIFIED": 0,
+		"POOL_IN_SERVICE":        1,
+		"POOL_DRAINING":          2,
+		"POOL_DRAINED":           3,
+		"POOL_REVALIDATING":      4,
+		"POOL_READY":             5,
+		"POOL_RMA":               6,
+	}
+)
+
+func (x PoolState) Enum() *PoolState {
+	p := new(PoolState)
+	*p = x
+	return p
+}
+
+func (x PoolState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PoolState) Descriptor() protoreflect.EnumDescriptor {
+	return file_cure_proto_enumTypes[4].Descriptor()
+}
+
+func (PoolState) Type() protoreflect.EnumType {
+	return &file_cure_proto_enumTypes[4]
+}
+
+func (x PoolState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PoolState.Descriptor instead.
+func (PoolState) EnumDescriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{4}
+}
+
 type RunnerState_Kind int32
 
 const (
@@ -310,11 +378,11 @@ func (x RunnerState_Kind) String() string {
 }
 
 func (RunnerState_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_cure_proto_enumTypes[4].Descriptor()
+	return file_cure_proto_enumTypes[5].Descriptor()
 }
 
 func (RunnerState_Kind) Type() protoreflect.EnumType {
-	return &file_cure_proto_enumTypes[4]
+	return &file_cure_proto_enumTypes[5]
 }
 
 func (x RunnerState_Kind) Number() protoreflect.EnumNumber {
@@ -6151,8 +6219,9 @@ type NodeInfo struct {
 	Sku           string                 `protobuf:"bytes,4,opt,name=sku,proto3" json:"sku,omitempty"`
 	State         string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
 	LastRunId     string                 `protobuf:"bytes,6,opt,name=last_run_id,json=lastRunId,proto3" json:"last_run_id,omitempty"`
-	LastRunStatus string                 `protobuf:"bytes,7,opt,name=last_run_status,json=lastRunStatus,proto3" json:"last_run_status,omitempty"`                      // last_run_state's name, for older clients
-	LastRunState  RunStatus              `protobuf:"varint,8,opt,name=last_run_state,json=lastRunState,proto3,enum=cure.v1.RunStatus" json:"last_run_state,omitempty"` // the latest run's status (unset: never run)
+	LastRunStatus string                 `protobuf:"bytes,7,opt,name=last_run_status,json=lastRunStatus,proto3" json:"last_run_status,omitempty"` // last_run_state's name, for older clients
+	PoolState     PoolState              `protobuf:"varint,8,opt,name=pool_state,json=poolState,proto3,enum=cure.v1.PoolState" json:"pool_state,omitempty"`
+	LastRunState  RunStatus              `protobuf:"varint,9,opt,name=last_run_state,json=lastRunState,proto3,enum=cure.v1.RunStatus" json:"last_run_state,omitempty"` // the latest run's status (unset: never run)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6234,6 +6303,13 @@ func (x *NodeInfo) GetLastRunStatus() string {
 		return x.LastRunStatus
 	}
 	return ""
+}
+
+func (x *NodeInfo) GetPoolState() PoolState {
+	if x != nil {
+		return x.PoolState
+	}
+	return PoolState_POOL_STATE_UNSPECIFIED
 }
 
 func (x *NodeInfo) GetLastRunState() RunStatus {
@@ -7014,9 +7090,10 @@ type NodeDetail struct {
 	Psids         uint32                 `protobuf:"varint,11,opt,name=psids,proto3" json:"psids,omitempty"`                              // how many PSIDs are stored
 	State         string                 `protobuf:"bytes,12,opt,name=state,proto3" json:"state,omitempty"`
 	LastRunId     string                 `protobuf:"bytes,13,opt,name=last_run_id,json=lastRunId,proto3" json:"last_run_id,omitempty"`
-	LastRunStatus string                 `protobuf:"bytes,14,opt,name=last_run_status,json=lastRunStatus,proto3" json:"last_run_status,omitempty"`                      // last_run_state's name, for older clients
-	Inventory     *InventoryRecord       `protobuf:"bytes,15,opt,name=inventory,proto3" json:"inventory,omitempty"`                                                     // latest reported hardware, if any
-	LastRunState  RunStatus              `protobuf:"varint,16,opt,name=last_run_state,json=lastRunState,proto3,enum=cure.v1.RunStatus" json:"last_run_state,omitempty"` // the latest run's status (unset: never run)
+	LastRunStatus string                 `protobuf:"bytes,14,opt,name=last_run_status,json=lastRunStatus,proto3" json:"last_run_status,omitempty"` // last_run_state's name, for older clients
+	Inventory     *InventoryRecord       `protobuf:"bytes,15,opt,name=inventory,proto3" json:"inventory,omitempty"`                                // latest reported hardware, if any
+	Pool          *PoolStatus            `protobuf:"bytes,16,opt,name=pool,proto3" json:"pool,omitempty"`
+	LastRunState  RunStatus              `protobuf:"varint,17,opt,name=last_run_state,json=lastRunState,proto3,enum=cure.v1.RunStatus" json:"last_run_state,omitempty"` // the latest run's status (unset: never run)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7152,6 +7229,13 @@ func (x *NodeDetail) GetLastRunStatus() string {
 func (x *NodeDetail) GetInventory() *InventoryRecord {
 	if x != nil {
 		return x.Inventory
+	}
+	return nil
+}
+
+func (x *NodeDetail) GetPool() *PoolStatus {
+	if x != nil {
+		return x.Pool
 	}
 	return nil
 }
@@ -7880,6 +7964,294 @@ func (x *FleetJudgements) GetJudgementsOmitted() uint32 {
 	return 0
 }
 
+type PoolStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	State         PoolState              `protobuf:"varint,2,opt,name=state,proto3,enum=cure.v1.PoolState" json:"state,omitempty"`
+	SinceUnixMs   int64                  `protobuf:"varint,3,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`                            // why: the caller's reason, or the revalidation's outcome
+	Actor         string                 `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`                              // who moved it there (operator, or "coordinator")
+	RunId         string                 `protobuf:"bytes,6,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`                 // the revalidation run (revalidating, ready, rma)
+	AutoReturn    bool                   `protobuf:"varint,7,opt,name=auto_return,json=autoReturn,proto3" json:"auto_return,omitempty"` // a passing revalidation returns the node at once
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolStatus) Reset() {
+	*x = PoolStatus{}
+	mi := &file_cure_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolStatus) ProtoMessage() {}
+
+func (x *PoolStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
+func (*PoolStatus) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *PoolStatus) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PoolStatus) GetState() PoolState {
+	if x != nil {
+		return x.State
+	}
+	return PoolState_POOL_STATE_UNSPECIFIED
+}
+
+func (x *PoolStatus) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PoolStatus) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *PoolStatus) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *PoolStatus) GetAutoReturn() bool {
+	if x != nil {
+		return x.AutoReturn
+	}
+	return false
+}
+
+type PoolRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeIds       []string               `protobuf:"bytes,1,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
+	Selector      map[string]string      `protobuf:"bytes,2,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // as ProvisionRequest.selector
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolRequest) Reset() {
+	*x = PoolRequest{}
+	mi := &file_cure_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolRequest) ProtoMessage() {}
+
+func (x *PoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolRequest.ProtoReflect.Descriptor instead.
+func (*PoolRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *PoolRequest) GetNodeIds() []string {
+	if x != nil {
+		return x.NodeIds
+	}
+	return nil
+}
+
+func (x *PoolRequest) GetSelector() map[string]string {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *PoolRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RevalidateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeIds       []string               `protobuf:"bytes,1,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
+	Selector      map[string]string      `protobuf:"bytes,2,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Suite         string                 `protobuf:"bytes,3,opt,name=suite,proto3" json:"suite,omitempty"`                              // the ValidationSuite to run (required)
+	Mode          Mode                   `protobuf:"varint,4,opt,name=mode,proto3,enum=cure.v1.Mode" json:"mode,omitempty"`             // MODE_DIAGNOSTIC (default: never writes) or MODE_BURNIN
+	AutoReturn    bool                   `protobuf:"varint,5,opt,name=auto_return,json=autoReturn,proto3" json:"auto_return,omitempty"` // pass: back in service at once instead of ready
+	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevalidateRequest) Reset() {
+	*x = RevalidateRequest{}
+	mi := &file_cure_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevalidateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevalidateRequest) ProtoMessage() {}
+
+func (x *RevalidateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevalidateRequest.ProtoReflect.Descriptor instead.
+func (*RevalidateRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *RevalidateRequest) GetNodeIds() []string {
+	if x != nil {
+		return x.NodeIds
+	}
+	return nil
+}
+
+func (x *RevalidateRequest) GetSelector() map[string]string {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *RevalidateRequest) GetSuite() string {
+	if x != nil {
+		return x.Suite
+	}
+	return ""
+}
+
+func (x *RevalidateRequest) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *RevalidateRequest) GetAutoReturn() bool {
+	if x != nil {
+		return x.AutoReturn
+	}
+	return false
+}
+
+func (x *RevalidateRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type PoolResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         []*PoolStatus          `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`     // every node moved, as it now is
+	Refused       []*Refusal             `protobuf:"bytes,2,rep,name=refused,proto3" json:"refused,omitempty"` // every node not moved, with why
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolResponse) Reset() {
+	*x = PoolResponse{}
+	mi := &file_cure_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolResponse) ProtoMessage() {}
+
+func (x *PoolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
+func (*PoolResponse) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *PoolResponse) GetNodes() []*PoolStatus {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *PoolResponse) GetRefused() []*Refusal {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
 var File_cure_proto protoreflect.FileDescriptor
 
 const file_cure_proto_rawDesc = "" +
@@ -8449,7 +8821,7 @@ const file_cure_proto_rawDesc = "" +
 	"durationMs\"\x12\n" +
 	"\x10ListNodesRequest\"<\n" +
 	"\x11ListNodesResponse\x12'\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x11.cure.v1.NodeInfoR\x05nodes\"\x84\x02\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x11.cure.v1.NodeInfoR\x05nodes\"\xb7\x02\n" +
 	"\bNodeInfo\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fbmc_endpoint\x18\x02 \x01(\tR\vbmcEndpoint\x12\x12\n" +
@@ -8457,8 +8829,10 @@ const file_cure_proto_rawDesc = "" +
 	"\x03sku\x18\x04 \x01(\tR\x03sku\x12\x14\n" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x1e\n" +
 	"\vlast_run_id\x18\x06 \x01(\tR\tlastRunId\x12&\n" +
-	"\x0flast_run_status\x18\a \x01(\tR\rlastRunStatus\x128\n" +
-	"\x0elast_run_state\x18\b \x01(\x0e2\x12.cure.v1.RunStatusR\flastRunState\"\x99\x01\n" +
+	"\x0flast_run_status\x18\a \x01(\tR\rlastRunStatus\x121\n" +
+	"\n" +
+	"pool_state\x18\b \x01(\x0e2\x12.cure.v1.PoolStateR\tpoolState\x128\n" +
+	"\x0elast_run_state\x18\t \x01(\x0e2\x12.cure.v1.RunStatusR\flastRunState\"\x99\x01\n" +
 	"\x13ListAuditLogRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\"\n" +
@@ -8526,7 +8900,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"*\n" +
 	"\x0fShowNodeRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xd1\x04\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xfa\x04\n" +
 	"\n" +
 	"NodeDetail\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
@@ -8544,8 +8918,9 @@ const file_cure_proto_rawDesc = "" +
 	"\x05state\x18\f \x01(\tR\x05state\x12\x1e\n" +
 	"\vlast_run_id\x18\r \x01(\tR\tlastRunId\x12&\n" +
 	"\x0flast_run_status\x18\x0e \x01(\tR\rlastRunStatus\x126\n" +
-	"\tinventory\x18\x0f \x01(\v2\x18.cure.v1.InventoryRecordR\tinventory\x128\n" +
-	"\x0elast_run_state\x18\x10 \x01(\x0e2\x12.cure.v1.RunStatusR\flastRunState\x1a9\n" +
+	"\tinventory\x18\x0f \x01(\v2\x18.cure.v1.InventoryRecordR\tinventory\x12'\n" +
+	"\x04pool\x18\x10 \x01(\v2\x13.cure.v1.PoolStatusR\x04pool\x128\n" +
+	"\x0elast_run_state\x18\x11 \x01(\x0e2\x12.cure.v1.RunStatusR\flastRunState\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc7\x01\n" +
@@ -8626,7 +9001,38 @@ const file_cure_proto_rawDesc = "" +
 	"\rdistributions\x18\x02 \x03(\v2\x1a.cure.v1.FleetDistributionR\rdistributions\x12 \n" +
 	"\ftime_unix_ms\x18\x03 \x01(\x03R\n" +
 	"timeUnixMs\x12-\n" +
-	"\x12judgements_omitted\x18\x04 \x01(\rR\x11judgementsOmitted*\x86\x01\n" +
+	"\x12judgements_omitted\x18\x04 \x01(\rR\x11judgementsOmitted\"\xd9\x01\n" +
+	"\n" +
+	"PoolStatus\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12(\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x12.cure.v1.PoolStateR\x05state\x12\"\n" +
+	"\rsince_unix_ms\x18\x03 \x01(\x03R\vsinceUnixMs\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05actor\x18\x05 \x01(\tR\x05actor\x12\x15\n" +
+	"\x06run_id\x18\x06 \x01(\tR\x05runId\x12\x1f\n" +
+	"\vauto_return\x18\a \x01(\bR\n" +
+	"autoReturn\"\xbd\x01\n" +
+	"\vPoolRequest\x12\x19\n" +
+	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12>\n" +
+	"\bselector\x18\x02 \x03(\v2\".cure.v1.PoolRequest.SelectorEntryR\bselector\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x1a;\n" +
+	"\rSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x02\n" +
+	"\x11RevalidateRequest\x12\x19\n" +
+	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12D\n" +
+	"\bselector\x18\x02 \x03(\v2(.cure.v1.RevalidateRequest.SelectorEntryR\bselector\x12\x14\n" +
+	"\x05suite\x18\x03 \x01(\tR\x05suite\x12!\n" +
+	"\x04mode\x18\x04 \x01(\x0e2\r.cure.v1.ModeR\x04mode\x12\x1f\n" +
+	"\vauto_return\x18\x05 \x01(\bR\n" +
+	"autoReturn\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x1a;\n" +
+	"\rSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"e\n" +
+	"\fPoolResponse\x12)\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x13.cure.v1.PoolStatusR\x05nodes\x12*\n" +
+	"\arefused\x18\x02 \x03(\v2\x10.cure.v1.RefusalR\arefused*\x98\x01\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_PROVISION\x10\x01\x12\x0e\n" +
@@ -8635,7 +9041,8 @@ const file_cure_proto_rawDesc = "" +
 	"\vMODE_VERIFY\x10\x03\x12\x13\n" +
 	"\x0fMODE_DIAGNOSTIC\x10\x04\x12\x0f\n" +
 	"\vMODE_BURNIN\x10\x05\x12\r\n" +
-	"\tMODE_WIPE\x10\x06*|\n" +
+	"\tMODE_WIPE\x10\x06\x12\x10\n" +
+	"\fMODE_SERVICE\x10\a*|\n" +
 	"\rVerdictStatus\x12\x1e\n" +
 	"\x1aVERDICT_STATUS_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05MATCH\x10\x01\x12\t\n" +
@@ -8659,9 +9066,18 @@ const file_cure_proto_rawDesc = "" +
 	"\n" +
 	"RUN_FAILED\x10\x04\x12\x11\n" +
 	"\rRUN_ATTENTION\x10\x05\x12\x10\n" +
-	"\fRUN_CANCELED\x10\x062S\n" +
+	"\fRUN_CANCELED\x10\x06*\x96\x01\n" +
+	"\tPoolState\x12\x1a\n" +
+	"\x16POOL_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fPOOL_IN_SERVICE\x10\x01\x12\x11\n" +
+	"\rPOOL_DRAINING\x10\x02\x12\x10\n" +
+	"\fPOOL_DRAINED\x10\x03\x12\x15\n" +
+	"\x11POOL_REVALIDATING\x10\x04\x12\x0e\n" +
+	"\n" +
+	"POOL_READY\x10\x05\x12\f\n" +
+	"\bPOOL_RMA\x10\x062S\n" +
 	"\rRunnerService\x12B\n" +
-	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\xa0\a\n" +
+	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\x90\t\n" +
 	"\x0fOperatorService\x12B\n" +
 	"\tProvision\x12\x19.cure.v1.ProvisionRequest\x1a\x1a.cure.v1.ProvisionResponse\x128\n" +
 	"\x05Watch\x12\x15.cure.v1.WatchRequest\x1a\x16.cure.v1.TimelineEntry0\x01\x124\n" +
@@ -8678,7 +9094,12 @@ const file_cure_proto_rawDesc = "" +
 	"\bShowNode\x12\x18.cure.v1.ShowNodeRequest\x1a\x13.cure.v1.NodeDetail\x12F\n" +
 	"\vTimeBuckets\x12\x1b.cure.v1.TimeBucketsRequest\x1a\x1a.cure.v1.TimeBucketSummary\x12E\n" +
 	"\n" +
-	"FleetBands\x12\x1a.cure.v1.FleetBandsRequest\x1a\x1b.cure.v1.FleetBandsResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
+	"FleetBands\x12\x1a.cure.v1.FleetBandsRequest\x1a\x1b.cure.v1.FleetBandsResponse\x124\n" +
+	"\x05Drain\x12\x14.cure.v1.PoolRequest\x1a\x15.cure.v1.PoolResponse\x12:\n" +
+	"\vMarkDrained\x12\x14.cure.v1.PoolRequest\x1a\x15.cure.v1.PoolResponse\x12?\n" +
+	"\n" +
+	"Revalidate\x12\x1a.cure.v1.RevalidateRequest\x1a\x15.cure.v1.PoolResponse\x12;\n" +
+	"\fReturnToPool\x12\x14.cure.v1.PoolRequest\x1a\x15.cure.v1.PoolResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
 
 var (
 	file_cure_proto_rawDescOnce sync.Once
@@ -8692,261 +9113,284 @@ func file_cure_proto_rawDescGZIP() []byte {
 	return file_cure_proto_rawDescData
 }
 
-var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 103)
+var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 109)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
 	(PhaseStatus)(0),             // 2: cure.v1.PhaseStatus
 	(RunStatus)(0),               // 3: cure.v1.RunStatus
-	(RunnerState_Kind)(0),        // 4: cure.v1.RunnerState.Kind
-	(*RunnerMessage)(nil),        // 5: cure.v1.RunnerMessage
-	(*Hello)(nil),                // 6: cure.v1.Hello
-	(*BootStage)(nil),            // 7: cure.v1.BootStage
-	(*Identity)(nil),             // 8: cure.v1.Identity
-	(*RunnerState)(nil),          // 9: cure.v1.RunnerState
-	(*Inventory)(nil),            // 10: cure.v1.Inventory
-	(*PcieLink)(nil),             // 11: cure.v1.PcieLink
-	(*MachineCheck)(nil),         // 12: cure.v1.MachineCheck
-	(*Processor)(nil),            // 13: cure.v1.Processor
-	(*Dimm)(nil),                 // 14: cure.v1.Dimm
-	(*PciDevice)(nil),            // 15: cure.v1.PciDevice
-	(*NumaNode)(nil),             // 16: cure.v1.NumaNode
-	(*SystemInfo)(nil),           // 17: cure.v1.SystemInfo
-	(*NvmeController)(nil),       // 18: cure.v1.NvmeController
-	(*NetInterface)(nil),         // 19: cure.v1.NetInterface
-	(*Gpu)(nil),                  // 20: cure.v1.Gpu
-	(*BlockDevice)(nil),          // 21: cure.v1.BlockDevice
-	(*Event)(nil),                // 22: cure.v1.Event
-	(*Progress)(nil),             // 23: cure.v1.Progress
-	(*CheckProgress)(nil),        // 24: cure.v1.CheckProgress
-	(*Samples)(nil),              // 25: cure.v1.Samples
-	(*Series)(nil),               // 26: cure.v1.Series
-	(*PhaseStart)(nil),           // 27: cure.v1.PhaseStart
-	(*PhaseEnd)(nil),             // 28: cure.v1.PhaseEnd
-	(*Verdict)(nil),              // 29: cure.v1.Verdict
-	(*Measurement)(nil),          // 30: cure.v1.Measurement
-	(*Log)(nil),                  // 31: cure.v1.Log
-	(*Metric)(nil),               // 32: cure.v1.Metric
-	(*CoordinatorMessage)(nil),   // 33: cure.v1.CoordinatorMessage
-	(*Assignment)(nil),           // 34: cure.v1.Assignment
-	(*ToolBundleRef)(nil),        // 35: cure.v1.ToolBundleRef
-	(*SuiteResume)(nil),          // 36: cure.v1.SuiteResume
-	(*ResumeState)(nil),          // 37: cure.v1.ResumeState
-	(*FirstBoot)(nil),            // 38: cure.v1.FirstBoot
-	(*Ack)(nil),                  // 39: cure.v1.Ack
-	(*Idle)(nil),                 // 40: cure.v1.Idle
-	(*Reboot)(nil),               // 41: cure.v1.Reboot
-	(*Cancel)(nil),               // 42: cure.v1.Cancel
-	(*ProvisionRequest)(nil),     // 43: cure.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),    // 44: cure.v1.ProvisionResponse
-	(*Refusal)(nil),              // 45: cure.v1.Refusal
-	(*CancelRequest)(nil),        // 46: cure.v1.CancelRequest
-	(*CancelResponse)(nil),       // 47: cure.v1.CancelResponse
-	(*FleetRequest)(nil),         // 48: cure.v1.FleetRequest
-	(*FleetStatus)(nil),          // 49: cure.v1.FleetStatus
-	(*FleetRun)(nil),             // 50: cure.v1.FleetRun
-	(*RunRef)(nil),               // 51: cure.v1.RunRef
-	(*WatchRequest)(nil),         // 52: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),        // 53: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),        // 54: cure.v1.ReportRequest
-	(*RunReport)(nil),            // 55: cure.v1.RunReport
-	(*ReportSeriesBound)(nil),    // 56: cure.v1.ReportSeriesBound
-	(*BmcLogEntry)(nil),          // 57: cure.v1.BmcLogEntry
-	(*BmcPart)(nil),              // 58: cure.v1.BmcPart
-	(*BmcCollection)(nil),        // 59: cure.v1.BmcCollection
-	(*BmcNote)(nil),              // 60: cure.v1.BmcNote
-	(*BmcEvidence)(nil),          // 61: cure.v1.BmcEvidence
-	(*RmaPart)(nil),              // 62: cure.v1.RmaPart
-	(*TimeBucket)(nil),           // 63: cure.v1.TimeBucket
-	(*TimeBucketsRequest)(nil),   // 64: cure.v1.TimeBucketsRequest
-	(*TimeBucketSummary)(nil),    // 65: cure.v1.TimeBucketSummary
-	(*SkuTimeBuckets)(nil),       // 66: cure.v1.SkuTimeBuckets
-	(*BucketStat)(nil),           // 67: cure.v1.BucketStat
-	(*PhaseRecord)(nil),          // 68: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 69: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 70: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 71: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 72: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 73: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 74: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 75: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 76: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 77: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),             // 78: cure.v1.NodeSpec
-	(*BMCSpec)(nil),              // 79: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),      // 80: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),     // 81: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),    // 82: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),   // 83: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),     // 84: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),      // 85: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),           // 86: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),      // 87: cure.v1.InventoryRecord
-	(*FleetBandsRequest)(nil),    // 88: cure.v1.FleetBandsRequest
-	(*FleetBandsResponse)(nil),   // 89: cure.v1.FleetBandsResponse
-	(*FleetDistribution)(nil),    // 90: cure.v1.FleetDistribution
-	(*FleetNodeMark)(nil),        // 91: cure.v1.FleetNodeMark
-	(*FleetJudgement)(nil),       // 92: cure.v1.FleetJudgement
-	(*FleetJudgements)(nil),      // 93: cure.v1.FleetJudgements
-	nil,                          // 94: cure.v1.Log.AttrsEntry
-	nil,                          // 95: cure.v1.Metric.LabelsEntry
-	nil,                          // 96: cure.v1.Assignment.PsidsEntry
-	nil,                          // 97: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 98: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 99: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 100: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 101: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 102: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 103: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 104: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 105: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 106: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 107: cure.v1.NodeDetail.LabelsEntry
+	(PoolState)(0),               // 4: cure.v1.PoolState
+	(RunnerState_Kind)(0),        // 5: cure.v1.RunnerState.Kind
+	(*RunnerMessage)(nil),        // 6: cure.v1.RunnerMessage
+	(*Hello)(nil),                // 7: cure.v1.Hello
+	(*BootStage)(nil),            // 8: cure.v1.BootStage
+	(*Identity)(nil),             // 9: cure.v1.Identity
+	(*RunnerState)(nil),          // 10: cure.v1.RunnerState
+	(*Inventory)(nil),            // 11: cure.v1.Inventory
+	(*PcieLink)(nil),             // 12: cure.v1.PcieLink
+	(*MachineCheck)(nil),         // 13: cure.v1.MachineCheck
+	(*Processor)(nil),            // 14: cure.v1.Processor
+	(*Dimm)(nil),                 // 15: cure.v1.Dimm
+	(*PciDevice)(nil),            // 16: cure.v1.PciDevice
+	(*NumaNode)(nil),             // 17: cure.v1.NumaNode
+	(*SystemInfo)(nil),           // 18: cure.v1.SystemInfo
+	(*NvmeController)(nil),       // 19: cure.v1.NvmeController
+	(*NetInterface)(nil),         // 20: cure.v1.NetInterface
+	(*Gpu)(nil),                  // 21: cure.v1.Gpu
+	(*BlockDevice)(nil),          // 22: cure.v1.BlockDevice
+	(*Event)(nil),                // 23: cure.v1.Event
+	(*Progress)(nil),             // 24: cure.v1.Progress
+	(*CheckProgress)(nil),        // 25: cure.v1.CheckProgress
+	(*Samples)(nil),              // 26: cure.v1.Samples
+	(*Series)(nil),               // 27: cure.v1.Series
+	(*PhaseStart)(nil),           // 28: cure.v1.PhaseStart
+	(*PhaseEnd)(nil),             // 29: cure.v1.PhaseEnd
+	(*Verdict)(nil),              // 30: cure.v1.Verdict
+	(*Measurement)(nil),          // 31: cure.v1.Measurement
+	(*Log)(nil),                  // 32: cure.v1.Log
+	(*Metric)(nil),               // 33: cure.v1.Metric
+	(*CoordinatorMessage)(nil),   // 34: cure.v1.CoordinatorMessage
+	(*Assignment)(nil),           // 35: cure.v1.Assignment
+	(*ToolBundleRef)(nil),        // 36: cure.v1.ToolBundleRef
+	(*SuiteResume)(nil),          // 37: cure.v1.SuiteResume
+	(*ResumeState)(nil),          // 38: cure.v1.ResumeState
+	(*FirstBoot)(nil),            // 39: cure.v1.FirstBoot
+	(*Ack)(nil),                  // 40: cure.v1.Ack
+	(*Idle)(nil),                 // 41: cure.v1.Idle
+	(*Reboot)(nil),               // 42: cure.v1.Reboot
+	(*Cancel)(nil),               // 43: cure.v1.Cancel
+	(*ProvisionRequest)(nil),     // 44: cure.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),    // 45: cure.v1.ProvisionResponse
+	(*Refusal)(nil),              // 46: cure.v1.Refusal
+	(*CancelRequest)(nil),        // 47: cure.v1.CancelRequest
+	(*CancelResponse)(nil),       // 48: cure.v1.CancelResponse
+	(*FleetRequest)(nil),         // 49: cure.v1.FleetRequest
+	(*FleetStatus)(nil),          // 50: cure.v1.FleetStatus
+	(*FleetRun)(nil),             // 51: cure.v1.FleetRun
+	(*RunRef)(nil),               // 52: cure.v1.RunRef
+	(*WatchRequest)(nil),         // 53: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),        // 54: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),        // 55: cure.v1.ReportRequest
+	(*RunReport)(nil),            // 56: cure.v1.RunReport
+	(*ReportSeriesBound)(nil),    // 57: cure.v1.ReportSeriesBound
+	(*BmcLogEntry)(nil),          // 58: cure.v1.BmcLogEntry
+	(*BmcPart)(nil),              // 59: cure.v1.BmcPart
+	(*BmcCollection)(nil),        // 60: cure.v1.BmcCollection
+	(*BmcNote)(nil),              // 61: cure.v1.BmcNote
+	(*BmcEvidence)(nil),          // 62: cure.v1.BmcEvidence
+	(*RmaPart)(nil),              // 63: cure.v1.RmaPart
+	(*TimeBucket)(nil),           // 64: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),   // 65: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),    // 66: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),       // 67: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),           // 68: cure.v1.BucketStat
+	(*PhaseRecord)(nil),          // 69: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 70: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 71: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 72: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 73: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 74: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 75: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 76: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 77: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 78: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),             // 79: cure.v1.NodeSpec
+	(*BMCSpec)(nil),              // 80: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),      // 81: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),     // 82: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),    // 83: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),   // 84: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),     // 85: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),      // 86: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),           // 87: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),      // 88: cure.v1.InventoryRecord
+	(*FleetBandsRequest)(nil),    // 89: cure.v1.FleetBandsRequest
+	(*FleetBandsResponse)(nil),   // 90: cure.v1.FleetBandsResponse
+	(*FleetDistribution)(nil),    // 91: cure.v1.FleetDistribution
+	(*FleetNodeMark)(nil),        // 92: cure.v1.FleetNodeMark
+	(*FleetJudgement)(nil),       // 93: cure.v1.FleetJudgement
+	(*FleetJudgements)(nil),      // 94: cure.v1.FleetJudgements
+	(*PoolStatus)(nil),           // 95: cure.v1.PoolStatus
+	(*PoolRequest)(nil),          // 96: cure.v1.PoolRequest
+	(*RevalidateRequest)(nil),    // 97: cure.v1.RevalidateRequest
+	(*PoolResponse)(nil),         // 98: cure.v1.PoolResponse
+	nil,                          // 99: cure.v1.Log.AttrsEntry
+	nil,                          // 100: cure.v1.Metric.LabelsEntry
+	nil,                          // 101: cure.v1.Assignment.PsidsEntry
+	nil,                          // 102: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 103: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 104: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 105: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 106: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 107: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 108: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 109: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 110: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 111: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 112: cure.v1.NodeDetail.LabelsEntry
+	nil,                          // 113: cure.v1.PoolRequest.SelectorEntry
+	nil,                          // 114: cure.v1.RevalidateRequest.SelectorEntry
 }
 var file_cure_proto_depIdxs = []int32{
-	6,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
-	22,  // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
-	8,   // 2: cure.v1.Hello.identity:type_name -> cure.v1.Identity
-	10,  // 3: cure.v1.Hello.inventory:type_name -> cure.v1.Inventory
-	9,   // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
-	7,   // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
-	4,   // 6: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
-	17,  // 7: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
-	18,  // 8: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
-	19,  // 9: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
-	20,  // 10: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
-	21,  // 11: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
-	13,  // 12: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
-	14,  // 13: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
-	15,  // 14: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
-	16,  // 15: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
-	11,  // 16: cure.v1.Inventory.pcie_links:type_name -> cure.v1.PcieLink
-	12,  // 17: cure.v1.Inventory.machine_checks:type_name -> cure.v1.MachineCheck
-	27,  // 18: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
-	28,  // 19: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
-	29,  // 20: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
-	31,  // 21: cure.v1.Event.log:type_name -> cure.v1.Log
-	32,  // 22: cure.v1.Event.metric:type_name -> cure.v1.Metric
-	23,  // 23: cure.v1.Event.progress:type_name -> cure.v1.Progress
-	25,  // 24: cure.v1.Event.samples:type_name -> cure.v1.Samples
-	24,  // 25: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
+	7,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
+	23,  // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
+	9,   // 2: cure.v1.Hello.identity:type_name -> cure.v1.Identity
+	11,  // 3: cure.v1.Hello.inventory:type_name -> cure.v1.Inventory
+	10,  // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
+	8,   // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
+	5,   // 6: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
+	18,  // 7: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
+	19,  // 8: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
+	20,  // 9: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
+	21,  // 10: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
+	22,  // 11: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
+	14,  // 12: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
+	15,  // 13: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
+	16,  // 14: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
+	17,  // 15: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
+	12,  // 16: cure.v1.Inventory.pcie_links:type_name -> cure.v1.PcieLink
+	13,  // 17: cure.v1.Inventory.machine_checks:type_name -> cure.v1.MachineCheck
+	28,  // 18: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
+	29,  // 19: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
+	30,  // 20: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
+	32,  // 21: cure.v1.Event.log:type_name -> cure.v1.Log
+	33,  // 22: cure.v1.Event.metric:type_name -> cure.v1.Metric
+	24,  // 23: cure.v1.Event.progress:type_name -> cure.v1.Progress
+	26,  // 24: cure.v1.Event.samples:type_name -> cure.v1.Samples
+	25,  // 25: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
 	1,   // 26: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
-	26,  // 27: cure.v1.Samples.series:type_name -> cure.v1.Series
+	27,  // 27: cure.v1.Samples.series:type_name -> cure.v1.Series
 	2,   // 28: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,   // 29: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	30,  // 30: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	94,  // 31: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	95,  // 32: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
-	34,  // 33: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
-	39,  // 34: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
-	40,  // 35: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
-	41,  // 36: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
-	42,  // 37: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
+	31,  // 30: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
+	99,  // 31: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	100, // 32: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	35,  // 33: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
+	40,  // 34: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
+	41,  // 35: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
+	42,  // 36: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
+	43,  // 37: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
 	0,   // 38: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
-	37,  // 39: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
-	38,  // 40: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	96,  // 41: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
-	36,  // 42: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
-	35,  // 43: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
-	24,  // 44: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
+	38,  // 39: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
+	39,  // 40: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
+	101, // 41: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	37,  // 42: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
+	36,  // 43: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
+	25,  // 44: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
 	0,   // 45: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	97,  // 46: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
-	51,  // 47: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	45,  // 48: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	98,  // 49: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
-	51,  // 50: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
-	45,  // 51: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	99,  // 52: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	100, // 53: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	101, // 54: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
-	50,  // 55: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	102, // 56: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	102, // 46: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	52,  // 47: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	46,  // 48: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
+	103, // 49: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	52,  // 50: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
+	46,  // 51: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
+	104, // 52: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	105, // 53: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	106, // 54: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	51,  // 55: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
+	107, // 56: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
 	3,   // 57: cure.v1.FleetRun.run_status:type_name -> cure.v1.RunStatus
-	29,  // 58: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
-	23,  // 59: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
+	30,  // 58: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
+	24,  // 59: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
 	0,   // 60: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	68,  // 61: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
-	29,  // 62: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	87,  // 63: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	63,  // 64: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	57,  // 65: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
-	58,  // 66: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
-	58,  // 67: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
-	59,  // 68: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
-	26,  // 69: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
-	26,  // 70: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
-	56,  // 71: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
-	92,  // 72: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
-	90,  // 73: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
-	23,  // 74: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
-	62,  // 75: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
+	69,  // 61: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	30,  // 62: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
+	88,  // 63: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	64,  // 64: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	58,  // 65: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
+	59,  // 66: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
+	59,  // 67: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
+	60,  // 68: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
+	27,  // 69: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
+	27,  // 70: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
+	57,  // 71: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
+	93,  // 72: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
+	91,  // 73: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
+	24,  // 74: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
+	63,  // 75: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
 	3,   // 76: cure.v1.RunReport.run_status:type_name -> cure.v1.RunStatus
-	60,  // 77: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
-	57,  // 78: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
-	58,  // 79: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
-	58,  // 80: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
-	59,  // 81: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
+	61,  // 77: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
+	58,  // 78: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
+	59,  // 79: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
+	59,  // 80: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
+	60,  // 81: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
 	1,   // 82: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
-	63,  // 83: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	103, // 84: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	66,  // 85: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	67,  // 86: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	67,  // 87: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	64,  // 83: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	108, // 84: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	67,  // 85: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	68,  // 86: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	68,  // 87: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
 	2,   // 88: cure.v1.PhaseRecord.phase_status:type_name -> cure.v1.PhaseStatus
-	71,  // 89: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	29,  // 90: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	74,  // 91: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	3,   // 92: cure.v1.NodeInfo.last_run_state:type_name -> cure.v1.RunStatus
-	76,  // 93: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	104, // 94: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	79,  // 95: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	105, // 96: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	78,  // 97: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	106, // 98: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	107, // 99: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	87,  // 100: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	3,   // 101: cure.v1.NodeDetail.last_run_state:type_name -> cure.v1.RunStatus
-	10,  // 102: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	90,  // 103: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
-	91,  // 104: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
-	92,  // 105: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
-	90,  // 106: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
-	5,   // 107: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	43,  // 108: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	52,  // 109: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	54,  // 110: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	72,  // 111: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	69,  // 112: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	75,  // 113: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	46,  // 114: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	48,  // 115: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	80,  // 116: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	82,  // 117: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	84,  // 118: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	85,  // 119: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	64,  // 120: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	88,  // 121: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
-	33,  // 122: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	44,  // 123: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	53,  // 124: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	55,  // 125: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	73,  // 126: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	70,  // 127: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	77,  // 128: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	47,  // 129: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	49,  // 130: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	81,  // 131: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	83,  // 132: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	86,  // 133: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	86,  // 134: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	65,  // 135: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	89,  // 136: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
-	122, // [122:137] is the sub-list for method output_type
-	107, // [107:122] is the sub-list for method input_type
-	107, // [107:107] is the sub-list for extension type_name
-	107, // [107:107] is the sub-list for extension extendee
-	0,   // [0:107] is the sub-list for field type_name
+	72,  // 89: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	30,  // 90: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	75,  // 91: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	4,   // 92: cure.v1.NodeInfo.pool_state:type_name -> cure.v1.PoolState
+	3,   // 93: cure.v1.NodeInfo.last_run_state:type_name -> cure.v1.RunStatus
+	77,  // 94: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	109, // 95: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	80,  // 96: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	110, // 97: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	79,  // 98: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	111, // 99: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	112, // 100: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	88,  // 101: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	95,  // 102: cure.v1.NodeDetail.pool:type_name -> cure.v1.PoolStatus
+	3,   // 103: cure.v1.NodeDetail.last_run_state:type_name -> cure.v1.RunStatus
+	11,  // 104: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	91,  // 105: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
+	92,  // 106: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
+	93,  // 107: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
+	91,  // 108: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
+	4,   // 109: cure.v1.PoolStatus.state:type_name -> cure.v1.PoolState
+	113, // 110: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
+	114, // 111: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
+	0,   // 112: cure.v1.RevalidateRequest.mode:type_name -> cure.v1.Mode
+	95,  // 113: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
+	46,  // 114: cure.v1.PoolResponse.refused:type_name -> cure.v1.Refusal
+	6,   // 115: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	44,  // 116: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	53,  // 117: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	55,  // 118: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	73,  // 119: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	70,  // 120: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	76,  // 121: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	47,  // 122: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	49,  // 123: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	81,  // 124: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	83,  // 125: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	85,  // 126: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	86,  // 127: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	65,  // 128: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	89,  // 129: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
+	96,  // 130: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
+	96,  // 131: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
+	97,  // 132: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
+	96,  // 133: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
+	34,  // 134: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	45,  // 135: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	54,  // 136: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	56,  // 137: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	74,  // 138: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	71,  // 139: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	78,  // 140: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	48,  // 141: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	50,  // 142: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	82,  // 143: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	84,  // 144: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	87,  // 145: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	87,  // 146: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	66,  // 147: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	90,  // 148: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
+	98,  // 149: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
+	98,  // 150: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
+	98,  // 151: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
+	98,  // 152: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
+	134, // [134:153] is the sub-list for method output_type
+	115, // [115:134] is the sub-list for method input_type
+	115, // [115:115] is the sub-list for extension type_name
+	115, // [115:115] is the sub-list for extension extendee
+	0,   // [0:115] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -8980,8 +9424,8 @@ func file_cure_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   103,
+			NumEnums:      6,
+			NumMessages:   109,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

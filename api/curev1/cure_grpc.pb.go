@@ -143,6 +143,10 @@ const (
 	OperatorService_ShowNode_FullMethodName     = "/cure.v1.OperatorService/ShowNode"
 	OperatorService_TimeBuckets_FullMethodName  = "/cure.v1.OperatorService/TimeBuckets"
 	OperatorService_FleetBands_FullMethodName   = "/cure.v1.OperatorService/FleetBands"
+	OperatorService_Drain_FullMethodName        = "/cure.v1.OperatorService/Drain"
+	OperatorService_MarkDrained_FullMethodName  = "/cure.v1.OperatorService/MarkDrained"
+	OperatorService_Revalidate_FullMethodName   = "/cure.v1.OperatorService/Revalidate"
+	OperatorService_ReturnToPool_FullMethodName = "/cure.v1.OperatorService/ReturnToPool"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -188,6 +192,16 @@ type OperatorServiceClient interface {
 	// recent passing results (each node's latest per component) that fleet
 	// bands judge against, and where a node sits in it.
 	FleetBands(ctx context.Context, in *FleetBandsRequest, opts ...grpc.CallOption) (*FleetBandsResponse, error)
+	// The pool (provisioner-lite/pool, docs/ARCHITECTURE.md "Day 2"): a
+	// deployed node's place between the scheduler and CURE. Drain asks the
+	// scheduler (by webhook) to move jobs away; MarkDrained is the
+	// scheduler's (or an operator's) word that it has; only then may
+	// Revalidate reboot the node into a suite; ReturnToPool hands it back.
+	// Every change is announced by a signed node.pool webhook.
+	Drain(ctx context.Context, in *PoolRequest, opts ...grpc.CallOption) (*PoolResponse, error)
+	MarkDrained(ctx context.Context, in *PoolRequest, opts ...grpc.CallOption) (*PoolResponse, error)
+	Revalidate(ctx context.Context, in *RevalidateRequest, opts ...grpc.CallOption) (*PoolResponse, error)
+	ReturnToPool(ctx context.Context, in *PoolRequest, opts ...grpc.CallOption) (*PoolResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -347,6 +361,46 @@ func (c *operatorServiceClient) FleetBands(ctx context.Context, in *FleetBandsRe
 	return out, nil
 }
 
+func (c *operatorServiceClient) Drain(ctx context.Context, in *PoolRequest, opts ...grpc.CallOption) (*PoolResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PoolResponse)
+	err := c.cc.Invoke(ctx, OperatorService_Drain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) MarkDrained(ctx context.Context, in *PoolRequest, opts ...grpc.CallOption) (*PoolResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PoolResponse)
+	err := c.cc.Invoke(ctx, OperatorService_MarkDrained_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) Revalidate(ctx context.Context, in *RevalidateRequest, opts ...grpc.CallOption) (*PoolResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PoolResponse)
+	err := c.cc.Invoke(ctx, OperatorService_Revalidate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) ReturnToPool(ctx context.Context, in *PoolRequest, opts ...grpc.CallOption) (*PoolResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PoolResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ReturnToPool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -390,6 +444,16 @@ type OperatorServiceServer interface {
 	// recent passing results (each node's latest per component) that fleet
 	// bands judge against, and where a node sits in it.
 	FleetBands(context.Context, *FleetBandsRequest) (*FleetBandsResponse, error)
+	// The pool (provisioner-lite/pool, docs/ARCHITECTURE.md "Day 2"): a
+	// deployed node's place between the scheduler and CURE. Drain asks the
+	// scheduler (by webhook) to move jobs away; MarkDrained is the
+	// scheduler's (or an operator's) word that it has; only then may
+	// Revalidate reboot the node into a suite; ReturnToPool hands it back.
+	// Every change is announced by a signed node.pool webhook.
+	Drain(context.Context, *PoolRequest) (*PoolResponse, error)
+	MarkDrained(context.Context, *PoolRequest) (*PoolResponse, error)
+	Revalidate(context.Context, *RevalidateRequest) (*PoolResponse, error)
+	ReturnToPool(context.Context, *PoolRequest) (*PoolResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -441,6 +505,18 @@ func (UnimplementedOperatorServiceServer) TimeBuckets(context.Context, *TimeBuck
 }
 func (UnimplementedOperatorServiceServer) FleetBands(context.Context, *FleetBandsRequest) (*FleetBandsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method FleetBands not implemented")
+}
+func (UnimplementedOperatorServiceServer) Drain(context.Context, *PoolRequest) (*PoolResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Drain not implemented")
+}
+func (UnimplementedOperatorServiceServer) MarkDrained(context.Context, *PoolRequest) (*PoolResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method MarkDrained not implemented")
+}
+func (UnimplementedOperatorServiceServer) Revalidate(context.Context, *RevalidateRequest) (*PoolResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Revalidate not implemented")
+}
+func (UnimplementedOperatorServiceServer) ReturnToPool(context.Context, *PoolRequest) (*PoolResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReturnToPool not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -708,6 +784,78 @@ func _OperatorService_FleetBands_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_Drain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PoolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).Drain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_Drain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).Drain(ctx, req.(*PoolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_MarkDrained_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PoolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).MarkDrained(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_MarkDrained_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).MarkDrained(ctx, req.(*PoolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_Revalidate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevalidateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).Revalidate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_Revalidate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).Revalidate(ctx, req.(*RevalidateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_ReturnToPool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PoolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ReturnToPool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ReturnToPool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ReturnToPool(ctx, req.(*PoolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -766,6 +914,22 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FleetBands",
 			Handler:    _OperatorService_FleetBands_Handler,
+		},
+		{
+			MethodName: "Drain",
+			Handler:    _OperatorService_Drain_Handler,
+		},
+		{
+			MethodName: "MarkDrained",
+			Handler:    _OperatorService_MarkDrained_Handler,
+		},
+		{
+			MethodName: "Revalidate",
+			Handler:    _OperatorService_Revalidate_Handler,
+		},
+		{
+			MethodName: "ReturnToPool",
+			Handler:    _OperatorService_ReturnToPool_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -7,26 +7,48 @@
 //   - Segments are separated by '.', '-', '_', '+', '(' and ')'. Which separator
 //     is used is not significant: "1.2-3" equals "1.2.3".
 //   - A leading alphabetic prefix ("BF" in "BF-24.10-17", "P" in "P2.1.4") names
-//     the version family of a component. Versions are compared on the rest when
-//     both sides carry the same prefix (case-insensitively). A lone "v"/"V"
-//     prefix ("v2.0") is decoration and is always dropped. Versions with
-//     different prefixes are never equal; they are ordered by prefix only so
-//     that Compare stays a total order — callers gating on "at least" should
-//     check Prefix first.
+//     the version family of a component. A platform name that runs on through
+//     digits and letters up to the first separator ("GB200Nvl" in
+//     "GB200Nvl-24.12-8", Lenovo's build id "U8E132C" in "U8E132C-3.20": a
+//     letter after a digit) is the family as a whole. Versions are compared
+//     on the rest when both sides carry the same family (case-insensitively).
+//     A lone "v"/"V" prefix ("v2.0") is decoration and is always dropped.
+//     Versions with different families are never equal; they are ordered by
+//     family only so that Compare stays a total order: Order and Satisfies
+//     refuse to order them.
 //   - Within a segment, runs of digits compare numerically (leading zeros are
 //     ignored, so "07" == "7" and "A05" == "A5") and runs of letters compare
-//     lexically, case-insensitively; a digit run sorts before a letter run.
+//     lexically, case-insensitively. A segment written as one hex number
+//     ("0x1A", as CPLDs and PSUs report a single byte) is that number: "0x1A"
+//     is newer than "0x09", and equals "26".
+//   - Pre-releases sort below their release: a run of letters that is one of
+//     alpha, beta, pre, preview or rc ("2.1.0-rc1", "HGX-22.10-1-rc57",
+//     "1.0.0rc2") is older than the version without it. Only these words:
+//     a number after a separator is a build, not a pre-release ("BF-24.10-17",
+//     "1.2.3-4", git describe's "4.9.0-43-g7d1fe7e" are newer than
+//     "BF-24.10", "1.2.3", "4.9.0"), unlike semver, because that is how
+//     NVIDIA, Mellanox and OpenBMC number their builds.
 //   - Missing trailing segments count as 0: "1.2" == "1.2.0".
+//   - Compare is a total order, for sorting. Order (and so the at-least gate)
+//     refuses to decide where the answer would be a guess: letters against
+//     a number at the same place ("96.00.A5" against "96.00.5"), a suffix of
+//     letters against nothing ("1.2.0a" against "1.2.0": "a" may mark an
+//     alpha or a patch) unless it is a post-release word (rev, post, patch,
+//     hotfix, build: "1.45.455b66-rev4" is newer than "1.45.455b66"), two
+//     different git commit ids at the same distance from a tag, two
+//     segments of two hex digits that order differently as hex bytes
+//     ("90.02.17.00.7D" against "90.02.17.00.10": NVIDIA's VBIOS versions
+//     are hex bytes), and two families. A wrong "at least" skips an update the manifest asks for.
 //   - Whitespace is allowed only in the spaced forms BMCs report, where a
 //     family, a release date or a build number stands beside the version
 //     (see spacedForms): the system-ROM form "FAMILY vX.Y (MM/DD/YYYY)" (HPE
 //     "U46 v2.10 (03/14/2024)", the DMTF mockup's "P79 v1.45 (12/06/2017)",
-//     HPE's manager "iLO 5 v2.72", Lenovo's "TGBT42S 2.83 2023-07-05"), a
-//     version with a build date ("2.55 Oct 01 2021", iLO's inventory), with
-//     a build number ("11.2.0 Build 44"), Supermicro's "BIOS Date:
-//     08/04/2023 Ver 1.4", and CPLD versions written as hex bytes ("0x00
-//     0x0b 0x03 0x04"). A FAMILY is the prefix; a date is never compared
-//     (one release has one date); a build number is a last segment.
+//     HPE's manager "iLO 5 v2.72", Lenovo's "TGBT42S 2.83 2023-07-05", Dell's
+//     "iDRAC 7.00.00.00"), a version with a build date ("2.55 Oct 01 2021",
+//     iLO's inventory), with a build number ("11.2.0 Build 44"), Supermicro's
+//     "BIOS Date: 08/04/2023 Ver 1.4", and CPLD versions written as hex bytes
+//     ("0x00 0x0b 0x03 0x04"). A FAMILY is the prefix; a date is never
+//     compared (one release has one date); a build number is a last segment.
 //
 // Equality after this normalisation is the gating default: "07.2.22" equals
 // "7.2.22", because BMCs and tools disagree about zero padding, not about the
@@ -35,7 +57,9 @@ package version
 
 import (
 	"fmt"
+	"math/big"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,17 +120,40 @@ type Version struct {
 }
 
 // segment is a run of tokens between separators, e.g. "A5" -> [a, 5].
-type segment []token
-
-// token is a run of digits (numeric, leading zeros stripped) or of letters
-// (lower-cased).
-type token struct {
-	numeric bool
-	text    string
+type segment struct {
+	text string // as written, for messages
+	toks []token
+	// commit is a git describe commit id ("g7d1fe7e" after the count of
+	// commits since the tag): two different ones are not ordered.
+	commit bool
 }
 
+// kind classes tokens. Their order is the order of tokens of different
+// kinds: a pre-release word sorts below the end of a segment, which sorts
+// below a number, which sorts below other letters.
+type kind int8
+
+const (
+	kindPre  kind = iota // alpha, beta, pre, preview, rc
+	kindEnd              // no more tokens in the segment
+	kindNum              // digits, leading zeros stripped (a hex segment: its decimal value)
+	kindWord             // other letters, lower-cased
+)
+
+type token struct {
+	kind kind
+	text string
+}
+
+// preReleases are the words that mark a pre-release; postReleases the
+// words that mark a later build of the same version.
+var (
+	preReleases  = []string{"alpha", "beta", "pre", "preview", "rc"}
+	postReleases = []string{"rev", "post", "patch", "hotfix", "build"}
+)
+
 // zero is what a missing trailing segment compares as.
-var zero = segment{{numeric: true, text: ""}}
+var zero = segment{text: "(none)", toks: []token{{kind: kindNum}}}
 
 // Parse parses a vendor version string. Surrounding whitespace is ignored;
 // whitespace inside, empty segments, unbalanced parentheses, strings without
@@ -147,12 +194,19 @@ func Parse(s string) (Version, error) {
 	v := Version{raw: raw}
 	rest := raw
 	// The family prefix is the leading run of letters, and the separator
-	// right after it if any ("BF-24" and "BF24" have the same prefix).
+	// right after it if any ("BF-24" and "BF24" have the same prefix); a
+	// platform name with a letter after a digit runs to the separator.
 	n := 0
 	for n < len(rest) && isLetter(rest[n]) {
 		n++
 	}
 	if n > 0 {
+		if run := rest[:strings.IndexFunc(rest+".", func(r rune) bool { return r < 0x80 && isSep(byte(r)) })]; len(run) < len(rest) && letterAfterDigit(run) {
+			n = len(run)
+			if !strings.ContainsAny(rest[n:], "0123456789") {
+				return Version{}, perr(raw, "platform %q is followed by no version number", run)
+			}
+		}
 		p := strings.ToLower(rest[:n])
 		rest = rest[n:]
 		if len(rest) > 0 && isSep(rest[0]) {
@@ -233,7 +287,22 @@ func MustParse(s string) Version {
 }
 
 func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
-func isDigit(c byte) bool  { return c >= '0' && c <= '9' }
+
+// letterAfterDigit reports whether a letter follows a digit in s
+// ("GB200Nvl", "U8E132C"; not "P2" or "BF").
+func letterAfterDigit(s string) bool {
+	digit := false
+	for i := 0; i < len(s); i++ {
+		switch {
+		case isDigit(s[i]):
+			digit = true
+		case digit && isLetter(s[i]):
+			return true
+		}
+	}
+	return false
+}
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 func isSep(c byte) bool {
 	return c == '.' || c == '-' || c == '_' || c == '+' || c == '(' || c == ')'
 }
@@ -251,7 +320,9 @@ func split(rest string, base int) ([]segment, error) {
 		}
 		run := rest[i:j]
 		if !sep {
-			segs = append(segs, tokenize(run))
+			seg := tokenize(run)
+			seg.commit = len(segs) > 0 && isCommitID(run) && segs[len(segs)-1].toks[0].kind == kindNum && len(segs[len(segs)-1].toks) == 1
+			segs = append(segs, seg)
 			i = j
 			continue
 		}
@@ -272,24 +343,60 @@ func split(rest string, base int) ([]segment, error) {
 	return segs, nil
 }
 
+// tokenize cuts one segment into runs of digits and of letters. A
+// segment that is one hex number ("0x1A") is that number.
 func tokenize(part string) segment {
-	var seg segment
+	seg := segment{text: part}
+	if n, ok := hexNumber(part); ok {
+		seg.toks = []token{{kind: kindNum, text: n}}
+		return seg
+	}
 	for i := 0; i < len(part); {
 		j := i
 		num := isDigit(part[i])
 		for j < len(part) && isDigit(part[j]) == num {
 			j++
 		}
-		t := part[i:j]
-		if num {
-			t = strings.TrimLeft(t, "0")
-		} else {
-			t = strings.ToLower(t)
+		t := token{kind: kindNum, text: strings.TrimLeft(part[i:j], "0")}
+		if !num {
+			t.text = strings.ToLower(part[i:j])
+			t.kind = kindWord
+			if slices.Contains(preReleases, t.text) {
+				t.kind = kindPre
+			}
 		}
-		seg = append(seg, token{numeric: num, text: t})
+		seg.toks = append(seg.toks, t)
 		i = j
 	}
 	return seg
+}
+
+// hexNumber reads "0x1A" as its decimal digits without leading zeros
+// ("26"; "" for zero, as a digit run compares).
+func hexNumber(s string) (string, bool) {
+	// Past 64 hex digits it is no byte, and converting would cost.
+	if len(s) < 3 || len(s) > 66 || s[0] != '0' || (s[1] != 'x' && s[1] != 'X') {
+		return "", false
+	}
+	n, ok := new(big.Int).SetString(s[2:], 16)
+	if !ok || n.Sign() < 0 || strings.ContainsAny(s[2:], "+-_") {
+		return "", false
+	}
+	return strings.TrimLeft(n.Text(10), "0"), true
+}
+
+// isCommitID reports whether s looks like git describe's "g" and an
+// abbreviated commit id ("g7d1fe7e").
+func isCommitID(s string) bool {
+	if len(s) < 8 || len(s) > 41 || s[0] != 'g' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if !isDigit(s[i]) && (s[i] < 'a' || s[i] > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // String returns the version as it was written (surrounding space trimmed).
@@ -303,10 +410,29 @@ func (v Version) Prefix() string { return v.prefix }
 func (v Version) IsZero() bool { return v.raw == "" }
 
 // Compare returns -1, 0 or +1 as a is older than, the same as, or newer than b.
-// It is a total order (see the package comment for the rules).
+// It is a total order (see the package comment for the rules); where the
+// order is a guess, Order says so.
 func Compare(a, b Version) int {
+	c, _ := order(a, b)
+	return c
+}
+
+// Order is Compare for deciding, not sorting: it refuses, with an error
+// naming both versions and the place, where the answer would be a guess
+// (see the package comment): different families, letters against a number,
+// a suffix of letters against nothing, two different commit ids.
+func Order(a, b Version) (int, error) {
+	c, why := order(a, b)
+	if why != "" {
+		return 0, fmt.Errorf("%q and %q cannot be ordered: %s", a.raw, b.raw, why)
+	}
+	return c, nil
+}
+
+// order compares and says why the answer is a guess ("" when it is not).
+func order(a, b Version) (int, string) {
 	if c := strings.Compare(a.prefix, b.prefix); c != 0 {
-		return c
+		return c, fmt.Sprintf("different version families (prefix %q vs %q)", a.prefix, b.prefix)
 	}
 	n := max(len(a.segments), len(b.segments))
 	for i := range n {
@@ -317,46 +443,108 @@ func Compare(a, b Version) int {
 		if i < len(b.segments) {
 			sb = b.segments[i]
 		}
-		if c := compareSegment(sa, sb); c != 0 {
-			return c
+		if c, why := compareSegment(sa, sb); c != 0 {
+			if why == "" && hexByteOrder(sa.text, sb.text) == -c {
+				why = "read as hex bytes (as NVIDIA writes VBIOS versions, \"96.00.A5.00.01\") they order the other way"
+			}
+			if why != "" {
+				why = fmt.Sprintf("segment %d, %q against %q: %s", i+1, sa.text, sb.text, why)
+			}
+			return c, why
 		}
 	}
-	return 0
+	return 0, ""
 }
 
-func compareSegment(a, b segment) int {
-	for i := 0; i < len(a) && i < len(b); i++ {
-		if c := compareToken(a[i], b[i]); c != 0 {
-			return c
-		}
+var end = token{kind: kindEnd}
+
+// hexByteOrder compares two segments of two hex digits each, one of them
+// with a letter ("7D" against "10"), as the bytes they may be; 0 when they
+// are not such a pair.
+func hexByteOrder(a, b string) int {
+	isHex := func(s string) bool {
+		return len(s) == 2 && strings.Trim(strings.ToLower(s), "0123456789abcdef") == ""
 	}
+	if !isHex(a) || !isHex(b) || !strings.ContainsAny(strings.ToLower(a+b), "abcdef") {
+		return 0
+	}
+	x, _ := strconv.ParseUint(a, 16, 8)
+	y, _ := strconv.ParseUint(b, 16, 8)
+	return cmpInt(x, y)
+}
+
+func cmpInt(x, y uint64) int {
 	switch {
-	case len(a) < len(b):
+	case x < y:
 		return -1
-	case len(a) > len(b):
+	case x > y:
 		return 1
 	}
 	return 0
 }
 
+func compareSegment(a, b segment) (int, string) {
+	for i := 0; i < len(a.toks) || i < len(b.toks); i++ {
+		ta, tb := end, end
+		if i < len(a.toks) {
+			ta = a.toks[i]
+		}
+		if i < len(b.toks) {
+			tb = b.toks[i]
+		}
+		if c := compareToken(ta, tb); c != 0 {
+			if a.commit && b.commit {
+				return c, "two different commit ids are not ordered"
+			}
+			return c, guess(ta, tb)
+		}
+	}
+	return 0, ""
+}
+
 func compareToken(a, b token) int {
-	if a.numeric != b.numeric {
-		if a.numeric {
+	if a.kind != b.kind {
+		if a.kind < b.kind {
 			return -1
 		}
 		return 1
 	}
-	if a.numeric {
+	if a.kind == kindNum && len(a.text) != len(b.text) {
 		// Leading zeros are already stripped: a longer digit run is larger.
 		// Comparing as text avoids overflow on 20-digit build numbers.
-		if len(a.text) != len(b.text) {
-			if len(a.text) < len(b.text) {
-				return -1
-			}
-			return 1
+		if len(a.text) < len(b.text) {
+			return -1
 		}
+		return 1
 	}
 	return strings.Compare(a.text, b.text)
+}
+
+// guess says why the order of two differing tokens is a guess, "" when it
+// is not: numbers against numbers and letters against letters order; a
+// pre-release word is older than anything; a post-release word is newer
+// than nothing more (the end, or a zero); other letters against a number
+// or against nothing are a guess.
+func guess(a, b token) string {
+	if a.kind > b.kind {
+		a, b = b, a
+	}
+	switch {
+	case a.kind == b.kind, a.kind == kindPre, b.kind != kindWord:
+		return ""
+	case slices.Contains(postReleases, b.text) && (a.kind == kindEnd || a.text == ""):
+		return ""
+	case a.kind == kindEnd:
+		return fmt.Sprintf("a suffix %q that may mark a pre- or a post-release", b.text)
+	}
+	return fmt.Sprintf("letters %q against the number %s", b.text, nonEmpty(a.text, "0"))
+}
+
+func nonEmpty(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // Equal reports whether two version strings denote the same version. When
@@ -385,9 +573,10 @@ const (
 // cannot disagree, errors included.
 //
 // GateEqual ("" too) uses Equal: an unparseable string matches only the
-// identical string, never an error. GateAtLeast needs both versions to parse
-// and to be of one family; otherwise it is an error naming the value (a
-// caller reports it as ERROR, never as a silent DRIFT).
+// identical string, never an error. GateAtLeast needs both versions to
+// parse, to be of one family and to be ordered without a guess (Order);
+// otherwise it is an error naming the values (a caller reports it as
+// ERROR, never as a silent DRIFT or MATCH).
 func Satisfies(gate, running, desired string) (bool, error) {
 	switch gate {
 	case GateEqual, "":
@@ -405,7 +594,11 @@ func Satisfies(gate, running, desired string) (bool, error) {
 			return false, fmt.Errorf("running %q and desired %q are different version families (prefix %q vs %q); cannot order them",
 				running, desired, have.Prefix(), want.Prefix())
 		}
-		return Compare(have, want) >= 0, nil
+		c, err := Order(have, want)
+		if err != nil {
+			return false, fmt.Errorf("running against desired: %w", err)
+		}
+		return c >= 0, nil
 	}
 	return false, fmt.Errorf("unknown gate %q (want %s or %s)", gate, GateEqual, GateAtLeast)
 }

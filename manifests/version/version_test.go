@@ -2,6 +2,10 @@ package version
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -146,6 +150,13 @@ func FuzzCompare(f *testing.F) {
 		{"1.2(3)", "(1)", "1+2_3"},
 		{"2.55 Oct 01 2021", "iLO 5 v2.72", "11.2.0 Build 44"},
 		{"BIOS Date: 08/04/2023 Ver 1.4", "0x00 0x0b 0x03 0x04", "TGBT42S 2.83 2023-07-05"},
+		{"0x1A", "0x09", "26"},
+		{"2.1.0-rc1", "2.1.0", "2.1.0-rev1"},
+		{"HGX-22.10-1-rc57", "1.0.0rc2", "2.1.0-beta.2"},
+		{"GB200Nvl-24.12-8", "U8E132C-3.20", "U8E132C 3.20"},
+		{"4.9.0-43-g7d1fe7e", "4.9.0-43-g1234567", "1.45.455b66-rev4"},
+		{"90.02.17.00.7D", "90.02.17.00.10", "96.00.A5.00.01"},
+		{"iDRAC 7.00.00.00", "BMC 1.2.3", "1.7.0-A03"},
 	} {
 		f.Add(s[0], s[1], s[2])
 	}
@@ -164,6 +175,18 @@ func FuzzCompare(f *testing.F) {
 		}
 		if Equal(a, b) != (ab == 0) {
 			t.Fatalf("Equal(%q, %q) = %v disagrees with Compare = %d", a, b, Equal(a, b), ab)
+		}
+		// Order answers as Compare does, or refuses both ways round.
+		o, err := Order(va, vb)
+		ro, rerr := Order(vb, va)
+		if (err == nil) != (rerr == nil) || (err == nil && (o != ab || ro != ba)) {
+			t.Fatalf("Order(%q, %q) = %d, %v; reverse %d, %v; Compare %d", a, b, o, err, ro, rerr, ab)
+		}
+		if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("%q", va.String())) {
+			t.Fatalf("Order(%q, %q) error %q does not name the value", a, b, err)
+		}
+		if ok, serr := Satisfies(GateAtLeast, a, b); (serr == nil) != (err == nil) || (serr == nil && ok != (ab >= 0)) {
+			t.Fatalf("Satisfies(at-least, %q, %q) = %v, %v; Order %d, %v", a, b, ok, serr, o, err)
 		}
 		// Re-parsing the String form yields the same version.
 		if again, err := Parse(va.String()); err != nil || Compare(again, va) != 0 {
@@ -226,7 +249,8 @@ func TestVendorForms(t *testing.T) {
 		{"BF-24.10-17", "bf", "BF-24.10.17"},
 		{"96.00.A5.00.01", "", "96.0.a5.0.1"},
 		{"HGX-22.10-1-rc57", "hgx", "HGX-22.10.1.rc57"},
-		{"GB200Nvl-24.12-8", "gb", "GB200Nvl-24.12.8"},
+		{"GB200Nvl-24.12-8", "gb200nvl", "GB200Nvl-24.12.8"}, // a platform name runs to the separator
+		{"U8E132C-3.20", "u8e132c", "U8E132C 3.20"},          // Lenovo UEFI: build id, then version
 		{"01.03.0262.0000_n04", "", "1.3.262.0.n04"},
 	} {
 		v, err := Parse(tc.in)
@@ -277,6 +301,116 @@ func TestSatisfies(t *testing.T) {
 		ok, err := Satisfies(tc.gate, tc.running, tc.desired)
 		if ok != tc.ok || (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("Satisfies(%q, %q, %q) = %v, %v; want %v, error containing %q", tc.gate, tc.running, tc.desired, ok, err, tc.ok, tc.err)
+		}
+	}
+}
+
+// vendorForm is one row of testdata/vendor_forms.txt.
+type vendorForm struct {
+	line                     int
+	vendor, running, desired string
+	equal                    bool
+	atLeast                  string // true, false or error
+}
+
+// readVendorForms reads testdata/vendor_forms.txt (see its header).
+func readVendorForms(t *testing.T) []vendorForm {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "vendor_forms.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []vendorForm
+	for i, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		f := strings.Split(l, " | ")
+		if len(f) != 5 || (f[3] != "true" && f[3] != "false") || !slices.Contains([]string{"true", "false", "error"}, f[4]) {
+			t.Fatalf("testdata/vendor_forms.txt:%d: want vendor | running | desired | true/false | true/false/error, got %q", i+1, l)
+		}
+		out = append(out, vendorForm{i + 1, f[0], f[1], f[2], f[3] == "true", f[4]})
+	}
+	return out
+}
+
+// TestVendorVersionForms: the version strings of every vendor profile
+// (Dell, HPE, Lenovo, Supermicro, the DMTF mockup, NVIDIA BlueField and
+// HGX), hex bytes and platform prefixes included, under equal and
+// at-least, as the table in testdata/vendor_forms.txt says; an at-least
+// that cannot be answered without a guess is an error naming both values.
+func TestVendorVersionForms(t *testing.T) {
+	rows := readVendorForms(t)
+	vendors := map[string]bool{}
+	for _, r := range rows {
+		vendors[strings.Fields(r.vendor)[0]] = true
+		at := fmt.Sprintf("testdata/vendor_forms.txt:%d (%s)", r.line, r.vendor)
+		if ok, err := Satisfies(GateEqual, r.running, r.desired); ok != r.equal || err != nil {
+			t.Errorf("%s: equal %q, %q = %v, %v; want %v", at, r.running, r.desired, ok, err, r.equal)
+		}
+		ok, err := Satisfies(GateAtLeast, r.running, r.desired)
+		got := fmt.Sprint(ok)
+		if err != nil {
+			got = "error"
+			if !strings.Contains(err.Error(), fmt.Sprintf("%q", r.running)) && !strings.Contains(err.Error(), fmt.Sprintf("%q", r.desired)) {
+				t.Errorf("%s: at-least %q, %q: error %q names neither value", at, r.running, r.desired, err)
+			}
+		}
+		if got != r.atLeast {
+			t.Errorf("%s: at-least %q, %q = %s (%v); want %s", at, r.running, r.desired, got, err, r.atLeast)
+		}
+		// What at-least answers, Compare agrees with; equal is Compare == 0.
+		a, errA := Parse(r.running)
+		b, errB := Parse(r.desired)
+		if errA == nil && errB == nil {
+			if c := Compare(a, b); (c >= 0) != ok && err == nil {
+				t.Errorf("%s: Compare(%q, %q) = %d disagrees with at-least %v", at, r.running, r.desired, c, ok)
+			}
+		}
+	}
+	for _, v := range []string{"Dell", "HPE", "Lenovo", "Supermicro", "DMTF", "NVIDIA", "CPLD"} {
+		if !vendors[v] {
+			t.Errorf("no %s rows in testdata/vendor_forms.txt", v)
+		}
+	}
+}
+
+// TestOrderRefusesGuesses: the places where an order would be a guess,
+// and that Compare still answers them (it is a total order for sorting).
+func TestOrderRefusesGuesses(t *testing.T) {
+	for _, tc := range []struct{ a, b, why string }{
+		{"96.00.A5.00.01", "96.00.5B.00.01", `letters "a" against the number 5`},
+		{"1.2.0a", "1.2.0", `a suffix "a"`},
+		{"1.7.0-A03", "1.7.0", `letters "a" against the number 0`},
+		{"4.9.0-43-g7d1fe7e", "4.9.0-43-g1234567", "two different commit ids"},
+		{"90.02.17.00.7D", "90.02.17.00.10", "as hex bytes"},
+		{"P2.1.4", "BF-2.1.4", "different version families"},
+	} {
+		a, b := MustParse(tc.a), MustParse(tc.b)
+		if _, err := Order(a, b); err == nil || !strings.Contains(err.Error(), tc.why) || !strings.Contains(err.Error(), tc.a) {
+			t.Errorf("Order(%q, %q) = %v; want an error naming both and saying %q", tc.a, tc.b, err, tc.why)
+		}
+		if Compare(a, b) == 0 || Compare(a, b) != -Compare(b, a) {
+			t.Errorf("Compare(%q, %q) = %d, reverse %d", tc.a, tc.b, Compare(a, b), Compare(b, a))
+		}
+	}
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{
+		{"1.45.455b66-rev4", "1.45.455b66", 1}, // a post-release word
+		{"2.1.0-rc1", "2.1.0", -1},
+		{"1.0.0rc2", "1.0.0", -1},
+		{"2.1.0-alpha", "2.1.0-beta", -1},
+		{"2.1.0-rc.2", "2.1.0-rc.10", -1},
+		{"2.1.0-rc1", "2.1.0-rev1", -1},
+		{"0x1A", "0x09", 1},
+		{"0x10", "16", 0},
+		{"96.00.A5.00.01", "96.00.B1.00.01", -1},
+		{"BF-24.10-17", "BF-24.10", 1},
+	} {
+		if got, err := Order(MustParse(tc.a), MustParse(tc.b)); got != tc.want || err != nil {
+			t.Errorf("Order(%q, %q) = %d, %v; want %d", tc.a, tc.b, got, err, tc.want)
 		}
 	}
 }

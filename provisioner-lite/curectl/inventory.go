@@ -290,6 +290,19 @@ func PrintNode(w io.Writer, d *curev1.NodeDetail) {
 		fmt.Fprintf(w, "  last run %s (%s)", d.GetLastRunId(), d.GetLastRunStatus())
 	}
 	fmt.Fprintln(w)
+	if p := d.GetPool(); p != nil {
+		fmt.Fprintf(w, "  pool %s since %s by %s: %s", PoolName(p.GetState()), time.UnixMilli(p.GetSinceUnixMs()).UTC().Format("2006-01-02 15:04:05 MST"),
+			orDash(p.GetActor()), orDash(p.GetReason()))
+		if p.GetRunId() != "" {
+			fmt.Fprintf(w, " (run %s)", p.GetRunId())
+		}
+		if p.GetAutoReturn() {
+			fmt.Fprint(w, " (returns on pass)")
+		}
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprintln(w, "  pool -")
+	}
 	fmt.Fprintf(w, "  hostname %s  serial %s  MACs %s\n", orDash(d.GetHostname()), orDash(d.GetSerial()), strings.Join(d.GetMacs(), ", "))
 	if nics := inventory.UnlistedNICs(d.GetMacs(), d.GetInventory().GetInventory()); nics != nil {
 		fmt.Fprintf(w, "  WARNING: none of these MACs is a NIC the node reported at boot %s (%s): it will not be recognised when it network-boots; fix its macs (curectl nodes add -f, nodes import)\n",

@@ -262,11 +262,33 @@ func msDur(ms int64) string {
 // PrintNodes writes the node list.
 func PrintNodes(w io.Writer, nodes []*curev1.NodeInfo) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSKU\tSTATE\tLAST RUN\tSTATUS\tBMC\tMACS")
+	fmt.Fprintln(tw, "NODE\tSKU\tSTATE\tPOOL\tLAST RUN\tSTATUS\tBMC\tMACS")
 	for _, n := range nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.GetNodeId(), n.GetSku(), n.GetState(), n.GetLastRunId(), n.GetLastRunStatus(), n.GetBmcEndpoint(), strings.Join(n.GetMacs(), ","))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.GetNodeId(), n.GetSku(), n.GetState(), PoolName(n.GetPoolState()), n.GetLastRunId(), n.GetLastRunStatus(),
+			n.GetBmcEndpoint(), strings.Join(n.GetMacs(), ","))
 	}
 	tw.Flush()
+}
+
+// PoolName is a pool state as the coordinator stores it (in_service,
+// draining, ...), "-" for a node not in the pool.
+func PoolName(s curev1.PoolState) string {
+	if s == curev1.PoolState_POOL_STATE_UNSPECIFIED {
+		return "-"
+	}
+	return strings.ToLower(strings.TrimPrefix(s.String(), "POOL_"))
+}
+
+// PrintPool writes nodes' pool states, then the nodes refused and why.
+func PrintPool(w io.Writer, resp *curev1.PoolResponse) {
+	for _, p := range resp.GetNodes() {
+		fmt.Fprintf(w, "node %s: %s", p.GetNodeId(), PoolName(p.GetState()))
+		if p.GetRunId() != "" {
+			fmt.Fprintf(w, " (run %s)", p.GetRunId())
+		}
+		fmt.Fprintf(w, ": %s\n", textsafe.Line(p.GetReason()))
+	}
+	PrintRefusals(w, resp.GetRefused())
 }
 
 // clip makes s one line of at most n runes (the table cells).

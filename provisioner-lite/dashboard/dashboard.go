@@ -150,15 +150,18 @@ func viewerOf(r *http.Request) Viewer { v, _ := r.Context().Value(viewerKey{}).(
 
 // Row is a node in the fleet view. Status is its latest run's status as
 // the page and the stream show it (its name, "none" for a node never run).
+// Pool is its day-2 pool state (provisioner-lite/pool), "-" when not in the
+// pool.
 type Row struct {
 	Node, SKU, Status, Phase, RunID, Message string
+	Pool                                     string
 	Ended                                    time.Time
 	Run                                      curev1.RunStatus `json:"-"`
 }
 
 // newRow is a node's row, with its latest run if it has one.
-func newRow(n store.NodeSummary, r *store.RunSummary) Row {
-	row := Row{Node: n.ID, SKU: n.SKU, Status: curectl.RunLabel(curev1.RunStatus_RUN_STATUS_UNSPECIFIED)}
+func newRow(n store.NodeSummary, r *store.RunSummary, pool string) Row {
+	row := Row{Node: n.ID, SKU: n.SKU, Status: curectl.RunLabel(curev1.RunStatus_RUN_STATUS_UNSPECIFIED), Pool: pool}
 	if r != nil {
 		row.Run, row.Status, row.Phase, row.RunID, row.Message, row.Ended = r.Status, curectl.RunLabel(r.Status), r.Phase, r.ID, clip(r.Message, 200), r.EndedAt
 	}
@@ -176,6 +179,14 @@ func statusName(s any) string {
 		return runstate.VerdictName(s)
 	}
 	return fmt.Sprint(s)
+}
+
+// poolOf is a node's pool state as the fleet view shows it.
+func poolOf(pools map[string]store.NodePool, node string) string {
+	if p, ok := pools[node]; ok && p.State != "" {
+		return p.State
+	}
+	return "-"
 }
 
 // Fleet is the aggregated fleet view.
@@ -254,6 +265,10 @@ func BuildFleet(ctx context.Context, st *store.Store, f Filter, page, pageSize i
 	if err != nil {
 		return Fleet{}, nil, err
 	}
+	pools, err := st.NodePools(ctx)
+	if err != nil {
+		return Fleet{}, nil, err
+	}
 	byStatus, byPhase := map[string]int{}, map[string]int{}
 	var rows []Row
 	for _, n := range nodes {
@@ -267,7 +282,7 @@ func BuildFleet(ctx context.Context, st *store.Store, f Filter, page, pageSize i
 				byPhase[nonEmpty(r.Phase, "start")]++
 			}
 		}
-		row := newRow(n, latestRun)
+		row := newRow(n, latestRun, poolOf(pools, n.ID))
 		if latestRun != nil {
 			row.Message = latestRun.Message
 		}
@@ -341,6 +356,9 @@ type NodeView struct {
 	ID, SKU, Hostname, Serial string
 	MACs                      []string
 	Labels                    map[string]string
+	// Pool is the node's pool state with why and since when (zero State:
+	// not in the pool).
+	Pool store.NodePool
 }
 
 // Bar is a phase in the node page's Gantt chart (positions in % of the run).
@@ -363,8 +381,11 @@ func (d *dash) node(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Only what an operator needs to see: never the BMC credentials.
-	data := map[string]any{"Node": NodeView{ID: n.ID, SKU: n.SKU, Hostname: n.Hostname, Serial: n.SystemSerial, MACs: n.MACs, Labels: n.Labels},
-		"Viewer": viewerOf(r)}
+	view := NodeView{ID: n.ID, SKU: n.SKU, Hostname: n.Hostname, Serial: n.SystemSerial, MACs: n.MACs, Labels: n.Labels}
+	if p, err := d.cfg.Store.NodePool(ctx, id); err == nil {
+		view.Pool = p
+	}
+	data := map[string]any{"Node": view, "Viewer": viewerOf(r)}
 	// The latest boot's hardware, as the runner reported it (stored cleaned
 	// and bounded; html/template escapes it again).
 	if rec, err := d.cfg.Store.LatestInventory(ctx, id); err == nil {

@@ -461,3 +461,29 @@ func TestDashboardNodeWarnings(t *testing.T) {
 		t.Error("a run without warnings shows a warnings section")
 	}
 }
+
+// TestDashboardPool: the fleet table and the node page show a node's pool
+// state; the reason is escaped like any stored text.
+func TestDashboardPool(t *testing.T) {
+	st := fleetStore(t, 2)
+	if _, err := st.SetNodePool(t.Context(), store.NodePool{NodeID: "node-0001", State: "draining", Actor: "alice", Reason: "bios <b>day</b>"}); err != nil {
+		t.Fatal(err)
+	}
+	h := dashboard.Handler(dashboard.Config{Store: st, Auth: viewer, Log: quiet})
+	get := func(path string) string {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if rec.Code != 200 {
+			t.Fatalf("%s: %d", path, rec.Code)
+		}
+		return rec.Body.String()
+	}
+	fleet := get("/")
+	if !strings.Contains(fleet, `<td class="pool">draining</td>`) || !strings.Contains(fleet, `<td class="pool">-</td>`) {
+		t.Errorf("fleet page lacks the pool states:\n%s", fleet)
+	}
+	node := get("/nodes/node-0001")
+	if !strings.Contains(node, "pool <b>draining</b>") || !strings.Contains(node, "by alice: bios &lt;b&gt;day&lt;/b&gt;") {
+		t.Errorf("node page lacks the pool state:\n%s", node)
+	}
+}

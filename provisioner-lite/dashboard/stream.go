@@ -217,13 +217,18 @@ func takeSnapshot(ctx context.Context, st *store.Store) *snapshot {
 		s.err = err
 		return s
 	}
+	pools, err := st.NodePools(ctx)
+	if err != nil {
+		s.err = err
+		return s
+	}
 	s.nodes, s.rows, s.index = nodes, make([]Row, len(nodes)), make(map[string]int, len(nodes))
 	for i, n := range nodes {
 		var latestRun *store.RunSummary
 		if r, ok := latest[n.ID]; ok {
 			latestRun = &r
 		}
-		s.rows[i] = newRow(n, latestRun)
+		s.rows[i] = newRow(n, latestRun, poolOf(pools, n.ID))
 		s.index[n.ID] = i
 	}
 	return s

@@ -101,6 +101,7 @@ type Metrics struct {
 
 	nodes *nodeMetrics
 	dash  *dashboardMetrics
+	pool  *poolMetrics
 }
 
 // New registers every family in a fresh registry (plus Go runtime and
@@ -154,6 +155,7 @@ func New(o Options) *Metrics {
 		Help: "Webhook delivery attempts, by result (delivered, retried, failed, dropped)."}, []string{"result"})
 	m.nodes = newNodeMetrics(o)
 	m.dash = newDashboardMetrics(reg)
+	m.pool = newPoolMetrics(reg)
 	for _, c := range []prometheus.Collector{m.runsStarted, m.runsEnded, m.runsActive, m.phaseDuration, m.runReboots, m.retries,
 		m.redfishDuration, m.redfishErrors, m.redfishRetries, m.runnersConnected, m.runnerSessions, m.eventLag, m.artifactBytes,
 		m.commitDuration, m.commitOps, m.webhooks, m.bootStage, m.nodes,

@@ -8,7 +8,12 @@
 //	X-Cure-Timestamp: 1764000000                (Unix seconds of this attempt)
 //	X-Cure-Signature: v1=<hex HMAC-SHA256(secret, timestamp + "." + body)>
 //	X-Cure-Delivery:  <id, the same on every attempt: receivers dedupe on it>
-//	X-Cure-Event:     run.ended | run.attention
+//	X-Cure-Event:     run.ended | run.attention | node.pool
+//
+// A node.pool delivery announces a node's move in the day-2 pool
+// (provisioner-lite/pool): pool_state and pool_from, the reason and who
+// moved it, and since, when it moved (deliveries may arrive out of order:
+// a receiver keeps the latest since per node).
 package notify
 
 import (
@@ -47,6 +52,7 @@ const (
 const (
 	EventRunEnded     = "run.ended"
 	EventRunAttention = "run.attention"
+	EventNodePool     = "node.pool"
 )
 
 // Payload is the JSON body.
@@ -56,13 +62,21 @@ type Payload struct {
 	RunID     string    `json:"run_id"`
 	NodeID    string    `json:"node_id"`
 	SKU       string    `json:"sku,omitempty"`
-	Mode      string    `json:"mode"`
-	Status    string    `json:"status"`
+	Mode      string    `json:"mode,omitempty"`
+	Status    string    `json:"status,omitempty"`
 	Phase     string    `json:"phase,omitempty"`
 	Message   string    `json:"message,omitempty"`
 	Reboots   int       `json:"reboots"`
-	StartedAt time.Time `json:"started_at"`
-	EndedAt   time.Time `json:"ended_at"`
+	StartedAt time.Time `json:"started_at,omitzero"`
+	EndedAt   time.Time `json:"ended_at,omitzero"`
+	// node.pool: the node's pool state now and before ("" for not in the
+	// pool), why, who moved it (an operator, the scheduler's certificate,
+	// or "coordinator") and when. RunID is the run that moved it, if any.
+	PoolState string    `json:"pool_state,omitempty"`
+	PoolFrom  string    `json:"pool_from,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	Actor     string    `json:"actor,omitempty"`
+	Since     time.Time `json:"since,omitzero"`
 }
 
 // Config configures a Notifier; zero fields take the defaults.

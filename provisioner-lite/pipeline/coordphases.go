@@ -12,6 +12,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/manifests/fwplan"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
@@ -32,9 +33,9 @@ var coordExecutors = map[string]func(e *Engine, ctx context.Context, r *store.Ru
 	modes.BIOS:          (*Engine).oobFirmware,
 	modes.HGX:           (*Engine).oobFirmware,
 	modes.BIOSSettings:  func(e *Engine, ctx context.Context, r *store.Run, _ string) outcome { return e.biosSettings(ctx, r) },
-	modes.SetBootDisk:   (*Engine).setBootDisk,
-	modes.WaitForHostOS: func(e *Engine, ctx context.Context, r *store.Run, _ string) outcome { return e.waitForHostOS(ctx, r) },
-	modes.PowerOffAtEnd: (*Engine).powerOffAtEnd,
+	modes.SetBootDisk:   (*Engine).setBootDiskAtEnd,
+	modes.WaitForHostOS: (*Engine).waitForHostOSPhase,
+	modes.PowerOffAtEnd: (*Engine).powerOffByPolicy,
 }
 
 // coordPhase runs one coordinator-owned phase attempt. A phase with no
@@ -186,6 +187,9 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 	if err != nil {
 		return failedFinal(operatorFix, "%v", err)
 	}
+	if out, stop := e.servicePreflight(ctx, r); stop {
+		return out
+	}
 	missing, warnings := e.localArtifacts(mode, sku)
 	if len(missing) > 0 {
 		return failedFinal(operatorFix, "inputs do not resolve: %s; add the image with `provisioner-lite artifacts add --state-dir STATE --sku %s.yaml FILE` (README, \"Set up a site\")",
@@ -235,7 +239,7 @@ func (e *Engine) localArtifacts(mode modes.Mode, sku *manifests.SKU) (missing, w
 	}
 	// A firmware image is only needed when its component drifts, which is not
 	// known before the node is inventoried; verify mode exists to insist.
-	if mode == modes.Provision || mode == modes.Verify {
+	if modes.FlashesFirmware(mode) || mode == modes.Verify {
 		for _, fw := range sku.Spec.Firmware {
 			check("firmware "+fw.Name, fw.Artifact, mode == modes.Verify)
 		}
@@ -435,33 +439,22 @@ func (e *Engine) applyWait(ctx context.Context, r *store.Run, acts []action) (ou
 	return outcome{}, false
 }
 
-func componentName(component, id string, n int) string {
-	if component == "bmc" || component == "bios" {
-		return component
-	}
-	return component + "/" + id
-}
-
-// gateOK applies the manifest's gate through manifests.Firmware.Satisfied,
-// the one comparison the runner's in-band phases use too: an unparseable
-// version under at-least is an error naming the value (an ERROR verdict),
-// never a silent DRIFT.
-func gateOK(fw manifests.Firmware, running string) (bool, error) {
-	return fw.Satisfied(running)
-}
-
 // GateVerdict is the coordinator's verdict status (MATCH, DRIFT or ERROR)
-// and message for one inventory member running version running against fw.
+// and message for one inventory member running version running against fw:
+// fwplan.Gate, the judgement every kind of both sides makes.
 // TestVersionFormsAgree holds it to the runner's answer.
 func GateVerdict(fw manifests.Firmware, running string) (status curev1.VerdictStatus, msg string) {
-	ok, err := gateOK(fw, running)
-	switch {
-	case err != nil:
-		return curev1.VerdictStatus_ERROR, err.Error()
-	case ok:
-		return curev1.VerdictStatus_MATCH, fw.Name
-	}
-	return curev1.VerdictStatus_DRIFT, fw.Name
+	j := fwplan.Gate(&fw, running)
+	return j.Status, j.Message
+}
+
+// ConfirmVerdict is the coordinator's verdict status (PASS, FAIL or ERROR)
+// and message for a member running version running after its update:
+// fwplan.Confirm, the judgement both sides make after a flash
+// (TestOneFirmwarePlanner holds it to the runner's).
+func ConfirmVerdict(fw manifests.Firmware, running string) (status curev1.VerdictStatus, msg string) {
+	j := fwplan.Confirm(&fw, running)
+	return j.Status, j.Message
 }
 
 // verdict records a coordinator-side verdict. Its text comes partly from the

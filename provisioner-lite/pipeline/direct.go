@@ -70,13 +70,7 @@ func (e *Engine) auditNode(ctx context.Context, nodeID, manifest string) ([]*cur
 		return nil, fmt.Errorf("FirmwareInventory: %w", err)
 	}
 	for _, comp := range []string{"bmc", "bios", "hgx"} {
-		var want []manifests.Firmware
-		for _, fw := range sku.Spec.Firmware {
-			if fw.Component == comp && fw.Via == "redfish" {
-				want = append(want, fw)
-			}
-		}
-		rows, _ := planOOB(comp, want, inv)
+		rows, _ := planOOB(comp, sku.FirmwareVia(comp, manifests.ViaRedfish), inv)
 		for _, r := range rows {
 			vs = append(vs, &curev1.Verdict{Component: r.component, Check: "firmware", Status: r.status,
 				Observed: r.observed, Expected: r.expected, Message: r.msg})

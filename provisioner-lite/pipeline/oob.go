@@ -5,127 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/manifests/fwplan"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
-
-// oobDelta is one manifest entry whose inventory members drifted.
-type oobDelta struct {
-	fw      manifests.Firmware
-	targets []redfish.FirmwareItem
-}
-
-// planOOB compares the FirmwareInventory with the manifest entries of one
-// component: verdict rows and the deltas to apply. Pure: no BMC access.
-func planOOB(component string, want []manifests.Firmware, inv []redfish.FirmwareItem) (rows []oobRow, deltas []oobDelta) {
-	for _, fw := range want {
-		var drifted, matched []redfish.FirmwareItem
-		for _, it := range inv {
-			if MatchMember(fw.Match, it) {
-				matched = append(matched, it)
-			}
-		}
-		if len(matched) > 1 && !matchHasGlob(fw.Match) {
-			// A selector without a wildcard names one component; several
-			// members (OpenBMC names every member "Software Inventory")
-			// make the target ambiguous, and flashing is refused.
-			var ids []string
-			for _, it := range matched {
-				ids = append(ids, it.ID)
-			}
-			rows = append(rows, oobRow{component: component, status: curev1.VerdictStatus_ERROR, expected: fw.Version,
-				msg: fmt.Sprintf("%s: %s names one component but matches %d FirmwareInventory members (%s); add redfishId, softwareId or relatedItem, or use a wildcard to mean all of them",
-					fw.Name, describeMatch(fw.Match), len(matched), strings.Join(ids, ", "))})
-			continue
-		}
-		found := len(matched) > 0
-		for _, it := range matched {
-			status, msg := GateVerdict(fw, it.Version)
-			if status == curev1.VerdictStatus_DRIFT {
-				drifted = append(drifted, it)
-			}
-			rows = append(rows, oobRow{component: componentName(component, it.ID, len(want)), status: status, observed: it.Version, expected: fw.Version, msg: msg})
-		}
-		if !found {
-			rows = append(rows, oobRow{component: component, status: curev1.VerdictStatus_ERROR, expected: fw.Version,
-				msg: fmt.Sprintf("%s: no FirmwareInventory member matches %s", fw.Name, describeMatch(fw.Match))})
-		}
-		if len(drifted) > 0 {
-			deltas = append(deltas, oobDelta{fw: fw, targets: drifted})
-		}
-	}
-	return rows, deltas
-}
-
-// MatchMember reports whether inventory member it is one fw.Match selects:
-// every field set must match (globs; RelatedItem against any link). Members
-// that are not the running firmware by the vendor's Id convention (Dell's
-// "Previous-…" and "Available-…" beside "Installed-…") are left out unless
-// the redfishId glob names that prefix itself: a wide glob must not select
-// a stale entry.
-func MatchMember(m manifests.Match, it redfish.FirmwareItem) bool {
-	glob := func(pat, s string) bool {
-		ok, _ := path.Match(pat, s)
-		return pat == "" || ok
-	}
-	if !glob(m.RedfishID, it.ID) || !glob(m.Name, it.Name) || !glob(m.SoftwareID, it.SoftwareID) {
-		return false
-	}
-	if m.Updateable != nil && *m.Updateable != it.Updateable {
-		return false
-	}
-	if m.RelatedItem != "" && !slices.ContainsFunc(it.RelatedItems, func(r string) bool { return glob(m.RelatedItem, r) }) {
-		return false
-	}
-	for _, stale := range []string{"Previous-", "Available-"} {
-		if strings.HasPrefix(it.ID, stale) && !strings.HasPrefix(m.RedfishID, stale) {
-			return false
-		}
-	}
-	return true
-}
-
-// matchHasGlob reports whether any of a redfish selector's fields is a
-// pattern rather than a literal.
-func matchHasGlob(m manifests.Match) bool {
-	for _, f := range []string{m.RedfishID, m.Name, m.SoftwareID, m.RelatedItem} {
-		if strings.ContainsAny(f, "*?[\\") {
-			return true
-		}
-	}
-	return false
-}
-
-// describeMatch names a redfish selector's fields for messages.
-func describeMatch(m manifests.Match) string {
-	var parts []string
-	for _, f := range []struct{ k, v string }{{"redfishId", m.RedfishID}, {"name", m.Name}, {"softwareId", m.SoftwareID}, {"relatedItem", m.RelatedItem}} {
-		if f.v != "" {
-			parts = append(parts, fmt.Sprintf("%s %q", f.k, f.v))
-		}
-	}
-	if m.Updateable != nil {
-		parts = append(parts, fmt.Sprintf("updateable %t", *m.Updateable))
-	}
-	return strings.Join(parts, ", ")
-}
-
-type oobRow struct {
-	component               string
-	status                  curev1.VerdictStatus
-	observed, expected, msg string
-}
 
 // oobFirmware is the bmc, bios and hgx phase: compare, and in provision
 // mode push, follow the task, activate, and verify the running version.
@@ -134,31 +26,23 @@ func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string
 	if err != nil {
 		return failed("%v", err)
 	}
-	var want []manifests.Firmware
-	for _, fw := range sku.Spec.Firmware {
-		if fw.Component == component && fw.Via == "redfish" {
-			want = append(want, fw)
-		}
-	}
+	want := sku.FirmwareVia(component, manifests.ViaRedfish)
 	if len(want) == 0 {
 		return skipped("manifest pins no %s firmware", component)
 	}
-	var inv []redfish.FirmwareItem
-	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
-		inv, err = b.FirmwareInventory(ctx)
-		return err
-	}); err != nil {
+	inv, err := e.firmwareInventory(ctx, r)
+	if err != nil {
 		return failed("read FirmwareInventory: %v", err)
 	}
 	rows, deltas := planOOB(component, want, inv)
-	errs := 0
+	var errs []string
 	for _, row := range rows {
 		e.verdict(ctx, r, row.component, "firmware", row.status, row.observed, row.expected, row.msg)
 		if row.status == curev1.VerdictStatus_ERROR {
-			errs++
+			errs = append(errs, row.msg)
 		}
 	}
-	if len(deltas) == 0 && errs == 0 {
+	if len(deltas) == 0 && len(errs) == 0 {
 		return skipped("all %d %s components match", len(rows), component)
 	}
 	var drifted []string
@@ -167,11 +51,11 @@ func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string
 			drifted = append(drifted, fmt.Sprintf("%s %s -> %s", t.ID, t.Version, d.fw.Version))
 		}
 	}
-	if modes.Mode(r.Mode) != modes.Provision {
-		return ok("%d drifted, %d unmatched (reported only): %s", len(drifted), errs, strings.Join(drifted, ", "))
+	if !modes.FlashesFirmware(modes.Mode(r.Mode)) {
+		return ok("%d drifted, %d error (reported only): %s", len(drifted), len(errs), strings.Join(drifted, ", "))
 	}
-	if errs > 0 {
-		return failed("%d %s verdicts are ERROR (an entry matching no FirmwareInventory member, or versions the gate cannot order)", errs, component)
+	if len(errs) > 0 {
+		return failed("%s: %s", component, strings.Join(errs, "; "))
 	}
 	var done []string
 	for _, d := range deltas {
@@ -208,7 +92,12 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 	// A previous attempt (before a crash, a restart or a lost response)
 	// may already have flashed: look before pushing again.
 	if prev := r.Pipeline.Submission(fw.Name); prev != "" {
-		if done, pending := e.oobState(ctx, r, fw, targets); done || pending {
+		done, pending, err := e.oobState(ctx, r, fw, targets)
+		if err != nil {
+			e.verdict(ctx, r, component, "firmware_update", curev1.VerdictStatus_ERROR, "", fwplan.Expected(&fw), fmt.Sprintf("%s: after an earlier submission (%s): %v", fw.Name, prev, err))
+			return failed("%s: after an earlier submission (%s): %v", fw.Name, prev, err)
+		}
+		if done || pending {
 			e.coordEvent(ctx, *r, component, runstate.EventInfo, "", fmt.Sprintf("%s: earlier submission (%s) already took effect (done=%t staged=%t); not flashing again", fw.Name, prev, done, pending), 0)
 			return e.activateOOB(ctx, r, component, fw, targets, !done)
 		}
@@ -260,54 +149,26 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 	return e.activateOOB(ctx, r, component, fw, targets, true)
 }
 
-// oobState reads the inventory: whether the targets run the desired version,
-// or have it staged for the next activation.
-func (e *Engine) oobState(ctx context.Context, r *store.Run, fw manifests.Firmware, targets []string) (done, pending bool) {
+// firmwareInventory reads the BMC's FirmwareInventory.
+func (e *Engine) firmwareInventory(ctx context.Context, r *store.Run) ([]redfish.FirmwareItem, error) {
 	var inv []redfish.FirmwareItem
-	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+	err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
 		var err error
 		inv, err = b.FirmwareInventory(ctx)
 		return err
-	}); err != nil {
-		return false, false
-	}
-	members := verifyMembers(inv, fw, targets)
-	if len(members) == 0 {
-		return false, false // nothing to look at is not "done"
-	}
-	done, pending = true, true
-	for _, it := range members {
-		if ok, _ := gateOK(fw, it.Version); !ok {
-			done = false
-		}
-		if ok, _ := gateOK(fw, it.PendingVersion); !ok {
-			pending = false
-		}
-	}
-	return done, pending && !done
+	})
+	return inv, err
 }
 
-// verifyMembers picks the inventory members to verify after an update: the
-// flashed targets by Id, or, when any of those Ids is gone (vendors whose
-// Ids carry the version rename the member), every member the manifest
-// entry's matcher selects now.
-func verifyMembers(inv []redfish.FirmwareItem, fw manifests.Firmware, targets []string) []redfish.FirmwareItem {
-	var byID []redfish.FirmwareItem
-	for _, it := range inv {
-		if containsStr(targets, it.ID) {
-			byID = append(byID, it)
-		}
+// oobState reads the inventory: whether the targets run the desired
+// version, or have it staged for the next activation (stagedState). An
+// unreadable inventory is neither: the caller submits again.
+func (e *Engine) oobState(ctx context.Context, r *store.Run, fw manifests.Firmware, targets []string) (done, pending bool, err error) {
+	inv, err := e.firmwareInventory(ctx, r)
+	if err != nil {
+		return false, false, nil
 	}
-	if len(byID) == len(targets) {
-		return byID
-	}
-	var matched []redfish.FirmwareItem
-	for _, it := range inv {
-		if MatchMember(fw.Match, it) {
-			matched = append(matched, it)
-		}
-	}
-	return matched
+	return stagedState(&fw, verifyMembers(inv, fw, targets))
 }
 
 // activateOOB makes a staged image run (BMC reset, or a host reboot that
@@ -342,41 +203,20 @@ func (e *Engine) activateOOB(ctx context.Context, r *store.Run, component string
 			}
 		}
 	}
-	var inv []redfish.FirmwareItem
-	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
-		var err error
-		inv, err = b.FirmwareInventory(ctx)
-		return err
-	}); err != nil {
+	inv, err := e.firmwareInventory(ctx, r)
+	if err != nil {
 		return failed("%s: read back FirmwareInventory: %v", fw.Name, err)
 	}
-	var bad, good []string
-	members := verifyMembers(inv, fw, targets)
-	if len(members) < len(targets) {
-		// An update that renames members (Ids carrying the version) is
-		// verified through the manifest's matcher; finding fewer members
-		// than were flashed is never "0 updated, success".
-		bad = append(bad, fmt.Sprintf("%d of %d updated members found in the inventory after activation (targets %s; matcher %s)",
-			len(members), len(targets), strings.Join(targets, ", "), describeMatch(fw.Match)))
-	}
-	for _, it := range members {
-		comp := componentName(component, it.ID, 0)
-		if ok, _ := gateOK(fw, it.Version); ok {
-			good = append(good, it.ID)
-			e.verdict(ctx, r, comp, "firmware_update", curev1.VerdictStatus_PASS, it.Version, fw.Version, fw.Name+": updated and verified after activation")
-		} else {
-			bad = append(bad, fmt.Sprintf("%s still runs %s", it.ID, it.Version))
-			e.verdict(ctx, r, comp, "firmware_update", curev1.VerdictStatus_FAIL, it.Version, fw.Version,
-				fmt.Sprintf("%s: version did not change after %s (pending %q)", fw.Name, nonEmpty(fw.Activation, "activation"), it.PendingVersion))
-		}
+	rows, bad := confirmOOB(component, &fw, inv, targets)
+	for _, row := range rows {
+		e.verdict(ctx, r, row.component, "firmware_update", row.status, row.observed, row.expected, row.msg)
 	}
 	r.Pipeline.SetSubmission(fw.Name, "")
 	e.save(ctx, r)
 	if len(bad) > 0 {
 		return failed("%s: %s", fw.Name, strings.Join(bad, "; "))
 	}
-	sort.Strings(good)
-	return ok("%s: %d updated to %s (%s)", fw.Name, len(good), fw.Version, nonEmpty(fw.Activation, "no activation"))
+	return ok("%s: %d updated to %s (%s)", fw.Name, len(rows), fw.Version, nonEmpty(fw.Activation, "no activation"))
 }
 
 // waitForNewCURE waits for a runner of this run that connected after the
@@ -430,7 +270,7 @@ func (e *Engine) biosSettings(ctx context.Context, r *store.Run) outcome {
 	for _, k := range keys {
 		diff = append(diff, fmt.Sprintf("%s=%v (is %v)", k, changes[k], current[k]))
 	}
-	if modes.Mode(r.Mode) != modes.Provision {
+	if !modes.FlashesFirmware(modes.Mode(r.Mode)) {
 		e.verdict(ctx, r, "bios", "settings", curev1.VerdictStatus_DRIFT, strings.Join(diff, ", "), "", "reported only")
 		return ok("%d BIOS attributes drifted (reported only): %s", len(changes), strings.Join(diff, ", "))
 	}
@@ -475,13 +315,4 @@ func sortedKeys(m map[string]any) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-func containsStr(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -13,6 +13,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
 )
 
@@ -274,5 +275,48 @@ func TestFirmwareVersionedIDsByName(t *testing.T) {
 	}
 	if pass != 1 {
 		t.Fatalf("%d firmware_update PASS verdicts on the renamed member, want 1: %+v", pass, vs)
+	}
+}
+
+// A flash after which the BMC reports a version the gate cannot read is an
+// ERROR verdict naming the value, under either gate: not "did not change",
+// and not a success.
+func TestFirmwareGateErrorAfterFlash(t *testing.T) {
+	for _, gate := range []string{manifests.GateAtLeast, manifests.GateEqual} {
+		t.Run(gate, func(t *testing.T) {
+			f := newFixture(t, func(sku *manifests.SKU, cas string) {
+				sku.Spec.Firmware = append(sku.Spec.Firmware,
+					manifests.Firmware{Name: "bmc", Component: "bmc", Via: "redfish", Match: manifests.Match{RedfishID: "BMC"}, Version: "1.50.0", Gate: gate,
+						Artifact: fwPackage(t, cas, "BMC", "Not Present"), Activation: "bmc-reset"})
+			})
+			runID, err := f.eng.Start(context.Background(), "node1", modes.Provision, "", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := f.waitRun(runID)
+			if r.Status != curev1.RunStatus_RUN_FAILED || r.Phase != modes.BMC || !strings.Contains(r.Message, "Not Present") {
+				t.Fatalf("run ended %s at %s: %s; want failed at bmc naming the value", r.Status, r.Phase, r.Message)
+			}
+			// Under at-least the retry's plan already says ERROR; under
+			// equal an unreadable version is only "not equal" before a
+			// flash, so the retry flashes again and says ERROR again.
+			if n := f.bmc.Flashes("BMC"); n < 1 || (gate == manifests.GateAtLeast && n != 1) {
+				t.Errorf("BMC flashed %d times", n)
+			}
+			vs, _ := f.st.Verdicts(context.Background(), runID)
+			var got []string
+			for _, v := range vs {
+				if v.Check == "firmware_update" {
+					got = append(got, v.Component+"="+runstate.VerdictName(v.Status)+": "+v.Message)
+					if v.Status != curev1.VerdictStatus_ERROR || v.Observed != "Not Present" || !strings.Contains(v.Message, `running version "Not Present" cannot be judged`) ||
+						strings.Contains(v.Message, "did not") {
+						t.Errorf("verdict %+v: want an ERROR naming the value", v)
+					}
+				}
+			}
+			if len(got) != 1 { // a verdict is kept per component and check
+				t.Errorf("firmware_update verdicts %q, want one ERROR", got)
+			}
+		})
 	}
 }

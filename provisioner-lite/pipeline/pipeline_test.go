@@ -99,6 +99,13 @@ func newFixture(t *testing.T, edit func(sku *manifests.SKU, casDir string)) *fix
 // (vendor shapes).
 func newFixtureBMC(t *testing.T, edit func(sku *manifests.SKU, casDir string), bmcEdit func(*vbmc.Config)) *fixture {
 	t.Helper()
+	return newFixtureCfg(t, edit, bmcEdit, nil)
+}
+
+// newFixtureCfg is newFixtureBMC with the engine's Config edited last
+// (hooks such as Notify).
+func newFixtureCfg(t *testing.T, edit func(sku *manifests.SKU, casDir string), bmcEdit func(*vbmc.Config), cfgEdit func(*pipeline.Config)) *fixture {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(filepath.Join(dir, "cure.db"), store.WithStateKey(bytes.Repeat([]byte{7}, 32)))
 	if err != nil {
@@ -171,7 +178,7 @@ func newFixtureBMC(t *testing.T, edit func(sku *manifests.SKU, casDir string), b
 	st.ObserveCommits(met.StoreCommit)
 	f := &fixture{t: t, st: st, m: m, bmc: b, cancel: cancel, attempts: map[string]int{}, metrics: met, dir: dir,
 		phaseStatus: func(string, int) curev1.PhaseStatus { return curev1.PhaseStatus_PHASE_OK }}
-	eng := pipeline.New(ectx, pipeline.Config{
+	ecfg := pipeline.Config{
 		Store: st, Hub: hub, Log: log, Metrics: met,
 		ConnectBMC: func(ctx context.Context, n store.Node) (pipeline.BMC, error) {
 			f.mu.Lock()
@@ -191,7 +198,11 @@ func newFixtureBMC(t *testing.T, edit func(sku *manifests.SKU, casDir string), b
 		Timeouts: pipeline.Timeouts{WaitForCURE: 20 * time.Second, Reconnect: 3 * time.Second, ShutdownWait: 5 * time.Second, HostOS: 20 * time.Second, RunnerPhase: 20 * time.Second,
 			BMCReset: 10 * time.Second, TaskPoll: 50 * time.Millisecond, RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond},
 		Budgets: pipeline.Budgets{PhaseAttempts: 2, Disconnects: 2},
-	})
+	}
+	if cfgEdit != nil {
+		cfgEdit(&ecfg)
+	}
+	eng := pipeline.New(ectx, ecfg)
 
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()

@@ -259,6 +259,9 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 	}
 	base := strings.TrimRight(e.cfg.BaseURL, "/")
 	var firstBoot *curev1.FirstBoot
+	if err := e.forgetInstalledOS(ctx, r, phases); err != nil {
+		return nil, err
+	}
 	if slices.Contains(phases, modes.OSInstall) {
 		tok := NewToken()
 		r.Pipeline.AddHostToken(store.TokenHash(tok))

@@ -98,7 +98,10 @@ func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver
 // HostReady implements bootserver.Coordinator: the installed OS phoned home.
 // It is accepted once, only while the run waits for it after the reboot out
 // of CURE, before the wait's deadline, and with a token minted for one of
-// this run's os_install assignments; the form is read only after all that.
+// this run's os_install assignments (or, in a run that returns a node to
+// its installed OS, that OS's own, which waitForHostOSPhase added); the
+// form is read only after all that. A provision's accepted token becomes
+// the node's installed OS (recordInstalledOS).
 func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, readForm func() (url.Values, error)) error {
 	if _, err := e.cfg.Store.GetNode(ctx, nodeID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -115,9 +118,13 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 	if rerr != nil {
 		return refuse("the node has no run")
 	}
-	got, match := []byte(store.TokenHash(token)), 0
+	got, match, matched := []byte(store.TokenHash(token)), 0, ""
 	for _, want := range r.Pipeline.HostTokens {
-		match |= subtle.ConstantTimeCompare(got, []byte(want))
+		eq := subtle.ConstantTimeCompare(got, []byte(want))
+		match |= eq
+		if eq == 1 {
+			matched = want
+		}
 	}
 	if match != 1 {
 		return refuse("token is not a host token of run " + r.ID)
@@ -158,6 +165,7 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 	if !inserted {
 		return refuse("already called back for this wait (replay)")
 	}
+	e.recordInstalledOS(ctx, r, matched)
 	return nil
 }
 

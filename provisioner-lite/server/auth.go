@@ -48,6 +48,12 @@ var methodRoles = map[string]pki.Role{
 	// Provision needs operator; a wipe (or resuming one) needs admin, which
 	// the handler checks against the mode (ModeRole).
 	curev1.OperatorService_Provision_FullMethodName: pki.RoleOperator,
+	// The pool: an operator's calls, and the scheduler's (drained), which
+	// is given an operator certificate of its own (docs/SECURITY.md).
+	curev1.OperatorService_Drain_FullMethodName:        pki.RoleOperator,
+	curev1.OperatorService_MarkDrained_FullMethodName:  pki.RoleOperator,
+	curev1.OperatorService_Revalidate_FullMethodName:   pki.RoleOperator,
+	curev1.OperatorService_ReturnToPool_FullMethodName: pki.RoleOperator,
 }
 
 // ModeRole is the role a run of mode m needs: wipe destroys data.
@@ -244,6 +250,19 @@ func recordCall(ctx context.Context, rec *audit.Recorder, op Operator, method st
 		if rr, ok := resp.(*curev1.RemoveNodeResponse); ok {
 			detail += fmt.Sprintf(" runs_kept=%d", rr.GetRunsKept())
 		}
+	case *curev1.PoolRequest:
+		detail += fmt.Sprintf(" reason=%q", textsafe.BoundedLine(r.GetReason(), 256))
+	case *curev1.RevalidateRequest:
+		detail += fmt.Sprintf(" suite=%q mode=%s auto_return=%t reason=%q", textsafe.BoundedLine(r.GetSuite(), 128), r.GetMode(), r.GetAutoReturn(),
+			textsafe.BoundedLine(r.GetReason(), 256))
+	}
+	if pr, ok := resp.(*curev1.PoolResponse); ok {
+		for _, n := range pr.GetNodes() {
+			detail += " pool=" + n.GetNodeId() + ":" + n.GetState().String()
+			if n.GetRunId() != "" {
+				detail += ":" + n.GetRunId()
+			}
+		}
 	}
 	if err != nil {
 		detail += " error=" + status.Convert(err).Message()
@@ -260,6 +279,10 @@ func requestNodes(req any) []string {
 		return withSelector(append(slices.Clone(r.GetNodeIds()), r.GetRunIds()...), r.GetSelector())
 	case *curev1.AuditDirectRequest:
 		return r.GetNodeIds()
+	case *curev1.PoolRequest:
+		return withSelector(r.GetNodeIds(), r.GetSelector())
+	case *curev1.RevalidateRequest:
+		return withSelector(r.GetNodeIds(), r.GetSelector())
 	case *curev1.WatchRequest:
 		if r.GetNodeId() != "" {
 			return []string{r.GetNodeId()}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"google.golang.org/grpc"
@@ -369,3 +370,17 @@ func TestAuthorizeDeniesUnlistedSpelling(t *testing.T) {
 }
 
 func nil2rec() *audit.Recorder { return audit.New(nil, slog.New(slog.DiscardHandler), 0) }
+
+// Only a wipe needs admin: service flashes firmware but leaves the disks,
+// an operator's action like provision.
+func TestModeRole(t *testing.T) {
+	for _, m := range modes.All() {
+		want := pki.RoleOperator
+		if m == modes.Wipe {
+			want = pki.RoleAdmin
+		}
+		if got := ModeRole(m); got != want {
+			t.Errorf("ModeRole(%s) = %s, want %s", m, got, want)
+		}
+	}
+}

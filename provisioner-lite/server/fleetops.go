@@ -156,10 +156,19 @@ func (o *OperatorService) Provision(ctx context.Context, req *curev1.ProvisionRe
 			defer wg.Done()
 			for i := range work {
 				id := ids[i]
+				runMode := o.runMode(ctx, id, mode, req.GetResume())
+				if err := o.admitPool(ctx, id, runMode); err != nil {
+					refused[i] = refusal(id, err)
+					refused[i].Reason = RefusedPool
+					continue
+				}
 				runID, err := o.Starter.Start(ctx, id, mode, req.GetManifest(), req.GetResume())
 				if err != nil {
 					refused[i] = refusal(id, err)
 					continue
+				}
+				if o.Pool != nil {
+					o.Pool.RunStarted(ctx, id, runID, runMode)
 				}
 				runs[i] = &curev1.RunRef{RunId: runID, NodeId: id}
 			}

@@ -284,6 +284,9 @@ func (o *OperatorService) ShowNode(ctx context.Context, req *curev1.ShowNodeRequ
 	if rec, err := o.Store.LatestInventory(ctx, n.ID); err == nil {
 		d.Inventory = inventoryRecord(rec)
 	}
+	if np, err := o.Store.NodePool(ctx, n.ID); err == nil && np.State != "" {
+		d.Pool = poolStatus(np)
+	}
 	return d, nil
 }
 

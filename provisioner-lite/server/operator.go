@@ -13,6 +13,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/pool"
 	"github.com/cure-oss/cure/provisioner-lite/rmaparts"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -42,6 +43,9 @@ type OperatorService struct {
 	Auditor Auditor
 	// Canceler ends runs (the engine); nil: Cancel is unimplemented.
 	Canceler Canceler
+	// Pool moves nodes in the day-2 pool and admits runs by pool state;
+	// nil: the pool methods are unimplemented and every run is admitted.
+	Pool *pool.Pool
 	// Instance names this coordinator instance in answers.
 	Instance string
 	// KnownSKU checks the SKU of a node added at run time against the
@@ -450,9 +454,14 @@ func (o *OperatorService) ListNodes(ctx context.Context, _ *curev1.ListNodesRequ
 	if err != nil {
 		return nil, err
 	}
+	pools, err := o.Store.NodePools(ctx)
+	if err != nil {
+		return nil, err
+	}
 	resp := &curev1.ListNodesResponse{}
 	for _, n := range nodes {
-		ni := &curev1.NodeInfo{NodeId: n.ID, BmcEndpoint: n.BMCURL, Macs: n.MACs, Sku: n.SKU, State: "idle"}
+		ni := &curev1.NodeInfo{NodeId: n.ID, BmcEndpoint: n.BMCURL, Macs: n.MACs, Sku: n.SKU, State: "idle",
+			PoolState: pool.State(pools[n.ID].State).Proto()}
 		if r, err := o.Store.LatestRun(ctx, n.ID); err == nil {
 			ni.LastRunId, ni.LastRunStatus, ni.LastRunState = r.ID, runstate.RunName(r.Status), r.Status
 			if r.Status == curev1.RunStatus_RUN_RUNNING {

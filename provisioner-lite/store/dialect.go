@@ -271,6 +271,18 @@ ALTER TABLE verdicts ADD COLUMN at BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE verdicts ADD COLUMN stage TEXT NOT NULL DEFAULT '';
 `,
 	`
+CREATE TABLE node_pool (
+	node_id TEXT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
+	state TEXT NOT NULL CHECK (state IN ('in_service','draining','drained','revalidating','ready','rma')),
+	since BIGINT NOT NULL, reason TEXT NOT NULL DEFAULT '', actor TEXT NOT NULL DEFAULT '', run_id TEXT NOT NULL DEFAULT '',
+	auto_return BOOLEAN NOT NULL DEFAULT false
+);
+CREATE TABLE node_os (
+	node_id TEXT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE, token_sha256 TEXT NOT NULL, run_id TEXT NOT NULL,
+	installed_at BIGINT NOT NULL
+);
+`,
+	`
 ALTER TABLE runs ADD COLUMN pipeline TEXT NOT NULL DEFAULT '';
 `,
 }

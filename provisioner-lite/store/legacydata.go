@@ -9,7 +9,10 @@ import (
 	"time"
 )
 
-// Coordinators before schema 10 kept a run's pipeline state as free-form
+// pipelineSchema is the schema version that adds runs.pipeline.
+const pipelineSchema = 11
+
+// Coordinators before schema 11 kept a run's pipeline state as free-form
 // string keys in runs.data. The upgrade reads them once, with the rules
 // those coordinators wrote them by (decimal integers, RFC 3339 times), into
 // runs.pipeline; runs.data is left as it was and no longer read.
@@ -122,7 +125,8 @@ func pipelineFromData(runID string, data map[string]string) PipelineState {
 	return p
 }
 
-// upgradeRunData fills runs.pipeline from runs.data for every run (schema 10).
+// upgradeRunData fills runs.pipeline from runs.data for every run
+// (pipelineSchema).
 func upgradeRunData(ctx context.Context, tx *sql.Tx, rebind func(string) string) error {
 	rows, err := tx.QueryContext(ctx, `SELECT id, data FROM runs WHERE data <> '' AND data <> '{}'`)
 	if err != nil {

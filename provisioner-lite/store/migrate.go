@@ -264,7 +264,29 @@ CREATE TABLE run_fleet (
 ALTER TABLE verdicts ADD COLUMN at INTEGER NOT NULL DEFAULT 0;      -- unix ms; 0: the verdict's time
 ALTER TABLE verdicts ADD COLUMN stage TEXT NOT NULL DEFAULT '';
 `,
-	// 10: a run's pipeline state typed, as one JSON document (PipelineState);
+	// 10: the day-2 loop. A node's pool state (provisioner-lite/pool: no
+	// row is "not in the pool") and the installed OS a provision left on
+	// its disk: the hash of the callback token that OS proved it holds, so
+	// a later service run (or a suite ending in the host OS) can verify
+	// the OS's callback without writing the disk.
+	`
+CREATE TABLE node_pool (
+	node_id     TEXT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
+	state       TEXT NOT NULL CHECK (state IN ('in_service','draining','drained','revalidating','ready','rma')),
+	since       INTEGER NOT NULL,
+	reason      TEXT NOT NULL DEFAULT '',
+	actor       TEXT NOT NULL DEFAULT '',
+	run_id      TEXT NOT NULL DEFAULT '',  -- the revalidation run
+	auto_return INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE node_os (
+	node_id      TEXT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
+	token_sha256 TEXT NOT NULL,             -- store.TokenHash of the token the OS called back with
+	run_id       TEXT NOT NULL,             -- the provision that installed it
+	installed_at INTEGER NOT NULL
+);
+`,
+	// 11: a run's pipeline state typed, as one JSON document (PipelineState);
 	// upgradeRunData fills it from the free-form keys of runs.data, which
 	// is kept as it was and no longer read.
 	`
@@ -276,7 +298,7 @@ ALTER TABLE runs ADD COLUMN pipeline TEXT NOT NULL DEFAULT '';
 // version whose migration they complete; each runs in that migration's
 // transaction, after its SQL, on SQLite and PostgreSQL alike.
 var migrationSteps = map[int]func(ctx context.Context, tx *sql.Tx, rebind func(string) string) error{
-	10: upgradeRunData,
+	pipelineSchema: upgradeRunData,
 }
 
 // SchemaVersion is the user_version a fully migrated database has.

@@ -36,6 +36,7 @@ func TestPostgresBackend(t *testing.T) {
 		"Series": TestSeries, "SeriesBounds": TestSeriesBounds, "BMCEvidence": TestBMCEvidence,
 		"RunProgress":                 TestRunProgress,
 		"SeriesRunnerBudgetAndReplay": TestSeriesRunnerBudgetAndReplay, "VerdictAtAndStage": TestVerdictAtAndStage,
+		"NodePool": TestNodePool, "InstalledOS": TestInstalledOS,
 		"PipelineStateRoundTrip": TestPipelineStateRoundTrip,
 	} {
 		t.Run(name, f)

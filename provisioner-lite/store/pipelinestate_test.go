@@ -84,7 +84,7 @@ func TestUpgradeRunDataToPipelineState(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t)
-	if err := migrateTo(ctx, db, 9); err != nil {
+	if err := migrateTo(ctx, db, pipelineSchema-1); err != nil {
 		t.Fatal(err)
 	}
 	checkRunDataUpgrade(t, db, sqliteDialect.rebind, func() *Store {
@@ -103,7 +103,7 @@ func TestUpgradeRunDataToPipelineStatePostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := migratePostgresTo(ctxT(t), db, 9); err != nil {
+	if err := migratePostgresTo(ctxT(t), db, pipelineSchema-1); err != nil {
 		t.Fatal(err)
 	}
 	checkRunDataUpgrade(t, db, rebindDollar, func() *Store {
@@ -115,7 +115,7 @@ func TestUpgradeRunDataToPipelineStatePostgres(t *testing.T) {
 	})
 }
 
-// checkRunDataUpgrade fills db (at schema 9) with runs as earlier
+// checkRunDataUpgrade fills db (at the schema before pipelineSchema) with runs as earlier
 // coordinators wrote them, closes it, opens the store (which upgrades it)
 // and checks every run's state.
 func checkRunDataUpgrade(t *testing.T, db *sql.DB, rebind func(string) string, open func() *Store) {

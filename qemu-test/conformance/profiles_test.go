@@ -49,7 +49,11 @@ func member(t *testing.T, c *redfish.Client, m manifests.Match) redfish.Firmware
 	}
 	var got []redfish.FirmwareItem
 	for _, it := range inv {
-		if pipeline.MatchMember(m, it) {
+		ok, err := pipeline.MatchMember(m, it)
+		if err != nil {
+			t.Fatalf("matcher %+v: %v", m, err)
+		}
+		if ok {
 			got = append(got, it)
 		}
 	}

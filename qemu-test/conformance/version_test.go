@@ -124,3 +124,28 @@ func TestVersionFormsAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestVendorFormsTableCoversProfiles: every version a vendor profile's BMC
+// reports is a running value in the table TestVendorVersionForms
+// (manifests/version) checks, so a new profile comes with its rows.
+func TestVendorFormsTableCoversProfiles(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "manifests", "version", "testdata", "vendor_forms.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := map[string]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Split(l, " | "); len(f) == 5 && !strings.HasPrefix(l, "#") {
+			running[f[1]] = true
+		}
+	}
+	firmware := vbmc.DefaultFirmware()
+	for _, p := range vbmc.Profiles() {
+		firmware = append(firmware, p.Apply(vbmc.Config{}).Firmware...)
+	}
+	for _, f := range firmware {
+		if !running[f.Version] {
+			t.Errorf("%s version %q is in no row of manifests/version/testdata/vendor_forms.txt", f.ID, f.Version)
+		}
+	}
+}

@@ -17,7 +17,8 @@ type update struct {
 }
 
 // applyUpdates runs every update, streams its verdict and sums the phase
-// up: any FAIL fails the phase (naming each component), otherwise OK with
+// up: any FAIL or ERROR (a version the gate cannot read after the update)
+// fails the phase (naming each component), otherwise OK with
 // a reboot request when one update needs it. Shared by nvme, nic and dpu.
 func applyUpdates(kind, done string, ups []update, emit agent.Emitter) agent.PhaseOutcome {
 	var failures, updated []string
@@ -26,7 +27,7 @@ func applyUpdates(kind, done string, ups []update, emit agent.Emitter) agent.Pha
 		v, needReboot := u.apply()
 		emit.Verdict(v)
 		switch {
-		case v.GetStatus() == curev1.VerdictStatus_FAIL:
+		case v.GetStatus() == curev1.VerdictStatus_FAIL, v.GetStatus() == curev1.VerdictStatus_ERROR:
 			failures = append(failures, u.component+": "+v.GetMessage())
 		case needReboot:
 			reboot = true

@@ -5,44 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
-	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/manifests/fwplan"
 	"github.com/cure-oss/cure/runner/agent"
-	"github.com/cure-oss/cure/runner/fwplan"
 	"github.com/cure-oss/cure/tools/bluefield"
-	"github.com/cure-oss/cure/tools/pci"
 )
 
 // maxBundle bounds a downloaded BlueField bundle: BFBs carrying a full OS
 // are 1-2 GiB and are staged in RAM (tmpfs) so their sha256 is checked
 // before the first byte reaches the DPU.
 const maxBundle = 4 << 30
-
-// RealRshims lists the rshim device directories under root/dev and opens
-// them (tools/bluefield).
-func RealRshims(root string) func() ([]bluefield.Rshim, error) {
-	return func() ([]bluefield.Rshim, error) {
-		dirs, err := bluefield.Find(filepath.Join(root, "dev"))
-		if err != nil {
-			return nil, fmt.Errorf("list rshim devices: %w", err)
-		}
-		var out []bluefield.Rshim
-		for _, d := range dirs {
-			r, err := bluefield.Open(d)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, r)
-		}
-		return out, nil
-	}
-}
 
 // DPUObservation is one DPU as the host sees it through rshim (and, for
 // a PCIe rshim, its NIC firmware through mstflint).
@@ -79,17 +56,15 @@ func dpuObserved(want string, o *DPUObservation) (observed, what string) {
 
 // judgeDPU gates one DPU against its entry.
 func judgeDPU(fw *manifests.Firmware, o *DPUObservation) fwplan.Judgement {
-	var j fwplan.Judgement
 	observed, what := dpuObserved(fw.Version, o)
-	j.Observed = observed
+	j := fwplan.Judgement{Observed: observed}
 	if observed == "" {
 		// Installing a bundle again is harmless; skipping a needed one is not.
 		j.Status = curev1.VerdictStatus_DRIFT
-		j.Message = fmt.Sprintf("%s: %s not observable from the host; want %s", dpuLabel(o), what, expected(*fw))
+		j.Message = fmt.Sprintf("%s: %s not observable from the host; want %s", dpuLabel(o), what, fwplan.Expected(fw))
 	} else {
-		st, msg := gate(*fw, observed)
-		j.Status = st
-		j.Message = fmt.Sprintf("%s: %s %s", dpuLabel(o), what, msg)
+		j = fwplan.Gate(fw, observed)
+		j.Message = fmt.Sprintf("%s: %s %s", dpuLabel(o), what, j.Message)
 	}
 	if o.Status.State == bluefield.StateFailed {
 		j.Status = curev1.VerdictStatus_DRIFT
@@ -111,30 +86,12 @@ func dpuLabel(o *DPUObservation) string {
 // OPN_STR). undecided is set when the selector needs the PSID and the host
 // could not read it.
 func matchDPU(m manifests.Match, o *DPUObservation) (ok bool, undecided string, err error) {
-	if m.VendorID != "" {
-		v, err := pci.ParseVendorID(m.VendorID)
-		if err != nil {
-			return false, "", fmt.Errorf("match.vendorId: %w", err)
-		}
-		if v != mellanoxVendor { // every rshim device is a BlueField
-			return false, "", nil
-		}
+	// Every rshim device is a BlueField: the Mellanox vendor id.
+	if ok, err := matchMellanox(m); !ok || err != nil {
+		return false, "", err
 	}
-	if m.Model != "" {
-		hit := false
-		for _, s := range []string{o.Status.Misc.DevInfo, o.Status.Misc.Fields["OPN_STR"]} {
-			if s == "" {
-				continue
-			}
-			ok, err := path.Match(m.Model, s)
-			if err != nil {
-				return false, "", fmt.Errorf("match.model %q: %w", m.Model, err)
-			}
-			hit = hit || ok
-		}
-		if !hit {
-			return false, "", nil
-		}
+	if ok, err := matchModel(m.Model, o.Status.Misc.DevInfo, o.Status.Misc.Fields["OPN_STR"]); !ok || err != nil {
+		return false, "", err
 	}
 	if m.PSID != "" {
 		if o.Status.NIC == nil {
@@ -176,7 +133,7 @@ func (dpuKind) NoMatch(fw *manifests.Firmware, obs []*DPUObservation) string {
 			seen = append(seen, dpuLabel(o))
 		}
 	}
-	return fmt.Sprintf("firmware entry %q: no DPU matches %s (DPUs seen: %s)", fw.Name, nicSelector(fw.Match), strings.Join(seen, ", "))
+	return fmt.Sprintf("firmware entry %q: no DPU matches %s (DPUs seen: %s)", fw.Name, fw.Match, strings.Join(seen, ", "))
 }
 
 func (dpuKind) Unmatched(o *DPUObservation) (fwplan.Judgement, bool) {
@@ -188,7 +145,7 @@ func (dpuKind) words() fwWords {
 }
 
 func (dpuKind) entries(sku *manifests.SKU) ([]manifests.Firmware, string) {
-	return inBand(sku, manifests.ComponentDPU), fmt.Sprintf("manifest %s pins no dpu firmware (in-band): nothing to check", sku.Metadata.Name)
+	return sku.FirmwareVia(manifests.ComponentDPU, manifests.ViaInBand), fmt.Sprintf("manifest %s pins no dpu firmware (in-band): nothing to check", sku.Metadata.Name)
 }
 
 func (k dpuKind) observe(ctx context.Context, entries []manifests.Firmware, _ agent.Emitter) ([]*DPUObservation, *agent.PhaseOutcome) {
@@ -245,7 +202,7 @@ func (e *Executor) observeDPU(ctx context.Context, r bluefield.Rshim) DPUObserva
 	return o
 }
 
-// runDPU reports a verdict per DPU and, in provision mode, installs the
+// runDPU reports a verdict per DPU and, in provision and service modes, installs the
 // manifest's bundle on drifted ones through rshim.
 func (e *Executor) runDPU(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
 	return runFirmware(ctx, e, dpuKind{e}, a, emit)
@@ -254,24 +211,9 @@ func (e *Executor) runDPU(ctx context.Context, a *curev1.Assignment, emit agent.
 // installDPU streams the bundle into one DPU, waits for it to report
 // ready, activates per the entry and verifies what the host can see.
 func (e *Executor) installDPU(ctx context.Context, a *curev1.Assignment, c fwplan.Check[*DPUObservation], emit agent.Emitter) (*curev1.Verdict, bool) {
-	component := dpuKind{}.Label(c.Device)
-	v := &curev1.Verdict{Component: component, Check: "firmware_update", Observed: c.Observed, Expected: expected(*c.Entry)}
-	fail := func(format string, args ...any) (*curev1.Verdict, bool) {
-		v.Status = curev1.VerdictStatus_FAIL
-		v.Message = fmt.Sprintf(format, args...)
-		return v, false
-	}
-	mode, err := modes.FromProto(a.GetMode())
-	if err != nil {
-		return fail("%v", err)
-	}
-	if err := modes.CheckWrite(mode, "dpu bundle install"); err != nil {
-		return fail("%v", err)
-	}
+	v, fail := startUpdate(dpuKind{}, c)
+	component := v.Component
 	fw, r := c.Entry, c.Device.Rshim
-	if fw.Artifact == nil {
-		return fail("firmware entry %q drifted but names no artifact", fw.Name)
-	}
 	if f := fw.Artifact.Format; f != "" && f != "bfb" {
 		return fail("firmware entry %q: artifact format %q: a DPU takes a BlueField bundle (format bfb)", fw.Name, f)
 	}
@@ -330,6 +272,12 @@ func (e *Executor) installDPU(ctx context.Context, a *curev1.Assignment, c fwpla
 	}
 	j := judgeDPU(fw, &after)
 	v.Observed = j.Observed
+	if j.Observed != "" {
+		if st, msg := ConfirmVerdict(*fw, j.Observed); st == curev1.VerdictStatus_ERROR {
+			v.Status, v.Message = st, fmt.Sprintf("bundle installed and the DPU reported ready; %s: %s", dpuLabel(&after), msg)
+			return v, false
+		}
+	}
 	an := after.Status.NIC
 	switch {
 	case j.Status == curev1.VerdictStatus_MATCH:
@@ -339,7 +287,7 @@ func (e *Executor) installDPU(ctx context.Context, a *curev1.Assignment, c fwpla
 	case j.Observed == "" && after.Status.State != bluefield.StateFailed:
 		v.Status = curev1.VerdictStatus_PASS
 		v.Message = "bundle installed and the DPU reported ready; not verified: " + j.Message
-	case an != nil && an.PendingReset() && gateStatus(*fw, an.FWVersion) == curev1.VerdictStatus_MATCH:
+	case an != nil && an.PendingReset() && fwplan.Gate(fw, an.FWVersion).Status == curev1.VerdictStatus_MATCH:
 		// The bundle burnt the NIC firmware; only its activation is missing.
 		v.Status = curev1.VerdictStatus_DRIFT
 		if fw.Activation == manifests.ActivationNone {

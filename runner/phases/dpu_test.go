@@ -268,7 +268,7 @@ func TestDPUSkips(t *testing.T) {
 	}
 	// QEMU: no /dev/rshim*.
 	c := cfg
-	c.Rshims = RealRshims(c.Root)
+	c.Rshims = func() ([]bluefield.Rshim, error) { return bluefield.OpenAll(filepath.Join(c.Root, "dev")) }
 	out, em := runDPU(t, c, curev1.Mode_MODE_PROVISION, entry, "")
 	if out.status != curev1.PhaseStatus_PHASE_SKIPPED || !strings.Contains(out.message, "no BlueField rshim device under "+filepath.Join(c.Root, "dev/rshim*")) || len(em.verdicts) != 0 {
 		t.Errorf("no rshim: %+v %v", out, em.verdicts)
@@ -276,22 +276,6 @@ func TestDPUSkips(t *testing.T) {
 	c.Rshims = nil
 	if out, _ := runDPU(t, c, curev1.Mode_MODE_PROVISION, entry, ""); out.status != curev1.PhaseStatus_PHASE_SKIPPED || !strings.Contains(out.message, "no rshim device source") {
 		t.Errorf("nil source: %+v", out)
-	}
-}
-
-func TestRealRshims(t *testing.T) {
-	root := t.TempDir()
-	dir := filepath.Join(root, "dev/rshim0")
-	os.MkdirAll(dir, 0o755)
-	os.MkdirAll(filepath.Join(root, "dev/rshim1"), 0o755) // no misc: not a live rshim
-	os.WriteFile(filepath.Join(dir, "misc"), []byte(fmt.Sprintf(dpuMisc, "0")), 0o644)
-	rs, err := RealRshims(root)()
-	if err != nil || len(rs) != 1 || rs[0].Name() != dir {
-		t.Fatalf("%v %v", rs, err)
-	}
-	st, err := bluefield.Query(context.Background(), rs[0], nil)
-	if err != nil || st.Misc.PCI() != "0000:a3:00.0" {
-		t.Fatalf("%+v %v", st, err)
 	}
 }
 
@@ -324,5 +308,23 @@ func TestDPUBSPVersion(t *testing.T) {
 	}
 	if len(d.writes) != 0 {
 		t.Errorf("audit wrote to misc: %q", d.writes)
+	}
+}
+
+// A DPU whose NIC firmware reads as something the gate cannot order after
+// the install is an ERROR naming the value, and fails the phase: not
+// "installed", not "did not change".
+func TestDPUGateErrorAfterInstall(t *testing.T) {
+	cfg, d, f, _ := dpuNode(t, "32.41.1000")
+	img := bfbImage(4096)
+	srv, _ := serveCounted(t, img)
+	d.installed = func() { f.dev["0000:a3:00.0"].flash, f.dev["0000:a3:00.0"].running = "32.43..1014", "32.43..1014" }
+	out, em := runDPU(t, cfg, curev1.Mode_MODE_PROVISION, dpuEntry(bf3PSID, "32.43.1014", "dpu-reset", img), srv.URL+"/artifacts/")
+	if out.status != curev1.PhaseStatus_PHASE_FAILED || !strings.Contains(out.message, `"32.43..1014"`) {
+		t.Fatalf("outcome %+v %v", out, em.verdicts)
+	}
+	v := em.verdicts[len(em.verdicts)-1]
+	if v.Check != "firmware_update" || v.Status != curev1.VerdictStatus_ERROR || v.Observed != "32.43..1014" || !strings.Contains(v.Message, `running version "32.43..1014" cannot be judged`) {
+		t.Errorf("verdict %v", v)
 	}
 }

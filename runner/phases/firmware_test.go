@@ -9,8 +9,8 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/manifests/fwplan"
 	"github.com/cure-oss/cure/runner/agent"
-	"github.com/cure-oss/cure/runner/fwplan"
 )
 
 // toyDev is a device of toyKind: a name and its running version.
@@ -35,8 +35,9 @@ func (*toyKind) Match(m manifests.Match, d toyDev) (bool, string, error) {
 	return m.Model == "" || m.Model == d.name, "", nil
 }
 func (*toyKind) Judge(fw *manifests.Firmware, d toyDev) fwplan.Judgement {
-	st, msg := gate(*fw, d.version)
-	return fwplan.Judgement{Status: st, Observed: d.version, Message: d.name + ": " + msg}
+	j := fwplan.Gate(fw, d.version)
+	j.Message = d.name + ": " + j.Message
+	return j
 }
 func (*toyKind) NoMatch(fw *manifests.Firmware, _ []toyDev) string {
 	return fmt.Sprintf("firmware entry %q: no toy matches", fw.Name)
@@ -63,7 +64,14 @@ func (k *toyKind) update(_ context.Context, a *curev1.Assignment, c fwplan.Check
 }
 
 func toyEntry(name, model, version string) manifests.Firmware {
-	return manifests.Firmware{Name: name, Component: "toy", Version: version, Gate: manifests.GateEqual, Match: manifests.Match{Model: model}}
+	return manifests.Firmware{Name: name, Component: "toy", Version: version, Gate: manifests.GateEqual, Match: manifests.Match{Model: model},
+		Artifact: &manifests.Artifact{SHA256: strings.Repeat("ab", 32), Size: 1}}
+}
+
+// noImage is an entry without an artifact.
+func noImage(fw manifests.Firmware) manifests.Firmware {
+	fw.Artifact = nil
+	return fw
 }
 
 func TestRunFirmware(t *testing.T) {
@@ -95,10 +103,18 @@ func TestRunFirmware(t *testing.T) {
 			k:      toyKind{fws: []manifests.Firmware{toyEntry("e", "", "2")}, devs: []toyDev{{"a", "1"}, {"b", "1"}}, fail: map[string]bool{"a": true}, reboot: map[string]bool{"b": true}},
 			status: curev1.PhaseStatus_PHASE_FAILED, msg: "toy update failed: toy/a: flash refused", updated: []string{"a", "b"},
 			verdict: "toy/a=DRIFT toy/b=DRIFT"},
+		{name: "a drifted entry without an image fails, the kind is not asked", mode: curev1.Mode_MODE_PROVISION,
+			k:      toyKind{fws: []manifests.Firmware{noImage(toyEntry("e", "a", "2")), toyEntry("f", "b", "2")}, devs: []toyDev{{"a", "1"}, {"b", "1"}}},
+			status: curev1.PhaseStatus_PHASE_FAILED, msg: `toy update failed: toy/a: firmware entry "e" drifted but names no artifact`, updated: []string{"b"},
+			verdict: "toy/a=DRIFT toy/b=DRIFT"},
 		{name: "provision error fails before any update", mode: curev1.Mode_MODE_PROVISION,
 			k:      toyKind{fws: []manifests.Firmware{toyEntry("e", "", "2"), toyEntry("ghost", "zz", "2")}, devs: []toyDev{{"a", "1"}}},
 			status: curev1.PhaseStatus_PHASE_FAILED, msg: `toy: firmware entry "ghost": no toy matches`,
 			verdict: "toy/a=DRIFT toy=ERROR"},
+		{name: "service updates drift like provision", mode: curev1.Mode_MODE_SERVICE,
+			k:      toyKind{fws: []manifests.Firmware{toyEntry("e", "", "2")}, devs: []toyDev{{"a", "1"}, {"b", "2"}}},
+			status: curev1.PhaseStatus_PHASE_OK, msg: "updated toy/a", updated: []string{"a"},
+			verdict: "toy/a=DRIFT toy/b=MATCH"},
 		{name: "audit reports drift only", mode: curev1.Mode_MODE_AUDIT,
 			k:      toyKind{fws: []manifests.Firmware{toyEntry("e", "", "2")}, devs: []toyDev{{"a", "1"}, {"b", "2"}}},
 			status: curev1.PhaseStatus_PHASE_OK, msg: "2 toy(s) checked: 1 drift, 0 error (toy/a 1 -> 2; reported only in MODE_AUDIT)",

@@ -33,7 +33,7 @@ func (e *Executor) runHardware(ctx context.Context, a *curev1.Assignment, emit a
 	var raw []byte
 	var name string
 	switch mode {
-	case modes.Provision:
+	case modes.Provision, modes.Service:
 		raw, name = a.GetManifestYaml(), a.GetManifestName()
 	case modes.Diagnostic, modes.Burnin:
 		raw, name = a.GetSkuYaml(), a.GetSkuName()
@@ -83,7 +83,7 @@ func (e *Executor) runHardware(ctx context.Context, a *curev1.Assignment, emit a
 			Message: fmt.Sprintf("hardware matches SKU %s (%d checks)", sku.Metadata.Name, len(vs))}
 	}
 	msg := fmt.Sprintf("hardware does not match SKU %s: %s", sku.Metadata.Name, summarize(bad))
-	if mode == modes.Provision {
+	if mode == modes.Provision || mode == modes.Service {
 		return failed("%s; nothing was written", msg)
 	}
 	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: msg + "; the suite runs on what is there and the run fails after it"}

@@ -4,174 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/exec"
-	"path"
-	"path/filepath"
 	"strings"
-	"unicode"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
-	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/manifests/fwplan"
 	"github.com/cure-oss/cure/runner/agent"
-	"github.com/cure-oss/cure/runner/fwplan"
+	"github.com/cure-oss/cure/tools/mellanox"
 	"github.com/cure-oss/cure/tools/mstflint"
-	"github.com/cure-oss/cure/tools/pci"
 )
-
-// mellanoxVendor is the PCI vendor id of Mellanox (NVIDIA networking).
-const mellanoxVendor = 0x15b3
-
-// NewMFT returns the mstflint tool the runner uses: the binaries are
-// resolved once (PATH, then /usr/bin and /usr/sbin, where the image puts
-// them) so the exec seam runs absolute paths, and device presence is
-// checked under sysRoot.
-func NewMFT(sysRoot string, log *slog.Logger) *mstflint.Tool {
-	return &mstflint.Tool{SysRoot: sysRoot, Mstflint: resolveTool("mstflint"), Mstfwreset: resolveTool("mstfwreset"), Log: log}
-}
-
-// resolveTool finds name on PATH or in the usual bin directories; the bare
-// name is returned when absent so the tool's own check reports it.
-func resolveTool(name string) string {
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	for _, d := range []string{"/usr/bin", "/usr/sbin", "/bin", "/sbin"} {
-		p := filepath.Join(d, name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
-			return p
-		}
-	}
-	return name
-}
-
-// NICDevice is one Mellanox/NVIDIA Ethernet or InfiniBand adapter: PCI
-// function 0 of a physical function (mstflint burns per device, not per
-// port, and virtual functions have no flash).
-type NICDevice struct {
-	PCI      string // 0000:17:00.0
-	DeviceID uint16
-	Class    uint32
-	// Family is the adapter family from the PCI device id ("ConnectX-7"),
-	// "" when the id is not in the table.
-	Family string
-	// PartNumber and Name come from the PCI VPD (PN keyword and the
-	// identifier string) when the kernel exposes it.
-	PartNumber, Name string
-}
-
-func (d NICDevice) String() string {
-	s := fmt.Sprintf("%s %#04x", d.PCI, d.DeviceID)
-	if d.Family != "" {
-		s += " " + d.Family
-	}
-	if d.PartNumber != "" {
-		s += " " + d.PartNumber
-	}
-	return s
-}
-
-// mellanoxFamilies maps PCI device ids (pci.ids) of physical functions to
-// adapter families, for match.model.
-var mellanoxFamilies = map[uint16]string{
-	0x1013: "ConnectX-4", 0x1015: "ConnectX-4 Lx", 0x1017: "ConnectX-5", 0x1019: "ConnectX-5 Ex",
-	0x101b: "ConnectX-6", 0x101d: "ConnectX-6 Dx", 0x101f: "ConnectX-6 Lx", 0x1021: "ConnectX-7",
-	0x1023: "ConnectX-8", 0xa2d2: "BlueField", 0xa2d6: "BlueField-2", 0xa2dc: "BlueField-3",
-}
-
-// FindMellanoxNICs lists the Mellanox Ethernet (class 0x0200xx) and
-// InfiniBand (0x0207xx) physical functions .0 under root/sys/bus/pci/devices,
-// sorted by address. A device whose sysfs files cannot be read is an error:
-// skipping it would hide an adapter the manifest pins.
-func FindMellanoxNICs(root string) ([]NICDevice, error) {
-	fns, err := pci.Functions(root)
-	if err != nil {
-		return nil, err
-	}
-	var out []NICDevice
-	for _, f := range fns {
-		if !strings.HasSuffix(f.Addr, ".0") {
-			continue
-		}
-		vendor, err := f.Vendor()
-		if err != nil {
-			return nil, err
-		}
-		if vendor != mellanoxVendor {
-			continue
-		}
-		class, err := f.Class()
-		if err != nil {
-			return nil, err
-		}
-		if c := class >> 8; c != 0x0200 && c != 0x0207 {
-			continue
-		}
-		if f.VirtualFunction() {
-			continue
-		}
-		dev, err := f.Device()
-		if err != nil {
-			return nil, err
-		}
-		d := NICDevice{PCI: f.Addr, DeviceID: dev, Class: class, Family: mellanoxFamilies[dev]}
-		// VPD is optional: old kernels and some firmware do not expose it.
-		if b, err := f.ReadFile("vpd"); err == nil {
-			d.Name, d.PartNumber = parseVPD(b)
-		}
-		out = append(out, d)
-	}
-	return out, nil
-}
-
-// parseVPD reads the identifier string (large resource tag 0x82) and the
-// PN keyword of the read-only section (tag 0x90) from PCI VPD (PCI Local
-// Bus 3.0 §6.4 / PCIe 6.28). It stops at the end tag or at the first
-// malformed resource: VPD is advisory, used only to match model globs.
-func parseVPD(b []byte) (name, pn string) {
-	for len(b) >= 3 {
-		tag := b[0]
-		if tag&0x80 == 0 { // small resource: the end tag (0x78) or unknown
-			return name, pn
-		}
-		n := int(b[1]) | int(b[2])<<8
-		if 3+n > len(b) {
-			return name, pn
-		}
-		data := b[3 : 3+n]
-		switch tag {
-		case 0x82:
-			name = vpdString(data)
-		case 0x90:
-			for len(data) >= 3 {
-				k, l := string(data[:2]), int(data[2])
-				if 3+l > len(data) {
-					break
-				}
-				if k == "PN" {
-					pn = vpdString(data[3 : 3+l])
-				}
-				data = data[3+l:]
-			}
-		}
-		b = b[3+n:]
-	}
-	return name, pn
-}
-
-// vpdString trims a VPD string field. The bytes are the adapter's: what
-// is not UTF-8 becomes U+FFFD, since the name ends up in protobuf strings.
-// Padding is spaces or NULs, in either order.
-func vpdString(b []byte) string {
-	s := strings.TrimFunc(string(b), func(r rune) bool { return r == 0 || unicode.IsSpace(r) })
-	return strings.ToValidUTF8(s, "\uFFFD")
-}
 
 // NICObservation is one adapter and what `mstflint query` said of it.
 type NICObservation struct {
-	Device NICDevice
+	Device mellanox.NIC
 	Query  *mstflint.Query // nil when Err is set
 	Err    error
 }
@@ -196,21 +42,36 @@ func (nicKind) Broken(o NICObservation) string {
 	return fmt.Sprintf("%s: %v", o.Device, o.Err)
 }
 
+// Match applies vendorId, psid and the model glob (over the adapter's
+// family, VPD part number and VPD name).
 func (nicKind) Match(m manifests.Match, o NICObservation) (bool, string, error) {
-	ok, err := matchNIC(m, o.Device, o.Query)
+	if ok, err := matchMellanox(m); !ok || err != nil {
+		return false, "", err
+	}
+	if m.PSID != "" && !strings.EqualFold(m.PSID, o.Query.PSID) {
+		return false, "", nil
+	}
+	ok, err := matchModel(m.Model, o.Device.Family, o.Device.PartNumber, o.Device.Name)
 	return ok, "", err
 }
 
 func (nicKind) Judge(fw *manifests.Firmware, o NICObservation) fwplan.Judgement {
-	st, msg := gate(*fw, o.Query.Running())
+	j := fwplan.Gate(fw, o.Query.Running())
 	if o.Query.PendingReset() {
-		msg += fmt.Sprintf(" (flash holds %s, waiting for a reset)", o.Query.FWVersion)
+		j.Message += fmt.Sprintf(" (flash holds %s, waiting for a reset)", o.Query.FWVersion)
 	}
-	return fwplan.Judgement{Status: st, Observed: o.Query.Running(), Message: fmt.Sprintf("%s PSID %s: %s", o.Device, o.Query.PSID, msg)}
+	j.Message = fmt.Sprintf("%s PSID %s: %s", o.Device, o.Query.PSID, j.Message)
+	return j
 }
 
 func (nicKind) NoMatch(fw *manifests.Firmware, obs []NICObservation) string {
-	return fmt.Sprintf("firmware entry %q: no Mellanox adapter matches %s (adapters seen: %s)", fw.Name, nicSelector(fw.Match), seenNICs(obs))
+	var seen []string
+	for _, o := range obs {
+		if o.Query != nil {
+			seen = append(seen, fmt.Sprintf("%s PSID %s", o.Device, o.Query.PSID))
+		}
+	}
+	return fmt.Sprintf("firmware entry %q: no Mellanox adapter matches %s (adapters seen: %s)", fw.Name, fw.Match, orNone(seen, "none answered a query"))
 }
 
 func (nicKind) Unmatched(o NICObservation) (fwplan.Judgement, bool) {
@@ -223,14 +84,14 @@ func (nicKind) words() fwWords {
 }
 
 func (nicKind) entries(sku *manifests.SKU) ([]manifests.Firmware, string) {
-	return inBand(sku, manifests.ComponentNIC), fmt.Sprintf("manifest %s pins no nic firmware (in-band): nothing to check", sku.Metadata.Name)
+	return sku.FirmwareVia(manifests.ComponentNIC, manifests.ViaInBand), fmt.Sprintf("manifest %s pins no nic firmware (in-band): nothing to check", sku.Metadata.Name)
 }
 
 // observe lists the adapters and queries each; no adapter, or no usable
 // mstflint, skips the phase (with a SKIP verdict per adapter for the latter).
 func (k *nicKind) observe(ctx context.Context, entries []manifests.Firmware, emit agent.Emitter) ([]NICObservation, *agent.PhaseOutcome) {
 	end := func(out agent.PhaseOutcome) ([]NICObservation, *agent.PhaseOutcome) { return nil, &out }
-	devs, err := FindMellanoxNICs(k.e.cfg.Root)
+	devs, err := mellanox.FindNICs(k.e.cfg.Root)
 	if err != nil {
 		return end(failed("nic: listing Mellanox adapters: %v", err))
 	}
@@ -260,144 +121,34 @@ func (k *nicKind) observe(ctx context.Context, entries []manifests.Firmware, emi
 	return obs, nil
 }
 
+// update burns one adapter and verifies (mstflint checks the PSID and the
+// image's version before writing, and the running version after a reset).
 func (k *nicKind) update(ctx context.Context, a *curev1.Assignment, c fwplan.Check[NICObservation], _ agent.Emitter) (*curev1.Verdict, bool) {
-	return k.e.updateNIC(ctx, a, c, k.images)
-}
-
-func (k *nicKind) removeImages() {
-	for _, p := range k.images {
-		os.Remove(p)
-	}
-}
-
-// runNIC reports a verdict per Mellanox adapter and, in provision mode,
-// burns the manifest's image on drifted ones.
-func (e *Executor) runNIC(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
-	k := &nicKind{e: e, images: map[*manifests.Firmware]string{}}
-	defer k.removeImages()
-	return runFirmware[NICObservation](ctx, e, k, a, emit)
-}
-
-// matchNIC applies vendorId, psid and the model glob of m.
-func matchNIC(m manifests.Match, d NICDevice, q *mstflint.Query) (bool, error) {
-	if m.VendorID != "" {
-		v, err := pci.ParseVendorID(m.VendorID)
-		if err != nil {
-			return false, fmt.Errorf("match.vendorId: %w", err)
-		}
-		if v != mellanoxVendor {
-			return false, nil
-		}
-	}
-	if m.PSID != "" && !strings.EqualFold(m.PSID, q.PSID) {
-		return false, nil
-	}
-	if m.Model != "" {
-		hit := false
-		for _, s := range []string{d.Family, d.PartNumber, d.Name} {
-			if s == "" {
-				continue
-			}
-			ok, err := path.Match(m.Model, s)
-			if err != nil {
-				return false, fmt.Errorf("match.model %q: %w", m.Model, err)
-			}
-			hit = hit || ok
-		}
-		if !hit {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-func nicSelector(m manifests.Match) string {
-	p := []string{}
-	if m.VendorID != "" {
-		p = append(p, fmt.Sprintf("vendorId=%q", m.VendorID))
-	}
-	if m.PSID != "" {
-		p = append(p, fmt.Sprintf("psid=%q", m.PSID))
-	}
-	if m.Model != "" {
-		p = append(p, fmt.Sprintf("model=%q", m.Model))
-	}
-	return "{" + strings.Join(p, " ") + "}"
-}
-
-func seenNICs(obs []NICObservation) string {
-	var p []string
-	for _, o := range obs {
-		if o.Query != nil {
-			p = append(p, fmt.Sprintf("%s PSID %s", o.Device, o.Query.PSID))
-		}
-	}
-	if len(p) == 0 {
-		return "none answered a query"
-	}
-	return strings.Join(p, ", ")
-}
-
-// nicActivation maps the manifest's activation onto mstflint's. An image
-// without mstfwreset cannot reset the adapter, so a reset becomes a reboot.
-func nicActivation(activation string, haveReset bool) (mstflint.Activation, string) {
-	switch activation {
-	case manifests.ActivationHostReboot:
-		return mstflint.ActivateReboot, ""
-	case manifests.ActivationNone:
-		return mstflint.ActivateNone, ""
-	default: // mstfwreset, or unset: a reset where possible, else a reboot
-		if !haveReset {
-			return mstflint.ActivateReboot, "mstfwreset is not in this image: a host reboot activates the image"
-		}
-		return mstflint.ActivateReset, ""
-	}
-}
-
-// updateNIC burns one adapter and verifies. It returns the verdict and
-// whether a host reboot is needed before the new firmware runs.
-func (e *Executor) updateNIC(ctx context.Context, a *curev1.Assignment, c fwplan.Check[NICObservation], images map[*manifests.Firmware]string) (*curev1.Verdict, bool) {
-	v := &curev1.Verdict{Component: nicKind{}.Label(c.Device), Check: "firmware_update", Observed: c.Observed, Expected: expected(*c.Entry)}
-	fail := func(format string, args ...any) (*curev1.Verdict, bool) {
-		v.Status = curev1.VerdictStatus_FAIL
-		v.Message = fmt.Sprintf(format, args...)
-		return v, false
-	}
-	mode, err := modes.FromProto(a.GetMode())
-	if err != nil {
-		return fail("%v", err)
-	}
-	if err := modes.CheckWrite(mode, "nic firmware update"); err != nil {
-		return fail("%v", err)
-	}
-	fw := c.Entry
-	if fw.Artifact == nil {
-		return fail("firmware entry %q drifted but names no artifact", fw.Name)
-	}
-	image, ok := images[fw]
+	v, fail := startUpdate(k, c)
+	fw, mft, pciAddr := c.Entry, k.e.cfg.MFT, c.Device.Device.PCI
+	image, ok := k.images[fw]
 	if !ok {
 		url, err := ArtifactURL(*fw.Artifact, a.GetArtifactBaseUrl())
 		if err != nil {
 			return fail("%v", err)
 		}
-		image, err = fetchArtifactFile(ctx, e.cfg.HTTP, url, *fw.Artifact, e.cfg.TmpDir, maxFirmwareImage)
+		image, err = fetchArtifactFile(ctx, k.e.cfg.HTTP, url, *fw.Artifact, k.e.cfg.TmpDir, maxFirmwareImage)
 		if err != nil {
 			return fail("%v", err)
 		}
-		images[fw] = image
+		k.images[fw] = image
 	}
-	_, resetErr := lookTool(e.cfg.MFT.LookPath, e.cfg.MFT.Mstfwreset, "mstfwreset")
-	act, note := nicActivation(fw.Activation, resetErr == nil)
-	plan, res, err := e.cfg.MFT.Update(ctx, c.Device.Device.PCI, image, fw.Version, act)
+	act, note := nicActivation(fw.Activation, mft.CanReset())
+	plan, res, err := mft.Update(ctx, pciAddr, image, fw.Version, act)
 	if err != nil {
 		var pm *mstflint.PSIDMismatchError
 		if errors.As(err, &pm) {
 			return fail("%s: nothing burnt: %v", fw.Name, err)
 		}
 		if res != nil && res.Burned {
-			return fail("%s %s -> %s: burnt, then: %v", c.Device.Device.PCI, c.Observed, fw.Version, err)
+			return fail("%s %s -> %s: burnt, then: %v", pciAddr, c.Observed, fw.Version, err)
 		}
-		return fail("%s %s -> %s: %v", c.Device.Device.PCI, c.Observed, fw.Version, err)
+		return fail("%s %s -> %s: %v", pciAddr, c.Observed, fw.Version, err)
 	}
 	notes := append([]string{plan.String()}, res.Notes...)
 	if note != "" {
@@ -426,12 +177,32 @@ func (e *Executor) updateNIC(ctx context.Context, a *curev1.Assignment, c fwplan
 	}
 }
 
-func lookTool(lp func(string) (string, error), name, def string) (string, error) {
-	if lp == nil {
-		lp = exec.LookPath
+func (k *nicKind) removeImages() {
+	for _, p := range k.images {
+		os.Remove(p)
 	}
-	if name == "" {
-		name = def
+}
+
+// runNIC reports a verdict per Mellanox adapter and, in provision and
+// service modes, burns the manifest's image on drifted ones.
+func (e *Executor) runNIC(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
+	k := &nicKind{e: e, images: map[*manifests.Firmware]string{}}
+	defer k.removeImages()
+	return runFirmware[NICObservation](ctx, e, k, a, emit)
+}
+
+// nicActivation maps the manifest's activation onto mstflint's. An image
+// without mstfwreset cannot reset the adapter, so a reset becomes a reboot.
+func nicActivation(activation string, haveReset bool) (mstflint.Activation, string) {
+	switch activation {
+	case manifests.ActivationHostReboot:
+		return mstflint.ActivateReboot, ""
+	case manifests.ActivationNone:
+		return mstflint.ActivateNone, ""
+	default: // mstfwreset, or unset: a reset where possible, else a reboot
+		if !haveReset {
+			return mstflint.ActivateReboot, "mstfwreset is not in this image: a host reboot activates the image"
+		}
+		return mstflint.ActivateReset, ""
 	}
-	return lp(name)
 }

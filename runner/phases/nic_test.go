@@ -15,43 +15,26 @@ import (
 	"testing"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
-	"github.com/cure-oss/cure/runner/fwplan"
+	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/manifests/fwplan"
+	"github.com/cure-oss/cure/tools/mellanox"
 	"github.com/cure-oss/cure/tools/mstflint"
+	"github.com/cure-oss/cure/tools/pci/pcitest"
+	"github.com/cure-oss/cure/tools/pci/vpd"
 )
 
-// pciFn writes one PCI function into a fake sysfs under root.
-func pciFn(t *testing.T, root, addr string, vendor, device uint16, class uint32, vpd []byte, vf bool) {
+// pciFn adds a PCI function to a fixture root.
+func pciFn(t *testing.T, root, addr string, vendor, device uint16, class uint32, vpdb []byte, vf bool) {
 	t.Helper()
-	d := filepath.Join(root, "sys/bus/pci/devices", addr)
-	if err := os.MkdirAll(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, val := range map[string]string{
-		"vendor": fmt.Sprintf("0x%04x\n", vendor), "device": fmt.Sprintf("0x%04x\n", device), "class": fmt.Sprintf("0x%06x\n", class),
-	} {
-		if err := os.WriteFile(filepath.Join(d, name), []byte(val), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if vpd != nil {
-		os.WriteFile(filepath.Join(d, "vpd"), vpd, 0o644)
-	}
+	a := pcitest.Adapter{Addr: addr, Vendor: vendor, Device: device, Class: class, VPD: vpdb}
 	if vf {
-		os.Symlink("../0000:17:00.0", filepath.Join(d, "physfn"))
+		a.PhysFn = "0000:17:00.0"
 	}
+	pcitest.AddAdapter(t, root, a)
 }
 
 // vpdBytes builds PCI VPD: identifier string, VPD-R with PN, end tag.
-func vpdBytes(name, pn string) []byte {
-	b := []byte{0x82, byte(len(name)), 0}
-	b = append(b, name...)
-	ro := append([]byte("PN"), byte(len(pn)))
-	ro = append(ro, pn...)
-	ro = append(ro, 'R', 'V', 1, 0) // checksum keyword, value not checked
-	b = append(b, 0x90, byte(len(ro)), 0)
-	b = append(b, ro...)
-	return append(b, 0x78)
-}
+func vpdBytes(name, pn string) []byte { return vpd.Encode(vpd.Fields{Name: name, PartNumber: pn}) }
 
 // mftQuery renders `mstflint query` output shaped like the tools/mstflint
 // fixtures; running differs from flash when a burn waits for a reset.
@@ -197,53 +180,6 @@ func nicAssign(t *testing.T, mode curev1.Mode, yaml []byte, srv *httptest.Server
 		a.ArtifactBaseUrl = srv.URL + "/artifacts/"
 	}
 	return a
-}
-
-func TestFindMellanoxNICs(t *testing.T) {
-	root := t.TempDir()
-	pciFn(t, root, "0000:17:00.0", 0x15b3, 0x1021, 0x020000, vpdBytes("NVIDIA ConnectX-7 HHHL Adapter Card", "MCX75310AAS-NEAT"), false)
-	pciFn(t, root, "0000:17:00.1", 0x15b3, 0x1021, 0x020000, nil, false) // port 2: same flash
-	pciFn(t, root, "0000:17:01.0", 0x15b3, 0x101e, 0x020000, nil, true)  // SR-IOV VF
-	pciFn(t, root, "0000:3b:00.0", 0x15b3, 0x1021, 0x020700, nil, false) // InfiniBand
-	pciFn(t, root, "0000:a3:00.0", 0x15b3, 0xa2dc, 0x020000, nil, false) // BlueField-3 NIC
-	pciFn(t, root, "0000:a3:00.2", 0x15b3, 0xc2d5, 0x080000, nil, false) // rshim function
-	pciFn(t, root, "0000:c1:00.0", 0x15b3, 0xa2dc, 0x058000, nil, false) // not a network class
-	pciFn(t, root, "0000:00:03.0", 0x1af4, 0x1041, 0x020000, nil, false) // virtio-net
-	devs, err := FindMellanoxNICs(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, d := range devs {
-		got = append(got, d.String())
-	}
-	want := []string{"0000:17:00.0 0x1021 ConnectX-7 MCX75310AAS-NEAT", "0000:3b:00.0 0x1021 ConnectX-7", "0000:a3:00.0 0xa2dc BlueField-3"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Fatalf("devices\n%q\nwant\n%q", got, want)
-	}
-	if devs[0].Name != "NVIDIA ConnectX-7 HHHL Adapter Card" || devs[1].Class != 0x020700 {
-		t.Errorf("%+v", devs[:2])
-	}
-	// No PCI bus at all (a fixture without sys/): nothing, not an error.
-	if devs, err := FindMellanoxNICs(t.TempDir()); err != nil || len(devs) != 0 {
-		t.Errorf("empty root: %v %v", devs, err)
-	}
-	// An unreadable vendor file is an error naming it.
-	os.WriteFile(filepath.Join(root, "sys/bus/pci/devices/0000:17:00.0/vendor"), []byte("zz\n"), 0o644)
-	if _, err := FindMellanoxNICs(root); err == nil || !strings.Contains(err.Error(), `0000:17:00.0/vendor: "zz" is not a hex number`) {
-		t.Errorf("err = %v", err)
-	}
-}
-
-func TestParseVPDTruncated(t *testing.T) {
-	b := vpdBytes("ConnectX-7", "MCX755106AS-HEAT")
-	if n, pn := parseVPD(b); n != "ConnectX-7" || pn != "MCX755106AS-HEAT" {
-		t.Errorf("%q %q", n, pn)
-	}
-	// A resource whose length runs past the data stops the parse, keeping what was read.
-	if n, pn := parseVPD(b[:20]); n != "ConnectX-7" || pn != "" {
-		t.Errorf("truncated: %q %q", n, pn)
-	}
 }
 
 func TestNICMatchIsSkippedAndNeverBurns(t *testing.T) {
@@ -467,13 +403,13 @@ func TestNICEntryMatchingNothingIsAnError(t *testing.T) {
 }
 
 func TestPlanNICModelAndQueryErrors(t *testing.T) {
-	cx7 := NICDevice{PCI: "0000:17:00.0", DeviceID: 0x1021, Family: "ConnectX-7", PartNumber: "MCX75310AAS-NEAT"}
-	bf3 := NICDevice{PCI: "0000:a3:00.0", DeviceID: 0xa2dc, Family: "BlueField-3"}
+	cx7 := mellanox.NIC{PCI: "0000:17:00.0", DeviceID: 0x1021, Family: "ConnectX-7", PartNumber: "MCX75310AAS-NEAT"}
+	bf3 := mellanox.NIC{PCI: "0000:a3:00.0", DeviceID: 0xa2dc, Family: "BlueField-3"}
 	q := func(v, psid string) *mstflint.Query { return &mstflint.Query{FWVersion: v, PSID: psid} }
 	obs := []NICObservation{
 		{Device: cx7, Query: q("28.39.1002", "MT_0000000838")},
 		{Device: bf3, Query: q("32.41.1000", "MT_0000000884")},
-		{Device: NICDevice{PCI: "0000:3b:00.0"}, Err: errors.New("-E- Cannot open Device")},
+		{Device: mellanox.NIC{PCI: "0000:3b:00.0"}, Err: errors.New("-E- Cannot open Device")},
 	}
 	y := nicManifest(strings.Replace(nicEntry("MT_0000000838", "28.39.1002", "equal", "none", []byte("x")), `        psid: MT_0000000838`, `        model: "MCX753*"`, 1))
 	sku, err := New(Config{}).sku(nicAssign(t, curev1.Mode_MODE_AUDIT, y, nil))
@@ -481,7 +417,7 @@ func TestPlanNICModelAndQueryErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := &nicKind{}
-	checks := fwplan.Plan[NICObservation](k, inBand(sku, "nic"), obs)
+	checks := fwplan.Plan[NICObservation](k, sku.FirmwareVia("nic", manifests.ViaInBand), obs)
 	var got []string
 	for _, c := range checks {
 		got = append(got, c.Component(k)+"="+c.Status.String())
@@ -492,20 +428,5 @@ func TestPlanNICModelAndQueryErrors(t *testing.T) {
 	}
 	if !strings.Contains(checks[0].Message, "Cannot open Device") {
 		t.Errorf("query error message %q", checks[0].Message)
-	}
-}
-
-func TestNewMFTResolvesAbsolutePaths(t *testing.T) {
-	if p := resolveTool("sh"); !filepath.IsAbs(p) {
-		t.Errorf("sh resolved to %q, want an absolute path", p)
-	}
-	// Absent: the bare name, so Available reports it by name.
-	tool := NewMFT("/", quiet())
-	tool.Mstflint = resolveTool("cure-no-such-mstflint")
-	if tool.Mstflint != "cure-no-such-mstflint" {
-		t.Fatalf("absent tool resolved to %q", tool.Mstflint)
-	}
-	if err := tool.Available(); !mstflint.IsSkip(err) || !strings.Contains(err.Error(), "cure-no-such-mstflint") {
-		t.Errorf("Available = %v", err)
 	}
 }

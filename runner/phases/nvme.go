@@ -3,13 +3,12 @@ package phases
 import (
 	"context"
 	"fmt"
-	"path"
 	"strings"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/manifests/fwplan"
 	"github.com/cure-oss/cure/runner/agent"
-	"github.com/cure-oss/cure/runner/fwplan"
 	"github.com/cure-oss/cure/runner/inventory"
 	"github.com/cure-oss/cure/tools/pci"
 )
@@ -36,13 +35,17 @@ func (nvmeKind) Match(m manifests.Match, c *inventory.Controller) (bool, string,
 }
 
 func (nvmeKind) Judge(fw *manifests.Firmware, c *inventory.Controller) fwplan.Judgement {
-	st, msg := gate(*fw, c.Firmware())
-	return fwplan.Judgement{Status: st, Observed: c.Firmware(),
-		Message: fmt.Sprintf("%s model %q serial %q (from %s): %s", c.Info.Name, c.Model(), c.Serial(), c.Source(), msg)}
+	j := fwplan.Gate(fw, c.Firmware())
+	j.Message = fmt.Sprintf("%s model %q serial %q (from %s): %s", c.Info.Name, c.Model(), c.Serial(), c.Source(), j.Message)
+	return j
 }
 
 func (nvmeKind) NoMatch(fw *manifests.Firmware, ctrls []*inventory.Controller) string {
-	return fmt.Sprintf("firmware entry %q: no NVMe controller matches %s (controllers seen: %s)", fw.Name, selector(fw.Match), seen(ctrls))
+	var seen []string
+	for _, c := range ctrls {
+		seen = append(seen, fmt.Sprintf("%s %q vid %#04x", c.Info.Name, c.Model(), c.VendorID()))
+	}
+	return fmt.Sprintf("firmware entry %q: no NVMe controller matches %s (controllers seen: %s)", fw.Name, fw.Match, orNone(seen, "none"))
 }
 
 func (nvmeKind) entries(sku *manifests.SKU) ([]manifests.Firmware, string) {
@@ -66,47 +69,16 @@ func (k nvmeKind) update(ctx context.Context, a *curev1.Assignment, c fwplan.Che
 	return k.e.updateNVMe(ctx, a, c)
 }
 
-// runNVMe reports a verdict per controller and, in provision mode,
+// runNVMe reports a verdict per controller and, in provision and service modes,
 // updates drifted ones; in other modes DRIFT is only reported.
 func (e *Executor) runNVMe(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
 	return runFirmware(ctx, e, nvmeKind{e}, a, emit)
 }
 
-func selector(m manifests.Match) string {
-	var p []string
-	if m.Model != "" {
-		p = append(p, fmt.Sprintf("model=%q", m.Model))
-	}
-	if m.VendorID != "" {
-		p = append(p, fmt.Sprintf("vendorId=%q", m.VendorID))
-	}
-	if len(p) == 0 {
-		return "{any}"
-	}
-	return "{" + strings.Join(p, " ") + "}"
-}
-
-func seen(ctrls []*inventory.Controller) string {
-	if len(ctrls) == 0 {
-		return "none"
-	}
-	var p []string
-	for _, c := range ctrls {
-		p = append(p, fmt.Sprintf("%s %q vid %#04x", c.Info.Name, c.Model(), c.VendorID()))
-	}
-	return strings.Join(p, ", ")
-}
-
 // matchController applies the model glob and vendor id of m.
 func matchController(m manifests.Match, c *inventory.Controller) (bool, error) {
-	if m.Model != "" {
-		ok, err := path.Match(m.Model, strings.TrimSpace(c.Model()))
-		if err != nil {
-			return false, fmt.Errorf("match.model %q: %w", m.Model, err)
-		}
-		if !ok {
-			return false, nil
-		}
+	if ok, err := matchModel(m.Model, strings.TrimSpace(c.Model())); !ok || err != nil {
+		return false, err
 	}
 	if m.VendorID != "" {
 		v, err := pci.ParseVendorID(m.VendorID)

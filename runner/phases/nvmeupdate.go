@@ -10,8 +10,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
-	"github.com/cure-oss/cure/modes"
-	"github.com/cure-oss/cure/runner/fwplan"
+	"github.com/cure-oss/cure/manifests/fwplan"
 	"github.com/cure-oss/cure/runner/inventory"
 	"github.com/cure-oss/cure/tools/artifact"
 	"github.com/cure-oss/cure/tools/nvme"
@@ -63,22 +62,7 @@ func formatExt(f string) string {
 // needed before the new firmware runs.
 func (e *Executor) updateNVMe(ctx context.Context, a *curev1.Assignment, c fwplan.Check[*inventory.Controller]) (*curev1.Verdict, bool) {
 	ctrl := c.Device
-	v := &curev1.Verdict{Component: nvmeKind{}.Label(ctrl), Check: "firmware_update", Observed: c.Observed, Expected: expected(*c.Entry)}
-	fail := func(format string, args ...any) (*curev1.Verdict, bool) {
-		v.Status = curev1.VerdictStatus_FAIL
-		v.Message = fmt.Sprintf(format, args...)
-		return v, false
-	}
-	mode, err := modes.FromProto(a.GetMode())
-	if err != nil {
-		return fail("%v", err)
-	}
-	if err := modes.CheckWrite(mode, "nvme firmware update"); err != nil {
-		return fail("%v", err)
-	}
-	if c.Entry.Artifact == nil {
-		return fail("firmware entry %q drifted but names no artifact", c.Entry.Name)
-	}
+	v, fail := startUpdate(nvmeKind{}, c)
 	if e.cfg.OpenNVMeFirmware == nil {
 		return fail("runner has no NVMe firmware device opener configured")
 	}

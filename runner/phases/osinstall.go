@@ -91,16 +91,21 @@ func PlanInstall(a *curev1.Assignment, sku *manifests.SKU, disks []blockdev.Disk
 }
 
 // CheckDiskWrite is the executor boundary for anything that writes a disk
-// image: only provision mode installs an OS.
+// image: the mode's disk policy (modes.CheckDiskWrite: service, which
+// flashes firmware, is refused here like the read-only modes), and of the
+// modes that may write disks only provision installs an OS.
 func CheckDiskWrite(m curev1.Mode) error {
-	if m != curev1.Mode_MODE_PROVISION {
-		return fmt.Errorf("os_install refused: mode %s never installs an OS (only MODE_PROVISION writes an image)", m)
-	}
 	mode, err := modes.FromProto(m)
 	if err != nil {
 		return fmt.Errorf("os_install refused: %w", err)
 	}
-	return modes.CheckWrite(mode, "os_install")
+	if err := modes.CheckDiskWrite(mode, "os_install"); err != nil {
+		return err
+	}
+	if mode != modes.Provision {
+		return fmt.Errorf("os_install refused: mode %s never installs an OS (only provision writes an image)", mode)
+	}
+	return nil
 }
 
 func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {

@@ -84,9 +84,9 @@ type Config struct {
 	// kernel re-read the partition table (default 15s).
 	SeedWait time.Duration
 	// MFT runs mstflint/mstfwreset for the nic phase and the DPU's NIC
-	// query (NewMFT); nil skips the nic phase.
+	// query (mstflint.New); nil skips the nic phase.
 	MFT *mstflint.Tool
-	// Rshims lists the BlueField rshim devices (RealRshims); nil skips the
+	// Rshims lists the BlueField rshim devices (bluefield.OpenAll); nil skips the
 	// dpu phase.
 	Rshims func() ([]bluefield.Rshim, error)
 	// TmpDir receives downloaded NIC images and DPU bundles (tmpfs in CURE;

@@ -13,7 +13,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
-	"github.com/cure-oss/cure/runner/fwplan"
+	"github.com/cure-oss/cure/manifests/fwplan"
 	"github.com/cure-oss/cure/runner/inventory"
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/diskimage"
@@ -318,7 +318,7 @@ func TestOSInstallHappyPath(t *testing.T) {
 }
 
 func TestOSInstallRefusedOutsideProvision(t *testing.T) {
-	for _, m := range []curev1.Mode{curev1.Mode_MODE_AUDIT, curev1.Mode_MODE_VERIFY, curev1.Mode_MODE_DIAGNOSTIC, curev1.Mode_MODE_BURNIN, curev1.Mode_MODE_UNSPECIFIED, curev1.Mode_MODE_WIPE} {
+	for _, m := range []curev1.Mode{curev1.Mode_MODE_AUDIT, curev1.Mode_MODE_VERIFY, curev1.Mode_MODE_DIAGNOSTIC, curev1.Mode_MODE_BURNIN, curev1.Mode_MODE_UNSPECIFIED, curev1.Mode_MODE_WIPE, curev1.Mode_MODE_SERVICE} {
 		img := &fakeImages{}
 		listed := false
 		e := New(Config{Log: quiet(), Disks: func() ([]blockdev.Disk, error) { listed = true; return disks(), nil }, Images: img, Seeds: &fakeSeeds{}})

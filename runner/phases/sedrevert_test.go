@@ -90,9 +90,9 @@ func TestSEDRevertPhase(t *testing.T) {
 			t.Fatalf("outcome %+v, %d wipes", out, len(calls))
 		}
 	})
-	t.Run("read-only modes never wipe", func(t *testing.T) {
+	t.Run("read-only modes and service never wipe", func(t *testing.T) {
 		calls = nil
-		for _, m := range []curev1.Mode{curev1.Mode_MODE_AUDIT, curev1.Mode_MODE_VERIFY, curev1.Mode_MODE_DIAGNOSTIC, curev1.Mode_MODE_BURNIN} {
+		for _, m := range []curev1.Mode{curev1.Mode_MODE_AUDIT, curev1.Mode_MODE_VERIFY, curev1.Mode_MODE_DIAGNOSTIC, curev1.Mode_MODE_BURNIN, curev1.Mode_MODE_SERVICE} {
 			out := e.Run(context.Background(), "sed_revert", assignment(t, m, wipeManifest(t, "format", `transport: nvme`)), &recEmitter{})
 			if out.Status != curev1.PhaseStatus_PHASE_FAILED || !strings.Contains(out.Message, "refused") {
 				t.Errorf("%s: outcome %+v", m, out)

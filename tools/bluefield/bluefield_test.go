@@ -330,3 +330,18 @@ func TestOpenAbsentIsSkip(t *testing.T) {
 		t.Errorf("misc after write = %q", b[:20])
 	}
 }
+
+func TestOpenAll(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "rshim0")
+	os.MkdirAll(dir, 0o755)
+	os.MkdirAll(filepath.Join(root, "rshim1"), 0o755) // no misc: not a live rshim
+	os.WriteFile(filepath.Join(dir, "misc"), fixture(t, "misc_basic.txt"), 0o644)
+	rs, err := OpenAll(root)
+	if err != nil || len(rs) != 1 || rs[0].Name() != dir {
+		t.Fatalf("OpenAll = %v, %v; want %s only", rs, err, dir)
+	}
+	if rs, err := OpenAll(filepath.Join(root, "none")); err != nil || len(rs) != 0 {
+		t.Errorf("no /dev: %v, %v", rs, err)
+	}
+}

@@ -54,6 +54,23 @@ func Find(devRoot string) ([]string, error) {
 	return out, nil
 }
 
+// OpenAll opens every rshim device under devRoot ("/dev" in production).
+func OpenAll(devRoot string) ([]Rshim, error) {
+	dirs, err := Find(devRoot)
+	if err != nil {
+		return nil, fmt.Errorf("list rshim devices: %w", err)
+	}
+	var out []Rshim
+	for _, d := range dirs {
+		r, err := Open(d)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
 func (d *Dev) Name() string { return d.Dir }
 
 func (d *Dev) ReadMisc() ([]byte, error) {

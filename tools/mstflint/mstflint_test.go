@@ -269,3 +269,26 @@ func TestExecRunner(t *testing.T) {
 		t.Fatalf("out %q err %q: %v", out, errb, err)
 	}
 }
+
+func TestNewResolvesAbsolutePaths(t *testing.T) {
+	if p := resolve("sh"); !filepath.IsAbs(p) {
+		t.Errorf("sh resolved to %q, want an absolute path", p)
+	}
+	// Absent: the bare name, so Available reports it by name.
+	tool := New("/", nil)
+	tool.Mstflint = resolve("cure-no-such-mstflint")
+	if tool.Mstflint != "cure-no-such-mstflint" {
+		t.Fatalf("absent tool resolved to %q", tool.Mstflint)
+	}
+	if err := tool.Available(); !IsSkip(err) || !strings.Contains(err.Error(), "cure-no-such-mstflint") {
+		t.Errorf("Available = %v", err)
+	}
+	tool.Mstfwreset = "sh"
+	if !tool.CanReset() {
+		t.Error("CanReset with sh as mstfwreset = false")
+	}
+	tool.Mstfwreset = "cure-no-such-mstfwreset"
+	if tool.CanReset() {
+		t.Error("CanReset without mstfwreset = true")
+	}
+}

@@ -7,6 +7,8 @@
 //	curectl watch NODE...|--run RUN|--selector k=v,...|--fleet
 //	curectl report [-o json] [--html FILE] NODE|--run RUN
 //	curectl nodes [list|show NODE|add ...|import FILE|remove NODE|label NODE k=v... k-...]
+//	curectl nodes drain|drained|return [--reason TEXT] [--selector k=v,...] [NODE...]
+//	curectl nodes revalidate --suite SUITE [--mode diagnostic|burnin] [--return] [NODE...]
 //	curectl audit-log [--kind operator|security] [--node NODE] [--limit N] [-o json|yaml|wide]
 //	curectl buckets [--selector k=v,...] [--failed] [--max-runs N] [-o json|yaml]
 //	curectl completion bash|zsh|fish|powershell; curectl man --dir DIR; curectl --version
@@ -245,7 +247,7 @@ func (a *app) provisionCmd() *cobra.Command {
 	var o provisionOpts
 	cmd := &cobra.Command{
 		Use:   "provision [NODE...]",
-		Short: "Start a run (provision, audit, verify, diagnostic, burnin or wipe) on nodes",
+		Short: "Start a run (provision, audit, verify, diagnostic, burnin, wipe or service) on nodes",
 		Long: `Start a run on each NODE and on every node --selector matches.
 --mode wipe destroys the disks' data: curectl lists the nodes and disks and
 asks for confirmation on a terminal; elsewhere it refuses unless --yes.
@@ -261,7 +263,8 @@ Exit codes:
   curectl provision --resume gpu-001                  # continue a failed run from the phase it reached
   curectl provision --mode audit gpu-001              # compare firmware and settings, write nothing
   curectl provision --mode diagnostic --manifest rma-quick --watch gpu-001
-  curectl provision --mode wipe --yes gpu-001         # erase the disks (without --yes: asks on a terminal)`,
+  curectl provision --mode wipe --yes gpu-001         # erase the disks (without --yes: asks on a terminal)
+  curectl provision --mode service --watch gpu-001    # firmware and BIOS settings on a drained deployed node; disks untouched`,
 		RunE: func(_ *cobra.Command, args []string) error {
 			c, targets, err := a.connect()
 			if err != nil {
@@ -272,7 +275,7 @@ Exit codes:
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.mode, "mode", "provision", "provision|audit|verify|diagnostic|burnin|wipe")
+	f.StringVar(&o.mode, "mode", "provision", "provision|audit|verify|diagnostic|burnin|wipe|service")
 	f.StringVar(&o.manifest, "manifest", "", "manifest (SKU) name; default: the node's")
 	f.BoolVar(&o.resume, "resume", false, "continue the node's latest unfinished run")
 	f.BoolVar(&o.follow, "watch", false, "follow the timeline until the run ends, then print the report")

@@ -34,7 +34,7 @@ func (a *app) nodesCmd() *cobra.Command {
 	}
 	cmd := &cobra.Command{
 		Use:   "nodes",
-		Short: "List, show, add, import, remove and label nodes (default: list)",
+		Short: "List, show, add, import, remove and label nodes; drain, revalidate and return them (default: list)",
 		Args:  cobra.NoArgs,
 		RunE:  list,
 	}
@@ -98,6 +98,7 @@ func (a *app) nodesCmd() *cobra.Command {
 		},
 	}
 	cmd.AddCommand(listCmd, show, a.nodesAddCmd(), importCmd, remove, label)
+	cmd.AddCommand(a.poolCmds()...)
 	return cmd
 }
 

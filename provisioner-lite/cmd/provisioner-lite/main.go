@@ -35,6 +35,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/pacing"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/pool"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/sitecheck"
@@ -615,10 +616,14 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	go rec.Run(ctx)
 	defer rec.Flush(context.Background())
 	hub := sessions.NewHub()
+	catalog := &pipeline.Catalog{Dir: c.manifestDir}
+	// The pool hears every run's end and starts revalidation runs: it and
+	// the engine refer to each other, the engine's hook is set first.
+	var nodePool *pool.Pool
 	eng := pipeline.New(ctx, pipeline.Config{
 		Store: st, Hub: hub, Log: log, Audit: rec,
 		ConnectBMC:      bmcPool.connect,
-		Manifests:       &pipeline.Catalog{Dir: c.manifestDir},
+		Manifests:       catalog,
 		ArtifactDir:     artifactDir,
 		BaseURL:         baseURL,
 		BMCBaseURL:      c.bmcBaseURL,
@@ -629,9 +634,10 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		MaxRuns:         c.maxRuns,
 		NetBoot:         nb.target,
 		Metrics:         obs.m,
-		Notify:          runNotice(notifier),
+		Notify:          runNotice(notifier, func(rn pipeline.RunNotice) { nodePool.RunEnded(ctx, rn.Run) }),
 		ToolBundle:      toolBundle,
 	})
+	nodePool = pool.New(pool.Config{Store: st, Starter: eng, Announce: poolNotice(notifier), CheckSuite: suiteCheck(catalog), Metrics: obs.m, Log: log})
 
 	bs, err := bootserver.New(bootserver.Config{ImageDir: c.imageDir, ArtifactDir: artifactDir, BaseURL: baseURL, Logger: log,
 		Limits: bootserver.Limits{MaxConns: plan.http.Conns, MaxConnsPerSource: plan.http.PerSource}, IPXEBuilds: nb.builds(), Served: obs.m.ArtifactServed}, eng)
@@ -648,7 +654,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	gs := grpc.NewServer(opts...)
 	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Audit: rec, Guard: eng, Instance: c.instance,
 		BindPeer: c.bindBootIP, Limits: c.eventLimits, Metrics: obs.m})
-	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng, Canceler: eng, Instance: c.instance,
+	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng, Canceler: eng, Pool: nodePool, Instance: c.instance,
 		KnownSKU: sitecheck.KnownSKU(c.manifestDir), BMCCADir: sd.Join("bmc-ca"), Log: log})
 
 	errc := make(chan error, 4)
@@ -685,6 +691,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		}
 	}
 	go eng.RunLeases(ctx)
+	go nodePool.Run(ctx, time.Minute)
 	go func() {
 		if c.statsEvery <= 0 {
 			return // --stats-every 0: no periodic statistics

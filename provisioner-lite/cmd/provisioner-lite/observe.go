@@ -18,6 +18,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/notify"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
+	"github.com/cure-oss/cure/provisioner-lite/pool"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
@@ -85,19 +86,46 @@ func newNotifier(urls []string, secretFile string, m *metrics.Metrics, log *slog
 	return notify.New(notify.Config{URLs: urls, Secret: secret, Log: log, Result: m.Webhook})
 }
 
-// runNotice turns a finished run into a webhook (pipeline.Config.Notify).
-func runNotice(n *notify.Notifier) func(pipeline.RunNotice) {
+// runNotice turns a finished run into a webhook (pipeline.Config.Notify)
+// and hands it to also (the pool).
+func runNotice(n *notify.Notifier, also func(pipeline.RunNotice)) func(pipeline.RunNotice) {
+	return func(rn pipeline.RunNotice) {
+		if n != nil {
+			r := rn.Run
+			ev := notify.EventRunEnded
+			if r.Status == curev1.RunStatus_RUN_ATTENTION {
+				ev = notify.EventRunAttention
+			}
+			n.Notify(notify.Payload{Event: ev, RunID: r.ID, NodeID: r.NodeID, SKU: rn.SKU, Mode: r.Mode, Status: runstate.RunName(r.Status), Phase: r.Phase,
+				Message: r.Message, Reboots: r.Reboots, StartedAt: r.StartedAt, EndedAt: r.EndedAt})
+		}
+		if also != nil {
+			also(rn)
+		}
+	}
+}
+
+// poolNotice turns a pool move into a node.pool webhook (nil without
+// --webhook: nothing to announce to).
+func poolNotice(n *notify.Notifier) func(pool.Change) {
 	if n == nil {
 		return nil
 	}
-	return func(rn pipeline.RunNotice) {
-		r := rn.Run
-		ev := notify.EventRunEnded
-		if r.Status == curev1.RunStatus_RUN_ATTENTION {
-			ev = notify.EventRunAttention
+	return func(c pool.Change) { n.Notify(c.Payload()) }
+}
+
+// suiteCheck refuses a revalidation whose suite does not load as a
+// ValidationSuite.
+func suiteCheck(c *pipeline.Catalog) func(string) error {
+	return func(name string) error {
+		_, doc, err := c.LoadDocument(name)
+		if err != nil {
+			return err
 		}
-		n.Notify(notify.Payload{Event: ev, RunID: r.ID, NodeID: r.NodeID, SKU: rn.SKU, Mode: r.Mode, Status: runstate.RunName(r.Status), Phase: r.Phase,
-			Message: r.Message, Reboots: r.Reboots, StartedAt: r.StartedAt, EndedAt: r.EndedAt})
+		if doc.Suite == nil {
+			return fmt.Errorf("revalidation needs a ValidationSuite; %s is a %s", name, doc.Kind)
+		}
+		return nil
 	}
 }
 

@@ -55,11 +55,12 @@
       }
       const tr = document.getElementById("n-" + r.Node);
       if (!tr) continue;
-      const st = tr.querySelector(".status"), ph = tr.querySelector(".phase"), msg = tr.querySelector(".msg");
-      if (st.textContent === r.Status && ph.textContent === r.Phase && msg.textContent === r.Message) continue;
+      const st = tr.querySelector(".status"), ph = tr.querySelector(".phase"), msg = tr.querySelector(".msg"), pool = tr.querySelector(".pool");
+      if (st.textContent === r.Status && ph.textContent === r.Phase && msg.textContent === r.Message && pool.textContent === r.Pool) continue;
       st.textContent = r.Status;
       ph.textContent = r.Phase;
       msg.textContent = r.Message;
+      pool.textContent = r.Pool;
       tr.className = "st-" + r.Status + " flash";
       body.dataset.updated = String(d.time);
     }

@@ -28,7 +28,9 @@ import (
 	"github.com/cure-oss/cure/runner/phases"
 	"github.com/cure-oss/cure/runner/transport"
 	"github.com/cure-oss/cure/tools/blockdev"
+	"github.com/cure-oss/cure/tools/bluefield"
 	"github.com/cure-oss/cure/tools/gpu/driver"
+	"github.com/cure-oss/cure/tools/mstflint"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
@@ -381,8 +383,8 @@ func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 		Wipe:              phases.RealDiskWiper(root),
 		FixPartitionTable: phases.FixGPT,
 		Root:              root,
-		MFT:               phases.NewMFT(root, r.log),
-		Rshims:            phases.RealRshims(root),
+		MFT:               mstflint.New(root, r.log),
+		Rshims:            func() ([]bluefield.Rshim, error) { return bluefield.OpenAll(filepath.Join(root, "dev")) },
 		TmpDir:            "/tmp",
 		Inventory:         phases.CollectInventory(root, inventory.Options{Log: r.log, NodeID: r.cmd.Node}),
 		LinksUp: func(ctx context.Context, wait time.Duration) (int, error) {

@@ -3,6 +3,7 @@
 package pcitest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -78,4 +79,40 @@ func Tree(t testing.TB, fns []Function) string {
 func LinkAttrs(speed, width, maxSpeed, maxWidth string) map[string]string {
 	return map[string]string{"current_link_speed": speed, "current_link_width": width,
 		"max_link_speed": maxSpeed, "max_link_width": maxWidth}
+}
+
+// Adapter is a PCI function as an adapter's sysfs directory holds it, for
+// AddAdapter.
+type Adapter struct {
+	Addr           string // 0000:17:00.0
+	Vendor, Device uint16
+	Class          uint32
+	VPD            []byte // the vpd file; nil: none
+	PhysFn         string // the physical function of a virtual one; "": not a VF
+}
+
+// AddAdapter writes one function under root/sys/bus/pci/devices, as a
+// directory (not a link, unlike Tree): vendor, device, class, vpd, physfn.
+func AddAdapter(t testing.TB, root string, a Adapter) {
+	t.Helper()
+	d := filepath.Join(root, "sys/bus/pci/devices", a.Addr)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{
+		"vendor": fmt.Appendf(nil, "0x%04x\n", a.Vendor), "device": fmt.Appendf(nil, "0x%04x\n", a.Device), "class": fmt.Appendf(nil, "0x%06x\n", a.Class),
+	}
+	if a.VPD != nil {
+		files["vpd"] = a.VPD
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(d, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.PhysFn != "" {
+		if err := os.Symlink("../"+a.PhysFn, filepath.Join(d, "physfn")); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

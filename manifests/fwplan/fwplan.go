@@ -1,7 +1,9 @@
-// Package fwplan is the one firmware planner of the runner: which manifest
-// entry judges which device, for any kind of device (NVMe controllers, NICs,
-// DPUs, the next one). It is pure: the devices are observed before, and
-// updates are done after, by the caller (runner/phases).
+// Package fwplan is the one firmware planner of CURE: which manifest entry
+// judges which device, for any kind of device. The runner's in-band kinds
+// (NVMe controllers, NICs, DPUs) and the coordinator's Redfish kinds (bmc,
+// bios, hgx FirmwareInventory members) are all kinds of this planner, so the
+// two sides cannot apply different rules. It is pure: the devices are
+// observed before, and updates are done after, by the caller.
 //
 // The rules, the same for every kind:
 //   - a device that could not be observed is an ERROR and no entry takes it;
@@ -11,8 +13,16 @@
 //     further devices;
 //   - a selector the host cannot decide (it needs a value that is not
 //     readable) is an ERROR for that device, which the entry takes;
+//   - a selector the kind says names one device (Ambiguity) but that
+//     matches several is one ERROR for the entry, which takes them all, so
+//     that no later entry flashes a device the manifest did not single out;
 //   - an entry that matches nothing is an ERROR naming its selector;
 //   - a device no entry takes is a SKIP (when the kind reports those).
+//
+// A running version is judged by Gate (before an update) and Confirm (after
+// one), both over manifests/version.Satisfies: a version the gate cannot
+// order is an ERROR naming the value, never a silent DRIFT or "did not
+// change".
 package fwplan
 
 import (
@@ -37,7 +47,7 @@ type Component[D any] interface {
 	// value the host cannot read on this device; it names the device and
 	// the value ("rshim0: match.psid X: cannot read the DPU's PSID").
 	Match(m manifests.Match, d D) (ok bool, undecided string, err error)
-	// Judge compares a matched device with its entry.
+	// Judge compares a matched device with its entry (through Gate).
 	Judge(fw *manifests.Firmware, d D) Judgement
 	// NoMatch is the message of an entry that matches no device.
 	NoMatch(fw *manifests.Firmware, devs []D) string
@@ -46,9 +56,18 @@ type Component[D any] interface {
 	Unmatched(d D) (j Judgement, report bool)
 }
 
+// Ambiguity is implemented by kinds where a selector may name exactly one
+// device: over Redfish a selector without a wildcard names one component,
+// and OpenBMC names every member "Software Inventory". Ambiguous returns
+// the ERROR message when entry fw, naming one device, matched several
+// (matched, in device order; at least two); "" when that is fine.
+type Ambiguity[D any] interface {
+	Ambiguous(fw *manifests.Firmware, matched []D) string
+}
+
 // Judgement is a verdict on one device or entry.
 type Judgement struct {
-	Status   curev1.VerdictStatus // MATCH, DRIFT, ERROR or SKIP
+	Status   curev1.VerdictStatus // MATCH, DRIFT, ERROR or SKIP (PASS, FAIL, ERROR from Confirm)
 	Observed string               // the running version, "" when not read
 	Message  string
 }
@@ -59,7 +78,7 @@ type Check[D any] struct {
 	// not be observed (ERROR).
 	Entry *manifests.Firmware
 	// Device is valid when HasDevice: an entry that matches nothing, or
-	// whose selector is malformed, concerns no device.
+	// whose selector is malformed or ambiguous, concerns no device.
 	Device    D
 	HasDevice bool
 	Judgement
@@ -78,35 +97,50 @@ func Plan[D any](c Component[D], entries []manifests.Firmware, devs []D) []Check
 			out = append(out, Check[D]{Device: d, HasDevice: true, Judgement: Judgement{Status: curev1.VerdictStatus_ERROR, Message: msg}})
 		}
 	}
+	amb, _ := any(c).(Ambiguity[D])
 	for k := range entries {
 		fw := &entries[k]
-		n := 0
+		var mine []Check[D] // this entry's device checks
+		var hits []int      // their device indexes
+		malformed := ""
 		for i, d := range devs {
 			if taken[i] {
 				continue
 			}
 			ok, undecided, err := c.Match(fw.Match, d)
 			if err != nil {
-				out = append(out, Check[D]{Entry: fw, Judgement: Judgement{Status: curev1.VerdictStatus_ERROR,
-					Message: fmt.Sprintf("firmware entry %q: %v", fw.Name, err)}})
-				n = -1
+				malformed = fmt.Sprintf("firmware entry %q: %v", fw.Name, err)
 				break
 			}
-			if undecided != "" {
-				taken[i] = true
-				n++
-				out = append(out, Check[D]{Entry: fw, Device: d, HasDevice: true, Judgement: Judgement{Status: curev1.VerdictStatus_ERROR,
+			switch {
+			case undecided != "":
+				mine = append(mine, Check[D]{Entry: fw, Device: d, HasDevice: true, Judgement: Judgement{Status: curev1.VerdictStatus_ERROR,
 					Message: fmt.Sprintf("firmware entry %q on %s", fw.Name, undecided)}})
+			case ok:
+				mine = append(mine, Check[D]{Entry: fw, Device: d, HasDevice: true, Judgement: c.Judge(fw, d)})
+			default:
 				continue
 			}
-			if !ok {
-				continue
-			}
-			taken[i] = true
-			n++
-			out = append(out, Check[D]{Entry: fw, Device: d, HasDevice: true, Judgement: c.Judge(fw, d)})
+			hits = append(hits, i)
 		}
-		if n == 0 {
+		for _, i := range hits {
+			taken[i] = true
+		}
+		if amb != nil && malformed == "" && len(hits) > 1 {
+			matched := make([]D, len(hits))
+			for j, i := range hits {
+				matched[j] = devs[i]
+			}
+			if msg := amb.Ambiguous(fw, matched); msg != "" {
+				out = append(out, Check[D]{Entry: fw, Judgement: Judgement{Status: curev1.VerdictStatus_ERROR, Message: msg}})
+				continue
+			}
+		}
+		out = append(out, mine...)
+		switch {
+		case malformed != "":
+			out = append(out, Check[D]{Entry: fw, Judgement: Judgement{Status: curev1.VerdictStatus_ERROR, Message: malformed}})
+		case len(hits) == 0:
 			out = append(out, Check[D]{Entry: fw, Judgement: Judgement{Status: curev1.VerdictStatus_ERROR, Message: c.NoMatch(fw, devs)}})
 		}
 	}

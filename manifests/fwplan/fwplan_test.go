@@ -20,8 +20,20 @@ type dev struct {
 }
 
 // fake matches match.model against a tag; model "[" is malformed (as a
-// bad glob is); a selector with psid is undecided on a noPSID device.
+// bad glob is); a selector with psid is undecided on a noPSID device; a
+// model "=tag" matches tag too, and names one device (Ambiguity).
 type fake struct{ reportUnmatched bool }
+
+func (fake) Ambiguous(fw *manifests.Firmware, matched []dev) string {
+	if !strings.HasPrefix(fw.Match.Model, "=") {
+		return ""
+	}
+	var names []string
+	for _, d := range matched {
+		names = append(names, d.name)
+	}
+	return fmt.Sprintf("firmware entry %q names one device, matches %s", fw.Name, strings.Join(names, ","))
+}
 
 func (fake) Kind() string        { return "fake" }
 func (fake) Label(d dev) string  { return "fake/" + d.name }
@@ -30,7 +42,7 @@ func (fake) Match(m manifests.Match, d dev) (bool, string, error) {
 	if m.Model == "[" {
 		return false, "", fmt.Errorf("match.model %q: syntax error", m.Model)
 	}
-	if m.Model != "" && !slices.Contains(d.tags, m.Model) {
+	if m.Model != "" && !slices.Contains(d.tags, strings.TrimPrefix(m.Model, "=")) {
 		return false, "", nil
 	}
 	if m.PSID != "" && d.noPSID {
@@ -103,6 +115,12 @@ func TestPlanCases(t *testing.T) {
 		{"undecided: ERROR, device taken", true,
 			[]manifests.Firmware{{Name: "p", Version: "1", Match: manifests.Match{PSID: "MT_1"}}, entry("e1", "", "1")}, []dev{{name: "n", version: "1", noPSID: true}, a},
 			"fake/n[p]=ERROR:firmware entry \"p\" on n: psid unreadable\nfake/a[p]=MATCH:a ok\nfake[e1]=ERROR:firmware entry \"e1\": nothing matches (2 seen)"},
+		{"one device named, several matched: one ERROR, all taken", true,
+			[]manifests.Firmware{entry("one", "=x", "1"), entry("e1", "", "1")}, []dev{a, b, c},
+			"fake[one]=ERROR:firmware entry \"one\" names one device, matches a,b\nfake/c[e1]=MATCH:c ok"},
+		{"one device named, one matched", true,
+			[]manifests.Firmware{entry("one", "=y", "2")}, []dev{a, b},
+			"fake/b[one]=MATCH:b ok\nfake/a[-]=SKIP:a unselected"},
 		{"no devices", true,
 			[]manifests.Firmware{entry("e1", "", "1")}, nil,
 			"fake[e1]=ERROR:firmware entry \"e1\": nothing matches (0 seen)"},
@@ -134,6 +152,7 @@ func TestPlanExhaustive(t *testing.T) {
 		{Version: "1", Match: manifests.Match{Model: "["}},
 		{Version: "1", Match: manifests.Match{PSID: "MT_1"}},
 		{Version: "1", Match: manifests.Match{Model: "nothing"}},
+		{Version: "1", Match: manifests.Match{Model: "=x"}},
 	}
 	var devSets [][]dev
 	var grow func(cur []dev)
@@ -202,6 +221,14 @@ func checkRules(t *testing.T, k fake, entries []manifests.Firmware, devs []dev) 
 			}
 		}
 	}
+	// An entry naming one device that matched several takes them all and
+	// judges none.
+	ambiguous := map[int]bool{}
+	for ei, e := range entries {
+		if n := countOwned(owner, ei); strings.HasPrefix(e.Match.Model, "=") && n > 1 {
+			ambiguous[ei] = true
+		}
+	}
 	seen := map[string]int{}
 	stage := 0 // 0 broken, 1 entries, 2 unmatched: checks come in this order
 	lastEntry := -1
@@ -236,10 +263,13 @@ func checkRules(t *testing.T, k fake, entries []manifests.Firmware, devs []dev) 
 				if ch.Status != curev1.VerdictStatus_ERROR {
 					fail("entry %s without a device is %v, want ERROR", ch.Entry.Name, ch.Status)
 				}
-				if slices.Contains(owner, ei) {
+				if slices.Contains(owner, ei) && !ambiguous[ei] {
 					fail("entry %s took a device yet has a no-device ERROR", ch.Entry.Name)
 				}
 				continue
+			}
+			if ambiguous[ei] {
+				fail("ambiguous entry %s judged %s", ch.Entry.Name, ch.Device.name)
 			}
 			i := slices.IndexFunc(devs, func(d dev) bool { return d.name == ch.Device.name })
 			if owner[i] != ei {
@@ -265,17 +295,27 @@ func checkRules(t *testing.T, k fake, entries []manifests.Firmware, devs []dev) 
 				noDev++
 			}
 		}
-		if noDev > 1 {
-			fail("entry %s has %d ERRORs without a device, want at most one", entries[ei].Name, noDev)
+		if noDev > 1 || (ambiguous[ei] && noDev != 1) {
+			fail("entry %s has %d ERRORs without a device, want at most one (ambiguous: %v)", entries[ei].Name, noDev, ambiguous[ei])
 		}
 	}
 	for i, d := range devs {
 		want := 1
-		if d.broken == "" && owner[i] == -1 && !k.reportUnmatched {
+		if d.broken == "" && ((owner[i] == -1 && !k.reportUnmatched) || (owner[i] != -1 && ambiguous[owner[i]])) {
 			want = 0
 		}
 		if seen[d.name] != want {
 			fail("device %s in %d checks, want %d", d.name, seen[d.name], want)
 		}
 	}
+}
+
+func countOwned(owner []int, ei int) int {
+	n := 0
+	for _, o := range owner {
+		if o == ei {
+			n++
+		}
+	}
+	return n
 }
