@@ -20,7 +20,6 @@ const Nobody = 65534
 // Defaults of a Sandbox.
 const (
 	DefaultTmpBytes = 256 << 20
-	DefaultMaxProcs = 1024
 )
 
 // Sandbox is how a program is confined. The zero value is the node's:
@@ -31,8 +30,6 @@ type Sandbox struct {
 	// TmpBytes sizes the private tmpfs mounted on /tmp (and /dev/shm):
 	// the node's memory is its disk, a program may not fill it.
 	TmpBytes int64
-	// MaxProcs is the program's RLIMIT_NPROC (processes of its uid).
-	MaxProcs uint64
 	// ProcSys is where kernel/dmesg_restrict is ("/proc/sys" when "").
 	ProcSys string
 }
@@ -46,9 +43,6 @@ func (s Sandbox) withDefaults() Sandbox {
 	}
 	if s.TmpBytes <= 0 {
 		s.TmpBytes = DefaultTmpBytes
-	}
-	if s.MaxProcs == 0 {
-		s.MaxProcs = DefaultMaxProcs
 	}
 	if s.ProcSys == "" {
 		s.ProcSys = "/proc/sys"

@@ -138,13 +138,6 @@ func (s Sandbox) runLocked(ctx context.Context, prog []byte, env []string, limit
 		}
 		return nil, fmt.Errorf("sandbox: start: %w", err)
 	}
-	// Processes of its uid, right after the start: a fork loop stops there.
-	lim := unix.Rlimit{Cur: s.MaxProcs, Max: s.MaxProcs}
-	if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_NPROC, &lim, nil); err != nil && !errors.Is(err, unix.ESRCH) {
-		cmd.Process.Kill()
-		cmd.Wait()
-		return nil, fmt.Errorf("sandbox: RLIMIT_NPROC: %w", err)
-	}
 	werr := cmd.Wait()
 	res := &result{timedOut: errors.Is(tctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil}
 	res.stdout, _, res.overStdout = stdout.state()
