@@ -416,7 +416,8 @@ type SiteProgram struct {
 	URL    string `yaml:"url,omitempty"`
 	SHA256 string `yaml:"sha256"`
 	Size   int64  `yaml:"size"`
-	// Description says what the program tests (shown in reports).
+	// Description says what the program tests (the timeline says it when
+	// the check starts).
 	Description string `yaml:"description"`
 	// Timeout is the program's time limit; zero means the check's
 	// duration (its own, else its stage's), else DefaultSiteTimeout.

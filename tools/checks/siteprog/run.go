@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/tools/artifact"
 	"github.com/cure-oss/cure/tools/checks"
 )
@@ -30,8 +31,6 @@ const (
 	DefaultMaxOutput   = 1 << 20 // bytes, each of stdout and stderr
 	DefaultMaxVerdicts = 256
 	DefaultKillGrace   = 5 * time.Second
-	// MaxProgram bounds what is fetched (manifests.MaxSiteProgram).
-	MaxProgram = 64 << 20
 )
 
 // Program is one planned site check.
@@ -90,7 +89,7 @@ func (r Runner) Run(ctx context.Context, p Program) ([]checks.Verdict, error) {
 	if err != nil {
 		return nil, err
 	}
-	prog, err := artifact.Fetcher{Client: r.HTTP, Timeout: 5 * time.Minute, Limit: MaxProgram}.Bytes(ctx, p.URL, p.Want)
+	prog, err := artifact.Fetcher{Client: r.HTTP, Timeout: 5 * time.Minute, Limit: manifests.MaxSiteProgram}.Bytes(ctx, p.URL, p.Want)
 	if err != nil {
 		return nil, fmt.Errorf("site program refused: %w", err)
 	}
