@@ -692,3 +692,50 @@ func TestFirmwareVia(t *testing.T) {
 		t.Errorf("FirmwareVia = %v", got)
 	}
 }
+
+// TestSiteCheckSchema: a site check carries its program's pin and what it
+// tests, round-trips, and is refused without a program, with a program on
+// another type, with a bad pin or a timeout longer than it may run.
+func TestSiteCheckSchema(t *testing.T) {
+	sum := strings.Repeat("ab", 32)
+	src := "apiVersion: cure.dev/v1\nkind: ValidationSuite\nmetadata: {name: x}\nspec:\n  stages:\n  - name: s\n    duration: 10m\n    checks:\n" +
+		"    - name: bmc-sel\n      type: site\n      params: {maxEntries: 3}\n" +
+		"      program: {sha256: " + sum + ", size: 812, description: the BMC's event log holds no critical entry, timeout: 2m}\n"
+	s, err := ParseSuite("x.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.Spec.Checks[0]
+	want := &SiteProgram{SHA256: sum, Size: 812, Description: "the BMC's event log holds no critical entry", Timeout: Duration(2 * time.Minute)}
+	if c.Type != CheckSite || !reflect.DeepEqual(c.Program, want) || c.Params["maxEntries"] != int64(3) {
+		t.Fatalf("check %+v program %+v", c, c.Program)
+	}
+	out, err := Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back, err := ParseSuite("x.yaml", out); err != nil || !reflect.DeepEqual(back, s) {
+		t.Fatalf("round trip: %v\n%s", err, out)
+	}
+	prog := func(p string) string { return "spec: {checks: [{name: a, type: site, program: {" + p + "}}]}" }
+	for _, tc := range []struct{ yaml, want string }{
+		{`spec: {checks: [{name: a, type: site}]}`, "spec.checks[0].program: required field is missing"},
+		{`spec: {checks: [{name: a, type: cpu, program: {sha256: ` + sum + `, size: 1, description: d}}]}`, "only a site check runs a program (this check is type cpu)"},
+		{prog("sha256: ABC, size: 1, description: d"), `program.sha256: "ABC" is not a sha256`},
+		{prog("sha256: " + sum + ", description: d"), "program.size: required field is missing"},
+		{prog("sha256: " + sum + ", size: 0, description: d"), "program.size: 0 bytes is out of range"},
+		{prog("sha256: " + sum + ", size: 1"), "program.description: required field is missing"},
+		{prog("sha256: " + sum + ", size: 1, description: d, url: ftp://x/y"), "must be an absolute http:// or https:// URL"},
+		{prog("sha256: " + sum + ", size: 1, description: d, runAs: root"), "program.runAs: unknown field"},
+		{`spec: {checks: [{name: a, type: site, duration: 1m, program: {sha256: ` + sum + `, size: 1, description: d, timeout: 2m}}]}`,
+			"program.timeout: 2m0s is longer than the check's duration 1m0s"},
+		{`spec: {stages: [{name: s, duration: 1m, checks: [{name: a, type: site, program: {sha256: ` + sum + `, size: 1, description: d, timeout: 2m}}]}]}`,
+			"program.timeout: 2m0s is longer than its stage's duration 1m0s"},
+	} {
+		src := "apiVersion: cure.dev/v1\nkind: ValidationSuite\nmetadata: {name: x}\n" + tc.yaml + "\n"
+		_, err := ParseSuite("x.yaml", []byte(src))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s\nerror = %v, want one containing %q", tc.yaml, err, tc.want)
+		}
+	}
+}

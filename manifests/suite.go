@@ -2,13 +2,14 @@ package manifests
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 )
 
 var checkTypes = []string{CheckGPU, CheckMemory, CheckCPU, CheckNVMeSMART, CheckStorageThroughput, CheckEthernet, CheckInfiniBand, CheckThermal,
-	CheckStorageRandom, CheckMemoryBandwidth, CheckCPUThroughput, CheckNICThroughput}
+	CheckStorageRandom, CheckMemoryBandwidth, CheckCPUThroughput, CheckNICThroughput, CheckSite}
 
 // CheckTools names the tool-bundle program a check type runs ("" for the
 // checks built into the runner).
@@ -76,6 +77,9 @@ func (d *decoder) suite(top *fields) *ValidationSuite {
 		}
 		if s.Spec.Duration > 0 && c.Duration > s.Spec.Duration {
 			d.errorf(item, join(p, "duration"), "%s is longer than the suite's duration %s", c.Duration, s.Spec.Duration)
+		}
+		if c.Program != nil {
+			d.siteTimeout(item, join(p, "program.timeout"), c, stageDur, s.Spec.Duration)
 		}
 		s.Spec.Checks = append(s.Spec.Checks, c)
 	}
@@ -188,7 +192,7 @@ func (d *decoder) bands(n *yaml.Node, p string) map[string]Band {
 }
 
 func (d *decoder) check(n *yaml.Node, p string) Check {
-	f := d.mapping(n, p, "name", "type", "appliesTo", "duration", "interval", "params", "thresholds", "fleet")
+	f := d.mapping(n, p, "name", "type", "appliesTo", "duration", "interval", "params", "thresholds", "fleet", "program")
 	var c Check
 	var v *yaml.Node
 	c.Name, v = f.str("name", true)
@@ -210,7 +214,61 @@ func (d *decoder) check(n *yaml.Node, p string) Check {
 	if v := f.get("fleet"); v != nil {
 		c.Fleet = d.bands(v, join(p, "fleet"))
 	}
+	switch v := f.get("program"); {
+	case v != nil && c.Type != CheckSite:
+		d.errorf(v, join(p, "program"), "only a %s check runs a program (this check is type %s)", CheckSite, c.Type)
+	case v != nil:
+		c.Program = d.siteProgram(v, join(p, "program"))
+	case c.Type == CheckSite:
+		f.missing("program")
+	}
 	return c
+}
+
+// siteProgram reads a site check's program: the artifact's pin and what it
+// tests.
+func (d *decoder) siteProgram(n *yaml.Node, p string) *SiteProgram {
+	f := d.mapping(n, p, "url", "sha256", "size", "description", "timeout")
+	sp := &SiteProgram{}
+	var v *yaml.Node
+	sp.URL, v = f.str("url", false)
+	d.checkURL(v, join(p, "url"), sp.URL)
+	sp.SHA256, v = f.str("sha256", true)
+	if v != nil && sp.SHA256 != "" && !sha256RE.MatchString(sp.SHA256) {
+		d.errorf(v, join(p, "sha256"), "%q is not a sha256 (want 64 lowercase hex digits, found %d characters)", sp.SHA256, len(sp.SHA256))
+	}
+	if v := f.get("size"); v != nil {
+		if x, ok := d.integer(v, join(p, "size")); ok {
+			if x <= 0 || x > MaxSiteProgram {
+				d.errorf(v, join(p, "size"), "%d bytes is out of range [1, %d]", x, MaxSiteProgram)
+			}
+			sp.Size = x
+		}
+	} else {
+		f.missing("size")
+	}
+	sp.Description, v = f.str("description", true)
+	if v != nil && (len(sp.Description) > 1024 || strings.ContainsAny(sp.Description, "\x00\r")) {
+		d.errorf(v, join(p, "description"), "one paragraph of at most 1024 bytes, saying what the program tests")
+	}
+	sp.Timeout = f.duration("timeout")
+	return sp
+}
+
+// siteTimeout checks a site program's time limit against the check's,
+// its stage's and the suite's durations: the program may not be given
+// longer than the check runs.
+func (d *decoder) siteTimeout(n *yaml.Node, p string, c Check, stageDur, suiteDur Duration) {
+	t := c.Program.Timeout
+	for _, b := range []struct {
+		what string
+		dur  Duration
+	}{{"the check's duration", c.Duration}, {"its stage's duration", stageDur}, {"the suite's duration", suiteDur}} {
+		if t > 0 && b.dur > 0 && t > b.dur {
+			d.errorf(n, p, "%s is longer than %s %s", t, b.what, b.dur)
+			return
+		}
+	}
 }
 
 // params: scalars or lists of scalars, nothing deeper — a check's knobs

@@ -102,6 +102,9 @@ const (
 	CheckMemoryBandwidth = "memory-bandwidth" // stress-ng --stream per NUMA node
 	CheckCPUThroughput   = "cpu-throughput"   // stress-ng --cpu --verify per socket
 	CheckNICThroughput   = "nic-throughput"   // iperf3 against a server the suite names
+	// A site's own program, fetched from the artifact server and pinned by
+	// sha256 (Check.Program); it reports verdicts as JSON lines.
+	CheckSite = "site"
 )
 
 // Metadata names a document.
@@ -400,7 +403,34 @@ type Check struct {
 	Thresholds map[string]Threshold `yaml:"thresholds,omitempty"`
 	// Fleet are the fleet bands, keyed by measured metric name.
 	Fleet map[string]Band `yaml:"fleet,omitempty"`
+	// Program is the site program a CheckSite check runs (set for that
+	// type only, required there).
+	Program *SiteProgram `yaml:"program,omitempty"`
 }
+
+// SiteProgram is a site check's program and its declared metadata (the
+// check's name and params are the rest): an executable the coordinator
+// serves from its artifact store, pinned by sha256 and size.
+type SiteProgram struct {
+	// URL is optional; when empty the coordinator serves it by SHA256.
+	URL    string `yaml:"url,omitempty"`
+	SHA256 string `yaml:"sha256"`
+	Size   int64  `yaml:"size"`
+	// Description says what the program tests (the timeline says it when
+	// the check starts).
+	Description string `yaml:"description"`
+	// Timeout is the program's time limit; zero means the check's
+	// duration (its own, else its stage's), else DefaultSiteTimeout.
+	Timeout Duration `yaml:"timeout,omitempty"`
+}
+
+// MaxSiteProgram bounds a site program's size: it is held in memory and
+// in the sandbox's tmpfs while it runs.
+const MaxSiteProgram = 64 << 20
+
+// DefaultSiteTimeout is a one-shot site check's time limit when neither
+// the program nor the check sets one.
+const DefaultSiteTimeout = Duration(5 * time.Minute)
 
 // Threshold is a pass bar: Min and/or Max, or Equals (a scalar).
 type Threshold struct {

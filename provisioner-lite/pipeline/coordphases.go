@@ -181,6 +181,10 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 		if doc.Suite == nil {
 			return failedFinal(operatorFix, "mode %s needs a ValidationSuite; %s is a %s", mode, r.Manifest, doc.Kind)
 		}
+		if missing := e.missingSitePrograms(doc.Suite); len(missing) > 0 {
+			return failedFinal(operatorFix, "inputs do not resolve: %s; add each program with `provisioner-lite artifacts add --state-dir STATE FILE` (docs/VALIDATION.md, \"Writing a site check\")",
+				strings.Join(missing, "; "))
+		}
 		return e.preflightBMC(ctx, r, n, fmt.Sprintf("suite %s valid (%d checks)", r.Manifest, len(doc.Suite.Spec.Checks)))
 	}
 	_, sku, err := e.cfg.Manifests.Load(r.Manifest)
@@ -276,6 +280,27 @@ func (e *Engine) verifyArtifacts(ctx context.Context, r *store.Run, sku *manifes
 		return "", &out
 	}
 	return fmt.Sprintf(", %d artifacts downloaded and verified", len(arts)), nil
+}
+
+// missingSitePrograms names the suite's site programs the artifact store
+// does not hold at their pinned size (one with its own url is the node's
+// to fetch): the node would only ERROR on each.
+func (e *Engine) missingSitePrograms(s *manifests.ValidationSuite) []string {
+	var out []string
+	for _, c := range s.Spec.Checks {
+		p := c.Program
+		if p == nil || p.URL != "" {
+			continue
+		}
+		st, err := os.Stat(filepath.Join(e.cfg.ArtifactDir, "sha256", p.SHA256))
+		switch {
+		case err != nil:
+			out = append(out, fmt.Sprintf("site check %s: program sha256:%s not in the artifact store", c.Name, p.SHA256))
+		case st.Size() != p.Size:
+			out = append(out, fmt.Sprintf("site check %s: program sha256:%s is %d bytes in the store, the suite says %d", c.Name, p.SHA256, st.Size(), p.Size))
+		}
+	}
+	return out
 }
 
 // operatorFix is why a preflight failure is not retried: what is missing

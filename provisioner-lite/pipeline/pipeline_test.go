@@ -668,3 +668,47 @@ func TestDiagnosticCarriesNodeSKU(t *testing.T) {
 		t.Errorf("sku in the assignment: %v %v", sku, err)
 	}
 }
+
+// A suite whose site program is not in the artifact store fails preflight
+// once, naming the check and what to import; imported, the run goes on and
+// the assignment carries the suite and the artifact base the node fetches
+// the program from.
+func TestPreflightSiteProgram(t *testing.T) {
+	var dir string
+	f := newFixture(t, func(_ *manifests.SKU, casDir string) { dir = filepath.Dir(filepath.Dir(casDir)) })
+	prog := []byte("#!/bin/sh\necho '{\"component\":\"x/0\",\"status\":\"PASS\"}'\n")
+	sum := sha256.Sum256(prog)
+	hexsum := hex.EncodeToString(sum[:])
+	suite := fmt.Sprintf("apiVersion: cure.dev/v1\nkind: ValidationSuite\nmetadata: {name: site}\nspec:\n  checks:\n"+
+		"    - {name: bmc-health, type: site, program: {sha256: %s, size: %d, description: d}}\n", hexsum, len(prog))
+	if err := os.MkdirAll(filepath.Join(dir, "manifests", "suites"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "manifests", "suites", "site.yaml"), []byte(suite), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runID, err := f.eng.Start(context.Background(), "node1", modes.Diagnostic, "site", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.waitRun(runID)
+	if pre := f.phases(runID)[modes.Preflight]; r.Status != "failed" || pre.Attempts != 1 ||
+		!strings.Contains(r.Message, "site check bmc-health: program sha256:"+hexsum+" not in the artifact store") || !strings.Contains(r.Message, "provisioner-lite artifacts add") {
+		t.Fatalf("run %s after %d preflight attempts: %s", r.Status, pre.Attempts, r.Message)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "artifacts", "sha256", hexsum), prog, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runID, err = f.eng.Start(context.Background(), "node1", modes.Diagnostic, "site", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := f.waitRun(runID); r.Status != "succeeded" {
+		t.Fatalf("run %s: %s", r.Status, r.Message)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.assignments) != 1 || f.assignments[0].GetArtifactBaseUrl() != "http://10.0.2.2:8080/artifacts/" || f.assignments[0].GetManifestName() != "site.yaml" {
+		t.Fatalf("assignments %v", f.assignments)
+	}
+}

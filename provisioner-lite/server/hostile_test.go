@@ -66,6 +66,8 @@ type hostile struct {
 	starts  *startRecorder
 	logs    *syncBuf
 	metrics *metrics.Metrics
+	// artifacts is the boot server's content-addressed store.
+	artifacts string
 }
 
 type syncBuf struct {
@@ -136,7 +138,8 @@ func newHostile(t *testing.T, runnerOpts ...func(*server.RunnerService)) *hostil
 	}
 	// The flood tests open up to 32 connections from one address: room above
 	// that, so the per-source cap (a listener test's subject) never decides them.
-	bs, err := bootserver.New(bootserver.Config{ImageDir: img, ArtifactDir: t.TempDir(), BaseURL: "http://10.0.0.1:8080", Logger: log,
+	artifacts := t.TempDir()
+	bs, err := bootserver.New(bootserver.Config{ImageDir: img, ArtifactDir: artifacts, BaseURL: "http://10.0.0.1:8080", Logger: log,
 		Limits: bootserver.Limits{MaxConnsPerSource: 256}}, eng)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +177,7 @@ func newHostile(t *testing.T, runnerOpts ...func(*server.RunnerService)) *hostil
 	go gs.Serve(gl)
 	t.Cleanup(gs.Stop)
 	return &hostile{t: t, st: st, eng: eng, hub: hub, httpURL: "http://" + hl.Addr().String(), grpc: gl.Addr().String(),
-		pkiDir: pkiDir, caPEM: caPEM, starts: starts, logs: logs, metrics: m}
+		pkiDir: pkiDir, caPEM: caPEM, starts: starts, logs: logs, metrics: m, artifacts: artifacts}
 }
 
 var tokenRE = regexp.MustCompile(`cure\.token=([0-9a-f]+)`)

@@ -20,6 +20,7 @@ import (
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/bluefield"
 	"github.com/cure-oss/cure/tools/checks"
+	"github.com/cure-oss/cure/tools/checks/siteprog"
 	"github.com/cure-oss/cure/tools/checks/suite"
 	"github.com/cure-oss/cure/tools/diskimage"
 	"github.com/cure-oss/cure/tools/gpu/driver"
@@ -110,7 +111,10 @@ type Config struct {
 	// MCEPoll is the kernel's machine-check poll interval during a
 	// validation run (default 5s; negative leaves the kernel's own).
 	MCEPoll time.Duration
-	now     func() time.Time
+	// Site runs the suite's site checks: its sandbox and bounds (HTTP and
+	// Log are this Config's); the zero value is the node's defaults.
+	Site siteprog.Runner
+	now  func() time.Time
 }
 
 // Executor dispatches phases by name; it implements agent.Executor.

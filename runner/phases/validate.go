@@ -59,6 +59,12 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 			break
 		}
 	}
+	for _, c := range s.Spec.Checks {
+		if c.Type == manifests.CheckSite {
+			env.Site = e.siteChecks(a.GetArtifactBaseUrl(), emit)
+			break
+		}
+	}
 	if e.cfg.SuiteEnv != nil {
 		env = e.cfg.SuiteEnv(env)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/tools/artifact"
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/checks/cpustress"
@@ -22,6 +23,7 @@ import (
 	"github.com/cure-oss/cure/tools/checks/memtest"
 	"github.com/cure-oss/cure/tools/checks/netcheck"
 	"github.com/cure-oss/cure/tools/checks/nvmehealth"
+	"github.com/cure-oss/cure/tools/checks/siteprog"
 	"github.com/cure-oss/cure/tools/checks/storage"
 	"github.com/cure-oss/cure/tools/checks/stresscheck"
 	"github.com/cure-oss/cure/tools/checks/thermal"
@@ -52,6 +54,10 @@ type Env struct {
 	// (measure.Exec); in tests, measure.Run in process. Nil makes those
 	// checks ERROR, saying so.
 	Measure func(ctx context.Context, r measure.Request) ([]checks.Verdict, error)
+	// Site runs a site check's program (siteprog.Runner.Run on a node,
+	// with the program's URL resolved against the artifact server). Nil
+	// makes site checks ERROR, saying so.
+	Site func(ctx context.Context, p siteprog.Program) ([]checks.Verdict, error)
 }
 
 // DefaultIBWindow is the InfiniBand counter window when a suite bars
@@ -301,6 +307,9 @@ func build(c *checks.Check, mc manifests.Check, p *params, env Env) {
 		c.Sample = true
 		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return thermal.Check(ctx, o) }
 
+	case manifests.CheckSite:
+		c.Func = siteCheck(mc, c.Duration, p, env)
+
 	case manifests.CheckGPU:
 		// Params and thresholds belong to the GPU builder: mark them used.
 		for k := range mc.Params {
@@ -331,6 +340,41 @@ func build(c *checks.Check, mc manifests.Check, p *params, env Env) {
 		c.Func = func(context.Context) ([]checks.Verdict, error) {
 			return nil, errors.New("check type not implemented")
 		}
+	}
+}
+
+// siteCheck plans a site check: the program's pin, its time limit (the
+// program's timeout, else the check's duration, else the default) and its
+// params, which go to the program as they are (it judges itself: the
+// suite gives it no thresholds).
+func siteCheck(mc manifests.Check, dur time.Duration, p *params, env Env) checks.Func {
+	if mc.Program == nil {
+		p.errorf("program", "a site check needs its program")
+		return nil
+	}
+	sp := siteprog.Program{
+		Check: mc.Name, Description: mc.Program.Description, URL: mc.Program.URL,
+		Want:  artifact.Want{SHA256: mc.Program.SHA256, Size: mc.Program.Size},
+		Limit: time.Duration(mc.Program.Timeout), Params: map[string]any{},
+	}
+	if sp.Limit <= 0 {
+		sp.Limit = dur
+	}
+	if sp.Limit <= 0 {
+		sp.Limit = time.Duration(manifests.DefaultSiteTimeout)
+	}
+	for k := range mc.Params {
+		v, _ := p.get(k)
+		sp.Params[k] = v
+	}
+	if _, err := siteprog.Environ(sp); err != nil {
+		p.errorf("params", "%v", err)
+	}
+	return func(ctx context.Context) ([]checks.Verdict, error) {
+		if env.Site == nil {
+			return nil, fmt.Errorf("site check %s: this runner cannot run site programs", mc.Name)
+		}
+		return env.Site(ctx, sp)
 	}
 }
 
