@@ -692,7 +692,7 @@ func TestPreflightSiteProgram(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.waitRun(runID)
-	if pre := f.phases(runID)[modes.Preflight]; r.Status != "failed" || pre.Attempts != 1 ||
+	if pre := f.phases(runID)[modes.Preflight]; r.Status != curev1.RunStatus_RUN_FAILED || pre.Attempts != 1 ||
 		!strings.Contains(r.Message, "site check bmc-health: program sha256:"+hexsum+" not in the artifact store") || !strings.Contains(r.Message, "provisioner-lite artifacts add") {
 		t.Fatalf("run %s after %d preflight attempts: %s", r.Status, pre.Attempts, r.Message)
 	}
@@ -703,7 +703,7 @@ func TestPreflightSiteProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := f.waitRun(runID); r.Status != "succeeded" {
+	if r := f.waitRun(runID); r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("run %s: %s", r.Status, r.Message)
 	}
 	f.mu.Lock()

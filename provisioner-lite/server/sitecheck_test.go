@@ -44,8 +44,8 @@ func TestSiteCheckVerdictsAttributedToSession(t *testing.T) {
 	if err := h.st.UpsertNode(ctx, store.Node{ID: nodeC.id, BMCURL: "https://192.0.2.3", BMCUser: "admin", BMCPassword: "pw", MACs: []string{nodeC.mac}, SystemSerial: nodeC.serial}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.st.CreateRun(ctx, store.Run{ID: nodeC.run, NodeID: nodeC.id, Mode: string(modes.Diagnostic), Manifest: "site", Status: runstate.RunRunning, Phase: modes.WaitForCURE,
-		StartedAt: time.Now(), Data: map[string]string{"boot": "cure", "cure_window": "w1"}}); err != nil {
+	if err := h.st.CreateRun(ctx, store.Run{ID: nodeC.run, NodeID: nodeC.id, Mode: string(modes.Diagnostic), Manifest: "site", Status: curev1.RunStatus_RUN_RUNNING, Phase: modes.WaitForCURE,
+		StartedAt: time.Now(), Pipeline: store.PipelineState{Boot: store.BootCURE, CUREWindow: "w1"}}); err != nil {
 		t.Fatal(err)
 	}
 	pin := func(src string) string {
@@ -111,7 +111,7 @@ spec:
 	}
 	got := map[string]string{}
 	for _, v := range vs {
-		got[v.Check+" "+v.Component] = v.Status
+		got[v.Check+" "+v.Component] = runstate.VerdictName(v.Status)
 		if strings.Contains(v.Message, nodeB.run) || strings.Contains(v.Message, nodeB.id) || strings.HasPrefix(v.Component, "disk/") {
 			t.Errorf("the refused program's words were stored: %+v", v)
 		}
