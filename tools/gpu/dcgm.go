@@ -615,3 +615,37 @@ func forGPU(msgs []string, g int) []string {
 	}
 	return out
 }
+
+// TargetsFor names the GPUs NVML sees as Collect names them (by position
+// in exp.BusIDs when given, else by NVML index), with their serials, for a
+// DCGM diagnostic that runs as Collect's load. A GPU that cannot be opened
+// is left out: Collect reports it.
+func TargetsFor(lib Library, exp Expect) []DCGMTarget {
+	n, err := lib.DeviceCount()
+	if err != nil {
+		return nil
+	}
+	pos := map[string]int{}
+	for j, b := range exp.BusIDs {
+		pos[NormalizeBusID(b)] = j
+	}
+	var out []DCGMTarget
+	for i := range n {
+		dev, err := lib.DeviceByIndex(i)
+		if err != nil {
+			continue
+		}
+		t := DCGMTarget{ID: i, Component: "gpu/" + strconv.Itoa(i)}
+		if pci, err := dev.PCI(); err == nil && len(exp.BusIDs) > 0 {
+			bus := NormalizeBusID(pci.BusID)
+			if j, ok := pos[bus]; ok {
+				t.Component = "gpu/" + strconv.Itoa(j)
+			} else {
+				t.Component = "gpu/" + bus
+			}
+		}
+		t.Serial, _ = dev.Serial()
+		out = append(out, t)
+	}
+	return out
+}

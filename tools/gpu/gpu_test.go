@@ -80,7 +80,7 @@ func TestGPUFaultsFake(t *testing.T) {
 		{"PCIe replays on GPU 7", func(l *fakeLib) { l.devs[7].replay = []uint64{10, 500} }, nil, []string{"gpu/7 pcie_replay"}},
 		{"NVLink CRC growth on GPU 6", func(l *fakeLib) {
 			l.devs[6].linksAft = slices.Clone(l.devs[6].links)
-			l.devs[6].linksAft[0].CRC = 12
+			l.devs[6].linksAft[0].Errors = map[string]uint64{"crc_flit": 12, "crc_data": 0, "replay": 0, "recovery": 0}
 		}, nil, []string{"gpu/6 nvlink"}},
 		{"hot GPU 0", func(l *fakeLib) { l.devs[0].temp = 88 }, nil, []string{"gpu/0 temperature"}},
 		{"power cap lowered on GPU 2", func(l *fakeLib) { l.devs[2].limitMW = 500000; l.devs[2].powerMW = 499000 }, nil, []string{"gpu/2 power"}},
@@ -136,7 +136,7 @@ func TestVerdictDetails(t *testing.T) {
 	if v := find(vs, "gpu/3", CheckXid); v.Observed != "xid 48 x2, 63 x1" || !strings.Contains(v.Message, "double-bit ECC") {
 		t.Errorf("xid verdict = %v", v)
 	}
-	if v := find(vs, "gpu/5", CheckNVLink); v.Observed != "17/18 up; link 7 down" {
+	if v := find(vs, "gpu/5", CheckNVLink); v.Observed != "17/18 up, Hopper error counters; link 7 down" {
 		t.Errorf("nvlink verdict = %v", v)
 	}
 	if v := find(vs, "gpu/1", CheckRemappedRows); v.Status != Pass || !strings.Contains(v.Message, "pending") {
