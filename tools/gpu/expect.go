@@ -83,6 +83,10 @@ type Expect struct {
 	// MinLoadPowerW is the lowest peak draw accepted under load: a GPU that
 	// cannot draw power is not doing the work. 0 = not checked.
 	MinLoadPowerW int `json:"minLoadPowerW,omitempty"`
+
+	// Bandwidth, when set, is a bandwidth run (nvbandwidth, nccl-tests)
+	// made as the load, judged against its bars.
+	Bandwidth *Bandwidth `json:"bandwidth,omitempty"`
 }
 
 // Defaults fills zero-valued bars with the cited defaults.
@@ -141,6 +145,11 @@ func (e Expect) Validate() error {
 	}
 	if e.PowerLimitW < 0 || e.MinLoadPowerW < 0 {
 		errs = append(errs, "powerLimitW/minLoadPowerW: negative watts")
+	}
+	if e.Bandwidth != nil {
+		if err := e.Bandwidth.Validate(); err != nil {
+			errs = append(errs, err.Error())
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("gpu expectations: %s", strings.Join(errs, "; "))

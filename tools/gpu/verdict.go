@@ -21,6 +21,9 @@ type Verdict struct {
 	Observed  string `json:"observed,omitempty"`
 	Expected  string `json:"expected,omitempty"`
 	Message   string `json:"message,omitempty"`
+	// Measurements are the verdict's numbers with their units (the
+	// bandwidth checks').
+	Measurements []Measurement `json:"measurements,omitempty"`
 }
 
 func (v Verdict) String() string {

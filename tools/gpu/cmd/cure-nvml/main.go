@@ -30,6 +30,7 @@
 // Usage:
 //
 //	cure-nvml -expect expect.json [-burn 10m] [-dcgm-level 2 [-dcgmi PATH] [-nv-hostengine PATH]] [-interval 5s]
+//	cure-nvml -expect expect.json [-nvbandwidth PATH] [-all-reduce-perf PATH]   (expect.bandwidth set)
 //	cure-nvml -sample [-interval 10s] [-count N]
 //
 // -sample is a stage's GPU telemetry: every interval one JSON line (a
@@ -80,6 +81,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	nvvsDir := fs.String("nvvs-dir", "", "directory of DCGM's nvvs when it is not at DCGM's default (NVVS_BIN_PATH)")
 	workDir := fs.String("work-dir", "", "where the host engine's socket and logs go (default: the temporary directory)")
 	dcgmTimeout := fs.Duration("dcgm-timeout", 2*time.Hour, "limit for dcgmi diag (-r 4 takes over an hour)")
+	nvbandwidthPath := fs.String("nvbandwidth", "nvbandwidth", "nvbandwidth binary, for expectations with a bandwidth run")
+	allReducePath := fs.String("all-reduce-perf", "all_reduce_perf", "nccl-tests' all_reduce_perf binary, for expectations with a bandwidth run")
+	bandwidthTimeout := fs.Duration("bandwidth-timeout", time.Hour, "limit for each bandwidth program run")
 	duration := fs.Duration("duration", 0, "without a load: how long to sample")
 	interval := fs.Duration("interval", 5*time.Second, "sampling interval")
 	sample := fs.Bool("sample", false, "print GPU telemetry as JSON lines, one every -interval, instead of checking")
@@ -164,6 +168,30 @@ func run(args []string, stdout, stderr io.Writer) int {
 			targets := gpu.TargetsFor(src, exp)
 			loads = append(loads, func(ctx context.Context) error {
 				vs, err := d.RunDiag(ctx, *dcgmLevel, *dcgmTimeout, targets)
+				extra = append(extra, vs...)
+				return err
+			})
+		}
+	}
+	if b := exp.Bandwidth; b != nil {
+		var need []string
+		var lookErr = map[string]error{}
+		nvb, ar := "", ""
+		if len(b.NVBandwidth) > 0 {
+			nvb, lookErr[*nvbandwidthPath] = exec.LookPath(*nvbandwidthPath)
+		}
+		if b.NCCLAllReduce {
+			ar, lookErr[*allReducePath] = exec.LookPath(*allReducePath)
+		}
+		need = missing(lookErr)
+		if len(need) > 0 {
+			extra = append(extra, gpu.Verdict{Component: "gpu", Check: gpu.CheckNVBandwidth, Status: gpu.Error, Expected: "the bandwidth programs in the image",
+				Message: fmt.Sprintf("this image lacks %s: nvbandwidth and nccl-tests come with the site's driver bundle (docs/VALIDATION.md)", strings.Join(need, " and "))})
+		} else {
+			n, _ := src.DeviceCount()
+			naming := gpu.NamingFor(src, exp)
+			loads = append(loads, func(ctx context.Context) error {
+				vs, err := gpu.BandwidthRun(ctx, gpu.OSExec, *b, nvb, ar, n, naming, *bandwidthTimeout)
 				extra = append(extra, vs...)
 				return err
 			})
