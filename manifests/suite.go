@@ -8,7 +8,8 @@ import (
 )
 
 var checkTypes = []string{CheckGPU, CheckMemory, CheckCPU, CheckNVMeSMART, CheckStorageThroughput, CheckEthernet, CheckInfiniBand, CheckThermal,
-	CheckStorageRandom, CheckMemoryBandwidth, CheckCPUThroughput, CheckNICThroughput}
+	CheckStorageRandom, CheckMemoryBandwidth, CheckCPUThroughput, CheckNICThroughput,
+	CheckGPUBandwidth, CheckNCCLAllReduce}
 
 // CheckTools names the tool-bundle program a check type runs ("" for the
 // checks built into the runner).

@@ -102,6 +102,10 @@ const (
 	CheckMemoryBandwidth = "memory-bandwidth" // stress-ng --stream per NUMA node
 	CheckCPUThroughput   = "cpu-throughput"   // stress-ng --cpu --verify per socket
 	CheckNICThroughput   = "nic-throughput"   // iperf3 against a server the suite names
+	// GPU bandwidth checks driving the site's GPU tools (the image's
+	// driver bundle carries them: docs/VALIDATION.md), through cure-nvml.
+	CheckGPUBandwidth  = "gpu-bandwidth"  // nvbandwidth: host<->GPU per GPU, GPU<->GPU per pair
+	CheckNCCLAllReduce = "nccl-allreduce" // nccl-tests all_reduce_perf over the node's GPUs (and per pair)
 )
 
 // Metadata names a document.

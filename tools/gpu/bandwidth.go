@@ -26,6 +26,10 @@ const (
 	CheckNCCL        = "nccl"
 )
 
+// NodeComponent names a result about all the node's GPUs together (the
+// all-reduce over every GPU).
+const NodeComponent = "gpu/all"
+
 // GBps is the unit of every bandwidth here: nvbandwidth and nccl-tests
 // both print GB/s (10^9 bytes per second).
 const GBps = "GB/s"
@@ -417,7 +421,7 @@ func BandwidthRun(ctx context.Context, run Exec, b Bandwidth, nvbandwidth, allRe
 	if err != nil {
 		return nil, err
 	}
-	out = append(out, judge(o, "gpu", MetricAllReduceBusBW))
+	out = append(out, judge(o, NodeComponent, MetricAllReduceBusBW))
 	if b.NCCLPairs {
 		for i := range gpus {
 			for j := i + 1; j < gpus; j++ {

@@ -261,3 +261,24 @@ func FuzzParseNCCLTest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseSXid reads kernel log messages: an accepted SXid has a code and
+// a switch, and a fatal one always fails the verdict.
+func FuzzParseSXid(f *testing.F) {
+	f.Add("nvidia-nvswitch3: SXid (PCI:0000:88:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error (First)")
+	f.Add("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 24007, Fatal, Link 44 sourcetrack TCEN0 crumbstore ECC DBE Error (First)")
+	f.Add("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 24007, Data {0x00000000, 0x00000001}")
+	f.Add("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up")
+	f.Fuzz(func(t *testing.T, msg string) {
+		s, ok := ParseSXid(msg)
+		if !ok {
+			return
+		}
+		if s.Code < 0 || s.Switch == "" || s.Link < -1 {
+			t.Fatalf("%+v", s)
+		}
+		if v := SXidVerdict([]string{msg}); s.Fatal != (v.Status == Fail) {
+			t.Fatalf("fatal %t, verdict %v", s.Fatal, v)
+		}
+	})
+}

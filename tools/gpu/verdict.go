@@ -66,4 +66,6 @@ const (
 	CheckPower        = "power"              // enforced limit and draw under load
 	CheckGPUBurn      = "gpu_burn"           // gpu-burn's per-GPU result
 	CheckDCGMDiag     = "dcgm_diag"          // dcgmi diag per-GPU results
+	CheckSXid         = "sxid"               // NVSwitch errors the driver logged
+	CheckFabricMgr    = "fabric_manager"     // NVSwitches on the bus and the fabric manager running
 )
