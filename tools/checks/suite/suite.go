@@ -301,7 +301,7 @@ func build(c *checks.Check, mc manifests.Check, p *params, env Env) {
 		c.Sample = true
 		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return thermal.Check(ctx, o) }
 
-	case manifests.CheckGPU:
+	case manifests.CheckGPU, manifests.CheckGPUBandwidth, manifests.CheckNCCLAllReduce:
 		// Params and thresholds belong to the GPU builder: mark them used.
 		for k := range mc.Params {
 			p.get(k)
