@@ -400,7 +400,7 @@ func TestShippedSuitesGPU(t *testing.T) {
 			continue
 		}
 		for _, c := range doc.Suite.Spec.Checks {
-			if c.Type != manifests.CheckGPU {
+			if c.Type != manifests.CheckGPU && c.Type != manifests.CheckGPUBandwidth && c.Type != manifests.CheckNCCLAllReduce {
 				continue
 			}
 			n++
