@@ -44,6 +44,9 @@ type nvbMetric struct {
 	what   string
 }
 
+// Metric is the metric the testcase becomes.
+func (m nvbMetric) Metric() string { return m.metric }
+
 // NVBandwidthMetrics maps the copy-engine testcases CURE judges to the
 // metric each becomes. Host tables are "CPU(row) -> GPU(column)"; device
 // tables "GPU(row) -> GPU(column)" (read) or "<-" (write), one value per

@@ -151,7 +151,7 @@ func TestBandwidthOutputs(t *testing.T) {
 			t.Fatal(err)
 		}
 		row, _ := r.Largest()
-		if r.Version != "2.16.4" || r.NCCLVersion != "2.26.5+cuda12.8" || len(r.Ranks) != 8 || r.Ranks[5].BusID != "0000:ab:00.0" ||
+		if r.Version != "2.18.3" || r.NCCLVersion != "2.26.5+cuda12.8" || len(r.Ranks) != 8 || r.Ranks[5].BusID != "0000:ab:00.0" ||
 			len(r.Rows) != 11 || row.Bytes != 8<<30 || !r.Summary {
 			t.Fatalf("parsed %+v", r)
 		}
