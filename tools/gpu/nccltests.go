@@ -12,7 +12,7 @@ import (
 
 // NCCLTest is what one nccl-tests program (github.com/NVIDIA/nccl-tests:
 // all_reduce_perf, all_gather_perf, ...) printed. The format, from
-// src/common.cu (2.13-2.18):
+// src/common.cu and what 2.18 prints:
 //
 //	# nccl-tests version 2.18.3 nccl-headers=22803 nccl-library=22803
 //	# Collective test starting: all_reduce_perf

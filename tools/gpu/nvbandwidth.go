@@ -14,7 +14,7 @@ import (
 // with several matrices (the bidirectional device-to-device tests: read1,
 // read2, total) has their rows run together under one description.
 //
-// The text form, from output.cpp and inline_common.h (v0.7-v0.8):
+// The text form, from output.cpp and inline_common.h (v0.8):
 //
 //	nvbandwidth Version: v0.8
 //	Built from Git version: v0.8
