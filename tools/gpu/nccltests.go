@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"math"
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -74,7 +73,39 @@ type NCCLResult struct {
 	Wrong  float64
 }
 
-var ncclRankRE = regexp.MustCompile(`^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+\S+\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$`)
+// ncclRank reads "#  Rank  0 Group  0 Pid  41235 on host device  0
+// [0000:1b:00] NVIDIA H100 80GB HBM3" (no Group in older releases).
+func ncclRank(t string) (NCCLRank, bool) {
+	f := strings.Fields(strings.TrimPrefix(t, "#"))
+	var r NCCLRank
+	if len(f) < 8 || f[0] != "Rank" {
+		return r, false
+	}
+	rank, err := strconv.Atoi(f[1])
+	if err != nil {
+		return r, false
+	}
+	i := 2
+	if f[i] == "Group" {
+		i += 2
+	}
+	if i+5 >= len(f) || f[i] != "Pid" || f[i+2] != "on" || f[i+4] != "device" {
+		return r, false
+	}
+	dev, err := strconv.Atoi(f[i+5])
+	if err != nil || i+6 >= len(f) {
+		return r, false
+	}
+	bus := f[i+6]
+	if !strings.HasPrefix(bus, "[") || !strings.HasSuffix(bus, "]") {
+		return r, false
+	}
+	r = NCCLRank{Rank: rank, Device: dev, Bus: bus[1 : len(bus)-1], Name: strings.Join(f[i+7:], " ")}
+	if strings.Count(r.Bus, ":") == 2 {
+		r.BusID = NormalizeBusID(r.Bus + ".0")
+	}
+	return r, true
+}
 
 // maxNCCLRows bounds the table: a size sweep by a factor of 2 from 1 byte
 // to 2^63 has 64 rows; -N run cycles repeat it.
@@ -118,13 +149,7 @@ func ParseNCCLTest(out []byte) (*NCCLTest, error) {
 			}
 			r.AvgBusBW, avg = x, true
 		case strings.HasPrefix(t, "#"):
-			if m := ncclRankRE.FindStringSubmatch(t); m != nil {
-				rank, _ := strconv.Atoi(m[1])
-				dev, _ := strconv.Atoi(m[2])
-				nr := NCCLRank{Rank: rank, Device: dev, Bus: m[3], Name: strings.TrimSpace(m[4])}
-				if strings.Count(m[3], ":") == 2 {
-					nr.BusID = NormalizeBusID(m[3] + ".0")
-				}
+			if nr, ok := ncclRank(t); ok {
 				r.Ranks = append(r.Ranks, nr)
 			}
 		case strings.Contains(t, "Test NCCL failure") || strings.Contains(t, "Test CUDA failure") || strings.Contains(t, "Test failure"):

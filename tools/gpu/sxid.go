@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -23,28 +22,41 @@ type SXid struct {
 	Text   string
 }
 
-var sxidRE = regexp.MustCompile(`SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d+), (Fatal|Non-fatal)(?:, Link (\d+))?,? ?(.*)$`)
-
 // ParseSXid reads one kernel log message; ok is false for anything that is
 // not an SXid error line (its Data lines included).
 func ParseSXid(msg string) (s SXid, ok bool) {
-	m := sxidRE.FindStringSubmatch(msg)
-	if m == nil {
+	_, rest, found := strings.Cut(msg, "SXid (PCI:")
+	if !found {
 		return s, false
 	}
-	code, err := strconv.Atoi(m[2])
-	if err != nil {
+	addr, rest, found := strings.Cut(rest, "): ")
+	if !found || addr == "" || strings.Trim(addr, "0123456789abcdefABCDEF:.") != "" {
 		return s, false
 	}
-	s = SXid{Switch: NormalizeBusID(m[1]), Code: code, Fatal: m[3] == "Fatal", Link: -1, Text: strings.TrimSpace(m[5])}
+	num, rest, found := strings.Cut(rest, ", ")
+	code, err := strconv.Atoi(num)
+	if !found || err != nil || code < 0 {
+		return s, false
+	}
+	s = SXid{Switch: NormalizeBusID(addr), Code: code, Link: -1}
 	if s.Switch == "" {
-		s.Switch = m[1]
+		s.Switch = addr
 	}
-	if m[4] != "" {
-		if l, err := strconv.Atoi(m[4]); err == nil {
-			s.Link = l
+	switch {
+	case strings.HasPrefix(rest, "Fatal"):
+		s.Fatal, rest = true, rest[len("Fatal"):]
+	case strings.HasPrefix(rest, "Non-fatal"):
+		rest = rest[len("Non-fatal"):]
+	default:
+		return SXid{}, false // a Data line, or something else
+	}
+	if after, ok := strings.CutPrefix(rest, ", Link "); ok {
+		n := len(after) - len(strings.TrimLeft(after, "0123456789"))
+		if l, err := strconv.Atoi(after[:n]); err == nil {
+			s.Link, rest = l, after[n:]
 		}
 	}
+	s.Text = strings.TrimSpace(strings.TrimPrefix(strings.TrimPrefix(rest, ","), " "))
 	return s, true
 }
 
