@@ -102,6 +102,9 @@ func (d *fakeDev) NVLinks() ([]NVLink, error) {
 	if d.linksN > 1 && d.linksAft != nil {
 		return d.linksAft, d.chk()
 	}
+	if d.links == nil {
+		return nil, ErrNotSupported
+	}
 	return d.links, d.chk()
 }
 
