@@ -190,3 +190,20 @@ func mustManifest(t *testing.T, root string) *driver.Manifest {
 	}
 	return m
 }
+
+// TestSKUGPUsMissing: a node whose SKU declares 8 GPUs and whose bus has
+// none fails a bandwidth check on the check type's component (appliesTo
+// keeps it), rather than skipping it.
+func TestSKUGPUsMissing(t *testing.T) {
+	root := gpuNode(t, map[string][2]string{"0000:00:02.0": {"0x1af4", "0x030000"}})
+	g := Checks{Helper: "/nonexistent", Root: root, Log: quiet(),
+		Topology: TopologyOf(&manifests.Hardware{GPUs: &manifests.GPUSpec{Count: 8, NVLinks: 18}})}
+	f, err := g.Build(gpuCheck(t, "    - {name: nccl, type: nccl-allreduce}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := f(context.Background())
+	if err != nil || len(vs) != 1 || vs[0].Component != manifests.CheckNCCLAllReduce || vs[0].Status != checks.Fail || vs[0].Expected != "8 GPUs" {
+		t.Fatalf("verdicts %+v, %v", vs, err)
+	}
+}

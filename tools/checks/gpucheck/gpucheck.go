@@ -441,8 +441,20 @@ func fabricManagerVerdict(st driver.State, want int) gpu.Verdict {
 	return v
 }
 
-// run executes one planned check on the node.
+// run executes one planned check on the node. A bandwidth check's
+// node-wide verdicts go on a component named after the check type, which
+// its appliesTo never filters out.
 func (g Checks) run(ctx context.Context, name string, p gpuPlan) ([]checks.Verdict, error) {
+	vs, err := g.runHelper(ctx, name, p)
+	for i := range vs {
+		if vs[i].Component == "gpu" && p.Type != "" && p.Type != manifests.CheckGPU {
+			vs[i].Component = p.Type
+		}
+	}
+	return vs, err
+}
+
+func (g Checks) runHelper(ctx context.Context, name string, p gpuPlan) ([]checks.Verdict, error) {
 	if g.Root == "" {
 		g.Root = "/"
 	}
@@ -460,7 +472,8 @@ func (g Checks) run(ctx context.Context, name string, p gpuPlan) ([]checks.Verdi
 		return nil, err
 	}
 	if len(gpus) == 0 {
-		if p.RequireGPU {
+		if p.RequireGPU || (g.Topology != nil && g.Topology.GPUs > 0) {
+			g.Topology.apply(&p.Expect)
 			want := len(p.Expect.BusIDs)
 			if p.Expect.Count > 0 {
 				want = p.Expect.Count
@@ -554,11 +567,6 @@ func (g Checks) run(ctx context.Context, name string, p gpuPlan) ([]checks.Verdi
 	for i := range vs {
 		if vs[i].Component == "gpu" && len(versions) > 0 {
 			vs[i].Message = strings.TrimPrefix(vs[i].Message+"; site tools: "+strings.Join(versions, ", "), "; ")
-		}
-		// A bandwidth check's node-wide verdicts go on a component named
-		// after the check type, which its appliesTo never filters out.
-		if vs[i].Component == "gpu" && p.Type != "" && p.Type != manifests.CheckGPU {
-			vs[i].Component = p.Type
 		}
 	}
 	if code == 3 {

@@ -11,7 +11,8 @@
 //	  "driver":   "560.28.03",          // nvmlSystemGetDriverVersion, "" if unknown
 //	  "verdicts": [                      // gpu.Verdict, in a stable order
 //	    {"component": "gpu/3", "check": "ecc", "status": "FAIL",
-//	     "observed": "1", "expected": "<= 0", "message": "..."}
+//	     "observed": "1", "expected": "<= 0", "message": "...",
+//	     "measurements": [{"metric": "h2dGBps", "value": 55.4, "unit": "GB/s"}]}  // bandwidth runs only
 //	  ],
 //	  "devices": [                       // gpu.Identity, one per GPU that answered
 //	    {"component": "gpu/3", "busId": "0000:1b:00.0", "name": "NVIDIA H200",
