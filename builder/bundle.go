@@ -69,7 +69,7 @@ func bundleRecords(b *driverbundle.Bundle, mods []*kmod.Module) (*DriverBundleRe
 	recs = append(recs, fileRecord(driver.ManifestPath, append(data, '\n'), 0o644))
 	return &DriverBundleReport{
 		Source: filepath.Base(b.Source), Version: b.Version, Modules: order,
-		Files: len(b.Files) + len(b.Modules), Bytes: b.Bytes, FabricManager: m.FabricManager != "",
+		Files: len(b.Files) + len(b.Modules), Bytes: b.Bytes, FabricManager: m.FabricManager != "", Tools: m.Tools,
 	}, recs, nil
 }
 

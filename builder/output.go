@@ -17,6 +17,7 @@ import (
 	"github.com/u-root/mkuimage/cpio"
 
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/tools/gpu/driver"
 )
 
 // Output file names in the output directory.
@@ -70,6 +71,9 @@ type DriverBundleReport struct {
 	// Bytes is what the bundle adds to the image, uncompressed.
 	Bytes         int64 `json:"bytes"`
 	FabricManager bool  `json:"fabric_manager"`
+	// Tools are the site's GPU test tools the bundle declared
+	// (gpu-tools.yaml), each file pinned by sha256.
+	Tools []driver.Tool `json:"tools,omitempty"`
 }
 
 // Report is report.json, a function of the inputs only.

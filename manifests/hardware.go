@@ -52,6 +52,15 @@ type GPUSpec struct {
 	Addresses []string `yaml:"addresses,omitempty"`
 	// PCIe is the link every GPU must negotiate.
 	PCIe *PCIeSpec `yaml:"pcie,omitempty"`
+	// NVLinks is how many NVLinks every GPU must have up (18 on H100,
+	// H200 and B200 SXM). Declared, a GPU that answers "Not Supported" for
+	// NVLink (a PCIe card, a GPU passed through alone) fails the GPU
+	// checks; absent, such a GPU is a SKIP.
+	NVLinks int `yaml:"nvlinks,omitempty"`
+	// Fabric: every GPU must be registered with the NVLink fabric (the
+	// fabric manager's work on an NVSwitch board): registration completed
+	// and successful, healthy, all GPUs in one clique.
+	Fabric bool `yaml:"fabric,omitempty"`
 }
 
 // NVSwitchSpec: NVIDIA NVSwitch functions on the PCI bus.
@@ -136,7 +145,7 @@ func (d *decoder) hardware(n *yaml.Node, p string) *Hardware {
 	}
 	if v := f.get("gpus"); v != nil {
 		gp := join(p, "gpus")
-		g := d.mapping(v, gp, "count", "model", "pciId", "addresses", "pcie")
+		g := d.mapping(v, gp, "count", "model", "pciId", "addresses", "pcie", "nvlinks", "fabric")
 		h.GPUs = &GPUSpec{Count: g.devices("count", 1)}
 		var mv *yaml.Node
 		h.GPUs.Model, mv = g.str("model", false)
@@ -144,6 +153,13 @@ func (d *decoder) hardware(n *yaml.Node, p string) *Hardware {
 		h.GPUs.PCIID = d.pciID(g, gp)
 		h.GPUs.Addresses = d.pciAddresses(g, gp)
 		h.GPUs.PCIe = d.pcie(g, gp)
+		if g.has("nvlinks") {
+			// NVML_NVLINK_MAX_LINKS is 18; a later part may have more.
+			if h.GPUs.NVLinks = g.devices("nvlinks", 1); h.GPUs.NVLinks > 64 {
+				d.errorf(g.vals["nvlinks"], join(gp, "nvlinks"), "%d NVLinks per GPU: at most 64", h.GPUs.NVLinks)
+			}
+		}
+		h.GPUs.Fabric = g.boolean("fabric")
 		if g.has("count") && len(h.GPUs.Addresses) > 0 && len(h.GPUs.Addresses) != h.GPUs.Count {
 			d.errorf(g.vals["addresses"], join(gp, "addresses"), "lists %d addresses but count is %d", len(h.GPUs.Addresses), h.GPUs.Count)
 		}

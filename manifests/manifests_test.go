@@ -471,7 +471,8 @@ func TestHardwareSection(t *testing.T) {
 	if h.CPU.Sockets != 2 || h.CPU.Cores != 112 || h.Memory.DIMMs != 32 || h.Memory.DIMMSize != 64<<30 {
 		t.Errorf("cpu %+v memory %+v", h.CPU, h.Memory)
 	}
-	if h.GPUs.Count != 8 || len(h.GPUs.Addresses) != 8 || h.GPUs.Addresses[5] != "0000:c3:00.0" || h.NVSwitches.Count != 2 {
+	if h.GPUs.Count != 8 || len(h.GPUs.Addresses) != 8 || h.GPUs.Addresses[5] != "0000:c3:00.0" || h.NVSwitches.Count != 2 ||
+		h.GPUs.NVLinks != 18 || !h.GPUs.Fabric {
 		t.Errorf("gpus %+v nvswitches %+v", h.GPUs, h.NVSwitches)
 	}
 	if len(h.NICs) != 2 || h.NICs[0].SpeedMbps != 400000 || h.NICs[1].Count != 2 {
@@ -489,6 +490,16 @@ func TestHardwareSection(t *testing.T) {
 	s, err := ParseSKU("x.yaml", []byte(doc))
 	if err != nil || s.Spec.Hardware.CPU != nil || len(s.Spec.Hardware.NICs) != 1 {
 		t.Errorf("nic-only hardware: %v %+v", err, s)
+	}
+	for _, c := range []struct{ gpus, want string }{
+		{"{count: 8, nvlinks: 0}", "spec.hardware.gpus.nvlinks: 0 is out of range"},
+		{"{count: 8, nvlinks: 100}", "spec.hardware.gpus.nvlinks: 100 NVLinks per GPU: at most 64"},
+		{"{count: 8, fabric: yes please}", "spec.hardware.gpus.fabric: expected true or false"},
+	} {
+		doc := "apiVersion: cure.dev/v1\nkind: SKU\nmetadata: {name: x}\nspec:\n  hardware:\n    gpus: " + c.gpus + "\n"
+		if _, err := ParseSKU("x.yaml", []byte(doc)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("gpus %s: %v, want %q", c.gpus, err, c.want)
+		}
 	}
 	if _, err := ParseSKU("x.yaml", []byte("apiVersion: cure.dev/v1\nkind: SKU\nmetadata: {name: x}\nspec:\n  hardware: {}\n")); err == nil ||
 		!strings.Contains(err.Error(), "x.yaml:5: spec.hardware: is empty") {

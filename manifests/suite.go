@@ -9,7 +9,8 @@ import (
 )
 
 var checkTypes = []string{CheckGPU, CheckMemory, CheckCPU, CheckNVMeSMART, CheckStorageThroughput, CheckEthernet, CheckInfiniBand, CheckThermal,
-	CheckStorageRandom, CheckMemoryBandwidth, CheckCPUThroughput, CheckNICThroughput, CheckSite}
+	CheckStorageRandom, CheckMemoryBandwidth, CheckCPUThroughput, CheckNICThroughput, CheckSite,
+	CheckGPUBandwidth, CheckNCCLAllReduce}
 
 // CheckTools names the tool-bundle program a check type runs ("" for the
 // checks built into the runner).

@@ -105,6 +105,10 @@ const (
 	// A site's own program, fetched from the artifact server and pinned by
 	// sha256 (Check.Program); it reports verdicts as JSON lines.
 	CheckSite = "site"
+	// GPU bandwidth checks driving the site's GPU tools (the image's
+	// driver bundle carries them: docs/VALIDATION.md), through cure-nvml.
+	CheckGPUBandwidth  = "gpu-bandwidth"  // nvbandwidth: host<->GPU per GPU, GPU<->GPU per pair
+	CheckNCCLAllReduce = "nccl-allreduce" // nccl-tests all_reduce_perf over the node's GPUs (and per pair)
 )
 
 // Metadata names a document.

@@ -12,7 +12,11 @@
 //	lib/       libnvidia-ml.so.*, DCGM's libraries     -> /usr/lib/x86_64-linux-gnu/
 //	bin/       nvidia-smi, nv-fabricmanager, dcgmi, nv-hostengine -> /usr/bin/
 //	share/     nvidia/nvswitch/fabricmanager.cfg, topologies -> /usr/share/
+//	libexec/   datacenter-gpu-manager-4/nvvs and its plugins -> /usr/libexec/
 //	etc/       anything the tools read from /etc      -> /etc/
+//	gpu-tools.yaml  the site's GPU test tools in the bundle (DCGM,
+//	           nvbandwidth, nccl-tests): name, version, source, programs
+//	           (ToolsFile; docs/VALIDATION.md)
 //
 // Anything else at the top is refused, as are paths leaving the bundle.
 package driverbundle
@@ -28,6 +32,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -44,6 +49,7 @@ var layout = map[string]string{
 	"lib":      "usr/lib/x86_64-linux-gnu",
 	"bin":      "usr/bin",
 	"share":    "usr/share",
+	"libexec":  "usr/libexec",
 	"etc":      "etc",
 }
 
@@ -74,6 +80,8 @@ type Bundle struct {
 	// Bytes is the size of every file and module (what the image grows by,
 	// uncompressed).
 	Bytes int64
+	// Tools are the GPU test tools gpu-tools.yaml declares, pinned.
+	Tools []driver.Tool
 	dir   string
 	tmp   string // extraction dir to remove, for tarballs
 }
@@ -121,10 +129,13 @@ func (b *Bundle) scan() error {
 			return err
 		}
 		rel = filepath.ToSlash(rel)
+		if rel == ToolsFile {
+			return nil // read after the walk, when every file is known
+		}
 		top, rest, _ := strings.Cut(rel, "/")
 		dst, known := layout[top]
 		if top != "modules" && !known {
-			return fmt.Errorf("%s: unknown top-level entry (want modules/, firmware/, lib/, bin/, share/, etc/)", rel)
+			return fmt.Errorf("%s: unknown top-level entry (want modules/, firmware/, lib/, bin/, share/, libexec/, etc/, %s)", rel, ToolsFile)
 		}
 		if rest == "" {
 			if !d.IsDir() {
@@ -177,7 +188,7 @@ func (b *Bundle) scan() error {
 			b.Version = m.Version
 		}
 	}
-	return nil
+	return b.readTools()
 }
 
 func (b *Bundle) addModule(p, rel, rest string, info fs.FileInfo) error {
@@ -222,7 +233,7 @@ func (b *Bundle) CheckVermagic(kver, want string) error {
 // Manifest describes the bundle for the runner; order is the modules'
 // load order (dependencies first).
 func (b *Bundle) Manifest(order []string) driver.Manifest {
-	m := driver.Manifest{Version: b.Version, Modules: order, Bytes: b.Bytes}
+	m := driver.Manifest{Version: b.Version, Modules: order, Bytes: b.Bytes, Tools: b.Tools}
 	for _, f := range b.Files {
 		switch f.Dst {
 		case fabricManager:
@@ -254,6 +265,21 @@ func (b *Bundle) MissingLibraries(present map[string]bool) []string {
 			continue // scripts, firmware, configs
 		}
 		needed, err := ef.ImportedLibraries()
+		dirs := slices.Clone(libDirs)
+		// DCGM's nvvs plugins find their CUDA libraries beside them
+		// (RUNPATH $ORIGIN): where the program is, not where ld.so looks.
+		for _, tag := range []elf.DynTag{elf.DT_RUNPATH, elf.DT_RPATH} {
+			rps, _ := ef.DynString(tag)
+			for _, rp := range rps {
+				for _, d := range strings.Split(rp, ":") {
+					if rest, ok := strings.CutPrefix(d, "$ORIGIN"); ok {
+						dirs = append(dirs, path.Clean(path.Dir(f.Dst)+"/"+rest))
+					} else if path.IsAbs(d) {
+						dirs = append(dirs, strings.TrimPrefix(path.Clean(d), "/"))
+					}
+				}
+			}
+		}
 		ef.Close()
 		if err != nil {
 			out = append(out, fmt.Sprintf("%s: reading its dynamic section: %v", f.Dst, err))
@@ -261,7 +287,7 @@ func (b *Bundle) MissingLibraries(present map[string]bool) []string {
 		}
 		for _, lib := range needed {
 			found := false
-			for _, d := range libDirs {
+			for _, d := range dirs {
 				if present[path.Join(d, lib)] {
 					found = true
 					break

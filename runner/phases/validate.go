@@ -49,8 +49,18 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 		return failed("validate: %s is a %s, not a ValidationSuite", a.GetManifestName(), doc.Kind)
 	}
 	s := doc.Suite
+	// The SKU's GPU topology (NVLinks per GPU, NVSwitches, fabric) is what
+	// the GPU checks hold the node to where the suite does not say.
+	var topo *gpucheck.Topology
+	if raw := a.GetSkuYaml(); len(raw) > 0 {
+		sku, err := manifests.ParseSKU(nonEmptyName(a.GetSkuName()), raw)
+		if err != nil {
+			return failed("validate: %v", err)
+		}
+		topo = gpucheck.TopologyOf(sku.Spec.Hardware)
+	}
 	env := suite.Env{Root: e.cfg.Root, Disks: e.cfg.Disks, AllowDiskWrites: mode == modes.Burnin,
-		GPU: gpucheck.Checks{Root: e.cfg.Root, TmpDir: e.cfg.TmpDir, Log: e.cfg.Log, Prepare: e.gpuDriverUp(emit)}.Build}
+		GPU: gpucheck.Checks{Root: e.cfg.Root, TmpDir: e.cfg.TmpDir, Log: e.cfg.Log, Prepare: e.gpuDriverUp(emit), Topology: topo}.Build}
 	for _, c := range s.Spec.Checks {
 		if manifests.CheckTools(c.Type) != "" {
 			tb := &toolBundle{e: e, ref: a.GetToolBundle(), emit: emit}

@@ -52,8 +52,10 @@ type DeviceObservation struct {
 	Retired    *reading[RetiredPages] // read only where row remapping is not supported
 	ReplayPre  reading[uint64]
 	ReplayPost reading[uint64]
+	Arch       reading[Arch]
 	LinksPre   reading[[]NVLink]
 	LinksPost  reading[[]NVLink]
+	Fabric     reading[FabricInfo] // read after the load
 	Samples    []Sample
 	Xids       []uint64
 	XidErr     error
@@ -200,6 +202,7 @@ func Collect(ctx context.Context, lib Library, exp Expect, opt Options) *Observa
 		d.SlowdownC = read(dev.SlowdownTemperature)
 		d.LimitMW = read(dev.EnforcedPowerLimit)
 		d.ReplayPre = read(dev.PCIeReplayCounter)
+		d.Arch = read(dev.Architecture)
 		d.LinksPre = read(dev.NVLinks)
 		watchIdx = append(watchIdx, d.NVMLIndex)
 	}
@@ -265,6 +268,7 @@ func Collect(ctx context.Context, lib Library, exp Expect, opt Options) *Observa
 		}
 		d.ReplayPost = read(dev.PCIeReplayCounter)
 		d.LinksPost = read(dev.NVLinks)
+		d.Fabric = read(dev.FabricInfo)
 		d.XidErr = xidErr
 		for _, e := range xids {
 			if e.Index == d.NVMLIndex {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -11,18 +12,25 @@ import (
 )
 
 // DCGMDiag is what `dcgmi diag -r N` reported, from either its table
-// output or its `-j` JSON.
+// output or its `-j` JSON (DCGM 3.x "DCGM GPU Diagnostic" and DCGM 4.x
+// "DCGM Diagnostic" documents).
 type DCGMDiag struct {
 	Version      string
 	RuntimeError string
 	Tests        []DCGMTest
+	// Serials are the GPU serial numbers DCGM 4.x lists per GPU id
+	// (entity_groups), what ties DCGM's GPU ids to NVML's devices.
+	Serials map[int]string
 }
 
-// DCGMTest is one diagnostic test ("PCIe", "GPU Memory", "Targeted Stress").
+// DCGMTest is one diagnostic test ("PCIe", "GPU Memory", "Targeted Stress"
+// in DCGM 3.x; "pcie", "memory", "targeted_stress" in DCGM 4.x).
 type DCGMTest struct {
 	Category string
 	Name     string
 	Results  []DCGMResult
+	// Summary is DCGM 4.x's test_summary status ("" when absent).
+	Summary Status
 }
 
 // DCGMResult is a test's outcome for some GPUs.
@@ -31,6 +39,24 @@ type DCGMResult struct {
 	Status   Status // Pass, Fail, Skip; DCGM's WARN maps to Pass with the warning kept
 	Warn     bool
 	Messages []string
+	// Errors are DCGM's own error records (JSON warnings with an error_id),
+	// in DCGM's words.
+	Errors []DCGMError
+}
+
+// DCGMError is one error DCGM reported for a result: its dcgmError_t code
+// (dcgm_errors.h), category and severity, and its message.
+type DCGMError struct {
+	ID       int
+	Category int
+	Severity int
+	Message  string
+}
+
+// String is DCGM's message with the code's name: "DCGM_FR_PCI_REPLAY_RATE
+// (error 3): Detected more than 8 PCIe replays ...".
+func (e DCGMError) String() string {
+	return fmt.Sprintf("%s (error %d, %s): %s", DCGMErrorName(e.ID), e.ID, dcgmSeverity(e.Severity), e.Message)
 }
 
 // ParseDCGMDiag reads dcgmi diag output; it detects JSON (-j) by its first
@@ -58,75 +84,175 @@ func dcgmStatus(s string) (Status, bool, error) {
 	return "", false, fmt.Errorf("unknown status %q (want Pass, Fail, Warn or Skip)", s)
 }
 
-// parseDCGMJSON follows NVVS's JSON writer (dcgm NvvsCommon.h): {"DCGM GPU
+// dcgmJSONResult is one entry of a test's results, in either version:
+// DCGM 3.x names GPUs with gpu_ids (a number, or a CSV string for
+// node-wide tests) or gpu_id; DCGM 4.x with entity_group "GPU" and
+// entity_id, and leaves them out for a result about no entity.
+type dcgmJSONResult struct {
+	GPUIDs      json.RawMessage   `json:"gpu_ids"`
+	GPUID       json.RawMessage   `json:"gpu_id"`
+	EntityGroup *string           `json:"entity_group"`
+	EntityID    *int              `json:"entity_id"`
+	Status      string            `json:"status"`
+	Warnings    []json.RawMessage `json:"warnings"`
+	Info        []json.RawMessage `json:"info"`
+}
+
+type dcgmJSONDiag struct {
+	Version    string `json:"version"`
+	RuntimeErr string `json:"runtime_error"`
+	Categories []struct {
+		Category string `json:"category"`
+		Tests    []*struct {
+			Name    string           `json:"name"`
+			Results []dcgmJSONResult `json:"results"`
+			Summary *struct {
+				Status string `json:"status"`
+			} `json:"test_summary"`
+		} `json:"tests"`
+	} `json:"test_categories"`
+}
+
+// parseDCGMJSON follows dcgmi's JSON writers. DCGM 3.x (NvvsCommon.h):
+// {"DCGM GPU Diagnostic": {"test_categories": [{"category", "tests":
+// [{"name", "results": [{"gpu_ids", "status", "warnings", "info"}]}]}],
+// "version"}}. DCGM 4.x (dcgmi/Diag.cpp, NvvsJsonStrings.h): {"DCGM
 // Diagnostic": {"test_categories": [{"category", "tests": [{"name",
-// "results": [{"gpu_ids", "status", "warnings", "info"}]}]}], "version"}}.
-// gpu_ids is a number per GPU, or a CSV string for node-wide tests; warnings
-// are strings (older) or objects with "warning"/"message" (3.x/4.x); tests
-// may contain nulls.
+// "results": [{"entity_group", "entity_group_id", "entity_id", "status",
+// "warnings": [{"warning", "error_id", "error_category",
+// "error_severity"}], "info"}], "test_summary": {"status"}}]}]},
+// "entity_groups": [{"entity_group", "entities": [{"entity_id",
+// "serial_num", "device_id"}]}], "metadata": {"version", "Driver Version
+// Detected"}}. Warnings are strings (older) or objects; tests may be null;
+// a WARN result reads "Warn" in 3.x and "Fail" in 4.x's JSON.
 func parseDCGMJSON(doc []byte) (*DCGMDiag, error) {
 	var top struct {
-		Diag *struct {
-			Version    string `json:"version"`
-			RuntimeErr string `json:"runtime_error"`
-			Categories []struct {
-				Category string `json:"category"`
-				Tests    []*struct {
-					Name    string `json:"name"`
-					Results []struct {
-						GPUIDs   json.RawMessage   `json:"gpu_ids"`
-						GPUID    json.RawMessage   `json:"gpu_id"`
-						Status   string            `json:"status"`
-						Warnings []json.RawMessage `json:"warnings"`
-						Info     []json.RawMessage `json:"info"`
-					} `json:"results"`
-				} `json:"tests"`
-			} `json:"test_categories"`
-		} `json:"DCGM GPU Diagnostic"`
-		RuntimeErr string `json:"runtime_error"`
+		V3         *dcgmJSONDiag `json:"DCGM GPU Diagnostic"`
+		V4         *dcgmJSONDiag `json:"DCGM Diagnostic"`
+		RuntimeErr string        `json:"runtime_error"`
+		Metadata   *struct {
+			Version string `json:"version"`
+		} `json:"metadata"`
+		EntityGroups []struct {
+			Group    string `json:"entity_group"`
+			Entities []struct {
+				ID     int    `json:"entity_id"`
+				Serial string `json:"serial_num"`
+			} `json:"entities"`
+		} `json:"entity_groups"`
 	}
 	if err := json.Unmarshal(doc, &top); err != nil {
 		return nil, fmt.Errorf("dcgmi diag JSON: %w", err)
 	}
-	if top.Diag == nil {
+	diag := top.V4
+	if diag == nil {
+		diag = top.V3
+	}
+	if diag == nil {
 		if top.RuntimeErr != "" {
 			return &DCGMDiag{RuntimeError: top.RuntimeErr}, nil
 		}
-		return nil, fmt.Errorf("dcgmi diag JSON: no \"DCGM GPU Diagnostic\" object")
+		return nil, fmt.Errorf("dcgmi diag JSON: no \"DCGM Diagnostic\" (DCGM 4) or \"DCGM GPU Diagnostic\" (DCGM 3) object")
 	}
-	d := &DCGMDiag{Version: top.Diag.Version, RuntimeError: top.Diag.RuntimeErr}
-	for ci, c := range top.Diag.Categories {
+	d := &DCGMDiag{Version: diag.Version, RuntimeError: diag.RuntimeErr}
+	if top.Metadata != nil && top.Metadata.Version != "" {
+		d.Version = top.Metadata.Version
+	}
+	for _, g := range top.EntityGroups {
+		if g.Group != "GPU" {
+			continue
+		}
+		for _, e := range g.Entities {
+			if e.Serial != "" && e.ID >= 0 {
+				if d.Serials == nil {
+					d.Serials = map[int]string{}
+				}
+				d.Serials[e.ID] = e.Serial
+			}
+		}
+	}
+	for ci, c := range diag.Categories {
 		for ti, t := range c.Tests {
 			if t == nil {
 				continue
 			}
 			test := DCGMTest{Category: c.Category, Name: t.Name}
+			if t.Summary != nil && t.Summary.Status != "" {
+				st, _, err := dcgmStatus(t.Summary.Status)
+				if err != nil {
+					return nil, fmt.Errorf("dcgmi diag JSON: test_categories[%d].tests[%d].test_summary.status: %w", ci, ti, err)
+				}
+				test.Summary = st
+			}
 			for ri, r := range t.Results {
 				where := fmt.Sprintf("test_categories[%d].tests[%d].results[%d]", ci, ti, ri)
-				st, warn, err := dcgmStatus(r.Status)
+				res, keep, err := jsonResult(r)
 				if err != nil {
-					return nil, fmt.Errorf("dcgmi diag JSON: %s.status: %w", where, err)
+					return nil, fmt.Errorf("dcgmi diag JSON: %s.%w", where, err)
 				}
-				ids := r.GPUIDs
-				if len(ids) == 0 {
-					ids = r.GPUID
+				if keep {
+					test.Results = append(test.Results, res)
 				}
-				gpus, err := jsonGPUIDs(ids)
-				if err != nil {
-					return nil, fmt.Errorf("dcgmi diag JSON: %s.gpu_ids: %w", where, err)
-				}
-				res := DCGMResult{GPUs: gpus, Status: st, Warn: warn}
-				for _, m := range append(slices.Clone(r.Warnings), r.Info...) {
-					if s := jsonMessage(m); s != "" {
-						res.Messages = append(res.Messages, s)
-					}
-				}
-				test.Results = append(test.Results, res)
 			}
 			d.Tests = append(d.Tests, test)
 		}
 	}
 	return d, nil
+}
+
+// jsonResult reads one result; keep is false for a result about another
+// kind of entity (a CPU, an NVSwitch) than a GPU.
+func jsonResult(r dcgmJSONResult) (res DCGMResult, keep bool, err error) {
+	st, warn, err := dcgmStatus(r.Status)
+	if err != nil {
+		return res, false, fmt.Errorf("status: %w", err)
+	}
+	res = DCGMResult{Status: st, Warn: warn}
+	switch {
+	case r.EntityGroup != nil:
+		if *r.EntityGroup != "GPU" {
+			return res, false, nil
+		}
+		if r.EntityID == nil || *r.EntityID < 0 {
+			return res, false, errors.New("entity_id: a GPU result without a GPU id")
+		}
+		res.GPUs = []int{*r.EntityID}
+	default:
+		ids := r.GPUIDs
+		if len(ids) == 0 {
+			ids = r.GPUID
+		}
+		if res.GPUs, err = jsonGPUIDs(ids); err != nil {
+			return res, false, fmt.Errorf("gpu_ids: %w", err)
+		}
+	}
+	for _, m := range r.Warnings {
+		if e, ok := jsonError(m); ok {
+			res.Errors = append(res.Errors, e)
+		} else if s := jsonMessage(m); s != "" {
+			res.Messages = append(res.Messages, s)
+		}
+	}
+	for _, m := range r.Info {
+		if s := jsonMessage(m); s != "" {
+			res.Messages = append(res.Messages, s)
+		}
+	}
+	return res, true, nil
+}
+
+// jsonError reads a warning object that carries DCGM's error code.
+func jsonError(raw json.RawMessage) (DCGMError, bool) {
+	var o struct {
+		Warning  *string `json:"warning"`
+		ID       *int    `json:"error_id"`
+		Category int     `json:"error_category"`
+		Severity int     `json:"error_severity"`
+	}
+	if json.Unmarshal(raw, &o) != nil || o.Warning == nil || o.ID == nil {
+		return DCGMError{}, false
+	}
+	return DCGMError{ID: *o.ID, Category: o.Category, Severity: o.Severity, Message: *o.Warning}, true
 }
 
 func jsonGPUIDs(raw json.RawMessage) ([]int, error) {
@@ -295,49 +421,183 @@ func tableResult(val string) (DCGMResult, error) {
 	return res, nil
 }
 
-// Verdicts gives one dcgm_diag verdict per GPU index in gpus (the GPUs the
-// diagnostic ran on, NVML order), naming every failed test.
-func (d *DCGMDiag) Verdicts(gpus []int) []Verdict {
-	const want = "every test Pass"
-	if d.RuntimeError != "" {
-		return []Verdict{{Component: "gpu", Check: CheckDCGMDiag, Status: Error, Expected: want, Message: "dcgmi diag: " + d.RuntimeError}}
-	}
-	var out []Verdict
-	for _, g := range gpus {
-		var fails, warns []string
-		ran := 0
-		for _, t := range d.Tests {
-			for _, r := range t.Results {
-				if r.GPUs != nil && !slices.Contains(r.GPUs, g) {
-					continue
-				}
-				msgs := forGPU(r.Messages, g)
-				switch {
-				case r.Status == Fail:
-					fails = append(fails, withMsgs(t.Name, msgs))
-				case r.Warn:
-					warns = append(warns, withMsgs(t.Name, msgs))
-				}
-				if r.Status != Skip {
-					ran++
-				}
-			}
-		}
-		v := Verdict{Component: "gpu/" + strconv.Itoa(g), Check: CheckDCGMDiag, Expected: want}
-		switch {
-		case len(fails) > 0:
-			v.Status, v.Observed, v.Message = Fail, "Fail: "+testNames(fails), strings.Join(fails, "; ")
-		case ran == 0:
-			v.Status, v.Observed, v.Message = Skip, "no test ran", "dcgmi diag skipped every test on this GPU"
-		default:
-			v.Status, v.Observed = Pass, fmt.Sprintf("%d results Pass", ran)
-			if len(warns) > 0 {
-				v.Message = "warnings: " + strings.Join(warns, "; ")
-			}
-		}
-		out = append(out, v)
+// DCGMTarget is a GPU the diagnostic ran on: DCGM's GPU id (NVML's index
+// order) and the component its verdicts name; Serial, when known, is
+// NVML's serial, which DCGM 4.x lists per GPU id, so a diagnostic whose ids
+// differ from NVML's order still names the right board.
+type DCGMTarget struct {
+	ID        int
+	Component string
+	Serial    string
+}
+
+// Targets names GPUs 0..n-1 gpu/0..gpu/n-1.
+func Targets(n int) []DCGMTarget {
+	out := make([]DCGMTarget, n)
+	for i := range out {
+		out[i] = DCGMTarget{ID: i, Component: "gpu/" + strconv.Itoa(i)}
 	}
 	return out
+}
+
+// DCGMCheck is the verdict check name of one DCGM test: "dcgm/pcie",
+// "dcgm/targeted_stress", "dcgm/gpu_memory".
+func DCGMCheck(test string) string {
+	var b strings.Builder
+	under := false
+	for _, r := range strings.ToLower(test) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+			under = false
+		} else if !under && b.Len() > 0 {
+			b.WriteByte('_')
+			under = true
+		}
+	}
+	return "dcgm/" + strings.TrimSuffix(b.String(), "_")
+}
+
+// Verdicts gives one verdict per GPU and test DCGM ran on it (check
+// DCGMCheck(test)): FAIL with DCGM's error codes and its own messages,
+// PASS (warnings kept in the message) or SKIP. A GPU no test ran on gets
+// one SKIP (check dcgm_diag); a failed result about a GPU id no target has,
+// or about no GPU at all, fails component "gpu"; a runtime error is one
+// ERROR on "gpu".
+func (d *DCGMDiag) Verdicts(targets []DCGMTarget) []Verdict {
+	const want = "Pass"
+	version := "DCGM"
+	if d.Version != "" {
+		version = "DCGM " + d.Version
+	}
+	if d.RuntimeError != "" {
+		return []Verdict{{Component: "gpu", Check: CheckDCGMDiag, Status: Error, Expected: "every test " + want,
+			Message: version + " dcgmi diag: " + d.RuntimeError}}
+	}
+	byID := d.resolve(targets)
+	var out []Verdict
+	ran := map[string]bool{}
+	for _, t := range d.Tests {
+		check := DCGMCheck(t.Name)
+		where := t.Name
+		if t.Category != "" {
+			where = t.Category + "/" + t.Name
+		}
+		for _, tg := range targets {
+			id, ok := byID[tg.Component]
+			if !ok {
+				continue
+			}
+			v, any := testVerdict(t, id, tg.Component)
+			if !any {
+				continue
+			}
+			v.Check, v.Expected = check, want
+			v.Message = strings.TrimSuffix(version+" "+where+": "+v.Message, ": ")
+			out = append(out, v)
+			ran[tg.Component] = ran[tg.Component] || v.Status != Skip
+		}
+		// Failures the per-GPU verdicts do not carry.
+		var lost []string
+		known := map[int]bool{}
+		for _, id := range byID {
+			known[id] = true
+		}
+		for _, r := range t.Results {
+			if r.Status != Fail {
+				continue
+			}
+			for _, g := range r.GPUs {
+				if !known[g] {
+					lost = append(lost, fmt.Sprintf("DCGM GPU %d, which is not among the GPUs checked: %s", g, resultText(r, g)))
+				}
+			}
+		}
+		if len(t.Results) == 0 && t.Summary == Fail {
+			lost = append(lost, "the test failed with no per-GPU result")
+		}
+		if len(lost) > 0 {
+			out = append(out, Verdict{Component: "gpu", Check: check, Status: Fail, Observed: "Fail", Expected: want,
+				Message: version + " " + where + ": " + strings.Join(lost, "; ")})
+		}
+	}
+	for _, tg := range targets {
+		if !ran[tg.Component] {
+			out = append(out, Verdict{Component: tg.Component, Check: CheckDCGMDiag, Status: Skip, Observed: "no test ran",
+				Expected: "every test " + want, Message: version + " ran no test on this GPU"})
+		}
+	}
+	return out
+}
+
+// resolve maps each target's component to its DCGM GPU id: by serial
+// where DCGM listed serials and the target has one, else the target's ID.
+func (d *DCGMDiag) resolve(targets []DCGMTarget) map[string]int {
+	bySerial := map[string]int{}
+	for id, s := range d.Serials {
+		bySerial[s] = id
+	}
+	out := map[string]int{}
+	for _, tg := range targets {
+		if id, ok := bySerial[tg.Serial]; ok && tg.Serial != "" {
+			out[tg.Component] = id
+			continue
+		}
+		out[tg.Component] = tg.ID
+	}
+	return out
+}
+
+// testVerdict judges test t for DCGM GPU id; any is false when no result
+// of t is about that GPU.
+func testVerdict(t DCGMTest, id int, comp string) (v Verdict, any bool) {
+	v = Verdict{Component: comp}
+	fail, warn, skips, n := false, false, 0, 0
+	var msgs []string
+	for _, r := range t.Results {
+		if r.GPUs != nil && !slices.Contains(r.GPUs, id) {
+			continue
+		}
+		n++
+		switch {
+		case r.Status == Fail:
+			fail = true
+		case r.Status == Skip:
+			skips++
+		case r.Warn:
+			warn = true
+		}
+		if m := resultText(r, id); m != "" {
+			msgs = append(msgs, m)
+		}
+	}
+	if n == 0 {
+		return v, false
+	}
+	switch {
+	case fail:
+		v.Status, v.Observed = Fail, "Fail"
+	case skips == n:
+		v.Status, v.Observed = Skip, "Skip"
+	case warn:
+		v.Status, v.Observed = Pass, "Warn"
+	default:
+		v.Status, v.Observed = Pass, "Pass"
+	}
+	v.Message = strings.Join(msgs, "; ")
+	return v, true
+}
+
+// resultText is what DCGM said about GPU g in r: its error records, then
+// the messages that are not about another GPU.
+func resultText(r DCGMResult, g int) string {
+	var parts []string
+	for _, e := range r.Errors {
+		if len(forGPU([]string{e.Message}, g)) > 0 {
+			parts = append(parts, e.String())
+		}
+	}
+	parts = append(parts, forGPU(r.Messages, g)...)
+	return strings.Join(parts, " / ")
 }
 
 // forGPU keeps messages about GPU g; DCGM prefixes per-GPU text "GPU <n> ".
@@ -356,18 +616,36 @@ func forGPU(msgs []string, g int) []string {
 	return out
 }
 
-func withMsgs(name string, msgs []string) string {
-	if len(msgs) == 0 {
-		return name
+// TargetsFor names the GPUs NVML sees as Collect names them (by position
+// in exp.BusIDs when given, else by NVML index), with their serials, for a
+// DCGM diagnostic that runs as Collect's load. A GPU that cannot be opened
+// is left out: Collect reports it.
+func TargetsFor(lib Library, exp Expect) []DCGMTarget {
+	n, err := lib.DeviceCount()
+	if err != nil {
+		return nil
 	}
-	return name + ": " + strings.Join(msgs, " / ")
-}
-
-func testNames(items []string) string {
-	var names []string
-	for _, s := range items {
-		n, _, _ := strings.Cut(s, ":")
-		names = append(names, n)
+	pos := map[string]int{}
+	for j, b := range exp.BusIDs {
+		pos[NormalizeBusID(b)] = j
 	}
-	return strings.Join(names, ", ")
+	var out []DCGMTarget
+	for i := range n {
+		dev, err := lib.DeviceByIndex(i)
+		if err != nil {
+			continue
+		}
+		t := DCGMTarget{ID: i, Component: "gpu/" + strconv.Itoa(i)}
+		if pci, err := dev.PCI(); err == nil && len(exp.BusIDs) > 0 {
+			bus := NormalizeBusID(pci.BusID)
+			if j, ok := pos[bus]; ok {
+				t.Component = "gpu/" + strconv.Itoa(j)
+			} else {
+				t.Component = "gpu/" + bus
+			}
+		}
+		t.Serial, _ = dev.Serial()
+		out = append(out, t)
+	}
+	return out
 }

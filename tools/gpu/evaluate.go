@@ -45,8 +45,9 @@ func Evaluate(obs *Observation, exp Expect) []Verdict {
 	for _, x := range exp.CriticalXids {
 		critical[x] = true
 	}
+	clique := fabricMajority(obs.Devices)
 	for i := range obs.Devices {
-		out = append(out, evalDevice(&obs.Devices[i], exp, critical)...)
+		out = append(out, evalDevice(&obs.Devices[i], exp, critical, clique)...)
 	}
 	return out
 }
@@ -61,7 +62,7 @@ func countExpected(exp Expect) string {
 	return "any"
 }
 
-func evalDevice(d *DeviceObservation, exp Expect, critical map[uint64]bool) []Verdict {
+func evalDevice(d *DeviceObservation, exp Expect, critical map[uint64]bool, clique fabricClique) []Verdict {
 	c := d.Component
 	v := func(check string, st Status, observed, expected, msg string) Verdict {
 		return Verdict{Component: c, Check: check, Status: st, Observed: observed, Expected: expected, Message: msg}
@@ -83,6 +84,10 @@ func evalDevice(d *DeviceObservation, exp Expect, critical map[uint64]bool) []Ve
 	out = append(out, evalPCIeLink(d, exp, v))
 	out = append(out, evalPCIeReplay(d, exp, v))
 	out = append(out, evalNVLink(d, exp, v))
+	out = append(out, evalFabric(d, exp, v, clique))
+	if exp.MaxMemoryTemperatureC > 0 {
+		out = append(out, evalMemoryTemperature(d, exp, v))
+	}
 	out = append(out, evalPower(d, exp, v))
 	return out
 }
@@ -377,89 +382,6 @@ func evalPCIeReplay(d *DeviceObservation, exp Expect, v mk) Verdict {
 		return v(CheckPCIeReplay, Fail, obsv, want, fmt.Sprintf("%d PCIe replays during the run: link errors", delta))
 	}
 	return v(CheckPCIeReplay, Pass, obsv, want, "")
-}
-
-// evalNVLink: every link up before and after, and zero CRC/replay/recovery
-// growth (DCGM's PCIe/NVLink plugin default max_nvlink_recovery_errors is 0;
-// a healthy NVLink fabric does not replay under stress).
-func evalNVLink(d *DeviceObservation, exp Expect, v mk) Verdict {
-	want := "all links up, no CRC/replay/recovery errors"
-	if exp.NVLinks > 0 {
-		want = fmt.Sprintf("%d links up, no CRC/replay/recovery errors", exp.NVLinks)
-	}
-	for _, r := range []reading[[]NVLink]{d.LinksPre, d.LinksPost} {
-		if r.Err == nil {
-			continue
-		}
-		if errors.Is(r.Err, ErrNotSupported) && exp.NVLinks > 0 {
-			return v(CheckNVLink, Fail, "no NVLink", want, "the device reports no NVLink: "+r.Err.Error())
-		}
-		return errVerdict(v, CheckNVLink, want, "nvmlDeviceGetNvLinkState", r.Err)
-	}
-	pre := map[int]NVLink{}
-	for _, l := range d.LinksPre.V {
-		pre[l.Link] = l
-	}
-	post := map[int]NVLink{}
-	for _, l := range d.LinksPost.V {
-		post[l.Link] = l
-	}
-	var problems []string
-	up := 0
-	for _, l := range d.LinksPost.V {
-		b, had := pre[l.Link]
-		switch {
-		case !l.Up:
-			problems = append(problems, fmt.Sprintf("link %d down", l.Link))
-			continue
-		case had && !b.Up:
-			problems = append(problems, fmt.Sprintf("link %d was down before the run", l.Link))
-			continue
-		}
-		up++
-		if !had {
-			continue
-		}
-		if l.CountersErr != nil || b.CountersErr != nil {
-			problems = append(problems, fmt.Sprintf("link %d error counters unreadable", l.Link))
-			continue
-		}
-		for _, c := range []struct {
-			name    string
-			was, is uint64
-		}{{"crc", b.CRC, l.CRC}, {"replay", b.Replay, l.Replay}, {"recovery", b.Recovery, l.Recovery}} {
-			if c.is > c.was {
-				problems = append(problems, fmt.Sprintf("link %d %s +%d", l.Link, c.name, c.is-c.was))
-			}
-		}
-	}
-	for link := 0; link < exp.NVLinks; link++ {
-		if _, ok := post[link]; !ok {
-			problems = append(problems, fmt.Sprintf("link %d missing", link))
-		}
-	}
-	total := len(d.LinksPost.V)
-	if exp.NVLinks > total {
-		total = exp.NVLinks
-	}
-	obsv := fmt.Sprintf("%d/%d up", up, total)
-	if total == 0 {
-		return v(CheckNVLink, Skip, "no links", want, "the device reports no NVLink links")
-	}
-	if len(problems) > 0 {
-		unreadableOnly := true
-		for _, p := range problems {
-			if !strings.HasSuffix(p, "unreadable") {
-				unreadableOnly = false
-			}
-		}
-		st := Fail
-		if unreadableOnly {
-			st = Error
-		}
-		return v(CheckNVLink, st, obsv+"; "+strings.Join(problems, "; "), want, "")
-	}
-	return v(CheckNVLink, Pass, obsv, want, "")
 }
 
 func evalPower(d *DeviceObservation, exp Expect, v mk) Verdict {

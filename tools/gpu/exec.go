@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -54,16 +55,18 @@ func RunGPUBurn(ctx context.Context, run Exec, path string, d time.Duration) ([]
 	return vs, nil
 }
 
-// RunDCGMDiag runs `dcgmi diag -r level -j` and returns per-GPU verdicts
-// for gpus. dcgmi needs a running nv-hostengine; a connection failure comes
-// back as a single ERROR verdict on "gpu".
-func RunDCGMDiag(ctx context.Context, run Exec, path string, level int, timeout time.Duration, gpus []int) ([]Verdict, error) {
+// RunDCGMDiag runs `dcgmi diag -r level -j` (with args before the level,
+// such as the host engine's address) and returns the verdicts for targets.
+// dcgmi needs a running nv-hostengine (DCGM.RunDiag starts one); a
+// connection failure comes back as a single ERROR verdict on "gpu".
+func RunDCGMDiag(ctx context.Context, run Exec, path string, level int, timeout time.Duration, targets []DCGMTarget, args ...string) ([]Verdict, error) {
 	if level < 1 || level > 4 {
 		return nil, fmt.Errorf("dcgmi diag level %d: must be 1-4", level)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	out, err := run(ctx, nil, path, "diag", "-r", strconv.Itoa(level), "-j")
+	argv := append(append([]string{"diag"}, args...), "-r", strconv.Itoa(level), "-j")
+	out, err := run(ctx, nil, path, argv...)
 	var exitErr *exec.ExitError
 	if err != nil && !errors.As(err, &exitErr) {
 		return nil, fmt.Errorf("running %s diag -r %d: %w", path, level, err)
@@ -73,9 +76,18 @@ func RunDCGMDiag(ctx context.Context, run Exec, path string, level int, timeout 
 	if perr != nil {
 		if err != nil {
 			return []Verdict{{Component: "gpu", Check: CheckDCGMDiag, Status: Error,
-				Message: fmt.Sprintf("%s diag -r %d: %v; output unreadable: %v", path, level, err, perr)}}, nil
+				Message: fmt.Sprintf("%s diag -r %d: %v; output unreadable: %v; it printed: %s", path, level, err, perr, clip(out, 512))}}, nil
 		}
 		return nil, fmt.Errorf("%s diag -r %d: %w", path, level, perr)
 	}
-	return d.Verdicts(gpus), nil
+	return d.Verdicts(targets), nil
+}
+
+// clip is b's last n bytes as valid UTF-8, for messages.
+func clip(b []byte, n int) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > n {
+		s = "..." + s[len(s)-n:]
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }

@@ -52,6 +52,9 @@ type Expect struct {
 	// MaxTemperatureC is an absolute cap on top of the slowdown rule (a
 	// suite's "temperatureC: {max: 87}"); 0 = none.
 	MaxTemperatureC int `json:"maxTemperatureC,omitempty"`
+	// MaxMemoryTemperatureC caps the HBM temperature peak
+	// (NVML_FI_DEV_MEMORY_TEMP); 0 = not judged.
+	MaxMemoryTemperatureC int `json:"maxMemoryTemperatureC,omitempty"`
 
 	// PCIeGen/PCIeWidth override the device-reported maximum as the
 	// expected link (from the SKU: gen 5 x16 for H100/B200 SXM).
@@ -65,6 +68,14 @@ type Expect struct {
 	// SXM). 0: every link NVML reports must be up, and a missing one is not
 	// noticed.
 	NVLinks int `json:"nvlinks,omitempty"`
+	// NVSwitch: every link must lead to an NVSwitch (an HGX board's
+	// GPUs connect only to its NVSwitches); a link to a GPU or to
+	// something NVML cannot name is a topology mismatch.
+	NVSwitch bool `json:"nvswitch,omitempty"`
+	// Fabric: every GPU must be registered with the NVLink fabric (the
+	// fabric manager's work on NVSwitch systems): state completed, status
+	// success, no unhealthy condition, and all GPUs in one clique.
+	Fabric bool `json:"fabric,omitempty"`
 
 	// PowerLimitW is the expected enforced power limit (700 W H100 SXM,
 	// 1000 W B200); a lowered cap is a configuration drift. 0 = not checked.
@@ -72,6 +83,10 @@ type Expect struct {
 	// MinLoadPowerW is the lowest peak draw accepted under load: a GPU that
 	// cannot draw power is not doing the work. 0 = not checked.
 	MinLoadPowerW int `json:"minLoadPowerW,omitempty"`
+
+	// Bandwidth, when set, is a bandwidth run (nvbandwidth, nccl-tests)
+	// made as the load, judged against its bars.
+	Bandwidth *Bandwidth `json:"bandwidth,omitempty"`
 }
 
 // Defaults fills zero-valued bars with the cited defaults.
@@ -122,11 +137,19 @@ func (e Expect) Validate() error {
 	default:
 		errs = append(errs, fmt.Sprintf("pcieWidth: %d is not a PCIe link width (1, 2, 4, 8, 16, 32)", e.PCIeWidth))
 	}
+	if e.MaxMemoryTemperatureC < 0 {
+		errs = append(errs, fmt.Sprintf("maxMemoryTemperatureC: %d is negative", e.MaxMemoryTemperatureC))
+	}
 	if e.NVLinks < 0 {
 		errs = append(errs, fmt.Sprintf("nvlinks: %d is negative", e.NVLinks))
 	}
 	if e.PowerLimitW < 0 || e.MinLoadPowerW < 0 {
 		errs = append(errs, "powerLimitW/minLoadPowerW: negative watts")
+	}
+	if e.Bandwidth != nil {
+		if err := e.Bandwidth.Validate(); err != nil {
+			errs = append(errs, err.Error())
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("gpu expectations: %s", strings.Join(errs, "; "))

@@ -29,6 +29,8 @@ type fakeDev struct {
 	vbios    string
 	boardPN  string
 	memTemp  uint32 // 0: no memory sensor
+	arch     Arch
+	fabric   FabricInfo
 
 	mu      sync.Mutex
 	replayN int
@@ -43,8 +45,11 @@ func healthyDev(i int) *fakeDev {
 		replay: []uint64{3, 3}, powerMW: 690000, limitMW: 700000,
 		serial: fmt.Sprintf("165402408549%d", i), vbios: "96.00.A5.00.1A", boardPN: "692-2G520-0282-000",
 	}
+	d.arch = ArchHopper
+	d.fabric = FabricInfo{State: FabricCompleted, CliqueID: 1, ClusterUUID: "cluster-a"}
 	for l := 0; l < 18; l++ {
-		d.links = append(d.links, NVLink{Link: l, Up: true})
+		d.links = append(d.links, NVLink{Link: l, Up: true, Remote: RemoteSwitch, Counters: "error counters",
+			Errors: map[string]uint64{"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": 0}})
 	}
 	return d
 }
@@ -88,12 +93,17 @@ func (d *fakeDev) PCIeReplayCounter() (uint64, error) {
 	d.replayN++
 	return v, d.chk()
 }
+func (d *fakeDev) Architecture() (Arch, error)     { return d.arch, d.chk() }
+func (d *fakeDev) FabricInfo() (FabricInfo, error) { return d.fabric, d.chk() }
 func (d *fakeDev) NVLinks() ([]NVLink, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.linksN++
 	if d.linksN > 1 && d.linksAft != nil {
 		return d.linksAft, d.chk()
+	}
+	if d.links == nil {
+		return nil, ErrNotSupported
 	}
 	return d.links, d.chk()
 }

@@ -2,10 +2,13 @@ package gpu
 
 import (
 	"bytes"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -70,23 +73,36 @@ func FuzzParseDCGMDiag(f *testing.F) {
 				}
 			}
 		}
-		vs := d.Verdicts(gpus)
+		vs := d.Verdicts(Targets(8)[:4])
 		if d.RuntimeError != "" {
 			if len(vs) != 1 || vs[0].Status != Error {
 				t.Fatalf("runtime error %q: verdicts %+v", d.RuntimeError, vs)
 			}
 			return
 		}
-		if len(vs) != len(gpus) {
-			t.Fatalf("%d verdicts for %d GPUs", len(vs), len(gpus))
+		got := map[int]bool{}
+		for _, v := range vs {
+			if !utf8.ValidString(v.Message) || !utf8.ValidString(v.Observed) || !utf8.ValidString(v.Check) {
+				t.Fatalf("verdict text %q / %q / %q", v.Check, v.Observed, v.Message)
+			}
+			if v.Status != Fail {
+				continue
+			}
+			var g int
+			if _, err := fmt.Sscanf(v.Component, "gpu/%d", &g); err == nil {
+				got[g] = true
+			} else if v.Component == "gpu" {
+				// A failure about a GPU not checked: it must be said.
+				got[-1] = true
+			}
 		}
-		for i, v := range vs {
-			if failed[gpus[i]] != (v.Status == Fail) {
-				t.Fatalf("GPU %d: verdict %s, a failed result names it: %t", gpus[i], v.Status, failed[gpus[i]])
+		for _, g := range gpus {
+			if g < 4 && failed[g] != got[g] {
+				t.Fatalf("GPU %d: a failed result names it: %t; a FAIL verdict names it: %t\n%+v", g, failed[g], got[g], vs)
 			}
-			if !utf8.ValidString(v.Message) || !utf8.ValidString(v.Observed) {
-				t.Fatalf("verdict text %q / %q", v.Observed, v.Message)
-			}
+		}
+		if failed[7] && !got[-1] {
+			t.Fatalf("GPU 7 (not checked) failed but no verdict says so: %+v", vs)
 		}
 	})
 }
@@ -167,4 +183,102 @@ func TestParseGPUBurnHostile(t *testing.T) {
 	if _, err := ParseDCGMDiag([]byte(`{"DCGM GPU Diagnostic": {"test_categories": [{"tests": [{"name": "x", "results": [{"gpu_id": -3, "status": "Fail"}]}]}]}}`)); err == nil || !strings.Contains(err.Error(), "GPU id -3 is negative") {
 		t.Errorf("negative GPU id in JSON: %v", err)
 	}
+}
+
+// FuzzParseNVBandwidth reads nvbandwidth's text output. Accepted output
+// has tables whose every row is as wide as its header, values that are
+// bandwidths (non-negative) or N/A, and verdicts for it never panic: a
+// pair whose bar is missed is a FAIL.
+func FuzzParseNVBandwidth(f *testing.F) {
+	addTestdata(f, "nvbandwidth-*")
+	f.Add([]byte("Running device_to_device_memcpy_write_ce.\nmemcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)\n  0 1\n 0 N/A 5\n 1 1 N/A\n\nSUM device_to_device_memcpy_write_ce 6\n"))
+	f.Add([]byte("Waived: \nERROR: Testcase x not found!\nRunning host_to_device_memcpy_ce.\nError: out of memory\n"))
+	f.Add([]byte("Device 0: X (0000000g:zz:00)\nSUM x 1\n"))
+	f.Fuzz(func(t *testing.T, out []byte) {
+		r, err := ParseNVBandwidth(out)
+		if err != nil {
+			return
+		}
+		for _, tc := range r.Tests {
+			switch tc.Status {
+			case NVBPassed, NVBWaived, NVBError:
+			default:
+				t.Fatalf("status %q", tc.Status)
+			}
+			for _, m := range tc.Matrices {
+				for _, row := range m.Values {
+					if len(row) != len(m.Values[0]) {
+						t.Fatalf("ragged table %v", m.Values)
+					}
+					for _, v := range row {
+						if v < 0 || math.IsInf(v, 0) {
+							t.Fatalf("value %v", v)
+						}
+					}
+				}
+			}
+		}
+		bars := map[string]float64{"d2dWriteGBps": 1e9, "h2dGBps": 1e9}
+		vs := NVBandwidthVerdicts(r, []string{"device_to_device_memcpy_write_ce"}, bars, func(i int, _ string) string { return "gpu/" + strconv.Itoa(i) })
+		for _, v := range vs {
+			if !utf8.ValidString(v.Message) {
+				t.Fatalf("message %q", v.Message)
+			}
+			for _, m := range v.Measurements {
+				if b, ok := bars[m.Metric]; ok && m.Value < b && v.Status != Fail {
+					t.Fatalf("%s %s=%v under its bar but %s", v.Component, m.Metric, m.Value, v.Status)
+				}
+			}
+		}
+	})
+}
+
+// FuzzParseNCCLTest reads nccl-tests output. Accepted output has
+// non-negative numbers, and a run with wrong elements or without its
+// summary never passes.
+func FuzzParseNCCLTest(f *testing.F) {
+	addTestdata(f, "nccl-*")
+	f.Add([]byte("#  Rank  0 Pid 1 on h device  0 [0x1b] NVIDIA H100\n 8 2 float sum -1 1.0 0.01 0.01 N/A 1.0 0.01 0.01 N/A\n# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 0.01\n"))
+	f.Add([]byte(" 8 2 float sum -1 1.0 0.01 0.01 3 1.0 0.01 0.01 0\n# Out of bounds values : 3 FAILED\n# Avg bus bandwidth    : nan\n"))
+	f.Fuzz(func(t *testing.T, out []byte) {
+		r, err := ParseNCCLTest(out)
+		if err != nil {
+			return
+		}
+		for _, row := range r.Rows {
+			for _, h := range []NCCLResult{row.OutOfPlace, row.InPlace} {
+				if h.TimeUs < 0 || h.AlgBW < 0 || h.BusBW < 0 || h.Wrong < -1 {
+					t.Fatalf("row %+v", row)
+				}
+			}
+		}
+		v := NCCLVerdict(r, "gpu", MetricAllReduceBusBW, nil)
+		if v.Status == Pass && (!r.Summary || r.WrongElements() > 0 || r.OutOfBounds > 0 || len(r.Failures) > 0) {
+			t.Fatalf("passed: %+v", r)
+		}
+		if !utf8.ValidString(v.Message) || !utf8.ValidString(v.Observed) {
+			t.Fatalf("verdict text %q", v.Message)
+		}
+	})
+}
+
+// FuzzParseSXid reads kernel log messages: an accepted SXid has a code and
+// a switch, and a fatal one always fails the verdict.
+func FuzzParseSXid(f *testing.F) {
+	f.Add("nvidia-nvswitch3: SXid (PCI:0000:88:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error (First)")
+	f.Add("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 24007, Fatal, Link 44 sourcetrack TCEN0 crumbstore ECC DBE Error (First)")
+	f.Add("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 24007, Data {0x00000000, 0x00000001}")
+	f.Add("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up")
+	f.Fuzz(func(t *testing.T, msg string) {
+		s, ok := ParseSXid(msg)
+		if !ok {
+			return
+		}
+		if s.Code < 0 || s.Switch == "" || s.Link < -1 {
+			t.Fatalf("%+v", s)
+		}
+		if v := SXidVerdict([]string{msg}); s.Fatal != (v.Status == Fail) {
+			t.Fatalf("fatal %t, verdict %v", s.Fatal, v)
+		}
+	})
 }

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -80,12 +81,29 @@ func TestGPUFaultsFake(t *testing.T) {
 		{"PCIe replays on GPU 7", func(l *fakeLib) { l.devs[7].replay = []uint64{10, 500} }, nil, []string{"gpu/7 pcie_replay"}},
 		{"NVLink CRC growth on GPU 6", func(l *fakeLib) {
 			l.devs[6].linksAft = slices.Clone(l.devs[6].links)
-			l.devs[6].linksAft[0].CRC = 12
+			l.devs[6].linksAft[0].Errors = map[string]uint64{"crc_flit": 12, "crc_data": 0, "replay": 0, "recovery": 0}
 		}, nil, []string{"gpu/6 nvlink"}},
 		{"hot GPU 0", func(l *fakeLib) { l.devs[0].temp = 88 }, nil, []string{"gpu/0 temperature"}},
 		{"power cap lowered on GPU 2", func(l *fakeLib) { l.devs[2].limitMW = 500000; l.devs[2].powerMW = 499000 }, nil, []string{"gpu/2 power"}},
 		{"wrong model on GPU 3", func(l *fakeLib) { l.devs[3].name = "NVIDIA H100 PCIe"; l.devs[3].devID = 0x233110DE }, nil, []string{"gpu/3 model"}},
 		{"application Xid is reported, not failed", func(l *fakeLib) { l.xids = []XidEvent{{Index: 2, Xid: 13}} }, nil, nil},
+		{"fabric registration failed on GPU 4", func(l *fakeLib) {
+			l.devs[4].fabric.Status = errors.New("NVML_ERROR_INSUFFICIENT_RESOURCES")
+		}, func(e *Expect) { e.Fabric = true }, []string{"gpu/4 fabric"}},
+		{"GPU 2 in another clique", func(l *fakeLib) { l.devs[2].fabric.CliqueID = 9 }, func(e *Expect) { e.Fabric = true }, []string{"gpu/2 fabric"}},
+		{"degraded bandwidth on GPU 1", func(l *fakeLib) { l.devs[1].fabric.HealthMask, l.devs[1].fabric.HealthRead = 0x1, true },
+			nil, []string{"gpu/1 fabric"}},
+		{"GPU 3 link to a GPU on an NVSwitch board", func(l *fakeLib) {
+			l.devs[3].linksAft = slices.Clone(l.devs[3].links)
+			l.devs[3].linksAft[2].Remote = RemoteGPU
+		}, func(e *Expect) { e.NVSwitch = true }, []string{"gpu/3 nvlink"}},
+		{"no NVLink on an HGX SKU", func(l *fakeLib) { l.devs[0].links = nil }, nil, []string{"gpu/0 nvlink"}},
+		{"no NVLink, none expected", func(l *fakeLib) {
+			for _, d := range l.devs {
+				d.links = nil
+			}
+		}, func(e *Expect) { e.NVLinks = 0 }, nil},
+		{"hot HBM on GPU 6", func(l *fakeLib) { l.devs[6].memTemp = 97 }, func(e *Expect) { e.MaxMemoryTemperatureC = 95 }, []string{"gpu/6 memory_temperature"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -136,7 +154,7 @@ func TestVerdictDetails(t *testing.T) {
 	if v := find(vs, "gpu/3", CheckXid); v.Observed != "xid 48 x2, 63 x1" || !strings.Contains(v.Message, "double-bit ECC") {
 		t.Errorf("xid verdict = %v", v)
 	}
-	if v := find(vs, "gpu/5", CheckNVLink); v.Observed != "17/18 up; link 7 down" {
+	if v := find(vs, "gpu/5", CheckNVLink); v.Observed != "17/18 up, Hopper error counters; link 7 down" {
 		t.Errorf("nvlink verdict = %v", v)
 	}
 	if v := find(vs, "gpu/1", CheckRemappedRows); v.Status != Pass || !strings.Contains(v.Message, "pending") {

@@ -65,7 +65,7 @@ func TestParseGPUBurnBadLine(t *testing.T) {
 	}
 }
 
-var eight = []int{0, 1, 2, 3, 4, 5, 6, 7}
+var eight = Targets(8)
 
 func TestParseDCGMTable(t *testing.T) {
 	out, err := os.ReadFile("testdata/dcgmi-diag-r2.txt")
@@ -80,18 +80,22 @@ func TestParseDCGMTable(t *testing.T) {
 		t.Fatalf("version %q, %d tests", d.Version, len(d.Tests))
 	}
 	vs := d.Verdicts(eight)
-	if got := bad(vs); !slices.Equal(got, []string{"gpu/3 dcgm_diag"}) {
+	if got := bad(vs); !slices.Equal(got, []string{"gpu/3 dcgm/pcie"}) {
 		t.Errorf("failing = %q\n%s", got, dump(vs))
 	}
-	v := find(vs, "gpu/3", CheckDCGMDiag)
-	if v.Observed != "Fail: PCIe" || !strings.Contains(v.Message, "412 PCIe replays which exceeds the maximum of 80") {
+	v := find(vs, "gpu/3", "dcgm/pcie")
+	if v.Observed != "Fail" || !strings.Contains(v.Message, "412 PCIe replays which exceeds the maximum of 80") {
 		t.Errorf("gpu/3 = %v", v)
 	}
-	if v := find(vs, "gpu/5", CheckDCGMDiag); v.Status != Pass || !strings.Contains(v.Message, "throttled") {
+	if v := find(vs, "gpu/5", "dcgm/targeted_stress"); v.Status != Pass || v.Observed != "Warn" || !strings.Contains(v.Message, "throttled") {
 		t.Errorf("gpu/5 warning lost: %v", v)
 	}
-	if v := find(vs, "gpu/0", CheckDCGMDiag); v.Message != "" {
+	if v := find(vs, "gpu/0", "dcgm/pcie"); v.Message != "DCGM 3.3.5 Integration/PCIe" {
 		t.Errorf("gpu/0 got another GPU's messages: %v", v)
+	}
+	// Twelve tests ran on every GPU (the table's GPU Memory says "All").
+	if len(vs) != 8*12 {
+		t.Errorf("%d verdicts, want 96", len(vs))
 	}
 }
 
@@ -109,10 +113,10 @@ func TestParseDCGMJSON(t *testing.T) {
 		t.Fatalf("version %q, %d tests", d.Version, len(d.Tests))
 	}
 	vs := d.Verdicts(eight)
-	if got := bad(vs); !slices.Equal(got, []string{"gpu/3 dcgm_diag"}) {
+	if got := bad(vs); !slices.Equal(got, []string{"gpu/3 dcgm/gpu_memory"}) {
 		t.Errorf("failing = %q\n%s", got, dump(vs))
 	}
-	if v := find(vs, "gpu/3", CheckDCGMDiag); !strings.Contains(v.Message, "double bit ECC") {
+	if v := find(vs, "gpu/3", "dcgm/gpu_memory"); !strings.Contains(v.Message, "DCGM_FR_VOLATILE_DBE_DETECTED (error 4, isolate): GPU 3 Detected 1 double bit ECC errors") {
 		t.Errorf("gpu/3 = %v", v)
 	}
 }

@@ -12,6 +12,7 @@ package gpu
 
 import (
 	"errors"
+	"strconv"
 	"time"
 )
 
@@ -72,10 +73,18 @@ type Device interface {
 	// system's slot support together).
 	PCIeLink() (PCIeLink, error)
 	PCIeReplayCounter() (uint64, error) // nvmlDeviceGetPcieReplayCounter
-	// NVLinks walks nvmlDeviceGetNvLinkState and nvmlDeviceGetNvLinkErrorCounter
-	// over the links the device has. A device without NVLink returns
-	// ErrNotSupported.
+	// Architecture is nvmlDeviceGetArchitecture: which NVLink counters the
+	// device has depends on it.
+	Architecture() (Arch, error)
+	// NVLinks walks the links the device has: nvmlDeviceGetNvLinkState,
+	// nvmlDeviceGetNvLinkRemoteDeviceType, and the link's error and traffic
+	// counters from where its generation keeps them (see NVLink.Errors).
+	// A device without NVLink returns ErrNotSupported.
 	NVLinks() ([]NVLink, error)
+	// FabricInfo is nvmlDeviceGetGpuFabricInfoV (v1 where the driver has
+	// no later version): the GPU's registration with the NVLink fabric
+	// (the fabric manager's view on NVSwitch systems).
+	FabricInfo() (FabricInfo, error)
 	PowerUsage() (uint32, error)         // nvmlDeviceGetPowerUsage, milliwatts
 	EnforcedPowerLimit() (uint32, error) // nvmlDeviceGetEnforcedPowerLimit, milliwatts
 	SMClockMHz() (uint32, error)         // nvmlDeviceGetClockInfo(SM): the SM clock now
@@ -127,16 +136,149 @@ type PCIeLink struct {
 	CurWidth, MaxWidth int
 }
 
-// NVLink is one link's state and error counters (cumulative since driver load).
+// NVLink is one link's state and counters (cumulative since driver load).
 type NVLink struct {
-	Link     int
-	Up       bool   // nvmlDeviceGetNvLinkState == NVML_FEATURE_ENABLED
-	CRC      uint64 // NVML_NVLINK_ERROR_DL_CRC_FLIT + NVML_NVLINK_ERROR_DL_CRC_DATA
-	Replay   uint64 // NVML_NVLINK_ERROR_DL_REPLAY
-	Recovery uint64 // NVML_NVLINK_ERROR_DL_RECOVERY
-	// CountersErr is set when the counters could not be read (Blackwell
-	// moved them to field values; some drivers return NOT_SUPPORTED here).
+	Link int
+	Up   bool // nvmlDeviceGetNvLinkState == NVML_FEATURE_ENABLED
+	// Remote is what the link connects to
+	// (nvmlDeviceGetNvLinkRemoteDeviceType): RemoteGPU, RemoteSwitch, or ""
+	// when NVML cannot say.
+	Remote string
+	// Errors are counters of errors a healthy link does not have, by name.
+	// Hopper and earlier keep them behind nvmlDeviceGetNvLinkErrorCounter
+	// (crc_flit, crc_data, replay, recovery); Blackwell and later answer
+	// those calls NOT_SUPPORTED and report per-link field values
+	// (NVML_FI_DEV_NVLINK_COUNT_*, scope = link: malformed_packet,
+	// buffer_overrun, rcv_errors, rcv_remote_errors, rcv_general_errors,
+	// local_link_integrity, xmit_discards, recovery_successful,
+	// recovery_failed, effective_errors).
+	Errors map[string]uint64
+	// Corrected are counters of errors the link corrects itself (NVLink 5
+	// FEC: symbol_errors): reported, never failed on their own.
+	Corrected map[string]uint64
+	// TxBytes and RxBytes count the link's traffic (Blackwell:
+	// NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES/RCV_BYTES; Hopper:
+	// NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX, KiB, converted); Traffic
+	// says they were read.
+	TxBytes, RxBytes uint64
+	Traffic          bool
+	// Counters names where the counters came from ("error counters",
+	// "field values").
+	Counters string
+	// CountersErr is set when the error counters could not be read.
 	CountersErr error
+}
+
+// What an NVLink connects to.
+const (
+	RemoteGPU    = "gpu"
+	RemoteSwitch = "switch"
+)
+
+// Arch is a GPU architecture as NVML numbers it (nvmlDeviceArchitecture_t).
+type Arch int
+
+// Architectures whose NVLink counters differ.
+const (
+	ArchVolta     Arch = 5
+	ArchTuring    Arch = 6
+	ArchAmpere    Arch = 7
+	ArchAda       Arch = 8
+	ArchHopper    Arch = 9
+	ArchBlackwell Arch = 10
+	ArchRubin     Arch = 13
+)
+
+func (a Arch) String() string {
+	switch a {
+	case ArchVolta:
+		return "Volta"
+	case ArchTuring:
+		return "Turing"
+	case ArchAmpere:
+		return "Ampere"
+	case ArchAda:
+		return "Ada"
+	case ArchHopper:
+		return "Hopper"
+	case ArchBlackwell:
+		return "Blackwell"
+	case ArchRubin:
+		return "Rubin"
+	}
+	return "architecture " + strconv.Itoa(int(a))
+}
+
+// NVLinkFieldValues reports whether a's NVLink error counters are field
+// values (Blackwell and later) rather than nvmlDeviceGetNvLinkErrorCounter.
+func (a Arch) NVLinkFieldValues() bool { return a >= ArchBlackwell }
+
+// FabricState is nvmlGpuFabricState_t.
+type FabricState int
+
+const (
+	FabricNotSupported FabricState = 0
+	FabricNotStarted   FabricState = 1
+	FabricInProgress   FabricState = 2
+	FabricCompleted    FabricState = 3
+)
+
+func (s FabricState) String() string {
+	switch s {
+	case FabricNotSupported:
+		return "not supported"
+	case FabricNotStarted:
+		return "not started"
+	case FabricInProgress:
+		return "in progress"
+	case FabricCompleted:
+		return "completed"
+	}
+	return "state " + strconv.Itoa(int(s))
+}
+
+// FabricInfo is a GPU's registration with the NVLink fabric
+// (nvmlGpuFabricInfo_t / nvmlGpuFabricInfoV_t).
+type FabricInfo struct {
+	State FabricState
+	// Status is the registration's outcome once State is completed: nil
+	// for NVML_SUCCESS, else NVML's error.
+	Status      error
+	CliqueID    uint32
+	ClusterUUID string
+	// HealthMask is the v2+ health mask (0 from v1); HealthRead says it
+	// was read.
+	HealthMask uint32
+	HealthRead bool
+}
+
+// Unhealthy names what the health mask says is wrong (nvml.h
+// NVML_GPU_FABRIC_HEALTH_MASK_*: a two-bit field per condition, 1 meaning
+// "true"; the incorrect-configuration field is a four-bit code).
+func (f FabricInfo) Unhealthy() []string {
+	if !f.HealthRead {
+		return nil
+	}
+	field := func(shift, mask uint32) uint32 { return f.HealthMask >> shift & mask }
+	var out []string
+	for _, c := range []struct {
+		shift uint32
+		name  string
+	}{{0, "degraded bandwidth"}, {2, "route recovery in progress"}, {4, "route unhealthy"}, {6, "access timeout recovery in progress"}} {
+		if field(c.shift, 0x3) == 1 {
+			out = append(out, c.name)
+		}
+	}
+	if v := field(8, 0xf); v >= 2 {
+		names := map[uint32]string{2: "incorrect system GUID", 3: "incorrect chassis serial number", 4: "no partition",
+			5: "insufficient NVLinks", 6: "incompatible GPU firmware", 7: "invalid location", 8: "GPU state invalid"}
+		n, ok := names[v]
+		if !ok {
+			n = "code " + strconv.Itoa(int(v))
+		}
+		out = append(out, "incorrect configuration: "+n)
+	}
+	return out
 }
 
 // Clocks event reason bits (nvmlClocksEventReasons, nvml.h).

@@ -21,6 +21,9 @@ type Verdict struct {
 	Observed  string `json:"observed,omitempty"`
 	Expected  string `json:"expected,omitempty"`
 	Message   string `json:"message,omitempty"`
+	// Measurements are the verdict's numbers with their units (the
+	// bandwidth checks').
+	Measurements []Measurement `json:"measurements,omitempty"`
 }
 
 func (v Verdict) String() string {
@@ -46,19 +49,23 @@ func Failed(vs []Verdict) bool {
 
 // Check names, as they appear in verdicts.
 const (
-	CheckCount        = "count"         // component "gpu": how many GPUs NVML sees
-	CheckPresent      = "present"       // a GPU expected at a bus address answers
-	CheckModel        = "model"         // name and PCI device id
-	CheckECC          = "ecc"           // volatile uncorrected ECC errors
-	CheckRemappedRows = "remapped_rows" // row remapping failure/pending (Ampere+)
-	CheckRetiredPages = "retired_pages" // dynamic page retirement (pre-Ampere)
-	CheckXid          = "xid"           // Xid events during the run
-	CheckClocks       = "clocks_events" // clocks event reasons sampled under load
-	CheckTemperature  = "temperature"   // peak temperature vs the device's slowdown threshold
-	CheckPCIeLink     = "pcie_link"     // link generation and width at their maximum
-	CheckPCIeReplay   = "pcie_replay"   // replay counter delta over the run
-	CheckNVLink       = "nvlink"        // every link up, zero CRC/replay/recovery deltas
-	CheckPower        = "power"         // enforced limit and draw under load
-	CheckGPUBurn      = "gpu_burn"      // gpu-burn's per-GPU result
-	CheckDCGMDiag     = "dcgm_diag"     // dcgmi diag per-GPU results
+	CheckCount        = "count"              // component "gpu": how many GPUs NVML sees
+	CheckPresent      = "present"            // a GPU expected at a bus address answers
+	CheckModel        = "model"              // name and PCI device id
+	CheckECC          = "ecc"                // volatile uncorrected ECC errors
+	CheckRemappedRows = "remapped_rows"      // row remapping failure/pending (Ampere+)
+	CheckRetiredPages = "retired_pages"      // dynamic page retirement (pre-Ampere)
+	CheckXid          = "xid"                // Xid events during the run
+	CheckClocks       = "clocks_events"      // clocks event reasons sampled under load
+	CheckTemperature  = "temperature"        // peak temperature vs the device's slowdown threshold
+	CheckPCIeLink     = "pcie_link"          // link generation and width at their maximum
+	CheckPCIeReplay   = "pcie_replay"        // replay counter delta over the run
+	CheckNVLink       = "nvlink"             // every link up (to an NVSwitch where expected), no error counter growth, traffic on every link
+	CheckFabric       = "fabric"             // registration with the NVLink fabric: state, status, health, clique
+	CheckMemoryTemp   = "memory_temperature" // HBM temperature peak
+	CheckPower        = "power"              // enforced limit and draw under load
+	CheckGPUBurn      = "gpu_burn"           // gpu-burn's per-GPU result
+	CheckDCGMDiag     = "dcgm_diag"          // dcgmi diag per-GPU results
+	CheckSXid         = "sxid"               // NVSwitch errors the driver logged
+	CheckFabricMgr    = "fabric_manager"     // NVSwitches on the bus and the fabric manager running
 )

@@ -15,6 +15,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +26,8 @@ import (
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/gpu"
+	"github.com/cure-oss/cure/tools/gpu/driver"
+	"github.com/cure-oss/cure/tools/kmsg"
 	"github.com/cure-oss/cure/tools/pci"
 )
 
@@ -58,6 +61,53 @@ type Checks struct {
 	// Prepare brings the GPU driver up (modules, fabric manager) before the
 	// helper runs; nil assumes it is up.
 	Prepare func(context.Context) error
+	// Topology is what the run's SKU declares of its GPUs and NVSwitches;
+	// nil when the run has none. A suite's own params override it.
+	Topology *Topology
+	// KernelLog reads the boot's kernel log, where the driver reports
+	// NVSwitch errors (SXid); nil reads Root/dev/kmsg.
+	KernelLog func() ([]kmsg.Record, error)
+}
+
+// Topology is the GPU topology a SKU declares (spec.hardware.gpus and
+// spec.hardware.nvswitches).
+type Topology struct {
+	GPUs       int
+	Addresses  []string
+	NVLinks    int
+	Fabric     bool
+	NVSwitches int
+}
+
+// TopologyOf reads a SKU's hardware section; nil when it declares no GPUs.
+func TopologyOf(h *manifests.Hardware) *Topology {
+	if h == nil || h.GPUs == nil {
+		return nil
+	}
+	t := &Topology{GPUs: h.GPUs.Count, Addresses: h.GPUs.Addresses, NVLinks: h.GPUs.NVLinks, Fabric: h.GPUs.Fabric}
+	if h.NVSwitches != nil {
+		t.NVSwitches = h.NVSwitches.Count
+	}
+	return t
+}
+
+// apply fills what the suite left unset from the SKU: the GPU count and
+// addresses, the NVLinks per GPU, NVSwitch links and fabric registration.
+func (t *Topology) apply(e *gpu.Expect) {
+	if t == nil {
+		return
+	}
+	if e.Count == 0 && len(e.BusIDs) == 0 {
+		e.Count, e.BusIDs = t.GPUs, slices.Clone(t.Addresses)
+		if len(e.BusIDs) > 0 && e.Count != len(e.BusIDs) {
+			e.Count = 0 // the SKU's own lint refuses this; do not make it worse
+		}
+	}
+	if e.NVLinks == 0 {
+		e.NVLinks = t.NVLinks
+	}
+	e.NVSwitch = e.NVSwitch || t.NVSwitches > 0
+	e.Fabric = e.Fabric || t.Fabric
 }
 
 // gpuPlan is one gpu check as data: what the helper is told and how long
@@ -69,15 +119,29 @@ type gpuPlan struct {
 	// RequireGPU: the check names a GPU count or addresses, so a node with
 	// no NVIDIA GPU on the bus fails it rather than skipping it.
 	RequireGPU bool
+	// Type is the check's type; a bandwidth check's node-wide verdicts go
+	// on a component named after it, which appliesTo never filters.
+	Type string
+	// Tools are the site GPU programs the check runs (dcgm, nvbandwidth,
+	// nccl-tests), found through the driver bundle's manifest.
+	Tools []string
 }
 
 // Build implements suite.Env.GPU: it validates c (unknown params and
 // thresholds are errors naming the check) and returns the check's Func.
 func (g Checks) Build(c manifests.Check) (checks.Func, error) {
-	p, err := planGPU(c)
+	var p gpuPlan
+	var err error
+	switch c.Type {
+	case manifests.CheckGPUBandwidth, manifests.CheckNCCLAllReduce:
+		p, err = planBandwidth(c)
+	default:
+		p, err = planGPU(c)
+	}
 	if err != nil {
 		return nil, err
 	}
+	p.Type = c.Type
 	return func(ctx context.Context) ([]checks.Verdict, error) { return g.run(ctx, c.Name, p) }, nil
 }
 
@@ -132,6 +196,10 @@ func planGPU(c manifests.Check) (gpuPlan, error) {
 			e.NVLinks = int(paramInt(v, f, bad))
 		case "powerLimitW":
 			e.PowerLimitW = int(paramInt(v, f, bad))
+		case "nvswitch":
+			e.NVSwitch = paramBool(v, f, bad)
+		case "fabric":
+			e.Fabric = paramBool(v, f, bad)
 		case "gpuBurn":
 			burn = paramBool(v, f, bad)
 		case "gpuBurnPath":
@@ -148,7 +216,7 @@ func planGPU(c manifests.Check) (gpuPlan, error) {
 			}
 			dcgmTimeout = d
 		default:
-			bad(f, "unknown parameter for a gpu check (want count, busIDs, model, pciDeviceID, failOnRemapPending, criticalXids, failClocksReasons, pcieGen, pcieWidth, nvlinks, powerLimitW, gpuBurn, gpuBurnPath, dcgmLevel, dcgmTimeout)")
+			bad(f, "unknown parameter for a gpu check (want count, busIDs, model, pciDeviceID, failOnRemapPending, criticalXids, failClocksReasons, pcieGen, pcieWidth, nvlinks, nvswitch, fabric, powerLimitW, gpuBurn, gpuBurnPath, dcgmLevel, dcgmTimeout)")
 		}
 	}
 	for _, k := range sortedKeys(c.Thresholds) {
@@ -168,8 +236,10 @@ func planGPU(c manifests.Check) (gpuPlan, error) {
 			e.TempMarginC = int(thresholdInt(t, f, true, true, bad))
 		case "loadPowerW":
 			e.MinLoadPowerW = int(thresholdInt(t, f, true, false, bad))
+		case "memoryTemperatureC":
+			e.MaxMemoryTemperatureC = int(thresholdInt(t, f, false, false, bad))
 		default:
-			bad(f, "unknown metric for a gpu check (want components, uncorrectedECC, retiredPages, pcieReplays, temperatureC, tempMarginC, loadPowerW)")
+			bad(f, "unknown metric for a gpu check (want components, uncorrectedECC, retiredPages, pcieReplays, temperatureC, tempMarginC, loadPowerW, memoryTemperatureC)")
 		}
 	}
 	if err := e.Validate(); err != nil {
@@ -200,6 +270,7 @@ func planGPU(c manifests.Check) (gpuPlan, error) {
 		}
 		p.Args = append(p.Args, "-dcgm-level", strconv.FormatInt(dcgmLevel, 10), "-dcgm-timeout", dcgmTimeout.String())
 		p.Timeout += dcgmTimeout
+		p.Tools = append(p.Tools, driver.ToolDCGM)
 	} else if dcgmTimeout > 0 {
 		bad("params.dcgmTimeout", "set without dcgmLevel")
 	}
@@ -210,8 +281,180 @@ func planGPU(c manifests.Check) (gpuPlan, error) {
 	return p, nil
 }
 
-// run executes one planned check on the node.
+// defaultTestcases are the nvbandwidth copy-engine testcases a
+// gpu-bandwidth check runs unless it names its own: host to GPU and back
+// per GPU, GPU to GPU per pair, one direction and both.
+var defaultTestcases = []string{"host_to_device_memcpy_ce", "device_to_host_memcpy_ce",
+	"device_to_device_memcpy_write_ce", "device_to_device_bidirectional_memcpy_write_ce"}
+
+// planBandwidth maps a gpu-bandwidth (nvbandwidth) or nccl-allreduce
+// (nccl-tests) check onto a bandwidth run of the helper: params pick what
+// runs, thresholds are {min: GB/s} bars on the metrics it measures.
+func planBandwidth(c manifests.Check) (gpuPlan, error) {
+	var p gpuPlan
+	var errs []string
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, field+": "+fmt.Sprintf(format, args...))
+	}
+	b := &gpu.Bandwidth{Min: map[string]float64{}}
+	limit := time.Hour
+	nccl := c.Type == manifests.CheckNCCLAllReduce
+	var metrics []string
+	if nccl {
+		b.NCCLAllReduce = true
+		metrics = []string{gpu.MetricAllReduceBusBW, gpu.MetricAllReduceAvgBusBW}
+		p.Tools = []string{driver.ToolNCCLTests}
+	} else {
+		b.NVBandwidth = defaultTestcases
+		p.Tools = []string{driver.ToolNVBandwidth}
+	}
+	for _, k := range sortedKeys(c.Params) {
+		v, f := c.Params[k], "params."+k
+		switch {
+		case k == "timeout":
+			s, _ := v.(string)
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				bad(f, "expected a positive Go duration such as 45m, found %v", v)
+				continue
+			}
+			limit = d
+		case k == "testcases" && !nccl:
+			b.NVBandwidth = paramStrs(v, f, bad)
+		case k == "pairs" && nccl:
+			b.NCCLPairs = paramBool(v, f, bad)
+		case (k == "minBytes" || k == "maxBytes") && nccl:
+			n := paramBytes(v, f, bad)
+			if k == "minBytes" {
+				b.NCCLMinBytes = n
+			} else {
+				b.NCCLMaxBytes = n
+			}
+		case nccl:
+			bad(f, "unknown parameter for an nccl-allreduce check (want pairs, minBytes, maxBytes, timeout)")
+		default:
+			bad(f, "unknown parameter for a gpu-bandwidth check (want testcases, timeout)")
+		}
+	}
+	if b.NCCLPairs {
+		metrics = append(metrics, gpu.MetricAllReducePairBusBW)
+	}
+	for _, tc := range b.NVBandwidth {
+		if m, ok := gpu.NVBandwidthMetrics[tc]; ok {
+			metrics = append(metrics, m.Metric())
+		}
+	}
+	for _, k := range sortedKeys(c.Thresholds) {
+		t, f := c.Thresholds[k], "thresholds."+k
+		switch {
+		case k == "components":
+		case slices.Contains(metrics, k):
+			if t.Min == nil || t.Max != nil || t.Equals != nil || *t.Min <= 0 {
+				bad(f, "expected {min: <GB/s>} only, a positive bandwidth")
+				continue
+			}
+			b.Min[k] = *t.Min
+		default:
+			bad(f, "not a metric this check measures (it measures %s)", strings.Join(metrics, ", "))
+		}
+	}
+	p.Expect.Bandwidth = b
+	if err := p.Expect.Validate(); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if c.Interval > 0 {
+		p.Args = append(p.Args, "-interval", time.Duration(c.Interval).String())
+	}
+	p.Args = append(p.Args, "-bandwidth-timeout", limit.String())
+	p.Timeout = limit + gpuMargin
+	if len(errs) > 0 {
+		return gpuPlan{}, fmt.Errorf("%s check %q: %s", c.Type, c.Name, strings.Join(errs, "; "))
+	}
+	return p, nil
+}
+
+// paramBytes reads a byte count written as an integer or a size ("8GiB").
+func paramBytes(v any, f string, bad badFunc) int64 {
+	if s, ok := v.(string); ok {
+		n, err := manifests.ParseByteSize(s)
+		if err != nil || n <= 0 {
+			bad(f, "%q is not a size such as 8MiB", s)
+		}
+		return int64(n)
+	}
+	n := paramInt(v, f, bad)
+	if n <= 0 {
+		bad(f, "%d is not a positive size", n)
+	}
+	return n
+}
+
+// toolArgs are the helper flags that point it at the site's GPU tools the
+// image's driver manifest lists; without a manifest entry the helper
+// looks the programs up on PATH and says what is missing.
+func toolArgs(m *driver.Manifest, tools []string) (args, versions []string) {
+	flags := map[string]map[string]string{
+		driver.ToolDCGM:        {"nv-hostengine": "-nv-hostengine", "dcgmi": "-dcgmi"},
+		driver.ToolNVBandwidth: {"nvbandwidth": "-nvbandwidth"},
+		driver.ToolNCCLTests:   {"all_reduce_perf": "-all-reduce-perf"},
+	}
+	for _, name := range tools {
+		t, ok := m.Tool(name)
+		if !ok {
+			continue
+		}
+		versions = append(versions, t.Name+" "+t.Version)
+		for _, prog := range sortedKeys(flags[name]) {
+			if path := t.Programs[prog]; path != "" {
+				args = append(args, flags[name][prog], path)
+			}
+		}
+		if nvvs := t.Programs["nvvs"]; nvvs != "" && name == driver.ToolDCGM {
+			args = append(args, "-nvvs-dir", filepath.Dir(nvvs))
+		}
+	}
+	return args, versions
+}
+
+// fabricManagerVerdict: on an NVSwitch board the fabric manager must run
+// and every NVSwitch the SKU declares must be on the bus, or the GPUs'
+// NVLinks never come up.
+func fabricManagerVerdict(st driver.State, want int) gpu.Verdict {
+	v := gpu.Verdict{Component: "gpu", Check: gpu.CheckFabricMgr, Expected: fmt.Sprintf("%d NVSwitches, nv-fabricmanager running", want),
+		Observed: fmt.Sprintf("%d NVSwitches, nv-fabricmanager ", st.NVSwitches)}
+	if st.FMRunning {
+		v.Observed += "running"
+	} else {
+		v.Observed += "not running"
+	}
+	var bad []string
+	if st.NVSwitches != want {
+		bad = append(bad, fmt.Sprintf("the SKU declares %d NVSwitches, the PCI bus has %d", want, st.NVSwitches))
+	}
+	if !st.FMRunning {
+		bad = append(bad, "nv-fabricmanager is not running: the GPUs' NVLinks stay down without it")
+	}
+	v.Status = gpu.Pass
+	if len(bad) > 0 {
+		v.Status, v.Message = gpu.Fail, strings.Join(bad, "; ")
+	}
+	return v
+}
+
+// run executes one planned check on the node. A bandwidth check's
+// node-wide verdicts go on a component named after the check type, which
+// its appliesTo never filters out.
 func (g Checks) run(ctx context.Context, name string, p gpuPlan) ([]checks.Verdict, error) {
+	vs, err := g.runHelper(ctx, name, p)
+	for i := range vs {
+		if vs[i].Component == "gpu" && p.Type != "" && p.Type != manifests.CheckGPU {
+			vs[i].Component = p.Type
+		}
+	}
+	return vs, err
+}
+
+func (g Checks) runHelper(ctx context.Context, name string, p gpuPlan) ([]checks.Verdict, error) {
 	if g.Root == "" {
 		g.Root = "/"
 	}
@@ -229,7 +472,8 @@ func (g Checks) run(ctx context.Context, name string, p gpuPlan) ([]checks.Verdi
 		return nil, err
 	}
 	if len(gpus) == 0 {
-		if p.RequireGPU {
+		if p.RequireGPU || (g.Topology != nil && g.Topology.GPUs > 0) {
+			g.Topology.apply(&p.Expect)
 			want := len(p.Expect.BusIDs)
 			if p.Expect.Count > 0 {
 				want = p.Expect.Count
@@ -248,6 +492,24 @@ func (g Checks) run(ctx context.Context, name string, p gpuPlan) ([]checks.Verdi
 	if _, err := os.Stat(g.Helper); errors.Is(err, fs.ErrNotExist) {
 		return []checks.Verdict{{Component: "gpu", Status: checks.Skip,
 			Message: fmt.Sprintf("cure-nvml not in this image (%s): %d NVIDIA GPU(s) on the bus are not checked", g.Helper, len(gpus))}}, nil
+	}
+	g.Topology.apply(&p.Expect)
+	var pre []gpu.Verdict
+	if g.Topology != nil && g.Topology.NVSwitches > 0 {
+		st, err := driver.ReadState(g.Root)
+		if err != nil {
+			return nil, fmt.Errorf("gpu check %s: reading the driver's state: %w", name, err)
+		}
+		pre = append(pre, fabricManagerVerdict(st, g.Topology.NVSwitches))
+	}
+	dm, err := driver.ReadManifest(g.Root)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("gpu check %s: %w", name, err)
+	}
+	targs, versions := toolArgs(dm, p.Tools)
+	p.Args = append(slices.Clone(p.Args), targs...)
+	if g.TmpDir != "" && slices.Contains(p.Tools, driver.ToolDCGM) {
+		p.Args = append(p.Args, "-work-dir", g.TmpDir)
 	}
 
 	data, err := json.Marshal(p.Expect)
@@ -296,8 +558,17 @@ func (g Checks) run(ctx context.Context, name string, p gpuPlan) ([]checks.Verdi
 		}
 		return nil, fmt.Errorf("%s exit %d: expected a JSON document {driver, verdicts} on stdout, found %q: %v", g.Helper, code, tail(stdout), err)
 	}
-	vs := foldVerdicts(rep.Verdicts, rep.Driver)
+	all := append(pre, rep.Verdicts...)
+	if sx, ok := g.sxid(p); ok {
+		all = append(all, sx)
+	}
+	vs := foldVerdicts(all, rep.Driver)
 	withIdentity(vs, rep.Devices)
+	for i := range vs {
+		if vs[i].Component == "gpu" && len(versions) > 0 {
+			vs[i].Message = strings.TrimPrefix(vs[i].Message+"; site tools: "+strings.Join(versions, ", "), "; ")
+		}
+	}
 	if code == 3 {
 		for i := range vs {
 			vs[i].Message = fmt.Sprintf("%d NVIDIA GPU(s) on the bus but NVML is unavailable: %s", len(gpus), vs[i].Message)
@@ -313,6 +584,31 @@ func (g Checks) run(ctx context.Context, name string, p gpuPlan) ([]checks.Verdi
 		vs[i].Message = strings.TrimSuffix(vs[i].Message, "; ")
 	}
 	return vs, nil
+}
+
+// sxid judges the NVSwitch errors (SXid) in the boot's kernel log, on a
+// board the SKU gives NVSwitches or where the log has any; ok is false
+// when there is nothing to say (no NVSwitch expected, no SXid, no log).
+func (g Checks) sxid(p gpuPlan) (gpu.Verdict, bool) {
+	read := g.KernelLog
+	if read == nil {
+		read = func() ([]kmsg.Record, error) { return kmsg.Read(filepath.Join(g.Root, "dev/kmsg")) }
+	}
+	expect := p.Expect.NVSwitch || (g.Topology != nil && g.Topology.NVSwitches > 0)
+	recs, err := read()
+	if err != nil {
+		if expect {
+			return gpu.Verdict{Component: "gpu", Check: gpu.CheckSXid, Status: gpu.Error, Expected: "no fatal SXid",
+				Message: "the kernel log, where the driver reports NVSwitch errors, is unreadable: " + err.Error()}, true
+		}
+		return gpu.Verdict{}, false
+	}
+	var msgs []string
+	for _, r := range recs {
+		msgs = append(msgs, r.Message)
+	}
+	v := gpu.SXidVerdict(msgs)
+	return v, expect || v.Message != ""
 }
 
 // foldVerdicts turns the helper's (component, sub-check) verdicts into one
@@ -338,7 +634,11 @@ func foldVerdicts(in []gpu.Verdict, driver string) []checks.Verdict {
 			}
 		}
 		var msgs, obs, exp, passed []string
+		var meas []checks.Measurement
 		for _, v := range subs {
+			for _, m := range v.Measurements {
+				meas = append(meas, checks.Measurement{Metric: m.Metric, Value: m.Value, Unit: m.Unit})
+			}
 			st := checkStatus(v.Status)
 			if st == checks.Pass {
 				passed = append(passed, v.Check)
@@ -364,7 +664,7 @@ func foldVerdicts(in []gpu.Verdict, driver string) []checks.Verdict {
 			msgs = append(msgs, "driver "+driver)
 		}
 		out = append(out, checks.Verdict{Component: comp, Status: worst, Observed: strings.Join(obs, "; "),
-			Expected: strings.Join(exp, "; "), Message: strings.Join(msgs, "; ")})
+			Expected: strings.Join(exp, "; "), Message: strings.Join(msgs, "; "), Measurements: meas})
 	}
 	return out
 }

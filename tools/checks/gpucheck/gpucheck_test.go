@@ -88,6 +88,11 @@ func TestPlanGPU(t *testing.T) {
 	if !reflect.DeepEqual(p.Args, []string{"-dcgm-level", "3", "-dcgm-timeout", "45m0s"}) || p.Timeout != 45*time.Minute+gpuMargin || p.RequireGPU {
 		t.Errorf("dcgm plan: args %q timeout %s require %v", p.Args, p.Timeout, p.RequireGPU)
 	}
+	// The NVLink fabric and HBM bars; the DCGM tools are asked of the image.
+	p, err = planGPU(gpuCheck(t, "    - {name: f, type: gpu, params: {nvswitch: true, fabric: true, dcgmLevel: 2}, thresholds: {memoryTemperatureC: {max: 95}}}\n"))
+	if err != nil || !p.Expect.NVSwitch || !p.Expect.Fabric || p.Expect.MaxMemoryTemperatureC != 95 || !reflect.DeepEqual(p.Tools, []string{"dcgm"}) {
+		t.Errorf("fabric plan: %+v %v", p, err)
+	}
 	p, err = planGPU(gpuCheck(t, "    - {name: s, type: gpu, duration: 10m}\n"))
 	if err != nil || !reflect.DeepEqual(p.Args, []string{"-duration", "10m0s"}) {
 		t.Errorf("sampling plan: %q %v", p.Args, err)
@@ -400,7 +405,7 @@ func TestShippedSuitesGPU(t *testing.T) {
 			continue
 		}
 		for _, c := range doc.Suite.Spec.Checks {
-			if c.Type != manifests.CheckGPU {
+			if c.Type != manifests.CheckGPU && c.Type != manifests.CheckGPUBandwidth && c.Type != manifests.CheckNCCLAllReduce {
 				continue
 			}
 			n++

@@ -310,7 +310,7 @@ func build(c *checks.Check, mc manifests.Check, p *params, env Env) {
 	case manifests.CheckSite:
 		c.Func = siteCheck(mc, c.Duration, p, env)
 
-	case manifests.CheckGPU:
+	case manifests.CheckGPU, manifests.CheckGPUBandwidth, manifests.CheckNCCLAllReduce:
 		// Params and thresholds belong to the GPU builder: mark them used.
 		for k := range mc.Params {
 			p.get(k)

@@ -41,6 +41,64 @@ type Manifest struct {
 	FabricManagerArgs []string `json:"fabric_manager_args,omitempty"`
 	// Bytes is the bundle's size in the image (uncompressed).
 	Bytes int64 `json:"bytes"`
+	// Tools are the site's GPU test tools the bundle carries (DCGM,
+	// nvbandwidth, nccl-tests), as its gpu-tools.yaml declares them.
+	Tools []Tool `json:"tools,omitempty"`
+}
+
+// Site GPU tools a driver bundle may carry, and the programs each must
+// name (Tool.Programs keys); docs/VALIDATION.md says how a site builds
+// them.
+const (
+	ToolDCGM        = "dcgm"        // nv-hostengine, dcgmi; nvvs where it is not at DCGM's default
+	ToolNVBandwidth = "nvbandwidth" // nvbandwidth
+	ToolNCCLTests   = "nccl-tests"  // all_reduce_perf
+)
+
+// ToolPrograms are the programs each tool must have; optional ones are
+// not listed.
+var ToolPrograms = map[string][]string{
+	ToolDCGM:        {"nv-hostengine", "dcgmi"},
+	ToolNVBandwidth: {"nvbandwidth"},
+	ToolNCCLTests:   {"all_reduce_perf"},
+}
+
+// ToolOptional are the programs a tool may name besides its required ones.
+var ToolOptional = map[string][]string{
+	ToolDCGM: {"nvvs"},
+}
+
+// Tool is one site GPU tool in the image.
+type Tool struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// Source says where the site took it from (package and release, or
+	// repository, tag and the CUDA it was built with).
+	Source string `json:"source,omitempty"`
+	// Programs are image paths by program name.
+	Programs map[string]string `json:"programs"`
+	// Files pin the tool's files as the builder found them.
+	Files []ToolFile `json:"files"`
+}
+
+// ToolFile is one pinned file of a tool.
+type ToolFile struct {
+	Path   string `json:"path"` // image path
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Tool returns the named tool, if the image has it.
+func (m *Manifest) Tool(name string) (Tool, bool) {
+	if m == nil {
+		return Tool{}, false
+	}
+	for _, t := range m.Tools {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tool{}, false
 }
 
 // ReadManifest reads root/ManifestPath; fs.ErrNotExist when the image has

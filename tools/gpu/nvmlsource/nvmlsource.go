@@ -16,6 +16,11 @@ import (
 // nvml.New, or one of go-nvml's mocks).
 type Source struct {
 	lib nvml.Interface
+	// fabricV: the library is NVML itself, whose versioned fabric query
+	// (nvmlDeviceGetGpuFabricInfoV) carries the health mask; go-nvml's
+	// mocks cannot answer it (its handler wraps the C device), so New
+	// reads the v1 query only.
+	fabricV bool
 }
 
 var _ gpu.Library = (*Source)(nil)
@@ -35,7 +40,7 @@ func Open(libPath string) (*Source, error) {
 		}
 		return nil, fmt.Errorf("nvmlInit via %s: %w", where, toErr(ret))
 	}
-	return &Source{lib: lib}, nil
+	return &Source{lib: lib, fabricV: true}, nil
 }
 
 // New wraps an already initialised nvml.Interface (tests pass go-nvml mocks).
@@ -98,7 +103,7 @@ func (s *Source) DeviceByIndex(i int) (gpu.Device, error) {
 	if ret != nvml.SUCCESS {
 		return nil, wrap(fmt.Sprintf("nvmlDeviceGetHandleByIndex(%d)", i), ret)
 	}
-	return &device{d: d, index: i}, nil
+	return &device{d: d, index: i, fabricV: s.fabricV}, nil
 }
 
 // WatchXid registers every device for Xid events on one event set.
@@ -147,8 +152,10 @@ func (w *watcher) Wait(timeout time.Duration) (gpu.XidEvent, error) {
 func (w *watcher) Close() error { return wrap("nvmlEventSetFree", w.set.Free()) }
 
 type device struct {
-	d     nvml.Device
-	index int
+	d       nvml.Device
+	index   int
+	fabricV bool
+	arch    *gpu.Arch // read once: the NVLink counters depend on it
 }
 
 func (d *device) call(name string, ret nvml.Return) error {
@@ -317,10 +324,30 @@ func (d *device) PCIeReplayCounter() (uint64, error) {
 	return uint64(v), d.call("nvmlDeviceGetPcieReplayCounter", ret)
 }
 
+func (d *device) Architecture() (gpu.Arch, error) {
+	if d.arch != nil {
+		return *d.arch, nil
+	}
+	a, ret := d.d.GetArchitecture()
+	if ret != nvml.SUCCESS {
+		return 0, d.call("nvmlDeviceGetArchitecture", ret)
+	}
+	arch := gpu.Arch(a)
+	d.arch = &arch
+	return arch, nil
+}
+
 // NVLinks walks links 0..NVML_NVLINK_MAX_LINKS-1. NVML answers
 // NOT_SUPPORTED or INVALID_ARGUMENT for link numbers the device does not
-// have; a device where link 0 already answers so has no NVLink.
+// have; a device where every link answers so has no NVLink. Each up link's
+// counters come from where its generation keeps them: field values on
+// Blackwell and later (nvmlDeviceGetNvLinkErrorCounter is not supported
+// there), the error-counter calls before.
 func (d *device) NVLinks() ([]gpu.NVLink, error) {
+	fields := false
+	if a, err := d.Architecture(); err == nil {
+		fields = a.NVLinkFieldValues()
+	}
 	var out []gpu.NVLink
 	for link := 0; link < nvml.NVLINK_MAX_LINKS; link++ {
 		state, ret := d.d.GetNvLinkState(link)
@@ -332,7 +359,15 @@ func (d *device) NVLinks() ([]gpu.NVLink, error) {
 		}
 		l := gpu.NVLink{Link: link, Up: state == nvml.FEATURE_ENABLED}
 		if l.Up {
-			l.CountersErr = d.linkCounters(link, &l)
+			l.Remote = d.remote(link)
+			if fields {
+				l.Counters = "field values"
+				l.CountersErr = d.linkFields(link, &l)
+			} else {
+				l.Counters = "error counters"
+				l.CountersErr = d.linkCounters(link, &l)
+				d.linkThroughput(link, &l)
+			}
 		}
 		out = append(out, l)
 	}
@@ -342,19 +377,161 @@ func (d *device) NVLinks() ([]gpu.NVLink, error) {
 	return out, nil
 }
 
+// remote is nvmlDeviceGetNvLinkRemoteDeviceType: "" when NVML cannot say.
+func (d *device) remote(link int) string {
+	t, ret := d.d.GetNvLinkRemoteDeviceType(link)
+	if ret != nvml.SUCCESS {
+		return ""
+	}
+	switch t {
+	case nvml.NVLINK_DEVICE_TYPE_SWITCH:
+		return gpu.RemoteSwitch
+	case nvml.NVLINK_DEVICE_TYPE_GPU:
+		return gpu.RemoteGPU
+	}
+	return ""
+}
+
 func (d *device) linkCounters(link int, l *gpu.NVLink) error {
 	var errs []error
-	get := func(c nvml.NvLinkErrorCounter, name string) uint64 {
-		v, ret := d.d.GetNvLinkErrorCounter(link, c)
+	l.Errors = map[string]uint64{}
+	for _, c := range []struct {
+		c    nvml.NvLinkErrorCounter
+		name string
+	}{{nvml.NVLINK_ERROR_DL_CRC_FLIT, "crc_flit"}, {nvml.NVLINK_ERROR_DL_CRC_DATA, "crc_data"},
+		{nvml.NVLINK_ERROR_DL_REPLAY, "replay"}, {nvml.NVLINK_ERROR_DL_RECOVERY, "recovery"}} {
+		v, ret := d.d.GetNvLinkErrorCounter(link, c.c)
 		if ret != nvml.SUCCESS {
-			errs = append(errs, d.call(fmt.Sprintf("nvmlDeviceGetNvLinkErrorCounter(link %d, %s)", link, name), ret))
+			errs = append(errs, d.call(fmt.Sprintf("nvmlDeviceGetNvLinkErrorCounter(link %d, %s)", link, c.name), ret))
+			continue
 		}
-		return v
+		l.Errors[c.name] = v
 	}
-	l.CRC = get(nvml.NVLINK_ERROR_DL_CRC_FLIT, "CRC_FLIT") + get(nvml.NVLINK_ERROR_DL_CRC_DATA, "CRC_DATA")
-	l.Replay = get(nvml.NVLINK_ERROR_DL_REPLAY, "REPLAY")
-	l.Recovery = get(nvml.NVLINK_ERROR_DL_RECOVERY, "RECOVERY")
 	return errors.Join(errs...)
+}
+
+// linkThroughput reads Hopper's per-link data counters (KiB), leaving
+// Traffic false where the driver has none.
+func (d *device) linkThroughput(link int, l *gpu.NVLink) {
+	vals := []nvml.FieldValue{
+		{FieldId: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ScopeId: uint32(link)},
+		{FieldId: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ScopeId: uint32(link)},
+	}
+	if d.d.GetFieldValues(vals) != nvml.SUCCESS {
+		return
+	}
+	tx, ok1 := fieldOK(vals[0])
+	rx, ok2 := fieldOK(vals[1])
+	if ok1 && ok2 {
+		l.TxBytes, l.RxBytes, l.Traffic = tx<<10, rx<<10, true
+	}
+}
+
+// nvlinkErrorFields are NVLink 5's per-link error counters
+// (NVML_FI_DEV_NVLINK_COUNT_*, scope = link), the ones DCGM's NVLink
+// health watches on Blackwell; symbol errors are FEC-corrected.
+var nvlinkErrorFields = []struct {
+	id        uint32
+	name      string
+	corrected bool
+}{
+	{nvml.FI_DEV_NVLINK_COUNT_MALFORMED_PACKET_ERRORS, "malformed_packet", false},
+	{nvml.FI_DEV_NVLINK_COUNT_BUFFER_OVERRUN_ERRORS, "buffer_overrun", false},
+	{nvml.FI_DEV_NVLINK_COUNT_RCV_ERRORS, "rcv_errors", false},
+	{nvml.FI_DEV_NVLINK_COUNT_RCV_REMOTE_ERRORS, "rcv_remote_errors", false},
+	{nvml.FI_DEV_NVLINK_COUNT_RCV_GENERAL_ERRORS, "rcv_general_errors", false},
+	{nvml.FI_DEV_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS, "local_link_integrity", false},
+	{nvml.FI_DEV_NVLINK_COUNT_XMIT_DISCARDS, "xmit_discards", false},
+	{nvml.FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS, "recovery_successful", false},
+	{nvml.FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS, "recovery_failed", false},
+	{nvml.FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS, "effective_errors", false},
+	{nvml.FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS, "symbol_errors", true},
+}
+
+// linkFields reads one link's NVLink 5 counters in one
+// nvmlDeviceGetFieldValues call: the error counters, then the traffic.
+func (d *device) linkFields(link int, l *gpu.NVLink) error {
+	vals := make([]nvml.FieldValue, 0, len(nvlinkErrorFields)+2)
+	for _, f := range nvlinkErrorFields {
+		vals = append(vals, nvml.FieldValue{FieldId: f.id, ScopeId: uint32(link)})
+	}
+	vals = append(vals, nvml.FieldValue{FieldId: nvml.FI_DEV_NVLINK_COUNT_XMIT_BYTES, ScopeId: uint32(link)},
+		nvml.FieldValue{FieldId: nvml.FI_DEV_NVLINK_COUNT_RCV_BYTES, ScopeId: uint32(link)})
+	if ret := d.d.GetFieldValues(vals); ret != nvml.SUCCESS {
+		return d.call(fmt.Sprintf("nvmlDeviceGetFieldValues(NVLink %d counters)", link), ret)
+	}
+	var errs []error
+	l.Errors, l.Corrected = map[string]uint64{}, map[string]uint64{}
+	for i, f := range nvlinkErrorFields {
+		v, err := d.fieldValue(vals[i], fmt.Sprintf("link %d %s", link, f.name))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if f.corrected {
+			l.Corrected[f.name] = v
+		} else {
+			l.Errors[f.name] = v
+		}
+	}
+	n := len(nvlinkErrorFields)
+	tx, ok1 := fieldOK(vals[n])
+	rx, ok2 := fieldOK(vals[n+1])
+	if ok1 && ok2 {
+		l.TxBytes, l.RxBytes, l.Traffic = tx, rx, true
+	}
+	return errors.Join(errs...)
+}
+
+// fieldValue is one field's number, or its own error (a field can fail
+// while the call as a whole succeeds).
+func (d *device) fieldValue(f nvml.FieldValue, what string) (uint64, error) {
+	if ret := nvml.Return(f.NvmlReturn); ret != nvml.SUCCESS {
+		return 0, d.call("nvmlDeviceGetFieldValues("+what+")", ret)
+	}
+	v, ok := fieldUint(f)
+	if !ok {
+		return 0, fmt.Errorf("nvmlDeviceGetFieldValues(%s)(gpu %d): value type %d is not a count", what, d.index, f.ValueType)
+	}
+	return v, nil
+}
+
+func fieldOK(f nvml.FieldValue) (uint64, bool) {
+	if nvml.Return(f.NvmlReturn) != nvml.SUCCESS {
+		return 0, false
+	}
+	return fieldUint(f)
+}
+
+// FabricInfo reads the GPU's fabric registration: the versioned query
+// (health mask) from NVML itself, v1 where the driver predates it or the
+// library is a mock.
+func (d *device) FabricInfo() (gpu.FabricInfo, error) {
+	if d.fabricV {
+		v3, ret := d.d.GetGpuFabricInfoV().V3()
+		if ret == nvml.SUCCESS {
+			return fabricInfo(v3.State, v3.Status, v3.CliqueId, v3.ClusterUuid, v3.HealthMask, true), nil
+		}
+		if ret != nvml.ERROR_FUNCTION_NOT_FOUND && ret != nvml.ERROR_ARGUMENT_VERSION_MISMATCH {
+			return gpu.FabricInfo{}, d.call("nvmlDeviceGetGpuFabricInfoV", ret)
+		}
+	}
+	v1, ret := d.d.GetGpuFabricInfo()
+	if ret != nvml.SUCCESS {
+		return gpu.FabricInfo{}, d.call("nvmlDeviceGetGpuFabricInfo", ret)
+	}
+	return fabricInfo(v1.State, v1.Status, v1.CliqueId, v1.ClusterUuid, 0, false), nil
+}
+
+func fabricInfo(state uint8, status uint32, clique uint32, cluster [16]uint8, mask uint32, health bool) gpu.FabricInfo {
+	f := gpu.FabricInfo{State: gpu.FabricState(state), CliqueID: clique, HealthMask: mask, HealthRead: health}
+	if gpu.FabricState(state) == gpu.FabricCompleted {
+		f.Status = toErr(nvml.Return(status))
+	}
+	if cluster != ([16]uint8{}) {
+		f.ClusterUUID = fmt.Sprintf("%x-%x-%x-%x-%x", cluster[0:4], cluster[4:6], cluster[6:8], cluster[8:10], cluster[10:16])
+	}
+	return f
 }
 
 func (d *device) PowerUsage() (uint32, error) {

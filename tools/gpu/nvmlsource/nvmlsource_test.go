@@ -30,7 +30,62 @@ type health struct {
 	reasons  uint64
 	linkDown map[int]bool // NVLink state after the first full read
 	linkRead int
+	// linkErrs are error counters (by the adapter's names) after the
+	// first full read; every counter reads 0 before.
+	linkErrs map[int]map[string]uint64
+	// linkBytes is each link's traffic during the run (both directions);
+	// nil: no traffic.
+	linkBytes map[int]uint64
+	// remote overrides a link's remote device type (default: NVSwitch).
+	remote map[int]nvml.IntNvLinkDeviceType
+	// fabric is the fabric registration (default: completed, success,
+	// clique 1).
+	fabric *nvml.GpuFabricInfo
+	// noNVLink answers every NVLink query Not Supported, as the H200
+	// passed through to a VM did.
+	noNVLink bool
 	mu       sync.Mutex
+}
+
+// post reports whether the adapter is on its second (after-load) read.
+func (h *health) post() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.linkRead > 1
+}
+
+// counter is a link counter as NVML would answer it now.
+func (h *health) counter(link int, name string) uint64 {
+	if !h.post() {
+		return 0
+	}
+	return h.linkErrs[link][name]
+}
+
+// traffic is a link's byte counter now: a base before the run, the base
+// plus the run's traffic after.
+func (h *health) traffic(link int) uint64 {
+	const base = 5 << 30
+	if !h.post() {
+		return base
+	}
+	return base + h.linkBytes[link]/2
+}
+
+// hopperCounters maps nvmlDeviceGetNvLinkErrorCounter's counters to the
+// adapter's names.
+var hopperCounters = map[nvml.NvLinkErrorCounter]string{
+	nvml.NVLINK_ERROR_DL_CRC_FLIT: "crc_flit", nvml.NVLINK_ERROR_DL_CRC_DATA: "crc_data",
+	nvml.NVLINK_ERROR_DL_REPLAY: "replay", nvml.NVLINK_ERROR_DL_RECOVERY: "recovery",
+}
+
+// blackwellFields maps the NVLink 5 per-link fields to the adapter's names.
+var blackwellFields = map[uint32]string{}
+
+func init() {
+	for _, f := range nvlinkErrorFields {
+		blackwellFields[f.id] = f.name
+	}
 }
 
 const nvlinks = 18 // NVLink 4 (H100/H200) and NVLink 5 (B200) SXM parts: 18 links
@@ -66,7 +121,11 @@ func instrument(d *server.Device, h *health) {
 	d.GetCurrPcieLinkWidthFunc = func() (int, nvml.Return) { return 16, nvml.SUCCESS }
 	d.GetMaxPcieLinkWidthFunc = func() (int, nvml.Return) { return 16, nvml.SUCCESS }
 	d.GetPcieReplayCounterFunc = func() (int, nvml.Return) { return 2, nvml.SUCCESS }
+	blackwell := d.Config.Architecture >= nvml.DEVICE_ARCH_BLACKWELL
 	d.GetNvLinkStateFunc = func(link int) (nvml.EnableState, nvml.Return) {
+		if h.noNVLink {
+			return 0, nvml.ERROR_NOT_SUPPORTED
+		}
 		if link >= nvlinks {
 			return 0, nvml.ERROR_INVALID_ARGUMENT
 		}
@@ -80,7 +139,27 @@ func instrument(d *server.Device, h *health) {
 		}
 		return nvml.FEATURE_ENABLED, nvml.SUCCESS
 	}
-	d.GetNvLinkErrorCounterFunc = func(int, nvml.NvLinkErrorCounter) (uint64, nvml.Return) { return 0, nvml.SUCCESS }
+	d.GetNvLinkRemoteDeviceTypeFunc = func(link int) (nvml.IntNvLinkDeviceType, nvml.Return) {
+		if t, ok := h.remote[link]; ok {
+			return t, nvml.SUCCESS
+		}
+		return nvml.NVLINK_DEVICE_TYPE_SWITCH, nvml.SUCCESS
+	}
+	// Blackwell has no NVLink error-counter calls: its counters are field
+	// values (NVML_FI_DEV_NVLINK_COUNT_*).
+	d.GetNvLinkErrorCounterFunc = func(link int, c nvml.NvLinkErrorCounter) (uint64, nvml.Return) {
+		if blackwell || h.noNVLink {
+			return 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		return h.counter(link, hopperCounters[c]), nvml.SUCCESS
+	}
+	d.GetGpuFabricInfoFunc = func() (nvml.GpuFabricInfo, nvml.Return) {
+		if h.fabric != nil {
+			return *h.fabric, nvml.SUCCESS
+		}
+		return nvml.GpuFabricInfo{State: nvml.GPU_FABRIC_STATE_COMPLETED, Status: uint32(nvml.SUCCESS), CliqueId: 1,
+			ClusterUuid: [16]uint8{0xc1, 0x05, 0x7e, 0x4a}}, nvml.SUCCESS
+	}
 	d.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 650000, nvml.SUCCESS }
 	d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return 700000, nvml.SUCCESS }
 	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
@@ -89,21 +168,44 @@ func instrument(d *server.Device, h *health) {
 	d.GetSerialFunc = func() (string, nvml.Return) { return "16540240854" + bus[5:7], nvml.SUCCESS }
 	d.GetVbiosVersionFunc = func() (string, nvml.Return) { return "96.00.A5.00.1A", nvml.SUCCESS }
 	d.GetBoardPartNumberFunc = func() (string, nvml.Return) { return "692-2G520-0282-000", nvml.SUCCESS }
-	d.GetFieldValuesFunc = memTempField(47, nvml.SUCCESS)
+	d.GetFieldValuesFunc = fields(h, blackwell, 47, nvml.SUCCESS)
 }
 
-// memTempField answers NVML_FI_DEV_MEMORY_TEMP as the H200 did: "ret=Success
-// type=1 (unsigned int) value 47" (or the field's own error).
-func memTempField(c uint32, fieldRet nvml.Return) func([]nvml.FieldValue) nvml.Return {
+// fields answers nvmlDeviceGetFieldValues as the generation does: the HBM
+// temperature as the real H200 did ("ret=Success type=1 (unsigned int)
+// value 47", or the field's own error), NVLink 5's per-link counters on
+// Blackwell, Hopper's per-link throughput (KiB) otherwise; anything else,
+// and any NVLink field of a GPU without NVLink, is Not Supported, as the
+// H200 capture shows.
+func fields(h *health, blackwell bool, memC uint32, memRet nvml.Return) func([]nvml.FieldValue) nvml.Return {
+	set := func(f *nvml.FieldValue, v uint64) {
+		f.ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_LONG_LONG)
+		f.NvmlReturn = uint32(nvml.SUCCESS)
+		for i := range 8 {
+			f.Value[i] = byte(v >> (8 * i))
+		}
+	}
 	return func(vs []nvml.FieldValue) nvml.Return {
 		for i := range vs {
-			if vs[i].FieldId != nvml.FI_DEV_MEMORY_TEMP {
-				vs[i].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
-				continue
+			f := &vs[i]
+			link := int(f.ScopeId)
+			name, isCount := blackwellFields[f.FieldId]
+			switch {
+			case f.FieldId == nvml.FI_DEV_MEMORY_TEMP:
+				f.ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
+				f.NvmlReturn = uint32(memRet)
+				f.Value = [8]byte{byte(memC), byte(memC >> 8), byte(memC >> 16), byte(memC >> 24)}
+			case h.noNVLink:
+				f.NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+			case blackwell && isCount:
+				set(f, h.counter(link, name))
+			case blackwell && (f.FieldId == nvml.FI_DEV_NVLINK_COUNT_XMIT_BYTES || f.FieldId == nvml.FI_DEV_NVLINK_COUNT_RCV_BYTES):
+				set(f, h.traffic(link))
+			case !blackwell && (f.FieldId == nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX || f.FieldId == nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX):
+				set(f, h.traffic(link)>>10)
+			default:
+				f.NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
 			}
-			vs[i].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
-			vs[i].NvmlReturn = uint32(fieldRet)
-			vs[i].Value = [8]byte{byte(c), byte(c >> 8), byte(c >> 16), byte(c >> 24)}
 		}
 		return nvml.SUCCESS
 	}
@@ -214,6 +316,7 @@ func TestErrorMapping(t *testing.T) {
 		GetRemappedRowsFunc: func() (int, int, bool, bool, nvml.Return) { return 0, 0, false, false, nvml.ERROR_NOT_SUPPORTED },
 		GetPowerUsageFunc:   func() (uint32, nvml.Return) { return 0, nvml.ERROR_GPU_IS_LOST },
 		GetNvLinkStateFunc:  func(int) (nvml.EnableState, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED },
+		GetArchitectureFunc: func() (nvml.DeviceArchitecture, nvml.Return) { return nvml.DEVICE_ARCH_HOPPER, nvml.SUCCESS },
 	}, index: 2}
 	if _, err := d.RemappedRows(); !isErr(err, gpu.ErrNotSupported) || !strings.Contains(err.Error(), "nvmlDeviceGetRemappedRows(gpu 2)") {
 		t.Errorf("RemappedRows err = %v", err)
@@ -236,7 +339,7 @@ func TestIdentityFromNVML(t *testing.T) {
 	for _, d := range s.Devices {
 		instrument(d.(*server.Device), &health{})
 	}
-	s.Devices[1].(*server.Device).GetFieldValuesFunc = memTempField(0, nvml.ERROR_NOT_SUPPORTED)
+	s.Devices[1].(*server.Device).GetFieldValuesFunc = fields(&health{}, false, 0, nvml.ERROR_NOT_SUPPORTED)
 	instrumentServer(s, nil)
 	obs := gpu.Collect(context.Background(), New(s), gpu.Expect{}, gpu.Options{Interval: time.Millisecond})
 	ids := gpu.Identities(obs)

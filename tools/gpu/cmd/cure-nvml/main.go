@@ -11,7 +11,8 @@
 //	  "driver":   "560.28.03",          // nvmlSystemGetDriverVersion, "" if unknown
 //	  "verdicts": [                      // gpu.Verdict, in a stable order
 //	    {"component": "gpu/3", "check": "ecc", "status": "FAIL",
-//	     "observed": "1", "expected": "<= 0", "message": "..."}
+//	     "observed": "1", "expected": "<= 0", "message": "...",
+//	     "measurements": [{"metric": "h2dGBps", "value": 55.4, "unit": "GB/s"}]}  // bandwidth runs only
 //	  ],
 //	  "devices": [                       // gpu.Identity, one per GPU that answered
 //	    {"component": "gpu/3", "busId": "0000:1b:00.0", "name": "NVIDIA H200",
@@ -29,7 +30,8 @@
 //
 // Usage:
 //
-//	cure-nvml -expect expect.json [-burn 10m] [-dcgm-level 2] [-interval 5s]
+//	cure-nvml -expect expect.json [-burn 10m] [-dcgm-level 2 [-dcgmi PATH] [-nv-hostengine PATH]] [-interval 5s]
+//	cure-nvml -expect expect.json [-nvbandwidth PATH] [-all-reduce-perf PATH]   (expect.bandwidth set)
 //	cure-nvml -sample [-interval 10s] [-count N]
 //
 // -sample is a stage's GPU telemetry: every interval one JSON line (a
@@ -48,6 +50,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -74,7 +78,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	burnPath := fs.String("gpu-burn", "", "gpu-burn binary (default: gpu_burn, then gpu-burn, on PATH)")
 	dcgmLevel := fs.Int("dcgm-level", 0, "run `dcgmi diag -r N -j` as (part of) the load; 0: off")
 	dcgmPath := fs.String("dcgmi", "dcgmi", "dcgmi binary")
+	hostEnginePath := fs.String("nv-hostengine", "nv-hostengine", "nv-hostengine binary: dcgmi diag runs against a host engine of its own")
+	nvvsDir := fs.String("nvvs-dir", "", "directory of DCGM's nvvs when it is not at DCGM's default (NVVS_BIN_PATH)")
+	workDir := fs.String("work-dir", "", "where the host engine's socket and logs go (default: the temporary directory)")
 	dcgmTimeout := fs.Duration("dcgm-timeout", 2*time.Hour, "limit for dcgmi diag (-r 4 takes over an hour)")
+	nvbandwidthPath := fs.String("nvbandwidth", "nvbandwidth", "nvbandwidth binary, for expectations with a bandwidth run")
+	allReducePath := fs.String("all-reduce-perf", "all_reduce_perf", "nccl-tests' all_reduce_perf binary, for expectations with a bandwidth run")
+	bandwidthTimeout := fs.Duration("bandwidth-timeout", time.Hour, "limit for each bandwidth program run")
 	duration := fs.Duration("duration", 0, "without a load: how long to sample")
 	interval := fs.Duration("interval", 5*time.Second, "sampling interval")
 	sample := fs.Bool("sample", false, "print GPU telemetry as JSON lines, one every -interval, instead of checking")
@@ -147,20 +157,42 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *dcgmLevel > 0 {
-		path, err := exec.LookPath(*dcgmPath)
-		if err != nil {
-			extra = append(extra, gpu.Verdict{Component: "gpu", Check: gpu.CheckDCGMDiag, Status: gpu.Skip, Message: "dcgmi is not in this image"})
-		} else {
-			n, err := src.DeviceCount()
-			if err != nil {
-				n = 0
-			}
-			ids := make([]int, n)
-			for i := range ids {
-				ids[i] = i
-			}
+		dcgmi, err := exec.LookPath(*dcgmPath)
+		he, herr := exec.LookPath(*hostEnginePath)
+		switch {
+		case err != nil || herr != nil:
+			extra = append(extra, gpu.Verdict{Component: "gpu", Check: gpu.CheckDCGMDiag, Status: gpu.Error, Expected: "DCGM in the image",
+				Message: fmt.Sprintf("the suite asks for dcgmi diag -r %d, but this image lacks %s: DCGM comes with the site's driver bundle (docs/VALIDATION.md)",
+					*dcgmLevel, strings.Join(missing(map[string]error{*dcgmPath: err, *hostEnginePath: herr}), " and "))})
+		default:
+			d := gpu.DCGM{HostEngine: he, Dcgmi: dcgmi, NVVSDir: *nvvsDir, WorkDir: *workDir, Log: log}
+			targets := gpu.TargetsFor(src, exp)
 			loads = append(loads, func(ctx context.Context) error {
-				vs, err := gpu.RunDCGMDiag(ctx, gpu.OSExec, path, *dcgmLevel, *dcgmTimeout, ids)
+				vs, err := d.RunDiag(ctx, *dcgmLevel, *dcgmTimeout, targets)
+				extra = append(extra, vs...)
+				return err
+			})
+		}
+	}
+	if b := exp.Bandwidth; b != nil {
+		var need []string
+		var lookErr = map[string]error{}
+		nvb, ar := "", ""
+		if len(b.NVBandwidth) > 0 {
+			nvb, lookErr[*nvbandwidthPath] = exec.LookPath(*nvbandwidthPath)
+		}
+		if b.NCCLAllReduce {
+			ar, lookErr[*allReducePath] = exec.LookPath(*allReducePath)
+		}
+		need = missing(lookErr)
+		if len(need) > 0 {
+			extra = append(extra, gpu.Verdict{Component: "gpu", Check: gpu.CheckNVBandwidth, Status: gpu.Error, Expected: "the bandwidth programs in the image",
+				Message: fmt.Sprintf("this image lacks %s: nvbandwidth and nccl-tests come with the site's driver bundle (docs/VALIDATION.md)", strings.Join(need, " and "))})
+		} else {
+			n, _ := src.DeviceCount()
+			naming := gpu.NamingFor(src, exp)
+			loads = append(loads, func(ctx context.Context) error {
+				vs, err := gpu.BandwidthRun(ctx, gpu.OSExec, *b, nvb, ar, n, naming, *bandwidthTimeout)
 				extra = append(extra, vs...)
 				return err
 			})
@@ -185,6 +217,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// missing names the programs whose lookup failed, sorted.
+func missing(lookups map[string]error) []string {
+	var out []string
+	for name, err := range lookups {
+		if err != nil {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func lookFirst(names ...string) string {
