@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cure-oss/cure/tools/telemetry"
+
 	"github.com/cure-oss/cure/provisioner-lite/natural"
 )
 
@@ -200,44 +202,12 @@ func sortPoints(t []int64, v []float64) ([]int64, []float64) {
 	return nt, nv
 }
 
-// ThinPoints brings a series to at most max points (max ≥ 4) when it has
-// more: every run of four consecutive points keeps its lowest and its
-// highest, in time order, until the series fits. Extremes survive, so a
-// temperature peak or a fan that stopped is still in the thinned series.
-// It returns the points kept and how many were dropped.
+// ThinPoints thins a stored series the way the runner thins what it sends
+// (telemetry.Thin: each run of four points keeps its lowest and highest, so
+// a temperature peak or a stopped fan survives). It returns the points kept
+// and how many were dropped.
 func ThinPoints(t []int64, v []float64, max int) ([]int64, []float64, int) {
-	max = maxInt(max, 4)
-	dropped := 0
-	for len(t) > max {
-		nt, nv := t[:0:0], v[:0:0]
-		for i := 0; i < len(t); i += 4 {
-			j := min(i+4, len(t))
-			lo, hi := i, i
-			for k := i; k < j; k++ {
-				if v[k] < v[lo] {
-					lo = k
-				}
-				if v[k] > v[hi] {
-					hi = k
-				}
-			}
-			first, second := min(lo, hi), maxInt(lo, hi)
-			nt, nv = append(nt, t[first]), append(nv, v[first])
-			if second != first {
-				nt, nv = append(nt, t[second]), append(nv, v[second])
-			}
-		}
-		dropped += len(t) - len(nt)
-		t, v = nt, nv
-	}
-	return t, v, dropped
-}
-
-func maxInt(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
+	return telemetry.Thin(t, v, max)
 }
 
 // RunSeries returns a run's series of source (every source when empty),
