@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/tools/kmsg"
 	"golang.org/x/sys/unix"
 )
 
@@ -115,46 +115,12 @@ func (t *Timeline) String() string {
 // ReadKernelStages reads what the kernel log at path (/dev/kmsg) holds now,
 // without waiting for more, and returns the kernel's boot stages found in it.
 func ReadKernelStages(path string) ([]Stage, error) {
-	// Raw syscalls: an *os.File would park on EAGAIN in Go's poller and
-	// wait for the next kernel message instead of returning.
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	r, err := kmsg.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("opening kernel log %s: %w", path, err)
+		return nil, err
 	}
-	defer unix.Close(fd)
-	return ParseKernelStages(&kmsgReader{fd: fd})
-}
-
-// kmsgReader turns /dev/kmsg's one-record-per-read interface into a stream
-// of lines; EAGAIN (no more records) is the end. EPIPE means records were
-// overwritten before being read: skip to the next one.
-type kmsgReader struct {
-	fd  int
-	buf []byte
-}
-
-func (r *kmsgReader) Read(p []byte) (int, error) {
-	for len(r.buf) == 0 {
-		rec := make([]byte, 8192) // a record is at most about 1 KiB plus its dictionary
-		n, err := unix.Read(r.fd, rec)
-		switch {
-		case errors.Is(err, unix.EAGAIN):
-			return 0, io.EOF
-		case errors.Is(err, unix.EPIPE), errors.Is(err, unix.EINTR):
-			continue
-		case err != nil:
-			return 0, err
-		case n <= 0:
-			return 0, io.EOF
-		}
-		r.buf = rec[:n]
-		if r.buf[n-1] != '\n' {
-			r.buf = append(r.buf, '\n')
-		}
-	}
-	n := copy(p, r.buf)
-	r.buf = r.buf[n:]
-	return n, nil
+	defer r.Close()
+	return ParseKernelStages(r)
 }
 
 // ParseKernelStages reads /dev/kmsg records ("prio,seq,usec,flags;message",

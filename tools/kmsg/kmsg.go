@@ -119,27 +119,39 @@ func clean(b []byte, max int) string {
 // Read returns what the kernel log at path (/dev/kmsg) holds now, from the
 // oldest record still in the ring buffer, without waiting for more.
 func Read(path string) ([]Record, error) {
+	r, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return Parse(r)
+}
+
+// Open returns the kernel log at path (/dev/kmsg) as a stream of record
+// lines that ends (io.EOF) at the newest record instead of waiting for more.
+func Open(path string) (io.ReadCloser, error) {
 	// Raw syscalls: an *os.File would park on EAGAIN in Go's poller and
 	// wait for the next kernel message instead of returning.
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("opening kernel log %s: %w", path, err)
 	}
-	defer unix.Close(fd)
-	return Parse(&reader{fd: fd})
+	return &reader{fd: fd}, nil
 }
 
-// reader turns /dev/kmsg's one-record-per-read interface into a stream;
-// EAGAIN (no more records) is the end, EPIPE (records overwritten before
-// being read) skips to the next one.
+// reader turns /dev/kmsg's one-record-per-read interface into a stream of
+// lines; EAGAIN (no more records) is the end, EPIPE (records overwritten
+// before being read) skips to the next one.
 type reader struct {
 	fd  int
 	buf []byte
 }
 
+func (r *reader) Close() error { return unix.Close(r.fd) }
+
 func (r *reader) Read(p []byte) (int, error) {
 	for len(r.buf) == 0 {
-		rec := make([]byte, 8192)
+		rec := make([]byte, 8192) // a record is at most about 1 KiB plus its dictionary
 		n, err := unix.Read(r.fd, rec)
 		switch {
 		case errors.Is(err, unix.EAGAIN):
