@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -31,6 +33,9 @@ type nodeTPM struct {
 
 	mu     sync.Mutex
 	fw     string // what the firmware measures into PCR 0
+	// bios, when set, is the BIOS version the machine runs at boot: it
+	// is measured too, so a flash changes PCR 0 as on a real machine.
+	bios func() string
 	booted int    // the machine boot the TPM was last measured for
 	log    []byte
 }
@@ -56,7 +61,11 @@ func (n *nodeTPM) boot(boot int) {
 	n.sw.Restart()
 	b := n.sw.Measure()
 	app := sha256.Sum256([]byte("cure image"))
-	b.Firmware(n.fw, app[:])
+	fw := n.fw
+	if n.bios != nil {
+		fw += " bios " + n.bios()
+	}
+	b.Firmware(fw, app[:])
 	n.log = b.Log.Bytes()
 }
 
@@ -337,5 +346,106 @@ func TestAttestationRequiredForSecrets(t *testing.T) {
 	}
 	if r := f.waitRun(run2); r.Status != curev1.RunStatus_RUN_SUCCEEDED {
 		t.Fatalf("the node's own TPM after the forgeries: run ended %s: %s (%v)", r.Status, r.Message, attestationStatuses(t, f.st, run2))
+	}
+}
+
+// TestFirmwareMeasurementDrift: the first attested boot records the node's
+// firmware PCRs; a later boot whose PCR 0 differs while the pipeline
+// changed no firmware is flagged (security event, FAIL verdict naming the
+// PCR with both values); a BIOS flash the pipeline made re-records them on
+// the next boot, unflagged.
+func TestFirmwareMeasurementDrift(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	node := newNodeTPM(t, "platform firmware")
+	node.bios = func() string { v, _, _ := f.bmc.FirmwareVersion("BIOS"); return v }
+	f.mu.Lock()
+	f.attest = node.genuine(f)
+	f.mu.Unlock()
+	provision := func() (string, store.Run) {
+		t.Helper()
+		runID, err := f.eng.Start(ctx, "node1", modes.Provision, "", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return runID, f.waitRun(runID)
+	}
+
+	run1, r := provision()
+	if r.Status != curev1.RunStatus_RUN_SUCCEEDED {
+		t.Fatalf("first run ended %s: %s", r.Status, r.Message)
+	}
+	rec1, err := f.st.GetFirmwareRecord(ctx, "node1")
+	if err != nil || rec1.RunID != run1 || len(rec1.PCRs) != len([]int{0, 1, 2, 3, 7}) || rec1.Firmware != "2.19.1" || rec1.SKU != "qemu-nvme" {
+		t.Fatalf("record after the first attested boot: %+v %v", rec1, err)
+	}
+
+	// Second boot: PCR 0 measured differently (another firmware image
+	// under the same version string), and the pipeline flashed nothing.
+	node.setFirmware("platform firmware, patched")
+	run2, r := provision()
+	t.Logf("second run ended %s: %s", r.Status, r.Message)
+	drift := securityEvents(t, f.st, run2, audit.FirmwareDrift)
+	if len(drift) == 0 {
+		t.Fatal("firmware drift not flagged as a security event")
+	}
+	if d := drift[0].Detail; !strings.Contains(d, "PCR 0") || !strings.Contains(d, rec1.PCRs["0"]) {
+		t.Errorf("drift event does not name PCR 0 and its recorded value %s: %s", rec1.PCRs["0"], d)
+	}
+	vs, err := f.st.Verdicts(ctx, run2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(vs, func(v store.Verdict) bool { return v.Component == "tpm/pcr0" && v.Check == "firmware_measurement" })
+	if i < 0 {
+		t.Fatalf("no firmware_measurement verdict for PCR 0 in %+v", vs)
+	}
+	if v := vs[i]; v.Status != curev1.VerdictStatus_FAIL || v.Expected != rec1.PCRs["0"] || v.Observed == rec1.PCRs["0"] || len(v.Observed) != 64 {
+		t.Errorf("PCR 0 verdict %+v, want FAIL expected %s and the new value", v, rec1.PCRs["0"])
+	}
+	if rec, _ := f.st.GetFirmwareRecord(ctx, "node1"); rec.RunID != run1 || rec.PCRs["0"] != rec1.PCRs["0"] {
+		t.Errorf("a drift re-recorded the measurements: %+v", rec)
+	}
+
+	// Third run: the original firmware again, and the SKU now pins a newer
+	// BIOS, which the pipeline flashes: the boot after the flash measures
+	// new firmware and re-records, unflagged.
+	node.setFirmware("platform firmware")
+	raw, err := os.ReadFile(filepath.Join(f.dir, "manifests", "qemu-nvme.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sku, err := manifests.ParseSKU("qemu-nvme.yaml", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sku.Spec.Firmware = append(sku.Spec.Firmware, manifests.Firmware{Name: "bios", Component: "bios", Via: "redfish", Match: manifests.Match{RedfishID: "BIOS"},
+		Version: "2.21.2", Gate: "equal", Artifact: fwPackage(t, filepath.Join(f.dir, "artifacts", "sha256"), "BIOS", "2.21.2"), Activation: "host-reboot"})
+	if raw, err = manifests.Marshal(sku); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.dir, "manifests", "qemu-nvme.yaml"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run3, r := provision()
+	if r.Status != curev1.RunStatus_RUN_SUCCEEDED {
+		t.Fatalf("third run ended %s: %s", r.Status, r.Message)
+	}
+	if v, _, _ := f.bmc.FirmwareVersion("BIOS"); v != "2.21.2" {
+		t.Fatalf("BIOS not flashed: %s", v)
+	}
+	if d := securityEvents(t, f.st, run3, audit.FirmwareDrift); len(d) != 0 {
+		t.Errorf("the pipeline's own BIOS flash flagged as drift: %+v", d)
+	}
+	rec3, err := f.st.GetFirmwareRecord(ctx, "node1")
+	if err != nil || rec3.RunID != run3 || rec3.Firmware != "2.21.2" || rec3.PCRs["0"] == rec1.PCRs["0"] || rec3.ChangeRun != "" {
+		t.Fatalf("record after the pipeline's flash: %+v %v (first %s)", rec3, err, rec1.PCRs["0"])
+	}
+	evs, err := f.st.Events(ctx, run3, 0, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(evs, func(e store.Event) bool { return strings.Contains(e.Message, "re-recorded after the firmware change run "+run3) }) {
+		t.Error("no event says the measurements were re-recorded after the pipeline's change")
 	}
 }
