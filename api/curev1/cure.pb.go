@@ -6852,7 +6852,10 @@ type NodeSpec struct {
 	Labels   map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Bmc      *BMCSpec               `protobuf:"bytes,7,opt,name=bmc,proto3" json:"bmc,omitempty"`
 	// Drive-label PSIDs by disk serial (secret: sealed at rest, never returned).
-	Psids         map[string]string `protobuf:"bytes,8,rep,name=psids,proto3" json:"psids,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Psids map[string]string `protobuf:"bytes,8,rep,name=psids,proto3" json:"psids,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The node's TPM endorsement key pinned: sha256 of its SubjectPublicKeyInfo
+	// (hex), as computed from the TPM's EK certificate. Empty: trust on first use.
+	EkSha256      string `protobuf:"bytes,20,opt,name=ek_sha256,json=ekSha256,proto3" json:"ek_sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6941,6 +6944,13 @@ func (x *NodeSpec) GetPsids() map[string]string {
 		return x.Psids
 	}
 	return nil
+}
+
+func (x *NodeSpec) GetEkSha256() string {
+	if x != nil {
+		return x.EkSha256
+	}
+	return ""
 }
 
 type BMCSpec struct {
@@ -7362,8 +7372,15 @@ type NodeDetail struct {
 	Inventory     *InventoryRecord       `protobuf:"bytes,15,opt,name=inventory,proto3" json:"inventory,omitempty"`                                // latest reported hardware, if any
 	Pool          *PoolStatus            `protobuf:"bytes,16,opt,name=pool,proto3" json:"pool,omitempty"`
 	LastRunState  RunStatus              `protobuf:"varint,17,opt,name=last_run_state,json=lastRunState,proto3,enum=cure.v1.RunStatus" json:"last_run_state,omitempty"` // the latest run's status (unset: never run)
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Measured boot: the endorsement key its boots must attest with (sha256 of
+	// the SubjectPublicKeyInfo), how it was trusted ("pinned" by the nodes
+	// file, "tofu" on the first attested boot), and when.
+	EkSha256         string `protobuf:"bytes,20,opt,name=ek_sha256,json=ekSha256,proto3" json:"ek_sha256,omitempty"`
+	EkSource         string `protobuf:"bytes,21,opt,name=ek_source,json=ekSource,proto3" json:"ek_source,omitempty"`
+	EkEnrolledUnixMs int64  `protobuf:"varint,22,opt,name=ek_enrolled_unix_ms,json=ekEnrolledUnixMs,proto3" json:"ek_enrolled_unix_ms,omitempty"`
+	EkRunId          string `protobuf:"bytes,23,opt,name=ek_run_id,json=ekRunId,proto3" json:"ek_run_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *NodeDetail) Reset() {
@@ -7513,6 +7530,34 @@ func (x *NodeDetail) GetLastRunState() RunStatus {
 		return x.LastRunState
 	}
 	return RunStatus_RUN_STATUS_UNSPECIFIED
+}
+
+func (x *NodeDetail) GetEkSha256() string {
+	if x != nil {
+		return x.EkSha256
+	}
+	return ""
+}
+
+func (x *NodeDetail) GetEkSource() string {
+	if x != nil {
+		return x.EkSource
+	}
+	return ""
+}
+
+func (x *NodeDetail) GetEkEnrolledUnixMs() int64 {
+	if x != nil {
+		return x.EkEnrolledUnixMs
+	}
+	return 0
+}
+
+func (x *NodeDetail) GetEkRunId() string {
+	if x != nil {
+		return x.EkRunId
+	}
+	return ""
 }
 
 // InventoryRecord is one boot's Hello inventory as the coordinator stored
@@ -9149,7 +9194,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x06detail\x18\v \x01(\tR\x06detail\"k\n" +
 	"\x14ListAuditLogResponse\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.cure.v1.AuditEntryR\aentries\x12$\n" +
-	"\x0enext_before_id\x18\x02 \x01(\x03R\fnextBeforeId\"\xf8\x02\n" +
+	"\x0enext_before_id\x18\x02 \x01(\x03R\fnextBeforeId\"\x95\x03\n" +
 	"\bNodeSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03sku\x18\x02 \x01(\tR\x03sku\x12\x1a\n" +
@@ -9158,7 +9203,8 @@ const file_cure_proto_rawDesc = "" +
 	"\x04macs\x18\x05 \x03(\tR\x04macs\x125\n" +
 	"\x06labels\x18\x06 \x03(\v2\x1d.cure.v1.NodeSpec.LabelsEntryR\x06labels\x12\"\n" +
 	"\x03bmc\x18\a \x01(\v2\x10.cure.v1.BMCSpecR\x03bmc\x122\n" +
-	"\x05psids\x18\b \x03(\v2\x1c.cure.v1.NodeSpec.PsidsEntryR\x05psids\x1a9\n" +
+	"\x05psids\x18\b \x03(\v2\x1c.cure.v1.NodeSpec.PsidsEntryR\x05psids\x12\x1b\n" +
+	"\tek_sha256\x18\x14 \x01(\tR\bekSha256\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a8\n" +
@@ -9193,7 +9239,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"*\n" +
 	"\x0fShowNodeRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xfa\x04\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xff\x05\n" +
 	"\n" +
 	"NodeDetail\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
@@ -9213,7 +9259,11 @@ const file_cure_proto_rawDesc = "" +
 	"\x0flast_run_status\x18\x0e \x01(\tR\rlastRunStatus\x126\n" +
 	"\tinventory\x18\x0f \x01(\v2\x18.cure.v1.InventoryRecordR\tinventory\x12'\n" +
 	"\x04pool\x18\x10 \x01(\v2\x13.cure.v1.PoolStatusR\x04pool\x128\n" +
-	"\x0elast_run_state\x18\x11 \x01(\x0e2\x12.cure.v1.RunStatusR\flastRunState\x1a9\n" +
+	"\x0elast_run_state\x18\x11 \x01(\x0e2\x12.cure.v1.RunStatusR\flastRunState\x12\x1b\n" +
+	"\tek_sha256\x18\x14 \x01(\tR\bekSha256\x12\x1b\n" +
+	"\tek_source\x18\x15 \x01(\tR\bekSource\x12-\n" +
+	"\x13ek_enrolled_unix_ms\x18\x16 \x01(\x03R\x10ekEnrolledUnixMs\x12\x1a\n" +
+	"\tek_run_id\x18\x17 \x01(\tR\aekRunId\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc7\x01\n" +
