@@ -132,7 +132,9 @@ func (s *RunnerService) judgeBoot(ctx context.Context, node store.Node, run stor
 	}
 	s.event(ctx, store.Event{RunID: run.ID, NodeID: node.ID, Source: runstate.SourceCoordinator, Time: now, Phase: run.Phase, Kind: runstate.EventInfo,
 		Message: textsafe.BoundedLine(msg, maxMessage)})
-	s.attestVerdict(ctx, run, res, now)
+	if res.Status != attestation.Absent || required {
+		s.attestVerdict(ctx, run, res, now)
+	}
 	if res.Status != attestation.Passed {
 		return bootVerdict{admit: !required}
 	}
@@ -153,7 +155,9 @@ func (s *RunnerService) judgeBoot(ctx context.Context, node store.Node, run stor
 	return bootVerdict{attested: true, admit: true}
 }
 
-// attestVerdict puts the boot's attestation in the run's verdicts.
+// attestVerdict puts the boot's attestation in the run's verdicts (a boot
+// let through without one gets none: its run's verdicts are what they were
+// before measured boot).
 func (s *RunnerService) attestVerdict(ctx context.Context, run store.Run, res attestation.Result, now time.Time) {
 	v := store.Verdict{RunID: run.ID, Component: "tpm", Check: "attestation", Time: now, Message: textsafe.Bounded(res.Detail, maxMessage)}
 	switch res.Status {
@@ -165,8 +169,8 @@ func (s *RunnerService) attestVerdict(ctx context.Context, run store.Run, res at
 			v.Component = fmt.Sprintf("tpm/pcr%d", m.PCR)
 			v.Expected, v.Observed = textsafe.Bounded(m.Expected, 1024), textsafe.Bounded(m.Observed, 1024)
 		}
-	default:
-		v.Status = curev1.VerdictStatus_SKIP
+	default: // absent where attestation was required
+		v.Status = curev1.VerdictStatus_FAIL
 	}
 	if err := s.Store.PutVerdict(ctx, v); err != nil {
 		s.Log.Error("store attestation verdict", "err", err)
