@@ -31,12 +31,12 @@ type nodeTPM struct {
 	t  *testing.T
 	sw *swtpmtest.TPM
 
-	mu     sync.Mutex
-	fw     string // what the firmware measures into PCR 0
+	mu sync.Mutex
+	fw string // what the firmware measures into PCR 0
 	// bios, when set, is the BIOS version the machine runs at boot: it
 	// is measured too, so a flash changes PCR 0 as on a real machine.
-	bios func() string
-	booted int    // the machine boot the TPM was last measured for
+	bios   func() string
+	booted int // the machine boot the TPM was last measured for
 	log    []byte
 }
 
@@ -445,7 +445,9 @@ func TestFirmwareMeasurementDrift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(evs, func(e store.Event) bool { return strings.Contains(e.Message, "re-recorded after the firmware change run "+run3) }) {
+	if !slices.ContainsFunc(evs, func(e store.Event) bool {
+		return strings.Contains(e.Message, "re-recorded after the firmware change run "+run3)
+	}) {
 		t.Error("no event says the measurements were re-recorded after the pipeline's change")
 	}
 }

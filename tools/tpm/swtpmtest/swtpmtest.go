@@ -19,11 +19,11 @@ import (
 
 // TPM is one running swtpm.
 type TPM struct {
-	t     testing.TB
-	Dir   string // state directory
-	Sock  string // command socket
-	cmd   *exec.Cmd
-	conn  transport.TPMCloser
+	t    testing.TB
+	Dir  string // state directory
+	Sock string // command socket
+	cmd  *exec.Cmd
+	conn transport.TPMCloser
 }
 
 // Start starts a swtpm with its state in dir ("" for a fresh temp dir).
