@@ -63,13 +63,20 @@ func (s *TPM) start() {
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start swtpm: %v", err)
 	}
-	for i := 0; i < 200; i++ {
-		if _, err := os.Stat(s.Sock); err == nil {
+	// The socket file appears at bind(), a moment before listen(): ready
+	// is when a connection is taken. That connection is the one Open
+	// returns (swtpm serves one client at a time).
+	var last error
+	for i := 0; i < 500; i++ {
+		c, err := attest.DialSocket("unix", s.Sock, time.Second)
+		if err == nil {
+			s.conn = c
 			return
 		}
+		last = err
 		time.Sleep(10 * time.Millisecond)
 	}
-	s.t.Fatalf("swtpm did not create %s", s.Sock)
+	s.t.Fatalf("swtpm did not take a connection on %s: %v", s.Sock, last)
 }
 
 // Open is the connection to the running TPM: one, shared, since swtpm
