@@ -16,10 +16,13 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/tools/tpm/attest"
-	"github.com/cure-oss/cure/tools/tpm/eventlog"
 	"github.com/google/go-tpm/tpm2/transport"
 	"google.golang.org/grpc"
 )
+
+// maxSentLog bounds the event log a Hello carries: the coordinator takes
+// messages of up to 1 MiB, and a real firmware's log is tens of KiB.
+const maxSentLog = 512 << 10
 
 // Source is where the TPM and the event log come from.
 type Source struct {
@@ -41,7 +44,7 @@ func Device(root string) Source {
 			return t, err
 		},
 		EventLog: func() ([]byte, error) {
-			return readBounded(filepath.Join(root, attest.EventLogPath), eventlog.MaxLogBytes)
+			return readBounded(filepath.Join(root, attest.EventLogPath), maxSentLog)
 		},
 	}
 }
