@@ -45,6 +45,9 @@ func (s *RunnerService) BeginAttestation(ctx context.Context, in *curev1.AttestB
 			Result: "refused", Detail: "BeginAttestation with an unknown, expired, revoked or other boot's token"})
 		return nil, status.Error(codes.Unauthenticated, "unknown or expired boot token")
 	}
+	if !s.challengeRate.Allow(hash) {
+		return nil, status.Errorf(codes.ResourceExhausted, "attestation challenges for this boot token come faster than %g a second: back off and retry", s.SessionRate)
+	}
 	_, out, err := s.attest.Issue(hash, in.GetBootId(), in, attestation.QuotePCRs(s.imageUKI()), now)
 	if err != nil {
 		s.Audit.Security(ctx, store.AuditEntry{Actor: tok.NodeID, Peer: peerIP, Action: audit.AttestationFailed, RunID: tok.RunID, Nodes: []string{tok.NodeID},

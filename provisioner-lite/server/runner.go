@@ -81,6 +81,9 @@ type RunnerService struct {
 	// samplesRate budgets telemetry batches per run, across its sessions.
 	samplesRate *peerlimit.Keyed
 	attest      *attestation.Challenges
+	// challengeRate budgets BeginAttestation per boot token, as sessions
+	// are per boot: a runner asks once per Hello.
+	challengeRate *peerlimit.Keyed
 }
 
 // Field limits of runner text, in bytes: enough for any real message, small
@@ -120,6 +123,7 @@ func (s *RunnerService) init() {
 		s.pending = make(chan struct{}, s.MaxPendingHellos)
 		s.sessions = peerlimit.NewKeyed(s.SessionRate, s.SessionBurst, 0)
 		s.samplesRate = peerlimit.NewKeyed(1/samplesEvery.Seconds(), samplesBurst, 0)
+		s.challengeRate = peerlimit.NewKeyed(s.SessionRate, s.SessionBurst, 0)
 		s.attest = s.Challenges
 		if s.attest == nil {
 			s.attest = &attestation.Challenges{}
