@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/NVIDIA/go-nvml v0.13.3-1
 	github.com/chromedp/chromedp v0.23.0
+	github.com/google/go-tpm v0.9.8
 	github.com/insomniacslk/dhcp v0.0.0-20231206064809-8c70d406f6d2
 	github.com/jackc/pgx/v5 v5.7.6
 	github.com/jaypipes/ghw v0.27.0
@@ -49,7 +50,6 @@ require (
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-ole/go-ole v1.2.6 // indirect
-	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/hugelgupf/go-shlex v0.0.0-20200702092117-c80c9d0918fa // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
