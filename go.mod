@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/NVIDIA/go-nvml v0.13.3-1
 	github.com/chromedp/chromedp v0.23.0
+	github.com/google/go-tpm v0.9.8
 	github.com/insomniacslk/dhcp v0.0.0-20231206064809-8c70d406f6d2
 	github.com/jackc/pgx/v5 v5.7.6
 	github.com/jaypipes/ghw v0.27.0

@@ -52,7 +52,8 @@ func (d *decoder) sku(top *fields) *SKU {
 		top.missing("spec")
 		return s
 	}
-	spec := d.mapping(v, "spec", "firmware", "bios", "wipe", "os", "hardware")
+	spec := d.mapping(v, "spec", "firmware", "bios", "wipe", "os", "hardware", "attestation")
+	s.Spec.Attestation = spec.optEnum("attestation", AttestationRequired, AttestationOptional)
 	seen := map[string]int{}
 	for i, item := range spec.seq("firmware", false) {
 		p := index("spec.firmware", i)

@@ -136,7 +136,19 @@ type SKUSpec struct {
 	OS       *OS        `yaml:"os,omitempty"`
 	// Hardware is what a node of this SKU must have (checked, never changed).
 	Hardware *Hardware `yaml:"hardware,omitempty"`
+	// Attestation is AttestationRequired (every boot must attest its
+	// measured boot with the node's TPM before it gets work or secrets)
+	// or AttestationOptional, the default: a boot that presents an
+	// attestation must pass it, and a node once enrolled with an EK must
+	// attest on every later boot (docs/SECURITY.md).
+	Attestation string `yaml:"attestation,omitempty"`
 }
+
+// SKU attestation policies.
+const (
+	AttestationRequired = "required"
+	AttestationOptional = "optional"
+)
 
 // Firmware is the desired firmware of one device family.
 type Firmware struct {

@@ -391,7 +391,7 @@ func (x RunnerState_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunnerState_Kind.Descriptor instead.
 func (RunnerState_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{4, 0}
+	return file_cure_proto_rawDescGZIP(), []int{7, 0}
 }
 
 type RunnerMessage struct {
@@ -493,7 +493,11 @@ type Hello struct {
 	// runner's own from CLOCK_BOOTTIME): what the boot-time breakdown and the
 	// cure_boot_stage_seconds metric read. Informational only: nothing is
 	// decided on them, and the coordinator bounds their names and values.
-	BootStages    []*BootStage `protobuf:"bytes,9,rep,name=boot_stages,json=bootStages,proto3" json:"boot_stages,omitempty"`
+	BootStages []*BootStage `protobuf:"bytes,9,rep,name=boot_stages,json=bootStages,proto3" json:"boot_stages,omitempty"`
+	// Measured boot (docs/SECURITY.md): the answer to BeginAttestation's
+	// challenge, or why the boot could not attest. Until a boot is attested
+	// the coordinator hands it no secret.
+	Attestation   *Attestation `protobuf:"bytes,20,opt,name=attestation,proto3" json:"attestation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -591,6 +595,270 @@ func (x *Hello) GetBootStages() []*BootStage {
 	return nil
 }
 
+func (x *Hello) GetAttestation() *Attestation {
+	if x != nil {
+		return x.Attestation
+	}
+	return nil
+}
+
+// AttestBegin opens a boot's attestation (BeginAttestation).
+type AttestBegin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"` // the boot token, as in Hello
+	BootId        string                 `protobuf:"bytes,2,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
+	EkPublic      []byte                 `protobuf:"bytes,3,opt,name=ek_public,json=ekPublic,proto3" json:"ek_public,omitempty"`                // TPMT_PUBLIC of the endorsement key (TCG default template)
+	EkCertificate []byte                 `protobuf:"bytes,4,opt,name=ek_certificate,json=ekCertificate,proto3" json:"ek_certificate,omitempty"` // DER, from the TPM's NV; empty where the TPM has none
+	AkPublic      []byte                 `protobuf:"bytes,5,opt,name=ak_public,json=akPublic,proto3" json:"ak_public,omitempty"`                // TPMT_PUBLIC of the attestation key (restricted signing)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttestBegin) Reset() {
+	*x = AttestBegin{}
+	mi := &file_cure_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttestBegin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttestBegin) ProtoMessage() {}
+
+func (x *AttestBegin) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttestBegin.ProtoReflect.Descriptor instead.
+func (*AttestBegin) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AttestBegin) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *AttestBegin) GetBootId() string {
+	if x != nil {
+		return x.BootId
+	}
+	return ""
+}
+
+func (x *AttestBegin) GetEkPublic() []byte {
+	if x != nil {
+		return x.EkPublic
+	}
+	return nil
+}
+
+func (x *AttestBegin) GetEkCertificate() []byte {
+	if x != nil {
+		return x.EkCertificate
+	}
+	return nil
+}
+
+func (x *AttestBegin) GetAkPublic() []byte {
+	if x != nil {
+		return x.AkPublic
+	}
+	return nil
+}
+
+// AttestChallenge is the coordinator's answer: what to activate and quote.
+type AttestChallenge struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ChallengeId     string                 `protobuf:"bytes,1,opt,name=challenge_id,json=challengeId,proto3" json:"challenge_id,omitempty"`
+	Nonce           []byte                 `protobuf:"bytes,2,opt,name=nonce,proto3" json:"nonce,omitempty"`                                            // the quote's qualifying data
+	CredentialBlob  []byte                 `protobuf:"bytes,3,opt,name=credential_blob,json=credentialBlob,proto3" json:"credential_blob,omitempty"`    // TPM2B_ID_OBJECT contents (MakeCredential to the EK, for the AK's name)
+	EncryptedSecret []byte                 `protobuf:"bytes,4,opt,name=encrypted_secret,json=encryptedSecret,proto3" json:"encrypted_secret,omitempty"` // TPM2B_ENCRYPTED_SECRET contents
+	Pcrs            []uint32               `protobuf:"varint,5,rep,packed,name=pcrs,proto3" json:"pcrs,omitempty"`                                      // sha256-bank PCRs to quote
+	ExpiresUnixMs   int64                  `protobuf:"varint,6,opt,name=expires_unix_ms,json=expiresUnixMs,proto3" json:"expires_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AttestChallenge) Reset() {
+	*x = AttestChallenge{}
+	mi := &file_cure_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttestChallenge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttestChallenge) ProtoMessage() {}
+
+func (x *AttestChallenge) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttestChallenge.ProtoReflect.Descriptor instead.
+func (*AttestChallenge) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AttestChallenge) GetChallengeId() string {
+	if x != nil {
+		return x.ChallengeId
+	}
+	return ""
+}
+
+func (x *AttestChallenge) GetNonce() []byte {
+	if x != nil {
+		return x.Nonce
+	}
+	return nil
+}
+
+func (x *AttestChallenge) GetCredentialBlob() []byte {
+	if x != nil {
+		return x.CredentialBlob
+	}
+	return nil
+}
+
+func (x *AttestChallenge) GetEncryptedSecret() []byte {
+	if x != nil {
+		return x.EncryptedSecret
+	}
+	return nil
+}
+
+func (x *AttestChallenge) GetPcrs() []uint32 {
+	if x != nil {
+		return x.Pcrs
+	}
+	return nil
+}
+
+func (x *AttestChallenge) GetExpiresUnixMs() int64 {
+	if x != nil {
+		return x.ExpiresUnixMs
+	}
+	return 0
+}
+
+// Attestation is a boot's answer, sent in its first Hello.
+type Attestation struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ChallengeId     string                 `protobuf:"bytes,1,opt,name=challenge_id,json=challengeId,proto3" json:"challenge_id,omitempty"`
+	ActivatedSecret []byte                 `protobuf:"bytes,2,opt,name=activated_secret,json=activatedSecret,proto3" json:"activated_secret,omitempty"`                               // ActivateCredential's output: AK and EK in one TPM
+	Quote           []byte                 `protobuf:"bytes,3,opt,name=quote,proto3" json:"quote,omitempty"`                                                                          // TPMS_ATTEST as the TPM signed it
+	Signature       []byte                 `protobuf:"bytes,4,opt,name=signature,proto3" json:"signature,omitempty"`                                                                  // TPMT_SIGNATURE
+	Pcrs            map[uint32][]byte      `protobuf:"bytes,5,rep,name=pcrs,proto3" json:"pcrs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // the quoted sha256-bank values
+	EventLog        []byte                 `protobuf:"bytes,6,opt,name=event_log,json=eventLog,proto3" json:"event_log,omitempty"`                                                    // TCG crypto-agile log, as the kernel serves it
+	// Why the runner could not attest (no TPM, no event log...): the boot
+	// then counts as unattested. Informational only.
+	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Attestation) Reset() {
+	*x = Attestation{}
+	mi := &file_cure_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Attestation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Attestation) ProtoMessage() {}
+
+func (x *Attestation) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Attestation.ProtoReflect.Descriptor instead.
+func (*Attestation) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Attestation) GetChallengeId() string {
+	if x != nil {
+		return x.ChallengeId
+	}
+	return ""
+}
+
+func (x *Attestation) GetActivatedSecret() []byte {
+	if x != nil {
+		return x.ActivatedSecret
+	}
+	return nil
+}
+
+func (x *Attestation) GetQuote() []byte {
+	if x != nil {
+		return x.Quote
+	}
+	return nil
+}
+
+func (x *Attestation) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *Attestation) GetPcrs() map[uint32][]byte {
+	if x != nil {
+		return x.Pcrs
+	}
+	return nil
+}
+
+func (x *Attestation) GetEventLog() []byte {
+	if x != nil {
+		return x.EventLog
+	}
+	return nil
+}
+
+func (x *Attestation) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // BootStage is one boot milestone: the guest uptime when it was reached.
 type BootStage struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -602,7 +870,7 @@ type BootStage struct {
 
 func (x *BootStage) Reset() {
 	*x = BootStage{}
-	mi := &file_cure_proto_msgTypes[2]
+	mi := &file_cure_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -614,7 +882,7 @@ func (x *BootStage) String() string {
 func (*BootStage) ProtoMessage() {}
 
 func (x *BootStage) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[2]
+	mi := &file_cure_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -627,7 +895,7 @@ func (x *BootStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootStage.ProtoReflect.Descriptor instead.
 func (*BootStage) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{2}
+	return file_cure_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BootStage) GetName() string {
@@ -657,7 +925,7 @@ type Identity struct {
 
 func (x *Identity) Reset() {
 	*x = Identity{}
-	mi := &file_cure_proto_msgTypes[3]
+	mi := &file_cure_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +937,7 @@ func (x *Identity) String() string {
 func (*Identity) ProtoMessage() {}
 
 func (x *Identity) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[3]
+	mi := &file_cure_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +950,7 @@ func (x *Identity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Identity.ProtoReflect.Descriptor instead.
 func (*Identity) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{3}
+	return file_cure_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Identity) GetBootMac() string {
@@ -732,7 +1000,7 @@ type RunnerState struct {
 
 func (x *RunnerState) Reset() {
 	*x = RunnerState{}
-	mi := &file_cure_proto_msgTypes[4]
+	mi := &file_cure_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -744,7 +1012,7 @@ func (x *RunnerState) String() string {
 func (*RunnerState) ProtoMessage() {}
 
 func (x *RunnerState) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[4]
+	mi := &file_cure_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -757,7 +1025,7 @@ func (x *RunnerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunnerState.ProtoReflect.Descriptor instead.
 func (*RunnerState) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{4}
+	return file_cure_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RunnerState) GetKind() RunnerState_Kind {
@@ -819,7 +1087,7 @@ type Inventory struct {
 
 func (x *Inventory) Reset() {
 	*x = Inventory{}
-	mi := &file_cure_proto_msgTypes[5]
+	mi := &file_cure_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +1099,7 @@ func (x *Inventory) String() string {
 func (*Inventory) ProtoMessage() {}
 
 func (x *Inventory) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[5]
+	mi := &file_cure_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +1112,7 @@ func (x *Inventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inventory.ProtoReflect.Descriptor instead.
 func (*Inventory) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{5}
+	return file_cure_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Inventory) GetSystem() *SystemInfo {
@@ -979,7 +1247,7 @@ type PcieLink struct {
 
 func (x *PcieLink) Reset() {
 	*x = PcieLink{}
-	mi := &file_cure_proto_msgTypes[6]
+	mi := &file_cure_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1259,7 @@ func (x *PcieLink) String() string {
 func (*PcieLink) ProtoMessage() {}
 
 func (x *PcieLink) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[6]
+	mi := &file_cure_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1272,7 @@ func (x *PcieLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PcieLink.ProtoReflect.Descriptor instead.
 func (*PcieLink) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{6}
+	return file_cure_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PcieLink) GetAddress() string {
@@ -1103,7 +1371,7 @@ type MachineCheck struct {
 
 func (x *MachineCheck) Reset() {
 	*x = MachineCheck{}
-	mi := &file_cure_proto_msgTypes[7]
+	mi := &file_cure_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1383,7 @@ func (x *MachineCheck) String() string {
 func (*MachineCheck) ProtoMessage() {}
 
 func (x *MachineCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[7]
+	mi := &file_cure_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1396,7 @@ func (x *MachineCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineCheck.ProtoReflect.Descriptor instead.
 func (*MachineCheck) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{7}
+	return file_cure_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MachineCheck) GetCpu() uint32 {
@@ -1207,7 +1475,7 @@ type Processor struct {
 
 func (x *Processor) Reset() {
 	*x = Processor{}
-	mi := &file_cure_proto_msgTypes[8]
+	mi := &file_cure_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1487,7 @@ func (x *Processor) String() string {
 func (*Processor) ProtoMessage() {}
 
 func (x *Processor) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[8]
+	mi := &file_cure_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1500,7 @@ func (x *Processor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Processor.ProtoReflect.Descriptor instead.
 func (*Processor) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{8}
+	return file_cure_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Processor) GetId() uint32 {
@@ -1291,7 +1559,7 @@ type Dimm struct {
 
 func (x *Dimm) Reset() {
 	*x = Dimm{}
-	mi := &file_cure_proto_msgTypes[9]
+	mi := &file_cure_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1303,7 +1571,7 @@ func (x *Dimm) String() string {
 func (*Dimm) ProtoMessage() {}
 
 func (x *Dimm) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[9]
+	mi := &file_cure_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1316,7 +1584,7 @@ func (x *Dimm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dimm.ProtoReflect.Descriptor instead.
 func (*Dimm) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{9}
+	return file_cure_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Dimm) GetLocator() string {
@@ -1409,7 +1677,7 @@ type PciDevice struct {
 
 func (x *PciDevice) Reset() {
 	*x = PciDevice{}
-	mi := &file_cure_proto_msgTypes[10]
+	mi := &file_cure_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1689,7 @@ func (x *PciDevice) String() string {
 func (*PciDevice) ProtoMessage() {}
 
 func (x *PciDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[10]
+	mi := &file_cure_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1702,7 @@ func (x *PciDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PciDevice.ProtoReflect.Descriptor instead.
 func (*PciDevice) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{10}
+	return file_cure_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PciDevice) GetAddress() string {
@@ -1483,7 +1751,7 @@ type NumaNode struct {
 
 func (x *NumaNode) Reset() {
 	*x = NumaNode{}
-	mi := &file_cure_proto_msgTypes[11]
+	mi := &file_cure_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1495,7 +1763,7 @@ func (x *NumaNode) String() string {
 func (*NumaNode) ProtoMessage() {}
 
 func (x *NumaNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[11]
+	mi := &file_cure_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1508,7 +1776,7 @@ func (x *NumaNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NumaNode.ProtoReflect.Descriptor instead.
 func (*NumaNode) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{11}
+	return file_cure_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NumaNode) GetId() uint32 {
@@ -1549,7 +1817,7 @@ type SystemInfo struct {
 
 func (x *SystemInfo) Reset() {
 	*x = SystemInfo{}
-	mi := &file_cure_proto_msgTypes[12]
+	mi := &file_cure_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1829,7 @@ func (x *SystemInfo) String() string {
 func (*SystemInfo) ProtoMessage() {}
 
 func (x *SystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[12]
+	mi := &file_cure_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1842,7 @@ func (x *SystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemInfo.ProtoReflect.Descriptor instead.
 func (*SystemInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{12}
+	return file_cure_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SystemInfo) GetVendor() string {
@@ -1655,7 +1923,7 @@ type NvmeController struct {
 
 func (x *NvmeController) Reset() {
 	*x = NvmeController{}
-	mi := &file_cure_proto_msgTypes[13]
+	mi := &file_cure_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1935,7 @@ func (x *NvmeController) String() string {
 func (*NvmeController) ProtoMessage() {}
 
 func (x *NvmeController) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[13]
+	mi := &file_cure_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1948,7 @@ func (x *NvmeController) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NvmeController.ProtoReflect.Descriptor instead.
 func (*NvmeController) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{13}
+	return file_cure_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NvmeController) GetName() string {
@@ -1751,7 +2019,7 @@ type NetInterface struct {
 
 func (x *NetInterface) Reset() {
 	*x = NetInterface{}
-	mi := &file_cure_proto_msgTypes[14]
+	mi := &file_cure_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +2031,7 @@ func (x *NetInterface) String() string {
 func (*NetInterface) ProtoMessage() {}
 
 func (x *NetInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[14]
+	mi := &file_cure_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +2044,7 @@ func (x *NetInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetInterface.ProtoReflect.Descriptor instead.
 func (*NetInterface) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{14}
+	return file_cure_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NetInterface) GetName() string {
@@ -1877,7 +2145,7 @@ type Gpu struct {
 
 func (x *Gpu) Reset() {
 	*x = Gpu{}
-	mi := &file_cure_proto_msgTypes[15]
+	mi := &file_cure_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +2157,7 @@ func (x *Gpu) String() string {
 func (*Gpu) ProtoMessage() {}
 
 func (x *Gpu) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[15]
+	mi := &file_cure_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2170,7 @@ func (x *Gpu) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gpu.ProtoReflect.Descriptor instead.
 func (*Gpu) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{15}
+	return file_cure_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Gpu) GetIndex() uint32 {
@@ -1997,7 +2265,7 @@ type BlockDevice struct {
 
 func (x *BlockDevice) Reset() {
 	*x = BlockDevice{}
-	mi := &file_cure_proto_msgTypes[16]
+	mi := &file_cure_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2277,7 @@ func (x *BlockDevice) String() string {
 func (*BlockDevice) ProtoMessage() {}
 
 func (x *BlockDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[16]
+	mi := &file_cure_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2290,7 @@ func (x *BlockDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockDevice.ProtoReflect.Descriptor instead.
 func (*BlockDevice) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{16}
+	return file_cure_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BlockDevice) GetName() string {
@@ -2096,7 +2364,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_cure_proto_msgTypes[17]
+	mi := &file_cure_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2376,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[17]
+	mi := &file_cure_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2389,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{17}
+	return file_cure_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -2287,7 +2555,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_cure_proto_msgTypes[18]
+	mi := &file_cure_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2567,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[18]
+	mi := &file_cure_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2580,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{18}
+	return file_cure_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Progress) GetSuite() string {
@@ -2378,7 +2646,7 @@ type CheckProgress struct {
 
 func (x *CheckProgress) Reset() {
 	*x = CheckProgress{}
-	mi := &file_cure_proto_msgTypes[19]
+	mi := &file_cure_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2658,7 @@ func (x *CheckProgress) String() string {
 func (*CheckProgress) ProtoMessage() {}
 
 func (x *CheckProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[19]
+	mi := &file_cure_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2671,7 @@ func (x *CheckProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckProgress.ProtoReflect.Descriptor instead.
 func (*CheckProgress) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{19}
+	return file_cure_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CheckProgress) GetCheck() string {
@@ -2460,7 +2728,7 @@ type Samples struct {
 
 func (x *Samples) Reset() {
 	*x = Samples{}
-	mi := &file_cure_proto_msgTypes[20]
+	mi := &file_cure_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2740,7 @@ func (x *Samples) String() string {
 func (*Samples) ProtoMessage() {}
 
 func (x *Samples) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[20]
+	mi := &file_cure_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2753,7 @@ func (x *Samples) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Samples.ProtoReflect.Descriptor instead.
 func (*Samples) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{20}
+	return file_cure_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Samples) GetSeries() []*Series {
@@ -2509,7 +2777,7 @@ type Series struct {
 
 func (x *Series) Reset() {
 	*x = Series{}
-	mi := &file_cure_proto_msgTypes[21]
+	mi := &file_cure_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2521,7 +2789,7 @@ func (x *Series) String() string {
 func (*Series) ProtoMessage() {}
 
 func (x *Series) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[21]
+	mi := &file_cure_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2534,7 +2802,7 @@ func (x *Series) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Series.ProtoReflect.Descriptor instead.
 func (*Series) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{21}
+	return file_cure_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Series) GetComponent() string {
@@ -2587,7 +2855,7 @@ type PhaseStart struct {
 
 func (x *PhaseStart) Reset() {
 	*x = PhaseStart{}
-	mi := &file_cure_proto_msgTypes[22]
+	mi := &file_cure_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2867,7 @@ func (x *PhaseStart) String() string {
 func (*PhaseStart) ProtoMessage() {}
 
 func (x *PhaseStart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[22]
+	mi := &file_cure_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2880,7 @@ func (x *PhaseStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseStart.ProtoReflect.Descriptor instead.
 func (*PhaseStart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{22}
+	return file_cure_proto_rawDescGZIP(), []int{25}
 }
 
 type PhaseEnd struct {
@@ -2627,7 +2895,7 @@ type PhaseEnd struct {
 
 func (x *PhaseEnd) Reset() {
 	*x = PhaseEnd{}
-	mi := &file_cure_proto_msgTypes[23]
+	mi := &file_cure_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2907,7 @@ func (x *PhaseEnd) String() string {
 func (*PhaseEnd) ProtoMessage() {}
 
 func (x *PhaseEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[23]
+	mi := &file_cure_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2920,7 @@ func (x *PhaseEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseEnd.ProtoReflect.Descriptor instead.
 func (*PhaseEnd) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{23}
+	return file_cure_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PhaseEnd) GetStatus() PhaseStatus {
@@ -2704,7 +2972,7 @@ type Verdict struct {
 
 func (x *Verdict) Reset() {
 	*x = Verdict{}
-	mi := &file_cure_proto_msgTypes[24]
+	mi := &file_cure_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2716,7 +2984,7 @@ func (x *Verdict) String() string {
 func (*Verdict) ProtoMessage() {}
 
 func (x *Verdict) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[24]
+	mi := &file_cure_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2729,7 +2997,7 @@ func (x *Verdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Verdict.ProtoReflect.Descriptor instead.
 func (*Verdict) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{24}
+	return file_cure_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Verdict) GetComponent() string {
@@ -2807,7 +3075,7 @@ type Measurement struct {
 
 func (x *Measurement) Reset() {
 	*x = Measurement{}
-	mi := &file_cure_proto_msgTypes[25]
+	mi := &file_cure_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +3087,7 @@ func (x *Measurement) String() string {
 func (*Measurement) ProtoMessage() {}
 
 func (x *Measurement) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[25]
+	mi := &file_cure_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +3100,7 @@ func (x *Measurement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Measurement.ProtoReflect.Descriptor instead.
 func (*Measurement) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{25}
+	return file_cure_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Measurement) GetMetric() string {
@@ -2867,7 +3135,7 @@ type Log struct {
 
 func (x *Log) Reset() {
 	*x = Log{}
-	mi := &file_cure_proto_msgTypes[26]
+	mi := &file_cure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2879,7 +3147,7 @@ func (x *Log) String() string {
 func (*Log) ProtoMessage() {}
 
 func (x *Log) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[26]
+	mi := &file_cure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2892,7 +3160,7 @@ func (x *Log) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Log.ProtoReflect.Descriptor instead.
 func (*Log) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{26}
+	return file_cure_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Log) GetLevel() string {
@@ -2928,7 +3196,7 @@ type Metric struct {
 
 func (x *Metric) Reset() {
 	*x = Metric{}
-	mi := &file_cure_proto_msgTypes[27]
+	mi := &file_cure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +3208,7 @@ func (x *Metric) String() string {
 func (*Metric) ProtoMessage() {}
 
 func (x *Metric) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[27]
+	mi := &file_cure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +3221,7 @@ func (x *Metric) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metric.ProtoReflect.Descriptor instead.
 func (*Metric) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{27}
+	return file_cure_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Metric) GetName() string {
@@ -3000,7 +3268,7 @@ type CoordinatorMessage struct {
 
 func (x *CoordinatorMessage) Reset() {
 	*x = CoordinatorMessage{}
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3012,7 +3280,7 @@ func (x *CoordinatorMessage) String() string {
 func (*CoordinatorMessage) ProtoMessage() {}
 
 func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3025,7 +3293,7 @@ func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoordinatorMessage.ProtoReflect.Descriptor instead.
 func (*CoordinatorMessage) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{28}
+	return file_cure_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CoordinatorMessage) GetMsg() isCoordinatorMessage_Msg {
@@ -3151,7 +3419,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3163,7 +3431,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3176,7 +3444,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{29}
+	return file_cure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Assignment) GetRunId() string {
@@ -3297,7 +3565,7 @@ type ToolBundleRef struct {
 
 func (x *ToolBundleRef) Reset() {
 	*x = ToolBundleRef{}
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3309,7 +3577,7 @@ func (x *ToolBundleRef) String() string {
 func (*ToolBundleRef) ProtoMessage() {}
 
 func (x *ToolBundleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3322,7 +3590,7 @@ func (x *ToolBundleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolBundleRef.ProtoReflect.Descriptor instead.
 func (*ToolBundleRef) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{30}
+	return file_cure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ToolBundleRef) GetUrl() string {
@@ -3367,7 +3635,7 @@ type SuiteResume struct {
 
 func (x *SuiteResume) Reset() {
 	*x = SuiteResume{}
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3379,7 +3647,7 @@ func (x *SuiteResume) String() string {
 func (*SuiteResume) ProtoMessage() {}
 
 func (x *SuiteResume) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3392,7 +3660,7 @@ func (x *SuiteResume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuiteResume.ProtoReflect.Descriptor instead.
 func (*SuiteResume) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{31}
+	return file_cure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SuiteResume) GetDone() []*CheckProgress {
@@ -3427,7 +3695,7 @@ type ResumeState struct {
 
 func (x *ResumeState) Reset() {
 	*x = ResumeState{}
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3439,7 +3707,7 @@ func (x *ResumeState) String() string {
 func (*ResumeState) ProtoMessage() {}
 
 func (x *ResumeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3452,7 +3720,7 @@ func (x *ResumeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeState.ProtoReflect.Descriptor instead.
 func (*ResumeState) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{32}
+	return file_cure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ResumeState) GetPhaseReached() string {
@@ -3488,7 +3756,7 @@ type FirstBoot struct {
 
 func (x *FirstBoot) Reset() {
 	*x = FirstBoot{}
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3500,7 +3768,7 @@ func (x *FirstBoot) String() string {
 func (*FirstBoot) ProtoMessage() {}
 
 func (x *FirstBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3513,7 +3781,7 @@ func (x *FirstBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirstBoot.ProtoReflect.Descriptor instead.
 func (*FirstBoot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{33}
+	return file_cure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FirstBoot) GetHostname() string {
@@ -3553,7 +3821,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3565,7 +3833,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3578,7 +3846,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{34}
+	return file_cure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -3597,7 +3865,7 @@ type Idle struct {
 
 func (x *Idle) Reset() {
 	*x = Idle{}
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3609,7 +3877,7 @@ func (x *Idle) String() string {
 func (*Idle) ProtoMessage() {}
 
 func (x *Idle) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3622,7 +3890,7 @@ func (x *Idle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Idle.ProtoReflect.Descriptor instead.
 func (*Idle) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{35}
+	return file_cure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Idle) GetReason() string {
@@ -3641,7 +3909,7 @@ type Reboot struct {
 
 func (x *Reboot) Reset() {
 	*x = Reboot{}
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3653,7 +3921,7 @@ func (x *Reboot) String() string {
 func (*Reboot) ProtoMessage() {}
 
 func (x *Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3666,7 +3934,7 @@ func (x *Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reboot.ProtoReflect.Descriptor instead.
 func (*Reboot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{36}
+	return file_cure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Reboot) GetReason() string {
@@ -3685,7 +3953,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3697,7 +3965,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3710,7 +3978,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{37}
+	return file_cure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Cancel) GetReason() string {
@@ -3735,7 +4003,7 @@ type ProvisionRequest struct {
 
 func (x *ProvisionRequest) Reset() {
 	*x = ProvisionRequest{}
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3747,7 +4015,7 @@ func (x *ProvisionRequest) String() string {
 func (*ProvisionRequest) ProtoMessage() {}
 
 func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3760,7 +4028,7 @@ func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionRequest.ProtoReflect.Descriptor instead.
 func (*ProvisionRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{38}
+	return file_cure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ProvisionRequest) GetNodeIds() []string {
@@ -3809,7 +4077,7 @@ type ProvisionResponse struct {
 
 func (x *ProvisionResponse) Reset() {
 	*x = ProvisionResponse{}
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3821,7 +4089,7 @@ func (x *ProvisionResponse) String() string {
 func (*ProvisionResponse) ProtoMessage() {}
 
 func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3834,7 +4102,7 @@ func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionResponse.ProtoReflect.Descriptor instead.
 func (*ProvisionResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{39}
+	return file_cure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ProvisionResponse) GetRuns() []*RunRef {
@@ -3874,7 +4142,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3886,7 +4154,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3899,7 +4167,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{40}
+	return file_cure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Refusal) GetNodeId() string {
@@ -3942,7 +4210,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3954,7 +4222,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3967,7 +4235,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{41}
+	return file_cure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CancelRequest) GetNodeIds() []string {
@@ -4008,7 +4276,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4020,7 +4288,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4033,7 +4301,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{42}
+	return file_cure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CancelResponse) GetCanceled() []*RunRef {
@@ -4060,7 +4328,7 @@ type FleetRequest struct {
 
 func (x *FleetRequest) Reset() {
 	*x = FleetRequest{}
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4072,7 +4340,7 @@ func (x *FleetRequest) String() string {
 func (*FleetRequest) ProtoMessage() {}
 
 func (x *FleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4085,7 +4353,7 @@ func (x *FleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRequest.ProtoReflect.Descriptor instead.
 func (*FleetRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{43}
+	return file_cure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FleetRequest) GetSelector() map[string]string {
@@ -4117,7 +4385,7 @@ type FleetStatus struct {
 
 func (x *FleetStatus) Reset() {
 	*x = FleetStatus{}
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4129,7 +4397,7 @@ func (x *FleetStatus) String() string {
 func (*FleetStatus) ProtoMessage() {}
 
 func (x *FleetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4142,7 +4410,7 @@ func (x *FleetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetStatus.ProtoReflect.Descriptor instead.
 func (*FleetStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{44}
+	return file_cure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FleetStatus) GetNodes() int64 {
@@ -4209,7 +4477,7 @@ type FleetRun struct {
 
 func (x *FleetRun) Reset() {
 	*x = FleetRun{}
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4221,7 +4489,7 @@ func (x *FleetRun) String() string {
 func (*FleetRun) ProtoMessage() {}
 
 func (x *FleetRun) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4234,7 +4502,7 @@ func (x *FleetRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRun.ProtoReflect.Descriptor instead.
 func (*FleetRun) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{45}
+	return file_cure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FleetRun) GetNodeId() string {
@@ -4296,7 +4564,7 @@ type RunRef struct {
 
 func (x *RunRef) Reset() {
 	*x = RunRef{}
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4308,7 +4576,7 @@ func (x *RunRef) String() string {
 func (*RunRef) ProtoMessage() {}
 
 func (x *RunRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4321,7 +4589,7 @@ func (x *RunRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRef.ProtoReflect.Descriptor instead.
 func (*RunRef) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{46}
+	return file_cure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RunRef) GetRunId() string {
@@ -4349,7 +4617,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4361,7 +4629,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4374,7 +4642,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{47}
+	return file_cure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -4421,7 +4689,7 @@ type TimelineEntry struct {
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4433,7 +4701,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4446,7 +4714,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{48}
+	return file_cure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TimelineEntry) GetRunId() string {
@@ -4543,7 +4811,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4555,7 +4823,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4568,7 +4836,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{49}
+	return file_cure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReportRequest) GetRunId() string {
@@ -4645,7 +4913,7 @@ type RunReport struct {
 
 func (x *RunReport) Reset() {
 	*x = RunReport{}
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4657,7 +4925,7 @@ func (x *RunReport) String() string {
 func (*RunReport) ProtoMessage() {}
 
 func (x *RunReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4670,7 +4938,7 @@ func (x *RunReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReport.ProtoReflect.Descriptor instead.
 func (*RunReport) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{50}
+	return file_cure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RunReport) GetRunId() string {
@@ -4881,7 +5149,7 @@ type ReportSeriesBound struct {
 
 func (x *ReportSeriesBound) Reset() {
 	*x = ReportSeriesBound{}
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4893,7 +5161,7 @@ func (x *ReportSeriesBound) String() string {
 func (*ReportSeriesBound) ProtoMessage() {}
 
 func (x *ReportSeriesBound) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4906,7 +5174,7 @@ func (x *ReportSeriesBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSeriesBound.ProtoReflect.Descriptor instead.
 func (*ReportSeriesBound) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{51}
+	return file_cure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReportSeriesBound) GetPointsPerSeries() uint32 {
@@ -4949,7 +5217,7 @@ type BmcLogEntry struct {
 
 func (x *BmcLogEntry) Reset() {
 	*x = BmcLogEntry{}
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4961,7 +5229,7 @@ func (x *BmcLogEntry) String() string {
 func (*BmcLogEntry) ProtoMessage() {}
 
 func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4974,7 +5242,7 @@ func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcLogEntry.ProtoReflect.Descriptor instead.
 func (*BmcLogEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{52}
+	return file_cure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *BmcLogEntry) GetService() string {
@@ -5060,7 +5328,7 @@ type BmcPart struct {
 
 func (x *BmcPart) Reset() {
 	*x = BmcPart{}
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5072,7 +5340,7 @@ func (x *BmcPart) String() string {
 func (*BmcPart) ProtoMessage() {}
 
 func (x *BmcPart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5085,7 +5353,7 @@ func (x *BmcPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcPart.ProtoReflect.Descriptor instead.
 func (*BmcPart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{53}
+	return file_cure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BmcPart) GetId() string {
@@ -5184,7 +5452,7 @@ type BmcCollection struct {
 
 func (x *BmcCollection) Reset() {
 	*x = BmcCollection{}
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5196,7 +5464,7 @@ func (x *BmcCollection) String() string {
 func (*BmcCollection) ProtoMessage() {}
 
 func (x *BmcCollection) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5209,7 +5477,7 @@ func (x *BmcCollection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcCollection.ProtoReflect.Descriptor instead.
 func (*BmcCollection) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{54}
+	return file_cure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BmcCollection) GetCollectedUnixMs() int64 {
@@ -5279,7 +5547,7 @@ type BmcNote struct {
 
 func (x *BmcNote) Reset() {
 	*x = BmcNote{}
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5291,7 +5559,7 @@ func (x *BmcNote) String() string {
 func (*BmcNote) ProtoMessage() {}
 
 func (x *BmcNote) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5304,7 +5572,7 @@ func (x *BmcNote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcNote.ProtoReflect.Descriptor instead.
 func (*BmcNote) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{55}
+	return file_cure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BmcNote) GetResource() string {
@@ -5342,7 +5610,7 @@ type BmcEvidence struct {
 
 func (x *BmcEvidence) Reset() {
 	*x = BmcEvidence{}
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5354,7 +5622,7 @@ func (x *BmcEvidence) String() string {
 func (*BmcEvidence) ProtoMessage() {}
 
 func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5367,7 +5635,7 @@ func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcEvidence.ProtoReflect.Descriptor instead.
 func (*BmcEvidence) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{56}
+	return file_cure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BmcEvidence) GetLog() []*BmcLogEntry {
@@ -5423,7 +5691,7 @@ type RmaPart struct {
 
 func (x *RmaPart) Reset() {
 	*x = RmaPart{}
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5435,7 +5703,7 @@ func (x *RmaPart) String() string {
 func (*RmaPart) ProtoMessage() {}
 
 func (x *RmaPart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5448,7 +5716,7 @@ func (x *RmaPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RmaPart.ProtoReflect.Descriptor instead.
 func (*RmaPart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{57}
+	return file_cure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RmaPart) GetComponent() string {
@@ -5556,7 +5824,7 @@ type TimeBucket struct {
 
 func (x *TimeBucket) Reset() {
 	*x = TimeBucket{}
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5568,7 +5836,7 @@ func (x *TimeBucket) String() string {
 func (*TimeBucket) ProtoMessage() {}
 
 func (x *TimeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5581,7 +5849,7 @@ func (x *TimeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucket.ProtoReflect.Descriptor instead.
 func (*TimeBucket) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{58}
+	return file_cure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TimeBucket) GetName() string {
@@ -5630,7 +5898,7 @@ type TimeBucketsRequest struct {
 
 func (x *TimeBucketsRequest) Reset() {
 	*x = TimeBucketsRequest{}
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5642,7 +5910,7 @@ func (x *TimeBucketsRequest) String() string {
 func (*TimeBucketsRequest) ProtoMessage() {}
 
 func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5655,7 +5923,7 @@ func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketsRequest.ProtoReflect.Descriptor instead.
 func (*TimeBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{59}
+	return file_cure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TimeBucketsRequest) GetSelector() map[string]string {
@@ -5690,7 +5958,7 @@ type TimeBucketSummary struct {
 
 func (x *TimeBucketSummary) Reset() {
 	*x = TimeBucketSummary{}
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5702,7 +5970,7 @@ func (x *TimeBucketSummary) String() string {
 func (*TimeBucketSummary) ProtoMessage() {}
 
 func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5715,7 +5983,7 @@ func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketSummary.ProtoReflect.Descriptor instead.
 func (*TimeBucketSummary) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{60}
+	return file_cure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *TimeBucketSummary) GetSkus() []*SkuTimeBuckets {
@@ -5751,7 +6019,7 @@ type SkuTimeBuckets struct {
 
 func (x *SkuTimeBuckets) Reset() {
 	*x = SkuTimeBuckets{}
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5763,7 +6031,7 @@ func (x *SkuTimeBuckets) String() string {
 func (*SkuTimeBuckets) ProtoMessage() {}
 
 func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5776,7 +6044,7 @@ func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkuTimeBuckets.ProtoReflect.Descriptor instead.
 func (*SkuTimeBuckets) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{61}
+	return file_cure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *SkuTimeBuckets) GetSku() string {
@@ -5819,7 +6087,7 @@ type BucketStat struct {
 
 func (x *BucketStat) Reset() {
 	*x = BucketStat{}
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5831,7 +6099,7 @@ func (x *BucketStat) String() string {
 func (*BucketStat) ProtoMessage() {}
 
 func (x *BucketStat) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5844,7 +6112,7 @@ func (x *BucketStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketStat.ProtoReflect.Descriptor instead.
 func (*BucketStat) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{62}
+	return file_cure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *BucketStat) GetName() string {
@@ -5890,7 +6158,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5902,7 +6170,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5915,7 +6183,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{63}
+	return file_cure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -5977,7 +6245,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5989,7 +6257,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6002,7 +6270,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{64}
+	return file_cure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -6028,7 +6296,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6040,7 +6308,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6053,7 +6321,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{65}
+	return file_cure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -6075,7 +6343,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6087,7 +6355,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6100,7 +6368,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{66}
+	return file_cure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -6139,7 +6407,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6151,7 +6419,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6164,7 +6432,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{67}
+	return file_cure_proto_rawDescGZIP(), []int{70}
 }
 
 type ListNodesResponse struct {
@@ -6176,7 +6444,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6188,7 +6456,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6201,7 +6469,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{68}
+	return file_cure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -6228,7 +6496,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6240,7 +6508,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6253,7 +6521,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{69}
+	return file_cure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -6332,7 +6600,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6344,7 +6612,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6357,7 +6625,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{70}
+	return file_cure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -6414,7 +6682,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6426,7 +6694,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6439,7 +6707,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{71}
+	return file_cure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -6532,7 +6800,7 @@ type ListAuditLogResponse struct {
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6544,7 +6812,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6557,7 +6825,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{72}
+	return file_cure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -6584,14 +6852,17 @@ type NodeSpec struct {
 	Labels   map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Bmc      *BMCSpec               `protobuf:"bytes,7,opt,name=bmc,proto3" json:"bmc,omitempty"`
 	// Drive-label PSIDs by disk serial (secret: sealed at rest, never returned).
-	Psids         map[string]string `protobuf:"bytes,8,rep,name=psids,proto3" json:"psids,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Psids map[string]string `protobuf:"bytes,8,rep,name=psids,proto3" json:"psids,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The node's TPM endorsement key pinned: sha256 of its SubjectPublicKeyInfo
+	// (hex), as computed from the TPM's EK certificate. Empty: trust on first use.
+	EkSha256      string `protobuf:"bytes,20,opt,name=ek_sha256,json=ekSha256,proto3" json:"ek_sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_cure_proto_msgTypes[73]
+	mi := &file_cure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6603,7 +6874,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[73]
+	mi := &file_cure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6616,7 +6887,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{73}
+	return file_cure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *NodeSpec) GetId() string {
@@ -6675,6 +6946,13 @@ func (x *NodeSpec) GetPsids() map[string]string {
 	return nil
 }
 
+func (x *NodeSpec) GetEkSha256() string {
+	if x != nil {
+		return x.EkSha256
+	}
+	return ""
+}
+
 type BMCSpec struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Url      string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
@@ -6693,7 +6971,7 @@ type BMCSpec struct {
 
 func (x *BMCSpec) Reset() {
 	*x = BMCSpec{}
-	mi := &file_cure_proto_msgTypes[74]
+	mi := &file_cure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6705,7 +6983,7 @@ func (x *BMCSpec) String() string {
 func (*BMCSpec) ProtoMessage() {}
 
 func (x *BMCSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[74]
+	mi := &file_cure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6718,7 +6996,7 @@ func (x *BMCSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
 func (*BMCSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{74}
+	return file_cure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *BMCSpec) GetUrl() string {
@@ -6774,7 +7052,7 @@ type AddNodesRequest struct {
 
 func (x *AddNodesRequest) Reset() {
 	*x = AddNodesRequest{}
-	mi := &file_cure_proto_msgTypes[75]
+	mi := &file_cure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6786,7 +7064,7 @@ func (x *AddNodesRequest) String() string {
 func (*AddNodesRequest) ProtoMessage() {}
 
 func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[75]
+	mi := &file_cure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6799,7 +7077,7 @@ func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
 func (*AddNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{75}
+	return file_cure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *AddNodesRequest) GetNodes() []*NodeSpec {
@@ -6833,7 +7111,7 @@ type AddNodesResponse struct {
 
 func (x *AddNodesResponse) Reset() {
 	*x = AddNodesResponse{}
-	mi := &file_cure_proto_msgTypes[76]
+	mi := &file_cure_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6845,7 +7123,7 @@ func (x *AddNodesResponse) String() string {
 func (*AddNodesResponse) ProtoMessage() {}
 
 func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[76]
+	mi := &file_cure_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6858,7 +7136,7 @@ func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
 func (*AddNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{76}
+	return file_cure_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *AddNodesResponse) GetAdded() []string {
@@ -6884,7 +7162,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_cure_proto_msgTypes[77]
+	mi := &file_cure_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6896,7 +7174,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[77]
+	mi := &file_cure_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6909,7 +7187,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{77}
+	return file_cure_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -6929,7 +7207,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_cure_proto_msgTypes[78]
+	mi := &file_cure_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6941,7 +7219,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[78]
+	mi := &file_cure_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6954,7 +7232,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{78}
+	return file_cure_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -6982,7 +7260,7 @@ type LabelNodeRequest struct {
 
 func (x *LabelNodeRequest) Reset() {
 	*x = LabelNodeRequest{}
-	mi := &file_cure_proto_msgTypes[79]
+	mi := &file_cure_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6994,7 +7272,7 @@ func (x *LabelNodeRequest) String() string {
 func (*LabelNodeRequest) ProtoMessage() {}
 
 func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[79]
+	mi := &file_cure_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7007,7 +7285,7 @@ func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
 func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{79}
+	return file_cure_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *LabelNodeRequest) GetNodeId() string {
@@ -7040,7 +7318,7 @@ type ShowNodeRequest struct {
 
 func (x *ShowNodeRequest) Reset() {
 	*x = ShowNodeRequest{}
-	mi := &file_cure_proto_msgTypes[80]
+	mi := &file_cure_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7052,7 +7330,7 @@ func (x *ShowNodeRequest) String() string {
 func (*ShowNodeRequest) ProtoMessage() {}
 
 func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[80]
+	mi := &file_cure_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7065,7 +7343,7 @@ func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{80}
+	return file_cure_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ShowNodeRequest) GetNodeId() string {
@@ -7094,13 +7372,20 @@ type NodeDetail struct {
 	Inventory     *InventoryRecord       `protobuf:"bytes,15,opt,name=inventory,proto3" json:"inventory,omitempty"`                                // latest reported hardware, if any
 	Pool          *PoolStatus            `protobuf:"bytes,16,opt,name=pool,proto3" json:"pool,omitempty"`
 	LastRunState  RunStatus              `protobuf:"varint,17,opt,name=last_run_state,json=lastRunState,proto3,enum=cure.v1.RunStatus" json:"last_run_state,omitempty"` // the latest run's status (unset: never run)
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Measured boot: the endorsement key its boots must attest with (sha256 of
+	// the SubjectPublicKeyInfo), how it was trusted ("pinned" by the nodes
+	// file, "tofu" on the first attested boot), and when.
+	EkSha256         string `protobuf:"bytes,20,opt,name=ek_sha256,json=ekSha256,proto3" json:"ek_sha256,omitempty"`
+	EkSource         string `protobuf:"bytes,21,opt,name=ek_source,json=ekSource,proto3" json:"ek_source,omitempty"`
+	EkEnrolledUnixMs int64  `protobuf:"varint,22,opt,name=ek_enrolled_unix_ms,json=ekEnrolledUnixMs,proto3" json:"ek_enrolled_unix_ms,omitempty"`
+	EkRunId          string `protobuf:"bytes,23,opt,name=ek_run_id,json=ekRunId,proto3" json:"ek_run_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[81]
+	mi := &file_cure_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7112,7 +7397,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[81]
+	mi := &file_cure_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7125,7 +7410,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{81}
+	return file_cure_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -7247,6 +7532,34 @@ func (x *NodeDetail) GetLastRunState() RunStatus {
 	return RunStatus_RUN_STATUS_UNSPECIFIED
 }
 
+func (x *NodeDetail) GetEkSha256() string {
+	if x != nil {
+		return x.EkSha256
+	}
+	return ""
+}
+
+func (x *NodeDetail) GetEkSource() string {
+	if x != nil {
+		return x.EkSource
+	}
+	return ""
+}
+
+func (x *NodeDetail) GetEkEnrolledUnixMs() int64 {
+	if x != nil {
+		return x.EkEnrolledUnixMs
+	}
+	return 0
+}
+
+func (x *NodeDetail) GetEkRunId() string {
+	if x != nil {
+		return x.EkRunId
+	}
+	return ""
+}
+
 // InventoryRecord is one boot's Hello inventory as the coordinator stored
 // it: cleaned and bounded (truncated says whether anything was cut).
 type InventoryRecord struct {
@@ -7263,7 +7576,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[82]
+	mi := &file_cure_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7275,7 +7588,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[82]
+	mi := &file_cure_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7288,7 +7601,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{82}
+	return file_cure_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -7346,7 +7659,7 @@ type FleetBandsRequest struct {
 
 func (x *FleetBandsRequest) Reset() {
 	*x = FleetBandsRequest{}
-	mi := &file_cure_proto_msgTypes[83]
+	mi := &file_cure_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7358,7 +7671,7 @@ func (x *FleetBandsRequest) String() string {
 func (*FleetBandsRequest) ProtoMessage() {}
 
 func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[83]
+	mi := &file_cure_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7371,7 +7684,7 @@ func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetBandsRequest.ProtoReflect.Descriptor instead.
 func (*FleetBandsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{83}
+	return file_cure_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *FleetBandsRequest) GetSku() string {
@@ -7420,7 +7733,7 @@ type FleetBandsResponse struct {
 
 func (x *FleetBandsResponse) Reset() {
 	*x = FleetBandsResponse{}
-	mi := &file_cure_proto_msgTypes[84]
+	mi := &file_cure_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7432,7 +7745,7 @@ func (x *FleetBandsResponse) String() string {
 func (*FleetBandsResponse) ProtoMessage() {}
 
 func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[84]
+	mi := &file_cure_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7445,7 +7758,7 @@ func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetBandsResponse.ProtoReflect.Descriptor instead.
 func (*FleetBandsResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{84}
+	return file_cure_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *FleetBandsResponse) GetDistributions() []*FleetDistribution {
@@ -7497,7 +7810,7 @@ type FleetDistribution struct {
 
 func (x *FleetDistribution) Reset() {
 	*x = FleetDistribution{}
-	mi := &file_cure_proto_msgTypes[85]
+	mi := &file_cure_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7509,7 +7822,7 @@ func (x *FleetDistribution) String() string {
 func (*FleetDistribution) ProtoMessage() {}
 
 func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[85]
+	mi := &file_cure_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7522,7 +7835,7 @@ func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetDistribution.ProtoReflect.Descriptor instead.
 func (*FleetDistribution) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{85}
+	return file_cure_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *FleetDistribution) GetSku() string {
@@ -7660,7 +7973,7 @@ type FleetNodeMark struct {
 
 func (x *FleetNodeMark) Reset() {
 	*x = FleetNodeMark{}
-	mi := &file_cure_proto_msgTypes[86]
+	mi := &file_cure_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7672,7 +7985,7 @@ func (x *FleetNodeMark) String() string {
 func (*FleetNodeMark) ProtoMessage() {}
 
 func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[86]
+	mi := &file_cure_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7685,7 +7998,7 @@ func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetNodeMark.ProtoReflect.Descriptor instead.
 func (*FleetNodeMark) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{86}
+	return file_cure_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *FleetNodeMark) GetNodeId() string {
@@ -7762,7 +8075,7 @@ type FleetJudgement struct {
 
 func (x *FleetJudgement) Reset() {
 	*x = FleetJudgement{}
-	mi := &file_cure_proto_msgTypes[87]
+	mi := &file_cure_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7774,7 +8087,7 @@ func (x *FleetJudgement) String() string {
 func (*FleetJudgement) ProtoMessage() {}
 
 func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[87]
+	mi := &file_cure_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7787,7 +8100,7 @@ func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetJudgement.ProtoReflect.Descriptor instead.
 func (*FleetJudgement) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{87}
+	return file_cure_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *FleetJudgement) GetComponent() string {
@@ -7908,7 +8221,7 @@ type FleetJudgements struct {
 
 func (x *FleetJudgements) Reset() {
 	*x = FleetJudgements{}
-	mi := &file_cure_proto_msgTypes[88]
+	mi := &file_cure_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7920,7 +8233,7 @@ func (x *FleetJudgements) String() string {
 func (*FleetJudgements) ProtoMessage() {}
 
 func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[88]
+	mi := &file_cure_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7933,7 +8246,7 @@ func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetJudgements.ProtoReflect.Descriptor instead.
 func (*FleetJudgements) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{88}
+	return file_cure_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *FleetJudgements) GetJudgements() []*FleetJudgement {
@@ -7979,7 +8292,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_cure_proto_msgTypes[89]
+	mi := &file_cure_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7991,7 +8304,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[89]
+	mi := &file_cure_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8004,7 +8317,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{89}
+	return file_cure_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *PoolStatus) GetNodeId() string {
@@ -8067,7 +8380,7 @@ type PoolRequest struct {
 
 func (x *PoolRequest) Reset() {
 	*x = PoolRequest{}
-	mi := &file_cure_proto_msgTypes[90]
+	mi := &file_cure_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8079,7 +8392,7 @@ func (x *PoolRequest) String() string {
 func (*PoolRequest) ProtoMessage() {}
 
 func (x *PoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[90]
+	mi := &file_cure_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8092,7 +8405,7 @@ func (x *PoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRequest.ProtoReflect.Descriptor instead.
 func (*PoolRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{90}
+	return file_cure_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *PoolRequest) GetNodeIds() []string {
@@ -8130,7 +8443,7 @@ type RevalidateRequest struct {
 
 func (x *RevalidateRequest) Reset() {
 	*x = RevalidateRequest{}
-	mi := &file_cure_proto_msgTypes[91]
+	mi := &file_cure_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8142,7 +8455,7 @@ func (x *RevalidateRequest) String() string {
 func (*RevalidateRequest) ProtoMessage() {}
 
 func (x *RevalidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[91]
+	mi := &file_cure_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8155,7 +8468,7 @@ func (x *RevalidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevalidateRequest.ProtoReflect.Descriptor instead.
 func (*RevalidateRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{91}
+	return file_cure_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *RevalidateRequest) GetNodeIds() []string {
@@ -8210,7 +8523,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_cure_proto_msgTypes[92]
+	mi := &file_cure_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8222,7 +8535,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[92]
+	mi := &file_cure_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8235,7 +8548,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{92}
+	return file_cure_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *PoolResponse) GetNodes() []*PoolStatus {
@@ -8261,7 +8574,7 @@ const file_cure_proto_rawDesc = "" +
 	"\rRunnerMessage\x12&\n" +
 	"\x05hello\x18\x01 \x01(\v2\x0e.cure.v1.HelloH\x00R\x05hello\x12&\n" +
 	"\x05event\x18\x02 \x01(\v2\x0e.cure.v1.EventH\x00R\x05eventB\x05\n" +
-	"\x03msg\"\xe3\x02\n" +
+	"\x03msg\"\x9b\x03\n" +
 	"\x05Hello\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x17\n" +
 	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x12-\n" +
@@ -8272,7 +8585,32 @@ const file_cure_proto_rawDesc = "" +
 	"\tuptime_ms\x18\a \x01(\x03R\buptimeMs\x12%\n" +
 	"\x0esession_secret\x18\b \x01(\tR\rsessionSecret\x123\n" +
 	"\vboot_stages\x18\t \x03(\v2\x12.cure.v1.BootStageR\n" +
-	"bootStages\"<\n" +
+	"bootStages\x126\n" +
+	"\vattestation\x18\x14 \x01(\v2\x14.cure.v1.AttestationR\vattestation\"\x9d\x01\n" +
+	"\vAttestBegin\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x17\n" +
+	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x12\x1b\n" +
+	"\tek_public\x18\x03 \x01(\fR\bekPublic\x12%\n" +
+	"\x0eek_certificate\x18\x04 \x01(\fR\rekCertificate\x12\x1b\n" +
+	"\tak_public\x18\x05 \x01(\fR\bakPublic\"\xda\x01\n" +
+	"\x0fAttestChallenge\x12!\n" +
+	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12\x14\n" +
+	"\x05nonce\x18\x02 \x01(\fR\x05nonce\x12'\n" +
+	"\x0fcredential_blob\x18\x03 \x01(\fR\x0ecredentialBlob\x12)\n" +
+	"\x10encrypted_secret\x18\x04 \x01(\fR\x0fencryptedSecret\x12\x12\n" +
+	"\x04pcrs\x18\x05 \x03(\rR\x04pcrs\x12&\n" +
+	"\x0fexpires_unix_ms\x18\x06 \x01(\x03R\rexpiresUnixMs\"\xaf\x02\n" +
+	"\vAttestation\x12!\n" +
+	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12)\n" +
+	"\x10activated_secret\x18\x02 \x01(\fR\x0factivatedSecret\x12\x14\n" +
+	"\x05quote\x18\x03 \x01(\fR\x05quote\x12\x1c\n" +
+	"\tsignature\x18\x04 \x01(\fR\tsignature\x122\n" +
+	"\x04pcrs\x18\x05 \x03(\v2\x1e.cure.v1.Attestation.PcrsEntryR\x04pcrs\x12\x1b\n" +
+	"\tevent_log\x18\x06 \x01(\fR\beventLog\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x1a7\n" +
+	"\tPcrsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"<\n" +
 	"\tBootStage\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tuptime_ms\x18\x02 \x01(\x03R\buptimeMs\"\x98\x01\n" +
@@ -8856,7 +9194,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x06detail\x18\v \x01(\tR\x06detail\"k\n" +
 	"\x14ListAuditLogResponse\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.cure.v1.AuditEntryR\aentries\x12$\n" +
-	"\x0enext_before_id\x18\x02 \x01(\x03R\fnextBeforeId\"\xf8\x02\n" +
+	"\x0enext_before_id\x18\x02 \x01(\x03R\fnextBeforeId\"\x95\x03\n" +
 	"\bNodeSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03sku\x18\x02 \x01(\tR\x03sku\x12\x1a\n" +
@@ -8865,7 +9203,8 @@ const file_cure_proto_rawDesc = "" +
 	"\x04macs\x18\x05 \x03(\tR\x04macs\x125\n" +
 	"\x06labels\x18\x06 \x03(\v2\x1d.cure.v1.NodeSpec.LabelsEntryR\x06labels\x12\"\n" +
 	"\x03bmc\x18\a \x01(\v2\x10.cure.v1.BMCSpecR\x03bmc\x122\n" +
-	"\x05psids\x18\b \x03(\v2\x1c.cure.v1.NodeSpec.PsidsEntryR\x05psids\x1a9\n" +
+	"\x05psids\x18\b \x03(\v2\x1c.cure.v1.NodeSpec.PsidsEntryR\x05psids\x12\x1b\n" +
+	"\tek_sha256\x18\x14 \x01(\tR\bekSha256\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a8\n" +
@@ -8900,7 +9239,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"*\n" +
 	"\x0fShowNodeRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xfa\x04\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xff\x05\n" +
 	"\n" +
 	"NodeDetail\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
@@ -8920,7 +9259,11 @@ const file_cure_proto_rawDesc = "" +
 	"\x0flast_run_status\x18\x0e \x01(\tR\rlastRunStatus\x126\n" +
 	"\tinventory\x18\x0f \x01(\v2\x18.cure.v1.InventoryRecordR\tinventory\x12'\n" +
 	"\x04pool\x18\x10 \x01(\v2\x13.cure.v1.PoolStatusR\x04pool\x128\n" +
-	"\x0elast_run_state\x18\x11 \x01(\x0e2\x12.cure.v1.RunStatusR\flastRunState\x1a9\n" +
+	"\x0elast_run_state\x18\x11 \x01(\x0e2\x12.cure.v1.RunStatusR\flastRunState\x12\x1b\n" +
+	"\tek_sha256\x18\x14 \x01(\tR\bekSha256\x12\x1b\n" +
+	"\tek_source\x18\x15 \x01(\tR\bekSource\x12-\n" +
+	"\x13ek_enrolled_unix_ms\x18\x16 \x01(\x03R\x10ekEnrolledUnixMs\x12\x1a\n" +
+	"\tek_run_id\x18\x17 \x01(\tR\aekRunId\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc7\x01\n" +
@@ -9075,9 +9418,10 @@ const file_cure_proto_rawDesc = "" +
 	"\x11POOL_REVALIDATING\x10\x04\x12\x0e\n" +
 	"\n" +
 	"POOL_READY\x10\x05\x12\f\n" +
-	"\bPOOL_RMA\x10\x062S\n" +
+	"\bPOOL_RMA\x10\x062\x97\x01\n" +
 	"\rRunnerService\x12B\n" +
-	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x012\x90\t\n" +
+	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x01\x12B\n" +
+	"\x10BeginAttestation\x12\x14.cure.v1.AttestBegin\x1a\x18.cure.v1.AttestChallenge2\x90\t\n" +
 	"\x0fOperatorService\x12B\n" +
 	"\tProvision\x12\x19.cure.v1.ProvisionRequest\x1a\x1a.cure.v1.ProvisionResponse\x128\n" +
 	"\x05Watch\x12\x15.cure.v1.WatchRequest\x1a\x16.cure.v1.TimelineEntry0\x01\x124\n" +
@@ -9114,7 +9458,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 109)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 113)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -9124,273 +9468,281 @@ var file_cure_proto_goTypes = []any{
 	(RunnerState_Kind)(0),        // 5: cure.v1.RunnerState.Kind
 	(*RunnerMessage)(nil),        // 6: cure.v1.RunnerMessage
 	(*Hello)(nil),                // 7: cure.v1.Hello
-	(*BootStage)(nil),            // 8: cure.v1.BootStage
-	(*Identity)(nil),             // 9: cure.v1.Identity
-	(*RunnerState)(nil),          // 10: cure.v1.RunnerState
-	(*Inventory)(nil),            // 11: cure.v1.Inventory
-	(*PcieLink)(nil),             // 12: cure.v1.PcieLink
-	(*MachineCheck)(nil),         // 13: cure.v1.MachineCheck
-	(*Processor)(nil),            // 14: cure.v1.Processor
-	(*Dimm)(nil),                 // 15: cure.v1.Dimm
-	(*PciDevice)(nil),            // 16: cure.v1.PciDevice
-	(*NumaNode)(nil),             // 17: cure.v1.NumaNode
-	(*SystemInfo)(nil),           // 18: cure.v1.SystemInfo
-	(*NvmeController)(nil),       // 19: cure.v1.NvmeController
-	(*NetInterface)(nil),         // 20: cure.v1.NetInterface
-	(*Gpu)(nil),                  // 21: cure.v1.Gpu
-	(*BlockDevice)(nil),          // 22: cure.v1.BlockDevice
-	(*Event)(nil),                // 23: cure.v1.Event
-	(*Progress)(nil),             // 24: cure.v1.Progress
-	(*CheckProgress)(nil),        // 25: cure.v1.CheckProgress
-	(*Samples)(nil),              // 26: cure.v1.Samples
-	(*Series)(nil),               // 27: cure.v1.Series
-	(*PhaseStart)(nil),           // 28: cure.v1.PhaseStart
-	(*PhaseEnd)(nil),             // 29: cure.v1.PhaseEnd
-	(*Verdict)(nil),              // 30: cure.v1.Verdict
-	(*Measurement)(nil),          // 31: cure.v1.Measurement
-	(*Log)(nil),                  // 32: cure.v1.Log
-	(*Metric)(nil),               // 33: cure.v1.Metric
-	(*CoordinatorMessage)(nil),   // 34: cure.v1.CoordinatorMessage
-	(*Assignment)(nil),           // 35: cure.v1.Assignment
-	(*ToolBundleRef)(nil),        // 36: cure.v1.ToolBundleRef
-	(*SuiteResume)(nil),          // 37: cure.v1.SuiteResume
-	(*ResumeState)(nil),          // 38: cure.v1.ResumeState
-	(*FirstBoot)(nil),            // 39: cure.v1.FirstBoot
-	(*Ack)(nil),                  // 40: cure.v1.Ack
-	(*Idle)(nil),                 // 41: cure.v1.Idle
-	(*Reboot)(nil),               // 42: cure.v1.Reboot
-	(*Cancel)(nil),               // 43: cure.v1.Cancel
-	(*ProvisionRequest)(nil),     // 44: cure.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),    // 45: cure.v1.ProvisionResponse
-	(*Refusal)(nil),              // 46: cure.v1.Refusal
-	(*CancelRequest)(nil),        // 47: cure.v1.CancelRequest
-	(*CancelResponse)(nil),       // 48: cure.v1.CancelResponse
-	(*FleetRequest)(nil),         // 49: cure.v1.FleetRequest
-	(*FleetStatus)(nil),          // 50: cure.v1.FleetStatus
-	(*FleetRun)(nil),             // 51: cure.v1.FleetRun
-	(*RunRef)(nil),               // 52: cure.v1.RunRef
-	(*WatchRequest)(nil),         // 53: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),        // 54: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),        // 55: cure.v1.ReportRequest
-	(*RunReport)(nil),            // 56: cure.v1.RunReport
-	(*ReportSeriesBound)(nil),    // 57: cure.v1.ReportSeriesBound
-	(*BmcLogEntry)(nil),          // 58: cure.v1.BmcLogEntry
-	(*BmcPart)(nil),              // 59: cure.v1.BmcPart
-	(*BmcCollection)(nil),        // 60: cure.v1.BmcCollection
-	(*BmcNote)(nil),              // 61: cure.v1.BmcNote
-	(*BmcEvidence)(nil),          // 62: cure.v1.BmcEvidence
-	(*RmaPart)(nil),              // 63: cure.v1.RmaPart
-	(*TimeBucket)(nil),           // 64: cure.v1.TimeBucket
-	(*TimeBucketsRequest)(nil),   // 65: cure.v1.TimeBucketsRequest
-	(*TimeBucketSummary)(nil),    // 66: cure.v1.TimeBucketSummary
-	(*SkuTimeBuckets)(nil),       // 67: cure.v1.SkuTimeBuckets
-	(*BucketStat)(nil),           // 68: cure.v1.BucketStat
-	(*PhaseRecord)(nil),          // 69: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 70: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 71: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 72: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 73: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 74: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 75: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 76: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 77: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 78: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),             // 79: cure.v1.NodeSpec
-	(*BMCSpec)(nil),              // 80: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),      // 81: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),     // 82: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),    // 83: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),   // 84: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),     // 85: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),      // 86: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),           // 87: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),      // 88: cure.v1.InventoryRecord
-	(*FleetBandsRequest)(nil),    // 89: cure.v1.FleetBandsRequest
-	(*FleetBandsResponse)(nil),   // 90: cure.v1.FleetBandsResponse
-	(*FleetDistribution)(nil),    // 91: cure.v1.FleetDistribution
-	(*FleetNodeMark)(nil),        // 92: cure.v1.FleetNodeMark
-	(*FleetJudgement)(nil),       // 93: cure.v1.FleetJudgement
-	(*FleetJudgements)(nil),      // 94: cure.v1.FleetJudgements
-	(*PoolStatus)(nil),           // 95: cure.v1.PoolStatus
-	(*PoolRequest)(nil),          // 96: cure.v1.PoolRequest
-	(*RevalidateRequest)(nil),    // 97: cure.v1.RevalidateRequest
-	(*PoolResponse)(nil),         // 98: cure.v1.PoolResponse
-	nil,                          // 99: cure.v1.Log.AttrsEntry
-	nil,                          // 100: cure.v1.Metric.LabelsEntry
-	nil,                          // 101: cure.v1.Assignment.PsidsEntry
-	nil,                          // 102: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 103: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 104: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 105: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 106: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 107: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 108: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 109: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 110: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 111: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 112: cure.v1.NodeDetail.LabelsEntry
-	nil,                          // 113: cure.v1.PoolRequest.SelectorEntry
-	nil,                          // 114: cure.v1.RevalidateRequest.SelectorEntry
+	(*AttestBegin)(nil),          // 8: cure.v1.AttestBegin
+	(*AttestChallenge)(nil),      // 9: cure.v1.AttestChallenge
+	(*Attestation)(nil),          // 10: cure.v1.Attestation
+	(*BootStage)(nil),            // 11: cure.v1.BootStage
+	(*Identity)(nil),             // 12: cure.v1.Identity
+	(*RunnerState)(nil),          // 13: cure.v1.RunnerState
+	(*Inventory)(nil),            // 14: cure.v1.Inventory
+	(*PcieLink)(nil),             // 15: cure.v1.PcieLink
+	(*MachineCheck)(nil),         // 16: cure.v1.MachineCheck
+	(*Processor)(nil),            // 17: cure.v1.Processor
+	(*Dimm)(nil),                 // 18: cure.v1.Dimm
+	(*PciDevice)(nil),            // 19: cure.v1.PciDevice
+	(*NumaNode)(nil),             // 20: cure.v1.NumaNode
+	(*SystemInfo)(nil),           // 21: cure.v1.SystemInfo
+	(*NvmeController)(nil),       // 22: cure.v1.NvmeController
+	(*NetInterface)(nil),         // 23: cure.v1.NetInterface
+	(*Gpu)(nil),                  // 24: cure.v1.Gpu
+	(*BlockDevice)(nil),          // 25: cure.v1.BlockDevice
+	(*Event)(nil),                // 26: cure.v1.Event
+	(*Progress)(nil),             // 27: cure.v1.Progress
+	(*CheckProgress)(nil),        // 28: cure.v1.CheckProgress
+	(*Samples)(nil),              // 29: cure.v1.Samples
+	(*Series)(nil),               // 30: cure.v1.Series
+	(*PhaseStart)(nil),           // 31: cure.v1.PhaseStart
+	(*PhaseEnd)(nil),             // 32: cure.v1.PhaseEnd
+	(*Verdict)(nil),              // 33: cure.v1.Verdict
+	(*Measurement)(nil),          // 34: cure.v1.Measurement
+	(*Log)(nil),                  // 35: cure.v1.Log
+	(*Metric)(nil),               // 36: cure.v1.Metric
+	(*CoordinatorMessage)(nil),   // 37: cure.v1.CoordinatorMessage
+	(*Assignment)(nil),           // 38: cure.v1.Assignment
+	(*ToolBundleRef)(nil),        // 39: cure.v1.ToolBundleRef
+	(*SuiteResume)(nil),          // 40: cure.v1.SuiteResume
+	(*ResumeState)(nil),          // 41: cure.v1.ResumeState
+	(*FirstBoot)(nil),            // 42: cure.v1.FirstBoot
+	(*Ack)(nil),                  // 43: cure.v1.Ack
+	(*Idle)(nil),                 // 44: cure.v1.Idle
+	(*Reboot)(nil),               // 45: cure.v1.Reboot
+	(*Cancel)(nil),               // 46: cure.v1.Cancel
+	(*ProvisionRequest)(nil),     // 47: cure.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),    // 48: cure.v1.ProvisionResponse
+	(*Refusal)(nil),              // 49: cure.v1.Refusal
+	(*CancelRequest)(nil),        // 50: cure.v1.CancelRequest
+	(*CancelResponse)(nil),       // 51: cure.v1.CancelResponse
+	(*FleetRequest)(nil),         // 52: cure.v1.FleetRequest
+	(*FleetStatus)(nil),          // 53: cure.v1.FleetStatus
+	(*FleetRun)(nil),             // 54: cure.v1.FleetRun
+	(*RunRef)(nil),               // 55: cure.v1.RunRef
+	(*WatchRequest)(nil),         // 56: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),        // 57: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),        // 58: cure.v1.ReportRequest
+	(*RunReport)(nil),            // 59: cure.v1.RunReport
+	(*ReportSeriesBound)(nil),    // 60: cure.v1.ReportSeriesBound
+	(*BmcLogEntry)(nil),          // 61: cure.v1.BmcLogEntry
+	(*BmcPart)(nil),              // 62: cure.v1.BmcPart
+	(*BmcCollection)(nil),        // 63: cure.v1.BmcCollection
+	(*BmcNote)(nil),              // 64: cure.v1.BmcNote
+	(*BmcEvidence)(nil),          // 65: cure.v1.BmcEvidence
+	(*RmaPart)(nil),              // 66: cure.v1.RmaPart
+	(*TimeBucket)(nil),           // 67: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),   // 68: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),    // 69: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),       // 70: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),           // 71: cure.v1.BucketStat
+	(*PhaseRecord)(nil),          // 72: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),   // 73: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),  // 74: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),            // 75: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),     // 76: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 77: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),             // 78: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),  // 79: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),           // 80: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil), // 81: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),             // 82: cure.v1.NodeSpec
+	(*BMCSpec)(nil),              // 83: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),      // 84: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),     // 85: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),    // 86: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),   // 87: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),     // 88: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),      // 89: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),           // 90: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),      // 91: cure.v1.InventoryRecord
+	(*FleetBandsRequest)(nil),    // 92: cure.v1.FleetBandsRequest
+	(*FleetBandsResponse)(nil),   // 93: cure.v1.FleetBandsResponse
+	(*FleetDistribution)(nil),    // 94: cure.v1.FleetDistribution
+	(*FleetNodeMark)(nil),        // 95: cure.v1.FleetNodeMark
+	(*FleetJudgement)(nil),       // 96: cure.v1.FleetJudgement
+	(*FleetJudgements)(nil),      // 97: cure.v1.FleetJudgements
+	(*PoolStatus)(nil),           // 98: cure.v1.PoolStatus
+	(*PoolRequest)(nil),          // 99: cure.v1.PoolRequest
+	(*RevalidateRequest)(nil),    // 100: cure.v1.RevalidateRequest
+	(*PoolResponse)(nil),         // 101: cure.v1.PoolResponse
+	nil,                          // 102: cure.v1.Attestation.PcrsEntry
+	nil,                          // 103: cure.v1.Log.AttrsEntry
+	nil,                          // 104: cure.v1.Metric.LabelsEntry
+	nil,                          // 105: cure.v1.Assignment.PsidsEntry
+	nil,                          // 106: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 107: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 108: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 109: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 110: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 111: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 112: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 113: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 114: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 115: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 116: cure.v1.NodeDetail.LabelsEntry
+	nil,                          // 117: cure.v1.PoolRequest.SelectorEntry
+	nil,                          // 118: cure.v1.RevalidateRequest.SelectorEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	7,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
-	23,  // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
-	9,   // 2: cure.v1.Hello.identity:type_name -> cure.v1.Identity
-	11,  // 3: cure.v1.Hello.inventory:type_name -> cure.v1.Inventory
-	10,  // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
-	8,   // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
-	5,   // 6: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
-	18,  // 7: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
-	19,  // 8: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
-	20,  // 9: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
-	21,  // 10: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
-	22,  // 11: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
-	14,  // 12: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
-	15,  // 13: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
-	16,  // 14: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
-	17,  // 15: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
-	12,  // 16: cure.v1.Inventory.pcie_links:type_name -> cure.v1.PcieLink
-	13,  // 17: cure.v1.Inventory.machine_checks:type_name -> cure.v1.MachineCheck
-	28,  // 18: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
-	29,  // 19: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
-	30,  // 20: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
-	32,  // 21: cure.v1.Event.log:type_name -> cure.v1.Log
-	33,  // 22: cure.v1.Event.metric:type_name -> cure.v1.Metric
-	24,  // 23: cure.v1.Event.progress:type_name -> cure.v1.Progress
-	26,  // 24: cure.v1.Event.samples:type_name -> cure.v1.Samples
-	25,  // 25: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
-	1,   // 26: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
-	27,  // 27: cure.v1.Samples.series:type_name -> cure.v1.Series
-	2,   // 28: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
-	1,   // 29: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	31,  // 30: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	99,  // 31: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	100, // 32: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
-	35,  // 33: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
-	40,  // 34: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
-	41,  // 35: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
-	42,  // 36: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
-	43,  // 37: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
-	0,   // 38: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
-	38,  // 39: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
-	39,  // 40: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	101, // 41: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
-	37,  // 42: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
-	36,  // 43: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
-	25,  // 44: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
-	0,   // 45: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	102, // 46: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
-	52,  // 47: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	46,  // 48: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	103, // 49: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
-	52,  // 50: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
-	46,  // 51: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	104, // 52: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	105, // 53: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	106, // 54: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
-	51,  // 55: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	107, // 56: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
-	3,   // 57: cure.v1.FleetRun.run_status:type_name -> cure.v1.RunStatus
-	30,  // 58: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
-	24,  // 59: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
-	0,   // 60: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	69,  // 61: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
-	30,  // 62: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	88,  // 63: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	64,  // 64: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	58,  // 65: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
-	59,  // 66: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
-	59,  // 67: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
-	60,  // 68: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
-	27,  // 69: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
-	27,  // 70: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
-	57,  // 71: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
-	93,  // 72: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
-	91,  // 73: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
-	24,  // 74: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
-	63,  // 75: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
-	3,   // 76: cure.v1.RunReport.run_status:type_name -> cure.v1.RunStatus
-	61,  // 77: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
-	58,  // 78: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
-	59,  // 79: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
-	59,  // 80: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
-	60,  // 81: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
-	1,   // 82: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
-	64,  // 83: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	108, // 84: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	67,  // 85: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	68,  // 86: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	68,  // 87: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
-	2,   // 88: cure.v1.PhaseRecord.phase_status:type_name -> cure.v1.PhaseStatus
-	72,  // 89: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	30,  // 90: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	75,  // 91: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	4,   // 92: cure.v1.NodeInfo.pool_state:type_name -> cure.v1.PoolState
-	3,   // 93: cure.v1.NodeInfo.last_run_state:type_name -> cure.v1.RunStatus
-	77,  // 94: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	109, // 95: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	80,  // 96: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	110, // 97: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	79,  // 98: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	111, // 99: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	112, // 100: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	88,  // 101: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	95,  // 102: cure.v1.NodeDetail.pool:type_name -> cure.v1.PoolStatus
-	3,   // 103: cure.v1.NodeDetail.last_run_state:type_name -> cure.v1.RunStatus
-	11,  // 104: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	91,  // 105: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
-	92,  // 106: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
-	93,  // 107: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
-	91,  // 108: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
-	4,   // 109: cure.v1.PoolStatus.state:type_name -> cure.v1.PoolState
-	113, // 110: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
-	114, // 111: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
-	0,   // 112: cure.v1.RevalidateRequest.mode:type_name -> cure.v1.Mode
-	95,  // 113: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
-	46,  // 114: cure.v1.PoolResponse.refused:type_name -> cure.v1.Refusal
-	6,   // 115: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	44,  // 116: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	53,  // 117: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	55,  // 118: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	73,  // 119: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	70,  // 120: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	76,  // 121: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	47,  // 122: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	49,  // 123: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	81,  // 124: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	83,  // 125: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	85,  // 126: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	86,  // 127: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	65,  // 128: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	89,  // 129: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
-	96,  // 130: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
-	96,  // 131: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
-	97,  // 132: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
-	96,  // 133: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
-	34,  // 134: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	45,  // 135: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	54,  // 136: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	56,  // 137: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	74,  // 138: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	71,  // 139: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	78,  // 140: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	48,  // 141: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	50,  // 142: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	82,  // 143: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	84,  // 144: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	87,  // 145: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	87,  // 146: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	66,  // 147: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	90,  // 148: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
-	98,  // 149: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
-	98,  // 150: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
-	98,  // 151: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
-	98,  // 152: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
-	134, // [134:153] is the sub-list for method output_type
-	115, // [115:134] is the sub-list for method input_type
-	115, // [115:115] is the sub-list for extension type_name
-	115, // [115:115] is the sub-list for extension extendee
-	0,   // [0:115] is the sub-list for field type_name
+	26,  // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
+	12,  // 2: cure.v1.Hello.identity:type_name -> cure.v1.Identity
+	14,  // 3: cure.v1.Hello.inventory:type_name -> cure.v1.Inventory
+	13,  // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
+	11,  // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
+	10,  // 6: cure.v1.Hello.attestation:type_name -> cure.v1.Attestation
+	102, // 7: cure.v1.Attestation.pcrs:type_name -> cure.v1.Attestation.PcrsEntry
+	5,   // 8: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
+	21,  // 9: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
+	22,  // 10: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
+	23,  // 11: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
+	24,  // 12: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
+	25,  // 13: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
+	17,  // 14: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
+	18,  // 15: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
+	19,  // 16: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
+	20,  // 17: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
+	15,  // 18: cure.v1.Inventory.pcie_links:type_name -> cure.v1.PcieLink
+	16,  // 19: cure.v1.Inventory.machine_checks:type_name -> cure.v1.MachineCheck
+	31,  // 20: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
+	32,  // 21: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
+	33,  // 22: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
+	35,  // 23: cure.v1.Event.log:type_name -> cure.v1.Log
+	36,  // 24: cure.v1.Event.metric:type_name -> cure.v1.Metric
+	27,  // 25: cure.v1.Event.progress:type_name -> cure.v1.Progress
+	29,  // 26: cure.v1.Event.samples:type_name -> cure.v1.Samples
+	28,  // 27: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
+	1,   // 28: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
+	30,  // 29: cure.v1.Samples.series:type_name -> cure.v1.Series
+	2,   // 30: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
+	1,   // 31: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
+	34,  // 32: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
+	103, // 33: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	104, // 34: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	38,  // 35: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
+	43,  // 36: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
+	44,  // 37: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
+	45,  // 38: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
+	46,  // 39: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
+	0,   // 40: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
+	41,  // 41: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
+	42,  // 42: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
+	105, // 43: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	40,  // 44: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
+	39,  // 45: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
+	28,  // 46: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
+	0,   // 47: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
+	106, // 48: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	55,  // 49: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	49,  // 50: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
+	107, // 51: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	55,  // 52: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
+	49,  // 53: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
+	108, // 54: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	109, // 55: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	110, // 56: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	54,  // 57: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
+	111, // 58: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	3,   // 59: cure.v1.FleetRun.run_status:type_name -> cure.v1.RunStatus
+	33,  // 60: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
+	27,  // 61: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
+	0,   // 62: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
+	72,  // 63: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	33,  // 64: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
+	91,  // 65: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	67,  // 66: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	61,  // 67: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
+	62,  // 68: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
+	62,  // 69: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
+	63,  // 70: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
+	30,  // 71: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
+	30,  // 72: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
+	60,  // 73: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
+	96,  // 74: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
+	94,  // 75: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
+	27,  // 76: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
+	66,  // 77: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
+	3,   // 78: cure.v1.RunReport.run_status:type_name -> cure.v1.RunStatus
+	64,  // 79: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
+	61,  // 80: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
+	62,  // 81: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
+	62,  // 82: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
+	63,  // 83: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
+	1,   // 84: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
+	67,  // 85: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	112, // 86: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	70,  // 87: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	71,  // 88: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	71,  // 89: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	2,   // 90: cure.v1.PhaseRecord.phase_status:type_name -> cure.v1.PhaseStatus
+	75,  // 91: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	33,  // 92: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	78,  // 93: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	4,   // 94: cure.v1.NodeInfo.pool_state:type_name -> cure.v1.PoolState
+	3,   // 95: cure.v1.NodeInfo.last_run_state:type_name -> cure.v1.RunStatus
+	80,  // 96: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	113, // 97: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	83,  // 98: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	114, // 99: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	82,  // 100: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	115, // 101: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	116, // 102: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	91,  // 103: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	98,  // 104: cure.v1.NodeDetail.pool:type_name -> cure.v1.PoolStatus
+	3,   // 105: cure.v1.NodeDetail.last_run_state:type_name -> cure.v1.RunStatus
+	14,  // 106: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	94,  // 107: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
+	95,  // 108: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
+	96,  // 109: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
+	94,  // 110: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
+	4,   // 111: cure.v1.PoolStatus.state:type_name -> cure.v1.PoolState
+	117, // 112: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
+	118, // 113: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
+	0,   // 114: cure.v1.RevalidateRequest.mode:type_name -> cure.v1.Mode
+	98,  // 115: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
+	49,  // 116: cure.v1.PoolResponse.refused:type_name -> cure.v1.Refusal
+	6,   // 117: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	8,   // 118: cure.v1.RunnerService.BeginAttestation:input_type -> cure.v1.AttestBegin
+	47,  // 119: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	56,  // 120: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	58,  // 121: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	76,  // 122: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	73,  // 123: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	79,  // 124: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	50,  // 125: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	52,  // 126: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	84,  // 127: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	86,  // 128: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	88,  // 129: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	89,  // 130: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	68,  // 131: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	92,  // 132: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
+	99,  // 133: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
+	99,  // 134: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
+	100, // 135: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
+	99,  // 136: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
+	37,  // 137: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	9,   // 138: cure.v1.RunnerService.BeginAttestation:output_type -> cure.v1.AttestChallenge
+	48,  // 139: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	57,  // 140: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	59,  // 141: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	77,  // 142: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	74,  // 143: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	81,  // 144: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	51,  // 145: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	53,  // 146: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	85,  // 147: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	87,  // 148: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	90,  // 149: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	90,  // 150: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	69,  // 151: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	93,  // 152: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
+	101, // 153: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
+	101, // 154: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
+	101, // 155: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
+	101, // 156: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
+	137, // [137:157] is the sub-list for method output_type
+	117, // [117:137] is the sub-list for method input_type
+	117, // [117:117] is the sub-list for extension type_name
+	117, // [117:117] is the sub-list for extension extendee
+	0,   // [0:117] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -9402,7 +9754,7 @@ func file_cure_proto_init() {
 		(*RunnerMessage_Hello)(nil),
 		(*RunnerMessage_Event)(nil),
 	}
-	file_cure_proto_msgTypes[17].OneofWrappers = []any{
+	file_cure_proto_msgTypes[20].OneofWrappers = []any{
 		(*Event_PhaseStart)(nil),
 		(*Event_PhaseEnd)(nil),
 		(*Event_Verdict)(nil),
@@ -9411,21 +9763,21 @@ func file_cure_proto_init() {
 		(*Event_Progress)(nil),
 		(*Event_Samples)(nil),
 	}
-	file_cure_proto_msgTypes[28].OneofWrappers = []any{
+	file_cure_proto_msgTypes[31].OneofWrappers = []any{
 		(*CoordinatorMessage_Assignment)(nil),
 		(*CoordinatorMessage_Ack)(nil),
 		(*CoordinatorMessage_Idle)(nil),
 		(*CoordinatorMessage_Reboot)(nil),
 		(*CoordinatorMessage_Cancel)(nil),
 	}
-	file_cure_proto_msgTypes[87].OneofWrappers = []any{}
+	file_cure_proto_msgTypes[90].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   109,
+			NumMessages:   113,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

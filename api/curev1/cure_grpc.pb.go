@@ -23,7 +23,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RunnerService_Session_FullMethodName = "/cure.v1.RunnerService/Session"
+	RunnerService_Session_FullMethodName          = "/cure.v1.RunnerService/Session"
+	RunnerService_BeginAttestation_FullMethodName = "/cure.v1.RunnerService/BeginAttestation"
 )
 
 // RunnerServiceClient is the client API for RunnerService service.
@@ -36,6 +37,12 @@ type RunnerServiceClient interface {
 	// message is Hello; the coordinator answers with an Assignment (or an Idle
 	// when it has nothing for the node) and then acks every Event by seq.
 	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RunnerMessage, CoordinatorMessage], error)
+	// BeginAttestation is a boot's first call when it has a TPM, before its
+	// first Hello: the runner names its endorsement key and attestation key;
+	// the coordinator answers with a single-use nonce, bound to the boot token
+	// and boot id and short-lived, and a credential only the TPM holding that
+	// EK can recover, and only for that AK. The answers go in Hello.attestation.
+	BeginAttestation(ctx context.Context, in *AttestBegin, opts ...grpc.CallOption) (*AttestChallenge, error)
 }
 
 type runnerServiceClient struct {
@@ -59,6 +66,16 @@ func (c *runnerServiceClient) Session(ctx context.Context, opts ...grpc.CallOpti
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RunnerService_SessionClient = grpc.BidiStreamingClient[RunnerMessage, CoordinatorMessage]
 
+func (c *runnerServiceClient) BeginAttestation(ctx context.Context, in *AttestBegin, opts ...grpc.CallOption) (*AttestChallenge, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AttestChallenge)
+	err := c.cc.Invoke(ctx, RunnerService_BeginAttestation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RunnerServiceServer is the server API for RunnerService service.
 // All implementations must embed UnimplementedRunnerServiceServer
 // for forward compatibility.
@@ -69,6 +86,12 @@ type RunnerServiceServer interface {
 	// message is Hello; the coordinator answers with an Assignment (or an Idle
 	// when it has nothing for the node) and then acks every Event by seq.
 	Session(grpc.BidiStreamingServer[RunnerMessage, CoordinatorMessage]) error
+	// BeginAttestation is a boot's first call when it has a TPM, before its
+	// first Hello: the runner names its endorsement key and attestation key;
+	// the coordinator answers with a single-use nonce, bound to the boot token
+	// and boot id and short-lived, and a credential only the TPM holding that
+	// EK can recover, and only for that AK. The answers go in Hello.attestation.
+	BeginAttestation(context.Context, *AttestBegin) (*AttestChallenge, error)
 	mustEmbedUnimplementedRunnerServiceServer()
 }
 
@@ -81,6 +104,9 @@ type UnimplementedRunnerServiceServer struct{}
 
 func (UnimplementedRunnerServiceServer) Session(grpc.BidiStreamingServer[RunnerMessage, CoordinatorMessage]) error {
 	return status.Errorf(codes.Unimplemented, "method Session not implemented")
+}
+func (UnimplementedRunnerServiceServer) BeginAttestation(context.Context, *AttestBegin) (*AttestChallenge, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method BeginAttestation not implemented")
 }
 func (UnimplementedRunnerServiceServer) mustEmbedUnimplementedRunnerServiceServer() {}
 func (UnimplementedRunnerServiceServer) testEmbeddedByValue()                       {}
@@ -110,13 +136,36 @@ func _RunnerService_Session_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RunnerService_SessionServer = grpc.BidiStreamingServer[RunnerMessage, CoordinatorMessage]
 
+func _RunnerService_BeginAttestation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AttestBegin)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunnerServiceServer).BeginAttestation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunnerService_BeginAttestation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunnerServiceServer).BeginAttestation(ctx, req.(*AttestBegin))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RunnerService_ServiceDesc is the grpc.ServiceDesc for RunnerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var RunnerService_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "cure.v1.RunnerService",
 	HandlerType: (*RunnerServiceServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "BeginAttestation",
+			Handler:    _RunnerService_BeginAttestation_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Session",

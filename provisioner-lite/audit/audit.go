@@ -35,6 +35,10 @@ const (
 	BootTokenRateLimit  = "boot_token_rate_limit" // too many iPXE token requests for a node
 	HostCallback        = "host_callback_refused" // a host-ready callback was refused
 	OperatorDenied      = "operator_denied"       // an API call without the certificate or role it needs
+	AttestationFailed   = "attestation_failed"    // a boot's TPM attestation did not verify (names the PCR, expected and observed values)
+	AttestationMissing  = "attestation_missing"   // a boot that must attest (SKU requires it, or its node has an enrolled EK) did not
+	EKMismatch          = "ek_mismatch"           // a boot attested with another endorsement key than the node's
+	FirmwareDrift       = "firmware_drift"        // firmware measurements changed without a firmware change by the pipeline
 	// Held sums the refused calls and security events that went over their
 	// budget since the previous summary: how many, of which kinds, from
 	// which peers (the busiest named).

@@ -315,6 +315,15 @@ func PrintNode(w io.Writer, d *curev1.NodeDetail) {
 	fmt.Fprintf(w, "  labels %s\n", orDash(strings.Join(labels, ", ")))
 	fmt.Fprintf(w, "  BMC %s  user %s  password %s\n", d.GetBmcUrl(), d.GetBmcUsername(), d.GetBmcPassword())
 	fmt.Fprintf(w, "  BMC TLS %s  PSIDs stored %d\n", d.GetBmcTls(), d.GetPsids())
+	switch ek := d.GetEkSha256(); {
+	case ek == "":
+		fmt.Fprintf(w, "  TPM EK none enrolled (the next attested boot enrolls its EK on first use)\n")
+	case d.GetEkSource() == "tofu":
+		fmt.Fprintf(w, "  TPM EK sha256 %s (trusted on first use by run %s at %s): every boot must attest with it\n", textsafe.Line(ek),
+			orDash(d.GetEkRunId()), time.UnixMilli(d.GetEkEnrolledUnixMs()).UTC().Format(time.RFC3339))
+	default:
+		fmt.Fprintf(w, "  TPM EK sha256 %s (%s in the nodes file): every boot must attest with it\n", textsafe.Line(ek), textsafe.Line(d.GetEkSource()))
+	}
 	PrintInventory(w, d.GetInventory(), "")
 }
 

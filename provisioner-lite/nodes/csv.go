@@ -22,7 +22,7 @@ var csvRequired = []string{"id", "bmc_url", "bmc_username", "bmc_password", "mac
 // bmc_password (leave it empty), bmc_ca_file, bmc_fingerprint and
 // bmc_insecure (true/false, empty = false) set how the BMC's TLS is checked;
 // labels (k=v;k2=v2) and psids (SERIAL=PSID;...) are the YAML maps.
-var csvOptional = []string{"bmc_password_env", "bmc_password_file", "bmc_ca_file", "bmc_fingerprint", "bmc_insecure", "labels", "psids"}
+var csvOptional = []string{"bmc_password_env", "bmc_password_file", "bmc_ca_file", "bmc_fingerprint", "bmc_insecure", "labels", "psids", "ek_sha256"}
 
 // csvColumn names the CSV column of a YAML bmc field ("" = the password choice).
 var csvColumn = map[string]string{
@@ -112,6 +112,11 @@ func ParseCSV(name string, data []byte, opts ...Option) ([]store.Node, error) {
 		}
 		if err := checkBMCURL(n.BMCURL); err != nil {
 			bad("bmc_url", err)
+		}
+		if n.EKSHA256 = get("ek_sha256"); n.EKSHA256 != "" {
+			if err := CheckEKSHA256(n.EKSHA256); err != nil {
+				bad("ek_sha256", err)
+			}
 		}
 		if n.BMCUser == "" {
 			bad("bmc_username", errors.New("required"))

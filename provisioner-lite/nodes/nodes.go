@@ -383,3 +383,18 @@ func Check(n *store.Node, opts ...Option) error {
 	*n = out
 	return nil
 }
+
+// CheckEKSHA256 checks a pinned TPM endorsement key: the sha256 of its
+// SubjectPublicKeyInfo, 64 hex digits (openssl x509 -in ek.pem -pubkey |
+// openssl pkey -pubin -outform der | sha256sum).
+func CheckEKSHA256(s string) error {
+	if len(s) != 64 {
+		return fmt.Errorf("want the 64 hex digits of the EK's SubjectPublicKeyInfo sha256, got %d characters", len(s))
+	}
+	for _, c := range s {
+		if !strings.ContainsRune("0123456789abcdefABCDEF", c) {
+			return fmt.Errorf("%q is not hex", c)
+		}
+	}
+	return nil
+}

@@ -28,6 +28,7 @@ nodes:
     bmc: {url: "http://127.0.0.1:8443/redfish", username: root, passwordEnv: CURE_TEST_BMC_PW, insecure: true}
     macs:
       - 52:54:00:aa:00:03
+    ek_sha256: 90EECD06F4A653B15D34103F98A7E6AEBCA268D4D5230D91C0D72DA94A17094B
 `
 
 func TestYAML(t *testing.T) {
@@ -42,7 +43,7 @@ func TestYAML(t *testing.T) {
 			PSIDs:  map[string]string{"S3EVNX0K123456": "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345"},
 			Labels: map[string]string{"rack": "r12", "row": "3"}},
 		{ID: "gpu-002", BMCURL: "http://127.0.0.1:8443/redfish", BMCUser: "root", BMCPasswordRef: "env:CURE_TEST_BMC_PW", BMCInsecure: true,
-			MACs: []string{"52:54:00:aa:00:03"}},
+			MACs: []string{"52:54:00:aa:00:03"}, EKSHA256: "90EECD06F4A653B15D34103F98A7E6AEBCA268D4D5230D91C0D72DA94A17094B"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("ParseYAML =\n%+v\nwant\n%+v", got, want)
@@ -56,6 +57,8 @@ func TestYAMLErrors(t *testing.T) {
 	}{
 		{"unknown field", "nodes:\n  - id: a\n    bmc: {url: https://h, username: u, password: p}\n    macs: [52:54:00:00:00:01]\n    colour: red\n",
 			[]string{"f.yaml:5:5: nodes[0].colour: unknown field"}},
+		{"ek not sha256", "nodes:\n  - id: a\n    bmc: {url: https://h, username: u, password: p}\n    macs: [52:54:00:00:00:01]\n    ek_sha256: abcd\n",
+			[]string{"f.yaml:5:16: nodes[0].ek_sha256: want the 64 hex digits"}},
 		{"unknown bmc field", "nodes:\n  - id: a\n    bmc: {url: https://h, username: u, password: p, port: 1}\n    macs: [52:54:00:00:00:01]\n",
 			[]string{"f.yaml:3:53: nodes[0].bmc.port: unknown field"}},
 		{"bad mac", "nodes:\n  - id: a\n    bmc: {url: https://h, username: u, password: p}\n    macs: [52:54:00:00:00:01, 52:54:00:zz:00:01]\n",

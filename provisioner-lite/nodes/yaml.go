@@ -219,8 +219,13 @@ func (p *yamlParser) node(n *yaml.Node, field string) (store.Node, bool) {
 			out.PSIDs = p.stringMap(f.val, name, checkPSID)
 		case "labels":
 			out.Labels = p.stringMap(f.val, name, CheckLabel)
+		case "ek_sha256":
+			out.EKSHA256, _ = p.scalar(f.val, name)
+			if err := CheckEKSHA256(out.EKSHA256); err != nil {
+				p.errf(f.val, name, "%v", err)
+			}
 		default:
-			p.errf(f.key, name, "unknown field (want id, bmc, macs, sku, hostname, serial, psids, labels)")
+			p.errf(f.key, name, "unknown field (want id, bmc, macs, sku, hostname, serial, psids, labels, ek_sha256)")
 		}
 	}
 	if f, ok := fields["id"]; !ok {

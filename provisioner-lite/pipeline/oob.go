@@ -102,6 +102,7 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 			return e.activateOOB(ctx, r, component, fw, targets, !done)
 		}
 	}
+	e.firmwareChanged(ctx, r, fmt.Sprintf("%s firmware update %s", component, fw.Name))
 	r.Pipeline.SetSubmission(fw.Name, "submitting "+time.Now().UTC().Format(time.RFC3339))
 	e.save(ctx, r)
 	var result *redfish.TaskResult
@@ -274,6 +275,7 @@ func (e *Engine) biosSettings(ctx context.Context, r *store.Run) outcome {
 		e.verdict(ctx, r, "bios", "settings", curev1.VerdictStatus_DRIFT, strings.Join(diff, ", "), "", "reported only")
 		return ok("%d BIOS attributes drifted (reported only): %s", len(changes), strings.Join(diff, ", "))
 	}
+	e.firmwareChanged(ctx, r, fmt.Sprintf("%d BIOS attributes", len(changes)))
 	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error { return b.SetBiosAttributes(ctx, changes) }); err != nil {
 		return failed("stage BIOS attributes: %v", err)
 	}
@@ -299,6 +301,16 @@ func (e *Engine) biosSettings(ctx context.Context, r *store.Run) outcome {
 	}
 	e.verdict(ctx, r, "bios", "settings", curev1.VerdictStatus_PASS, strings.Join(keys, ","), "", fmt.Sprintf("%d changed, %d already matched; verified after reboot", len(changes), len(matches)))
 	return ok("%d BIOS attributes applied and verified: %s", len(changes), strings.Join(keys, ", "))
+}
+
+// firmwareChanged notes, before the change is made, that the pipeline is
+// changing the node's firmware or its settings: the next attested boot
+// re-records the firmware measurements (PCRs 0-3, 7) instead of flagging
+// a drift.
+func (e *Engine) firmwareChanged(ctx context.Context, r *store.Run, reason string) {
+	if err := e.cfg.Store.FirmwareChanged(context.WithoutCancel(ctx), r.NodeID, r.ID, reason); err != nil {
+		e.cfg.Log.Error("firmware change not noted: the next boot may flag its own measurements as drift", "err", err)
+	}
 }
 
 func (e *Engine) bmcBaseURL() string {

@@ -23,6 +23,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
@@ -78,6 +79,13 @@ type fixture struct {
 	// before it calls back.
 	rebootKeepsStream bool
 	hostBootDelay     time.Duration
+	// attest, when set, makes the attestation each Hello of boot carries
+	// (the runner's side of measured boot); forge, when set, runs after
+	// each Hello and may send events unasked (a hostile runner).
+	attest func(ctx context.Context, token, bootID string, boot int) *curev1.Attestation
+	forge  func(boot int, emit func(phase string, ev *curev1.Event))
+	// hellos are every Hello the scripted runner sent.
+	hellos []*curev1.Hello
 }
 
 // helloDisks is what the scripted runner reports: the disk the manifest's
@@ -206,7 +214,10 @@ func newFixtureCfg(t *testing.T, edit func(sku *manifests.SKU, casDir string), b
 
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()
-	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Metrics: met})
+	// Security events are deduplicated per source for a millisecond only:
+	// the tests look for each one (the peer is always bufconn).
+	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Metrics: met, Audit: audit.New(st, log, time.Millisecond),
+		Attestation: &pipeline.AttestPolicy{Catalog: ecfg.Manifests, ImageDir: filepath.Join(dir, "image"), Log: log}})
 	go gs.Serve(lis)
 	conn, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
@@ -281,11 +292,24 @@ func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
 			return
 		}
 		state.LastEventSeq = seq
-		_ = stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Hello{Hello: &curev1.Hello{
+		f.mu.Lock()
+		attestHook, forge := f.attest, f.forge
+		f.mu.Unlock()
+		bios, _, _ := f.bmc.FirmwareVersion("BIOS")
+		var att *curev1.Attestation
+		if attestHook != nil {
+			att = attestHook(ctx, token, fmt.Sprintf("boot-%d", boot), boot)
+		}
+		hello := &curev1.Hello{
 			Token: token, BootId: fmt.Sprintf("boot-%d", boot), State: state, SessionSecret: fmt.Sprintf("secret-of-boot-%d-%032d", boot, boot),
-			Identity:  &curev1.Identity{BootMac: mac, SystemSerial: "S1", NodeId: "node1"},
-			Inventory: &curev1.Inventory{Disks: helloDisks},
-		}}})
+			Identity:    &curev1.Identity{BootMac: mac, SystemSerial: "S1", NodeId: "node1"},
+			Inventory:   &curev1.Inventory{Disks: helloDisks, System: &curev1.SystemInfo{BiosVersion: bios}},
+			Attestation: att,
+		}
+		f.mu.Lock()
+		f.hellos = append(f.hellos, hello)
+		f.mu.Unlock()
+		_ = stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Hello{Hello: hello}})
 		for _, ev := range unacked { // replay after reconnect
 			_ = stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Event{Event: ev}})
 		}
@@ -294,6 +318,9 @@ func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
 			ev.Seq, ev.RunId, ev.Phase, ev.TimeUnixMs = seq, run, phase, time.Now().UnixMilli()
 			unacked = append(unacked, ev)
 			_ = stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Event{Event: ev}})
+		}
+		if forge != nil {
+			forge(boot, func(phase string, ev *curev1.Event) { emit("", phase, ev) })
 		}
 		reconnect := false
 		for !reconnect {

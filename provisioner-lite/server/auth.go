@@ -28,6 +28,10 @@ import (
 // "/Service/Method" string: any other spelling of a path is refused.
 const runnerSession = curev1.RunnerService_Session_FullMethodName
 
+// runnerBeginAttestation is the runner's one unary call: like the session,
+// it carries no operator certificate; the boot token inside authenticates it.
+const runnerBeginAttestation = curev1.RunnerService_BeginAttestation_FullMethodName
+
 var methodRoles = map[string]pki.Role{
 	curev1.OperatorService_ListNodes_FullMethodName:    pki.RoleViewer,
 	curev1.OperatorService_Watch_FullMethodName:        pki.RoleViewer,
@@ -83,8 +87,8 @@ func OperatorFrom(ctx context.Context) (Operator, bool) {
 }
 
 // OperatorAuth returns the server options that authorize every call: the
-// runner session passes (runners prove themselves with their boot token in
-// Hello); every other method needs a verified operator certificate (signed by
+// runner session and BeginAttestation pass (runners prove themselves with
+// their boot token); every other method needs a verified operator certificate (signed by
 // the coordinator CA, ClientAuth, OU cure-operator) whose role allows it.
 // Every operator call, allowed or refused, goes to the audit log. The TLS
 // config must verify client certificates when given (pki.ServerTLSConfig).
@@ -96,6 +100,9 @@ func OperatorAuth(rec *audit.Recorder, log *slog.Logger) []grpc.ServerOption {
 		rec = audit.New(nil, log, 0)
 	}
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if info.FullMethod == runnerBeginAttestation {
+			return handler(ctx, req)
+		}
 		op, err := authorize(ctx, info.FullMethod, rec, req)
 		if err != nil {
 			return nil, err

@@ -295,6 +295,12 @@ func TestOperatorServiceRequiresOperatorCert(t *testing.T) {
 		default:
 			t.Fatal("runner handler not reached")
 		}
+		// BeginAttestation too reaches its handler (the stub's
+		// Unimplemented) without a certificate; the boot token authenticates it.
+		_, err = curev1.NewRunnerServiceClient(e.dial(t, nil)).BeginAttestation(ctx, &curev1.AttestBegin{})
+		if status.Code(err) != codes.Unimplemented {
+			t.Fatalf("BeginAttestation without a client certificate: %v, want the handler's Unimplemented", err)
+		}
 	})
 }
 
@@ -349,6 +355,11 @@ func TestEveryMethodHasARole(t *testing.T) {
 	}
 	if len(curev1.RunnerService_ServiceDesc.Streams) != 1 || runnerSession != "/"+curev1.RunnerService_ServiceDesc.ServiceName+"/"+curev1.RunnerService_ServiceDesc.Streams[0].StreamName {
 		t.Fatalf("runner service changed: %+v", curev1.RunnerService_ServiceDesc)
+	}
+	// Every runner method passes OperatorAuth without a certificate: a new
+	// one must be added there on purpose.
+	if ms := curev1.RunnerService_ServiceDesc.Methods; len(ms) != 1 || runnerBeginAttestation != "/"+curev1.RunnerService_ServiceDesc.ServiceName+"/"+ms[0].MethodName {
+		t.Fatalf("runner service's unary methods changed: %+v", ms)
 	}
 }
 

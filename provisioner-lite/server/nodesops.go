@@ -124,8 +124,13 @@ func (o *OperatorService) nodeFromSpec(spec *curev1.NodeSpec) (store.Node, caBun
 	b := spec.GetBmc()
 	n := store.Node{
 		ID: spec.GetId(), SKU: spec.GetSku(), Hostname: spec.GetHostname(), SystemSerial: spec.GetSerial(),
-		MACs: slices.Clone(spec.GetMacs()), Labels: cloneMap(spec.GetLabels()), PSIDs: cloneMap(spec.GetPsids()),
+		MACs: slices.Clone(spec.GetMacs()), Labels: cloneMap(spec.GetLabels()), PSIDs: cloneMap(spec.GetPsids()), EKSHA256: spec.GetEkSha256(),
 		BMCURL: b.GetUrl(), BMCUser: b.GetUsername(), BMCPassword: b.GetPassword(), BMCFingerprint: b.GetFingerprint(), BMCInsecure: b.GetInsecure(),
+	}
+	if n.EKSHA256 != "" {
+		if err := nodes.CheckEKSHA256(n.EKSHA256); err != nil {
+			return store.Node{}, caBundle{}, fmt.Errorf("ek_sha256: %w", err)
+		}
 	}
 	pem := b.GetCaPem()
 	if len(pem) == 0 {
@@ -286,6 +291,9 @@ func (o *OperatorService) ShowNode(ctx context.Context, req *curev1.ShowNodeRequ
 	}
 	if np, err := o.Store.NodePool(ctx, n.ID); err == nil && np.State != "" {
 		d.Pool = poolStatus(np)
+	}
+	if ek, err := o.Store.NodeEK(ctx, n.ID); err == nil {
+		d.EkSha256, d.EkSource, d.EkEnrolledUnixMs, d.EkRunId = ek.SHA256, ek.Source, ek.EnrolledAt.UnixMilli(), ek.RunID
 	}
 	return d, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/attestation"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/inventory"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
@@ -67,12 +68,22 @@ type RunnerService struct {
 	// (defaults 0.1 and 10). A runner refused backs off and retries.
 	SessionRate  float64
 	SessionBurst int
+	// Attestation is the measured-boot policy (image report, SKUs); nil:
+	// no image expectations and no SKU requires attestation (a boot that
+	// presents one must still pass it, an enrolled EK still binds).
+	Attestation AttestPolicy
+	// Challenges are the issued attestation challenges (default: in memory).
+	Challenges *attestation.Challenges
 
 	once     sync.Once
 	pending  chan struct{}
 	sessions *peerlimit.Keyed // per boot (run and boot id)
 	// samplesRate budgets telemetry batches per run, across its sessions.
 	samplesRate *peerlimit.Keyed
+	attest      *attestation.Challenges
+	// challengeRate budgets BeginAttestation per boot token, as sessions
+	// are per boot: a runner asks once per Hello.
+	challengeRate *peerlimit.Keyed
 }
 
 // Field limits of runner text, in bytes: enough for any real message, small
@@ -112,6 +123,11 @@ func (s *RunnerService) init() {
 		s.pending = make(chan struct{}, s.MaxPendingHellos)
 		s.sessions = peerlimit.NewKeyed(s.SessionRate, s.SessionBurst, 0)
 		s.samplesRate = peerlimit.NewKeyed(1/samplesEvery.Seconds(), samplesBurst, 0)
+		s.challengeRate = peerlimit.NewKeyed(s.SessionRate, s.SessionBurst, 0)
+		s.attest = s.Challenges
+		if s.attest == nil {
+			s.attest = &attestation.Challenges{}
+		}
 	})
 }
 
@@ -182,11 +198,20 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 		log.Info("runner reconnected", "state", st.GetKind().String(), "reconnects", n)
 	}
 	s.storeInventory(ctx, sess, hello.GetInventory(), peerIP, firstOfBoot, log)
-	s.Hub.Attach(sess)
-	defer func() {
-		s.Hub.Detach(sess)
-		log.Info("runner disconnected")
-	}()
+	verdict := s.judgeBoot(ctx, node, run, hello, outcome, peerIP, log)
+	sess.Attested = verdict.attested
+	if verdict.admit {
+		s.Hub.Attach(sess)
+		defer func() {
+			s.Hub.Detach(sess)
+			log.Info("runner disconnected")
+		}()
+	} else {
+		// Not attached: the pipeline never sees this boot, so it gets no
+		// assignment, no PSID and no host token; what it sends is kept
+		// as unattested and acted on by nothing.
+		log.Warn("runner session kept apart: its boot is not attested")
+	}
 
 	runnerPhases := map[string]bool{}
 	if plan, err := modes.For(modes.Mode(run.Mode)); err == nil {
@@ -241,6 +266,12 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 				ev.GetSeq(), textsafe.BoundedLine(ev.GetRunId(), maxName), sess.RunID))
 			return status.Errorf(codes.PermissionDenied, "event names run %q: this session belongs to run %s", textsafe.BoundedLine(ev.GetRunId(), maxName), sess.RunID)
 		}
+		if !verdict.admit && (ev.GetSamples() != nil || ev.GetProgress() != nil) {
+			if err := sess.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Ack{Ack: &curev1.Ack{Seq: ev.GetSeq()}}}); err != nil {
+				return nil
+			}
+			continue
+		}
 		if ev.GetSamples() != nil {
 			if err := s.samples(ctx, sess, peerIP, ev, runnerPhases, run.StartedAt, &samplesSt, log); err != nil {
 				return err
@@ -263,6 +294,9 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 		if err != nil {
 			s.security(ctx, audit.RunnerSession, sess, peerIP, err.Error())
 			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		if !verdict.admit {
+			e, v = unattestedEvent(e), nil
 		}
 		res, err := s.Store.AppendRunnerEvent(ctx, e, v, s.Limits)
 		switch {

@@ -20,6 +20,10 @@ type Session struct {
 	BootID      string
 	Hello       *curev1.Hello
 	ConnectedAt time.Time
+	// Attested: the boot's TPM attestation verified (docs/SECURITY.md).
+	// An unattested boot the node's policy lets through (no TPM, never
+	// enrolled, SKU does not require it) is attached with Attested false.
+	Attested bool
 
 	mu     sync.Mutex
 	send   func(*curev1.CoordinatorMessage) error

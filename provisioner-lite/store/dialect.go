@@ -285,6 +285,35 @@ CREATE TABLE node_os (
 	`
 ALTER TABLE runs ADD COLUMN pipeline TEXT NOT NULL DEFAULT '';
 `,
+	`
+CREATE TABLE node_eks (
+	node_id     TEXT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
+	ek_sha256   TEXT NOT NULL,
+	source      TEXT NOT NULL CHECK (source IN ('tofu','pinned')),
+	enrolled_at BIGINT NOT NULL,
+	run_id      TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE boot_attestations (
+	run_id    TEXT NOT NULL,
+	boot_id   TEXT NOT NULL,
+	node_id   TEXT NOT NULL,
+	status    TEXT NOT NULL,
+	detail    TEXT NOT NULL DEFAULT '',
+	ek_sha256 TEXT NOT NULL DEFAULT '',
+	time      BIGINT NOT NULL,
+	PRIMARY KEY (run_id, boot_id)
+);
+CREATE TABLE firmware_pcrs (
+	node_id        TEXT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
+	sku            TEXT NOT NULL DEFAULT '',
+	firmware       TEXT NOT NULL DEFAULT '',
+	pcrs           TEXT NOT NULL DEFAULT '{}',
+	run_id         TEXT NOT NULL DEFAULT '',
+	recorded_at    BIGINT NOT NULL DEFAULT 0,
+	change_run     TEXT NOT NULL DEFAULT '',
+	change_reason  TEXT NOT NULL DEFAULT ''
+);
+`,
 }
 
 // pgMigrationLock is the advisory lock two instances starting at once

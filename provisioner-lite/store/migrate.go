@@ -292,6 +292,39 @@ CREATE TABLE node_os (
 	`
 ALTER TABLE runs ADD COLUMN pipeline TEXT NOT NULL DEFAULT '';
 `,
+	// 12: measured boot (attestation.go): each node's endorsement key
+	// (trust on first use, or pinned by the nodes file), each boot's
+	// attestation verdict, and each node's recorded firmware measurements
+	// with a pending re-record when the pipeline changed its firmware.
+	`
+CREATE TABLE node_eks (
+	node_id     TEXT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
+	ek_sha256   TEXT NOT NULL,
+	source      TEXT NOT NULL CHECK (source IN ('tofu','pinned')),
+	enrolled_at INTEGER NOT NULL,
+	run_id      TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE boot_attestations (
+	run_id    TEXT NOT NULL,
+	boot_id   TEXT NOT NULL,
+	node_id   TEXT NOT NULL,
+	status    TEXT NOT NULL,
+	detail    TEXT NOT NULL DEFAULT '',
+	ek_sha256 TEXT NOT NULL DEFAULT '',
+	time      INTEGER NOT NULL,
+	PRIMARY KEY (run_id, boot_id)
+);
+CREATE TABLE firmware_pcrs (
+	node_id        TEXT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
+	sku            TEXT NOT NULL DEFAULT '',
+	firmware       TEXT NOT NULL DEFAULT '',
+	pcrs           TEXT NOT NULL DEFAULT '{}',
+	run_id         TEXT NOT NULL DEFAULT '',
+	recorded_at    INTEGER NOT NULL DEFAULT 0,
+	change_run     TEXT NOT NULL DEFAULT '',
+	change_reason  TEXT NOT NULL DEFAULT ''
+);
+`,
 }
 
 // migrationSteps are the data conversions SQL cannot express, by the schema

@@ -27,6 +27,12 @@ type Node struct {
 	MACs                      []string          // normalised: lowercase, colon-separated
 	PSIDs                     map[string]string // disk serial -> PSID (printed on the drive label), sealed at rest
 	Labels                    map[string]string
+	// EKSHA256 pins the node's TPM endorsement key (sha256 of its
+	// SubjectPublicKeyInfo, hex) as declared; PutNodes keeps it in
+	// node_eks as "pinned", and a declaration without one drops an earlier
+	// pin (an EK enrolled on first use stays). GetNode leaves it empty:
+	// NodeEK reads what is on record.
+	EKSHA256 string
 }
 
 // NormalizeMAC parses a 6-byte Ethernet MAC written with ':' or '-' separators
@@ -159,6 +165,15 @@ ON CONFLICT(id) DO UPDATE SET bmc_url=excluded.bmc_url, bmc_user=excluded.bmc_us
 			}
 			if _, err := tx.ExecContext(ctx, `DELETE FROM node_macs WHERE node_id = ?`, n.ID); err != nil {
 				return err
+			}
+			if n.EKSHA256 == "" {
+				if _, err := tx.ExecContext(ctx, `DELETE FROM node_eks WHERE node_id = ? AND source = 'pinned'`, n.ID); err != nil {
+					return err
+				}
+			} else if _, err := tx.ExecContext(ctx, `INSERT INTO node_eks (node_id, ek_sha256, source, enrolled_at, run_id) VALUES (?, ?, 'pinned', ?, '')
+ON CONFLICT(node_id) DO UPDATE SET ek_sha256 = excluded.ek_sha256, source = 'pinned', enrolled_at = excluded.enrolled_at, run_id = ''
+WHERE node_eks.source <> 'pinned' OR node_eks.ek_sha256 <> excluded.ek_sha256`, n.ID, strings.ToLower(n.EKSHA256), now); err != nil {
+				return fmt.Errorf("node %s: ek_sha256: %w", n.ID, err)
 			}
 			for i, m := range n.macs {
 				if _, err := tx.ExecContext(ctx, `INSERT INTO node_macs (mac, node_id, pos) VALUES (?, ?, ?)`, m, n.ID, i); err != nil {

@@ -24,6 +24,9 @@ var pseudoMounts = []pseudoMount{
 	{"devtmpfs", "/dev", "devtmpfs", unix.MS_NOSUID, "mode=0755"},
 	{"tmpfs", "/run", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=0755"},
 	{"tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=1777"},
+	// The TPM's event log (binary_bios_measurements) is served there: the
+	// runner sends it with its quote (runner/attestation).
+	{"securityfs", "/sys/kernel/security", "securityfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
 }
 
 // MountPseudoFS mounts proc, sysfs, devtmpfs and tmpfs on /run and /tmp

@@ -653,7 +653,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	opts = append(opts, server.OperatorAuth(rec, log)...)
 	gs := grpc.NewServer(opts...)
 	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Audit: rec, Guard: eng, Instance: c.instance,
-		BindPeer: c.bindBootIP, Limits: c.eventLimits, Metrics: obs.m})
+		BindPeer: c.bindBootIP, Limits: c.eventLimits, Metrics: obs.m, Attestation: &pipeline.AttestPolicy{Catalog: catalog, ImageDir: c.imageDir, Log: log}})
 	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng, Canceler: eng, Pool: nodePool, Instance: c.instance,
 		KnownSKU: sitecheck.KnownSKU(c.manifestDir), BMCCADir: sd.Join("bmc-ca"), Log: log})
 

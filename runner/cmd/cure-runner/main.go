@@ -23,6 +23,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/runner/agent"
+	"github.com/cure-oss/cure/runner/attestation"
 	"github.com/cure-oss/cure/runner/boot"
 	"github.com/cure-oss/cure/runner/inventory"
 	"github.com/cure-oss/cure/runner/phases"
@@ -347,8 +348,17 @@ func (r *runner) newAgent(inv *curev1.Inventory, id *curev1.Identity, conn *grpc
 			r.say("boot timeline %s", r.timeline)
 			stages = r.timeline.Proto()
 		})
+		// Every Hello carries a fresh attestation: the coordinator judges
+		// the boot on the first Hello it receives, which need not be the
+		// first one sent (a Hello lost with its connection).
+		actx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		att := attestation.Attest(actx, attestation.Device(r.opt.root), curev1.NewRunnerServiceClient(conn), r.cmd.Token, bootID)
+		if att.GetError() != "" {
+			r.log.Warn("boot not attested", "err", att.GetError())
+		}
 		return &curev1.Hello{Token: r.cmd.Token, BootId: bootID, Identity: id, Inventory: inv,
-			State: a.State(), RunnerVersion: runnerVersion(), UptimeMs: up, BootStages: stages}
+			State: a.State(), RunnerVersion: runnerVersion(), UptimeMs: up, BootStages: stages, Attestation: att}
 	}, transport.SessionOptions{Log: r.log})
 
 	var rb agent.Rebooter = agent.SystemRebooter{}

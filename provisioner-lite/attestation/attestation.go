@@ -1,0 +1,314 @@
+// Package attestation is the coordinator's judge of measured boot: it
+// issues single-use challenges bound to a boot (BeginAttestation), and
+// checks a boot's answer: the credential only the EK's TPM could activate
+// for the AK, the quote's signature, nonce and PCR digest, the event log's
+// replay against the quoted PCRs, and the boot PCRs against the image's
+// report.json (expected values, or its Authenticode hash as a boot
+// application measured into PCR 4). It holds no store: the caller records
+// verdicts, EKs and firmware measurements.
+package attestation
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/api/imagereport"
+	"github.com/cure-oss/cure/tools/tpm/attest"
+	"github.com/cure-oss/cure/tools/tpm/eventlog"
+)
+
+// FirmwarePCRs are the PCRs recorded per node and compared across boots:
+// platform firmware and its configuration (0, 1), option ROMs and their
+// configuration (2, 3), Secure Boot policy (7).
+var FirmwarePCRs = []uint32{0, 1, 2, 3, 7}
+
+// DefaultPCRs are quoted when the image report names no boot PCRs: the
+// firmware PCRs and the boot manager's (4).
+var DefaultPCRs = []uint32{0, 1, 2, 3, 4, 7}
+
+// Challenge is an issued, not yet answered challenge.
+type Challenge struct {
+	ID        string
+	TokenHash string
+	BootID    string
+	EKPublic  []byte
+	EKCert    []byte
+	AKPublic  []byte
+	PCRs      []uint32
+	Expires   time.Time
+	c         *attest.Challenge
+}
+
+// Challenges holds issued challenges in memory: single use, short-lived,
+// bounded in number (a flood of BeginAttestation calls evicts the oldest,
+// never grows the coordinator).
+type Challenges struct {
+	TTL time.Duration // default 2 minutes
+	Max int           // default 4096
+
+	mu    sync.Mutex
+	byID  map[string]*Challenge
+	order []string
+}
+
+// Issue makes a challenge for a boot's keys.
+func (cs *Challenges) Issue(tokenHash, bootID string, begin *curev1.AttestBegin, pcrs []uint32, now time.Time) (*Challenge, *curev1.AttestChallenge, error) {
+	c, err := attest.NewChallenge(begin.GetEkPublic(), begin.GetAkPublic())
+	if err != nil {
+		return nil, nil, err
+	}
+	idb := make([]byte, 16)
+	if _, err := rand.Read(idb); err != nil {
+		return nil, nil, err
+	}
+	ttl := cs.TTL
+	if ttl <= 0 {
+		ttl = 2 * time.Minute
+	}
+	ch := &Challenge{ID: hex.EncodeToString(idb), TokenHash: tokenHash, BootID: bootID, EKPublic: bytes.Clone(begin.GetEkPublic()),
+		EKCert: bytes.Clone(begin.GetEkCertificate()), AKPublic: bytes.Clone(begin.GetAkPublic()), PCRs: slices.Clone(pcrs), Expires: now.Add(ttl), c: c}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.byID == nil {
+		cs.byID = map[string]*Challenge{}
+	}
+	max := cs.Max
+	if max <= 0 {
+		max = 4096
+	}
+	for len(cs.order) >= max {
+		delete(cs.byID, cs.order[0])
+		cs.order = cs.order[1:]
+	}
+	cs.byID[ch.ID] = ch
+	cs.order = append(cs.order, ch.ID)
+	return ch, &curev1.AttestChallenge{ChallengeId: ch.ID, Nonce: c.Nonce, CredentialBlob: c.CredentialBlob, EncryptedSecret: c.EncryptedSecret,
+		Pcrs: pcrs, ExpiresUnixMs: ch.Expires.UnixMilli()}, nil
+}
+
+// take removes and returns a challenge: whatever the answer, it is never
+// usable again.
+func (cs *Challenges) take(id string) *Challenge {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	ch := cs.byID[id]
+	if ch != nil {
+		delete(cs.byID, id)
+		cs.order = slices.DeleteFunc(cs.order, func(s string) bool { return s == id })
+	}
+	return ch
+}
+
+// Expected is what a boot of the image must show.
+type Expected struct {
+	UKI *imagereport.UKI // nil: the image report names no UKI (PXE boot of kernel+initramfs)
+}
+
+// Result is the judgement of one boot's attestation.
+type Result struct {
+	Status string // store.AttestPassed, AttestAbsent or AttestFailed (same names)
+	Detail string
+	// Mismatch names the PCR, expected and observed values of a boot PCR
+	// that differs from the image's report (nil otherwise).
+	Mismatch *PCRMismatch
+	EKSHA256 string
+	EKCert   []byte
+	// PCRs are the quoted sha256 values (verified), by index.
+	PCRs map[uint32][]byte
+}
+
+// PCRMismatch is a PCR whose value is not the expected one.
+type PCRMismatch struct {
+	PCR                uint32
+	Expected, Observed string
+}
+
+func (m *PCRMismatch) String() string {
+	return fmt.Sprintf("PCR %d: expected %s, observed %s", m.PCR, m.Expected, m.Observed)
+}
+
+// Statuses, spelled as the store keeps them.
+const (
+	Passed = "attested"
+	Absent = "absent"
+	Failed = "failed"
+)
+
+var errNoChallenge = errors.New("no such challenge (unknown, used already or expired): a replayed or forged attestation")
+
+// Judge checks a Hello's attestation for the boot (token hash, boot id).
+func (cs *Challenges) Judge(tokenHash, bootID string, a *curev1.Attestation, exp Expected, now time.Time) Result {
+	if a == nil || (a.GetChallengeId() == "" && len(a.GetQuote()) == 0) {
+		detail := "the boot sent no attestation"
+		if a.GetError() != "" {
+			detail += ": " + a.GetError()
+		}
+		return Result{Status: Absent, Detail: detail}
+	}
+	fail := func(format string, args ...any) Result {
+		return Result{Status: Failed, Detail: fmt.Sprintf(format, args...)}
+	}
+	ch := cs.take(a.GetChallengeId())
+	if ch == nil {
+		return fail("%v", errNoChallenge)
+	}
+	if ch.TokenHash != tokenHash || ch.BootID != bootID {
+		return fail("the challenge was issued to another boot")
+	}
+	if now.After(ch.Expires) {
+		return fail("the challenge expired at %s", ch.Expires.UTC().Format(time.RFC3339))
+	}
+	fp, err := attest.EKFingerprint(ch.EKPublic)
+	if err != nil {
+		return fail("endorsement key: %v", err)
+	}
+	if !ch.c.SecretMatches(a.GetActivatedSecret()) {
+		r := fail("the credential was not activated: the attestation key is not in the TPM of endorsement key %s", fp)
+		r.EKSHA256 = fp
+		return r
+	}
+	q := &attest.Quote{Attest: a.GetQuote(), Signature: a.GetSignature(), PCRs: a.GetPcrs()}
+	if err := attest.VerifyQuote(ch.AKPublic, q, ch.c.Nonce, ch.PCRs); err != nil {
+		r := fail("%v", err)
+		r.EKSHA256 = fp
+		return r
+	}
+	res := Result{Status: Passed, EKSHA256: fp, EKCert: ch.EKCert, PCRs: map[uint32][]byte{}}
+	for _, p := range ch.PCRs {
+		res.PCRs[p] = a.GetPcrs()[p]
+	}
+	var log *eventlog.Log
+	if len(a.GetEventLog()) > 0 {
+		if log, err = eventlog.Parse(a.GetEventLog()); err != nil {
+			return Result{Status: Failed, Detail: err.Error(), EKSHA256: fp, PCRs: res.PCRs}
+		}
+		if err := log.Check(res.PCRs); err != nil {
+			var me *eventlog.MismatchError
+			if errors.As(err, &me) {
+				res.Mismatch = &PCRMismatch{PCR: me.PCR, Expected: me.Log + " (event log replay)", Observed: me.Quoted}
+			}
+			return Result{Status: Failed, Detail: "the event log does not replay to the quoted PCRs: " + err.Error(), EKSHA256: fp, PCRs: res.PCRs, Mismatch: res.Mismatch}
+		}
+	}
+	if m, detail := checkImage(exp.UKI, res.PCRs, log); m != nil || detail != "" {
+		res.Status, res.Detail, res.Mismatch = Failed, detail, m
+		return res
+	}
+	res.Detail = fmt.Sprintf("quote over PCRs %v verified with an AK of EK %s", ch.PCRs, fp)
+	return res
+}
+
+// checkImage compares the boot PCRs with the image's report. PCR 4 is
+// judged by the UKI's Authenticode hash among the boot applications the
+// log shows (firmware may add its own PCR 4 events, shifting the value),
+// every other PCR the report names by value.
+func checkImage(uki *imagereport.UKI, quoted map[uint32][]byte, log *eventlog.Log) (*PCRMismatch, string) {
+	if uki == nil {
+		return nil, ""
+	}
+	for _, k := range sortedPCRKeys(uki.PCRs) {
+		idx, err := strconv.ParseUint(k, 10, 32)
+		if err != nil {
+			return nil, fmt.Sprintf("image report names PCR %q", k)
+		}
+		pcr := uint32(idx)
+		want := uki.PCRs[k]
+		got := hex.EncodeToString(quoted[pcr])
+		if quoted[pcr] == nil {
+			return &PCRMismatch{PCR: pcr, Expected: want, Observed: "(not quoted)"}, fmt.Sprintf("PCR %d was not quoted", pcr)
+		}
+		if got == want {
+			continue
+		}
+		if pcr == 4 && uki.AuthenticodeSHA256 != "" && log != nil && hasDigest(log.Digests(4, eventlog.EVEFIBootServicesApplication), uki.AuthenticodeSHA256) {
+			continue
+		}
+		m := &PCRMismatch{PCR: pcr, Expected: want, Observed: got}
+		return m, "boot measurement differs from the image's report: " + m.String()
+	}
+	if _, named := uki.PCRs["4"]; !named && uki.AuthenticodeSHA256 != "" {
+		if log == nil {
+			return &PCRMismatch{PCR: 4, Expected: "boot application " + uki.AuthenticodeSHA256, Observed: "(no event log)"}, "no event log to find the image's Authenticode hash in"
+		}
+		if ds := log.Digests(4, eventlog.EVEFIBootServicesApplication); !hasDigest(ds, uki.AuthenticodeSHA256) {
+			obs := make([]string, len(ds))
+			for i, d := range ds {
+				obs[i] = hex.EncodeToString(d)
+			}
+			m := &PCRMismatch{PCR: 4, Expected: "boot application " + uki.AuthenticodeSHA256, Observed: fmt.Sprintf("boot applications %v", obs)}
+			return m, "the image's Authenticode hash is not among the boot applications measured: " + m.String()
+		}
+	}
+	return nil, ""
+}
+
+func hasDigest(ds [][]byte, want string) bool {
+	for _, d := range ds {
+		if hex.EncodeToString(d) == want {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedPCRKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.SortFunc(ks, func(a, b string) int {
+		x, _ := strconv.Atoi(a)
+		y, _ := strconv.Atoi(b)
+		return x - y
+	})
+	return ks
+}
+
+// QuotePCRs are the PCRs a boot is asked to quote: the firmware PCRs, PCR
+// 4, and every PCR the image report names.
+func QuotePCRs(uki *imagereport.UKI) []uint32 {
+	out := slices.Clone(DefaultPCRs)
+	if uki != nil {
+		for k := range uki.PCRs {
+			if n, err := strconv.ParseUint(k, 10, 32); err == nil && n < 24 && !slices.Contains(out, uint32(n)) {
+				out = append(out, uint32(n))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// FirmwareDrift compares a boot's firmware PCRs with a record: the first
+// PCR that differs, nil if none.
+func FirmwareDrift(recorded map[string]string, quoted map[uint32][]byte) *PCRMismatch {
+	for _, p := range FirmwarePCRs {
+		want, ok := recorded[strconv.Itoa(int(p))]
+		if !ok {
+			continue
+		}
+		if got := hex.EncodeToString(quoted[p]); got != want {
+			return &PCRMismatch{PCR: p, Expected: want, Observed: got}
+		}
+	}
+	return nil
+}
+
+// FirmwareValues are a boot's firmware PCRs as a record keeps them.
+func FirmwareValues(quoted map[uint32][]byte) map[string]string {
+	out := map[string]string{}
+	for _, p := range FirmwarePCRs {
+		if v, ok := quoted[p]; ok {
+			out[strconv.Itoa(int(p))] = hex.EncodeToString(v)
+		}
+	}
+	return out
+}
