@@ -52,8 +52,10 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	// The SKU's GPU topology (NVLinks per GPU, NVSwitches, fabric) is what
 	// the GPU checks hold the node to where the suite does not say.
 	var topo *gpucheck.Topology
+	var sku *manifests.SKU
 	if raw := a.GetSkuYaml(); len(raw) > 0 {
-		sku, err := manifests.ParseSKU(nonEmptyName(a.GetSkuName()), raw)
+		var err error
+		sku, err = manifests.ParseSKU(nonEmptyName(a.GetSkuName()), raw)
 		if err != nil {
 			return failed("validate: %v", err)
 		}
@@ -66,6 +68,16 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 			tb := &toolBundle{e: e, ref: a.GetToolBundle(), emit: emit}
 			defer tb.done()
 			env.Measure = tb.measure
+			break
+		}
+	}
+	for _, c := range s.Spec.Checks {
+		if c.Type == manifests.CheckNodePair {
+			pr := &pairRunner{e: e, emit: emit, inbox: e.cfg.Pairs, measure: env.Measure}
+			if sku != nil && sku.Spec.Hardware != nil {
+				pr.nics = sku.Spec.Hardware.NICs
+			}
+			env.Pair = pr.run
 			break
 		}
 	}
