@@ -35,6 +35,9 @@ type pairRunner struct {
 	emit    agent.Emitter
 	inbox   *agent.PairInbox
 	measure func(context.Context, measure.Request) ([]checks.Verdict, error)
+	// prepare fetches the tool bundle before the ports are offered, so no
+	// window is spent fetching it.
+	prepare func(context.Context) error
 	nics    []manifests.NICSpec
 }
 
@@ -59,6 +62,11 @@ func (p *pairRunner) run(ctx context.Context, cfg suite.PairConfig) ([]checks.Ve
 	ports, err := pairPorts(inv, p.nics, cfg, func(ifname string) string { return rdmaDevice(p.e.cfg.Root, ifname) })
 	if err != nil {
 		return nil, err
+	}
+	if p.prepare != nil {
+		if err := p.prepare(ctx); err != nil {
+			return nil, fmt.Errorf("node-pair %s: %w", cfg.Check, err)
+		}
 	}
 	p.inbox.Forget(cfg.Check)
 	var names []string

@@ -63,9 +63,10 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	}
 	env := suite.Env{Root: e.cfg.Root, Disks: e.cfg.Disks, AllowDiskWrites: mode == modes.Burnin,
 		GPU: gpucheck.Checks{Root: e.cfg.Root, TmpDir: e.cfg.TmpDir, Log: e.cfg.Log, Prepare: e.gpuDriverUp(emit), Topology: topo}.Build}
+	var tb *toolBundle
 	for _, c := range s.Spec.Checks {
 		if manifests.CheckTools(c.Type) != "" {
-			tb := &toolBundle{e: e, ref: a.GetToolBundle(), emit: emit}
+			tb = &toolBundle{e: e, ref: a.GetToolBundle(), emit: emit}
 			defer tb.done()
 			env.Measure = tb.measure
 			break
@@ -74,6 +75,9 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	for _, c := range s.Spec.Checks {
 		if c.Type == manifests.CheckNodePair {
 			pr := &pairRunner{e: e, emit: emit, inbox: e.cfg.Pairs, measure: env.Measure}
+			if tb != nil && tb.ref != nil {
+				pr.prepare = tb.fetch
+			}
 			if sku != nil && sku.Spec.Hardware != nil {
 				pr.nics = sku.Spec.Hardware.NICs
 			}
