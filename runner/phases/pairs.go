@@ -207,7 +207,10 @@ func pairPorts(inv *curev1.Inventory, nics []manifests.NICSpec, cfg suite.PairCo
 				continue
 			}
 		case len(nics) > 0:
-			if !slices.ContainsFunc(nics, func(s manifests.NICSpec) bool { return nicMatches(s, n) }) {
+			// The first SKU entry matching a port owns it, as in the
+			// hardware check.
+			idx := slices.IndexFunc(nics, func(s manifests.NICSpec) bool { return nicMatches(s, n) })
+			if idx < 0 || len(cfg.SKUNICs) > 0 && !slices.Contains(cfg.SKUNICs, idx) {
 				continue
 			}
 		}

@@ -23,6 +23,10 @@ type PairConfig struct {
 	// declares (spec.hardware.nics), else every physical one with an
 	// address.
 	Interfaces []string
+	// SKUNICs picks entries of the SKU's spec.hardware.nics by index (a
+	// port belongs to the first entry matching it, as in the hardware
+	// check); empty: all of them.
+	SKUNICs []int
 	// Rounds is how many partners each node meets (0: the planner's
 	// default, 3).
 	Rounds int
@@ -67,6 +71,23 @@ func pairConfig(mc manifests.Check, p *params) PairConfig {
 		Rounds: int(p.int("rounds", 0)), Transfer: p.duration("transfer", DefaultPairTransfer),
 		Setup: p.duration("setup", 5*time.Second), Gather: p.duration("gather", DefaultPairGather),
 		BasePort: int(p.int("basePort", 5301))}
+	if v, ok := p.get("skuNics"); ok {
+		list, _ := v.([]any)
+		for _, x := range list {
+			i, ok := x.(int64)
+			if !ok || i < 0 || i > 63 {
+				p.errorf("params.skuNics", "%v: want indexes into the SKU's spec.hardware.nics (0, 1, ...)", x)
+				continue
+			}
+			cfg.SKUNICs = append(cfg.SKUNICs, int(i))
+		}
+		if list == nil {
+			p.errorf("params.skuNics", "expected a list of indexes, found %T %v", v, v)
+		}
+	}
+	if len(cfg.SKUNICs) > 0 && len(cfg.Interfaces) > 0 {
+		p.errorf("params", "interfaces and skuNics both choose the ports: set one")
+	}
 	if cfg.Transport == "" {
 		cfg.Transport = paircheck.Ethernet
 	}
