@@ -189,4 +189,6 @@ func otherPort(l Link, node string) (string, string) {
 	return l.Server, l.ServerPort
 }
 
-func num(v float64) string { return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".") }
+func num(v float64) string {
+	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".")
+}
