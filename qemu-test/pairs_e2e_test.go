@@ -44,8 +44,8 @@ kind: ValidationSuite
 metadata:
   name: qemu-pairs
 spec:
-  duration: 3m
-  grace: 10m                      # three TCG nodes boot at once
+  duration: 12m                   # bounds the check: gather + plan + judgement
+  grace: 5m
   end: stay
   stages:
     - name: pairs
@@ -55,7 +55,7 @@ spec:
           params:
             transfer: 3s
             setup: 15s                   # tools unpacked from the bundle under TCG
-            gather: 8m
+            gather: 6m                     # three TCG nodes boot at once
           thresholds:
             pairThroughputMbps: {min: 60}
 `

@@ -164,10 +164,13 @@ func (d *batchDecision) pairs() {
 // when this run is the planner, plans once the batch is gathered.
 func (d *batchDecision) pairPlan(w *store.PairWork, cfg suite.PairConfig) {
 	now := d.obs.now
-	var peers []store.Run
-	if d.obs.pairs != nil {
-		peers = d.obs.pairs.peers
+	if d.obs.pairs == nil {
+		// The offer came in this look, which did not read the batch:
+		// look again at once, with it.
+		d.add(action{kind: actRequeue})
+		return
 	}
+	peers := d.obs.pairs.peers
 	for _, p := range peers {
 		pw := p.Pipeline.Pair
 		if pw == nil || pw.Check != w.Check || pw.Plan == nil || pw.Plan.Planner != p.ID {

@@ -61,6 +61,17 @@ func TestPairBatchReconciled(t *testing.T) {
 		return pairPayload(t, 10, &curev1.Event{Body: &curev1.Event_PairReady{PairReady: &curev1.PairReady{Check: "pairs",
 			Ports: []*curev1.PairPort{{Name: "eth0", Address: fmt.Sprintf("10.77.0.%d", 10+i), Transport: "ethernet"}}}}})
 	}
+	// The look that reads an offer has not read the batch: it looks again
+	// at once rather than plan alone.
+	{
+		r := cloneRun(runs[1])
+		d := &batchDecision{r: &r, b: r.Pipeline.Batch, pol: pol, obs: batchObs{now: now, events: []store.Event{ready(2)}}}
+		d.actOnEvents()
+		d.pairs()
+		if r.Pipeline.Pair == nil || r.Pipeline.Pair.Verdicts != nil || len(d.acts) != 1 || d.acts[0].kind != actRequeue {
+			t.Fatalf("offer without the batch: %+v %v", r.Pipeline.Pair, describe(d.acts))
+		}
+	}
 	// n2 and n3 ready: n2 is not the planner (r1 is in the batch, not
 	// ready yet) and n3 waits for it.
 	for _, i := range []int{1, 2} {

@@ -51,6 +51,26 @@ func (p *PairInbox) Schedule(ctx context.Context, check string) (*curev1.PairSch
 	return wait(ctx, p, func() (*curev1.PairSchedule, time.Time) { return p.sched[check], p.at[check] })
 }
 
+// Next waits for check's schedule or, when the coordinator judged the
+// node without one (no partner), its judgement.
+func (p *PairInbox) Next(ctx context.Context, check string) (*curev1.PairSchedule, *curev1.PairVerdicts, time.Time, error) {
+	type both struct {
+		s *curev1.PairSchedule
+		v *curev1.PairVerdicts
+	}
+	b, at, err := wait(ctx, p, func() (*both, time.Time) {
+		s, v := p.sched[check], p.verdicts[check]
+		if s == nil && v == nil {
+			return nil, time.Time{}
+		}
+		return &both{s, v}, p.at[check]
+	})
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	return b.s, b.v, at, nil
+}
+
 // Verdicts waits for check's judgement until ctx ends.
 func (p *PairInbox) Verdicts(ctx context.Context, check string) (*curev1.PairVerdicts, time.Time, error) {
 	return wait(ctx, p, func() (*curev1.PairVerdicts, time.Time) { return p.verdicts[check], time.Time{} })

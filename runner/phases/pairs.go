@@ -77,10 +77,16 @@ func (p *pairRunner) run(ctx context.Context, cfg suite.PairConfig) ([]checks.Ve
 	p.emit.Log("INFO", fmt.Sprintf("node-pair %s: ports offered (%s); waiting up to %s for the batch's plan", cfg.Check, strings.Join(names, ", "), cfg.Gather+pairSlack), nil)
 
 	wctx, cancel := context.WithTimeout(ctx, cfg.Gather+pairSlack)
-	sched, got, err := p.inbox.Schedule(wctx, cfg.Check)
+	sched, early, got, err := p.inbox.Next(wctx, cfg.Check)
 	cancel()
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("node-pair %s: the check's time (the suite's duration) ran out waiting for the batch's plan: %v", cfg.Check, context.Cause(ctx))
+		}
 		return nil, fmt.Errorf("node-pair %s: no plan from the coordinator within %s: %v", cfg.Check, cfg.Gather+pairSlack, err)
+	}
+	if sched == nil {
+		return pairVerdicts(cfg, early)
 	}
 	// The coordinator's clock placed on this node's: its times are
 	// offsets from when it sent the plan.
@@ -124,6 +130,12 @@ func (p *pairRunner) run(ctx context.Context, cfg suite.PairConfig) ([]checks.Ve
 	if err != nil {
 		return nil, fmt.Errorf("node-pair %s: no judgement from the coordinator by %s after the plan's end: %v", cfg.Check, pairSlack, err)
 	}
+	return pairVerdicts(cfg, pv)
+}
+
+// pairVerdicts are the batch's judgement of this node as the check's
+// verdicts.
+func pairVerdicts(cfg suite.PairConfig, pv *curev1.PairVerdicts) ([]checks.Verdict, error) {
 	var out []checks.Verdict
 	for _, v := range pv.GetVerdicts() {
 		cv := checks.Verdict{Component: v.GetComponent(), Check: cfg.Check, Status: checks.Status(v.GetStatus().String()),
