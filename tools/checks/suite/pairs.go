@@ -130,3 +130,19 @@ func pairCheck(mc manifests.Check, p *params, env Env) checks.Func {
 		return env.Pair(ctx, cfg)
 	}
 }
+
+// PairSlack is what a node-pair check needs past its gather time at the
+// least: the plan's lead and windows, the judgement's wait.
+const PairSlack = 2 * time.Minute
+
+// pairFits says why a node-pair check cannot fit the suite's duration,
+// which bounds every check: its gather time plus PairSlack must.
+func pairFits(i int, mc manifests.Check, suiteDur time.Duration) []string {
+	p := newParams(i, mc)
+	cfg := pairConfig(mc, p)
+	if suiteDur > 0 && cfg.Gather+PairSlack >= suiteDur {
+		return []string{fmt.Sprintf("%s: params.gather: %s plus %s for the rounds and the judgement does not fit in spec.duration %s",
+			p.where, cfg.Gather, PairSlack, suiteDur)}
+	}
+	return nil
+}

@@ -86,6 +86,9 @@ func Build(s *manifests.ValidationSuite, env Env) ([]checks.Check, error) {
 		}
 		build(&c, mc, p, env)
 		errs = append(errs, p.done()...)
+		if mc.Type == manifests.CheckNodePair {
+			errs = append(errs, pairFits(i, mc, time.Duration(s.Spec.Duration))...)
+		}
 		out = append(out, c)
 	}
 	errs = append(errs, telemetryErrors(s)...)
