@@ -27,7 +27,10 @@ func TestPairConfig(t *testing.T) {
 		{func(c *manifests.Check) { c.Params["transport"] = "carrier-pigeon" }, `params.transport: "carrier-pigeon"`},
 		{func(c *manifests.Check) { c.Params["transport"] = "rdma" }, "a rdma node-pair check needs its floor (pairRdmaGbps"},
 		{func(c *manifests.Check) { c.Params["skuNics"] = []any{"zero"} }, "params.skuNics: zero"},
-		{func(c *manifests.Check) { c.Params["skuNics"] = []any{int64(0)}; c.Params["interfaces"] = []any{"eth*"} }, "interfaces and skuNics both"},
+		{func(c *manifests.Check) {
+			c.Params["skuNics"] = []any{int64(0)}
+			c.Params["interfaces"] = []any{"eth*"}
+		}, "interfaces and skuNics both"},
 		{func(c *manifests.Check) { c.Params["basePort"] = int64(80) }, "params.basePort: 80"},
 		{func(c *manifests.Check) { c.Thresholds[PairMetricEthernet] = manifests.Threshold{Max: ptr(5)} }, "floor only"},
 		{func(c *manifests.Check) { c.Params["speed"] = "fast" }, "speed"},
