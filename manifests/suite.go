@@ -9,7 +9,7 @@ import (
 )
 
 var checkTypes = []string{CheckGPU, CheckMemory, CheckCPU, CheckNVMeSMART, CheckStorageThroughput, CheckEthernet, CheckInfiniBand, CheckThermal,
-	CheckStorageRandom, CheckMemoryBandwidth, CheckCPUThroughput, CheckNICThroughput, CheckSite,
+	CheckStorageRandom, CheckMemoryBandwidth, CheckCPUThroughput, CheckNICThroughput, CheckSite, CheckNodePair,
 	CheckGPUBandwidth, CheckNCCLAllReduce}
 
 // CheckTools names the tool-bundle program a check type runs ("" for the
@@ -20,8 +20,8 @@ func CheckTools(checkType string) string {
 		return "fio"
 	case CheckMemoryBandwidth, CheckCPUThroughput:
 		return "stress-ng"
-	case CheckNICThroughput:
-		return "iperf3"
+	case CheckNICThroughput, CheckNodePair:
+		return "iperf3" // a node-pair check over RDMA ports runs perftest too
 	}
 	return ""
 }

@@ -102,6 +102,9 @@ const (
 	CheckMemoryBandwidth = "memory-bandwidth" // stress-ng --stream per NUMA node
 	CheckCPUThroughput   = "cpu-throughput"   // stress-ng --cpu --verify per socket
 	CheckNICThroughput   = "nic-throughput"   // iperf3 against a server the suite names
+	// The network between the nodes of a burn-in batch, paired and rotated
+	// by the coordinator: iperf3 on Ethernet ports, perftest on RDMA ports.
+	CheckNodePair = "node-pair"
 	// A site's own program, fetched from the artifact server and pinned by
 	// sha256 (Check.Program); it reports verdicts as JSON lines.
 	CheckSite = "site"

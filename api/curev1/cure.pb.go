@@ -2357,6 +2357,8 @@ type Event struct {
 	//	*Event_Metric
 	//	*Event_Progress
 	//	*Event_Samples
+	//	*Event_PairReady
+	//	*Event_PairResult
 	Body          isEvent_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2490,6 +2492,24 @@ func (x *Event) GetSamples() *Samples {
 	return nil
 }
 
+func (x *Event) GetPairReady() *PairReady {
+	if x != nil {
+		if x, ok := x.Body.(*Event_PairReady); ok {
+			return x.PairReady
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetPairResult() *PairResult {
+	if x != nil {
+		if x, ok := x.Body.(*Event_PairResult); ok {
+			return x.PairResult
+		}
+	}
+	return nil
+}
+
 type isEvent_Body interface {
 	isEvent_Body()
 }
@@ -2522,6 +2542,14 @@ type Event_Samples struct {
 	Samples *Samples `protobuf:"bytes,16,opt,name=samples,proto3,oneof"`
 }
 
+type Event_PairReady struct {
+	PairReady *PairReady `protobuf:"bytes,50,opt,name=pair_ready,json=pairReady,proto3,oneof"`
+}
+
+type Event_PairResult struct {
+	PairResult *PairResult `protobuf:"bytes,51,opt,name=pair_result,json=pairResult,proto3,oneof"`
+}
+
 func (*Event_PhaseStart) isEvent_Body() {}
 
 func (*Event_PhaseEnd) isEvent_Body() {}
@@ -2535,6 +2563,10 @@ func (*Event_Metric) isEvent_Body() {}
 func (*Event_Progress) isEvent_Body() {}
 
 func (*Event_Samples) isEvent_Body() {}
+
+func (*Event_PairReady) isEvent_Body() {}
+
+func (*Event_PairResult) isEvent_Body() {}
 
 // Progress is a long phase's heartbeat (sent at least every minute while a
 // suite runs): where the suite is, each check's state and the runner's
@@ -3261,6 +3293,8 @@ type CoordinatorMessage struct {
 	//	*CoordinatorMessage_Idle
 	//	*CoordinatorMessage_Reboot
 	//	*CoordinatorMessage_Cancel
+	//	*CoordinatorMessage_PairSchedule
+	//	*CoordinatorMessage_PairVerdicts
 	Msg           isCoordinatorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3348,6 +3382,24 @@ func (x *CoordinatorMessage) GetCancel() *Cancel {
 	return nil
 }
 
+func (x *CoordinatorMessage) GetPairSchedule() *PairSchedule {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_PairSchedule); ok {
+			return x.PairSchedule
+		}
+	}
+	return nil
+}
+
+func (x *CoordinatorMessage) GetPairVerdicts() *PairVerdicts {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_PairVerdicts); ok {
+			return x.PairVerdicts
+		}
+	}
+	return nil
+}
+
 type isCoordinatorMessage_Msg interface {
 	isCoordinatorMessage_Msg()
 }
@@ -3372,6 +3424,14 @@ type CoordinatorMessage_Cancel struct {
 	Cancel *Cancel `protobuf:"bytes,5,opt,name=cancel,proto3,oneof"`
 }
 
+type CoordinatorMessage_PairSchedule struct {
+	PairSchedule *PairSchedule `protobuf:"bytes,50,opt,name=pair_schedule,json=pairSchedule,proto3,oneof"`
+}
+
+type CoordinatorMessage_PairVerdicts struct {
+	PairVerdicts *PairVerdicts `protobuf:"bytes,51,opt,name=pair_verdicts,json=pairVerdicts,proto3,oneof"`
+}
+
 func (*CoordinatorMessage_Assignment) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Ack) isCoordinatorMessage_Msg() {}
@@ -3381,6 +3441,10 @@ func (*CoordinatorMessage_Idle) isCoordinatorMessage_Msg() {}
 func (*CoordinatorMessage_Reboot) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Cancel) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_PairSchedule) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_PairVerdicts) isCoordinatorMessage_Msg() {}
 
 type Assignment struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -8565,6 +8629,544 @@ func (x *PoolResponse) GetRefused() []*Refusal {
 	return nil
 }
 
+// PairReady: the runner is at the node-pair check and offers its ports.
+type PairReady struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Check         string                 `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
+	Stage         string                 `protobuf:"bytes,2,opt,name=stage,proto3" json:"stage,omitempty"`
+	Ports         []*PairPort            `protobuf:"bytes,3,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PairReady) Reset() {
+	*x = PairReady{}
+	mi := &file_cure_proto_msgTypes[96]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PairReady) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PairReady) ProtoMessage() {}
+
+func (x *PairReady) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[96]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PairReady.ProtoReflect.Descriptor instead.
+func (*PairReady) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{96}
+}
+
+func (x *PairReady) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *PairReady) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *PairReady) GetPorts() []*PairPort {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+// PairPort is one port the SKU has the node test, with the node's own
+// address on it.
+type PairPort struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`           // eth0, mlx5_0:1
+	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`     // the node's own IP address on the port
+	Transport     string                 `protobuf:"bytes,3,opt,name=transport,proto3" json:"transport,omitempty"` // ethernet (iperf3) or rdma (perftest)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PairPort) Reset() {
+	*x = PairPort{}
+	mi := &file_cure_proto_msgTypes[97]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PairPort) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PairPort) ProtoMessage() {}
+
+func (x *PairPort) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[97]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PairPort.ProtoReflect.Descriptor instead.
+func (*PairPort) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{97}
+}
+
+func (x *PairPort) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PairPort) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *PairPort) GetTransport() string {
+	if x != nil {
+		return x.Transport
+	}
+	return ""
+}
+
+// PairSchedule is the node's part of the batch's plan. Times are the
+// coordinator's clock: the runner places them on its own by now_unix_ms
+// (the coordinator's clock when sent), so node clocks need not agree.
+type PairSchedule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Check         string                 `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
+	Batch         string                 `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
+	NowUnixMs     int64                  `protobuf:"varint,3,opt,name=now_unix_ms,json=nowUnixMs,proto3" json:"now_unix_ms,omitempty"`
+	StartUnixMs   int64                  `protobuf:"varint,4,opt,name=start_unix_ms,json=startUnixMs,proto3" json:"start_unix_ms,omitempty"` // the plan's start
+	EndUnixMs     int64                  `protobuf:"varint,5,opt,name=end_unix_ms,json=endUnixMs,proto3" json:"end_unix_ms,omitempty"`       // the plan's last window's end
+	DurationMs    int64                  `protobuf:"varint,6,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`      // one direction's transfer
+	Slots         []*PairSlot            `protobuf:"bytes,7,rep,name=slots,proto3" json:"slots,omitempty"`                                   // this node's slots, in round order
+	Members       []string               `protobuf:"bytes,8,rep,name=members,proto3" json:"members,omitempty"`                               // the batch's nodes
+	Rounds        uint32                 `protobuf:"varint,9,opt,name=rounds,proto3" json:"rounds,omitempty"`
+	Notes         []string               `protobuf:"bytes,10,rep,name=notes,proto3" json:"notes,omitempty"` // what the plan left out, and why
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PairSchedule) Reset() {
+	*x = PairSchedule{}
+	mi := &file_cure_proto_msgTypes[98]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PairSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PairSchedule) ProtoMessage() {}
+
+func (x *PairSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[98]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PairSchedule.ProtoReflect.Descriptor instead.
+func (*PairSchedule) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{98}
+}
+
+func (x *PairSchedule) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *PairSchedule) GetBatch() string {
+	if x != nil {
+		return x.Batch
+	}
+	return ""
+}
+
+func (x *PairSchedule) GetNowUnixMs() int64 {
+	if x != nil {
+		return x.NowUnixMs
+	}
+	return 0
+}
+
+func (x *PairSchedule) GetStartUnixMs() int64 {
+	if x != nil {
+		return x.StartUnixMs
+	}
+	return 0
+}
+
+func (x *PairSchedule) GetEndUnixMs() int64 {
+	if x != nil {
+		return x.EndUnixMs
+	}
+	return 0
+}
+
+func (x *PairSchedule) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *PairSchedule) GetSlots() []*PairSlot {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *PairSchedule) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *PairSchedule) GetRounds() uint32 {
+	if x != nil {
+		return x.Rounds
+	}
+	return 0
+}
+
+func (x *PairSchedule) GetNotes() []string {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+// PairSlot is one link the node takes part in during one round.
+type PairSlot struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Round          uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Role           string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`       // server (iperf3 -s / perftest listener) or client
+	Partner        string                 `protobuf:"bytes,3,opt,name=partner,proto3" json:"partner,omitempty"` // the partner's node id
+	Port           string                 `protobuf:"bytes,4,opt,name=port,proto3" json:"port,omitempty"`       // this node's port
+	Address        string                 `protobuf:"bytes,5,opt,name=address,proto3" json:"address,omitempty"` // this node's address on it
+	PartnerPort    string                 `protobuf:"bytes,6,opt,name=partner_port,json=partnerPort,proto3" json:"partner_port,omitempty"`
+	PartnerAddress string                 `protobuf:"bytes,7,opt,name=partner_address,json=partnerAddress,proto3" json:"partner_address,omitempty"`
+	TcpPort        uint32                 `protobuf:"varint,8,opt,name=tcp_port,json=tcpPort,proto3" json:"tcp_port,omitempty"` // the server's port for this slot
+	Transport      string                 `protobuf:"bytes,9,opt,name=transport,proto3" json:"transport,omitempty"`
+	StartUnixMs    int64                  `protobuf:"varint,10,opt,name=start_unix_ms,json=startUnixMs,proto3" json:"start_unix_ms,omitempty"` // the round's window, coordinator clock
+	EndUnixMs      int64                  `protobuf:"varint,11,opt,name=end_unix_ms,json=endUnixMs,proto3" json:"end_unix_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PairSlot) Reset() {
+	*x = PairSlot{}
+	mi := &file_cure_proto_msgTypes[99]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PairSlot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PairSlot) ProtoMessage() {}
+
+func (x *PairSlot) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[99]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PairSlot.ProtoReflect.Descriptor instead.
+func (*PairSlot) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{99}
+}
+
+func (x *PairSlot) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *PairSlot) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *PairSlot) GetPartner() string {
+	if x != nil {
+		return x.Partner
+	}
+	return ""
+}
+
+func (x *PairSlot) GetPort() string {
+	if x != nil {
+		return x.Port
+	}
+	return ""
+}
+
+func (x *PairSlot) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *PairSlot) GetPartnerPort() string {
+	if x != nil {
+		return x.PartnerPort
+	}
+	return ""
+}
+
+func (x *PairSlot) GetPartnerAddress() string {
+	if x != nil {
+		return x.PartnerAddress
+	}
+	return ""
+}
+
+func (x *PairSlot) GetTcpPort() uint32 {
+	if x != nil {
+		return x.TcpPort
+	}
+	return 0
+}
+
+func (x *PairSlot) GetTransport() string {
+	if x != nil {
+		return x.Transport
+	}
+	return ""
+}
+
+func (x *PairSlot) GetStartUnixMs() int64 {
+	if x != nil {
+		return x.StartUnixMs
+	}
+	return 0
+}
+
+func (x *PairSlot) GetEndUnixMs() int64 {
+	if x != nil {
+		return x.EndUnixMs
+	}
+	return 0
+}
+
+// PairResult is one slot measured by its client: both directions.
+type PairResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Check         string                 `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
+	Round         uint32                 `protobuf:"varint,2,opt,name=round,proto3" json:"round,omitempty"`
+	Partner       string                 `protobuf:"bytes,3,opt,name=partner,proto3" json:"partner,omitempty"` // the server's node id
+	Port          string                 `protobuf:"bytes,4,opt,name=port,proto3" json:"port,omitempty"`       // the client's port
+	PartnerPort   string                 `protobuf:"bytes,5,opt,name=partner_port,json=partnerPort,proto3" json:"partner_port,omitempty"`
+	Transport     string                 `protobuf:"bytes,6,opt,name=transport,proto3" json:"transport,omitempty"`
+	Forward       float64                `protobuf:"fixed64,7,opt,name=forward,proto3" json:"forward,omitempty"` // client to server, in unit
+	Reverse       float64                `protobuf:"fixed64,8,opt,name=reverse,proto3" json:"reverse,omitempty"` // server to client, in unit
+	Unit          string                 `protobuf:"bytes,9,opt,name=unit,proto3" json:"unit,omitempty"`         // Mb/s (ethernet), Gb/s (rdma)
+	Error         string                 `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`      // why it was not measured ("" : measured)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PairResult) Reset() {
+	*x = PairResult{}
+	mi := &file_cure_proto_msgTypes[100]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PairResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PairResult) ProtoMessage() {}
+
+func (x *PairResult) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[100]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PairResult.ProtoReflect.Descriptor instead.
+func (*PairResult) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{100}
+}
+
+func (x *PairResult) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *PairResult) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *PairResult) GetPartner() string {
+	if x != nil {
+		return x.Partner
+	}
+	return ""
+}
+
+func (x *PairResult) GetPort() string {
+	if x != nil {
+		return x.Port
+	}
+	return ""
+}
+
+func (x *PairResult) GetPartnerPort() string {
+	if x != nil {
+		return x.PartnerPort
+	}
+	return ""
+}
+
+func (x *PairResult) GetTransport() string {
+	if x != nil {
+		return x.Transport
+	}
+	return ""
+}
+
+func (x *PairResult) GetForward() float64 {
+	if x != nil {
+		return x.Forward
+	}
+	return 0
+}
+
+func (x *PairResult) GetReverse() float64 {
+	if x != nil {
+		return x.Reverse
+	}
+	return 0
+}
+
+func (x *PairResult) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *PairResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// PairVerdicts is the batch's judgement of this node, for the node-pair
+// check to report as its verdicts.
+type PairVerdicts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Check         string                 `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
+	Verdicts      []*Verdict             `protobuf:"bytes,2,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PairVerdicts) Reset() {
+	*x = PairVerdicts{}
+	mi := &file_cure_proto_msgTypes[101]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PairVerdicts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PairVerdicts) ProtoMessage() {}
+
+func (x *PairVerdicts) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[101]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PairVerdicts.ProtoReflect.Descriptor instead.
+func (*PairVerdicts) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{101}
+}
+
+func (x *PairVerdicts) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *PairVerdicts) GetVerdicts() []*Verdict {
+	if x != nil {
+		return x.Verdicts
+	}
+	return nil
+}
+
 var File_cure_proto protoreflect.FileDescriptor
 
 const file_cure_proto_rawDesc = "" +
@@ -8772,7 +9374,7 @@ const file_cure_proto_rawDesc = "" +
 	"\ttransport\x18\x05 \x01(\tR\ttransport\x12\x1c\n" +
 	"\tremovable\x18\x06 \x01(\bR\tremovable\x12\x1f\n" +
 	"\vboot_medium\x18\a \x01(\bR\n" +
-	"bootMedium\"\xb4\x03\n" +
+	"bootMedium\"\xa1\x04\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12 \n" +
 	"\ftime_unix_ms\x18\x02 \x01(\x03R\n" +
@@ -8787,7 +9389,11 @@ const file_cure_proto_rawDesc = "" +
 	"\x03log\x18\r \x01(\v2\f.cure.v1.LogH\x00R\x03log\x12)\n" +
 	"\x06metric\x18\x0e \x01(\v2\x0f.cure.v1.MetricH\x00R\x06metric\x12/\n" +
 	"\bprogress\x18\x0f \x01(\v2\x11.cure.v1.ProgressH\x00R\bprogress\x12,\n" +
-	"\asamples\x18\x10 \x01(\v2\x10.cure.v1.SamplesH\x00R\asamplesB\x06\n" +
+	"\asamples\x18\x10 \x01(\v2\x10.cure.v1.SamplesH\x00R\asamples\x123\n" +
+	"\n" +
+	"pair_ready\x182 \x01(\v2\x12.cure.v1.PairReadyH\x00R\tpairReady\x126\n" +
+	"\vpair_result\x183 \x01(\v2\x13.cure.v1.PairResultH\x00R\n" +
+	"pairResultB\x06\n" +
 	"\x04body\"\xe1\x01\n" +
 	"\bProgress\x12\x14\n" +
 	"\x05suite\x18\x01 \x01(\tR\x05suite\x12\x14\n" +
@@ -8856,7 +9462,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x06labels\x18\x04 \x03(\v2\x1b.cure.v1.Metric.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xef\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xeb\x02\n" +
 	"\x12CoordinatorMessage\x125\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x13.cure.v1.AssignmentH\x00R\n" +
@@ -8864,7 +9470,9 @@ const file_cure_proto_rawDesc = "" +
 	"\x03ack\x18\x02 \x01(\v2\f.cure.v1.AckH\x00R\x03ack\x12#\n" +
 	"\x04idle\x18\x03 \x01(\v2\r.cure.v1.IdleH\x00R\x04idle\x12)\n" +
 	"\x06reboot\x18\x04 \x01(\v2\x0f.cure.v1.RebootH\x00R\x06reboot\x12)\n" +
-	"\x06cancel\x18\x05 \x01(\v2\x0f.cure.v1.CancelH\x00R\x06cancelB\x05\n" +
+	"\x06cancel\x18\x05 \x01(\v2\x0f.cure.v1.CancelH\x00R\x06cancel\x12<\n" +
+	"\rpair_schedule\x182 \x01(\v2\x15.cure.v1.PairScheduleH\x00R\fpairSchedule\x12<\n" +
+	"\rpair_verdicts\x183 \x01(\v2\x15.cure.v1.PairVerdictsH\x00R\fpairVerdictsB\x05\n" +
 	"\x03msg\"\x89\x05\n" +
 	"\n" +
 	"Assignment\x12\x15\n" +
@@ -9375,7 +9983,57 @@ const file_cure_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"e\n" +
 	"\fPoolResponse\x12)\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x13.cure.v1.PoolStatusR\x05nodes\x12*\n" +
-	"\arefused\x18\x02 \x03(\v2\x10.cure.v1.RefusalR\arefused*\x98\x01\n" +
+	"\arefused\x18\x02 \x03(\v2\x10.cure.v1.RefusalR\arefused\"`\n" +
+	"\tPairReady\x12\x14\n" +
+	"\x05check\x18\x01 \x01(\tR\x05check\x12\x14\n" +
+	"\x05stage\x18\x02 \x01(\tR\x05stage\x12'\n" +
+	"\x05ports\x18\x03 \x03(\v2\x11.cure.v1.PairPortR\x05ports\"V\n" +
+	"\bPairPort\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1c\n" +
+	"\ttransport\x18\x03 \x01(\tR\ttransport\"\xb0\x02\n" +
+	"\fPairSchedule\x12\x14\n" +
+	"\x05check\x18\x01 \x01(\tR\x05check\x12\x14\n" +
+	"\x05batch\x18\x02 \x01(\tR\x05batch\x12\x1e\n" +
+	"\vnow_unix_ms\x18\x03 \x01(\x03R\tnowUnixMs\x12\"\n" +
+	"\rstart_unix_ms\x18\x04 \x01(\x03R\vstartUnixMs\x12\x1e\n" +
+	"\vend_unix_ms\x18\x05 \x01(\x03R\tendUnixMs\x12\x1f\n" +
+	"\vduration_ms\x18\x06 \x01(\x03R\n" +
+	"durationMs\x12'\n" +
+	"\x05slots\x18\a \x03(\v2\x11.cure.v1.PairSlotR\x05slots\x12\x18\n" +
+	"\amembers\x18\b \x03(\tR\amembers\x12\x16\n" +
+	"\x06rounds\x18\t \x01(\rR\x06rounds\x12\x14\n" +
+	"\x05notes\x18\n" +
+	" \x03(\tR\x05notes\"\xc5\x02\n" +
+	"\bPairSlot\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\rR\x05round\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x18\n" +
+	"\apartner\x18\x03 \x01(\tR\apartner\x12\x12\n" +
+	"\x04port\x18\x04 \x01(\tR\x04port\x12\x18\n" +
+	"\aaddress\x18\x05 \x01(\tR\aaddress\x12!\n" +
+	"\fpartner_port\x18\x06 \x01(\tR\vpartnerPort\x12'\n" +
+	"\x0fpartner_address\x18\a \x01(\tR\x0epartnerAddress\x12\x19\n" +
+	"\btcp_port\x18\b \x01(\rR\atcpPort\x12\x1c\n" +
+	"\ttransport\x18\t \x01(\tR\ttransport\x12\"\n" +
+	"\rstart_unix_ms\x18\n" +
+	" \x01(\x03R\vstartUnixMs\x12\x1e\n" +
+	"\vend_unix_ms\x18\v \x01(\x03R\tendUnixMs\"\x85\x02\n" +
+	"\n" +
+	"PairResult\x12\x14\n" +
+	"\x05check\x18\x01 \x01(\tR\x05check\x12\x14\n" +
+	"\x05round\x18\x02 \x01(\rR\x05round\x12\x18\n" +
+	"\apartner\x18\x03 \x01(\tR\apartner\x12\x12\n" +
+	"\x04port\x18\x04 \x01(\tR\x04port\x12!\n" +
+	"\fpartner_port\x18\x05 \x01(\tR\vpartnerPort\x12\x1c\n" +
+	"\ttransport\x18\x06 \x01(\tR\ttransport\x12\x18\n" +
+	"\aforward\x18\a \x01(\x01R\aforward\x12\x18\n" +
+	"\areverse\x18\b \x01(\x01R\areverse\x12\x12\n" +
+	"\x04unit\x18\t \x01(\tR\x04unit\x12\x14\n" +
+	"\x05error\x18\n" +
+	" \x01(\tR\x05error\"R\n" +
+	"\fPairVerdicts\x12\x14\n" +
+	"\x05check\x18\x01 \x01(\tR\x05check\x12,\n" +
+	"\bverdicts\x18\x02 \x03(\v2\x10.cure.v1.VerdictR\bverdicts*\x98\x01\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_PROVISION\x10\x01\x12\x0e\n" +
@@ -9458,7 +10116,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 113)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 119)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                    // 0: cure.v1.Mode
 	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
@@ -9562,23 +10220,29 @@ var file_cure_proto_goTypes = []any{
 	(*PoolRequest)(nil),          // 99: cure.v1.PoolRequest
 	(*RevalidateRequest)(nil),    // 100: cure.v1.RevalidateRequest
 	(*PoolResponse)(nil),         // 101: cure.v1.PoolResponse
-	nil,                          // 102: cure.v1.Attestation.PcrsEntry
-	nil,                          // 103: cure.v1.Log.AttrsEntry
-	nil,                          // 104: cure.v1.Metric.LabelsEntry
-	nil,                          // 105: cure.v1.Assignment.PsidsEntry
-	nil,                          // 106: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 107: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 108: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 109: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 110: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 111: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 112: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 113: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 114: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 115: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 116: cure.v1.NodeDetail.LabelsEntry
-	nil,                          // 117: cure.v1.PoolRequest.SelectorEntry
-	nil,                          // 118: cure.v1.RevalidateRequest.SelectorEntry
+	(*PairReady)(nil),            // 102: cure.v1.PairReady
+	(*PairPort)(nil),             // 103: cure.v1.PairPort
+	(*PairSchedule)(nil),         // 104: cure.v1.PairSchedule
+	(*PairSlot)(nil),             // 105: cure.v1.PairSlot
+	(*PairResult)(nil),           // 106: cure.v1.PairResult
+	(*PairVerdicts)(nil),         // 107: cure.v1.PairVerdicts
+	nil,                          // 108: cure.v1.Attestation.PcrsEntry
+	nil,                          // 109: cure.v1.Log.AttrsEntry
+	nil,                          // 110: cure.v1.Metric.LabelsEntry
+	nil,                          // 111: cure.v1.Assignment.PsidsEntry
+	nil,                          // 112: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                          // 113: cure.v1.CancelRequest.SelectorEntry
+	nil,                          // 114: cure.v1.FleetRequest.SelectorEntry
+	nil,                          // 115: cure.v1.FleetStatus.ByStatusEntry
+	nil,                          // 116: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                          // 117: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                          // 118: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                          // 119: cure.v1.NodeSpec.LabelsEntry
+	nil,                          // 120: cure.v1.NodeSpec.PsidsEntry
+	nil,                          // 121: cure.v1.LabelNodeRequest.SetEntry
+	nil,                          // 122: cure.v1.NodeDetail.LabelsEntry
+	nil,                          // 123: cure.v1.PoolRequest.SelectorEntry
+	nil,                          // 124: cure.v1.RevalidateRequest.SelectorEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	7,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -9588,7 +10252,7 @@ var file_cure_proto_depIdxs = []int32{
 	13,  // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
 	11,  // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
 	10,  // 6: cure.v1.Hello.attestation:type_name -> cure.v1.Attestation
-	102, // 7: cure.v1.Attestation.pcrs:type_name -> cure.v1.Attestation.PcrsEntry
+	108, // 7: cure.v1.Attestation.pcrs:type_name -> cure.v1.Attestation.PcrsEntry
 	5,   // 8: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
 	21,  // 9: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
 	22,  // 10: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
@@ -9608,141 +10272,148 @@ var file_cure_proto_depIdxs = []int32{
 	36,  // 24: cure.v1.Event.metric:type_name -> cure.v1.Metric
 	27,  // 25: cure.v1.Event.progress:type_name -> cure.v1.Progress
 	29,  // 26: cure.v1.Event.samples:type_name -> cure.v1.Samples
-	28,  // 27: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
-	1,   // 28: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
-	30,  // 29: cure.v1.Samples.series:type_name -> cure.v1.Series
-	2,   // 30: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
-	1,   // 31: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	34,  // 32: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	103, // 33: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	104, // 34: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
-	38,  // 35: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
-	43,  // 36: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
-	44,  // 37: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
-	45,  // 38: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
-	46,  // 39: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
-	0,   // 40: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
-	41,  // 41: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
-	42,  // 42: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	105, // 43: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
-	40,  // 44: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
-	39,  // 45: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
-	28,  // 46: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
-	0,   // 47: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	106, // 48: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
-	55,  // 49: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	49,  // 50: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	107, // 51: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
-	55,  // 52: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
-	49,  // 53: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	108, // 54: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	109, // 55: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	110, // 56: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
-	54,  // 57: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	111, // 58: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
-	3,   // 59: cure.v1.FleetRun.run_status:type_name -> cure.v1.RunStatus
-	33,  // 60: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
-	27,  // 61: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
-	0,   // 62: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	72,  // 63: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
-	33,  // 64: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	91,  // 65: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	67,  // 66: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	61,  // 67: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
-	62,  // 68: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
-	62,  // 69: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
-	63,  // 70: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
-	30,  // 71: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
-	30,  // 72: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
-	60,  // 73: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
-	96,  // 74: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
-	94,  // 75: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
-	27,  // 76: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
-	66,  // 77: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
-	3,   // 78: cure.v1.RunReport.run_status:type_name -> cure.v1.RunStatus
-	64,  // 79: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
-	61,  // 80: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
-	62,  // 81: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
-	62,  // 82: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
-	63,  // 83: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
-	1,   // 84: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
-	67,  // 85: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	112, // 86: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	70,  // 87: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	71,  // 88: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	71,  // 89: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
-	2,   // 90: cure.v1.PhaseRecord.phase_status:type_name -> cure.v1.PhaseStatus
-	75,  // 91: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	33,  // 92: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	78,  // 93: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	4,   // 94: cure.v1.NodeInfo.pool_state:type_name -> cure.v1.PoolState
-	3,   // 95: cure.v1.NodeInfo.last_run_state:type_name -> cure.v1.RunStatus
-	80,  // 96: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	113, // 97: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	83,  // 98: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	114, // 99: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	82,  // 100: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	115, // 101: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	116, // 102: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	91,  // 103: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	98,  // 104: cure.v1.NodeDetail.pool:type_name -> cure.v1.PoolStatus
-	3,   // 105: cure.v1.NodeDetail.last_run_state:type_name -> cure.v1.RunStatus
-	14,  // 106: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	94,  // 107: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
-	95,  // 108: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
-	96,  // 109: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
-	94,  // 110: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
-	4,   // 111: cure.v1.PoolStatus.state:type_name -> cure.v1.PoolState
-	117, // 112: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
-	118, // 113: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
-	0,   // 114: cure.v1.RevalidateRequest.mode:type_name -> cure.v1.Mode
-	98,  // 115: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
-	49,  // 116: cure.v1.PoolResponse.refused:type_name -> cure.v1.Refusal
-	6,   // 117: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	8,   // 118: cure.v1.RunnerService.BeginAttestation:input_type -> cure.v1.AttestBegin
-	47,  // 119: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	56,  // 120: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	58,  // 121: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	76,  // 122: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	73,  // 123: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	79,  // 124: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	50,  // 125: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	52,  // 126: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	84,  // 127: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	86,  // 128: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	88,  // 129: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	89,  // 130: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	68,  // 131: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	92,  // 132: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
-	99,  // 133: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
-	99,  // 134: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
-	100, // 135: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
-	99,  // 136: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
-	37,  // 137: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	9,   // 138: cure.v1.RunnerService.BeginAttestation:output_type -> cure.v1.AttestChallenge
-	48,  // 139: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	57,  // 140: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	59,  // 141: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	77,  // 142: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	74,  // 143: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	81,  // 144: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	51,  // 145: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	53,  // 146: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	85,  // 147: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	87,  // 148: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	90,  // 149: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	90,  // 150: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	69,  // 151: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	93,  // 152: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
-	101, // 153: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
-	101, // 154: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
-	101, // 155: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
-	101, // 156: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
-	137, // [137:157] is the sub-list for method output_type
-	117, // [117:137] is the sub-list for method input_type
-	117, // [117:117] is the sub-list for extension type_name
-	117, // [117:117] is the sub-list for extension extendee
-	0,   // [0:117] is the sub-list for field type_name
+	102, // 27: cure.v1.Event.pair_ready:type_name -> cure.v1.PairReady
+	106, // 28: cure.v1.Event.pair_result:type_name -> cure.v1.PairResult
+	28,  // 29: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
+	1,   // 30: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
+	30,  // 31: cure.v1.Samples.series:type_name -> cure.v1.Series
+	2,   // 32: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
+	1,   // 33: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
+	34,  // 34: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
+	109, // 35: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	110, // 36: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	38,  // 37: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
+	43,  // 38: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
+	44,  // 39: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
+	45,  // 40: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
+	46,  // 41: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
+	104, // 42: cure.v1.CoordinatorMessage.pair_schedule:type_name -> cure.v1.PairSchedule
+	107, // 43: cure.v1.CoordinatorMessage.pair_verdicts:type_name -> cure.v1.PairVerdicts
+	0,   // 44: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
+	41,  // 45: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
+	42,  // 46: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
+	111, // 47: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	40,  // 48: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
+	39,  // 49: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
+	28,  // 50: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
+	0,   // 51: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
+	112, // 52: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	55,  // 53: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	49,  // 54: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
+	113, // 55: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	55,  // 56: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
+	49,  // 57: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
+	114, // 58: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	115, // 59: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	116, // 60: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	54,  // 61: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
+	117, // 62: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	3,   // 63: cure.v1.FleetRun.run_status:type_name -> cure.v1.RunStatus
+	33,  // 64: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
+	27,  // 65: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
+	0,   // 66: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
+	72,  // 67: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	33,  // 68: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
+	91,  // 69: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	67,  // 70: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	61,  // 71: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
+	62,  // 72: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
+	62,  // 73: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
+	63,  // 74: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
+	30,  // 75: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
+	30,  // 76: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
+	60,  // 77: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
+	96,  // 78: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
+	94,  // 79: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
+	27,  // 80: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
+	66,  // 81: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
+	3,   // 82: cure.v1.RunReport.run_status:type_name -> cure.v1.RunStatus
+	64,  // 83: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
+	61,  // 84: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
+	62,  // 85: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
+	62,  // 86: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
+	63,  // 87: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
+	1,   // 88: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
+	67,  // 89: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	118, // 90: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	70,  // 91: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	71,  // 92: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	71,  // 93: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	2,   // 94: cure.v1.PhaseRecord.phase_status:type_name -> cure.v1.PhaseStatus
+	75,  // 95: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	33,  // 96: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	78,  // 97: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	4,   // 98: cure.v1.NodeInfo.pool_state:type_name -> cure.v1.PoolState
+	3,   // 99: cure.v1.NodeInfo.last_run_state:type_name -> cure.v1.RunStatus
+	80,  // 100: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	119, // 101: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	83,  // 102: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	120, // 103: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	82,  // 104: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	121, // 105: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	122, // 106: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	91,  // 107: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	98,  // 108: cure.v1.NodeDetail.pool:type_name -> cure.v1.PoolStatus
+	3,   // 109: cure.v1.NodeDetail.last_run_state:type_name -> cure.v1.RunStatus
+	14,  // 110: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	94,  // 111: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
+	95,  // 112: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
+	96,  // 113: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
+	94,  // 114: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
+	4,   // 115: cure.v1.PoolStatus.state:type_name -> cure.v1.PoolState
+	123, // 116: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
+	124, // 117: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
+	0,   // 118: cure.v1.RevalidateRequest.mode:type_name -> cure.v1.Mode
+	98,  // 119: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
+	49,  // 120: cure.v1.PoolResponse.refused:type_name -> cure.v1.Refusal
+	103, // 121: cure.v1.PairReady.ports:type_name -> cure.v1.PairPort
+	105, // 122: cure.v1.PairSchedule.slots:type_name -> cure.v1.PairSlot
+	33,  // 123: cure.v1.PairVerdicts.verdicts:type_name -> cure.v1.Verdict
+	6,   // 124: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	8,   // 125: cure.v1.RunnerService.BeginAttestation:input_type -> cure.v1.AttestBegin
+	47,  // 126: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	56,  // 127: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	58,  // 128: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	76,  // 129: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	73,  // 130: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	79,  // 131: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	50,  // 132: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	52,  // 133: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	84,  // 134: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	86,  // 135: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	88,  // 136: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	89,  // 137: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	68,  // 138: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	92,  // 139: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
+	99,  // 140: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
+	99,  // 141: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
+	100, // 142: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
+	99,  // 143: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
+	37,  // 144: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	9,   // 145: cure.v1.RunnerService.BeginAttestation:output_type -> cure.v1.AttestChallenge
+	48,  // 146: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	57,  // 147: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	59,  // 148: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	77,  // 149: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	74,  // 150: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	81,  // 151: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	51,  // 152: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	53,  // 153: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	85,  // 154: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	87,  // 155: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	90,  // 156: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	90,  // 157: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	69,  // 158: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	93,  // 159: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
+	101, // 160: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
+	101, // 161: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
+	101, // 162: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
+	101, // 163: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
+	144, // [144:164] is the sub-list for method output_type
+	124, // [124:144] is the sub-list for method input_type
+	124, // [124:124] is the sub-list for extension type_name
+	124, // [124:124] is the sub-list for extension extendee
+	0,   // [0:124] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -9762,6 +10433,8 @@ func file_cure_proto_init() {
 		(*Event_Metric)(nil),
 		(*Event_Progress)(nil),
 		(*Event_Samples)(nil),
+		(*Event_PairReady)(nil),
+		(*Event_PairResult)(nil),
 	}
 	file_cure_proto_msgTypes[31].OneofWrappers = []any{
 		(*CoordinatorMessage_Assignment)(nil),
@@ -9769,6 +10442,8 @@ func file_cure_proto_init() {
 		(*CoordinatorMessage_Idle)(nil),
 		(*CoordinatorMessage_Reboot)(nil),
 		(*CoordinatorMessage_Cancel)(nil),
+		(*CoordinatorMessage_PairSchedule)(nil),
+		(*CoordinatorMessage_PairVerdicts)(nil),
 	}
 	file_cure_proto_msgTypes[90].OneofWrappers = []any{}
 	type x struct{}
@@ -9777,7 +10452,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   113,
+			NumMessages:   119,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

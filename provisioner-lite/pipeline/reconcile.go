@@ -13,6 +13,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/tools/checks/suite"
 )
 
 // The pipeline's waits are reconciled from the run's stored status
@@ -43,13 +44,14 @@ const (
 	actEndBootWindow                     // tokens minted for this boot window and never used die
 	actRebootOutOfCURE                   // reboot the node out of CURE into its installed OS
 	actOrderReboot                       // tell session's runner to reboot again
+	actPairSend                          // send session's runner a node-pair message (pair)
 )
 
 var actionNames = map[actionKind]string{
 	actRecordStart: "record_start", actRecordEnd: "record_end", actRebootCURE: "reboot_into_cure", actEvent: "event",
 	actNote: "note", actRetry: "retry", actAssign: "assign", actReattach: "reattach", actFail: "fail", actLost: "lost",
 	actDone: "done", actRequeue: "requeue", actEndBootWindow: "end_boot_window", actRebootOutOfCURE: "reboot_out_of_cure",
-	actOrderReboot: "order_reboot",
+	actOrderReboot: "order_reboot", actPairSend: "pair_send",
 }
 
 func (k actionKind) String() string {
@@ -70,6 +72,7 @@ type action struct {
 	session store.SessionRef
 	phases  []string
 	cause   string
+	pair    *curev1.CoordinatorMessage
 }
 
 // sessionRef names a hub session in a run's status.
@@ -105,6 +108,9 @@ type batchObs struct {
 	events  []store.Event
 	readTo  int64
 	session *sessionObs // nil: no runner connected for the node
+	// pairs is the node-pair batch as seen (nil: the run is at no
+	// node-pair check).
+	pairs *pairObs
 }
 
 // batchPolicy is what a batch is judged by.
@@ -115,6 +121,8 @@ type batchPolicy struct {
 	reconnect   time.Duration              // a runner gone (or silent) before it counts as lost
 	waitForCURE time.Duration              // a fresh CURE boot until its runner registers
 	disconnects int                        // runner losses per run
+	// pairs are the suite's node-pair checks by name.
+	pairs map[string]suite.PairConfig
 }
 
 // remaining is the batch's phases not completed yet.
@@ -191,6 +199,7 @@ func (d *batchDecision) decide() {
 	if d.ended() {
 		return
 	}
+	d.pairs()
 	d.checkDeadline()
 }
 
@@ -242,6 +251,11 @@ func (d *batchDecision) actOnEvents() {
 			continue
 		}
 		switch ev.Kind {
+		case runstate.EventInfo:
+			if len(ev.Payload) > 0 {
+				d.pairEvent(ev)
+				d.b.Cursor = ev.ID
+			}
 		case runstate.EventPhaseStart:
 			budget, _ := phaseBudget(ev.Phase, d.pol.suite, d.pol.phaseBound)
 			startAttempt(d.r, ev.Phase, d.obs.now)

@@ -69,8 +69,10 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 
 // batchPolicy is what the run's batch is judged by.
 func (e *Engine) batchPolicy(r *store.Run, batch []string, log *slog.Logger) batchPolicy {
-	return batchPolicy{phases: batch, suite: e.batchSuite(r, batch, log), phaseBound: e.cfg.Timeouts.RunnerPhase,
-		reconnect: e.cfg.Timeouts.Reconnect, waitForCURE: e.cfg.Timeouts.WaitForCURE, disconnects: e.cfg.Budgets.Disconnects}
+	s := e.batchSuite(r, batch, log)
+	return batchPolicy{phases: batch, suite: s, phaseBound: e.cfg.Timeouts.RunnerPhase,
+		reconnect: e.cfg.Timeouts.Reconnect, waitForCURE: e.cfg.Timeouts.WaitForCURE, disconnects: e.cfg.Budgets.Disconnects,
+		pairs: pairConfigs(s)}
 }
 
 // batchWatch is where a batch's observer has read the run's events to: a
@@ -111,6 +113,9 @@ func (e *Engine) observeBatch(ctx context.Context, r *store.Run, w *batchWatch) 
 	w.readTo = obs.readTo
 	changed = e.cfg.Hub.Changed(r.NodeID)
 	if obs.session, err = e.observeSession(ctx, r, obs.fresh); err != nil {
+		return obs, nil, false, err
+	}
+	if obs.pairs, err = e.observePairs(ctx, r); err != nil {
 		return obs, nil, false, err
 	}
 	return obs, changed, len(obs.events) == maxEventsPerLook, nil
@@ -163,6 +168,8 @@ func (e *Engine) applyBatch(ctx context.Context, r *store.Run, acts []action, lo
 			e.coordNote(ctx, *r, a.phase, a.msg)
 		case actRetry:
 			e.cfg.Metrics.Retry(a.phase, a.cause)
+		case actPairSend:
+			e.sendPair(r, a, log)
 		case actAssign:
 			if err := e.sendAssignment(ctx, r, a, log); err != nil {
 				return batchResult{end: true, err: err}
@@ -205,6 +212,24 @@ func (e *Engine) sendAssignment(ctx context.Context, r *store.Run, a action, log
 	e.save(ctx, r)
 	e.coordNote(ctx, *r, a.phases[0], fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(a.phases, ","), r.ResumeCount))
 	return nil
+}
+
+// sendPair sends the bound session's runner a node-pair message: its
+// schedule (stamped with the coordinator's clock now, by which the runner
+// places the plan's times) or its verdicts. A session gone meanwhile is
+// given it again when its runner reconnects (the status records the
+// session it went to).
+func (e *Engine) sendPair(r *store.Run, a action, log *slog.Logger) {
+	s := e.cfg.Hub.Current(r.NodeID)
+	if s == nil || sessionRef(s) != a.session {
+		return
+	}
+	if sc := a.pair.GetPairSchedule(); sc != nil {
+		sc.NowUnixMs = time.Now().UnixMilli()
+	}
+	if err := s.Send(a.pair); err != nil {
+		log.Warn("send node-pair message", "err", err)
+	}
 }
 
 // noPhaseEnd starts the failure message of an in-band phase that sent no

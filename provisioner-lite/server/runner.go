@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -604,10 +605,82 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 		m := b.Metric
 		e.Kind = runstate.EventMetric
 		e.Message = textsafe.BoundedLine(fmt.Sprintf("%s=%g%s%s", m.GetName(), m.GetValue(), m.GetUnit(), logAttrs(m.GetLabels())), maxValue)
+	case *curev1.Event_PairReady, *curev1.Event_PairResult:
+		// The node-pair burn-in's exchange: an info entry of the runner's
+		// on the timeline, its payload what the pipeline acts on.
+		clean, msg, err := pairEvent(ev)
+		if err != nil {
+			return store.Event{}, nil, fmt.Errorf("event seq %d: %w", ev.GetSeq(), err)
+		}
+		e.Kind = runstate.EventInfo
+		e.Message = textsafe.Bounded(msg, maxMessage)
+		if e.Payload, err = protojson.Marshal(clean); err != nil {
+			return store.Event{}, nil, err
+		}
 	default:
 		return store.Event{}, nil, fmt.Errorf("event seq %d has no body", ev.GetSeq())
 	}
 	return e, v, nil
+}
+
+// maxPairPorts bounds the ports a runner may offer (an HGX node has 8
+// compute and 2 storage ports).
+const maxPairPorts = 32
+
+// pairEvent is a runner's PairReady or PairResult cleaned and checked
+// (names bounded, addresses IP addresses, transports known, rates finite),
+// with its timeline line.
+func pairEvent(ev *curev1.Event) (*curev1.Event, string, error) {
+	out := &curev1.Event{Seq: ev.GetSeq(), Phase: ev.GetPhase()}
+	transport := func(t string) error {
+		if t != "ethernet" && t != "rdma" {
+			return fmt.Errorf("node-pair transport %q (want ethernet or rdma)", textsafe.BoundedLine(t, maxName))
+		}
+		return nil
+	}
+	if in := ev.GetPairReady(); in != nil {
+		r := &curev1.PairReady{Check: textsafe.BoundedLine(in.GetCheck(), maxName), Stage: textsafe.BoundedLine(in.GetStage(), maxName)}
+		if r.Check == "" || len(in.GetPorts()) == 0 || len(in.GetPorts()) > maxPairPorts {
+			return nil, "", fmt.Errorf("node-pair ready: check %q with %d ports (want a check and 1..%d ports)", r.Check, len(in.GetPorts()), maxPairPorts)
+		}
+		var names []string
+		for _, p := range in.GetPorts() {
+			ip := net.ParseIP(p.GetAddress())
+			if ip == nil {
+				return nil, "", fmt.Errorf("node-pair ready: port %q address %q is not an IP address", textsafe.BoundedLine(p.GetName(), maxName), textsafe.BoundedLine(p.GetAddress(), maxName))
+			}
+			if err := transport(p.GetTransport()); err != nil {
+				return nil, "", err
+			}
+			pp := &curev1.PairPort{Name: textsafe.BoundedLine(p.GetName(), maxName), Address: ip.String(), Transport: p.GetTransport()}
+			r.Ports = append(r.Ports, pp)
+			names = append(names, fmt.Sprintf("%s %s (%s)", pp.Name, pp.Address, pp.Transport))
+		}
+		out.Body = &curev1.Event_PairReady{PairReady: r}
+		return out, fmt.Sprintf("node-pair %s: ports offered: %s", r.Check, strings.Join(names, ", ")), nil
+	}
+	in := ev.GetPairResult()
+	r := &curev1.PairResult{Check: textsafe.BoundedLine(in.GetCheck(), maxName), Round: in.GetRound(), Partner: textsafe.BoundedLine(in.GetPartner(), maxName),
+		Port: textsafe.BoundedLine(in.GetPort(), maxName), PartnerPort: textsafe.BoundedLine(in.GetPartnerPort(), maxName),
+		Transport: in.GetTransport(), Forward: in.GetForward(), Reverse: in.GetReverse(), Unit: textsafe.BoundedLine(in.GetUnit(), 16),
+		Error: textsafe.Bounded(in.GetError(), maxValue)}
+	if err := transport(r.Transport); err != nil {
+		return nil, "", err
+	}
+	for _, x := range []float64{r.Forward, r.Reverse} {
+		if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
+			return nil, "", fmt.Errorf("node-pair result: rate %v", x)
+		}
+	}
+	if r.Check == "" || r.Partner == "" {
+		return nil, "", errors.New("node-pair result without check or partner")
+	}
+	out.Body = &curev1.Event_PairResult{PairResult: r}
+	msg := fmt.Sprintf("node-pair %s round %d: %s to %s:%s: forward %g %s, reverse %g %s", r.Check, r.Round, r.Port, r.Partner, r.PartnerPort, r.Forward, r.Unit, r.Reverse, r.Unit)
+	if r.Error != "" {
+		msg = fmt.Sprintf("node-pair %s round %d: %s to %s:%s not measured: %s", r.Check, r.Round, r.Port, r.Partner, r.PartnerPort, r.Error)
+	}
+	return out, msg, nil
 }
 
 // logAttrs renders up to maxAttrs key=value pairs, sorted, for the timeline.

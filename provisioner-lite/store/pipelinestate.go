@@ -37,6 +37,9 @@ type PipelineState struct {
 	BMC BMCWork `json:"bmc,omitzero"`
 	// Batch is the in-band batch the run's runner works on (nil: none).
 	Batch *RunnerBatch `json:"batch,omitempty"`
+	// Pair is the run's part in its batch's node-pair burn-in (nil: its
+	// suite has not reached a node-pair check).
+	Pair *PairWork `json:"pair,omitempty"`
 	// Handled is the latest runner session given work or re-attached to:
 	// never re-attached to again (its Hello is stale by then).
 	Handled SessionRef `json:"handled,omitzero"`
@@ -195,6 +198,19 @@ func (p *PipelineState) SetSubmission(firmware, rec string) {
 // Clone is a deep copy: the pipeline's decisions work on a copy of the
 // stored status.
 func (p PipelineState) Clone() PipelineState {
+	if p.Pair != nil {
+		w := *p.Pair
+		w.Ports = slices.Clone(w.Ports)
+		w.Results = slices.Clone(w.Results)
+		w.Verdicts = slices.Clone(w.Verdicts)
+		if w.Plan != nil {
+			pl := *w.Plan
+			pl.Members = slices.Clone(pl.Members)
+			pl.Notes = slices.Clone(pl.Notes)
+			w.Plan = &pl
+		}
+		p.Pair = &w
+	}
 	p.HostTokens = slices.Clone(p.HostTokens)
 	p.Phases = maps.Clone(p.Phases)
 	p.BMC.Submissions = maps.Clone(p.BMC.Submissions)
@@ -225,4 +241,67 @@ func unmarshalPipeline(s string) (PipelineState, error) {
 		return PipelineState{}, fmt.Errorf("pipeline state: %w", err)
 	}
 	return p, nil
+}
+
+// PairWork is a run's part in a node-pair burn-in: the node-pair check its
+// runner is at, the ports it offered, the batch's plan once made (by the
+// batch's first run in id order, the others adopt it), the links its
+// runner measured as a client, and what was sent to which session. Each
+// run writes only its own; the batch's plan and results are read from
+// its members' runs.
+type PairWork struct {
+	Check   string     `json:"check"`
+	Stage   string     `json:"stage,omitempty"`
+	ReadyAt time.Time  `json:"ready_at,omitzero"`
+	Ports   []PairPort `json:"ports,omitempty"`
+	// Plan is the batch's plan this run takes part in (nil: not planned
+	// yet).
+	Plan *PairPlan `json:"plan,omitempty"`
+	// Results are the links this run's runner measured as a client.
+	Results []PairResult `json:"results,omitempty"`
+	// Verdicts are the batch's judgement of this node (protojson of a
+	// PairVerdicts), once judged.
+	Verdicts []byte `json:"verdicts,omitempty"`
+	// ScheduleSent and VerdictsSent are the sessions given the schedule
+	// and the judgement: a new session (a reconnect) is given them again.
+	ScheduleSent SessionRef `json:"schedule_sent,omitzero"`
+	VerdictsSent SessionRef `json:"verdicts_sent,omitzero"`
+}
+
+// PairPort is one port a runner offered.
+type PairPort struct {
+	Name      string `json:"name"`
+	Address   string `json:"address"`
+	Transport string `json:"transport"`
+}
+
+// PairPlan is what the batch's plan is made from (the planner is pure, so
+// every member derives the same rounds from it) and when it runs.
+type PairPlan struct {
+	// Planner is the run that made the plan.
+	Planner string       `json:"planner"`
+	Members []PairMember `json:"members"`
+	Start   time.Time    `json:"start"`
+	End     time.Time    `json:"end"`
+	Notes   []string     `json:"notes,omitempty"`
+}
+
+// PairMember is one node of a plan, with its run and ports.
+type PairMember struct {
+	Node  string     `json:"node"`
+	Run   string     `json:"run"`
+	Ports []PairPort `json:"ports"`
+}
+
+// PairResult is one link a runner measured as the client.
+type PairResult struct {
+	Round       int     `json:"round"`
+	Partner     string  `json:"partner"`
+	Port        string  `json:"port"`
+	PartnerPort string  `json:"partner_port"`
+	Transport   string  `json:"transport"`
+	Forward     float64 `json:"forward"`
+	Reverse     float64 `json:"reverse"`
+	Unit        string  `json:"unit"`
+	Error       string  `json:"error,omitempty"`
 }

@@ -22,6 +22,10 @@ type Directive struct {
 	Idle       *curev1.Idle
 	Reboot     *curev1.Reboot
 	Cancel     *curev1.Cancel
+	// The node-pair burn-in's schedule and judgement, for the running
+	// suite's node-pair check (PairInbox); they interrupt nothing.
+	PairSchedule *curev1.PairSchedule
+	PairVerdicts *curev1.PairVerdicts
 }
 
 // AssignmentSource yields the coordinator's directives in order. Next blocks
@@ -51,6 +55,10 @@ type Emitter interface {
 	Progress(p *curev1.Progress)
 	// Samples is a batch of telemetry sampled during a suite stage.
 	Samples(s *curev1.Samples)
+	// PairReady offers the node's ports to the node-pair burn-in;
+	// PairResult reports one measured link.
+	PairReady(p *curev1.PairReady)
+	PairResult(p *curev1.PairResult)
 }
 
 // PhaseOutcome is how a phase ended.
@@ -84,6 +92,9 @@ type Agent struct {
 	// cure-runner binary prints console lines from them).
 	OnDirective func(Directive)
 	OnPhaseEnd  func(phase string, out PhaseOutcome, d time.Duration)
+	// Pairs receives the node-pair directives (nil: they are dropped,
+	// logged).
+	Pairs *PairInbox
 
 	mu    sync.Mutex
 	state *curev1.RunnerState
@@ -207,6 +218,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			case r.d.Cancel != nil:
 				a.log.Warn("run cancelled by coordinator", "running", cur != nil, "reason", r.d.Cancel.GetReason())
 				stopRun(fmt.Errorf("cancelled by coordinator: %s", r.d.Cancel.GetReason()))
+			case r.d.PairSchedule != nil || r.d.PairVerdicts != nil:
+				if a.Pairs == nil {
+					a.log.Warn("node-pair directive dropped: this runner has no inbox for it")
+					continue
+				}
+				a.Pairs.Put(r.d)
 			case r.d.Reboot != nil:
 				a.log.Info("reboot requested", "reason", r.d.Reboot.GetReason())
 				stopRun(fmt.Errorf("reboot requested by coordinator: %s", r.d.Reboot.GetReason()))
@@ -322,6 +339,14 @@ func (e *emitter) Progress(p *curev1.Progress) {
 
 func (e *emitter) Samples(s *curev1.Samples) {
 	e.emit(&curev1.Event{Body: &curev1.Event_Samples{Samples: s}})
+}
+
+func (e *emitter) PairReady(p *curev1.PairReady) {
+	e.emit(&curev1.Event{Body: &curev1.Event_PairReady{PairReady: p}})
+}
+
+func (e *emitter) PairResult(p *curev1.PairResult) {
+	e.emit(&curev1.Event{Body: &curev1.Event_PairResult{PairResult: p}})
 }
 
 // ErrNoReboot is returned by a Rebooter that is not allowed to reboot (dry run).

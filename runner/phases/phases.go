@@ -68,6 +68,9 @@ type Config struct {
 	FixPartitionTable func(path string, growRoot bool) (string, error)
 	// Root is where sys/, proc/ and dev/ are ("/" on a node; a fixture in tests).
 	Root string
+	// Pairs holds the coordinator's node-pair schedules and judgements
+	// (the agent's PairInbox); nil makes node-pair checks ERROR.
+	Pairs *agent.PairInbox
 	// SuiteEnv adjusts the validation environment (tests inject fakes).
 	SuiteEnv func(suite.Env) suite.Env
 	// TelemetryGPU samples GPUs during a stage's telemetry; nil means

@@ -38,6 +38,20 @@ type recEmitter struct {
 	progress []*curev1.Progress
 	samples  []*curev1.Samples
 	logs     int
+	ready    []*curev1.PairReady
+	results  []*curev1.PairResult
+}
+
+func (r *recEmitter) PairReady(p *curev1.PairReady) {
+	r.mu.Lock()
+	r.ready = append(r.ready, p)
+	r.mu.Unlock()
+}
+
+func (r *recEmitter) PairResult(p *curev1.PairResult) {
+	r.mu.Lock()
+	r.results = append(r.results, p)
+	r.mu.Unlock()
 }
 
 func (r *recEmitter) Samples(s *curev1.Samples) {

@@ -52,8 +52,10 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	// The SKU's GPU topology (NVLinks per GPU, NVSwitches, fabric) is what
 	// the GPU checks hold the node to where the suite does not say.
 	var topo *gpucheck.Topology
+	var sku *manifests.SKU
 	if raw := a.GetSkuYaml(); len(raw) > 0 {
-		sku, err := manifests.ParseSKU(nonEmptyName(a.GetSkuName()), raw)
+		var err error
+		sku, err = manifests.ParseSKU(nonEmptyName(a.GetSkuName()), raw)
 		if err != nil {
 			return failed("validate: %v", err)
 		}
@@ -61,11 +63,25 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	}
 	env := suite.Env{Root: e.cfg.Root, Disks: e.cfg.Disks, AllowDiskWrites: mode == modes.Burnin,
 		GPU: gpucheck.Checks{Root: e.cfg.Root, TmpDir: e.cfg.TmpDir, Log: e.cfg.Log, Prepare: e.gpuDriverUp(emit), Topology: topo}.Build}
+	var tb *toolBundle
 	for _, c := range s.Spec.Checks {
 		if manifests.CheckTools(c.Type) != "" {
-			tb := &toolBundle{e: e, ref: a.GetToolBundle(), emit: emit}
+			tb = &toolBundle{e: e, ref: a.GetToolBundle(), emit: emit}
 			defer tb.done()
 			env.Measure = tb.measure
+			break
+		}
+	}
+	for _, c := range s.Spec.Checks {
+		if c.Type == manifests.CheckNodePair {
+			pr := &pairRunner{e: e, emit: emit, inbox: e.cfg.Pairs, measure: env.Measure}
+			if tb != nil && tb.ref != nil {
+				pr.prepare = tb.fetch
+			}
+			if sku != nil && sku.Spec.Hardware != nil {
+				pr.nics = sku.Spec.Hardware.NICs
+			}
+			env.Pair = pr.run
 			break
 		}
 	}

@@ -368,6 +368,10 @@ func (s *Session) runOnce(ctx context.Context) (bool, error) {
 				s.pushDirective(agent.Directive{Reboot: x.Reboot})
 			case *curev1.CoordinatorMessage_Cancel:
 				s.pushDirective(agent.Directive{Cancel: x.Cancel})
+			case *curev1.CoordinatorMessage_PairSchedule:
+				s.pushDirective(agent.Directive{PairSchedule: x.PairSchedule})
+			case *curev1.CoordinatorMessage_PairVerdicts:
+				s.pushDirective(agent.Directive{PairVerdicts: x.PairVerdicts})
 			default:
 				s.log.Warn("unknown coordinator message ignored", "type", fmt.Sprintf("%T", m.Msg))
 			}

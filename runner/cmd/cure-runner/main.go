@@ -365,7 +365,11 @@ func (r *runner) newAgent(inv *curev1.Inventory, id *curev1.Identity, conn *grpc
 	if r.opt.dryRun {
 		rb = dryRebooter{}
 	}
-	a = agent.New(sess, phases.New(r.phaseConfig(id)), sess, rb, r.log)
+	pairs := agent.NewPairInbox()
+	pcfg := r.phaseConfig(id)
+	pcfg.Pairs = pairs
+	a = agent.New(sess, phases.New(pcfg), sess, rb, r.log)
+	a.Pairs = pairs
 	var once sync.Once
 	a.OnDirective = func(d agent.Directive) {
 		if d.Assignment != nil || d.Idle != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/checks/fiocheck"
 	"github.com/cure-oss/cure/tools/checks/iperfcheck"
+	"github.com/cure-oss/cure/tools/checks/paircheck"
 	"github.com/cure-oss/cure/tools/checks/stresscheck"
 	"github.com/cure-oss/cure/tools/tail"
 )
@@ -36,6 +37,8 @@ type Request struct {
 	CPU     *stresscheck.CPUOptions    `json:",omitempty"`
 	Memory  *stresscheck.MemoryOptions `json:",omitempty"`
 	NIC     *iperfcheck.Options        `json:",omitempty"`
+	// Pair is one slot of the node-pair burn-in (node-pair).
+	Pair *paircheck.Slot `json:",omitempty"`
 	// Disks are the runner's disks, boot medium marked (storage-random).
 	Disks []blockdev.Disk `json:",omitempty"`
 }
@@ -49,6 +52,18 @@ type Response struct {
 
 // Tool is the bundle program the request's check runs.
 func (r Request) Tool() string { return manifests.CheckTools(r.Type) }
+
+// Tools are the bundle programs the request runs (a node-pair slot over
+// RDMA runs perftest's two programs).
+func (r Request) Tools() []string {
+	if r.Type == manifests.CheckNodePair && r.Pair != nil {
+		return paircheck.Tools(r.Pair.Transport)
+	}
+	if t := r.Tool(); t != "" {
+		return []string{t}
+	}
+	return nil
+}
 
 // Run runs the request's check in this process with tools (the helper's
 // bundle, or the host's in tests); tmp is where tools write reports.
@@ -70,6 +85,17 @@ func Run(ctx context.Context, r Request, tools checks.Tools, tmp string) ([]chec
 		o := *r.Memory
 		o.Tools, o.TmpDir = tools, tmp
 		return stresscheck.Memory(ctx, o)
+	case r.Type == manifests.CheckNodePair && r.Pair != nil:
+		s := *r.Pair
+		s.Tools = tools
+		if s.Role == paircheck.Server {
+			return nil, paircheck.Serve(ctx, s)
+		}
+		res, err := paircheck.Measure(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		return []checks.Verdict{res.Verdict(s.Partner)}, nil
 	case r.Type == manifests.CheckNICThroughput && r.NIC != nil:
 		o := *r.NIC
 		o.Tools = tools

@@ -58,6 +58,11 @@ type Env struct {
 	// with the program's URL resolved against the artifact server). Nil
 	// makes site checks ERROR, saying so.
 	Site func(ctx context.Context, p siteprog.Program) ([]checks.Verdict, error)
+	// Pair runs a node-pair check: ports offered to the coordinator, the
+	// batch's schedule awaited, this node's slots measured (through
+	// Measure), the batch's judgement of this node returned. Nil makes
+	// node-pair checks ERROR, saying so.
+	Pair func(ctx context.Context, c PairConfig) ([]checks.Verdict, error)
 }
 
 // DefaultIBWindow is the InfiniBand counter window when a suite bars
@@ -81,6 +86,9 @@ func Build(s *manifests.ValidationSuite, env Env) ([]checks.Check, error) {
 		}
 		build(&c, mc, p, env)
 		errs = append(errs, p.done()...)
+		if mc.Type == manifests.CheckNodePair {
+			errs = append(errs, pairFits(i, mc, time.Duration(s.Spec.Duration))...)
+		}
 		out = append(out, c)
 	}
 	errs = append(errs, telemetryErrors(s)...)
@@ -309,6 +317,9 @@ func build(c *checks.Check, mc manifests.Check, p *params, env Env) {
 
 	case manifests.CheckSite:
 		c.Func = siteCheck(mc, c.Duration, p, env)
+
+	case manifests.CheckNodePair:
+		c.Func = pairCheck(mc, p, env)
 
 	case manifests.CheckGPU, manifests.CheckGPUBandwidth, manifests.CheckNCCLAllReduce:
 		// Params and thresholds belong to the GPU builder: mark them used.

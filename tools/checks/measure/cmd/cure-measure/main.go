@@ -56,8 +56,8 @@ func main() {
 }
 
 func run(ctx context.Context, req measure.Request, archive, dir string) ([]checks.Verdict, error) {
-	tool := req.Tool()
-	if tool == "" {
+	tools := req.Tools()
+	if len(tools) == 0 {
 		return nil, fmt.Errorf("cure-measure: %q is not a check of the tool bundle", req.Type)
 	}
 	own, err := os.MkdirTemp(dir, "measure-")
@@ -69,7 +69,7 @@ func run(ctx context.Context, req measure.Request, archive, dir string) ([]check
 	if err != nil {
 		return nil, err
 	}
-	b, err := toolbundle.Unpack(f, filepath.Join(own, "bundle"), toolbundle.Options{Tools: []string{tool}})
+	b, err := toolbundle.Unpack(f, filepath.Join(own, "bundle"), toolbundle.Options{Tools: tools})
 	f.Close()
 	if err != nil {
 		return nil, err
