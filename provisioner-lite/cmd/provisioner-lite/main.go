@@ -264,6 +264,14 @@ func initState(stateDir, operator, advertise, pxeIface, procRoot string, log *sl
 	if err != nil {
 		return nil, err
 	}
+	// Verified network boot: the key that signs the CURE image for Secure
+	// Boot and the CA firmware verifies the HTTPS boot listener with.
+	if _, _, err := pki.EnsureSecureBootKey(pkiDir); err != nil {
+		return nil, err
+	}
+	if _, err := pki.EnsureBootCA(pkiDir); err != nil {
+		return nil, err
+	}
 	ca, err := pki.DescribeCA(filepath.Join(pkiDir, pki.CACertFile), caPEM)
 	if err != nil {
 		return nil, err
@@ -432,6 +440,17 @@ func pkiCmd(args []string) int {
 		return 1
 	}
 	fmt.Printf("%s (%d bytes)\n", filepath.Join(pkiDir, pki.CACertFile), len(ca))
+	_, sbCert, err := pki.EnsureSecureBootKey(pkiDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pki:", err)
+		return 1
+	}
+	fmt.Printf("%s (Secure Boot signing certificate: enrol it in the nodes' db)\n", sbCert)
+	if _, err := pki.EnsureBootCA(pkiDir); err != nil {
+		fmt.Fprintln(os.Stderr, "pki:", err)
+		return 1
+	}
+	fmt.Printf("%s, %s (HTTPS boot CA: enrol it in the nodes' firmware)\n", filepath.Join(pkiDir, pki.BootCACertFile), filepath.Join(pkiDir, pki.BootCAESLFile))
 	if *operator == "" {
 		return 0
 	}
