@@ -13,6 +13,9 @@ type BootDevice string
 const (
 	BootPxe BootDevice = "Pxe"
 	BootHdd BootDevice = "Hdd"
+	// BootUefiHttp is UEFI HTTP boot from the URI the BMC was given
+	// (HttpBootUri): the machine implements HTTPBooter.
+	BootUefiHttp BootDevice = "UefiHttp"
 )
 
 // EventKind says what happened to a running machine on its own (the guest

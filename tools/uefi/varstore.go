@@ -193,3 +193,37 @@ func (s *VarStore) Set(name string, guid GUID, attrs uint32, data []byte) error 
 
 // Bytes is the store image.
 func (s *VarStore) Bytes() []byte { return s.b }
+
+// ImageSecurityDatabase is the GUID of db and dbx.
+var ImageSecurityDatabase = MustGUID("d719b2cb-3d3a-4596-a3bc-dad00e67656f")
+
+// Append adds more to the data of a live variable, keeping its attributes
+// and authentication fields (an authenticated variable such as db is
+// checked when the OS writes it, not when the firmware reads its store: an
+// offline append is what enrolling a certificate through a BMC amounts to).
+func (s *VarStore) Append(name string, guid GUID, more []byte) error {
+	old := -1
+	s.each(func(off int) {
+		if s.b[off+2] == varAdded {
+			if v := s.parse(off); v.Name == name && v.GUID == guid {
+				old = off
+			}
+		}
+	})
+	if old < 0 {
+		return fmt.Errorf("variable %s does not exist: nothing to append to", name)
+	}
+	h := s.hdrSize()
+	ns, ds := s.sizes(old)
+	need := align4(h + ns + ds + len(more))
+	if s.free+need > s.end {
+		return fmt.Errorf("variable %s: %d bytes do not fit in the store's %d free bytes", name, need, s.end-s.free)
+	}
+	off := s.free
+	copy(s.b[off:], s.b[old:old+h+ns+ds])
+	binary.LittleEndian.PutUint32(s.b[off+h-20:], uint32(ds+len(more)))
+	copy(s.b[off+h+ns+ds:], more)
+	s.b[old+2] = varDeleted
+	s.free = align4(off + h + ns + ds + len(more))
+	return nil
+}
