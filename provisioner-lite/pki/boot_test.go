@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/binary"
 	"encoding/pem"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,18 +62,28 @@ func TestBootKeys(t *testing.T) {
 	if len(cfg.Certificates) != 2 {
 		t.Fatalf("%d certificates", len(cfg.Certificates))
 	}
-	// EDK2's ClientHello: RSA signatures only, no ECDHE, static RSA suites.
-	edk2 := &tls.ClientHelloInfo{CipherSuites: []uint16{tls.TLS_RSA_WITH_AES_128_GCM_SHA256}, SupportedVersions: []uint16{tls.VersionTLS12},
-		SignatureSchemes: []tls.SignatureScheme{tls.PKCS1WithSHA256}}
-	picked := -1
-	for i := range cfg.Certificates {
-		if edk2.SupportsCertificate(&cfg.Certificates[i]) == nil {
-			picked = i
-			break
+	// A client offering only what EDK2 offers (TLS 1.2, static RSA key
+	// exchange) gets the boot CA's certificate; a TLS 1.3 client the site's.
+	for _, c := range []struct {
+		name   string
+		client *tls.Config
+		want   string
+	}{
+		{"EDK2-like", &tls.Config{RootCAs: pool, MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_RSA_WITH_AES_128_GCM_SHA256}, ServerName: "10.0.2.2"}, "CURE provisioner-lite boot CA"},
+		{"TLS 1.3", &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}, "CURE provisioner-lite CA"},
+	} {
+		a, b := net.Pipe()
+		srv := tls.Server(a, cfg)
+		go func() { _ = srv.Handshake(); srv.Close() }()
+		cl := tls.Client(b, c.client)
+		if err := cl.Handshake(); err != nil {
+			t.Errorf("%s handshake: %v", c.name, err)
+			continue
 		}
-	}
-	if picked != 1 {
-		t.Errorf("EDK2-like client gets certificate %d, want the boot CA's (1)", picked)
+		if got := cl.ConnectionState().PeerCertificates[0].Issuer.CommonName; got != c.want {
+			t.Errorf("%s client got a certificate issued by %q, want %q", c.name, got, c.want)
+		}
+		cl.Close()
 	}
 	// Half a key pair is refused, naming the files.
 	if err := os.Remove(filepath.Join(dir, BootCAKeyFile)); err != nil {
