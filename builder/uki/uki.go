@@ -128,11 +128,13 @@ func Build(ctx context.Context, o Options, run Runner) (imagereport.UKI, error) 
 		return rep, fmt.Errorf("uki: %w", err)
 	}
 	// sbsign's PKCS#7 carries a signingTime attribute from the clock: a
-	// frozen clock at Epoch makes the signature the same bytes each time
-	// (RSA PKCS#1 v1.5 signatures are deterministic).
+	// clock frozen at Epoch makes the signature the same bytes each time
+	// (RSA PKCS#1 v1.5 signatures are deterministic). -f with a bare
+	// timestamp freezes libfaketime's clock; without it the clock starts
+	// there and runs, and hashing a large image crosses a second.
 	tmp := o.Out + ".tmp"
 	stamp := time.Unix(o.Epoch, 0).UTC().Format("2006-01-02 15:04:05")
-	if err := run(ctx, env, "faketime", stamp, "sbsign", "--key", o.Key, "--cert", o.Cert, "--output", tmp, unsigned); err != nil {
+	if err := run(ctx, env, "faketime", "-f", stamp, "sbsign", "--key", o.Key, "--cert", o.Cert, "--output", tmp, unsigned); err != nil {
 		os.Remove(tmp)
 		return rep, fmt.Errorf("uki: signing: %w", err)
 	}

@@ -96,6 +96,12 @@ func TestBuildReproducible(t *testing.T) {
 	if reps[0] != reps[1] {
 		t.Error("two builds' records differ")
 	}
+	// The signing time is Epoch, not the clock (UTCTime in the PKCS#7's
+	// signed attributes): the build stays reproducible however long
+	// hashing a large image takes.
+	if st := time.Unix(o.Epoch, 0).UTC().Format("060102150405Z"); !bytes.Contains(outs[0], []byte(st)) {
+		t.Errorf("signature has no signingTime %s", st)
+	}
 	// The Authenticode hash is the one sbsign signed: it appears in the
 	// PKCS#7 SpcIndirectDataContent of the attribute certificate.
 	b := outs[0]
@@ -145,13 +151,14 @@ func TestPredictPCRs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// PCR 4 holds the UKI's Authenticode hash, which covers the initrd.
 	for _, pcr := range []string{"4", "9", "11"} {
 		if a.PCRs[pcr] == "" || a.PCRs[pcr] == b.PCRs[pcr] {
 			t.Errorf("PCR %s: %q then %q: want a value that changes with the initrd", pcr, a.PCRs[pcr], b.PCRs[pcr])
 		}
 	}
-	// PCR 9 is the initrd's digest extended into zeros.
-	want := extend(make([]byte, 32), sha([]byte("two")))
+	// PCR 9: the LoadOptions ("a" in UTF-16 with its NUL), then the initrd.
+	want := extend(extend(make([]byte, 32), sha([]byte{'a', 0, 0, 0})), sha([]byte("two")))
 	if b.PCRs["9"] != hex.EncodeToString(want) {
 		t.Errorf("PCR 9 = %s, want %x", b.PCRs["9"], want)
 	}
