@@ -19,8 +19,8 @@ deps:
 # site makes its own with `provisioner-lite init --state-dir state` and builds
 # with `make image STATE=state`.
 STATE ?= $(OUT)
-pki: $(STATE)/pki/ca.pem
-$(STATE)/pki/ca.pem:
+pki: $(STATE)/pki/ca.pem $(STATE)/pki/secureboot.pem
+$(STATE)/pki/ca.pem $(STATE)/pki/secureboot.pem:
 	$(GO) run ./provisioner-lite/cmd/provisioner-lite pki --state-dir $(STATE)
 
 # cure-nvml, the runner's NVML helper for gpu checks, needs cgo (go-nvml

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/cure-oss/cure/api/imagereport"
 	"io"
 	"os"
 	"path/filepath"
@@ -95,8 +96,12 @@ type Report struct {
 	// ToolBundle is the tool bundle the image pins, when the spec has
 	// tool_bundle_path.
 	ToolBundle *ToolBundleReport `json:"tool_bundle,omitempty"`
-	Artifacts  []Artifact        `json:"artifacts"`
-	Totals     Totals            `json:"totals"`
+	// UKI is the signed unified kernel image built beside the default
+	// image (cure-build with a Secure Boot key), with the PCR values a
+	// correct boot of it produces.
+	UKI       *imagereport.UKI `json:"uki,omitempty"`
+	Artifacts []Artifact       `json:"artifacts"`
+	Totals    Totals           `json:"totals"`
 	// Zstd is the compressor of initramfs.cpio.zst: zstd(1)'s version and
 	// ZstdArgs.
 	Zstd string `json:"zstd"`

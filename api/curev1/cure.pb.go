@@ -4969,8 +4969,13 @@ type RunReport struct {
 	DeadlineUnixMs int64     `protobuf:"varint,30,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"` // the running in-band phase's deadline (0: none)
 	// The parts the run's non-passing verdicts name, each with what
 	// identifies it for a replacement and the evidence the runner attached.
-	Parts         []*RmaPart `protobuf:"bytes,25,rep,name=parts,proto3" json:"parts,omitempty"`
-	RunStatus     RunStatus  `protobuf:"varint,31,opt,name=run_status,json=runStatus,proto3,enum=cure.v1.RunStatus" json:"run_status,omitempty"`
+	Parts     []*RmaPart `protobuf:"bytes,25,rep,name=parts,proto3" json:"parts,omitempty"`
+	RunStatus RunStatus  `protobuf:"varint,31,opt,name=run_status,json=runStatus,proto3,enum=cure.v1.RunStatus" json:"run_status,omitempty"`
+	// boot_path is how the node last booted into CURE in this run:
+	// "uefi-https" (the signed image over UEFI HTTP boot from the
+	// coordinator's HTTPS listener, its boot parameters fetched over TLS) or
+	// "pxe" (iPXE's per-MAC script); empty when it never booted CURE.
+	BootPath      string `protobuf:"bytes,40,opt,name=boot_path,json=bootPath,proto3" json:"boot_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5199,6 +5204,13 @@ func (x *RunReport) GetRunStatus() RunStatus {
 		return x.RunStatus
 	}
 	return RunStatus_RUN_STATUS_UNSPECIFIED
+}
+
+func (x *RunReport) GetBootPath() string {
+	if x != nil {
+		return x.BootPath
+	}
+	return ""
 }
 
 // ReportSeriesBound says what a report left out of its sampled series.
@@ -9613,7 +9625,8 @@ const file_cure_proto_rawDesc = "" +
 	"\x10deadline_unix_ms\x18\f \x01(\x03R\x0edeadlineUnixMs\"?\n" +
 	"\rReportRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xfb\t\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x98\n" +
+	"\n" +
 	"\tRunReport\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
@@ -9646,7 +9659,8 @@ const file_cure_proto_rawDesc = "" +
 	"\x10deadline_unix_ms\x18\x1e \x01(\x03R\x0edeadlineUnixMs\x12&\n" +
 	"\x05parts\x18\x19 \x03(\v2\x10.cure.v1.RmaPartR\x05parts\x121\n" +
 	"\n" +
-	"run_status\x18\x1f \x01(\x0e2\x12.cure.v1.RunStatusR\trunStatus\"z\n" +
+	"run_status\x18\x1f \x01(\x0e2\x12.cure.v1.RunStatusR\trunStatus\x12\x1b\n" +
+	"\tboot_path\x18( \x01(\tR\bbootPath\"z\n" +
 	"\x11ReportSeriesBound\x12*\n" +
 	"\x11points_per_series\x18\x01 \x01(\rR\x0fpointsPerSeries\x12%\n" +
 	"\x0eseries_omitted\x18\x02 \x01(\rR\rseriesOmitted\x12\x12\n" +

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -45,6 +46,12 @@ type Coordinator interface {
 	// store.ErrNotFound / store.ErrExpired for the token) becomes a 401;
 	// ErrUnknownNode a 404; an error of readForm a 400.
 	HostReady(ctx context.Context, nodeID, token, peer string, readForm func() (url.Values, error)) error
+}
+
+// HTTPSBooter is a Coordinator that also answers the signed image's
+// request for its boot parameters (GET /v1/boot/{mac}, over TLS only).
+type HTTPSBooter interface {
+	HTTPSBootDecision(ctx context.Context, mac, peer string) (Decision, error)
 }
 
 // Errors a Coordinator wraps to choose the HTTP status.
@@ -140,6 +147,8 @@ const (
 	InitramfsLZ4  = "initramfs.cpio.lz4"
 	InitramfsGzip = "initramfs.cpio.gz"
 	InitramfsZstd = "initramfs.cpio.zst"
+	// UKI is the signed unified kernel image UEFI HTTP boot loads.
+	UKI = "cure.efi"
 )
 
 // IPXEBuildsPath is where Config.IPXEBuilds is served.
@@ -180,6 +189,7 @@ func New(cfg Config, c Coordinator) (*Server, error) {
 	mux.HandleFunc("GET /image/{name}", s.image)
 	mux.HandleFunc("GET /artifacts/sha256/{hex}", s.artifact)
 	mux.HandleFunc("POST /v1/nodes/{id}/ready", s.ready)
+	mux.HandleFunc("GET /v1/boot/{mac}", s.httpsBoot)
 	if cfg.IPXEBuilds != nil {
 		mux.Handle("GET "+IPXEBuildsPath+"/", http.StripPrefix(IPXEBuildsPath, cfg.IPXEBuilds))
 	}
@@ -314,6 +324,46 @@ boot
 `, ipxeText(orDefault(d.Reason, "booting CURE")), s.ImageURL(Kernel), args, s.ImageURL(initrd)))
 }
 
+// httpsBoot answers the signed image's request for its boot parameters
+// (a command line fragment with the per-boot token). Only over TLS: the
+// token must not cross the network in clear on the verified path.
+func (s *Server) httpsBoot(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	hb, ok := s.c.(HTTPSBooter)
+	if r.TLS == nil || !ok {
+		http.Error(w, "boot parameters are served over HTTPS only", http.StatusForbidden)
+		return
+	}
+	mac, err := store.NormalizeMAC(r.PathValue("mac"))
+	if err != nil {
+		http.Error(w, "bad MAC in URL: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), decisionTimeout)
+	defer cancel()
+	d, err := hb.HTTPSBootDecision(ctx, mac, remoteIP(r))
+	switch {
+	case errors.Is(err, ErrUnknownNode) || errors.Is(err, store.ErrNotFound):
+		s.strangers.Note("boot parameters for a MAC not in the inventory", mac+"@"+remoteIP(r))
+		http.Error(w, "MAC "+mac+" is not in the inventory", http.StatusNotFound)
+		return
+	case errors.Is(err, ErrRateLimited):
+		http.Error(w, err.Error(), http.StatusTooManyRequests)
+		return
+	case err != nil:
+		s.log.Warn("https boot decision failed", "mac", mac, "err", err)
+		http.Error(w, "no boot decision", http.StatusServiceUnavailable)
+		return
+	case !d.Boot:
+		s.log.Info("https boot decision: none", "mac", mac, "reason", d.Reason)
+		http.Error(w, orDefault(d.Reason, "nothing to do"), http.StatusConflict)
+		return
+	}
+	s.log.Info("https boot decision: CURE", "mac", mac, "reason", d.Reason)
+	_, _ = io.WriteString(w, d.Cmdline+"\n")
+}
+
 // initramfsName prefers the LZ4 initramfs (the kernel unpacks it fastest:
 // builder's ipxeTemplate has the figures), then gzip, then zstd; the
 // kernel must exist.
@@ -390,8 +440,11 @@ func (s *Server) image(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	switch name {
 	case Kernel, InitramfsLZ4, InitramfsGzip, InitramfsZstd:
+	case UKI:
+		// EDK2's HTTP boot takes the image type from Content-Type.
+		w.Header().Set("Content-Type", "application/efi")
 	default:
-		http.Error(w, fmt.Sprintf("unknown image file %q: want %s, %s, %s or %s", name, Kernel, InitramfsLZ4, InitramfsGzip, InitramfsZstd), http.StatusNotFound)
+		http.Error(w, fmt.Sprintf("unknown image file %q: want %s, %s, %s, %s or %s", name, Kernel, InitramfsLZ4, InitramfsGzip, InitramfsZstd, UKI), http.StatusNotFound)
 		return
 	}
 	s.serveFile(w, r, filepath.Join(s.cfg.ImageDir, name), "", "no-cache")
@@ -434,7 +487,9 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request, path, etag, c
 		http.Error(w, "not a file: "+filepath.Base(path), http.StatusNotFound)
 		return
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
+	if w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "application/octet-stream")
+	}
 	w.Header().Set("Cache-Control", cacheControl)
 	if etag != "" {
 		w.Header().Set("ETag", etag)
@@ -579,7 +634,7 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 // fileKind names what a file route serves, "" for other routes.
 func fileKind(path string) string {
 	switch {
-	case path == "/image/"+Kernel:
+	case path == "/image/"+Kernel, path == "/image/"+UKI:
 		return "kernel"
 	case strings.HasPrefix(path, "/image/"):
 		return "initrd"

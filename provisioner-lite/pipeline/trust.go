@@ -36,6 +36,17 @@ func bootWindow(r store.Run) string { return nonEmpty(r.Pipeline.CUREWindow, "w0
 // while its active run has an open boot window; each answer then mints a
 // per-boot token bound to the run, the window and the requesting address.
 func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver.Decision, error) {
+	return e.bootDecision(ctx, mac, peer, runstate.BootPathPXE)
+}
+
+// HTTPSBootDecision implements bootserver.HTTPSBooter: the signed image,
+// booted over UEFI HTTP, asks for its boot parameters over TLS. The same
+// boot window, token budget and binding apply as to an iPXE script.
+func (e *Engine) HTTPSBootDecision(ctx context.Context, mac, peer string) (bootserver.Decision, error) {
+	return e.bootDecision(ctx, mac, peer, runstate.BootPathHTTPS)
+}
+
+func (e *Engine) bootDecision(ctx context.Context, mac, peer, path string) (bootserver.Decision, error) {
 	n, err := e.cfg.Store.NodeByMAC(ctx, mac)
 	if err != nil {
 		if unknownMACErr(err) {
@@ -84,8 +95,12 @@ func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver
 	if err != nil {
 		return bootserver.Decision{}, err
 	}
-	e.coordEvent(ctx, r, r.Phase, runstate.EventInfo, "", fmt.Sprintf("iPXE script served to %s from %s; per-boot token %d of at most %d in this boot window",
-		mac, peer, ws.Issued+1, e.cfg.TokensPerWindow), 0)
+	what := "iPXE script served"
+	if path == runstate.BootPathHTTPS {
+		what = "boot parameters served over HTTPS (signed image, UEFI HTTP boot)"
+	}
+	e.coordEvent(ctx, r, r.Phase, runstate.EventInfo, runstate.BootPathStatusPrefix+path, fmt.Sprintf("%s to %s from %s; per-boot token %d of at most %d in this boot window",
+		what, mac, peer, ws.Issued+1, e.cfg.TokensPerWindow), 0)
 	return bootserver.Decision{
 		Boot: true,
 		// The instance driving the run comes first in the runner's list, so

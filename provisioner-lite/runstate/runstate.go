@@ -128,6 +128,15 @@ const (
 // EventKinds lists every event kind.
 var EventKinds = []string{EventPhaseStart, EventPhaseEnd, EventVerdict, EventLog, EventMetric, EventInfo, EventRunEnd, EventHostReady}
 
+// Boot paths into CURE: the coordinator's info event that hands a boot
+// its token carries BootPathStatusPrefix+path as its status
+// (RunReport.boot_path).
+const (
+	BootPathPXE          = "pxe"
+	BootPathHTTPS        = "uefi-https"
+	BootPathStatusPrefix = "boot:"
+)
+
 // Event sources: who appended an event.
 const (
 	SourceCoordinator = "coordinator"

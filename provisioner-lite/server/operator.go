@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -387,6 +388,9 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 			rep.DeadlineUnixMs = phaseDeadline(r, r.Phase)
 		}
 	}
+	if rep.BootPath, err = bootPath(ctx, st, r.ID); err != nil {
+		return nil, err
+	}
 	rmaparts.GPUIdentities(rep.GetInventory().GetInventory(), rep.Verdicts)
 	rep.Parts = rmaparts.Parts(rep.GetInventory().GetInventory(), rep.Verdicts)
 	boundReport(rep, MaxReportBytes)
@@ -479,4 +483,26 @@ func unixMs(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixMilli()
+}
+
+// bootPath is the path of the run's latest boot into CURE: the status of
+// the coordinator's last event that handed a boot its token.
+func bootPath(ctx context.Context, st *store.Store, runID string) (string, error) {
+	path := ""
+	var after int64
+	for {
+		evs, err := st.Events(ctx, runID, after, 1000)
+		if err != nil {
+			return "", err
+		}
+		for _, ev := range evs {
+			if ev.Kind == runstate.EventInfo && ev.Source == runstate.SourceCoordinator && strings.HasPrefix(ev.Status, runstate.BootPathStatusPrefix) {
+				path = strings.TrimPrefix(ev.Status, runstate.BootPathStatusPrefix)
+			}
+			after = ev.ID
+		}
+		if len(evs) < 1000 {
+			return path, nil
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
+	"github.com/cure-oss/cure/tools/uefi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -71,6 +73,13 @@ type Options struct {
 	// BootSourceOverrideMode UEFI (besides Legacy): the coordinator's
 	// driver then boots the nodes in UEFI.
 	UEFI bool
+	// SecureHTTPS is verified network boot: every node runs OVMF's Secure
+	// Boot build (enforcing, Debian's snakeoil PK/KEK, the site's Secure
+	// Boot certificate from Out/pki enrolled in db), has a swtpm TPM and
+	// trusts the coordinator's boot CA for HTTPS boot; its BMC offers
+	// UefiHttp, and the coordinator serves the signed image on an HTTPS
+	// listener and boots nodes with --netboot uefi-http.
+	SecureHTTPS bool
 	// ToolBundle requires make toolbundle's bundle
 	// (Out/toolbundle/toolbundle.tar.zst), for suites that run its
 	// programs. Without it the coordinator still serves the bundle when it
@@ -93,6 +102,10 @@ type SiteNet struct {
 const (
 	OVMFCode = "/usr/share/OVMF/OVMF_CODE.fd"
 	OVMFVars = "/usr/share/OVMF/OVMF_VARS.fd"
+	// OVMFSecureCode and OVMFSecureVars are the Secure Boot build and a
+	// store with Secure Boot enabled (test keys in PK, KEK and db).
+	OVMFSecureCode = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd"
+	OVMFSecureVars = "/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd"
 )
 
 // Node is one QEMU node and its BMC.
@@ -143,8 +156,10 @@ type Env struct {
 	// other process can take the ports between a pick and a bind, and a
 	// restarted coordinator finds them again.
 	httpLn, grpcLn *net.TCPListener
-	servers        []*vbmc.Server
-	mu             sync.Mutex
+	// httpsLn is the HTTPS boot listener (SecureHTTPS), fd:5.
+	httpsLn *net.TCPListener
+	servers []*vbmc.Server
+	mu      sync.Mutex
 	// extraEdit is the latest EditManifest edit.
 	extraEdit func(*manifests.SKU)
 }
@@ -225,6 +240,18 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 			return nil, err
 		}
 	}
+	if o.SecureHTTPS {
+		// The Secure Boot key signed out/image/cure.efi; the boot CA is
+		// what the nodes' firmware trusts for HTTPS boot.
+		for _, f := range []string{pki.SecureBootCertFile, pki.SecureBootKeyFile, pki.BootCACertFile, pki.BootCAKeyFile} {
+			if err := copyFile(filepath.Join(o.Out, "pki", f), filepath.Join(e.StateDir, "pki", f)); err != nil {
+				return nil, fmt.Errorf("verified boot needs make pki image (%s): %w", f, err)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(o.Out, "image", "cure.efi")); err != nil {
+			return nil, fmt.Errorf("verified boot needs the signed image: make image (with %s): %w", filepath.Join(o.Out, "pki", pki.SecureBootKeyFile), err)
+		}
+	}
 	// OperatorService requires an operator certificate; "operator" is the
 	// name curectl finds by default beside the CA (state/pki/operators/).
 	oc, err := pki.IssueOperatorCert(filepath.Join(e.StateDir, "pki"), "operator", pki.RoleAdmin)
@@ -253,6 +280,13 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	if e.grpcLn, err = listenTCP(bind); err != nil {
 		e.httpLn.Close()
 		return nil, err
+	}
+	if o.SecureHTTPS {
+		if e.httpsLn, err = listenTCP(bind); err != nil {
+			e.httpLn.Close()
+			e.grpcLn.Close()
+			return nil, err
+		}
 	}
 	httpPort, grpcPort := e.httpLn.Addr().(*net.TCPAddr).Port, e.grpcLn.Addr().(*net.TCPAddr).Port
 	// Local dial addresses.
@@ -299,6 +333,50 @@ func (e *Env) hostOS() error {
 		return err
 	}
 	e.HostOS = Image{Path: p, RawPath: filepath.Join(e.Opts.Out, "hostos", "disk.raw"), SHA256: sum, Size: size}
+	if e.Opts.SecureHTTPS {
+		return e.signHostOS()
+	}
+	return nil
+}
+
+// signHostOS makes the installed OS bootable under Secure Boot, as a
+// site's OS image is: a copy of the host disk whose unified kernel image
+// (the ESP's \EFI\BOOT\BOOTX64.EFI) is signed with the site's key.
+func (e *Env) signHostOS() error {
+	raw := filepath.Join(e.Opts.Work, "hostos-signed.raw")
+	if err := copyFile(e.HostOS.RawPath, raw); err != nil {
+		return err
+	}
+	b := make([]byte, 512)
+	f, err := os.Open(raw)
+	if err != nil {
+		return err
+	}
+	_, err = io.ReadFull(f, b)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	// MBR partition 1 (the ESP): its first LBA at 446+8.
+	off := int64(binary.LittleEndian.Uint32(b[446+8:])) * 512
+	img := fmt.Sprintf("%s@@%d", raw, off)
+	uki, signed := filepath.Join(e.Opts.Work, "hostos-uki.efi"), filepath.Join(e.Opts.Work, "hostos-uki.signed.efi")
+	pk := filepath.Join(e.StateDir, "pki")
+	for _, c := range [][]string{
+		{"mcopy", "-n", "-i", img, "::EFI/BOOT/BOOTX64.EFI", uki},
+		{"sbsign", "--key", filepath.Join(pk, pki.SecureBootKeyFile), "--cert", filepath.Join(pk, pki.SecureBootCertFile), "--output", signed, uki},
+		{"mcopy", "-o", "-i", img, signed, "::EFI/BOOT/BOOTX64.EFI"},
+		{"zstd", "-q", "-f", "-T0", "-3", raw, "-o", raw + ".zst"},
+	} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("signing the host OS image: %s: %w: %s", strings.Join(c, " "), err, out)
+		}
+	}
+	sum, size, err := fileSHA256(raw + ".zst")
+	if err != nil {
+		return err
+	}
+	e.HostOS = Image{Path: raw + ".zst", RawPath: raw, SHA256: sum, Size: size}
 	return nil
 }
 
@@ -378,12 +456,18 @@ func (e *Env) startBMCs(ctx context.Context, httpPort int) error {
 			qc.OVMFCode, qc.OVMFVars = OVMFCode, OVMFVars
 			modes = []string{vbmc.ModeLegacy, vbmc.ModeUEFI}
 		}
+		if e.Opts.SecureHTTPS {
+			if err := e.secureBootNode(&qc); err != nil {
+				return err
+			}
+			modes = []string{vbmc.ModeUEFI}
+		}
 		m, err := vbmc.NewQEMUMachine(qc)
 		if err != nil {
 			return err
 		}
 		b, err := vbmc.New(vbmc.Config{Name: n.ID, Serial: n.Serial, UUID: n.UUID, MAC: n.MAC, Logger: e.Opts.Logger.With("bmc", n.ID),
-			Firmware: e.Opts.Firmware, BootModes: modes,
+			Firmware: e.Opts.Firmware, BootModes: modes, UefiHTTP: e.Opts.SecureHTTPS,
 			// Short enough that firmware tests spend their time booting, not
 			// waiting for simulated flash writes and BMC restarts.
 			TaskDuration: time.Second, ResetDuration: time.Second}, m)
@@ -471,6 +555,16 @@ func (e *Env) StartCoordinator(ctx context.Context) error {
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.ExtraFiles = []*os.File{hf, gf}
+	if e.httpsLn != nil {
+		sf, err := e.httpsLn.File()
+		if err != nil {
+			f.Close()
+			return err
+		}
+		defer sf.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, sf)
+		cmd.Args = append(cmd.Args, "--https-listen", "fd:5", "--netboot", "uefi-http")
+	}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return err
@@ -643,7 +737,7 @@ func (e *Env) Close() {
 	if e.proxy != nil {
 		e.proxy.close()
 	}
-	for _, l := range []*net.TCPListener{e.httpLn, e.grpcLn} {
+	for _, l := range []*net.TCPListener{e.httpLn, e.grpcLn, e.httpsLn} {
 		if l != nil {
 			l.Close()
 		}
@@ -695,4 +789,26 @@ func ReadJSON(p string, v any) error {
 		return err
 	}
 	return json.Unmarshal(b, v)
+}
+
+// secureBootNode makes qc a Secure Boot machine with a TPM that trusts the
+// site's Secure Boot certificate and the coordinator's boot CA.
+func (e *Env) secureBootNode(qc *vbmc.QEMUConfig) error {
+	qc.OVMFCode, qc.OVMFVars, qc.SecureBoot, qc.TPM = OVMFSecureCode, OVMFSecureVars, true, true
+	qc.BootURL = ""
+	for _, c := range []struct {
+		file string
+		dst  *[][]byte
+	}{{pki.SecureBootCertFile, &qc.SecureBootDB}, {pki.BootCACertFile, &qc.HTTPSCACerts}} {
+		b, err := os.ReadFile(filepath.Join(e.StateDir, "pki", c.file))
+		if err != nil {
+			return err
+		}
+		ders, err := uefi.PEMCertificates(c.file, b)
+		if err != nil {
+			return err
+		}
+		*c.dst = ders
+	}
+	return nil
 }

@@ -41,7 +41,11 @@ type Config struct {
 	// the mode at power-up (default ["Legacy"]: QEMU boots SeaBIOS). A
 	// machine implementing ModeSetter boots each time in the mode set
 	// (QEMUMachine: SeaBIOS for Legacy, OVMF for UEFI).
-	BootModes      []string
+	BootModes []string
+	// UefiHTTP offers the UefiHttp boot target and the HttpBootUri
+	// property (Redfish ComputerSystem 1.9+): the machine (an HTTPBooter)
+	// loads that URI over UEFI HTTP boot.
+	UefiHTTP       bool
 	NoContinuous   bool // Lenovo-style: Enabled allows only Disabled and Once
 	RequireIfMatch bool // PATCH without If-Match is refused with 428
 	// ResetTypes narrows the advertised ResetType allowable values; default:
@@ -144,16 +148,18 @@ type BMC struct {
 	op chan struct{}
 	mu sync.Mutex
 
-	power     string
-	bootSeq   uint64 // successful Machine.Start calls, to match events
-	target    string
-	enabled   string
-	mode      string
-	gen       uint64 // bumps on every change of the system resource (ETag)
-	lastReset time.Time
-	history   []BootRecord
-	overrides []OverrideChange
-	sessions  map[string]*session // by token
+	power   string
+	bootSeq uint64 // successful Machine.Start calls, to match events
+	target  string
+	enabled string
+	mode    string
+	// httpBootURI is Boot.HttpBootUri (Config.UefiHTTP).
+	httpBootURI string
+	gen         uint64 // bumps on every change of the system resource (ETag)
+	lastReset   time.Time
+	history     []BootRecord
+	overrides   []OverrideChange
+	sessions    map[string]*session // by token
 
 	// Out-of-band state, guarded by mu.
 	fw            []*fwState
@@ -398,7 +404,19 @@ func (b *BMC) allowedEnabled() []string {
 }
 
 // allowedTargets are the targets the machine can really boot (plus None).
-func (b *BMC) allowedTargets() []string { return []string{"None", string(BootPxe), string(BootHdd)} }
+func (b *BMC) allowedTargets() []string {
+	if b.cfg.UefiHTTP {
+		return []string{"None", string(BootPxe), string(BootHdd), string(BootUefiHttp)}
+	}
+	return []string{"None", string(BootPxe), string(BootHdd)}
+}
+
+// HTTPBootURI is the current Boot.HttpBootUri.
+func (b *BMC) HTTPBootURI() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.httpBootURI
+}
 
 func (b *BMC) allowedModes() []string {
 	if b.cfg.NoBootMode {
@@ -472,7 +490,7 @@ func (b *BMC) release() { <-b.op }
 // the boot fails to start.
 func (b *BMC) nextBootLocked() (dev BootDevice, override string, restore func()) {
 	restore = func() {}
-	if b.enabled != enabledDisabled && (b.target == string(BootPxe) || b.target == string(BootHdd)) {
+	if b.enabled != enabledDisabled && (b.target == string(BootPxe) || b.target == string(BootHdd) || b.target == string(BootUefiHttp)) {
 		dev, override = BootDevice(b.target), b.enabled
 		if b.enabled == enabledOnce {
 			b.enabled = enabledDisabled
@@ -489,11 +507,18 @@ func (b *BMC) nextBootLocked() (dev BootDevice, override string, restore func())
 func (b *BMC) boot(ctx context.Context, reason string) error {
 	b.mu.Lock()
 	dev, override, restore := b.nextBootLocked()
-	mode := b.mode
+	mode, uri := b.mode, b.httpBootURI
 	b.mu.Unlock()
 	err := error(nil)
 	if ms, ok := b.m.(ModeSetter); ok && mode != "" {
 		err = ms.SetBootMode(mode)
+	}
+	if err == nil && dev == BootUefiHttp {
+		if hb, ok := b.m.(HTTPBooter); ok {
+			err = hb.SetHTTPBootURI(uri)
+		} else {
+			err = fmt.Errorf("the machine cannot boot over UEFI HTTP")
+		}
 	}
 	if err == nil {
 		err = b.m.Start(ctx, dev)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -313,6 +314,9 @@ func (b *BMC) systemBodyLocked() map[string]any {
 		"BootSourceOverrideEnabled":                         b.enabled,
 		"BootSourceOverrideEnabled@Redfish.AllowableValues": b.allowedEnabled(),
 	}
+	if b.cfg.UefiHTTP {
+		boot["HttpBootUri"] = b.httpBootURI
+	}
 	if !b.cfg.NoBootMode {
 		boot["BootSourceOverrideMode"] = b.mode
 		boot["BootSourceOverrideMode@Redfish.AllowableValues"] = b.allowedModes()
@@ -373,6 +377,15 @@ func (b *BMC) patchSystem(w http.ResponseWriter, r *http.Request) {
 	defer b.mu.Unlock()
 	newVals := map[string]string{}
 	for k, v := range boot {
+		if k == "HttpBootUri" && b.cfg.UefiHTTP {
+			u, ok := v.(string)
+			if pu, err := url.Parse(u); !ok || err != nil || (u != "" && ((pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "")) {
+				errs = append(errs, fieldError{"PropertyValueFormatError", "Boot/" + k, fmt.Sprintf("The value %v for the property HttpBootUri is not an http:// or https:// URI.", v)})
+				continue
+			}
+			newVals[k] = u
+			continue
+		}
 		if !slices.Contains(bootProps, k) || (k == "BootSourceOverrideMode" && b.cfg.NoBootMode) {
 			errs = append(errs, fieldError{"PropertyUnknown", "Boot/" + k, fmt.Sprintf("The property %s is not in the list of valid properties for the resource.", k)})
 			continue
@@ -425,9 +438,12 @@ func (b *BMC) patchSystem(w http.ResponseWriter, r *http.Request) {
 		if v, ok := newVals["BootSourceOverrideMode"]; ok {
 			b.mode = v
 		}
+		if v, ok := newVals["HttpBootUri"]; ok {
+			b.httpBootURI = v
+		}
 		b.gen++
 		b.overrides = append(b.overrides, OverrideChange{Time: b.cfg.Now(), Target: b.target, Enabled: b.enabled, Mode: b.mode})
-		b.log.Info("boot override set", "target", b.target, "enabled", b.enabled, "mode", b.mode)
+		b.log.Info("boot override set", "target", b.target, "enabled", b.enabled, "mode", b.mode, "http_boot_uri", b.httpBootURI)
 	}
 	w.Header().Set("ETag", b.etagLocked())
 	writeJSON(w, http.StatusOK, b.systemBodyLocked())

@@ -13,6 +13,9 @@ type BootDevice string
 const (
 	BootPxe BootDevice = "Pxe"
 	BootHdd BootDevice = "Hdd"
+	// BootUefiHttp is UEFI HTTP boot from the URI the BMC was given
+	// (HttpBootUri): the machine implements HTTPBooter.
+	BootUefiHttp BootDevice = "UefiHttp"
 )
 
 // EventKind says what happened to a running machine on its own (the guest
@@ -60,6 +63,7 @@ type FakeMachine struct {
 	seq     uint64
 	boots   []BootDevice
 	modes   []string
+	uris    []string
 	stops   []bool
 	events  chan MachineEvent
 	// StartErr, when set, makes the next Start fail with it.
@@ -154,4 +158,19 @@ func (f *FakeMachine) guest(kind EventKind, reason string, err error) {
 	ev := MachineEvent{Kind: kind, Boot: f.seq, Reason: reason, Err: err}
 	f.mu.Unlock()
 	f.events <- ev
+}
+
+// SetHTTPBootURI records the URI of the next UefiHttp Start (HTTPBooter).
+func (f *FakeMachine) SetHTTPBootURI(uri string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.uris = append(f.uris, uri)
+	return nil
+}
+
+// HTTPBootURIs lists the URI set before every UefiHttp Start so far.
+func (f *FakeMachine) HTTPBootURIs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.uris...)
 }

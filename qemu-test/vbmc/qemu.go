@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/cure-oss/cure/tools/tail"
+	"github.com/cure-oss/cure/tools/uefi"
 )
 
 // QEMUConfig describes one QEMU node.
@@ -48,6 +49,22 @@ type QEMUConfig struct {
 	// NVRAM across boots as a server does. Without them only Legacy
 	// (SeaBIOS) boots.
 	OVMFCode, OVMFVars string
+	// SecureBoot runs OVMF's Secure Boot build (SMM, secure flash): with
+	// an OVMFVars template whose PK, KEK and db are enrolled and
+	// SecureBootEnable set (Debian's OVMF_VARS_4M.snakeoil.fd or .ms.fd)
+	// it refuses any image not signed by a db key.
+	SecureBoot bool
+	// SecureBootDB are certificates (DER) added to db when the machine's
+	// variable store is first made, as a BMC's SecureBootDatabases
+	// enrolment does: the site's Secure Boot signing certificate.
+	SecureBootDB [][]byte
+	// HTTPSCACerts are the CA certificates (DER) OVMF verifies HTTPS boot
+	// servers with (fw_cfg etc/edk2/https/cacerts, an EFI signature list).
+	HTTPSCACerts [][]byte
+	// TPM gives the machine a TPM 2.0 (swtpm, tpm-crb) whose state lives
+	// in RunDir/tpm across boots: the same endorsement key every boot, the
+	// PCRs reset at each power-on.
+	TPM bool
 	// DiskThrottle slows the disk as QEMU's block throttling does (a drive
 	// that enumerates and passes its checks, only slower than its peers:
 	// the marginal part fleet bands exist to catch); zero: full speed.
@@ -99,6 +116,7 @@ type QEMUMachine struct {
 	cur     *qemuRun
 	seq     uint64
 	mode    string        // BootSourceOverrideMode of the next Start: "Legacy" (default) or "UEFI"
+	httpURI string        // HttpBootUri of the next UefiHttp Start
 	stopped chan struct{} // closed by Close
 }
 
@@ -110,6 +128,7 @@ type qemuRun struct {
 	waitErr  error
 	stopping atomic.Bool // host-initiated stop: no event
 	stderr   *tail.Buffer
+	swtpm    *exec.Cmd // the boot's TPM, ended with QEMU
 }
 
 // RootPort is a pcie-root-port's link capability. QEMU 7.2 emulated
@@ -250,7 +269,10 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 	uefi := q.mode == ModeUEFI
 	var order string
 	switch dev {
-	case BootPxe:
+	case BootPxe, BootUefiHttp:
+		if dev == BootUefiHttp && !uefi {
+			return nil, fmt.Errorf("qemu node %s: UEFI HTTP boot in mode %q: needs UEFI", c.Name, q.mode)
+		}
 		order = "n"
 	case BootHdd:
 		order = "c"
@@ -273,7 +295,7 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 	}
 	// speed/duplex make the guest's link report 25 Gb/s (virtio's
 	// SPEED_DUPLEX feature), which the SKU's hardware check reads.
-	nic := "virtio-net-pci,netdev=n0,mac=" + c.MAC + ",speed=25000,duplex=full"
+	nic := "virtio-net-pci,netdev=n0,mac=" + c.MAC + ",speed=25000,duplex=full,addr=" + fmt.Sprintf("%#x", nicSlot)
 	switch {
 	case c.Romfile != "":
 		nic += ",romfile=" + qemuEscape(c.Romfile)
@@ -289,7 +311,7 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 	if uefi {
 		// OVMF takes the boot order from the devices' bootindex (QEMU's
 		// fw_cfg bootorder), not from -boot order.
-		if dev == BootPxe {
+		if dev == BootPxe || dev == BootUefiHttp {
 			nic += ",bootindex=1"
 		} else if disk != "" {
 			disk += ",bootindex=1"
@@ -304,14 +326,26 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 	}
 	args := []string{
 		"-name", qemuEscape(c.Name),
-		"-accel", "tcg", "-machine", "q35", "-cpu", "max",
+		"-accel", "tcg", "-machine", "q35", "-cpu", "max", // args[5] is the machine: Secure Boot adds smm=on
 		"-smp", strconv.Itoa(c.CPUs), "-m", strconv.Itoa(c.MemoryMiB),
 		"-nographic", "-no-user-config", "-nodefaults",
 	}
 	if uefi {
+		if c.SecureBoot {
+			// The Secure Boot build keeps its variables in SMM.
+			args[5] += ",smm=on"
+			args = append(args, "-global", "driver=cfi.pflash01,property=secure,value=on")
+		}
 		args = append(args,
 			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+qemuEscape(c.OVMFCode),
 			"-drive", "if=pflash,format=raw,unit=1,file="+qemuEscape(q.varsPath()))
+		if len(c.HTTPSCACerts) > 0 {
+			args = append(args, "-fw_cfg", "name=etc/edk2/https/cacerts,file="+qemuEscape(q.cacertsPath()))
+		}
+	}
+	if c.TPM {
+		args = append(args, "-chardev", "socket,id=chrtpm,path="+qemuEscape(q.tpmSock()),
+			"-tpmdev", "emulator,id=tpm0,chardev=chrtpm", "-device", "tpm-crb,tpmdev=tpm0")
 	}
 	args = append(args,
 		"-chardev", "file,id=con0,path="+qemuEscape(c.ConsoleLog)+",append=on",
@@ -373,10 +407,19 @@ func (q *QEMUMachine) Start(ctx context.Context, dev BootDevice) error {
 		if err := q.ensureVars(); err != nil {
 			return err
 		}
+		if err := q.armHTTPBoot(dev); err != nil {
+			return err
+		}
 	}
 	args, err := q.Args(dev, sock)
 	if err != nil {
 		return err
+	}
+	var tpm *exec.Cmd
+	if q.cfg.TPM {
+		if tpm, err = q.startTPM(); err != nil {
+			return err
+		}
 	}
 	// Not CommandContext: QEMU must outlive the request that powered it on.
 	cmd := exec.Command(q.cfg.Binary, args...)
@@ -385,11 +428,13 @@ func (q *QEMUMachine) Start(ctx context.Context, dev BootDevice) error {
 	// Die with us: a killed vbmc must not leave VMs behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
+		stopTPM(tpm)
 		return fmt.Errorf("qemu node %s: start %s: %w", q.cfg.Name, q.cfg.Binary, err)
 	}
-	r := &qemuRun{cmd: cmd, exited: make(chan struct{}), stderr: stderrTail}
+	r := &qemuRun{cmd: cmd, exited: make(chan struct{}), stderr: stderrTail, swtpm: tpm}
 	go func() {
 		r.waitErr = cmd.Wait()
+		stopTPM(tpm)
 		close(r.exited)
 	}()
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -417,6 +462,20 @@ func (q *QEMUMachine) ensureVars() error {
 	b, err := os.ReadFile(q.cfg.OVMFVars)
 	if err != nil {
 		return fmt.Errorf("qemu node %s: OVMF variable store template: %w", q.cfg.Name, err)
+	}
+	if len(q.cfg.SecureBootDB) > 0 {
+		if b, err = enrolDB(q.cfg.OVMFVars, b, q.cfg.SecureBootDB); err != nil {
+			return fmt.Errorf("qemu node %s: %w", q.cfg.Name, err)
+		}
+	}
+	if len(q.cfg.HTTPSCACerts) > 0 {
+		esl, err := uefi.SignatureList(vbmcOwner, q.cfg.HTTPSCACerts...)
+		if err != nil {
+			return fmt.Errorf("qemu node %s: HTTPS boot CA: %w", q.cfg.Name, err)
+		}
+		if err := os.WriteFile(q.cacertsPath(), esl, 0o644); err != nil {
+			return err
+		}
 	}
 	if err := os.WriteFile(q.varsPath(), b, 0o600); err != nil {
 		return fmt.Errorf("qemu node %s: OVMF variable store: %w", q.cfg.Name, err)

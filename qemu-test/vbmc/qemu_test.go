@@ -100,7 +100,7 @@ func TestQEMUArgsUEFI(t *testing.T) {
 		"-drive if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE.fd",
 		"-drive if=pflash,format=raw,unit=1,file=" + filepath.Join(dir, "OVMF_VARS.fd"),
 		"-netdev tap,id=n0,ifname=tap0,script=no,downscript=no",
-		"-device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:01,speed=25000,duplex=full,romfile=,bootindex=1",
+		"-device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:01,speed=25000,duplex=full,addr=0x1,romfile=,bootindex=1",
 		"-device nvme,serial=n1,drive=d0 ",
 	} {
 		if !strings.Contains(line, want) {

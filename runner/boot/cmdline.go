@@ -19,6 +19,10 @@ type Cmdline struct {
 	Node        string // cure.node= node id as the coordinator named it
 	HTTP        string // cure.http=http://HOST:PORT artifact/boot server
 	Debug       bool   // cure.debug=1: debug shell on fatal errors
+	// Boot is cure.boot=: "https" in the signed image, whose fixed command
+	// line cannot carry per-boot parameters: they come over HTTPS
+	// (FetchBootParams) before Validate applies.
+	Boot string
 	// Params holds every parameter; a bare flag maps to "".
 	Params map[string]string
 }
@@ -40,6 +44,8 @@ func ParseCmdline(s string) Cmdline {
 			c.Node = v
 		case "cure.http":
 			c.HTTP = strings.TrimRight(v, "/")
+		case "cure.boot":
+			c.Boot = v
 		case "cure.debug":
 			c.Debug = v == "1" || v == "true" || v == "yes"
 		}
@@ -83,8 +89,18 @@ func ReadCmdline(procRoot string) (Cmdline, error) {
 	return ParseCmdline(string(b)), nil
 }
 
-// Validate reports the first missing parameter the runner cannot work without.
+// HTTPSBoot says the per-boot parameters are still to be fetched.
+func (c Cmdline) HTTPSBoot() bool { return c.Boot == "https" && c.Token == "" }
+
+// Validate reports the first missing parameter the runner cannot work
+// without; a signed image's command line (cure.boot=https) has none yet.
 func (c Cmdline) Validate() error {
+	if c.Boot != "" && c.Boot != "https" {
+		return fmt.Errorf("kernel command line: cure.boot=%q: want https", c.Boot)
+	}
+	if c.HTTPSBoot() {
+		return nil
+	}
 	var missing []string
 	if c.Coordinator == "" {
 		missing = append(missing, "cure.coordinator=HOST:PORT")

@@ -56,6 +56,9 @@ func run() error {
 	bundle := flag.String("driver-bundle", "", "site GPU driver bundle, a directory or .tar[.gz|.zst|.xz] (modules/, firmware/, lib/, bin/, share/, etc/); its modules must match the kernel's vermagic")
 	toolBundle := flag.String("tool-bundle", "", "pack the tool bundle this spec names (initramfs/toolbundle.yaml) into --out instead of building an image")
 	pinBundle := flag.String("pin-tool-bundle", "", "the built tool bundle's toolbundle.json (make toolbundle: out/toolbundle/toolbundle.json) whose sha256, size and tools the image pins at the spec's tool_bundle_path")
+	ukiFlag := flag.String("uki", "auto", "also build the signed unified kernel image cure.efi: on, off, or auto (on when the Secure Boot key is found)")
+	sbKey := flag.String("secureboot-key", "", "the site's Secure Boot signing key (PEM, RSA; default: STATE/pki/secureboot-key.pem)")
+	sbCert := flag.String("secureboot-cert", "", "its certificate, enrolled in the nodes' db (default: STATE/pki/secureboot.pem)")
 	var tools toolList
 	flag.Var(&tools, "tool", "extra host file for the image, HOSTPATH[:IMAGEPATH] (repeatable; ELF shared libraries come along)")
 	flag.Parse()
@@ -92,11 +95,49 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	_, err = builder.Build(ctx, builder.Options{
+	key, cert, build, err := ukiFromFlags(*ukiFlag, *sbKey, *sbCert, *stateDir)
+	if err != nil {
+		return err
+	}
+	if _, err = builder.Build(ctx, builder.Options{
 		Spec: s, KernelRoot: *kernelRoot, OutDir: *out, CA: caFile, Uinit: *uinit, KeepCPIO: *keep, Tools: tools, Log: log,
 		DriverBundle: *bundle, ToolBundlePin: *pinBundle,
-	})
+	}); err != nil {
+		return err
+	}
+	if !build {
+		return nil
+	}
+	_, err = builder.BuildUKI(ctx, *out, builder.UKIOptions{Key: key, Cert: cert, Log: log})
 	return err
+}
+
+// ukiFromFlags decides whether to build the signed image and with which key.
+func ukiFromFlags(mode, key, cert, stateDir string) (string, string, bool, error) {
+	if (key == "") != (cert == "") {
+		return "", "", false, errors.New("--secureboot-key and --secureboot-cert go together")
+	}
+	if key == "" && stateDir != "" {
+		key, cert = filepath.Join(stateDir, "pki", pki.SecureBootKeyFile), filepath.Join(stateDir, "pki", pki.SecureBootCertFile)
+	}
+	found := key != ""
+	if found {
+		_, err1 := os.Stat(key)
+		_, err2 := os.Stat(cert)
+		found = err1 == nil && err2 == nil
+	}
+	switch mode {
+	case "off":
+		return "", "", false, nil
+	case "auto":
+		return key, cert, found, nil
+	case "on":
+		if !found {
+			return "", "", false, fmt.Errorf("--uki on: no Secure Boot key and certificate (%q, %q): run `provisioner-lite pki --state-dir STATE` or pass --secureboot-key and --secureboot-cert", key, cert)
+		}
+		return key, cert, true, nil
+	}
+	return "", "", false, fmt.Errorf("--uki %q: want on, off or auto", mode)
 }
 
 // caFromFlags is the CA file to bake in: --ca, or the state dir's.

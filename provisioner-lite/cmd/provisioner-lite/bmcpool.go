@@ -107,7 +107,10 @@ func (p *bmcPool) login(ctx context.Context, ep redfish.Endpoint, n store.Node) 
 		return nil, ctx.Err()
 	}
 	defer func() { <-p.logins }()
-	c, err := p.dial(ctx, ep, redfish.Options{Timeout: p.conn.timeout, Logger: p.log.With("node", n.ID), OnRetry: p.onRetry})
+	// The boot mode policy and the UefiHttp URI (--boot-mode, --https-listen)
+	// go to pooled clients as to direct ones.
+	c, err := p.dial(ctx, ep, redfish.Options{Timeout: p.conn.timeout, Logger: p.log.With("node", n.ID), OnRetry: p.onRetry,
+		BootMode: p.conn.bootMode, HTTPBootURI: p.conn.httpBootURI})
 	if err == nil {
 		p.logged.Add(1)
 	}

@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -36,6 +37,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/provisioner-lite/pool"
+	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/sitecheck"
@@ -54,6 +56,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 type config struct {
 	stateDir, manifestDir, nodesFile, imageDir string
 	httpListen, grpcListen, advertise, grpcAdv string
+	httpsListen                                string
 	pxeInterface                               string
 	procRoot                                   string // /proc: the default route (hostaddr)
 	bmcBaseURL                                 string
@@ -118,6 +121,8 @@ func main() {
 	flag.StringVar(&c.nodesFile, "nodes", "", "node inventory (YAML or CSV) imported at start (later: curectl nodes import)")
 	flag.StringVar(&c.imageDir, "image-dir", "out/image", "cure-build output: vmlinuz, initramfs, report.json (its CA must be this state dir's)")
 	flag.StringVar(&c.httpListen, "http-listen", ":8080", "boot/artifact HTTP listen address (fd:N: a listening socket inherited as file descriptor N)")
+	flag.StringVar(&c.httpsListen, "https-listen", "", "HTTPS boot listener (fd:N as for --http-listen; empty: none): the signed image cure.efi for UEFI HTTP boot "+
+		"(--netboot uefi-http sets the BMC's HttpBootUri to it; firmware verifies it with pki/boot-ca.pem) and the image's boot parameters")
 	flag.StringVar(&c.grpcListen, "grpc-listen", ":8443", "gRPC (runners and curectl) listen address (fd:N: a listening socket inherited as file descriptor N)")
 	flag.StringVar(&c.advertise, "advertise", "", "host or IP nodes use to reach this coordinator (default: the address of --pxe-interface, else of the default route's interface)")
 	flag.StringVar(&c.pxeInterface, "pxe-interface", "", "the interface facing the nodes' provisioning network (default: the default route's): --advertise defaults to its address, and proxy DHCP answers there (SO_BINDTODEVICE)")
@@ -262,6 +267,14 @@ func initState(stateDir, operator, advertise, pxeIface, procRoot string, log *sl
 	pkiDir := sd.Join("pki")
 	caPEM, err := pki.EnsureCA(pkiDir)
 	if err != nil {
+		return nil, err
+	}
+	// Verified network boot: the key that signs the CURE image for Secure
+	// Boot and the CA firmware verifies the HTTPS boot listener with.
+	if _, _, err := pki.EnsureSecureBootKey(pkiDir); err != nil {
+		return nil, err
+	}
+	if _, err := pki.EnsureBootCA(pkiDir); err != nil {
 		return nil, err
 	}
 	ca, err := pki.DescribeCA(filepath.Join(pkiDir, pki.CACertFile), caPEM)
@@ -432,6 +445,17 @@ func pkiCmd(args []string) int {
 		return 1
 	}
 	fmt.Printf("%s (%d bytes)\n", filepath.Join(pkiDir, pki.CACertFile), len(ca))
+	_, sbCert, err := pki.EnsureSecureBootKey(pkiDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pki:", err)
+		return 1
+	}
+	fmt.Printf("%s (Secure Boot signing certificate: enrol it in the nodes' db)\n", sbCert)
+	if _, err := pki.EnsureBootCA(pkiDir); err != nil {
+		fmt.Fprintln(os.Stderr, "pki:", err)
+		return 1
+	}
+	fmt.Printf("%s, %s (HTTPS boot CA: enrol it in the nodes' firmware)\n", filepath.Join(pkiDir, pki.BootCACertFile), filepath.Join(pkiDir, pki.BootCAESLFile))
 	if *operator == "" {
 		return 0
 	}
@@ -585,6 +609,19 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	}()
 	httpPort, grpcPort := listenerPort(hl), listenerPort(gl)
 	baseURL := "http://" + net.JoinHostPort(c.advertise, httpPort)
+	var htl net.Listener
+	httpsURL := ""
+	if c.httpsListen != "" {
+		if htl, err = openListener(c.httpsListen); err != nil {
+			return fmt.Errorf("--https-listen: %w", err)
+		}
+		defer func() {
+			if !serving {
+				htl.Close()
+			}
+		}()
+		httpsURL = "https://" + net.JoinHostPort(c.advertise, listenerPort(htl))
+	}
 
 	tlsCfg, err := pki.ServerTLSConfig(pkiDir, serverHosts(c.advertise, c.tlsNames...))
 	if err != nil {
@@ -601,6 +638,14 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		return err
 	}
 	bmcs.bootMode, bmcs.httpBootURI = nb.mode, nb.httpBootURI(baseURL)
+	if httpsURL != "" && nb.target == redfish.BootUefiHttp {
+		// Verified network boot: the firmware loads the signed image over
+		// HTTPS instead of iPXE over HTTP.
+		if _, err := os.Stat(filepath.Join(c.imageDir, bootserver.UKI)); err != nil {
+			log.Warn("UEFI HTTP boot points at the signed image, which is not built yet: build it with cure-build --state-dir (Secure Boot key in pki/)", "err", err)
+		}
+		bmcs.httpBootURI = httpsURL + "/image/" + bootserver.UKI
+	}
 	var groupKeys []string
 	for _, k := range strings.Split(c.powerGroups, ",") {
 		if k = strings.TrimSpace(k); k != "" {
@@ -668,6 +713,17 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	bootLn, grpcLn := bs.Listener(hl), limited(gl, "grpc", plan.grpc, log)
 	go func() { errc <- httpSrv.Serve(bootLn) }()
 	go func() { errc <- gs.Serve(grpcLn) }()
+	if htl != nil {
+		httpsCfg, err := pki.HTTPSTLSConfig(pkiDir, serverHosts(c.advertise, c.tlsNames...))
+		if err != nil {
+			return err
+		}
+		httpsSrv := bs.HTTPServer()
+		httpsLn := bs.Listener(htl)
+		go func() { errc <- httpsSrv.Serve(tls.NewListener(httpsLn, httpsCfg)) }()
+		defer httpsSrv.Close()
+		log.Info("HTTPS boot listener", "addr", htl.Addr().String(), "url", httpsURL, "http_boot_uri", bmcs.httpBootURI)
+	}
 	obs.h.Listener("http", true)
 	obs.h.Listener("grpc", true)
 	metricsLn, err := obs.serve(ctx, c.metricsListen, plan.metrics, log)

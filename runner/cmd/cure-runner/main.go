@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -44,7 +45,9 @@ var version = ""
 // seed partition needs them.
 // nls_ascii: Debian builds FAT with iocharset=ascii by default; without it
 // every vfat mount fails with EINVAL.
-var alwaysModules = []string{"vfat", "nls_cp437", "nls_iso8859_1", "nls_ascii"}
+// efivarfs: the signed image reads its boot option (where its boot
+// parameters come from) and the Secure Boot state from EFI variables.
+var alwaysModules = []string{"vfat", "nls_cp437", "nls_iso8859_1", "nls_ascii", "efivarfs"}
 
 type options struct {
 	dryRun     bool
@@ -193,6 +196,16 @@ func (r *runner) run(ctx context.Context) {
 	<-netDrivers
 	lease := r.network(ctx)
 	r.timeline.Mark(boot.StageDHCPBound)
+
+	if r.cmd.HTTPSBoot() {
+		for {
+			if err := r.httpsBootParams(ctx, lease); err != nil {
+				r.fatal("https-boot", err)
+				continue
+			}
+			break
+		}
+	}
 
 	// The TLS handshake with the coordinator runs beside the inventory.
 	var conn *grpc.ClientConn
@@ -453,4 +466,63 @@ func runnerVersion() string {
 		}
 	}
 	return "devel"
+}
+
+// httpsBootParams fetches the per-boot parameters of a signed image booted
+// over UEFI HTTP: from the boot server in the firmware's boot option, over
+// TLS pinned to the image's CA, for the booting NIC. It also says on the
+// console what the firmware enforced and what the TPM measured.
+func (r *runner) httpsBootParams(ctx context.Context, lease *boot.Lease) error {
+	if dir, err := r.modulesDir(); err == nil {
+		if _, err := boot.LoadModule(dir, filepath.Join(r.opt.root, "proc"), "efivarfs", boot.KernelLoader{}); err != nil {
+			r.log.Warn("efivarfs module", "err", err)
+		}
+	}
+	if err := boot.MountEFIVars(boot.EFIVarsDir); err != nil {
+		return err
+	}
+	hb, err := boot.ReadHTTPSBoot(boot.EFIVarsDir)
+	if err != nil {
+		return err
+	}
+	base, err := hb.BaseURL()
+	if err != nil {
+		return err
+	}
+	mac := lease.MAC
+	if hb.MAC != nil {
+		mac = hb.MAC.String()
+	}
+	r.say("https boot option=%s uri=%s mac=%s secureboot=%v", hb.Option, hb.URI, mac, hb.SecureBoot)
+	if pcrs := boot.ReadPCRs(filepath.Join(r.opt.root, "sys"), 4, 7, 9, 11); pcrs != "" {
+		r.say("tpm pcrs sha256 %s", pcrs)
+	}
+	fctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	params, err := boot.FetchBootParams(fctx, base, mac, r.opt.caFile)
+	if err != nil {
+		return err
+	}
+	c := boot.ParseCmdline(strings.Join(append(sortedParams(r.cmd.Params), params), " "))
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("boot parameters from %s: %w", base, err)
+	}
+	c.Boot = "https"
+	r.cmd = c
+	r.log.Info("boot parameters over HTTPS", "server", base, "coordinator", c.Coordinator, "node", c.Node)
+	return nil
+}
+
+// sortedParams is a parsed command line again, in a stable order.
+func sortedParams(p map[string]string) []string {
+	var out []string
+	for k, v := range p {
+		if v == "" {
+			out = append(out, k)
+		} else {
+			out = append(out, k+"="+v)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
