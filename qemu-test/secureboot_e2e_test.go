@@ -1,12 +1,14 @@
 package qemutest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"debug/pe"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -24,7 +26,10 @@ import (
 	"testing"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/api/imagereport"
+	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/qemu-test/harness"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
@@ -131,14 +136,22 @@ func TestSecureBootHTTPSProvision(t *testing.T) {
 	}
 }
 
-// TestTamperedImageRefused, Secure Boot half: OVMF enforcing Secure Boot
-// with the site's certificate in db fetches, over verified HTTPS, the
-// signed image with one byte changed, and the image re-signed with another
-// key, and refuses both (the load fails with Access Denied, no kernel
-// starts). TestSecureBootHTTPSProvision is the control: the untouched image
-// boots under the same firmware and keys.
+// TestTamperedImageRefused: a changed CURE image gets nothing. Under
+// Secure Boot the firmware refuses it; with Secure Boot off it boots, but
+// its TPM quote gives it away and the coordinator hands it no secret.
 func TestTamperedImageRefused(t *testing.T) {
 	needSecureBoot(t)
+	t.Run("secure-boot", tamperedRefusedBySecureBoot)
+	t.Run("secure-boot-off", tamperedBootsUnattested)
+}
+
+// tamperedRefusedBySecureBoot: OVMF enforcing Secure Boot with the site's
+// certificate in db fetches, over verified HTTPS, the signed image with one
+// byte changed, and the image re-signed with another key, and refuses both
+// (the load fails with Access Denied, no kernel starts).
+// TestSecureBootHTTPSProvision is the control: the untouched image boots
+// under the same firmware and keys.
+func tamperedRefusedBySecureBoot(t *testing.T) {
 	out := outDir(t)
 	img, err := os.ReadFile(filepath.Join(out, "image", "cure.efi"))
 	if err != nil {
@@ -237,6 +250,134 @@ func TestTamperedImageRefused(t *testing.T) {
 		}
 	}
 	// The untouched image boots this way: TestSecureBootHTTPSProvision.
+}
+
+// tamperedBootsUnattested: the same firmware with Secure Boot not enforced
+// (no keys), a coordinator serving the signed image with one byte of its
+// os-release section changed, beside the untouched image's report.json.
+// The changed image boots and its runner attests with the node's swtpm; the
+// quote's boot measurements (PCR 4 holds the image's Authenticode hash) do
+// not match the report, so the coordinator records a security event naming
+// the PCR with the expected and observed values, puts a FAIL verdict on the
+// run, and hands the boot no assignment: no phase runs, so no PSID and no
+// host token reach it, and the run does not succeed.
+func tamperedBootsUnattested(t *testing.T) {
+	out := outDir(t)
+	src := filepath.Join(out, "image")
+	img := filepath.Join(t.TempDir(), "image")
+	if err := os.MkdirAll(img, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Name() == "cure.efi" {
+			b = flipOSRelease(t, b)
+		}
+		if err := os.WriteFile(filepath.Join(img, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := startEnv(t, harness.Options{SecureHTTPS: true, SecureBootOff: true, ImageDir: img})
+	n := env.Nodes[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	runID, err := env.Provision(ctx, n.ID, modes.Provision, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev *curev1.AuditEntry
+	for ev == nil {
+		resp, err := env.Client.ListAuditLog(ctx, &curev1.ListAuditLogRequest{Kind: "security", NodeId: n.ID})
+		if err != nil {
+			t.Fatalf("audit log: %v", err)
+		}
+		for _, e := range resp.GetEntries() {
+			if e.GetAction() == audit.AttestationFailed {
+				ev = e
+			}
+		}
+		if ev != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			con, _ := os.ReadFile(n.Console)
+			t.Fatalf("no attestation_failed security event for the changed image:\n%s", tail(con, 3000))
+		case <-time.After(2 * time.Second):
+		}
+	}
+	t.Logf("security event: %s: %s", ev.GetAction(), ev.GetDetail())
+	if !regexp.MustCompile(`PCR \d+: expected [0-9a-f]+.*observed`).MatchString(ev.GetDetail()) {
+		t.Errorf("the security event does not name the PCR with expected and observed values: %s", ev.GetDetail())
+	}
+	con, err := os.ReadFile(n.Console)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"CURE-RUNNER: https boot option=", "secureboot=false"} {
+		if !strings.Contains(string(con), s) {
+			t.Errorf("console lacks %q: the changed image should boot with Secure Boot off", s)
+		}
+	}
+	// The boot stays unassigned: give a wrongly admitted boot time to start
+	// its first phase, then look.
+	time.Sleep(20 * time.Second)
+	rep, err := env.Report(ctx, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.GetRunStatus() == curev1.RunStatus_RUN_SUCCEEDED {
+		t.Errorf("the run of the changed image succeeded")
+	}
+	plan, err := modes.For(modes.Provision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range rep.GetPhases() {
+		if ph, ok := plan.Phase(p.GetName()); ok && ph.Owner == modes.Runner && (p.GetStartedUnixMs() > 0 || p.GetPhaseStatus() != curev1.PhaseStatus_PHASE_STATUS_UNSPECIFIED) {
+			t.Errorf("runner phase %s is %s: the unattested boot was assigned work", p.GetName(), p.GetStatus())
+		}
+	}
+	var failed bool
+	for _, v := range rep.GetVerdicts() {
+		if strings.HasPrefix(v.GetComponent(), "tpm/pcr") && v.GetStatus() == curev1.VerdictStatus_FAIL {
+			failed = true
+			t.Logf("verdict %s %s: expected %s observed %s", v.GetComponent(), v.GetStatus(), v.GetExpected(), v.GetObserved())
+		}
+	}
+	if !failed {
+		t.Errorf("no tpm/pcrN FAIL verdict in the run's report")
+	}
+	if strings.Contains(string(con), "sed_revert") || strings.Contains(string(con), "os_install") {
+		t.Errorf("the console shows a secret-bearing phase reached the changed image")
+	}
+}
+
+// flipOSRelease changes one byte of a PE image's .osrel section (text the
+// stub only measures), so the image still boots but its hash differs.
+func flipOSRelease(t *testing.T, img []byte) []byte {
+	t.Helper()
+	f, err := pe.NewFile(bytes.NewReader(img))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.Section(".osrel")
+	if s == nil || s.Size == 0 {
+		t.Fatal("the image has no .osrel section")
+	}
+	out := slices.Clone(img)
+	out[s.Offset] ^= 0x20 // a letter's case
+	return out
 }
 
 // resignWithNewKey is img with its signature replaced by one from a fresh

@@ -80,6 +80,13 @@ type Options struct {
 	// UefiHttp, and the coordinator serves the signed image on an HTTPS
 	// listener and boots nodes with --netboot uefi-http.
 	SecureHTTPS bool
+	// SecureBootOff keeps SecureHTTPS's firmware, TPM and HTTPS boot but
+	// with Secure Boot not enforced (a variable store with no keys): any
+	// image boots, and only the TPM's measurements tell it apart.
+	SecureBootOff bool
+	// ImageDir is the image the coordinator serves (its report.json is what
+	// boots are attested against); empty: Out/image.
+	ImageDir string
 	// ToolBundle requires make toolbundle's bundle
 	// (Out/toolbundle/toolbundle.tar.zst), for suites that run its
 	// programs. Without it the coordinator still serves the bundle when it
@@ -528,7 +535,7 @@ func (e *Env) StartCoordinator(ctx context.Context) error {
 		"--state-dir", e.StateDir,
 		"--manifests", filepath.Join(e.Opts.Work, "manifests"),
 		"--nodes", filepath.Join(e.Opts.Work, "nodes.yaml"),
-		"--image-dir", filepath.Join(e.Opts.Out, "image"),
+		"--image-dir", e.imageDir(),
 		"--http-listen", "fd:3", // ExtraFiles[0]
 		"--grpc-listen", "fd:4",
 		"--advertise", advertise,
@@ -791,6 +798,18 @@ func ReadJSON(p string, v any) error {
 	return json.Unmarshal(b, v)
 }
 
+// imageDir is the image the coordinator serves.
+func (e *Env) imageDir() string {
+	if e.Opts.ImageDir != "" {
+		return e.Opts.ImageDir
+	}
+	return filepath.Join(e.Opts.Out, "image")
+}
+
+// OVMFVarsNoKeys is a variable store with no Secure Boot keys: the
+// Secure Boot build of OVMF then boots any image.
+const OVMFVarsNoKeys = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+
 // secureBootNode makes qc a Secure Boot machine with a TPM that trusts the
 // site's Secure Boot certificate and the coordinator's boot CA.
 func (e *Env) secureBootNode(qc *vbmc.QEMUConfig) error {
@@ -809,6 +828,9 @@ func (e *Env) secureBootNode(qc *vbmc.QEMUConfig) error {
 			return err
 		}
 		*c.dst = ders
+	}
+	if e.Opts.SecureBootOff {
+		qc.OVMFVars, qc.SecureBootDB = OVMFVarsNoKeys, nil
 	}
 	return nil
 }
