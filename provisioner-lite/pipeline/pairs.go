@@ -171,17 +171,8 @@ func (d *batchDecision) pairPlan(w *store.PairWork, cfg suite.PairConfig) {
 		return
 	}
 	peers := d.obs.pairs.peers
-	for _, p := range peers {
-		pw := p.Pipeline.Pair
-		if pw == nil || pw.Check != w.Check || pw.Plan == nil || pw.Plan.Planner != p.ID {
-			continue
-		}
-		if slices.ContainsFunc(pw.Plan.Members, func(m store.PairMember) bool { return m.Run == d.r.ID }) {
-			pl := *pw.Plan
-			w.Plan = &pl
-			d.add(action{kind: actEvent, phase: "validate", msg: fmt.Sprintf("node-pair %s: in the plan of %s (%d nodes)", w.Check, p.ID, len(pl.Members))})
-			return
-		}
+	if d.adoptPairPlan(w, peers) {
+		return
 	}
 	ready := []store.Run{*d.r}
 	waiting := 0
@@ -243,6 +234,24 @@ func (d *batchDecision) pairPlan(w *store.PairWork, cfg suite.PairConfig) {
 	}
 	d.add(action{kind: actEvent, phase: "validate", msg: fmt.Sprintf("node-pair %s: planned %d round(s) for %d nodes (%s), %s to %s", w.Check,
 		len(plan.Rounds), len(pm), strings.Join(nodes, ", "), start.Format(time.RFC3339), w.Plan.End.Format(time.RFC3339))})
+}
+
+// adoptPairPlan takes the plan a peer made as the batch's planner when it
+// names this run; false when no peer's plan does (yet).
+func (d *batchDecision) adoptPairPlan(w *store.PairWork, peers []store.Run) bool {
+	for _, p := range peers {
+		pw := p.Pipeline.Pair
+		if pw == nil || pw.Check != w.Check || pw.Plan == nil || pw.Plan.Planner != p.ID {
+			continue
+		}
+		if slices.ContainsFunc(pw.Plan.Members, func(m store.PairMember) bool { return m.Run == d.r.ID }) {
+			pl := *pw.Plan
+			w.Plan = &pl
+			d.add(action{kind: actEvent, phase: "validate", msg: fmt.Sprintf("node-pair %s: in the plan of %s (%d nodes)", w.Check, p.ID, len(pl.Members))})
+			return true
+		}
+	}
+	return false
 }
 
 func planOptions(cfg suite.PairConfig) pairplan.Options {
