@@ -244,7 +244,10 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 	if opts.TargetZeroed {
 		zeros = "skipped on the erased disk"
 	}
-	observed := fmt.Sprintf("sha256:%s read back %s, %d bytes (%d zero, %s) %.1f MB/s, decoder %s, verified %s over %d connection(s)", res.SHA256, res.Readback, res.WrittenBytes, res.ZeroBytes, zeros, mbps, res.Decoder, res.Verification, res.Connections)
+	observed := fmt.Sprintf("sha256:%s read back %s, %d bytes (%d zero, %s) %.1f MB/s, decoder %s", res.SHA256, res.Readback, res.WrittenBytes, res.ZeroBytes, zeros, mbps, res.Decoder)
+	if res.Verification != "" {
+		observed += fmt.Sprintf(", verified %s over %d connection(s)", res.Verification, res.Connections)
+	}
 	emit.Verdict(&curev1.Verdict{
 		Component: component, Check: "os_install", Status: curev1.VerdictStatus_PASS,
 		Observed: observed, Expected: "sha256:" + strings.ToLower(plan.Image.SHA256) + " (download)",
