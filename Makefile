@@ -114,7 +114,9 @@ fuzz:
 # Image writer vs `curl | zstd -dc | dd oflag=direct` (and gzip) on the same
 # images and target in one run: MB/s, ratio, writer peak RSS (incompressible
 # and mostly-zero images; 10 GiB RSS check). BENCH_INSTALL_FLAGS=-size=512MiB for a quick run;
-# -decoders=cure-zstd,klauspost-zstd,exec,auto adds one row per zstd decoder, alternated in the same runs.
+# -decoders=cure-zstd,klauspost-zstd,exec,auto adds one row per zstd decoder, alternated in the same runs;
+# -verify=whole,chunked-sha256,chunked-blake3 one row per verification (default: chunked, the chunk
+# list `artifacts add` makes), -connections=N the chunked writer's Range connections. Each line names both.
 .PHONY: bench-install
 bench-install:
 	$(GO) run ./tools/diskimage/cmd/bench-install $(BENCH_INSTALL_FLAGS)
