@@ -11,7 +11,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -167,6 +166,8 @@ type Client struct {
 	resetAt time.Time
 	// vendor is the service root's Vendor, else the system's Manufacturer.
 	vendor string
+	// invURI is UpdateService.FirmwareInventory, found once.
+	invURI string
 }
 
 // Connect logs in to the BMC (a Redfish session, or Basic auth if the BMC
@@ -717,43 +718,105 @@ func (c *Client) patchBoot(api *gofish.APIClient, sys *schemas.ComputerSystem, p
 }
 
 // FirmwareInventory lists UpdateService.FirmwareInventory.
+//
+// Each member is read with one GET and decoded once, straight into what
+// CURE uses: gofish decoded every member into its full schema struct and
+// kept the raw body, which was then decoded again for the links and the
+// Oem field, and it read the UpdateService on every call. The inventory's
+// URI is kept from the first read. A coordinator reads every node's
+// inventory several times per run, so this was most of its JSON decoding.
 func (c *Client) FirmwareInventory(ctx context.Context) ([]FirmwareItem, error) {
 	var items []FirmwareItem
 	err := c.call(ctx, "read firmware inventory", func(api *gofish.APIClient) error {
-		us, err := api.Service.UpdateService()
-		if err != nil {
-			return fmt.Errorf("UpdateService: %w", err)
+		c.mu.Lock()
+		uri := c.invURI
+		c.mu.Unlock()
+		if uri == "" {
+			us, err := api.Service.UpdateService()
+			if err != nil {
+				return fmt.Errorf("UpdateService: %w", err)
+			}
+			if us == nil || us.ODataID == "" {
+				return fmt.Errorf("%w: the service root links no UpdateService", ErrNotSupported)
+			}
+			caps, _, err := parseUpdateService(us.RawData)
+			if err != nil {
+				return fmt.Errorf("UpdateService %s: %w", us.ODataID, err)
+			}
+			if caps.InventoryURI == "" {
+				return fmt.Errorf("%w: UpdateService %s links no FirmwareInventory", ErrNotSupported, us.ODataID)
+			}
+			uri = caps.InventoryURI
+			c.mu.Lock()
+			c.invURI = uri
+			c.mu.Unlock()
 		}
-		if us == nil {
-			return fmt.Errorf("%w: the service root links no UpdateService", ErrNotSupported)
+		var coll struct {
+			Members []struct {
+				ID string `json:"@odata.id"`
+			}
 		}
-		inv, err := us.FirmwareInventory()
-		if err != nil {
+		if _, err := getJSON(api, uri, &coll); err != nil {
 			return fmt.Errorf("FirmwareInventory: %w", err)
 		}
-		items = items[:0]
-		for _, s := range inv {
-			it := FirmwareItem{ID: s.ID, Name: s.Name, Version: s.Version, SoftwareID: s.SoftwareID, Updateable: s.Updateable}
-			var raw struct {
-				Oem struct {
-					CURE struct{ PendingVersion string }
-				}
-				RelatedItem []struct {
-					ID string `json:"@odata.id"`
-				}
+		if len(coll.Members) > maxInventoryMembers {
+			return fmt.Errorf("FirmwareInventory %s: %d members, more than %d", uri, len(coll.Members), maxInventoryMembers)
+		}
+		items = make([]FirmwareItem, len(coll.Members))
+		errs := make([]error, len(coll.Members))
+		sem := make(chan struct{}, inventoryFetches)
+		var wg sync.WaitGroup
+		for i, m := range coll.Members {
+			p, err := bmcPath(m.ID)
+			if err != nil {
+				errs[i] = fmt.Errorf("FirmwareInventory %s member %q: %w", uri, m.ID, err)
+				continue
 			}
-			if json.Unmarshal(s.RawData, &raw) == nil {
-				it.PendingVersion = raw.Oem.CURE.PendingVersion
-				for _, r := range raw.RelatedItem {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				var doc struct {
+					ID         string `json:"Id"`
+					Name       string
+					Version    string
+					SoftwareID string `json:"SoftwareId"`
+					Updateable bool
+					Oem        struct {
+						CURE struct{ PendingVersion string }
+					}
+					RelatedItem []struct {
+						ID string `json:"@odata.id"`
+					}
+				}
+				if _, err := getJSON(api, p, &doc); err != nil {
+					errs[i] = fmt.Errorf("FirmwareInventory: %w", err)
+					return
+				}
+				it := FirmwareItem{ID: doc.ID, Name: doc.Name, Version: doc.Version, SoftwareID: doc.SoftwareID, Updateable: doc.Updateable,
+					PendingVersion: doc.Oem.CURE.PendingVersion}
+				for _, r := range doc.RelatedItem {
 					if r.ID != "" && len(it.RelatedItems) < 16 {
 						it.RelatedItems = append(it.RelatedItems, r.ID)
 					}
 				}
-			}
-			items = append(items, it)
+				items[i] = it
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
 		}
 		slices.SortFunc(items, func(a, b FirmwareItem) int { return strings.Compare(a.ID, b.ID) })
 		return nil
 	})
 	return items, err
 }
+
+const (
+	// maxInventoryMembers bounds what one BMC's inventory may list.
+	maxInventoryMembers = 1024
+	// inventoryFetches is how many members are read at once.
+	inventoryFetches = 8
+)
