@@ -52,9 +52,9 @@ type InstallPlan struct {
 	// ChunksURL is where the image's chunk list is, when the manifest pins
 	// one (spec.os.image.chunks): always the coordinator's store.
 	ChunksURL string
-	Image  manifests.Artifact
-	Target blockdev.Disk
-	Seed   Seed
+	Image     manifests.Artifact
+	Target    blockdev.Disk
+	Seed      Seed
 }
 
 // PlanInstall checks the mode, resolves the artifact, selects exactly one

@@ -100,10 +100,10 @@ type Result struct {
 	// Verification is how the download was verified: "whole-sha256", or
 	// the chunk list's name (e.g. "chunked-blake3-1MiB").
 	Verification string
-	Connections  int // HTTP connections that downloaded it at once
-	Resumes         int    // Range requests after dropped connections
-	Direct          bool   // written with O_DIRECT
-	Duration        time.Duration
+	Connections  int  // HTTP connections that downloaded it at once
+	Resumes      int  // Range requests after dropped connections
+	Direct       bool // written with O_DIRECT
+	Duration     time.Duration
 	// Stages is the streamed pass's wall time by what held it up
 	// (download, decode, write; see Stages): the run's time buckets.
 	Stages Stages

@@ -43,11 +43,11 @@ type striper struct {
 	lanes  []*lane
 	wg     sync.WaitGroup
 
-	off      int64 // bytes handed to the reader
-	cur      []byte
-	curLane  *lane
-	rest     []byte
-	resumes  atomic.Int32
+	off     int64 // bytes handed to the reader
+	cur     []byte
+	curLane *lane
+	rest    []byte
+	resumes atomic.Int32
 }
 
 type lane struct {

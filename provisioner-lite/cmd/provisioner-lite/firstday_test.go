@@ -23,8 +23,8 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
 	"github.com/cure-oss/cure/provisioner-lite/store"
-	"github.com/cure-oss/cure/tools/chunklist"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
+	"github.com/cure-oss/cure/tools/chunklist"
 )
 
 // The README's site path, as a new site meets it: `check` with the state dir

@@ -61,12 +61,19 @@ func (p *profiler) fetch(ctx context.Context, path, file string) error {
 	return err
 }
 
-// run takes 15 s CPU profiles back to back until stop.
+// run takes 15 s CPU profiles back to back until stop, with the heap
+// and the goroutines after each.
 func (p *profiler) run() {
 	defer close(p.done)
 	ctx := p.ctx
 	for i := 0; ctx.Err() == nil; i++ {
-		if err := p.fetch(ctx, "/debug/pprof/profile?seconds=15", fmt.Sprintf("n%d.cpu%03d.pprof", p.nodes, i)); err != nil && ctx.Err() == nil {
+		err := p.fetch(ctx, "/debug/pprof/profile?seconds=15", fmt.Sprintf("n%d.cpu%03d.pprof", p.nodes, i))
+		if err == nil {
+			// What is live mid-batch, not only once it ended.
+			p.fetch(ctx, "/debug/pprof/heap", fmt.Sprintf("n%d.heap%03d.pprof", p.nodes, i))
+			p.fetch(ctx, "/debug/pprof/goroutine", fmt.Sprintf("n%d.goroutine%03d.pprof", p.nodes, i))
+		}
+		if err != nil && ctx.Err() == nil {
 			// The coordinator is not up yet, or was restarted.
 			select {
 			case <-ctx.Done():
