@@ -272,8 +272,12 @@ func newHTTPClient(tlsCfg *tls.Config, timeout time.Duration) *http.Client {
 		DialContext:           (&net.Dialer{Timeout: min(timeout, 10*time.Second), KeepAlive: 30 * time.Second}).DialContext,
 		TLSHandshakeTimeout:   min(timeout, 10*time.Second),
 		ResponseHeaderTimeout: timeout,
-		IdleConnTimeout:       90 * time.Second,
-		MaxIdleConnsPerHost:   2,
+		// A BMC is polled every few seconds inside a phase and left alone
+		// for minutes between them (the node runs in-band phases): an idle
+		// connection is two goroutines and ~40 KiB of buffers and TLS state
+		// per node, so it is kept only while polls would reuse it.
+		IdleConnTimeout:     20 * time.Second,
+		MaxIdleConnsPerHost: 2,
 		TLSClientConfig:       tlsCfg,
 	}
 	return &http.Client{Transport: tr, Timeout: timeout}
@@ -751,60 +755,70 @@ func (c *Client) FirmwareInventory(ctx context.Context) ([]FirmwareItem, error) 
 			c.invURI = uri
 			c.mu.Unlock()
 		}
-		var coll struct {
-			Members []struct {
-				ID string `json:"@odata.id"`
+		// Members in pages (Members@odata.nextLink), read one after the
+		// other: gofish's client sends one request at a time per BMC
+		// anyway, over one kept-alive connection.
+		var members []string
+		for page, next := 0, uri; next != ""; page++ {
+			var coll struct {
+				Members []struct {
+					ID string `json:"@odata.id"`
+				}
+				NextLink string `json:"Members@odata.nextLink"`
+			}
+			if _, err := getJSON(api, next, &coll); err != nil {
+				return fmt.Errorf("FirmwareInventory: %w", err)
+			}
+			for _, m := range coll.Members {
+				members = append(members, m.ID)
+			}
+			if len(members) > maxInventoryMembers || page >= maxInventoryPages {
+				return fmt.Errorf("FirmwareInventory %s: more than %d members or %d pages", uri, maxInventoryMembers, maxInventoryPages)
+			}
+			if next = ""; coll.NextLink != "" {
+				var err error
+				if next, err = bmcPath(coll.NextLink); err != nil {
+					return fmt.Errorf("FirmwareInventory %s: Members@odata.nextLink %q: %w", uri, coll.NextLink, err)
+				}
 			}
 		}
-		if _, err := getJSON(api, uri, &coll); err != nil {
-			return fmt.Errorf("FirmwareInventory: %w", err)
-		}
-		if len(coll.Members) > maxInventoryMembers {
-			return fmt.Errorf("FirmwareInventory %s: %d members, more than %d", uri, len(coll.Members), maxInventoryMembers)
-		}
-		items = make([]FirmwareItem, len(coll.Members))
-		errs := make([]error, len(coll.Members))
-		sem := make(chan struct{}, inventoryFetches)
-		var wg sync.WaitGroup
-		for i, m := range coll.Members {
-			p, err := bmcPath(m.ID)
+		items = make([]FirmwareItem, 0, len(members))
+		var errs []error
+		for _, m := range members {
+			p, err := bmcPath(m)
 			if err != nil {
-				errs[i] = fmt.Errorf("FirmwareInventory %s member %q: %w", uri, m.ID, err)
+				errs = append(errs, fmt.Errorf("FirmwareInventory %s member %q: %w", uri, m, err))
 				continue
 			}
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				var doc struct {
-					ID         string `json:"Id"`
-					Name       string
-					Version    string
-					SoftwareID string `json:"SoftwareId"`
-					Updateable bool
-					Oem        struct {
-						CURE struct{ PendingVersion string }
-					}
-					RelatedItem []struct {
-						ID string `json:"@odata.id"`
-					}
+			var doc struct {
+				ID         string `json:"Id"`
+				Name       string
+				Version    string
+				SoftwareID string `json:"SoftwareId"`
+				Updateable bool
+				Oem        struct {
+					CURE struct{ PendingVersion string }
 				}
-				if _, err := getJSON(api, p, &doc); err != nil {
-					errs[i] = fmt.Errorf("FirmwareInventory: %w", err)
-					return
+				RelatedItem []struct {
+					ID string `json:"@odata.id"`
 				}
-				it := FirmwareItem{ID: doc.ID, Name: doc.Name, Version: doc.Version, SoftwareID: doc.SoftwareID, Updateable: doc.Updateable,
-					PendingVersion: doc.Oem.CURE.PendingVersion}
-				for _, r := range doc.RelatedItem {
-					if r.ID != "" && len(it.RelatedItems) < 16 {
-						it.RelatedItems = append(it.RelatedItems, r.ID)
-					}
+			}
+			if _, err := getJSON(api, p, &doc); err != nil {
+				errs = append(errs, fmt.Errorf("FirmwareInventory: %w", err))
+				if isTimeout(err) {
+					break // the call's deadline passed: the rest would fail the same way
 				}
-				items[i] = it
-			}()
+				continue
+			}
+			it := FirmwareItem{ID: doc.ID, Name: doc.Name, Version: doc.Version, SoftwareID: doc.SoftwareID, Updateable: doc.Updateable,
+				PendingVersion: doc.Oem.CURE.PendingVersion}
+			for _, r := range doc.RelatedItem {
+				if r.ID != "" && len(it.RelatedItems) < 16 {
+					it.RelatedItems = append(it.RelatedItems, r.ID)
+				}
+			}
+			items = append(items, it)
 		}
-		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
 			return err
 		}
@@ -815,8 +829,9 @@ func (c *Client) FirmwareInventory(ctx context.Context) ([]FirmwareItem, error) 
 }
 
 const (
-	// maxInventoryMembers bounds what one BMC's inventory may list.
+	// maxInventoryMembers and maxInventoryPages bound what one BMC's
+	// inventory may list.
 	maxInventoryMembers = 1024
-	// inventoryFetches is how many members are read at once.
-	inventoryFetches = 8
+	maxInventoryPages   = 64
 )
+
