@@ -278,7 +278,7 @@ func newHTTPClient(tlsCfg *tls.Config, timeout time.Duration) *http.Client {
 		// per node, so it is kept only while polls would reuse it.
 		IdleConnTimeout:     20 * time.Second,
 		MaxIdleConnsPerHost: 2,
-		TLSClientConfig:       tlsCfg,
+		TLSClientConfig:     tlsCfg,
 	}
 	return &http.Client{Transport: tr, Timeout: timeout}
 }
@@ -834,4 +834,3 @@ const (
 	maxInventoryMembers = 1024
 	maxInventoryPages   = 64
 )
-
