@@ -97,13 +97,16 @@ bench-boot: image baseline
 	set -o pipefail; CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -run '^$$' -bench BootToRegistered -benchtime 3x -timeout 30m -v ./qemu-test/ | tee $(OUT)/bench-boot.log
 	@awk '/^bench-boot breakdown/{n=0} /^bench-boot/{last[n++]=$$0} END{for(i=0;i<n;i++) print last[i]}' $(OUT)/bench-boot.log
 
-# The fleet simulator against the real coordinator at 1, 100, 1,000 and
-# 5,000 nodes (BENCH_FLEET_NODES=1,100 for a quick run): wall time against one
-# node's, first-pass success, faults named, coordinator RSS/CPU, latencies,
-# store commits per run.
+# The fleet simulator against the real coordinator at 1, 100, 1,000, 5,000 and
+# 10,000 nodes (BENCH_FLEET_NODES=1,100 for a quick run): wall time against one
+# node's (wall_ratio_healthy: the nodes without injected faults), first-pass
+# success, faults named, coordinator RSS and CPU per node (rss_kib_per_node,
+# cpu_ms_per_node), latencies, store commits per run. BENCH_FLEET_FLAGS adds
+# flags: -profile DIR (coordinator CPU, heap and goroutine profiles),
+# -coordinator BIN (measure another build), -scale N.
 .PHONY: bench-fleet
 bench-fleet:
-	$(GO) run ./qemu-test/fleet/cmd/bench-fleet
+	$(GO) run ./qemu-test/fleet/cmd/bench-fleet $(BENCH_FLEET_FLAGS)
 
 # Every Go fuzz target in the module (found by scripts/fuzz.sh), one at a
 # time for FUZZTIME each (default 30s); `make test` runs their seed corpora.
