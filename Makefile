@@ -26,10 +26,13 @@ $(STATE)/pki/ca.pem:
 # cure-nvml, the runner's NVML helper for gpu checks, needs cgo (go-nvml
 # dlopens libnvidia-ml.so.1), so it is built apart from the cgo-free busybox.
 # CURE_NVIDIA_LIB is the site's libnvidia-ml.so.1, from the NVIDIA driver
-# release matching the GPUs (not redistributable here); unset, the image has
-# no NVML and gpu checks on GPU nodes report ERROR "NVML unavailable".
+# release matching the GPUs (not redistributable here). The helper goes into
+# the image only with an NVML to talk to (CURE_NVIDIA_LIB, or a driver bundle,
+# whose lib/ carries it): without one it could never answer, and it is 1.26 MB
+# of the compressed image. An image without it reports gpu checks on GPU nodes
+# as SKIP "cure-nvml not in this image".
 CURE_NVIDIA_LIB ?=
-NVML_TOOLS := --tool $(abspath $(OUT))/tools/cure-nvml:usr/bin/cure-nvml \
+NVML_TOOLS = $(if $(CURE_NVIDIA_LIB)$(CURE_DRIVER_BUNDLE),--tool $(abspath $(OUT))/tools/cure-nvml:usr/bin/cure-nvml) \
 	$(if $(CURE_NVIDIA_LIB),--tool $(CURE_NVIDIA_LIB):usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1)
 
 .PHONY: nvml-helper
