@@ -272,13 +272,9 @@ func newHTTPClient(tlsCfg *tls.Config, timeout time.Duration) *http.Client {
 		DialContext:           (&net.Dialer{Timeout: min(timeout, 10*time.Second), KeepAlive: 30 * time.Second}).DialContext,
 		TLSHandshakeTimeout:   min(timeout, 10*time.Second),
 		ResponseHeaderTimeout: timeout,
-		// A BMC is polled every few seconds inside a phase and left alone
-		// for minutes between them (the node runs in-band phases): an idle
-		// connection is two goroutines and ~40 KiB of buffers and TLS state
-		// per node, so it is kept only while polls would reuse it.
-		IdleConnTimeout:     20 * time.Second,
-		MaxIdleConnsPerHost: 2,
-		TLSClientConfig:     tlsCfg,
+		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConnsPerHost:   2,
+		TLSClientConfig:       tlsCfg,
 	}
 	return &http.Client{Transport: tr, Timeout: timeout}
 }
