@@ -26,10 +26,13 @@ $(STATE)/pki/ca.pem $(STATE)/pki/secureboot.pem:
 # cure-nvml, the runner's NVML helper for gpu checks, needs cgo (go-nvml
 # dlopens libnvidia-ml.so.1), so it is built apart from the cgo-free busybox.
 # CURE_NVIDIA_LIB is the site's libnvidia-ml.so.1, from the NVIDIA driver
-# release matching the GPUs (not redistributable here); unset, the image has
-# no NVML and gpu checks on GPU nodes report ERROR "NVML unavailable".
+# release matching the GPUs (not redistributable here). The helper goes into
+# the image only with an NVML to talk to (CURE_NVIDIA_LIB, or a driver bundle,
+# whose lib/ carries it): without one it could never answer, and it is 1.26 MB
+# of the compressed image. An image without it reports gpu checks on GPU nodes
+# as SKIP "cure-nvml not in this image".
 CURE_NVIDIA_LIB ?=
-NVML_TOOLS := --tool $(abspath $(OUT))/tools/cure-nvml:usr/bin/cure-nvml \
+NVML_TOOLS = $(if $(CURE_NVIDIA_LIB)$(CURE_DRIVER_BUNDLE),--tool $(abspath $(OUT))/tools/cure-nvml:usr/bin/cure-nvml) \
 	$(if $(CURE_NVIDIA_LIB),--tool $(CURE_NVIDIA_LIB):usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1)
 
 .PHONY: nvml-helper
@@ -97,13 +100,16 @@ bench-boot: image baseline
 	set -o pipefail; CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -run '^$$' -bench BootToRegistered -benchtime 3x -timeout 30m -v ./qemu-test/ | tee $(OUT)/bench-boot.log
 	@awk '/^bench-boot breakdown/{n=0} /^bench-boot/{last[n++]=$$0} END{for(i=0;i<n;i++) print last[i]}' $(OUT)/bench-boot.log
 
-# The fleet simulator against the real coordinator at 1, 100, 1,000 and
-# 5,000 nodes (BENCH_FLEET_NODES=1,100 for a quick run): wall time against one
-# node's, first-pass success, faults named, coordinator RSS/CPU, latencies,
-# store commits per run.
+# The fleet simulator against the real coordinator at 1, 100, 1,000, 5,000 and
+# 10,000 nodes (BENCH_FLEET_NODES=1,100 for a quick run): wall time against one
+# node's (wall_ratio_healthy: the nodes without injected faults), first-pass
+# success, faults named, coordinator RSS and CPU per node (rss_kib_per_node,
+# cpu_ms_per_node), latencies, store commits per run. BENCH_FLEET_FLAGS adds
+# flags: -profile DIR (coordinator CPU, heap and goroutine profiles),
+# -coordinator BIN (measure another build), -scale N.
 .PHONY: bench-fleet
 bench-fleet:
-	$(GO) run ./qemu-test/fleet/cmd/bench-fleet
+	$(GO) run ./qemu-test/fleet/cmd/bench-fleet $(BENCH_FLEET_FLAGS)
 
 # Every Go fuzz target in the module (found by scripts/fuzz.sh), one at a
 # time for FUZZTIME each (default 30s); `make test` runs their seed corpora.
@@ -114,7 +120,9 @@ fuzz:
 # Image writer vs `curl | zstd -dc | dd oflag=direct` (and gzip) on the same
 # images and target in one run: MB/s, ratio, writer peak RSS (incompressible
 # and mostly-zero images; 10 GiB RSS check). BENCH_INSTALL_FLAGS=-size=512MiB for a quick run;
-# -decoders=cure-zstd,klauspost-zstd,exec,auto adds one row per zstd decoder, alternated in the same runs.
+# -decoders=cure-zstd,klauspost-zstd,exec,auto adds one row per zstd decoder, alternated in the same runs;
+# -verify=whole,chunked-sha256,chunked-blake3 one row per verification (default: chunked, the chunk
+# list `artifacts add` makes), -connections=N the chunked writer's Range connections. Each line names both.
 .PHONY: bench-install
 bench-install:
 	$(GO) run ./tools/diskimage/cmd/bench-install $(BENCH_INSTALL_FLAGS)

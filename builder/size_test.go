@@ -14,7 +14,7 @@ import (
 // ImageBudget is the most initramfs.cpio.zst of the default image (make
 // image, initramfs/cure.yaml) may weigh: what iPXE pulls over the provisioning
 // network on every boot of every node (issue 14).
-const ImageBudget = 15_000_000
+const ImageBudget = 13_000_000
 
 // TestImageBudget fails when the built default image passes ImageBudget,
 // printing what each megabyte is for. make test builds the image first

@@ -30,7 +30,8 @@ func ImageFormatOf(name string) string {
 // spec.os.image's sha256, size and format set to img, every other byte
 // (comments, order, layout) as it was; the result is checked to parse as a
 // SKU with exactly that image. A SKU without spec.os.image, or one lacking
-// one of the three keys, is an error naming the missing field.
+// one of the three keys, is an error naming the missing field. chunks is
+// set, added or removed to match img.Chunks.
 func SetOSImage(name string, data []byte, img Artifact) ([]byte, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -70,12 +71,46 @@ func SetOSImage(name string, data []byte, img Artifact) ([]byte, error) {
 		}
 		lines[ln-1] = out
 	}
+	// chunks (the image's chunk list) is optional: replaced where it is,
+	// added after format where it is not, and removed when the new image
+	// has none, so a list never outlives its image.
+	var ck, fk *yaml.Node
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		switch node.Content[i].Value {
+		case "chunks":
+			ck = node.Content[i]
+		case "format":
+			fk = node.Content[i]
+		}
+	}
+	switch {
+	case ck != nil && img.Chunks != "":
+		v := mapValue(node, "chunks")
+		if v.Line != ck.Line || v.Kind != yaml.ScalarNode {
+			return nil, fmt.Errorf("%s:%d: %s.chunks: put it on one line, then run this again", name, ck.Line, path)
+		}
+		out, err := lineEdit{col: v.Column, value: img.Chunks}.apply(lines[v.Line-1])
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", name, v.Line, err)
+		}
+		lines[v.Line-1] = out
+	case ck != nil:
+		lines[ck.Line-1] = nil
+	case img.Chunks != "":
+		ln := lines[fk.Line-1]
+		nl := ""
+		if !bytes.HasSuffix(ln, []byte("\n")) {
+			nl = "\n"
+		}
+		add := fmt.Sprintf("%s%schunks: %s\n", nl, strings.Repeat(" ", fk.Column-1), img.Chunks)
+		lines[fk.Line-1] = append(append([]byte{}, ln...), add...)
+	}
 	edited := bytes.Join(lines, nil)
 	sku, err := ParseSKU(name, edited)
 	if err != nil {
 		return nil, fmt.Errorf("%s after setting spec.os.image: %w", name, err)
 	}
-	if got := sku.Spec.OS.Image; got.SHA256 != img.SHA256 || got.Size != img.Size || got.Format != img.Format || got.URL != img.URL {
+	if got := sku.Spec.OS.Image; got.SHA256 != img.SHA256 || got.Size != img.Size || got.Format != img.Format || got.URL != img.URL || got.Chunks != img.Chunks {
 		return nil, fmt.Errorf("%s: spec.os.image reads back as %+v, want %+v", name, got, img)
 	}
 	return edited, nil

@@ -58,3 +58,37 @@ func TestSetOSImageErrors(t *testing.T) {
 		}
 	}
 }
+
+// chunks is added after format, replaced in place, and removed when the
+// new image has no list.
+func TestSetOSImageChunks(t *testing.T) {
+	orig, err := os.ReadFile("examples/qemu-nvme.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := Artifact{SHA256: strings.Repeat("0f", 32), Size: 11600000, Format: ImageRawZstd, Chunks: strings.Repeat("c1", 32)}
+	added, err := SetOSImage("qemu-nvme.yaml", orig, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(added, []byte("\n")) - bytes.Count(orig, []byte("\n")); n != 1 {
+		t.Errorf("adding chunks added %d lines, want 1", n)
+	}
+	if !bytes.Contains(added, []byte("      format: raw.zst\n      chunks: "+img.Chunks+"\n")) {
+		t.Errorf("chunks not under format, same indentation:\n%s", added)
+	}
+	img.Chunks = strings.Repeat("d2", 32)
+	replaced, err := SetOSImage("qemu-nvme.yaml", added, img)
+	if err != nil || bytes.Count(replaced, []byte("\n")) != bytes.Count(added, []byte("\n")) || !bytes.Contains(replaced, []byte("chunks: "+img.Chunks)) {
+		t.Fatalf("replace: %v\n%s", err, replaced)
+	}
+	img.Chunks = ""
+	removed, err := SetOSImage("qemu-nvme.yaml", replaced, img)
+	if err != nil || bytes.Contains(removed, []byte("chunks:")) || bytes.Count(removed, []byte("\n")) != bytes.Count(orig, []byte("\n")) {
+		t.Fatalf("remove: %v\n%s", err, removed)
+	}
+	bad := bytes.Replace(added, []byte("chunks: "+strings.Repeat("c1", 32)), []byte("chunks: xyz"), 1)
+	if _, err := ParseSKU("qemu-nvme.yaml", bad); err == nil || !strings.Contains(err.Error(), "spec.os.image.chunks") {
+		t.Errorf("bad chunks: %v", err)
+	}
+}

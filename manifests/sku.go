@@ -188,9 +188,25 @@ func (d *decoder) match(n *yaml.Node, p string, fw Firmware) Match {
 
 // artifact reads a file reference; formats, when set, restricts the format.
 func (d *decoder) artifact(n *yaml.Node, p string, formats []string) Artifact {
-	f := d.mapping(n, p, "url", "sha256", "size", "format")
+	return d.artifactKeys(n, p, formats, false)
+}
+
+// artifactKeys reads a file reference; chunks says the reference may pin
+// a chunk list (OS images: the only artifact written as it streams).
+func (d *decoder) artifactKeys(n *yaml.Node, p string, formats []string, chunks bool) Artifact {
+	keys := []string{"url", "sha256", "size", "format"}
+	if chunks {
+		keys = append(keys, "chunks")
+	}
+	f := d.mapping(n, p, keys...)
 	var a Artifact
 	var v *yaml.Node
+	if chunks {
+		a.Chunks, v = f.str("chunks", false)
+		if v != nil && a.Chunks != "" && !sha256RE.MatchString(a.Chunks) {
+			d.errorf(v, join(p, "chunks"), "%q is not the sha256 of a chunk list (want 64 lowercase hex digits, found %d characters)", a.Chunks, len(a.Chunks))
+		}
+	}
 	a.URL, v = f.str("url", false)
 	d.checkURL(v, join(p, "url"), a.URL)
 	a.SHA256, v = f.str("sha256", true)
@@ -296,7 +312,7 @@ func (d *decoder) os(n *yaml.Node, p string) *OS {
 	f := d.mapping(n, p, "image", "targetDisk", "growRoot", "firstBoot")
 	o := &OS{}
 	if v := f.get("image"); v != nil {
-		o.Image = d.artifact(v, join(p, "image"), imageFormats)
+		o.Image = d.artifactKeys(v, join(p, "image"), imageFormats, true)
 	} else {
 		f.missing("image")
 	}

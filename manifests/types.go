@@ -197,6 +197,12 @@ type Artifact struct {
 	SHA256 string `yaml:"sha256"`
 	Size   int64  `yaml:"size"`
 	Format string `yaml:"format"`
+	// Chunks, on an OS image only, is the sha256 of the image's chunk list
+	// (tools/chunklist; `provisioner-lite artifacts add` makes it), an
+	// artifact of its own: with it the runner verifies the image's chunks
+	// on all cores as they arrive and writes nothing unverified. Without
+	// it the image's sha256 is checked when the download ends.
+	Chunks string `yaml:"chunks,omitempty"`
 }
 
 // BIOS holds Redfish BIOS attributes. Values are string, int64 or bool.

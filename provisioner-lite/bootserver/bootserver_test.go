@@ -18,6 +18,8 @@ import (
 	"testing"
 
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/tools/chunklist"
+	"github.com/cure-oss/cure/tools/diskimage"
 )
 
 type readyCall struct {
@@ -501,5 +503,37 @@ func TestIPXEBuildsRoute(t *testing.T) {
 	}
 	if s.ScriptURL() != "http://10.0.2.2:8080/boot.ipxe" {
 		t.Errorf("ScriptURL = %s", s.ScriptURL())
+	}
+}
+
+// The artifact server as the runner's image writer meets it: the image and
+// its chunk list from the store, the list fetched and bound, the image
+// striped over 4 Range connections with If-Range on the hash ETag, every
+// chunk verified before it is written.
+func TestArtifactsServeChunkedStripedWrite(t *testing.T) {
+	f := newFixture(t)
+	img := make([]byte, 9<<20+4321)
+	for i := range img {
+		img[i] = byte(i*7 + i>>12)
+	}
+	h := importBytes(t, f.artDir, img)
+	l, err := chunklist.Build(bytes.NewReader(img), chunklist.BLAKE3, chunklist.DefaultChunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lh := importBytes(t, f.artDir, l.Marshal())
+	target := filepath.Join(t.TempDir(), "disk")
+	if err := os.WriteFile(target, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := diskimage.Write(context.Background(), diskimage.Options{
+		URL: f.srv.URL + "/artifacts/sha256/" + h, SHA256: h, Size: int64(len(img)), Format: diskimage.FormatRaw, Target: target,
+		ChunksURL: f.srv.URL + "/artifacts/sha256/" + lh, ChunksSHA256: lh, Connections: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(target)
+	if !bytes.Equal(got, img) || res.Verification != "chunked-blake3-1MiB" || res.Connections != 4 {
+		t.Fatalf("write: exact %v, verification %q, connections %d", bytes.Equal(got, img), res.Verification, res.Connections)
 	}
 }

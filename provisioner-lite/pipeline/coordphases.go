@@ -240,6 +240,13 @@ func (e *Engine) localArtifacts(mode modes.Mode, sku *manifests.SKU) (missing, w
 	}
 	if mode == modes.Provision && sku.Spec.OS != nil {
 		check("os.image", &sku.Spec.OS.Image, true)
+		// The chunk list always comes from this store (the runner fetches
+		// it by its sha256 from the artifact base URL).
+		if c := sku.Spec.OS.Image.Chunks; c != "" {
+			if _, err := os.Stat(filepath.Join(e.cfg.ArtifactDir, "sha256", c)); err != nil {
+				missing = append(missing, fmt.Sprintf("os.image.chunks: chunk list sha256:%s not in the artifact store (`provisioner-lite artifacts add --sku` makes it)", c))
+			}
+		}
 	}
 	// A firmware image is only needed when its component drifts, which is not
 	// known before the node is inventoried; verify mode exists to insist.

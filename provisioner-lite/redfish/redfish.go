@@ -11,7 +11,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -167,6 +166,8 @@ type Client struct {
 	resetAt time.Time
 	// vendor is the service root's Vendor, else the system's Manufacturer.
 	vendor string
+	// invURI is UpdateService.FirmwareInventory, found once.
+	invURI string
 }
 
 // Connect logs in to the BMC (a Redfish session, or Basic auth if the BMC
@@ -717,43 +718,115 @@ func (c *Client) patchBoot(api *gofish.APIClient, sys *schemas.ComputerSystem, p
 }
 
 // FirmwareInventory lists UpdateService.FirmwareInventory.
+//
+// Each member is read with one GET and decoded once, straight into what
+// CURE uses: gofish decoded every member into its full schema struct and
+// kept the raw body, which was then decoded again for the links and the
+// Oem field, and it read the UpdateService on every call. The inventory's
+// URI is kept from the first read. A coordinator reads every node's
+// inventory several times per run, so this was most of its JSON decoding.
 func (c *Client) FirmwareInventory(ctx context.Context) ([]FirmwareItem, error) {
 	var items []FirmwareItem
 	err := c.call(ctx, "read firmware inventory", func(api *gofish.APIClient) error {
-		us, err := api.Service.UpdateService()
-		if err != nil {
-			return fmt.Errorf("UpdateService: %w", err)
+		c.mu.Lock()
+		uri := c.invURI
+		c.mu.Unlock()
+		if uri == "" {
+			us, err := api.Service.UpdateService()
+			if err != nil {
+				return fmt.Errorf("UpdateService: %w", err)
+			}
+			if us == nil || us.ODataID == "" {
+				return fmt.Errorf("%w: the service root links no UpdateService", ErrNotSupported)
+			}
+			caps, _, err := parseUpdateService(us.RawData)
+			if err != nil {
+				return fmt.Errorf("UpdateService %s: %w", us.ODataID, err)
+			}
+			if caps.InventoryURI == "" {
+				return fmt.Errorf("%w: UpdateService %s links no FirmwareInventory", ErrNotSupported, us.ODataID)
+			}
+			uri = caps.InventoryURI
+			c.mu.Lock()
+			c.invURI = uri
+			c.mu.Unlock()
 		}
-		if us == nil {
-			return fmt.Errorf("%w: the service root links no UpdateService", ErrNotSupported)
+		// Members in pages (Members@odata.nextLink), read one after the
+		// other: gofish's client sends one request at a time per BMC
+		// anyway, over one kept-alive connection.
+		var members []string
+		for page, next := 0, uri; next != ""; page++ {
+			var coll struct {
+				Members []struct {
+					ID string `json:"@odata.id"`
+				}
+				NextLink string `json:"Members@odata.nextLink"`
+			}
+			if _, err := getJSON(api, next, &coll); err != nil {
+				return fmt.Errorf("FirmwareInventory: %w", err)
+			}
+			for _, m := range coll.Members {
+				members = append(members, m.ID)
+			}
+			if len(members) > maxInventoryMembers || page >= maxInventoryPages {
+				return fmt.Errorf("FirmwareInventory %s: more than %d members or %d pages", uri, maxInventoryMembers, maxInventoryPages)
+			}
+			if next = ""; coll.NextLink != "" {
+				var err error
+				if next, err = bmcPath(coll.NextLink); err != nil {
+					return fmt.Errorf("FirmwareInventory %s: Members@odata.nextLink %q: %w", uri, coll.NextLink, err)
+				}
+			}
 		}
-		inv, err := us.FirmwareInventory()
-		if err != nil {
-			return fmt.Errorf("FirmwareInventory: %w", err)
-		}
-		items = items[:0]
-		for _, s := range inv {
-			it := FirmwareItem{ID: s.ID, Name: s.Name, Version: s.Version, SoftwareID: s.SoftwareID, Updateable: s.Updateable}
-			var raw struct {
-				Oem struct {
+		items = make([]FirmwareItem, 0, len(members))
+		var errs []error
+		for _, m := range members {
+			p, err := bmcPath(m)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("FirmwareInventory %s member %q: %w", uri, m, err))
+				continue
+			}
+			var doc struct {
+				ID         string `json:"Id"`
+				Name       string
+				Version    string
+				SoftwareID string `json:"SoftwareId"`
+				Updateable bool
+				Oem        struct {
 					CURE struct{ PendingVersion string }
 				}
 				RelatedItem []struct {
 					ID string `json:"@odata.id"`
 				}
 			}
-			if json.Unmarshal(s.RawData, &raw) == nil {
-				it.PendingVersion = raw.Oem.CURE.PendingVersion
-				for _, r := range raw.RelatedItem {
-					if r.ID != "" && len(it.RelatedItems) < 16 {
-						it.RelatedItems = append(it.RelatedItems, r.ID)
-					}
+			if _, err := getJSON(api, p, &doc); err != nil {
+				errs = append(errs, fmt.Errorf("FirmwareInventory: %w", err))
+				if isTimeout(err) {
+					break // the call's deadline passed: the rest would fail the same way
+				}
+				continue
+			}
+			it := FirmwareItem{ID: doc.ID, Name: doc.Name, Version: doc.Version, SoftwareID: doc.SoftwareID, Updateable: doc.Updateable,
+				PendingVersion: doc.Oem.CURE.PendingVersion}
+			for _, r := range doc.RelatedItem {
+				if r.ID != "" && len(it.RelatedItems) < 16 {
+					it.RelatedItems = append(it.RelatedItems, r.ID)
 				}
 			}
 			items = append(items, it)
+		}
+		if err := errors.Join(errs...); err != nil {
+			return err
 		}
 		slices.SortFunc(items, func(a, b FirmwareItem) int { return strings.Compare(a.ID, b.ID) })
 		return nil
 	})
 	return items, err
 }
+
+const (
+	// maxInventoryMembers and maxInventoryPages bound what one BMC's
+	// inventory may list.
+	maxInventoryMembers = 1024
+	maxInventoryPages   = 64
+)

@@ -43,5 +43,14 @@ func ServerOptions(l Limits) []grpc.ServerOption {
 		grpc.ConnectionTimeout(l.HandshakeTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: l.MaxConnectionIdle}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Every node holds one connection for its whole run, mostly idle:
+		// per-connection buffers are per-node memory. The 32 KiB read buffer
+		// gRPC puts in front of each connection duplicates the TLS record
+		// buffer behind it (0 lets the framer read the TLS connection
+		// directly), and a shared write buffer goes back to a pool after each
+		// flush instead of staying with its idle connection. At 1,000
+		// simulated nodes the read buffers alone were 29 MB of the heap.
+		grpc.ReadBufferSize(0),
+		grpc.SharedWriteBuffer(true),
 	}
 }

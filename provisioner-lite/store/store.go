@@ -160,7 +160,14 @@ func Open(path string, opts ...Option) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("store: open %s for reading: %w", abs, err)
 	}
+	// Every reader stays open: database/sql keeps only 2 idle connections
+	// by default, so under load the other two were closed after each use
+	// and opened again, and the statements prepared on them (kept compiled
+	// per connection) were compiled again with every new connection.
 	r.SetMaxOpenConns(4)
+	r.SetMaxIdleConns(4)
+	r.SetConnMaxLifetime(0)
+	r.SetConnMaxIdleTime(0)
 	if err := r.PingContext(ctx); err != nil {
 		w.Close()
 		r.Close()

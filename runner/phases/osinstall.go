@@ -41,12 +41,20 @@ func ArtifactURL(art manifests.Artifact, base string) (string, error) {
 	return strings.TrimRight(base, "/") + "/sha256/" + strings.ToLower(art.SHA256), nil
 }
 
+// chunkConnections is how many Range connections download an image that
+// has a chunk list: each range is verified on its own, and on a fast
+// network one TCP connection is often the limit.
+const chunkConnections = 4
+
 // InstallPlan is what os_install will do, computed before touching a disk.
 type InstallPlan struct {
-	URL    string
-	Image  manifests.Artifact
-	Target blockdev.Disk
-	Seed   Seed
+	URL string
+	// ChunksURL is where the image's chunk list is, when the manifest pins
+	// one (spec.os.image.chunks): always the coordinator's store.
+	ChunksURL string
+	Image     manifests.Artifact
+	Target    blockdev.Disk
+	Seed      Seed
 }
 
 // PlanInstall checks the mode, resolves the artifact, selects exactly one
@@ -62,6 +70,12 @@ func PlanInstall(a *curev1.Assignment, sku *manifests.SKU, disks []blockdev.Disk
 	u, err := ArtifactURL(osSpec.Image, a.GetArtifactBaseUrl())
 	if err != nil {
 		return nil, fmt.Errorf("manifest %s: spec.os.image: %w", sku.Metadata.Name, err)
+	}
+	var chunksURL string
+	if osSpec.Image.Chunks != "" {
+		if chunksURL, err = ArtifactURL(manifests.Artifact{SHA256: osSpec.Image.Chunks}, a.GetArtifactBaseUrl()); err != nil {
+			return nil, fmt.Errorf("manifest %s: spec.os.image.chunks: %w", sku.Metadata.Name, err)
+		}
 	}
 	ts := osSpec.TargetDisk
 	sel := blockdev.Selector{Transport: ts.Transport, Model: ts.Model, Serial: ts.Serial, Name: ts.Name,
@@ -84,7 +98,7 @@ func PlanInstall(a *curev1.Assignment, sku *manifests.SKU, disks []blockdev.Disk
 	if inst == "" {
 		inst = a.GetRunId()
 	}
-	return &InstallPlan{URL: u, Image: osSpec.Image, Target: disk, Seed: Seed{
+	return &InstallPlan{URL: u, ChunksURL: chunksURL, Image: osSpec.Image, Target: disk, Seed: Seed{
 		InstanceID: inst, Hostname: host, CallbackURL: fb.GetCallbackUrl(),
 		CallbackToken: fb.GetCallbackToken(), ExtraUserData: osSpec.FirstBoot.UserData,
 	}}, nil
@@ -145,6 +159,7 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 	opts := diskimage.Options{
 		URL: plan.URL, SHA256: plan.Image.SHA256, Size: plan.Image.Size, Format: plan.Image.Format,
 		Target: d.Path, Client: e.cfg.HTTP,
+		ChunksURL: plan.ChunksURL, ChunksSHA256: plan.Image.Chunks,
 		// After this boot's verified erase sampled zeros, zero blocks are
 		// skipped rather than zeroed; the read-back below covers them.
 		TargetZeroed: e.isZeroed(d),
@@ -159,6 +174,9 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 				emit.Metric("os_install.throughput", float64(written)/1e6/s, "MB/s", labels)
 			}
 		},
+	}
+	if plan.ChunksURL != "" {
+		opts.Connections = chunkConnections
 	}
 	// Stage durations feed the run's time buckets (os_install.stage_seconds,
 	// provisioner-lite/timebuckets): download, decode and write stream
@@ -227,6 +245,9 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 		zeros = "skipped on the erased disk"
 	}
 	observed := fmt.Sprintf("sha256:%s read back %s, %d bytes (%d zero, %s) %.1f MB/s, decoder %s", res.SHA256, res.Readback, res.WrittenBytes, res.ZeroBytes, zeros, mbps, res.Decoder)
+	if res.Verification != "" {
+		observed += fmt.Sprintf(", verified %s over %d connection(s)", res.Verification, res.Connections)
+	}
 	emit.Verdict(&curev1.Verdict{
 		Component: component, Check: "os_install", Status: curev1.VerdictStatus_PASS,
 		Observed: observed, Expected: "sha256:" + strings.ToLower(plan.Image.SHA256) + " (download)",

@@ -394,3 +394,20 @@ func TestOSInstallWriteErrorFails(t *testing.T) {
 		t.Error("verify or seed ran after a failed write")
 	}
 }
+
+// A SKU that pins a chunk list: the writer gets the list's store URL and
+// pin, and downloads over several Range connections.
+func TestOSInstallChunkList(t *testing.T) {
+	img := &fakeImages{}
+	e := New(Config{Log: quiet(), Disks: func() ([]blockdev.Disk, error) { return disks(), nil }, Images: img, Seeds: &fakeSeeds{}, SystemSerial: "SN1", SeedWait: time.Hour})
+	chunks := strings.Repeat("c1", 32)
+	m := strings.Replace(string(manifest(t)), "      format: raw.zst\n", "      format: raw.zst\n      chunks: "+chunks+"\n", 1)
+	out := e.Run(context.Background(), "os_install", assignment(t, curev1.Mode_MODE_PROVISION, []byte(m)), &recEmitter{})
+	if out.Status != curev1.PhaseStatus_PHASE_OK {
+		t.Fatalf("outcome %+v", out)
+	}
+	w := img.writes[0]
+	if w.ChunksURL != "http://10.0.2.2:8080/artifacts/sha256/"+chunks || w.ChunksSHA256 != chunks || w.Connections != chunkConnections {
+		t.Errorf("write options: chunks %q %q, connections %d", w.ChunksURL, w.ChunksSHA256, w.Connections)
+	}
+}

@@ -21,6 +21,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/cure-oss/cure/tools/chunklist"
 )
 
 // Formats accepted in Options.Format.
@@ -74,6 +76,17 @@ type Options struct {
 	// doubling each time (default 1 s).
 	Retries   int
 	RetryWait time.Duration
+	// ChunksURL and ChunksSHA256 name the artifact's chunk list
+	// (tools/chunklist) and the sha256 the manifest pins for it. With
+	// them, chunks are verified on all cores as they arrive and nothing
+	// unverified is decoded or written; without, the whole download's
+	// sha256 is checked at its end.
+	ChunksURL    string
+	ChunksSHA256 string
+	// Connections is how many HTTP Range connections download the
+	// artifact at once (default 1), for links where one connection is the
+	// limit. More than one needs a chunk list.
+	Connections int
 }
 
 // Result describes a completed write.
@@ -84,9 +97,13 @@ type Result struct {
 	SHA256          string // of the download
 	Readback        Digest // of the image bytes written, for Verify
 	Decoder         string // what decoded the stream
-	Resumes         int    // Range requests after dropped connections
-	Direct          bool   // written with O_DIRECT
-	Duration        time.Duration
+	// Verification is how the download was verified: "whole-sha256", or
+	// the chunk list's name (e.g. "chunked-blake3-1MiB").
+	Verification string
+	Connections  int  // HTTP connections that downloaded it at once
+	Resumes      int  // Range requests after dropped connections
+	Direct       bool // written with O_DIRECT
+	Duration     time.Duration
 	// Stages is the streamed pass's wall time by what held it up
 	// (download, decode, write; see Stages): the run's time buckets.
 	Stages Stages
@@ -94,11 +111,13 @@ type Result struct {
 
 // Write streams o.URL onto o.Target.
 //
-// The sha256 of a streamed download is only known once the stream has
-// ended, by which time the target has been written. That is accepted: on
-// any error the caller leaves the boot override alone, and Write
-// additionally zeroes the first MiB of the target so a partial or
-// unverified image cannot boot.
+// With only a whole-file sha256, the digest of a streamed download is
+// only known once the stream has ended, by which time the target has been
+// written. That is accepted: on any error the caller leaves the boot
+// override alone, and Write additionally zeroes the first MiB of the
+// target so a partial or unverified image cannot boot. With a chunk list
+// nothing unverified is written at all; a failure still zeroes the start,
+// as the verified prefix alone is no bootable image either.
 func Write(ctx context.Context, o Options) (*Result, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -169,7 +188,11 @@ func (o *Options) validate() error {
 	if o.Client == nil {
 		o.Client = defaultClient()
 	}
-	return nil
+	if o.Connections < 0 || o.Connections > maxConnections {
+		return fmt.Errorf("artifact %s: connections %d: expected 0 to %d", o.URL, o.Connections, maxConnections)
+	}
+	o.Connections = max(o.Connections, 1)
+	return o.validateChunks()
 }
 
 // defaultClient bounds connection set-up and the wait for headers; the
@@ -202,16 +225,46 @@ func write(ctx context.Context, o Options, t target) (*Result, error) {
 			return nil, fmt.Errorf("artifact %s: %w", o.URL, err)
 		}
 	}
-	f := &fetcher{ctx: ctx, client: o.Client, url: o.URL, size: o.Size, stall: o.StallTimeout, retries: o.Retries, wait: o.RetryWait}
-	defer f.Close()
-	// Status and length are checked before the disk is touched.
-	if err := f.open(); err != nil {
-		return nil, err
+	// The chunk list, like the status and length below, is checked
+	// before the disk is touched.
+	var list *chunklist.List
+	verification := "whole-sha256"
+	if o.ChunksURL != "" {
+		var err error
+		if list, err = fetchList(ctx, o); err != nil {
+			return nil, err
+		}
+		verification = list.String()
 	}
+	var src interface {
+		io.Reader
+		Close()
+		resumed() int
+	}
+	if o.Connections > 1 {
+		s := newStriper(ctx, o, list.Chunk)
+		switch err := s.open(); {
+		case err == nil:
+			src = s
+		case errors.Is(err, errNoRanges):
+			slog.Warn("several connections asked for, but the server ignores Range: one connection", "url", o.URL)
+			o.Connections = 1
+		default:
+			return nil, err
+		}
+	}
+	if src == nil {
+		f := &fetcher{ctx: ctx, client: o.Client, url: o.URL, size: o.Size, stall: o.StallTimeout, retries: o.Retries, wait: o.RetryWait}
+		if err := f.open(); err != nil {
+			return nil, err
+		}
+		src = f
+	}
+	defer src.Close()
 	// Read at most Size+1 bytes: enough to notice an over-long download
 	// without trusting the server to end it.
-	dl := &downloadReader{r: io.LimitReader(f, o.Size+1)}
-	st := runPipeline(ctx, cancel, o, t, dl, img)
+	dl := &downloadReader{r: io.LimitReader(src, o.Size+1)}
+	st := runPipeline(ctx, cancel, o, t, dl, img, list)
 
 	res := &Result{
 		DownloadedBytes: dl.n,
@@ -220,7 +273,9 @@ func write(ctx context.Context, o Options, t target) (*Result, error) {
 		SHA256:          st.sha256,
 		Readback:        st.readback,
 		Decoder:         st.decoder,
-		Resumes:         f.resumes,
+		Verification:    verification,
+		Connections:     o.Connections,
+		Resumes:         src.resumed(),
 		Stages:          st.stages,
 	}
 	if err := o.check(ctx, dl, res, st); err != nil {
@@ -242,7 +297,7 @@ func write(ctx context.Context, o Options, t target) (*Result, error) {
 	res.Duration = time.Since(start)
 	slog.Info("disk image written", "url", o.URL, "target", o.Target, "format", o.Format, "downloaded", res.DownloadedBytes,
 		"written", res.WrittenBytes, "zero", res.ZeroBytes, "resumes", res.Resumes, "sha256", res.SHA256,
-		"readback", res.Readback.String(), "decoder", res.Decoder, "duration", res.Duration)
+		"readback", res.Readback.String(), "decoder", res.Decoder, "verification", res.Verification, "connections", res.Connections, "duration", res.Duration)
 	return res, nil
 }
 
@@ -252,6 +307,7 @@ func write(ctx context.Context, o Options, t target) (*Result, error) {
 // itself (a stage failed) is not the story: the stage's error is.
 func (o *Options) check(ctx context.Context, dl *downloadReader, res *Result, st pipelineState) error {
 	var werr *writeError
+	var cerr *chunkError
 	switch {
 	case errors.Is(dl.err, io.ErrUnexpectedEOF) || (dl.eof && dl.n < o.Size):
 		return fmt.Errorf("artifact %s: truncated: got %d of %d bytes", o.URL, dl.n, o.Size)
@@ -262,6 +318,8 @@ func (o *Options) check(ctx context.Context, dl *downloadReader, res *Result, st
 		return fmt.Errorf("artifact %s: download failed after %d of %d bytes: %w", o.URL, dl.n, o.Size, dl.err)
 	case dl.n > o.Size:
 		return fmt.Errorf("artifact %s: longer than the manifest size: more than %d bytes", o.URL, o.Size)
+	case errors.As(st.err, &cerr):
+		return fmt.Errorf("artifact %s: %w: refused before any of it was decoded or written", o.URL, cerr)
 	case errors.As(st.err, &werr):
 		return fmt.Errorf("artifact %s: write %s at offset %d: %w", o.URL, o.Target, werr.off, werr.err)
 	case st.err != nil:

@@ -106,6 +106,8 @@ func (f *fetcher) closeBody() {
 
 func (f *fetcher) Close() { f.closeBody() }
 
+func (f *fetcher) resumed() int { return f.resumes }
+
 func (f *fetcher) Read(p []byte) (int, error) {
 	for {
 		if f.pending == nil && f.body == nil {

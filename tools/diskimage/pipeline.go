@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cure-oss/cure/tools/chunklist"
 )
 
 // decoderSeam lets tests stand in for a misbehaving decoder.
@@ -21,11 +23,16 @@ var decoderSeam = func(r io.Reader) io.Reader { return r }
 //
 //	download ──chunks──▶ sha256 ──chunks──▶ decompress ──blocks──▶ zero scan+CRC ──▶ writeDepth writers
 //
-// The sha256 has a goroutine of its own: it is the one inherently serial
-// computation (2.0 GB/s with SHA-NI on this host, as fast as OpenSSL's),
-// and sharing a goroutine with the socket reads made it the ceiling of
-// the whole install. On 2 cores an incompressible image is bound by the
-// CPU all stages need together, the sha256 about half of it.
+// With only the whole file's sha256 pinned, the sha256 has a goroutine of
+// its own: it is inherently serial (2.0 GB/s with SHA-NI on this host, as
+// fast as OpenSSL's), it was about half the CPU of an incompressible
+// install, and its verdict comes only after the disk has been written.
+// With a chunk list (tools/chunklist) the sha256 box is instead:
+//
+//	chunks ──▶ verifyWorkers goroutines, one chunk each ──▶ in order ──▶ decompress
+//
+// and a chunk moves on only once its digest matched, so the decoders never
+// parse, and the disk never receives, a byte that was not verified.
 // Buffers come from fixed free lists rather than a sync.Pool: a free list
 // both reuses the aligned buffers and puts a hard bound on how many exist,
 // which a sync.Pool does not. With 4 MiB blocks the stages hold at most
@@ -121,9 +128,15 @@ func attribute(wall, writeBusy, decBusy, decWait time.Duration) Stages {
 	return Stages{Download: up - dec, Decode: dec, Write: writeBusy}
 }
 
-func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options, t target, dl *downloadReader, img *qcowImage) pipelineState {
+func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options, t target, dl *downloadReader, img *qcowImage, list *chunklist.List) pipelineState {
 	began := time.Now()
 	chunks := newFreeList(chunkBufs, chunkSize)
+	if list != nil {
+		// Chunks are verified whole before any of them moves on, so the
+		// download is cut on the list's boundaries; enough of them for
+		// every core to verify one while the stages keep theirs.
+		chunks = newFreeList(max(chunkBufs, 2*verifyWorkers()+6), int(list.Chunk))
+	}
 	blocks := newFreeList(blockBufs, o.BlockSize)
 	dlCh := make(chan []byte, queue)
 	hashCh := make(chan []byte, queue)
@@ -175,19 +188,33 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 		}
 	}()
 
-	// Hash every chunk downloaded, in order. After a cancel the chunks
-	// still pass through, so the decoder's drain returns them.
+	// Verify every chunk downloaded, handing them on in order. After a
+	// cancel the chunks still pass through, so the decoder's drain
+	// returns them.
 	var sum string
-	go func() {
-		defer wg.Done()
-		defer close(hashCh)
-		h := sha256.New()
-		for b := range dlCh {
-			h.Write(b)
-			hashCh <- b
-		}
-		sum = hex.EncodeToString(h.Sum(nil))
-	}()
+	var verified atomic.Int64
+	if list == nil {
+		go func() {
+			defer wg.Done()
+			defer close(hashCh)
+			h := sha256.New()
+			for b := range dlCh {
+				h.Write(b)
+				hashCh <- b
+			}
+			sum = hex.EncodeToString(h.Sum(nil))
+		}()
+	} else {
+		go func() {
+			defer wg.Done()
+			defer close(hashCh)
+			verifyChunks(list, dlCh, hashCh, chunks, fail, &verified)
+			if verified.Load() == int64(len(list.Digests)) {
+				// Every chunk matched a list bound to this sha256 and size.
+				sum = o.SHA256
+			}
+		}()
+	}
 
 	// Decompress (or map qcow2 clusters) into blocks.
 	var decName string

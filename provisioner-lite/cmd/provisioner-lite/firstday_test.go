@@ -21,8 +21,10 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/bootserver"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
+	"github.com/cure-oss/cure/tools/chunklist"
 )
 
 // The README's site path, as a new site meets it: `check` with the state dir
@@ -88,6 +90,20 @@ func TestCheckFlagsMissingImage(t *testing.T) {
 	if !bytes.Contains(edited, []byte("# The SKU the QEMU end-to-end tests use.")) {
 		t.Error("artifacts add dropped the SKU's comments")
 	}
+	// The image's chunk list is in the store, pinned by the SKU and bound
+	// to the image.
+	parsed, err := manifests.ParseSKU(sku, edited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im := parsed.Spec.OS.Image
+	lb, err := os.ReadFile(bootserver.ArtifactPath(filepath.Join(state, "artifacts"), im.Chunks))
+	if err != nil || im.Chunks == "" {
+		t.Fatalf("chunk list %q: %v", im.Chunks, err)
+	}
+	if l, err := chunklist.Parse(lb, im.SHA256, im.Size); err != nil || l.Alg != chunklist.DefaultAlg || chunklist.SumHex(lb) != im.Chunks {
+		t.Fatalf("chunk list: %v", err)
+	}
 	out.Reset()
 	if rc := checkCmd(args, &out); rc != 0 || !strings.Contains(out.String(), "check: no problems") {
 		t.Fatalf("check after artifacts add: rc %d\n%s", rc, out.String())
@@ -102,8 +118,8 @@ func TestCheckFlagsMissingImage(t *testing.T) {
 	if rc := artifactsCmd([]string{"add", "--state-dir", state, "--sku", bare, other}, &out); rc != 1 {
 		t.Errorf("artifacts add --sku of a SKU without spec.os: rc %d", rc)
 	}
-	if entries, _ := os.ReadDir(filepath.Join(state, "artifacts", "sha256")); len(entries) != 1 {
-		t.Errorf("the artifact store holds %d files, want only the first image", len(entries))
+	if entries, _ := os.ReadDir(filepath.Join(state, "artifacts", "sha256")); len(entries) != 2 {
+		t.Errorf("the artifact store holds %d files, want only the first image and its chunk list", len(entries))
 	}
 }
 

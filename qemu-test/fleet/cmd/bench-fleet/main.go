@@ -5,9 +5,14 @@
 // event-to-ack and phase-transition percentiles and store commits per run.
 // It ends with one line per size a script can read:
 //
-//	bench-fleet nodes=N wall_ratio=… first_pass=…% faults_named=…% rss_mib=… commits_per_run=…
+//	bench-fleet nodes=N wall_ratio=… wall_ratio_healthy=… first_pass=…% faults_named=…% rss_mib=… rss_kib_per_node=… cpu_ms_per_node=… commits_per_run=…
 //
-// BENCH_FLEET_NODES=1,100 picks the sizes (default 1,100,1000,5000).
+// rss_kib_per_node is the coordinator's peak RSS over the nodes (the fixed
+// part included); cpu_ms_per_node its CPU time (user+system) over the
+// nodes. BENCH_FLEET_NODES=1,100 picks the sizes (default
+// 1,100,1000,5000,10000). -profile DIR saves the coordinator's CPU profile
+// (consecutive 15 s profiles over the batch, `go tool pprof -top DIR/nN.cpu*`
+// merges them) and its heap once the batch ended, per size.
 package main
 
 import (
@@ -21,14 +26,17 @@ import (
 	"text/tabwriter"
 	"time"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/qemu-test/fleet"
 )
 
 func main() {
-	sizes := flag.String("nodes", envOr("BENCH_FLEET_NODES", "1,100,1000,5000"), "fleet sizes, comma-separated")
+	sizes := flag.String("nodes", envOr("BENCH_FLEET_NODES", "1,100,1000,5000,10000"), "fleet sizes, comma-separated")
 	transient := flag.Float64("transient", 0.02, "share of nodes given each transient fault (the 1-node baseline has none)")
 	hardware := flag.Float64("hardware", 0.01, "share of nodes with a hardware fault")
 	scale := flag.Float64("scale", 2, "simulated seconds per real second (the phases run this many times faster than on a real node; the coordinator has the same fixed costs whatever the scale, so a high scale measures this machine's CPU, not the batch)")
+	coordBin := flag.String("coordinator", "", "a provisioner-lite binary to measure instead of building this tree's (a before/after comparison on the same machine)")
+	profile := flag.String("profile", "", "save the coordinator's CPU and heap profiles of each size in this directory")
 	flag.Parse()
 	var ns []int
 	for _, f := range strings.Split(*sizes, ",") {
@@ -46,10 +54,12 @@ func main() {
 		os.Exit(1)
 	}
 	defer os.RemoveAll(work)
-	bin, err := fleet.BuildCoordinator(ctx, work)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench-fleet:", err)
-		os.Exit(1)
+	bin := *coordBin
+	if bin == "" {
+		if bin, err = fleet.BuildCoordinator(ctx, work); err != nil {
+			fmt.Fprintln(os.Stderr, "bench-fleet:", err)
+			os.Exit(1)
+		}
 	}
 	load := func() string {
 		b, _ := os.ReadFile("/proc/loadavg")
@@ -82,10 +92,22 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench-fleet:", err)
 			os.Exit(1)
 		}
+		var prof *profiler
+		if *profile != "" && n > 1 {
+			if prof, err = newProfiler(*profile, n); err != nil {
+				fmt.Fprintln(os.Stderr, "bench-fleet:", err)
+				os.Exit(1)
+			}
+			cfg.CoordinatorArgs = append(cfg.CoordinatorArgs, "--pprof-listen", prof.addr)
+			cfg.AfterBatch = func(ctx context.Context, _ curev1.OperatorServiceClient) error { prof.stop(ctx); return nil }
+		}
 		s, err := fleet.Start(ctx, cfg)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench-fleet: %d nodes: %v\n", n, err)
 			os.Exit(1)
+		}
+		if prof != nil {
+			go prof.run()
 		}
 		res, err := s.Run(ctx)
 		s.Close()
@@ -106,8 +128,9 @@ func main() {
 			res.FirstPass(), res.Named(), res.RSSMiB, res.CPUSeconds/float64(n), res.AckP50.Round(100*time.Microsecond), res.AckP99.Round(100*time.Microsecond),
 			res.TransP50.Round(time.Millisecond), res.TransP99.Round(time.Millisecond), res.CommitsPerRun, load())
 		if i > 0 || ns[0] == 1 {
-			lines = append(lines, fmt.Sprintf("bench-fleet nodes=%d wall_ratio=%.2f first_pass=%.1f%% faults_named=%.1f%% rss_mib=%.0f commits_per_run=%.1f clean_wall_ratio=%.2f scale=%g",
-				n, ratio, res.FirstPass(), res.Named(), res.RSSMiB, res.CommitsPerRun, clean, *scale))
+			lines = append(lines, fmt.Sprintf("bench-fleet nodes=%d wall_ratio=%.2f wall_ratio_healthy=%.2f first_pass=%.1f%% faults_named=%.1f%% rss_mib=%.0f rss_kib_per_node=%.0f cpu_ms_per_node=%.1f commits_per_run=%.1f ack_p99_ms=%.0f scale=%g load=%s",
+				n, ratio, clean, res.FirstPass(), res.Named(), res.RSSMiB, res.RSSMiB*1024/float64(n), 1000*res.CPUSeconds/float64(n), res.CommitsPerRun,
+				float64(res.AckP99)/float64(time.Millisecond), *scale, strings.ReplaceAll(load(), " ", "/")))
 		}
 	}
 	tw.Flush()

@@ -41,6 +41,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 
+	"github.com/cure-oss/cure/tools/chunklist"
 	"github.com/cure-oss/cure/tools/diskimage"
 )
 
@@ -58,6 +59,8 @@ var (
 	profileRuns              = map[string]int{} // writer runs per artifact so far, for -cpuprofile
 	cpus                     int                // cores the contenders may use
 	pin                      string             // "taskset -c 0-N " or "" when they may use all
+	verifies                 []string           // "whole" or "chunked-ALG", one writer row each
+	connections              int
 )
 
 func main() {
@@ -76,6 +79,8 @@ func main() {
 	flag.BoolVar(&reuse, "reuse", false, "keep the generated images in -work and reuse them when present")
 	flag.StringVar(&fsSource, "fs-source", "/usr/share", "directory copied into the ext4 'filesystem' image, a stand-in for a real OS image (empty: skip that image)")
 	flag.IntVar(&cpus, "cpus", 0, "pin the writer, the baseline and the ceiling to cores 0..N-1 with taskset (0: all cores, unpinned)")
+	verList := flag.String("verify", "chunked", "comma-separated verifications, each run alternately with the baseline, one row each: whole (the download's sha256 at its end), chunked (the chunk list, "+chunklist.DefaultAlg.String()+"), chunked-sha256, chunked-blake3")
+	flag.IntVar(&connections, "connections", 1, "HTTP Range connections of the chunked writer (Options.Connections)")
 	decList := flag.String("decoders", "", "comma-separated Options.Decoder values (auto, cure-zstd, klauspost-zstd, exec, go) each run alternately with the baseline, one row each (default: auto only)")
 	flag.Parse()
 	decoders = []string{diskimage.DecoderAuto}
@@ -86,6 +91,17 @@ func main() {
 				decoders[i] = diskimage.DecoderAuto
 			}
 		}
+	}
+	for _, v := range strings.Split(*verList, ",") {
+		switch v {
+		case "chunked":
+			v = "chunked-" + chunklist.DefaultAlg.String()
+		case "whole", "chunked-sha256", "chunked-blake3":
+		default:
+			fmt.Fprintf(os.Stderr, "bench-install: -verify %q: expected whole, chunked, chunked-sha256 or chunked-blake3\n", v)
+			os.Exit(2)
+		}
+		verifies = append(verifies, v)
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err := setCPUs(); err != nil {
@@ -223,8 +239,15 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 			// (a shared VM) lands on both; compare medians.
 			// With -decoders, each run has the baseline then every decoder.
 			var baseDurs, ceilDurs []time.Duration
-			writerDurs := make([][]time.Duration, len(decoders))
-			ws := make([]*childResult, len(decoders))
+			type contender struct{ dec, verify string }
+			var cs []contender
+			for _, d := range decoders {
+				for _, v := range verifies {
+					cs = append(cs, contender{d, v})
+				}
+			}
+			writerDurs := make([][]time.Duration, len(cs))
+			ws := make([]*childResult, len(cs))
 			for r := 0; r < runs; r++ {
 				// The ceiling: the image's decompressed bytes written to the
 				// same target with O_DIRECT, nothing to fetch or decode.
@@ -240,15 +263,15 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 					return fmt.Errorf("baseline %s: %w", art, err)
 				}
 				baseDurs = append(baseDurs, time.Since(t0))
-				for i, dec := range decoders {
-					w, err := runChild(u, art, codec.format, target, dec)
+				for i, c := range cs {
+					w, err := runChild(u, art, codec.format, target, c.dec, c.verify)
 					if err != nil {
 						return err
 					}
 					ws[i] = w
 					writerDurs[i] = append(writerDurs[i], w.wall)
 					if err := verifyRaw(target, im.size, im.rawSum); err != nil {
-						return fmt.Errorf("writer output for %s (decoder %q) does not read back: %w", art, dec, err)
+						return fmt.Errorf("writer output for %s (decoder %q, %s) does not read back: %w", art, c.dec, c.verify, err)
 					}
 				}
 			}
@@ -256,10 +279,10 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 			cm := mbps(im.size, median(ceilDurs))
 			for i, w := range ws {
 				wm := mbps(im.size, median(writerDurs[i]))
-				fmt.Printf("%-16s %-6s %7.0f MB/s %7.0f MB/s %7.0f MB/s %6.2fx %8.2fx %6d MiB %8.0f%%  %s\n",
-					im.name, codec.ext, cm, bm, wm, wm/bm, wm/cm, w.maxRSS>>20, 100*float64(w.res.ZeroBytes)/float64(im.size), w.res.Decoder)
-				lines = append(lines, fmt.Sprintf("bench-install image=%s codec=%s ceiling_mbs=%.0f writer_mbs=%.0f ratio_to_ceiling=%.2f ratio_to_pipeline=%.2f decoder=%s cpus=%d",
-					im.name, codec.ext, cm, wm, wm/cm, wm/bm, strings.ReplaceAll(w.res.Decoder, " ", "_"), cpus))
+				fmt.Printf("%-16s %-6s %7.0f MB/s %7.0f MB/s %7.0f MB/s %6.2fx %8.2fx %6d MiB %8.0f%%  %s, %s x%d\n",
+					im.name, codec.ext, cm, bm, wm, wm/bm, wm/cm, w.maxRSS>>20, 100*float64(w.res.ZeroBytes)/float64(im.size), w.res.Decoder, w.res.Verification, w.res.Connections)
+				lines = append(lines, fmt.Sprintf("bench-install image=%s codec=%s ceiling_mbs=%.0f writer_mbs=%.0f ratio_to_ceiling=%.2f ratio_to_pipeline=%.2f decoder=%s verification=%s connections=%d cpus=%d runs=%d",
+					im.name, codec.ext, cm, wm, wm/cm, wm/bm, strings.ReplaceAll(w.res.Decoder, " ", "_"), w.res.Verification, w.res.Connections, cpus, runs))
 			}
 		}
 	}
@@ -281,7 +304,7 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 		if err := os.WriteFile(big, nil, 0o644); err != nil {
 			return err
 		}
-		w, err := runChild(base+filepath.Base(art), art, diskimage.FormatZstd, big, diskimage.DecoderAuto)
+		w, err := runChild(base+filepath.Base(art), art, diskimage.FormatZstd, big, diskimage.DecoderAuto, verifies[len(verifies)-1])
 		if err != nil {
 			return err
 		}
@@ -294,8 +317,8 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 		}
 		rssMiB := (w.maxRSS + 1<<20 - 1) >> 20 // rounded up
 		fmt.Printf("  %d MiB written in %s (%.0f MB/s), peak RSS %d MiB: %s\n", rssSize>>20, w.wall.Round(time.Millisecond), mbps(rssSize, w.wall), rssMiB, verdict)
-		lines = append(lines, fmt.Sprintf("bench-install image=mostly-zero-%s codec=zst writer_mbs=%.0f rss_mib=%d rss_limit_mib=%d decoder=%s cpus=%d",
-			rssFlag, mbps(rssSize, w.wall), rssMiB, rssLimit>>20, strings.ReplaceAll(w.res.Decoder, " ", "_"), cpus))
+		lines = append(lines, fmt.Sprintf("bench-install image=mostly-zero-%s codec=zst writer_mbs=%.0f rss_mib=%d rss_limit_mib=%d decoder=%s verification=%s connections=%d cpus=%d",
+			rssFlag, mbps(rssSize, w.wall), rssMiB, rssLimit>>20, strings.ReplaceAll(w.res.Decoder, " ", "_"), w.res.Verification, w.res.Connections, cpus))
 		os.Remove(big)
 	}
 	return nil
@@ -407,17 +430,56 @@ type childResult struct {
 	maxRSS int64
 }
 
-// runChild runs the writer in a fresh process of this binary.
-func runChild(u, art, format, target, decoder string) (*childResult, error) {
-	sum, size, err := fileSum(art)
+// chunkList makes (once) the chunk list of art for verify
+// ("chunked-ALG") beside it, as `provisioner-lite artifacts add` would,
+// and returns its file name and sha256.
+func chunkList(art, verify string) (string, string, error) {
+	alg, err := chunklist.ParseAlg(strings.TrimPrefix(verify, "chunked-"))
 	if err != nil {
-		return nil, err
+		return "", "", err
+	}
+	p := art + "." + alg.String() + ".chunks"
+	if b, err := os.ReadFile(p); err == nil && reuse {
+		return p, chunklist.SumHex(b), nil
+	}
+	f, err := os.Open(art)
+	if err != nil {
+		return "", "", err
+	}
+	defer f.Close()
+	l, err := chunklist.Build(f, alg, chunklist.DefaultChunk)
+	if err != nil {
+		return "", "", err
+	}
+	b := l.Marshal()
+	return p, chunklist.SumHex(b), os.WriteFile(p, b, 0o644)
+}
+
+var sums = map[string][2]string{} // artifact → sha256, size: computed once
+
+// runChild runs the writer in a fresh process of this binary.
+func runChild(u, art, format, target, decoder, verify string) (*childResult, error) {
+	if _, ok := sums[art]; !ok {
+		sum, size, err := fileSum(art)
+		if err != nil {
+			return nil, err
+		}
+		sums[art] = [2]string{sum, strconv.FormatInt(size, 10)}
+	}
+	sum, size := sums[art][0], sums[art][1]
+	var chunksURL, chunksSum string
+	if verify != "whole" {
+		p, s, err := chunkList(art, verify)
+		if err != nil {
+			return nil, fmt.Errorf("chunk list of %s: %w", art, err)
+		}
+		chunksURL, chunksSum = strings.TrimSuffix(u, filepath.Base(art))+filepath.Base(p), s
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	args := []string{exe, "write-child", u, sum, strconv.FormatInt(size, 10), format, target}
+	args := []string{exe, "write-child", u, sum, size, format, target}
 	if pin != "" {
 		args = append(strings.Fields(pin), args...)
 	}
@@ -425,6 +487,9 @@ func runChild(u, art, format, target, decoder string) (*childResult, error) {
 	cmd.Env = os.Environ()
 	if decoder != "" {
 		cmd.Env = append(cmd.Env, "BENCH_DECODER="+decoder)
+	}
+	if chunksURL != "" {
+		cmd.Env = append(cmd.Env, "BENCH_CHUNKS_URL="+chunksURL, "BENCH_CHUNKS_SHA256="+chunksSum, "BENCH_CONNECTIONS="+strconv.Itoa(connections))
 	}
 	if cpuProfileDir != "" {
 		// One profile per run: `go tool pprof -top DIR/X.run*.pprof`
@@ -475,7 +540,9 @@ func child(args []string) {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	res, err := diskimage.Write(context.Background(), diskimage.Options{URL: args[0], SHA256: args[1], Size: size, Format: args[3], Target: args[4], Decoder: os.Getenv("BENCH_DECODER")})
+	conns, _ := strconv.Atoi(os.Getenv("BENCH_CONNECTIONS"))
+	res, err := diskimage.Write(context.Background(), diskimage.Options{URL: args[0], SHA256: args[1], Size: size, Format: args[3], Target: args[4], Decoder: os.Getenv("BENCH_DECODER"),
+		ChunksURL: os.Getenv("BENCH_CHUNKS_URL"), ChunksSHA256: os.Getenv("BENCH_CHUNKS_SHA256"), Connections: conns})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		pprof.StopCPUProfile()
