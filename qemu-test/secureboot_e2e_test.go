@@ -28,6 +28,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/api/imagereport"
+	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
@@ -287,7 +288,10 @@ func tamperedBootsUnattested(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	env := startEnv(t, harness.Options{SecureHTTPS: true, SecureBootOff: true, ImageDir: img})
+	// The SKU requires attestation, as a site running verified boot sets
+	// it: an image that skipped its quote would be refused too.
+	env := startEnv(t, harness.Options{SecureHTTPS: true, SecureBootOff: true, ImageDir: img,
+		EditManifest: func(s *manifests.SKU) { s.Spec.Attestation = manifests.AttestationRequired }})
 	n := env.Nodes[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()

@@ -8,10 +8,12 @@ package attestation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -74,18 +76,38 @@ type Beginner interface {
 // Attest runs the exchange for one Hello. It never fails the boot: a node
 // without a TPM (or a TPM that errs) sends an Attestation naming why, and
 // the coordinator decides what an unattested boot may do.
+//
+// A TPM command can fail once and work when tried again (a kernel TPM
+// driver under load answered a read with nothing), so the whole exchange,
+// with a fresh challenge, is tried up to attestTries times.
 func Attest(ctx context.Context, src Source, c Beginner, token, bootID string) *curev1.Attestation {
-	a, err := attestOnce(ctx, src, c, token, bootID)
-	if err != nil {
-		return &curev1.Attestation{Error: err.Error()}
+	var errs []string
+	for try := 1; try <= attestTries; try++ {
+		a, err := attestOnce(ctx, src, c, token, bootID)
+		if err == nil {
+			return a
+		}
+		errs = append(errs, err.Error())
+		if errors.Is(err, errNoTPM) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(try) * time.Second):
+		}
 	}
-	return a
+	return &curev1.Attestation{Error: strings.Join(errs, "; then ")}
 }
+
+const attestTries = 3
+
+// errNoTPM marks a node with no TPM device: trying again cannot help.
+var errNoTPM = errors.New("no TPM device")
 
 func attestOnce(ctx context.Context, src Source, c Beginner, token, bootID string) (*curev1.Attestation, error) {
 	tpm, err := src.Open()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errNoTPM, err)
 	}
 	defer tpm.Close()
 	keys, err := attest.NewKeys(tpm)
