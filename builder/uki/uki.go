@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"github.com/cure-oss/cure/api/imagereport"
+	"github.com/cure-oss/cure/tools/uefi"
 )
 
 // DefaultStub is systemd-boot-efi's x86-64 stub.
@@ -124,7 +124,7 @@ func Build(ctx context.Context, o Options, run Runner) (imagereport.UKI, error) 
 	if err := run(ctx, env, "objcopy", ObjcopyArgs(o.Stub, osrel, cmdline, o.Kernel, o.Initrd, unsigned)...); err != nil {
 		return rep, fmt.Errorf("uki: %w", err)
 	}
-	if err := pinPETimestamp(unsigned, uint32(o.Epoch)); err != nil {
+	if err := uefi.PinPETimestamp(unsigned, uint32(o.Epoch)); err != nil {
 		return rep, fmt.Errorf("uki: %w", err)
 	}
 	// sbsign's PKCS#7 carries a signingTime attribute from the clock: a
@@ -196,43 +196,4 @@ func ObjcopyArgs(stub, osrel, cmdline, kernel, initrd, out string) []string {
 	a = append(a, sec(".linux", kernel, linuxVMA)...)
 	a = append(a, sec(".initrd", initrd, initrdVMA)...)
 	return append(a, stub, out)
-}
-
-// pinPETimestamp sets the PE header's TimeDateStamp, which objcopy
-// (binutils 2.40) fills with the current time whatever SOURCE_DATE_EPOCH
-// says, and recomputes the header checksum.
-func pinPETimestamp(path string, ts uint32) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if err := setPETimestamp(b, ts); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return os.WriteFile(path, b, 0o644)
-}
-
-func setPETimestamp(b []byte, ts uint32) error {
-	if len(b) < 0x40 || b[0] != 'M' || b[1] != 'Z' {
-		return fmt.Errorf("not a PE image: no MZ header")
-	}
-	pe := int(binary.LittleEndian.Uint32(b[0x3c:]))
-	sum := pe + 4 + 20 + 64
-	if pe < 0x40 || sum+4 > len(b) || string(b[pe:pe+4]) != "PE\x00\x00" {
-		return fmt.Errorf("not a PE image: bad PE header offset %#x", pe)
-	}
-	binary.LittleEndian.PutUint32(b[pe+8:], ts)
-	binary.LittleEndian.PutUint32(b[sum:], 0)
-	var c uint64
-	for i := 0; i+1 < len(b); i += 2 {
-		c += uint64(binary.LittleEndian.Uint16(b[i:]))
-		c = (c & 0xffff) + (c >> 16)
-	}
-	if len(b)%2 == 1 {
-		c += uint64(b[len(b)-1])
-		c = (c & 0xffff) + (c >> 16)
-	}
-	c = (c & 0xffff) + (c >> 16)
-	binary.LittleEndian.PutUint32(b[sum:], uint32(c)+uint32(len(b)))
-	return nil
 }

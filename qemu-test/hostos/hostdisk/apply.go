@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"debug/pe"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/cure-oss/cure/tools/uefi"
 )
 
 // Runner runs an external command (mkfs.vfat, mcopy, syslinux); tests can
@@ -244,7 +245,7 @@ func addUKI(ctx context.Context, u UKI, img, stage string, env []string, run Run
 	if err := run(ctx, env, "objcopy", u.ObjcopyArgs(osrel, cmdline, out)...); err != nil {
 		return err
 	}
-	if err := pinPETimestamp(out, Epoch); err != nil {
+	if err := uefi.PinPETimestamp(out, Epoch); err != nil {
 		return err
 	}
 	if err := os.Chtimes(out, time.Unix(Epoch, 0), time.Unix(Epoch, 0)); err != nil {
@@ -254,50 +255,6 @@ func addUKI(ctx context.Context, u UKI, img, stage string, env []string, run Run
 		return err
 	}
 	return run(ctx, env, "mcopy", "-m", "-i", img, out, "::"+UKIPath)
-}
-
-// pinPETimestamp sets the PE header's TimeDateStamp, which objcopy (binutils
-// 2.40) fills with the current time whatever SOURCE_DATE_EPOCH says, and
-// recomputes the header checksum over the result, so the image is
-// reproducible.
-func pinPETimestamp(path string, ts uint32) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if err := setPETimestamp(b, ts); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return os.WriteFile(path, b, 0o644)
-}
-
-// setPETimestamp is pinPETimestamp on the bytes.
-func setPETimestamp(b []byte, ts uint32) error {
-	if len(b) < 0x40 || b[0] != 'M' || b[1] != 'Z' {
-		return fmt.Errorf("not a PE image: no MZ header")
-	}
-	pe := int(binary.LittleEndian.Uint32(b[0x3c:]))
-	// Signature (4), COFF header (20), optional header up to CheckSum (64).
-	sum := pe + 4 + 20 + 64
-	if pe < 0x40 || sum+4 > len(b) || string(b[pe:pe+4]) != "PE\x00\x00" {
-		return fmt.Errorf("not a PE image: bad PE header offset %#x", pe)
-	}
-	binary.LittleEndian.PutUint32(b[pe+8:], ts)
-	binary.LittleEndian.PutUint32(b[sum:], 0)
-	// The PE checksum: 16-bit one's-complement-style sum of the file with
-	// the checksum field zero, folded, plus the file length.
-	var c uint64
-	for i := 0; i+1 < len(b); i += 2 {
-		c += uint64(binary.LittleEndian.Uint16(b[i:]))
-		c = (c & 0xffff) + (c >> 16)
-	}
-	if len(b)%2 == 1 {
-		c += uint64(b[len(b)-1])
-		c = (c & 0xffff) + (c >> 16)
-	}
-	c = (c & 0xffff) + (c >> 16)
-	binary.LittleEndian.PutUint32(b[sum:], uint32(c)+uint32(len(b)))
-	return nil
 }
 
 // checkStub refuses a stub whose image reaches into the sections the UKI
