@@ -45,18 +45,7 @@ func BuildBaseline(ctx context.Context, o BaselineOptions) (*Report, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "init")
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, goTool(), "build", "-trimpath", "-buildvcs=false",
-		"-ldflags=-s -w -buildid=", "-o", bin, BaselineInitPkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("building %s: %w: %s", BaselineInitPkg, err, stderr.String())
-	}
-	initBin, err := os.ReadFile(bin)
+	initBin, err := buildStatic(ctx, BaselineInitPkg, filepath.Join(tmp, "init"))
 	if err != nil {
 		return nil, err
 	}
@@ -107,4 +96,21 @@ func goTool() string {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// buildStatic builds the Go command pkg of this module on its own (cgo
+// off, no paths, build id or VCS stamp: the same tree gives the same
+// bytes) into out and returns the binary.
+func buildStatic(ctx context.Context, pkg, out string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goTool(), "build", "-trimpath", "-buildvcs=false",
+		"-ldflags=-s -w -buildid=", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("building %s: %w: %s", pkg, err, stderr.String())
+	}
+	return os.ReadFile(out)
 }

@@ -217,8 +217,23 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	defer os.RemoveAll(tmp)
 	cpioPath := filepath.Join(tmp, CPIOName)
 
-	cmds := []string{s.Init.Value}
-	seen := map[string]bool{s.Init.Value: true}
+	standalone := s.InitStandalone.Value == "true"
+	var cmds []string
+	seen := map[string]bool{}
+	if standalone {
+		initBin, err := buildStatic(ctx, s.Init.Value, filepath.Join(tmp, "init"))
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: init: %w", s.File, s.Init.Line, err)
+		}
+		if _, dup := base.Get("init"); dup {
+			return nil, fmt.Errorf("image path /init is provided twice (init_standalone and files)")
+		}
+		if err := base.WriteRecord(fileRecord("init", initBin, 0o755)); err != nil {
+			return nil, err
+		}
+	} else {
+		cmds, seen[s.Init.Value] = append(cmds, s.Init.Value), true
+	}
 	for _, c := range append([]string{uinit}, spec.Values(s.Commands)...) {
 		if c != "" && !seen[c] {
 			seen[c] = true
@@ -232,9 +247,11 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		uimage.WithTempDir(tmp),
 		uimage.WithBaseArchive(base),
 		uimage.WithBusyboxCommands(cmds...),
-		uimage.WithInit(path.Base(s.Init.Value)),
 		uimage.WithFiles(tools...),
 		uimage.WithCPIOOutput(cpioPath),
+	}
+	if !standalone {
+		mods2 = append(mods2, uimage.WithInit(path.Base(s.Init.Value)))
 	}
 	if uinit != "" {
 		mods2 = append(mods2, uimage.WithUinit(path.Base(uinit), spec.Values(s.UinitArgs)...))
@@ -269,6 +286,7 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		Kind:           "image",
 		KernelVersion:  k.Version,
 		Init:           s.Init.Value,
+		InitStandalone: standalone,
 		Uinit:          uinit,
 		Cmdline:        s.Cmdline.Value,
 		BuiltinModules: builtin,

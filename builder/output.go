@@ -79,10 +79,13 @@ type DriverBundleReport struct {
 
 // Report is report.json, a function of the inputs only.
 type Report struct {
-	Spec           string   `json:"spec,omitempty"`
-	Kind           string   `json:"kind"` // "image" or "baseline"
-	KernelVersion  string   `json:"kernel_version"`
-	Init           string   `json:"init"`
+	Spec          string `json:"spec,omitempty"`
+	Kind          string `json:"kind"` // "image" or "baseline"
+	KernelVersion string `json:"kernel_version"`
+	Init          string `json:"init"`
+	// InitStandalone: Init is its own static binary at /init, not a
+	// busybox command.
+	InitStandalone bool     `json:"init_standalone,omitempty"`
 	Uinit          string   `json:"uinit,omitempty"`
 	Cmdline        string   `json:"cmdline"`
 	Modules        []string `json:"modules"` // load order

@@ -73,7 +73,9 @@ func categorize(p string) string {
 	parts := strings.Split(p, "/")
 	switch {
 	case p == "bbin/bb":
-		return "busybox: init, runner, shell, commands (Go)"
+		return "busybox: runner, shell, commands (Go; u-root's init too when it is PID 1)"
+	case p == "init":
+		return "init: PID 1 built on its own (Go)"
 	case strings.HasPrefix(p, "lib/modules/"):
 		// lib/modules/<kver>/kernel/drivers/net/ethernet/<vendor>/...
 		if len(parts) < 5 || parts[3] != "kernel" {

@@ -49,7 +49,7 @@ func TestImageBudget(t *testing.T) {
 
 func TestCategorize(t *testing.T) {
 	for p, want := range map[string]string{
-		"bbin/bb": "busybox: init, runner, shell, commands (Go)",
+		"bbin/bb": "busybox: runner, shell, commands (Go; u-root's init too when it is PID 1)",
 		"lib/modules/6.1.0-56-amd64/kernel/drivers/net/ethernet/mellanox/mlx5/core/mlx5_core.ko": "modules: drivers/net/ethernet/mellanox",
 		"lib/modules/6.1.0-56-amd64/kernel/drivers/nvme/host/nvme.ko":                            "modules: drivers/nvme",
 		"lib/modules/6.1.0-56-amd64/kernel/fs/fat/fat.ko":                                        "modules: fs",
@@ -111,7 +111,7 @@ func TestSizeBreakdownSums(t *testing.T) {
 	if zst != total || raw != int64(b.Len()) {
 		t.Errorf("sums %d zst / %d bytes, want %d / %d:\n%s", zst, raw, total, b.Len(), FormatBreakdown(cs))
 	}
-	bb, ids := got["busybox: init, runner, shell, commands (Go)"], got["data: pci.ids"]
+	bb, ids := got["busybox: runner, shell, commands (Go; u-root's init too when it is PID 1)"], got["data: pci.ids"]
 	if bb.Bytes != int64(len(noise)) || bb.Files != 1 || ids.Bytes != 13000 {
 		t.Errorf("categories = %+v", cs)
 	}

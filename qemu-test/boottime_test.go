@@ -90,7 +90,9 @@ func bootQEMU(ctx context.Context, kernel, initrd, cmdline, marker string, disk 
 //
 // CURE_BENCH_INITRD picks the image's initramfs file (default
 // initramfs.cpio.lz4, what iPXE boots; initramfs.cpio.gz, .zst, or an
-// uncompressed cpio made for the experiment) to measure compression.
+// uncompressed cpio made for the experiment) to measure compression;
+// CURE_BENCH_APPEND is appended to CURE's kernel command line (an
+// experiment such as rdinit=/bbin/cure-runner, the runner as PID 1).
 func BenchmarkBootToRegistered(b *testing.B) {
 	out := os.Getenv("CURE_OUT")
 	if out == "" {
@@ -151,7 +153,7 @@ func BenchmarkBootToRegistered(b *testing.B) {
 		}
 		go gs.Serve(l)
 		port := l.Addr().(*net.TCPAddr).Port
-		cmdline := fmt.Sprintf("console=ttyS0 panic=-1 cure.coordinator=10.0.2.2:%d cure.http=http://10.0.2.2:1 cure.node=bench cure.token=bench", port)
+		cmdline := fmt.Sprintf("console=ttyS0 panic=-1 cure.coordinator=10.0.2.2:%d cure.http=http://10.0.2.2:1 cure.node=bench cure.token=bench", port) + os.Getenv("CURE_BENCH_APPEND")
 		start := time.Now()
 		done := make(chan error, 1)
 		qctx, stopQEMU := context.WithCancel(ctx)
@@ -197,8 +199,8 @@ func BenchmarkBootToRegistered(b *testing.B) {
 	}
 	// One line a script can read (make bench-boot prints the last one at
 	// the end of its output).
-	fmt.Printf("bench-boot registered_s=%.2f baseline_s=%.2f delta_s=%.2f load=%s\n",
-		cureSum.Seconds()/n, baseSum.Seconds()/n, (cureSum-baseSum).Seconds()/n, load)
+	fmt.Printf("bench-boot registered_s=%.2f baseline_s=%.2f delta_s=%.2f ratio=%.2f load=%s\n",
+		cureSum.Seconds()/n, baseSum.Seconds()/n, (cureSum-baseSum).Seconds()/n, cureSum.Seconds()/baseSum.Seconds(), load)
 }
 
 // stageBeforeKernel is QEMU start → the kernel's clock starting: firmware,

@@ -50,8 +50,14 @@ type Spec struct {
 	// are resolved against its directory.
 	File string `yaml:"-"`
 
-	// Init is the import path of the init command (u-root's init).
+	// Init is the import path of the init command (u-root's init, or
+	// CURE's own with InitStandalone).
 	Init Str `yaml:"init"`
+	// InitStandalone ("true") builds Init as its own static binary at
+	// /init instead of a busybox command: PID 1 then starts without paying
+	// the busybox's package initialisation, and it starts the uinit itself
+	// (/bbin/<uinit>).
+	InitStandalone Str `yaml:"init_standalone"`
 	// Uinit is the import path of the command u-root's init starts.
 	Uinit Str `yaml:"uinit"`
 	// UinitArgs are baked into /etc/uinit.flags.
@@ -172,6 +178,11 @@ func (s *Spec) validate() error {
 		if f.v.Value != "" && !importPathRE.MatchString(f.v.Value) {
 			errs = append(errs, s.errAt(f.v.Line, "%s: %q is not a Go import path", f.name, f.v.Value))
 		}
+	}
+	switch s.InitStandalone.Value {
+	case "", "true", "false":
+	default:
+		errs = append(errs, s.errAt(s.InitStandalone.Line, "init_standalone: %q: want true or false", s.InitStandalone.Value))
 	}
 	seen := map[string]int{}
 	for i, c := range s.Commands {

@@ -22,6 +22,12 @@ import (
 // the archive and its pin.
 func nvmeBundle(t *testing.T) (string, *toolbundle.Pin) {
 	t.Helper()
+	return bundleOf(t, "nvme")
+}
+
+// bundleOf builds a bundle of the repository spec's tool name.
+func bundleOf(t *testing.T, name string) (string, *toolbundle.Pin) {
+	t.Helper()
 	if _, err := exec.LookPath("dpkg-query"); err != nil {
 		t.Skip("not a Debian host: the bundle is built from Debian packages")
 	}
@@ -32,12 +38,12 @@ func nvmeBundle(t *testing.T) (string, *toolbundle.Pin) {
 	}
 	var keep []tbbuild.SpecTool
 	for _, tl := range s.Tools {
-		if tl.Name == "nvme" {
+		if tl.Name == name {
 			keep = append(keep, tl)
 		}
 	}
 	if len(keep) != 1 {
-		t.Fatalf("%s has no nvme tool", s.File)
+		t.Fatalf("%s has no %s tool", s.File, name)
 	}
 	s.Tools, s.Programs = keep, nil
 	dir := t.TempDir()

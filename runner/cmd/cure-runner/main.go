@@ -27,12 +27,15 @@ import (
 	"github.com/cure-oss/cure/runner/attestation"
 	"github.com/cure-oss/cure/runner/boot"
 	"github.com/cure-oss/cure/runner/inventory"
+	"github.com/cure-oss/cure/runner/optools"
 	"github.com/cure-oss/cure/runner/phases"
+	"github.com/cure-oss/cure/runner/pid1"
 	"github.com/cure-oss/cure/runner/transport"
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/bluefield"
 	"github.com/cure-oss/cure/tools/gpu/driver"
 	"github.com/cure-oss/cure/tools/mstflint"
+	"github.com/cure-oss/cure/tools/toolbundle"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
@@ -153,7 +156,7 @@ func (r *runner) debugShell() {
 func (r *runner) run(ctx context.Context) {
 	r.say("start version=%s", runnerVersion())
 	if !r.opt.dryRun {
-		if err := boot.MountPseudoFS(); err != nil {
+		if err := pid1.MountPseudoFS(); err != nil {
 			r.log.Warn("mounting pseudo filesystems", "err", err)
 		}
 	}
@@ -194,6 +197,11 @@ func (r *runner) run(ctx context.Context) {
 		}, func() { close(modulesDone) })
 	}()
 	<-netDrivers
+	// pci.ids is parsed while the network comes up and the other drivers
+	// load, so the inventory finds it parsed (after the NIC's drivers: on
+	// a two-vCPU QEMU node it would otherwise slow them, the boot's
+	// critical path).
+	go inventory.Preload(r.opt.root, r.log)
 	lease := r.network(ctx)
 	r.timeline.Mark(boot.StageDHCPBound)
 
@@ -395,6 +403,21 @@ func (r *runner) newAgent(inv *curev1.Inventory, id *curev1.Identity, conn *grpc
 	return a, sess
 }
 
+// mstflint is the nic and dpu phases' mstflint: from PATH when the image
+// has it, otherwise fetched from the pinned tool bundle at its first use
+// (an image without a pin reports the adapters SKIP, mstflint absent).
+func (r *runner) mstflint(root string) *mstflint.Tool {
+	t := mstflint.New(root, r.log)
+	od := &optools.OnDemand{Config: optools.Config{PinFile: optools.PinFile, BaseURL: r.cmd.HTTP, Dir: optools.Dir, Self: optools.Self}}
+	if raw, err := os.ReadFile(optools.PinFile); err == nil {
+		if od.Config.Pin, err = toolbundle.ParsePin(optools.PinFile, raw); err != nil {
+			r.log.Warn("tool bundle pin unreadable: on-demand tools unavailable", "err", err)
+		}
+	}
+	t.Runner, t.LookPath = od, od.LookPath
+	return t
+}
+
 func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 	root := r.opt.root
 	cfg := phases.Config{
@@ -410,7 +433,7 @@ func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 		Wipe:              phases.RealDiskWiper(root),
 		FixPartitionTable: phases.FixGPT,
 		Root:              root,
-		MFT:               mstflint.New(root, r.log),
+		MFT:               r.mstflint(root),
 		Rshims:            func() ([]bluefield.Rshim, error) { return bluefield.OpenAll(filepath.Join(root, "dev")) },
 		TmpDir:            "/tmp",
 		Inventory:         phases.CollectInventory(root, inventory.Options{Log: r.log, NodeID: r.cmd.Node}),

@@ -22,6 +22,7 @@ import (
 	"github.com/cure-oss/cure/qemu-test/hostos/cidata"
 	"github.com/cure-oss/cure/qemu-test/hostos/phonehome"
 	"github.com/cure-oss/cure/runner/boot"
+	"github.com/cure-oss/cure/runner/pid1"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,7 +49,7 @@ func main() {
 
 func run(log *slog.Logger) error {
 	ctx := context.Background()
-	if err := boot.MountPseudoFS(); err != nil {
+	if err := pid1.MountPseudoFS(); err != nil {
 		log.Warn("pseudo filesystems", "err", err)
 	}
 	var u unix.Utsname
