@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"strings"
 
 	"github.com/cure-oss/cure/builder/kmod"
+	"github.com/klauspost/compress/zstd"
 	"github.com/u-root/mkuimage/cpio"
 )
 
@@ -14,18 +16,34 @@ import (
 // plus the generated modules.dep and modules.alias, under lib/modules/<kver>.
 // modules.builtin is copied when present so u-root's kmodule treats builtin
 // dependencies as loaded.
-func moduleRecords(ix *kmod.Index, kver string, mods []*kmod.Module) ([]cpio.Record, error) {
+func moduleRecords(ix *kmod.Index, kver string, mods []*kmod.Module, compress bool) ([]cpio.Record, error) {
 	base := path.Join("lib/modules", kver)
 	var recs []cpio.Record
+	suffix := ""
+	var enc *zstd.Encoder
+	if compress {
+		suffix = ".zst"
+		var err error
+		// One goroutine and a fixed level: the same module gives the
+		// same bytes.
+		if enc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBestCompression), zstd.WithEncoderConcurrency(1)); err != nil {
+			return nil, err
+		}
+		defer enc.Close()
+	}
 	for _, m := range mods {
 		data, err := os.ReadFile(ix.HostPath(m))
 		if err != nil {
 			return nil, fmt.Errorf("reading module %s: %w", m.Name, err)
 		}
-		recs = append(recs, fileRecord(path.Join(base, m.Path), data, 0o644))
+		name := m.Path
+		if compress && strings.HasSuffix(name, ".ko") { // one the kernel package compressed stays as it is
+			data, name = enc.EncodeAll(data, nil), name+suffix
+		}
+		recs = append(recs, fileRecord(path.Join(base, name), data, 0o644))
 	}
 	var dep, alias bytes.Buffer
-	if err := ix.WriteDep(&dep, mods); err != nil {
+	if err := ix.WriteDepSuffix(&dep, mods, suffix); err != nil {
 		return nil, fmt.Errorf("writing modules.dep: %w", err)
 	}
 	if err := kmod.WriteAlias(&alias, mods); err != nil {

@@ -111,7 +111,7 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	log.Info("kernel modules resolved", "kernel", k.Version, "requested", len(s.Modules), "closure", len(mods), "builtin", builtin)
 
 	base := uimage.DefaultRamfs()
-	recs, err := moduleRecords(ix, k.Version, mods)
+	recs, err := moduleRecords(ix, k.Version, mods, s.CompressModules.Value == "zstd")
 	if err != nil {
 		return nil, err
 	}

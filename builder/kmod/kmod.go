@@ -331,6 +331,19 @@ func (ix *Index) Closure(names []string) (mods []*Module, builtin []string, err 
 // as "path:" with no trailing space, which u-root's kmodule parser requires.
 // Dependencies that are not in mods (builtin) are omitted.
 func (ix *Index) WriteDep(w io.Writer, mods []*Module) error {
+	return ix.WriteDepSuffix(w, mods, "")
+}
+
+// WriteDepSuffix is WriteDep for an image whose uncompressed (.ko) module
+// files are named with suffix appended (".zst": compressed by the builder);
+// modules the kernel package ships compressed keep their names.
+func (ix *Index) WriteDepSuffix(w io.Writer, mods []*Module, suffix string) error {
+	name := func(p string) string {
+		if strings.HasSuffix(p, ".ko") {
+			return p + suffix
+		}
+		return p
+	}
 	in := map[string]bool{}
 	for _, m := range mods {
 		in[m.Name] = true
@@ -338,9 +351,9 @@ func (ix *Index) WriteDep(w io.Writer, mods []*Module) error {
 	bw := bufio.NewWriter(w)
 	for _, m := range sortedByPath(mods) {
 		deps := ix.transitive(m, in)
-		fmt.Fprintf(bw, "%s:", m.Path)
+		fmt.Fprintf(bw, "%s:", name(m.Path))
 		for _, d := range deps {
-			fmt.Fprintf(bw, " %s", ix.Modules[d].Path)
+			fmt.Fprintf(bw, " %s", name(ix.Modules[d].Path))
 		}
 		bw.WriteString("\n")
 	}

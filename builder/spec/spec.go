@@ -73,6 +73,10 @@ type Spec struct {
 	BuildTags []Str `yaml:"build_tags"`
 	// Modules are kernel module names; their dependency closure is added.
 	Modules []Str `yaml:"modules"`
+	// CompressModules ("zstd") stores each module as <name>.ko.zst: the
+	// kernel unpacks a few MB instead of every driver's full size at every
+	// boot, and the loader decompresses only the modules it loads.
+	CompressModules Str `yaml:"compress_modules"`
 	// Tools are host ELF binaries copied with their shared libraries.
 	Tools []Str `yaml:"tools"`
 	// Files are "src:dst" pairs; src relative to the spec's directory.
@@ -178,6 +182,11 @@ func (s *Spec) validate() error {
 		if f.v.Value != "" && !importPathRE.MatchString(f.v.Value) {
 			errs = append(errs, s.errAt(f.v.Line, "%s: %q is not a Go import path", f.name, f.v.Value))
 		}
+	}
+	switch s.CompressModules.Value {
+	case "", "none", "zstd":
+	default:
+		errs = append(errs, s.errAt(s.CompressModules.Line, "compress_modules: %q: want zstd or none", s.CompressModules.Value))
 	}
 	switch s.InitStandalone.Value {
 	case "", "true", "false":
