@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/u-root/u-root/pkg/kmodule"
 	"golang.org/x/sys/unix"
 )
@@ -38,15 +39,12 @@ func (KernelLoader) Load(p string) error {
 		return fmt.Errorf("opening module %s: %w", p, err)
 	}
 	defer f.Close()
-	if strings.HasSuffix(p, ".ko") {
-		err = unix.FinitModule(int(f.Fd()), "", 0)
-	} else {
-		var r io.Reader
-		if r, err = kmodule.CompressionReader(f); err == nil {
-			var img []byte
-			if img, err = io.ReadAll(r); err == nil {
-				err = unix.InitModule(img, "")
-			}
+	var img []byte
+	if img, err = moduleImage(f, p); err == nil {
+		if img == nil {
+			err = unix.FinitModule(int(f.Fd()), "", 0)
+		} else {
+			err = unix.InitModule(img, "")
 		}
 	}
 	if err != nil && !errors.Is(err, unix.EEXIST) {
@@ -54,6 +52,40 @@ func (KernelLoader) Load(p string) error {
 	}
 	return nil
 }
+
+// moduleImage is the decompressed module of a compressed file, nil for a
+// plain .ko (finit_module reads it from the file).
+func moduleImage(f *os.File, p string) ([]byte, error) {
+	switch {
+	case strings.HasSuffix(p, ".ko"):
+		return nil, nil
+	case strings.HasSuffix(p, ".zst"):
+		// The image's own modules (compress_modules: zstd): one shared
+		// decoder, whole file to whole image, no stream goroutines or
+		// per-module window to allocate.
+		z, err := io.ReadAll(f)
+		if err != nil {
+			return nil, err
+		}
+		return moduleDecoder().DecodeAll(z, nil)
+	default:
+		r, err := kmodule.CompressionReader(f)
+		if err != nil {
+			return nil, err
+		}
+		return io.ReadAll(r)
+	}
+}
+
+// moduleDecoder is the zstd decoder of every .ko.zst: DecodeAll is safe
+// for concurrent use, and the modules load several at once.
+var moduleDecoder = sync.OnceValue(func() *zstd.Decoder {
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxMemory(256<<20))
+	if err != nil {
+		panic(err) // only for invalid options
+	}
+	return d
+})
 
 type moduleOptions struct {
 	loader    Loader

@@ -1,6 +1,7 @@
 package boot
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // fakeLoader records loads and, like the kernel, makes devices appear:
@@ -297,5 +300,50 @@ func TestLoadModulesDevicesLoadedBeforeSettle(t *testing.T) {
 	case <-done:
 		t.Fatal("returned before the settle")
 	default:
+	}
+}
+
+// TestModuleImageZstd: a .ko.zst (the image's modules) decompresses to
+// the module's bytes through the shared decoder, several at once; a plain
+// .ko is left to finit_module.
+func TestModuleImageZstd(t *testing.T) {
+	dir := t.TempDir()
+	raw := bytes.Repeat([]byte("\x7fELF module body "), 4096)
+	enc, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zp, kp := filepath.Join(dir, "m.ko.zst"), filepath.Join(dir, "p.ko")
+	if err := os.WriteFile(zp, enc.EncodeAll(raw, nil), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kp, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := os.Open(zp)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer f.Close()
+			img, err := moduleImage(f, zp)
+			if err != nil || !bytes.Equal(img, raw) {
+				t.Errorf("moduleImage(.ko.zst) = %d bytes, %v; want the %d raw bytes", len(img), err, len(raw))
+			}
+		}()
+	}
+	wg.Wait()
+	f, err := os.Open(kp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if img, err := moduleImage(f, kp); img != nil || err != nil {
+		t.Errorf("moduleImage(.ko) = %d bytes, %v; want nil (finit_module)", len(img), err)
 	}
 }

@@ -88,6 +88,9 @@ func main() {
 		if n > 1 {
 			cfg.TransientRate, cfg.HardwareRate = *transient, *hardware
 		}
+		// One instance drives the whole batch: past its default run limit
+		// (5,000) it would refuse the rest, as it should for an operator.
+		cfg.CoordinatorArgs = append(cfg.CoordinatorArgs, "--max-runs", fmt.Sprint(max(n, 5000)))
 		if err := os.MkdirAll(cfg.Work, 0o700); err != nil {
 			fmt.Fprintln(os.Stderr, "bench-fleet:", err)
 			os.Exit(1)
@@ -131,6 +134,8 @@ func main() {
 			lines = append(lines, fmt.Sprintf("bench-fleet nodes=%d wall_ratio=%.2f wall_ratio_healthy=%.2f first_pass=%.1f%% faults_named=%.1f%% rss_mib=%.0f rss_kib_per_node=%.0f cpu_ms_per_node=%.1f commits_per_run=%.1f ack_p99_ms=%.0f scale=%g load=%s",
 				n, ratio, clean, res.FirstPass(), res.Named(), res.RSSMiB, res.RSSMiB*1024/float64(n), 1000*res.CPUSeconds/float64(n), res.CommitsPerRun,
 				float64(res.AckP99)/float64(time.Millisecond), *scale, strings.ReplaceAll(load(), " ", "/")))
+			// At once too: a later size that fails must not lose it.
+			fmt.Fprintln(os.Stderr, lines[len(lines)-1])
 		}
 	}
 	tw.Flush()
