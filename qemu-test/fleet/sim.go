@@ -911,23 +911,27 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 	for inst := range s.coords {
 		batches = append(batches, batch{inst, share(prov, inst), curev1.Mode_MODE_PROVISION, ""}, batch{inst, share(diag, inst), curev1.Mode_MODE_DIAGNOSTIC, suiteName})
 	}
+	// At most provisionChunk nodes a call, as an operator's script would
+	// send them: one call for 10,000 nodes outlasts any sane deadline.
+	const provisionChunk = 1000
 	for _, b := range batches {
-		if len(b.ids) == 0 {
-			continue
-		}
-		pctx, pcancel := context.WithTimeout(ctx, 5*time.Minute)
-		opCalls++
-		resp, err := s.coords[b.inst].client.Provision(pctx, &curev1.ProvisionRequest{NodeIds: b.ids, Mode: b.mode, Manifest: b.manifest})
-		pcancel()
-		if err != nil {
-			return nil, fmt.Errorf("provision %d nodes (%s) on %s: %w", len(b.ids), b.mode, s.coords[b.inst].name, err)
-		}
-		for _, r := range resp.GetRuns() {
-			runs[r.GetNodeId()] = r.GetRunId()
-		}
-		for _, r := range resp.GetRefused() {
-			res.Refused++
-			res.RefusedReasons[r.GetReason()]++
+		for len(b.ids) > 0 {
+			ids := b.ids[:min(len(b.ids), provisionChunk)]
+			b.ids = b.ids[len(ids):]
+			pctx, pcancel := context.WithTimeout(ctx, 5*time.Minute)
+			opCalls++
+			resp, err := s.coords[b.inst].client.Provision(pctx, &curev1.ProvisionRequest{NodeIds: ids, Mode: b.mode, Manifest: b.manifest})
+			pcancel()
+			if err != nil {
+				return nil, fmt.Errorf("provision %d nodes (%s) on %s: %w", len(ids), b.mode, s.coords[b.inst].name, err)
+			}
+			for _, r := range resp.GetRuns() {
+				runs[r.GetNodeId()] = r.GetRunId()
+			}
+			for _, r := range resp.GetRefused() {
+				res.Refused++
+				res.RefusedReasons[r.GetReason()]++
+			}
 		}
 	}
 	res.Started = len(runs)
