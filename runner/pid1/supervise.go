@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"syscall"
 	"time"
@@ -106,6 +107,23 @@ func describe(ws syscall.WaitStatus) string {
 	default:
 		return fmt.Sprintf("wait status %#x", uint32(ws))
 	}
+}
+
+// HoldSignals keeps the signals that would end a Go program (a stray
+// `kill -TERM 1`, Ctrl-Alt-Del's SIGINT, a hang-up on the console) from
+// ending PID 1, whose exit panics the kernel: each is caught and logged.
+// Caught, not ignored: an ignored signal stays ignored across exec, and
+// the runner, its tools and the debug shell's commands must get them.
+func HoldSignals(logf func(format string, args ...any)) {
+	ch := make(chan os.Signal, 8)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE)
+	go func() {
+		for sig := range ch {
+			if logf != nil {
+				logf("cure-init: %s received and ignored (PID 1 does not exit)", sig)
+			}
+		}
+	}()
 }
 
 // Env is PID 1's environment for the programs it starts: the busybox's

@@ -38,6 +38,9 @@ func TestSupervisorRestartsAndReapsOrphans(t *testing.T) {
 		"/nonexistent/runner: starting: no such file or directory",
 		"sleeper ended (exit status 0)",
 		"reaped=2 zombies=0",
+		// HoldSignals catches SIGTERM and SIGINT in PID 1; its children
+		// must not inherit them ignored.
+		"SigIgn:\t0000000000000000",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
@@ -46,6 +49,7 @@ func TestSupervisorRestartsAndReapsOrphans(t *testing.T) {
 }
 
 func supervisorChild() {
+	HoldSignals(func(f string, a ...any) { fmt.Printf(f+"\n", a...) })
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Println("prctl:", err)
 		os.Exit(1)
@@ -61,7 +65,7 @@ func supervisorChild() {
 		Programs: []Program{
 			{Path: leaver, Args: []string{"leaver", "-c", "(sleep 0.2) & (sleep 0.3) & exit 3"}},
 			{Path: "/nonexistent/runner", Args: []string{"runner"}},
-			{Path: sleeper, Args: []string{"sleeper", "-c", "sleep 1"}},
+			{Path: sleeper, Args: []string{"sleeper", "-c", "grep SigIgn /proc/self/status; sleep 1"}},
 		},
 		Env:     os.Environ(),
 		Files:   []uintptr{0, 1, 2},

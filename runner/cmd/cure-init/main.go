@@ -13,8 +13,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/cure-oss/cure/runner/pid1"
@@ -26,10 +24,8 @@ const (
 )
 
 func main() {
-	// Signals from userspace (a stray kill -TERM 1, Ctrl-Alt-Del's SIGINT)
-	// would otherwise take Go's default action, exit, and panic the kernel.
-	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE)
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	pid1.HoldSignals(logf)
 	if os.Getpid() != 1 {
 		logf("cure-init: not PID 1 (pid %d): the runner is started by the image's init", os.Getpid())
 		os.Exit(2)
