@@ -2,7 +2,10 @@ package builder
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path"
 	"strings"
 	"testing"
@@ -74,5 +77,40 @@ func TestModuleRecordsCompressed(t *testing.T) {
 		if !strings.Contains(dep, "kernel/drivers/nvme/host/nvme.ko.zst: kernel/drivers/nvme/host/nvme-core.ko.zst") {
 			t.Errorf("modules.dep does not name the compressed files:\n%s", dep)
 		}
+	}
+}
+
+// TestCompressLZ4Incompressible: the LZ4 initramfs is a legacy stream the
+// reference decoder reads to the end even where 8 MB blocks do not
+// compress (compressed modules, firmware): the Go writer stored such a
+// block raw, which the legacy format cannot express, and the kernel
+// stopped unpacking there.
+func TestCompressLZ4Incompressible(t *testing.T) {
+	if _, err := exec.LookPath("lz4"); err != nil {
+		t.Skip("lz4 not installed (scripts/install-deps.sh installs it)")
+	}
+	data := make([]byte, 20<<20)
+	// Two whole blocks of noise, then zeros.
+	r := rand.NewChaCha8([32]byte{1})
+	r.Read(data[:17<<20])
+	lz, err := compressLZ4(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lz) < 4 || binary.LittleEndian.Uint32(lz) != 0x184C2102 {
+		t.Fatalf("not an LZ4 legacy stream: % x", lz[:min(len(lz), 8)])
+	}
+	cmd := exec.Command("lz4", "-d", "-c")
+	cmd.Stdin = bytes.NewReader(lz)
+	got, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("lz4 -d: %v", err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("lz4 -d gave %d bytes, want the %d compressed", len(got), len(data))
+	}
+	again, err := compressLZ4(data)
+	if err != nil || !bytes.Equal(again, lz) {
+		t.Errorf("compressLZ4 is not reproducible (%v)", err)
 	}
 }

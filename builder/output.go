@@ -9,12 +9,12 @@ import (
 	"github.com/cure-oss/cure/api/imagereport"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"text/template"
 
 	"github.com/klauspost/compress/gzip"
-	"github.com/pierrec/lz4/v4"
 	"github.com/u-root/mkuimage/cpio"
 
 	"github.com/cure-oss/cure/provisioner-lite/pki"
@@ -161,12 +161,20 @@ func compressGzip(data []byte) ([]byte, error) {
 }
 
 // compressLZ4 writes the LZ4 legacy frame format, the only LZ4 format the
-// kernel unpacks an initramfs from, at the highest level.
+// kernel unpacks an initramfs from, at level 9, with the reference lz4(1).
+// A legacy stream cannot hold a block stored uncompressed, which the Go
+// writer (pierrec/lz4) emitted for an incompressible 8 MB block (an archive
+// of compressed modules): the kernel stopped unpacking there ("Decoding
+// failed") and booted without the rest.
 func compressLZ4(data []byte) ([]byte, error) {
-	return compressWith(data, func(w io.Writer) (io.WriteCloser, error) {
-		z := lz4.NewWriter(w)
-		return z, z.Apply(lz4.LegacyOption(true), lz4.CompressionLevelOption(lz4.Level9))
-	})
+	cmd := exec.Command("lz4", "-l", "-9", "-q", "-c")
+	cmd.Stdin = bytes.NewReader(data)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("lz4 -l -9 (Debian package lz4): %w: %s", err, errb.String())
+	}
+	return out.Bytes(), nil
 }
 
 // compressWith runs data through the writer newWriter makes.
