@@ -109,6 +109,9 @@ func describe(ws syscall.WaitStatus) string {
 	}
 }
 
+// heldSignals are the signals HoldSignals catches.
+var heldSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE}
+
 // HoldSignals keeps the signals that would end a Go program (a stray
 // `kill -TERM 1`, Ctrl-Alt-Del's SIGINT, a hang-up on the console) from
 // ending PID 1, whose exit panics the kernel: each is caught and logged.
@@ -116,7 +119,7 @@ func describe(ws syscall.WaitStatus) string {
 // the runner, its tools and the debug shell's commands must get them.
 func HoldSignals(logf func(format string, args ...any)) {
 	ch := make(chan os.Signal, 8)
-	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE)
+	signal.Notify(ch, heldSignals...)
 	go func() {
 		for sig := range ch {
 			if logf != nil {
