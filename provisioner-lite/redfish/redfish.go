@@ -400,6 +400,12 @@ func (c *Client) relogin(ctx context.Context, dead *gofish.APIClient) error {
 	return c.login(ctx)
 }
 
+// CloseIdleConnections closes the kept-alive connections to the BMC and
+// keeps the session: a pool calls it between pipeline steps, which are
+// minutes apart on a real node, so that no connection (two goroutines,
+// buffers and TLS state on each side) sits idle meanwhile.
+func (c *Client) CloseIdleConnections() { c.httpc.CloseIdleConnections() }
+
 // Close logs the session out: BMCs allow only a few sessions and keep them
 // for many minutes. Safe to call twice.
 func (c *Client) Close(ctx context.Context) error {

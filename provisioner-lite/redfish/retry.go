@@ -42,6 +42,15 @@ func sleepReq(r *http.Request, d time.Duration) error {
 	}
 }
 
+// CloseIdleConnections passes http.Client.CloseIdleConnections on to the
+// transport beneath (without it, Close and the pool's release between
+// steps left every kept-alive connection open until its idle timeout).
+func (t *retryTransport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 func (t *retryTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	for attempt := 1; ; attempt++ {
 		resp, err := t.base.RoundTrip(r)

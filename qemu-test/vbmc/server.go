@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,6 +33,8 @@ type Server struct {
 	mu   sync.Mutex
 	srv  *http.Server // nil while the BMC is resetting (refusing)
 	done bool
+
+	open atomic.Int64 // client connections open now
 }
 
 // Listen serves b on addr ("127.0.0.1:0" picks a port) in the background.
@@ -71,7 +74,7 @@ func (s *Server) serve(ln net.Listener) {
 	if s.tlsCfg != nil {
 		ln = tls.NewListener(ln, s.tlsCfg)
 	}
-	srv := &http.Server{Handler: s.BMC.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s.BMC.Handler(), ReadHeaderTimeout: 10 * time.Second, ConnState: s.connState}
 	s.srv = srv
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -79,6 +82,20 @@ func (s *Server) serve(ln net.Listener) {
 		}
 	}()
 }
+
+// connState counts the client connections open (a BMC's few TCP slots
+// are what a coordinator's idle keep-alives hold).
+func (s *Server) connState(_ net.Conn, st http.ConnState) {
+	switch st {
+	case http.StateNew:
+		s.open.Add(1)
+	case http.StateClosed, http.StateHijacked:
+		s.open.Add(-1)
+	}
+}
+
+// OpenConns is the number of client connections open now.
+func (s *Server) OpenConns() int { return int(s.open.Load()) }
 
 // setReachable closes the listener and every connection (a rebooting BMC
 // refuses connections) or listens again on the same address.

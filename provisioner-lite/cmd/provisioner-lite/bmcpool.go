@@ -117,11 +117,27 @@ func (p *bmcPool) login(ctx context.Context, ep redfish.Endpoint, n store.Node) 
 	return c, err
 }
 
+// release gives a step's use back. The last user's release closes the
+// session's idle connection: the next step comes minutes later (a reboot,
+// a validation), and the session token outlives a TCP connection, so only
+// a handshake is paid again.
 func (p *bmcPool) release(e *bmcEntry) {
 	p.mu.Lock()
 	e.refs--
 	e.lastUsed = time.Now()
+	last := e.refs == 0
 	p.mu.Unlock()
+	if !last {
+		return
+	}
+	select {
+	case <-e.ready: // e.client is set
+	default:
+		return
+	}
+	if e.client != nil {
+		e.client.CloseIdleConnections()
+	}
 }
 
 // evictIdle logs out of the sessions nobody used for the idle time.

@@ -15,6 +15,12 @@ import (
 
 func pooledBMC(t *testing.T) (*vbmc.BMC, store.Node) {
 	t.Helper()
+	bm, _, n := pooledBMCServer(t)
+	return bm, n
+}
+
+func pooledBMCServer(t *testing.T) (*vbmc.BMC, *vbmc.Server, store.Node) {
+	t.Helper()
 	bm, err := vbmc.New(vbmc.Config{Name: "n1", Logger: quiet()}, vbmc.NewFakeMachine())
 	if err != nil {
 		t.Fatal(err)
@@ -24,7 +30,7 @@ func pooledBMC(t *testing.T) (*vbmc.BMC, store.Node) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
-	return bm, store.Node{ID: "n1", BMCURL: srv.URL, BMCUser: "admin", BMCPassword: "password", BMCFingerprint: srv.Fingerprint(),
+	return bm, srv, store.Node{ID: "n1", BMCURL: srv.URL, BMCUser: "admin", BMCPassword: "password", BMCFingerprint: srv.Fingerprint(),
 		Labels: map[string]string{"rack": "r1"}}
 }
 
@@ -81,6 +87,56 @@ func TestBMCPoolOneSessionPerBMC(t *testing.T) {
 	if got := p.logged.Load(); got != 2 {
 		t.Fatalf("%d logins, want 2 (the first, and again after eviction)", got)
 	}
+}
+
+// Between steps no connection to the BMC stays open, and the session
+// does: the next step logs in no more.
+func TestBMCPoolClosesIdleConnectionsBetweenSteps(t *testing.T) {
+	bm, srv, n := pooledBMCServer(t)
+	conn, _ := newBMCConnector("", 5*time.Second, quiet())
+	p := newBMCPool(conn, time.Minute, 2, 4, nil, []string{"rack"}, quiet())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	waitConns := func(want int, when string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for srv.OpenConns() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the BMC has %d connections open, want %d", when, srv.OpenConns(), want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	a, err := p.connect(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.connect(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.PowerState(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitConns(1, "during the step")
+	a.Close(ctx)
+	// b still holds the session: its connection is kept for it.
+	time.Sleep(50 * time.Millisecond)
+	waitConns(1, "one of two users released")
+	b.Close(ctx)
+	waitConns(0, "between steps")
+	c, err := p.connect(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PowerState(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.Close(ctx)
+	if got := p.logged.Load(); got != 1 || bm.SessionCount() != 1 {
+		t.Fatalf("%d logins, %d BMC sessions; want the one session kept across steps", got, bm.SessionCount())
+	}
+	waitConns(0, "after the next step")
 }
 
 // At most maxInflight calls reach one BMC at once, and at most maxLogins
