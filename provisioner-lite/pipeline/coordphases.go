@@ -651,15 +651,5 @@ func (e *Engine) orderReboot(ctx context.Context, s *sessions.Session, reason st
 }
 
 func (e *Engine) lastEventID(ctx context.Context, runID string) (int64, error) {
-	var last int64
-	for {
-		evs, err := e.cfg.Store.Events(ctx, runID, last, 1000)
-		if err != nil {
-			return 0, err
-		}
-		if len(evs) == 0 {
-			return last, nil
-		}
-		last = evs[len(evs)-1].ID
-	}
+	return e.cfg.Store.LastEventID(ctx, runID)
 }

@@ -118,6 +118,18 @@ FROM events WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?`, runID, afterID, li
 	return out, nil
 }
 
+// LastEventID returns the id of run runID's latest event, 0 if none: where
+// a watcher of the run's new events starts (one index lookup; reading the
+// events to find it cost 1 % of the coordinator's CPU at fleet load).
+func (s *Store) LastEventID(ctx context.Context, runID string) (int64, error) {
+	var id int64
+	err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM events WHERE run_id = ?`, runID).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("store: last event of run %s: %w", runID, err)
+	}
+	return id, nil
+}
+
 // MaxSeq returns the highest runner seq stored for (runID, bootID), 0 if none:
 // the ack a reconnecting runner resumes from.
 func (s *Store) MaxSeq(ctx context.Context, runID, bootID string) (uint64, error) {

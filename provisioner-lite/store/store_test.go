@@ -389,6 +389,12 @@ func TestEventsIdempotentReplay(t *testing.T) {
 	if m, err := s.MaxSeq(ctx, "r1", "b9"); err != nil || m != 0 {
 		t.Fatalf("MaxSeq(unknown boot) = %d, %v; want 0", m, err)
 	}
+	if id, err := s.LastEventID(ctx, "r1"); err != nil || id != all[len(all)-1].ID {
+		t.Fatalf("LastEventID = %d, %v; want %d", id, err, all[len(all)-1].ID)
+	}
+	if id, err := s.LastEventID(ctx, "no-such-run"); err != nil || id != 0 {
+		t.Fatalf("LastEventID(no run) = %d, %v; want 0", id, err)
+	}
 	if _, _, err := s.AppendEvent(ctx, Event{RunID: "r1", Source: "runner", Kind: "bogus"}); err == nil {
 		t.Fatal("AppendEvent accepted kind bogus")
 	}

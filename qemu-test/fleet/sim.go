@@ -937,8 +937,9 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 	res.Started = len(runs)
 	// Wait for every run to end; kill the coordinator once on the way when asked.
 	killed := s.cfg.KillCoordinatorAt <= 0 && s.cfg.KillAfter <= 0
+	poll := fleetPollInterval(res.Started)
 	for {
-		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+		if err := sleepCtx(ctx, poll); err != nil {
 			return res, fmt.Errorf("batch did not finish in %s: %w", s.cfg.Timeout, err)
 		}
 		fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -1157,4 +1158,13 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	slices.Sort(s)
 	i := int(float64(len(s)-1) * p / 100)
 	return s[i]
+}
+
+// fleetPollInterval is how often a batch asks the coordinator whether it
+// ended: Fleet reads every run's state, so twice a second over 5,000 runs
+// was the simulator's own load on the coordinator (about 5 % of its CPU),
+// not the batch's. Half a millisecond per run, from 0.5 s to 5 s: the wall
+// time is late by at most that, under 1 % of a batch of that size.
+func fleetPollInterval(runs int) time.Duration {
+	return min(max(500*time.Millisecond, time.Duration(runs)*500*time.Microsecond), 5*time.Second)
 }
