@@ -232,13 +232,16 @@ func certOperator(ctx context.Context) (name string, role pki.Role, why string) 
 // nodes and runs, the result.
 func recordCall(ctx context.Context, rec *audit.Recorder, op Operator, method string, req, resp any, err error, d time.Duration) {
 	e := store.AuditEntry{Actor: op.Name, Role: string(op.Role), Peer: op.Peer, Action: method, Nodes: requestNodes(req), Result: status.Code(err).String()}
-	detail := fmt.Sprintf("duration=%s", d.Round(time.Millisecond))
+	// A builder: a Provision of 1,000 nodes names 1,000 runs, and adding
+	// each to a string copied the whole line every time (20 MB a call).
+	var detail strings.Builder
+	fmt.Fprintf(&detail, "duration=%s", d.Round(time.Millisecond))
 	switch r := req.(type) {
 	case *curev1.ProvisionRequest:
-		detail += fmt.Sprintf(" mode=%s manifest=%q resume=%t", r.GetMode(), r.GetManifest(), r.GetResume())
+		fmt.Fprintf(&detail, " mode=%s manifest=%q resume=%t", r.GetMode(), r.GetManifest(), r.GetResume())
 		if pr, ok := resp.(*curev1.ProvisionResponse); ok {
 			for _, rr := range pr.GetRuns() {
-				detail += " run=" + rr.GetNodeId() + ":" + rr.GetRunId()
+				detail.WriteString(" run=" + rr.GetNodeId() + ":" + rr.GetRunId())
 			}
 		}
 	case *curev1.WatchRequest, *curev1.ReportRequest:
@@ -247,34 +250,34 @@ func recordCall(ctx context.Context, rec *audit.Recorder, op Operator, method st
 		}
 	case *curev1.AddNodesRequest:
 		// Never the secrets: the audit log is readable by viewers.
-		detail += fmt.Sprintf(" nodes=%d replace=%t source=%q", len(r.GetNodes()), r.GetReplace(), textsafe.BoundedLine(r.GetSource(), 256))
+		fmt.Fprintf(&detail, " nodes=%d replace=%t source=%q", len(r.GetNodes()), r.GetReplace(), textsafe.BoundedLine(r.GetSource(), 256))
 		if ar, ok := resp.(*curev1.AddNodesResponse); ok {
-			detail += fmt.Sprintf(" added=%d updated=%d", len(ar.GetAdded()), len(ar.GetUpdated()))
+			fmt.Fprintf(&detail, " added=%d updated=%d", len(ar.GetAdded()), len(ar.GetUpdated()))
 		}
 	case *curev1.LabelNodeRequest:
-		detail += fmt.Sprintf(" set=%s remove=%s", FormatSelector(r.GetSet()), strings.Join(r.GetRemove(), ","))
+		fmt.Fprintf(&detail, " set=%s remove=%s", FormatSelector(r.GetSet()), strings.Join(r.GetRemove(), ","))
 	case *curev1.RemoveNodeRequest:
 		if rr, ok := resp.(*curev1.RemoveNodeResponse); ok {
-			detail += fmt.Sprintf(" runs_kept=%d", rr.GetRunsKept())
+			fmt.Fprintf(&detail, " runs_kept=%d", rr.GetRunsKept())
 		}
 	case *curev1.PoolRequest:
-		detail += fmt.Sprintf(" reason=%q", textsafe.BoundedLine(r.GetReason(), 256))
+		fmt.Fprintf(&detail, " reason=%q", textsafe.BoundedLine(r.GetReason(), 256))
 	case *curev1.RevalidateRequest:
-		detail += fmt.Sprintf(" suite=%q mode=%s auto_return=%t reason=%q", textsafe.BoundedLine(r.GetSuite(), 128), r.GetMode(), r.GetAutoReturn(),
+		fmt.Fprintf(&detail, " suite=%q mode=%s auto_return=%t reason=%q", textsafe.BoundedLine(r.GetSuite(), 128), r.GetMode(), r.GetAutoReturn(),
 			textsafe.BoundedLine(r.GetReason(), 256))
 	}
 	if pr, ok := resp.(*curev1.PoolResponse); ok {
 		for _, n := range pr.GetNodes() {
-			detail += " pool=" + n.GetNodeId() + ":" + n.GetState().String()
+			detail.WriteString(" pool=" + n.GetNodeId() + ":" + n.GetState().String())
 			if n.GetRunId() != "" {
-				detail += ":" + n.GetRunId()
+				detail.WriteString(":" + n.GetRunId())
 			}
 		}
 	}
 	if err != nil {
-		detail += " error=" + status.Convert(err).Message()
+		detail.WriteString(" error=" + status.Convert(err).Message())
 	}
-	e.Detail = detail
+	e.Detail = detail.String()
 	rec.Operator(ctx, e)
 }
 
