@@ -24,6 +24,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -393,5 +394,36 @@ func TestModeRole(t *testing.T) {
 		if got := ModeRole(m); got != want {
 			t.Errorf("ModeRole(%s) = %s, want %s", m, got, want)
 		}
+	}
+}
+
+// A Provision's audit entry names its mode, manifest and every run started
+// (as far as the entry's detail bound allows), and a failed call its error.
+func TestRecordCallProvisionDetail(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "cure.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	rec := audit.New(st, slog.New(slog.DiscardHandler), 0)
+	req := &curev1.ProvisionRequest{NodeIds: []string{"n1", "n2"}, Mode: curev1.Mode_MODE_PROVISION, Manifest: "gpu-a"}
+	resp := &curev1.ProvisionResponse{Runs: []*curev1.RunRef{{NodeId: "n1", RunId: "r1"}, {NodeId: "n2", RunId: "r2"}}}
+	op := Operator{Name: "alice", Role: pki.RoleOperator, Peer: "10.0.0.1:5"}
+	recordCall(ctx, rec, op, "/cure.v1.OperatorService/Provision", req, resp, nil, 1500*time.Millisecond)
+	recordCall(ctx, rec, op, "/cure.v1.OperatorService/Provision", req, nil, status.Error(codes.NotFound, "node n3 unknown"), time.Millisecond)
+	got, err := st.AuditLog(ctx, store.AuditFilter{Kind: store.AuditOperator})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d entries, want 2", len(got))
+	}
+	failed, ok := got[0], got[1]
+	if want := `duration=1.5s mode=MODE_PROVISION manifest="gpu-a" resume=false run=n1:r1 run=n2:r2`; ok.Detail != want {
+		t.Errorf("detail %q, want %q", ok.Detail, want)
+	}
+	if !strings.HasSuffix(failed.Detail, " error=node n3 unknown") || failed.Result != "NotFound" {
+		t.Errorf("failed call: detail %q result %q", failed.Detail, failed.Result)
 	}
 }
