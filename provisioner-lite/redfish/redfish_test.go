@@ -11,9 +11,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -545,5 +547,52 @@ func TestSystemAndFirmware(t *testing.T) {
 	i := slices.IndexFunc(fw, func(f FirmwareItem) bool { return f.ID == "BIOS" })
 	if i < 0 || fw[i].Version != "P79 v1.45" || !fw[i].Updateable || fw[i].SoftwareID == "" {
 		t.Fatalf("firmware = %+v, want BIOS P79 v1.45", fw)
+	}
+}
+
+// Where the BMC advertises $expand, the firmware inventory is one request;
+// where it does not, or answers the expanded request with links anyway,
+// each member is read on its own. The inventory read is the same.
+func TestFirmwareInventoryExpanded(t *testing.T) {
+	read := func(cfg vbmc.Config, ignoreExpand bool) ([]FirmwareItem, int) {
+		t.Helper()
+		var gets atomic.Int32
+		_, _, _, url := bmcServer(t, cfg, func(h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if strings.Contains(r.URL.Path, "/FirmwareInventory") {
+					gets.Add(1)
+					if ignoreExpand {
+						r.URL.RawQuery = ""
+					}
+				}
+				h.ServeHTTP(w, r)
+			})
+		})
+		c := connect(t, url, 5*time.Second)
+		fw, err := c.FirmwareInventory(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fw, int(gets.Load())
+	}
+	expanded, n := read(vbmc.Config{}, false)
+	if n != 1 || len(expanded) < 2 {
+		t.Fatalf("expanded: %d requests for %d members, want 1", n, len(expanded))
+	}
+	for _, tc := range []struct {
+		name         string
+		cfg          vbmc.Config
+		ignoreExpand bool
+	}{
+		{"no $expand advertised", vbmc.Config{NoExpand: true}, false},
+		{"$expand advertised, links answered", vbmc.Config{}, true},
+	} {
+		fw, n := read(tc.cfg, tc.ignoreExpand)
+		if n != 1+len(fw) {
+			t.Errorf("%s: %d requests for %d members, want %d", tc.name, n, len(fw), 1+len(fw))
+		}
+		if !reflect.DeepEqual(fw, expanded) {
+			t.Errorf("%s: inventory\n%+v\nexpanded:\n%+v", tc.name, fw, expanded)
+		}
 	}
 }

@@ -29,9 +29,9 @@ func (b *BMC) routeOOB(w http.ResponseWriter, r *http.Request, p string) bool {
 	case p == multipartURL && !b.cfg.NoMultipart:
 		return only(post, "POST", func() { b.postMultipart(w, r) })
 	case p == inventoryURL:
-		return only(get, "GET, HEAD", func() { b.serveInventory(w, "") })
+		return only(get, "GET, HEAD", func() { b.serveInventory(w, "", !b.cfg.NoExpand && expandsOneLevel(r.URL.RawQuery)) })
 	case strings.HasPrefix(p, inventoryURL+"/"):
-		return only(get, "GET, HEAD", func() { b.serveInventory(w, strings.TrimPrefix(p, inventoryURL+"/")) })
+		return only(get, "GET, HEAD", func() { b.serveInventory(w, strings.TrimPrefix(p, inventoryURL+"/"), false) })
 	case p == tasksURL:
 		return only(get, "GET, HEAD", func() { b.serveTasks(w, "") })
 	case strings.HasPrefix(p, tasksURL+"/"):

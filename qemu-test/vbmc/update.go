@@ -129,16 +129,26 @@ func (b *BMC) serveSimpleUpdateInfo(w http.ResponseWriter) {
 	})
 }
 
-func (b *BMC) serveInventory(w http.ResponseWriter, id string) {
+// serveInventory serves the FirmwareInventory collection (id ""), its
+// members expanded in place when asked with $expand, or one member.
+func (b *BMC) serveInventory(w http.ResponseWriter, id string, expand bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if id == "" {
-		members := []map[string]string{}
+		var ids []string
 		for _, f := range b.fw {
-			members = append(members, map[string]string{"@odata.id": inventoryURL + "/" + b.memberID(f)})
+			ids = append(ids, b.memberID(f))
 			if p := b.previousID(f); p != "" {
-				members = append(members, map[string]string{"@odata.id": inventoryURL + "/" + p})
+				ids = append(ids, p)
 			}
+		}
+		members := []any{}
+		for _, m := range ids {
+			if obj, ok := b.inventoryMember(m); expand && ok {
+				members = append(members, obj)
+				continue
+			}
+			members = append(members, map[string]string{"@odata.id": inventoryURL + "/" + m})
 		}
 		writeJSON(w, http.StatusOK, map[string]any{
 			"@odata.type":         "#SoftwareInventoryCollection.SoftwareInventoryCollection",
@@ -149,10 +159,19 @@ func (b *BMC) serveInventory(w http.ResponseWriter, id string) {
 		})
 		return
 	}
-	f, prev := b.fwByMemberID(id)
-	if f == nil {
+	obj, ok := b.inventoryMember(id)
+	if !ok {
 		writeError(w, http.StatusNotFound, "ResourceMissingAtURI", fmt.Sprintf("The resource at the URI %s/%s was not found.", inventoryURL, id))
 		return
+	}
+	writeJSON(w, http.StatusOK, obj)
+}
+
+// inventoryMember is member id's SoftwareInventory resource. b.mu is held.
+func (b *BMC) inventoryMember(id string) (map[string]any, bool) {
+	f, prev := b.fwByMemberID(id)
+	if f == nil {
+		return nil, false
 	}
 	obj := map[string]any{}
 	if res, ok := b.tree[inventoryURL+"/"+f.spec.ID]; ok { // the mockup's own member: keep its details
@@ -173,8 +192,7 @@ func (b *BMC) serveInventory(w http.ResponseWriter, id string) {
 	if prev {
 		obj["Version"] = f.previous
 		obj["Updateable"] = false
-		writeJSON(w, http.StatusOK, obj)
-		return
+		return obj, true
 	}
 	if f.pending != "" {
 		// Real BMCs show staged images in vendor ways; this is ours.
@@ -184,7 +202,7 @@ func (b *BMC) serveInventory(w http.ResponseWriter, id string) {
 		}
 		obj["Oem"] = map[string]any{"CURE": map[string]any{"PendingVersion": f.pending, "ActivatesOn": on}}
 	}
-	writeJSON(w, http.StatusOK, obj)
+	return obj, true
 }
 
 // postSimpleUpdate validates the request synchronously (bad input is a
