@@ -570,3 +570,44 @@ func FuzzLogDecoders(f *testing.F) {
 		}
 	})
 }
+
+// FuzzInventoryPage feeds the FirmwareInventory page decoder what a BMC
+// could send, expanded or not: every link and the next page stay on the
+// BMC, a page is bounded, a member's related items are bounded.
+func FuzzInventoryPage(f *testing.F) {
+	b, err := vbmc.New(vbmc.Config{Name: "seed", Logger: discardLogger()}, vbmc.NewFakeMachine())
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, p := range []string{"/redfish/v1/UpdateService/FirmwareInventory?$expand=.($levels=1)", "/redfish/v1/UpdateService/FirmwareInventory"} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", p, nil)
+		req.SetBasicAuth("admin", "password")
+		b.Handler().ServeHTTP(rec, req)
+		f.Add(rec.Body.Bytes())
+	}
+	b.Close(context.Background())
+	f.Add([]byte(`{"Members":[{"@odata.id":"https://evil.example/redfish/v1/x"},{"Id":"BMC","Version":"1","RelatedItem":[{"@odata.id":"/a"},{"@odata.id":""}]}],"Members@odata.nextLink":"//evil.example/p"}`))
+	f.Add([]byte(`{"Members":[{},{"@odata.id":"/redfish/v1/UpdateService/FirmwareInventory/1"}],"Members@odata.nextLink":"/redfish/v1/UpdateService/FirmwareInventory?$skip=1"}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		items, links, next, err := parseInventoryPage(body)
+		if err != nil {
+			return
+		}
+		if len(items)+len(links) > maxInventoryMembers {
+			t.Fatalf("%d items and %d links (limit %d)", len(items), len(links), maxInventoryMembers)
+		}
+		for _, l := range links {
+			onBMC(t, "inventory member", l)
+		}
+		onBMC(t, "inventory next page", next)
+		for _, it := range items {
+			if len(it.RelatedItems) > 16 {
+				t.Fatalf("%d related items", len(it.RelatedItems))
+			}
+			if it.ID == "" && it.Version == "" {
+				t.Fatalf("an item with neither Id nor Version: %+v", it)
+			}
+		}
+	})
+}

@@ -768,44 +768,23 @@ func (c *Client) FirmwareInventory(ctx context.Context) ([]FirmwareItem, error) 
 		expand := expandQuery(api.Service.ProtocolFeaturesSupported.ExpandQuery)
 		var members []string
 		items = nil
-		count := 0
 		for page, next := 0, uri+expand; next != ""; page++ {
-			var coll struct {
-				Members  []json.RawMessage
-				NextLink string `json:"Members@odata.nextLink"`
-			}
-			if _, err := getJSON(api, next, &coll); err != nil {
+			var raw json.RawMessage
+			if _, err := getJSON(api, next, &raw); err != nil {
 				return fmt.Errorf("FirmwareInventory: %w", err)
 			}
-			for _, m := range coll.Members {
-				var doc inventoryDoc
-				if err := json.Unmarshal(m, &doc); err != nil {
-					return fmt.Errorf("FirmwareInventory %s: member %d: %w", uri, count, err)
-				}
-				count++
-				if doc.ID == "" && doc.Version == "" {
-					members = append(members, doc.ODataID)
-					continue
-				}
-				items = append(items, doc.item())
+			got, links, nextLink, err := parseInventoryPage(raw)
+			if err != nil {
+				return fmt.Errorf("FirmwareInventory %s: %w", uri, err)
 			}
-			if count > maxInventoryMembers || page >= maxInventoryPages {
+			items, members = append(items, got...), append(members, links...)
+			if len(items)+len(members) > maxInventoryMembers || page >= maxInventoryPages {
 				return fmt.Errorf("FirmwareInventory %s: more than %d members or %d pages", uri, maxInventoryMembers, maxInventoryPages)
 			}
-			if next = ""; coll.NextLink != "" {
-				var err error
-				if next, err = bmcPath(coll.NextLink); err != nil {
-					return fmt.Errorf("FirmwareInventory %s: Members@odata.nextLink %q: %w", uri, coll.NextLink, err)
-				}
-			}
+			next = nextLink
 		}
 		var errs []error
-		for _, m := range members {
-			p, err := bmcPath(m)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("FirmwareInventory %s member %q: %w", uri, m, err))
-				continue
-			}
+		for _, p := range members {
 			var doc inventoryDoc
 			if _, err := getJSON(api, p, &doc); err != nil {
 				errs = append(errs, fmt.Errorf("FirmwareInventory: %w", err))
@@ -823,6 +802,44 @@ func (c *Client) FirmwareInventory(ctx context.Context) ([]FirmwareItem, error) 
 		return nil
 	})
 	return items, err
+}
+
+// parseInventoryPage reads one page of a FirmwareInventory collection: the
+// members expanded in it, the paths of those given as links (to be read on
+// their own), and the next page's path. Every path stays on the BMC; a
+// page may list at most maxInventoryMembers members.
+func parseInventoryPage(raw []byte) (items []FirmwareItem, links []string, next string, err error) {
+	var coll struct {
+		Members  []json.RawMessage
+		NextLink string `json:"Members@odata.nextLink"`
+	}
+	if err := json.Unmarshal(raw, &coll); err != nil {
+		return nil, nil, "", fmt.Errorf("parse collection: %w", err)
+	}
+	if len(coll.Members) > maxInventoryMembers {
+		return nil, nil, "", fmt.Errorf("a page lists %d members (limit %d)", len(coll.Members), maxInventoryMembers)
+	}
+	for i, m := range coll.Members {
+		var doc inventoryDoc
+		if err := json.Unmarshal(m, &doc); err != nil {
+			return nil, nil, "", fmt.Errorf("member %d: %w", i, err)
+		}
+		if doc.ID != "" || doc.Version != "" {
+			items = append(items, doc.item())
+			continue
+		}
+		p, err := bmcPath(doc.ODataID)
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("member %d %q: %w", i, doc.ODataID, err)
+		}
+		links = append(links, p)
+	}
+	if coll.NextLink != "" {
+		if next, err = bmcPath(coll.NextLink); err != nil {
+			return nil, nil, "", fmt.Errorf("Members@odata.nextLink %q: %w", coll.NextLink, err)
+		}
+	}
+	return items, links, next, nil
 }
 
 // inventoryDoc is a SoftwareInventory member, read on its own or expanded
