@@ -750,3 +750,42 @@ func TestSiteCheckSchema(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckOptional: optional: {reason: ...} is read and kept through a
+// round trip; optional without a reason is refused naming file, line and
+// field (a check may test nothing only where the suite says why).
+func TestCheckOptional(t *testing.T) {
+	head := "apiVersion: cure.dev/v1\nkind: ValidationSuite\nmetadata: {name: x}\nspec:\n  checks:\n"
+	s, err := ParseSuite("x.yaml", []byte(head+"  - {name: ib, type: infiniband, optional: {reason: \"QEMU nodes have no InfiniBand\"}}\n  - {name: cpu, type: cpu}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Spec.Checks[0].OptionalReason(); got != "QEMU nodes have no InfiniBand" {
+		t.Errorf("reason %q", got)
+	}
+	if s.Spec.Checks[1].Optional != nil || s.Spec.Checks[1].OptionalReason() != "" {
+		t.Errorf("a check without optional is optional: %+v", s.Spec.Checks[1].Optional)
+	}
+	out, err := Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseSuite("x.yaml", out)
+	if err != nil || !reflect.DeepEqual(back.Spec.Checks, s.Spec.Checks) {
+		t.Errorf("round trip: %v\n%s", err, out)
+	}
+	for _, tc := range []struct{ check, want string }{
+		{`optional: true`, `x.yaml:6: spec.checks[0].optional: expected {reason: "why this check may test nothing here"}, found boolean true`},
+		{`optional: "no IB"`, `x.yaml:6: spec.checks[0].optional: expected {reason:`},
+		{`optional: ~`, `x.yaml:6: spec.checks[0].optional: expected {reason:`},
+		{`optional: {}`, `x.yaml:6: spec.checks[0].optional.reason: required field is missing: an optional check must say why`},
+		{`optional: {reason: ""}`, `x.yaml:6: spec.checks[0].optional.reason: must not be empty`},
+		{`optional: {reason: [a]}`, `x.yaml:6: spec.checks[0].optional.reason: expected a string, found a list`},
+		{`optional: {reason: x, why: y}`, `x.yaml:6: spec.checks[0].optional.why: unknown field (known fields: reason)`},
+	} {
+		_, err := ParseSuite("x.yaml", []byte(head+"  - {name: ib, type: infiniband, "+tc.check+"}\n"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error = %v, want one containing %q", tc.check, err, tc.want)
+		}
+	}
+}

@@ -193,7 +193,7 @@ func (d *decoder) bands(n *yaml.Node, p string) map[string]Band {
 }
 
 func (d *decoder) check(n *yaml.Node, p string) Check {
-	f := d.mapping(n, p, "name", "type", "appliesTo", "duration", "interval", "params", "thresholds", "fleet", "program")
+	f := d.mapping(n, p, "name", "type", "appliesTo", "duration", "interval", "params", "thresholds", "fleet", "program", "optional")
 	var c Check
 	var v *yaml.Node
 	c.Name, v = f.str("name", true)
@@ -223,7 +223,41 @@ func (d *decoder) check(n *yaml.Node, p string) Check {
 	case c.Type == CheckSite:
 		f.missing("program")
 	}
+	if v, set := f.vals["optional"]; set {
+		c.Optional = d.optional(v, join(p, "optional"))
+	}
 	return c
+}
+
+// optional reads a check's optional: {reason: "..."}. A bare optional (true,
+// a string, null or an empty reason) is refused: a check that may test
+// nothing must say why, since the report shows it in place of a result.
+func (d *decoder) optional(n *yaml.Node, p string) *Optional {
+	const want = `expected {reason: "why this check may test nothing here"}`
+	if isNull(n) || n.Kind != yaml.MappingNode {
+		d.errorf(n, p, "%s, found %s", want, describe(n))
+		return nil
+	}
+	f := d.mapping(n, p, "reason")
+	v := f.get("reason")
+	if v == nil {
+		d.errorf(n, join(p, "reason"), "required field is missing: an optional check must say why it may test nothing (%s)", want)
+		return nil
+	}
+	reason, ok := d.scalarString(v, join(p, "reason"))
+	if !ok {
+		return nil
+	}
+	reason = strings.TrimSpace(reason)
+	switch {
+	case reason == "":
+		d.errorf(v, join(p, "reason"), "must not be empty: say why this check may test nothing")
+		return nil
+	case len(reason) > 256 || strings.ContainsAny(reason, "\x00\r\n"):
+		d.errorf(v, join(p, "reason"), "one line of at most 256 bytes (found %d bytes)", len(reason))
+		return nil
+	}
+	return &Optional{Reason: reason}
 }
 
 // siteProgram reads a site check's program: the artifact's pin and what it

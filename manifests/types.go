@@ -145,6 +145,9 @@ type SKUSpec struct {
 	// attestation must pass it, and a node once enrolled with an EK must
 	// attest on every later boot (docs/SECURITY.md).
 	Attestation string `yaml:"attestation,omitempty"`
+	// Admission is what a node must show before it is in service
+	// (admission.go); nil: in service once its provision succeeds.
+	Admission *Admission `yaml:"admission,omitempty"`
 }
 
 // SKU attestation policies.
@@ -431,6 +434,24 @@ type Check struct {
 	// Program is the site program a CheckSite check runs (set for that
 	// type only, required there).
 	Program *SiteProgram `yaml:"program,omitempty"`
+	// Optional lets the check test nothing (no component matched, its
+	// tool missing) with a SKIP that shows the reason; without it such a
+	// check is an ERROR (docs/VALIDATION.md, "Fail closed").
+	Optional *Optional `yaml:"optional,omitempty"`
+}
+
+// Optional is why a check may test nothing on some nodes ("QEMU test
+// node: no GPU"); the reason is required and shown in the report.
+type Optional struct {
+	Reason string `yaml:"reason"`
+}
+
+// OptionalReason is the check's optional reason ("" : not optional).
+func (c Check) OptionalReason() string {
+	if c.Optional == nil {
+		return ""
+	}
+	return c.Optional.Reason
 }
 
 // SiteProgram is a site check's program and its declared metadata (the
