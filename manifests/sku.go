@@ -52,8 +52,9 @@ func (d *decoder) sku(top *fields) *SKU {
 		top.missing("spec")
 		return s
 	}
-	spec := d.mapping(v, "spec", "firmware", "bios", "wipe", "os", "hardware", "attestation")
+	spec := d.mapping(v, "spec", "firmware", "bios", "wipe", "os", "hardware", "attestation", "admission")
 	s.Spec.Attestation = spec.optEnum("attestation", AttestationRequired, AttestationOptional)
+	s.Spec.Admission = d.admission(spec, "spec.admission", s.Spec.Attestation)
 	seen := map[string]int{}
 	for i, item := range spec.seq("firmware", false) {
 		p := index("spec.firmware", i)
