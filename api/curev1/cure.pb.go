@@ -291,6 +291,8 @@ const (
 	PoolState_POOL_REVALIDATING      PoolState = 4 // a revalidation suite runs
 	PoolState_POOL_READY             PoolState = 5 // the revalidation passed: waiting to be returned
 	PoolState_POOL_RMA               PoolState = 6 // the revalidation failed (FAIL, ERROR or MARGINAL), or did not finish
+	PoolState_POOL_ACCEPTING         PoolState = 7 // provisioned on a SKU with spec.admission: its acceptance is under way
+	PoolState_POOL_QUARANTINED       PoolState = 8 // an admission requirement failed, or its measurements drifted: kept out of service
 )
 
 // Enum value maps for PoolState.
@@ -303,6 +305,8 @@ var (
 		4: "POOL_REVALIDATING",
 		5: "POOL_READY",
 		6: "POOL_RMA",
+		7: "POOL_ACCEPTING",
+		8: "POOL_QUARANTINED",
 	}
 	PoolState_value = map[string]int32{
 		"POOL_STATE_UNSPECIFIED": 0,
@@ -312,6 +316,8 @@ var (
 		"POOL_REVALIDATING":      4,
 		"POOL_READY":             5,
 		"POOL_RMA":               6,
+		"POOL_ACCEPTING":         7,
+		"POOL_QUARANTINED":       8,
 	}
 )
 
@@ -610,6 +616,7 @@ type AttestBegin struct {
 	EkPublic      []byte                 `protobuf:"bytes,3,opt,name=ek_public,json=ekPublic,proto3" json:"ek_public,omitempty"`                // TPMT_PUBLIC of the endorsement key (TCG default template)
 	EkCertificate []byte                 `protobuf:"bytes,4,opt,name=ek_certificate,json=ekCertificate,proto3" json:"ek_certificate,omitempty"` // DER, from the TPM's NV; empty where the TPM has none
 	AkPublic      []byte                 `protobuf:"bytes,5,opt,name=ak_public,json=akPublic,proto3" json:"ak_public,omitempty"`                // TPMT_PUBLIC of the attestation key (restricted signing)
+	EkChain       [][]byte               `protobuf:"bytes,6,rep,name=ek_chain,json=ekChain,proto3" json:"ek_chain,omitempty"`                   // DER intermediate CA certificates between the EK certificate and its manufacturer's root, where the TPM keeps them
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -675,6 +682,13 @@ func (x *AttestBegin) GetEkCertificate() []byte {
 func (x *AttestBegin) GetAkPublic() []byte {
 	if x != nil {
 		return x.AkPublic
+	}
+	return nil
+}
+
+func (x *AttestBegin) GetEkChain() [][]byte {
+	if x != nil {
+		return x.EkChain
 	}
 	return nil
 }
@@ -8353,6 +8367,212 @@ func (x *FleetJudgements) GetJudgementsOmitted() uint32 {
 	return 0
 }
 
+type NodeAdmissionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeAdmissionRequest) Reset() {
+	*x = NodeAdmissionRequest{}
+	mi := &file_cure_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeAdmissionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeAdmissionRequest) ProtoMessage() {}
+
+func (x *NodeAdmissionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeAdmissionRequest.ProtoReflect.Descriptor instead.
+func (*NodeAdmissionRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *NodeAdmissionRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+// AdmissionRequirement is one requirement of a SKU's admission policy as a
+// node stands with it.
+type AdmissionRequirement struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`                // provisioned, boot_path, attestation, measurements, acceptance, fleet_band
+	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`              // met, pending (not yet shown), failed, error (could not be judged)
+	Detail        string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`            // what was required and what was found
+	RunId         string                 `protobuf:"bytes,4,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"` // the run the evidence comes from
+	Evidence      string                 `protobuf:"bytes,5,opt,name=evidence,proto3" json:"evidence,omitempty"`        // e.g. "boot:uefi-https", "EK sha256 ...", "verdicts: gpu/3 gpu-burn FAIL"
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdmissionRequirement) Reset() {
+	*x = AdmissionRequirement{}
+	mi := &file_cure_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmissionRequirement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmissionRequirement) ProtoMessage() {}
+
+func (x *AdmissionRequirement) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmissionRequirement.ProtoReflect.Descriptor instead.
+func (*AdmissionRequirement) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{93}
+}
+
+func (x *AdmissionRequirement) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AdmissionRequirement) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *AdmissionRequirement) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *AdmissionRequirement) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *AdmissionRequirement) GetEvidence() string {
+	if x != nil {
+		return x.Evidence
+	}
+	return ""
+}
+
+type NodeAdmissionResponse struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	NodeId        string                  `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Sku           string                  `protobuf:"bytes,2,opt,name=sku,proto3" json:"sku,omitempty"`
+	Policy        bool                    `protobuf:"varint,3,opt,name=policy,proto3" json:"policy,omitempty"`    // false: the SKU has no spec.admission (in service once provisioned)
+	Decision      string                  `protobuf:"bytes,4,opt,name=decision,proto3" json:"decision,omitempty"` // admit, wait, refuse
+	Requirements  []*AdmissionRequirement `protobuf:"bytes,5,rep,name=requirements,proto3" json:"requirements,omitempty"`
+	Pool          *PoolStatus             `protobuf:"bytes,6,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeAdmissionResponse) Reset() {
+	*x = NodeAdmissionResponse{}
+	mi := &file_cure_proto_msgTypes[94]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeAdmissionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeAdmissionResponse) ProtoMessage() {}
+
+func (x *NodeAdmissionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[94]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeAdmissionResponse.ProtoReflect.Descriptor instead.
+func (*NodeAdmissionResponse) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{94}
+}
+
+func (x *NodeAdmissionResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeAdmissionResponse) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *NodeAdmissionResponse) GetPolicy() bool {
+	if x != nil {
+		return x.Policy
+	}
+	return false
+}
+
+func (x *NodeAdmissionResponse) GetDecision() string {
+	if x != nil {
+		return x.Decision
+	}
+	return ""
+}
+
+func (x *NodeAdmissionResponse) GetRequirements() []*AdmissionRequirement {
+	if x != nil {
+		return x.Requirements
+	}
+	return nil
+}
+
+func (x *NodeAdmissionResponse) GetPool() *PoolStatus {
+	if x != nil {
+		return x.Pool
+	}
+	return nil
+}
+
 type PoolStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -8368,7 +8588,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_cure_proto_msgTypes[92]
+	mi := &file_cure_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8380,7 +8600,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[92]
+	mi := &file_cure_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8393,7 +8613,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{92}
+	return file_cure_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *PoolStatus) GetNodeId() string {
@@ -8445,6 +8665,150 @@ func (x *PoolStatus) GetAutoReturn() bool {
 	return false
 }
 
+type AcceptMeasurementsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"` // why the drift is legitimate (required)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcceptMeasurementsRequest) Reset() {
+	*x = AcceptMeasurementsRequest{}
+	mi := &file_cure_proto_msgTypes[96]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcceptMeasurementsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcceptMeasurementsRequest) ProtoMessage() {}
+
+func (x *AcceptMeasurementsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[96]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcceptMeasurementsRequest.ProtoReflect.Descriptor instead.
+func (*AcceptMeasurementsRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{96}
+}
+
+func (x *AcceptMeasurementsRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *AcceptMeasurementsRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type AcceptMeasurementsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	HeldByRun     string                 `protobuf:"bytes,2,opt,name=held_by_run,json=heldByRun,proto3" json:"held_by_run,omitempty"` // the run whose boot showed the drift
+	Detail        string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`                          // what drifted
+	HeldAtUnixMs  int64                  `protobuf:"varint,4,opt,name=held_at_unix_ms,json=heldAtUnixMs,proto3" json:"held_at_unix_ms,omitempty"`
+	Pcrs          map[string]string      `protobuf:"bytes,5,rep,name=pcrs,proto3" json:"pcrs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // the values adopted (PCR index -> sha256 hex)
+	Firmware      string                 `protobuf:"bytes,6,opt,name=firmware,proto3" json:"firmware,omitempty"`                                                                   // the firmware version the drifted boot reported
+	PreviousRun   string                 `protobuf:"bytes,7,opt,name=previous_run,json=previousRun,proto3" json:"previous_run,omitempty"`                                          // the run that recorded the values replaced
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcceptMeasurementsResponse) Reset() {
+	*x = AcceptMeasurementsResponse{}
+	mi := &file_cure_proto_msgTypes[97]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcceptMeasurementsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcceptMeasurementsResponse) ProtoMessage() {}
+
+func (x *AcceptMeasurementsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[97]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcceptMeasurementsResponse.ProtoReflect.Descriptor instead.
+func (*AcceptMeasurementsResponse) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{97}
+}
+
+func (x *AcceptMeasurementsResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *AcceptMeasurementsResponse) GetHeldByRun() string {
+	if x != nil {
+		return x.HeldByRun
+	}
+	return ""
+}
+
+func (x *AcceptMeasurementsResponse) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *AcceptMeasurementsResponse) GetHeldAtUnixMs() int64 {
+	if x != nil {
+		return x.HeldAtUnixMs
+	}
+	return 0
+}
+
+func (x *AcceptMeasurementsResponse) GetPcrs() map[string]string {
+	if x != nil {
+		return x.Pcrs
+	}
+	return nil
+}
+
+func (x *AcceptMeasurementsResponse) GetFirmware() string {
+	if x != nil {
+		return x.Firmware
+	}
+	return ""
+}
+
+func (x *AcceptMeasurementsResponse) GetPreviousRun() string {
+	if x != nil {
+		return x.PreviousRun
+	}
+	return ""
+}
+
 type PoolRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeIds       []string               `protobuf:"bytes,1,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
@@ -8456,7 +8820,7 @@ type PoolRequest struct {
 
 func (x *PoolRequest) Reset() {
 	*x = PoolRequest{}
-	mi := &file_cure_proto_msgTypes[93]
+	mi := &file_cure_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8468,7 +8832,7 @@ func (x *PoolRequest) String() string {
 func (*PoolRequest) ProtoMessage() {}
 
 func (x *PoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[93]
+	mi := &file_cure_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8481,7 +8845,7 @@ func (x *PoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRequest.ProtoReflect.Descriptor instead.
 func (*PoolRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{93}
+	return file_cure_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *PoolRequest) GetNodeIds() []string {
@@ -8519,7 +8883,7 @@ type RevalidateRequest struct {
 
 func (x *RevalidateRequest) Reset() {
 	*x = RevalidateRequest{}
-	mi := &file_cure_proto_msgTypes[94]
+	mi := &file_cure_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8531,7 +8895,7 @@ func (x *RevalidateRequest) String() string {
 func (*RevalidateRequest) ProtoMessage() {}
 
 func (x *RevalidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[94]
+	mi := &file_cure_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8544,7 +8908,7 @@ func (x *RevalidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevalidateRequest.ProtoReflect.Descriptor instead.
 func (*RevalidateRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{94}
+	return file_cure_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *RevalidateRequest) GetNodeIds() []string {
@@ -8599,7 +8963,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_cure_proto_msgTypes[95]
+	mi := &file_cure_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8611,7 +8975,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[95]
+	mi := &file_cure_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8624,7 +8988,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{95}
+	return file_cure_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *PoolResponse) GetNodes() []*PoolStatus {
@@ -8653,7 +9017,7 @@ type PairReady struct {
 
 func (x *PairReady) Reset() {
 	*x = PairReady{}
-	mi := &file_cure_proto_msgTypes[96]
+	mi := &file_cure_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8665,7 +9029,7 @@ func (x *PairReady) String() string {
 func (*PairReady) ProtoMessage() {}
 
 func (x *PairReady) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[96]
+	mi := &file_cure_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8678,7 +9042,7 @@ func (x *PairReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairReady.ProtoReflect.Descriptor instead.
 func (*PairReady) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{96}
+	return file_cure_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *PairReady) GetCheck() string {
@@ -8715,7 +9079,7 @@ type PairPort struct {
 
 func (x *PairPort) Reset() {
 	*x = PairPort{}
-	mi := &file_cure_proto_msgTypes[97]
+	mi := &file_cure_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8727,7 +9091,7 @@ func (x *PairPort) String() string {
 func (*PairPort) ProtoMessage() {}
 
 func (x *PairPort) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[97]
+	mi := &file_cure_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8740,7 +9104,7 @@ func (x *PairPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairPort.ProtoReflect.Descriptor instead.
 func (*PairPort) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{97}
+	return file_cure_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *PairPort) GetName() string {
@@ -8785,7 +9149,7 @@ type PairSchedule struct {
 
 func (x *PairSchedule) Reset() {
 	*x = PairSchedule{}
-	mi := &file_cure_proto_msgTypes[98]
+	mi := &file_cure_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8797,7 +9161,7 @@ func (x *PairSchedule) String() string {
 func (*PairSchedule) ProtoMessage() {}
 
 func (x *PairSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[98]
+	mi := &file_cure_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8810,7 +9174,7 @@ func (x *PairSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairSchedule.ProtoReflect.Descriptor instead.
 func (*PairSchedule) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{98}
+	return file_cure_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *PairSchedule) GetCheck() string {
@@ -8903,7 +9267,7 @@ type PairSlot struct {
 
 func (x *PairSlot) Reset() {
 	*x = PairSlot{}
-	mi := &file_cure_proto_msgTypes[99]
+	mi := &file_cure_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8915,7 +9279,7 @@ func (x *PairSlot) String() string {
 func (*PairSlot) ProtoMessage() {}
 
 func (x *PairSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[99]
+	mi := &file_cure_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8928,7 +9292,7 @@ func (x *PairSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairSlot.ProtoReflect.Descriptor instead.
 func (*PairSlot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{99}
+	return file_cure_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *PairSlot) GetRound() uint32 {
@@ -9027,7 +9391,7 @@ type PairResult struct {
 
 func (x *PairResult) Reset() {
 	*x = PairResult{}
-	mi := &file_cure_proto_msgTypes[100]
+	mi := &file_cure_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9039,7 +9403,7 @@ func (x *PairResult) String() string {
 func (*PairResult) ProtoMessage() {}
 
 func (x *PairResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[100]
+	mi := &file_cure_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9052,7 +9416,7 @@ func (x *PairResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairResult.ProtoReflect.Descriptor instead.
 func (*PairResult) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{100}
+	return file_cure_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *PairResult) GetCheck() string {
@@ -9137,7 +9501,7 @@ type PairVerdicts struct {
 
 func (x *PairVerdicts) Reset() {
 	*x = PairVerdicts{}
-	mi := &file_cure_proto_msgTypes[101]
+	mi := &file_cure_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9149,7 +9513,7 @@ func (x *PairVerdicts) String() string {
 func (*PairVerdicts) ProtoMessage() {}
 
 func (x *PairVerdicts) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[101]
+	mi := &file_cure_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9162,7 +9526,7 @@ func (x *PairVerdicts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairVerdicts.ProtoReflect.Descriptor instead.
 func (*PairVerdicts) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{101}
+	return file_cure_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *PairVerdicts) GetCheck() string {
@@ -9200,13 +9564,14 @@ const file_cure_proto_rawDesc = "" +
 	"\x0esession_secret\x18\b \x01(\tR\rsessionSecret\x123\n" +
 	"\vboot_stages\x18\t \x03(\v2\x12.cure.v1.BootStageR\n" +
 	"bootStages\x126\n" +
-	"\vattestation\x18\x14 \x01(\v2\x14.cure.v1.AttestationR\vattestation\"\x9d\x01\n" +
+	"\vattestation\x18\x14 \x01(\v2\x14.cure.v1.AttestationR\vattestation\"\xb8\x01\n" +
 	"\vAttestBegin\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x17\n" +
 	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x12\x1b\n" +
 	"\tek_public\x18\x03 \x01(\fR\bekPublic\x12%\n" +
 	"\x0eek_certificate\x18\x04 \x01(\fR\rekCertificate\x12\x1b\n" +
-	"\tak_public\x18\x05 \x01(\fR\bakPublic\"\xda\x01\n" +
+	"\tak_public\x18\x05 \x01(\fR\bakPublic\x12\x19\n" +
+	"\bek_chain\x18\x06 \x03(\fR\aekChain\"\xda\x01\n" +
 	"\x0fAttestChallenge\x12!\n" +
 	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\fR\x05nonce\x12'\n" +
@@ -9966,7 +10331,22 @@ const file_cure_proto_rawDesc = "" +
 	"\rdistributions\x18\x02 \x03(\v2\x1a.cure.v1.FleetDistributionR\rdistributions\x12 \n" +
 	"\ftime_unix_ms\x18\x03 \x01(\x03R\n" +
 	"timeUnixMs\x12-\n" +
-	"\x12judgements_omitted\x18\x04 \x01(\rR\x11judgementsOmitted\"\xd9\x01\n" +
+	"\x12judgements_omitted\x18\x04 \x01(\rR\x11judgementsOmitted\"/\n" +
+	"\x14NodeAdmissionRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x8b\x01\n" +
+	"\x14AdmissionRequirement\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x15\n" +
+	"\x06run_id\x18\x04 \x01(\tR\x05runId\x12\x1a\n" +
+	"\bevidence\x18\x05 \x01(\tR\bevidence\"\xe2\x01\n" +
+	"\x15NodeAdmissionResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
+	"\x03sku\x18\x02 \x01(\tR\x03sku\x12\x16\n" +
+	"\x06policy\x18\x03 \x01(\bR\x06policy\x12\x1a\n" +
+	"\bdecision\x18\x04 \x01(\tR\bdecision\x12A\n" +
+	"\frequirements\x18\x05 \x03(\v2\x1d.cure.v1.AdmissionRequirementR\frequirements\x12'\n" +
+	"\x04pool\x18\x06 \x01(\v2\x13.cure.v1.PoolStatusR\x04pool\"\xd9\x01\n" +
 	"\n" +
 	"PoolStatus\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12(\n" +
@@ -9976,7 +10356,21 @@ const file_cure_proto_rawDesc = "" +
 	"\x05actor\x18\x05 \x01(\tR\x05actor\x12\x15\n" +
 	"\x06run_id\x18\x06 \x01(\tR\x05runId\x12\x1f\n" +
 	"\vauto_return\x18\a \x01(\bR\n" +
-	"autoReturn\"\xbd\x01\n" +
+	"autoReturn\"L\n" +
+	"\x19AcceptMeasurementsRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xcf\x02\n" +
+	"\x1aAcceptMeasurementsResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
+	"\vheld_by_run\x18\x02 \x01(\tR\theldByRun\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12%\n" +
+	"\x0fheld_at_unix_ms\x18\x04 \x01(\x03R\fheldAtUnixMs\x12A\n" +
+	"\x04pcrs\x18\x05 \x03(\v2-.cure.v1.AcceptMeasurementsResponse.PcrsEntryR\x04pcrs\x12\x1a\n" +
+	"\bfirmware\x18\x06 \x01(\tR\bfirmware\x12!\n" +
+	"\fprevious_run\x18\a \x01(\tR\vpreviousRun\x1a7\n" +
+	"\tPcrsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbd\x01\n" +
 	"\vPoolRequest\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12>\n" +
 	"\bselector\x18\x02 \x03(\v2\".cure.v1.PoolRequest.SelectorEntryR\bselector\x12\x16\n" +
@@ -10081,7 +10475,7 @@ const file_cure_proto_rawDesc = "" +
 	"\n" +
 	"RUN_FAILED\x10\x04\x12\x11\n" +
 	"\rRUN_ATTENTION\x10\x05\x12\x10\n" +
-	"\fRUN_CANCELED\x10\x06*\x96\x01\n" +
+	"\fRUN_CANCELED\x10\x06*\xc0\x01\n" +
 	"\tPoolState\x12\x1a\n" +
 	"\x16POOL_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fPOOL_IN_SERVICE\x10\x01\x12\x11\n" +
@@ -10090,10 +10484,13 @@ const file_cure_proto_rawDesc = "" +
 	"\x11POOL_REVALIDATING\x10\x04\x12\x0e\n" +
 	"\n" +
 	"POOL_READY\x10\x05\x12\f\n" +
-	"\bPOOL_RMA\x10\x062\x97\x01\n" +
+	"\bPOOL_RMA\x10\x06\x12\x12\n" +
+	"\x0ePOOL_ACCEPTING\x10\a\x12\x14\n" +
+	"\x10POOL_QUARANTINED\x10\b2\x97\x01\n" +
 	"\rRunnerService\x12B\n" +
 	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x01\x12B\n" +
-	"\x10BeginAttestation\x12\x14.cure.v1.AttestBegin\x1a\x18.cure.v1.AttestChallenge2\x90\t\n" +
+	"\x10BeginAttestation\x12\x14.cure.v1.AttestBegin\x1a\x18.cure.v1.AttestChallenge2\xbf\n" +
+	"\n" +
 	"\x0fOperatorService\x12B\n" +
 	"\tProvision\x12\x19.cure.v1.ProvisionRequest\x1a\x1a.cure.v1.ProvisionResponse\x128\n" +
 	"\x05Watch\x12\x15.cure.v1.WatchRequest\x1a\x16.cure.v1.TimelineEntry0\x01\x124\n" +
@@ -10115,7 +10512,9 @@ const file_cure_proto_rawDesc = "" +
 	"\vMarkDrained\x12\x14.cure.v1.PoolRequest\x1a\x15.cure.v1.PoolResponse\x12?\n" +
 	"\n" +
 	"Revalidate\x12\x1a.cure.v1.RevalidateRequest\x1a\x15.cure.v1.PoolResponse\x12;\n" +
-	"\fReturnToPool\x12\x14.cure.v1.PoolRequest\x1a\x15.cure.v1.PoolResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
+	"\fReturnToPool\x12\x14.cure.v1.PoolRequest\x1a\x15.cure.v1.PoolResponse\x12N\n" +
+	"\rNodeAdmission\x12\x1d.cure.v1.NodeAdmissionRequest\x1a\x1e.cure.v1.NodeAdmissionResponse\x12]\n" +
+	"\x12AcceptMeasurements\x12\".cure.v1.AcceptMeasurementsRequest\x1a#.cure.v1.AcceptMeasurementsResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
 
 var (
 	file_cure_proto_rawDescOnce sync.Once
@@ -10130,133 +10529,139 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 119)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 125)
 var file_cure_proto_goTypes = []any{
-	(Mode)(0),                    // 0: cure.v1.Mode
-	(VerdictStatus)(0),           // 1: cure.v1.VerdictStatus
-	(PhaseStatus)(0),             // 2: cure.v1.PhaseStatus
-	(RunStatus)(0),               // 3: cure.v1.RunStatus
-	(PoolState)(0),               // 4: cure.v1.PoolState
-	(RunnerState_Kind)(0),        // 5: cure.v1.RunnerState.Kind
-	(*RunnerMessage)(nil),        // 6: cure.v1.RunnerMessage
-	(*Hello)(nil),                // 7: cure.v1.Hello
-	(*AttestBegin)(nil),          // 8: cure.v1.AttestBegin
-	(*AttestChallenge)(nil),      // 9: cure.v1.AttestChallenge
-	(*Attestation)(nil),          // 10: cure.v1.Attestation
-	(*BootStage)(nil),            // 11: cure.v1.BootStage
-	(*Identity)(nil),             // 12: cure.v1.Identity
-	(*RunnerState)(nil),          // 13: cure.v1.RunnerState
-	(*Inventory)(nil),            // 14: cure.v1.Inventory
-	(*PcieLink)(nil),             // 15: cure.v1.PcieLink
-	(*MachineCheck)(nil),         // 16: cure.v1.MachineCheck
-	(*Processor)(nil),            // 17: cure.v1.Processor
-	(*Dimm)(nil),                 // 18: cure.v1.Dimm
-	(*PciDevice)(nil),            // 19: cure.v1.PciDevice
-	(*NumaNode)(nil),             // 20: cure.v1.NumaNode
-	(*SystemInfo)(nil),           // 21: cure.v1.SystemInfo
-	(*NvmeController)(nil),       // 22: cure.v1.NvmeController
-	(*NetInterface)(nil),         // 23: cure.v1.NetInterface
-	(*Gpu)(nil),                  // 24: cure.v1.Gpu
-	(*BlockDevice)(nil),          // 25: cure.v1.BlockDevice
-	(*Event)(nil),                // 26: cure.v1.Event
-	(*Progress)(nil),             // 27: cure.v1.Progress
-	(*CheckProgress)(nil),        // 28: cure.v1.CheckProgress
-	(*Samples)(nil),              // 29: cure.v1.Samples
-	(*Series)(nil),               // 30: cure.v1.Series
-	(*PhaseStart)(nil),           // 31: cure.v1.PhaseStart
-	(*PhaseEnd)(nil),             // 32: cure.v1.PhaseEnd
-	(*Verdict)(nil),              // 33: cure.v1.Verdict
-	(*Measurement)(nil),          // 34: cure.v1.Measurement
-	(*Log)(nil),                  // 35: cure.v1.Log
-	(*Metric)(nil),               // 36: cure.v1.Metric
-	(*CoordinatorMessage)(nil),   // 37: cure.v1.CoordinatorMessage
-	(*Assignment)(nil),           // 38: cure.v1.Assignment
-	(*ToolBundleRef)(nil),        // 39: cure.v1.ToolBundleRef
-	(*SuiteResume)(nil),          // 40: cure.v1.SuiteResume
-	(*ResumeState)(nil),          // 41: cure.v1.ResumeState
-	(*FirstBoot)(nil),            // 42: cure.v1.FirstBoot
-	(*Ack)(nil),                  // 43: cure.v1.Ack
-	(*Idle)(nil),                 // 44: cure.v1.Idle
-	(*Reboot)(nil),               // 45: cure.v1.Reboot
-	(*Cancel)(nil),               // 46: cure.v1.Cancel
-	(*ProvisionRequest)(nil),     // 47: cure.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),    // 48: cure.v1.ProvisionResponse
-	(*Refusal)(nil),              // 49: cure.v1.Refusal
-	(*CancelRequest)(nil),        // 50: cure.v1.CancelRequest
-	(*CancelResponse)(nil),       // 51: cure.v1.CancelResponse
-	(*FleetRequest)(nil),         // 52: cure.v1.FleetRequest
-	(*FleetStatus)(nil),          // 53: cure.v1.FleetStatus
-	(*FleetRun)(nil),             // 54: cure.v1.FleetRun
-	(*RunRef)(nil),               // 55: cure.v1.RunRef
-	(*WatchRequest)(nil),         // 56: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),        // 57: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),        // 58: cure.v1.ReportRequest
-	(*RunReport)(nil),            // 59: cure.v1.RunReport
-	(*ReportSeriesBound)(nil),    // 60: cure.v1.ReportSeriesBound
-	(*BmcLogEntry)(nil),          // 61: cure.v1.BmcLogEntry
-	(*BmcPart)(nil),              // 62: cure.v1.BmcPart
-	(*BmcCollection)(nil),        // 63: cure.v1.BmcCollection
-	(*BmcNote)(nil),              // 64: cure.v1.BmcNote
-	(*BmcEvidence)(nil),          // 65: cure.v1.BmcEvidence
-	(*RmaPart)(nil),              // 66: cure.v1.RmaPart
-	(*TimeBucket)(nil),           // 67: cure.v1.TimeBucket
-	(*TimeBucketsRequest)(nil),   // 68: cure.v1.TimeBucketsRequest
-	(*TimeBucketSummary)(nil),    // 69: cure.v1.TimeBucketSummary
-	(*SkuTimeBuckets)(nil),       // 70: cure.v1.SkuTimeBuckets
-	(*BucketStat)(nil),           // 71: cure.v1.BucketStat
-	(*PhaseRecord)(nil),          // 72: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),   // 73: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),  // 74: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),            // 75: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),     // 76: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 77: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),             // 78: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),  // 79: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),           // 80: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil), // 81: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),             // 82: cure.v1.NodeSpec
-	(*BMCSpec)(nil),              // 83: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),      // 84: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),     // 85: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),    // 86: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),   // 87: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),     // 88: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),      // 89: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),           // 90: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),      // 91: cure.v1.InventoryRecord
-	(*FleetBandsRequest)(nil),    // 92: cure.v1.FleetBandsRequest
-	(*FleetBandsResponse)(nil),   // 93: cure.v1.FleetBandsResponse
-	(*FleetDistribution)(nil),    // 94: cure.v1.FleetDistribution
-	(*FleetNodeMark)(nil),        // 95: cure.v1.FleetNodeMark
-	(*FleetJudgement)(nil),       // 96: cure.v1.FleetJudgement
-	(*FleetJudgements)(nil),      // 97: cure.v1.FleetJudgements
-	(*PoolStatus)(nil),           // 98: cure.v1.PoolStatus
-	(*PoolRequest)(nil),          // 99: cure.v1.PoolRequest
-	(*RevalidateRequest)(nil),    // 100: cure.v1.RevalidateRequest
-	(*PoolResponse)(nil),         // 101: cure.v1.PoolResponse
-	(*PairReady)(nil),            // 102: cure.v1.PairReady
-	(*PairPort)(nil),             // 103: cure.v1.PairPort
-	(*PairSchedule)(nil),         // 104: cure.v1.PairSchedule
-	(*PairSlot)(nil),             // 105: cure.v1.PairSlot
-	(*PairResult)(nil),           // 106: cure.v1.PairResult
-	(*PairVerdicts)(nil),         // 107: cure.v1.PairVerdicts
-	nil,                          // 108: cure.v1.Attestation.PcrsEntry
-	nil,                          // 109: cure.v1.Log.AttrsEntry
-	nil,                          // 110: cure.v1.Metric.LabelsEntry
-	nil,                          // 111: cure.v1.Assignment.PsidsEntry
-	nil,                          // 112: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                          // 113: cure.v1.CancelRequest.SelectorEntry
-	nil,                          // 114: cure.v1.FleetRequest.SelectorEntry
-	nil,                          // 115: cure.v1.FleetStatus.ByStatusEntry
-	nil,                          // 116: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                          // 117: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                          // 118: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                          // 119: cure.v1.NodeSpec.LabelsEntry
-	nil,                          // 120: cure.v1.NodeSpec.PsidsEntry
-	nil,                          // 121: cure.v1.LabelNodeRequest.SetEntry
-	nil,                          // 122: cure.v1.NodeDetail.LabelsEntry
-	nil,                          // 123: cure.v1.PoolRequest.SelectorEntry
-	nil,                          // 124: cure.v1.RevalidateRequest.SelectorEntry
+	(Mode)(0),                          // 0: cure.v1.Mode
+	(VerdictStatus)(0),                 // 1: cure.v1.VerdictStatus
+	(PhaseStatus)(0),                   // 2: cure.v1.PhaseStatus
+	(RunStatus)(0),                     // 3: cure.v1.RunStatus
+	(PoolState)(0),                     // 4: cure.v1.PoolState
+	(RunnerState_Kind)(0),              // 5: cure.v1.RunnerState.Kind
+	(*RunnerMessage)(nil),              // 6: cure.v1.RunnerMessage
+	(*Hello)(nil),                      // 7: cure.v1.Hello
+	(*AttestBegin)(nil),                // 8: cure.v1.AttestBegin
+	(*AttestChallenge)(nil),            // 9: cure.v1.AttestChallenge
+	(*Attestation)(nil),                // 10: cure.v1.Attestation
+	(*BootStage)(nil),                  // 11: cure.v1.BootStage
+	(*Identity)(nil),                   // 12: cure.v1.Identity
+	(*RunnerState)(nil),                // 13: cure.v1.RunnerState
+	(*Inventory)(nil),                  // 14: cure.v1.Inventory
+	(*PcieLink)(nil),                   // 15: cure.v1.PcieLink
+	(*MachineCheck)(nil),               // 16: cure.v1.MachineCheck
+	(*Processor)(nil),                  // 17: cure.v1.Processor
+	(*Dimm)(nil),                       // 18: cure.v1.Dimm
+	(*PciDevice)(nil),                  // 19: cure.v1.PciDevice
+	(*NumaNode)(nil),                   // 20: cure.v1.NumaNode
+	(*SystemInfo)(nil),                 // 21: cure.v1.SystemInfo
+	(*NvmeController)(nil),             // 22: cure.v1.NvmeController
+	(*NetInterface)(nil),               // 23: cure.v1.NetInterface
+	(*Gpu)(nil),                        // 24: cure.v1.Gpu
+	(*BlockDevice)(nil),                // 25: cure.v1.BlockDevice
+	(*Event)(nil),                      // 26: cure.v1.Event
+	(*Progress)(nil),                   // 27: cure.v1.Progress
+	(*CheckProgress)(nil),              // 28: cure.v1.CheckProgress
+	(*Samples)(nil),                    // 29: cure.v1.Samples
+	(*Series)(nil),                     // 30: cure.v1.Series
+	(*PhaseStart)(nil),                 // 31: cure.v1.PhaseStart
+	(*PhaseEnd)(nil),                   // 32: cure.v1.PhaseEnd
+	(*Verdict)(nil),                    // 33: cure.v1.Verdict
+	(*Measurement)(nil),                // 34: cure.v1.Measurement
+	(*Log)(nil),                        // 35: cure.v1.Log
+	(*Metric)(nil),                     // 36: cure.v1.Metric
+	(*CoordinatorMessage)(nil),         // 37: cure.v1.CoordinatorMessage
+	(*Assignment)(nil),                 // 38: cure.v1.Assignment
+	(*ToolBundleRef)(nil),              // 39: cure.v1.ToolBundleRef
+	(*SuiteResume)(nil),                // 40: cure.v1.SuiteResume
+	(*ResumeState)(nil),                // 41: cure.v1.ResumeState
+	(*FirstBoot)(nil),                  // 42: cure.v1.FirstBoot
+	(*Ack)(nil),                        // 43: cure.v1.Ack
+	(*Idle)(nil),                       // 44: cure.v1.Idle
+	(*Reboot)(nil),                     // 45: cure.v1.Reboot
+	(*Cancel)(nil),                     // 46: cure.v1.Cancel
+	(*ProvisionRequest)(nil),           // 47: cure.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),          // 48: cure.v1.ProvisionResponse
+	(*Refusal)(nil),                    // 49: cure.v1.Refusal
+	(*CancelRequest)(nil),              // 50: cure.v1.CancelRequest
+	(*CancelResponse)(nil),             // 51: cure.v1.CancelResponse
+	(*FleetRequest)(nil),               // 52: cure.v1.FleetRequest
+	(*FleetStatus)(nil),                // 53: cure.v1.FleetStatus
+	(*FleetRun)(nil),                   // 54: cure.v1.FleetRun
+	(*RunRef)(nil),                     // 55: cure.v1.RunRef
+	(*WatchRequest)(nil),               // 56: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),              // 57: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),              // 58: cure.v1.ReportRequest
+	(*RunReport)(nil),                  // 59: cure.v1.RunReport
+	(*ReportSeriesBound)(nil),          // 60: cure.v1.ReportSeriesBound
+	(*BmcLogEntry)(nil),                // 61: cure.v1.BmcLogEntry
+	(*BmcPart)(nil),                    // 62: cure.v1.BmcPart
+	(*BmcCollection)(nil),              // 63: cure.v1.BmcCollection
+	(*BmcNote)(nil),                    // 64: cure.v1.BmcNote
+	(*BmcEvidence)(nil),                // 65: cure.v1.BmcEvidence
+	(*RmaPart)(nil),                    // 66: cure.v1.RmaPart
+	(*TimeBucket)(nil),                 // 67: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),         // 68: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),          // 69: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),             // 70: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),                 // 71: cure.v1.BucketStat
+	(*PhaseRecord)(nil),                // 72: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),         // 73: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),        // 74: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),                  // 75: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),           // 76: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),          // 77: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),                   // 78: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),        // 79: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),                 // 80: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil),       // 81: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),                   // 82: cure.v1.NodeSpec
+	(*BMCSpec)(nil),                    // 83: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),            // 84: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),           // 85: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),          // 86: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 87: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),           // 88: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),            // 89: cure.v1.ShowNodeRequest
+	(*NodeDetail)(nil),                 // 90: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),            // 91: cure.v1.InventoryRecord
+	(*FleetBandsRequest)(nil),          // 92: cure.v1.FleetBandsRequest
+	(*FleetBandsResponse)(nil),         // 93: cure.v1.FleetBandsResponse
+	(*FleetDistribution)(nil),          // 94: cure.v1.FleetDistribution
+	(*FleetNodeMark)(nil),              // 95: cure.v1.FleetNodeMark
+	(*FleetJudgement)(nil),             // 96: cure.v1.FleetJudgement
+	(*FleetJudgements)(nil),            // 97: cure.v1.FleetJudgements
+	(*NodeAdmissionRequest)(nil),       // 98: cure.v1.NodeAdmissionRequest
+	(*AdmissionRequirement)(nil),       // 99: cure.v1.AdmissionRequirement
+	(*NodeAdmissionResponse)(nil),      // 100: cure.v1.NodeAdmissionResponse
+	(*PoolStatus)(nil),                 // 101: cure.v1.PoolStatus
+	(*AcceptMeasurementsRequest)(nil),  // 102: cure.v1.AcceptMeasurementsRequest
+	(*AcceptMeasurementsResponse)(nil), // 103: cure.v1.AcceptMeasurementsResponse
+	(*PoolRequest)(nil),                // 104: cure.v1.PoolRequest
+	(*RevalidateRequest)(nil),          // 105: cure.v1.RevalidateRequest
+	(*PoolResponse)(nil),               // 106: cure.v1.PoolResponse
+	(*PairReady)(nil),                  // 107: cure.v1.PairReady
+	(*PairPort)(nil),                   // 108: cure.v1.PairPort
+	(*PairSchedule)(nil),               // 109: cure.v1.PairSchedule
+	(*PairSlot)(nil),                   // 110: cure.v1.PairSlot
+	(*PairResult)(nil),                 // 111: cure.v1.PairResult
+	(*PairVerdicts)(nil),               // 112: cure.v1.PairVerdicts
+	nil,                                // 113: cure.v1.Attestation.PcrsEntry
+	nil,                                // 114: cure.v1.Log.AttrsEntry
+	nil,                                // 115: cure.v1.Metric.LabelsEntry
+	nil,                                // 116: cure.v1.Assignment.PsidsEntry
+	nil,                                // 117: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                                // 118: cure.v1.CancelRequest.SelectorEntry
+	nil,                                // 119: cure.v1.FleetRequest.SelectorEntry
+	nil,                                // 120: cure.v1.FleetStatus.ByStatusEntry
+	nil,                                // 121: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                                // 122: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                                // 123: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                                // 124: cure.v1.NodeSpec.LabelsEntry
+	nil,                                // 125: cure.v1.NodeSpec.PsidsEntry
+	nil,                                // 126: cure.v1.LabelNodeRequest.SetEntry
+	nil,                                // 127: cure.v1.NodeDetail.LabelsEntry
+	nil,                                // 128: cure.v1.AcceptMeasurementsResponse.PcrsEntry
+	nil,                                // 129: cure.v1.PoolRequest.SelectorEntry
+	nil,                                // 130: cure.v1.RevalidateRequest.SelectorEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	7,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -10266,7 +10671,7 @@ var file_cure_proto_depIdxs = []int32{
 	13,  // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
 	11,  // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
 	10,  // 6: cure.v1.Hello.attestation:type_name -> cure.v1.Attestation
-	108, // 7: cure.v1.Attestation.pcrs:type_name -> cure.v1.Attestation.PcrsEntry
+	113, // 7: cure.v1.Attestation.pcrs:type_name -> cure.v1.Attestation.PcrsEntry
 	5,   // 8: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
 	21,  // 9: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
 	22,  // 10: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
@@ -10286,42 +10691,42 @@ var file_cure_proto_depIdxs = []int32{
 	36,  // 24: cure.v1.Event.metric:type_name -> cure.v1.Metric
 	27,  // 25: cure.v1.Event.progress:type_name -> cure.v1.Progress
 	29,  // 26: cure.v1.Event.samples:type_name -> cure.v1.Samples
-	102, // 27: cure.v1.Event.pair_ready:type_name -> cure.v1.PairReady
-	106, // 28: cure.v1.Event.pair_result:type_name -> cure.v1.PairResult
+	107, // 27: cure.v1.Event.pair_ready:type_name -> cure.v1.PairReady
+	111, // 28: cure.v1.Event.pair_result:type_name -> cure.v1.PairResult
 	28,  // 29: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
 	1,   // 30: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
 	30,  // 31: cure.v1.Samples.series:type_name -> cure.v1.Series
 	2,   // 32: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,   // 33: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
 	34,  // 34: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	109, // 35: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	110, // 36: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	114, // 35: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	115, // 36: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	38,  // 37: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
 	43,  // 38: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
 	44,  // 39: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
 	45,  // 40: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
 	46,  // 41: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
-	104, // 42: cure.v1.CoordinatorMessage.pair_schedule:type_name -> cure.v1.PairSchedule
-	107, // 43: cure.v1.CoordinatorMessage.pair_verdicts:type_name -> cure.v1.PairVerdicts
+	109, // 42: cure.v1.CoordinatorMessage.pair_schedule:type_name -> cure.v1.PairSchedule
+	112, // 43: cure.v1.CoordinatorMessage.pair_verdicts:type_name -> cure.v1.PairVerdicts
 	0,   // 44: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
 	41,  // 45: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
 	42,  // 46: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	111, // 47: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	116, // 47: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
 	40,  // 48: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
 	39,  // 49: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
 	28,  // 50: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
 	0,   // 51: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	112, // 52: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	117, // 52: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
 	55,  // 53: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
 	49,  // 54: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	113, // 55: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	118, // 55: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
 	55,  // 56: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
 	49,  // 57: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	114, // 58: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	115, // 59: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	116, // 60: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	119, // 58: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	120, // 59: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	121, // 60: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
 	54,  // 61: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	117, // 62: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	122, // 62: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
 	3,   // 63: cure.v1.FleetRun.run_status:type_name -> cure.v1.RunStatus
 	33,  // 64: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
 	27,  // 65: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
@@ -10349,7 +10754,7 @@ var file_cure_proto_depIdxs = []int32{
 	63,  // 87: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
 	1,   // 88: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
 	67,  // 89: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	118, // 90: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	123, // 90: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
 	70,  // 91: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
 	71,  // 92: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
 	71,  // 93: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
@@ -10360,74 +10765,81 @@ var file_cure_proto_depIdxs = []int32{
 	4,   // 98: cure.v1.NodeInfo.pool_state:type_name -> cure.v1.PoolState
 	3,   // 99: cure.v1.NodeInfo.last_run_state:type_name -> cure.v1.RunStatus
 	80,  // 100: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	119, // 101: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	124, // 101: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
 	83,  // 102: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	120, // 103: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	125, // 103: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
 	82,  // 104: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	121, // 105: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	122, // 106: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	126, // 105: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	127, // 106: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
 	91,  // 107: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	98,  // 108: cure.v1.NodeDetail.pool:type_name -> cure.v1.PoolStatus
+	101, // 108: cure.v1.NodeDetail.pool:type_name -> cure.v1.PoolStatus
 	3,   // 109: cure.v1.NodeDetail.last_run_state:type_name -> cure.v1.RunStatus
 	14,  // 110: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
 	94,  // 111: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
 	95,  // 112: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
 	96,  // 113: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
 	94,  // 114: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
-	4,   // 115: cure.v1.PoolStatus.state:type_name -> cure.v1.PoolState
-	123, // 116: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
-	124, // 117: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
-	0,   // 118: cure.v1.RevalidateRequest.mode:type_name -> cure.v1.Mode
-	98,  // 119: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
-	49,  // 120: cure.v1.PoolResponse.refused:type_name -> cure.v1.Refusal
-	103, // 121: cure.v1.PairReady.ports:type_name -> cure.v1.PairPort
-	105, // 122: cure.v1.PairSchedule.slots:type_name -> cure.v1.PairSlot
-	33,  // 123: cure.v1.PairVerdicts.verdicts:type_name -> cure.v1.Verdict
-	6,   // 124: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	8,   // 125: cure.v1.RunnerService.BeginAttestation:input_type -> cure.v1.AttestBegin
-	47,  // 126: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	56,  // 127: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	58,  // 128: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	76,  // 129: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	73,  // 130: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	79,  // 131: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	50,  // 132: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	52,  // 133: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	84,  // 134: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	86,  // 135: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	88,  // 136: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	89,  // 137: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	68,  // 138: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	92,  // 139: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
-	99,  // 140: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
-	99,  // 141: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
-	100, // 142: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
-	99,  // 143: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
-	37,  // 144: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	9,   // 145: cure.v1.RunnerService.BeginAttestation:output_type -> cure.v1.AttestChallenge
-	48,  // 146: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	57,  // 147: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	59,  // 148: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	77,  // 149: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	74,  // 150: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	81,  // 151: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	51,  // 152: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	53,  // 153: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	85,  // 154: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	87,  // 155: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	90,  // 156: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	90,  // 157: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	69,  // 158: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	93,  // 159: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
-	101, // 160: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
-	101, // 161: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
-	101, // 162: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
-	101, // 163: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
-	144, // [144:164] is the sub-list for method output_type
-	124, // [124:144] is the sub-list for method input_type
-	124, // [124:124] is the sub-list for extension type_name
-	124, // [124:124] is the sub-list for extension extendee
-	0,   // [0:124] is the sub-list for field type_name
+	99,  // 115: cure.v1.NodeAdmissionResponse.requirements:type_name -> cure.v1.AdmissionRequirement
+	101, // 116: cure.v1.NodeAdmissionResponse.pool:type_name -> cure.v1.PoolStatus
+	4,   // 117: cure.v1.PoolStatus.state:type_name -> cure.v1.PoolState
+	128, // 118: cure.v1.AcceptMeasurementsResponse.pcrs:type_name -> cure.v1.AcceptMeasurementsResponse.PcrsEntry
+	129, // 119: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
+	130, // 120: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
+	0,   // 121: cure.v1.RevalidateRequest.mode:type_name -> cure.v1.Mode
+	101, // 122: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
+	49,  // 123: cure.v1.PoolResponse.refused:type_name -> cure.v1.Refusal
+	108, // 124: cure.v1.PairReady.ports:type_name -> cure.v1.PairPort
+	110, // 125: cure.v1.PairSchedule.slots:type_name -> cure.v1.PairSlot
+	33,  // 126: cure.v1.PairVerdicts.verdicts:type_name -> cure.v1.Verdict
+	6,   // 127: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	8,   // 128: cure.v1.RunnerService.BeginAttestation:input_type -> cure.v1.AttestBegin
+	47,  // 129: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	56,  // 130: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	58,  // 131: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	76,  // 132: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	73,  // 133: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	79,  // 134: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	50,  // 135: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	52,  // 136: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	84,  // 137: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	86,  // 138: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	88,  // 139: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	89,  // 140: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	68,  // 141: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	92,  // 142: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
+	104, // 143: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
+	104, // 144: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
+	105, // 145: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
+	104, // 146: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
+	98,  // 147: cure.v1.OperatorService.NodeAdmission:input_type -> cure.v1.NodeAdmissionRequest
+	102, // 148: cure.v1.OperatorService.AcceptMeasurements:input_type -> cure.v1.AcceptMeasurementsRequest
+	37,  // 149: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	9,   // 150: cure.v1.RunnerService.BeginAttestation:output_type -> cure.v1.AttestChallenge
+	48,  // 151: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	57,  // 152: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	59,  // 153: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	77,  // 154: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	74,  // 155: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	81,  // 156: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	51,  // 157: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	53,  // 158: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	85,  // 159: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	87,  // 160: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	90,  // 161: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	90,  // 162: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	69,  // 163: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	93,  // 164: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
+	106, // 165: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
+	106, // 166: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
+	106, // 167: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
+	106, // 168: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
+	100, // 169: cure.v1.OperatorService.NodeAdmission:output_type -> cure.v1.NodeAdmissionResponse
+	103, // 170: cure.v1.OperatorService.AcceptMeasurements:output_type -> cure.v1.AcceptMeasurementsResponse
+	149, // [149:171] is the sub-list for method output_type
+	127, // [127:149] is the sub-list for method input_type
+	127, // [127:127] is the sub-list for extension type_name
+	127, // [127:127] is the sub-list for extension extendee
+	0,   // [0:127] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -10466,7 +10878,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   119,
+			NumMessages:   125,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

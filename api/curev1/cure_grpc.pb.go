@@ -178,24 +178,26 @@ var RunnerService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	OperatorService_Provision_FullMethodName    = "/cure.v1.OperatorService/Provision"
-	OperatorService_Watch_FullMethodName        = "/cure.v1.OperatorService/Watch"
-	OperatorService_Report_FullMethodName       = "/cure.v1.OperatorService/Report"
-	OperatorService_ListNodes_FullMethodName    = "/cure.v1.OperatorService/ListNodes"
-	OperatorService_AuditDirect_FullMethodName  = "/cure.v1.OperatorService/AuditDirect"
-	OperatorService_ListAuditLog_FullMethodName = "/cure.v1.OperatorService/ListAuditLog"
-	OperatorService_Cancel_FullMethodName       = "/cure.v1.OperatorService/Cancel"
-	OperatorService_Fleet_FullMethodName        = "/cure.v1.OperatorService/Fleet"
-	OperatorService_AddNodes_FullMethodName     = "/cure.v1.OperatorService/AddNodes"
-	OperatorService_RemoveNode_FullMethodName   = "/cure.v1.OperatorService/RemoveNode"
-	OperatorService_LabelNode_FullMethodName    = "/cure.v1.OperatorService/LabelNode"
-	OperatorService_ShowNode_FullMethodName     = "/cure.v1.OperatorService/ShowNode"
-	OperatorService_TimeBuckets_FullMethodName  = "/cure.v1.OperatorService/TimeBuckets"
-	OperatorService_FleetBands_FullMethodName   = "/cure.v1.OperatorService/FleetBands"
-	OperatorService_Drain_FullMethodName        = "/cure.v1.OperatorService/Drain"
-	OperatorService_MarkDrained_FullMethodName  = "/cure.v1.OperatorService/MarkDrained"
-	OperatorService_Revalidate_FullMethodName   = "/cure.v1.OperatorService/Revalidate"
-	OperatorService_ReturnToPool_FullMethodName = "/cure.v1.OperatorService/ReturnToPool"
+	OperatorService_Provision_FullMethodName          = "/cure.v1.OperatorService/Provision"
+	OperatorService_Watch_FullMethodName              = "/cure.v1.OperatorService/Watch"
+	OperatorService_Report_FullMethodName             = "/cure.v1.OperatorService/Report"
+	OperatorService_ListNodes_FullMethodName          = "/cure.v1.OperatorService/ListNodes"
+	OperatorService_AuditDirect_FullMethodName        = "/cure.v1.OperatorService/AuditDirect"
+	OperatorService_ListAuditLog_FullMethodName       = "/cure.v1.OperatorService/ListAuditLog"
+	OperatorService_Cancel_FullMethodName             = "/cure.v1.OperatorService/Cancel"
+	OperatorService_Fleet_FullMethodName              = "/cure.v1.OperatorService/Fleet"
+	OperatorService_AddNodes_FullMethodName           = "/cure.v1.OperatorService/AddNodes"
+	OperatorService_RemoveNode_FullMethodName         = "/cure.v1.OperatorService/RemoveNode"
+	OperatorService_LabelNode_FullMethodName          = "/cure.v1.OperatorService/LabelNode"
+	OperatorService_ShowNode_FullMethodName           = "/cure.v1.OperatorService/ShowNode"
+	OperatorService_TimeBuckets_FullMethodName        = "/cure.v1.OperatorService/TimeBuckets"
+	OperatorService_FleetBands_FullMethodName         = "/cure.v1.OperatorService/FleetBands"
+	OperatorService_Drain_FullMethodName              = "/cure.v1.OperatorService/Drain"
+	OperatorService_MarkDrained_FullMethodName        = "/cure.v1.OperatorService/MarkDrained"
+	OperatorService_Revalidate_FullMethodName         = "/cure.v1.OperatorService/Revalidate"
+	OperatorService_ReturnToPool_FullMethodName       = "/cure.v1.OperatorService/ReturnToPool"
+	OperatorService_NodeAdmission_FullMethodName      = "/cure.v1.OperatorService/NodeAdmission"
+	OperatorService_AcceptMeasurements_FullMethodName = "/cure.v1.OperatorService/AcceptMeasurements"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -251,6 +253,14 @@ type OperatorServiceClient interface {
 	MarkDrained(ctx context.Context, in *PoolRequest, opts ...grpc.CallOption) (*PoolResponse, error)
 	Revalidate(ctx context.Context, in *RevalidateRequest, opts ...grpc.CallOption) (*PoolResponse, error)
 	ReturnToPool(ctx context.Context, in *PoolRequest, opts ...grpc.CallOption) (*PoolResponse, error)
+	// Admission (provisioner-lite/admission, docs/VALIDATION.md): each
+	// requirement of the node's SKU's spec.admission, met or not, with the
+	// run and the evidence it rests on.
+	NodeAdmission(ctx context.Context, in *NodeAdmissionRequest, opts ...grpc.CallOption) (*NodeAdmissionResponse, error)
+	// AcceptMeasurements (admin) ends a node's firmware measurement hold
+	// (docs/SECURITY.md "Measured boot"): the drifted values become the
+	// node's recorded ones. The reason is required and audited.
+	AcceptMeasurements(ctx context.Context, in *AcceptMeasurementsRequest, opts ...grpc.CallOption) (*AcceptMeasurementsResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -450,6 +460,26 @@ func (c *operatorServiceClient) ReturnToPool(ctx context.Context, in *PoolReques
 	return out, nil
 }
 
+func (c *operatorServiceClient) NodeAdmission(ctx context.Context, in *NodeAdmissionRequest, opts ...grpc.CallOption) (*NodeAdmissionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NodeAdmissionResponse)
+	err := c.cc.Invoke(ctx, OperatorService_NodeAdmission_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) AcceptMeasurements(ctx context.Context, in *AcceptMeasurementsRequest, opts ...grpc.CallOption) (*AcceptMeasurementsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcceptMeasurementsResponse)
+	err := c.cc.Invoke(ctx, OperatorService_AcceptMeasurements_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -503,6 +533,14 @@ type OperatorServiceServer interface {
 	MarkDrained(context.Context, *PoolRequest) (*PoolResponse, error)
 	Revalidate(context.Context, *RevalidateRequest) (*PoolResponse, error)
 	ReturnToPool(context.Context, *PoolRequest) (*PoolResponse, error)
+	// Admission (provisioner-lite/admission, docs/VALIDATION.md): each
+	// requirement of the node's SKU's spec.admission, met or not, with the
+	// run and the evidence it rests on.
+	NodeAdmission(context.Context, *NodeAdmissionRequest) (*NodeAdmissionResponse, error)
+	// AcceptMeasurements (admin) ends a node's firmware measurement hold
+	// (docs/SECURITY.md "Measured boot"): the drifted values become the
+	// node's recorded ones. The reason is required and audited.
+	AcceptMeasurements(context.Context, *AcceptMeasurementsRequest) (*AcceptMeasurementsResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -566,6 +604,12 @@ func (UnimplementedOperatorServiceServer) Revalidate(context.Context, *Revalidat
 }
 func (UnimplementedOperatorServiceServer) ReturnToPool(context.Context, *PoolRequest) (*PoolResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReturnToPool not implemented")
+}
+func (UnimplementedOperatorServiceServer) NodeAdmission(context.Context, *NodeAdmissionRequest) (*NodeAdmissionResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method NodeAdmission not implemented")
+}
+func (UnimplementedOperatorServiceServer) AcceptMeasurements(context.Context, *AcceptMeasurementsRequest) (*AcceptMeasurementsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AcceptMeasurements not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -905,6 +949,42 @@ func _OperatorService_ReturnToPool_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_NodeAdmission_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NodeAdmissionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).NodeAdmission(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_NodeAdmission_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).NodeAdmission(ctx, req.(*NodeAdmissionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_AcceptMeasurements_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcceptMeasurementsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).AcceptMeasurements(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_AcceptMeasurements_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).AcceptMeasurements(ctx, req.(*AcceptMeasurementsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -979,6 +1059,14 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReturnToPool",
 			Handler:    _OperatorService_ReturnToPool_Handler,
+		},
+		{
+			MethodName: "NodeAdmission",
+			Handler:    _OperatorService_NodeAdmission_Handler,
+		},
+		{
+			MethodName: "AcceptMeasurements",
+			Handler:    _OperatorService_AcceptMeasurements_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
