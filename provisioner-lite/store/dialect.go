@@ -314,6 +314,27 @@ CREATE TABLE firmware_pcrs (
 	change_reason  TEXT NOT NULL DEFAULT ''
 );
 `,
+	`
+ALTER TABLE run_fleet ADD COLUMN sku TEXT NOT NULL DEFAULT '';
+ALTER TABLE run_fleet ADD COLUMN pending TEXT NOT NULL DEFAULT '';
+ALTER TABLE run_fleet ADD COLUMN rev BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX run_fleet_pending ON run_fleet(sku, pending, time);
+`,
+	`
+CREATE TABLE attest_challenges (
+	id TEXT PRIMARY KEY, token_hash TEXT NOT NULL, boot_id TEXT NOT NULL,
+	ek_public BYTEA NOT NULL, ek_cert BYTEA NOT NULL, ek_chain BYTEA NOT NULL, ak_public BYTEA NOT NULL,
+	pcrs TEXT NOT NULL DEFAULT '[]', nonce BYTEA NOT NULL, secret_sha256 TEXT NOT NULL,
+	issued_at BIGINT NOT NULL, expires_at BIGINT NOT NULL, used_at BIGINT NOT NULL DEFAULT 0, used_by TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX attest_challenges_expiry ON attest_challenges(expires_at);
+CREATE INDEX attest_challenges_issued ON attest_challenges(issued_at);
+ALTER TABLE firmware_pcrs ADD COLUMN hold_run TEXT NOT NULL DEFAULT '';
+ALTER TABLE firmware_pcrs ADD COLUMN hold_detail TEXT NOT NULL DEFAULT '';
+ALTER TABLE firmware_pcrs ADD COLUMN hold_at BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE firmware_pcrs ADD COLUMN hold_pcrs TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE firmware_pcrs ADD COLUMN hold_firmware TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // pgMigrationLock is the advisory lock two instances starting at once

@@ -225,29 +225,8 @@ func (s *Store) FleetKeys(ctx context.Context, sku, check, metric string, since 
 // check; their measurements stop being fleet samples) and the judgement
 // itself (protojson of cure.v1.FleetJudgements), replacing an earlier one.
 func (s *Store) PutFleetJudgement(ctx context.Context, runID string, marginal []Verdict, judgements []byte) error {
-	err := s.tx(ctx, func(tx *Tx) error {
-		for _, v := range marginal {
-			if v.Component == "" || v.Check == "" {
-				return fmt.Errorf("verdict: component %q and check %q must both be set", v.Component, v.Check)
-			}
-			if _, err := tx.ExecContext(ctx, upsertVerdict, runID, v.Component, v.Check, verdictStatusCol(&v.Status), v.Observed, v.Expected, v.Message, toMs(v.Time),
-				toMs(v.At), v.Stage); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, `UPDATE measurements SET passed = ? WHERE run_id = ? AND component = ? AND check_name = ?`,
-				v.Status == curev1.VerdictStatus_PASS, runID, v.Component, v.Check); err != nil {
-				return err
-			}
-		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO run_fleet (run_id, time, judgements) VALUES (?, ?, ?)
-ON CONFLICT(run_id) DO UPDATE SET time = excluded.time, judgements = excluded.judgements`, runID, toMs(time.Now()), string(judgements))
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("store: fleet judgement of run %s: %w", runID, err)
-	}
-	s.notify(runID)
-	return nil
+	_, err := s.WriteFleetJudgement(ctx, FleetWrite{RunID: runID, Verdicts: marginal, Judgements: judgements})
+	return err
 }
 
 // RunFleetJudgement returns a run's stored fleet judgement (ErrNotFound:

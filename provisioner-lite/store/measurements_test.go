@@ -255,5 +255,6 @@ func TestPostgresFleetMeasurements(t *testing.T) {
 	t.Run("BoundedPerRun", TestMeasurementsBoundedPerRun)
 	t.Run("FleetSamples", TestFleetSamples)
 	t.Run("PutFleetJudgement", TestPutFleetJudgement)
+	t.Run("WriteFleetJudgementCAS", TestWriteFleetJudgementCAS)
 	t.Run("Prune", TestPruneMeasurements)
 }

@@ -325,6 +325,50 @@ CREATE TABLE firmware_pcrs (
 	change_reason  TEXT NOT NULL DEFAULT ''
 );
 `,
+	// run_fleet: the judgement to be made again (pipeline/fleet.go): its
+	// SKU, why it is pending ('unbanded': a band lacked its minimum of
+	// nodes; 'error': the judgement could not be made; '': final) and a
+	// revision each write bumps, so two coordinators rejudging the same run
+	// write once (compare-and-set).
+	`
+ALTER TABLE run_fleet ADD COLUMN sku TEXT NOT NULL DEFAULT '';
+ALTER TABLE run_fleet ADD COLUMN pending TEXT NOT NULL DEFAULT '';
+ALTER TABLE run_fleet ADD COLUMN rev INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX run_fleet_pending ON run_fleet(sku, pending, time);
+`,
+	// attest_challenges: issued attestation challenges, in the store so
+	// that any coordinator instance judges the Hello of a boot another
+	// issued the challenge to; single use by compare-and-set on used_at,
+	// pruned once expired. The challenge's secret is kept as its sha256
+	// only. firmware_pcrs' hold_*: a firmware measurement drift the
+	// pipeline did not cause holds the node out of service until an
+	// operator accepts the drifted values (kept in hold_pcrs) or the
+	// pipeline reflashes it.
+	`
+CREATE TABLE attest_challenges (
+	id            TEXT PRIMARY KEY,
+	token_hash    TEXT NOT NULL,
+	boot_id       TEXT NOT NULL,
+	ek_public     BLOB NOT NULL,
+	ek_cert       BLOB NOT NULL,
+	ek_chain      BLOB NOT NULL,
+	ak_public     BLOB NOT NULL,
+	pcrs          TEXT NOT NULL DEFAULT '[]',
+	nonce         BLOB NOT NULL,
+	secret_sha256 TEXT NOT NULL,
+	issued_at     INTEGER NOT NULL,
+	expires_at    INTEGER NOT NULL,
+	used_at       INTEGER NOT NULL DEFAULT 0,
+	used_by       TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX attest_challenges_expiry ON attest_challenges(expires_at);
+CREATE INDEX attest_challenges_issued ON attest_challenges(issued_at);
+ALTER TABLE firmware_pcrs ADD COLUMN hold_run TEXT NOT NULL DEFAULT '';
+ALTER TABLE firmware_pcrs ADD COLUMN hold_detail TEXT NOT NULL DEFAULT '';
+ALTER TABLE firmware_pcrs ADD COLUMN hold_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE firmware_pcrs ADD COLUMN hold_pcrs TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE firmware_pcrs ADD COLUMN hold_firmware TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // migrationSteps are the data conversions SQL cannot express, by the schema
