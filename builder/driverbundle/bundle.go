@@ -356,6 +356,9 @@ func extract(src, dir string) error {
 			return fmt.Errorf("%s: %w", h.Name, err)
 		}
 		switch h.Typeflag {
+		case tar.TypeXGlobalHeader:
+			// Metadata for the archive (GitHub's archives carry the commit
+			// in one): no file.
 		case tar.TypeDir:
 			if err := os.MkdirAll(dst, 0o755); err != nil {
 				return err

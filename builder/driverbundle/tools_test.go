@@ -93,7 +93,9 @@ func TestGPUTools(t *testing.T) {
 	}
 
 	for _, tc := range []struct{ yaml, want string }{
-		{"tools:\n  - {name: gpu-burn, version: '1', source: x, programs: {}}\n", `tools[0]: name "gpu-burn": want dcgm, nccl-tests, nvbandwidth`},
+		{"tools:\n  - {name: gpu-stress, version: '1', source: x, programs: {}}\n", `tools[0]: name "gpu-stress": want dcgm, gpu-burn, nccl-tests, nvbandwidth`},
+		{"tools:\n  - {name: nvbandwidth, version: v0.8, source: x, programs: {nvbandwidth: bin/nvbandwidth}, sha256: {bin/nvbandwidth: 00}}\n", "bin/nvbandwidth has sha256 "},
+		{"tools:\n  - {name: nvbandwidth, version: v0.8, source: x, programs: {nvbandwidth: bin/nvbandwidth}, sha256: {bin/dcgmi: 00}}\n", "sha256.bin/dcgmi: pins a path that is neither"},
 		{"tools:\n  - {name: dcgm, version: '4.6.0', source: x, programs: {dcgmi: bin/dcgmi}}\n", "tools[0]: dcgm: programs.nv-hostengine: missing"},
 		{"tools:\n  - {name: nvbandwidth, source: x, programs: {nvbandwidth: bin/nvbandwidth}}\n", "nvbandwidth: version: missing"},
 		{"tools:\n  - {name: nvbandwidth, version: v0.8, programs: {nvbandwidth: bin/nvbandwidth}}\n", "nvbandwidth: source: missing"},

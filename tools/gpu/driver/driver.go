@@ -42,7 +42,8 @@ type Manifest struct {
 	// Bytes is the bundle's size in the image (uncompressed).
 	Bytes int64 `json:"bytes"`
 	// Tools are the site's GPU test tools the bundle carries (DCGM,
-	// nvbandwidth, nccl-tests), as its gpu-tools.yaml declares them.
+	// nvbandwidth, nccl-tests, gpu-burn), as its gpu-tools.yaml declares
+	// them.
 	Tools []Tool `json:"tools,omitempty"`
 }
 
@@ -53,7 +54,21 @@ const (
 	ToolDCGM        = "dcgm"        // nv-hostengine, dcgmi; nvvs where it is not at DCGM's default
 	ToolNVBandwidth = "nvbandwidth" // nvbandwidth
 	ToolNCCLTests   = "nccl-tests"  // all_reduce_perf
+	// ToolGPUBurn is gpu-burn (github.com/wilicc/gpu-burn), built from
+	// source against the bundle's CUDA by cure-build --build-gpu-burn;
+	// its compare kernel (GPUBurnKernel) is one of its files.
+	ToolGPUBurn = "gpu-burn" // gpu_burn
 )
+
+// GPUBurnKernel is the file name of gpu-burn's compare kernel, which
+// gpu_burn loads at run time (-c FILE; compare.ptx in its working
+// directory otherwise).
+const GPUBurnKernel = "compare.ptx"
+
+// PinnedTools are the tools whose every program and file gpu-tools.yaml
+// must pin by sha256: those a CURE build step makes, whose bytes nobody
+// else vouches for.
+var PinnedTools = []string{ToolGPUBurn}
 
 // ToolPrograms are the programs each tool must have; optional ones are
 // not listed.
@@ -61,6 +76,7 @@ var ToolPrograms = map[string][]string{
 	ToolDCGM:        {"nv-hostengine", "dcgmi"},
 	ToolNVBandwidth: {"nvbandwidth"},
 	ToolNCCLTests:   {"all_reduce_perf"},
+	ToolGPUBurn:     {"gpu_burn"},
 }
 
 // ToolOptional are the programs a tool may name besides its required ones.
@@ -86,6 +102,16 @@ type ToolFile struct {
 	Path   string `json:"path"` // image path
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
+}
+
+// File returns the pinned file of t whose base name is base.
+func (t Tool) File(base string) (ToolFile, bool) {
+	for _, f := range t.Files {
+		if filepath.Base(f.Path) == base {
+			return f, true
+		}
+	}
+	return ToolFile{}, false
 }
 
 // Tool returns the named tool, if the image has it.
