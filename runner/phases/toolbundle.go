@@ -36,7 +36,7 @@ type toolBundle struct {
 
 func (t *toolBundle) measure(ctx context.Context, r measure.Request) ([]checks.Verdict, error) {
 	if t.ref == nil {
-		return nil, fmt.Errorf("the suite runs %s from the tool bundle, and the coordinator sent none (start it with --tool-bundle)", r.Tool())
+		return nil, fmt.Errorf("%w: the suite runs %s from the tool bundle, and the coordinator sent none (start it with --tool-bundle)", checks.ErrToolMissing, r.Tool())
 	}
 	if err := t.fetch(ctx); err != nil {
 		return nil, err

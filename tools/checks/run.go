@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os/exec"
 	"path"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -34,9 +36,12 @@ type Check struct {
 	// Timeout bounds one call of Func; zero means none beyond ctx.
 	Timeout time.Duration
 	// Count is a bar on how many components matched (e.g. 8 IB ports).
-	// Without one, a check that matches nothing yields a SKIP verdict.
+	// Without one, a check that tests nothing (TestedNothing) is an ERROR.
 	Count Limit
-	Func  Func
+	// Optional is the suite's reason why this check may test nothing on
+	// some nodes ("QEMU test node: no GPU"); "" means it may not.
+	Optional string
+	Func     Func
 }
 
 // CheckState is where a check is in a run (Options.OnCheck).
@@ -323,6 +328,12 @@ func runOne(ctx context.Context, c Check, now func() time.Time) (_ []Verdict, in
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Component < out[j].Component })
 	switch {
+	case runErr != nil && ToolMissing(runErr):
+		msg := runErr.Error()
+		if !strings.Contains(msg, ErrToolMissing.Error()) {
+			msg = ErrToolMissing.Error() + ": " + msg
+		}
+		out = c.testedNothing(out, whole, msg)
 	case runErr != nil:
 		msg := runErr.Error()
 		if errors.Is(runErr, context.Canceled) || errors.Is(runErr, context.DeadlineExceeded) {
@@ -345,9 +356,55 @@ func runOne(ctx context.Context, c Check, now func() time.Time) (_ []Verdict, in
 		if c.AppliesTo != "" {
 			msg = fmt.Sprintf("no component matched appliesTo %q", c.AppliesTo)
 		}
-		out = append(out, whole(Skip, msg))
+		out = c.testedNothing(out, whole, msg)
+	case TestedNothing(out):
+		out = c.testedNothing(out, whole, "")
 	}
 	return out, interrupted
+}
+
+// TestedNothing reports whether vs judged no component: empty, or every
+// verdict a SKIP (no GPU on the bus, every sensor without a bar).
+func TestedNothing(vs []Verdict) bool {
+	for _, v := range vs {
+		if v.Status != Skip {
+			return false
+		}
+	}
+	return true
+}
+
+// ToolMissing reports whether err says a program the check drives is not
+// there (ErrToolMissing, or exec's not found).
+func ToolMissing(err error) bool {
+	return errors.Is(err, ErrToolMissing) || errors.Is(err, exec.ErrNotFound)
+}
+
+// testedNothing fails closed on a check that tested nothing: its SKIP
+// verdicts (or, without any, one whole-check verdict saying why) become
+// ERROR, since "nothing found" on a node that should have it is exactly the
+// doubt a gate must not pass. A check the suite marks optional stays SKIP,
+// saying "optional: <reason>".
+func (c Check) testedNothing(vs []Verdict, whole func(Status, string) Verdict, why string) []Verdict {
+	st, note := Error, "tested nothing (mark the check optional: {reason: ...} in the suite where that is expected)"
+	if c.Optional != "" {
+		st, note = Skip, "optional: "+c.Optional
+	}
+	if why != "" || len(vs) == 0 {
+		return append(vs, whole(st, note+": "+nonEmptyMsg(why, "no verdict")))
+	}
+	for i := range vs {
+		vs[i].Status = st
+		vs[i].Message = note + ": " + nonEmptyMsg(vs[i].Message, "skipped")
+	}
+	return vs
+}
+
+func nonEmptyMsg(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 func (c Check) once(ctx context.Context) ([]Verdict, error) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -80,7 +82,7 @@ func TestRun(t *testing.T) {
 	})
 	t.Run("nothing matched", func(t *testing.T) {
 		vs := RunOne(ctx, Check{Name: "ib", Type: "infiniband", AppliesTo: "ib/*", Func: pass()}, nil)
-		if len(vs) != 1 || vs[0].Status != Skip || !strings.Contains(vs[0].Message, `"ib/*"`) {
+		if len(vs) != 1 || vs[0].Status != Error || !strings.Contains(vs[0].Message, `"ib/*"`) {
 			t.Errorf("verdicts %v", vs)
 		}
 	})
@@ -283,3 +285,74 @@ func TestRunResumeSkipsDone(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckThatTestsNothingFails: a check that judged no component (its
+// appliesTo matched nothing, every verdict a SKIP) or whose program is
+// missing is an ERROR, and the run fails on it; the same check marked
+// optional by the suite is a SKIP whose message gives the reason.
+func TestCheckThatTestsNothingFails(t *testing.T) {
+	ctx := context.Background()
+	found := func(vs ...Verdict) Func {
+		return func(context.Context) ([]Verdict, error) { return vs, nil }
+	}
+	missingTool := func(ctx context.Context) ([]Verdict, error) {
+		_, err := HostTools(ctx, "cure-no-such-load-program")
+		return nil, fmt.Errorf("gpu-load: %w", err)
+	}
+	const reason = "QEMU test node: no GPU"
+	for _, tc := range []struct {
+		name string
+		c    Check
+		why  string // what the verdict must say
+	}{
+		{"appliesTo matches nothing", Check{Name: "ib", Type: "infiniband", AppliesTo: "ib/*", Func: found(Verdict{Component: "nic/eth0", Status: Pass})}, `no component matched appliesTo "ib/*"`},
+		{"no component at all", Check{Name: "ib", Type: "infiniband", Func: found()}, "no component found"},
+		{"every verdict a SKIP", Check{Name: "gpu", Type: "gpu", Func: found(Verdict{Component: "gpu", Status: Skip, Message: "no NVIDIA GPU on this node"})}, "no NVIDIA GPU on this node"},
+		{"tool missing", Check{Name: "load", Type: "gpu", Func: missingTool}, "cure-no-such-load-program not on PATH"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vs := RunOne(ctx, tc.c, nil)
+			if len(vs) != 1 || vs[0].Status != Error || !strings.Contains(vs[0].Message, tc.why) || !strings.Contains(vs[0].Message, "optional: {reason:") {
+				t.Fatalf("not optional: %v, want one ERROR saying %q and how to mark it optional", vs, tc.why)
+			}
+			if tc.name == "tool missing" && !strings.Contains(vs[0].Message, "tool missing") {
+				t.Errorf("missing tool not named as such: %v", vs[0])
+			}
+			opt := tc.c
+			opt.Optional = reason
+			vs = RunOne(ctx, opt, nil)
+			if len(vs) != 1 || vs[0].Status != Skip || !strings.Contains(vs[0].Message, "optional: "+reason) || !strings.Contains(vs[0].Message, tc.why) {
+				t.Errorf("optional: %v, want one SKIP saying %q and %q", vs, "optional: "+reason, tc.why)
+			}
+		})
+	}
+	t.Run("some component tested", func(t *testing.T) {
+		vs := RunOne(ctx, Check{Name: "disk", Type: "storage", Func: found(Verdict{Component: "disk/sda", Status: Skip, Message: "boot medium"},
+			Verdict{Component: "disk/sdb", Status: Pass})}, nil)
+		if len(vs) != 2 || vs[0].Status != Skip || vs[1].Status != Pass {
+			t.Errorf("a check that tested one disk and skipped the boot medium: %v", vs)
+		}
+	})
+	t.Run("the run fails", func(t *testing.T) {
+		var worst []Status
+		cs := []Check{
+			{Name: "gpu", Type: "gpu", AppliesTo: "gpu/*", Func: found()},
+			{Name: "ib", Type: "infiniband", Optional: "no InfiniBand here", Func: found()},
+			{Name: "cpu", Type: "cpu", Func: found(Verdict{Component: "cpu/0", Status: Pass})},
+		}
+		vs := Run(ctx, cs, Options{Log: quietLog(), OnCheck: func(_ string, st CheckState, w Status) {
+			if st == CheckDone {
+				worst = append(worst, w)
+			}
+		}})
+		if Worst(vs) != Error || len(worst) != 3 || worst[0] != Error || worst[1] != Skip || worst[2] != Pass {
+			t.Errorf("worst %s, per check %v: %v", Worst(vs), worst, vs)
+		}
+		vs = Run(ctx, cs, Options{Log: quietLog(), FailFast: true})
+		if len(vs) != 3 || vs[1].Check != "ib" || vs[1].Status != Skip || !strings.Contains(vs[1].Message, `failFast after check "gpu"`) {
+			t.Errorf("failFast did not stop on the check that tested nothing: %v", vs)
+		}
+	})
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -3,6 +3,7 @@ package checks
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -15,11 +16,16 @@ import (
 // the run has none; tests run the host's (HostTools).
 type Tools func(ctx context.Context, name string, args ...string) (*exec.Cmd, error)
 
+// ErrToolMissing is wrapped by a Tools that does not have the program: the
+// check it drives tested nothing (an ERROR unless the suite marks the check
+// optional).
+var ErrToolMissing = errors.New("tool missing")
+
 // HostTools runs programs found on PATH.
 func HostTools(ctx context.Context, name string, args ...string) (*exec.Cmd, error) {
 	p, err := exec.LookPath(name)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %s not on PATH: %w", ErrToolMissing, name, err)
 	}
 	return exec.CommandContext(ctx, p, args...), nil
 }

@@ -26,6 +26,10 @@ import (
 	"strings"
 )
 
+// ErrNoTool is wrapped by the errors for a program the bundle does not
+// hold: a check that drives it tested nothing (tools/checks ErrToolMissing).
+var ErrNoTool = errors.New("tool missing")
+
 // Format names this layout in the manifest.
 const Format = "cure-toolbundle/1"
 
@@ -152,7 +156,7 @@ func (m *Manifest) needed(tools []string) (map[string]bool, error) {
 	for _, name := range tools {
 		t, ok := m.Tool(name)
 		if !ok {
-			return nil, fmt.Errorf("tool bundle has no %s (it has %s)", name, strings.Join(m.Names(), ", "))
+			return nil, fmt.Errorf("%w: tool bundle has no %s (it has %s)", ErrNoTool, name, strings.Join(m.Names(), ", "))
 		}
 		want[t.Path] = true
 		for _, n := range t.Needs {
@@ -175,7 +179,7 @@ type Bundle struct {
 func (b *Bundle) Command(ctx context.Context, tool string, args ...string) (*exec.Cmd, error) {
 	t, ok := b.Manifest.Tool(tool)
 	if !ok || !slices.Contains(b.Unpacked, tool) {
-		return nil, fmt.Errorf("tool bundle: %s was not unpacked (unpacked: %s)", tool, strings.Join(b.Unpacked, ", "))
+		return nil, fmt.Errorf("%w: tool bundle: %s was not unpacked (unpacked: %s)", ErrNoTool, tool, strings.Join(b.Unpacked, ", "))
 	}
 	prog := filepath.Join(b.Dir, t.Path)
 	if b.Manifest.Static(t) {

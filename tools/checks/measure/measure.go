@@ -48,6 +48,10 @@ type Response struct {
 	Verdicts []checks.Verdict
 	// Error is the check's error as a whole (the runner's ERROR verdict).
 	Error string `json:",omitempty"`
+	// ToolMissing says Error is a program the check drives not being in
+	// the bundle: the runner's Error wraps checks.ErrToolMissing, so an
+	// optional check stays SKIP.
+	ToolMissing bool `json:",omitempty"`
 }
 
 // Tool is the bundle program the request's check runs.
@@ -127,6 +131,9 @@ func Exec(cmd *exec.Cmd, r Request) ([]checks.Verdict, error) {
 			return nil, fmt.Errorf("%s: %w", Helper, runErr)
 		}
 		return nil, fmt.Errorf("%s: answer: %w", Helper, err)
+	}
+	if resp.Error != "" && resp.ToolMissing {
+		return resp.Verdicts, fmt.Errorf("%w: %s", checks.ErrToolMissing, resp.Error)
 	}
 	if resp.Error != "" {
 		return resp.Verdicts, errors.New(resp.Error)

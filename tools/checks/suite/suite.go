@@ -80,7 +80,7 @@ func Build(s *manifests.ValidationSuite, env Env) ([]checks.Check, error) {
 	for i, mc := range s.Spec.Checks {
 		p := newParams(i, mc)
 		c := checks.Check{
-			Name: mc.Name, Type: mc.Type, Stage: mc.Stage, AppliesTo: mc.AppliesTo,
+			Name: mc.Name, Type: mc.Type, Stage: mc.Stage, AppliesTo: mc.AppliesTo, Optional: mc.OptionalReason(),
 			Duration: CheckDuration(&s.Spec, mc), Interval: time.Duration(mc.Interval),
 			Count: p.limit("components"),
 		}
@@ -425,7 +425,7 @@ func withNote(vs []checks.Verdict, note string) []checks.Verdict {
 // measure runs a tool-bundle check through env.Measure.
 func (env Env) measure(ctx context.Context, r measure.Request) ([]checks.Verdict, error) {
 	if env.Measure == nil {
-		return nil, fmt.Errorf("%s checks run %s from the tool bundle, and this runner has none", r.Type, r.Tool())
+		return nil, fmt.Errorf("%w: %s checks run %s from the tool bundle, and this runner has none", checks.ErrToolMissing, r.Type, r.Tool())
 	}
 	return env.Measure(ctx, r)
 }

@@ -157,7 +157,9 @@ func (fakeNVMe) Close() error { return nil }
 // TestRunQuickSuite runs the shipped RMA suite, with its durations cut to
 // milliseconds, against a fixture node: one NVMe drive, one NIC, one hwmon
 // sensor, one CPU, one disk and no InfiniBand. It has no tool bundle: the
-// measured checks are ERROR, naming the tool they need.
+// measured checks are ERROR, naming the tool they need; the suite's IB and
+// GPU checks test nothing on it, which is an ERROR too (rma-quick is for
+// GPU servers, where no GPU is the fault).
 func TestRunQuickSuite(t *testing.T) {
 	s, err := manifests.LoadFile(filepath.Join(suitesDir(), "rma-quick.yaml"))
 	if err != nil {
@@ -223,12 +225,12 @@ func TestRunQuickSuite(t *testing.T) {
 		"nvme-health nvme/0":              checks.Pass,
 		"hwmon-limits hwmon/nvme/temp1":   checks.Pass,
 		"ethernet-links nic/eth0":         checks.Pass,
-		"ethernet-links ethernet":         checks.Pass, // components >= 1
-		"infiniband-ports infiniband":     checks.Skip, // no IB in this node
+		"ethernet-links ethernet":         checks.Pass,  // components >= 1
+		"infiniband-ports infiniband":     checks.Error, // no IB in this node: tested nothing
 		"memory-patterns memory":          checks.Pass,
 		"cpu-stress cpu/0":                checks.Pass,
 		"disk-read disk/vda":              checks.Pass,
-		"gpu-health gpu":                  checks.Skip,  // Env.GPU nil: no NVML helper
+		"gpu-health gpu":                  checks.Error, // Env.GPU nil: no NVML helper, tested nothing
 		"disk-random-read storage-random": checks.Error, // no tool bundle
 		"memory-stream memory-bandwidth":  checks.Error,
 		"cpu-ops cpu-throughput":          checks.Error,
@@ -239,7 +241,13 @@ func TestRunQuickSuite(t *testing.T) {
 		}
 	}
 	for _, v := range vs {
-		if v.Status == checks.Error && !strings.Contains(v.Message, "from the tool bundle, and this runner has none") {
+		switch {
+		case v.Status != checks.Error:
+		case v.Check == "infiniband-ports" || v.Check == "gpu-health":
+			if !strings.Contains(v.Message, "tested nothing") {
+				t.Errorf("%s %s: ERROR %q does not say the check tested nothing", v.Check, v.Component, v.Message)
+			}
+		case !strings.Contains(v.Message, "tool missing") || !strings.Contains(v.Message, "from the tool bundle, and this runner has none"):
 			t.Errorf("%s %s: ERROR %q does not say the tool bundle is missing", v.Check, v.Component, v.Message)
 		}
 	}

@@ -16,6 +16,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -48,6 +49,7 @@ func main() {
 	resp := measure.Response{Verdicts: vs}
 	if err != nil {
 		resp.Error = err.Error()
+		resp.ToolMissing = checks.ToolMissing(err) || errors.Is(err, toolbundle.ErrNoTool)
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(resp); err != nil {
 		fmt.Fprintln(os.Stderr, "cure-measure:", err)
