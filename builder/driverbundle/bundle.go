@@ -15,8 +15,10 @@
 //	libexec/   datacenter-gpu-manager-4/nvvs and its plugins -> /usr/libexec/
 //	etc/       anything the tools read from /etc      -> /etc/
 //	gpu-tools.yaml  the site's GPU test tools in the bundle (DCGM,
-//	           nvbandwidth, nccl-tests): name, version, source, programs
-//	           (ToolsFile; docs/VALIDATION.md)
+//	           nvbandwidth, nccl-tests, gpu-burn): name, version, source,
+//	           programs, sha256 pins (ToolsFile; docs/VALIDATION.md);
+//	           BuildGPUBurn (cure-build --build-gpu-burn) builds gpu-burn
+//	           into a bundle directory and writes its entry
 //
 // Anything else at the top is refused, as are paths leaving the bundle.
 package driverbundle

@@ -14,6 +14,19 @@
 // With --baseline it instead builds the boot-time baseline image (a static
 // init that prints its uptime and powers off) with the same kernel.
 //
+// With --build-gpu-burn SRC it instead builds gpu-burn into a driver bundle
+// directory, the bundle's build step for its GPU load (no network: the site
+// supplies gpu-burn's source tarball and the CUDA toolkit its driver
+// supports; builder/driverbundle.BuildGPUBurn, docs/VALIDATION.md):
+//
+//	cure-build --build-gpu-burn gpu-burn-1.2.tar.gz --gpu-burn-version v1.2 \
+//	    --cuda /usr/local/cuda-12.8 --cuda-compute 90 --into nvidia-bundle/
+//
+// It runs gpu-burn's Makefile with the toolkit's nvcc, installs bin/gpu_burn,
+// share/gpu-burn/compare.ptx and the CUDA libraries gpu_burn links into the
+// bundle, and pins each by sha256 in its gpu-tools.yaml; --driver-bundle
+// then refuses the bundle if any of them changes.
+//
 // With --tool-bundle SPEC it instead packs the tool bundle (fio, stress-ng,
 // iperf3 with their libraries; builder/toolbundle) into --out as
 // toolbundle.tar.zst and toolbundle.json, and lists its contents.
@@ -31,6 +44,7 @@ import (
 	"strings"
 
 	"github.com/cure-oss/cure/builder"
+	"github.com/cure-oss/cure/builder/driverbundle"
 	"github.com/cure-oss/cure/builder/spec"
 	"github.com/cure-oss/cure/builder/toolbundle"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
@@ -59,6 +73,11 @@ func run() error {
 	ukiFlag := flag.String("uki", "auto", "also build the signed unified kernel image cure.efi: on, off, or auto (on when the Secure Boot key is found)")
 	sbKey := flag.String("secureboot-key", "", "the site's Secure Boot signing key (PEM, RSA; default: STATE/pki/secureboot-key.pem)")
 	sbCert := flag.String("secureboot-cert", "", "its certificate, enrolled in the nodes' db (default: STATE/pki/secureboot.pem)")
+	gpuBurn := flag.String("build-gpu-burn", "", "build gpu-burn from this source tarball into the driver bundle directory --into instead of building an image")
+	gpuBurnVersion := flag.String("gpu-burn-version", "", "with --build-gpu-burn: the gpu-burn tag or commit the tarball is")
+	cuda := flag.String("cuda", "", "with --build-gpu-burn: the CUDA toolkit root (bin/nvcc, include/, lib64/) the bundle's driver supports")
+	compute := flag.String("cuda-compute", "90", "with --build-gpu-burn: the compute capability of gpu-burn's compare kernel (90: H100/H200)")
+	into := flag.String("into", "", "with --build-gpu-burn: the driver bundle directory")
 	var tools toolList
 	flag.Var(&tools, "tool", "extra host file for the image, HOSTPATH[:IMAGEPATH] (repeatable; ELF shared libraries come along)")
 	flag.Parse()
@@ -73,6 +92,17 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
+	if *gpuBurn != "" {
+		tool, err := driverbundle.BuildGPUBurn(ctx, driverbundle.GPUBurnBuild{Source: *gpuBurn, Version: *gpuBurnVersion,
+			CUDA: *cuda, Compute: *compute, Bundle: *into, Log: log})
+		if err != nil {
+			return err
+		}
+		for _, f := range tool.Files {
+			fmt.Printf("%s  %s\n", f.SHA256, f.Path)
+		}
+		return nil
+	}
 	if *toolBundle != "" {
 		s, err := toolbundle.LoadSpec(*toolBundle)
 		if err != nil {
