@@ -3490,9 +3490,12 @@ type Assignment struct {
 	// cure-measure helper that runs the checks driving them), sent
 	// when the suite has a check that runs one of them; the runner fetches
 	// it only then, and refuses it unless size and sha256 match.
-	ToolBundle    *ToolBundleRef `protobuf:"bytes,15,opt,name=tool_bundle,json=toolBundle,proto3" json:"tool_bundle,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ToolBundle *ToolBundleRef `protobuf:"bytes,15,opt,name=tool_bundle,json=toolBundle,proto3" json:"tool_bundle,omitempty"`
+	// The coordinator's build version: a runner asked for a phase it does not
+	// know names it beside its own in the phase's ERROR (rebuild the image).
+	CoordinatorVersion string `protobuf:"bytes,16,opt,name=coordinator_version,json=coordinatorVersion,proto3" json:"coordinator_version,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Assignment) Reset() {
@@ -3628,6 +3631,13 @@ func (x *Assignment) GetToolBundle() *ToolBundleRef {
 		return x.ToolBundle
 	}
 	return nil
+}
+
+func (x *Assignment) GetCoordinatorVersion() string {
+	if x != nil {
+		return x.CoordinatorVersion
+	}
+	return ""
 }
 
 // ToolBundleRef is where the tool bundle is and what it must be.
@@ -9850,7 +9860,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x06cancel\x18\x05 \x01(\v2\x0f.cure.v1.CancelH\x00R\x06cancel\x12<\n" +
 	"\rpair_schedule\x182 \x01(\v2\x15.cure.v1.PairScheduleH\x00R\fpairSchedule\x12<\n" +
 	"\rpair_verdicts\x183 \x01(\v2\x15.cure.v1.PairVerdictsH\x00R\fpairVerdictsB\x05\n" +
-	"\x03msg\"\x89\x05\n" +
+	"\x03msg\"\xba\x05\n" +
 	"\n" +
 	"Assignment\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
@@ -9870,7 +9880,8 @@ const file_cure_proto_rawDesc = "" +
 	"\fsuite_resume\x18\r \x01(\v2\x14.cure.v1.SuiteResumeR\vsuiteResume\x12!\n" +
 	"\fheartbeat_ms\x18\x0e \x01(\x03R\vheartbeatMs\x127\n" +
 	"\vtool_bundle\x18\x0f \x01(\v2\x16.cure.v1.ToolBundleRefR\n" +
-	"toolBundle\x1a8\n" +
+	"toolBundle\x12/\n" +
+	"\x13coordinator_version\x18\x10 \x01(\tR\x12coordinatorVersion\x1a8\n" +
 	"\n" +
 	"PsidsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
