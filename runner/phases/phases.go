@@ -19,6 +19,7 @@ import (
 	"github.com/cure-oss/cure/runner/inventory"
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/bluefield"
+	"github.com/cure-oss/cure/tools/buildinfo"
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/checks/siteprog"
 	"github.com/cure-oss/cure/tools/checks/suite"
@@ -28,9 +29,10 @@ import (
 	"github.com/cure-oss/cure/tools/telemetry"
 )
 
-// NotImplemented is the message of phases this runner cannot run yet: they
-// are reported as skipped, never as a fake success.
-const NotImplemented = "not implemented yet in this runner (issue #3/#4)"
+// UnknownPhase marks the message of a phase this runner has no executor
+// for: the phase fails (an ERROR verdict and PHASE_FAILED), never skips, so
+// an image older than its coordinator cannot pass phases it never ran.
+const UnknownPhase = "unknown to runner"
 
 // ImageWriter streams an image to a disk and reads it back (tools/diskimage).
 type ImageWriter interface {
@@ -117,7 +119,11 @@ type Config struct {
 	// Site runs the suite's site checks: its sandbox and bounds (HTTP and
 	// Log are this Config's); the zero value is the node's defaults.
 	Site siteprog.Runner
-	now  func() time.Time
+	// Version is this runner's (image's) build version, named when the
+	// coordinator asks for a phase it does not know (default: the build
+	// info's, tools/buildinfo).
+	Version string
+	now     func() time.Time
 }
 
 // Executor dispatches phases by name; it implements agent.Executor.
@@ -173,6 +179,9 @@ func New(cfg Config) *Executor {
 	if cfg.Root == "" {
 		cfg.Root = "/"
 	}
+	if cfg.Version == "" {
+		cfg.Version = buildinfo.Version("")
+	}
 	if cfg.HTTP == nil {
 		cfg.HTTP = DefaultHTTPClient()
 	}
@@ -225,7 +234,23 @@ func (e *Executor) Run(ctx context.Context, phase string, a *curev1.Assignment, 
 	if run, ok := executors[phase]; ok {
 		return run(e, ctx, a, emit)
 	}
-	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: fmt.Sprintf("phase %s: %s", phase, NotImplemented)}
+	return e.unknownPhase(phase, a, emit)
+}
+
+// unknownPhase fails a phase this runner has no executor for, naming both
+// builds: the coordinator knows a phase the image does not, so the image is
+// older (or other) than its coordinator and must be rebuilt. One ERROR
+// verdict says so in the run's report as well as in the phase's message.
+func (e *Executor) unknownPhase(phase string, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
+	coord := a.GetCoordinatorVersion()
+	if coord == "" {
+		coord = "(a version that does not send its own)"
+	}
+	msg := fmt.Sprintf("phase %q %s cure-runner %s; coordinator %s asked for it: rebuild the image", phase, UnknownPhase, e.cfg.Version, coord)
+	e.cfg.Log.Error("unknown phase", "phase", phase, "runner", e.cfg.Version, "coordinator", coord)
+	emit.Verdict(&curev1.Verdict{Component: "runner", Check: phase, Status: curev1.VerdictStatus_ERROR,
+		Observed: "cure-runner " + e.cfg.Version, Expected: "a runner that runs phase " + phase, Message: msg})
+	return failed("%s", msg)
 }
 
 func (e *Executor) sku(a *curev1.Assignment) (*manifests.SKU, error) {

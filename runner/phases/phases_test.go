@@ -3,6 +3,7 @@ package phases
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/cure-oss/cure/manifests/fwplan"
 	"github.com/cure-oss/cure/runner/inventory"
 	"github.com/cure-oss/cure/tools/blockdev"
+	"github.com/cure-oss/cure/tools/buildinfo"
 	"github.com/cure-oss/cure/tools/diskimage"
 	"github.com/cure-oss/cure/tools/nvme"
 )
@@ -191,15 +193,32 @@ func TestPlanNVMeGates(t *testing.T) {
 	}
 }
 
-func TestOtherPhasesSkipped(t *testing.T) {
-	e := New(Config{Log: quiet()})
-	// nic and dpu have executors now (nic_test.go, dpu_test.go); phases the
-	// runner does not own still skip as not implemented.
-	for _, p := range []string{"hgx", "gpu_burn"} {
-		out := e.Run(context.Background(), p, assignment(t, curev1.Mode_MODE_PROVISION, manifest(t)), &recEmitter{})
-		if out.Status != curev1.PhaseStatus_PHASE_SKIPPED || !strings.Contains(out.Message, NotImplemented) {
-			t.Errorf("%s: %+v", p, out)
+// TestUnknownPhaseFails: a phase this runner has no executor for (the
+// coordinator is newer than the image) fails with an ERROR verdict, naming
+// the runner's and the coordinator's versions; it never skips, so an old
+// image cannot pass a phase it never ran.
+func TestUnknownPhaseFails(t *testing.T) {
+	e := New(Config{Log: quiet(), Version: "v0.9.0-image"})
+	for _, p := range []string{"acceptance", "gpu_burn"} {
+		em := &recEmitter{}
+		a := assignment(t, curev1.Mode_MODE_PROVISION, manifest(t))
+		a.CoordinatorVersion = "v1.0.0-coord"
+		out := e.Run(context.Background(), p, a, em)
+		want := fmt.Sprintf("phase %q unknown to runner cure-runner v0.9.0-image; coordinator v1.0.0-coord asked for it: rebuild the image", p)
+		if out.Status != curev1.PhaseStatus_PHASE_FAILED || out.Message != want {
+			t.Errorf("%s: outcome %+v\nwant PHASE_FAILED %q", p, out, want)
 		}
+		if len(em.verdicts) != 1 || em.verdicts[0].GetStatus() != curev1.VerdictStatus_ERROR || em.verdicts[0].GetCheck() != p ||
+			em.verdicts[0].GetMessage() != want {
+			t.Errorf("%s: verdicts %v, want one ERROR saying %q", p, em.verdicts, want)
+		}
+	}
+	// A coordinator that sends no version is still named as such, and the
+	// runner's own version defaults to its build's.
+	out := New(Config{Log: quiet()}).Run(context.Background(), "acceptance", assignment(t, curev1.Mode_MODE_PROVISION, manifest(t)), &recEmitter{})
+	if out.Status != curev1.PhaseStatus_PHASE_FAILED || !strings.Contains(out.Message, "cure-runner "+buildinfo.Version("")+";") ||
+		!strings.Contains(out.Message, "coordinator (a version that does not send its own) asked for it") {
+		t.Errorf("no coordinator version: %+v", out)
 	}
 }
 

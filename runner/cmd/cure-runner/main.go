@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -33,6 +32,7 @@ import (
 	"github.com/cure-oss/cure/runner/transport"
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/bluefield"
+	"github.com/cure-oss/cure/tools/buildinfo"
 	"github.com/cure-oss/cure/tools/gpu/driver"
 	"github.com/cure-oss/cure/tools/mstflint"
 	"github.com/cure-oss/cure/tools/toolbundle"
@@ -422,6 +422,7 @@ func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 	root := r.opt.root
 	cfg := phases.Config{
 		Log:          r.log,
+		Version:      runnerVersion(),
 		SystemSerial: id.GetSystemSerial(),
 		Controllers: func() ([]*inventory.Controller, error) {
 			return inventory.NVMeControllers(root, nil, false, r.log)
@@ -474,22 +475,7 @@ func (dryRebooter) Reboot() error {
 	return fmt.Errorf("dry run: %w", agent.ErrNoReboot)
 }
 
-func runnerVersion() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				return "git-" + strings.TrimSpace(s.Value)
-			}
-		}
-		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			return bi.Main.Version
-		}
-	}
-	return "devel"
-}
+func runnerVersion() string { return buildinfo.Version(version) }
 
 // httpsBootParams fetches the per-boot parameters of a signed image booted
 // over UEFI HTTP: from the boot server in the firmware's boot option, over
