@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,8 +28,10 @@ func OSExec(ctx context.Context, env []string, name string, args ...string) ([]b
 
 // RunGPUBurn runs gpu-burn (at path) for d and returns its per-GPU verdicts.
 // It runs in the caller's goroutine, so Collect can use it as the Load.
-// CUDA_DEVICE_ORDER=PCI_BUS_ID makes gpu-burn's GPU numbers NVML's indices.
-func RunGPUBurn(ctx context.Context, run Exec, path string, d time.Duration) ([]Verdict, error) {
+// kernel is its compare kernel (compare.ptx; -c), "" for gpu_burn's default
+// (compare.ptx in the working directory). CUDA_DEVICE_ORDER=PCI_BUS_ID
+// makes gpu-burn's GPU numbers NVML's indices.
+func RunGPUBurn(ctx context.Context, run Exec, path, kernel string, d time.Duration) ([]Verdict, error) {
 	secs := int(d / time.Second)
 	if secs < 1 {
 		return nil, fmt.Errorf("gpu-burn duration %s: must be at least 1s", d)
@@ -37,10 +40,23 @@ func RunGPUBurn(ctx context.Context, run Exec, path string, d time.Duration) ([]
 	// and its SIGTERM/SIGKILL grace before we kill it.
 	ctx, cancel := context.WithTimeout(ctx, d+time.Minute)
 	defer cancel()
-	out, err := run(ctx, []string{"CUDA_DEVICE_ORDER=PCI_BUS_ID"}, path, strconv.Itoa(secs))
+	// gpu_burn reads its options before the time, and scans every
+	// argument for "-d", "-h", "-l" and "-tc": a kernel path holding one
+	// would turn an option on, so it is refused.
+	var args []string
+	if kernel != "" {
+		for _, o := range []string{"-d", "-h", "-l", "-tc"} {
+			if strings.Contains(kernel, o) {
+				return nil, fmt.Errorf("gpu-burn compare kernel %s: gpu_burn would read the %q in its path as an option", kernel, o)
+			}
+		}
+		args = append(args, "-c", kernel)
+	}
+	args = append(args, strconv.Itoa(secs))
+	out, err := run(ctx, []string{"CUDA_DEVICE_ORDER=PCI_BUS_ID"}, path, args...)
 	var exitErr *exec.ExitError
 	if err != nil && !errors.As(err, &exitErr) {
-		return nil, fmt.Errorf("running %s %d: %w", path, secs, err)
+		return nil, fmt.Errorf("running %s %s: %w", path, strings.Join(args, " "), err)
 	}
 	b, perr := ParseGPUBurn(bytesReader(out))
 	if perr != nil {
@@ -63,22 +79,62 @@ func RunDCGMDiag(ctx context.Context, run Exec, path string, level int, timeout 
 	if level < 1 || level > 4 {
 		return nil, fmt.Errorf("dcgmi diag level %d: must be 1-4", level)
 	}
+	return runDCGM(ctx, run, path, strconv.Itoa(level), nil, timeout, targets, args...)
+}
+
+// DCGMLoadTests are the DCGM diagnostic tests that run as a timed GPU load
+// (their test_duration parameter): targeted_stress holds each GPU at a
+// target SGEMM rate, targeted_power at a target power, checking the GPU
+// keeps up.
+var DCGMLoadTests = []string{"targeted_stress", "targeted_power"}
+
+// dcgmLoadMargin is what DCGM adds to a load test's duration: the host
+// engine's and the plugin's start-up, the software checks before it.
+const dcgmLoadMargin = 10 * time.Minute
+
+// RunDCGMLoad runs DCGM test (a DCGMLoadTests name) as the GPU load for d:
+// `dcgmi diag -r TEST -p TEST.test_duration=SECONDS -j`. A GPU the test
+// skipped had no load: that is an ERROR, never a SKIP.
+func RunDCGMLoad(ctx context.Context, run Exec, path, test string, d time.Duration, targets []DCGMTarget, args ...string) ([]Verdict, error) {
+	if !slices.Contains(DCGMLoadTests, test) {
+		return nil, fmt.Errorf("dcgm load %q: want one of %s", test, strings.Join(DCGMLoadTests, ", "))
+	}
+	secs := int(d / time.Second)
+	if secs < 1 {
+		return nil, fmt.Errorf("dcgm load duration %s: must be at least 1s", d)
+	}
+	vs, err := runDCGM(ctx, run, path, test, []string{fmt.Sprintf("%s.test_duration=%d", test, secs)}, d+dcgmLoadMargin, targets, args...)
+	for i := range vs {
+		if vs[i].Status == Skip && vs[i].Component != "gpu" {
+			vs[i].Status = Error
+			vs[i].Message = strings.TrimPrefix(vs[i].Message+"; the GPU load ("+test+") did not run on this GPU", "; ")
+		}
+	}
+	return vs, err
+}
+
+// runDCGM runs `dcgmi diag ARGS -r RUN [-p PARAMS] -j` and judges it.
+func runDCGM(ctx context.Context, run Exec, path, what string, params []string, timeout time.Duration, targets []DCGMTarget, args ...string) ([]Verdict, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	argv := append(append([]string{"diag"}, args...), "-r", strconv.Itoa(level), "-j")
+	argv := append(append([]string{"diag"}, args...), "-r", what)
+	if len(params) > 0 {
+		argv = append(argv, "-p", strings.Join(params, ";"))
+	}
+	argv = append(argv, "-j")
 	out, err := run(ctx, nil, path, argv...)
 	var exitErr *exec.ExitError
 	if err != nil && !errors.As(err, &exitErr) {
-		return nil, fmt.Errorf("running %s diag -r %d: %w", path, level, err)
+		return nil, fmt.Errorf("running %s diag -r %s: %w", path, what, err)
 	}
 	// dcgmi exits non-zero when a test fails; the document says which.
 	d, perr := ParseDCGMDiag(out)
 	if perr != nil {
 		if err != nil {
 			return []Verdict{{Component: "gpu", Check: CheckDCGMDiag, Status: Error,
-				Message: fmt.Sprintf("%s diag -r %d: %v; output unreadable: %v; it printed: %s", path, level, err, perr, clip(out, 512))}}, nil
+				Message: fmt.Sprintf("%s diag -r %s: %v; output unreadable: %v; it printed: %s", path, what, err, perr, clip(out, 512))}}, nil
 		}
-		return nil, fmt.Errorf("%s diag -r %d: %w", path, level, perr)
+		return nil, fmt.Errorf("%s diag -r %s: %w", path, what, perr)
 	}
 	return d.Verdicts(targets), nil
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -62,6 +63,25 @@ func (d DCGM) RunDiag(ctx context.Context, level int, timeout time.Duration, tar
 	if level < 1 || level > 4 {
 		return nil, fmt.Errorf("dcgmi diag level %d: must be 1-4", level)
 	}
+	return d.withHostEngine(ctx, func(host ...string) ([]Verdict, error) {
+		return RunDCGMDiag(ctx, OSExec, d.Dcgmi, level, timeout, targets, host...)
+	})
+}
+
+// RunLoad runs DCGM test (targeted_stress or targeted_power) as the GPU
+// load for dur against a host engine of its own, as RunDiag does.
+func (d DCGM) RunLoad(ctx context.Context, test string, dur time.Duration, targets []DCGMTarget) ([]Verdict, error) {
+	if !slices.Contains(DCGMLoadTests, test) {
+		return nil, fmt.Errorf("dcgm load %q: want one of %s", test, strings.Join(DCGMLoadTests, ", "))
+	}
+	return d.withHostEngine(ctx, func(host ...string) ([]Verdict, error) {
+		return RunDCGMLoad(ctx, OSExec, d.Dcgmi, test, dur, targets, host...)
+	})
+}
+
+// withHostEngine runs f with the dcgmi arguments that reach a host engine
+// of its own, started before and stopped after.
+func (d DCGM) withHostEngine(ctx context.Context, f func(host ...string) ([]Verdict, error)) ([]Verdict, error) {
 	if d.HostEngine == "" || d.Dcgmi == "" {
 		return nil, errors.New("dcgm: nv-hostengine and dcgmi paths are both needed")
 	}
@@ -79,7 +99,7 @@ func (d DCGM) RunDiag(ctx context.Context, level int, timeout time.Duration, tar
 		return []Verdict{{Component: "gpu", Check: CheckDCGMDiag, Status: Error, Expected: "nv-hostengine running",
 			Message: err.Error()}}, nil
 	}
-	vs, runErr := RunDCGMDiag(ctx, OSExec, d.Dcgmi, level, timeout, targets, "--host", "unix://"+he.sock)
+	vs, runErr := f("--host", "unix://"+he.sock)
 	if stopErr := he.stop(d); stopErr != nil {
 		log.Warn("dcgm: stopping the host engine", "err", stopErr)
 		vs = append(vs, Verdict{Component: "gpu", Check: CheckDCGMDiag, Status: Error, Expected: "nv-hostengine stopped",

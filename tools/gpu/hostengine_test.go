@@ -171,6 +171,37 @@ func TestDCGMDiagRun(t *testing.T) {
 		}
 	})
 
+	t.Run("targeted_stress as the load", func(t *testing.T) {
+		b, err := os.ReadFile(filepath.Join("testdata", "dcgmi-diag-targeted-stress-dcgm4.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(outputs, "diag-rtargeted_stress.json"), b, 0o644)
+		logFile := filepath.Join(t.TempDir(), "calls")
+		t.Setenv("FAKE_DCGM_LOG", logFile)
+		d := dcgm
+		d.WorkDir, _ = os.MkdirTemp("", "dcgm")
+		defer os.RemoveAll(d.WorkDir)
+		vs, err := d.RunLoad(context.Background(), "targeted_stress", 22*time.Hour+30*time.Minute, Targets(8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls, _ := os.ReadFile(logFile)
+		if !strings.Contains(string(calls), " -r targeted_stress -p targeted_stress.test_duration=81000 -j\n") {
+			t.Errorf("calls = %s", calls)
+		}
+		if got := bad(vs); !slices.Equal(got, []string{"gpu/6 dcgm/targeted_stress"}) || len(vs) != 8 {
+			t.Fatalf("failing = %q\n%s", got, dump(vs))
+		}
+		if v := find(vs, "gpu/6", "dcgm/targeted_stress"); !strings.Contains(v.Message,
+			"DCGM_FR_STRESS_LEVEL (error 50, triage): Max stress level of 31842.7 did not reach desired stress level of 39123.9 for GPU 6") {
+			t.Errorf("gpu/6 = %v", v)
+		}
+		if _, err := d.RunLoad(context.Background(), "diagnostic", time.Hour, Targets(8)); err == nil {
+			t.Error("a test that is not a timed load accepted")
+		}
+	})
+
 	t.Run("bad level", func(t *testing.T) {
 		if _, err := dcgm.RunDiag(context.Background(), 5, time.Minute, Targets(1)); err == nil {
 			t.Error("level 5 accepted")

@@ -150,7 +150,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			extra = append(extra, gpu.Verdict{Component: "gpu", Check: gpu.CheckGPUBurn, Status: gpu.Skip, Message: "gpu-burn is not in this image"})
 		} else {
 			loads = append(loads, func(ctx context.Context) error {
-				vs, err := gpu.RunGPUBurn(ctx, gpu.OSExec, path, *burn)
+				vs, err := gpu.RunGPUBurn(ctx, gpu.OSExec, path, "", *burn)
 				extra = append(extra, vs...)
 				return err
 			})

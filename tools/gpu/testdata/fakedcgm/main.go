@@ -7,9 +7,9 @@
 //	    listens on SOCK until SIGTERM; refuses to daemonize (no -n)
 //	nv-hostengine --term --pid FILE
 //	    SIGTERMs the pid in FILE and waits for it to go
-//	dcgmi diag --host unix://SOCK -r N -j
-//	    connects to SOCK, then prints $FAKE_DCGM_DIR/diag-r<N>.json and
-//	    exits 1 if it reports a failure, 0 if not
+//	dcgmi diag --host unix://SOCK -r N|TEST [-p PARAMS] -j
+//	    connects to SOCK, then prints $FAKE_DCGM_DIR/diag-r<N|TEST>.json
+//	    and exits 1 if it reports a failure, 0 if not
 //
 // Every invocation is appended to $FAKE_DCGM_LOG. $FAKE_DCGM_FAIL_START
 // makes the host engine fail as one without a usable NVML would.
@@ -161,7 +161,7 @@ func dcgmi(args []string) int {
 		fmt.Fprintln(os.Stderr, "fakedcgm: dcgmi stand-in knows diag only")
 		return 2
 	}
-	f, err := flags(args[1:], map[string]bool{"--host": true, "-r": true, "--run": true})
+	f, err := flags(args[1:], map[string]bool{"--host": true, "-r": true, "--run": true, "-p": true, "--parameters": true})
 	if err != nil {
 		fmt.Println(err)
 		return 1
