@@ -15,6 +15,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/tools/buildinfo"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -320,8 +321,13 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 		SkuYaml:         skuYAML,
 		SkuName:         skuName,
 		ToolBundle:      e.toolBundleRef(ctx, r, phases, doc),
+		// A runner that does not know a phase names this beside its own.
+		CoordinatorVersion: coordinatorVersion,
 	}, nil
 }
+
+// coordinatorVersion is this coordinator's build, sent in every assignment.
+var coordinatorVersion = buildinfo.Version("")
 
 // batchSuite is the run's validation suite when the batch runs one (nil
 // otherwise, or when it does not load: the runner then fails the phase

@@ -10,6 +10,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/tools/buildinfo"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -113,6 +114,10 @@ func TestSilentRunnerLostAndSuiteResumed(t *testing.T) {
 	for _, a := range f.assignments {
 		if a.GetHeartbeatMs() != 1000 {
 			t.Errorf("assignment asks for a heartbeat every %dms, want 1000 (a third of the 3s budget)", a.GetHeartbeatMs())
+		}
+		// What a runner that does not know a phase names beside its own.
+		if a.GetCoordinatorVersion() == "" || a.GetCoordinatorVersion() != buildinfo.Version("") {
+			t.Errorf("assignment carries coordinator version %q, want this build's %q", a.GetCoordinatorVersion(), buildinfo.Version(""))
 		}
 		if len(a.GetPhases()) > 0 && a.GetPhases()[len(a.GetPhases())-1] == modes.Validate {
 			validate = append(validate, a)
