@@ -186,9 +186,9 @@ func (e *Engine) driveCoord(ctx context.Context, r *store.Run, phase string) boo
 }
 
 // complete ends a run whose phases are all done: succeeded, unless the
-// fleet's judgement of its results fails it.
+// coordinator's judgement of its results fails it (gate).
 func (e *Engine) complete(ctx context.Context, r *store.Run) {
-	if msg := e.fleetGate(ctx, r); msg != "" {
+	if msg := e.gate(ctx, r); msg != "" {
 		e.finish(ctx, r, curev1.RunStatus_RUN_FAILED, msg)
 		return
 	}

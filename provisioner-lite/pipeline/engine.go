@@ -111,6 +111,13 @@ type Config struct {
 	// Notify, if set, is told of every run that ends (webhooks). It must
 	// not block: it runs on the run's goroutine.
 	Notify func(RunNotice)
+	// OnFleetRejudged, if set, hears of a finished run judged again
+	// against its SKU's fleet band once the band had its minimum of nodes
+	// (a day-0 batch's first nodes, or a judgement that had failed):
+	// marginal says it lies outside the band, reason says why. It is
+	// called once per rejudge, by the coordinator instance whose write won
+	// (fleet.go), and must not block long.
+	OnFleetRejudged func(ctx context.Context, nodeID, runID string, marginal bool, reason string)
 	// ToolBundle, if set, is served from ArtifactDir to the suites that
 	// run its programs.
 	ToolBundle *ToolBundle

@@ -17,67 +17,108 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// judgeFleet judges the run's measured results against the recent passing
+// Fleet verdicts the coordinator adds of its own: the judgement's ERROR
+// (component fleet) names what could not be judged.
+const (
+	fleetComponent     = "fleet"
+	checkFleetBand     = "fleet-band"
+	checkFleetVerdicts = "verdict-read"
+)
+
+// fleetPlan is a run's fleet judgement as made, before it is stored.
+type fleetPlan struct {
+	sku      string
+	out      fleetband.Outcome
+	marginal []store.Verdict
+	rec      []byte
+	pending  string // store.FleetUnbanded when a band lacked its minimum of nodes
+	window   time.Duration
+}
+
+// planFleet judges the run's measured results against the recent passing
 // results of other nodes of its SKU, for the metrics its suite names fleet
-// bands for (package fleetband), when the validate phase ends: the MARGINAL
-// verdicts and the judgement are stored, and the timeline says what was
-// judged and what was not (too few nodes). A run whose suite names no band
-// is left alone.
-func (e *Engine) judgeFleet(ctx context.Context, r *store.Run) error {
-	ctx = context.WithoutCancel(ctx)
-	m := modes.Mode(r.Mode)
-	if m != modes.Diagnostic && m != modes.Burnin {
-		return nil
+// bands for (package fleetband). nil: nothing to judge (not a suite run, no
+// band named, no banded result). It only reads.
+func (e *Engine) planFleet(ctx context.Context, r *store.Run, now time.Time) (*fleetPlan, error) {
+	if !suiteMode(r) {
+		return nil, nil
 	}
 	_, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest)
 	if err != nil {
-		return fmt.Errorf("fleet bands: suite %s: %w", r.Manifest, err)
+		return nil, fmt.Errorf("suite %s: %w", r.Manifest, err)
 	}
 	if doc.Suite == nil {
-		return nil
+		return nil, fmt.Errorf("suite %s: a %s, not a ValidationSuite", r.Manifest, doc.Kind)
 	}
 	bands := fleetband.Bands(&doc.Suite.Spec)
 	if len(bands) == 0 {
-		return nil
+		return nil, nil
 	}
 	n, err := e.cfg.Store.GetNode(ctx, r.NodeID)
 	if err != nil {
-		return fmt.Errorf("fleet bands: %w", err)
+		return nil, err
 	}
 	vs, err := e.cfg.Store.Verdicts(ctx, r.ID)
 	if err != nil {
-		return fmt.Errorf("fleet bands: %w", err)
+		return nil, err
 	}
 	ms, err := e.cfg.Store.RunMeasurements(ctx, r.ID)
 	if err != nil {
-		return fmt.Errorf("fleet bands: %w", err)
+		return nil, err
 	}
 	window, minNodes := fleetband.Policy(&doc.Suite.Spec)
-	now := time.Now().UTC()
 	in := fleetband.Input{Node: r.NodeID, Now: now, Window: window, MinNodes: minNodes, Bands: bands,
 		Results: results(vs, ms), Fleet: map[fleetband.Key][]fleetband.Sample{}}
 	if n.SKU != "" {
-		for check, metrics := range bands {
-			if !slices.ContainsFunc(in.Results, func(r fleetband.Result) bool { return r.Check == check }) {
-				continue
-			}
-			for metric := range metrics {
-				rows, err := e.cfg.Store.FleetSamples(ctx, store.FleetQuery{SKU: n.SKU, Check: check, Metric: metric, Since: now.Add(-window), ExcludeNode: r.NodeID})
-				if err != nil {
-					return fmt.Errorf("fleet bands: %w", err)
-				}
-				in.Fleet[fleetband.Key{Check: check, Metric: metric}] = samples(rows)
-			}
+		if err := e.fleetSamples(ctx, &in, n.SKU); err != nil {
+			return nil, err
 		}
 	}
 	out := fleetband.Judge(in)
 	if len(out.Judgements) == 0 {
-		return nil
+		return nil, nil
 	}
 	rec, err := protojson.Marshal(out.Record(r.NodeID, n.SKU, window, now))
 	if err != nil {
-		return fmt.Errorf("fleet bands: %w", err)
+		return nil, err
 	}
+	p := &fleetPlan{sku: n.SKU, out: out, rec: rec, window: window, marginal: marginalVerdicts(r.ID, vs, out, now)}
+	if unbanded(out) {
+		p.pending = store.FleetUnbanded
+	}
+	return p, nil
+}
+
+// fleetSamples reads the SKU's fleet of each banded metric the run has a
+// result of.
+func (e *Engine) fleetSamples(ctx context.Context, in *fleetband.Input, sku string) error {
+	for check, metrics := range in.Bands {
+		if !slices.ContainsFunc(in.Results, func(r fleetband.Result) bool { return r.Check == check }) {
+			continue
+		}
+		for metric := range metrics {
+			rows, err := e.cfg.Store.FleetSamples(ctx, store.FleetQuery{SKU: sku, Check: check, Metric: metric, Since: in.Now.Add(-in.Window), ExcludeNode: in.Node})
+			if err != nil {
+				return err
+			}
+			in.Fleet[fleetband.Key{Check: check, Metric: metric}] = samples(rows)
+		}
+	}
+	return nil
+}
+
+// unbanded says a measured result was not banded because its fleet lacked
+// the minimum of nodes: the run is to be judged again when it has it.
+func unbanded(o fleetband.Outcome) bool {
+	return slices.ContainsFunc(o.Judgements, func(j fleetband.Judgement) bool { return j.Measured && !j.Applied })
+}
+
+// applied says some band of the outcome had its minimum of nodes.
+func applied(o fleetband.Outcome) bool {
+	return slices.ContainsFunc(o.Judgements, func(j fleetband.Judgement) bool { return j.Applied })
+}
+
+func marginalVerdicts(runID string, vs []store.Verdict, out fleetband.Outcome, now time.Time) []store.Verdict {
 	var marginal []store.Verdict
 	orig := map[[2]string]store.Verdict{}
 	for _, v := range vs {
@@ -85,49 +126,132 @@ func (e *Engine) judgeFleet(ctx context.Context, r *store.Run) error {
 	}
 	for _, v := range out.Verdicts {
 		o := orig[[2]string{v.Component, v.Check}]
-		marginal = append(marginal, store.Verdict{RunID: r.ID, Component: v.Component, Check: v.Check, Status: curev1.VerdictStatus_MARGINAL,
+		marginal = append(marginal, store.Verdict{RunID: runID, Component: v.Component, Check: v.Check, Status: curev1.VerdictStatus_MARGINAL,
 			Observed: textsafe.Bounded(v.Observed, 1024), Expected: textsafe.Bounded(joinNonEmpty("; ", o.Expected, v.Expected), 1024),
 			Message: textsafe.Bounded(v.Message, 4096), Time: now, Stage: o.Stage})
 	}
-	if err := e.cfg.Store.PutFleetJudgement(ctx, r.ID, marginal, rec); err != nil {
-		return err
+	return marginal
+}
+
+// judgeFleet judges the run against its SKU's fleet when the validate
+// phase ends (and at its gate, when that judgement is missing or pending):
+// the MARGINAL verdicts and the judgement are stored, and the timeline says
+// what was judged and what was not (too few nodes). A judgement that cannot
+// be made is an ERROR verdict (fleet fleet-band) and a pending record, so the
+// gate fails and a later sweep judges the run again. A judgement that
+// applied a band sweeps the SKU's runs that were judged before their band
+// had its minimum (rejudgeSKU).
+func (e *Engine) judgeFleet(ctx context.Context, r *store.Run) error {
+	ctx = context.WithoutCancel(ctx)
+	now := time.Now().UTC()
+	prev, err := e.cfg.Store.FleetRecordOf(ctx, r.ID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return e.fleetError(ctx, r, "", fmt.Errorf("fleet band: %w", err))
 	}
-	for _, v := range marginal {
-		e.coordEvent(ctx, *r, modes.Validate, runstate.EventVerdict, runstate.VerdictName(v.Status), fmt.Sprintf("%s %s: %s", v.Component, v.Check, v.Message), 0)
+	p, err := e.planFleet(ctx, r, now)
+	if err != nil {
+		return e.fleetError(ctx, r, prev.SKU, fmt.Errorf("fleet band: %w", err))
 	}
-	e.coordEvent(ctx, *r, modes.Validate, runstate.EventInfo, "", fleetSummary(out, n.SKU), 0)
+	if p == nil {
+		if prev.Pending == store.FleetError {
+			// Nothing to judge any more (the suite names no band now):
+			// the ERROR is replaced and the record final.
+			p = &fleetPlan{sku: prev.SKU, rec: []byte("{}")}
+		} else {
+			return nil
+		}
+	}
+	w := store.FleetWrite{RunID: r.ID, SKU: p.sku, Pending: p.pending, Verdicts: p.marginal, Judgements: p.rec}
+	if prev.Pending == store.FleetError {
+		w.Verdicts = append(w.Verdicts, errorReplaced(r.ID, now))
+	}
+	if _, err := e.cfg.Store.WriteFleetJudgement(ctx, w); err != nil {
+		return e.fleetError(ctx, r, p.sku, fmt.Errorf("fleet band: %w", err))
+	}
+	e.fleetEvents(ctx, r, p)
+	if applied(p.out) && p.sku != "" {
+		e.rejudgeAfter(ctx, p.sku, r.ID)
+	}
 	return nil
 }
 
+// errorReplaced is the verdict that replaces an earlier fleet ERROR once
+// the judgement could be made.
+func errorReplaced(runID string, now time.Time) store.Verdict {
+	return store.Verdict{RunID: runID, Component: fleetComponent, Check: checkFleetBand, Status: curev1.VerdictStatus_PASS, Time: now,
+		Message: "fleet judgement made " + now.Format(time.RFC3339) + " (replaces an earlier ERROR: the judgement could not be made then)"}
+}
+
+func (e *Engine) fleetEvents(ctx context.Context, r *store.Run, p *fleetPlan) {
+	for _, v := range p.marginal {
+		e.coordEvent(ctx, *r, modes.Validate, runstate.EventVerdict, runstate.VerdictName(v.Status), fmt.Sprintf("%s %s: %s", v.Component, v.Check, v.Message), 0)
+	}
+	if len(p.out.Judgements) > 0 {
+		e.coordEvent(ctx, *r, modes.Validate, runstate.EventInfo, "", fleetSummary(p.out, p.sku), 0)
+	}
+}
+
+// fleetError records a judgement that could not be made, where the store
+// still works: an ERROR verdict naming what (the gate fails on it) and a
+// record pending in error (the run is judged again). It returns cause.
+func (e *Engine) fleetError(ctx context.Context, r *store.Run, sku string, cause error) error {
+	e.cfg.Log.Error("fleet judgement not made", "run", r.ID, "node", r.NodeID, "err", cause)
+	e.errorVerdict(ctx, r, fleetComponent, checkFleetBand, cause)
+	if _, err := e.cfg.Store.WriteFleetJudgement(ctx, store.FleetWrite{RunID: r.ID, SKU: sku, Pending: store.FleetError, Judgements: []byte("{}")}); err != nil {
+		e.cfg.Log.Error("fleet judgement: record the error", "run", r.ID, "err", err)
+	}
+	return cause
+}
+
+// errorVerdict stores an ERROR verdict of the coordinator's judgement and
+// puts it in the timeline (a store that fails is logged: the caller's
+// error fails the gate anyway).
+func (e *Engine) errorVerdict(ctx context.Context, r *store.Run, component, check string, cause error) {
+	v := store.Verdict{RunID: r.ID, Component: component, Check: check, Status: curev1.VerdictStatus_ERROR, Time: time.Now().UTC(),
+		Message: textsafe.Bounded("not judged, so the run does not pass: "+cause.Error(), 4096)}
+	if err := e.cfg.Store.PutVerdict(ctx, v); err != nil {
+		e.cfg.Log.Error("store ERROR verdict", "run", r.ID, "component", component, "check", check, "err", err)
+	}
+	e.coordEvent(ctx, *r, modes.Validate, runstate.EventVerdict, runstate.VerdictName(v.Status), fmt.Sprintf("%s %s: %s", component, check, v.Message), 0)
+}
+
 // fleetGate is the run's fleet verdict before it can end succeeded: the
-// message of a failure when a MARGINAL verdict stands ("" when none). A
-// judgement the coordinator did not make (it stopped between the validate
-// phase's end and its judgement) is made now.
-func (e *Engine) fleetGate(ctx context.Context, r *store.Run) string {
-	m := modes.Mode(r.Mode)
-	if m != modes.Diagnostic && m != modes.Burnin {
-		return ""
+// message of a failure when a MARGINAL verdict stands ("" when none), or an
+// error naming what could not be judged (the gate fails closed). A
+// judgement that is missing (the coordinator stopped between the validate
+// phase's end and its judgement), in error or unbanded is made again now.
+func (e *Engine) fleetGate(ctx context.Context, r *store.Run) (string, error) {
+	if !suiteMode(r) {
+		return "", nil
 	}
-	if _, _, err := e.cfg.Store.RunFleetJudgement(ctx, r.ID); errors.Is(err, store.ErrNotFound) {
+	ctx = context.WithoutCancel(ctx)
+	rec, err := e.cfg.Store.FleetRecordOf(ctx, r.ID)
+	if errors.Is(err, store.ErrNotFound) || err == nil && rec.Pending != store.FleetFinal {
 		if err := e.judgeFleet(ctx, r); err != nil {
-			e.cfg.Log.Error("fleet bands", "run", r.ID, "err", err)
+			return "", err
 		}
+	} else if err != nil {
+		return "", e.fleetError(ctx, r, "", fmt.Errorf("fleet band: %w", err))
 	}
-	vs, err := e.cfg.Store.Verdicts(context.WithoutCancel(ctx), r.ID)
+	vs, err := e.cfg.Store.Verdicts(ctx, r.ID)
 	if err != nil {
-		e.cfg.Log.Error("fleet bands: verdicts", "run", r.ID, "err", err)
-		return ""
+		cause := fmt.Errorf("verdict read: %w", err)
+		e.errorVerdict(ctx, r, fleetComponent, checkFleetVerdicts, cause)
+		return "", cause
 	}
 	var bad []string
 	for _, v := range vs {
-		if v.Status == curev1.VerdictStatus_MARGINAL {
+		switch {
+		case v.Status == curev1.VerdictStatus_MARGINAL:
 			bad = append(bad, fmt.Sprintf("%s %s %s", v.Component, v.Check, strings.TrimPrefix(v.Message, "outside the fleet band: ")))
+		case v.Status == curev1.VerdictStatus_ERROR && v.Component == fleetComponent:
+			return "", fmt.Errorf("%s %s: %s", v.Component, v.Check, v.Message)
 		}
 	}
 	if len(bad) == 0 {
-		return ""
+		return "", nil
 	}
-	return textsafe.Truncate(fmt.Sprintf("MARGINAL against the SKU's fleet, the gate fails (every absolute bar passed): %s", strings.Join(bad, "; ")), 4096)
+	return textsafe.Truncate(fmt.Sprintf("MARGINAL against the SKU's fleet, the gate fails (every absolute bar passed): %s", strings.Join(bad, "; ")), 4096), nil
 }
 
 // results pairs the run's verdicts with their stored measurements.
@@ -190,4 +314,19 @@ func joinNonEmpty(sep string, ss ...string) string {
 		}
 	}
 	return strings.Join(out, sep)
+}
+
+// gate is the coordinator's judgement of a run whose phases are all done:
+// "" passes; otherwise why it fails. What could not be judged is an ERROR
+// and fails the run: doubt never passes.
+func (e *Engine) gate(ctx context.Context, r *store.Run) string {
+	var errs []string
+	msg, err := e.fleetGate(ctx, r)
+	if err != nil {
+		errs = append(errs, err.Error())
+	}
+	if len(errs) > 0 {
+		return textsafe.Truncate("ERROR: not judged, so the run does not pass: "+strings.Join(errs, "; "), 4096)
+	}
+	return msg
 }

@@ -12,6 +12,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -37,26 +38,39 @@ spec:
 // SKU with a passing disk-read verdict measuring readMBps.
 func seedFleet(t *testing.T, st *store.Store, vals ...float64) {
 	t.Helper()
-	ctx := context.Background()
 	for i, v := range vals {
-		node, run := fmt.Sprintf("peer%d", i+1), fmt.Sprintf("peer-run-%d", i+1)
-		if err := st.UpsertNode(ctx, store.Node{ID: node, BMCURL: "https://10.0.0.9", SKU: "qemu-nvme", MACs: []string{fmt.Sprintf("52:54:00:aa:00:%02x", i+1)}}); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.CreateRun(ctx, store.Run{ID: run, NodeID: node, Mode: "diagnostic", Manifest: "fleet-read", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-		v := store.Verdict{RunID: run, Component: "disk/nvme0n1", Check: "disk-read", Status: curev1.VerdictStatus_PASS, Measurements: []store.Measurement{{Metric: "readMBps", Value: v, Unit: "MB/s"}}}
-		if _, err := st.AppendRunnerEvent(ctx, store.Event{RunID: run, NodeID: node, BootID: "b", Seq: 1, Time: time.Now(), Kind: runstate.EventVerdict, Phase: modes.Validate}, &v, store.DefaultEventLimits); err != nil {
-			t.Fatal(err)
-		}
+		seedPeer(t, st, i+1, v)
+	}
+}
+
+// seedPeer stores peer node i's diagnostic run with a passing disk-read
+// measuring readMBps v.
+func seedPeer(t *testing.T, st *store.Store, i int, v float64) {
+	t.Helper()
+	ctx := context.Background()
+	node, run := fmt.Sprintf("peer%d", i), fmt.Sprintf("peer-run-%d", i)
+	if err := st.UpsertNode(ctx, store.Node{ID: node, BMCURL: "https://10.0.0.9", SKU: "qemu-nvme", MACs: []string{fmt.Sprintf("52:54:00:aa:00:%02x", i)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateRun(ctx, store.Run{ID: run, NodeID: node, Mode: "diagnostic", Manifest: "fleet-read", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	verdict := store.Verdict{RunID: run, Component: "disk/nvme0n1", Check: "disk-read", Status: curev1.VerdictStatus_PASS, Measurements: []store.Measurement{{Metric: "readMBps", Value: v, Unit: "MB/s"}}}
+	if _, err := st.AppendRunnerEvent(ctx, store.Event{RunID: run, NodeID: node, BootID: "b", Seq: 1, Time: time.Now(), Kind: runstate.EventVerdict, Phase: modes.Validate}, &verdict, store.DefaultEventLimits); err != nil {
+		t.Fatal(err)
 	}
 }
 
 func fleetFixture(t *testing.T, mbps float64) *fixture {
 	t.Helper()
+	return fleetFixtureCfg(t, mbps, nil)
+}
+
+// fleetFixtureCfg is fleetFixture with the engine's Config edited (hooks).
+func fleetFixtureCfg(t *testing.T, mbps float64, cfgEdit func(*pipeline.Config)) *fixture {
+	t.Helper()
 	var dir string
-	f := newFixture(t, func(_ *manifests.SKU, casDir string) { dir = filepath.Dir(filepath.Dir(casDir)) })
+	f := newFixtureCfg(t, func(_ *manifests.SKU, casDir string) { dir = filepath.Dir(filepath.Dir(casDir)) }, nil, cfgEdit)
 	if err := os.MkdirAll(filepath.Join(dir, "manifests", "suites"), 0o755); err != nil {
 		t.Fatal(err)
 	}
