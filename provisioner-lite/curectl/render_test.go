@@ -72,3 +72,28 @@ func TestReportSaysWhatWasLeftOut(t *testing.T) {
 		t.Errorf("a whole report claims something was left out:\n%s", full.String())
 	}
 }
+
+// TestReportShowsOptionalReason: a check the suite marks optional that
+// tested nothing is a SKIP whose detail starts with "optional: <reason>",
+// in the terminal report (clipped or not) and the HTML one; one that is
+// not optional is an ERROR saying it tested nothing.
+func TestReportShowsOptionalReason(t *testing.T) {
+	rep := &curev1.RunReport{RunId: "r1", NodeId: "n1", Mode: curev1.Mode_MODE_DIAGNOSTIC, Status: "failed",
+		Verdicts: []*curev1.Verdict{
+			{Component: "infiniband", Check: "ib-ports", Status: curev1.VerdictStatus_SKIP,
+				Message: `optional: QEMU nodes have no InfiniBand: no component matched appliesTo "ib/*/*"`},
+			{Component: "gpu", Check: "gpu-health", Status: curev1.VerdictStatus_ERROR,
+				Message: "tested nothing (mark the check optional: {reason: ...} in the suite where that is expected): no NVIDIA GPU on this node"},
+		}}
+	var narrow, wide, html bytes.Buffer
+	PrintReport(&narrow, rep)
+	PrintReportWide(&wide, rep)
+	if err := WriteHTML(&html, rep, nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"report": narrow.String(), "wide": wide.String(), "html": html.String()} {
+		if !strings.Contains(out, "optional: QEMU nodes have no InfiniBand") || !strings.Contains(out, "tested nothing") {
+			t.Errorf("%s does not show the optional reason and the check that tested nothing:\n%s", name, out)
+		}
+	}
+}
