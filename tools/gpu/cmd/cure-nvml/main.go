@@ -26,11 +26,14 @@
 // else the NVML index). Exit status: 0 every verdict PASS or SKIP; 1 some
 // verdict FAIL or ERROR; 2 bad flags or expectations (nothing run, message
 // on stderr, no JSON); 3 NVML could not be initialised (the document holds
-// one ERROR verdict, check "nvml").
+// one ERROR verdict, check "nvml"). A load the flags ask for (-burn,
+// -dcgm-load, -dcgm-level) whose program the image lacks is an ERROR
+// verdict naming it, never a SKIP: idle GPUs must not pass a burn-in.
 //
 // Usage:
 //
-//	cure-nvml -expect expect.json [-burn 10m] [-dcgm-level 2 [-dcgmi PATH] [-nv-hostengine PATH]] [-interval 5s]
+//	cure-nvml -expect expect.json [-burn 10m [-gpu-burn PATH] [-gpu-burn-kernel compare.ptx]] [-interval 5s]
+//	cure-nvml -expect expect.json [-dcgm-load targeted_stress -dcgm-load-for 10m] [-dcgm-level 2] [-dcgmi PATH] [-nv-hostengine PATH]
 //	cure-nvml -expect expect.json [-nvbandwidth PATH] [-all-reduce-perf PATH]   (expect.bandwidth set)
 //	cure-nvml -sample [-interval 10s] [-count N]
 //
@@ -43,6 +46,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -69,31 +73,55 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// config is what the flags ask for.
+type config struct {
+	burn             time.Duration
+	burnPath         string
+	burnKernel       string
+	dcgmLevel        int
+	dcgmPath         string
+	hostEnginePath   string
+	nvvsDir          string
+	workDir          string
+	dcgmTimeout      time.Duration
+	dcgmLoad         string
+	dcgmLoadFor      time.Duration
+	nvbandwidthPath  string
+	allReducePath    string
+	bandwidthTimeout time.Duration
+	duration         time.Duration
+	interval         time.Duration
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cure-nvml", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	var c config
 	expectPath := fs.String("expect", "", "expectations as JSON (gpu.Expect field names); empty: defaults only")
 	libPath := fs.String("lib", "", "path to libnvidia-ml.so.1 (default: the dynamic loader's search)")
-	burn := fs.Duration("burn", 0, "run gpu-burn this long as the load (0: no gpu-burn)")
-	burnPath := fs.String("gpu-burn", "", "gpu-burn binary (default: gpu_burn, then gpu-burn, on PATH)")
-	dcgmLevel := fs.Int("dcgm-level", 0, "run `dcgmi diag -r N -j` as (part of) the load; 0: off")
-	dcgmPath := fs.String("dcgmi", "dcgmi", "dcgmi binary")
-	hostEnginePath := fs.String("nv-hostengine", "nv-hostengine", "nv-hostengine binary: dcgmi diag runs against a host engine of its own")
-	nvvsDir := fs.String("nvvs-dir", "", "directory of DCGM's nvvs when it is not at DCGM's default (NVVS_BIN_PATH)")
-	workDir := fs.String("work-dir", "", "where the host engine's socket and logs go (default: the temporary directory)")
-	dcgmTimeout := fs.Duration("dcgm-timeout", 2*time.Hour, "limit for dcgmi diag (-r 4 takes over an hour)")
-	nvbandwidthPath := fs.String("nvbandwidth", "nvbandwidth", "nvbandwidth binary, for expectations with a bandwidth run")
-	allReducePath := fs.String("all-reduce-perf", "all_reduce_perf", "nccl-tests' all_reduce_perf binary, for expectations with a bandwidth run")
-	bandwidthTimeout := fs.Duration("bandwidth-timeout", time.Hour, "limit for each bandwidth program run")
-	duration := fs.Duration("duration", 0, "without a load: how long to sample")
-	interval := fs.Duration("interval", 5*time.Second, "sampling interval")
+	fs.DurationVar(&c.burn, "burn", 0, "run gpu-burn this long as the load (0: no gpu-burn)")
+	fs.StringVar(&c.burnPath, "gpu-burn", "", "gpu-burn binary (default: gpu_burn, then gpu-burn, on PATH)")
+	fs.StringVar(&c.burnKernel, "gpu-burn-kernel", "", "gpu-burn's compare kernel, compare.ptx (default: gpu_burn's own, compare.ptx in its working directory)")
+	fs.IntVar(&c.dcgmLevel, "dcgm-level", 0, "run `dcgmi diag -r N -j` as (part of) the load; 0: off")
+	fs.StringVar(&c.dcgmPath, "dcgmi", "dcgmi", "dcgmi binary")
+	fs.StringVar(&c.hostEnginePath, "nv-hostengine", "nv-hostengine", "nv-hostengine binary: dcgmi diag runs against a host engine of its own")
+	fs.StringVar(&c.nvvsDir, "nvvs-dir", "", "directory of DCGM's nvvs when it is not at DCGM's default (NVVS_BIN_PATH)")
+	fs.StringVar(&c.workDir, "work-dir", "", "where the host engine's socket and logs go (default: the temporary directory)")
+	fs.DurationVar(&c.dcgmTimeout, "dcgm-timeout", 2*time.Hour, "limit for dcgmi diag (-r 4 takes over an hour)")
+	fs.StringVar(&c.dcgmLoad, "dcgm-load", "", "run this DCGM test (targeted_stress or targeted_power) as the GPU load for -dcgm-load-for")
+	fs.DurationVar(&c.dcgmLoadFor, "dcgm-load-for", 0, "how long the -dcgm-load test runs")
+	fs.StringVar(&c.nvbandwidthPath, "nvbandwidth", "nvbandwidth", "nvbandwidth binary, for expectations with a bandwidth run")
+	fs.StringVar(&c.allReducePath, "all-reduce-perf", "all_reduce_perf", "nccl-tests' all_reduce_perf binary, for expectations with a bandwidth run")
+	fs.DurationVar(&c.bandwidthTimeout, "bandwidth-timeout", time.Hour, "limit for each bandwidth program run")
+	fs.DurationVar(&c.duration, "duration", 0, "without a load: how long to sample")
+	fs.DurationVar(&c.interval, "interval", 5*time.Second, "sampling interval")
 	sample := fs.Bool("sample", false, "print GPU telemetry as JSON lines, one every -interval, instead of checking")
 	count := fs.Int("count", 0, "with -sample: how many lines (0: until SIGTERM or stdout closes)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *sample {
-		return runSample(*libPath, *interval, *count, stdout, stderr)
+		return runSample(*libPath, c.interval, *count, stdout, stderr)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 
@@ -115,8 +143,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "cure-nvml: %s: %v\n", *expectPath, err)
 		return 2
 	}
-	if *dcgmLevel < 0 || *dcgmLevel > 4 {
-		fmt.Fprintf(stderr, "cure-nvml: -dcgm-level %d: must be 0-4\n", *dcgmLevel)
+	if err := c.validate(); err != nil {
+		fmt.Fprintf(stderr, "cure-nvml: %v\n", err)
 		return 2
 	}
 
@@ -134,89 +162,154 @@ func run(args []string, stdout, stderr io.Writer) int {
 			log.Warn("cure-nvml: NVML shutdown", "err", err)
 		}
 	}()
+	return check(ctx, src, c, exp, exec.LookPath, stdout, log)
+}
+
+func (c config) validate() error {
+	switch {
+	case c.dcgmLevel < 0 || c.dcgmLevel > 4:
+		return fmt.Errorf("-dcgm-level %d: must be 0-4", c.dcgmLevel)
+	case c.dcgmLoad != "" && !slices.Contains(gpu.DCGMLoadTests, c.dcgmLoad):
+		return fmt.Errorf("-dcgm-load %q: want %s", c.dcgmLoad, strings.Join(gpu.DCGMLoadTests, " or "))
+	case (c.dcgmLoad != "") != (c.dcgmLoadFor > 0):
+		return errors.New("-dcgm-load and a positive -dcgm-load-for go together")
+	case c.burn > 0 && c.dcgmLoad != "":
+		return errors.New("-burn and -dcgm-load: one GPU load at a time")
+	}
+	return nil
+}
+
+// nvmlSource is what check needs of NVML: the devices and the driver's
+// version (nvmlsource.Source; go-nvml's mocks behind it in tests).
+type nvmlSource interface {
+	gpu.Library
+	DriverVersion() (string, error)
+}
+
+// check runs the loads the flags ask for while Collect samples src, and
+// prints the report; its exit status is run's.
+func check(ctx context.Context, src nvmlSource, c config, exp gpu.Expect, look func(string) (string, error), stdout io.Writer, log *slog.Logger) int {
 	rep := report{}
+	var err error
 	if rep.Driver, err = src.DriverVersion(); err != nil {
 		log.Warn("cure-nvml: driver version", "err", err)
 	}
-
-	var extra []gpu.Verdict
-	var loads []func(context.Context) error
-	if *burn > 0 {
-		path := *burnPath
-		if path == "" {
-			path = lookFirst("gpu_burn", "gpu-burn")
-		}
-		if path == "" {
-			extra = append(extra, gpu.Verdict{Component: "gpu", Check: gpu.CheckGPUBurn, Status: gpu.Skip, Message: "gpu-burn is not in this image"})
-		} else {
-			loads = append(loads, func(ctx context.Context) error {
-				vs, err := gpu.RunGPUBurn(ctx, gpu.OSExec, path, "", *burn)
-				extra = append(extra, vs...)
-				return err
-			})
-		}
-	}
-	if *dcgmLevel > 0 {
-		dcgmi, err := exec.LookPath(*dcgmPath)
-		he, herr := exec.LookPath(*hostEnginePath)
-		switch {
-		case err != nil || herr != nil:
-			extra = append(extra, gpu.Verdict{Component: "gpu", Check: gpu.CheckDCGMDiag, Status: gpu.Error, Expected: "DCGM in the image",
-				Message: fmt.Sprintf("the suite asks for dcgmi diag -r %d, but this image lacks %s: DCGM comes with the site's driver bundle (docs/VALIDATION.md)",
-					*dcgmLevel, strings.Join(missing(map[string]error{*dcgmPath: err, *hostEnginePath: herr}), " and "))})
-		default:
-			d := gpu.DCGM{HostEngine: he, Dcgmi: dcgmi, NVVSDir: *nvvsDir, WorkDir: *workDir, Log: log}
-			targets := gpu.TargetsFor(src, exp)
-			loads = append(loads, func(ctx context.Context) error {
-				vs, err := d.RunDiag(ctx, *dcgmLevel, *dcgmTimeout, targets)
-				extra = append(extra, vs...)
-				return err
-			})
-		}
-	}
-	if b := exp.Bandwidth; b != nil {
-		var need []string
-		var lookErr = map[string]error{}
-		nvb, ar := "", ""
-		if len(b.NVBandwidth) > 0 {
-			nvb, lookErr[*nvbandwidthPath] = exec.LookPath(*nvbandwidthPath)
-		}
-		if b.NCCLAllReduce {
-			ar, lookErr[*allReducePath] = exec.LookPath(*allReducePath)
-		}
-		need = missing(lookErr)
-		if len(need) > 0 {
-			extra = append(extra, gpu.Verdict{Component: "gpu", Check: gpu.CheckNVBandwidth, Status: gpu.Error, Expected: "the bandwidth programs in the image",
-				Message: fmt.Sprintf("this image lacks %s: nvbandwidth and nccl-tests come with the site's driver bundle (docs/VALIDATION.md)", strings.Join(need, " and "))})
-		} else {
-			n, _ := src.DeviceCount()
-			naming := gpu.NamingFor(src, exp)
-			loads = append(loads, func(ctx context.Context) error {
-				vs, err := gpu.BandwidthRun(ctx, gpu.OSExec, *b, nvb, ar, n, naming, *bandwidthTimeout)
-				extra = append(extra, vs...)
-				return err
-			})
-		}
-	}
-	opt := gpu.Options{Duration: *duration, Interval: *interval, Log: log}
-	if len(loads) > 0 {
-		opt.Load = func(ctx context.Context) error {
-			for _, l := range loads {
-				if err := l(ctx); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
+	l := planLoads(c, src, exp, look, log)
+	opt := gpu.Options{Duration: c.duration, Interval: c.interval, Log: log}
+	if len(l.runs) > 0 {
+		opt.Load = l.run
 	}
 	obs := gpu.Collect(ctx, src, exp, opt)
-	rep.Verdicts = append(gpu.Evaluate(obs, exp), extra...)
+	rep.Verdicts = append(gpu.Evaluate(obs, exp), l.verdicts...)
 	rep.Devices = gpu.Identities(obs)
 	emit(stdout, rep)
 	if gpu.Failed(rep.Verdicts) {
 		return 1
 	}
 	return 0
+}
+
+// loads are the programs that run while Collect samples, and what they
+// and their absence reported.
+type loads struct {
+	runs     []func(context.Context) error
+	verdicts []gpu.Verdict
+}
+
+func (l *loads) run(ctx context.Context) error {
+	for _, r := range l.runs {
+		if err := r(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// add runs f as a load, its verdicts kept.
+func (l *loads) add(f func(context.Context) ([]gpu.Verdict, error)) {
+	l.runs = append(l.runs, func(ctx context.Context) error {
+		vs, err := f(ctx)
+		l.verdicts = append(l.verdicts, vs...)
+		return err
+	})
+}
+
+// howToDeliver says where each GPU program comes from, for a missing one.
+const howToDeliver = "docs/VALIDATION.md, \"Site GPU tools\""
+
+// planLoads finds the programs the flags ask for. A load asked for whose
+// program is missing is an ERROR naming it and how an image gets it: the
+// GPUs would otherwise be judged idle as if they had been loaded.
+func planLoads(c config, src gpu.Library, exp gpu.Expect, look func(string) (string, error), log *slog.Logger) *loads {
+	l := &loads{}
+	missingErr := func(check, expected, msg string) {
+		l.verdicts = append(l.verdicts, gpu.Verdict{Component: "gpu", Check: check, Status: gpu.Error, Expected: expected, Message: msg})
+	}
+	if c.burn > 0 {
+		path, err := c.burnPath, error(nil)
+		if path == "" {
+			path, err = lookFirst(look, "gpu_burn", "gpu-burn")
+		} else {
+			path, err = look(path)
+		}
+		if err != nil {
+			missingErr(gpu.CheckGPUBurn, "gpu-burn in the image", fmt.Sprintf("the suite asks for a %s GPU load and this image has no gpu-burn (%v): build it into the driver bundle with "+
+				"cure-build --build-gpu-burn SRC --cuda CUDA --into BUNDLE, or give the bundle DCGM for a DCGM load (%s)", c.burn, err, howToDeliver))
+		} else {
+			l.add(func(ctx context.Context) ([]gpu.Verdict, error) {
+				return gpu.RunGPUBurn(ctx, gpu.OSExec, path, c.burnKernel, c.burn)
+			})
+		}
+	}
+	var dcgm *gpu.DCGM
+	if c.dcgmLevel > 0 || c.dcgmLoad != "" {
+		dcgmi, err := look(c.dcgmPath)
+		he, herr := look(c.hostEnginePath)
+		if err != nil || herr != nil {
+			what := fmt.Sprintf("dcgmi diag -r %d", c.dcgmLevel)
+			if c.dcgmLoad != "" {
+				what = fmt.Sprintf("a %s DCGM %s load", c.dcgmLoadFor, c.dcgmLoad)
+			}
+			missingErr(gpu.CheckDCGMDiag, "DCGM in the image", fmt.Sprintf("the suite asks for %s, but this image lacks %s: DCGM comes with the site's driver bundle (%s)",
+				what, strings.Join(missing(map[string]error{c.dcgmPath: err, c.hostEnginePath: herr}), " and "), howToDeliver))
+		} else {
+			dcgm = &gpu.DCGM{HostEngine: he, Dcgmi: dcgmi, NVVSDir: c.nvvsDir, WorkDir: c.workDir, Log: log}
+		}
+	}
+	if dcgm != nil {
+		targets := gpu.TargetsFor(src, exp)
+		if c.dcgmLoad != "" {
+			l.add(func(ctx context.Context) ([]gpu.Verdict, error) {
+				return dcgm.RunLoad(ctx, c.dcgmLoad, c.dcgmLoadFor, targets)
+			})
+		}
+		if c.dcgmLevel > 0 {
+			l.add(func(ctx context.Context) ([]gpu.Verdict, error) {
+				return dcgm.RunDiag(ctx, c.dcgmLevel, c.dcgmTimeout, targets)
+			})
+		}
+	}
+	if b := exp.Bandwidth; b != nil {
+		lookErr := map[string]error{}
+		nvb, ar := "", ""
+		if len(b.NVBandwidth) > 0 {
+			nvb, lookErr[c.nvbandwidthPath] = look(c.nvbandwidthPath)
+		}
+		if b.NCCLAllReduce {
+			ar, lookErr[c.allReducePath] = look(c.allReducePath)
+		}
+		if need := missing(lookErr); len(need) > 0 {
+			missingErr(gpu.CheckNVBandwidth, "the bandwidth programs in the image", fmt.Sprintf("this image lacks %s: nvbandwidth and nccl-tests come with the site's driver bundle (%s)",
+				strings.Join(need, " and "), howToDeliver))
+		} else {
+			n, _ := src.DeviceCount()
+			naming := gpu.NamingFor(src, exp)
+			l.add(func(ctx context.Context) ([]gpu.Verdict, error) {
+				return gpu.BandwidthRun(ctx, gpu.OSExec, *b, nvb, ar, n, naming, c.bandwidthTimeout)
+			})
+		}
+	}
+	return l
 }
 
 // missing names the programs whose lookup failed, sorted.
@@ -231,13 +324,16 @@ func missing(lookups map[string]error) []string {
 	return out
 }
 
-func lookFirst(names ...string) string {
+func lookFirst(look func(string) (string, error), names ...string) (string, error) {
+	var errs []error
 	for _, n := range names {
-		if p, err := exec.LookPath(n); err == nil {
-			return p
+		p, err := look(n)
+		if err == nil {
+			return p, nil
 		}
+		errs = append(errs, err)
 	}
-	return ""
+	return "", errors.Join(errs...)
 }
 
 func emit(w io.Writer, r report) {
