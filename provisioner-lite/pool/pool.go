@@ -56,6 +56,9 @@ type Config struct {
 	CheckSuite func(name string) error
 	Metrics    *metrics.Metrics
 	Log        *slog.Logger
+	// Policies reads SKUs' admission policies (nil: no SKU has one, every
+	// provisioned node goes in service at once).
+	Policies Policies
 	// StartGrace is how long a node may be revalidating without its run
 	// recorded before Reconcile calls the start lost (default 2 min).
 	StartGrace time.Duration
@@ -92,6 +95,11 @@ func (p *Pool) Ask(ctx context.Context, nodeID string, a Action, actor, reason s
 	from, to, err := Move(a)
 	if err != nil {
 		return store.NodePool{}, err
+	}
+	if a == Return {
+		if err := p.admitReturn(ctx, nodeID); err != nil {
+			return store.NodePool{}, err
+		}
 	}
 	next := store.NodePool{NodeID: nodeID, State: string(to), Actor: actor, Reason: textsafe.BoundedLine(reason, maxReason)}
 	if next.Reason == "" {
@@ -193,7 +201,8 @@ func (p *Pool) RunStarted(ctx context.Context, nodeID, runID string, mode modes.
 }
 
 // RunEnded hears of every run that ends (pipeline.Config.Notify): a
-// provision that succeeded puts its node in service, a wipe that
+// provision that succeeded puts its node in service (accepting, on a SKU
+// with spec.admission: the node's admission decides), a wipe that
 // succeeded takes it out of the pool, and the end of a node's
 // revalidation run decides where it goes (Judge). It must not block long:
 // it runs on the run's goroutine (a few store reads and one write).
@@ -203,15 +212,16 @@ func (p *Pool) RunEnded(ctx context.Context, r store.Run) {
 	switch modes.Mode(r.Mode) {
 	case modes.Provision:
 		if r.Status == curev1.RunStatus_RUN_SUCCEEDED {
-			err = p.set(ctx, store.NodePool{NodeID: r.NodeID, State: string(InService), Actor: Coordinator, RunID: r.ID,
-				Reason: "provisioned by run " + r.ID})
+			err = p.provisioned(ctx, r)
 		}
 	case modes.Wipe:
 		if r.Status == curev1.RunStatus_RUN_SUCCEEDED {
 			err = p.set(ctx, store.NodePool{NodeID: r.NodeID, Actor: Coordinator, RunID: r.ID, Reason: "wiped by run " + r.ID})
 		}
 	case modes.Diagnostic, modes.Burnin:
-		err = p.revalidationEnded(ctx, r)
+		if err = p.revalidationEnded(ctx, r); err == nil {
+			err = p.reconsider(ctx, r.NodeID, Coordinator, fmt.Sprintf("%s run %s ended", r.Mode, r.ID))
+		}
 	}
 	if err != nil {
 		p.cfg.Log.Error("pool: run ended", "node", r.NodeID, "run", r.ID, "err", err)
@@ -271,6 +281,7 @@ func (p *Pool) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	p.reconcileAdmission(ctx, all)
 	for _, cur := range all {
 		if State(cur.State) != Revalidating {
 			continue
@@ -357,6 +368,13 @@ func (p *Pool) refusal(nodeID string, a Action, err error) error {
 }
 
 func (p *Pool) announce(ctx context.Context, prev, next store.NodePool) {
+	p.dirty.Store(true)
+	if State(next.State) == Accepting && (State(prev.State) == None || State(prev.State) == Accepting) {
+		// A node entering its acceptance is not the scheduler's business:
+		// it hears of the node when it is admitted (or quarantined).
+		p.cfg.Log.Info("pool", "node", next.NodeID, "from", State(prev.State).Show(), "to", Accepting.Show(), "reason", next.Reason, "run", next.RunID)
+		return
+	}
 	c := Change{NodeID: next.NodeID, From: State(prev.State), To: State(next.State), Reason: next.Reason, Actor: next.Actor,
 		RunID: next.RunID, At: next.Since}
 	if c.At.IsZero() {

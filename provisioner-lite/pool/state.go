@@ -32,11 +32,20 @@ const (
 	Revalidating State = "revalidating"
 	Ready        State = "ready"
 	RMA          State = "rma"
+	// Accepting: provisioned on a SKU with spec.admission, its acceptance
+	// (the join gate: package admission) under way; not the scheduler's.
+	Accepting State = "accepting"
+	// Quarantined: an admission requirement failed or could not be
+	// judged, or its firmware measurements drifted; kept out of service
+	// until the reasons are cleared.
+	Quarantined State = "quarantined"
 )
 
 // States lists every state a node in the pool can be in (None aside), in
 // the loop's order: the metrics gauge has one series each.
-func States() []State { return []State{InService, Draining, Drained, Revalidating, Ready, RMA} }
+func States() []State {
+	return []State{Accepting, Quarantined, InService, Draining, Drained, Revalidating, Ready, RMA}
+}
 
 // Proto is the wire value of s.
 func (s State) Proto() curev1.PoolState {
@@ -53,6 +62,10 @@ func (s State) Proto() curev1.PoolState {
 		return curev1.PoolState_POOL_READY
 	case RMA:
 		return curev1.PoolState_POOL_RMA
+	case Accepting:
+		return curev1.PoolState_POOL_ACCEPTING
+	case Quarantined:
+		return curev1.PoolState_POOL_QUARANTINED
 	}
 	return curev1.PoolState_POOL_STATE_UNSPECIFIED
 }
@@ -92,10 +105,12 @@ var moves = map[Action]move{
 		hint: "drain it and wait for the scheduler's drained first (curectl nodes drain, curectl nodes drained)"},
 	// Return ends a drain the scheduler no longer needs, hands back a
 	// node that passed (or was serviced while drained), and adopts a
-	// node deployed before the pool existed (None). An RMA'd node passes
-	// a revalidation first.
+	// node deployed before the pool existed (None; on a SKU with
+	// spec.admission only when the node meets it: Pool.Ask). An RMA'd
+	// node passes a revalidation first; an accepting or quarantined one
+	// passes its admission (Pool.Reconsider).
 	Return: {from: []State{None, Draining, Drained, Ready}, to: InService,
-		hint: "an rma node is revalidated (or provisioned) before it returns"},
+		hint: "an rma node is revalidated (or provisioned) before it returns; an accepting or quarantined one enters service only through its admission (curectl nodes admission)"},
 }
 
 // Move is where action takes a node and the states it may start from.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -49,6 +48,9 @@ type OperatorService struct {
 	Pool *pool.Pool
 	// Instance names this coordinator instance in answers.
 	Instance string
+	// OnMeasurementsAccepted, if set, hears of an accepted measurement
+	// hold after the store cleared it (the pool reconsiders the node).
+	OnMeasurementsAccepted func(ctx context.Context, nodeID, actor, reason string)
 	// KnownSKU checks the SKU of a node added at run time against the
 	// manifests (sitecheck.KnownSKU); nil accepts any.
 	KnownSKU func(string) error
@@ -388,7 +390,7 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 			rep.DeadlineUnixMs = phaseDeadline(r, r.Phase)
 		}
 	}
-	if rep.BootPath, err = bootPath(ctx, st, r.ID); err != nil {
+	if rep.BootPath, err = st.RunBootPath(ctx, r.ID); err != nil {
 		return nil, err
 	}
 	rmaparts.GPUIdentities(rep.GetInventory().GetInventory(), rep.Verdicts)
@@ -485,24 +487,3 @@ func unixMs(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
-// bootPath is the path of the run's latest boot into CURE: the status of
-// the coordinator's last event that handed a boot its token.
-func bootPath(ctx context.Context, st *store.Store, runID string) (string, error) {
-	path := ""
-	var after int64
-	for {
-		evs, err := st.Events(ctx, runID, after, 1000)
-		if err != nil {
-			return "", err
-		}
-		for _, ev := range evs {
-			if ev.Kind == runstate.EventInfo && ev.Source == runstate.SourceCoordinator && strings.HasPrefix(ev.Status, runstate.BootPathStatusPrefix) {
-				path = strings.TrimPrefix(ev.Status, runstate.BootPathStatusPrefix)
-			}
-			after = ev.ID
-		}
-		if len(evs) < 1000 {
-			return path, nil
-		}
-	}
-}
