@@ -53,7 +53,7 @@ func (d *decoder) suite(top *fields) *ValidationSuite {
 		top.missing("spec")
 		return s
 	}
-	spec := d.mapping(v, "spec", "duration", "grace", "failFast", "resume", "end", "fleet", "stages", "checks")
+	spec := d.mapping(v, "spec", "duration", "grace", "failFast", "resume", "end", "fleet", "bmc", "stages", "checks")
 	s.Spec.Duration = spec.duration("duration")
 	s.Spec.Grace = spec.duration("grace")
 	s.Spec.FailFast = spec.boolean("failFast")
@@ -61,6 +61,9 @@ func (d *decoder) suite(top *fields) *ValidationSuite {
 	s.Spec.End = spec.optEnum("end", EndHostOS, EndPowerOff, EndStay)
 	if v := spec.get("fleet"); v != nil {
 		s.Spec.Fleet = d.fleetPolicy(v, "spec.fleet")
+	}
+	if v := spec.get("bmc"); v != nil {
+		s.Spec.BMC = d.bmcBars(v, "spec.bmc") // bmcbars.go
 	}
 	seen := map[string]int{}
 	add := func(item *yaml.Node, p, stage string, stageDur Duration) {
@@ -427,9 +430,10 @@ func (s ValidationSuiteSpec) MarshalYAML() (any, error) {
 		Resume   string       `yaml:"resume,omitempty"`
 		End      string       `yaml:"end,omitempty"`
 		Fleet    *FleetPolicy `yaml:"fleet,omitempty"`
+		BMC      *BMCBars     `yaml:"bmc,omitempty"`
 		Stages   []stageOut   `yaml:"stages"`
 	}
-	out := specOut{Duration: s.Duration, Grace: s.Grace, FailFast: s.FailFast, Resume: s.Resume, End: s.End, Fleet: s.Fleet}
+	out := specOut{Duration: s.Duration, Grace: s.Grace, FailFast: s.FailFast, Resume: s.Resume, End: s.End, Fleet: s.Fleet, BMC: s.BMC}
 	for _, st := range s.Stages {
 		so := stageOut{Name: st.Name, Duration: st.Duration, Telemetry: st.Telemetry}
 		for _, c := range s.Checks {

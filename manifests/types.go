@@ -286,6 +286,9 @@ type ValidationSuiteSpec struct {
 	// nil means the defaults (DefaultFleetWindow, DefaultFleetMinNodes) for
 	// the checks that name fleet bands.
 	Fleet *FleetPolicy `yaml:"fleet,omitempty"`
+	// BMC are the bars on the BMC's evidence of the run (bmcbars.go); nil
+	// means DefaultBMCBars.
+	BMC *BMCBars `yaml:"bmc,omitempty"`
 	// Stages group checks that run at once. A suite written with a flat
 	// `checks:` list has no stages: each check is its own step, in order.
 	Stages []Stage `yaml:"-"`
