@@ -125,7 +125,27 @@ type gpuPlan struct {
 	// Tools are the site GPU programs the check runs (dcgm, nvbandwidth,
 	// nccl-tests), found through the driver bundle's manifest.
 	Tools []string
+	// Load is the GPU load the check runs for LoadFor: LoadAuto,
+	// LoadDCGM or LoadGPUBurn; "" for none. Which program backs LoadAuto
+	// is decided on the node, from the image's driver manifest (chooseLoad).
+	Load    string
+	LoadFor time.Duration
+	// LoadTest is the DCGM test a DCGM load runs (targeted_stress,
+	// targeted_power); BurnPath the gpu_burn a gpu-burn load runs where
+	// the suite names one.
+	LoadTest string
+	BurnPath string
 }
+
+// GPU loads a gpu check may ask for (params.load).
+const (
+	LoadAuto    = "auto"     // DCGM's targeted stress where the image has DCGM, gpu-burn otherwise
+	LoadDCGM    = "dcgm"     // DCGM's targeted stress or power (params.loadTest)
+	LoadGPUBurn = "gpu-burn" // gpu-burn, built into the driver bundle
+)
+
+// dcgmLoadMargin covers DCGM's own start-up around a timed load test.
+const dcgmLoadMargin = 10 * time.Minute
 
 // Build implements suite.Env.GPU: it validates c (unknown params and
 // thresholds are errors naming the check) and returns the check's Func.
@@ -156,6 +176,7 @@ func planGPU(c manifests.Check) (gpuPlan, error) {
 	e := &p.Expect
 	burn := false
 	burnPath, dcgmLevel, dcgmTimeout := "", int64(0), time.Duration(0)
+	load, loadTest := "", ""
 	for _, k := range sortedKeys(c.Params) {
 		v, f := c.Params[k], "params."+k
 		switch k {
@@ -204,6 +225,14 @@ func planGPU(c manifests.Check) (gpuPlan, error) {
 			burn = paramBool(v, f, bad)
 		case "gpuBurnPath":
 			burnPath = paramStr(v, f, bad)
+		case "load":
+			if load = paramStr(v, f, bad); !slices.Contains([]string{LoadAuto, LoadDCGM, LoadGPUBurn}, load) {
+				bad(f, "%q: want auto (DCGM where the image has it, gpu-burn otherwise), dcgm or gpu-burn", load)
+			}
+		case "loadTest":
+			if loadTest = paramStr(v, f, bad); !slices.Contains(gpu.DCGMLoadTests, loadTest) {
+				bad(f, "%q: want %s", loadTest, strings.Join(gpu.DCGMLoadTests, " or "))
+			}
 		case "dcgmLevel":
 			if dcgmLevel = paramInt(v, f, bad); dcgmLevel < 0 || dcgmLevel > 4 {
 				bad(f, "%d is not a dcgmi diag run level (1-4, 0 = none)", dcgmLevel)
@@ -216,7 +245,7 @@ func planGPU(c manifests.Check) (gpuPlan, error) {
 			}
 			dcgmTimeout = d
 		default:
-			bad(f, "unknown parameter for a gpu check (want count, busIDs, model, pciDeviceID, failOnRemapPending, criticalXids, failClocksReasons, pcieGen, pcieWidth, nvlinks, nvswitch, fabric, powerLimitW, gpuBurn, gpuBurnPath, dcgmLevel, dcgmTimeout)")
+			bad(f, "unknown parameter for a gpu check (want count, busIDs, model, pciDeviceID, failOnRemapPending, criticalXids, failClocksReasons, pcieGen, pcieWidth, nvlinks, nvswitch, fabric, powerLimitW, load, loadTest, gpuBurn, gpuBurnPath, dcgmLevel, dcgmTimeout)")
 		}
 	}
 	for _, k := range sortedKeys(c.Thresholds) {
@@ -251,19 +280,32 @@ func planGPU(c manifests.Check) (gpuPlan, error) {
 		p.Args = append(p.Args, "-interval", time.Duration(c.Interval).String())
 	}
 	switch {
-	case burn && dur <= 0:
-		bad("params.gpuBurn", "needs the check's duration (how long gpu-burn runs)")
+	case burn && load != "" && load != LoadGPUBurn:
+		bad("params.gpuBurn", "set with load: %s (gpuBurn: true is load: gpu-burn)", load)
 	case burn:
-		p.Args = append(p.Args, "-burn", dur.String())
-		if burnPath != "" {
-			p.Args = append(p.Args, "-gpu-burn", burnPath)
+		load = LoadGPUBurn
+	}
+	switch {
+	case load != "" && dur <= 0:
+		bad("params.load", "needs the check's duration (how long the GPU load runs)")
+	case load != "":
+		p.Load, p.LoadFor, p.BurnPath, p.LoadTest = load, dur, burnPath, loadTest
+		if loadTest == "" {
+			p.LoadTest = gpu.DCGMLoadTests[0]
 		}
-	case burnPath != "":
-		bad("params.gpuBurnPath", "set without gpuBurn: true")
+		if load != LoadGPUBurn {
+			p.Timeout += dcgmLoadMargin
+		}
 	case dcgmLevel == 0 && dur > 0:
 		p.Args = append(p.Args, "-duration", dur.String())
 	}
-	p.Timeout = dur + gpuMargin
+	if burnPath != "" && load != LoadGPUBurn && load != LoadAuto {
+		bad("params.gpuBurnPath", "set without a gpu-burn load (load: gpu-burn or auto)")
+	}
+	if loadTest != "" && load != LoadDCGM && load != LoadAuto {
+		bad("params.loadTest", "set without a DCGM load (load: dcgm or auto)")
+	}
+	p.Timeout += dur + gpuMargin
 	if dcgmLevel > 0 {
 		if dcgmTimeout == 0 {
 			dcgmTimeout = 2 * time.Hour // cure-nvml's default: -r 4 takes over an hour
@@ -397,6 +439,7 @@ func toolArgs(m *driver.Manifest, tools []string) (args, versions []string) {
 		driver.ToolDCGM:        {"nv-hostengine": "-nv-hostengine", "dcgmi": "-dcgmi"},
 		driver.ToolNVBandwidth: {"nvbandwidth": "-nvbandwidth"},
 		driver.ToolNCCLTests:   {"all_reduce_perf": "-all-reduce-perf"},
+		driver.ToolGPUBurn:     {"gpu_burn": "-gpu-burn"},
 	}
 	for _, name := range tools {
 		t, ok := m.Tool(name)
@@ -412,8 +455,57 @@ func toolArgs(m *driver.Manifest, tools []string) (args, versions []string) {
 		if nvvs := t.Programs["nvvs"]; nvvs != "" && name == driver.ToolDCGM {
 			args = append(args, "-nvvs-dir", filepath.Dir(nvvs))
 		}
+		if k, ok := t.File(driver.GPUBurnKernel); ok && name == driver.ToolGPUBurn {
+			args = append(args, "-gpu-burn-kernel", k.Path)
+		}
 	}
 	return args, versions
+}
+
+// chooseLoad decides which program backs p's GPU load on this image and
+// returns the helper flags for it and the site tool it uses: auto takes
+// DCGM's targeted stress where the image's driver manifest lists DCGM,
+// else gpu-burn (the manifest's, or one on the helper's PATH). A program
+// the image lacks is the helper's ERROR, naming it; a load that then
+// reports nothing is this check's (loadVerdict).
+func chooseLoad(m *driver.Manifest, p gpuPlan) (load string, args []string, tool string) {
+	load = p.Load
+	if load == LoadAuto {
+		load = LoadGPUBurn
+		if _, ok := m.Tool(driver.ToolDCGM); ok {
+			load = LoadDCGM
+		}
+	}
+	switch load {
+	case LoadDCGM:
+		return load, []string{"-dcgm-load", p.LoadTest, "-dcgm-load-for", p.LoadFor.String()}, driver.ToolDCGM
+	case LoadGPUBurn:
+		args = []string{"-burn", p.LoadFor.String()}
+		if p.BurnPath != "" {
+			// The suite's own gpu_burn: the manifest's would override it.
+			return load, append(args, "-gpu-burn", p.BurnPath), ""
+		}
+		return load, args, driver.ToolGPUBurn
+	}
+	return "", nil, ""
+}
+
+// loadVerdict is an ERROR on "gpu" when the check asked for a GPU load
+// and the helper's verdicts carry none of it: GPUs that were never loaded
+// must not pass a burn-in on their idle readings.
+func loadVerdict(load string, p gpuPlan, vs []gpu.Verdict) (gpu.Verdict, bool) {
+	if load == "" {
+		return gpu.Verdict{}, false
+	}
+	for _, v := range vs {
+		switch {
+		case load == LoadGPUBurn && v.Check == gpu.CheckGPUBurn,
+			load == LoadDCGM && (v.Check == gpu.DCGMCheck(p.LoadTest) || v.Check == gpu.CheckDCGMDiag):
+			return gpu.Verdict{}, false
+		}
+	}
+	return gpu.Verdict{Component: "gpu", Check: "gpu_load", Status: gpu.Error, Expected: load + " for " + p.LoadFor.String(),
+		Message: fmt.Sprintf("the check asked for a %s %s GPU load and the NVML helper reported nothing of it: the GPUs' readings are not under load", p.LoadFor, load)}, true
 }
 
 // fabricManagerVerdict: on an NVSwitch board the fabric manager must run
@@ -489,7 +581,13 @@ func (g Checks) runHelper(ctx context.Context, name string, p gpuPlan) ([]checks
 				Message: fmt.Sprintf("%d NVIDIA GPU(s) on the bus, but the driver did not come up: %v", len(gpus), err)}}, nil
 		}
 	}
-	if _, err := os.Stat(g.Helper); errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(g.Helper); errors.Is(err, fs.ErrNotExist) && p.Load != "" {
+		// A suite that loads the GPUs is a burn-in: untested GPUs are no
+		// finding to skip.
+		return []checks.Verdict{{Component: "gpu", Status: checks.Error, Expected: p.Load + " GPU load for " + p.LoadFor.String(),
+			Message: fmt.Sprintf("cure-nvml not in this image (%s): the %s GPU load cannot run on the %d NVIDIA GPU(s) on the bus; build the image with the NVML helper (make image, CURE_NVIDIA_LIB or a driver bundle; docs/VALIDATION.md)",
+				g.Helper, p.Load, len(gpus))}}, nil
+	} else if errors.Is(err, fs.ErrNotExist) {
 		return []checks.Verdict{{Component: "gpu", Status: checks.Skip,
 			Message: fmt.Sprintf("cure-nvml not in this image (%s): %d NVIDIA GPU(s) on the bus are not checked", g.Helper, len(gpus))}}, nil
 	}
@@ -506,9 +604,17 @@ func (g Checks) runHelper(ctx context.Context, name string, p gpuPlan) ([]checks
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("gpu check %s: %w", name, err)
 	}
-	targs, versions := toolArgs(dm, p.Tools)
-	p.Args = append(slices.Clone(p.Args), targs...)
-	if g.TmpDir != "" && slices.Contains(p.Tools, driver.ToolDCGM) {
+	load, largs, ltool := chooseLoad(dm, p)
+	tools := slices.Clone(p.Tools)
+	if ltool != "" && !slices.Contains(tools, ltool) {
+		tools = append(tools, ltool)
+	}
+	targs, versions := toolArgs(dm, tools)
+	p.Args = append(append(slices.Clone(p.Args), largs...), targs...)
+	if load != "" {
+		g.Log.Info("gpu check: GPU load", "check", name, "load", load, "for", p.LoadFor, "asked", p.Load)
+	}
+	if g.TmpDir != "" && slices.Contains(tools, driver.ToolDCGM) {
 		p.Args = append(p.Args, "-work-dir", g.TmpDir)
 	}
 
@@ -559,6 +665,9 @@ func (g Checks) runHelper(ctx context.Context, name string, p gpuPlan) ([]checks
 		return nil, fmt.Errorf("%s exit %d: expected a JSON document {driver, verdicts} on stdout, found %q: %v", g.Helper, code, tail(stdout), err)
 	}
 	all := append(pre, rep.Verdicts...)
+	if lv, ok := loadVerdict(load, p, rep.Verdicts); ok {
+		all = append(all, lv)
+	}
 	if sx, ok := g.sxid(p); ok {
 		all = append(all, sx)
 	}

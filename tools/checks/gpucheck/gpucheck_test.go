@@ -72,9 +72,9 @@ func TestPlanGPU(t *testing.T) {
 	if !reflect.DeepEqual(p.Expect, want) {
 		t.Errorf("Expect = %+v\nwant     %+v", p.Expect, want)
 	}
-	wantArgs := []string{"-interval", "10s", "-burn", "2h0m0s", "-gpu-burn", "/usr/bin/gpu_burn"}
-	if !reflect.DeepEqual(p.Args, wantArgs) {
-		t.Errorf("Args = %q, want %q", p.Args, wantArgs)
+	wantArgs := []string{"-interval", "10s"}
+	if !reflect.DeepEqual(p.Args, wantArgs) || p.Load != LoadGPUBurn || p.LoadFor != 2*time.Hour || p.BurnPath != "/usr/bin/gpu_burn" {
+		t.Errorf("Args = %q, want %q; load %q for %s, %q", p.Args, wantArgs, p.Load, p.LoadFor, p.BurnPath)
 	}
 	if p.Timeout != 2*time.Hour+gpuMargin || !p.RequireGPU {
 		t.Errorf("Timeout %s RequireGPU %v, want %s true", p.Timeout, p.RequireGPU, 2*time.Hour+gpuMargin)
@@ -104,7 +104,12 @@ func TestPlanGPUErrors(t *testing.T) {
 		{"params: {cuont: 8}", `gpu check "g": params.cuont: unknown parameter`},
 		{"thresholds: {eccErrors: {max: 0}}", "thresholds.eccErrors: unknown metric"},
 		{"params: {count: eight}", "params.count: expected an integer"},
-		{"params: {gpuBurn: true}", "params.gpuBurn: needs the check's duration"},
+		{"params: {gpuBurn: true}", "params.load: needs the check's duration"},
+		{"duration: 1h, params: {load: burn}", `params.load: "burn": want auto`},
+		{"duration: 1h, params: {load: dcgm, gpuBurn: true}", "params.gpuBurn: set with load: dcgm"},
+		{"duration: 1h, params: {load: dcgm, loadTest: diagnostic}", `params.loadTest: "diagnostic": want targeted_stress or targeted_power`},
+		{"duration: 1h, params: {load: gpu-burn, loadTest: targeted_power}", "params.loadTest: set without a DCGM load"},
+		{"duration: 1h, params: {load: dcgm, gpuBurnPath: /x}", "params.gpuBurnPath: set without a gpu-burn load"},
 		{"params: {failClocksReasons: [sw_power_capp]}", `params.failClocksReasons[0]: "sw_power_capp" is not a clocks event reason`},
 		{"params: {pcieWidth: 12}", "pcieWidth: 12 is not a PCIe link width"},
 		{"params: {dcgmLevel: 5}", "params.dcgmLevel: 5 is not a dcgmi diag run level"},
