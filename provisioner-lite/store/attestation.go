@@ -152,15 +152,36 @@ type FirmwareRecord struct {
 	// ChangeRun is the run whose pipeline changed the node's firmware since
 	// the record (empty: none): the next attested boot re-records.
 	ChangeRun, ChangeReason string
+	// Hold is set while a firmware measurement drift the pipeline did not
+	// cause keeps the node out of service (HoldRun is empty otherwise).
+	Hold MeasurementHold
 }
+
+// MeasurementHold is a drift that holds a node: the run whose boot showed
+// it, what differed, when, and the boot's values, which an operator's
+// accept adopts as the node's record.
+type MeasurementHold struct {
+	RunID    string
+	Detail   string
+	At       time.Time
+	PCRs     map[string]string
+	Firmware string
+}
+
+// Held reports whether the record holds the node out of service.
+func (f FirmwareRecord) Held() bool { return f.Hold.RunID != "" }
+
+// ErrNotHeld is AcceptMeasurements' answer for a node without a hold.
+var ErrNotHeld = errors.New("no firmware measurement hold")
 
 // GetFirmwareRecord returns the node's record; ErrNotFound if none.
 func (s *Store) GetFirmwareRecord(ctx context.Context, nodeID string) (FirmwareRecord, error) {
 	f := FirmwareRecord{NodeID: nodeID}
-	var pcrs string
-	var at int64
-	err := s.r.QueryRowContext(ctx, `SELECT sku, firmware, pcrs, run_id, recorded_at, change_run, change_reason FROM firmware_pcrs WHERE node_id = ?`, nodeID).
-		Scan(&f.SKU, &f.Firmware, &pcrs, &f.RunID, &at, &f.ChangeRun, &f.ChangeReason)
+	var pcrs, holdPCRs string
+	var at, holdAt int64
+	err := s.r.QueryRowContext(ctx, `SELECT sku, firmware, pcrs, run_id, recorded_at, change_run, change_reason, hold_run, hold_detail, hold_at, hold_pcrs, hold_firmware
+FROM firmware_pcrs WHERE node_id = ?`, nodeID).
+		Scan(&f.SKU, &f.Firmware, &pcrs, &f.RunID, &at, &f.ChangeRun, &f.ChangeReason, &f.Hold.RunID, &f.Hold.Detail, &holdAt, &holdPCRs, &f.Hold.Firmware)
 	if errors.Is(err, sql.ErrNoRows) {
 		return FirmwareRecord{}, fmt.Errorf("store: firmware measurements of node %s: %w", nodeID, ErrNotFound)
 	}
@@ -170,11 +191,18 @@ func (s *Store) GetFirmwareRecord(ctx context.Context, nodeID string) (FirmwareR
 	if err := json.Unmarshal([]byte(pcrs), &f.PCRs); err != nil {
 		return FirmwareRecord{}, fmt.Errorf("store: firmware measurements of node %s: %w", nodeID, err)
 	}
+	if f.Held() {
+		if err := json.Unmarshal([]byte(holdPCRs), &f.Hold.PCRs); err != nil {
+			return FirmwareRecord{}, fmt.Errorf("store: firmware measurement hold of node %s: %w", nodeID, err)
+		}
+		f.Hold.At = fromMs(holdAt)
+	}
 	f.RecordedAt = fromMs(at)
 	return f, nil
 }
 
-// RecordFirmware replaces the node's record and clears a pending change.
+// RecordFirmware replaces the node's record and clears a pending change
+// and a hold (the pipeline's own reflash re-records through here).
 func (s *Store) RecordFirmware(ctx context.Context, f FirmwareRecord) error {
 	pcrs, err := json.Marshal(f.PCRs)
 	if err != nil {
@@ -183,7 +211,8 @@ func (s *Store) RecordFirmware(ctx context.Context, f FirmwareRecord) error {
 	err = s.tx(ctx, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO firmware_pcrs (node_id, sku, firmware, pcrs, run_id, recorded_at, change_run, change_reason) VALUES (?, ?, ?, ?, ?, ?, '', '')
 ON CONFLICT(node_id) DO UPDATE SET sku = excluded.sku, firmware = excluded.firmware, pcrs = excluded.pcrs, run_id = excluded.run_id,
-	recorded_at = excluded.recorded_at, change_run = '', change_reason = ''`, f.NodeID, f.SKU, f.Firmware, string(pcrs), f.RunID, toMs(f.RecordedAt))
+	recorded_at = excluded.recorded_at, change_run = '', change_reason = '',
+	hold_run = '', hold_detail = '', hold_at = 0, hold_pcrs = '{}', hold_firmware = ''`, f.NodeID, f.SKU, f.Firmware, string(pcrs), f.RunID, toMs(f.RecordedAt))
 		return err
 	})
 	if err != nil {
@@ -206,4 +235,68 @@ ON CONFLICT(node_id) DO UPDATE SET change_run = excluded.change_run, change_reas
 		return fmt.Errorf("store: note firmware change of node %s: %w", nodeID, err)
 	}
 	return nil
+}
+
+// HoldFirmware holds the node out of service for a drift: the record's
+// accepted values stay; the boot's values are kept for an operator to
+// accept. A later drift replaces the hold's values (the latest boot is
+// what an accept adopts).
+func (s *Store) HoldFirmware(ctx context.Context, nodeID string, h MeasurementHold) error {
+	if h.RunID == "" {
+		return fmt.Errorf("store: hold firmware measurements of node %s: no run named", nodeID)
+	}
+	pcrs, err := json.Marshal(h.PCRs)
+	if err != nil {
+		return err
+	}
+	err = s.tx(ctx, func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE firmware_pcrs SET hold_run = ?, hold_detail = ?, hold_at = ?, hold_pcrs = ?, hold_firmware = ? WHERE node_id = ?`,
+			h.RunID, h.Detail, toMs(h.At), string(pcrs), h.Firmware, nodeID)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return fmt.Errorf("no firmware record to hold (%d rows, %v)", n, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: hold firmware measurements of node %s: %w", nodeID, err)
+	}
+	return nil
+}
+
+// AcceptMeasurements adopts a held node's drifted values as its record
+// (an operator's decision that the change is legitimate) and clears the
+// hold. It returns the record as it was, hold included; ErrNotHeld if the
+// node has no hold.
+func (s *Store) AcceptMeasurements(ctx context.Context, nodeID string, now time.Time) (FirmwareRecord, error) {
+	before, err := s.GetFirmwareRecord(ctx, nodeID)
+	if errors.Is(err, ErrNotFound) || err == nil && !before.Held() {
+		return before, fmt.Errorf("store: accept measurements of node %s: %w", nodeID, ErrNotHeld)
+	}
+	if err != nil {
+		return before, err
+	}
+	var accepted bool
+	err = s.tx(ctx, func(tx *Tx) error {
+		// Compare-and-set on the hold read: a newer drift since (other
+		// values) is not accepted unseen.
+		res, err := tx.ExecContext(ctx, `UPDATE firmware_pcrs SET pcrs = hold_pcrs, firmware = hold_firmware, run_id = hold_run, recorded_at = ?,
+	hold_run = '', hold_detail = '', hold_at = 0, hold_pcrs = '{}', hold_firmware = ''
+WHERE node_id = ? AND hold_run = ? AND hold_at = ?`, toMs(now), nodeID, before.Hold.RunID, toMs(before.Hold.At))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		accepted = n == 1
+		return err
+	})
+	if err != nil {
+		return before, fmt.Errorf("store: accept measurements of node %s: %w", nodeID, err)
+	}
+	if !accepted {
+		return before, fmt.Errorf("store: accept measurements of node %s: the hold changed while it was being accepted (a new drift): read it again", nodeID)
+	}
+	return before, nil
 }
