@@ -279,31 +279,14 @@ func planGPU(c manifests.Check) (gpuPlan, error) {
 	if c.Interval > 0 {
 		p.Args = append(p.Args, "-interval", time.Duration(c.Interval).String())
 	}
-	switch {
-	case burn && load != "" && load != LoadGPUBurn:
+	if burn && load != "" && load != LoadGPUBurn {
 		bad("params.gpuBurn", "set with load: %s (gpuBurn: true is load: gpu-burn)", load)
-	case burn:
+	} else if burn {
 		load = LoadGPUBurn
 	}
-	switch {
-	case load != "" && dur <= 0:
-		bad("params.load", "needs the check's duration (how long the GPU load runs)")
-	case load != "":
-		p.Load, p.LoadFor, p.BurnPath, p.LoadTest = load, dur, burnPath, loadTest
-		if loadTest == "" {
-			p.LoadTest = gpu.DCGMLoadTests[0]
-		}
-		if load != LoadGPUBurn {
-			p.Timeout += dcgmLoadMargin
-		}
-	case dcgmLevel == 0 && dur > 0:
+	planLoad(&p, load, loadTest, burnPath, dur, bad)
+	if load == "" && dcgmLevel == 0 && dur > 0 {
 		p.Args = append(p.Args, "-duration", dur.String())
-	}
-	if burnPath != "" && load != LoadGPUBurn && load != LoadAuto {
-		bad("params.gpuBurnPath", "set without a gpu-burn load (load: gpu-burn or auto)")
-	}
-	if loadTest != "" && load != LoadDCGM && load != LoadAuto {
-		bad("params.loadTest", "set without a DCGM load (load: dcgm or auto)")
 	}
 	p.Timeout += dur + gpuMargin
 	if dcgmLevel > 0 {
@@ -321,6 +304,30 @@ func planGPU(c manifests.Check) (gpuPlan, error) {
 		return gpuPlan{}, fmt.Errorf("gpu check %q: %s", c.Name, strings.Join(errs, "; "))
 	}
 	return p, nil
+}
+
+// planLoad records a gpu check's GPU load (params.load, loadTest,
+// gpuBurnPath) for dur; which program backs it is chosen on the node
+// (chooseLoad).
+func planLoad(p *gpuPlan, load, loadTest, burnPath string, dur time.Duration, bad badFunc) {
+	switch {
+	case load != "" && dur <= 0:
+		bad("params.load", "needs the check's duration (how long the GPU load runs)")
+	case load != "":
+		p.Load, p.LoadFor, p.BurnPath, p.LoadTest = load, dur, burnPath, loadTest
+		if loadTest == "" {
+			p.LoadTest = gpu.DCGMLoadTests[0]
+		}
+		if load != LoadGPUBurn {
+			p.Timeout += dcgmLoadMargin
+		}
+	}
+	if burnPath != "" && load != LoadGPUBurn && load != LoadAuto {
+		bad("params.gpuBurnPath", "set without a gpu-burn load (load: gpu-burn or auto)")
+	}
+	if loadTest != "" && load != LoadDCGM && load != LoadAuto {
+		bad("params.loadTest", "set without a DCGM load (load: dcgm or auto)")
+	}
 }
 
 // defaultTestcases are the nvbandwidth copy-engine testcases a
@@ -462,6 +469,36 @@ func toolArgs(m *driver.Manifest, tools []string) (args, versions []string) {
 	return args, versions
 }
 
+// noHelper is the verdict of a check on an image without cure-nvml: a
+// SKIP, but an ERROR for a check with a GPU load (a burn-in: untested GPUs
+// are no finding to skip).
+func noHelper(helper string, p gpuPlan, gpus int) checks.Verdict {
+	if p.Load != "" {
+		return checks.Verdict{Component: "gpu", Status: checks.Error, Expected: p.Load + " GPU load for " + p.LoadFor.String(),
+			Message: fmt.Sprintf("cure-nvml not in this image (%s): the %s GPU load cannot run on the %d NVIDIA GPU(s) on the bus; build the image with the NVML helper (make image, CURE_NVIDIA_LIB or a driver bundle; docs/VALIDATION.md)",
+				helper, p.Load, gpus)}
+	}
+	return checks.Verdict{Component: "gpu", Status: checks.Skip,
+		Message: fmt.Sprintf("cure-nvml not in this image (%s): %d NVIDIA GPU(s) on the bus are not checked", helper, gpus)}
+}
+
+// toolFlags adds to p.Args the flags of p's load as chosen for this image
+// and of the site tools the check runs, and returns the load and the
+// tools' versions.
+func (g Checks) toolFlags(dm *driver.Manifest, p *gpuPlan) (load string, versions []string) {
+	load, largs, ltool := chooseLoad(dm, *p)
+	tools := slices.Clone(p.Tools)
+	if ltool != "" && !slices.Contains(tools, ltool) {
+		tools = append(tools, ltool)
+	}
+	targs, versions := toolArgs(dm, tools)
+	p.Args = append(append(slices.Clone(p.Args), largs...), targs...)
+	if g.TmpDir != "" && slices.Contains(tools, driver.ToolDCGM) {
+		p.Args = append(p.Args, "-work-dir", g.TmpDir)
+	}
+	return load, versions
+}
+
 // chooseLoad decides which program backs p's GPU load on this image and
 // returns the helper flags for it and the site tool it uses: auto takes
 // DCGM's targeted stress where the image's driver manifest lists DCGM,
@@ -581,15 +618,8 @@ func (g Checks) runHelper(ctx context.Context, name string, p gpuPlan) ([]checks
 				Message: fmt.Sprintf("%d NVIDIA GPU(s) on the bus, but the driver did not come up: %v", len(gpus), err)}}, nil
 		}
 	}
-	if _, err := os.Stat(g.Helper); errors.Is(err, fs.ErrNotExist) && p.Load != "" {
-		// A suite that loads the GPUs is a burn-in: untested GPUs are no
-		// finding to skip.
-		return []checks.Verdict{{Component: "gpu", Status: checks.Error, Expected: p.Load + " GPU load for " + p.LoadFor.String(),
-			Message: fmt.Sprintf("cure-nvml not in this image (%s): the %s GPU load cannot run on the %d NVIDIA GPU(s) on the bus; build the image with the NVML helper (make image, CURE_NVIDIA_LIB or a driver bundle; docs/VALIDATION.md)",
-				g.Helper, p.Load, len(gpus))}}, nil
-	} else if errors.Is(err, fs.ErrNotExist) {
-		return []checks.Verdict{{Component: "gpu", Status: checks.Skip,
-			Message: fmt.Sprintf("cure-nvml not in this image (%s): %d NVIDIA GPU(s) on the bus are not checked", g.Helper, len(gpus))}}, nil
+	if _, err := os.Stat(g.Helper); errors.Is(err, fs.ErrNotExist) {
+		return []checks.Verdict{noHelper(g.Helper, p, len(gpus))}, nil
 	}
 	g.Topology.apply(&p.Expect)
 	var pre []gpu.Verdict
@@ -604,18 +634,9 @@ func (g Checks) runHelper(ctx context.Context, name string, p gpuPlan) ([]checks
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("gpu check %s: %w", name, err)
 	}
-	load, largs, ltool := chooseLoad(dm, p)
-	tools := slices.Clone(p.Tools)
-	if ltool != "" && !slices.Contains(tools, ltool) {
-		tools = append(tools, ltool)
-	}
-	targs, versions := toolArgs(dm, tools)
-	p.Args = append(append(slices.Clone(p.Args), largs...), targs...)
+	load, versions := g.toolFlags(dm, &p)
 	if load != "" {
 		g.Log.Info("gpu check: GPU load", "check", name, "load", load, "for", p.LoadFor, "asked", p.Load)
-	}
-	if g.TmpDir != "" && slices.Contains(tools, driver.ToolDCGM) {
-		p.Args = append(p.Args, "-work-dir", g.TmpDir)
 	}
 
 	data, err := json.Marshal(p.Expect)
