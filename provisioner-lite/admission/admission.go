@@ -70,7 +70,11 @@ func (r Result) Reasons() string {
 	var out []string
 	for _, q := range r.Requirements {
 		if q.State == Failed || q.State == Error || r.Decision == Wait && q.State == Pending {
-			out = append(out, fmt.Sprintf("%s %s: %s", q.Name, q.State, q.Detail))
+			line := fmt.Sprintf("%s %s: %s", q.Name, q.State, q.Detail)
+			if q.State == Failed && q.Evidence != "" {
+				line += ": " + q.Evidence
+			}
+			out = append(out, line)
 		}
 	}
 	return strings.Join(out, "; ")

@@ -33,12 +33,13 @@ const runnerSession = curev1.RunnerService_Session_FullMethodName
 const runnerBeginAttestation = curev1.RunnerService_BeginAttestation_FullMethodName
 
 var methodRoles = map[string]pki.Role{
-	curev1.OperatorService_ListNodes_FullMethodName:    pki.RoleViewer,
-	curev1.OperatorService_Watch_FullMethodName:        pki.RoleViewer,
-	curev1.OperatorService_Report_FullMethodName:       pki.RoleViewer,
-	curev1.OperatorService_ListAuditLog_FullMethodName: pki.RoleViewer,
-	curev1.OperatorService_Fleet_FullMethodName:        pki.RoleViewer,
-	curev1.OperatorService_ShowNode_FullMethodName:     pki.RoleViewer,
+	curev1.OperatorService_ListNodes_FullMethodName:     pki.RoleViewer,
+	curev1.OperatorService_Watch_FullMethodName:         pki.RoleViewer,
+	curev1.OperatorService_Report_FullMethodName:        pki.RoleViewer,
+	curev1.OperatorService_ListAuditLog_FullMethodName:  pki.RoleViewer,
+	curev1.OperatorService_Fleet_FullMethodName:         pki.RoleViewer,
+	curev1.OperatorService_ShowNode_FullMethodName:      pki.RoleViewer,
+	curev1.OperatorService_NodeAdmission_FullMethodName: pki.RoleViewer,
 	// Labels choose which nodes a selector provisions: an operator's call.
 	curev1.OperatorService_LabelNode_FullMethodName: pki.RoleOperator,
 	// A node added names a BMC the coordinator will log in to with the
@@ -58,6 +59,9 @@ var methodRoles = map[string]pki.Role{
 	curev1.OperatorService_MarkDrained_FullMethodName:  pki.RoleOperator,
 	curev1.OperatorService_Revalidate_FullMethodName:   pki.RoleOperator,
 	curev1.OperatorService_ReturnToPool_FullMethodName: pki.RoleOperator,
+	// Accepting drifted firmware measurements vouches for a node's
+	// firmware after a security event: admin only.
+	curev1.OperatorService_AcceptMeasurements_FullMethodName: pki.RoleAdmin,
 }
 
 // ModeRole is the role a run of mode m needs: wipe destroys data.
@@ -265,6 +269,12 @@ func recordCall(ctx context.Context, rec *audit.Recorder, op Operator, method st
 	case *curev1.RevalidateRequest:
 		fmt.Fprintf(&detail, " suite=%q mode=%s auto_return=%t reason=%q", textsafe.BoundedLine(r.GetSuite(), 128), r.GetMode(), r.GetAutoReturn(),
 			textsafe.BoundedLine(r.GetReason(), 256))
+	case *curev1.AcceptMeasurementsRequest:
+		fmt.Fprintf(&detail, " reason=%q", textsafe.BoundedLine(r.GetReason(), 256))
+		if ar, ok := resp.(*curev1.AcceptMeasurementsResponse); ok {
+			fmt.Fprintf(&detail, " held_by_run=%s previous_run=%s firmware=%q adopted=%s", ar.GetHeldByRun(), ar.GetPreviousRun(),
+				textsafe.BoundedLine(ar.GetFirmware(), 128), formatPCRs(ar.GetPcrs()))
+		}
 	}
 	if pr, ok := resp.(*curev1.PoolResponse); ok {
 		for _, n := range pr.GetNodes() {
@@ -313,9 +323,13 @@ func requestNodes(req any) []string {
 		return ids
 	case *curev1.RemoveNodeRequest:
 		return []string{r.GetNodeId()}
+	case *curev1.AcceptMeasurementsRequest:
+		return []string{r.GetNodeId()}
 	case *curev1.LabelNodeRequest:
 		return []string{r.GetNodeId()}
 	case *curev1.ShowNodeRequest:
+		return []string{r.GetNodeId()}
+	case *curev1.NodeAdmissionRequest:
 		return []string{r.GetNodeId()}
 	}
 	return nil

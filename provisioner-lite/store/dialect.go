@@ -335,6 +335,11 @@ ALTER TABLE firmware_pcrs ADD COLUMN hold_at BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE firmware_pcrs ADD COLUMN hold_pcrs TEXT NOT NULL DEFAULT '{}';
 ALTER TABLE firmware_pcrs ADD COLUMN hold_firmware TEXT NOT NULL DEFAULT '';
 `,
+	`
+ALTER TABLE node_pool DROP CONSTRAINT node_pool_state_check;
+ALTER TABLE node_pool ADD CONSTRAINT node_pool_state_check
+	CHECK (state IN ('in_service','draining','drained','revalidating','ready','rma','accepting','quarantined'));
+`,
 }
 
 // pgMigrationLock is the advisory lock two instances starting at once

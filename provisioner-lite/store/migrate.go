@@ -369,6 +369,23 @@ ALTER TABLE firmware_pcrs ADD COLUMN hold_at INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE firmware_pcrs ADD COLUMN hold_pcrs TEXT NOT NULL DEFAULT '{}';
 ALTER TABLE firmware_pcrs ADD COLUMN hold_firmware TEXT NOT NULL DEFAULT '';
 `,
+	// The join gate (provisioner-lite/admission): a node provisioned on a
+	// SKU with spec.admission is accepting until admitted, or quarantined.
+	// SQLite cannot alter a CHECK: the table is rebuilt.
+	`
+CREATE TABLE node_pool_new (
+	node_id     TEXT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
+	state       TEXT NOT NULL CHECK (state IN ('in_service','draining','drained','revalidating','ready','rma','accepting','quarantined')),
+	since       INTEGER NOT NULL,
+	reason      TEXT NOT NULL DEFAULT '',
+	actor       TEXT NOT NULL DEFAULT '',
+	run_id      TEXT NOT NULL DEFAULT '',
+	auto_return INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO node_pool_new SELECT node_id, state, since, reason, actor, run_id, auto_return FROM node_pool;
+DROP TABLE node_pool;
+ALTER TABLE node_pool_new RENAME TO node_pool;
+`,
 }
 
 // migrationSteps are the data conversions SQL cannot express, by the schema
