@@ -223,3 +223,26 @@ func (p *Pool) admitReturn(ctx context.Context, nodeID string) error {
 	}
 	return nil
 }
+
+// FleetRejudged hears of a finished run judged again when its SKU's band
+// filled (pipeline.Config.OnFleetRejudged): a node found MARGINAL by the
+// run that put it where it is (its acceptance, or the run that returned
+// it) leaves accepting or service, quarantined with the reason; a node
+// within the band has its admission judged again.
+func (p *Pool) FleetRejudged(ctx context.Context, nodeID, runID string, marginal bool, reason string) {
+	ctx = context.WithoutCancel(ctx)
+	cur, err := p.cfg.Store.NodePool(ctx, nodeID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		p.cfg.Log.Error("pool: fleet rejudged", "node", nodeID, "run", runID, "err", err)
+		return
+	}
+	s := State(cur.State)
+	if marginal && (s == Accepting || (s == InService || s == Ready) && cur.RunID == runID) {
+		err = p.Quarantine(ctx, nodeID, runID, "judged again when its SKU's fleet band filled: "+reason)
+	} else if !marginal {
+		err = p.reconsider(ctx, nodeID, Coordinator, "fleet band judged run "+runID+" again")
+	}
+	if err != nil {
+		p.cfg.Log.Error("pool: fleet rejudged", "node", nodeID, "run", runID, "err", err)
+	}
+}
