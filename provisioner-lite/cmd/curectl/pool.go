@@ -94,7 +94,7 @@ the node is left: its installed OS (host-os), powered off, or in CURE.`,
 	reval.Flags().BoolVar(&autoReturn, "return", false, "a pass returns the node to service at once instead of leaving it ready")
 	reval.Flags().StringVar(&o.selector, "selector", "", "also every node matching k=v,... (labels; sku)")
 	reval.Flags().StringVar(&o.reason, "reason", "", "why: stored with the node's pool state and sent in the webhook")
-	return []*cobra.Command{drain, drained, reval, ret}
+	return []*cobra.Command{drain, drained, reval, ret, a.admissionCmd()}
 }
 
 // poolMove sends one pool request and prints where each node went.
