@@ -82,6 +82,40 @@ func TestValidatePhase(t *testing.T) {
 	})
 }
 
+// TestValidateFailsOnCheckThatTestedNothing: the validate phase fails on a
+// check that tested nothing (an InfiniBand check on a node without IB); the
+// same suite marking it optional passes, its SKIP verdict giving the reason.
+func TestValidateFailsOnCheckThatTestedNothing(t *testing.T) {
+	suite := func(optional string) *curev1.Assignment {
+		return &curev1.Assignment{RunId: "r", Mode: curev1.Mode_MODE_DIAGNOSTIC, ManifestName: "ib.yaml",
+			ManifestYaml: []byte(linkSuite + "    - name: ib-ports\n      type: infiniband\n      appliesTo: \"ib/*/*\"\n" + optional)}
+	}
+	e := New(Config{Log: quiet(), Root: nicFixture(t, map[string]string{"eth0": "up"})})
+	em := &recEmitter{}
+	out := e.Run(context.Background(), "validate", suite(""), em)
+	if out.Status != curev1.PhaseStatus_PHASE_FAILED || !strings.Contains(out.Message, "failing: infiniband ib-ports") {
+		t.Errorf("not optional: outcome %+v, want failed on ib-ports", out)
+	}
+	em = &recEmitter{}
+	out = e.Run(context.Background(), "validate", suite("      optional: {reason: \"no InfiniBand on this node\"}\n"), em)
+	if out.Status != curev1.PhaseStatus_PHASE_OK {
+		t.Errorf("optional: outcome %+v, want OK", out)
+	}
+	found := 0
+	for _, v := range em.verdicts {
+		if v.GetCheck() != "ib-ports" {
+			continue
+		}
+		found++
+		if v.GetStatus() != curev1.VerdictStatus_SKIP || !strings.HasPrefix(v.GetMessage(), "optional: no InfiniBand on this node") {
+			t.Errorf("optional ib-ports verdict %v", v)
+		}
+	}
+	if found != 1 {
+		t.Errorf("%d ib-ports verdicts, want 1: %v", found, em.verdicts)
+	}
+}
+
 // TestVerdictMeasurementsOnTheWire: a check's measured numbers travel with
 // its verdict, in order, with their units.
 func TestVerdictMeasurementsOnTheWire(t *testing.T) {
