@@ -32,6 +32,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/admission"
 	"github.com/cure-oss/cure/provisioner-lite/curectl"
 	"github.com/cure-oss/cure/provisioner-lite/inventory"
 	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
@@ -74,6 +75,9 @@ type Config struct {
 	MaxStreams, MaxStreamsPerViewer int
 	// Observer hears of streams and snapshots (optional).
 	Observer Observer
+	// Admission, if set, is a node's standing with its SKU's admission
+	// policy (nil result: the SKU has none), shown on the node page.
+	Admission func(ctx context.Context, nodeID string) (*admission.Result, error)
 
 	ticks <-chan time.Time // tests: snapshot ticks given by hand
 }
@@ -386,6 +390,14 @@ func (d *dash) node(w http.ResponseWriter, r *http.Request) {
 		view.Pool = p
 	}
 	data := map[string]any{"Node": view, "Viewer": viewerOf(r)}
+	if d.cfg.Admission != nil {
+		// The gate fails closed here too: what could not be judged is said.
+		if res, err := d.cfg.Admission(ctx, id); err != nil {
+			data["AdmissionError"] = err.Error()
+		} else if res != nil {
+			data["Admission"] = res
+		}
+	}
 	// The latest boot's hardware, as the runner reported it (stored cleaned
 	// and bounded; html/template escapes it again).
 	if rec, err := d.cfg.Store.LatestInventory(ctx, id); err == nil {

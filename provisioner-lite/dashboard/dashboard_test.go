@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/admission"
 	"github.com/cure-oss/cure/provisioner-lite/dashboard"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
@@ -485,5 +487,35 @@ func TestDashboardPool(t *testing.T) {
 	node := get("/nodes/node-0001")
 	if !strings.Contains(node, "pool <b>draining</b>") || !strings.Contains(node, "by alice: bios &lt;b&gt;day&lt;/b&gt;") {
 		t.Errorf("node page lacks the pool state:\n%s", node)
+	}
+}
+
+// TestDashboardNodeAdmission: the node page lists the node's admission
+// requirements, met or not, and says so when they could not be judged.
+func TestDashboardNodeAdmission(t *testing.T) {
+	st := fleetStore(t, 2)
+	res := &admission.Result{Decision: admission.Refuse, Requirements: []admission.Requirement{
+		{Name: admission.ReqBootPath, State: admission.Met, RunID: "r1", Detail: "booted by uefi-https"},
+		{Name: admission.ReqAcceptance, State: admission.Failed, RunID: "r2", Detail: "suite burnin run r2 failed", Evidence: "bmc/psu/PSU2 psu <FAIL>"},
+	}}
+	h := dashboard.Handler(dashboard.Config{Store: st, Auth: viewer, Log: quiet, Admission: func(_ context.Context, id string) (*admission.Result, error) {
+		if id == "node-0000" {
+			return nil, errors.New("store unreachable")
+		}
+		return res, nil
+	}})
+	get := func(path string) string {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		return rec.Body.String()
+	}
+	node := get("/nodes/node-0001")
+	for _, want := range []string{"admission · refuse", `<tr class="adm-failed"><td>acceptance</td><td>failed</td><td>r2</td>`, "[bmc/psu/PSU2 psu &lt;FAIL&gt;]"} {
+		if !strings.Contains(node, want) {
+			t.Errorf("node page lacks %q", want)
+		}
+	}
+	if n := get("/nodes/node-0000"); !strings.Contains(n, "admission could not be judged: store unreachable") {
+		t.Error("node page hides an admission that could not be judged")
 	}
 }
