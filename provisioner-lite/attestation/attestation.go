@@ -10,7 +10,10 @@ package attestation
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -34,33 +37,67 @@ var FirmwarePCRs = []uint32{0, 1, 2, 3, 7}
 // firmware PCRs and the boot manager's (4).
 var DefaultPCRs = []uint32{0, 1, 2, 3, 4, 7}
 
-// Challenge is an issued, not yet answered challenge.
+// Challenge is an issued, not yet answered challenge: all a coordinator
+// instance needs to judge its answer, so any instance sharing the store
+// can. The credential's secret is kept as its sha256 only.
 type Challenge struct {
-	ID        string
-	TokenHash string
-	BootID    string
-	EKPublic  []byte
-	EKCert    []byte
-	AKPublic  []byte
-	PCRs      []uint32
-	Expires   time.Time
-	c         *attest.Challenge
+	ID           string
+	TokenHash    string
+	BootID       string
+	EKPublic     []byte
+	EKCert       []byte
+	EKChain      [][]byte // intermediate CA certificates the boot presented (DER)
+	AKPublic     []byte
+	PCRs         []uint32
+	Nonce        []byte
+	SecretSHA256 []byte
+	Issued       time.Time
+	Expires      time.Time
 }
 
-// Challenges holds issued challenges in memory: single use, short-lived,
+// secretMatches compares an activated secret with the challenge's in
+// constant time (of their hashes).
+func (ch *Challenge) secretMatches(activated []byte) bool {
+	sum := sha256.Sum256(activated)
+	return len(ch.SecretSHA256) == len(sum) && subtle.ConstantTimeCompare(sum[:], ch.SecretSHA256) == 1
+}
+
+// ErrNoChallenge is a Keeper's answer for a challenge it cannot hand out:
+// never issued, spent already or pruned.
+var ErrNoChallenge = errors.New("no such challenge (unknown, used already or expired): a replayed or forged attestation")
+
+// Keeper keeps issued challenges until their answer. Take spends one:
+// whatever the answer, a challenge is never handed out twice, by this
+// instance or another sharing the Keeper's store.
+type Keeper interface {
+	Put(ctx context.Context, ch *Challenge, max int) error
+	Take(ctx context.Context, id string, now time.Time) (*Challenge, error)
+}
+
+// Challenges issues and judges challenges, single use, short-lived and
 // bounded in number (a flood of BeginAttestation calls evicts the oldest,
-// never grows the coordinator).
+// never grows the coordinator or its store).
 type Challenges struct {
 	TTL time.Duration // default 2 minutes
 	Max int           // default 4096
+	// Keeper keeps them; nil: this instance's memory (one instance only:
+	// a Hello must reach the instance that issued its challenge).
+	Keeper Keeper
 
-	mu    sync.Mutex
-	byID  map[string]*Challenge
-	order []string
+	once sync.Once
+	mem  *Memory
 }
 
-// Issue makes a challenge for a boot's keys.
-func (cs *Challenges) Issue(tokenHash, bootID string, begin *curev1.AttestBegin, pcrs []uint32, now time.Time) (*Challenge, *curev1.AttestChallenge, error) {
+func (cs *Challenges) keeper() Keeper {
+	if cs.Keeper != nil {
+		return cs.Keeper
+	}
+	cs.once.Do(func() { cs.mem = &Memory{} })
+	return cs.mem
+}
+
+// Issue makes a challenge for a boot's keys and keeps it.
+func (cs *Challenges) Issue(ctx context.Context, tokenHash, bootID string, begin *curev1.AttestBegin, pcrs []uint32, now time.Time) (*Challenge, *curev1.AttestChallenge, error) {
 	c, err := attest.NewChallenge(begin.GetEkPublic(), begin.GetAkPublic())
 	if err != nil {
 		return nil, nil, err
@@ -73,38 +110,58 @@ func (cs *Challenges) Issue(tokenHash, bootID string, begin *curev1.AttestBegin,
 	if ttl <= 0 {
 		ttl = 2 * time.Minute
 	}
-	ch := &Challenge{ID: hex.EncodeToString(idb), TokenHash: tokenHash, BootID: bootID, EKPublic: bytes.Clone(begin.GetEkPublic()),
-		EKCert: bytes.Clone(begin.GetEkCertificate()), AKPublic: bytes.Clone(begin.GetAkPublic()), PCRs: slices.Clone(pcrs), Expires: now.Add(ttl), c: c}
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if cs.byID == nil {
-		cs.byID = map[string]*Challenge{}
-	}
 	max := cs.Max
 	if max <= 0 {
 		max = 4096
 	}
-	for len(cs.order) >= max {
-		delete(cs.byID, cs.order[0])
-		cs.order = cs.order[1:]
+	secret := sha256.Sum256(c.Secret)
+	ch := &Challenge{ID: hex.EncodeToString(idb), TokenHash: tokenHash, BootID: bootID, EKPublic: bytes.Clone(begin.GetEkPublic()),
+		EKCert: bytes.Clone(begin.GetEkCertificate()), AKPublic: bytes.Clone(begin.GetAkPublic()), PCRs: slices.Clone(pcrs),
+		Nonce: c.Nonce, SecretSHA256: secret[:], Issued: now, Expires: now.Add(ttl)}
+	for _, der := range begin.GetEkChain() {
+		ch.EKChain = append(ch.EKChain, bytes.Clone(der))
 	}
-	cs.byID[ch.ID] = ch
-	cs.order = append(cs.order, ch.ID)
+	if err := cs.keeper().Put(ctx, ch, max); err != nil {
+		return nil, nil, fmt.Errorf("challenge not kept: %w", err)
+	}
 	return ch, &curev1.AttestChallenge{ChallengeId: ch.ID, Nonce: c.Nonce, CredentialBlob: c.CredentialBlob, EncryptedSecret: c.EncryptedSecret,
 		Pcrs: pcrs, ExpiresUnixMs: ch.Expires.UnixMilli()}, nil
 }
 
-// take removes and returns a challenge: whatever the answer, it is never
-// usable again.
-func (cs *Challenges) take(id string) *Challenge {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	ch := cs.byID[id]
-	if ch != nil {
-		delete(cs.byID, id)
-		cs.order = slices.DeleteFunc(cs.order, func(s string) bool { return s == id })
+// Memory keeps challenges in this process, bounded.
+type Memory struct {
+	mu    sync.Mutex
+	byID  map[string]*Challenge
+	order []string
+}
+
+// Put keeps a challenge, evicting the oldest past max.
+func (m *Memory) Put(_ context.Context, ch *Challenge, max int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.byID == nil {
+		m.byID = map[string]*Challenge{}
 	}
-	return ch
+	for len(m.order) >= max {
+		delete(m.byID, m.order[0])
+		m.order = m.order[1:]
+	}
+	m.byID[ch.ID] = ch
+	m.order = append(m.order, ch.ID)
+	return nil
+}
+
+// Take removes and returns a challenge.
+func (m *Memory) Take(_ context.Context, id string, _ time.Time) (*Challenge, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ch := m.byID[id]
+	if ch == nil {
+		return nil, ErrNoChallenge
+	}
+	delete(m.byID, id)
+	m.order = slices.DeleteFunc(m.order, func(s string) bool { return s == id })
+	return ch, nil
 }
 
 // Expected is what a boot of the image must show.
@@ -120,7 +177,9 @@ type Result struct {
 	// that differs from the image's report (nil otherwise).
 	Mismatch *PCRMismatch
 	EKSHA256 string
-	EKCert   []byte
+	EKPublic []byte   // TPMT_PUBLIC the exchange proved (set when Passed)
+	EKCert   []byte   // as the boot presented it (DER; empty: none)
+	EKChain  [][]byte // intermediates the boot presented
 	// PCRs are the quoted sha256 values (verified), by index.
 	PCRs map[uint32][]byte
 }
@@ -142,10 +201,8 @@ const (
 	Failed = "failed"
 )
 
-var errNoChallenge = errors.New("no such challenge (unknown, used already or expired): a replayed or forged attestation")
-
 // Judge checks a Hello's attestation for the boot (token hash, boot id).
-func (cs *Challenges) Judge(tokenHash, bootID string, a *curev1.Attestation, exp Expected, now time.Time) Result {
+func (cs *Challenges) Judge(ctx context.Context, tokenHash, bootID string, a *curev1.Attestation, exp Expected, now time.Time) Result {
 	if a == nil || (a.GetChallengeId() == "" && len(a.GetQuote()) == 0) {
 		detail := "the boot sent no attestation"
 		if a.GetError() != "" {
@@ -156,9 +213,12 @@ func (cs *Challenges) Judge(tokenHash, bootID string, a *curev1.Attestation, exp
 	fail := func(format string, args ...any) Result {
 		return Result{Status: Failed, Detail: fmt.Sprintf(format, args...)}
 	}
-	ch := cs.take(a.GetChallengeId())
-	if ch == nil {
-		return fail("%v", errNoChallenge)
+	ch, err := cs.keeper().Take(ctx, a.GetChallengeId(), now)
+	if errors.Is(err, ErrNoChallenge) {
+		return fail("%v", ErrNoChallenge)
+	}
+	if err != nil {
+		return fail("challenge %q not found: %v", a.GetChallengeId(), err)
 	}
 	if ch.TokenHash != tokenHash || ch.BootID != bootID {
 		return fail("the challenge was issued to another boot")
@@ -170,18 +230,18 @@ func (cs *Challenges) Judge(tokenHash, bootID string, a *curev1.Attestation, exp
 	if err != nil {
 		return fail("endorsement key: %v", err)
 	}
-	if !ch.c.SecretMatches(a.GetActivatedSecret()) {
+	if !ch.secretMatches(a.GetActivatedSecret()) {
 		r := fail("the credential was not activated: the attestation key is not in the TPM of endorsement key %s", fp)
 		r.EKSHA256 = fp
 		return r
 	}
 	q := &attest.Quote{Attest: a.GetQuote(), Signature: a.GetSignature(), PCRs: a.GetPcrs()}
-	if err := attest.VerifyQuote(ch.AKPublic, q, ch.c.Nonce, ch.PCRs); err != nil {
+	if err := attest.VerifyQuote(ch.AKPublic, q, ch.Nonce, ch.PCRs); err != nil {
 		r := fail("%v", err)
 		r.EKSHA256 = fp
 		return r
 	}
-	res := Result{Status: Passed, EKSHA256: fp, EKCert: ch.EKCert, PCRs: map[uint32][]byte{}}
+	res := Result{Status: Passed, EKSHA256: fp, EKPublic: ch.EKPublic, EKCert: ch.EKCert, EKChain: ch.EKChain, PCRs: map[uint32][]byte{}}
 	for _, p := range ch.PCRs {
 		res.PCRs[p] = a.GetPcrs()[p]
 	}

@@ -1,6 +1,7 @@
 package attestation
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
@@ -55,9 +56,10 @@ func TestJudge(t *testing.T) {
 	appHash := sha256.Sum256([]byte("cure.efi"))
 	app := hex.EncodeToString(appHash[:])
 	now := time.Now()
+	ctx := context.Background()
 	cs := &Challenges{}
 	issue := func(b *booted, boot string) *curev1.AttestChallenge {
-		_, ch, err := cs.Issue("tok", boot, &curev1.AttestBegin{EkPublic: b.keys.EKPublic, AkPublic: b.keys.AKPublic}, QuotePCRs(nil), now)
+		_, ch, err := cs.Issue(ctx, "tok", boot, &curev1.AttestBegin{EkPublic: b.keys.EKPublic, AkPublic: b.keys.AKPublic}, QuotePCRs(nil), now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,12 +69,12 @@ func TestJudge(t *testing.T) {
 
 	t.Run("good, by Authenticode hash", func(t *testing.T) {
 		a := good.answer(t, issue(good, "b1"))
-		r := cs.Judge("tok", "b1", a, Expected{UKI: &imagereport.UKI{AuthenticodeSHA256: app}}, now)
+		r := cs.Judge(ctx, "tok", "b1", a, Expected{UKI: &imagereport.UKI{AuthenticodeSHA256: app}}, now)
 		if r.Status != Passed || len(r.EKSHA256) != 64 || len(r.PCRs) != 6 {
 			t.Fatalf("%+v", r)
 		}
 		// The same answer again: the challenge is spent.
-		if r := cs.Judge("tok", "b1", a, Expected{}, now); r.Status != Failed || !strings.Contains(r.Detail, "no such challenge") {
+		if r := cs.Judge(ctx, "tok", "b1", a, Expected{}, now); r.Status != Failed || !strings.Contains(r.Detail, "no such challenge") {
 			t.Fatalf("replay: %+v", r)
 		}
 	})
@@ -80,14 +82,14 @@ func TestJudge(t *testing.T) {
 		ch := issue(good, "b1")
 		a := good.answer(t, ch)
 		want := map[string]string{"4": hex.EncodeToString(a.GetPcrs()[4])}
-		if r := cs.Judge("tok", "b1", a, Expected{UKI: &imagereport.UKI{PCRs: want}}, now); r.Status != Passed {
+		if r := cs.Judge(ctx, "tok", "b1", a, Expected{UKI: &imagereport.UKI{PCRs: want}}, now); r.Status != Passed {
 			t.Fatalf("%+v", r)
 		}
 	})
 	t.Run("other image", func(t *testing.T) {
 		a := good.answer(t, issue(good, "b1"))
 		other := strings.Repeat("ab", 32)
-		r := cs.Judge("tok", "b1", a, Expected{UKI: &imagereport.UKI{AuthenticodeSHA256: other, PCRs: map[string]string{"4": strings.Repeat("cd", 32)}}}, now)
+		r := cs.Judge(ctx, "tok", "b1", a, Expected{UKI: &imagereport.UKI{AuthenticodeSHA256: other, PCRs: map[string]string{"4": strings.Repeat("cd", 32)}}}, now)
 		if r.Status != Failed || r.Mismatch == nil || r.Mismatch.PCR != 4 || r.Mismatch.Expected != strings.Repeat("cd", 32) || r.Mismatch.Observed != hex.EncodeToString(a.GetPcrs()[4]) {
 			t.Fatalf("%+v %+v", r, r.Mismatch)
 		}
@@ -95,14 +97,14 @@ func TestJudge(t *testing.T) {
 			t.Errorf("detail does not name PCR, expected and observed: %s", r.Detail)
 		}
 		a = good.answer(t, issue(good, "b1"))
-		if r := cs.Judge("tok", "b1", a, Expected{UKI: &imagereport.UKI{AuthenticodeSHA256: other}}, now); r.Status != Failed || r.Mismatch == nil || !strings.Contains(r.Mismatch.Observed, app) {
+		if r := cs.Judge(ctx, "tok", "b1", a, Expected{UKI: &imagereport.UKI{AuthenticodeSHA256: other}}, now); r.Status != Failed || r.Mismatch == nil || !strings.Contains(r.Mismatch.Observed, app) {
 			t.Fatalf("hash-only check: %+v", r)
 		}
 	})
 	t.Run("firmware adds PCR 4 events", func(t *testing.T) {
 		vendor := boot(t, appHash[:], true)
 		a := vendor.answer(t, issue(vendor, "b1"))
-		if r := cs.Judge("tok", "b1", a, Expected{UKI: &imagereport.UKI{AuthenticodeSHA256: app, PCRs: map[string]string{"4": strings.Repeat("cd", 32)}}}, now); r.Status != Passed {
+		if r := cs.Judge(ctx, "tok", "b1", a, Expected{UKI: &imagereport.UKI{AuthenticodeSHA256: app, PCRs: map[string]string{"4": strings.Repeat("cd", 32)}}}, now); r.Status != Passed {
 			t.Fatalf("%+v", r)
 		}
 	})
@@ -111,24 +113,24 @@ func TestJudge(t *testing.T) {
 		w := eventlog.NewWriter()
 		w.Event(0, eventlog.EVSeparator, nil)
 		a.EventLog = w.Bytes()
-		if r := cs.Judge("tok", "b1", a, Expected{}, now); r.Status != Failed || !strings.Contains(r.Detail, "replay") || r.Mismatch == nil || r.Mismatch.PCR != 0 {
+		if r := cs.Judge(ctx, "tok", "b1", a, Expected{}, now); r.Status != Failed || !strings.Contains(r.Detail, "replay") || r.Mismatch == nil || r.Mismatch.PCR != 0 {
 			t.Fatalf("%+v", r)
 		}
 	})
 	t.Run("challenge of another boot", func(t *testing.T) {
 		a := good.answer(t, issue(good, "b1"))
-		if r := cs.Judge("tok", "b2", a, Expected{}, now); r.Status != Failed || !strings.Contains(r.Detail, "another boot") {
+		if r := cs.Judge(ctx, "tok", "b2", a, Expected{}, now); r.Status != Failed || !strings.Contains(r.Detail, "another boot") {
 			t.Fatalf("%+v", r)
 		}
 	})
 	t.Run("expired", func(t *testing.T) {
 		a := good.answer(t, issue(good, "b1"))
-		if r := cs.Judge("tok", "b1", a, Expected{}, now.Add(time.Hour)); r.Status != Failed || !strings.Contains(r.Detail, "expired") {
+		if r := cs.Judge(ctx, "tok", "b1", a, Expected{}, now.Add(time.Hour)); r.Status != Failed || !strings.Contains(r.Detail, "expired") {
 			t.Fatalf("%+v", r)
 		}
 	})
 	t.Run("absent", func(t *testing.T) {
-		if r := cs.Judge("tok", "b1", &curev1.Attestation{Error: "no TPM: open /dev/tpmrm0: no such file"}, Expected{}, now); r.Status != Absent || !strings.Contains(r.Detail, "no TPM") {
+		if r := cs.Judge(ctx, "tok", "b1", &curev1.Attestation{Error: "no TPM: open /dev/tpmrm0: no such file"}, Expected{}, now); r.Status != Absent || !strings.Contains(r.Detail, "no TPM") {
 			t.Fatalf("%+v", r)
 		}
 	})
@@ -136,13 +138,16 @@ func TestJudge(t *testing.T) {
 		small := &Challenges{Max: 2}
 		var ids []string
 		for i := 0; i < 3; i++ {
-			_, ch, err := small.Issue("tok", "b", &curev1.AttestBegin{EkPublic: good.keys.EKPublic, AkPublic: good.keys.AKPublic}, DefaultPCRs, now)
+			_, ch, err := small.Issue(ctx, "tok", "b", &curev1.AttestBegin{EkPublic: good.keys.EKPublic, AkPublic: good.keys.AKPublic}, DefaultPCRs, now)
 			if err != nil {
 				t.Fatal(err)
 			}
 			ids = append(ids, ch.GetChallengeId())
 		}
-		if small.take(ids[0]) != nil || small.take(ids[2]) == nil {
+		if _, err := small.keeper().Take(ctx, ids[0], now); err == nil {
+			t.Fatal("the oldest challenge was not evicted")
+		}
+		if _, err := small.keeper().Take(ctx, ids[2], now); err != nil {
 			t.Fatal("the oldest challenge was not evicted")
 		}
 	})

@@ -38,6 +38,7 @@ const (
 	AttestationFailed   = "attestation_failed"    // a boot's TPM attestation did not verify (names the PCR, expected and observed values)
 	AttestationMissing  = "attestation_missing"   // a boot that must attest (SKU requires it, or its node has an enrolled EK) did not
 	EKMismatch          = "ek_mismatch"           // a boot attested with another endorsement key than the node's
+	EKUntrusted         = "ek_untrusted"          // an unpinned EK whose certificate does not chain to the site's EK roots (--ek-roots), or certifies another key
 	FirmwareDrift       = "firmware_drift"        // firmware measurements changed without a firmware change by the pipeline
 	// Held sums the refused calls and security events that went over their
 	// budget since the previous summary: how many, of which kinds, from

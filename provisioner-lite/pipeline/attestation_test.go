@@ -352,10 +352,12 @@ func TestAttestationRequiredForSecrets(t *testing.T) {
 // TestFirmwareMeasurementDrift: the first attested boot records the node's
 // firmware PCRs; a later boot whose PCR 0 differs while the pipeline
 // changed no firmware is flagged (security event, FAIL verdict naming the
-// PCR with both values); a BIOS flash the pipeline made re-records them on
-// the next boot, unflagged.
+// PCR with both values) and holds the node: the run cannot proceed. Once
+// an admin accepted the new values, a BIOS flash the pipeline made
+// re-records them on the next boot, unflagged.
 func TestFirmwareMeasurementDrift(t *testing.T) {
-	f := newFixture(t, nil)
+	// A held boot is never admitted: its run fails at wait_for_cure.
+	f := newFixtureCfg(t, nil, nil, func(c *pipeline.Config) { c.Timeouts.WaitForCURE = 5 * time.Second })
 	ctx := context.Background()
 	node := newNodeTPM(t, "platform firmware")
 	node.bios = func() string { v, _, _ := f.bmc.FirmwareVersion("BIOS"); return v }
@@ -384,7 +386,9 @@ func TestFirmwareMeasurementDrift(t *testing.T) {
 	// under the same version string), and the pipeline flashed nothing.
 	node.setFirmware("platform firmware, patched")
 	run2, r := provision()
-	t.Logf("second run ended %s: %s", r.Status, r.Message)
+	if r.Status == curev1.RunStatus_RUN_SUCCEEDED {
+		t.Fatalf("the drifted node's run succeeded: %s", r.Message)
+	}
 	drift := securityEvents(t, f.st, run2, audit.FirmwareDrift)
 	if len(drift) == 0 {
 		t.Fatal("firmware drift not flagged as a security event")
@@ -403,14 +407,17 @@ func TestFirmwareMeasurementDrift(t *testing.T) {
 	if v := vs[i]; v.Status != curev1.VerdictStatus_FAIL || v.Expected != rec1.PCRs["0"] || v.Observed == rec1.PCRs["0"] || len(v.Observed) != 64 {
 		t.Errorf("PCR 0 verdict %+v, want FAIL expected %s and the new value", v, rec1.PCRs["0"])
 	}
-	if rec, _ := f.st.GetFirmwareRecord(ctx, "node1"); rec.RunID != run1 || rec.PCRs["0"] != rec1.PCRs["0"] {
-		t.Errorf("a drift re-recorded the measurements: %+v", rec)
+	if rec, _ := f.st.GetFirmwareRecord(ctx, "node1"); rec.RunID != run1 || rec.PCRs["0"] != rec1.PCRs["0"] || rec.Hold.RunID != run2 {
+		t.Errorf("a drift re-recorded the measurements, or did not hold the node: %+v", rec)
+	}
+	// The patched firmware is legitimate: an admin accepts it.
+	if _, err := f.st.AcceptMeasurements(ctx, "node1", time.Now()); err != nil {
+		t.Fatal(err)
 	}
 
-	// Third run: the original firmware again, and the SKU now pins a newer
-	// BIOS, which the pipeline flashes: the boot after the flash measures
-	// new firmware and re-records, unflagged.
-	node.setFirmware("platform firmware")
+	// Third run: the SKU now pins a newer BIOS, which the pipeline
+	// flashes: the boot after the flash measures new firmware and
+	// re-records, unflagged.
 	raw, err := os.ReadFile(filepath.Join(f.dir, "manifests", "qemu-nvme.yaml"))
 	if err != nil {
 		t.Fatal(err)

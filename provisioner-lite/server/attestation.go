@@ -1,7 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,13 +51,63 @@ func (s *RunnerService) BeginAttestation(ctx context.Context, in *curev1.AttestB
 	if !s.challengeRate.Allow(hash) {
 		return nil, status.Errorf(codes.ResourceExhausted, "attestation challenges for this boot token come faster than %g a second: back off and retry", s.SessionRate)
 	}
-	_, out, err := s.attest.Issue(hash, in.GetBootId(), in, attestation.QuotePCRs(s.imageUKI()), now)
+	if len(in.GetEkChain()) > maxEKChain {
+		return nil, status.Errorf(codes.InvalidArgument, "%d EK intermediate certificates: at most %d", len(in.GetEkChain()), maxEKChain)
+	}
+	_, out, err := s.attest.Issue(ctx, hash, in.GetBootId(), in, attestation.QuotePCRs(s.imageUKI()), now)
 	if err != nil {
 		s.Audit.Security(ctx, store.AuditEntry{Actor: tok.NodeID, Peer: peerIP, Action: audit.AttestationFailed, RunID: tok.RunID, Nodes: []string{tok.NodeID},
 			Result: "refused", Detail: textsafe.BoundedLine("BeginAttestation: "+err.Error(), maxMessage)})
 		return nil, status.Errorf(codes.InvalidArgument, "attestation keys refused: %v", err)
 	}
 	return out, nil
+}
+
+// maxEKChain bounds the intermediates a boot may present (real chains
+// have one or two).
+const maxEKChain = 4
+
+// storeChallenges keeps challenges in the store every instance shares, so
+// a runner that fails over between BeginAttestation and its Hello is
+// judged by the instance it reaches.
+type storeChallenges struct {
+	st       *store.Store
+	instance string
+}
+
+func (k storeChallenges) Put(ctx context.Context, ch *attestation.Challenge, max int) error {
+	return k.st.PutAttestChallenge(ctx, store.AttestChallenge{ID: ch.ID, TokenHash: ch.TokenHash, BootID: ch.BootID, EKPublic: ch.EKPublic, EKCert: ch.EKCert,
+		EKChain: bytes.Join(ch.EKChain, nil), AKPublic: ch.AKPublic, PCRs: ch.PCRs, Nonce: ch.Nonce, SecretSHA256: hex.EncodeToString(ch.SecretSHA256),
+		IssuedAt: ch.Issued, Expires: ch.Expires}, max)
+}
+
+func (k storeChallenges) Take(ctx context.Context, id string, now time.Time) (*attestation.Challenge, error) {
+	if id == "" || len(id) > maxName {
+		return nil, attestation.ErrNoChallenge
+	}
+	c, err := k.st.TakeAttestChallenge(ctx, id, k.instance, now)
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrChallengeUsed) {
+		return nil, fmt.Errorf("%w (%v)", attestation.ErrNoChallenge, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	secret, err := hex.DecodeString(c.SecretSHA256)
+	if err != nil {
+		return nil, fmt.Errorf("challenge %s: stored secret hash: %w", id, err)
+	}
+	ch := &attestation.Challenge{ID: c.ID, TokenHash: c.TokenHash, BootID: c.BootID, EKPublic: c.EKPublic, EKCert: c.EKCert, AKPublic: c.AKPublic,
+		PCRs: c.PCRs, Nonce: c.Nonce, SecretSHA256: secret, Issued: c.IssuedAt, Expires: c.Expires}
+	if len(c.EKChain) > 0 {
+		certs, err := x509.ParseCertificates(c.EKChain)
+		if err != nil {
+			return nil, fmt.Errorf("challenge %s: stored EK intermediates: %w", id, err)
+		}
+		for _, cert := range certs {
+			ch.EKChain = append(ch.EKChain, cert.Raw)
+		}
+	}
+	return ch, nil
 }
 
 func (s *RunnerService) imageUKI() *imagereport.UKI {
@@ -95,16 +148,18 @@ func (s *RunnerService) judgeBoot(ctx context.Context, node store.Node, run stor
 	if outcome == store.Resumed {
 		if prev, err := s.Store.GetBootAttestation(ctx, run.ID, bootID); err == nil {
 			passed := prev.Status == store.AttestPassed
-			return bootVerdict{attested: passed, admit: passed || (!required && prev.Status == store.AttestAbsent)}
+			admit := passed || (!required && prev.Status == store.AttestAbsent)
+			if passed && s.measurementsHeld(ctx, node.ID, log) {
+				admit = false
+			}
+			return bootVerdict{attested: passed, admit: admit}
 		}
 	}
 	now := time.Now().UTC()
-	res := s.attest.Judge(store.TokenHash(hello.GetToken()), hello.GetBootId(), hello.GetAttestation(), attestation.Expected{UKI: s.imageUKI()}, now)
+	res := s.attest.Judge(ctx, store.TokenHash(hello.GetToken()), hello.GetBootId(), hello.GetAttestation(), attestation.Expected{UKI: s.imageUKI()}, now)
 	entry := store.AuditEntry{Actor: node.ID, Peer: peerIP, RunID: run.ID, Nodes: []string{node.ID}, Result: "refused"}
-	if res.Status == attestation.Passed && enrolled && res.EKSHA256 != ek.SHA256 {
-		res.Status = attestation.Failed
-		res.Detail = fmt.Sprintf("the boot's TPM has endorsement key %s; node %s's is %s (%s %s)", res.EKSHA256, node.ID, ek.SHA256, ek.Source, ek.EnrolledAt.Format(time.RFC3339))
-		entry.Action, entry.Detail = audit.EKMismatch, res.Detail
+	if action := s.checkEK(node, ek, enrolled, &res, now); action != "" {
+		entry.Action, entry.Detail = action, textsafe.BoundedLine(res.Detail, maxMessage)
 		s.Audit.Security(ctx, entry)
 	} else if res.Status == attestation.Failed {
 		entry.Action = audit.AttestationFailed
@@ -150,12 +205,56 @@ func (s *RunnerService) judgeBoot(ctx context.Context, node store.Node, run stor
 			s.Audit.Security(ctx, entry)
 			return bootVerdict{}
 		} else {
+			how := "its certificate not verified (no --ek-roots: trust on first use)"
+			if s.EKRoots != nil {
+				how = "its certificate chains to an EK root of " + s.EKRoots.Dir
+			}
 			s.event(ctx, store.Event{RunID: run.ID, NodeID: node.ID, Source: runstate.SourceCoordinator, Time: now, Phase: run.Phase, Kind: runstate.EventInfo,
-				Message: fmt.Sprintf("node %s endorsement key enrolled on first use: sha256 %s; every later boot must attest with it", node.ID, res.EKSHA256)})
+				Message: fmt.Sprintf("node %s endorsement key enrolled on first use: sha256 %s, %s; every later boot must attest with it", node.ID, res.EKSHA256, how)})
 		}
 	}
-	s.firmwareMeasurements(ctx, node, run, hello, res, peerIP, now, log)
-	return bootVerdict{attested: true, admit: true}
+	held := s.firmwareMeasurements(ctx, node, run, hello, res, peerIP, now, log)
+	return bootVerdict{attested: true, admit: !held}
+}
+
+// checkEK judges a verified boot's EK against the node's: an enrolled
+// or pinned EK must be the boot's; with EK roots configured, an EK not
+// pinned must come with a certificate chaining to one of them (a pinned
+// EK is the site's own word, and needs none). A refusal fails res and
+// returns the security event's action.
+func (s *RunnerService) checkEK(node store.Node, ek store.NodeEK, enrolled bool, res *attestation.Result, now time.Time) string {
+	if res.Status != attestation.Passed {
+		return ""
+	}
+	if enrolled && res.EKSHA256 != ek.SHA256 {
+		res.Status = attestation.Failed
+		res.Detail = fmt.Sprintf("the boot's TPM has endorsement key %s; node %s's is %s (%s %s)", res.EKSHA256, node.ID, ek.SHA256, ek.Source, ek.EnrolledAt.Format(time.RFC3339))
+		return audit.EKMismatch
+	}
+	if s.EKRoots == nil || enrolled && ek.Source == store.EKPinned {
+		return ""
+	}
+	if err := s.EKRoots.Verify(res.EKPublic, res.EKCert, res.EKChain, now); err != nil {
+		res.Status = attestation.Failed
+		res.Detail = fmt.Sprintf("endorsement key %s of node %s is not trusted: %v (supply its manufacturer's root in --ek-roots, or pin the EK in the nodes file's ek_sha256)",
+			res.EKSHA256, node.ID, err)
+		return audit.EKUntrusted
+	}
+	return ""
+}
+
+// measurementsHeld reports whether a firmware measurement hold keeps the
+// node out of service; a record that cannot be read holds it (doubt).
+func (s *RunnerService) measurementsHeld(ctx context.Context, nodeID string, log *slog.Logger) bool {
+	rec, err := s.Store.GetFirmwareRecord(ctx, nodeID)
+	if errors.Is(err, store.ErrNotFound) {
+		return false
+	}
+	if err != nil {
+		log.Error("firmware measurement hold unreadable: boot not admitted", "err", err)
+		return true
+	}
+	return rec.Held()
 }
 
 // attestVerdict puts the boot's attestation in the run's verdicts (a boot
@@ -182,45 +281,80 @@ func (s *RunnerService) attestVerdict(ctx context.Context, run store.Run, res at
 
 // firmwareMeasurements compares an attested boot's firmware PCRs with the
 // node's record: the first attested boot records them, as does the first
-// after a firmware change the pipeline made; any other difference is a
-// drift, flagged as a security event and a FAIL verdict naming the PCR and
-// both values.
-func (s *RunnerService) firmwareMeasurements(ctx context.Context, node store.Node, run store.Run, hello *curev1.Hello, res attestation.Result, peerIP string, now time.Time, log *slog.Logger) {
+// after a firmware change the pipeline made (which also ends a hold); any
+// other difference is a drift: a security event, a FAIL verdict naming the
+// PCR and both values, and a hold that keeps the node out of service
+// until an operator accepts the new values (AcceptMeasurements) or the
+// pipeline reflashes it. It reports whether the node is held: a held
+// boot is not admitted.
+func (s *RunnerService) firmwareMeasurements(ctx context.Context, node store.Node, run store.Run, hello *curev1.Hello, res attestation.Result, peerIP string, now time.Time, log *slog.Logger) bool {
 	vals := attestation.FirmwareValues(res.PCRs)
 	fw := textsafe.BoundedLine(hello.GetInventory().GetSystem().GetBiosVersion(), maxName)
 	rec, err := s.Store.GetFirmwareRecord(ctx, node.ID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		log.Error("firmware measurements not checked", "err", err)
-		return
+		log.Error("firmware measurements not checked: boot not admitted", "err", err)
+		return true
 	}
-	record := func(why string) {
+	info := func(msg string) {
+		s.event(ctx, store.Event{RunID: run.ID, NodeID: node.ID, Source: runstate.SourceCoordinator, Time: now, Phase: run.Phase, Kind: runstate.EventInfo,
+			Message: textsafe.BoundedLine(msg, maxMessage)})
+	}
+	record := func(why string) bool {
 		if err := s.Store.RecordFirmware(ctx, store.FirmwareRecord{NodeID: node.ID, SKU: node.SKU, Firmware: fw, PCRs: vals, RunID: run.ID, RecordedAt: now}); err != nil {
 			log.Error("firmware measurements not recorded", "err", err)
-			return
+			return rec.Held() // a hold not cleared still holds
 		}
-		s.event(ctx, store.Event{RunID: run.ID, NodeID: node.ID, Source: runstate.SourceCoordinator, Time: now, Phase: run.Phase, Kind: runstate.EventInfo,
-			Message: textsafe.BoundedLine(fmt.Sprintf("firmware measurements %s (SKU %s, firmware %q): %s", why, node.SKU, fw, formatPCRs(vals)), maxMessage)})
+		info(fmt.Sprintf("firmware measurements %s (SKU %s, firmware %q): %s", why, node.SKU, fw, formatPCRs(vals)))
+		return false
 	}
 	switch {
 	case len(rec.PCRs) == 0:
-		record("recorded on the node's first attested boot")
+		return record("recorded on the node's first attested boot")
 	case rec.ChangeRun != "":
-		record(fmt.Sprintf("re-recorded after the firmware change run %s made (%s)", rec.ChangeRun, rec.ChangeReason))
-	default:
-		m := attestation.FirmwareDrift(rec.PCRs, res.PCRs)
-		if m == nil {
-			_ = s.Store.PutVerdict(ctx, store.Verdict{RunID: run.ID, Component: "tpm", Check: "firmware_measurement", Status: curev1.VerdictStatus_PASS,
-				Observed: "as recorded by run " + rec.RunID, Time: now})
-			return
+		why := fmt.Sprintf("re-recorded after the firmware change run %s made (%s)", rec.ChangeRun, rec.ChangeReason)
+		if rec.Held() {
+			why += fmt.Sprintf("; the measurement hold of run %s ends", rec.Hold.RunID)
 		}
-		detail := fmt.Sprintf("firmware measurement drift on node %s without a firmware change by the pipeline: %s (recorded by run %s for SKU %s, firmware %q; this boot reports firmware %q)",
-			node.ID, m, rec.RunID, rec.SKU, rec.Firmware, fw)
-		s.Audit.Security(ctx, store.AuditEntry{Actor: node.ID, Peer: peerIP, RunID: run.ID, Nodes: []string{node.ID}, Action: audit.FirmwareDrift,
-			Result: "flagged", Detail: textsafe.BoundedLine(detail, maxMessage)})
-		_ = s.Store.PutVerdict(ctx, store.Verdict{RunID: run.ID, Component: fmt.Sprintf("tpm/pcr%d", m.PCR), Check: "firmware_measurement",
-			Status: curev1.VerdictStatus_FAIL, Expected: m.Expected, Observed: m.Observed, Message: textsafe.Bounded(detail, maxMessage), Time: now})
-		s.event(ctx, store.Event{RunID: run.ID, NodeID: node.ID, Source: runstate.SourceCoordinator, Time: now, Phase: run.Phase, Kind: runstate.EventInfo,
-			Message: textsafe.BoundedLine(detail, maxMessage)})
+		return record(why)
+	}
+	m := attestation.FirmwareDrift(rec.PCRs, res.PCRs)
+	if m == nil && !rec.Held() {
+		_ = s.Store.PutVerdict(ctx, store.Verdict{RunID: run.ID, Component: "tpm", Check: "firmware_measurement", Status: curev1.VerdictStatus_PASS,
+			Observed: "as recorded by run " + rec.RunID, Time: now})
+		return false
+	}
+	if m == nil {
+		detail := fmt.Sprintf("node %s is held out of service since %s for a firmware measurement drift (run %s: %s): this boot is not admitted until an admin runs `curectl nodes accept-measurements %s` or the pipeline reflashes its firmware",
+			node.ID, rec.Hold.At.Format(time.RFC3339), rec.Hold.RunID, rec.Hold.Detail, node.ID)
+		_ = s.Store.PutVerdict(ctx, store.Verdict{RunID: run.ID, Component: "tpm", Check: "firmware_measurement", Status: curev1.VerdictStatus_FAIL,
+			Expected: "no measurement hold", Observed: "held by run " + rec.Hold.RunID, Message: textsafe.Bounded(detail, maxMessage), Time: now})
+		info(detail)
+		return true
+	}
+	s.measurementDrift(ctx, node, run, rec, m, vals, fw, peerIP, now, log)
+	return true
+}
+
+// measurementDrift flags a drift and holds the node: security event, FAIL
+// verdict, event, the hold in the store, then OnMeasurementDrift (the
+// pool's quarantine).
+func (s *RunnerService) measurementDrift(ctx context.Context, node store.Node, run store.Run, rec store.FirmwareRecord, m *attestation.PCRMismatch, vals map[string]string,
+	fw, peerIP string, now time.Time, log *slog.Logger) {
+	detail := fmt.Sprintf("firmware measurement drift on node %s without a firmware change by the pipeline: %s (recorded by run %s for SKU %s, firmware %q; this boot reports firmware %q)",
+		node.ID, m, rec.RunID, rec.SKU, rec.Firmware, fw)
+	s.Audit.Security(ctx, store.AuditEntry{Actor: node.ID, Peer: peerIP, RunID: run.ID, Nodes: []string{node.ID}, Action: audit.FirmwareDrift,
+		Result: "held", Detail: textsafe.BoundedLine(detail, maxMessage)})
+	_ = s.Store.PutVerdict(ctx, store.Verdict{RunID: run.ID, Component: fmt.Sprintf("tpm/pcr%d", m.PCR), Check: "firmware_measurement",
+		Status: curev1.VerdictStatus_FAIL, Expected: m.Expected, Observed: m.Observed, Message: textsafe.Bounded(detail, maxMessage), Time: now})
+	msg := detail + fmt.Sprintf(": the node is held out of service (this boot is not admitted) until an admin runs `curectl nodes accept-measurements %s --reason ...` or the pipeline reflashes its firmware", node.ID)
+	if err := s.Store.HoldFirmware(ctx, node.ID, store.MeasurementHold{RunID: run.ID, Detail: textsafe.BoundedLine(detail, maxMessage), At: now, PCRs: vals, Firmware: fw}); err != nil {
+		log.Error("firmware measurement hold not recorded: this boot is not admitted, the next is judged again", "err", err)
+		msg += fmt.Sprintf(" (the hold was not recorded: %v)", err)
+	}
+	s.event(ctx, store.Event{RunID: run.ID, NodeID: node.ID, Source: runstate.SourceCoordinator, Time: now, Phase: run.Phase, Kind: runstate.EventInfo,
+		Message: textsafe.BoundedLine(msg, maxMessage)})
+	if s.OnMeasurementDrift != nil {
+		s.OnMeasurementDrift(ctx, node.ID, run.ID, detail)
 	}
 }
 

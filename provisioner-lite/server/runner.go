@@ -73,8 +73,17 @@ type RunnerService struct {
 	// no image expectations and no SKU requires attestation (a boot that
 	// presents one must still pass it, an enrolled EK still binds).
 	Attestation AttestPolicy
-	// Challenges are the issued attestation challenges (default: in memory).
+	// Challenges are the issued attestation challenges (default: kept in
+	// the store, so that any instance sharing it judges a Hello).
 	Challenges *attestation.Challenges
+	// EKRoots are the TPM manufacturers' roots an unpinned EK's
+	// certificate must chain to (--ek-roots); nil: EKs are trusted on
+	// first use (docs/SECURITY.md).
+	EKRoots *attestation.EKRoots
+	// OnMeasurementDrift, if set, hears of a firmware measurement drift
+	// the pipeline did not cause, after the node's hold is recorded (the
+	// pool quarantines the node).
+	OnMeasurementDrift func(ctx context.Context, nodeID, runID, detail string)
 
 	once     sync.Once
 	pending  chan struct{}
@@ -127,7 +136,7 @@ func (s *RunnerService) init() {
 		s.challengeRate = peerlimit.NewKeyed(s.SessionRate, s.SessionBurst, 0)
 		s.attest = s.Challenges
 		if s.attest == nil {
-			s.attest = &attestation.Challenges{}
+			s.attest = &attestation.Challenges{Keeper: storeChallenges{st: s.Store, instance: s.Instance}}
 		}
 	})
 }

@@ -30,6 +30,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/provisioner-lite/attestation"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
 	"github.com/cure-oss/cure/provisioner-lite/hostaddr"
@@ -70,6 +71,7 @@ type config struct {
 	retention                                  store.Retention
 	conns                                      connFlags
 	bmcCA                                      string
+	ekRoots                                    string
 	maxRuns                                    int
 	instance                                   string
 	peerGRPC                                   string
@@ -150,6 +152,8 @@ func main() {
 	flag.DurationVar(&c.retention.Fleet, "fleet-retention", store.DefaultRetention.Fleet, "keep verdicts' measurements (the fleet history fleet bands judge against) this long; raised to the longest fleet window of the suites")
 	c.conns.register(flag.CommandLine)
 	flag.StringVar(&c.bmcCA, "bmc-ca", "", "PEM CA bundle that verifies BMC certificates of nodes without caFile or fingerprint (empty: the system roots)")
+	flag.StringVar(&c.ekRoots, "ek-roots", "", "directory of TPM manufacturers' root certificates (PEM): a node's EK certificate must chain to one unless the nodes file pins its ek_sha256 "+
+		"(empty: EKs are trusted on first use; docs/SECURITY.md)")
 	flag.IntVar(&c.maxRuns, "max-runs", pipeline.DefaultMaxRuns, "runs this instance drives at once; Provision beyond it is refused (ResourceExhausted) so curectl can try another instance")
 	flag.StringVar(&c.peerGRPC, "peer-grpc", "", "other instances of this fleet (shared database) as nodes dial them, host:port comma-separated: "+
 		"a runner whose coordinator dies reconnects to the next")
@@ -633,6 +637,10 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	if err != nil {
 		return err
 	}
+	ekRoots, err := loadEKRoots(c.ekRoots, log)
+	if err != nil {
+		return err
+	}
 	bmcs, err := newBMCConnector(c.bmcCA, c.timeouts.BMCCall, log)
 	if err != nil {
 		return err
@@ -680,7 +688,10 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		NetBoot:         nb.target,
 		Metrics:         obs.m,
 		Notify:          runNotice(notifier, func(rn pipeline.RunNotice) { nodePool.RunEnded(ctx, rn.Run) }),
-		ToolBundle:      toolBundle,
+		OnFleetRejudged: func(ctx context.Context, nodeID, runID string, marginal bool, reason string) {
+			nodePool.FleetRejudged(ctx, nodeID, runID, marginal, reason)
+		},
+		ToolBundle: toolBundle,
 	})
 	nodePool = pool.New(pool.Config{Store: st, Starter: eng, Announce: poolNotice(notifier), CheckSuite: suiteCheck(catalog), Metrics: obs.m, Log: log})
 
@@ -698,9 +709,10 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	opts = append(opts, server.OperatorAuth(rec, log)...)
 	gs := grpc.NewServer(opts...)
 	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Audit: rec, Guard: eng, Instance: c.instance,
-		BindPeer: c.bindBootIP, Limits: c.eventLimits, Metrics: obs.m, Attestation: &pipeline.AttestPolicy{Catalog: catalog, ImageDir: c.imageDir, Log: log}})
+		BindPeer: c.bindBootIP, Limits: c.eventLimits, Metrics: obs.m, Attestation: &pipeline.AttestPolicy{Catalog: catalog, ImageDir: c.imageDir, Log: log},
+		EKRoots: ekRoots, OnMeasurementDrift: quarantineOnDrift(nodePool, log)})
 	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng, Canceler: eng, Pool: nodePool, Instance: c.instance,
-		KnownSKU: sitecheck.KnownSKU(c.manifestDir), BMCCADir: sd.Join("bmc-ca"), Log: log})
+		KnownSKU: sitecheck.KnownSKU(c.manifestDir), BMCCADir: sd.Join("bmc-ca"), Log: log, OnMeasurementsAccepted: reconsiderOnAccept(nodePool, log)})
 
 	errc := make(chan error, 4)
 	nb.onUnknownMAC = func(ctx context.Context, mac, source string) { eng.UnknownMAC(ctx, mac, "proxy DHCP", source) }
@@ -825,4 +837,39 @@ func nonEmpty(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// loadEKRoots reads --ek-roots; without it EKs are trusted on first use,
+// which the log says once at start.
+func loadEKRoots(dir string, log *slog.Logger) (*attestation.EKRoots, error) {
+	if dir == "" {
+		log.Warn("no --ek-roots: a node's endorsement key is trusted on first use unless the nodes file pins its ek_sha256 (docs/SECURITY.md)")
+		return nil, nil
+	}
+	r, err := attestation.LoadEKRoots(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--ek-roots: %w", err)
+	}
+	log.Info("EK certificates must chain to the EK roots", "dir", dir, "roots", r.Count)
+	return r, nil
+}
+
+// quarantineOnDrift keeps a node whose firmware measurements drifted out
+// of service in the pool (the hold itself is in the store already).
+func quarantineOnDrift(p *pool.Pool, log *slog.Logger) func(ctx context.Context, nodeID, runID, detail string) {
+	return func(ctx context.Context, nodeID, runID, detail string) {
+		if err := p.Quarantine(ctx, nodeID, runID, "firmware measurement drift: "+detail); err != nil {
+			log.Error("node not quarantined after a measurement drift (its hold still keeps its boots out)", "node", nodeID, "run", runID, "err", err)
+		}
+	}
+}
+
+// reconsiderOnAccept lets the pool judge a node's admission again once
+// an admin accepted its drifted measurements.
+func reconsiderOnAccept(p *pool.Pool, log *slog.Logger) func(ctx context.Context, nodeID, actor, reason string) {
+	return func(ctx context.Context, nodeID, actor, reason string) {
+		if err := p.Reconsider(ctx, nodeID, actor, "firmware measurements accepted: "+reason); err != nil {
+			log.Error("node's admission not reconsidered after its measurements were accepted", "node", nodeID, "err", err)
+		}
+	}
 }
