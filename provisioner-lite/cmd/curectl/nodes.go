@@ -97,7 +97,7 @@ func (a *app) nodesCmd() *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(listCmd, show, a.nodesAddCmd(), importCmd, remove, label)
+	cmd.AddCommand(listCmd, show, a.nodesAddCmd(), importCmd, remove, label, a.acceptMeasurementsCmd())
 	cmd.AddCommand(a.poolCmds()...)
 	return cmd
 }
