@@ -28,6 +28,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/attestation"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/pool"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -587,9 +588,11 @@ func TestEKCertificateVerified(t *testing.T) {
 // TestMeasurementDriftQuarantines: a firmware measurement changed outside
 // the pipeline holds the node: the drifting boot and every later one is
 // kept out of service (not admitted: no work, no secrets), the hold is in
-// the store and the drift hook hears of it; an operator cannot end it, an
-// admin's accept-measurements does (audited with its reason), adopting the
-// drifted values, and the next boot is admitted.
+// the store and the drift hook quarantines the node in the pool; an
+// operator cannot end it, an admin's accept-measurements does (audited
+// with its reason), adopting the drifted values, the pool reconsiders the
+// node (in service: its SKU has no admission policy), and the next boot is
+// admitted.
 func TestMeasurementDriftQuarantines(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts swtpm")
@@ -603,22 +606,37 @@ func TestMeasurementDriftQuarantines(t *testing.T) {
 	type call struct{ node, run, actor, detail string }
 	var mu sync.Mutex
 	var drifts, accepts []call
+	// The hooks wired to the pool as provisioner-lite wires them.
+	nodePool := pool.New(pool.Config{Store: st})
 	c := startAttestCoord(t, st, t.TempDir(), "",
 		func(rs *server.RunnerService) {
-			rs.OnMeasurementDrift = func(_ context.Context, node, run, detail string) {
+			rs.OnMeasurementDrift = func(ctx context.Context, node, run, detail string) {
 				mu.Lock()
 				drifts = append(drifts, call{node: node, run: run, detail: detail})
 				mu.Unlock()
+				if err := nodePool.Quarantine(ctx, node, run, "firmware measurement drift: "+detail); err != nil {
+					t.Errorf("quarantine: %v", err)
+				}
 			}
 		},
 		func(o *server.OperatorService) {
-			o.OnMeasurementsAccepted = func(_ context.Context, node, actor, reason string) {
+			o.OnMeasurementsAccepted = func(ctx context.Context, node, actor, reason string) {
 				mu.Lock()
 				accepts = append(accepts, call{node: node, actor: actor, detail: reason})
 				mu.Unlock()
+				if err := nodePool.Reconsider(ctx, node, actor, "firmware measurements accepted: "+reason); err != nil {
+					t.Errorf("reconsider: %v", err)
+				}
 			}
 		})
-
+	poolState := func() string {
+		t.Helper()
+		np, err := st.NodePool(ctx, attestNodeID)
+		if err != nil {
+			t.Fatalf("pool state: %v", err)
+		}
+		return np.State
+	}
 	node := newAttestTPM(t)
 	bootRun := func(runID, fw string) (store.BootAttestation, bool) {
 		t.Helper()
@@ -656,6 +674,10 @@ func TestMeasurementDriftQuarantines(t *testing.T) {
 	}
 	mu.Unlock()
 
+	if got := poolState(); got != string(pool.Quarantined) {
+		t.Fatalf("pool state after the drift: %s, want quarantined", got)
+	}
+
 	// Held: a later boot is kept apart too, even with the old firmware.
 	if ba, admitted := bootRun("run3", "platform firmware"); ba.Status != store.AttestPassed || admitted {
 		t.Fatalf("boot of a held node: %s, admitted %t; want not admitted", ba.Status, admitted)
@@ -688,6 +710,9 @@ func TestMeasurementDriftQuarantines(t *testing.T) {
 		t.Errorf("accept hook calls %+v", accepts)
 	}
 	mu.Unlock()
+	if got := poolState(); got != string(pool.InService) {
+		t.Fatalf("pool state after the accept: %s, want in_service (the SKU has no admission policy)", got)
+	}
 	ops, err := st.AuditLog(ctx, store.AuditFilter{Kind: store.AuditOperator, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
