@@ -33,6 +33,14 @@ type Result struct {
 	Nodes       []store.Node // the nodes file's nodes, when it has no problem
 	// Problems lists every problem, one per line: "file:line[:col]: field: message".
 	Problems []string
+	// acceptance is each SKU's admission suite, checked once every suite
+	// is known.
+	acceptance []suiteRef
+}
+
+// suiteRef is a SKU's reference to a suite, where it is written.
+type suiteRef struct {
+	path, suite string
 }
 
 // OK reports whether the lint found nothing.
@@ -109,6 +117,12 @@ func (r *Result) manifests() {
 	}
 	top := r.lintDir(dir, nil)
 	r.lintDir(filepath.Join(dir, "suites"), top)
+	for _, ref := range r.acceptance {
+		if !slices.Contains(r.Suites, ref.suite) {
+			r.addf("%s:%d: spec.admission.acceptance.suite: %q is not a valid ValidationSuite in %s or its suites/ (valid suites: %s): no node of this SKU could ever be admitted",
+				ref.path, keyLine(ref.path, "spec", "admission", "acceptance", "suite"), ref.suite, dir, strings.Join(r.Suites, ", "))
+		}
+	}
 	slices.Sort(r.SKUs)
 	slices.Sort(r.Suites)
 	if len(r.SKUs) == 0 {
@@ -158,6 +172,9 @@ func (r *Result) lintDir(dir string, shadowing map[string]string) map[string]str
 		case doc.SKU != nil:
 			meta = doc.SKU.Metadata
 			r.SKUs = append(r.SKUs, base)
+			if a := doc.SKU.Spec.Admission; a != nil && a.Acceptance != nil {
+				r.acceptance = append(r.acceptance, suiteRef{path: path, suite: a.Acceptance.Suite})
+			}
 		case doc.Suite != nil:
 			meta = doc.Suite.Metadata
 			r.Suites = append(r.Suites, base)

@@ -62,3 +62,21 @@ func TestSiteWithoutSKUsOrDirectory(t *testing.T) {
 		t.Fatalf("Err: %v", err)
 	}
 }
+
+// A SKU whose admission names a suite the site lacks is refused where it
+// is written: no node of it could ever enter service.
+func TestAdmissionSuiteMustExist(t *testing.T) {
+	dir := t.TempDir()
+	raw, err := os.ReadFile("../../manifests/examples/hgx-b200.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hgx-b200.yaml"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := Site(dir, "")
+	want := `hgx-b200.yaml:`
+	if r.OK() || !strings.Contains(strings.Join(r.Problems, "\n"), want) || !strings.Contains(strings.Join(r.Problems, "\n"), `spec.admission.acceptance.suite: "burnin-24h-hgx" is not a valid ValidationSuite`) {
+		t.Errorf("problems %q: want the missing acceptance suite named with file and line", r.Problems)
+	}
+}
