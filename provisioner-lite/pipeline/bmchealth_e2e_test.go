@@ -40,7 +40,8 @@ spec:
 
 // During a diagnostic's validate phase the coordinator polls the BMC's
 // sensors into the run's series (and only then); at its end it stores the
-// BMC's log entries of the run window and its PSUs and fans.
+// BMC's log entries of the run window and its PSUs and fans, and the PSU
+// that failed mid-run fails the run.
 func TestValidatePollsBMCSensors(t *testing.T) {
 	var dir string
 	f := newFixtureBMC(t, func(_ *manifests.SKU, casDir string) { dir = filepath.Dir(filepath.Dir(casDir)) },
@@ -75,8 +76,11 @@ func TestValidatePollsBMCSensors(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := f.waitRun(runID)
-	if run.Status != curev1.RunStatus_RUN_SUCCEEDED {
-		t.Fatalf("run %s: %s (a BMC reading must not fail the run)", run.Status, run.Message)
+	// The failed PSU fails the run under the default bars (PSUs OK, no
+	// Critical entry in the window), naming the PSU and the log entry.
+	if run.Status != curev1.RunStatus_RUN_FAILED || !strings.HasPrefix(run.Message, "BMC evidence fails the suite's bars") ||
+		!strings.Contains(run.Message, "bmc/psu/Bay1 PSU Power Supply Bay 1 (PSU 1) health Critical") || !strings.Contains(run.Message, "has failed: AC input lost.") {
+		t.Fatalf("run %s: %s (a failed PSU must fail the run)", run.Status, run.Message)
 	}
 	val := f.phases(runID)[modes.Validate]
 

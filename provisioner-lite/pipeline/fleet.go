@@ -316,17 +316,23 @@ func joinNonEmpty(sep string, ss ...string) string {
 	return strings.Join(out, sep)
 }
 
-// gate is the coordinator's judgement of a run whose phases are all done:
-// "" passes; otherwise why it fails. What could not be judged is an ERROR
-// and fails the run: doubt never passes.
+// gate is the coordinator's judgement of a run whose phases are all done,
+// against its SKU's fleet and on its BMC's evidence: "" passes; otherwise
+// why it fails. What could not be judged is an ERROR and fails the run:
+// doubt never passes.
 func (e *Engine) gate(ctx context.Context, r *store.Run) string {
-	var errs []string
-	msg, err := e.fleetGate(ctx, r)
-	if err != nil {
-		errs = append(errs, err.Error())
+	var errs, fails []string
+	for _, g := range []func(context.Context, *store.Run) (string, error){e.fleetGate, e.bmcGate} {
+		msg, err := g(ctx, r)
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+		if msg != "" {
+			fails = append(fails, msg)
+		}
 	}
 	if len(errs) > 0 {
-		return textsafe.Truncate("ERROR: not judged, so the run does not pass: "+strings.Join(errs, "; "), 4096)
+		return textsafe.Truncate("ERROR: not judged, so the run does not pass: "+strings.Join(append(errs, fails...), "; "), 4096)
 	}
-	return msg
+	return strings.Join(fails, "; ")
 }
