@@ -25,7 +25,7 @@ const bmcSuite = `apiVersion: cure.dev/v1
 kind: ValidationSuite
 metadata:
   name: qemu-bmc-evidence
-  description: CPU load with the BMC's sensors sampled (TestBMCEventLogInReport)
+  description: CPU load with the BMC's sensors sampled (TestFailedPSUBlocksAdmission)
 spec:
   duration: 5m
   checks:
@@ -38,13 +38,17 @@ spec:
         computeErrors: {equals: 0}
 `
 
-// TestBMCEventLogInReport: an event the virtual BMC logs during a
-// diagnostic run (a PSU failing mid-run, injected by the test) is in the
-// run's report with its time, severity and message; events outside the run
-// window (one logged before the run, one backdated into the past) are not.
-// The report also carries the PSUs and fans with their identity and health,
-// and the BMC's sensors sampled during the validate phase.
-func TestBMCEventLogInReport(t *testing.T) {
+// TestFailedPSUBlocksAdmission: a PSU that fails during a diagnostic run
+// (injected by the test on the virtual BMC) fails the run under the
+// default BMC bars, the report naming the PSU (a FAIL verdict bmc/psu/Bay2
+// and the run's message), and the node is not admitted (its pool state is
+// not in_service; with an admission policy, the decision is not admit).
+// The event the virtual BMC logs is in the run's report with its time,
+// severity and message; events outside the run window (one logged before
+// the run, one backdated into the past) are not. The report also carries
+// the PSUs and fans with their identity and health, and the BMC's sensors
+// sampled during the validate phase.
+func TestFailedPSUBlocksAdmission(t *testing.T) {
 	env := startEnv(t, harness.Options{ExtraCoordinatorArgs: []string{"--bmc-poll", "2s"}})
 	n := env.Nodes[0]
 	if err := os.WriteFile(filepath.Join(env.Opts.Work, "manifests", "suites", "qemu-bmc-evidence.yaml"), []byte(bmcSuite), 0o644); err != nil {
@@ -85,11 +89,27 @@ func TestBMCEventLogInReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.GetStatus() != "succeeded" {
-		t.Fatalf("diagnostic ended %s: %s", rep.GetStatus(), rep.GetMessage())
-	}
 	if injected.IsZero() {
 		t.Fatal("the validate phase never started: nothing was injected")
+	}
+	if rep.GetStatus() != "failed" || !strings.Contains(rep.GetMessage(), "BMC evidence fails the suite's bars") || !strings.Contains(rep.GetMessage(), "bmc/psu/Bay2 PSU") {
+		t.Fatalf("diagnostic ended %s: %s (a failed PSU must fail it, naming the PSU)", rep.GetStatus(), rep.GetMessage())
+	}
+	var psuVerdict *curev1.Verdict
+	for _, v := range rep.GetVerdicts() {
+		if v.GetComponent() == "bmc/psu/Bay2" {
+			psuVerdict = v
+		}
+	}
+	if psuVerdict == nil || psuVerdict.GetStatus() != curev1.VerdictStatus_FAIL || !strings.Contains(psuVerdict.GetMessage(), "health Critical") {
+		t.Errorf("the report's verdict on the failed PSU: %v", psuVerdict)
+	}
+	adm, err := env.Client.NodeAdmission(ctx, &curev1.NodeAdmissionRequest{NodeId: n.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if adm.GetPool().GetState() == curev1.PoolState_POOL_IN_SERVICE || (adm.GetPolicy() && adm.GetDecision() == "admit") {
+		t.Errorf("a node whose PSU failed is admitted: pool %v, decision %s (policy %v)", adm.GetPool().GetState(), adm.GetDecision(), adm.GetPolicy())
 	}
 
 	// The event of the run window, with its time, severity and message.
