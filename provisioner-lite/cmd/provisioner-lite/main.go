@@ -693,7 +693,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		},
 		ToolBundle: toolBundle,
 	})
-	nodePool = pool.New(pool.Config{Store: st, Starter: eng, Announce: poolNotice(notifier), CheckSuite: suiteCheck(catalog), Metrics: obs.m, Log: log})
+	nodePool = pool.New(pool.Config{Store: st, Starter: eng, Announce: poolNotice(notifier), CheckSuite: suiteCheck(catalog), Policies: catalog, Metrics: obs.m, Log: log})
 
 	bs, err := bootserver.New(bootserver.Config{ImageDir: c.imageDir, ArtifactDir: artifactDir, BaseURL: baseURL, Logger: log,
 		Limits: bootserver.Limits{MaxConns: plan.http.Conns, MaxConnsPerSource: plan.http.PerSource}, IPXEBuilds: nb.builds(), Served: obs.m.ArtifactServed}, eng)
