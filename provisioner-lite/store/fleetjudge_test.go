@@ -14,6 +14,8 @@ func TestWriteFleetJudgementCAS(t *testing.T) {
 	ctx := ctxT(t)
 	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
 	suiteRunOn(t, s, "r1", "n1", "qemu-fleet")
+	mustNode(t, s, testNode("n2", "52:54:00:00:00:02"))
+	suiteRunOn(t, s, "r2", "n2", "qemu-fleet")
 	zero := int64(0)
 	rev, err := s.WriteFleetJudgement(ctx, FleetWrite{RunID: "r1", SKU: "hgx-h100", Pending: FleetUnbanded, Judgements: []byte(`{}`), IfRev: &zero})
 	if err != nil || rev != 1 {
@@ -22,8 +24,14 @@ func TestWriteFleetJudgementCAS(t *testing.T) {
 	if _, err := s.WriteFleetJudgement(ctx, FleetWrite{RunID: "r1", SKU: "hgx-h100", Judgements: []byte(`{}`), IfRev: &zero}); !errors.Is(err, ErrFleetConflict) {
 		t.Fatalf("a second first write: %v, want ErrFleetConflict", err)
 	}
+	if _, err := s.WriteFleetJudgement(ctx, FleetWrite{RunID: "r2", SKU: "hgx-h100", Pending: FleetError, Judgements: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.RunFleetJudgement(ctx, "r2"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a judgement in error read as one made: %v", err)
+	}
 	pend, err := s.PendingFleetJudgements(ctx, "hgx-h100", time.Now().Add(-time.Hour), 10)
-	if err != nil || len(pend) != 1 || pend[0].RunID != "r1" || pend[0].Pending != FleetUnbanded || pend[0].Rev != 1 {
+	if err != nil || len(pend) != 2 || pend[0].RunID != "r1" || pend[0].Pending != FleetUnbanded || pend[0].Rev != 1 || pend[1].Pending != FleetError {
 		t.Fatalf("pending %+v %v", pend, err)
 	}
 	if p, _ := s.PendingFleetJudgements(ctx, "other", time.Now().Add(-time.Hour), 10); len(p) != 0 {
@@ -40,7 +48,7 @@ func TestWriteFleetJudgementCAS(t *testing.T) {
 	if err != nil || rec.Pending != FleetFinal || rec.Rev != 2 || string(rec.Judgements) != `{"judgements":[{}]}` {
 		t.Fatalf("record %+v %v", rec, err)
 	}
-	if p, _ := s.PendingFleetJudgements(ctx, "hgx-h100", time.Now().Add(-time.Hour), 10); len(p) != 0 {
+	if p, _ := s.PendingFleetJudgements(ctx, "hgx-h100", time.Now().Add(-time.Hour), 10); len(p) != 1 || p[0].RunID != "r2" {
 		t.Errorf("pending after the final judgement: %+v", p)
 	}
 }

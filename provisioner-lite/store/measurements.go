@@ -230,11 +230,11 @@ func (s *Store) PutFleetJudgement(ctx context.Context, runID string, marginal []
 }
 
 // RunFleetJudgement returns a run's stored fleet judgement (ErrNotFound:
-// none was made).
+// none was made, or only its error is on record: FleetRecordOf reads that).
 func (s *Store) RunFleetJudgement(ctx context.Context, runID string) ([]byte, time.Time, error) {
 	var js string
 	var t int64
-	err := s.r.QueryRowContext(ctx, `SELECT judgements, time FROM run_fleet WHERE run_id = ?`, runID).Scan(&js, &t)
+	err := s.r.QueryRowContext(ctx, `SELECT judgements, time FROM run_fleet WHERE run_id = ? AND pending <> ?`, runID, FleetError).Scan(&js, &t)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, time.Time{}, fmt.Errorf("store: fleet judgement of run %s: %w", runID, ErrNotFound)
 	}
