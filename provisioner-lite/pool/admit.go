@@ -107,11 +107,22 @@ func (p *Pool) Quarantine(ctx context.Context, nodeID, runID, reason string) err
 // band filled): in service when every requirement is met, quarantined
 // when one failed or could not be judged, accepting otherwise (its
 // acceptance run started when one is due). Other states are left alone.
+//
+// On a SKU without spec.admission (a node quarantined for a measurement
+// drift or a MARGINAL band) nothing is judged: the node stays quarantined
+// while a measurement hold stands, and otherwise leaves the pool, to be
+// returned by an operator (curectl nodes return) or provisioned.
 func (p *Pool) Reconsider(ctx context.Context, nodeID, actor, why string) error {
 	return p.reconsider(context.WithoutCancel(ctx), nodeID, actor, why)
 }
 
 func (p *Pool) reconsider(ctx context.Context, nodeID, actor, why string) error {
+	return p.judge(ctx, nodeID, actor, why, false)
+}
+
+// judge is Reconsider; periodic (the pool's reconcile) leaves the nodes of
+// SKUs without spec.admission alone: only an event releases them.
+func (p *Pool) judge(ctx context.Context, nodeID, actor, why string, periodic bool) error {
 	cur, err := p.cfg.Store.NodePool(ctx, nodeID)
 	if err != nil {
 		return err
@@ -124,11 +135,16 @@ func (p *Pool) reconsider(ctx context.Context, nodeID, actor, why string) error 
 	if err != nil {
 		return p.Quarantine(ctx, nodeID, cur.RunID, "admission could not be judged: "+err.Error())
 	}
-	if st.Policy == nil {
-		// The SKU's policy was removed: nothing is required any more.
-		st.Result.Decision = admission.Admit
-	}
 	next := store.NodePool{NodeID: nodeID, Actor: actor, RunID: cur.RunID}
+	if st.Policy == nil {
+		if periodic {
+			return nil
+		}
+		if err := p.unpoliced(ctx, &next, from, why); err != nil {
+			return err
+		}
+		return p.moveJudged(ctx, next)
+	}
 	switch st.Result.Decision {
 	case admission.Admit:
 		next.State, next.Reason = string(InService), fmt.Sprintf("admitted (%s): every requirement of SKU %s's admission met", why, st.SKU)
@@ -146,6 +162,31 @@ func (p *Pool) reconsider(ctx context.Context, nodeID, actor, why string) error 
 			next.Reason = fmt.Sprintf("acceptance run %s of suite %s started; %s", runID, st.Policy.Acceptance.Suite, next.Reason)
 		}
 	}
+	return p.moveJudged(ctx, next)
+}
+
+// unpoliced is where an accepting or quarantined node of a SKU without
+// spec.admission goes: quarantined while a measurement hold stands; in
+// service from accepting (its SKU's policy was removed); out of the pool
+// from quarantined.
+func (p *Pool) unpoliced(ctx context.Context, next *store.NodePool, from State, why string) error {
+	rec, err := p.cfg.Store.GetFirmwareRecord(ctx, next.NodeID)
+	switch {
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		next.State, next.Reason = string(Quarantined), "measurement hold could not be read: "+err.Error()
+	case err == nil && rec.Hold.RunID != "":
+		next.State, next.Reason = string(Quarantined), fmt.Sprintf("measurement hold of run %s: %s (curectl nodes accept-measurements, or reflash)", rec.Hold.RunID, rec.Hold.Detail)
+	case from == Accepting:
+		next.State, next.Reason = string(InService), fmt.Sprintf("admitted (%s): its SKU no longer has spec.admission", why)
+	default:
+		next.State, next.Reason = string(None), fmt.Sprintf("released from quarantine (%s): out of the pool until returned (curectl nodes return) or provisioned", why)
+	}
+	return nil
+}
+
+// moveJudged stores a judged node's move from accepting or quarantined
+// and announces a change of state.
+func (p *Pool) moveJudged(ctx context.Context, next store.NodePool) error {
 	next.Reason = textsafe.BoundedLine(next.Reason, maxReason)
 	prev, err := p.cfg.Store.SetNodePool(ctx, next, string(Accepting), string(Quarantined))
 	var pc *store.PoolConflict
@@ -198,7 +239,7 @@ func (p *Pool) reconcileAdmission(ctx context.Context, all map[string]store.Node
 		if s := State(cur.State); s != Accepting && s != Quarantined {
 			continue
 		}
-		if err := p.reconsider(ctx, id, Coordinator, "periodic admission check"); err != nil {
+		if err := p.judge(ctx, id, Coordinator, "periodic admission check", true); err != nil {
 			p.cfg.Log.Error("pool: admission", "node", id, "err", err)
 		}
 	}

@@ -742,6 +742,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	if err != nil {
 		return err
 	}
+	obs.admission = poolAdmission(nodePool)
 	webLn, err := obs.serveDashboard(ctx, c.webListen, tlsCfg, st, plan.web, c.conns, log)
 	if err != nil {
 		return err

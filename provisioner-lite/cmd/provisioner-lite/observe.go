@@ -11,6 +11,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/admission"
 	"github.com/cure-oss/cure/provisioner-lite/dashboard"
 	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
@@ -26,6 +27,9 @@ import (
 type observability struct {
 	m *metrics.Metrics
 	h *metrics.Health
+	// admission is a node's standing with its SKU's admission (the
+	// dashboard's node page); nil: not shown.
+	admission func(ctx context.Context, nodeID string) (*admission.Result, error)
 }
 
 // newObservability creates the metrics and hooks the store into them.
@@ -146,7 +150,7 @@ func (o *observability) serveDashboard(ctx context.Context, addr string, tlsCfg 
 	}
 	ln := limited(inner, "web", caps, log)
 	h := dashboard.Handler(dashboard.Config{Store: st, Auth: dashboard.CertViewer, Log: log,
-		MaxStreams: f.webStreams, MaxStreamsPerViewer: f.webStreamsPerOp, Observer: o.m})
+		MaxStreams: f.webStreams, MaxStreamsPerViewer: f.webStreamsPerOp, Observer: o.m, Admission: o.admission})
 	srv := &http.Server{Handler: h, TLSConfig: dashboard.TLSConfig(tlsCfg), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		MaxHeaderBytes: 16 << 10, ErrorLog: peerlimit.HTTPErrorLog(ln.Config().Refusals, log)}
 	o.h.Listener("web", true)
@@ -159,4 +163,16 @@ func (o *observability) serveDashboard(ctx context.Context, addr string, tlsCfg 
 	go func() { <-ctx.Done(); srv.Close() }()
 	log.Info("dashboard listening", "addr", ln.Addr().String())
 	return ln, nil
+}
+
+// poolAdmission is the dashboard's view of a node's admission: nil when
+// its SKU has none.
+func poolAdmission(p *pool.Pool) func(ctx context.Context, nodeID string) (*admission.Result, error) {
+	return func(ctx context.Context, nodeID string) (*admission.Result, error) {
+		st, err := p.Standing(ctx, nodeID)
+		if err != nil || st.Policy == nil {
+			return nil, err
+		}
+		return &st.Result, nil
+	}
 }
