@@ -118,6 +118,11 @@ type Config struct {
 	// called once per rejudge, by the coordinator instance whose write won
 	// (fleet.go), and must not block long.
 	OnFleetRejudged func(ctx context.Context, nodeID, runID string, marginal bool, reason string)
+	// FleetSweep, if positive, is how often the engine judges again every
+	// pending fleet judgement (SweepFleet): a judgement that failed, or a
+	// day-0 run whose band filled without a later judgement of its SKU.
+	// The loop ends with the engine's context (Wait waits for it).
+	FleetSweep time.Duration
 	// ToolBundle, if set, is served from ArtifactDir to the suites that
 	// run its programs.
 	ToolBundle *ToolBundle
@@ -212,8 +217,13 @@ type Engine struct {
 // New returns an engine; call Resume to pick up runs from the store.
 func New(ctx context.Context, cfg Config) *Engine {
 	cfg.defaults()
-	return &Engine{cfg: cfg, running: map[string]context.CancelFunc{}, ctx: ctx, stops: map[string]stopRequest{}, interrupted: map[string]bool{},
+	e := &Engine{cfg: cfg, running: map[string]context.CancelFunc{}, ctx: ctx, stops: map[string]stopRequest{}, interrupted: map[string]bool{},
 		tokens: newTokenLimiter(cfg.TokensPerNode, cfg.TokenPeriod)}
+	if cfg.FleetSweep > 0 {
+		e.wg.Add(1)
+		go e.sweepFleetLoop()
+	}
+	return e
 }
 
 // Errors of Start, so callers can tell the operator why a node did not start.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
@@ -82,11 +83,14 @@ func verdictOf(t *testing.T, st *store.Store, runID, component, check string) (s
 // of a run whose disk would be MARGINAL. The run does not succeed: it
 // fails with an ERROR naming the fleet band and the store's error, an
 // ERROR verdict (fleet fleet-band) stands, and the record is pending in
-// error. Once the store works, the sweep judges the run again: the ERROR is
-// replaced, the MARGINAL verdict stored and the hook told.
+// error. Once the store works, the periodic sweep judges the run again: the
+// ERROR is replaced, the MARGINAL verdict stored and the hook told once.
 func TestFleetJudgementErrorFailsGate(t *testing.T) {
 	var h rejudged
-	f := fleetFixtureCfg(t, 41, h.hook)
+	f := fleetFixtureCfg(t, 41, func(c *pipeline.Config) {
+		h.hook(c)
+		c.FleetSweep = 50 * time.Millisecond // the periodic sweep judges it again
+	})
 	seedFleet(t, f.st, 200, 206, 196)
 	lift := injectFleetFault(t, f)
 	ctx := context.Background()
@@ -106,10 +110,12 @@ func TestFleetJudgementErrorFailsGate(t *testing.T) {
 		t.Fatalf("record %+v %v", rec, err)
 	}
 
+	if len(h.got()) != 0 {
+		t.Fatalf("rejudged while the store refused it: %+v", h.got())
+	}
 	lift()
-	n, err := f.eng.RejudgeFleet(ctx, "qemu-nvme")
-	if err != nil || n != 1 {
-		t.Fatalf("rejudge: %d runs, %v", n, err)
+	for deadline := time.Now().Add(10 * time.Second); len(h.got()) == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
 	}
 	if v, _ := verdictOf(t, f.st, runID, "fleet", "fleet-band"); v.Status != curev1.VerdictStatus_PASS || !strings.Contains(v.Message, "replaces an earlier ERROR") {
 		t.Errorf("the ERROR is not replaced: %+v", v)

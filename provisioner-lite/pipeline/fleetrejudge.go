@@ -49,6 +49,48 @@ func (e *Engine) RejudgeFleet(ctx context.Context, sku string) (int, error) {
 	return e.rejudgeSKU(context.WithoutCancel(ctx), sku, "")
 }
 
+// SweepFleet is RejudgeFleet for every SKU with a pending judgement: the
+// periodic sweep (Config.FleetSweep) that judges again a run whose
+// judgement failed, or whose band filled, when no other judgement of its
+// SKU came to do it.
+func (e *Engine) SweepFleet(ctx context.Context) (int, error) {
+	ctx = context.WithoutCancel(ctx)
+	skus, err := e.cfg.Store.PendingFleetSKUs(ctx, time.Now().Add(-rejudgeHorizon), rejudgeBatch)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	var errs []error
+	for _, sku := range skus {
+		n, err := e.rejudgeSKU(ctx, sku, "")
+		total += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("SKU %s: %w", sku, err))
+		}
+	}
+	return total, errors.Join(errs...)
+}
+
+// sweepFleetLoop runs SweepFleet every Config.FleetSweep until the engine
+// stops.
+func (e *Engine) sweepFleetLoop() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.cfg.FleetSweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := e.SweepFleet(e.ctx); err != nil {
+			e.cfg.Log.Error("fleet sweep", "rejudged", n, "err", err)
+		} else if n > 0 {
+			e.cfg.Log.Info("fleet sweep", "rejudged", n)
+		}
+	}
+}
+
 func (e *Engine) rejudgeSKU(ctx context.Context, sku, skipRun string) (int, error) {
 	now := time.Now().UTC()
 	pend, err := e.cfg.Store.PendingFleetJudgements(ctx, sku, now.Add(-rejudgeHorizon), rejudgeBatch)

@@ -155,3 +155,26 @@ ORDER BY time, run_id LIMIT ?`, sku, FleetUnbanded, FleetError, toMs(since), lim
 	}
 	return out, nil
 }
+
+// PendingFleetSKUs lists, in order, the SKUs with a pending fleet judgement
+// written since since (at most limit).
+func (s *Store) PendingFleetSKUs(ctx context.Context, since time.Time, limit int) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT sku FROM run_fleet WHERE sku <> '' AND pending IN (?, ?) AND time >= ? ORDER BY sku LIMIT ?`,
+		FleetUnbanded, FleetError, toMs(since), limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: SKUs with pending fleet judgements: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var sku string
+		if err := rows.Scan(&sku); err != nil {
+			return nil, fmt.Errorf("store: SKUs with pending fleet judgements: %w", err)
+		}
+		out = append(out, sku)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: SKUs with pending fleet judgements: %w", err)
+	}
+	return out, nil
+}

@@ -34,6 +34,9 @@ func TestWriteFleetJudgementCAS(t *testing.T) {
 	if err != nil || len(pend) != 2 || pend[0].RunID != "r1" || pend[0].Pending != FleetUnbanded || pend[0].Rev != 1 || pend[1].Pending != FleetError {
 		t.Fatalf("pending %+v %v", pend, err)
 	}
+	if skus, err := s.PendingFleetSKUs(ctx, time.Now().Add(-time.Hour), 10); err != nil || len(skus) != 1 || skus[0] != "hgx-h100" {
+		t.Errorf("SKUs with pending judgements %v %v", skus, err)
+	}
 	if p, _ := s.PendingFleetJudgements(ctx, "other", time.Now().Add(-time.Hour), 10); len(p) != 0 {
 		t.Errorf("another SKU's pending: %+v", p)
 	}
