@@ -2,8 +2,8 @@ package pipeline_test
 
 import (
 	"context"
-	"os"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +16,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pool"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/qemu-test/vbmc"
 )
 
 // admissionFixture is the scripted node on a SKU whose spec.admission
@@ -190,4 +191,51 @@ func newHookServer(t *testing.T, rc *receiver) string {
 	s := httptest.NewServer(rc)
 	t.Cleanup(s.Close)
 	return s.URL
+}
+
+// TestFailedPSUQuarantinesAcceptingNode: the whole gate on the virtual BMC:
+// a provision on a SKU with spec.admission, then its acceptance suite,
+// during which the BMC reports a failed PSU: the suite fails under the
+// default BMC bars, and the node is quarantined naming the PSU, never in
+// service (the QEMU TestFailedPSUBlocksAdmission proves the same PSU bar
+// on a real boot).
+func TestFailedPSUQuarantinesAcceptingNode(t *testing.T) {
+	f, _, rc, api := admissionFixture(t)
+	f.mu.Lock()
+	f.verdicts = map[string][]*curev1.Verdict{modes.Validate: {{Component: "memory", Check: "memory-patterns", Status: curev1.VerdictStatus_PASS}}}
+	f.hold = map[string]time.Duration{modes.Validate: 1500 * time.Millisecond}
+	f.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	prov, err := api.olga.Provision(ctx, &curev1.ProvisionRequest{NodeIds: []string{"node1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitRun(prov.GetRuns()[0].GetRunId())
+	accID := waitPool(t, f.st, pool.Accepting).RunID
+	deadline := time.Now().Add(30 * time.Second)
+	for f.phases(accID)[modes.Validate].Status != curev1.PhaseStatus_PHASE_RUNNING {
+		if time.Now().After(deadline) {
+			t.Fatal("the acceptance suite's validate never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := f.bmc.SetPartHealth(vbmc.PartPSU, "Bay1", "Critical", "Power supply 'PSU 1' has failed: AC input lost."); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.waitRun(accID); r.Status == curev1.RunStatus_RUN_SUCCEEDED {
+		t.Fatalf("acceptance run with a failed PSU succeeded: %s", r.Message)
+	}
+	np := waitPool(t, f.st, pool.Quarantined)
+	if !strings.Contains(np.Reason, "bmc/psu/Bay1") {
+		t.Errorf("quarantined %+v: want the PSU named", np)
+	}
+	adm, err := api.vera.NodeAdmission(ctx, &curev1.NodeAdmissionRequest{NodeId: "node1"})
+	if err != nil || adm.GetDecision() != "refuse" {
+		t.Fatalf("admission %v, %v: want refuse", adm, err)
+	}
+	waitDeliveries(t, rc, 1)
+	if got := rc.states(); strings.Join(got, " ") != "quarantined" {
+		t.Errorf("webhooks %v: the node must never have been announced in service", got)
+	}
 }

@@ -486,4 +486,3 @@ func unixMs(t time.Time) int64 {
 	}
 	return t.UnixMilli()
 }
-

@@ -688,6 +688,10 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		NetBoot:         nb.target,
 		Metrics:         obs.m,
 		Notify:          runNotice(notifier, func(rn pipeline.RunNotice) { nodePool.RunEnded(ctx, rn.Run) }),
+		// A judgement that failed, or a day-0 run whose band filled
+		// without a later judgement of its SKU, is judged again within a
+		// minute (the pool then releases or quarantines the node).
+		FleetSweep: time.Minute,
 		OnFleetRejudged: func(ctx context.Context, nodeID, runID string, marginal bool, reason string) {
 			nodePool.FleetRejudged(ctx, nodeID, runID, marginal, reason)
 		},
