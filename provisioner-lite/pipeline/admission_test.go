@@ -78,21 +78,11 @@ func waitPool(t *testing.T, st *store.Store, want pool.State) store.NodePool {
 // every requirement met, with its run.
 func TestProvisionWaitsForAcceptance(t *testing.T) {
 	f, _, rc, api := admissionFixture(t)
-	f.mu.Lock()
-	f.verdicts = map[string][]*curev1.Verdict{modes.Validate: {{Component: "memory", Check: "memory-patterns", Status: curev1.VerdictStatus_PASS}}}
 	// The acceptance suite takes a while: the node is seen accepting.
-	f.hold = map[string]time.Duration{modes.Validate: 500 * time.Millisecond}
-	f.mu.Unlock()
+	scriptAcceptance(f, 500*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	prov, err := api.olga.Provision(ctx, &curev1.ProvisionRequest{NodeIds: []string{"node1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	provID := prov.GetRuns()[0].GetRunId()
-	if r := f.waitRun(provID); r.Status != curev1.RunStatus_RUN_SUCCEEDED {
-		t.Fatalf("provision ended %s: %s", r.Status, r.Message)
-	}
+	provID := provisionNode1(ctx, t, f, api)
 	np := waitPool(t, f.st, pool.Accepting)
 	accID := np.RunID
 	if accID == "" || accID == provID || !strings.Contains(np.Reason, "acceptance run "+accID) {
@@ -160,11 +150,7 @@ func TestAcceptanceFailureQuarantines(t *testing.T) {
 	f.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	prov, err := api.olga.Provision(ctx, &curev1.ProvisionRequest{NodeIds: []string{"node1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.waitRun(prov.GetRuns()[0].GetRunId())
+	provisionNode1(ctx, t, f, api)
 	np := waitPool(t, f.st, pool.Quarantined)
 	if !strings.Contains(np.Reason, "nvme/0 nvme-health FAIL") {
 		t.Errorf("quarantined %+v: want the failing part named", np)
@@ -201,17 +187,10 @@ func newHookServer(t *testing.T, rc *receiver) string {
 // on a real boot).
 func TestFailedPSUQuarantinesAcceptingNode(t *testing.T) {
 	f, _, rc, api := admissionFixture(t)
-	f.mu.Lock()
-	f.verdicts = map[string][]*curev1.Verdict{modes.Validate: {{Component: "memory", Check: "memory-patterns", Status: curev1.VerdictStatus_PASS}}}
-	f.hold = map[string]time.Duration{modes.Validate: 1500 * time.Millisecond}
-	f.mu.Unlock()
+	scriptAcceptance(f, 1500*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	prov, err := api.olga.Provision(ctx, &curev1.ProvisionRequest{NodeIds: []string{"node1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.waitRun(prov.GetRuns()[0].GetRunId())
+	provisionNode1(ctx, t, f, api)
 	accID := waitPool(t, f.st, pool.Accepting).RunID
 	deadline := time.Now().Add(30 * time.Second)
 	for f.phases(accID)[modes.Validate].Status != curev1.PhaseStatus_PHASE_RUNNING {
@@ -238,4 +217,28 @@ func TestFailedPSUQuarantinesAcceptingNode(t *testing.T) {
 	if got := rc.states(); strings.Join(got, " ") != "quarantined" {
 		t.Errorf("webhooks %v: the node must never have been announced in service", got)
 	}
+}
+
+// scriptAcceptance makes the scripted runner's validate phase take hold
+// and report one passing check.
+func scriptAcceptance(f *fixture, hold time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.verdicts = map[string][]*curev1.Verdict{modes.Validate: {{Component: "memory", Check: "memory-patterns", Status: curev1.VerdictStatus_PASS}}}
+	f.hold = map[string]time.Duration{modes.Validate: hold}
+}
+
+// provisionNode1 provisions node1 through the operator API and returns
+// the run, which must succeed.
+func provisionNode1(ctx context.Context, t *testing.T, f *fixture, api poolAPI) string {
+	t.Helper()
+	prov, err := api.olga.Provision(ctx, &curev1.ProvisionRequest{NodeIds: []string{"node1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := prov.GetRuns()[0].GetRunId()
+	if r := f.waitRun(id); r.Status != curev1.RunStatus_RUN_SUCCEEDED {
+		t.Fatalf("provision ended %s: %s", r.Status, r.Message)
+	}
+	return id
 }
