@@ -1,5 +1,7 @@
 package manifests
 
+import "cmp"
+
 // Admission is what a node of a SKU must show before the pool puts it in
 // service (spec.admission; docs/VALIDATION.md, "Admission"). A SKU without
 // it admits a node the moment its provision succeeds.
@@ -67,7 +69,7 @@ func (d *decoder) admission(f *fields, p string, attestation string) *Admission 
 			at = v // the default: the mapping's own line
 		}
 		d.errorf(at, join(p, "attestation"),
-			"admission requires attestation but spec.attestation is %q: set spec.attestation: required (every boot must attest) or admission.attestation: none", nonEmptyOr(attestation, AttestationOptional))
+			"admission requires attestation but spec.attestation is %q: set spec.attestation: required (every boot must attest) or admission.attestation: none", cmp.Or(attestation, AttestationOptional))
 	}
 	if out.Attestation == AdmitAttested && out.Boot != BootHTTPS {
 		d.errorf(a.vals["boot"], join(p, "boot"), "an attested admission needs the signed image's boot path (uefi-https): PCR 4 is checked against it")
@@ -87,11 +89,4 @@ func (d *decoder) admission(f *fields, p string, attestation string) *Admission 
 		a.missing("acceptance")
 	}
 	return out
-}
-
-func nonEmptyOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }

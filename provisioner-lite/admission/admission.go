@@ -11,6 +11,7 @@
 package admission
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -132,8 +133,13 @@ type Evidence struct {
 	Errs         map[string]error
 }
 
-// badVerdicts fail an acceptance run whatever its status says.
-var badVerdicts = []curev1.VerdictStatus{curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR, curev1.VerdictStatus_MARGINAL}
+// FailsGate says whether a verdict of status s fails a suite run
+// whatever the run's status says (an acceptance run here, a revalidation
+// in package pool): a check failed, could not run or judge, or lies
+// outside its SKU's fleet band.
+func FailsGate(s curev1.VerdictStatus) bool {
+	return s == curev1.VerdictStatus_FAIL || s == curev1.VerdictStatus_ERROR || s == curev1.VerdictStatus_MARGINAL
+}
 
 // Evaluate judges ev against p (non-nil).
 func Evaluate(p *manifests.Admission, ev Evidence) Result {
@@ -196,14 +202,14 @@ func bootPath(p *manifests.Admission, ev Evidence) Requirement {
 			return q
 		}
 		q.RunID = r.ID
-		seen = append(seen, fmt.Sprintf("%s run %s: %s", r.Mode, r.ID, nonEmpty(r.BootPath, "none recorded")))
+		seen = append(seen, fmt.Sprintf("%s run %s: %s", r.Mode, r.ID, cmp.Or(r.BootPath, "none recorded")))
 		if !slices.Contains(want, r.BootPath) {
 			if r.BootPath == "" && isActive(r) {
 				q.State, q.Detail = Pending, fmt.Sprintf("%s run %s has not booted CURE yet", r.Mode, r.ID)
 				return q
 			}
 			q.State = Failed
-			q.Detail = fmt.Sprintf("boot path must be %s; %s run %s booted by %s", strings.Join(want, " or "), r.Mode, r.ID, nonEmpty(r.BootPath, "no recorded path (no boot token was served by the coordinator's boot server)"))
+			q.Detail = fmt.Sprintf("boot path must be %s; %s run %s booted by %s", strings.Join(want, " or "), r.Mode, r.ID, cmp.Or(r.BootPath, "no recorded path (no boot token was served by the coordinator's boot server)"))
 			q.Evidence = strings.Join(seen, "; ")
 			return q
 		}
@@ -261,13 +267,13 @@ func acceptance(p *manifests.Admission, ev Evidence) Requirement {
 	}
 	var bad []string
 	for _, v := range ev.Verdicts {
-		if slices.Contains(badVerdicts, v.Status) {
+		if FailsGate(v.Status) {
 			bad = append(bad, fmt.Sprintf("%s %s %s", v.Component, v.Check, runstate.VerdictName(v.Status)))
 		}
 	}
 	switch {
 	case len(bad) > 0:
-		q.State, q.Detail, q.Evidence = Failed, fmt.Sprintf("suite %s run %s %s", acc.Suite, r.ID, runstate.RunName(r.Status)), firstOf(bad, 8)
+		q.State, q.Detail, q.Evidence = Failed, fmt.Sprintf("suite %s run %s %s", acc.Suite, r.ID, runstate.RunName(r.Status)), Summary(bad, 8)
 	case r.Status != curev1.RunStatus_RUN_SUCCEEDED:
 		q.State, q.Detail = Failed, fmt.Sprintf("suite %s run %s %s: %s", acc.Suite, r.ID, runstate.RunName(r.Status), r.Message)
 	case len(ev.Verdicts) == 0:
@@ -312,16 +318,11 @@ func isActive(r *Run) bool {
 	return r.Status == curev1.RunStatus_RUN_RUNNING || r.Status == curev1.RunStatus_RUN_PENDING
 }
 
-func nonEmpty(s, def string) string {
-	if s == "" {
-		return def
+// Summary joins the first n of items and counts the rest (a reason
+// stays one readable line however many verdicts failed).
+func Summary(items []string, n int) string {
+	if len(items) <= n {
+		return strings.Join(items, "; ")
 	}
-	return s
-}
-
-func firstOf(ss []string, n int) string {
-	if len(ss) <= n {
-		return strings.Join(ss, "; ")
-	}
-	return fmt.Sprintf("%s; and %d more", strings.Join(ss[:n], "; "), len(ss)-n)
+	return fmt.Sprintf("%s; and %d more", strings.Join(items[:n], "; "), len(items)-n)
 }

@@ -1,6 +1,7 @@
 package curectl
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -13,7 +14,7 @@ import (
 // policy: the decision, then one row per requirement with its state, the
 // run its evidence comes from, and what was required and found.
 func PrintAdmission(w io.Writer, a *curev1.NodeAdmissionResponse) {
-	fmt.Fprintf(w, "node %s (SKU %s): pool %s\n", a.GetNodeId(), nonEmptyStr(a.GetSku(), "-"), PoolName(a.GetPool().GetState()))
+	fmt.Fprintf(w, "node %s (SKU %s): pool %s\n", a.GetNodeId(), cmp.Or(a.GetSku(), "-"), PoolName(a.GetPool().GetState()))
 	if a.GetPool().GetReason() != "" {
 		fmt.Fprintf(w, "  %s\n", textsafe.Line(a.GetPool().GetReason()))
 	}
@@ -29,7 +30,7 @@ func PrintAdmission(w io.Writer, a *curev1.NodeAdmissionResponse) {
 		if q.GetEvidence() != "" {
 			detail += " [" + textsafe.Line(q.GetEvidence()) + "]"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", clip(q.GetName(), 16), clip(q.GetState(), 8), nonEmptyStr(q.GetRunId(), "-"), clip(detail, 200))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", clip(q.GetName(), 16), clip(q.GetState(), 8), cmp.Or(q.GetRunId(), "-"), clip(detail, 200))
 	}
 	tw.Flush()
 }
@@ -44,11 +45,4 @@ func admissionWord(d string) string {
 		return "refuse (quarantined: a requirement failed or could not be judged)"
 	}
 	return d
-}
-
-func nonEmptyStr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }

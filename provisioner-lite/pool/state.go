@@ -13,11 +13,11 @@ package pool
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/admission"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
@@ -160,10 +160,6 @@ type Outcome struct {
 	Reason string
 }
 
-// badVerdicts are the statuses that fail a revalidation: a check failed,
-// could not run, or lies outside its SKU's fleet band.
-var badVerdicts = []curev1.VerdictStatus{curev1.VerdictStatus_FAIL, curev1.VerdictStatus_ERROR, curev1.VerdictStatus_MARGINAL}
-
 // Verdict is the part of a stored verdict Judge reads.
 type Verdict struct {
 	Component, Check string
@@ -179,7 +175,7 @@ type Verdict struct {
 func Judge(runID string, status curev1.RunStatus, message string, verdicts []Verdict, autoReturn bool) Outcome {
 	var bad []string
 	for _, v := range verdicts {
-		if slices.Contains(badVerdicts, v.Status) {
+		if admission.FailsGate(v.Status) {
 			bad = append(bad, fmt.Sprintf("%s %s %s", v.Component, v.Check, runstate.VerdictName(v.Status)))
 		}
 	}
@@ -193,14 +189,7 @@ func Judge(runID string, status curev1.RunStatus, message string, verdicts []Ver
 		}
 		return Outcome{To: to, Reason: fmt.Sprintf("revalidation run %s passed (%d verdicts)", runID, len(verdicts))}
 	case len(bad) > 0:
-		return Outcome{To: RMA, Reason: fmt.Sprintf("revalidation run %s %s: %s", runID, runstate.RunName(status), firstOf(bad, 8))}
+		return Outcome{To: RMA, Reason: fmt.Sprintf("revalidation run %s %s: %s", runID, runstate.RunName(status), admission.Summary(bad, 8))}
 	}
 	return Outcome{To: RMA, Reason: fmt.Sprintf("revalidation run %s %s: %s", runID, runstate.RunName(status), message)}
-}
-
-func firstOf(ss []string, n int) string {
-	if len(ss) <= n {
-		return strings.Join(ss, "; ")
-	}
-	return fmt.Sprintf("%s; and %d more", strings.Join(ss[:n], "; "), len(ss)-n)
 }
