@@ -96,8 +96,28 @@ func (cs *Challenges) keeper() Keeper {
 	return cs.mem
 }
 
+// MaxCertDER bounds each certificate a boot presents (its EK's and each
+// intermediate): a TPM's EK certificate is 1-2 KiB, and every challenge
+// keeps them in the store until it is used or expires.
+const MaxCertDER = 8 << 10
+
+func boundEKCerts(begin *curev1.AttestBegin) error {
+	if n := len(begin.GetEkCertificate()); n > MaxCertDER {
+		return fmt.Errorf("EK certificate of %d bytes: at most %d", n, MaxCertDER)
+	}
+	for i, der := range begin.GetEkChain() {
+		if len(der) > MaxCertDER {
+			return fmt.Errorf("EK intermediate certificate %d of %d bytes: at most %d", i, len(der), MaxCertDER)
+		}
+	}
+	return nil
+}
+
 // Issue makes a challenge for a boot's keys and keeps it.
 func (cs *Challenges) Issue(ctx context.Context, tokenHash, bootID string, begin *curev1.AttestBegin, pcrs []uint32, now time.Time) (*Challenge, *curev1.AttestChallenge, error) {
+	if err := boundEKCerts(begin); err != nil {
+		return nil, nil, err
+	}
 	c, err := attest.NewChallenge(begin.GetEkPublic(), begin.GetAkPublic())
 	if err != nil {
 		return nil, nil, err
