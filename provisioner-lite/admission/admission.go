@@ -266,9 +266,13 @@ func acceptance(p *manifests.Admission, ev Evidence) Requirement {
 		return q
 	}
 	var bad []string
+	passed := 0
 	for _, v := range ev.Verdicts {
 		if FailsGate(v.Status) {
 			bad = append(bad, fmt.Sprintf("%s %s %s", v.Component, v.Check, runstate.VerdictName(v.Status)))
+		}
+		if v.Status == curev1.VerdictStatus_PASS || v.Status == curev1.VerdictStatus_MATCH {
+			passed++
 		}
 	}
 	switch {
@@ -276,14 +280,15 @@ func acceptance(p *manifests.Admission, ev Evidence) Requirement {
 		q.State, q.Detail, q.Evidence = Failed, fmt.Sprintf("suite %s run %s %s", acc.Suite, r.ID, runstate.RunName(r.Status)), Summary(bad, 8)
 	case r.Status != curev1.RunStatus_RUN_SUCCEEDED:
 		q.State, q.Detail = Failed, fmt.Sprintf("suite %s run %s %s: %s", acc.Suite, r.ID, runstate.RunName(r.Status), r.Message)
-	case len(ev.Verdicts) == 0:
-		q.State, q.Detail = Failed, fmt.Sprintf("suite %s run %s succeeded with no verdict: it proved nothing", acc.Suite, r.ID)
+	case passed == 0:
+		// Every check optional and skipped, or none reported: nothing shown.
+		q.State, q.Detail = Failed, fmt.Sprintf("suite %s run %s succeeded with no passing verdict (%d verdicts): it proved nothing", acc.Suite, r.ID, len(ev.Verdicts))
 	case ev.ChangedAfter != "":
 		q.State, q.Detail = Pending, fmt.Sprintf("suite %s run %s passed, but %s: it runs again", acc.Suite, r.ID, ev.ChangedAfter)
 	case ev.Now.Sub(r.EndedAt) > time.Duration(acc.MaxAge):
 		q.State, q.Detail = Pending, fmt.Sprintf("suite %s run %s passed %s, older than %s: it runs again", acc.Suite, r.ID, r.EndedAt.UTC().Format(time.RFC3339), time.Duration(acc.MaxAge))
 	default:
-		q.State, q.Detail, q.Evidence = Met, fmt.Sprintf("suite %s passed %s", acc.Suite, r.EndedAt.UTC().Format(time.RFC3339)), fmt.Sprintf("%d verdicts, none FAIL, ERROR or MARGINAL", len(ev.Verdicts))
+		q.State, q.Detail, q.Evidence = Met, fmt.Sprintf("suite %s passed %s", acc.Suite, r.EndedAt.UTC().Format(time.RFC3339)), fmt.Sprintf("%d verdicts, %d passing, none FAIL, ERROR or MARGINAL", len(ev.Verdicts), passed)
 	}
 	return q
 }

@@ -56,6 +56,9 @@ func TestEvaluateTable(t *testing.T) {
 		}, Refuse, ReqAcceptance, Failed, ""},
 		{"run failed with no verdict", strict, func(e *Evidence) { e.Acceptance.Status, e.Verdicts = curev1.RunStatus_RUN_FAILED, nil }, Refuse, ReqAcceptance, Failed, "failed"},
 		{"succeeded with no verdict", strict, func(e *Evidence) { e.Verdicts = nil }, Refuse, ReqAcceptance, Failed, "proved nothing"},
+		{"only optional checks, all skipped", strict, func(e *Evidence) {
+			e.Verdicts = []Verdict{{Component: "ib/*", Check: "infiniband", Status: curev1.VerdictStatus_SKIP}}
+		}, Refuse, ReqAcceptance, Failed, "no passing verdict"},
 		{"too old", strict, func(e *Evidence) { e.Acceptance.EndedAt = now.Add(-8 * 24 * time.Hour) }, Wait, ReqAcceptance, Pending, "older than"},
 		{"changed after", strict, func(e *Evidence) { e.ChangedAfter = "service run s started after it" }, Wait, ReqAcceptance, Pending, "service run s"},
 		{"band not yet full, required", strict, func(e *Evidence) { e.Fleet.NotApplied = "fleet band not applied: 2 of 5 nodes" }, Wait, ReqFleetBand, Pending, "2 of 5"},
