@@ -4084,9 +4084,15 @@ type ProvisionRequest struct {
 	Resume   bool                   `protobuf:"varint,4,opt,name=resume,proto3" json:"resume,omitempty"`    // continue the node's latest unfinished run from the phase it reached
 	// selector picks nodes by label (and "sku" by the node's SKU when no label
 	// of that name exists); every pair must match. Combined with node_ids.
-	Selector      map[string]string `protobuf:"bytes,5,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Selector map[string]string `protobuf:"bytes,5,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// confirm_node_ids are the nodes the operator was shown and confirmed
+	// (curectl lists them with their disks and asks). A provision or wipe
+	// of a node in the day-2 pool (in service, accepting, draining...)
+	// erases a deployed node's disks: it needs the admin role and the
+	// node's id here, or nothing is started.
+	ConfirmNodeIds []string `protobuf:"bytes,6,rep,name=confirm_node_ids,json=confirmNodeIds,proto3" json:"confirm_node_ids,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ProvisionRequest) Reset() {
@@ -4150,6 +4156,13 @@ func (x *ProvisionRequest) GetResume() bool {
 func (x *ProvisionRequest) GetSelector() map[string]string {
 	if x != nil {
 		return x.Selector
+	}
+	return nil
+}
+
+func (x *ProvisionRequest) GetConfirmNodeIds() []string {
+	if x != nil {
+		return x.ConfirmNodeIds
 	}
 	return nil
 }
@@ -9912,13 +9925,14 @@ const file_cure_proto_rawDesc = "" +
 	"\x06Reboot\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\" \n" +
 	"\x06Cancel\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x86\x02\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xb0\x02\n" +
 	"\x10ProvisionRequest\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12!\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\r.cure.v1.ModeR\x04mode\x12\x1a\n" +
 	"\bmanifest\x18\x03 \x01(\tR\bmanifest\x12\x16\n" +
 	"\x06resume\x18\x04 \x01(\bR\x06resume\x12C\n" +
-	"\bselector\x18\x05 \x03(\v2'.cure.v1.ProvisionRequest.SelectorEntryR\bselector\x1a;\n" +
+	"\bselector\x18\x05 \x03(\v2'.cure.v1.ProvisionRequest.SelectorEntryR\bselector\x12(\n" +
+	"\x10confirm_node_ids\x18\x06 \x03(\tR\x0econfirmNodeIds\x1a;\n" +
 	"\rSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
