@@ -717,7 +717,7 @@ func TestSiteCheckSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := s.Spec.Checks[0]
-	want := &SiteProgram{SHA256: sum, Size: 812, Description: "the BMC's event log holds no critical entry", Timeout: Duration(2 * time.Minute)}
+	want := &SiteProgram{SHA256: sum, Size: 812, Description: "the BMC's event log holds no critical entry", Timeout: Duration(2 * time.Minute), Network: SiteNetworkNone}
 	if c.Type != CheckSite || !reflect.DeepEqual(c.Program, want) || c.Params["maxEntries"] != int64(3) {
 		t.Fatalf("check %+v program %+v", c, c.Program)
 	}
@@ -738,6 +738,7 @@ func TestSiteCheckSchema(t *testing.T) {
 		{prog("sha256: " + sum + ", size: 1"), "program.description: required field is missing"},
 		{prog("sha256: " + sum + ", size: 1, description: d, url: ftp://x/y"), "must be an absolute http:// or https:// URL"},
 		{prog("sha256: " + sum + ", size: 1, description: d, runAs: root"), "program.runAs: unknown field"},
+		{prog("sha256: " + sum + ", size: 1, description: d, network: host"), `program.network: "host" is not a site program's network (want none, the default, or node)`},
 		{`spec: {checks: [{name: a, type: site, duration: 1m, program: {sha256: ` + sum + `, size: 1, description: d, timeout: 2m}}]}`,
 			"program.timeout: 2m0s is longer than the check's duration 1m0s"},
 		{`spec: {stages: [{name: s, duration: 1m, checks: [{name: a, type: site, program: {sha256: ` + sum + `, size: 1, description: d, timeout: 2m}}]}]}`,

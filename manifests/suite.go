@@ -266,7 +266,7 @@ func (d *decoder) optional(n *yaml.Node, p string) *Optional {
 // siteProgram reads a site check's program: the artifact's pin and what it
 // tests.
 func (d *decoder) siteProgram(n *yaml.Node, p string) *SiteProgram {
-	f := d.mapping(n, p, "url", "sha256", "size", "description", "timeout")
+	f := d.mapping(n, p, "url", "sha256", "size", "description", "timeout", "network")
 	sp := &SiteProgram{}
 	var v *yaml.Node
 	sp.URL, v = f.str("url", false)
@@ -290,6 +290,14 @@ func (d *decoder) siteProgram(n *yaml.Node, p string) *SiteProgram {
 		d.errorf(v, join(p, "description"), "one paragraph of at most 1024 bytes, saying what the program tests")
 	}
 	sp.Timeout = f.duration("timeout")
+	sp.Network, v = f.str("network", false)
+	switch sp.Network {
+	case "":
+		sp.Network = SiteNetworkNone
+	case SiteNetworkNone, SiteNetworkNode:
+	default:
+		d.errorf(v, join(p, "network"), "%q is not a site program's network (want %s, the default, or %s)", sp.Network, SiteNetworkNone, SiteNetworkNode)
+	}
 	return sp
 }
 

@@ -471,7 +471,19 @@ type SiteProgram struct {
 	// Timeout is the program's time limit; zero means the check's
 	// duration (its own, else its stage's), else DefaultSiteTimeout.
 	Timeout Duration `yaml:"timeout,omitempty"`
+	// Network is what network the program sees: SiteNetworkNone (the
+	// default: a network namespace of its own with only a loopback that
+	// is down, so it cannot reach the coordinator, a BMC or another node
+	// as the node) or SiteNetworkNode (the node's, for a check that must
+	// reach a switch or a server; the suite says so, in review).
+	Network string `yaml:"network,omitempty"`
 }
+
+// The networks a site program may see (SiteProgram.Network).
+const (
+	SiteNetworkNone = "none"
+	SiteNetworkNode = "node"
+)
 
 // MaxSiteProgram bounds a site program's size: it is held in memory and
 // in the sandbox's tmpfs while it runs.

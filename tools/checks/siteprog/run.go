@@ -47,6 +47,9 @@ type Program struct {
 	// Params are the suite's params, given to the program in its
 	// environment (CURE_PARAM_<name>, and all of them as JSON in CURE_PARAMS).
 	Params map[string]any
+	// Network: the program sees the node's network (the suite's
+	// `network: node`); otherwise a network namespace of its own.
+	Network bool
 }
 
 // Runner runs site programs.
@@ -94,7 +97,9 @@ func (r Runner) Run(ctx context.Context, p Program) ([]checks.Verdict, error) {
 		return nil, fmt.Errorf("site program refused: %w", err)
 	}
 	start := time.Now()
-	res, err := r.Sandbox.run(ctx, prog, env, p.Limit, r.MaxOutput, r.KillGrace)
+	sb := r.Sandbox
+	sb.Network = p.Network
+	res, err := sb.run(ctx, prog, env, p.Limit, r.MaxOutput, r.KillGrace)
 	if err != nil {
 		return nil, err
 	}

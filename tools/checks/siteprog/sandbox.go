@@ -32,6 +32,10 @@ type Sandbox struct {
 	TmpBytes int64
 	// ProcSys is where kernel/dmesg_restrict is ("/proc/sys" when "").
 	ProcSys string
+	// Network keeps the node's network namespace; false gives the program
+	// one of its own (no interface up): it cannot speak on the
+	// provisioning network as the node.
+	Network bool
 }
 
 func (s Sandbox) withDefaults() Sandbox {

@@ -157,17 +157,22 @@ func (s Sandbox) runLocked(ctx context.Context, prog []byte, env []string, limit
 
 // command is the program's exec.Cmd: its own PID namespace (its first
 // process is that namespace's init: when it dies, everything it started
-// dies), its own IPC namespace, a process group, the unprivileged ids,
+// dies), its own IPC namespace, its own network namespace unless the
+// suite gives it the node's, a process group, the unprivileged ids,
 // no supplementary groups, killed if the runner dies; over the time limit
 // SIGTERM to the group, SIGKILL after grace.
 func (s Sandbox) command(ctx context.Context, env []string, maxOut int64, grace time.Duration) (*exec.Cmd, *capped, *capped) {
 	cmd := exec.CommandContext(ctx, ProgramPath)
 	cmd.Dir = WorkDir
 	cmd.Env = env
+	flags := uintptr(syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC)
+	if !s.Network {
+		flags |= syscall.CLONE_NEWNET
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setpgid:    true,
 		Pdeathsig:  syscall.SIGKILL,
-		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC,
+		Cloneflags: flags,
 		Credential: &syscall.Credential{Uid: s.UID, Gid: s.GID, Groups: []uint32{}},
 	}
 	killGroup := func(sig syscall.Signal) {

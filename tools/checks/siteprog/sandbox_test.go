@@ -80,6 +80,7 @@ fact leaked-fd "$([ -e /proc/$$/fd/$CURE_PARAM_fd ] && echo open || echo closed)
 fact caps "$(grep CapEff /proc/self/status | tr -d '\t')"
 fact nonewprivs "$(grep NoNewPrivs /proc/self/status | tr -d '\t')"
 fact tmp "$(touch /tmp/$CURE_PARAM_marker && echo written)"
+fact netdevs "$(tail -n +3 /proc/self/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\n' ' ')"
 setsid sleep $CURE_PARAM_sleep </dev/null >/dev/null 2>&1 &
 `
 
@@ -131,6 +132,7 @@ func TestSandbox(t *testing.T) {
 		"caps":       "CapEff:0000000000000000",
 		"nonewprivs": "NoNewPrivs:1",
 		"tmp":        "written",
+		"netdevs":    "lo ",
 	}
 	for k, w := range want {
 		if got[k] != w {
@@ -148,6 +150,38 @@ func TestSandbox(t *testing.T) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 		t.Errorf("the program's setsid child outlived it: pids %v", pids)
+	}
+}
+
+// TestSandboxNetwork: by default a site program has a network namespace of
+// its own (only a loopback, down), so it cannot speak on the provisioning
+// network as the node; a suite's `network: node` gives it the node's.
+func TestSandboxNetwork(t *testing.T) {
+	needRoot(t)
+	const netdevs = `#!/bin/sh
+printf '{"component":"netdevs","status":"PASS","observed":"%s"}\n' "$(tail -n +3 /proc/self/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\n' ' ')"
+`
+	host, err := os.ReadFile("/proc/self/net/dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(host), "\n") < 4 {
+		t.Skip("this host has no interface but lo: nothing to tell the namespaces apart by")
+	}
+	a := newArtifacts(t)
+	for _, tc := range []struct {
+		network bool
+		own     bool
+	}{{false, true}, {true, false}} {
+		p := a.program("netdevs", netdevs, time.Minute)
+		p.Network = tc.network
+		vs, err := siteprog.Runner{Log: quiet(), KillGrace: 100 * time.Millisecond}.Run(context.Background(), p)
+		if err != nil || len(vs) != 1 {
+			t.Fatalf("network %v: %v %v", tc.network, vs, err)
+		}
+		if own := vs[0].Observed == "lo "; own != tc.own {
+			t.Errorf("network %v: the program saw interfaces %q (own namespace %v, want %v)", tc.network, vs[0].Observed, own, tc.own)
+		}
 	}
 }
 

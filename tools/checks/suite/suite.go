@@ -367,6 +367,7 @@ func siteCheck(mc manifests.Check, dur time.Duration, p *params, env Env) checks
 		Check: mc.Name, Description: mc.Program.Description, URL: mc.Program.URL,
 		Want:  artifact.Want{SHA256: mc.Program.SHA256, Size: mc.Program.Size},
 		Limit: time.Duration(mc.Program.Timeout), Params: map[string]any{},
+		Network: mc.Program.Network == manifests.SiteNetworkNode,
 	}
 	if sp.Limit <= 0 {
 		sp.Limit = dur
