@@ -142,6 +142,9 @@ func (o *OperatorService) Provision(ctx context.Context, req *curev1.ProvisionRe
 	if err := o.allowMode(ctx, mode, req, ids); err != nil {
 		return nil, err
 	}
+	if err := o.allowErase(ctx, mode, req, ids); err != nil {
+		return nil, err
+	}
 	runs := make([]*curev1.RunRef, len(ids))
 	refused := make([]*curev1.Refusal, len(ids))
 	workers := o.StartWorkers

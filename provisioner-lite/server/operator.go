@@ -116,6 +116,54 @@ func (o *OperatorService) allowMode(ctx context.Context, mode modes.Mode, req *c
 	return nil
 }
 
+// allowErase refuses a provision or a wipe (or the resume of one) of a
+// node in the day-2 pool unless the caller is admin and confirmed that
+// very node: both erase a deployed node's disks (sed_revert, os_install),
+// so an operator may provision new or returned hardware but never take a
+// node from its tenant. Pool states are read once for the whole request;
+// nothing is started when one node is refused.
+func (o *OperatorService) allowErase(ctx context.Context, mode modes.Mode, req *curev1.ProvisionRequest, ids []string) error {
+	op, ok := OperatorFrom(ctx)
+	if !ok {
+		return status.Error(codes.Unauthenticated, "no authenticated operator")
+	}
+	pools, err := o.Store.NodePools(ctx)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "read the pool states: %v (nothing was started)", err)
+	}
+	confirmed := make(map[string]bool, len(req.GetConfirmNodeIds()))
+	for _, id := range req.GetConfirmNodeIds() {
+		confirmed[id] = true
+	}
+	var deployed, unconfirmed []string
+	for _, id := range ids {
+		np, in := pools[id]
+		if !in || pool.State(np.State) == pool.None {
+			continue
+		}
+		if m := o.runMode(ctx, id, mode, req.GetResume()); m != modes.Provision && m != modes.Wipe {
+			continue
+		}
+		deployed = append(deployed, id+" ("+np.State+")")
+		if !confirmed[id] {
+			unconfirmed = append(unconfirmed, id)
+		}
+	}
+	if len(deployed) == 0 {
+		return nil
+	}
+	named := textsafe.JoinFirst(deployed, maxNamed, maxEchoedID, ", ")
+	if !op.Role.Allows(pki.RoleAdmin) {
+		return status.Errorf(codes.PermissionDenied, "operator %s has role %s; mode %s of %d node(s) in the pool (%s) erases their disks and needs %s (nothing was started)",
+			op.Name, op.Role, mode, len(deployed), named, pki.RoleAdmin)
+	}
+	if len(unconfirmed) > 0 {
+		return status.Errorf(codes.FailedPrecondition, "mode %s of %d node(s) in the pool (%s) erases their disks; not confirmed: %s (confirm_node_ids must name each: curectl provision lists them and asks, or --yes) (nothing was started)",
+			mode, len(deployed), named, textsafe.JoinFirst(unconfirmed, maxNamed, maxEchoedID, ", "))
+	}
+	return nil
+}
+
 // Bounds of the answers a client must read whole: curectl (and any gRPC
 // client left at its default) receives at most 4 MiB, whatever the store
 // holds. An audit page stops at auditPageBytes (one entry at least) and
