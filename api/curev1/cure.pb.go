@@ -9030,10 +9030,14 @@ func (x *PoolResponse) GetRefused() []*Refusal {
 
 // PairReady: the runner is at the node-pair check and offers its ports.
 type PairReady struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Check         string                 `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
-	Stage         string                 `protobuf:"bytes,2,opt,name=stage,proto3" json:"stage,omitempty"`
-	Ports         []*PairPort            `protobuf:"bytes,3,rep,name=ports,proto3" json:"ports,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Check string                 `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
+	Stage string                 `protobuf:"bytes,2,opt,name=stage,proto3" json:"stage,omitempty"`
+	Ports []*PairPort            `protobuf:"bytes,3,rep,name=ports,proto3" json:"ports,omitempty"`
+	// refused is set by the coordinator, never taken from a runner: why it
+	// refused the offer (an address that is not the node's own). The stored
+	// offer carries it so the pipeline judges the pair as this node's error.
+	Refused       string `protobuf:"bytes,4,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -9087,6 +9091,13 @@ func (x *PairReady) GetPorts() []*PairPort {
 		return x.Ports
 	}
 	return nil
+}
+
+func (x *PairReady) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
 }
 
 // PairPort is one port the SKU has the node test, with the node's own
@@ -9284,8 +9295,13 @@ type PairSlot struct {
 	Transport      string                 `protobuf:"bytes,9,opt,name=transport,proto3" json:"transport,omitempty"`
 	StartUnixMs    int64                  `protobuf:"varint,10,opt,name=start_unix_ms,json=startUnixMs,proto3" json:"start_unix_ms,omitempty"` // the round's window, coordinator clock
 	EndUnixMs      int64                  `protobuf:"varint,11,opt,name=end_unix_ms,json=endUnixMs,proto3" json:"end_unix_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// secret is this link's key for this window, minted by the coordinator
+	// and sent to both ends only: the server's gate admits a connection
+	// from partner_address that proves it (HMAC of the gate's nonce), the
+	// client's gate proves it.
+	Secret        []byte `protobuf:"bytes,12,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PairSlot) Reset() {
@@ -9393,6 +9409,13 @@ func (x *PairSlot) GetEndUnixMs() int64 {
 		return x.EndUnixMs
 	}
 	return 0
+}
+
+func (x *PairSlot) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
 }
 
 // PairResult is one slot measured by its client: both directions.
@@ -10416,11 +10439,12 @@ const file_cure_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"e\n" +
 	"\fPoolResponse\x12)\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x13.cure.v1.PoolStatusR\x05nodes\x12*\n" +
-	"\arefused\x18\x02 \x03(\v2\x10.cure.v1.RefusalR\arefused\"`\n" +
+	"\arefused\x18\x02 \x03(\v2\x10.cure.v1.RefusalR\arefused\"z\n" +
 	"\tPairReady\x12\x14\n" +
 	"\x05check\x18\x01 \x01(\tR\x05check\x12\x14\n" +
 	"\x05stage\x18\x02 \x01(\tR\x05stage\x12'\n" +
-	"\x05ports\x18\x03 \x03(\v2\x11.cure.v1.PairPortR\x05ports\"V\n" +
+	"\x05ports\x18\x03 \x03(\v2\x11.cure.v1.PairPortR\x05ports\x12\x18\n" +
+	"\arefused\x18\x04 \x01(\tR\arefused\"V\n" +
 	"\bPairPort\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1c\n" +
@@ -10437,7 +10461,7 @@ const file_cure_proto_rawDesc = "" +
 	"\amembers\x18\b \x03(\tR\amembers\x12\x16\n" +
 	"\x06rounds\x18\t \x01(\rR\x06rounds\x12\x14\n" +
 	"\x05notes\x18\n" +
-	" \x03(\tR\x05notes\"\xc5\x02\n" +
+	" \x03(\tR\x05notes\"\xdd\x02\n" +
 	"\bPairSlot\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x18\n" +
@@ -10450,7 +10474,8 @@ const file_cure_proto_rawDesc = "" +
 	"\ttransport\x18\t \x01(\tR\ttransport\x12\"\n" +
 	"\rstart_unix_ms\x18\n" +
 	" \x01(\x03R\vstartUnixMs\x12\x1e\n" +
-	"\vend_unix_ms\x18\v \x01(\x03R\tendUnixMs\"\x85\x02\n" +
+	"\vend_unix_ms\x18\v \x01(\x03R\tendUnixMs\x12\x16\n" +
+	"\x06secret\x18\f \x01(\fR\x06secret\"\x85\x02\n" +
 	"\n" +
 	"PairResult\x12\x14\n" +
 	"\x05check\x18\x01 \x01(\tR\x05check\x12\x14\n" +
