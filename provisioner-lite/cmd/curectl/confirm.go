@@ -14,6 +14,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/curectl"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 )
 
@@ -98,10 +99,24 @@ func selectorString(sel map[string]string) string {
 // each node reported when it last booted CURE (its boot medium excepted),
 // or that none are known yet.
 func wipeSummary(nodes []*curev1.NodeDetail) string {
+	return eraseSummary(fmt.Sprintf("mode wipe destroys the data on every disk of %d node(s) (SED revert, then power off):\n", len(nodes)), nodes)
+}
+
+// deployedSummary says which deployed nodes (in the day-2 pool) a
+// provision takes from their tenants, with their pool state and disks.
+func deployedSummary(nodes []*curev1.NodeDetail) string {
+	return eraseSummary(fmt.Sprintf("mode provision erases %d node(s) in the pool (SED revert, then a new OS over the disks); the scheduler loses them:\n", len(nodes)), nodes)
+}
+
+func eraseSummary(head string, nodes []*curev1.NodeDetail) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "mode wipe destroys the data on every disk of %d node(s) (SED revert, then power off):\n", len(nodes))
+	b.WriteString(head)
 	for _, d := range nodes {
-		fmt.Fprintf(&b, "  node %s  sku %s  serial %s\n", textsafe.Line(d.GetNodeId()), orDash(d.GetSku()), orDash(d.GetSerial()))
+		fmt.Fprintf(&b, "  node %s  sku %s  serial %s", textsafe.Line(d.GetNodeId()), orDash(d.GetSku()), orDash(d.GetSerial()))
+		if st := d.GetPool().GetState(); st != curev1.PoolState_POOL_STATE_UNSPECIFIED {
+			fmt.Fprintf(&b, "  pool %s", curectl.PoolName(st))
+		}
+		b.WriteString("\n")
 		rec := d.GetInventory()
 		if rec == nil {
 			b.WriteString("    disks: not inventoried yet: every disk the runner finds on the node\n")
@@ -146,17 +161,18 @@ func humanBytes(n uint64) string {
 // errNotConfirmed is a refusal: nothing was started.
 var errNotConfirmed = errors.New("not confirmed")
 
-// confirm asks on a terminal for the node count or "yes"; anywhere else it
-// refuses (a script says --yes).
-func confirm(summary string, count int, yes bool, in io.Reader, tty bool, prompt io.Writer) error {
+// confirm asks on a terminal for the node count or "yes" before verb
+// (wipe, provision) is done to them; anywhere else it refuses (a script
+// says --yes).
+func confirm(verb, summary string, count int, yes bool, in io.Reader, tty bool, prompt io.Writer) error {
 	fmt.Fprint(prompt, summary)
 	if yes {
 		return nil
 	}
 	if !tty {
-		return fmt.Errorf("%w: stdin is not a terminal; to wipe without a question, give --yes", errNotConfirmed)
+		return fmt.Errorf("%w: stdin is not a terminal; to %s without a question, give --yes", errNotConfirmed, verb)
 	}
-	fmt.Fprintf(prompt, "type %d (the number of nodes) or yes to wipe them: ", count)
+	fmt.Fprintf(prompt, "type %d (the number of nodes) or yes to %s them: ", count, verb)
 	line, err := bufio.NewReader(in).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("%w: reading the answer: %v", errNotConfirmed, err)
@@ -170,14 +186,15 @@ func confirm(summary string, count int, yes bool, in io.Reader, tty bool, prompt
 }
 
 // confirmWipe resolves and lists the targets, asks, and on yes narrows the
-// request to exactly the listed ids. 0 means go on.
-func confirmWipe(ctx context.Context, c curev1.OperatorServiceClient, ids *[]string, sel *map[string]string, yes bool, in io.Reader, prompt io.Writer) int {
+// request to exactly the listed ids, each confirmed (the coordinator wipes
+// a node in the pool only when its id is confirmed). 0 means go on.
+func confirmWipe(ctx context.Context, c curev1.OperatorServiceClient, ids *[]string, sel *map[string]string, confirmed *[]string, yes bool, in io.Reader, prompt io.Writer) int {
 	targets, err := wipeTargets(ctx, c, *ids, *sel)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "curectl provision --mode wipe: nothing was started:", err)
 		return 1
 	}
-	if err := confirm(wipeSummary(targets), len(targets), yes, in, stdinIsTerminal(in), prompt); err != nil {
+	if err := confirm("wipe", wipeSummary(targets), len(targets), yes, in, stdinIsTerminal(in), prompt); err != nil {
 		fmt.Fprintln(os.Stderr, "curectl provision --mode wipe: nothing was started:", err)
 		return 2
 	}
@@ -185,6 +202,61 @@ func confirmWipe(ctx context.Context, c curev1.OperatorServiceClient, ids *[]str
 	for i, d := range targets {
 		resolved[i] = d.GetNodeId()
 	}
-	*ids, *sel = resolved, nil
+	*ids, *sel, *confirmed = resolved, nil, resolved
 	return 0
+}
+
+// confirmDeployed finds the targets of a provision that are in the day-2
+// pool (deployed: the coordinator needs admin and their ids confirmed),
+// lists them with their disks and asks; the others are provisioned
+// without a question, as before. 0 means go on. A label changed after the
+// question cannot add an unconfirmed deployed node: the coordinator
+// refuses the whole request.
+func confirmDeployed(ctx context.Context, c curev1.OperatorServiceClient, ids []string, sel map[string]string, confirmed *[]string, yes bool, in io.Reader, prompt io.Writer) int {
+	targets, err := deployedTargets(ctx, c, ids, sel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "curectl provision: nothing was started:", err)
+		return 1
+	}
+	if len(targets) == 0 {
+		return 0
+	}
+	if err := confirm("provision", deployedSummary(targets), len(targets), yes, in, stdinIsTerminal(in), prompt); err != nil {
+		fmt.Fprintln(os.Stderr, "curectl provision: nothing was started:", err)
+		return 2
+	}
+	for _, d := range targets {
+		*confirmed = append(*confirmed, d.GetNodeId())
+	}
+	return 0
+}
+
+// deployedTargets is the nodes among ids and the selector's matches that
+// are in the pool. One ListNodes says which are; only those are read
+// whole (a selector over new racks costs no ShowNode per node).
+func deployedTargets(ctx context.Context, c curev1.OperatorServiceClient, ids []string, sel map[string]string) ([]*curev1.NodeDetail, error) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	resp, err := c.ListNodes(cctx, &curev1.ListNodesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes for their pool states: %w", err)
+	}
+	named := map[string]bool{}
+	for _, id := range ids {
+		named[id] = true
+	}
+	var out []*curev1.NodeDetail
+	for _, n := range resp.GetNodes() {
+		if n.GetPoolState() == curev1.PoolState_POOL_STATE_UNSPECIFIED || (!named[n.GetNodeId()] && len(sel) == 0) {
+			continue
+		}
+		d, err := c.ShowNode(cctx, &curev1.ShowNodeRequest{NodeId: n.GetNodeId()})
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", n.GetNodeId(), err)
+		}
+		if named[n.GetNodeId()] || selectorMatches(d, sel) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
 }

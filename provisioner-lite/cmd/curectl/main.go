@@ -251,11 +251,14 @@ func (a *app) provisionCmd() *cobra.Command {
 		Long: `Start a run on each NODE and on every node --selector matches.
 --mode wipe destroys the disks' data: curectl lists the nodes and disks and
 asks for confirmation on a terminal; elsewhere it refuses unless --yes.
+A provision of a node in the day-2 pool (in service, accepting, draining,
+quarantined...) erases a deployed node: it needs the admin role, and
+curectl lists those nodes and asks the same way (--yes in a script).
 
 Exit codes:
   0  every run started (with --watch: and every run succeeded)
   1  nothing started: no node could be started, or the coordinator could not be reached
-  2  bad usage (flags, no node given), or a wipe not confirmed
+  2  bad usage (flags, no node given), or a wipe (or a deployed node's provision) not confirmed
   3  with --watch: a run ended failed, canceled or needing attention (its report says why)
   4  without --watch: some nodes started, others were refused (listed with why)`,
 		Example: `  curectl provision --watch gpu-001                   # provision one node and follow it to the end
@@ -280,7 +283,7 @@ Exit codes:
 	f.BoolVar(&o.resume, "resume", false, "continue the node's latest unfinished run")
 	f.BoolVar(&o.follow, "watch", false, "follow the timeline until the run ends, then print the report")
 	f.StringVar(&o.selector, "selector", "", "also every node matching k=v,... (labels; sku matches the node's SKU)")
-	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask before a destructive mode (wipe)")
+	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask before a wipe, or a provision of nodes in the pool")
 	return cmd
 }
 
@@ -520,8 +523,14 @@ func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []cu
 		fmt.Fprintln(os.Stderr, "curectl provision: no node given (NODE... or --selector)")
 		return 2
 	}
-	if destructive(m) {
-		if rc := confirmWipe(ctx, c, &nodeIDs, &sel, o.yes, in, os.Stderr); rc != 0 {
+	var confirmed []string
+	switch {
+	case destructive(m):
+		if rc := confirmWipe(ctx, c, &nodeIDs, &sel, &confirmed, o.yes, in, os.Stderr); rc != 0 {
+			return rc
+		}
+	case m == modes.Provision:
+		if rc := confirmDeployed(ctx, c, nodeIDs, sel, &confirmed, o.yes, in, os.Stderr); rc != 0 {
 			return rc
 		}
 	}
@@ -533,7 +542,8 @@ func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []cu
 	if len(targets) > 1 {
 		progress = os.Stderr
 	}
-	res, err := curectl.ProvisionAcross(cctx, targets, &curev1.ProvisionRequest{NodeIds: nodeIDs, Selector: sel, Mode: modes.ToProto(m), Manifest: o.manifest, Resume: o.resume}, progress)
+	res, err := curectl.ProvisionAcross(cctx, targets, &curev1.ProvisionRequest{NodeIds: nodeIDs, Selector: sel, Mode: modes.ToProto(m), Manifest: o.manifest, Resume: o.resume,
+		ConfirmNodeIds: confirmed}, progress)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "curectl provision:", err)
 		return 1
