@@ -4,14 +4,20 @@
 // than its fleet. Pure: the run's results and the fleet's samples in,
 // judgements and verdicts out; the pipeline reads the store and writes back.
 //
-// The fleet of a check's metric is each other node counted once per
-// component: its latest passing value within the suite's window (a node
-// that ran ten times weighs as much as one that ran once, and a drive is
-// compared with the pool of the fleet's drives of that check). Statistics
-// are robust: the median and the median absolute deviation (scaled by
-// MADScale, with a floor of MinRelSpread of the median when the fleet agrees
-// too closely), so a few bad nodes in the fleet do not widen the band.
-// A band names, per metric, how many robust deviations below (and/or
+// The fleet of a check's metric is one vote per other node: the median of
+// its components' values in its latest acceptance run within the suite's
+// window (Pool). A node that ran ten times weighs as much as one that ran
+// once, and a node that reports a hundred components (a hostile runner
+// naming parts it does not have) weighs as much as one with a single drive:
+// one vote among N, so it moves the fleet median at most from one of the
+// other nodes' votes to the next (the median of N votes lies between the
+// honest votes' order statistics whatever one vote is). Statistics are
+// robust: the median and the median absolute deviation of the votes
+// (scaled by MADScale, with a floor of MinRelSpread of the median when the
+// fleet agrees too closely); both break down only when half the votes are
+// bad, so a few bad nodes neither drag the median nor widen the band. A
+// node's own components are judged against the votes of the other nodes
+// only. A band names, per metric, how many robust deviations below (and/or
 // above) the median a value may lie; with fewer than the suite's MinNodes
 // other nodes the band is not applied and the judgement says so.
 package fleetband
@@ -47,12 +53,16 @@ type Result struct {
 	Measurements     []Measurement
 }
 
-// Sample is one fleet value: a node's component's measured metric of a check.
+// Sample is one fleet value: a node's component's measured metric of a
+// check as stored, or (out of Pool) a node's vote.
 type Sample struct {
 	Node, Run, Component string
 	Value                float64
 	Unit                 string
 	Time                 time.Time
+	// Components is how many components' values a vote is the median of
+	// (0 in a stored sample).
+	Components int
 }
 
 // Key names a check's metric.
@@ -151,32 +161,52 @@ type Outcome struct {
 // Marginal reports whether any judgement is MARGINAL.
 func (o Outcome) Marginal() bool { return len(o.Verdicts) > 0 }
 
-// Pool is the fleet of one check's metric for node: samples of other nodes,
-// no older than since, in unit (when set), finite, and each node's latest
-// per component (ties: the later run id).
+// Pool is the fleet of one check's metric for node: one vote per other
+// node, from its samples no older than since, in unit (when set) and
+// finite. A node's vote is the median of its components' values in its
+// latest run among them (the run of its latest sample; ties: the later run
+// id), each component counted once (its latest value in that run): however
+// many components a node names, it has one vote. Votes are in node order,
+// Component empty and Components the count behind each.
 func Pool(samples []Sample, node string, since time.Time, unit string) []Sample {
-	type nc struct{ node, comp string }
-	latest := map[nc]Sample{}
+	latestRun := map[string]Sample{} // node -> its latest sample
 	for _, s := range samples {
-		if s.Node == node || s.Time.Before(since) || (unit != "" && s.Unit != unit) || math.IsNaN(s.Value) || math.IsInf(s.Value, 0) {
+		if !usable(s, node, since, unit) {
+			continue
+		}
+		if cur, ok := latestRun[s.Node]; !ok || s.Time.After(cur.Time) || (s.Time.Equal(cur.Time) && s.Run > cur.Run) {
+			latestRun[s.Node] = s
+		}
+	}
+	type nc struct{ node, comp string }
+	comps := map[nc]Sample{}
+	for _, s := range samples {
+		if !usable(s, node, since, unit) || s.Run != latestRun[s.Node].Run {
 			continue
 		}
 		k := nc{s.Node, s.Component}
-		if cur, ok := latest[k]; !ok || s.Time.After(cur.Time) || (s.Time.Equal(cur.Time) && s.Run > cur.Run) {
-			latest[k] = s
+		if cur, ok := comps[k]; !ok || s.Time.After(cur.Time) {
+			comps[k] = s
 		}
 	}
-	out := make([]Sample, 0, len(latest))
-	for _, s := range latest {
-		out = append(out, s)
+	values := map[string][]float64{}
+	for k, s := range comps {
+		values[k.node] = append(values[k.node], s.Value)
 	}
-	slices.SortFunc(out, func(a, b Sample) int {
-		if c := natural.Compare(a.Node, b.Node); c != 0 {
-			return c
-		}
-		return natural.Compare(a.Component, b.Component)
-	})
+	out := make([]Sample, 0, len(values))
+	for n, vs := range values {
+		slices.Sort(vs)
+		last := latestRun[n]
+		out = append(out, Sample{Node: n, Run: last.Run, Value: quantile(vs, 0.5), Unit: last.Unit, Time: last.Time, Components: len(vs)})
+	}
+	slices.SortFunc(out, func(a, b Sample) int { return natural.Compare(a.Node, b.Node) })
 	return out
+}
+
+// usable: s is a sample of another node than node, in the window, in unit
+// (when set), finite.
+func usable(s Sample, node string, since time.Time, unit string) bool {
+	return s.Node != node && !s.Time.Before(since) && (unit == "" || s.Unit == unit) && !math.IsNaN(s.Value) && !math.IsInf(s.Value, 0)
 }
 
 // Judge judges every banded metric of the run's passing results.

@@ -111,30 +111,37 @@ func TestMarginalMessage(t *testing.T) {
 	}
 }
 
-// TestPoolOneValuePerNodeComponent: a node's older runs, samples out of the
-// window, in another unit or not finite are not its fleet weight; each
-// drive of a node counts (the pool of drives), each once.
-func TestPoolOneValuePerNodeComponent(t *testing.T) {
+// TestPoolOneVotePerNode: a node's older runs, samples out of the window,
+// in another unit or not finite are not its fleet weight; a node's vote is
+// the median of its components in its latest run, each component once, so
+// a node naming many components weighs as much as a node with one.
+// (Was TestPoolOneValuePerNodeComponent: each drive of a node counted.)
+func TestPoolOneVotePerNode(t *testing.T) {
 	old := now.Add(-48 * time.Hour)
 	s := []Sample{
 		{Node: "a", Run: "r1", Component: "disk/vdb", Value: 10, Unit: "MB/s", Time: now.Add(-3 * time.Hour)},
-		{Node: "a", Run: "r2", Component: "disk/vdb", Value: 200, Unit: "MB/s", Time: now.Add(-2 * time.Hour)}, // a's latest
+		{Node: "a", Run: "r2", Component: "disk/vdb", Value: 200, Unit: "MB/s", Time: now.Add(-2 * time.Hour)}, // a's latest run
 		{Node: "a", Run: "r2", Component: "disk/vdc", Value: 210, Unit: "MB/s", Time: now.Add(-2 * time.Hour)},
+		{Node: "a", Run: "r1", Component: "disk/vdd", Value: 1, Unit: "MB/s", Time: now.Add(-3 * time.Hour)}, // not in its latest run
 		{Node: "b", Run: "r3", Component: "disk/vdb", Value: 1, Unit: "MB/s", Time: old},                    // out of the window
 		{Node: "b", Run: "r4", Component: "disk/vdb", Value: 190, Unit: "MiB/s", Time: now.Add(-time.Hour)}, // another unit
 		{Node: "c", Run: "r5", Component: "disk/vdb", Value: math.NaN(), Unit: "MB/s", Time: now.Add(-time.Hour)},
 		{Node: "me", Run: "r6", Component: "disk/vdb", Value: 5, Unit: "MB/s", Time: now.Add(-time.Hour)},
 		{Node: "d", Run: "r7", Component: "disk/vdb", Value: 205, Unit: "MB/s", Time: now.Add(-time.Hour)},
 	}
+	// e names 100 drives, all ten times faster: one vote.
+	for i := range 100 {
+		s = append(s, Sample{Node: "e", Run: "r8", Component: fmt.Sprintf("disk/x%d", i), Value: 2000, Unit: "MB/s", Time: now.Add(-time.Hour)})
+	}
 	got := Pool(s, "me", now.Add(-24*time.Hour), "MB/s")
 	var desc []string
 	for _, x := range got {
-		desc = append(desc, fmt.Sprintf("%s %s %g", x.Node, x.Component, x.Value))
+		desc = append(desc, fmt.Sprintf("%s %s %g/%d", x.Node, x.Run, x.Value, x.Components))
 	}
-	if want := "a disk/vdb 200,a disk/vdc 210,d disk/vdb 205"; strings.Join(desc, ",") != want {
+	if want := "a r2 205/2,d r7 205/1,e r8 2000/100"; strings.Join(desc, ",") != want {
 		t.Errorf("pool %q, want %q", strings.Join(desc, ","), want)
 	}
-	if st := Describe(got); st.Nodes != 2 || st.Samples != 3 || st.Median != 205 {
+	if st := Describe(got); st.Nodes != 3 || st.Samples != 103 || st.Median != 205 || len(st.Values) != 3 {
 		t.Errorf("stats %+v", st)
 	}
 }

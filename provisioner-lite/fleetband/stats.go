@@ -21,10 +21,10 @@ const MinRelSpread = 0.02
 // answers: evenly spaced quantiles of the sorted fleet when it has more.
 const MaxPlotValues = 256
 
-// Stats are robust statistics over a fleet's values.
+// Stats are robust statistics over a fleet's votes (one per node, Pool).
 type Stats struct {
-	Nodes   int // distinct nodes
-	Samples int // values (a node has one per component)
+	Nodes   int // distinct nodes: the votes
+	Samples int // component values behind the votes (a vote is their median)
 	Median  float64
 	MAD     float64 // median absolute deviation × MADScale
 	// Spread is what bands are measured in: MAD, or MinRelSpread × |median|
@@ -36,17 +36,20 @@ type Stats struct {
 	sortedAllVals []float64
 }
 
-// Describe computes the statistics of samples (already one per node and
-// component, see Pool).
-func Describe(samples []Sample) Stats {
-	vals := make([]float64, 0, len(samples))
+// Describe computes the statistics of votes (one per node, see Pool): the
+// median, spread, quantiles and percentiles are over nodes, never over
+// components.
+func Describe(votes []Sample) Stats {
+	vals := make([]float64, 0, len(votes))
 	nodes := map[string]bool{}
-	for _, s := range samples {
+	samples := 0
+	for _, s := range votes {
 		vals = append(vals, s.Value)
 		nodes[s.Node] = true
+		samples += max(s.Components, 1)
 	}
 	st := describeValues(vals)
-	st.Nodes = len(nodes)
+	st.Nodes, st.Samples = len(nodes), samples
 	return st
 }
 
@@ -96,7 +99,7 @@ func thin(sorted []float64, k int) []float64 {
 	return out
 }
 
-// Percentile is the share of the fleet's values below v, 0..100; values
+// Percentile is the share of the fleet's votes below v, 0..100; values
 // equal to v count half (so the fleet's median sits at 50).
 func (s Stats) Percentile(v float64) float64 {
 	if len(s.sortedAllVals) == 0 {
