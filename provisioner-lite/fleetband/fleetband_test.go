@@ -123,8 +123,8 @@ func TestPoolOneVotePerNode(t *testing.T) {
 		{Node: "a", Run: "r2", Component: "disk/vdb", Value: 200, Unit: "MB/s", Time: now.Add(-2 * time.Hour)}, // a's latest run
 		{Node: "a", Run: "r2", Component: "disk/vdc", Value: 210, Unit: "MB/s", Time: now.Add(-2 * time.Hour)},
 		{Node: "a", Run: "r1", Component: "disk/vdd", Value: 1, Unit: "MB/s", Time: now.Add(-3 * time.Hour)}, // not in its latest run
-		{Node: "b", Run: "r3", Component: "disk/vdb", Value: 1, Unit: "MB/s", Time: old},                    // out of the window
-		{Node: "b", Run: "r4", Component: "disk/vdb", Value: 190, Unit: "MiB/s", Time: now.Add(-time.Hour)}, // another unit
+		{Node: "b", Run: "r3", Component: "disk/vdb", Value: 1, Unit: "MB/s", Time: old},                     // out of the window
+		{Node: "b", Run: "r4", Component: "disk/vdb", Value: 190, Unit: "MiB/s", Time: now.Add(-time.Hour)},  // another unit
 		{Node: "c", Run: "r5", Component: "disk/vdb", Value: math.NaN(), Unit: "MB/s", Time: now.Add(-time.Hour)},
 		{Node: "me", Run: "r6", Component: "disk/vdb", Value: 5, Unit: "MB/s", Time: now.Add(-time.Hour)},
 		{Node: "d", Run: "r7", Component: "disk/vdb", Value: 205, Unit: "MB/s", Time: now.Add(-time.Hour)},
