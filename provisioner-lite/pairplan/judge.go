@@ -62,10 +62,15 @@ type port struct{ node, name string }
 // Judge turns the batch's measured links into each node's verdicts, keyed
 // by node id, for the check named check:
 //
-//   - a port whose every link (two or more, from different partners) is
-//     under its bar is the node's fault: nic/<port> FAIL on that node,
-//     naming each partner and rate; its links FAIL on it too, and on its
-//     partners they are SKIP, explained by it;
+//   - a port whose every link (two or more, from different partners) was
+//     measured and is under its bar is the node's fault: nic/<port> FAIL
+//     on that node, naming each partner and rate; its links FAIL on it
+//     too, and on its partners they are SKIP, explained by it;
+//   - a port whose every measured link is slow but with a link that was
+//     not measured is undecided: an errored link is evidence too (any of
+//     its partners may be the good end), so the port is nic/<port> ERROR,
+//     and its slow links are ERROR on both ends: doubt, never blame
+//     shifted onto a partner (FAIL) nor waved off (SKIP);
 //   - a slow link between two ports that each have a good link elsewhere
 //     (or too few links to tell) names the pair and both ports: a FAIL
 //     pair/<a>:<port>-<b>:<port> on both nodes;
@@ -78,46 +83,19 @@ func Judge(check string, links []Link, bars Bars) map[string][]*curev1.Verdict {
 		byPort[port{l.Client, l.ClientPort}] = append(byPort[port{l.Client, l.ClientPort}], l)
 	}
 	slow := func(l Link) bool { bar := bars.of(l.Transport); return l.Err == "" && bar > 0 && l.Rate() < bar }
-	bad := map[port]bool{}
 	ports := make([]port, 0, len(byPort))
+	state := map[port]portState{}
 	for p, ls := range byPort {
 		ports = append(ports, p)
-		partners := map[string]bool{}
-		all := true
-		for _, l := range ls {
-			if l.Err != "" {
-				continue
-			}
-			partners[other(l, p.node)] = true
-			all = all && slow(l)
-		}
-		bad[p] = all && len(partners) >= 2
+		state[p] = judgePort(p, ls, slow)
 	}
 	slices.SortFunc(ports, func(a, b port) int { return strings.Compare(a.node+"\x00"+a.name, b.node+"\x00"+b.name) })
 	out := map[string][]*curev1.Verdict{}
 	add := func(node string, v *curev1.Verdict) { v.Check = check; out[node] = append(out[node], v) }
 	for _, p := range ports {
-		if !bad[p] {
-			continue
+		if v := portVerdict(p, byPort[p], state[p], bars); v != nil {
+			add(p.node, v)
 		}
-		ls := byPort[p]
-		metric, unit := MetricOf(ls[0].Transport)
-		var seen []string
-		worst := ls[0].Rate()
-		for _, l := range ls {
-			if l.Err != "" {
-				continue
-			}
-			o, op := otherPort(l, p.node)
-			seen = append(seen, fmt.Sprintf("%s %s to %s:%s", num(l.Rate()), unit, o, op))
-			worst = min(worst, l.Rate())
-		}
-		bar := bars.of(ls[0].Transport)
-		add(p.node, &curev1.Verdict{Component: "nic/" + p.name, Status: curev1.VerdictStatus_FAIL,
-			Observed: fmt.Sprintf("%s=%s", metric, num(worst)), Expected: fmt.Sprintf("%s>=%s", metric, num(bar)),
-			Message: fmt.Sprintf("every link of %s port %s is slow (%d partners): %s; the node's port, not a cable, is the common end",
-				p.node, p.name, len(seen), strings.Join(seen, ", ")),
-			Measurements: []*curev1.Measurement{{Metric: metric, Value: worst, Unit: unit}}})
 	}
 	sorted := slices.Clone(links)
 	slices.SortFunc(sorted, func(a, b Link) int {
@@ -126,6 +104,8 @@ func Judge(check string, links []Link, bars Bars) map[string][]*curev1.Verdict {
 		}
 		return strings.Compare(a.name(), b.name())
 	})
+	bad := func(p port) bool { return state[p] == portBad }
+	undecided := func(p port) bool { return state[p] == portUndecided }
 	for _, l := range sorted {
 		metric, unit := MetricOf(l.Transport)
 		bar := bars.of(l.Transport)
@@ -160,12 +140,19 @@ func Judge(check string, links []Link, bars Bars) map[string][]*curev1.Verdict {
 			case !slow(l):
 				v.Status = curev1.VerdictStatus_PASS
 				v.Message = fmt.Sprintf("round %d", l.Round)
-			case bad[e]:
+			case bad(e):
 				v.Status = curev1.VerdictStatus_FAIL
 				v.Message = fmt.Sprintf("round %d: slow, as every link of this node's port %s (nic/%s)", l.Round, e.name, e.name)
-			case bad[oe]:
+			case bad(oe):
 				v.Status = curev1.VerdictStatus_SKIP
 				v.Message = fmt.Sprintf("round %d: slow, explained by %s: every link of its port %s is slow; this node's other links are fine", l.Round, oe.node, oe.name)
+			case undecided(e) || undecided(oe):
+				u := e
+				if !undecided(e) {
+					u = oe
+				}
+				v.Status = curev1.VerdictStatus_ERROR
+				v.Message = fmt.Sprintf("round %d: slow, and whose fault cannot be told: every measured link of %s port %s is slow but some of its links were not measured", l.Round, u.node, u.name)
 			default:
 				v.Status = curev1.VerdictStatus_FAIL
 				v.Message = fmt.Sprintf("round %d: the link between %s port %s and %s port %s is slow while both ports are fine elsewhere (or have no other link to tell by): the pair and its cabling (cable, optics, switch ports) are suspect",
@@ -175,6 +162,78 @@ func Judge(check string, links []Link, bars Bars) map[string][]*curev1.Verdict {
 		}
 	}
 	return out
+}
+
+// portState is what a port's links say about the port.
+type portState int
+
+const (
+	portFine      portState = iota // a measured link under its bar, or too few partners to tell
+	portBad                        // every link measured and slow, two partners or more
+	portUndecided                  // every measured link slow, but a link not measured
+)
+
+// judgePort reads a port's links: an errored link keeps the port from
+// being found bad (its partner may be the good end) and makes it
+// undecided when every measured link is slow.
+func judgePort(p port, ls []Link, slow func(Link) bool) portState {
+	partners := map[string]bool{}
+	errored, measured := 0, 0
+	for _, l := range ls {
+		if l.Err != "" {
+			errored++
+			continue
+		}
+		measured++
+		if !slow(l) {
+			return portFine
+		}
+		partners[other(l, p.node)] = true
+	}
+	switch {
+	case measured == 0:
+		return portFine // nothing measured: its links' ERRORs say so
+	case errored > 0:
+		return portUndecided
+	case len(partners) >= 2:
+		return portBad
+	}
+	return portFine
+}
+
+// portVerdict is the nic/<port> verdict of a bad or undecided port (nil
+// for a fine one).
+func portVerdict(p port, ls []Link, st portState, bars Bars) *curev1.Verdict {
+	if st == portFine {
+		return nil
+	}
+	metric, unit := MetricOf(ls[0].Transport)
+	var seen, missing []string
+	worst := -1.0
+	for _, l := range ls {
+		o, op := otherPort(l, p.node)
+		if l.Err != "" {
+			missing = append(missing, fmt.Sprintf("%s:%s (round %d)", o, op, l.Round))
+			continue
+		}
+		seen = append(seen, fmt.Sprintf("%s %s to %s:%s", num(l.Rate()), unit, o, op))
+		if worst < 0 || l.Rate() < worst {
+			worst = l.Rate()
+		}
+	}
+	bar := bars.of(ls[0].Transport)
+	v := &curev1.Verdict{Component: "nic/" + p.name, Status: curev1.VerdictStatus_FAIL,
+		Observed: fmt.Sprintf("%s=%s", metric, num(worst)), Expected: fmt.Sprintf("%s>=%s", metric, num(bar)),
+		Message: fmt.Sprintf("every link of %s port %s is slow (%d partners): %s; the node's port, not a cable, is the common end",
+			p.node, p.name, len(seen), strings.Join(seen, ", ")),
+		Measurements: []*curev1.Measurement{{Metric: metric, Value: worst, Unit: unit}}}
+	if st == portUndecided {
+		v.Status = curev1.VerdictStatus_ERROR
+		v.Measurements = nil
+		v.Message = fmt.Sprintf("every measured link of %s port %s is slow (%s) but %d link(s) were not measured (%s): an unmeasured link may be the good one, so neither the port nor its partners are judged",
+			p.node, p.name, strings.Join(seen, ", "), len(missing), strings.Join(missing, ", "))
+	}
+	return v
 }
 
 func other(l Link, node string) string {

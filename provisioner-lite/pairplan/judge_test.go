@@ -79,15 +79,45 @@ func TestJudge(t *testing.T) {
 			want:  map[string]map[string]curev1.VerdictStatus{"a": {"pair/a:eth0-b:eth0": fail}, "b": {"pair/a:eth0-b:eth0": fail}},
 		},
 		{
-			name: "a link not measured is an error and does not count against either port",
+			name: "a link not measured is an error, and the slow link of its port is doubt, not a fault of either end",
 			links: []Link{{Slot: Slot{Server: "a", Client: "c", ServerPort: "eth0", ClientPort: "eth0", Transport: Ethernet}, Err: "iperf3: unable to connect"},
 				link(1, "b", "c", 30, 30), link(2, "a", "b", 900, 900)},
 			want: map[string]map[string]curev1.VerdictStatus{
 				"a": {"pair/a:eth0-c:eth0": errv, "pair/a:eth0-b:eth0": pass},
-				"b": {"pair/b:eth0-c:eth0": fail, "pair/a:eth0-b:eth0": pass},
-				"c": {"pair/a:eth0-c:eth0": errv, "pair/b:eth0-c:eth0": fail},
+				"b": {"pair/b:eth0-c:eth0": errv, "pair/a:eth0-b:eth0": pass},
+				"c": {"nic/eth0": errv, "pair/a:eth0-c:eth0": errv, "pair/b:eth0-c:eth0": errv},
 			},
-			msg: map[string]string{"c pair/a:eth0-c:eth0": "not measured: iperf3: unable to connect"},
+			msg: map[string]string{"c pair/a:eth0-c:eth0": "not measured: iperf3: unable to connect",
+				"c nic/eth0": "every measured link of c port eth0 is slow (30 Mb/s to b:eth0) but 1 link(s) were not measured (a:eth0 (round 0))",
+				"b pair/b:eth0-c:eth0": "whose fault cannot be told: every measured link of c port eth0 is slow"},
+		},
+		{
+			// Two impostors report g's links to them slow and g's link to
+			// the good h errored (its server held, say): dropping the
+			// errored link would leave "every link slow" and FAIL g's port.
+			name: "an errored link cannot shift blame onto a good node",
+			links: []Link{link(0, "g", "i1", 20, 20), link(1, "i2", "g", 20, 20),
+				{Slot: Slot{Server: "h", Client: "g", ServerPort: "eth0", ClientPort: "eth0", Transport: Ethernet}, Round: 2, Err: "window ended: connection refused"},
+				link(0, "h", "i2", 900, 900), link(1, "i1", "h", 900, 900)},
+			want: map[string]map[string]curev1.VerdictStatus{
+				"g":  {"nic/eth0": errv, "pair/g:eth0-i1:eth0": errv, "pair/g:eth0-i2:eth0": errv, "pair/g:eth0-h:eth0": errv},
+				"h":  {"pair/g:eth0-h:eth0": errv, "pair/h:eth0-i2:eth0": pass, "pair/h:eth0-i1:eth0": pass},
+				"i1": {"pair/g:eth0-i1:eth0": errv, "pair/h:eth0-i1:eth0": pass},
+				"i2": {"pair/g:eth0-i2:eth0": errv, "pair/h:eth0-i2:eth0": pass},
+			},
+			msg: map[string]string{"g nic/eth0": "neither the port nor its partners are judged"},
+		},
+		{
+			name: "a slow node whose one link errored is not cleared: its partners' slow links are ERROR, not SKIP",
+			links: []Link{link(0, "x", "a", 20, 20), link(1, "b", "x", 20, 20),
+				{Slot: Slot{Server: "x", Client: "c", ServerPort: "eth0", ClientPort: "eth0", Transport: Ethernet}, Round: 2, Err: "timeout"},
+				link(0, "b", "c", 900, 900), link(1, "c", "a", 900, 900), link(2, "a", "b", 900, 900)},
+			want: map[string]map[string]curev1.VerdictStatus{
+				"x": {"nic/eth0": errv, "pair/a:eth0-x:eth0": errv, "pair/b:eth0-x:eth0": errv, "pair/c:eth0-x:eth0": errv},
+				"a": {"pair/a:eth0-x:eth0": errv, "pair/a:eth0-c:eth0": pass, "pair/a:eth0-b:eth0": pass},
+				"b": {"pair/b:eth0-x:eth0": errv, "pair/b:eth0-c:eth0": pass, "pair/a:eth0-b:eth0": pass},
+				"c": {"pair/c:eth0-x:eth0": errv, "pair/b:eth0-c:eth0": pass, "pair/a:eth0-c:eth0": pass},
+			},
 		},
 		{
 			name: "rdma bars apply to rdma links",
