@@ -88,7 +88,7 @@ func TestJudge(t *testing.T) {
 				"c": {"nic/eth0": errv, "pair/a:eth0-c:eth0": errv, "pair/b:eth0-c:eth0": errv},
 			},
 			msg: map[string]string{"c pair/a:eth0-c:eth0": "not measured: iperf3: unable to connect",
-				"c nic/eth0": "every measured link of c port eth0 is slow (30 Mb/s to b:eth0) but 1 link(s) were not measured (a:eth0 (round 0))",
+				"c nic/eth0":           "every measured link of c port eth0 is slow (30 Mb/s to b:eth0) but 1 link(s) were not measured (a:eth0 (round 0))",
 				"b pair/b:eth0-c:eth0": "whose fault cannot be told: every measured link of c port eth0 is slow"},
 		},
 		{
