@@ -34,8 +34,9 @@ import (
 var FirmwarePCRs = []uint32{0, 1, 2, 3, 7}
 
 // DefaultPCRs are quoted when the image report names no boot PCRs: the
-// firmware PCRs and the boot manager's (4).
-var DefaultPCRs = []uint32{0, 1, 2, 3, 4, 7}
+// firmware PCRs, the boot manager's (4) and 5, where firmware measures
+// ExitBootServices (the boot path's end, CheckBootPath).
+var DefaultPCRs = []uint32{0, 1, 2, 3, 4, 5, 7}
 
 // Challenge is an issued, not yet answered challenge: all a coordinator
 // instance needs to judge its answer, so any instance sharing the store
@@ -287,9 +288,10 @@ func (cs *Challenges) Judge(ctx context.Context, tokenHash, bootID string, a *cu
 }
 
 // checkImage compares the boot PCRs with the image's report. PCR 4 is
-// judged by the UKI's Authenticode hash among the boot applications the
-// log shows (firmware may add its own PCR 4 events, shifting the value),
-// every other PCR the report names by value.
+// judged by replaying the log's boot path (CheckBootPath: the firmware's
+// own events, then the UKI's Authenticode hash as the first and only boot
+// application, then ExitBootServices); a report without the hash has PCR
+// 4 judged by value. Every other PCR the report names is judged by value.
 func checkImage(uki *imagereport.UKI, quoted map[uint32][]byte, log *eventlog.Log) (*PCRMismatch, string) {
 	if uki == nil {
 		return nil, ""
@@ -300,43 +302,40 @@ func checkImage(uki *imagereport.UKI, quoted map[uint32][]byte, log *eventlog.Lo
 			return nil, fmt.Sprintf("image report names PCR %q", k)
 		}
 		pcr := uint32(idx)
+		if pcr == BootPathPCR && uki.AuthenticodeSHA256 != "" {
+			continue // the boot path, below
+		}
 		want := uki.PCRs[k]
 		got := hex.EncodeToString(quoted[pcr])
 		if quoted[pcr] == nil {
 			return &PCRMismatch{PCR: pcr, Expected: want, Observed: "(not quoted)"}, fmt.Sprintf("PCR %d was not quoted", pcr)
 		}
-		if got == want {
-			continue
+		if got != want {
+			m := &PCRMismatch{PCR: pcr, Expected: want, Observed: got}
+			return m, "boot measurement differs from the image's report: " + m.String()
 		}
-		if pcr == 4 && uki.AuthenticodeSHA256 != "" && log != nil && hasDigest(log.Digests(4, eventlog.EVEFIBootServicesApplication), uki.AuthenticodeSHA256) {
-			continue
-		}
-		m := &PCRMismatch{PCR: pcr, Expected: want, Observed: got}
-		return m, "boot measurement differs from the image's report: " + m.String()
 	}
-	if _, named := uki.PCRs["4"]; !named && uki.AuthenticodeSHA256 != "" {
-		if log == nil {
-			return &PCRMismatch{PCR: 4, Expected: "boot application " + uki.AuthenticodeSHA256, Observed: "(no event log)"}, "no event log to find the image's Authenticode hash in"
+	if uki.AuthenticodeSHA256 == "" {
+		return nil, ""
+	}
+	want := "boot path: the firmware's boot actions and separator, then boot application " + uki.AuthenticodeSHA256 + " alone, then ExitBootServices"
+	image, err := hex.DecodeString(uki.AuthenticodeSHA256)
+	if err != nil {
+		return &PCRMismatch{PCR: BootPathPCR, Expected: want, Observed: "(unreadable)"}, fmt.Sprintf("the image report's Authenticode hash %q: %v", uki.AuthenticodeSHA256, err)
+	}
+	if log == nil {
+		return &PCRMismatch{PCR: BootPathPCR, Expected: want, Observed: "(no event log)"}, "no event log to replay the boot path from"
+	}
+	if err := CheckBootPath(log, image); err != nil {
+		pcr := uint32(BootPathPCR)
+		var be *BootPathError
+		if errors.As(err, &be) {
+			pcr = be.PCR
 		}
-		if ds := log.Digests(4, eventlog.EVEFIBootServicesApplication); !hasDigest(ds, uki.AuthenticodeSHA256) {
-			obs := make([]string, len(ds))
-			for i, d := range ds {
-				obs[i] = hex.EncodeToString(d)
-			}
-			m := &PCRMismatch{PCR: 4, Expected: "boot application " + uki.AuthenticodeSHA256, Observed: fmt.Sprintf("boot applications %v", obs)}
-			return m, "the image's Authenticode hash is not among the boot applications measured: " + m.String()
-		}
+		m := &PCRMismatch{PCR: pcr, Expected: want, Observed: err.Error()}
+		return m, "the boot path is not the CURE image's: " + err.Error()
 	}
 	return nil, ""
-}
-
-func hasDigest(ds [][]byte, want string) bool {
-	for _, d := range ds {
-		if hex.EncodeToString(d) == want {
-			return true
-		}
-	}
-	return false
 }
 
 func sortedPCRKeys(m map[string]string) []string {

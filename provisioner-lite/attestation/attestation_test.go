@@ -25,9 +25,9 @@ func boot(t *testing.T, app []byte, extraPCR4 bool) *booted {
 	sw := swtpmtest.Start(t, "")
 	b := sw.Measure()
 	if extraPCR4 {
-		// Firmware that measures its own boot application (a shell, a
-		// vendor tool) before CURE's: PCR 4's value moves, the UKI's hash
-		// is still among the boot applications.
+		// An application (a shell, a vendor tool) measured before
+		// CURE's: the UKI's hash is still among the boot applications,
+		// but it is not the first and only one (CheckBootPath refuses).
 		b.Digest(4, eventlog.EVEFIBootServicesApplication, make([]byte, 32), []byte("vendor app"))
 	}
 	b.Firmware("fw", app)
@@ -70,7 +70,7 @@ func TestJudge(t *testing.T) {
 	t.Run("good, by Authenticode hash", func(t *testing.T) {
 		a := good.answer(t, issue(good, "b1"))
 		r := cs.Judge(ctx, "tok", "b1", a, Expected{UKI: &imagereport.UKI{AuthenticodeSHA256: app}}, now)
-		if r.Status != Passed || len(r.EKSHA256) != 64 || len(r.PCRs) != 6 {
+		if r.Status != Passed || len(r.EKSHA256) != 64 || len(r.PCRs) != len(DefaultPCRs) {
 			t.Fatalf("%+v", r)
 		}
 		// The same answer again: the challenge is spent.
@@ -89,23 +89,30 @@ func TestJudge(t *testing.T) {
 	t.Run("other image", func(t *testing.T) {
 		a := good.answer(t, issue(good, "b1"))
 		other := strings.Repeat("ab", 32)
-		r := cs.Judge(ctx, "tok", "b1", a, Expected{UKI: &imagereport.UKI{AuthenticodeSHA256: other, PCRs: map[string]string{"4": strings.Repeat("cd", 32)}}}, now)
+		// Without the Authenticode hash, PCR 4 is judged by value.
+		r := cs.Judge(ctx, "tok", "b1", a, Expected{UKI: &imagereport.UKI{PCRs: map[string]string{"4": strings.Repeat("cd", 32)}}}, now)
 		if r.Status != Failed || r.Mismatch == nil || r.Mismatch.PCR != 4 || r.Mismatch.Expected != strings.Repeat("cd", 32) || r.Mismatch.Observed != hex.EncodeToString(a.GetPcrs()[4]) {
 			t.Fatalf("%+v %+v", r, r.Mismatch)
 		}
 		if !strings.Contains(r.Detail, "PCR 4: expected "+strings.Repeat("cd", 32)+", observed "+hex.EncodeToString(a.GetPcrs()[4])) {
 			t.Errorf("detail does not name PCR, expected and observed: %s", r.Detail)
 		}
+		// With it, by the boot path: the measured application is named.
 		a = good.answer(t, issue(good, "b1"))
-		if r := cs.Judge(ctx, "tok", "b1", a, Expected{UKI: &imagereport.UKI{AuthenticodeSHA256: other}}, now); r.Status != Failed || r.Mismatch == nil || !strings.Contains(r.Mismatch.Observed, app) {
-			t.Fatalf("hash-only check: %+v", r)
+		r = cs.Judge(ctx, "tok", "b1", a, Expected{UKI: &imagereport.UKI{AuthenticodeSHA256: other, PCRs: map[string]string{"4": strings.Repeat("cd", 32)}}}, now)
+		if r.Status != Failed || r.Mismatch == nil || r.Mismatch.PCR != 4 || !strings.Contains(r.Mismatch.Observed, app) || !strings.Contains(r.Mismatch.Expected, other) {
+			t.Fatalf("hash check: %+v %+v", r, r.Mismatch)
 		}
 	})
-	t.Run("firmware adds PCR 4 events", func(t *testing.T) {
+	t.Run("foreign application before the image", func(t *testing.T) {
+		// Firmware (or whoever controls the boot order) starts another
+		// application before CURE's: the image's hash is still in the
+		// log, but the boot path is not the image's.
 		vendor := boot(t, appHash[:], true)
 		a := vendor.answer(t, issue(vendor, "b1"))
-		if r := cs.Judge(ctx, "tok", "b1", a, Expected{UKI: &imagereport.UKI{AuthenticodeSHA256: app, PCRs: map[string]string{"4": strings.Repeat("cd", 32)}}}, now); r.Status != Passed {
-			t.Fatalf("%+v", r)
+		r := cs.Judge(ctx, "tok", "b1", a, Expected{UKI: &imagereport.UKI{AuthenticodeSHA256: app}}, now)
+		if r.Status != Failed || r.Mismatch == nil || r.Mismatch.PCR != 4 || !strings.Contains(r.Detail, "EV_EFI_BOOT_SERVICES_APPLICATION, sha256 "+strings.Repeat("00", 32)) {
+			t.Fatalf("%+v %+v", r, r.Mismatch)
 		}
 	})
 	t.Run("event log of another boot", func(t *testing.T) {

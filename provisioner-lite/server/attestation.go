@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -156,6 +157,11 @@ func (s *RunnerService) judgeBoot(ctx context.Context, node store.Node, run stor
 		}
 	}
 	now := time.Now().UTC()
+	if el := hello.GetAttestation().GetEventLog(); len(el) > 0 {
+		// The firmware's own log, for an operator learning what a SKU's
+		// firmware measures (the boot path rule is in attestation.CheckBootPath).
+		log.Debug("boot event log", "boot", bootID, "bytes", len(el), "base64", base64.StdEncoding.EncodeToString(el))
+	}
 	res := s.attest.Judge(ctx, store.TokenHash(hello.GetToken()), hello.GetBootId(), hello.GetAttestation(), attestation.Expected{UKI: s.imageUKI()}, now)
 	entry := store.AuditEntry{Actor: node.ID, Peer: peerIP, RunID: run.ID, Nodes: []string{node.ID}, Result: "refused"}
 	if action := s.checkEK(node, ek, enrolled, &res, now); action != "" {

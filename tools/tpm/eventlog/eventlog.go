@@ -313,3 +313,24 @@ func (r *reader) bytes(n uint32, limit uint32) []byte {
 	r.off += int(n)
 	return v
 }
+
+// typeNames are the TCG names of the event types a refusal may name.
+var typeNames = map[uint32]string{
+	EVPostCode: "EV_POST_CODE", EVNoAction: "EV_NO_ACTION", EVSeparator: "EV_SEPARATOR", EVAction: "EV_ACTION",
+	EVSCRTMVersion: "EV_S_CRTM_VERSION", EVEFIVariableDriverConfig: "EV_EFI_VARIABLE_DRIVER_CONFIG",
+	EVEFIBootServicesApplication: "EV_EFI_BOOT_SERVICES_APPLICATION", EVEFIAction: "EV_EFI_ACTION",
+	EVEFIPlatformFirmwareBlob: "EV_EFI_PLATFORM_FIRMWARE_BLOB", EVEFIVariableAuthority: "EV_EFI_VARIABLE_AUTHORITY",
+	EVIPL: "EV_IPL", EVEventTag: "EV_EVENT_TAG", EVEFIHandoffTables: "EV_EFI_HANDOFF_TABLES", EVEFIVariableBoot: "EV_EFI_VARIABLE_BOOT",
+	EVEFIGPTEvent: "EV_EFI_GPT_EVENT", EVEFIBootServicesDriver: "EV_EFI_BOOT_SERVICES_DRIVER", EVCompactHash: "EV_COMPACT_HASH",
+	EVEFIPlatformFirmwareBlob2: "EV_EFI_PLATFORM_FIRMWARE_BLOB2", EVEFIHandoffTables2: "EV_EFI_HANDOFF_TABLES2",
+	EVEFIVariableBoot2: "EV_EFI_VARIABLE_BOOT2", EVEFIHCRTMEvent: "EV_EFI_HCRTM_EVENT", EVEFISPDMFirmwareBlob: "EV_EFI_SPDM_FIRMWARE_BLOB",
+	EVEFIRuntimeServicesDriver: "EV_EFI_RUNTIME_SERVICES_DRIVER", EVEFIVariableDriverConfigOther: "EV_EFI_VARIABLE_DRIVER_CONFIG (other)",
+}
+
+// TypeName is the TCG name of an event type (its number where unknown).
+func TypeName(typ uint32) string {
+	if n, ok := typeNames[typ]; ok {
+		return n
+	}
+	return fmt.Sprintf("event type 0x%08x", typ)
+}

@@ -149,20 +149,40 @@ func (b *Boot) Digest(pcr, typ uint32, digest, data []byte) {
 	}
 }
 
-// Firmware measures a plausible UEFI boot: firmware version and blobs in
-// PCR 0 (fw names the firmware), option ROMs in 2, Secure Boot state in 7,
-// separators in 0-7, and the boot application's Authenticode hash in 4.
+// Firmware measures a plausible UEFI boot, in the order OVMF measures
+// one (provisioner-lite/attestation/testdata): firmware version and blobs
+// in PCR 0 (fw names the firmware), option ROMs in 2, Secure Boot state in
+// 7, the boot manager's "Calling EFI Application from Boot Option" in 4,
+// separators in 0-7, the boot application's Authenticode hash in 4, and
+// ExitBootServices in 5 (bootApp nil: the boot stops before an application).
 func (b *Boot) Firmware(fw string, bootApp []byte) {
+	b.t.Helper()
+	if bootApp == nil {
+		b.Apps(fw)
+		return
+	}
+	b.Apps(fw, bootApp)
+}
+
+// Apps is Firmware starting each of apps in turn (Authenticode hashes, in
+// order) before ExitBootServices: a boot whose path another application
+// joined.
+func (b *Boot) Apps(fw string, apps ...[]byte) {
 	b.t.Helper()
 	b.Event(0, eventlog.EVSCRTMVersion, []byte(fw))
 	b.Event(0, eventlog.EVEFIPlatformFirmwareBlob, []byte("firmware volume of "+fw))
 	b.Event(1, eventlog.EVEFIHandoffTables, []byte("smbios"))
 	b.Event(2, eventlog.EVEFIBootServicesDriver, []byte("nic option rom"))
 	b.Event(7, eventlog.EVEFIVariableDriverConfig, []byte("SecureBoot=1"))
+	b.Event(4, eventlog.EVEFIAction, []byte("Calling EFI Application from Boot Option"))
 	for pcr := uint32(0); pcr <= 7; pcr++ {
 		b.Event(pcr, eventlog.EVSeparator, []byte{0, 0, 0, 0})
 	}
-	if bootApp != nil {
-		b.Digest(4, eventlog.EVEFIBootServicesApplication, bootApp, []byte("\\EFI\\BOOT\\BOOTX64.EFI"))
+	for _, app := range apps {
+		b.Digest(4, eventlog.EVEFIBootServicesApplication, app, []byte("\\EFI\\BOOT\\BOOTX64.EFI"))
+	}
+	if len(apps) > 0 {
+		b.Event(5, eventlog.EVEFIAction, []byte("Exit Boot Services Invocation"))
+		b.Event(5, eventlog.EVEFIAction, []byte("Exit Boot Services Returned with Success"))
 	}
 }
