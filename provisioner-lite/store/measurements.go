@@ -10,6 +10,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 )
 
 // Fleet history: every verdict's measurements are kept apart from the
@@ -142,13 +143,28 @@ type FleetQuery struct {
 	Limit             int // rows; 0: DefaultFleetLimit
 }
 
-// DefaultFleetLimit bounds one fleet query: 5,000 nodes of 16 drives each.
+// DefaultFleetLimit bounds one fleet query: 5,000 nodes of 16 drives each
+// (2,500 at MaxNodeComponents).
 const DefaultFleetLimit = 80_000
 
-// FleetSamples returns each node's latest measurement per component of the
-// query's SKU, check and metric, in node and component order (one value per
-// node and component: a node that ran often weighs no more than one that
-// ran once).
+// MaxNodeComponents bounds the components one node brings to a fleet query
+// (the first by name): an 8-GPU server has 28 GPU pairs, 16 drives, 10
+// NICs. A node's components make one vote (package fleetband), and the
+// bound keeps a node that names thousands from filling the query's limit
+// and pushing other nodes out of it.
+const MaxNodeComponents = 32
+
+// FleetModes are the modes whose runs give fleet samples: the acceptance
+// runs (what a SKU's admission runs and revalidates with). An audit, a
+// verify or a provision measures nothing the fleet is judged against.
+var FleetModes = []string{string(modes.Burnin), string(modes.Diagnostic)}
+
+// FleetSamples returns the measurements of each node's latest qualifying
+// run (an acceptance run, FleetModes, whose verdict passed unless
+// IncludeFailing, within the window) of the query's SKU, check and metric,
+// at most MaxNodeComponents per node, in node and component order. A node
+// that ran often weighs no more than one that ran once; fleetband.Pool
+// makes its components one vote.
 func (s *Store) FleetSamples(ctx context.Context, q FleetQuery) ([]MeasurementRecord, error) {
 	if q.SKU == "" && q.Node == "" || q.Check == "" || q.Metric == "" {
 		return nil, fmt.Errorf("store: fleet samples: SKU (or node), check and metric are needed (got %q, %q, %q)", q.SKU, q.Check, q.Metric)
@@ -156,23 +172,31 @@ func (s *Store) FleetSamples(ctx context.Context, q FleetQuery) ([]MeasurementRe
 	if q.Limit <= 0 {
 		q.Limit = DefaultFleetLimit
 	}
-	where := []string{"sku = ?", "check_name = ?", "metric = ?", "time >= ?"}
+	where := []string{"m.sku = ?", "m.check_name = ?", "m.metric = ?", "m.time >= ?"}
 	args := []any{q.SKU, q.Check, q.Metric, toMs(q.Since)}
 	if q.SKU == "" {
 		where, args = where[1:], args[1:]
 	}
+	where = append(where, "r.mode IN (?, ?)")
+	args = append(args, FleetModes[0], FleetModes[1])
 	if !q.IncludeFailing {
-		where, args = append(where, "passed = ?"), append(args, true)
+		where, args = append(where, "m.passed = ?"), append(args, true)
 	}
 	if q.ExcludeNode != "" {
-		where, args = append(where, "node_id <> ?"), append(args, q.ExcludeNode)
+		where, args = append(where, "m.node_id <> ?"), append(args, q.ExcludeNode)
 	}
 	if q.Node != "" {
-		where, args = append(where, "node_id = ?"), append(args, q.Node)
+		where, args = append(where, "m.node_id = ?"), append(args, q.Node)
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+measurementCols+` FROM (
-SELECT `+measurementCols+`, ROW_NUMBER() OVER (PARTITION BY node_id, component ORDER BY time DESC, run_id DESC) AS rn
-FROM measurements WHERE `+strings.Join(where, " AND ")+`) AS latest WHERE rn = 1 ORDER BY node_id, component LIMIT ?`, append(args, q.Limit)...)
+	// q: the qualifying rows; latest: each node's latest run among them;
+	// ranked: that run's components, numbered per node.
+	rows, err := s.r.QueryContext(ctx, `WITH q AS (
+SELECT `+prefixed("m.", measurementCols)+` FROM measurements m JOIN runs r ON r.id = m.run_id WHERE `+strings.Join(where, " AND ")+`),
+latest AS (SELECT node_id, run_id FROM (
+	SELECT node_id, run_id, ROW_NUMBER() OVER (PARTITION BY node_id ORDER BY time DESC, run_id DESC) AS rn FROM q) AS l WHERE rn = 1),
+ranked AS (SELECT `+prefixed("q.", measurementCols)+`, ROW_NUMBER() OVER (PARTITION BY q.node_id ORDER BY q.component) AS k
+	FROM q JOIN latest ON latest.node_id = q.node_id AND latest.run_id = q.run_id)
+SELECT `+measurementCols+` FROM ranked WHERE k <= ? ORDER BY node_id, component LIMIT ?`, append(args, MaxNodeComponents, q.Limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("store: fleet samples of %s %s %s: %w", q.SKU, q.Check, q.Metric, err)
 	}
@@ -186,19 +210,19 @@ FROM measurements WHERE `+strings.Join(where, " AND ")+`) AS latest WHERE rn = 1
 // FleetKey names a fleet: a SKU's check's metric.
 type FleetKey struct{ SKU, Check, Metric string }
 
-// FleetKeys lists the (SKU, check, metric) with passing measurements since
-// since, filtered by the non-empty arguments, in order; truncated says more
-// than limit matched.
+// FleetKeys lists the (SKU, check, metric) with passing measurements of
+// acceptance runs (FleetModes) since since, filtered by the non-empty
+// arguments, in order; truncated says more than limit matched.
 func (s *Store) FleetKeys(ctx context.Context, sku, check, metric string, since time.Time, limit int) ([]FleetKey, bool, error) {
-	where := []string{"time >= ?", "passed = ?"}
-	args := []any{toMs(since), true}
-	for _, c := range []struct{ col, v string }{{"sku", sku}, {"check_name", check}, {"metric", metric}} {
+	where := []string{"m.time >= ?", "m.passed = ?", "r.mode IN (?, ?)"}
+	args := []any{toMs(since), true, FleetModes[0], FleetModes[1]}
+	for _, c := range []struct{ col, v string }{{"m.sku", sku}, {"m.check_name", check}, {"m.metric", metric}} {
 		if c.v != "" {
 			where, args = append(where, c.col+" = ?"), append(args, c.v)
 		}
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT sku, check_name, metric FROM measurements WHERE `+strings.Join(where, " AND ")+
-		` ORDER BY sku, check_name, metric LIMIT ?`, append(args, limit+1)...)
+	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT m.sku, m.check_name, m.metric FROM measurements m JOIN runs r ON r.id = m.run_id WHERE `+
+		strings.Join(where, " AND ")+` ORDER BY m.sku, m.check_name, m.metric LIMIT ?`, append(args, limit+1)...)
 	if err != nil {
 		return nil, false, fmt.Errorf("store: fleet keys: %w", err)
 	}

@@ -119,7 +119,7 @@ func TestMeasurementsBoundedPerRun(t *testing.T) {
 	}
 }
 
-// TestFleetSamples: each node's latest passing value per component of one
+// TestFleetSamples: the components of each node's latest passing run of one
 // SKU's check and metric; the node judged left out; a node's own place
 // (failing results too) on request; the window; the keys listed.
 func TestFleetSamples(t *testing.T) {
@@ -191,6 +191,70 @@ func TestFleetSamples(t *testing.T) {
 	}
 }
 
+// TestFleetSamplesAcceptanceLatestRun: only acceptance runs (burn-in,
+// diagnostic) give fleet samples, an audit's or a provision's measurements
+// never; a node brings the components of its latest qualifying run only,
+// at most MaxNodeComponents of them; the keys list only acceptance
+// measurements.
+func TestFleetSamplesAcceptanceLatestRun(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := ctxT(t)
+	for i, n := range []string{"n1", "n2", "n3"} {
+		mustNode(t, s, testNode(n, fmt.Sprintf("52:54:00:00:00:0%d", i+1)))
+	}
+	run := func(id, node, mode string, vs ...Verdict) {
+		if err := s.CreateRun(ctx, Run{ID: id, NodeID: node, Mode: mode, Manifest: "qemu-fleet", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range vs {
+			verdictEvent(t, s, id, node, uint64(i+1), v)
+		}
+		r, _ := s.GetRun(ctx, id)
+		r.Status, r.EndedAt = curev1.RunStatus_RUN_SUCCEEDED, time.Now()
+		if err := s.UpdateRun(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond) // the next run's rows are later
+	}
+	disk := func(comp string, v float64) Verdict {
+		return Verdict{Component: comp, Check: "disk-read", Status: curev1.VerdictStatus_PASS, Measurements: []Measurement{{"readMBps", v, "MB/s"}}}
+	}
+	run("r1", "n1", "burnin", disk("disk/vdb", 200), disk("disk/vdc", 210))
+	run("r2", "n1", "diagnostic", disk("disk/vdb", 190)) // n1's latest: vdc is not in it
+	run("r3", "n2", "audit", disk("disk/vdb", 5000))
+	run("r4", "n2", "provision", disk("disk/vdb", 5000))
+	many := make([]Verdict, 0, MaxNodeComponents+8)
+	for i := range MaxNodeComponents + 8 {
+		many = append(many, disk(fmt.Sprintf("disk/x%02d", i), 2000))
+	}
+	run("r5", "n3", "burnin", many...)
+	got, err := s.FleetSamples(ctx, FleetQuery{SKU: "hgx-h100", Check: "disk-read", Metric: "readMBps"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perNode := map[string]int{}
+	for _, m := range got {
+		perNode[m.NodeID+"/"+m.RunID]++
+		if m.NodeID == "n1" && (m.RunID != "r2" || m.Value != 190) {
+			t.Errorf("n1 sample %+v: want its latest run r2 only", m)
+		}
+	}
+	if want := map[string]int{"n1/r2": 1, "n3/r5": MaxNodeComponents}; fmt.Sprint(perNode) != fmt.Sprint(want) {
+		t.Errorf("samples per node and run %v, want %v (no audit or provision run)", perNode, want)
+	}
+	// The audit's and provision's measurements are kept for their reports.
+	if ms, _ := s.RunMeasurements(ctx, "r3"); len(ms) != 1 {
+		t.Errorf("audit run measurements %+v", ms)
+	}
+	if keys, _, _ := s.FleetKeys(ctx, "", "", "", time.Time{}, 10); fmt.Sprint(keys) != "[{hgx-h100 disk-read readMBps}]" {
+		t.Errorf("keys %v", keys)
+	}
+	run("r6", "n2", "verify", Verdict{Component: "disk/vdb", Check: "other", Status: curev1.VerdictStatus_PASS, Measurements: []Measurement{{"m", 1, ""}}})
+	if keys, _, _ := s.FleetKeys(ctx, "", "other", "", time.Time{}, 10); len(keys) != 0 {
+		t.Errorf("a verify run's measurement is a fleet key: %v", keys)
+	}
+}
+
 // TestPutFleetJudgement: the MARGINAL verdict replaces the runner's PASS,
 // its measurements leave the fleet, the judgement is kept with the run.
 func TestPutFleetJudgement(t *testing.T) {
@@ -254,6 +318,7 @@ func TestPostgresFleetMeasurements(t *testing.T) {
 	t.Run("StoredWithVerdict", TestMeasurementsStoredWithVerdict)
 	t.Run("BoundedPerRun", TestMeasurementsBoundedPerRun)
 	t.Run("FleetSamples", TestFleetSamples)
+	t.Run("FleetSamplesAcceptanceLatestRun", TestFleetSamplesAcceptanceLatestRun)
 	t.Run("PutFleetJudgement", TestPutFleetJudgement)
 	t.Run("WriteFleetJudgementCAS", TestWriteFleetJudgementCAS)
 	t.Run("Prune", TestPruneMeasurements)
