@@ -114,6 +114,24 @@ func boundEKCerts(begin *curev1.AttestBegin) error {
 	return nil
 }
 
+// MaxEKChain bounds the intermediates a boot may present (real chains
+// have one or two).
+const MaxEKChain = 4
+
+// CheckBegin checks what a boot asks a challenge for, short of making one:
+// its EK and AK are an endorsement key and a restricted, fixed,
+// TPM-generated signing key, and its certificates are within bounds. A
+// coordinator checks it before it charges the boot's challenge budget.
+func CheckBegin(begin *curev1.AttestBegin) error {
+	if n := len(begin.GetEkChain()); n > MaxEKChain {
+		return fmt.Errorf("%d EK intermediate certificates: at most %d", n, MaxEKChain)
+	}
+	if err := boundEKCerts(begin); err != nil {
+		return err
+	}
+	return attest.CheckKeys(begin.GetEkPublic(), begin.GetAkPublic())
+}
+
 // Issue makes a challenge for a boot's keys and keeps it.
 func (cs *Challenges) Issue(ctx context.Context, tokenHash, bootID string, begin *curev1.AttestBegin, pcrs []uint32, now time.Time) (*Challenge, *curev1.AttestChallenge, error) {
 	if err := boundEKCerts(begin); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
+	"github.com/cure-oss/cure/tools/tpm/attest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -32,8 +33,13 @@ type AttestPolicy interface {
 }
 
 // BeginAttestation issues a boot its challenge. The caller must hold a
-// live boot token (issued, or bound to this very boot): a challenge is
-// bound to the token and boot id, single-use and short-lived.
+// live boot token (issued, or bound to this very boot) and, with BindPeer,
+// ask from the token's address; its keys must be an EK and an AK, and an
+// EK the node has enrolled or pinned must be its own. All of that is
+// checked before the token's challenge budget is charged: a token read off
+// the wire cannot spend the node's attestation budget from elsewhere, nor
+// with keys that could never attest. A challenge is bound to the token and
+// boot id, single-use and short-lived.
 func (s *RunnerService) BeginAttestation(ctx context.Context, in *curev1.AttestBegin) (*curev1.AttestChallenge, error) {
 	s.init()
 	peerIP := peerHost(ctx)
@@ -49,24 +55,65 @@ func (s *RunnerService) BeginAttestation(ctx context.Context, in *curev1.AttestB
 			Result: "refused", Detail: "BeginAttestation with an unknown, expired, revoked or other boot's token"})
 		return nil, status.Error(codes.Unauthenticated, "unknown or expired boot token")
 	}
+	entry := store.AuditEntry{Actor: tok.NodeID, Peer: peerIP, RunID: tok.RunID, Nodes: []string{tok.NodeID}, Result: "refused"}
+	if want := tokenAddress(tok); s.BindPeer && want != "" && want != peerIP {
+		entry.Action = audit.BootTokenPeer
+		entry.Detail = fmt.Sprintf("BeginAttestation from %s with a boot token of node %s that belongs to %s (nothing charged)", peerIP, tok.NodeID, want)
+		s.Audit.Security(ctx, entry)
+		return nil, status.Error(codes.PermissionDenied, "boot token presented from another address than it belongs to")
+	}
+	if err := attestation.CheckBegin(in); err != nil {
+		entry.Action, entry.Detail = audit.AttestationFailed, textsafe.BoundedLine("BeginAttestation: "+err.Error(), maxMessage)
+		s.Audit.Security(ctx, entry)
+		return nil, status.Errorf(codes.InvalidArgument, "attestation keys refused: %v", err)
+	}
+	if err := s.nodeEKMatches(ctx, tok.NodeID, in.GetEkPublic()); err != nil {
+		entry.Action, entry.Detail = audit.EKMismatch, textsafe.BoundedLine("BeginAttestation: "+err.Error(), maxMessage)
+		s.Audit.Security(ctx, entry)
+		return nil, status.Errorf(codes.PermissionDenied, "endorsement key refused: %v", err)
+	}
 	if !s.challengeRate.Allow(hash) {
 		return nil, status.Errorf(codes.ResourceExhausted, "attestation challenges for this boot token come faster than %g a second: back off and retry", s.SessionRate)
 	}
-	if len(in.GetEkChain()) > maxEKChain {
-		return nil, status.Errorf(codes.InvalidArgument, "%d EK intermediate certificates: at most %d", len(in.GetEkChain()), maxEKChain)
-	}
 	_, out, err := s.attest.Issue(ctx, hash, in.GetBootId(), in, attestation.QuotePCRs(s.imageUKI()), now)
 	if err != nil {
-		s.Audit.Security(ctx, store.AuditEntry{Actor: tok.NodeID, Peer: peerIP, Action: audit.AttestationFailed, RunID: tok.RunID, Nodes: []string{tok.NodeID},
-			Result: "refused", Detail: textsafe.BoundedLine("BeginAttestation: "+err.Error(), maxMessage)})
+		entry.Action, entry.Detail = audit.AttestationFailed, textsafe.BoundedLine("BeginAttestation: "+err.Error(), maxMessage)
+		s.Audit.Security(ctx, entry)
 		return nil, status.Errorf(codes.InvalidArgument, "attestation keys refused: %v", err)
 	}
 	return out, nil
 }
 
-// maxEKChain bounds the intermediates a boot may present (real chains
-// have one or two).
-const maxEKChain = 4
+// tokenAddress is the address a boot token belongs to: the one its boot
+// registered from once bound, else the one it was issued to ("" when none
+// was recorded).
+func tokenAddress(tok store.BootToken) string {
+	if tok.State == store.TokenBound && tok.BoundPeer != "" {
+		return tok.BoundPeer
+	}
+	return tok.Peer
+}
+
+// nodeEKMatches refuses an EK other than the one the node has enrolled or
+// pinned (a peer's own TPM): it could only fail the judgement later. A
+// node without one passes here; the judgement decides its enrolment.
+func (s *RunnerService) nodeEKMatches(ctx context.Context, nodeID string, ekPub []byte) error {
+	ek, err := s.Store.NodeEK(ctx, nodeID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("node %s's endorsement key unreadable: %w", nodeID, err)
+	}
+	fp, err := attest.EKFingerprint(ekPub)
+	if err != nil {
+		return err
+	}
+	if fp != ek.SHA256 {
+		return fmt.Errorf("the TPM has endorsement key %s; node %s's is %s (%s)", fp, nodeID, ek.SHA256, ek.Source)
+	}
+	return nil
+}
 
 // storeChallenges keeps challenges in the store every instance shares, so
 // a runner that fails over between BeginAttestation and its Hello is

@@ -74,18 +74,8 @@ func CheckEK(ek *tpm2.TPMTPublic) error {
 // NewChallenge checks the keys and makes a challenge to the EK for the AK
 // (TPM2_MakeCredential's computation, in software).
 func NewChallenge(ekPub, akPub []byte) (*Challenge, error) {
-	ek, err := PublicKey(ekPub)
+	ek, ak, err := checkKeys(ekPub, akPub)
 	if err != nil {
-		return nil, fmt.Errorf("endorsement key: %w", err)
-	}
-	if err := CheckEK(ek); err != nil {
-		return nil, err
-	}
-	ak, err := PublicKey(akPub)
-	if err != nil {
-		return nil, fmt.Errorf("attestation key: %w", err)
-	}
-	if err := CheckAK(ak); err != nil {
 		return nil, err
 	}
 	name, err := tpm2.ObjectName(ak)
@@ -215,4 +205,28 @@ func verifySignature(ak *tpm2.TPMTPublic, msg []byte, sig *tpm2.TPMTSignature) e
 		return fmt.Errorf("attestation key of type %T", pub)
 	}
 	return nil
+}
+
+// CheckKeys parses and checks an EK and an AK as NewChallenge does,
+// without making a challenge: a coordinator refuses keys that are not an
+// EK and an AK before it spends anything on the request.
+func CheckKeys(ekPub, akPub []byte) error {
+	_, _, err := checkKeys(ekPub, akPub)
+	return err
+}
+
+func checkKeys(ekPub, akPub []byte) (ek, ak *tpm2.TPMTPublic, err error) {
+	if ek, err = PublicKey(ekPub); err != nil {
+		return nil, nil, fmt.Errorf("endorsement key: %w", err)
+	}
+	if err := CheckEK(ek); err != nil {
+		return nil, nil, err
+	}
+	if ak, err = PublicKey(akPub); err != nil {
+		return nil, nil, fmt.Errorf("attestation key: %w", err)
+	}
+	if err := CheckAK(ak); err != nil {
+		return nil, nil, err
+	}
+	return ek, ak, nil
 }
