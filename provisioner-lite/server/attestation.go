@@ -179,7 +179,7 @@ type bootVerdict struct {
 // with attestation: required must attest from its first boot. Only an
 // admitted boot's session reaches the pipeline.
 func (s *RunnerService) judgeBoot(ctx context.Context, node store.Node, run store.Run, hello *curev1.Hello, outcome, peerIP string, log *slog.Logger) bootVerdict {
-	required := false
+	skuRequired := false
 	if s.Attestation != nil {
 		r, err := s.Attestation.Required(ctx, node)
 		if err != nil {
@@ -187,11 +187,11 @@ func (s *RunnerService) judgeBoot(ctx context.Context, node store.Node, run stor
 			log.Warn("attestation policy of the node's SKU unreadable: attestation required", "sku", node.SKU, "err", err)
 			r = true
 		}
-		required = r
+		skuRequired = r
 	}
 	ek, ekErr := s.Store.NodeEK(ctx, node.ID)
 	enrolled := ekErr == nil
-	required = required || enrolled
+	required := skuRequired || enrolled
 	bootID := textsafe.BoundedLine(hello.GetBootId(), maxName)
 	if outcome == store.Resumed {
 		if prev, err := s.Store.GetBootAttestation(ctx, run.ID, bootID); err == nil {
@@ -211,7 +211,7 @@ func (s *RunnerService) judgeBoot(ctx context.Context, node store.Node, run stor
 	}
 	res := s.attest.Judge(ctx, store.TokenHash(hello.GetToken()), hello.GetBootId(), hello.GetAttestation(), attestation.Expected{UKI: s.imageUKI()}, now)
 	entry := store.AuditEntry{Actor: node.ID, Peer: peerIP, RunID: run.ID, Nodes: []string{node.ID}, Result: "refused"}
-	if action := s.checkEK(node, ek, enrolled, &res, now); action != "" {
+	if action := s.checkEK(node, ek, enrolled, skuRequired, &res, now); action != "" {
 		entry.Action, entry.Detail = action, textsafe.BoundedLine(res.Detail, maxMessage)
 		s.Audit.Security(ctx, entry)
 	} else if res.Status == attestation.Failed {
@@ -273,9 +273,12 @@ func (s *RunnerService) judgeBoot(ctx context.Context, node store.Node, run stor
 // checkEK judges a verified boot's EK against the node's: an enrolled
 // or pinned EK must be the boot's; with EK roots configured, an EK not
 // pinned must come with a certificate chaining to one of them (a pinned
-// EK is the site's own word, and needs none). A refusal fails res and
-// returns the security event's action.
-func (s *RunnerService) checkEK(node store.Node, ek store.NodeEK, enrolled bool, res *attestation.Result, now time.Time) string {
+// EK is the site's own word, and needs none). On a SKU that requires
+// attestation, a first enrolment without EK roots is a configuration
+// error, never trust on first use: whoever boots first with the node's
+// token (a peer with its own TPM) would become the node. A refusal fails
+// res and returns the security event's action.
+func (s *RunnerService) checkEK(node store.Node, ek store.NodeEK, enrolled, skuRequired bool, res *attestation.Result, now time.Time) string {
 	if res.Status != attestation.Passed {
 		return ""
 	}
@@ -283,6 +286,13 @@ func (s *RunnerService) checkEK(node store.Node, ek store.NodeEK, enrolled bool,
 		res.Status = attestation.Failed
 		res.Detail = fmt.Sprintf("the boot's TPM has endorsement key %s; node %s's is %s (%s %s)", res.EKSHA256, node.ID, ek.SHA256, ek.Source, ek.EnrolledAt.Format(time.RFC3339))
 		return audit.EKMismatch
+	}
+	if !enrolled && skuRequired && s.EKRoots == nil {
+		res.Status = attestation.Failed
+		res.Detail = fmt.Sprintf("configuration error: SKU %s requires attestation and node %s has no pinned EK, so its first enrolment needs the EK certificate to chain to --ek-roots, "+
+			"and the coordinator runs without --ek-roots: endorsement key %s not enrolled (set --ek-roots to the TPM manufacturers' roots, or pin the EK in the nodes file's ek_sha256)",
+			node.SKU, node.ID, res.EKSHA256)
+		return audit.EKUntrusted
 	}
 	if s.EKRoots == nil || enrolled && ek.Source == store.EKPinned {
 		return ""

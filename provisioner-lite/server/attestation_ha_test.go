@@ -202,6 +202,34 @@ func (n *attestTPM) ekPublic() []byte {
 	return k.EKPublic
 }
 
+// pin makes the node (once) and pins its EK to this TPM's, as the nodes
+// file's ek_sha256 does.
+func (n *attestTPM) pin(t *testing.T, st *store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := st.GetNode(ctx, attestNodeID); errors.Is(err, store.ErrNotFound) {
+		if err := st.UpsertNode(ctx, store.Node{ID: attestNodeID, BMCURL: "https://bmc", BMCUser: "u", BMCPassword: "p", SKU: attestSKUName,
+			MACs: []string{attestMAC}, SystemSerial: attestSerial}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fp, err := attest.EKFingerprint(n.ekPublic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PinEK(ctx, attestNodeID, fp, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// optionalAttestation is a policy whose SKU does not say: a boot that
+// presents an attestation must pass it, and a first one is trusted on
+// first use without EK roots.
+type optionalAttestation struct{}
+
+func (optionalAttestation) ImageUKI() *imagereport.UKI                         { return nil }
+func (optionalAttestation) Required(context.Context, store.Node) (bool, error) { return false, nil }
+
 // nodeRun makes the node (once) and an active run of it, claimed by st's
 // instance, and issues the run's boot token.
 func nodeRun(t *testing.T, st *store.Store, runID string) string {
@@ -314,6 +342,7 @@ func TestAttestationSurvivesFailover(t *testing.T) {
 	token := nodeRun(t, stA, "run-ha")
 	node := newAttestTPM(t)
 	node.boot("platform firmware")
+	node.pin(t, stA) // the SKU requires attestation: no first use without a pin or EK roots
 
 	// Exactly one of two instances spends a challenge.
 	spare := node.attest(ctx, a.runner(), token, "boot-spare")
@@ -490,7 +519,7 @@ func TestEKCertificateVerified(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Each case is a fresh coordinator (store) booting the node once.
-	boot := func(t *testing.T, roots string, pin bool) (store.BootAttestation, bool, *attestCoord) {
+	boot := func(t *testing.T, roots string, pin bool, policy ...server.AttestPolicy) (store.BootAttestation, bool, *attestCoord) {
 		t.Helper()
 		st, err := store.Open(filepath.Join(t.TempDir(), "cure.db"), store.WithStateKey(bytes.Repeat([]byte{7}, 32)))
 		if err != nil {
@@ -503,7 +532,12 @@ func TestEKCertificateVerified(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		c := startAttestCoord(t, st, t.TempDir(), "", func(rs *server.RunnerService) { rs.EKRoots = r }, nil)
+		c := startAttestCoord(t, st, t.TempDir(), "", func(rs *server.RunnerService) {
+			rs.EKRoots = r
+			if len(policy) > 0 {
+				rs.Attestation = policy[0]
+			}
+		}, nil)
 		token := nodeRun(t, st, "run-ek")
 		if pin {
 			if err := st.PinEK(ctx, attestNodeID, fp, time.Now()); err != nil {
@@ -559,13 +593,26 @@ func TestEKCertificateVerified(t *testing.T) {
 			t.Fatalf("attestation %s (%s), admitted %t; want attested and admitted", ba.Status, ba.Detail, admitted)
 		}
 	})
-	t.Run("no roots: trust on first use", func(t *testing.T) {
-		ba, admitted, c := boot(t, "", false)
+	t.Run("no roots, SKU does not require: trust on first use", func(t *testing.T) {
+		ba, admitted, c := boot(t, "", false, optionalAttestation{})
 		if ba.Status != store.AttestPassed || !admitted {
 			t.Fatalf("attestation %s (%s), admitted %t; want attested and admitted", ba.Status, ba.Detail, admitted)
 		}
 		if ek, err := c.st.NodeEK(ctx, attestNodeID); err != nil || ek.Source != store.EKTrustOnFirstUse {
 			t.Fatalf("EK: %+v %v, want enrolled on first use", ek, err)
+		}
+	})
+	t.Run("no roots, SKU requires: configuration error", func(t *testing.T) {
+		ba, admitted, c := boot(t, "", false)
+		if ba.Status != store.AttestFailed || admitted {
+			t.Fatalf("attestation %s (%s), admitted %t; want failed and kept apart", ba.Status, ba.Detail, admitted)
+		}
+		es := untrusted(t, c)
+		if len(es) != 1 || !strings.Contains(es[0].Detail, "configuration error") || !strings.Contains(es[0].Detail, "SKU "+attestSKUName) || !strings.Contains(es[0].Detail, "--ek-roots") {
+			t.Fatalf("ek_untrusted events %+v: want one naming the configuration error, the SKU and --ek-roots", es)
+		}
+		if _, err := c.st.NodeEK(ctx, attestNodeID); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("an EK was trusted on first use on a SKU that requires attestation: %v", err)
 		}
 	})
 	t.Run("certificate of another key", func(t *testing.T) {
@@ -638,6 +685,7 @@ func TestMeasurementDriftQuarantines(t *testing.T) {
 		return np.State
 	}
 	node := newAttestTPM(t)
+	node.pin(t, st)
 	bootRun := func(runID, fw string) (store.BootAttestation, bool) {
 		t.Helper()
 		token := nodeRun(t, st, runID)
