@@ -10,6 +10,8 @@
 package pairplan
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"fmt"
 	"slices"
 	"strings"
@@ -227,4 +229,21 @@ func (r Round) For(node string) []Slot {
 		}
 	}
 	return out
+}
+
+// SecretSize is the plan key's and a slot secret's length in bytes.
+const SecretSize = 32
+
+// SlotSecret is the link's secret for its window: HMAC-SHA256 of the
+// plan's key over the round and both ends, so each pair and window has its
+// own and one never opens another's test server. Nil for a key that is
+// not SecretSize bytes (a plan without a key has no secrets to give).
+func SlotSecret(key []byte, round int, s Slot) []byte {
+	if len(key) != SecretSize {
+		return nil
+	}
+	m := hmac.New(sha256.New, key)
+	fmt.Fprintf(m, "cure-pair-slot-v1\x00%d\x00%s\x00%s\x00%s\x00%s\x00%s\x00%s\x00%d\x00%s",
+		round, s.Server, s.ServerPort, s.ServerAddr, s.Client, s.ClientPort, s.ClientAddr, s.TCPPort, s.Transport)
+	return m.Sum(nil)
 }

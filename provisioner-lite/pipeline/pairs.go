@@ -3,6 +3,7 @@ package pipeline
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"slices"
 	"strings"
@@ -109,6 +110,15 @@ func (d *batchDecision) pairEvent(ev store.Event) {
 	}
 	if in := pe.GetPairReady(); in != nil {
 		w := &store.PairWork{Check: in.GetCheck(), Stage: in.GetStage(), ReadyAt: d.obs.now.UTC()}
+		if why := in.GetRefused(); why != "" {
+			// The coordinator refused the offer (an address not the
+			// node's own): the node takes no part in the batch's plan and
+			// its check is its own ERROR, never a partner's.
+			d.r.Pipeline.Pair = w
+			d.pairVerdicts(w, []*curev1.Verdict{{Component: "pair", Check: w.Check, Status: curev1.VerdictStatus_ERROR,
+				Message: "this node's offer of ports was refused, so it is left out of the batch's plan: " + why}})
+			return
+		}
 		for _, p := range in.GetPorts() {
 			w.Ports = append(w.Ports, store.PairPort{Name: p.GetName(), Address: p.GetAddress(), Transport: p.GetTransport()})
 		}
@@ -146,7 +156,11 @@ func (d *batchDecision) pairs() {
 		return
 	}
 	if w.Plan != nil && w.ScheduleSent != bound {
-		if sched, err := pairSchedule(d.r, w, cfg); err == nil {
+		sched, err := pairSchedule(d.r, w, cfg)
+		switch {
+		case err != nil && w.Verdicts == nil:
+			d.pairVerdicts(w, []*curev1.Verdict{{Component: "pair", Check: w.Check, Status: curev1.VerdictStatus_ERROR, Message: "this node's schedule: " + err.Error()}})
+		case err == nil:
 			w.ScheduleSent = bound
 			d.add(action{kind: actPairSend, session: bound, pair: &curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_PairSchedule{PairSchedule: sched}}})
 		}
@@ -223,8 +237,13 @@ func (d *batchDecision) pairPlan(w *store.PairWork, cfg suite.PairConfig) {
 		fail(err.Error())
 		return
 	}
+	key := make([]byte, pairplan.SecretSize)
+	if _, err := rand.Read(key); err != nil {
+		fail("the plan's key: " + err.Error())
+		return
+	}
 	start := now.Add(pairLead).Truncate(time.Second).UTC()
-	w.Plan = &store.PairPlan{Planner: d.r.ID, Members: pm, Start: start, End: start.Add(plan.Length), Notes: plan.Notes}
+	w.Plan = &store.PairPlan{Planner: d.r.ID, Members: pm, Start: start, End: start.Add(plan.Length), Notes: plan.Notes, Key: key}
 	if waiting > 0 {
 		w.Plan.Notes = append(w.Plan.Notes, fmt.Sprintf("%d node(s) of the batch did not reach the check within %s and are left out", waiting, cfg.Gather))
 	}
@@ -352,8 +371,12 @@ func pairSchedule(r *store.Run, w *store.PairWork, cfg suite.PairConfig) (*curev
 	}
 	for _, rd := range plan.Rounds {
 		for _, sl := range rd.For(r.NodeID) {
+			secret := pairplan.SlotSecret(w.Plan.Key, rd.Index, sl)
+			if secret == nil {
+				return nil, fmt.Errorf("the batch's plan by %s has a key of %d bytes (want %d): no secret for its test servers", w.Plan.Planner, len(w.Plan.Key), pairplan.SecretSize)
+			}
 			ps := &curev1.PairSlot{Round: uint32(rd.Index), TcpPort: uint32(sl.TCPPort), Transport: sl.Transport,
-				StartUnixMs: w.Plan.Start.Add(rd.Start).UnixMilli(), EndUnixMs: w.Plan.Start.Add(rd.End).UnixMilli()}
+				StartUnixMs: w.Plan.Start.Add(rd.Start).UnixMilli(), EndUnixMs: w.Plan.Start.Add(rd.End).UnixMilli(), Secret: secret}
 			if sl.Server == r.NodeID {
 				ps.Role, ps.Partner, ps.Port, ps.Address, ps.PartnerPort, ps.PartnerAddress = "server", sl.Client, sl.ServerPort, sl.ServerAddr, sl.ClientPort, sl.ClientAddr
 			} else {

@@ -1,7 +1,9 @@
 package pipeline
 
 import (
+	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -211,5 +213,76 @@ func TestPairBatchGatherAndSlack(t *testing.T) {
 	pv = acts[len(acts)-1].pair.GetPairVerdicts()
 	if len(pv.GetVerdicts()) != 1 || pv.GetVerdicts()[0].GetStatus() != curev1.VerdictStatus_ERROR || !strings.Contains(pv.GetVerdicts()[0].GetMessage(), "no result from") {
 		t.Fatalf("missing link: %v", pv)
+	}
+}
+
+// TestPairAddressMustBeOwn (the pipeline's half; the server's refuses the
+// offer, provisioner-lite/server): an offer the coordinator refused (an
+// address not the node's own) makes the node's check its own ERROR at
+// once, naming why; it is not in the batch's plan, nobody waits for it,
+// and its would-be partners are planned and keyed among themselves: each
+// link's secret is the same at both ends, its own per window.
+func TestPairAddressMustBeOwn(t *testing.T) {
+	cfg := suite.PairConfig{Check: "pairs", Transport: "ethernet", Rounds: 3, Transfer: time.Second, Setup: time.Second, Gather: time.Hour, BasePort: 5301, EthernetMbps: 100}
+	pol := batchPolicy{phases: []string{modes.Validate}, pairs: map[string]suite.PairConfig{"pairs": cfg}}
+	runs := []store.Run{pairRun(1), pairRun(2), pairRun(3), pairRun(4)}
+	offer := func(i int, refused string) store.Event {
+		return pairPayload(t, 10, &curev1.Event{Body: &curev1.Event_PairReady{PairReady: &curev1.PairReady{Check: "pairs", Refused: refused,
+			Ports: []*curev1.PairPort{{Name: "eth0", Address: fmt.Sprintf("10.77.0.%d", 10+i), Transport: "ethernet"}}}}})
+	}
+	var acts []action
+	runs[2], acts = pairLook(runs, 2, now, pol, offer(3, "port eth0 address 10.77.0.1 is not this node's (its session comes from 10.77.0.13)"))
+	pv := acts[len(acts)-1].pair.GetPairVerdicts()
+	if w := runs[2].Pipeline.Pair; w == nil || w.Plan != nil || len(pv.GetVerdicts()) != 1 || pv.GetVerdicts()[0].GetStatus() != curev1.VerdictStatus_ERROR ||
+		pv.GetVerdicts()[0].GetComponent() != "pair" || !strings.Contains(pv.GetVerdicts()[0].GetMessage(), "refused") ||
+		!strings.Contains(pv.GetVerdicts()[0].GetMessage(), "10.77.0.1 is not this node's") {
+		t.Fatalf("refused offer: %+v %v", runs[2].Pipeline.Pair, describe(acts))
+	}
+	scheds := map[int]*curev1.PairSchedule{}
+	for _, i := range []int{3, 1, 0} {
+		runs[i], acts = pairLook(runs, i, now.Add(time.Second), pol, offer(i+1, ""))
+		if len(acts) > 0 {
+			scheds[i] = acts[len(acts)-1].pair.GetPairSchedule() // the planner's
+		}
+	}
+	pl := runs[0].Pipeline.Pair.Plan
+	if pl == nil || len(pl.Members) != 3 || slices.ContainsFunc(pl.Members, func(m store.PairMember) bool { return m.Node == "n3" }) || len(pl.Key) != 32 {
+		t.Fatalf("plan without the refused node, at once: %+v", pl)
+	}
+	secrets := map[string][]byte{} // round/server/client -> secret, as each end got it
+	for _, i := range []int{0, 1, 3} {
+		r, acts := pairLook(runs, i, now.Add(2*time.Second), pol)
+		runs[i] = r
+		sched := scheds[i]
+		if len(acts) > 0 {
+			sched = acts[len(acts)-1].pair.GetPairSchedule()
+		}
+		if sched == nil {
+			t.Fatalf("run %d: no schedule: %v", i+1, describe(acts))
+		}
+		for _, s := range sched.GetSlots() {
+			if len(s.GetSecret()) != 32 {
+				t.Fatalf("n%d slot %v without a secret", i+1, s)
+			}
+			server, client := r.NodeID, s.GetPartner()
+			if s.GetRole() == "client" {
+				server, client = client, server
+			}
+			k := fmt.Sprintf("%d/%s/%s", s.GetRound(), server, client)
+			if prev, ok := secrets[k]; ok && !bytes.Equal(prev, s.GetSecret()) {
+				t.Errorf("link %s: the two ends got different secrets", k)
+			}
+			secrets[k] = s.GetSecret()
+		}
+	}
+	seen := map[string]string{}
+	for k, s := range secrets {
+		if other, dup := seen[string(s)]; dup {
+			t.Errorf("links %s and %s share a secret", k, other)
+		}
+		seen[string(s)] = k
+	}
+	if len(secrets) != 3 {
+		t.Errorf("links %v, want the 3 of a batch of 3", secrets)
 	}
 }

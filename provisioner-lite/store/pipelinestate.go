@@ -207,6 +207,7 @@ func (p PipelineState) Clone() PipelineState {
 			pl := *w.Plan
 			pl.Members = slices.Clone(pl.Members)
 			pl.Notes = slices.Clone(pl.Notes)
+			pl.Key = slices.Clone(pl.Key)
 			w.Plan = &pl
 		}
 		p.Pair = &w
@@ -284,6 +285,10 @@ type PairPlan struct {
 	Start   time.Time    `json:"start"`
 	End     time.Time    `json:"end"`
 	Notes   []string     `json:"notes,omitempty"`
+	// Key is the plan's random key (crypto/rand, 32 bytes) from which each
+	// link's per-window secret is derived (pairplan.SlotSecret): every
+	// member adopts the planner's copy, so both ends get the same secret.
+	Key []byte `json:"key,omitempty"`
 }
 
 // PairMember is one node of a plan, with its run and ports.
