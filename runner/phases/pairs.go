@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -161,13 +162,24 @@ func (p *pairRunner) slot(ctx context.Context, cfg suite.PairConfig, sched *cure
 	}
 	req := measure.Request{Type: manifests.CheckNodePair, Pair: ps}
 	if s.GetRole() == paircheck.Server {
-		if _, err := p.measure(ctx, req); err != nil && ctx.Err() == nil {
-			p.emit.Log("WARN", fmt.Sprintf("node-pair %s round %d: server for %s on %s: %v", cfg.Check, s.GetRound(), s.GetPartner(), s.GetPort(), err), nil)
-		}
+		p.serve(ctx, cfg, s, req)
 		return
 	}
 	res := &curev1.PairResult{Check: cfg.Check, Round: s.GetRound(), Partner: s.GetPartner(), Port: s.GetPort(), PartnerPort: s.GetPartnerPort(),
 		Transport: s.GetTransport()}
+	var gate *clientGate
+	if ps.Transport == paircheck.Ethernet {
+		// iperf3 reaches the partner through this node's end of the gate
+		// (pairs_gate.go): it connects to loopback, the gate carries it.
+		g, err := startClientGate(ctx, s.GetAddress(), s.GetPartnerAddress(), int(s.GetTcpPort()), s.GetSecret())
+		if err != nil {
+			res.Error = err.Error()
+			p.emit.PairResult(res)
+			return
+		}
+		gate = g
+		ps.Address, ps.PartnerAddress, ps.TCPPort = "127.0.0.1", "127.0.0.1", g.localPort()
+	}
 	// Give the partner's server a moment to start; the client retries
 	// until the window ends anyway.
 	select {
@@ -184,10 +196,58 @@ func (p *pairRunner) slot(ctx context.Context, cfg suite.PairConfig, sched *cure
 	}
 	if err != nil {
 		res.Error = err.Error()
+		if gate != nil {
+			if last := gate.refused.lastErr(); last != nil {
+				res.Error += "; through the gate to " + s.GetPartnerAddress() + ": " + last.Error()
+			}
+		}
 	} else {
 		res.Forward, res.Reverse, res.Unit = r.Forward, r.Reverse, r.Unit
 	}
 	p.emit.PairResult(res)
+}
+
+// serve is a server slot: over Ethernet the tool listens on loopback and
+// the gate on the port's own address admits only the partner proving the
+// slot's secret; over RDMA perftest listens itself.
+func (p *pairRunner) serve(ctx context.Context, cfg suite.PairConfig, s *curev1.PairSlot, req measure.Request) {
+	warn := func(err error) {
+		p.emit.Log("WARN", fmt.Sprintf("node-pair %s round %d: server for %s on %s: %v", cfg.Check, s.GetRound(), s.GetPartner(), s.GetPort(), err), nil)
+	}
+	var gate *serverGate
+	if req.Pair.Transport == paircheck.Ethernet {
+		backend, err := freeLoopbackPort()
+		if err != nil {
+			warn(err)
+			return
+		}
+		gate, err = startServerGate(ctx, s.GetAddress(), s.GetPartnerAddress(), int(s.GetTcpPort()), s.GetSecret(), net.JoinHostPort("127.0.0.1", strconv.Itoa(backend)))
+		if err != nil {
+			warn(err)
+			return
+		}
+		req.Pair.Address, req.Pair.TCPPort = "127.0.0.1", backend
+	}
+	if _, err := p.measure(ctx, req); err != nil && ctx.Err() == nil {
+		warn(err)
+	}
+	if gate != nil {
+		if r := gate.refused.summary(); r != "" {
+			p.emit.Log("WARN", fmt.Sprintf("node-pair %s round %d: the test server on %s:%d for %s (%s) refused: %s", cfg.Check, s.GetRound(),
+				s.GetAddress(), s.GetTcpPort(), s.GetPartner(), s.GetPartnerAddress(), r), nil)
+		}
+	}
+}
+
+// freeLoopbackPort is a TCP port free on loopback now, for the tool
+// behind the gate.
+func freeLoopbackPort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("a loopback port for the test server: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func sleepUntil(ctx context.Context, t time.Time) error {

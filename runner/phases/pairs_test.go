@@ -71,11 +71,17 @@ func TestPairPorts(t *testing.T) {
 
 // TestPairRunner: the check offers its port, takes the coordinator's
 // schedule (placed on its clock), serves in one round and measures in the
-// other, reports the measured link and returns the batch's judgement.
+// other (both through the gate), reports the measured link and returns
+// the batch's judgement.
 func TestPairRunner(t *testing.T) {
 	inbox := agent.NewPairInbox()
 	emit := &recEmitter{}
 	var reqs []string
+	secret := make([]byte, 32)
+	port, err := freeLoopbackPort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := New(Config{Root: t.TempDir(), Inventory: func(context.Context) (*curev1.Inventory, error) { return pairInventory(), nil }})
 	pr := &pairRunner{e: e, emit: emit, inbox: inbox, nics: []manifests.NICSpec{{Model: "Virtio*"}},
 		measure: func(ctx context.Context, r measure.Request) ([]checks.Verdict, error) {
@@ -100,8 +106,10 @@ func TestPairRunner(t *testing.T) {
 		c := time.Now().Add(time.Hour).UnixMilli()
 		inbox.Put(agent.Directive{PairSchedule: &curev1.PairSchedule{Check: "pairs", NowUnixMs: c, StartUnixMs: c + 100, EndUnixMs: c + 700, DurationMs: 1000,
 			Members: []string{"n1", "n2", "n3"}, Rounds: 3, Slots: []*curev1.PairSlot{
-				{Round: 0, Role: "server", Partner: "n2", Port: "eth0", Address: "10.78.0.11", PartnerAddress: "10.78.0.12", TcpPort: 5301, Transport: "ethernet", StartUnixMs: c + 100, EndUnixMs: c + 400},
-				{Round: 2, Role: "client", Partner: "n3", Port: "eth0", Address: "10.78.0.11", PartnerPort: "eth0", PartnerAddress: "10.78.0.13", TcpPort: 5301, Transport: "ethernet", StartUnixMs: c + 400, EndUnixMs: c + 700},
+				{Round: 0, Role: "server", Partner: "n2", Port: "eth0", Address: "127.0.0.11", PartnerAddress: "127.0.0.12", TcpPort: uint32(port), Transport: "ethernet",
+					StartUnixMs: c + 100, EndUnixMs: c + 400, Secret: secret},
+				{Round: 2, Role: "client", Partner: "n3", Port: "eth0", Address: "127.0.0.11", PartnerPort: "eth0", PartnerAddress: "127.0.0.13", TcpPort: uint32(port), Transport: "ethernet",
+					StartUnixMs: c + 400, EndUnixMs: c + 700, Secret: secret},
 			}}})
 		for {
 			emit.mu.Lock()
@@ -135,7 +143,9 @@ func TestPairRunner(t *testing.T) {
 	if len(emit.results) != 1 || emit.results[0].GetForward() != 41 || emit.results[0].GetPartner() != "n3" || emit.results[0].GetRound() != 2 {
 		t.Errorf("results %v", emit.results)
 	}
-	if strings.Join(reqs, ",") != "server 10.78.0.11->10.78.0.12,client 10.78.0.11->10.78.0.13" {
+	// The tools run behind the gate: the server on loopback, the client
+	// connecting to its end of the gate on loopback.
+	if strings.Join(reqs, ",") != "server 127.0.0.1->127.0.0.12,client 127.0.0.1->127.0.0.1" {
 		t.Errorf("slots run %v", reqs)
 	}
 }
