@@ -1,6 +1,7 @@
 package redfish
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -590,7 +591,7 @@ func FuzzInventoryPage(f *testing.F) {
 	f.Add([]byte(`{"Members":[{"@odata.id":"https://evil.example/redfish/v1/x"},{"Id":"BMC","Version":"1","RelatedItem":[{"@odata.id":"/a"},{"@odata.id":""}]}],"Members@odata.nextLink":"//evil.example/p"}`))
 	f.Add([]byte(`{"Members":[{},{"@odata.id":"/redfish/v1/UpdateService/FirmwareInventory/1"}],"Members@odata.nextLink":"/redfish/v1/UpdateService/FirmwareInventory?$skip=1"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		items, links, next, err := parseInventoryPage(body)
+		items, links, next, err := decodeInventoryPage(bytes.NewReader(body))
 		if err != nil {
 			return
 		}

@@ -92,7 +92,7 @@ func getJSON(api *gofish.APIClient, uri string, v any) (*http.Response, error) {
 		return nil, fmt.Errorf("GET %s: %w", uri, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	b, err := io.ReadAll(resp.Body) // bounded by the transport (maxResponseBytes)
 	if err != nil {
 		return resp, fmt.Errorf("GET %s: reading body: %w", uri, err)
 	}

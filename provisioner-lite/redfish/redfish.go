@@ -11,7 +11,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -769,11 +768,7 @@ func (c *Client) FirmwareInventory(ctx context.Context) ([]FirmwareItem, error) 
 		var members []string
 		items = nil
 		for page, next := 0, uri+expand; next != ""; page++ {
-			var raw json.RawMessage
-			if _, err := getJSON(api, next, &raw); err != nil {
-				return fmt.Errorf("FirmwareInventory: %w", err)
-			}
-			got, links, nextLink, err := parseInventoryPage(raw)
+			got, links, nextLink, err := getInventoryPage(api, next)
 			if err != nil {
 				return fmt.Errorf("FirmwareInventory %s: %w", uri, err)
 			}
@@ -804,40 +799,21 @@ func (c *Client) FirmwareInventory(ctx context.Context) ([]FirmwareItem, error) 
 	return items, err
 }
 
-// parseInventoryPage reads one page of a FirmwareInventory collection: the
-// members expanded in it, the paths of those given as links (to be read on
-// their own), and the next page's path. Every path stays on the BMC; a
-// page may list at most maxInventoryMembers members.
-func parseInventoryPage(raw []byte) (items []FirmwareItem, links []string, next string, err error) {
-	var coll struct {
-		Members  []json.RawMessage
-		NextLink string `json:"Members@odata.nextLink"`
+// getInventoryPage reads one page of the inventory as it streams in
+// (decodeInventoryPage), its body bounded by the transport.
+func getInventoryPage(api *gofish.APIClient, uri string) (items []FirmwareItem, links []string, next string, err error) {
+	resp, err := api.Get(uri)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("GET %s: %w", uri, err)
 	}
-	if err := json.Unmarshal(raw, &coll); err != nil {
-		return nil, nil, "", fmt.Errorf("parse collection: %w", err)
-	}
-	if len(coll.Members) > maxInventoryMembers {
-		return nil, nil, "", fmt.Errorf("a page lists %d members (limit %d)", len(coll.Members), maxInventoryMembers)
-	}
-	for i, m := range coll.Members {
-		var doc inventoryDoc
-		if err := json.Unmarshal(m, &doc); err != nil {
-			return nil, nil, "", fmt.Errorf("member %d: %w", i, err)
+	defer resp.Body.Close()
+	items, links, next, err = decodeInventoryPage(resp.Body)
+	if err != nil {
+		var big *BodyTooLargeError
+		if errors.As(err, &big) {
+			return nil, nil, "", big
 		}
-		if doc.ID != "" || doc.Version != "" {
-			items = append(items, doc.item())
-			continue
-		}
-		p, err := bmcPath(doc.ODataID)
-		if err != nil {
-			return nil, nil, "", fmt.Errorf("member %d %q: %w", i, doc.ODataID, err)
-		}
-		links = append(links, p)
-	}
-	if coll.NextLink != "" {
-		if next, err = bmcPath(coll.NextLink); err != nil {
-			return nil, nil, "", fmt.Errorf("Members@odata.nextLink %q: %w", coll.NextLink, err)
-		}
+		return nil, nil, "", fmt.Errorf("page %s: %w", uri, err)
 	}
 	return items, links, next, nil
 }

@@ -206,7 +206,11 @@ func (g *originGuard) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("refusing a request to %s://%s%s: not the BMC %s (a URI the BMC sent points elsewhere)",
 			r.URL.Scheme, r.URL.Host, r.URL.EscapedPath(), g.url)
 	}
-	return g.base.RoundTrip(r)
+	resp, err := g.base.RoundTrip(r)
+	if err != nil {
+		return resp, err
+	}
+	return boundResponse(r, resp, maxResponseBytes)
 }
 
 // CloseIdleConnections lets http.Client.CloseIdleConnections reach the transport.
