@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -49,5 +50,41 @@ func TestPairEvents(t *testing.T) {
 		if _, _, err := runnerEvent("n1", "r1", "b", ev, phases); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestPairAddressRule: without an inventory listing the session's
+// address with its network, only the session's address is the node's;
+// an inventory address without a prefix says nothing of its network.
+func TestPairAddressRule(t *testing.T) {
+	ports := func(a ...string) []*curev1.PairPort {
+		var out []*curev1.PairPort
+		for i, x := range a {
+			out = append(out, &curev1.PairPort{Name: fmt.Sprintf("eth%d", i), Address: x})
+		}
+		return out
+	}
+	noPrefix := &curev1.Inventory{Nics: []*curev1.NetInterface{{Name: "eth0", Addresses: []string{"10.0.0.5", "10.0.0.6"}}}}
+	withPrefix := &curev1.Inventory{Nics: []*curev1.NetInterface{{Name: "eth0", Addresses: []string{"10.0.0.5/24", "10.0.0.6/24"}}, {Name: "eth1", Addresses: []string{"10.1.0.5/24"}}}}
+	for _, tc := range []struct {
+		name string
+		inv  *curev1.Inventory
+		addr []string
+		want string // "" : accepted
+	}{
+		{"session address, no inventory", nil, []string{"10.0.0.5"}, ""},
+		{"another address, no inventory", nil, []string{"10.0.0.6"}, "the boot's inventory does not list 10.0.0.5 with its network"},
+		{"listed without a prefix", noPrefix, []string{"10.0.0.6"}, "does not list 10.0.0.5 with its network"},
+		{"listed on the session's network", withPrefix, []string{"10.0.0.5", "10.0.0.6"}, ""},
+		{"the coordinator on the same network", withPrefix, []string{"10.0.0.1"}, `port "eth0" address 10.0.0.1 is not the session's address`},
+		{"a listed rail on another network", withPrefix, []string{"10.0.0.5", "10.1.0.5"}, `port "eth1" address 10.1.0.5 is outside the session's network 10.0.0.0/24`},
+		{"IPv4 in IPv6 form is the same address", nil, []string{"::ffff:10.0.0.5"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := pairAddressProblem(ports(tc.addr...), "10.0.0.5", tc.inv)
+			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Errorf("problem %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -300,6 +300,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 			}
 			continue
 		}
+		s.pairOffer(ctx, sess, peerIP, ev, log) // an offer's addresses must be the node's own (pairs.go)
 		e, v, err := runnerEvent(sess.NodeID, sess.RunID, sess.BootID, ev, runnerPhases)
 		if err != nil {
 			s.security(ctx, audit.RunnerSession, sess, peerIP, err.Error())
@@ -648,7 +649,9 @@ func pairEvent(ev *curev1.Event) (*curev1.Event, string, error) {
 		return nil
 	}
 	if in := ev.GetPairReady(); in != nil {
-		r := &curev1.PairReady{Check: textsafe.BoundedLine(in.GetCheck(), maxName), Stage: textsafe.BoundedLine(in.GetStage(), maxName)}
+		// Refused is the coordinator's (pairOffer), set before this.
+		r := &curev1.PairReady{Check: textsafe.BoundedLine(in.GetCheck(), maxName), Stage: textsafe.BoundedLine(in.GetStage(), maxName),
+			Refused: textsafe.Bounded(in.GetRefused(), maxValue)}
 		if r.Check == "" || len(in.GetPorts()) == 0 || len(in.GetPorts()) > maxPairPorts {
 			return nil, "", fmt.Errorf("node-pair ready: check %q with %d ports (want a check and 1..%d ports)", r.Check, len(in.GetPorts()), maxPairPorts)
 		}
@@ -666,6 +669,9 @@ func pairEvent(ev *curev1.Event) (*curev1.Event, string, error) {
 			names = append(names, fmt.Sprintf("%s %s (%s)", pp.Name, pp.Address, pp.Transport))
 		}
 		out.Body = &curev1.Event_PairReady{PairReady: r}
+		if r.Refused != "" {
+			return out, fmt.Sprintf("node-pair %s: offer of ports %s refused: %s", r.Check, strings.Join(names, ", "), r.Refused), nil
+		}
 		return out, fmt.Sprintf("node-pair %s: ports offered: %s", r.Check, strings.Join(names, ", ")), nil
 	}
 	in := ev.GetPairResult()
