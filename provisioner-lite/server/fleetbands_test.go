@@ -140,3 +140,71 @@ func TestRunnerVerdictMeasurements(t *testing.T) {
 		}
 	}
 }
+
+// eightGPUs is an 8-GPU node's inventory: GPUs, NVMe, disks, NICs, DIMMs,
+// two sockets and two NUMA nodes.
+func eightGPUs() *curev1.Inventory {
+	inv := &curev1.Inventory{CpuCount: 64,
+		Nvme:       []*curev1.NvmeController{{Name: "nvme0", PciAddress: "0000:01:00.0", Namespaces: []string{"nvme0n1"}}},
+		Disks:      []*curev1.BlockDevice{{Name: "sda"}},
+		Nics:       []*curev1.NetInterface{{Name: "eth0", PciAddress: "0000:02:00.0"}},
+		Dimms:      []*curev1.Dimm{{Locator: "CPU0_DIMM_A1"}},
+		Processors: []*curev1.Processor{{Id: 0}, {Id: 1}},
+		NumaNodes:  []*curev1.NumaNode{{Id: 0}, {Id: 1}}}
+	for i := range 8 {
+		inv.Gpus = append(inv.Gpus, &curev1.Gpu{Index: uint32(i), PciAddress: fmt.Sprintf("0000:%02x:00.0", 0xc1+i)})
+	}
+	return inv
+}
+
+// TestInventoryComponents: a measured component of a kind the inventory
+// describes must name a part it lists (by position, name, index, PCI
+// address or locator); a kind it does not describe is not its to judge.
+func TestInventoryComponents(t *testing.T) {
+	p := partsOf(eightGPUs())
+	for comp, want := range map[string]string{
+		"gpu/7": "", "gpu/0": "", "gpu/0000:c8:00.0": "", "gpu/0-7": "", "gpu/3/nvlink/2": "", "GPU/7": "",
+		"gpu/8": `inventory lists no gpu "8" (it lists 8 gpu)`, "gpu/31": `lists no gpu "31"`, "gpu/0-9": `no gpu "9"`, "gpu/": `no gpu ""`, "gpu/7-": `no gpu ""`,
+		"disk/nvme0n1": "", "disk/sda": "", "disk/sdz": `no disk "sdz" (it lists 2 disk)`, "nvme/0": "", "nvme/nvme0": "", "nvme/1": `no nvme "1"`,
+		"nic/eth0": "", "nic/0": "", "nic/0000:02:00.0": "", "nic/eth9": `no nic "eth9"`, "nic/unknown": `no nic "unknown"`,
+		"cpu/1": "", "cpu/2": `no cpu "2"`, "memory/node1": "", "memory/node2": `no memory "node2"`, "dimm/CPU0_DIMM_A1": "", "dimm/B3": `no dimm "B3"`,
+		// Not parts the inventory describes: node-wide, links, sensors, site names.
+		"memory": "", "gpu": "", "pair/node3": "", "hwmon/nvme/temp1": "", "ib/mlx5_0/1": "", "site": "", "bmc/psu/Bay1": "",
+	} {
+		err := p.check(comp)
+		if (err == nil) != (want == "") || err != nil && !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", comp, err, want)
+		}
+	}
+	// A node that reported no GPU has none to measure; one without NUMA
+	// information measures memory/node0.
+	empty := partsOf(&curev1.Inventory{})
+	if empty.check("gpu/0") == nil || empty.check("memory/node0") != nil || empty.check("memory/node1") == nil || empty.check("cpu/0") == nil {
+		t.Errorf("empty inventory: gpu/0 %v, memory/node0 %v, memory/node1 %v, cpu/0 %v", empty.check("gpu/0"), empty.check("memory/node0"),
+			empty.check("memory/node1"), empty.check("cpu/0"))
+	}
+}
+
+// FuzzInventoryComponent: any component a runner names is judged without
+// panicking, and one accepted of a kind the inventory describes names a
+// part it lists.
+func FuzzInventoryComponent(f *testing.F) {
+	for _, s := range []string{"gpu/7", "gpu/31", "gpu/0-7", "gpu/-", "disk/nvme0n1/p1", "nic/", "/", "memory/node0", "pair/x", "GPU/0000:C1:00.0", "gpu/0--1"} {
+		f.Add(s)
+	}
+	p := partsOf(eightGPUs())
+	f.Fuzz(func(t *testing.T, comp string) {
+		err := p.check(comp)
+		kind, rest, sliced := strings.Cut(comp, "/")
+		names, described := p.names[strings.ToLower(kind)]
+		if err != nil || !described || !sliced {
+			return
+		}
+		inst, _, _ := strings.Cut(rest, "/")
+		for _, i := range strings.Split(inst, "-") {
+			if !names[strings.ToLower(i)] && !names[strings.ToLower(inst)] {
+				t.Fatalf("%q accepted: %q is not listed", comp, i)
+			}
+		}
+	})
+}

@@ -238,6 +238,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 		err error
 	}
 	var samplesSt samplesState
+	var parts partsCache // the run's inventory, for the components verdicts measure
 	msgs := make(chan recv, 1)
 	done := make(chan struct{})
 	defer close(done)
@@ -309,6 +310,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 		if !verdict.admit {
 			e, v = unattestedEvent(e), nil
 		}
+		s.measuredInInventory(ctx, sess, peerIP, v, &parts, log)
 		res, err := s.Store.AppendRunnerEvent(ctx, e, v, s.Limits)
 		switch {
 		case errors.Is(err, store.ErrRunInactive):
