@@ -1,9 +1,11 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +24,8 @@ import (
 	"github.com/cure-oss/cure/tools/tpm/attest"
 	"github.com/cure-oss/cure/tools/tpm/swtpmtest"
 	"github.com/google/go-tpm/tpm2/transport"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // nodeTPM is the node's TPM: a real swtpm whose state survives the node's
@@ -84,6 +88,33 @@ func (n *nodeTPM) source() attestation.Source {
 	}
 }
 
+// requiredSetup is what a site requiring attestation has: the image's
+// report.json naming the UKI the node boots (its Authenticode hash) and,
+// without --ek-roots, the node's EK pinned in the nodes file.
+func (n *nodeTPM) requiredSetup(f *fixture, nodeID string) {
+	n.t.Helper()
+	app := sha256.Sum256([]byte("cure image"))
+	img := filepath.Join(f.dir, "image")
+	if err := os.MkdirAll(img, 0o755); err != nil {
+		n.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(img, "report.json"), []byte(`{"kind":"image","uki":{"authenticode_sha256":"`+hex.EncodeToString(app[:])+`"}}`), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	k, err := attest.NewKeys(n.sw.Open())
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer k.Close()
+	fp, err := attest.EKFingerprint(k.EKPublic)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if err := f.st.PinEK(context.Background(), nodeID, fp, time.Now()); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
 // genuine is the real runner's attestation (runner/attestation) of the
 // node's TPM.
 func (n *nodeTPM) genuine(f *fixture) func(ctx context.Context, token, bootID string, boot int) *curev1.Attestation {
@@ -142,6 +173,7 @@ func TestAttestationRequiredForSecrets(t *testing.T) {
 	f := newFixtureCfg(t, func(sku *manifests.SKU, _ string) { sku.Spec.Attestation = manifests.AttestationRequired }, nil,
 		func(c *pipeline.Config) { c.Timeouts.WaitForCURE = 3 * time.Second })
 	node := newNodeTPM(t, "fw-1.0")
+	node.requiredSetup(f, "node1")
 	ctx := context.Background()
 
 	// The node's own TPM, through runner/attestation: attested, secrets handed.
@@ -173,8 +205,8 @@ func TestAttestationRequiredForSecrets(t *testing.T) {
 		}
 	}
 	ek, err := f.st.NodeEK(ctx, "node1")
-	if err != nil || ek.Source != store.EKTrustOnFirstUse {
-		t.Fatalf("EK after the first attested boot: %+v %v", ek, err)
+	if err != nil || ek.Source != store.EKPinned {
+		t.Fatalf("EK after the first attested boot: %+v %v; want the pinned one (a required SKU without --ek-roots enrols none on first use)", ek, err)
 	}
 	if captured.GetChallengeId() == "" || len(captured.GetQuote()) == 0 {
 		t.Fatalf("no quote captured: %v", captured)
@@ -193,6 +225,11 @@ func TestAttestationRequiredForSecrets(t *testing.T) {
 	answer := func(ctx context.Context, token, bootID string, ekPub, akPub []byte, activate func(blob, enc []byte) ([]byte, error),
 		quote func(nonce []byte, pcrs []uint32) (*attest.Quote, error)) *curev1.Attestation {
 		ch, err := f.client.BeginAttestation(ctx, &curev1.AttestBegin{Token: token, BootId: bootID, EkPublic: ekPub, AkPublic: akPub})
+		if status.Code(err) == codes.PermissionDenied && !bytes.Equal(ekPub, nodeEK) {
+			// Another EK than the node's pinned one gets no challenge at
+			// all: what the runner sends then is its refusal.
+			return &curev1.Attestation{Error: err.Error()}
+		}
 		if err != nil {
 			t.Errorf("BeginAttestation: %v", err)
 			return nil

@@ -209,7 +209,16 @@ func (s *RunnerService) judgeBoot(ctx context.Context, node store.Node, run stor
 		// firmware measures (the boot path rule is in attestation.CheckBootPath).
 		log.Debug("boot event log", "boot", bootID, "bytes", len(el), "base64", base64.StdEncoding.EncodeToString(el))
 	}
-	res := s.attest.Judge(ctx, store.TokenHash(hello.GetToken()), hello.GetBootId(), hello.GetAttestation(), attestation.Expected{UKI: s.imageUKI()}, now)
+	uki := s.imageUKI()
+	res := s.attest.Judge(ctx, store.TokenHash(hello.GetToken()), hello.GetBootId(), hello.GetAttestation(), attestation.Expected{UKI: uki}, now)
+	if res.Status == attestation.Passed && skuRequired && uki == nil {
+		// Without the image's report nothing says what booted: the
+		// attestation would prove only that some TPM quoted something.
+		res.Status = attestation.Failed
+		res.Detail = fmt.Sprintf("configuration error: SKU %s requires attestation and the image report (report.json with its uki, under --image-dir) is missing or names no UKI: "+
+			"the boot of node %s cannot be checked against the image, so it is not admitted", node.SKU, node.ID)
+		log.Error("attestation required but the image report names no UKI: boot refused", "sku", node.SKU)
+	}
 	entry := store.AuditEntry{Actor: node.ID, Peer: peerIP, RunID: run.ID, Nodes: []string{node.ID}, Result: "refused"}
 	if action := s.checkEK(node, ek, enrolled, skuRequired, &res, now); action != "" {
 		entry.Action, entry.Detail = action, textsafe.BoundedLine(res.Detail, maxMessage)

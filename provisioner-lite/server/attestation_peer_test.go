@@ -205,3 +205,33 @@ func TestAttestedSessionNeedsEK(t *testing.T) {
 		})
 	}
 }
+
+// noImagePolicy is a SKU that requires attestation with no image report.
+type noImagePolicy struct{}
+
+func (noImagePolicy) ImageUKI() *imagereport.UKI                         { return nil }
+func (noImagePolicy) Required(context.Context, store.Node) (bool, error) { return true, nil }
+
+// TestAttestationNeedsImageReport: on a SKU that requires attestation, a
+// coordinator whose image report is missing (or names no UKI) does not
+// skip the image check: a genuine boot is refused as a configuration
+// error naming the SKU and report.json, and is not admitted.
+func TestAttestationNeedsImageReport(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts swtpm")
+	}
+	ctx := context.Background()
+	st := openStore(t)
+	c := startAttestCoord(t, st, t.TempDir(), "", func(rs *server.RunnerService) { rs.Attestation = noImagePolicy{} }, nil)
+	node := newAttestTPM(t)
+	node.pin(t, st)
+	token := nodeRun(t, st, "run-noreport")
+	node.boot("platform firmware")
+	if _, err := hello(t, c.runner(), token, "boot1", node.attest(ctx, c.runner(), token, "boot1")); err != nil {
+		t.Fatal(err)
+	}
+	ba, admitted := bootVerdict(t, c, "run-noreport", "boot1")
+	if ba.Status != store.AttestFailed || admitted || !strings.Contains(ba.Detail, "configuration error: SKU "+attestSKUName) || !strings.Contains(ba.Detail, "report.json") {
+		t.Fatalf("boot without an image report: %s (%s), admitted %t; want failed as a configuration error naming the SKU and report.json", ba.Status, ba.Detail, admitted)
+	}
+}
