@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -299,4 +300,72 @@ WHERE node_id = ? AND hold_run = ? AND hold_at = ?`, toMs(now), nodeID, before.H
 		return before, fmt.Errorf("store: accept measurements of node %s: the hold changed while it was being accepted (a new drift): read it again", nodeID)
 	}
 	return before, nil
+}
+
+// SKUPCRs are what a SKU's firmware version is known to produce: PCR index
+// -> hex, PCR 4 for the image asked for. Each value is the first a vetted
+// boot of a node of the SKU showed (a node's own recorded boot: its first,
+// one an admin accepted, or one that matched its record), never a drifted
+// one. ErrNotFound: none known for the SKU and firmware.
+func (s *Store) SKUPCRs(ctx context.Context, sku, firmware, image string) (map[string]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT pcr, image, value FROM sku_pcrs WHERE sku = ? AND firmware = ? AND (image = '' OR image = ?)`, sku, firmware, image)
+	if err != nil {
+		return nil, fmt.Errorf("store: measurements of SKU %s firmware %q: %w", sku, firmware, err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var pcr int
+		var img, v string
+		if err := rows.Scan(&pcr, &img, &v); err != nil {
+			return nil, fmt.Errorf("store: measurements of SKU %s firmware %q: %w", sku, firmware, err)
+		}
+		out[fmt.Sprint(pcr)] = v
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: measurements of SKU %s firmware %q: %w", sku, firmware, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("store: measurements of SKU %s firmware %q: %w", sku, firmware, ErrNotFound)
+	}
+	return out, nil
+}
+
+// KnownPCRs is a vetted boot's values offered as what its SKU's firmware
+// produces (AddSKUPCRs).
+type KnownPCRs struct {
+	SKU, Firmware, Image string // Image applies to PCR 4 only
+	PCRs                 map[string]string
+	NodeID, RunID        string
+	At                   time.Time
+}
+
+// AddSKUPCRs keeps each value for which the SKU and firmware (and, for PCR
+// 4, the image) have none yet: the first node to show a value sets it, a
+// later one never replaces it (two racing boots: the first write wins).
+func (s *Store) AddSKUPCRs(ctx context.Context, k KnownPCRs) error {
+	if k.SKU == "" {
+		return nil // a node of no SKU has no fleet to be compared with
+	}
+	err := s.tx(ctx, func(tx *Tx) error {
+		for p, v := range k.PCRs {
+			pcr, err := strconv.Atoi(p)
+			if err != nil {
+				return fmt.Errorf("PCR %q", p)
+			}
+			img := ""
+			if pcr == 4 {
+				img = k.Image
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO sku_pcrs (sku, firmware, pcr, image, value, node_id, run_id, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT(sku, firmware, pcr, image) DO NOTHING`, k.SKU, k.Firmware, pcr, img, v, k.NodeID, k.RunID, toMs(k.At)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: known measurements of SKU %s firmware %q: %w", k.SKU, k.Firmware, err)
+	}
+	return nil
 }

@@ -97,3 +97,38 @@ func TestFirmwareRecordAndChange(t *testing.T) {
 		t.Fatalf("boot attestation: %+v %v", a, err)
 	}
 }
+
+// TestSKUPCRs: the first vetted values of a SKU's firmware are kept, a
+// later node's never replace them, PCR 4 is kept per image, and another
+// firmware version knows nothing.
+func TestSKUPCRs(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(filepath.Join(t.TempDir(), "cure.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.SKUPCRs(ctx, "sku", "1.0", "img1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("nothing known: %v, want ErrNotFound", err)
+	}
+	first := KnownPCRs{SKU: "sku", Firmware: "1.0", Image: "img1", PCRs: map[string]string{"0": "a0", "4": "a4", "7": "a7"}, NodeID: "n1", RunID: "r1", At: time.Now()}
+	if err := st.AddSKUPCRs(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	later := first
+	later.NodeID, later.PCRs = "n2", map[string]string{"0": "b0", "4": "b4", "7": "b7"}
+	if err := st.AddSKUPCRs(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.SKUPCRs(ctx, "sku", "1.0", "img1")
+	if err != nil || got["0"] != "a0" || got["4"] != "a4" || got["7"] != "a7" || len(got) != 3 {
+		t.Fatalf("known values %v %v; want the first node's", got, err)
+	}
+	// Another image: its PCR 4 is not known yet, the firmware's PCRs are.
+	if got, err := st.SKUPCRs(ctx, "sku", "1.0", "img2"); err != nil || got["4"] != "" || got["0"] != "a0" {
+		t.Fatalf("other image: %v %v", got, err)
+	}
+	if _, err := st.SKUPCRs(ctx, "sku", "2.0", "img1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("other firmware: %v, want ErrNotFound", err)
+	}
+}

@@ -340,6 +340,22 @@ ALTER TABLE node_pool DROP CONSTRAINT node_pool_state_check;
 ALTER TABLE node_pool ADD CONSTRAINT node_pool_state_check
 	CHECK (state IN ('in_service','draining','drained','revalidating','ready','rma','accepting','quarantined'));
 `,
+	// sku_pcrs: what a SKU's firmware version is known to produce, per
+	// PCR (PCR 4 per image too), from the first node whose vetted boot
+	// showed it: the pipeline's own flash is re-baselined against it.
+	`
+CREATE TABLE sku_pcrs (
+	sku         TEXT NOT NULL,
+	firmware    TEXT NOT NULL,
+	pcr         INTEGER NOT NULL,
+	image       TEXT NOT NULL DEFAULT '',
+	value       TEXT NOT NULL,
+	node_id     TEXT NOT NULL DEFAULT '',
+	run_id      TEXT NOT NULL DEFAULT '',
+	recorded_at BIGINT NOT NULL DEFAULT 0,
+	PRIMARY KEY (sku, firmware, pcr, image)
+);
+`,
 }
 
 // pgMigrationLock is the advisory lock two instances starting at once

@@ -386,6 +386,22 @@ INSERT INTO node_pool_new SELECT node_id, state, since, reason, actor, run_id, a
 DROP TABLE node_pool;
 ALTER TABLE node_pool_new RENAME TO node_pool;
 `,
+	// sku_pcrs: what a SKU's firmware version is known to produce, per
+	// PCR (PCR 4 per image too), from the first node whose vetted boot
+	// showed it: the pipeline's own flash is re-baselined against it.
+	`
+CREATE TABLE sku_pcrs (
+	sku         TEXT NOT NULL,
+	firmware    TEXT NOT NULL,
+	pcr         INTEGER NOT NULL,
+	image       TEXT NOT NULL DEFAULT '',
+	value       TEXT NOT NULL,
+	node_id     TEXT NOT NULL DEFAULT '',
+	run_id      TEXT NOT NULL DEFAULT '',
+	recorded_at INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (sku, firmware, pcr, image)
+);
+`,
 }
 
 // migrationSteps are the data conversions SQL cannot express, by the schema
