@@ -12,6 +12,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/fleetband"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -170,5 +171,105 @@ func TestFleetTooFewNodesPasses(t *testing.T) {
 	// This node's passing result joins the fleet for the next one.
 	if got, _ := f.st.FleetSamples(context.Background(), store.FleetQuery{SKU: "qemu-nvme", Check: "disk-read", Metric: "readMBps"}); len(got) != 3 {
 		t.Errorf("fleet after a passing run: %d samples, want 3", len(got))
+	}
+}
+
+// TestFleetBandOneNodeOneVote: one runner session reporting a banded
+// check on many components, ten times faster than the fleet, invented
+// drives included, cannot move its SKU's band. The invented drives'
+// measurements are refused at ingest (not in the inventory its Hello
+// reported); its real drives make one vote, and an audit run's results
+// none. The honest node judged against the band (day-0, rejudged when the
+// band fills) stays PASS, where the per-component pool had a median of
+// 2000 MB/s and found it MARGINAL.
+func TestFleetBandOneNodeOneVote(t *testing.T) {
+	ctx := context.Background()
+	var h rejudged
+	f := fleetFixtureCfg(t, 2000, h.hook)
+	var vs []*curev1.Verdict
+	for _, d := range append([]string{"nvme0n1", "sda", "nvme1n1"}, invented(30)...) {
+		vs = append(vs, &curev1.Verdict{Component: "disk/" + d, Check: "disk-read", Status: curev1.VerdictStatus_PASS,
+			Measurements: []*curev1.Measurement{{Metric: "readMBps", Value: 2000, Unit: "MB/s"}}})
+	}
+	f.verdicts = map[string][]*curev1.Verdict{modes.Validate: vs}
+	seedFleet(t, f.st, 200, 206)
+	// The honest node: judged when its band lacked its minimum, ended.
+	seedPeer(t, f.st, 3, 196)
+	honest := "peer-run-3"
+	r, _ := f.st.GetRun(ctx, honest)
+	r.Status, r.EndedAt = curev1.RunStatus_RUN_SUCCEEDED, time.Now().UTC()
+	if err := f.st.UpdateRun(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.WriteFleetJudgement(ctx, store.FleetWrite{RunID: honest, SKU: "qemu-nvme", Pending: store.FleetUnbanded, Judgements: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	// An audit of a fourth node measured far above: not a fleet sample.
+	auditRun(t, f.st, 4, 5000)
+
+	runID, err := f.eng.Start(ctx, "node1", modes.Diagnostic, "fleet-read", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := f.waitRun(runID); r.Status != curev1.RunStatus_RUN_SUCCEEDED {
+		t.Fatalf("the hostile node's run %s: %s", r.Status, r.Message)
+	}
+	ms, _ := f.st.RunMeasurements(ctx, runID)
+	if len(ms) != 3 {
+		t.Errorf("the hostile run kept %d measurements, want its 3 inventoried drives' (%+v)", len(ms), ms)
+	}
+	rows, _ := f.st.FleetSamples(ctx, store.FleetQuery{SKU: "qemu-nvme", Check: "disk-read", Metric: "readMBps", ExcludeNode: "peer3"})
+	if st := fleetband.Describe(samplesOf(rows)); st.Median != 2000 {
+		t.Fatalf("the per-component pool's median %v: the attack this test is about moves it to 2000", st.Median)
+	}
+	if _, err := f.eng.RejudgeFleet(ctx, "qemu-nvme"); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := verdictOf(t, f.st, honest, "disk/nvme0n1", "disk-read"); v.Status != curev1.VerdictStatus_PASS {
+		t.Fatalf("the honest node's verdict %+v, want PASS", v)
+	}
+	rec := fleetRecord(t, f.st, honest)
+	j, d := rec.GetJudgements(), rec.GetDistributions()
+	if len(j) != 1 || !j[0].GetApplied() || j[0].GetMarginal() || len(d) != 1 || d[0].GetNodes() != 3 || d[0].GetMedian() != 206 || len(d[0].GetValues()) != 3 {
+		t.Fatalf("the honest node's judgement %v", rec)
+	}
+	if c := h.got(); len(c) != 1 || c[0].run != honest || c[0].marginal {
+		t.Errorf("hook calls %+v, want one: %s within the band", c, honest)
+	}
+}
+
+func invented(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("vd%02d", i)
+	}
+	return out
+}
+
+// samplesOf is the store's rows as fleetband samples, each its own vote:
+// the per-component pool the fleet used before one node had one vote.
+func samplesOf(rows []store.MeasurementRecord) []fleetband.Sample {
+	out := make([]fleetband.Sample, 0, len(rows))
+	for _, m := range rows {
+		out = append(out, fleetband.Sample{Node: m.NodeID + "/" + m.Component, Run: m.RunID, Value: m.Value, Unit: m.Unit, Time: m.Time})
+	}
+	return out
+}
+
+// auditRun stores peer node i's audit run with a passing disk-read
+// measuring readMBps v.
+func auditRun(t *testing.T, st *store.Store, i int, v float64) {
+	t.Helper()
+	ctx := context.Background()
+	node, run := fmt.Sprintf("peer%d", i), fmt.Sprintf("peer-audit-%d", i)
+	if err := st.UpsertNode(ctx, store.Node{ID: node, BMCURL: "https://10.0.0.9", SKU: "qemu-nvme", MACs: []string{fmt.Sprintf("52:54:00:aa:00:%02x", i)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateRun(ctx, store.Run{ID: run, NodeID: node, Mode: "audit", Manifest: "fleet-read", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	verdict := store.Verdict{RunID: run, Component: "disk/nvme0n1", Check: "disk-read", Status: curev1.VerdictStatus_PASS, Measurements: []store.Measurement{{Metric: "readMBps", Value: v, Unit: "MB/s"}}}
+	if _, err := st.AppendRunnerEvent(ctx, store.Event{RunID: run, NodeID: node, BootID: "b", Seq: 1, Time: time.Now(), Kind: runstate.EventVerdict, Phase: modes.Validate}, &verdict, store.DefaultEventLimits); err != nil {
+		t.Fatal(err)
 	}
 }
