@@ -26,7 +26,7 @@ func PrintFleetBands(w io.Writer, r *curev1.FleetBandsResponse) {
 		fmt.Fprintf(w, "no passing measurements in the last %s\n", fleetWindow(r.GetWindowMs()))
 		return
 	}
-	fmt.Fprintf(w, "fleet results of the last %s: each node's latest passing value per component\n", fleetWindow(r.GetWindowMs()))
+	fmt.Fprintf(w, "fleet results of the last %s: one vote per node (the median of its components in its latest passing acceptance run)\n", fleetWindow(r.GetWindowMs()))
 	for _, d := range ds {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "\nSKU\tCHECK\tMETRIC\tUNIT\tNODES\tVALUES\tMEDIAN\tMAD\tP5\tP50\tP95\t")

@@ -90,7 +90,7 @@ func TestPrintFleetBands(t *testing.T) {
 	PrintFleetBands(&b, &curev1.FleetBandsResponse{WindowMs: (720 * time.Hour).Milliseconds(), Distributions: []*curev1.FleetDistribution{fleetDist()}})
 	out := b.String()
 	for _, want := range []string{
-		"fleet results of the last 720h: each node's latest passing value per component",
+		"fleet results of the last 720h: one vote per node (the median of its components in its latest passing acceptance run)",
 		"SKU        CHECK      METRIC    UNIT  NODES  VALUES  MEDIAN  MAD   P5   P50  P95",
 		"qemu-nvme  disk-read  readMBps  MB/s  3      3       200     5.93  196  200  205",
 		"(┃ median 200 MB/s)",

@@ -58,7 +58,8 @@ const (
 )
 
 // FleetBands answers the distribution of recent passing results per SKU,
-// check and metric (each node's latest per component), and where a node
+// check and metric (one vote per node: the median of its components in its
+// latest acceptance run, fleetband.Pool), and where a node
 // sits: with node_id, its components are marked and it is left out of the
 // distribution, as when it is judged.
 func (o *OperatorService) FleetBands(ctx context.Context, req *curev1.FleetBandsRequest) (*curev1.FleetBandsResponse, error) {
