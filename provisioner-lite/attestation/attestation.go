@@ -10,6 +10,7 @@ package attestation
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -408,4 +409,73 @@ func FirmwareValues(quoted map[uint32][]byte) map[string]string {
 		}
 	}
 	return out
+}
+
+// SKUPCRs are the PCRs a SKU's firmware version is known by across its
+// nodes: firmware code (0), option ROMs and their configuration (2, 3),
+// Secure Boot policy (7) and the boot path (4, per image). PCR 1 (platform
+// configuration: SMBIOS serial numbers, boot variables) differs from node
+// to node and is kept per node only.
+var SKUPCRs = []uint32{0, 2, 3, 4, 7}
+
+// BootValues are an attested boot's values as records keep them: the
+// firmware PCRs and the boot path's (4).
+func BootValues(quoted map[uint32][]byte) map[string]string {
+	out := FirmwareValues(quoted)
+	if v, ok := quoted[BootPathPCR]; ok {
+		out[strconv.Itoa(BootPathPCR)] = hex.EncodeToString(v)
+	}
+	return out
+}
+
+// SKUValues are the values among vals that a SKU's firmware is known by.
+func SKUValues(vals map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, p := range SKUPCRs {
+		if v, ok := vals[strconv.Itoa(int(p))]; ok {
+			out[strconv.Itoa(int(p))] = v
+		}
+	}
+	return out
+}
+
+// BootPathDrift compares a boot's PCR 4 with the value its SKU, firmware
+// and image are known to produce (known; nil or without "4": none known
+// yet) and the node's own record (own: an admin may have accepted another
+// for this node): nil when either matches, or nothing is known.
+func BootPathDrift(known, own map[string]string, quoted map[uint32][]byte) *PCRMismatch {
+	want, ok := known[strconv.Itoa(BootPathPCR)]
+	got := hex.EncodeToString(quoted[BootPathPCR])
+	if !ok || want == got || own[strconv.Itoa(BootPathPCR)] == got {
+		return nil
+	}
+	return &PCRMismatch{PCR: BootPathPCR, Expected: want, Observed: got}
+}
+
+// Rebaseline judges the first attested boot after a firmware change the
+// pipeline made: each of SKUPCRs must be unchanged from the node's record
+// or be what its SKU's new firmware is known to produce on another node
+// (known; nil: none known). PCR 1, the node's own configuration, which a
+// flash or a BIOS setting changes, is re-recorded. It returns the first
+// PCR that is neither, nil if none.
+func Rebaseline(recorded, known map[string]string, quoted map[uint32][]byte) *PCRMismatch {
+	for _, p := range SKUPCRs {
+		key := strconv.Itoa(int(p))
+		v, ok := quoted[p]
+		got := hex.EncodeToString(v)
+		if ok && (recorded[key] == got || known[key] == got) {
+			continue
+		}
+		exp := "unchanged " + cmp.Or(recorded[key], "(none recorded)")
+		if known[key] != "" {
+			exp += " or the SKU's known " + known[key]
+		} else {
+			exp += " (no other node of the SKU is known on this firmware)"
+		}
+		if !ok {
+			got = "(not quoted)"
+		}
+		return &PCRMismatch{PCR: p, Expected: exp, Observed: got}
+	}
+	return nil
 }

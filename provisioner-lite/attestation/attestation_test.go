@@ -171,3 +171,37 @@ func TestFirmwareDrift(t *testing.T) {
 		t.Fatalf("drift: %+v", m)
 	}
 }
+
+// TestRebaseline: after the pipeline's own flash, each of SKUPCRs must be
+// unchanged or the SKU's known value for the new firmware; PCR 1 is the
+// node's own and is re-recorded; with nothing known, a changed PCR holds.
+func TestRebaseline(t *testing.T) {
+	q := map[uint32][]byte{0: {0xa0}, 1: {0xa1}, 2: {0xa2}, 3: {0xa3}, 4: {0xa4}, 7: {0xa7}}
+	rec := BootValues(q)
+	if m := Rebaseline(rec, nil, q); m != nil {
+		t.Fatalf("unchanged: %v", m)
+	}
+	flashed := map[uint32][]byte{0: {0xb0}, 1: {0xb1}, 2: {0xa2}, 3: {0xa3}, 4: {0xb4}, 7: {0xa7}}
+	if m := Rebaseline(rec, nil, flashed); m == nil || m.PCR != 0 || !strings.Contains(m.Expected, "no other node of the SKU is known") || m.Observed != "b0" {
+		t.Fatalf("nothing known: %+v, want PCR 0 held", m)
+	}
+	known := map[string]string{"0": "b0", "4": "b4"}
+	if m := Rebaseline(rec, known, flashed); m != nil {
+		t.Fatalf("as known on another node: %v", m)
+	}
+	known["4"] = "c4"
+	if m := Rebaseline(rec, known, flashed); m == nil || m.PCR != 4 || !strings.Contains(m.Expected, "the SKU's known c4") {
+		t.Fatalf("PCR 4 unlike the SKU's: %+v", m)
+	}
+	// PCR 4 against the SKU on an ordinary boot: the node's own accepted
+	// value passes too; nothing known passes.
+	if m := BootPathDrift(map[string]string{"4": "c4"}, rec, flashed); m == nil || m.Expected != "c4" || m.Observed != "b4" {
+		t.Fatalf("PCR 4 drift: %+v", m)
+	}
+	if m := BootPathDrift(map[string]string{"4": "c4"}, map[string]string{"4": "b4"}, flashed); m != nil {
+		t.Fatalf("the node's own accepted PCR 4: %v", m)
+	}
+	if m := BootPathDrift(nil, nil, flashed); m != nil {
+		t.Fatalf("nothing known: %v", m)
+	}
+}

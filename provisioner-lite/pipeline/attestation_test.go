@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -415,7 +416,7 @@ func TestFirmwareMeasurementDrift(t *testing.T) {
 		t.Fatalf("first run ended %s: %s", r.Status, r.Message)
 	}
 	rec1, err := f.st.GetFirmwareRecord(ctx, "node1")
-	if err != nil || rec1.RunID != run1 || len(rec1.PCRs) != len([]int{0, 1, 2, 3, 7}) || rec1.Firmware != "2.19.1" || rec1.SKU != "qemu-nvme" {
+	if err != nil || rec1.RunID != run1 || len(rec1.PCRs) != len([]int{0, 1, 2, 3, 4, 7}) || rec1.Firmware != "2.19.1" || rec1.SKU != "qemu-nvme" {
 		t.Fatalf("record after the first attested boot: %+v %v", rec1, err)
 	}
 
@@ -453,8 +454,9 @@ func TestFirmwareMeasurementDrift(t *testing.T) {
 	}
 
 	// Third run: the SKU now pins a newer BIOS, which the pipeline
-	// flashes: the boot after the flash measures new firmware and
-	// re-records, unflagged.
+	// flashes: the boot after the flash measures new firmware that no
+	// node of the SKU is known to produce, so the node is held for an
+	// admin (a flash is no licence for any measurement).
 	raw, err := os.ReadFile(filepath.Join(f.dir, "manifests", "qemu-nvme.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -471,27 +473,56 @@ func TestFirmwareMeasurementDrift(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(f.dir, "manifests", "qemu-nvme.yaml"), raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run3, r := provision()
-	if r.Status != curev1.RunStatus_RUN_SUCCEEDED {
-		t.Fatalf("third run ended %s: %s", r.Status, r.Message)
-	}
+	// (The run itself may end well: the held boot after the flash is not
+	// admitted, but the phases left may need no runner; the hold stands
+	// and the coordinator's drift hook quarantines the node.)
+	run3, _ := provision()
 	if v, _, _ := f.bmc.FirmwareVersion("BIOS"); v != "2.21.2" {
 		t.Fatalf("BIOS not flashed: %s", v)
 	}
-	if d := securityEvents(t, f.st, run3, audit.FirmwareDrift); len(d) != 0 {
-		t.Errorf("the pipeline's own BIOS flash flagged as drift: %+v", d)
+	if d := securityEvents(t, f.st, run3, audit.FirmwareDrift); len(d) == 0 || !strings.Contains(d[0].Detail, "after the firmware change run "+run3) ||
+		!strings.Contains(d[0].Detail, "no other node of the SKU is known") {
+		t.Fatalf("firmware_drift events of the unknown flash %+v: want one naming the change and that no node of the SKU is known", d)
 	}
-	rec3, err := f.st.GetFirmwareRecord(ctx, "node1")
-	if err != nil || rec3.RunID != run3 || rec3.Firmware != "2.21.2" || rec3.PCRs["0"] == rec1.PCRs["0"] || rec3.ChangeRun != "" {
-		t.Fatalf("record after the pipeline's flash: %+v %v (first %s)", rec3, err, rec1.PCRs["0"])
+	if rec, _ := f.st.GetFirmwareRecord(ctx, "node1"); rec.Hold.RunID != run3 || rec.ChangeRun != run3 {
+		t.Fatalf("after the unknown flash: %+v, want held by %s with the change still noted", rec, run3)
 	}
-	evs, err := f.st.Events(ctx, run3, 0, 10000)
+
+	// Another node of the SKU is known to produce these values on 2.21.2
+	// (here: the same firmware measured on another TPM): the next boot
+	// after the pipeline's flash matches it and re-records, the hold ends.
+	other := newNodeTPM(t, "platform firmware, patched")
+	other.bios = func() string { return "2.21.2" }
+	other.boot(1)
+	vals, err := attest.ReadPCRs(other.sw.Open(), []uint32{0, 2, 3, 4, 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	knownVals := map[string]string{}
+	for p, v := range vals {
+		knownVals[strconv.Itoa(int(p))] = hex.EncodeToString(v)
+	}
+	if err := f.st.AddSKUPCRs(ctx, store.KnownPCRs{SKU: "qemu-nvme", Firmware: "2.21.2", PCRs: knownVals, NodeID: "node2", RunID: "elsewhere", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	run4, r := provision()
+	if r.Status != curev1.RunStatus_RUN_SUCCEEDED {
+		t.Fatalf("run after the SKU's values became known ended %s: %s", r.Status, r.Message)
+	}
+	if d := securityEvents(t, f.st, run4, audit.FirmwareDrift); len(d) != 0 {
+		t.Errorf("the pipeline's own BIOS flash, as known on the SKU, flagged as drift: %+v", d)
+	}
+	rec4, err := f.st.GetFirmwareRecord(ctx, "node1")
+	if err != nil || rec4.RunID != run4 || rec4.Firmware != "2.21.2" || rec4.PCRs["0"] != knownVals["0"] || rec4.ChangeRun != "" || rec4.Held() {
+		t.Fatalf("record after the pipeline's flash: %+v %v (known %v)", rec4, err, knownVals)
+	}
+	evs, err := f.st.Events(ctx, run4, 0, 10000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.ContainsFunc(evs, func(e store.Event) bool {
-		return strings.Contains(e.Message, "re-recorded after the firmware change run "+run3)
+		return strings.Contains(e.Message, "re-recorded after the firmware change run "+run3) && strings.Contains(e.Message, "hold of run "+run3+" ends")
 	}) {
-		t.Error("no event says the measurements were re-recorded after the pipeline's change")
+		t.Error("no event says the measurements were re-recorded after the pipeline's change and the hold ended")
 	}
 }

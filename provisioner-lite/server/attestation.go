@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/base64"
@@ -351,88 +352,154 @@ func (s *RunnerService) attestVerdict(ctx context.Context, run store.Run, res at
 	}
 }
 
-// firmwareMeasurements compares an attested boot's firmware PCRs with the
-// node's record: the first attested boot records them, as does the first
-// after a firmware change the pipeline made (which also ends a hold); any
-// other difference is a drift: a security event, a FAIL verdict naming the
-// PCR and both values, and a hold that keeps the node out of service
-// until an operator accepts the new values (AcceptMeasurements) or the
-// pipeline reflashes it. It reports whether the node is held: a held
-// boot is not admitted.
+// firmwareMeasurements compares an attested boot's measurements (the
+// firmware PCRs and PCR 4) with the node's record and with what its SKU's
+// firmware is known to produce (store.SKUPCRs). The node's first attested
+// boot records them. The first after a firmware change the pipeline made
+// re-records them (ending a hold) only when each of attestation.SKUPCRs is
+// unchanged or is what the new firmware is known to produce on another
+// node of the SKU (attestation.Rebaseline). Any other difference, and a PCR
+// 4 other than the SKU's known value for its firmware and image, is a
+// drift: a security event, a FAIL verdict naming the PCR and both values,
+// and a hold that keeps the node out of service until an admin accepts the
+// new values (AcceptMeasurements). A vetted boot teaches the SKU the values
+// it did not know yet. It reports whether the node is held: a held boot is
+// not admitted.
 func (s *RunnerService) firmwareMeasurements(ctx context.Context, node store.Node, run store.Run, hello *curev1.Hello, res attestation.Result, peerIP string, now time.Time, log *slog.Logger) bool {
-	vals := attestation.FirmwareValues(res.PCRs)
-	fw := textsafe.BoundedLine(hello.GetInventory().GetSystem().GetBiosVersion(), maxName)
+	m := measured{node: node, run: run, vals: attestation.BootValues(res.PCRs), quoted: res.PCRs, peerIP: peerIP, now: now, log: log,
+		fw: textsafe.BoundedLine(hello.GetInventory().GetSystem().GetBiosVersion(), maxName)}
+	if uki := s.imageUKI(); uki != nil {
+		m.image = uki.AuthenticodeSHA256
+	}
 	rec, err := s.Store.GetFirmwareRecord(ctx, node.ID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		log.Error("firmware measurements not checked: boot not admitted", "err", err)
 		return true
 	}
-	info := func(msg string) {
-		s.event(ctx, store.Event{RunID: run.ID, NodeID: node.ID, Source: runstate.SourceCoordinator, Time: now, Phase: run.Phase, Kind: runstate.EventInfo,
-			Message: textsafe.BoundedLine(msg, maxMessage)})
+	known, err := s.Store.SKUPCRs(ctx, node.SKU, m.fw, m.image)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		log.Error("the SKU's known measurements unreadable: boot not admitted", "err", err)
+		return true
 	}
-	record := func(why string) bool {
-		if err := s.Store.RecordFirmware(ctx, store.FirmwareRecord{NodeID: node.ID, SKU: node.SKU, Firmware: fw, PCRs: vals, RunID: run.ID, RecordedAt: now}); err != nil {
-			log.Error("firmware measurements not recorded", "err", err)
-			return rec.Held() // a hold not cleared still holds
-		}
-		info(fmt.Sprintf("firmware measurements %s (SKU %s, firmware %q): %s", why, node.SKU, fw, formatPCRs(vals)))
-		return false
-	}
+	m.rec, m.known = rec, known
 	switch {
 	case len(rec.PCRs) == 0:
-		return record("recorded on the node's first attested boot")
+		if d := attestation.BootPathDrift(known, nil, res.PCRs); d != nil {
+			// Its record is this boot, held (the SKU learns nothing from
+			// it): an admin's accept adopts it.
+			s.recordFirmware(ctx, m, "recorded on the node's first attested boot", false)
+			return s.drift(ctx, m, d, "on its first attested boot, PCR 4 differs from what SKU "+node.SKU+" is known to produce with this firmware and image")
+		}
+		return s.recordFirmware(ctx, m, "recorded on the node's first attested boot", true)
 	case rec.ChangeRun != "":
-		why := fmt.Sprintf("re-recorded after the firmware change run %s made (%s)", rec.ChangeRun, rec.ChangeReason)
+		if d := attestation.Rebaseline(rec.PCRs, known, res.PCRs); d != nil {
+			return s.drift(ctx, m, d, fmt.Sprintf("after the firmware change run %s made (%s), a measurement is neither the node's recorded one nor what firmware %q is known to produce on another node of SKU %s",
+				rec.ChangeRun, rec.ChangeReason, m.fw, node.SKU))
+		}
+		why := fmt.Sprintf("re-recorded after the firmware change run %s made (%s), each unchanged or as firmware %q is known to produce on SKU %s", rec.ChangeRun, rec.ChangeReason, m.fw, node.SKU)
 		if rec.Held() {
 			why += fmt.Sprintf("; the measurement hold of run %s ends", rec.Hold.RunID)
 		}
-		return record(why)
+		return s.recordFirmware(ctx, m, why, true)
 	}
-	m := attestation.FirmwareDrift(rec.PCRs, res.PCRs)
-	if m == nil && !rec.Held() {
+	d := attestation.FirmwareDrift(rec.PCRs, res.PCRs)
+	why := "without a firmware change by the pipeline"
+	if d == nil {
+		d, why = attestation.BootPathDrift(known, rec.PCRs, res.PCRs), "PCR 4 differs from what SKU "+node.SKU+" is known to produce with this firmware and image"
+	}
+	if d == nil && !rec.Held() {
 		_ = s.Store.PutVerdict(ctx, store.Verdict{RunID: run.ID, Component: "tpm", Check: "firmware_measurement", Status: curev1.VerdictStatus_PASS,
 			Observed: "as recorded by run " + rec.RunID, Time: now})
+		s.learnSKU(ctx, m)
 		return false
 	}
-	if m == nil {
-		detail := fmt.Sprintf("node %s is held out of service since %s for a firmware measurement drift (run %s: %s): this boot is not admitted until an admin runs `curectl nodes accept-measurements %s` or the pipeline reflashes its firmware",
-			node.ID, rec.Hold.At.Format(time.RFC3339), rec.Hold.RunID, rec.Hold.Detail, node.ID)
-		_ = s.Store.PutVerdict(ctx, store.Verdict{RunID: run.ID, Component: "tpm", Check: "firmware_measurement", Status: curev1.VerdictStatus_FAIL,
-			Expected: "no measurement hold", Observed: "held by run " + rec.Hold.RunID, Message: textsafe.Bounded(detail, maxMessage), Time: now})
-		info(detail)
+	if d == nil {
+		s.stillHeld(ctx, m)
 		return true
 	}
-	s.measurementDrift(ctx, node, run, rec, m, vals, fw, peerIP, now, log)
-	return true
+	return s.drift(ctx, m, d, why)
 }
 
-// measurementDrift flags a drift and holds the node: security event, FAIL
-// verdict, event, the hold in the store, then OnMeasurementDrift (the
-// pool's quarantine).
-func (s *RunnerService) measurementDrift(ctx context.Context, node store.Node, run store.Run, rec store.FirmwareRecord, m *attestation.PCRMismatch, vals map[string]string,
-	fw, peerIP string, now time.Time, log *slog.Logger) {
-	detail := fmt.Sprintf("firmware measurement drift on node %s without a firmware change by the pipeline: %s (recorded by run %s for SKU %s, firmware %q; this boot reports firmware %q)",
-		node.ID, m, rec.RunID, rec.SKU, rec.Firmware, fw)
-	s.Audit.Security(ctx, store.AuditEntry{Actor: node.ID, Peer: peerIP, RunID: run.ID, Nodes: []string{node.ID}, Action: audit.FirmwareDrift,
+// measured is one attested boot's measurements and what they are judged
+// against.
+type measured struct {
+	node      store.Node
+	run       store.Run
+	vals      map[string]string // attestation.BootValues
+	quoted    map[uint32][]byte
+	fw, image string // BIOS version the boot reported, the image's Authenticode hash
+	rec       store.FirmwareRecord
+	known     map[string]string // the SKU's, for fw and image
+	peerIP    string
+	now       time.Time
+	log       *slog.Logger
+}
+
+func (s *RunnerService) info(ctx context.Context, m measured, msg string) {
+	s.event(ctx, store.Event{RunID: m.run.ID, NodeID: m.node.ID, Source: runstate.SourceCoordinator, Time: m.now, Phase: m.run.Phase, Kind: runstate.EventInfo,
+		Message: textsafe.BoundedLine(msg, maxMessage)})
+}
+
+// recordFirmware makes the boot's values the node's record (ending a
+// hold) and, if learn, teaches the SKU what it did not know; it reports
+// whether the node is still held (a hold not cleared still holds).
+func (s *RunnerService) recordFirmware(ctx context.Context, m measured, why string, learn bool) bool {
+	if err := s.Store.RecordFirmware(ctx, store.FirmwareRecord{NodeID: m.node.ID, SKU: m.node.SKU, Firmware: m.fw, PCRs: m.vals, RunID: m.run.ID, RecordedAt: m.now}); err != nil {
+		m.log.Error("firmware measurements not recorded", "err", err)
+		return m.rec.Held()
+	}
+	s.info(ctx, m, fmt.Sprintf("firmware measurements %s (SKU %s, firmware %q): %s", why, m.node.SKU, m.fw, formatPCRs(m.vals)))
+	if learn {
+		s.learnSKU(ctx, m)
+	}
+	return false
+}
+
+// learnSKU offers a vetted boot's values as what its SKU's firmware (and
+// image, for PCR 4) produces: kept only where none is known yet.
+func (s *RunnerService) learnSKU(ctx context.Context, m measured) {
+	if err := s.Store.AddSKUPCRs(ctx, store.KnownPCRs{SKU: m.node.SKU, Firmware: m.fw, Image: m.image, PCRs: attestation.SKUValues(m.vals),
+		NodeID: m.node.ID, RunID: m.run.ID, At: m.now}); err != nil {
+		m.log.Warn("the SKU's known measurements not updated", "err", err)
+	}
+}
+
+// stillHeld keeps a boot of a held node out: a FAIL verdict naming the hold.
+func (s *RunnerService) stillHeld(ctx context.Context, m measured) {
+	h := m.rec.Hold
+	detail := fmt.Sprintf("node %s is held out of service since %s for a firmware measurement drift (run %s: %s): this boot is not admitted until an admin runs `curectl nodes accept-measurements %s`",
+		m.node.ID, h.At.Format(time.RFC3339), h.RunID, h.Detail, m.node.ID)
+	_ = s.Store.PutVerdict(ctx, store.Verdict{RunID: m.run.ID, Component: "tpm", Check: "firmware_measurement", Status: curev1.VerdictStatus_FAIL,
+		Expected: "no measurement hold", Observed: "held by run " + h.RunID, Message: textsafe.Bounded(detail, maxMessage), Time: m.now})
+	s.info(ctx, m, detail)
+}
+
+// drift flags a drift and holds the node: security event, FAIL verdict,
+// event, the hold in the store, then OnMeasurementDrift (the pool's
+// quarantine). It returns true: the boot is held.
+func (s *RunnerService) drift(ctx context.Context, m measured, d *attestation.PCRMismatch, why string) bool {
+	node, run, rec := m.node, m.run, m.rec
+	detail := fmt.Sprintf("firmware measurement drift on node %s %s: %s (node record of run %s for SKU %s, firmware %q; this boot reports firmware %q)",
+		node.ID, why, d, cmp.Or(rec.RunID, "(none)"), node.SKU, rec.Firmware, m.fw)
+	s.Audit.Security(ctx, store.AuditEntry{Actor: node.ID, Peer: m.peerIP, RunID: run.ID, Nodes: []string{node.ID}, Action: audit.FirmwareDrift,
 		Result: "held", Detail: textsafe.BoundedLine(detail, maxMessage)})
-	_ = s.Store.PutVerdict(ctx, store.Verdict{RunID: run.ID, Component: fmt.Sprintf("tpm/pcr%d", m.PCR), Check: "firmware_measurement",
-		Status: curev1.VerdictStatus_FAIL, Expected: m.Expected, Observed: m.Observed, Message: textsafe.Bounded(detail, maxMessage), Time: now})
-	msg := detail + fmt.Sprintf(": the node is held out of service (this boot is not admitted) until an admin runs `curectl nodes accept-measurements %s --reason ...` or the pipeline reflashes its firmware", node.ID)
-	if err := s.Store.HoldFirmware(ctx, node.ID, store.MeasurementHold{RunID: run.ID, Detail: textsafe.BoundedLine(detail, maxMessage), At: now, PCRs: vals, Firmware: fw}); err != nil {
-		log.Error("firmware measurement hold not recorded: this boot is not admitted, the next is judged again", "err", err)
+	_ = s.Store.PutVerdict(ctx, store.Verdict{RunID: run.ID, Component: fmt.Sprintf("tpm/pcr%d", d.PCR), Check: "firmware_measurement",
+		Status: curev1.VerdictStatus_FAIL, Expected: textsafe.Bounded(d.Expected, 1024), Observed: d.Observed, Message: textsafe.Bounded(detail, maxMessage), Time: m.now})
+	msg := detail + fmt.Sprintf(": the node is held out of service (this boot is not admitted) until an admin runs `curectl nodes accept-measurements %s --reason ...`", node.ID)
+	if err := s.Store.HoldFirmware(ctx, node.ID, store.MeasurementHold{RunID: run.ID, Detail: textsafe.BoundedLine(detail, maxMessage), At: m.now, PCRs: m.vals, Firmware: m.fw}); err != nil {
+		m.log.Error("firmware measurement hold not recorded: this boot is not admitted, the next is judged again", "err", err)
 		msg += fmt.Sprintf(" (the hold was not recorded: %v)", err)
 	}
-	s.event(ctx, store.Event{RunID: run.ID, NodeID: node.ID, Source: runstate.SourceCoordinator, Time: now, Phase: run.Phase, Kind: runstate.EventInfo,
-		Message: textsafe.BoundedLine(msg, maxMessage)})
+	s.info(ctx, m, msg)
 	if s.OnMeasurementDrift != nil {
 		s.OnMeasurementDrift(ctx, node.ID, run.ID, detail)
 	}
+	return true
 }
 
 func formatPCRs(vals map[string]string) string {
 	var b strings.Builder
-	for _, p := range attestation.FirmwarePCRs {
+	for p := range 24 {
 		if v, ok := vals[fmt.Sprint(p)]; ok {
 			fmt.Fprintf(&b, " PCR%d=%s", p, v)
 		}

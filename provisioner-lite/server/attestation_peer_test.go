@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cure-oss/cure/api/imagereport"
 	"github.com/cure-oss/cure/provisioner-lite/attestation"
@@ -233,5 +234,76 @@ func TestAttestationNeedsImageReport(t *testing.T) {
 	ba, admitted := bootVerdict(t, c, "run-noreport", "boot1")
 	if ba.Status != store.AttestFailed || admitted || !strings.Contains(ba.Detail, "configuration error: SKU "+attestSKUName) || !strings.Contains(ba.Detail, "report.json") {
 		t.Fatalf("boot without an image report: %s (%s), admitted %t; want failed as a configuration error naming the SKU and report.json", ba.Status, ba.Detail, admitted)
+	}
+}
+
+// TestBootPathAcceptedPerSKU: PCR 4 is kept with the firmware PCRs as the
+// value a SKU's firmware version and image are known to produce. A boot
+// whose path passes the boot path rule but whose PCR 4 differs from that
+// value (here: a boot attempt retried by the firmware) is a drift like the
+// firmware PCRs': held, not admitted, a FAIL verdict tpm/pcr4 with the
+// known and observed values; an admin's accept makes it the node's own.
+func TestBootPathAcceptedPerSKU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts swtpm")
+	}
+	ctx := context.Background()
+	st := openStore(t)
+	c := startAttestCoord(t, st, t.TempDir(), "", nil, nil)
+	node := newAttestTPM(t)
+	node.pin(t, st)
+	image := sha256.Sum256([]byte("cure image"))
+	retried := func() {
+		node.mu.Lock()
+		defer node.mu.Unlock()
+		node.sw.Restart()
+		b := node.sw.Measure()
+		b.Retried("platform firmware", 1, image[:])
+		node.log = b.Log.Bytes()
+	}
+	bootRun := func(runID string, measure func()) (store.BootAttestation, bool) {
+		t.Helper()
+		token := nodeRun(t, st, runID)
+		measure()
+		if _, err := hello(t, c.runner(), token, "boot-"+runID, node.attest(ctx, c.runner(), token, "boot-"+runID)); err != nil {
+			t.Fatal(err)
+		}
+		ba, admitted := bootVerdict(t, c, runID, "boot-"+runID)
+		endRun(t, st, runID)
+		return ba, admitted
+	}
+	if ba, admitted := bootRun("run1", func() { node.boot("platform firmware") }); ba.Status != store.AttestPassed || !admitted {
+		t.Fatalf("first boot: %s (%s), admitted %t", ba.Status, ba.Detail, admitted)
+	}
+	known, err := st.SKUPCRs(ctx, attestSKUName, "1.0", hex.EncodeToString(image[:]))
+	if err != nil || len(known["4"]) != 64 || len(known["0"]) != 64 || known["1"] != "" {
+		t.Fatalf("the SKU's known values after its first node: %v %v; want PCRs 0 and 4, never the node's own PCR 1", known, err)
+	}
+	ba, admitted := bootRun("run2", retried)
+	if ba.Status != store.AttestPassed || admitted {
+		t.Fatalf("a boot with another PCR 4: %s (%s), admitted %t; want attested (the path is allowed) and held", ba.Status, ba.Detail, admitted)
+	}
+	vs, err := st.Verdicts(ctx, "run2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var verdict bool
+	for _, v := range vs {
+		verdict = verdict || v.Component == "tpm/pcr4" && v.Check == "firmware_measurement" && v.Status.String() == "FAIL" && v.Expected == known["4"] && len(v.Observed) == 64 && v.Observed != known["4"]
+	}
+	if !verdict {
+		t.Fatalf("no FAIL verdict tpm/pcr4 expecting the SKU's known %s: %+v", known["4"], vs)
+	}
+	if rec, _ := st.GetFirmwareRecord(ctx, attestNodeID); !rec.Held() || rec.Hold.RunID != "run2" || !strings.Contains(rec.Hold.Detail, "PCR 4") {
+		t.Fatalf("record after the PCR 4 drift: %+v, want held by run2 naming PCR 4", rec)
+	}
+	if _, err := st.AcceptMeasurements(ctx, attestNodeID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if ba, admitted := bootRun("run3", retried); ba.Status != store.AttestPassed || !admitted {
+		t.Fatalf("the accepted boot path: %s (%s), admitted %t; want admitted", ba.Status, ba.Detail, admitted)
+	}
+	if again, _ := st.SKUPCRs(ctx, attestSKUName, "1.0", hex.EncodeToString(image[:])); again["4"] != known["4"] {
+		t.Fatalf("one node's accepted PCR 4 changed the SKU's known value: %s, was %s", again["4"], known["4"])
 	}
 }

@@ -169,6 +169,14 @@ func (b *Boot) Firmware(fw string, bootApp []byte) {
 // joined.
 func (b *Boot) Apps(fw string, apps ...[]byte) {
 	b.t.Helper()
+	b.Retried(fw, 0, apps...)
+}
+
+// Retried is Apps after retries boot attempts that loaded nothing (the
+// firmware's "Returning from" and "Calling EFI Application" actions again
+// in PCR 4): a boot path that passes, with another PCR 4 value.
+func (b *Boot) Retried(fw string, retries int, apps ...[]byte) {
+	b.t.Helper()
 	b.Event(0, eventlog.EVSCRTMVersion, []byte(fw))
 	b.Event(0, eventlog.EVEFIPlatformFirmwareBlob, []byte("firmware volume of "+fw))
 	b.Event(1, eventlog.EVEFIHandoffTables, []byte("smbios"))
@@ -177,6 +185,10 @@ func (b *Boot) Apps(fw string, apps ...[]byte) {
 	b.Event(4, eventlog.EVEFIAction, []byte("Calling EFI Application from Boot Option"))
 	for pcr := uint32(0); pcr <= 7; pcr++ {
 		b.Event(pcr, eventlog.EVSeparator, []byte{0, 0, 0, 0})
+	}
+	for range retries {
+		b.Event(4, eventlog.EVEFIAction, []byte("Returning from EFI Application from Boot Option"))
+		b.Event(4, eventlog.EVEFIAction, []byte("Calling EFI Application from Boot Option"))
 	}
 	for _, app := range apps {
 		b.Digest(4, eventlog.EVEFIBootServicesApplication, app, []byte("\\EFI\\BOOT\\BOOTX64.EFI"))
