@@ -38,7 +38,8 @@ type Decision struct {
 type Coordinator interface {
 	// BootDecision answers for a MAC (lowercase, colon-separated) asked by
 	// peer (the client's IP address). An error wrapping ErrUnknownNode (or
-	// store.ErrNotFound) becomes a 404, ErrRateLimited a 429.
+	// store.ErrNotFound) becomes a 404, ErrRateLimited a 429, ErrContested
+	// a 409.
 	BootDecision(ctx context.Context, mac, peer string) (Decision, error)
 	// HostReady records that the installed OS phoned home. It checks the
 	// token first and calls readForm (which reads the request body) only
@@ -59,6 +60,9 @@ var (
 	ErrUnknownNode  = errors.New("unknown node")
 	ErrUnauthorized = errors.New("unauthorized")
 	ErrRateLimited  = errors.New("rate limited")
+	// ErrContested: two addresses claimed the node's boot window; neither
+	// gets a boot identity (the run stops for an operator).
+	ErrContested = errors.New("boot identity contested")
 )
 
 // Config configures a Server.
@@ -289,6 +293,11 @@ func (s *Server) perMAC(w http.ResponseWriter, r *http.Request) {
 			// coordinator records it as a rate-limited security event.
 			writeScript(w, http.StatusTooManyRequests, exitScript(fmt.Sprintf("no boot decision for %s: %v", mac, err)))
 			return
+		case errors.Is(err, ErrContested):
+			// The coordinator recorded it as a security event; the
+			// answer names no address.
+			writeScript(w, http.StatusConflict, exitScript("boot identity of "+mac+" contested by two claimants: the run waits for an operator"))
+			return
 		}
 		s.log.Warn("boot decision failed", "mac", mac, "status", status, "err", err)
 		writeScript(w, status, exitScript(fmt.Sprintf("no boot decision for %s: %v", mac, err)))
@@ -350,6 +359,9 @@ func (s *Server) httpsBoot(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, ErrRateLimited):
 		http.Error(w, err.Error(), http.StatusTooManyRequests)
+		return
+	case errors.Is(err, ErrContested):
+		http.Error(w, "boot identity of "+mac+" contested by two claimants: the run waits for an operator", http.StatusConflict)
 		return
 	case err != nil:
 		s.log.Warn("https boot decision failed", "mac", mac, "err", err)

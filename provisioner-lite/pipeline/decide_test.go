@@ -246,7 +246,21 @@ func sessionCases() []batchCase {
 	started.since = runstate.EventPhaseStart
 	newSession := runner(refB, curev1.RunnerState_IN_PHASE, modes.Hardware, 7)
 	newSession.stored = 5
+	held := runner(refB, curev1.RunnerState_IDLE, "", 0)
+	held.held = &claimState{at: now.Add(time.Minute), why: "the boot is not attested: its boot window's claim settles at 12:01"}
+	forged := runnerEvent(10, modes.Hardware, runstate.EventPhaseEnd, curev1.PhaseStatus_PHASE_OK)
+	forged.BootID = refB.BootID
 	return []batchCase{
+		{name: "a session whose boot window's claim has not settled is noted once", run: batchRun(&store.RunnerBatch{Phases: hwValidate}), obs: batchObs{session: held},
+			want: []string{"note hardware: runner boot boot-b holds no assignment yet: the boot is not attested", "requeue"}},
+		{name: "a held session is given nothing and what its boot sends is not acted on", run: batchRun(&store.RunnerBatch{Phases: hwValidate, Seen: refB}),
+			obs: batchObs{session: held, events: []store.Event{forged}, readTo: 10},
+			want: []string{},
+			check: func(t *testing.T, r store.Run) {
+				if b := r.Pipeline.Batch; !b.Bound.IsZero() || r.Pipeline.Handled == refB || slices.Contains(r.CompletedPhases, modes.Hardware) || b.Cursor != 0 {
+					t.Errorf("batch %+v, handled %v, completed %v: want nothing given, the forged end not acted on", b, r.Pipeline.Handled, r.CompletedPhases)
+				}
+			}},
 		{name: "a new session is judged after the events it had stored", run: batchRun(&store.RunnerBatch{Phases: hwValidate, Bound: refA}), obs: batchObs{session: newSession},
 			want: []string{"requeue"},
 			check: func(t *testing.T, r store.Run) {

@@ -98,6 +98,18 @@ type Config struct {
 	TokensPerWindow int
 	TokensPerNode   int
 	TokenPeriod     time.Duration
+	// ClaimSettle is how long after the coordinator opened a boot window
+	// (armed PXE, powered the node) a boot that has not passed
+	// attestation waits before it is given an assignment (PSIDs, host
+	// token): the real node asks for its boot identity within its
+	// power-on time, so a second claimant shows up before anything
+	// leaks (docs/SECURITY.md). Default 2m; set it above the slowest
+	// server's power-on-to-iPXE time.
+	ClaimSettle time.Duration
+	// BootIPUnbound (--bind-boot-ip=false): a boot's address is not its
+	// identity, so a request from a second address is no second claimant
+	// and the race for a boot identity is not defended.
+	BootIPUnbound bool
 	// MaxRuns bounds the runs this instance drives at once; Start beyond it
 	// fails with a CapacityError at once instead of queueing (another
 	// instance, or a later retry, takes the node).
@@ -155,6 +167,7 @@ func (c *Config) defaults() {
 	d(&c.Timeouts.BMCPoll, time.Duration(manifests.DefaultBMCInterval))
 	d(&c.Timeouts.RetryBase, 2*time.Second)
 	d(&c.Timeouts.RetryMax, time.Minute)
+	d(&c.ClaimSettle, DefaultClaimSettle)
 	if c.Budgets.PhaseAttempts == 0 {
 		c.Budgets.PhaseAttempts = 3
 	}
@@ -180,6 +193,11 @@ func (c *Config) defaults() {
 		c.MaxRuns = DefaultMaxRuns
 	}
 }
+
+// DefaultClaimSettle is Config.ClaimSettle's default: above most servers'
+// power-on-to-iPXE time (memory training of a large node takes a minute
+// or more).
+const DefaultClaimSettle = 2 * time.Minute
 
 // DefaultMaxRuns is the per-instance run limit when none is configured: the
 // fleet benchmark's 5,000 nodes fit one instance.

@@ -86,6 +86,8 @@ type fixture struct {
 	forge  func(boot int, emit func(phase string, ev *curev1.Event))
 	// hellos are every Hello the scripted runner sent.
 	hellos []*curev1.Hello
+	// pxeDelay is the machine's power-on-to-iPXE time (its POST).
+	pxeDelay time.Duration
 }
 
 // helloDisks is what the scripted runner reports: the disk the manifest's
@@ -97,6 +99,9 @@ var helloDisks = []*curev1.BlockDevice{
 }
 
 const mac = "52:54:00:c0:de:01"
+
+// nodeAddr is the address the node asks for its boot identity from.
+const nodeAddr = "10.0.2.15"
 
 func newFixture(t *testing.T, edit func(sku *manifests.SKU, casDir string)) *fixture {
 	t.Helper()
@@ -206,6 +211,9 @@ func newFixtureCfg(t *testing.T, edit func(sku *manifests.SKU, casDir string), b
 		Timeouts: pipeline.Timeouts{WaitForCURE: 20 * time.Second, Reconnect: 3 * time.Second, ShutdownWait: 5 * time.Second, HostOS: 20 * time.Second, RunnerPhase: 20 * time.Second,
 			BMCReset: 10 * time.Second, TaskPoll: 50 * time.Millisecond, RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond},
 		Budgets: pipeline.Budgets{PhaseAttempts: 2, Disconnects: 2},
+		// The scripted node boots at once; TestBootTokenRaceContested and
+		// TestAssignmentHeldUntilClaimSettles hold it as a site would.
+		ClaimSettle: 10 * time.Millisecond,
 	}
 	if cfgEdit != nil {
 		cfgEdit(&ecfg)
@@ -253,7 +261,11 @@ func (f *fixture) playNode(ctx context.Context) {
 		seen = len(boots)
 		switch boots[seen-1] {
 		case vbmc.BootPxe:
-			d, err := f.eng.BootDecision(ctx, mac, "10.0.2.15")
+			f.mu.Lock()
+			post := f.pxeDelay
+			f.mu.Unlock()
+			time.Sleep(post)
+			d, err := f.eng.BootDecision(ctx, mac, nodeAddr)
 			if err != nil || !d.Boot {
 				continue // iPXE exits; nothing else on the fake disk boots
 			}

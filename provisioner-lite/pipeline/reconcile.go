@@ -93,6 +93,16 @@ type sessionObs struct {
 	// it was seen).
 	stored uint64
 	since  string
+	// held, when set, says its boot window's claim has not settled
+	// (sessionClaim, observed for a session of the run the batch does not
+	// follow yet): it is given nothing and followed in nothing.
+	held *claimState
+}
+
+// unsettled says whether the session is of the run and may not be given
+// work or be followed yet.
+func (s *sessionObs) unsettled(runID string) bool {
+	return s != nil && s.runID == runID && s.held != nil
 }
 
 // batchObs is one look at a batch of in-band phases.
@@ -246,8 +256,12 @@ func rebootedIntoCURE(b *store.RunnerBatch, now time.Time) {
 // pipeline has not acted on yet, and a new assignment would run them (and
 // mint a new host token) again.
 func (d *batchDecision) actOnEvents() {
+	held := ""
+	if cur := d.obs.session; cur.unsettled(d.r.ID) {
+		held = cur.ref.BootID // a boot given nothing yet cannot have done anything of the batch
+	}
 	for _, ev := range d.obs.events {
-		if ev.Source != runstate.SourceRunner || !slices.Contains(remaining(d.r, d.b.Phases), ev.Phase) {
+		if ev.Source != runstate.SourceRunner || !slices.Contains(remaining(d.r, d.b.Phases), ev.Phase) || (held != "" && ev.BootID == held) {
 			continue
 		}
 		switch ev.Kind {
@@ -367,8 +381,15 @@ func (d *batchDecision) lost() {
 func (d *batchDecision) newSession(cur *sessionObs) {
 	if d.b.Seen != cur.ref {
 		d.b.Seen, d.b.SeenStored = cur.ref, cur.stored
+		if cur.held != nil {
+			d.add(action{kind: actNote, phase: nonEmpty(d.b.Current, remaining(d.r, d.b.Phases)[0]),
+				msg: fmt.Sprintf("runner boot %s holds no assignment yet: %s", cur.ref.BootID, cur.held.why)})
+		}
 		d.add(action{kind: actRequeue})
 		return
+	}
+	if cur.held != nil {
+		return // held: looked at again when the claim settles (runnerPhases)
 	}
 	if reattachable(d.r, cur, d.b.SeenStored) {
 		// The runner kept working while its stream was down (or while the

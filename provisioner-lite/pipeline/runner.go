@@ -58,12 +58,16 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 		case res.requeue || more:
 			continue
 		}
+		look := 5 * time.Second
+		if so := obs.session; so.unsettled(r.ID) && !so.held.at.IsZero() {
+			look = min(look, time.Until(so.held.at)+10*time.Millisecond) // the held session's claim settles
+		}
 		select {
 		case <-ctx.Done():
 			return "", "", errStopped
 		case <-signal:
 		case <-changed:
-		case <-time.After(5 * time.Second):
+		case <-time.After(look):
 		}
 	}
 }
@@ -133,7 +137,13 @@ func (e *Engine) observeSession(ctx context.Context, r *store.Run, fresh bool) (
 	if b := r.Pipeline.Batch; !fresh && b != nil && so.ref == b.Bound || s.RunID != r.ID {
 		return so, nil
 	}
-	var err error
+	claim, err := e.sessionClaim(ctx, *r, s)
+	if err != nil {
+		return nil, err
+	}
+	if !claim.settled {
+		so.held = &claim
+	}
 	if so.stored, err = e.cfg.Store.MaxSeq(ctx, r.ID, s.BootID); err != nil {
 		return nil, err
 	}

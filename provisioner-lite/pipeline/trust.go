@@ -1,11 +1,13 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
+	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"github.com/cure-oss/cure/tools/blockdev"
@@ -24,13 +27,24 @@ import (
 
 // openBootWindow marks that the coordinator has just armed a one-time PXE
 // boot into CURE: only now may the boot server mint tokens for the run, and
-// the first boot to register closes the window again.
+// the first boot to register closes the window again. The window's id is
+// its opening time (windowOpened), which the claim settles from.
 func openBootWindow(r *store.Run) {
 	r.Pipeline.Boot = store.BootCURE
 	r.Pipeline.CUREWindow = fmt.Sprintf("w%d", time.Now().UnixNano())
 }
 
 func bootWindow(r store.Run) string { return nonEmpty(r.Pipeline.CUREWindow, "w0") }
+
+// windowOpened is when the run's current boot window opened, read from its
+// id (zero for "w0", a run without one).
+func windowOpened(r store.Run) time.Time {
+	ns, err := strconv.ParseInt(strings.TrimPrefix(r.Pipeline.CUREWindow, "w"), 10, 64)
+	if err != nil || ns <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
 
 // BootDecision implements bootserver.Coordinator: a node boots CURE only
 // while its active run has an open boot window; each answer then mints a
@@ -62,37 +76,45 @@ func (e *Engine) bootDecision(ctx context.Context, mac, peer, path string) (boot
 		return bootserver.Decision{Boot: false, Reason: "run " + r.ID + " wants the installed OS"}, nil
 	}
 	window := bootWindow(r)
+	if !e.cfg.BootIPUnbound {
+		// Before the limits: a claimant that used up the window's tokens
+		// must not hide a second one behind a refusal.
+		if err := e.cfg.Store.ClaimBootWindow(ctx, r.ID, window, peer); err != nil {
+			return bootserver.Decision{}, e.claimRefused(ctx, n, r, mac, peer, path, err)
+		}
+	}
 	ws, err := e.cfg.Store.BootWindow(ctx, r.ID, window)
 	if err != nil {
 		return bootserver.Decision{}, err
 	}
 	if ws.Bound != nil {
+		// Its claimant asking again (a retry, or the node rebooted on its
+		// own): the boot that registered is the window's.
 		return bootserver.Decision{Boot: false, Reason: fmt.Sprintf("run %s: boot %s already registered in this boot window", r.ID, ws.Bound.BootID)}, nil
 	}
-	limited := ""
-	switch {
-	case ws.Issued >= e.cfg.TokensPerWindow:
-		limited = fmt.Sprintf("%d boot tokens already issued in this boot window", ws.Issued)
-	case !e.tokens.allow(n.ID):
-		limited = fmt.Sprintf("more than %d boot tokens for the node in %s", e.cfg.TokensPerNode, e.cfg.TokenPeriod)
-	}
-	if limited != "" {
-		e.cfg.Audit.Security(ctx, store.AuditEntry{Actor: n.ID, Peer: peer, Action: audit.BootTokenRateLimit, RunID: r.ID, Nodes: []string{n.ID},
-			Result: "refused", Detail: "iPXE script for " + mac + ": " + limited})
-		return bootserver.Decision{}, fmt.Errorf("node %s: %s: %w", n.ID, limited, bootserver.ErrRateLimited)
+	if err := e.tokenBudget(ctx, n, r, mac, peer, ws); err != nil {
+		return bootserver.Decision{}, err
 	}
 	tok := NewToken()
-	err = e.cfg.Store.IssueBootToken(ctx, store.BootToken{
+	issue := e.cfg.Store.ClaimBootToken
+	if e.cfg.BootIPUnbound {
+		issue = e.cfg.Store.IssueBootToken
+	}
+	err = issue(ctx, store.BootToken{
 		Hash: store.TokenHash(tok), NodeID: n.ID, RunID: r.ID, Window: window, Peer: peer,
 		Issued: time.Now(), Expires: time.Now().Add(e.cfg.Timeouts.WaitForCURE),
 	}, e.cfg.TokensPerWindow)
-	if errors.Is(err, store.ErrWindowFull) {
+	var contest *store.ContestedError
+	switch {
+	case errors.As(err, &contest) || errors.Is(err, store.ErrWindowContested):
+		// A second claimant raced this one between the claim and the issue.
+		return bootserver.Decision{}, e.claimRefused(ctx, n, r, mac, peer, path, err)
+	case errors.Is(err, store.ErrWindowFull):
 		// Lost a race with a concurrent request for the same window.
 		e.cfg.Audit.Security(ctx, store.AuditEntry{Actor: n.ID, Peer: peer, Action: audit.BootTokenRateLimit, RunID: r.ID, Nodes: []string{n.ID},
 			Result: "refused", Detail: "iPXE script for " + mac + ": " + err.Error()})
 		return bootserver.Decision{}, fmt.Errorf("node %s: %v: %w", n.ID, err, bootserver.ErrRateLimited)
-	}
-	if err != nil {
+	case err != nil:
 		return bootserver.Decision{}, err
 	}
 	what := "iPXE script served"
@@ -108,6 +130,51 @@ func (e *Engine) bootDecision(ctx context.Context, mac, peer, path string) (boot
 		Cmdline: fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", nonEmpty(r.Pipeline.RunnerAddr, e.cfg.RunnerAddr), e.cfg.BaseURL, n.ID, tok),
 		Reason:  "run " + r.ID,
 	}, nil
+}
+
+// tokenBudget refuses a token past the window's or the node's budget, as
+// a rate-limited security event.
+func (e *Engine) tokenBudget(ctx context.Context, n store.Node, r store.Run, mac, peer string, ws store.WindowState) error {
+	limited := ""
+	switch {
+	case ws.Issued >= e.cfg.TokensPerWindow:
+		limited = fmt.Sprintf("%d boot tokens already issued in this boot window", ws.Issued)
+	case !e.tokens.allow(n.ID):
+		limited = fmt.Sprintf("more than %d boot tokens for the node in %s", e.cfg.TokensPerNode, e.cfg.TokenPeriod)
+	}
+	if limited == "" {
+		return nil
+	}
+	e.cfg.Audit.Security(ctx, store.AuditEntry{Actor: n.ID, Peer: peer, Action: audit.BootTokenRateLimit, RunID: r.ID, Nodes: []string{n.ID},
+		Result: "refused", Detail: "iPXE script for " + mac + ": " + limited})
+	return fmt.Errorf("node %s: %s: %w", n.ID, limited, bootserver.ErrRateLimited)
+}
+
+// claimRefused answers a boot-identity request whose window another
+// address claimed: the first such request contests the window (the store
+// revoked its tokens; the run stops in attention naming both addresses),
+// a later one is refused. Neither claimant gets a token.
+func (e *Engine) claimRefused(ctx context.Context, n store.Node, r store.Run, mac, peer, path string, err error) error {
+	var ce *store.ContestedError
+	if !errors.As(err, &ce) {
+		if errors.Is(err, store.ErrWindowContested) {
+			return fmt.Errorf("node %s run %s: boot token for %s from %s: %w (%w)", n.ID, r.ID, mac, peer, bootserver.ErrContested, err)
+		}
+		return err
+	}
+	what := "the iPXE script"
+	if path == runstate.BootPathHTTPS {
+		what = "the HTTPS boot parameters"
+	}
+	detail := fmt.Sprintf("%s for %s asked from %s, but boot window %s was claimed from %s first", what, mac, peer, ce.Window, ce.First)
+	if ce.Bound.BootID != "" {
+		detail += fmt.Sprintf(" (boot %s registered from there)", ce.Bound.BootID)
+	}
+	detail += fmt.Sprintf(": two claimants for node %s (%s and %s); every token of the window is revoked and neither gets a secret", n.ID, ce.First, ce.Second)
+	e.cfg.Audit.Security(ctx, store.AuditEntry{Actor: n.ID, Peer: peer, Action: audit.BootWindowContested, RunID: r.ID, Nodes: []string{n.ID},
+		Result: "refused", Detail: detail})
+	e.IdentityContested(ctx, r.ID, detail)
+	return fmt.Errorf("node %s run %s: %s: %w", n.ID, r.ID, detail, bootserver.ErrContested)
 }
 
 // HostReady implements bootserver.Coordinator: the installed OS phoned home.
@@ -261,4 +328,42 @@ func (l *tokenLimiter) allow(node string) bool {
 	}
 	l.issued[node] = append(recent, now)
 	return true
+}
+
+// claimState is how a runner session stands with its boot window's claim.
+type claimState struct {
+	settled bool
+	at      time.Time // when it settles (zero: never, the window has two claimants)
+	why     string    // what it waits for
+}
+
+// sessionClaim says whether session s of run r may be given work and
+// secrets: at once if its boot passed attestation (its TPM proved it is
+// the node); otherwise once its boot window has had one claimant for
+// ClaimSettle since the coordinator opened it (armed PXE) or last powered
+// the node, whichever is later. The real node asks within its power-on
+// time, so a peer that took the window first is contested before it is
+// given anything.
+func (e *Engine) sessionClaim(ctx context.Context, r store.Run, s *sessions.Session) (claimState, error) {
+	if s.Attested {
+		return claimState{settled: true}, nil
+	}
+	ws, err := e.cfg.Store.BootWindow(ctx, r.ID, bootWindow(r))
+	if err != nil {
+		return claimState{}, err
+	}
+	if ws.Contested || (!e.cfg.BootIPUnbound && len(ws.Claimants) > 1) {
+		return claimState{why: fmt.Sprintf("boot window %s has two claimants (%s)", bootWindow(r), strings.Join(ws.Claimants, ", "))}, nil
+	}
+	from := windowOpened(r)
+	if t := r.Pipeline.BootRequestedAt; t.After(from) {
+		from = t
+	}
+	if from.IsZero() {
+		from = cmp.Or(ws.FirstIssued, s.ConnectedAt)
+	}
+	at := from.Add(e.cfg.ClaimSettle)
+	return claimState{settled: !time.Now().Before(at), at: at,
+		why: fmt.Sprintf("the boot is not attested: its boot window's claim settles at %s (%s after the boot was requested, with one claimant)",
+			at.UTC().Format(time.RFC3339), e.cfg.ClaimSettle)}, nil
 }

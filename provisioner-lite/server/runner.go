@@ -56,8 +56,10 @@ type RunnerService struct {
 	// MaxPendingHellos bounds the sessions that have not sent their Hello
 	// yet (default 256): more are refused at once.
 	MaxPendingHellos int
-	// BindPeer refuses a first Hello from another IP address than the one
-	// that fetched the token's iPXE script.
+	// BindPeer makes a boot's address its identity: a first Hello
+	// presenting a token from another address than the one its boot
+	// window's tokens went to is a second claimant, which contests the
+	// window (the run stops in attention, docs/SECURITY.md).
 	BindPeer bool
 	// Limits caps what one run's runner may make the store keep.
 	Limits store.EventLimits
@@ -479,25 +481,18 @@ func (s *RunnerService) authenticateHello(ctx context.Context, hello *curev1.Hel
 	outcome, tok, err := s.Store.BindBootToken(ctx, store.BindRequest{
 		Hash: hash, BootID: hello.GetBootId(), SessionHash: store.TokenHash(hello.GetSessionSecret()), Peer: peerIP, RequirePeer: s.BindPeer,
 	})
-	entry := store.AuditEntry{Actor: node.ID, Peer: peerIP, RunID: run.ID, Nodes: []string{node.ID}, Result: "refused"}
 	var contested *store.ContestedError
 	switch {
 	case errors.As(err, &contested):
-		entry.Action = audit.BootWindowContested
-		entry.Detail = fmt.Sprintf("boot %s from %s presented a token of boot window %s, which boot %s from %s registered in first: two parties claim node %s",
-			textsafe.BoundedLine(hello.GetBootId(), maxName), peerIP, contested.Token.Window, contested.Bound.BootID, contested.Bound.BoundPeer, node.ID)
-		s.Audit.Security(ctx, entry)
-		if s.Guard != nil {
-			s.Guard.IdentityContested(ctx, run.ID, entry.Detail)
-		}
-		return store.Node{}, store.Run{}, "", status.Error(codes.PermissionDenied, "this boot window was already registered by another boot; the run is stopped for an operator")
-	case errors.Is(err, store.ErrPeerMismatch):
-		entry.Action, entry.Detail = audit.BootTokenPeer, err.Error()
-		s.Audit.Security(ctx, entry)
-		return store.Node{}, store.Run{}, "", status.Error(codes.PermissionDenied, "boot token presented from another address than it was issued to")
+		s.contested(ctx, node.ID, peerIP, "boot "+textsafe.BoundedLine(hello.GetBootId(), maxName)+" presented a boot token", contested)
+		return store.Node{}, store.Run{}, "", status.Error(codes.PermissionDenied, "another party claimed this boot window; the run is stopped for an operator")
+	case errors.Is(err, store.ErrWindowContested):
+		s.Audit.Security(ctx, store.AuditEntry{Actor: node.ID, Peer: peerIP, RunID: run.ID, Nodes: []string{node.ID}, Result: "refused",
+			Action: audit.BootTokenRejected, Detail: err.Error()})
+		return store.Node{}, store.Run{}, "", status.Error(codes.PermissionDenied, "this boot window was contested by two claimants; the run is stopped for an operator")
 	case err != nil:
-		entry.Action, entry.Detail = audit.BootTokenRejected, err.Error()
-		s.Audit.Security(ctx, entry)
+		s.Audit.Security(ctx, store.AuditEntry{Actor: node.ID, Peer: peerIP, RunID: run.ID, Nodes: []string{node.ID}, Result: "refused",
+			Action: audit.BootTokenRejected, Detail: err.Error()})
 		return store.Node{}, store.Run{}, "", status.Error(codes.Unauthenticated, "unknown, expired or superseded boot token")
 	}
 	if !charged {
@@ -506,6 +501,22 @@ func (s *RunnerService) authenticateHello(ctx context.Context, hello *curev1.Hel
 		s.sessions.Allow(boot)
 	}
 	return node, run, outcome, nil
+}
+
+// contested records that two parties claimed one boot window (the store
+// revoked its tokens): a security event naming both, and the run stopped
+// in attention with its sessions closed (Guard).
+func (s *RunnerService) contested(ctx context.Context, nodeID, peerIP, what string, ce *store.ContestedError) {
+	detail := fmt.Sprintf("%s from %s, but boot window %s of run %s was claimed from %s first", what, peerIP, ce.Window, ce.RunID, ce.First)
+	if ce.Bound.BootID != "" {
+		detail += fmt.Sprintf(" (boot %s registered from there)", textsafe.BoundedLine(ce.Bound.BootID, maxName))
+	}
+	detail += fmt.Sprintf(": two claimants for node %s (%s and %s); every token of the window is revoked and neither gets a secret", nodeID, ce.First, ce.Second)
+	s.Audit.Security(ctx, store.AuditEntry{Actor: nodeID, Peer: peerIP, Action: audit.BootWindowContested, RunID: ce.RunID, Nodes: []string{nodeID},
+		Result: "refused", Detail: textsafe.BoundedLine(detail, maxMessage)})
+	if s.Guard != nil {
+		s.Guard.IdentityContested(ctx, ce.RunID, detail)
+	}
 }
 
 // storeInventory keeps the hardware a boot reported in its Hello, cleaned

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -14,6 +15,13 @@ import (
 // id and the hash of the runner's session secret), which closes the window:
 // the window's other tokens are revoked, and the run's older bindings are
 // superseded. The store keeps only SHA-256 digests (TokenHash).
+//
+// Where a boot's address is its identity (ClaimBootToken, RequirePeer), the
+// address the window's first token went to is the window's claimant: a
+// request from another address, before or after a Hello bound the window,
+// is a second claimant. The coordinator cannot tell which is the node, so
+// every token of the window is revoked (RevokedContested) and it mints no
+// more.
 
 // Token states as stored.
 const (
@@ -26,6 +34,8 @@ const (
 const (
 	RevokedWindow = "window" // another token of its window was bound first
 	RevokedStale  = "stale"  // a newer window of the run, or the window ended
+	// RevokedContested: two addresses claimed the token's window.
+	RevokedContested = "contested"
 )
 
 // BootToken is one minted token, by hash.
@@ -43,21 +53,32 @@ type BootToken struct {
 var (
 	// ErrStale: the token was superseded (a newer boot window of its run).
 	ErrStale = errors.New("superseded by a newer boot of the run")
-	// ErrPeerMismatch: the Hello came from another address than the one the
-	// token was issued to; the token stays unbound.
-	ErrPeerMismatch = errors.New("presented from another address than it was issued to")
+	// ErrWindowContested: the window was contested earlier; none of its
+	// tokens opens anything and it mints no more.
+	ErrWindowContested = errors.New("boot window contested by two claimants: its tokens are revoked")
 )
 
-// ContestedError says two different boots claimed one boot window: the
-// coordinator cannot tell which is the node.
+// ContestedError says two parties claimed one boot window (two boots, or
+// two addresses): the coordinator cannot tell which is the node. Every
+// token of the window was revoked when it was returned.
 type ContestedError struct {
-	Token BootToken // the token presented
-	Bound BootToken // the binding already in place for its window
+	RunID, Window string
+	// First is the claimant in place (the address its tokens went to, or
+	// that registered), Second the one that came after.
+	First, Second string
+	// Bound is the binding already in place for the window (zero if no
+	// boot registered yet).
+	Bound BootToken
+	// Token is the token presented (zero for a token request).
+	Token BootToken
 }
 
 func (e *ContestedError) Error() string {
-	return fmt.Sprintf("boot window %s of run %s was already registered by boot %s from %s at %s",
-		e.Token.Window, e.Token.RunID, e.Bound.BootID, e.Bound.BoundPeer, e.Bound.BoundAt.Format(time.RFC3339))
+	if e.Bound.BootID != "" {
+		return fmt.Sprintf("boot window %s of run %s: claimed from %s, where boot %s from %s registered first at %s",
+			e.Window, e.RunID, e.Second, e.Bound.BootID, e.First, e.Bound.BoundAt.Format(time.RFC3339))
+	}
+	return fmt.Sprintf("boot window %s of run %s: claimed from %s, whose tokens went to %s first", e.Window, e.RunID, e.Second, e.First)
 }
 
 // ErrWindowFull: the boot window already had its maximum of tokens.
@@ -66,8 +87,24 @@ var ErrWindowFull = errors.New("boot window has had its maximum of tokens")
 // IssueBootToken records a freshly minted token (state issued), unless its
 // boot window already had max tokens or a boot registered in it (counted in
 // the same transaction, so concurrent requests cannot exceed it); max <= 0
-// means no limit.
+// means no limit. Addresses are not identities here (--bind-boot-ip=false):
+// see ClaimBootToken.
 func (s *Store) IssueBootToken(ctx context.Context, t BootToken, max int) error {
+	return s.issueBootToken(ctx, t, max, false)
+}
+
+// ClaimBootToken is IssueBootToken where a boot's address is its identity:
+// t.Peer must be the window's claimant (the address of its first token), or
+// the window's first. A request from another address returns a
+// *ContestedError and revokes every token of the window; a window contested
+// before returns ErrWindowContested. Both are checked before the limits,
+// in the same transaction: a claimant that used up the window's tokens
+// does not keep a second one from being seen.
+func (s *Store) ClaimBootToken(ctx context.Context, t BootToken, max int) error {
+	return s.issueBootToken(ctx, t, max, true)
+}
+
+func (s *Store) issueBootToken(ctx context.Context, t BootToken, max int, oneClaimant bool) error {
 	if len(t.Hash) != 64 {
 		return fmt.Errorf("store: boot token for node %s: want its SHA-256 hex, got %d characters", t.NodeID, len(t.Hash))
 	}
@@ -77,49 +114,150 @@ func (s *Store) IssueBootToken(ctx context.Context, t BootToken, max int) error 
 	if t.Issued.IsZero() {
 		t.Issued = time.Now()
 	}
+	var contest *ContestedError
 	err := s.tx(ctx, func(tx *Tx) error {
-		var n, bound int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*), count(CASE WHEN state = 'bound' THEN 1 END) FROM boot_tokens WHERE run_id = ? AND "window" = ?`,
-			t.RunID, t.Window).Scan(&n, &bound); err != nil {
+		ws, err := windowTx(ctx, tx, t.RunID, t.Window)
+		if err != nil {
 			return err
 		}
-		if bound > 0 || (max > 0 && n >= max) {
-			return fmt.Errorf("%w (%d issued, max %d, registered %t)", ErrWindowFull, n, max, bound > 0)
+		if oneClaimant {
+			if contest, err = claimTx(ctx, tx, ws, t.RunID, t.Window, t.Peer); err != nil || contest != nil {
+				return err // a contest is committed: its revocations must hold
+			}
 		}
-		_, err := tx.ExecContext(ctx, `
+		if ws.Bound != nil || (max > 0 && ws.Issued >= max) {
+			return fmt.Errorf("%w (%d issued, max %d, registered %t)", ErrWindowFull, ws.Issued, max, ws.Bound != nil)
+		}
+		_, err = tx.ExecContext(ctx, `
 INSERT INTO boot_tokens (token_sha256, node_id, run_id, "window", peer, issued_at, expires, state)
 VALUES (?, ?, ?, ?, ?, ?, ?, 'issued')`, t.Hash, t.NodeID, t.RunID, t.Window, t.Peer, toMs(t.Issued), toMs(t.Expires))
 		return err
 	})
+	if err == nil && contest != nil {
+		return contest
+	}
 	if err != nil {
 		return fmt.Errorf("store: issue boot token for node %s run %s: %w", t.NodeID, t.RunID, err)
 	}
 	return nil
 }
 
-// WindowState says how many tokens a boot window has had and which boot, if
-// any, registered in it.
+// ClaimBootWindow checks that peer may claim a run's boot window without
+// minting anything: nil when the window has no claimant yet or peer is it;
+// a *ContestedError (every token of the window revoked) when another
+// address claims it; ErrWindowContested when it was contested before. The
+// boot server asks it before its rate limits, so a peer that used up the
+// window's tokens cannot hide a second claimant behind a refusal.
+func (s *Store) ClaimBootWindow(ctx context.Context, runID, window, peer string) error {
+	var contest *ContestedError
+	err := s.tx(ctx, func(tx *Tx) error {
+		ws, err := windowTx(ctx, tx, runID, window)
+		if err != nil {
+			return err
+		}
+		contest, err = claimTx(ctx, tx, ws, runID, window, peer)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store: claim boot window %s of run %s: %w", window, runID, err)
+	}
+	if contest != nil {
+		return contest
+	}
+	return nil
+}
+
+// claimTx judges peer's claim on a window as ws shows it: a contested
+// window is refused, another claimant contests it (revoking every token of
+// the window in tx, which the caller must commit).
+func claimTx(ctx context.Context, tx *Tx, ws WindowState, runID, window, peer string) (*ContestedError, error) {
+	if ws.Contested {
+		return nil, ErrWindowContested
+	}
+	first := ""
+	if len(ws.Claimants) > 0 {
+		first = ws.Claimants[0]
+	}
+	if len(ws.Claimants) == 0 || (len(ws.Claimants) == 1 && first == peer) {
+		return nil, nil
+	}
+	ce := &ContestedError{RunID: runID, Window: window, First: first, Second: peer}
+	if ws.Bound != nil {
+		ce.Bound = *ws.Bound
+	}
+	if first == peer { // already two claimants (tokens issued without the rule): the other is the second
+		ce.Second = ws.Claimants[1]
+	}
+	return ce, contestTx(ctx, tx, runID, window)
+}
+
+// contestTx revokes every token of a window, bound or not: two parties
+// claimed it, so none of its tokens opens a session any more.
+func contestTx(ctx context.Context, tx *Tx, runID, window string) error {
+	_, err := tx.ExecContext(ctx, `UPDATE boot_tokens SET state = 'revoked', revoked_why = 'contested'
+WHERE run_id = ? AND "window" = ?`, runID, window)
+	return err
+}
+
+// WindowState says how many tokens a boot window has had, which boot, if
+// any, registered in it, and who claimed it.
 type WindowState struct {
 	Issued int
 	Bound  *BootToken
+	// Claimants are the distinct addresses the window's tokens went to,
+	// first claimant first (where addresses are identities, a boot
+	// registers only from its token's).
+	Claimants []string
+	// Contested: two claimants were seen; every token is revoked.
+	Contested bool
+	// FirstIssued is when its first token was minted (zero: none yet).
+	FirstIssued time.Time
 }
 
 // BootWindow returns the state of one boot window of a run.
 func (s *Store) BootWindow(ctx context.Context, runID, window string) (WindowState, error) {
-	var ws WindowState
-	rows, err := s.r.QueryContext(ctx, `SELECT `+tokenCols+` FROM boot_tokens WHERE run_id = ? AND "window" = ?`, runID, window)
+	ws, err := windowTx(ctx, s.r, runID, window)
 	if err != nil {
 		return ws, fmt.Errorf("store: boot window %s of run %s: %w", window, runID, err)
 	}
+	return ws, nil
+}
+
+// querier is a transaction or the store's readers.
+type querier interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+}
+
+func windowTx(ctx context.Context, q querier, runID, window string) (WindowState, error) {
+	var ws WindowState
+	rows, err := q.QueryContext(ctx, `SELECT `+tokenCols+` FROM boot_tokens WHERE run_id = ? AND "window" = ? ORDER BY issued_at, token_sha256`, runID, window)
+	if err != nil {
+		return ws, err
+	}
 	defer rows.Close()
+	claimant := func(addr string) {
+		if !slices.Contains(ws.Claimants, addr) {
+			ws.Claimants = append(ws.Claimants, addr)
+		}
+	}
 	for rows.Next() {
 		t, err := scanToken(rows)
 		if err != nil {
-			return ws, fmt.Errorf("store: boot window %s of run %s: %w", window, runID, err)
+			return ws, err
+		}
+		if ws.Issued == 0 {
+			ws.FirstIssued = t.Issued
 		}
 		ws.Issued++
-		if t.State == TokenBound {
+		claimant(t.Peer)
+		switch {
+		case t.State == TokenBound:
 			ws.Bound = &t
+		case t.State == TokenRevoked && t.RevokedWhy == RevokedContested:
+			ws.Contested = true
+			if t.BootID != "" {
+				ws.Bound = &t // the registration the contest ended
+			}
 		}
 	}
 	return ws, rows.Err()
@@ -144,7 +282,11 @@ type BindRequest struct {
 	BootID      string
 	SessionHash string // TokenHash of the runner's session secret
 	Peer        string // the Hello's source address
-	RequirePeer bool   // refuse an unbound token presented from another address
+	// RequirePeer: the boot's address is its identity. An unbound token
+	// presented from another address than its window's claimant is a
+	// second claimant (a contest); a bound boot resuming with its secret
+	// may come from anywhere (its secret proves it).
+	RequirePeer bool
 	Now         time.Time
 }
 
@@ -156,8 +298,9 @@ const (
 
 // BindBootToken consumes a token for a boot, atomically. It returns Bound or
 // Resumed and the token; otherwise an error wrapping ErrNotFound, ErrExpired,
-// ErrStale or ErrPeerMismatch, or a *ContestedError when another boot already
-// registered in the token's window (the presented token is then left as it was).
+// ErrStale or ErrWindowContested, or a *ContestedError when another boot
+// already registered in the token's window or (RequirePeer) another address
+// claims it: every token of the window is then revoked.
 func (s *Store) BindBootToken(ctx context.Context, req BindRequest) (string, BootToken, error) {
 	if req.Now.IsZero() {
 		req.Now = time.Now()
@@ -167,6 +310,7 @@ func (s *Store) BindBootToken(ctx context.Context, req BindRequest) (string, Boo
 	}
 	var outcome string
 	var tok BootToken
+	var contest *ContestedError
 	err := s.tx(ctx, func(tx *Tx) error {
 		t, err := scanToken(tx.QueryRowContext(ctx, `SELECT `+tokenCols+` FROM boot_tokens WHERE token_sha256 = ?`, req.Hash))
 		if errors.Is(err, sql.ErrNoRows) {
@@ -176,65 +320,64 @@ func (s *Store) BindBootToken(ctx context.Context, req BindRequest) (string, Boo
 			return err
 		}
 		tok = t
-		boundInWindow := func() (*BootToken, error) {
-			b, err := scanToken(tx.QueryRowContext(ctx, `SELECT `+tokenCols+` FROM boot_tokens WHERE run_id = ? AND "window" = ? AND state = 'bound'`, t.RunID, t.Window))
-			if errors.Is(err, sql.ErrNoRows) {
-				return nil, nil
-			}
-			return &b, err
-		}
-		switch t.State {
-		case TokenBound:
-			if t.BootID == req.BootID && subtle.ConstantTimeCompare([]byte(t.SessionHash), []byte(req.SessionHash)) == 1 {
-				outcome = Resumed
-				return nil
-			}
-			return &ContestedError{Token: t, Bound: t}
-		case TokenRevoked:
-			if t.RevokedWhy == RevokedWindow {
-				if b, err := boundInWindow(); err != nil {
-					return err
-				} else if b != nil {
-					return &ContestedError{Token: t, Bound: *b}
-				}
-			}
-			return ErrStale
-		}
-		if !req.Now.Before(t.Expires) {
-			return fmt.Errorf("expired at %s: %w", t.Expires.Format(time.RFC3339), ErrExpired)
-		}
-		if b, err := boundInWindow(); err != nil {
-			return err
-		} else if b != nil {
-			return &ContestedError{Token: t, Bound: *b}
-		}
-		if req.RequirePeer && t.Peer != "" && t.Peer != req.Peer {
-			return fmt.Errorf("issued to %s, presented from %s: %w", t.Peer, req.Peer, ErrPeerMismatch)
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE boot_tokens SET state = 'bound', boot_id = ?, session_sha256 = ?, bound_at = ?, bound_peer = ?
-WHERE token_sha256 = ?`, req.BootID, req.SessionHash, toMs(req.Now), req.Peer, req.Hash); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE boot_tokens SET state = 'revoked', revoked_why = 'window'
-WHERE run_id = ? AND "window" = ? AND state = 'issued'`, t.RunID, t.Window); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE boot_tokens SET state = 'revoked', revoked_why = 'stale'
-WHERE run_id = ? AND "window" != ? AND state IN ('issued', 'bound')`, t.RunID, t.Window); err != nil {
-			return err
-		}
-		tok.State, tok.BootID, tok.SessionHash, tok.BoundAt, tok.BoundPeer = TokenBound, req.BootID, req.SessionHash, req.Now, req.Peer
-		outcome = Bound
-		return nil
+		outcome, contest, err = bindTx(ctx, tx, t, req)
+		return err // nil with a contest: its revocations must hold
 	})
-	if err != nil {
-		var ce *ContestedError
-		if errors.As(err, &ce) {
-			return "", tok, err
-		}
+	switch {
+	case err != nil:
 		return "", tok, fmt.Errorf("store: boot token: %w", err)
+	case contest != nil:
+		contest.Token = tok
+		return "", tok, contest
+	}
+	if outcome == Bound {
+		tok.State, tok.BootID, tok.SessionHash, tok.BoundAt, tok.BoundPeer = TokenBound, req.BootID, req.SessionHash, req.Now, req.Peer
 	}
 	return outcome, tok, nil
+}
+
+// bindTx is BindBootToken's decision and writes for token t, in tx.
+func bindTx(ctx context.Context, tx *Tx, t BootToken, req BindRequest) (string, *ContestedError, error) {
+	if t.State == TokenBound && t.BootID == req.BootID && subtle.ConstantTimeCompare([]byte(t.SessionHash), []byte(req.SessionHash)) == 1 {
+		return Resumed, nil, nil
+	}
+	if t.State == TokenRevoked && t.RevokedWhy == RevokedContested {
+		return "", nil, ErrWindowContested
+	}
+	ws, err := windowTx(ctx, tx, t.RunID, t.Window)
+	if err != nil {
+		return "", nil, err
+	}
+	if ws.Bound != nil {
+		// Another boot (or this token with another secret) registered
+		// first: two parties claim the window.
+		ce := &ContestedError{RunID: t.RunID, Window: t.Window, First: ws.Bound.BoundPeer, Second: req.Peer, Bound: *ws.Bound}
+		return "", ce, contestTx(ctx, tx, t.RunID, t.Window)
+	}
+	if t.State == TokenRevoked {
+		return "", nil, ErrStale
+	}
+	if !req.Now.Before(t.Expires) {
+		return "", nil, fmt.Errorf("expired at %s: %w", t.Expires.Format(time.RFC3339), ErrExpired)
+	}
+	if req.RequirePeer {
+		if ce, err := claimTx(ctx, tx, ws, t.RunID, t.Window, req.Peer); err != nil || ce != nil {
+			return "", ce, err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE boot_tokens SET state = 'bound', boot_id = ?, session_sha256 = ?, bound_at = ?, bound_peer = ?
+WHERE token_sha256 = ?`, req.BootID, req.SessionHash, toMs(req.Now), req.Peer, req.Hash); err != nil {
+		return "", nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE boot_tokens SET state = 'revoked', revoked_why = 'window'
+WHERE run_id = ? AND "window" = ? AND state = 'issued'`, t.RunID, t.Window); err != nil {
+		return "", nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE boot_tokens SET state = 'revoked', revoked_why = 'stale'
+WHERE run_id = ? AND "window" != ? AND state IN ('issued', 'bound')`, t.RunID, t.Window); err != nil {
+		return "", nil, err
+	}
+	return Bound, nil, nil
 }
 
 // EndBootWindow revokes the tokens of a run's window that nobody used (the

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -55,9 +56,6 @@ func TestBootTokenBinding(t *testing.T) {
 	issue(t, s, "b", "r1", "w1", "10.0.0.5", hour) // an iPXE retry in the same window
 	issue(t, s, "expired", "r1", "w1", "10.0.0.5", time.Now().Add(-time.Second))
 
-	if _, _, err := bind(s, "a", "boot1", "secret1", "10.0.0.9"); !errors.Is(err, ErrPeerMismatch) {
-		t.Fatalf("bind from another address: %v, want ErrPeerMismatch", err)
-	}
 	if _, _, err := bind(s, "expired", "boot1", "secret1", "10.0.0.5"); !errors.Is(err, ErrExpired) {
 		t.Fatalf("bind of an expired token: %v, want ErrExpired", err)
 	}
@@ -71,17 +69,6 @@ func TestBootTokenBinding(t *testing.T) {
 	// The same boot reconnecting, even from elsewhere (NAT rebinding), resumes.
 	if out, _, err := bind(s, "a", "boot1", "secret1", "10.0.0.6"); err != nil || out != Resumed {
 		t.Fatalf("reconnect of the same boot: %q %v", out, err)
-	}
-	var ce *ContestedError
-	if _, _, err := bind(s, "a", "boot1", "guessed", "10.0.0.5"); !errors.As(err, &ce) || ce.Bound.BootID != "boot1" {
-		t.Fatalf("token reused with another secret: %v, want ContestedError naming boot1", err)
-	}
-	if _, _, err := bind(s, "a", "boot2", "secret2", "10.0.0.5"); !errors.As(err, &ce) {
-		t.Fatalf("token reused by another boot: %v, want ContestedError", err)
-	}
-	// The window's other token was revoked when a boot registered: presenting it is a contest.
-	if _, _, err := bind(s, "b", "boot2", "secret2", "10.0.0.5"); !errors.As(err, &ce) || ce.Token.Hash != TokenHash("b") {
-		t.Fatalf("second token of a closed window: %v, want ContestedError", err)
 	}
 	ws, err := s.BootWindow(ctx, "r1", "w1")
 	if err != nil || ws.Issued != 3 || ws.Bound == nil || ws.Bound.BootID != "boot1" {
@@ -107,6 +94,32 @@ func TestBootTokenBinding(t *testing.T) {
 		t.Fatalf("old boot after a newer one registered: %v, want ErrStale", err)
 	}
 
+	// A second boot in a window a boot registered in is a contest, each
+	// way it can present itself; the contest revokes the whole window, the
+	// registered boot's binding included.
+	var ce *ContestedError
+	contests := []struct {
+		name, token, boot, secret string
+	}{
+		{"token reused with another secret", "x", "boot1", "guessed"},
+		{"token reused by another boot", "x", "boot2", "secret2"},
+		{"the window's other token, revoked when a boot registered", "x2", "boot2", "secret2"},
+	}
+	for i, c := range contests {
+		w := fmt.Sprintf("wc%d", i)
+		issue(t, s, "x"+w, "r1", w, "10.0.0.5", hour)
+		issue(t, s, "x2"+w, "r1", w, "10.0.0.5", hour)
+		if out, _, err := bind(s, "x"+w, "boot1", "secret1", "10.0.0.5"); err != nil || out != Bound {
+			t.Fatalf("%s: first Hello: %q %v", c.name, out, err)
+		}
+		if _, _, err := bind(s, c.token+w, c.boot, c.secret, "10.0.0.5"); !errors.As(err, &ce) || ce.Bound.BootID != "boot1" || ce.Token.Hash != TokenHash(c.token+w) {
+			t.Fatalf("%s: %v, want ContestedError naming boot1", c.name, err)
+		}
+		if _, _, err := bind(s, "x"+w, "boot1", "secret1", "10.0.0.5"); !errors.Is(err, ErrWindowContested) {
+			t.Fatalf("%s: the registered boot after the contest: %v, want ErrWindowContested", c.name, err)
+		}
+	}
+
 	// The run ends: nothing of it can attach any more.
 	if err := s.DeleteRunBootTokens(ctx, "r1"); err != nil {
 		t.Fatal(err)
@@ -117,6 +130,93 @@ func TestBootTokenBinding(t *testing.T) {
 	var n int
 	if err := s.r.db.QueryRow(`SELECT count(*) FROM boot_tokens`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("tokens left: %d %v", n, err)
+	}
+}
+
+// A boot window has one claimant, the address its first token went to:
+// the same address asking again is a retry; another address asking for a
+// token, or presenting one, before or after a boot registered, contests
+// the window, and then none of its tokens opens anything and it mints no
+// more (TestBootTokenRaceContested is the attack end to end).
+func TestBootWindowClaimants(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := ctxT(t)
+	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
+	runningRun(t, s, "r1")
+	hour := time.Now().Add(time.Hour)
+	claim := func(token, window, peer string) error {
+		return s.ClaimBootToken(ctx, BootToken{Hash: TokenHash(token), NodeID: "n1", RunID: "r1", Window: window, Peer: peer, Expires: hour}, 0)
+	}
+	var ce *ContestedError
+
+	// Before any Hello: a second address asking for a token.
+	if err := claim("a1", "w1", "10.0.0.66"); err != nil {
+		t.Fatal(err)
+	}
+	if err := claim("a2", "w1", "10.0.0.66"); err != nil {
+		t.Fatalf("a retry by the claimant: %v", err)
+	}
+	if err := s.ClaimBootWindow(ctx, "r1", "w1", "10.0.0.66"); err != nil {
+		t.Fatalf("the claimant's claim: %v", err)
+	}
+	if err := claim("n1", "w1", "10.0.0.5"); !errors.As(err, &ce) || ce.First != "10.0.0.66" || ce.Second != "10.0.0.5" {
+		t.Fatalf("a token for a second address: %v, want ContestedError naming both", err)
+	}
+	ws, err := s.BootWindow(ctx, "r1", "w1")
+	if err != nil || !ws.Contested || ws.Issued != 2 || !slices.Equal(ws.Claimants, []string{"10.0.0.66"}) {
+		t.Fatalf("window after the contest: %+v %v", ws, err)
+	}
+	for _, who := range []string{"10.0.0.66", "10.0.0.5"} {
+		if err := claim("late-"+who, "w1", who); !errors.Is(err, ErrWindowContested) {
+			t.Fatalf("a token for %s after the contest: %v, want ErrWindowContested", who, err)
+		}
+		if err := s.ClaimBootWindow(ctx, "r1", "w1", who); !errors.Is(err, ErrWindowContested) {
+			t.Fatalf("a claim from %s after the contest: %v, want ErrWindowContested", who, err)
+		}
+	}
+	if _, _, err := bind(s, "a1", "boot1", "secret1", "10.0.0.66"); !errors.Is(err, ErrWindowContested) {
+		t.Fatalf("the first claimant's Hello after the contest: %v, want ErrWindowContested", err)
+	}
+
+	// A Hello presenting the token from another address than its claimant.
+	if err := claim("b1", "w2", "10.0.0.5"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := bind(s, "b1", "boot1", "secret1", "10.0.0.9"); !errors.As(err, &ce) || ce.First != "10.0.0.5" || ce.Second != "10.0.0.9" {
+		t.Fatalf("bind from another address: %v, want ContestedError naming both", err)
+	}
+	if _, _, err := bind(s, "b1", "boot1", "secret1", "10.0.0.5"); !errors.Is(err, ErrWindowContested) {
+		t.Fatalf("the claimant's own Hello after a contest: %v, want ErrWindowContested", err)
+	}
+
+	// After a Hello registered: the bound boot resumes from anywhere with
+	// its secret; another address asking for a token is a contest, and
+	// the registered boot is cut off too.
+	if err := claim("c1", "w3", "10.0.0.66"); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := bind(s, "c1", "boot3", "secret3", "10.0.0.66"); err != nil || out != Bound {
+		t.Fatalf("first Hello: %q %v", out, err)
+	}
+	if out, _, err := bind(s, "c1", "boot3", "secret3", "10.0.0.67"); err != nil || out != Resumed {
+		t.Fatalf("the bound boot resuming from elsewhere: %q %v", out, err)
+	}
+	if err := claim("c2", "w3", "10.0.0.66"); !errors.Is(err, ErrWindowFull) {
+		t.Fatalf("the registered claimant asking again: %v, want ErrWindowFull (a retry, not a contest)", err)
+	}
+	if err := s.ClaimBootWindow(ctx, "r1", "w3", "10.0.0.5"); !errors.As(err, &ce) || ce.First != "10.0.0.66" || ce.Second != "10.0.0.5" || ce.Bound.BootID != "boot3" {
+		t.Fatalf("a second address after the Hello: %v, want ContestedError naming both and boot3", err)
+	}
+	if _, _, err := bind(s, "c1", "boot3", "secret3", "10.0.0.66"); !errors.Is(err, ErrWindowContested) {
+		t.Fatalf("the registered boot after the contest: %v, want ErrWindowContested", err)
+	}
+
+	// Without the rule (--bind-boot-ip=false) addresses are not claimants.
+	if err := s.IssueBootToken(ctx, BootToken{Hash: TokenHash("d1"), NodeID: "n1", RunID: "r1", Window: "w4", Peer: "10.0.0.66", Expires: hour}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.IssueBootToken(ctx, BootToken{Hash: TokenHash("d2"), NodeID: "n1", RunID: "r1", Window: "w4", Peer: "10.0.0.5", Expires: hour}, 0); err != nil {
+		t.Fatalf("a second address without the rule: %v", err)
 	}
 }
 

@@ -645,7 +645,7 @@ func (s *Sim) startCoordinator(ctx context.Context, i int) error {
 	args := []string{
 		"--state-dir", c.stateDir, "--manifests", s.manDir, "--nodes", inv, "--image-dir", s.imageDir,
 		"--http-listen", c.httpAddr, "--grpc-listen", c.grpcAddr, "--advertise", "127.0.0.1",
-		"--bmc-base-url", c.httpBase, "--wait-cure", "3m", "--wait-host", "3m",
+		"--bmc-base-url", c.httpBase, "--wait-cure", "3m", "--wait-host", "3m", "--claim-settle", "1s",
 		"--instance-id", c.name, "--stats-every", "2s", "--lease-ttl", s.cfg.LeaseTTL.String(), "--bmc-timeout", bmcCallTimeout.String(),
 		// The coordinator's own clocks run at the simulation's pace where a
 		// real site's would be small against a node's run (power-on pacing,

@@ -542,6 +542,11 @@ func (e *Env) StartCoordinator(ctx context.Context) error {
 		"--import-artifact", e.HostOS.Path,
 		"--phase-attempts", fmt.Sprint(e.Opts.PhaseAttempts),
 		"--wait-cure", "6m",
+		// A VM asks for its boot identity within seconds of its power-on,
+		// and nothing else on the test network claims it: a short settle
+		// keeps the suite's pace (pipeline's TestAssignmentHeldUntilClaimSettles
+		// holds an assignment for real).
+		"--claim-settle", "1s",
 		"--wait-host", "6m",
 		// The virtual BMCs run on this host: they fetch firmware from loopback.
 		"--bmc-base-url", "http://" + e.HTTPAddr,

@@ -66,6 +66,7 @@ type config struct {
 	timeouts                                   pipeline.Timeouts
 	budgets                                    pipeline.Budgets
 	bindBootIP                                 bool
+	claimSettle                                time.Duration
 	tokensPerWindow                            int
 	eventLimits                                store.EventLimits
 	retention                                  store.Retention
@@ -142,7 +143,10 @@ func main() {
 	flag.DurationVar(&c.timeouts.HostOS, "wait-host", 15*time.Minute, "reboot to installed OS callback budget (the callback is refused after it)")
 	flag.IntVar(&c.budgets.PhaseAttempts, "phase-attempts", 3, "attempts per phase before the run fails")
 	flag.BoolVar(&c.bindBootIP, "bind-boot-ip", true, "refuse a runner's first Hello from another IP than the one that fetched its iPXE script "+
-		"(turn off only if the site's DHCP gives iPXE and CURE different addresses)")
+		"(turn off only if the site's DHCP gives iPXE and CURE different addresses); a request for a node's boot identity from a second address "+
+		"stops its run for an operator (off: addresses are not identities and a peer that asks first is not caught)")
+	flag.DurationVar(&c.claimSettle, "claim-settle", pipeline.DefaultClaimSettle, "a boot that has not passed attestation gets no assignment (PSIDs, host token) "+
+		"until this long after the coordinator armed PXE or powered the node, with one claimant for its boot identity: set it above your slowest server's power-on-to-iPXE time")
 	flag.IntVar(&c.tokensPerWindow, "boot-tokens-per-window", 6, "boot tokens one PXE boot of a node may mint (iPXE retries the script)")
 	flag.Int64Var(&c.eventLimits.MaxEvents, "max-run-events", store.DefaultEventLimits.MaxEvents, "runner events stored per run; past it metrics and logs are dropped")
 	flag.Int64Var(&c.eventLimits.MaxBytes, "max-run-event-bytes", store.DefaultEventLimits.MaxBytes, "bytes of runner events stored per run; past it metrics and logs are dropped")
@@ -494,6 +498,9 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	if err != nil {
 		return err
 	}
+	if c.claimSettle <= 0 {
+		return fmt.Errorf("--claim-settle %s: want a positive duration above the slowest server's power-on-to-iPXE time (a boot that does not attest is given secrets only after it)", c.claimSettle)
+	}
 	plan, err := planListeners(c, fdLimit)
 	if err != nil {
 		return err
@@ -684,6 +691,8 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		Timeouts:        c.timeouts,
 		Budgets:         c.budgets,
 		TokensPerWindow: c.tokensPerWindow,
+		ClaimSettle:     c.claimSettle,
+		BootIPUnbound:   !c.bindBootIP,
 		MaxRuns:         c.maxRuns,
 		NetBoot:         nb.target,
 		Metrics:         obs.m,

@@ -20,7 +20,7 @@ type flagGroup struct {
 var flagGroups = []flagGroup{
 	{title: "site: state, manifests, nodes, images", names: []string{"state-dir", "manifests", "nodes", "image-dir", "import-artifact", "log-level"}},
 	{title: "network boot: how nodes reach the coordinator and boot CURE", names: []string{"advertise", "advertise-grpc", "pxe-interface", "proxy-dhcp",
-		"proxy-dhcp-all-macs", "pxe-server-ip", "tftp-listen", "ipxe-dir", "ipxe-efi", "netboot", "boot-mode", "bind-boot-ip", "boot-tokens-per-window"}},
+		"proxy-dhcp-all-macs", "pxe-server-ip", "tftp-listen", "ipxe-dir", "ipxe-efi", "netboot", "boot-mode", "bind-boot-ip", "claim-settle", "boot-tokens-per-window"}},
 	{title: "listeners and their limits", names: []string{"tls-name"}, prefixes: []string{"http-", "https-", "grpc-", "web-", "metrics-", "pprof-"}},
 	{title: "BMCs (Redfish) and power", names: []string{"power-on-rate", "power-on-burst", "power-group-label"}, prefixes: []string{"bmc-"}},
 	{title: "runs: budgets, timeouts, retries", names: []string{"wait-cure", "wait-host", "reconnect", "phase-attempts", "retry-base", "retry-max", "max-runs"}},
