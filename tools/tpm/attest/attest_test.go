@@ -148,3 +148,29 @@ func TestAttestSWTPM(t *testing.T) {
 		}
 	})
 }
+
+// TestWriteEKCert: a certificate written where the profile puts it is the
+// one NewKeys reads back, and a second write replaces it.
+func TestWriteEKCert(t *testing.T) {
+	tp := swtpmtest.Start(t, "").Open()
+	k, err := attest.NewKeys(tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ek := k.EKPublic
+	k.Close()
+	for _, der := range [][]byte{bytes.Repeat([]byte{0x30}, 1300), []byte("a shorter certificate")} {
+		if err := attest.WriteEKCert(tp, ek, der); err != nil {
+			t.Fatal(err)
+		}
+		k, err := attest.NewKeys(tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := k.EKCert
+		k.Close()
+		if !bytes.Equal(got, der) {
+			t.Fatalf("read back %d bytes, wrote %d", len(got), len(der))
+		}
+	}
+}
