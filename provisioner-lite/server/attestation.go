@@ -205,21 +205,7 @@ func (s *RunnerService) judgeBoot(ctx context.Context, node store.Node, run stor
 		}
 	}
 	now := time.Now().UTC()
-	if el := hello.GetAttestation().GetEventLog(); len(el) > 0 {
-		// The firmware's own log, for an operator learning what a SKU's
-		// firmware measures (the boot path rule is in attestation.CheckBootPath).
-		log.Debug("boot event log", "boot", bootID, "bytes", len(el), "base64", base64.StdEncoding.EncodeToString(el))
-	}
-	uki := s.imageUKI()
-	res := s.attest.Judge(ctx, store.TokenHash(hello.GetToken()), hello.GetBootId(), hello.GetAttestation(), attestation.Expected{UKI: uki}, now)
-	if res.Status == attestation.Passed && skuRequired && uki == nil {
-		// Without the image's report nothing says what booted: the
-		// attestation would prove only that some TPM quoted something.
-		res.Status = attestation.Failed
-		res.Detail = fmt.Sprintf("configuration error: SKU %s requires attestation and the image report (report.json with its uki, under --image-dir) is missing or names no UKI: "+
-			"the boot of node %s cannot be checked against the image, so it is not admitted", node.SKU, node.ID)
-		log.Error("attestation required but the image report names no UKI: boot refused", "sku", node.SKU)
-	}
+	res := s.judge(ctx, node, hello, bootID, skuRequired, now, log)
 	entry := store.AuditEntry{Actor: node.ID, Peer: peerIP, RunID: run.ID, Nodes: []string{node.ID}, Result: "refused"}
 	if action := s.checkEK(node, ek, enrolled, skuRequired, &res, now); action != "" {
 		entry.Action, entry.Detail = action, textsafe.BoundedLine(res.Detail, maxMessage)
@@ -278,6 +264,29 @@ func (s *RunnerService) judgeBoot(ctx context.Context, node store.Node, run stor
 	}
 	held := s.firmwareMeasurements(ctx, node, run, hello, res, peerIP, now, log)
 	return bootVerdict{attested: true, admit: !held}
+}
+
+// judge runs the coordinator's judgement of a boot's attestation against
+// the image's report; on a SKU that requires attestation, a missing image
+// report fails it as a configuration error rather than skipping the image
+// check.
+func (s *RunnerService) judge(ctx context.Context, node store.Node, hello *curev1.Hello, bootID string, skuRequired bool, now time.Time, log *slog.Logger) attestation.Result {
+	if el := hello.GetAttestation().GetEventLog(); len(el) > 0 {
+		// The firmware's own log, for an operator learning what a SKU's
+		// firmware measures (the boot path rule is in attestation.CheckBootPath).
+		log.Debug("boot event log", "boot", bootID, "bytes", len(el), "base64", base64.StdEncoding.EncodeToString(el))
+	}
+	uki := s.imageUKI()
+	res := s.attest.Judge(ctx, store.TokenHash(hello.GetToken()), hello.GetBootId(), hello.GetAttestation(), attestation.Expected{UKI: uki}, now)
+	if res.Status == attestation.Passed && skuRequired && uki == nil {
+		// Without the image's report nothing says what booted: the
+		// attestation would prove only that some TPM quoted something.
+		res.Status = attestation.Failed
+		res.Detail = fmt.Sprintf("configuration error: SKU %s requires attestation and the image report (report.json with its uki, under --image-dir) is missing or names no UKI: "+
+			"the boot of node %s cannot be checked against the image, so it is not admitted", node.SKU, node.ID)
+		log.Error("attestation required but the image report names no UKI: boot refused", "sku", node.SKU)
+	}
+	return res
 }
 
 // checkEK judges a verified boot's EK against the node's: an enrolled
