@@ -189,6 +189,11 @@ func main() {
 		fmt.Fprintf(os.Stderr, "provisioner-lite: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
 	}
+	if c.claimSettle <= 0 {
+		fmt.Fprintf(os.Stderr, "provisioner-lite: --claim-settle %s: want a positive duration above the slowest server's power-on-to-iPXE time "+
+			"(a boot that does not attest is given secrets only after it)\n", c.claimSettle)
+		os.Exit(2)
+	}
 	c.imports = imports
 	c.tlsNames = tlsNames
 	c.procRoot = "/proc"
@@ -497,9 +502,6 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	fdLimit, err := nofileLimit()
 	if err != nil {
 		return err
-	}
-	if c.claimSettle <= 0 {
-		return fmt.Errorf("--claim-settle %s: want a positive duration above the slowest server's power-on-to-iPXE time (a boot that does not attest is given secrets only after it)", c.claimSettle)
 	}
 	plan, err := planListeners(c, fdLimit)
 	if err != nil {
