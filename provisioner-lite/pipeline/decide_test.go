@@ -254,7 +254,7 @@ func sessionCases() []batchCase {
 		{name: "a session whose boot window's claim has not settled is noted once", run: batchRun(&store.RunnerBatch{Phases: hwValidate}), obs: batchObs{session: held},
 			want: []string{"note hardware: runner boot boot-b holds no assignment yet: the boot is not attested", "requeue"}},
 		{name: "a held session is given nothing and what its boot sends is not acted on", run: batchRun(&store.RunnerBatch{Phases: hwValidate, Seen: refB}),
-			obs: batchObs{session: held, events: []store.Event{forged}, readTo: 10},
+			obs:  batchObs{session: held, events: []store.Event{forged}, readTo: 10},
 			want: []string{},
 			check: func(t *testing.T, r store.Run) {
 				if b := r.Pipeline.Batch; !b.Bound.IsZero() || r.Pipeline.Handled == refB || slices.Contains(r.CompletedPhases, modes.Hardware) || b.Cursor != 0 {
