@@ -39,8 +39,10 @@ const (
 	defaultStallTimeout = 2 * time.Minute
 	defaultRetries      = 5
 	defaultRetryWait    = time.Second
-	// invalidateBytes is how much of the target's start is zeroed after a
-	// failed write: the protective MBR, primary GPT and most boot loaders.
+	// invalidateBytes is how much of the target's start, and of its end,
+	// is zeroed after a failed write (and held back until the download is
+	// verified, without a chunk list): the protective MBR, primary GPT and
+	// most boot loaders; the backup GPT in the last 33 sectors.
 	invalidateBytes = 1 << 20
 )
 
@@ -114,10 +116,14 @@ type Result struct {
 // With only a whole-file sha256, the digest of a streamed download is
 // only known once the stream has ended, by which time the target has been
 // written. That is accepted: on any error the caller leaves the boot
-// override alone, and Write additionally zeroes the first MiB of the
-// target so a partial or unverified image cannot boot. With a chunk list
-// nothing unverified is written at all; a failure still zeroes the start,
-// as the verified prefix alone is no bootable image either.
+// override alone. Until the sha256 matched, the image's first MiB and
+// whatever it writes to the target's last MiB are held in memory
+// (holdTarget): the unverified bytes on the disk carry no partition table
+// and no boot loader, primary or backup. On any error Write zeroes the
+// first and the last MiB of the target (both GPT headers) so a partial
+// or unverified image cannot boot. With a chunk list nothing unverified
+// is written at all; a failure still zeroes both ends, as the verified
+// prefix alone is no bootable image either.
 func Write(ctx context.Context, o Options) (*Result, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -264,7 +270,15 @@ func write(ctx context.Context, o Options, t target) (*Result, error) {
 	// Read at most Size+1 bytes: enough to notice an over-long download
 	// without trusting the server to end it.
 	dl := &downloadReader{r: io.LimitReader(src, o.Size+1)}
-	st := runPipeline(ctx, cancel, o, t, dl, img, list)
+	// Without a chunk list nothing is verified before the end: the
+	// regions a firmware boots from are held until then.
+	var dst target = t
+	var hold *holdTarget
+	if list == nil {
+		hold = newHoldTarget(t)
+		dst = hold
+	}
+	st := runPipeline(ctx, cancel, o, dst, dl, img, list)
 
 	res := &Result{
 		DownloadedBytes: dl.n,
@@ -278,12 +292,18 @@ func write(ctx context.Context, o Options, t target) (*Result, error) {
 		Resumes:         src.resumed(),
 		Stages:          st.stages,
 	}
-	if err := o.check(ctx, dl, res, st); err != nil {
+	err := o.check(ctx, dl, res, st)
+	if err == nil && hold != nil {
+		if err = hold.commit(); err != nil {
+			err = fmt.Errorf("write the held start and end of %s after the sha256 matched: %w", o.Target, err)
+		}
+	}
+	if err != nil {
 		if st.touched {
 			if ierr := invalidate(t); ierr != nil {
-				err = errors.Join(err, fmt.Errorf("zero start of %s after failed write: %w", o.Target, ierr))
+				err = errors.Join(err, fmt.Errorf("zero start and end of %s after failed write: %w", o.Target, ierr))
 			} else {
-				slog.Warn("disk image write failed; zeroed the start of the target", "target", o.Target, "written", st.written)
+				slog.Warn("disk image write failed; zeroed the start and the end of the target (both GPT headers)", "target", o.Target, "written", st.written)
 			}
 		}
 		return res, err
@@ -357,12 +377,4 @@ func (d *downloadReader) Read(p []byte) (int, error) {
 		d.err = err
 	}
 	return n, err
-}
-
-// invalidate zeroes the start of the target so a failed image cannot boot.
-func invalidate(t target) error {
-	if _, err := t.WriteAt(alignedBuf(invalidateBytes, 4096), 0); err != nil {
-		return err
-	}
-	return t.Sync()
 }
