@@ -22,6 +22,7 @@ const silentConn = 5 * time.Second
 // (0: derived from the file descriptor limit).
 type connFlags struct {
 	httpConns, httpPerSource       int
+	httpsConns, httpsPerSource     int
 	grpcConns, grpcPerSource       int
 	webConns, webPerSource         int
 	metricsConns, metricsPerSource int
@@ -32,6 +33,8 @@ func (f *connFlags) register(fs *flag.FlagSet) {
 	derived := " (0: derived from the file descriptor limit, docs/SECURITY.md)"
 	fs.IntVar(&f.httpConns, "http-max-conns", 0, "open connections of the boot/artifact server"+derived)
 	fs.IntVar(&f.httpPerSource, "http-max-conns-per-source", 0, "open connections of the boot/artifact server from one address (IPv6: one /64)"+derived)
+	fs.IntVar(&f.httpsConns, "https-max-conns", 0, "open connections of the HTTPS boot listener (--https-listen)"+derived)
+	fs.IntVar(&f.httpsPerSource, "https-max-conns-per-source", 0, "open connections of the HTTPS boot listener from one address (IPv6: one /64)"+derived)
 	fs.IntVar(&f.grpcConns, "grpc-max-conns", 0, "open connections of the gRPC server"+derived)
 	fs.IntVar(&f.grpcPerSource, "grpc-max-conns-per-source", 0, "open connections of the gRPC server from one address"+derived)
 	fs.IntVar(&f.webConns, "web-max-conns", 0, "open connections of the dashboard"+derived)
@@ -44,8 +47,8 @@ func (f *connFlags) register(fs *flag.FlagSet) {
 
 // listenerPlan is the caps of the listeners this coordinator opens.
 type listenerPlan struct {
-	budget                   peerlimit.Budget
-	http, grpc, web, metrics peerlimit.Caps
+	budget                          peerlimit.Budget
+	http, https, grpc, web, metrics peerlimit.Caps
 }
 
 // nofileLimit is the process's file descriptor limit (the soft
@@ -67,13 +70,20 @@ func fdReserve(limit, bmcLogins int) int { return max(limit/4, 128+bmcLogins) }
 
 // planListeners splits the descriptors left after fdReserve among the
 // listeners that are on (peerlimit.SplitFDs): caps given by flags are
-// kept, the others derived. A boot connection may hold a file as well as
-// its socket.
+// kept, the others derived. A boot connection, plain or HTTPS, may hold a
+// file as well as its socket. The HTTPS boot listener has a share of its
+// own: wrapped in the plain listener's caps it could hold as much again,
+// and all listeners full would pass the limit.
 func planListeners(c config, limit int) (listenerPlan, error) {
 	f := c.conns
 	shares := []peerlimit.Share{
 		{Name: "http", Flag: "--http-max-conns", Conns: f.httpConns, PerSource: f.httpPerSource, DefaultConns: 4096, MinConns: 16, DefaultPerSource: 32, FDsPerConn: 2},
 		{Name: "grpc", Flag: "--grpc-max-conns", Conns: f.grpcConns, PerSource: f.grpcPerSource, DefaultConns: 8192, MinConns: 16, DefaultPerSource: 64, FDsPerConn: 1},
+	}
+	if c.httpsListen != "" {
+		// UEFI HTTP boot: one download of the signed image per booting node.
+		shares = append(shares, peerlimit.Share{Name: "https", Flag: "--https-max-conns", Conns: f.httpsConns, PerSource: f.httpsPerSource,
+			DefaultConns: 1024, MinConns: 4, DefaultPerSource: 8, FDsPerConn: 2})
 	}
 	if c.webListen != "" {
 		shares = append(shares, peerlimit.Share{Name: "web", Flag: "--web-max-conns", Conns: f.webConns, PerSource: f.webPerSource,
@@ -92,6 +102,8 @@ func planListeners(c config, limit int) (listenerPlan, error) {
 		switch s.Name {
 		case "http":
 			p.http = b.Caps[i]
+		case "https":
+			p.https = b.Caps[i]
 		case "grpc":
 			p.grpc = b.Caps[i]
 		case "web":
@@ -111,13 +123,19 @@ func (p listenerPlan) log(log *slog.Logger) {
 		return fmt.Sprintf("%d (%d per source)", c.Conns, c.PerSource)
 	}
 	log.Info("connection caps", "fd_limit", p.budget.Limit, "fd_reserved", p.budget.Reserve, "fd_listeners", p.budget.Listeners,
-		"http", caps(p.http), "grpc", caps(p.grpc), "web", caps(p.web), "metrics", caps(p.metrics))
+		"http", caps(p.http), "https", caps(p.https), "grpc", caps(p.grpc), "web", caps(p.web), "metrics", caps(p.metrics))
 }
 
 // limited wraps a listener in its caps, refusals logged as listener name.
 func limited(ln net.Listener, name string, c peerlimit.Caps, log *slog.Logger) *peerlimit.Listener {
 	return peerlimit.NewListener(ln, peerlimit.ListenerConfig{MaxConns: c.Conns, MaxPerSource: c.PerSource, Silent: silentConn,
 		Refusals: peerlimit.NewRefusals(log, name, slog.LevelWarn, 0)})
+}
+
+// httpsBootListener wraps the HTTPS boot listener in its own share of the
+// descriptors (plan.https), never the plain boot listener's caps.
+func httpsBootListener(ln net.Listener, p listenerPlan, log *slog.Logger) *peerlimit.Listener {
+	return limited(ln, "https", p.https, log)
 }
 
 // flushRefusals logs the listeners' pending refusal summaries every

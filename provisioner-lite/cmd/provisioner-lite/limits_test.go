@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"strings"
 	"testing"
 )
@@ -38,5 +39,44 @@ func TestPlanListeners(t *testing.T) {
 	if _, err := planListeners(c, 4096); err == nil || !strings.Contains(err.Error(), "refusing to start") ||
 		!strings.Contains(err.Error(), "--http-max-conns 4096") || !strings.Contains(err.Error(), "LimitNOFILE") {
 		t.Fatalf("--http-max-conns beyond the limit: %v", err)
+	}
+}
+
+// The HTTPS boot listener has its own share of the descriptors: with every
+// listener on and full at once (a boot connection, plain or HTTPS, holding
+// a file too), the process stays under its limit; the listener main wraps
+// around it carries that share, not the plain boot listener's caps; a cap
+// set by flag that does not fit stops the start, naming the flag.
+func TestHTTPSListenerInBudget(t *testing.T) {
+	c := config{bmcLogins: 64, webListen: "127.0.0.1:0", metricsListen: "127.0.0.1:0", httpsListen: "127.0.0.1:0"}
+	for _, limit := range []int{256, 1024, 65536, 1 << 20} {
+		p, err := planListeners(c, limit)
+		if err != nil {
+			t.Fatalf("limit %d: %v", limit, err)
+		}
+		if p.https.Conns < 4 || p.https.PerSource < 1 || p.https.PerSource > p.https.Conns {
+			t.Fatalf("limit %d: https caps %+v", limit, p.https)
+		}
+		sum := 2*p.http.Conns + 2*p.https.Conns + p.grpc.Conns + p.web.Conns + p.metrics.Conns
+		if sum > limit-fdReserve(limit, 64) || sum != p.budget.Listeners {
+			t.Errorf("limit %d: every listener full holds %d descriptors (budget says %d), %d available", limit, sum, p.budget.Listeners, limit-fdReserve(limit, 64))
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := httpsBootListener(ln, p, quiet()).Config()
+		ln.Close()
+		if got.MaxConns != p.https.Conns || got.MaxPerSource != p.https.PerSource || got.Silent <= 0 {
+			t.Errorf("limit %d: the HTTPS boot listener is capped at %d (%d per source, silent %v), its share is %+v",
+				limit, got.MaxConns, got.MaxPerSource, got.Silent, p.https)
+		}
+	}
+	if p, _ := planListeners(config{bmcLogins: 64}, 1024); p.https.Conns != 0 {
+		t.Errorf("no --https-listen: https takes %+v", p.https)
+	}
+	c.conns.httpsConns = 4096
+	if _, err := planListeners(c, 4096); err == nil || !strings.Contains(err.Error(), "--https-max-conns 4096 (8192 descriptors)") {
+		t.Fatalf("--https-max-conns beyond the limit: %v", err)
 	}
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
 	"github.com/cure-oss/cure/provisioner-lite/hostaddr"
 	"github.com/cure-oss/cure/provisioner-lite/pacing"
+	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/provisioner-lite/pool"
@@ -738,6 +739,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	defer stopNetboot()
 	serving = true
 	bootLn, grpcLn := bs.Listener(hl), limited(gl, "grpc", plan.grpc, log)
+	var httpsLn *peerlimit.Listener
 	go func() { errc <- httpSrv.Serve(bootLn) }()
 	go func() { errc <- gs.Serve(grpcLn) }()
 	if htl != nil {
@@ -746,7 +748,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 			return err
 		}
 		httpsSrv := bs.HTTPServer()
-		httpsLn := bs.Listener(htl)
+		httpsLn = httpsBootListener(htl, plan, log)
 		go func() { errc <- httpsSrv.Serve(tls.NewListener(httpsLn, httpsCfg)) }()
 		defer httpsSrv.Close()
 		log.Info("HTTPS boot listener", "addr", htl.Addr().String(), "url", httpsURL, "http_boot_uri", bmcs.httpBootURI)
@@ -763,7 +765,7 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 		return err
 	}
 	c.retention.Fleet = fleetRetention(c.retention.Fleet, c.manifestDir, site.Suites, log)
-	go flushRefusals(ctx, 10*time.Second, bootLn, grpcLn, metricsLn, webLn)
+	go flushRefusals(ctx, 10*time.Second, bootLn, httpsLn, grpcLn, metricsLn, webLn)
 	go st.Maintain(ctx, 10*time.Minute, c.retention, log)
 	n, err := eng.Resume(ctx)
 	if err != nil && ctx.Err() == nil {
