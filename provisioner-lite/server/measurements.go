@@ -229,5 +229,6 @@ func (s *RunnerService) measuredInInventory(ctx context.Context, sess *sessions.
 	log.Warn("measurements refused: the component is not in the node's inventory", "component", v.Component, "check", v.Check, "err", why)
 	s.security(ctx, auditMeasuredComponent, sess, peerIP, detail)
 	v.Measurements = nil
-	v.Message = textsafe.Bounded(strings.TrimSpace(v.Message+" [coordinator: measurements refused, never fleet samples: "+why.Error()+"]"), maxMessage)
+	// First, so that a runner's message at its bound cannot cut it off.
+	v.Message = textsafe.Bounded(strings.TrimSpace("[coordinator: measurements refused, never fleet samples: "+why.Error()+"] "+v.Message), maxMessage)
 }
