@@ -109,10 +109,12 @@ func (f *fixture) notes(runID, sub string) []store.Event {
 // revoked, and neither got an assignment, a PSID or a host token, then or
 // after.
 func TestBootTokenRaceContested(t *testing.T) {
-	const settle = 3 * time.Second
+	// Margins for a loaded machine: the peer registers within
+	// milliseconds, the node asks after its POST, the claim settles later.
+	const settle = 5 * time.Second
 	f := newFixtureCfg(t, nil, nil, func(c *pipeline.Config) { c.ClaimSettle = settle })
 	f.mu.Lock()
-	f.pxeDelay = time.Second // the node's power-on-to-iPXE
+	f.pxeDelay = 2 * time.Second // the node's power-on-to-iPXE
 	f.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
