@@ -108,6 +108,17 @@ func TestSecureBootHTTPSProvision(t *testing.T) {
 		}
 		at += i + len(s)
 	}
+	// The boot attested under the coordinator's rules: its boot path
+	// (OVMF's boot action and separator, the signed image alone, then
+	// ExitBootServices) and its EK certificate, which chains to the
+	// environment's test TPM manufacturer (--ek-roots).
+	var attested bool
+	for _, v := range rep.GetVerdicts() {
+		attested = attested || v.GetComponent() == "tpm" && v.GetCheck() == "attestation" && v.GetStatus() == curev1.VerdictStatus_PASS
+	}
+	if !attested {
+		t.Errorf("no PASS tpm attestation verdict in the report: %v", rep.GetVerdicts())
+	}
 	// The TPM's PCRs as the runner read them, against report.json.
 	var r struct {
 		UKI *imagereport.UKI `json:"uki"`

@@ -165,6 +165,9 @@ type Env struct {
 	httpLn, grpcLn *net.TCPListener
 	// httpsLn is the HTTPS boot listener (SecureHTTPS), fd:5.
 	httpsLn *net.TCPListener
+	// ekCA certifies the nodes' TPM EKs (SecureHTTPS); its root is the
+	// coordinator's --ek-roots.
+	ekCA    *ekCA
 	servers []*vbmc.Server
 	mu      sync.Mutex
 	// extraEdit is the latest EditManifest edit.
@@ -577,6 +580,9 @@ func (e *Env) StartCoordinator(ctx context.Context) error {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, sf)
 		cmd.Args = append(cmd.Args, "--https-listen", "fd:5", "--netboot", "uefi-http")
 	}
+	if e.ekCA != nil {
+		cmd.Args = append(cmd.Args, "--ek-roots", e.ekCA.dir)
+	}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return err
@@ -820,6 +826,14 @@ const OVMFVarsNoKeys = "/usr/share/OVMF/OVMF_VARS_4M.fd"
 func (e *Env) secureBootNode(qc *vbmc.QEMUConfig) error {
 	qc.OVMFCode, qc.OVMFVars, qc.SecureBoot, qc.TPM = OVMFSecureCode, OVMFSecureVars, true, true
 	qc.BootURL = ""
+	if e.ekCA == nil {
+		ca, err := newEKCA(e.Opts.Work)
+		if err != nil {
+			return err
+		}
+		e.ekCA = ca
+	}
+	qc.EKCertify = e.ekCA.certify
 	for _, c := range []struct {
 		file string
 		dst  *[][]byte

@@ -2,6 +2,7 @@ package vbmc
 
 import (
 	"context"
+	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,6 +66,11 @@ type QEMUConfig struct {
 	// in RunDir/tpm across boots: the same endorsement key every boot, the
 	// PCRs reset at each power-on.
 	TPM bool
+	// EKCertify makes the TPM's EK certificate (DER) for its EK's public
+	// key, as a TPM manufacturer does: a test CA the coordinator's
+	// --ek-roots trusts. Before the TPM's first boot it is written where
+	// the TCG profile puts it. Nil: the TPM has no EK certificate.
+	EKCertify func(pub crypto.PublicKey) ([]byte, error)
 	// DiskThrottle slows the disk as QEMU's block throttling does (a drive
 	// that enumerates and passes its checks, only slower than its peers:
 	// the marginal part fleet bands exist to catch); zero: full speed.

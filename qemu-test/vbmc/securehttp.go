@@ -10,7 +10,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cure-oss/cure/tools/tpm/attest"
 	"github.com/cure-oss/cure/tools/uefi"
+	"github.com/google/go-tpm/tpm2"
+	"github.com/google/go-tpm/tpm2/transport"
 )
 
 // UEFI HTTP boot, Secure Boot and the TPM of a QEMU machine: what a
@@ -102,6 +105,9 @@ func (q *QEMUMachine) startTPM() (*exec.Cmd, error) {
 	if err := os.MkdirAll(q.tpmDir(), 0o700); err != nil {
 		return nil, err
 	}
+	if err := q.certifyEK(); err != nil {
+		return nil, err
+	}
 	_ = os.Remove(q.tpmSock())
 	cmd := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+q.tpmDir(),
 		"--ctrl", "type=unixio,path="+q.tpmSock(), "--terminate", "--log", "file="+filepath.Join(q.cfg.RunDir, "swtpm.log"))
@@ -131,4 +137,62 @@ func stopTPM(cmd *exec.Cmd) {
 	if err := cmd.Wait(); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return
 	}
+}
+
+// certifyEK writes the TPM's EK certificate (QEMUConfig.EKCertify) into its
+// NV once, before its first boot, through a swtpm of its own on the same
+// state: the EK is the one the runner derives (attest.NewKeys).
+func (q *QEMUMachine) certifyEK() error {
+	done := filepath.Join(q.tpmDir(), "ek-certified")
+	if q.cfg.EKCertify == nil {
+		return nil
+	}
+	if _, err := os.Stat(done); err == nil {
+		return nil
+	}
+	sockDir, err := os.MkdirTemp("", "vtpm") // sun_path holds 108 bytes
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(sockDir)
+	sock := filepath.Join(sockDir, "s")
+	cmd := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+q.tpmDir(), "--server", "type=unixio,path="+sock,
+		"--flags", "not-need-init,startup-clear")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("qemu node %s: swtpm for its EK certificate: %w", q.cfg.Name, err)
+	}
+	defer stopTPM(cmd)
+	var tpm transport.TPMCloser
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if tpm, err = attest.DialSocket("unix", sock, time.Second); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("qemu node %s: swtpm for its EK certificate: %w", q.cfg.Name, err)
+		}
+	}
+	defer tpm.Close()
+	keys, err := attest.NewKeys(tpm)
+	if err != nil {
+		return fmt.Errorf("qemu node %s: %w", q.cfg.Name, err)
+	}
+	ekPub := keys.EKPublic
+	keys.Close()
+	ek, err := attest.PublicKey(ekPub)
+	if err != nil {
+		return err
+	}
+	pub, err := tpm2.Pub(*ek)
+	if err != nil {
+		return fmt.Errorf("qemu node %s: EK: %w", q.cfg.Name, err)
+	}
+	der, err := q.cfg.EKCertify(pub)
+	if err != nil {
+		return fmt.Errorf("qemu node %s: EK certificate: %w", q.cfg.Name, err)
+	}
+	if err := attest.WriteEKCert(tpm, ekPub, der); err != nil {
+		return fmt.Errorf("qemu node %s: %w", q.cfg.Name, err)
+	}
+	return os.WriteFile(done, nil, 0o600)
 }
