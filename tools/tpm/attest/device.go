@@ -77,14 +77,8 @@ func (s *streamTPM) Send(cmd []byte) ([]byte, error) {
 	if _, err := s.rw.Write(cmd); err != nil {
 		return nil, fmt.Errorf("tpm: write command: %w", err)
 	}
-	if _, isFile := s.rw.(*os.File); isFile {
-		// A TPM character device answers a read with the whole response.
-		buf := make([]byte, maxResponse)
-		n, err := s.rw.Read(buf)
-		if err != nil {
-			return nil, fmt.Errorf("tpm: read response: %w", err)
-		}
-		return buf[:n], nil
+	if f, isFile := s.rw.(*os.File); isFile {
+		return readDeviceResponse(f)
 	}
 	hdr := make([]byte, 10)
 	if _, err := io.ReadFull(s.rw, hdr); err != nil {
@@ -103,6 +97,36 @@ func (s *streamTPM) Send(cmd []byte) ([]byte, error) {
 }
 
 func (s *streamTPM) Close() error { return s.rw.Close() }
+
+// deviceResponseWait bounds how long a command may run in the TPM (key
+// creation on a slow discrete TPM takes seconds).
+const deviceResponseWait = 2 * time.Minute
+
+// readDeviceResponse reads a command's response from a TPM character
+// device, which answers a read with the whole response. Go puts a device
+// in non-blocking mode, and Linux then runs the command asynchronously: a
+// read before it completes can find nothing (EOF). That is not the
+// answer: read again until it comes. A response left unread makes every
+// later write on the file fail with EBUSY for two minutes (the kernel's
+// read timer), which is how an ignored optional read (the EK certificate)
+// failed the whole attestation.
+func readDeviceResponse(f *os.File) ([]byte, error) {
+	buf := make([]byte, maxResponse)
+	deadline := time.Now().Add(deviceResponseWait)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		n, err := f.Read(buf)
+		if n > 0 {
+			return buf[:n], nil
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("tpm: read response: %w", err)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("tpm: no response from %s within %s", f.Name(), deviceResponseWait)
+		}
+		time.Sleep(wait)
+	}
+}
 
 // AKTemplate is CURE's attestation key: an ECC P-256 restricted signing key
 // (ECDSA, SHA-256) that never leaves the TPM. A restricted key signs only
