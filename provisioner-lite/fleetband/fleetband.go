@@ -148,6 +148,10 @@ type Verdict struct {
 	Expected          string // the bands, in the metric's unit
 	Message           string
 	MarginalJudgments []Judgement
+	// Unmeasured are the banded metrics the verdict did not carry: a
+	// PASS that leaves its measurement out would escape its band, so the
+	// verdict is an ERROR instead (doubt is not success).
+	Unmeasured []string
 }
 
 // Outcome is a run's fleet judgement.
@@ -254,6 +258,8 @@ func Judge(in Input) Outcome {
 			if !ok {
 				j.Note = fmt.Sprintf("fleet band not applied: the verdict carries no %s measurement", metric)
 				out.Judgements = append(out.Judgements, j)
+				v := verdictOf(verdicts, &order, r.Component, r.Check)
+				v.Unmeasured = append(v.Unmeasured, metric)
 				continue
 			}
 			j.Value, j.Unit, j.Measured = m.Value, m.Unit, true
@@ -289,13 +295,7 @@ func Judge(in Input) Outcome {
 			if !j.Marginal {
 				continue
 			}
-			k := [2]string{r.Component, r.Check}
-			v := verdicts[k]
-			if v == nil {
-				v = &Verdict{Component: r.Component, Check: r.Check}
-				verdicts[k] = v
-				order = append(order, k)
-			}
+			v := verdictOf(verdicts, &order, r.Component, r.Check)
 			v.MarginalJudgments = append(v.MarginalJudgments, j)
 		}
 	}
@@ -307,11 +307,35 @@ func Judge(in Input) Outcome {
 			exp = append(exp, j.Metric+" "+bandExpr(j)+" (fleet band)")
 			msg = append(msg, j.Message)
 		}
+		if len(v.Unmeasured) > 0 {
+			exp = append(exp, strings.Join(v.Unmeasured, ", ")+" measured (fleet band)")
+			msg = append(msg, Unjudgeable+"the check has a fleet band on "+strings.Join(v.Unmeasured, ", ")+" and the verdict carries no such measurement (or the coordinator refused it)")
+		}
 		v.Observed, v.Expected = strings.Join(obs, "; "), strings.Join(exp, "; ")
 		v.Message = "outside the fleet band: " + strings.Join(msg, "; ")
+		if len(v.MarginalJudgments) == 0 {
+			v.Message = strings.Join(msg, "; ")
+		}
 		out.Verdicts = append(out.Verdicts, *v)
 	}
 	return out
+}
+
+// Unjudgeable begins the message of a fleet verdict that is an ERROR
+// because a banded PASS left its measurement out.
+const Unjudgeable = "fleet band cannot be judged: "
+
+// verdictOf is the run's fleet verdict of (component, check), made on
+// first use and remembered in order.
+func verdictOf(verdicts map[[2]string]*Verdict, order *[][2]string, component, check string) *Verdict {
+	k := [2]string{component, check}
+	v := verdicts[k]
+	if v == nil {
+		v = &Verdict{Component: component, Check: check}
+		verdicts[k] = v
+		*order = append(*order, k)
+	}
+	return v
 }
 
 func measurement(ms []Measurement, metric string) (Measurement, bool) {

@@ -3,6 +3,7 @@ package fleetband
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -159,8 +160,9 @@ func TestWindowHonoured(t *testing.T) {
 	}
 }
 
-// TestOnlyPassingBandedResults: FAIL results, checks without bands and
-// verdicts without the metric are handled as such; a result already
+// TestOnlyPassingBandedResults: FAIL results and checks without bands are
+// left alone; a PASS without the banded metric is an ERROR (it would escape
+// its band by leaving the measurement out); a result already
 // MARGINAL (a judgement repeated after a restart) is judged again.
 func TestOnlyPassingBandedResults(t *testing.T) {
 	in := input("me", []Result{
@@ -179,7 +181,10 @@ func TestOnlyPassingBandedResults(t *testing.T) {
 	if j := out.Judgements[1]; j.Component != "disk/vdd" || !j.Marginal {
 		t.Errorf("re-judged: %+v", j)
 	}
-	if len(out.Verdicts) != 1 || out.Verdicts[0].Component != "disk/vdd" {
+	// The PASS without its measurement would escape its band: an ERROR
+	// verdict (Unmeasured) names the metric it lacks.
+	if len(out.Verdicts) != 2 || out.Verdicts[0].Component != "disk/vdc" || !slices.Equal(out.Verdicts[0].Unmeasured, []string{"readMBps"}) ||
+		!strings.Contains(out.Verdicts[0].Message, "carries no such measurement") || out.Verdicts[1].Component != "disk/vdd" || len(out.Verdicts[1].Unmeasured) != 0 {
 		t.Errorf("verdicts %+v", out.Verdicts)
 	}
 }

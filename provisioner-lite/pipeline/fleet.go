@@ -126,7 +126,11 @@ func marginalVerdicts(runID string, vs []store.Verdict, out fleetband.Outcome, n
 	}
 	for _, v := range out.Verdicts {
 		o := orig[[2]string{v.Component, v.Check}]
-		marginal = append(marginal, store.Verdict{RunID: runID, Component: v.Component, Check: v.Check, Status: curev1.VerdictStatus_MARGINAL,
+		status := curev1.VerdictStatus_MARGINAL
+		if len(v.Unmeasured) > 0 {
+			status = curev1.VerdictStatus_ERROR
+		}
+		marginal = append(marginal, store.Verdict{RunID: runID, Component: v.Component, Check: v.Check, Status: status,
 			Observed: textsafe.Bounded(v.Observed, 1024), Expected: textsafe.Bounded(joinNonEmpty("; ", o.Expected, v.Expected), 1024),
 			Message: textsafe.Bounded(v.Message, 4096), Time: now, Stage: o.Stage})
 	}
@@ -244,6 +248,8 @@ func (e *Engine) fleetGate(ctx context.Context, r *store.Run) (string, error) {
 		switch {
 		case v.Status == curev1.VerdictStatus_MARGINAL:
 			bad = append(bad, fmt.Sprintf("%s %s %s", v.Component, v.Check, strings.TrimPrefix(v.Message, "outside the fleet band: ")))
+		case v.Status == curev1.VerdictStatus_ERROR && strings.HasPrefix(v.Message, fleetband.Unjudgeable):
+			bad = append(bad, fmt.Sprintf("%s %s %s", v.Component, v.Check, v.Message))
 		case v.Status == curev1.VerdictStatus_ERROR && v.Component == fleetComponent:
 			return "", fmt.Errorf("%s %s: %s", v.Component, v.Check, v.Message)
 		}
@@ -251,7 +257,7 @@ func (e *Engine) fleetGate(ctx context.Context, r *store.Run) (string, error) {
 	if len(bad) == 0 {
 		return "", nil
 	}
-	return textsafe.Truncate(fmt.Sprintf("MARGINAL against the SKU's fleet, the gate fails (every absolute bar passed): %s", strings.Join(bad, "; ")), 4096), nil
+	return textsafe.Truncate(fmt.Sprintf("MARGINAL against the SKU's fleet, or not judgeable by it, the gate fails: %s", strings.Join(bad, "; ")), 4096), nil
 }
 
 // results pairs the run's verdicts with their stored measurements.
@@ -280,13 +286,15 @@ func samples(rows []store.MeasurementRecord) []fleetband.Sample {
 // 1 MARGINAL, 3 within the band, 2 not applied (fleet band not applied: 2
 // of 5 nodes)".
 func fleetSummary(o fleetband.Outcome, sku string) string {
-	var marginal, within int
+	var marginal, within, unmeasured int
 	notes := map[string]int{}
 	var order []string
 	for _, j := range o.Judgements {
 		switch {
 		case j.Marginal:
 			marginal++
+		case !j.Measured && j.Note != "":
+			unmeasured++
 		case j.Applied:
 			within++
 		default:
@@ -297,6 +305,9 @@ func fleetSummary(o fleetband.Outcome, sku string) string {
 		}
 	}
 	parts := []string{fmt.Sprintf("%d MARGINAL", marginal), fmt.Sprintf("%d within the band", within)}
+	if unmeasured > 0 {
+		parts = append(parts, fmt.Sprintf("%d ERROR (a banded PASS without its measurement)", unmeasured))
+	}
 	for _, n := range order {
 		parts = append(parts, fmt.Sprintf("%d %s (only the absolute thresholds apply)", notes[n], n))
 	}

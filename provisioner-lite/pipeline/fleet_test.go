@@ -174,6 +174,28 @@ func TestFleetTooFewNodesPasses(t *testing.T) {
 	}
 }
 
+// TestFleetUnmeasuredPassFailsGate: a banded check's PASS that leaves its
+// measurement out (a node escaping its band, or one whose measurement the
+// coordinator refused) is not "band not applied, passed on its absolute
+// bars": the verdict becomes an ERROR naming the metric and the run fails.
+func TestFleetUnmeasuredPassFailsGate(t *testing.T) {
+	f := fleetFixture(t, 41)
+	f.verdicts[modes.Validate][0].Measurements = []*curev1.Measurement{{Metric: "readMB", Value: 8, Unit: "MB"}}
+	seedFleet(t, f.st, 200, 206, 196)
+	runID, err := f.eng.Start(context.Background(), "node1", modes.Diagnostic, "fleet-read", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.waitRun(runID)
+	if r.Status != curev1.RunStatus_RUN_FAILED || !strings.Contains(r.Message, "not judgeable") || !strings.Contains(r.Message, "readMBps") {
+		t.Fatalf("run %s: %s", r.Status, r.Message)
+	}
+	vs, _ := f.st.Verdicts(context.Background(), runID)
+	if len(vs) != 1 || vs[0].Status != curev1.VerdictStatus_ERROR || !strings.HasPrefix(vs[0].Message, fleetband.Unjudgeable) {
+		t.Fatalf("verdicts %+v", vs)
+	}
+}
+
 // TestFleetBandOneNodeOneVote: one runner session reporting a banded
 // check on many components, ten times faster than the fleet, invented
 // drives included, cannot move its SKU's band. The invented drives'
@@ -211,7 +233,9 @@ func TestFleetBandOneNodeOneVote(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := f.waitRun(runID); r.Status != curev1.RunStatus_RUN_SUCCEEDED {
+	// Its invented drives' PASS verdicts lost their refused measurements:
+	// unjudgeable against the band, so its own run fails.
+	if r := f.waitRun(runID); r.Status != curev1.RunStatus_RUN_FAILED || !strings.Contains(r.Message, "disk/vd00 disk-read "+fleetband.Unjudgeable) {
 		t.Fatalf("the hostile node's run %s: %s", r.Status, r.Message)
 	}
 	ms, _ := f.st.RunMeasurements(ctx, runID)
