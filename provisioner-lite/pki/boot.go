@@ -31,7 +31,31 @@ const (
 	BootCAESLFile = "boot-ca.esl"
 )
 
-const rsaBits = 2048
+const (
+	// BootTLSCertFile and BootTLSKeyFile are the HTTPS boot listener's
+	// certificate and key when the boot CA's key is kept offline
+	// (docs/KEYS.md): issued on the key host by `provisioner-lite pki
+	// offline`, copied here, loaded and checked at every start.
+	BootTLSCertFile = "boot-tls.pem"
+	BootTLSKeyFile  = "boot-tls-key.pem"
+)
+
+const (
+	rsaBits = 2048
+	// The Secure Boot certificate is enrolled in the nodes' db and UEFI
+	// checks no dates on image signatures: its life is the site's, ended
+	// by dbx, not by expiry.
+	secureBootValidity = 10 * 365 * 24 * time.Hour
+	// The boot CA is enrolled in each node's firmware by hand or through
+	// its BMC: long, but a rotation per hardware generation, not a decade.
+	bootCAValidity = 5 * 365 * 24 * time.Hour
+	// ListenerValidity is the default life of an offline-issued listener
+	// certificate: short, because nothing revokes it (docs/KEYS.md).
+	ListenerValidity = 90 * 24 * time.Hour
+	// ListenerRenewWarning: a listener certificate expiring within this is
+	// warned about at start.
+	ListenerRenewWarning = 30 * 24 * time.Hour
+)
 
 // EnsureSecureBootKey returns the paths of the site's Secure Boot signing
 // key and certificate in dir, creating them (RSA 2048, self-signed, 10
@@ -40,17 +64,51 @@ const rsaBits = 2048
 func EnsureSecureBootKey(dir string) (keyPath, certPath string, err error) {
 	keyPath, certPath = filepath.Join(dir, SecureBootKeyFile), filepath.Join(dir, SecureBootCertFile)
 	_, _, err = ensureRSASelfSigned(dir, keyPath, certPath, "Secure Boot signing key", pkix.Name{CommonName: "CURE site Secure Boot signing", Organization: []string{"CURE"}},
-		false, time.Now())
+		false, secureBootValidity, time.Now())
 	return keyPath, certPath, err
 }
 
-// EnsureBootCA returns the PEM of the boot CA in dir, creating it if
-// neither file exists, and writes its EFI signature list beside it.
+// EnsureSecureBootCert is what the coordinator's state dir needs of the
+// Secure Boot key: its certificate. A certificate alone means the key is
+// kept offline (offline true; cure-build signs on the key host); a key
+// without its certificate is refused; neither creates both, as
+// EnsureSecureBootKey.
+func EnsureSecureBootCert(dir string) (certPath string, offline bool, err error) {
+	keyPath, certPath := filepath.Join(dir, SecureBootKeyFile), filepath.Join(dir, SecureBootCertFile)
+	if exists(certPath) && !exists(keyPath) {
+		if _, err := loadRSACert(certPath, false); err != nil {
+			return "", false, err
+		}
+		return certPath, true, nil
+	}
+	_, certPath, err = EnsureSecureBootKey(dir)
+	return certPath, false, err
+}
+
+// EnsureBootCA returns the PEM of the boot CA in dir and writes its EFI
+// signature list beside it. A certificate without its key is an offline
+// CA and is accepted (the listener certificate must then be issued
+// offline, see BootListenerCert); a key without its certificate is
+// refused; neither creates both (RSA 2048, 5 years).
 func EnsureBootCA(dir string) ([]byte, error) {
-	_, certPEM, err := ensureRSASelfSigned(dir, filepath.Join(dir, BootCAKeyFile), filepath.Join(dir, BootCACertFile), "boot CA",
-		pkix.Name{CommonName: "CURE provisioner-lite boot CA", Organization: []string{"CURE"}}, true, time.Now())
-	if err != nil {
-		return nil, err
+	certPath, keyPath := filepath.Join(dir, BootCACertFile), filepath.Join(dir, BootCAKeyFile)
+	var certPEM []byte
+	if exists(certPath) && !exists(keyPath) {
+		if _, err := loadRSACert(certPath, true); err != nil {
+			return nil, err
+		}
+		b, err := os.ReadFile(certPath)
+		if err != nil {
+			return nil, fmt.Errorf("pki: %w", err)
+		}
+		certPEM = b
+	} else {
+		_, b, err := ensureRSASelfSigned(dir, keyPath, certPath, "boot CA",
+			pkix.Name{CommonName: "CURE provisioner-lite boot CA", Organization: []string{"CURE"}}, true, bootCAValidity, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		certPEM = b
 	}
 	blk, _ := pem.Decode(certPEM)
 	esl := signatureList(blk.Bytes)
@@ -76,18 +134,57 @@ func signatureList(der []byte) []byte {
 	return append(out, der...)
 }
 
-// BootTLSCert issues, in memory, the RSA certificate of the HTTPS boot
-// listener for hosts, signed by the boot CA (created if absent). Firmware
-// pins the CA, so a fresh leaf at every start costs nothing.
+// BootListener is the HTTPS boot listener's certificate and where it came
+// from, for the start's log.
+type BootListener struct {
+	Cert     tls.Certificate
+	Offline  bool   // loaded from File, issued on the key host
+	File     string // the certificate file when Offline
+	NotAfter time.Time
+}
+
+// BootTLSCert is BootListenerCert's certificate for hosts, now.
 func BootTLSCert(dir string, hosts []string) (tls.Certificate, error) {
-	dns, ips, err := normalizeHosts(hosts)
-	if err != nil {
-		return tls.Certificate{}, err
+	l, err := BootListenerCert(dir, hosts, hosts, time.Now())
+	return l.Cert, err
+}
+
+// BootListenerCert is the RSA certificate of the HTTPS boot listener.
+// With boot-tls.pem (or its key) in dir, the one issued offline: loaded and
+// checked against boot-ca.pem, mustCover and now, refused naming the file
+// when it does not hold (docs/KEYS.md). Otherwise one issued in memory for
+// hosts by the boot CA's key (the CA is created if absent; firmware pins
+// the CA, so a fresh leaf at every start costs nothing). A boot CA without
+// its key and no listener certificate is refused: a new key pair would fork
+// the site's trust.
+func BootListenerCert(dir string, hosts, mustCover []string, now time.Time) (BootListener, error) {
+	certPath, keyPath := filepath.Join(dir, BootTLSCertFile), filepath.Join(dir, BootTLSKeyFile)
+	if exists(certPath) || exists(keyPath) {
+		return loadBootListener(dir, mustCover, now)
+	}
+	caCertPath, caKeyPath := filepath.Join(dir, BootCACertFile), filepath.Join(dir, BootCAKeyFile)
+	if exists(caCertPath) && !exists(caKeyPath) {
+		return BootListener{}, fmt.Errorf("pki: the boot CA %s has no key here (%s: kept offline?) and there is no listener certificate %s: "+
+			"issue one on the key host (provisioner-lite pki offline --host ...) and copy %s and %s to %s", caCertPath, caKeyPath, certPath, BootTLSCertFile, BootTLSKeyFile, dir)
 	}
 	if _, err := EnsureBootCA(dir); err != nil {
-		return tls.Certificate{}, err
+		return BootListener{}, err
 	}
-	caKey, caCert, err := loadRSA(filepath.Join(dir, BootCAKeyFile), filepath.Join(dir, BootCACertFile))
+	caKey, caCert, err := loadRSA(caKeyPath, caCertPath)
+	if err != nil {
+		return BootListener{}, err
+	}
+	cert, err := issueBootTLS(caKey, caCert, hosts, now, serverValidity)
+	if err != nil {
+		return BootListener{}, err
+	}
+	return BootListener{Cert: cert, NotAfter: cert.Leaf.NotAfter}, nil
+}
+
+// issueBootTLS signs a fresh RSA listener key for hosts with the boot CA,
+// valid for validity (at most until the CA expires).
+func issueBootTLS(caKey *rsa.PrivateKey, caCert *x509.Certificate, hosts []string, now time.Time, validity time.Duration) (tls.Certificate, error) {
+	dns, ips, err := normalizeHosts(hosts)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
@@ -99,13 +196,12 @@ func BootTLSCert(dir string, hosts []string) (tls.Certificate, error) {
 	if err != nil {
 		return tls.Certificate{}, err
 	}
-	now := time.Now()
 	cn := hosts[0]
 	if len(dns) > 0 {
 		cn = dns[0]
 	}
 	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: cn, Organization: []string{"CURE"}},
-		NotBefore: now.Add(-backdate), NotAfter: now.Add(serverValidity), KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		NotBefore: now.Add(-backdate), NotAfter: now.Add(validity), KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, DNSNames: dns, IPAddresses: ips}
 	if tmpl.NotAfter.After(caCert.NotAfter) {
 		tmpl.NotAfter = caCert.NotAfter
@@ -119,20 +215,22 @@ func BootTLSCert(dir string, hosts []string) (tls.Certificate, error) {
 }
 
 // HTTPSTLSConfig is the HTTPS boot listener's TLS: the site server
-// certificate (ECDSA, the CA baked in the image: what the runner pins) and
-// the boot CA's RSA certificate (what firmware verifies). Go picks per
-// client: a client that offers no ECDSA (EDK2's TLS) gets the RSA one.
-// TLS 1.2 is allowed: EDK2 speaks no TLS 1.3.
-func HTTPSTLSConfig(dir string, hosts []string) (*tls.Config, error) {
+// certificate for hosts (ECDSA, the CA baked in the image: what the runner
+// pins) and the boot CA's RSA certificate (what firmware verifies; an
+// offline-issued one must cover firmwareHosts). Go picks per client: a
+// client that offers no ECDSA (EDK2's TLS) gets the RSA one. TLS 1.2 is
+// allowed: EDK2 speaks no TLS 1.3.
+func HTTPSTLSConfig(dir string, hosts, firmwareHosts []string, now time.Time) (*tls.Config, BootListener, error) {
 	site, err := IssueServerCert(dir, hosts)
 	if err != nil {
-		return nil, err
+		return nil, BootListener{}, err
 	}
-	boot, err := BootTLSCert(dir, hosts)
+	boot, err := BootListenerCert(dir, hosts, firmwareHosts, now)
 	if err != nil {
-		return nil, err
+		return nil, BootListener{}, err
 	}
-	return &tls.Config{Certificates: []tls.Certificate{site, boot}, MinVersion: tls.VersionTLS12, CipherSuites: FirmwareCipherSuites()}, nil
+	cfg := &tls.Config{Certificates: []tls.Certificate{site, boot.Cert}, MinVersion: tls.VersionTLS12, CipherSuites: FirmwareCipherSuites()}
+	return cfg, boot, nil
 }
 
 // FirmwareCipherSuites are Go's default TLS 1.2 suites plus RSA key
@@ -188,7 +286,7 @@ func publicKeyEqual(a crypto.PublicKey, b *rsa.PublicKey) bool {
 // ensureRSASelfSigned loads or creates an RSA key with a self-signed
 // certificate; one file without the other is refused (replacing a key
 // would orphan what trusts it).
-func ensureRSASelfSigned(dir, keyPath, certPath, what string, subject pkix.Name, isCA bool, now time.Time) (*rsa.PrivateKey, []byte, error) {
+func ensureRSASelfSigned(dir, keyPath, certPath, what string, subject pkix.Name, isCA bool, validity time.Duration, now time.Time) (*rsa.PrivateKey, []byte, error) {
 	certOK, keyOK := exists(certPath), exists(keyPath)
 	switch {
 	case certOK && keyOK:
@@ -216,7 +314,7 @@ func ensureRSASelfSigned(dir, keyPath, certPath, what string, subject pkix.Name,
 	if err != nil {
 		return nil, nil, err
 	}
-	tmpl := &x509.Certificate{SerialNumber: serial, Subject: subject, NotBefore: now.Add(-backdate), NotAfter: now.Add(caValidity),
+	tmpl := &x509.Certificate{SerialNumber: serial, Subject: subject, NotBefore: now.Add(-backdate), NotAfter: now.Add(validity),
 		KeyUsage: x509.KeyUsageDigitalSignature}
 	if isCA {
 		tmpl.KeyUsage |= x509.KeyUsageCertSign | x509.KeyUsageCRLSign

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The Secure Boot key and the boot CA are RSA, made once, refused when half
@@ -55,7 +56,7 @@ func TestBootKeys(t *testing.T) {
 	if _, err := leaf.Leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "10.0.2.2"}); err != nil {
 		t.Errorf("boot TLS certificate does not chain to the boot CA: %v", err)
 	}
-	cfg, err := HTTPSTLSConfig(dir, []string{"10.0.2.2"})
+	cfg, _, err := HTTPSTLSConfig(dir, []string{"10.0.2.2"}, []string{"10.0.2.2"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,11 +86,29 @@ func TestBootKeys(t *testing.T) {
 		}
 		cl.Close()
 	}
-	// Half a key pair is refused, naming the files.
-	if err := os.Remove(filepath.Join(dir, BootCAKeyFile)); err != nil {
+	// A key without its certificate is refused, naming the files; a
+	// certificate without its key is an offline CA, which issues nothing
+	// here: the listener then needs an offline-issued certificate.
+	caCert, _ := os.ReadFile(filepath.Join(dir, BootCACertFile))
+	if err := os.Remove(filepath.Join(dir, BootCACertFile)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := EnsureBootCA(dir); err == nil || !strings.Contains(err.Error(), BootCACertFile) {
-		t.Errorf("half a boot CA: %v", err)
+		t.Errorf("a boot CA key without its certificate: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, BootCACertFile), caCert, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, BootCAKeyFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EnsureBootCA(dir); err != nil {
+		t.Errorf("an offline boot CA (certificate only): %v", err)
+	}
+	if _, err := BootTLSCert(dir, []string{"10.0.2.2"}); err == nil || !strings.Contains(err.Error(), BootCAKeyFile) || !strings.Contains(err.Error(), BootTLSCertFile) {
+		t.Errorf("an offline boot CA without a listener certificate: %v", err)
+	}
+	if exists(filepath.Join(dir, BootCAKeyFile)) {
+		t.Error("a boot CA key was made beside a certificate without one")
 	}
 }

@@ -6,6 +6,7 @@
 //	provisioner-lite init --state-dir DIR     one state dir: CA, server certificate, state key, admin operator certificate
 //	provisioner-lite check [--manifests DIR] [--nodes FILE] [--state-dir DIR [--image-dir DIR]]
 //	provisioner-lite pki --state-dir DIR [--operator NAME --role ROLE]
+//	provisioner-lite pki offline --keys DIR --out DIR [--host H,...] [--days N]   on the key host (docs/KEYS.md)
 //	provisioner-lite artifacts add --state-dir DIR [--sku SKU.yaml] FILE...
 //	provisioner-lite [flags]                  the coordinator (lints the same as check first, and refuses on problems)
 package main
@@ -219,6 +220,9 @@ func usage(w io.Writer) {
         lint the manifests, suites and nodes file as the coordinator will read them (and the SKUs' OS images in the state dir's store, the image's CA)
   provisioner-lite pki --state-dir DIR [--operator NAME --role viewer|operator|admin]
         the CA, and one operator's curectl certificate
+  provisioner-lite pki offline --keys DIR --out DIR [--host H[,H...]] [--days 90]
+        on the host that keeps the Secure Boot and boot CA keys (docs/KEYS.md): make them if absent, issue the
+        HTTPS boot listener's certificate, write the certificates and the listener's key to copy into STATE/pki/
   provisioner-lite artifacts add --state-dir DIR [--sku SKU.yaml] FILE...
         files into the artifact store; with --sku, FILE becomes that SKU's OS image (sha256, size, format)
   provisioner-lite [flags]
@@ -284,8 +288,9 @@ func initState(stateDir, operator, advertise, pxeIface, procRoot string, log *sl
 		return nil, err
 	}
 	// Verified network boot: the key that signs the CURE image for Secure
-	// Boot and the CA firmware verifies the HTTPS boot listener with.
-	if _, _, err := pki.EnsureSecureBootKey(pkiDir); err != nil {
+	// Boot and the CA firmware verifies the HTTPS boot listener with (their
+	// certificates alone where the keys are kept offline: docs/KEYS.md).
+	if _, _, err := pki.EnsureSecureBootCert(pkiDir); err != nil {
 		return nil, err
 	}
 	if _, err := pki.EnsureBootCA(pkiDir); err != nil {
@@ -434,6 +439,9 @@ func checkCmd(args []string, out io.Writer) int {
 // pkiCmd creates the CA and, with --operator, issues (or reuses) that
 // operator's client certificate for curectl.
 func pkiCmd(args []string) int {
+	if len(args) > 0 && args[0] == "offline" {
+		return pkiOfflineCmd(args[1:])
+	}
 	fs := flag.NewFlagSet("pki", flag.ExitOnError)
 	stateDir := fs.String("state-dir", "state", "state directory")
 	operator := fs.String("operator", "", "also issue (or reuse) the curectl client certificate of this operator (CN; e.g. a login name)")
@@ -459,12 +467,16 @@ func pkiCmd(args []string) int {
 		return 1
 	}
 	fmt.Printf("%s (%d bytes)\n", filepath.Join(pkiDir, pki.CACertFile), len(ca))
-	_, sbCert, err := pki.EnsureSecureBootKey(pkiDir)
+	sbCert, sbOffline, err := pki.EnsureSecureBootCert(pkiDir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pki:", err)
 		return 1
 	}
-	fmt.Printf("%s (Secure Boot signing certificate: enrol it in the nodes' db)\n", sbCert)
+	where := ""
+	if sbOffline {
+		where = "; its key is kept offline"
+	}
+	fmt.Printf("%s (Secure Boot signing certificate: enrol it in the nodes' db%s)\n", sbCert, where)
 	if _, err := pki.EnsureBootCA(pkiDir); err != nil {
 		fmt.Fprintln(os.Stderr, "pki:", err)
 		return 1
@@ -641,6 +653,12 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	if err != nil {
 		return err
 	}
+	var httpsCfg *tls.Config
+	if htl != nil {
+		if httpsCfg, err = httpsBootTLS(pkiDir, c, log); err != nil {
+			return fmt.Errorf("refusing to start: --https-listen: %w", err)
+		}
+	}
 
 	c.netboot.pxeInterface = c.pxeInterface
 	nb, err := c.netboot.prepare(log)
@@ -743,10 +761,6 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	go func() { errc <- httpSrv.Serve(bootLn) }()
 	go func() { errc <- gs.Serve(grpcLn) }()
 	if htl != nil {
-		httpsCfg, err := pki.HTTPSTLSConfig(pkiDir, serverHosts(c.advertise, c.tlsNames...))
-		if err != nil {
-			return err
-		}
 		httpsSrv := bs.HTTPServer()
 		httpsLn = httpsBootListener(htl, plan, log)
 		go func() { errc <- httpsSrv.Serve(tls.NewListener(httpsLn, httpsCfg)) }()
