@@ -262,6 +262,7 @@ type initResult struct {
 	pxeIface                          string
 	caFile, caFingerprint             string
 	caCreated, keyCreated             bool
+	secureBootOffline                 bool // secureboot.pem without its key: the image is signed on the key host
 	op                                pki.OperatorCert
 }
 
@@ -290,7 +291,7 @@ func initState(stateDir, operator, advertise, pxeIface, procRoot string, log *sl
 	// Verified network boot: the key that signs the CURE image for Secure
 	// Boot and the CA firmware verifies the HTTPS boot listener with (their
 	// certificates alone where the keys are kept offline: docs/KEYS.md).
-	if _, _, err := pki.EnsureSecureBootCert(pkiDir); err != nil {
+	if _, r.secureBootOffline, err = pki.EnsureSecureBootCert(pkiDir); err != nil {
 		return nil, err
 	}
 	if _, err := pki.EnsureBootCA(pkiDir); err != nil {
@@ -384,6 +385,10 @@ Next (README, "Set up a site"):
 `, sd, rel(r.caFile), made(r.caCreated), r.caFingerprint, rel(filepath.Join(r.stateDir, statedir.KeyFile)), made(r.keyCreated),
 		r.advertise, r.advertiseWhy, r.op.Name, rel(r.op.CertFile), opWhat, r.op.NotAfter.Format(time.DateOnly),
 		sd, sd, sd, sd, r.advertise, sd, advertiseFlag, nonEmpty(r.pxeIface, "IFACE"), rel(r.caFile), rel(r.op.CertFile), rel(r.op.KeyFile))
+	if r.secureBootOffline {
+		fmt.Fprintf(w, "\nThe Secure Boot key is kept offline (%s has no key beside it): step 1 here builds no signed cure.efi;\n"+
+			"build and sign the image on the key host with %s copied there (docs/KEYS.md).\n", rel(filepath.Join(r.stateDir, "pki", pki.SecureBootCertFile)), rel(r.caFile))
+	}
 }
 
 // checkCmd lints the site's configuration as the coordinator reads it at

@@ -199,3 +199,31 @@ func runUntilRefused(t *testing.T, state string) error {
 	}
 	return err
 }
+
+// init on a state dir given the key host's export keeps its certificates,
+// makes no key beside them, and says the image is signed elsewhere.
+func TestInitKeepsOfflineCertificates(t *testing.T) {
+	root := t.TempDir()
+	state := filepath.Join(root, "state")
+	if _, err := pki.OfflineExport(filepath.Join(root, "keyhost"), filepath.Join(state, "pki"), []string{"10.0.0.5"}, pki.ListenerValidity, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(state, "pki", pki.BootCACertFile))
+	r, err := initState(state, "ada", "10.0.0.5", "", "/proc", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{pki.SecureBootKeyFile, pki.BootCAKeyFile} {
+		if _, err := os.Stat(filepath.Join(state, "pki", f)); err == nil {
+			t.Errorf("init made %s beside a certificate without one", f)
+		}
+	}
+	if after, _ := os.ReadFile(filepath.Join(state, "pki", pki.BootCACertFile)); !bytes.Equal(before, after) {
+		t.Error("init replaced the offline boot CA")
+	}
+	var out bytes.Buffer
+	r.print(&out)
+	if !r.secureBootOffline || !strings.Contains(out.String(), "Secure Boot key is kept offline") {
+		t.Errorf("init does not say the Secure Boot key is offline:\n%s", out.String())
+	}
+}
