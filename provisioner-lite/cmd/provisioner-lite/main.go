@@ -674,6 +674,9 @@ func run(ctx context.Context, log *slog.Logger, c config) error {
 	if err != nil {
 		return err
 	}
+	if err := attestationConfig(site.SKUs, catalogRequires(c.manifestDir), c.imageDir, ekRoots, log); err != nil {
+		return err
+	}
 	bmcs, err := newBMCConnector(c.bmcCA, c.timeouts.BMCCall, log)
 	if err != nil {
 		return err
@@ -880,7 +883,7 @@ func nonEmpty(s, def string) string {
 // which the log says once at start.
 func loadEKRoots(dir string, log *slog.Logger) (*attestation.EKRoots, error) {
 	if dir == "" {
-		log.Warn("no --ek-roots: a node's endorsement key is trusted on first use unless the nodes file pins its ek_sha256 (docs/SECURITY.md)")
+		log.Warn("no --ek-roots: a node's endorsement key is trusted on first use unless the nodes file pins its ek_sha256, except on a SKU that requires attestation, where only a pinned EK enrols (docs/SECURITY.md)")
 		return nil, nil
 	}
 	r, err := attestation.LoadEKRoots(dir)
