@@ -429,6 +429,26 @@ func newEKCA(t *testing.T, name string) *ekCA {
 	return &ekCA{cert: cert, key: key}
 }
 
+// intermediate is a CA that ca certifies (a manufacturer's issuing CA).
+func (ca *ekCA) intermediate(t *testing.T, name string) *ekCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &ekCA{cert: cert, key: key}
+}
+
 // rootsDir writes the CA's root as PEM into a fresh directory (--ek-roots).
 func (ca *ekCA) rootsDir(t *testing.T) string {
 	t.Helper()
@@ -618,6 +638,27 @@ func TestEKCertificateVerified(t *testing.T) {
 		}
 		if _, err := c.st.NodeEK(ctx, attestNodeID); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("an EK was trusted on first use on a SKU that requires attestation: %v", err)
+		}
+	})
+	t.Run("chains through the intermediate in the TPM's NV", func(t *testing.T) {
+		// The manufacturer issues EK certificates from an intermediate
+		// it leaves in the TPM's EK chain range: the runner sends it
+		// (ek_chain), the roots hold only the manufacturer's root.
+		issuing := maker.intermediate(t, "Test TPM Manufacturer Issuing CA")
+		node.writeEKCert(issuing.ekCert(t, ekKey(t, ekPub)))
+		defer node.writeEKCert(maker.ekCert(t, ekKey(t, ekPub)))
+		if ba, admitted, _ := boot(t, maker.rootsDir(t), false); ba.Status != store.AttestFailed || admitted || !strings.Contains(ba.Detail, "does not chain") {
+			t.Fatalf("without the intermediate: %s (%s), admitted %t; want failed, not chaining", ba.Status, ba.Detail, admitted)
+		}
+		if err := attest.WriteEKChain(node.sw.Open(), issuing.cert.Raw); err != nil {
+			t.Fatal(err)
+		}
+		ba, admitted, c := boot(t, maker.rootsDir(t), false)
+		if ba.Status != store.AttestPassed || !admitted {
+			t.Fatalf("attestation %s (%s), admitted %t; want attested and admitted", ba.Status, ba.Detail, admitted)
+		}
+		if es := untrusted(t, c); len(es) != 0 {
+			t.Fatalf("ek_untrusted for an EK certified through its intermediate: %+v", es)
 		}
 	})
 	t.Run("certificate of another key", func(t *testing.T) {

@@ -118,7 +118,7 @@ func attestOnce(ctx context.Context, src Source, c Beginner, token, bootID strin
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	ch, err := c.BeginAttestation(cctx, &curev1.AttestBegin{Token: token, BootId: bootID,
-		EkPublic: keys.EKPublic, EkCertificate: keys.EKCert, AkPublic: keys.AKPublic})
+		EkPublic: keys.EKPublic, EkCertificate: keys.EKCert, EkChain: keys.EKChain, AkPublic: keys.AKPublic})
 	if err != nil {
 		return nil, fmt.Errorf("begin attestation: %w", err)
 	}

@@ -2,9 +2,16 @@ package attest_test
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cure-oss/cure/tools/tpm/attest"
 	"github.com/cure-oss/cure/tools/tpm/eventlog"
@@ -172,5 +179,45 @@ func TestWriteEKCert(t *testing.T) {
 		if !bytes.Equal(got, der) {
 			t.Fatalf("read back %d bytes, wrote %d", len(got), len(der))
 		}
+	}
+}
+
+// TestEKChainFromNV: intermediates the manufacturer left in the EK chain
+// range are read in index order with the EK certificate, and bytes that
+// are no certificate are left out.
+func TestEKChainFromNV(t *testing.T) {
+	tp := swtpmtest.Start(t, "").Open()
+	k, err := attest.NewKeys(tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ek := k.EKPublic
+	k.Close()
+	if err := attest.WriteEKCert(tp, ek, []byte("the EK certificate")); err != nil {
+		t.Fatal(err)
+	}
+	var chain [][]byte
+	for _, name := range []string{"Intermediate 1", "Intermediate 2"} {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chain = append(chain, der)
+	}
+	if err := attest.WriteEKChain(tp, chain[0], []byte("not a certificate"), chain[1]); err != nil {
+		t.Fatal(err)
+	}
+	k, err = attest.NewKeys(tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if len(k.EKChain) != 2 || !bytes.Equal(k.EKChain[0], chain[0]) || !bytes.Equal(k.EKChain[1], chain[1]) {
+		t.Fatalf("EK chain read: %d certificates, want the 2 written, in order", len(k.EKChain))
 	}
 }

@@ -10,6 +10,7 @@ package attest
 
 import (
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -159,6 +160,16 @@ const (
 	nvEKCertECC = 0x01c0000a
 )
 
+// The EK certificate chain's NV range (TCG EK Credential Profile 2.3,
+// 2.2.1.5): the intermediate CA certificates, in index order, each index
+// holding one or more DER certificates.
+const (
+	nvEKChainFirst = 0x01c00100
+	nvEKChainLast  = 0x01c001ff
+	// MaxEKChain bounds the intermediates read (a coordinator takes 4).
+	MaxEKChain = 4
+)
+
 // Keys are a TPM's endorsement key and CURE's attestation key, loaded.
 type Keys struct {
 	tpm      transport.TPM
@@ -166,6 +177,10 @@ type Keys struct {
 	EKPublic []byte // TPMT_PUBLIC, marshalled
 	AKPublic []byte // TPMT_PUBLIC, marshalled
 	EKCert   []byte // DER, from the TPM's NV, nil when the TPM has none
+	// EKChain are the intermediate CA certificates (DER) of the TPM's EK
+	// chain range, in order, at most MaxEKChain: what the coordinator
+	// needs between the EK certificate and a manufacturer's root.
+	EKChain [][]byte
 }
 
 // NewKeys creates (re-derives: primaries come from the hierarchy's seed, so
@@ -200,7 +215,41 @@ func NewKeys(t transport.TPM) (*Keys, error) {
 	k.ak = tpm2.NamedHandle{Handle: rsp.ObjectHandle, Name: rsp.Name}
 	k.AKPublic = rsp.OutPublic.Bytes()
 	k.EKCert = readNV(t, certIndex) // optional: TPMs without one (swtpm unprovisioned) are TOFU
+	if k.EKCert != nil {
+		k.EKChain = readEKChain(t)
+	}
 	return k, nil
+}
+
+// readEKChain reads the intermediates of the EK chain range, nil if the TPM
+// has none (most put the chain online, not in NV). Bytes that are not
+// certificates are left out: the coordinator judges what it is sent.
+func readEKChain(t transport.TPM) [][]byte {
+	rsp, err := tpm2.GetCapability{Capability: tpm2.TPMCapHandles, Property: nvEKChainFirst, PropertyCount: 2 * MaxEKChain}.Execute(t)
+	if err != nil {
+		return nil
+	}
+	handles, err := rsp.CapabilityData.Data.Handles()
+	if err != nil {
+		return nil
+	}
+	var out [][]byte
+	for _, h := range handles.Handle {
+		if uint32(h) < nvEKChainFirst || uint32(h) > nvEKChainLast {
+			break
+		}
+		certs, err := x509.ParseCertificates(readNV(t, uint32(h)))
+		if err != nil {
+			continue
+		}
+		for _, c := range certs {
+			if len(out) == MaxEKChain {
+				return out
+			}
+			out = append(out, c.Raw)
+		}
+	}
+	return out
 }
 
 // readNV reads a whole NV index, nil if it is absent or unreadable.
