@@ -7764,7 +7764,7 @@ type FleetBandsRequest struct {
 	Sku           string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`                            // empty: every SKU (or node_id's)
 	Check         string                 `protobuf:"bytes,2,opt,name=check,proto3" json:"check,omitempty"`                        // empty: every check
 	Metric        string                 `protobuf:"bytes,3,opt,name=metric,proto3" json:"metric,omitempty"`                      // empty: every metric
-	NodeId        string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`        // mark where this node sits (its latest value per component)
+	NodeId        string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`        // mark where this node sits (its vote)
 	WindowMs      int64                  `protobuf:"varint,5,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"` // how recent a result must be; 0: the default fleet window
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -7895,9 +7895,9 @@ func (x *FleetBandsResponse) GetTruncated() bool {
 	return false
 }
 
-// FleetDistribution is the recent passing results of one SKU's fleet for one
-// check's metric: each node counted once per component (its latest value),
-// robust statistics over them, and a bounded sample of the values.
+// FleetDistribution is the recent acceptance results of one SKU's fleet for
+// one check's metric: one vote per node (the median of its components in its
+// latest acceptance run), robust statistics over the votes, and a bounded sample of the values.
 type FleetDistribution struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sku           string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
@@ -7905,7 +7905,7 @@ type FleetDistribution struct {
 	Metric        string                 `protobuf:"bytes,3,opt,name=metric,proto3" json:"metric,omitempty"`
 	Unit          string                 `protobuf:"bytes,4,opt,name=unit,proto3" json:"unit,omitempty"`
 	Nodes         uint32                 `protobuf:"varint,5,opt,name=nodes,proto3" json:"nodes,omitempty"`     // distinct nodes
-	Samples       uint32                 `protobuf:"varint,6,opt,name=samples,proto3" json:"samples,omitempty"` // values (a node has one per component)
+	Samples       uint32                 `protobuf:"varint,6,opt,name=samples,proto3" json:"samples,omitempty"` // component values behind the votes
 	Median        float64                `protobuf:"fixed64,7,opt,name=median,proto3" json:"median,omitempty"`
 	Mad           float64                `protobuf:"fixed64,8,opt,name=mad,proto3" json:"mad,omitempty"`       // median absolute deviation scaled by 1.4826 (a normal sigma)
 	Spread        float64                `protobuf:"fixed64,9,opt,name=spread,proto3" json:"spread,omitempty"` // what bands are measured in: mad, or its floor when the fleet agrees too closely

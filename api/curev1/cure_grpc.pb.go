@@ -240,8 +240,9 @@ type OperatorServiceClient interface {
 	// of the selected nodes, per SKU (provisioner-lite/timebuckets).
 	TimeBuckets(ctx context.Context, in *TimeBucketsRequest, opts ...grpc.CallOption) (*TimeBucketSummary, error)
 	// FleetBands: per SKU, check and measured metric, the distribution of
-	// recent passing results (each node's latest per component) that fleet
-	// bands judge against, and where a node sits in it.
+	// recent acceptance results (one vote per node: the median of its
+	// components in its latest burn-in or diagnostic run) that fleet bands
+	// judge against, and where a node sits in it.
 	FleetBands(ctx context.Context, in *FleetBandsRequest, opts ...grpc.CallOption) (*FleetBandsResponse, error)
 	// The pool (provisioner-lite/pool, docs/ARCHITECTURE.md "Day 2"): a
 	// deployed node's place between the scheduler and CURE. Drain asks the
@@ -520,8 +521,9 @@ type OperatorServiceServer interface {
 	// of the selected nodes, per SKU (provisioner-lite/timebuckets).
 	TimeBuckets(context.Context, *TimeBucketsRequest) (*TimeBucketSummary, error)
 	// FleetBands: per SKU, check and measured metric, the distribution of
-	// recent passing results (each node's latest per component) that fleet
-	// bands judge against, and where a node sits in it.
+	// recent acceptance results (one vote per node: the median of its
+	// components in its latest burn-in or diagnostic run) that fleet bands
+	// judge against, and where a node sits in it.
 	FleetBands(context.Context, *FleetBandsRequest) (*FleetBandsResponse, error)
 	// The pool (provisioner-lite/pool, docs/ARCHITECTURE.md "Day 2"): a
 	// deployed node's place between the scheduler and CURE. Drain asks the
