@@ -119,7 +119,7 @@ func ProvisionAcross(ctx context.Context, targets []Target, req *curev1.Provisio
 		if len(retry) == 0 {
 			return res, nil
 		}
-		next := &curev1.ProvisionRequest{NodeIds: retry, Mode: req.GetMode(), Manifest: req.GetManifest(), Resume: req.GetResume()}
+		next := &curev1.ProvisionRequest{NodeIds: retry, Mode: req.GetMode(), Manifest: req.GetManifest(), Resume: req.GetResume(), ConfirmNodeIds: req.GetConfirmNodeIds()}
 		pending = next
 		lastErr = nil
 	}

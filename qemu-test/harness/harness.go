@@ -676,10 +676,14 @@ func (e *Env) Provision(ctx context.Context, node string, mode modes.Mode, resum
 }
 
 // Run starts a run with an explicit manifest (a suite for diagnostic/burn-in).
+// The test names the one node it means, as an operator does who confirmed
+// it: a node in the day-2 pool needs that (confirm_node_ids) for a
+// provision or a wipe.
 func (e *Env) Run(ctx context.Context, node string, mode modes.Mode, manifest string, resume bool) (string, error) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	resp, err := e.Client.Provision(cctx, &curev1.ProvisionRequest{NodeIds: []string{node}, Mode: modes.ToProto(mode), Manifest: manifest, Resume: resume})
+	resp, err := e.Client.Provision(cctx, &curev1.ProvisionRequest{NodeIds: []string{node}, Mode: modes.ToProto(mode), Manifest: manifest, Resume: resume,
+		ConfirmNodeIds: []string{node}})
 	if err != nil {
 		return "", err
 	}
