@@ -29,6 +29,35 @@
 //     "BF-24.10", "1.2.3", "4.9.0"), unlike semver, because that is how
 //     NVIDIA, Mellanox and OpenBMC number their builds.
 //   - Missing trailing segments count as 0: "1.2" == "1.2.0".
+//   - NVIDIA's VBIOS versions are hex bytes: a version of the VBIOS shape,
+//     five '.'-separated segments of exactly two hex digits
+//     ("96.00.A5.00.01", "90.02.17.00.7D", and "96.00.89.00.01" too: the
+//     family writes hex throughout), compares with another of that shape
+//     as five bytes, whichever of them has a letter: "96.00.A0.00.01" is
+//     newer than "96.00.9A.00.01", "90.02.17.00.7D" than "90.02.17.00.10",
+//     "96.00.9A.00.01" than "96.00.89.00.01". The shape has no family
+//     ("A5.00.00.00.01" is bytes too); a lone "v" before it is dropped.
+//     The shape is exact: "96.0.a5.0.1" and "96.00.A05.00.01" are not
+//     VBIOS versions and are not equal to "96.00.A5.00.01". A VBIOS whose
+//     bytes are all decimal digits orders the same as hex bytes and as
+//     written, so it compares with other shapes as written ("96.00.89.00.01"
+//     equals "96.0.89.0.1"); one with a letter is placed, for Compare,
+//     just below the first letter-free VBIOS above it, and Order refuses
+//     where that and reading it as written disagree (mixed shapes:
+//     "96.00.A5.00.01" against "96.00.A10.00.01" or "96.0.a5.0.1").
+//   - Intel's NVM composite, as ethtool and Redfish report E810 and X710
+//     adapters ("4.40 0x8001b4e6 1.3492.0": NVM version, EETrack id, combo
+//     image version), orders by its NVM version, then its combo version.
+//     The EETrack is an identifier, only ever equal or not: two composites
+//     that differ only in it are different builds that Order refuses to
+//     order (Compare orders them by the id, for sorting). A bare version
+//     against a composite is its NVM version, and sorts below every
+//     composite of that NVM version, as a missing segment does: a manifest
+//     that pins "4.40" is satisfied at least by "4.40 0x8001b4e6 1.3492.0",
+//     and under the equal gate a running composite matches a desired bare
+//     version on its NVM part (see Satisfies); a running bare "4.40" does
+//     not say which image it is, so it does not reach a desired composite.
+//     Only the three-part form is read ("3.50 0x800016DC" is an error).
 //   - Compare is a total order, for sorting. Order (and so the at-least gate)
 //     refuses to decide where the answer would be a guess: letters against
 //     a number at the same place ("96.00.A5" against "96.00.5"), a suffix of
@@ -37,8 +66,11 @@
 //     hotfix, build: "1.45.455b66-rev4" is newer than "1.45.455b66"), two
 //     different git commit ids at the same distance from a tag, two
 //     segments of two hex digits that order differently as hex bytes
-//     ("90.02.17.00.7D" against "90.02.17.00.10": NVIDIA's VBIOS versions
-//     are hex bytes), and two families. A wrong "at least" skips an update the manifest asks for.
+//     outside two VBIOS-shaped versions ("90.02.17.7D" against
+//     "90.02.17.10": they may be VBIOS bytes), a VBIOS against another
+//     shape where hex bytes and the written form disagree, two Intel NVM
+//     composites that differ only in the EETrack, and two families. A
+//     wrong "at least" skips an update the manifest asks for.
 //   - Whitespace is allowed only in the spaced forms BMCs report, where a
 //     family, a release date or a build number stands beside the version
 //     (see spacedForms): the system-ROM form "FAMILY vX.Y (MM/DD/YYYY)" (HPE
@@ -47,8 +79,9 @@
 //     "iDRAC 7.00.00.00"), a version with a build date ("2.55 Oct 01 2021",
 //     iLO's inventory), with a build number ("11.2.0 Build 44"), Supermicro's
 //     "BIOS Date: 08/04/2023 Ver 1.4", and CPLD versions written as hex bytes
-//     ("0x00 0x0b 0x03 0x04"). A FAMILY is the prefix; a date is never
-//     compared (one release has one date); a build number is a last segment.
+//     ("0x00 0x0b 0x03 0x04"), and Intel's NVM composite (above). A FAMILY
+//     is the prefix; a date is never compared (one release has one date); a
+//     build number is a last segment.
 //
 // Equality after this normalisation is the gating default: "07.2.22" equals
 // "7.2.22", because BMCs and tools disagree about zero padding, not about the
@@ -102,13 +135,24 @@ var hexBytes = sync.OnceValue(func() *regexp.Regexp {
 	return regexp.MustCompile(`^0[xX][0-9A-Fa-f]{1,4}(?:[ \t]+0[xX][0-9A-Fa-f]{1,4})+$`)
 })
 
+// vbiosShape is NVIDIA's VBIOS version: five segments of two hex digits.
+var vbiosShape = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f]{2}){4}$`)
+})
+
+// intelNVM is Intel's NVM composite as ethtool and Redfish report it for
+// E810 and X710 adapters: NVM version, EETrack id, combo image version.
+var intelNVM = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^([0-9]+\.[0-9]+)[ \t]+0[xX]([0-9A-Fa-f]{1,8})[ \t]+([0-9]+(?:\.[0-9]+){1,3})$`)
+})
+
 // FormNames lists the spaced forms Parse reads, for error messages.
 func FormNames() []string {
 	names := []string{}
 	for _, f := range spacedForms() {
 		names = append(names, f.name)
 	}
-	return append(names, "0xHH 0xHH ...")
+	return append(names, "0xHH 0xHH ...", "NVM 0xEETRACK COMBO")
 }
 
 // Version is a parsed vendor version string. The zero value is not valid;
@@ -116,7 +160,21 @@ func FormNames() []string {
 type Version struct {
 	raw      string
 	prefix   string    // lower-cased family prefix, "" when none
-	segments []segment // after the prefix
+	segments []segment // after the prefix (of an NVM composite: the NVM version)
+	// vbios: the VBIOS shape, five '.'-separated segments of two hex
+	// digits ("96.00.A5.00.01"); bytes are those segments read as hex
+	// bytes, hexLetter says whether one of them has a letter A-F.
+	vbios, hexLetter bool
+	bytes            [5]byte
+	nvm              *nvmParts // Intel's NVM composite, nil otherwise
+}
+
+// nvmParts are the parts of Intel's NVM composite "4.40 0x8001b4e6
+// 1.3492.0" after the NVM version: the EETrack id and the combo image
+// version.
+type nvmParts struct {
+	eetrack uint64
+	combo   []segment
 }
 
 // segment is a run of tokens between separators, e.g. "A5" -> [a, 5].
@@ -193,11 +251,27 @@ func Parse(s string) (Version, error) {
 
 	v := Version{raw: raw}
 	rest := raw
+	// The VBIOS shape is hex bytes throughout: no family, even where the
+	// first byte starts with a letter ("A5.00.00.00.01"); a lone "v" before
+	// it is decoration as anywhere.
+	hex := raw
+	if (hex[0] == 'v' || hex[0] == 'V') && len(hex) > 1 && isDigit(hex[1]) {
+		hex = hex[1:]
+	}
+	if vbiosShape().MatchString(hex) {
+		for i := range v.bytes {
+			b, _ := strconv.ParseUint(hex[3*i:3*i+2], 16, 8) // two hex digits: cannot fail
+			v.bytes[i] = byte(b)
+			v.hexLetter = v.hexLetter || b>>4 > 9 || b&15 > 9
+		}
+		v.vbios = true
+		rest = hex
+	}
 	// The family prefix is the leading run of letters, and the separator
 	// right after it if any ("BF-24" and "BF24" have the same prefix); a
 	// platform name with a letter after a digit runs to the separator.
 	n := 0
-	for n < len(rest) && isLetter(rest[n]) {
+	for !v.vbios && n < len(rest) && isLetter(rest[n]) {
 		n++
 	}
 	if n > 0 {
@@ -239,6 +313,20 @@ func parseSpaced(raw string) (Version, error) {
 		v.raw = raw
 		return v, nil
 	}
+	if m := intelNVM().FindStringSubmatch(raw); m != nil {
+		nvm, err := Parse(m[1])
+		if err != nil {
+			return Version{}, perr(raw, "NVM 0xEETRACK COMBO: NVM version %q: %s", m[1], err.(*ParseError).Reason)
+		}
+		combo, err := Parse(m[3])
+		if err != nil {
+			return Version{}, perr(raw, "NVM 0xEETRACK COMBO: combo version %q: %s", m[3], err.(*ParseError).Reason)
+		}
+		ee, _ := strconv.ParseUint(m[2], 16, 32) // at most 8 hex digits: cannot fail
+		nvm.raw = raw
+		nvm.nvm = &nvmParts{eetrack: ee, combo: combo.segments}
+		return nvm, nil
+	}
 	for _, f := range spacedForms() {
 		m := f.re.FindStringSubmatch(raw)
 		if m == nil {
@@ -257,6 +345,7 @@ func parseSpaced(raw string) (Version, error) {
 				return Version{}, perr(raw, "%s: version %q carries a family of its own after family %q", f.name, m[f.core], m[f.family])
 			}
 			v.prefix = strings.ToLower(strings.Join(strings.Fields(m[f.family]), ""))
+			v.vbios, v.hexLetter, v.bytes = false, false, [5]byte{} // a family's version is no bare VBIOS
 		}
 		v.raw = raw
 		return v, nil
@@ -406,6 +495,11 @@ func (v Version) String() string { return v.raw }
 // when there is none. A lone "v" is not a prefix.
 func (v Version) Prefix() string { return v.prefix }
 
+// nvmVersion is the NVM version of an Intel NVM composite, alone.
+func (v Version) nvmVersion() Version {
+	return Version{raw: v.raw, prefix: v.prefix, segments: v.segments}
+}
+
 // IsZero reports whether v is the zero Version (never returned by Parse).
 func (v Version) IsZero() bool { return v.raw == "" }
 
@@ -420,7 +514,9 @@ func Compare(a, b Version) int {
 // Order is Compare for deciding, not sorting: it refuses, with an error
 // naming both versions and the place, where the answer would be a guess
 // (see the package comment): different families, letters against a number,
-// a suffix of letters against nothing, two different commit ids.
+// a suffix of letters against nothing, two different commit ids, hex bytes
+// outside two VBIOS-shaped versions, a VBIOS against another shape where
+// the readings disagree, two NVM composites that differ only in the EETrack.
 func Order(a, b Version) (int, error) {
 	c, why := order(a, b)
 	if why != "" {
@@ -430,25 +526,116 @@ func Order(a, b Version) (int, error) {
 }
 
 // order compares and says why the answer is a guess ("" when it is not).
+// Two VBIOS-shaped versions compare as hex bytes; a VBIOS with a hex
+// letter against a version of another shape is placed by crossOrder; all
+// else compares as written (orderWritten).
 func order(a, b Version) (int, string) {
+	switch {
+	case a.vbios && b.vbios:
+		return slices.Compare(a.bytes[:], b.bytes[:]), ""
+	case a.hexLetter && !b.vbios:
+		return crossOrder(a, b)
+	case b.hexLetter && !a.vbios:
+		c, why := crossOrder(b, a)
+		return -c, why
+	}
+	return orderWritten(a, b)
+}
+
+// crossOrder orders x, a VBIOS with a hex letter, against n, a version
+// of another shape, so that Compare stays a total order: the VBIOS
+// versions without a letter ("96.00.89.00.01") order the same as hex
+// bytes and as written, and x sits, among them, just below the first
+// one above it as hex bytes (decimalAbove); n is placed among them as
+// written, below x when it falls in the same gap. Order refuses where
+// this and reading x as written disagree.
+func crossOrder(x, n Version) (int, string) {
+	c := 1
+	if above, ok := decimalAbove(x); ok {
+		if d, _ := orderWritten(n, above); d >= 0 {
+			c = -1
+		}
+	}
+	w, why := orderWritten(x, n)
+	if why == "" && w != c {
+		why = fmt.Sprintf("only %q has NVIDIA's VBIOS shape (five segments of two hex digits, read as hex bytes), and read as hex bytes and as written they order differently", x.raw)
+	}
+	return c, why
+}
+
+// decimalAbove returns the least VBIOS-shaped version without a hex
+// letter that is newer than x as hex bytes ("96.01.00.00.00" for
+// "96.00.9A.00.01", "90.02.17.00.80" for "90.02.17.00.7D"), false when
+// there is none ("99.99.99.99.A0").
+func decimalAbove(x Version) (Version, bool) {
+	var d [5]int
+	for i, b := range x.bytes {
+		hi, lo := int(b>>4), int(b&15)
+		if hi <= 9 && lo <= 9 {
+			d[i] = 10*hi + lo
+			continue
+		}
+		// The greatest letter-free byte below b, plus one: "7D" -> 80,
+		// "A5" -> 100 (a carry into the segment before).
+		d[i] = 100
+		if hi <= 9 {
+			d[i] = 10*hi + 10
+		}
+		for j := i; j > 0 && d[j] == 100; j-- {
+			d[j] = 0
+			d[j-1]++
+		}
+		if d[0] == 100 {
+			return Version{}, false
+		}
+		return MustParse(fmt.Sprintf("%02d.%02d.%02d.%02d.%02d", d[0], d[1], d[2], d[3], d[4])), true
+	}
+	return x, true // no letter: not reached from crossOrder
+}
+
+// orderWritten compares versions as written: family, segments, then the
+// parts of an Intel NVM composite.
+func orderWritten(a, b Version) (int, string) {
 	if c := strings.Compare(a.prefix, b.prefix); c != 0 {
 		return c, fmt.Sprintf("different version families (prefix %q vs %q)", a.prefix, b.prefix)
 	}
-	n := max(len(a.segments), len(b.segments))
-	for i := range n {
+	if c, why := orderSegments(a.segments, b.segments, "segment"); c != 0 {
+		return c, why
+	}
+	switch {
+	case a.nvm == nil && b.nvm == nil:
+		return 0, ""
+	case a.nvm == nil:
+		return -1, "" // a bare NVM version is below each composite of it
+	case b.nvm == nil:
+		return 1, ""
+	}
+	if c, why := orderSegments(a.nvm.combo, b.nvm.combo, "combo version segment"); c != 0 {
+		return c, why
+	}
+	if c := cmpInt(a.nvm.eetrack, b.nvm.eetrack); c != 0 {
+		return c, fmt.Sprintf("same NVM and combo versions but EETrack 0x%08x against 0x%08x: different builds", a.nvm.eetrack, b.nvm.eetrack)
+	}
+	return 0, ""
+}
+
+// orderSegments compares two runs of segments, missing ones as zero;
+// what names a segment in messages.
+func orderSegments(as, bs []segment, what string) (int, string) {
+	for i := range max(len(as), len(bs)) {
 		sa, sb := zero, zero
-		if i < len(a.segments) {
-			sa = a.segments[i]
+		if i < len(as) {
+			sa = as[i]
 		}
-		if i < len(b.segments) {
-			sb = b.segments[i]
+		if i < len(bs) {
+			sb = bs[i]
 		}
 		if c, why := compareSegment(sa, sb); c != 0 {
 			if why == "" && hexByteOrder(sa.text, sb.text) == -c {
 				why = "read as hex bytes (as NVIDIA writes VBIOS versions, \"96.00.A5.00.01\") they order the other way"
 			}
 			if why != "" {
-				why = fmt.Sprintf("segment %d, %q against %q: %s", i+1, sa.text, sb.text, why)
+				why = fmt.Sprintf("%s %d, %q against %q: %s", what, i+1, sa.text, sb.text, why)
 			}
 			return c, why
 		}
@@ -573,13 +760,22 @@ const (
 // cannot disagree, errors included.
 //
 // GateEqual ("" too) uses Equal: an unparseable string matches only the
-// identical string, never an error. GateAtLeast needs both versions to
+// identical string, never an error. One exception: a running Intel NVM
+// composite ("4.40 0x8001b4e6 1.3492.0") against a desired bare version
+// ("4.40") is compared on its NVM version, as the manifest pins only that. GateAtLeast needs both versions to
 // parse, to be of one family and to be ordered without a guess (Order);
 // otherwise it is an error naming the values (a caller reports it as
 // ERROR, never as a silent DRIFT or MATCH).
 func Satisfies(gate, running, desired string) (bool, error) {
 	switch gate {
 	case GateEqual, "":
+		// A manifest that pins only the NVM version of an Intel NVM
+		// composite matches on that part.
+		if have, err := Parse(running); err == nil && have.nvm != nil {
+			if want, err := Parse(desired); err == nil && want.nvm == nil {
+				return Compare(have.nvmVersion(), want) == 0, nil
+			}
+		}
 		return Equal(running, desired), nil
 	case GateAtLeast:
 		want, err := Parse(desired)

@@ -93,10 +93,14 @@ func TestCompare(t *testing.T) {
 		{"v2.0", "V2.1", -1},
 		// Alphanumeric segments: natural order.
 		{"96.00.A5.00.01", "96.00.A5.00.01", 0},
-		{"96.00.A5.00.01", "96.00.A10.00.01", -1},
 		{"96.00.A5.00.01", "96.00.B1.00.01", -1},
-		{"96.00.a5.00.01", "96.00.A05.00.01", 0},
+		{"96.00.a5.00.01", "96.00.A5.00.01", 0},
 		{"96.00.A5.00.01", "96.00.5.00.01", 1}, // letters sort after digits
+		// A VBIOS with a hex letter against another shape: just below the
+		// first letter-free VBIOS above it (97.00.00.00.00).
+		{"96.00.A5.00.01", "96.00.A10.00.01", 1},
+		{"96.00.a5.00.01", "96.00.A05.00.01", 1},
+		{"96.0.A5.0.1", "96.0.A10.0.1", -1}, // no VBIOS shape: as written
 		// Leading zeros and missing trailing segments.
 		{"07.2.22", "7.2.22", 0},
 		{"1.2", "1.2.0", 0},
@@ -156,6 +160,11 @@ func FuzzCompare(f *testing.F) {
 		{"GB200Nvl-24.12-8", "U8E132C-3.20", "U8E132C 3.20"},
 		{"4.9.0-43-g7d1fe7e", "4.9.0-43-g1234567", "1.45.455b66-rev4"},
 		{"90.02.17.00.7D", "90.02.17.00.10", "96.00.A5.00.01"},
+		{"96.00.A0.00.01", "96.00.9A.00.01", "96.00.89.00.01"},
+		{"90.02.17.00.7D", "90.02.17.00.8", "90.02.17.00.7E5"},
+		{"96.00.A5.00.01", "96.0.a5.0.1", "96.00.100.0.0"},
+		{"4.40 0x8001b4e6 1.3492.0", "4.40", "4.40 0x8001c000 1.3492.0"},
+		{"6.01 0x800034a4 1.1747.0", "6.01.0.0.1", "06.01.00.00.0A"},
 		{"iDRAC 7.00.00.00", "BMC 1.2.3", "1.7.0-A03"},
 	} {
 		f.Add(s[0], s[1], s[2])
@@ -247,7 +256,9 @@ func TestVendorForms(t *testing.T) {
 		{"1.45.455b66-rev4", "", "1.45.455b66.rev4"},
 		{"P2.1.4", "p", "P2.1.4"},
 		{"BF-24.10-17", "bf", "BF-24.10.17"},
-		{"96.00.A5.00.01", "", "96.0.a5.0.1"},
+		{"96.00.A5.00.01", "", "96.00.a5.00.01"},
+		{"96.00.89.00.01", "", "96.0.89.0.1"}, // no hex letter: as written too
+		{"4.40 0x8001b4e6 1.3492.0", "", "4.40 0X8001B4E6 1.3492"},
 		{"HGX-22.10-1-rc57", "hgx", "HGX-22.10.1.rc57"},
 		{"GB200Nvl-24.12-8", "gb200nvl", "GB200Nvl-24.12.8"}, // a platform name runs to the separator
 		{"U8E132C-3.20", "u8e132c", "U8E132C 3.20"},          // Lenovo UEFI: build id, then version
@@ -368,10 +379,115 @@ func TestVendorVersionForms(t *testing.T) {
 			}
 		}
 	}
-	for _, v := range []string{"Dell", "HPE", "Lenovo", "Supermicro", "DMTF", "NVIDIA", "CPLD"} {
+	for _, v := range []string{"Dell", "HPE", "Lenovo", "Supermicro", "DMTF", "NVIDIA", "Intel", "CPLD"} {
 		if !vendors[v] {
 			t.Errorf("no %s rows in testdata/vendor_forms.txt", v)
 		}
+	}
+	t.Run("pairs", testVendorVersionPairs)
+}
+
+// testVendorVersionPairs: NVIDIA's VBIOS hex bytes and Intel's NVM
+// composites, as pairs with their order (less, equal, greater, or refused
+// with a reason), mixed shapes, and forms the two rules leave alone.
+func testVendorVersionPairs(t *testing.T) {
+	const less, equal, greater, refused = "less", "equal", "greater", "refused"
+	for _, tc := range []struct{ a, b, want, why string }{
+		// VBIOS shape on both sides: five hex bytes.
+		{"96.00.A0.00.01", "96.00.9A.00.01", greater, ""},
+		{"96.00.A0.00.01", "96.00.A5.00.01", less, ""},
+		{"90.02.17.00.7D", "90.02.17.00.10", greater, ""},
+		{"96.00.A5.00.01", "96.00.5B.00.01", greater, ""},
+		{"96.00.89.00.01", "96.00.9A.00.01", less, ""}, // as written 89 > 9; hex 0x89 < 0x9A
+		{"96.00.99.00.01", "96.00.9A.00.01", less, ""},
+		{"96.00.9F.00.01", "96.00.A0.00.01", less, ""},
+		{"96.00.FF.00.01", "96.01.00.00.00", less, ""},
+		{"96.00.89.00.01", "96.00.90.00.01", less, ""},
+		{"86.00.4D.00.01", "90.00.0B.00.01", less, ""},
+		{"96.00.a5.00.01", "96.00.A5.00.01", equal, ""},
+		{"v96.00.A5.00.01", "96.00.A5.00.01", equal, ""},
+		{"A5.00.00.00.01", "9F.00.00.00.01", greater, ""}, // no family: bytes
+		// Mixed shapes: refused where hex bytes and the written form
+		// disagree, ordered where they agree.
+		{"96.00.A5.00.01", "96.00.5.00.01", refused, `letters "a" against the number 5`},
+		{"96.00.A5.00.01", "96.00.A10.00.01", refused, "VBIOS shape"},
+		{"96.00.A5.00.01", "96.0.a5.0.1", refused, "VBIOS shape"},
+		{"96.00.A5.00.01", "96.00.A05.00.01", refused, "VBIOS shape"},
+		{"90.02.17.00.7D", "90.02.17.00.8", refused, "VBIOS shape"},
+		{"90.02.17.00.7D", "90.02.17.00.7D.1", refused, "VBIOS shape"},
+		{"90.02.17.7D", "90.02.17.10", refused, "as hex bytes"}, // four segments: not the shape
+		{"BF-96.00.A5.00.01", "96.00.A5.00.01", refused, "different version families"},
+		{"96.00.A5.00.01", "97.1", less, ""},
+		{"96.00.A5.00.01", "95.7", greater, ""},
+		{"96.00.89.00.01", "96.0.89.0.1", equal, ""}, // no hex letter: as written
+		{"96.00.89.00.01", "96.0.89", greater, ""},
+		// Intel NVM composites: NVM version, then combo; EETrack equal or refused.
+		{"4.40 0x8001b4e6 1.3492.0", "4.40 0x8001b4e6 1.3492.0", equal, ""},
+		{"6.01 0x800034a4 1.1747.0", "6.01 0X800034A4 1.1747.0", equal, ""},
+		{"4.40 0x8001b4e6 1.3492.0", "4.30 0x8001a000 1.3400.0", greater, ""},
+		{"4.40 0x8001b4e6 1.3492.0", "4.40 0x8001b4e6 1.3500.0", less, ""},
+		{"4.50 0x80020000 1.3492.0", "4.40 0x8001b4e6 1.3600.0", greater, ""}, // NVM first
+		{"4.40 0x8001b4e6 1.3492.0", "4.40 0x8001c000 1.3500.0", less, ""},    // combo decides
+		{"4.40 0x8001b4e6 1.3492.0", "4.40 0x8001c000 1.3492.0", refused, "different builds"},
+		{"4.40 0x8001b4e6 1.3492.0", "4.40", greater, ""}, // a bare NVM version sorts below its composites
+		{"4.40 0x8001b4e6 1.3492.0", "4.50", less, ""},
+		{"4.40 0x8001b4e6 1.3492.0", "4.4", greater, ""},
+		{"4.40 0x8001b4e6 1.3492.0", "4.40a", refused, `a suffix "a"`},
+		{"4.40 0x8001b4e6 1.3492.0", "BF-4.40", refused, "different version families"},
+		// Forms neither rule touches.
+		{"28.39.1002", "28.40.1000", less, ""},
+		{"BF-24.10-17", "BF-24.10", greater, ""},
+		{"1.2.0a", "1.2.0", refused, `a suffix "a"`},
+		{"0x1A", "0x09", greater, ""},
+		{"2.1.0-rc1", "2.1.0", less, ""},
+		{"1.13b", "1.13a", greater, ""},
+		{"0x00 0x0b 0x03 0x04", "0.11.3.4", equal, ""},
+		{"4.9.0-43-g7d1fe7e", "4.9.0-43-g1234567", refused, "two different commit ids"},
+		{"U46 v2.10 (03/14/2024)", "U46 v2.12", less, ""},
+	} {
+		a, b := MustParse(tc.a), MustParse(tc.b)
+		got, err := Order(a, b)
+		back, berr := Order(b, a)
+		name := map[int]string{-1: less, 0: equal, 1: greater}[got]
+		if err != nil {
+			name = refused
+			if !strings.Contains(err.Error(), tc.why) || !strings.Contains(err.Error(), fmt.Sprintf("%q", tc.a)) {
+				t.Errorf("Order(%q, %q) error %q; want it naming both and saying %q", tc.a, tc.b, err, tc.why)
+			}
+		}
+		if name != tc.want {
+			t.Errorf("Order(%q, %q) = %d, %v: %s; want %s", tc.a, tc.b, got, err, name, tc.want)
+		}
+		if (err == nil) != (berr == nil) || back != -got {
+			t.Errorf("Order(%q, %q) = %d, %v; reverse %d, %v", tc.a, tc.b, got, err, back, berr)
+		}
+		if c := Compare(a, b); (err == nil && c != got) || (err != nil && c == 0) {
+			t.Errorf("Compare(%q, %q) = %d; Order %d, %v", tc.a, tc.b, c, got, err)
+		}
+		if ok, serr := Satisfies(GateAtLeast, tc.a, tc.b); (serr == nil) != (err == nil) || (serr == nil && ok != (got >= 0)) {
+			t.Errorf("Satisfies(at-least, %q, %q) = %v, %v; Order %d, %v", tc.a, tc.b, ok, serr, got, err)
+		}
+	}
+	// The equal gate: a manifest that pins only the NVM version matches a
+	// running composite on that part; Equal itself stays Compare == 0.
+	for _, tc := range []struct {
+		running, desired string
+		ok               bool
+	}{
+		{"4.40 0x8001b4e6 1.3492.0", "4.40", true},
+		{"4.40 0x8001b4e6 1.3492.0", "4.4", false},
+		{"4.40 0x8001b4e6 1.3492.0", "4.50", false},
+		{"4.40", "4.40 0x8001b4e6 1.3492.0", false},
+		{"4.40 0x8001b4e6 1.3492.0", "4.40 0x8001c000 1.3492.0", false},
+		{"96.00.A5.00.01", "96.00.a5.00.01", true},
+		{"96.00.A5.00.01", "96.0.a5.0.1", false},
+	} {
+		if ok, err := Satisfies(GateEqual, tc.running, tc.desired); ok != tc.ok || err != nil {
+			t.Errorf("Satisfies(equal, %q, %q) = %v, %v; want %v", tc.running, tc.desired, ok, err, tc.ok)
+		}
+	}
+	if Equal("4.40 0x8001b4e6 1.3492.0", "4.40") {
+		t.Error(`Equal("4.40 0x8001b4e6 1.3492.0", "4.40") = true; Equal is Compare == 0`)
 	}
 }
 
@@ -379,11 +495,14 @@ func TestVendorVersionForms(t *testing.T) {
 // and that Compare still answers them (it is a total order for sorting).
 func TestOrderRefusesGuesses(t *testing.T) {
 	for _, tc := range []struct{ a, b, why string }{
-		{"96.00.A5.00.01", "96.00.5B.00.01", `letters "a" against the number 5`},
+		{"96.00.A5.00.01", "96.00.5.00.01", `letters "a" against the number 5`},
+		{"96.00.A5.00.01", "96.00.A10.00.01", "VBIOS shape"},
 		{"1.2.0a", "1.2.0", `a suffix "a"`},
 		{"1.7.0-A03", "1.7.0", `letters "a" against the number 0`},
 		{"4.9.0-43-g7d1fe7e", "4.9.0-43-g1234567", "two different commit ids"},
-		{"90.02.17.00.7D", "90.02.17.00.10", "as hex bytes"},
+		{"90.02.17.7D", "90.02.17.10", "as hex bytes"},
+		{"90.02.17.00.7D", "90.02.17.00.8", "VBIOS shape"},
+		{"4.40 0x8001b4e6 1.3492.0", "4.40 0x8001c000 1.3492.0", "EETrack 0x8001b4e6 against 0x8001c000"},
 		{"P2.1.4", "BF-2.1.4", "different version families"},
 	} {
 		a, b := MustParse(tc.a), MustParse(tc.b)
@@ -407,10 +526,47 @@ func TestOrderRefusesGuesses(t *testing.T) {
 		{"0x1A", "0x09", 1},
 		{"0x10", "16", 0},
 		{"96.00.A5.00.01", "96.00.B1.00.01", -1},
+		{"96.00.A5.00.01", "96.00.5B.00.01", 1}, // hex bytes: 0xA5 > 0x5B
+		{"90.02.17.00.7D", "90.02.17.00.10", 1},
 		{"BF-24.10-17", "BF-24.10", 1},
 	} {
 		if got, err := Order(MustParse(tc.a), MustParse(tc.b)); got != tc.want || err != nil {
 			t.Errorf("Order(%q, %q) = %d, %v; want %d", tc.a, tc.b, got, err, tc.want)
+		}
+	}
+}
+
+// TestMixedShapesTotalOrder: Compare stays a total order, and Order agrees
+// with it where it answers, over VBIOS versions with and without hex
+// letters, other shapes near them, and NVM composites.
+func TestMixedShapesTotalOrder(t *testing.T) {
+	in := []string{
+		"90.02.17.00.7D", "90.02.17.00.10", "90.02.17.00.7C", "90.02.17.00.80", "90.02.17.00.79",
+		"90.02.17.00.8", "90.02.17.00.7E5", "90.02.17.00.7D.1", "90.02.17.7D", "90.02.17",
+		"96.00.A5.00.01", "96.00.9A.00.01", "96.00.89.00.01", "96.00.99.99.99", "96.01.00.00.00",
+		"96.0.a5.0.1", "96.00.A05.00.01", "96.00.A10.00.01", "96.00.100.0.0", "96.00.5.00.01",
+		"97.1", "95.7", "99.99.99.99.A0", "FF.FF.FF.FF.F0", "A5.00.00.00.01", "00.00.00.00.0A",
+		"1.2.0a", "1.2.0", "4.40", "4.4", "4.40 0x8001b4e6 1.3492.0", "4.40 0x8001c000 1.3492.0",
+		"4.40 0x8001b4e6 1.3500.0", "4.50 0x80020000 1.0.0", "0x1A", "26", "BF-24.10-17",
+	}
+	vs := make([]Version, len(in))
+	for i, s := range in {
+		vs[i] = MustParse(s)
+	}
+	for i, a := range vs {
+		for j, b := range vs {
+			ab := Compare(a, b)
+			if ab != -Compare(b, a) {
+				t.Errorf("Compare(%q, %q) = %d, not antisymmetric", in[i], in[j], ab)
+			}
+			if o, err := Order(a, b); err == nil && o != ab {
+				t.Errorf("Order(%q, %q) = %d, Compare %d", in[i], in[j], o, ab)
+			}
+			for k, c := range vs {
+				if ab <= 0 && Compare(b, c) <= 0 && Compare(a, c) > 0 {
+					t.Errorf("not transitive: %q <= %q <= %q but %q > %q", in[i], in[j], in[k], in[i], in[k])
+				}
+			}
 		}
 	}
 }
