@@ -509,6 +509,21 @@ func nvName(t *testing.T, tp transport.TPM, idx tpm2.TPMHandle) tpm2.TPM2BName {
 	return rsp.NVName
 }
 
+// attestedBoot is one boot of node in a new run runID: measure makes its
+// event log, the runner attests and says Hello, and the run ends; it
+// returns the boot's attestation and whether the boot was admitted.
+func attestedBoot(t *testing.T, ctx context.Context, c *attestCoord, st *store.Store, node *attestTPM, runID string, measure func()) (store.BootAttestation, bool) {
+	t.Helper()
+	token := nodeRun(t, st, runID)
+	measure()
+	if _, err := hello(t, c.runner(), token, "boot-"+runID, node.attest(ctx, c.runner(), token, "boot-"+runID)); err != nil {
+		t.Fatal(err)
+	}
+	ba, admitted := bootVerdict(t, c, runID, "boot-"+runID)
+	endRun(t, st, runID)
+	return ba, admitted
+}
+
 func ekKey(t *testing.T, ekPub []byte) any {
 	t.Helper()
 	ek, err := attest.PublicKey(ekPub)
@@ -734,14 +749,7 @@ func TestMeasurementDriftQuarantines(t *testing.T) {
 	node.pin(t, st)
 	bootRun := func(runID, fw string) (store.BootAttestation, bool) {
 		t.Helper()
-		token := nodeRun(t, st, runID)
-		node.boot(fw)
-		if _, err := hello(t, c.runner(), token, "boot-"+runID, node.attest(ctx, c.runner(), token, "boot-"+runID)); err != nil {
-			t.Fatal(err)
-		}
-		ba, admitted := bootVerdict(t, c, runID, "boot-"+runID)
-		endRun(t, st, runID)
-		return ba, admitted
+		return attestedBoot(t, ctx, c, st, node, runID, func() { node.boot(fw) })
 	}
 
 	if ba, admitted := bootRun("run1", "platform firmware"); ba.Status != store.AttestPassed || !admitted {

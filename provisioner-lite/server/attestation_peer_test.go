@@ -84,14 +84,7 @@ func TestForeignBootAppRefused(t *testing.T) {
 	node.pin(t, st)
 	bootRun := func(runID string, measure func()) (store.BootAttestation, bool) {
 		t.Helper()
-		token := nodeRun(t, st, runID)
-		measure()
-		if _, err := hello(t, c.runner(), token, "boot-"+runID, node.attest(ctx, c.runner(), token, "boot-"+runID)); err != nil {
-			t.Fatal(err)
-		}
-		ba, admitted := bootVerdict(t, c, runID, "boot-"+runID)
-		endRun(t, st, runID)
-		return ba, admitted
+		return attestedBoot(t, ctx, c, st, node, runID, measure)
 	}
 	if ba, admitted := bootRun("run-image", func() { node.boot("platform firmware") }); ba.Status != store.AttestPassed || !admitted {
 		t.Fatalf("the image alone: %s (%s), admitted %t; want attested and admitted", ba.Status, ba.Detail, admitted)
@@ -263,14 +256,7 @@ func TestBootPathAcceptedPerSKU(t *testing.T) {
 	}
 	bootRun := func(runID string, measure func()) (store.BootAttestation, bool) {
 		t.Helper()
-		token := nodeRun(t, st, runID)
-		measure()
-		if _, err := hello(t, c.runner(), token, "boot-"+runID, node.attest(ctx, c.runner(), token, "boot-"+runID)); err != nil {
-			t.Fatal(err)
-		}
-		ba, admitted := bootVerdict(t, c, runID, "boot-"+runID)
-		endRun(t, st, runID)
-		return ba, admitted
+		return attestedBoot(t, ctx, c, st, node, runID, measure)
 	}
 	if ba, admitted := bootRun("run1", func() { node.boot("platform firmware") }); ba.Status != store.AttestPassed || !admitted {
 		t.Fatalf("first boot: %s (%s), admitted %t", ba.Status, ba.Detail, admitted)
