@@ -116,6 +116,22 @@ func (o *OperatorService) allowMode(ctx context.Context, mode modes.Mode, req *c
 	return nil
 }
 
+// mayErase says whether the run would be a provision or a wipe: a resume
+// is the latest run's mode, and a resume whose latest run cannot be read is
+// taken as one (the check fails closed).
+func (o *OperatorService) mayErase(ctx context.Context, id string, mode modes.Mode, resume bool) bool {
+	if resume {
+		r, err := o.Store.LatestRun(ctx, id)
+		switch {
+		case err == nil:
+			mode = modes.Mode(r.Mode)
+		case !errors.Is(err, store.ErrNotFound):
+			return true
+		}
+	}
+	return mode == modes.Provision || mode == modes.Wipe
+}
+
 // allowErase refuses a provision or a wipe (or the resume of one) of a
 // node in the day-2 pool unless the caller is admin and confirmed that
 // very node: both erase a deployed node's disks (sed_revert, os_install),
@@ -141,7 +157,7 @@ func (o *OperatorService) allowErase(ctx context.Context, mode modes.Mode, req *
 		if !in || pool.State(np.State) == pool.None {
 			continue
 		}
-		if m := o.runMode(ctx, id, mode, req.GetResume()); m != modes.Provision && m != modes.Wipe {
+		if !o.mayErase(ctx, id, mode, req.GetResume()) {
 			continue
 		}
 		deployed = append(deployed, id+" ("+np.State+")")
