@@ -12,6 +12,10 @@ var checkTypes = []string{CheckGPU, CheckMemory, CheckCPU, CheckNVMeSMART, Check
 	CheckStorageRandom, CheckMemoryBandwidth, CheckCPUThroughput, CheckNICThroughput, CheckSite, CheckNodePair,
 	CheckGPUBandwidth, CheckNCCLAllReduce}
 
+// CheckTypes lists the check types a suite may name (the runner's check
+// registry, tools/checks/suite, has one entry for each).
+func CheckTypes() []string { return append([]string(nil), checkTypes...) }
+
 // CheckTools names the tool-bundle program a check type runs ("" for the
 // checks built into the runner).
 func CheckTools(checkType string) string {

@@ -71,7 +71,7 @@ func pairConfig(mc manifests.Check, p *params) PairConfig {
 		Rounds: int(p.int("rounds", 0)), Transfer: p.duration("transfer", DefaultPairTransfer),
 		Setup: p.duration("setup", 5*time.Second), Gather: p.duration("gather", DefaultPairGather),
 		BasePort: int(p.int("basePort", 5301))}
-	if v, ok := p.get("skuNics"); ok {
+	if v, ok := p.getAs("skuNics", KindInts); ok {
 		list, _ := v.([]any)
 		for _, x := range list {
 			i, ok := x.(int64)

@@ -19,7 +19,11 @@ type params struct {
 	th    map[string]manifests.Threshold
 	usedP map[string]bool
 	usedT map[string]bool
-	errs  []string
+	// spec is the check type's declaration (nil: unregistered type);
+	// read is the kind each param was read as, for the registry's test.
+	spec *Spec
+	read map[string]Kind
+	errs []string
 }
 
 func newParams(i int, c manifests.Check) *params {
@@ -27,6 +31,7 @@ func newParams(i int, c manifests.Check) *params {
 		where: fmt.Sprintf("spec.checks[%d] (%s, type %s)", i, c.Name, c.Type),
 		p:     c.Params, th: c.Thresholds,
 		usedP: map[string]bool{}, usedT: map[string]bool{},
+		spec: registry[c.Type], read: map[string]Kind{},
 	}
 }
 
@@ -40,8 +45,14 @@ func (p *params) get(key string) (any, bool) {
 	return v, ok
 }
 
+// getAs is get for a param read as kind k.
+func (p *params) getAs(key string, k Kind) (any, bool) {
+	p.read[key] = k
+	return p.get(key)
+}
+
 func (p *params) float(key string, def float64) float64 {
-	v, ok := p.get(key)
+	v, ok := p.getAs(key, KindFloat)
 	if !ok {
 		return def
 	}
@@ -56,7 +67,7 @@ func (p *params) float(key string, def float64) float64 {
 }
 
 func (p *params) int(key string, def int64) int64 {
-	v, ok := p.get(key)
+	v, ok := p.getAs(key, KindInt)
 	if !ok {
 		return def
 	}
@@ -68,7 +79,7 @@ func (p *params) int(key string, def int64) int64 {
 }
 
 func (p *params) bool(key string) bool {
-	v, ok := p.get(key)
+	v, ok := p.getAs(key, KindBool)
 	if !ok {
 		return false
 	}
@@ -80,7 +91,7 @@ func (p *params) bool(key string) bool {
 }
 
 func (p *params) str(key string) string {
-	v, ok := p.get(key)
+	v, ok := p.getAs(key, KindString)
 	if !ok {
 		return ""
 	}
@@ -92,7 +103,7 @@ func (p *params) str(key string) string {
 }
 
 func (p *params) strs(key string) []string {
-	v, ok := p.get(key)
+	v, ok := p.getAs(key, KindStrings)
 	if !ok {
 		return nil
 	}
@@ -118,7 +129,7 @@ func (p *params) strs(key string) []string {
 
 // size reads a byte count: an integer or a string such as "4GiB".
 func (p *params) size(key string) uint64 {
-	v, ok := p.get(key)
+	v, ok := p.getAs(key, KindSize)
 	if !ok {
 		return 0
 	}
@@ -140,7 +151,7 @@ func (p *params) size(key string) uint64 {
 }
 
 func (p *params) duration(key string, def time.Duration) time.Duration {
-	v, ok := p.get(key)
+	v, ok := p.getAs(key, KindDuration)
 	if !ok {
 		return def
 	}
@@ -218,18 +229,41 @@ func (p *params) rest() []string {
 func (p *params) done() []string {
 	var unknownP []string
 	for k := range p.p {
-		if !p.usedP[k] {
+		if !p.usedP[k] || !p.declared(k) {
 			unknownP = append(unknownP, k)
 		}
 	}
 	sort.Strings(unknownP)
 	for _, k := range unknownP {
-		p.errorf("params."+k, "unknown parameter for this check type")
+		p.errorf("params."+k, "unknown parameter for this check type%s", p.accepted())
 	}
 	for _, k := range p.rest() {
 		p.errorf("thresholds."+k, "unknown metric for this check type")
 	}
 	return p.errs
+}
+
+// declared says whether the check type's spec takes param k (any, for a
+// type whose params go on as they are).
+func (p *params) declared(k string) bool {
+	if p.spec == nil || p.spec.OpenParams {
+		return true
+	}
+	_, ok := p.spec.param(k)
+	return ok
+}
+
+// accepted lists the params the check type takes, for the unknown
+// parameter's error.
+func (p *params) accepted() string {
+	if p.spec == nil || p.spec.OpenParams {
+		return ""
+	}
+	names := make([]string, len(p.spec.Params))
+	for i, d := range p.spec.Params {
+		names[i] = d.Name
+	}
+	return " (want " + strings.Join(names, ", ") + ")"
 }
 
 func describe(t manifests.Threshold) string {

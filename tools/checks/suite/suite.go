@@ -5,10 +5,7 @@ package suite
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"path"
-	"slices"
 	"strings"
 	"time"
 
@@ -16,17 +13,10 @@ import (
 	"github.com/cure-oss/cure/tools/artifact"
 	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/checks"
-	"github.com/cure-oss/cure/tools/checks/cpustress"
-	"github.com/cure-oss/cure/tools/checks/fiocheck"
-	"github.com/cure-oss/cure/tools/checks/iperfcheck"
 	"github.com/cure-oss/cure/tools/checks/measure"
-	"github.com/cure-oss/cure/tools/checks/memtest"
-	"github.com/cure-oss/cure/tools/checks/netcheck"
 	"github.com/cure-oss/cure/tools/checks/nvmehealth"
 	"github.com/cure-oss/cure/tools/checks/siteprog"
 	"github.com/cure-oss/cure/tools/checks/storage"
-	"github.com/cure-oss/cure/tools/checks/stresscheck"
-	"github.com/cure-oss/cure/tools/checks/thermal"
 )
 
 // Env is what the checks need from the node; the zero value (Root "/"
@@ -129,231 +119,6 @@ func Run(ctx context.Context, s *manifests.ValidationSuite, env Env, o checks.Op
 	return checks.Run(ctx, cs, o), nil
 }
 
-func build(c *checks.Check, mc manifests.Check, p *params, env Env) {
-	switch mc.Type {
-	case manifests.CheckMemory:
-		pats := p.strs("patterns")
-		o := memtest.Options{
-			Root:       env.Root,
-			Fraction:   p.float("fraction", 0),
-			Bytes:      p.size("bytes"),
-			MaxBytes:   p.size("maxBytes"),
-			Seed:       uint64(p.int("seed", 1)),
-			Workers:    int(p.int("workers", 0)),
-			Duration:   c.Duration,
-			Mismatches: p.limit("mismatches"),
-		}
-		if env.MemoryCap > 0 && (o.MaxBytes == 0 || o.MaxBytes > env.MemoryCap) {
-			o.MaxBytes = env.MemoryCap
-		}
-		for i, s := range pats {
-			if !slices.Contains(memtest.Patterns, memtest.Pattern(s)) {
-				p.errorf(fmt.Sprintf("params.patterns[%d]", i), "%q is not a pattern (want %v)", s, memtest.Patterns)
-			}
-			o.Patterns = append(o.Patterns, memtest.Pattern(s))
-		}
-		if o.Bytes == 0 && (o.Fraction <= 0 || o.Fraction > 1) {
-			p.errorf("params.fraction", "expected a fraction of MemAvailable in (0, 1] (or params.bytes), found %v", o.Fraction)
-		}
-		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return memtest.Check(ctx, o) }
-
-	case manifests.CheckCPU:
-		if c.Duration <= 0 {
-			p.errorf("duration", "a cpu stress needs a duration")
-		}
-		o := cpustress.Options{
-			Root: env.Root, Duration: c.Duration, SampleEvery: c.Interval,
-			Throttle:         p.limit("throttleEvents"),
-			BaseFreqRatio:    p.limit("baseFreqRatio"),
-			RequireTelemetry: p.bool("requireTelemetry"),
-		}
-		p.zeroOnly("computeErrors", "a wrong result always fails")
-		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return cpustress.Check(ctx, o) }
-
-	case manifests.CheckNVMeSMART:
-		o := nvmehealth.Options{
-			Root: env.Root, Open: env.OpenNVMe,
-			PercentageUsed: p.limit("percentageUsed"),
-			MediaErrors:    p.limit("mediaErrors"),
-			AvailableSpare: p.limit("availableSpare"),
-			TempC:          p.limit("tempC"),
-			IgnoreWarnings: uint8(p.int("ignoreWarnings", 0)),
-		}
-		p.zeroOnly("criticalWarning", "any set bit fails (params.ignoreWarnings masks bits)")
-		c.Sample = true
-		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return nvmehealth.Check(ctx, o) }
-
-	case manifests.CheckStorageThroughput:
-		o := storage.Options{
-			Root: env.Root, Disks: env.Disks, Open: env.OpenBlock,
-			Offset: p.size("offset"), Length: p.size("length"),
-			BlockSize: int(p.size("blockSize")),
-			Verify:    !p.bool("noVerify"),
-			ReadMBps:  p.limit("readMBps"),
-			WriteMBps: p.limit("writeMBps"),
-		}
-		p.zeroOnly("readbackMismatches", "a readback that differs always fails")
-		if c.AppliesTo != "" {
-			glob := c.AppliesTo
-			o.Select = func(comp string) bool { ok, _ := path.Match(glob, comp); return ok }
-		}
-		note := ""
-		if sc := scratch(p, "writeMBps"); sc != nil {
-			if env.AllowDiskWrites {
-				o.Write = sc
-			} else {
-				note = "scratch write not run: this mode never writes to disks"
-			}
-		}
-		c.Sample = c.Duration > 0
-		c.Func = func(ctx context.Context) ([]checks.Verdict, error) {
-			vs, err := storage.Check(ctx, o)
-			return withNote(vs, note), err
-		}
-
-	case manifests.CheckStorageRandom:
-		o := fiocheck.Options{
-			Root: env.Root, AppliesTo: c.AppliesTo, Runtime: c.Duration,
-			BlockSize: int(p.size("blockSize")), IODepth: int(p.int("ioDepth", 0)), IOEngine: p.str("ioEngine"),
-			ReadIOPS: p.limit("randReadIOPS"), ReadP99Us: p.limit("p99ReadLatencyUs"),
-			WriteIOPS: p.limit("randWriteIOPS"), WriteP99Us: p.limit("p99WriteLatencyUs"),
-		}
-		if o.BlockSize%512 != 0 || o.BlockSize < 0 {
-			p.errorf("params.blockSize", "%d is not a multiple of 512", o.BlockSize)
-		}
-		note := ""
-		if sc := scratch(p, "randWriteIOPS", "p99WriteLatencyUs"); sc != nil {
-			if env.AllowDiskWrites {
-				o.Write = sc
-			} else {
-				note = "scratch write not run: this mode never writes to disks"
-			}
-		}
-		c.Func = func(ctx context.Context) ([]checks.Verdict, error) {
-			// The runner's disks, boot medium marked: the helper
-			// runs fio on what the runner sees.
-			disks, markErr := storage.ListDisks(env.Root, env.Disks)
-			if disks == nil && markErr != nil {
-				return nil, markErr
-			}
-			if o.Write != nil {
-				if err := storage.CheckScratch(disks, markErr, *o.Write); err != nil {
-					return nil, err
-				}
-			}
-			vs, err := env.measure(ctx, measure.Request{Type: mc.Type, Storage: &o, Disks: disks})
-			return withNote(vs, note), err
-		}
-
-	case manifests.CheckCPUThroughput:
-		o := stresscheck.CPUOptions{Root: env.Root, Duration: c.Duration,
-			Method: p.str("method"), BogoOpsPerSec: p.limit("cpuBogoOpsPerSec")}
-		p.zeroOnly("verifyFailures", "a computation stress-ng's --verify finds wrong always fails")
-		c.Func = func(ctx context.Context) ([]checks.Verdict, error) {
-			return env.measure(ctx, measure.Request{Type: mc.Type, CPU: &o})
-		}
-
-	case manifests.CheckMemoryBandwidth:
-		o := stresscheck.MemoryOptions{Root: env.Root, Duration: c.Duration,
-			Instances: int(p.int("instances", 0)), L3Bytes: p.size("l3Size"),
-			ReadMiBps: p.limit("memReadMiBps"), WriteMiBps: p.limit("memWriteMiBps")}
-		p.zeroOnly("verifyFailures", "a stream array stress-ng's --verify finds wrong always fails")
-		if c.Duration > 0 && c.Duration < stresscheck.MinStreamDuration {
-			p.errorf("duration", "%s is too short: stress-ng's stream reports no memory rate under %s", c.Duration, stresscheck.MinStreamDuration)
-		}
-		c.Func = func(ctx context.Context) ([]checks.Verdict, error) {
-			return env.measure(ctx, measure.Request{Type: mc.Type, Memory: &o})
-		}
-
-	case manifests.CheckNICThroughput:
-		o := iperfcheck.Options{Server: p.str("server"), Duration: c.Duration,
-			Reverse: p.bool("reverse"), Streams: int(p.int("streams", 0)), Bind: p.str("bind"),
-			ThroughputMbps: p.limit("throughputMbps"), Retransmits: p.limit("retransmits")}
-		if _, _, err := iperfcheck.SplitServer(o.Server); err != nil {
-			p.errorf("params.server", "the iperf3 server to measure against, host or host:port: %v", err)
-		}
-		c.Func = func(ctx context.Context) ([]checks.Verdict, error) {
-			return env.measure(ctx, measure.Request{Type: mc.Type, NIC: &o})
-		}
-
-	case manifests.CheckEthernet:
-		o := netcheck.EthernetOptions{
-			SysRoot: env.Root, Operstate: p.text("operstate"),
-			SpeedMbps: p.limit("speedMbps"), IncludeVirtual: p.bool("includeVirtual"),
-		}
-		c.Sample = true
-		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return netcheck.Ethernet(ctx, o) }
-
-	case manifests.CheckInfiniBand:
-		o := netcheck.InfiniBandOptions{
-			SysRoot: env.Root, State: p.text("state"), PhysState: p.text("physState"),
-			RateGbps: p.limit("rateGbps"), LinkLayer: p.str("linkLayer"),
-			Counters: map[string]checks.Limit{},
-		}
-		for _, k := range p.rest() {
-			if !slices.Contains(netcheck.IBCounters, k) {
-				continue // reported as unknown by done()
-			}
-			o.Counters[k] = p.limit(k)
-		}
-		if len(o.Counters) > 0 {
-			o.Window = c.Interval
-			if o.Window <= 0 {
-				o.Window = DefaultIBWindow
-			}
-			// Each sample already spans one window: sample back to back.
-			c.Interval = time.Nanosecond
-		}
-		c.Sample = true
-		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return netcheck.InfiniBand(ctx, o) }
-
-	case manifests.CheckThermal:
-		o := thermal.Options{
-			SysRoot: env.Root, MarginC: p.float("marginC", 0),
-			IgnoreMax: p.bool("ignoreMax"), TempC: p.limit("tempC"),
-		}
-		c.Sample = true
-		c.Func = func(ctx context.Context) ([]checks.Verdict, error) { return thermal.Check(ctx, o) }
-
-	case manifests.CheckSite:
-		c.Func = siteCheck(mc, c.Duration, p, env)
-
-	case manifests.CheckNodePair:
-		c.Func = pairCheck(mc, p, env)
-
-	case manifests.CheckGPU, manifests.CheckGPUBandwidth, manifests.CheckNCCLAllReduce:
-		// Params and thresholds belong to the GPU builder: mark them used.
-		for k := range mc.Params {
-			p.get(k)
-		}
-		for k := range mc.Thresholds {
-			p.usedT[k] = true
-		}
-		if env.GPU == nil {
-			c.Func = func(context.Context) ([]checks.Verdict, error) {
-				return []checks.Verdict{{Component: "gpu", Status: checks.Skip,
-					Message: "GPU checks need the NVML helper, which this runner was built without"}}, nil
-			}
-			return
-		}
-		// The GPU builder reads the check's own duration (how long
-		// gpu-burn or the sampling runs): a check in a stage runs the
-		// stage's unless it sets one.
-		mc.Duration = manifests.Duration(c.Duration)
-		f, err := env.GPU(mc)
-		if err != nil {
-			p.errorf("type", "%v", err)
-		}
-		c.Func = f
-
-	default:
-		p.errorf("type", "%q has no implementation in this runner", mc.Type)
-		c.Func = func(context.Context) ([]checks.Verdict, error) {
-			return nil, errors.New("check type not implemented")
-		}
-	}
-}
-
 // siteCheck plans a site check: the program's pin, its time limit (the
 // program's timeout, else the check's duration, else the default) and its
 // params, which go to the program as they are (it judges itself: the
@@ -401,9 +166,9 @@ func scratch(p *params, writeMetrics ...string) *storage.Scratch {
 		}
 		return sc
 	}
-	for _, k := range []string{"scratchDevice", "scratchOffset", "scratchLength"} {
-		if _, set := p.get(k); set {
-			p.errorf("params."+k, "set without allowWrite: true")
+	for _, d := range scratchParams[1:] {
+		if _, set := p.getAs(d.Name, d.Kind); set {
+			p.errorf("params."+d.Name, "set without allowWrite: true")
 		}
 	}
 	for _, m := range writeMetrics {
