@@ -117,20 +117,41 @@ func (h *hostReader) read() []Reading {
 	if len(h.cpus) == 0 {
 		return out
 	}
-	pkgOf := map[int]int{}
-	for _, c := range h.cpus {
-		pkgOf[c.ID] = c.Package
+	clocks := h.readClocks()
+	th := h.readThrottleEvents()
+	defer func() { h.reads++ }()
+	busy := h.readBusy()
+	for _, p := range h.pkgs {
+		comp := fmt.Sprintf("cpu/%d", p)
+		if b := busy[p]; b != nil && b.total > 0 {
+			host(comp, MetricBusy, UnitPct, 100*float64(b.busy)/float64(b.total))
+		}
+		if a := clocks[p]; a != nil && a.n > 0 {
+			host(comp, MetricClock, UnitMHz, a.cur/float64(a.n)/1000)
+		}
+		if a := clocks[p]; a != nil && a.nb > 0 {
+			host(comp, MetricBaseClock, UnitMHz, a.base/float64(a.nb)/1000)
+		}
+		if th.ok[p] && h.reads > 0 { // the first read only sets the baseline
+			host(comp, MetricThrottled, UnitEvents, th.events[p]+float64(th.pkgMax[p]))
+		}
 	}
-	// Clocks: the package's mean current and base clocks.
-	type acc struct {
-		cur, base float64
-		n, nb     int
-	}
-	clocks := map[int]*acc{}
+	return out
+}
+
+// clockAcc sums a package's current and base clocks (kHz) over its CPUs.
+type clockAcc struct {
+	cur, base float64
+	n, nb     int
+}
+
+// readClocks is each package's current and base clocks, to average.
+func (h *hostReader) readClocks() map[int]*clockAcc {
+	clocks := map[int]*clockAcc{}
 	for _, c := range h.cpus {
 		a := clocks[c.Package]
 		if a == nil {
-			a = &acc{}
+			a = &clockAcc{}
 			clocks[c.Package] = a
 		}
 		if cur, err := checks.ReadInt(h.cpuFile(c.ID, "cpufreq/scaling_cur_freq")); err == nil && cur > 0 {
@@ -142,31 +163,50 @@ func (h *hostReader) read() []Reading {
 			a.nb++
 		}
 	}
-	// Throttling: events in the interval, SMT siblings' shared core
-	// counter counted once, the package counter once.
+	return clocks
+}
+
+// throttleEvents are, per package, the core throttle events in the
+// interval and the package counter's growth; ok where both reads had them.
+type throttleEvents struct {
+	events map[int]float64
+	pkgMax map[int]uint64
+	ok     map[int]bool
+}
+
+// readThrottleEvents counts throttling since the previous read: SMT
+// siblings' shared core counter counted once, the package counter once.
+func (h *hostReader) readThrottleEvents() throttleEvents {
 	now := h.readThrottle()
-	events := map[int]float64{}
-	pkgMax := map[int]uint64{}
+	t := throttleEvents{events: map[int]float64{}, pkgMax: map[int]uint64{}, ok: map[int]bool{}}
 	coreSeen := map[[2]int]bool{}
-	throttleOK := map[int]bool{}
 	for _, c := range h.cpus {
 		cur, ok1 := now[c.ID]
 		prev, ok2 := h.prevThrottle[c.ID]
 		if !ok1 || !ok2 {
 			continue
 		}
-		throttleOK[c.Package] = true
+		t.ok[c.Package] = true
 		if k := [2]int{c.Package, c.Core}; !coreSeen[k] {
 			coreSeen[k] = true
-			events[c.Package] += float64(delta(cur.core, prev.core))
+			t.events[c.Package] += float64(delta(cur.core, prev.core))
 		}
-		pkgMax[c.Package] = max(pkgMax[c.Package], delta(cur.pkg, prev.pkg))
+		t.pkgMax[c.Package] = max(t.pkgMax[c.Package], delta(cur.pkg, prev.pkg))
 	}
 	h.prevThrottle = now
-	defer func() { h.reads++ }()
-	// Utilisation from /proc/stat since the previous sample.
+	return t
+}
+
+type busyAcc struct{ busy, total uint64 }
+
+// readBusy is each package's utilisation from /proc/stat since the
+// previous read.
+func (h *hostReader) readBusy() map[int]*busyAcc {
+	pkgOf := map[int]int{}
+	for _, c := range h.cpus {
+		pkgOf[c.ID] = c.Package
+	}
 	stat, _ := readProcStat(filepath.Join(h.root, "proc/stat"))
-	type busyAcc struct{ busy, total uint64 }
 	busy := map[int]*busyAcc{}
 	for id, cur := range stat {
 		prev, ok := h.prevStat[id]
@@ -185,23 +225,7 @@ func (h *hostReader) read() []Reading {
 	if stat != nil {
 		h.prevStat = stat
 	}
-	for _, p := range h.pkgs {
-		comp := fmt.Sprintf("cpu/%d", p)
-		if b := busy[p]; b != nil && b.total > 0 {
-			host(comp, MetricBusy, UnitPct, 100*float64(b.busy)/float64(b.total))
-		}
-		if a := clocks[p]; a != nil && a.n > 0 {
-			host(comp, MetricClock, UnitMHz, a.cur/float64(a.n)/1000)
-		}
-		if a := clocks[p]; a != nil && a.nb > 0 {
-			host(comp, MetricBaseClock, UnitMHz, a.base/float64(a.nb)/1000)
-		}
-		if throttleOK[p] && h.reads > 0 { // the first read only sets the baseline
-
-			host(comp, MetricThrottled, UnitEvents, events[p]+float64(pkgMax[p]))
-		}
-	}
-	return out
+	return busy
 }
 
 // baseKHz is a CPU's base clock: base_frequency (intel_pstate), else

@@ -75,23 +75,8 @@ type Result struct {
 func Execute(ctx context.Context, p Plan, h Handles, cred Credentials, o Options) (*Result, error) {
 	start := time.Now()
 	res := &Result{Disk: p.Disk.Name, Serial: p.Disk.Serial, Method: MethodNone}
-	if o.Samples == 0 {
-		o.Samples = 16
-	}
-	if o.Rand == nil {
-		o.Rand = rand.Reader
-	}
-	if o.SanitizePoll == 0 {
-		o.SanitizePoll = 2 * time.Second
-	}
-	if o.SanitizeBudget == 0 {
-		o.SanitizeBudget = 6 * time.Hour
-	}
-	log := o.Log
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("disk", p.Disk.Name, "serial", p.Disk.Serial)
+	o = o.withDefaults()
+	log := o.Log.With("disk", p.Disk.Name, "serial", p.Disk.Serial)
 	fail := func(format string, a ...any) (*Result, error) {
 		res.Total = time.Since(start)
 		return res, fmt.Errorf("wipe %s (serial %q): %s", p.Disk.Name, p.Disk.Serial, fmt.Sprintf(format, a...))
@@ -110,29 +95,71 @@ func Execute(ctx context.Context, p Plan, h Handles, cred Credentials, o Options
 	if h.Block == nil {
 		return fail("no block device handle")
 	}
+	mk, err := writeMarker(h, o, res)
+	if err != nil {
+		return fail("%v", err)
+	}
+	used, err := erase(ctx, p, h, cred, o, log, res)
+	if err != nil {
+		return fail("%v", err)
+	}
+	verified, err := verifyErase(used.Method, mk, h, res)
+	if err != nil {
+		return fail("%v", err)
+	}
+	res.Verified = verified
+	res.Total = time.Since(start)
+	if !verified {
+		return fail("verification failed: %s", failedEvidence(res.Evidence))
+	}
+	log.Info("wipe: verified", "method", res.Method, "erase", res.Erase, "total", res.Total)
+	return res, nil
+}
 
-	// 1. Marker. A locked Opal drive refuses writes; its data is already
-	// unreadable and the revert is proven through the Opal state instead.
-	var mk *marker
+func (o Options) withDefaults() Options {
+	if o.Samples == 0 {
+		o.Samples = 16
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Reader
+	}
+	if o.SanitizePoll == 0 {
+		o.SanitizePoll = 2 * time.Second
+	}
+	if o.SanitizeBudget == 0 {
+		o.SanitizeBudget = 6 * time.Hour
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return o
+}
+
+// writeMarker writes the marker the verification looks for (nil when
+// skipped). A locked Opal drive refuses writes; its data is already
+// unreadable and the revert is proven through the Opal state instead.
+func writeMarker(h Handles, o Options, res *Result) (*marker, error) {
 	if locked, why := lockedOpal(h); locked {
 		res.Evidence = append(res.Evidence, "marker skipped: "+why)
-	} else {
-		m, err := planMarker(h.Block.Size(), o.Samples, o.Rand)
-		if err != nil {
-			return fail("%v", err)
-		}
-		if err := m.write(h.Block); err != nil {
-			return fail("before erasing: %v", err)
-		}
-		mk = m
-		res.Marker = m.TokenHex()
-		res.Evidence = append(res.Evidence, fmt.Sprintf("marker %s written and read back at %d regions (first MiB, last MiB, %d random 4 KiB blocks)",
-			m.TokenHex(), len(m.Regions), len(m.Regions)-2))
+		return nil, nil
 	}
+	m, err := planMarker(h.Block.Size(), o.Samples, o.Rand)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.write(h.Block); err != nil {
+		return nil, fmt.Errorf("before erasing: %w", err)
+	}
+	res.Marker = m.TokenHex()
+	res.Evidence = append(res.Evidence, fmt.Sprintf("marker %s written and read back at %d regions (first MiB, last MiB, %d random 4 KiB blocks)",
+		m.TokenHex(), len(m.Regions), len(m.Regions)-2))
+	return m, nil
+}
 
-	// 2. Erase: the first step that the drive accepts. Only "unsupported"
-	// outcomes move on to the next step; anything else (a rejected PSID, a
-	// media error) stops the run, because continuing would hide it.
+// erase runs the first step that the drive accepts. Only "unsupported"
+// outcomes move on to the next step; anything else (a rejected PSID, a
+// media error) stops the run, because continuing would hide it.
+func erase(ctx context.Context, p Plan, h Handles, cred Credentials, o Options, log *slog.Logger, res *Result) (*Step, error) {
 	eraseStart := time.Now()
 	var used *Step
 	for _, s := range p.Steps() {
@@ -150,26 +177,30 @@ func Execute(ctx context.Context, p Plan, h Handles, cred Credentials, o Options
 			break
 		}
 		if !unsupported(err) {
-			return fail("%s: %v", s.Method, err)
+			return nil, fmt.Errorf("%s: %w", s.Method, err)
 		}
 		log.Warn("wipe: method unsupported by the drive, trying the next planned one", "method", s.Method, "err", err)
 	}
 	res.Erase = time.Since(eraseStart)
 	if used == nil {
-		return fail("every planned method was rejected as unsupported: %s", attemptsString(res.Attempts))
+		return nil, fmt.Errorf("every planned method was rejected as unsupported: %s", attemptsString(res.Attempts))
 	}
 	res.Method = used.Method
 	res.Evidence = append(res.Evidence, fmt.Sprintf("erased with %s in %s: %s", used.Method, res.Erase.Round(time.Millisecond), used.Reason))
+	return used, nil
+}
 
-	// 3. Verify.
+// verifyErase confirms a revert through the Opal state and checks that
+// no marker survived (mk nil: none was written).
+func verifyErase(method Method, mk *marker, h Handles, res *Result) (bool, error) {
 	verified := true
-	if used.Method == MethodPSIDRevert || used.Method == MethodSIDRevert {
+	if method == MethodPSIDRevert || method == MethodSIDRevert {
 		if h.Security == nil {
-			return fail("no security transport to confirm the revert")
+			return false, errors.New("no security transport to confirm the revert")
 		}
 		d, err := opal.Discover(h.Security)
 		if err != nil {
-			return fail("after revert: %v", err)
+			return false, fmt.Errorf("after revert: %w", err)
 		}
 		ok, why := d.FactoryState()
 		res.Evidence = append(res.Evidence, fmt.Sprintf("opal after revert: factory=%t (%s); %s", ok, why, d.Summary()))
@@ -179,18 +210,12 @@ func Execute(ctx context.Context, p Plan, h Handles, cred Credentials, o Options
 		ev, survivors, zeros, err := mk.check(h.Block)
 		res.Evidence = append(res.Evidence, ev...)
 		if err != nil {
-			return fail("verify: %v", err)
+			return false, fmt.Errorf("verify: %w", err)
 		}
 		verified = verified && survivors == 0
 		res.ReadsZeros = zeros
 	}
-	res.Verified = verified
-	res.Total = time.Since(start)
-	if !verified {
-		return fail("verification failed: %s", failedEvidence(res.Evidence))
-	}
-	log.Info("wipe: verified", "method", res.Method, "erase", res.Erase, "total", res.Total)
-	return res, nil
+	return verified, nil
 }
 
 func lockedOpal(h Handles) (bool, string) {

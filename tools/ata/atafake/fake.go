@@ -103,21 +103,7 @@ func (d *Drive) PassThrough(cdb [16]byte, dir ata.Direction, data []byte, timeou
 		copy(data, d.identify())
 		return d.ok("IDENTIFY DEVICE")
 	case ata.CmdSecuritySetPassword:
-		name := "SECURITY SET PASSWORD " + who.String()
-		switch {
-		case d.NoSecurity:
-			return d.fail(name, "security not supported")
-		case d.Frozen:
-			return d.fail(name, "frozen")
-		case d.Locked:
-			return d.fail(name, "locked")
-		}
-		d.LastSet = pw
-		if who == ata.User {
-			p := pw
-			d.User, d.Enabled = &p, true
-		}
-		return d.ok(name)
+		return d.setPassword(who, pw)
 	case ata.CmdSecurityUnlock:
 		name := "SECURITY UNLOCK " + who.String()
 		switch {
@@ -135,36 +121,7 @@ func (d *Drive) PassThrough(cdb [16]byte, dir ata.Direction, data []byte, timeou
 		d.prepared = true
 		return d.ok("SECURITY ERASE PREPARE")
 	case ata.CmdSecurityEraseUnit:
-		enhanced := ctl&2 != 0
-		name := "SECURITY ERASE UNIT " + who.String()
-		if enhanced {
-			name += " enhanced"
-		}
-		d.EraseTimeout = timeout
-		switch {
-		case d.NoSecurity || d.Frozen || d.CountExpired:
-			return d.fail(name, "not allowed in this state")
-		case !wasPrepared:
-			return d.fail(name, "not preceded by SECURITY ERASE PREPARE")
-		case enhanced && d.NoEnhanced:
-			return d.fail(name, "enhanced erase not supported")
-		case who != ata.User || !d.Enabled || d.User == nil || *d.User != pw:
-			return d.wrongPassword(name)
-		case d.EraseUnitError != 0:
-			if d.LockOnEraseFailure {
-				d.Locked = true
-			}
-			d.Log = append(d.Log, name+" -> injected failure")
-			return d.checkCondition(ata.SenseAbortedCommand, 0, &ata.Registers{Status: ata.StatusDRDY | ata.StatusERR, Error: d.EraseUnitError, Device: 0xA0}), nil
-		}
-		if d.OnErase != nil {
-			d.OnErase(enhanced)
-		}
-		if !d.KeepPasswordOnErase {
-			d.Enabled, d.Locked, d.User = false, false, nil
-		}
-		d.attempts = 0
-		return d.ok(name)
+		return d.eraseUnit(who, pw, ctl&2 != 0, wasPrepared, timeout)
 	case ata.CmdSecurityDisablePassword:
 		name := "SECURITY DISABLE PASSWORD " + who.String()
 		switch {
@@ -177,6 +134,59 @@ func (d *Drive) PassThrough(cdb [16]byte, dir ata.Direction, data []byte, timeou
 		return d.ok(name)
 	}
 	return d.fail(fmt.Sprintf("command %#02x", cmd), "not implemented")
+}
+
+// setPassword is SECURITY SET PASSWORD.
+func (d *Drive) setPassword(who ata.Identifier, pw ata.Password) (ata.Reply, error) {
+	name := "SECURITY SET PASSWORD " + who.String()
+	switch {
+	case d.NoSecurity:
+		return d.fail(name, "security not supported")
+	case d.Frozen:
+		return d.fail(name, "frozen")
+	case d.Locked:
+		return d.fail(name, "locked")
+	}
+	d.LastSet = pw
+	if who == ata.User {
+		p := pw
+		d.User, d.Enabled = &p, true
+	}
+	return d.ok(name)
+}
+
+// eraseUnit is SECURITY ERASE UNIT; wasPrepared: the command before it
+// was SECURITY ERASE PREPARE.
+func (d *Drive) eraseUnit(who ata.Identifier, pw ata.Password, enhanced, wasPrepared bool, timeout time.Duration) (ata.Reply, error) {
+	name := "SECURITY ERASE UNIT " + who.String()
+	if enhanced {
+		name += " enhanced"
+	}
+	d.EraseTimeout = timeout
+	switch {
+	case d.NoSecurity || d.Frozen || d.CountExpired:
+		return d.fail(name, "not allowed in this state")
+	case !wasPrepared:
+		return d.fail(name, "not preceded by SECURITY ERASE PREPARE")
+	case enhanced && d.NoEnhanced:
+		return d.fail(name, "enhanced erase not supported")
+	case who != ata.User || !d.Enabled || d.User == nil || *d.User != pw:
+		return d.wrongPassword(name)
+	case d.EraseUnitError != 0:
+		if d.LockOnEraseFailure {
+			d.Locked = true
+		}
+		d.Log = append(d.Log, name+" -> injected failure")
+		return d.checkCondition(ata.SenseAbortedCommand, 0, &ata.Registers{Status: ata.StatusDRDY | ata.StatusERR, Error: d.EraseUnitError, Device: 0xA0}), nil
+	}
+	if d.OnErase != nil {
+		d.OnErase(enhanced)
+	}
+	if !d.KeepPasswordOnErase {
+		d.Enabled, d.Locked, d.User = false, false, nil
+	}
+	d.attempts = 0
+	return d.ok(name)
 }
 
 // checkCDB applies the SAT field rules a SATL enforces for these commands.
