@@ -160,142 +160,163 @@ func pairComponent(a, b string) string {
 // slow is named as the common cause. requested are the testcases asked
 // for, in order (nvbandwidth does not name a waived one).
 func NVBandwidthVerdicts(r *NVBandwidth, requested []string, bars map[string]float64, name Naming) []Verdict {
-	byIndex := map[int]string{}
+	j := &nvbJudge{byIndex: map[int]string{}, name: name, accs: map[string]*nvbAcc{}, slowPairs: map[string]map[string]bool{}, version: "nvbandwidth"}
 	var comps []string
 	for _, d := range r.Devices {
 		c := name(d.Index, d.BusID)
-		byIndex[d.Index] = c
+		j.byIndex[d.Index] = c
 		comps = append(comps, c)
 	}
-	comp := func(i int) string {
-		if c, ok := byIndex[i]; ok {
-			return c
-		}
-		return name(i, "")
-	}
-	type acc struct {
-		meas   []Measurement
-		fails  []string
-		notes  []string
-		status Status
-	}
-	accs := map[string]*acc{}
-	var order []string
-	get := func(c string) *acc {
-		if a, ok := accs[c]; ok {
-			return a
-		}
-		a := &acc{status: Pass}
-		accs[c], order = a, append(order, c)
-		return a
-	}
-	var system []Verdict
-	version := "nvbandwidth"
 	if r.Version != "" {
-		version += " " + r.Version
+		j.version += " " + r.Version
 	}
-	// Pair failures per GPU, to name a GPU all of whose pairs are slow.
-	slowPairs := map[string]map[string]bool{}
 	for ti, t := range r.Tests {
 		tname := t.Name
 		if tname == "" && ti < len(requested) {
 			tname = requested[ti]
 		}
-		m, known := NVBandwidthMetrics[tname]
-		switch {
-		case t.Status == NVBWaived:
-			system = append(system, Verdict{Component: "gpu", Check: CheckNVBandwidth, Status: Skip, Observed: "waived",
-				Message: fmt.Sprintf("%s waived %s: it does not apply to this node (one GPU, or no peer access)", version, tname)})
-			continue
-		case t.Status == NVBError:
-			system = append(system, Verdict{Component: "gpu", Check: CheckNVBandwidth, Status: Error, Observed: "error",
-				Message: fmt.Sprintf("%s %s: %s", version, tname, t.Message)})
-			continue
-		case !known:
-			continue
-		}
-		tab, ok := table(t, m.table)
-		if !ok {
-			system = append(system, Verdict{Component: "gpu", Check: CheckNVBandwidth, Status: Error,
-				Message: fmt.Sprintf("%s %s: no %q table in its output", version, tname, t.Name+m.table)})
-			continue
-		}
-		bar, barred := bars[m.metric]
-		if !m.pair {
-			if len(tab.Values) == 0 {
-				continue
-			}
-			for i, v := range tab.Values[0] {
-				a := get(comp(i))
-				if math.IsNaN(v) {
-					a.notes = append(a.notes, fmt.Sprintf("%s: not measured", m.metric))
-					continue
-				}
-				a.meas = append(a.meas, Measurement{m.metric, v, GBps})
-				if barred && v < bar {
-					a.status = Fail
-					a.fails = append(a.fails, fmt.Sprintf("%s %.1f GB/s < %.4g GB/s (%s)", m.metric, v, bar, m.what))
-				}
-			}
-			continue
-		}
-		n := len(tab.Values)
-		for i := range n {
-			for j := i + 1; j < n && j < len(tab.Values[i]); j++ {
-				if i >= len(tab.Values[j]) {
-					continue
-				}
-				ci, cj := comp(i), comp(j)
-				pc := pairComponent(ci, cj)
-				a := get(pc)
-				ij, ji := tab.Values[i][j], tab.Values[j][i]
-				if math.IsNaN(ij) || math.IsNaN(ji) {
-					a.notes = append(a.notes, fmt.Sprintf("%s: not measured (no peer access between %s and %s)", m.metric, ci, cj))
-					if barred {
-						a.status = Fail
-						a.fails = append(a.fails, fmt.Sprintf("%s not measured: %s and %s have no peer access", m.metric, ci, cj))
-					}
-					continue
-				}
-				worst := min(ij, ji)
-				a.meas = append(a.meas, Measurement{m.metric, worst, GBps})
-				dirs := fmt.Sprintf("%s->%s %.1f, %s->%s %.1f GB/s", ci, cj, ij, cj, ci, ji)
-				if barred && worst < bar {
-					a.status = Fail
-					a.fails = append(a.fails, fmt.Sprintf("%s %.1f GB/s < %.4g GB/s (%s: %s)", m.metric, worst, bar, m.what, dirs))
-					for _, c := range []string{ci, cj} {
-						if slowPairs[c] == nil {
-							slowPairs[c] = map[string]bool{}
-						}
-						slowPairs[c][pc] = true
-					}
-				} else {
-					a.notes = append(a.notes, m.metric+" "+dirs)
-				}
-			}
-		}
+		j.test(t, tname, bars)
 	}
 	// A GPU in a slow pair with every other GPU is the likely cause.
 	if len(comps) >= 3 {
 		for _, c := range comps {
-			if len(slowPairs[c]) == len(comps)-1 {
-				a := get(c)
+			if len(j.slowPairs[c]) == len(comps)-1 {
+				a := j.get(c)
 				a.status = Fail
 				a.fails = append(a.fails, fmt.Sprintf("every pair with %s is below its bar (%d of %d): the GPU or its own NVLinks, not one path",
-					c, len(slowPairs[c]), len(comps)-1))
+					c, len(j.slowPairs[c]), len(comps)-1))
 			}
 		}
 	}
 	var out []Verdict
-	for _, c := range order {
-		a := accs[c]
+	for _, c := range j.order {
+		a := j.accs[c]
 		v := Verdict{Component: c, Check: CheckNVBandwidth, Status: a.status, Measurements: a.meas,
 			Observed: measText(a.meas), Expected: barsText(a.meas, bars)}
 		msg := append(append([]string{}, a.fails...), a.notes...)
-		v.Message = strings.TrimSuffix(version+": "+strings.Join(msg, "; "), ": ")
+		v.Message = strings.TrimSuffix(j.version+": "+strings.Join(msg, "; "), ": ")
 		out = append(out, v)
 	}
-	return append(out, system...)
+	return append(out, j.system...)
+}
+
+// nvbJudge accumulates NVBandwidthVerdicts' verdicts, per component in the
+// order first seen.
+type nvbJudge struct {
+	byIndex map[int]string
+	name    Naming
+	accs    map[string]*nvbAcc
+	order   []string
+	system  []Verdict
+	version string
+	// Pair failures per GPU, to name a GPU all of whose pairs are slow.
+	slowPairs map[string]map[string]bool
+}
+
+type nvbAcc struct {
+	meas   []Measurement
+	fails  []string
+	notes  []string
+	status Status
+}
+
+func (j *nvbJudge) comp(i int) string {
+	if c, ok := j.byIndex[i]; ok {
+		return c
+	}
+	return j.name(i, "")
+}
+
+func (j *nvbJudge) get(c string) *nvbAcc {
+	if a, ok := j.accs[c]; ok {
+		return a
+	}
+	a := &nvbAcc{status: Pass}
+	j.accs[c], j.order = a, append(j.order, c)
+	return a
+}
+
+// test judges one testcase's results (tname: its name, or the requested
+// one when nvbandwidth printed none).
+func (j *nvbJudge) test(t NVBTest, tname string, bars map[string]float64) {
+	m, known := NVBandwidthMetrics[tname]
+	switch {
+	case t.Status == NVBWaived:
+		j.system = append(j.system, Verdict{Component: "gpu", Check: CheckNVBandwidth, Status: Skip, Observed: "waived",
+			Message: fmt.Sprintf("%s waived %s: it does not apply to this node (one GPU, or no peer access)", j.version, tname)})
+		return
+	case t.Status == NVBError:
+		j.system = append(j.system, Verdict{Component: "gpu", Check: CheckNVBandwidth, Status: Error, Observed: "error",
+			Message: fmt.Sprintf("%s %s: %s", j.version, tname, t.Message)})
+		return
+	case !known:
+		return
+	}
+	tab, ok := table(t, m.table)
+	if !ok {
+		j.system = append(j.system, Verdict{Component: "gpu", Check: CheckNVBandwidth, Status: Error,
+			Message: fmt.Sprintf("%s %s: no %q table in its output", j.version, tname, t.Name+m.table)})
+		return
+	}
+	bar, barred := bars[m.metric]
+	if m.pair {
+		j.pairTable(m, tab, bar, barred)
+		return
+	}
+	if len(tab.Values) == 0 {
+		return
+	}
+	for i, v := range tab.Values[0] {
+		a := j.get(j.comp(i))
+		if math.IsNaN(v) {
+			a.notes = append(a.notes, fmt.Sprintf("%s: not measured", m.metric))
+			continue
+		}
+		a.meas = append(a.meas, Measurement{m.metric, v, GBps})
+		if barred && v < bar {
+			a.status = Fail
+			a.fails = append(a.fails, fmt.Sprintf("%s %.1f GB/s < %.4g GB/s (%s)", m.metric, v, bar, m.what))
+		}
+	}
+}
+
+// pairTable judges a device table: each pair on its worse direction.
+func (j *nvbJudge) pairTable(m nvbMetric, tab NVBMatrix, bar float64, barred bool) {
+	n := len(tab.Values)
+	for x := range n {
+		for y := x + 1; y < n && y < len(tab.Values[x]); y++ {
+			if x >= len(tab.Values[y]) {
+				continue
+			}
+			cx, cy := j.comp(x), j.comp(y)
+			pc := pairComponent(cx, cy)
+			a := j.get(pc)
+			xy, yx := tab.Values[x][y], tab.Values[y][x]
+			if math.IsNaN(xy) || math.IsNaN(yx) {
+				a.notes = append(a.notes, fmt.Sprintf("%s: not measured (no peer access between %s and %s)", m.metric, cx, cy))
+				if barred {
+					a.status = Fail
+					a.fails = append(a.fails, fmt.Sprintf("%s not measured: %s and %s have no peer access", m.metric, cx, cy))
+				}
+				continue
+			}
+			worst := min(xy, yx)
+			a.meas = append(a.meas, Measurement{m.metric, worst, GBps})
+			dirs := fmt.Sprintf("%s->%s %.1f, %s->%s %.1f GB/s", cx, cy, xy, cy, cx, yx)
+			if !(barred && worst < bar) {
+				a.notes = append(a.notes, m.metric+" "+dirs)
+				continue
+			}
+			a.status = Fail
+			a.fails = append(a.fails, fmt.Sprintf("%s %.1f GB/s < %.4g GB/s (%s: %s)", m.metric, worst, bar, m.what, dirs))
+			for _, c := range []string{cx, cy} {
+				if j.slowPairs[c] == nil {
+					j.slowPairs[c] = map[string]bool{}
+				}
+				j.slowPairs[c][pc] = true
+			}
+		}
+	}
 }
 
 func table(t NVBTest, suffix string) (NVBMatrix, bool) {

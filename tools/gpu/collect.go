@@ -111,118 +111,9 @@ func Collect(ctx context.Context, lib Library, exp Expect, opt Options) *Observa
 		log.Error("gpu: nvmlDeviceGetCount failed", "err", obs.Count.Err)
 		return obs
 	}
-
-	type handle struct {
-		idx int
-		dev Device
-		err error
-		bus string
-	}
-	var handles []handle
-	for i := 0; i < obs.Count.V; i++ {
-		h := handle{idx: i}
-		h.dev, h.err = lib.DeviceByIndex(i)
-		if h.err == nil {
-			if pci, err := h.dev.PCI(); err == nil {
-				h.bus = NormalizeBusID(pci.BusID)
-			}
-		}
-		handles = append(handles, h)
-	}
-
-	// Name components: by expected bus address when given, else NVML index.
-	var devs []DeviceObservation
-	var live []Device
-	add := func(comp string, h *handle) {
-		d := DeviceObservation{Component: comp, NVMLIndex: -1}
-		if h != nil {
-			d.NVMLIndex, d.BusID, d.Err = h.idx, h.bus, h.err
-		}
-		devs = append(devs, d)
-		if h != nil && h.err == nil {
-			live = append(live, h.dev)
-		} else {
-			live = append(live, nil)
-		}
-	}
-	if len(exp.BusIDs) > 0 {
-		byBus := map[string]*handle{}
-		var lost []string
-		for i := range handles {
-			switch {
-			case handles[i].bus != "":
-				byBus[handles[i].bus] = &handles[i]
-			case handles[i].err != nil:
-				lost = append(lost, fmt.Sprintf("NVML index %d: %v", handles[i].idx, handles[i].err))
-			}
-		}
-		for j, b := range exp.BusIDs {
-			nb := NormalizeBusID(b)
-			if h, ok := byBus[nb]; ok {
-				add("gpu/"+strconv.Itoa(j), h)
-				delete(byBus, nb)
-				continue
-			}
-			msg := "no GPU answers at " + nb
-			if len(lost) > 0 {
-				msg += " (unopened devices: " + joinComma(lost) + ")"
-			}
-			add("gpu/"+strconv.Itoa(j), nil)
-			devs[len(devs)-1].BusID = nb
-			devs[len(devs)-1].Err = errors.New(msg)
-		}
-		// GPUs at addresses nobody expected are still checked, named by address.
-		var extra []string
-		for b := range byBus {
-			extra = append(extra, b)
-		}
-		sort.Strings(extra)
-		for _, b := range extra {
-			add("gpu/"+b, byBus[b])
-		}
-	} else {
-		for i := range handles {
-			add("gpu/"+strconv.Itoa(handles[i].idx), &handles[i])
-		}
-	}
-
-	// Before the load: identity, limits and the counters we take deltas of.
-	var watchIdx []int
-	for i, dev := range live {
-		if dev == nil {
-			continue
-		}
-		d := &devs[i]
-		d.Name = read(dev.Name)
-		d.PCI = read(dev.PCI)
-		d.UUID = read(dev.UUID)
-		d.Serial = read(dev.Serial)
-		d.VBIOS = read(dev.VBIOSVersion)
-		d.BoardPN = read(dev.BoardPartNumber)
-		d.SlowdownC = read(dev.SlowdownTemperature)
-		d.LimitMW = read(dev.EnforcedPowerLimit)
-		d.ReplayPre = read(dev.PCIeReplayCounter)
-		d.Arch = read(dev.Architecture)
-		d.LinksPre = read(dev.NVLinks)
-		watchIdx = append(watchIdx, d.NVMLIndex)
-	}
-
-	// Xid events for the whole run.
-	var xids []XidEvent
-	var xidErr error
-	stopXid := make(chan struct{})
-	var xidDone sync.WaitGroup
-	w, err := lib.WatchXid(watchIdx)
-	if err != nil {
-		xidErr = err
-		log.Warn("gpu: cannot watch Xid events", "err", err)
-	} else {
-		xidDone.Add(1)
-		go func() {
-			defer xidDone.Done()
-			xids, xidErr = watchXids(w, stopXid)
-		}()
-	}
+	devs, live := nameDevices(openHandles(lib, obs.Count.V), exp.BusIDs)
+	watchIdx := readBefore(devs, live)
+	xw := watchXid(lib, watchIdx, log)
 
 	// The load, and samples while it runs.
 	sample := func() {
@@ -245,16 +136,159 @@ func Collect(ctx context.Context, lib Library, exp Expect, opt Options) *Observa
 			devs[i].Loaded = true
 		}
 	}
+	xids, xidErr := xw.stop(log)
+	readAfter(devs, live, xids, xidErr)
+	obs.Devices = devs
+	return obs
+}
 
-	close(stopXid)
-	xidDone.Wait()
-	if w != nil {
-		if err := w.Close(); err != nil {
+// gpuHandle is one NVML index opened (or not) and its bus address.
+type gpuHandle struct {
+	idx int
+	dev Device
+	err error
+	bus string
+}
+
+func openHandles(lib Library, n int) []gpuHandle {
+	var handles []gpuHandle
+	for i := 0; i < n; i++ {
+		h := gpuHandle{idx: i}
+		h.dev, h.err = lib.DeviceByIndex(i)
+		if h.err == nil {
+			if pci, err := h.dev.PCI(); err == nil {
+				h.bus = NormalizeBusID(pci.BusID)
+			}
+		}
+		handles = append(handles, h)
+	}
+	return handles
+}
+
+// nameDevices names the components: by expected bus address when given,
+// else by NVML index. live[i] is devs[i]'s open device, nil when there is
+// none to query.
+func nameDevices(handles []gpuHandle, busIDs []string) (devs []DeviceObservation, live []Device) {
+	add := func(comp string, h *gpuHandle) {
+		d := DeviceObservation{Component: comp, NVMLIndex: -1}
+		if h != nil {
+			d.NVMLIndex, d.BusID, d.Err = h.idx, h.bus, h.err
+		}
+		devs = append(devs, d)
+		if h != nil && h.err == nil {
+			live = append(live, h.dev)
+		} else {
+			live = append(live, nil)
+		}
+	}
+	if len(busIDs) == 0 {
+		for i := range handles {
+			add("gpu/"+strconv.Itoa(handles[i].idx), &handles[i])
+		}
+		return devs, live
+	}
+	byBus := map[string]*gpuHandle{}
+	var lost []string
+	for i := range handles {
+		switch {
+		case handles[i].bus != "":
+			byBus[handles[i].bus] = &handles[i]
+		case handles[i].err != nil:
+			lost = append(lost, fmt.Sprintf("NVML index %d: %v", handles[i].idx, handles[i].err))
+		}
+	}
+	for j, b := range busIDs {
+		nb := NormalizeBusID(b)
+		if h, ok := byBus[nb]; ok {
+			add("gpu/"+strconv.Itoa(j), h)
+			delete(byBus, nb)
+			continue
+		}
+		msg := "no GPU answers at " + nb
+		if len(lost) > 0 {
+			msg += " (unopened devices: " + joinComma(lost) + ")"
+		}
+		add("gpu/"+strconv.Itoa(j), nil)
+		devs[len(devs)-1].BusID = nb
+		devs[len(devs)-1].Err = errors.New(msg)
+	}
+	// GPUs at addresses nobody expected are still checked, named by address.
+	var extra []string
+	for b := range byBus {
+		extra = append(extra, b)
+	}
+	sort.Strings(extra)
+	for _, b := range extra {
+		add("gpu/"+b, byBus[b])
+	}
+	return devs, live
+}
+
+// readBefore reads, before the load, identity, limits and the counters we
+// take deltas of; it returns the NVML indexes to watch for Xids.
+func readBefore(devs []DeviceObservation, live []Device) (watchIdx []int) {
+	for i, dev := range live {
+		if dev == nil {
+			continue
+		}
+		d := &devs[i]
+		d.Name = read(dev.Name)
+		d.PCI = read(dev.PCI)
+		d.UUID = read(dev.UUID)
+		d.Serial = read(dev.Serial)
+		d.VBIOS = read(dev.VBIOSVersion)
+		d.BoardPN = read(dev.BoardPartNumber)
+		d.SlowdownC = read(dev.SlowdownTemperature)
+		d.LimitMW = read(dev.EnforcedPowerLimit)
+		d.ReplayPre = read(dev.PCIeReplayCounter)
+		d.Arch = read(dev.Architecture)
+		d.LinksPre = read(dev.NVLinks)
+		watchIdx = append(watchIdx, d.NVMLIndex)
+	}
+	return watchIdx
+}
+
+// xidWatch collects Xid events for the whole run.
+type xidWatch struct {
+	w    XidWatcher
+	xids []XidEvent
+	err  error
+	quit chan struct{}
+	done sync.WaitGroup
+}
+
+func watchXid(lib Library, idx []int, log *slog.Logger) *xidWatch {
+	x := &xidWatch{quit: make(chan struct{})}
+	w, err := lib.WatchXid(idx)
+	x.w = w
+	if err != nil {
+		x.err = err
+		log.Warn("gpu: cannot watch Xid events", "err", err)
+		return x
+	}
+	x.done.Add(1)
+	go func() {
+		defer x.done.Done()
+		x.xids, x.err = watchXids(w, x.quit)
+	}()
+	return x
+}
+
+// stop ends the watch and returns what it saw.
+func (x *xidWatch) stop(log *slog.Logger) ([]XidEvent, error) {
+	close(x.quit)
+	x.done.Wait()
+	if x.w != nil {
+		if err := x.w.Close(); err != nil {
 			log.Warn("gpu: freeing the NVML event set", "err", err)
 		}
 	}
+	return x.xids, x.err
+}
 
-	// After the load: error counters.
+// readAfter reads, after the load, the error counters, and files the Xids
+// under their devices.
+func readAfter(devs []DeviceObservation, live []Device, xids []XidEvent, xidErr error) {
 	for i, dev := range live {
 		if dev == nil {
 			continue
@@ -276,8 +310,6 @@ func Collect(ctx context.Context, lib Library, exp Expect, opt Options) *Observa
 			}
 		}
 	}
-	obs.Devices = devs
-	return obs
 }
 
 // sampleWhile takes one sample at once, then one per Interval until the

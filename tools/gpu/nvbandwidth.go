@@ -84,108 +84,22 @@ const maxNVBDim = 1024
 // errors naming the line.
 func ParseNVBandwidth(out []byte) (*NVBandwidth, error) {
 	out = []byte(strings.ToValidUTF8(string(out), "\uFFFD"))
-	r := &NVBandwidth{}
+	p := &nvbParser{r: &NVBandwidth{}}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	var cur *NVBTest
-	var mat *NVBMatrix
-	cols := 0
-	desc := ""
-	inRows := false // between a table's header and its blank line
-	line := 0
-	errf := func(format string, args ...any) error {
-		return fmt.Errorf("nvbandwidth output line %d: %s", line, fmt.Sprintf(format, args...))
-	}
 	for sc.Scan() {
-		line++
-		s := strings.TrimRight(sc.Text(), " \t\r")
-		t := strings.TrimSpace(s)
-		switch {
-		case inRows:
-			if t == "" {
-				inRows = false
-				continue
-			}
-			f := strings.Fields(t)
-			if len(f) != cols+1 {
-				return nil, errf("table row %q has %d values, its header %d", t, len(f)-1, cols)
-			}
-			if _, err := strconv.Atoi(f[0]); err != nil {
-				return nil, errf("table row %q does not start with a row number", t)
-			}
-			if len(mat.Values) >= maxNVBDim {
-				return nil, errf("more than %d table rows", maxNVBDim)
-			}
-			row := make([]float64, cols)
-			for i, x := range f[1:] {
-				if x == "N/A" {
-					row[i] = math.NaN()
-					continue
-				}
-				v, err := strconv.ParseFloat(x, 64)
-				if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
-					return nil, errf("value %q is not a bandwidth", x)
-				}
-				row[i] = v
-			}
-			mat.Values = append(mat.Values, row)
-		case strings.HasPrefix(t, "nvbandwidth Version:"):
-			r.Version = strings.TrimSpace(strings.TrimPrefix(t, "nvbandwidth Version:"))
-		case strings.HasPrefix(t, "Driver Version:"):
-			r.Driver = strings.TrimSpace(strings.TrimPrefix(t, "Driver Version:"))
-		case strings.HasPrefix(t, "Device ") && strings.Contains(t, ": "):
-			d, err := nvbDevice(t)
-			if err != nil {
-				return nil, errf("%v", err)
-			}
-			r.Devices = append(r.Devices, d)
-		case strings.HasPrefix(t, "Running ") && strings.HasSuffix(t, "."):
-			r.Tests = append(r.Tests, NVBTest{Name: strings.TrimSuffix(strings.TrimPrefix(t, "Running "), ".")})
-			cur, mat, desc = &r.Tests[len(r.Tests)-1], nil, ""
-		case strings.HasPrefix(t, "Waived:"):
-			r.Tests = append(r.Tests, NVBTest{Status: NVBWaived, Message: strings.TrimSpace(strings.TrimPrefix(t, "Waived:"))})
-			cur, mat, desc = nil, nil, ""
-		case strings.HasPrefix(t, "Error:") || strings.HasPrefix(t, "ERROR:"):
-			msg := strings.TrimSpace(t[len("Error:"):])
-			if cur != nil && cur.Status == "" {
-				cur.Status, cur.Message = NVBError, msg
-			} else {
-				r.Tests = append(r.Tests, NVBTest{Status: NVBError, Message: msg})
-			}
-			cur, mat, desc = nil, nil, ""
-		case strings.HasPrefix(t, "SUM ") || strings.HasPrefix(t, "&&&& PERF "):
-			if mat == nil || cur == nil {
-				return nil, errf("%q with no table before it", t)
-			}
-			f := strings.Fields(strings.TrimPrefix(strings.TrimPrefix(t, "&&&& PERF "), "SUM "))
-			if len(f) < 2 {
-				return nil, errf("%q: expected a key and a sum", t)
-			}
-			sum, err := strconv.ParseFloat(f[1], 64)
-			if err != nil {
-				return nil, errf("%q: sum %q is not a number", t, f[1])
-			}
-			mat.Key, mat.Sum = f[0], sum
-			cur.Matrices = append(cur.Matrices, *mat)
-			cur.Status = NVBPassed
-			mat = nil
-		case cur != nil && (strings.HasSuffix(t, "(GB/s)") || strings.HasSuffix(t, "(ns)")):
-			desc = t
-		case cur != nil && desc != "" && mat == nil && allInts(t):
-			cols = len(strings.Fields(t))
-			if cols > maxNVBDim {
-				return nil, errf("%d table columns, at most %d", cols, maxNVBDim)
-			}
-			mat, inRows = &NVBMatrix{Description: desc}, true
-			desc = ""
+		p.line++
+		if err := p.parseLine(strings.TrimSpace(sc.Text())); err != nil {
+			return nil, err
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading nvbandwidth output: %w", err)
 	}
-	if mat != nil {
-		return nil, fmt.Errorf("nvbandwidth output: the table of %s has no SUM line (cut short?)", cur.Name)
+	if p.mat != nil {
+		return nil, fmt.Errorf("nvbandwidth output: the table of %s has no SUM line (cut short?)", p.cur.Name)
 	}
+	r := p.r
 	for i := range r.Tests {
 		if r.Tests[i].Status == "" {
 			r.Tests[i].Status = NVBError
@@ -193,6 +107,118 @@ func ParseNVBandwidth(out []byte) (*NVBandwidth, error) {
 		}
 	}
 	return r, nil
+}
+
+// nvbParser is ParseNVBandwidth's state between lines.
+type nvbParser struct {
+	r      *NVBandwidth
+	cur    *NVBTest
+	mat    *NVBMatrix
+	cols   int
+	desc   string
+	inRows bool // between a table's header and its blank line
+	line   int
+}
+
+func (p *nvbParser) errf(format string, args ...any) error {
+	return fmt.Errorf("nvbandwidth output line %d: %s", p.line, fmt.Sprintf(format, args...))
+}
+
+// parseLine takes one line, trimmed.
+func (p *nvbParser) parseLine(t string) error {
+	r := p.r
+	switch {
+	case p.inRows:
+		if t == "" {
+			p.inRows = false
+			return nil
+		}
+		return p.row(t)
+	case strings.HasPrefix(t, "nvbandwidth Version:"):
+		r.Version = strings.TrimSpace(strings.TrimPrefix(t, "nvbandwidth Version:"))
+	case strings.HasPrefix(t, "Driver Version:"):
+		r.Driver = strings.TrimSpace(strings.TrimPrefix(t, "Driver Version:"))
+	case strings.HasPrefix(t, "Device ") && strings.Contains(t, ": "):
+		d, err := nvbDevice(t)
+		if err != nil {
+			return p.errf("%v", err)
+		}
+		r.Devices = append(r.Devices, d)
+	case strings.HasPrefix(t, "Running ") && strings.HasSuffix(t, "."):
+		r.Tests = append(r.Tests, NVBTest{Name: strings.TrimSuffix(strings.TrimPrefix(t, "Running "), ".")})
+		p.cur, p.mat, p.desc = &r.Tests[len(r.Tests)-1], nil, ""
+	case strings.HasPrefix(t, "Waived:"):
+		r.Tests = append(r.Tests, NVBTest{Status: NVBWaived, Message: strings.TrimSpace(strings.TrimPrefix(t, "Waived:"))})
+		p.cur, p.mat, p.desc = nil, nil, ""
+	case strings.HasPrefix(t, "Error:") || strings.HasPrefix(t, "ERROR:"):
+		msg := strings.TrimSpace(t[len("Error:"):])
+		if p.cur != nil && p.cur.Status == "" {
+			p.cur.Status, p.cur.Message = NVBError, msg
+		} else {
+			r.Tests = append(r.Tests, NVBTest{Status: NVBError, Message: msg})
+		}
+		p.cur, p.mat, p.desc = nil, nil, ""
+	case strings.HasPrefix(t, "SUM ") || strings.HasPrefix(t, "&&&& PERF "):
+		return p.sum(t)
+	case p.cur != nil && (strings.HasSuffix(t, "(GB/s)") || strings.HasSuffix(t, "(ns)")):
+		p.desc = t
+	case p.cur != nil && p.desc != "" && p.mat == nil && allInts(t):
+		p.cols = len(strings.Fields(t))
+		if p.cols > maxNVBDim {
+			return p.errf("%d table columns, at most %d", p.cols, maxNVBDim)
+		}
+		p.mat, p.inRows = &NVBMatrix{Description: p.desc}, true
+		p.desc = ""
+	}
+	return nil
+}
+
+// row reads one table row: its number, then one value per column.
+func (p *nvbParser) row(t string) error {
+	f := strings.Fields(t)
+	if len(f) != p.cols+1 {
+		return p.errf("table row %q has %d values, its header %d", t, len(f)-1, p.cols)
+	}
+	if _, err := strconv.Atoi(f[0]); err != nil {
+		return p.errf("table row %q does not start with a row number", t)
+	}
+	if len(p.mat.Values) >= maxNVBDim {
+		return p.errf("more than %d table rows", maxNVBDim)
+	}
+	row := make([]float64, p.cols)
+	for i, x := range f[1:] {
+		if x == "N/A" {
+			row[i] = math.NaN()
+			continue
+		}
+		v, err := strconv.ParseFloat(x, 64)
+		if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+			return p.errf("value %q is not a bandwidth", x)
+		}
+		row[i] = v
+	}
+	p.mat.Values = append(p.mat.Values, row)
+	return nil
+}
+
+// sum reads a table's SUM line, which ends the table and names it.
+func (p *nvbParser) sum(t string) error {
+	if p.mat == nil || p.cur == nil {
+		return p.errf("%q with no table before it", t)
+	}
+	f := strings.Fields(strings.TrimPrefix(strings.TrimPrefix(t, "&&&& PERF "), "SUM "))
+	if len(f) < 2 {
+		return p.errf("%q: expected a key and a sum", t)
+	}
+	sum, err := strconv.ParseFloat(f[1], 64)
+	if err != nil {
+		return p.errf("%q: sum %q is not a number", t, f[1])
+	}
+	p.mat.Key, p.mat.Sum = f[0], sum
+	p.cur.Matrices = append(p.cur.Matrices, *p.mat)
+	p.cur.Status = NVBPassed
+	p.mat = nil
+	return nil
 }
 
 func allInts(s string) bool {

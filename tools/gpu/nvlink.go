@@ -42,19 +42,8 @@ func nvlinkWant(exp Expect) string {
 // the SKU expects none.
 func evalNVLink(d *DeviceObservation, exp Expect, v mk) Verdict {
 	want := nvlinkWant(exp)
-	for _, r := range []reading[[]NVLink]{d.LinksPre, d.LinksPost} {
-		if r.Err == nil {
-			continue
-		}
-		if errors.Is(r.Err, ErrNotSupported) {
-			if exp.NVLinks > 0 || exp.NVSwitch || exp.Fabric {
-				return v(CheckNVLink, Fail, "no NVLink (NVML: not supported)", want, fmt.Sprintf(
-					"the SKU expects %s, but NVML answers Not Supported for every link of this GPU: it is not on an NVLink board "+
-						"(a PCIe card, or one GPU passed through to a virtual machine), or the driver does not see its links (%v)", want, r.Err))
-			}
-			return v(CheckNVLink, Skip, "no NVLink", want, "NVML answers Not Supported for every link and the SKU expects no NVLink: "+r.Err.Error())
-		}
-		return errVerdict(v, CheckNVLink, want, "NVLink state", r.Err)
+	if bad, ok := nvlinkReadErr(d, exp, v, want); ok {
+		return bad
 	}
 	pre := map[int]NVLink{}
 	for _, l := range d.LinksPre.V {
@@ -64,94 +53,125 @@ func evalNVLink(d *DeviceObservation, exp Expect, v mk) Verdict {
 	for _, l := range d.LinksPost.V {
 		post[l.Link] = l
 	}
-	var problems, unreadable []string
-	up := 0
-	var corrected uint64
-	traffic := map[int]uint64{}
-	source := ""
+	t := linkTally{traffic: map[int]uint64{}}
 	for _, l := range d.LinksPost.V {
 		b, had := pre[l.Link]
-		switch {
-		case !l.Up:
-			problems = append(problems, fmt.Sprintf("link %d down", l.Link))
-			continue
-		case had && !b.Up:
-			problems = append(problems, fmt.Sprintf("link %d was down before the run", l.Link))
-			continue
-		}
-		up++
-		if exp.NVSwitch && l.Remote != RemoteSwitch {
-			to := l.Remote
-			if to == "" {
-				to = "a device NVML cannot name"
-			} else {
-				to = "a " + strings.ToUpper(to)
-			}
-			problems = append(problems, fmt.Sprintf("link %d leads to %s, not an NVSwitch", l.Link, to))
-		}
-		if l.Counters != "" {
-			source = l.Counters
-		}
-		if !had {
-			continue
-		}
-		if l.CountersErr != nil || b.CountersErr != nil {
-			unreadable = append(unreadable, fmt.Sprintf("link %d error counters unreadable (%v)", l.Link, errors.Join(b.CountersErr, l.CountersErr)))
-			continue
-		}
-		for _, name := range sortedNames(l.Errors) {
-			was, is := b.Errors[name], l.Errors[name]
-			switch {
-			case is > was:
-				problems = append(problems, fmt.Sprintf("link %d %s +%d", l.Link, name, is-was))
-			case is < was:
-				unreadable = append(unreadable, fmt.Sprintf("link %d %s went backwards (%d -> %d)", l.Link, name, was, is))
-			}
-		}
-		for name, is := range l.Corrected {
-			if was := b.Corrected[name]; is > was {
-				corrected += is - was
-			}
-		}
-		if l.Traffic && b.Traffic && l.TxBytes >= b.TxBytes && l.RxBytes >= b.RxBytes {
-			traffic[l.Link] = l.TxBytes - b.TxBytes + l.RxBytes - b.RxBytes
-		}
+		t.link(l, b, had, exp.NVSwitch)
 	}
 	for link := 0; link < exp.NVLinks; link++ {
 		if _, ok := post[link]; !ok {
-			problems = append(problems, fmt.Sprintf("link %d missing", link))
+			t.problems = append(t.problems, fmt.Sprintf("link %d missing", link))
 		}
 	}
 	total := max(len(d.LinksPost.V), exp.NVLinks)
 	if total == 0 {
 		return v(CheckNVLink, Skip, "no links", want, "the device reports no NVLink links")
 	}
-	obsv := fmt.Sprintf("%d/%d up", up, total)
+	obsv := fmt.Sprintf("%d/%d up", t.up, total)
 	if d.Arch.Err == nil {
 		obsv += ", " + d.Arch.V.String()
 	}
-	if source != "" {
-		obsv += " " + source
+	if t.source != "" {
+		obsv += " " + t.source
 	}
-	if corrected > 0 {
-		obsv += fmt.Sprintf(", %d FEC-corrected symbol errors", corrected)
+	if t.corrected > 0 {
+		obsv += fmt.Sprintf(", %d FEC-corrected symbol errors", t.corrected)
 	}
 	if d.Loaded {
-		if idle, median := idleLinks(traffic); median > 0 {
+		if idle, median := idleLinks(t.traffic); median > 0 {
 			obsv += fmt.Sprintf(", median link traffic %s", bytesText(median))
 			for _, link := range idle {
-				problems = append(problems, fmt.Sprintf("link %d carried %s under an NVLink load while the median link carried %s",
-					link, bytesText(traffic[link]), bytesText(median)))
+				t.problems = append(t.problems, fmt.Sprintf("link %d carried %s under an NVLink load while the median link carried %s",
+					link, bytesText(t.traffic[link]), bytesText(median)))
 			}
 		}
 	}
 	switch {
-	case len(problems) > 0:
-		return v(CheckNVLink, Fail, obsv+"; "+strings.Join(append(problems, unreadable...), "; "), want, "")
-	case len(unreadable) > 0:
-		return v(CheckNVLink, Error, obsv+"; "+strings.Join(unreadable, "; "), want, "")
+	case len(t.problems) > 0:
+		return v(CheckNVLink, Fail, obsv+"; "+strings.Join(append(t.problems, t.unreadable...), "; "), want, "")
+	case len(t.unreadable) > 0:
+		return v(CheckNVLink, Error, obsv+"; "+strings.Join(t.unreadable, "; "), want, "")
 	}
 	return v(CheckNVLink, Pass, obsv, want, "")
+}
+
+// nvlinkReadErr is the verdict when either reading of the links failed
+// (ok false when both were read).
+func nvlinkReadErr(d *DeviceObservation, exp Expect, v mk, want string) (Verdict, bool) {
+	for _, r := range []reading[[]NVLink]{d.LinksPre, d.LinksPost} {
+		if r.Err == nil {
+			continue
+		}
+		if errors.Is(r.Err, ErrNotSupported) {
+			if exp.NVLinks > 0 || exp.NVSwitch || exp.Fabric {
+				return v(CheckNVLink, Fail, "no NVLink (NVML: not supported)", want, fmt.Sprintf(
+					"the SKU expects %s, but NVML answers Not Supported for every link of this GPU: it is not on an NVLink board "+
+						"(a PCIe card, or one GPU passed through to a virtual machine), or the driver does not see its links (%v)", want, r.Err)), true
+			}
+			return v(CheckNVLink, Skip, "no NVLink", want, "NVML answers Not Supported for every link and the SKU expects no NVLink: "+r.Err.Error()), true
+		}
+		return errVerdict(v, CheckNVLink, want, "NVLink state", r.Err), true
+	}
+	return Verdict{}, false
+}
+
+// linkTally is what evalNVLink finds link by link.
+type linkTally struct {
+	problems, unreadable []string
+	up                   int
+	corrected            uint64
+	traffic              map[int]uint64
+	source               string
+}
+
+// link compares one link after the run (l) with its reading before (b,
+// had false when it was not listed then).
+func (t *linkTally) link(l, b NVLink, had, nvswitch bool) {
+	switch {
+	case !l.Up:
+		t.problems = append(t.problems, fmt.Sprintf("link %d down", l.Link))
+		return
+	case had && !b.Up:
+		t.problems = append(t.problems, fmt.Sprintf("link %d was down before the run", l.Link))
+		return
+	}
+	t.up++
+	if nvswitch && l.Remote != RemoteSwitch {
+		to := l.Remote
+		if to == "" {
+			to = "a device NVML cannot name"
+		} else {
+			to = "a " + strings.ToUpper(to)
+		}
+		t.problems = append(t.problems, fmt.Sprintf("link %d leads to %s, not an NVSwitch", l.Link, to))
+	}
+	if l.Counters != "" {
+		t.source = l.Counters
+	}
+	if !had {
+		return
+	}
+	if l.CountersErr != nil || b.CountersErr != nil {
+		t.unreadable = append(t.unreadable, fmt.Sprintf("link %d error counters unreadable (%v)", l.Link, errors.Join(b.CountersErr, l.CountersErr)))
+		return
+	}
+	for _, name := range sortedNames(l.Errors) {
+		was, is := b.Errors[name], l.Errors[name]
+		switch {
+		case is > was:
+			t.problems = append(t.problems, fmt.Sprintf("link %d %s +%d", l.Link, name, is-was))
+		case is < was:
+			t.unreadable = append(t.unreadable, fmt.Sprintf("link %d %s went backwards (%d -> %d)", l.Link, name, was, is))
+		}
+	}
+	for name, is := range l.Corrected {
+		if was := b.Corrected[name]; is > was {
+			t.corrected += is - was
+		}
+	}
+	if l.Traffic && b.Traffic && l.TxBytes >= b.TxBytes && l.RxBytes >= b.RxBytes {
+		t.traffic[l.Link] = l.TxBytes - b.TxBytes + l.RxBytes - b.RxBytes
+	}
 }
 
 // idleLinks returns the links that carried less than idleShare of the
