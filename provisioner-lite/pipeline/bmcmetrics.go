@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"context"
 	"fmt"
 	"io"
@@ -84,6 +85,21 @@ func (b *meteredBMC) RecoverJob(ctx context.Context, ue *redfish.UnknownOutcomeE
 	defer func(t time.Time) { b.obs("recover_job", t, err) }(time.Now())
 	return b.BMC.RecoverJob(ctx, ue)
 }
+
+func (b *meteredBMC) KnownTasks(ctx context.Context) (uris []string, listed bool) {
+	defer func(t time.Time) {
+		var err error
+		if !listed {
+			err = errTasksUnlisted
+		}
+		b.obs("list_tasks", t, err)
+	}(time.Now())
+	return b.BMC.KnownTasks(ctx)
+}
+
+// errTasksUnlisted is the metric's error of a TaskService that could not be
+// listed.
+var errTasksUnlisted = errors.New("task list unreadable")
 
 func (b *meteredBMC) WaitTask(ctx context.Context, job *redfish.Job, poll time.Duration) (r *redfish.TaskResult, err error) {
 	defer func(t time.Time) { b.obs("wait_task", t, err) }(time.Now())

@@ -363,7 +363,13 @@ func (e *Engine) preflightBMC(ctx context.Context, r *store.Run, n store.Node, i
 	return ok("node %s, %d MACs, %s, BMC reachable (power %s)", n.ID, len(n.MACs), inputs, state)
 }
 
+// powerOnOrCycle powers the node on, or resets it if it is on, once per
+// run: the action is recorded with its time, so a coordinator that stops
+// before the phase's end is recorded does not power-cycle a booting node.
 func (e *Engine) powerOnOrCycle(ctx context.Context, r *store.Run) outcome {
+	if p := r.Pipeline.PowerOn; !p.At.IsZero() {
+		return ok("%s at %s (recorded; not repeated)", p.Msg, p.At.Format(time.RFC3339))
+	}
 	var msg string
 	err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
 		state, err := b.PowerState(ctx)
@@ -382,6 +388,7 @@ func (e *Engine) powerOnOrCycle(ctx context.Context, r *store.Run) outcome {
 	}
 	r.Reboots++
 	r.Pipeline.BootRequestedAt = time.Now().UTC()
+	r.Pipeline.PowerOn = store.PowerAction{At: r.Pipeline.BootRequestedAt, Msg: msg}
 	e.save(ctx, r)
 	return ok("%s", msg)
 }
@@ -422,16 +429,13 @@ func (e *Engine) waitForCURE(ctx context.Context, r *store.Run) outcome {
 	e.waitsForCURE.add(*r)
 	defer e.waitsForCURE.remove(r.ID)
 	for {
-		changed := e.cfg.Hub.Changed(r.NodeID)
+		q := e.watch(r.NodeID)
 		acts := decideWaitCURE(*r, e.cfg.Timeouts.WaitForCURE, cureObs{now: time.Now(), session: e.cfg.Hub.Current(r.NodeID)})
 		if out, end := e.applyWait(ctx, r, acts); end {
 			return out
 		}
-		select {
-		case <-ctx.Done():
-			return failed("stopped")
-		case <-changed:
-		case <-time.After(time.Until(r.Pipeline.Phase(modes.WaitForCURE).Deadline)):
+		if err := q.until(ctx, r.Pipeline.Phase(modes.WaitForCURE).Deadline); err != nil {
+			return failed("%v", err)
 		}
 	}
 }
@@ -510,7 +514,7 @@ func (e *Engine) waitForHostOS(ctx context.Context, r *store.Run) outcome {
 	defer unsub()
 	var readTo int64
 	for {
-		changed := e.cfg.Hub.Changed(r.NodeID)
+		q := e.watch(r.NodeID).withEvents(signal)
 		obs, err := e.observeHost(ctx, r, &readTo)
 		if err != nil {
 			return failed("%v", err)
@@ -525,14 +529,24 @@ func (e *Engine) waitForHostOS(ctx context.Context, r *store.Run) outcome {
 		if len(acts) > 0 && acts[len(acts)-1].kind == actRequeue {
 			continue
 		}
-		select {
-		case <-ctx.Done():
-			return failed("stopped")
-		case <-signal:
-		case <-changed:
-		case <-time.After(5 * time.Second):
+		if err := q.until(ctx, hostNextLook(*r, time.Now())); err != nil {
+			return failed("%v", err)
 		}
 	}
+}
+
+// hostLookEvery bounds the time between looks at the wait for the
+// installed OS when nothing wakes it: the callback event wakes it anyway.
+const hostLookEvery = 5 * time.Second
+
+// hostNextLook is when the wait for the installed OS looks again unwoken:
+// at its stored deadline, or sooner.
+func hostNextLook(r store.Run, now time.Time) time.Time {
+	next := now.Add(hostLookEvery)
+	if d := r.Pipeline.Phase(modes.WaitForHostOS).Deadline; !d.IsZero() && d.Before(next) {
+		return d
+	}
+	return next
 }
 
 // observeHost looks at the wait for the installed OS: the run's CURE

@@ -264,8 +264,16 @@ func (e *Engine) save(ctx context.Context, r *store.Run) {
 	}
 }
 
-// begin starts a coordinator phase's attempt and records it.
+// begin starts a coordinator phase's attempt and records it. An attempt
+// the run's status shows started and not ended was cut short by a stop of
+// the coordinator: it continues, with its attempt count, start and
+// deadline, and each phase decides from its own stored status what is
+// left to do.
 func (e *Engine) begin(ctx context.Context, r *store.Run, phase, source string) {
+	if r.Phase == phase && r.Pipeline.Phase(phase).Open() {
+		e.coordNote(ctx, *r, phase, fmt.Sprintf("continuing attempt %d after a coordinator stop", r.Pipeline.Attempts(phase)))
+		return
+	}
 	startAttempt(r, phase, time.Now())
 	e.recordStart(ctx, r, phase, source)
 }
@@ -289,6 +297,9 @@ func (e *Engine) recordStart(ctx context.Context, r *store.Run, phase, source st
 
 // end ends a coordinator phase's attempt and records it.
 func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source string) {
+	ps := r.Pipeline.Phase(phase)
+	ps.Ended = true
+	r.Pipeline.SetPhase(phase, ps)
 	endAttempt(r, phase, out)
 	e.recordEnd(ctx, r, phase, out, dur, source)
 }

@@ -37,6 +37,7 @@ type BMC interface {
 	SimpleUpdate(ctx context.Context, imageURI string, targets []string, protocol string) (*redfish.Job, error)
 	MultipartPush(ctx context.Context, r io.Reader, size int64, targets []string) (*redfish.Job, error)
 	RecoverJob(ctx context.Context, ue *redfish.UnknownOutcomeError) (*redfish.Job, error)
+	KnownTasks(ctx context.Context) ([]string, bool)
 	WaitTask(ctx context.Context, job *redfish.Job, poll time.Duration) (*redfish.TaskResult, error)
 	ResetManager(ctx context.Context, resetType string) error
 	WaitBMC(ctx context.Context, budget time.Duration) error

@@ -531,6 +531,11 @@ func (c *Client) push(ctx context.Context, uri string, params []byte, r io.Reade
 
 // knownTasks lists the TaskService members now, so a task created by a
 // request whose answer is lost can be told apart.
+// KnownTasks lists the TaskService's members before an update is sent
+// (false: the list could not be read): a caller that records them can
+// later tell the task its request created, even from another process.
+func (c *Client) KnownTasks(ctx context.Context) ([]string, bool) { return c.knownTasks(ctx) }
+
 func (c *Client) knownTasks(ctx context.Context) ([]string, bool) {
 	uris, err := c.taskURIs(ctx)
 	if err != nil {

@@ -110,7 +110,7 @@ func pipelineFromData(runID string, data map[string]string) PipelineState {
 			ps.Deadline = l.time(k)
 			p.SetPhase(ph, ps)
 		case strings.HasPrefix(k, legacyOOBPrefix):
-			p.SetSubmission(strings.TrimPrefix(k, legacyOOBPrefix), v)
+			p.SetSubmission(strings.TrimPrefix(k, legacyOOBPrefix), LegacySubmission(v))
 		}
 	}
 	if _, ok := data[legacyAssignCursor]; ok {

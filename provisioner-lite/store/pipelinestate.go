@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -23,6 +24,8 @@ type PipelineState struct {
 	// BootRequestedAt is when the coordinator last powered on or rebooted
 	// the node.
 	BootRequestedAt time.Time `json:"boot_requested_at,omitzero"`
+	// PowerOn is the power_on phase's action, once taken.
+	PowerOn PowerAction `json:"power_on,omitzero"`
 	// FreshCURE is why the next runner batch must boot a fresh CURE ("": it
 	// need not).
 	FreshCURE string `json:"fresh_cure,omitempty"`
@@ -58,7 +61,14 @@ type PhaseState struct {
 	// in-band phase that sent no end (zero: none set). Kept so a restarted
 	// coordinator holds the same deadline.
 	Deadline time.Time `json:"deadline,omitzero"`
+	// Ended says the latest attempt ended (ok, skipped or failed): a
+	// coordinator phase found started and not ended was cut short by a
+	// stop of the coordinator and continues as the same attempt.
+	Ended bool `json:"ended,omitempty"`
 }
+
+// Open reports whether the latest attempt started and did not end.
+func (ps PhaseState) Open() bool { return ps.Attempts > 0 && !ps.Ended }
 
 // HostWait is the state of the wait for the installed OS's callback.
 type HostWait struct {
@@ -79,9 +89,90 @@ type BMCWork struct {
 	ResetAt time.Time `json:"reset_at,omitzero"`
 	// Resets is how many BMC resets the run caused.
 	Resets int `json:"resets,omitempty"`
-	// Submissions records each out-of-band firmware update submitted, by
-	// manifest entry name, until it is verified.
-	Submissions map[string]string `json:"submissions,omitempty"`
+	// Updates records each out-of-band firmware update submitted, by
+	// manifest entry name, until its targets are verified.
+	Updates map[string]FirmwareSubmission `json:"updates,omitempty"`
+	// LegacySubmissions is the free-text record older coordinators wrote
+	// ("submitting <time>", "submitted task <URI>"): read once into
+	// Updates (see unmarshalPipeline), never written.
+	LegacySubmissions map[string]string `json:"submissions,omitempty"`
+	// BIOS is the BIOS settings apply in progress (zero: none).
+	BIOS BIOSApply `json:"bios,omitzero"`
+}
+
+// SubmissionState is how far one out-of-band firmware update got.
+type SubmissionState string
+
+const (
+	// SubmissionSending: the request was about to be sent, or sent and its
+	// answer not recorded (lost, or the coordinator stopped). The BMC's
+	// tasks not in KnownTasks tell whether it took.
+	SubmissionSending SubmissionState = "sending"
+	// SubmissionAccepted: the BMC took it; its task is followed, never
+	// submitted again.
+	SubmissionAccepted SubmissionState = "accepted"
+	// SubmissionApplied: the task ended well; activation and verification
+	// remain.
+	SubmissionApplied SubmissionState = "applied"
+	// SubmissionActivating: the activation (BMC reset or host reboot) was
+	// requested at At; it is waited for, not requested again.
+	SubmissionActivating SubmissionState = "activating"
+)
+
+// FirmwareSubmission is one out-of-band firmware update the run sent to
+// the node's BMC, typed so that a coordinator that restarts follows the
+// task it finds instead of sending the image again.
+type FirmwareSubmission struct {
+	State SubmissionState `json:"state"`
+	// At is when State was entered, by the coordinator's clock.
+	At time.Time `json:"at"`
+	// Op and URI are the operation and where it was sent (SimpleUpdate's
+	// action target, or the MultipartHttpPushUri): a task whose payload
+	// targets another URI is not this update's.
+	Op  string `json:"op,omitempty"`
+	URI string `json:"uri,omitempty"`
+	// KnownTasks are the BMC's task URIs listed before the request
+	// (TasksListed: the list was read): a task not among them is this
+	// request's.
+	KnownTasks  []string `json:"known_tasks,omitempty"`
+	TasksListed bool     `json:"tasks_listed,omitempty"`
+	// TaskURI and MonitorURI are where the BMC said to follow the update.
+	TaskURI    string `json:"task_uri,omitempty"`
+	MonitorURI string `json:"monitor_uri,omitempty"`
+}
+
+// MaxKnownTasks bounds the task URIs a submission keeps: a BMC lists tens;
+// one listing more is treated as one whose list could not be read.
+const MaxKnownTasks = 512
+
+// BIOSStage is how far a BIOS settings apply got.
+type BIOSStage string
+
+const (
+	// BIOSStaged: the changed attributes were written to the pending
+	// settings object; the reboot that applies them is next.
+	BIOSStaged BIOSStage = "staged"
+	// BIOSRebooted: the reboot that applies them was requested (the run's
+	// BootRequestedAt); the node coming back into CURE is waited for.
+	BIOSRebooted BIOSStage = "rebooted"
+)
+
+// BIOSApply is a BIOS settings apply in progress.
+type BIOSApply struct {
+	Stage BIOSStage `json:"stage,omitempty"`
+	At    time.Time `json:"at,omitzero"`
+	// Changes are the attributes written (name -> value), verified after
+	// the reboot.
+	Changes map[string]any `json:"changes,omitempty"`
+	// Matched is how many desired attributes already matched.
+	Matched int `json:"matched,omitempty"`
+}
+
+// PowerAction is the coordinator's power action of a run's power_on phase,
+// recorded with the action so a restart does not act again.
+type PowerAction struct {
+	At  time.Time `json:"at,omitzero"`
+	Msg string    `json:"msg,omitempty"`
 }
 
 // RunnerBatch is the state of one batch of in-band phases handed to the
@@ -176,23 +267,43 @@ func (p *PipelineState) AddHostToken(digest string) {
 }
 
 // Submission is the record of an out-of-band update of the named firmware
-// ("" if none was submitted).
-func (p PipelineState) Submission(firmware string) string { return p.BMC.Submissions[firmware] }
+// (zero State if none was submitted).
+func (p PipelineState) Submission(firmware string) FirmwareSubmission {
+	return p.BMC.Updates[firmware]
+}
 
-// SetSubmission records an out-of-band update of the named firmware; ""
-// forgets it (verified).
-func (p *PipelineState) SetSubmission(firmware, rec string) {
-	if rec == "" {
-		delete(p.BMC.Submissions, firmware)
-		if len(p.BMC.Submissions) == 0 {
-			p.BMC.Submissions = nil
+// SetSubmission records an out-of-band update of the named firmware; a
+// zero State forgets it (verified, or failed for good).
+func (p *PipelineState) SetSubmission(firmware string, sub FirmwareSubmission) {
+	if sub.State == "" {
+		delete(p.BMC.Updates, firmware)
+		if len(p.BMC.Updates) == 0 {
+			p.BMC.Updates = nil
 		}
 		return
 	}
-	if p.BMC.Submissions == nil {
-		p.BMC.Submissions = map[string]string{}
+	if len(sub.KnownTasks) > MaxKnownTasks {
+		sub.KnownTasks, sub.TasksListed = nil, false
 	}
-	p.BMC.Submissions[firmware] = rec
+	if p.BMC.Updates == nil {
+		p.BMC.Updates = map[string]FirmwareSubmission{}
+	}
+	sub.At = sub.At.UTC()
+	p.BMC.Updates[firmware] = sub
+}
+
+// LegacySubmission reads an older coordinator's free-text record: "submitted
+// task URI" is an accepted update to follow; anything else ("submitting
+// TIME") was sending, with no task list to tell its task by.
+func LegacySubmission(rec string) FirmwareSubmission {
+	if uri, ok := strings.CutPrefix(rec, "submitted task "); ok && strings.HasPrefix(uri, "/") {
+		return FirmwareSubmission{State: SubmissionAccepted, TaskURI: uri}
+	}
+	sub := FirmwareSubmission{State: SubmissionSending}
+	if t, err := time.Parse(time.RFC3339, strings.TrimPrefix(rec, "submitting ")); err == nil {
+		sub.At = t
+	}
+	return sub
 }
 
 // Clone is a deep copy: the pipeline's decisions work on a copy of the
@@ -214,7 +325,13 @@ func (p PipelineState) Clone() PipelineState {
 	}
 	p.HostTokens = slices.Clone(p.HostTokens)
 	p.Phases = maps.Clone(p.Phases)
-	p.BMC.Submissions = maps.Clone(p.BMC.Submissions)
+	p.BMC.Updates = maps.Clone(p.BMC.Updates)
+	for k, u := range p.BMC.Updates {
+		u.KnownTasks = slices.Clone(u.KnownTasks)
+		p.BMC.Updates[k] = u
+	}
+	p.BMC.LegacySubmissions = maps.Clone(p.BMC.LegacySubmissions)
+	p.BMC.BIOS.Changes = maps.Clone(p.BMC.BIOS.Changes)
 	if p.Batch != nil {
 		b := *p.Batch
 		b.Phases = slices.Clone(b.Phases)
@@ -241,6 +358,12 @@ func unmarshalPipeline(s string) (PipelineState, error) {
 	if err := json.Unmarshal([]byte(s), &p); err != nil {
 		return PipelineState{}, fmt.Errorf("pipeline state: %w", err)
 	}
+	for name, rec := range p.BMC.LegacySubmissions {
+		if _, ok := p.BMC.Updates[name]; !ok {
+			p.SetSubmission(name, LegacySubmission(rec))
+		}
+	}
+	p.BMC.LegacySubmissions = nil
 	return p, nil
 }
 

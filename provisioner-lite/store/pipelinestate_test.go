@@ -24,7 +24,10 @@ func TestPipelineStateRoundTrip(t *testing.T) {
 		HostTokens: []string{"d1", "d2"},
 		Phases:     map[string]PhaseState{"bmc": {Attempts: 3, StartedAt: at}, "validate": {Attempts: 1, StartedAt: at, Deadline: at.Add(time.Hour)}},
 		Host:       HostWait{RebootAttempt: 2, RebootedAt: at, WaitFrom: 42},
-		BMC:        BMCWork{ResetAt: at, Resets: 1, Submissions: map[string]string{"bmc-fw": "submitted task /t/1"}},
+		BMC: BMCWork{ResetAt: at, Resets: 1, Updates: map[string]FirmwareSubmission{"bmc-fw": {State: SubmissionAccepted, At: at, Op: "SimpleUpdate",
+			URI: "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate", KnownTasks: []string{"/t/0"}, TasksListed: true, TaskURI: "/t/1", MonitorURI: "/m/1"}},
+			BIOS: BIOSApply{Stage: BIOSRebooted, At: at, Changes: map[string]any{"ProcTurboMode": "Disabled"}, Matched: 3}},
+		PowerOn: PowerAction{At: at, Msg: "node was Off: powered On"},
 		Batch: &RunnerBatch{Phases: []string{"hardware", "validate"}, Cursor: 17, Current: "validate", HadRunner: true,
 			Bound: SessionRef{BootID: "b1", ConnectedNs: 5},
 			Seen:  SessionRef{BootID: "b1", ConnectedNs: 5}, SeenStored: 9, Silent: SessionRef{BootID: "b0", ConnectedNs: 1},
@@ -44,20 +47,21 @@ func TestPipelineStateRoundTrip(t *testing.T) {
 	c := p.Clone()
 	c.HostTokens[0] = "x"
 	c.Phases["bmc"] = PhaseState{}
-	c.BMC.Submissions["bmc-fw"] = ""
+	c.BMC.Updates["bmc-fw"] = FirmwareSubmission{}
+	c.BMC.BIOS.Changes["ProcTurboMode"] = "Enabled"
 	c.Batch.Phases[0] = "x"
 	c.Batch.Cursor = 1
 	if !reflect.DeepEqual(got.Pipeline, p) {
 		t.Errorf("changing a clone changed its original: %+v", p)
 	}
 	// Clearing what is done leaves no trace.
-	got.Pipeline.SetSubmission("bmc-fw", "")
+	got.Pipeline.SetSubmission("bmc-fw", FirmwareSubmission{})
 	got.Pipeline.Batch = nil
 	if err := s.UpdateRun(ctx, got); err != nil {
 		t.Fatal(err)
 	}
 	again, _ := s.GetRun(ctx, "r1")
-	if again.Pipeline.BMC.Submissions != nil || again.Pipeline.Batch != nil {
+	if again.Pipeline.BMC.Updates != nil || again.Pipeline.Batch != nil {
 		t.Errorf("after clearing: %+v", again.Pipeline)
 	}
 }
@@ -155,7 +159,7 @@ func checkRunDataUpgrade(t *testing.T, db *sql.DB, rebind func(string) string, o
 		HostTokens: []string{"d1", "d2"},
 		Phases:     map[string]PhaseState{"bmc": {Attempts: 3, StartedAt: at}, "validate": {Deadline: at}},
 		Host:       HostWait{RebootAttempt: 2, RebootedAt: at, WaitFrom: 42},
-		BMC:        BMCWork{ResetAt: at, Resets: 1, Submissions: map[string]string{"bmc-fw": "submitted task /t/1"}},
+		BMC:        BMCWork{ResetAt: at, Resets: 1, Updates: map[string]FirmwareSubmission{"bmc-fw": {State: SubmissionAccepted, TaskURI: "/t/1"}}},
 		Batch:      &RunnerBatch{Cursor: 0, HadRunner: true},
 	}
 	r, err := s.GetRun(ctx, "r1")
@@ -236,5 +240,41 @@ func TestUpdateRunDiffsEveryColumn(t *testing.T) {
 	}
 	if set, _ := prev.changed(prev); len(set) != 0 {
 		t.Errorf("an unchanged run sets %v", set)
+	}
+}
+
+// A run stored by a coordinator that wrote submissions as free text reads
+// back typed: a task to follow, or a sending update to trace.
+func TestLegacySubmissionsRead(t *testing.T) {
+	at := "2026-11-20T10:00:00Z"
+	p, err := unmarshalPipeline(`{"bmc":{"submissions":{"bmc":"submitted task /redfish/v1/TaskService/Tasks/7","bios":"submitting ` + at + `","hgx":"garbled"}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	when, _ := time.Parse(time.RFC3339, at)
+	want := map[string]FirmwareSubmission{
+		"bmc":  {State: SubmissionAccepted, TaskURI: "/redfish/v1/TaskService/Tasks/7"},
+		"bios": {State: SubmissionSending, At: when},
+		"hgx":  {State: SubmissionSending},
+	}
+	if !reflect.DeepEqual(p.BMC.Updates, want) || p.BMC.LegacySubmissions != nil {
+		t.Errorf("legacy submissions read as %+v (legacy left %v)", p.BMC.Updates, p.BMC.LegacySubmissions)
+	}
+	out, err := marshalPipeline(p)
+	if err != nil || strings.Contains(out, `"submissions"`) {
+		t.Errorf("written back with the free-text field: %s %v", out, err)
+	}
+}
+
+// A phase attempt started and not ended is open: a coordinator stop cut it
+// short.
+func TestPhaseAttemptOpen(t *testing.T) {
+	for _, c := range []struct {
+		ps   PhaseState
+		open bool
+	}{{PhaseState{}, false}, {PhaseState{Attempts: 1}, true}, {PhaseState{Attempts: 2, Ended: true}, false}} {
+		if c.ps.Open() != c.open {
+			t.Errorf("%+v open = %t", c.ps, !c.open)
+		}
 	}
 }
