@@ -41,6 +41,46 @@ func ParseCSV(name string, data []byte, opts ...Option) ([]store.Node, error) {
 	r := csv.NewReader(bytes.NewReader(data))
 	r.Comment = '#'
 	r.TrimLeadingSpace = true
+	col, err := csvHeader(name, r)
+	if err != nil {
+		return nil, err
+	}
+	seen := newSeen()
+	var out []store.Node
+	var errs []error
+	for {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			// csv.ParseError carries line and column already; wrong field counts land here.
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			var pe *csv.ParseError
+			if errors.As(err, &pe) && errors.Is(pe.Err, csv.ErrFieldCount) {
+				continue
+			}
+			break
+		}
+		row := &csvRow{name: name, r: r, col: col, rec: rec}
+		n := row.node(o, seen)
+		if len(row.errs) == 0 {
+			out = append(out, n)
+		}
+		errs = append(errs, row.errs...)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no nodes after the header", name)
+	}
+	return out, nil
+}
+
+// csvHeader reads the header line: each column's index, every column known
+// and none twice, the required ones all there.
+func csvHeader(name string, r *csv.Reader) (map[string]int, error) {
 	header, err := r.Read()
 	if err == io.EOF {
 		return nil, fmt.Errorf("%s: empty file: want the header %s", name, strings.Join(csvRequired, ","))
@@ -71,110 +111,115 @@ func ParseCSV(name string, data []byte, opts ...Option) ([]store.Node, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	return col, nil
+}
 
-	seen := newSeen()
-	var out []store.Node
-	for {
-		rec, err := r.Read()
-		if err == io.EOF {
+// csvRow is the data line just read: its fields by column, and the errors
+// found in it, each placed at its line and column.
+type csvRow struct {
+	name string
+	r    *csv.Reader // positions are those of its latest record: this row
+	col  map[string]int
+	rec  []string
+	errs []error
+}
+
+func (w *csvRow) get(c string) string {
+	if i, ok := w.col[c]; ok {
+		return strings.TrimSpace(w.rec[i])
+	}
+	return ""
+}
+
+func (w *csvRow) at(c string) string {
+	line, cc := w.r.FieldPos(w.col[c])
+	return fmt.Sprintf("%s:%d:%d: %s", w.name, line, cc, c)
+}
+
+func (w *csvRow) bad(c string, err error) {
+	w.errs = append(w.errs, fmt.Errorf("%s: %w", w.at(c), err))
+}
+
+// node is the row's node, every field checked (errors in w.errs).
+func (w *csvRow) node(o options, seen *seen) store.Node {
+	n := store.Node{
+		ID: w.get("id"), BMCURL: w.get("bmc_url"), BMCUser: w.get("bmc_username"),
+		SKU: w.get("sku"), Hostname: w.get("hostname"), SystemSerial: w.get("serial"),
+	}
+	if err := checkID(n.ID); err != nil {
+		w.bad("id", err)
+	} else if err := seen.id(n.ID, w.at("id")); err != nil {
+		w.bad("id", err)
+	}
+	if err := checkBMCURL(n.BMCURL); err != nil {
+		w.bad("bmc_url", err)
+	}
+	if n.EKSHA256 = w.get("ek_sha256"); n.EKSHA256 != "" {
+		if err := CheckEKSHA256(n.EKSHA256); err != nil {
+			w.bad("ek_sha256", err)
+		}
+	}
+	if n.BMCUser == "" {
+		w.bad("bmc_username", errors.New("required"))
+	}
+	w.bmc(&n)
+	if err := checkHostname(n.Hostname); err != nil {
+		w.bad("hostname", err)
+	}
+	if err := o.checkSKU(n.SKU); err != nil {
+		w.bad("sku", err)
+	}
+	var mapErr error
+	if n.Labels, mapErr = csvMap(w.get("labels"), CheckLabel); mapErr != nil {
+		w.bad("labels", mapErr)
+	}
+	if n.PSIDs, mapErr = csvMap(w.get("psids"), checkPSID); mapErr != nil {
+		w.bad("psids", mapErr)
+	}
+	n.MACs = w.macs(n.ID, seen)
+	return n
+}
+
+// bmc sets the node's BMC credentials and trust from the row's bmc_ columns.
+func (w *csvRow) bmc(n *store.Node) {
+	b := bmcFields{url: n.BMCURL, password: w.get("bmc_password"), passwordEnv: w.get("bmc_password_env"),
+		passwordFile: w.get("bmc_password_file"), caFile: w.get("bmc_ca_file"), fingerprint: w.get("bmc_fingerprint")}
+	if v := w.get("bmc_insecure"); v != "" {
+		var err error
+		if b.insecure, err = strconv.ParseBool(v); err != nil {
+			w.bad("bmc_insecure", fmt.Errorf("%s: want true or false", quote(v)))
+		}
+	}
+	for _, fe := range b.apply(filepath.Dir(w.name), n) {
+		w.bad(csvColumn[fe.field], fe.err)
+	}
+}
+
+// macs are the row's boot MACs (";"-separated, at least one), normalised,
+// none another node's.
+func (w *csvRow) macs(id string, seen *seen) []string {
+	rawMACs := w.get("macs")
+	if rawMACs == "" {
+		w.bad("macs", errors.New("required: at least one MAC the node PXE-boots from"))
+	}
+	var macs []string
+	for i, m := range strings.Split(rawMACs, ";") {
+		m = strings.TrimSpace(m)
+		if m == "" && rawMACs == "" {
 			break
 		}
+		nm, err := store.NormalizeMAC(m)
 		if err != nil {
-			// csv.ParseError carries line and column already; wrong field counts land here.
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
-			var pe *csv.ParseError
-			if errors.As(err, &pe) && errors.Is(pe.Err, csv.ErrFieldCount) {
-				continue
-			}
-			break
+			w.bad("macs", fmt.Errorf("entry %d: %w", i+1, err))
+			continue
 		}
-		get := func(c string) string {
-			if i, ok := col[c]; ok {
-				return strings.TrimSpace(rec[i])
-			}
-			return ""
+		if err := seen.mac(nm, id, w.at("macs")); err != nil {
+			w.bad("macs", err)
+			continue
 		}
-		at := func(c string) string {
-			line, cc := r.FieldPos(col[c])
-			return fmt.Sprintf("%s:%d:%d: %s", name, line, cc, c)
-		}
-		bad := func(c string, err error) { errs = append(errs, fmt.Errorf("%s: %w", at(c), err)) }
-		before := len(errs)
-
-		n := store.Node{
-			ID: get("id"), BMCURL: get("bmc_url"), BMCUser: get("bmc_username"),
-			SKU: get("sku"), Hostname: get("hostname"), SystemSerial: get("serial"),
-		}
-		if err := checkID(n.ID); err != nil {
-			bad("id", err)
-		} else if err := seen.id(n.ID, at("id")); err != nil {
-			bad("id", err)
-		}
-		if err := checkBMCURL(n.BMCURL); err != nil {
-			bad("bmc_url", err)
-		}
-		if n.EKSHA256 = get("ek_sha256"); n.EKSHA256 != "" {
-			if err := CheckEKSHA256(n.EKSHA256); err != nil {
-				bad("ek_sha256", err)
-			}
-		}
-		if n.BMCUser == "" {
-			bad("bmc_username", errors.New("required"))
-		}
-		b := bmcFields{url: n.BMCURL, password: get("bmc_password"), passwordEnv: get("bmc_password_env"),
-			passwordFile: get("bmc_password_file"), caFile: get("bmc_ca_file"), fingerprint: get("bmc_fingerprint")}
-		if v := get("bmc_insecure"); v != "" {
-			if b.insecure, err = strconv.ParseBool(v); err != nil {
-				bad("bmc_insecure", fmt.Errorf("%s: want true or false", quote(v)))
-			}
-		}
-		for _, fe := range b.apply(filepath.Dir(name), &n) {
-			bad(csvColumn[fe.field], fe.err)
-		}
-		if err := checkHostname(n.Hostname); err != nil {
-			bad("hostname", err)
-		}
-		if err := o.checkSKU(n.SKU); err != nil {
-			bad("sku", err)
-		}
-		var mapErr error
-		if n.Labels, mapErr = csvMap(get("labels"), CheckLabel); mapErr != nil {
-			bad("labels", mapErr)
-		}
-		if n.PSIDs, mapErr = csvMap(get("psids"), checkPSID); mapErr != nil {
-			bad("psids", mapErr)
-		}
-		rawMACs := get("macs")
-		if rawMACs == "" {
-			bad("macs", errors.New("required: at least one MAC the node PXE-boots from"))
-		}
-		for i, m := range strings.Split(rawMACs, ";") {
-			m = strings.TrimSpace(m)
-			if m == "" && rawMACs == "" {
-				break
-			}
-			nm, err := store.NormalizeMAC(m)
-			if err != nil {
-				bad("macs", fmt.Errorf("entry %d: %w", i+1, err))
-				continue
-			}
-			if err := seen.mac(nm, n.ID, at("macs")); err != nil {
-				bad("macs", err)
-				continue
-			}
-			n.MACs = append(n.MACs, nm)
-		}
-		if len(errs) == before {
-			out = append(out, n)
-		}
+		macs = append(macs, nm)
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s: no nodes after the header", name)
-	}
-	return out, nil
+	return macs
 }
 
 func isCSVColumn(h string) bool {
