@@ -174,136 +174,171 @@ func planGPU(c manifests.Check) (gpuPlan, error) {
 		errs = append(errs, field+": "+fmt.Sprintf(format, args...))
 	}
 	e := &p.Expect
-	burn := false
-	burnPath, dcgmLevel, dcgmTimeout := "", int64(0), time.Duration(0)
-	load, loadTest := "", ""
+	var r gpuRun
 	for _, k := range sortedKeys(c.Params) {
 		v, f := c.Params[k], "params."+k
-		switch k {
-		case "count":
-			e.Count = int(paramInt(v, f, bad))
-		case "busIDs":
-			e.BusIDs = paramStrs(v, f, bad)
-		case "model":
-			e.Model = paramStr(v, f, bad)
-		case "pciDeviceID":
-			e.PCIDeviceID = uint32(paramHex(v, f, bad))
-		case "failOnRemapPending":
-			e.FailOnRemapPending = paramBool(v, f, bad)
-		case "criticalXids":
-			list, ok := v.([]any)
-			if !ok {
-				bad(f, "expected a list of Xid numbers, found %T %v", v, v)
-				break
-			}
-			for i, x := range list {
-				if n := paramInt(x, fmt.Sprintf("%s[%d]", f, i), bad); n > 0 {
-					e.CriticalXids = append(e.CriticalXids, uint64(n))
-				}
-			}
-		case "failClocksReasons":
-			for i, name := range paramStrs(v, f, bad) {
-				bit, ok := reasonBit(name)
-				if !ok {
-					bad(fmt.Sprintf("%s[%d]", f, i), "%q is not a clocks event reason (want one of %s)", name, strings.Join(gpu.ReasonNames(^uint64(0)>>55), ", "))
-				}
-				e.FailClocksReasons |= bit
-			}
-		case "pcieGen":
-			e.PCIeGen = int(paramInt(v, f, bad))
-		case "pcieWidth":
-			e.PCIeWidth = int(paramInt(v, f, bad))
-		case "nvlinks":
-			e.NVLinks = int(paramInt(v, f, bad))
-		case "powerLimitW":
-			e.PowerLimitW = int(paramInt(v, f, bad))
-		case "nvswitch":
-			e.NVSwitch = paramBool(v, f, bad)
-		case "fabric":
-			e.Fabric = paramBool(v, f, bad)
-		case "gpuBurn":
-			burn = paramBool(v, f, bad)
-		case "gpuBurnPath":
-			burnPath = paramStr(v, f, bad)
-		case "load":
-			if load = paramStr(v, f, bad); !slices.Contains([]string{LoadAuto, LoadDCGM, LoadGPUBurn}, load) {
-				bad(f, "%q: want auto (DCGM where the image has it, gpu-burn otherwise), dcgm or gpu-burn", load)
-			}
-		case "loadTest":
-			if loadTest = paramStr(v, f, bad); !slices.Contains(gpu.DCGMLoadTests, loadTest) {
-				bad(f, "%q: want %s", loadTest, strings.Join(gpu.DCGMLoadTests, " or "))
-			}
-		case "dcgmLevel":
-			if dcgmLevel = paramInt(v, f, bad); dcgmLevel < 0 || dcgmLevel > 4 {
-				bad(f, "%d is not a dcgmi diag run level (1-4, 0 = none)", dcgmLevel)
-			}
-		case "dcgmTimeout":
-			s, _ := v.(string)
-			d, err := time.ParseDuration(s)
-			if err != nil || d <= 0 {
-				bad(f, "expected a positive Go duration such as 90m, found %v", v)
-			}
-			dcgmTimeout = d
-		default:
+		if !expectParam(e, k, v, f, bad) && !r.param(k, v, f, bad) {
 			bad(f, "unknown parameter for a gpu check (want count, busIDs, model, pciDeviceID, failOnRemapPending, criticalXids, failClocksReasons, pcieGen, pcieWidth, nvlinks, nvswitch, fabric, powerLimitW, load, loadTest, gpuBurn, gpuBurnPath, dcgmLevel, dcgmTimeout)")
 		}
 	}
 	for _, k := range sortedKeys(c.Thresholds) {
-		t, f := c.Thresholds[k], "thresholds."+k
-		switch k {
-		case "components":
-			// A bar on how many gpu/<n> verdicts matched: checks.Run judges it.
-		case "uncorrectedECC":
-			e.MaxUncorrectedECC = uint64(thresholdInt(t, f, false, true, bad))
-		case "retiredPages":
-			e.MaxRetiredPages = int(thresholdInt(t, f, false, false, bad))
-		case "pcieReplays":
-			e.MaxPCIeReplayDelta = uint64(thresholdInt(t, f, false, false, bad))
-		case "temperatureC":
-			e.MaxTemperatureC = int(thresholdInt(t, f, false, false, bad))
-		case "tempMarginC":
-			e.TempMarginC = int(thresholdInt(t, f, true, true, bad))
-		case "loadPowerW":
-			e.MinLoadPowerW = int(thresholdInt(t, f, true, false, bad))
-		case "memoryTemperatureC":
-			e.MaxMemoryTemperatureC = int(thresholdInt(t, f, false, false, bad))
-		default:
-			bad(f, "unknown metric for a gpu check (want components, uncorrectedECC, retiredPages, pcieReplays, temperatureC, tempMarginC, loadPowerW, memoryTemperatureC)")
-		}
+		expectThreshold(e, k, c.Thresholds[k], "thresholds."+k, bad)
 	}
 	if err := e.Validate(); err != nil {
 		errs = append(errs, err.Error())
 	}
-
-	dur := time.Duration(c.Duration)
 	if c.Interval > 0 {
 		p.Args = append(p.Args, "-interval", time.Duration(c.Interval).String())
 	}
-	if burn && load != "" && load != LoadGPUBurn {
-		bad("params.gpuBurn", "set with load: %s (gpuBurn: true is load: gpu-burn)", load)
-	} else if burn {
-		load = LoadGPUBurn
-	}
-	planLoad(&p, load, loadTest, burnPath, dur, bad)
-	if load == "" && dcgmLevel == 0 && dur > 0 {
-		p.Args = append(p.Args, "-duration", dur.String())
-	}
-	p.Timeout += dur + gpuMargin
-	if dcgmLevel > 0 {
-		if dcgmTimeout == 0 {
-			dcgmTimeout = 2 * time.Hour // cure-nvml's default: -r 4 takes over an hour
-		}
-		p.Args = append(p.Args, "-dcgm-level", strconv.FormatInt(dcgmLevel, 10), "-dcgm-timeout", dcgmTimeout.String())
-		p.Timeout += dcgmTimeout
-		p.Tools = append(p.Tools, driver.ToolDCGM)
-	} else if dcgmTimeout > 0 {
-		bad("params.dcgmTimeout", "set without dcgmLevel")
-	}
+	r.plan(&p, time.Duration(c.Duration), bad)
 	p.RequireGPU = e.Count > 0 || len(e.BusIDs) > 0
 	if len(errs) > 0 {
 		return gpuPlan{}, fmt.Errorf("gpu check %q: %s", c.Name, strings.Join(errs, "; "))
 	}
 	return p, nil
+}
+
+// expectParam reads a gpu check's param k into what the helper holds each
+// GPU to; false: k is not one of those.
+func expectParam(e *gpu.Expect, k string, v any, f string, bad badFunc) bool {
+	switch k {
+	case "count":
+		e.Count = int(paramInt(v, f, bad))
+	case "busIDs":
+		e.BusIDs = paramStrs(v, f, bad)
+	case "model":
+		e.Model = paramStr(v, f, bad)
+	case "pciDeviceID":
+		e.PCIDeviceID = uint32(paramHex(v, f, bad))
+	case "failOnRemapPending":
+		e.FailOnRemapPending = paramBool(v, f, bad)
+	case "criticalXids":
+		list, ok := v.([]any)
+		if !ok {
+			bad(f, "expected a list of Xid numbers, found %T %v", v, v)
+			break
+		}
+		for i, x := range list {
+			if n := paramInt(x, fmt.Sprintf("%s[%d]", f, i), bad); n > 0 {
+				e.CriticalXids = append(e.CriticalXids, uint64(n))
+			}
+		}
+	case "failClocksReasons":
+		for i, name := range paramStrs(v, f, bad) {
+			bit, ok := reasonBit(name)
+			if !ok {
+				bad(fmt.Sprintf("%s[%d]", f, i), "%q is not a clocks event reason (want one of %s)", name, strings.Join(gpu.ReasonNames(^uint64(0)>>55), ", "))
+			}
+			e.FailClocksReasons |= bit
+		}
+	case "pcieGen":
+		e.PCIeGen = int(paramInt(v, f, bad))
+	case "pcieWidth":
+		e.PCIeWidth = int(paramInt(v, f, bad))
+	case "nvlinks":
+		e.NVLinks = int(paramInt(v, f, bad))
+	case "powerLimitW":
+		e.PowerLimitW = int(paramInt(v, f, bad))
+	case "nvswitch":
+		e.NVSwitch = paramBool(v, f, bad)
+	case "fabric":
+		e.Fabric = paramBool(v, f, bad)
+	default:
+		return false
+	}
+	return true
+}
+
+// expectThreshold reads a gpu check's threshold k into gpu.Expect.
+func expectThreshold(e *gpu.Expect, k string, t manifests.Threshold, f string, bad badFunc) {
+	switch k {
+	case "components":
+		// A bar on how many gpu/<n> verdicts matched: checks.Run judges it.
+	case "uncorrectedECC":
+		e.MaxUncorrectedECC = uint64(thresholdInt(t, f, false, true, bad))
+	case "retiredPages":
+		e.MaxRetiredPages = int(thresholdInt(t, f, false, false, bad))
+	case "pcieReplays":
+		e.MaxPCIeReplayDelta = uint64(thresholdInt(t, f, false, false, bad))
+	case "temperatureC":
+		e.MaxTemperatureC = int(thresholdInt(t, f, false, false, bad))
+	case "tempMarginC":
+		e.TempMarginC = int(thresholdInt(t, f, true, true, bad))
+	case "loadPowerW":
+		e.MinLoadPowerW = int(thresholdInt(t, f, true, false, bad))
+	case "memoryTemperatureC":
+		e.MaxMemoryTemperatureC = int(thresholdInt(t, f, false, false, bad))
+	default:
+		bad(f, "unknown metric for a gpu check (want components, uncorrectedECC, retiredPages, pcieReplays, temperatureC, tempMarginC, loadPowerW, memoryTemperatureC)")
+	}
+}
+
+// gpuRun is what a gpu check runs besides sampling: a GPU load and a DCGM
+// diagnostic.
+type gpuRun struct {
+	burn                     bool
+	burnPath, load, loadTest string
+	dcgmLevel                int64
+	dcgmTimeout              time.Duration
+}
+
+// param reads a gpu check's param k into r; false: k is not a run param.
+func (r *gpuRun) param(k string, v any, f string, bad badFunc) bool {
+	switch k {
+	case "gpuBurn":
+		r.burn = paramBool(v, f, bad)
+	case "gpuBurnPath":
+		r.burnPath = paramStr(v, f, bad)
+	case "load":
+		if r.load = paramStr(v, f, bad); !slices.Contains([]string{LoadAuto, LoadDCGM, LoadGPUBurn}, r.load) {
+			bad(f, "%q: want auto (DCGM where the image has it, gpu-burn otherwise), dcgm or gpu-burn", r.load)
+		}
+	case "loadTest":
+		if r.loadTest = paramStr(v, f, bad); !slices.Contains(gpu.DCGMLoadTests, r.loadTest) {
+			bad(f, "%q: want %s", r.loadTest, strings.Join(gpu.DCGMLoadTests, " or "))
+		}
+	case "dcgmLevel":
+		if r.dcgmLevel = paramInt(v, f, bad); r.dcgmLevel < 0 || r.dcgmLevel > 4 {
+			bad(f, "%d is not a dcgmi diag run level (1-4, 0 = none)", r.dcgmLevel)
+		}
+	case "dcgmTimeout":
+		s, _ := v.(string)
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			bad(f, "expected a positive Go duration such as 90m, found %v", v)
+		}
+		r.dcgmTimeout = d
+	default:
+		return false
+	}
+	return true
+}
+
+// plan puts the load and the DCGM diagnostic for dur into p's helper
+// flags, timeout and tools.
+func (r gpuRun) plan(p *gpuPlan, dur time.Duration, bad badFunc) {
+	load := r.load
+	if r.burn && load != "" && load != LoadGPUBurn {
+		bad("params.gpuBurn", "set with load: %s (gpuBurn: true is load: gpu-burn)", load)
+	} else if r.burn {
+		load = LoadGPUBurn
+	}
+	planLoad(p, load, r.loadTest, r.burnPath, dur, bad)
+	if load == "" && r.dcgmLevel == 0 && dur > 0 {
+		p.Args = append(p.Args, "-duration", dur.String())
+	}
+	p.Timeout += dur + gpuMargin
+	if r.dcgmLevel > 0 {
+		dcgmTimeout := r.dcgmTimeout
+		if dcgmTimeout == 0 {
+			dcgmTimeout = 2 * time.Hour // cure-nvml's default: -r 4 takes over an hour
+		}
+		p.Args = append(p.Args, "-dcgm-level", strconv.FormatInt(r.dcgmLevel, 10), "-dcgm-timeout", dcgmTimeout.String())
+		p.Timeout += dcgmTimeout
+		p.Tools = append(p.Tools, driver.ToolDCGM)
+	} else if r.dcgmTimeout > 0 {
+		bad("params.dcgmTimeout", "set without dcgmLevel")
+	}
 }
 
 // planLoad records a gpu check's GPU load (params.load, loadTest,
@@ -584,33 +619,13 @@ func (g Checks) run(ctx context.Context, name string, p gpuPlan) ([]checks.Verdi
 }
 
 func (g Checks) runHelper(ctx context.Context, name string, p gpuPlan) ([]checks.Verdict, error) {
-	if g.Root == "" {
-		g.Root = "/"
-	}
-	if g.Helper == "" {
-		g.Helper = DefaultNVMLHelper
-	}
-	if g.Exec == nil {
-		g.Exec = osExec
-	}
-	if g.Log == nil {
-		g.Log = slog.Default()
-	}
+	g = g.withDefaults()
 	gpus, err := NVIDIAGPUs(g.Root)
 	if err != nil {
 		return nil, err
 	}
 	if len(gpus) == 0 {
-		if p.RequireGPU || (g.Topology != nil && g.Topology.GPUs > 0) {
-			g.Topology.apply(&p.Expect)
-			want := len(p.Expect.BusIDs)
-			if p.Expect.Count > 0 {
-				want = p.Expect.Count
-			}
-			return []checks.Verdict{{Component: "gpu", Status: checks.Fail, Observed: "0", Expected: fmt.Sprintf("%d GPUs", want),
-				Message: "no NVIDIA GPU on this node's PCI bus (vendor 0x10de, class 0x03): every GPU is off the bus, or this suite is for another SKU"}}, nil
-		}
-		return []checks.Verdict{{Component: "gpu", Status: checks.Skip, Message: "no NVIDIA GPU on this node (no PCI device with vendor 0x10de, class 0x03)"}}, nil
+		return g.noGPUs(p), nil
 	}
 	if g.Prepare != nil {
 		if err := g.Prepare(ctx); err != nil {
@@ -638,27 +653,15 @@ func (g Checks) runHelper(ctx context.Context, name string, p gpuPlan) ([]checks
 	if load != "" {
 		g.Log.Info("gpu check: GPU load", "check", name, "load", load, "for", p.LoadFor, "asked", p.Load)
 	}
-
-	data, err := json.Marshal(p.Expect)
+	expect, err := g.writeExpect(p.Expect)
 	if err != nil {
-		return nil, fmt.Errorf("encoding gpu expectations: %w", err)
+		return nil, err
 	}
-	f, err := os.CreateTemp(g.TmpDir, "cure-gpu-expect-*.json")
-	if err != nil {
-		return nil, fmt.Errorf("writing gpu expectations for %s: %w", g.Helper, err)
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("writing %s: %w", f.Name(), err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("writing %s: %w", f.Name(), err)
-	}
+	defer os.Remove(expect)
 
 	ctx, cancel := context.WithTimeout(ctx, p.Timeout)
 	defer cancel()
-	args := append([]string{"-expect", f.Name()}, p.Args...)
+	args := append([]string{"-expect", expect}, p.Args...)
 	g.Log.Info("gpu check: running NVML helper", "check", name, "helper", g.Helper, "args", args, "gpus", len(gpus), "timeout", p.Timeout)
 	stdout, stderr, code, err := g.Exec(ctx, g.Helper, args...)
 	if err != nil {
@@ -672,11 +675,7 @@ func (g Checks) runHelper(ctx context.Context, name string, p gpuPlan) ([]checks
 	default:
 		return nil, fmt.Errorf("%s exited %d (want 0, 1 or 3); stderr: %s", g.Helper, code, tail(stderr))
 	}
-	var rep struct {
-		Driver   string         `json:"driver"`
-		Verdicts []gpu.Verdict  `json:"verdicts"`
-		Devices  []gpu.Identity `json:"devices"`
-	}
+	var rep helperReport
 	if err := json.Unmarshal(stdout, &rep); err != nil || rep.Verdicts == nil {
 		if code == 3 {
 			// The cgo-less build of the helper prints no document.
@@ -692,6 +691,76 @@ func (g Checks) runHelper(ctx context.Context, name string, p gpuPlan) ([]checks
 	if sx, ok := g.sxid(p); ok {
 		all = append(all, sx)
 	}
+	return g.helperVerdicts(all, rep, versions, code, len(gpus)), nil
+}
+
+// helperReport is the NVML helper's document on stdout.
+type helperReport struct {
+	Driver   string         `json:"driver"`
+	Verdicts []gpu.Verdict  `json:"verdicts"`
+	Devices  []gpu.Identity `json:"devices"`
+}
+
+// withDefaults fills the zero fields: the real root, helper, exec and log.
+func (g Checks) withDefaults() Checks {
+	if g.Root == "" {
+		g.Root = "/"
+	}
+	if g.Helper == "" {
+		g.Helper = DefaultNVMLHelper
+	}
+	if g.Exec == nil {
+		g.Exec = osExec
+	}
+	if g.Log == nil {
+		g.Log = slog.Default()
+	}
+	return g
+}
+
+// noGPUs is the verdict on a node with no NVIDIA GPU on the bus: a FAIL
+// where the check or the SKU names GPUs, else a SKIP.
+func (g Checks) noGPUs(p gpuPlan) []checks.Verdict {
+	if p.RequireGPU || (g.Topology != nil && g.Topology.GPUs > 0) {
+		g.Topology.apply(&p.Expect)
+		want := len(p.Expect.BusIDs)
+		if p.Expect.Count > 0 {
+			want = p.Expect.Count
+		}
+		return []checks.Verdict{{Component: "gpu", Status: checks.Fail, Observed: "0", Expected: fmt.Sprintf("%d GPUs", want),
+			Message: "no NVIDIA GPU on this node's PCI bus (vendor 0x10de, class 0x03): every GPU is off the bus, or this suite is for another SKU"}}
+	}
+	return []checks.Verdict{{Component: "gpu", Status: checks.Skip, Message: "no NVIDIA GPU on this node (no PCI device with vendor 0x10de, class 0x03)"}}
+}
+
+// writeExpect writes the helper's expectations to a temporary file, whose
+// path it returns (the caller removes it).
+func (g Checks) writeExpect(e gpu.Expect) (string, error) {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return "", fmt.Errorf("encoding gpu expectations: %w", err)
+	}
+	f, err := os.CreateTemp(g.TmpDir, "cure-gpu-expect-*.json")
+	if err != nil {
+		return "", fmt.Errorf("writing gpu expectations for %s: %w", g.Helper, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return "", fmt.Errorf("writing %s: %w", f.Name(), err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("writing %s: %w", f.Name(), err)
+	}
+	return f.Name(), nil
+}
+
+// helperVerdicts folds the helper's verdicts (and those added to them)
+// per GPU, with the devices' identities and the site tools' versions; a
+// helper without NVML (exit 3) says so on each, and one that exited 1
+// without reporting a failure is an ERROR.
+func (g Checks) helperVerdicts(all []gpu.Verdict, rep helperReport, versions []string, code, gpus int) []checks.Verdict {
 	vs := foldVerdicts(all, rep.Driver)
 	withIdentity(vs, rep.Devices)
 	for i := range vs {
@@ -701,7 +770,7 @@ func (g Checks) runHelper(ctx context.Context, name string, p gpuPlan) ([]checks
 	}
 	if code == 3 {
 		for i := range vs {
-			vs[i].Message = fmt.Sprintf("%d NVIDIA GPU(s) on the bus but NVML is unavailable: %s", len(gpus), vs[i].Message)
+			vs[i].Message = fmt.Sprintf("%d NVIDIA GPU(s) on the bus but NVML is unavailable: %s", gpus, vs[i].Message)
 		}
 	}
 	if w := checks.Worst(vs); code == 1 && w != checks.Fail && w != checks.Error {
@@ -713,7 +782,7 @@ func (g Checks) runHelper(ctx context.Context, name string, p gpuPlan) ([]checks
 		vs[i].Status, vs[i].Message = checks.Error, strings.TrimPrefix(msg+"; "+vs[i].Message, "; ")
 		vs[i].Message = strings.TrimSuffix(vs[i].Message, "; ")
 	}
-	return vs, nil
+	return vs
 }
 
 // sxid judges the NVSwitch errors (SXid) in the boot's kernel log, on a
