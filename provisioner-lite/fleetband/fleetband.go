@@ -215,13 +215,7 @@ func usable(s Sample, node string, since time.Time, unit string) bool {
 
 // Judge judges every banded metric of the run's passing results.
 func Judge(in Input) Outcome {
-	var out Outcome
-	since := in.Now.Add(-in.Window)
-	type distKey struct {
-		Key
-		unit string
-	}
-	dists := map[distKey]Stats{}
+	jd := &judging{in: in, since: in.Now.Add(-in.Window), dists: map[distKey]Stats{}, verdicts: map[[2]string]*Verdict{}}
 	results := slices.Clone(in.Results)
 	slices.SortStableFunc(results, func(a, b Result) int {
 		if c := natural.Compare(a.Component, b.Component); c != 0 {
@@ -229,8 +223,6 @@ func Judge(in Input) Outcome {
 		}
 		return natural.Compare(a.Check, b.Check)
 	})
-	verdicts := map[[2]string]*Verdict{}
-	var order [][2]string
 	for _, r := range results {
 		bands := in.Bands[r.Check]
 		if len(bands) == 0 || (r.Status != curev1.VerdictStatus_PASS && r.Status != curev1.VerdictStatus_MARGINAL) {
@@ -242,83 +234,117 @@ func Judge(in Input) Outcome {
 		}
 		slices.Sort(metrics)
 		for _, metric := range metrics {
-			if len(out.Judgements) >= MaxJudgements {
-				out.Omitted++
+			if len(jd.out.Judgements) >= MaxJudgements {
+				jd.out.Omitted++
 				continue
 			}
-			band := bands[metric]
-			j := Judgement{Component: r.Component, Check: r.Check, Metric: metric, MinNodes: in.MinNodes, Percentile: math.NaN()}
-			if band.Below != nil {
-				j.Below = *band.Below
-			}
-			if band.Above != nil {
-				j.Above = *band.Above
-			}
-			m, ok := measurement(r.Measurements, metric)
-			if !ok {
-				j.Note = fmt.Sprintf("fleet band not applied: the verdict carries no %s measurement", metric)
-				out.Judgements = append(out.Judgements, j)
-				v := verdictOf(verdicts, &order, r.Component, r.Check)
-				v.Unmeasured = append(v.Unmeasured, metric)
-				continue
-			}
-			j.Value, j.Unit, j.Measured = m.Value, m.Unit, true
-			dk := distKey{Key{r.Check, metric}, m.Unit}
-			st, seen := dists[dk]
-			if !seen {
-				st = Describe(Pool(in.Fleet[dk.Key], in.Node, since, m.Unit))
-				dists[dk] = st
-				out.Distributions = append(out.Distributions, Distribution{Key: dk.Key, Unit: m.Unit, Stats: st})
-			}
-			j.Nodes, j.Median = st.Nodes, st.Median
-			if st.Samples > 0 {
-				j.Percentile = st.Percentile(m.Value)
-			}
-			if st.Nodes < in.MinNodes {
-				j.Note = fmt.Sprintf("fleet band not applied: %d of %d nodes", st.Nodes, in.MinNodes)
-				out.Judgements = append(out.Judgements, j)
-				continue
-			}
-			j.Applied = true
-			if band.Below != nil {
-				lo := st.Median - *band.Below*st.Spread
-				j.Low = &lo
-				j.Marginal = j.Marginal || m.Value < lo
-			}
-			if band.Above != nil {
-				hi := st.Median + *band.Above*st.Spread
-				j.High = &hi
-				j.Marginal = j.Marginal || m.Value > hi
-			}
-			j.Message = message(j, st)
-			out.Judgements = append(out.Judgements, j)
-			if !j.Marginal {
-				continue
-			}
-			v := verdictOf(verdicts, &order, r.Component, r.Check)
-			v.MarginalJudgments = append(v.MarginalJudgments, j)
+			jd.judge(r, metric, bands[metric])
 		}
 	}
-	for _, k := range order {
-		v := verdicts[k]
-		var obs, exp, msg []string
-		for _, j := range v.MarginalJudgments {
-			obs = append(obs, fmt.Sprintf("%s=%s", j.Metric, withUnit(j.Value, j.Unit)))
-			exp = append(exp, j.Metric+" "+bandExpr(j)+" (fleet band)")
-			msg = append(msg, j.Message)
-		}
-		if len(v.Unmeasured) > 0 {
-			exp = append(exp, strings.Join(v.Unmeasured, ", ")+" measured (fleet band)")
-			msg = append(msg, Unjudgeable+"the check has a fleet band on "+strings.Join(v.Unmeasured, ", ")+" and the verdict carries no such measurement (or the coordinator refused it)")
-		}
-		v.Observed, v.Expected = strings.Join(obs, "; "), strings.Join(exp, "; ")
-		v.Message = "outside the fleet band: " + strings.Join(msg, "; ")
-		if len(v.MarginalJudgments) == 0 {
-			v.Message = strings.Join(msg, "; ")
-		}
-		out.Verdicts = append(out.Verdicts, *v)
+	for _, k := range jd.order {
+		v := jd.verdicts[k]
+		v.explain()
+		jd.out.Verdicts = append(jd.out.Verdicts, *v)
 	}
-	return out
+	return jd.out
+}
+
+// distKey is one fleet distribution: a check's metric in one unit.
+type distKey struct {
+	Key
+	unit string
+}
+
+// judging is one Judge call's state: the distributions drawn so far (each
+// once), the fleet verdicts by component and check in the order met.
+type judging struct {
+	in       Input
+	since    time.Time
+	dists    map[distKey]Stats
+	verdicts map[[2]string]*Verdict
+	order    [][2]string
+	out      Outcome
+}
+
+// judge judges one banded metric of a result against the fleet: a
+// judgement always, and a fleet verdict of the result's component and
+// check when it is outside the band or not measured.
+func (jd *judging) judge(r Result, metric string, band manifests.Band) {
+	j := Judgement{Component: r.Component, Check: r.Check, Metric: metric, MinNodes: jd.in.MinNodes, Percentile: math.NaN()}
+	if band.Below != nil {
+		j.Below = *band.Below
+	}
+	if band.Above != nil {
+		j.Above = *band.Above
+	}
+	m, ok := measurement(r.Measurements, metric)
+	if !ok {
+		j.Note = fmt.Sprintf("fleet band not applied: the verdict carries no %s measurement", metric)
+		jd.out.Judgements = append(jd.out.Judgements, j)
+		v := verdictOf(jd.verdicts, &jd.order, r.Component, r.Check)
+		v.Unmeasured = append(v.Unmeasured, metric)
+		return
+	}
+	j.Value, j.Unit, j.Measured = m.Value, m.Unit, true
+	st := jd.distribution(distKey{Key{r.Check, metric}, m.Unit})
+	j.Nodes, j.Median = st.Nodes, st.Median
+	if st.Samples > 0 {
+		j.Percentile = st.Percentile(m.Value)
+	}
+	if st.Nodes < jd.in.MinNodes {
+		j.Note = fmt.Sprintf("fleet band not applied: %d of %d nodes", st.Nodes, jd.in.MinNodes)
+		jd.out.Judgements = append(jd.out.Judgements, j)
+		return
+	}
+	j.Applied = true
+	if band.Below != nil {
+		lo := st.Median - *band.Below*st.Spread
+		j.Low = &lo
+		j.Marginal = j.Marginal || m.Value < lo
+	}
+	if band.Above != nil {
+		hi := st.Median + *band.Above*st.Spread
+		j.High = &hi
+		j.Marginal = j.Marginal || m.Value > hi
+	}
+	j.Message = message(j, st)
+	jd.out.Judgements = append(jd.out.Judgements, j)
+	if j.Marginal {
+		v := verdictOf(jd.verdicts, &jd.order, r.Component, r.Check)
+		v.MarginalJudgments = append(v.MarginalJudgments, j)
+	}
+}
+
+// distribution is the fleet's distribution of dk, drawn from the fleet's
+// samples on first use and kept in the outcome.
+func (jd *judging) distribution(dk distKey) Stats {
+	st, seen := jd.dists[dk]
+	if !seen {
+		st = Describe(Pool(jd.in.Fleet[dk.Key], jd.in.Node, jd.since, dk.unit))
+		jd.dists[dk] = st
+		jd.out.Distributions = append(jd.out.Distributions, Distribution{Key: dk.Key, Unit: dk.unit, Stats: st})
+	}
+	return st
+}
+
+// explain writes a fleet verdict's observed, expected and message from its
+// marginal judgements and unmeasured metrics.
+func (v *Verdict) explain() {
+	var obs, exp, msg []string
+	for _, j := range v.MarginalJudgments {
+		obs = append(obs, fmt.Sprintf("%s=%s", j.Metric, withUnit(j.Value, j.Unit)))
+		exp = append(exp, j.Metric+" "+bandExpr(j)+" (fleet band)")
+		msg = append(msg, j.Message)
+	}
+	if len(v.Unmeasured) > 0 {
+		exp = append(exp, strings.Join(v.Unmeasured, ", ")+" measured (fleet band)")
+		msg = append(msg, Unjudgeable+"the check has a fleet band on "+strings.Join(v.Unmeasured, ", ")+" and the verdict carries no such measurement (or the coordinator refused it)")
+	}
+	v.Observed, v.Expected = strings.Join(obs, "; "), strings.Join(exp, "; ")
+	v.Message = "outside the fleet band: " + strings.Join(msg, "; ")
+	if len(v.MarginalJudgments) == 0 {
+		v.Message = strings.Join(msg, "; ")
+	}
 }
 
 // Unjudgeable begins the message of a fleet verdict that is an ERROR
