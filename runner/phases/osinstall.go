@@ -153,8 +153,6 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 	e.cfg.Log.Info("os_install plan", "url", plan.URL, "target", d.Path, "size", d.SizeBytes, "model", d.Model, "serial", d.Serial, "hostname", plan.Seed.Hostname)
 	emit.Log("INFO", "installing OS image", map[string]string{"url": plan.URL, "target": d.Path, "model": d.Model, "serial": d.Serial})
 
-	start := e.cfg.now()
-	var last time.Time
 	labels := map[string]string{"disk": d.Name}
 	opts := diskimage.Options{
 		URL: plan.URL, SHA256: plan.Image.SHA256, Size: plan.Image.Size, Format: plan.Image.Format,
@@ -163,61 +161,14 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 		// After this boot's verified erase sampled zeros, zero blocks are
 		// skipped rather than zeroed; the read-back below covers them.
 		TargetZeroed: e.isZeroed(d),
-		Progress: func(written int64) {
-			now := e.cfg.now()
-			if now.Sub(last) < e.cfg.ProgressEvery {
-				return
-			}
-			last = now
-			emit.Metric("os_install.written", float64(written), "bytes", labels)
-			if s := now.Sub(start).Seconds(); s > 0 {
-				emit.Metric("os_install.throughput", float64(written)/1e6/s, "MB/s", labels)
-			}
-		},
+		Progress:     e.installProgress(emit, labels),
 	}
 	if plan.ChunksURL != "" {
 		opts.Connections = chunkConnections
 	}
-	// Stage durations feed the run's time buckets (os_install.stage_seconds,
-	// provisioner-lite/timebuckets): download, decode and write stream
-	// together and are charged by what held the stream up (diskimage.Stages);
-	// the read-back is its own pass.
-	var streamTime, readbackTime time.Duration
-	var stages diskimage.Stages
-	t := e.cfg.now()
-	res, err := e.cfg.Images.Write(ctx, opts)
-	streamTime += e.cfg.now().Sub(t)
-	if res != nil {
-		stages = addStages(stages, res.Stages)
-	}
+	res, err := e.writeImage(ctx, emit, d, &opts)
 	if err != nil {
-		return fail(fmt.Errorf("writing %s to %s: %w", plan.URL, d.Path, err))
-	}
-	t = e.cfg.now()
-	verr := e.cfg.Images.Verify(ctx, d.Path, res.Readback)
-	readbackTime += e.cfg.now().Sub(t)
-	if verr != nil && opts.TargetZeroed {
-		// The erase's samples read zeros but the disk does not: write
-		// again, zeroing instead of skipping.
-		e.setZeroed(d, false)
-		emit.Log("WARN", "read-back failed after skipping zero blocks on an erased disk; rewriting with zeroing", map[string]string{"disk": d.Name, "error": verr.Error()})
-		opts.TargetZeroed = false
-		t = e.cfg.now()
-		if res, err = e.cfg.Images.Write(ctx, opts); err != nil {
-			return fail(fmt.Errorf("rewriting %s to %s: %w", plan.URL, d.Path, err))
-		}
-		streamTime += e.cfg.now().Sub(t)
-		stages = addStages(stages, res.Stages)
-		t = e.cfg.now()
-		verr = e.cfg.Images.Verify(ctx, d.Path, res.Readback)
-		readbackTime += e.cfg.now().Sub(t)
-	}
-	for _, st := range streamStages(streamTime, stages) {
-		emit.Metric("os_install.stage_seconds", st.d.Seconds(), "s", map[string]string{"disk": d.Name, "stage": st.name})
-	}
-	emit.Metric("os_install.stage_seconds", readbackTime.Seconds(), "s", map[string]string{"disk": d.Name, "stage": "readback"})
-	if verr != nil {
-		return fail(fmt.Errorf("verifying %s after write: %w", d.Path, verr))
+		return fail(err)
 	}
 	// After the read-back: the GPT fix rewrites header bytes the hash covers.
 	layout := "partition table untouched"
@@ -240,20 +191,93 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 		mbps = float64(res.WrittenBytes) / 1e6 / s
 	}
 	emit.Metric("os_install.throughput", mbps, "MB/s", labels)
-	zeros := "zeroed"
-	if opts.TargetZeroed {
-		zeros = "skipped on the erased disk"
-	}
-	observed := fmt.Sprintf("sha256:%s read back %s, %d bytes (%d zero, %s) %.1f MB/s, decoder %s", res.SHA256, res.Readback, res.WrittenBytes, res.ZeroBytes, zeros, mbps, res.Decoder)
-	if res.Verification != "" {
-		observed += fmt.Sprintf(", verified %s over %d connection(s)", res.Verification, res.Connections)
-	}
+	observed := installObserved(res, opts.TargetZeroed, mbps)
 	emit.Verdict(&curev1.Verdict{
 		Component: component, Check: "os_install", Status: curev1.VerdictStatus_PASS,
 		Observed: observed, Expected: "sha256:" + strings.ToLower(plan.Image.SHA256) + " (download)",
 		Message: fmt.Sprintf("image %s written to %s and read back; %s; seed on %s (hostname %s)", plan.URL, d.Path, layout, part, plan.Seed.Hostname),
 	})
 	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: fmt.Sprintf("installed on %s: %s", d.Path, observed)}
+}
+
+// installProgress reports the bytes written and the throughput so far, at
+// most every ProgressEvery.
+func (e *Executor) installProgress(emit agent.Emitter, labels map[string]string) func(written int64) {
+	start := e.cfg.now()
+	var last time.Time
+	return func(written int64) {
+		now := e.cfg.now()
+		if now.Sub(last) < e.cfg.ProgressEvery {
+			return
+		}
+		last = now
+		emit.Metric("os_install.written", float64(written), "bytes", labels)
+		if s := now.Sub(start).Seconds(); s > 0 {
+			emit.Metric("os_install.throughput", float64(written)/1e6/s, "MB/s", labels)
+		}
+	}
+}
+
+// writeImage writes the image to d and reads it back; a read-back that
+// fails after zero blocks were skipped on an erased disk writes again,
+// zeroing (opts.TargetZeroed says which write the result is of).
+func (e *Executor) writeImage(ctx context.Context, emit agent.Emitter, d blockdev.Disk, opts *diskimage.Options) (*diskimage.Result, error) {
+	// Stage durations feed the run's time buckets (os_install.stage_seconds,
+	// provisioner-lite/timebuckets): download, decode and write stream
+	// together and are charged by what held the stream up (diskimage.Stages);
+	// the read-back is its own pass.
+	var streamTime, readbackTime time.Duration
+	var stages diskimage.Stages
+	t := e.cfg.now()
+	res, err := e.cfg.Images.Write(ctx, *opts)
+	streamTime += e.cfg.now().Sub(t)
+	if res != nil {
+		stages = addStages(stages, res.Stages)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("writing %s to %s: %w", opts.URL, d.Path, err)
+	}
+	t = e.cfg.now()
+	verr := e.cfg.Images.Verify(ctx, d.Path, res.Readback)
+	readbackTime += e.cfg.now().Sub(t)
+	if verr != nil && opts.TargetZeroed {
+		// The erase's samples read zeros but the disk does not: write
+		// again, zeroing instead of skipping.
+		e.setZeroed(d, false)
+		emit.Log("WARN", "read-back failed after skipping zero blocks on an erased disk; rewriting with zeroing", map[string]string{"disk": d.Name, "error": verr.Error()})
+		opts.TargetZeroed = false
+		t = e.cfg.now()
+		if res, err = e.cfg.Images.Write(ctx, *opts); err != nil {
+			return nil, fmt.Errorf("rewriting %s to %s: %w", opts.URL, d.Path, err)
+		}
+		streamTime += e.cfg.now().Sub(t)
+		stages = addStages(stages, res.Stages)
+		t = e.cfg.now()
+		verr = e.cfg.Images.Verify(ctx, d.Path, res.Readback)
+		readbackTime += e.cfg.now().Sub(t)
+	}
+	for _, st := range streamStages(streamTime, stages) {
+		emit.Metric("os_install.stage_seconds", st.d.Seconds(), "s", map[string]string{"disk": d.Name, "stage": st.name})
+	}
+	emit.Metric("os_install.stage_seconds", readbackTime.Seconds(), "s", map[string]string{"disk": d.Name, "stage": "readback"})
+	if verr != nil {
+		return nil, fmt.Errorf("verifying %s after write: %w", d.Path, verr)
+	}
+	return res, nil
+}
+
+// installObserved is the install verdict's observation: what was written
+// and read back, and how.
+func installObserved(res *diskimage.Result, skippedZeros bool, mbps float64) string {
+	zeros := "zeroed"
+	if skippedZeros {
+		zeros = "skipped on the erased disk"
+	}
+	observed := fmt.Sprintf("sha256:%s read back %s, %d bytes (%d zero, %s) %.1f MB/s, decoder %s", res.SHA256, res.Readback, res.WrittenBytes, res.ZeroBytes, zeros, mbps, res.Decoder)
+	if res.Verification != "" {
+		observed += fmt.Sprintf(", verified %s over %d connection(s)", res.Verification, res.Connections)
+	}
+	return observed
 }
 
 // findSeedPartition polls: after BLKRRPART the partition nodes appear
