@@ -102,40 +102,12 @@ func Make(members []Member, o Options) (*Plan, error) {
 	if len(members) < 2 {
 		return nil, fmt.Errorf("pairplan: a batch of %d node(s) has no pairs: node-pair burn-in needs at least 2", len(members))
 	}
-	ms := slices.Clone(members)
-	slices.SortFunc(ms, func(a, b Member) int { return strings.Compare(a.Node, b.Node) })
-	byNode := map[string]Member{}
-	for i, m := range ms {
-		if m.Node == "" {
-			return nil, fmt.Errorf("pairplan: member %d has no node id", i)
-		}
-		if i > 0 && ms[i-1].Node == m.Node {
-			return nil, fmt.Errorf("pairplan: node %s is in the batch twice", m.Node)
-		}
-		if len(m.Ports) == 0 {
-			return nil, fmt.Errorf("pairplan: node %s has no port to test", m.Node)
-		}
-		for _, p := range m.Ports {
-			if p.Address == "" {
-				return nil, fmt.Errorf("pairplan: node %s port %s has no address", m.Node, p.Name)
-			}
-			if p.Transport != Ethernet && p.Transport != RDMA {
-				return nil, fmt.Errorf("pairplan: node %s port %s: transport %q (want %s or %s)", m.Node, p.Name, p.Transport, Ethernet, RDMA)
-			}
-		}
-		byNode[m.Node] = m
+	ms, byNode, err := checkMembers(members)
+	if err != nil {
+		return nil, err
 	}
-	if o.Duration <= 0 {
-		o.Duration = DefaultDuration
-	}
-	if o.Setup <= 0 {
-		o.Setup = DefaultSetup
-	}
-	if o.BasePort <= 0 {
-		o.BasePort = DefaultBasePort
-	}
-	if o.BasePort > 65535-64 {
-		return nil, fmt.Errorf("pairplan: base port %d leaves no room for a node's ports", o.BasePort)
+	if o, err = o.withDefaults(); err != nil {
+		return nil, err
 	}
 	// Circle method: seat 0 stays, the others turn one seat a round.
 	seats := make([]string, 0, len(ms)+1)
@@ -200,6 +172,53 @@ func Make(members []Member, o Options) (*Plan, error) {
 		p.Length = rd.End
 	}
 	return p, nil
+}
+
+// checkMembers sorts the batch by node id and checks it: every member a
+// node, once, with ports, each with an address and a known transport.
+func checkMembers(members []Member) ([]Member, map[string]Member, error) {
+	ms := slices.Clone(members)
+	slices.SortFunc(ms, func(a, b Member) int { return strings.Compare(a.Node, b.Node) })
+	byNode := map[string]Member{}
+	for i, m := range ms {
+		if m.Node == "" {
+			return nil, nil, fmt.Errorf("pairplan: member %d has no node id", i)
+		}
+		if i > 0 && ms[i-1].Node == m.Node {
+			return nil, nil, fmt.Errorf("pairplan: node %s is in the batch twice", m.Node)
+		}
+		if len(m.Ports) == 0 {
+			return nil, nil, fmt.Errorf("pairplan: node %s has no port to test", m.Node)
+		}
+		for _, p := range m.Ports {
+			if p.Address == "" {
+				return nil, nil, fmt.Errorf("pairplan: node %s port %s has no address", m.Node, p.Name)
+			}
+			if p.Transport != Ethernet && p.Transport != RDMA {
+				return nil, nil, fmt.Errorf("pairplan: node %s port %s: transport %q (want %s or %s)", m.Node, p.Name, p.Transport, Ethernet, RDMA)
+			}
+		}
+		byNode[m.Node] = m
+	}
+	return ms, byNode, nil
+}
+
+// withDefaults is o with the defaults where it leaves a value unset; a
+// base port too high for a node's ports is refused.
+func (o Options) withDefaults() (Options, error) {
+	if o.Duration <= 0 {
+		o.Duration = DefaultDuration
+	}
+	if o.Setup <= 0 {
+		o.Setup = DefaultSetup
+	}
+	if o.BasePort <= 0 {
+		o.BasePort = DefaultBasePort
+	}
+	if o.BasePort > 65535-64 {
+		return o, fmt.Errorf("pairplan: base port %d leaves no room for a node's ports", o.BasePort)
+	}
+	return o, nil
 }
 
 // Partners lists the nodes each node meets over the plan, in round order.
