@@ -161,6 +161,17 @@ func Check(ctx context.Context, o Options) ([]checks.Verdict, error) {
 	}
 	after := readThrottle(cpus)
 
+	note := fmt.Sprintf("%d rounds on %d workers over %s", rounds.Load(), len(cpus), o.Duration)
+	if n := unpinned.Load(); n > 0 {
+		note += fmt.Sprintf(", %d workers unpinned", n)
+	}
+	return packageVerdicts(cpus, errs, before, after, freq, note, o), nil
+}
+
+// packageVerdicts judges each CPU package: its workers' compute errors,
+// throttling between before and after, and sampled frequencies; note (how
+// the load ran) ends each verdict's message.
+func packageVerdicts(cpus []CPU, errs []atomic.Uint64, before, after []throttle, freq map[int]*freqAcc, note string, o Options) []checks.Verdict {
 	pkgs := map[int][]int{} // package -> indexes into cpus
 	for i, c := range cpus {
 		pkgs[c.Package] = append(pkgs[c.Package], i)
@@ -184,17 +195,14 @@ func Check(ctx context.Context, o Options) ([]checks.Verdict, error) {
 		rs = append(rs, throttleReadings(cpus, idx, before, after, o)...)
 		rs = append(rs, freq[p].readings(o)...)
 		v := checks.Judge(fmt.Sprintf("cpu/%d", p), rs...)
-		note := fmt.Sprintf("%d rounds on %d workers over %s", rounds.Load(), len(cpus), o.Duration)
-		if n := unpinned.Load(); n > 0 {
-			note += fmt.Sprintf(", %d workers unpinned", n)
-		}
 		if v.Message != "" {
-			note = v.Message + "; " + note
+			v.Message += "; " + note
+		} else {
+			v.Message = note
 		}
-		v.Message = note
 		out = append(out, v)
 	}
-	return out, nil
+	return out
 }
 
 // work is one round of mixed integer and floating-point work with a
