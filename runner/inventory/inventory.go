@@ -61,6 +61,17 @@ func Collect(ctx context.Context, o Options) (*curev1.Inventory, *curev1.Identit
 		o.Log.Warn("inventory: "+what+" unavailable", "err", err)
 	}
 	inv := &curev1.Inventory{}
+	collectSystem(&o, inv, warn)
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("inventory: %w", err)
+	}
+	collectDevices(&o, inv, warn)
+	return inv, identity(&o, inv), ctx.Err()
+}
+
+// collectSystem fills in the board, DIMMs, host errors, memory, CPUs and
+// kernel; what cannot be read is warned about and left out.
+func collectSystem(o *Options, inv *curev1.Inventory, warn func(string, error)) {
 	tables, err := readSMBIOS(o.Root)
 	if err == nil {
 		if inv.System, err = systemFromSMBIOS(tables); err != nil {
@@ -76,15 +87,15 @@ func Collect(ctx context.Context, o Options) (*curev1.Inventory, *curev1.Identit
 		// The kernel's class/dmi/id strings come from the same tables; they
 		// are kept for boards whose tables the kernel decodes but u-root's
 		// parser refuses (a malformed entry point or structure).
-		inv.System = systemInfo(&o)
+		inv.System = systemInfo(o)
 	}
-	hostErrors(&o, inv, warn)
-	if usable, phys, err := memory(&o); err != nil {
+	hostErrors(o, inv, warn)
+	if usable, phys, err := memory(o); err != nil {
 		warn("memory", err)
 	} else {
 		inv.MemoryBytes, inv.MemoryPhysicalBytes = usable, phys
 	}
-	if procs, nodes, err := cpuAndTopology(&o); err != nil {
+	if procs, nodes, err := cpuAndTopology(o); err != nil {
 		warn("cpu", err)
 	} else {
 		inv.Processors, inv.NumaNodes = procs, nodes
@@ -100,10 +111,11 @@ func Collect(ctx context.Context, o Options) (*curev1.Inventory, *curev1.Identit
 	} else {
 		inv.Kernel = k
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, fmt.Errorf("inventory: %w", err)
-	}
+}
 
+// collectDevices fills in the NVMe controllers, NICs, disks, GPUs,
+// NVSwitches and PCIe links; what cannot be read is warned about.
+func collectDevices(o *Options, inv *curev1.Inventory, warn func(string, error)) {
 	ctrls, err := NVMeControllers(o.Root, o.OpenNVMe, o.NoIdentify, o.Log)
 	if err != nil {
 		warn("nvme", err)
@@ -112,11 +124,9 @@ func Collect(ctx context.Context, o Options) (*curev1.Inventory, *curev1.Identit
 		inv.Nvme = append(inv.Nvme, c.Proto())
 	}
 
-	nics, err := nics(&o)
-	if err != nil {
+	if inv.Nics, err = nics(o); err != nil {
 		warn("nics", err)
 	}
-	inv.Nics = nics
 
 	disks, err := Disks(o.Root)
 	if err != nil {
@@ -129,7 +139,7 @@ func Collect(ctx context.Context, o Options) (*curev1.Inventory, *curev1.Identit
 		})
 	}
 
-	devs, err := pciDevices(&o, loadPCIDB(&o))
+	devs, err := pciDevices(o, loadPCIDB(o))
 	if err != nil {
 		warn("pci devices", err)
 	}
@@ -138,20 +148,24 @@ func Collect(ctx context.Context, o Options) (*curev1.Inventory, *curev1.Identit
 	if inv.PcieLinks, err = pcieLinks(o.Root, devs); err != nil {
 		warn("pcie links", err)
 	}
+}
 
+// identity is how the coordinator knows the node: boot MAC, the board's
+// serial and UUID, every NIC's MAC.
+func identity(o *Options, inv *curev1.Inventory) *curev1.Identity {
 	id := &curev1.Identity{
 		BootMac:      strings.ToLower(o.BootMAC),
 		SystemSerial: inv.System.GetSerial(),
 		SystemUuid:   inv.System.GetUuid(),
 		NodeId:       o.NodeID,
 	}
-	for _, n := range nics {
+	for _, n := range inv.Nics {
 		if n.Mac != "" {
 			id.Macs = append(id.Macs, n.Mac)
 		}
 	}
 	sort.Strings(id.Macs)
-	return inv, id, ctx.Err()
+	return id
 }
 
 // Disks lists block devices with the boot medium marked. When the boot
