@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
@@ -38,6 +37,8 @@ import (
 	"time"
 
 	cryptorand "crypto/rand"
+
+	"github.com/cure-oss/cure/tools/retry"
 )
 
 // Header names.
@@ -234,25 +235,26 @@ func (n *Notifier) work() {
 }
 
 func (n *Notifier) deliver(u string, p Payload, body []byte) {
-	for attempt := 1; ; attempt++ {
-		retry, err := n.attempt(u, p, body)
-		if err == nil {
-			n.cfg.Result("delivered")
-			return
+	policy := retry.Policy{Base: n.cfg.BaseDelay, Max: n.cfg.MaxDelay, Attempts: n.cfg.Attempts,
+		OnRetry: func(attempt int, err error, d time.Duration) {
+			n.cfg.Result("retried")
+			n.cfg.Log.Warn("webhook attempt failed; retrying", "url", redact(u), "run", p.RunID, "attempt", attempt, "in", d.Round(time.Millisecond), "err", err)
+		}}
+	tries := 0
+	err := policy.Do(n.ctx, func(context.Context, int) error {
+		tries++
+		again, err := n.attempt(u, p, body)
+		if err != nil && !again {
+			return retry.Permanent(err)
 		}
-		if !retry || attempt >= n.cfg.Attempts || n.ctx.Err() != nil {
-			n.cfg.Result("failed")
-			n.cfg.Log.Error("webhook not delivered", "url", redact(u), "event", p.Event, "run", p.RunID, "attempts", attempt, "err", err)
-			return
-		}
-		n.cfg.Result("retried")
-		d := Backoff(n.cfg.BaseDelay, n.cfg.MaxDelay, attempt)
-		n.cfg.Log.Warn("webhook attempt failed; retrying", "url", redact(u), "run", p.RunID, "attempt", attempt, "in", d.Round(time.Millisecond), "err", err)
-		select {
-		case <-time.After(d):
-		case <-n.ctx.Done():
-		}
+		return err
+	})
+	if err == nil {
+		n.cfg.Result("delivered")
+		return
 	}
+	n.cfg.Result("failed")
+	n.cfg.Log.Error("webhook not delivered", "url", redact(u), "event", p.Event, "run", p.RunID, "attempts", tries, "err", err)
 }
 
 // attempt posts once; retry says whether another attempt may succeed
@@ -284,17 +286,6 @@ func (n *Notifier) attempt(u string, p Payload, body []byte) (retry bool, err er
 		return true, fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
 	return false, fmt.Errorf("HTTP %d (not retried)", resp.StatusCode)
-}
-
-// Backoff is the delay after attempt (1-based): full jitter over
-// base·2^(attempt-1), capped at max.
-func Backoff(base, max time.Duration, attempt int) time.Duration {
-	d := base
-	for i := 1; i < attempt && d < max; i++ {
-		d *= 2
-	}
-	d = min(d, max)
-	return time.Duration(mrand.Int64N(int64(d)) + 1)
 }
 
 // Sign is the X-Cure-Signature value of body sent at timestamp ts.

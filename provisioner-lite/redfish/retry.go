@@ -1,11 +1,14 @@
 package redfish
 
 import (
+	"context"
+	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/cure-oss/cure/tools/retry"
 )
 
 // BMCs shed load with 503 (often with Retry-After) and their front proxies
@@ -19,27 +22,13 @@ import (
 
 // retryTransport retries transient BMC answers.
 type retryTransport struct {
-	base     http.RoundTripper
-	attempts int
-	baseWait time.Duration
-	maxWait  time.Duration
-	sleep    func(r *http.Request, d time.Duration) error // injectable in tests
-	onRetry  func(status int)                             // metrics; nil: none
+	base    http.RoundTripper
+	policy  retry.Policy     // attempts and backoff; its Sleep injectable in tests
+	onRetry func(status int) // metrics; nil: none
 }
 
 func newRetryTransport(base http.RoundTripper) *retryTransport {
-	return &retryTransport{base: base, attempts: 5, baseWait: 250 * time.Millisecond, maxWait: 5 * time.Second, sleep: sleepReq}
-}
-
-func sleepReq(r *http.Request, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-r.Context().Done():
-		return r.Context().Err()
-	}
+	return &retryTransport{base: base, policy: retry.Policy{Base: 250 * time.Millisecond, Max: 5 * time.Second, Attempts: 5}}
 }
 
 // CloseIdleConnections passes http.Client.CloseIdleConnections on to the
@@ -51,30 +40,46 @@ func (t *retryTransport) CloseIdleConnections() {
 	}
 }
 
+// RoundTrip returns the first answer that is not transient, or the last
+// one once the attempts are spent; a transport error is returned at once.
 func (t *retryTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	for attempt := 1; ; attempt++ {
-		resp, err := t.base.RoundTrip(r)
-		if err != nil || attempt >= t.attempts || !t.retryable(r, resp) {
-			return resp, err
+	var resp *http.Response
+	err := t.policy.Do(r.Context(), func(_ context.Context, attempt int) error {
+		req := r
+		if attempt > 1 && r.Body != nil && r.GetBody != nil {
+			body, err := r.GetBody()
+			if err != nil {
+				return retry.Permanent(err)
+			}
+			req = r.Clone(r.Context())
+			req.Body = body
+		}
+		var err error
+		if resp, err = t.base.RoundTrip(req); err != nil {
+			return retry.Permanent(err)
+		}
+		if attempt >= t.policy.Attempts || !t.retryable(req, resp) {
+			return nil
 		}
 		if t.onRetry != nil {
 			t.onRetry(resp.StatusCode)
 		}
-		wait := t.backoff(attempt, resp.Header.Get("Retry-After"))
+		err = fmt.Errorf("BMC answered HTTP %d", resp.StatusCode)
+		after := resp.Header.Get("Retry-After")
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
-		if r.Body != nil && r.GetBody != nil {
-			body, err := r.GetBody()
-			if err != nil {
-				return nil, err
-			}
-			r = r.Clone(r.Context())
-			r.Body = body
+		resp = nil
+		// Retry-After in seconds is honoured, capped; otherwise the policy's
+		// jittered backoff.
+		if s, perr := strconv.Atoi(after); perr == nil && s >= 0 {
+			return retry.After(min(time.Duration(s)*time.Second, t.policy.Max), err)
 		}
-		if err := t.sleep(r, wait); err != nil {
-			return nil, err
-		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return resp, nil
 }
 
 func (t *retryTransport) retryable(r *http.Request, resp *http.Response) bool {
@@ -86,15 +91,4 @@ func (t *retryTransport) retryable(r *http.Request, resp *http.Response) bool {
 		return r.Method == http.MethodGet || r.Method == http.MethodHead
 	}
 	return false
-}
-
-// backoff honours Retry-After (in seconds, capped) and otherwise waits
-// uniformly in [0, min(max, base·2^(attempt-1))].
-func (t *retryTransport) backoff(attempt int, retryAfter string) time.Duration {
-	if s, err := strconv.Atoi(retryAfter); err == nil && s >= 0 {
-		return min(time.Duration(s)*time.Second, t.maxWait)
-	}
-	d := t.baseWait << (attempt - 1)
-	d = min(d, t.maxWait)
-	return time.Duration(rand.Int64N(int64(d) + 1))
 }

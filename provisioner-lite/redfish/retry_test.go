@@ -1,6 +1,7 @@
 package redfish
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -29,7 +30,7 @@ func TestRetryTransport(t *testing.T) {
 	defer srv.Close()
 	var waits []time.Duration
 	tr := newRetryTransport(http.DefaultTransport)
-	tr.sleep = func(_ *http.Request, d time.Duration) error { waits = append(waits, d); return nil }
+	tr.policy.Sleep = func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil }
 	c := &http.Client{Transport: tr}
 	do := func(method, body string) (int, string) {
 		req, _ := http.NewRequest(method, srv.URL, strings.NewReader(body))
@@ -69,14 +70,14 @@ func TestRetryTransport(t *testing.T) {
 	if st, _ := do(http.MethodGet, ""); st != 200 || calls.Load() != 2 {
 		t.Fatalf("502 on GET: %d after %d calls; want one retry", st, calls.Load())
 	}
-	if len(waits) != 1 || waits[0] > tr.baseWait {
-		t.Fatalf("jittered wait %v, want within [0, %v]", waits, tr.baseWait)
+	if len(waits) != 1 || waits[0] > tr.policy.Base {
+		t.Fatalf("jittered wait %v, want within [0, %v]", waits, tr.policy.Base)
 	}
 	// A BMC that never recovers: bounded attempts, the last answer returned.
 	code.Store(503)
 	failFirst.Store(100)
 	calls.Store(0)
-	if st, _ := do(http.MethodGet, ""); st != 503 || calls.Load() != int32(tr.attempts) {
-		t.Fatalf("persistent 503: %d after %d calls; want %d attempts", st, calls.Load(), tr.attempts)
+	if st, _ := do(http.MethodGet, ""); st != 503 || calls.Load() != int32(tr.policy.Attempts) {
+		t.Fatalf("persistent 503: %d after %d calls; want %d attempts", st, calls.Load(), tr.policy.Attempts)
 	}
 }

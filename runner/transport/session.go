@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/runner/agent"
+	"github.com/cure-oss/cure/tools/retry"
 	"google.golang.org/grpc"
 )
 
@@ -284,28 +284,20 @@ func (s *Session) Run(ctx context.Context) error {
 		if got {
 			attempt = 0 // the coordinator answered: this was a real session, start backoff afresh
 		}
-		d := backoff(s.opt.BackoffBase, s.opt.BackoffMax, attempt)
 		attempt++
+		d := reconnect(s.opt.BackoffBase, s.opt.BackoffMax).Delay(attempt)
 		s.log.Warn("coordinator session ended; reconnecting", "err", err, "lasted", time.Since(start).Round(time.Millisecond), "retry_in", d.Round(time.Millisecond), "unacked", s.Pending())
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(d):
+		if err := retry.Sleep(ctx, d); err != nil {
+			return err
 		}
 	}
 }
 
-// backoff is base*2^attempt capped at max, with the upper half jittered so a
-// rack of nodes does not reconnect in lockstep.
-func backoff(base, max time.Duration, attempt int) time.Duration {
-	d := base
-	for i := 0; i < attempt && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	return d/2 + rand.N(d/2+1)
+// reconnect is the backoff between sessions: base doubling per failed
+// reconnect up to max, the upper half jittered so a rack of nodes does not reconnect in lockstep
+// (and a coordinator that answers and drops at once is not spun on).
+func reconnect(base, max time.Duration) retry.Policy {
+	return retry.Policy{Base: base, Max: max, Jitter: retry.Half}
 }
 
 // runOnce is one connection. It reports whether the coordinator sent anything.

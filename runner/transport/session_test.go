@@ -234,14 +234,15 @@ func TestSessionDeliversDirectivesAndDrainTimesOut(t *testing.T) {
 }
 
 func TestBackoffBounded(t *testing.T) {
-	for attempt := 0; attempt < 40; attempt++ {
-		d := backoff(500*time.Millisecond, 30*time.Second, attempt)
+	p := reconnect(500*time.Millisecond, 30*time.Second)
+	for attempt := 1; attempt < 40; attempt++ {
+		d := p.Delay(attempt)
 		if d < 250*time.Millisecond || d > 30*time.Second {
-			t.Fatalf("backoff(attempt %d) = %v out of bounds", attempt, d)
+			t.Fatalf("reconnect delay (attempt %d) = %v out of bounds", attempt, d)
 		}
 	}
-	if d := backoff(time.Second, time.Minute, 0); d > time.Second {
-		t.Fatalf("first backoff %v > base", d)
+	if d := reconnect(time.Second, time.Minute).Delay(1); d > time.Second || d < time.Second/2 {
+		t.Fatalf("first reconnect delay %v outside [base/2, base]", d)
 	}
 }
 

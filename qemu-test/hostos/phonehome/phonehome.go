@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cure-oss/cure/tools/retry"
 )
 
 // Report is what the host OS says about itself.
@@ -72,26 +74,23 @@ func Post(ctx context.Context, rawURL string, r Report, o Options, log *slog.Log
 	}
 	token := u.Query().Get("token")
 	body := r.Form().Encode()
-	backoff := o.MinBackoff
-	var lastErr error
-	for try := 1; try <= o.Tries; try++ {
-		lastErr = postOnce(ctx, o, u.String(), token, body)
-		if lastErr == nil {
+	policy := retry.Policy{Base: o.MinBackoff, Max: o.MaxBackoff, Jitter: retry.Half, Attempts: o.Tries}
+	err = policy.Do(ctx, func(ctx context.Context, try int) error {
+		err := postOnce(ctx, o, u.String(), token, body)
+		if err == nil {
 			log.Info("phone_home ok", "url", redact(u), "try", try, "instance_id", r.InstanceID)
 			return nil
 		}
-		log.Warn("phone_home failed", "url", redact(u), "try", try, "of", o.Tries, "err", lastErr)
-		if try == o.Tries {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("phone_home to %s: %w (last error: %v)", redact(u), ctx.Err(), lastErr)
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, o.MaxBackoff)
+		log.Warn("phone_home failed", "url", redact(u), "try", try, "of", o.Tries, "err", err)
+		return err
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("phone_home to %s: %w", redact(u), err)
 	}
-	return fmt.Errorf("phone_home to %s: gave up after %d tries: %w", redact(u), o.Tries, lastErr)
+	return fmt.Errorf("phone_home to %s: gave up after %d tries: %w", redact(u), o.Tries, err)
 }
 
 func postOnce(ctx context.Context, o Options, target, token, body string) error {
