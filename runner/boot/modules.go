@@ -170,50 +170,10 @@ func LoadModulesForDevices(ctx context.Context, sysRoot, modulesDir string, log 
 			f.Close()
 		}
 	}
-	var loaded []string
-	var errs []error
-	load := func(want map[string]string) {
-		l, e := db.loadSet(o.loader, want, o.parallel, log)
-		loaded = append(loaded, l...)
-		errs = append(errs, e...)
-	}
-	// pending returns the modules the devices present want and that were
-	// not tried yet, each with the modalias that wants it.
-	pending := func(only func(string) bool) (map[string]string, error) {
-		aliases, err := readModaliases(sysRoot)
-		if err != nil {
-			return nil, err
-		}
-		want := map[string]string{}
-		for _, a := range aliases {
-			if only != nil && !only(a) {
-				continue
-			}
-			for _, m := range db.match(a) {
-				if _, seen := want[m]; !seen && !db.done[m] {
-					want[m] = a
-				}
-			}
-		}
-		return want, nil
-	}
-	stop := func(err error) ([]string, error) {
-		return loaded, errors.Join(append(errs, err)...)
-	}
-
+	r := &moduleRun{db: db, o: &o, sysRoot: sysRoot, log: log}
 	if o.onNetwork != nil {
-		for round := 0; round < o.rounds; round++ {
-			if err := ctx.Err(); err != nil {
-				return stop(fmt.Errorf("loading modules: %w", err))
-			}
-			want, err := pending(isNetworkModalias)
-			if err != nil {
-				return stop(err)
-			}
-			if len(want) == 0 {
-				break
-			}
-			load(want)
+		if err := r.networkRounds(ctx); err != nil {
+			return r.loaded, errors.Join(append(r.errs, err)...)
 		}
 		notifyNetwork()
 	}
@@ -221,19 +181,86 @@ func LoadModulesForDevices(ctx context.Context, sysRoot, modulesDir string, log 
 	for _, n := range o.always {
 		always[normalizeModName(n)] = "always"
 	}
-	load(always)
-	settled := false
-	for round := 0; round < o.rounds; round++ {
+	r.load(always)
+	if err := r.deviceRounds(ctx, notifyDevices); err != nil {
+		return r.loaded, errors.Join(append(r.errs, err)...)
+	}
+	return r.loaded, errors.Join(r.errs...)
+}
+
+// moduleRun is one LoadModulesForDevices: what it loaded and what failed.
+type moduleRun struct {
+	db      *moduleDB
+	o       *moduleOptions
+	sysRoot string
+	log     *slog.Logger
+	loaded  []string
+	errs    []error
+}
+
+func (r *moduleRun) load(want map[string]string) {
+	l, e := r.db.loadSet(r.o.loader, want, r.o.parallel, r.log)
+	r.loaded = append(r.loaded, l...)
+	r.errs = append(r.errs, e...)
+}
+
+// pending returns the modules the devices present want and that were not
+// tried yet, each with the modalias that wants it.
+func (r *moduleRun) pending(only func(string) bool) (map[string]string, error) {
+	aliases, err := readModaliases(r.sysRoot)
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]string{}
+	for _, a := range aliases {
+		if only != nil && !only(a) {
+			continue
+		}
+		for _, m := range r.db.match(a) {
+			if _, seen := want[m]; !seen && !r.db.done[m] {
+				want[m] = a
+			}
+		}
+	}
+	return want, nil
+}
+
+// networkRounds loads the network devices' modules first, until none is
+// pending; the error ends the whole run.
+func (r *moduleRun) networkRounds(ctx context.Context) error {
+	for round := 0; round < r.o.rounds; round++ {
 		if err := ctx.Err(); err != nil {
-			return stop(fmt.Errorf("loading modules: %w", err))
+			return fmt.Errorf("loading modules: %w", err)
 		}
-		want, err := pending(nil)
+		want, err := r.pending(isNetworkModalias)
 		if err != nil {
-			return stop(err)
+			return err
 		}
-		log.Debug("module round", "round", round, "pending", len(want), "loaded_total", len(loaded))
+		if len(want) == 0 {
+			break
+		}
+		r.load(want)
+	}
+	return nil
+}
+
+// deviceRounds loads every device's modules, round after round, until a
+// round after the settle time finds none pending (the probes run may make
+// devices); notifyDevices is called the first time none is pending. The
+// error ends the whole run.
+func (r *moduleRun) deviceRounds(ctx context.Context, notifyDevices func()) error {
+	settled := false
+	for round := 0; round < r.o.rounds; round++ {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("loading modules: %w", err)
+		}
+		want, err := r.pending(nil)
+		if err != nil {
+			return err
+		}
+		r.log.Debug("module round", "round", round, "pending", len(want), "loaded_total", len(r.loaded))
 		if len(want) > 0 {
-			load(want)
+			r.load(want)
 			settled = false
 			continue // look again at once: the probes just run may have made devices
 		}
@@ -243,11 +270,11 @@ func LoadModulesForDevices(ctx context.Context, sysRoot, modulesDir string, log 
 		notifyDevices()
 		select {
 		case <-ctx.Done():
-		case <-time.After(o.settle):
+		case <-time.After(r.o.settle):
 		}
 		settled = true
 	}
-	return loaded, errors.Join(errs...)
+	return nil
 }
 
 // atMostOnce is f made safe to call several times (a no-op for nil f).
