@@ -1,8 +1,7 @@
-package main
+package coordinator
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -18,31 +17,17 @@ import (
 // own, the same (bootserver.Limits.Silent).
 const silentConn = 5 * time.Second
 
-// connFlags are the listeners' connection caps as the flags set them
-// (0: derived from the file descriptor limit).
-type connFlags struct {
-	httpConns, httpPerSource       int
-	httpsConns, httpsPerSource     int
-	grpcConns, grpcPerSource       int
-	webConns, webPerSource         int
-	metricsConns, metricsPerSource int
-	webStreams, webStreamsPerOp    int
-}
-
-func (f *connFlags) register(fs *flag.FlagSet) {
-	derived := " (0: derived from the file descriptor limit, docs/SECURITY.md)"
-	fs.IntVar(&f.httpConns, "http-max-conns", 0, "open connections of the boot/artifact server"+derived)
-	fs.IntVar(&f.httpPerSource, "http-max-conns-per-source", 0, "open connections of the boot/artifact server from one address (IPv6: one /64)"+derived)
-	fs.IntVar(&f.httpsConns, "https-max-conns", 0, "open connections of the HTTPS boot listener (--https-listen)"+derived)
-	fs.IntVar(&f.httpsPerSource, "https-max-conns-per-source", 0, "open connections of the HTTPS boot listener from one address (IPv6: one /64)"+derived)
-	fs.IntVar(&f.grpcConns, "grpc-max-conns", 0, "open connections of the gRPC server"+derived)
-	fs.IntVar(&f.grpcPerSource, "grpc-max-conns-per-source", 0, "open connections of the gRPC server from one address"+derived)
-	fs.IntVar(&f.webConns, "web-max-conns", 0, "open connections of the dashboard"+derived)
-	fs.IntVar(&f.webPerSource, "web-max-conns-per-source", 0, "open connections of the dashboard from one address"+derived)
-	fs.IntVar(&f.metricsConns, "metrics-max-conns", 0, "open connections of the metrics listener"+derived)
-	fs.IntVar(&f.metricsPerSource, "metrics-max-conns-per-source", 0, "open connections of the metrics listener from one address"+derived)
-	fs.IntVar(&f.webStreams, "web-max-streams", 64, "live dashboard streams (one per open dashboard tab) in all; more are refused with 429")
-	fs.IntVar(&f.webStreamsPerOp, "web-max-streams-per-operator", 8, "live dashboard streams of one operator certificate; more are refused with 429")
+// ConnLimits are the listeners' connection caps (0: derived from the file
+// descriptor limit, docs/SECURITY.md), and the dashboard's live streams.
+type ConnLimits struct {
+	HTTPConns, HTTPPerSource       int // --http-max-conns, --http-max-conns-per-source
+	HTTPSConns, HTTPSPerSource     int // --https-max-conns, --https-max-conns-per-source
+	GRPCConns, GRPCPerSource       int // --grpc-max-conns, --grpc-max-conns-per-source
+	WebConns, WebPerSource         int // --web-max-conns, --web-max-conns-per-source
+	MetricsConns, MetricsPerSource int // --metrics-max-conns, --metrics-max-conns-per-source
+	// WebStreams (default 64) and WebStreamsPerOperator (default 8) are
+	// the dashboard's live streams in all and of one operator certificate.
+	WebStreams, WebStreamsPerOperator int
 }
 
 // listenerPlan is the caps of the listeners this coordinator opens.
@@ -74,26 +59,26 @@ func fdReserve(limit, bmcLogins int) int { return max(limit/4, 128+bmcLogins) }
 // file as well as its socket. The HTTPS boot listener has a share of its
 // own: wrapped in the plain listener's caps it could hold as much again,
 // and all listeners full would pass the limit.
-func planListeners(c config, limit int) (listenerPlan, error) {
-	f := c.conns
+func planListeners(c Config, limit int) (listenerPlan, error) {
+	f := c.Conns
 	shares := []peerlimit.Share{
-		{Name: "http", Flag: "--http-max-conns", Conns: f.httpConns, PerSource: f.httpPerSource, DefaultConns: 4096, MinConns: 16, DefaultPerSource: 32, FDsPerConn: 2},
-		{Name: "grpc", Flag: "--grpc-max-conns", Conns: f.grpcConns, PerSource: f.grpcPerSource, DefaultConns: 8192, MinConns: 16, DefaultPerSource: 64, FDsPerConn: 1},
+		{Name: "http", Flag: "--http-max-conns", Conns: f.HTTPConns, PerSource: f.HTTPPerSource, DefaultConns: 4096, MinConns: 16, DefaultPerSource: 32, FDsPerConn: 2},
+		{Name: "grpc", Flag: "--grpc-max-conns", Conns: f.GRPCConns, PerSource: f.GRPCPerSource, DefaultConns: 8192, MinConns: 16, DefaultPerSource: 64, FDsPerConn: 1},
 	}
-	if c.httpsListen != "" {
+	if c.HTTPSListen != "" {
 		// UEFI HTTP boot: one download of the signed image per booting node.
-		shares = append(shares, peerlimit.Share{Name: "https", Flag: "--https-max-conns", Conns: f.httpsConns, PerSource: f.httpsPerSource,
+		shares = append(shares, peerlimit.Share{Name: "https", Flag: "--https-max-conns", Conns: f.HTTPSConns, PerSource: f.HTTPSPerSource,
 			DefaultConns: 1024, MinConns: 4, DefaultPerSource: 8, FDsPerConn: 2})
 	}
-	if c.webListen != "" {
-		shares = append(shares, peerlimit.Share{Name: "web", Flag: "--web-max-conns", Conns: f.webConns, PerSource: f.webPerSource,
+	if c.WebListen != "" {
+		shares = append(shares, peerlimit.Share{Name: "web", Flag: "--web-max-conns", Conns: f.WebConns, PerSource: f.WebPerSource,
 			DefaultConns: 256, MinConns: 4, DefaultPerSource: 16, FDsPerConn: 1})
 	}
-	if c.metricsListen != "" {
-		shares = append(shares, peerlimit.Share{Name: "metrics", Flag: "--metrics-max-conns", Conns: f.metricsConns, PerSource: f.metricsPerSource,
+	if c.MetricsListen != "" {
+		shares = append(shares, peerlimit.Share{Name: "metrics", Flag: "--metrics-max-conns", Conns: f.MetricsConns, PerSource: f.MetricsPerSource,
 			DefaultConns: 64, MinConns: 2, DefaultPerSource: 4, FDsPerConn: 1})
 	}
-	b, err := peerlimit.SplitFDs(limit, fdReserve(limit, c.bmcLogins), shares)
+	b, err := peerlimit.SplitFDs(limit, fdReserve(limit, c.BMCMaxLogins), shares)
 	if err != nil {
 		return listenerPlan{}, fmt.Errorf("refusing to start: %w", err)
 	}

@@ -1,4 +1,4 @@
-package main
+package coordinator
 
 import (
 	"net"
@@ -13,7 +13,7 @@ func TestPlanListeners(t *testing.T) {
 	if err != nil || limit <= 0 {
 		t.Fatalf("nofileLimit = %d, %v", limit, err)
 	}
-	c := config{bmcLogins: 64, webListen: "127.0.0.1:0", metricsListen: "127.0.0.1:0"}
+	c := Config{BMCMaxLogins: 64, WebListen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0"}
 	for _, limit := range []int{256, 1024, 65536, 1 << 20} {
 		p, err := planListeners(c, limit)
 		if err != nil {
@@ -31,11 +31,11 @@ func TestPlanListeners(t *testing.T) {
 		t.Errorf("plentiful descriptors: %+v, want the defaults", p)
 	}
 	// Listeners that are off take nothing.
-	off := config{bmcLogins: 64}
+	off := Config{BMCMaxLogins: 64}
 	if p, _ := planListeners(off, 1024); p.web.Conns != 0 || p.metrics.Conns != 0 || p.http.Conns <= 0 {
 		t.Errorf("dashboard and metrics off: %+v", p)
 	}
-	c.conns.httpConns = 4096
+	c.Conns.HTTPConns = 4096
 	if _, err := planListeners(c, 4096); err == nil || !strings.Contains(err.Error(), "refusing to start") ||
 		!strings.Contains(err.Error(), "--http-max-conns 4096") || !strings.Contains(err.Error(), "LimitNOFILE") {
 		t.Fatalf("--http-max-conns beyond the limit: %v", err)
@@ -48,7 +48,7 @@ func TestPlanListeners(t *testing.T) {
 // around it carries that share, not the plain boot listener's caps; a cap
 // set by flag that does not fit stops the start, naming the flag.
 func TestHTTPSListenerInBudget(t *testing.T) {
-	c := config{bmcLogins: 64, webListen: "127.0.0.1:0", metricsListen: "127.0.0.1:0", httpsListen: "127.0.0.1:0"}
+	c := Config{BMCMaxLogins: 64, WebListen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", HTTPSListen: "127.0.0.1:0"}
 	for _, limit := range []int{256, 1024, 65536, 1 << 20} {
 		p, err := planListeners(c, limit)
 		if err != nil {
@@ -72,10 +72,10 @@ func TestHTTPSListenerInBudget(t *testing.T) {
 				limit, got.MaxConns, got.MaxPerSource, got.Silent, p.https)
 		}
 	}
-	if p, _ := planListeners(config{bmcLogins: 64}, 1024); p.https.Conns != 0 {
+	if p, _ := planListeners(Config{BMCMaxLogins: 64}, 1024); p.https.Conns != 0 {
 		t.Errorf("no --https-listen: https takes %+v", p.https)
 	}
-	c.conns.httpsConns = 4096
+	c.Conns.HTTPSConns = 4096
 	if _, err := planListeners(c, 4096); err == nil || !strings.Contains(err.Error(), "--https-max-conns 4096 (8192 descriptors)") {
 		t.Fatalf("--https-max-conns beyond the limit: %v", err)
 	}

@@ -1,9 +1,8 @@
-package main
+package coordinator
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,38 +16,23 @@ import (
 	"github.com/insomniacslk/dhcp/iana"
 )
 
-// netbootFlags are the network boot front door: proxy DHCP and TFTP on
+// NetbootConfig is the network boot front door: proxy DHCP and TFTP on
 // the provisioning network, the boot override the pipeline arms, its mode.
-type netbootFlags struct {
-	pxeInterface string // the config's --pxe-interface, copied in before prepare
-	proxyDHCP    bool
-	allMACs      bool
-	tftpListen   string
-	serverIP     string
-	ipxeDir      string
-	ipxeEFI      string
-	netboot      string
-	bootMode     string
-}
-
-func (n *netbootFlags) register(fs *flag.FlagSet) {
-	fs.BoolVar(&n.proxyDHCP, "proxy-dhcp", false, "answer PXE clients on UDP 67 and 4011 of --pxe-interface beside the site's DHCP server "+
-		"(never hands out addresses): firmware gets an iPXE build over TFTP, iPXE gets the boot script URL")
-	fs.BoolVar(&n.allMACs, "proxy-dhcp-all-macs", false, "answer PXE clients whose MAC is not in the node inventory too (default: only inventory MACs, "+
-		"so other machines on the network are left to whatever else answers them)")
-	fs.StringVar(&n.tftpListen, "tftp-listen", "", "serve the iPXE builds over TFTP (read-only) on this address; "+
-		"default with --proxy-dhcp: port 69 on the proxy's server IP; \"off\" disables")
-	fs.StringVar(&n.serverIP, "pxe-server-ip", "", "next-server and DHCP server identifier the proxy announces (default: the first IPv4 address of --pxe-interface)")
-	fs.StringVar(&n.ipxeDir, "ipxe-dir", "/usr/lib/ipxe", "directory of the iPXE builds (Debian's ipxe package): undionly.kpxe for BIOS, the --ipxe-efi build for x86-64 UEFI")
-	fs.StringVar(&n.ipxeEFI, "ipxe-efi", "snponly.efi", "iPXE build for x86-64 UEFI clients: snponly.efi (the firmware's own NIC driver, only the booting NIC) "+
-		"or ipxe.efi (iPXE's native drivers)")
-	fs.StringVar(&n.netboot, "netboot", "pxe", "boot override that brings a node into CURE: pxe, or uefi-http (UEFI HTTP boot where the BMC offers UefiHttp; PXE elsewhere)")
-	fs.StringVar(&n.bootMode, "boot-mode", "auto", "BootSourceOverrideMode of that override: auto (UEFI where the BMC offers it), uefi, or legacy")
+type NetbootConfig struct {
+	pxeInterface string // Config.PXEInterface, copied in before prepare
+	ProxyDHCP    bool   // --proxy-dhcp: answer PXE clients on Config.PXEInterface (needs it)
+	AllMACs      bool   // --proxy-dhcp-all-macs: answer MACs not in the inventory too
+	TFTPListen   string // --tftp-listen: "" (default: port 69 of the proxy's server IP with ProxyDHCP), "off", or an address
+	ServerIP     string // --pxe-server-ip: the proxy's next-server (default: the interface's first IPv4 address)
+	IPXEDir      string // --ipxe-dir: the iPXE builds (default /usr/lib/ipxe)
+	IPXEEFI      string // --ipxe-efi: snponly.efi (default) or ipxe.efi
+	Mode         string // --netboot: pxe (default) or uefi-http
+	BootMode     string // --boot-mode: auto (default), uefi or legacy
 }
 
 // netbootPlan is the flags checked and the iPXE builds loaded.
 type netbootPlan struct {
-	flags    netbootFlags
+	flags    NetbootConfig
 	target   redfish.BootTarget
 	mode     redfish.BootModePolicy
 	files    *netboot.Files // nil: no TFTP, proxy or HTTP builds
@@ -61,51 +45,51 @@ type netbootPlan struct {
 
 // prepare checks the flags and reads the iPXE builds, before anything
 // listens: a missing build or a bad flag is an error at start.
-func (n netbootFlags) prepare(log *slog.Logger) (*netbootPlan, error) {
-	if n.ipxeEFI == "" {
-		n.ipxeEFI = "snponly.efi"
+func (n NetbootConfig) prepare(log *slog.Logger) (*netbootPlan, error) {
+	if n.IPXEEFI == "" {
+		n.IPXEEFI = "snponly.efi"
 	}
-	if n.ipxeDir == "" {
-		n.ipxeDir = "/usr/lib/ipxe"
+	if n.IPXEDir == "" {
+		n.IPXEDir = "/usr/lib/ipxe"
 	}
 	p := &netbootPlan{flags: n}
-	switch n.netboot {
+	switch n.Mode {
 	case "pxe", "":
 		p.target = redfish.BootPxe
 	case "uefi-http":
 		p.target = redfish.BootUefiHttp
 	default:
-		return nil, fmt.Errorf("--netboot %q: want pxe or uefi-http", n.netboot)
+		return nil, fmt.Errorf("--netboot %q: want pxe or uefi-http", n.Mode)
 	}
 	var err error
-	if p.mode, err = redfish.ParseBootModePolicy(n.bootMode); err != nil {
+	if p.mode, err = redfish.ParseBootModePolicy(n.BootMode); err != nil {
 		return nil, fmt.Errorf("--boot-mode: %w", err)
 	}
 	if p.target == redfish.BootUefiHttp && p.mode == redfish.BootModeLegacy {
 		return nil, errors.New("--netboot uefi-http with --boot-mode legacy: UEFI HTTP boot needs UEFI")
 	}
-	if n.proxyDHCP && n.pxeInterface == "" {
+	if n.ProxyDHCP && n.pxeInterface == "" {
 		return nil, errors.New("--proxy-dhcp needs --pxe-interface: the interface facing the nodes")
 	}
-	if n.ipxeEFI != "snponly.efi" && n.ipxeEFI != "ipxe.efi" {
-		return nil, fmt.Errorf("--ipxe-efi %q: want snponly.efi or ipxe.efi", n.ipxeEFI)
+	if n.IPXEEFI != "snponly.efi" && n.IPXEEFI != "ipxe.efi" {
+		return nil, fmt.Errorf("--ipxe-efi %q: want snponly.efi or ipxe.efi", n.IPXEEFI)
 	}
-	p.tftpAddr = n.tftpListen
+	p.tftpAddr = n.TFTPListen
 	if p.tftpAddr == "off" {
-		if n.proxyDHCP {
+		if n.ProxyDHCP {
 			return nil, errors.New("--tftp-listen off with --proxy-dhcp: PXE firmware fetches iPXE over TFTP")
 		}
 		p.tftpAddr = ""
 	}
-	if p.tftpAddr == "" && !n.proxyDHCP && p.target != redfish.BootUefiHttp {
+	if p.tftpAddr == "" && !n.ProxyDHCP && p.target != redfish.BootUefiHttp {
 		return p, nil // the site's DHCP chains to boot.ipxe: nothing to serve here
 	}
-	p.files, err = netboot.LoadFiles(n.ipxeDir, []string{"undionly.kpxe", n.ipxeEFI})
+	p.files, err = netboot.LoadFiles(n.IPXEDir, []string{"undionly.kpxe", n.IPXEEFI})
 	if err != nil {
 		return nil, err
 	}
 	if m := p.files.Missing(); len(m) > 0 {
-		log.Warn("iPXE builds missing: clients of their architecture are refused", "dir", n.ipxeDir, "missing", m)
+		log.Warn("iPXE builds missing: clients of their architecture are refused", "dir", n.IPXEDir, "missing", m)
 	}
 	return p, nil
 }
@@ -120,10 +104,10 @@ func (p *netbootPlan) builds() http.Handler {
 
 // httpBootURI is the iPXE EFI build's URL for UefiHttp overrides.
 func (p *netbootPlan) httpBootURI(baseURL string) string {
-	if p.files == nil || !p.files.Has(p.flags.ipxeEFI) {
+	if p.files == nil || !p.files.Has(p.flags.IPXEEFI) {
 		return ""
 	}
-	return strings.TrimRight(baseURL, "/") + bootserver.IPXEBuildsPath + "/" + p.flags.ipxeEFI
+	return strings.TrimRight(baseURL, "/") + bootserver.IPXEBuildsPath + "/" + p.flags.IPXEEFI
 }
 
 // start runs TFTP and the proxy DHCP until ctx ends; a serving error is
@@ -136,10 +120,10 @@ func (p *netbootPlan) start(ctx context.Context, log *slog.Logger, scriptURL, ba
 		}
 	}
 	var serverIP net.IP
-	if p.flags.proxyDHCP {
-		if p.flags.serverIP != "" {
-			if serverIP = net.ParseIP(p.flags.serverIP).To4(); serverIP == nil {
-				return stop, fmt.Errorf("--pxe-server-ip %q: not an IPv4 address", p.flags.serverIP)
+	if p.flags.ProxyDHCP {
+		if p.flags.ServerIP != "" {
+			if serverIP = net.ParseIP(p.flags.ServerIP).To4(); serverIP == nil {
+				return stop, fmt.Errorf("--pxe-server-ip %q: not an IPv4 address", p.flags.ServerIP)
 			}
 		} else if p.flags.pxeInterface != "" {
 			if serverIP, err = netboot.InterfaceIPv4(p.flags.pxeInterface); err != nil {
@@ -147,7 +131,7 @@ func (p *netbootPlan) start(ctx context.Context, log *slog.Logger, scriptURL, ba
 			}
 		}
 	}
-	if p.tftpAddr == "" && p.flags.proxyDHCP {
+	if p.tftpAddr == "" && p.flags.ProxyDHCP {
 		p.tftpAddr = net.JoinHostPort(serverIP.String(), "69")
 	}
 	if p.tftpAddr != "" {
@@ -167,7 +151,7 @@ func (p *netbootPlan) start(ctx context.Context, log *slog.Logger, scriptURL, ba
 		}()
 		stops = append(stops, srv.Shutdown)
 	}
-	if !p.flags.proxyDHCP {
+	if !p.flags.ProxyDHCP {
 		return stop, nil
 	}
 	// The inventory check runs for every request, floods included: the
@@ -183,14 +167,14 @@ func (p *netbootPlan) start(ctx context.Context, log *slog.Logger, scriptURL, ba
 		files[n] = true
 	}
 	boot := netboot.Boot{Files: map[iana.Arch]string{}, ScriptURL: scriptURL}
-	for a, f := range netboot.DefaultFiles(p.flags.ipxeEFI) {
+	for a, f := range netboot.DefaultFiles(p.flags.IPXEEFI) {
 		if files[f] {
 			boot.Files[a] = f
 		}
 	}
 	boot.HTTPBase = strings.TrimRight(baseURL, "/") + bootserver.IPXEBuildsPath
 	px, err := netboot.NewProxyDHCP(netboot.Config{Interface: p.flags.pxeInterface, ServerIP: serverIP, Boot: boot,
-		Inventory: inv, AnswerUnknown: p.flags.allMACs, OnUnknown: p.unknownObserver(ctx), Log: log})
+		Inventory: inv, AnswerUnknown: p.flags.AllMACs, OnUnknown: p.unknownObserver(ctx), Log: log})
 	if err != nil {
 		stop()
 		return func() {}, err

@@ -1,4 +1,4 @@
-package main
+package coordinator
 
 import (
 	"log/slog"
@@ -18,18 +18,18 @@ func TestNetbootFlags(t *testing.T) {
 		}
 	}
 	log := slog.New(slog.DiscardHandler)
-	base := netbootFlags{ipxeDir: dir, ipxeEFI: "snponly.efi", netboot: "pxe", bootMode: "auto"}
+	base := NetbootConfig{IPXEDir: dir, IPXEEFI: "snponly.efi", Mode: "pxe", BootMode: "auto"}
 	for name, tc := range map[string]struct {
-		edit func(*netbootFlags)
+		edit func(*NetbootConfig)
 		err  string
 	}{
-		"proxy without interface": {func(n *netbootFlags) { n.proxyDHCP = true }, "--pxe-interface"},
-		"bad netboot":             {func(n *netbootFlags) { n.netboot = "ipxe" }, "--netboot"},
-		"bad boot mode":           {func(n *netbootFlags) { n.bootMode = "bios" }, "--boot-mode"},
-		"http in legacy":          {func(n *netbootFlags) { n.netboot, n.bootMode = "uefi-http", "legacy" }, "UEFI HTTP boot needs UEFI"},
-		"bad efi build":           {func(n *netbootFlags) { n.ipxeEFI = "../x.efi" }, "--ipxe-efi"},
-		"tftp off with proxy":     {func(n *netbootFlags) { n.proxyDHCP, n.pxeInterface, n.tftpListen = true, "lo", "off" }, "--tftp-listen off"},
-		"no builds":               {func(n *netbootFlags) { n.tftpListen, n.ipxeDir = ":0", t.TempDir() }, "no iPXE build"},
+		"proxy without interface": {func(n *NetbootConfig) { n.ProxyDHCP = true }, "--pxe-interface"},
+		"bad netboot":             {func(n *NetbootConfig) { n.Mode = "ipxe" }, "--netboot"},
+		"bad boot mode":           {func(n *NetbootConfig) { n.BootMode = "bios" }, "--boot-mode"},
+		"http in legacy":          {func(n *NetbootConfig) { n.Mode, n.BootMode = "uefi-http", "legacy" }, "UEFI HTTP boot needs UEFI"},
+		"bad efi build":           {func(n *NetbootConfig) { n.IPXEEFI = "../x.efi" }, "--ipxe-efi"},
+		"tftp off with proxy":     {func(n *NetbootConfig) { n.ProxyDHCP, n.pxeInterface, n.TFTPListen = true, "lo", "off" }, "--tftp-listen off"},
+		"no builds":               {func(n *NetbootConfig) { n.TFTPListen, n.IPXEDir = ":0", t.TempDir() }, "no iPXE build"},
 	} {
 		n := base
 		tc.edit(&n)
@@ -43,7 +43,7 @@ func TestNetbootFlags(t *testing.T) {
 		t.Errorf("plain: %+v, %v", p, err)
 	}
 	n := base
-	n.netboot = "uefi-http"
+	n.Mode = "uefi-http"
 	p, err = n.prepare(log)
 	if err != nil || p.target != redfish.BootUefiHttp || p.files == nil {
 		t.Fatalf("uefi-http: %+v, %v", p, err)

@@ -1,4 +1,4 @@
-package main
+package coordinator
 
 import (
 	"context"
@@ -139,7 +139,7 @@ func suiteCheck(c *pipeline.Catalog) func(string) error {
 // connections and live streams are capped; a peer that does not finish
 // its TLS handshake within ReadHeaderTimeout (Go's http.Server uses it as
 // the handshake deadline) is cut, one that sends nothing sooner.
-func (o *observability) serveDashboard(ctx context.Context, addr string, tlsCfg *tls.Config, st *store.Store, caps peerlimit.Caps, f connFlags,
+func (o *observability) serveDashboard(ctx context.Context, addr string, tlsCfg *tls.Config, st *store.Store, caps peerlimit.Caps, f ConnLimits,
 	log *slog.Logger) (*peerlimit.Listener, error) {
 	if addr == "" {
 		return nil, nil
@@ -150,7 +150,7 @@ func (o *observability) serveDashboard(ctx context.Context, addr string, tlsCfg 
 	}
 	ln := limited(inner, "web", caps, log)
 	h := dashboard.Handler(dashboard.Config{Store: st, Auth: dashboard.CertViewer, Log: log,
-		MaxStreams: f.webStreams, MaxStreamsPerViewer: f.webStreamsPerOp, Observer: o.m, Admission: o.admission})
+		MaxStreams: f.WebStreams, MaxStreamsPerViewer: f.WebStreamsPerOperator, Observer: o.m, Admission: o.admission})
 	srv := &http.Server{Handler: h, TLSConfig: dashboard.TLSConfig(tlsCfg), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		MaxHeaderBytes: 16 << 10, ErrorLog: peerlimit.HTTPErrorLog(ln.Config().Refusals, log)}
 	o.h.Listener("web", true)

@@ -54,10 +54,10 @@ func newSite(t *testing.T) *site {
 	return s
 }
 
-// coordinator is a provisioner-lite process (this test binary running
+// coordProcess is a provisioner-lite process (this test binary running
 // main(), see TestMain) on the site's state dir: its real listeners,
 // store, audit recorder and log (appended to site.coordLog).
-type coordinator struct {
+type coordProcess struct {
 	cmd  *exec.Cmd
 	grpc string
 	done chan struct{}
@@ -74,7 +74,7 @@ func (s *site) args(extra ...string) []string {
 var readyGRPC = regexp.MustCompile(`msg="provisioner-lite ready".* grpc=(\S+)`)
 
 // start runs the coordinator and waits until it serves; stop ends it.
-func (s *site) start(extra ...string) *coordinator {
+func (s *site) start(extra ...string) *coordProcess {
 	s.t.Helper()
 	logf, err := os.OpenFile(s.coordLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -89,7 +89,7 @@ func (s *site) start(extra ...string) *coordinator {
 	if err := cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
-	c := &coordinator{cmd: cmd, done: make(chan struct{})}
+	c := &coordProcess{cmd: cmd, done: make(chan struct{})}
 	go func() { cmd.Wait(); close(c.done) }()
 	s.t.Cleanup(func() { c.stop(s.t) })
 	deadline := time.After(60 * time.Second)
@@ -110,7 +110,7 @@ func (s *site) start(extra ...string) *coordinator {
 }
 
 // stop ends the coordinator as an operator does (SIGTERM) and waits.
-func (c *coordinator) stop(t *testing.T) {
+func (c *coordProcess) stop(t *testing.T) {
 	select {
 	case <-c.done:
 		return
@@ -128,12 +128,12 @@ func (c *coordinator) stop(t *testing.T) {
 
 // client is a gRPC operator client of the coordinator, with the given
 // operator certificate or none.
-func (s *site) client(c *coordinator, oc *pki.OperatorCert) curev1.OperatorServiceClient {
+func (s *site) client(c *coordProcess, oc *pki.OperatorCert) curev1.OperatorServiceClient {
 	s.t.Helper()
 	return curev1.NewOperatorServiceClient(s.conn(c, oc))
 }
 
-func (s *site) conn(c *coordinator, oc *pki.OperatorCert) *grpc.ClientConn {
+func (s *site) conn(c *coordProcess, oc *pki.OperatorCert) *grpc.ClientConn {
 	s.t.Helper()
 	var cert *tls.Certificate
 	if oc != nil {
@@ -178,7 +178,7 @@ var (
 // curectl runs the real curectl command (built once per test binary)
 // against the coordinator as the given operator; it returns the exit
 // code, stdout and stderr.
-func (s *site) curectl(c *coordinator, oc pki.OperatorCert, stdin string, args ...string) (int, string, string) {
+func (s *site) curectl(c *coordProcess, oc pki.OperatorCert, stdin string, args ...string) (int, string, string) {
 	s.t.Helper()
 	curectlOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "curectl-bin-")

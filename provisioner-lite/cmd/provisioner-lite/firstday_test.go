@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
@@ -309,40 +308,6 @@ func TestUnknownMACVisible(t *testing.T) {
 	log := s.coordinatorLog()
 	if !strings.Contains(log, `level=INFO msg=refused listener="boot server" reason="iPXE script for a MAC not in the inventory" source=52:54:00:c0:de:99@127.0.0.1`) {
 		t.Errorf("the coordinator's log (at info) does not name the stranger:\n%s", log)
-	}
-}
-
-// At start, a node whose MACs match none of the NICs its last boot
-// reported is warned about.
-func TestWarnUnlistedNICs(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "cure.db"), store.WithStateKey(bytes.Repeat([]byte{3}, 32)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ctx := context.Background()
-	nodes := []store.Node{
-		{ID: "typo", BMCURL: "https://10.0.0.1", BMCUser: "u", BMCPassword: "p", MACs: []string{"52:54:00:c0:de:01"}},
-		{ID: "fine", BMCURL: "https://10.0.0.2", BMCUser: "u", BMCPassword: "p", MACs: []string{"52:54:00:c0:de:02"}},
-		{ID: "new", BMCURL: "https://10.0.0.3", BMCUser: "u", BMCPassword: "p", MACs: []string{"52:54:00:c0:de:03"}},
-	}
-	if _, _, err := st.PutNodes(ctx, nodes, true); err != nil {
-		t.Fatal(err)
-	}
-	for id, mac := range map[string]string{"typo": "52:54:00:c0:de:99", "fine": "52:54:00:c0:de:02"} {
-		if err := st.CreateRun(ctx, store.Run{ID: "r-" + id, NodeID: id, Mode: "provision", Status: curev1.RunStatus_RUN_SUCCEEDED, StartedAt: time.Now(), EndedAt: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.PutInventory(ctx, store.InventoryRecord{NodeID: id, RunID: "r-" + id, BootID: "b-" + id, Time: time.Now(),
-			JSON: fmt.Appendf(nil, `{"nics":[{"name":"eth0","mac":%q}]}`, mac)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var logb bytes.Buffer
-	warnUnlistedNICs(ctx, st, nodes, slog.New(slog.NewTextHandler(&logb, nil)))
-	got := logb.String()
-	if !strings.Contains(got, "node=typo macs=52:54:00:c0:de:01 reported=52:54:00:c0:de:99 boot=b-typo") || strings.Count(got, "level=WARN") != 1 {
-		t.Errorf("warnings:\n%s", got)
 	}
 }
 

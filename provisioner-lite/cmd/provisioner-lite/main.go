@@ -1,7 +1,9 @@
 // Command provisioner-lite is the thin coordinator: it drives BMCs over
 // Redfish, serves the boot chain and artifacts over HTTP, and talks gRPC with
 // the runners in CURE. Every run lives in its SQLite store, so a restart
-// resumes where the runs were.
+// resumes where the runs were. The coordinator itself is the package
+// provisioner-lite/coordinator; this command parses its flags, handles the
+// signals that stop it, and runs the site set-up subcommands.
 //
 //	provisioner-lite init --state-dir DIR     one state dir: CA, server certificate, state key, admin operator certificate
 //	provisioner-lite check [--manifests DIR] [--nodes FILE] [--state-dir DIR [--image-dir DIR]]
@@ -12,178 +14,81 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"crypto/tls"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 
-	curev1 "github.com/cure-oss/cure/api/curev1"
-	"github.com/cure-oss/cure/manifests"
-	"github.com/cure-oss/cure/provisioner-lite/attestation"
-	"github.com/cure-oss/cure/provisioner-lite/audit"
-	"github.com/cure-oss/cure/provisioner-lite/bootserver"
+	"github.com/cure-oss/cure/provisioner-lite/coordinator"
 	"github.com/cure-oss/cure/provisioner-lite/hostaddr"
-	"github.com/cure-oss/cure/provisioner-lite/pacing"
-	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
-	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
-	"github.com/cure-oss/cure/provisioner-lite/pool"
-	"github.com/cure-oss/cure/provisioner-lite/redfish"
-	"github.com/cure-oss/cure/provisioner-lite/server"
-	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/sitecheck"
 	"github.com/cure-oss/cure/provisioner-lite/statedir"
 	"github.com/cure-oss/cure/provisioner-lite/store"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 )
-
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
-
-// config is everything run needs, from the flags.
-type config struct {
-	stateDir, manifestDir, nodesFile, imageDir string
-	httpListen, grpcListen, advertise, grpcAdv string
-	httpsListen                                string
-	pxeInterface                               string
-	procRoot                                   string // /proc: the default route (hostaddr)
-	bmcBaseURL                                 string
-	imports                                    []string
-	toolBundle                                 string
-	timeouts                                   pipeline.Timeouts
-	budgets                                    pipeline.Budgets
-	bindBootIP                                 bool
-	claimSettle                                time.Duration
-	tokensPerWindow                            int
-	eventLimits                                store.EventLimits
-	retention                                  store.Retention
-	conns                                      connFlags
-	bmcCA                                      string
-	ekRoots                                    string
-	maxRuns                                    int
-	instance                                   string
-	peerGRPC                                   string
-	statsEvery                                 time.Duration
-	db                                         string
-	leaseTTL                                   time.Duration
-	powerRate                                  float64
-	powerBurst, bmcInflight, bmcLogins         int
-	powerGroups                                string
-	bmcIdle                                    time.Duration
-	pprofListen                                string
-	tlsNames                                   []string // extra names of the gRPC server certificate
-	netboot                                    netbootFlags
-	metricsListen, webListen                   string
-	webhooks                                   []string
-	webhookSecret                              string
-}
 
 func main() {
 	// Everything this process creates (state, keys, logs it writes) is
 	// private to the coordinator's user, whatever the caller's umask.
 	syscall.Umask(0o077)
 	if len(os.Args) > 1 && !strings.HasPrefix(os.Args[1], "-") {
-		switch os.Args[1] {
-		case "init":
-			os.Exit(initCmd(os.Args[2:], os.Stdout))
-		case "check":
-			os.Exit(checkCmd(os.Args[2:], os.Stdout))
-		case "pki":
-			os.Exit(pkiCmd(os.Args[2:]))
-		case "artifacts":
-			os.Exit(artifactsCmd(os.Args[2:], os.Stdout))
-		default:
-			// Never a coordinator start: a typo must not create a state dir and a CA.
-			fmt.Fprintf(os.Stderr, "provisioner-lite: unknown command %q\n", os.Args[1])
-			usage(os.Stderr)
-			os.Exit(2)
-		}
+		os.Exit(subcommand(os.Args[1], os.Args[2:]))
 	}
-	var c config
+	c, logLevel := parseFlags()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
+	slog.SetDefault(log)
+	c.Log = log
+	co, err := coordinator.New(c)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "provisioner-lite: %v\n", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := co.Serve(ctx); err != nil {
+		log.Error("provisioner-lite", "err", err)
+		os.Exit(1)
+	}
+}
+
+// subcommand runs `provisioner-lite name args...` and is its exit code.
+func subcommand(name string, args []string) int {
+	switch name {
+	case "init":
+		return initCmd(args, os.Stdout)
+	case "check":
+		return checkCmd(args, os.Stdout)
+	case "pki":
+		return pkiCmd(args)
+	case "artifacts":
+		return artifactsCmd(args, os.Stdout)
+	default:
+		// Never a coordinator start: a typo must not create a state dir and a CA.
+		fmt.Fprintf(os.Stderr, "provisioner-lite: unknown command %q\n", name)
+		usage(os.Stderr)
+		return 2
+	}
+}
+
+// parseFlags is the coordinator's command line as a coordinator.Config
+// (exit 2 on a usage error), and the log level.
+func parseFlags() (coordinator.Config, slog.Level) {
+	c := coordinator.DefaultConfig()
 	var imports, tlsNames, webhooks multiFlag
 	flag.Usage = func() {
 		usage(flag.CommandLine.Output())
 		fmt.Fprintln(flag.CommandLine.Output(), "\ncoordinator flags, by topic:")
 		printGroupedFlags(flag.CommandLine.Output(), flag.CommandLine)
 	}
-	flag.StringVar(&c.stateDir, "state-dir", "state", "store, PKI and artifact directory (0700; one coordinator at a time; made by provisioner-lite init)")
-	flag.StringVar(&c.manifestDir, "manifests", "manifests/examples", "directory of SKU manifests (<sku>.yaml) and validation suites (suites/<name>.yaml)")
-	flag.StringVar(&c.nodesFile, "nodes", "", "node inventory (YAML or CSV) imported at start (later: curectl nodes import)")
-	flag.StringVar(&c.imageDir, "image-dir", "out/image", "cure-build output: vmlinuz, initramfs, report.json (its CA must be this state dir's)")
-	flag.StringVar(&c.httpListen, "http-listen", ":8080", "boot/artifact HTTP listen address (fd:N: a listening socket inherited as file descriptor N)")
-	flag.StringVar(&c.httpsListen, "https-listen", "", "HTTPS boot listener (fd:N as for --http-listen; empty: none): the signed image cure.efi for UEFI HTTP boot "+
-		"(--netboot uefi-http sets the BMC's HttpBootUri to it; firmware verifies it with pki/boot-ca.pem) and the image's boot parameters")
-	flag.StringVar(&c.grpcListen, "grpc-listen", ":8443", "gRPC (runners and curectl) listen address (fd:N: a listening socket inherited as file descriptor N)")
-	flag.StringVar(&c.advertise, "advertise", "", "host or IP nodes use to reach this coordinator (default: the address of --pxe-interface, else of the default route's interface)")
-	flag.StringVar(&c.pxeInterface, "pxe-interface", "", "the interface facing the nodes' provisioning network (default: the default route's): --advertise defaults to its address, and proxy DHCP answers there (SO_BINDTODEVICE)")
-	flag.StringVar(&c.bmcBaseURL, "bmc-base-url", "", "artifact server base URL as BMCs reach it (default: the nodes' URL)")
-	flag.StringVar(&c.grpcAdv, "advertise-grpc", "", "host:port nodes dial for gRPC (default: advertise host + the gRPC port)")
-	flag.DurationVar(&c.timeouts.Reconnect, "reconnect", 3*time.Minute, "a runner gone this long (or, in a validate phase, silent: no heartbeat) counts as a disconnect")
-	flag.DurationVar(&c.timeouts.RunnerPhase, "runner-phase-timeout", 30*time.Minute, "an in-band phase other than validate fails without its end within this (validate: its suite's planned duration plus grace)")
-	flag.DurationVar(&c.timeouts.BMCCall, "bmc-timeout", 30*time.Second, "timeout of one Redfish call")
-	flag.DurationVar(&c.timeouts.BMCTask, "bmc-task-timeout", time.Hour, "a BMC firmware update task, from submission to its end")
-	flag.DurationVar(&c.timeouts.BMCReset, "bmc-reset-timeout", 10*time.Minute, "a BMC reset until the BMC answers again")
-	flag.DurationVar(&c.timeouts.BMCPoll, "bmc-poll", time.Duration(manifests.DefaultBMCInterval), "BMC sensor polling period during a validate phase whose suite sets no stage bmcInterval")
-	flag.DurationVar(&c.timeouts.RetryBase, "retry-base", 2*time.Second, "first delay before a failed phase is tried again (doubles per attempt, full jitter)")
-	flag.DurationVar(&c.timeouts.RetryMax, "retry-max", time.Minute, "cap of the delay before a failed phase is tried again")
-	flag.DurationVar(&c.timeouts.WaitForCURE, "wait-cure", 10*time.Minute, "PXE boot to runner registered budget (also a boot token's life)")
-	flag.DurationVar(&c.timeouts.HostOS, "wait-host", 15*time.Minute, "reboot to installed OS callback budget (the callback is refused after it)")
-	flag.IntVar(&c.budgets.PhaseAttempts, "phase-attempts", 3, "attempts per phase before the run fails")
-	flag.BoolVar(&c.bindBootIP, "bind-boot-ip", true, "refuse a runner's first Hello from another IP than the one that fetched its iPXE script "+
-		"(turn off only if the site's DHCP gives iPXE and CURE different addresses); a request for a node's boot identity from a second address "+
-		"stops its run for an operator (off: addresses are not identities and a peer that asks first is not caught)")
-	flag.DurationVar(&c.claimSettle, "claim-settle", pipeline.DefaultClaimSettle, "a boot that has not passed attestation gets no assignment (PSIDs, host token) "+
-		"until this long after the coordinator armed PXE or powered the node, with one claimant for its boot identity: set it above your slowest server's power-on-to-iPXE time")
-	flag.IntVar(&c.tokensPerWindow, "boot-tokens-per-window", 6, "boot tokens one PXE boot of a node may mint (iPXE retries the script)")
-	flag.Int64Var(&c.eventLimits.MaxEvents, "max-run-events", store.DefaultEventLimits.MaxEvents, "runner events stored per run; past it metrics and logs are dropped")
-	flag.Int64Var(&c.eventLimits.MaxBytes, "max-run-event-bytes", store.DefaultEventLimits.MaxBytes, "bytes of runner events stored per run; past it metrics and logs are dropped")
-	flag.Int64Var(&c.eventLimits.MaxVerdicts, "max-run-verdicts", store.DefaultEventLimits.MaxVerdicts, "distinct verdicts a run's runner may report")
-	flag.DurationVar(&c.retention.RunEvents, "retention", store.DefaultRetention.RunEvents, "keep the runner's metrics and logs and the coordinator's notes of finished runs this long (phases, verdicts and the essential timeline stay)")
-	flag.DurationVar(&c.retention.Audit, "audit-retention", store.DefaultRetention.Audit, "keep audit log entries this long")
-	flag.DurationVar(&c.retention.Fleet, "fleet-retention", store.DefaultRetention.Fleet, "keep verdicts' measurements (the fleet history fleet bands judge against) this long; raised to the longest fleet window of the suites")
-	c.conns.register(flag.CommandLine)
-	flag.StringVar(&c.bmcCA, "bmc-ca", "", "PEM CA bundle that verifies BMC certificates of nodes without caFile or fingerprint (empty: the system roots)")
-	flag.StringVar(&c.ekRoots, "ek-roots", "", "directory of TPM manufacturers' root certificates (PEM): a node's EK certificate must chain to one unless the nodes file pins its ek_sha256 "+
-		"(empty: EKs are trusted on first use; docs/SECURITY.md)")
-	flag.IntVar(&c.maxRuns, "max-runs", pipeline.DefaultMaxRuns, "runs this instance drives at once; Provision beyond it is refused (ResourceExhausted) so curectl can try another instance")
-	flag.StringVar(&c.peerGRPC, "peer-grpc", "", "other instances of this fleet (shared database) as nodes dial them, host:port comma-separated: "+
-		"a runner whose coordinator dies reconnects to the next")
-	flag.StringVar(&c.db, "db", os.Getenv("CURE_DB"), "database: empty for SQLite in the state dir (one instance), or a PostgreSQL DSN "+
-		"(postgres://… or host=… dbname=…) shared by several instances; default $CURE_DB (keeps a password off the command line)")
-	flag.Float64Var(&c.powerRate, "power-on-rate", 2, "power-ons per second per PDU or rack (see --power-group-label); 0: not paced")
-	flag.IntVar(&c.powerBurst, "power-on-burst", 8, "power-ons a PDU or rack may do back to back before --power-on-rate applies")
-	flag.StringVar(&c.powerGroups, "power-group-label", "pdu,rack", "node labels that name a node's power group, first present wins (none: one group)")
-	flag.IntVar(&c.bmcInflight, "bmc-max-inflight", 2, "Redfish calls in flight per BMC")
-	flag.IntVar(&c.bmcLogins, "bmc-max-logins", 64, "Redfish logins in flight over all BMCs")
-	flag.DurationVar(&c.bmcIdle, "bmc-idle", 5*time.Minute, "a BMC session unused this long is logged out")
-	flag.StringVar(&c.pprofListen, "pprof-listen", "", "serve Go's /debug/pprof on this address (loopback only, e.g. 127.0.0.1:6060; empty: off)")
-	flag.DurationVar(&c.leaseTTL, "lease-ttl", store.DefaultLeaseTTL, "how long a run stays with an instance that stopped renewing its lease before another instance takes it over")
-	flag.DurationVar(&c.statsEvery, "stats-every", time.Minute, "log the store's write statistics and the active runs this often")
-	flag.StringVar(&c.instance, "instance-id", defaultInstanceID(), "this coordinator instance's name (leases, answers, logs); unique among instances sharing a database")
-	flag.Var(&tlsNames, "tls-name", "another DNS name or IP the gRPC server certificate carries, besides --advertise, 127.0.0.1 and localhost: "+
-		"a name operators give curectl --server (a DNS name, a VIP), which curectl verifies as given (repeatable)")
-	c.netboot.register(flag.CommandLine)
-	flag.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9464", "serve /metrics, /healthz and /readyz on this address (empty: off; keep it off the provisioning network)")
-	flag.StringVar(&c.webListen, "web-listen", "", "serve the web dashboard (TLS, operator client certificate required) on this address (empty: off)")
-	flag.Var(&webhooks, "webhook", "POST a signed JSON notification to this URL when a run ends or needs attention (repeatable; docs/OBSERVABILITY.md)")
-	flag.StringVar(&c.webhookSecret, "webhook-secret-file", "", "HMAC key of the webhook signature (default: webhook.secret in the state dir, created on first use)")
-	flag.Var(&imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
-	flag.StringVar(&c.toolBundle, "tool-bundle", "", "the tool bundle (make toolbundle: out/toolbundle/toolbundle.tar.zst) to serve to suites that run fio, stress-ng or iperf3, and to cure-tools in a node's debug shell (nvme-cli); the image pins the one it was built with")
+	registerFlags(flag.CommandLine, &c, &imports, &tlsNames, &webhooks)
 	var logLevel slog.Level
 	flag.TextVar(&logLevel, "log-level", slog.LevelInfo, "`level` of the log: debug, info, warn or error (debug adds every request, DHCP packet and Redfish call)")
 	flag.Parse()
@@ -191,25 +96,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "provisioner-lite: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
 	}
-	if c.claimSettle <= 0 {
-		fmt.Fprintf(os.Stderr, "provisioner-lite: --claim-settle %s: want a positive duration above the slowest server's power-on-to-iPXE time "+
-			"(a boot that does not attest is given secrets only after it)\n", c.claimSettle)
-		os.Exit(2)
-	}
-	c.imports = imports
-	c.tlsNames = tlsNames
-	c.procRoot = "/proc"
-	c.webhooks = webhooks
-	c.eventLimits.HardEvents = c.eventLimits.MaxEvents + store.DefaultEventLimits.HardEvents - store.DefaultEventLimits.MaxEvents
-	c.retention.BootTokens = store.DefaultRetention.BootTokens
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
-	slog.SetDefault(log)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, log, c); err != nil {
-		log.Error("provisioner-lite", "err", err)
-		os.Exit(1)
-	}
+	c.ImportArtifacts = imports
+	c.TLSNames = tlsNames
+	c.Webhooks = webhooks
+	c.EventLimits.HardEvents = c.EventLimits.MaxEvents + store.DefaultEventLimits.HardEvents - store.DefaultEventLimits.MaxEvents
+	c.Retention.BootTokens = store.DefaultRetention.BootTokens
+	return c, logLevel
 }
 
 func usage(w io.Writer) {
@@ -309,30 +201,13 @@ func initState(stateDir, operator, advertise, pxeIface, procRoot string, log *sl
 		}
 		r.advertise, r.advertiseWhy = a, why
 	}
-	if _, err := pki.IssueServerCert(pkiDir, serverHosts(r.advertise)); err != nil {
+	if _, err := pki.IssueServerCert(pkiDir, coordinator.ServerHosts(r.advertise)); err != nil {
 		return nil, err
 	}
 	if r.op, err = pki.IssueOperatorCert(pkiDir, operator, pki.RoleAdmin); err != nil {
 		return nil, err
 	}
 	return r, nil
-}
-
-// serverHosts are the names the server certificate carries: the address
-// nodes use, and loopback for curectl on the coordinator host.
-func serverHosts(advertise string, extra ...string) []string {
-	hosts := []string{"127.0.0.1", "localhost"}
-	if advertise != "" && advertise != "127.0.0.1" && advertise != "localhost" {
-		hosts = append([]string{advertise}, hosts...)
-	}
-	for _, h := range extra {
-		for _, n := range strings.Split(h, ",") {
-			if n = strings.TrimSpace(n); n != "" && !slices.Contains(hosts, n) {
-				hosts = append(hosts, n)
-			}
-		}
-	}
-	return hosts
 }
 
 func (r *initResult) print(w io.Writer) {
@@ -384,7 +259,7 @@ Next (README, "Set up a site"):
        curectl provision --watch NODE
 `, sd, rel(r.caFile), made(r.caCreated), r.caFingerprint, rel(filepath.Join(r.stateDir, statedir.KeyFile)), made(r.keyCreated),
 		r.advertise, r.advertiseWhy, r.op.Name, rel(r.op.CertFile), opWhat, r.op.NotAfter.Format(time.DateOnly),
-		sd, sd, sd, sd, r.advertise, sd, advertiseFlag, nonEmpty(r.pxeIface, "IFACE"), rel(r.caFile), rel(r.op.CertFile), rel(r.op.KeyFile))
+		sd, sd, sd, sd, r.advertise, sd, advertiseFlag, cmp.Or(r.pxeIface, "IFACE"), rel(r.caFile), rel(r.op.CertFile), rel(r.op.KeyFile))
 	if r.secureBootOffline {
 		fmt.Fprintf(w, "\nThe Secure Boot key is kept offline (%s has no key beside it): step 1 here builds no signed cure.efi;\n"+
 			"build and sign the image on the key host with %s copied there (docs/KEYS.md).\n", rel(filepath.Join(r.stateDir, "pki", pki.SecureBootCertFile)), rel(r.caFile))
@@ -502,414 +377,4 @@ func pkiCmd(args []string) int {
 	fmt.Printf("operator %s (%s): certificate %s, key %s (%s, valid until %s)\n", oc.Name, oc.Role, oc.CertFile, oc.KeyFile, what, oc.NotAfter.Format(time.DateOnly))
 	fmt.Printf("use: curectl --ca %s --cert %s --key %s ...\n", filepath.Join(pkiDir, pki.CACertFile), oc.CertFile, oc.KeyFile)
 	return 0
-}
-
-func run(ctx context.Context, log *slog.Logger, c config) error {
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-
-	// The same lint as `provisioner-lite check`, before anything is created:
-	// a site's mistake is reported whole, with file:line, instead of as a
-	// run that fails three times on a manifest it cannot read.
-	site := sitecheck.Site(c.manifestDir, c.nodesFile)
-	if err := site.Err(); err != nil {
-		return fmt.Errorf("refusing to start: %w\n(`provisioner-lite check --manifests %s --nodes %s` lists the same)", err, c.manifestDir, c.nodesFile)
-	}
-	// The listeners' caps fit the descriptors this process may open, or
-	// it refuses to start, saying what does not fit.
-	fdLimit, err := nofileLimit()
-	if err != nil {
-		return err
-	}
-	plan, err := planListeners(c, fdLimit)
-	if err != nil {
-		return err
-	}
-	plan.log(log)
-	if c.advertise == "" {
-		a, why, err := hostaddr.Advertise(nonEmpty(c.procRoot, "/proc"), c.pxeInterface, hostaddr.InterfaceAddrs)
-		if err != nil {
-			return err
-		}
-		log.Info("advertising the address nodes reach this coordinator at", "advertise", a, "chosen_as", why)
-		c.advertise = a
-	}
-
-	sd, err := statedir.Open(c.stateDir, log)
-	if err != nil {
-		return err
-	}
-	defer sd.Close()
-	pkiDir := sd.Join("pki")
-	caPEM, err := pki.EnsureCA(pkiDir)
-	if err != nil {
-		return err
-	}
-	// An image that trusts another CA boots runners that never register:
-	// refuse now, saying which state dir to build it from.
-	if ca, err := pki.CheckImageCA(c.imageDir, caPEM, c.stateDir); errors.Is(err, pki.ErrNoImageReport) {
-		log.Warn("the image's CA cannot be checked: if its runners do not register, rebuild it with cure-build --state-dir", "image_dir", c.imageDir, "err", err)
-	} else if err != nil {
-		return fmt.Errorf("refusing to start: %w", err)
-	} else {
-		log.Info("the image trusts this coordinator's CA", "image_dir", c.imageDir, "ca", ca.Fingerprint)
-	}
-	dsn := c.db
-	if dsn == "" {
-		dsn = sd.Join(statedir.DBFile)
-	} else if !store.IsPostgresDSN(dsn) {
-		return fmt.Errorf("--db %s: not a PostgreSQL DSN (postgres://… or host=… dbname=…); leave it empty for SQLite in the state dir", store.Redacted(dsn))
-	}
-	// Instances sharing a database must share the state key too (copy
-	// state.key and pki/ca*.pem to each instance's state dir): the secrets
-	// in the database are sealed with it.
-	st, err := store.OpenDSN(dsn, store.WithStateKey(sd.Key), store.WithInstance(c.instance), store.WithLeaseTTL(c.leaseTTL))
-	if err != nil {
-		return fmt.Errorf("open store: %w", err)
-	}
-	defer st.Close()
-	obs := newObservability(st)
-	notifier, err := newNotifier(c.webhooks, nonEmpty(c.webhookSecret, sd.Join("webhook.secret")), obs.m, log)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		// Queued webhooks get a few seconds; the rest are abandoned (logged).
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		notifier.Close(cctx)
-	}()
-
-	if c.nodesFile != "" {
-		for _, n := range site.Nodes {
-			if n.BMCInsecure {
-				log.Warn("BMC TLS verification is off for this node, as its inventory says: a peer on the BMC network can read its password",
-					"node", n.ID, "bmc", n.BMCURL)
-			}
-		}
-		// One transaction: the file is imported whole or not at all.
-		added, updated, err := st.PutNodes(ctx, site.Nodes, true)
-		if err != nil {
-			return fmt.Errorf("import %s: %w", c.nodesFile, err)
-		}
-		log.Info("node inventory imported", "file", c.nodesFile, "nodes", len(site.Nodes), "added", len(added), "updated", len(updated))
-		warnUnlistedNICs(ctx, st, site.Nodes, log)
-	}
-	artifactDir := sd.Join("artifacts")
-	for _, f := range c.imports {
-		sum, size, err := bootserver.ImportArtifact(artifactDir, f)
-		if err != nil {
-			return fmt.Errorf("import artifact %s: %w", f, err)
-		}
-		log.Info("artifact imported", "file", f, "sha256", sum, "size", size)
-	}
-	var toolBundle *pipeline.ToolBundle
-	if c.toolBundle != "" {
-		if toolBundle, err = importToolBundle(artifactDir, c.toolBundle); err != nil {
-			return err
-		}
-		log.Info("tool bundle served", "file", c.toolBundle, "sha256", toolBundle.SHA256, "size", toolBundle.Size, "tools", toolBundle.Tools)
-	}
-	if msg := imageToolBundleProblem(c.imageDir, toolBundle); msg != "" {
-		log.Warn(msg, "image_dir", c.imageDir)
-	}
-	// A SKU whose image is missing is not a reason to refuse: the image
-	// may be added while the coordinator runs (artifacts add).
-	site.Images(c.stateDir)
-	for _, p := range site.Problems {
-		log.Warn("the site is not ready to provision", "problem", p)
-	}
-
-	// Listeners first: the URLs nodes are given name the ports actually
-	// bound (":0" and inherited sockets work).
-	hl, err := openListener(c.httpListen)
-	if err != nil {
-		return fmt.Errorf("--http-listen: %w", err)
-	}
-	gl, err := openListener(c.grpcListen)
-	if err != nil {
-		hl.Close()
-		return fmt.Errorf("--grpc-listen: %w", err)
-	}
-	serving := false
-	defer func() {
-		if !serving {
-			hl.Close()
-			gl.Close()
-		}
-	}()
-	httpPort, grpcPort := listenerPort(hl), listenerPort(gl)
-	baseURL := "http://" + net.JoinHostPort(c.advertise, httpPort)
-	var htl net.Listener
-	httpsURL := ""
-	if c.httpsListen != "" {
-		if htl, err = openListener(c.httpsListen); err != nil {
-			return fmt.Errorf("--https-listen: %w", err)
-		}
-		defer func() {
-			if !serving {
-				htl.Close()
-			}
-		}()
-		httpsURL = "https://" + net.JoinHostPort(c.advertise, listenerPort(htl))
-	}
-
-	tlsCfg, err := pki.ServerTLSConfig(pkiDir, serverHosts(c.advertise, c.tlsNames...))
-	if err != nil {
-		return err
-	}
-	var httpsCfg *tls.Config
-	if htl != nil {
-		if httpsCfg, err = httpsBootTLS(pkiDir, c, log); err != nil {
-			return fmt.Errorf("refusing to start: --https-listen: %w", err)
-		}
-	}
-
-	c.netboot.pxeInterface = c.pxeInterface
-	nb, err := c.netboot.prepare(log)
-	if err != nil {
-		return err
-	}
-	ekRoots, err := loadEKRoots(c.ekRoots, log)
-	if err != nil {
-		return err
-	}
-	if err := attestationConfig(site.SKUs, catalogRequires(c.manifestDir), c.imageDir, ekRoots, log); err != nil {
-		return err
-	}
-	bmcs, err := newBMCConnector(c.bmcCA, c.timeouts.BMCCall, log)
-	if err != nil {
-		return err
-	}
-	bmcs.bootMode, bmcs.httpBootURI = nb.mode, nb.httpBootURI(baseURL)
-	if httpsURL != "" && nb.target == redfish.BootUefiHttp {
-		// Verified network boot: the firmware loads the signed image over
-		// HTTPS instead of iPXE over HTTP.
-		if _, err := os.Stat(filepath.Join(c.imageDir, bootserver.UKI)); err != nil {
-			log.Warn("UEFI HTTP boot points at the signed image, which is not built yet: build it with cure-build --state-dir (Secure Boot key in pki/)", "err", err)
-		}
-		bmcs.httpBootURI = httpsURL + "/image/" + bootserver.UKI
-	}
-	var groupKeys []string
-	for _, k := range strings.Split(c.powerGroups, ",") {
-		if k = strings.TrimSpace(k); k != "" {
-			groupKeys = append(groupKeys, k)
-		}
-	}
-	bmcPool := newBMCPool(bmcs, c.bmcIdle, c.bmcInflight, c.bmcLogins, &pacing.Pacer{Rate: c.powerRate, Burst: c.powerBurst}, groupKeys, log)
-	bmcPool.onRetry = obs.m.RedfishHTTPRetry
-	go bmcPool.run(ctx)
-	rec := audit.New(st, log, 0)
-	// What the audit budgets held back is summed periodically, and once
-	// more before the store closes.
-	go rec.Run(ctx)
-	defer rec.Flush(context.Background())
-	hub := sessions.NewHub()
-	catalog := &pipeline.Catalog{Dir: c.manifestDir}
-	// The pool hears every run's end and starts revalidation runs: it and
-	// the engine refer to each other, the engine's hook is set first.
-	var nodePool *pool.Pool
-	eng := pipeline.New(ctx, pipeline.Config{
-		Store: st, Hub: hub, Log: log, Audit: rec,
-		ConnectBMC:      bmcPool.connect,
-		Manifests:       catalog,
-		ArtifactDir:     artifactDir,
-		BaseURL:         baseURL,
-		BMCBaseURL:      c.bmcBaseURL,
-		RunnerAddr:      joinAddrs(nonEmpty(c.grpcAdv, net.JoinHostPort(c.advertise, grpcPort)), c.peerGRPC),
-		Timeouts:        c.timeouts,
-		Budgets:         c.budgets,
-		TokensPerWindow: c.tokensPerWindow,
-		ClaimSettle:     c.claimSettle,
-		BootIPUnbound:   !c.bindBootIP,
-		MaxRuns:         c.maxRuns,
-		NetBoot:         nb.target,
-		Metrics:         obs.m,
-		Notify:          runNotice(notifier, func(rn pipeline.RunNotice) { nodePool.RunEnded(ctx, rn.Run) }),
-		// A judgement that failed, or a day-0 run whose band filled
-		// without a later judgement of its SKU, is judged again within a
-		// minute (the pool then releases or quarantines the node).
-		FleetSweep: time.Minute,
-		OnFleetRejudged: func(ctx context.Context, nodeID, runID string, marginal bool, reason string) {
-			nodePool.FleetRejudged(ctx, nodeID, runID, marginal, reason)
-		},
-		ToolBundle: toolBundle,
-	})
-	nodePool = pool.New(pool.Config{Store: st, Starter: eng, Announce: poolNotice(notifier), CheckSuite: suiteCheck(catalog), Policies: catalog, Metrics: obs.m, Log: log})
-
-	bs, err := bootserver.New(bootserver.Config{ImageDir: c.imageDir, ArtifactDir: artifactDir, BaseURL: baseURL, Logger: log,
-		Limits: bootserver.Limits{MaxConns: plan.http.Conns, MaxConnsPerSource: plan.http.PerSource}, IPXEBuilds: nb.builds(), Served: obs.m.ArtifactServed}, eng)
-	if err != nil {
-		return err
-	}
-	httpSrv := bs.HTTPServer()
-
-	// Runners and operators share the listener: TLS verifies a client
-	// certificate when one is sent, and OperatorAuth lets only the runner
-	// session through without an operator certificate.
-	opts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, server.ServerOptions(server.Limits{})...)
-	opts = append(opts, server.OperatorAuth(rec, log)...)
-	gs := grpc.NewServer(opts...)
-	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Audit: rec, Guard: eng, Instance: c.instance,
-		BindPeer: c.bindBootIP, Limits: c.eventLimits, Metrics: obs.m, Attestation: &pipeline.AttestPolicy{Catalog: catalog, ImageDir: c.imageDir, Log: log},
-		EKRoots: ekRoots, OnMeasurementDrift: quarantineOnDrift(nodePool, log)})
-	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng, Canceler: eng, Pool: nodePool, Instance: c.instance,
-		KnownSKU: sitecheck.KnownSKU(c.manifestDir), BMCCADir: sd.Join("bmc-ca"), Log: log, OnMeasurementsAccepted: reconsiderOnAccept(nodePool, log)})
-
-	errc := make(chan error, 4)
-	nb.onUnknownMAC = func(ctx context.Context, mac, source string) { eng.UnknownMAC(ctx, mac, "proxy DHCP", source) }
-	stopNetboot, err := nb.start(ctx, log, bs.ScriptURL(), baseURL, st, errc)
-	if err != nil {
-		return err
-	}
-	defer stopNetboot()
-	serving = true
-	bootLn, grpcLn := bs.Listener(hl), limited(gl, "grpc", plan.grpc, log)
-	var httpsLn *peerlimit.Listener
-	go func() { errc <- httpSrv.Serve(bootLn) }()
-	go func() { errc <- gs.Serve(grpcLn) }()
-	if htl != nil {
-		httpsSrv := bs.HTTPServer()
-		httpsLn = httpsBootListener(htl, plan, log)
-		go func() { errc <- httpsSrv.Serve(tls.NewListener(httpsLn, httpsCfg)) }()
-		defer httpsSrv.Close()
-		log.Info("HTTPS boot listener", "addr", htl.Addr().String(), "url", httpsURL, "http_boot_uri", bmcs.httpBootURI)
-	}
-	obs.h.Listener("http", true)
-	obs.h.Listener("grpc", true)
-	metricsLn, err := obs.serve(ctx, c.metricsListen, plan.metrics, log)
-	if err != nil {
-		return err
-	}
-	obs.admission = poolAdmission(nodePool)
-	webLn, err := obs.serveDashboard(ctx, c.webListen, tlsCfg, st, plan.web, c.conns, log)
-	if err != nil {
-		return err
-	}
-	c.retention.Fleet = fleetRetention(c.retention.Fleet, c.manifestDir, site.Suites, log)
-	go flushRefusals(ctx, 10*time.Second, bootLn, httpsLn, grpcLn, metricsLn, webLn)
-	go st.Maintain(ctx, 10*time.Minute, c.retention, log)
-	n, err := eng.Resume(ctx)
-	if err != nil && ctx.Err() == nil {
-		return err
-	}
-	if c.pprofListen != "" {
-		if err := servePprof(ctx, c.pprofListen, log); err != nil {
-			return err
-		}
-	}
-	go eng.RunLeases(ctx)
-	go nodePool.Run(ctx, time.Minute)
-	go func() {
-		if c.statsEvery <= 0 {
-			return // --stats-every 0: no periodic statistics
-		}
-		t := time.NewTicker(c.statsEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				logStats(log, st, eng)
-			}
-		}
-	}()
-	log.Info("provisioner-lite ready", "instance", c.instance, "db", st.Path(), "http", hl.Addr().String(), "grpc", gl.Addr().String(), "advertise", c.advertise, "resumed_runs", n, "state", sd.Path)
-
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("server", "err", err)
-		}
-	}
-	obs.h.ShuttingDown()
-	log.Info("shutting down; active runs resume at next start")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = httpSrv.Shutdown(sctx)
-	gs.Stop()
-	stop()
-	eng.Wait()
-	// Hand the interrupted runs' leases back: a peer instance (or this one,
-	// restarted) takes them over at once instead of after the lease TTL.
-	eng.ReleaseAll(sctx)
-	logStats(log, st, eng)
-	return nil
-}
-
-// defaultInstanceID is the host name: stable across restarts, so a restarted
-// instance takes its own runs back at once instead of waiting for their leases.
-func defaultInstanceID() string {
-	h, err := os.Hostname()
-	if err != nil || h == "" {
-		return "cure-1"
-	}
-	return h
-}
-
-// logStats logs the store's cumulative write counters (the fleet simulator
-// reads commits= from the last line of each process).
-func logStats(log *slog.Logger, st *store.Store, eng *pipeline.Engine) {
-	s := st.Stats()
-	var avg time.Duration
-	if s.Commits > 0 {
-		avg = s.CommitTime / time.Duration(s.Commits)
-	}
-	log.Info("store stats", "commits", s.Commits, "ops", s.Ops, "batched_ops", s.BatchedOps, "max_batch", s.MaxBatch,
-		"failed_commits", s.FailedCommits, "commit_avg", avg, "active_runs", eng.Active())
-}
-
-// joinAddrs is the cure.coordinator list: this instance first, then its peers.
-func joinAddrs(own, peers string) string {
-	out := []string{own}
-	for _, p := range strings.Split(peers, ",") {
-		if p = strings.TrimSpace(p); p != "" && p != own {
-			out = append(out, p)
-		}
-	}
-	return strings.Join(out, ",")
-}
-
-func nonEmpty(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
-// loadEKRoots reads --ek-roots; without it EKs are trusted on first use,
-// which the log says once at start.
-func loadEKRoots(dir string, log *slog.Logger) (*attestation.EKRoots, error) {
-	if dir == "" {
-		log.Warn("no --ek-roots: a node's endorsement key is trusted on first use unless the nodes file pins its ek_sha256, except on a SKU that requires attestation, where only a pinned EK enrols (docs/SECURITY.md)")
-		return nil, nil
-	}
-	r, err := attestation.LoadEKRoots(dir)
-	if err != nil {
-		return nil, fmt.Errorf("--ek-roots: %w", err)
-	}
-	log.Info("EK certificates must chain to the EK roots", "dir", dir, "roots", r.Count)
-	return r, nil
-}
-
-// quarantineOnDrift keeps a node whose firmware measurements drifted out
-// of service in the pool (the hold itself is in the store already).
-func quarantineOnDrift(p *pool.Pool, log *slog.Logger) func(ctx context.Context, nodeID, runID, detail string) {
-	return func(ctx context.Context, nodeID, runID, detail string) {
-		if err := p.Quarantine(ctx, nodeID, runID, "firmware measurement drift: "+detail); err != nil {
-			log.Error("node not quarantined after a measurement drift (its hold still keeps its boots out)", "node", nodeID, "run", runID, "err", err)
-		}
-	}
-}
-
-// reconsiderOnAccept lets the pool judge a node's admission again once
-// an admin accepted its drifted measurements.
-func reconsiderOnAccept(p *pool.Pool, log *slog.Logger) func(ctx context.Context, nodeID, actor, reason string) {
-	return func(ctx context.Context, nodeID, actor, reason string) {
-		if err := p.Reconsider(ctx, nodeID, actor, "firmware measurements accepted: "+reason); err != nil {
-			log.Error("node's admission not reconsidered after its measurements were accepted", "node", nodeID, "err", err)
-		}
-	}
 }

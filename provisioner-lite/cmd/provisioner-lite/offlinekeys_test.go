@@ -141,7 +141,7 @@ func TestOfflineListenerExpiryWarned(t *testing.T) {
 	s.exportListener(t, s.keys, "127.0.0.1", 10*24*time.Hour, time.Now())
 	logs := &syncBuf{}
 	cfg := testConfig(s.state)
-	cfg.httpsListen = "127.0.0.1:0"
+	cfg.HTTPSListen = "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, slog.New(slog.NewTextHandler(logs, nil)), cfg) }()
@@ -190,7 +190,7 @@ func (s *offlineSite) exportListener(t *testing.T, keys, host string, validity t
 func runUntilRefused(t *testing.T, state string) error {
 	t.Helper()
 	cfg := testConfig(state)
-	cfg.httpsListen = "127.0.0.1:0"
+	cfg.HTTPSListen = "127.0.0.1:0"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := run(ctx, slog.New(slog.DiscardHandler), cfg)

@@ -1,39 +1,14 @@
 package main
 
 import (
-	"crypto/tls"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 )
-
-// httpsBootTLS is the HTTPS boot listener's TLS configuration, checked
-// before anything serves: an offline-issued listener certificate that
-// firmware would refuse stops the start; one expiring within 30 days is
-// warned about at every start.
-func httpsBootTLS(pkiDir string, c config, log *slog.Logger) (*tls.Config, error) {
-	now := time.Now()
-	cfg, boot, err := pki.HTTPSTLSConfig(pkiDir, serverHosts(c.advertise, c.tlsNames...), []string{c.advertise}, now)
-	if err != nil {
-		return nil, err
-	}
-	if !boot.Offline {
-		log.Info("HTTPS boot listener certificate issued by the boot CA's key in the state dir", "not_after", boot.NotAfter.UTC().Format(time.RFC3339))
-		return cfg, nil
-	}
-	if left := boot.NotAfter.Sub(now); left < pki.ListenerRenewWarning {
-		log.Warn("the HTTPS boot listener's certificate expires soon: reissue it on the key host (provisioner-lite pki offline --host ...) and copy it here (docs/KEYS.md)",
-			"file", boot.File, "not_after", boot.NotAfter.UTC().Format(time.RFC3339), "days_left", int(left.Hours()/24))
-	} else {
-		log.Info("HTTPS boot listener certificate issued offline", "file", boot.File, "not_after", boot.NotAfter.UTC().Format(time.RFC3339))
-	}
-	return cfg, nil
-}
 
 // pkiOfflineCmd runs on the host that keeps the Secure Boot and boot CA
 // keys (docs/KEYS.md): it creates them if absent, issues the HTTPS boot

@@ -133,7 +133,7 @@ func TestCheckLintsSiteConfig(t *testing.T) {
 	// The coordinator runs the same lint and refuses before it creates anything.
 	state := filepath.Join(t.TempDir(), "state")
 	c := testConfig(state)
-	c.manifestDir, c.nodesFile = man, filepath.Join(site, "nodes.yaml")
+	c.ManifestDir, c.NodesFile = man, filepath.Join(site, "nodes.yaml")
 	err := run(context.Background(), slog.New(slog.DiscardHandler), c)
 	if err == nil || !strings.Contains(err.Error(), "refusing to start: 13 problem(s)") || !strings.Contains(err.Error(), want[5]) {
 		t.Fatalf("coordinator on a bad site: %v", err)
@@ -197,7 +197,7 @@ func TestImageCAMismatchRefused(t *testing.T) {
 	img := filepath.Join(root, "image-other")
 	writeImage(t, img, other)
 	c := testConfig(state)
-	c.imageDir = img
+	c.ImageDir = img
 	err = run(context.Background(), log, c)
 	if err == nil || !strings.Contains(err.Error(), "trusts another CA than this coordinator's") ||
 		!strings.Contains(err.Error(), "cure-build --state-dir "+state) || !strings.Contains(err.Error(), "never register") {
@@ -209,7 +209,7 @@ func TestImageCAMismatchRefused(t *testing.T) {
 	// An image whose report names no CA cannot be trusted either.
 	img = filepath.Join(root, "image-noca")
 	writeImage(t, img, nil)
-	c.imageDir = img
+	c.ImageDir = img
 	if err := run(context.Background(), log, c); err == nil || !strings.Contains(err.Error(), "records no CA") {
 		t.Fatalf("image without a CA: %v", err)
 	}
@@ -223,7 +223,7 @@ func TestImageCAMismatchRefused(t *testing.T) {
 	// The image built from this state dir: the coordinator starts.
 	img = filepath.Join(root, "image-own")
 	writeImage(t, img, own)
-	c.imageDir = img
+	c.ImageDir = img
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := run(ctx, log, c); err != nil {

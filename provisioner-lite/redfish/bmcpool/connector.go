@@ -1,4 +1,4 @@
-package main
+package bmcpool
 
 import (
 	"context"
@@ -14,28 +14,28 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
-// bmcConnector opens Redfish clients with each node's TLS policy from the
+// Connector opens Redfish clients with each node's TLS policy from the
 // inventory: its pinned fingerprint, else its caFile, else --bmc-ca, else
 // the system roots; insecure only where the node says so. CA files are read
 // once each; passwords are read at every connection (env or file
 // references), so a rotated password needs no restart.
-type bmcConnector struct {
+type Connector struct {
 	defaultCA string // --bmc-ca; "" = the system roots
 	timeout   time.Duration
 	log       *slog.Logger
-	// bootMode and httpBootURI go to every client (--boot-mode; the iPXE
+	// BootMode and HTTPBootURI go to every client (--boot-mode; the iPXE
 	// EFI build's URL for UefiHttp overrides).
-	bootMode    redfish.BootModePolicy
-	httpBootURI string
+	BootMode    redfish.BootModePolicy
+	HTTPBootURI string
 
 	mu    sync.Mutex
 	pools map[string]*x509.CertPool // CA file -> its certificates
 }
 
-// newBMCConnector checks --bmc-ca at start: a bad bundle is a startup error,
+// NewConnector checks --bmc-ca at start: a bad bundle is a startup error,
 // not a failure of the first run.
-func newBMCConnector(defaultCA string, timeout time.Duration, log *slog.Logger) (*bmcConnector, error) {
-	b := &bmcConnector{defaultCA: defaultCA, timeout: timeout, log: log, pools: map[string]*x509.CertPool{}}
+func NewConnector(defaultCA string, timeout time.Duration, log *slog.Logger) (*Connector, error) {
+	b := &Connector{defaultCA: defaultCA, timeout: timeout, log: log, pools: map[string]*x509.CertPool{}}
 	if defaultCA != "" {
 		if _, err := b.pool(defaultCA); err != nil {
 			return nil, fmt.Errorf("--bmc-ca: %w", err)
@@ -44,7 +44,7 @@ func newBMCConnector(defaultCA string, timeout time.Duration, log *slog.Logger) 
 	return b, nil
 }
 
-func (b *bmcConnector) pool(path string) (*x509.CertPool, error) {
+func (b *Connector) pool(path string) (*x509.CertPool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if p, ok := b.pools[path]; ok {
@@ -58,8 +58,8 @@ func (b *bmcConnector) pool(path string) (*x509.CertPool, error) {
 	return p, nil
 }
 
-// endpoint is node n's BMC as redfish.Connect takes it.
-func (b *bmcConnector) endpoint(n store.Node) (redfish.Endpoint, error) {
+// Endpoint is node n's BMC as redfish.Connect takes it.
+func (b *Connector) Endpoint(n store.Node) (redfish.Endpoint, error) {
 	pw, err := nodes.ResolvePassword(n)
 	if err != nil {
 		return redfish.Endpoint{}, err
@@ -78,12 +78,13 @@ func (b *bmcConnector) endpoint(n store.Node) (redfish.Endpoint, error) {
 	return ep, nil
 }
 
-// connect is pipeline.Config.ConnectBMC.
-func (b *bmcConnector) connect(ctx context.Context, n store.Node) (pipeline.BMC, error) {
-	ep, err := b.endpoint(n)
+// Connect is a Redfish client of its own (pipeline.Config.ConnectBMC
+// without the pool).
+func (b *Connector) Connect(ctx context.Context, n store.Node) (pipeline.BMC, error) {
+	ep, err := b.Endpoint(n)
 	if err != nil {
 		return nil, err
 	}
 	return redfish.Connect(ctx, ep, redfish.Options{Timeout: b.timeout, Logger: b.log.With("node", n.ID),
-		BootMode: b.bootMode, HTTPBootURI: b.httpBootURI})
+		BootMode: b.BootMode, HTTPBootURI: b.HTTPBootURI})
 }

@@ -1,4 +1,4 @@
-package main
+package bmcpool
 
 import (
 	"context"
@@ -45,7 +45,7 @@ func TestBMCEndpointPolicy(t *testing.T) {
 	siteCA, nodeCA := filepath.Join(dir, "site.pem"), filepath.Join(dir, "node.pem")
 	writeCAFile(t, siteCA)
 	writeCAFile(t, nodeCA)
-	b, err := newBMCConnector(siteCA, time.Second, quiet())
+	b, err := NewConnector(siteCA, time.Second, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,40 +57,40 @@ func TestBMCEndpointPolicy(t *testing.T) {
 	defCA := with("default-ca", func(*store.Node) {})
 	insecure := with("insecure", func(n *store.Node) { n.BMCInsecure = true; n.BMCURL = "http://10.0.0.1" })
 
-	ep, err := b.endpoint(pinned)
+	ep, err := b.Endpoint(pinned)
 	if err != nil || ep.Fingerprint != pin || ep.RootCAs != nil || ep.Insecure || ep.Password != "pw" {
 		t.Errorf("pinned node: %+v, %v; want the pin and no CA pool", ep, err)
 	}
-	epOwn, err := b.endpoint(ownCA)
+	epOwn, err := b.Endpoint(ownCA)
 	if err != nil || epOwn.RootCAs == nil || epOwn.Fingerprint != "" {
 		t.Fatalf("node with caFile: %+v, %v", epOwn, err)
 	}
-	epDef, err := b.endpoint(defCA)
+	epDef, err := b.Endpoint(defCA)
 	if err != nil || epDef.RootCAs == nil {
 		t.Fatalf("node without caFile: %+v, %v", epDef, err)
 	}
 	if epOwn.RootCAs.Equal(epDef.RootCAs) {
 		t.Error("the node's caFile did not override --bmc-ca")
 	}
-	ep, err = b.endpoint(insecure)
+	ep, err = b.Endpoint(insecure)
 	if err != nil || !ep.Insecure || ep.RootCAs != nil || ep.Fingerprint != "" {
 		t.Errorf("insecure node: %+v, %v", ep, err)
 	}
 	// CA files are read once: gone from disk, the pools still serve.
 	os.Remove(nodeCA)
 	os.Remove(siteCA)
-	if again, err := b.endpoint(ownCA); err != nil || again.RootCAs != epOwn.RootCAs {
+	if again, err := b.Endpoint(ownCA); err != nil || again.RootCAs != epOwn.RootCAs {
 		t.Errorf("second endpoint for the same caFile: new pool %v or error %v", again.RootCAs != epOwn.RootCAs, err)
 	}
 	// No --bmc-ca and no caFile: nil, the system roots.
-	sys, _ := newBMCConnector("", time.Second, quiet())
-	if ep, err := sys.endpoint(defCA); err != nil || ep.RootCAs != nil {
+	sys, _ := NewConnector("", time.Second, quiet())
+	if ep, err := sys.Endpoint(defCA); err != nil || ep.RootCAs != nil {
 		t.Errorf("without --bmc-ca: %+v, %v; want nil RootCAs (system roots)", ep, err)
 	}
-	if _, err := newBMCConnector(filepath.Join(dir, "missing.pem"), time.Second, quiet()); err == nil || !strings.Contains(err.Error(), "--bmc-ca") {
+	if _, err := NewConnector(filepath.Join(dir, "missing.pem"), time.Second, quiet()); err == nil || !strings.Contains(err.Error(), "--bmc-ca") {
 		t.Errorf("missing --bmc-ca file: %v", err)
 	}
-	if _, err := b.endpoint(with("nopw", func(n *store.Node) { n.BMCPassword = "" })); err == nil || !strings.Contains(err.Error(), "node nopw") {
+	if _, err := b.Endpoint(with("nopw", func(n *store.Node) { n.BMCPassword = "" })); err == nil || !strings.Contains(err.Error(), "node nopw") {
 		t.Errorf("node without a password: %v", err)
 	}
 }
@@ -108,11 +108,11 @@ func TestBMCConnectPinned(t *testing.T) {
 	}
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
 	t.Setenv("CURE_TEST_BMC_PASSWORD", "password")
-	b, _ := newBMCConnector("", 5*time.Second, quiet())
+	b, _ := NewConnector("", 5*time.Second, quiet())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	n := store.Node{ID: "n1", BMCURL: srv.URL, BMCUser: "admin", BMCPasswordRef: "env:CURE_TEST_BMC_PASSWORD", BMCFingerprint: srv.Fingerprint()}
-	c, err := b.connect(ctx, n)
+	c, err := b.Connect(ctx, n)
 	if err != nil {
 		t.Fatalf("pinned BMC: %v", err)
 	}
@@ -121,7 +121,7 @@ func TestBMCConnectPinned(t *testing.T) {
 	}
 	c.Close(ctx)
 	n.BMCFingerprint = ""
-	if _, err := b.connect(ctx, n); err == nil || !strings.Contains(err.Error(), "fingerprint: "+srv.Fingerprint()) {
+	if _, err := b.Connect(ctx, n); err == nil || !strings.Contains(err.Error(), "fingerprint: "+srv.Fingerprint()) {
 		t.Fatalf("unpinned self-signed BMC: %v; want a refusal naming its fingerprint", err)
 	}
 }

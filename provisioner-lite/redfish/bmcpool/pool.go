@@ -1,4 +1,8 @@
-package main
+// Package bmcpool keeps one Redfish session per BMC across the pipeline's
+// steps, bounds the calls and logins in flight, and paces power-ons per
+// power group. Its Connector opens a node's BMC with the TLS policy its
+// inventory entry gives.
+package bmcpool
 
 import (
 	"context"
@@ -16,13 +20,13 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
-// bmcPool keeps one Redfish session and HTTP transport per BMC across the
+// Pool keeps one Redfish session and HTTP transport per BMC across the
 // pipeline's steps (a run used to log in four times, and BMCs cap their
 // sessions), limits the calls in flight per BMC and the logins in flight
 // overall (a fleet start must not open thousands of TLS handshakes at once),
 // and paces power-ons per PDU or rack.
-type bmcPool struct {
-	conn        *bmcConnector
+type Pool struct {
+	conn        *Connector
 	idle        time.Duration
 	maxInflight int
 	logins      chan struct{}
@@ -31,15 +35,15 @@ type bmcPool struct {
 	log         *slog.Logger
 	// dial is redfish.Connect; tests count it.
 	dial func(ctx context.Context, ep redfish.Endpoint, o redfish.Options) (*redfish.Client, error)
-	// onRetry hears of BMC requests the transport retried (metrics).
-	onRetry func(status int)
+	// OnRetry hears of BMC requests the transport retried (metrics).
+	OnRetry func(status int)
 
 	mu      sync.Mutex
-	entries map[string]*bmcEntry
+	entries map[string]*entry
 	logged  atomic.Int64 // sessions opened
 }
 
-type bmcEntry struct {
+type entry struct {
 	key      string
 	client   *redfish.Client
 	err      error
@@ -49,9 +53,13 @@ type bmcEntry struct {
 	lastUsed time.Time
 }
 
-func newBMCPool(conn *bmcConnector, idle time.Duration, maxInflight, maxLogins int, pacer *pacing.Pacer, groupKeys []string, log *slog.Logger) *bmcPool {
-	return &bmcPool{conn: conn, idle: idle, maxInflight: max(maxInflight, 1), logins: make(chan struct{}, max(maxLogins, 1)),
-		pacer: pacer, groupKeys: groupKeys, log: log, dial: redfish.Connect, entries: map[string]*bmcEntry{}}
+// New pools conn's sessions: idle is how long an unused session stays
+// logged in, maxInflight the calls in flight per BMC, maxLogins the logins
+// in flight over all BMCs; pacer (nil: none) paces power-ons per group, the
+// first of groupKeys a node carries as a label naming its group.
+func New(conn *Connector, idle time.Duration, maxInflight, maxLogins int, pacer *pacing.Pacer, groupKeys []string, log *slog.Logger) *Pool {
+	return &Pool{conn: conn, idle: idle, maxInflight: max(maxInflight, 1), logins: make(chan struct{}, max(maxLogins, 1)),
+		pacer: pacer, groupKeys: groupKeys, log: log, dial: redfish.Connect, entries: map[string]*entry{}}
 }
 
 // entryKey identifies a BMC and everything its session depends on: a new
@@ -62,9 +70,10 @@ func entryKey(ep redfish.Endpoint, n store.Node) string {
 	return fmt.Sprintf("%s|%s|%s|%s|%t|%x", ep.URL, ep.Username, ep.Fingerprint, n.BMCCAFile, ep.Insecure, h.Sum(nil)[:8])
 }
 
-// connect is pipeline.Config.ConnectBMC.
-func (p *bmcPool) connect(ctx context.Context, n store.Node) (pipeline.BMC, error) {
-	ep, err := p.conn.endpoint(n)
+// Connect is pipeline.Config.ConnectBMC: a handle on the BMC's pooled
+// session, which Close gives back.
+func (p *Pool) Connect(ctx context.Context, n store.Node) (pipeline.BMC, error) {
+	ep, err := p.conn.Endpoint(n)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +82,7 @@ func (p *bmcPool) connect(ctx context.Context, n store.Node) (pipeline.BMC, erro
 	e := p.entries[key]
 	creator := e == nil
 	if creator {
-		e = &bmcEntry{key: key, ready: make(chan struct{}), sem: make(chan struct{}, p.maxInflight)}
+		e = &entry{key: key, ready: make(chan struct{}), sem: make(chan struct{}, p.maxInflight)}
 		p.entries[key] = e
 	}
 	e.refs++
@@ -97,10 +106,10 @@ func (p *bmcPool) connect(ctx context.Context, n store.Node) (pipeline.BMC, erro
 		p.release(e)
 		return nil, e.err
 	}
-	return &bmcHandle{Client: e.client, e: e, p: p, group: pacing.Group(n.Labels, p.groupKeys)}, nil
+	return &handle{Client: e.client, e: e, p: p, group: pacing.Group(n.Labels, p.groupKeys)}, nil
 }
 
-func (p *bmcPool) login(ctx context.Context, ep redfish.Endpoint, n store.Node) (*redfish.Client, error) {
+func (p *Pool) login(ctx context.Context, ep redfish.Endpoint, n store.Node) (*redfish.Client, error) {
 	select {
 	case p.logins <- struct{}{}:
 	case <-ctx.Done():
@@ -109,8 +118,8 @@ func (p *bmcPool) login(ctx context.Context, ep redfish.Endpoint, n store.Node) 
 	defer func() { <-p.logins }()
 	// The boot mode policy and the UefiHttp URI (--boot-mode, --https-listen)
 	// go to pooled clients as to direct ones.
-	c, err := p.dial(ctx, ep, redfish.Options{Timeout: p.conn.timeout, Logger: p.log.With("node", n.ID), OnRetry: p.onRetry,
-		BootMode: p.conn.bootMode, HTTPBootURI: p.conn.httpBootURI})
+	c, err := p.dial(ctx, ep, redfish.Options{Timeout: p.conn.timeout, Logger: p.log.With("node", n.ID), OnRetry: p.OnRetry,
+		BootMode: p.conn.BootMode, HTTPBootURI: p.conn.HTTPBootURI})
 	if err == nil {
 		p.logged.Add(1)
 	}
@@ -121,7 +130,7 @@ func (p *bmcPool) login(ctx context.Context, ep redfish.Endpoint, n store.Node) 
 // session's idle connection: the next step comes minutes later (a reboot,
 // a validation), and the session token outlives a TCP connection, so only
 // a handshake is paid again.
-func (p *bmcPool) release(e *bmcEntry) {
+func (p *Pool) release(e *entry) {
 	p.mu.Lock()
 	e.refs--
 	e.lastUsed = time.Now()
@@ -141,9 +150,9 @@ func (p *bmcPool) release(e *bmcEntry) {
 }
 
 // evictIdle logs out of the sessions nobody used for the idle time.
-func (p *bmcPool) evictIdle(ctx context.Context, now time.Time) int {
+func (p *Pool) evictIdle(ctx context.Context, now time.Time) int {
 	p.mu.Lock()
-	var victims []*bmcEntry
+	var victims []*entry
 	for k, e := range p.entries {
 		select {
 		case <-e.ready:
@@ -164,8 +173,8 @@ func (p *bmcPool) evictIdle(ctx context.Context, now time.Time) int {
 	return len(victims)
 }
 
-// run evicts idle sessions until ctx ends, then logs out of all of them.
-func (p *bmcPool) run(ctx context.Context) {
+// Run evicts idle sessions until ctx ends, then logs out of all of them.
+func (p *Pool) Run(ctx context.Context) {
 	t := time.NewTicker(max(p.idle/4, time.Second))
 	defer t.Stop()
 	for {
@@ -181,18 +190,18 @@ func (p *bmcPool) run(ctx context.Context) {
 	}
 }
 
-// bmcHandle is one pipeline step's use of a pooled session: Close gives it
+// handle is one pipeline step's use of a pooled session: Close gives it
 // back instead of logging out; calls wait for a slot of their BMC; power-ons
 // wait for their group's pacing.
-type bmcHandle struct {
+type handle struct {
 	*redfish.Client
-	e      *bmcEntry
-	p      *bmcPool
+	e      *entry
+	p      *Pool
 	group  string
 	closed atomic.Bool
 }
 
-func (h *bmcHandle) acquire(ctx context.Context) error {
+func (h *handle) acquire(ctx context.Context) error {
 	select {
 	case h.e.sem <- struct{}{}:
 		return nil
@@ -201,9 +210,9 @@ func (h *bmcHandle) acquire(ctx context.Context) error {
 	}
 }
 
-func (h *bmcHandle) done() { <-h.e.sem }
+func (h *handle) done() { <-h.e.sem }
 
-func (h *bmcHandle) pace(ctx context.Context) error {
+func (h *handle) pace(ctx context.Context) error {
 	d, err := h.p.pacer.Wait(ctx, h.group)
 	if d > 0 {
 		h.p.log.Debug("power-on paced", "group", h.group, "waited", d)
@@ -212,14 +221,14 @@ func (h *bmcHandle) pace(ctx context.Context) error {
 }
 
 // Close returns the session to the pool.
-func (h *bmcHandle) Close(context.Context) error {
+func (h *handle) Close(context.Context) error {
 	if h.closed.CompareAndSwap(false, true) {
 		h.p.release(h.e)
 	}
 	return nil
 }
 
-func (h *bmcHandle) PowerState(ctx context.Context) (string, error) {
+func (h *handle) PowerState(ctx context.Context) (string, error) {
 	if err := h.acquire(ctx); err != nil {
 		return "", err
 	}
@@ -227,7 +236,7 @@ func (h *bmcHandle) PowerState(ctx context.Context) (string, error) {
 	return h.Client.PowerState(ctx)
 }
 
-func (h *bmcHandle) PowerOn(ctx context.Context) error {
+func (h *handle) PowerOn(ctx context.Context) error {
 	if err := h.pace(ctx); err != nil {
 		return err
 	}
@@ -238,7 +247,7 @@ func (h *bmcHandle) PowerOn(ctx context.Context) error {
 	return h.Client.PowerOn(ctx)
 }
 
-func (h *bmcHandle) PowerOff(ctx context.Context, force bool) error {
+func (h *handle) PowerOff(ctx context.Context, force bool) error {
 	if err := h.acquire(ctx); err != nil {
 		return err
 	}
@@ -247,7 +256,7 @@ func (h *bmcHandle) PowerOff(ctx context.Context, force bool) error {
 }
 
 // Reset paces the resets that power a node on from off.
-func (h *bmcHandle) Reset(ctx context.Context, resetType string) error {
+func (h *handle) Reset(ctx context.Context, resetType string) error {
 	switch resetType {
 	case "On", "ForceOn", "PowerCycle":
 		if err := h.pace(ctx); err != nil {
@@ -261,7 +270,7 @@ func (h *bmcHandle) Reset(ctx context.Context, resetType string) error {
 	return h.Client.Reset(ctx, resetType)
 }
 
-func (h *bmcHandle) SetBootOverride(ctx context.Context, target redfish.BootTarget, once bool) error {
+func (h *handle) SetBootOverride(ctx context.Context, target redfish.BootTarget, once bool) error {
 	if err := h.acquire(ctx); err != nil {
 		return err
 	}
@@ -269,7 +278,7 @@ func (h *bmcHandle) SetBootOverride(ctx context.Context, target redfish.BootTarg
 	return h.Client.SetBootOverride(ctx, target, once)
 }
 
-func (h *bmcHandle) FirmwareInventory(ctx context.Context) ([]redfish.FirmwareItem, error) {
+func (h *handle) FirmwareInventory(ctx context.Context) ([]redfish.FirmwareItem, error) {
 	if err := h.acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -277,7 +286,7 @@ func (h *bmcHandle) FirmwareInventory(ctx context.Context) ([]redfish.FirmwareIt
 	return h.Client.FirmwareInventory(ctx)
 }
 
-func (h *bmcHandle) BiosAttributes(ctx context.Context) (map[string]any, error) {
+func (h *handle) BiosAttributes(ctx context.Context) (map[string]any, error) {
 	if err := h.acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -285,7 +294,7 @@ func (h *bmcHandle) BiosAttributes(ctx context.Context) (map[string]any, error) 
 	return h.Client.BiosAttributes(ctx)
 }
 
-func (h *bmcHandle) SetBiosAttributes(ctx context.Context, attrs map[string]any) error {
+func (h *handle) SetBiosAttributes(ctx context.Context, attrs map[string]any) error {
 	if err := h.acquire(ctx); err != nil {
 		return err
 	}
@@ -296,7 +305,7 @@ func (h *bmcHandle) SetBiosAttributes(ctx context.Context, attrs map[string]any)
 // The health reads take a slot of their BMC like every other call: a
 // validate phase polls the sensors while other steps may use the session.
 
-func (h *bmcHandle) Sensors(ctx context.Context) (*redfish.Sensors, error) {
+func (h *handle) Sensors(ctx context.Context) (*redfish.Sensors, error) {
 	if err := h.acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -304,7 +313,7 @@ func (h *bmcHandle) Sensors(ctx context.Context) (*redfish.Sensors, error) {
 	return h.Client.Sensors(ctx)
 }
 
-func (h *bmcHandle) PowerSupplies(ctx context.Context) ([]redfish.Part, error) {
+func (h *handle) PowerSupplies(ctx context.Context) ([]redfish.Part, error) {
 	if err := h.acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -312,7 +321,7 @@ func (h *bmcHandle) PowerSupplies(ctx context.Context) ([]redfish.Part, error) {
 	return h.Client.PowerSupplies(ctx)
 }
 
-func (h *bmcHandle) Fans(ctx context.Context) ([]redfish.Part, error) {
+func (h *handle) Fans(ctx context.Context) ([]redfish.Part, error) {
 	if err := h.acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -320,7 +329,7 @@ func (h *bmcHandle) Fans(ctx context.Context) ([]redfish.Part, error) {
 	return h.Client.Fans(ctx)
 }
 
-func (h *bmcHandle) EventLog(ctx context.Context, since, until time.Time, max int) (*redfish.EventLog, error) {
+func (h *handle) EventLog(ctx context.Context, since, until time.Time, max int) (*redfish.EventLog, error) {
 	if err := h.acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -328,4 +337,4 @@ func (h *bmcHandle) EventLog(ctx context.Context, since, until time.Time, max in
 	return h.Client.EventLog(ctx, since, until, max)
 }
 
-var _ pipeline.BMCHealth = (*bmcHandle)(nil)
+var _ pipeline.BMCHealth = (*handle)(nil)

@@ -1,4 +1,4 @@
-package main
+package bmcpool
 
 import (
 	"context"
@@ -39,12 +39,12 @@ func pooledBMCServer(t *testing.T) (*vbmc.BMC, *vbmc.Server, store.Node) {
 // logged out; a new password makes a new session.
 func TestBMCPoolOneSessionPerBMC(t *testing.T) {
 	bm, n := pooledBMC(t)
-	conn, _ := newBMCConnector("", 5*time.Second, quiet())
-	p := newBMCPool(conn, time.Minute, 2, 4, nil, []string{"rack"}, quiet())
+	conn, _ := NewConnector("", 5*time.Second, quiet())
+	p := New(conn, time.Minute, 2, 4, nil, []string{"rack"}, quiet())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	step := func() {
-		b, err := p.connect(ctx, n)
+		b, err := p.Connect(ctx, n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func TestBMCPoolOneSessionPerBMC(t *testing.T) {
 	// A rotated password is a new session.
 	step()
 	n.BMCPassword = "password2"
-	if _, err := p.connect(ctx, n); err == nil {
+	if _, err := p.Connect(ctx, n); err == nil {
 		t.Fatal("a wrong password reused the old session")
 	}
 	if got := p.logged.Load(); got != 2 {
@@ -93,8 +93,8 @@ func TestBMCPoolOneSessionPerBMC(t *testing.T) {
 // does: the next step logs in no more.
 func TestBMCPoolClosesIdleConnectionsBetweenSteps(t *testing.T) {
 	bm, srv, n := pooledBMCServer(t)
-	conn, _ := newBMCConnector("", 5*time.Second, quiet())
-	p := newBMCPool(conn, time.Minute, 2, 4, nil, []string{"rack"}, quiet())
+	conn, _ := NewConnector("", 5*time.Second, quiet())
+	p := New(conn, time.Minute, 2, 4, nil, []string{"rack"}, quiet())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	waitConns := func(want int, when string) {
@@ -107,11 +107,11 @@ func TestBMCPoolClosesIdleConnectionsBetweenSteps(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	a, err := p.connect(ctx, n)
+	a, err := p.Connect(ctx, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := p.connect(ctx, n)
+	b, err := p.Connect(ctx, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestBMCPoolClosesIdleConnectionsBetweenSteps(t *testing.T) {
 	waitConns(1, "one of two users released")
 	b.Close(ctx)
 	waitConns(0, "between steps")
-	c, err := p.connect(ctx, n)
+	c, err := p.Connect(ctx, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +143,8 @@ func TestBMCPoolClosesIdleConnectionsBetweenSteps(t *testing.T) {
 // logins are under way over all BMCs.
 func TestBMCPoolBoundsConcurrency(t *testing.T) {
 	_, n := pooledBMC(t)
-	conn, _ := newBMCConnector("", 5*time.Second, quiet())
-	p := newBMCPool(conn, time.Minute, 2, 1, nil, nil, quiet())
+	conn, _ := NewConnector("", 5*time.Second, quiet())
+	p := New(conn, time.Minute, 2, 1, nil, nil, quiet())
 	var inLogin, maxLogin atomic.Int32
 	p.dial = func(ctx context.Context, ep redfish.Endpoint, o redfish.Options) (*redfish.Client, error) {
 		v := inLogin.Add(1)
@@ -174,7 +174,7 @@ func TestBMCPoolBoundsConcurrency(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b, err := p.connect(ctx, nn)
+			b, err := p.Connect(ctx, nn)
 			if err == nil {
 				handles.Store(nn.ID, b)
 			}
@@ -185,7 +185,7 @@ func TestBMCPoolBoundsConcurrency(t *testing.T) {
 		t.Errorf("%d logins at once, want at most 1", m)
 	}
 	// Hold both slots of one BMC: a third call waits for one to be freed.
-	e := func() *bmcEntry {
+	e := func() *entry {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		for _, e := range p.entries {
@@ -193,7 +193,7 @@ func TestBMCPoolBoundsConcurrency(t *testing.T) {
 		}
 		return nil
 	}()
-	h := &bmcHandle{Client: e.client, e: e, p: p}
+	h := &handle{Client: e.client, e: e, p: p}
 	h.acquire(ctx)
 	h.acquire(ctx)
 	short, scancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -210,15 +210,15 @@ func TestBMCPoolBoundsConcurrency(t *testing.T) {
 // Power-ons of one rack wait for the pacer; other calls do not.
 func TestBMCPoolPacesPowerOn(t *testing.T) {
 	_, n := pooledBMC(t)
-	conn, _ := newBMCConnector("", 5*time.Second, quiet())
+	conn, _ := NewConnector("", 5*time.Second, quiet())
 	var slept []time.Duration
 	clock := time.Unix(0, 0)
 	pacer := &pacing.Pacer{Rate: 1, Burst: 1, Now: func() time.Time { return clock },
 		Sleep: func(_ context.Context, d time.Duration) error { slept = append(slept, d); return nil }}
-	p := newBMCPool(conn, time.Minute, 2, 4, pacer, []string{"pdu", "rack"}, quiet())
+	p := New(conn, time.Minute, 2, 4, pacer, []string{"pdu", "rack"}, quiet())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := p.connect(ctx, n)
+	b, err := p.Connect(ctx, n)
 	if err != nil {
 		t.Fatal(err)
 	}
