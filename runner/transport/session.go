@@ -311,24 +311,7 @@ func (s *Session) runOnce(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("opening session stream: %w", err)
 	}
-
-	h := s.hello()
-	validUTF8(h)
-	h.SessionSecret = s.secret
-	s.mu.Lock()
-	// Mid-phase or done, the coordinator compares this with what it has
-	// stored to tell a runner still replaying its phases' ends from one
-	// that needs new work.
-	if st := h.GetState(); st != nil && st.GetRunId() != "" {
-		st.LastEventSeq = s.lastSeq
-	}
-	// Replay from the oldest unacked event; anything older is stored.
-	// (Dropped samples leave gaps, so this is not lastSeq - len.)
-	sentUpTo := s.lastSeq
-	if len(s.unacked) > 0 {
-		sentUpTo = s.unacked[0].Seq - 1
-	}
-	s.mu.Unlock()
+	h, sentUpTo := s.helloNow()
 	if err := stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Hello{Hello: h}}); err != nil {
 		return false, fmt.Errorf("sending Hello: %w", err)
 	}
@@ -336,39 +319,7 @@ func (s *Session) runOnce(ctx context.Context) (bool, error) {
 
 	var got bool
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			m, err := stream.Recv()
-			if err != nil {
-				if errors.Is(err, io.EOF) {
-					err = errors.New("coordinator closed the session")
-				}
-				cancel(fmt.Errorf("receiving: %w", err))
-				return
-			}
-			got = true
-			switch x := m.Msg.(type) {
-			case *curev1.CoordinatorMessage_Ack:
-				s.ack(x.Ack.GetSeq())
-			case *curev1.CoordinatorMessage_Assignment:
-				s.pushDirective(agent.Directive{Assignment: x.Assignment})
-			case *curev1.CoordinatorMessage_Idle:
-				s.pushDirective(agent.Directive{Idle: x.Idle})
-			case *curev1.CoordinatorMessage_Reboot:
-				s.pushDirective(agent.Directive{Reboot: x.Reboot})
-			case *curev1.CoordinatorMessage_Cancel:
-				s.pushDirective(agent.Directive{Cancel: x.Cancel})
-			case *curev1.CoordinatorMessage_PairSchedule:
-				s.pushDirective(agent.Directive{PairSchedule: x.PairSchedule})
-			case *curev1.CoordinatorMessage_PairVerdicts:
-				s.pushDirective(agent.Directive{PairVerdicts: x.PairVerdicts})
-			default:
-				s.log.Warn("unknown coordinator message ignored", "type", fmt.Sprintf("%T", m.Msg))
-			}
-		}
-	}()
+	wg.Go(func() { got = s.receive(stream, cancel) })
 
 	// Sender: everything after sentUpTo, in seq order, then wait for more.
 	var sendErr error
@@ -401,4 +352,67 @@ func (s *Session) runOnce(ctx context.Context) (bool, error) {
 	cancel(sendErr)
 	wg.Wait()
 	return got, sendErr
+}
+
+// helloNow is the Hello a new connection opens with, and the seq after
+// which the unacked events are sent again.
+func (s *Session) helloNow() (*curev1.Hello, uint64) {
+	h := s.hello()
+	validUTF8(h)
+	h.SessionSecret = s.secret
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Mid-phase or done, the coordinator compares this with what it has
+	// stored to tell a runner still replaying its phases' ends from one
+	// that needs new work.
+	if st := h.GetState(); st != nil && st.GetRunId() != "" {
+		st.LastEventSeq = s.lastSeq
+	}
+	// Replay from the oldest unacked event; anything older is stored.
+	// (Dropped samples leave gaps, so this is not lastSeq - len.)
+	sentUpTo := s.lastSeq
+	if len(s.unacked) > 0 {
+		sentUpTo = s.unacked[0].Seq - 1
+	}
+	return h, sentUpTo
+}
+
+// receive reads the coordinator's messages until the stream ends, which
+// cancels the connection with the cause; it reports whether any came.
+func (s *Session) receive(stream curev1.RunnerService_SessionClient, cancel context.CancelCauseFunc) (got bool) {
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("coordinator closed the session")
+			}
+			cancel(fmt.Errorf("receiving: %w", err))
+			return got
+		}
+		got = true
+		s.handle(m)
+	}
+}
+
+// handle acts on one coordinator message: an ack, or a directive for the
+// agent.
+func (s *Session) handle(m *curev1.CoordinatorMessage) {
+	switch x := m.Msg.(type) {
+	case *curev1.CoordinatorMessage_Ack:
+		s.ack(x.Ack.GetSeq())
+	case *curev1.CoordinatorMessage_Assignment:
+		s.pushDirective(agent.Directive{Assignment: x.Assignment})
+	case *curev1.CoordinatorMessage_Idle:
+		s.pushDirective(agent.Directive{Idle: x.Idle})
+	case *curev1.CoordinatorMessage_Reboot:
+		s.pushDirective(agent.Directive{Reboot: x.Reboot})
+	case *curev1.CoordinatorMessage_Cancel:
+		s.pushDirective(agent.Directive{Cancel: x.Cancel})
+	case *curev1.CoordinatorMessage_PairSchedule:
+		s.pushDirective(agent.Directive{PairSchedule: x.PairSchedule})
+	case *curev1.CoordinatorMessage_PairVerdicts:
+		s.pushDirective(agent.Directive{PairVerdicts: x.PairVerdicts})
+	default:
+		s.log.Warn("unknown coordinator message ignored", "type", fmt.Sprintf("%T", m.Msg))
+	}
 }
