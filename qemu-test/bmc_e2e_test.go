@@ -12,7 +12,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
-	"github.com/cure-oss/cure/provisioner-lite/curectl"
+	"github.com/cure-oss/cure/provisioner-lite/render"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/qemu-test/harness"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
@@ -159,7 +159,7 @@ func TestFailedPSUBlocksAdmission(t *testing.T) {
 
 	// The HTML report shows the entry.
 	var page bytes.Buffer
-	if err := curectl.WriteHTML(&page, rep, timeline); err != nil {
+	if err := render.WriteHTML(&page, rep, timeline); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(page.String(), "Power supply &#39;PSU 2&#39; has failed: AC input lost.") || !strings.Contains(page.String(), "<svg") {

@@ -12,7 +12,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
-	"github.com/cure-oss/cure/provisioner-lite/curectl"
+	"github.com/cure-oss/cure/provisioner-lite/render"
 	"github.com/cure-oss/cure/qemu-test/harness"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
 )
@@ -31,7 +31,7 @@ func part(rep *curev1.RunReport, component string) *curev1.RmaPart {
 func htmlReport(t *testing.T, env *harness.Env, rep *curev1.RunReport) string {
 	t.Helper()
 	var b bytes.Buffer
-	if err := curectl.WriteHTML(&b, rep, nil); err != nil {
+	if err := render.WriteHTML(&b, rep, nil); err != nil {
 		t.Fatal(err)
 	}
 	return b.String()
@@ -182,7 +182,7 @@ func TestMachineCheckInReport(t *testing.T) {
 		}
 	}
 	var wide bytes.Buffer
-	curectl.PrintReportWide(&wide, rep)
+	render.PrintReportWide(&wide, rep)
 	if !strings.Contains(wide.String(), "dimm/DIMM 0  FAIL  QEMU") || !strings.Contains(wide.String(), "serial "+dimmSerial) {
 		t.Errorf("curectl report:\n%s", wide.String())
 	}

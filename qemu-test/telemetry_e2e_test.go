@@ -12,7 +12,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
-	"github.com/cure-oss/cure/provisioner-lite/curectl"
+	"github.com/cure-oss/cure/provisioner-lite/render"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/qemu-test/harness"
 )
@@ -195,7 +195,7 @@ func TestConcurrentStageSampled(t *testing.T) {
 
 	// The HTML report plots the host's series.
 	var page bytes.Buffer
-	if err := curectl.WriteHTML(&page, rep, timeline); err != nil {
+	if err := render.WriteHTML(&page, rep, timeline); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(page.String(), `id="host-plots"`) || !strings.Contains(page.String(), "host busy_pct") {

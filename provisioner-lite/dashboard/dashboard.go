@@ -33,9 +33,9 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/admission"
-	"github.com/cure-oss/cure/provisioner-lite/curectl"
 	"github.com/cure-oss/cure/provisioner-lite/inventory"
 	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
+	"github.com/cure-oss/cure/provisioner-lite/render"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -165,9 +165,9 @@ type Row struct {
 
 // newRow is a node's row, with its latest run if it has one.
 func newRow(n store.NodeSummary, r *store.RunSummary, pool string) Row {
-	row := Row{Node: n.ID, SKU: n.SKU, Status: curectl.RunLabel(curev1.RunStatus_RUN_STATUS_UNSPECIFIED), Pool: pool}
+	row := Row{Node: n.ID, SKU: n.SKU, Status: render.RunLabel(curev1.RunStatus_RUN_STATUS_UNSPECIFIED), Pool: pool}
 	if r != nil {
-		row.Run, row.Status, row.Phase, row.RunID, row.Message, row.Ended = r.Status, curectl.RunLabel(r.Status), r.Phase, r.ID, clip(r.Message, 200), r.EndedAt
+		row.Run, row.Status, row.Phase, row.RunID, row.Message, row.Ended = r.Status, render.RunLabel(r.Status), r.Phase, r.ID, clip(r.Message, 200), r.EndedAt
 	}
 	return row
 }
@@ -176,7 +176,7 @@ func newRow(n store.NodeSummary, r *store.RunSummary, pool string) Row {
 func statusName(s any) string {
 	switch s := s.(type) {
 	case curev1.RunStatus:
-		return curectl.RunLabel(s)
+		return render.RunLabel(s)
 	case curev1.PhaseStatus:
 		return runstate.PhaseName(s)
 	case curev1.VerdictStatus:
@@ -402,8 +402,8 @@ func (d *dash) node(w http.ResponseWriter, r *http.Request) {
 	// and bounded; html/template escapes it again).
 	if rec, err := d.cfg.Store.LatestInventory(ctx, id); err == nil {
 		if inv, err := inventory.Unmarshal(rec.JSON); err == nil {
-			data["Inventory"] = curectl.InventorySections(inv)
-			data["InventoryHeading"] = curectl.InventoryHeading(&curev1.InventoryRecord{BootId: rec.BootID, RunId: rec.RunID,
+			data["Inventory"] = render.InventorySections(inv)
+			data["InventoryHeading"] = render.InventoryHeading(&curev1.InventoryRecord{BootId: rec.BootID, RunId: rec.RunID,
 				TimeUnixMs: rec.Time.UnixMilli(), Peer: rec.Peer, Truncated: rec.Truncated}, "")
 		}
 	}
@@ -444,7 +444,7 @@ func (d *dash) node(w http.ResponseWriter, r *http.Request) {
 
 // suiteView is the run's suite progress from its runner's latest heartbeat
 // (nil when none).
-func suiteView(ctx context.Context, st *store.Store, run store.Run, now time.Time) *curectl.SuiteView {
+func suiteView(ctx context.Context, st *store.Store, run store.Run, now time.Time) *render.SuiteView {
 	rec, err := st.RunProgress(ctx, run.ID)
 	if err != nil {
 		return nil
@@ -457,7 +457,7 @@ func suiteView(ctx context.Context, st *store.Store, run store.Run, now time.Tim
 	if d := run.Pipeline.Phase(run.Phase).Deadline; !d.IsZero() && run.Phase == rec.Phase {
 		deadline = d.UnixMilli()
 	}
-	return curectl.SuiteProgress(&p, rec.Received.UnixMilli(), deadline, runstate.Active(run.Status), now)
+	return render.SuiteProgress(&p, rec.Received.UnixMilli(), deadline, runstate.Active(run.Status), now)
 }
 
 // maxWarnings bounds the warnings a node page lists (the newest).
@@ -587,7 +587,7 @@ func (d *dash) report(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	// The report is self-contained with inline styles: relax the CSP for it.
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'")
-	if err := curectl.WriteHTML(w, rep, tl); err != nil {
+	if err := render.WriteHTML(w, rep, tl); err != nil {
 		d.cfg.Log.Error("dashboard report", "run", run.ID, "err", err)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
-	"github.com/cure-oss/cure/provisioner-lite/curectl"
+	"github.com/cure-oss/cure/provisioner-lite/render"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -27,6 +27,6 @@ func (d *dash) fleetBands(ctx context.Context, runID string, data map[string]any
 		d.cfg.Log.Warn("dashboard: fleet judgement", "run", runID, "err", err)
 		return
 	}
-	data["FleetPlots"] = curectl.FleetPlots(rec.GetJudgements(), rec.GetDistributions())
-	data["Fleet"] = curectl.FleetRows(rec.GetJudgements(), rec.GetDistributions(), nil)
+	data["FleetPlots"] = render.FleetPlots(rec.GetJudgements(), rec.GetDistributions())
+	data["Fleet"] = render.FleetRows(rec.GetJudgements(), rec.GetDistributions(), nil)
 }

@@ -9,7 +9,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
-	"github.com/cure-oss/cure/provisioner-lite/curectl"
+	"github.com/cure-oss/cure/provisioner-lite/render"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/timebuckets"
 )
@@ -72,7 +72,7 @@ func TestTimeBuckets(t *testing.T) {
 		t.Errorf("report buckets: %d of them, %dms, want %d and %s", len(rep.GetBuckets()), sum, len(b.Buckets), wall)
 	}
 	var out bytes.Buffer
-	curectl.PrintReport(&out, rep)
+	render.PrintReport(&out, rep)
 	if !strings.Contains(out.String(), "TIME BUCKET") || !strings.Contains(out.String(), "  "+timebuckets.FirmwarePOST) {
 		t.Errorf("curectl report has no bucket table:\n%s", out.String())
 	}
@@ -88,6 +88,6 @@ func TestTimeBuckets(t *testing.T) {
 		t.Errorf("selector ignored: %d runs", s.GetRuns())
 	}
 	out.Reset()
-	curectl.PrintBucketSummary(&out, s)
+	render.PrintBucketSummary(&out, s)
 	t.Logf("%s", out.String())
 }

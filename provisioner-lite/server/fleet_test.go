@@ -19,9 +19,9 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
-	"github.com/cure-oss/cure/provisioner-lite/curectl"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/render"
 	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -310,9 +310,9 @@ func TestCapacityRejectsAndRetries(t *testing.T) {
 	}
 
 	// curectl's way: the refused nodes move on to the next instance.
-	targets := []curectl.Target{{Addr: f.addrs[0], Client: f.clients[0]}, {Addr: f.addrs[1], Client: f.clients[1]}}
+	targets := []render.Target{{Addr: f.addrs[0], Client: f.clients[0]}, {Addr: f.addrs[1], Client: f.clients[1]}}
 	var progress bytes.Buffer
-	res, err := curectl.ProvisionAcross(ctx, targets, &curev1.ProvisionRequest{NodeIds: nodeIDs(60, n), Mode: curev1.Mode_MODE_AUDIT}, &progress)
+	res, err := render.ProvisionAcross(ctx, targets, &curev1.ProvisionRequest{NodeIds: nodeIDs(60, n), Mode: curev1.Mode_MODE_AUDIT}, &progress)
 	if err != nil {
 		t.Fatalf("ProvisionAcross: %v\n%s", err, progress.String())
 	}
@@ -335,12 +335,12 @@ func TestCapacityRejectsAndRetries(t *testing.T) {
 	}
 
 	// With both full, every node is refused and curectl says so.
-	f2 := []curectl.Target{{Addr: f.addrs[0], Client: f.clients[0]}}
+	f2 := []render.Target{{Addr: f.addrs[0], Client: f.clients[0]}}
 	var refusedFirst []string
 	for _, r := range resp.GetRefused() {
 		refusedFirst = append(refusedFirst, r.GetNodeId())
 	}
-	res, err = curectl.ProvisionAcross(ctx, f2, &curev1.ProvisionRequest{NodeIds: refusedFirst, Mode: curev1.Mode_MODE_AUDIT}, nil)
+	res, err = render.ProvisionAcross(ctx, f2, &curev1.ProvisionRequest{NodeIds: refusedFirst, Mode: curev1.Mode_MODE_AUDIT}, nil)
 	if err != nil || len(res.Runs) != 0 || len(res.Refused) != 10 || res.Refused[0].GetReason() != server.RefusedCapacity {
 		t.Fatalf("full instance via curectl: %v, %+v", err, res)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
-	"github.com/cure-oss/cure/provisioner-lite/curectl"
+	"github.com/cure-oss/cure/provisioner-lite/render"
 	"github.com/spf13/cobra"
 )
 
@@ -65,6 +65,6 @@ func nodeAdmission(ctx context.Context, c curev1.OperatorServiceClient, node, fo
 		}
 		return rc
 	}
-	curectl.PrintAdmission(out, resp)
+	render.PrintAdmission(out, resp)
 	return rc
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
-	"github.com/cure-oss/cure/provisioner-lite/curectl"
+	"github.com/cure-oss/cure/provisioner-lite/render"
 	"github.com/spf13/cobra"
 )
 
@@ -29,7 +29,7 @@ func (a *app) bucketsCmd() *cobra.Command {
 			if asJSON {
 				format = outJSON
 			}
-			sel, err := curectl.ParseSelector(selector)
+			sel, err := render.ParseSelector(selector)
 			if err != nil {
 				return fmt.Errorf("--selector: %w", err)
 			}
@@ -45,7 +45,7 @@ func (a *app) bucketsCmd() *cobra.Command {
 				case outJSON, outYAML:
 					return printStructured(s, format, a.out)
 				}
-				curectl.PrintBucketSummary(a.out, s)
+				render.PrintBucketSummary(a.out, s)
 				return 0
 			})
 		},

@@ -14,7 +14,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
-	"github.com/cure-oss/cure/provisioner-lite/curectl"
+	"github.com/cure-oss/cure/provisioner-lite/render"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 )
 
@@ -114,7 +114,7 @@ func eraseSummary(head string, nodes []*curev1.NodeDetail) string {
 	for _, d := range nodes {
 		fmt.Fprintf(&b, "  node %s  sku %s  serial %s", textsafe.Line(d.GetNodeId()), orDash(d.GetSku()), orDash(d.GetSerial()))
 		if st := d.GetPool().GetState(); st != curev1.PoolState_POOL_STATE_UNSPECIFIED {
-			fmt.Fprintf(&b, "  pool %s", curectl.PoolName(st))
+			fmt.Fprintf(&b, "  pool %s", render.PoolName(st))
 		}
 		b.WriteString("\n")
 		rec := d.GetInventory()

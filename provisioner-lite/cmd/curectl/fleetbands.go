@@ -7,7 +7,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
-	"github.com/cure-oss/cure/provisioner-lite/curectl"
+	"github.com/cure-oss/cure/provisioner-lite/render"
 	"github.com/spf13/cobra"
 )
 
@@ -48,7 +48,7 @@ sit in it (the node left out of its own fleet, as when it is judged).`,
 				case outJSON, outYAML:
 					return printStructured(resp, format, a.out)
 				}
-				curectl.PrintFleetBands(a.out, resp)
+				render.PrintFleetBands(a.out, resp)
 				return 0
 			})
 		},

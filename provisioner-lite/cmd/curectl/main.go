@@ -32,8 +32,8 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
-	"github.com/cure-oss/cure/provisioner-lite/curectl"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/provisioner-lite/render"
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 	"google.golang.org/grpc"
@@ -137,7 +137,7 @@ CURE_CA, CURE_CERT and CURE_KEY.`,
 
 // connect loads the CA and the operator certificate and dials every
 // --server address. TLS verifies the host part of each address as given.
-func (a *app) connect() (curev1.OperatorServiceClient, []curectl.Target, error) {
+func (a *app) connect() (curev1.OperatorServiceClient, []render.Target, error) {
 	caPEM, err := os.ReadFile(a.ca)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "curectl: CA certificate --ca %s: %v (give --ca or CURE_CA: the coordinator's state/pki/ca.pem)\n", a.ca, err)
@@ -150,7 +150,7 @@ func (a *app) connect() (curev1.OperatorServiceClient, []curectl.Target, error) 
 		a.rc = 1
 		return nil, nil, errDone
 	}
-	var targets []curectl.Target
+	var targets []render.Target
 	for _, addr := range strings.Split(a.server, ",") {
 		if addr = strings.TrimSpace(addr); addr == "" {
 			continue
@@ -175,7 +175,7 @@ func (a *app) connect() (curev1.OperatorServiceClient, []curectl.Target, error) 
 			return nil, nil, errDone
 		}
 		a.closers = append(a.closers, conn.Close)
-		targets = append(targets, curectl.Target{Addr: addr, Client: curev1.NewOperatorServiceClient(conn)})
+		targets = append(targets, render.Target{Addr: addr, Client: curev1.NewOperatorServiceClient(conn)})
 	}
 	if len(targets) == 0 {
 		fmt.Fprintln(os.Stderr, "curectl: --server: no address")
@@ -326,7 +326,7 @@ With --fleet: counts per status and phase, failures first.`,
 			if err != nil {
 				return err
 			}
-			sel, err := curectl.ParseSelector(o.selector)
+			sel, err := render.ParseSelector(o.selector)
 			if err != nil {
 				return fmt.Errorf("--selector: %w", err)
 			}
@@ -423,7 +423,7 @@ func auditDirect(ctx context.Context, c curev1.OperatorServiceClient, manifest s
 		fmt.Fprintln(os.Stderr, "curectl audit:", err)
 		return 1
 	}
-	return curectl.PrintAudit(out, resp.GetNodes())
+	return render.PrintAudit(out, resp.GetNodes())
 }
 
 func (a *app) auditLogCmd() *cobra.Command {
@@ -465,9 +465,9 @@ func auditLog(ctx context.Context, c curev1.OperatorServiceClient, req *curev1.L
 	case outJSON, outYAML:
 		return printStructured(resp, format, out)
 	case outWide:
-		curectl.PrintAuditLogWide(out, resp.GetEntries())
+		render.PrintAuditLogWide(out, resp.GetEntries())
 	default:
-		curectl.PrintAuditLog(out, resp.GetEntries())
+		render.PrintAuditLog(out, resp.GetEntries())
 	}
 	return 0
 }
@@ -508,8 +508,8 @@ func auditLogPages(ctx context.Context, c curev1.OperatorServiceClient, req *cur
 	return all, nil
 }
 
-func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []curectl.Target, o provisionOpts, nodeIDs []string, in io.Reader, out io.Writer) int {
-	sel, err := curectl.ParseSelector(o.selector)
+func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []render.Target, o provisionOpts, nodeIDs []string, in io.Reader, out io.Writer) int {
+	sel, err := render.ParseSelector(o.selector)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "curectl provision: --selector:", err)
 		return 2
@@ -542,7 +542,7 @@ func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []cu
 	if len(targets) > 1 {
 		progress = os.Stderr
 	}
-	res, err := curectl.ProvisionAcross(cctx, targets, &curev1.ProvisionRequest{NodeIds: nodeIDs, Selector: sel, Mode: modes.ToProto(m), Manifest: o.manifest, Resume: o.resume,
+	res, err := render.ProvisionAcross(cctx, targets, &curev1.ProvisionRequest{NodeIds: nodeIDs, Selector: sel, Mode: modes.ToProto(m), Manifest: o.manifest, Resume: o.resume,
 		ConfirmNodeIds: confirmed}, progress)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "curectl provision:", err)
@@ -551,7 +551,7 @@ func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []cu
 	for _, r := range res.Runs {
 		fmt.Fprintf(out, "run %s started on %s (instance %s)\n", r.GetRunId(), r.GetNodeId(), res.Instance[r.GetRunId()])
 	}
-	curectl.PrintRefusals(out, res.Refused)
+	render.PrintRefusals(out, res.Refused)
 	fmt.Fprintf(out, "%d started, %d refused\n", len(res.Runs), len(res.Refused))
 	if len(res.Runs) == 0 {
 		return 1
@@ -576,7 +576,7 @@ func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []cu
 }
 
 func cancelRuns(ctx context.Context, c curev1.OperatorServiceClient, selector string, runs []string, reason string, nodeIDs []string, out io.Writer) int {
-	sel, err := curectl.ParseSelector(selector)
+	sel, err := render.ParseSelector(selector)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "curectl cancel: --selector:", err)
 		return 2
@@ -595,7 +595,7 @@ func cancelRuns(ctx context.Context, c curev1.OperatorServiceClient, selector st
 	for _, r := range resp.GetCanceled() {
 		fmt.Fprintf(out, "run %s on %s canceled\n", r.GetRunId(), r.GetNodeId())
 	}
-	curectl.PrintRefusals(out, resp.GetRefused())
+	render.PrintRefusals(out, resp.GetRefused())
 	return 0
 }
 
@@ -617,7 +617,7 @@ func watchFleet(ctx context.Context, c curev1.OperatorServiceClient, sel map[str
 		if tty && !once {
 			fmt.Fprint(out, "\x1b[H\x1b[2J")
 		}
-		curectl.PrintFleet(out, fs)
+		render.PrintFleet(out, fs)
 		if once || (fs.GetActive() == 0 && !tty) {
 			return 0
 		}
@@ -646,7 +646,7 @@ func watch(ctx context.Context, c curev1.OperatorServiceClient, runID, node stri
 		fmt.Fprintln(os.Stderr, "curectl watch:", err)
 		return 1
 	}
-	tl := curectl.NewTimeline(out)
+	tl := render.NewTimeline(out)
 	for {
 		e, err := stream.Recv()
 		if err == io.EOF {
@@ -669,7 +669,7 @@ func report(ctx context.Context, c curev1.OperatorServiceClient, runID, node str
 		return 1
 	}
 	printReport(rep, format, out)
-	if curectl.RunStatusOf(rep) != curev1.RunStatus_RUN_SUCCEEDED {
+	if render.RunStatusOf(rep) != curev1.RunStatus_RUN_SUCCEEDED {
 		return 3
 	}
 	return 0
@@ -681,10 +681,10 @@ func printReport(rep *curev1.RunReport, format string, out io.Writer) {
 		return
 	}
 	if format == outWide {
-		curectl.PrintReportWide(out, rep)
+		render.PrintReportWide(out, rep)
 		return
 	}
-	curectl.PrintReport(out, rep)
+	render.PrintReport(out, rep)
 }
 
 // reportHTML writes the run's report and timeline as one HTML file, then
@@ -724,7 +724,7 @@ func reportHTML(ctx context.Context, c curev1.OperatorServiceClient, runID, node
 		return 1
 	}
 	defer os.Remove(tmp.Name())
-	if err := curectl.WriteHTML(tmp, rep, timeline); err != nil {
+	if err := render.WriteHTML(tmp, rep, timeline); err != nil {
 		tmp.Close()
 		fmt.Fprintf(os.Stderr, "curectl report: --html %s: %v\n", file, err)
 		return 1
@@ -744,7 +744,7 @@ func reportHTML(ctx context.Context, c curev1.OperatorServiceClient, runID, node
 	}
 	printReport(rep, format, out)
 	fmt.Fprintf(os.Stderr, "curectl report: wrote %s (run %s, %d timeline entries)\n", file, rep.GetRunId(), len(timeline))
-	if curectl.RunStatusOf(rep) != curev1.RunStatus_RUN_SUCCEEDED {
+	if render.RunStatusOf(rep) != curev1.RunStatus_RUN_SUCCEEDED {
 		return 3
 	}
 	return 0
@@ -816,12 +816,12 @@ func (cc clientCert) explain(err error) error {
 	return err
 }
 
-// The interceptors also scrub every answer (curectl.Scrub): what a runner
+// The interceptors also scrub every answer (render.Scrub): what a runner
 // wrote is shown, never executed by the operator's terminal.
 func (cc clientCert) unaryInterceptor(ctx context.Context, method string, req, reply any, conn *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	err := invoker(ctx, method, req, reply, conn, opts...)
 	if m, ok := reply.(proto.Message); ok && err == nil {
-		curectl.Scrub(m)
+		render.Scrub(m)
 	}
 	return cc.explain(err)
 }
@@ -844,7 +844,7 @@ type explainStream struct {
 func (s explainStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	if pm, ok := m.(proto.Message); ok && err == nil {
-		curectl.Scrub(pm)
+		render.Scrub(pm)
 	}
 	if err == nil || err == io.EOF {
 		return err
@@ -901,11 +901,11 @@ func watchMany(ctx context.Context, c curev1.OperatorServiceClient, ids []string
 			}
 		}
 		cancel()
-		rows := curectl.Progress(nodes, reports, expect, time.Now())
+		rows := render.Progress(nodes, reports, expect, time.Now())
 		if tty && !once {
 			fmt.Fprint(out, "\x1b[H\x1b[2J")
 		}
-		fmt.Fprintln(out, strings.Join(curectl.RenderProgress(rows, 20), "\n"))
+		fmt.Fprintln(out, strings.Join(render.RenderProgress(rows, 20), "\n"))
 		active := 0
 		for _, r := range rows {
 			switch r.Status {

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
-	"github.com/cure-oss/cure/provisioner-lite/curectl"
 	"github.com/cure-oss/cure/provisioner-lite/nodes"
+	"github.com/cure-oss/cure/provisioner-lite/render"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"github.com/spf13/cobra"
@@ -114,7 +114,7 @@ func nodesList(ctx context.Context, c curev1.OperatorServiceClient, format strin
 		return printStructured(resp, format, out)
 	}
 	// The table already has every field of a node's list entry: wide is it.
-	curectl.PrintNodes(out, resp.GetNodes())
+	render.PrintNodes(out, resp.GetNodes())
 	return 0
 }
 
@@ -129,7 +129,7 @@ func nodesShow(ctx context.Context, c curev1.OperatorServiceClient, node, format
 	if format == outJSON || format == outYAML {
 		return printStructured(d, format, out)
 	}
-	curectl.PrintNode(out, d)
+	render.PrintNode(out, d)
 	return 0
 }
 

@@ -9,7 +9,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
-	"github.com/cure-oss/cure/provisioner-lite/curectl"
+	"github.com/cure-oss/cure/provisioner-lite/render"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 )
@@ -99,7 +99,7 @@ the node is left: its installed OS (host-os), powered off, or in CURE.`,
 
 // poolMove sends one pool request and prints where each node went.
 func poolMove(ctx context.Context, what string, call func(context.Context, *curev1.PoolRequest) (*curev1.PoolResponse, error), o poolOpts, nodeIDs []string, out io.Writer) int {
-	sel, err := curectl.ParseSelector(o.selector)
+	sel, err := render.ParseSelector(o.selector)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "curectl %s: --selector: %v\n", what, err)
 		return 2
@@ -115,7 +115,7 @@ func poolMove(ctx context.Context, what string, call func(context.Context, *cure
 		fmt.Fprintf(os.Stderr, "curectl %s: %v\n", what, err)
 		return 1
 	}
-	curectl.PrintPool(out, resp)
+	render.PrintPool(out, resp)
 	if len(resp.GetRefused()) > 0 {
 		return 4
 	}

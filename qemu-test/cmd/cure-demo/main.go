@@ -25,7 +25,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
-	"github.com/cure-oss/cure/provisioner-lite/curectl"
+	"github.com/cure-oss/cure/provisioner-lite/render"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/qemu-test/harness"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
@@ -127,7 +127,7 @@ func run(o options) int {
 	} else {
 		fmt.Printf("curectl provision --mode %s %s  → run %s\n\n", o.mode, n.ID, runID)
 	}
-	tl := curectl.NewTimeline(os.Stdout)
+	tl := render.NewTimeline(os.Stdout)
 	injected := false
 	rep, err := env.Follow(ctx, runID, func(e *curev1.TimelineEntry) {
 		tl.Print(e)
@@ -141,7 +141,7 @@ func run(o options) int {
 		fmt.Fprintln(os.Stderr, "cure-demo: watch:", err)
 		return 1
 	}
-	curectl.PrintReport(os.Stdout, rep)
+	render.PrintReport(os.Stdout, rep)
 	fmt.Printf("\nboot override changes seen by the BMC: ")
 	for _, c := range n.BMC.Overrides() {
 		fmt.Printf("%s/%s ", c.Target, c.Enabled)

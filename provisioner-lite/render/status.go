@@ -1,4 +1,4 @@
-package curectl
+package render
 
 import (
 	curev1 "github.com/cure-oss/cure/api/curev1"

@@ -1,4 +1,4 @@
-package curectl
+package render
 
 import (
 	"cmp"

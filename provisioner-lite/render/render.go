@@ -1,6 +1,6 @@
-// Package curectl renders run timelines and reports for a terminal: the
+// Package render renders run timelines and reports for a terminal: the
 // live view an engineer watches during a run and the verdict table at its end.
-package curectl
+package render
 
 import (
 	"fmt"
