@@ -88,6 +88,39 @@ type fixture struct {
 	hellos []*curev1.Hello
 	// pxeDelay is the machine's power-on-to-iPXE time (its POST).
 	pxeDelay time.Duration
+	// ecfg is the engine's configuration, for restart; onBoot, when set,
+	// runs after each CURE boot got its boot decision and before its
+	// runner says Hello.
+	ecfg   pipeline.Config
+	onBoot func()
+}
+
+// engine is the engine driving now (restart replaces it).
+func (f *fixture) engine() *pipeline.Engine {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.eng
+}
+
+// restart stops the engine as a coordinator shutdown does (its runs stay
+// active, their leases handed back) and starts another on the same store,
+// which resumes them.
+func (f *fixture) restart() {
+	f.t.Helper()
+	f.mu.Lock()
+	old, cancel := f.eng, f.cancel
+	f.mu.Unlock()
+	cancel()
+	old.Wait()
+	old.ReleaseAll(context.Background())
+	ectx, cancel := context.WithCancel(context.Background())
+	eng := pipeline.New(ectx, f.ecfg)
+	f.mu.Lock()
+	f.eng, f.cancel = eng, cancel
+	f.mu.Unlock()
+	if n, err := eng.Resume(context.Background()); err != nil || n != 1 {
+		f.t.Errorf("after the restart: %d runs resumed, %v", n, err)
+	}
 }
 
 // helloDisks is what the scripted runner reports: the disk the manifest's
@@ -233,13 +266,16 @@ func newFixtureCfg(t *testing.T, edit func(sku *manifests.SKU, casDir string), b
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.eng, f.client = eng, curev1.NewRunnerServiceClient(conn)
+	f.eng, f.client, f.ecfg = eng, curev1.NewRunnerServiceClient(conn), ecfg
 	nodeCtx, stopNode := context.WithCancel(ctx)
 	go f.playNode(nodeCtx)
 	t.Cleanup(func() {
 		stopNode()
-		cancel()
-		eng.Wait()
+		f.mu.Lock()
+		stop, last := f.cancel, f.eng
+		f.mu.Unlock()
+		stop()
+		last.Wait()
 		gs.Stop()
 		conn.Close()
 	})
@@ -265,9 +301,15 @@ func (f *fixture) playNode(ctx context.Context) {
 			post := f.pxeDelay
 			f.mu.Unlock()
 			time.Sleep(post)
-			d, err := f.eng.BootDecision(ctx, mac, nodeAddr)
+			d, err := f.engine().BootDecision(ctx, mac, nodeAddr)
 			if err != nil || !d.Boot {
 				continue // iPXE exits; nothing else on the fake disk boots
+			}
+			f.mu.Lock()
+			hook := f.onBoot
+			f.mu.Unlock()
+			if hook != nil {
+				hook()
 			}
 			tok := tokenRE.FindStringSubmatch(d.Cmdline)[1]
 			go f.runRunner(ctx, tok, seen)
@@ -281,7 +323,7 @@ func (f *fixture) playNode(ctx context.Context) {
 				// the callback only once it has recorded the reboot.
 				form := func() (url.Values, error) { return url.Values{"instance_id": {inst}, "hostname": {"node1"}}, nil }
 				for i := 0; i < 100 && ctx.Err() == nil; i++ {
-					if f.eng.HostReady(ctx, "node1", tok, "10.0.2.15", form) == nil {
+					if f.engine().HostReady(ctx, "node1", tok, "10.0.2.15", form) == nil {
 						break
 					}
 					time.Sleep(100 * time.Millisecond)
@@ -429,7 +471,7 @@ func (f *fixture) waitRun(runID string) store.Run {
 		}
 		// Ended, and done ending: finish's side effects (tokens, events,
 		// metrics, webhooks) follow the status save.
-		if r.Status != curev1.RunStatus_RUN_RUNNING && r.Status != curev1.RunStatus_RUN_PENDING && !f.eng.Driving(runID) {
+		if r.Status != curev1.RunStatus_RUN_RUNNING && r.Status != curev1.RunStatus_RUN_PENDING && !f.engine().Driving(runID) {
 			return r
 		}
 		time.Sleep(50 * time.Millisecond)
