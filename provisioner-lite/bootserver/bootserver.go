@@ -168,7 +168,7 @@ func New(cfg Config, c Coordinator) (*Server, error) {
 		return nil, errors.New("bootserver: nil Coordinator")
 	}
 	if cfg.ImageDir == "" {
-		return nil, errors.New("bootserver: Config.ImageDir is empty: want the directory holding vmlinuz and initramfs.cpio.gz")
+		return nil, errors.New("bootserver: Config.ImageDir is empty: want the directory holding vmlinuz and initramfs.cpio.{lz4,zst,gz}")
 	}
 	if cfg.ArtifactDir == "" {
 		return nil, errors.New("bootserver: Config.ArtifactDir is empty: want the content-addressed artifact directory")
