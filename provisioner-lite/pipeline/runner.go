@@ -62,12 +62,8 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 		if so := obs.session; so.unsettled(r.ID) && !so.held.at.IsZero() {
 			look = min(look, time.Until(so.held.at)+10*time.Millisecond) // the held session's claim settles
 		}
-		select {
-		case <-ctx.Done():
+		if (requeue{session: changed, events: signal}).until(ctx, time.Now().Add(look)) != nil {
 			return "", "", errStopped
-		case <-signal:
-		case <-changed:
-		case <-time.After(look):
 		}
 	}
 }
