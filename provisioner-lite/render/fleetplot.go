@@ -34,6 +34,47 @@ func FleetPlotSVG(d *curev1.FleetDistribution, j *curev1.FleetJudgement) templat
 	if j != nil && !hasMark(marks, j.GetComponent()) && (j.GetUnit() != "" || j.GetValue() != 0) {
 		marks = append(marks, &curev1.FleetNodeMark{Component: j.GetComponent(), Value: j.GetValue(), Percentile: j.GetPercentile()})
 	}
+	sc := fleetScaleOf(vals, marks, j)
+	unit := d.GetUnit()
+	var b strings.Builder
+	title := fmt.Sprintf("%s %s on SKU %s: %d nodes, median %s", d.GetCheck(), d.GetMetric(), d.GetSku(), d.GetNodes(), withUnit(d.GetMedian(), unit))
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" class="fleet-plot" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s">`,
+		plotW, plotH, plotW, plotH, esc(title))
+	fmt.Fprintf(&b, `<title>%s</title>`, esc(title))
+	fmt.Fprintf(&b, `<rect x="0" y="0" width="%d" height="%d" fill="#ffffff" stroke="#d0d7de"/>`, plotW, plotH)
+	// The band: what lies outside it is MARGINAL.
+	if j != nil && (j.BandLow != nil || j.BandHigh != nil) {
+		bl, bh := sc.lo, sc.hi
+		if j.BandLow != nil {
+			bl = j.GetBandLow()
+		}
+		if j.BandHigh != nil {
+			bh = j.GetBandHigh()
+		}
+		fmt.Fprintf(&b, `<rect class="band" x="%.1f" y="%d" width="%.1f" height="%d" fill="#dafbe1" stroke="#1a7f37" stroke-dasharray="4 3"><title>%s</title></rect>`,
+			sc.x(bl), plotTop-6, math.Max(sc.x(bh)-sc.x(bl), 0.5), plotBase-plotTop+6, esc("band "+bandText(j)))
+	}
+	fleetHistogram(&b, d, sc)
+	// Axis: the ends of the range.
+	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#8c959f"/>`, plotLeft, plotW-plotRight, plotBase, plotBase)
+	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="10" font-family="sans-serif" fill="#6e7781">%s</text>`, plotLeft, plotH-4, esc(withUnit(sc.lo+sc.pad, unit)))
+	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="10" font-family="sans-serif" fill="#6e7781" text-anchor="end">%s</text>`, plotW-plotRight, plotH-4, esc(withUnit(sc.hi-sc.pad, unit)))
+	fleetMarks(&b, marks, len(vals) > 0, unit, sc)
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String()) // built from escaped text and numbers only
+}
+
+// fleetScale places values on the plot's x axis: lo..hi, the range of
+// what is drawn widened by pad on each side.
+type fleetScale struct{ lo, hi, pad float64 }
+
+func (s fleetScale) x(v float64) float64 {
+	return plotLeft + (v-s.lo)/(s.hi-s.lo)*float64(plotW-plotLeft-plotRight)
+}
+
+// fleetScaleOf is the scale that shows every finite value, mark and band
+// edge (a unit range around a single value, 0..1 when there is none).
+func fleetScaleOf(vals []float64, marks []*curev1.FleetNodeMark, j *curev1.FleetJudgement) fleetScale {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	see := func(x float64) {
 		if !math.IsNaN(x) && !math.IsInf(x, 0) {
@@ -61,64 +102,47 @@ func FleetPlotSVG(d *curev1.FleetDistribution, j *curev1.FleetJudgement) templat
 		lo, hi = lo-math.Max(1, math.Abs(lo)*0.05), hi+math.Max(1, math.Abs(hi)*0.05)
 	}
 	pad := (hi - lo) * 0.04
-	lo, hi = lo-pad, hi+pad
-	x := func(v float64) float64 {
-		return plotLeft + (v-lo)/(hi-lo)*float64(plotW-plotLeft-plotRight)
+	return fleetScale{lo: lo - pad, hi: hi + pad, pad: pad}
+}
+
+// fleetHistogram draws the fleet's values as a histogram with a tick per
+// value under it and the median, or says there are none.
+func fleetHistogram(b *strings.Builder, d *curev1.FleetDistribution, sc fleetScale) {
+	vals := d.GetValues()
+	if len(vals) == 0 {
+		fmt.Fprintf(b, `<text x="%d" y="%d" font-size="12" font-family="sans-serif" fill="#6e7781" text-anchor="middle">no fleet results in the window</text>`, plotW/2, (plotTop+plotBase)/2)
+		return
 	}
-	unit := d.GetUnit()
-	var b strings.Builder
-	title := fmt.Sprintf("%s %s on SKU %s: %d nodes, median %s", d.GetCheck(), d.GetMetric(), d.GetSku(), d.GetNodes(), withUnit(d.GetMedian(), unit))
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" class="fleet-plot" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s">`,
-		plotW, plotH, plotW, plotH, esc(title))
-	fmt.Fprintf(&b, `<title>%s</title>`, esc(title))
-	fmt.Fprintf(&b, `<rect x="0" y="0" width="%d" height="%d" fill="#ffffff" stroke="#d0d7de"/>`, plotW, plotH)
-	// The band: what lies outside it is MARGINAL.
-	if j != nil && (j.BandLow != nil || j.BandHigh != nil) {
-		bl, bh := lo, hi
-		if j.BandLow != nil {
-			bl = j.GetBandLow()
-		}
-		if j.BandHigh != nil {
-			bh = j.GetBandHigh()
-		}
-		fmt.Fprintf(&b, `<rect class="band" x="%.1f" y="%d" width="%.1f" height="%d" fill="#dafbe1" stroke="#1a7f37" stroke-dasharray="4 3"><title>%s</title></rect>`,
-			x(bl), plotTop-6, math.Max(x(bh)-x(bl), 0.5), plotBase-plotTop+6, esc("band "+bandText(j)))
+	counts := make([]int, plotBins)
+	peak := 0
+	for _, v := range vals {
+		i := min(int((v-sc.lo)/(sc.hi-sc.lo)*plotBins), plotBins-1)
+		counts[max(i, 0)]++
+		peak = max(peak, counts[max(i, 0)])
 	}
-	// Histogram of the fleet, and a tick per value under it.
-	if len(vals) > 0 {
-		counts := make([]int, plotBins)
-		peak := 0
-		for _, v := range vals {
-			i := min(int((v-lo)/(hi-lo)*plotBins), plotBins-1)
-			counts[max(i, 0)]++
-			peak = max(peak, counts[max(i, 0)])
+	bw := float64(plotW-plotLeft-plotRight) / plotBins
+	for i, c := range counts {
+		if c == 0 {
+			continue
 		}
-		bw := float64(plotW-plotLeft-plotRight) / plotBins
-		for i, c := range counts {
-			if c == 0 {
-				continue
-			}
-			h := float64(plotBase-plotTop) * float64(c) / float64(peak)
-			fmt.Fprintf(&b, `<rect class="bin" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#8c959f"/>`, plotLeft+float64(i)*bw+1, plotBase-h, bw-2, h)
-		}
-		for _, v := range vals {
-			fmt.Fprintf(&b, `<line class="value" x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#57606a" stroke-width="1"/>`, x(v), x(v), plotBase+2, plotBase+8)
-		}
-		fmt.Fprintf(&b, `<line class="median" x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#1f2328" stroke-width="2"/>`, x(d.GetMedian()), x(d.GetMedian()), plotTop-10, plotBase+8)
-		fmt.Fprintf(&b, `<text class="median-label" x="%.1f" y="%d" font-size="11" font-family="sans-serif" fill="#1f2328" text-anchor="middle">median %s (n=%d)</text>`,
-			x(d.GetMedian()), plotTop-13, esc(withUnit(d.GetMedian(), unit)), d.GetNodes())
-	} else {
-		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="12" font-family="sans-serif" fill="#6e7781" text-anchor="middle">no fleet results in the window</text>`, plotW/2, (plotTop+plotBase)/2)
+		h := float64(plotBase-plotTop) * float64(c) / float64(peak)
+		fmt.Fprintf(b, `<rect class="bin" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#8c959f"/>`, plotLeft+float64(i)*bw+1, plotBase-h, bw-2, h)
 	}
-	// Axis: the ends of the range.
-	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#8c959f"/>`, plotLeft, plotW-plotRight, plotBase, plotBase)
-	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="10" font-family="sans-serif" fill="#6e7781">%s</text>`, plotLeft, plotH-4, esc(withUnit(lo+pad, unit)))
-	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="10" font-family="sans-serif" fill="#6e7781" text-anchor="end">%s</text>`, plotW-plotRight, plotH-4, esc(withUnit(hi-pad, unit)))
-	// The node: a marker per component.
+	for _, v := range vals {
+		fmt.Fprintf(b, `<line class="value" x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#57606a" stroke-width="1"/>`, sc.x(v), sc.x(v), plotBase+2, plotBase+8)
+	}
+	fmt.Fprintf(b, `<line class="median" x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#1f2328" stroke-width="2"/>`, sc.x(d.GetMedian()), sc.x(d.GetMedian()), plotTop-10, plotBase+8)
+	fmt.Fprintf(b, `<text class="median-label" x="%.1f" y="%d" font-size="11" font-family="sans-serif" fill="#1f2328" text-anchor="middle">median %s (n=%d)</text>`,
+		sc.x(d.GetMedian()), plotTop-13, esc(withUnit(d.GetMedian(), d.GetUnit())), d.GetNodes())
+}
+
+// fleetMarks draws the node: a marker per component, the first two
+// labelled with their value (and percentile, when the fleet has values).
+func fleetMarks(b *strings.Builder, marks []*curev1.FleetNodeMark, fleetValues bool, unit string, sc fleetScale) {
 	for i, m := range marks {
-		mx := x(m.GetValue())
+		mx := sc.x(m.GetValue())
 		label := fmt.Sprintf("%s %s", m.GetComponent(), withUnit(m.GetValue(), unit))
-		if len(vals) > 0 {
+		if fleetValues {
 			label += fmt.Sprintf(" (percentile %s)", fleetband.Num(m.GetPercentile()))
 		}
 		ly := plotBase + 22 + 12*i
@@ -129,16 +153,14 @@ func FleetPlotSVG(d *curev1.FleetDistribution, j *curev1.FleetJudgement) templat
 		case mx > plotW*3/4:
 			anchor = "end"
 		}
-		fmt.Fprintf(&b, `<g class="node-mark"><title>%s</title>`, esc(strings.TrimSpace(m.GetNodeId()+" "+label)))
-		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#cf222e" stroke-width="2"/>`, mx, mx, plotTop-6, plotBase+8)
-		fmt.Fprintf(&b, `<path d="M%.1f %d l-6 -9 h12 z" fill="#cf222e"/>`, mx, plotTop-6)
+		fmt.Fprintf(b, `<g class="node-mark"><title>%s</title>`, esc(strings.TrimSpace(m.GetNodeId()+" "+label)))
+		fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#cf222e" stroke-width="2"/>`, mx, mx, plotTop-6, plotBase+8)
+		fmt.Fprintf(b, `<path d="M%.1f %d l-6 -9 h12 z" fill="#cf222e"/>`, mx, plotTop-6)
 		if i < 2 { // more labels would overlap; every marker keeps its title
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="11" font-family="sans-serif" fill="#cf222e" text-anchor="%s">%s</text>`, mx, ly, anchor, esc(label))
+			fmt.Fprintf(b, `<text x="%.1f" y="%d" font-size="11" font-family="sans-serif" fill="#cf222e" text-anchor="%s">%s</text>`, mx, ly, anchor, esc(label))
 		}
 		b.WriteString(`</g>`)
 	}
-	b.WriteString(`</svg>`)
-	return template.HTML(b.String()) // built from escaped text and numbers only
 }
 
 func hasMark(ms []*curev1.FleetNodeMark, component string) bool {
