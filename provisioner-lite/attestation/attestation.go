@@ -6,6 +6,11 @@
 // report.json (expected values, or its Authenticode hash as a boot
 // application measured into PCR 4). It holds no store: the caller records
 // verdicts, EKs and firmware measurements.
+//
+// The event log and the quote are checked by CURE's own tools/tpm/eventlog
+// and tools/tpm/attest, not go-attestation or go-eventlog: their replay
+// injects PCR 5 events the log lacks and passes a quoted PCR the log never
+// touches at any value (figures in tools/tpm/eventlog's package doc).
 package attestation
 
 import (

@@ -6,6 +6,13 @@
 // and the quote checked against the AK, the nonce and the PCR values).
 // It knows no gRPC and no store: the runner and the coordinator carry its
 // byte strings in api/curev1.
+//
+// go-attestation's quote check (AKPublic.Verify) covers the signature,
+// nonce and PCR digest, but ParseAKPublic accepts any key: CheckAK's
+// refusal of a key that is not restricted, sign-only and fixed to its TPM
+// (one that could sign a quote the TPM never made) would stay ours, and its
+// node side costs the runner 344 KB more than this package's (measured
+// figures in tools/tpm/eventlog's package doc).
 package attest
 
 import (

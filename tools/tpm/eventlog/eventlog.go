@@ -7,6 +7,34 @@
 // Only the crypto-agile format (TCG PC Client Platform Firmware Profile,
 // "Spec ID Event03") is accepted: a TPM 2.0 firmware writes it, and a SHA-1
 // only log cannot be checked against a sha256 quote anyway.
+//
+// Why CURE's own parser and not github.com/google/go-attestation (v0.6.4)
+// or github.com/google/go-eventlog (v0.0.2, its log code split out): both
+// fetch from the module proxy, but their replay checks less than Check,
+// and CheckBootPath's verdict rests on it (measured 2026-11-28 with a log
+// this package's Writer builds):
+//
+//   - EventLog.Verify, when PCR 5 does not replay, retries with synthetic
+//     ExitBootServices events injected into PCR 5 (three firmware-bug
+//     workarounds) and returns them among the verified events: a log
+//     lacking two PCR 5 events the TPM was extended with verified, with 4
+//     events of which 2 the node never sent. PCR 5 is where CheckBootPath
+//     reads the end of the boot path, event by event. Check refuses it,
+//     naming PCR 5 and both values.
+//   - a quoted PCR the log has no event for passes at any value (the
+//     replay compares only a PCR it extended); Check wants the reset value.
+//   - a SHA-1-only log parses; nothing bounds the events but the input
+//     (here: 1 MiB, 4096 events, 64 KiB an event, and FuzzParse).
+//
+// Each would need checks of CURE's own around the library. Size is no
+// reason either way (go build -trimpath -ldflags='-s -w', CGO_ENABLED=0; an empty
+// program is 1.84 MB): a coordinator-side verifier (parse, replay, quote,
+// credential challenge) is 3.13 MB with this package and tools/tpm/attest,
+// 3.08 MB with go-attestation, 4.99 MB with go-eventlog plus
+// tools/tpm/attest (go-eventlog pulls google.golang.org/protobuf: 40
+// packages linked against 11); the node side (open the TPM, make the keys,
+// quote) is 3.34 MB with tools/tpm/attest and 3.68 MB with go-attestation
+// (go-tpm's legacy API besides the one the runner already links).
 package eventlog
 
 import (

@@ -38,6 +38,42 @@ func TestReplayMatchesHandComputedPCRs(t *testing.T) {
 	}
 }
 
+// What go-attestation's and go-eventlog's replay accept (see the package
+// doc), Check refuses: a PCR 5 the TPM extended with ExitBootServices events
+// the log lacks, and a quoted PCR the log never touches away from its reset
+// value. Each refusal names the PCR.
+func TestCheckRefusesWhatWorkaroundsPass(t *testing.T) {
+	w := NewWriter()
+	fw := w.Event(0, EVSCRTMVersion, []byte("fw"))
+	sep := w.Event(5, EVSeparator, []byte{0, 0, 0, 0})
+	l, err := Parse(w.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext := func(cur []byte, data string) []byte {
+		d := sha256.Sum256([]byte(data))
+		h := sha256.Sum256(append(bytes.Clone(cur), d[:]...))
+		return h[:]
+	}
+	zero := make([]byte, 32)
+	pcr0 := sha256.Sum256(append(bytes.Clone(zero), fw...))
+	pcr5 := sha256.Sum256(append(bytes.Clone(zero), sep...))
+	ebs := ext(ext(pcr5[:], "Exit Boot Services Invocation"), "Exit Boot Services Returned with Success")
+	other := sha256.Sum256([]byte("PCR 7 the log never touches"))
+	for want, quoted := range map[uint32]map[uint32][]byte{
+		5: {0: pcr0[:], 5: ebs},
+		7: {0: pcr0[:], 5: pcr5[:], 7: other[:]},
+	} {
+		var me *MismatchError
+		if err := l.Check(quoted); !errors.As(err, &me) || me.PCR != want {
+			t.Errorf("PCR %d: Check returned %v", want, err)
+		}
+	}
+	if err := l.Check(map[uint32][]byte{0: pcr0[:], 5: pcr5[:], 7: zero}); err != nil {
+		t.Fatalf("the log's own PCRs: %v", err)
+	}
+}
+
 func TestStartupLocality(t *testing.T) {
 	w := NewWriter()
 	w.Digest(0, EVNoAction, make([]byte, 32), append([]byte("StartupLocality\x00"), 3))
