@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -102,6 +103,27 @@ func TestServeAndShutdown(t *testing.T) {
 	}
 	if err := co.Serve(context.Background()); err == nil || !strings.Contains(err.Error(), "twice") {
 		t.Errorf("a second Serve: %v", err)
+	}
+}
+
+// A start that fails once the servers serve (here: --pprof-listen off
+// loopback, checked last) returns the error and leaves nothing listening.
+func TestFailedStartStopsServers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c := testConfig(filepath.Join(t.TempDir(), "state"))
+	c.HTTPListen, c.PprofListen = addr, "0.0.0.0:0"
+	err = serve(context.Background(), quiet(), c)
+	if err == nil || !strings.Contains(err.Error(), "--pprof-listen") {
+		t.Fatalf("start with pprof off loopback: %v", err)
+	}
+	if conn, err := net.DialTimeout("tcp", addr, 2*time.Second); err == nil {
+		conn.Close()
+		t.Fatalf("the boot server still listens on %s after the failed start", addr)
 	}
 }
 

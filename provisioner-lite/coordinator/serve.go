@@ -32,6 +32,7 @@ type services struct {
 	errc                                      chan error // a server that stopped serving
 	bootLn, grpcLn, httpsLn, metricsLn, webLn *peerlimit.Listener
 	resumed                                   int
+	shutDown                                  bool // shutdown ran
 }
 
 // wire builds the engine, the node pool, the boot server and the gRPC
@@ -109,6 +110,14 @@ func (d *daemon) serve(ctx context.Context) error {
 	}
 	d.onClose(stopNetboot)
 	d.serving = true
+	// A start that fails from here on stops the servers it started (a
+	// shutdown has stopped them already).
+	d.onClose(func() {
+		if !d.shutDown {
+			d.httpSrv.Close()
+			d.gs.Stop()
+		}
+	})
 	d.bootLn, d.grpcLn = d.bs.Listener(d.hl), limited(d.gl, "grpc", d.plan.grpc, log)
 	go func() { d.errc <- d.httpSrv.Serve(d.bootLn) }()
 	go func() { d.errc <- d.gs.Serve(d.grpcLn) }()
@@ -177,6 +186,7 @@ func (d *daemon) wait(ctx context.Context) {
 
 // shutdown stops the servers and the engine; cleanup closes the rest.
 func (d *daemon) shutdown() {
+	d.shutDown = true
 	d.obs.h.ShuttingDown()
 	d.log.Info("shutting down; active runs resume at next start")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
