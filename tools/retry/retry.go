@@ -57,12 +57,13 @@ func (p Policy) Delay(attempt int) time.Duration {
 		return 0
 	}
 	switch p.Jitter {
+	case Full:
 	case Half:
 		return d/2 + rand.N(d-d/2+1)
 	case None:
 		return d
 	}
-	return rand.N(d + 1)
+	return rand.N(d + 1) // Full, and a Jitter this version does not know
 }
 
 // Sleep waits d, or until ctx ends (its error then).
