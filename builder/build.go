@@ -70,18 +70,98 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	if o.Uinit != "" {
 		uinit = o.Uinit
 	}
-	switch {
-	case s.CAPath.Value != "" && o.CA == "":
-		return nil, fmt.Errorf("%s:%d: ca_path %s needs the site CA: pass --ca", s.File, s.CAPath.Line, s.CAPath.Value)
-	case s.CAPath.Value == "" && o.CA != "":
-		return nil, fmt.Errorf("%s: --ca %s given but the spec has no ca_path saying where it goes", s.File, o.CA)
-	case s.ToolBundlePath.Value != "" && o.ToolBundlePin == "":
-		return nil, fmt.Errorf("%s:%d: tool_bundle_path %s needs the built tool bundle: make toolbundle, then pass --pin-tool-bundle out/toolbundle/toolbundle.json",
-			s.File, s.ToolBundlePath.Line, s.ToolBundlePath.Value)
-	case s.ToolBundlePath.Value == "" && o.ToolBundlePin != "":
-		return nil, fmt.Errorf("%s: --pin-tool-bundle %s given but the spec has no tool_bundle_path saying where it goes", s.File, o.ToolBundlePin)
+	if err := checkSiteInputs(s, o); err != nil {
+		return nil, err
+	}
+	rm, err := resolveModules(s, o)
+	if err != nil {
+		return nil, err
+	}
+	if rm.bundle != nil {
+		defer rm.bundle.Close()
+	}
+	log.Info("kernel modules resolved", "kernel", rm.k.Version, "requested", len(s.Modules), "closure", len(rm.mods), "builtin", rm.builtin)
+
+	base := uimage.DefaultRamfs()
+	r := &Report{
+		Spec:           s.File,
+		Kind:           "image",
+		KernelVersion:  rm.k.Version,
+		Init:           s.Init.Value,
+		InitStandalone: s.InitStandalone.Value == "true",
+		Uinit:          uinit,
+		Cmdline:        s.Cmdline.Value,
+		BuiltinModules: rm.builtin,
+	}
+	if err := addBaseRecords(base, s, o, rm, r); err != nil {
+		return nil, err
+	}
+	if r.Tools, err = imageTools(s, o.Tools); err != nil {
+		return nil, err
 	}
 
+	tmp, err := os.MkdirTemp("", "cure-build-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	archive, err := buildArchive(ctx, log, s, base, tmp, uinit, r.Tools)
+	if err != nil {
+		return nil, err
+	}
+	if rm.bundle != nil {
+		if err := checkBundleLibraries(rm.bundle, archive); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, m := range rm.mods {
+		r.Modules = append(r.Modules, m.Name)
+	}
+	if err := finish(o.OutDir, archive, rm.k.Vmlinuz, o.KeepCPIO, r); err != nil {
+		return nil, err
+	}
+	r.Totals.BuildSeconds = time.Since(start).Seconds()
+	if err := writeReport(o.OutDir, r); err != nil {
+		return nil, err
+	}
+	log.Info("image built", "out", o.OutDir, "files", r.Totals.Files,
+		"cpio_bytes", r.Totals.UncompressedBytes, "zst_bytes", r.Totals.ZstBytes,
+		"gz_bytes", r.Totals.GzBytes, "lz4_bytes", r.Totals.LZ4Bytes, "seconds", fmt.Sprintf("%.1f", r.Totals.BuildSeconds))
+	return r, nil
+}
+
+// checkSiteInputs refuses a site input (CA, tool bundle pin) given without
+// the spec path it goes to, and a spec path whose input is missing.
+func checkSiteInputs(s *spec.Spec, o Options) error {
+	switch {
+	case s.CAPath.Value != "" && o.CA == "":
+		return fmt.Errorf("%s:%d: ca_path %s needs the site CA: pass --ca", s.File, s.CAPath.Line, s.CAPath.Value)
+	case s.CAPath.Value == "" && o.CA != "":
+		return fmt.Errorf("%s: --ca %s given but the spec has no ca_path saying where it goes", s.File, o.CA)
+	case s.ToolBundlePath.Value != "" && o.ToolBundlePin == "":
+		return fmt.Errorf("%s:%d: tool_bundle_path %s needs the built tool bundle: make toolbundle, then pass --pin-tool-bundle out/toolbundle/toolbundle.json",
+			s.File, s.ToolBundlePath.Line, s.ToolBundlePath.Value)
+	case s.ToolBundlePath.Value == "" && o.ToolBundlePin != "":
+		return fmt.Errorf("%s: --pin-tool-bundle %s given but the spec has no tool_bundle_path saying where it goes", s.File, o.ToolBundlePin)
+	}
+	return nil
+}
+
+// resolvedModules is the kernel and the module closure an image carries.
+type resolvedModules struct {
+	k       Kernel
+	ix      *kmod.Index
+	bundle  *driverbundle.Bundle // nil without --driver-bundle; the caller closes it
+	mods    []*kmod.Module
+	builtin []string
+}
+
+// resolveModules finds the kernel, opens the driver bundle if any, and
+// resolves the closure of the spec's modules and the bundle's.
+func resolveModules(s *spec.Spec, o Options) (*resolvedModules, error) {
 	k, err := FindKernel(o.KernelRoot)
 	if err != nil {
 		return nil, err
@@ -90,101 +170,132 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	rm := &resolvedModules{k: k, ix: ix}
 	want := spec.Values(s.Modules)
-	var bundle *driverbundle.Bundle
 	if o.DriverBundle != "" {
-		if bundle, err = openBundle(o.DriverBundle, k, ix); err != nil {
+		if rm.bundle, err = openBundle(o.DriverBundle, k, ix); err != nil {
 			return nil, err
 		}
-		defer bundle.Close()
-		for _, m := range bundle.Modules {
+		for _, m := range rm.bundle.Modules {
 			want = append(want, m.Name)
 		}
 	}
-	mods, builtin, err := ix.Closure(want)
+	rm.mods, rm.builtin, err = ix.Closure(want)
 	if err != nil {
-		if bundle != nil {
+		if rm.bundle != nil {
+			rm.bundle.Close()
 			return nil, fmt.Errorf("%s / --driver-bundle %s: modules: %w", s.File, o.DriverBundle, err)
 		}
 		return nil, fmt.Errorf("%s: modules: %w", s.File, err)
 	}
-	log.Info("kernel modules resolved", "kernel", k.Version, "requested", len(s.Modules), "closure", len(mods), "builtin", builtin)
+	return rm, nil
+}
 
-	base := uimage.DefaultRamfs()
-	recs, err := moduleRecords(ix, k.Version, mods, s.CompressModules.Value == "zstd")
+// addBaseRecords writes into base everything the image carries besides the
+// busybox and tools: modules, spec files, pci.ids, the site CA, the tool
+// bundle pin and the driver bundle. It fills r's CA, ToolBundle and
+// DriverBundle.
+func addBaseRecords(base *cpio.Archive, s *spec.Spec, o Options, rm *resolvedModules, r *Report) error {
+	recs, err := moduleRecords(rm.ix, rm.k.Version, rm.mods, s.CompressModules.Value == "zstd")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, f := range s.ResolvedFiles() {
-		r, err := hostFileRecord(f.Src, f.Dst)
+		rec, err := hostFileRecord(f.Src, f.Dst)
 		if err != nil {
-			return nil, fmt.Errorf("%s: files: %w", s.File, err)
+			return fmt.Errorf("%s: files: %w", s.File, err)
 		}
-		recs = append(recs, r)
+		recs = append(recs, rec)
 	}
-	var caInfo *pki.ImageCA
 	if p := s.PCIIDs; p != nil {
 		data, err := readPCIIDs(p.Src.Value, spec.Values(p.Vendors))
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: pci_ids: %w", s.File, p.Src.Line, err)
+			return fmt.Errorf("%s:%d: pci_ids: %w", s.File, p.Src.Line, err)
 		}
 		recs = append(recs, fileRecord(spec.PCIIDsPath, data, 0o644))
 	}
 	if o.CA != "" {
-		r, err := hostFileRecord(o.CA, path.Clean(s.CAPath.Value)[1:])
+		rec, ca, err := siteCARecord(o.CA, s.CAPath.Value)
 		if err != nil {
-			return nil, fmt.Errorf("--ca: %w", err)
+			return err
 		}
-		r.Mode = cpio.S_IFREG | 0o644
-		recs = append(recs, r)
-		// The report names the CA so the coordinator can refuse an image
-		// that trusts another one (pki.CheckImageCA).
-		pemBytes, err := os.ReadFile(o.CA)
-		if err != nil {
-			return nil, fmt.Errorf("--ca: %w", err)
-		}
-		ca, err := pki.DescribeCA(o.CA, pemBytes)
-		if err != nil {
-			return nil, fmt.Errorf("--ca: %w", err)
-		}
-		ca.Path = path.Clean(s.CAPath.Value)
-		caInfo = &ca
+		recs, r.CA = append(recs, rec), ca
 	}
-	var pinReport *ToolBundleReport
 	if o.ToolBundlePin != "" {
-		pin, err := PinToolBundle(o.ToolBundlePin)
+		rec, pr, err := toolBundlePinRecord(o.ToolBundlePin, s.ToolBundlePath.Value)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		data, err := pinRecord(pin)
-		if err != nil {
-			return nil, err
-		}
-		dst := path.Clean(s.ToolBundlePath.Value)
-		recs = append(recs, fileRecord(dst[1:], data, 0o644))
-		pinReport = &ToolBundleReport{Path: dst, SHA256: pin.SHA256, Size: pin.Size, Tools: pin.Names()}
+		recs, r.ToolBundle = append(recs, rec), pr
 	}
-	var bundleReport *DriverBundleReport
-	if bundle != nil {
-		br, brecs, err := bundleRecords(bundle, mods)
+	if rm.bundle != nil {
+		br, brecs, err := bundleRecords(rm.bundle, rm.mods)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		bundleReport = br
+		r.DriverBundle = br
 		recs = append(recs, brecs...)
 	}
+	return writeRecords(base, recs)
+}
+
+// siteCARecord reads the site CA at hostPath into a record at imagePath,
+// and describes it for the report.
+func siteCARecord(hostPath, imagePath string) (cpio.Record, *pki.ImageCA, error) {
+	rec, err := hostFileRecord(hostPath, path.Clean(imagePath)[1:])
+	if err != nil {
+		return cpio.Record{}, nil, fmt.Errorf("--ca: %w", err)
+	}
+	rec.Mode = cpio.S_IFREG | 0o644
+	// The report names the CA so the coordinator can refuse an image
+	// that trusts another one (pki.CheckImageCA).
+	pemBytes, err := os.ReadFile(hostPath)
+	if err != nil {
+		return cpio.Record{}, nil, fmt.Errorf("--ca: %w", err)
+	}
+	ca, err := pki.DescribeCA(hostPath, pemBytes)
+	if err != nil {
+		return cpio.Record{}, nil, fmt.Errorf("--ca: %w", err)
+	}
+	ca.Path = path.Clean(imagePath)
+	return rec, &ca, nil
+}
+
+// toolBundlePinRecord pins the built tool bundle at pinFile into a record
+// at imagePath, and describes the pin for the report.
+func toolBundlePinRecord(pinFile, imagePath string) (cpio.Record, *ToolBundleReport, error) {
+	pin, err := PinToolBundle(pinFile)
+	if err != nil {
+		return cpio.Record{}, nil, err
+	}
+	data, err := pinRecord(pin)
+	if err != nil {
+		return cpio.Record{}, nil, err
+	}
+	dst := path.Clean(imagePath)
+	return fileRecord(dst[1:], data, 0o644), &ToolBundleReport{Path: dst, SHA256: pin.SHA256, Size: pin.Size, Tools: pin.Names()}, nil
+}
+
+// writeRecords adds recs to base, refusing an image path given twice; a
+// record base already holds identically is skipped.
+func writeRecords(base *cpio.Archive, recs []cpio.Record) error {
 	for _, r := range recs {
 		if base.Contains(r) {
 			continue
 		}
 		if _, dup := base.Get(r.Name); dup {
-			return nil, fmt.Errorf("image path /%s is provided twice (files, ca_path, tool_bundle_path or modules)", r.Name)
+			return fmt.Errorf("image path /%s is provided twice (files, ca_path, tool_bundle_path or modules)", r.Name)
 		}
 		if err := base.WriteRecord(r); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
 
+// imageTools lists the mkuimage file arguments: the spec's tools, then the
+// extra ones given as /HOSTPATH or HOSTPATH:IMAGEPATH.
+func imageTools(s *spec.Spec, extra []string) ([]string, error) {
 	var tools []string
 	for _, t := range s.Tools {
 		if _, err := os.Stat(t.Value); err != nil {
@@ -192,7 +303,7 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		}
 		tools = append(tools, t.Value)
 	}
-	for _, t := range o.Tools {
+	for _, t := range extra {
 		src, dst, hasDst := strings.Cut(t, ":")
 		if src == "" || (hasDst && dst == "") || (!hasDst && !filepath.IsAbs(src)) {
 			return nil, fmt.Errorf("tool %q: want /HOSTPATH or HOSTPATH:IMAGEPATH", t)
@@ -209,18 +320,57 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		}
 		tools = append(tools, real+":"+strings.TrimPrefix(dst, "/"))
 	}
+	return tools, nil
+}
 
-	tmp, err := os.MkdirTemp("", "cure-build-")
+// buildArchive builds the busybox over base with mkuimage in tmp and
+// returns the uncompressed cpio archive.
+func buildArchive(ctx context.Context, log *slog.Logger, s *spec.Spec, base *cpio.Archive, tmp, uinit string, tools []string) ([]byte, error) {
+	cpioPath := filepath.Join(tmp, CPIOName)
+	standalone := s.InitStandalone.Value == "true"
+	cmds, err := busyboxCommands(ctx, s, base, tmp, uinit)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
-	cpioPath := filepath.Join(tmp, CPIOName)
+	mods := []uimage.Modifier{
+		// gobusybox runs the go tool with only $GOROOT/bin on PATH: no C
+		// toolchain, so cgo must be off explicitly.
+		uimage.WithEnv(golang.DisableCGO(), golang.WithBuildTag(spec.Values(s.BuildTags)...)),
+		uimage.WithTempDir(tmp),
+		uimage.WithBaseArchive(base),
+		uimage.WithBusyboxCommands(cmds...),
+		uimage.WithFiles(tools...),
+		uimage.WithCPIOOutput(cpioPath),
+	}
+	if !standalone {
+		mods = append(mods, uimage.WithInit(path.Base(s.Init.Value)))
+	}
+	if uinit != "" {
+		mods = append(mods, uimage.WithUinit(path.Base(uinit), spec.Values(s.UinitArgs)...))
+	}
+	if s.Shell.Value != "" {
+		mods = append(mods, uimage.WithShell(path.Base(s.Shell.Value)))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	log.Info("building busybox", "commands", len(cmds), "uinit", uinit, "tools", tools)
+	ul := llog.New(slog.LevelWarn, func(format string, v ...any) {
+		log.Warn("mkuimage: " + fmt.Sprintf(format, v...))
+	})
+	if err := uimage.Create(ul, mods...); err != nil {
+		return nil, fmt.Errorf("building initramfs from %s: %w", s.File, err)
+	}
+	return os.ReadFile(cpioPath)
+}
 
-	standalone := s.InitStandalone.Value == "true"
+// busyboxCommands lists the busybox's commands without duplicates: init
+// (unless it is built standalone, then written into base as /init), uinit,
+// then the spec's commands.
+func busyboxCommands(ctx context.Context, s *spec.Spec, base *cpio.Archive, tmp, uinit string) ([]string, error) {
 	var cmds []string
 	seen := map[string]bool{}
-	if standalone {
+	if s.InitStandalone.Value == "true" {
 		initBin, err := buildStatic(ctx, s.Init.Value, filepath.Join(tmp, "init"))
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: init: %w", s.File, s.Init.Line, err)
@@ -240,73 +390,5 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 			cmds = append(cmds, c)
 		}
 	}
-	mods2 := []uimage.Modifier{
-		// gobusybox runs the go tool with only $GOROOT/bin on PATH: no C
-		// toolchain, so cgo must be off explicitly.
-		uimage.WithEnv(golang.DisableCGO(), golang.WithBuildTag(spec.Values(s.BuildTags)...)),
-		uimage.WithTempDir(tmp),
-		uimage.WithBaseArchive(base),
-		uimage.WithBusyboxCommands(cmds...),
-		uimage.WithFiles(tools...),
-		uimage.WithCPIOOutput(cpioPath),
-	}
-	if !standalone {
-		mods2 = append(mods2, uimage.WithInit(path.Base(s.Init.Value)))
-	}
-	if uinit != "" {
-		mods2 = append(mods2, uimage.WithUinit(path.Base(uinit), spec.Values(s.UinitArgs)...))
-	}
-	if s.Shell.Value != "" {
-		mods2 = append(mods2, uimage.WithShell(path.Base(s.Shell.Value)))
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	log.Info("building busybox", "commands", len(cmds), "uinit", uinit, "tools", tools)
-	ul := llog.New(slog.LevelWarn, func(format string, v ...any) {
-		log.Warn("mkuimage: " + fmt.Sprintf(format, v...))
-	})
-	if err := uimage.Create(ul, mods2...); err != nil {
-		return nil, fmt.Errorf("building initramfs from %s: %w", s.File, err)
-	}
-	archive, err := os.ReadFile(cpioPath)
-	if err != nil {
-		return nil, err
-	}
-	if bundle != nil {
-		if err := checkBundleLibraries(bundle, archive); err != nil {
-			return nil, err
-		}
-	}
-	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
-		return nil, err
-	}
-	r := &Report{
-		Spec:           s.File,
-		Kind:           "image",
-		KernelVersion:  k.Version,
-		Init:           s.Init.Value,
-		InitStandalone: standalone,
-		Uinit:          uinit,
-		Cmdline:        s.Cmdline.Value,
-		BuiltinModules: builtin,
-		Tools:          tools,
-		CA:             caInfo,
-		DriverBundle:   bundleReport,
-		ToolBundle:     pinReport,
-	}
-	for _, m := range mods {
-		r.Modules = append(r.Modules, m.Name)
-	}
-	if err := finish(o.OutDir, archive, k.Vmlinuz, o.KeepCPIO, r); err != nil {
-		return nil, err
-	}
-	r.Totals.BuildSeconds = time.Since(start).Seconds()
-	if err := writeReport(o.OutDir, r); err != nil {
-		return nil, err
-	}
-	log.Info("image built", "out", o.OutDir, "files", r.Totals.Files,
-		"cpio_bytes", r.Totals.UncompressedBytes, "zst_bytes", r.Totals.ZstBytes,
-		"gz_bytes", r.Totals.GzBytes, "lz4_bytes", r.Totals.LZ4Bytes, "seconds", fmt.Sprintf("%.1f", r.Totals.BuildSeconds))
-	return r, nil
+	return cmds, nil
 }
