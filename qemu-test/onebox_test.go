@@ -20,6 +20,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/timebuckets"
 	"github.com/cure-oss/cure/qemu-test/harness"
+	"github.com/cure-oss/cure/tools/testenv"
 )
 
 // oneBoxScript is README "Try it on one box" as a script.
@@ -44,9 +45,7 @@ var (
 func oneBox(t *testing.T) *oneBoxRun {
 	t.Helper()
 	out := outDir(t)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the script creates network namespaces, a bridge and a tap device")
-	}
+	testenv.RequireRoot(t, "the script creates network namespaces, a bridge and a tap device")
 	var missing []string
 	for _, f := range []string{"/usr/share/OVMF/OVMF_CODE.fd", "/usr/share/OVMF/OVMF_VARS.fd", "/usr/lib/ipxe/snponly.efi"} {
 		if _, err := os.Stat(f); err != nil {

@@ -16,6 +16,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/qemu-test/harness"
+	"github.com/cure-oss/cure/tools/testenv"
 )
 
 // The node-pair test's network: the coordinator's namespace holds a
@@ -83,9 +84,7 @@ func TestNodePairBurnin(t *testing.T) {
 		return
 	}
 	out := outDir(t)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the test creates network namespaces, a bridge and tap devices")
-	}
+	testenv.RequireRoot(t, "the test creates network namespaces, a bridge and tap devices")
 	for _, c := range []string{"ip", "tc", "dnsmasq"} {
 		if _, err := exec.LookPath(c); err != nil {
 			t.Fatalf("missing %s: run scripts/install-deps.sh (iproute2, dnsmasq-base)", c)

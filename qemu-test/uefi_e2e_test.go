@@ -16,6 +16,7 @@ import (
 
 	"github.com/cure-oss/cure/qemu-test/harness"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
+	"github.com/cure-oss/cure/tools/testenv"
 )
 
 // The UEFI test's network: the coordinator's namespace holds the bridge,
@@ -54,9 +55,7 @@ func TestUEFIProxyDHCPProvision(t *testing.T) {
 		return
 	}
 	out := outDir(t)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the test creates network namespaces, a bridge and a tap device")
-	}
+	testenv.RequireRoot(t, "the test creates network namespaces, a bridge and a tap device")
 	var missing []string
 	for _, f := range []string{harness.OVMFCode, harness.OVMFVars, "/usr/lib/ipxe/snponly.efi", "/usr/lib/ipxe/undionly.kpxe"} {
 		if _, err := os.Stat(f); err != nil {

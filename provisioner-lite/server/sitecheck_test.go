@@ -20,6 +20,7 @@ import (
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/checks/siteprog"
 	"github.com/cure-oss/cure/tools/checks/suite"
+	"github.com/cure-oss/cure/tools/testenv"
 	"google.golang.org/grpc/codes"
 )
 
@@ -33,9 +34,7 @@ import (
 // it wrote reach no store row. A runner that put B's run on the event
 // itself is refused by the coordinator.
 func TestSiteCheckVerdictsAttributedToSession(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("site programs are sandboxed with namespaces and another uid: needs root")
-	}
+	testenv.RequireRoot(t, "site programs are sandboxed with namespaces and another uid")
 	h := newHostile(t)
 	// Node C runs a diagnostic (where a suite runs); B's run is the one a
 	// program would like to write into.

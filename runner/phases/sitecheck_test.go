@@ -14,6 +14,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/tools/checks/siteprog"
+	"github.com/cure-oss/cure/tools/testenv"
 )
 
 // siteArtifacts is the coordinator's artifact server as a node sees it:
@@ -60,9 +61,7 @@ echo '{"component":"bmc/fru","status":"FAIL","observed":"2 missing","expected":"
 // names a run is refused and nothing of that program reaches the wire;
 // the kernel command line, where the boot token is, reads empty.
 func TestSiteCheck(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("site programs are sandboxed with namespaces and another uid: needs root")
-	}
+	testenv.RequireRoot(t, "site programs are sandboxed with namespaces and another uid")
 	host, err := os.ReadFile("/proc/cmdline")
 	if err != nil || len(host) == 0 {
 		t.Fatalf("host /proc/cmdline: %d bytes, %v", len(host), err)

@@ -7,15 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cure-oss/cure/tools/testenv"
 )
 
 // TestWriteLoopDevice exercises the block-device path for real (BLKRRPART,
 // BLKFLSBUF) on a partition-scanning loop device when the machine allows
 // it: the written GPT's partition must appear in sysfs afterwards.
 func TestWriteLoopDevice(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for losetup")
-	}
+	testenv.RequireRoot(t, "losetup")
 	for _, tool := range []string{"losetup", "sfdisk"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not installed", tool)

@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"gopkg.in/yaml.v3"
+
+	"github.com/cure-oss/cure/tools/testenv"
 )
 
 func testSeed() Seed {
@@ -312,9 +314,7 @@ func TestWriteSeed(t *testing.T) {
 // TestWriteSeedLoop mounts a real vfat image through a loop device when
 // the machine allows it (root, loop devices, dosfstools, mtools).
 func TestWriteSeedLoop(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for losetup and mount")
-	}
+	testenv.RequireRoot(t, "losetup and mount")
 	for _, tool := range []string{"losetup", "mkfs.vfat", "mtype"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not installed", tool)

@@ -27,6 +27,8 @@ import (
 	"github.com/insomniacslk/dhcp/iana"
 	"github.com/pin/tftp/v3"
 	"golang.org/x/sys/unix"
+
+	"github.com/cure-oss/cure/tools/testenv"
 )
 
 // The PXE site of the flood tests: the coordinator's namespace holds pxe0
@@ -55,9 +57,7 @@ type pxeSite struct {
 // proxy DHCP and TFTP on pxe0, one node in its inventory.
 func startPXESite(t *testing.T) *pxeSite {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the test builds network namespaces and sends forged packets")
-	}
+	testenv.RequireRoot(t, "the test builds network namespaces and sends forged packets")
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("needs ip(8) (iproute2)")
 	}

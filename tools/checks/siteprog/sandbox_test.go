@@ -20,6 +20,7 @@ import (
 	"github.com/cure-oss/cure/tools/artifact"
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/checks/siteprog"
+	"github.com/cure-oss/cure/tools/testenv"
 )
 
 // artifacts is a content-addressed artifact server as the coordinator
@@ -54,9 +55,7 @@ func (a *artifacts) program(check, src string, limit time.Duration) siteprog.Pro
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("site programs are sandboxed with namespaces and another uid: needs root")
-	}
+	testenv.RequireRoot(t, "site programs are sandboxed with namespaces and another uid")
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
