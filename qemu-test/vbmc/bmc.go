@@ -199,67 +199,8 @@ type BMC struct {
 // New builds a BMC for m. The machine is assumed off. New fails only if the
 // embedded mockup is unusable.
 func New(cfg Config, m Machine) (*BMC, error) {
-	if cfg.Username == "" {
-		cfg.Username = "admin"
-	}
-	if cfg.Password == "" {
-		cfg.Password = "password"
-	}
-	if cfg.SystemID == "" {
-		cfg.SystemID = mockupSystemID
-	}
-	if cfg.Manufacturer == "" {
-		cfg.Manufacturer = "CURE"
-	}
-	if cfg.Model == "" {
-		cfg.Model = "QEMU-GPU-Node"
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Firmware == nil {
-		cfg.Firmware = DefaultFirmware()
-	}
-	if err := validateFirmware(cfg.Firmware); err != nil {
-		return nil, fmt.Errorf("vbmc %s: %w", cfg.Name, err)
-	}
-	for _, p := range cfg.TransferProtocols {
-		if !slices.Contains(implementedProtocols, p) && p != "SCP" { // SCP: advertised only (a vendor shape); fetching fails the task
-			return nil, fmt.Errorf("vbmc %s: TransferProtocols: %q is not implemented (have %v)", cfg.Name, p, implementedProtocols)
-		}
-	}
-	if cfg.TaskDuration <= 0 {
-		cfg.TaskDuration = 2 * time.Second
-	}
-	if cfg.FetchTimeout <= 0 {
-		cfg.FetchTimeout = 60 * time.Second
-	}
-	if cfg.ResetDuration <= 0 {
-		cfg.ResetDuration = 3 * time.Second
-	}
-	for _, m := range cfg.BootModes {
-		if m != "Legacy" && m != "UEFI" {
-			return nil, fmt.Errorf("vbmc %s: BootModes: %q: want Legacy or UEFI", cfg.Name, m)
-		}
-	}
-	for _, rt := range cfg.ResetTypes {
-		if !slices.Contains(implementedResets, rt) {
-			return nil, fmt.Errorf("vbmc %s: ResetTypes: %q is not implemented (have %v)", cfg.Name, rt, implementedResets)
-		}
-	}
-	switch cfg.SensorAPI {
-	case SensorAPIBoth, SensorAPILegacy, SensorAPISensors:
-	default:
-		return nil, fmt.Errorf("vbmc %s: SensorAPI %q: want %q, %q or %q", cfg.Name, cfg.SensorAPI, SensorAPIBoth, SensorAPILegacy, SensorAPISensors)
-	}
-	if cfg.ThermalTau <= 0 {
-		cfg.ThermalTau = 15 * time.Second
-	}
-	cfg.EventLog = cfg.EventLog.withDefaults()
-	if err := cfg.EventLog.validate(); err != nil {
+	cfg.applyDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("vbmc %s: %w", cfg.Name, err)
 	}
 	tree, err := loadTree(cfg.SystemID, cfg.MAC)
@@ -314,6 +255,77 @@ func New(cfg Config, m Machine) (*BMC, error) {
 	b.wg.Add(1)
 	go b.watch()
 	return b, nil
+}
+
+// applyDefaults fills the fields left zero.
+func (cfg *Config) applyDefaults() {
+	if cfg.Username == "" {
+		cfg.Username = "admin"
+	}
+	if cfg.Password == "" {
+		cfg.Password = "password"
+	}
+	if cfg.SystemID == "" {
+		cfg.SystemID = mockupSystemID
+	}
+	if cfg.Manufacturer == "" {
+		cfg.Manufacturer = "CURE"
+	}
+	if cfg.Model == "" {
+		cfg.Model = "QEMU-GPU-Node"
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Firmware == nil {
+		cfg.Firmware = DefaultFirmware()
+	}
+	if cfg.TaskDuration <= 0 {
+		cfg.TaskDuration = 2 * time.Second
+	}
+	if cfg.FetchTimeout <= 0 {
+		cfg.FetchTimeout = 60 * time.Second
+	}
+	if cfg.ResetDuration <= 0 {
+		cfg.ResetDuration = 3 * time.Second
+	}
+	if cfg.ThermalTau <= 0 {
+		cfg.ThermalTau = 15 * time.Second
+	}
+	cfg.EventLog = cfg.EventLog.withDefaults()
+}
+
+// validate refuses a configuration this BMC cannot serve: a firmware list,
+// protocol, boot mode, reset type, sensor API or event log shape it does
+// not implement.
+func (cfg *Config) validate() error {
+	if err := validateFirmware(cfg.Firmware); err != nil {
+		return err
+	}
+	for _, p := range cfg.TransferProtocols {
+		if !slices.Contains(implementedProtocols, p) && p != "SCP" { // SCP: advertised only (a vendor shape); fetching fails the task
+			return fmt.Errorf("TransferProtocols: %q is not implemented (have %v)", p, implementedProtocols)
+		}
+	}
+	for _, m := range cfg.BootModes {
+		if m != "Legacy" && m != "UEFI" {
+			return fmt.Errorf("BootModes: %q: want Legacy or UEFI", m)
+		}
+	}
+	for _, rt := range cfg.ResetTypes {
+		if !slices.Contains(implementedResets, rt) {
+			return fmt.Errorf("ResetTypes: %q is not implemented (have %v)", rt, implementedResets)
+		}
+	}
+	switch cfg.SensorAPI {
+	case SensorAPIBoth, SensorAPILegacy, SensorAPISensors:
+	default:
+		return fmt.Errorf("SensorAPI %q: want %q, %q or %q", cfg.SensorAPI, SensorAPIBoth, SensorAPILegacy, SensorAPISensors)
+	}
+	return cfg.EventLog.validate()
 }
 
 // Close stops the event loop, releases hung requests and powers the machine

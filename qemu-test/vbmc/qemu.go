@@ -273,22 +273,78 @@ func qemuEscape(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 	c := q.cfg
 	uefi := q.mode == ModeUEFI
+	bootOpt, err := q.bootOption(dev)
+	if err != nil {
+		return nil, err
+	}
+	// OVMF takes the boot order from the devices' bootindex (QEMU's
+	// fw_cfg bootorder), not from -boot order.
+	netBoot := dev == BootPxe || dev == BootUefiHttp
+	nic := nicDevice(c, uefi, uefi && netBoot)
+	disk := diskDevice(c, uefi && !netBoot)
+	args := q.machineArgs(uefi)
+	args = append(args,
+		"-chardev", "file,id=con0,path="+qemuEscape(c.ConsoleLog)+",append=on",
+		"-serial", "chardev:con0",
+		"-qmp", "unix:"+qemuEscape(qmpPath)+",server=on,wait=off",
+		"-netdev", netdevOption(c),
+		"-device", nic,
+	)
+	if disk != "" {
+		if p := c.DiskPort; p != nil {
+			args = append(args, "-device", fmt.Sprintf("pcie-root-port,id=rp0,chassis=1,x-speed=%s,x-width=%d", p.Speed, p.Width))
+			disk += ",bus=rp0"
+		}
+		args = append(args,
+			"-drive", "file="+qemuEscape(c.DiskPath)+",if=none,id=d0,format=raw,cache=writeback",
+			"-device", disk)
+	}
+	args = append(args,
+		"-device", "virtio-rng-pci",
+		"-smbios", smbiosSystem(c),
+		// Memory devices (type 17) as a board describes its DIMMs: QEMU
+		// writes one per 16 GiB of RAM, "DIMM 0"..., each with this serial
+		// (what a report names a DIMM by).
+		"-smbios", "type=17,loc_pfx=DIMM,bank=BANK,manufacturer=QEMU,part=CURE-QEMU-DIMM,speed=4800,serial="+qemuEscape(orDefault(c.Serial, c.Name)+"-DIMM"),
+		"-boot", bootOpt,
+		// A guest reboot becomes a shutdown we observe over QMP, and
+		// -no-shutdown keeps QEMU alive until we have read why.
+		"-action", "reboot=shutdown",
+		"-no-shutdown",
+	)
+	if disk != "" {
+		args = append(args, c.DiskThrottle.args("d0")...)
+	}
+	return append(args, c.ExtraArgs...), nil
+}
+
+// bootOption is -boot's value for a boot from dev: the order and the
+// reboot timeout. It refuses a device the machine cannot boot from in its
+// mode.
+func (q *QEMUMachine) bootOption(dev BootDevice) (string, error) {
+	c := q.cfg
 	var order string
 	switch dev {
 	case BootPxe, BootUefiHttp:
-		if dev == BootUefiHttp && !uefi {
-			return nil, fmt.Errorf("qemu node %s: UEFI HTTP boot in mode %q: needs UEFI", c.Name, q.mode)
+		if dev == BootUefiHttp && q.mode != ModeUEFI {
+			return "", fmt.Errorf("qemu node %s: UEFI HTTP boot in mode %q: needs UEFI", c.Name, q.mode)
 		}
 		order = "n"
 	case BootHdd:
 		order = "c"
 	default:
-		return nil, fmt.Errorf("qemu node %s: boot device %q is neither Pxe nor Hdd", c.Name, dev)
+		return "", fmt.Errorf("qemu node %s: boot device %q is neither Pxe nor Hdd", c.Name, dev)
 	}
 	bootOpt := "order=" + order
 	if c.RebootTimeout > 0 {
 		bootOpt += ",reboot-timeout=" + strconv.FormatInt(c.RebootTimeout.Milliseconds(), 10)
 	}
+	return bootOpt, nil
+}
+
+// netdevOption is -netdev's value: QEMU's user network (with its boot file
+// and TFTP dir), or a tap device.
+func netdevOption(c QEMUConfig) string {
 	netdev := "user,id=n0"
 	if c.Tap != "" {
 		netdev = "tap,id=n0,ifname=" + qemuEscape(c.Tap) + ",script=no,downscript=no"
@@ -299,6 +355,11 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 	if c.TFTPDir != "" {
 		netdev += ",tftp=" + qemuEscape(c.TFTPDir)
 	}
+	return netdev
+}
+
+// nicDevice is the NIC's -device value; bootFirst gives it bootindex 1.
+func nicDevice(c QEMUConfig, uefi, bootFirst bool) string {
 	// speed/duplex make the guest's link report 25 Gb/s (virtio's
 	// SPEED_DUPLEX feature), which the SKU's hardware check reads.
 	nic := "virtio-net-pci,netdev=n0,mac=" + c.MAC + ",speed=25000,duplex=full,addr=" + fmt.Sprintf("%#x", nicSlot)
@@ -310,19 +371,27 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 		// UEFI PXE is the firmware's own network stack (OVMF's here).
 		nic += ",romfile="
 	}
-	disk := ""
-	if c.DiskPath != "" {
-		disk = "nvme,serial=" + qemuEscape(orDefault(c.Serial, c.Name)) + ",drive=d0"
+	if bootFirst {
+		nic += ",bootindex=1"
 	}
-	if uefi {
-		// OVMF takes the boot order from the devices' bootindex (QEMU's
-		// fw_cfg bootorder), not from -boot order.
-		if dev == BootPxe || dev == BootUefiHttp {
-			nic += ",bootindex=1"
-		} else if disk != "" {
-			disk += ",bootindex=1"
-		}
+	return nic
+}
+
+// diskDevice is the NVMe disk's -device value ("" without a disk);
+// bootFirst gives it bootindex 1.
+func diskDevice(c QEMUConfig, bootFirst bool) string {
+	if c.DiskPath == "" {
+		return ""
 	}
+	disk := "nvme,serial=" + qemuEscape(orDefault(c.Serial, c.Name)) + ",drive=d0"
+	if bootFirst {
+		disk += ",bootindex=1"
+	}
+	return disk
+}
+
+// smbiosSystem is the SMBIOS system (type 1) table's -smbios value.
+func smbiosSystem(c QEMUConfig) string {
 	smbios := "type=1,manufacturer=CURE,product=QEMU-GPU-Node"
 	if c.Serial != "" {
 		smbios += ",serial=" + qemuEscape(c.Serial)
@@ -330,6 +399,13 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 	if c.UUID != "" {
 		smbios += ",uuid=" + c.UUID
 	}
+	return smbios
+}
+
+// machineArgs are the arguments ahead of the devices: the machine, CPUs
+// and memory, the UEFI firmware and its Secure Boot, the TPM.
+func (q *QEMUMachine) machineArgs(uefi bool) []string {
+	c := q.cfg
 	args := []string{
 		"-name", qemuEscape(c.Name),
 		"-accel", "tcg", "-machine", "q35", "-cpu", "max", // args[5] is the machine: Secure Boot adds smm=on
@@ -353,39 +429,7 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 		args = append(args, "-chardev", "socket,id=chrtpm,path="+qemuEscape(q.tpmSock()),
 			"-tpmdev", "emulator,id=tpm0,chardev=chrtpm", "-device", "tpm-crb,tpmdev=tpm0")
 	}
-	args = append(args,
-		"-chardev", "file,id=con0,path="+qemuEscape(c.ConsoleLog)+",append=on",
-		"-serial", "chardev:con0",
-		"-qmp", "unix:"+qemuEscape(qmpPath)+",server=on,wait=off",
-		"-netdev", netdev,
-		"-device", nic,
-	)
-	if disk != "" {
-		if p := c.DiskPort; p != nil {
-			args = append(args, "-device", fmt.Sprintf("pcie-root-port,id=rp0,chassis=1,x-speed=%s,x-width=%d", p.Speed, p.Width))
-			disk += ",bus=rp0"
-		}
-		args = append(args,
-			"-drive", "file="+qemuEscape(c.DiskPath)+",if=none,id=d0,format=raw,cache=writeback",
-			"-device", disk)
-	}
-	args = append(args,
-		"-device", "virtio-rng-pci",
-		"-smbios", smbios,
-		// Memory devices (type 17) as a board describes its DIMMs: QEMU
-		// writes one per 16 GiB of RAM, "DIMM 0"..., each with this serial
-		// (what a report names a DIMM by).
-		"-smbios", "type=17,loc_pfx=DIMM,bank=BANK,manufacturer=QEMU,part=CURE-QEMU-DIMM,speed=4800,serial="+qemuEscape(orDefault(c.Serial, c.Name)+"-DIMM"),
-		"-boot", bootOpt,
-		// A guest reboot becomes a shutdown we observe over QMP, and
-		// -no-shutdown keeps QEMU alive until we have read why.
-		"-action", "reboot=shutdown",
-		"-no-shutdown",
-	)
-	if disk != "" {
-		args = append(args, c.DiskThrottle.args("d0")...)
-	}
-	return append(args, c.ExtraArgs...), nil
+	return args
 }
 
 func orDefault(s, d string) string {
