@@ -242,29 +242,9 @@ func write(ctx context.Context, o Options, t target) (*Result, error) {
 		}
 		verification = list.String()
 	}
-	var src interface {
-		io.Reader
-		Close()
-		resumed() int
-	}
-	if o.Connections > 1 {
-		s := newStriper(ctx, o, list.Chunk)
-		switch err := s.open(); {
-		case err == nil:
-			src = s
-		case errors.Is(err, errNoRanges):
-			slog.Warn("several connections asked for, but the server ignores Range: one connection", "url", o.URL)
-			o.Connections = 1
-		default:
-			return nil, err
-		}
-	}
-	if src == nil {
-		f := &fetcher{ctx: ctx, client: o.Client, url: o.URL, size: o.Size, stall: o.StallTimeout, retries: o.Retries, wait: o.RetryWait}
-		if err := f.open(); err != nil {
-			return nil, err
-		}
-		src = f
+	src, err := openSource(ctx, &o, list)
+	if err != nil {
+		return nil, err
 	}
 	defer src.Close()
 	// Read at most Size+1 bytes: enough to notice an over-long download
@@ -292,7 +272,7 @@ func write(ctx context.Context, o Options, t target) (*Result, error) {
 		Resumes:         src.resumed(),
 		Stages:          st.stages,
 	}
-	err := o.check(ctx, dl, res, st)
+	err = o.check(ctx, dl, res, st)
 	if err == nil && hold != nil {
 		if err = hold.commit(); err != nil {
 			err = fmt.Errorf("write the held start and end of %s after the sha256 matched: %w", o.Target, err)
@@ -319,6 +299,36 @@ func write(ctx context.Context, o Options, t target) (*Result, error) {
 		"written", res.WrittenBytes, "zero", res.ZeroBytes, "resumes", res.Resumes, "sha256", res.SHA256,
 		"readback", res.Readback.String(), "decoder", res.Decoder, "verification", res.Verification, "connections", res.Connections, "duration", res.Duration)
 	return res, nil
+}
+
+// source is where the artifact's bytes come from: one connection that
+// resumes with Range requests, or several (striper.go).
+type source interface {
+	io.Reader
+	Close()
+	resumed() int
+}
+
+// openSource opens the download: several connections when asked for and
+// the server honours Range (else o.Connections drops to 1), one otherwise.
+func openSource(ctx context.Context, o *Options, list *chunklist.List) (source, error) {
+	if o.Connections > 1 {
+		s := newStriper(ctx, *o, list.Chunk)
+		switch err := s.open(); {
+		case err == nil:
+			return s, nil
+		case errors.Is(err, errNoRanges):
+			slog.Warn("several connections asked for, but the server ignores Range: one connection", "url", o.URL)
+			o.Connections = 1
+		default:
+			return nil, err
+		}
+	}
+	f := &fetcher{ctx: ctx, client: o.Client, url: o.URL, size: o.Size, stall: o.StallTimeout, retries: o.Retries, wait: o.RetryWait}
+	if err := f.open(); err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // check turns the end state of the transfer into the most specific error:

@@ -130,177 +130,200 @@ func attribute(wall, writeBusy, decBusy, decWait time.Duration) Stages {
 
 func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options, t target, dl *downloadReader, img *qcowImage, list *chunklist.List) pipelineState {
 	began := time.Now()
-	chunks := newFreeList(chunkBufs, chunkSize)
+	p := &pipeline{ctx: ctx, cancel: cancel, o: o, chunks: newFreeList(chunkBufs, chunkSize), blocks: newFreeList(blockBufs, o.BlockSize),
+		dlCh: make(chan []byte, queue), hashCh: make(chan []byte, queue), decCh: make(chan block, queue)}
 	if list != nil {
 		// Chunks are verified whole before any of them moves on, so the
 		// download is cut on the list's boundaries; enough of them for
 		// every core to verify one while the stages keep theirs.
-		chunks = newFreeList(max(chunkBufs, 2*verifyWorkers()+6), int(list.Chunk))
+		p.chunks = newFreeList(max(chunkBufs, 2*verifyWorkers()+6), int(list.Chunk))
 	}
-	blocks := newFreeList(blockBufs, o.BlockSize)
-	dlCh := make(chan []byte, queue)
-	hashCh := make(chan []byte, queue)
-	decCh := make(chan block, queue)
+	p.wg.Add(3)
+	go p.download(dl)
+	go p.verify(list)
+	src := &chanReader{ctx: ctx, ch: p.hashCh, free: p.chunks}
+	go p.decode(img, src)
+	q, w, writeBusy := p.write(t)
+	p.wg.Wait()
+	// Whatever the stages left in the channels goes back; nothing is
+	// waiting for it, this only keeps the accounting honest.
+	st := pipelineState{written: q.written, zero: w.zero, sha256: p.sum, readback: w.digest.d, decoder: p.decName, touched: w.touched}
+	p.mu.Lock()
+	st.err = p.first
+	p.mu.Unlock()
+	st.stopped = p.stopped
+	// The decoder's input waits are the chanReader's (for an external
+	// decoder its feeder's, which mirror them).
+	srcWait := src.waited.Load()
+	st.stages = attribute(time.Since(began), writeBusy, p.decRead-time.Duration(srcWait), time.Duration(srcWait))
+	return st
+}
 
-	var (
-		mu    sync.Mutex
-		first error
-	)
-	fail := func(err error) {
-		mu.Lock()
-		if first == nil {
-			first = err
+// pipeline is one runPipeline: its buffers, channels and what each stage
+// reports once wg is done.
+type pipeline struct {
+	ctx            context.Context
+	cancel         context.CancelCauseFunc
+	o              Options
+	chunks, blocks *freeList
+	dlCh, hashCh   chan []byte
+	decCh          chan block
+	wg             sync.WaitGroup
+
+	mu    sync.Mutex
+	first error // the first stage failure
+
+	stopped bool          // download: its end was the pipeline cancelling it
+	sum     string        // verify: the download's sha256, "" unless proven
+	decName string        // decode: which decoder ran
+	decRead time.Duration // decode: time in ReadFull, its input waits included
+}
+
+func (p *pipeline) fail(err error) {
+	p.mu.Lock()
+	if p.first == nil {
+		p.first = err
+	}
+	p.mu.Unlock()
+	p.cancel(errStopped)
+}
+
+// download fills chunks until the body ends. dl records how it ended;
+// stopped records whether that end was the pipeline cancelling it.
+func (p *pipeline) download(dl *downloadReader) {
+	defer p.wg.Done()
+	defer close(p.dlCh)
+	for {
+		b, err := p.chunks.get(p.ctx)
+		if err != nil {
+			p.stopped = true
+			return
 		}
-		mu.Unlock()
-		cancel(errStopped)
-	}
-	var wg sync.WaitGroup
-	wg.Add(3)
-
-	// Download: fill chunks until the body ends. dl records how it ended;
-	// stopped records whether that end was the pipeline cancelling it.
-	var stopped bool
-	go func() {
-		defer wg.Done()
-		defer close(dlCh)
-		for {
-			b, err := chunks.get(ctx)
-			if err != nil {
-				stopped = true
+		n, err := io.ReadFull(dl, b)
+		if err != nil && errors.Is(context.Cause(p.ctx), errStopped) {
+			p.stopped = true
+		}
+		if n > 0 {
+			select {
+			case p.dlCh <- b[:n]:
+			case <-p.ctx.Done():
 				return
 			}
-			n, err := io.ReadFull(dl, b)
-			if err != nil && errors.Is(context.Cause(ctx), errStopped) {
-				stopped = true
-			}
-			if n > 0 {
-				select {
-				case dlCh <- b[:n]:
-				case <-ctx.Done():
-					return
-				}
-			} else {
-				chunks.put(b)
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-
-	// Verify every chunk downloaded, handing them on in order. After a
-	// cancel the chunks still pass through, so the decoder's drain
-	// returns them.
-	var sum string
-	var verified atomic.Int64
-	if list == nil {
-		go func() {
-			defer wg.Done()
-			defer close(hashCh)
-			h := sha256.New()
-			for b := range dlCh {
-				h.Write(b)
-				hashCh <- b
-			}
-			sum = hex.EncodeToString(h.Sum(nil))
-		}()
-	} else {
-		go func() {
-			defer wg.Done()
-			defer close(hashCh)
-			verifyChunks(list, dlCh, hashCh, chunks, fail, &verified)
-			if verified.Load() == int64(len(list.Digests)) {
-				// Every chunk matched a list bound to this sha256 and size.
-				sum = o.SHA256
-			}
-		}()
-	}
-
-	// Decompress (or map qcow2 clusters) into blocks.
-	var decName string
-	var decRead time.Duration // the decoder's time in ReadFull, its input waits included
-	src := &chanReader{ctx: ctx, ch: hashCh, free: chunks}
-	go func() {
-		defer wg.Done()
-		defer close(decCh)
-		// Whatever happens, consume the rest of the download so its byte
-		// count and hash cover the whole artifact.
-		defer src.drain()
-		// The decoders parse bytes nobody has verified yet (the sha256 is
-		// known only at the end): a decoder bug on a hostile stream must
-		// fail this install, not take the runner down.
-		defer func() {
-			if r := recover(); r != nil {
-				fail(fmt.Errorf("decoder panicked on this stream: %v", r))
-			}
-		}()
-		var dec io.Reader
-		if img != nil {
-			dec, decName = img.stream(src), "go qcow2"
 		} else {
-			d, err := newDecoder(o.Format, o.Decoder, src, o.Size)
-			if err != nil {
-				fail(err)
-				return
-			}
-			defer d.close()
-			dec, decName = d, d.name
+			p.chunks.put(b)
 		}
-		dec = decoderSeam(dec)
-		// ReadFull reports a short final block as io.ErrUnexpectedEOF,
-		// which is also what a decompressor says about a cut stream;
-		// eofReader tells the two apart.
-		r := &eofReader{r: dec}
-		var off int64
-		for {
-			b, err := blocks.get(ctx)
-			if err != nil {
-				return
-			}
-			t0 := time.Now()
-			n, rerr := io.ReadFull(r, b)
-			decRead += time.Since(t0)
-			if n > 0 {
-				select {
-				case decCh <- block{buf: b[:n], off: off}:
-				case <-ctx.Done():
-					return
-				}
-				off += int64(n)
-			} else {
-				blocks.put(b)
-			}
-			if rerr == io.EOF || (rerr == io.ErrUnexpectedEOF && r.eof) {
-				return
-			}
-			if rerr != nil {
-				if ctx.Err() == nil {
-					fail(rerr)
-				}
-				return
-			}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// verify checks every chunk downloaded, handing them on in order. After a
+// cancel the chunks still pass through, so the decoder's drain returns
+// them.
+func (p *pipeline) verify(list *chunklist.List) {
+	defer p.wg.Done()
+	defer close(p.hashCh)
+	if list == nil {
+		h := sha256.New()
+		for b := range p.dlCh {
+			h.Write(b)
+			p.hashCh <- b
+		}
+		p.sum = hex.EncodeToString(h.Sum(nil))
+		return
+	}
+	var verified atomic.Int64
+	verifyChunks(list, p.dlCh, p.hashCh, p.chunks, p.fail, &verified)
+	if verified.Load() == int64(len(list.Digests)) {
+		// Every chunk matched a list bound to this sha256 and size.
+		p.sum = p.o.SHA256
+	}
+}
+
+// decode decompresses (or maps qcow2 clusters) into blocks.
+func (p *pipeline) decode(img *qcowImage, src *chanReader) {
+	defer p.wg.Done()
+	defer close(p.decCh)
+	// Whatever happens, consume the rest of the download so its byte
+	// count and hash cover the whole artifact.
+	defer src.drain()
+	// The decoders parse bytes nobody has verified yet (the sha256 is
+	// known only at the end): a decoder bug on a hostile stream must
+	// fail this install, not take the runner down.
+	defer func() {
+		if r := recover(); r != nil {
+			p.fail(fmt.Errorf("decoder panicked on this stream: %v", r))
 		}
 	}()
+	var dec io.Reader
+	if img != nil {
+		dec, p.decName = img.stream(src), "go qcow2"
+	} else {
+		d, err := newDecoder(p.o.Format, p.o.Decoder, src, p.o.Size)
+		if err != nil {
+			p.fail(err)
+			return
+		}
+		defer d.close()
+		dec, p.decName = d, d.name
+	}
+	dec = decoderSeam(dec)
+	// ReadFull reports a short final block as io.ErrUnexpectedEOF,
+	// which is also what a decompressor says about a cut stream;
+	// eofReader tells the two apart.
+	r := &eofReader{r: dec}
+	var off int64
+	for {
+		b, err := p.blocks.get(p.ctx)
+		if err != nil {
+			return
+		}
+		t0 := time.Now()
+		n, rerr := io.ReadFull(r, b)
+		p.decRead += time.Since(t0)
+		if n > 0 {
+			select {
+			case p.decCh <- block{buf: b[:n], off: off}:
+			case <-p.ctx.Done():
+				return
+			}
+			off += int64(n)
+		} else {
+			p.blocks.put(b)
+		}
+		if rerr == io.EOF || (rerr == io.ErrUnexpectedEOF && r.eof) {
+			return
+		}
+		if rerr != nil {
+			if p.ctx.Err() == nil {
+				p.fail(rerr)
+			}
+			return
+		}
+	}
+}
 
-	// Write: plan each block (zero scan, read-back CRC) here, in order,
-	// while earlier blocks' writes are still with the device. The scan
-	// stays off the decoder's goroutine: on a compressed filesystem image
-	// the decoder is the critical path, and on 2 cores the two overlap.
-	w := &zeroWriter{skip: o.TargetZeroed, digest: newDigester()}
-	q := newWriteQueue(ctx, t, writeDepth, blocks, o.Progress, fail)
-	var writeBusy time.Duration // planning, and waiting for a free write slot
-	for b := range decCh {
-		if ctx.Err() != nil {
-			blocks.put(b.buf)
+// write plans each block (zero scan, read-back CRC) here, in order, while
+// earlier blocks' writes are still with the device. The scan stays off
+// the decoder's goroutine: on a compressed filesystem image the decoder
+// is the critical path, and on 2 cores the two overlap. busy is the
+// planning and the waits for a free write slot.
+func (p *pipeline) write(t target) (q *writeQueue, w *zeroWriter, busy time.Duration) {
+	w = &zeroWriter{skip: p.o.TargetZeroed, digest: newDigester()}
+	q = newWriteQueue(p.ctx, t, writeDepth, p.blocks, p.o.Progress, p.fail)
+	for b := range p.decCh {
+		if p.ctx.Err() != nil {
+			p.blocks.put(b.buf)
 			continue
 		}
 		t0 := time.Now()
 		q.submit(b.buf, w.plan(b.buf, b.off), w.end)
-		writeBusy += time.Since(t0)
+		busy += time.Since(t0)
 	}
 	t0 := time.Now()
 	werr := q.wait()
-	if werr == nil && ctx.Err() == nil {
+	if werr == nil && p.ctx.Err() == nil {
 		// The trailing zero range and a regular file's length, once every
 		// block has landed.
 		if werr = runOps(t, w.flushZero(nil)); werr == nil {
@@ -309,23 +332,11 @@ func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options,
 			}
 		}
 		if werr != nil {
-			fail(werr)
+			p.fail(werr)
 		}
 	}
-	writeBusy += time.Since(t0)
-	wg.Wait()
-	// Whatever the stages left in the channels goes back; nothing is
-	// waiting for it, this only keeps the accounting honest.
-	st := pipelineState{written: q.written, zero: w.zero, sha256: sum, readback: w.digest.d, decoder: decName, touched: w.touched}
-	mu.Lock()
-	st.err = first
-	mu.Unlock()
-	st.stopped = stopped
-	// The decoder's input waits are the chanReader's (for an external
-	// decoder its feeder's, which mirror them).
-	srcWait := src.waited.Load()
-	st.stages = attribute(time.Since(began), writeBusy, decRead-time.Duration(srcWait), time.Duration(srcWait))
-	return st
+	busy += time.Since(t0)
+	return q, w, busy
 }
 
 // chanReader turns the chunk channel back into an io.Reader for the

@@ -83,54 +83,80 @@ func readQcow2(r io.ReaderAt, fileSize int64) (*qcowImage, error) {
 	if _, err := r.ReadAt(hdr, 0); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("qcow2: read header: %w", err)
 	}
+	img, version, err := parseQcowHeader(hdr, fileSize)
+	if err != nil {
+		return nil, err
+	}
+	l1, need, err := img.readL1(r, hdr)
+	if err != nil {
+		return nil, err
+	}
+	if err := img.readL2s(r, l1, need, version); err != nil {
+		return nil, err
+	}
+	sort.Slice(img.regions, func(a, b int) bool { return img.regions[a].off < img.regions[b].off })
+	return img, img.checkLayout()
+}
+
+// parseQcowHeader checks the header (hdr: the file's first bytes) and
+// returns the image it describes, with no tables read yet.
+func parseQcowHeader(hdr []byte, fileSize int64) (*qcowImage, uint32, error) {
 	be := binary.BigEndian
 	if be.Uint32(hdr) != qcowMagic {
-		return nil, fmt.Errorf("qcow2: header: expected magic QFI\\xfb, found %q", hdr[:4])
+		return nil, 0, fmt.Errorf("qcow2: header: expected magic QFI\\xfb, found %q", hdr[:4])
 	}
 	version := be.Uint32(hdr[4:])
 	if version != 2 && version != 3 {
-		return nil, fmt.Errorf("qcow2: header: version %d: expected 2 or 3", version)
+		return nil, 0, fmt.Errorf("qcow2: header: version %d: expected 2 or 3", version)
 	}
 	if off := be.Uint64(hdr[8:]); off != 0 {
-		return nil, fmt.Errorf("qcow2: image has a backing file (header offset %d): only self-contained images can be installed; flatten it with qemu-img convert", off)
+		return nil, 0, fmt.Errorf("qcow2: image has a backing file (header offset %d): only self-contained images can be installed; flatten it with qemu-img convert", off)
 	}
 	clusterBits := be.Uint32(hdr[20:])
 	if clusterBits < qcowMinClusterB || clusterBits > qcowMaxClusterB {
-		return nil, fmt.Errorf("qcow2: header: cluster_bits %d: expected %d-%d", clusterBits, qcowMinClusterB, qcowMaxClusterB)
+		return nil, 0, fmt.Errorf("qcow2: header: cluster_bits %d: expected %d-%d", clusterBits, qcowMinClusterB, qcowMaxClusterB)
 	}
 	// virtual_size is a uint64 on disk; every guest offset below is an
 	// int64, so a size of 2^63 or more must not get past here.
 	vs := be.Uint64(hdr[24:])
 	if vs > math.MaxInt64 {
-		return nil, fmt.Errorf("qcow2: header: virtual_size %d: larger than the largest disk offset (2^63-1)", vs)
+		return nil, 0, fmt.Errorf("qcow2: header: virtual_size %d: larger than the largest disk offset (2^63-1)", vs)
 	}
 	img := &qcowImage{clusterSize: 1 << clusterBits, virtualSize: int64(vs), fileSize: fileSize}
 	if m := be.Uint32(hdr[32:]); m != 0 {
-		return nil, fmt.Errorf("qcow2: image is encrypted (crypt_method %d): not supported", m)
+		return nil, 0, fmt.Errorf("qcow2: image is encrypted (crypt_method %d): not supported", m)
 	}
 	hdrLen := int64(qcowHeaderLen)
 	if version == 3 {
 		if len(hdr) < qcowV3HeaderLen {
-			return nil, fmt.Errorf("qcow2: header: version 3 header shorter than %d bytes (file is %d bytes)", qcowV3HeaderLen, fileSize)
+			return nil, 0, fmt.Errorf("qcow2: header: version 3 header shorter than %d bytes (file is %d bytes)", qcowV3HeaderLen, fileSize)
 		}
 		inc := be.Uint64(hdr[72:])
 		switch {
 		case inc&qcowIncCorrupt != 0:
-			return nil, errors.New("qcow2: image is marked corrupt (incompatible feature bit 1)")
+			return nil, 0, errors.New("qcow2: image is marked corrupt (incompatible feature bit 1)")
 		case inc&qcowIncExtData != 0:
-			return nil, errors.New("qcow2: image keeps its data in an external file (incompatible feature bit 2): not supported")
+			return nil, 0, errors.New("qcow2: image keeps its data in an external file (incompatible feature bit 2): not supported")
 		case inc&qcowIncExtendedL2 != 0:
-			return nil, errors.New("qcow2: image uses extended L2 entries (subclusters, incompatible feature bit 4): not supported; convert with qemu-img convert -O qcow2")
+			return nil, 0, errors.New("qcow2: image uses extended L2 entries (subclusters, incompatible feature bit 4): not supported; convert with qemu-img convert -O qcow2")
 		case inc&^(qcowIncDirty|qcowIncCompressT) != 0:
-			return nil, fmt.Errorf("qcow2: unknown incompatible features %#x: refusing to guess", inc)
+			return nil, 0, fmt.Errorf("qcow2: unknown incompatible features %#x: refusing to guess", inc)
 		}
 		hdrLen = int64(be.Uint32(hdr[100:]))
 		if hdrLen < qcowV3HeaderLen || hdrLen > int64(len(hdr)) {
-			return nil, fmt.Errorf("qcow2: header: header_length %d: expected %d-%d", hdrLen, qcowV3HeaderLen, len(hdr))
+			return nil, 0, fmt.Errorf("qcow2: header: header_length %d: expected %d-%d", hdrLen, qcowV3HeaderLen, len(hdr))
 		}
 	}
 	img.addRegion(hdr[:hdrLen], 0, "header")
+	return img, version, nil
+}
 
+// readL1 reads the L1 table the header points at; need is its entry
+// count for the virtual size.
+func (img *qcowImage) readL1(r io.ReaderAt, hdr []byte) ([]byte, int64, error) {
+	be := binary.BigEndian
+	vs := uint64(img.virtualSize)
+	fileSize := img.fileSize
 	cs := img.clusterSize
 	l2Entries := cs / 8
 	// One L2 table maps cs*l2Entries bytes (2^15 to 2^39): the L1 entry
@@ -139,30 +165,39 @@ func readQcow2(r io.ReaderAt, fileSize int64) (*qcowImage, error) {
 	span := uint64(cs * l2Entries)
 	need64 := vs/span + min(vs%span, 1)
 	if need64 > qcowMaxL1Bytes/8 {
-		return nil, fmt.Errorf("qcow2: header: virtual_size %d with %d-byte clusters needs %d L1 entries: more than the %d-byte L1 table limit", vs, cs, need64, qcowMaxL1Bytes)
+		return nil, 0, fmt.Errorf("qcow2: header: virtual_size %d with %d-byte clusters needs %d L1 entries: more than the %d-byte L1 table limit", vs, cs, need64, qcowMaxL1Bytes)
 	}
 	need := int64(need64)
 	l1Size := int64(be.Uint32(hdr[36:]))
 	if l1Size > qcowMaxL1Bytes/8 {
-		return nil, fmt.Errorf("qcow2: header: l1_size %d: more than the %d entries of the %d-byte L1 table limit", l1Size, qcowMaxL1Bytes/8, qcowMaxL1Bytes)
+		return nil, 0, fmt.Errorf("qcow2: header: l1_size %d: more than the %d entries of the %d-byte L1 table limit", l1Size, qcowMaxL1Bytes/8, qcowMaxL1Bytes)
 	}
 	if l1Size < need {
-		return nil, fmt.Errorf("qcow2: header: l1_size %d: a %d-byte image needs at least %d entries", l1Size, img.virtualSize, need)
+		return nil, 0, fmt.Errorf("qcow2: header: l1_size %d: a %d-byte image needs at least %d entries", l1Size, img.virtualSize, need)
 	}
 	// l1_table_offset is a uint64: compare it as one, so an offset of 2^63
 	// or more cannot turn negative and pass the bounds check.
 	l1Off64 := be.Uint64(hdr[40:])
 	if need > 0 && (l1Off64%uint64(cs) != 0 || l1Off64 > uint64(fileSize) || uint64(need*8) > uint64(fileSize)-l1Off64) {
-		return nil, fmt.Errorf("qcow2: header: l1_table_offset %d: expected a cluster-aligned offset with the %d-byte L1 table inside the %d-byte file", l1Off64, need*8, fileSize)
+		return nil, 0, fmt.Errorf("qcow2: header: l1_table_offset %d: expected a cluster-aligned offset with the %d-byte L1 table inside the %d-byte file", l1Off64, need*8, fileSize)
 	}
 	l1Off := int64(l1Off64) // < fileSize when need > 0; unused otherwise
 	l1 := make([]byte, need*8)
 	if need > 0 {
 		if _, err := r.ReadAt(l1, l1Off); err != nil {
-			return nil, fmt.Errorf("qcow2: read L1 table at %d: %w", l1Off, err)
+			return nil, 0, fmt.Errorf("qcow2: read L1 table at %d: %w", l1Off, err)
 		}
 		img.addRegion(l1, l1Off, "L1 table")
 	}
+	return l1, need, nil
+}
+
+// readL2s reads each L2 table the L1 table names and maps its data
+// clusters.
+func (img *qcowImage) readL2s(r io.ReaderAt, l1 []byte, need int64, version uint32) error {
+	be := binary.BigEndian
+	cs, fileSize := img.clusterSize, img.fileSize
+	l2Entries := cs / 8
 	l2 := make([]byte, cs)
 	// Each L2 table is read once: a table shared by two L1 entries would
 	// let a small file make this loop read far more than the file.
@@ -173,14 +208,14 @@ func readQcow2(r io.ReaderAt, fileSize int64) (*qcowImage, error) {
 			continue // unallocated: reads as zeros
 		}
 		if l2Off%cs != 0 || l2Off > fileSize-cs {
-			return nil, fmt.Errorf("qcow2: L1[%d]: L2 table offset %d: expected a cluster-aligned offset with the %d-byte table inside the %d-byte file", i, l2Off, cs, fileSize)
+			return fmt.Errorf("qcow2: L1[%d]: L2 table offset %d: expected a cluster-aligned offset with the %d-byte table inside the %d-byte file", i, l2Off, cs, fileSize)
 		}
 		if j, ok := l2Seen[l2Off]; ok {
-			return nil, fmt.Errorf("qcow2: L1[%d]: L2 table offset %d is also the table of L1[%d]: corrupt image", i, l2Off, j)
+			return fmt.Errorf("qcow2: L1[%d]: L2 table offset %d is also the table of L1[%d]: corrupt image", i, l2Off, j)
 		}
 		l2Seen[l2Off] = i
 		if _, err := r.ReadAt(l2, l2Off); err != nil {
-			return nil, fmt.Errorf("qcow2: read L2 table %d at %d: %w", i, l2Off, err)
+			return fmt.Errorf("qcow2: read L2 table %d at %d: %w", i, l2Off, err)
 		}
 		img.addRegion(l2, l2Off, fmt.Sprintf("L2 table %d", i))
 		for j := range l2Entries {
@@ -190,7 +225,7 @@ func readQcow2(r io.ReaderAt, fileSize int64) (*qcowImage, error) {
 			}
 			e := be.Uint64(l2[j*8:])
 			if e&l2Compressed != 0 {
-				return nil, fmt.Errorf("qcow2: guest offset %d: compressed cluster: not supported (convert without -c: qemu-img convert -O qcow2)", guest)
+				return fmt.Errorf("qcow2: guest offset %d: compressed cluster: not supported (convert without -c: qemu-img convert -O qcow2)", guest)
 			}
 			host := int64(e & offsetMask)
 			if host == 0 || (version == 3 && e&l2ZeroFlag != 0) {
@@ -198,15 +233,14 @@ func readQcow2(r io.ReaderAt, fileSize int64) (*qcowImage, error) {
 			}
 			n := min(cs, img.virtualSize-guest)
 			if host%cs != 0 || host > fileSize-n {
-				return nil, fmt.Errorf("qcow2: guest offset %d: data cluster at %d: expected a cluster-aligned offset inside the %d-byte file", guest, host, fileSize)
+				return fmt.Errorf("qcow2: guest offset %d: data cluster at %d: expected a cluster-aligned offset inside the %d-byte file", guest, host, fileSize)
 			}
 			if err := img.addExtent(guest, host, n); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	sort.Slice(img.regions, func(a, b int) bool { return img.regions[a].off < img.regions[b].off })
-	return img, img.checkLayout()
+	return nil
 }
 
 func (img *qcowImage) addRegion(b []byte, off int64, what string) {

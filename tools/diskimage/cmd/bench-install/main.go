@@ -148,17 +148,9 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 	if err != nil {
 		return err
 	}
-	for _, tool := range []string{"zstd", "gzip", "dd"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("%s not installed: the baseline needs it", tool)
-		}
-	}
-	fetchCmd := "curl -sf"
-	if _, err := exec.LookPath("curl"); err != nil {
-		if _, err := exec.LookPath("wget"); err != nil {
-			return fmt.Errorf("neither curl nor wget is installed for the baseline")
-		}
-		fetchCmd = "wget -qO-"
+	fetchCmd, err := baselineTools()
+	if err != nil {
+		return err
 	}
 	if work == "" {
 		if work, err = os.MkdirTemp("/var/tmp", "bench-install-"); err != nil {
@@ -166,45 +158,9 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 		}
 		defer os.RemoveAll(work)
 	}
-
-	imgs := []image{{name: "incompressible"}, {name: "mostly-zero"}}
-	if fsSource != "" {
-		if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-			fmt.Println("mkfs.ext4 not installed: no filesystem image")
-		} else {
-			imgs = append(imgs, image{name: "filesystem"})
-		}
-	}
-	for i := range imgs {
-		im := &imgs[i]
-		im.raw, im.size = filepath.Join(work, im.name+".raw"), size
-		fmt.Printf("generating %s image (%d MiB) and its .zst/.gz ...\n", im.name, size>>20)
-		pct := 0
-		if i == 1 {
-			pct = zeroPct
-		}
-		sumFile := fmt.Sprintf("%s.%d.%d.sha256", im.raw, size, pct)
-		if b, err := os.ReadFile(sumFile); err == nil && reuse {
-			im.rawSum = string(b)
-			continue
-		}
-		if im.name == "filesystem" {
-			// A real filesystem: compressed blocks, metadata, zero tails.
-			if err := sh(fmt.Sprintf("rm -f %q && truncate -s %d %q && mkfs.ext4 -q -F -E root_owner=0:0 -d %q %q", im.raw, size, im.raw, fsSource, im.raw)); err != nil {
-				return fmt.Errorf("filesystem image from %s (use -fs-source with a smaller tree, or a larger -size): %w", fsSource, err)
-			}
-			if im.rawSum, err = fileSumOnly(im.raw); err != nil {
-				return err
-			}
-		} else if im.rawSum, err = generate(im.raw, size, pct); err != nil {
-			return err
-		}
-		if err := sh(fmt.Sprintf("zstd -q -T0 -3 -f %q -o %q.zst && gzip -1 -c %q > %q.gz", im.raw, im.raw, im.raw, im.raw)); err != nil {
-			return err
-		}
-		if reuse {
-			os.WriteFile(sumFile, []byte(im.rawSum), 0o644)
-		}
+	imgs, err := prepareImages(work, size, zeroPct)
+	if err != nil {
+		return err
 	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -227,66 +183,19 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 	fmt.Printf("%-16s %-6s %12s %12s %12s %7s %9s %10s %9s  %s\n", "image", "codec", "ceiling", "baseline", "writer", "ratio", "/ceiling", "writer RSS", "zero", "decoder")
 	var lines []string // one script-readable line per image and codec, printed last
 	for _, im := range imgs {
-		for _, codec := range []struct{ ext, format, dec string }{
+		for _, codec := range []benchCodec{
 			{"zst", diskimage.FormatZstd, "zstd -dc"}, {"gz", diskimage.FormatGzip, "gzip -dc"},
 		} {
 			if onlyCodec != "" && onlyCodec != codec.ext {
 				continue
 			}
-			art := im.raw + "." + codec.ext
-			u := base + filepath.Base(art)
-			// Alternate the contenders so drift in the machine's load
-			// (a shared VM) lands on both; compare medians.
-			// With -decoders, each run has the baseline then every decoder.
-			var baseDurs, ceilDurs []time.Duration
-			type contender struct{ dec, verify string }
-			var cs []contender
-			for _, d := range decoders {
-				for _, v := range verifies {
-					cs = append(cs, contender{d, v})
-				}
-			}
-			writerDurs := make([][]time.Duration, len(cs))
-			ws := make([]*childResult, len(cs))
-			for r := 0; r < runs; r++ {
-				// The ceiling: the image's decompressed bytes written to the
-				// same target with O_DIRECT, nothing to fetch or decode.
-				t0 := time.Now()
-				if err := shPinned(fmt.Sprintf("dd if=%q of=%q bs=4M oflag=direct status=none", im.raw, target)); err != nil {
-					return fmt.Errorf("ceiling %s: %w", im.raw, err)
-				}
-				ceilDurs = append(ceilDurs, time.Since(t0))
-				t0 = time.Now()
-				// Under -cpus the whole pipeline is pinned, curl included:
-				// the writer's download is its own work too.
-				if err := shPinned(fmt.Sprintf("%s %q | %s | dd of=%q bs=4M oflag=direct status=none", fetchCmd, u, codec.dec, target)); err != nil {
-					return fmt.Errorf("baseline %s: %w", art, err)
-				}
-				baseDurs = append(baseDurs, time.Since(t0))
-				for i, c := range cs {
-					w, err := runChild(u, art, codec.format, target, c.dec, c.verify)
-					if err != nil {
-						return err
-					}
-					ws[i] = w
-					writerDurs[i] = append(writerDurs[i], w.wall)
-					if err := verifyRaw(target, im.size, im.rawSum); err != nil {
-						return fmt.Errorf("writer output for %s (decoder %q, %s) does not read back: %w", art, c.dec, c.verify, err)
-					}
-				}
-			}
-			bm := mbps(im.size, median(baseDurs))
-			cm := mbps(im.size, median(ceilDurs))
-			for i, w := range ws {
-				wm := mbps(im.size, median(writerDurs[i]))
-				fmt.Printf("%-16s %-6s %7.0f MB/s %7.0f MB/s %7.0f MB/s %6.2fx %8.2fx %6d MiB %8.0f%%  %s, %s x%d\n",
-					im.name, codec.ext, cm, bm, wm, wm/bm, wm/cm, w.maxRSS>>20, 100*float64(w.res.ZeroBytes)/float64(im.size), w.res.Decoder, w.res.Verification, w.res.Connections)
-				lines = append(lines, fmt.Sprintf("bench-install image=%s codec=%s ceiling_mbs=%.0f writer_mbs=%.0f ratio_to_ceiling=%.2f ratio_to_pipeline=%.2f decoder=%s verification=%s connections=%d cpus=%d runs=%d",
-					im.name, codec.ext, cm, wm, wm/cm, wm/bm, strings.ReplaceAll(w.res.Decoder, " ", "_"), w.res.Verification, w.res.Connections, cpus, runs))
+			l, err := benchImage(im, codec, base, target, fetchCmd)
+			lines = append(lines, l...)
+			if err != nil {
+				return err
 			}
 		}
 	}
-
 	defer func() {
 		fmt.Println()
 		for _, l := range lines {
@@ -294,34 +203,168 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 		}
 	}()
 	if rssSize > 0 {
-		fmt.Printf("\npeak RSS for a %s mostly-zero image (zstd, sparse file target):\n", rssFlag)
-		art := filepath.Join(work, "big.raw.zst")
-		bigSum, err := generateZstd(art, rssSize, zeroPct)
+		l, err := benchRSS(work, base, rssFlag, rssSize, zeroPct)
 		if err != nil {
 			return err
 		}
-		big := filepath.Join(work, "big.target")
-		if err := os.WriteFile(big, nil, 0o644); err != nil {
-			return err
-		}
-		w, err := runChild(base+filepath.Base(art), art, diskimage.FormatZstd, big, diskimage.DecoderAuto, verifies[len(verifies)-1])
-		if err != nil {
-			return err
-		}
-		verdict := "OK (<= 256 MiB)"
-		if w.maxRSS > rssLimit {
-			verdict = "OVER the 256 MiB aim"
-		}
-		if err := verifyRaw(big, rssSize, bigSum); err != nil {
-			return fmt.Errorf("writer output for %s does not read back: %w", art, err)
-		}
-		rssMiB := (w.maxRSS + 1<<20 - 1) >> 20 // rounded up
-		fmt.Printf("  %d MiB written in %s (%.0f MB/s), peak RSS %d MiB: %s\n", rssSize>>20, w.wall.Round(time.Millisecond), mbps(rssSize, w.wall), rssMiB, verdict)
-		lines = append(lines, fmt.Sprintf("bench-install image=mostly-zero-%s codec=zst writer_mbs=%.0f rss_mib=%d rss_limit_mib=%d decoder=%s verification=%s connections=%d cpus=%d",
-			rssFlag, mbps(rssSize, w.wall), rssMiB, rssLimit>>20, strings.ReplaceAll(w.res.Decoder, " ", "_"), w.res.Verification, w.res.Connections, cpus))
-		os.Remove(big)
+		lines = append(lines, l)
 	}
 	return nil
+}
+
+// baselineTools checks for what the baseline pipeline runs and returns
+// its download command.
+func baselineTools() (string, error) {
+	for _, tool := range []string{"zstd", "gzip", "dd"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return "", fmt.Errorf("%s not installed: the baseline needs it", tool)
+		}
+	}
+	if _, err := exec.LookPath("curl"); err == nil {
+		return "curl -sf", nil
+	}
+	if _, err := exec.LookPath("wget"); err != nil {
+		return "", fmt.Errorf("neither curl nor wget is installed for the baseline")
+	}
+	return "wget -qO-", nil
+}
+
+// prepareImages generates the images and their .zst and .gz in work
+// (reused from an earlier run with -reuse).
+func prepareImages(work string, size int64, zeroPct int) ([]image, error) {
+	imgs := []image{{name: "incompressible"}, {name: "mostly-zero"}}
+	if fsSource != "" {
+		if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+			fmt.Println("mkfs.ext4 not installed: no filesystem image")
+		} else {
+			imgs = append(imgs, image{name: "filesystem"})
+		}
+	}
+	for i := range imgs {
+		im := &imgs[i]
+		im.raw, im.size = filepath.Join(work, im.name+".raw"), size
+		fmt.Printf("generating %s image (%d MiB) and its .zst/.gz ...\n", im.name, size>>20)
+		pct := 0
+		if i == 1 {
+			pct = zeroPct
+		}
+		sumFile := fmt.Sprintf("%s.%d.%d.sha256", im.raw, size, pct)
+		if b, err := os.ReadFile(sumFile); err == nil && reuse {
+			im.rawSum = string(b)
+			continue
+		}
+		var err error
+		if im.name == "filesystem" {
+			// A real filesystem: compressed blocks, metadata, zero tails.
+			if err := sh(fmt.Sprintf("rm -f %q && truncate -s %d %q && mkfs.ext4 -q -F -E root_owner=0:0 -d %q %q", im.raw, size, im.raw, fsSource, im.raw)); err != nil {
+				return nil, fmt.Errorf("filesystem image from %s (use -fs-source with a smaller tree, or a larger -size): %w", fsSource, err)
+			}
+			if im.rawSum, err = fileSumOnly(im.raw); err != nil {
+				return nil, err
+			}
+		} else if im.rawSum, err = generate(im.raw, size, pct); err != nil {
+			return nil, err
+		}
+		if err := sh(fmt.Sprintf("zstd -q -T0 -3 -f %q -o %q.zst && gzip -1 -c %q > %q.gz", im.raw, im.raw, im.raw, im.raw)); err != nil {
+			return nil, err
+		}
+		if reuse {
+			os.WriteFile(sumFile, []byte(im.rawSum), 0o644)
+		}
+	}
+	return imgs, nil
+}
+
+type benchCodec struct{ ext, format, dec string }
+
+// benchImage runs the ceiling, the baseline and every contender on one
+// image and codec, alternating, and prints the medians; it returns the
+// script-readable lines.
+func benchImage(im image, codec benchCodec, base, target, fetchCmd string) ([]string, error) {
+	art := im.raw + "." + codec.ext
+	u := base + filepath.Base(art)
+	// Alternate the contenders so drift in the machine's load
+	// (a shared VM) lands on both; compare medians.
+	// With -decoders, each run has the baseline then every decoder.
+	var baseDurs, ceilDurs []time.Duration
+	type contender struct{ dec, verify string }
+	var cs []contender
+	for _, d := range decoders {
+		for _, v := range verifies {
+			cs = append(cs, contender{d, v})
+		}
+	}
+	writerDurs := make([][]time.Duration, len(cs))
+	ws := make([]*childResult, len(cs))
+	for r := 0; r < runs; r++ {
+		// The ceiling: the image's decompressed bytes written to the
+		// same target with O_DIRECT, nothing to fetch or decode.
+		t0 := time.Now()
+		if err := shPinned(fmt.Sprintf("dd if=%q of=%q bs=4M oflag=direct status=none", im.raw, target)); err != nil {
+			return nil, fmt.Errorf("ceiling %s: %w", im.raw, err)
+		}
+		ceilDurs = append(ceilDurs, time.Since(t0))
+		t0 = time.Now()
+		// Under -cpus the whole pipeline is pinned, curl included:
+		// the writer's download is its own work too.
+		if err := shPinned(fmt.Sprintf("%s %q | %s | dd of=%q bs=4M oflag=direct status=none", fetchCmd, u, codec.dec, target)); err != nil {
+			return nil, fmt.Errorf("baseline %s: %w", art, err)
+		}
+		baseDurs = append(baseDurs, time.Since(t0))
+		for i, c := range cs {
+			w, err := runChild(u, art, codec.format, target, c.dec, c.verify)
+			if err != nil {
+				return nil, err
+			}
+			ws[i] = w
+			writerDurs[i] = append(writerDurs[i], w.wall)
+			if err := verifyRaw(target, im.size, im.rawSum); err != nil {
+				return nil, fmt.Errorf("writer output for %s (decoder %q, %s) does not read back: %w", art, c.dec, c.verify, err)
+			}
+		}
+	}
+	bm := mbps(im.size, median(baseDurs))
+	cm := mbps(im.size, median(ceilDurs))
+	var lines []string
+	for i, w := range ws {
+		wm := mbps(im.size, median(writerDurs[i]))
+		fmt.Printf("%-16s %-6s %7.0f MB/s %7.0f MB/s %7.0f MB/s %6.2fx %8.2fx %6d MiB %8.0f%%  %s, %s x%d\n",
+			im.name, codec.ext, cm, bm, wm, wm/bm, wm/cm, w.maxRSS>>20, 100*float64(w.res.ZeroBytes)/float64(im.size), w.res.Decoder, w.res.Verification, w.res.Connections)
+		lines = append(lines, fmt.Sprintf("bench-install image=%s codec=%s ceiling_mbs=%.0f writer_mbs=%.0f ratio_to_ceiling=%.2f ratio_to_pipeline=%.2f decoder=%s verification=%s connections=%d cpus=%d runs=%d",
+			im.name, codec.ext, cm, wm, wm/cm, wm/bm, strings.ReplaceAll(w.res.Decoder, " ", "_"), w.res.Verification, w.res.Connections, cpus, runs))
+	}
+	return lines, nil
+}
+
+// benchRSS writes a large mostly-zero image to a sparse file and reports
+// the writer's peak RSS.
+func benchRSS(work, base, rssFlag string, rssSize int64, zeroPct int) (string, error) {
+	fmt.Printf("\npeak RSS for a %s mostly-zero image (zstd, sparse file target):\n", rssFlag)
+	art := filepath.Join(work, "big.raw.zst")
+	bigSum, err := generateZstd(art, rssSize, zeroPct)
+	if err != nil {
+		return "", err
+	}
+	big := filepath.Join(work, "big.target")
+	if err := os.WriteFile(big, nil, 0o644); err != nil {
+		return "", err
+	}
+	defer os.Remove(big)
+	w, err := runChild(base+filepath.Base(art), art, diskimage.FormatZstd, big, diskimage.DecoderAuto, verifies[len(verifies)-1])
+	if err != nil {
+		return "", err
+	}
+	verdict := "OK (<= 256 MiB)"
+	if w.maxRSS > rssLimit {
+		verdict = "OVER the 256 MiB aim"
+	}
+	if err := verifyRaw(big, rssSize, bigSum); err != nil {
+		return "", fmt.Errorf("writer output for %s does not read back: %w", art, err)
+	}
+	rssMiB := (w.maxRSS + 1<<20 - 1) >> 20 // rounded up
+	fmt.Printf("  %d MiB written in %s (%.0f MB/s), peak RSS %d MiB: %s\n", rssSize>>20, w.wall.Round(time.Millisecond), mbps(rssSize, w.wall), rssMiB, verdict)
+	return fmt.Sprintf("bench-install image=mostly-zero-%s codec=zst writer_mbs=%.0f rss_mib=%d rss_limit_mib=%d decoder=%s verification=%s connections=%d cpus=%d",
+		rssFlag, mbps(rssSize, w.wall), rssMiB, rssLimit>>20, strings.ReplaceAll(w.res.Decoder, " ", "_"), w.res.Verification, w.res.Connections, cpus), nil
 }
 
 func mbps(n int64, d time.Duration) float64 { return float64(n) / 1e6 / d.Seconds() }
