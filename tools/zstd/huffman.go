@@ -38,78 +38,97 @@ func (d *blockDecoder) readHuffmanTree(in []byte) (int, error) {
 			}
 		}
 	} else {
-		// FSE-compressed weights (section 4.2.1.2): two interleaved
-		// states sharing one backward bitstream.
 		used = 1 + hb
 		if used > len(in) || hb == 0 {
 			return 0, corrupt("Huffman FSE weights truncated")
 		}
-		src := in[1:used]
-		var norm [256]int16
-		log, nsym, n, err := readNCount(src, norm[:], 255, 6)
-		if err != nil {
-			return 0, wrapCorrupt("Huffman weights table", err)
-		}
-		var tab [64]fseEntry
-		if err := buildFSE(norm[:nsym], log, tab[:1<<log]); err != nil {
-			return 0, wrapCorrupt("Huffman weights table", err)
-		}
-		var br bitReader
-		if err := br.init(src[n:]); err != nil {
-			return 0, wrapCorrupt("Huffman weights stream", err)
-		}
-		s1 := br.getBits(log)
-		s2 := br.getBits(log)
-		for {
-			if nw >= 254 {
-				return 0, corrupt("too many Huffman weights")
-			}
-			e := tab[s1]
-			weights[nw] = e.sym
-			nw++
-			s1 = uint64(e.newState) + br.getBits(e.nbBits)
-			br.reload()
-			if br.overflowed() {
-				weights[nw] = tab[s2].sym
-				nw++
-				break
-			}
-			e = tab[s2]
-			weights[nw] = e.sym
-			nw++
-			s2 = uint64(e.newState) + br.getBits(e.nbBits)
-			br.reload()
-			if br.overflowed() {
-				weights[nw] = tab[s1].sym
-				nw++
-				break
-			}
+		var err error
+		if nw, err = fseHufWeights(in[1:used], &weights); err != nil {
+			return 0, err
 		}
 	}
+	if err := d.buildHuf(&weights, nw); err != nil {
+		return 0, err
+	}
+	d.hasHuf = true
+	return used, nil
+}
+
+// fseHufWeights decodes FSE-compressed weights (section 4.2.1.2): two
+// interleaved states sharing one backward bitstream. It returns how many
+// weights it wrote.
+func fseHufWeights(src []byte, weights *[256]uint8) (int, error) {
+	nw := 0
+	var norm [256]int16
+	log, nsym, n, err := readNCount(src, norm[:], 255, 6)
+	if err != nil {
+		return 0, wrapCorrupt("Huffman weights table", err)
+	}
+	var tab [64]fseEntry
+	if err := buildFSE(norm[:nsym], log, tab[:1<<log]); err != nil {
+		return 0, wrapCorrupt("Huffman weights table", err)
+	}
+	var br bitReader
+	if err := br.init(src[n:]); err != nil {
+		return 0, wrapCorrupt("Huffman weights stream", err)
+	}
+	s1 := br.getBits(log)
+	s2 := br.getBits(log)
+	for {
+		if nw >= 254 {
+			return 0, corrupt("too many Huffman weights")
+		}
+		e := tab[s1]
+		weights[nw] = e.sym
+		nw++
+		s1 = uint64(e.newState) + br.getBits(e.nbBits)
+		br.reload()
+		if br.overflowed() {
+			weights[nw] = tab[s2].sym
+			nw++
+			break
+		}
+		e = tab[s2]
+		weights[nw] = e.sym
+		nw++
+		s2 = uint64(e.newState) + br.getBits(e.nbBits)
+		br.reload()
+		if br.overflowed() {
+			weights[nw] = tab[s1].sym
+			nw++
+			break
+		}
+	}
+	return nw, nil
+}
+
+// buildHuf completes the nw weights with the implied last one and builds
+// d.huf from them.
+func (d *blockDecoder) buildHuf(weights *[256]uint8, nw int) error {
 	if nw > 255 {
-		return 0, corrupt("too many Huffman weights")
+		return corrupt("too many Huffman weights")
 	}
 	// The last symbol's weight is implied: it completes the sum to the
 	// next power of two (section 4.2.1.3).
 	total := uint32(0)
 	for _, w := range weights[:nw] {
 		if w > hufMaxBits {
-			return 0, corruptf("Huffman weight %d too large", w)
+			return corruptf("Huffman weight %d too large", w)
 		}
 		if w > 0 {
 			total += 1 << (w - 1)
 		}
 	}
 	if total == 0 {
-		return 0, corrupt("Huffman weights all zero")
+		return corrupt("Huffman weights all zero")
 	}
 	maxBits := bits.Len32(total)
 	if maxBits > hufMaxBits {
-		return 0, corrupt("Huffman code length exceeds 11 bits")
+		return corrupt("Huffman code length exceeds 11 bits")
 	}
 	rest := uint32(1)<<maxBits - total
 	if rest&(rest-1) != 0 {
-		return 0, corrupt("Huffman weights do not complete a power of two")
+		return corrupt("Huffman weights do not complete a power of two")
 	}
 	weights[nw] = uint8(bits.Len32(rest))
 	nw++
@@ -127,7 +146,7 @@ func (d *blockDecoder) readHuffmanTree(in []byte) (int, error) {
 		pos += rankCount[w] << (w - 1 + hufMaxBits - maxBits)
 	}
 	if pos != 1<<hufMaxBits {
-		return 0, corrupt("Huffman table incomplete")
+		return corrupt("Huffman table incomplete")
 	}
 	t := &d.huf
 	for s, w := range weights[:nw] {
@@ -142,8 +161,7 @@ func (d *blockDecoder) readHuffmanTree(in []byte) (int, error) {
 		}
 		rankStart[w] = p + n
 	}
-	d.hasHuf = true
-	return used, nil
+	return nil
 }
 
 // decodeHuf1 decodes a single Huffman stream filling dst exactly.

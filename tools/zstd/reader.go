@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 const (
@@ -71,7 +73,7 @@ type Reader struct {
 	fcs         uint64
 	frameOut    uint64
 	hasChecksum bool
-	hash        xxh64
+	hash        xxhash.Digest // XXH64 of the frame's content (Content_Checksum)
 
 	dec blockDecoder
 }
@@ -184,20 +186,20 @@ func (z *Reader) blockErr(what string, err error) error {
 // startFrame reads a magic number and, for a Zstandard frame, its header
 // (RFC 8878 section 3.1.1.1); skippable frames are discarded whole.
 func (z *Reader) startFrame() error {
-	var hdr [14]byte
-	if _, err := z.in.readFull(hdr[:4]); err != nil {
+	var hdr [4]byte
+	if _, err := z.in.readFull(hdr[:]); err != nil {
 		if err == io.EOF {
 			return io.EOF // clean end between frames
 		}
 		return fmt.Errorf("zstd: frame %d (input offset %d): reading magic number: %w", z.frameNum+1, z.in.off, err)
 	}
 	z.frameNum++
-	magic := binary.LittleEndian.Uint32(hdr[:4])
+	magic := binary.LittleEndian.Uint32(hdr[:])
 	if magic&skippableMask == skippableMagic {
-		if err := z.readFull(hdr[:4]); err != nil {
+		if err := z.readFull(hdr[:]); err != nil {
 			return z.frameErr("skippable frame size", unexpected(err))
 		}
-		size := int64(binary.LittleEndian.Uint32(hdr[:4]))
+		size := int64(binary.LittleEndian.Uint32(hdr[:]))
 		if _, err := z.in.discard(size); err != nil {
 			return z.frameErr("skippable frame data", unexpected(err))
 		}
@@ -206,15 +208,43 @@ func (z *Reader) startFrame() error {
 	if magic != frameMagic {
 		return z.frameErr("bad magic number", corruptf("0x%08x is not a Zstandard frame", magic))
 	}
+	window, checksum, err := z.readFrameHeader()
+	if err != nil {
+		return err
+	}
+	if window > z.maxWindow {
+		return z.frameErr("frame header", fmt.Errorf("%w: Window_Size %s exceeds the maximum %s",
+			ErrWindowTooLarge, sizeString(window), sizeString(z.maxWindow)))
+	}
+	z.window = int(window)
+	z.blockMax = min(z.window, maxBlockSize)
+	z.target = z.window + z.blockMax + 2*wildSlack
+	z.hasChecksum = checksum
+	z.frameOut = 0
+	z.blockNum = 0
+	z.inFrame = true
+	if checksum {
+		z.hash.Reset()
+	}
+	// A frame cannot refer to the previous frame's data.
+	z.pos, z.wrapAt, z.rd, z.wr = 0, 0, 0, 0
+	z.dec.resetFrame()
+	return nil
+}
 
+// readFrameHeader reads the frame header after the magic number: it sets
+// z.fcs and z.hasFCS and returns the Window_Size and whether the frame
+// ends with a Content_Checksum.
+func (z *Reader) readFrameHeader() (uint64, bool, error) {
+	var hdr [14]byte
 	if err := z.readFull(hdr[:1]); err != nil {
-		return z.frameErr("frame header", unexpected(err))
+		return 0, false, z.frameErr("frame header", unexpected(err))
 	}
 	fhd := hdr[0]
 	fcsFlag := fhd >> 6
 	single := fhd&0x20 != 0
 	if fhd&0x08 != 0 {
-		return z.frameErr("frame header", corrupt("reserved bit set in Frame_Header_Descriptor"))
+		return 0, false, z.frameErr("frame header", corrupt("reserved bit set in Frame_Header_Descriptor"))
 	}
 	checksum := fhd&0x04 != 0
 	didSize := [4]int{0, 1, 2, 4}[fhd&3]
@@ -228,7 +258,7 @@ func (z *Reader) startFrame() error {
 	}
 	rest := hdr[:wdSize+didSize+fcsSize]
 	if err := z.readFull(rest); err != nil {
-		return z.frameErr("frame header", unexpected(err))
+		return 0, false, z.frameErr("frame header", unexpected(err))
 	}
 	var window uint64
 	if !single {
@@ -246,7 +276,7 @@ func (z *Reader) startFrame() error {
 		}
 		rest = rest[didSize:]
 		if did != 0 {
-			return z.frameErr("frame header", fmt.Errorf("%w (frame needs dictionary ID %d)", ErrDictionary, did))
+			return 0, false, z.frameErr("frame header", fmt.Errorf("%w (frame needs dictionary ID %d)", ErrDictionary, did))
 		}
 	}
 	z.hasFCS = fcsSize > 0
@@ -266,24 +296,7 @@ func (z *Reader) startFrame() error {
 		// Single_Segment_Flag: the window is the whole content.
 		window = z.fcs
 	}
-	if window > z.maxWindow {
-		return z.frameErr("frame header", fmt.Errorf("%w: Window_Size %s exceeds the maximum %s",
-			ErrWindowTooLarge, sizeString(window), sizeString(z.maxWindow)))
-	}
-	z.window = int(window)
-	z.blockMax = min(z.window, maxBlockSize)
-	z.target = z.window + z.blockMax + 2*wildSlack
-	z.hasChecksum = checksum
-	z.frameOut = 0
-	z.blockNum = 0
-	z.inFrame = true
-	if checksum {
-		z.hash.reset()
-	}
-	// A frame cannot refer to the previous frame's data.
-	z.pos, z.wrapAt, z.rd, z.wr = 0, 0, 0, 0
-	z.dec.resetFrame()
-	return nil
+	return window, checksum, nil
 }
 
 // ensureSpace makes buf[pos:pos+n+wildSlack] writable without disturbing
@@ -383,7 +396,7 @@ func (z *Reader) decodeBlock() error {
 		return z.blockErr("frame content", corruptf("more than Frame_Content_Size %d bytes", z.fcs))
 	}
 	if z.hasChecksum {
-		z.hash.write(out)
+		z.hash.Write(out)
 	}
 	z.rd, z.wr = z.pos, z.pos+n
 	z.pos += n
@@ -404,7 +417,7 @@ func (z *Reader) endFrame() error {
 			return z.frameErr("content checksum", unexpected(err))
 		}
 		want := binary.LittleEndian.Uint32(b[:])
-		got := uint32(z.hash.sum64())
+		got := uint32(z.hash.Sum64())
 		if want != got {
 			return z.frameErr("content checksum", fmt.Errorf("%w: computed %08x, frame says %08x", ErrChecksum, got, want))
 		}

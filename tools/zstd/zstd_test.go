@@ -12,40 +12,6 @@ import (
 	kzstd "github.com/klauspost/compress/zstd"
 )
 
-func TestXXH64(t *testing.T) {
-	// Published XXH64 test vectors, seed 0.
-	for _, tc := range []struct {
-		in   string
-		want uint64
-	}{
-		{"", 0xef46db3751d8e999},
-		{"a", 0xd24ec4f1a98c6e5b},
-		{"abc", 0x44bc2cf5ad770999},
-	} {
-		var x xxh64
-		x.reset()
-		x.write([]byte(tc.in))
-		if got := x.sum64(); got != tc.want {
-			t.Errorf("XXH64(%q) = %016x, want %016x", tc.in, got, tc.want)
-		}
-	}
-	// Split writes must match one-shot hashing.
-	data := randomData(1000, 9)
-	var one xxh64
-	one.reset()
-	one.write(data)
-	for _, step := range []int{1, 3, 31, 32, 33, 100} {
-		var x xxh64
-		x.reset()
-		for i := 0; i < len(data); i += step {
-			x.write(data[i:min(i+step, len(data))])
-		}
-		if x.sum64() != one.sum64() {
-			t.Errorf("split by %d: %016x != %016x", step, x.sum64(), one.sum64())
-		}
-	}
-}
-
 func TestKlauspostRoundTrip(t *testing.T) {
 	levels := []kzstd.EncoderLevel{kzstd.SpeedFastest, kzstd.SpeedDefault, kzstd.SpeedBetterCompression, kzstd.SpeedBestCompression}
 	for _, in := range testInputs(testing.Short()) {
