@@ -52,27 +52,39 @@ type decoder struct {
 	close func() error
 }
 
-// Three zstd decoders, none best everywhere (GB/s of output on this
-// machine, `make bench-install` and tools/zstd's benchmarks):
+// Three zstd decoders, none best everywhere. BenchmarkZstdDecoders
+// (decode_bench_test.go) decodes each class of image with each, through
+// newDecoder (zstd(1) through its two pipes), into a CRC-32C. MB/s of
+// decoded output, medians of 3 alternating runs, 2026-11-28, on a 2-core
+// VM under load 14-24 from other jobs (so each figure is good to ±50 %),
+// 128 MiB inputs (ext4: 438 MiB) made by `zstd -3 -T0`; R is
+// decoded/compressed size. "1 core" pins the benchmark and its zstd(1) to
+// one core (taskset -c 0): the CPU each decoder costs, which is what the
+// writer's other stages (download, verification, zero scan, writes) are
+// left to share.
 //
-//	                          cure zstd   klauspost   zstd(1) via pipes
-//	90%-zero disk image         4-6.5       ~1.0        ~1.5-2 (pipe-bound)
-//	stored (random) data        ~2.9        ~2.2        ~1 (two pipe copies)
-//	ext4 image, 3.4x at -3      ~0.4        ~0.6        ~0.6-0.7
+//	class (R)                     2 cores: cure / klauspost / zstd(1)   1 core: cure / klauspost / zstd(1)   chooseZstd
+//	zero90: 90 % zero disk (13.8)   1218 /  619 / 1998                   1853 /  530 / 1469                   cure
+//	ext4 of the Go tree (7.2)        338 /  785 / 1195                    246 /  215 /  340                   zstd(1)
+//	stored: random bytes (1.0)      2009 / 1887 / 1342                   1882 / 1090 /  422                   cure
+//	text (2.9)                        89 /  494 /  629                    129 /  116 /  148                   zstd(1)
 //
-// (Decoder alone, idle machine. Through the whole writer on a loaded one,
-// an ext4 image 54% full came out at 0.82 cure, 0.59 klauspost, 0.86
-// zstd(1): docs/ARCHITECTURE.md, tools/zstd.)
+// Through the whole writer (`bench-install -size 256MiB -codec zst
+// -decoders cure-zstd,klauspost-zstd,exec -file-target`, same day and
+// machine, medians of 3 alternating runs), where the other stages take
+// the second core: 90 %-zero 1145 cure, 650 klauspost, 572 zstd(1);
+// incompressible 508, 488, 454.
 //
-// tools/zstd turns RLE and raw blocks into a memclr or one copy; its
-// Huffman/FSE path is pure Go and slower. What decides is the share of
-// the image that comes out of compressed blocks, c. From the costs above
-// (per GiB: zeros 0.18 s vs 0.6 s, compressed 2.5 s vs 1.5 s) cure wins
-// while c < ~0.3. The frame header's content size against the artifact
-// size gives the expansion R; filesystem data compresses ~3.4x at the
-// levels images use, so c ≈ 3.4/R, and c < 0.3 means R ≥ 10. A stored
-// stream (R < 1.5) has no compressed blocks to speak of. Between the two,
-// or without a recorded size, the C decoder if present, else klauspost.
+// tools/zstd turns RLE and raw blocks into a memclr or one copy, and needs
+// no pipe copies; its Huffman/FSE path is pure Go and slower. So it wins
+// where few bytes come out of compressed blocks: stored streams (R < 1.5)
+// and sparse images (R >= 10: filesystem data compresses ~3.4x at the
+// levels images use, so R >= 10 means under ~30 % of the output is
+// compressed data). Between the two, or without a recorded size, zstd(1)
+// if present (with a spare core it is 1.3-7x the Go decoders on
+// compressed data), else klauspost, whose concurrent decoder is 2-5x
+// tools/zstd there. TestChooseZstdFollowsBenchmark holds chooseZstd to
+// this table.
 const (
 	storedRatio = 1.5
 	sparseRatio = 10

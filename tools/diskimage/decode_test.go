@@ -107,3 +107,55 @@ func TestDecoderChoice(t *testing.T) {
 		}
 	}
 }
+
+// chooseZstd picks, for each class of BenchmarkZstdDecoders, the decoder
+// the table in decode.go measured fastest: with zstd(1) at hand the
+// winner of the 2-core column, in Go only the faster Go decoder. R is the
+// class's measured expansion; the synthetic classes are also encoded here
+// (by klauspost, 4 MiB) to check they land on the same side of the
+// thresholds.
+func TestChooseZstdFollowsBenchmark(t *testing.T) {
+	header := func(content uint64) []byte { // single segment, 8-byte FCS
+		b := []byte{0x28, 0xB5, 0x2F, 0xFD, 0xE0}
+		for i := 0; i < 8; i++ {
+			b = append(b, byte(content>>(8*i)))
+		}
+		return b
+	}
+	table := map[string]struct {
+		r            float64
+		winner, inGo string
+	}{
+		"zero90": {13.8, DecoderCureZstd, DecoderCureZstd},
+		"ext4":   {7.2, DecoderExec, DecoderKlauspostZstd},
+		"stored": {1.0, DecoderCureZstd, DecoderCureZstd},
+		"text":   {2.9, DecoderExec, DecoderKlauspostZstd},
+	}
+	enc, _ := zstd.NewWriter(nil)
+	defer enc.Close()
+	for _, c := range zstdClasses {
+		row, ok := table[c.name]
+		if !ok {
+			t.Fatalf("class %s has no row in the table", c.name)
+		}
+		const size = 1 << 30
+		head := header(uint64(row.r * size))
+		if got := chooseZstd(DecoderAuto, head, size, true); got != row.winner {
+			t.Errorf("%s (R=%.1f): %s, the table's winner is %s", c.name, row.r, got, row.winner)
+		}
+		if got := chooseZstd(DecoderGo, head, size, true); got != row.inGo {
+			t.Errorf("%s (R=%.1f), Go only: %s, the table's winner is %s", c.name, row.r, got, row.inGo)
+		}
+		if c.name != "stored" && c.name != "text" {
+			continue // zero90 needs 128 MiB to be itself, ext4 mkfs.ext4
+		}
+		data, err := c.make(t, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		comp := enc.EncodeAll(data, nil)
+		if got := chooseZstd(DecoderAuto, comp, int64(len(comp)), true); got != row.winner {
+			t.Errorf("%s encoded here (R=%.1f): %s, the table's winner is %s", c.name, float64(len(data))/float64(len(comp)), got, row.winner)
+		}
+	}
+}
