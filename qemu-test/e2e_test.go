@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,6 +48,9 @@ func outDir(t *testing.T) string {
 func startEnv(t *testing.T, o harness.Options) *harness.Env {
 	t.Helper()
 	o.Out = outDir(t)
+	if o.Bin == "" {
+		o.Bin = harnessBin(t)
+	}
 	if o.Work == "" {
 		o.Work = t.TempDir()
 	}
@@ -272,8 +276,39 @@ func bootHistory(n *harness.Node) []string {
 // was provisioned, and a second QEMU setup would only cost time.
 var provisioned *harness.Env
 
+// builtBin is provisioner-lite and curectl, built once for every
+// environment of this test process (a build per test cost seconds each).
+var builtBin struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func harnessBin(t *testing.T) string {
+	t.Helper()
+	builtBin.once.Do(func() {
+		root, err := harness.RepoRoot()
+		if err == nil {
+			builtBin.dir, err = os.MkdirTemp("", "cure-e2e-bin-")
+		}
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			err = harness.BuildBinaries(ctx, root, builtBin.dir)
+		}
+		builtBin.err = err
+	})
+	if builtBin.err != nil {
+		t.Fatal(builtBin.err)
+	}
+	return builtBin.dir
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if builtBin.dir != "" {
+		os.RemoveAll(builtBin.dir)
+	}
 	for _, env := range []*harness.Env{provisioned, firmwareEnv} {
 		if env != nil {
 			env.Close()
@@ -303,7 +338,7 @@ func sharedEnv(t *testing.T) *harness.Env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	env, err := harness.Start(ctx, harness.Options{Out: out, Work: work,
+	env, err := harness.Start(ctx, harness.Options{Out: out, Work: work, Bin: harnessBin(t),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

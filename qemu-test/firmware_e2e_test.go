@@ -225,7 +225,7 @@ func allDriftEnv(t *testing.T) *harness.Env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	env, err := harness.Start(ctx, harness.Options{Out: out, Work: work, Firmware: fwInventory(),
+	env, err := harness.Start(ctx, harness.Options{Out: out, Work: work, Bin: harnessBin(t), Firmware: fwInventory(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

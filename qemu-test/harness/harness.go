@@ -87,6 +87,10 @@ type Options struct {
 	// ImageDir is the image the coordinator serves (its report.json is what
 	// boots are attested against); empty: Out/image.
 	ImageDir string
+	// Bin holds provisioner-lite and curectl already built (BuildBinaries),
+	// shared by the environments of one test process; empty: Start builds
+	// them into Work/bin.
+	Bin string
 	// ToolBundle requires make toolbundle's bundle
 	// (Out/toolbundle/toolbundle.tar.zst), for suites that run its
 	// programs. Without it the coordinator still serves the bundle when it
@@ -206,9 +210,59 @@ func Missing(out string) []string {
 	return miss
 }
 
-// Start builds the binaries, writes the inventory and manifest, starts the
-// virtual BMCs and the coordinator.
+// Start builds the binaries (or takes Options.Bin's), writes the inventory
+// and manifest, starts the virtual BMCs and the coordinator.
 func Start(ctx context.Context, o Options) (*Env, error) {
+	o.defaults()
+	if miss := Missing(o.Out); len(miss) > 0 {
+		return nil, fmt.Errorf("build outputs missing (run `make image hostos`): %s", strings.Join(miss, ", "))
+	}
+	if _, err := os.Stat(ToolBundlePath(o.Out)); o.ToolBundle && err != nil {
+		return nil, fmt.Errorf("the tool bundle is not built (run `make toolbundle`): %w", err)
+	}
+	if o.Site != nil && len(o.Site.Taps) < o.Nodes {
+		return nil, fmt.Errorf("site network: %d tap devices for %d nodes", len(o.Site.Taps), o.Nodes)
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{Opts: o, Root: root, Bin: o.Bin, StateDir: filepath.Join(o.Work, "state")}
+	if e.Bin == "" {
+		e.Bin = filepath.Join(o.Work, "bin")
+		if err := BuildBinaries(ctx, root, e.Bin); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.prepareState(); err != nil {
+		return nil, err
+	}
+	if err := e.hostOS(); err != nil {
+		return nil, err
+	}
+	if err := e.writeManifest(); err != nil {
+		return nil, err
+	}
+	if err := e.listen(); err != nil {
+		return nil, err
+	}
+	if err := e.startBMCs(ctx, e.httpLn.Addr().(*net.TCPAddr).Port); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := e.writeInventory(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := e.StartCoordinator(ctx); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// defaults fills the options a caller left zero.
+func (o *Options) defaults() {
 	if o.Nodes == 0 {
 		o.Nodes = 1
 	}
@@ -224,30 +278,22 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if miss := Missing(o.Out); len(miss) > 0 {
-		return nil, fmt.Errorf("build outputs missing (run `make image hostos`): %s", strings.Join(miss, ", "))
-	}
-	if _, err := os.Stat(ToolBundlePath(o.Out)); o.ToolBundle && err != nil {
-		return nil, fmt.Errorf("the tool bundle is not built (run `make toolbundle`): %w", err)
-	}
-	root, err := RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	e := &Env{Opts: o, Root: root, Bin: filepath.Join(o.Work, "bin"), StateDir: filepath.Join(o.Work, "state")}
-	for _, d := range []string{e.Bin, filepath.Join(e.StateDir, "pki"), filepath.Join(o.Work, "manifests"), filepath.Join(o.Work, "nodes")} {
+}
+
+// prepareState makes the work directories and the coordinator's PKI: the
+// CA make generated (the image trusts it; the coordinator serves a
+// certificate it issues), the Secure Boot key and boot CA for verified
+// boot, and an operator certificate for Client.
+func (e *Env) prepareState() error {
+	o := e.Opts
+	for _, d := range []string{filepath.Join(e.StateDir, "pki"), filepath.Join(o.Work, "manifests"), filepath.Join(o.Work, "nodes")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := e.build(ctx); err != nil {
-		return nil, err
-	}
-	// The image trusts the CA make generated; the coordinator serves a
-	// certificate issued by that CA.
 	for _, f := range []string{"ca.pem", "ca-key.pem"} {
 		if err := copyFile(filepath.Join(o.Out, "pki", f), filepath.Join(e.StateDir, "pki", f)); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if o.SecureHTTPS {
@@ -255,79 +301,61 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		// what the nodes' firmware trusts for HTTPS boot.
 		for _, f := range []string{pki.SecureBootCertFile, pki.SecureBootKeyFile, pki.BootCACertFile, pki.BootCAKeyFile} {
 			if err := copyFile(filepath.Join(o.Out, "pki", f), filepath.Join(e.StateDir, "pki", f)); err != nil {
-				return nil, fmt.Errorf("verified boot needs make pki image (%s): %w", f, err)
+				return fmt.Errorf("verified boot needs make pki image (%s): %w", f, err)
 			}
 		}
 		if _, err := os.Stat(filepath.Join(o.Out, "image", "cure.efi")); err != nil {
-			return nil, fmt.Errorf("verified boot needs the signed image: make image (with %s): %w", filepath.Join(o.Out, "pki", pki.SecureBootKeyFile), err)
+			return fmt.Errorf("verified boot needs the signed image: make image (with %s): %w", filepath.Join(o.Out, "pki", pki.SecureBootKeyFile), err)
 		}
 	}
 	// OperatorService requires an operator certificate; "operator" is the
 	// name curectl finds by default beside the CA (state/pki/operators/).
 	oc, err := pki.IssueOperatorCert(filepath.Join(e.StateDir, "pki"), "operator", pki.RoleAdmin)
 	if err != nil {
-		return nil, fmt.Errorf("operator certificate: %w", err)
+		return fmt.Errorf("operator certificate: %w", err)
 	}
 	e.OperatorCert, e.OperatorKey = oc.CertFile, oc.KeyFile
-	if err := e.hostOS(); err != nil {
-		return nil, err
-	}
-	if err := e.writeManifest(); err != nil {
-		return nil, err
-	}
-	if o.Site != nil && len(o.Site.Taps) < o.Nodes {
-		return nil, fmt.Errorf("site network: %d tap devices for %d nodes", len(o.Site.Taps), o.Nodes)
-	}
-	// With a site network the coordinator listens on all addresses (the
-	// nodes come through the bridge).
-	bind := "127.0.0.1:0"
-	if o.Site != nil {
-		bind = "0.0.0.0:0"
-	}
-	if e.httpLn, err = listenTCP(bind); err != nil {
-		return nil, err
-	}
-	if e.grpcLn, err = listenTCP(bind); err != nil {
-		e.httpLn.Close()
-		return nil, err
-	}
-	if o.SecureHTTPS {
-		if e.httpsLn, err = listenTCP(bind); err != nil {
-			e.httpLn.Close()
-			e.grpcLn.Close()
-			return nil, err
-		}
-	}
-	httpPort, grpcPort := e.httpLn.Addr().(*net.TCPAddr).Port, e.grpcLn.Addr().(*net.TCPAddr).Port
-	// Local dial addresses.
-	e.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", httpPort)
-	e.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", grpcPort)
-	if o.ProxyRunnerStreams {
-		p, err := newStreamProxy(e.GRPCAddr, o.Logger)
-		if err != nil {
-			return nil, err
-		}
-		e.proxy = p
-	}
-	if err := e.startBMCs(ctx, httpPort); err != nil {
-		e.Close()
-		return nil, err
-	}
-	if err := e.writeInventory(); err != nil {
-		e.Close()
-		return nil, err
-	}
-	if err := e.StartCoordinator(ctx); err != nil {
-		e.Close()
-		return nil, err
-	}
-	return e, nil
+	return nil
 }
 
-func (e *Env) build(ctx context.Context) error {
+// listen binds the coordinator's sockets (on all addresses with a site
+// network: the nodes come through the bridge) and the runner stream proxy.
+func (e *Env) listen() error {
+	bind := "127.0.0.1:0"
+	if e.Opts.Site != nil {
+		bind = "0.0.0.0:0"
+	}
+	var err error
+	if e.httpLn, err = listenTCP(bind); err != nil {
+		return err
+	}
+	if e.grpcLn, err = listenTCP(bind); err == nil && e.Opts.SecureHTTPS {
+		e.httpsLn, err = listenTCP(bind)
+	}
+	if err == nil && e.Opts.ProxyRunnerStreams {
+		e.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", e.grpcLn.Addr().(*net.TCPAddr).Port)
+		e.proxy, err = newStreamProxy(e.GRPCAddr, e.Opts.Logger)
+	}
+	if err != nil {
+		e.Close()
+		return err
+	}
+	// Local dial addresses.
+	e.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", e.httpLn.Addr().(*net.TCPAddr).Port)
+	e.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", e.grpcLn.Addr().(*net.TCPAddr).Port)
+	return nil
+}
+
+// BuildBinaries builds provisioner-lite and curectl of the module at root
+// into dir. A test process builds them once and hands every environment the
+// same directory (Options.Bin).
+func BuildBinaries(ctx context.Context, root, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
 	for _, pkg := range []string{"provisioner-lite/cmd/provisioner-lite", "provisioner-lite/cmd/curectl"} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", e.Bin, "./"+pkg)
-		cmd.Dir = e.Root
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", dir, "./"+pkg)
+		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
@@ -518,22 +546,55 @@ func (e *Env) StartCoordinator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The listening sockets, inherited as fd:3, fd:4 and (HTTPS boot) fd:5.
+	var files []*os.File
+	defer func() {
+		for _, lf := range files {
+			lf.Close()
+		}
+	}()
+	for _, l := range []*net.TCPListener{e.httpLn, e.grpcLn, e.httpsLn} {
+		if l == nil {
+			continue
+		}
+		lf, err := l.File()
+		if err != nil {
+			f.Close()
+			return err
+		}
+		files = append(files, lf)
+	}
+	cmd := exec.Command(filepath.Join(e.Bin, "provisioner-lite"), e.coordinatorArgs()...)
+	var w io.Writer = f
+	if e.Opts.CoordinatorLog != nil {
+		w = io.MultiWriter(f, e.Opts.CoordinatorLog)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.ExtraFiles = files
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	e.coord, e.coordOut, e.coordExited = cmd, f, exited
+	if e.conn == nil {
+		if err := e.dialOperator(); err != nil {
+			return err
+		}
+	}
+	// The sockets accept from the start (they are ours): ready is when the
+	// coordinator answers an RPC, failed is when it exits first.
+	return e.waitReady(ctx, exited, logPath, 60*time.Second)
+}
+
+// coordinatorArgs is provisioner-lite's command line for this environment.
+func (e *Env) coordinatorArgs() []string {
 	advertise := "10.0.2.2"
 	if s := e.Opts.Site; s != nil {
 		advertise = s.Advertise
 	}
-	hf, err := e.httpLn.File()
-	if err != nil {
-		f.Close()
-		return err
-	}
-	defer hf.Close()
-	gf, err := e.grpcLn.File()
-	if err != nil {
-		f.Close()
-		return err
-	}
-	defer gf.Close()
 	args := []string{
 		"--state-dir", e.StateDir,
 		"--manifests", filepath.Join(e.Opts.Work, "manifests"),
@@ -562,56 +623,35 @@ func (e *Env) StartCoordinator(ctx context.Context) error {
 		args = append(args, "--advertise-grpc", fmt.Sprintf("10.0.2.2:%d", e.proxy.port()))
 	}
 	args = append(args, e.Opts.ExtraCoordinatorArgs...)
-	cmd := exec.Command(filepath.Join(e.Bin, "provisioner-lite"), args...)
-	var w io.Writer = f
-	if e.Opts.CoordinatorLog != nil {
-		w = io.MultiWriter(f, e.Opts.CoordinatorLog)
-	}
-	cmd.Stdout, cmd.Stderr = w, w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.ExtraFiles = []*os.File{hf, gf}
 	if e.httpsLn != nil {
-		sf, err := e.httpsLn.File()
-		if err != nil {
-			f.Close()
-			return err
-		}
-		defer sf.Close()
-		cmd.ExtraFiles = append(cmd.ExtraFiles, sf)
-		cmd.Args = append(cmd.Args, "--https-listen", "fd:5", "--netboot", "uefi-http")
+		args = append(args, "--https-listen", "fd:5", "--netboot", "uefi-http")
 	}
 	if e.ekCA != nil {
-		cmd.Args = append(cmd.Args, "--ek-roots", e.ekCA.dir)
+		args = append(args, "--ek-roots", e.ekCA.dir)
 	}
-	if err := cmd.Start(); err != nil {
-		f.Close()
+	return args
+}
+
+// dialOperator opens Client with the operator certificate.
+func (e *Env) dialOperator() error {
+	caPEM, err := os.ReadFile(filepath.Join(e.StateDir, "pki", "ca.pem"))
+	if err != nil {
 		return err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	e.coord, e.coordOut, e.coordExited = cmd, f, exited
-	if e.conn == nil {
-		caPEM, err := os.ReadFile(filepath.Join(e.StateDir, "pki", "ca.pem"))
-		if err != nil {
-			return err
-		}
-		cert, err := pki.LoadOperatorCert(e.OperatorCert, e.OperatorKey)
-		if err != nil {
-			return err
-		}
-		tlsCfg, err := pki.ClientTLSConfig(caPEM, "127.0.0.1", &cert)
-		if err != nil {
-			return err
-		}
-		conn, err := grpc.NewClient(e.GRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
-		if err != nil {
-			return err
-		}
-		e.conn, e.Client = conn, curev1.NewOperatorServiceClient(conn)
+	cert, err := pki.LoadOperatorCert(e.OperatorCert, e.OperatorKey)
+	if err != nil {
+		return err
 	}
-	// The sockets accept from the start (they are ours): ready is when the
-	// coordinator answers an RPC, failed is when it exits first.
-	return e.waitReady(ctx, exited, logPath, 60*time.Second)
+	tlsCfg, err := pki.ClientTLSConfig(caPEM, "127.0.0.1", &cert)
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(e.GRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	if err != nil {
+		return err
+	}
+	e.conn, e.Client = conn, curev1.NewOperatorServiceClient(conn)
+	return nil
 }
 
 // waitReady polls the operator API until the coordinator answers.
