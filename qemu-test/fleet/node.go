@@ -484,115 +484,136 @@ type executor struct {
 }
 
 func (x *executor) Run(ctx context.Context, phase string, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
-	n, sim := x.n, x.n.sim
-	ok := func(msg string, reboot bool) agent.PhaseOutcome {
-		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: msg, RebootRequired: reboot}
-	}
-	fail := func(msg string) agent.PhaseOutcome {
-		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_FAILED, Message: msg}
-	}
-	sku, _ := manifests.ParseSKU(a.GetManifestName(), a.GetManifestYaml())
-	want := func(component string) string {
-		if sku == nil {
-			return ""
-		}
-		for _, f := range sku.Spec.Firmware {
-			if f.Component == component && f.Via == "in-band" {
-				return f.Version
-			}
-		}
-		return ""
-	}
-	// Transient faults strike mid-phase, once per node.
-	midPhase := func() bool {
-		d := sim.scaled(sim.cfg.Durations.Flash) / 2
-		if err := sleepCtx(ctx, d); err != nil {
-			return false
-		}
-		if n.Faults.StreamCut && phase == "nvme" && n.once("streamcut") {
-			n.cutStreams()
-		}
-		if n.Faults.RunnerKilled && phase == "sed_revert" && n.once("killed") {
-			n.log.Info("fault: node resets by itself mid-phase", "phase", phase)
-			n.m.guestReset(x.boot, "fault: reset mid-phase")
-			return false
-		}
-		return true
-	}
 	switch phase {
 	case "nic", "nvme":
-		component, cur := nicComponent, &n.nicFW
-		if phase == "nvme" {
-			component, cur = "nvme/0", &n.nvmeFW
-		}
-		desired := want(phase)
-		n.mu.Lock()
-		have := *cur
-		n.mu.Unlock()
-		if desired == "" {
-			return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: "no " + phase + " firmware in the manifest"}
-		}
-		if have == desired {
-			emit.Verdict(&curev1.Verdict{Component: component, Check: "firmware", Status: curev1.VerdictStatus_MATCH, Observed: have, Expected: desired})
-			return ok("1 matched", false)
-		}
-		if a.GetMode() != curev1.Mode_MODE_PROVISION {
-			emit.Verdict(&curev1.Verdict{Component: component, Check: "firmware", Status: curev1.VerdictStatus_DRIFT, Observed: have, Expected: desired})
-			return ok("1 drifted (not flashed in this mode)", false)
-		}
-		if !midPhase() {
-			return fail("interrupted")
-		}
-		if phase == "nic" && n.Faults.NICUnflashable {
-			emit.Verdict(&curev1.Verdict{Component: component, Check: "firmware", Status: curev1.VerdictStatus_FAIL, Observed: have, Expected: desired,
-				Message: "flash failed: image rejected by the device (PSID mismatch)"})
-			return fail("flash of " + component + " failed")
-		}
-		if err := sleepCtx(ctx, sim.scaled(sim.cfg.Durations.Flash)/2); err != nil {
-			return fail("interrupted")
-		}
-		n.mu.Lock()
-		*cur = desired
-		n.flashes[component]++
-		n.mu.Unlock()
-		sim.stats.flash()
-		emit.Metric("flash_seconds", sim.scaled(sim.cfg.Durations.Flash).Seconds(), "s", map[string]string{"component": component})
-		emit.Verdict(&curev1.Verdict{Component: component, Check: "firmware", Status: curev1.VerdictStatus_PASS, Observed: desired, Expected: desired, Message: "UPDATED"})
-		// A NIC's new firmware activates at the next reboot.
-		return ok("updated "+component, phase == "nic")
+		return x.flashInBand(ctx, phase, a, emit)
 	case "dpu":
 		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: "no DPU"}
 	case "sed_revert":
-		if !midPhase() {
-			return fail("interrupted")
+		if !x.midPhase(ctx, phase) {
+			return phaseFailed("interrupted")
 		}
 		for i := range 2 {
 			emit.Verdict(&curev1.Verdict{Component: fmt.Sprintf("nvme/%d", i), Check: "erase", Status: curev1.VerdictStatus_PASS, Message: "format: user data erased"})
 		}
-		return ok("2 disks erased", false)
+		return phaseOK("2 disks erased", false)
 	case "os_install":
 		return x.install(ctx, a, emit)
 	case "validate":
-		if err := sleepCtx(ctx, sim.scaled(sim.cfg.Durations.Validate)); err != nil {
-			return fail("interrupted")
-		}
-		failed := 0
-		for i := range 8 {
-			v := &curev1.Verdict{Component: fmt.Sprintf("gpu/%d", i), Check: "presence", Status: curev1.VerdictStatus_PASS, Observed: "present", Expected: "present"}
-			if i == missingGPU && n.Faults.GPUMissing {
-				v.Status, v.Observed, v.Message = curev1.VerdictStatus_FAIL, "absent", "GPU not enumerated on the PCIe bus"
-				failed++
-			} else {
-				emit.Metric("gpu_temperature", 41+float64(i), "C", map[string]string{"gpu": fmt.Sprint(i)})
-			}
-			emit.Verdict(v)
-		}
-		if failed > 0 {
-			return fail(fmt.Sprintf("%d gpu checks failed", failed))
-		}
-		return ok("8 gpus pass", false)
+		return x.validateGPUs(ctx, emit)
 	}
 	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: "phase not simulated: " + phase}
+}
+
+func phaseOK(msg string, reboot bool) agent.PhaseOutcome {
+	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK, Message: msg, RebootRequired: reboot}
+}
+
+func phaseFailed(msg string) agent.PhaseOutcome {
+	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_FAILED, Message: msg}
+}
+
+// inBandVersion is the version the assignment's manifest wants for an
+// in-band component ("" when it names none or does not parse).
+func inBandVersion(a *curev1.Assignment, component string) string {
+	sku, _ := manifests.ParseSKU(a.GetManifestName(), a.GetManifestYaml())
+	if sku == nil {
+		return ""
+	}
+	for _, f := range sku.Spec.Firmware {
+		if f.Component == component && f.Via == "in-band" {
+			return f.Version
+		}
+	}
+	return ""
+}
+
+// midPhase waits half a flash, then strikes the node's transient faults,
+// once per node; false when the phase is interrupted.
+func (x *executor) midPhase(ctx context.Context, phase string) bool {
+	n, sim := x.n, x.n.sim
+	d := sim.scaled(sim.cfg.Durations.Flash) / 2
+	if err := sleepCtx(ctx, d); err != nil {
+		return false
+	}
+	if n.Faults.StreamCut && phase == "nvme" && n.once("streamcut") {
+		n.cutStreams()
+	}
+	if n.Faults.RunnerKilled && phase == "sed_revert" && n.once("killed") {
+		n.log.Info("fault: node resets by itself mid-phase", "phase", phase)
+		n.m.guestReset(x.boot, "fault: reset mid-phase")
+		return false
+	}
+	return true
+}
+
+// flashInBand plays the nic or nvme phase: match, drift (outside
+// provision), or a flash that an unflashable NIC fails.
+func (x *executor) flashInBand(ctx context.Context, phase string, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
+	n, sim := x.n, x.n.sim
+	component, cur := nicComponent, &n.nicFW
+	if phase == "nvme" {
+		component, cur = "nvme/0", &n.nvmeFW
+	}
+	desired := inBandVersion(a, phase)
+	n.mu.Lock()
+	have := *cur
+	n.mu.Unlock()
+	if desired == "" {
+		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: "no " + phase + " firmware in the manifest"}
+	}
+	if have == desired {
+		emit.Verdict(&curev1.Verdict{Component: component, Check: "firmware", Status: curev1.VerdictStatus_MATCH, Observed: have, Expected: desired})
+		return phaseOK("1 matched", false)
+	}
+	if a.GetMode() != curev1.Mode_MODE_PROVISION {
+		emit.Verdict(&curev1.Verdict{Component: component, Check: "firmware", Status: curev1.VerdictStatus_DRIFT, Observed: have, Expected: desired})
+		return phaseOK("1 drifted (not flashed in this mode)", false)
+	}
+	if !x.midPhase(ctx, phase) {
+		return phaseFailed("interrupted")
+	}
+	if phase == "nic" && n.Faults.NICUnflashable {
+		emit.Verdict(&curev1.Verdict{Component: component, Check: "firmware", Status: curev1.VerdictStatus_FAIL, Observed: have, Expected: desired,
+			Message: "flash failed: image rejected by the device (PSID mismatch)"})
+		return phaseFailed("flash of " + component + " failed")
+	}
+	if err := sleepCtx(ctx, sim.scaled(sim.cfg.Durations.Flash)/2); err != nil {
+		return phaseFailed("interrupted")
+	}
+	n.mu.Lock()
+	*cur = desired
+	n.flashes[component]++
+	n.mu.Unlock()
+	sim.stats.flash()
+	emit.Metric("flash_seconds", sim.scaled(sim.cfg.Durations.Flash).Seconds(), "s", map[string]string{"component": component})
+	emit.Verdict(&curev1.Verdict{Component: component, Check: "firmware", Status: curev1.VerdictStatus_PASS, Observed: desired, Expected: desired, Message: "UPDATED"})
+	// A NIC's new firmware activates at the next reboot.
+	return phaseOK("updated "+component, phase == "nic")
+}
+
+// validateGPUs plays the validate phase: eight GPUs present, less the
+// missing one of a GPU-missing node.
+func (x *executor) validateGPUs(ctx context.Context, emit agent.Emitter) agent.PhaseOutcome {
+	n, sim := x.n, x.n.sim
+	if err := sleepCtx(ctx, sim.scaled(sim.cfg.Durations.Validate)); err != nil {
+		return phaseFailed("interrupted")
+	}
+	failed := 0
+	for i := range 8 {
+		v := &curev1.Verdict{Component: fmt.Sprintf("gpu/%d", i), Check: "presence", Status: curev1.VerdictStatus_PASS, Observed: "present", Expected: "present"}
+		if i == missingGPU && n.Faults.GPUMissing {
+			v.Status, v.Observed, v.Message = curev1.VerdictStatus_FAIL, "absent", "GPU not enumerated on the PCIe bus"
+			failed++
+		} else {
+			emit.Metric("gpu_temperature", 41+float64(i), "C", map[string]string{"gpu": fmt.Sprint(i)})
+		}
+		emit.Verdict(v)
+	}
+	if failed > 0 {
+		return phaseFailed(fmt.Sprintf("%d gpu checks failed", failed))
+	}
+	return phaseOK("8 gpus pass", false)
 }
 
 // install downloads the OS image for real (throttled), verifies it and

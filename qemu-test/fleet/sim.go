@@ -305,6 +305,41 @@ const (
 
 // prepare writes the PKI, the boot image, the artifacts, the manifests.
 func (s *Sim) prepare() error {
+	if err := s.writePKI(); err != nil {
+		return err
+	}
+	if err := s.writeBootImage(); err != nil {
+		return err
+	}
+	img := filepath.Join(s.cfg.Work, "os.raw")
+	if err := writeRandom(img, s.cfg.ImageBytes); err != nil {
+		return err
+	}
+	imgSum, err := fileSum(img)
+	if err != nil {
+		return err
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	if err := s.writeSKU(root, imgSum); err != nil {
+		return err
+	}
+	suite, err := os.ReadFile(filepath.Join(root, "manifests", "examples", "suites", suiteName+".yaml"))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(s.manDir, "suites", suiteName+".yaml"), suite, 0o600); err != nil {
+		return err
+	}
+	s.cfg.CoordinatorArgs = append(s.cfg.CoordinatorArgs, "--import-artifact", img)
+	return nil
+}
+
+// writePKI makes the fleet's CA in instance 0's state dir and copies it,
+// with one state key, to every instance.
+func (s *Sim) writePKI() error {
 	pkiDir := filepath.Join(s.coords[0].stateDir, "pki")
 	if _, err := pki.EnsureCA(pkiDir); err != nil {
 		return err
@@ -336,6 +371,12 @@ func (s *Sim) prepare() error {
 			}
 		}
 	}
+	return nil
+}
+
+// writeBootImage writes a small kernel and initrd, and the image report
+// naming the fleet's CA.
+func (s *Sim) writeBootImage() error {
 	// A small kernel and initrd: the sim fetches them as iPXE does.
 	for name, size := range map[string]int{"vmlinuz": 256 << 10, "initramfs.cpio.gz": 512 << 10} {
 		if err := writeRandom(filepath.Join(s.imageDir, name), int64(size)); err != nil {
@@ -356,60 +397,20 @@ func (s *Sim) prepare() error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(s.imageDir, pki.ReportFile), rep, 0o600); err != nil {
-		return err
-	}
-	img := filepath.Join(s.cfg.Work, "os.raw")
-	if err := writeRandom(img, s.cfg.ImageBytes); err != nil {
-		return err
-	}
-	imgSum, err := fileSum(img)
-	if err != nil {
-		return err
-	}
-	root, err := repoRoot()
-	if err != nil {
-		return err
-	}
+	return os.WriteFile(filepath.Join(s.imageDir, pki.ReportFile), rep, 0o600)
+}
+
+// writeSKU writes the simulated SKU's manifest: the example QEMU SKU with
+// the sim's firmware, disks and OS image (of digest imgSum).
+func (s *Sim) writeSKU(root, imgSum string) error {
 	sku, err := manifests.LoadSKU(filepath.Join(root, "manifests", "examples", "qemu-nvme.yaml"))
 	if err != nil {
 		return err
 	}
 	sku.Metadata.Name = skuName
 	sku.Metadata.Description = "Simulated HGX node of the fleet simulator"
-	fwArt := func(name string) (*manifests.Artifact, error) {
-		p := filepath.Join(s.cfg.Work, name)
-		if err := writeRandom(p, 64<<10); err != nil {
-			return nil, err
-		}
-		sum, err := fileSum(p)
-		if err != nil {
-			return nil, err
-		}
-		s.cfg.CoordinatorArgs = append(s.cfg.CoordinatorArgs, "--import-artifact", p)
-		return &manifests.Artifact{SHA256: sum, Size: 64 << 10, Format: "bin"}, nil
-	}
-	nicArt, err := fwArt("nic.bin")
-	if err != nil {
+	if sku.Spec.Firmware, err = s.simSKUFirmware(); err != nil {
 		return err
-	}
-	nvmeArt, err := fwArt("nvme.bin")
-	if err != nil {
-		return err
-	}
-	bmcArt, err := s.oobPackage("BMC", bmcWant)
-	if err != nil {
-		return err
-	}
-	biosArt, err := s.oobPackage("BIOS", biosWant)
-	if err != nil {
-		return err
-	}
-	sku.Spec.Firmware = []manifests.Firmware{
-		{Name: "bmc", Component: "bmc", Via: "redfish", Match: manifests.Match{RedfishID: "BMC"}, Version: bmcWant, Gate: "equal", Artifact: bmcArt, Activation: "bmc-reset"},
-		{Name: "bios", Component: "bios", Via: "redfish", Match: manifests.Match{RedfishID: "BIOS"}, Version: biosWant, Gate: "equal", Artifact: biosArt, Activation: "host-reboot"},
-		{Name: "cx7", Component: "nic", Via: "in-band", Match: manifests.Match{VendorID: "0x15b3"}, Version: nicWant, Gate: "equal", Artifact: nicArt, Activation: "host-reboot"},
-		{Name: "nvme-data", Component: "nvme", Via: "in-band", Match: manifests.Match{Model: "SIM NVMe*"}, Version: nvmeWant, Gate: "equal", Artifact: nvmeArt, Activation: "nvme-reset"},
 	}
 	sku.Spec.Wipe.Disks.Model = "SIM NVMe*"
 	sku.Spec.OS.TargetDisk.Model = "SIM NVMe*"
@@ -418,18 +419,49 @@ func (s *Sim) prepare() error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(s.manDir, skuName+".yaml"), b, 0o600); err != nil {
-		return err
-	}
-	suite, err := os.ReadFile(filepath.Join(root, "manifests", "examples", "suites", suiteName+".yaml"))
+	return os.WriteFile(filepath.Join(s.manDir, skuName+".yaml"), b, 0o600)
+}
+
+// simSKUFirmware writes the firmware artifacts (in-band files, out-of-band
+// packages) and returns the SKU's firmware list naming them.
+func (s *Sim) simSKUFirmware() ([]manifests.Firmware, error) {
+	nicArt, err := s.inBandArtifact("nic.bin")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(s.manDir, "suites", suiteName+".yaml"), suite, 0o600); err != nil {
-		return err
+	nvmeArt, err := s.inBandArtifact("nvme.bin")
+	if err != nil {
+		return nil, err
 	}
-	s.cfg.CoordinatorArgs = append(s.cfg.CoordinatorArgs, "--import-artifact", img)
-	return nil
+	bmcArt, err := s.oobPackage("BMC", bmcWant)
+	if err != nil {
+		return nil, err
+	}
+	biosArt, err := s.oobPackage("BIOS", biosWant)
+	if err != nil {
+		return nil, err
+	}
+	return []manifests.Firmware{
+		{Name: "bmc", Component: "bmc", Via: "redfish", Match: manifests.Match{RedfishID: "BMC"}, Version: bmcWant, Gate: "equal", Artifact: bmcArt, Activation: "bmc-reset"},
+		{Name: "bios", Component: "bios", Via: "redfish", Match: manifests.Match{RedfishID: "BIOS"}, Version: biosWant, Gate: "equal", Artifact: biosArt, Activation: "host-reboot"},
+		{Name: "cx7", Component: "nic", Via: "in-band", Match: manifests.Match{VendorID: "0x15b3"}, Version: nicWant, Gate: "equal", Artifact: nicArt, Activation: "host-reboot"},
+		{Name: "nvme-data", Component: "nvme", Via: "in-band", Match: manifests.Match{Model: "SIM NVMe*"}, Version: nvmeWant, Gate: "equal", Artifact: nvmeArt, Activation: "nvme-reset"},
+	}, nil
+}
+
+// inBandArtifact writes a random in-band firmware file of the given name,
+// has the coordinators import it, and returns its manifest artifact.
+func (s *Sim) inBandArtifact(name string) (*manifests.Artifact, error) {
+	p := filepath.Join(s.cfg.Work, name)
+	if err := writeRandom(p, 64<<10); err != nil {
+		return nil, err
+	}
+	sum, err := fileSum(p)
+	if err != nil {
+		return nil, err
+	}
+	s.cfg.CoordinatorArgs = append(s.cfg.CoordinatorArgs, "--import-artifact", p)
+	return &manifests.Artifact{SHA256: sum, Size: 64 << 10, Format: "bin"}, nil
 }
 
 // simFirmware is the BMCs' out-of-band inventory: the mockup's, with a BIOS
@@ -872,9 +904,52 @@ func (r *Result) Named() float64 {
 func (s *Sim) Run(ctx context.Context) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	var prov, diag []string
+	prov, diag, mode := s.chooseModes()
+	b := &batchRun{
+		res:      &Result{Nodes: len(s.Nodes), RefusedReasons: map[string]int{}},
+		runs:     map[string]string{},
+		mode:     mode,
+		start:    time.Now(),
+		phaseDur: map[string][]time.Duration{},
+	}
+	if err := s.provisionAll(ctx, b, prov, diag); err != nil {
+		return nil, err
+	}
+	b.res.Started = len(b.runs)
+	if err := s.awaitRuns(ctx, b); err != nil {
+		return b.res, err
+	}
+	b.res.Wall = time.Since(b.start)
+	for _, n := range s.Nodes {
+		if err := s.judgeNode(ctx, b, n); err != nil {
+			return b.res, err
+		}
+	}
+	if err := s.summarize(ctx, b); err != nil {
+		return b.res, err
+	}
+	return b.res, nil
+}
+
+// batchRun is what Run gathers over one batch.
+type batchRun struct {
+	res     *Result
+	opCalls int64                  // this simulator's operator calls (see Commits)
+	runs    map[string]string      // node -> run
+	mode    map[string]curev1.Mode // node -> the mode it was asked for
+	start   time.Time
+	// Transition latencies over every run, and phase durations over the
+	// undisturbed provisions (phaseOrder lists the phases as first seen).
+	trans      []time.Duration
+	phaseDur   map[string][]time.Duration
+	phaseOrder []string
+}
+
+// chooseModes picks each node's mode, deterministically from the seed: the
+// GPU-missing nodes and DiagnosticShare of the others run a diagnostic.
+func (s *Sim) chooseModes() (prov, diag []string, mode map[string]curev1.Mode) {
 	rng := mrand.New(mrand.NewPCG(s.cfg.Seed, 0xd1a9))
-	mode := map[string]curev1.Mode{}
+	mode = map[string]curev1.Mode{}
 	for _, n := range s.Nodes {
 		if n.Faults.GPUMissing || rng.Float64() < s.cfg.DiagnosticShare {
 			diag = append(diag, n.ID)
@@ -884,179 +959,214 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 			mode[n.ID] = curev1.Mode_MODE_PROVISION
 		}
 	}
-	res := &Result{Nodes: len(s.Nodes), RefusedReasons: map[string]int{}}
-	var opCalls int64           // this simulator's operator calls (see Commits)
-	runs := map[string]string{} // node -> run
-	start := time.Now()
-	// With several instances, each is asked for its share (node index
-	// modulo the instance count), as operators spread a fleet.
-	type batch struct {
-		inst     int
-		ids      []string
-		mode     curev1.Mode
-		manifest string
-	}
-	var batches []batch
-	share := func(ids []string, inst int) []string {
-		var out []string
-		for _, id := range ids {
-			var i int
-			fmt.Sscanf(id, "sim%d", &i)
-			if i%len(s.coords) == inst {
-				out = append(out, id)
-			}
+	return prov, diag, mode
+}
+
+// provisionBatch is one instance's share of one mode's nodes.
+type provisionBatch struct {
+	inst     int
+	ids      []string
+	mode     curev1.Mode
+	manifest string
+}
+
+// instanceShare is the nodes of ids that instance inst is asked for (node
+// index modulo the instance count).
+func (s *Sim) instanceShare(ids []string, inst int) []string {
+	var out []string
+	for _, id := range ids {
+		var i int
+		fmt.Sscanf(id, "sim%d", &i)
+		if i%len(s.coords) == inst {
+			out = append(out, id)
 		}
-		return out
 	}
+	return out
+}
+
+// provisionAll starts the runs: with several instances, each is asked for
+// its share, as operators spread a fleet. It records the runs started and
+// the nodes refused in b.
+func (s *Sim) provisionAll(ctx context.Context, b *batchRun, prov, diag []string) error {
+	var batches []provisionBatch
 	for inst := range s.coords {
-		batches = append(batches, batch{inst, share(prov, inst), curev1.Mode_MODE_PROVISION, ""}, batch{inst, share(diag, inst), curev1.Mode_MODE_DIAGNOSTIC, suiteName})
+		batches = append(batches, provisionBatch{inst, s.instanceShare(prov, inst), curev1.Mode_MODE_PROVISION, ""}, provisionBatch{inst, s.instanceShare(diag, inst), curev1.Mode_MODE_DIAGNOSTIC, suiteName})
 	}
 	// At most provisionChunk nodes a call, as an operator's script would
 	// send them: one call for 10,000 nodes outlasts any sane deadline.
 	const provisionChunk = 1000
-	for _, b := range batches {
-		for len(b.ids) > 0 {
-			ids := b.ids[:min(len(b.ids), provisionChunk)]
-			b.ids = b.ids[len(ids):]
+	for _, pb := range batches {
+		for len(pb.ids) > 0 {
+			ids := pb.ids[:min(len(pb.ids), provisionChunk)]
+			pb.ids = pb.ids[len(ids):]
 			pctx, pcancel := context.WithTimeout(ctx, 5*time.Minute)
-			opCalls++
-			resp, err := s.coords[b.inst].client.Provision(pctx, &curev1.ProvisionRequest{NodeIds: ids, Mode: b.mode, Manifest: b.manifest})
+			b.opCalls++
+			resp, err := s.coords[pb.inst].client.Provision(pctx, &curev1.ProvisionRequest{NodeIds: ids, Mode: pb.mode, Manifest: pb.manifest})
 			pcancel()
 			if err != nil {
-				return nil, fmt.Errorf("provision %d nodes (%s) on %s: %w", len(ids), b.mode, s.coords[b.inst].name, err)
+				return fmt.Errorf("provision %d nodes (%s) on %s: %w", len(ids), pb.mode, s.coords[pb.inst].name, err)
 			}
 			for _, r := range resp.GetRuns() {
-				runs[r.GetNodeId()] = r.GetRunId()
+				b.runs[r.GetNodeId()] = r.GetRunId()
 			}
 			for _, r := range resp.GetRefused() {
-				res.Refused++
-				res.RefusedReasons[r.GetReason()]++
+				b.res.Refused++
+				b.res.RefusedReasons[r.GetReason()]++
 			}
 		}
 	}
-	res.Started = len(runs)
-	// Wait for every run to end; kill the coordinator once on the way when asked.
+	return nil
+}
+
+// awaitRuns waits for every run to end; it kills the coordinator once on
+// the way when asked.
+func (s *Sim) awaitRuns(ctx context.Context, b *batchRun) error {
 	killed := s.cfg.KillCoordinatorAt <= 0 && s.cfg.KillAfter <= 0
-	poll := fleetPollInterval(res.Started)
+	started := b.res.Started
+	poll := fleetPollInterval(started)
 	for {
 		if err := sleepCtx(ctx, poll); err != nil {
-			return res, fmt.Errorf("batch did not finish in %s: %w", s.cfg.Timeout, err)
+			return fmt.Errorf("batch did not finish in %s: %w", s.cfg.Timeout, err)
 		}
 		fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
-		opCalls++
+		b.opCalls++
 		fs, err := s.Client().Fleet(fctx, &curev1.FleetRequest{})
 		fcancel()
 		if err != nil {
 			continue // the coordinator may be restarting
 		}
-		ended := res.Started - int(fs.GetActive())
-		due := float64(ended) >= s.cfg.KillCoordinatorAt*float64(res.Started)
+		ended := started - int(fs.GetActive())
+		due := float64(ended) >= s.cfg.KillCoordinatorAt*float64(started)
 		if s.cfg.KillAfter > 0 {
-			due = time.Since(start) >= s.cfg.KillAfter
+			due = time.Since(b.start) >= s.cfg.KillAfter
 		}
 		if !killed && due {
 			killed = true
-			s.cfg.Log.Info("fault: killing the coordinator", "ended", ended, "of", res.Started)
-			s.stopCoordinator(0, true)
-			if len(s.coords) > 1 {
-				// For good: the other instances take its runs over.
-				s.coordMu.Lock()
-				s.coords[0].dead = true
-				s.coordMu.Unlock()
-				continue
-			}
-			if err := s.startCoordinator(ctx, 0); err != nil {
-				return res, fmt.Errorf("restart coordinator: %w", err)
+			if err := s.killCoordinatorFault(ctx, ended, started); err != nil {
+				return err
 			}
 			continue
 		}
 		if fs.GetActive() == 0 {
-			break
+			return nil
 		}
 	}
-	res.Wall = time.Since(start)
+}
 
-	// Judge every run from its report.
-	var trans []time.Duration
-	phaseDur := map[string][]time.Duration{}
-	var phaseOrder []string
-	for _, n := range s.Nodes {
-		runID, ok := runs[n.ID]
-		if !ok {
-			if !n.Faults.Hardware() {
-				res.Healthy++
-				res.Problems = append(res.Problems, n.ID+": not started")
-			} else {
-				res.Faulted++
-			}
-			continue
-		}
-		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-		opCalls++
-		rep, err := s.Client().Report(rctx, &curev1.ReportRequest{RunId: runID})
-		rcancel()
-		if err != nil {
-			return res, fmt.Errorf("report of %s: %w", runID, err)
-		}
-		trans = append(trans, transitions(rep)...)
-		if n.Faults == (Faults{}) && mode[n.ID] == curev1.Mode_MODE_PROVISION && rep.GetEndedUnixMs() > 0 {
-			res.CleanWall = max(res.CleanWall, time.UnixMilli(rep.GetEndedUnixMs()).Sub(start))
-			// Queueing before the first phase counts as a phase of its own.
-			if ph := rep.GetPhases(); len(ph) > 0 {
-				first := slices.MinFunc(ph, func(a, b *curev1.PhaseRecord) int { return cmpInt64(a.GetStartedUnixMs(), b.GetStartedUnixMs()) })
-				addPhase(phaseDur, &phaseOrder, "(queued)", time.UnixMilli(first.GetStartedUnixMs()).Sub(start))
-			}
-			for _, ph := range rep.GetPhases() {
-				if ph.GetEndedUnixMs() > 0 {
-					addPhase(phaseDur, &phaseOrder, ph.GetName(), time.Duration(ph.GetEndedUnixMs()-ph.GetStartedUnixMs())*time.Millisecond)
-				}
-			}
-		}
-		if n.Faults.Hardware() {
-			res.Faulted++
-			want := n.Faults.FaultedComponent()
-			named := false
-			for _, v := range rep.GetVerdicts() {
-				if v.GetComponent() == want && (v.GetStatus() == curev1.VerdictStatus_FAIL || v.GetStatus() == curev1.VerdictStatus_ERROR) {
-					named = true
-				}
-			}
-			if named && rep.GetRunStatus() != curev1.RunStatus_RUN_SUCCEEDED {
-				res.FaultsNamed++
-			} else {
-				var vs []string
-				for _, v := range rep.GetVerdicts() {
-					vs = append(vs, v.GetComponent()+"/"+v.GetCheck()+"="+v.GetStatus().String())
-				}
-				res.Problems = append(res.Problems, fmt.Sprintf("%s (%s, fault %s): run %s (%s), component named: %v; verdicts %s", n.ID, mode[n.ID], want, rep.GetStatus(), rep.GetMessage(), named, strings.Join(vs, " ")))
-			}
-		} else {
-			res.Healthy++
-			if rep.GetRunStatus() == curev1.RunStatus_RUN_SUCCEEDED {
-				res.HealthyFirstPass++
-			} else {
-				res.Problems = append(res.Problems, fmt.Sprintf("%s (%s, faults %+v): run %s: %s", n.ID, mode[n.ID], n.Faults, rep.GetStatus(), rep.GetMessage()))
-			}
-		}
-		for comp, k := range n.AllFlashes() {
-			if k > 1 {
-				res.DoubleFlashes++
-				res.Problems = append(res.Problems, fmt.Sprintf("%s: %s flashed %d times", n.ID, comp, k))
-			}
-		}
-		all, _ := n.Boots()
-		res.Reboots += all
+// killCoordinatorFault SIGKILLs instance 0: with other instances it stays
+// dead (they take its runs over), alone it restarts on its state.
+func (s *Sim) killCoordinatorFault(ctx context.Context, ended, started int) error {
+	s.cfg.Log.Info("fault: killing the coordinator", "ended", ended, "of", started)
+	s.stopCoordinator(0, true)
+	if len(s.coords) > 1 {
+		// For good: the other instances take its runs over.
+		s.coordMu.Lock()
+		s.coords[0].dead = true
+		s.coordMu.Unlock()
+		return nil
 	}
+	if err := s.startCoordinator(ctx, 0); err != nil {
+		return fmt.Errorf("restart coordinator: %w", err)
+	}
+	return nil
+}
+
+// judgeNode judges node n's run from its report into b.
+func (s *Sim) judgeNode(ctx context.Context, b *batchRun, n *Node) error {
+	res := b.res
+	runID, ok := b.runs[n.ID]
+	if !ok {
+		if !n.Faults.Hardware() {
+			res.Healthy++
+			res.Problems = append(res.Problems, n.ID+": not started")
+		} else {
+			res.Faulted++
+		}
+		return nil
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	b.opCalls++
+	rep, err := s.Client().Report(rctx, &curev1.ReportRequest{RunId: runID})
+	rcancel()
+	if err != nil {
+		return fmt.Errorf("report of %s: %w", runID, err)
+	}
+	b.trans = append(b.trans, transitions(rep)...)
+	if n.Faults == (Faults{}) && b.mode[n.ID] == curev1.Mode_MODE_PROVISION && rep.GetEndedUnixMs() > 0 {
+		b.addCleanRun(rep)
+	}
+	if n.Faults.Hardware() {
+		judgeFaulted(res, n, b.mode[n.ID], rep)
+	} else {
+		res.Healthy++
+		if rep.GetRunStatus() == curev1.RunStatus_RUN_SUCCEEDED {
+			res.HealthyFirstPass++
+		} else {
+			res.Problems = append(res.Problems, fmt.Sprintf("%s (%s, faults %+v): run %s: %s", n.ID, b.mode[n.ID], n.Faults, rep.GetStatus(), rep.GetMessage()))
+		}
+	}
+	for comp, k := range n.AllFlashes() {
+		if k > 1 {
+			res.DoubleFlashes++
+			res.Problems = append(res.Problems, fmt.Sprintf("%s: %s flashed %d times", n.ID, comp, k))
+		}
+	}
+	all, _ := n.Boots()
+	res.Reboots += all
+	return nil
+}
+
+// addCleanRun counts an undisturbed provision's end and phase durations
+// (queueing before the first phase counts as a phase of its own).
+func (b *batchRun) addCleanRun(rep *curev1.RunReport) {
+	b.res.CleanWall = max(b.res.CleanWall, time.UnixMilli(rep.GetEndedUnixMs()).Sub(b.start))
+	if ph := rep.GetPhases(); len(ph) > 0 {
+		first := slices.MinFunc(ph, func(x, y *curev1.PhaseRecord) int { return cmpInt64(x.GetStartedUnixMs(), y.GetStartedUnixMs()) })
+		addPhase(b.phaseDur, &b.phaseOrder, "(queued)", time.UnixMilli(first.GetStartedUnixMs()).Sub(b.start))
+	}
+	for _, ph := range rep.GetPhases() {
+		if ph.GetEndedUnixMs() > 0 {
+			addPhase(b.phaseDur, &b.phaseOrder, ph.GetName(), time.Duration(ph.GetEndedUnixMs()-ph.GetStartedUnixMs())*time.Millisecond)
+		}
+	}
+}
+
+// judgeFaulted counts a hardware-faulted node's run: it passes when the run
+// did not succeed and a verdict failed on the faulted component.
+func judgeFaulted(res *Result, n *Node, mode curev1.Mode, rep *curev1.RunReport) {
+	res.Faulted++
+	want := n.Faults.FaultedComponent()
+	named := false
+	for _, v := range rep.GetVerdicts() {
+		if v.GetComponent() == want && (v.GetStatus() == curev1.VerdictStatus_FAIL || v.GetStatus() == curev1.VerdictStatus_ERROR) {
+			named = true
+		}
+	}
+	if named && rep.GetRunStatus() != curev1.RunStatus_RUN_SUCCEEDED {
+		res.FaultsNamed++
+		return
+	}
+	var vs []string
+	for _, v := range rep.GetVerdicts() {
+		vs = append(vs, v.GetComponent()+"/"+v.GetCheck()+"="+v.GetStatus().String())
+	}
+	res.Problems = append(res.Problems, fmt.Sprintf("%s (%s, fault %s): run %s (%s), component named: %v; verdicts %s", n.ID, mode, want, rep.GetStatus(), rep.GetMessage(), named, strings.Join(vs, " ")))
+}
+
+// summarize fills the batch's percentiles, runs AfterBatch, stops the
+// coordinators and adds their resource use and commits.
+func (s *Sim) summarize(ctx context.Context, b *batchRun) error {
+	res := b.res
 	sort.Strings(res.Problems)
 	res.AckP50, res.AckP99 = s.stats.ackPercentiles()
-	res.TransP50, res.TransP99 = percentile(trans, 50), percentile(trans, 99)
-	for _, name := range phaseOrder {
-		ds := phaseDur[name]
+	res.TransP50, res.TransP99 = percentile(b.trans, 50), percentile(b.trans, 99)
+	for _, name := range b.phaseOrder {
+		ds := b.phaseDur[name]
 		res.Phases = append(res.Phases, PhaseStat{Name: name, N: len(ds), P50: percentile(ds, 50), P99: percentile(ds, 99), Max: percentile(ds, 100)})
 	}
 	if s.cfg.AfterBatch != nil {
 		if err := s.cfg.AfterBatch(ctx, s.Client()); err != nil {
-			return res, err
+			return err
 		}
 	}
 	for i := range s.coords {
@@ -1071,11 +1181,11 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 	// own polling (Fleet twice a second, a Report per node) is not the
 	// fleet's load, so one commit per call is taken out (a lower bound at
 	// fleet load, where such a write shares its commit with others).
-	res.Commits = max(s.commits()-opCalls, 0)
+	res.Commits = max(s.commits()-b.opCalls, 0)
 	if res.Started > 0 {
 		res.CommitsPerRun = float64(res.Commits) / float64(res.Started)
 	}
-	return res, nil
+	return nil
 }
 
 // PhaseStat is one phase's durations over a batch's undisturbed nodes.
