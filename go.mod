@@ -73,6 +73,7 @@ require (
 	github.com/muesli/termenv v0.15.1 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/nishanths/exhaustive v0.12.0 // indirect
 	github.com/peterh/liner v1.2.2 // indirect
 	github.com/pierrec/lz4/v4 v4.1.22 // indirect
 	github.com/prometheus/procfs v0.15.1 // indirect
@@ -98,6 +99,7 @@ require (
 )
 
 tool (
+	github.com/nishanths/exhaustive/cmd/exhaustive
 	github.com/u-root/u-root/cmds/core/cat
 	github.com/u-root/u-root/cmds/core/cp
 	github.com/u-root/u-root/cmds/core/df

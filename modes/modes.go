@@ -298,6 +298,7 @@ func FromProto(m curev1.Mode) (Mode, error) {
 		return Wipe, nil
 	case curev1.Mode_MODE_SERVICE:
 		return Service, nil
+	case curev1.Mode_MODE_UNSPECIFIED:
 	}
 	return "", fmt.Errorf("mode %v is not a mode CURE runs", m)
 }

@@ -167,6 +167,7 @@ func decide(reqs []Requirement) Decision {
 			return Refuse
 		case Pending:
 			d = Wait
+		case Met:
 		}
 	}
 	return d

@@ -153,6 +153,8 @@ func (p *Pool) judge(ctx context.Context, nodeID, actor, why string, periodic bo
 		}
 	case admission.Refuse:
 		next.State, next.Reason = string(Quarantined), "admission refused: "+st.Result.Reasons()
+	case admission.Wait:
+		fallthrough
 	default:
 		next.State, next.Reason = string(Accepting), "waiting: "+st.Result.Reasons()
 		if runID, started, err := p.startAcceptance(ctx, nodeID, st); err != nil {

@@ -66,6 +66,7 @@ func (s State) Proto() curev1.PoolState {
 		return curev1.PoolState_POOL_ACCEPTING
 	case Quarantined:
 		return curev1.PoolState_POOL_QUARANTINED
+	case None:
 	}
 	return curev1.PoolState_POOL_STATE_UNSPECIFIED
 }
@@ -150,6 +151,8 @@ func Admit(cur State, mode modes.Mode) error {
 		return fmt.Errorf("mode %s refused: node is %s (the scheduler may run jobs on it); drain it and wait for drained first (curectl nodes drain, curectl nodes drained)", mode, cur)
 	case Revalidating:
 		return fmt.Errorf("mode %s refused: node is revalidating", mode)
+	case None, Drained, Ready, RMA, Accepting, Quarantined:
+		// Out of the scheduler's hands: any mode may run.
 	}
 	return nil
 }

@@ -537,6 +537,8 @@ func (b *BMC) respondTask(w http.ResponseWriter, t *task) {
 		w.WriteHeader(http.StatusAccepted)
 	case ShapeTaskBody:
 		writeJSON(w, http.StatusAccepted, body)
+	case ShapeMonitor:
+		fallthrough
 	default:
 		w.Header().Set("Location", monitorsURL+"/"+t.ID)
 		w.Header().Set("Retry-After", "1")

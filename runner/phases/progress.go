@@ -103,6 +103,7 @@ func (p *suiteProgress) check(name string, st checks.CheckState, worst checks.St
 		if !cp.started.IsZero() {
 			cp.elapsed = p.now().Sub(cp.started)
 		}
+	case checks.CheckPending:
 	}
 }
 
@@ -141,6 +142,7 @@ func (p *suiteProgress) snapshotLocked() *curev1.Progress {
 			c.ElapsedMs = now.Sub(cp.started).Milliseconds()
 		case checks.CheckDone:
 			c.ElapsedMs, c.Worst = cp.elapsed.Milliseconds(), cp.worst
+		case checks.CheckPending:
 		}
 		out.Checks = append(out.Checks, c)
 	}
@@ -168,6 +170,7 @@ func (p *suiteProgress) remainingLocked(now time.Time) time.Duration {
 			stepLeft = max(stepLeft, cp.planned)
 		case checks.CheckRunning:
 			stepLeft = max(stepLeft, cp.planned-now.Sub(cp.started))
+		case checks.CheckDone:
 		}
 	}
 	return total + stepLeft

@@ -60,6 +60,7 @@ func (p Protocol) dir() Direction {
 		return DirIn
 	case ProtoPIODataOut:
 		return DirOut
+	case ProtoNonData:
 	}
 	return DirNone
 }
@@ -131,6 +132,7 @@ func (r *Request) CDB() [16]byte {
 		c[2] |= 0x08 | 0x04 | 0x02
 	case DirOut:
 		c[2] |= 0x04 | 0x02
+	case DirNone:
 	}
 	c[4] = r.Features
 	c[6] = r.Count

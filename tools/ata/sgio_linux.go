@@ -44,6 +44,7 @@ func request(cdb [16]byte, dir Direction, data []byte, timeout time.Duration) *s
 		r.Dir, r.Data = sgio.DirFromDev, data
 	case DirOut:
 		r.Dir, r.Data = sgio.DirToDev, data
+	case DirNone:
 	}
 	if timeout.Milliseconds() <= 0 {
 		r.Timeout = defaultTimeout

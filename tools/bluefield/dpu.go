@@ -197,6 +197,8 @@ func WaitReady(ctx context.Context, r Rshim, base []string, o WaitOptions) ([]st
 				return fresh, nil
 			case StateFailed:
 				return fresh, fmt.Errorf("dpu %s: boot log reports %q (log: %s)", r.Name(), failure, tail(fresh))
+			case StateUnknown, StateBooting, StateInstalling:
+				// not there yet: poll again
 			}
 		}
 		select {

@@ -25,6 +25,7 @@ func (c XidClass) String() string {
 		return "informational"
 	case XidCritical:
 		return "critical"
+	case XidUnknown:
 	}
 	return "unknown"
 }

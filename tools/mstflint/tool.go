@@ -199,6 +199,8 @@ func (t *Tool) Apply(ctx context.Context, p *Plan, image string, act Activation)
 	case ActivateReboot:
 		r.RebootRequired = true
 		return r, nil
+	case ActivateReset:
+		// below: reset the device now
 	}
 	if err := t.Reset(ctx, p.Device); err != nil {
 		// mstfwreset refuses when a reset level is unsupported or a driver

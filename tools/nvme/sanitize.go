@@ -45,6 +45,8 @@ func (a SanitizeAction) String() string {
 func Sanitize(a Admin, action SanitizeAction, noDealloc bool) error {
 	switch action {
 	case SanitizeExitFailure, SanitizeBlockErase, SanitizeCryptoErase:
+	case SanitizeOverwrite:
+		fallthrough
 	default:
 		return fmt.Errorf("sanitize: action %s is not supported here (want exit failure, block erase or crypto erase)", action)
 	}
@@ -147,6 +149,8 @@ func WaitSanitize(ctx context.Context, a Admin, interval time.Duration) (*Saniti
 			return st, fmt.Errorf("sanitize failed (sanitize status log SSTAT %s, CDW10 %#x); the controller stays in failure mode until a new sanitize or exit-failure", st.State, st.CDW10)
 		case SanitizeNever:
 			return st, fmt.Errorf("sanitize status log says never sanitized after a sanitize was started")
+		case SanitizeInProgress:
+			// poll again
 		}
 		select {
 		case <-ctx.Done():

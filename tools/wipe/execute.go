@@ -287,6 +287,8 @@ func applyOpalNVMe(ctx context.Context, m Method, p Plan, h Handles, cred Creden
 			ses = nvme.SESCrypto
 		}
 		return nvme.FormatNVM(h.Admin, p.NSID, nvme.FormatOptionsFor(h.Namespace, ses))
+	case MethodNone, MethodATAEnhanced, MethodATANormal:
+		// ATA methods run in apply; none is no method
 	}
 	return fmt.Errorf("unknown method %q", m)
 }

@@ -98,6 +98,7 @@ func (m Method) Class() string {
 		return PolicySanitize
 	case MethodFormatUserData, MethodATANormal:
 		return PolicyFormat
+	case MethodNone:
 	}
 	return PolicyNone
 }
@@ -288,6 +289,8 @@ func applicable(t Target, m Method) (reason, whyNot string) {
 			return fmt.Sprintf("FNA %#x reports Format NVM cryptographic erase", n.FNA), ""
 		}
 		return fmt.Sprintf("OACS %#x reports Format NVM (user data erase)", n.OACS), ""
+	case MethodNone, MethodPSIDRevert, MethodSIDRevert, MethodATAEnhanced, MethodATANormal:
+		// reverts and ATA are judged above; none is no method
 	}
 	return "", "unknown method"
 }

@@ -137,6 +137,8 @@ func (d *blockDecoder) readSeqTable(k seqKind, mode byte, src []byte) (int, erro
 		cur, has, bufArr, predef, maxSym, maxLog = &d.ll, &d.hasLL, &d.llBuf, predefLL, maxLLSym, maxLLLog
 	case kindML:
 		cur, has, bufArr, predef, maxSym, maxLog = &d.ml, &d.hasML, &d.mlBuf, predefML, maxMLSym, maxMLLog
+	case kindOF:
+		fallthrough
 	default:
 		cur, has, bufArr, predef, maxSym, maxLog = &d.of, &d.hasOF, &d.ofBuf, predefOF, maxOFSym, maxOFLog
 	}

@@ -52,6 +52,8 @@ func (r *Reader) decodeCompressed(src []byte) (int, error) {
 			mode = modes >> 6
 		case kindOF:
 			mode = (modes >> 4) & 3
+		case kindML:
+			fallthrough
 		default:
 			mode = (modes >> 2) & 3
 		}

@@ -80,6 +80,7 @@ func (k seqKind) String() string {
 		return "literals lengths"
 	case kindML:
 		return "match lengths"
+	case kindOF:
 	}
 	return "offsets"
 }
@@ -101,6 +102,8 @@ func fillSeqTable(k seqKind, fse []fseEntry, out []seqEntry) error {
 				return corruptf("match length code %d out of range", s)
 			}
 			base, add = mlBase[s], mlBits[s]
+		case kindOF:
+			fallthrough
 		default:
 			if s > maxOFSym {
 				return corruptf("offset code %d out of range", s)

@@ -891,6 +891,7 @@ func checkStatus(s gpu.Status) checks.Status {
 		return checks.Fail
 	case gpu.Skip:
 		return checks.Skip
+	case gpu.Error:
 	}
 	return checks.Error // ERROR, or a status this runner does not know
 }

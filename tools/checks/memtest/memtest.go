@@ -308,7 +308,9 @@ func (g *gen) next(i int) uint64 {
 		g.state ^= g.state << 25
 		g.state ^= g.state >> 27
 		return g.state * 0x2545f4914f6cdd1d
-	default: // Address
+	case Address:
+		fallthrough
+	default:
 		a := uint64(g.base) + uint64(i)*8
 		if g.pass%2 == 1 {
 			return ^a
