@@ -49,6 +49,7 @@ spec:
 // the PSUs and fans with their identity and health, and the BMC's sensors
 // sampled during the validate phase.
 func TestFailedPSUBlocksAdmission(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	env := startEnv(t, harness.Options{ExtraCoordinatorArgs: []string{"--bmc-poll", "2s"}})
 	n := env.Nodes[0]
 	if err := os.WriteFile(filepath.Join(env.Opts.Work, "manifests", "suites", "qemu-bmc-evidence.yaml"), []byte(bmcSuite), 0o644); err != nil {

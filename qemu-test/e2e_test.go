@@ -45,6 +45,15 @@ func outDir(t *testing.T) string {
 	return out
 }
 
+// startEnv starts an environment of the test's own. A test that has one
+// and no bar tighter than TCG allows with a second VM on the CPUs calls
+// t.Parallel: go test runs those after the serial tests, two at a time
+// (-parallel is GOMAXPROCS), so one VM's waits (a reconnect budget, a BMC
+// task, a sleep, an idle host OS) overlap another's boot. Serial: the
+// shared environments (sharedEnv, allDriftEnv), the burn-ins with short
+// budgets (shortBudgets), the boot-time measurements, the marginal-node
+// fleet (its bar compares the nodes' speeds) and the tests in network
+// namespaces with fixed device names.
 func startEnv(t *testing.T, o harness.Options) *harness.Env {
 	t.Helper()
 	o.Out = outDir(t)
@@ -57,11 +66,17 @@ func startEnv(t *testing.T, o harness.Options) *harness.Env {
 	o.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	began := time.Now()
 	env, err := harness.Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(env.Close)
+	t.Logf("environment started in %s", time.Since(began).Round(10*time.Millisecond))
+	t.Cleanup(func() {
+		began := time.Now()
+		env.Close()
+		t.Logf("environment closed in %s", time.Since(began).Round(10*time.Millisecond))
+	})
 	dumpOnFailure(t, env) // runs before Close: cleanups are LIFO
 	return env
 }
@@ -429,6 +444,7 @@ func TestReprovisionSkipsMatching(t *testing.T) {
 }
 
 func TestCorruptArtifactFailsOSInstall(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	env := startEnv(t, harness.Options{PhaseAttempts: 2})
 	n := env.Nodes[0]
 	cas := filepath.Join(env.StateDir, "artifacts", "sha256", env.HostOS.SHA256)
@@ -490,6 +506,7 @@ func TestCorruptArtifactFailsOSInstall(t *testing.T) {
 // CPU, NVMe SMART, link and storage checks report per-sub-component verdicts
 // through the coordinator, in one boot, and the disk is not written.
 func TestDiagnosticQEMU(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	env := startEnv(t, harness.Options{})
 	n := env.Nodes[0]
 	before := seedDisk(t, n.Disk, 31)
@@ -573,6 +590,7 @@ func fileSum(t *testing.T, p string) string {
 // controller rejects Firmware Download, so the run must end in a FAIL
 // verdict carrying the controller's own status, and never reach the disk.
 func TestNVMeDriftFailsInQEMU(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	env := startEnv(t, harness.Options{PhaseAttempts: 1, EditManifest: func(sku *manifests.SKU) {
 		sku.Spec.Firmware[0].Version = "8.0.1"
 	}})
@@ -615,6 +633,7 @@ func TestNVMeDriftFailsInQEMU(t *testing.T) {
 // and the run ends before anything is written: no firmware phase, no wipe,
 // the disk's bytes unchanged, one boot.
 func TestHardwareGateInQEMU(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	env := startEnv(t, harness.Options{PhaseAttempts: 1, EditManifest: func(sku *manifests.SKU) {
 		sku.Spec.Hardware.Memory.DIMMs = 2
 		sku.Spec.Hardware.NICs[0].SpeedMbps = 100000

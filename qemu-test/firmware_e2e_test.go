@@ -382,6 +382,7 @@ func TestFirmwareRerunSkips(t *testing.T) {
 // CURE once the reconnect budget runs out, and the run resumes at
 // os_install without redoing the phases before it.
 func TestResumeAfterVMKilled(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	env := startEnv(t, harness.Options{ExtraCoordinatorArgs: []string{"--reconnect", "20s"}})
 	n := env.Nodes[0]
 	killed := false
@@ -436,6 +437,7 @@ func TestResumeAfterVMKilled(t *testing.T) {
 // runner dials again, the coordinator re-attaches to the running phase, and
 // no retry or reboot is spent.
 func TestStreamCutReattaches(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	env := startEnv(t, harness.Options{ProxyRunnerStreams: true})
 	n := env.Nodes[0]
 	cut := 0
@@ -475,6 +477,7 @@ func TestStreamCutReattaches(t *testing.T) {
 // its answer never arrives; the coordinator finds the task on the BMC
 // instead of submitting again, and the BMC is flashed exactly once.
 func TestLostUpdateResponseNoDoubleFlash(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	// A short per-call timeout, so the withheld answer times out quickly.
 	env := startEnv(t, harness.Options{Firmware: fwInventory(), ExtraCoordinatorArgs: []string{"--bmc-timeout", "10s"}})
 	n := env.Nodes[0]
@@ -521,6 +524,7 @@ func TestLostUpdateResponseNoDoubleFlash(t *testing.T) {
 // also serves the artifacts, so killing it while the runner downloads the OS
 // image fails that download (a legitimate os_install retry, not a resume).
 func TestCoordinatorRestartMidRun(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	env := startEnv(t, harness.Options{Firmware: fwInventory()})
 	n := env.Nodes[0]
 	pinFirmware(t, env, []fwPin{pinBMC}, nil)
@@ -582,6 +586,7 @@ func TestCoordinatorRestartMidRun(t *testing.T) {
 // second attribute match: both report exactly the drifted components and
 // neither flashes, resets, stages or writes anything.
 func TestAuditVerifyReadOnly(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	env := startEnv(t, harness.Options{Firmware: fwInventory(), EditManifest: func(sku *manifests.SKU) {
 		// Verify insists that every firmware artifact resolves; the NVMe
 		// entry's is a placeholder, and a matching component needs none.

@@ -48,6 +48,7 @@ func htmlReport(t *testing.T, env *harness.Env, rep *curev1.RunReport) string {
 // own (Link Capabilities and Status alike), so the narrowed setting shows
 // in the port's capability, which the verdict carries.
 func TestPCIeLinkDegraded(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	env := startEnv(t, harness.Options{PhaseAttempts: 1, DiskPort: &vbmc.RootPort{Speed: "2_5", Width: 1},
 		EditManifest: func(sku *manifests.SKU) { sku.Spec.Hardware.NVMe[0].PCIe = &manifests.PCIeSpec{Gen: 4, Width: 4} }})
 	n := env.Nodes[0]
@@ -118,6 +119,7 @@ func TestPCIeLinkDegraded(t *testing.T) {
 // An uncorrected error is not injected: under TCG the guest CPU is an AMD
 // family 15 model without MCA recovery, and the kernel panics on it.
 func TestMachineCheckInReport(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	// One attempt: a retried validate phase would judge the same boot's
 	// machine check again.
 	env := startEnv(t, harness.Options{PhaseAttempts: 1})

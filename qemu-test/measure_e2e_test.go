@@ -71,6 +71,7 @@ spec:
 // content-addressed), verified by the runner, and every measured verdict
 // reaches the report with its numbers and units; the disk is not written.
 func TestMeasuredChecksQEMU(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	out := outDir(t)
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		t.Fatal("iperf3 is needed for the test's server (scripts/install-deps.sh)")

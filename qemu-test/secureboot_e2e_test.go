@@ -68,6 +68,7 @@ var pcrLine = regexp.MustCompile(`CURE-RUNNER: tpm pcrs sha256 ((?:\d+=[0-9a-f]{
 // booted over uefi-https, the console that Secure Boot was enforced, and
 // the TPM's PCRs are compared with report.json's predictions.
 func TestSecureBootHTTPSProvision(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	needSecureBoot(t)
 	env := startEnv(t, harness.Options{SecureHTTPS: true})
 	n := env.Nodes[0]
@@ -152,6 +153,7 @@ func TestSecureBootHTTPSProvision(t *testing.T) {
 // Secure Boot the firmware refuses it; with Secure Boot off it boots, but
 // its TPM quote gives it away and the coordinator hands it no secret.
 func TestTamperedImageRefused(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	needSecureBoot(t)
 	t.Run("secure-boot", tamperedRefusedBySecureBoot)
 	t.Run("secure-boot-off", tamperedBootsUnattested)

@@ -27,6 +27,7 @@ import (
 // is rewritten). Service never writes a disk: the whole disk image's
 // checksum is the same after both runs as right after the provision.
 func TestServiceModeKeepsDisks(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	env := startEnv(t, harness.Options{PhaseAttempts: 1, Firmware: fwInventory()})
 	n := env.Nodes[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)

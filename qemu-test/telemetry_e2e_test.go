@@ -72,6 +72,7 @@ spec:
 // the stage's bars give verdicts naming the stage; the HTML report plots
 // the host's series.
 func TestConcurrentStageSampled(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	env := startEnv(t, harness.Options{})
 	n := env.Nodes[0]
 	if err := os.WriteFile(filepath.Join(env.Opts.Work, "manifests", "suites", "qemu-stage-sampled.yaml"), []byte(sampledSuite), 0o644); err != nil {
