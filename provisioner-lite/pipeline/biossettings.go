@@ -43,8 +43,8 @@ func decideBIOS(a store.BIOSApply, bootRequestedAt time.Time) biosStep {
 // @Redfish.Settings object (staged until the next boot), reboots back into
 // CURE, and verifies every attribute; each step recorded in the run's
 // status before the next.
-func (e *Engine) biosSettings(ctx context.Context, r *store.Run) outcome {
-	_, sku, err := e.cfg.Manifests.Load(r.Manifest)
+func (o *oobCtl) biosSettings(ctx context.Context, r *store.Run) outcome {
+	_, sku, err := o.cfg.Manifests.Load(r.Manifest)
 	if err != nil {
 		return failed("%v", err)
 	}
@@ -54,7 +54,7 @@ func (e *Engine) biosSettings(ctx context.Context, r *store.Run) outcome {
 	desired := sku.Spec.BIOS.Settings
 	switch decideBIOS(r.Pipeline.BMC.BIOS, r.Pipeline.BootRequestedAt) {
 	case biosCompare:
-		out, staged := e.stageBIOS(ctx, r, desired)
+		out, staged := o.stageBIOS(ctx, r, desired)
 		if !staged {
 			return out
 		}
@@ -63,28 +63,28 @@ func (e *Engine) biosSettings(ctx context.Context, r *store.Run) outcome {
 		a := r.Pipeline.BMC.BIOS
 		a.Stage, a.At = store.BIOSRebooted, time.Now().UTC()
 		r.Pipeline.BMC.BIOS = a
-		e.save(ctx, r)
-		if err := e.rebootIntoCURE(ctx, r, fmt.Sprintf("%d BIOS attributes apply on reset", len(a.Changes))); err != nil {
+		o.save(ctx, r)
+		if err := o.power.rebootIntoCURE(ctx, r, fmt.Sprintf("%d BIOS attributes apply on reset", len(a.Changes))); err != nil {
 			return failed("%v", err)
 		}
 	}
-	if out := e.waitForNewCURE(ctx, r); out.status == curev1.PhaseStatus_PHASE_FAILED {
+	if out := o.waitForNewCURE(ctx, r); out.status == curev1.PhaseStatus_PHASE_FAILED {
 		return out
 	}
-	return e.verifyBIOS(ctx, r, desired)
+	return o.verifyBIOS(ctx, r, desired)
 }
 
 // stageBIOS compares the attributes and writes those that differ to the
 // pending settings; staged says a reboot must apply them (otherwise out
 // is the phase's end).
-func (e *Engine) stageBIOS(ctx context.Context, r *store.Run, desired map[string]any) (out outcome, staged bool) {
-	current, err := e.biosAttributes(ctx, r)
+func (o *oobCtl) stageBIOS(ctx context.Context, r *store.Run, desired map[string]any) (out outcome, staged bool) {
+	current, err := o.biosAttributes(ctx, r)
 	if err != nil {
 		return failed("read BIOS attributes: %v", err), false
 	}
 	changes, matches := redfish.PlanBios(current, desired)
 	if len(changes) == 0 {
-		e.verdict(ctx, r, "bios", "settings", curev1.VerdictStatus_MATCH, fmt.Sprintf("%d attributes", len(matches)), fmt.Sprintf("%d attributes", len(desired)), "all attributes match")
+		o.verdict(ctx, r, "bios", "settings", curev1.VerdictStatus_MATCH, fmt.Sprintf("%d attributes", len(matches)), fmt.Sprintf("%d attributes", len(desired)), "all attributes match")
 		return skipped("all %d BIOS attributes match", len(matches)), false
 	}
 	var diff []string
@@ -92,48 +92,48 @@ func (e *Engine) stageBIOS(ctx context.Context, r *store.Run, desired map[string
 		diff = append(diff, fmt.Sprintf("%s=%v (is %v)", k, changes[k], current[k]))
 	}
 	if !modes.FlashesFirmware(modes.Mode(r.Mode)) {
-		e.verdict(ctx, r, "bios", "settings", curev1.VerdictStatus_DRIFT, strings.Join(diff, ", "), "", "reported only")
+		o.verdict(ctx, r, "bios", "settings", curev1.VerdictStatus_DRIFT, strings.Join(diff, ", "), "", "reported only")
 		return ok("%d BIOS attributes drifted (reported only): %s", len(changes), strings.Join(diff, ", ")), false
 	}
 	if err := modes.CheckWrite(modes.Mode(r.Mode), "BIOS settings"); err != nil {
 		return failed("%v", err), false
 	}
-	e.firmwareChanged(ctx, r, fmt.Sprintf("%d BIOS attributes", len(changes)))
-	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error { return b.SetBiosAttributes(ctx, changes) }); err != nil {
+	o.firmwareChanged(ctx, r, fmt.Sprintf("%d BIOS attributes", len(changes)))
+	if err := o.power.withBMC(ctx, r, func(ctx context.Context, b BMC) error { return b.SetBiosAttributes(ctx, changes) }); err != nil {
 		return failed("stage BIOS attributes: %v", err), false
 	}
 	r.Pipeline.BMC.BIOS = store.BIOSApply{Stage: store.BIOSStaged, At: time.Now().UTC(), Changes: changes, Matched: len(matches)}
-	e.save(ctx, r)
+	o.save(ctx, r)
 	return outcome{}, true
 }
 
 // verifyBIOS reads the attributes back after the reboot; the apply record
 // is done with either way.
-func (e *Engine) verifyBIOS(ctx context.Context, r *store.Run, desired map[string]any) outcome {
+func (o *oobCtl) verifyBIOS(ctx context.Context, r *store.Run, desired map[string]any) outcome {
 	a := r.Pipeline.BMC.BIOS
-	current, err := e.biosAttributes(ctx, r)
+	current, err := o.biosAttributes(ctx, r)
 	if err != nil {
 		return failed("read back BIOS attributes: %v", err)
 	}
 	r.Pipeline.BMC.BIOS = store.BIOSApply{}
-	e.save(ctx, r)
+	o.save(ctx, r)
 	if left, _ := redfish.PlanBios(current, desired); len(left) > 0 {
 		var miss []string
 		for _, k := range sortedKeys(left) {
 			miss = append(miss, fmt.Sprintf("%s is %v, want %v", k, current[k], left[k]))
 		}
-		e.verdict(ctx, r, "bios", "settings", curev1.VerdictStatus_FAIL, strings.Join(miss, ", "), "", "attributes did not apply after the reboot")
+		o.verdict(ctx, r, "bios", "settings", curev1.VerdictStatus_FAIL, strings.Join(miss, ", "), "", "attributes did not apply after the reboot")
 		return failed("BIOS attributes not applied after reboot: %s", strings.Join(miss, "; "))
 	}
 	keys := sortedKeys(a.Changes)
-	e.verdict(ctx, r, "bios", "settings", curev1.VerdictStatus_PASS, strings.Join(keys, ","), "", fmt.Sprintf("%d changed, %d already matched; verified after reboot", len(a.Changes), a.Matched))
+	o.verdict(ctx, r, "bios", "settings", curev1.VerdictStatus_PASS, strings.Join(keys, ","), "", fmt.Sprintf("%d changed, %d already matched; verified after reboot", len(a.Changes), a.Matched))
 	return ok("%d BIOS attributes applied and verified: %s", len(a.Changes), strings.Join(keys, ", "))
 }
 
 // biosAttributes reads the BIOS's current attributes.
-func (e *Engine) biosAttributes(ctx context.Context, r *store.Run) (map[string]any, error) {
+func (o *oobCtl) biosAttributes(ctx context.Context, r *store.Run) (map[string]any, error) {
 	var current map[string]any
-	err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+	err := o.power.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
 		var err error
 		current, err = b.BiosAttributes(ctx)
 		return err

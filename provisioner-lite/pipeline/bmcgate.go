@@ -49,16 +49,16 @@ func (j *bmcJudgement) errorf(check, format string, a ...any) {
 
 // bmcGate judges the run's BMC evidence: the message of a failure ("" when
 // it passes), or an error naming what could not be judged.
-func (e *Engine) bmcGate(ctx context.Context, r *store.Run) (string, error) {
+func (bm *bmcCtl) bmcGate(ctx context.Context, r *store.Run) (string, error) {
 	if !suiteMode(r) {
 		return "", nil
 	}
 	ctx = context.WithoutCancel(ctx)
 	fail := func(check string, err error) (string, error) {
-		e.errorVerdict(ctx, r, bmcComponent, check, err)
+		bm.errorVerdict(ctx, r, bmcComponent, check, err)
 		return "", err
 	}
-	_, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest)
+	_, doc, err := bm.cfg.Manifests.LoadDocument(r.Manifest)
 	if err != nil {
 		return fail("bmc-bars", fmt.Errorf("bmc bars: suite %s: %w", r.Manifest, err))
 	}
@@ -69,27 +69,27 @@ func (e *Engine) bmcGate(ctx context.Context, r *store.Run) (string, error) {
 	if bars.PowerSupplies == manifests.BMCIgnore && bars.Fans == manifests.BMCIgnore && bars.EventLog == manifests.BMCIgnore && len(bars.Sensors) == 0 {
 		return "", nil
 	}
-	ev, err := e.runBMCEvidence(ctx, r)
+	ev, err := bm.runBMCEvidence(ctx, r)
 	if err != nil {
 		return fail("bmc-evidence", fmt.Errorf("bmc evidence read: %w", err))
 	}
 	var series []store.Series
 	if len(bars.Sensors) > 0 {
-		if series, err = e.cfg.Store.RunSeries(ctx, r.ID, runstate.SeriesBMC); err != nil {
+		if series, err = bm.cfg.Store.RunSeries(ctx, r.ID, runstate.SeriesBMC); err != nil {
 			return fail("bmc-sensor-evidence", fmt.Errorf("bmc sensor series read: %w", err))
 		}
 	}
 	j := judgeBMC(r.ID, bars, explicit, ev, series, time.Now().UTC())
-	return e.recordBMCJudgement(ctx, r, j)
+	return bm.recordBMCJudgement(ctx, r, j)
 }
 
 // runBMCEvidence is the run's stored BMC evidence, read now where the
 // validate phase's read is missing (a coordinator that stopped between).
-func (e *Engine) runBMCEvidence(ctx context.Context, r *store.Run) (*curev1.BmcEvidence, error) {
-	_, doc, err := e.cfg.Store.BMCEvidence(ctx, r.ID)
+func (bm *bmcCtl) runBMCEvidence(ctx context.Context, r *store.Run) (*curev1.BmcEvidence, error) {
+	_, doc, err := bm.cfg.Store.BMCEvidence(ctx, r.ID)
 	if errors.Is(err, store.ErrNotFound) {
-		e.collectBMCEvidence(ctx, r)
-		_, doc, err = e.cfg.Store.BMCEvidence(ctx, r.ID)
+		bm.collectBMCEvidence(ctx, r)
+		_, doc, err = bm.cfg.Store.BMCEvidence(ctx, r.ID)
 	}
 	if err != nil {
 		return nil, err
@@ -103,24 +103,24 @@ func (e *Engine) runBMCEvidence(ctx context.Context, r *store.Run) (*curev1.BmcE
 
 // recordBMCJudgement stores the judgement's verdicts and tells the
 // timeline.
-func (e *Engine) recordBMCJudgement(ctx context.Context, r *store.Run, j bmcJudgement) (string, error) {
+func (bm *bmcCtl) recordBMCJudgement(ctx context.Context, r *store.Run, j bmcJudgement) (string, error) {
 	var errs, fails []string
 	for _, x := range j.errs {
 		cause := errors.New("bmc evidence: " + x.msg)
-		e.errorVerdict(ctx, r, bmcComponent, x.check, cause)
+		bm.errorVerdict(ctx, r, bmcComponent, x.check, cause)
 		errs = append(errs, cause.Error())
 	}
 	for _, v := range j.fails {
-		if err := e.cfg.Store.PutVerdict(ctx, v); err != nil {
+		if err := bm.cfg.Store.PutVerdict(ctx, v); err != nil {
 			cause := fmt.Errorf("bmc verdict of %s not stored: %w", v.Component, err)
-			e.cfg.Log.Error("store BMC verdict", "run", r.ID, "err", err)
+			bm.cfg.Log.Error("store BMC verdict", "run", r.ID, "err", err)
 			errs = append(errs, cause.Error())
 		}
-		e.coordEvent(ctx, *r, modes.Validate, runstate.EventVerdict, runstate.VerdictName(v.Status), fmt.Sprintf("%s %s: %s", v.Component, v.Check, v.Message), 0)
+		bm.coordEvent(ctx, *r, modes.Validate, runstate.EventVerdict, runstate.VerdictName(v.Status), fmt.Sprintf("%s %s: %s", v.Component, v.Check, v.Message), 0)
 		fails = append(fails, fmt.Sprintf("%s %s", v.Component, v.Message))
 	}
 	if len(j.notJudged) > 0 {
-		e.coordEvent(ctx, *r, modes.Validate, runstate.EventInfo, "", "BMC bars not judged (the BMC does not offer them; the default bars only): "+strings.Join(j.notJudged, "; "), 0)
+		bm.coordEvent(ctx, *r, modes.Validate, runstate.EventInfo, "", "BMC bars not judged (the BMC does not offer them; the default bars only): "+strings.Join(j.notJudged, "; "), 0)
 	}
 	if len(errs) > 0 {
 		return "", errors.New(strings.Join(errs, "; "))

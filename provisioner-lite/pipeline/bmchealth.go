@@ -68,25 +68,25 @@ func validating(r *store.Run, batch []string) bool {
 // ends the polling and waits for it. The poller keeps its own copy of the
 // run (the run's goroutine owns r) and hears of the validate phase's start
 // and end from begin and end (validateChanged).
-func (e *Engine) startBMCTelemetry(ctx context.Context, r *store.Run, batch []string) (stop func()) {
+func (bm *bmcCtl) startBMCTelemetry(ctx context.Context, r *store.Run, batch []string) (stop func()) {
 	if !validating(r, batch) {
 		return func() {}
 	}
 	var suite *manifests.ValidationSuite
-	if _, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest); err == nil {
+	if _, doc, err := bm.cfg.Manifests.LoadDocument(r.Manifest); err == nil {
 		suite = doc.Suite
 	}
-	p := &bmcPoller{e: e, run: *r, interval: bmcInterval(suite, e.cfg.Timeouts.BMCPoll), wake: make(chan struct{}, 1)}
+	p := &bmcPoller{ctl: bm, run: *r, interval: bmcInterval(suite, bm.cfg.Timeouts.BMCPoll), wake: make(chan struct{}, 1)}
 	// A run resumed mid-phase (a coordinator restart) may not see the
 	// phase start again.
-	if ps, err := e.cfg.Store.Phases(ctx, r.ID); err == nil {
+	if ps, err := bm.cfg.Store.Phases(ctx, r.ID); err == nil {
 		for _, ph := range ps {
 			if ph.Name == modes.Validate && ph.Status == curev1.PhaseStatus_PHASE_RUNNING {
 				p.running.Store(true)
 			}
 		}
 	}
-	e.pollers.Store(r.ID, p)
+	bm.pollers.Store(r.ID, p)
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -96,14 +96,14 @@ func (e *Engine) startBMCTelemetry(ctx context.Context, r *store.Run, batch []st
 	return func() {
 		cancel()
 		<-done
-		e.pollers.CompareAndDelete(r.ID, p)
+		bm.pollers.CompareAndDelete(r.ID, p)
 	}
 }
 
 // validateChanged tells the run's poller, if any, that its validate phase
 // started or ended.
-func (e *Engine) validateChanged(runID string, running bool) {
-	if v, ok := e.pollers.Load(runID); ok {
+func (bm *bmcCtl) validateChanged(runID string, running bool) {
+	if v, ok := bm.pollers.Load(runID); ok {
 		p := v.(*bmcPoller)
 		p.running.Store(running)
 		select {
@@ -115,7 +115,7 @@ func (e *Engine) validateChanged(runID string, running bool) {
 
 // bmcPoller is one validate phase's polling of its BMC's sensors.
 type bmcPoller struct {
-	e        *Engine
+	ctl      *bmcCtl
 	run      store.Run
 	interval time.Duration
 	running  atomic.Bool
@@ -161,7 +161,7 @@ func (p *bmcPoller) loop(ctx context.Context) {
 
 func (p *bmcPoller) close() {
 	if p.b != nil {
-		cctx, cancel := context.WithTimeout(context.Background(), p.e.cfg.Timeouts.BMCCall)
+		cctx, cancel := context.WithTimeout(context.Background(), p.ctl.cfg.Timeouts.BMCCall)
 		defer cancel()
 		_ = p.b.Close(cctx)
 		p.b = nil
@@ -171,10 +171,10 @@ func (p *bmcPoller) close() {
 // poll reads the sensors once into the run's series. It reports true when
 // polling should stop: the BMC offers no sensors.
 func (p *bmcPoller) poll(ctx context.Context) (stop bool) {
-	cctx, cancel := context.WithTimeout(ctx, 4*p.e.cfg.Timeouts.BMCCall)
+	cctx, cancel := context.WithTimeout(ctx, 4*p.ctl.cfg.Timeouts.BMCCall)
 	defer cancel()
 	if p.b == nil {
-		b, err := p.e.connectBMC(cctx, p.run.NodeID)
+		b, err := p.ctl.connectBMC(cctx, p.run.NodeID)
 		if err != nil {
 			p.report(ctx, fmt.Sprintf("BMC sensors not read: %v", err))
 			return false
@@ -197,9 +197,9 @@ func (p *bmcPoller) poll(ctx context.Context) (stop bool) {
 		p.close() // a fresh session next time
 		return false
 	}
-	res, err := p.e.cfg.Store.AppendSeries(context.WithoutCancel(ctx), p.run.ID, sensorSeries(s, at))
+	res, err := p.ctl.cfg.Store.AppendSeries(context.WithoutCancel(ctx), p.run.ID, sensorSeries(s, at))
 	if err != nil {
-		p.e.cfg.Log.Error("store BMC sensor series", "run", p.run.ID, "err", err)
+		p.ctl.cfg.Log.Error("store BMC sensor series", "run", p.run.ID, "err", err)
 		return false
 	}
 	p.polls++
@@ -209,7 +209,7 @@ func (p *bmcPoller) poll(ctx context.Context) (stop bool) {
 		if res.Refused > 0 {
 			msg += fmt.Sprintf(" (%d series over the run's bound not kept)", res.Refused)
 		}
-		p.e.coordEvent(context.WithoutCancel(ctx), p.run, modes.Validate, runstate.EventInfo, "", msg, 0)
+		p.ctl.coordEvent(context.WithoutCancel(ctx), p.run, modes.Validate, runstate.EventInfo, "", msg, 0)
 	}
 	return false
 }
@@ -221,26 +221,26 @@ func (p *bmcPoller) report(ctx context.Context, msg string) {
 		return
 	}
 	p.lastErr = msg
-	p.e.cfg.Log.Warn(msg, "run", p.run.ID, "node", p.run.NodeID)
-	p.e.coordEvent(context.WithoutCancel(ctx), p.run, modes.Validate, runstate.EventInfo, "", msg, 0)
+	p.ctl.cfg.Log.Warn(msg, "run", p.run.ID, "node", p.run.NodeID)
+	p.ctl.coordEvent(context.WithoutCancel(ctx), p.run, modes.Validate, runstate.EventInfo, "", msg, 0)
 }
 
 // connectBMC opens a BMC connection for a step that does not own the run
 // (no pending-reset handling: no BMC reset happens in the suite modes).
-func (e *Engine) connectBMC(ctx context.Context, nodeID string) (BMC, error) {
-	n, err := e.cfg.Store.GetNode(ctx, nodeID)
+func (bm *bmcCtl) connectBMC(ctx context.Context, nodeID string) (BMC, error) {
+	n, err := bm.cfg.Store.GetNode(ctx, nodeID)
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, e.cfg.Timeouts.BMCCall)
+	cctx, cancel := context.WithTimeout(ctx, bm.cfg.Timeouts.BMCCall)
 	defer cancel()
 	start := time.Now()
-	b, err := e.cfg.ConnectBMC(cctx, n)
+	b, err := bm.cfg.ConnectBMC(cctx, n)
 	if err != nil {
-		e.cfg.Metrics.RedfishCall("", "connect", time.Since(start), err)
+		bm.cfg.Metrics.RedfishCall("", "connect", time.Since(start), err)
 		return nil, fmt.Errorf("bmc %s: %w", n.BMCURL, err)
 	}
-	b = metered(b, e.cfg.Metrics)
+	b = metered(b, bm.cfg.Metrics)
 	if mb, ok := b.(*meteredBMC); ok {
 		mb.obs("connect", start, nil)
 	}
@@ -286,7 +286,7 @@ func sensorMetric(kind, units string) string {
 // entries since the run started, its PSUs and fans — and stores it with
 // the run. What the BMC does not offer, or cannot give, is recorded in the
 // evidence, never a failure of the run.
-func (e *Engine) collectBMCEvidence(ctx context.Context, r *store.Run) {
+func (bm *bmcCtl) collectBMCEvidence(ctx context.Context, r *store.Run) {
 	ctx = context.WithoutCancel(ctx)
 	now := time.Now().UTC()
 	coll := &curev1.BmcCollection{CollectedUnixMs: now.UnixMilli(), WindowStartUnixMs: r.StartedAt.UnixMilli(), WindowEndUnixMs: now.UnixMilli()}
@@ -294,7 +294,7 @@ func (e *Engine) collectBMCEvidence(ctx context.Context, r *store.Run) {
 	note := func(resource string, err error) {
 		coll.Notes = append(coll.Notes, &curev1.BmcNote{Resource: resource, Message: textsafe.Bounded(err.Error(), 1024), Unsupported: redfish.IsNotSupported(err)})
 	}
-	err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+	err := bm.power.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
 		h, ok := b.(BMCHealth)
 		if !ok {
 			note("bmc", fmt.Errorf("%w: this BMC connection reads no health resources", redfish.ErrNotSupported))
@@ -331,14 +331,14 @@ func (e *Engine) collectBMCEvidence(ctx context.Context, r *store.Run) {
 	}
 	doc, err := protojson.Marshal(ev)
 	if err != nil {
-		e.cfg.Log.Error("encode BMC evidence", "run", r.ID, "err", err)
+		bm.cfg.Log.Error("encode BMC evidence", "run", r.ID, "err", err)
 		return
 	}
-	if err := e.cfg.Store.PutBMCEvidence(ctx, r.ID, now, doc); err != nil {
-		e.cfg.Log.Error("store BMC evidence", "run", r.ID, "err", err)
+	if err := bm.cfg.Store.PutBMCEvidence(ctx, r.ID, now, doc); err != nil {
+		bm.cfg.Log.Error("store BMC evidence", "run", r.ID, "err", err)
 		return
 	}
-	e.coordEvent(ctx, *r, modes.Validate, runstate.EventInfo, "", evidenceSummary(ev), 0)
+	bm.coordEvent(ctx, *r, modes.Validate, runstate.EventInfo, "", evidenceSummary(ev), 0)
 }
 
 func partsProto(ps []redfish.Part) []*curev1.BmcPart {
@@ -383,14 +383,14 @@ func evidenceSummary(ev *curev1.BmcEvidence) string {
 // bmcEvidenceAtEnd reads the BMC evidence of a suite run that ends without
 // it (it failed before its validate phase): the log of a node that never
 // got that far is the evidence most wanted.
-func (e *Engine) bmcEvidenceAtEnd(ctx context.Context, r *store.Run) {
+func (bm *bmcCtl) bmcEvidenceAtEnd(ctx context.Context, r *store.Run) {
 	if m := modes.Mode(r.Mode); m != modes.Diagnostic && m != modes.Burnin {
 		return
 	}
-	if _, _, err := e.cfg.Store.BMCEvidence(context.WithoutCancel(ctx), r.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, _, err := bm.cfg.Store.BMCEvidence(context.WithoutCancel(ctx), r.ID); !errors.Is(err, store.ErrNotFound) {
 		return
 	}
-	e.collectBMCEvidence(ctx, r)
+	bm.collectBMCEvidence(ctx, r)
 }
 
 var _ BMCHealth = (*redfish.Client)(nil)

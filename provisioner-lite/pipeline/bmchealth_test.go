@@ -84,7 +84,7 @@ func storedEvidence(t *testing.T, st *store.Store) *curev1.BmcEvidence {
 func TestBMCEvidenceRecordsWhatIsMissing(t *testing.T) {
 	bmc := &partialBMC{}
 	e, st, run := evidenceEngine(t, func(context.Context, store.Node) (BMC, error) { return bmc, nil })
-	e.collectBMCEvidence(context.Background(), &run)
+	e.bmc.collectBMCEvidence(context.Background(), &run)
 	ev := storedEvidence(t, st)
 	if !bmc.since.Equal(run.StartedAt) || bmc.until.Before(bmc.since) {
 		t.Errorf("window %s..%s, want from the run's start %s", bmc.since, bmc.until, run.StartedAt)
@@ -118,7 +118,7 @@ func TestBMCEvidenceRecordsWhatIsMissing(t *testing.T) {
 		"unreachable": func(context.Context, store.Node) (BMC, error) { return nil, errors.New("connection refused") },
 	} {
 		e, st, run := evidenceEngine(t, connect)
-		e.collectBMCEvidence(context.Background(), &run)
+		e.bmc.collectBMCEvidence(context.Background(), &run)
 		ev := storedEvidence(t, st)
 		ns := ev.GetCollection().GetNotes()
 		if len(ns) != 1 || ns[0].GetResource() != "bmc" || ns[0].GetUnsupported() != (name == "plain") || len(ev.GetLog()) != 0 {
@@ -132,18 +132,18 @@ func TestBMCEvidenceRecordsWhatIsMissing(t *testing.T) {
 func TestBMCEvidenceAtEnd(t *testing.T) {
 	bmc := &partialBMC{}
 	e, st, run := evidenceEngine(t, func(context.Context, store.Node) (BMC, error) { return bmc, nil })
-	e.bmcEvidenceAtEnd(context.Background(), &run)
+	e.bmc.bmcEvidenceAtEnd(context.Background(), &run)
 	first, _, err := st.BMCEvidence(context.Background(), "r1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.bmcEvidenceAtEnd(context.Background(), &run)
+	e.bmc.bmcEvidenceAtEnd(context.Background(), &run)
 	if again, _, _ := st.BMCEvidence(context.Background(), "r1"); !again.Equal(first) {
 		t.Error("evidence read again at the end of a run that had it")
 	}
 	e2, st2, run2 := evidenceEngine(t, func(context.Context, store.Node) (BMC, error) { return bmc, nil })
 	run2.Mode = "provision"
-	e2.bmcEvidenceAtEnd(context.Background(), &run2)
+	e2.bmc.bmcEvidenceAtEnd(context.Background(), &run2)
 	if _, _, err := st2.BMCEvidence(context.Background(), "r1"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a provision run got BMC evidence: %v", err)
 	}

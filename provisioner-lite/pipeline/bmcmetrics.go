@@ -1,8 +1,8 @@
 package pipeline
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -12,11 +12,23 @@ import (
 )
 
 // meteredBMC times every Redfish operation of the pipeline, by the BMC's
-// vendor (folded into a bounded label) and operation.
+// vendor (folded into a bounded label) and operation; its health reads are
+// meteredHealth's.
 type meteredBMC struct {
 	BMC
+	meteredHealth
+}
+
+// meter records Redfish calls of one BMC connection.
+type meter struct {
 	m      *metrics.Metrics
 	vendor string
+}
+
+// meteredHealth times the health reads (BMCHealth) of a connection.
+type meteredHealth struct {
+	meter
+	bmc BMC
 }
 
 // metered wraps b when metrics are on. The vendor is read once: it is what
@@ -29,11 +41,11 @@ func metered(b BMC, m *metrics.Metrics) BMC {
 	if vb, ok := b.(interface{ Vendor() string }); ok {
 		v = vb.Vendor()
 	}
-	return &meteredBMC{BMC: b, m: m, vendor: v}
+	return &meteredBMC{BMC: b, meteredHealth: meteredHealth{meter: meter{m: m, vendor: v}, bmc: b}}
 }
 
-func (b *meteredBMC) obs(op string, start time.Time, err error) {
-	b.m.RedfishCall(b.vendor, op, time.Since(start), err)
+func (mt meter) obs(op string, start time.Time, err error) {
+	mt.m.RedfishCall(mt.vendor, op, time.Since(start), err)
 }
 
 func (b *meteredBMC) PowerState(ctx context.Context) (s string, err error) {
@@ -128,8 +140,8 @@ func (b *meteredBMC) SetBiosAttributes(ctx context.Context, attrs map[string]any
 
 // health is the wrapped connection's health reader; a connection without
 // one offers none (ErrNotSupported, recorded as such by the callers).
-func (b *meteredBMC) health() (BMCHealth, error) {
-	if h, ok := b.BMC.(BMCHealth); ok {
+func (b *meteredHealth) health() (BMCHealth, error) {
+	if h, ok := b.bmc.(BMCHealth); ok {
 		return h, nil
 	}
 	return nil, fmt.Errorf("%w: this BMC connection reads no health resources", redfish.ErrNotSupported)
@@ -137,14 +149,14 @@ func (b *meteredBMC) health() (BMCHealth, error) {
 
 // obsHealth times a health read; a resource the BMC does not offer is not
 // an error of the BMC.
-func (b *meteredBMC) obsHealth(op string, start time.Time, err error) {
+func (mt meter) obsHealth(op string, start time.Time, err error) {
 	if redfish.IsNotSupported(err) {
 		err = nil
 	}
-	b.obs(op, start, err)
+	mt.obs(op, start, err)
 }
 
-func (b *meteredBMC) Sensors(ctx context.Context) (s *redfish.Sensors, err error) {
+func (b *meteredHealth) Sensors(ctx context.Context) (s *redfish.Sensors, err error) {
 	defer func(t time.Time) { b.obsHealth("sensors", t, err) }(time.Now())
 	h, err := b.health()
 	if err != nil {
@@ -153,7 +165,7 @@ func (b *meteredBMC) Sensors(ctx context.Context) (s *redfish.Sensors, err error
 	return h.Sensors(ctx)
 }
 
-func (b *meteredBMC) PowerSupplies(ctx context.Context) (ps []redfish.Part, err error) {
+func (b *meteredHealth) PowerSupplies(ctx context.Context) (ps []redfish.Part, err error) {
 	defer func(t time.Time) { b.obsHealth("power_supplies", t, err) }(time.Now())
 	h, err := b.health()
 	if err != nil {
@@ -162,7 +174,7 @@ func (b *meteredBMC) PowerSupplies(ctx context.Context) (ps []redfish.Part, err 
 	return h.PowerSupplies(ctx)
 }
 
-func (b *meteredBMC) Fans(ctx context.Context) (fs []redfish.Part, err error) {
+func (b *meteredHealth) Fans(ctx context.Context) (fs []redfish.Part, err error) {
 	defer func(t time.Time) { b.obsHealth("fans", t, err) }(time.Now())
 	h, err := b.health()
 	if err != nil {
@@ -171,7 +183,7 @@ func (b *meteredBMC) Fans(ctx context.Context) (fs []redfish.Part, err error) {
 	return h.Fans(ctx)
 }
 
-func (b *meteredBMC) EventLog(ctx context.Context, since, until time.Time, max int) (l *redfish.EventLog, err error) {
+func (b *meteredHealth) EventLog(ctx context.Context, since, until time.Time, max int) (l *redfish.EventLog, err error) {
 	defer func(t time.Time) { b.obsHealth("event_log", t, err) }(time.Now())
 	h, err := b.health()
 	if err != nil {

@@ -63,7 +63,7 @@ func TestPendingBMCResetWaitedForAfterRestart(t *testing.T) {
 
 	// No reset pending: the refusal is the answer.
 	called := false
-	err = e.withBMC(ctx, &run, func(context.Context, BMC) error { called = true; return nil })
+	err = e.power.withBMC(ctx, &run, func(context.Context, BMC) error { called = true; return nil })
 	if err == nil || called || connects != 1 {
 		t.Fatalf("without a pending reset: err %v, called %v, %d connects; want one refused connect", err, called, connects)
 	}
@@ -72,7 +72,7 @@ func TestPendingBMCResetWaitedForAfterRestart(t *testing.T) {
 	if err := st.UpdateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}
-	err = e.withBMC(ctx, &run, func(context.Context, BMC) error { called = true; return nil })
+	err = e.power.withBMC(ctx, &run, func(context.Context, BMC) error { called = true; return nil })
 	if err != nil || !called {
 		t.Fatalf("with a pending reset: err %v, called %v", err, called)
 	}
@@ -94,7 +94,7 @@ func TestPendingBMCResetWaitedForAfterRestart(t *testing.T) {
 	back = time.Now().Add(time.Hour)
 	run.Pipeline.BMC.ResetAt = time.Now().Add(-5 * time.Second)
 	called = false
-	err = e.withBMC(ctx, &run, func(context.Context, BMC) error { called = true; return nil })
+	err = e.power.withBMC(ctx, &run, func(context.Context, BMC) error { called = true; return nil })
 	if err == nil || called {
 		t.Fatalf("BMC never back: err %v, called %v", err, called)
 	}

@@ -24,56 +24,72 @@ import (
 
 // coordExecutors maps each coordinator-owned phase (the modes constants) to
 // its executor. TestEveryPhaseHasExecutor checks every mode's plan against it.
-var coordExecutors = map[string]func(e *Engine, ctx context.Context, r *store.Run, phase string) outcome{
-	modes.Preflight:     func(e *Engine, ctx context.Context, r *store.Run, _ string) outcome { return e.preflight(ctx, r) },
-	modes.SetBootPXE:    (*Engine).setBootPXE,
-	modes.PoweringOn:    func(e *Engine, ctx context.Context, r *store.Run, _ string) outcome { return e.powerOnOrCycle(ctx, r) },
-	modes.WaitForCURE:   (*Engine).waitForCUREPhase,
-	modes.BMC:           (*Engine).oobFirmware,
-	modes.BIOS:          (*Engine).oobFirmware,
-	modes.HGX:           (*Engine).oobFirmware,
-	modes.BIOSSettings:  func(e *Engine, ctx context.Context, r *store.Run, _ string) outcome { return e.biosSettings(ctx, r) },
-	modes.SetBootDisk:   (*Engine).setBootDiskAtEnd,
-	modes.WaitForHostOS: (*Engine).waitForHostOSPhase,
-	modes.PowerOffAtEnd: (*Engine).powerOffByPolicy,
+var coordExecutors = map[string]func(c *core, ctx context.Context, r *store.Run, phase string) outcome{
+	modes.Preflight: func(c *core, ctx context.Context, r *store.Run, _ string) outcome { return c.checks.preflight(ctx, r) },
+	modes.SetBootPXE: func(c *core, ctx context.Context, r *store.Run, ph string) outcome {
+		return c.power.setBootPXE(ctx, r, ph)
+	},
+	modes.PoweringOn: func(c *core, ctx context.Context, r *store.Run, _ string) outcome {
+		return c.power.powerOnOrCycle(ctx, r)
+	},
+	modes.WaitForCURE: func(c *core, ctx context.Context, r *store.Run, ph string) outcome {
+		return c.host.waitForCUREPhase(ctx, r, ph)
+	},
+	modes.BMC:          oobPhase,
+	modes.BIOS:         oobPhase,
+	modes.HGX:          oobPhase,
+	modes.BIOSSettings: func(c *core, ctx context.Context, r *store.Run, _ string) outcome { return c.oob.biosSettings(ctx, r) },
+	modes.SetBootDisk: func(c *core, ctx context.Context, r *store.Run, ph string) outcome {
+		return c.day2.setBootDiskAtEnd(ctx, r, ph)
+	},
+	modes.WaitForHostOS: func(c *core, ctx context.Context, r *store.Run, ph string) outcome {
+		return c.day2.waitForHostOSPhase(ctx, r, ph)
+	},
+	modes.PowerOffAtEnd: func(c *core, ctx context.Context, r *store.Run, ph string) outcome {
+		return c.day2.powerOffByPolicy(ctx, r, ph)
+	},
+}
+
+func oobPhase(c *core, ctx context.Context, r *store.Run, phase string) outcome {
+	return c.oob.oobFirmware(ctx, r, phase)
 }
 
 // coordPhase runs one coordinator-owned phase attempt. A phase with no
 // executor is skipped, never passed (TestEveryPhaseHasExecutor keeps every
 // plan's phases covered).
-func (e *Engine) coordPhase(ctx context.Context, r *store.Run, phase string) outcome {
+func (d *driverCtl) coordPhase(ctx context.Context, r *store.Run, phase string) outcome {
 	if run, ok := coordExecutors[phase]; ok {
-		return run(e, ctx, r, phase)
+		return run(d.core, ctx, r, phase)
 	}
 	return skipped("phase %s is not built yet", phase)
 }
 
-func (e *Engine) setBootPXE(ctx context.Context, r *store.Run, _ string) outcome {
+func (pw *powerCtl) setBootPXE(ctx context.Context, r *store.Run, _ string) outcome {
 	// Recorded before the BMC call: the boot server must hand out CURE to
 	// the very next PXE request.
 	openBootWindow(r)
-	e.save(ctx, r)
-	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
-		return b.SetBootOverride(ctx, e.cfg.NetBoot, true)
+	pw.save(ctx, r)
+	if err := pw.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		return b.SetBootOverride(ctx, pw.cfg.NetBoot, true)
 	}); err != nil {
-		return failed("one-time %s override: %v", e.cfg.NetBoot, err)
+		return failed("one-time %s override: %v", pw.cfg.NetBoot, err)
 	}
-	return ok("boot override %s, Once", e.cfg.NetBoot)
+	return ok("boot override %s, Once", pw.cfg.NetBoot)
 }
 
-func (e *Engine) waitForCUREPhase(ctx context.Context, r *store.Run, phase string) outcome {
+func (h *hostCtl) waitForCUREPhase(ctx context.Context, r *store.Run, phase string) outcome {
 	if r.Pipeline.Attempts(phase) > 1 {
-		if err := e.rebootIntoCURE(ctx, r, "previous wait for CURE timed out"); err != nil {
+		if err := h.power.rebootIntoCURE(ctx, r, "previous wait for CURE timed out"); err != nil {
 			return failed("%v", err)
 		}
 	}
-	return e.waitForCURE(ctx, r)
+	return h.waitForCURE(ctx, r)
 }
 
-func (e *Engine) setBootDisk(ctx context.Context, r *store.Run, _ string) outcome {
+func (pw *powerCtl) setBootDisk(ctx context.Context, r *store.Run, _ string) outcome {
 	r.Pipeline.Boot = store.BootDisk
-	e.save(ctx, r)
-	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+	pw.save(ctx, r)
+	if err := pw.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
 		return b.SetBootOverride(ctx, redfish.BootTarget("Hdd"), false)
 	}); err != nil {
 		return failed("boot override to disk: %v", err)
@@ -81,11 +97,11 @@ func (e *Engine) setBootDisk(ctx context.Context, r *store.Run, _ string) outcom
 	return ok("boot override Hdd, Continuous")
 }
 
-func (e *Engine) powerOffAtEnd(ctx context.Context, r *store.Run, _ string) outcome {
+func (pw *powerCtl) powerOffAtEnd(ctx context.Context, r *store.Run, _ string) outcome {
 	// The node goes back to the pool powered off, with no CURE boot armed.
 	r.Pipeline.Boot = store.BootUnset
-	e.save(ctx, r)
-	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error { return b.PowerOff(ctx, false) }); err != nil {
+	pw.save(ctx, r)
+	if err := pw.withBMC(ctx, r, func(ctx context.Context, b BMC) error { return b.PowerOff(ctx, false) }); err != nil {
 		return failed("power off: %v", err)
 	}
 	return ok("powered off; node returned to the pool")
@@ -93,14 +109,14 @@ func (e *Engine) powerOffAtEnd(ctx context.Context, r *store.Run, _ string) outc
 
 // withBMC opens a Redfish session for one step and always closes it: BMCs
 // cap concurrent sessions, and a BMC reset invalidates them anyway.
-func (e *Engine) withBMC(ctx context.Context, r *store.Run, f func(context.Context, BMC) error) error {
-	return e.withBMCFor(ctx, r, 4*e.cfg.Timeouts.BMCCall, f)
+func (pw *powerCtl) withBMC(ctx context.Context, r *store.Run, f func(context.Context, BMC) error) error {
+	return pw.withBMCFor(ctx, r, 4*pw.cfg.Timeouts.BMCCall, f)
 }
 
 // withBMCFor is withBMC for an operation that waits on the BMC longer than a
 // few calls (an update task, a BMC reset): budget bounds f.
-func (e *Engine) withBMCFor(ctx context.Context, r *store.Run, budget time.Duration, f func(context.Context, BMC) error) error {
-	n, err := e.cfg.Store.GetNode(ctx, r.NodeID)
+func (pw *powerCtl) withBMCFor(ctx context.Context, r *store.Run, budget time.Duration, f func(context.Context, BMC) error) error {
+	n, err := pw.cfg.Store.GetNode(ctx, r.NodeID)
 	if err != nil {
 		return err
 	}
@@ -109,21 +125,21 @@ func (e *Engine) withBMCFor(ctx context.Context, r *store.Run, budget time.Durat
 	// budget, not a failed phase attempt.
 	resetAt := r.Pipeline.BMC.ResetAt
 	pending := !resetAt.IsZero()
-	connectUntil := time.Now().Add(e.cfg.Timeouts.BMCCall)
+	connectUntil := time.Now().Add(pw.cfg.Timeouts.BMCCall)
 	if pending {
-		connectUntil = resetAt.Add(max(e.cfg.Timeouts.BMCReset, e.cfg.Timeouts.BMCCall))
+		connectUntil = resetAt.Add(max(pw.cfg.Timeouts.BMCReset, pw.cfg.Timeouts.BMCCall))
 	}
 	var b BMC
 	for {
-		cctx, cancel := context.WithTimeout(ctx, e.cfg.Timeouts.BMCCall)
+		cctx, cancel := context.WithTimeout(ctx, pw.cfg.Timeouts.BMCCall)
 		start := time.Now()
-		b, err = e.cfg.ConnectBMC(cctx, n)
+		b, err = pw.cfg.ConnectBMC(cctx, n)
 		cancel()
 		if err != nil {
 			// The vendor is unknown until a login succeeds.
-			e.cfg.Metrics.RedfishCall("", "connect", time.Since(start), err)
+			pw.cfg.Metrics.RedfishCall("", "connect", time.Since(start), err)
 		} else {
-			b = metered(b, e.cfg.Metrics)
+			b = metered(b, pw.cfg.Metrics)
 			if mb, ok := b.(*meteredBMC); ok {
 				mb.obs("connect", start, nil)
 			}
@@ -131,7 +147,7 @@ func (e *Engine) withBMCFor(ctx context.Context, r *store.Run, budget time.Durat
 		if err == nil || !pending || time.Now().After(connectUntil) || ctx.Err() != nil {
 			break
 		}
-		if serr := sleep(ctx, min(e.cfg.Timeouts.BMCCall, 5*time.Second)); serr != nil {
+		if serr := sleep(ctx, min(pw.cfg.Timeouts.BMCCall, 5*time.Second)); serr != nil {
 			break
 		}
 	}
@@ -145,16 +161,16 @@ func (e *Engine) withBMCFor(ctx context.Context, r *store.Run, budget time.Durat
 		return fmt.Errorf("bmc %s: %w", n.BMCURL, err)
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.Timeouts.BMCCall)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pw.cfg.Timeouts.BMCCall)
 		defer cancel()
 		_ = b.Close(cctx)
 	}()
 	if pending {
-		if err := b.WaitBMC(ctx, max(time.Until(connectUntil), e.cfg.Timeouts.BMCCall)); err != nil {
+		if err := b.WaitBMC(ctx, max(time.Until(connectUntil), pw.cfg.Timeouts.BMCCall)); err != nil {
 			return fmt.Errorf("bmc %s: not back from the reset requested at %s: %w", n.BMCURL, resetAt.Format(time.RFC3339), err)
 		}
 		r.Pipeline.BMC.ResetAt = time.Time{}
-		e.save(ctx, r)
+		pw.save(ctx, r)
 	}
 	cctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
@@ -164,8 +180,8 @@ func (e *Engine) withBMCFor(ctx context.Context, r *store.Run, budget time.Durat
 	return nil
 }
 
-func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
-	n, err := e.cfg.Store.GetNode(ctx, r.NodeID)
+func (ck *checkCtl) preflight(ctx context.Context, r *store.Run) outcome {
+	n, err := ck.cfg.Store.GetNode(ctx, r.NodeID)
 	if err != nil {
 		return failed("%v", err)
 	}
@@ -174,54 +190,54 @@ func (e *Engine) preflight(ctx context.Context, r *store.Run) outcome {
 	}
 	mode := modes.Mode(r.Mode)
 	if mode == modes.Diagnostic || mode == modes.Burnin {
-		_, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest)
+		_, doc, err := ck.cfg.Manifests.LoadDocument(r.Manifest)
 		if err != nil {
 			return failedFinal(operatorFix, "%v", err)
 		}
 		if doc.Suite == nil {
 			return failedFinal(operatorFix, "mode %s needs a ValidationSuite; %s is a %s", mode, r.Manifest, doc.Kind)
 		}
-		if missing := e.missingSitePrograms(doc.Suite); len(missing) > 0 {
+		if missing := ck.missingSitePrograms(doc.Suite); len(missing) > 0 {
 			return failedFinal(operatorFix, "inputs do not resolve: %s; add each program with `provisioner-lite artifacts add --state-dir STATE FILE` (docs/VALIDATION.md, \"Writing a site check\")",
 				strings.Join(missing, "; "))
 		}
-		return e.preflightBMC(ctx, r, n, fmt.Sprintf("suite %s valid (%d checks)", r.Manifest, len(doc.Suite.Spec.Checks)))
+		return ck.preflightBMC(ctx, r, n, fmt.Sprintf("suite %s valid (%d checks)", r.Manifest, len(doc.Suite.Spec.Checks)))
 	}
-	_, sku, err := e.cfg.Manifests.Load(r.Manifest)
+	_, sku, err := ck.cfg.Manifests.Load(r.Manifest)
 	if err != nil {
 		return failedFinal(operatorFix, "%v", err)
 	}
-	if out, stop := e.servicePreflight(ctx, r); stop {
+	if out, stop := ck.day2.servicePreflight(ctx, r); stop {
 		return out
 	}
-	missing, warnings := e.localArtifacts(mode, sku)
+	missing, warnings := ck.localArtifacts(mode, sku)
 	if len(missing) > 0 {
 		return failedFinal(operatorFix, "inputs do not resolve: %s; add the image with `provisioner-lite artifacts add --state-dir STATE --sku %s.yaml FILE` (README, \"Set up a site\")",
 			strings.Join(missing, "; "), r.Manifest)
 	}
 	if len(warnings) > 0 {
-		e.coordEvent(ctx, *r, modes.Preflight, runstate.EventLog, "WARN", "needed only on drift: "+strings.Join(warnings, "; "), 0)
+		ck.coordEvent(ctx, *r, modes.Preflight, runstate.EventLog, "WARN", "needed only on drift: "+strings.Join(warnings, "; "), 0)
 	}
 	inputs := "manifest " + r.Manifest + " valid"
 	if mode == modes.Verify {
-		verified, out := e.verifyArtifacts(ctx, r, sku)
+		verified, out := ck.verifyArtifacts(ctx, r, sku)
 		if out != nil {
 			return *out
 		}
 		inputs += verified
 	}
-	return e.preflightBMC(ctx, r, n, inputs)
+	return ck.preflightBMC(ctx, r, n, inputs)
 }
 
 // localArtifacts checks the artifacts of sku a run in mode takes from the
 // artifact store: missing are those it cannot do without, warnings those
 // it needs only if a component drifts.
-func (e *Engine) localArtifacts(mode modes.Mode, sku *manifests.SKU) (missing, warnings []string) {
+func (ck *checkCtl) localArtifacts(mode modes.Mode, sku *manifests.SKU) (missing, warnings []string) {
 	check := func(what string, a *manifests.Artifact, required bool) {
 		if a == nil || a.URL != "" {
 			return // remote artifacts are fetched by the node; verify mode checks them
 		}
-		p := filepath.Join(e.cfg.ArtifactDir, "sha256", a.SHA256)
+		p := filepath.Join(ck.cfg.ArtifactDir, "sha256", a.SHA256)
 		st, err := os.Stat(p)
 		var problem string
 		switch {
@@ -243,7 +259,7 @@ func (e *Engine) localArtifacts(mode modes.Mode, sku *manifests.SKU) (missing, w
 		// The chunk list always comes from this store (the runner fetches
 		// it by its sha256 from the artifact base URL).
 		if c := sku.Spec.OS.Image.Chunks; c != "" {
-			if _, err := os.Stat(filepath.Join(e.cfg.ArtifactDir, "sha256", c)); err != nil {
+			if _, err := os.Stat(filepath.Join(ck.cfg.ArtifactDir, "sha256", c)); err != nil {
 				missing = append(missing, fmt.Sprintf("os.image.chunks: chunk list sha256:%s not in the artifact store (`provisioner-lite artifacts add --sku` makes it)", c))
 			}
 		}
@@ -261,7 +277,7 @@ func (e *Engine) localArtifacts(mode modes.Mode, sku *manifests.SKU) (missing, w
 // verifyArtifacts downloads and hashes every artifact a provision would
 // use, each with its verdict: what to add to the preflight's message, or
 // the failed outcome.
-func (e *Engine) verifyArtifacts(ctx context.Context, r *store.Run, sku *manifests.SKU) (string, *outcome) {
+func (ck *checkCtl) verifyArtifacts(ctx context.Context, r *store.Run, sku *manifests.SKU) (string, *outcome) {
 	bad := 0
 	arts := map[string]*manifests.Artifact{}
 	for _, fw := range sku.Spec.Firmware {
@@ -274,13 +290,13 @@ func (e *Engine) verifyArtifacts(ctx context.Context, r *store.Run, sku *manifes
 	}
 	for _, name := range sortedArtifactNames(arts) {
 		a := arts[name]
-		err := e.verifyArtifact(ctx, a)
+		err := ck.verifyArtifact(ctx, a)
 		status, msg := curev1.VerdictStatus_PASS, "sha256 and size verified"
 		if err != nil {
 			status, msg = curev1.VerdictStatus_FAIL, err.Error()
 			bad++
 		}
-		e.verdict(ctx, r, name, "artifact", status, fmt.Sprintf("%d bytes", a.Size), "sha256:"+a.SHA256, msg)
+		ck.verdict(ctx, r, name, "artifact", status, fmt.Sprintf("%d bytes", a.Size), "sha256:"+a.SHA256, msg)
 	}
 	if bad > 0 {
 		out := failed("%d of %d artifacts failed verification", bad, len(arts))
@@ -292,14 +308,14 @@ func (e *Engine) verifyArtifacts(ctx context.Context, r *store.Run, sku *manifes
 // missingSitePrograms names the suite's site programs the artifact store
 // does not hold at their pinned size (one with its own url is the node's
 // to fetch): the node would only ERROR on each.
-func (e *Engine) missingSitePrograms(s *manifests.ValidationSuite) []string {
+func (ck *checkCtl) missingSitePrograms(s *manifests.ValidationSuite) []string {
 	var out []string
 	for _, c := range s.Spec.Checks {
 		p := c.Program
 		if p == nil || p.URL != "" {
 			continue
 		}
-		st, err := os.Stat(filepath.Join(e.cfg.ArtifactDir, "sha256", p.SHA256))
+		st, err := os.Stat(filepath.Join(ck.cfg.ArtifactDir, "sha256", p.SHA256))
 		switch {
 		case err != nil:
 			out = append(out, fmt.Sprintf("site check %s: program sha256:%s not in the artifact store", c.Name, p.SHA256))
@@ -321,12 +337,12 @@ const maxArtifact = 1 << 40
 
 // verifyArtifact reads an artifact whole (from the store, or its URL) and
 // checks its size and sha256.
-func (e *Engine) verifyArtifact(ctx context.Context, a *manifests.Artifact) error {
+func (ck *checkCtl) verifyArtifact(ctx context.Context, a *manifests.Artifact) error {
 	want := artifact.Want{Size: a.Size, SHA256: a.SHA256}
 	if a.URL != "" {
 		return artifact.Fetcher{Timeout: 30 * time.Minute, Limit: maxArtifact}.Check(ctx, a.URL, want)
 	}
-	p := filepath.Join(e.cfg.ArtifactDir, "sha256", a.SHA256)
+	p := filepath.Join(ck.cfg.ArtifactDir, "sha256", a.SHA256)
 	f, err := os.Open(p)
 	if err != nil {
 		return err
@@ -348,9 +364,9 @@ func sortedArtifactNames(m map[string]*manifests.Artifact) []string {
 }
 
 // preflightBMC is the last gate: the BMC answers before anything is touched.
-func (e *Engine) preflightBMC(ctx context.Context, r *store.Run, n store.Node, inputs string) outcome {
+func (ck *checkCtl) preflightBMC(ctx context.Context, r *store.Run, n store.Node, inputs string) outcome {
 	var state string
-	if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+	if err := ck.power.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
 		var err error
 		state, err = b.PowerState(ctx)
 		return err
@@ -366,12 +382,12 @@ func (e *Engine) preflightBMC(ctx context.Context, r *store.Run, n store.Node, i
 // powerOnOrCycle powers the node on, or resets it if it is on, once per
 // run: the action is recorded with its time, so a coordinator that stops
 // before the phase's end is recorded does not power-cycle a booting node.
-func (e *Engine) powerOnOrCycle(ctx context.Context, r *store.Run) outcome {
+func (pw *powerCtl) powerOnOrCycle(ctx context.Context, r *store.Run) outcome {
 	if p := r.Pipeline.PowerOn; !p.At.IsZero() {
 		return ok("%s at %s (recorded; not repeated)", p.Msg, p.At.Format(time.RFC3339))
 	}
 	var msg string
-	err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+	err := pw.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
 		state, err := b.PowerState(ctx)
 		if err != nil {
 			return err
@@ -389,17 +405,17 @@ func (e *Engine) powerOnOrCycle(ctx context.Context, r *store.Run) outcome {
 	r.Reboots++
 	r.Pipeline.BootRequestedAt = time.Now().UTC()
 	r.Pipeline.PowerOn = store.PowerAction{At: r.Pipeline.BootRequestedAt, Msg: msg}
-	e.save(ctx, r)
+	pw.save(ctx, r)
 	return ok("%s", msg)
 }
 
 // rebootIntoCURE re-arms the one-time PXE override (the last boot consumed
 // it) and resets the host.
-func (e *Engine) rebootIntoCURE(ctx context.Context, r *store.Run, why string) error {
+func (pw *powerCtl) rebootIntoCURE(ctx context.Context, r *store.Run, why string) error {
 	openBootWindow(r)
-	e.save(ctx, r)
-	err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
-		if err := b.SetBootOverride(ctx, e.cfg.NetBoot, true); err != nil {
+	pw.save(ctx, r)
+	err := pw.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		if err := b.SetBootOverride(ctx, pw.cfg.NetBoot, true); err != nil {
 			return err
 		}
 		// Many BMCs refuse ForceRestart on a host that is off (a resumed
@@ -414,24 +430,24 @@ func (e *Engine) rebootIntoCURE(ctx context.Context, r *store.Run, why string) e
 	}
 	r.Reboots++
 	r.Pipeline.BootRequestedAt = time.Now().UTC()
-	e.save(ctx, r)
-	e.coordEvent(ctx, *r, r.Phase, runstate.EventInfo, "", "re-armed PXE once and reset the host: "+why, 0)
+	pw.save(ctx, r)
+	pw.coordEvent(ctx, *r, r.Phase, runstate.EventInfo, "", "re-armed PXE once and reset the host: "+why, 0)
 	return nil
 }
 
 // waitForCURE waits for this run's runner to register, until the
 // attempt's deadline (set when it began waiting).
-func (e *Engine) waitForCURE(ctx context.Context, r *store.Run) outcome {
+func (h *hostCtl) waitForCURE(ctx context.Context, r *store.Run) outcome {
 	if r.Pipeline.Phase(modes.WaitForCURE).Deadline.IsZero() {
-		r.Pipeline.SetDeadline(modes.WaitForCURE, time.Now().Add(e.cfg.Timeouts.WaitForCURE))
-		e.save(ctx, r)
+		r.Pipeline.SetDeadline(modes.WaitForCURE, time.Now().Add(h.cfg.Timeouts.WaitForCURE))
+		h.save(ctx, r)
 	}
-	e.waitsForCURE.add(*r)
-	defer e.waitsForCURE.remove(r.ID)
+	h.boot.waitsForCURE.add(*r)
+	defer h.boot.waitsForCURE.remove(r.ID)
 	for {
-		q := e.watch(r.NodeID)
-		acts := decideWaitCURE(*r, e.cfg.Timeouts.WaitForCURE, cureObs{now: time.Now(), session: e.cfg.Hub.Current(r.NodeID)})
-		if out, end := e.applyWait(ctx, r, acts); end {
+		q := h.watch(r.NodeID)
+		acts := decideWaitCURE(*r, h.cfg.Timeouts.WaitForCURE, cureObs{now: time.Now(), session: h.cfg.Hub.Current(r.NodeID)})
+		if out, end := h.applyWait(ctx, r, acts); end {
 			return out
 		}
 		if err := q.until(ctx, r.Pipeline.Phase(modes.WaitForCURE).Deadline); err != nil {
@@ -442,7 +458,7 @@ func (e *Engine) waitForCURE(ctx context.Context, r *store.Run) outcome {
 
 // applyWait carries out the actions of a coordinator phase's wait: end
 // says the attempt ended, with out.
-func (e *Engine) applyWait(ctx context.Context, r *store.Run, acts []action) (out outcome, end bool) {
+func (h *hostCtl) applyWait(ctx context.Context, r *store.Run, acts []action) (out outcome, end bool) {
 	for _, a := range acts {
 		switch a.kind {
 		case actDone:
@@ -451,18 +467,18 @@ func (e *Engine) applyWait(ctx context.Context, r *store.Run, acts []action) (ou
 			return failed("%s", a.msg), true
 		case actEndBootWindow:
 			// Tokens minted for this boot and never used die with the wait.
-			if err := e.cfg.Store.EndBootWindow(context.WithoutCancel(ctx), r.ID, bootWindow(*r)); err != nil {
-				e.cfg.Log.Error("end boot window", "run", r.ID, "err", err)
+			if err := h.cfg.Store.EndBootWindow(context.WithoutCancel(ctx), r.ID, bootWindow(*r)); err != nil {
+				h.cfg.Log.Error("end boot window", "run", r.ID, "err", err)
 			}
 		case actNote:
-			e.coordNote(ctx, *r, a.phase, a.msg)
+			h.coordNote(ctx, *r, a.phase, a.msg)
 		case actRebootOutOfCURE:
-			if err := e.hostReboot(ctx, r); err != nil {
+			if err := h.hostReboot(ctx, r); err != nil {
 				return failed("%v", err), true
 			}
 		case actOrderReboot:
-			if s := e.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {
-				if _, _, err := e.orderReboot(ctx, s, "os installed; boot the installed OS"); err != nil {
+			if s := h.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {
+				if _, _, err := h.orderReboot(ctx, s, "os installed; boot the installed OS"); err != nil {
 					return failed("stopped"), true
 				}
 			}
@@ -496,12 +512,12 @@ func ConfirmVerdict(fw manifests.Firmware, running string) (status curev1.Verdic
 // verdict records a coordinator-side verdict. Its text comes partly from the
 // BMC (inventory ids, versions, task messages): cleaned and bounded like a
 // runner's.
-func (e *Engine) verdict(ctx context.Context, r *store.Run, component, check string, status curev1.VerdictStatus, observed, expected, msg string) {
-	if err := e.cfg.Store.PutVerdict(context.WithoutCancel(ctx), store.Verdict{
+func (c *core) verdict(ctx context.Context, r *store.Run, component, check string, status curev1.VerdictStatus, observed, expected, msg string) {
+	if err := c.cfg.Store.PutVerdict(context.WithoutCancel(ctx), store.Verdict{
 		RunID: r.ID, Component: textsafe.BoundedLine(component, 128), Check: check, Status: status,
 		Observed: textsafe.Bounded(observed, 1024), Expected: textsafe.Bounded(expected, 1024), Message: textsafe.Bounded(msg, 4096), Time: time.Now().UTC(),
 	}); err != nil {
-		e.cfg.Log.Error("store verdict", "err", err)
+		c.cfg.Log.Error("store verdict", "err", err)
 	}
 }
 
@@ -509,20 +525,20 @@ func (e *Engine) verdict(ctx context.Context, r *store.Run, component, check str
 // to phone home. The wait is anchored on an event id in the run's status
 // so that a coordinator restart in the middle keeps waiting for the same
 // callback.
-func (e *Engine) waitForHostOS(ctx context.Context, r *store.Run) outcome {
-	signal, unsub := e.cfg.Store.Subscribe(r.ID)
+func (h *hostCtl) waitForHostOS(ctx context.Context, r *store.Run) outcome {
+	signal, unsub := h.cfg.Store.Subscribe(r.ID)
 	defer unsub()
 	var readTo int64
 	for {
-		q := e.watch(r.NodeID).withEvents(signal)
-		obs, err := e.observeHost(ctx, r, &readTo)
+		q := h.watch(r.NodeID).withEvents(signal)
+		obs, err := h.observeHost(ctx, r, &readTo)
 		if err != nil {
 			return failed("%v", err)
 		}
-		next, acts := decideHostOS(*r, e.cfg.Timeouts.HostOS, obs)
+		next, acts := decideHostOS(*r, h.cfg.Timeouts.HostOS, obs)
 		*r = next
-		e.save(ctx, r)
-		out, end := e.applyWait(ctx, r, acts)
+		h.save(ctx, r)
+		out, end := h.applyWait(ctx, r, acts)
 		if end {
 			return out
 		}
@@ -552,18 +568,18 @@ func hostNextLook(r store.Run, now time.Time) time.Time {
 // observeHost looks at the wait for the installed OS: the run's CURE
 // session, if one is connected, and the events since the wait's cursor
 // that earlier looks did not read (readTo: the last one they read).
-func (e *Engine) observeHost(ctx context.Context, r *store.Run, readTo *int64) (hostObs, error) {
+func (h *hostCtl) observeHost(ctx context.Context, r *store.Run, readTo *int64) (hostObs, error) {
 	obs := hostObs{now: time.Now()}
-	if s := e.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {
+	if s := h.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {
 		obs.cure = s
 	}
 	var err error
 	if r.Pipeline.Host.RebootAttempt != r.Pipeline.Attempts(modes.WaitForHostOS) {
-		obs.tail, err = e.lastEventID(ctx, r.ID)
+		obs.tail, err = h.lastEventID(ctx, r.ID)
 		return obs, err
 	}
 	from := max(r.Pipeline.Host.WaitFrom, *readTo)
-	if obs.events, err = e.cfg.Store.Events(ctx, r.ID, from, maxEventsPerLook); err == nil && len(obs.events) > 0 {
+	if obs.events, err = h.cfg.Store.Events(ctx, r.ID, from, maxEventsPerLook); err == nil && len(obs.events) > 0 {
 		*readTo = obs.events[len(obs.events)-1].ID
 	}
 	return obs, err
@@ -571,15 +587,15 @@ func (e *Engine) observeHost(ctx context.Context, r *store.Run, readTo *int64) (
 
 // hostReboot reboots the node out of CURE for the current attempt of the
 // wait and records it; the wait's deadline runs from then.
-func (e *Engine) hostReboot(ctx context.Context, r *store.Run) error {
-	rebooted, err := e.rebootOutOfCURE(ctx, r)
+func (h *hostCtl) hostReboot(ctx context.Context, r *store.Run) error {
+	rebooted, err := h.rebootOutOfCURE(ctx, r)
 	if err != nil {
 		return err
 	}
 	r.Pipeline.Host.RebootAttempt = r.Pipeline.Attempts(modes.WaitForHostOS)
 	r.Pipeline.Host.RebootedAt = rebooted.UTC()
-	r.Pipeline.SetDeadline(modes.WaitForHostOS, time.Now().Add(e.cfg.Timeouts.HostOS))
-	e.save(ctx, r)
+	r.Pipeline.SetDeadline(modes.WaitForHostOS, time.Now().Add(h.cfg.Timeouts.HostOS))
+	h.save(ctx, r)
 	return nil
 }
 
@@ -589,17 +605,17 @@ func (e *Engine) hostReboot(ctx context.Context, r *store.Run) error {
 // ordered the reboot, so it does not wait for the network to notice (a
 // machine that resets sends no FIN; the stream would linger until a
 // keepalive fails, tens of seconds after the installed OS is up).
-func (e *Engine) rebootOutOfCURE(ctx context.Context, r *store.Run) (time.Time, error) {
+func (h *hostCtl) rebootOutOfCURE(ctx context.Context, r *store.Run) (time.Time, error) {
 	graceful := false
 	var at time.Time // the reset, as near as the coordinator can tell
-	if s := e.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {
+	if s := h.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID {
 		var err error
-		if at, graceful, err = e.orderReboot(ctx, s, "os installed; boot the installed OS"); err != nil {
+		if at, graceful, err = h.orderReboot(ctx, s, "os installed; boot the installed OS"); err != nil {
 			return time.Time{}, err
 		}
 	}
 	if !graceful {
-		if err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		if err := h.power.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
 			return b.Reset(ctx, "ForceRestart")
 		}); err != nil {
 			return time.Time{}, fmt.Errorf("reset into the installed OS: %w", err)
@@ -607,12 +623,12 @@ func (e *Engine) rebootOutOfCURE(ctx context.Context, r *store.Run) (time.Time, 
 		at = time.Now()
 	}
 	r.Reboots++
-	e.save(ctx, r)
+	h.save(ctx, r)
 	how := "runner rebooted itself"
 	if !graceful {
 		how = "BMC ForceRestart"
 	}
-	e.coordEventAt(ctx, *r, at, modes.WaitForHostOS, runstate.EventInfo, "", "rebooting into the installed OS: "+how, 0)
+	h.coordEventAt(ctx, *r, at, modes.WaitForHostOS, runstate.EventInfo, "", "rebooting into the installed OS: "+how, 0)
 	return at, nil
 }
 
@@ -629,13 +645,13 @@ const rebootDrainQuiet = 500 * time.Millisecond
 // the coordinator holds the session for ended: a reconnect of the same
 // boot is a new session, and the host callback is refused while it is
 // connected.
-func (e *Engine) orderReboot(ctx context.Context, s *sessions.Session, reason string) (time.Time, bool, error) {
+func (h *hostCtl) orderReboot(ctx context.Context, s *sessions.Session, reason string) (time.Time, bool, error) {
 	sent := time.Now()
 	if err := s.Send(rebootMsg(reason)); err != nil {
-		e.cfg.Hub.Detach(s)
+		h.cfg.Hub.Detach(s)
 		return time.Time{}, false, nil
 	}
-	giveUp := time.NewTimer(e.cfg.Timeouts.ShutdownWait)
+	giveUp := time.NewTimer(h.cfg.Timeouts.ShutdownWait)
 	defer giveUp.Stop()
 	tick := time.NewTicker(rebootDrainQuiet / 5)
 	defer tick.Stop()
@@ -648,22 +664,22 @@ func (e *Engine) orderReboot(ctx context.Context, s *sessions.Session, reason st
 	for {
 		select {
 		case <-s.Done():
-			e.cfg.Hub.Detach(s)
+			h.cfg.Hub.Detach(s)
 			return silentSince(), true, nil
 		case <-ctx.Done():
 			return time.Time{}, false, errStopped
 		case <-giveUp.C:
-			e.cfg.Hub.Detach(s)
+			h.cfg.Hub.Detach(s)
 			return time.Time{}, false, nil
 		case now := <-tick.C:
 			if last := silentSince(); now.Sub(last) >= rebootDrainQuiet {
-				e.cfg.Hub.Detach(s)
+				h.cfg.Hub.Detach(s)
 				return last, true, nil
 			}
 		}
 	}
 }
 
-func (e *Engine) lastEventID(ctx context.Context, runID string) (int64, error) {
-	return e.cfg.Store.LastEventID(ctx, runID)
+func (h *hostCtl) lastEventID(ctx context.Context, runID string) (int64, error) {
+	return h.cfg.Store.LastEventID(ctx, runID)
 }

@@ -25,8 +25,8 @@ func suiteMode(r *store.Run) bool {
 }
 
 // suiteEnd is the end policy of a suite run's suite.
-func (e *Engine) suiteEnd(r *store.Run) (string, error) {
-	_, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest)
+func (d *day2Ctl) suiteEnd(r *store.Run) (string, error) {
+	_, doc, err := d.cfg.Manifests.LoadDocument(r.Manifest)
 	if err != nil {
 		return "", err
 	}
@@ -38,11 +38,11 @@ func (e *Engine) suiteEnd(r *store.Run) (string, error) {
 
 // endSkip is the outcome of an end phase a suite's policy does not take,
 // or nil when the phase runs (not a suite run, or its policy is want).
-func (e *Engine) endSkip(r *store.Run, want string) *outcome {
+func (d *day2Ctl) endSkip(r *store.Run, want string) *outcome {
 	if !suiteMode(r) {
 		return nil
 	}
-	end, err := e.suiteEnd(r)
+	end, err := d.suiteEnd(r)
 	if err != nil {
 		out := failedFinal(operatorFix, "%v", err)
 		return &out
@@ -56,34 +56,34 @@ func (e *Engine) endSkip(r *store.Run, want string) *outcome {
 
 // setBootDiskAtEnd is set_boot_order_disk: provision's and service's, and
 // a suite's that ends in the host OS.
-func (e *Engine) setBootDiskAtEnd(ctx context.Context, r *store.Run, phase string) outcome {
-	if out := e.endSkip(r, manifests.EndHostOS); out != nil {
+func (d *day2Ctl) setBootDiskAtEnd(ctx context.Context, r *store.Run, phase string) outcome {
+	if out := d.endSkip(r, manifests.EndHostOS); out != nil {
 		return *out
 	}
-	return e.setBootDisk(ctx, r, phase)
+	return d.power.setBootDisk(ctx, r, phase)
 }
 
 // powerOffByPolicy is power_off: wipe's, and a suite's that ends powered off.
-func (e *Engine) powerOffByPolicy(ctx context.Context, r *store.Run, phase string) outcome {
-	if out := e.endSkip(r, manifests.EndPowerOff); out != nil {
+func (d *day2Ctl) powerOffByPolicy(ctx context.Context, r *store.Run, phase string) outcome {
+	if out := d.endSkip(r, manifests.EndPowerOff); out != nil {
 		return *out
 	}
-	return e.powerOffAtEnd(ctx, r, phase)
+	return d.power.powerOffAtEnd(ctx, r, phase)
 }
 
 // waitForHostOSPhase is wait_for_host_os. A provision waits for the token
 // its os_install wrote; any other mode for the token of the OS on record
 // (the node's provision's), added to the run's host tokens. A suite run
 // on a node with no OS on record boots it from disk without waiting.
-func (e *Engine) waitForHostOSPhase(ctx context.Context, r *store.Run, _ string) outcome {
-	if out := e.endSkip(r, manifests.EndHostOS); out != nil {
+func (d *day2Ctl) waitForHostOSPhase(ctx context.Context, r *store.Run, _ string) outcome {
+	if out := d.endSkip(r, manifests.EndHostOS); out != nil {
 		return *out
 	}
 	if modes.Mode(r.Mode) != modes.Provision {
-		os, err := e.cfg.Store.InstalledOS(ctx, r.NodeID)
+		os, err := d.cfg.Store.InstalledOS(ctx, r.NodeID)
 		switch {
 		case errors.Is(err, store.ErrNotFound) && suiteMode(r):
-			if _, err := e.rebootOutOfCURE(ctx, r); err != nil {
+			if _, err := d.host.rebootOutOfCURE(ctx, r); err != nil {
 				return failed("%v", err)
 			}
 			return ok("booted from disk; no installed OS on record to call back (the node was not provisioned by this coordinator since its disk was last written)")
@@ -94,50 +94,50 @@ func (e *Engine) waitForHostOSPhase(ctx context.Context, r *store.Run, _ string)
 		}
 		if !slices.Contains(r.Pipeline.HostTokens, os.TokenHash) {
 			r.Pipeline.AddHostToken(os.TokenHash)
-			e.save(ctx, r)
+			d.save(ctx, r)
 		}
 	}
-	return e.waitForHostOS(ctx, r)
+	return d.host.waitForHostOS(ctx, r)
 }
 
 // servicePreflight refuses a service run on a node with no installed OS on
 // record: service never writes the disk, so it can only return the node to
 // an OS whose callback token the coordinator knows.
-func (e *Engine) servicePreflight(ctx context.Context, r *store.Run) (outcome, bool) {
+func (d *day2Ctl) servicePreflight(ctx context.Context, r *store.Run) (outcome, bool) {
 	if modes.Mode(r.Mode) != modes.Service {
 		return outcome{}, false
 	}
-	os, err := e.cfg.Store.InstalledOS(ctx, r.NodeID)
+	os, err := d.cfg.Store.InstalledOS(ctx, r.NodeID)
 	if errors.Is(err, store.ErrNotFound) {
 		return failedFinal(operatorFix, "%v: service returns a node to the OS a provision by this coordinator installed (and which called back); provision it first", err), true
 	}
 	if err != nil {
 		return failed("%v", err), true
 	}
-	e.coordEvent(ctx, *r, modes.Preflight, runstate.EventInfo, "", fmt.Sprintf("installed OS on record: provisioned by run %s at %s", os.RunID, os.InstalledAt.Format("2006-01-02 15:04:05Z07:00")), 0)
+	d.coordEvent(ctx, *r, modes.Preflight, runstate.EventInfo, "", fmt.Sprintf("installed OS on record: provisioned by run %s at %s", os.RunID, os.InstalledAt.Format("2006-01-02 15:04:05Z07:00")), 0)
 	return outcome{}, false
 }
 
 // forgetInstalledOS drops the node's installed OS before an assignment
 // that writes or erases its disk (os_install, or sed_revert in a mode that
 // wipes): its callback token will not be on the disk any more.
-func (e *Engine) forgetInstalledOS(ctx context.Context, r *store.Run, phases []string) error {
+func (d *day2Ctl) forgetInstalledOS(ctx context.Context, r *store.Run, phases []string) error {
 	m := modes.Mode(r.Mode)
 	if !slices.Contains(phases, modes.OSInstall) && !(slices.Contains(phases, modes.SEDRevert) && modes.CheckWipe(m) == nil) {
 		return nil
 	}
-	return e.cfg.Store.ForgetInstalledOS(ctx, r.NodeID)
+	return d.cfg.Store.ForgetInstalledOS(ctx, r.NodeID)
 }
 
 // recordInstalledOS keeps the digest of the token a provision's installed
 // OS called back with: the OS holds it, so a later service run (or a suite
 // ending in the host OS) can verify that OS's callback without writing
 // its disk.
-func (e *Engine) recordInstalledOS(ctx context.Context, r store.Run, digest string) {
+func (d *day2Ctl) recordInstalledOS(ctx context.Context, r store.Run, digest string) {
 	if modes.Mode(r.Mode) != modes.Provision {
 		return
 	}
-	if err := e.cfg.Store.SetInstalledOS(ctx, store.InstalledOS{NodeID: r.NodeID, TokenHash: digest, RunID: r.ID}); err != nil {
-		e.cfg.Log.Error("record installed OS", "run", r.ID, "node", r.NodeID, "err", err)
+	if err := d.cfg.Store.SetInstalledOS(ctx, store.InstalledOS{NodeID: r.NodeID, TokenHash: digest, RunID: r.ID}); err != nil {
+		d.cfg.Log.Error("record installed OS", "run", r.ID, "node", r.NodeID, "err", err)
 	}
 }

@@ -16,7 +16,7 @@ import (
 // firmware inventory (bmc, bios, hgx entries) and BIOS attributes. It starts
 // no run, boots nothing and writes nothing; nodes are audited in parallel,
 // bounded so a rack does not open hundreds of BMC sessions at once.
-func (e *Engine) AuditDirect(ctx context.Context, nodeIDs []string, manifest string) []*curev1.NodeAudit {
+func (a *auditCtl) AuditDirect(ctx context.Context, nodeIDs []string, manifest string) []*curev1.NodeAudit {
 	out := make([]*curev1.NodeAudit, len(nodeIDs))
 	sem := make(chan struct{}, 32)
 	var wg sync.WaitGroup
@@ -27,7 +27,7 @@ func (e *Engine) AuditDirect(ctx context.Context, nodeIDs []string, manifest str
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			start := time.Now()
-			vs, err := e.auditNode(ctx, id, manifest)
+			vs, err := a.auditNode(ctx, id, manifest)
 			na := &curev1.NodeAudit{NodeId: id, Verdicts: vs, DurationMs: time.Since(start).Milliseconds()}
 			if err != nil {
 				na.Error = err.Error()
@@ -39,30 +39,30 @@ func (e *Engine) AuditDirect(ctx context.Context, nodeIDs []string, manifest str
 	return out
 }
 
-func (e *Engine) auditNode(ctx context.Context, nodeID, manifest string) ([]*curev1.Verdict, error) {
-	n, err := e.cfg.Store.GetNode(ctx, nodeID)
+func (a *auditCtl) auditNode(ctx context.Context, nodeID, manifest string) ([]*curev1.Verdict, error) {
+	n, err := a.cfg.Store.GetNode(ctx, nodeID)
 	if err != nil {
 		return nil, err
 	}
 	if manifest == "" {
 		manifest = n.SKU
 	}
-	_, sku, err := e.cfg.Manifests.Load(manifest)
+	_, sku, err := a.cfg.Manifests.Load(manifest)
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, e.cfg.Timeouts.BMCCall)
-	b, err := e.cfg.ConnectBMC(cctx, n)
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeouts.BMCCall)
+	b, err := a.cfg.ConnectBMC(cctx, n)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("bmc %s: %w", n.BMCURL, err)
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.Timeouts.BMCCall)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeouts.BMCCall)
 		defer cancel()
 		_ = b.Close(cctx)
 	}()
-	cctx, cancel = context.WithTimeout(ctx, 2*e.cfg.Timeouts.BMCCall)
+	cctx, cancel = context.WithTimeout(ctx, 2*a.cfg.Timeouts.BMCCall)
 	defer cancel()
 	var vs []*curev1.Verdict
 	inv, err := b.FirmwareInventory(cctx)

@@ -57,17 +57,17 @@ func failedFinal(why, format string, a ...any) outcome {
 }
 
 // drive runs one run's remaining phases.
-func (e *Engine) drive(ctx context.Context, runID string) {
-	r, ok := e.loadRun(ctx, runID)
+func (d *driverCtl) drive(ctx context.Context, runID string) {
+	r, ok := d.loadRun(ctx, runID)
 	if !ok {
 		return
 	}
-	log := e.cfg.Log.With("run", r.ID, "node", r.NodeID)
-	e.cfg.Metrics.RunStarted(r.Mode)
-	defer e.cfg.Metrics.RunStopped(r.Mode)
+	log := d.cfg.Log.With("run", r.ID, "node", r.NodeID)
+	d.cfg.Metrics.RunStarted(r.Mode)
+	defer d.cfg.Metrics.RunStopped(r.Mode)
 	plan, err := modes.For(modes.Mode(r.Mode))
 	if err != nil {
-		e.finish(ctx, &r, curev1.RunStatus_RUN_FAILED, err.Error())
+		d.finish(ctx, &r, curev1.RunStatus_RUN_FAILED, err.Error())
 		return
 	}
 	from := max(plan.Index(r.Phase), 0)
@@ -76,12 +76,12 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 		goOn := false
 		switch {
 		case step.done:
-			e.complete(ctx, &r)
+			d.complete(ctx, &r)
 			return
 		case len(step.batch) > 0:
-			goOn = e.driveBatch(ctx, &r, step.batch, log)
+			goOn = d.driveBatch(ctx, &r, step.batch, log)
 		default:
-			goOn = e.driveCoord(ctx, &r, step.phase)
+			goOn = d.driveCoord(ctx, &r, step.phase)
 		}
 		if !goOn {
 			return
@@ -91,10 +91,10 @@ func (e *Engine) drive(ctx context.Context, runID string) {
 
 // loadRun reads a run to drive: false when it is not to be driven (ended
 // meanwhile, or its status is unreadable: then it ends in attention).
-func (e *Engine) loadRun(ctx context.Context, runID string) (store.Run, bool) {
-	r, err := e.cfg.Store.GetRun(ctx, runID)
+func (d *driverCtl) loadRun(ctx context.Context, runID string) (store.Run, bool) {
+	r, err := d.cfg.Store.GetRun(ctx, runID)
 	if err != nil {
-		e.cfg.Log.Error("load run", "run", runID, "err", err)
+		d.cfg.Log.Error("load run", "run", runID, "err", err)
 		return r, false
 	}
 	if !runstate.Active(r.Status) {
@@ -103,13 +103,13 @@ func (e *Engine) loadRun(ctx context.Context, runID string) (store.Run, bool) {
 	if why := r.Pipeline.Malformed; why != "" {
 		// Misreading it (an attempt count as 0, a pending BMC reset as
 		// none) would repeat or skip work: an operator looks first.
-		e.finish(ctx, &r, curev1.RunStatus_RUN_ATTENTION, why)
+		d.finish(ctx, &r, curev1.RunStatus_RUN_ATTENTION, why)
 		return r, false
 	}
-	if r.Pipeline.RunnerAddr != e.cfg.RunnerAddr {
+	if r.Pipeline.RunnerAddr != d.cfg.RunnerAddr {
 		// This instance drives the run now: runners are sent here first.
-		r.Pipeline.RunnerAddr = e.cfg.RunnerAddr
-		e.save(ctx, &r)
+		r.Pipeline.RunnerAddr = d.cfg.RunnerAddr
+		d.save(ctx, &r)
 	}
 	return r, true
 }
@@ -146,16 +146,16 @@ func nextStep(plan modes.Plan, completed []string, from int) step {
 
 // driveBatch runs a batch of in-band phases (with the BMC's sensors polled
 // during a suite's validate phase); false when the run stops.
-func (e *Engine) driveBatch(ctx context.Context, r *store.Run, batch []string, log *slog.Logger) bool {
-	stopTelemetry := e.startBMCTelemetry(ctx, r, batch)
-	failedPhase, msg, err := e.runnerPhases(ctx, r, batch, log)
+func (d *driverCtl) driveBatch(ctx context.Context, r *store.Run, batch []string, log *slog.Logger) bool {
+	stopTelemetry := d.bmc.startBMCTelemetry(ctx, r, batch)
+	failedPhase, msg, err := d.batch.runnerPhases(ctx, r, batch, log)
 	stopTelemetry()
 	if validating(r, batch) && !errors.Is(err, errStopped) && ctx.Err() == nil {
-		e.collectBMCEvidence(ctx, r)
+		d.bmc.collectBMCEvidence(ctx, r)
 	}
 	if err != nil {
 		if !errors.Is(err, errStopped) && ctx.Err() == nil {
-			e.finish(ctx, r, curev1.RunStatus_RUN_ATTENTION, err.Error())
+			d.finish(ctx, r, curev1.RunStatus_RUN_ATTENTION, err.Error())
 		}
 		return false
 	}
@@ -166,34 +166,34 @@ func (e *Engine) driveBatch(ctx context.Context, r *store.Run, batch []string, l
 	if strings.HasPrefix(msg, noPhaseEnd) {
 		cause = metrics.CausePhaseTimeout
 	}
-	return e.retryAllowed(ctx, r, failedPhase, cause, outcome{status: curev1.PhaseStatus_PHASE_FAILED, msg: msg})
+	return d.retryAllowed(ctx, r, failedPhase, cause, outcome{status: curev1.PhaseStatus_PHASE_FAILED, msg: msg})
 }
 
 // driveCoord runs one attempt of a coordinator phase; false when the run
 // stops.
-func (e *Engine) driveCoord(ctx context.Context, r *store.Run, phase string) bool {
+func (d *driverCtl) driveCoord(ctx context.Context, r *store.Run, phase string) bool {
 	started := time.Now()
-	e.begin(ctx, r, phase, runstate.SourceCoordinator)
-	out := e.coordPhase(ctx, r, phase)
+	d.begin(ctx, r, phase, runstate.SourceCoordinator)
+	out := d.coordPhase(ctx, r, phase)
 	if ctx.Err() != nil {
 		return false
 	}
-	e.end(ctx, r, phase, out, time.Since(started), runstate.SourceCoordinator)
+	d.end(ctx, r, phase, out, time.Since(started), runstate.SourceCoordinator)
 	if out.status == curev1.PhaseStatus_PHASE_FAILED {
-		return e.retryAllowed(ctx, r, phase, coordCause(phase), out)
+		return d.retryAllowed(ctx, r, phase, coordCause(phase), out)
 	}
 	return true
 }
 
 // complete ends a run whose phases are all done: succeeded, unless the
 // coordinator's judgement of its results fails it (gate).
-func (e *Engine) complete(ctx context.Context, r *store.Run) {
-	if msg := e.gate(ctx, r); msg != "" {
-		e.finish(ctx, r, curev1.RunStatus_RUN_FAILED, msg)
+func (d *driverCtl) complete(ctx context.Context, r *store.Run) {
+	if msg := d.fleet.gate(ctx, r); msg != "" {
+		d.finish(ctx, r, curev1.RunStatus_RUN_FAILED, msg)
 		return
 	}
 	r.Pipeline.Boot = store.BootUnset
-	e.finish(ctx, r, curev1.RunStatus_RUN_SUCCEEDED, "all phases done")
+	d.finish(ctx, r, curev1.RunStatus_RUN_SUCCEEDED, "all phases done")
 }
 
 // coordCause is the retry cause of a failed coordinator phase.
@@ -212,17 +212,17 @@ func coordCause(phase string) string {
 // retryAllowed counts a phase failure against the budget; when spent, or
 // when the failure is final, the run ends failed with the phase it reached,
 // so a later resume restarts there.
-func (e *Engine) retryAllowed(ctx context.Context, r *store.Run, phase, cause string, out outcome) bool {
+func (d *driverCtl) retryAllowed(ctx context.Context, r *store.Run, phase, cause string, out outcome) bool {
 	r.PhaseFailures++
 	attempts := r.Pipeline.Attempts(phase)
-	if why := retryRefused(phase, attempts, e.cfg.Budgets.PhaseAttempts, out); why != "" {
-		e.finish(ctx, r, curev1.RunStatus_RUN_FAILED, why)
+	if why := retryRefused(phase, attempts, d.cfg.Budgets.PhaseAttempts, out); why != "" {
+		d.finish(ctx, r, curev1.RunStatus_RUN_FAILED, why)
 		return false
 	}
-	e.cfg.Metrics.Retry(phase, cause)
-	e.save(ctx, r)
-	delay := retryDelay(e.cfg.Timeouts.RetryBase, e.cfg.Timeouts.RetryMax, attempts)
-	e.coordEvent(ctx, *r, phase, runstate.EventInfo, "", fmt.Sprintf("phase %s failed (attempt %d of %d), retrying in %s: %s", phase, attempts, e.cfg.Budgets.PhaseAttempts, delay.Round(time.Millisecond), out.msg), 0)
+	d.cfg.Metrics.Retry(phase, cause)
+	d.save(ctx, r)
+	delay := retryDelay(d.cfg.Timeouts.RetryBase, d.cfg.Timeouts.RetryMax, attempts)
+	d.coordEvent(ctx, *r, phase, runstate.EventInfo, "", fmt.Sprintf("phase %s failed (attempt %d of %d), retrying in %s: %s", phase, attempts, d.cfg.Budgets.PhaseAttempts, delay.Round(time.Millisecond), out.msg), 0)
 	return sleep(ctx, delay) == nil
 }
 
@@ -252,15 +252,15 @@ func retryDelay(base, max time.Duration, attempt int) time.Duration {
 	return time.Duration(rand.Int64N(int64(d) + 1))
 }
 
-func (e *Engine) save(ctx context.Context, r *store.Run) {
+func (c *core) save(ctx context.Context, r *store.Run) {
 	// The store write must land even while shutting down, or a resume would
 	// repeat a phase that already finished.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := e.cfg.Store.UpdateRun(wctx, *r); leaseLost(err) {
-		e.abandon(r.ID)
+	if err := c.cfg.Store.UpdateRun(wctx, *r); leaseLost(err) {
+		c.leases.abandon(r.ID)
 	} else if err != nil {
-		e.cfg.Log.Error("store run", "run", r.ID, "err", err)
+		c.cfg.Log.Error("store run", "run", r.ID, "err", err)
 	}
 }
 
@@ -269,75 +269,75 @@ func (e *Engine) save(ctx context.Context, r *store.Run) {
 // the coordinator: it continues, with its attempt count, start and
 // deadline, and each phase decides from its own stored status what is
 // left to do.
-func (e *Engine) begin(ctx context.Context, r *store.Run, phase, source string) {
+func (d *driverCtl) begin(ctx context.Context, r *store.Run, phase, source string) {
 	if r.Phase == phase && r.Pipeline.Phase(phase).Open() {
-		e.coordNote(ctx, *r, phase, fmt.Sprintf("continuing attempt %d after a coordinator stop", r.Pipeline.Attempts(phase)))
+		d.coordNote(ctx, *r, phase, fmt.Sprintf("continuing attempt %d after a coordinator stop", r.Pipeline.Attempts(phase)))
 		return
 	}
 	startAttempt(r, phase, time.Now())
-	e.recordStart(ctx, r, phase, source)
+	d.recordStart(ctx, r, phase, source)
 }
 
 // recordStart records a phase attempt's start, as the run's status has it.
-func (e *Engine) recordStart(ctx context.Context, r *store.Run, phase, source string) {
-	e.save(ctx, r)
+func (d *driverCtl) recordStart(ctx context.Context, r *store.Run, phase, source string) {
+	d.save(ctx, r)
 	ps := r.Pipeline.Phase(phase)
-	if err := e.cfg.Store.UpsertPhase(context.WithoutCancel(ctx), store.Phase{
+	if err := d.cfg.Store.UpsertPhase(context.WithoutCancel(ctx), store.Phase{
 		RunID: r.ID, Name: phase, Status: curev1.PhaseStatus_PHASE_RUNNING, Attempts: ps.Attempts, StartedAt: ps.StartedAt,
 	}); err != nil {
-		e.cfg.Log.Error("store phase", "err", err)
+		d.cfg.Log.Error("store phase", "err", err)
 	}
 	if phase == modes.Validate {
-		e.validateChanged(r.ID, true)
+		d.bmc.validateChanged(r.ID, true)
 	}
 	if source == runstate.SourceCoordinator {
-		e.coordEvent(context.WithoutCancel(ctx), *r, phase, runstate.EventPhaseStart, "", "", 0)
+		d.coordEvent(context.WithoutCancel(ctx), *r, phase, runstate.EventPhaseStart, "", "", 0)
 	}
 }
 
 // end ends a coordinator phase's attempt and records it.
-func (e *Engine) end(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source string) {
+func (d *driverCtl) end(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source string) {
 	ps := r.Pipeline.Phase(phase)
 	ps.Ended = true
 	r.Pipeline.SetPhase(phase, ps)
 	endAttempt(r, phase, out)
-	e.recordEnd(ctx, r, phase, out, dur, source)
+	d.recordEnd(ctx, r, phase, out, dur, source)
 }
 
 // recordEnd records a phase attempt's result; the end of a validate phase
 // has the run's results judged against its SKU's fleet.
-func (e *Engine) recordEnd(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source string) {
+func (d *driverCtl) recordEnd(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source string) {
 	ctx = context.WithoutCancel(ctx)
 	now := time.Now().UTC()
 	started := r.Pipeline.Phase(phase).StartedAt
 	if started.IsZero() {
 		started = now.Add(-dur)
 	}
-	if err := e.cfg.Store.UpsertPhase(ctx, store.Phase{
+	if err := d.cfg.Store.UpsertPhase(ctx, store.Phase{
 		RunID: r.ID, Name: phase, Status: out.status, Attempts: r.Pipeline.Attempts(phase),
 		StartedAt: started, EndedAt: now, Message: out.msg,
 	}); err != nil {
-		e.cfg.Log.Error("store phase", "err", err)
+		d.cfg.Log.Error("store phase", "err", err)
 	}
 	if phase == modes.Validate {
-		e.validateChanged(r.ID, false)
+		d.bmc.validateChanged(r.ID, false)
 	}
-	e.cfg.Metrics.PhaseEnded(phase, e.skuOf(ctx, r), runstate.PhaseName(out.status), dur)
-	e.save(ctx, r)
+	d.cfg.Metrics.PhaseEnded(phase, d.skuOf(ctx, r), runstate.PhaseName(out.status), dur)
+	d.save(ctx, r)
 	if source == runstate.SourceCoordinator {
-		e.coordEvent(ctx, *r, phase, runstate.EventPhaseEnd, runstate.PhaseName(out.status), out.msg, dur)
+		d.coordEvent(ctx, *r, phase, runstate.EventPhaseEnd, runstate.PhaseName(out.status), out.msg, dur)
 	}
-	e.cfg.Log.Info("phase end", "run", r.ID, "node", r.NodeID, "phase", phase, "status", runstate.PhaseName(out.status), "msg", out.msg, "duration", dur.Round(time.Millisecond))
+	d.cfg.Log.Info("phase end", "run", r.ID, "node", r.NodeID, "phase", phase, "status", runstate.PhaseName(out.status), "msg", out.msg, "duration", dur.Round(time.Millisecond))
 	if phase == modes.Validate {
-		if err := e.judgeFleet(ctx, r); err != nil {
-			e.cfg.Log.Error("fleet bands", "run", r.ID, "err", err)
+		if err := d.fleet.judgeFleet(ctx, r); err != nil {
+			d.cfg.Log.Error("fleet bands", "run", r.ID, "err", err)
 		}
 	}
 }
 
-func (e *Engine) finish(ctx context.Context, r *store.Run, status curev1.RunStatus, msg string) {
+func (c *core) finish(ctx context.Context, r *store.Run, status curev1.RunStatus, msg string) {
 	ctx = context.WithoutCancel(ctx)
-	e.bmcEvidenceAtEnd(ctx, r)
+	c.bmc.bmcEvidenceAtEnd(ctx, r)
 	r.Status = status
 	r.Message = msg
 	r.EndedAt = time.Now().UTC()
@@ -346,16 +346,16 @@ func (e *Engine) finish(ctx context.Context, r *store.Run, status curev1.RunStat
 	// A finished run takes no session any more: its tokens go before the
 	// run reads as ended (nobody who sees it ended finds a live token), and
 	// its runner is cut off.
-	if err := e.cfg.Store.DeleteRunBootTokens(ctx, r.ID); err != nil {
-		e.cfg.Log.Error("delete boot tokens of finished run", "run", r.ID, "err", err)
+	if err := c.cfg.Store.DeleteRunBootTokens(ctx, r.ID); err != nil {
+		c.cfg.Log.Error("delete boot tokens of finished run", "run", r.ID, "err", err)
 	}
-	e.save(ctx, r)
-	e.cfg.Hub.CloseRun(r.ID)
-	e.coordEvent(ctx, *r, r.Phase, runstate.EventRunEnd, runstate.RunName(status), msg, r.EndedAt.Sub(r.StartedAt))
-	e.cfg.Log.Info("run end", "run", r.ID, "node", r.NodeID, "status", runstate.RunName(status), "msg", msg)
-	e.cfg.Metrics.RunEnded(r.ID, r.Mode, runstate.RunName(status), r.Reboots)
-	if e.cfg.Notify != nil {
-		e.cfg.Notify(RunNotice{Run: *r, SKU: e.skuOf(ctx, r)})
+	c.save(ctx, r)
+	c.cfg.Hub.CloseRun(r.ID)
+	c.coordEvent(ctx, *r, r.Phase, runstate.EventRunEnd, runstate.RunName(status), msg, r.EndedAt.Sub(r.StartedAt))
+	c.cfg.Log.Info("run end", "run", r.ID, "node", r.NodeID, "status", runstate.RunName(status), "msg", msg)
+	c.cfg.Metrics.RunEnded(r.ID, r.Mode, runstate.RunName(status), r.Reboots)
+	if c.cfg.Notify != nil {
+		c.cfg.Notify(RunNotice{Run: *r, SKU: c.skuOf(ctx, r)})
 	}
 }
 

@@ -204,45 +204,90 @@ const DefaultClaimSettle = 2 * time.Minute
 // fleet benchmark's 5,000 nodes fit one instance.
 const DefaultMaxRuns = 5000
 
-// Engine owns the running pipelines.
+// Engine owns the running pipelines: it starts, resumes, cancels and
+// waits for runs, and hands the rest to its controllers (core), each of
+// which owns one area of the pipeline's state.
 type Engine struct {
+	*core
+	nodeStarts sync.Map // node id -> struct{}: a Start of that node is under way
+}
+
+// core is what the controllers share: the configuration, the runs this
+// instance drives, and the controllers themselves, so that each reaches the
+// others through its embedded *core.
+type core struct {
 	cfg Config
 
 	mu      sync.Mutex
 	running map[string]context.CancelFunc // run id -> cancel
 	// starting counts Start calls that reserved a slot and have not launched
 	// yet, so concurrent Starts cannot overshoot MaxRuns.
-	starting   int
-	nodeStarts sync.Map // node id -> struct{}: a Start of that node is under way
-	wg         sync.WaitGroup
-	ctx        context.Context
+	starting int
+	wg       sync.WaitGroup
+	ctx      context.Context
 	// stops holds runs being stopped from outside their goroutine (identity
 	// contested, operator cancel): run id -> how the run ends, applied when
 	// the run's goroutine has exited so no late save of it can overwrite it.
-	stops  map[string]stopRequest
-	tokens *tokenLimiter
+	stops map[string]stopRequest
 	// interrupted holds runs whose pipeline stopped with the engine (not
 	// because the run ended): ReleaseAll hands their leases back.
 	interrupted map[string]bool
 	// skus caches the node SKU of each run driven (a metrics label).
 	skus sync.Map
-	// pollers holds the BMC sensor poller of each run in its validate
-	// phase: run id -> *bmcPoller.
-	pollers sync.Map
-	// waitsForCURE are the runs in wait_for_cure, for UnknownMAC.
-	waitsForCURE cureWaits
+
+	driver *driverCtl // a run's phase loop and its phase records (drive.go)
+	batch  *batchCtl  // in-band phases driven through the runner (runner.go, reconcile.go, pairs.go)
+	checks *checkCtl  // preflight: node, BMC and artifacts (coordphases.go)
+	power  *powerCtl  // power and boot order over the BMC (coordphases.go)
+	oob    *oobCtl    // out-of-band firmware and BIOS settings (oob.go)
+	host   *hostCtl   // waits for CURE and for the installed OS, host reboots (coordphases.go)
+	day2   *day2Ctl   // a day-2 run's end and the installed OS (day2.go)
+	fleet  *fleetCtl  // fleet bands and their rejudging (fleet.go, fleetrejudge.go)
+	leases *leaseCtl  // run leases shared with other instances (lease.go)
+	bmc    *bmcCtl    // BMC health, telemetry and evidence (bmchealth.go, bmcgate.go)
+	audits *auditCtl  // direct audits over Redfish (direct.go)
+	boot   *gateCtl   // the boot gate: boot windows, tokens, host callbacks, unknown MACs (trust.go, unknownmac.go)
 }
+
+// The controllers: each owns one area of the pipeline (core lists them).
+type (
+	driverCtl struct{ *core }
+	batchCtl  struct{ *core }
+	checkCtl  struct{ *core }
+	powerCtl  struct{ *core }
+	oobCtl    struct{ *core }
+	hostCtl   struct{ *core }
+	day2Ctl   struct{ *core }
+	fleetCtl  struct{ *core }
+	leaseCtl  struct{ *core }
+	auditCtl  struct{ *core }
+	bmcCtl    struct {
+		*core
+		// pollers holds the BMC sensor poller of each run in its validate
+		// phase: run id -> *bmcPoller.
+		pollers sync.Map
+	}
+	gateCtl struct {
+		*core
+		tokens *tokenLimiter
+		// waitsForCURE are the runs in wait_for_cure, for UnknownMAC.
+		waitsForCURE cureWaits
+	}
+)
 
 // New returns an engine; call Resume to pick up runs from the store.
 func New(ctx context.Context, cfg Config) *Engine {
 	cfg.defaults()
-	e := &Engine{cfg: cfg, running: map[string]context.CancelFunc{}, ctx: ctx, stops: map[string]stopRequest{}, interrupted: map[string]bool{},
-		tokens: newTokenLimiter(cfg.TokensPerNode, cfg.TokenPeriod)}
+	c := &core{cfg: cfg, running: map[string]context.CancelFunc{}, ctx: ctx, stops: map[string]stopRequest{}, interrupted: map[string]bool{}}
+	c.driver, c.batch, c.checks, c.power = &driverCtl{c}, &batchCtl{c}, &checkCtl{c}, &powerCtl{c}
+	c.oob, c.host, c.day2, c.fleet = &oobCtl{c}, &hostCtl{c}, &day2Ctl{c}, &fleetCtl{c}
+	c.leases, c.bmc, c.audits = &leaseCtl{c}, &bmcCtl{core: c}, &auditCtl{c}
+	c.boot = &gateCtl{core: c, tokens: newTokenLimiter(cfg.TokensPerNode, cfg.TokenPeriod)}
 	if cfg.FleetSweep > 0 {
-		e.wg.Add(1)
-		go e.sweepFleetLoop()
+		c.wg.Add(1)
+		go c.fleet.sweepFleetLoop()
 	}
-	return e
+	return &Engine{core: c}
 }
 
 // Errors of Start, so callers can tell the operator why a node did not start.
@@ -273,20 +318,20 @@ const capacityRetryAfter = 30 * time.Second
 
 // reserve takes a run slot for a Start; release gives it back once the run
 // launched (it then counts in running) or failed to start.
-func (e *Engine) reserve() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if n := len(e.running) + e.starting; n >= e.cfg.MaxRuns {
-		return &CapacityError{Active: n, Max: e.cfg.MaxRuns, RetryAfter: capacityRetryAfter}
+func (c *core) reserve() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := len(c.running) + c.starting; n >= c.cfg.MaxRuns {
+		return &CapacityError{Active: n, Max: c.cfg.MaxRuns, RetryAfter: capacityRetryAfter}
 	}
-	e.starting++
+	c.starting++
 	return nil
 }
 
-func (e *Engine) release() {
-	e.mu.Lock()
-	e.starting--
-	e.mu.Unlock()
+func (c *core) release() {
+	c.mu.Lock()
+	c.starting--
+	c.mu.Unlock()
 }
 
 // Active is the number of runs this instance drives now.
@@ -406,33 +451,33 @@ func (e *Engine) Resume(ctx context.Context) (int, error) {
 // Wait blocks until every pipeline goroutine returned.
 func (e *Engine) Wait() { e.wg.Wait() }
 
-func (e *Engine) launch(runID string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if _, ok := e.running[runID]; ok {
+func (c *core) launch(runID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.running[runID]; ok {
 		return
 	}
-	ctx, cancel := context.WithCancel(e.ctx)
-	e.running[runID] = cancel
-	e.wg.Add(1)
+	ctx, cancel := context.WithCancel(c.ctx)
+	c.running[runID] = cancel
+	c.wg.Add(1)
 	go func() {
-		defer e.wg.Done()
+		defer c.wg.Done()
 		defer func() {
-			e.mu.Lock()
-			delete(e.running, runID)
-			if e.ctx.Err() != nil {
-				e.interrupted[runID] = true
+			c.mu.Lock()
+			delete(c.running, runID)
+			if c.ctx.Err() != nil {
+				c.interrupted[runID] = true
 			}
-			stop, stopped := e.stops[runID]
-			delete(e.stops, runID)
-			e.mu.Unlock()
+			stop, stopped := c.stops[runID]
+			delete(c.stops, runID)
+			c.mu.Unlock()
 			cancel()
 			if stopped {
-				e.stopRun(runID, stop)
+				c.stopRun(runID, stop)
 			}
-			e.skus.Delete(runID)
+			c.skus.Delete(runID)
 		}()
-		e.drive(ctx, runID)
+		c.driver.drive(ctx, runID)
 	}()
 }
 
@@ -459,44 +504,44 @@ func nonEmpty(s, def string) string {
 }
 
 // coordEvent records a coordinator-side timeline entry.
-func (e *Engine) coordEvent(ctx context.Context, r store.Run, phase, kind, status, msg string, dur time.Duration) {
-	e.coordEventAt(ctx, r, time.Now(), phase, kind, status, msg, dur)
+func (c *core) coordEvent(ctx context.Context, r store.Run, phase, kind, status, msg string, dur time.Duration) {
+	c.coordEventAt(ctx, r, time.Now(), phase, kind, status, msg, dur)
 }
 
 // coordEventAt is coordEvent for something that happened at t (a moment the
 // coordinator learnt of only afterwards).
-func (e *Engine) coordEventAt(ctx context.Context, r store.Run, t time.Time, phase, kind, status, msg string, dur time.Duration) {
-	_, _, err := e.cfg.Store.AppendEvent(ctx, store.Event{
+func (c *core) coordEventAt(ctx context.Context, r store.Run, t time.Time, phase, kind, status, msg string, dur time.Duration) {
+	_, _, err := c.cfg.Store.AppendEvent(ctx, store.Event{
 		RunID: r.ID, NodeID: r.NodeID, Source: runstate.SourceCoordinator, Time: t.UTC(),
 		Phase: phase, Kind: kind, Status: status, Message: msg, DurationMs: dur.Milliseconds(),
 	})
 	if err != nil {
-		e.cfg.Log.Error("store event", "run", r.ID, "err", err)
+		c.cfg.Log.Error("store event", "run", r.ID, "err", err)
 	}
 }
 
 // coordNote records a coordinator note: session chatter a runner can
 // provoke by reconnecting (store.Event.Note: capped per run, pruned with the
 // runner's logs), not the run's essential timeline.
-func (e *Engine) coordNote(ctx context.Context, r store.Run, phase, msg string) {
-	_, _, err := e.cfg.Store.AppendEvent(ctx, store.Event{
+func (c *core) coordNote(ctx context.Context, r store.Run, phase, msg string) {
+	_, _, err := c.cfg.Store.AppendEvent(ctx, store.Event{
 		RunID: r.ID, NodeID: r.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(),
 		Phase: phase, Kind: runstate.EventInfo, Message: msg, Note: true,
 	})
 	if err != nil {
-		e.cfg.Log.Error("store note", "run", r.ID, "err", err)
+		c.cfg.Log.Error("store note", "run", r.ID, "err", err)
 	}
 }
 
 // skuOf is the SKU of the run's node, read once per run.
-func (e *Engine) skuOf(ctx context.Context, r *store.Run) string {
-	if v, ok := e.skus.Load(r.ID); ok {
+func (c *core) skuOf(ctx context.Context, r *store.Run) string {
+	if v, ok := c.skus.Load(r.ID); ok {
 		return v.(string)
 	}
 	sku := ""
-	if n, err := e.cfg.Store.GetNode(context.WithoutCancel(ctx), r.NodeID); err == nil {
+	if n, err := c.cfg.Store.GetNode(context.WithoutCancel(ctx), r.NodeID); err == nil {
 		sku = n.SKU
 	}
-	e.skus.Store(r.ID, sku)
+	c.skus.Store(r.ID, sku)
 	return sku
 }

@@ -39,11 +39,11 @@ type fleetPlan struct {
 // results of other nodes of its SKU, for the metrics its suite names fleet
 // bands for (package fleetband). nil: nothing to judge (not a suite run, no
 // band named, no banded result). It only reads.
-func (e *Engine) planFleet(ctx context.Context, r *store.Run, now time.Time) (*fleetPlan, error) {
+func (f *fleetCtl) planFleet(ctx context.Context, r *store.Run, now time.Time) (*fleetPlan, error) {
 	if !suiteMode(r) {
 		return nil, nil
 	}
-	_, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest)
+	_, doc, err := f.cfg.Manifests.LoadDocument(r.Manifest)
 	if err != nil {
 		return nil, fmt.Errorf("suite %s: %w", r.Manifest, err)
 	}
@@ -54,15 +54,15 @@ func (e *Engine) planFleet(ctx context.Context, r *store.Run, now time.Time) (*f
 	if len(bands) == 0 {
 		return nil, nil
 	}
-	n, err := e.cfg.Store.GetNode(ctx, r.NodeID)
+	n, err := f.cfg.Store.GetNode(ctx, r.NodeID)
 	if err != nil {
 		return nil, err
 	}
-	vs, err := e.cfg.Store.Verdicts(ctx, r.ID)
+	vs, err := f.cfg.Store.Verdicts(ctx, r.ID)
 	if err != nil {
 		return nil, err
 	}
-	ms, err := e.cfg.Store.RunMeasurements(ctx, r.ID)
+	ms, err := f.cfg.Store.RunMeasurements(ctx, r.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +70,7 @@ func (e *Engine) planFleet(ctx context.Context, r *store.Run, now time.Time) (*f
 	in := fleetband.Input{Node: r.NodeID, Now: now, Window: window, MinNodes: minNodes, Bands: bands,
 		Results: results(vs, ms), Fleet: map[fleetband.Key][]fleetband.Sample{}}
 	if n.SKU != "" {
-		if err := e.fleetSamples(ctx, &in, n.SKU); err != nil {
+		if err := f.fleetSamples(ctx, &in, n.SKU); err != nil {
 			return nil, err
 		}
 	}
@@ -91,13 +91,13 @@ func (e *Engine) planFleet(ctx context.Context, r *store.Run, now time.Time) (*f
 
 // fleetSamples reads the SKU's fleet of each banded metric the run has a
 // result of.
-func (e *Engine) fleetSamples(ctx context.Context, in *fleetband.Input, sku string) error {
+func (f *fleetCtl) fleetSamples(ctx context.Context, in *fleetband.Input, sku string) error {
 	for check, metrics := range in.Bands {
 		if !slices.ContainsFunc(in.Results, func(r fleetband.Result) bool { return r.Check == check }) {
 			continue
 		}
 		for metric := range metrics {
-			rows, err := e.cfg.Store.FleetSamples(ctx, store.FleetQuery{SKU: sku, Check: check, Metric: metric, Since: in.Now.Add(-in.Window), ExcludeNode: in.Node})
+			rows, err := f.cfg.Store.FleetSamples(ctx, store.FleetQuery{SKU: sku, Check: check, Metric: metric, Since: in.Now.Add(-in.Window), ExcludeNode: in.Node})
 			if err != nil {
 				return err
 			}
@@ -145,16 +145,16 @@ func marginalVerdicts(runID string, vs []store.Verdict, out fleetband.Outcome, n
 // gate fails and a later sweep judges the run again. A judgement that
 // applied a band sweeps the SKU's runs that were judged before their band
 // had its minimum (rejudgeSKU).
-func (e *Engine) judgeFleet(ctx context.Context, r *store.Run) error {
+func (f *fleetCtl) judgeFleet(ctx context.Context, r *store.Run) error {
 	ctx = context.WithoutCancel(ctx)
 	now := time.Now().UTC()
-	prev, err := e.cfg.Store.FleetRecordOf(ctx, r.ID)
+	prev, err := f.cfg.Store.FleetRecordOf(ctx, r.ID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return e.fleetError(ctx, r, "", fmt.Errorf("fleet band: %w", err))
+		return f.fleetError(ctx, r, "", fmt.Errorf("fleet band: %w", err))
 	}
-	p, err := e.planFleet(ctx, r, now)
+	p, err := f.planFleet(ctx, r, now)
 	if err != nil {
-		return e.fleetError(ctx, r, prev.SKU, fmt.Errorf("fleet band: %w", err))
+		return f.fleetError(ctx, r, prev.SKU, fmt.Errorf("fleet band: %w", err))
 	}
 	if p == nil {
 		if prev.Pending == store.FleetError {
@@ -169,12 +169,12 @@ func (e *Engine) judgeFleet(ctx context.Context, r *store.Run) error {
 	if prev.Pending == store.FleetError {
 		w.Verdicts = append(w.Verdicts, errorReplaced(r.ID, now))
 	}
-	if _, err := e.cfg.Store.WriteFleetJudgement(ctx, w); err != nil {
-		return e.fleetError(ctx, r, p.sku, fmt.Errorf("fleet band: %w", err))
+	if _, err := f.cfg.Store.WriteFleetJudgement(ctx, w); err != nil {
+		return f.fleetError(ctx, r, p.sku, fmt.Errorf("fleet band: %w", err))
 	}
-	e.fleetEvents(ctx, r, p)
+	f.fleetEvents(ctx, r, p)
 	if applied(p.out) && p.sku != "" {
-		e.rejudgeAfter(ctx, p.sku, r.ID)
+		f.rejudgeAfter(ctx, p.sku, r.ID)
 	}
 	return nil
 }
@@ -186,23 +186,23 @@ func errorReplaced(runID string, now time.Time) store.Verdict {
 		Message: "fleet judgement made " + now.Format(time.RFC3339) + " (replaces an earlier ERROR: the judgement could not be made then)"}
 }
 
-func (e *Engine) fleetEvents(ctx context.Context, r *store.Run, p *fleetPlan) {
+func (f *fleetCtl) fleetEvents(ctx context.Context, r *store.Run, p *fleetPlan) {
 	for _, v := range p.marginal {
-		e.coordEvent(ctx, *r, modes.Validate, runstate.EventVerdict, runstate.VerdictName(v.Status), fmt.Sprintf("%s %s: %s", v.Component, v.Check, v.Message), 0)
+		f.coordEvent(ctx, *r, modes.Validate, runstate.EventVerdict, runstate.VerdictName(v.Status), fmt.Sprintf("%s %s: %s", v.Component, v.Check, v.Message), 0)
 	}
 	if len(p.out.Judgements) > 0 {
-		e.coordEvent(ctx, *r, modes.Validate, runstate.EventInfo, "", fleetSummary(p.out, p.sku), 0)
+		f.coordEvent(ctx, *r, modes.Validate, runstate.EventInfo, "", fleetSummary(p.out, p.sku), 0)
 	}
 }
 
 // fleetError records a judgement that could not be made, where the store
 // still works: an ERROR verdict naming what (the gate fails on it) and a
 // record pending in error (the run is judged again). It returns cause.
-func (e *Engine) fleetError(ctx context.Context, r *store.Run, sku string, cause error) error {
-	e.cfg.Log.Error("fleet judgement not made", "run", r.ID, "node", r.NodeID, "err", cause)
-	e.errorVerdict(ctx, r, fleetComponent, checkFleetBand, cause)
-	if _, err := e.cfg.Store.WriteFleetJudgement(ctx, store.FleetWrite{RunID: r.ID, SKU: sku, Pending: store.FleetError, Judgements: []byte("{}")}); err != nil {
-		e.cfg.Log.Error("fleet judgement: record the error", "run", r.ID, "err", err)
+func (f *fleetCtl) fleetError(ctx context.Context, r *store.Run, sku string, cause error) error {
+	f.cfg.Log.Error("fleet judgement not made", "run", r.ID, "node", r.NodeID, "err", cause)
+	f.errorVerdict(ctx, r, fleetComponent, checkFleetBand, cause)
+	if _, err := f.cfg.Store.WriteFleetJudgement(ctx, store.FleetWrite{RunID: r.ID, SKU: sku, Pending: store.FleetError, Judgements: []byte("{}")}); err != nil {
+		f.cfg.Log.Error("fleet judgement: record the error", "run", r.ID, "err", err)
 	}
 	return cause
 }
@@ -210,13 +210,13 @@ func (e *Engine) fleetError(ctx context.Context, r *store.Run, sku string, cause
 // errorVerdict stores an ERROR verdict of the coordinator's judgement and
 // puts it in the timeline (a store that fails is logged: the caller's
 // error fails the gate anyway).
-func (e *Engine) errorVerdict(ctx context.Context, r *store.Run, component, check string, cause error) {
+func (c *core) errorVerdict(ctx context.Context, r *store.Run, component, check string, cause error) {
 	v := store.Verdict{RunID: r.ID, Component: component, Check: check, Status: curev1.VerdictStatus_ERROR, Time: time.Now().UTC(),
 		Message: textsafe.Bounded("not judged, so the run does not pass: "+cause.Error(), 4096)}
-	if err := e.cfg.Store.PutVerdict(ctx, v); err != nil {
-		e.cfg.Log.Error("store ERROR verdict", "run", r.ID, "component", component, "check", check, "err", err)
+	if err := c.cfg.Store.PutVerdict(ctx, v); err != nil {
+		c.cfg.Log.Error("store ERROR verdict", "run", r.ID, "component", component, "check", check, "err", err)
 	}
-	e.coordEvent(ctx, *r, modes.Validate, runstate.EventVerdict, runstate.VerdictName(v.Status), fmt.Sprintf("%s %s: %s", component, check, v.Message), 0)
+	c.coordEvent(ctx, *r, modes.Validate, runstate.EventVerdict, runstate.VerdictName(v.Status), fmt.Sprintf("%s %s: %s", component, check, v.Message), 0)
 }
 
 // fleetGate is the run's fleet verdict before it can end succeeded: the
@@ -224,23 +224,23 @@ func (e *Engine) errorVerdict(ctx context.Context, r *store.Run, component, chec
 // error naming what could not be judged (the gate fails closed). A
 // judgement that is missing (the coordinator stopped between the validate
 // phase's end and its judgement), in error or unbanded is made again now.
-func (e *Engine) fleetGate(ctx context.Context, r *store.Run) (string, error) {
+func (f *fleetCtl) fleetGate(ctx context.Context, r *store.Run) (string, error) {
 	if !suiteMode(r) {
 		return "", nil
 	}
 	ctx = context.WithoutCancel(ctx)
-	rec, err := e.cfg.Store.FleetRecordOf(ctx, r.ID)
+	rec, err := f.cfg.Store.FleetRecordOf(ctx, r.ID)
 	if errors.Is(err, store.ErrNotFound) || err == nil && rec.Pending != store.FleetFinal {
-		if err := e.judgeFleet(ctx, r); err != nil {
+		if err := f.judgeFleet(ctx, r); err != nil {
 			return "", err
 		}
 	} else if err != nil {
-		return "", e.fleetError(ctx, r, "", fmt.Errorf("fleet band: %w", err))
+		return "", f.fleetError(ctx, r, "", fmt.Errorf("fleet band: %w", err))
 	}
-	vs, err := e.cfg.Store.Verdicts(ctx, r.ID)
+	vs, err := f.cfg.Store.Verdicts(ctx, r.ID)
 	if err != nil {
 		cause := fmt.Errorf("verdict read: %w", err)
-		e.errorVerdict(ctx, r, fleetComponent, checkFleetVerdicts, cause)
+		f.errorVerdict(ctx, r, fleetComponent, checkFleetVerdicts, cause)
 		return "", cause
 	}
 	var bad []string
@@ -331,9 +331,9 @@ func joinNonEmpty(sep string, ss ...string) string {
 // against its SKU's fleet and on its BMC's evidence: "" passes; otherwise
 // why it fails. What could not be judged is an ERROR and fails the run:
 // doubt never passes.
-func (e *Engine) gate(ctx context.Context, r *store.Run) string {
+func (f *fleetCtl) gate(ctx context.Context, r *store.Run) string {
 	var errs, fails []string
-	for _, g := range []func(context.Context, *store.Run) (string, error){e.fleetGate, e.bmcGate} {
+	for _, g := range []func(context.Context, *store.Run) (string, error){f.fleetGate, f.bmc.bmcGate} {
 		msg, err := g(ctx, r)
 		if err != nil {
 			errs = append(errs, err.Error())

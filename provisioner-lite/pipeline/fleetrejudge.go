@@ -34,9 +34,9 @@ const (
 
 // rejudgeAfter sweeps the SKU after a judgement that applied a band (the
 // judged run itself is left out: it was just judged).
-func (e *Engine) rejudgeAfter(ctx context.Context, sku, judgedRun string) {
-	if _, err := e.rejudgeSKU(ctx, sku, judgedRun); err != nil {
-		e.cfg.Log.Error("fleet rejudge", "sku", sku, "err", err)
+func (f *fleetCtl) rejudgeAfter(ctx context.Context, sku, judgedRun string) {
+	if _, err := f.rejudgeSKU(ctx, sku, judgedRun); err != nil {
+		f.cfg.Log.Error("fleet rejudge", "sku", sku, "err", err)
 	}
 }
 
@@ -45,24 +45,24 @@ func (e *Engine) rejudgeAfter(ctx context.Context, sku, judgedRun string) {
 // not judged for an error), and reports how many were rejudged. The
 // pipeline calls it after each judgement that applies a band; an operator
 // or a periodic task may call it too.
-func (e *Engine) RejudgeFleet(ctx context.Context, sku string) (int, error) {
-	return e.rejudgeSKU(context.WithoutCancel(ctx), sku, "")
+func (f *fleetCtl) RejudgeFleet(ctx context.Context, sku string) (int, error) {
+	return f.rejudgeSKU(context.WithoutCancel(ctx), sku, "")
 }
 
 // SweepFleet is RejudgeFleet for every SKU with a pending judgement: the
 // periodic sweep (Config.FleetSweep) that judges again a run whose
 // judgement failed, or whose band filled, when no other judgement of its
 // SKU came to do it.
-func (e *Engine) SweepFleet(ctx context.Context) (int, error) {
+func (f *fleetCtl) SweepFleet(ctx context.Context) (int, error) {
 	ctx = context.WithoutCancel(ctx)
-	skus, err := e.cfg.Store.PendingFleetSKUs(ctx, time.Now().Add(-rejudgeHorizon), rejudgeBatch)
+	skus, err := f.cfg.Store.PendingFleetSKUs(ctx, time.Now().Add(-rejudgeHorizon), rejudgeBatch)
 	if err != nil {
 		return 0, err
 	}
 	total := 0
 	var errs []error
 	for _, sku := range skus {
-		n, err := e.rejudgeSKU(ctx, sku, "")
+		n, err := f.rejudgeSKU(ctx, sku, "")
 		total += n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("SKU %s: %w", sku, err))
@@ -73,27 +73,27 @@ func (e *Engine) SweepFleet(ctx context.Context) (int, error) {
 
 // sweepFleetLoop runs SweepFleet every Config.FleetSweep until the engine
 // stops.
-func (e *Engine) sweepFleetLoop() {
-	defer e.wg.Done()
-	t := time.NewTicker(e.cfg.FleetSweep)
+func (f *fleetCtl) sweepFleetLoop() {
+	defer f.wg.Done()
+	t := time.NewTicker(f.cfg.FleetSweep)
 	defer t.Stop()
 	for {
 		select {
-		case <-e.ctx.Done():
+		case <-f.ctx.Done():
 			return
 		case <-t.C:
 		}
-		if n, err := e.SweepFleet(e.ctx); err != nil {
-			e.cfg.Log.Error("fleet sweep", "rejudged", n, "err", err)
+		if n, err := f.SweepFleet(f.ctx); err != nil {
+			f.cfg.Log.Error("fleet sweep", "rejudged", n, "err", err)
 		} else if n > 0 {
-			e.cfg.Log.Info("fleet sweep", "rejudged", n)
+			f.cfg.Log.Info("fleet sweep", "rejudged", n)
 		}
 	}
 }
 
-func (e *Engine) rejudgeSKU(ctx context.Context, sku, skipRun string) (int, error) {
+func (f *fleetCtl) rejudgeSKU(ctx context.Context, sku, skipRun string) (int, error) {
 	now := time.Now().UTC()
-	pend, err := e.cfg.Store.PendingFleetJudgements(ctx, sku, now.Add(-rejudgeHorizon), rejudgeBatch)
+	pend, err := f.cfg.Store.PendingFleetJudgements(ctx, sku, now.Add(-rejudgeHorizon), rejudgeBatch)
 	if err != nil {
 		return 0, err
 	}
@@ -103,7 +103,7 @@ func (e *Engine) rejudgeSKU(ctx context.Context, sku, skipRun string) (int, erro
 		if p.RunID == skipRun {
 			continue
 		}
-		done, err := e.rejudgeRun(ctx, p, now)
+		done, err := f.rejudgeRun(ctx, p, now)
 		switch {
 		case errors.Is(err, store.ErrFleetConflict):
 			// Another coordinator rejudged it first: it told the hook.
@@ -118,18 +118,18 @@ func (e *Engine) rejudgeSKU(ctx context.Context, sku, skipRun string) (int, erro
 
 // rejudgeRun judges one pending run again; done when its judgement was
 // rewritten (and the hook told).
-func (e *Engine) rejudgeRun(ctx context.Context, p store.FleetRecord, now time.Time) (bool, error) {
-	r, err := e.cfg.Store.GetRun(ctx, p.RunID)
+func (f *fleetCtl) rejudgeRun(ctx context.Context, p store.FleetRecord, now time.Time) (bool, error) {
+	r, err := f.cfg.Store.GetRun(ctx, p.RunID)
 	if err != nil {
 		return false, err
 	}
 	if runstate.Active(r.Status) {
 		return false, nil // its own gate judges it again when it ends
 	}
-	if p.Time.Before(now.Add(-e.suiteWindow(&r))) {
-		return false, e.expireRejudge(ctx, &r, p)
+	if p.Time.Before(now.Add(-f.suiteWindow(&r))) {
+		return false, f.expireRejudge(ctx, &r, p)
 	}
-	plan, err := e.planFleet(ctx, &r, now)
+	plan, err := f.planFleet(ctx, &r, now)
 	if err != nil {
 		return false, err // the record stays pending: a later sweep tries again
 	}
@@ -143,16 +143,16 @@ func (e *Engine) rejudgeRun(ctx context.Context, p store.FleetRecord, now time.T
 	if p.Pending == store.FleetError {
 		w.Verdicts = append(w.Verdicts, errorReplaced(r.ID, now))
 	}
-	if _, err := e.cfg.Store.WriteFleetJudgement(ctx, w); err != nil {
+	if _, err := f.cfg.Store.WriteFleetJudgement(ctx, w); err != nil {
 		return false, err
 	}
-	e.fleetEvents(ctx, &r, plan)
+	f.fleetEvents(ctx, &r, plan)
 	marginal := plan.out.Marginal()
 	reason := rejudgeReason(plan, p.Pending)
-	e.coordEvent(ctx, r, modes.Validate, runstate.EventInfo, "", reason, 0)
-	e.cfg.Log.Info("fleet rejudged", "run", r.ID, "node", r.NodeID, "marginal", marginal, "reason", reason)
-	if e.cfg.OnFleetRejudged != nil {
-		e.cfg.OnFleetRejudged(ctx, r.NodeID, r.ID, marginal, reason)
+	f.coordEvent(ctx, r, modes.Validate, runstate.EventInfo, "", reason, 0)
+	f.cfg.Log.Info("fleet rejudged", "run", r.ID, "node", r.NodeID, "marginal", marginal, "reason", reason)
+	if f.cfg.OnFleetRejudged != nil {
+		f.cfg.OnFleetRejudged(ctx, r.NodeID, r.ID, marginal, reason)
 	}
 	return true, nil
 }
@@ -175,8 +175,8 @@ func rejudgeReason(p *fleetPlan, was string) string {
 
 // suiteWindow is the fleet window of the run's suite (the default when the
 // suite cannot be read: the rejudge reports that error itself).
-func (e *Engine) suiteWindow(r *store.Run) time.Duration {
-	if _, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest); err == nil && doc.Suite != nil {
+func (f *fleetCtl) suiteWindow(r *store.Run) time.Duration {
+	if _, doc, err := f.cfg.Manifests.LoadDocument(r.Manifest); err == nil && doc.Suite != nil {
 		w, _ := fleetband.Policy(&doc.Suite.Spec)
 		return w
 	}
@@ -185,14 +185,14 @@ func (e *Engine) suiteWindow(r *store.Run) time.Duration {
 
 // expireRejudge closes a pending record older than its suite's window: the
 // band did not fill in time, the run stands as judged (an ERROR stays).
-func (e *Engine) expireRejudge(ctx context.Context, r *store.Run, p store.FleetRecord) error {
-	rec, err := e.cfg.Store.FleetRecordOf(ctx, r.ID)
+func (f *fleetCtl) expireRejudge(ctx context.Context, r *store.Run, p store.FleetRecord) error {
+	rec, err := f.cfg.Store.FleetRecordOf(ctx, r.ID)
 	if err != nil {
 		return err
 	}
-	if _, err := e.cfg.Store.WriteFleetJudgement(ctx, store.FleetWrite{RunID: r.ID, SKU: p.SKU, Pending: store.FleetFinal, Judgements: rec.Judgements, IfRev: &p.Rev}); err != nil {
+	if _, err := f.cfg.Store.WriteFleetJudgement(ctx, store.FleetWrite{RunID: r.ID, SKU: p.SKU, Pending: store.FleetFinal, Judgements: rec.Judgements, IfRev: &p.Rev}); err != nil {
 		return err
 	}
-	e.coordEvent(ctx, *r, modes.Validate, runstate.EventInfo, "", "fleet rejudge: not made, the band did not have its minimum of nodes within the suite's window", 0)
+	f.coordEvent(ctx, *r, modes.Validate, runstate.EventInfo, "", "fleet rejudge: not made, the band did not have its minimum of nodes within the suite's window", 0)
 	return nil
 }

@@ -73,7 +73,7 @@ func TestJudgementThatAppliesBandSweeps(t *testing.T) {
 		}})
 
 	slow := suiteRun(t, st, "n0", 41)
-	if err := e.judgeFleet(ctx, &slow); err != nil {
+	if err := e.fleet.judgeFleet(ctx, &slow); err != nil {
 		t.Fatal(err)
 	}
 	slow.Status, slow.EndedAt = curev1.RunStatus_RUN_SUCCEEDED, time.Now().UTC()
@@ -83,7 +83,7 @@ func TestJudgementThatAppliesBandSweeps(t *testing.T) {
 	suiteRun(t, st, "p1", 200)
 	suiteRun(t, st, "p2", 206)
 	last := suiteRun(t, st, "p3", 196)
-	if err := e.judgeFleet(ctx, &last); err != nil {
+	if err := e.fleet.judgeFleet(ctx, &last); err != nil {
 		t.Fatal(err)
 	}
 	if len(calls) != 1 || !strings.HasPrefix(calls[0], "n0 run-n0 true fleet rejudge (judged before its fleet band had its minimum of nodes): MARGINAL") {

@@ -20,9 +20,9 @@ import (
 
 // RunLeases renews this instance's leases and takes over runs whose lease
 // expired, until ctx ends. It returns when ctx is done.
-func (e *Engine) RunLeases(ctx context.Context) {
-	ttl := e.cfg.Store.LeaseTTL()
-	if e.cfg.Store.Instance() == "" || !e.cfg.Store.Shared() {
+func (l *leaseCtl) RunLeases(ctx context.Context) {
+	ttl := l.cfg.Store.LeaseTTL()
+	if l.cfg.Store.Instance() == "" || !l.cfg.Store.Shared() {
 		// One instance: nobody to take runs over or lose them to. (A
 		// renewal stuck behind a busy store once made a lone instance
 		// abandon all 5,000 of its runs.)
@@ -39,15 +39,15 @@ func (e *Engine) RunLeases(ctx context.Context) {
 		case <-tick.C:
 		}
 		rctx, cancel := context.WithTimeout(ctx, ttl/3)
-		_, err := e.cfg.Store.RenewLeases(rctx)
+		_, err := l.cfg.Store.RenewLeases(rctx)
 		cancel()
 		if err != nil {
-			e.cfg.Log.Error("renew run leases", "instance", e.cfg.Store.Instance(), "err", err)
+			l.cfg.Log.Error("renew run leases", "instance", l.cfg.Store.Instance(), "err", err)
 			if time.Since(lastRenew) > ttl {
 				// Another instance may own these runs by now: stop driving
 				// them rather than act on a node twice. They are not ended;
 				// whoever holds the lease resumes them.
-				for _, id := range e.abandonAll(fmt.Sprintf("leases not renewed for %s: %v", time.Since(lastRenew).Round(time.Second), err)) {
+				for _, id := range l.abandonAll(fmt.Sprintf("leases not renewed for %s: %v", time.Since(lastRenew).Round(time.Second), err)) {
 					if abandoned == nil {
 						abandoned = map[string]bool{}
 					}
@@ -60,43 +60,43 @@ func (e *Engine) RunLeases(ctx context.Context) {
 		if len(abandoned) > 0 {
 			// The renewal that just worked kept the runs nobody took over
 			// meanwhile: they are this instance's again.
-			e.resumeOwned(ctx, abandoned)
+			l.resumeOwned(ctx, abandoned)
 		}
-		e.takeOver(ctx)
+		l.takeOver(ctx)
 	}
 }
 
 // takeOver claims runs whose lease expired, as many as capacity allows.
-func (e *Engine) takeOver(ctx context.Context) {
-	e.mu.Lock()
-	free := e.cfg.MaxRuns - len(e.running) - e.starting
-	e.mu.Unlock()
+func (l *leaseCtl) takeOver(ctx context.Context) {
+	l.mu.Lock()
+	free := l.cfg.MaxRuns - len(l.running) - l.starting
+	l.mu.Unlock()
 	if free <= 0 {
 		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, e.cfg.Store.LeaseTTL())
-	runs, err := e.cfg.Store.ClaimExpired(cctx, min(free, 256))
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.Store.LeaseTTL())
+	runs, err := l.cfg.Store.ClaimExpired(cctx, min(free, 256))
 	cancel()
 	if err != nil {
-		e.cfg.Log.Error("claim runs with expired leases", "instance", e.cfg.Store.Instance(), "err", err)
+		l.cfg.Log.Error("claim runs with expired leases", "instance", l.cfg.Store.Instance(), "err", err)
 		return
 	}
 	for _, r := range runs {
-		e.cfg.Log.Info("took over run whose lease expired", "run", r.ID, "node", r.NodeID, "phase", r.Phase, "instance", e.cfg.Store.Instance())
-		e.coordEvent(ctx, r, r.Phase, runstate.EventInfo, "", fmt.Sprintf("instance %s took the run over from %s (its lease expired); resuming from %s", e.cfg.Store.Instance(), nonEmpty(r.PrevOwner, "nobody"), nonEmpty(r.Phase, "start")), 0)
-		e.launch(r.ID)
+		l.cfg.Log.Info("took over run whose lease expired", "run", r.ID, "node", r.NodeID, "phase", r.Phase, "instance", l.cfg.Store.Instance())
+		l.coordEvent(ctx, r, r.Phase, runstate.EventInfo, "", fmt.Sprintf("instance %s took the run over from %s (its lease expired); resuming from %s", l.cfg.Store.Instance(), nonEmpty(r.PrevOwner, "nobody"), nonEmpty(r.Phase, "start")), 0)
+		l.launch(r.ID)
 	}
 }
 
 // resumeOwned relaunches the abandoned runs this instance still holds,
 // once their old pipeline has exited, and forgets those it relaunched or
 // no longer holds.
-func (e *Engine) resumeOwned(ctx context.Context, abandoned map[string]bool) {
-	cctx, cancel := context.WithTimeout(ctx, e.cfg.Store.LeaseTTL())
-	ids, err := e.cfg.Store.OwnedActiveRuns(cctx)
+func (l *leaseCtl) resumeOwned(ctx context.Context, abandoned map[string]bool) {
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.Store.LeaseTTL())
+	ids, err := l.cfg.Store.OwnedActiveRuns(cctx)
 	cancel()
 	if err != nil {
-		e.cfg.Log.Error("list runs to resume after lost renewals", "err", err)
+		l.cfg.Log.Error("list runs to resume after lost renewals", "err", err)
 		return
 	}
 	owned := map[string]bool{}
@@ -108,25 +108,25 @@ func (e *Engine) resumeOwned(ctx context.Context, abandoned map[string]bool) {
 			delete(abandoned, id) // another instance took it, or it ended
 			continue
 		}
-		e.mu.Lock()
-		_, driving := e.running[id]
-		e.mu.Unlock()
+		l.mu.Lock()
+		_, driving := l.running[id]
+		l.mu.Unlock()
 		if driving {
 			continue // its old pipeline is still winding down: next tick
 		}
-		e.cfg.Log.Info("resuming run kept after lease renewals recovered", "run", id)
-		e.launch(id)
+		l.cfg.Log.Info("resuming run kept after lease renewals recovered", "run", id)
+		l.launch(id)
 		delete(abandoned, id)
 	}
 }
 
 // abandonAll stops every pipeline of this instance without ending its run.
-func (e *Engine) abandonAll(why string) []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (l *leaseCtl) abandonAll(why string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	var ids []string
-	for id, cancel := range e.running {
-		e.cfg.Log.Warn("stopping run: this instance may have lost its lease", "run", id, "why", why)
+	for id, cancel := range l.running {
+		l.cfg.Log.Warn("stopping run: this instance may have lost its lease", "run", id, "why", why)
 		cancel()
 		ids = append(ids, id)
 	}
@@ -134,12 +134,12 @@ func (e *Engine) abandonAll(why string) []string {
 }
 
 // abandon stops one run's pipeline: another instance holds its lease.
-func (e *Engine) abandon(runID string) {
-	e.mu.Lock()
-	cancel, ok := e.running[runID]
-	e.mu.Unlock()
+func (l *leaseCtl) abandon(runID string) {
+	l.mu.Lock()
+	cancel, ok := l.running[runID]
+	l.mu.Unlock()
 	if ok {
-		e.cfg.Log.Warn("run taken over by another instance; stopping this pipeline", "run", runID, "instance", e.cfg.Store.Instance())
+		l.cfg.Log.Warn("run taken over by another instance; stopping this pipeline", "run", runID, "instance", l.cfg.Store.Instance())
 		cancel()
 	}
 }

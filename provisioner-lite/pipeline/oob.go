@@ -16,8 +16,8 @@ import (
 
 // oobFirmware is the bmc, bios and hgx phase: compare, and in provision
 // mode push, follow the task, activate, and verify the running version.
-func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string) outcome {
-	_, sku, err := e.cfg.Manifests.Load(r.Manifest)
+func (o *oobCtl) oobFirmware(ctx context.Context, r *store.Run, component string) outcome {
+	_, sku, err := o.cfg.Manifests.Load(r.Manifest)
 	if err != nil {
 		return failed("%v", err)
 	}
@@ -25,14 +25,14 @@ func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string
 	if len(want) == 0 {
 		return skipped("manifest pins no %s firmware", component)
 	}
-	inv, err := e.firmwareInventory(ctx, r)
+	inv, err := o.firmwareInventory(ctx, r)
 	if err != nil {
 		return failed("read FirmwareInventory: %v", err)
 	}
 	rows, deltas := planOOB(component, want, inv)
 	var errs []string
 	for _, row := range rows {
-		e.verdict(ctx, r, row.component, "firmware", row.status, row.observed, row.expected, row.msg)
+		o.verdict(ctx, r, row.component, "firmware", row.status, row.observed, row.expected, row.msg)
 		if row.status == curev1.VerdictStatus_ERROR {
 			errs = append(errs, row.msg)
 		}
@@ -54,7 +54,7 @@ func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string
 	}
 	var done []string
 	for _, d := range deltas {
-		res := e.applyOOB(ctx, r, component, d)
+		res := o.applyOOB(ctx, r, component, d)
 		if res.status == curev1.PhaseStatus_PHASE_FAILED {
 			return res
 		}
@@ -64,9 +64,9 @@ func (e *Engine) oobFirmware(ctx context.Context, r *store.Run, component string
 }
 
 // firmwareInventory reads the BMC's FirmwareInventory.
-func (e *Engine) firmwareInventory(ctx context.Context, r *store.Run) ([]redfish.FirmwareItem, error) {
+func (o *oobCtl) firmwareInventory(ctx context.Context, r *store.Run) ([]redfish.FirmwareItem, error) {
 	var inv []redfish.FirmwareItem
-	err := e.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+	err := o.power.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
 		var err error
 		inv, err = b.FirmwareInventory(ctx)
 		return err
@@ -78,16 +78,16 @@ func (e *Engine) firmwareInventory(ctx context.Context, r *store.Run) ([]redfish
 // last recorded reboot request, until that request's time plus the CURE
 // budget: both from the run's status, so a coordinator that restarts mid-
 // wait holds the same deadline and does not reboot again.
-func (e *Engine) waitForNewCURE(ctx context.Context, r *store.Run) outcome {
+func (o *oobCtl) waitForNewCURE(ctx context.Context, r *store.Run) outcome {
 	since := r.Pipeline.BootRequestedAt
-	deadline := since.Add(e.cfg.Timeouts.WaitForCURE)
+	deadline := since.Add(o.cfg.Timeouts.WaitForCURE)
 	for {
-		q := e.watch(r.NodeID)
-		if s := e.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID && s.ConnectedAt.After(since) {
+		q := o.watch(r.NodeID)
+		if s := o.cfg.Hub.Current(r.NodeID); s != nil && s.RunID == r.ID && s.ConnectedAt.After(since) {
 			return ok("back in CURE: boot_id=%s", s.BootID)
 		}
 		if !time.Now().Before(deadline) {
-			return failed("node did not come back into CURE within %s after the reboot requested at %s", e.cfg.Timeouts.WaitForCURE, since.Format(time.RFC3339))
+			return failed("node did not come back into CURE within %s after the reboot requested at %s", o.cfg.Timeouts.WaitForCURE, since.Format(time.RFC3339))
 		}
 		if err := q.until(ctx, deadline); err != nil {
 			return failed("%v", err)
@@ -99,17 +99,17 @@ func (e *Engine) waitForNewCURE(ctx context.Context, r *store.Run) outcome {
 // changing the node's firmware or its settings: the next attested boot
 // re-records the firmware measurements (PCRs 0-3, 7) instead of flagging
 // a drift.
-func (e *Engine) firmwareChanged(ctx context.Context, r *store.Run, reason string) {
-	if err := e.cfg.Store.FirmwareChanged(context.WithoutCancel(ctx), r.NodeID, r.ID, reason); err != nil {
-		e.cfg.Log.Error("firmware change not noted: the next boot may flag its own measurements as drift", "err", err)
+func (o *oobCtl) firmwareChanged(ctx context.Context, r *store.Run, reason string) {
+	if err := o.cfg.Store.FirmwareChanged(context.WithoutCancel(ctx), r.NodeID, r.ID, reason); err != nil {
+		o.cfg.Log.Error("firmware change not noted: the next boot may flag its own measurements as drift", "err", err)
 	}
 }
 
-func (e *Engine) bmcBaseURL() string {
-	if e.cfg.BMCBaseURL != "" {
-		return e.cfg.BMCBaseURL
+func (o *oobCtl) bmcBaseURL() string {
+	if o.cfg.BMCBaseURL != "" {
+		return o.cfg.BMCBaseURL
 	}
-	return e.cfg.BaseURL
+	return o.cfg.BaseURL
 }
 
 func sortedKeys(m map[string]any) []string {

@@ -94,7 +94,7 @@ const maxUpdateSteps = 8
 
 // applyOOB pushes one manifest entry's image to its drifted members,
 // activates it and verifies, step by step from its stored record.
-func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d oobDelta) outcome {
+func (o *oobCtl) applyOOB(ctx context.Context, r *store.Run, component string, d oobDelta) outcome {
 	fw := d.fw
 	if fw.Artifact == nil {
 		return failed("%s drifted but names no artifact", fw.Name)
@@ -106,12 +106,12 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 	for _, t := range d.targets {
 		targets = append(targets, t.ID)
 	}
-	u := &oobUpdate{e: e, r: r, component: component, fw: fw, targets: targets}
+	u := &oobUpdate{o: o, r: r, component: component, fw: fw, targets: targets}
 	for range maxUpdateSteps {
 		sub := r.Pipeline.Submission(fw.Name)
 		step := decideUpdate(sub, fw.Activation, u.observe(ctx))
 		if sub.State != "" {
-			e.cfg.Log.Debug("out-of-band update", "run", r.ID, "firmware", fw.Name, "record", sub.State, "step", step)
+			o.cfg.Log.Debug("out-of-band update", "run", r.ID, "firmware", fw.Name, "record", sub.State, "step", step)
 		}
 		if step == updVerify {
 			return u.verify(ctx)
@@ -125,7 +125,7 @@ func (e *Engine) applyOOB(ctx context.Context, r *store.Run, component string, d
 
 // oobUpdate is one manifest entry's update of one run.
 type oobUpdate struct {
-	e         *Engine
+	o         *oobCtl
 	r         *store.Run
 	component string
 	fw        manifests.Firmware
@@ -137,7 +137,7 @@ type oobUpdate struct {
 // neither (read false).
 func (u *oobUpdate) observe(ctx context.Context) updateObs {
 	obs := updateObs{bootRequestedAt: u.r.Pipeline.BootRequestedAt}
-	inv, err := u.e.firmwareInventory(ctx, u.r)
+	inv, err := u.o.firmwareInventory(ctx, u.r)
 	if err != nil {
 		return obs
 	}
@@ -176,7 +176,7 @@ func (u *oobUpdate) do(ctx context.Context, step updateStep, sub store.FirmwareS
 func (u *oobUpdate) record(ctx context.Context, sub store.FirmwareSubmission) {
 	sub.At = time.Now().UTC()
 	u.r.Pipeline.SetSubmission(u.fw.Name, sub)
-	u.e.save(ctx, u.r)
+	u.o.save(ctx, u.r)
 }
 
 // submit sends the image. The BMC's task list is recorded first, with the
@@ -185,11 +185,11 @@ func (u *oobUpdate) record(ctx context.Context, sub store.FirmwareSubmission) {
 func (u *oobUpdate) submit(ctx context.Context) error {
 	imageURI := u.fw.Artifact.URL
 	if imageURI == "" {
-		imageURI = strings.TrimRight(u.e.bmcBaseURL(), "/") + "/artifacts/sha256/" + u.fw.Artifact.SHA256
+		imageURI = strings.TrimRight(u.o.bmcBaseURL(), "/") + "/artifacts/sha256/" + u.fw.Artifact.SHA256
 	}
-	casPath := filepath.Join(u.e.cfg.ArtifactDir, "sha256", u.fw.Artifact.SHA256)
-	u.e.firmwareChanged(ctx, u.r, fmt.Sprintf("%s firmware update %s", u.component, u.fw.Name))
-	return u.e.withBMCFor(ctx, u.r, 4*u.e.cfg.Timeouts.BMCCall, func(ctx context.Context, b BMC) error {
+	casPath := filepath.Join(u.o.cfg.ArtifactDir, "sha256", u.fw.Artifact.SHA256)
+	u.o.firmwareChanged(ctx, u.r, fmt.Sprintf("%s firmware update %s", u.component, u.fw.Name))
+	return u.o.power.withBMCFor(ctx, u.r, 4*u.o.cfg.Timeouts.BMCCall, func(ctx context.Context, b BMC) error {
 		caps, err := b.UpdateService(ctx)
 		if err != nil {
 			return err
@@ -220,7 +220,7 @@ func (u *oobUpdate) submit(ctx context.Context) error {
 		job, err := send()
 		var ue *redfish.UnknownOutcomeError
 		if errors.As(err, &ue) {
-			u.e.coordEvent(ctx, *u.r, u.component, runstate.EventLog, "WARN", fmt.Sprintf("%s: update submission outcome unknown (%v); searching the BMC's tasks before any retry", u.fw.Name, err), 0)
+			u.o.coordEvent(ctx, *u.r, u.component, runstate.EventLog, "WARN", fmt.Sprintf("%s: update submission outcome unknown (%v); searching the BMC's tasks before any retry", u.fw.Name, err), 0)
 			job, err = b.RecoverJob(ctx, ue)
 			if err == nil && job == nil {
 				return fmt.Errorf("submission was not taken by the BMC (no new task): safe to retry")
@@ -239,26 +239,26 @@ func (u *oobUpdate) accepted(ctx context.Context, sub store.FirmwareSubmission, 
 	sub.State, sub.TaskURI, sub.MonitorURI = store.SubmissionAccepted, job.TaskURI, job.MonitorURI
 	sub.KnownTasks, sub.TasksListed = nil, false
 	u.record(ctx, sub)
-	u.e.coordEvent(ctx, *u.r, u.component, runstate.EventInfo, "", fmt.Sprintf("%s: update accepted: task %s", u.fw.Name, nonEmpty(job.TaskURI, job.MonitorURI)), 0)
+	u.o.coordEvent(ctx, *u.r, u.component, runstate.EventInfo, "", fmt.Sprintf("%s: update accepted: task %s", u.fw.Name, nonEmpty(job.TaskURI, job.MonitorURI)), 0)
 }
 
 // trace finds the task a request whose answer was not recorded created
 // (the coordinator stopped, or the answer was lost). None means the
 // request did not take: the record is dropped and the next step submits.
 func (u *oobUpdate) trace(ctx context.Context, sub store.FirmwareSubmission) error {
-	return u.e.withBMC(ctx, u.r, func(ctx context.Context, b BMC) error {
+	return u.o.power.withBMC(ctx, u.r, func(ctx context.Context, b BMC) error {
 		job, err := b.RecoverJob(ctx, &redfish.UnknownOutcomeError{Op: sub.Op, URI: sub.URI, KnownTasks: sub.KnownTasks, TasksListed: sub.TasksListed})
 		if err != nil {
 			return fmt.Errorf("earlier submission (%s at %s): its task cannot be traced: %w", sub.Op, sub.At.Format(time.RFC3339), err)
 		}
 		if job != nil {
-			u.e.coordEvent(ctx, *u.r, u.component, runstate.EventInfo, "", fmt.Sprintf("%s: earlier submission traced to task %s: following it, not submitting again", u.fw.Name, job.TaskURI), 0)
+			u.o.coordEvent(ctx, *u.r, u.component, runstate.EventInfo, "", fmt.Sprintf("%s: earlier submission traced to task %s: following it, not submitting again", u.fw.Name, job.TaskURI), 0)
 			u.accepted(ctx, sub, job)
 			return nil
 		}
-		u.e.coordEvent(ctx, *u.r, u.component, runstate.EventLog, "WARN", fmt.Sprintf("%s: earlier submission (%s at %s) left no task and nothing staged: submitting", u.fw.Name, sub.Op, sub.At.Format(time.RFC3339)), 0)
+		u.o.coordEvent(ctx, *u.r, u.component, runstate.EventLog, "WARN", fmt.Sprintf("%s: earlier submission (%s at %s) left no task and nothing staged: submitting", u.fw.Name, sub.Op, sub.At.Format(time.RFC3339)), 0)
 		u.r.Pipeline.SetSubmission(u.fw.Name, store.FirmwareSubmission{})
-		u.e.save(ctx, u.r)
+		u.o.save(ctx, u.r)
 		return nil
 	})
 }
@@ -268,9 +268,9 @@ func (u *oobUpdate) trace(ctx context.Context, sub store.FirmwareSubmission) err
 // take); one that vanished is judged from the inventory it left.
 func (u *oobUpdate) follow(ctx context.Context, sub store.FirmwareSubmission) error {
 	var res *redfish.TaskResult
-	err := u.e.withBMCFor(ctx, u.r, u.e.cfg.Timeouts.BMCTask+u.e.cfg.Timeouts.BMCCall, func(ctx context.Context, b BMC) error {
+	err := u.o.power.withBMCFor(ctx, u.r, u.o.cfg.Timeouts.BMCTask+u.o.cfg.Timeouts.BMCCall, func(ctx context.Context, b BMC) error {
 		var err error
-		res, err = b.WaitTask(ctx, &redfish.Job{Op: sub.Op, TaskURI: sub.TaskURI, MonitorURI: sub.MonitorURI}, u.e.cfg.Timeouts.TaskPoll)
+		res, err = b.WaitTask(ctx, &redfish.Job{Op: sub.Op, TaskURI: sub.TaskURI, MonitorURI: sub.MonitorURI}, u.o.cfg.Timeouts.TaskPoll)
 		return err
 	})
 	if ctx.Err() != nil {
@@ -278,7 +278,7 @@ func (u *oobUpdate) follow(ctx context.Context, sub store.FirmwareSubmission) er
 	}
 	if errors.Is(err, redfish.ErrTaskFailed) {
 		u.r.Pipeline.SetSubmission(u.fw.Name, store.FirmwareSubmission{})
-		u.e.save(ctx, u.r)
+		u.o.save(ctx, u.r)
 		return err
 	}
 	if err != nil {
@@ -288,11 +288,11 @@ func (u *oobUpdate) follow(ctx context.Context, sub store.FirmwareSubmission) er
 		done, staged, serr := stagedState(&u.fw, verifyMembers(res.Inventory, u.fw, u.targets))
 		if serr != nil || !(done || staged) {
 			u.r.Pipeline.SetSubmission(u.fw.Name, store.FirmwareSubmission{})
-			u.e.save(ctx, u.r)
+			u.o.save(ctx, u.r)
 			return fmt.Errorf("task %s vanished and the targets neither run nor stage %s", res.TaskURI, u.fw.Version)
 		}
 	}
-	u.e.coordEvent(ctx, *u.r, u.component, runstate.EventInfo, "", fmt.Sprintf("%s: update task %s (%s)", u.fw.Name, res.State, strings.Join(res.Messages, "; ")), 0)
+	u.o.coordEvent(ctx, *u.r, u.component, runstate.EventInfo, "", fmt.Sprintf("%s: update task %s (%s)", u.fw.Name, res.State, strings.Join(res.Messages, "; ")), 0)
 	sub.State = store.SubmissionApplied
 	u.record(ctx, sub)
 	return nil
@@ -308,22 +308,22 @@ func (u *oobUpdate) activate(ctx context.Context) error {
 	case "bmc-reset":
 		u.r.Pipeline.BMC.ResetAt = time.Now().UTC()
 		u.record(ctx, sub)
-		err := u.e.withBMCFor(ctx, u.r, 4*u.e.cfg.Timeouts.BMCCall+u.e.cfg.Timeouts.BMCReset, func(ctx context.Context, b BMC) error {
+		err := u.o.power.withBMCFor(ctx, u.r, 4*u.o.cfg.Timeouts.BMCCall+u.o.cfg.Timeouts.BMCReset, func(ctx context.Context, b BMC) error {
 			if err := b.ResetManager(ctx, "GracefulRestart"); err != nil {
 				return err
 			}
 			// The BMC's own budget: it is gone for minutes on real hardware.
-			return b.WaitBMC(ctx, u.e.cfg.Timeouts.BMCReset)
+			return b.WaitBMC(ctx, u.o.cfg.Timeouts.BMCReset)
 		})
 		if err != nil {
 			return fmt.Errorf("BMC reset to activate: %w", err)
 		}
 		u.r.Pipeline.BMC.ResetAt = time.Time{}
 		u.r.Pipeline.BMC.Resets++
-		u.e.save(ctx, u.r)
+		u.o.save(ctx, u.r)
 	case "host-reboot":
 		u.record(ctx, sub)
-		if err := u.e.rebootIntoCURE(ctx, u.r, u.fw.Name+" activates on host reboot"); err != nil {
+		if err := u.o.power.rebootIntoCURE(ctx, u.r, u.fw.Name+" activates on host reboot"); err != nil {
 			return err
 		}
 	}
@@ -335,7 +335,7 @@ func (u *oobUpdate) activate(ctx context.Context) error {
 // run that connected after the recorded reboot; then verifies.
 func (u *oobUpdate) awaitActivation(ctx context.Context) (outcome, bool) {
 	if u.fw.Activation == "host-reboot" {
-		if out := u.e.waitForNewCURE(ctx, u.r); out.status == curev1.PhaseStatus_PHASE_FAILED {
+		if out := u.o.waitForNewCURE(ctx, u.r); out.status == curev1.PhaseStatus_PHASE_FAILED {
 			return out, true
 		}
 	}
@@ -345,16 +345,16 @@ func (u *oobUpdate) awaitActivation(ctx context.Context) (outcome, bool) {
 // verify reads back every target's running version; the record is done
 // with either way.
 func (u *oobUpdate) verify(ctx context.Context) outcome {
-	inv, err := u.e.firmwareInventory(ctx, u.r)
+	inv, err := u.o.firmwareInventory(ctx, u.r)
 	if err != nil {
 		return failed("%s: read back FirmwareInventory: %v", u.fw.Name, err)
 	}
 	rows, bad := confirmOOB(u.component, &u.fw, inv, u.targets)
 	for _, row := range rows {
-		u.e.verdict(ctx, u.r, row.component, "firmware_update", row.status, row.observed, row.expected, row.msg)
+		u.o.verdict(ctx, u.r, row.component, "firmware_update", row.status, row.observed, row.expected, row.msg)
 	}
 	u.r.Pipeline.SetSubmission(u.fw.Name, store.FirmwareSubmission{})
-	u.e.save(ctx, u.r)
+	u.o.save(ctx, u.r)
 	if len(bad) > 0 {
 		return failed("%s: %s", u.fw.Name, strings.Join(bad, "; "))
 	}

@@ -69,11 +69,11 @@ func pairConfigs(s *manifests.ValidationSuite) map[string]suite.PairConfig {
 // observePairs reads the batch's other runs: the active ones of the run's
 // mode and suite, and the members of the plan the run holds (ended ones
 // too: their results still count).
-func (e *Engine) observePairs(ctx context.Context, r *store.Run) (*pairObs, error) {
+func (bc *batchCtl) observePairs(ctx context.Context, r *store.Run) (*pairObs, error) {
 	if r.Pipeline.Pair == nil {
 		return nil, nil
 	}
-	runs, err := e.cfg.Store.ActiveRuns(ctx)
+	runs, err := bc.cfg.Store.ActiveRuns(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func (e *Engine) observePairs(ctx context.Context, r *store.Run) (*pairObs, erro
 				continue
 			}
 			seen[m.Run] = true
-			x, err := e.cfg.Store.GetRun(ctx, m.Run)
+			x, err := bc.cfg.Store.GetRun(ctx, m.Run)
 			if err != nil {
 				continue // its links are judged unmeasured
 			}

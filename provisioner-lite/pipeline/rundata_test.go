@@ -39,7 +39,7 @@ func TestMalformedRunDataNeedsAttention(t *testing.T) {
 			connects++
 			return nil, errors.New("connection refused")
 		}})
-	e.drive(ctx, "r1")
+	e.driver.drive(ctx, "r1")
 	got, err := st.GetRun(ctx, "r1")
 	if err != nil {
 		t.Fatal(err)

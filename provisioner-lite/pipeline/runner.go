@@ -32,26 +32,26 @@ func rebootMsg(reason string) *curev1.CoordinatorMessage {
 // remaining phases again with its resume count raised. Each look is
 // reconciled from the run's stored status (decideBatch); the batch's state
 // lives there, so a coordinator stopped mid-batch leaves it to the next.
-func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string, log *slog.Logger) (string, string, error) {
-	pol := e.batchPolicy(r, batch, log)
-	signal, unsub := e.cfg.Store.Subscribe(r.ID)
+func (bc *batchCtl) runnerPhases(ctx context.Context, r *store.Run, batch []string, log *slog.Logger) (string, string, error) {
+	pol := bc.batchPolicy(r, batch, log)
+	signal, unsub := bc.cfg.Store.Subscribe(r.ID)
 	defer unsub()
 	defer func() {
 		if ctx.Err() == nil { // keep it for the next coordinator when stopping
 			r.Pipeline.Batch = nil
-			e.save(ctx, r)
+			bc.save(ctx, r)
 		}
 	}()
 	w := &batchWatch{fresh: true}
 	for {
-		obs, changed, more, err := e.observeBatch(ctx, r, w)
+		obs, changed, more, err := bc.observeBatch(ctx, r, w)
 		if err != nil {
 			return "", "", err
 		}
 		next, acts := decideBatch(*r, pol, obs)
 		*r = next
-		res := e.applyBatch(ctx, r, acts, log)
-		e.save(ctx, r)
+		res := bc.applyBatch(ctx, r, acts, log)
+		bc.save(ctx, r)
 		switch {
 		case res.end:
 			return res.phase, res.msg, res.err
@@ -69,10 +69,10 @@ func (e *Engine) runnerPhases(ctx context.Context, r *store.Run, batch []string,
 }
 
 // batchPolicy is what the run's batch is judged by.
-func (e *Engine) batchPolicy(r *store.Run, batch []string, log *slog.Logger) batchPolicy {
-	s := e.batchSuite(r, batch, log)
-	return batchPolicy{phases: batch, suite: s, phaseBound: e.cfg.Timeouts.RunnerPhase,
-		reconnect: e.cfg.Timeouts.Reconnect, waitForCURE: e.cfg.Timeouts.WaitForCURE, disconnects: e.cfg.Budgets.Disconnects,
+func (bc *batchCtl) batchPolicy(r *store.Run, batch []string, log *slog.Logger) batchPolicy {
+	s := bc.batchSuite(r, batch, log)
+	return batchPolicy{phases: batch, suite: s, phaseBound: bc.cfg.Timeouts.RunnerPhase,
+		reconnect: bc.cfg.Timeouts.Reconnect, waitForCURE: bc.cfg.Timeouts.WaitForCURE, disconnects: bc.cfg.Budgets.Disconnects,
 		pairs: pairConfigs(s)}
 }
 
@@ -91,20 +91,20 @@ const maxEventsPerLook = 1000
 // observeBatch looks at the batch: its events since the read position, the
 // node's current session, the clock. changed wakes the caller when the
 // node's session changes; more says events were left to read.
-func (e *Engine) observeBatch(ctx context.Context, r *store.Run, w *batchWatch) (obs batchObs, changed <-chan struct{}, more bool, err error) {
+func (bc *batchCtl) observeBatch(ctx context.Context, r *store.Run, w *batchWatch) (obs batchObs, changed <-chan struct{}, more bool, err error) {
 	obs = batchObs{now: time.Now(), fresh: w.fresh}
 	from := w.readTo
 	if w.fresh {
 		if b := r.Pipeline.Batch; b != nil {
 			from = b.Cursor // a coordinator stopped mid-batch: act on what it left
-		} else if obs.tail, err = e.lastEventID(ctx, r.ID); err != nil {
+		} else if obs.tail, err = bc.host.lastEventID(ctx, r.ID); err != nil {
 			return obs, nil, false, err
 		} else {
 			from = obs.tail
 		}
 		w.fresh = false
 	}
-	if obs.events, err = e.cfg.Store.Events(ctx, r.ID, from, maxEventsPerLook); err != nil {
+	if obs.events, err = bc.cfg.Store.Events(ctx, r.ID, from, maxEventsPerLook); err != nil {
 		return obs, nil, false, err
 	}
 	obs.readTo = from
@@ -112,11 +112,11 @@ func (e *Engine) observeBatch(ctx context.Context, r *store.Run, w *batchWatch) 
 		obs.readTo = obs.events[n-1].ID
 	}
 	w.readTo = obs.readTo
-	changed = e.cfg.Hub.Changed(r.NodeID)
-	if obs.session, err = e.observeSession(ctx, r, obs.fresh); err != nil {
+	changed = bc.cfg.Hub.Changed(r.NodeID)
+	if obs.session, err = bc.observeSession(ctx, r, obs.fresh); err != nil {
 		return obs, nil, false, err
 	}
-	if obs.pairs, err = e.observePairs(ctx, r); err != nil {
+	if obs.pairs, err = bc.observePairs(ctx, r); err != nil {
 		return obs, nil, false, err
 	}
 	return obs, changed, len(obs.events) == maxEventsPerLook, nil
@@ -124,8 +124,8 @@ func (e *Engine) observeBatch(ctx context.Context, r *store.Run, w *batchWatch) 
 
 // observeSession is the node's current session as a batch sees it; for a
 // session the batch does not follow yet, what its runner has stored.
-func (e *Engine) observeSession(ctx context.Context, r *store.Run, fresh bool) (*sessionObs, error) {
-	s := e.cfg.Hub.Current(r.NodeID)
+func (bc *batchCtl) observeSession(ctx context.Context, r *store.Run, fresh bool) (*sessionObs, error) {
+	s := bc.cfg.Hub.Current(r.NodeID)
 	if s == nil {
 		return nil, nil
 	}
@@ -133,17 +133,17 @@ func (e *Engine) observeSession(ctx context.Context, r *store.Run, fresh bool) (
 	if b := r.Pipeline.Batch; !fresh && b != nil && so.ref == b.Bound || s.RunID != r.ID {
 		return so, nil
 	}
-	claim, err := e.sessionClaim(ctx, *r, s)
+	claim, err := bc.boot.sessionClaim(ctx, *r, s)
 	if err != nil {
 		return nil, err
 	}
 	if !claim.settled {
 		so.held = &claim
 	}
-	if so.stored, err = e.cfg.Store.MaxSeq(ctx, r.ID, s.BootID); err != nil {
+	if so.stored, err = bc.cfg.Store.MaxSeq(ctx, r.ID, s.BootID); err != nil {
 		return nil, err
 	}
-	if so.since, err = e.cfg.Store.LastPhaseEventKind(ctx, r.ID, s.BootID, so.state.GetLastEventSeq()); err != nil {
+	if so.since, err = bc.cfg.Store.LastPhaseEventKind(ctx, r.ID, s.BootID, so.state.GetLastEventSeq()); err != nil {
 		return nil, err
 	}
 	return so, nil
@@ -157,28 +157,28 @@ type batchResult struct {
 }
 
 // applyBatch carries out a batch decision's actions, in order.
-func (e *Engine) applyBatch(ctx context.Context, r *store.Run, acts []action, log *slog.Logger) batchResult {
+func (bc *batchCtl) applyBatch(ctx context.Context, r *store.Run, acts []action, log *slog.Logger) batchResult {
 	for _, a := range acts {
 		switch a.kind {
 		case actRecordStart:
-			e.recordStart(ctx, r, a.phase, runstate.SourceRunner)
+			bc.driver.recordStart(ctx, r, a.phase, runstate.SourceRunner)
 		case actRecordEnd:
-			e.recordEnd(ctx, r, a.phase, a.out, a.dur, runstate.SourceRunner)
+			bc.driver.recordEnd(ctx, r, a.phase, a.out, a.dur, runstate.SourceRunner)
 		case actRebootCURE:
-			if err := e.rebootIntoCURE(ctx, r, a.msg); err != nil {
+			if err := bc.power.rebootIntoCURE(ctx, r, a.msg); err != nil {
 				return batchResult{end: true, err: err}
 			}
 			rebootedIntoCURE(r.Pipeline.Batch, time.Now())
 		case actEvent:
-			e.coordEvent(ctx, *r, a.phase, runstate.EventInfo, "", a.msg, 0)
+			bc.coordEvent(ctx, *r, a.phase, runstate.EventInfo, "", a.msg, 0)
 		case actNote, actReattach:
-			e.coordNote(ctx, *r, a.phase, a.msg)
+			bc.coordNote(ctx, *r, a.phase, a.msg)
 		case actRetry:
-			e.cfg.Metrics.Retry(a.phase, a.cause)
+			bc.cfg.Metrics.Retry(a.phase, a.cause)
 		case actPairSend:
-			e.sendPair(r, a, log)
+			bc.sendPair(r, a, log)
 		case actAssign:
-			if err := e.sendAssignment(ctx, r, a, log); err != nil {
+			if err := bc.sendAssignment(ctx, r, a, log); err != nil {
 				return batchResult{end: true, err: err}
 			}
 		case actFail:
@@ -199,16 +199,16 @@ func (e *Engine) applyBatch(ctx context.Context, r *store.Run, acts []action, lo
 // sendAssignment gives the session the batch's remaining phases; only a
 // session that took them is followed. The status (cursor, resume count,
 // host token) is saved before the runner can act on it.
-func (e *Engine) sendAssignment(ctx context.Context, r *store.Run, a action, log *slog.Logger) error {
-	s := e.cfg.Hub.Current(r.NodeID)
+func (bc *batchCtl) sendAssignment(ctx context.Context, r *store.Run, a action, log *slog.Logger) error {
+	s := bc.cfg.Hub.Current(r.NodeID)
 	if s == nil || sessionRef(s) != a.session {
 		return nil // gone meanwhile: the next look decides again
 	}
-	asg, err := e.assignment(ctx, r, a.phases, s)
+	asg, err := bc.assignment(ctx, r, a.phases, s)
 	if err != nil {
 		return err
 	}
-	e.save(ctx, r)
+	bc.save(ctx, r)
 	if err := s.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Assignment{Assignment: asg}}); err != nil {
 		log.Warn("send assignment", "err", err)
 		return nil
@@ -216,8 +216,8 @@ func (e *Engine) sendAssignment(ctx context.Context, r *store.Run, a action, log
 	b := r.Pipeline.Batch
 	r.Pipeline.Handled = a.session
 	b.Bound, b.LastAlive, b.HadRunner = a.session, time.Now(), true
-	e.save(ctx, r)
-	e.coordNote(ctx, *r, a.phases[0], fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(a.phases, ","), r.ResumeCount))
+	bc.save(ctx, r)
+	bc.coordNote(ctx, *r, a.phases[0], fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(a.phases, ","), r.ResumeCount))
 	return nil
 }
 
@@ -226,8 +226,8 @@ func (e *Engine) sendAssignment(ctx context.Context, r *store.Run, a action, log
 // places the plan's times) or its verdicts. A session gone meanwhile is
 // given it again when its runner reconnects (the status records the
 // session it went to).
-func (e *Engine) sendPair(r *store.Run, a action, log *slog.Logger) {
-	s := e.cfg.Hub.Current(r.NodeID)
+func (bc *batchCtl) sendPair(r *store.Run, a action, log *slog.Logger) {
+	s := bc.cfg.Hub.Current(r.NodeID)
 	if s == nil || sessionRef(s) != a.session {
 		return
 	}
@@ -257,19 +257,19 @@ func rebootRequired(ev store.Event) bool {
 // assignment builds what the runner needs for the remaining phases, and no
 // more: PSIDs only for a sed_revert in a mode that wipes, for the disks the
 // wipe selects; a host callback token only for an os_install, minted anew.
-func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, sess *sessions.Session) (*curev1.Assignment, error) {
-	raw, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest)
+func (bc *batchCtl) assignment(ctx context.Context, r *store.Run, phases []string, sess *sessions.Session) (*curev1.Assignment, error) {
+	raw, doc, err := bc.cfg.Manifests.LoadDocument(r.Manifest)
 	if err != nil {
 		return nil, err
 	}
-	n, err := e.cfg.Store.GetNode(ctx, r.NodeID)
+	n, err := bc.cfg.Store.GetNode(ctx, r.NodeID)
 	if err != nil {
 		return nil, err
 	}
 	mode := modes.Mode(r.Mode)
 	var psids map[string]string
 	if slices.Contains(phases, modes.SEDRevert) && (mode == modes.Provision || mode == modes.Wipe) {
-		if psids, err = e.psidsFor(n, r.Manifest, sess.Hello.GetInventory()); err != nil {
+		if psids, err = bc.psidsFor(n, r.Manifest, sess.Hello.GetInventory()); err != nil {
 			return nil, err
 		}
 	}
@@ -279,8 +279,8 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 	var skuYAML []byte
 	var skuName string
 	if slices.Contains(phases, modes.Hardware) && (mode == modes.Diagnostic || mode == modes.Burnin) && n.SKU != "" {
-		if raw, _, err := e.cfg.Manifests.Load(n.SKU); err != nil {
-			e.coordEvent(ctx, *r, modes.Hardware, runstate.EventInfo, "", fmt.Sprintf("node SKU %s not sent for the hardware check: %v", n.SKU, err), 0)
+		if raw, _, err := bc.cfg.Manifests.Load(n.SKU); err != nil {
+			bc.coordEvent(ctx, *r, modes.Hardware, runstate.EventInfo, "", fmt.Sprintf("node SKU %s not sent for the hardware check: %v", n.SKU, err), 0)
 		} else {
 			skuYAML, skuName = raw, n.SKU+".yaml"
 		}
@@ -289,15 +289,15 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 	if hostname == "" {
 		hostname = n.ID
 	}
-	base := strings.TrimRight(e.cfg.BaseURL, "/")
+	base := strings.TrimRight(bc.cfg.BaseURL, "/")
 	var firstBoot *curev1.FirstBoot
-	if err := e.forgetInstalledOS(ctx, r, phases); err != nil {
+	if err := bc.day2.forgetInstalledOS(ctx, r, phases); err != nil {
 		return nil, err
 	}
 	if slices.Contains(phases, modes.OSInstall) {
 		tok := NewToken()
 		r.Pipeline.AddHostToken(store.TokenHash(tok))
-		e.save(ctx, r)
+		bc.save(ctx, r)
 		firstBoot = &curev1.FirstBoot{
 			Hostname:      hostname,
 			InstanceId:    r.ID,
@@ -307,13 +307,13 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 	}
 	var resume *curev1.SuiteResume
 	if slices.Contains(phases, modes.Validate) {
-		if resume, err = e.suiteResume(ctx, r); err != nil {
+		if resume, err = bc.suiteResume(ctx, r); err != nil {
 			return nil, err
 		}
 	}
 	return &curev1.Assignment{
 		SuiteResume:     resume,
-		HeartbeatMs:     heartbeatEvery(e.cfg.Timeouts.Reconnect).Milliseconds(),
+		HeartbeatMs:     heartbeatEvery(bc.cfg.Timeouts.Reconnect).Milliseconds(),
 		RunId:           r.ID,
 		NodeId:          r.NodeID,
 		Mode:            modes.ToProto(modes.Mode(r.Mode)),
@@ -326,7 +326,7 @@ func (e *Engine) assignment(ctx context.Context, r *store.Run, phases []string, 
 		FirstBoot:       firstBoot,
 		SkuYaml:         skuYAML,
 		SkuName:         skuName,
-		ToolBundle:      e.toolBundleRef(ctx, r, phases, doc),
+		ToolBundle:      bc.toolBundleRef(ctx, r, phases, doc),
 		// A runner that does not know a phase names this beside its own.
 		CoordinatorVersion: coordinatorVersion,
 	}, nil
@@ -338,11 +338,11 @@ var coordinatorVersion = buildinfo.Version("")
 // batchSuite is the run's validation suite when the batch runs one (nil
 // otherwise, or when it does not load: the runner then fails the phase
 // saying why, within the fixed in-band bound).
-func (e *Engine) batchSuite(r *store.Run, batch []string, log *slog.Logger) *manifests.ValidationSuite {
+func (bc *batchCtl) batchSuite(r *store.Run, batch []string, log *slog.Logger) *manifests.ValidationSuite {
 	if !slices.Contains(batch, modes.Validate) {
 		return nil
 	}
-	_, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest)
+	_, doc, err := bc.cfg.Manifests.LoadDocument(r.Manifest)
 	if err != nil || doc.Suite == nil {
 		log.Warn("validate phase without a suite deadline", "manifest", r.Manifest, "err", err)
 		return nil
@@ -354,8 +354,8 @@ func (e *Engine) batchSuite(r *store.Run, batch []string, log *slog.Logger) *man
 // given again while its latest attempt never ended (the node lost it: a
 // reset, a crash), nil for a first try or a retry after a failure. It
 // records the resume in the run's timeline.
-func (e *Engine) suiteResume(ctx context.Context, r *store.Run) (*curev1.SuiteResume, error) {
-	ps, err := e.cfg.Store.Phases(ctx, r.ID)
+func (bc *batchCtl) suiteResume(ctx context.Context, r *store.Run) (*curev1.SuiteResume, error) {
+	ps, err := bc.cfg.Store.Phases(ctx, r.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -366,7 +366,7 @@ func (e *Engine) suiteResume(ctx context.Context, r *store.Run) (*curev1.SuiteRe
 	if !interrupted {
 		return nil, nil
 	}
-	_, doc, err := e.cfg.Manifests.LoadDocument(r.Manifest)
+	_, doc, err := bc.cfg.Manifests.LoadDocument(r.Manifest)
 	if err != nil {
 		return nil, err
 	}
@@ -374,7 +374,7 @@ func (e *Engine) suiteResume(ctx context.Context, r *store.Run) (*curev1.SuiteRe
 		return nil, nil // the runner refuses it, saying so
 	}
 	var last *curev1.Progress
-	if rec, err := e.cfg.Store.RunProgress(ctx, r.ID); err == nil {
+	if rec, err := bc.cfg.Store.RunProgress(ctx, r.ID); err == nil {
 		last = &curev1.Progress{}
 		if err := protojson.Unmarshal(rec.JSON, last); err != nil {
 			return nil, fmt.Errorf("run %s: stored progress: %w", r.ID, err)
@@ -383,6 +383,6 @@ func (e *Engine) suiteResume(ctx context.Context, r *store.Run) (*curev1.SuiteRe
 		return nil, err
 	}
 	sr, note := planSuiteResume(doc.Suite, last)
-	e.coordEvent(ctx, *r, modes.Validate, runstate.EventInfo, "", note, 0)
+	bc.coordEvent(ctx, *r, modes.Validate, runstate.EventInfo, "", note, 0)
 	return sr, nil
 }

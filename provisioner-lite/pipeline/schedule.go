@@ -26,8 +26,8 @@ type requeue struct {
 }
 
 // watch registers for the node's session changes.
-func (e *Engine) watch(nodeID string) requeue {
-	return requeue{session: e.cfg.Hub.Changed(nodeID)}
+func (c *core) watch(nodeID string) requeue {
+	return requeue{session: c.cfg.Hub.Changed(nodeID)}
 }
 
 // withEvents also wakes on the run's stored events (the store's signal).

@@ -18,29 +18,29 @@ type stopRequest struct {
 // cancelled and the run is finished after the goroutine exits (so none of its
 // late saves lands on top); a run no goroutine drives is finished at once.
 // It reports whether the run was driven by this engine.
-func (e *Engine) requestStop(runID string, req stopRequest) bool {
-	e.mu.Lock()
-	cancel, running := e.running[runID]
+func (c *core) requestStop(runID string, req stopRequest) bool {
+	c.mu.Lock()
+	cancel, running := c.running[runID]
 	if running {
-		e.stops[runID] = req
+		c.stops[runID] = req
 	}
-	e.mu.Unlock()
+	c.mu.Unlock()
 	if running {
 		cancel() // the run's goroutine ends and its launcher calls stopRun
 		return true
 	}
-	e.stopRun(runID, req)
+	c.stopRun(runID, req)
 	return false
 }
 
-func (e *Engine) stopRun(runID string, req stopRequest) {
+func (c *core) stopRun(runID string, req stopRequest) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := e.cfg.Store.GetRun(ctx, runID)
+	r, err := c.cfg.Store.GetRun(ctx, runID)
 	if err != nil || !runstate.Active(r.Status) {
 		return
 	}
-	e.finish(ctx, &r, req.status, req.msg)
+	c.finish(ctx, &r, req.status, req.msg)
 }
 
 // Cancel ends an active run as canceled: its pipeline stops, its runner's

@@ -25,7 +25,7 @@ type ToolBundle struct {
 // bundle, when the suite runs one of its programs. A suite needing a
 // program this coordinator cannot serve still runs (those checks ERROR on
 // the node, saying why); the run's timeline says so here first.
-func (e *Engine) toolBundleRef(ctx context.Context, r *store.Run, phases []string, doc *manifests.Document) *curev1.ToolBundleRef {
+func (bc *batchCtl) toolBundleRef(ctx context.Context, r *store.Run, phases []string, doc *manifests.Document) *curev1.ToolBundleRef {
 	if doc == nil || doc.Suite == nil || !slices.Contains(phases, modes.Validate) {
 		return nil
 	}
@@ -33,9 +33,9 @@ func (e *Engine) toolBundleRef(ctx context.Context, r *store.Run, phases []strin
 	if len(need) == 0 {
 		return nil
 	}
-	tb := e.cfg.ToolBundle
+	tb := bc.cfg.ToolBundle
 	if tb == nil {
-		e.coordEvent(ctx, *r, modes.Validate, runstate.EventLog, "WARN", fmt.Sprintf("suite %s runs %s from the tool bundle, and this coordinator serves none (start it with --tool-bundle): those checks will ERROR",
+		bc.coordEvent(ctx, *r, modes.Validate, runstate.EventLog, "WARN", fmt.Sprintf("suite %s runs %s from the tool bundle, and this coordinator serves none (start it with --tool-bundle): those checks will ERROR",
 			doc.Suite.Metadata.Name, strings.Join(need, ", ")), 0)
 		return nil
 	}
@@ -46,11 +46,11 @@ func (e *Engine) toolBundleRef(ctx context.Context, r *store.Run, phases []strin
 		}
 	}
 	if len(missing) > 0 {
-		e.coordEvent(ctx, *r, modes.Validate, runstate.EventLog, "WARN", fmt.Sprintf("suite %s runs %s, which the tool bundle %.12s lacks (it has %s): those checks will ERROR",
+		bc.coordEvent(ctx, *r, modes.Validate, runstate.EventLog, "WARN", fmt.Sprintf("suite %s runs %s, which the tool bundle %.12s lacks (it has %s): those checks will ERROR",
 			doc.Suite.Metadata.Name, strings.Join(missing, ", "), tb.SHA256, strings.Join(tb.Tools, ", ")), 0)
 	}
 	return &curev1.ToolBundleRef{
-		Url:    strings.TrimRight(e.cfg.BaseURL, "/") + "/artifacts/sha256/" + tb.SHA256,
+		Url:    strings.TrimRight(bc.cfg.BaseURL, "/") + "/artifacts/sha256/" + tb.SHA256,
 		Sha256: tb.SHA256, Size: tb.Size, Tools: tb.Tools,
 	}
 }

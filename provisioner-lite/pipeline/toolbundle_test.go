@@ -42,8 +42,8 @@ func TestToolBundleRef(t *testing.T) {
 	}
 	sum := strings.Repeat("c0", 32)
 	// Not New: no run is driven, only the assignment's part is asked for.
-	e := &Engine{cfg: Config{Store: st, Log: slog.New(slog.DiscardHandler), BaseURL: "http://10.0.2.2:8080/",
-		ToolBundle: &ToolBundle{SHA256: sum, Size: 33770948, Tools: []string{"fio", "stress-ng"}}}}
+	e := &batchCtl{&core{cfg: Config{Store: st, Log: slog.New(slog.DiscardHandler), BaseURL: "http://10.0.2.2:8080/",
+		ToolBundle: &ToolBundle{SHA256: sum, Size: 33770948, Tools: []string{"fio", "stress-ng"}}}}}
 	validate := []string{modes.Hardware, modes.Validate}
 
 	ref := e.toolBundleRef(ctx, &run, validate, suite(manifests.CheckStorageRandom, manifests.CheckMemory))

@@ -49,26 +49,26 @@ func windowOpened(r store.Run) time.Time {
 // BootDecision implements bootserver.Coordinator: a node boots CURE only
 // while its active run has an open boot window; each answer then mints a
 // per-boot token bound to the run, the window and the requesting address.
-func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver.Decision, error) {
-	return e.bootDecision(ctx, mac, peer, runstate.BootPathPXE)
+func (g *gateCtl) BootDecision(ctx context.Context, mac, peer string) (bootserver.Decision, error) {
+	return g.bootDecision(ctx, mac, peer, runstate.BootPathPXE)
 }
 
 // HTTPSBootDecision implements bootserver.HTTPSBooter: the signed image,
 // booted over UEFI HTTP, asks for its boot parameters over TLS. The same
 // boot window, token budget and binding apply as to an iPXE script.
-func (e *Engine) HTTPSBootDecision(ctx context.Context, mac, peer string) (bootserver.Decision, error) {
-	return e.bootDecision(ctx, mac, peer, runstate.BootPathHTTPS)
+func (g *gateCtl) HTTPSBootDecision(ctx context.Context, mac, peer string) (bootserver.Decision, error) {
+	return g.bootDecision(ctx, mac, peer, runstate.BootPathHTTPS)
 }
 
-func (e *Engine) bootDecision(ctx context.Context, mac, peer, path string) (bootserver.Decision, error) {
-	n, err := e.cfg.Store.NodeByMAC(ctx, mac)
+func (g *gateCtl) bootDecision(ctx context.Context, mac, peer, path string) (bootserver.Decision, error) {
+	n, err := g.cfg.Store.NodeByMAC(ctx, mac)
 	if err != nil {
 		if unknownMACErr(err) {
-			e.UnknownMAC(ctx, mac, "iPXE", peer)
+			g.UnknownMAC(ctx, mac, "iPXE", peer)
 		}
 		return bootserver.Decision{}, fmt.Errorf("mac %s is not registered: %w", mac, err)
 	}
-	r, err := e.cfg.Store.LatestRun(ctx, n.ID)
+	r, err := g.cfg.Store.LatestRun(ctx, n.ID)
 	if err != nil || !runstate.Active(r.Status) {
 		return bootserver.Decision{Boot: false, Reason: "no active run"}, nil
 	}
@@ -76,14 +76,14 @@ func (e *Engine) bootDecision(ctx context.Context, mac, peer, path string) (boot
 		return bootserver.Decision{Boot: false, Reason: "run " + r.ID + " wants the installed OS"}, nil
 	}
 	window := bootWindow(r)
-	if !e.cfg.BootIPUnbound {
+	if !g.cfg.BootIPUnbound {
 		// Before the limits: a claimant that used up the window's tokens
 		// must not hide a second one behind a refusal.
-		if err := e.cfg.Store.ClaimBootWindow(ctx, r.ID, window, peer); err != nil {
-			return bootserver.Decision{}, e.claimRefused(ctx, n, r, mac, peer, path, err)
+		if err := g.cfg.Store.ClaimBootWindow(ctx, r.ID, window, peer); err != nil {
+			return bootserver.Decision{}, g.claimRefused(ctx, n, r, mac, peer, path, err)
 		}
 	}
-	ws, err := e.cfg.Store.BootWindow(ctx, r.ID, window)
+	ws, err := g.cfg.Store.BootWindow(ctx, r.ID, window)
 	if err != nil {
 		return bootserver.Decision{}, err
 	}
@@ -92,26 +92,26 @@ func (e *Engine) bootDecision(ctx context.Context, mac, peer, path string) (boot
 		// own): the boot that registered is the window's.
 		return bootserver.Decision{Boot: false, Reason: fmt.Sprintf("run %s: boot %s already registered in this boot window", r.ID, ws.Bound.BootID)}, nil
 	}
-	if err := e.tokenBudget(ctx, n, r, mac, peer, ws); err != nil {
+	if err := g.tokenBudget(ctx, n, r, mac, peer, ws); err != nil {
 		return bootserver.Decision{}, err
 	}
 	tok := NewToken()
-	issue := e.cfg.Store.ClaimBootToken
-	if e.cfg.BootIPUnbound {
-		issue = e.cfg.Store.IssueBootToken
+	issue := g.cfg.Store.ClaimBootToken
+	if g.cfg.BootIPUnbound {
+		issue = g.cfg.Store.IssueBootToken
 	}
 	err = issue(ctx, store.BootToken{
 		Hash: store.TokenHash(tok), NodeID: n.ID, RunID: r.ID, Window: window, Peer: peer,
-		Issued: time.Now(), Expires: time.Now().Add(e.cfg.Timeouts.WaitForCURE),
-	}, e.cfg.TokensPerWindow)
+		Issued: time.Now(), Expires: time.Now().Add(g.cfg.Timeouts.WaitForCURE),
+	}, g.cfg.TokensPerWindow)
 	var contest *store.ContestedError
 	switch {
 	case errors.As(err, &contest) || errors.Is(err, store.ErrWindowContested):
 		// A second claimant raced this one between the claim and the issue.
-		return bootserver.Decision{}, e.claimRefused(ctx, n, r, mac, peer, path, err)
+		return bootserver.Decision{}, g.claimRefused(ctx, n, r, mac, peer, path, err)
 	case errors.Is(err, store.ErrWindowFull):
 		// Lost a race with a concurrent request for the same window.
-		e.cfg.Audit.Security(ctx, store.AuditEntry{Actor: n.ID, Peer: peer, Action: audit.BootTokenRateLimit, RunID: r.ID, Nodes: []string{n.ID},
+		g.cfg.Audit.Security(ctx, store.AuditEntry{Actor: n.ID, Peer: peer, Action: audit.BootTokenRateLimit, RunID: r.ID, Nodes: []string{n.ID},
 			Result: "refused", Detail: "iPXE script for " + mac + ": " + err.Error()})
 		return bootserver.Decision{}, fmt.Errorf("node %s: %v: %w", n.ID, err, bootserver.ErrRateLimited)
 	case err != nil:
@@ -121,31 +121,31 @@ func (e *Engine) bootDecision(ctx context.Context, mac, peer, path string) (boot
 	if path == runstate.BootPathHTTPS {
 		what = "boot parameters served over HTTPS (signed image, UEFI HTTP boot)"
 	}
-	e.coordEvent(ctx, r, r.Phase, runstate.EventInfo, runstate.BootPathStatusPrefix+path, fmt.Sprintf("%s to %s from %s; per-boot token %d of at most %d in this boot window",
-		what, mac, peer, ws.Issued+1, e.cfg.TokensPerWindow), 0)
+	g.coordEvent(ctx, r, r.Phase, runstate.EventInfo, runstate.BootPathStatusPrefix+path, fmt.Sprintf("%s to %s from %s; per-boot token %d of at most %d in this boot window",
+		what, mac, peer, ws.Issued+1, g.cfg.TokensPerWindow), 0)
 	return bootserver.Decision{
 		Boot: true,
 		// The instance driving the run comes first in the runner's list, so
 		// a node that PXE-booted from another instance still reaches it.
-		Cmdline: fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", nonEmpty(r.Pipeline.RunnerAddr, e.cfg.RunnerAddr), e.cfg.BaseURL, n.ID, tok),
+		Cmdline: fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", nonEmpty(r.Pipeline.RunnerAddr, g.cfg.RunnerAddr), g.cfg.BaseURL, n.ID, tok),
 		Reason:  "run " + r.ID,
 	}, nil
 }
 
 // tokenBudget refuses a token past the window's or the node's budget, as
 // a rate-limited security event.
-func (e *Engine) tokenBudget(ctx context.Context, n store.Node, r store.Run, mac, peer string, ws store.WindowState) error {
+func (g *gateCtl) tokenBudget(ctx context.Context, n store.Node, r store.Run, mac, peer string, ws store.WindowState) error {
 	limited := ""
 	switch {
-	case ws.Issued >= e.cfg.TokensPerWindow:
+	case ws.Issued >= g.cfg.TokensPerWindow:
 		limited = fmt.Sprintf("%d boot tokens already issued in this boot window", ws.Issued)
-	case !e.tokens.allow(n.ID):
-		limited = fmt.Sprintf("more than %d boot tokens for the node in %s", e.cfg.TokensPerNode, e.cfg.TokenPeriod)
+	case !g.tokens.allow(n.ID):
+		limited = fmt.Sprintf("more than %d boot tokens for the node in %s", g.cfg.TokensPerNode, g.cfg.TokenPeriod)
 	}
 	if limited == "" {
 		return nil
 	}
-	e.cfg.Audit.Security(ctx, store.AuditEntry{Actor: n.ID, Peer: peer, Action: audit.BootTokenRateLimit, RunID: r.ID, Nodes: []string{n.ID},
+	g.cfg.Audit.Security(ctx, store.AuditEntry{Actor: n.ID, Peer: peer, Action: audit.BootTokenRateLimit, RunID: r.ID, Nodes: []string{n.ID},
 		Result: "refused", Detail: "iPXE script for " + mac + ": " + limited})
 	return fmt.Errorf("node %s: %s: %w", n.ID, limited, bootserver.ErrRateLimited)
 }
@@ -154,7 +154,7 @@ func (e *Engine) tokenBudget(ctx context.Context, n store.Node, r store.Run, mac
 // address claimed: the first such request contests the window (the store
 // revoked its tokens; the run stops in attention naming both addresses),
 // a later one is refused. Neither claimant gets a token.
-func (e *Engine) claimRefused(ctx context.Context, n store.Node, r store.Run, mac, peer, path string, err error) error {
+func (g *gateCtl) claimRefused(ctx context.Context, n store.Node, r store.Run, mac, peer, path string, err error) error {
 	var ce *store.ContestedError
 	if !errors.As(err, &ce) {
 		if errors.Is(err, store.ErrWindowContested) {
@@ -171,9 +171,9 @@ func (e *Engine) claimRefused(ctx context.Context, n store.Node, r store.Run, ma
 		detail += fmt.Sprintf(" (boot %s registered from there)", ce.Bound.BootID)
 	}
 	detail += fmt.Sprintf(": two claimants for node %s (%s and %s); every token of the window is revoked and neither gets a secret", n.ID, ce.First, ce.Second)
-	e.cfg.Audit.Security(ctx, store.AuditEntry{Actor: n.ID, Peer: peer, Action: audit.BootWindowContested, RunID: r.ID, Nodes: []string{n.ID},
+	g.cfg.Audit.Security(ctx, store.AuditEntry{Actor: n.ID, Peer: peer, Action: audit.BootWindowContested, RunID: r.ID, Nodes: []string{n.ID},
 		Result: "refused", Detail: detail})
-	e.IdentityContested(ctx, r.ID, detail)
+	g.IdentityContested(ctx, r.ID, detail)
 	return fmt.Errorf("node %s run %s: %s: %w", n.ID, r.ID, detail, bootserver.ErrContested)
 }
 
@@ -184,16 +184,16 @@ func (e *Engine) claimRefused(ctx context.Context, n store.Node, r store.Run, ma
 // its installed OS, that OS's own, which waitForHostOSPhase added); the
 // form is read only after all that. A provision's accepted token becomes
 // the node's installed OS (recordInstalledOS).
-func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, readForm func() (url.Values, error)) error {
-	if _, err := e.cfg.Store.GetNode(ctx, nodeID); err != nil {
+func (g *gateCtl) HostReady(ctx context.Context, nodeID, token, peer string, readForm func() (url.Values, error)) error {
+	if _, err := g.cfg.Store.GetNode(ctx, nodeID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("node %s: %w", nodeID, bootserver.ErrUnknownNode)
 		}
 		return err
 	}
-	r, rerr := e.cfg.Store.LatestRun(ctx, nodeID)
+	r, rerr := g.cfg.Store.LatestRun(ctx, nodeID)
 	refuse := func(why string) error {
-		e.cfg.Audit.Security(ctx, store.AuditEntry{Actor: nodeID, Peer: peer, Action: audit.HostCallback, RunID: r.ID, Nodes: []string{nodeID},
+		g.cfg.Audit.Security(ctx, store.AuditEntry{Actor: nodeID, Peer: peer, Action: audit.HostCallback, RunID: r.ID, Nodes: []string{nodeID},
 			Result: "refused", Detail: why})
 		return fmt.Errorf("host callback of node %s: %s: %w", nodeID, why, bootserver.ErrUnauthorized)
 	}
@@ -219,10 +219,10 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 	if rebooted.IsZero() {
 		return refuse("the coordinator has not rebooted the node out of CURE yet")
 	}
-	if time.Since(rebooted) > e.cfg.Timeouts.HostOS {
-		return refuse(fmt.Sprintf("the wait for the installed OS ended %s after the reboot", e.cfg.Timeouts.HostOS))
+	if time.Since(rebooted) > g.cfg.Timeouts.HostOS {
+		return refuse(fmt.Sprintf("the wait for the installed OS ended %s after the reboot", g.cfg.Timeouts.HostOS))
 	}
-	if s := e.cfg.Hub.Current(nodeID); s != nil && s.RunID == r.ID {
+	if s := g.cfg.Hub.Current(nodeID); s != nil && s.RunID == r.ID {
 		return refuse("CURE is still connected for this run: the installed OS cannot be up")
 	}
 	form, err := readForm()
@@ -236,7 +236,7 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 		}
 	}
 	// One callback per wait: the event's (boot id, seq) key makes a replay a no-op the store refuses.
-	_, inserted, err := e.cfg.Store.AppendEvent(ctx, store.Event{
+	_, inserted, err := g.cfg.Store.AppendEvent(ctx, store.Event{
 		RunID: r.ID, NodeID: nodeID, Source: runstate.SourceHostOS, BootID: fmt.Sprintf("host-ready/%d", waitFrom), Seq: 1,
 		Time: time.Now().UTC(), Phase: modes.WaitForHostOS, Kind: runstate.EventHostReady,
 		Message: "host OS called back ready from " + peer + ": " + strings.Join(parts, " "),
@@ -247,26 +247,26 @@ func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, read
 	if !inserted {
 		return refuse("already called back for this wait (replay)")
 	}
-	e.recordInstalledOS(ctx, r, matched)
+	g.day2.recordInstalledOS(ctx, r, matched)
 	return nil
 }
 
 // IdentityContested implements server.RunGuard: two boots claimed one boot
 // window, so nobody can tell which is the node. The run stops in attention
 // for an operator, its sessions are closed and its tokens deleted.
-func (e *Engine) IdentityContested(ctx context.Context, runID, detail string) {
-	e.cfg.Hub.CloseRun(runID)
-	e.requestStop(runID, stopRequest{status: curev1.RunStatus_RUN_ATTENTION, msg: "runner identity contested, run stopped: " + detail})
+func (g *gateCtl) IdentityContested(ctx context.Context, runID, detail string) {
+	g.cfg.Hub.CloseRun(runID)
+	g.requestStop(runID, stopRequest{status: curev1.RunStatus_RUN_ATTENTION, msg: "runner identity contested, run stopped: " + detail})
 }
 
 // psidsFor returns the PSIDs an assignment may carry: only the disks the
 // manifest's wipe selector picks from the inventory the runner reported (the
 // boot medium never), and only those the node inventory has a PSID for.
-func (e *Engine) psidsFor(n store.Node, manifest string, inv *curev1.Inventory) (map[string]string, error) {
+func (bc *batchCtl) psidsFor(n store.Node, manifest string, inv *curev1.Inventory) (map[string]string, error) {
 	if len(n.PSIDs) == 0 {
 		return nil, nil
 	}
-	_, sku, err := e.cfg.Manifests.Load(manifest)
+	_, sku, err := bc.cfg.Manifests.Load(manifest)
 	if err != nil {
 		return nil, err
 	}
@@ -344,15 +344,15 @@ type claimState struct {
 // the node, whichever is later. The real node asks within its power-on
 // time, so a peer that took the window first is contested before it is
 // given anything.
-func (e *Engine) sessionClaim(ctx context.Context, r store.Run, s *sessions.Session) (claimState, error) {
+func (g *gateCtl) sessionClaim(ctx context.Context, r store.Run, s *sessions.Session) (claimState, error) {
 	if s.Attested {
 		return claimState{settled: true}, nil
 	}
-	ws, err := e.cfg.Store.BootWindow(ctx, r.ID, bootWindow(r))
+	ws, err := g.cfg.Store.BootWindow(ctx, r.ID, bootWindow(r))
 	if err != nil {
 		return claimState{}, err
 	}
-	if ws.Contested || (!e.cfg.BootIPUnbound && len(ws.Claimants) > 1) {
+	if ws.Contested || (!g.cfg.BootIPUnbound && len(ws.Claimants) > 1) {
 		return claimState{why: fmt.Sprintf("boot window %s has two claimants (%s)", bootWindow(r), strings.Join(ws.Claimants, ", "))}, nil
 	}
 	from := windowOpened(r)
@@ -362,8 +362,8 @@ func (e *Engine) sessionClaim(ctx context.Context, r store.Run, s *sessions.Sess
 	if from.IsZero() {
 		from = cmp.Or(ws.FirstIssued, s.ConnectedAt)
 	}
-	at := from.Add(e.cfg.ClaimSettle)
+	at := from.Add(g.cfg.ClaimSettle)
 	return claimState{settled: !time.Now().Before(at), at: at,
 		why: fmt.Sprintf("the boot is not attested: its boot window's claim settles at %s (%s after the boot was requested, with one claimant)",
-			at.UTC().Format(time.RFC3339), e.cfg.ClaimSettle)}, nil
+			at.UTC().Format(time.RFC3339), g.cfg.ClaimSettle)}, nil
 }

@@ -34,7 +34,7 @@ func TestVerifyArtifact(t *testing.T) {
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) }))
 	defer srv.Close()
-	e := &Engine{cfg: Config{ArtifactDir: dir}}
+	e := &checkCtl{&core{cfg: Config{ArtifactDir: dir}}}
 	n := int64(len(body))
 	for _, tc := range []struct {
 		name string
