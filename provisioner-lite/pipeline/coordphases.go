@@ -14,6 +14,7 @@ import (
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/manifests/fwplan"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/bootgate"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
@@ -67,7 +68,7 @@ func (d *driverCtl) coordPhase(ctx context.Context, r *store.Run, phase string) 
 func (pw *powerCtl) setBootPXE(ctx context.Context, r *store.Run, _ string) outcome {
 	// Recorded before the BMC call: the boot server must hand out CURE to
 	// the very next PXE request.
-	openBootWindow(r)
+	bootgate.OpenWindow(r)
 	pw.save(ctx, r)
 	if err := pw.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
 		return b.SetBootOverride(ctx, pw.cfg.NetBoot, true)
@@ -412,7 +413,7 @@ func (pw *powerCtl) powerOnOrCycle(ctx context.Context, r *store.Run) outcome {
 // rebootIntoCURE re-arms the one-time PXE override (the last boot consumed
 // it) and resets the host.
 func (pw *powerCtl) rebootIntoCURE(ctx context.Context, r *store.Run, why string) error {
-	openBootWindow(r)
+	bootgate.OpenWindow(r)
 	pw.save(ctx, r)
 	err := pw.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
 		if err := b.SetBootOverride(ctx, pw.cfg.NetBoot, true); err != nil {
@@ -442,8 +443,8 @@ func (h *hostCtl) waitForCURE(ctx context.Context, r *store.Run) outcome {
 		r.Pipeline.SetDeadline(modes.WaitForCURE, time.Now().Add(h.cfg.Timeouts.WaitForCURE))
 		h.save(ctx, r)
 	}
-	h.boot.waitsForCURE.add(*r)
-	defer h.boot.waitsForCURE.remove(r.ID)
+	h.boot.WaitForCURE(*r)
+	defer h.boot.EndWaitForCURE(r.ID)
 	for {
 		q := h.watch(r.NodeID)
 		acts := decideWaitCURE(*r, h.cfg.Timeouts.WaitForCURE, cureObs{now: time.Now(), session: h.cfg.Hub.Current(r.NodeID)})
@@ -467,7 +468,7 @@ func (h *hostCtl) applyWait(ctx context.Context, r *store.Run, acts []action) (o
 			return failed("%s", a.msg), true
 		case actEndBootWindow:
 			// Tokens minted for this boot and never used die with the wait.
-			if err := h.cfg.Store.EndBootWindow(context.WithoutCancel(ctx), r.ID, bootWindow(*r)); err != nil {
+			if err := h.cfg.Store.EndBootWindow(context.WithoutCancel(ctx), r.ID, bootgate.Window(*r)); err != nil {
 				h.cfg.Log.Error("end boot window", "run", r.ID, "err", err)
 			}
 		case actNote:

@@ -9,6 +9,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/bootgate"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
@@ -247,7 +248,7 @@ func sessionCases() []batchCase {
 	newSession := runner(refB, curev1.RunnerState_IN_PHASE, modes.Hardware, 7)
 	newSession.stored = 5
 	held := runner(refB, curev1.RunnerState_IDLE, "", 0)
-	held.held = &claimState{at: now.Add(time.Minute), why: "the boot is not attested: its boot window's claim settles at 12:01"}
+	held.held = &bootgate.Claim{At: now.Add(time.Minute), Why: "the boot is not attested: its boot window's claim settles at 12:01"}
 	forged := runnerEvent(10, modes.Hardware, runstate.EventPhaseEnd, curev1.PhaseStatus_PHASE_OK)
 	forged.BootID = refB.BootID
 	return []batchCase{

@@ -18,6 +18,7 @@ import (
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
+	"github.com/cure-oss/cure/provisioner-lite/bootgate"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
@@ -235,18 +236,18 @@ type core struct {
 	// skus caches the node SKU of each run driven (a metrics label).
 	skus sync.Map
 
-	driver *driverCtl // a run's phase loop and its phase records (drive.go)
-	batch  *batchCtl  // in-band phases driven through the runner (runner.go, reconcile.go, pairs.go)
-	checks *checkCtl  // preflight: node, BMC and artifacts (coordphases.go)
-	power  *powerCtl  // power and boot order over the BMC (coordphases.go)
-	oob    *oobCtl    // out-of-band firmware and BIOS settings (oob.go)
-	host   *hostCtl   // waits for CURE and for the installed OS, host reboots (coordphases.go)
-	day2   *day2Ctl   // a day-2 run's end and the installed OS (day2.go)
-	fleet  *fleetCtl  // fleet bands and their rejudging (fleet.go, fleetrejudge.go)
-	leases *leaseCtl  // run leases shared with other instances (lease.go)
-	bmc    *bmcCtl    // BMC health, telemetry and evidence (bmchealth.go, bmcgate.go)
-	audits *auditCtl  // direct audits over Redfish (direct.go)
-	boot   *gateCtl   // the boot gate: boot windows, tokens, host callbacks, unknown MACs (trust.go, unknownmac.go)
+	driver *driverCtl     // a run's phase loop and its phase records (drive.go)
+	batch  *batchCtl      // in-band phases driven through the runner (runner.go, reconcile.go, pairs.go)
+	checks *checkCtl      // preflight: node, BMC and artifacts (coordphases.go)
+	power  *powerCtl      // power and boot order over the BMC (coordphases.go)
+	oob    *oobCtl        // out-of-band firmware and BIOS settings (oob.go)
+	host   *hostCtl       // waits for CURE and for the installed OS, host reboots (coordphases.go)
+	day2   *day2Ctl       // a day-2 run's end and the installed OS (day2.go)
+	fleet  *fleetCtl      // fleet bands and their rejudging (fleet.go, fleetrejudge.go)
+	leases *leaseCtl      // run leases shared with other instances (lease.go)
+	bmc    *bmcCtl        // BMC health, telemetry and evidence (bmchealth.go, bmcgate.go)
+	audits *auditCtl      // direct audits over Redfish (direct.go)
+	boot   *bootgate.Gate // the boot gate: boot windows, tokens, host callbacks, unknown MACs
 }
 
 // The controllers: each owns one area of the pipeline (core lists them).
@@ -267,12 +268,6 @@ type (
 		// phase: run id -> *bmcPoller.
 		pollers sync.Map
 	}
-	gateCtl struct {
-		*core
-		tokens *tokenLimiter
-		// waitsForCURE are the runs in wait_for_cure, for UnknownMAC.
-		waitsForCURE cureWaits
-	}
 )
 
 // New returns an engine; call Resume to pick up runs from the store.
@@ -282,7 +277,13 @@ func New(ctx context.Context, cfg Config) *Engine {
 	c.driver, c.batch, c.checks, c.power = &driverCtl{c}, &batchCtl{c}, &checkCtl{c}, &powerCtl{c}
 	c.oob, c.host, c.day2, c.fleet = &oobCtl{c}, &hostCtl{c}, &day2Ctl{c}, &fleetCtl{c}
 	c.leases, c.bmc, c.audits = &leaseCtl{c}, &bmcCtl{core: c}, &auditCtl{c}
-	c.boot = &gateCtl{core: c, tokens: newTokenLimiter(cfg.TokensPerNode, cfg.TokenPeriod)}
+	c.boot = bootgate.New(bootgate.Config{Store: cfg.Store, Hub: cfg.Hub, Audit: cfg.Audit, BaseURL: cfg.BaseURL, RunnerAddr: cfg.RunnerAddr,
+		WaitForCURE: cfg.Timeouts.WaitForCURE, HostOS: cfg.Timeouts.HostOS, ClaimSettle: cfg.ClaimSettle,
+		TokensPerWindow: cfg.TokensPerWindow, TokensPerNode: cfg.TokensPerNode, TokenPeriod: cfg.TokenPeriod, BootIPUnbound: cfg.BootIPUnbound,
+		Event: c.coordEvent, HostAccepted: c.day2.recordInstalledOS,
+		Stop: func(runID string, status curev1.RunStatus, msg string) {
+			c.requestStop(runID, stopRequest{status: status, msg: msg})
+		}})
 	if cfg.FleetSweep > 0 {
 		c.wg.Add(1)
 		go c.fleet.sweepFleetLoop()
@@ -494,7 +495,7 @@ func randHex(n int) string {
 }
 
 // NewToken returns a 256-bit random token.
-func NewToken() string { return randHex(32) }
+func NewToken() string { return bootgate.NewToken() }
 
 func nonEmpty(s, def string) string {
 	if s == "" {

@@ -9,6 +9,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/bootgate"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
@@ -96,7 +97,7 @@ type sessionObs struct {
 	// held, when set, says its boot window's claim has not settled
 	// (sessionClaim, observed for a session of the run the batch does not
 	// follow yet): it is given nothing and followed in nothing.
-	held *claimState
+	held *bootgate.Claim
 }
 
 // unsettled says whether the session is of the run and may not be given
@@ -383,7 +384,7 @@ func (d *batchDecision) newSession(cur *sessionObs) {
 		d.b.Seen, d.b.SeenStored = cur.ref, cur.stored
 		if cur.held != nil {
 			d.add(action{kind: actNote, phase: nonEmpty(d.b.Current, remaining(d.r, d.b.Phases)[0]),
-				msg: fmt.Sprintf("runner boot %s holds no assignment yet: %s", cur.ref.BootID, cur.held.why)})
+				msg: fmt.Sprintf("runner boot %s holds no assignment yet: %s", cur.ref.BootID, cur.held.Why)})
 		}
 		d.add(action{kind: actRequeue})
 		return

@@ -59,8 +59,8 @@ func (bc *batchCtl) runnerPhases(ctx context.Context, r *store.Run, batch []stri
 			continue
 		}
 		look := 5 * time.Second
-		if so := obs.session; so.unsettled(r.ID) && !so.held.at.IsZero() {
-			look = min(look, time.Until(so.held.at)+10*time.Millisecond) // the held session's claim settles
+		if so := obs.session; so.unsettled(r.ID) && !so.held.At.IsZero() {
+			look = min(look, time.Until(so.held.At)+10*time.Millisecond) // the held session's claim settles
 		}
 		if (requeue{session: changed, events: signal}).until(ctx, time.Now().Add(look)) != nil {
 			return "", "", errStopped
@@ -133,11 +133,11 @@ func (bc *batchCtl) observeSession(ctx context.Context, r *store.Run, fresh bool
 	if b := r.Pipeline.Batch; !fresh && b != nil && so.ref == b.Bound || s.RunID != r.ID {
 		return so, nil
 	}
-	claim, err := bc.boot.sessionClaim(ctx, *r, s)
+	claim, err := bc.boot.Claim(ctx, *r, s)
 	if err != nil {
 		return nil, err
 	}
-	if !claim.settled {
+	if !claim.Settled {
 		so.held = &claim
 	}
 	if so.stored, err = bc.cfg.Store.MaxSeq(ctx, r.ID, s.BootID); err != nil {

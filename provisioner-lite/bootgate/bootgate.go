@@ -1,4 +1,12 @@
-package pipeline
+// Package bootgate decides what the coordinator hands to a node that boots
+// from the network or calls back from its installed OS, and when
+// (docs/SECURITY.md): a CURE boot only inside its run's boot window, with a
+// per-boot token bound to the window and the requesting address, within a
+// token budget; a second claimant of a window stops the run; the installed
+// OS's callback only with a host token, once, while the run waits for it.
+// It also shows network boots of MACs not in the inventory on the timelines
+// of the runs waiting for CURE.
+package bootgate
 
 import (
 	"cmp"
@@ -20,21 +28,19 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
-	"github.com/cure-oss/cure/tools/blockdev"
 )
 
-// What the engine hands out to nodes, and when (docs/SECURITY.md).
-
-// openBootWindow marks that the coordinator has just armed a one-time PXE
+// OpenWindow marks that the coordinator has just armed a one-time PXE
 // boot into CURE: only now may the boot server mint tokens for the run, and
 // the first boot to register closes the window again. The window's id is
 // its opening time (windowOpened), which the claim settles from.
-func openBootWindow(r *store.Run) {
+func OpenWindow(r *store.Run) {
 	r.Pipeline.Boot = store.BootCURE
 	r.Pipeline.CUREWindow = fmt.Sprintf("w%d", time.Now().UnixNano())
 }
 
-func bootWindow(r store.Run) string { return nonEmpty(r.Pipeline.CUREWindow, "w0") }
+// Window is the id of the run's current boot window.
+func Window(r store.Run) string { return nonEmpty(r.Pipeline.CUREWindow, "w0") }
 
 // windowOpened is when the run's current boot window opened, read from its
 // id (zero for "w0", a run without one).
@@ -49,18 +55,18 @@ func windowOpened(r store.Run) time.Time {
 // BootDecision implements bootserver.Coordinator: a node boots CURE only
 // while its active run has an open boot window; each answer then mints a
 // per-boot token bound to the run, the window and the requesting address.
-func (g *gateCtl) BootDecision(ctx context.Context, mac, peer string) (bootserver.Decision, error) {
+func (g *Gate) BootDecision(ctx context.Context, mac, peer string) (bootserver.Decision, error) {
 	return g.bootDecision(ctx, mac, peer, runstate.BootPathPXE)
 }
 
 // HTTPSBootDecision implements bootserver.HTTPSBooter: the signed image,
 // booted over UEFI HTTP, asks for its boot parameters over TLS. The same
 // boot window, token budget and binding apply as to an iPXE script.
-func (g *gateCtl) HTTPSBootDecision(ctx context.Context, mac, peer string) (bootserver.Decision, error) {
+func (g *Gate) HTTPSBootDecision(ctx context.Context, mac, peer string) (bootserver.Decision, error) {
 	return g.bootDecision(ctx, mac, peer, runstate.BootPathHTTPS)
 }
 
-func (g *gateCtl) bootDecision(ctx context.Context, mac, peer, path string) (bootserver.Decision, error) {
+func (g *Gate) bootDecision(ctx context.Context, mac, peer, path string) (bootserver.Decision, error) {
 	n, err := g.cfg.Store.NodeByMAC(ctx, mac)
 	if err != nil {
 		if unknownMACErr(err) {
@@ -75,7 +81,7 @@ func (g *gateCtl) bootDecision(ctx context.Context, mac, peer, path string) (boo
 	if r.Pipeline.Boot != store.BootCURE {
 		return bootserver.Decision{Boot: false, Reason: "run " + r.ID + " wants the installed OS"}, nil
 	}
-	window := bootWindow(r)
+	window := Window(r)
 	if !g.cfg.BootIPUnbound {
 		// Before the limits: a claimant that used up the window's tokens
 		// must not hide a second one behind a refusal.
@@ -102,7 +108,7 @@ func (g *gateCtl) bootDecision(ctx context.Context, mac, peer, path string) (boo
 	}
 	err = issue(ctx, store.BootToken{
 		Hash: store.TokenHash(tok), NodeID: n.ID, RunID: r.ID, Window: window, Peer: peer,
-		Issued: time.Now(), Expires: time.Now().Add(g.cfg.Timeouts.WaitForCURE),
+		Issued: time.Now(), Expires: time.Now().Add(g.cfg.WaitForCURE),
 	}, g.cfg.TokensPerWindow)
 	var contest *store.ContestedError
 	switch {
@@ -121,7 +127,7 @@ func (g *gateCtl) bootDecision(ctx context.Context, mac, peer, path string) (boo
 	if path == runstate.BootPathHTTPS {
 		what = "boot parameters served over HTTPS (signed image, UEFI HTTP boot)"
 	}
-	g.coordEvent(ctx, r, r.Phase, runstate.EventInfo, runstate.BootPathStatusPrefix+path, fmt.Sprintf("%s to %s from %s; per-boot token %d of at most %d in this boot window",
+	g.cfg.Event(ctx, r, r.Phase, runstate.EventInfo, runstate.BootPathStatusPrefix+path, fmt.Sprintf("%s to %s from %s; per-boot token %d of at most %d in this boot window",
 		what, mac, peer, ws.Issued+1, g.cfg.TokensPerWindow), 0)
 	return bootserver.Decision{
 		Boot: true,
@@ -134,7 +140,7 @@ func (g *gateCtl) bootDecision(ctx context.Context, mac, peer, path string) (boo
 
 // tokenBudget refuses a token past the window's or the node's budget, as
 // a rate-limited security event.
-func (g *gateCtl) tokenBudget(ctx context.Context, n store.Node, r store.Run, mac, peer string, ws store.WindowState) error {
+func (g *Gate) tokenBudget(ctx context.Context, n store.Node, r store.Run, mac, peer string, ws store.WindowState) error {
 	limited := ""
 	switch {
 	case ws.Issued >= g.cfg.TokensPerWindow:
@@ -154,7 +160,7 @@ func (g *gateCtl) tokenBudget(ctx context.Context, n store.Node, r store.Run, ma
 // address claimed: the first such request contests the window (the store
 // revoked its tokens; the run stops in attention naming both addresses),
 // a later one is refused. Neither claimant gets a token.
-func (g *gateCtl) claimRefused(ctx context.Context, n store.Node, r store.Run, mac, peer, path string, err error) error {
+func (g *Gate) claimRefused(ctx context.Context, n store.Node, r store.Run, mac, peer, path string, err error) error {
 	var ce *store.ContestedError
 	if !errors.As(err, &ce) {
 		if errors.Is(err, store.ErrWindowContested) {
@@ -183,8 +189,8 @@ func (g *gateCtl) claimRefused(ctx context.Context, n store.Node, r store.Run, m
 // this run's os_install assignments (or, in a run that returns a node to
 // its installed OS, that OS's own, which waitForHostOSPhase added); the
 // form is read only after all that. A provision's accepted token becomes
-// the node's installed OS (recordInstalledOS).
-func (g *gateCtl) HostReady(ctx context.Context, nodeID, token, peer string, readForm func() (url.Values, error)) error {
+// the node's installed OS (Config.HostAccepted).
+func (g *Gate) HostReady(ctx context.Context, nodeID, token, peer string, readForm func() (url.Values, error)) error {
 	if _, err := g.cfg.Store.GetNode(ctx, nodeID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("node %s: %w", nodeID, bootserver.ErrUnknownNode)
@@ -219,8 +225,8 @@ func (g *gateCtl) HostReady(ctx context.Context, nodeID, token, peer string, rea
 	if rebooted.IsZero() {
 		return refuse("the coordinator has not rebooted the node out of CURE yet")
 	}
-	if time.Since(rebooted) > g.cfg.Timeouts.HostOS {
-		return refuse(fmt.Sprintf("the wait for the installed OS ended %s after the reboot", g.cfg.Timeouts.HostOS))
+	if time.Since(rebooted) > g.cfg.HostOS {
+		return refuse(fmt.Sprintf("the wait for the installed OS ended %s after the reboot", g.cfg.HostOS))
 	}
 	if s := g.cfg.Hub.Current(nodeID); s != nil && s.RunID == r.ID {
 		return refuse("CURE is still connected for this run: the installed OS cannot be up")
@@ -247,55 +253,16 @@ func (g *gateCtl) HostReady(ctx context.Context, nodeID, token, peer string, rea
 	if !inserted {
 		return refuse("already called back for this wait (replay)")
 	}
-	g.day2.recordInstalledOS(ctx, r, matched)
+	g.cfg.HostAccepted(ctx, r, matched)
 	return nil
 }
 
 // IdentityContested implements server.RunGuard: two boots claimed one boot
 // window, so nobody can tell which is the node. The run stops in attention
 // for an operator, its sessions are closed and its tokens deleted.
-func (g *gateCtl) IdentityContested(ctx context.Context, runID, detail string) {
+func (g *Gate) IdentityContested(ctx context.Context, runID, detail string) {
 	g.cfg.Hub.CloseRun(runID)
-	g.requestStop(runID, stopRequest{status: curev1.RunStatus_RUN_ATTENTION, msg: "runner identity contested, run stopped: " + detail})
-}
-
-// psidsFor returns the PSIDs an assignment may carry: only the disks the
-// manifest's wipe selector picks from the inventory the runner reported (the
-// boot medium never), and only those the node inventory has a PSID for.
-func (bc *batchCtl) psidsFor(n store.Node, manifest string, inv *curev1.Inventory) (map[string]string, error) {
-	if len(n.PSIDs) == 0 {
-		return nil, nil
-	}
-	_, sku, err := bc.cfg.Manifests.Load(manifest)
-	if err != nil {
-		return nil, err
-	}
-	w := sku.Spec.Wipe
-	if w == nil || w.Policy == "" || w.Policy == "none" {
-		return nil, nil
-	}
-	sel := blockdev.Selector{Transport: w.Disks.Transport, Model: w.Disks.Model, Serial: w.Disks.Serial, Name: w.Disks.Name,
-		MinSize: uint64(w.Disks.MinSize), MaxSize: uint64(w.Disks.MaxSize)}
-	if sel.IsEmpty() {
-		return nil, nil
-	}
-	out := map[string]string{}
-	for _, d := range inv.GetDisks() {
-		if d.GetBootMedium() || d.GetSerial() == "" {
-			continue
-		}
-		ok, err := sel.Matches(blockdev.Disk{Name: d.GetName(), SizeBytes: d.GetSizeBytes(), Model: d.GetModel(), Serial: d.GetSerial(), Transport: d.GetTransport()})
-		if err != nil {
-			return nil, err
-		}
-		if psid := n.PSIDs[d.GetSerial()]; ok && psid != "" {
-			out[d.GetSerial()] = psid
-		}
-	}
-	if len(out) == 0 {
-		return nil, nil
-	}
-	return out, nil
+	g.cfg.Stop(runID, curev1.RunStatus_RUN_ATTENTION, "runner identity contested, run stopped: "+detail)
 }
 
 // tokenLimiter bounds the boot tokens one node may get in a period, across
@@ -330,30 +297,30 @@ func (l *tokenLimiter) allow(node string) bool {
 	return true
 }
 
-// claimState is how a runner session stands with its boot window's claim.
-type claimState struct {
-	settled bool
-	at      time.Time // when it settles (zero: never, the window has two claimants)
-	why     string    // what it waits for
+// Claim is how a runner session stands with its boot window's claim.
+type Claim struct {
+	Settled bool
+	At      time.Time // when it settles (zero: never, the window has two claimants)
+	Why     string    // what it waits for
 }
 
-// sessionClaim says whether session s of run r may be given work and
+// Claim says whether session s of run r may be given work and
 // secrets: at once if its boot passed attestation (its TPM proved it is
 // the node); otherwise once its boot window has had one claimant for
 // ClaimSettle since the coordinator opened it (armed PXE) or last powered
 // the node, whichever is later. The real node asks within its power-on
 // time, so a peer that took the window first is contested before it is
 // given anything.
-func (g *gateCtl) sessionClaim(ctx context.Context, r store.Run, s *sessions.Session) (claimState, error) {
+func (g *Gate) Claim(ctx context.Context, r store.Run, s *sessions.Session) (Claim, error) {
 	if s.Attested {
-		return claimState{settled: true}, nil
+		return Claim{Settled: true}, nil
 	}
-	ws, err := g.cfg.Store.BootWindow(ctx, r.ID, bootWindow(r))
+	ws, err := g.cfg.Store.BootWindow(ctx, r.ID, Window(r))
 	if err != nil {
-		return claimState{}, err
+		return Claim{}, err
 	}
 	if ws.Contested || (!g.cfg.BootIPUnbound && len(ws.Claimants) > 1) {
-		return claimState{why: fmt.Sprintf("boot window %s has two claimants (%s)", bootWindow(r), strings.Join(ws.Claimants, ", "))}, nil
+		return Claim{Why: fmt.Sprintf("boot window %s has two claimants (%s)", Window(r), strings.Join(ws.Claimants, ", "))}, nil
 	}
 	from := windowOpened(r)
 	if t := r.Pipeline.BootRequestedAt; t.After(from) {
@@ -363,7 +330,7 @@ func (g *gateCtl) sessionClaim(ctx context.Context, r store.Run, s *sessions.Ses
 		from = cmp.Or(ws.FirstIssued, s.ConnectedAt)
 	}
 	at := from.Add(g.cfg.ClaimSettle)
-	return claimState{settled: !time.Now().Before(at), at: at,
-		why: fmt.Sprintf("the boot is not attested: its boot window's claim settles at %s (%s after the boot was requested, with one claimant)",
+	return Claim{Settled: !time.Now().Before(at), At: at,
+		Why: fmt.Sprintf("the boot is not attested: its boot window's claim settles at %s (%s after the boot was requested, with one claimant)",
 			at.UTC().Format(time.RFC3339), g.cfg.ClaimSettle)}, nil
 }

@@ -1,4 +1,4 @@
-package pipeline
+package bootgate
 
 import (
 	"context"
@@ -84,8 +84,8 @@ func (w *cureWaits) note(mac string) (show []store.Run, full []store.Run) {
 // the requester's address when known. Each run waiting for CURE (a few at
 // most) gets one timeline entry per such MAC: if the MAC is that node's,
 // its inventory entry is wrong. The listener logs the request itself.
-func (g *gateCtl) UnknownMAC(ctx context.Context, mac, via, source string) {
-	show, full := g.waitsForCURE.note(mac)
+func (g *Gate) UnknownMAC(ctx context.Context, mac, via, source string) {
+	show, full := g.waits.note(mac)
 	from := ""
 	if source != "" {
 		from = " from " + source
@@ -95,12 +95,12 @@ func (g *gateCtl) UnknownMAC(ctx context.Context, mac, via, source string) {
 		if n, err := g.cfg.Store.GetNode(ctx, r.NodeID); err == nil && len(n.MACs) > 0 {
 			macs = strings.Join(n.MACs, ", ")
 		}
-		g.coordEvent(ctx, r, modes.WaitForCURE, runstate.EventLog, "WARN", fmt.Sprintf(
+		g.cfg.Event(ctx, r, modes.WaitForCURE, runstate.EventLog, "WARN", fmt.Sprintf(
 			"%s request from %s%s, a MAC not in the node inventory, while this node waits for CURE: if it is this node, "+
 				"its inventory MACs (%s) are wrong; fix them with curectl nodes add or nodes import (the run keeps waiting)", via, mac, from, macs), 0)
 	}
 	for _, r := range full {
-		g.coordEvent(ctx, r, modes.WaitForCURE, runstate.EventLog, "WARN",
+		g.cfg.Event(ctx, r, modes.WaitForCURE, runstate.EventLog, "WARN",
 			fmt.Sprintf("more network boot requests from MACs not in the node inventory (%d shown)", maxMACsPerWait), 0)
 	}
 }
