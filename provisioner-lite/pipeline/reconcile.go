@@ -95,7 +95,7 @@ type sessionObs struct {
 	stored uint64
 	since  string
 	// held, when set, says its boot window's claim has not settled
-	// (sessionClaim, observed for a session of the run the batch does not
+	// (bootgate.Gate.Claim, observed for a session of the run the batch does not
 	// follow yet): it is given nothing and followed in nothing.
 	held *bootgate.Claim
 }
