@@ -67,6 +67,7 @@ func (o *oobCtl) biosSettings(ctx context.Context, r *store.Run) outcome {
 		if err := o.power.rebootIntoCURE(ctx, r, fmt.Sprintf("%d BIOS attributes apply on reset", len(a.Changes))); err != nil {
 			return failed("%v", err)
 		}
+	case biosAwait:
 	}
 	if out := o.waitForNewCURE(ctx, r); out.status == curev1.PhaseStatus_PHASE_FAILED {
 		return out

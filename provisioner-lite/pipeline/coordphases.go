@@ -485,6 +485,8 @@ func (h *hostCtl) applyWait(ctx context.Context, r *store.Run, acts []action) (o
 			}
 		case actRequeue:
 			return outcome{}, false
+		case actRecordStart, actRecordEnd, actRebootCURE, actEvent, actRetry, actAssign, actReattach, actLost, actPairSend:
+			panic(fmt.Sprintf("pipeline: wait decision asked for batch action %s", a.kind))
 		default:
 			panic(fmt.Sprintf("pipeline: wait decision asked for action %s", a.kind))
 		}

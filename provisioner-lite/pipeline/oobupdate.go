@@ -67,6 +67,8 @@ func decideUpdate(sub store.FirmwareSubmission, activation string, obs updateObs
 	}
 	step := updActivate
 	switch sub.State {
+	case store.SubmissionAccepted:
+		return updFollow // decided above
 	case "":
 		if !obs.staged {
 			return updSubmit
@@ -163,6 +165,8 @@ func (u *oobUpdate) do(ctx context.Context, step updateStep, sub store.FirmwareS
 		err = u.activate(ctx)
 	case updAwaitActivation:
 		return u.awaitActivation(ctx)
+	case updVerify:
+		return u.verify(ctx), true
 	default:
 		panic(fmt.Sprintf("pipeline: update step %s has no applier", step))
 	}

@@ -313,6 +313,8 @@ func (f *fixture) playNode(ctx context.Context) {
 			}
 			tok := tokenRE.FindStringSubmatch(d.Cmdline)[1]
 			go f.runRunner(ctx, tok, seen)
+		case vbmc.BootUefiHttp:
+			// The scripted node boots CURE over PXE only.
 		case vbmc.BootHdd:
 			f.mu.Lock()
 			tok, inst, delay := f.hostToken, f.instanceID, f.hostBootDelay

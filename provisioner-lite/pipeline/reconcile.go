@@ -183,6 +183,9 @@ func (d *batchDecision) ended() bool {
 	switch d.acts[len(d.acts)-1].kind {
 	case actDone, actFail, actLost, actRequeue:
 		return true
+	case actRecordStart, actRecordEnd, actRebootCURE, actEvent, actNote, actRetry, actAssign, actReattach,
+		actEndBootWindow, actRebootOutOfCURE, actOrderReboot, actPairSend:
+		return false
 	}
 	return false
 }

@@ -189,6 +189,8 @@ func (bc *batchCtl) applyBatch(ctx context.Context, r *store.Run, acts []action,
 			return batchResult{end: true}
 		case actRequeue:
 			return batchResult{requeue: true}
+		case actEndBootWindow, actRebootOutOfCURE, actOrderReboot:
+			panic(fmt.Sprintf("pipeline: batch decision asked for wait action %s", a.kind))
 		default:
 			panic(fmt.Sprintf("pipeline: batch decision asked for action %s", a.kind))
 		}
