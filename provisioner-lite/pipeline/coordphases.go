@@ -19,6 +19,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/tools/retry"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"github.com/cure-oss/cure/tools/artifact"
 )
@@ -148,7 +149,7 @@ func (pw *powerCtl) withBMCFor(ctx context.Context, r *store.Run, budget time.Du
 		if err == nil || !pending || time.Now().After(connectUntil) || ctx.Err() != nil {
 			break
 		}
-		if serr := sleep(ctx, min(pw.cfg.Timeouts.BMCCall, 5*time.Second)); serr != nil {
+		if serr := retry.Sleep(ctx, min(pw.cfg.Timeouts.BMCCall, 5*time.Second)); serr != nil {
 			break
 		}
 	}

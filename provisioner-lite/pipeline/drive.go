@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/tools/retry"
 )
 
 // errStopped means the coordinator is shutting down: the run stays active in
@@ -221,9 +221,10 @@ func (d *driverCtl) retryAllowed(ctx context.Context, r *store.Run, phase, cause
 	}
 	d.cfg.Metrics.Retry(phase, cause)
 	d.save(ctx, r)
-	delay := retryDelay(d.cfg.Timeouts.RetryBase, d.cfg.Timeouts.RetryMax, attempts)
+	// Full jitter: a rack whose switch flapped does not retry in lockstep.
+	delay := retry.Policy{Base: d.cfg.Timeouts.RetryBase, Max: d.cfg.Timeouts.RetryMax}.Delay(attempts)
 	d.coordEvent(ctx, *r, phase, runstate.EventInfo, "", fmt.Sprintf("phase %s failed (attempt %d of %d), retrying in %s: %s", phase, attempts, d.cfg.Budgets.PhaseAttempts, delay.Round(time.Millisecond), out.msg), 0)
-	return sleep(ctx, delay) == nil
+	return retry.Sleep(ctx, delay) == nil
 }
 
 // retryRefused is why a failed attempt of phase gets no other ("" when it
@@ -236,20 +237,6 @@ func retryRefused(phase string, attempts, budget int, out outcome) string {
 		return fmt.Sprintf("phase %s failed %d times (budget %d): %s", phase, attempts, budget, out.msg)
 	}
 	return ""
-}
-
-// retryDelay is exponential backoff with full jitter: uniform in
-// [0, min(max, base·2^(attempt-1))].
-func retryDelay(base, max time.Duration, attempt int) time.Duration {
-	d := base
-	for i := 1; i < attempt && d < max; i++ {
-		d *= 2
-	}
-	d = min(d, max)
-	if d <= 0 {
-		return 0
-	}
-	return time.Duration(rand.Int64N(int64(d) + 1))
 }
 
 func (c *core) save(ctx context.Context, r *store.Run) {
@@ -356,17 +343,5 @@ func (c *core) finish(ctx context.Context, r *store.Run, status curev1.RunStatus
 	c.cfg.Metrics.RunEnded(r.ID, r.Mode, runstate.RunName(status), r.Reboots)
 	if c.cfg.Notify != nil {
 		c.cfg.Notify(RunNotice{Run: *r, SKU: c.skuOf(ctx, r)})
-	}
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return errStopped
-	case <-t.C:
-		return nil
 	}
 }
