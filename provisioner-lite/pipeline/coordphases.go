@@ -19,9 +19,9 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
-	"github.com/cure-oss/cure/tools/retry"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"github.com/cure-oss/cure/tools/artifact"
+	"github.com/cure-oss/cure/tools/retry"
 )
 
 // coordExecutors maps each coordinator-owned phase (the modes constants) to

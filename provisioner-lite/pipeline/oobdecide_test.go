@@ -12,7 +12,9 @@ import (
 // again while a task of it may run.
 func TestDecideUpdateTable(t *testing.T) {
 	t0 := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
-	sub := func(s store.SubmissionState) store.FirmwareSubmission { return store.FirmwareSubmission{State: s, At: t0} }
+	sub := func(s store.SubmissionState) store.FirmwareSubmission {
+		return store.FirmwareSubmission{State: s, At: t0}
+	}
 	unread := updateObs{}
 	drifted := updateObs{read: true}
 	staged := updateObs{read: true, staged: true}
