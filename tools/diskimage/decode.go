@@ -56,7 +56,7 @@ type decoder struct {
 // (decode_bench_test.go) decodes each class of image with each, through
 // newDecoder (zstd(1) through its two pipes), into a CRC-32C. MB/s of
 // decoded output, medians of 3 alternating runs, 2026-11-28, on a 2-core
-// VM under load 14-24 from other jobs (so each figure is good to ±50 %),
+// VM with other jobs running (load 7-9; each figure good to about ±30 %),
 // 128 MiB inputs (ext4: 438 MiB) made by `zstd -3 -T0`; R is
 // decoded/compressed size. "1 core" pins the benchmark and its zstd(1) to
 // one core (taskset -c 0): the CPU each decoder costs, which is what the
@@ -64,16 +64,20 @@ type decoder struct {
 // left to share.
 //
 //	class (R)                     2 cores: cure / klauspost / zstd(1)   1 core: cure / klauspost / zstd(1)   chooseZstd
-//	zero90: 90 % zero disk (13.8)   1218 /  619 / 1998                   1853 /  530 / 1469                   cure
-//	ext4 of the Go tree (7.2)        338 /  785 / 1195                    246 /  215 /  340                   zstd(1)
-//	stored: random bytes (1.0)      2009 / 1887 / 1342                   1882 / 1090 /  422                   cure
-//	text (2.9)                        89 /  494 /  629                    129 /  116 /  148                   zstd(1)
+//	zero90: 90 % zero disk (13.8)   5126 / 1447 / 1571                   5640 / 1351 / 2223                   cure
+//	ext4 of the Go tree (7.2)        855 /  936 / 1345                    891 /  690 /  839                   zstd(1)
+//	stored: random bytes (1.0)      3872 / 3344 / 1252                   4679 / 2706 / 1527                   cure
+//	text (2.9)                       400 /  507 /  811                    333 /  450 /  569                   zstd(1)
+//
+// (Earlier the same day, under load 14-24, every figure was lower and
+// noisier and zstd(1) overtook cure on zero90 with 2 cores, 1998 vs 1218;
+// on one core cure still led, 1853 vs 1469.)
 //
 // Through the whole writer (`bench-install -size 256MiB -codec zst
 // -decoders cure-zstd,klauspost-zstd,exec -file-target`, same day and
-// machine, medians of 3 alternating runs), where the other stages take
-// the second core: 90 %-zero 1145 cure, 650 klauspost, 572 zstd(1);
-// incompressible 508, 488, 454.
+// machine under load ~23, medians of 3 alternating runs), where the
+// other stages take the second core: 90 %-zero 1145 cure, 650
+// klauspost, 572 zstd(1); incompressible 508, 488, 454.
 //
 // tools/zstd turns RLE and raw blocks into a memclr or one copy, and needs
 // no pipe copies; its Huffman/FSE path is pure Go and slower. So it wins
@@ -81,10 +85,10 @@ type decoder struct {
 // and sparse images (R >= 10: filesystem data compresses ~3.4x at the
 // levels images use, so R >= 10 means under ~30 % of the output is
 // compressed data). Between the two, or without a recorded size, zstd(1)
-// if present (with a spare core it is 1.3-7x the Go decoders on
-// compressed data), else klauspost, whose concurrent decoder is 2-5x
-// tools/zstd there. TestChooseZstdFollowsBenchmark holds chooseZstd to
-// this table.
+// if present (with a spare core 1.4-2x the Go decoders on compressed
+// data; nodes have cores to spare, so the 2-core column decides here),
+// else klauspost, a little ahead of tools/zstd there.
+// TestChooseZstdFollowsBenchmark holds chooseZstd to this table.
 const (
 	storedRatio = 1.5
 	sparseRatio = 10
