@@ -109,8 +109,8 @@ func TestDecoderChoice(t *testing.T) {
 }
 
 // chooseZstd picks, for each class of BenchmarkZstdDecoders, the decoder
-// the table in decode.go measured fastest: with zstd(1) at hand the
-// winner of the 2-core column, in Go only the faster Go decoder. R is the
+// the table in decode.go measured fastest in its 2-core column: with
+// zstd(1) at hand the winner, in Go only the faster Go decoder. R is the
 // class's measured expansion; the synthetic classes are also encoded here
 // (by klauspost, 4 MiB) to check they land on the same side of the
 // thresholds.
