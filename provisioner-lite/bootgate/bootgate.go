@@ -23,7 +23,6 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
-	"github.com/cure-oss/cure/provisioner-lite/bootserver"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -52,54 +51,54 @@ func windowOpened(r store.Run) time.Time {
 	return time.Unix(0, ns)
 }
 
-// BootDecision implements bootserver.Coordinator: a node boots CURE only
+// BootDecision implements Coordinator: a node boots CURE only
 // while its active run has an open boot window; each answer then mints a
 // per-boot token bound to the run, the window and the requesting address.
-func (g *Gate) BootDecision(ctx context.Context, mac, peer string) (bootserver.Decision, error) {
+func (g *Gate) BootDecision(ctx context.Context, mac, peer string) (Decision, error) {
 	return g.bootDecision(ctx, mac, peer, runstate.BootPathPXE)
 }
 
-// HTTPSBootDecision implements bootserver.HTTPSBooter: the signed image,
+// HTTPSBootDecision implements HTTPSBooter: the signed image,
 // booted over UEFI HTTP, asks for its boot parameters over TLS. The same
 // boot window, token budget and binding apply as to an iPXE script.
-func (g *Gate) HTTPSBootDecision(ctx context.Context, mac, peer string) (bootserver.Decision, error) {
+func (g *Gate) HTTPSBootDecision(ctx context.Context, mac, peer string) (Decision, error) {
 	return g.bootDecision(ctx, mac, peer, runstate.BootPathHTTPS)
 }
 
-func (g *Gate) bootDecision(ctx context.Context, mac, peer, path string) (bootserver.Decision, error) {
+func (g *Gate) bootDecision(ctx context.Context, mac, peer, path string) (Decision, error) {
 	n, err := g.cfg.Store.NodeByMAC(ctx, mac)
 	if err != nil {
 		if unknownMACErr(err) {
 			g.UnknownMAC(ctx, mac, "iPXE", peer)
 		}
-		return bootserver.Decision{}, fmt.Errorf("mac %s is not registered: %w", mac, err)
+		return Decision{}, fmt.Errorf("mac %s is not registered: %w", mac, err)
 	}
 	r, err := g.cfg.Store.LatestRun(ctx, n.ID)
 	if err != nil || !runstate.Active(r.Status) {
-		return bootserver.Decision{Boot: false, Reason: "no active run"}, nil
+		return Decision{Boot: false, Reason: "no active run"}, nil
 	}
 	if r.Pipeline.Boot != store.BootCURE {
-		return bootserver.Decision{Boot: false, Reason: "run " + r.ID + " wants the installed OS"}, nil
+		return Decision{Boot: false, Reason: "run " + r.ID + " wants the installed OS"}, nil
 	}
 	window := Window(r)
 	if !g.cfg.BootIPUnbound {
 		// Before the limits: a claimant that used up the window's tokens
 		// must not hide a second one behind a refusal.
 		if err := g.cfg.Store.ClaimBootWindow(ctx, r.ID, window, peer); err != nil {
-			return bootserver.Decision{}, g.claimRefused(ctx, n, r, mac, peer, path, err)
+			return Decision{}, g.claimRefused(ctx, n, r, mac, peer, path, err)
 		}
 	}
 	ws, err := g.cfg.Store.BootWindow(ctx, r.ID, window)
 	if err != nil {
-		return bootserver.Decision{}, err
+		return Decision{}, err
 	}
 	if ws.Bound != nil {
 		// Its claimant asking again (a retry, or the node rebooted on its
 		// own): the boot that registered is the window's.
-		return bootserver.Decision{Boot: false, Reason: fmt.Sprintf("run %s: boot %s already registered in this boot window", r.ID, ws.Bound.BootID)}, nil
+		return Decision{Boot: false, Reason: fmt.Sprintf("run %s: boot %s already registered in this boot window", r.ID, ws.Bound.BootID)}, nil
 	}
 	if err := g.tokenBudget(ctx, n, r, mac, peer, ws); err != nil {
-		return bootserver.Decision{}, err
+		return Decision{}, err
 	}
 	tok := NewToken()
 	issue := g.cfg.Store.ClaimBootToken
@@ -114,14 +113,14 @@ func (g *Gate) bootDecision(ctx context.Context, mac, peer, path string) (bootse
 	switch {
 	case errors.As(err, &contest) || errors.Is(err, store.ErrWindowContested):
 		// A second claimant raced this one between the claim and the issue.
-		return bootserver.Decision{}, g.claimRefused(ctx, n, r, mac, peer, path, err)
+		return Decision{}, g.claimRefused(ctx, n, r, mac, peer, path, err)
 	case errors.Is(err, store.ErrWindowFull):
 		// Lost a race with a concurrent request for the same window.
 		g.cfg.Audit.Security(ctx, store.AuditEntry{Actor: n.ID, Peer: peer, Action: audit.BootTokenRateLimit, RunID: r.ID, Nodes: []string{n.ID},
 			Result: "refused", Detail: "iPXE script for " + mac + ": " + err.Error()})
-		return bootserver.Decision{}, fmt.Errorf("node %s: %v: %w", n.ID, err, bootserver.ErrRateLimited)
+		return Decision{}, fmt.Errorf("node %s: %v: %w", n.ID, err, ErrRateLimited)
 	case err != nil:
-		return bootserver.Decision{}, err
+		return Decision{}, err
 	}
 	what := "iPXE script served"
 	if path == runstate.BootPathHTTPS {
@@ -129,7 +128,7 @@ func (g *Gate) bootDecision(ctx context.Context, mac, peer, path string) (bootse
 	}
 	g.cfg.Event(ctx, r, r.Phase, runstate.EventInfo, runstate.BootPathStatusPrefix+path, fmt.Sprintf("%s to %s from %s; per-boot token %d of at most %d in this boot window",
 		what, mac, peer, ws.Issued+1, g.cfg.TokensPerWindow), 0)
-	return bootserver.Decision{
+	return Decision{
 		Boot: true,
 		// The instance driving the run comes first in the runner's list, so
 		// a node that PXE-booted from another instance still reaches it.
@@ -153,7 +152,7 @@ func (g *Gate) tokenBudget(ctx context.Context, n store.Node, r store.Run, mac, 
 	}
 	g.cfg.Audit.Security(ctx, store.AuditEntry{Actor: n.ID, Peer: peer, Action: audit.BootTokenRateLimit, RunID: r.ID, Nodes: []string{n.ID},
 		Result: "refused", Detail: "iPXE script for " + mac + ": " + limited})
-	return fmt.Errorf("node %s: %s: %w", n.ID, limited, bootserver.ErrRateLimited)
+	return fmt.Errorf("node %s: %s: %w", n.ID, limited, ErrRateLimited)
 }
 
 // claimRefused answers a boot-identity request whose window another
@@ -164,7 +163,7 @@ func (g *Gate) claimRefused(ctx context.Context, n store.Node, r store.Run, mac,
 	var ce *store.ContestedError
 	if !errors.As(err, &ce) {
 		if errors.Is(err, store.ErrWindowContested) {
-			return fmt.Errorf("node %s run %s: boot token for %s from %s: %w (%w)", n.ID, r.ID, mac, peer, bootserver.ErrContested, err)
+			return fmt.Errorf("node %s run %s: boot token for %s from %s: %w (%w)", n.ID, r.ID, mac, peer, ErrContested, err)
 		}
 		return err
 	}
@@ -180,10 +179,10 @@ func (g *Gate) claimRefused(ctx context.Context, n store.Node, r store.Run, mac,
 	g.cfg.Audit.Security(ctx, store.AuditEntry{Actor: n.ID, Peer: peer, Action: audit.BootWindowContested, RunID: r.ID, Nodes: []string{n.ID},
 		Result: "refused", Detail: detail})
 	g.IdentityContested(ctx, r.ID, detail)
-	return fmt.Errorf("node %s run %s: %s: %w", n.ID, r.ID, detail, bootserver.ErrContested)
+	return fmt.Errorf("node %s run %s: %s: %w", n.ID, r.ID, detail, ErrContested)
 }
 
-// HostReady implements bootserver.Coordinator: the installed OS phoned home.
+// HostReady implements Coordinator: the installed OS phoned home.
 // It is accepted once, only while the run waits for it after the reboot out
 // of CURE, before the wait's deadline, and with a token minted for one of
 // this run's os_install assignments (or, in a run that returns a node to
@@ -193,7 +192,7 @@ func (g *Gate) claimRefused(ctx context.Context, n store.Node, r store.Run, mac,
 func (g *Gate) HostReady(ctx context.Context, nodeID, token, peer string, readForm func() (url.Values, error)) error {
 	if _, err := g.cfg.Store.GetNode(ctx, nodeID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("node %s: %w", nodeID, bootserver.ErrUnknownNode)
+			return fmt.Errorf("node %s: %w", nodeID, ErrUnknownNode)
 		}
 		return err
 	}
@@ -201,7 +200,7 @@ func (g *Gate) HostReady(ctx context.Context, nodeID, token, peer string, readFo
 	refuse := func(why string) error {
 		g.cfg.Audit.Security(ctx, store.AuditEntry{Actor: nodeID, Peer: peer, Action: audit.HostCallback, RunID: r.ID, Nodes: []string{nodeID},
 			Result: "refused", Detail: why})
-		return fmt.Errorf("host callback of node %s: %s: %w", nodeID, why, bootserver.ErrUnauthorized)
+		return fmt.Errorf("host callback of node %s: %s: %w", nodeID, why, ErrUnauthorized)
 	}
 	if rerr != nil {
 		return refuse("the node has no run")

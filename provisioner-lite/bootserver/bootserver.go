@@ -2,7 +2,8 @@
 // iPXE scripts, the CURE kernel and initramfs, content-addressed artifacts (with
 // Range support, for resumable image streaming) and the installed OS's
 // "ready" callback. Decisions (boot CURE or fall through to disk, token checks)
-// belong to the Coordinator; this package only speaks HTTP and iPXE.
+// belong to the boot gate (bootgate.Coordinator, with its Decision and errors);
+// this package only speaks HTTP and iPXE.
 package bootserver
 
 import (
@@ -22,47 +23,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cure-oss/cure/provisioner-lite/bootgate"
 	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
-)
-
-// Decision is the coordinator's answer for one booting NIC.
-type Decision struct {
-	Boot    bool   // false → iPXE `exit` so firmware falls through to the next boot device (disk)
-	Cmdline string // extra kernel args incl. cure.token=..., cure.node=...
-	Reason  string // shown on the console either way
-}
-
-// Coordinator makes the decisions the boot server serves.
-type Coordinator interface {
-	// BootDecision answers for a MAC (lowercase, colon-separated) asked by
-	// peer (the client's IP address). An error wrapping ErrUnknownNode (or
-	// store.ErrNotFound) becomes a 404, ErrRateLimited a 429, ErrContested
-	// a 409.
-	BootDecision(ctx context.Context, mac, peer string) (Decision, error)
-	// HostReady records that the installed OS phoned home. It checks the
-	// token first and calls readForm (which reads the request body) only
-	// once the token is good. An error wrapping ErrUnauthorized (or
-	// store.ErrNotFound / store.ErrExpired for the token) becomes a 401;
-	// ErrUnknownNode a 404; an error of readForm a 400.
-	HostReady(ctx context.Context, nodeID, token, peer string, readForm func() (url.Values, error)) error
-}
-
-// HTTPSBooter is a Coordinator that also answers the signed image's
-// request for its boot parameters (GET /v1/boot/{mac}, over TLS only).
-type HTTPSBooter interface {
-	HTTPSBootDecision(ctx context.Context, mac, peer string) (Decision, error)
-}
-
-// Errors a Coordinator wraps to choose the HTTP status.
-var (
-	ErrUnknownNode  = errors.New("unknown node")
-	ErrUnauthorized = errors.New("unauthorized")
-	ErrRateLimited  = errors.New("rate limited")
-	// ErrContested: two addresses claimed the node's boot window; neither
-	// gets a boot identity (the run stops for an operator).
-	ErrContested = errors.New("boot identity contested")
 )
 
 // Config configures a Server.
@@ -133,7 +97,7 @@ func (l *Limits) defaults() {
 type Server struct {
 	cfg  Config
 	base string // BaseURL without trailing slash
-	c    Coordinator
+	c    bootgate.Coordinator
 	log  *slog.Logger
 	h    http.Handler
 	// refusals summarises the peers the listener refused or cut.
@@ -163,7 +127,7 @@ const IPXEBuildsPath = "/ipxe-bin"
 const decisionTimeout = 15 * time.Second
 
 // New validates cfg and builds the server.
-func New(cfg Config, c Coordinator) (*Server, error) {
+func New(cfg Config, c bootgate.Coordinator) (*Server, error) {
 	if c == nil {
 		return nil, errors.New("bootserver: nil Coordinator")
 	}
@@ -282,18 +246,18 @@ func (s *Server) perMAC(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		status := http.StatusServiceUnavailable
 		switch {
-		case errors.Is(err, ErrUnknownNode) || errors.Is(err, store.ErrNotFound):
+		case errors.Is(err, bootgate.ErrUnknownNode) || errors.Is(err, store.ErrNotFound):
 			// Any machine on the network may PXE here: not an error of ours,
 			// but a node with a wrong inventory MAC looks just like it.
 			s.strangers.Note("iPXE script for a MAC not in the inventory", mac+"@"+remoteIP(r))
 			writeScript(w, http.StatusNotFound, exitScript("MAC "+mac+" is not in the inventory"))
 			return
-		case errors.Is(err, ErrRateLimited):
+		case errors.Is(err, bootgate.ErrRateLimited):
 			// Counted with the refused requests (logRequests); the
 			// coordinator records it as a rate-limited security event.
 			writeScript(w, http.StatusTooManyRequests, exitScript(fmt.Sprintf("no boot decision for %s: %v", mac, err)))
 			return
-		case errors.Is(err, ErrContested):
+		case errors.Is(err, bootgate.ErrContested):
 			// The coordinator recorded it as a security event; the
 			// answer names no address.
 			writeScript(w, http.StatusConflict, exitScript("boot identity of "+mac+" contested by two claimants: the run waits for an operator"))
@@ -339,7 +303,7 @@ boot
 func (s *Server) httpsBoot(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	hb, ok := s.c.(HTTPSBooter)
+	hb, ok := s.c.(bootgate.HTTPSBooter)
 	if r.TLS == nil || !ok {
 		http.Error(w, "boot parameters are served over HTTPS only", http.StatusForbidden)
 		return
@@ -353,14 +317,14 @@ func (s *Server) httpsBoot(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	d, err := hb.HTTPSBootDecision(ctx, mac, remoteIP(r))
 	switch {
-	case errors.Is(err, ErrUnknownNode) || errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, bootgate.ErrUnknownNode) || errors.Is(err, store.ErrNotFound):
 		s.strangers.Note("boot parameters for a MAC not in the inventory", mac+"@"+remoteIP(r))
 		http.Error(w, "MAC "+mac+" is not in the inventory", http.StatusNotFound)
 		return
-	case errors.Is(err, ErrRateLimited):
+	case errors.Is(err, bootgate.ErrRateLimited):
 		http.Error(w, err.Error(), http.StatusTooManyRequests)
 		return
-	case errors.Is(err, ErrContested):
+	case errors.Is(err, bootgate.ErrContested):
 		http.Error(w, "boot identity of "+mac+" contested by two claimants: the run waits for an operator", http.StatusConflict)
 		return
 	case err != nil:
@@ -555,9 +519,9 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case formErr != nil:
 			http.Error(w, "bad form body: "+formErr.Error(), http.StatusBadRequest)
-		case errors.Is(err, ErrUnauthorized), errors.Is(err, store.ErrExpired), errors.Is(err, store.ErrNotFound) && !errors.Is(err, ErrUnknownNode):
+		case errors.Is(err, bootgate.ErrUnauthorized), errors.Is(err, store.ErrExpired), errors.Is(err, store.ErrNotFound) && !errors.Is(err, bootgate.ErrUnknownNode):
 			unauthorized(w, "token rejected") // counted with the refused requests (logRequests)
-		case errors.Is(err, ErrUnknownNode):
+		case errors.Is(err, bootgate.ErrUnknownNode):
 			http.Error(w, "unknown node", http.StatusNotFound)
 		default:
 			s.log.Error("host ready failed", "node", id, "err", err)

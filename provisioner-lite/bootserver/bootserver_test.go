@@ -17,6 +17,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cure-oss/cure/provisioner-lite/bootgate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/tools/chunklist"
 	"github.com/cure-oss/cure/tools/diskimage"
@@ -29,8 +30,8 @@ type readyCall struct {
 
 // fakeCoordinator answers from fixed tables and records HostReady calls.
 type fakeCoordinator struct {
-	decisions map[string]Decision // by normalised MAC
-	tokens    map[string]string   // token -> node
+	decisions map[string]bootgate.Decision // by normalised MAC
+	tokens    map[string]string            // token -> node
 	mu        sync.Mutex
 	ready     []readyCall
 	macsSeen  []string
@@ -39,21 +40,21 @@ type fakeCoordinator struct {
 	formReads int
 }
 
-func (f *fakeCoordinator) BootDecision(ctx context.Context, mac, peer string) (Decision, error) {
+func (f *fakeCoordinator) BootDecision(ctx context.Context, mac, peer string) (bootgate.Decision, error) {
 	f.mu.Lock()
 	f.macsSeen = append(f.macsSeen, mac)
 	f.peers = append(f.peers, peer)
 	f.mu.Unlock()
 	d, ok := f.decisions[mac]
 	if !ok {
-		return Decision{}, fmt.Errorf("MAC %s: %w", mac, ErrUnknownNode)
+		return bootgate.Decision{}, fmt.Errorf("MAC %s: %w", mac, bootgate.ErrUnknownNode)
 	}
 	return d, nil
 }
 
 func (f *fakeCoordinator) HostReady(ctx context.Context, nodeID, token, peer string, readForm func() (url.Values, error)) error {
 	if f.tokens[token] != nodeID {
-		return fmt.Errorf("token for node %s: %w", nodeID, ErrUnauthorized)
+		return fmt.Errorf("token for node %s: %w", nodeID, bootgate.ErrUnauthorized)
 	}
 	f.mu.Lock()
 	f.formReads++
@@ -86,7 +87,7 @@ func newFixture(t *testing.T) *fixture {
 		}
 	}
 	f.coord = &fakeCoordinator{
-		decisions: map[string]Decision{
+		decisions: map[string]bootgate.Decision{
 			"52:54:00:12:34:56": {Boot: true, Cmdline: "cure.token=tok123 cure.node=n1 cure.coordinator=10.0.2.2:9443", Reason: "run r1: provision"},
 			"52:54:00:12:34:57": {Boot: false, Reason: "no active run for n2"},
 		},
@@ -227,7 +228,7 @@ func TestPerMACExitAndUnknown(t *testing.T) {
 
 func TestPerMACUnsafeCmdline(t *testing.T) {
 	f := newFixture(t)
-	f.coord.decisions["52:54:00:12:34:58"] = Decision{Boot: true, Cmdline: "a=1\nshell", Reason: "x ${evil}"}
+	f.coord.decisions["52:54:00:12:34:58"] = bootgate.Decision{Boot: true, Cmdline: "a=1\nshell", Reason: "x ${evil}"}
 	resp, body := f.get(t, "/ipxe/52:54:00:12:34:58")
 	if resp.StatusCode != 500 || strings.Contains(body, "shell") || strings.Contains(body, "\nkernel ") {
 		t.Fatalf("unsafe cmdline: %d\n%s", resp.StatusCode, body)

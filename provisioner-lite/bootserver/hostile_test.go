@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cure-oss/cure/provisioner-lite/bootgate"
 )
 
 // limitedServer serves a fixture through a real http.Server built as
@@ -183,7 +185,7 @@ func TestRangeFloodRefused(t *testing.T) {
 // operator: every echo word and every kernel argument is plain.
 func TestIPXEOperatorsNeutralised(t *testing.T) {
 	f := newFixture(t)
-	f.coord.decisions["52:54:00:12:34:59"] = Decision{Boot: false, Reason: "x || shell && chain http://evil ; #hidden ${net0/ip} \x1b]0;t\x07"}
+	f.coord.decisions["52:54:00:12:34:59"] = bootgate.Decision{Boot: false, Reason: "x || shell && chain http://evil ; #hidden ${net0/ip} \x1b]0;t\x07"}
 	_, body := f.get(t, "/ipxe/52:54:00:12:34:59")
 	for _, line := range strings.Split(strings.TrimSpace(body), "\n")[1:] {
 		for _, word := range strings.Fields(line) {
@@ -196,7 +198,7 @@ func TestIPXEOperatorsNeutralised(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"a=b || shell", "cure.token=#x", "x=${y}", "a=1 ; b", "a=b&&c"} {
-		f.coord.decisions["52:54:00:12:34:5a"] = Decision{Boot: true, Cmdline: bad}
+		f.coord.decisions["52:54:00:12:34:5a"] = bootgate.Decision{Boot: true, Cmdline: bad}
 		if resp, body := f.get(t, "/ipxe/52:54:00:12:34:5a"); resp.StatusCode != 500 || strings.Contains(body, "\nkernel ") {
 			t.Errorf("cmdline %q: %d\n%s", bad, resp.StatusCode, body)
 		}
@@ -225,7 +227,7 @@ func FuzzRoutes(f *testing.F) {
 	os.WriteFile(filepath.Join(img, Kernel), []byte("K"), 0o600)
 	os.WriteFile(filepath.Join(img, InitramfsGzip), []byte("I"), 0o600)
 	coord := &fakeCoordinator{
-		decisions: map[string]Decision{"52:54:00:12:34:56": {Boot: true, Cmdline: "cure.token=t cure.node=n1", Reason: "run r1"}},
+		decisions: map[string]bootgate.Decision{"52:54:00:12:34:56": {Boot: true, Cmdline: "cure.token=t cure.node=n1", Reason: "run r1"}},
 		tokens:    map[string]string{"good-token": "n1"},
 	}
 	s, err := New(Config{ImageDir: img, ArtifactDir: art, BaseURL: "http://10.0.2.2:8080", Logger: slog.New(slog.DiscardHandler)}, coord)

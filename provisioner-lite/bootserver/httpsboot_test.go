@@ -10,13 +10,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cure-oss/cure/provisioner-lite/bootgate"
 )
 
 // httpsCoordinator is a fakeCoordinator that also answers the signed
 // image's boot-parameter requests, marking them.
 type httpsCoordinator struct{ *fakeCoordinator }
 
-func (h httpsCoordinator) HTTPSBootDecision(ctx context.Context, mac, peer string) (Decision, error) {
+func (h httpsCoordinator) HTTPSBootDecision(ctx context.Context, mac, peer string) (bootgate.Decision, error) {
 	d, err := h.BootDecision(ctx, mac, peer)
 	d.Cmdline += " cure.via=https"
 	return d, err

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cure-oss/cure/provisioner-lite/bootgate"
 )
 
 // TestQEMUPXE boots QEMU's own iPXE (SLIRP bootfile) against this server, so the
@@ -42,7 +44,7 @@ func TestQEMUPXE(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
-	coord := &fakeCoordinator{decisions: map[string]Decision{
+	coord := &fakeCoordinator{decisions: map[string]bootgate.Decision{
 		"52:54:00:12:34:56": {Boot: true, Cmdline: "cure.token=tok123 cure.node=n1", Reason: "run r1"},
 		"52:54:00:12:34:57": {Boot: false, Reason: "no active run for n2"},
 	}}

@@ -5,7 +5,7 @@ import (
 	"net/url"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
-	"github.com/cure-oss/cure/provisioner-lite/bootserver"
+	"github.com/cure-oss/cure/provisioner-lite/bootgate"
 )
 
 // The Engine's API beyond a run's lifecycle: each is its controller's.
@@ -26,17 +26,17 @@ func (e *Engine) SweepFleet(ctx context.Context) (int, error) { return e.fleet.S
 // RunLeases is leaseCtl.RunLeases.
 func (e *Engine) RunLeases(ctx context.Context) { e.leases.RunLeases(ctx) }
 
-// BootDecision is the boot gate's (bootserver.Coordinator).
-func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootserver.Decision, error) {
+// BootDecision is the boot gate's (bootgate.Coordinator).
+func (e *Engine) BootDecision(ctx context.Context, mac, peer string) (bootgate.Decision, error) {
 	return e.boot.BootDecision(ctx, mac, peer)
 }
 
-// HTTPSBootDecision is the boot gate's (bootserver.HTTPSBooter).
-func (e *Engine) HTTPSBootDecision(ctx context.Context, mac, peer string) (bootserver.Decision, error) {
+// HTTPSBootDecision is the boot gate's (bootgate.HTTPSBooter).
+func (e *Engine) HTTPSBootDecision(ctx context.Context, mac, peer string) (bootgate.Decision, error) {
 	return e.boot.HTTPSBootDecision(ctx, mac, peer)
 }
 
-// HostReady is the boot gate's (bootserver.Coordinator).
+// HostReady is the boot gate's (bootgate.Coordinator).
 func (e *Engine) HostReady(ctx context.Context, nodeID, token, peer string, readForm func() (url.Values, error)) error {
 	return e.boot.HostReady(ctx, nodeID, token, peer, readForm)
 }
