@@ -235,6 +235,8 @@ type core struct {
 	interrupted map[string]bool
 	// skus caches the node SKU of each run driven (a metrics label).
 	skus sync.Map
+	// sched wakes every wait's requeue at its time (schedule.go).
+	sched *scheduler
 
 	driver *driverCtl     // a run's phase loop and its phase records (drive.go)
 	batch  *batchCtl      // in-band phases driven through the runner (runner.go, reconcile.go, pairs.go)
@@ -273,7 +275,11 @@ type (
 // New returns an engine; call Resume to pick up runs from the store.
 func New(ctx context.Context, cfg Config) *Engine {
 	cfg.defaults()
-	c := &core{cfg: cfg, running: map[string]context.CancelFunc{}, ctx: ctx, stops: map[string]stopRequest{}, interrupted: map[string]bool{}}
+	c := &core{cfg: cfg, running: map[string]context.CancelFunc{}, ctx: ctx, stops: map[string]stopRequest{}, interrupted: map[string]bool{},
+		sched: newScheduler()}
+	// Not in wg: it holds no run, and ends with ctx (every wait it wakes
+	// ends with ctx first).
+	go c.sched.run(ctx)
 	c.driver, c.batch, c.checks, c.power = &driverCtl{c}, &batchCtl{c}, &checkCtl{c}, &powerCtl{c}
 	c.oob, c.host, c.day2, c.fleet = &oobCtl{c}, &hostCtl{c}, &day2Ctl{c}, &fleetCtl{c}
 	c.leases, c.bmc, c.audits = &leaseCtl{c}, &bmcCtl{core: c}, &auditCtl{c}
@@ -505,13 +511,13 @@ func nonEmpty(s, def string) string {
 }
 
 // coordEvent records a coordinator-side timeline entry.
-func (c *core) coordEvent(ctx context.Context, r store.Run, phase, kind, status, msg string, dur time.Duration) {
+func (c *core) coordEvent(ctx context.Context, r store.Run, phase string, kind runstate.EventKind, status, msg string, dur time.Duration) {
 	c.coordEventAt(ctx, r, time.Now(), phase, kind, status, msg, dur)
 }
 
 // coordEventAt is coordEvent for something that happened at t (a moment the
 // coordinator learnt of only afterwards).
-func (c *core) coordEventAt(ctx context.Context, r store.Run, t time.Time, phase, kind, status, msg string, dur time.Duration) {
+func (c *core) coordEventAt(ctx context.Context, r store.Run, t time.Time, phase string, kind runstate.EventKind, status, msg string, dur time.Duration) {
 	_, _, err := c.cfg.Store.AppendEvent(ctx, store.Event{
 		RunID: r.ID, NodeID: r.NodeID, Source: runstate.SourceCoordinator, Time: t.UTC(),
 		Phase: phase, Kind: kind, Status: status, Message: msg, DurationMs: dur.Milliseconds(),

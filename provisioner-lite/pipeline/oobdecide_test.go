@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -72,5 +73,45 @@ func TestDecideBIOSTable(t *testing.T) {
 		if got := decideBIOS(c.apply, c.booted); got != c.want {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)
 		}
+	}
+}
+
+// The scheduler wakes each requeue at its time, in time order, and one
+// forgotten before its time never fires.
+func TestSchedulerWakesInOrder(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := newScheduler()
+	go s.run(ctx)
+	now := time.Now()
+	late, _ := s.at(now.Add(300 * time.Millisecond))
+	early, _ := s.at(now.Add(50 * time.Millisecond))
+	gone, forget := s.at(now.Add(100 * time.Millisecond))
+	forget()
+	past, _ := s.at(now.Add(-time.Second))
+	select {
+	case <-past:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a requeue already due did not fire")
+	}
+	select {
+	case <-early:
+	case <-late:
+		t.Fatal("the later requeue fired first")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the early requeue never fired")
+	}
+	select {
+	case <-late:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the late requeue never fired")
+	}
+	select {
+	case <-gone:
+		t.Fatal("a forgotten requeue fired")
+	default:
+	}
+	if n := s.pending(); n != 0 {
+		t.Errorf("%d requeues pending after all fired or were forgotten", n)
 	}
 }

@@ -62,7 +62,7 @@ func (bc *batchCtl) runnerPhases(ctx context.Context, r *store.Run, batch []stri
 		if so := obs.session; so.unsettled(r.ID) && !so.held.At.IsZero() {
 			look = min(look, time.Until(so.held.At)+10*time.Millisecond) // the held session's claim settles
 		}
-		if (requeue{session: changed, events: signal}).until(ctx, time.Now().Add(look)) != nil {
+		if (requeue{sched: bc.sched, session: changed, events: signal}).until(ctx, time.Now().Add(look)) != nil {
 			return "", "", errStopped
 		}
 	}
