@@ -55,18 +55,23 @@ func FuzzSMBIOS(f *testing.F) {
 	})
 }
 
-// FuzzPCIModalias lists a PCI bus whose modalias file holds arbitrary bytes
-// (sysfs bus/pci/devices/*/modalias, as the kernel and device report it):
-// no panic, and every name comes out valid UTF-8.
-func FuzzPCIModalias(f *testing.F) {
-	f.Add("pci:v000010DEd00002330sv000010DEsd000016C1bc03sc02i00\n")
-	f.Add("pci:v000010DEd00001AF1sv000010DEsd00000000bc06sc80i00")
-	f.Add("pci:v0000")
-	f.Add("")
-	f.Add("pci:vZZZZZZZZdZZZZZZZZsvZZZZZZZZsdZZZZZZZZbcZZscZZiZZ\n")
-	f.Fuzz(func(t *testing.T, modalias string) {
+// FuzzPCIFunction lists a PCI bus whose function's vendor, device, class
+// and numa_node files hold arbitrary bytes (sysfs bus/pci/devices/*/, as
+// the kernel and device report them): no panic, and every name comes out
+// valid UTF-8.
+func FuzzPCIFunction(f *testing.F) {
+	f.Add("0x10de\n", "0x2330\n", "0x030200\n", "1\n")
+	f.Add("0x10de\n", "0x1af1\n", "0x068000\n", "-1\n")
+	f.Add("0x10de", "", "", "")
+	f.Add("", "", "", "")
+	f.Add("0xZZZZ\n", "0x123456789\n", "0x-1\n", "99999999999\n")
+	f.Fuzz(func(t *testing.T, vendor, device, class, numa string) {
 		r := t.TempDir()
-		invtest.Write(t, r, "sys/bus/pci/devices/0000:1b:00.0/modalias", modalias)
+		fn := "sys/bus/pci/devices/0000:1b:00.0/"
+		invtest.Write(t, r, fn+"vendor", vendor)
+		invtest.Write(t, r, fn+"device", device)
+		invtest.Write(t, r, fn+"class", class)
+		invtest.Write(t, r, fn+"numa_node", numa)
 		invtest.CopyFile(t, "invtest/testdata/pci.ids", filepath.Join(r, "usr/share/misc/pci.ids"))
 		o := &Options{Root: r, Log: quiet()}
 		devs, err := pciDevices(o, loadPCIDB(o))

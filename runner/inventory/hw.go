@@ -4,14 +4,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sort"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/tools/pci"
 	"github.com/jaypipes/ghw"
-	"github.com/jaypipes/ghw/pkg/pci"
 	"github.com/jaypipes/pcidb"
 )
 
@@ -26,19 +26,15 @@ const (
 	classOtherBridge = 0x0680
 )
 
-// ghwOpts are the options every ghw call gets: the fixture or real
-// root, no external tools (the ramdisk has none), warnings through slog.
-func ghwOpts(o *Options, db *pcidb.PCIDB) []any {
-	mods := []any{ghw.WithChroot(o.Root), ghw.WithDisableTools(), ghw.WithLogger(o.Log.With("lib", "ghw"))}
-	if db != nil {
-		mods = append(mods, ghw.WithPCIDB(db))
-	}
-	return mods
+// ghwOpts are the options every ghw call gets (CPU, topology, memory):
+// the fixture or real root, no external tools (the ramdisk has none),
+// warnings through slog.
+func ghwOpts(o *Options) []any {
+	return []any{ghw.WithChroot(o.Root), ghw.WithDisableTools(), ghw.WithLogger(o.Log.With("lib", "ghw"))}
 }
 
-// loadPCIDB reads the image's pci.ids. Without one, ghw's PCI reader fails
-// outright (pcidb.ErrNoDB) instead of listing devices with numeric ids, so
-// an empty database stands in: names are empty, ids still come through.
+// loadPCIDB reads the image's pci.ids. Without one an empty database
+// stands in: names are empty, ids still come through.
 func loadPCIDB(o *Options) *pcidb.PCIDB {
 	for _, p := range PCIIDsPaths {
 		full := o.path(p)
@@ -82,7 +78,7 @@ func Preload(root string, log *slog.Logger) {
 	loadPCIDB(&Options{Root: root, Log: log})
 }
 
-// pciDevice is what the inventory keeps of one ghw PCI device.
+// pciDevice is what the inventory keeps of one PCI function.
 type pciDevice struct {
 	Address        string
 	Vendor, Device uint32
@@ -92,50 +88,48 @@ type pciDevice struct {
 	Driver         string
 }
 
-func hex32(s string) uint32 {
-	v, _ := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(s), "0x"), 16, 32)
-	return uint32(v)
-}
-
-// pciDevices lists the PCI bus through ghw (modalias parsed, names from
-// pci.ids), sorted by address.
+// pciDevices lists the PCI bus through tools/pci (the one sysfs walk),
+// names from pci.ids, sorted by address. A function whose vendor cannot be
+// read is logged and left out; the others are still listed.
 func pciDevices(o *Options, db *pcidb.PCIDB) ([]pciDevice, error) {
-	info, err := ghw.PCI(ghwOpts(o, db)...)
+	fns, err := pci.Functions(o.Root)
 	if err != nil {
-		return nil, fmt.Errorf("ghw pci: %w", err)
+		return nil, fmt.Errorf("pci: %w", err)
 	}
-	out := make([]pciDevice, 0, len(info.Devices))
-	for _, d := range info.Devices {
-		out = append(out, fromGHW(d))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Address < out[j].Address })
-	return out, nil
-}
-
-func fromGHW(d *pci.Device) pciDevice {
-	p := pciDevice{Address: d.Address, NUMANode: -1, Driver: d.Driver}
-	if d.Vendor != nil {
-		p.Vendor = hex32(d.Vendor.ID)
-	}
-	if d.Product != nil {
-		p.Device = hex32(d.Product.ID)
-		if n := d.Product.Name; n != "" && n != "unknown" {
-			p.Name = strings.ToValidUTF8(n, "\uFFFD")
+	// A machine with one NUMA node reports no node per device (as the
+	// kernel's -1 would say): only with several is numa_node meaningful.
+	nodes, _ := filepath.Glob(o.path("sys/devices/system/node/node[0-9]*"))
+	numa := len(nodes) != 1
+	out := make([]pciDevice, 0, len(fns))
+	for _, f := range fns {
+		v, err := f.Vendor()
+		if err != nil {
+			o.Log.Warn("inventory: PCI function not listed", "address", f.Addr, "err", err)
+			continue
 		}
+		p := pciDevice{Address: f.Addr, Vendor: uint32(v), NUMANode: -1}
+		if d, err := f.Device(); err == nil {
+			p.Device = uint32(d)
+		}
+		if c, err := f.Class(); err == nil {
+			p.Class = c
+		}
+		if numa {
+			if b, err := f.ReadFile("numa_node"); err == nil {
+				if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 32); err == nil && n >= 0 {
+					p.NUMANode = int32(n)
+				}
+			}
+		}
+		if l, err := os.Readlink(filepath.Join(f.Dir, "driver")); err == nil {
+			p.Driver = filepath.Base(l)
+		}
+		if prod := db.Products[fmt.Sprintf("%04x%04x", v, p.Device)]; prod != nil && prod.Name != "" {
+			p.Name = strings.ToValidUTF8(prod.Name, "\uFFFD")
+		}
+		out = append(out, p)
 	}
-	if d.Class != nil {
-		p.Class = hex32(d.Class.ID) << 16
-	}
-	if d.Subclass != nil {
-		p.Class |= hex32(d.Subclass.ID) << 8
-	}
-	if d.ProgrammingInterface != nil {
-		p.Class |= hex32(d.ProgrammingInterface.ID)
-	}
-	if d.Node != nil {
-		p.NUMANode = int32(d.Node.ID)
-	}
-	return p
+	return out, nil
 }
 
 // gpusAndSwitches picks NVIDIA GPUs and NVSwitches from the PCI list.
@@ -163,7 +157,7 @@ func gpusAndSwitches(devs []pciDevice) ([]*curev1.Gpu, []*curev1.PciDevice) {
 
 // cpuAndTopology reads sockets (ghw.CPU) and NUMA nodes (ghw.Topology).
 func cpuAndTopology(o *Options) ([]*curev1.Processor, []*curev1.NumaNode, error) {
-	info, err := ghw.CPU(ghwOpts(o, nil)...)
+	info, err := ghw.CPU(ghwOpts(o)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("ghw cpu: %w", err)
 	}
@@ -172,7 +166,7 @@ func cpuAndTopology(o *Options) ([]*curev1.Processor, []*curev1.NumaNode, error)
 		procs = append(procs, &curev1.Processor{Id: uint32(p.ID), Vendor: p.Vendor,
 			Model: strings.ToValidUTF8(strings.TrimSpace(p.Model), "\uFFFD"), Cores: p.TotalCores, Threads: p.TotalHardwareThreads})
 	}
-	topo, err := ghw.Topology(ghwOpts(o, nil)...)
+	topo, err := ghw.Topology(ghwOpts(o)...)
 	if err != nil {
 		return procs, nil, fmt.Errorf("ghw topology: %w", err)
 	}
@@ -190,7 +184,7 @@ func cpuAndTopology(o *Options) ([]*curev1.Processor, []*curev1.NumaNode, error)
 // memory is MemTotal (usable) and the installed memory (the kernel's memory
 // blocks; ghw falls back to the usable size when they are not exported).
 func memory(o *Options) (usable, physical uint64, err error) {
-	m, err := ghw.Memory(ghwOpts(o, nil)...)
+	m, err := ghw.Memory(ghwOpts(o)...)
 	if err != nil {
 		return 0, 0, fmt.Errorf("ghw memory: %w", err)
 	}

@@ -36,8 +36,8 @@ func pcieLinks(root string, devs []pciDevice) ([]*curev1.PcieLink, error) {
 		links[f.Addr] = l
 		d, ok := ids[f.Addr]
 		if !ok {
-			// ghw skips functions whose modalias it cannot read; sysfs
-			// has the ids all the same.
+			// pciDevices leaves out functions whose vendor it cannot
+			// read; read what there is.
 			v, _ := f.Vendor()
 			dv, _ := f.Device()
 			c, _ := f.Class()

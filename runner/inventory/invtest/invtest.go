@@ -103,6 +103,9 @@ func Root(t testing.TB) string {
 
 	pci := filepath.Join(r, "sys/devices/pci0000:00/0000:00:03.0")
 	os.MkdirAll(filepath.Join(pci, "virtio0"), 0o755)
+	Write(t, r, "sys/devices/pci0000:00/0000:00:03.0/vendor", "0x1af4\n")
+	Write(t, r, "sys/devices/pci0000:00/0000:00:03.0/device", "0x1000\n")
+	Write(t, r, "sys/devices/pci0000:00/0000:00:03.0/class", "0x020000\n")
 	Write(t, r, "sys/devices/pci0000:00/0000:00:03.0/modalias", "pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00\n")
 	Symlink(t, pci, filepath.Join(r, "sys/bus/pci/devices/0000:00:03.0"))
 	Symlink(t, "../../../bus/pci/drivers/virtio-pci", filepath.Join(pci, "driver"))
@@ -119,10 +122,16 @@ func Root(t testing.TB) string {
 	Write(t, r, gpu+"device", "0x2330\n")
 	Write(t, r, gpu+"modalias", "pci:v000010DEd00002330sv000010DEsd000016C1bc03sc02i00\n")
 	Write(t, r, "sys/bus/pci/devices/0000:1c:00.0/vendor", "0x10de\n") // NVIDIA audio: not a GPU
+	Write(t, r, "sys/bus/pci/devices/0000:1c:00.0/device", "0x22ba\n")
 	Write(t, r, "sys/bus/pci/devices/0000:1c:00.0/class", "0x040300\n")
 	Write(t, r, "sys/bus/pci/devices/0000:1c:00.0/modalias", "pci:v000010DEd000022BAsv000010DEsd00000000bc04sc03i00\n")
-	Write(t, r, "sys/bus/pci/devices/0000:05:00.0/modalias", "pci:v000010DEd00001AF1sv000010DEsd00000000bc06sc80i00\n") // NVSwitch
+	nvs := "sys/bus/pci/devices/0000:05:00.0/" // NVSwitch
+	Write(t, r, nvs+"vendor", "0x10de\n")
+	Write(t, r, nvs+"device", "0x1af1\n")
+	Write(t, r, nvs+"class", "0x068000\n")
+	Write(t, r, nvs+"modalias", "pci:v000010DEd00001AF1sv000010DEsd00000000bc06sc80i00\n")
 	Write(t, r, "sys/bus/pci/devices/0000:00:04.0/vendor", "0x1b36\n")
+	Write(t, r, "sys/bus/pci/devices/0000:00:04.0/device", "0x0010\n")
 	Write(t, r, "sys/bus/pci/devices/0000:00:04.0/class", "0x010802\n")
 	Write(t, r, "sys/bus/pci/devices/0000:00:04.0/modalias", "pci:v00001B36d00000010sv00001AF4sd00001100bc01sc08i02\n")
 	return r
