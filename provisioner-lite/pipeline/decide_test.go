@@ -406,9 +406,9 @@ func testDecideWaitCURE(t *testing.T) {
 	r.Pipeline.SetPhase(modes.WaitForCURE, store.PhaseState{Attempts: 1, StartedAt: ago(2 * time.Minute), Deadline: now.Add(8 * time.Minute)})
 	late := cloneRun(r)
 	late.Pipeline.SetDeadline(modes.WaitForCURE, ago(time.Second))
-	mine := sessions.NewSession("n1", "r1", &curev1.Hello{BootId: "b1", UptimeMs: 4000}, nil)
+	mine := sessions.NewSession("n1", "r1", &curev1.Hello{BootId: "b1", UptimeMs: 4000})
 	mine.ConnectedAt = ago(30 * time.Second)
-	theirs := sessions.NewSession("n1", "r0", &curev1.Hello{BootId: "b0"}, nil)
+	theirs := sessions.NewSession("n1", "r0", &curev1.Hello{BootId: "b0"})
 	for _, c := range []struct {
 		name string
 		run  store.Run
@@ -438,7 +438,7 @@ func testDecideHostOS(t *testing.T) {
 	late.Pipeline.SetDeadline(modes.WaitForHostOS, ago(time.Second))
 	earlier := cloneRun(waiting)
 	earlier.Pipeline.Host.RebootAttempt = 1 // a coordinator restart began attempt 2
-	cure := sessions.NewSession("n1", "r1", &curev1.Hello{BootId: "b2"}, nil)
+	cure := sessions.NewSession("n1", "r1", &curev1.Hello{BootId: "b2"})
 	ready := store.Event{ID: 80, Source: runstate.SourceHostOS, Kind: runstate.EventHostReady, Message: "host OS called back ready"}
 	for _, c := range []struct {
 		name  string

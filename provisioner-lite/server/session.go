@@ -170,7 +170,7 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 	s.Metrics.RunnerSession("accepted")
 	s.Metrics.RunnerConnected(1)
 	defer s.Metrics.RunnerConnected(-1)
-	rs := s.greet(ctx, node, run, hello, outcome, peerIP, stream.Send)
+	rs := s.greet(ctx, node, run, hello, outcome, peerIP)
 	if rs.admit {
 		s.Hub.Attach(rs.sess)
 		defer func() {
@@ -220,9 +220,8 @@ type liveSession struct {
 // greet takes an authenticated Hello: the boot's first connect is noted on
 // the run's timeline (a reconnect is counted), its inventory kept, and its
 // attestation judged, which decides whether the pipeline may see it.
-func (s *RunnerService) greet(ctx context.Context, node store.Node, run store.Run, hello *curev1.Hello, outcome, peerIP string,
-	send func(*curev1.CoordinatorMessage) error) *liveSession {
-	sess := sessions.NewSession(node.ID, run.ID, hello, send)
+func (s *RunnerService) greet(ctx context.Context, node store.Node, run store.Run, hello *curev1.Hello, outcome, peerIP string) *liveSession {
+	sess := sessions.NewSession(node.ID, run.ID, hello)
 	rs := &liveSession{s: s, sess: sess, peerIP: peerIP, phases: runnerPhases(run.Mode), runStart: run.StartedAt,
 		log: s.Log.With("node", sess.NodeID, "run", sess.RunID, "boot_id", sess.BootID, "peer", peerIP)}
 	firstOfBoot := outcome == store.Bound
@@ -298,7 +297,9 @@ var eventHandlers = map[reflect.Type]eventHandler{
 
 // serve handles the messages after the Hello until the runner goes or the
 // hub closes the session: each is checked (accept), handled by its body's
-// handler and acked.
+// handler and acked. It is the stream's one writer: it writes the acks and
+// what the pipeline queued on the session's outbox (sessions.Session.Send),
+// in the order it was queued.
 func (rs *liveSession) serve(ctx context.Context, stream curev1.RunnerService_SessionServer) error {
 	msgs, stop := receive(stream)
 	defer stop()
@@ -307,6 +308,11 @@ func (rs *liveSession) serve(ctx context.Context, stream curev1.RunnerService_Se
 		select {
 		case <-rs.sess.Done():
 			return status.Error(codes.Aborted, "session closed by the coordinator")
+		case out := <-rs.sess.Outbox():
+			if err := stream.Send(out); err != nil {
+				return nil // the runner is gone; the hub's Detach ends the session for its senders
+			}
+			continue
 		case r := <-msgs:
 			if r.err != nil {
 				return nil
@@ -325,16 +331,17 @@ func (rs *liveSession) serve(ctx context.Context, stream curev1.RunnerService_Se
 		if err := handle(rs, ctx, ev); err != nil {
 			return err
 		}
-		if err := rs.ack(ev.GetSeq()); err != nil {
+		if err := ack(stream, ev.GetSeq()); err != nil {
 			return nil // the runner is gone; it replays what was not acked
 		}
 	}
 }
 
 // ack tells the runner that event seq is handled (kept, or deliberately
-// not): the one way any event is acknowledged.
-func (rs *liveSession) ack(seq uint64) error {
-	return rs.sess.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Ack{Ack: &curev1.Ack{Seq: seq}}})
+// not): the one way any event is acknowledged. Only serve calls it, the
+// stream's one writer.
+func ack(stream curev1.RunnerService_SessionServer, seq uint64) error {
+	return stream.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Ack{Ack: &curev1.Ack{Seq: seq}}})
 }
 
 // received is one message from the runner, or why none came.

@@ -2,10 +2,16 @@
 // Events themselves go through the store (the durable record); the hub only
 // answers "who is connected right now, since when, in what state" and wakes
 // whoever waits for that to change.
+//
+// A session's stream belongs to the server: Send only queues a message on the
+// session's bounded outbox, and the server's session goroutine, the stream's
+// one writer, drains it alongside its acks. A pipeline goroutine never blocks
+// on a runner that does not read.
 package sessions
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,8 +31,11 @@ type Session struct {
 	// enrolled, SKU does not require it) is attached with Attested false.
 	Attested bool
 
+	// mu orders Send against close: once Done is closed no message is
+	// queued any more, so a sender either reaches the outbox or gets
+	// ErrClosed.
 	mu     sync.Mutex
-	send   func(*curev1.CoordinatorMessage) error
+	outbox chan *curev1.CoordinatorMessage
 	closed chan struct{}
 	once   sync.Once
 	// beat is when the runner last sent a heartbeat (unix ns, 0: never).
@@ -49,11 +58,18 @@ func (s *Session) LastHeartbeat() time.Time {
 	return time.Time{}
 }
 
-// NewSession wraps a stream's send function.
-func NewSession(nodeID, runID string, hello *curev1.Hello, send func(*curev1.CoordinatorMessage) error) *Session {
+// OutboxSize bounds the messages queued for one runner and not yet written
+// to its stream. The coordinator sends a runner few messages (an assignment
+// per batch, node-pair schedules and verdicts, a reboot order): a runner
+// this far behind is not reading its stream.
+const OutboxSize = 64
+
+// NewSession is a session of the runner that sent hello, with an empty
+// outbox; whoever owns the stream drains Outbox.
+func NewSession(nodeID, runID string, hello *curev1.Hello) *Session {
 	s := &Session{
 		NodeID: nodeID, RunID: runID, BootID: hello.GetBootId(), Hello: hello,
-		ConnectedAt: time.Now(), send: send, closed: make(chan struct{}),
+		ConnectedAt: time.Now(), outbox: make(chan *curev1.CoordinatorMessage, OutboxSize), closed: make(chan struct{}),
 	}
 	s.lastRecv.Store(s.ConnectedAt.UnixNano())
 	return s
@@ -68,23 +84,53 @@ func (s *Session) LastReceived() time.Time { return time.Unix(0, s.lastRecv.Load
 // ErrClosed is returned when sending on a session whose stream has ended.
 var ErrClosed = errors.New("runner session closed")
 
-// Send serialises writes: gRPC streams allow one sender at a time, and both
-// the ack loop and the pipeline send.
+// ErrOutboxFull is returned by the Send that found the outbox full: the
+// session is closed with it (later sends get ErrClosed).
+var ErrOutboxFull = errors.New("runner session outbox full")
+
+// Send queues m for the runner and never blocks: messages reach the stream
+// in the order they were queued. A closed session refuses m (ErrClosed). A
+// full outbox means the runner stopped reading its stream: rather than
+// drop a message silently, or hold the pipeline, the session is closed
+// (ErrOutboxFull); its runner reconnects and replays what was not acked,
+// and the pipeline decides again with the new session. A message queued
+// when the stream ends is not delivered, as one written to a dying stream.
 func (s *Session) Send(m *curev1.CoordinatorMessage) error {
-	select {
-	case <-s.closed:
-		return ErrClosed
-	default:
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.send(m)
+	select {
+	case <-s.closed:
+		return fmt.Errorf("%s: %w", s, ErrClosed)
+	default:
+	}
+	select {
+	case s.outbox <- m:
+		return nil
+	default:
+		s.closeLocked()
+		return fmt.Errorf("%s: %d messages not taken by the runner: %w", s, OutboxSize, ErrOutboxFull)
+	}
+}
+
+// Outbox is what Send queued, for the stream's one writer (the server's
+// session goroutine) to drain until Done.
+func (s *Session) Outbox() <-chan *curev1.CoordinatorMessage { return s.outbox }
+
+// String names the session in errors and logs.
+func (s *Session) String() string {
+	return fmt.Sprintf("runner session of node %s (run %s, boot %s)", s.NodeID, s.RunID, s.BootID)
 }
 
 // Done is closed when the stream ends.
 func (s *Session) Done() <-chan struct{} { return s.closed }
 
-func (s *Session) close() { s.once.Do(func() { close(s.closed) }) }
+func (s *Session) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closeLocked()
+}
+
+func (s *Session) closeLocked() { s.once.Do(func() { close(s.closed) }) }
 
 // Hub maps node ids to their current session.
 type Hub struct {

@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -10,8 +11,7 @@ import (
 func TestAttachReplacesAndNotifies(t *testing.T) {
 	h := NewHub()
 	ch := h.Changed("n1")
-	var sent []*curev1.CoordinatorMessage
-	s1 := NewSession("n1", "r1", &curev1.Hello{BootId: "b1"}, func(m *curev1.CoordinatorMessage) error { sent = append(sent, m); return nil })
+	s1 := NewSession("n1", "r1", &curev1.Hello{BootId: "b1"})
 	h.Attach(s1)
 	select {
 	case <-ch:
@@ -21,17 +21,17 @@ func TestAttachReplacesAndNotifies(t *testing.T) {
 	if h.Current("n1") != s1 {
 		t.Fatal("s1 not current")
 	}
-	if err := s1.Send(&curev1.CoordinatorMessage{}); err != nil || len(sent) != 1 {
-		t.Fatalf("send: %v, %d sent", err, len(sent))
+	if err := s1.Send(&curev1.CoordinatorMessage{}); err != nil || len(s1.Outbox()) != 1 {
+		t.Fatalf("send: %v, %d queued", err, len(s1.Outbox()))
 	}
-	s2 := NewSession("n1", "r1", &curev1.Hello{BootId: "b2"}, func(*curev1.CoordinatorMessage) error { return nil })
+	s2 := NewSession("n1", "r1", &curev1.Hello{BootId: "b2"})
 	h.Attach(s2)
 	select {
 	case <-s1.Done():
 	default:
 		t.Fatal("replaced session not closed")
 	}
-	if err := s1.Send(&curev1.CoordinatorMessage{}); err != ErrClosed {
+	if err := s1.Send(&curev1.CoordinatorMessage{}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("send on replaced session = %v, want ErrClosed", err)
 	}
 	// Detaching the stale session must not remove the new one.
@@ -53,8 +53,8 @@ func TestAttachReplacesAndNotifies(t *testing.T) {
 
 func TestCloseRun(t *testing.T) {
 	h := NewHub()
-	a := NewSession("n1", "r1", &curev1.Hello{BootId: "b1"}, func(*curev1.CoordinatorMessage) error { return nil })
-	b := NewSession("n2", "r2", &curev1.Hello{BootId: "b2"}, func(*curev1.CoordinatorMessage) error { return nil })
+	a := NewSession("n1", "r1", &curev1.Hello{BootId: "b1"})
+	b := NewSession("n2", "r2", &curev1.Hello{BootId: "b2"})
 	h.Attach(a)
 	h.Attach(b)
 	changed := h.Changed("n1")
