@@ -9,7 +9,7 @@ import (
 	"github.com/cure-oss/cure/api/imagereport"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/provisioner-lite/attestation"
-	"github.com/cure-oss/cure/provisioner-lite/pipeline"
+	"github.com/cure-oss/cure/provisioner-lite/catalog"
 )
 
 // attestationConfig says at start what the SKUs that require attestation
@@ -54,7 +54,7 @@ func attestationConfig(skus []string, required func(string) (bool, error), image
 
 // catalogRequires reads a SKU's attestation policy from the manifests.
 func catalogRequires(dir string) func(string) (bool, error) {
-	cat := &pipeline.Catalog{Dir: dir}
+	cat := &catalog.Catalog{Dir: dir}
 	return func(name string) (bool, error) {
 		_, sku, err := cat.Load(name)
 		if err != nil {

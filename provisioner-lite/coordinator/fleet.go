@@ -4,8 +4,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cure-oss/cure/provisioner-lite/catalog"
 	"github.com/cure-oss/cure/provisioner-lite/fleetband"
-	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 )
 
 // fleetRetention is how long measurements are kept: keep, raised to the
@@ -16,7 +16,7 @@ func fleetRetention(keep time.Duration, manifestDir string, suites []string, log
 	if keep <= 0 {
 		return keep
 	}
-	cat := &pipeline.Catalog{Dir: manifestDir}
+	cat := &catalog.Catalog{Dir: manifestDir}
 	for _, name := range suites {
 		_, doc, err := cat.LoadDocument(name)
 		if err != nil || doc.Suite == nil || len(fleetband.Bands(&doc.Suite.Spec)) == 0 {

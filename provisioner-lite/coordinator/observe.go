@@ -12,6 +12,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/admission"
+	"github.com/cure-oss/cure/provisioner-lite/catalog"
 	"github.com/cure-oss/cure/provisioner-lite/dashboard"
 	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
@@ -120,7 +121,7 @@ func poolNotice(n *notify.Notifier) func(pool.Change) {
 
 // suiteCheck refuses a revalidation whose suite does not load as a
 // ValidationSuite.
-func suiteCheck(c *pipeline.Catalog) func(string) error {
+func suiteCheck(c *catalog.Catalog) func(string) error {
 	return func(name string) error {
 		_, doc, err := c.LoadDocument(name)
 		if err != nil {

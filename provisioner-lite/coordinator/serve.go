@@ -9,7 +9,9 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/attestpolicy"
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
+	"github.com/cure-oss/cure/provisioner-lite/catalog"
 	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pool"
@@ -22,7 +24,7 @@ import (
 
 // services are the engine, the pool and the servers wired to them.
 type services struct {
-	catalog  *pipeline.Catalog
+	catalog  *catalog.Catalog
 	eng      *pipeline.Engine
 	nodePool *pool.Pool
 	bs       *bootserver.Server
@@ -40,7 +42,7 @@ type services struct {
 func (d *daemon) wire(ctx context.Context) error {
 	c, log := &d.c, d.log
 	hub := sessions.NewHub()
-	d.catalog = &pipeline.Catalog{Dir: c.ManifestDir}
+	d.catalog = &catalog.Catalog{Dir: c.ManifestDir}
 	// The pool hears every run's end and starts revalidation runs: it and
 	// the engine refer to each other, the engine's hook is set first.
 	var nodePool *pool.Pool
@@ -90,7 +92,7 @@ func (d *daemon) wire(ctx context.Context) error {
 	opts = append(opts, server.OperatorAuth(d.rec, log)...)
 	d.gs = grpc.NewServer(opts...)
 	curev1.RegisterRunnerServiceServer(d.gs, &server.RunnerService{Store: d.st, Hub: hub, Log: log, Audit: d.rec, Guard: d.eng, Instance: c.Instance,
-		BindPeer: c.BindBootIP, Limits: c.EventLimits, Metrics: d.obs.m, Attestation: &pipeline.AttestPolicy{Catalog: d.catalog, ImageDir: c.ImageDir, Log: log},
+		BindPeer: c.BindBootIP, Limits: c.EventLimits, Metrics: d.obs.m, Attestation: &attestpolicy.Policy{Catalog: d.catalog, ImageDir: c.ImageDir, Log: log},
 		EKRoots: d.ekRoots, OnMeasurementDrift: quarantineOnDrift(nodePool, log)})
 	curev1.RegisterOperatorServiceServer(d.gs, &server.OperatorService{Store: d.st, Starter: d.eng, Auditor: d.eng, Canceler: d.eng, Pool: nodePool,
 		Instance: c.Instance, KnownSKU: sitecheck.KnownSKU(c.ManifestDir), BMCCADir: d.sd.Join("bmc-ca"), Log: log,

@@ -12,6 +12,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/catalog"
 	"github.com/cure-oss/cure/provisioner-lite/notify"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pool"
@@ -50,7 +51,7 @@ func admissionFixture(t *testing.T) (*fixture, *pool.Pool, *receiver, poolAPI) {
 	if err := os.WriteFile(filepath.Join(f.dir, "manifests", "suites", "qemu-diagnostic.yaml"), suite, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	catalog := &pipeline.Catalog{Dir: filepath.Join(f.dir, "manifests")}
+	catalog := &catalog.Catalog{Dir: filepath.Join(f.dir, "manifests")}
 	pl = pool.New(pool.Config{Store: f.st, Starter: f.eng, Policies: catalog, Announce: func(c pool.Change) { notifier.Notify(c.Payload()) }, Metrics: f.metrics})
 	return f, pl, rc, startPoolAPI(t, f, pl)
 }

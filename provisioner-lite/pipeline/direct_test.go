@@ -14,6 +14,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/catalog"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
@@ -90,7 +91,7 @@ func BenchmarkAuditDirect(b *testing.B) {
 				ConnectBMC: func(ctx context.Context, n store.Node) (pipeline.BMC, error) {
 					return redfish.Connect(ctx, redfish.Endpoint{URL: n.BMCURL, Username: n.BMCUser, Password: n.BMCPassword, Insecure: true /* httptest BMC over plain HTTP */}, redfish.Options{Timeout: 10 * time.Second, Logger: log})
 				},
-				Manifests: &pipeline.Catalog{Dir: filepath.Join(dir, "manifests")}})
+				Manifests: &catalog.Catalog{Dir: filepath.Join(dir, "manifests")}})
 			b.ResetTimer()
 			var worst time.Duration
 			for i := 0; i < b.N; i++ {

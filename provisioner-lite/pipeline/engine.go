@@ -19,6 +19,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/bootgate"
+	"github.com/cure-oss/cure/provisioner-lite/catalog"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
@@ -80,7 +81,7 @@ type Config struct {
 	Hub        *sessions.Hub
 	Log        *slog.Logger
 	ConnectBMC func(ctx context.Context, n store.Node) (BMC, error)
-	Manifests  *Catalog
+	Manifests  *catalog.Catalog
 	// ArtifactDir is the content-addressed store the boot server serves.
 	ArtifactDir string
 	// BaseURL is the HTTP server as nodes reach it (artifacts, callbacks).

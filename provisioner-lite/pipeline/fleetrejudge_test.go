@@ -12,6 +12,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/catalog"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -67,7 +68,7 @@ func TestJudgementThatAppliesBandSweeps(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	var calls []string
-	e := New(ctx, Config{Store: st, Hub: sessions.NewHub(), Manifests: &Catalog{Dir: dir},
+	e := New(ctx, Config{Store: st, Hub: sessions.NewHub(), Manifests: &catalog.Catalog{Dir: dir},
 		OnFleetRejudged: func(_ context.Context, node, run string, marginal bool, reason string) {
 			calls = append(calls, fmt.Sprintf("%s %s %v %s", node, run, marginal, reason))
 		}})

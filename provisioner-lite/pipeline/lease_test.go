@@ -11,6 +11,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/catalog"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/store/pgtest"
@@ -49,7 +50,7 @@ func TestAbandonedRunsResumeWhenRenewalsRecover(t *testing.T) {
 	// answers, until it is stopped; each drive connects once.
 	var mu sync.Mutex
 	drives := 0
-	e := New(ctx, Config{Store: st, Hub: sessions.NewHub(), Manifests: &Catalog{Dir: "../../manifests/examples"},
+	e := New(ctx, Config{Store: st, Hub: sessions.NewHub(), Manifests: &catalog.Catalog{Dir: "../../manifests/examples"},
 		Timeouts: Timeouts{BMCCall: time.Hour},
 		ConnectBMC: func(ctx context.Context, _ store.Node) (BMC, error) {
 			mu.Lock()

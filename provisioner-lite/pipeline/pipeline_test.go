@@ -23,7 +23,9 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/attestpolicy"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
+	"github.com/cure-oss/cure/provisioner-lite/catalog"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/redfish"
@@ -239,7 +241,7 @@ func newFixtureCfg(t *testing.T, edit func(sku *manifests.SKU, casDir string), b
 			return redfish.Connect(ctx, redfish.Endpoint{URL: n.BMCURL, Username: n.BMCUser, Password: n.BMCPassword, Insecure: true /* httptest BMC over plain HTTP */},
 				redfish.Options{Timeout: 5 * time.Second, Logger: log, OnRetry: met.RedfishHTTPRetry})
 		},
-		Manifests: &pipeline.Catalog{Dir: filepath.Join(dir, "manifests")}, ArtifactDir: filepath.Join(dir, "artifacts"),
+		Manifests: &catalog.Catalog{Dir: filepath.Join(dir, "manifests")}, ArtifactDir: filepath.Join(dir, "artifacts"),
 		BaseURL: "http://10.0.2.2:8080", RunnerAddr: "10.0.2.2:8443", BMCBaseURL: cas.URL,
 		Timeouts: pipeline.Timeouts{WaitForCURE: 20 * time.Second, Reconnect: 3 * time.Second, ShutdownWait: 5 * time.Second, HostOS: 20 * time.Second, RunnerPhase: 20 * time.Second,
 			BMCReset: 10 * time.Second, TaskPoll: 50 * time.Millisecond, RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond},
@@ -258,7 +260,7 @@ func newFixtureCfg(t *testing.T, edit func(sku *manifests.SKU, casDir string), b
 	// Security events are deduplicated per source for a millisecond only:
 	// the tests look for each one (the peer is always bufconn).
 	curev1.RegisterRunnerServiceServer(gs, &server.RunnerService{Store: st, Hub: hub, Log: log, Metrics: met, Audit: audit.New(st, log, time.Millisecond),
-		Attestation: &pipeline.AttestPolicy{Catalog: ecfg.Manifests, ImageDir: filepath.Join(dir, "image"), Log: log}})
+		Attestation: &attestpolicy.Policy{Catalog: ecfg.Manifests, ImageDir: filepath.Join(dir, "image"), Log: log}})
 	go gs.Serve(lis)
 	conn, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),

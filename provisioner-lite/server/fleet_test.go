@@ -19,6 +19,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
+	"github.com/cure-oss/cure/provisioner-lite/catalog"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/provisioner-lite/render"
@@ -94,7 +95,7 @@ func (f *fleetEnv) instance(name string, maxRuns int) curev1.OperatorServiceClie
 	rec := audit.New(f.st, log, 0)
 	ectx, cancel := context.WithCancel(context.Background())
 	eng := pipeline.New(ectx, pipeline.Config{Store: f.st, Hub: sessions.NewHub(), Log: log, Audit: rec, ConnectBMC: hungBMC,
-		Manifests: &pipeline.Catalog{Dir: f.manDir}, ArtifactDir: t.TempDir(), BaseURL: "http://10.0.0.1:8080", RunnerAddr: "10.0.0.1:8443",
+		Manifests: &catalog.Catalog{Dir: f.manDir}, ArtifactDir: t.TempDir(), BaseURL: "http://10.0.0.1:8080", RunnerAddr: "10.0.0.1:8443",
 		MaxRuns: maxRuns, Timeouts: pipeline.Timeouts{BMCCall: time.Hour}})
 	tlsCfg, err := pki.ServerTLSConfig(f.pkiDir, []string{"127.0.0.1"})
 	if err != nil {

@@ -31,6 +31,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/bootserver"
+	"github.com/cure-oss/cure/provisioner-lite/catalog"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
@@ -127,7 +128,7 @@ func newHostile(t *testing.T, runnerOpts ...func(*server.RunnerService)) *hostil
 	hub := sessions.NewHub()
 	ectx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	eng := pipeline.New(ectx, pipeline.Config{Store: st, Hub: hub, Log: log, Audit: rec, Manifests: &pipeline.Catalog{Dir: dir},
+	eng := pipeline.New(ectx, pipeline.Config{Store: st, Hub: hub, Log: log, Audit: rec, Manifests: &catalog.Catalog{Dir: dir},
 		BaseURL: "http://10.0.0.1:8080", RunnerAddr: "10.0.0.1:8443",
 		Timeouts: pipeline.Timeouts{WaitForCURE: 10 * time.Minute, HostOS: time.Minute}})
 	img := t.TempDir()

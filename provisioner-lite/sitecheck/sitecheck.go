@@ -1,6 +1,6 @@
 // Package sitecheck lints a site's configuration as the coordinator will
 // read it: the manifests directory (SKUs and validation suites, resolved by
-// name as pipeline.Catalog resolves them) and the nodes file (through
+// name as catalog.Catalog resolves them) and the nodes file (through
 // provisioner-lite/nodes, with every node's SKU looked up in that
 // directory). `provisioner-lite check` prints the result; the coordinator
 // runs the same lint at start and refuses to start on any problem. Every
@@ -18,8 +18,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/provisioner-lite/catalog"
 	"github.com/cure-oss/cure/provisioner-lite/nodes"
-	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 )
@@ -241,7 +241,7 @@ func (r *Result) Images(stateDir string) {
 		}
 		slices.Sort(skus)
 	}
-	cat := &pipeline.Catalog{Dir: r.ManifestDir}
+	cat := &catalog.Catalog{Dir: r.ManifestDir}
 	for _, name := range skus {
 		_, sku, err := cat.Load(name)
 		if err != nil || sku.Spec.OS == nil {
@@ -269,12 +269,12 @@ func (r *Result) Images(stateDir string) {
 }
 
 // KnownSKU returns the check the nodes file's sku fields get: name must
-// resolve, as the coordinator resolves it (pipeline.Catalog), to a valid
+// resolve, as the coordinator resolves it (catalog.Catalog), to a valid
 // SKU manifest in dir. It reads the directory on every call, like the
 // catalog, so nodes added at run time are checked against the manifests as
 // they are then.
 func KnownSKU(dir string) func(string) error {
-	cat := &pipeline.Catalog{Dir: dir}
+	cat := &catalog.Catalog{Dir: dir}
 	return func(name string) error {
 		_, doc, err := cat.LoadDocument(name)
 		switch {

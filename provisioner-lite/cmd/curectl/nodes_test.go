@@ -15,6 +15,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
+	"github.com/cure-oss/cure/provisioner-lite/catalog"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/provisioner-lite/pool"
@@ -65,7 +66,7 @@ func startCoordinator(t *testing.T) *coordinator {
 	rec := audit.New(st, log, 0)
 	ectx, cancel := context.WithCancel(context.Background())
 	eng := pipeline.New(ectx, pipeline.Config{Store: st, Hub: sessions.NewHub(), Log: log, Audit: rec, ConnectBMC: hungBMC,
-		Manifests: &pipeline.Catalog{Dir: manDir}, ArtifactDir: t.TempDir(), BaseURL: "http://10.0.0.1:8080", RunnerAddr: "10.0.0.1:8443",
+		Manifests: &catalog.Catalog{Dir: manDir}, ArtifactDir: t.TempDir(), BaseURL: "http://10.0.0.1:8080", RunnerAddr: "10.0.0.1:8443",
 		Timeouts: pipeline.Timeouts{BMCCall: time.Hour}})
 	pkiDir := filepath.Join(dir, "pki")
 	tlsCfg, err := pki.ServerTLSConfig(pkiDir, []string{"127.0.0.1"})

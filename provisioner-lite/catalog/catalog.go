@@ -1,4 +1,8 @@
-package pipeline
+// Package catalog resolves the coordinator's manifest names (SKUs, validation
+// suites) to the files of its manifest directory, parsed once per content.
+// The pipeline, the measured-boot policy, the pool's admission and the site
+// lint all read manifests through it.
+package catalog
 
 import (
 	"crypto/sha256"

@@ -1,4 +1,8 @@
-package pipeline
+// Package attestpolicy is the coordinator's measured-boot policy from its
+// files, which the runner service (server.AttestPolicy) judges boots with:
+// the image's report.json and the SKU manifests' attestation: field. The
+// judging itself is provisioner-lite/attestation's.
+package attestpolicy
 
 import (
 	"context"
@@ -9,14 +13,15 @@ import (
 
 	"github.com/cure-oss/cure/api/imagereport"
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/provisioner-lite/catalog"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
-// AttestPolicy is the coordinator's measured-boot policy from its files:
-// the image's report.json (the UKI a boot is checked against) and the SKU
+// Policy is the coordinator's measured-boot policy from its files: the
+// image's report.json (the UKI a boot is checked against) and the SKU
 // manifests (attestation: required). The runner service asks it.
-type AttestPolicy struct {
-	Catalog  *Catalog
+type Policy struct {
+	Catalog  *catalog.Catalog
 	ImageDir string // cure-build output holding report.json ("" : none)
 	Log      *slog.Logger
 }
@@ -24,7 +29,7 @@ type AttestPolicy struct {
 // ImageUKI is the image report's UKI, nil when the image has none (a
 // kernel and initramfs booted over PXE: nothing to compare the boot PCRs
 // with, so only the quote, EK and firmware measurements are checked).
-func (p *AttestPolicy) ImageUKI() *imagereport.UKI {
+func (p *Policy) ImageUKI() *imagereport.UKI {
 	if p == nil || p.ImageDir == "" {
 		return nil
 	}
@@ -39,7 +44,7 @@ func (p *AttestPolicy) ImageUKI() *imagereport.UKI {
 }
 
 // Required says whether the node's SKU requires attestation.
-func (p *AttestPolicy) Required(ctx context.Context, n store.Node) (bool, error) {
+func (p *Policy) Required(ctx context.Context, n store.Node) (bool, error) {
 	if p == nil || p.Catalog == nil || n.SKU == "" {
 		return false, nil
 	}
