@@ -92,7 +92,7 @@ func TestConcurrentStageSampled(t *testing.T) {
 	rep, err := env.Follow(ctx, runID, func(e *curev1.TimelineEntry) {
 		mu.Lock()
 		defer mu.Unlock()
-		if e.GetKind() == runstate.EventProgress {
+		if runstate.EventKind(e.GetKind()) == runstate.EventProgress {
 			k := 0
 			for _, c := range e.GetProgress().GetChecks() {
 				if c.GetStage() == "load" && c.GetState() == "running" {
@@ -104,7 +104,7 @@ func TestConcurrentStageSampled(t *testing.T) {
 		}
 		t.Logf("%6.1fs %-11s %-9s %-11s %-8s %s", time.Since(start).Seconds(), e.GetSource(), e.GetPhase(), e.GetKind(), e.GetStatus(), e.GetMessage())
 		timeline = append(timeline, e)
-		if e.GetSource() == runstate.SourceRunner && e.GetKind() == runstate.EventLog {
+		if runstate.EventSource(e.GetSource()) == runstate.SourceRunner && runstate.EventKind(e.GetKind()) == runstate.EventLog {
 			switch {
 			case strings.HasPrefix(e.GetMessage(), "stage load started"):
 				stageStart = e.GetTimeUnixMs()

@@ -8,6 +8,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
@@ -30,7 +31,7 @@ type Config struct {
 	TokenPeriod         time.Duration
 	BootIPUnbound       bool
 	// Event records a coordinator entry on run r's timeline.
-	Event func(ctx context.Context, r store.Run, phase, kind, status, msg string, dur time.Duration)
+	Event func(ctx context.Context, r store.Run, phase string, kind runstate.EventKind, status, msg string, dur time.Duration)
 	// Stop ends a run from outside its pipeline, in status with msg.
 	Stop func(runID string, status curev1.RunStatus, msg string)
 	// HostAccepted is told of an accepted host callback of run r, with the

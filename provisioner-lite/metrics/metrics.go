@@ -272,7 +272,7 @@ func (m *Metrics) RunnerSession(result string) {
 }
 
 // EventStored records the lag from the runner's timestamp to the store.
-func (m *Metrics) EventStored(kind string, lag time.Duration) {
+func (m *Metrics) EventStored(kind runstate.EventKind, lag time.Duration) {
 	if m == nil {
 		return
 	}
@@ -320,10 +320,13 @@ func (m *Metrics) NodeSeries() int {
 	return m.nodes.count()
 }
 
-func eventKind(k string) string {
+// eventKind is the label of a runner event's kind: the five a runner
+// sends, "other" for the coordinator's own.
+func eventKind(k runstate.EventKind) string {
 	switch k {
 	case runstate.EventPhaseStart, runstate.EventPhaseEnd, runstate.EventVerdict, runstate.EventLog, runstate.EventMetric:
-		return k
+		return string(k)
+	case runstate.EventInfo, runstate.EventRunEnd, runstate.EventHostReady, runstate.EventProgress:
 	}
 	return "other"
 }

@@ -39,7 +39,7 @@ func runner(ref store.SessionRef, kind curev1.RunnerState_Kind, phase string, se
 	return &sessionObs{ref: ref, runID: "r1", state: &curev1.RunnerState{Kind: kind, RunId: "r1", Phase: phase, LastEventSeq: seq}}
 }
 
-func runnerEvent(id int64, phase, kind string, status curev1.PhaseStatus) store.Event {
+func runnerEvent(id int64, phase string, kind runstate.EventKind, status curev1.PhaseStatus) store.Event {
 	return store.Event{ID: id, RunID: "r1", Source: runstate.SourceRunner, Phase: phase, Kind: kind, Status: runstate.PhaseName(status)}
 }
 

@@ -256,7 +256,7 @@ func (c *core) save(ctx context.Context, r *store.Run) {
 // the coordinator: it continues, with its attempt count, start and
 // deadline, and each phase decides from its own stored status what is
 // left to do.
-func (d *driverCtl) begin(ctx context.Context, r *store.Run, phase, source string) {
+func (d *driverCtl) begin(ctx context.Context, r *store.Run, phase string, source runstate.EventSource) {
 	if r.Phase == phase && r.Pipeline.Phase(phase).Open() {
 		d.coordNote(ctx, *r, phase, fmt.Sprintf("continuing attempt %d after a coordinator stop", r.Pipeline.Attempts(phase)))
 		return
@@ -266,7 +266,7 @@ func (d *driverCtl) begin(ctx context.Context, r *store.Run, phase, source strin
 }
 
 // recordStart records a phase attempt's start, as the run's status has it.
-func (d *driverCtl) recordStart(ctx context.Context, r *store.Run, phase, source string) {
+func (d *driverCtl) recordStart(ctx context.Context, r *store.Run, phase string, source runstate.EventSource) {
 	d.save(ctx, r)
 	ps := r.Pipeline.Phase(phase)
 	if err := d.cfg.Store.UpsertPhase(context.WithoutCancel(ctx), store.Phase{
@@ -283,7 +283,7 @@ func (d *driverCtl) recordStart(ctx context.Context, r *store.Run, phase, source
 }
 
 // end ends a coordinator phase's attempt and records it.
-func (d *driverCtl) end(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source string) {
+func (d *driverCtl) end(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source runstate.EventSource) {
 	ps := r.Pipeline.Phase(phase)
 	ps.Ended = true
 	r.Pipeline.SetPhase(phase, ps)
@@ -293,7 +293,7 @@ func (d *driverCtl) end(ctx context.Context, r *store.Run, phase string, out out
 
 // recordEnd records a phase attempt's result; the end of a validate phase
 // has the run's results judged against its SKU's fleet.
-func (d *driverCtl) recordEnd(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source string) {
+func (d *driverCtl) recordEnd(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source runstate.EventSource) {
 	ctx = context.WithoutCancel(ctx)
 	now := time.Now().UTC()
 	started := r.Pipeline.Phase(phase).StartedAt

@@ -104,7 +104,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"cure_redfish_http_retries_total", []string{"code"}, map[string]string{"code": "503"}},
 		{"cure_runners_connected", nil, nil},
 		{"cure_runner_sessions_total", []string{"result"}, map[string]string{"result": "accepted"}},
-		{"cure_event_lag_seconds", []string{"kind"}, map[string]string{"kind": runstate.EventPhaseEnd}},
+		{"cure_event_lag_seconds", []string{"kind"}, map[string]string{"kind": string(runstate.EventPhaseEnd)}},
 		{"cure_artifact_bytes_served_total", []string{"kind"}, map[string]string{"kind": "artifact"}},
 		{"cure_store_commit_duration_seconds", nil, nil},
 		{"cure_store_commit_writes", nil, nil},

@@ -93,7 +93,7 @@ type sessionObs struct {
 	// boot's latest phase event after its Hello's last seq (observed once
 	// it was seen).
 	stored uint64
-	since  string
+	since  runstate.EventKind
 	// held, when set, says its boot window's claim has not settled
 	// (bootgate.Gate.Claim, observed for a session of the run the batch does not
 	// follow yet): it is given nothing and followed in nothing.
@@ -298,6 +298,8 @@ func (d *batchDecision) actOnEvents() {
 			if rebootRequired(ev) {
 				d.reboot(ev.Phase + " needs a reboot to activate")
 			}
+		case runstate.EventVerdict, runstate.EventLog, runstate.EventMetric, runstate.EventRunEnd, runstate.EventHostReady, runstate.EventProgress:
+			// The timeline's, not the batch's: nothing to decide.
 		}
 	}
 }

@@ -174,11 +174,12 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 		origin = timeline[0].GetTimeUnixMs()
 	}
 	for _, e := range timeline {
-		if e.GetKind() == runstate.EventMetric {
+		kind := runstate.EventKind(e.GetKind())
+		if kind == runstate.EventMetric {
 			p.TimelineOmittedMetrics++
 			continue
 		}
-		if e.GetKind() == runstate.EventProgress {
+		if kind == runstate.EventProgress {
 			continue // live only; the latest is the Suite section
 		}
 		msg := e.GetMessage()
@@ -186,7 +187,7 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 			v := e.GetVerdict()
 			msg = fmt.Sprintf("%s %s: %s", v.GetComponent(), v.GetCheck(), verdictName(v.GetStatus()))
 		}
-		if e.GetKind() == runstate.EventPhaseEnd || e.GetKind() == runstate.EventRunEnd {
+		if kind == runstate.EventPhaseEnd || kind == runstate.EventRunEnd {
 			if d := e.GetDurationMs(); d > 0 {
 				msg = strings.TrimSpace(fmt.Sprintf("(%s) %s", span(d), msg))
 			}
@@ -292,7 +293,7 @@ func phaseClass(s curev1.PhaseStatus) string {
 }
 
 func entryClass(e *curev1.TimelineEntry) string {
-	switch e.GetKind() {
+	switch runstate.EventKind(e.GetKind()) {
 	case runstate.EventPhaseEnd:
 		return phaseClass(entryPhaseStatus(e))
 	case runstate.EventRunEnd:
@@ -308,6 +309,7 @@ func entryClass(e *curev1.TimelineEntry) string {
 		case "WARN":
 			return "warn"
 		}
+	case runstate.EventPhaseStart, runstate.EventMetric, runstate.EventInfo, runstate.EventHostReady, runstate.EventProgress:
 	}
 	return ""
 }

@@ -37,7 +37,7 @@ func (t *Timeline) Print(e *curev1.TimelineEntry) {
 		phase = "-"
 	}
 	var line string
-	switch e.GetKind() {
+	switch runstate.EventKind(e.GetKind()) {
 	case runstate.EventPhaseStart:
 		line = fmt.Sprintf("▶ %-20s started", phase)
 	case runstate.EventPhaseEnd:
@@ -65,18 +65,21 @@ func (t *Timeline) Print(e *curev1.TimelineEntry) {
 			return
 		}
 		line = fmt.Sprintf("  %-20s %s", phase, e.GetMessage())
-	default:
+	case runstate.EventInfo, runstate.EventHostReady:
+		line = fmt.Sprintf("  %-20s %s", phase, e.GetMessage())
+	default: // a kind newer than this curectl
 		line = fmt.Sprintf("  %-20s %s", phase, e.GetMessage())
 	}
 	fmt.Fprintf(t.w, "%s [%s] %s\n", stamp, src(e.GetSource()), textsafe.Line(line))
 }
 
 func src(s string) string {
-	switch s {
+	switch runstate.EventSource(s) {
 	case runstate.SourceRunner:
 		return "node"
 	case runstate.SourceCoordinator:
 		return "coord"
+	case runstate.SourceHostOS:
 	}
 	return s
 }

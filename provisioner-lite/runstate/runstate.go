@@ -105,28 +105,32 @@ func names[S ~int32](ss []S, name func(S) string) []string {
 	return out
 }
 
+// EventKind is the kind of a timeline event, as stored (the events
+// table's kind column) and shown.
+type EventKind string
+
 // Event kinds of a run's timeline. The runner sends proto events; the
 // server stores each under one of the first five kinds.
 const (
-	EventPhaseStart = "phase_start"
-	EventPhaseEnd   = "phase_end"
-	EventVerdict    = "verdict"
-	EventLog        = "log"
-	EventMetric     = "metric"
-	EventInfo       = "info"    // a coordinator note (retry, reboot, resume...)
-	EventRunEnd     = "run_end" // the run's final status
+	EventPhaseStart EventKind = "phase_start"
+	EventPhaseEnd   EventKind = "phase_end"
+	EventVerdict    EventKind = "verdict"
+	EventLog        EventKind = "log"
+	EventMetric     EventKind = "metric"
+	EventInfo       EventKind = "info"    // a coordinator note (retry, reboot, resume...)
+	EventRunEnd     EventKind = "run_end" // the run's final status
 	// EventHostReady marks the installed OS's callback; the pipeline waits
 	// for it in the timeline rather than in memory, so the wait survives a
 	// coordinator restart.
-	EventHostReady = "host_ready"
+	EventHostReady EventKind = "host_ready"
 	// EventProgress is a runner's latest heartbeat as a following Watch
 	// streams it live; it is never stored as an event (the store keeps the
 	// latest per run), so it is not in EventKinds.
-	EventProgress = "progress"
+	EventProgress EventKind = "progress"
 )
 
 // EventKinds lists every event kind.
-var EventKinds = []string{EventPhaseStart, EventPhaseEnd, EventVerdict, EventLog, EventMetric, EventInfo, EventRunEnd, EventHostReady}
+var EventKinds = []EventKind{EventPhaseStart, EventPhaseEnd, EventVerdict, EventLog, EventMetric, EventInfo, EventRunEnd, EventHostReady}
 
 // Boot paths into CURE: the coordinator's info event that hands a boot
 // its token carries BootPathStatusPrefix+path as its status
@@ -137,11 +141,15 @@ const (
 	BootPathStatusPrefix = "boot:"
 )
 
-// Event sources: who appended an event.
+// EventSource says who appended an event (the events table's source
+// column).
+type EventSource string
+
+// Event sources.
 const (
-	SourceCoordinator = "coordinator"
-	SourceRunner      = "runner"
-	SourceHostOS      = "hostos"
+	SourceCoordinator EventSource = "coordinator"
+	SourceRunner      EventSource = "runner"
+	SourceHostOS      EventSource = "hostos"
 )
 
 // SeriesBMC is the source of the series sampled from a node's BMC sensors

@@ -57,7 +57,7 @@ func TestStatusNames(t *testing.T) {
 }
 
 func TestEventKindsDistinct(t *testing.T) {
-	seen := map[string]bool{}
+	seen := map[EventKind]bool{}
 	for _, k := range EventKinds {
 		if k == "" || seen[k] {
 			t.Errorf("event kind %q empty or listed twice", k)

@@ -198,9 +198,9 @@ const (
 // limit asked for, and no more than fits auditPageBytes.
 // next_before_id reads the next page.
 func (o *OperatorService) ListAuditLog(ctx context.Context, req *curev1.ListAuditLogRequest) (*curev1.ListAuditLogResponse, error) {
-	f := store.AuditFilter{Kind: req.GetKind(), Node: req.GetNodeId(), BeforeID: req.GetBeforeId(), Limit: int(req.GetLimit())}
+	f := store.AuditFilter{Kind: store.AuditKind(req.GetKind()), Node: req.GetNodeId(), BeforeID: req.GetBeforeId(), Limit: int(req.GetLimit())}
 	if f.Kind != "" && f.Kind != store.AuditOperator && f.Kind != store.AuditSecurity {
-		return nil, status.Errorf(codes.InvalidArgument, "kind %q: want %s, %s or empty", textsafe.BoundedLine(f.Kind, 64), store.AuditOperator, store.AuditSecurity)
+		return nil, status.Errorf(codes.InvalidArgument, "kind %q: want %s, %s or empty", textsafe.BoundedLine(req.GetKind(), 64), store.AuditOperator, store.AuditSecurity)
 	}
 	if ms := req.GetSinceUnixMs(); ms > 0 {
 		f.Since = time.UnixMilli(ms)
@@ -225,7 +225,7 @@ func (o *OperatorService) ListAuditLog(ctx context.Context, req *curev1.ListAudi
 		}
 		a = audit.Clip(a, auditViewNodes, auditViewDetail)
 		e := &curev1.AuditEntry{
-			Id: a.ID, TimeUnixMs: a.Time.UnixMilli(), Kind: a.Kind, Actor: a.Actor, Role: a.Role, Peer: a.Peer,
+			Id: a.ID, TimeUnixMs: a.Time.UnixMilli(), Kind: string(a.Kind), Actor: a.Actor, Role: a.Role, Peer: a.Peer,
 			Action: a.Action, NodeIds: a.Nodes, RunId: a.RunID, Result: a.Result, Detail: a.Detail,
 		}
 		n := proto.Size(e) + 8 // and its framing in the list
@@ -267,7 +267,7 @@ func (o *OperatorService) Watch(req *curev1.WatchRequest, stream curev1.Operator
 	if err != nil {
 		return status.Errorf(codes.NotFound, "%v", err)
 	}
-	signal, unsub := o.Store.Subscribe(r.ID)
+	signal, unsub := o.Store.Signals().Subscribe(r.ID)
 	defer unsub()
 	var cursor int64
 	var lastBeat store.ProgressRecord
@@ -322,8 +322,8 @@ func progressEntry(ctx context.Context, st *store.Store, runID string, rec store
 	if err := protojson.Unmarshal(rec.JSON, &p); err != nil {
 		return nil
 	}
-	e := &curev1.TimelineEntry{RunId: runID, TimeUnixMs: rec.Received.UnixMilli(), Phase: rec.Phase, Kind: runstate.EventProgress,
-		Source: runstate.SourceRunner, Progress: &p, Message: ProgressLine(&p)}
+	e := &curev1.TimelineEntry{RunId: runID, TimeUnixMs: rec.Received.UnixMilli(), Phase: rec.Phase, Kind: string(runstate.EventProgress),
+		Source: string(runstate.SourceRunner), Progress: &p, Message: ProgressLine(&p)}
 	if r, err := st.GetRun(ctx, runID); err == nil {
 		e.NodeId = r.NodeID
 		e.DeadlineUnixMs = phaseDeadline(r, rec.Phase)
@@ -371,7 +371,7 @@ func phaseDeadline(r store.Run, phase string) int64 {
 func timelineEntry(ev store.Event) *curev1.TimelineEntry {
 	return &curev1.TimelineEntry{
 		RunId: ev.RunID, NodeId: ev.NodeID, TimeUnixMs: ev.Time.UnixMilli(), Phase: ev.Phase,
-		Kind: ev.Kind, Status: ev.Status, Message: ev.Message, DurationMs: ev.DurationMs, Source: ev.Source,
+		Kind: string(ev.Kind), Status: ev.Status, Message: ev.Message, DurationMs: ev.DurationMs, Source: string(ev.Source),
 	}
 }
 

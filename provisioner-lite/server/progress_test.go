@@ -128,7 +128,7 @@ func TestWatchStreamsProgress(t *testing.T) {
 		if err != nil {
 			t.Fatalf("watch ended before a progress entry: %v", err)
 		}
-		if e.GetKind() != runstate.EventProgress {
+		if runstate.EventKind(e.GetKind()) != runstate.EventProgress {
 			continue
 		}
 		if e.GetProgress().GetStage() != "load" || len(e.GetProgress().GetChecks()) != 2 || e.GetDeadlineUnixMs() != deadline.UnixMilli() ||

@@ -49,7 +49,7 @@ func FuzzRunnerEvent(f *testing.F) {
 		if e.Seq == 0 || (e.Phase != "" && !fuzzPhases[e.Phase]) {
 			t.Fatalf("accepted seq %d phase %q", e.Seq, e.Phase)
 		}
-		for _, s := range []string{e.Message, e.Status, e.Kind} {
+		for _, s := range []string{e.Message, e.Status, string(e.Kind)} {
 			if !utf8.ValidString(s) || !textsafe.Safe(s) || len(s) > maxMessage+64 {
 				t.Fatalf("unclean or unbounded text %q", s)
 			}

@@ -8,17 +8,20 @@ import (
 	"time"
 )
 
+// AuditKind is the kind of an audit entry (the audit_log's kind column).
+type AuditKind string
+
 // Audit entry kinds.
 const (
-	AuditOperator = "operator" // an operator API call, allowed or refused
-	AuditSecurity = "security" // something a hostile peer may have tried
+	AuditOperator AuditKind = "operator" // an operator API call, allowed or refused
+	AuditSecurity AuditKind = "security" // something a hostile peer may have tried
 )
 
 // AuditEntry is one row of the audit log: who did what to which nodes, when.
 type AuditEntry struct {
 	ID     int64
 	Time   time.Time
-	Kind   string // AuditOperator or AuditSecurity
+	Kind   AuditKind
 	Actor  string // operator name, or the node a runner claimed to be
 	Role   string
 	Peer   string
@@ -47,7 +50,7 @@ func (s *Store) AppendAudit(ctx context.Context, a AuditEntry) error {
 	}
 	err = s.tx(ctx, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO audit_log (time, kind, actor, role, peer, action, nodes, run_id, result, detail)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, toMs(a.Time), a.Kind, a.Actor, a.Role, a.Peer, a.Action, string(nb), a.RunID, a.Result, a.Detail)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, toMs(a.Time), string(a.Kind), a.Actor, a.Role, a.Peer, a.Action, string(nb), a.RunID, a.Result, a.Detail)
 		return err
 	})
 	if err != nil {
@@ -58,7 +61,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, toMs(a.Time), a.Kind, a.Actor, a.Role, a
 
 // AuditFilter selects audit entries; zero fields select everything.
 type AuditFilter struct {
-	Kind     string
+	Kind     AuditKind
 	Node     string // entries naming this node
 	Since    time.Time
 	BeforeID int64 // paging: entries older than this id
@@ -70,7 +73,7 @@ func (s *Store) AuditLog(ctx context.Context, f AuditFilter) ([]AuditEntry, erro
 	var where []string
 	var args []any
 	if f.Kind != "" {
-		where, args = append(where, "kind = ?"), append(args, f.Kind)
+		where, args = append(where, "kind = ?"), append(args, string(f.Kind))
 	}
 	if f.Node != "" {
 		where, args = append(where, "(actor = ? OR EXISTS (SELECT 1 FROM "+s.dialect.jsonElements("nodes")+" WHERE value = ?))"), append(args, f.Node, f.Node)

@@ -18,12 +18,12 @@ type Event struct {
 	ID         int64 // store-assigned, monotonic
 	RunID      string
 	NodeID     string
-	Source     string // coordinator|runner|hostos
+	Source     runstate.EventSource
 	BootID     string
 	Seq        uint64 // runner seq within (run, boot); 0 for coordinator events
 	Time       time.Time
 	Phase      string
-	Kind       string // phase_start|phase_end|verdict|log|metric|run_end|info
+	Kind       runstate.EventKind
 	Status     string
 	Message    string
 	DurationMs int64
@@ -77,7 +77,7 @@ func insertEvent(ctx context.Context, tx *Tx, e Event) (id int64, inserted bool,
 INSERT INTO events (run_id, node_id, source, boot_id, seq, time, phase, kind, status, message, duration_ms, payload, note)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT(run_id, source, boot_id, seq) WHERE seq > 0 DO NOTHING RETURNING id`,
-		e.RunID, e.NodeID, e.Source, e.BootID, int64(e.Seq), toMs(e.Time), e.Phase, e.Kind, e.Status, e.Message, e.DurationMs, e.Payload, e.Note).Scan(&id)
+		e.RunID, e.NodeID, string(e.Source), e.BootID, int64(e.Seq), toMs(e.Time), e.Phase, string(e.Kind), e.Status, e.Message, e.DurationMs, e.Payload, e.Note).Scan(&id)
 	if err == nil {
 		return id, true, nil
 	}
@@ -85,7 +85,7 @@ ON CONFLICT(run_id, source, boot_id, seq) WHERE seq > 0 DO NOTHING RETURNING id`
 		return 0, false, err
 	}
 	err = tx.QueryRowContext(ctx, `SELECT id FROM events WHERE run_id = ? AND source = ? AND boot_id = ? AND seq = ?`,
-		e.RunID, e.Source, e.BootID, int64(e.Seq)).Scan(&id)
+		e.RunID, string(e.Source), e.BootID, int64(e.Seq)).Scan(&id)
 	return id, false, err
 }
 
@@ -145,11 +145,11 @@ func (s *Store) MaxSeq(ctx context.Context, runID, bootID string) (uint64, error
 // LastPhaseEventKind returns the kind (phase_start or phase_end) of the
 // latest phase event the runner of (runID, bootID) stored with a seq above
 // afterSeq, "" if none: what the runner did since it said hello.
-func (s *Store) LastPhaseEventKind(ctx context.Context, runID, bootID string, afterSeq uint64) (string, error) {
+func (s *Store) LastPhaseEventKind(ctx context.Context, runID, bootID string, afterSeq uint64) (runstate.EventKind, error) {
 	if afterSeq > math.MaxInt64 {
 		afterSeq = math.MaxInt64
 	}
-	var kind string
+	var kind runstate.EventKind
 	err := s.r.QueryRowContext(ctx, `
 SELECT kind FROM events WHERE run_id = ? AND source = 'runner' AND boot_id = ? AND seq > ? AND kind IN ('phase_start', 'phase_end')
 ORDER BY seq DESC LIMIT 1`, runID, bootID, int64(afterSeq)).Scan(&kind)
@@ -257,7 +257,7 @@ ON CONFLICT(run_id) DO UPDATE SET dropped = run_usage.dropped + 1 RETURNING drop
 		if err := tx.QueryRowContext(ctx, `
 INSERT INTO events (run_id, node_id, source, boot_id, seq, time, phase, kind, status, message, duration_ms, payload)
 VALUES (?, ?, 'runner', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
-			e.RunID, e.NodeID, e.BootID, int64(e.Seq), toMs(e.Time), e.Phase, e.Kind, e.Status, e.Message, e.DurationMs, e.Payload).Scan(&res.ID); err != nil {
+			e.RunID, e.NodeID, e.BootID, int64(e.Seq), toMs(e.Time), e.Phase, string(e.Kind), e.Status, e.Message, e.DurationMs, e.Payload).Scan(&res.ID); err != nil {
 			return err
 		}
 		res.Inserted = true

@@ -68,7 +68,7 @@ func TestCoordinatorNotesCapped(t *testing.T) {
 	evs, _ = s.Events(ctx, "r1", 0, 0)
 	var kept []string
 	for _, e := range evs {
-		kept = append(kept, e.Kind+":"+e.Message)
+		kept = append(kept, string(e.Kind)+":"+e.Message)
 	}
 	if got := strings.Join(kept, ","); got != "info:run created,phase_start:" {
 		t.Fatalf("after retention: %s, want the essential timeline only", got)

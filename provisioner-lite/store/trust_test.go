@@ -15,6 +15,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
 func issue(t *testing.T, s *Store, token, run, window, peer string, expires time.Time) {
@@ -390,7 +391,7 @@ func TestRunnerEventCaps(t *testing.T) {
 	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
 	runningRun(t, s, "r1")
 	lim := EventLimits{MaxEvents: 5, MaxBytes: 1000, HardEvents: 8, MaxVerdicts: 2}
-	ev := func(seq uint64, kind, msg string) Event {
+	ev := func(seq uint64, kind runstate.EventKind, msg string) Event {
 		return Event{RunID: "r1", NodeID: "n1", BootID: "b", Seq: seq, Kind: kind, Message: msg}
 	}
 	seq := uint64(0)
@@ -455,7 +456,7 @@ func TestRetention(t *testing.T) {
 	runningRun(t, s, "old")
 	runningRun(t, s, "live")
 	for _, run := range []string{"old", "live"} {
-		for i, kind := range []string{"metric", "log", "phase_end", "verdict"} {
+		for i, kind := range []runstate.EventKind{"metric", "log", "phase_end", "verdict"} {
 			var v *Verdict
 			if kind == "verdict" {
 				v = &Verdict{RunID: run, Component: "gpu/0", Check: "ecc", Status: curev1.VerdictStatus_PASS}
@@ -478,7 +479,7 @@ func TestRetention(t *testing.T) {
 		evs, _ := s.Events(ctx, run, 0, 0)
 		var k []string
 		for _, e := range evs {
-			k = append(k, e.Kind)
+			k = append(k, string(e.Kind))
 		}
 		return strings.Join(k, ",")
 	}

@@ -162,9 +162,9 @@ func run(o options) int {
 // stage starts, or with no stage named, the validate phase's start.
 func injectNow(e *curev1.TimelineEntry, stage string) bool {
 	if stage == "" {
-		return e.GetPhase() == modes.Validate && e.GetKind() == runstate.EventPhaseStart
+		return e.GetPhase() == modes.Validate && runstate.EventKind(e.GetKind()) == runstate.EventPhaseStart
 	}
-	return e.GetSource() == runstate.SourceRunner && e.GetKind() == runstate.EventLog && strings.HasPrefix(e.GetMessage(), "stage "+stage+" started")
+	return runstate.EventSource(e.GetSource()) == runstate.SourceRunner && runstate.EventKind(e.GetKind()) == runstate.EventLog && strings.HasPrefix(e.GetMessage(), "stage "+stage+" started")
 }
 
 // injectFaults makes the node's hardware misbehave as a failing part does.
