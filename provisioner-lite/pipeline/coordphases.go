@@ -530,7 +530,7 @@ func (c *core) verdict(ctx context.Context, r *store.Run, component, check strin
 // so that a coordinator restart in the middle keeps waiting for the same
 // callback.
 func (h *hostCtl) waitForHostOS(ctx context.Context, r *store.Run) outcome {
-	signal, unsub := h.cfg.Store.Subscribe(r.ID)
+	signal, unsub := h.cfg.Store.Signals().Subscribe(r.ID)
 	defer unsub()
 	var readTo int64
 	for {

@@ -34,7 +34,7 @@ func rebootMsg(reason string) *curev1.CoordinatorMessage {
 // lives there, so a coordinator stopped mid-batch leaves it to the next.
 func (bc *batchCtl) runnerPhases(ctx context.Context, r *store.Run, batch []string, log *slog.Logger) (string, string, error) {
 	pol := bc.batchPolicy(r, batch, log)
-	signal, unsub := bc.cfg.Store.Subscribe(r.ID)
+	signal, unsub := bc.cfg.Store.Signals().Subscribe(r.ID)
 	defer unsub()
 	defer func() {
 		if ctx.Err() == nil { // keep it for the next coordinator when stopping

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cure-oss/cure/provisioner-lite/runsignal"
+
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 )
 
@@ -126,7 +128,7 @@ func openPostgres(dsn string, opts ...Option) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", Redacted(dsn), err)
 	}
-	st := &Store{path: Redacted(dsn), w: db, r: newPool(db), wp: newPool(db), sealer: seal, subs: map[string]map[*subscriber]struct{}{},
+	st := &Store{path: Redacted(dsn), w: db, r: newPool(db), wp: newPool(db), sealer: seal, signals: runsignal.New(),
 		instance: o.instance, leaseTTL: o.leaseTTL, runCache: map[string]cachedRow{}, dialect: postgresDialect, maxNotes: o.notes(),
 		maxMeasurements: o.measurements()}
 	st.r.rebind, st.wp.rebind = rebindDollar, rebindDollar

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cure-oss/cure/provisioner-lite/runsignal"
+
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
@@ -36,8 +38,8 @@ type Store struct {
 	wp     *pool   // prepared statements of the writer connection
 	sealer *sealer // nil: the store refuses to keep literal secrets
 
-	mu   sync.Mutex
-	subs map[string]map[*subscriber]struct{}
+	// signals tells a run's watchers of each commit that changed it.
+	signals *runsignal.Bus
 
 	gc       *committer
 	instance string        // lease owner this store writes as; "" = no leases
@@ -52,8 +54,6 @@ type Store struct {
 
 	maxMeasurements int64 // measurement rows kept per run (measurements.go)
 }
-
-type subscriber struct{ ch chan struct{} }
 
 // busyTimeoutMs bounds how long a connection waits for SQLite's lock (a reader
 // during a WAL checkpoint, another process) before failing.
@@ -173,7 +173,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 		r.Close()
 		return nil, fmt.Errorf("store: open %s for reading: %w", abs, err)
 	}
-	st := &Store{path: abs, w: w, r: newPool(r), wp: newPool(w), sealer: seal, subs: map[string]map[*subscriber]struct{}{},
+	st := &Store{path: abs, w: w, r: newPool(r), wp: newPool(w), sealer: seal, signals: runsignal.New(),
 		instance: o.instance, leaseTTL: o.leaseTTL, runCache: map[string]cachedRow{}, dialect: sqliteDialect, maxNotes: o.notes(),
 		maxMeasurements: o.measurements()}
 	if st.leaseTTL <= 0 {
@@ -230,42 +230,15 @@ func (s *Store) Close() error {
 // Path is the absolute path of the database file.
 func (s *Store) Path() string { return s.path }
 
-// Subscribe returns a channel signalled (coalesced, never blocking the writer)
-// whenever an event is appended to runID or the run is updated, and a func that
-// unsubscribes. Watchers re-read from the store after each signal.
-func (s *Store) Subscribe(runID string) (<-chan struct{}, func()) {
-	sub := &subscriber{ch: make(chan struct{}, 1)}
-	s.mu.Lock()
-	m := s.subs[runID]
-	if m == nil {
-		m = map[*subscriber]struct{}{}
-		s.subs[runID] = m
-	}
-	m[sub] = struct{}{}
-	s.mu.Unlock()
-	var once sync.Once
-	return sub.ch, func() {
-		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			delete(s.subs[runID], sub)
-			if len(s.subs[runID]) == 0 {
-				delete(s.subs, runID)
-			}
-		})
-	}
-}
+// Signals is where the store tells a run's watchers that it committed a
+// change to the run (an event appended, the run updated): subscribe with
+// Signals().Subscribe(runID) and re-read the store after each signal. The
+// store only notifies; it is not the bus.
+func (s *Store) Signals() *runsignal.Bus { return s.signals }
 
-func (s *Store) notify(runID string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for sub := range s.subs[runID] {
-		select {
-		case sub.ch <- struct{}{}:
-		default: // a signal is already pending; the watcher will see this change too
-		}
-	}
-}
+// notify tells runID's watchers of a commit (coalesced, never blocking the
+// writer).
+func (s *Store) notify(runID string) { s.signals.Notify(runID) }
 
 // toMs stores times as UTC unix milliseconds; the zero time is stored as 0.
 func toMs(t time.Time) int64 {
