@@ -271,8 +271,20 @@ func (u *oobUpdate) trace(ctx context.Context, sub store.FirmwareSubmission) err
 // the record (a later attempt submits again, knowing the first did not
 // take); one that vanished is judged from the inventory it left.
 func (u *oobUpdate) follow(ctx context.Context, sub store.FirmwareSubmission) error {
+	// The task's budget runs from when the BMC accepted it (stored), not
+	// from this look: a coordinator that restarts mid-task does not
+	// extend it.
+	deadline := sub.At.Add(u.o.cfg.Timeouts.BMCTask)
+	if sub.At.IsZero() {
+		deadline = time.Now().Add(u.o.cfg.Timeouts.BMCTask) // an older coordinator's record kept no time
+	}
+	if !time.Now().Before(deadline) {
+		// The record stays: the task may still run, and sending the image
+		// again beside it is what must never happen. An operator looks.
+		return fmt.Errorf("task %s did not end within %s of its acceptance at %s", nonEmpty(sub.TaskURI, sub.MonitorURI), u.o.cfg.Timeouts.BMCTask, sub.At.Format(time.RFC3339))
+	}
 	var res *redfish.TaskResult
-	err := u.o.power.withBMCFor(ctx, u.r, u.o.cfg.Timeouts.BMCTask+u.o.cfg.Timeouts.BMCCall, func(ctx context.Context, b BMC) error {
+	err := u.o.power.withBMCFor(ctx, u.r, time.Until(deadline)+u.o.cfg.Timeouts.BMCCall, func(ctx context.Context, b BMC) error {
 		var err error
 		res, err = b.WaitTask(ctx, &redfish.Job{Op: sub.Op, TaskURI: sub.TaskURI, MonitorURI: sub.MonitorURI}, u.o.cfg.Timeouts.TaskPoll)
 		return err
