@@ -19,6 +19,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
@@ -83,7 +84,8 @@ func (r Result) Reasons() string {
 
 // Run is the part of a stored run the decision reads.
 type Run struct {
-	ID, Mode, Manifest string
+	ID, Manifest       string
+	Mode               modes.Mode
 	Status             curev1.RunStatus
 	StartedAt, EndedAt time.Time
 	Message            string

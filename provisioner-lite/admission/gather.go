@@ -55,7 +55,7 @@ func Gather(ctx context.Context, src Sources, nodeID string, p *manifests.Admiss
 // acceptance suite that started after it ended (runs: newest first).
 func pickRuns(runs []store.Run, acc *manifests.Acceptance) (prov, accRun *store.Run) {
 	for i := range runs {
-		if modes.Mode(runs[i].Mode) == modes.Provision {
+		if runs[i].Mode == modes.Provision {
 			prov = &runs[i]
 			break
 		}
@@ -65,7 +65,7 @@ func pickRuns(runs []store.Run, acc *manifests.Acceptance) (prov, accRun *store.
 	}
 	for i := range runs {
 		r := &runs[i]
-		if r.Mode == acc.Mode && r.Manifest == acc.Suite && !r.StartedAt.IsZero() && !r.StartedAt.Before(prov.EndedAt) {
+		if r.Mode == modes.Mode(acc.Mode) && r.Manifest == acc.Suite && !r.StartedAt.IsZero() && !r.StartedAt.Before(prov.EndedAt) {
 			return prov, r
 		}
 		if r.ID == prov.ID {
@@ -157,8 +157,7 @@ func (src Sources) fleet(ctx context.Context, suite string, acc store.Run) (Flee
 // hardware and firmware differ from acc's; "" when none.
 func (src Sources) changedAfter(ctx context.Context, nodeID string, acc store.Run, runs []store.Run) (string, error) {
 	for _, r := range runs {
-		m := modes.Mode(r.Mode)
-		if (m == modes.Provision || m == modes.Service) && r.StartedAt.After(acc.StartedAt) {
+		if (r.Mode == modes.Provision || r.Mode == modes.Service) && r.StartedAt.After(acc.StartedAt) {
 			return fmt.Sprintf("%s run %s started after it", r.Mode, r.ID), nil
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -191,30 +192,30 @@ func orNone(s string) string {
 // RunStarted counts a run this instance starts driving and adds it to the
 // active gauge; RunStopped takes it out (the run ended, or the instance
 // stops driving it).
-func (m *Metrics) RunStarted(mode string) {
+func (m *Metrics) RunStarted(mode modes.Mode) {
 	if m == nil {
 		return
 	}
-	m.runsStarted.WithLabelValues(orNone(mode)).Inc()
-	m.runsActive.WithLabelValues(orNone(mode)).Inc()
+	m.runsStarted.WithLabelValues(orNone(string(mode))).Inc()
+	m.runsActive.WithLabelValues(orNone(string(mode))).Inc()
 }
 
 // RunStopped is the end of this instance's driving of a run.
-func (m *Metrics) RunStopped(mode string) {
+func (m *Metrics) RunStopped(mode modes.Mode) {
 	if m == nil {
 		return
 	}
-	m.runsActive.WithLabelValues(orNone(mode)).Dec()
+	m.runsActive.WithLabelValues(orNone(string(mode))).Dec()
 }
 
 // RunEnded records a run's final status and reboots, and schedules its node
 // series for removal.
-func (m *Metrics) RunEnded(runID, mode, status string, reboots int) {
+func (m *Metrics) RunEnded(runID string, mode modes.Mode, status string, reboots int) {
 	if m == nil {
 		return
 	}
-	m.runsEnded.WithLabelValues(orNone(mode), orNone(status)).Inc()
-	m.runReboots.WithLabelValues(orNone(mode)).Observe(float64(reboots))
+	m.runsEnded.WithLabelValues(orNone(string(mode)), orNone(status)).Inc()
+	m.runReboots.WithLabelValues(orNone(string(mode))).Observe(float64(reboots))
 	m.nodes.runEnded(runID)
 }
 

@@ -100,7 +100,7 @@ func TestProvisionWaitsForAcceptance(t *testing.T) {
 		t.Errorf("webhooks before admission: %v (the scheduler must not hear of an accepting node)", got)
 	}
 	acc := f.waitRun(accID)
-	if acc.Status != curev1.RunStatus_RUN_SUCCEEDED || acc.Mode != string(modes.Diagnostic) || acc.Manifest != "qemu-diagnostic" {
+	if acc.Status != curev1.RunStatus_RUN_SUCCEEDED || acc.Mode != modes.Diagnostic || acc.Manifest != "qemu-diagnostic" {
 		t.Fatalf("acceptance run %s %s %s: %s", acc.Mode, acc.Manifest, acc.Status, acc.Message)
 	}
 	np = waitPool(t, f.st, pool.InService)

@@ -92,11 +92,11 @@ func (o *oobCtl) stageBIOS(ctx context.Context, r *store.Run, desired map[string
 	for _, k := range sortedKeys(changes) {
 		diff = append(diff, fmt.Sprintf("%s=%v (is %v)", k, changes[k], current[k]))
 	}
-	if !modes.FlashesFirmware(modes.Mode(r.Mode)) {
+	if !modes.FlashesFirmware(r.Mode) {
 		o.verdict(ctx, r, "bios", "settings", curev1.VerdictStatus_DRIFT, strings.Join(diff, ", "), "", "reported only")
 		return ok("%d BIOS attributes drifted (reported only): %s", len(changes), strings.Join(diff, ", ")), false
 	}
-	if err := modes.CheckWrite(modes.Mode(r.Mode), "BIOS settings"); err != nil {
+	if err := modes.CheckWrite(r.Mode, "BIOS settings"); err != nil {
 		return failed("%v", err), false
 	}
 	o.firmwareChanged(ctx, r, fmt.Sprintf("%d BIOS attributes", len(changes)))

@@ -59,7 +59,7 @@ func bmcInterval(s *manifests.ValidationSuite, def time.Duration) time.Duration 
 
 // validating says whether the suite modes' validate phase is in batch.
 func validating(r *store.Run, batch []string) bool {
-	m := modes.Mode(r.Mode)
+	m := r.Mode
 	return (m == modes.Diagnostic || m == modes.Burnin) && slices.Contains(batch, modes.Validate)
 }
 
@@ -384,7 +384,7 @@ func evidenceSummary(ev *curev1.BmcEvidence) string {
 // it (it failed before its validate phase): the log of a node that never
 // got that far is the evidence most wanted.
 func (bm *bmcCtl) bmcEvidenceAtEnd(ctx context.Context, r *store.Run) {
-	if m := modes.Mode(r.Mode); m != modes.Diagnostic && m != modes.Burnin {
+	if m := r.Mode; m != modes.Diagnostic && m != modes.Burnin {
 		return
 	}
 	if _, _, err := bm.cfg.Store.BMCEvidence(context.WithoutCancel(ctx), r.ID); !errors.Is(err, store.ErrNotFound) {

@@ -190,7 +190,7 @@ func (ck *checkCtl) preflight(ctx context.Context, r *store.Run) outcome {
 	if len(n.MACs) == 0 {
 		return failedFinal(operatorFix, "node %s has no registered MAC: it cannot be PXE-booted", n.ID)
 	}
-	mode := modes.Mode(r.Mode)
+	mode := r.Mode
 	if mode == modes.Diagnostic || mode == modes.Burnin {
 		_, doc, err := ck.cfg.Manifests.LoadDocument(r.Manifest)
 		if err != nil {

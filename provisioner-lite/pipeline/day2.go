@@ -20,7 +20,7 @@ import (
 
 // suiteMode says whether r runs a ValidationSuite (diagnostic, burn-in).
 func suiteMode(r *store.Run) bool {
-	m := modes.Mode(r.Mode)
+	m := r.Mode
 	return m == modes.Diagnostic || m == modes.Burnin
 }
 
@@ -79,7 +79,7 @@ func (d *day2Ctl) waitForHostOSPhase(ctx context.Context, r *store.Run, _ string
 	if out := d.endSkip(r, manifests.EndHostOS); out != nil {
 		return *out
 	}
-	if modes.Mode(r.Mode) != modes.Provision {
+	if r.Mode != modes.Provision {
 		os, err := d.cfg.Store.InstalledOS(ctx, r.NodeID)
 		switch {
 		case errors.Is(err, store.ErrNotFound) && suiteMode(r):
@@ -104,7 +104,7 @@ func (d *day2Ctl) waitForHostOSPhase(ctx context.Context, r *store.Run, _ string
 // record: service never writes the disk, so it can only return the node to
 // an OS whose callback token the coordinator knows.
 func (d *day2Ctl) servicePreflight(ctx context.Context, r *store.Run) (outcome, bool) {
-	if modes.Mode(r.Mode) != modes.Service {
+	if r.Mode != modes.Service {
 		return outcome{}, false
 	}
 	os, err := d.cfg.Store.InstalledOS(ctx, r.NodeID)
@@ -122,7 +122,7 @@ func (d *day2Ctl) servicePreflight(ctx context.Context, r *store.Run) (outcome, 
 // that writes or erases its disk (os_install, or sed_revert in a mode that
 // wipes): its callback token will not be on the disk any more.
 func (d *day2Ctl) forgetInstalledOS(ctx context.Context, r *store.Run, phases []string) error {
-	m := modes.Mode(r.Mode)
+	m := r.Mode
 	if !slices.Contains(phases, modes.OSInstall) && !(slices.Contains(phases, modes.SEDRevert) && modes.CheckWipe(m) == nil) {
 		return nil
 	}
@@ -134,7 +134,7 @@ func (d *day2Ctl) forgetInstalledOS(ctx context.Context, r *store.Run, phases []
 // ending in the host OS) can verify that OS's callback without writing
 // its disk.
 func (d *day2Ctl) recordInstalledOS(ctx context.Context, r store.Run, digest string) {
-	if modes.Mode(r.Mode) != modes.Provision {
+	if r.Mode != modes.Provision {
 		return
 	}
 	if err := d.cfg.Store.SetInstalledOS(ctx, store.InstalledOS{NodeID: r.NodeID, TokenHash: digest, RunID: r.ID}); err != nil {

@@ -91,7 +91,7 @@ func matches(got, want []string) bool {
 var hwValidate = []string{modes.Hardware, modes.Validate}
 
 func batchRun(b *store.RunnerBatch) store.Run {
-	return store.Run{ID: "r1", NodeID: "n1", Mode: string(modes.Burnin), Status: curev1.RunStatus_RUN_RUNNING, Phase: modes.Hardware,
+	return store.Run{ID: "r1", NodeID: "n1", Mode: modes.Burnin, Status: curev1.RunStatus_RUN_RUNNING, Phase: modes.Hardware,
 		CompletedPhases: []string{modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE},
 		Pipeline:        store.PipelineState{Batch: b, Phases: map[string]store.PhaseState{modes.Hardware: {Attempts: 1, StartedAt: ago(time.Minute), Deadline: now.Add(29 * time.Minute)}}}}
 }

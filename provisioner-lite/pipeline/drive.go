@@ -65,7 +65,7 @@ func (d *driverCtl) drive(ctx context.Context, runID string) {
 	log := d.cfg.Log.With("run", r.ID, "node", r.NodeID)
 	d.cfg.Metrics.RunStarted(r.Mode)
 	defer d.cfg.Metrics.RunStopped(r.Mode)
-	plan, err := modes.For(modes.Mode(r.Mode))
+	plan, err := modes.For(r.Mode)
 	if err != nil {
 		d.finish(ctx, &r, curev1.RunStatus_RUN_FAILED, err.Error())
 		return

@@ -420,7 +420,7 @@ func (e *Engine) Start(ctx context.Context, nodeID string, mode modes.Mode, mani
 		return "", fmt.Errorf("node %s: %w: %w", nodeID, err, ErrInvalid)
 	}
 	r := store.Run{
-		ID: newRunID(nodeID), NodeID: nodeID, Mode: string(mode), Manifest: manifest,
+		ID: newRunID(nodeID), NodeID: nodeID, Mode: mode, Manifest: manifest,
 		Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now().UTC(),
 	}
 	if err := e.cfg.Store.CreateRun(ctx, r); errors.Is(err, store.ErrActiveRun) {

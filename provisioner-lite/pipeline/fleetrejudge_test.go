@@ -39,7 +39,7 @@ func suiteRun(t *testing.T, st *store.Store, node string, mbps float64) store.Ru
 	if err := st.UpsertNode(ctx, store.Node{ID: node, BMCURL: "https://bmc-" + node, SKU: "s", MACs: []string{fmt.Sprintf("52:54:00:bb:00:%02x", node[0]+node[1])}}); err != nil {
 		t.Fatal(err)
 	}
-	r := store.Run{ID: "run-" + node, NodeID: node, Mode: string(modes.Diagnostic), Manifest: "fleet-read", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now().UTC()}
+	r := store.Run{ID: "run-" + node, NodeID: node, Mode: modes.Diagnostic, Manifest: "fleet-read", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now().UTC()}
 	if err := st.CreateRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}

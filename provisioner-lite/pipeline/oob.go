@@ -46,7 +46,7 @@ func (o *oobCtl) oobFirmware(ctx context.Context, r *store.Run, component string
 			drifted = append(drifted, fmt.Sprintf("%s %s -> %s", t.ID, t.Version, d.fw.Version))
 		}
 	}
-	if !modes.FlashesFirmware(modes.Mode(r.Mode)) {
+	if !modes.FlashesFirmware(r.Mode) {
 		return ok("%d drifted, %d error (reported only): %s", len(drifted), len(errs), strings.Join(drifted, ", "))
 	}
 	if len(errs) > 0 {

@@ -101,7 +101,7 @@ func (o *oobCtl) applyOOB(ctx context.Context, r *store.Run, component string, d
 	if fw.Artifact == nil {
 		return failed("%s drifted but names no artifact", fw.Name)
 	}
-	if err := modes.CheckWrite(modes.Mode(r.Mode), component+" firmware update"); err != nil {
+	if err := modes.CheckWrite(r.Mode, component+" firmware update"); err != nil {
 		return failed("%v", err)
 	}
 	var targets []string

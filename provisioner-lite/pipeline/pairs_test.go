@@ -19,7 +19,7 @@ import (
 // pairRun is run rN of node nN in the validate phase of a burn-in batch,
 // its runner bound.
 func pairRun(i int) store.Run {
-	return store.Run{ID: fmt.Sprintf("r%d", i), NodeID: fmt.Sprintf("n%d", i), Mode: string(modes.Burnin), Manifest: "qemu-pairs",
+	return store.Run{ID: fmt.Sprintf("r%d", i), NodeID: fmt.Sprintf("n%d", i), Mode: modes.Burnin, Manifest: "qemu-pairs",
 		Status: curev1.RunStatus_RUN_RUNNING, Phase: modes.Validate,
 		Pipeline: store.PipelineState{Batch: &store.RunnerBatch{Phases: []string{modes.Validate}, Current: modes.Validate,
 			Bound: store.SessionRef{BootID: fmt.Sprintf("boot-%d", i), ConnectedNs: 1}}}}

@@ -251,7 +251,7 @@ func TestPoolTransitions(t *testing.T) {
 
 	// Revalidate: the burn-in passes and the node is back in its OS.
 	runID := revalidate()
-	if r := f.waitRun(runID); r.Status != curev1.RunStatus_RUN_SUCCEEDED || r.Mode != string(modes.Burnin) {
+	if r := f.waitRun(runID); r.Status != curev1.RunStatus_RUN_SUCCEEDED || r.Mode != modes.Burnin {
 		t.Fatalf("revalidation %s ended %s: %s", r.Mode, r.Status, r.Message)
 	}
 	ps := f.phases(runID)

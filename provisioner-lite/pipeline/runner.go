@@ -268,7 +268,7 @@ func (bc *batchCtl) assignment(ctx context.Context, r *store.Run, phases []strin
 	if err != nil {
 		return nil, err
 	}
-	mode := modes.Mode(r.Mode)
+	mode := r.Mode
 	var psids map[string]string
 	if slices.Contains(phases, modes.SEDRevert) && (mode == modes.Provision || mode == modes.Wipe) {
 		if psids, err = bc.psidsFor(n, r.Manifest, sess.Hello.GetInventory()); err != nil {
@@ -318,7 +318,7 @@ func (bc *batchCtl) assignment(ctx context.Context, r *store.Run, phases []strin
 		HeartbeatMs:     heartbeatEvery(bc.cfg.Timeouts.Reconnect).Milliseconds(),
 		RunId:           r.ID,
 		NodeId:          r.NodeID,
-		Mode:            modes.ToProto(modes.Mode(r.Mode)),
+		Mode:            modes.ToProto(r.Mode),
 		ManifestYaml:    raw,
 		ManifestName:    r.Manifest + ".yaml",
 		Resume:          &curev1.ResumeState{PhaseReached: r.Phase, ResumeCount: uint32(r.ResumeCount), CompletedPhases: r.CompletedPhases},

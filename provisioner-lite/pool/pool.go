@@ -209,7 +209,7 @@ func (p *Pool) RunStarted(ctx context.Context, nodeID, runID string, mode modes.
 func (p *Pool) RunEnded(ctx context.Context, r store.Run) {
 	ctx = context.WithoutCancel(ctx)
 	var err error
-	switch modes.Mode(r.Mode) {
+	switch r.Mode {
 	case modes.Provision:
 		if r.Status == curev1.RunStatus_RUN_SUCCEEDED {
 			err = p.provisioned(ctx, r)
@@ -269,7 +269,7 @@ func isRevalidationRun(cur store.NodePool, r store.Run) bool {
 	if cur.RunID != "" {
 		return cur.RunID == r.ID
 	}
-	m := modes.Mode(r.Mode)
+	m := r.Mode
 	return (m == modes.Diagnostic || m == modes.Burnin) && !r.StartedAt.Before(cur.Since)
 }
 

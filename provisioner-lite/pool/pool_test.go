@@ -26,7 +26,7 @@ func (s *starter) Start(ctx context.Context, nodeID string, mode modes.Mode, man
 	if s.fail != nil {
 		return "", s.fail
 	}
-	r := store.Run{ID: nodeID + "-run", NodeID: nodeID, Mode: string(mode), Manifest: manifest, Status: curev1.RunStatus_RUN_RUNNING,
+	r := store.Run{ID: nodeID + "-run", NodeID: nodeID, Mode: mode, Manifest: manifest, Status: curev1.RunStatus_RUN_RUNNING,
 		StartedAt: time.Now().UTC()}
 	if err := s.st.CreateRun(ctx, r); err != nil {
 		return "", err
@@ -88,7 +88,7 @@ func endRun(t *testing.T, st *store.Store, r store.Run, status curev1.RunStatus,
 func TestPoolLoop(t *testing.T) {
 	p, st, s, h, m := newPool(t)
 	ctx := context.Background()
-	p.RunEnded(ctx, store.Run{ID: "prov", NodeID: "n1", Mode: string(modes.Provision), Status: curev1.RunStatus_RUN_SUCCEEDED})
+	p.RunEnded(ctx, store.Run{ID: "prov", NodeID: "n1", Mode: modes.Provision, Status: curev1.RunStatus_RUN_SUCCEEDED})
 	if _, err := p.Ask(ctx, "n1", MarkDrain, "sched", ""); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "node is in_service") {
 		t.Fatalf("drained before drain: %v", err)
 	}
@@ -227,11 +227,11 @@ func TestReconcile(t *testing.T) {
 func TestTenancyEnds(t *testing.T) {
 	p, st, _, h, _ := newPool(t)
 	ctx := context.Background()
-	p.RunEnded(ctx, store.Run{ID: "prov", NodeID: "n1", Mode: string(modes.Provision), Status: curev1.RunStatus_RUN_SUCCEEDED})
+	p.RunEnded(ctx, store.Run{ID: "prov", NodeID: "n1", Mode: modes.Provision, Status: curev1.RunStatus_RUN_SUCCEEDED})
 	p.RunStarted(ctx, "n1", "wipe-1", modes.Wipe)
 	p.RunStarted(ctx, "n1", "diag", modes.Diagnostic) // not a tenancy end
-	p.RunEnded(ctx, store.Run{ID: "wipe-1", NodeID: "n1", Mode: string(modes.Wipe), Status: curev1.RunStatus_RUN_SUCCEEDED})
-	p.RunEnded(ctx, store.Run{ID: "prov-2", NodeID: "n1", Mode: string(modes.Provision), Status: curev1.RunStatus_RUN_FAILED})
+	p.RunEnded(ctx, store.Run{ID: "wipe-1", NodeID: "n1", Mode: modes.Wipe, Status: curev1.RunStatus_RUN_SUCCEEDED})
+	p.RunEnded(ctx, store.Run{ID: "prov-2", NodeID: "n1", Mode: modes.Provision, Status: curev1.RunStatus_RUN_FAILED})
 	if np, _ := st.NodePool(ctx, "n1"); np.State != "" {
 		t.Fatalf("after a wipe and a failed provision: %+v", np)
 	}

@@ -105,8 +105,8 @@ func (o *OperatorService) allowMode(ctx context.Context, mode modes.Mode, req *c
 	what := "mode " + string(mode)
 	if req.GetResume() {
 		for _, id := range ids {
-			if r, err := o.Store.LatestRun(ctx, id); err == nil && ModeRole(modes.Mode(r.Mode)) == pki.RoleAdmin {
-				need, what = pki.RoleAdmin, "resuming "+r.Mode+" run "+r.ID
+			if r, err := o.Store.LatestRun(ctx, id); err == nil && ModeRole(r.Mode) == pki.RoleAdmin {
+				need, what = pki.RoleAdmin, "resuming "+string(r.Mode)+" run "+r.ID
 			}
 		}
 	}
@@ -124,7 +124,7 @@ func (o *OperatorService) mayErase(ctx context.Context, id string, mode modes.Mo
 		r, err := o.Store.LatestRun(ctx, id)
 		switch {
 		case err == nil:
-			mode = modes.Mode(r.Mode)
+			mode = r.Mode
 		case !errors.Is(err, store.ErrNotFound):
 			return true
 		}
@@ -390,7 +390,7 @@ func (o *OperatorService) Report(ctx context.Context, req *curev1.ReportRequest)
 // BuildReport assembles a run report from the store.
 func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.RunReport, error) {
 	rep := &curev1.RunReport{
-		RunId: r.ID, NodeId: r.NodeID, Mode: modes.ToProto(modes.Mode(r.Mode)), Status: runstate.RunName(r.Status), RunStatus: r.Status,
+		RunId: r.ID, NodeId: r.NodeID, Mode: modes.ToProto(r.Mode), Status: runstate.RunName(r.Status), RunStatus: r.Status,
 		StartedUnixMs: r.StartedAt.UnixMilli(), Reboots: uint32(r.Reboots), Message: r.Message,
 	}
 	if !r.EndedAt.IsZero() {

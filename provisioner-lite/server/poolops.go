@@ -109,7 +109,7 @@ func (o *OperatorService) poolEach(ids []string, move func(id string) (store.Nod
 func (o *OperatorService) runMode(ctx context.Context, id string, mode modes.Mode, resume bool) modes.Mode {
 	if resume {
 		if r, err := o.Store.LatestRun(ctx, id); err == nil {
-			return modes.Mode(r.Mode)
+			return r.Mode
 		}
 	}
 	return mode

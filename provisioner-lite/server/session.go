@@ -264,9 +264,9 @@ func (s *RunnerService) noteFirstConnect(ctx context.Context, rs *liveSession, r
 
 // runnerPhases are the phases a run's mode gives the runner (none for a
 // mode this coordinator does not know).
-func runnerPhases(mode string) map[string]bool {
+func runnerPhases(mode modes.Mode) map[string]bool {
 	phases := map[string]bool{}
-	if plan, err := modes.For(modes.Mode(mode)); err == nil {
+	if plan, err := modes.For(mode); err == nil {
 		for _, ph := range plan.Phases {
 			if ph.Owner == modes.Runner {
 				phases[ph.Name] = true

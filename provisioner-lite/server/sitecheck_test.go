@@ -43,7 +43,7 @@ func TestSiteCheckVerdictsAttributedToSession(t *testing.T) {
 	if err := h.st.UpsertNode(ctx, store.Node{ID: nodeC.id, BMCURL: "https://192.0.2.3", BMCUser: "admin", BMCPassword: "pw", MACs: []string{nodeC.mac}, SystemSerial: nodeC.serial}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.st.CreateRun(ctx, store.Run{ID: nodeC.run, NodeID: nodeC.id, Mode: string(modes.Diagnostic), Manifest: "site", Status: curev1.RunStatus_RUN_RUNNING, Phase: modes.WaitForCURE,
+	if err := h.st.CreateRun(ctx, store.Run{ID: nodeC.run, NodeID: nodeC.id, Mode: modes.Diagnostic, Manifest: "site", Status: curev1.RunStatus_RUN_RUNNING, Phase: modes.WaitForCURE,
 		StartedAt: time.Now(), Pipeline: store.PipelineState{Boot: store.BootCURE, CUREWindow: "w1"}}); err != nil {
 		t.Fatal(err)
 	}

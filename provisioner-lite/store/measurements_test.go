@@ -10,6 +10,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store/pgtest"
 )
@@ -202,7 +203,7 @@ func TestFleetSamplesAcceptanceLatestRun(t *testing.T) {
 	for i, n := range []string{"n1", "n2", "n3"} {
 		mustNode(t, s, testNode(n, fmt.Sprintf("52:54:00:00:00:0%d", i+1)))
 	}
-	run := func(id, node, mode string, vs ...Verdict) {
+	run := func(id, node string, mode modes.Mode, vs ...Verdict) {
 		if err := s.CreateRun(ctx, Run{ID: id, NodeID: node, Mode: mode, Manifest: "qemu-fleet", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/cure-oss/cure/modes"
 )
 
 // The runs table's columns as Run holds them, listed once: SELECT, INSERT,
@@ -38,12 +40,12 @@ type runField interface {
 }
 
 var runColumns = []runColumn{
-	{"id", func(r *Run) runField { return textField{&r.ID} }, colKey},
-	{"node_id", func(r *Run) runField { return textField{&r.NodeID} }, colKey},
-	{"mode", func(r *Run) runField { return textField{&r.Mode} }, colData},
-	{"manifest", func(r *Run) runField { return textField{&r.Manifest} }, colData},
+	{"id", func(r *Run) runField { return textField[string]{&r.ID} }, colKey},
+	{"node_id", func(r *Run) runField { return textField[string]{&r.NodeID} }, colKey},
+	{"mode", func(r *Run) runField { return textField[modes.Mode]{&r.Mode} }, colData},
+	{"manifest", func(r *Run) runField { return textField[string]{&r.Manifest} }, colData},
 	{"status", func(r *Run) runField { return runStatusCol(&r.Status) }, colData},
-	{"phase", func(r *Run) runField { return textField{&r.Phase} }, colData},
+	{"phase", func(r *Run) runField { return textField[string]{&r.Phase} }, colData},
 	{"resume_count", func(r *Run) runField { return intField{&r.ResumeCount} }, colData},
 	{"phase_failures", func(r *Run) runField { return intField{&r.PhaseFailures} }, colData},
 	{"disconnects", func(r *Run) runField { return intField{&r.Disconnects} }, colData},
@@ -51,9 +53,9 @@ var runColumns = []runColumn{
 	{"completed_phases", func(r *Run) runField { return phasesField{&r.CompletedPhases} }, colData},
 	{"started_at", func(r *Run) runField { return msField{&r.StartedAt} }, colData},
 	{"ended_at", func(r *Run) runField { return msField{&r.EndedAt} }, colData},
-	{"message", func(r *Run) runField { return textField{&r.Message} }, colData},
+	{"message", func(r *Run) runField { return textField[string]{&r.Message} }, colData},
 	{"pipeline", func(r *Run) runField { return pipelineField{&r.Pipeline} }, colData},
-	{"owner", func(r *Run) runField { return textField{&r.Owner} }, colLease},
+	{"owner", func(r *Run) runField { return textField[string]{&r.Owner} }, colLease},
 	{"lease_until", func(r *Run) runField { return msField{&r.LeaseUntil} }, colLease},
 }
 
@@ -116,17 +118,19 @@ func scanRun(sc scanner) (Run, error) {
 	return r, nil
 }
 
-type textField struct{ p *string }
+// textField is a text column held as a string or a string type (a mode,
+// a phase name): written as a plain string either way.
+type textField[T ~string] struct{ p *T }
 
-func (f textField) Scan(src any) error {
+func (f textField[T]) Scan(src any) error {
 	var s sql.NullString
 	if err := s.Scan(src); err != nil {
 		return err
 	}
-	*f.p = s.String
+	*f.p = T(s.String)
 	return nil
 }
-func (f textField) Value() (driver.Value, error) { return *f.p, nil }
+func (f textField[T]) Value() (driver.Value, error) { return string(*f.p), nil }
 
 type intField struct{ p *int }
 

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
 // Run is one execution of a mode against a node.
 type Run struct {
-	ID, NodeID, Mode, Manifest string
+	ID, NodeID, Manifest       string
+	Mode                       modes.Mode
 	Status                     curev1.RunStatus
 	Phase                      string // phase reached (current)
 	ResumeCount, PhaseFailures int

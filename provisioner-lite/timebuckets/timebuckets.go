@@ -67,10 +67,11 @@ type Bucket struct {
 
 // Breakdown is a run split into buckets.
 type Breakdown struct {
-	RunID, NodeID, Mode string
-	Status              curev1.RunStatus
-	Wall                time.Duration
-	Buckets             []Bucket // in order of first appearance
+	RunID, NodeID string
+	Mode          modes.Mode
+	Status        curev1.RunStatus
+	Wall          time.Duration
+	Buckets       []Bucket // in order of first appearance
 }
 
 // Total is the sum of the top-level buckets (equal to Wall).
