@@ -24,6 +24,7 @@ import (
 	"github.com/cure-oss/cure/qemu-test/vbmc"
 	"github.com/cure-oss/cure/runner/agent"
 	"github.com/cure-oss/cure/runner/transport"
+	"github.com/cure-oss/cure/tools/retry"
 	"google.golang.org/grpc"
 )
 
@@ -260,51 +261,42 @@ func (n *Node) pxe(ctx context.Context) (*cmdline, error) {
 }
 
 // get fetches u from the node's own address; with w it streams the body
-// there, otherwise returns it (small bodies only).
+// there, otherwise returns it (small bodies only). Five tries, as iPXE's
+// and the runner's fetches make, 404 final.
 func (n *Node) get(ctx context.Context, u string, w io.Writer) ([]byte, error) {
-	var lastErr error
-	for try := 0; try < 5; try++ {
-		if try > 0 {
-			if err := sleepCtx(ctx, time.Duration(try)*200*time.Millisecond); err != nil {
-				return nil, err
-			}
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := n.sim.clientFor(n).Do(req)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		if resp.StatusCode != http.StatusOK {
-			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-			resp.Body.Close()
-			lastErr = fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
-			if resp.StatusCode == http.StatusNotFound {
-				return nil, lastErr
-			}
-			continue
-		}
-		if w != nil {
-			_, err = io.Copy(w, resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				lastErr = err
-				continue
-			}
-			return nil, nil
-		}
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		return b, nil
+	var body []byte
+	err := retry.Policy{Base: 200 * time.Millisecond, Max: time.Second, Jitter: retry.None, Attempts: 5}.Do(ctx, func(ctx context.Context, _ int) error {
+		var err error
+		body, err = n.getOnce(ctx, u, w)
+		return err
+	})
+	return body, err
+}
+
+// getOnce is one try of get; a 404 is Permanent.
+func (n *Node) getOnce(ctx context.Context, u string, w io.Writer) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, retry.Permanent(err)
 	}
-	return nil, lastErr
+	resp, err := n.sim.clientFor(n).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		err := fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
+		if resp.StatusCode == http.StatusNotFound {
+			return nil, retry.Permanent(err)
+		}
+		return nil, err
+	}
+	if w != nil {
+		_, err = io.Copy(w, resp.Body)
+		return nil, err
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 }
 
 // runCURE is the runner's life in one boot: dial, Hello, serve the agent
@@ -435,7 +427,7 @@ func (n *Node) installedOS(ctx context.Context) {
 		<-ctx.Done() // no OS: the machine sits at its firmware's prompt
 		return
 	}
-	if err := sleepCtx(ctx, n.sim.scaled(n.sim.cfg.Durations.OSBoot)); err != nil {
+	if err := retry.Sleep(ctx, n.sim.scaled(n.sim.cfg.Durations.OSBoot)); err != nil {
 		return
 	}
 	parsed, err := url.Parse(fb.GetCallbackUrl())
@@ -533,7 +525,7 @@ func inBandVersion(a *curev1.Assignment, component string) string {
 func (x *executor) midPhase(ctx context.Context, phase string) bool {
 	n, sim := x.n, x.n.sim
 	d := sim.scaled(sim.cfg.Durations.Flash) / 2
-	if err := sleepCtx(ctx, d); err != nil {
+	if err := retry.Sleep(ctx, d); err != nil {
 		return false
 	}
 	if n.Faults.StreamCut && phase == "nvme" && n.once("streamcut") {
@@ -578,7 +570,7 @@ func (x *executor) flashInBand(ctx context.Context, phase string, a *curev1.Assi
 			Message: "flash failed: image rejected by the device (PSID mismatch)"})
 		return phaseFailed("flash of " + component + " failed")
 	}
-	if err := sleepCtx(ctx, sim.scaled(sim.cfg.Durations.Flash)/2); err != nil {
+	if err := retry.Sleep(ctx, sim.scaled(sim.cfg.Durations.Flash)/2); err != nil {
 		return phaseFailed("interrupted")
 	}
 	n.mu.Lock()
@@ -596,7 +588,7 @@ func (x *executor) flashInBand(ctx context.Context, phase string, a *curev1.Assi
 // missing one of a GPU-missing node.
 func (x *executor) validateGPUs(ctx context.Context, emit agent.Emitter) agent.PhaseOutcome {
 	n, sim := x.n, x.n.sim
-	if err := sleepCtx(ctx, sim.scaled(sim.cfg.Durations.Validate)); err != nil {
+	if err := retry.Sleep(ctx, sim.scaled(sim.cfg.Durations.Validate)); err != nil {
 		return phaseFailed("interrupted")
 	}
 	failed := 0
@@ -656,7 +648,7 @@ func (x *executor) install(ctx context.Context, a *curev1.Assignment, emit agent
 	}
 	el := time.Since(start)
 	emit.Metric("install_throughput", float64(img.Size)/el.Seconds()/1e6, "MB/s", nil)
-	if err := sleepCtx(ctx, sim.scaled(sim.cfg.Durations.Write)); err != nil {
+	if err := retry.Sleep(ctx, sim.scaled(sim.cfg.Durations.Write)); err != nil {
 		return fail("interrupted")
 	}
 	if n.Faults.NVMeMediaErrors {
@@ -708,7 +700,7 @@ func (x *executor) download(ctx context.Context, u string, offset, cut int64, si
 			}
 			if rate > 0 {
 				if ahead := time.Duration(float64(read)/float64(rate)*float64(time.Second)) - time.Since(t0); ahead > 0 {
-					if err := sleepCtx(ctx, ahead); err != nil {
+					if err := retry.Sleep(ctx, ahead); err != nil {
 						return err
 					}
 				}
@@ -720,19 +712,5 @@ func (x *executor) download(ctx context.Context, u string, offset, cut int64, si
 		if err != nil {
 			return err
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
+	"github.com/cure-oss/cure/tools/retry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -1025,7 +1026,7 @@ func (s *Sim) awaitRuns(ctx context.Context, b *batchRun) error {
 	started := b.res.Started
 	poll := fleetPollInterval(started)
 	for {
-		if err := sleepCtx(ctx, poll); err != nil {
+		if err := retry.Sleep(ctx, poll); err != nil {
 			return fmt.Errorf("batch did not finish in %s: %w", s.cfg.Timeout, err)
 		}
 		fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
