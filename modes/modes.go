@@ -39,31 +39,63 @@ const (
 	Runner      Owner = "runner"
 )
 
+// PhaseName names a phase, as stored (a plain string in the runs, phases
+// and events tables and the pipeline's JSON) and shown. A name from the
+// wire becomes one only through ParsePhase.
+type PhaseName string
+
 // Phase names, as stored and shown.
 const (
-	Preflight     = "preflight"
-	SetBootPXE    = "set_boot_order_pxe"
-	PoweringOn    = "powering_on"
-	WaitForCURE   = "wait_for_cure"
-	Hardware      = "hardware"
-	BMC           = "bmc"
-	BIOS          = "bios"
-	BIOSSettings  = "bios_settings"
-	HGX           = "hgx"
-	NIC           = "nic"
-	DPU           = "dpu"
-	NVMe          = "nvme"
-	SEDRevert     = "sed_revert"
-	OSInstall     = "os_install"
-	SetBootDisk   = "set_boot_order_disk"
-	WaitForHostOS = "wait_for_host_os"
-	Validate      = "validate"
-	PowerOffAtEnd = "power_off"
+	Preflight     PhaseName = "preflight"
+	SetBootPXE    PhaseName = "set_boot_order_pxe"
+	PoweringOn    PhaseName = "powering_on"
+	WaitForCURE   PhaseName = "wait_for_cure"
+	Hardware      PhaseName = "hardware"
+	BMC           PhaseName = "bmc"
+	BIOS          PhaseName = "bios"
+	BIOSSettings  PhaseName = "bios_settings"
+	HGX           PhaseName = "hgx"
+	NIC           PhaseName = "nic"
+	DPU           PhaseName = "dpu"
+	NVMe          PhaseName = "nvme"
+	SEDRevert     PhaseName = "sed_revert"
+	OSInstall     PhaseName = "os_install"
+	SetBootDisk   PhaseName = "set_boot_order_disk"
+	WaitForHostOS PhaseName = "wait_for_host_os"
+	Validate      PhaseName = "validate"
+	PowerOffAtEnd PhaseName = "power_off"
 )
+
+// PhaseNames lists every phase name, in provision's order and then the
+// suite's.
+func PhaseNames() []PhaseName {
+	return []PhaseName{Preflight, SetBootPXE, PoweringOn, WaitForCURE, Hardware, BMC, BIOS, BIOSSettings, HGX,
+		NIC, DPU, NVMe, SEDRevert, OSInstall, SetBootDisk, WaitForHostOS, Validate, PowerOffAtEnd}
+}
+
+// ParsePhase is the phase named s, if CURE has one by that name.
+func ParsePhase(s string) (PhaseName, bool) {
+	for _, n := range PhaseNames() {
+		if string(n) == s {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+// PhaseStrings is names as plain strings: what the wire (the proto's
+// repeated phase names) and messages carry.
+func PhaseStrings(names []PhaseName) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = string(n)
+	}
+	return out
+}
 
 // Phase is one step of a plan.
 type Phase struct {
-	Name  string
+	Name  PhaseName
 	Owner Owner
 	// Writes is true when the phase can change firmware, BIOS or disk contents.
 	Writes bool
@@ -176,7 +208,7 @@ func Parse(s string) (Mode, error) {
 }
 
 // Index returns the position of phase name in the plan, or -1.
-func (p Plan) Index(name string) int {
+func (p Plan) Index(name PhaseName) int {
 	for i, ph := range p.Phases {
 		if ph.Name == name {
 			return i
@@ -186,7 +218,7 @@ func (p Plan) Index(name string) int {
 }
 
 // Phase returns the named phase of the plan.
-func (p Plan) Phase(name string) (Phase, bool) {
+func (p Plan) Phase(name PhaseName) (Phase, bool) {
 	if i := p.Index(name); i >= 0 {
 		return p.Phases[i], true
 	}
@@ -195,8 +227,8 @@ func (p Plan) Phase(name string) (Phase, bool) {
 
 // Unexecutable returns the phases of the plan owned by owner for which has
 // reports no executor: each side's test that every phase it owns can run.
-func (p Plan) Unexecutable(owner Owner, has func(phase string) bool) []string {
-	var missing []string
+func (p Plan) Unexecutable(owner Owner, has func(phase PhaseName) bool) []PhaseName {
+	var missing []PhaseName
 	for _, ph := range p.Phases {
 		if ph.Owner == owner && !has(ph.Name) {
 			missing = append(missing, ph.Name)

@@ -38,7 +38,7 @@ func TestProvisionOrder(t *testing.T) {
 	if err := CheckWrite(Provision, "install"); err != nil {
 		t.Fatalf("provision refused a write: %v", err)
 	}
-	order := []string{Preflight, SetBootPXE, PoweringOn, WaitForCURE, Hardware, BMC, BIOS, BIOSSettings, HGX, NIC, DPU, NVMe, SEDRevert, OSInstall, SetBootDisk, WaitForHostOS}
+	order := []PhaseName{Preflight, SetBootPXE, PoweringOn, WaitForCURE, Hardware, BMC, BIOS, BIOSSettings, HGX, NIC, DPU, NVMe, SEDRevert, OSInstall, SetBootDisk, WaitForHostOS}
 	if len(p.Phases) != len(order) {
 		t.Fatalf("got %d phases, want %d", len(p.Phases), len(order))
 	}
@@ -136,7 +136,7 @@ func TestAllModes(t *testing.T) {
 
 func TestUnexecutable(t *testing.T) {
 	p := Plan{Phases: []Phase{{"a", Coordinator, false}, {"b", Runner, false}, {"c", Coordinator, true}, {"d", Runner, true}}}
-	has := func(name string) bool { return name == "a" || name == "d" }
+	has := func(name PhaseName) bool { return name == "a" || name == "d" }
 	if got := p.Unexecutable(Coordinator, has); len(got) != 1 || got[0] != "c" {
 		t.Errorf("coordinator: %v, want [c]", got)
 	}
@@ -162,7 +162,7 @@ func TestServiceNeverWritesDisks(t *testing.T) {
 			t.Errorf("service has disk phase %s", ph.Name)
 		}
 	}
-	for _, name := range []string{BMC, BIOS, BIOSSettings, HGX, NIC, DPU, NVMe} {
+	for _, name := range []PhaseName{BMC, BIOS, BIOSSettings, HGX, NIC, DPU, NVMe} {
 		if ph, ok := p.Phase(name); !ok || !ph.Writes {
 			t.Errorf("service: firmware phase %s = %+v, %v; want a writing phase", name, ph, ok)
 		}
@@ -198,7 +198,7 @@ func TestSuiteEndPhases(t *testing.T) {
 	for _, m := range []Mode{Diagnostic, Burnin} {
 		p, _ := For(m)
 		v := p.Index(Validate)
-		for _, name := range []string{SetBootDisk, WaitForHostOS, PowerOffAtEnd} {
+		for _, name := range []PhaseName{SetBootDisk, WaitForHostOS, PowerOffAtEnd} {
 			i := p.Index(name)
 			if i <= v {
 				t.Errorf("%s: %s at %d, validate at %d", m, name, i, v)
@@ -206,6 +206,34 @@ func TestSuiteEndPhases(t *testing.T) {
 			if ph := p.Phases[i]; ph.Writes || ph.Owner != Coordinator {
 				t.Errorf("%s: %+v", m, ph)
 			}
+		}
+	}
+}
+
+// Every phase of every plan is in PhaseNames, once, and parses back from
+// its stored string; anything else does not parse.
+func TestParsePhase(t *testing.T) {
+	seen := map[PhaseName]bool{}
+	for _, n := range PhaseNames() {
+		if seen[n] {
+			t.Errorf("phase %s listed twice", n)
+		}
+		seen[n] = true
+		if got, ok := ParsePhase(string(n)); !ok || got != n {
+			t.Errorf("ParsePhase(%q) = %q, %v", n, got, ok)
+		}
+	}
+	for _, m := range All() {
+		p, _ := For(m)
+		for _, ph := range p.Phases {
+			if !seen[ph.Name] {
+				t.Errorf("mode %s: phase %s is not in PhaseNames", m, ph.Name)
+			}
+		}
+	}
+	for _, s := range []string{"", "NVME", "nvme ", "flash_the_moon"} {
+		if got, ok := ParsePhase(s); ok {
+			t.Errorf("ParsePhase(%q) = %q, want none", s, got)
 		}
 	}
 }

@@ -75,7 +75,7 @@ func TestFailedPSUBlocksAdmission(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		timeline = append(timeline, e)
-		if e.GetPhase() != modes.Validate || runstate.EventKind(e.GetKind()) != runstate.EventPhaseStart || !injected.IsZero() {
+		if e.GetPhase() != string(modes.Validate) || runstate.EventKind(e.GetKind()) != runstate.EventPhaseStart || !injected.IsZero() {
 			return
 		}
 		// Mid-run: a PSU fails, and an event backdated to before the run.

@@ -164,7 +164,7 @@ func TestBurninOutlastsPhaseTimeout(t *testing.T) {
 	together, deadline := false, int64(0)
 	for _, e := range hb.seen {
 		together = together || inSoak(e, 3)
-		if e.GetPhase() == modes.Validate && e.GetDeadlineUnixMs() > 0 {
+		if e.GetPhase() == string(modes.Validate) && e.GetDeadlineUnixMs() > 0 {
 			deadline = e.GetDeadlineUnixMs()
 		}
 	}
@@ -232,7 +232,7 @@ func TestBurninSurvivesCoordinatorRestart(t *testing.T) {
 		}
 	}
 	if countEvents(evs, func(e store.Event) bool {
-		return e.Source == "coordinator" && strings.Contains(e.Message, "re-attached mid-phase "+modes.Validate)
+		return e.Source == "coordinator" && strings.Contains(e.Message, "re-attached mid-phase "+string(modes.Validate))
 	}) == 0 {
 		t.Error("no re-attached event for validate in the store")
 	}

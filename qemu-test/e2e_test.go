@@ -129,13 +129,13 @@ func openStore(t *testing.T, env *harness.Env) *store.Store {
 	return st
 }
 
-func phaseStatuses(t *testing.T, st *store.Store, runID string) map[string]string {
+func phaseStatuses(t *testing.T, st *store.Store, runID string) map[modes.PhaseName]string {
 	t.Helper()
 	ps, err := st.Phases(context.Background(), runID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := map[string]string{}
+	m := map[modes.PhaseName]string{}
 	for _, p := range ps {
 		m[p.Name] = runstate.PhaseName(p.Status)
 	}
@@ -151,7 +151,7 @@ func verdict(rep *curev1.RunReport, component, check string) *curev1.Verdict {
 	return nil
 }
 
-var provisionOrder = []string{
+var provisionOrder = []modes.PhaseName{
 	modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE, modes.Hardware,
 	modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX,
 	modes.NIC, modes.DPU, modes.NVMe, modes.SEDRevert, modes.OSInstall,
@@ -165,7 +165,7 @@ func checkPhaseOrder(t *testing.T, st *store.Store, runID string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
+	var names []modes.PhaseName
 	for _, p := range ps {
 		names = append(names, p.Name)
 	}
@@ -182,13 +182,13 @@ func checkProvisioned(t *testing.T, env *harness.Env, rep *curev1.RunReport) {
 	st := openStore(t, env)
 	checkPhaseOrder(t, st, rep.GetRunId())
 	got := phaseStatuses(t, st, rep.GetRunId())
-	for _, p := range []string{modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE, modes.Hardware, modes.SEDRevert, modes.OSInstall, modes.SetBootDisk, modes.WaitForHostOS} {
+	for _, p := range []modes.PhaseName{modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE, modes.Hardware, modes.SEDRevert, modes.OSInstall, modes.SetBootDisk, modes.WaitForHostOS} {
 		if got[p] != "ok" {
 			t.Errorf("phase %s = %q, want ok", p, got[p])
 		}
 	}
 	// Phases not built yet must say so, never pass.
-	for _, p := range []string{modes.NIC, modes.DPU, modes.BMC, modes.BIOS, modes.HGX, modes.BIOSSettings} {
+	for _, p := range []modes.PhaseName{modes.NIC, modes.DPU, modes.BMC, modes.BIOS, modes.HGX, modes.BIOSSettings} {
 		if got[p] != "skipped" {
 			t.Errorf("phase %s = %q, want skipped", p, got[p])
 		}
@@ -434,7 +434,7 @@ func TestReprovisionSkipsMatching(t *testing.T) {
 	}
 	var preflight string
 	for _, p := range rep.GetPhases() {
-		if p.GetName() == modes.PoweringOn {
+		if p.GetName() == string(modes.PoweringOn) {
 			preflight = p.GetMessage()
 		}
 	}
@@ -620,7 +620,7 @@ func TestNVMeDriftFailsInQEMU(t *testing.T) {
 	if got[modes.NVMe] != "failed" {
 		t.Errorf("nvme phase = %q, want failed", got[modes.NVMe])
 	}
-	for _, p := range []string{modes.SEDRevert, modes.OSInstall, modes.SetBootDisk} {
+	for _, p := range []modes.PhaseName{modes.SEDRevert, modes.OSInstall, modes.SetBootDisk} {
 		if _, ran := got[p]; ran {
 			t.Errorf("phase %s ran after the firmware failure", p)
 		}
@@ -669,7 +669,7 @@ func TestHardwareGateInQEMU(t *testing.T) {
 		t.Errorf("nvme verdict = %v, want PASS", v)
 	}
 	got := phaseStatuses(t, openStore(t, env), runID)
-	for _, p := range []string{modes.BMC, modes.BIOS, modes.NVMe, modes.SEDRevert, modes.OSInstall} {
+	for _, p := range []modes.PhaseName{modes.BMC, modes.BIOS, modes.NVMe, modes.SEDRevert, modes.OSInstall} {
 		if s, ran := got[p]; ran {
 			t.Errorf("phase %s ran (%s) after the hardware gate failed", p, s)
 		}

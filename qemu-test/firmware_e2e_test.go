@@ -132,13 +132,13 @@ func storeRun(t *testing.T, st *store.Store, runID string) store.Run {
 	return r
 }
 
-func storePhases(t *testing.T, st *store.Store, runID string) map[string]store.Phase {
+func storePhases(t *testing.T, st *store.Store, runID string) map[modes.PhaseName]store.Phase {
 	t.Helper()
 	ps, err := st.Phases(context.Background(), runID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := map[string]store.Phase{}
+	m := map[modes.PhaseName]store.Phase{}
 	for _, p := range ps {
 		m[p.Name] = p
 	}
@@ -258,7 +258,7 @@ func TestFirmwareAllDrift(t *testing.T) {
 	checkInstalled(t, env, st, rep)
 
 	ps := storePhases(t, st, rep.GetRunId())
-	for _, p := range []string{modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX} {
+	for _, p := range []modes.PhaseName{modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX} {
 		if ps[p].Status != curev1.PhaseStatus_PHASE_OK || ps[p].Attempts != 1 {
 			t.Errorf("phase %s = %s after %d attempts (%s), want ok in one", p, ps[p].Status, ps[p].Attempts, ps[p].Message)
 		}
@@ -343,7 +343,7 @@ func TestFirmwareRerunSkips(t *testing.T) {
 	rep := followRun(t, env, modes.Provision, false, nil)
 	checkInstalled(t, env, st, rep)
 	ps := storePhases(t, st, rep.GetRunId())
-	for _, p := range []string{modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX} {
+	for _, p := range []modes.PhaseName{modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX} {
 		if ps[p].Status != curev1.PhaseStatus_PHASE_SKIPPED {
 			t.Errorf("rerun phase %s = %s (%s), want skipped", p, ps[p].Status, ps[p].Message)
 		}
@@ -386,7 +386,7 @@ func TestResumeAfterVMKilled(t *testing.T) {
 	env := startEnv(t, harness.Options{ExtraCoordinatorArgs: []string{"--reconnect", "20s"}})
 	n := env.Nodes[0]
 	killed := false
-	rep := followRun(t, env, modes.Provision, false, once(isEntry("runner", modes.OSInstall, "phase_start"), func() {
+	rep := followRun(t, env, modes.Provision, false, once(isEntry("runner", string(modes.OSInstall), "phase_start"), func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := n.Machine.Stop(ctx, true); err != nil {
@@ -412,7 +412,7 @@ func TestResumeAfterVMKilled(t *testing.T) {
 		t.Errorf("boots = %v, want [Pxe Pxe Hdd]", devs)
 	}
 	ps := storePhases(t, st, rep.GetRunId())
-	for _, p := range []string{modes.WaitForCURE, modes.NVMe, modes.SEDRevert} {
+	for _, p := range []modes.PhaseName{modes.WaitForCURE, modes.NVMe, modes.SEDRevert} {
 		if ps[p].Attempts != 1 {
 			t.Errorf("%s ran %d times: the resume restarted earlier phases", p, ps[p].Attempts)
 		}
@@ -421,7 +421,7 @@ func TestResumeAfterVMKilled(t *testing.T) {
 		t.Errorf("os_install attempts = %d, want 2 (the killed one and the resumed one)", ps[modes.OSInstall].Attempts)
 	}
 	evs := storeEvents(t, st, rep.GetRunId())
-	for _, p := range []string{modes.NVMe, modes.SEDRevert} {
+	for _, p := range []modes.PhaseName{modes.NVMe, modes.SEDRevert} {
 		if c := countEvents(evs, func(e store.Event) bool { return e.Source == "runner" && e.Phase == p && e.Kind == "phase_start" }); c != 1 {
 			t.Errorf("runner started %s %d times, want once", p, c)
 		}
@@ -441,7 +441,7 @@ func TestStreamCutReattaches(t *testing.T) {
 	env := startEnv(t, harness.Options{ProxyRunnerStreams: true})
 	n := env.Nodes[0]
 	cut := 0
-	rep := followRun(t, env, modes.Provision, false, once(isEntry("runner", modes.OSInstall, "phase_start"), func() {
+	rep := followRun(t, env, modes.Provision, false, once(isEntry("runner", string(modes.OSInstall), "phase_start"), func() {
 		cut = env.CutRunnerStreams()
 		t.Logf("cut %d runner stream(s) mid os_install", cut)
 	}))
@@ -464,7 +464,7 @@ func TestStreamCutReattaches(t *testing.T) {
 		t.Errorf("%d runner phase_end events for os_install, want exactly 1", c)
 	}
 	if countEvents(evs, func(e store.Event) bool {
-		return e.Source == "coordinator" && strings.Contains(e.Message, "re-attached mid-phase "+modes.OSInstall)
+		return e.Source == "coordinator" && strings.Contains(e.Message, "re-attached mid-phase "+string(modes.OSInstall))
 	}) == 0 {
 		t.Error("no re-attached event for os_install in the store")
 	}
@@ -484,7 +484,7 @@ func TestLostUpdateResponseNoDoubleFlash(t *testing.T) {
 	pinFirmware(t, env, []fwPin{pinBMC}, nil)
 	// Armed while the node PXE-boots: no BMC mutation happens between
 	// powering_on and the bmc phase's SimpleUpdate, so the fault hits it.
-	rep := followRun(t, env, modes.Provision, false, once(isEntry("coordinator", modes.WaitForCURE, "phase_start"), func() {
+	rep := followRun(t, env, modes.Provision, false, once(isEntry("coordinator", string(modes.WaitForCURE), "phase_start"), func() {
 		n.BMC.AcceptThenTimeout(5 * time.Minute)
 	}))
 	st := openStore(t, env)
@@ -530,7 +530,7 @@ func TestCoordinatorRestartMidRun(t *testing.T) {
 	pinFirmware(t, env, []fwPin{pinBMC}, nil)
 	restarted := false
 	taskDone := func(e *curev1.TimelineEntry) bool {
-		return isEntry("coordinator", modes.BMC, "info")(e) && strings.Contains(e.GetMessage(), "update task Completed")
+		return isEntry("coordinator", string(modes.BMC), "info")(e) && strings.Contains(e.GetMessage(), "update task Completed")
 	}
 	rep := followRun(t, env, modes.Provision, false, once(taskDone, func() {
 		if err := env.StopCoordinator(true); err != nil {
@@ -553,7 +553,7 @@ func TestCoordinatorRestartMidRun(t *testing.T) {
 	checkInstalled(t, env, st, rep)
 	evs := storeEvents(t, st, rep.GetRunId())
 	if countEvents(evs, func(e store.Event) bool {
-		return e.Source == "coordinator" && strings.Contains(e.Message, "coordinator restarted; resuming from "+modes.BMC)
+		return e.Source == "coordinator" && strings.Contains(e.Message, "coordinator restarted; resuming from "+string(modes.BMC))
 	}) != 1 {
 		t.Error("no event of the restarted coordinator resuming the run at the bmc phase")
 	}

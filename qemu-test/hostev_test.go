@@ -100,7 +100,7 @@ func TestPCIeLinkDegraded(t *testing.T) {
 		}
 	}
 	got := phaseStatuses(t, openStore(t, env), rep.GetRunId())
-	for _, ph := range []string{modes.NVMe, modes.SEDRevert, modes.OSInstall} {
+	for _, ph := range []modes.PhaseName{modes.NVMe, modes.SEDRevert, modes.OSInstall} {
 		if _, ran := got[ph]; ran {
 			t.Errorf("phase %s ran after the hardware gate failed", ph)
 		}

@@ -361,7 +361,7 @@ func tamperedBootsUnattested(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range rep.GetPhases() {
-		if ph, ok := plan.Phase(p.GetName()); ok && ph.Owner == modes.Runner && (p.GetStartedUnixMs() > 0 || p.GetPhaseStatus() != curev1.PhaseStatus_PHASE_STATUS_UNSPECIFIED) {
+		if ph, ok := plan.Phase(modes.PhaseName(p.GetName())); ok && ph.Owner == modes.Runner && (p.GetStartedUnixMs() > 0 || p.GetPhaseStatus() != curev1.PhaseStatus_PHASE_STATUS_UNSPECIFIED) {
 			t.Errorf("runner phase %s is %s: the unattested boot was assigned work", p.GetName(), p.GetStatus())
 		}
 	}

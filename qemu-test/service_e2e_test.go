@@ -112,12 +112,12 @@ func TestServiceModeKeepsDisks(t *testing.T) {
 	st := openStore(t, env)
 	ps := storePhases(t, st, rep.GetRunId())
 	// The resumed attempt found the NVMe at its (new) pin: nothing to do.
-	for p, want := range map[string]string{modes.BMC: "ok", modes.BIOSSettings: "ok", modes.NVMe: "skipped", modes.SetBootDisk: "ok", modes.WaitForHostOS: "ok"} {
+	for p, want := range map[modes.PhaseName]string{modes.BMC: "ok", modes.BIOSSettings: "ok", modes.NVMe: "skipped", modes.SetBootDisk: "ok", modes.WaitForHostOS: "ok"} {
 		if runstate.PhaseName(ps[p].Status) != want {
 			t.Errorf("phase %s = %s, want %s: %s", p, ps[p].Status, want, ps[p].Message)
 		}
 	}
-	for _, p := range []string{modes.SEDRevert, modes.OSInstall} {
+	for _, p := range []modes.PhaseName{modes.SEDRevert, modes.OSInstall} {
 		if _, ran := ps[p]; ran {
 			t.Errorf("service ran %s", p)
 		}

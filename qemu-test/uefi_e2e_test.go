@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/qemu-test/harness"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
 	"github.com/cure-oss/cure/tools/testenv"
@@ -326,12 +327,12 @@ func reportBootTimes(t *testing.T, env *harness.Env, n *harness.Node, coord, run
 	if ps, err := st.Phases(context.Background(), runID); err == nil {
 		for _, p := range ps {
 			switch p.Name {
-			case "os_install":
+			case modes.OSInstall:
 				marks = append(marks, struct {
 					name string
 					at   time.Time
 				}{"in-band phases through os_install", p.EndedAt})
-			case "wait_for_host_os":
+			case modes.WaitForHostOS:
 				marks = append(marks,
 					struct {
 						name string
@@ -341,6 +342,9 @@ func reportBootTimes(t *testing.T, env *harness.Env, n *harness.Node, coord, run
 						name string
 						at   time.Time
 					}{"OVMF → UKI → installed OS calls back", p.EndedAt})
+			case modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE, modes.Hardware, modes.BMC, modes.BIOS, modes.BIOSSettings,
+				modes.HGX, modes.NIC, modes.DPU, modes.NVMe, modes.SEDRevert, modes.SetBootDisk, modes.Validate, modes.PowerOffAtEnd:
+				// marked from the coordinator's log above, or not at all
 			}
 		}
 	}

@@ -12,7 +12,7 @@ import (
 // CheckExecutors fails t when a phase some plan gives owner has no executor
 // (has reports false), and when an executor in names runs a phase no plan
 // gives owner (a typo or dead code).
-func CheckExecutors(t testing.TB, owner modes.Owner, has func(phase string) bool, names []string) {
+func CheckExecutors(t testing.TB, owner modes.Owner, has func(phase modes.PhaseName) bool, names []modes.PhaseName) {
 	t.Helper()
 	covered := 0
 	for _, m := range modes.All() {

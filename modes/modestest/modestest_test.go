@@ -20,7 +20,7 @@ func (r *recorder) Fatalf(format string, args ...any) { r.errs = append(r.errs, 
 // The check fails on a missing executor and on a stray one, and passes a
 // table that covers the plans exactly.
 func TestCheckExecutors(t *testing.T) {
-	var all []string
+	var all []modes.PhaseName
 	for _, m := range modes.All() {
 		plan, _ := modes.For(m)
 		for _, ph := range plan.Phases {
@@ -29,11 +29,11 @@ func TestCheckExecutors(t *testing.T) {
 			}
 		}
 	}
-	set := map[string]bool{}
+	set := map[modes.PhaseName]bool{}
 	for _, n := range all {
 		set[n] = true
 	}
-	has := func(p string) bool { return set[p] }
+	has := func(p modes.PhaseName) bool { return set[p] }
 
 	r := &recorder{TB: t}
 	CheckExecutors(r, modes.Runner, has, all)
@@ -41,7 +41,7 @@ func TestCheckExecutors(t *testing.T) {
 		t.Errorf("an exact table failed: %v", r.errs)
 	}
 	r = &recorder{TB: t}
-	CheckExecutors(r, modes.Runner, func(p string) bool { return p != modes.Validate && set[p] }, all)
+	CheckExecutors(r, modes.Runner, func(p modes.PhaseName) bool { return p != modes.Validate && set[p] }, all)
 	if len(r.errs) == 0 || !strings.Contains(strings.Join(r.errs, "|"), "without an executor") {
 		t.Errorf("a missing validate executor passed: %v", r.errs)
 	}

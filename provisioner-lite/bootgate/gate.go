@@ -7,6 +7,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
@@ -31,7 +32,7 @@ type Config struct {
 	TokenPeriod         time.Duration
 	BootIPUnbound       bool
 	// Event records a coordinator entry on run r's timeline.
-	Event func(ctx context.Context, r store.Run, phase string, kind runstate.EventKind, status, msg string, dur time.Duration)
+	Event func(ctx context.Context, r store.Run, phase modes.PhaseName, kind runstate.EventKind, status, msg string, dur time.Duration)
 	// Stop ends a run from outside its pipeline, in status with msg.
 	Stop func(runID string, status curev1.RunStatus, msg string)
 	// HostAccepted is told of an accepted host callback of run r, with the
@@ -68,9 +69,11 @@ func NewToken() string {
 	return hex.EncodeToString(b)
 }
 
-func nonEmpty(s, def string) string {
+// nonEmpty is s as a string (a phase name or any string), or def when s
+// is empty.
+func nonEmpty[S ~string](s S, def string) string {
 	if s == "" {
 		return def
 	}
-	return s
+	return string(s)
 }

@@ -101,7 +101,7 @@ func runNotice(n *notify.Notifier, also func(pipeline.RunNotice)) func(pipeline.
 			if r.Status == curev1.RunStatus_RUN_ATTENTION {
 				ev = notify.EventRunAttention
 			}
-			n.Notify(notify.Payload{Event: ev, RunID: r.ID, NodeID: r.NodeID, SKU: rn.SKU, Mode: string(r.Mode), Status: runstate.RunName(r.Status), Phase: r.Phase,
+			n.Notify(notify.Payload{Event: ev, RunID: r.ID, NodeID: r.NodeID, SKU: rn.SKU, Mode: string(r.Mode), Status: runstate.RunName(r.Status), Phase: string(r.Phase),
 				Message: r.Message, Reboots: r.Reboots, StartedAt: r.StartedAt, EndedAt: r.EndedAt})
 		}
 		if also != nil {

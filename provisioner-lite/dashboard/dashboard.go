@@ -167,7 +167,7 @@ type Row struct {
 func newRow(n store.NodeSummary, r *store.RunSummary, pool string) Row {
 	row := Row{Node: n.ID, SKU: n.SKU, Status: render.RunLabel(curev1.RunStatus_RUN_STATUS_UNSPECIFIED), Pool: pool}
 	if r != nil {
-		row.Run, row.Status, row.Phase, row.RunID, row.Message, row.Ended = r.Status, render.RunLabel(r.Status), r.Phase, r.ID, clip(r.Message, 200), r.EndedAt
+		row.Run, row.Status, row.Phase, row.RunID, row.Message, row.Ended = r.Status, render.RunLabel(r.Status), string(r.Phase), r.ID, clip(r.Message, 200), r.EndedAt
 	}
 	return row
 }
@@ -334,11 +334,11 @@ func counts(m map[string]int) []Count {
 	return out
 }
 
-func nonEmpty(s, def string) string {
+func nonEmpty[S ~string](s S, def string) string {
 	if s == "" {
 		return def
 	}
-	return s
+	return string(s)
 }
 
 func filterOf(r *http.Request) Filter {
@@ -514,7 +514,7 @@ func gantt(run store.Run, phases []store.Phase, now time.Time) []Bar {
 		wd := 100 * float64(pe.Sub(p.StartedAt)) / float64(total)
 		l = min(max(l, 0), 100)
 		wd = min(max(wd, 0.3), 100-l) // a visible sliver for instant phases
-		bars = append(bars, Bar{Name: p.Name, Status: p.Status, Left: l, Width: wd, Duration: pe.Sub(p.StartedAt), Attempts: p.Attempts, Start: p.StartedAt, Message: p.Message})
+		bars = append(bars, Bar{Name: string(p.Name), Status: p.Status, Left: l, Width: wd, Duration: pe.Sub(p.StartedAt), Attempts: p.Attempts, Start: p.StartedAt, Message: p.Message})
 	}
 	return bars
 }

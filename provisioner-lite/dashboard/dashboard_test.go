@@ -41,7 +41,7 @@ func fleetStore(t testing.TB, n int) *store.Store {
 	t.Cleanup(func() { st.Close() })
 	ctx := context.Background()
 	t0 := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
-	phases := []string{modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE, modes.BIOS, modes.NVMe, modes.OSInstall, modes.WaitForHostOS}
+	phases := []modes.PhaseName{modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE, modes.BIOS, modes.NVMe, modes.OSInstall, modes.WaitForHostOS}
 	for i := range n {
 		id := fmt.Sprintf("node-%04d", i)
 		sku := []string{"h100-hgx", "l40s-2u"}[i%2]

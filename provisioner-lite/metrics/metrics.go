@@ -220,19 +220,19 @@ func (m *Metrics) RunEnded(runID string, mode modes.Mode, status string, reboots
 }
 
 // PhaseEnded records one phase attempt.
-func (m *Metrics) PhaseEnded(phase, sku, status string, d time.Duration) {
+func (m *Metrics) PhaseEnded(phase modes.PhaseName, sku, status string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.phaseDuration.WithLabelValues(orNone(phase), orNone(sku), orNone(status)).Observe(max(d, 0).Seconds())
+	m.phaseDuration.WithLabelValues(orNone(string(phase)), orNone(sku), orNone(status)).Observe(max(d, 0).Seconds())
 }
 
 // Retry counts one retry of phase for cause (the Cause constants).
-func (m *Metrics) Retry(phase, cause string) {
+func (m *Metrics) Retry(phase modes.PhaseName, cause string) {
 	if m == nil {
 		return
 	}
-	m.retries.WithLabelValues(orNone(phase), orNone(cause)).Inc()
+	m.retries.WithLabelValues(orNone(string(phase)), orNone(cause)).Inc()
 }
 
 // RedfishCall records one Redfish operation. Errors caused by the caller

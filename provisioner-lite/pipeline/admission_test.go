@@ -141,8 +141,8 @@ func TestProvisionWaitsForAcceptance(t *testing.T) {
 func TestAcceptanceFailureQuarantines(t *testing.T) {
 	f, _, rc, api := admissionFixture(t)
 	f.mu.Lock()
-	f.verdicts = map[string][]*curev1.Verdict{modes.Validate: {{Component: "nvme/0", Check: "nvme-health", Status: curev1.VerdictStatus_FAIL, Message: "critical warning 0x4"}}}
-	f.phaseStatus = func(p string, _ int) curev1.PhaseStatus {
+	f.verdicts = map[modes.PhaseName][]*curev1.Verdict{modes.Validate: {{Component: "nvme/0", Check: "nvme-health", Status: curev1.VerdictStatus_FAIL, Message: "critical warning 0x4"}}}
+	f.phaseStatus = func(p modes.PhaseName, _ int) curev1.PhaseStatus {
 		if p == modes.Validate {
 			return curev1.PhaseStatus_PHASE_FAILED
 		}
@@ -225,8 +225,8 @@ func TestFailedPSUQuarantinesAcceptingNode(t *testing.T) {
 func scriptAcceptance(f *fixture, hold time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.verdicts = map[string][]*curev1.Verdict{modes.Validate: {{Component: "memory", Check: "memory-patterns", Status: curev1.VerdictStatus_PASS}}}
-	f.hold = map[string]time.Duration{modes.Validate: hold}
+	f.verdicts = map[modes.PhaseName][]*curev1.Verdict{modes.Validate: {{Component: "memory", Check: "memory-patterns", Status: curev1.VerdictStatus_PASS}}}
+	f.hold = map[modes.PhaseName]time.Duration{modes.Validate: hold}
 }
 
 // provisionNode1 provisions node1 through the operator API and returns

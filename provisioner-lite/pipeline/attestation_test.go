@@ -291,10 +291,10 @@ func TestAttestationRequiredForSecrets(t *testing.T) {
 			// A hostile runner does not wait to be asked: it reports the
 			// gate passed and the disks revert done.
 			f.forge = func(boot int, emit func(string, *curev1.Event)) {
-				for _, ph := range []string{modes.Hardware, modes.SEDRevert} {
-					emit(ph, &curev1.Event{Body: &curev1.Event_PhaseStart{PhaseStart: &curev1.PhaseStart{}}})
-					emit(ph, &curev1.Event{Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{Component: "forged/0", Check: "forged", Status: curev1.VerdictStatus_PASS}}})
-					emit(ph, &curev1.Event{Body: &curev1.Event_PhaseEnd{PhaseEnd: &curev1.PhaseEnd{Status: curev1.PhaseStatus_PHASE_OK, Message: "forged"}}})
+				for _, ph := range []modes.PhaseName{modes.Hardware, modes.SEDRevert} {
+					emit(string(ph), &curev1.Event{Body: &curev1.Event_PhaseStart{PhaseStart: &curev1.PhaseStart{}}})
+					emit(string(ph), &curev1.Event{Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{Component: "forged/0", Check: "forged", Status: curev1.VerdictStatus_PASS}}})
+					emit(string(ph), &curev1.Event{Body: &curev1.Event_PhaseEnd{PhaseEnd: &curev1.PhaseEnd{Status: curev1.PhaseStatus_PHASE_OK, Message: "forged"}}})
 				}
 			}
 			f.mu.Unlock()
@@ -336,7 +336,7 @@ func TestAttestationRequiredForSecrets(t *testing.T) {
 				}
 			}
 			ps := f.phases(runID)
-			for _, ph := range []string{modes.Hardware, modes.SEDRevert} {
+			for _, ph := range []modes.PhaseName{modes.Hardware, modes.SEDRevert} {
 				if p, ok := ps[ph]; ok && p.Status == curev1.PhaseStatus_PHASE_OK {
 					t.Errorf("forged phase end counted: %s %s", ph, p.Status)
 				}

@@ -58,7 +58,7 @@ func bmcInterval(s *manifests.ValidationSuite, def time.Duration) time.Duration 
 }
 
 // validating says whether the suite modes' validate phase is in batch.
-func validating(r *store.Run, batch []string) bool {
+func validating(r *store.Run, batch []modes.PhaseName) bool {
 	m := r.Mode
 	return (m == modes.Diagnostic || m == modes.Burnin) && slices.Contains(batch, modes.Validate)
 }
@@ -68,7 +68,7 @@ func validating(r *store.Run, batch []string) bool {
 // ends the polling and waits for it. The poller keeps its own copy of the
 // run (the run's goroutine owns r) and hears of the validate phase's start
 // and end from begin and end (validateChanged).
-func (bm *bmcCtl) startBMCTelemetry(ctx context.Context, r *store.Run, batch []string) (stop func()) {
+func (bm *bmcCtl) startBMCTelemetry(ctx context.Context, r *store.Run, batch []modes.PhaseName) (stop func()) {
 	if !validating(r, batch) {
 		return func() {}
 	}

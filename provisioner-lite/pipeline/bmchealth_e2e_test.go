@@ -53,7 +53,7 @@ func TestValidatePollsBMCSensors(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
-	f.hold = map[string]time.Duration{modes.Validate: 1500 * time.Millisecond}
+	f.hold = map[modes.PhaseName]time.Duration{modes.Validate: 1500 * time.Millisecond}
 	f.mu.Unlock()
 	f.bmc.SetLoad(1)
 	// Before the run: outside its window.

@@ -26,47 +26,51 @@ import (
 
 // coordExecutors maps each coordinator-owned phase (the modes constants) to
 // its executor. TestEveryPhaseHasExecutor checks every mode's plan against it.
-var coordExecutors = map[string]func(c *core, ctx context.Context, r *store.Run, phase string) outcome{
-	modes.Preflight: func(c *core, ctx context.Context, r *store.Run, _ string) outcome { return c.checks.preflight(ctx, r) },
-	modes.SetBootPXE: func(c *core, ctx context.Context, r *store.Run, ph string) outcome {
+var coordExecutors = map[modes.PhaseName]func(c *core, ctx context.Context, r *store.Run, phase modes.PhaseName) outcome{
+	modes.Preflight: func(c *core, ctx context.Context, r *store.Run, _ modes.PhaseName) outcome {
+		return c.checks.preflight(ctx, r)
+	},
+	modes.SetBootPXE: func(c *core, ctx context.Context, r *store.Run, ph modes.PhaseName) outcome {
 		return c.power.setBootPXE(ctx, r, ph)
 	},
-	modes.PoweringOn: func(c *core, ctx context.Context, r *store.Run, _ string) outcome {
+	modes.PoweringOn: func(c *core, ctx context.Context, r *store.Run, _ modes.PhaseName) outcome {
 		return c.power.powerOnOrCycle(ctx, r)
 	},
-	modes.WaitForCURE: func(c *core, ctx context.Context, r *store.Run, ph string) outcome {
+	modes.WaitForCURE: func(c *core, ctx context.Context, r *store.Run, ph modes.PhaseName) outcome {
 		return c.host.waitForCUREPhase(ctx, r, ph)
 	},
-	modes.BMC:          oobPhase,
-	modes.BIOS:         oobPhase,
-	modes.HGX:          oobPhase,
-	modes.BIOSSettings: func(c *core, ctx context.Context, r *store.Run, _ string) outcome { return c.oob.biosSettings(ctx, r) },
-	modes.SetBootDisk: func(c *core, ctx context.Context, r *store.Run, ph string) outcome {
+	modes.BMC:  oobPhase,
+	modes.BIOS: oobPhase,
+	modes.HGX:  oobPhase,
+	modes.BIOSSettings: func(c *core, ctx context.Context, r *store.Run, _ modes.PhaseName) outcome {
+		return c.oob.biosSettings(ctx, r)
+	},
+	modes.SetBootDisk: func(c *core, ctx context.Context, r *store.Run, ph modes.PhaseName) outcome {
 		return c.day2.setBootDiskAtEnd(ctx, r, ph)
 	},
-	modes.WaitForHostOS: func(c *core, ctx context.Context, r *store.Run, ph string) outcome {
+	modes.WaitForHostOS: func(c *core, ctx context.Context, r *store.Run, ph modes.PhaseName) outcome {
 		return c.day2.waitForHostOSPhase(ctx, r, ph)
 	},
-	modes.PowerOffAtEnd: func(c *core, ctx context.Context, r *store.Run, ph string) outcome {
+	modes.PowerOffAtEnd: func(c *core, ctx context.Context, r *store.Run, ph modes.PhaseName) outcome {
 		return c.day2.powerOffByPolicy(ctx, r, ph)
 	},
 }
 
-func oobPhase(c *core, ctx context.Context, r *store.Run, phase string) outcome {
-	return c.oob.oobFirmware(ctx, r, phase)
+func oobPhase(c *core, ctx context.Context, r *store.Run, phase modes.PhaseName) outcome {
+	return c.oob.oobFirmware(ctx, r, string(phase)) // the phase names its firmware component
 }
 
 // coordPhase runs one coordinator-owned phase attempt. A phase with no
 // executor is skipped, never passed (TestEveryPhaseHasExecutor keeps every
 // plan's phases covered).
-func (d *driverCtl) coordPhase(ctx context.Context, r *store.Run, phase string) outcome {
+func (d *driverCtl) coordPhase(ctx context.Context, r *store.Run, phase modes.PhaseName) outcome {
 	if run, ok := coordExecutors[phase]; ok {
 		return run(d.core, ctx, r, phase)
 	}
 	return skipped("phase %s is not built yet", phase)
 }
 
-func (pw *powerCtl) setBootPXE(ctx context.Context, r *store.Run, _ string) outcome {
+func (pw *powerCtl) setBootPXE(ctx context.Context, r *store.Run, _ modes.PhaseName) outcome {
 	// Recorded before the BMC call: the boot server must hand out CURE to
 	// the very next PXE request.
 	bootgate.OpenWindow(r)
@@ -79,7 +83,7 @@ func (pw *powerCtl) setBootPXE(ctx context.Context, r *store.Run, _ string) outc
 	return ok("boot override %s, Once", pw.cfg.NetBoot)
 }
 
-func (h *hostCtl) waitForCUREPhase(ctx context.Context, r *store.Run, phase string) outcome {
+func (h *hostCtl) waitForCUREPhase(ctx context.Context, r *store.Run, phase modes.PhaseName) outcome {
 	if r.Pipeline.Attempts(phase) > 1 {
 		if err := h.power.rebootIntoCURE(ctx, r, "previous wait for CURE timed out"); err != nil {
 			return failed("%v", err)
@@ -88,7 +92,7 @@ func (h *hostCtl) waitForCUREPhase(ctx context.Context, r *store.Run, phase stri
 	return h.waitForCURE(ctx, r)
 }
 
-func (pw *powerCtl) setBootDisk(ctx context.Context, r *store.Run, _ string) outcome {
+func (pw *powerCtl) setBootDisk(ctx context.Context, r *store.Run, _ modes.PhaseName) outcome {
 	r.Pipeline.Boot = store.BootDisk
 	pw.save(ctx, r)
 	if err := pw.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
@@ -99,7 +103,7 @@ func (pw *powerCtl) setBootDisk(ctx context.Context, r *store.Run, _ string) out
 	return ok("boot override Hdd, Continuous")
 }
 
-func (pw *powerCtl) powerOffAtEnd(ctx context.Context, r *store.Run, _ string) outcome {
+func (pw *powerCtl) powerOffAtEnd(ctx context.Context, r *store.Run, _ modes.PhaseName) outcome {
 	// The node goes back to the pool powered off, with no CURE boot armed.
 	r.Pipeline.Boot = store.BootUnset
 	pw.save(ctx, r)

@@ -56,7 +56,7 @@ func (d *day2Ctl) endSkip(r *store.Run, want string) *outcome {
 
 // setBootDiskAtEnd is set_boot_order_disk: provision's and service's, and
 // a suite's that ends in the host OS.
-func (d *day2Ctl) setBootDiskAtEnd(ctx context.Context, r *store.Run, phase string) outcome {
+func (d *day2Ctl) setBootDiskAtEnd(ctx context.Context, r *store.Run, phase modes.PhaseName) outcome {
 	if out := d.endSkip(r, manifests.EndHostOS); out != nil {
 		return *out
 	}
@@ -64,7 +64,7 @@ func (d *day2Ctl) setBootDiskAtEnd(ctx context.Context, r *store.Run, phase stri
 }
 
 // powerOffByPolicy is power_off: wipe's, and a suite's that ends powered off.
-func (d *day2Ctl) powerOffByPolicy(ctx context.Context, r *store.Run, phase string) outcome {
+func (d *day2Ctl) powerOffByPolicy(ctx context.Context, r *store.Run, phase modes.PhaseName) outcome {
 	if out := d.endSkip(r, manifests.EndPowerOff); out != nil {
 		return *out
 	}
@@ -75,7 +75,7 @@ func (d *day2Ctl) powerOffByPolicy(ctx context.Context, r *store.Run, phase stri
 // its os_install wrote; any other mode for the token of the OS on record
 // (the node's provision's), added to the run's host tokens. A suite run
 // on a node with no OS on record boots it from disk without waiting.
-func (d *day2Ctl) waitForHostOSPhase(ctx context.Context, r *store.Run, _ string) outcome {
+func (d *day2Ctl) waitForHostOSPhase(ctx context.Context, r *store.Run, _ modes.PhaseName) outcome {
 	if out := d.endSkip(r, manifests.EndHostOS); out != nil {
 		return *out
 	}
@@ -121,7 +121,7 @@ func (d *day2Ctl) servicePreflight(ctx context.Context, r *store.Run) (outcome, 
 // forgetInstalledOS drops the node's installed OS before an assignment
 // that writes or erases its disk (os_install, or sed_revert in a mode that
 // wipes): its callback token will not be on the disk any more.
-func (d *day2Ctl) forgetInstalledOS(ctx context.Context, r *store.Run, phases []string) error {
+func (d *day2Ctl) forgetInstalledOS(ctx context.Context, r *store.Run, phases []modes.PhaseName) error {
 	m := r.Mode
 	if !slices.Contains(phases, modes.OSInstall) && !(slices.Contains(phases, modes.SEDRevert) && modes.CheckWipe(m) == nil) {
 		return nil

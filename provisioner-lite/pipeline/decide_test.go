@@ -35,15 +35,15 @@ var (
 )
 
 // runner is the node's current session: a runner of run r1 in kind.
-func runner(ref store.SessionRef, kind curev1.RunnerState_Kind, phase string, seq uint64) *sessionObs {
-	return &sessionObs{ref: ref, runID: "r1", state: &curev1.RunnerState{Kind: kind, RunId: "r1", Phase: phase, LastEventSeq: seq}}
+func runner(ref store.SessionRef, kind curev1.RunnerState_Kind, phase modes.PhaseName, seq uint64) *sessionObs {
+	return &sessionObs{ref: ref, runID: "r1", state: &curev1.RunnerState{Kind: kind, RunId: "r1", Phase: string(phase), LastEventSeq: seq}}
 }
 
-func runnerEvent(id int64, phase string, kind runstate.EventKind, status curev1.PhaseStatus) store.Event {
+func runnerEvent(id int64, phase modes.PhaseName, kind runstate.EventKind, status curev1.PhaseStatus) store.Event {
 	return store.Event{ID: id, RunID: "r1", Source: runstate.SourceRunner, Phase: phase, Kind: kind, Status: runstate.PhaseName(status)}
 }
 
-func rebootEnd(t *testing.T, id int64, phase string) store.Event {
+func rebootEnd(t *testing.T, id int64, phase modes.PhaseName) store.Event {
 	ev := runnerEvent(id, phase, runstate.EventPhaseEnd, curev1.PhaseStatus_PHASE_OK)
 	b, err := protojson.Marshal(&curev1.Event{Body: &curev1.Event_PhaseEnd{PhaseEnd: &curev1.PhaseEnd{Status: curev1.PhaseStatus_PHASE_OK, RebootRequired: true}}})
 	if err != nil {
@@ -59,10 +59,10 @@ func describe(acts []action) []string {
 	for _, a := range acts {
 		s := a.kind.String()
 		if a.phase != "" {
-			s += " " + a.phase
+			s += " " + string(a.phase)
 		}
 		if a.phases != nil {
-			s += " " + strings.Join(a.phases, ",")
+			s += " " + strings.Join(modes.PhaseStrings(a.phases), ",")
 		}
 		if a.cause != "" {
 			s += " (" + a.cause + ")"
@@ -88,12 +88,12 @@ func matches(got, want []string) bool {
 	return true
 }
 
-var hwValidate = []string{modes.Hardware, modes.Validate}
+var hwValidate = []modes.PhaseName{modes.Hardware, modes.Validate}
 
 func batchRun(b *store.RunnerBatch) store.Run {
 	return store.Run{ID: "r1", NodeID: "n1", Mode: modes.Burnin, Status: curev1.RunStatus_RUN_RUNNING, Phase: modes.Hardware,
-		CompletedPhases: []string{modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE},
-		Pipeline:        store.PipelineState{Batch: b, Phases: map[string]store.PhaseState{modes.Hardware: {Attempts: 1, StartedAt: ago(time.Minute), Deadline: now.Add(29 * time.Minute)}}}}
+		CompletedPhases: []modes.PhaseName{modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.WaitForCURE},
+		Pipeline:        store.PipelineState{Batch: b, Phases: map[modes.PhaseName]store.PhaseState{modes.Hardware: {Attempts: 1, StartedAt: ago(time.Minute), Deadline: now.Add(29 * time.Minute)}}}}
 }
 
 func TestDecideTable(t *testing.T) {
@@ -376,7 +376,7 @@ func restartCases() []batchCase {
 				}
 			}},
 		{name: "coordinator restart: the runner still in its phase is seen, then re-attached", run: stored,
-			obs:  batchObs{fresh: true, session: &sessionObs{ref: refB, runID: "r1", stored: 9, state: &curev1.RunnerState{Kind: curev1.RunnerState_IN_PHASE, RunId: "r1", Phase: modes.Hardware, LastEventSeq: 9}}},
+			obs:  batchObs{fresh: true, session: &sessionObs{ref: refB, runID: "r1", stored: 9, state: &curev1.RunnerState{Kind: curev1.RunnerState_IN_PHASE, RunId: "r1", Phase: string(modes.Hardware), LastEventSeq: 9}}},
 			want: []string{"requeue"}},
 		{name: "coordinator restart after a reboot it decided but never saw done: the reconnect budget", obs: batchObs{fresh: true},
 			run: batchRun(&store.RunnerBatch{Phases: hwValidate, Cursor: 10, HadRunner: true, Current: modes.Hardware, LostSince: ago(10 * time.Minute)}),
@@ -482,9 +482,9 @@ func testDecideDrive(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The plan's longest run of runner-owned phases, from index idx.
-	idx, runnerPhases := 0, []string(nil)
+	idx, runnerPhases := 0, []modes.PhaseName(nil)
 	for i := range plan.Phases {
-		var run []string
+		var run []modes.PhaseName
 		for _, p := range plan.Phases[i:] {
 			if p.Owner != modes.Runner {
 				break
@@ -502,7 +502,7 @@ func testDecideDrive(t *testing.T) {
 	before := phaseNames(plan)[:idx]
 	for _, c := range []struct {
 		name      string
-		completed []string
+		completed []modes.PhaseName
 		from      int
 		want      step
 	}{
@@ -540,8 +540,8 @@ func testDecideDrive(t *testing.T) {
 	}
 }
 
-func phaseNames(p modes.Plan) []string {
-	var out []string
+func phaseNames(p modes.Plan) []modes.PhaseName {
+	var out []modes.PhaseName
 	for _, ph := range p.Phases {
 		out = append(out, ph.Name)
 	}

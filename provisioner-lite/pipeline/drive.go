@@ -117,14 +117,14 @@ func (d *driverCtl) loadRun(ctx context.Context, runID string) (store.Run, bool)
 // step is what a run does next: a batch of in-band phases, one
 // coordinator phase, or nothing (done).
 type step struct {
-	batch []string
-	phase string
+	batch []modes.PhaseName
+	phase modes.PhaseName
 	done  bool
 }
 
 // nextStep is the first phase of plan from index from that is not
 // completed, with the in-band phases that follow it when the runner owns it.
-func nextStep(plan modes.Plan, completed []string, from int) step {
+func nextStep(plan modes.Plan, completed []modes.PhaseName, from int) step {
 	for i := from; i < len(plan.Phases); i++ {
 		ph := plan.Phases[i]
 		if slices.Contains(completed, ph.Name) {
@@ -133,7 +133,7 @@ func nextStep(plan modes.Plan, completed []string, from int) step {
 		if ph.Owner != modes.Runner {
 			return step{phase: ph.Name}
 		}
-		var batch []string
+		var batch []modes.PhaseName
 		for j := i; j < len(plan.Phases) && plan.Phases[j].Owner == modes.Runner; j++ {
 			if !slices.Contains(completed, plan.Phases[j].Name) {
 				batch = append(batch, plan.Phases[j].Name)
@@ -146,7 +146,7 @@ func nextStep(plan modes.Plan, completed []string, from int) step {
 
 // driveBatch runs a batch of in-band phases (with the BMC's sensors polled
 // during a suite's validate phase); false when the run stops.
-func (d *driverCtl) driveBatch(ctx context.Context, r *store.Run, batch []string, log *slog.Logger) bool {
+func (d *driverCtl) driveBatch(ctx context.Context, r *store.Run, batch []modes.PhaseName, log *slog.Logger) bool {
 	stopTelemetry := d.bmc.startBMCTelemetry(ctx, r, batch)
 	failedPhase, msg, err := d.batch.runnerPhases(ctx, r, batch, log)
 	stopTelemetry()
@@ -171,7 +171,7 @@ func (d *driverCtl) driveBatch(ctx context.Context, r *store.Run, batch []string
 
 // driveCoord runs one attempt of a coordinator phase; false when the run
 // stops.
-func (d *driverCtl) driveCoord(ctx context.Context, r *store.Run, phase string) bool {
+func (d *driverCtl) driveCoord(ctx context.Context, r *store.Run, phase modes.PhaseName) bool {
 	started := time.Now()
 	d.begin(ctx, r, phase, runstate.SourceCoordinator)
 	out := d.coordPhase(ctx, r, phase)
@@ -197,7 +197,7 @@ func (d *driverCtl) complete(ctx context.Context, r *store.Run) {
 }
 
 // coordCause is the retry cause of a failed coordinator phase.
-func coordCause(phase string) string {
+func coordCause(phase modes.PhaseName) string {
 	switch phase {
 	case modes.WaitForCURE:
 		return metrics.CauseCUREBoot
@@ -205,6 +205,10 @@ func coordCause(phase string) string {
 		return metrics.CauseHostOS
 	case modes.Preflight:
 		return metrics.CausePhaseFailed
+	case modes.SetBootPXE, modes.PoweringOn, modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX, modes.SetBootDisk, modes.PowerOffAtEnd:
+		// The BMC's work.
+	case modes.Hardware, modes.NIC, modes.DPU, modes.NVMe, modes.SEDRevert, modes.OSInstall, modes.Validate:
+		// The runner's: never a coordinator phase.
 	}
 	return metrics.CauseBMC
 }
@@ -212,7 +216,7 @@ func coordCause(phase string) string {
 // retryAllowed counts a phase failure against the budget; when spent, or
 // when the failure is final, the run ends failed with the phase it reached,
 // so a later resume restarts there.
-func (d *driverCtl) retryAllowed(ctx context.Context, r *store.Run, phase, cause string, out outcome) bool {
+func (d *driverCtl) retryAllowed(ctx context.Context, r *store.Run, phase modes.PhaseName, cause string, out outcome) bool {
 	r.PhaseFailures++
 	attempts := r.Pipeline.Attempts(phase)
 	if why := retryRefused(phase, attempts, d.cfg.Budgets.PhaseAttempts, out); why != "" {
@@ -229,7 +233,7 @@ func (d *driverCtl) retryAllowed(ctx context.Context, r *store.Run, phase, cause
 
 // retryRefused is why a failed attempt of phase gets no other ("" when it
 // does): its failure is final, or its attempts used the budget.
-func retryRefused(phase string, attempts, budget int, out outcome) string {
+func retryRefused(phase modes.PhaseName, attempts, budget int, out outcome) string {
 	switch {
 	case out.noRetry != "":
 		return fmt.Sprintf("phase %s failed: %s (%s)", phase, out.msg, out.noRetry)
@@ -256,7 +260,7 @@ func (c *core) save(ctx context.Context, r *store.Run) {
 // the coordinator: it continues, with its attempt count, start and
 // deadline, and each phase decides from its own stored status what is
 // left to do.
-func (d *driverCtl) begin(ctx context.Context, r *store.Run, phase string, source runstate.EventSource) {
+func (d *driverCtl) begin(ctx context.Context, r *store.Run, phase modes.PhaseName, source runstate.EventSource) {
 	if r.Phase == phase && r.Pipeline.Phase(phase).Open() {
 		d.coordNote(ctx, *r, phase, fmt.Sprintf("continuing attempt %d after a coordinator stop", r.Pipeline.Attempts(phase)))
 		return
@@ -266,7 +270,7 @@ func (d *driverCtl) begin(ctx context.Context, r *store.Run, phase string, sourc
 }
 
 // recordStart records a phase attempt's start, as the run's status has it.
-func (d *driverCtl) recordStart(ctx context.Context, r *store.Run, phase string, source runstate.EventSource) {
+func (d *driverCtl) recordStart(ctx context.Context, r *store.Run, phase modes.PhaseName, source runstate.EventSource) {
 	d.save(ctx, r)
 	ps := r.Pipeline.Phase(phase)
 	if err := d.cfg.Store.UpsertPhase(context.WithoutCancel(ctx), store.Phase{
@@ -283,7 +287,7 @@ func (d *driverCtl) recordStart(ctx context.Context, r *store.Run, phase string,
 }
 
 // end ends a coordinator phase's attempt and records it.
-func (d *driverCtl) end(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source runstate.EventSource) {
+func (d *driverCtl) end(ctx context.Context, r *store.Run, phase modes.PhaseName, out outcome, dur time.Duration, source runstate.EventSource) {
 	ps := r.Pipeline.Phase(phase)
 	ps.Ended = true
 	r.Pipeline.SetPhase(phase, ps)
@@ -293,7 +297,7 @@ func (d *driverCtl) end(ctx context.Context, r *store.Run, phase string, out out
 
 // recordEnd records a phase attempt's result; the end of a validate phase
 // has the run's results judged against its SKU's fleet.
-func (d *driverCtl) recordEnd(ctx context.Context, r *store.Run, phase string, out outcome, dur time.Duration, source runstate.EventSource) {
+func (d *driverCtl) recordEnd(ctx context.Context, r *store.Run, phase modes.PhaseName, out outcome, dur time.Duration, source runstate.EventSource) {
 	ctx = context.WithoutCancel(ctx)
 	now := time.Now().UTC()
 	started := r.Pipeline.Phase(phase).StartedAt

@@ -504,21 +504,23 @@ func randHex(n int) string {
 // NewToken returns a 256-bit random token.
 func NewToken() string { return bootgate.NewToken() }
 
-func nonEmpty(s, def string) string {
+// nonEmpty is s as a string (a phase name or any string), or def when s
+// is empty.
+func nonEmpty[S ~string](s S, def string) string {
 	if s == "" {
 		return def
 	}
-	return s
+	return string(s)
 }
 
 // coordEvent records a coordinator-side timeline entry.
-func (c *core) coordEvent(ctx context.Context, r store.Run, phase string, kind runstate.EventKind, status, msg string, dur time.Duration) {
+func (c *core) coordEvent(ctx context.Context, r store.Run, phase modes.PhaseName, kind runstate.EventKind, status, msg string, dur time.Duration) {
 	c.coordEventAt(ctx, r, time.Now(), phase, kind, status, msg, dur)
 }
 
 // coordEventAt is coordEvent for something that happened at t (a moment the
 // coordinator learnt of only afterwards).
-func (c *core) coordEventAt(ctx context.Context, r store.Run, t time.Time, phase string, kind runstate.EventKind, status, msg string, dur time.Duration) {
+func (c *core) coordEventAt(ctx context.Context, r store.Run, t time.Time, phase modes.PhaseName, kind runstate.EventKind, status, msg string, dur time.Duration) {
 	_, _, err := c.cfg.Store.AppendEvent(ctx, store.Event{
 		RunID: r.ID, NodeID: r.NodeID, Source: runstate.SourceCoordinator, Time: t.UTC(),
 		Phase: phase, Kind: kind, Status: status, Message: msg, DurationMs: dur.Milliseconds(),
@@ -531,7 +533,7 @@ func (c *core) coordEventAt(ctx context.Context, r store.Run, t time.Time, phase
 // coordNote records a coordinator note: session chatter a runner can
 // provoke by reconnecting (store.Event.Note: capped per run, pruned with the
 // runner's logs), not the run's essential timeline.
-func (c *core) coordNote(ctx context.Context, r store.Run, phase, msg string) {
+func (c *core) coordNote(ctx context.Context, r store.Run, phase modes.PhaseName, msg string) {
 	_, _, err := c.cfg.Store.AppendEvent(ctx, store.Event{
 		RunID: r.ID, NodeID: r.NodeID, Source: runstate.SourceCoordinator, Time: time.Now().UTC(),
 		Phase: phase, Kind: runstate.EventInfo, Message: msg, Note: true,

@@ -8,7 +8,7 @@ import (
 	"github.com/cure-oss/cure/modes/modestest"
 )
 
-func hasCoordExecutor(phase string) bool {
+func hasCoordExecutor(phase modes.PhaseName) bool {
 	_, ok := coordExecutors[phase]
 	return ok
 }
@@ -17,7 +17,7 @@ func hasCoordExecutor(phase string) bool {
 // plan has an executor here, and none is stray (the runner half is in
 // runner/phases).
 func TestEveryPhaseHasExecutor(t *testing.T) {
-	var names []string
+	var names []modes.PhaseName
 	for name := range coordExecutors {
 		names = append(names, name)
 	}
@@ -30,7 +30,7 @@ func TestEveryPhaseHasExecutor(t *testing.T) {
 			{Name: "flash_the_moon", Owner: modes.Coordinator, Writes: true},
 			{Name: "runner_only", Owner: modes.Runner},
 		}}
-		if got := plan.Unexecutable(modes.Coordinator, hasCoordExecutor); !slices.Equal(got, []string{"flash_the_moon"}) {
+		if got := plan.Unexecutable(modes.Coordinator, hasCoordExecutor); !slices.Equal(got, []modes.PhaseName{"flash_the_moon"}) {
 			t.Errorf("Unexecutable = %v, want [flash_the_moon] (runner phases are the runner's to check)", got)
 		}
 	})

@@ -78,7 +78,7 @@ func fleetFixtureCfg(t *testing.T, mbps float64, cfgEdit func(*pipeline.Config))
 	if err := os.WriteFile(filepath.Join(dir, "manifests", "suites", "fleet-read.yaml"), []byte(fleetSuite), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f.verdicts = map[string][]*curev1.Verdict{modes.Validate: {{Component: "disk/nvme0n1", Check: "disk-read", Status: curev1.VerdictStatus_PASS,
+	f.verdicts = map[modes.PhaseName][]*curev1.Verdict{modes.Validate: {{Component: "disk/nvme0n1", Check: "disk-read", Status: curev1.VerdictStatus_PASS,
 		Observed: fmt.Sprintf("readMBps=%g", mbps), Expected: "readMBps>=5",
 		Measurements: []*curev1.Measurement{{Metric: "readMBps", Value: mbps, Unit: "MB/s"}, {Metric: "readMB", Value: 8, Unit: "MB"}}}}}
 	return f
@@ -213,7 +213,7 @@ func TestFleetBandOneNodeOneVote(t *testing.T) {
 		vs = append(vs, &curev1.Verdict{Component: "disk/" + d, Check: "disk-read", Status: curev1.VerdictStatus_PASS,
 			Measurements: []*curev1.Measurement{{Metric: "readMBps", Value: 2000, Unit: "MB/s"}}})
 	}
-	f.verdicts = map[string][]*curev1.Verdict{modes.Validate: vs}
+	f.verdicts = map[modes.PhaseName][]*curev1.Verdict{modes.Validate: vs}
 	seedFleet(t, f.st, 200, 206)
 	// The honest node: judged when its band lacked its minimum, ended.
 	seedPeer(t, f.st, 3, 196)

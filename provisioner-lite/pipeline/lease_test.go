@@ -11,6 +11,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/catalog"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -39,7 +40,7 @@ func TestAbandonedRunsResumeWhenRenewalsRecover(t *testing.T) {
 	}
 	// Past its preflight (which checks artifacts this test has none of).
 	run := store.Run{ID: "r1", NodeID: "n1", Mode: "provision", Manifest: "qemu-nvme", Status: curev1.RunStatus_RUN_RUNNING, StartedAt: time.Now().UTC(),
-		Phase: "powering_on", CompletedPhases: []string{"preflight", "set_boot_order_pxe"}}
+		Phase: "powering_on", CompletedPhases: []modes.PhaseName{"preflight", "set_boot_order_pxe"}}
 	if err := st.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}

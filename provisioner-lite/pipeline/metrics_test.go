@@ -29,7 +29,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	f := newFixture(t, nil)
 	f.failConnects = 1
 	f.bmc.Fail503(1) // the BMC sheds one request: the transport retries it
-	f.phaseStatus = func(p string, attempt int) curev1.PhaseStatus {
+	f.phaseStatus = func(p modes.PhaseName, attempt int) curev1.PhaseStatus {
 		if p == modes.OSInstall && attempt == 1 {
 			return curev1.PhaseStatus_PHASE_FAILED
 		}
@@ -96,9 +96,9 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"cure_runs_started_total", []string{"mode"}, map[string]string{"mode": "provision"}},
 		{"cure_runs_ended_total", []string{"mode", "status"}, map[string]string{"mode": "provision", "status": "succeeded"}},
 		{"cure_runs_active", []string{"mode"}, map[string]string{"mode": "provision"}},
-		{"cure_phase_duration_seconds", []string{"phase", "sku", "status"}, map[string]string{"phase": modes.OSInstall, "sku": "qemu-nvme", "status": "failed"}},
+		{"cure_phase_duration_seconds", []string{"phase", "sku", "status"}, map[string]string{"phase": string(modes.OSInstall), "sku": "qemu-nvme", "status": "failed"}},
 		{"cure_run_reboots", []string{"mode"}, map[string]string{"mode": "provision"}},
-		{"cure_retries_total", []string{"phase", "cause"}, map[string]string{"phase": modes.OSInstall, "cause": metrics.CausePhaseFailed}},
+		{"cure_retries_total", []string{"phase", "cause"}, map[string]string{"phase": string(modes.OSInstall), "cause": metrics.CausePhaseFailed}},
 		{"cure_redfish_call_duration_seconds", []string{"vendor", "operation"}, map[string]string{"vendor": "cure", "operation": "set_boot_override"}},
 		{"cure_redfish_errors_total", []string{"vendor", "operation"}, map[string]string{"vendor": "unknown", "operation": "connect"}},
 		{"cure_redfish_http_retries_total", []string{"code"}, map[string]string{"code": "503"}},

@@ -87,7 +87,7 @@ func TestFirmwareAllDriftThenRerunSkips(t *testing.T) {
 		t.Errorf("reboots = %d, want 5", r.Reboots)
 	}
 	ps := f.phases(runID)
-	for _, p := range []string{modes.BMC, modes.BIOS, modes.HGX, modes.BIOSSettings} {
+	for _, p := range []modes.PhaseName{modes.BMC, modes.BIOS, modes.HGX, modes.BIOSSettings} {
 		if ps[p].Status != curev1.PhaseStatus_PHASE_OK {
 			t.Errorf("%s = %s: %s", p, ps[p].Status, ps[p].Message)
 		}
@@ -113,7 +113,7 @@ func TestFirmwareAllDriftThenRerunSkips(t *testing.T) {
 		t.Fatalf("rerun ended %s: %s", r2.Status, r2.Message)
 	}
 	ps2 := f.phases(run2)
-	for _, p := range []string{modes.BMC, modes.BIOS, modes.HGX, modes.BIOSSettings} {
+	for _, p := range []modes.PhaseName{modes.BMC, modes.BIOS, modes.HGX, modes.BIOSSettings} {
 		if ps2[p].Status != curev1.PhaseStatus_PHASE_SKIPPED {
 			t.Errorf("rerun %s = %s: %s", p, ps2[p].Status, ps2[p].Message)
 		}

@@ -108,7 +108,7 @@ func (o *oobCtl) applyOOB(ctx context.Context, r *store.Run, component string, d
 	for _, t := range d.targets {
 		targets = append(targets, t.ID)
 	}
-	u := &oobUpdate{o: o, r: r, component: component, fw: fw, targets: targets}
+	u := &oobUpdate{o: o, r: r, component: component, phase: modes.PhaseName(component), fw: fw, targets: targets}
 	for range maxUpdateSteps {
 		sub := r.Pipeline.Submission(fw.Name)
 		step := decideUpdate(sub, fw.Activation, u.observe(ctx))
@@ -130,8 +130,11 @@ type oobUpdate struct {
 	o         *oobCtl
 	r         *store.Run
 	component string
-	fw        manifests.Firmware
-	targets   []string
+	// phase is the phase its events belong to: the one named as the
+	// component (oobPhase passes its name).
+	phase   modes.PhaseName
+	fw      manifests.Firmware
+	targets []string
 }
 
 // observe reads the inventory: whether the targets run the desired
@@ -224,7 +227,7 @@ func (u *oobUpdate) submit(ctx context.Context) error {
 		job, err := send()
 		var ue *redfish.UnknownOutcomeError
 		if errors.As(err, &ue) {
-			u.o.coordEvent(ctx, *u.r, u.component, runstate.EventLog, "WARN", fmt.Sprintf("%s: update submission outcome unknown (%v); searching the BMC's tasks before any retry", u.fw.Name, err), 0)
+			u.o.coordEvent(ctx, *u.r, u.phase, runstate.EventLog, "WARN", fmt.Sprintf("%s: update submission outcome unknown (%v); searching the BMC's tasks before any retry", u.fw.Name, err), 0)
 			job, err = b.RecoverJob(ctx, ue)
 			if err == nil && job == nil {
 				return fmt.Errorf("submission was not taken by the BMC (no new task): safe to retry")
@@ -243,7 +246,7 @@ func (u *oobUpdate) accepted(ctx context.Context, sub store.FirmwareSubmission, 
 	sub.State, sub.TaskURI, sub.MonitorURI = store.SubmissionAccepted, job.TaskURI, job.MonitorURI
 	sub.KnownTasks, sub.TasksListed = nil, false
 	u.record(ctx, sub)
-	u.o.coordEvent(ctx, *u.r, u.component, runstate.EventInfo, "", fmt.Sprintf("%s: update accepted: task %s", u.fw.Name, nonEmpty(job.TaskURI, job.MonitorURI)), 0)
+	u.o.coordEvent(ctx, *u.r, u.phase, runstate.EventInfo, "", fmt.Sprintf("%s: update accepted: task %s", u.fw.Name, nonEmpty(job.TaskURI, job.MonitorURI)), 0)
 }
 
 // trace finds the task a request whose answer was not recorded created
@@ -256,11 +259,11 @@ func (u *oobUpdate) trace(ctx context.Context, sub store.FirmwareSubmission) err
 			return fmt.Errorf("earlier submission (%s at %s): its task cannot be traced: %w", sub.Op, sub.At.Format(time.RFC3339), err)
 		}
 		if job != nil {
-			u.o.coordEvent(ctx, *u.r, u.component, runstate.EventInfo, "", fmt.Sprintf("%s: earlier submission traced to task %s: following it, not submitting again", u.fw.Name, job.TaskURI), 0)
+			u.o.coordEvent(ctx, *u.r, u.phase, runstate.EventInfo, "", fmt.Sprintf("%s: earlier submission traced to task %s: following it, not submitting again", u.fw.Name, job.TaskURI), 0)
 			u.accepted(ctx, sub, job)
 			return nil
 		}
-		u.o.coordEvent(ctx, *u.r, u.component, runstate.EventLog, "WARN", fmt.Sprintf("%s: earlier submission (%s at %s) left no task and nothing staged: submitting", u.fw.Name, sub.Op, sub.At.Format(time.RFC3339)), 0)
+		u.o.coordEvent(ctx, *u.r, u.phase, runstate.EventLog, "WARN", fmt.Sprintf("%s: earlier submission (%s at %s) left no task and nothing staged: submitting", u.fw.Name, sub.Op, sub.At.Format(time.RFC3339)), 0)
 		u.r.Pipeline.SetSubmission(u.fw.Name, store.FirmwareSubmission{})
 		u.o.save(ctx, u.r)
 		return nil
@@ -308,7 +311,7 @@ func (u *oobUpdate) follow(ctx context.Context, sub store.FirmwareSubmission) er
 			return fmt.Errorf("task %s vanished and the targets neither run nor stage %s", res.TaskURI, u.fw.Version)
 		}
 	}
-	u.o.coordEvent(ctx, *u.r, u.component, runstate.EventInfo, "", fmt.Sprintf("%s: update task %s (%s)", u.fw.Name, res.State, strings.Join(res.Messages, "; ")), 0)
+	u.o.coordEvent(ctx, *u.r, u.phase, runstate.EventInfo, "", fmt.Sprintf("%s: update task %s (%s)", u.fw.Name, res.State, strings.Join(res.Messages, "; ")), 0)
 	sub.State = store.SubmissionApplied
 	u.record(ctx, sub)
 	return nil

@@ -21,7 +21,7 @@ import (
 func pairRun(i int) store.Run {
 	return store.Run{ID: fmt.Sprintf("r%d", i), NodeID: fmt.Sprintf("n%d", i), Mode: modes.Burnin, Manifest: "qemu-pairs",
 		Status: curev1.RunStatus_RUN_RUNNING, Phase: modes.Validate,
-		Pipeline: store.PipelineState{Batch: &store.RunnerBatch{Phases: []string{modes.Validate}, Current: modes.Validate,
+		Pipeline: store.PipelineState{Batch: &store.RunnerBatch{Phases: []modes.PhaseName{modes.Validate}, Current: modes.Validate,
 			Bound: store.SessionRef{BootID: fmt.Sprintf("boot-%d", i), ConnectedNs: 1}}}}
 }
 
@@ -57,7 +57,7 @@ func pairLook(runs []store.Run, i int, at time.Time, pol batchPolicy, events ...
 func TestPairBatchReconciled(t *testing.T) {
 	cfg := suite.PairConfig{Check: "pairs", Transport: "ethernet", Rounds: 3, Transfer: 3 * time.Second, Setup: 2 * time.Second,
 		Gather: 5 * time.Minute, BasePort: 5301, EthernetMbps: 100}
-	pol := batchPolicy{phases: []string{modes.Validate}, pairs: map[string]suite.PairConfig{"pairs": cfg}}
+	pol := batchPolicy{phases: []modes.PhaseName{modes.Validate}, pairs: map[string]suite.PairConfig{"pairs": cfg}}
 	runs := []store.Run{pairRun(1), pairRun(2), pairRun(3)}
 	ready := func(i int) store.Event {
 		return pairPayload(t, 10, &curev1.Event{Body: &curev1.Event_PairReady{PairReady: &curev1.PairReady{Check: "pairs",
@@ -182,7 +182,7 @@ const (
 // the plan's end plus the slack, the missing link an ERROR.
 func TestPairBatchGatherAndSlack(t *testing.T) {
 	cfg := suite.PairConfig{Check: "pairs", Transport: "ethernet", Transfer: time.Second, Setup: time.Second, Gather: time.Minute, BasePort: 5301, EthernetMbps: 100}
-	pol := batchPolicy{phases: []string{modes.Validate}, pairs: map[string]suite.PairConfig{"pairs": cfg}}
+	pol := batchPolicy{phases: []modes.PhaseName{modes.Validate}, pairs: map[string]suite.PairConfig{"pairs": cfg}}
 	runs := []store.Run{pairRun(1), pairRun(2)}
 	ev := pairPayload(t, 10, &curev1.Event{Body: &curev1.Event_PairReady{PairReady: &curev1.PairReady{Check: "pairs",
 		Ports: []*curev1.PairPort{{Name: "eth0", Address: "10.77.0.11", Transport: "ethernet"}}}}})
@@ -224,7 +224,7 @@ func TestPairBatchGatherAndSlack(t *testing.T) {
 // link's secret is the same at both ends, its own per window.
 func TestPairAddressMustBeOwn(t *testing.T) {
 	cfg := suite.PairConfig{Check: "pairs", Transport: "ethernet", Rounds: 3, Transfer: time.Second, Setup: time.Second, Gather: time.Hour, BasePort: 5301, EthernetMbps: 100}
-	pol := batchPolicy{phases: []string{modes.Validate}, pairs: map[string]suite.PairConfig{"pairs": cfg}}
+	pol := batchPolicy{phases: []modes.PhaseName{modes.Validate}, pairs: map[string]suite.PairConfig{"pairs": cfg}}
 	runs := []store.Run{pairRun(1), pairRun(2), pairRun(3), pairRun(4)}
 	offer := func(i int, refused string) store.Event {
 		return pairPayload(t, 10, &curev1.Event{Body: &curev1.Event_PairReady{PairReady: &curev1.PairReady{Check: "pairs", Refused: refused,

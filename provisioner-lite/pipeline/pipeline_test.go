@@ -52,15 +52,15 @@ type fixture struct {
 
 	mu sync.Mutex
 	// phaseStatus decides the runner's outcome per phase and attempt.
-	phaseStatus func(phase string, attempt int) curev1.PhaseStatus
-	attempts    map[string]int
+	phaseStatus func(phase modes.PhaseName, attempt int) curev1.PhaseStatus
+	attempts    map[modes.PhaseName]int
 	hostToken   string
 	instanceID  string
 	// dropAfterStart cuts the stream once after this phase's start.
-	dropAfterStart string
+	dropAfterStart modes.PhaseName
 	dropped        bool
 	// hold is how long the scripted runner spends in a phase.
-	hold        map[string]time.Duration
+	hold        map[modes.PhaseName]time.Duration
 	assignments []*curev1.Assignment
 	// failConnects makes this many BMC logins fail before they reach the BMC.
 	failConnects int
@@ -68,13 +68,13 @@ type fixture struct {
 	// runner of boot (1 for the first), sending events through emit; it
 	// may block (a hung runner) until its boot is over, and then says the
 	// runner died with it (no phase end).
-	during func(phase string, boot int, emit func(*curev1.Event)) (died bool)
+	during func(phase modes.PhaseName, boot int, emit func(*curev1.Event)) (died bool)
 	// metrics hears everything the engine, runner service, store and
 	// Redfish transport report.
 	metrics *metrics.Metrics
 	dir     string
 	// verdicts are what the runner reports in a phase, before its end.
-	verdicts map[string][]*curev1.Verdict
+	verdicts map[modes.PhaseName][]*curev1.Verdict
 	// rebootKeepsStream makes the runner reset the machine on a Reboot
 	// without closing its stream, as a real node does (a reset sends no
 	// FIN), and hostBootDelay is how long the installed OS takes to boot
@@ -224,8 +224,8 @@ func newFixtureCfg(t *testing.T, edit func(sku *manifests.SKU, casDir string), b
 	ectx, cancel := context.WithCancel(ctx)
 	met := metrics.New(metrics.Options{})
 	st.ObserveCommits(met.StoreCommit)
-	f := &fixture{t: t, st: st, m: m, bmc: b, cancel: cancel, attempts: map[string]int{}, metrics: met, dir: dir,
-		phaseStatus: func(string, int) curev1.PhaseStatus { return curev1.PhaseStatus_PHASE_OK }}
+	f := &fixture{t: t, st: st, m: m, bmc: b, cancel: cancel, attempts: map[modes.PhaseName]int{}, metrics: met, dir: dir,
+		phaseStatus: func(modes.PhaseName, int) curev1.PhaseStatus { return curev1.PhaseStatus_PHASE_OK }}
 	ecfg := pipeline.Config{
 		Store: st, Hub: hub, Log: log, Metrics: met,
 		ConnectBMC: func(ctx context.Context, n store.Node) (pipeline.BMC, error) {
@@ -371,14 +371,14 @@ func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
 		for _, ev := range unacked { // replay after reconnect
 			_ = stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Event{Event: ev}})
 		}
-		emit := func(run, phase string, ev *curev1.Event) {
+		emit := func(run string, phase modes.PhaseName, ev *curev1.Event) {
 			seq++
-			ev.Seq, ev.RunId, ev.Phase, ev.TimeUnixMs = seq, run, phase, time.Now().UnixMilli()
+			ev.Seq, ev.RunId, ev.Phase, ev.TimeUnixMs = seq, run, string(phase), time.Now().UnixMilli()
 			unacked = append(unacked, ev)
 			_ = stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Event{Event: ev}})
 		}
 		if forge != nil {
-			forge(boot, func(phase string, ev *curev1.Event) { emit("", phase, ev) })
+			forge(boot, func(phase string, ev *curev1.Event) { emit("", modes.PhaseName(phase), ev) })
 		}
 		reconnect := false
 		for !reconnect {
@@ -400,8 +400,9 @@ func (f *fixture) runRunner(ctx context.Context, token string, boot int) {
 					f.hostToken, f.instanceID = fb.GetCallbackToken(), fb.GetInstanceId()
 					f.mu.Unlock()
 				}
-				for _, p := range a.GetPhases() {
-					state = &curev1.RunnerState{Kind: curev1.RunnerState_IN_PHASE, RunId: a.GetRunId(), Phase: p}
+				for _, name := range a.GetPhases() {
+					p := modes.PhaseName(name)
+					state = &curev1.RunnerState{Kind: curev1.RunnerState_IN_PHASE, RunId: a.GetRunId(), Phase: name}
 					emit(a.GetRunId(), p, &curev1.Event{Body: &curev1.Event_PhaseStart{PhaseStart: &curev1.PhaseStart{}}})
 					f.mu.Lock()
 					drop := f.dropAfterStart == p && !f.dropped
@@ -484,12 +485,12 @@ func (f *fixture) waitRun(runID string) store.Run {
 	return store.Run{}
 }
 
-func (f *fixture) phases(runID string) map[string]store.Phase {
+func (f *fixture) phases(runID string) map[modes.PhaseName]store.Phase {
 	ps, err := f.st.Phases(context.Background(), runID)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	m := map[string]store.Phase{}
+	m := map[modes.PhaseName]store.Phase{}
 	for _, p := range ps {
 		m[p.Name] = p
 	}
@@ -507,12 +508,12 @@ func TestProvisionRunsEveryPhaseInOrder(t *testing.T) {
 		t.Fatalf("run ended %s: %s", r.Status, r.Message)
 	}
 	ps, _ := f.st.Phases(context.Background(), runID)
-	var names []string
+	var names []modes.PhaseName
 	for _, p := range ps {
 		names = append(names, p.Name)
 	}
 	plan, _ := modes.For(modes.Provision)
-	var want []string
+	var want []modes.PhaseName
 	for _, p := range plan.Phases {
 		want = append(want, p.Name)
 	}
@@ -522,7 +523,7 @@ func TestProvisionRunsEveryPhaseInOrder(t *testing.T) {
 	// The fake manifest pins no BMC/BIOS/HGX firmware and no BIOS settings:
 	// those phases must be skipped, never passed.
 	got := f.phases(runID)
-	for _, p := range []string{modes.BMC, modes.BIOS, modes.HGX, modes.BIOSSettings} {
+	for _, p := range []modes.PhaseName{modes.BMC, modes.BIOS, modes.HGX, modes.BIOSSettings} {
 		if got[p].Status != curev1.PhaseStatus_PHASE_SKIPPED {
 			t.Errorf("%s = %s, want skipped", p, got[p].Status)
 		}
@@ -552,14 +553,14 @@ func TestProvisionRunsEveryPhaseInOrder(t *testing.T) {
 		t.Fatal("no assignment seen")
 	}
 	for _, a := range f.assignments {
-		if slices.Contains(a.GetPhases(), modes.SEDRevert) {
+		if slices.Contains(a.GetPhases(), string(modes.SEDRevert)) {
 			if len(a.GetPsids()) != 1 || a.GetPsids()["DISK-WIPE"] == "" {
 				t.Errorf("sed_revert assignment PSIDs = %v, want DISK-WIPE's only", a.GetPsids())
 			}
 		} else if len(a.GetPsids()) != 0 {
 			t.Errorf("assignment %v without sed_revert carries PSIDs", a.GetPhases())
 		}
-		if slices.Contains(a.GetPhases(), modes.OSInstall) != (a.GetFirstBoot().GetCallbackToken() != "") {
+		if slices.Contains(a.GetPhases(), string(modes.OSInstall)) != (a.GetFirstBoot().GetCallbackToken() != "") {
 			t.Errorf("assignment %v: callback token %q", a.GetPhases(), a.GetFirstBoot().GetCallbackToken())
 		}
 	}
@@ -574,7 +575,7 @@ func TestProvisionRunsEveryPhaseInOrder(t *testing.T) {
 func TestPhaseFailureBudgetThenResume(t *testing.T) {
 	f := newFixture(t, nil)
 	fail := true
-	f.phaseStatus = func(p string, attempt int) curev1.PhaseStatus {
+	f.phaseStatus = func(p modes.PhaseName, attempt int) curev1.PhaseStatus {
 		if p == modes.OSInstall && fail {
 			return curev1.PhaseStatus_PHASE_FAILED
 		}
@@ -660,7 +661,7 @@ func TestAuditNeverWrites(t *testing.T) {
 		t.Fatalf("audit ended %s: %s", r.Status, r.Message)
 	}
 	got := f.phases(runID)
-	for _, p := range []string{modes.OSInstall, modes.SEDRevert, modes.SetBootDisk, modes.WaitForHostOS} {
+	for _, p := range []modes.PhaseName{modes.OSInstall, modes.SEDRevert, modes.SetBootDisk, modes.WaitForHostOS} {
 		if _, ok := got[p]; ok {
 			t.Errorf("audit ran %s", p)
 		}
@@ -686,7 +687,7 @@ func TestAuditNeverWrites(t *testing.T) {
 // firmware phase, no in-band write is ever assigned.
 func TestHardwareGateStopsBeforeFirmware(t *testing.T) {
 	f := newFixture(t, nil)
-	f.phaseStatus = func(phase string, _ int) curev1.PhaseStatus {
+	f.phaseStatus = func(phase modes.PhaseName, _ int) curev1.PhaseStatus {
 		if phase == modes.Hardware {
 			return curev1.PhaseStatus_PHASE_FAILED
 		}
@@ -701,7 +702,7 @@ func TestHardwareGateStopsBeforeFirmware(t *testing.T) {
 		t.Fatalf("run %s at %s: %s", r.Status, r.Phase, r.Message)
 	}
 	got := f.phases(runID)
-	for _, p := range []string{modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX, modes.NIC, modes.NVMe, modes.SEDRevert, modes.OSInstall} {
+	for _, p := range []modes.PhaseName{modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX, modes.NIC, modes.NVMe, modes.SEDRevert, modes.OSInstall} {
 		if _, ran := got[p]; ran {
 			t.Errorf("phase %s ran after the hardware gate failed", p)
 		}
@@ -709,7 +710,7 @@ func TestHardwareGateStopsBeforeFirmware(t *testing.T) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, a := range f.assignments {
-		if !slices.Equal(a.GetPhases(), []string{modes.Hardware}) {
+		if !slices.Equal(a.GetPhases(), []string{string(modes.Hardware)}) {
 			t.Errorf("assignment phases %v", a.GetPhases())
 		}
 		if len(a.GetSkuYaml()) != 0 {
@@ -746,7 +747,7 @@ func TestDiagnosticCarriesNodeSKU(t *testing.T) {
 		t.Fatalf("%d assignments", len(f.assignments))
 	}
 	a := f.assignments[0]
-	if !slices.Equal(a.GetPhases(), []string{modes.Hardware, modes.Validate}) || a.GetManifestName() != "rma-quick.yaml" || a.GetSkuName() != "qemu-nvme.yaml" {
+	if !slices.Equal(a.GetPhases(), modes.PhaseStrings([]modes.PhaseName{modes.Hardware, modes.Validate})) || a.GetManifestName() != "rma-quick.yaml" || a.GetSkuName() != "qemu-nvme.yaml" {
 		t.Fatalf("assignment %v %s %s", a.GetPhases(), a.GetManifestName(), a.GetSkuName())
 	}
 	if sku, err := manifests.ParseSKU(a.GetSkuName(), a.GetSkuYaml()); err != nil || sku.Metadata.Name != "qemu-nvme" {

@@ -271,8 +271,8 @@ func TestPoolTransitions(t *testing.T) {
 
 	// Again, and this time a check fails: rma, which does not return.
 	f.mu.Lock()
-	f.verdicts = map[string][]*curev1.Verdict{modes.Validate: {{Component: "memory", Check: "memory-patterns", Status: curev1.VerdictStatus_FAIL, Message: "mismatch at 0x1f000"}}}
-	f.phaseStatus = func(p string, _ int) curev1.PhaseStatus {
+	f.verdicts = map[modes.PhaseName][]*curev1.Verdict{modes.Validate: {{Component: "memory", Check: "memory-patterns", Status: curev1.VerdictStatus_FAIL, Message: "mismatch at 0x1f000"}}}
+	f.phaseStatus = func(p modes.PhaseName, _ int) curev1.PhaseStatus {
 		if p == modes.Validate {
 			return curev1.PhaseStatus_PHASE_FAILED
 		}

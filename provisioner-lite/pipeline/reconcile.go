@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -66,12 +67,12 @@ func (k actionKind) String() string {
 // kind.
 type action struct {
 	kind    actionKind
-	phase   string
+	phase   modes.PhaseName
 	msg     string
 	out     outcome
 	dur     time.Duration
 	session store.SessionRef
-	phases  []string
+	phases  []modes.PhaseName
 	cause   string
 	pair    *curev1.CoordinatorMessage
 }
@@ -126,7 +127,7 @@ type batchObs struct {
 
 // batchPolicy is what a batch is judged by.
 type batchPolicy struct {
-	phases      []string                   // the batch, as drive handed it
+	phases      []modes.PhaseName          // the batch, as drive handed it
 	suite       *manifests.ValidationSuite // the validate phase's suite (nil: none)
 	phaseBound  time.Duration              // an in-band phase other than validate
 	reconnect   time.Duration              // a runner gone (or silent) before it counts as lost
@@ -137,8 +138,8 @@ type batchPolicy struct {
 }
 
 // remaining is the batch's phases not completed yet.
-func remaining(r *store.Run, batch []string) []string {
-	var out []string
+func remaining(r *store.Run, batch []modes.PhaseName) []modes.PhaseName {
+	var out []modes.PhaseName
 	for _, p := range batch {
 		if !slices.Contains(r.CompletedPhases, p) {
 			out = append(out, p)
@@ -296,7 +297,7 @@ func (d *batchDecision) actOnEvents() {
 				return
 			}
 			if rebootRequired(ev) {
-				d.reboot(ev.Phase + " needs a reboot to activate")
+				d.reboot(string(ev.Phase) + " needs a reboot to activate")
 			}
 		case runstate.EventVerdict, runstate.EventLog, runstate.EventMetric, runstate.EventRunEnd, runstate.EventHostReady, runstate.EventProgress:
 			// The timeline's, not the batch's: nothing to decide.
@@ -369,10 +370,10 @@ func (d *batchDecision) lost() {
 	left := remaining(d.r, d.b.Phases)
 	d.r.Disconnects++
 	if d.r.Disconnects > d.pol.disconnects {
-		d.add(action{kind: actLost, msg: fmt.Sprintf("runner lost %d times (budget %d) during %s", d.r.Disconnects, d.pol.disconnects, strings.Join(left, ","))})
+		d.add(action{kind: actLost, msg: fmt.Sprintf("runner lost %d times (budget %d) during %s", d.r.Disconnects, d.pol.disconnects, strings.Join(modes.PhaseStrings(left), ","))})
 		return
 	}
-	phase := nonEmpty(d.b.Current, left[0])
+	phase := cmp.Or(d.b.Current, left[0])
 	d.add(action{kind: actRetry, phase: phase, cause: metrics.CauseRunnerLost})
 	d.reboot(fmt.Sprintf("runner gone for %s during %s", budget, phase))
 }
@@ -388,7 +389,7 @@ func (d *batchDecision) newSession(cur *sessionObs) {
 	if d.b.Seen != cur.ref {
 		d.b.Seen, d.b.SeenStored = cur.ref, cur.stored
 		if cur.held != nil {
-			d.add(action{kind: actNote, phase: nonEmpty(d.b.Current, remaining(d.r, d.b.Phases)[0]),
+			d.add(action{kind: actNote, phase: cmp.Or(d.b.Current, remaining(d.r, d.b.Phases)[0]),
 				msg: fmt.Sprintf("runner boot %s holds no assignment yet: %s", cur.ref.BootID, cur.held.Why)})
 		}
 		d.add(action{kind: actRequeue})
@@ -403,7 +404,8 @@ func (d *batchDecision) newSession(cur *sessionObs) {
 		st := cur.state
 		d.r.Pipeline.Handled = cur.ref
 		d.b.Bound, d.b.LastAlive, d.b.HadRunner = cur.ref, d.obs.now, true
-		d.add(action{kind: actReattach, phase: st.GetPhase(), session: cur.ref,
+		phase, _ := modes.ParsePhase(st.GetPhase()) // the runner's word: none when not a phase
+		d.add(action{kind: actReattach, phase: phase, session: cur.ref,
 			msg: fmt.Sprintf("runner re-attached mid-phase %s (last seq %d)", st.GetPhase(), st.GetLastEventSeq())})
 		return
 	}
@@ -480,13 +482,13 @@ func phaseEndOutcome(ev store.Event) outcome {
 
 // startAttempt is a phase attempt's start in the run's status: the
 // coordinator's clock orders phases (a node's clock is not trusted).
-func startAttempt(r *store.Run, phase string, now time.Time) {
+func startAttempt(r *store.Run, phase modes.PhaseName, now time.Time) {
 	r.Pipeline.SetPhase(phase, store.PhaseState{Attempts: r.Pipeline.Attempts(phase) + 1, StartedAt: now.UTC()})
 	r.Phase = phase
 }
 
 // endAttempt is a phase attempt's end in the run's status.
-func endAttempt(r *store.Run, phase string, out outcome) {
+func endAttempt(r *store.Run, phase modes.PhaseName, out outcome) {
 	if out.status != curev1.PhaseStatus_PHASE_FAILED && !slices.Contains(r.CompletedPhases, phase) {
 		r.CompletedPhases = append(r.CompletedPhases, phase)
 	}

@@ -113,7 +113,7 @@ func TestRestartDuringEveryWait(t *testing.T) {
 	slow := func(f *fixture) {
 		f.mu.Lock()
 		f.pxeDelay, f.hostBootDelay = 600*time.Millisecond, 600*time.Millisecond
-		f.hold = map[string]time.Duration{modes.Hardware: 800 * time.Millisecond}
+		f.hold = map[modes.PhaseName]time.Duration{modes.Hardware: 800 * time.Millisecond}
 		f.mu.Unlock()
 	}
 	base := newFixture(t, biosAndBMC(t))
@@ -173,7 +173,7 @@ func TestRestartDuringEveryWait(t *testing.T) {
 			if got := f.actions(r); got != want {
 				t.Errorf("actions after a restart at %s: %+v, want %+v as uninterrupted", p.name, got, want)
 			}
-			for _, ph := range []string{modes.PoweringOn, modes.WaitForCURE, modes.BIOSSettings, modes.WaitForHostOS} {
+			for _, ph := range []modes.PhaseName{modes.PoweringOn, modes.WaitForCURE, modes.BIOSSettings, modes.WaitForHostOS} {
 				if n := r.Pipeline.Attempts(ph); n != 1 {
 					t.Errorf("%s took %d attempts, want 1 (a restart continues the attempt)", ph, n)
 				}

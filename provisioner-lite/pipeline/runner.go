@@ -32,7 +32,7 @@ func rebootMsg(reason string) *curev1.CoordinatorMessage {
 // remaining phases again with its resume count raised. Each look is
 // reconciled from the run's stored status (decideBatch); the batch's state
 // lives there, so a coordinator stopped mid-batch leaves it to the next.
-func (bc *batchCtl) runnerPhases(ctx context.Context, r *store.Run, batch []string, log *slog.Logger) (string, string, error) {
+func (bc *batchCtl) runnerPhases(ctx context.Context, r *store.Run, batch []modes.PhaseName, log *slog.Logger) (modes.PhaseName, string, error) {
 	pol := bc.batchPolicy(r, batch, log)
 	signal, unsub := bc.cfg.Store.Signals().Subscribe(r.ID)
 	defer unsub()
@@ -69,7 +69,7 @@ func (bc *batchCtl) runnerPhases(ctx context.Context, r *store.Run, batch []stri
 }
 
 // batchPolicy is what the run's batch is judged by.
-func (bc *batchCtl) batchPolicy(r *store.Run, batch []string, log *slog.Logger) batchPolicy {
+func (bc *batchCtl) batchPolicy(r *store.Run, batch []modes.PhaseName, log *slog.Logger) batchPolicy {
 	s := bc.batchSuite(r, batch, log)
 	return batchPolicy{phases: batch, suite: s, phaseBound: bc.cfg.Timeouts.RunnerPhase,
 		reconnect: bc.cfg.Timeouts.Reconnect, waitForCURE: bc.cfg.Timeouts.WaitForCURE, disconnects: bc.cfg.Budgets.Disconnects,
@@ -152,8 +152,9 @@ func (bc *batchCtl) observeSession(ctx context.Context, r *store.Run, fresh bool
 // batchResult is how a look at a batch ends.
 type batchResult struct {
 	end, requeue bool
-	phase, msg   string // the failed phase
-	err          error  // the node is lost for good
+	phase        modes.PhaseName // the failed phase
+	msg          string
+	err          error // the node is lost for good
 }
 
 // applyBatch carries out a batch decision's actions, in order.
@@ -219,7 +220,7 @@ func (bc *batchCtl) sendAssignment(ctx context.Context, r *store.Run, a action, 
 	r.Pipeline.Handled = a.session
 	b.Bound, b.LastAlive, b.HadRunner = a.session, time.Now(), true
 	bc.save(ctx, r)
-	bc.coordNote(ctx, *r, a.phases[0], fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(a.phases, ","), r.ResumeCount))
+	bc.coordNote(ctx, *r, a.phases[0], fmt.Sprintf("assignment sent: phases=%s resume_count=%d", strings.Join(modes.PhaseStrings(a.phases), ","), r.ResumeCount))
 	return nil
 }
 
@@ -259,7 +260,7 @@ func rebootRequired(ev store.Event) bool {
 // assignment builds what the runner needs for the remaining phases, and no
 // more: PSIDs only for a sed_revert in a mode that wipes, for the disks the
 // wipe selects; a host callback token only for an os_install, minted anew.
-func (bc *batchCtl) assignment(ctx context.Context, r *store.Run, phases []string, sess *sessions.Session) (*curev1.Assignment, error) {
+func (bc *batchCtl) assignment(ctx context.Context, r *store.Run, phases []modes.PhaseName, sess *sessions.Session) (*curev1.Assignment, error) {
 	raw, doc, err := bc.cfg.Manifests.LoadDocument(r.Manifest)
 	if err != nil {
 		return nil, err
@@ -321,8 +322,8 @@ func (bc *batchCtl) assignment(ctx context.Context, r *store.Run, phases []strin
 		Mode:            modes.ToProto(r.Mode),
 		ManifestYaml:    raw,
 		ManifestName:    r.Manifest + ".yaml",
-		Resume:          &curev1.ResumeState{PhaseReached: r.Phase, ResumeCount: uint32(r.ResumeCount), CompletedPhases: r.CompletedPhases},
-		Phases:          phases,
+		Resume:          &curev1.ResumeState{PhaseReached: string(r.Phase), ResumeCount: uint32(r.ResumeCount), CompletedPhases: modes.PhaseStrings(r.CompletedPhases)},
+		Phases:          modes.PhaseStrings(phases),
 		ArtifactBaseUrl: base + "/artifacts/",
 		Psids:           psids,
 		FirstBoot:       firstBoot,
@@ -340,7 +341,7 @@ var coordinatorVersion = buildinfo.Version("")
 // batchSuite is the run's validation suite when the batch runs one (nil
 // otherwise, or when it does not load: the runner then fails the phase
 // saying why, within the fixed in-band bound).
-func (bc *batchCtl) batchSuite(r *store.Run, batch []string, log *slog.Logger) *manifests.ValidationSuite {
+func (bc *batchCtl) batchSuite(r *store.Run, batch []modes.PhaseName, log *slog.Logger) *manifests.ValidationSuite {
 	if !slices.Contains(batch, modes.Validate) {
 		return nil
 	}

@@ -81,12 +81,12 @@ func TestServiceModeFakeNode(t *testing.T) {
 	}
 	for _, a := range served {
 		if a.GetMode() != curev1.Mode_MODE_SERVICE || a.GetFirstBoot() != nil || len(a.GetPsids()) != 0 ||
-			slices.Contains(a.GetPhases(), modes.SEDRevert) || slices.Contains(a.GetPhases(), modes.OSInstall) {
+			slices.Contains(a.GetPhases(), string(modes.SEDRevert)) || slices.Contains(a.GetPhases(), string(modes.OSInstall)) {
 			t.Errorf("service assignment: mode %v phases %v first boot %v psids %d", a.GetMode(), a.GetPhases(), a.GetFirstBoot(), len(a.GetPsids()))
 		}
 	}
 	ps := f.phases(runID)
-	for _, p := range []string{modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX, modes.NVMe} {
+	for _, p := range []modes.PhaseName{modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX, modes.NVMe} {
 		if ps[p].Status != curev1.PhaseStatus_PHASE_OK {
 			t.Errorf("%s = %s: %s", p, ps[p].Status, ps[p].Message)
 		}

@@ -14,7 +14,7 @@ import (
 // validate the suite's deadline (its planned duration plus its grace, so a
 // soak of days is not cut at a fixed bound), for the others def. why says
 // where a validate budget came from, for the failure message.
-func phaseBudget(phase string, suite *manifests.ValidationSuite, def time.Duration) (d time.Duration, why string) {
+func phaseBudget(phase modes.PhaseName, suite *manifests.ValidationSuite, def time.Duration) (d time.Duration, why string) {
 	if phase != modes.Validate || suite == nil {
 		return def, ""
 	}

@@ -52,7 +52,7 @@ func TestSilentRunnerLostAndSuiteResumed(t *testing.T) {
 			{Check: "smart-before", Stage: "before", State: "done", Worst: curev1.VerdictStatus_PASS}, cpu}}}})
 	}
 	f.mu.Lock()
-	f.during = func(phase string, boot int, emit func(*curev1.Event)) bool {
+	f.during = func(phase modes.PhaseName, boot int, emit func(*curev1.Event)) bool {
 		if phase != modes.Validate {
 			return false
 		}
@@ -119,7 +119,7 @@ func TestSilentRunnerLostAndSuiteResumed(t *testing.T) {
 		if a.GetCoordinatorVersion() == "" || a.GetCoordinatorVersion() != buildinfo.Version("") {
 			t.Errorf("assignment carries coordinator version %q, want this build's %q", a.GetCoordinatorVersion(), buildinfo.Version(""))
 		}
-		if len(a.GetPhases()) > 0 && a.GetPhases()[len(a.GetPhases())-1] == modes.Validate {
+		if len(a.GetPhases()) > 0 && a.GetPhases()[len(a.GetPhases())-1] == string(modes.Validate) {
 			validate = append(validate, a)
 		}
 	}

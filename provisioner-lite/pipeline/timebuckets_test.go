@@ -42,7 +42,7 @@ func TestTimeBuckets(t *testing.T) {
 	if d := b.Total() - wall; d > time.Second || d < -time.Second {
 		t.Fatalf("buckets add up to %s, wall time %s", b.Total(), wall)
 	}
-	for _, name := range []string{timebuckets.BMCOps, timebuckets.BootToCURE, timebuckets.FirmwarePrefix + modes.BIOS, timebuckets.OSInstall,
+	for _, name := range []string{timebuckets.BMCOps, timebuckets.BootToCURE, timebuckets.FirmwarePrefix + string(modes.BIOS), timebuckets.OSInstall,
 		timebuckets.BootInstalledOS, timebuckets.FirmwarePOST, timebuckets.KernelAndRunner, timebuckets.ImageStream, timebuckets.OSBootCallback} {
 		if _, ok := b.Get(name); !ok {
 			t.Errorf("bucket %s missing: %+v", name, b.Buckets)

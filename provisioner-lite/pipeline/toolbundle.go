@@ -25,7 +25,7 @@ type ToolBundle struct {
 // bundle, when the suite runs one of its programs. A suite needing a
 // program this coordinator cannot serve still runs (those checks ERROR on
 // the node, saying why); the run's timeline says so here first.
-func (bc *batchCtl) toolBundleRef(ctx context.Context, r *store.Run, phases []string, doc *manifests.Document) *curev1.ToolBundleRef {
+func (bc *batchCtl) toolBundleRef(ctx context.Context, r *store.Run, phases []modes.PhaseName, doc *manifests.Document) *curev1.ToolBundleRef {
 	if doc == nil || doc.Suite == nil || !slices.Contains(phases, modes.Validate) {
 		return nil
 	}

@@ -44,7 +44,7 @@ func TestToolBundleRef(t *testing.T) {
 	// Not New: no run is driven, only the assignment's part is asked for.
 	e := &batchCtl{&core{cfg: Config{Store: st, Log: slog.New(slog.DiscardHandler), BaseURL: "http://10.0.2.2:8080/",
 		ToolBundle: &ToolBundle{SHA256: sum, Size: 33770948, Tools: []string{"fio", "stress-ng"}}}}}
-	validate := []string{modes.Hardware, modes.Validate}
+	validate := []modes.PhaseName{modes.Hardware, modes.Validate}
 
 	ref := e.toolBundleRef(ctx, &run, validate, suite(manifests.CheckStorageRandom, manifests.CheckMemory))
 	if ref.GetUrl() != "http://10.0.2.2:8080/artifacts/sha256/"+sum || ref.GetSha256() != sum || ref.GetSize() != 33770948 || strings.Join(ref.GetTools(), ",") != "fio,stress-ng" {
@@ -53,7 +53,7 @@ func TestToolBundleRef(t *testing.T) {
 	if ref := e.toolBundleRef(ctx, &run, validate, suite(manifests.CheckMemory, manifests.CheckCPU)); ref != nil {
 		t.Errorf("a suite of built-in checks got the bundle: %v", ref)
 	}
-	if ref := e.toolBundleRef(ctx, &run, []string{modes.Hardware}, suite(manifests.CheckStorageRandom)); ref != nil {
+	if ref := e.toolBundleRef(ctx, &run, []modes.PhaseName{modes.Hardware}, suite(manifests.CheckStorageRandom)); ref != nil {
 		t.Errorf("an assignment without validate got the bundle: %v", ref)
 	}
 	if ref := e.toolBundleRef(ctx, &run, validate, suite(manifests.CheckNICThroughput, manifests.CheckCPUThroughput)); ref == nil {

@@ -55,7 +55,7 @@ func Progress(nodes []string, reports []*curev1.RunReport, expect map[string]tim
 				np.Elapsed = max(0, now.Sub(time.UnixMilli(p.GetStartedUnixMs())))
 			}
 		}
-		if pr := r.GetProgress(); np.Phase != "" && pr != nil && r.GetProgressUnixMs() > 0 && np.Phase == modes.Validate {
+		if pr := r.GetProgress(); np.Phase != "" && pr != nil && r.GetProgressUnixMs() > 0 && np.Phase == string(modes.Validate) {
 			// A suite says itself what is left: its planned stages, not
 			// other nodes' history, set the bar and the ETA.
 			left := max(time.Duration(pr.GetRemainingMs())*time.Millisecond-now.Sub(time.UnixMilli(r.GetProgressUnixMs())), 0)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -38,7 +39,7 @@ func fleetStore(t *testing.T, vals ...float64) *store.Store {
 		ev := &curev1.Event{Seq: 1, TimeUnixMs: time.Now().UnixMilli(), Phase: "validate", Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{
 			Component: "disk/vdb", Check: "disk-read", Status: curev1.VerdictStatus_PASS, Observed: fmt.Sprintf("readMBps=%g", v),
 			Measurements: []*curev1.Measurement{{Metric: "readMBps", Value: v, Unit: "MB/s"}, {Metric: "readMB", Value: 8, Unit: "MB"}}}}}
-		e, sv, err := runnerEvent(node, run, "boot", ev, map[string]bool{"validate": true})
+		e, sv, err := runnerEvent(node, run, "boot", ev, map[modes.PhaseName]bool{"validate": true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +118,7 @@ func TestRunnerVerdictMeasurements(t *testing.T) {
 	ev := func(ms ...*curev1.Measurement) *curev1.Event {
 		return &curev1.Event{Seq: 1, Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{Component: "disk/vdb", Check: "disk-read", Status: curev1.VerdictStatus_PASS, Measurements: ms}}}
 	}
-	phases := map[string]bool{"validate": true}
+	phases := map[modes.PhaseName]bool{"validate": true}
 	_, v, err := runnerEvent("n", "r", "b", ev(&curev1.Measurement{Metric: "readMBps", Value: 1, Unit: "MB/s\x1b]0;x" + strings.Repeat("x", 40)},
 		&curev1.Measurement{Metric: "lat", Value: math.NaN(), Unit: "us"}), phases)
 	if err != nil || len(v.Measurements) != 1 || v.Measurements[0].Metric != "readMBps" || len(v.Measurements[0].Unit) > maxUnit || strings.Contains(v.Measurements[0].Unit, "\x1b") {

@@ -12,7 +12,7 @@ import (
 )
 
 func measuredVerdict(seq uint64, component string, v float64) *curev1.Event {
-	return &curev1.Event{Seq: seq, Phase: modes.SEDRevert, TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{
+	return &curev1.Event{Seq: seq, Phase: string(modes.SEDRevert), TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{
 		Component: component, Check: "gpu-bandwidth", Status: curev1.VerdictStatus_PASS, Message: "measured",
 		Measurements: []*curev1.Measurement{{Metric: "h2dGBps", Value: v, Unit: "GB/s"}}}}}
 }

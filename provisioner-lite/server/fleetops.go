@@ -327,7 +327,7 @@ func (o *OperatorService) Fleet(ctx context.Context, req *curev1.FleetRequest) (
 			fs.ByPhase[nonEmpty(r.Phase, "start")]++
 		case curev1.RunStatus_RUN_FAILED, curev1.RunStatus_RUN_ATTENTION:
 			failures = append(failures, &curev1.FleetRun{NodeId: n.ID, RunId: r.ID, Status: runstate.RunName(r.Status), RunStatus: r.Status,
-				Phase: r.Phase, Message: textsafe.Truncate(r.Message, maxFleetMessage), EndedUnixMs: r.EndedAt.UnixMilli()})
+				Phase: string(r.Phase), Message: textsafe.Truncate(r.Message, maxFleetMessage), EndedUnixMs: r.EndedAt.UnixMilli()})
 		case curev1.RunStatus_RUN_SUCCEEDED, curev1.RunStatus_RUN_CANCELED, curev1.RunStatus_RUN_STATUS_UNSPECIFIED:
 			// ended without needing anyone: counted only
 		}
@@ -340,11 +340,13 @@ func (o *OperatorService) Fleet(ctx context.Context, req *curev1.FleetRequest) (
 	return fs, nil
 }
 
-func nonEmpty(s, def string) string {
+// nonEmpty is s as a string (a phase name or any string), or def when s
+// is empty.
+func nonEmpty[S ~string](s S, def string) string {
 	if s == "" {
 		return def
 	}
-	return s
+	return string(s)
 }
 
 // fleetState reads every node and its latest run: what fleet views and

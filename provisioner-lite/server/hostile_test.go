@@ -272,7 +272,7 @@ func logEvent(seq uint64, run, msg string) *curev1.Event {
 }
 
 func verdictEvent(seq uint64, run string) *curev1.Event {
-	return &curev1.Event{Seq: seq, RunId: run, Phase: modes.SEDRevert, TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{
+	return &curev1.Event{Seq: seq, RunId: run, Phase: string(modes.SEDRevert), TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{
 		Component: "disk/nvme0n1", Check: "wipe", Status: curev1.VerdictStatus_PASS, Observed: "psid-revert", Message: "marker gone"}}}
 }
 

@@ -322,7 +322,7 @@ func progressEntry(ctx context.Context, st *store.Store, runID string, rec store
 	if err := protojson.Unmarshal(rec.JSON, &p); err != nil {
 		return nil
 	}
-	e := &curev1.TimelineEntry{RunId: runID, TimeUnixMs: rec.Received.UnixMilli(), Phase: rec.Phase, Kind: string(runstate.EventProgress),
+	e := &curev1.TimelineEntry{RunId: runID, TimeUnixMs: rec.Received.UnixMilli(), Phase: string(rec.Phase), Kind: string(runstate.EventProgress),
 		Source: string(runstate.SourceRunner), Progress: &p, Message: ProgressLine(&p)}
 	if r, err := st.GetRun(ctx, runID); err == nil {
 		e.NodeId = r.NodeID
@@ -358,7 +358,7 @@ func ProgressLine(p *curev1.Progress) string {
 
 // phaseDeadline is the deadline of phase while the run is active and in it
 // (0 otherwise).
-func phaseDeadline(r store.Run, phase string) int64 {
+func phaseDeadline(r store.Run, phase modes.PhaseName) int64 {
 	if !runstate.Active(r.Status) || r.Phase != phase || phase == "" {
 		return 0
 	}
@@ -370,7 +370,7 @@ func phaseDeadline(r store.Run, phase string) int64 {
 
 func timelineEntry(ev store.Event) *curev1.TimelineEntry {
 	return &curev1.TimelineEntry{
-		RunId: ev.RunID, NodeId: ev.NodeID, TimeUnixMs: ev.Time.UnixMilli(), Phase: ev.Phase,
+		RunId: ev.RunID, NodeId: ev.NodeID, TimeUnixMs: ev.Time.UnixMilli(), Phase: string(ev.Phase),
 		Kind: string(ev.Kind), Status: ev.Status, Message: ev.Message, DurationMs: ev.DurationMs, Source: string(ev.Source),
 	}
 }
@@ -401,7 +401,7 @@ func BuildReport(ctx context.Context, st *store.Store, r store.Run) (*curev1.Run
 		return nil, err
 	}
 	for _, p := range phases {
-		pr := &curev1.PhaseRecord{Name: p.Name, Status: runstate.PhaseName(p.Status), PhaseStatus: p.Status, StartedUnixMs: p.StartedAt.UnixMilli(), Attempts: uint32(p.Attempts), Message: p.Message}
+		pr := &curev1.PhaseRecord{Name: string(p.Name), Status: runstate.PhaseName(p.Status), PhaseStatus: p.Status, StartedUnixMs: p.StartedAt.UnixMilli(), Attempts: uint32(p.Attempts), Message: p.Message}
 		if !p.EndedAt.IsZero() {
 			pr.EndedUnixMs = p.EndedAt.UnixMilli()
 		}
@@ -535,7 +535,7 @@ func (o *OperatorService) ListNodes(ctx context.Context, _ *curev1.ListNodesRequ
 		if r, err := o.Store.LatestRun(ctx, n.ID); err == nil {
 			ni.LastRunId, ni.LastRunStatus, ni.LastRunState = r.ID, runstate.RunName(r.Status), r.Status
 			if r.Status == curev1.RunStatus_RUN_RUNNING {
-				ni.State = "in " + r.Phase
+				ni.State = "in " + string(r.Phase)
 			}
 		}
 		resp.Nodes = append(resp.Nodes, ni)

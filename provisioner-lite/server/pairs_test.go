@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -15,7 +16,7 @@ import (
 // info entries with the cleaned message as payload (what the pipeline
 // acts on); malformed ones are refused, naming what.
 func TestPairEvents(t *testing.T) {
-	phases := map[string]bool{"validate": true}
+	phases := map[modes.PhaseName]bool{"validate": true}
 	ready := func(ports ...*curev1.PairPort) *curev1.Event {
 		return &curev1.Event{Seq: 5, Phase: "validate", Body: &curev1.Event_PairReady{PairReady: &curev1.PairReady{Check: "pairs", Ports: ports}}}
 	}

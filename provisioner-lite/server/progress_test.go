@@ -42,7 +42,7 @@ func TestProgressKeptLatestNotStoredPerEvent(t *testing.T) {
 	checks := []*curev1.CheckProgress{{Check: "cpu-soak", Stage: "load", State: "running", ElapsedMs: 1000, PlannedMs: 60000}}
 	const beats = 3 * 24 * 60 // three days, one a minute
 	for seq := uint64(2); seq < 2+beats; seq++ {
-		if err := send(s, progressEvent(seq, modes.SEDRevert, &curev1.Progress{Suite: "soak", Stage: "load", Checks: checks, ElapsedMs: int64(seq)})); err != nil {
+		if err := send(s, progressEvent(seq, string(modes.SEDRevert), &curev1.Progress{Suite: "soak", Stage: "load", Checks: checks, ElapsedMs: int64(seq)})); err != nil {
 			t.Fatalf("heartbeat seq %d: %v", seq, err)
 		}
 	}
@@ -63,7 +63,7 @@ func TestProgressKeptLatestNotStoredPerEvent(t *testing.T) {
 	for i := range 2000 {
 		many = append(many, &curev1.CheckProgress{Check: fmt.Sprintf("c%d\x1b[31m", i), State: "done", ElapsedMs: -5, Worst: curev1.VerdictStatus_MARGINAL})
 	}
-	if err := send(s, progressEvent(2+beats, modes.SEDRevert, &curev1.Progress{Suite: "soak\u202e", Checks: many, RemainingMs: -1})); err != nil {
+	if err := send(s, progressEvent(2+beats, string(modes.SEDRevert), &curev1.Progress{Suite: "soak\u202e", Checks: many, RemainingMs: -1})); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := server.BuildReport(ctx, h.st, h.run(nodeA.run))
@@ -82,12 +82,12 @@ func TestProgressKeptLatestNotStoredPerEvent(t *testing.T) {
 	}
 
 	// Not a runner phase of the run; a state no check has.
-	if err := send(s, progressEvent(3+beats, modes.BMC, &curev1.Progress{Suite: "x"})); codeOf(err) != codes.InvalidArgument {
+	if err := send(s, progressEvent(3+beats, string(modes.BMC), &curev1.Progress{Suite: "x"})); codeOf(err) != codes.InvalidArgument {
 		t.Errorf("heartbeat of a coordinator phase: %v, want InvalidArgument", err)
 	}
 	s, cancel2 := h.session(helloOpts{token: tok, boot: "b1", node: nodeA})
 	defer cancel2()
-	if err := send(s, progressEvent(4+beats, modes.SEDRevert, &curev1.Progress{Checks: []*curev1.CheckProgress{{Check: "c", State: "exploded"}}})); codeOf(err) != codes.InvalidArgument {
+	if err := send(s, progressEvent(4+beats, string(modes.SEDRevert), &curev1.Progress{Checks: []*curev1.CheckProgress{{Check: "c", State: "exploded"}}})); codeOf(err) != codes.InvalidArgument {
 		t.Errorf("heartbeat with an unknown check state: %v, want InvalidArgument", err)
 	}
 	if rec, _ := h.st.RunProgress(ctx, nodeA.run); rec.Seq != 2+beats {
@@ -119,7 +119,7 @@ func TestWatchStreamsProgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := send(s, progressEvent(1, modes.SEDRevert, &curev1.Progress{Suite: "soak", Stage: "load", ElapsedMs: 60000, PlannedMs: 3600000, RemainingMs: 3540000,
+	if err := send(s, progressEvent(1, string(modes.SEDRevert), &curev1.Progress{Suite: "soak", Stage: "load", ElapsedMs: 60000, PlannedMs: 3600000, RemainingMs: 3540000,
 		Checks: []*curev1.CheckProgress{{Check: "cpu", Stage: "load", State: "running"}, {Check: "smart", State: "done", Worst: curev1.VerdictStatus_PASS}}})); err != nil {
 		t.Fatal(err)
 	}

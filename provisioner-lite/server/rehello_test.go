@@ -40,7 +40,7 @@ func TestReHelloFloodBounded(t *testing.T) {
 		return &curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Hello{Hello: &curev1.Hello{
 			Token: tok, BootId: "boot1", SessionSecret: secret,
 			Identity:  &curev1.Identity{BootMac: nodeA.mac, SystemSerial: nodeA.serial, NodeId: nodeA.id},
-			State:     &curev1.RunnerState{Kind: curev1.RunnerState_IN_PHASE, RunId: nodeA.run, Phase: modes.SEDRevert, LastEventSeq: 1},
+			State:     &curev1.RunnerState{Kind: curev1.RunnerState_IN_PHASE, RunId: nodeA.run, Phase: string(modes.SEDRevert), LastEventSeq: 1},
 			Inventory: &curev1.Inventory{CpuModel: fmt.Sprintf("cpu-of-hello-%d", i), CpuCount: 64},
 			// A hostile runner sends its boot timeline every time.
 			BootStages: []*curev1.BootStage{
@@ -49,7 +49,7 @@ func TestReHelloFloodBounded(t *testing.T) {
 		}}}
 	}
 	verdict := func(seq uint64, check string) *curev1.Event {
-		return &curev1.Event{Seq: seq, Phase: modes.SEDRevert, TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{
+		return &curev1.Event{Seq: seq, Phase: string(modes.SEDRevert), TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{
 			Component: "disk/nvme0n1", Check: check, Status: curev1.VerdictStatus_PASS, Message: "marker gone"}}}
 	}
 	logsBefore := strings.Count(h.logs.String(), "\n")
@@ -260,7 +260,7 @@ func TestReportBoundedForClient(t *testing.T) {
 		if i%300 == 0 {
 			st = curev1.VerdictStatus_FAIL
 		}
-		ev := &curev1.Event{Seq: uint64(i), Phase: modes.SEDRevert, TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{
+		ev := &curev1.Event{Seq: uint64(i), Phase: string(modes.SEDRevert), TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{
 			Component: fmt.Sprintf("disk/nvme%dn1", i), Check: "wipe", Status: st, Observed: big[:1024], Expected: big[:1024], Message: big}}}
 		if err := send(s, ev); err != nil {
 			t.Fatalf("verdict %d: %v", i, err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
@@ -25,13 +26,13 @@ var progressStates = []string{"pending", "running", "done", "interrupted"}
 // attributed to the session, of a runner phase of its run, every string
 // cleaned and bounded, numbers not negative, at most maxProgressChecks
 // checks, a worst verdict only one a runner may give.
-func runnerProgress(runID, bootID string, ev *curev1.Event, runnerPhases map[string]bool) (store.ProgressRecord, error) {
+func runnerProgress(runID, bootID string, ev *curev1.Event, runnerPhases map[modes.PhaseName]bool) (store.ProgressRecord, error) {
 	if ev.GetSeq() == 0 || ev.GetSeq() > 1<<62 {
 		return store.ProgressRecord{}, fmt.Errorf("event seq %d: want 1..2^62", ev.GetSeq())
 	}
-	phase := ev.GetPhase()
+	phase := modes.PhaseName(ev.GetPhase()) // the runner's word: refused unless a runner phase of the run
 	if !runnerPhases[phase] {
-		return store.ProgressRecord{}, fmt.Errorf("event seq %d: progress of %q, not a runner phase of this run", ev.GetSeq(), textsafe.BoundedLine(phase, maxName))
+		return store.ProgressRecord{}, fmt.Errorf("event seq %d: progress of %q, not a runner phase of this run", ev.GetSeq(), textsafe.BoundedLine(ev.GetPhase(), maxName))
 	}
 	in := ev.GetProgress()
 	nonNeg := func(x int64) int64 { return max(x, 0) }
@@ -66,13 +67,13 @@ func runnerProgress(runID, bootID string, ev *curev1.Event, runnerPhases map[str
 // the session (node, run, boot), every string cleaned and bounded, the phase
 // one the run's mode gives the runner. Only a phase_end keeps its proto
 // payload (the pipeline reads reboot_required from it).
-func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases map[string]bool) (store.Event, *store.Verdict, error) {
+func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases map[modes.PhaseName]bool) (store.Event, *store.Verdict, error) {
 	if ev.GetSeq() == 0 || ev.GetSeq() > 1<<62 {
 		return store.Event{}, nil, fmt.Errorf("event seq %d: want 1..2^62", ev.GetSeq())
 	}
-	phase := ev.GetPhase()
+	phase := modes.PhaseName(ev.GetPhase()) // the runner's word: refused unless none or a runner phase of the run
 	if phase != "" && !runnerPhases[phase] {
-		return store.Event{}, nil, fmt.Errorf("event seq %d: phase %q is not a runner phase of this run", ev.GetSeq(), textsafe.BoundedLine(phase, maxName))
+		return store.Event{}, nil, fmt.Errorf("event seq %d: phase %q is not a runner phase of this run", ev.GetSeq(), textsafe.BoundedLine(ev.GetPhase(), maxName))
 	}
 	t := time.UnixMilli(ev.GetTimeUnixMs()).UTC()
 	e := store.Event{RunID: runID, NodeID: nodeID, Source: runstate.SourceRunner, BootID: bootID, Seq: ev.GetSeq(), Time: t, Phase: phase}
@@ -86,7 +87,7 @@ func runnerEvent(nodeID, runID, bootID string, ev *curev1.Event, runnerPhases ma
 		e.Status = phaseStatus(b.PhaseEnd.GetStatus())
 		e.Message = textsafe.Bounded(b.PhaseEnd.GetMessage(), maxMessage)
 		e.DurationMs = max(b.PhaseEnd.GetDurationMs(), 0)
-		payload, err := protojson.Marshal(&curev1.Event{Seq: ev.GetSeq(), Phase: phase, Body: &curev1.Event_PhaseEnd{PhaseEnd: &curev1.PhaseEnd{
+		payload, err := protojson.Marshal(&curev1.Event{Seq: ev.GetSeq(), Phase: string(phase), Body: &curev1.Event_PhaseEnd{PhaseEnd: &curev1.PhaseEnd{
 			Status: b.PhaseEnd.GetStatus(), Message: e.Message, RebootRequired: b.PhaseEnd.GetRebootRequired(), DurationMs: e.DurationMs}}})
 		if err != nil {
 			return store.Event{}, nil, err

@@ -7,13 +7,14 @@ import (
 	"unicode/utf8"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
-var fuzzPhases = map[string]bool{"nvme": true, "sed_revert": true, "os_install": true}
+var fuzzPhases = map[modes.PhaseName]bool{"nvme": true, "sed_revert": true, "os_install": true}
 
 // FuzzRunnerEvent feeds any bytes a runner could send as an Event to the
 // coordinator's event handling: whatever it accepts is attributed to the

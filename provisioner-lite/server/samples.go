@@ -10,6 +10,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
@@ -54,7 +55,7 @@ type samplesState struct {
 // bounded per event (refused past the bounds), per run (the store's
 // caps), and in rate (batches past the run's budget are acknowledged but
 // not stored, noted once).
-func (s *RunnerService) samples(ctx context.Context, sess *sessions.Session, peerIP string, ev *curev1.Event, runnerPhases map[string]bool,
+func (s *RunnerService) samples(ctx context.Context, sess *sessions.Session, peerIP string, ev *curev1.Event, runnerPhases map[modes.PhaseName]bool,
 	runStart time.Time, st *samplesState, log *slog.Logger) error {
 	now := time.Now()
 	batch, outside, err := runnerSamples(ev, runnerPhases, runStart.Add(-samplesClockSlack), now.Add(samplesClockSlack))
@@ -96,12 +97,12 @@ func (s *RunnerService) note(ctx context.Context, sess *sessions.Session, msg st
 // a runner phase of the run, bounded series and points, plain metric
 // names, a runner's sources, finite values; every string cleaned. Points
 // dated outside [from, to] are left out and counted.
-func runnerSamples(ev *curev1.Event, runnerPhases map[string]bool, from, to time.Time) ([]store.Series, int, error) {
+func runnerSamples(ev *curev1.Event, runnerPhases map[modes.PhaseName]bool, from, to time.Time) ([]store.Series, int, error) {
 	seq := ev.GetSeq()
 	if seq == 0 || seq > 1<<62 {
 		return nil, 0, fmt.Errorf("event seq %d: want 1..2^62", seq)
 	}
-	if phase := ev.GetPhase(); !runnerPhases[phase] {
+	if phase := ev.GetPhase(); !runnerPhases[modes.PhaseName(phase)] {
 		return nil, 0, fmt.Errorf("event seq %d: samples of %q, not a runner phase of this run", seq, textsafe.BoundedLine(phase, maxName))
 	}
 	in := ev.GetSamples().GetSeries()

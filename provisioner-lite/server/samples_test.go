@@ -17,7 +17,7 @@ import (
 )
 
 func samplesEvent(seq uint64, series ...*curev1.Series) *curev1.Event {
-	return &curev1.Event{Seq: seq, Phase: modes.SEDRevert, TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Samples{Samples: &curev1.Samples{Series: series}}}
+	return &curev1.Event{Seq: seq, Phase: string(modes.SEDRevert), TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Samples{Samples: &curev1.Samples{Series: series}}}
 }
 
 // hostSeries is n points of one metric, one a second ending now.
@@ -120,7 +120,7 @@ func TestSamplesBounds(t *testing.T) {
 	uneven := hostSeries("cpu/0", "busy_pct", 3, 1)
 	uneven.Values = uneven.Values[:2]
 	coord := samplesEvent(2, hostSeries("cpu/0", "busy_pct", 1, 1))
-	coord.Phase = modes.BMC
+	coord.Phase = string(modes.BMC)
 	for _, tc := range []struct {
 		name string
 		ev   *curev1.Event
@@ -267,7 +267,7 @@ func TestVerdictAtAndStageInReport(t *testing.T) {
 	s, cancel := h.session(helloOpts{token: tok, boot: "b1", node: nodeA})
 	defer cancel()
 	at := time.Now().Add(-3 * time.Minute).UnixMilli()
-	ev := &curev1.Event{Seq: 1, Phase: modes.SEDRevert, TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{
+	ev := &curev1.Event{Seq: 1, Phase: string(modes.SEDRevert), TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{
 		Component: "gpu/3", Check: "telemetry:soak", Status: curev1.VerdictStatus_FAIL, Message: "gpuTempMaxC=91 C outside gpuTempMaxC<=85",
 		AtUnixMs: at, Stage: "soak\x1b[1m"}}}
 	if err := send(s, ev); err != nil {

@@ -210,8 +210,8 @@ type liveSession struct {
 	sess     *sessions.Session
 	peerIP   string
 	log      *slog.Logger
-	admit    bool            // the boot is attested: the pipeline acts on what it sends
-	phases   map[string]bool // the runner phases of the run's mode
+	admit    bool                     // the boot is attested: the pipeline acts on what it sends
+	phases   map[modes.PhaseName]bool // the runner phases of the run's mode
 	runStart time.Time
 	samples  samplesState
 	parts    partsCache // the run's inventory, for the components verdicts measure
@@ -264,8 +264,8 @@ func (s *RunnerService) noteFirstConnect(ctx context.Context, rs *liveSession, r
 
 // runnerPhases are the phases a run's mode gives the runner (none for a
 // mode this coordinator does not know).
-func runnerPhases(mode modes.Mode) map[string]bool {
-	phases := map[string]bool{}
+func runnerPhases(mode modes.Mode) map[modes.PhaseName]bool {
+	phases := map[modes.PhaseName]bool{}
 	if plan, err := modes.For(mode); err == nil {
 		for _, ph := range plan.Phases {
 			if ph.Owner == modes.Runner {

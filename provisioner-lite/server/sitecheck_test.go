@@ -93,7 +93,7 @@ spec:
 		for _, m := range v.Measurements {
 			ms = append(ms, &curev1.Measurement{Metric: m.Metric, Value: m.Value, Unit: m.Unit})
 		}
-		ev := &curev1.Event{Seq: seq, Phase: modes.Validate, TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{
+		ev := &curev1.Event{Seq: seq, Phase: string(modes.Validate), TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{
 			Component: v.Component, Check: v.Check, Status: curev1.VerdictStatus(curev1.VerdictStatus_value[string(v.Status)]),
 			Observed: v.Observed, Expected: v.Expected, Message: v.Message, Measurements: ms}}}
 		if err := send(stream, ev); err != nil && sendErr == nil {
@@ -142,7 +142,7 @@ spec:
 
 	// The event itself naming B's run: the coordinator refuses it.
 	seq++
-	ev := &curev1.Event{Seq: seq, RunId: nodeB.run, Phase: modes.Validate, TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{
+	ev := &curev1.Event{Seq: seq, RunId: nodeB.run, Phase: string(modes.Validate), TimeUnixMs: time.Now().UnixMilli(), Body: &curev1.Event_Verdict{Verdict: &curev1.Verdict{
 		Component: "disk/nvme0n1", Check: "other-run", Status: curev1.VerdictStatus_PASS}}}
 	if err := send(stream, ev); codeOf(err) != codes.PermissionDenied {
 		t.Fatalf("a verdict event naming run B: %v, want PermissionDenied", err)

@@ -10,6 +10,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
@@ -22,7 +23,7 @@ type Event struct {
 	BootID     string
 	Seq        uint64 // runner seq within (run, boot); 0 for coordinator events
 	Time       time.Time
-	Phase      string
+	Phase      modes.PhaseName
 	Kind       runstate.EventKind
 	Status     string
 	Message    string
@@ -77,7 +78,7 @@ func insertEvent(ctx context.Context, tx *Tx, e Event) (id int64, inserted bool,
 INSERT INTO events (run_id, node_id, source, boot_id, seq, time, phase, kind, status, message, duration_ms, payload, note)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT(run_id, source, boot_id, seq) WHERE seq > 0 DO NOTHING RETURNING id`,
-		e.RunID, e.NodeID, string(e.Source), e.BootID, int64(e.Seq), toMs(e.Time), e.Phase, string(e.Kind), e.Status, e.Message, e.DurationMs, e.Payload, e.Note).Scan(&id)
+		e.RunID, e.NodeID, string(e.Source), e.BootID, int64(e.Seq), toMs(e.Time), string(e.Phase), string(e.Kind), e.Status, e.Message, e.DurationMs, e.Payload, e.Note).Scan(&id)
 	if err == nil {
 		return id, true, nil
 	}
@@ -257,7 +258,7 @@ ON CONFLICT(run_id) DO UPDATE SET dropped = run_usage.dropped + 1 RETURNING drop
 		if err := tx.QueryRowContext(ctx, `
 INSERT INTO events (run_id, node_id, source, boot_id, seq, time, phase, kind, status, message, duration_ms, payload)
 VALUES (?, ?, 'runner', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
-			e.RunID, e.NodeID, e.BootID, int64(e.Seq), toMs(e.Time), e.Phase, string(e.Kind), e.Status, e.Message, e.DurationMs, e.Payload).Scan(&res.ID); err != nil {
+			e.RunID, e.NodeID, e.BootID, int64(e.Seq), toMs(e.Time), string(e.Phase), string(e.Kind), e.Status, e.Message, e.DurationMs, e.Payload).Scan(&res.ID); err != nil {
 			return err
 		}
 		res.Inserted = true

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 )
 
 // NodeSummary is what selecting nodes by label needs: no secrets, no MACs,
@@ -42,9 +43,12 @@ func (s *Store) NodeSummaries(ctx context.Context) ([]NodeSummary, error) {
 
 // RunSummary is a run without its scratch data: what a fleet view lists.
 type RunSummary struct {
-	ID, NodeID, Mode, Phase, Message string
-	Status                           curev1.RunStatus
-	StartedAt, EndedAt               time.Time
+	ID, NodeID         string
+	Mode               modes.Mode
+	Phase              modes.PhaseName
+	Message            string
+	Status             curev1.RunStatus
+	StartedAt, EndedAt time.Time
 }
 
 // LatestRunSummaries returns the latest run of every node that has one, in

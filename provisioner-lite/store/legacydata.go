@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cure-oss/cure/modes"
 )
 
 // pipelineSchema is the schema version that adds runs.pipeline.
@@ -93,19 +95,19 @@ func pipelineFromData(runID string, data map[string]string) PipelineState {
 	for k, v := range data {
 		switch {
 		case strings.HasPrefix(k, legacyAttemptsPrefix):
-			ph := strings.TrimPrefix(k, legacyAttemptsPrefix)
+			ph := modes.PhaseName(strings.TrimPrefix(k, legacyAttemptsPrefix))
 			ps := p.Phase(ph)
 			if ps.Attempts = int(l.int(k)); ps.Attempts < 0 {
 				l.malformed(k, v, "a count (>= 0)")
 			}
 			p.SetPhase(ph, ps)
 		case strings.HasPrefix(k, legacyStartedPrefix):
-			ph := strings.TrimPrefix(k, legacyStartedPrefix)
+			ph := modes.PhaseName(strings.TrimPrefix(k, legacyStartedPrefix))
 			ps := p.Phase(ph)
 			ps.StartedAt = l.time(k)
 			p.SetPhase(ph, ps)
 		case strings.HasPrefix(k, legacyDeadlinePrefix):
-			ph := strings.TrimPrefix(k, legacyDeadlinePrefix)
+			ph := modes.PhaseName(strings.TrimPrefix(k, legacyDeadlinePrefix))
 			ps := p.Phase(ph)
 			ps.Deadline = l.time(k)
 			p.SetPhase(ph, ps)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
@@ -68,9 +69,11 @@ ON CONFLICT(run_id) DO UPDATE SET notes = run_usage.notes + 1`, e.RunID)
 // token and session secret): the coordinator counts it against the run and
 // summarises it instead of writing an event each.
 type Reconnect struct {
-	TokenHash                          string // the boot's bound token (TokenHash)
-	RunID, NodeID, BootID, Phase, Peer string
-	Time                               time.Time
+	TokenHash             string // the boot's bound token (TokenHash)
+	RunID, NodeID, BootID string
+	Phase                 modes.PhaseName
+	Peer                  string
+	Time                  time.Time
 }
 
 // reconnectSeq is the seq of a boot's reconnect summary. Coordinator events

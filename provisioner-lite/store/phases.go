@@ -6,12 +6,14 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
 
 // Phase is one phase's record within a run.
 type Phase struct {
-	RunID, Name        string
+	RunID              string
+	Name               modes.PhaseName
 	Status             curev1.PhaseStatus
 	Attempts           int
 	StartedAt, EndedAt time.Time
@@ -32,7 +34,7 @@ INSERT INTO phases (run_id, name, status, attempts, started_at, ended_at, messag
 VALUES (?, ?, ?, ?, ?, ?, ?, (SELECT coalesce(max(ord), 0) + 1 FROM phases WHERE run_id = ?))
 ON CONFLICT(run_id, name) DO UPDATE SET status=excluded.status, attempts=excluded.attempts,
 	started_at=excluded.started_at, ended_at=excluded.ended_at, message=excluded.message`,
-			p.RunID, p.Name, runstate.PhaseName(p.Status), p.Attempts, toMs(p.StartedAt), toMs(p.EndedAt), p.Message, p.RunID)
+			p.RunID, string(p.Name), runstate.PhaseName(p.Status), p.Attempts, toMs(p.StartedAt), toMs(p.EndedAt), p.Message, p.RunID)
 		return err
 	})
 	if err != nil {

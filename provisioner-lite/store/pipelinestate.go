@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/cure-oss/cure/modes"
 )
 
 // PipelineState is the pipeline's status of one run, typed and stored as one
@@ -33,7 +35,7 @@ type PipelineState struct {
 	// assignments carried, oldest first (at most MaxHostTokens).
 	HostTokens []string `json:"host_tokens,omitempty"`
 	// Phases holds each phase's attempts, start and deadline.
-	Phases map[string]PhaseState `json:"phases,omitempty"`
+	Phases map[modes.PhaseName]PhaseState `json:"phases,omitempty"`
 	// Host is the wait for the installed OS.
 	Host HostWait `json:"host,omitzero"`
 	// BMC is the out-of-band work the run has pending.
@@ -181,13 +183,13 @@ type PowerAction struct {
 type RunnerBatch struct {
 	// Phases are the batch's phases as it was started (the ones still to do
 	// are those not in the run's CompletedPhases).
-	Phases []string `json:"phases"`
+	Phases []modes.PhaseName `json:"phases"`
 	// Cursor is the id of the last stored event the pipeline acted on: a
 	// coordinator that stopped mid-batch reads on from there, so runner
 	// events stored while it was away are acted on, once.
 	Cursor int64 `json:"cursor"`
 	// Current is the in-band phase the runner is in ("": none started).
-	Current string `json:"current,omitempty"`
+	Current modes.PhaseName `json:"current,omitempty"`
 	// HadRunner says a runner has worked on the batch since the node last
 	// booted: one gone counts against the reconnect budget, not the budget
 	// of a fresh CURE boot.
@@ -233,21 +235,21 @@ const (
 )
 
 // Attempts is how many attempts of phase have started.
-func (p PipelineState) Attempts(phase string) int { return p.Phases[phase].Attempts }
+func (p PipelineState) Attempts(phase modes.PhaseName) int { return p.Phases[phase].Attempts }
 
 // Phase is the record of one phase (zero if it never started).
-func (p PipelineState) Phase(phase string) PhaseState { return p.Phases[phase] }
+func (p PipelineState) Phase(phase modes.PhaseName) PhaseState { return p.Phases[phase] }
 
 // SetPhase replaces the record of one phase.
-func (p *PipelineState) SetPhase(phase string, ps PhaseState) {
+func (p *PipelineState) SetPhase(phase modes.PhaseName, ps PhaseState) {
 	if p.Phases == nil {
-		p.Phases = map[string]PhaseState{}
+		p.Phases = map[modes.PhaseName]PhaseState{}
 	}
 	p.Phases[phase] = ps
 }
 
 // SetDeadline sets the deadline of phase's latest attempt.
-func (p *PipelineState) SetDeadline(phase string, t time.Time) {
+func (p *PipelineState) SetDeadline(phase modes.PhaseName, t time.Time) {
 	ps := p.Phase(phase)
 	ps.Deadline = t.UTC()
 	p.SetPhase(phase, ps)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/store/pgtest"
 )
 
@@ -22,13 +23,13 @@ func TestPipelineStateRoundTrip(t *testing.T) {
 	p := PipelineState{
 		RunnerAddr: "a:1,b:2", Boot: BootCURE, CUREWindow: "w7", BootRequestedAt: at, FreshCURE: "resumed",
 		HostTokens: []string{"d1", "d2"},
-		Phases:     map[string]PhaseState{"bmc": {Attempts: 3, StartedAt: at}, "validate": {Attempts: 1, StartedAt: at, Deadline: at.Add(time.Hour)}},
+		Phases:     map[modes.PhaseName]PhaseState{"bmc": {Attempts: 3, StartedAt: at}, "validate": {Attempts: 1, StartedAt: at, Deadline: at.Add(time.Hour)}},
 		Host:       HostWait{RebootAttempt: 2, RebootedAt: at, WaitFrom: 42},
 		BMC: BMCWork{ResetAt: at, Resets: 1, Updates: map[string]FirmwareSubmission{"bmc-fw": {State: SubmissionAccepted, At: at, Op: "SimpleUpdate",
 			URI: "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate", KnownTasks: []string{"/t/0"}, TasksListed: true, TaskURI: "/t/1", MonitorURI: "/m/1"}},
 			BIOS: BIOSApply{Stage: BIOSRebooted, At: at, Changes: map[string]any{"ProcTurboMode": "Disabled"}, Matched: 3}},
 		PowerOn: PowerAction{At: at, Msg: "node was Off: powered On"},
-		Batch: &RunnerBatch{Phases: []string{"hardware", "validate"}, Cursor: 17, Current: "validate", HadRunner: true,
+		Batch: &RunnerBatch{Phases: []modes.PhaseName{"hardware", "validate"}, Cursor: 17, Current: "validate", HadRunner: true,
 			Bound: SessionRef{BootID: "b1", ConnectedNs: 5},
 			Seen:  SessionRef{BootID: "b1", ConnectedNs: 5}, SeenStored: 9, Silent: SessionRef{BootID: "b0", ConnectedNs: 1},
 			LostSince: at, LastAlive: at},
@@ -157,7 +158,7 @@ func checkRunDataUpgrade(t *testing.T, db *sql.DB, rebind func(string) string, o
 	want := PipelineState{
 		RunnerAddr: "a:1,b:2", Boot: BootCURE, CUREWindow: "w7", BootRequestedAt: at, FreshCURE: "resumed",
 		HostTokens: []string{"d1", "d2"},
-		Phases:     map[string]PhaseState{"bmc": {Attempts: 3, StartedAt: at}, "validate": {Deadline: at}},
+		Phases:     map[modes.PhaseName]PhaseState{"bmc": {Attempts: 3, StartedAt: at}, "validate": {Deadline: at}},
 		Host:       HostWait{RebootAttempt: 2, RebootedAt: at, WaitFrom: 42},
 		BMC:        BMCWork{ResetAt: at, Resets: 1, Updates: map[string]FirmwareSubmission{"bmc-fw": {State: SubmissionAccepted, TaskURI: "/t/1"}}},
 		Batch:      &RunnerBatch{Cursor: 0, HadRunner: true},
@@ -211,9 +212,9 @@ func TestUpdateRunDiffsEveryColumn(t *testing.T) {
 		"status": func(r *Run) { r.Status = curev1.RunStatus_RUN_FAILED }, "phase": func(r *Run) { r.Phase = "nvme" },
 		"resume_count": func(r *Run) { r.ResumeCount = 1 }, "phase_failures": func(r *Run) { r.PhaseFailures = 1 },
 		"disconnects": func(r *Run) { r.Disconnects = 1 }, "reboots": func(r *Run) { r.Reboots = 1 },
-		"completed_phases": func(r *Run) { r.CompletedPhases = []string{"preflight"} },
+		"completed_phases": func(r *Run) { r.CompletedPhases = []modes.PhaseName{"preflight"} },
 		"started_at":       func(r *Run) { r.StartedAt = time.UnixMilli(5) }, "ended_at": func(r *Run) { r.EndedAt = time.UnixMilli(5) },
-		"message": func(r *Run) { r.Message = "x" }, "pipeline": func(r *Run) { r.Pipeline.Phases = map[string]PhaseState{"x": {Attempts: 1}} },
+		"message": func(r *Run) { r.Message = "x" }, "pipeline": func(r *Run) { r.Pipeline.Phases = map[modes.PhaseName]PhaseState{"x": {Attempts: 1}} },
 	}
 	prev, err := valuesOf(base)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 )
@@ -19,7 +20,7 @@ import (
 type ProgressRecord struct {
 	RunID, BootID string
 	Seq           uint64
-	Phase         string
+	Phase         modes.PhaseName
 	Time          time.Time // the runner's clock
 	Received      time.Time // the coordinator's
 	JSON          []byte
@@ -51,7 +52,7 @@ func (s *Store) PutProgress(ctx context.Context, rec ProgressRecord) (kept bool,
 ON CONFLICT (run_id) DO UPDATE SET boot_id = excluded.boot_id, seq = excluded.seq, phase = excluded.phase, time = excluded.time,
 	received = excluded.received, progress = excluded.progress
 WHERE run_progress.boot_id <> excluded.boot_id OR run_progress.seq < excluded.seq`,
-			rec.RunID, rec.BootID, int64(rec.Seq), rec.Phase, toMs(rec.Time), toMs(rec.Received), string(rec.JSON))
+			rec.RunID, rec.BootID, int64(rec.Seq), string(rec.Phase), toMs(rec.Time), toMs(rec.Received), string(rec.JSON))
 		if err != nil {
 			return err
 		}

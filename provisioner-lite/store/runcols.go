@@ -45,7 +45,7 @@ var runColumns = []runColumn{
 	{"mode", func(r *Run) runField { return textField[modes.Mode]{&r.Mode} }, colData},
 	{"manifest", func(r *Run) runField { return textField[string]{&r.Manifest} }, colData},
 	{"status", func(r *Run) runField { return runStatusCol(&r.Status) }, colData},
-	{"phase", func(r *Run) runField { return textField[string]{&r.Phase} }, colData},
+	{"phase", func(r *Run) runField { return textField[modes.PhaseName]{&r.Phase} }, colData},
 	{"resume_count", func(r *Run) runField { return intField{&r.ResumeCount} }, colData},
 	{"phase_failures", func(r *Run) runField { return intField{&r.PhaseFailures} }, colData},
 	{"disconnects", func(r *Run) runField { return intField{&r.Disconnects} }, colData},
@@ -158,14 +158,14 @@ func (f msField) Scan(src any) error {
 func (f msField) Value() (driver.Value, error) { return toMs(*f.p), nil }
 
 // phasesField is a list of phase names as a JSON array (nil: "[]").
-type phasesField struct{ p *[]string }
+type phasesField struct{ p *[]modes.PhaseName }
 
 func (f phasesField) Scan(src any) error {
 	var s sql.NullString
 	if err := s.Scan(src); err != nil {
 		return err
 	}
-	var l []string
+	var l []modes.PhaseName
 	if s.String != "" {
 		if err := json.Unmarshal([]byte(s.String), &l); err != nil {
 			return fmt.Errorf("completed_phases column: %w", err)
@@ -181,7 +181,7 @@ func (f phasesField) Scan(src any) error {
 func (f phasesField) Value() (driver.Value, error) {
 	l := *f.p
 	if l == nil {
-		l = []string{}
+		l = []modes.PhaseName{}
 	}
 	b, err := json.Marshal(l)
 	return string(b), err

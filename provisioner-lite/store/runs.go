@@ -18,10 +18,10 @@ type Run struct {
 	ID, NodeID, Manifest       string
 	Mode                       modes.Mode
 	Status                     curev1.RunStatus
-	Phase                      string // phase reached (current)
+	Phase                      modes.PhaseName // phase reached (current)
 	ResumeCount, PhaseFailures int
 	Disconnects, Reboots       int
-	CompletedPhases            []string
+	CompletedPhases            []modes.PhaseName
 	StartedAt, EndedAt         time.Time
 	Message                    string
 	// Pipeline is the pipeline's typed status of the run.

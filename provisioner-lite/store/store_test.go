@@ -11,6 +11,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/store/pgtest"
 )
 
@@ -229,9 +230,9 @@ func TestRuns(t *testing.T) {
 
 	got.Status, got.Phase = curev1.RunStatus_RUN_RUNNING, "nvme"
 	got.ResumeCount, got.PhaseFailures, got.Disconnects, got.Reboots = 1, 2, 3, 4
-	got.CompletedPhases = []string{"preflight", "powering_on"}
+	got.CompletedPhases = []modes.PhaseName{"preflight", "powering_on"}
 	got.Pipeline = PipelineState{CUREWindow: "w2", Boot: BootCURE, HostTokens: []string{"d1"},
-		Batch: &RunnerBatch{Phases: []string{"nvme"}, Cursor: 7, Bound: SessionRef{BootID: "b2", ConnectedNs: 42}}}
+		Batch: &RunnerBatch{Phases: []modes.PhaseName{"nvme"}, Cursor: 7, Bound: SessionRef{BootID: "b2", ConnectedNs: 42}}}
 	got.Message = "flashing"
 	got.EndedAt = t0.Add(time.Hour)
 	if err := s.UpdateRun(ctx, got); err != nil {
@@ -293,7 +294,7 @@ func TestPhases(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.UnixMilli(1_700_000_000_000).UTC()
-	for i, name := range []string{"preflight", "powering_on", "set_boot_order"} {
+	for i, name := range []modes.PhaseName{"preflight", "powering_on", "set_boot_order"} {
 		if err := s.UpsertPhase(ctx, Phase{RunID: "r1", Name: name, Status: curev1.PhaseStatus_PHASE_RUNNING, Attempts: 1, StartedAt: t0.Add(time.Duration(i) * time.Second)}); err != nil {
 			t.Fatal(err)
 		}
@@ -306,11 +307,11 @@ func TestPhases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
+	var names []modes.PhaseName
 	for _, p := range ps {
 		names = append(names, p.Name)
 	}
-	if !reflect.DeepEqual(names, []string{"preflight", "powering_on", "set_boot_order"}) {
+	if !reflect.DeepEqual(names, []modes.PhaseName{"preflight", "powering_on", "set_boot_order"}) {
 		t.Fatalf("Phases order = %v", names)
 	}
 	want := Phase{RunID: "r1", Name: "preflight", Status: curev1.PhaseStatus_PHASE_OK, Attempts: 2, StartedAt: t0, EndedAt: t0.Add(500 * time.Millisecond), Message: "all inputs resolve"}
@@ -441,8 +442,8 @@ func TestReopenKeepsEverything(t *testing.T) {
 	s, path := openTest(t)
 	ctx := ctxT(t)
 	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
-	run := Run{ID: "r1", NodeID: "n1", Mode: "provision", Status: curev1.RunStatus_RUN_RUNNING, Phase: "nvme", Reboots: 2, CompletedPhases: []string{"preflight"},
-		Pipeline: PipelineState{RunnerAddr: "a:1", Phases: map[string]PhaseState{"nvme": {Attempts: 2}}}}
+	run := Run{ID: "r1", NodeID: "n1", Mode: "provision", Status: curev1.RunStatus_RUN_RUNNING, Phase: "nvme", Reboots: 2, CompletedPhases: []modes.PhaseName{"preflight"},
+		Pipeline: PipelineState{RunnerAddr: "a:1", Phases: map[modes.PhaseName]PhaseState{"nvme": {Attempts: 2}}}}
 	if err := s.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}

@@ -99,20 +99,21 @@ func (b Breakdown) Get(name string) (Bucket, bool) {
 }
 
 // phaseBucket names the bucket of a phase.
-func phaseBucket(phase string) string {
+func phaseBucket(phase modes.PhaseName) string {
 	switch phase {
 	case modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.SetBootDisk:
 		return BMCOps
 	case modes.WaitForCURE:
 		return BootToCURE
 	case modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX, modes.NIC, modes.DPU, modes.NVMe, modes.SEDRevert:
-		return FirmwarePrefix + phase
+		return FirmwarePrefix + string(phase)
 	case modes.OSInstall:
 		return OSInstall
 	case modes.WaitForHostOS:
 		return BootInstalledOS
+	case modes.Hardware, modes.Validate, modes.PowerOffAtEnd:
 	}
-	return PhasePrefix + phase
+	return PhasePrefix + string(phase)
 }
 
 // Message prefixes of the coordinator events the buckets read (written by
@@ -175,7 +176,7 @@ func Compute(run store.Run, phases []store.Phase, events []store.Event, now time
 		case i == 0 && p.Attempts <= 1:
 			gap = Queued
 		case p.Attempts > 1:
-			gap = RetryPrefix + p.Name
+			gap = RetryPrefix + string(p.Name)
 		}
 		add(gap, cursor, pStart, nil)
 		pEnd := p.EndedAt
@@ -246,8 +247,8 @@ func clampT(t, lo, hi time.Time) time.Time {
 }
 
 // rebootsByPhase counts the coordinator's reboot events per phase.
-func rebootsByPhase(events []store.Event) map[string]int {
-	m := map[string]int{}
+func rebootsByPhase(events []store.Event) map[modes.PhaseName]int {
+	m := map[modes.PhaseName]int{}
 	for _, e := range events {
 		if e.Source == runstate.SourceCoordinator && e.Kind == runstate.EventInfo && (strings.HasPrefix(e.Message, msgReboot) || strings.HasPrefix(e.Message, msgHostReboot)) {
 			m[e.Phase]++
@@ -293,6 +294,9 @@ func subBuckets(s span, events []store.Event) []Bucket {
 		return partition(s.start, s.end, []mark{{s.start, RebootRequest}, {t, OSBootCallback}})
 	case modes.OSInstall:
 		return installStages(s, events)
+	case modes.Preflight, modes.SetBootPXE, modes.PoweringOn, modes.Hardware, modes.BMC, modes.BIOS, modes.BIOSSettings, modes.HGX,
+		modes.NIC, modes.DPU, modes.NVMe, modes.SEDRevert, modes.SetBootDisk, modes.Validate, modes.PowerOffAtEnd:
+		// No steps known within: the phase is one bucket.
 	}
 	return nil
 }

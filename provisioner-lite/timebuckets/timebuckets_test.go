@@ -15,7 +15,7 @@ var t0 = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 
 func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 
-func ph(name string, a, b float64, attempts int, status string) store.Phase {
+func ph(name modes.PhaseName, a, b float64, attempts int, status string) store.Phase {
 	st, err := runstate.ParsePhase(status)
 	if err != nil {
 		panic(err)
@@ -27,7 +27,7 @@ func ph(name string, a, b float64, attempts int, status string) store.Phase {
 	return p
 }
 
-func info(phase string, s float64, msg string) store.Event {
+func info(phase modes.PhaseName, s float64, msg string) store.Event {
 	return store.Event{Source: "coordinator", Kind: "info", Phase: phase, Time: at(s), Message: msg}
 }
 
@@ -62,8 +62,8 @@ func TestComputeProvisionRun(t *testing.T) {
 		t.Fatalf("total %s, wall %s", b.Total(), b.Wall)
 	}
 	want := map[string]float64{
-		Queued: 2, BMCOps: 1 + 1 + 1 + 1, BootToCURE: 100, Overhead: 1, FirmwarePrefix + modes.BIOS: 200,
-		RetryPrefix + modes.OSInstall: 94, OSInstall: 300, BootInstalledOS: 289, Finish: 10,
+		Queued: 2, BMCOps: 1 + 1 + 1 + 1, BootToCURE: 100, Overhead: 1, FirmwarePrefix + string(modes.BIOS): 200,
+		RetryPrefix + string(modes.OSInstall): 94, OSInstall: 300, BootInstalledOS: 289, Finish: 10,
 		FirmwarePOST: 30, IPXEDownload: 25, KernelAndRunner: 40, Registration: 5,
 		ImageStream: 200, ImageReadback: 50, InstallOther: 50, RebootRequest: 10, OSBootCallback: 279,
 	}
@@ -76,7 +76,7 @@ func TestComputeProvisionRun(t *testing.T) {
 	if len(b.Buckets) != 9 {
 		t.Errorf("%d top-level buckets: %+v", len(b.Buckets), b.Buckets)
 	}
-	if g, _ := b.Get(FirmwarePrefix + modes.BIOS); g.Reboots != 2 || g.Attempts != 1 {
+	if g, _ := b.Get(FirmwarePrefix + string(modes.BIOS)); g.Reboots != 2 || g.Attempts != 1 {
 		t.Errorf("bios reboots %d attempts %d, want 2, 1", g.Reboots, g.Attempts)
 	}
 	if g, _ := b.Get(BMCOps); g.Reboots != 1 {
@@ -158,7 +158,7 @@ func TestInstallStagesSplit(t *testing.T) {
 // Phases overlapping each other or the run's edges (clock steps, resumed
 // runs, corrupt rows) still give buckets that add up to the wall time.
 func TestComputeAlwaysAddsUp(t *testing.T) {
-	names := []string{modes.Preflight, modes.PoweringOn, modes.WaitForCURE, modes.BIOS, modes.NVMe, modes.OSInstall, modes.WaitForHostOS, modes.Validate}
+	names := []modes.PhaseName{modes.Preflight, modes.PoweringOn, modes.WaitForCURE, modes.BIOS, modes.NVMe, modes.OSInstall, modes.WaitForHostOS, modes.Validate}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 2000 {
 		wall := rng.Float64() * 5000

@@ -12,7 +12,7 @@ import (
 // has an executor in this runner, and none is stray (the coordinator half
 // is in provisioner-lite/pipeline).
 func TestEveryPhaseHasExecutor(t *testing.T) {
-	var names []string
+	var names []modes.PhaseName
 	for name := range executors {
 		names = append(names, name)
 	}
@@ -25,7 +25,7 @@ func TestEveryPhaseHasExecutor(t *testing.T) {
 			{Name: modes.NVMe, Owner: modes.Runner},
 			{Name: "gpu_burn", Owner: modes.Runner},
 		}}
-		if got := plan.Unexecutable(modes.Runner, Has); !slices.Equal(got, []string{"gpu_burn"}) {
+		if got := plan.Unexecutable(modes.Runner, Has); !slices.Equal(got, []modes.PhaseName{"gpu_burn"}) {
 			t.Errorf("Unexecutable = %v, want [gpu_burn] (coordinator phases are the coordinator's to check)", got)
 		}
 	})

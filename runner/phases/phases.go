@@ -213,7 +213,7 @@ func DefaultHTTPClient() *http.Client {
 
 // executors maps each runner-owned phase (the modes constants) to its
 // executor. TestEveryPhaseHasExecutor checks every mode's plan against it.
-var executors = map[string]func(*Executor, context.Context, *curev1.Assignment, agent.Emitter) agent.PhaseOutcome{
+var executors = map[modes.PhaseName]func(*Executor, context.Context, *curev1.Assignment, agent.Emitter) agent.PhaseOutcome{
 	modes.Hardware:  (*Executor).runHardware,
 	modes.NIC:       (*Executor).runNIC,
 	modes.DPU:       (*Executor).runDPU,
@@ -224,14 +224,15 @@ var executors = map[string]func(*Executor, context.Context, *curev1.Assignment, 
 }
 
 // Has reports whether this runner has an executor for phase.
-func Has(phase string) bool {
+func Has(phase modes.PhaseName) bool {
 	_, ok := executors[phase]
 	return ok
 }
 
-// Run implements agent.Executor.
+// Run implements agent.Executor. The phase comes off the wire: the
+// table's lookup is its check, an unknown one fails by name.
 func (e *Executor) Run(ctx context.Context, phase string, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
-	if run, ok := executors[phase]; ok {
+	if run, ok := executors[modes.PhaseName(phase)]; ok {
 		return run(e, ctx, a, emit)
 	}
 	return e.unknownPhase(phase, a, emit)

@@ -297,7 +297,7 @@ func TestUnknownMACVisible(t *testing.T) {
 	for _, line := range strings.Split(out, "\n") {
 		if strings.Contains(line, want) {
 			shown++
-			if !strings.Contains(line, modes.WaitForCURE) {
+			if !strings.Contains(line, string(modes.WaitForCURE)) {
 				t.Errorf("the stranger is not shown on wait_for_cure: %s", line)
 			}
 		}

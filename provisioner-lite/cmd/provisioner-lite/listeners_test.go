@@ -203,7 +203,7 @@ func (p *coordProc) waitForCURE(op curev1.OperatorServiceClient) string {
 			p.t.Fatalf("report: %v", err)
 		}
 		for _, ph := range rep.GetPhases() {
-			if ph.GetName() == modes.WaitForCURE && ph.GetStatus() == "running" {
+			if ph.GetName() == string(modes.WaitForCURE) && ph.GetStatus() == "running" {
 				return run
 			}
 		}

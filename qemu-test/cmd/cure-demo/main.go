@@ -162,7 +162,7 @@ func run(o options) int {
 // stage starts, or with no stage named, the validate phase's start.
 func injectNow(e *curev1.TimelineEntry, stage string) bool {
 	if stage == "" {
-		return e.GetPhase() == modes.Validate && runstate.EventKind(e.GetKind()) == runstate.EventPhaseStart
+		return e.GetPhase() == string(modes.Validate) && runstate.EventKind(e.GetKind()) == runstate.EventPhaseStart
 	}
 	return runstate.EventSource(e.GetSource()) == runstate.SourceRunner && runstate.EventKind(e.GetKind()) == runstate.EventLog && strings.HasPrefix(e.GetMessage(), "stage "+stage+" started")
 }
