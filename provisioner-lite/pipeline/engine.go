@@ -240,7 +240,7 @@ type core struct {
 	sched *scheduler
 
 	driver *driverCtl     // a run's phase loop and its phase records (drive.go)
-	batch  *batchCtl      // in-band phases driven through the runner (runner.go, reconcile.go, pairs.go)
+	batch  *batchCtl      // in-band phases driven through the runner (batch.go, reconcile.go, pairs.go)
 	checks *checkCtl      // preflight: node, BMC and artifacts (coordphases.go)
 	power  *powerCtl      // power and boot order over the BMC (coordphases.go)
 	oob    *oobCtl        // out-of-band firmware and BIOS settings (oob.go)
