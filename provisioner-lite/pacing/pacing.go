@@ -7,6 +7,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Pacer is a token bucket per group key: each group may do Burst operations
@@ -20,12 +22,7 @@ type Pacer struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 
 	mu      sync.Mutex
-	buckets map[string]*bucket
-}
-
-type bucket struct {
-	tokens float64
-	last   time.Time
+	buckets map[string]*rate.Limiter
 }
 
 func (p *Pacer) now() time.Time {
@@ -55,22 +52,15 @@ func (p *Pacer) reserve(group string) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.buckets == nil {
-		p.buckets = map[string]*bucket{}
+		p.buckets = map[string]*rate.Limiter{}
 	}
-	burst := float64(max(p.Burst, 1))
-	now := p.now()
-	b, ok := p.buckets[group]
+	lim, ok := p.buckets[group]
 	if !ok {
-		b = &bucket{tokens: burst, last: now}
-		p.buckets[group] = b
+		lim = rate.NewLimiter(rate.Limit(p.Rate), max(p.Burst, 1))
+		p.buckets[group] = lim
 	}
-	b.tokens = min(burst, b.tokens+now.Sub(b.last).Seconds()*p.Rate)
-	b.last = now
-	b.tokens--
-	if b.tokens >= 0 {
-		return 0
-	}
-	return time.Duration(-b.tokens / p.Rate * float64(time.Second))
+	now := p.now()
+	return lim.ReserveN(now, 1).DelayFrom(now)
 }
 
 // Wait blocks until group may do one more operation, or ctx ends (the

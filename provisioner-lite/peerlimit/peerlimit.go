@@ -7,41 +7,28 @@ package peerlimit
 import (
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Bucket is a token bucket that refuses instead of waiting: a client that
 // is refused retries (DHCP, TFTP, TCP), and a flood must not queue work.
 type Bucket struct {
-	mu     sync.Mutex
-	rate   float64
-	burst  float64
-	tokens float64
-	last   time.Time
-	now    func() time.Time
+	lim *rate.Limiter
+	now func() time.Time
 }
 
 // NewBucket refills rate tokens a second up to burst (full at start).
-func NewBucket(rate float64, burst int) *Bucket {
-	return newBucket(rate, burst, time.Now)
+func NewBucket(r float64, burst int) *Bucket {
+	return newBucket(r, burst, time.Now)
 }
 
-func newBucket(rate float64, burst int, now func() time.Time) *Bucket {
-	return &Bucket{rate: rate, burst: float64(burst), tokens: float64(burst), last: now(), now: now}
+func newBucket(r float64, burst int, now func() time.Time) *Bucket {
+	return &Bucket{lim: rate.NewLimiter(rate.Limit(r), burst), now: now}
 }
 
 // Allow takes one token if there is one.
-func (b *Bucket) Allow() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := b.now()
-	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	b.last = now
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
-}
+func (b *Bucket) Allow() bool { return b.lim.AllowN(b.now(), 1) }
 
 // Keyed is one bucket per key (a source address, a MAC), each refilling at
 // rate up to burst. It holds at most maxKeys keys: when full, keys whose
@@ -51,28 +38,23 @@ func (b *Bucket) Allow() bool {
 // sources already known keep their budget.
 type Keyed struct {
 	mu      sync.Mutex
-	rate    float64
-	burst   float64
+	rate    rate.Limit
+	burst   int
 	maxKeys int
-	keys    map[string]*keyState
+	keys    map[string]*rate.Limiter
 	now     func() time.Time
 }
 
-type keyState struct {
-	tokens float64
-	last   time.Time
-}
-
 // NewKeyed makes per-key budgets; maxKeys <= 0 means 65,536.
-func NewKeyed(rate float64, burst, maxKeys int) *Keyed {
-	return newKeyed(rate, burst, maxKeys, time.Now)
+func NewKeyed(r float64, burst, maxKeys int) *Keyed {
+	return newKeyed(r, burst, maxKeys, time.Now)
 }
 
-func newKeyed(rate float64, burst, maxKeys int, now func() time.Time) *Keyed {
+func newKeyed(r float64, burst, maxKeys int, now func() time.Time) *Keyed {
 	if maxKeys <= 0 {
 		maxKeys = 1 << 16
 	}
-	return &Keyed{rate: rate, burst: float64(burst), maxKeys: maxKeys, keys: map[string]*keyState{}, now: now}
+	return &Keyed{rate: rate.Limit(r), burst: burst, maxKeys: maxKeys, keys: map[string]*rate.Limiter{}, now: now}
 }
 
 // Allow takes one token from key's bucket.
@@ -80,29 +62,23 @@ func (k *Keyed) Allow(key string) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	now := k.now()
-	s := k.keys[key]
-	if s == nil {
+	lim := k.keys[key]
+	if lim == nil {
 		if len(k.keys) >= k.maxKeys && !k.pruneLocked(now) {
 			return false
 		}
-		s = &keyState{tokens: k.burst, last: now}
-		k.keys[key] = s
+		lim = rate.NewLimiter(k.rate, k.burst)
+		k.keys[key] = lim
 	}
-	s.tokens = min(k.burst, s.tokens+now.Sub(s.last).Seconds()*k.rate)
-	s.last = now
-	if s.tokens < 1 {
-		return false
-	}
-	s.tokens--
-	return true
+	return lim.AllowN(now, 1)
 }
 
 // pruneLocked forgets keys whose bucket is full again; it reports whether
 // any room was made.
 func (k *Keyed) pruneLocked(now time.Time) bool {
 	freed := false
-	for key, s := range k.keys {
-		if s.tokens+now.Sub(s.last).Seconds()*k.rate >= k.burst {
+	for key, lim := range k.keys {
+		if lim.TokensAt(now) >= float64(k.burst) {
 			delete(k.keys, key)
 			freed = true
 		}
