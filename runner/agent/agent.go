@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -132,8 +133,16 @@ func (a *Agent) setState(kind curev1.RunnerState_Kind, run, phase string) {
 
 type activeRun struct {
 	id     string
+	phases []string
 	done   chan struct{}
 	cancel context.CancelCauseFunc
+}
+
+// sameBatch says whether asg is (part of) the batch cur runs, re-sent:
+// ignored. The run's next batch shares no phase with it (coordinator
+// phases stand between two batches).
+func (cur *activeRun) sameBatch(asg *curev1.Assignment) bool {
+	return slices.ContainsFunc(asg.GetPhases(), func(p string) bool { return slices.Contains(cur.phases, p) })
 }
 
 type nextResult struct {
@@ -162,9 +171,23 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}()
 
-	// cur is the assignment in progress, nil when none.
+	// cur is the assignment in progress, nil when none; queued is the
+	// run's next batch, sent while cur was winding down (its last phase
+	// ended, so the coordinator moved on, but its goroutine had not
+	// returned yet): it starts when cur ends.
 	var cur *activeRun
+	var queued *curev1.Assignment
+	begin := func(asg *curev1.Assignment) {
+		cur = &activeRun{id: asg.GetRunId(), phases: slices.Clone(asg.GetPhases()), done: make(chan struct{})}
+		var rctx context.Context
+		rctx, cur.cancel = context.WithCancelCause(ctx)
+		go func(done chan struct{}) {
+			defer close(done)
+			a.runAssignment(rctx, asg)
+		}(cur.done)
+	}
 	stopRun := func(cause error) {
+		queued = nil
 		if cur == nil {
 			return
 		}
@@ -184,6 +207,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-runDone:
 			cur.cancel(nil)
 			cur = nil
+			if queued != nil {
+				a.log.Info("starting the run's next batch, sent while the last one ended", "run", queued.GetRunId(), "phases", queued.GetPhases())
+				begin(queued)
+				queued = nil
+			}
 		case r := <-next:
 			if r.err != nil {
 				stopRun(r.err)
@@ -195,21 +223,19 @@ func (a *Agent) Run(ctx context.Context) error {
 			switch {
 			case r.d.Assignment != nil:
 				asg := r.d.Assignment
-				if cur != nil {
-					if asg.GetRunId() == cur.id {
-						a.log.Info("assignment re-sent for the running run; continuing", "run", cur.id)
-					} else {
-						a.log.Warn("assignment ignored: another run is in progress", "running", cur.id, "offered", asg.GetRunId())
-					}
-					continue
+				switch {
+				case cur == nil:
+					begin(asg)
+				case asg.GetRunId() != cur.id:
+					a.log.Warn("assignment ignored: another run is in progress", "running", cur.id, "offered", asg.GetRunId())
+				case cur.sameBatch(asg):
+					a.log.Info("assignment re-sent for the running run; continuing", "run", cur.id)
+				default:
+					// Select picks among ready cases at random: the next
+					// batch can be read before the end of the last one.
+					a.log.Info("next batch of the running run queued until the current one ends", "run", cur.id, "phases", asg.GetPhases())
+					queued = asg
 				}
-				cur = &activeRun{id: asg.GetRunId(), done: make(chan struct{})}
-				var rctx context.Context
-				rctx, cur.cancel = context.WithCancelCause(ctx)
-				go func(done chan struct{}) {
-					defer close(done)
-					a.runAssignment(rctx, asg)
-				}(cur.done)
 			case r.d.Idle != nil:
 				a.log.Info("coordinator has nothing for this node", "reason", r.d.Idle.GetReason())
 				if cur == nil && a.State().Kind != curev1.RunnerState_DONE {

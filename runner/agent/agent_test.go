@@ -231,3 +231,35 @@ func TestSourceErrorEndsRun(t *testing.T) {
 		t.Fatalf("Run = %v", err)
 	}
 }
+
+// The run's next batch can be read before the goroutine of the batch that
+// just ended returned (select picks among ready cases at random): it is
+// queued and run, never dropped as a re-send; a true re-send (a phase of
+// the running batch) is still ignored.
+func TestNextBatchSentAsLastEndsRuns(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	ran := map[string]int{}
+	exec := funcExec(func(ctx context.Context, phase string, a *curev1.Assignment, emit Emitter) PhaseOutcome {
+		mu.Lock()
+		ran[phase]++
+		mu.Unlock()
+		if phase == "hardware" {
+			<-release // the batch's last phase ended on the coordinator's side; its goroutine lingers
+		}
+		return PhaseOutcome{Status: curev1.PhaseStatus_PHASE_OK}
+	})
+	src, _, _, _, _ := start(t, exec)
+	src <- Directive{Assignment: &curev1.Assignment{RunId: "r1", Phases: []string{"hardware"}}}
+	waitFor(t, "hardware to start", func() bool { mu.Lock(); defer mu.Unlock(); return ran["hardware"] == 1 })
+	src <- Directive{Assignment: &curev1.Assignment{RunId: "r1", Phases: []string{"hardware"}}} // a re-send
+	src <- Directive{Assignment: &curev1.Assignment{RunId: "r1", Phases: []string{"nic", "nvme"}}}
+	time.Sleep(50 * time.Millisecond) // both read while hardware still runs
+	close(release)
+	waitFor(t, "the next batch to run", func() bool { mu.Lock(); defer mu.Unlock(); return ran["nvme"] == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if ran["hardware"] != 1 || ran["nic"] != 1 {
+		t.Errorf("phases ran %v: want hardware once (the re-send ignored) and the next batch once", ran)
+	}
+}
