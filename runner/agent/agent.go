@@ -171,93 +171,122 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}()
 
-	// cur is the assignment in progress, nil when none; queued is the
-	// run's next batch, sent while cur was winding down (its last phase
-	// ended, so the coordinator moved on, but its goroutine had not
-	// returned yet): it starts when cur ends.
-	var cur *activeRun
-	var queued *curev1.Assignment
-	begin := func(asg *curev1.Assignment) {
-		cur = &activeRun{id: asg.GetRunId(), phases: slices.Clone(asg.GetPhases()), done: make(chan struct{})}
-		var rctx context.Context
-		rctx, cur.cancel = context.WithCancelCause(ctx)
-		go func(done chan struct{}) {
-			defer close(done)
-			a.runAssignment(rctx, asg)
-		}(cur.done)
-	}
-	stopRun := func(cause error) {
-		queued = nil
-		if cur == nil {
-			return
-		}
-		cur.cancel(cause)
-		<-cur.done
-		cur = nil
-	}
+	rs := &runs{a: a, ctx: ctx}
 	for {
 		var runDone chan struct{}
-		if cur != nil {
-			runDone = cur.done
+		if rs.cur != nil {
+			runDone = rs.cur.done
 		}
 		select {
 		case <-ctx.Done():
-			stopRun(ctx.Err())
+			rs.stop(ctx.Err())
 			return ctx.Err()
 		case <-runDone:
-			cur.cancel(nil)
-			cur = nil
-			if queued != nil {
-				a.log.Info("starting the run's next batch, sent while the last one ended", "run", queued.GetRunId(), "phases", queued.GetPhases())
-				begin(queued)
-				queued = nil
-			}
+			rs.ended()
 		case r := <-next:
 			if r.err != nil {
-				stopRun(r.err)
+				rs.stop(r.err)
 				return fmt.Errorf("agent: reading directives: %w", r.err)
 			}
 			if a.OnDirective != nil {
 				a.OnDirective(r.d)
 			}
-			switch {
-			case r.d.Assignment != nil:
-				asg := r.d.Assignment
-				switch {
-				case cur == nil:
-					begin(asg)
-				case asg.GetRunId() != cur.id:
-					a.log.Warn("assignment ignored: another run is in progress", "running", cur.id, "offered", asg.GetRunId())
-				case cur.sameBatch(asg):
-					a.log.Info("assignment re-sent for the running run; continuing", "run", cur.id)
-				default:
-					// Select picks among ready cases at random: the next
-					// batch can be read before the end of the last one.
-					a.log.Info("next batch of the running run queued until the current one ends", "run", cur.id, "phases", asg.GetPhases())
-					queued = asg
-				}
-			case r.d.Idle != nil:
-				a.log.Info("coordinator has nothing for this node", "reason", r.d.Idle.GetReason())
-				if cur == nil && a.State().Kind != curev1.RunnerState_DONE {
-					a.setState(curev1.RunnerState_IDLE, "", "")
-				}
-			case r.d.Cancel != nil:
-				a.log.Warn("run cancelled by coordinator", "running", cur != nil, "reason", r.d.Cancel.GetReason())
-				stopRun(fmt.Errorf("cancelled by coordinator: %s", r.d.Cancel.GetReason()))
-			case r.d.PairSchedule != nil || r.d.PairVerdicts != nil:
-				if a.Pairs == nil {
-					a.log.Warn("node-pair directive dropped: this runner has no inbox for it")
-					continue
-				}
-				a.Pairs.Put(r.d)
-			case r.d.Reboot != nil:
+			if r.d.Reboot != nil {
 				a.log.Info("reboot requested", "reason", r.d.Reboot.GetReason())
-				stopRun(fmt.Errorf("reboot requested by coordinator: %s", r.d.Reboot.GetReason()))
+				rs.stop(fmt.Errorf("reboot requested by coordinator: %s", r.d.Reboot.GetReason()))
 				return a.doReboot(ctx)
-			default:
-				a.log.Warn("empty directive ignored")
 			}
+			rs.handle(r.d)
 		}
+	}
+}
+
+// runs is the agent loop's assignments: cur is the one in progress (nil
+// when none); queued is the run's next batch, sent while cur was winding
+// down (its last phase ended, so the coordinator moved on, but its
+// goroutine had not returned yet): it starts when cur ends.
+type runs struct {
+	a      *Agent
+	ctx    context.Context
+	cur    *activeRun
+	queued *curev1.Assignment
+}
+
+// begin runs asg in its own goroutine.
+func (rs *runs) begin(asg *curev1.Assignment) {
+	cur := &activeRun{id: asg.GetRunId(), phases: slices.Clone(asg.GetPhases()), done: make(chan struct{})}
+	var rctx context.Context
+	rctx, cur.cancel = context.WithCancelCause(rs.ctx)
+	go func(done chan struct{}) {
+		defer close(done)
+		rs.a.runAssignment(rctx, asg)
+	}(cur.done)
+	rs.cur = cur
+}
+
+// stop cancels the assignment in progress (and forgets a queued one) and
+// waits for it.
+func (rs *runs) stop(cause error) {
+	rs.queued = nil
+	if rs.cur == nil {
+		return
+	}
+	rs.cur.cancel(cause)
+	<-rs.cur.done
+	rs.cur = nil
+}
+
+// ended is cur's goroutine returning: a queued batch starts.
+func (rs *runs) ended() {
+	rs.cur.cancel(nil)
+	rs.cur = nil
+	if q := rs.queued; q != nil {
+		rs.a.log.Info("starting the run's next batch, sent while the last one ended", "run", q.GetRunId(), "phases", q.GetPhases())
+		rs.queued = nil
+		rs.begin(q)
+	}
+}
+
+// offer takes an assignment: run it, ignore it (another run's, or a
+// re-send of the running batch), or queue it (the running run's next
+// batch: select picks among ready cases at random, so it can be read
+// before the end of the last one).
+func (rs *runs) offer(asg *curev1.Assignment) {
+	switch cur := rs.cur; {
+	case cur == nil:
+		rs.begin(asg)
+	case asg.GetRunId() != cur.id:
+		rs.a.log.Warn("assignment ignored: another run is in progress", "running", cur.id, "offered", asg.GetRunId())
+	case cur.sameBatch(asg):
+		rs.a.log.Info("assignment re-sent for the running run; continuing", "run", cur.id)
+	default:
+		rs.a.log.Info("next batch of the running run queued until the current one ends", "run", cur.id, "phases", asg.GetPhases())
+		rs.queued = asg
+	}
+}
+
+// handle acts on one directive other than a reboot.
+func (rs *runs) handle(d Directive) {
+	a := rs.a
+	switch {
+	case d.Assignment != nil:
+		rs.offer(d.Assignment)
+	case d.Idle != nil:
+		a.log.Info("coordinator has nothing for this node", "reason", d.Idle.GetReason())
+		if rs.cur == nil && a.State().Kind != curev1.RunnerState_DONE {
+			a.setState(curev1.RunnerState_IDLE, "", "")
+		}
+	case d.Cancel != nil:
+		a.log.Warn("run cancelled by coordinator", "running", rs.cur != nil, "reason", d.Cancel.GetReason())
+		rs.stop(fmt.Errorf("cancelled by coordinator: %s", d.Cancel.GetReason()))
+	case d.PairSchedule != nil || d.PairVerdicts != nil:
+		if a.Pairs == nil {
+			a.log.Warn("node-pair directive dropped: this runner has no inbox for it")
+			return
+		}
+		a.Pairs.Put(d)
+	default:
+		a.log.Warn("empty directive ignored")
 	}
 }
 
