@@ -143,6 +143,9 @@ func TestRestartDuringEveryWait(t *testing.T) {
 	}
 	for _, p := range points {
 		t.Run(p.name, func(t *testing.T) {
+			// Each point has its own store, BMC and engine; the runs mostly
+			// wait (boot and callback delays), so they overlap.
+			t.Parallel()
 			f := newFixture(t, biosAndBMC(t))
 			slow(f)
 			ctx, cancel := context.WithCancel(context.Background())
