@@ -6,7 +6,7 @@ package store
 // with the one list, so a database an older binary created keeps working.
 // Never edit these; a new migration goes only in migrations.
 
-var legacySQLiteMigrations = []string{
+var oldSQLiteMigrations = []string{
 	// 1: initial schema. Times are UTC unix milliseconds (0 = unset); maps and
 	// lists are JSON text.
 	`
@@ -402,7 +402,7 @@ CREATE TABLE sku_pcrs (
 `,
 }
 
-var legacyPostgresMigrations = []string{
+var oldPostgresMigrations = []string{
 	`
 CREATE TABLE nodes (
 	id TEXT PRIMARY KEY, bmc_url TEXT NOT NULL DEFAULT '', bmc_user TEXT NOT NULL DEFAULT '', bmc_password TEXT NOT NULL DEFAULT '',

@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -340,4 +342,38 @@ func schemaDiff(a, b []string) string {
 		}
 	}
 	return strings.Join(d, "\n")
+}
+
+// The two migration lists as they stood before they became one list
+// (migrations, rendered per dialect), frozen in testdata:
+// TestMigrationsMatchLegacy builds databases with them, at every version,
+// and migrates them forward with the one list, so a database an older
+// binary created keeps working. Never edit them; a new migration goes only
+// in migrations.
+var (
+	legacySQLiteMigrations   = readLegacyMigrations("sqlite")
+	legacyPostgresMigrations = readLegacyMigrations("postgres")
+)
+
+// legacyMarker opens each migration of a frozen list, numbered from 1.
+const legacyMarker = "-- cure:migration "
+
+// readLegacyMigrations reads testdata/legacy-migrations-DIALECT.sql: its
+// migrations in order, each the text after its marker line.
+func readLegacyMigrations(dialect string) []string {
+	raw, err := os.ReadFile(filepath.Join("testdata", "legacy-migrations-"+dialect+".sql"))
+	if err != nil {
+		panic(err)
+	}
+	// Each migration is followed by one newline of the file's own.
+	parts := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n"+legacyMarker)
+	var out []string
+	for i, p := range parts[1:] {
+		num, body, ok := strings.Cut(p, "\n")
+		if !ok || num != strconv.Itoa(i+1) {
+			panic(fmt.Sprintf("legacy-migrations-%s.sql: migration %d is numbered %q", dialect, i+1, num))
+		}
+		out = append(out, body)
+	}
+	return out
 }
