@@ -19,6 +19,7 @@ const (
 	biosCompare biosStep = iota // read and compare the attributes (and stage what differs)
 	biosReboot                  // staged: request the reboot that applies them
 	biosAwait                   // the reboot was requested: wait for CURE, then verify
+	biosUnknown                 // a stage this coordinator does not know: refuse, never guess
 )
 
 // decideBIOS is the BIOS settings phase's next step from the run's
@@ -35,8 +36,10 @@ func decideBIOS(a store.BIOSApply, bootRequestedAt time.Time) biosStep {
 			return biosReboot // recorded, then stopped before the reboot was
 		}
 		return biosAwait
+	case "":
+		return biosCompare
 	}
-	return biosCompare
+	return biosUnknown
 }
 
 // biosSettings applies only the attributes that differ, through the
@@ -68,6 +71,8 @@ func (o *oobCtl) biosSettings(ctx context.Context, r *store.Run) outcome {
 			return failed("%v", err)
 		}
 	case biosAwait:
+	case biosUnknown:
+		return failed("BIOS settings apply recorded in stage %q, unknown to this coordinator: not acted on (an operator looks)", r.Pipeline.BMC.BIOS.Stage)
 	}
 	if out := o.waitForNewCURE(ctx, r); out.status == curev1.PhaseStatus_PHASE_FAILED {
 		return out

@@ -48,6 +48,8 @@ func TestDecideUpdateTable(t *testing.T) {
 		{"activating reboot requested: wait for it", sub(store.SubmissionActivating), "host-reboot", rebootedAfter, updAwaitActivation},
 		{"activating, reboot never requested: request it", sub(store.SubmissionActivating), "host-reboot", rebootedBefore, updActivate},
 		{"activating, running it: verify", sub(store.SubmissionActivating), "host-reboot", done, updVerify},
+		{"unknown state: refuse", sub("flashing"), "bmc-reset", drifted, updUnknown},
+		{"unknown state, running it: still refuse", sub("flashing"), "", done, updUnknown},
 	} {
 		if got := decideUpdate(c.sub, c.activation, c.obs); got != c.want {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
@@ -69,6 +71,7 @@ func TestDecideBIOSTable(t *testing.T) {
 		{"staged: reboot", store.BIOSApply{Stage: store.BIOSStaged, At: t0}, t0.Add(-time.Hour), biosReboot},
 		{"rebooted: wait", store.BIOSApply{Stage: store.BIOSRebooted, At: t0}, t0.Add(time.Second), biosAwait},
 		{"rebooted recorded, reboot not: reboot", store.BIOSApply{Stage: store.BIOSRebooted, At: t0}, t0.Add(-time.Second), biosReboot},
+		{"unknown stage: refuse", store.BIOSApply{Stage: "applying", At: t0}, t0, biosUnknown},
 	} {
 		if got := decideBIOS(c.apply, c.booted); got != c.want {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)

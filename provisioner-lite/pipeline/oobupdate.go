@@ -35,10 +35,11 @@ const (
 	updActivate                          // request the activation (BMC reset, host reboot)
 	updAwaitActivation                   // the activation was requested: wait for it, never request again
 	updVerify                            // read back every target's running version
+	updUnknown                           // a record state this coordinator does not know: refuse, never guess
 )
 
 var updateStepNames = [...]string{updSubmit: "submit", updTrace: "trace", updFollow: "follow", updActivate: "activate",
-	updAwaitActivation: "await_activation", updVerify: "verify"}
+	updAwaitActivation: "await_activation", updVerify: "verify", updUnknown: "unknown"}
 
 func (s updateStep) String() string {
 	if int(s) < len(updateStepNames) {
@@ -57,6 +58,11 @@ type updateObs struct {
 
 // decideUpdate is the next step of an update from its record and a look.
 func decideUpdate(sub store.FirmwareSubmission, activation string, obs updateObs) updateStep {
+	switch sub.State {
+	case "", store.SubmissionSending, store.SubmissionAccepted, store.SubmissionApplied, store.SubmissionActivating:
+	default:
+		return updUnknown // a newer coordinator's record, or a damaged one
+	}
 	if sub.State == store.SubmissionAccepted {
 		// A task in flight is followed to its end whatever the inventory
 		// says meanwhile.
@@ -170,6 +176,8 @@ func (u *oobUpdate) do(ctx context.Context, step updateStep, sub store.FirmwareS
 		return u.awaitActivation(ctx)
 	case updVerify:
 		return u.verify(ctx), true
+	case updUnknown:
+		return failed("%s: update record in state %q, unknown to this coordinator: not acted on (an operator looks)", u.fw.Name, sub.State), true
 	default:
 		panic(fmt.Sprintf("pipeline: update step %s has no applier", step))
 	}
