@@ -59,6 +59,10 @@ func main() {
 	}
 }
 
+// subcommands are the commands registered by their own files' init
+// (backup, restore, manifests, ...): name → run(args, stdout) exit code.
+var subcommands = map[string]func(args []string, out io.Writer) int{}
+
 // subcommand runs `provisioner-lite name args...` and is its exit code.
 func subcommand(name string, args []string) int {
 	switch name {
@@ -71,6 +75,9 @@ func subcommand(name string, args []string) int {
 	case "artifacts":
 		return artifactsCmd(args, os.Stdout)
 	default:
+		if run, ok := subcommands[name]; ok {
+			return run(args, os.Stdout)
+		}
 		// Never a coordinator start: a typo must not create a state dir and a CA.
 		fmt.Fprintf(os.Stderr, "provisioner-lite: unknown command %q\n", name)
 		usage(os.Stderr)
