@@ -51,6 +51,7 @@ type page struct {
 	Status, StatusClass    string
 	Started, Ended, Took   string
 	Reboots                uint32
+	BootPath               string
 	Generated              string
 	Message                string
 	Total                  int
@@ -112,6 +113,7 @@ func buildPage(r *curev1.RunReport, timeline []*curev1.TimelineEntry, generated 
 		Status: strings.ToUpper(RunLabel(RunStatusOf(r))), StatusClass: runClass(RunStatusOf(r)),
 		Started: stamp(r.GetStartedUnixMs()), Ended: stamp(r.GetEndedUnixMs()),
 		Reboots:         r.GetReboots(),
+		BootPath:        BootPath(r.GetBootPath()),
 		Generated:       generated.UTC().Format("2006-01-02 15:04:05 UTC"),
 		Message:         r.GetMessage(),
 		VerdictsOmitted: r.GetVerdictsOmitted(), EventsNotStored: r.GetEventsNotStored(),
@@ -336,16 +338,11 @@ func span(ms int64) string {
 	return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
 }
 
-// offset formats a timeline offset as [h:]mm:ss.s; burn-ins run for hours.
+// offset formats a timeline offset as +[h:]mm:ss.s (Clock with a sign);
+// burn-ins run for hours.
 func offset(ms int64) string {
-	sign := "+"
 	if ms < 0 {
-		sign, ms = "-", -ms
+		return "-" + Clock(ms)[1:]
 	}
-	h, m := ms/3_600_000, ms/60_000%60
-	s := float64(ms%60_000) / 1000
-	if h > 0 {
-		return fmt.Sprintf("%s%d:%02d:%04.1f", sign, h, m, s)
-	}
-	return fmt.Sprintf("%s%02d:%04.1f", sign, m, s)
+	return "+" + Clock(ms)
 }

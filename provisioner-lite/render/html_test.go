@@ -18,7 +18,7 @@ const t0 = int64(1_760_000_000_000) // 2025-10-09 08:53:20 UTC
 func sampleReport() (*curev1.RunReport, []*curev1.TimelineEntry) {
 	r := &curev1.RunReport{
 		RunId: "run-42", NodeId: "rack3-u17", Mode: curev1.Mode_MODE_DIAGNOSTIC, Status: "failed",
-		StartedUnixMs: t0, EndedUnixMs: t0 + 754_000, Reboots: 1,
+		StartedUnixMs: t0, EndedUnixMs: t0 + 754_000, Reboots: 1, BootPath: "uefi-https",
 		Message: "1 component failed: gpu/10 ecc",
 		Phases: []*curev1.PhaseRecord{
 			{Name: "inventory", Status: "ok", Attempts: 1, StartedUnixMs: t0 + 1000, EndedUnixMs: t0 + 3500, Message: "8 GPUs, 4 NVMe"},
@@ -187,7 +187,7 @@ func TestWriteHTMLStructure(t *testing.T) {
 
 	// Header.
 	for _, w := range []string{"rack3-u17", "run-42", "DIAGNOSTIC", "FAILED", "2025-10-09 08:53:20 UTC",
-		"2025-10-09 09:05:54 UTC", "12m34s", "2025-10-09 09:06:40 UTC", "1 component failed: gpu/10 ecc"} {
+		"2025-10-09 09:05:54 UTC", "12m34s", "2025-10-09 09:06:40 UTC", "1 component failed: gpu/10 ecc", "<dt>Boot path</dt><dd>uefi-https</dd>"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("header lacks %q", w)
 		}

@@ -30,8 +30,7 @@ func (t *Timeline) Print(e *curev1.TimelineEntry) {
 	if t.start == 0 {
 		t.start = e.GetTimeUnixMs()
 	}
-	rel := time.Duration(e.GetTimeUnixMs()-t.start) * time.Millisecond
-	stamp := fmt.Sprintf("%02d:%04.1f", int(rel.Minutes()), float64(rel%time.Minute)/float64(time.Second))
+	stamp := Clock(e.GetTimeUnixMs() - t.start)
 	phase := e.GetPhase()
 	if phase == "" {
 		phase = "-"
@@ -73,6 +72,23 @@ func (t *Timeline) Print(e *curev1.TimelineEntry) {
 	fmt.Fprintf(t.w, "%s [%s] %s\n", stamp, src(e.GetSource()), textsafe.Line(line))
 }
 
+// Clock formats an offset in milliseconds as [-][h:]mm:ss.s. The offset is
+// rounded to the tenth of a second as a whole before it is split, so 59.95 s
+// reads 01:00.0 (formatting the seconds alone with %04.1f printed 00:60.0).
+func Clock(ms int64) string {
+	sign := ""
+	u := uint64(ms)
+	if ms < 0 {
+		sign, u = "-", uint64(-(ms+1))+1 // no overflow at math.MinInt64
+	}
+	tenths := u/100 + (u%100+50)/100
+	h, m, s, f := tenths/36_000, tenths/600%60, tenths/10%60, tenths%10
+	if h > 0 {
+		return fmt.Sprintf("%s%d:%02d:%02d.%d", sign, h, m, s, f)
+	}
+	return fmt.Sprintf("%s%02d:%02d.%d", sign, m, s, f)
+}
+
 func src(s string) string {
 	switch runstate.EventSource(s) {
 	case runstate.SourceRunner:
@@ -99,6 +115,15 @@ func mark(status curev1.PhaseStatus) string {
 	}
 }
 
+// BootPath is a report's boot_path for a reader: how the node last booted
+// into CURE in the run (uefi-https or pxe), "none" when it did not.
+func BootPath(p string) string {
+	if p == "" {
+		return "none"
+	}
+	return textsafe.Line(p)
+}
+
 // PrintReport writes the phase table and the per-component verdict table,
 // long cells clipped to keep the tables readable on a terminal.
 func PrintReport(w io.Writer, r *curev1.RunReport) { printReport(w, r, clip) }
@@ -114,8 +139,8 @@ func printReport(w io.Writer, r *curev1.RunReport, clip func(string, int) string
 	if r.GetEndedUnixMs() > 0 {
 		dur = (time.Duration(r.GetEndedUnixMs()-r.GetStartedUnixMs()) * time.Millisecond).Round(time.Second).String()
 	}
-	fmt.Fprintf(w, "\nrun %s  node %s  mode %s  status %s  %s  reboots %d\n", r.GetRunId(), r.GetNodeId(),
-		strings.TrimPrefix(r.GetMode().String(), "MODE_"), strings.ToUpper(RunLabel(RunStatusOf(r))), dur, r.GetReboots())
+	fmt.Fprintf(w, "\nrun %s  node %s  mode %s  status %s  %s  reboots %d  boot path %s\n", r.GetRunId(), r.GetNodeId(),
+		strings.TrimPrefix(r.GetMode().String(), "MODE_"), strings.ToUpper(RunLabel(RunStatusOf(r))), dur, r.GetReboots(), BootPath(r.GetBootPath()))
 	if r.GetMessage() != "" {
 		fmt.Fprintf(w, "  %s\n", textsafe.Line(r.GetMessage()))
 	}

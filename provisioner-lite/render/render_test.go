@@ -23,12 +23,12 @@ func TestTimelineAndReport(t *testing.T) {
 	}
 	b.Reset()
 	PrintReport(&b, &curev1.RunReport{
-		RunId: "r1", NodeId: "n1", Mode: curev1.Mode_MODE_PROVISION, Status: "succeeded", StartedUnixMs: 0, EndedUnixMs: 90_000, Reboots: 2,
+		RunId: "r1", NodeId: "n1", Mode: curev1.Mode_MODE_PROVISION, Status: "succeeded", StartedUnixMs: 0, EndedUnixMs: 90_000, Reboots: 2, BootPath: "uefi-https",
 		Phases:   []*curev1.PhaseRecord{{Name: "nvme", Status: "skipped", Attempts: 1, StartedUnixMs: 1, EndedUnixMs: 1001}},
 		Verdicts: []*curev1.Verdict{{Component: "nvme/0", Check: "firmware", Status: curev1.VerdictStatus_MATCH, Observed: "7.2.22", Expected: "7.2.22"}},
 	})
 	out = b.String()
-	for _, want := range []string{"status SUCCEEDED", "1m30s", "reboots 2", "nvme/0", "MATCH", "7.2.22", "SKIPPED"} {
+	for _, want := range []string{"status SUCCEEDED", "1m30s", "reboots 2  boot path uefi-https", "nvme/0", "MATCH", "7.2.22", "SKIPPED"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
