@@ -452,6 +452,33 @@ CREATE TABLE sku_pcrs (
 	PRIMARY KEY (sku, firmware, pcr, image)
 );
 `},
+	// Several instances behind one address (instances.go): the instance
+	// registry (each instance's artifact base URL, the manifest bundle it
+	// runs, its last heartbeat), named leases (one holder at a time: the
+	// proxy DHCP/TFTP front door) and the manifest bundles every instance
+	// loads, versioned.
+	{sql: `
+CREATE TABLE instances (
+	id               TEXT PRIMARY KEY,
+	artifact_url     TEXT NOT NULL DEFAULT '',
+	manifest_version {bigint} NOT NULL DEFAULT 0,
+	started_at       {bigint} NOT NULL DEFAULT 0,
+	seen_at          {bigint} NOT NULL DEFAULT 0
+);
+CREATE TABLE named_leases (
+	name   TEXT PRIMARY KEY,
+	holder TEXT NOT NULL DEFAULT '',
+	held_since {bigint} NOT NULL DEFAULT 0,
+	held_until {bigint} NOT NULL DEFAULT 0
+);
+CREATE TABLE manifest_bundles (
+	version    {serial},
+	sha256     TEXT NOT NULL,
+	files      TEXT NOT NULL,
+	pushed_by  TEXT NOT NULL DEFAULT '',
+	created_at {bigint} NOT NULL
+);
+`},
 }
 
 // migrationSteps are the data conversions SQL cannot express, by the schema
