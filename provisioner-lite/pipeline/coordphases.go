@@ -222,7 +222,12 @@ func (ck *checkCtl) preflight(ctx context.Context, r *store.Run) outcome {
 			strings.Join(missing, "; "), r.Manifest)
 	}
 	if len(warnings) > 0 {
-		ck.coordEvent(ctx, *r, modes.Preflight, runstate.EventLog, "WARN", "needed only on drift: "+strings.Join(warnings, "; "), 0)
+		// Say what the note means and what to do: a bare "needed only on
+		// drift" read as an unexplained fault on every provision.
+		ck.coordEvent(ctx, *r, modes.Preflight, runstate.EventLog, "WARN", fmt.Sprintf("SKU %s names firmware that is not in the artifact store (%s): "+
+			"a node whose component already has the SKU's version does not need it and this run goes on; a node that differs would fail that firmware update. "+
+			"Add the file with `provisioner-lite artifacts add --state-dir STATE FILE`, or remove the entry's artifact from the SKU to only check the version",
+			r.Manifest, strings.Join(warnings, "; ")), 0)
 	}
 	inputs := "manifest " + r.Manifest + " valid"
 	if mode == modes.Verify {
