@@ -134,7 +134,7 @@ func TestManifestBundles(t *testing.T) {
 	if _, ok, _ := s.NewestManifestBundle(ctx, v2); ok {
 		t.Fatal("a bundle newer than the newest")
 	}
-	if _, err := s.w.ExecContext(ctx, `UPDATE manifest_bundles SET sha256 = 'x' WHERE version = ?`, v2); err != nil {
+	if _, err := s.w.ExecContext(ctx, s.dialect.rebind(`UPDATE manifest_bundles SET sha256 = 'x' WHERE version = ?`), v2); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.NewestManifestBundle(ctx, 0); err == nil {
