@@ -124,7 +124,15 @@ func openPostgres(dsn string, opts ...Option) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", Redacted(dsn), err)
 	}
+	if err := checkNotNewerDB(ctx, db, true); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", Redacted(dsn), err)
+	}
 	if err := migratePostgres(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", Redacted(dsn), err)
+	}
+	if err := recordVersion(ctx, db, postgresDialect); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", Redacted(dsn), err)
 	}

@@ -139,7 +139,15 @@ func Open(path string, opts ...Option) (*Store, error) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if err := checkNotNewerDB(ctx, w, false); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+	}
 	if err := migrate(ctx, w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+	}
+	if err := recordVersion(ctx, w, sqliteDialect); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("store: open %s: %w", abs, err)
 	}
