@@ -48,6 +48,7 @@ import (
 	"github.com/cure-oss/cure/builder/spec"
 	"github.com/cure-oss/cure/builder/toolbundle"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
+	"github.com/cure-oss/cure/tools/version"
 )
 
 func main() {
@@ -80,7 +81,11 @@ func run() error {
 	into := flag.String("into", "", "with --build-gpu-burn: the driver bundle directory")
 	var tools toolList
 	flag.Var(&tools, "tool", "extra host file for the image, HOSTPATH[:IMAGEPATH] (repeatable; ELF shared libraries come along)")
+	printVersion := version.Flag(flag.CommandLine, "cure-build")
 	flag.Parse()
+	if printVersion(os.Stdout) {
+		os.Exit(0)
+	}
 	if flag.NArg() != 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
 	}

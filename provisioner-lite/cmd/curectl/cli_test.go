@@ -50,7 +50,7 @@ func TestCLIHelpWithoutCA(t *testing.T) {
 		{[]string{"nodes", "add", "--help"}, []string{"--bmc-password-stdin", "--mac", "-f, --f"}},
 		// Flags after the command and its flags, too.
 		{[]string{"nodes", "list", "--help", "--server", "x:1"}, []string{"curectl nodes list"}},
-		{[]string{"--version"}, []string{"curectl version "}},
+		{[]string{"--version"}, []string{"curectl "}},
 		{[]string{"completion", "bash"}, []string{"bash completion", "__start_curectl"}},
 	} {
 		rc, out, errOut := runCaptured(t, tc.args...)

@@ -26,7 +26,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -34,6 +33,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/provisioner-lite/render"
+	"github.com/cure-oss/cure/tools/version"
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 	"google.golang.org/grpc"
@@ -46,10 +46,6 @@ import (
 // stdin is where --bmc-password-stdin and the wipe confirmation read (tests
 // replace it).
 var stdin io.Reader = os.Stdin
-
-// version is set at link time (-ldflags "-X main.version=v1.2.3"); without
-// it the module version and VCS revision from the build info are shown.
-var version = ""
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout))
@@ -73,6 +69,8 @@ func run(args []string, out io.Writer) int {
 	root := a.rootCmd()
 	root.SetArgs(args)
 	root.SetOut(out)
+	// The pinned --version line alone (cobra would print "curectl version …").
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetErr(os.Stderr)
 	err := root.Execute()
 	for _, c := range a.closers {
@@ -87,26 +85,8 @@ func run(args []string, out io.Writer) int {
 	return 2
 }
 
-func versionString() string {
-	v, rev := version, ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v == "" {
-			v = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				rev = s.Value
-			}
-		}
-	}
-	if v == "" {
-		v = "(devel)"
-	}
-	if rev != "" && !strings.Contains(v, rev[:min(12, len(rev))]) {
-		v += " (" + rev[:min(12, len(rev))] + ")"
-	}
-	return v
-}
+// versionString is the release or module version the man pages name.
+func versionString() string { return version.Get().Version }
 
 func (a *app) rootCmd() *cobra.Command {
 	root := &cobra.Command{
@@ -118,7 +98,7 @@ Without --cert/--key it uses operators/operator.pem beside the CA file, else
 operators/admin.pem (the certificate provisioner-lite init issues).
 Flags may be given anywhere on the line; defaults come from CURE_SERVER,
 CURE_CA, CURE_CERT and CURE_KEY.`,
-		Version:       versionString(),
+		Version:       version.String("curectl"),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          cobra.NoArgs,

@@ -29,6 +29,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/qemu-test/harness"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
+	"github.com/cure-oss/cure/tools/version"
 )
 
 // Faults -inject knows.
@@ -54,7 +55,11 @@ func main() {
 	flag.StringVar(&o.injectAt, "inject-at", "", "the suite stage whose start triggers -inject (default: the validate phase's start)")
 	flag.BoolVar(&o.hold, "hold", false, "after the run keep the coordinator, BMC and node up for curectl until interrupted")
 	flag.BoolVar(&o.verbose, "v", false, "also print the coordinator log")
+	printVersion := version.Flag(flag.CommandLine, "cure-demo")
 	flag.Parse()
+	if printVersion(os.Stdout) {
+		os.Exit(0)
+	}
 	m, err := modes.Parse(*mode)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cure-demo:", err)

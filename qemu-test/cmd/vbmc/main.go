@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/cure-oss/cure/qemu-test/vbmc"
+	"github.com/cure-oss/cure/tools/version"
 )
 
 func main() {
@@ -55,7 +56,11 @@ func parseFlags() cliFlags {
 	flag.StringVar(&f.nodesYAML, "nodes-yaml", "", "write a provisioner-lite node inventory for these BMCs here (fingerprints pinned with -tls)")
 	flag.BoolVar(&f.debug, "debug", false, "debug logs")
 	flag.StringVar(&f.profile, "profile", "", "vendor profile every BMC takes (see docs/REDFISH.md; e.g. dell-idrac9, hpe-ilo5)")
+	printVersion := version.Flag(flag.CommandLine, "vbmc")
 	flag.Parse()
+	if printVersion(os.Stdout) {
+		os.Exit(0)
+	}
 	return f
 }
 

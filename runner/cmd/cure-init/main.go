@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cure-oss/cure/runner/pid1"
+	"github.com/cure-oss/cure/tools/version"
 )
 
 const (
@@ -24,6 +25,12 @@ const (
 )
 
 func main() {
+	// Never as PID 1: exiting there panics the kernel, and the kernel hands
+	// init the command line's stray words.
+	if os.Getpid() != 1 && version.Requested(os.Args[1:]) {
+		fmt.Println(version.String("cure-init"))
+		return
+	}
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 	pid1.HoldSignals(logf)
 	if os.Getpid() != 1 {

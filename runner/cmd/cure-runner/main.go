@@ -36,13 +36,14 @@ import (
 	"github.com/cure-oss/cure/tools/gpu/driver"
 	"github.com/cure-oss/cure/tools/mstflint"
 	"github.com/cure-oss/cure/tools/toolbundle"
+	"github.com/cure-oss/cure/tools/version"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = ""
+// linkedVersion is set at build time with -ldflags "-X main.linkedVersion=...".
+var linkedVersion = ""
 
 // alwaysModules have no modalias (filesystems, codepages) but the CIDATA
 // seed partition needs them.
@@ -69,7 +70,11 @@ func main() {
 	flag.StringVar(&o.cmdline, "cmdline", "", "kernel command line to use instead of <sysroot>/proc/cmdline")
 	flag.StringVar(&o.caFile, "ca", transport.DefaultCAFile, "PEM file with the coordinator's CA")
 	flag.StringVar(&o.modulesDir, "modules", "", "kernel modules directory (default /lib/modules/$(uname -r))")
+	printVersion := version.Flag(flag.CommandLine, "cure-runner")
 	flag.Parse()
+	if printVersion(os.Stdout) {
+		os.Exit(0)
+	}
 
 	console := openConsole(o.dryRun)
 	r := &runner{opt: o, console: console, procRoot: filepath.Join(o.root, "proc"), timeline: timeline}
@@ -475,7 +480,7 @@ func (dryRebooter) Reboot() error {
 	return fmt.Errorf("dry run: %w", agent.ErrNoReboot)
 }
 
-func runnerVersion() string { return buildinfo.Version(version) }
+func runnerVersion() string { return buildinfo.Version(linkedVersion) }
 
 // httpsBootParams fetches the per-boot parameters of a signed image booted
 // over UEFI HTTP: from the boot server in the firmware's boot option, over

@@ -27,6 +27,7 @@ import (
 	"github.com/cure-oss/cure/runner/boot"
 	"github.com/cure-oss/cure/runner/optools"
 	"github.com/cure-oss/cure/tools/toolbundle"
+	"github.com/cure-oss/cure/tools/version"
 )
 
 // The pin's default path and the wrappers' interpreter (this command in
@@ -55,8 +56,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	httpURL := fs.String("http", "", "the coordinator's artifact server (default: cure.http= of the kernel command line)")
 	pin := fs.String("pin", pinFile, "the tool bundle pin the image was built with")
 	dir := fs.String("dir", optools.Dir, "where fetched tools are unpacked (tmpfs)")
+	printVersion := version.Flag(fs, "cure-tools")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
+	}
+	if printVersion(stdout) {
+		return nil
 	}
 	if fs.NArg() == 0 {
 		return errUsage

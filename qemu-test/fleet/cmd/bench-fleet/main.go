@@ -28,6 +28,7 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/qemu-test/fleet"
+	"github.com/cure-oss/cure/tools/version"
 )
 
 func main() {
@@ -38,7 +39,11 @@ func main() {
 	flag.Float64Var(&o.scale, "scale", 2, "simulated seconds per real second (the phases run this many times faster than on a real node; the coordinator has the same fixed costs whatever the scale, so a high scale measures this machine's CPU, not the batch)")
 	flag.StringVar(&o.bin, "coordinator", "", "a provisioner-lite binary to measure instead of building this tree's (a before/after comparison on the same machine)")
 	flag.StringVar(&o.profile, "profile", "", "save the coordinator's CPU and heap profiles of each size in this directory")
+	printVersion := version.Flag(flag.CommandLine, "bench-fleet")
 	flag.Parse()
+	if printVersion(os.Stdout) {
+		os.Exit(0)
+	}
 	ns, err := parseSizes(*sizes)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-fleet:", err)

@@ -23,6 +23,7 @@ import (
 	"github.com/cure-oss/cure/qemu-test/hostos/phonehome"
 	"github.com/cure-oss/cure/runner/boot"
 	"github.com/cure-oss/cure/runner/pid1"
+	"github.com/cure-oss/cure/tools/version"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,6 +34,10 @@ const seedDir = "/run/cidata"
 var fatModules = []string{"vfat", "nls_cp437", "nls_iso8859_1", "nls_ascii"}
 
 func main() {
+	if os.Getpid() != 1 && version.Requested(os.Args[1:]) {
+		fmt.Println(version.String("hostready"))
+		return
+	}
 	log := slog.New(slog.NewTextHandler(&prefixWriter{w: os.Stdout, prefix: []byte("CURE-HOSTOS: ")},
 		&slog.HandlerOptions{ReplaceAttr: dropTime}))
 	if err := run(log); err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cure-oss/cure/qemu-test/hostos/hostdisk"
+	"github.com/cure-oss/cure/tools/version"
 )
 
 func main() {
@@ -25,7 +26,11 @@ func main() {
 	size := flag.Int("size-mib", 64, "disk size in MiB")
 	cidata := flag.Int("cidata-mib", 8, "CIDATA partition size in MiB")
 	stub := flag.String("efi-stub", "/usr/lib/systemd/boot/efi/linuxx64.efi.stub", "EFI stub (systemd-boot-efi) for the UEFI boot path (\\EFI\\BOOT\\BOOTX64.EFI); empty: BIOS only")
+	printVersion := version.Flag(flag.CommandLine, "mkhostdisk")
 	flag.Parse()
+	if printVersion(os.Stdout) {
+		os.Exit(0)
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := run(*kernel, *initrd, *out, *appendArgs, *stub, *size, *cidata, log); err != nil {
 		fmt.Fprintln(os.Stderr, "mkhostdisk:", err)

@@ -43,6 +43,7 @@ import (
 
 	"github.com/cure-oss/cure/tools/chunklist"
 	"github.com/cure-oss/cure/tools/diskimage"
+	"github.com/cure-oss/cure/tools/version"
 )
 
 const block = 4 << 20
@@ -82,7 +83,11 @@ func main() {
 	verList := flag.String("verify", "chunked", "comma-separated verifications, each run alternately with the baseline, one row each: whole (the download's sha256 at its end), chunked (the chunk list, "+chunklist.DefaultAlg.String()+"), chunked-sha256, chunked-blake3")
 	flag.IntVar(&connections, "connections", 1, "HTTP Range connections of the chunked writer (Options.Connections)")
 	decList := flag.String("decoders", "", "comma-separated Options.Decoder values (auto, cure-zstd, klauspost-zstd, exec, go) each run alternately with the baseline, one row each (default: auto only)")
+	printVersion := version.Flag(flag.CommandLine, "bench-install")
 	flag.Parse()
+	if printVersion(os.Stdout) {
+		os.Exit(0)
+	}
 	decoders = []string{diskimage.DecoderAuto}
 	if *decList != "" {
 		decoders = strings.Split(*decList, ",")

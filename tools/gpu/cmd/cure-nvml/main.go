@@ -61,6 +61,7 @@ import (
 
 	"github.com/cure-oss/cure/tools/gpu"
 	"github.com/cure-oss/cure/tools/gpu/nvmlsource"
+	"github.com/cure-oss/cure/tools/version"
 )
 
 type report struct {
@@ -117,8 +118,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.interval, "interval", 5*time.Second, "sampling interval")
 	sample := fs.Bool("sample", false, "print GPU telemetry as JSON lines, one every -interval, instead of checking")
 	count := fs.Int("count", 0, "with -sample: how many lines (0: until SIGTERM or stdout closes)")
+	printVersion := version.Flag(fs, "cure-nvml")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if printVersion(stdout) {
+		return 0
 	}
 	if *sample {
 		return runSample(*libPath, c.interval, *count, stdout, stderr)

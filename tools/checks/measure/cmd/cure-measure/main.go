@@ -28,12 +28,17 @@ import (
 	"github.com/cure-oss/cure/tools/checks"
 	"github.com/cure-oss/cure/tools/checks/measure"
 	"github.com/cure-oss/cure/tools/toolbundle"
+	"github.com/cure-oss/cure/tools/version"
 )
 
 func main() {
 	archive := flag.String("archive", "", "the tool bundle, verified by the runner")
 	dir := flag.String("dir", "", "where the programs are unpacked (tmpfs)")
+	printVersion := version.Flag(flag.CommandLine, "cure-measure")
 	flag.Parse()
+	if printVersion(os.Stdout) {
+		os.Exit(0)
+	}
 	if *archive == "" || *dir == "" || flag.NArg() != 0 {
 		fmt.Fprintln(os.Stderr, "usage: cure-measure -archive BUNDLE.tar.zst -dir DIR < request.json")
 		os.Exit(2)

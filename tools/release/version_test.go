@@ -1,0 +1,69 @@
+package release
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestVersionFlag builds every binary of the module in one go build (one
+// build cache: the packages are those `go test ./...` already compiled)
+// and asks each for its --version line.
+func TestVersionFlag(t *testing.T) {
+	dir := builtBinaries(t)
+	rev := gitOutput(t, "rev-parse", "HEAD")[:12]
+	for _, b := range Binaries {
+		t.Run(b.Name, func(t *testing.T) {
+			out, err := exec.Command(filepath.Join(dir, b.Name), "--version").CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s --version: %v\n%s", b.Name, err, out)
+			}
+			// "<binary> <version> (<revision12>[+dirty], <goversion>)"
+			re := regexp.MustCompile(`^` + regexp.QuoteMeta(b.Name) + ` (\S+) \(([0-9a-f]{12})(\+dirty)?, (go1\.\S+)\)\n$`)
+			m := re.FindStringSubmatch(string(out))
+			if m == nil {
+				t.Fatalf("%s --version printed %q, want the line %s", b.Name, out, re)
+			}
+			if m[2] != rev {
+				t.Errorf("%s --version names revision %s, the checkout is at %s", b.Name, m[2], rev)
+			}
+		})
+	}
+}
+
+// builtBinaries builds Binaries once per test binary into a shared
+// directory (TestDebPackageContents packs the same ones).
+func builtBinaries(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		start := time.Now()
+		buildDir, buildErr = os.MkdirTemp("", "cure-release-bin-")
+		if buildErr != nil {
+			return
+		}
+		buildErr = BuildBinaries(t.Context(), repoRoot(t), buildDir, Binaries, BuildOptions{})
+		t.Logf("built %d binaries in %s", len(Binaries), time.Since(start).Round(time.Millisecond))
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildDir
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	return gitOutput(t, "rev-parse", "--show-toplevel")
+}
+
+func gitOutput(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("git", args...).Output()
+	if err != nil {
+		t.Fatalf("git %s: %v", strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(string(out))
+}
