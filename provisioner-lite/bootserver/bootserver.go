@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cure-oss/cure/provisioner-lite/artifactpeer"
 	"github.com/cure-oss/cure/provisioner-lite/bootgate"
 	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -43,6 +44,14 @@ type Config struct {
 	// Served, if set, is told the bytes sent for every file request, by
 	// kind: "kernel", "initrd" or "artifact" (metrics). It must not block.
 	Served func(kind string, bytes int64)
+	// Fill, if set, is asked for an artifact missing from ArtifactDir
+	// (another instance's, or a mirror's: artifactpeer.Filler.Ensure); it
+	// returns once the artifact is in the store, verified, or why not. A
+	// peer instance's own fetch (artifactpeer.PeerHeader) is answered from
+	// the store only.
+	Fill func(ctx context.Context, sha256hex string) error
+	// FillTimeout bounds a request's wait for Fill (default 30 min).
+	FillTimeout time.Duration
 }
 
 // Limits are what a hostile client meets (docs/SECURITY.md); zero fields take
@@ -434,8 +443,42 @@ func (s *Server) artifact(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "artifact name must be a sha256: 64 hex digits", http.StatusBadRequest)
 		return
 	}
+	if !s.fill(w, r, h) {
+		return
+	}
 	// Content never changes under a hash name: the hash is the ETag and clients may cache forever.
 	s.serveFile(w, r, ArtifactPath(s.cfg.ArtifactDir, h), `"`+h+`"`, "public, max-age=31536000, immutable")
+}
+
+// fill fetches a missing artifact through Config.Fill; false: the
+// request was answered (no source has it, or the fetch failed).
+func (s *Server) fill(w http.ResponseWriter, r *http.Request, h string) bool {
+	if s.cfg.Fill == nil || r.Header.Get(artifactpeer.PeerHeader) != "" {
+		return true
+	}
+	if _, err := os.Stat(ArtifactPath(s.cfg.ArtifactDir, h)); err == nil {
+		return true
+	}
+	wait := s.cfg.FillTimeout
+	if wait <= 0 {
+		wait = 30 * time.Minute
+	}
+	// The fetch may outlast the write deadline of an answer: it is bounded
+	// by wait instead, and the download's stall limit applies after.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + s.cfg.Limits.Write))
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	err := s.cfg.Fill(ctx, h)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, artifactpeer.ErrNotFound):
+		http.Error(w, "not found: "+h+" (not at any peer instance or mirror)", http.StatusNotFound)
+	default:
+		s.log.Error("artifact fetch from peers failed", "sha256", h, "err", err)
+		http.Error(w, "artifact "+h+" could not be fetched from a peer instance or mirror", http.StatusBadGateway)
+	}
+	return false
 }
 
 // serveFile serves path with http.ServeContent (Range, If-Range, HEAD,
