@@ -103,6 +103,7 @@ type Metrics struct {
 	nodes *nodeMetrics
 	dash  *dashboardMetrics
 	pool  *poolMetrics
+	inst  *instanceMetrics
 }
 
 // New registers every family in a fresh registry (plus Go runtime and
@@ -157,6 +158,7 @@ func New(o Options) *Metrics {
 	m.nodes = newNodeMetrics(o)
 	m.dash = newDashboardMetrics(reg)
 	m.pool = newPoolMetrics(reg)
+	m.inst = newInstanceMetrics(reg)
 	for _, c := range []prometheus.Collector{m.runsStarted, m.runsEnded, m.runsActive, m.phaseDuration, m.runReboots, m.retries,
 		m.redfishDuration, m.redfishErrors, m.redfishRetries, m.runnersConnected, m.runnerSessions, m.eventLag, m.artifactBytes,
 		m.commitDuration, m.commitOps, m.webhooks, m.bootStage, m.nodes,
