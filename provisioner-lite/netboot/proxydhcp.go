@@ -63,6 +63,10 @@ type Config struct {
 	PerAddrRate  float64
 	PerAddrBurst int
 	Log          *slog.Logger
+	// Standby, if set and true, leaves every request unanswered (counted
+	// as ignored): another coordinator instance holds the front door's
+	// lease and answers; this one takes over when it gets the lease.
+	Standby func() bool
 }
 
 // Inventory is the inventory check of every boot request. It runs before
@@ -222,6 +226,10 @@ func (p *ProxyDHCP) serve(conn *net.UDPConn, port int) error {
 			return fmt.Errorf("read port %d: %w", port, err)
 		}
 		p.received.Add(1)
+		if p.cfg.Standby != nil && p.cfg.Standby() {
+			p.ignored.Add(1)
+			continue
+		}
 		m, err := dhcpv4.FromBytes(buf[:n])
 		if err != nil {
 			p.ignored.Add(1)

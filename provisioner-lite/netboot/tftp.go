@@ -100,6 +100,10 @@ type TFTP struct {
 	wg      sync.WaitGroup
 
 	requests, overBudget, refused, unacked, evicted, sent, failed atomic.Uint64
+
+	// Standby, if set (before Serve) and true, leaves requests unanswered:
+	// another coordinator instance holds the front door's lease.
+	Standby func() bool
 }
 
 // transfer is one read, pending (waiting for its first acknowledgement)
@@ -267,6 +271,9 @@ func (t *TFTP) request(b []byte, from *net.UDPAddr, dst net.IP) {
 		return
 	}
 	t.requests.Add(1)
+	if t.Standby != nil && t.Standby() {
+		return // another instance holds the front door's lease
+	}
 	if !t.sources.Allow(ip.String()) {
 		t.overBudget.Add(1)
 		t.refusals.Note(refusedBudget, ip.String())
