@@ -7,7 +7,7 @@
 # DHCP server, systemd-boot's EFI stub and binutils' objcopy for the host
 # disk's unified kernel image; sbsigntool and faketime to sign the CURE
 # image reproducibly; swtpm and swtpm-tools for the QEMU nodes' TPMs and the
-# attestation tests, tpm2-tools; python3-sushy for the virtual BMC's Ironic
+# attestation tests, tpm2-tools; systemd for systemd-analyze verify of deploy/systemd; python3-sushy for the virtual BMC's Ironic
 # client probes; fio, stress-ng, iperf3, perftest and nvme-cli for the tool bundle, whose
 # pinned versions initramfs/toolbundle.yaml names) and Debian's kernel,
 # unpacked under .cache/kernel.
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(qemu-system-x86 qemu-utils ipxe-qemu zstd lz4 cpio nvme-cli mstflint syslinux syslinux-common extlinux mtools dosfstools fdisk xz-utils postgresql pci.ids
   ovmf ipxe dnsmasq-base systemd-boot-efi binutils iproute2 python3-sushy chromium fio stress-ng iperf3 perftest
-  sbsigntool faketime swtpm swtpm-tools tpm2-tools)
+  sbsigntool faketime swtpm swtpm-tools tpm2-tools systemd)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
