@@ -52,8 +52,9 @@ func outDir(t *testing.T) string {
 // task, a sleep, an idle host OS) overlap another's boot. Serial: the
 // shared environments (sharedEnv, allDriftEnv), the burn-ins with short
 // budgets (shortBudgets), the boot-time measurements, the marginal-node
-// fleet (its bar compares the nodes' speeds) and the tests in network
-// namespaces with fixed device names.
+// fleet (its bar compares the nodes' speeds). The tests in network
+// namespaces run in parallel too, one at a time among themselves
+// (netnsTests).
 func startEnv(t *testing.T, o harness.Options) *harness.Env {
 	t.Helper()
 	o.Out = outDir(t)

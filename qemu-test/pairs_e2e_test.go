@@ -93,6 +93,9 @@ func TestNodePairBurnin(t *testing.T) {
 	if _, err := os.Stat(harness.ToolBundlePath(out)); err != nil {
 		t.Fatalf("the tool bundle is not built (make toolbundle): %v", err)
 	}
+	t.Parallel() // beside the other tests, one namespace test at a time: netnsTests
+	netnsTests.Lock()
+	defer netnsTests.Unlock()
 	coord, dhcp := fmt.Sprintf("cure-pcoord-%d", os.Getpid()), fmt.Sprintf("cure-pdhcp-%d", os.Getpid())
 	ipCmd(t, "netns", "add", coord)
 	t.Cleanup(func() { deleteNetns(t, coord) })

@@ -71,6 +71,9 @@ func TestUEFIProxyDHCPProvision(t *testing.T) {
 	if len(missing) > 0 {
 		t.Fatalf("missing %v: run scripts/install-deps.sh (ovmf, ipxe, dnsmasq-base, iproute2)", missing)
 	}
+	t.Parallel() // beside the other tests, one namespace test at a time: netnsTests
+	netnsTests.Lock()
+	defer netnsTests.Unlock()
 	site := newSiteNetwork(t)
 	dnsmasqLog := site.startDHCP(t)
 
