@@ -66,6 +66,7 @@ type Config struct {
 	PeerGRPC   string        // --peer-grpc: other instances of this fleet, host:port comma-separated
 	LeaseTTL   time.Duration // --lease-ttl (default store.DefaultLeaseTTL)
 	StatsEvery time.Duration // --stats-every: store statistics logged this often (default 1m; 0: never)
+	Shared     SharedConfig  // --artifact-mirror, --manifests-from-store (instances.go)
 
 	Webhooks          []string // --webhook: URLs notified when a run ends or needs attention
 	WebhookSecretFile string   // --webhook-secret-file ("": webhook.secret in the state dir)

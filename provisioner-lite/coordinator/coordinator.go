@@ -68,7 +68,7 @@ func (co *Coordinator) Serve(ctx context.Context) error {
 	d := &daemon{c: co.cfg, log: co.log, stop: stop}
 	defer d.cleanup()
 	for _, step := range []func(context.Context) error{
-		d.preflight, d.openState, d.importSite, d.openListeners, d.prepareBMCs, d.wire, d.serve,
+		d.preflight, d.openState, d.openShared, d.importSite, d.openListeners, d.prepareBMCs, d.wire, d.serve,
 	} {
 		if err := step(ctx); err != nil {
 			return err

@@ -56,6 +56,7 @@ type daemon struct {
 	bmcs    *bmcpool.Connector
 	bmcPool *bmcpool.Pool
 	rec     *audit.Recorder
+	shared  *sharedState // several instances: instances.go
 
 	services
 }
@@ -77,8 +78,10 @@ func (d *daemon) cleanup() {
 // reach.
 func (d *daemon) preflight(context.Context) error {
 	c := &d.c
-	d.site = sitecheck.Site(c.ManifestDir, c.NodesFile)
-	if err := d.site.Err(); err != nil {
+	if c.Shared.ManifestsFromStore {
+		d.log.Info("manifests from the store: the site is linted on the newest bundle once the store is open")
+	} else if d.site = sitecheck.Site(c.ManifestDir, c.NodesFile); d.site.Err() != nil {
+		err := d.site.Err()
 		return fmt.Errorf("refusing to start: %w\n(`provisioner-lite check --manifests %s --nodes %s` lists the same)", err, c.ManifestDir, c.NodesFile)
 	}
 	fdLimit, err := nofileLimit()

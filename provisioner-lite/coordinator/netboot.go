@@ -41,6 +41,9 @@ type netbootPlan struct {
 	// gets from MACs not in the inventory, within their budget
 	// (pipeline.Engine.UnknownMAC shows them on the runs waiting for CURE).
 	onUnknownMAC func(ctx context.Context, mac, source string)
+	// standby, if set, is true while another instance holds the front
+	// door's lease: proxy DHCP and TFTP then answer nothing.
+	standby func() bool
 }
 
 // prepare checks the flags and reads the iPXE builds, before anything
@@ -144,6 +147,7 @@ func (p *netbootPlan) start(ctx context.Context, log *slog.Logger, scriptURL, ba
 			conn.Close()
 			return stop, err
 		}
+		srv.Standby = p.standby
 		go func() {
 			if err := srv.Serve(conn); err != nil {
 				errc <- fmt.Errorf("tftp: %w", err)
@@ -174,7 +178,7 @@ func (p *netbootPlan) start(ctx context.Context, log *slog.Logger, scriptURL, ba
 	}
 	boot.HTTPBase = strings.TrimRight(baseURL, "/") + bootserver.IPXEBuildsPath
 	px, err := netboot.NewProxyDHCP(netboot.Config{Interface: p.flags.pxeInterface, ServerIP: serverIP, Boot: boot,
-		Inventory: inv, AnswerUnknown: p.flags.AllMACs, OnUnknown: p.unknownObserver(ctx), Log: log})
+		Inventory: inv, AnswerUnknown: p.flags.AllMACs, OnUnknown: p.unknownObserver(ctx), Log: log, Standby: p.standby})
 	if err != nil {
 		stop()
 		return func() {}, err

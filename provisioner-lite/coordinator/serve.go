@@ -79,7 +79,7 @@ func (d *daemon) wire(ctx context.Context) error {
 	var err error
 	d.bs, err = bootserver.New(bootserver.Config{ImageDir: c.ImageDir, ArtifactDir: d.artifactDir, BaseURL: d.baseURL, Logger: log,
 		Limits:     bootserver.Limits{MaxConns: d.plan.http.Conns, MaxConnsPerSource: d.plan.http.PerSource},
-		IPXEBuilds: d.nb.builds(), Served: d.obs.m.ArtifactServed}, d.eng)
+		IPXEBuilds: d.nb.builds(), Served: d.obs.m.ArtifactServed, Fill: d.fill()}, d.eng)
 	if err != nil {
 		return err
 	}
@@ -106,6 +106,9 @@ func (d *daemon) serve(ctx context.Context) error {
 	c, log := &d.c, d.log
 	d.errc = make(chan error, 4)
 	d.nb.onUnknownMAC = func(ctx context.Context, mac, source string) { d.eng.UnknownMAC(ctx, mac, "proxy DHCP", source) }
+	d.nb.standby = d.frontDoorStandby
+	d.onClose(d.releaseFrontDoor)
+	go d.runShared(ctx)
 	stopNetboot, err := d.nb.start(ctx, log, d.bs.ScriptURL(), d.baseURL, d.st, d.errc)
 	if err != nil {
 		return err
