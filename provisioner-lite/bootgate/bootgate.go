@@ -35,6 +35,9 @@ import (
 // its opening time (windowOpened), which the claim settles from.
 func OpenWindow(r *store.Run) {
 	r.Pipeline.Boot = store.BootCURE
+	// A fresh boot window is a fresh CURE boot: a resumed run's wish for
+	// one is met (the batch must not boot yet another).
+	r.Pipeline.FreshCURE = ""
 	r.Pipeline.CUREWindow = fmt.Sprintf("w%d", time.Now().UnixNano())
 }
 

@@ -173,6 +173,17 @@ func startCases() []batchCase {
 					t.Errorf("status %+v", r.Pipeline)
 				}
 			}},
+		{name: "operator resume adopts the runner registered for the run since", run: resumed,
+			obs: batchObs{fresh: true, tail: 40, session: runner(refA, curev1.RunnerState_IDLE, "", 0)},
+			want: []string{"note hardware: run resumed: CURE boot boot-a registered for it since: adopted", "requeue"},
+			check: func(t *testing.T, r store.Run) {
+				if r.Pipeline.FreshCURE != "" || r.Pipeline.Batch.Seen != refA {
+					t.Errorf("status %+v, batch %+v", r.Pipeline, r.Pipeline.Batch)
+				}
+			}},
+		{name: "operator resume: a runner of another run is no reason not to boot", run: resumed,
+			obs:  batchObs{fresh: true, tail: 40, session: &sessionObs{ref: refB, runID: "r0", state: &curev1.RunnerState{Kind: curev1.RunnerState_IDLE}}},
+			want: []string{"reboot_into_cure: run resumed: its earlier CURE session ended with the run"}},
 		{name: "every phase done", run: done, want: []string{"done"}},
 	}
 }

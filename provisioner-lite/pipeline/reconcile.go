@@ -197,10 +197,8 @@ func (d *batchDecision) decide() {
 	}
 	d.b = d.r.Pipeline.Batch
 	if why := d.r.Pipeline.FreshCURE; why != "" {
-		// The run's end revoked its runner's session: a runner still idling
-		// in CURE cannot come back, so the batch boots a fresh CURE.
 		d.r.Pipeline.FreshCURE = ""
-		d.reboot("run " + why + ": its earlier CURE session ended with the run")
+		d.freshCURE(why)
 	}
 	d.actOnEvents()
 	if d.ended() {
@@ -237,6 +235,25 @@ func (d *batchDecision) enter() {
 		// reached was the runner's.
 		b.Current = d.r.Phase
 	}
+}
+
+// freshCURE is the first look of a batch in a run resumed by an operator:
+// the run's end closed its runner's session, so a runner idling in CURE
+// since then is no session of the run, and the batch boots a fresh CURE;
+// but a runner connected for the run now registered since the resume (an
+// ended run takes no session, its end closed every earlier one), with a
+// token of this run: it is adopted, not rebooted.
+func (d *batchDecision) freshCURE(why string) {
+	if cur := d.obs.session; cur != nil && cur.runID == d.r.ID {
+		var phase modes.PhaseName
+		if left := remaining(d.r, d.b.Phases); len(left) > 0 {
+			phase = left[0]
+		}
+		d.add(action{kind: actNote, phase: phase,
+			msg: fmt.Sprintf("run %s: CURE boot %s registered for it since: adopted, no second boot", why, cur.ref.BootID)})
+		return
+	}
+	d.reboot("run " + why + ": its earlier CURE session ended with the run")
 }
 
 // reboot asks for a reboot into CURE: whatever runner the batch followed is
