@@ -174,7 +174,7 @@ func startCases() []batchCase {
 				}
 			}},
 		{name: "operator resume adopts the runner registered for the run since", run: resumed,
-			obs: batchObs{fresh: true, tail: 40, session: runner(refA, curev1.RunnerState_IDLE, "", 0)},
+			obs:  batchObs{fresh: true, tail: 40, session: runner(refA, curev1.RunnerState_IDLE, "", 0)},
 			want: []string{"note hardware: run resumed: CURE boot boot-a registered for it since: adopted", "requeue"},
 			check: func(t *testing.T, r store.Run) {
 				if r.Pipeline.FreshCURE != "" || r.Pipeline.Batch.Seen != refA {
