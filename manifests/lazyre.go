@@ -10,12 +10,16 @@ import (
 // init cost both starts about 10 ms under QEMU (nameRE's bounded
 // repetition alone is a large program).
 type lazyRE struct {
+	expr    string
 	compile func() *regexp.Regexp
 }
 
 func lazyRegexp(expr string) lazyRE {
-	return lazyRE{compile: sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })}
+	return lazyRE{expr: expr, compile: sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })}
 }
+
+// String is the expression, uncompiled (the JSON Schema's patterns).
+func (l lazyRE) String() string { return l.expr }
 
 func (l lazyRE) MatchString(s string) bool { return l.compile().MatchString(s) }
 

@@ -5,6 +5,13 @@
 // directory). `provisioner-lite check` prints the result; the coordinator
 // runs the same lint at start and refuses to start on any problem. Every
 // problem names its file, line and field.
+//
+// Each YAML file is also checked against its published JSON Schema
+// (manifests/schema), the one editors use. The loaders check more than a
+// schema can say, so their word wins: a schema problem on a line or field
+// the loader already reported is dropped (one problem per place), and
+// one the loader missed is reported, marked "(schema FILE)": the schema
+// and the loader disagree, and the generator needs fixing.
 package sitecheck
 
 import (
@@ -13,11 +20,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/manifests/schema"
 	"github.com/cure-oss/cure/provisioner-lite/catalog"
 	"github.com/cure-oss/cure/provisioner-lite/nodes"
 	"github.com/cure-oss/cure/provisioner-lite/store"
@@ -67,13 +76,62 @@ func Site(manifestDir, nodesFile string) *Result {
 	r.manifests()
 	if nodesFile != "" {
 		ns, err := nodes.Load(nodesFile, nodes.WithSKUCheck(KnownSKU(manifestDir)))
-		if err != nil {
-			r.add(err)
-		} else {
+		var sp []manifests.FieldError
+		var serr error
+		if ext := strings.ToLower(filepath.Ext(nodesFile)); ext == ".yaml" || ext == ".yml" {
+			if data, rerr := os.ReadFile(nodesFile); rerr == nil {
+				sp, serr = schema.ValidateNodes(nodesFile, data)
+			}
+		}
+		r.addChecked(nodesFile, err, sp, serr)
+		if err == nil {
 			r.Nodes = ns
 		}
 	}
 	return r
+}
+
+// addChecked records a file's problems: the loader's (loaderErr) and the
+// schema's that fall on no line and no field the loader reported.
+// schemaErr (the file could not be checked) counts only when the loader
+// found nothing, since a file the loader refuses (YAML syntax) is one the
+// schema cannot read either.
+func (r *Result) addChecked(file string, loaderErr error, schemaProblems []manifests.FieldError, schemaErr error) {
+	before := len(r.Problems)
+	if loaderErr != nil {
+		r.add(loaderErr)
+	}
+	lines, fields := map[int]bool{}, map[string]bool{}
+	for _, p := range r.Problems[before:] {
+		if line, field, ok := place(file, p); ok {
+			lines[line], fields[field] = true, true
+		}
+	}
+	for _, fe := range schemaProblems {
+		if lines[fe.Line] || fe.Field != "" && fields[fe.Field] {
+			continue
+		}
+		r.Problems = append(r.Problems, fe.Error())
+	}
+	if schemaErr != nil && loaderErr == nil {
+		r.addf("%s: schema check: %v", file, schemaErr)
+	}
+}
+
+// place reads the line and field of a problem "file:line[:col]: field: msg".
+func place(file, problem string) (int, string, bool) {
+	rest, ok := strings.CutPrefix(problem, file+":")
+	if !ok {
+		return 0, "", false
+	}
+	num, rest, _ := strings.Cut(rest, ": ")
+	num, _, _ = strings.Cut(num, ":") // a column
+	line, err := strconv.Atoi(num)
+	if err != nil {
+		return 0, "", false
+	}
+	field, _, _ := strings.Cut(rest, ": ")
+	return line, field, true
 }
 
 // add appends every error err joins, one problem each.
@@ -162,9 +220,15 @@ func (r *Result) lintDir(dir string, shadowing map[string]string) map[string]str
 			continue
 		}
 		names[base] = path
-		doc, err := manifests.LoadFile(path)
+		data, err := os.ReadFile(path)
 		if err != nil {
-			r.add(err)
+			r.addf("%s: %v", path, err)
+			continue
+		}
+		doc, err := manifests.Parse(path, data)
+		sp, serr := schema.ValidateManifest(path, data)
+		r.addChecked(path, err, sp, serr)
+		if err != nil {
 			continue
 		}
 		var meta manifests.Metadata
