@@ -4076,6 +4076,81 @@ func (x *Cancel) GetReason() string {
 	return ""
 }
 
+// RunEnded is the detail of the FailedPrecondition status that ends a
+// runner's session when the run its boot token was issued for has ended
+// (a diagnostic that leaves the node in CURE, a failed or cancelled run):
+// the coordinator has nothing more for this boot, and the runner stops
+// dialling (it stays up for the debug shell). It is given only to the boot
+// that registered with the token (its boot id and session secret match):
+// anyone else presenting the token gets the answer an unknown token gets.
+type RunEnded struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Status        string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`   // the run's status by name (succeeded, failed, ...)
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"` // the run's end message, bounded
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunEnded) Reset() {
+	*x = RunEnded{}
+	mi := &file_cure_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunEnded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunEnded) ProtoMessage() {}
+
+func (x *RunEnded) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunEnded.ProtoReflect.Descriptor instead.
+func (*RunEnded) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *RunEnded) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *RunEnded) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RunEnded) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *RunEnded) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type ProvisionRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	NodeIds  []string               `protobuf:"bytes,1,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
@@ -4097,7 +4172,7 @@ type ProvisionRequest struct {
 
 func (x *ProvisionRequest) Reset() {
 	*x = ProvisionRequest{}
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4109,7 +4184,7 @@ func (x *ProvisionRequest) String() string {
 func (*ProvisionRequest) ProtoMessage() {}
 
 func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4122,7 +4197,7 @@ func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionRequest.ProtoReflect.Descriptor instead.
 func (*ProvisionRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{41}
+	return file_cure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ProvisionRequest) GetNodeIds() []string {
@@ -4178,7 +4253,7 @@ type ProvisionResponse struct {
 
 func (x *ProvisionResponse) Reset() {
 	*x = ProvisionResponse{}
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4190,7 +4265,7 @@ func (x *ProvisionResponse) String() string {
 func (*ProvisionResponse) ProtoMessage() {}
 
 func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4203,7 +4278,7 @@ func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionResponse.ProtoReflect.Descriptor instead.
 func (*ProvisionResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{42}
+	return file_cure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ProvisionResponse) GetRuns() []*RunRef {
@@ -4243,7 +4318,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4255,7 +4330,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4268,7 +4343,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{43}
+	return file_cure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Refusal) GetNodeId() string {
@@ -4311,7 +4386,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4323,7 +4398,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4336,7 +4411,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{44}
+	return file_cure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CancelRequest) GetNodeIds() []string {
@@ -4377,7 +4452,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4389,7 +4464,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4402,7 +4477,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{45}
+	return file_cure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CancelResponse) GetCanceled() []*RunRef {
@@ -4429,7 +4504,7 @@ type FleetRequest struct {
 
 func (x *FleetRequest) Reset() {
 	*x = FleetRequest{}
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4441,7 +4516,7 @@ func (x *FleetRequest) String() string {
 func (*FleetRequest) ProtoMessage() {}
 
 func (x *FleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4454,7 +4529,7 @@ func (x *FleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRequest.ProtoReflect.Descriptor instead.
 func (*FleetRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{46}
+	return file_cure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FleetRequest) GetSelector() map[string]string {
@@ -4486,7 +4561,7 @@ type FleetStatus struct {
 
 func (x *FleetStatus) Reset() {
 	*x = FleetStatus{}
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4498,7 +4573,7 @@ func (x *FleetStatus) String() string {
 func (*FleetStatus) ProtoMessage() {}
 
 func (x *FleetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4511,7 +4586,7 @@ func (x *FleetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetStatus.ProtoReflect.Descriptor instead.
 func (*FleetStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{47}
+	return file_cure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FleetStatus) GetNodes() int64 {
@@ -4578,7 +4653,7 @@ type FleetRun struct {
 
 func (x *FleetRun) Reset() {
 	*x = FleetRun{}
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4590,7 +4665,7 @@ func (x *FleetRun) String() string {
 func (*FleetRun) ProtoMessage() {}
 
 func (x *FleetRun) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4603,7 +4678,7 @@ func (x *FleetRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRun.ProtoReflect.Descriptor instead.
 func (*FleetRun) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{48}
+	return file_cure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *FleetRun) GetNodeId() string {
@@ -4665,7 +4740,7 @@ type RunRef struct {
 
 func (x *RunRef) Reset() {
 	*x = RunRef{}
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4677,7 +4752,7 @@ func (x *RunRef) String() string {
 func (*RunRef) ProtoMessage() {}
 
 func (x *RunRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4690,7 +4765,7 @@ func (x *RunRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRef.ProtoReflect.Descriptor instead.
 func (*RunRef) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{49}
+	return file_cure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RunRef) GetRunId() string {
@@ -4718,7 +4793,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4730,7 +4805,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4743,7 +4818,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{50}
+	return file_cure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -4790,7 +4865,7 @@ type TimelineEntry struct {
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4802,7 +4877,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4815,7 +4890,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{51}
+	return file_cure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TimelineEntry) GetRunId() string {
@@ -4912,7 +4987,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4924,7 +4999,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4937,7 +5012,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{52}
+	return file_cure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReportRequest) GetRunId() string {
@@ -5019,7 +5094,7 @@ type RunReport struct {
 
 func (x *RunReport) Reset() {
 	*x = RunReport{}
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5031,7 +5106,7 @@ func (x *RunReport) String() string {
 func (*RunReport) ProtoMessage() {}
 
 func (x *RunReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5044,7 +5119,7 @@ func (x *RunReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReport.ProtoReflect.Descriptor instead.
 func (*RunReport) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{53}
+	return file_cure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RunReport) GetRunId() string {
@@ -5262,7 +5337,7 @@ type ReportSeriesBound struct {
 
 func (x *ReportSeriesBound) Reset() {
 	*x = ReportSeriesBound{}
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5274,7 +5349,7 @@ func (x *ReportSeriesBound) String() string {
 func (*ReportSeriesBound) ProtoMessage() {}
 
 func (x *ReportSeriesBound) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5287,7 +5362,7 @@ func (x *ReportSeriesBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSeriesBound.ProtoReflect.Descriptor instead.
 func (*ReportSeriesBound) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{54}
+	return file_cure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReportSeriesBound) GetPointsPerSeries() uint32 {
@@ -5330,7 +5405,7 @@ type BmcLogEntry struct {
 
 func (x *BmcLogEntry) Reset() {
 	*x = BmcLogEntry{}
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5342,7 +5417,7 @@ func (x *BmcLogEntry) String() string {
 func (*BmcLogEntry) ProtoMessage() {}
 
 func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5355,7 +5430,7 @@ func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcLogEntry.ProtoReflect.Descriptor instead.
 func (*BmcLogEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{55}
+	return file_cure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BmcLogEntry) GetService() string {
@@ -5441,7 +5516,7 @@ type BmcPart struct {
 
 func (x *BmcPart) Reset() {
 	*x = BmcPart{}
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5453,7 +5528,7 @@ func (x *BmcPart) String() string {
 func (*BmcPart) ProtoMessage() {}
 
 func (x *BmcPart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5466,7 +5541,7 @@ func (x *BmcPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcPart.ProtoReflect.Descriptor instead.
 func (*BmcPart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{56}
+	return file_cure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BmcPart) GetId() string {
@@ -5565,7 +5640,7 @@ type BmcCollection struct {
 
 func (x *BmcCollection) Reset() {
 	*x = BmcCollection{}
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5577,7 +5652,7 @@ func (x *BmcCollection) String() string {
 func (*BmcCollection) ProtoMessage() {}
 
 func (x *BmcCollection) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5590,7 +5665,7 @@ func (x *BmcCollection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcCollection.ProtoReflect.Descriptor instead.
 func (*BmcCollection) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{57}
+	return file_cure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BmcCollection) GetCollectedUnixMs() int64 {
@@ -5660,7 +5735,7 @@ type BmcNote struct {
 
 func (x *BmcNote) Reset() {
 	*x = BmcNote{}
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5672,7 +5747,7 @@ func (x *BmcNote) String() string {
 func (*BmcNote) ProtoMessage() {}
 
 func (x *BmcNote) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5685,7 +5760,7 @@ func (x *BmcNote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcNote.ProtoReflect.Descriptor instead.
 func (*BmcNote) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{58}
+	return file_cure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BmcNote) GetResource() string {
@@ -5723,7 +5798,7 @@ type BmcEvidence struct {
 
 func (x *BmcEvidence) Reset() {
 	*x = BmcEvidence{}
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5735,7 +5810,7 @@ func (x *BmcEvidence) String() string {
 func (*BmcEvidence) ProtoMessage() {}
 
 func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5748,7 +5823,7 @@ func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcEvidence.ProtoReflect.Descriptor instead.
 func (*BmcEvidence) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{59}
+	return file_cure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BmcEvidence) GetLog() []*BmcLogEntry {
@@ -5804,7 +5879,7 @@ type RmaPart struct {
 
 func (x *RmaPart) Reset() {
 	*x = RmaPart{}
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5816,7 +5891,7 @@ func (x *RmaPart) String() string {
 func (*RmaPart) ProtoMessage() {}
 
 func (x *RmaPart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5829,7 +5904,7 @@ func (x *RmaPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RmaPart.ProtoReflect.Descriptor instead.
 func (*RmaPart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{60}
+	return file_cure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RmaPart) GetComponent() string {
@@ -5937,7 +6012,7 @@ type TimeBucket struct {
 
 func (x *TimeBucket) Reset() {
 	*x = TimeBucket{}
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5949,7 +6024,7 @@ func (x *TimeBucket) String() string {
 func (*TimeBucket) ProtoMessage() {}
 
 func (x *TimeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5962,7 +6037,7 @@ func (x *TimeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucket.ProtoReflect.Descriptor instead.
 func (*TimeBucket) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{61}
+	return file_cure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TimeBucket) GetName() string {
@@ -6011,7 +6086,7 @@ type TimeBucketsRequest struct {
 
 func (x *TimeBucketsRequest) Reset() {
 	*x = TimeBucketsRequest{}
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6023,7 +6098,7 @@ func (x *TimeBucketsRequest) String() string {
 func (*TimeBucketsRequest) ProtoMessage() {}
 
 func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6036,7 +6111,7 @@ func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketsRequest.ProtoReflect.Descriptor instead.
 func (*TimeBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{62}
+	return file_cure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *TimeBucketsRequest) GetSelector() map[string]string {
@@ -6071,7 +6146,7 @@ type TimeBucketSummary struct {
 
 func (x *TimeBucketSummary) Reset() {
 	*x = TimeBucketSummary{}
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6083,7 +6158,7 @@ func (x *TimeBucketSummary) String() string {
 func (*TimeBucketSummary) ProtoMessage() {}
 
 func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6096,7 +6171,7 @@ func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketSummary.ProtoReflect.Descriptor instead.
 func (*TimeBucketSummary) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{63}
+	return file_cure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *TimeBucketSummary) GetSkus() []*SkuTimeBuckets {
@@ -6132,7 +6207,7 @@ type SkuTimeBuckets struct {
 
 func (x *SkuTimeBuckets) Reset() {
 	*x = SkuTimeBuckets{}
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6144,7 +6219,7 @@ func (x *SkuTimeBuckets) String() string {
 func (*SkuTimeBuckets) ProtoMessage() {}
 
 func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6157,7 +6232,7 @@ func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkuTimeBuckets.ProtoReflect.Descriptor instead.
 func (*SkuTimeBuckets) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{64}
+	return file_cure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *SkuTimeBuckets) GetSku() string {
@@ -6200,7 +6275,7 @@ type BucketStat struct {
 
 func (x *BucketStat) Reset() {
 	*x = BucketStat{}
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6212,7 +6287,7 @@ func (x *BucketStat) String() string {
 func (*BucketStat) ProtoMessage() {}
 
 func (x *BucketStat) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6225,7 +6300,7 @@ func (x *BucketStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketStat.ProtoReflect.Descriptor instead.
 func (*BucketStat) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{65}
+	return file_cure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *BucketStat) GetName() string {
@@ -6271,7 +6346,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6283,7 +6358,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6296,7 +6371,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{66}
+	return file_cure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -6358,7 +6433,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6370,7 +6445,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6383,7 +6458,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{67}
+	return file_cure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -6409,7 +6484,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6421,7 +6496,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6434,7 +6509,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{68}
+	return file_cure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -6456,7 +6531,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6468,7 +6543,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6481,7 +6556,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{69}
+	return file_cure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -6520,7 +6595,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6532,7 +6607,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6545,7 +6620,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{70}
+	return file_cure_proto_rawDescGZIP(), []int{71}
 }
 
 type ListNodesResponse struct {
@@ -6557,7 +6632,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6569,7 +6644,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6582,7 +6657,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{71}
+	return file_cure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -6609,7 +6684,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6621,7 +6696,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6634,7 +6709,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{72}
+	return file_cure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -6713,7 +6788,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[73]
+	mi := &file_cure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6725,7 +6800,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[73]
+	mi := &file_cure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6738,7 +6813,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{73}
+	return file_cure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -6795,7 +6870,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[74]
+	mi := &file_cure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6807,7 +6882,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[74]
+	mi := &file_cure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6820,7 +6895,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{74}
+	return file_cure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -6913,7 +6988,7 @@ type ListAuditLogResponse struct {
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[75]
+	mi := &file_cure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6925,7 +7000,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[75]
+	mi := &file_cure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6938,7 +7013,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{75}
+	return file_cure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -6975,7 +7050,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_cure_proto_msgTypes[76]
+	mi := &file_cure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6987,7 +7062,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[76]
+	mi := &file_cure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7000,7 +7075,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{76}
+	return file_cure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *NodeSpec) GetId() string {
@@ -7084,7 +7159,7 @@ type BMCSpec struct {
 
 func (x *BMCSpec) Reset() {
 	*x = BMCSpec{}
-	mi := &file_cure_proto_msgTypes[77]
+	mi := &file_cure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7096,7 +7171,7 @@ func (x *BMCSpec) String() string {
 func (*BMCSpec) ProtoMessage() {}
 
 func (x *BMCSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[77]
+	mi := &file_cure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7109,7 +7184,7 @@ func (x *BMCSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
 func (*BMCSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{77}
+	return file_cure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *BMCSpec) GetUrl() string {
@@ -7165,7 +7240,7 @@ type AddNodesRequest struct {
 
 func (x *AddNodesRequest) Reset() {
 	*x = AddNodesRequest{}
-	mi := &file_cure_proto_msgTypes[78]
+	mi := &file_cure_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7177,7 +7252,7 @@ func (x *AddNodesRequest) String() string {
 func (*AddNodesRequest) ProtoMessage() {}
 
 func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[78]
+	mi := &file_cure_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7190,7 +7265,7 @@ func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
 func (*AddNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{78}
+	return file_cure_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *AddNodesRequest) GetNodes() []*NodeSpec {
@@ -7224,7 +7299,7 @@ type AddNodesResponse struct {
 
 func (x *AddNodesResponse) Reset() {
 	*x = AddNodesResponse{}
-	mi := &file_cure_proto_msgTypes[79]
+	mi := &file_cure_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7236,7 +7311,7 @@ func (x *AddNodesResponse) String() string {
 func (*AddNodesResponse) ProtoMessage() {}
 
 func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[79]
+	mi := &file_cure_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7249,7 +7324,7 @@ func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
 func (*AddNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{79}
+	return file_cure_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *AddNodesResponse) GetAdded() []string {
@@ -7275,7 +7350,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_cure_proto_msgTypes[80]
+	mi := &file_cure_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7287,7 +7362,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[80]
+	mi := &file_cure_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7300,7 +7375,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{80}
+	return file_cure_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -7320,7 +7395,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_cure_proto_msgTypes[81]
+	mi := &file_cure_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7332,7 +7407,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[81]
+	mi := &file_cure_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7345,7 +7420,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{81}
+	return file_cure_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -7373,7 +7448,7 @@ type LabelNodeRequest struct {
 
 func (x *LabelNodeRequest) Reset() {
 	*x = LabelNodeRequest{}
-	mi := &file_cure_proto_msgTypes[82]
+	mi := &file_cure_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7385,7 +7460,7 @@ func (x *LabelNodeRequest) String() string {
 func (*LabelNodeRequest) ProtoMessage() {}
 
 func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[82]
+	mi := &file_cure_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7398,7 +7473,7 @@ func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
 func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{82}
+	return file_cure_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *LabelNodeRequest) GetNodeId() string {
@@ -7431,7 +7506,7 @@ type ShowNodeRequest struct {
 
 func (x *ShowNodeRequest) Reset() {
 	*x = ShowNodeRequest{}
-	mi := &file_cure_proto_msgTypes[83]
+	mi := &file_cure_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7443,7 +7518,7 @@ func (x *ShowNodeRequest) String() string {
 func (*ShowNodeRequest) ProtoMessage() {}
 
 func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[83]
+	mi := &file_cure_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7456,12 +7531,108 @@ func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{83}
+	return file_cure_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ShowNodeRequest) GetNodeId() string {
 	if x != nil {
 		return x.NodeId
+	}
+	return ""
+}
+
+type BootInstalledOSRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootInstalledOSRequest) Reset() {
+	*x = BootInstalledOSRequest{}
+	mi := &file_cure_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootInstalledOSRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootInstalledOSRequest) ProtoMessage() {}
+
+func (x *BootInstalledOSRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootInstalledOSRequest.ProtoReflect.Descriptor instead.
+func (*BootInstalledOSRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *BootInstalledOSRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type BootInstalledOSResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"` // what the BMC was asked to do
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootInstalledOSResponse) Reset() {
+	*x = BootInstalledOSResponse{}
+	mi := &file_cure_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootInstalledOSResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootInstalledOSResponse) ProtoMessage() {}
+
+func (x *BootInstalledOSResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootInstalledOSResponse.ProtoReflect.Descriptor instead.
+func (*BootInstalledOSResponse) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *BootInstalledOSResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *BootInstalledOSResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
 	}
 	return ""
 }
@@ -7498,7 +7669,7 @@ type NodeDetail struct {
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[84]
+	mi := &file_cure_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7510,7 +7681,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[84]
+	mi := &file_cure_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7523,7 +7694,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{84}
+	return file_cure_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -7689,7 +7860,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[85]
+	mi := &file_cure_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7701,7 +7872,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[85]
+	mi := &file_cure_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7714,7 +7885,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{85}
+	return file_cure_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -7772,7 +7943,7 @@ type FleetBandsRequest struct {
 
 func (x *FleetBandsRequest) Reset() {
 	*x = FleetBandsRequest{}
-	mi := &file_cure_proto_msgTypes[86]
+	mi := &file_cure_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7784,7 +7955,7 @@ func (x *FleetBandsRequest) String() string {
 func (*FleetBandsRequest) ProtoMessage() {}
 
 func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[86]
+	mi := &file_cure_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7797,7 +7968,7 @@ func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetBandsRequest.ProtoReflect.Descriptor instead.
 func (*FleetBandsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{86}
+	return file_cure_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *FleetBandsRequest) GetSku() string {
@@ -7846,7 +8017,7 @@ type FleetBandsResponse struct {
 
 func (x *FleetBandsResponse) Reset() {
 	*x = FleetBandsResponse{}
-	mi := &file_cure_proto_msgTypes[87]
+	mi := &file_cure_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7858,7 +8029,7 @@ func (x *FleetBandsResponse) String() string {
 func (*FleetBandsResponse) ProtoMessage() {}
 
 func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[87]
+	mi := &file_cure_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7871,7 +8042,7 @@ func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetBandsResponse.ProtoReflect.Descriptor instead.
 func (*FleetBandsResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{87}
+	return file_cure_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *FleetBandsResponse) GetDistributions() []*FleetDistribution {
@@ -7923,7 +8094,7 @@ type FleetDistribution struct {
 
 func (x *FleetDistribution) Reset() {
 	*x = FleetDistribution{}
-	mi := &file_cure_proto_msgTypes[88]
+	mi := &file_cure_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7935,7 +8106,7 @@ func (x *FleetDistribution) String() string {
 func (*FleetDistribution) ProtoMessage() {}
 
 func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[88]
+	mi := &file_cure_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7948,7 +8119,7 @@ func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetDistribution.ProtoReflect.Descriptor instead.
 func (*FleetDistribution) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{88}
+	return file_cure_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *FleetDistribution) GetSku() string {
@@ -8086,7 +8257,7 @@ type FleetNodeMark struct {
 
 func (x *FleetNodeMark) Reset() {
 	*x = FleetNodeMark{}
-	mi := &file_cure_proto_msgTypes[89]
+	mi := &file_cure_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8098,7 +8269,7 @@ func (x *FleetNodeMark) String() string {
 func (*FleetNodeMark) ProtoMessage() {}
 
 func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[89]
+	mi := &file_cure_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8111,7 +8282,7 @@ func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetNodeMark.ProtoReflect.Descriptor instead.
 func (*FleetNodeMark) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{89}
+	return file_cure_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *FleetNodeMark) GetNodeId() string {
@@ -8188,7 +8359,7 @@ type FleetJudgement struct {
 
 func (x *FleetJudgement) Reset() {
 	*x = FleetJudgement{}
-	mi := &file_cure_proto_msgTypes[90]
+	mi := &file_cure_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8200,7 +8371,7 @@ func (x *FleetJudgement) String() string {
 func (*FleetJudgement) ProtoMessage() {}
 
 func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[90]
+	mi := &file_cure_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8213,7 +8384,7 @@ func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetJudgement.ProtoReflect.Descriptor instead.
 func (*FleetJudgement) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{90}
+	return file_cure_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *FleetJudgement) GetComponent() string {
@@ -8334,7 +8505,7 @@ type FleetJudgements struct {
 
 func (x *FleetJudgements) Reset() {
 	*x = FleetJudgements{}
-	mi := &file_cure_proto_msgTypes[91]
+	mi := &file_cure_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8346,7 +8517,7 @@ func (x *FleetJudgements) String() string {
 func (*FleetJudgements) ProtoMessage() {}
 
 func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[91]
+	mi := &file_cure_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8359,7 +8530,7 @@ func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetJudgements.ProtoReflect.Descriptor instead.
 func (*FleetJudgements) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{91}
+	return file_cure_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *FleetJudgements) GetJudgements() []*FleetJudgement {
@@ -8399,7 +8570,7 @@ type NodeAdmissionRequest struct {
 
 func (x *NodeAdmissionRequest) Reset() {
 	*x = NodeAdmissionRequest{}
-	mi := &file_cure_proto_msgTypes[92]
+	mi := &file_cure_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8411,7 +8582,7 @@ func (x *NodeAdmissionRequest) String() string {
 func (*NodeAdmissionRequest) ProtoMessage() {}
 
 func (x *NodeAdmissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[92]
+	mi := &file_cure_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8424,7 +8595,7 @@ func (x *NodeAdmissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAdmissionRequest.ProtoReflect.Descriptor instead.
 func (*NodeAdmissionRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{92}
+	return file_cure_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *NodeAdmissionRequest) GetNodeId() string {
@@ -8449,7 +8620,7 @@ type AdmissionRequirement struct {
 
 func (x *AdmissionRequirement) Reset() {
 	*x = AdmissionRequirement{}
-	mi := &file_cure_proto_msgTypes[93]
+	mi := &file_cure_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8461,7 +8632,7 @@ func (x *AdmissionRequirement) String() string {
 func (*AdmissionRequirement) ProtoMessage() {}
 
 func (x *AdmissionRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[93]
+	mi := &file_cure_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8474,7 +8645,7 @@ func (x *AdmissionRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmissionRequirement.ProtoReflect.Descriptor instead.
 func (*AdmissionRequirement) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{93}
+	return file_cure_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *AdmissionRequirement) GetName() string {
@@ -8526,7 +8697,7 @@ type NodeAdmissionResponse struct {
 
 func (x *NodeAdmissionResponse) Reset() {
 	*x = NodeAdmissionResponse{}
-	mi := &file_cure_proto_msgTypes[94]
+	mi := &file_cure_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8538,7 +8709,7 @@ func (x *NodeAdmissionResponse) String() string {
 func (*NodeAdmissionResponse) ProtoMessage() {}
 
 func (x *NodeAdmissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[94]
+	mi := &file_cure_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8551,7 +8722,7 @@ func (x *NodeAdmissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAdmissionResponse.ProtoReflect.Descriptor instead.
 func (*NodeAdmissionResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{94}
+	return file_cure_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *NodeAdmissionResponse) GetNodeId() string {
@@ -8611,7 +8782,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_cure_proto_msgTypes[95]
+	mi := &file_cure_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8623,7 +8794,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[95]
+	mi := &file_cure_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8636,7 +8807,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{95}
+	return file_cure_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *PoolStatus) GetNodeId() string {
@@ -8698,7 +8869,7 @@ type AcceptMeasurementsRequest struct {
 
 func (x *AcceptMeasurementsRequest) Reset() {
 	*x = AcceptMeasurementsRequest{}
-	mi := &file_cure_proto_msgTypes[96]
+	mi := &file_cure_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8710,7 +8881,7 @@ func (x *AcceptMeasurementsRequest) String() string {
 func (*AcceptMeasurementsRequest) ProtoMessage() {}
 
 func (x *AcceptMeasurementsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[96]
+	mi := &file_cure_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8723,7 +8894,7 @@ func (x *AcceptMeasurementsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptMeasurementsRequest.ProtoReflect.Descriptor instead.
 func (*AcceptMeasurementsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{96}
+	return file_cure_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *AcceptMeasurementsRequest) GetNodeId() string {
@@ -8755,7 +8926,7 @@ type AcceptMeasurementsResponse struct {
 
 func (x *AcceptMeasurementsResponse) Reset() {
 	*x = AcceptMeasurementsResponse{}
-	mi := &file_cure_proto_msgTypes[97]
+	mi := &file_cure_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8767,7 +8938,7 @@ func (x *AcceptMeasurementsResponse) String() string {
 func (*AcceptMeasurementsResponse) ProtoMessage() {}
 
 func (x *AcceptMeasurementsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[97]
+	mi := &file_cure_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8780,7 +8951,7 @@ func (x *AcceptMeasurementsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptMeasurementsResponse.ProtoReflect.Descriptor instead.
 func (*AcceptMeasurementsResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{97}
+	return file_cure_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *AcceptMeasurementsResponse) GetNodeId() string {
@@ -8843,7 +9014,7 @@ type PoolRequest struct {
 
 func (x *PoolRequest) Reset() {
 	*x = PoolRequest{}
-	mi := &file_cure_proto_msgTypes[98]
+	mi := &file_cure_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8855,7 +9026,7 @@ func (x *PoolRequest) String() string {
 func (*PoolRequest) ProtoMessage() {}
 
 func (x *PoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[98]
+	mi := &file_cure_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8868,7 +9039,7 @@ func (x *PoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRequest.ProtoReflect.Descriptor instead.
 func (*PoolRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{98}
+	return file_cure_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *PoolRequest) GetNodeIds() []string {
@@ -8906,7 +9077,7 @@ type RevalidateRequest struct {
 
 func (x *RevalidateRequest) Reset() {
 	*x = RevalidateRequest{}
-	mi := &file_cure_proto_msgTypes[99]
+	mi := &file_cure_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8918,7 +9089,7 @@ func (x *RevalidateRequest) String() string {
 func (*RevalidateRequest) ProtoMessage() {}
 
 func (x *RevalidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[99]
+	mi := &file_cure_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8931,7 +9102,7 @@ func (x *RevalidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevalidateRequest.ProtoReflect.Descriptor instead.
 func (*RevalidateRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{99}
+	return file_cure_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *RevalidateRequest) GetNodeIds() []string {
@@ -8986,7 +9157,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_cure_proto_msgTypes[100]
+	mi := &file_cure_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8998,7 +9169,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[100]
+	mi := &file_cure_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9011,7 +9182,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{100}
+	return file_cure_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *PoolResponse) GetNodes() []*PoolStatus {
@@ -9044,7 +9215,7 @@ type PairReady struct {
 
 func (x *PairReady) Reset() {
 	*x = PairReady{}
-	mi := &file_cure_proto_msgTypes[101]
+	mi := &file_cure_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9056,7 +9227,7 @@ func (x *PairReady) String() string {
 func (*PairReady) ProtoMessage() {}
 
 func (x *PairReady) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[101]
+	mi := &file_cure_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9069,7 +9240,7 @@ func (x *PairReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairReady.ProtoReflect.Descriptor instead.
 func (*PairReady) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{101}
+	return file_cure_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *PairReady) GetCheck() string {
@@ -9113,7 +9284,7 @@ type PairPort struct {
 
 func (x *PairPort) Reset() {
 	*x = PairPort{}
-	mi := &file_cure_proto_msgTypes[102]
+	mi := &file_cure_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9125,7 +9296,7 @@ func (x *PairPort) String() string {
 func (*PairPort) ProtoMessage() {}
 
 func (x *PairPort) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[102]
+	mi := &file_cure_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9138,7 +9309,7 @@ func (x *PairPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairPort.ProtoReflect.Descriptor instead.
 func (*PairPort) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{102}
+	return file_cure_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *PairPort) GetName() string {
@@ -9183,7 +9354,7 @@ type PairSchedule struct {
 
 func (x *PairSchedule) Reset() {
 	*x = PairSchedule{}
-	mi := &file_cure_proto_msgTypes[103]
+	mi := &file_cure_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9195,7 +9366,7 @@ func (x *PairSchedule) String() string {
 func (*PairSchedule) ProtoMessage() {}
 
 func (x *PairSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[103]
+	mi := &file_cure_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9208,7 +9379,7 @@ func (x *PairSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairSchedule.ProtoReflect.Descriptor instead.
 func (*PairSchedule) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{103}
+	return file_cure_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *PairSchedule) GetCheck() string {
@@ -9306,7 +9477,7 @@ type PairSlot struct {
 
 func (x *PairSlot) Reset() {
 	*x = PairSlot{}
-	mi := &file_cure_proto_msgTypes[104]
+	mi := &file_cure_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9318,7 +9489,7 @@ func (x *PairSlot) String() string {
 func (*PairSlot) ProtoMessage() {}
 
 func (x *PairSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[104]
+	mi := &file_cure_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9331,7 +9502,7 @@ func (x *PairSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairSlot.ProtoReflect.Descriptor instead.
 func (*PairSlot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{104}
+	return file_cure_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *PairSlot) GetRound() uint32 {
@@ -9437,7 +9608,7 @@ type PairResult struct {
 
 func (x *PairResult) Reset() {
 	*x = PairResult{}
-	mi := &file_cure_proto_msgTypes[105]
+	mi := &file_cure_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9449,7 +9620,7 @@ func (x *PairResult) String() string {
 func (*PairResult) ProtoMessage() {}
 
 func (x *PairResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[105]
+	mi := &file_cure_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9462,7 +9633,7 @@ func (x *PairResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairResult.ProtoReflect.Descriptor instead.
 func (*PairResult) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{105}
+	return file_cure_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *PairResult) GetCheck() string {
@@ -9547,7 +9718,7 @@ type PairVerdicts struct {
 
 func (x *PairVerdicts) Reset() {
 	*x = PairVerdicts{}
-	mi := &file_cure_proto_msgTypes[106]
+	mi := &file_cure_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9559,7 +9730,7 @@ func (x *PairVerdicts) String() string {
 func (*PairVerdicts) ProtoMessage() {}
 
 func (x *PairVerdicts) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[106]
+	mi := &file_cure_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9572,7 +9743,7 @@ func (x *PairVerdicts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairVerdicts.ProtoReflect.Descriptor instead.
 func (*PairVerdicts) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{106}
+	return file_cure_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *PairVerdicts) GetCheck() string {
@@ -9948,7 +10119,12 @@ const file_cure_proto_rawDesc = "" +
 	"\x06Reboot\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\" \n" +
 	"\x06Cancel\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xb0\x02\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"l\n" +
+	"\bRunEnded\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xb0\x02\n" +
 	"\x10ProvisionRequest\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12!\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\r.cure.v1.ModeR\x04mode\x12\x1a\n" +
@@ -10274,7 +10450,12 @@ const file_cure_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"*\n" +
 	"\x0fShowNodeRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xff\x05\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"1\n" +
+	"\x16BootInstalledOSRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"L\n" +
+	"\x17BootInstalledOSResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xff\x05\n" +
 	"\n" +
 	"NodeDetail\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
@@ -10539,8 +10720,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x10POOL_QUARANTINED\x10\b2\x97\x01\n" +
 	"\rRunnerService\x12B\n" +
 	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x01\x12B\n" +
-	"\x10BeginAttestation\x12\x14.cure.v1.AttestBegin\x1a\x18.cure.v1.AttestChallenge2\xbf\n" +
-	"\n" +
+	"\x10BeginAttestation\x12\x14.cure.v1.AttestBegin\x1a\x18.cure.v1.AttestChallenge2\x95\v\n" +
 	"\x0fOperatorService\x12B\n" +
 	"\tProvision\x12\x19.cure.v1.ProvisionRequest\x1a\x1a.cure.v1.ProvisionResponse\x128\n" +
 	"\x05Watch\x12\x15.cure.v1.WatchRequest\x1a\x16.cure.v1.TimelineEntry0\x01\x124\n" +
@@ -10564,7 +10744,8 @@ const file_cure_proto_rawDesc = "" +
 	"Revalidate\x12\x1a.cure.v1.RevalidateRequest\x1a\x15.cure.v1.PoolResponse\x12;\n" +
 	"\fReturnToPool\x12\x14.cure.v1.PoolRequest\x1a\x15.cure.v1.PoolResponse\x12N\n" +
 	"\rNodeAdmission\x12\x1d.cure.v1.NodeAdmissionRequest\x1a\x1e.cure.v1.NodeAdmissionResponse\x12]\n" +
-	"\x12AcceptMeasurements\x12\".cure.v1.AcceptMeasurementsRequest\x1a#.cure.v1.AcceptMeasurementsResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
+	"\x12AcceptMeasurements\x12\".cure.v1.AcceptMeasurementsRequest\x1a#.cure.v1.AcceptMeasurementsResponse\x12T\n" +
+	"\x0fBootInstalledOS\x12\x1f.cure.v1.BootInstalledOSRequest\x1a .cure.v1.BootInstalledOSResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
 
 var (
 	file_cure_proto_rawDescOnce sync.Once
@@ -10579,7 +10760,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 125)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 128)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                          // 0: cure.v1.Mode
 	(VerdictStatus)(0),                 // 1: cure.v1.VerdictStatus
@@ -10628,90 +10809,93 @@ var file_cure_proto_goTypes = []any{
 	(*Idle)(nil),                       // 44: cure.v1.Idle
 	(*Reboot)(nil),                     // 45: cure.v1.Reboot
 	(*Cancel)(nil),                     // 46: cure.v1.Cancel
-	(*ProvisionRequest)(nil),           // 47: cure.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),          // 48: cure.v1.ProvisionResponse
-	(*Refusal)(nil),                    // 49: cure.v1.Refusal
-	(*CancelRequest)(nil),              // 50: cure.v1.CancelRequest
-	(*CancelResponse)(nil),             // 51: cure.v1.CancelResponse
-	(*FleetRequest)(nil),               // 52: cure.v1.FleetRequest
-	(*FleetStatus)(nil),                // 53: cure.v1.FleetStatus
-	(*FleetRun)(nil),                   // 54: cure.v1.FleetRun
-	(*RunRef)(nil),                     // 55: cure.v1.RunRef
-	(*WatchRequest)(nil),               // 56: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),              // 57: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),              // 58: cure.v1.ReportRequest
-	(*RunReport)(nil),                  // 59: cure.v1.RunReport
-	(*ReportSeriesBound)(nil),          // 60: cure.v1.ReportSeriesBound
-	(*BmcLogEntry)(nil),                // 61: cure.v1.BmcLogEntry
-	(*BmcPart)(nil),                    // 62: cure.v1.BmcPart
-	(*BmcCollection)(nil),              // 63: cure.v1.BmcCollection
-	(*BmcNote)(nil),                    // 64: cure.v1.BmcNote
-	(*BmcEvidence)(nil),                // 65: cure.v1.BmcEvidence
-	(*RmaPart)(nil),                    // 66: cure.v1.RmaPart
-	(*TimeBucket)(nil),                 // 67: cure.v1.TimeBucket
-	(*TimeBucketsRequest)(nil),         // 68: cure.v1.TimeBucketsRequest
-	(*TimeBucketSummary)(nil),          // 69: cure.v1.TimeBucketSummary
-	(*SkuTimeBuckets)(nil),             // 70: cure.v1.SkuTimeBuckets
-	(*BucketStat)(nil),                 // 71: cure.v1.BucketStat
-	(*PhaseRecord)(nil),                // 72: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),         // 73: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),        // 74: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),                  // 75: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),           // 76: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),          // 77: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),                   // 78: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),        // 79: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),                 // 80: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil),       // 81: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),                   // 82: cure.v1.NodeSpec
-	(*BMCSpec)(nil),                    // 83: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),            // 84: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),           // 85: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),          // 86: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 87: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),           // 88: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),            // 89: cure.v1.ShowNodeRequest
-	(*NodeDetail)(nil),                 // 90: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),            // 91: cure.v1.InventoryRecord
-	(*FleetBandsRequest)(nil),          // 92: cure.v1.FleetBandsRequest
-	(*FleetBandsResponse)(nil),         // 93: cure.v1.FleetBandsResponse
-	(*FleetDistribution)(nil),          // 94: cure.v1.FleetDistribution
-	(*FleetNodeMark)(nil),              // 95: cure.v1.FleetNodeMark
-	(*FleetJudgement)(nil),             // 96: cure.v1.FleetJudgement
-	(*FleetJudgements)(nil),            // 97: cure.v1.FleetJudgements
-	(*NodeAdmissionRequest)(nil),       // 98: cure.v1.NodeAdmissionRequest
-	(*AdmissionRequirement)(nil),       // 99: cure.v1.AdmissionRequirement
-	(*NodeAdmissionResponse)(nil),      // 100: cure.v1.NodeAdmissionResponse
-	(*PoolStatus)(nil),                 // 101: cure.v1.PoolStatus
-	(*AcceptMeasurementsRequest)(nil),  // 102: cure.v1.AcceptMeasurementsRequest
-	(*AcceptMeasurementsResponse)(nil), // 103: cure.v1.AcceptMeasurementsResponse
-	(*PoolRequest)(nil),                // 104: cure.v1.PoolRequest
-	(*RevalidateRequest)(nil),          // 105: cure.v1.RevalidateRequest
-	(*PoolResponse)(nil),               // 106: cure.v1.PoolResponse
-	(*PairReady)(nil),                  // 107: cure.v1.PairReady
-	(*PairPort)(nil),                   // 108: cure.v1.PairPort
-	(*PairSchedule)(nil),               // 109: cure.v1.PairSchedule
-	(*PairSlot)(nil),                   // 110: cure.v1.PairSlot
-	(*PairResult)(nil),                 // 111: cure.v1.PairResult
-	(*PairVerdicts)(nil),               // 112: cure.v1.PairVerdicts
-	nil,                                // 113: cure.v1.Attestation.PcrsEntry
-	nil,                                // 114: cure.v1.Log.AttrsEntry
-	nil,                                // 115: cure.v1.Metric.LabelsEntry
-	nil,                                // 116: cure.v1.Assignment.PsidsEntry
-	nil,                                // 117: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                                // 118: cure.v1.CancelRequest.SelectorEntry
-	nil,                                // 119: cure.v1.FleetRequest.SelectorEntry
-	nil,                                // 120: cure.v1.FleetStatus.ByStatusEntry
-	nil,                                // 121: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                                // 122: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                                // 123: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                                // 124: cure.v1.NodeSpec.LabelsEntry
-	nil,                                // 125: cure.v1.NodeSpec.PsidsEntry
-	nil,                                // 126: cure.v1.LabelNodeRequest.SetEntry
-	nil,                                // 127: cure.v1.NodeDetail.LabelsEntry
-	nil,                                // 128: cure.v1.AcceptMeasurementsResponse.PcrsEntry
-	nil,                                // 129: cure.v1.PoolRequest.SelectorEntry
-	nil,                                // 130: cure.v1.RevalidateRequest.SelectorEntry
+	(*RunEnded)(nil),                   // 47: cure.v1.RunEnded
+	(*ProvisionRequest)(nil),           // 48: cure.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),          // 49: cure.v1.ProvisionResponse
+	(*Refusal)(nil),                    // 50: cure.v1.Refusal
+	(*CancelRequest)(nil),              // 51: cure.v1.CancelRequest
+	(*CancelResponse)(nil),             // 52: cure.v1.CancelResponse
+	(*FleetRequest)(nil),               // 53: cure.v1.FleetRequest
+	(*FleetStatus)(nil),                // 54: cure.v1.FleetStatus
+	(*FleetRun)(nil),                   // 55: cure.v1.FleetRun
+	(*RunRef)(nil),                     // 56: cure.v1.RunRef
+	(*WatchRequest)(nil),               // 57: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),              // 58: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),              // 59: cure.v1.ReportRequest
+	(*RunReport)(nil),                  // 60: cure.v1.RunReport
+	(*ReportSeriesBound)(nil),          // 61: cure.v1.ReportSeriesBound
+	(*BmcLogEntry)(nil),                // 62: cure.v1.BmcLogEntry
+	(*BmcPart)(nil),                    // 63: cure.v1.BmcPart
+	(*BmcCollection)(nil),              // 64: cure.v1.BmcCollection
+	(*BmcNote)(nil),                    // 65: cure.v1.BmcNote
+	(*BmcEvidence)(nil),                // 66: cure.v1.BmcEvidence
+	(*RmaPart)(nil),                    // 67: cure.v1.RmaPart
+	(*TimeBucket)(nil),                 // 68: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),         // 69: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),          // 70: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),             // 71: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),                 // 72: cure.v1.BucketStat
+	(*PhaseRecord)(nil),                // 73: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),         // 74: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),        // 75: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),                  // 76: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),           // 77: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),          // 78: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),                   // 79: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),        // 80: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),                 // 81: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil),       // 82: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),                   // 83: cure.v1.NodeSpec
+	(*BMCSpec)(nil),                    // 84: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),            // 85: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),           // 86: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),          // 87: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 88: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),           // 89: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),            // 90: cure.v1.ShowNodeRequest
+	(*BootInstalledOSRequest)(nil),     // 91: cure.v1.BootInstalledOSRequest
+	(*BootInstalledOSResponse)(nil),    // 92: cure.v1.BootInstalledOSResponse
+	(*NodeDetail)(nil),                 // 93: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),            // 94: cure.v1.InventoryRecord
+	(*FleetBandsRequest)(nil),          // 95: cure.v1.FleetBandsRequest
+	(*FleetBandsResponse)(nil),         // 96: cure.v1.FleetBandsResponse
+	(*FleetDistribution)(nil),          // 97: cure.v1.FleetDistribution
+	(*FleetNodeMark)(nil),              // 98: cure.v1.FleetNodeMark
+	(*FleetJudgement)(nil),             // 99: cure.v1.FleetJudgement
+	(*FleetJudgements)(nil),            // 100: cure.v1.FleetJudgements
+	(*NodeAdmissionRequest)(nil),       // 101: cure.v1.NodeAdmissionRequest
+	(*AdmissionRequirement)(nil),       // 102: cure.v1.AdmissionRequirement
+	(*NodeAdmissionResponse)(nil),      // 103: cure.v1.NodeAdmissionResponse
+	(*PoolStatus)(nil),                 // 104: cure.v1.PoolStatus
+	(*AcceptMeasurementsRequest)(nil),  // 105: cure.v1.AcceptMeasurementsRequest
+	(*AcceptMeasurementsResponse)(nil), // 106: cure.v1.AcceptMeasurementsResponse
+	(*PoolRequest)(nil),                // 107: cure.v1.PoolRequest
+	(*RevalidateRequest)(nil),          // 108: cure.v1.RevalidateRequest
+	(*PoolResponse)(nil),               // 109: cure.v1.PoolResponse
+	(*PairReady)(nil),                  // 110: cure.v1.PairReady
+	(*PairPort)(nil),                   // 111: cure.v1.PairPort
+	(*PairSchedule)(nil),               // 112: cure.v1.PairSchedule
+	(*PairSlot)(nil),                   // 113: cure.v1.PairSlot
+	(*PairResult)(nil),                 // 114: cure.v1.PairResult
+	(*PairVerdicts)(nil),               // 115: cure.v1.PairVerdicts
+	nil,                                // 116: cure.v1.Attestation.PcrsEntry
+	nil,                                // 117: cure.v1.Log.AttrsEntry
+	nil,                                // 118: cure.v1.Metric.LabelsEntry
+	nil,                                // 119: cure.v1.Assignment.PsidsEntry
+	nil,                                // 120: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                                // 121: cure.v1.CancelRequest.SelectorEntry
+	nil,                                // 122: cure.v1.FleetRequest.SelectorEntry
+	nil,                                // 123: cure.v1.FleetStatus.ByStatusEntry
+	nil,                                // 124: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                                // 125: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                                // 126: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                                // 127: cure.v1.NodeSpec.LabelsEntry
+	nil,                                // 128: cure.v1.NodeSpec.PsidsEntry
+	nil,                                // 129: cure.v1.LabelNodeRequest.SetEntry
+	nil,                                // 130: cure.v1.NodeDetail.LabelsEntry
+	nil,                                // 131: cure.v1.AcceptMeasurementsResponse.PcrsEntry
+	nil,                                // 132: cure.v1.PoolRequest.SelectorEntry
+	nil,                                // 133: cure.v1.RevalidateRequest.SelectorEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	7,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -10721,7 +10905,7 @@ var file_cure_proto_depIdxs = []int32{
 	13,  // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
 	11,  // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
 	10,  // 6: cure.v1.Hello.attestation:type_name -> cure.v1.Attestation
-	113, // 7: cure.v1.Attestation.pcrs:type_name -> cure.v1.Attestation.PcrsEntry
+	116, // 7: cure.v1.Attestation.pcrs:type_name -> cure.v1.Attestation.PcrsEntry
 	5,   // 8: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
 	21,  // 9: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
 	22,  // 10: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
@@ -10741,152 +10925,154 @@ var file_cure_proto_depIdxs = []int32{
 	36,  // 24: cure.v1.Event.metric:type_name -> cure.v1.Metric
 	27,  // 25: cure.v1.Event.progress:type_name -> cure.v1.Progress
 	29,  // 26: cure.v1.Event.samples:type_name -> cure.v1.Samples
-	107, // 27: cure.v1.Event.pair_ready:type_name -> cure.v1.PairReady
-	111, // 28: cure.v1.Event.pair_result:type_name -> cure.v1.PairResult
+	110, // 27: cure.v1.Event.pair_ready:type_name -> cure.v1.PairReady
+	114, // 28: cure.v1.Event.pair_result:type_name -> cure.v1.PairResult
 	28,  // 29: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
 	1,   // 30: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
 	30,  // 31: cure.v1.Samples.series:type_name -> cure.v1.Series
 	2,   // 32: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,   // 33: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
 	34,  // 34: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	114, // 35: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	115, // 36: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	117, // 35: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	118, // 36: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	38,  // 37: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
 	43,  // 38: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
 	44,  // 39: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
 	45,  // 40: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
 	46,  // 41: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
-	109, // 42: cure.v1.CoordinatorMessage.pair_schedule:type_name -> cure.v1.PairSchedule
-	112, // 43: cure.v1.CoordinatorMessage.pair_verdicts:type_name -> cure.v1.PairVerdicts
+	112, // 42: cure.v1.CoordinatorMessage.pair_schedule:type_name -> cure.v1.PairSchedule
+	115, // 43: cure.v1.CoordinatorMessage.pair_verdicts:type_name -> cure.v1.PairVerdicts
 	0,   // 44: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
 	41,  // 45: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
 	42,  // 46: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	116, // 47: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	119, // 47: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
 	40,  // 48: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
 	39,  // 49: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
 	28,  // 50: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
 	0,   // 51: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	117, // 52: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
-	55,  // 53: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	49,  // 54: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	118, // 55: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
-	55,  // 56: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
-	49,  // 57: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	119, // 58: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	120, // 59: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	121, // 60: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
-	54,  // 61: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	122, // 62: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	120, // 52: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	56,  // 53: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	50,  // 54: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
+	121, // 55: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	56,  // 56: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
+	50,  // 57: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
+	122, // 58: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	123, // 59: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	124, // 60: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	55,  // 61: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
+	125, // 62: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
 	3,   // 63: cure.v1.FleetRun.run_status:type_name -> cure.v1.RunStatus
 	33,  // 64: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
 	27,  // 65: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
 	0,   // 66: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	72,  // 67: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	73,  // 67: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
 	33,  // 68: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	91,  // 69: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	67,  // 70: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	61,  // 71: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
-	62,  // 72: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
-	62,  // 73: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
-	63,  // 74: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
+	94,  // 69: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	68,  // 70: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	62,  // 71: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
+	63,  // 72: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
+	63,  // 73: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
+	64,  // 74: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
 	30,  // 75: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
 	30,  // 76: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
-	60,  // 77: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
-	96,  // 78: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
-	94,  // 79: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
+	61,  // 77: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
+	99,  // 78: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
+	97,  // 79: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
 	27,  // 80: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
-	66,  // 81: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
+	67,  // 81: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
 	3,   // 82: cure.v1.RunReport.run_status:type_name -> cure.v1.RunStatus
-	64,  // 83: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
-	61,  // 84: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
-	62,  // 85: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
-	62,  // 86: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
-	63,  // 87: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
+	65,  // 83: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
+	62,  // 84: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
+	63,  // 85: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
+	63,  // 86: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
+	64,  // 87: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
 	1,   // 88: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
-	67,  // 89: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	123, // 90: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	70,  // 91: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	71,  // 92: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	71,  // 93: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	68,  // 89: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	126, // 90: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	71,  // 91: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	72,  // 92: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	72,  // 93: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
 	2,   // 94: cure.v1.PhaseRecord.phase_status:type_name -> cure.v1.PhaseStatus
-	75,  // 95: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	76,  // 95: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
 	33,  // 96: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	78,  // 97: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	79,  // 97: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
 	4,   // 98: cure.v1.NodeInfo.pool_state:type_name -> cure.v1.PoolState
 	3,   // 99: cure.v1.NodeInfo.last_run_state:type_name -> cure.v1.RunStatus
-	80,  // 100: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	124, // 101: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	83,  // 102: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	125, // 103: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	82,  // 104: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	126, // 105: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	127, // 106: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	91,  // 107: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	101, // 108: cure.v1.NodeDetail.pool:type_name -> cure.v1.PoolStatus
+	81,  // 100: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	127, // 101: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	84,  // 102: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	128, // 103: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	83,  // 104: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	129, // 105: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	130, // 106: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	94,  // 107: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	104, // 108: cure.v1.NodeDetail.pool:type_name -> cure.v1.PoolStatus
 	3,   // 109: cure.v1.NodeDetail.last_run_state:type_name -> cure.v1.RunStatus
 	14,  // 110: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	94,  // 111: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
-	95,  // 112: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
-	96,  // 113: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
-	94,  // 114: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
-	99,  // 115: cure.v1.NodeAdmissionResponse.requirements:type_name -> cure.v1.AdmissionRequirement
-	101, // 116: cure.v1.NodeAdmissionResponse.pool:type_name -> cure.v1.PoolStatus
+	97,  // 111: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
+	98,  // 112: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
+	99,  // 113: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
+	97,  // 114: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
+	102, // 115: cure.v1.NodeAdmissionResponse.requirements:type_name -> cure.v1.AdmissionRequirement
+	104, // 116: cure.v1.NodeAdmissionResponse.pool:type_name -> cure.v1.PoolStatus
 	4,   // 117: cure.v1.PoolStatus.state:type_name -> cure.v1.PoolState
-	128, // 118: cure.v1.AcceptMeasurementsResponse.pcrs:type_name -> cure.v1.AcceptMeasurementsResponse.PcrsEntry
-	129, // 119: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
-	130, // 120: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
+	131, // 118: cure.v1.AcceptMeasurementsResponse.pcrs:type_name -> cure.v1.AcceptMeasurementsResponse.PcrsEntry
+	132, // 119: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
+	133, // 120: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
 	0,   // 121: cure.v1.RevalidateRequest.mode:type_name -> cure.v1.Mode
-	101, // 122: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
-	49,  // 123: cure.v1.PoolResponse.refused:type_name -> cure.v1.Refusal
-	108, // 124: cure.v1.PairReady.ports:type_name -> cure.v1.PairPort
-	110, // 125: cure.v1.PairSchedule.slots:type_name -> cure.v1.PairSlot
+	104, // 122: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
+	50,  // 123: cure.v1.PoolResponse.refused:type_name -> cure.v1.Refusal
+	111, // 124: cure.v1.PairReady.ports:type_name -> cure.v1.PairPort
+	113, // 125: cure.v1.PairSchedule.slots:type_name -> cure.v1.PairSlot
 	33,  // 126: cure.v1.PairVerdicts.verdicts:type_name -> cure.v1.Verdict
 	6,   // 127: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
 	8,   // 128: cure.v1.RunnerService.BeginAttestation:input_type -> cure.v1.AttestBegin
-	47,  // 129: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	56,  // 130: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	58,  // 131: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	76,  // 132: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	73,  // 133: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	79,  // 134: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	50,  // 135: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	52,  // 136: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	84,  // 137: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	86,  // 138: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	88,  // 139: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	89,  // 140: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	68,  // 141: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	92,  // 142: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
-	104, // 143: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
-	104, // 144: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
-	105, // 145: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
-	104, // 146: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
-	98,  // 147: cure.v1.OperatorService.NodeAdmission:input_type -> cure.v1.NodeAdmissionRequest
-	102, // 148: cure.v1.OperatorService.AcceptMeasurements:input_type -> cure.v1.AcceptMeasurementsRequest
-	37,  // 149: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	9,   // 150: cure.v1.RunnerService.BeginAttestation:output_type -> cure.v1.AttestChallenge
-	48,  // 151: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	57,  // 152: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	59,  // 153: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	77,  // 154: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	74,  // 155: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	81,  // 156: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	51,  // 157: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	53,  // 158: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	85,  // 159: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	87,  // 160: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	90,  // 161: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	90,  // 162: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	69,  // 163: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	93,  // 164: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
-	106, // 165: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
-	106, // 166: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
-	106, // 167: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
-	106, // 168: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
-	100, // 169: cure.v1.OperatorService.NodeAdmission:output_type -> cure.v1.NodeAdmissionResponse
-	103, // 170: cure.v1.OperatorService.AcceptMeasurements:output_type -> cure.v1.AcceptMeasurementsResponse
-	149, // [149:171] is the sub-list for method output_type
-	127, // [127:149] is the sub-list for method input_type
+	48,  // 129: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	57,  // 130: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	59,  // 131: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	77,  // 132: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	74,  // 133: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	80,  // 134: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	51,  // 135: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	53,  // 136: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	85,  // 137: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	87,  // 138: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	89,  // 139: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	90,  // 140: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	69,  // 141: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	95,  // 142: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
+	107, // 143: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
+	107, // 144: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
+	108, // 145: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
+	107, // 146: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
+	101, // 147: cure.v1.OperatorService.NodeAdmission:input_type -> cure.v1.NodeAdmissionRequest
+	105, // 148: cure.v1.OperatorService.AcceptMeasurements:input_type -> cure.v1.AcceptMeasurementsRequest
+	91,  // 149: cure.v1.OperatorService.BootInstalledOS:input_type -> cure.v1.BootInstalledOSRequest
+	37,  // 150: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	9,   // 151: cure.v1.RunnerService.BeginAttestation:output_type -> cure.v1.AttestChallenge
+	49,  // 152: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	58,  // 153: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	60,  // 154: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	78,  // 155: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	75,  // 156: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	82,  // 157: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	52,  // 158: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	54,  // 159: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	86,  // 160: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	88,  // 161: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	93,  // 162: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	93,  // 163: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	70,  // 164: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	96,  // 165: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
+	109, // 166: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
+	109, // 167: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
+	109, // 168: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
+	109, // 169: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
+	103, // 170: cure.v1.OperatorService.NodeAdmission:output_type -> cure.v1.NodeAdmissionResponse
+	106, // 171: cure.v1.OperatorService.AcceptMeasurements:output_type -> cure.v1.AcceptMeasurementsResponse
+	92,  // 172: cure.v1.OperatorService.BootInstalledOS:output_type -> cure.v1.BootInstalledOSResponse
+	150, // [150:173] is the sub-list for method output_type
+	127, // [127:150] is the sub-list for method input_type
 	127, // [127:127] is the sub-list for extension type_name
 	127, // [127:127] is the sub-list for extension extendee
 	0,   // [0:127] is the sub-list for field type_name
@@ -10921,14 +11107,14 @@ func file_cure_proto_init() {
 		(*CoordinatorMessage_PairSchedule)(nil),
 		(*CoordinatorMessage_PairVerdicts)(nil),
 	}
-	file_cure_proto_msgTypes[90].OneofWrappers = []any{}
+	file_cure_proto_msgTypes[93].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   125,
+			NumMessages:   128,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -198,6 +198,7 @@ const (
 	OperatorService_ReturnToPool_FullMethodName       = "/cure.v1.OperatorService/ReturnToPool"
 	OperatorService_NodeAdmission_FullMethodName      = "/cure.v1.OperatorService/NodeAdmission"
 	OperatorService_AcceptMeasurements_FullMethodName = "/cure.v1.OperatorService/AcceptMeasurements"
+	OperatorService_BootInstalledOS_FullMethodName    = "/cure.v1.OperatorService/BootInstalledOS"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -262,6 +263,11 @@ type OperatorServiceClient interface {
 	// (docs/SECURITY.md "Measured boot"): the drifted values become the
 	// node's recorded ones. The reason is required and audited.
 	AcceptMeasurements(ctx context.Context, in *AcceptMeasurementsRequest, opts ...grpc.CallOption) (*AcceptMeasurementsResponse, error)
+	// BootInstalledOS (operator) sends a node without an active run to its
+	// installed OS: the BMC's boot override set to the disk, then a reset
+	// (power on if it is off). A node a diagnostic left in CURE goes home
+	// with it; refused while the node has an active run.
+	BootInstalledOS(ctx context.Context, in *BootInstalledOSRequest, opts ...grpc.CallOption) (*BootInstalledOSResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -481,6 +487,16 @@ func (c *operatorServiceClient) AcceptMeasurements(ctx context.Context, in *Acce
 	return out, nil
 }
 
+func (c *operatorServiceClient) BootInstalledOS(ctx context.Context, in *BootInstalledOSRequest, opts ...grpc.CallOption) (*BootInstalledOSResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BootInstalledOSResponse)
+	err := c.cc.Invoke(ctx, OperatorService_BootInstalledOS_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -543,6 +559,11 @@ type OperatorServiceServer interface {
 	// (docs/SECURITY.md "Measured boot"): the drifted values become the
 	// node's recorded ones. The reason is required and audited.
 	AcceptMeasurements(context.Context, *AcceptMeasurementsRequest) (*AcceptMeasurementsResponse, error)
+	// BootInstalledOS (operator) sends a node without an active run to its
+	// installed OS: the BMC's boot override set to the disk, then a reset
+	// (power on if it is off). A node a diagnostic left in CURE goes home
+	// with it; refused while the node has an active run.
+	BootInstalledOS(context.Context, *BootInstalledOSRequest) (*BootInstalledOSResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -612,6 +633,9 @@ func (UnimplementedOperatorServiceServer) NodeAdmission(context.Context, *NodeAd
 }
 func (UnimplementedOperatorServiceServer) AcceptMeasurements(context.Context, *AcceptMeasurementsRequest) (*AcceptMeasurementsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method AcceptMeasurements not implemented")
+}
+func (UnimplementedOperatorServiceServer) BootInstalledOS(context.Context, *BootInstalledOSRequest) (*BootInstalledOSResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method BootInstalledOS not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -987,6 +1011,24 @@ func _OperatorService_AcceptMeasurements_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_BootInstalledOS_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BootInstalledOSRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).BootInstalledOS(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_BootInstalledOS_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).BootInstalledOS(ctx, req.(*BootInstalledOSRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1069,6 +1111,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AcceptMeasurements",
 			Handler:    _OperatorService_AcceptMeasurements_Handler,
+		},
+		{
+			MethodName: "BootInstalledOS",
+			Handler:    _OperatorService_BootInstalledOS_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -94,7 +94,7 @@ func (d *daemon) wire(ctx context.Context) error {
 	curev1.RegisterRunnerServiceServer(d.gs, &server.RunnerService{Store: d.st, Hub: hub, Log: log, Audit: d.rec, Guard: d.eng, Instance: c.Instance,
 		BindPeer: c.BindBootIP, Limits: c.EventLimits, Metrics: d.obs.m, Attestation: &attestpolicy.Policy{Catalog: d.catalog, ImageDir: c.ImageDir, Log: log},
 		EKRoots: d.ekRoots, OnMeasurementDrift: quarantineOnDrift(nodePool, log)})
-	curev1.RegisterOperatorServiceServer(d.gs, &server.OperatorService{Store: d.st, Starter: d.eng, Auditor: d.eng, Canceler: d.eng, Pool: nodePool,
+	curev1.RegisterOperatorServiceServer(d.gs, &server.OperatorService{Store: d.st, Starter: d.eng, Auditor: d.eng, Canceler: d.eng, OSBooter: d.eng, Pool: nodePool,
 		Instance: c.Instance, KnownSKU: sitecheck.KnownSKU(c.ManifestDir), BMCCADir: d.sd.Join("bmc-ca"), Log: log,
 		OnMeasurementsAccepted: reconsiderOnAccept(nodePool, log)})
 	return nil

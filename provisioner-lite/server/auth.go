@@ -62,6 +62,9 @@ var methodRoles = map[string]pki.Role{
 	// Accepting drifted firmware measurements vouches for a node's
 	// firmware after a security event: admin only.
 	curev1.OperatorService_AcceptMeasurements_FullMethodName: pki.RoleAdmin,
+	// Booting a node without an active run into its installed OS changes
+	// no data (its disk is booted as it is): an operator's call.
+	curev1.OperatorService_BootInstalledOS_FullMethodName: pki.RoleOperator,
 }
 
 // ModeRole is the role a run of mode m needs: wipe destroys data.
@@ -324,6 +327,8 @@ func requestNodes(req any) []string {
 	case *curev1.RemoveNodeRequest:
 		return []string{r.GetNodeId()}
 	case *curev1.AcceptMeasurementsRequest:
+		return []string{r.GetNodeId()}
+	case *curev1.BootInstalledOSRequest:
 		return []string{r.GetNodeId()}
 	case *curev1.LabelNodeRequest:
 		return []string{r.GetNodeId()}

@@ -43,6 +43,9 @@ type OperatorService struct {
 	Auditor Auditor
 	// Canceler ends runs (the engine); nil: Cancel is unimplemented.
 	Canceler Canceler
+	// OSBooter boots a node without an active run into its installed OS
+	// (the engine); nil: BootInstalledOS is unimplemented.
+	OSBooter OSBooter
 	// Pool moves nodes in the day-2 pool and admits runs by pool state;
 	// nil: the pool methods are unimplemented and every run is admitted.
 	Pool *pool.Pool
