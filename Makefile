@@ -10,8 +10,11 @@ export CGO_ENABLED := 0
 
 all: image hostos
 
+# DEPS_ROLE: what scripts/install-deps.sh installs (coordinator, image, tests,
+# all); tests is what make test and make demo need.
+DEPS_ROLE ?= tests
 deps:
-	@scripts/install-deps.sh
+	@scripts/install-deps.sh $(DEPS_ROLE)
 
 # The state dir whose CA the image trusts (cure-build --state-dir records its
 # fingerprint in report.json; the coordinator refuses an image of another CA).

@@ -1,22 +1,54 @@
 #!/usr/bin/env bash
-# Installs what CURE's build and QEMU tests need on a fresh Debian 12 machine:
-# Debian packages (QEMU, iPXE ROMs, mstflint for the image, syslinux/mtools
-# for the test host-OS disk, PostgreSQL for the store's tests, which start
-# private clusters of their own; for UEFI network boot: OVMF, Debian's iPXE
-# builds that provisioner-lite serves over TFTP, dnsmasq as the test's site
-# DHCP server, systemd-boot's EFI stub and binutils' objcopy for the host
-# disk's unified kernel image; sbsigntool and faketime to sign the CURE
-# image reproducibly; swtpm and swtpm-tools for the QEMU nodes' TPMs and the
-# attestation tests, tpm2-tools; systemd for systemd-analyze verify of deploy/systemd; python3-sushy for the virtual BMC's Ironic
-# client probes; fio, stress-ng, iperf3, perftest and nvme-cli for the tool bundle, whose
-# pinned versions initramfs/toolbundle.yaml names) and Debian's kernel,
-# unpacked under .cache/kernel.
+# Installs, on Debian 12, what one role of a CURE machine needs, and only that:
+#
+#   install-deps.sh coordinator [--with-postgres-server]
+#       a host that runs provisioner-lite: Debian's iPXE builds, which its
+#       proxy DHCP and TFTP serve (/usr/lib/ipxe); with the flag, a local
+#       PostgreSQL server for --db (SQLite in the state dir needs nothing).
+#       No QEMU, no browser, no build tools.
+#   install-deps.sh image
+#       make image, make hostos, make toolbundle: gcc (cure-nvml uses cgo),
+#       zstd/lz4/cpio/xz for the initramfs, mstflint, nvme-cli and pci.ids
+#       for the image, syslinux/mtools/dosfstools/fdisk for the test OS disk,
+#       systemd-boot's EFI stub and binutils' objcopy for its unified kernel
+#       image, sbsigntool and faketime to sign the CURE image reproducibly,
+#       fio, stress-ng, iperf3 and perftest for the tool bundle (whose pinned
+#       versions initramfs/toolbundle.yaml names), and Debian's kernel,
+#       unpacked under .cache/kernel.
+#   install-deps.sh tests   (the default; what `make deps` passes)
+#       make test and make demo: the image role, plus QEMU with its iPXE ROMs
+#       and OVMF, Debian's iPXE builds, dnsmasq as the tests' site DHCP
+#       server, iproute2, swtpm/swtpm-tools/tpm2-tools for the QEMU nodes'
+#       TPMs, python3-sushy for the virtual BMC's Ironic client probes,
+#       PostgreSQL (the store's tests start private clusters), Chromium (the
+#       dashboard's browser tests) and systemd (systemd-analyze verifies the
+#       units).
+#   install-deps.sh all     every role.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(qemu-system-x86 qemu-utils ipxe-qemu zstd lz4 cpio nvme-cli mstflint syslinux syslinux-common extlinux mtools dosfstools fdisk xz-utils postgresql pci.ids
-  ovmf ipxe dnsmasq-base systemd-boot-efi binutils iproute2 python3-sushy chromium fio stress-ng iperf3 perftest
-  sbsigntool faketime swtpm swtpm-tools tpm2-tools systemd)
+role=${1:-tests}
+pgserver=
+[ "${2:-}" = --with-postgres-server ] && pgserver=1
+
+coordinator=(ipxe ca-certificates)
+image=(gcc libc6-dev zstd lz4 cpio xz-utils nvme-cli mstflint pci.ids syslinux syslinux-common extlinux mtools dosfstools fdisk
+  systemd-boot-efi binutils sbsigntool faketime fio stress-ng iperf3 perftest)
+tests=("${image[@]}" qemu-system-x86 qemu-utils ipxe-qemu ovmf ipxe dnsmasq-base iproute2 swtpm swtpm-tools tpm2-tools
+  python3-sushy postgresql chromium systemd)
+
+kernel=
+case "$role" in
+coordinator) pkgs=("${coordinator[@]}"); [ -n "$pgserver" ] && pkgs+=(postgresql) ;;
+image) pkgs=("${image[@]}"); kernel=1 ;;
+tests) pkgs=("${tests[@]}"); kernel=1 ;;
+all) pkgs=("${coordinator[@]}" "${tests[@]}"); kernel=1 ;;
+*)
+  echo "install-deps: unknown role \"$role\" (want coordinator, image, tests or all)" >&2
+  exit 2
+  ;;
+esac
+
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -24,10 +56,11 @@ done
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "install-deps: apt-get install ${missing[*]}"
+  echo "install-deps ($role): apt-get install ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+[ -n "$kernel" ] || exit 0
 
 # The kernel: whatever linux-image-amd64 depends on today (e.g. linux-image-6.1.0-NN-amd64).
 kdir=.cache/kernel
