@@ -218,7 +218,7 @@ func (ck *checkCtl) preflight(ctx context.Context, r *store.Run) outcome {
 	}
 	missing, warnings := ck.localArtifacts(mode, sku)
 	if len(missing) > 0 {
-		return failedFinal(operatorFix, "inputs do not resolve: %s; add the image with `provisioner-lite artifacts add --state-dir STATE --sku %s.yaml FILE` (README, \"Set up a site\")",
+		return failedFinal(operatorFix, "inputs do not resolve: %s; add the image with `provisioner-lite artifacts add --state-dir STATE --sku %s.yaml FILE` (docs/SITE.md, step 5)",
 			strings.Join(missing, "; "), r.Manifest)
 	}
 	if len(warnings) > 0 {

@@ -80,7 +80,7 @@ const (
 	// keeps the writer's buffers small (a chunk is verified before any of
 	// it moves on) and the list at 32 bytes per MiB (320 KiB for 10 GiB).
 	DefaultChunk = 1 << 20
-	// DefaultAlg is the measured choice (README, `make bench-install`):
+	// DefaultAlg is the measured choice (docs/BENCHMARKS.md, `make bench-install`):
 	// BLAKE3 costs this writer about half the CPU per byte of sha256 with
 	// SHA-NI, which matters where the cores are the limit.
 	DefaultAlg = BLAKE3

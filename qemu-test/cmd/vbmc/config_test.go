@@ -79,7 +79,7 @@ func TestEnsureDiskIsSparseAndKept(t *testing.T) {
 	}
 }
 
-// A node on a tap device with UEFI firmware, as README "Try it on one box"
+// A node on a tap device with UEFI firmware, as docs/SITE.md's walk
 // writes it: no bootURL needed (the site's DHCP and the proxy answer on the
 // tap's bridge), Debian's OVMF by default, the SKU and the password's
 // environment variable carried into -nodes-yaml.
