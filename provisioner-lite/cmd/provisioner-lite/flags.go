@@ -2,7 +2,6 @@ package main
 
 import (
 	"flag"
-	"os"
 	"strings"
 
 	"github.com/cure-oss/cure/provisioner-lite/coordinator"
@@ -14,13 +13,15 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 // registerFlags registers the coordinator's flags on fs, each defaulting
-// to c's value (coordinator.DefaultConfig, and $CURE_DB for --db). The
+// to c's value (coordinator.DefaultConfig; $CURE_DB and the other CURE_*
+// variables are read after parsing, see coordOpts.resolve). The
 // repeatable flags fill lists; the caller copies them into c after Parse.
 func registerFlags(fs *flag.FlagSet, c *coordinator.Config, imports, tlsNames, webhooks *multiFlag) {
 	registerSiteFlags(fs, c)
 	registerConnFlags(fs, &c.Conns)
 	registerNetbootFlags(fs, &c.Netboot)
 	registerFleetFlags(fs, c)
+	registerInstanceFlags(fs, c)
 	fs.Var(imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
 	fs.Var(tlsNames, "tls-name", "another DNS name or IP the gRPC server certificate carries, besides --advertise, 127.0.0.1 and localhost: "+
 		"a name operators give curectl --server (a DNS name, a VIP), which curectl verifies as given (repeatable)")
@@ -75,7 +76,7 @@ func registerFleetFlags(fs *flag.FlagSet, c *coordinator.Config) {
 	fs.IntVar(&c.MaxRuns, "max-runs", c.MaxRuns, "runs this instance drives at once; Provision beyond it is refused (ResourceExhausted) so curectl can try another instance")
 	fs.StringVar(&c.PeerGRPC, "peer-grpc", c.PeerGRPC, "other instances of this fleet (shared database) as nodes dial them, host:port comma-separated: "+
 		"a runner whose coordinator dies reconnects to the next")
-	fs.StringVar(&c.DB, "db", os.Getenv("CURE_DB"), "database: empty for SQLite in the state dir (one instance), or a PostgreSQL DSN "+
+	fs.StringVar(&c.DB, "db", c.DB, "database: empty for SQLite in the state dir (one instance), or a PostgreSQL DSN "+
 		"(postgres://… or host=… dbname=…) shared by several instances; default $CURE_DB (keeps a password off the command line)")
 	fs.Float64Var(&c.PowerOnRate, "power-on-rate", c.PowerOnRate, "power-ons per second per PDU or rack (see --power-group-label); 0: not paced")
 	fs.IntVar(&c.PowerOnBurst, "power-on-burst", c.PowerOnBurst, "power-ons a PDU or rack may do back to back before --power-on-rate applies")
