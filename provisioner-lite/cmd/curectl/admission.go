@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -29,7 +28,8 @@ Exit codes: 0 admit (or no policy), 3 wait, 4 refuse, 1 the call failed,
 2 a usage error.`,
 		Example: `  curectl nodes admission gpu-001
   curectl nodes admission gpu-001 -o json`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			format, err := parseOutput(output)
 			if err != nil {
@@ -40,7 +40,7 @@ Exit codes: 0 admit (or no policy), 3 wait, 4 refuse, 1 the call failed,
 			})
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "table|json|yaml")
+	addOutputFlag(cmd, &output, outTable, outJSON, outYAML)
 	return cmd
 }
 
@@ -49,7 +49,7 @@ func nodeAdmission(ctx context.Context, c curev1.OperatorServiceClient, node, fo
 	defer cancel()
 	resp, err := c.NodeAdmission(cctx, &curev1.NodeAdmissionRequest{NodeId: node})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl nodes admission:", err)
+		fmt.Fprintln(stderr(), "curectl nodes admission:", err)
 		return 1
 	}
 	rc := 0

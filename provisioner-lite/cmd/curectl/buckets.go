@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -38,7 +37,7 @@ func (a *app) bucketsCmd() *cobra.Command {
 				defer cancel()
 				s, err := c.TimeBuckets(cctx, &curev1.TimeBucketsRequest{Selector: sel, IncludeFailed: failed, MaxRuns: uint32(maxRuns)})
 				if err != nil {
-					fmt.Fprintln(os.Stderr, "curectl buckets:", err)
+					fmt.Fprintln(stderr(), "curectl buckets:", err)
 					return 1
 				}
 				switch format {
@@ -54,6 +53,6 @@ func (a *app) bucketsCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&failed, "failed", false, "include failed and attention runs (default: succeeded only)")
 	cmd.Flags().UintVar(&maxRuns, "max-runs", 5000, "summarize at most this many runs (the coordinator caps it at 5000)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output (same as -o json)")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "table|wide|json|yaml")
+	addOutputFlag(cmd, &output, outTable, outJSON, outYAML)
 	return cmd
 }

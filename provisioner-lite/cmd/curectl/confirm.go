@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -191,11 +190,11 @@ func confirm(verb, summary string, count int, yes bool, in io.Reader, tty bool, 
 func confirmWipe(ctx context.Context, c curev1.OperatorServiceClient, ids *[]string, sel *map[string]string, confirmed *[]string, yes bool, in io.Reader, prompt io.Writer) int {
 	targets, err := wipeTargets(ctx, c, *ids, *sel)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl provision --mode wipe: nothing was started:", err)
+		fmt.Fprintln(stderr(), "curectl provision --mode wipe: nothing was started:", err)
 		return 1
 	}
 	if err := confirm("wipe", wipeSummary(targets), len(targets), yes, in, stdinIsTerminal(in), prompt); err != nil {
-		fmt.Fprintln(os.Stderr, "curectl provision --mode wipe: nothing was started:", err)
+		fmt.Fprintln(stderr(), "curectl provision --mode wipe: nothing was started:", err)
 		return 2
 	}
 	resolved := make([]string, len(targets))
@@ -215,14 +214,14 @@ func confirmWipe(ctx context.Context, c curev1.OperatorServiceClient, ids *[]str
 func confirmDeployed(ctx context.Context, c curev1.OperatorServiceClient, ids []string, sel map[string]string, confirmed *[]string, yes bool, in io.Reader, prompt io.Writer) int {
 	targets, err := deployedTargets(ctx, c, ids, sel)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl provision: nothing was started:", err)
+		fmt.Fprintln(stderr(), "curectl provision: nothing was started:", err)
 		return 1
 	}
 	if len(targets) == 0 {
 		return 0
 	}
 	if err := confirm("provision", deployedSummary(targets), len(targets), yes, in, stdinIsTerminal(in), prompt); err != nil {
-		fmt.Fprintln(os.Stderr, "curectl provision: nothing was started:", err)
+		fmt.Fprintln(stderr(), "curectl provision: nothing was started:", err)
 		return 2
 	}
 	for _, d := range targets {

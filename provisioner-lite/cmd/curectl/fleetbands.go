@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -41,7 +40,7 @@ sit in it (the node left out of its own fleet, as when it is judged).`,
 				defer cancel()
 				resp, err := c.FleetBands(cctx, &curev1.FleetBandsRequest{Sku: sku, Check: check, Metric: metric, NodeId: node, WindowMs: window.Milliseconds()})
 				if err != nil {
-					fmt.Fprintln(os.Stderr, "curectl fleet-bands:", err)
+					fmt.Fprintln(stderr(), "curectl fleet-bands:", err)
 					return 1
 				}
 				switch format {
@@ -59,6 +58,8 @@ sit in it (the node left out of its own fleet, as when it is judged).`,
 	cmd.Flags().StringVar(&node, "node", "", "mark where this node's components sit")
 	cmd.Flags().DurationVar(&window, "window", 0, "how recent a result must be (default: the coordinator's default fleet window)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output (same as -o json)")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "table|wide|json|yaml")
+	addOutputFlag(cmd, &output, outTable, outJSON, outYAML)
+	_ = cmd.RegisterFlagCompletionFunc("node", a.completeNodeFlag)
+	_ = cmd.RegisterFlagCompletionFunc("sku", a.completeSKUs)
 	return cmd
 }

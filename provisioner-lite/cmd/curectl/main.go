@@ -26,6 +26,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,6 +60,9 @@ type app struct {
 	in                    io.Reader
 	rc                    int
 	closers               []func() error
+	logFormat             string
+	// quiet: connect prints nothing (shell completion fails silently).
+	quiet bool
 }
 
 // errDone means the command has printed its own error and set app.rc.
@@ -66,23 +70,24 @@ var errDone = errors.New("done")
 
 func run(args []string, out io.Writer) int {
 	a := &app{out: out, in: stdin}
+	logFormat = logText
 	root := a.rootCmd()
 	root.SetArgs(args)
-	root.SetOut(out)
 	// The pinned --version line alone (cobra would print "curectl version …").
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.SetErr(os.Stderr)
+	root.SetErr(diagWriter{})
 	err := root.Execute()
 	for _, c := range a.closers {
 		_ = c()
 	}
-	switch {
-	case err == nil, errors.Is(err, errDone):
-		return a.rc
+	rc := a.rc
+	if err != nil && !errors.Is(err, errDone) {
+		// Flag, argument and unknown-command errors: usage errors.
+		fmt.Fprintf(stderr(), "curectl: %v\n(see `curectl --help` or `curectl COMMAND --help`)\n", err)
+		rc = 2
 	}
-	// Flag, argument and unknown-command errors: usage errors.
-	fmt.Fprintf(os.Stderr, "curectl: %v\n(see `curectl --help` or `curectl COMMAND --help`)\n", err)
-	return 2
+	logExit(rc)
+	return rc
 }
 
 // versionString is the release or module version the man pages name.
@@ -97,21 +102,37 @@ client certificate (provisioner-lite pki --operator NAME --role ROLE).
 Without --cert/--key it uses operators/operator.pem beside the CA file, else
 operators/admin.pem (the certificate provisioner-lite init issues).
 Flags may be given anywhere on the line; defaults come from CURE_SERVER,
-CURE_CA, CURE_CERT and CURE_KEY.`,
-		Version:       version.String("curectl"),
-		SilenceErrors: true,
-		SilenceUsage:  true,
-		Args:          cobra.NoArgs,
-		RunE:          func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+CURE_CA, CURE_CERT and CURE_KEY.
+
+` + outputHelp + `
+
+--log-format json writes each line curectl prints to stderr as a JSON
+record (time, level, msg: ERROR for curectl's own error lines), the last
+one {"msg":"exit","rc":N}. Shell completion (curectl completion SHELL)
+asks the coordinator for node ids and SKUs, within 2 s, silently.`,
+		PersistentPreRunE: func(*cobra.Command, []string) error { return setLogFormat(a.logFormat) },
+		Version:           version.String("curectl"),
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		Args:              cobra.NoArgs,
+		RunE:              func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
+	// Before the completion command is made: it keeps the writer it finds.
+	root.SetOut(a.out)
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.server, "server", envOr("CURE_SERVER", "127.0.0.1:8443"), "coordinator gRPC address HOST:PORT (its certificate must name HOST); several, comma-separated: provision moves on to the next when one is full or down")
 	pf.StringVar(&a.ca, "ca", envOr("CURE_CA", filepath.Join("state", "pki", "ca.pem")), "coordinator CA certificate")
 	pf.StringVar(&a.cert, "cert", os.Getenv("CURE_CERT"), "operator client certificate (default: operators/operator.pem beside --ca, else operators/admin.pem, if present)")
 	pf.StringVar(&a.key, "key", os.Getenv("CURE_KEY"), "operator client key (default: the key beside the default certificate)")
+	pf.StringVar(&a.logFormat, "log-format", logText, "text|json: how errors and notes are written to stderr")
+	_ = root.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions([]string{logText, logJSON}, cobra.ShellCompDirectiveNoFileComp))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 	root.AddCommand(a.provisionCmd(), a.cancelCmd(), a.watchCmd(), a.reportCmd(), a.auditCmd(),
-		a.nodesCmd(), a.auditLogCmd(), a.bucketsCmd(), a.fleetBandsCmd(), manCmd(root))
+		a.nodesCmd(), a.auditLogCmd(), a.bucketsCmd(), a.fleetBandsCmd(), a.manCmd(root))
+	// Made now rather than at Execute, so their help gets the exit codes too.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	documentExitCodes(root)
 	return root
 }
 
@@ -120,15 +141,11 @@ CURE_CA, CURE_CERT and CURE_KEY.`,
 func (a *app) connect() (curev1.OperatorServiceClient, []render.Target, error) {
 	caPEM, err := os.ReadFile(a.ca)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "curectl: CA certificate --ca %s: %v (give --ca or CURE_CA: the coordinator's state/pki/ca.pem)\n", a.ca, err)
-		a.rc = 1
-		return nil, nil, errDone
+		return nil, nil, a.fail(1, "CA certificate --ca %s: %v (give --ca or CURE_CA: the coordinator's state/pki/ca.pem)", a.ca, err)
 	}
 	cert, err := operatorCert(a.ca, a.cert, a.key)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl:", err)
-		a.rc = 1
-		return nil, nil, errDone
+		return nil, nil, a.fail(1, "%v", err)
 	}
 	var targets []render.Target
 	for _, addr := range strings.Split(a.server, ",") {
@@ -137,33 +154,35 @@ func (a *app) connect() (curev1.OperatorServiceClient, []render.Target, error) {
 		}
 		host, err := serverName(addr)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "curectl: --server %s: %v\n", addr, err)
-			a.rc = 2
-			return nil, nil, errDone
+			return nil, nil, a.fail(2, "--server %s: %v", addr, err)
 		}
 		tlsCfg, err := pki.ClientTLSConfig(caPEM, host, cert.cert)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "curectl: --ca %s: %v\n", a.ca, err)
-			a.rc = 1
-			return nil, nil, errDone
+			return nil, nil, a.fail(1, "--ca %s: %v", a.ca, err)
 		}
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
 			grpc.WithChainUnaryInterceptor(cert.unaryInterceptor), grpc.WithChainStreamInterceptor(cert.streamInterceptor))
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "curectl: --server %s: %v\n", addr, err)
-			a.rc = 1
-			return nil, nil, errDone
+			return nil, nil, a.fail(1, "--server %s: %v", addr, err)
 		}
 		a.closers = append(a.closers, conn.Close)
 		targets = append(targets, render.Target{Addr: addr, Client: curev1.NewOperatorServiceClient(conn)})
 	}
 	if len(targets) == 0 {
-		fmt.Fprintln(os.Stderr, "curectl: --server: no address")
-		a.rc = 2
-		return nil, nil, errDone
+		return nil, nil, a.fail(2, "--server: no address")
 	}
 	// Instances share one database: any of them answers reads alike.
 	return targets[0].Client.(curev1.OperatorServiceClient), targets, nil
+}
+
+// fail prints "curectl: MSG" (unless quiet), sets the exit code and
+// returns errDone.
+func (a *app) fail(rc int, format string, args ...any) error {
+	if !a.quiet {
+		fmt.Fprintf(stderr(), "curectl: "+format+"\n", args...)
+	}
+	a.rc = rc
+	return errDone
 }
 
 // serverName is the name TLS verifies: the host of HOST:PORT as the
@@ -196,7 +215,7 @@ func (a *app) with(body func(ctx context.Context, c curev1.OperatorServiceClient
 	return nil
 }
 
-func manCmd(root *cobra.Command) *cobra.Command {
+func (a *app) manCmd(root *cobra.Command) *cobra.Command {
 	var dir string
 	cmd := &cobra.Command{
 		Use:   "man --dir DIR",
@@ -204,11 +223,11 @@ func manCmd(root *cobra.Command) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return fmt.Errorf("man --dir %s: %w", dir, err)
+				return a.fail(1, "man --dir %s: %v", dir, err)
 			}
 			root.DisableAutoGenTag = true
 			if err := doc.GenManTree(root, &doc.GenManHeader{Title: "CURECTL", Section: "1", Source: "CURE " + versionString()}, dir); err != nil {
-				return fmt.Errorf("man --dir %s: %w", dir, err)
+				return a.fail(1, "man --dir %s: %v", dir, err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "man pages written to %s\n", dir)
 			return nil
@@ -219,8 +238,8 @@ func manCmd(root *cobra.Command) *cobra.Command {
 }
 
 type provisionOpts struct {
-	mode, manifest, selector string
-	resume, follow, yes      bool
+	mode, manifest, selector, output string
+	resume, follow, yes              bool
 }
 
 func (a *app) provisionCmd() *cobra.Command {
@@ -240,7 +259,10 @@ Exit codes:
   1  nothing started: no node could be started, or the coordinator could not be reached
   2  bad usage (flags, no node given), or a wipe (or a deployed node's provision) not confirmed
   3  with --watch: a run ended failed, canceled or needing attention (its report says why)
-  4  without --watch: some nodes started, others were refused (listed with why)`,
+  4  without --watch: some nodes started, others were refused (listed with why)
+
+-o json|yaml prints the ProvisionResponse (runs started, nodes refused with
+why); with --watch it is refused (follow with curectl report -o json).`,
 		Example: `  curectl provision --watch gpu-001                   # provision one node and follow it to the end
   curectl provision --selector rack=r12,sku=hgx-b200  # every node of a rack and SKU
   curectl provision --resume gpu-001                  # continue a failed run from the phase it reached
@@ -248,7 +270,16 @@ Exit codes:
   curectl provision --mode diagnostic --manifest rma-quick --watch gpu-001
   curectl provision --mode wipe --yes gpu-001         # erase the disks (without --yes: asks on a terminal)
   curectl provision --mode service --watch gpu-001    # firmware and BIOS settings on a drained deployed node; disks untouched`,
+		ValidArgsFunction: a.completeNodes(0),
 		RunE: func(_ *cobra.Command, args []string) error {
+			format, err := parseOutput(o.output)
+			if err != nil {
+				return err
+			}
+			if structuredFormat(format) && o.follow {
+				return errors.New("provision: -o " + format + " prints what was started; with --watch, follow with `curectl report -o " + format + " NODE`")
+			}
+			o.output = format
 			c, targets, err := a.connect()
 			if err != nil {
 				return err
@@ -264,21 +295,30 @@ Exit codes:
 	f.BoolVar(&o.follow, "watch", false, "follow the timeline until the run ends, then print the report")
 	f.StringVar(&o.selector, "selector", "", "also every node matching k=v,... (labels; sku matches the node's SKU)")
 	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask before a wipe, or a provision of nodes in the pool")
+	addOutputFlag(cmd, &o.output, outTable, outJSON, outYAML)
+	_ = cmd.RegisterFlagCompletionFunc("mode", completeModes)
+	_ = cmd.RegisterFlagCompletionFunc("manifest", a.completeSKUs)
 	return cmd
 }
 
 func (a *app) cancelCmd() *cobra.Command {
-	var selector, reason string
+	var selector, reason, output string
 	var runs []string
 	cmd := &cobra.Command{
-		Use:   "cancel [NODE...]",
-		Short: "Cancel the active runs of nodes, by run id or by selector",
+		Use:               "cancel [NODE...]",
+		Short:             "Cancel the active runs of nodes, by run id or by selector",
+		ValidArgsFunction: a.completeNodes(0),
 		RunE: func(_ *cobra.Command, args []string) error {
+			format, err := parseOutput(output)
+			if err != nil {
+				return err
+			}
 			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
-				return cancelRuns(ctx, c, selector, runs, reason, args, a.out)
+				return cancelRuns(ctx, c, selector, runs, reason, args, format, a.out)
 			})
 		},
 	}
+	addOutputFlag(cmd, &output, outTable, outJSON, outYAML)
 	cmd.Flags().StringVar(&selector, "selector", "", "also every node matching k=v,... (labels; sku)")
 	cmd.Flags().StringArrayVar(&runs, "run", nil, "run id (repeatable)")
 	cmd.Flags().StringVar(&reason, "reason", "", "recorded in the run's timeline")
@@ -300,7 +340,11 @@ func (a *app) watchCmd() *cobra.Command {
 		Long: `With one NODE or --run: the run's timeline until it ends.
 With several NODEs or --selector: one line per node with its phase, a
 progress bar and an ETA for long phases (redrawn in place on a terminal).
-With --fleet: counts per status and phase, failures first.`,
+With --fleet: counts per status and phase, failures first.
+-o json|yaml streams instead: one compact JSON object per line (YAML: a
+document each): a TimelineEntry per event of one run, a FleetRun per node
+and refresh for several nodes, a FleetStatus per refresh of --fleet.`,
+		ValidArgsFunction: a.completeNodes(0),
 		RunE: func(_ *cobra.Command, args []string) error {
 			format, err := parseOutput(o.output)
 			if err != nil {
@@ -322,9 +366,9 @@ With --fleet: counts per status and phase, failures first.`,
 				case o.fleet:
 					return watchFleet(ctx, c, sel, o.interval, o.once, format, a.out)
 				case len(args) > 1 || (len(sel) > 0 && o.runID == ""):
-					return watchMany(ctx, c, args, sel, expect, o.interval, o.once, a.out)
+					return watchMany(ctx, c, args, sel, expect, o.interval, o.once, format, a.out)
 				}
-				return watch(ctx, c, o.runID, firstArg(args), a.out)
+				return watch(ctx, c, o.runID, firstArg(args), format, a.out)
 			})
 		},
 	}
@@ -334,7 +378,7 @@ With --fleet: counts per status and phase, failures first.`,
 	f.StringVar(&o.selector, "selector", "", "only nodes matching k=v,... (labels; sku)")
 	f.DurationVar(&o.interval, "interval", 2*time.Second, "with --fleet or several nodes: refresh period")
 	f.BoolVar(&o.once, "once", false, "with --fleet or several nodes: print one summary and exit")
-	f.StringVarP(&o.output, "output", "o", "", "with --fleet --once: table|wide|json|yaml")
+	addOutputFlag(cmd, &o.output, outTable, outJSON, outYAML)
 	f.StringArrayVar(&o.expect, "expect", nil, "with several nodes: PHASE=DURATION a phase is expected to take, for its bar and ETA (repeatable; default: the median of the watched nodes that finished it)")
 	return cmd
 }
@@ -352,7 +396,18 @@ func (a *app) reportCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "report [NODE] | --run RUN",
 		Short: "Print a run's report (the node's latest run, or --run)",
-		Args:  cobra.MaximumNArgs(1),
+		Long: `Print a run's report: the node's latest run, or --run RUN. --html FILE
+writes the report and the run's timeline as one self-contained HTML file
+(for an RMA ticket) and prints one line naming it (with -o json|yaml: the
+report as well).
+
+Exit codes:
+  0  the run succeeded
+  1  the report could not be read (or --html FILE not written)
+  2  bad usage (flags, no node given)
+  3  the run did not succeed (failed, canceled, needs attention, or still running)`,
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			if runID == "" && len(args) == 0 {
 				return errors.New("report: give a NODE or --run RUN")
@@ -374,34 +429,56 @@ func (a *app) reportCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&runID, "run", "", "run id")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output (same as -o json)")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "table|wide|json|yaml")
-	cmd.Flags().StringVar(&htmlFile, "html", "", "also write a self-contained HTML report (for an RMA ticket) to this file")
+	addOutputFlag(cmd, &output, outTable, outWide, outJSON, outYAML)
+	cmd.Flags().StringVar(&htmlFile, "html", "", "write a self-contained HTML report (for an RMA ticket) to this file instead of printing it")
 	return cmd
 }
 
 func (a *app) auditCmd() *cobra.Command {
-	var manifest string
+	var manifest, output string
 	cmd := &cobra.Command{
 		Use:   "audit NODE...",
 		Short: "Audit nodes directly over Redfish (no boot, no changes)",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Compare each node's firmware and settings with its SKU over its BMC's
+Redfish alone: no boot, no run, nothing changed.
+
+Exit codes:
+  0  every component matches
+  1  a component differs, or the coordinator could not be reached
+  2  bad usage, or a node's BMC could not be audited (its ERROR row says why)`,
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: a.completeNodes(0),
 		RunE: func(_ *cobra.Command, args []string) error {
+			format, err := parseOutput(output)
+			if err != nil {
+				return err
+			}
 			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
-				return auditDirect(ctx, c, manifest, args, a.out)
+				return auditDirect(ctx, c, manifest, args, format, a.out)
 			})
 		},
 	}
 	cmd.Flags().StringVar(&manifest, "manifest", "", "manifest (SKU) name; default: each node's")
+	_ = cmd.RegisterFlagCompletionFunc("manifest", a.completeSKUs)
+	addOutputFlag(cmd, &output, outTable, outJSON, outYAML)
 	return cmd
 }
 
-func auditDirect(ctx context.Context, c curev1.OperatorServiceClient, manifest string, nodeIDs []string, out io.Writer) int {
+func auditDirect(ctx context.Context, c curev1.OperatorServiceClient, manifest string, nodeIDs []string, format string, out io.Writer) int {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	resp, err := c.AuditDirect(cctx, &curev1.AuditDirectRequest{NodeIds: nodeIDs, Manifest: manifest})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl audit:", err)
+		fmt.Fprintln(stderr(), "curectl audit:", err)
 		return 1
+	}
+	if structuredFormat(format) {
+		// The same exit code as the table: a script tests it.
+		rc := render.PrintAudit(io.Discard, resp.GetNodes())
+		if r := printStructured(resp, format, out); r != 0 {
+			return r
+		}
+		return rc
 	}
 	return render.PrintAudit(out, resp.GetNodes())
 }
@@ -429,16 +506,17 @@ func (a *app) auditLogCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&kind, "kind", "", "operator (API calls) or security (refused peers); default both")
 	cmd.Flags().StringVar(&node, "node", "", "only entries naming this node")
+	_ = cmd.RegisterFlagCompletionFunc("node", a.completeNodeFlag)
 	cmd.Flags().UintVar(&limit, "limit", 100, "entries, newest first")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output (same as -o json)")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "table|wide|json|yaml")
+	addOutputFlag(cmd, &output, outTable, outWide, outJSON, outYAML)
 	return cmd
 }
 
 func auditLog(ctx context.Context, c curev1.OperatorServiceClient, req *curev1.ListAuditLogRequest, format string, out io.Writer) int {
 	resp, err := auditLogPages(ctx, c, req)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl audit-log:", err)
+		fmt.Fprintln(stderr(), "curectl audit-log:", err)
 		return 1
 	}
 	switch format {
@@ -491,26 +569,26 @@ func auditLogPages(ctx context.Context, c curev1.OperatorServiceClient, req *cur
 func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []render.Target, o provisionOpts, nodeIDs []string, in io.Reader, out io.Writer) int {
 	sel, err := render.ParseSelector(o.selector)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl provision: --selector:", err)
+		fmt.Fprintln(stderr(), "curectl provision: --selector:", err)
 		return 2
 	}
 	m, err := modes.Parse(o.mode)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl provision: --mode:", err)
+		fmt.Fprintln(stderr(), "curectl provision: --mode:", err)
 		return 2
 	}
 	if len(nodeIDs) == 0 && len(sel) == 0 {
-		fmt.Fprintln(os.Stderr, "curectl provision: no node given (NODE... or --selector)")
+		fmt.Fprintln(stderr(), "curectl provision: no node given (NODE... or --selector)")
 		return 2
 	}
 	var confirmed []string
 	switch {
 	case destructive(m):
-		if rc := confirmWipe(ctx, c, &nodeIDs, &sel, &confirmed, o.yes, in, os.Stderr); rc != 0 {
+		if rc := confirmWipe(ctx, c, &nodeIDs, &sel, &confirmed, o.yes, in, stderr()); rc != 0 {
 			return rc
 		}
 	case m == modes.Provision:
-		if rc := confirmDeployed(ctx, c, nodeIDs, sel, &confirmed, o.yes, in, os.Stderr); rc != 0 {
+		if rc := confirmDeployed(ctx, c, nodeIDs, sel, &confirmed, o.yes, in, stderr()); rc != 0 {
 			return rc
 		}
 	}
@@ -520,19 +598,25 @@ func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []re
 	defer cancel()
 	var progress io.Writer
 	if len(targets) > 1 {
-		progress = os.Stderr
+		progress = stderr()
 	}
 	res, err := render.ProvisionAcross(cctx, targets, &curev1.ProvisionRequest{NodeIds: nodeIDs, Selector: sel, Mode: modes.ToProto(m), Manifest: o.manifest, Resume: o.resume,
 		ConfirmNodeIds: confirmed}, progress)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl provision:", err)
+		fmt.Fprintln(stderr(), "curectl provision:", err)
 		return 1
 	}
-	for _, r := range res.Runs {
-		fmt.Fprintf(out, "run %s started on %s (instance %s)\n", r.GetRunId(), r.GetNodeId(), res.Instance[r.GetRunId()])
+	if structuredFormat(o.output) {
+		if rc := printStructured(&curev1.ProvisionResponse{Runs: res.Runs, Refused: res.Refused, Instance: instances(res)}, o.output, out); rc != 0 {
+			return rc
+		}
+	} else {
+		for _, r := range res.Runs {
+			fmt.Fprintf(out, "run %s started on %s (instance %s)\n", r.GetRunId(), r.GetNodeId(), res.Instance[r.GetRunId()])
+		}
+		render.PrintRefusals(out, res.Refused)
+		fmt.Fprintf(out, "%d started, %d refused\n", len(res.Runs), len(res.Refused))
 	}
-	render.PrintRefusals(out, res.Refused)
-	fmt.Fprintf(out, "%d started, %d refused\n", len(res.Runs), len(res.Refused))
 	if len(res.Runs) == 0 {
 		return 1
 	}
@@ -545,7 +629,7 @@ func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []re
 	}
 	rc := 0
 	for _, r := range resp.GetRuns() {
-		if code := watch(ctx, c, r.GetRunId(), "", out); code != 0 {
+		if code := watch(ctx, c, r.GetRunId(), "", outTable, out); code != 0 {
 			rc = code
 		}
 		if code := report(ctx, c, r.GetRunId(), "", outTable, out); code != 0 {
@@ -555,22 +639,37 @@ func provision(ctx context.Context, c curev1.OperatorServiceClient, targets []re
 	return rc
 }
 
-func cancelRuns(ctx context.Context, c curev1.OperatorServiceClient, selector string, runs []string, reason string, nodeIDs []string, out io.Writer) int {
+// instances names the instances that started runs, comma-separated, in
+// the order of the runs (one with a single coordinator).
+func instances(res *render.ProvisionResult) string {
+	var names []string
+	for _, r := range res.Runs {
+		if n := res.Instance[r.GetRunId()]; n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, ",")
+}
+
+func cancelRuns(ctx context.Context, c curev1.OperatorServiceClient, selector string, runs []string, reason string, nodeIDs []string, format string, out io.Writer) int {
 	sel, err := render.ParseSelector(selector)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl cancel: --selector:", err)
+		fmt.Fprintln(stderr(), "curectl cancel: --selector:", err)
 		return 2
 	}
 	if len(nodeIDs) == 0 && len(sel) == 0 && len(runs) == 0 {
-		fmt.Fprintln(os.Stderr, "curectl cancel: give NODE..., --run RUN or --selector")
+		fmt.Fprintln(stderr(), "curectl cancel: give NODE..., --run RUN or --selector")
 		return 2
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	resp, err := c.Cancel(cctx, &curev1.CancelRequest{NodeIds: nodeIDs, RunIds: runs, Selector: sel, Reason: reason})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl cancel:", err)
+		fmt.Fprintln(stderr(), "curectl cancel:", err)
 		return 1
+	}
+	if structuredFormat(format) {
+		return printStructured(resp, format, out)
 	}
 	for _, r := range resp.GetCanceled() {
 		fmt.Fprintf(out, "run %s on %s canceled\n", r.GetRunId(), r.GetNodeId())
@@ -588,16 +687,20 @@ func watchFleet(ctx context.Context, c curev1.OperatorServiceClient, sel map[str
 		fs, err := c.Fleet(cctx, &curev1.FleetRequest{Selector: sel, MaxFailures: 20})
 		cancel()
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "curectl watch --fleet:", err)
+			fmt.Fprintln(stderr(), "curectl watch --fleet:", err)
 			return 1
 		}
-		if once && (format == outJSON || format == outYAML) {
-			return printStructured(fs, format, out)
+		switch {
+		case structuredFormat(format):
+			if rc := printStreamed(fs, format, out); rc != 0 {
+				return rc
+			}
+		default:
+			if tty && !once {
+				fmt.Fprint(out, "\x1b[H\x1b[2J")
+			}
+			render.PrintFleet(out, fs)
 		}
-		if tty && !once {
-			fmt.Fprint(out, "\x1b[H\x1b[2J")
-		}
-		render.PrintFleet(out, fs)
 		if once || (fs.GetActive() == 0 && !tty) {
 			return 0
 		}
@@ -620,10 +723,10 @@ func isTerminal(w any) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-func watch(ctx context.Context, c curev1.OperatorServiceClient, runID, node string, out io.Writer) int {
+func watch(ctx context.Context, c curev1.OperatorServiceClient, runID, node, format string, out io.Writer) int {
 	stream, err := c.Watch(ctx, &curev1.WatchRequest{RunId: runID, NodeId: node, Follow: true})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl watch:", err)
+		fmt.Fprintln(stderr(), "curectl watch:", err)
 		return 1
 	}
 	tl := render.NewTimeline(out)
@@ -633,8 +736,14 @@ func watch(ctx context.Context, c curev1.OperatorServiceClient, runID, node stri
 			return 0
 		}
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "curectl watch:", err)
+			fmt.Fprintln(stderr(), "curectl watch:", err)
 			return 1
+		}
+		if structuredFormat(format) {
+			if rc := printStreamed(e, format, out); rc != 0 {
+				return rc
+			}
+			continue
 		}
 		tl.Print(e)
 	}
@@ -645,7 +754,7 @@ func report(ctx context.Context, c curev1.OperatorServiceClient, runID, node str
 	defer cancel()
 	rep, err := c.Report(cctx, &curev1.ReportRequest{RunId: runID, NodeId: node})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl report:", err)
+		fmt.Fprintln(stderr(), "curectl report:", err)
 		return 1
 	}
 	printReport(rep, format, out)
@@ -668,7 +777,8 @@ func printReport(rep *curev1.RunReport, format string, out io.Writer) {
 }
 
 // reportHTML writes the run's report and timeline as one HTML file, then
-// prints the usual terminal (or JSON) report so the operator sees the verdict.
+// prints one line naming it and the run's status (the text report would
+// bury it); -o json|yaml still prints the report for a script.
 // The report is fetched first and the timeline by its run id, so both
 // describe the same run even if a new one starts on the node in between.
 func reportHTML(ctx context.Context, c curev1.OperatorServiceClient, runID, node, file string, format string, out io.Writer) int {
@@ -676,12 +786,12 @@ func reportHTML(ctx context.Context, c curev1.OperatorServiceClient, runID, node
 	defer cancel()
 	rep, err := c.Report(cctx, &curev1.ReportRequest{RunId: runID, NodeId: node})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl report:", err)
+		fmt.Fprintln(stderr(), "curectl report:", err)
 		return 1
 	}
 	stream, err := c.Watch(cctx, &curev1.WatchRequest{RunId: rep.GetRunId(), Follow: false})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "curectl report: timeline of run %s: %v\n", rep.GetRunId(), err)
+		fmt.Fprintf(stderr(), "curectl report: timeline of run %s: %v\n", rep.GetRunId(), err)
 		return 1
 	}
 	var timeline []*curev1.TimelineEntry
@@ -691,7 +801,7 @@ func reportHTML(ctx context.Context, c curev1.OperatorServiceClient, runID, node
 			break
 		}
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "curectl report: timeline of run %s after %d entries: %v\n", rep.GetRunId(), len(timeline), err)
+			fmt.Fprintf(stderr(), "curectl report: timeline of run %s after %d entries: %v\n", rep.GetRunId(), len(timeline), err)
 			return 1
 		}
 		timeline = append(timeline, e)
@@ -700,30 +810,36 @@ func reportHTML(ctx context.Context, c curev1.OperatorServiceClient, runID, node
 	// truncated report where a ticket might pick it up.
 	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "curectl report: --html %s: cannot create a file in %s: %v\n", file, filepath.Dir(file), err)
+		fmt.Fprintf(stderr(), "curectl report: --html %s: cannot create a file in %s: %v\n", file, filepath.Dir(file), err)
 		return 1
 	}
 	defer os.Remove(tmp.Name())
 	if err := render.WriteHTML(tmp, rep, timeline); err != nil {
 		tmp.Close()
-		fmt.Fprintf(os.Stderr, "curectl report: --html %s: %v\n", file, err)
+		fmt.Fprintf(stderr(), "curectl report: --html %s: %v\n", file, err)
 		return 1
 	}
 	if err := tmp.Chmod(0o644); err != nil {
 		tmp.Close()
-		fmt.Fprintf(os.Stderr, "curectl report: --html %s: %v\n", file, err)
+		fmt.Fprintf(stderr(), "curectl report: --html %s: %v\n", file, err)
 		return 1
 	}
 	if err := tmp.Close(); err != nil {
-		fmt.Fprintf(os.Stderr, "curectl report: --html %s: %v\n", file, err)
+		fmt.Fprintf(stderr(), "curectl report: --html %s: %v\n", file, err)
 		return 1
 	}
 	if err := os.Rename(tmp.Name(), file); err != nil {
-		fmt.Fprintf(os.Stderr, "curectl report: --html %s: %v\n", file, err)
+		fmt.Fprintf(stderr(), "curectl report: --html %s: %v\n", file, err)
 		return 1
 	}
-	printReport(rep, format, out)
-	fmt.Fprintf(os.Stderr, "curectl report: wrote %s (run %s, %d timeline entries)\n", file, rep.GetRunId(), len(timeline))
+	line := fmt.Sprintf("wrote %s (run %s on %s: %s, %d timeline entries)\n", file, rep.GetRunId(), rep.GetNodeId(),
+		strings.ToUpper(render.RunLabel(render.RunStatusOf(rep))), len(timeline))
+	if structuredFormat(format) {
+		printStructured(rep, format, out)
+		fmt.Fprint(stderr(), "curectl report: "+line)
+	} else {
+		fmt.Fprint(out, line)
+	}
 	if render.RunStatusOf(rep) != curev1.RunStatus_RUN_SUCCEEDED {
 		return 3
 	}
@@ -847,12 +963,12 @@ func envOr(k, def string) string {
 // watchMany prints one progress line per node, from each node's latest
 // run, every interval: redrawn in place on a terminal, appended elsewhere.
 // It returns when no watched run is active (or after one round with once).
-func watchMany(ctx context.Context, c curev1.OperatorServiceClient, ids []string, sel map[string]string, expect map[string]time.Duration, every time.Duration, once bool, out io.Writer) int {
+func watchMany(ctx context.Context, c curev1.OperatorServiceClient, ids []string, sel map[string]string, expect map[string]time.Duration, every time.Duration, once bool, format string, out io.Writer) int {
 	nodes := ids
 	if len(sel) > 0 {
 		ds, err := wipeTargets(ctx, c, ids, sel)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "curectl watch:", err)
+			fmt.Fprintln(stderr(), "curectl watch:", err)
 			return 1
 		}
 		nodes = nodes[:0:0]
@@ -868,7 +984,7 @@ func watchMany(ctx context.Context, c curev1.OperatorServiceClient, ids []string
 			d, err := c.ShowNode(cctx, &curev1.ShowNodeRequest{NodeId: n})
 			if err != nil {
 				cancel()
-				fmt.Fprintf(os.Stderr, "curectl watch: node %s: %v\n", n, err)
+				fmt.Fprintf(stderr(), "curectl watch: node %s: %v\n", n, err)
 				return 1
 			}
 			if d.GetLastRunId() == "" {
@@ -876,16 +992,27 @@ func watchMany(ctx context.Context, c curev1.OperatorServiceClient, ids []string
 			}
 			if reports[i], err = c.Report(cctx, &curev1.ReportRequest{RunId: d.GetLastRunId()}); err != nil {
 				cancel()
-				fmt.Fprintf(os.Stderr, "curectl watch: node %s: run %s: %v\n", n, d.GetLastRunId(), err)
+				fmt.Fprintf(stderr(), "curectl watch: node %s: run %s: %v\n", n, d.GetLastRunId(), err)
 				return 1
 			}
 		}
 		cancel()
 		rows := render.Progress(nodes, reports, expect, time.Now())
-		if tty && !once {
-			fmt.Fprint(out, "\x1b[H\x1b[2J")
+		switch {
+		case structuredFormat(format):
+			for i, r := range rows {
+				fr := &curev1.FleetRun{NodeId: r.Node, RunId: r.RunID, Status: reports[i].GetStatus(), Phase: r.Phase, Message: r.Message,
+					EndedUnixMs: reports[i].GetEndedUnixMs(), RunStatus: r.Status}
+				if rc := printStreamed(fr, format, out); rc != 0 {
+					return rc
+				}
+			}
+		default:
+			if tty && !once {
+				fmt.Fprint(out, "\x1b[H\x1b[2J")
+			}
+			fmt.Fprintln(out, strings.Join(render.RenderProgress(rows, 20), "\n"))
 		}
-		fmt.Fprintln(out, strings.Join(render.RenderProgress(rows, 20), "\n"))
 		active := 0
 		for _, r := range rows {
 			switch r.Status {

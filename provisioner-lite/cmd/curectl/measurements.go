@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,15 +28,16 @@ legitimate, an admin accepts it: the drifted values become the node's
 recorded measurements and the hold ends. The reason is required and kept in
 the audit log with what was adopted. A reflash by the pipeline also ends a
 hold (the next attested boot re-records).`,
-		Example: `  curectl nodes accept-measurements gpu-001 --reason "BIOS 2.21 flashed by hand, ticket OPS-1234"`,
-		Args:    cobra.ExactArgs(1),
+		Example:           `  curectl nodes accept-measurements gpu-001 --reason "BIOS 2.21 flashed by hand, ticket OPS-1234"`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			format, err := parseOutput(output)
 			if err != nil {
 				return err
 			}
 			if strings.TrimSpace(reason) == "" {
-				fmt.Fprintln(os.Stderr, "curectl nodes accept-measurements: --reason is required (it is the audit log's record of why the drift is legitimate)")
+				fmt.Fprintln(stderr(), "curectl nodes accept-measurements: --reason is required (it is the audit log's record of why the drift is legitimate)")
 				a.rc = 2
 				return errDone
 			}
@@ -47,7 +47,7 @@ hold (the next attested boot re-records).`,
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why the drift is legitimate (required; audited)")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "table|json|yaml")
+	addOutputFlag(cmd, &output, outTable, outJSON, outYAML)
 	return cmd
 }
 
@@ -56,7 +56,7 @@ func acceptMeasurements(ctx context.Context, c curev1.OperatorServiceClient, nod
 	defer cancel()
 	resp, err := c.AcceptMeasurements(cctx, &curev1.AcceptMeasurementsRequest{NodeId: node, Reason: reason})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl nodes accept-measurements:", err)
+		fmt.Fprintln(stderr(), "curectl nodes accept-measurements:", err)
 		return 1
 	}
 	if format == outJSON || format == outYAML {

@@ -38,15 +38,16 @@ func (a *app) nodesCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE:  list,
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "table|wide|json|yaml")
+	addOutputFlag(cmd, &output, outTable, outJSON, outYAML)
 	listCmd := &cobra.Command{Use: "list", Short: "List the nodes", Args: cobra.NoArgs, RunE: list}
-	listCmd.Flags().StringVarP(&output, "output", "o", "", "table|wide|json|yaml")
+	addOutputFlag(listCmd, &output, outTable, outJSON, outYAML)
 
 	var showOutput string
 	show := &cobra.Command{
-		Use:   "show NODE",
-		Short: "Show one node: inventory entry (secrets only as where they come from), latest run, hardware",
-		Args:  cobra.ExactArgs(1),
+		Use:               "show NODE",
+		Short:             "Show one node: inventory entry (secrets only as where they come from), latest run, hardware",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			format, err := parseOutput(showOutput)
 			if err != nil {
@@ -57,49 +58,73 @@ func (a *app) nodesCmd() *cobra.Command {
 			})
 		},
 	}
-	show.Flags().StringVarP(&showOutput, "output", "o", "", "table|json|yaml")
+	addOutputFlag(show, &showOutput, outTable, outJSON, outYAML)
 
+	var importOutput string
 	importCmd := &cobra.Command{
 		Use:   "import FILE",
 		Short: "Add new nodes and update existing ones from a YAML or CSV nodes file",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
+			format, err := parseOutput(importOutput)
+			if err != nil {
+				return err
+			}
 			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
 				cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 				defer cancel()
-				return sendNodes(cctx, c, args[0], true, a.out)
+				return sendNodes(cctx, c, args[0], true, format, a.out)
 			})
 		},
 	}
+	addOutputFlag(importCmd, &importOutput, outTable, outJSON, outYAML)
+	var removeOutput string
 	remove := &cobra.Command{
-		Use:   "remove NODE",
-		Short: "Remove a node (refused while it has an active run; its history stays)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "remove NODE",
+		Short:             "Remove a node (refused while it has an active run; its history stays)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(_ *cobra.Command, args []string) error {
+			format, err := parseOutput(removeOutput)
+			if err != nil {
+				return err
+			}
 			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
-				return nodesRemove(ctx, c, args[0], a.out)
+				return nodesRemove(ctx, c, args[0], format, a.out)
 			})
 		},
 	}
+	addOutputFlag(remove, &removeOutput, outTable, outJSON, outYAML)
+	cmd.AddCommand(listCmd, show, a.nodesAddCmd(), importCmd, remove, a.nodesLabelCmd(), a.acceptMeasurementsCmd())
+	cmd.AddCommand(a.poolCmds()...)
+	return cmd
+}
+
+func (a *app) nodesLabelCmd() *cobra.Command {
+	var output string
 	label := &cobra.Command{
-		Use:   "label NODE k=v... [k-...]",
-		Short: "Set (k=v) and remove (k-) a node's labels",
-		Args:  cobra.MinimumNArgs(2),
+		Use:               "label NODE k=v... [k-...]",
+		Short:             "Set (k=v) and remove (k-) a node's labels",
+		Args:              cobra.MinimumNArgs(2),
+		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(_ *cobra.Command, args []string) error {
+			format, err := parseOutput(output)
+			if err != nil {
+				return err
+			}
 			set, rm, err := parseLabelArgs(args[1:])
 			if err != nil {
-				fmt.Fprintln(os.Stderr, "curectl nodes label:", err)
+				fmt.Fprintln(stderr(), "curectl nodes label:", err)
 				a.rc = 2
 				return errDone
 			}
 			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
-				return nodesLabel(ctx, c, args[0], set, rm, a.out)
+				return nodesLabel(ctx, c, args[0], set, rm, format, a.out)
 			})
 		},
 	}
-	cmd.AddCommand(listCmd, show, a.nodesAddCmd(), importCmd, remove, label, a.acceptMeasurementsCmd())
-	cmd.AddCommand(a.poolCmds()...)
-	return cmd
+	addOutputFlag(label, &output, outTable, outJSON, outYAML)
+	return label
 }
 
 func nodesList(ctx context.Context, c curev1.OperatorServiceClient, format string, out io.Writer) int {
@@ -107,7 +132,7 @@ func nodesList(ctx context.Context, c curev1.OperatorServiceClient, format strin
 	defer cancel()
 	resp, err := c.ListNodes(cctx, &curev1.ListNodesRequest{})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl nodes:", err)
+		fmt.Fprintln(stderr(), "curectl nodes:", err)
 		return 1
 	}
 	if format == outJSON || format == outYAML {
@@ -123,7 +148,7 @@ func nodesShow(ctx context.Context, c curev1.OperatorServiceClient, node, format
 	defer cancel()
 	d, err := c.ShowNode(cctx, &curev1.ShowNodeRequest{NodeId: node})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl nodes show:", err)
+		fmt.Fprintln(stderr(), "curectl nodes show:", err)
 		return 1
 	}
 	if format == outJSON || format == outYAML {
@@ -133,25 +158,31 @@ func nodesShow(ctx context.Context, c curev1.OperatorServiceClient, node, format
 	return 0
 }
 
-func nodesRemove(ctx context.Context, c curev1.OperatorServiceClient, node string, out io.Writer) int {
+func nodesRemove(ctx context.Context, c curev1.OperatorServiceClient, node, format string, out io.Writer) int {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	resp, err := c.RemoveNode(cctx, &curev1.RemoveNodeRequest{NodeId: node})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl nodes remove:", err)
+		fmt.Fprintln(stderr(), "curectl nodes remove:", err)
 		return 1
+	}
+	if structuredFormat(format) {
+		return printStructured(resp, format, out)
 	}
 	fmt.Fprintf(out, "node %s removed (%d run(s) kept in its history)\n", resp.GetNodeId(), resp.GetRunsKept())
 	return 0
 }
 
-func nodesLabel(ctx context.Context, c curev1.OperatorServiceClient, node string, set map[string]string, remove []string, out io.Writer) int {
+func nodesLabel(ctx context.Context, c curev1.OperatorServiceClient, node string, set map[string]string, remove []string, format string, out io.Writer) int {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	d, err := c.LabelNode(cctx, &curev1.LabelNodeRequest{NodeId: node, Set: set, Remove: remove})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl nodes label:", err)
+		fmt.Fprintln(stderr(), "curectl nodes label:", err)
 		return 1
+	}
+	if structuredFormat(format) {
+		return printStructured(d, format, out)
 	}
 	fmt.Fprintf(out, "node %s labels: %s\n", d.GetNodeId(), labelString(d.GetLabels()))
 	return 0
@@ -198,6 +229,7 @@ type addOpts struct {
 	pwStdin               bool
 	macs, labels, psids   []string
 	nodeFlagsGiven        bool
+	output                string
 }
 
 func (a *app) nodesAddCmd() *cobra.Command {
@@ -211,8 +243,13 @@ mapping) or a nodes file. Exactly one password source: --bmc-password-env VAR,
 BMC TLS: --bmc-fingerprint SHA256, --bmc-ca-file FILE or --bmc-insecure.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			format, err := parseOutput(o.output)
+			if err != nil {
+				return err
+			}
+			o.output = format
 			cmd.Flags().Visit(func(f *pflag.Flag) {
-				if f.Name != "f" && cmd.LocalNonPersistentFlags().Lookup(f.Name) != nil {
+				if f.Name != "f" && f.Name != "output" && cmd.LocalNonPersistentFlags().Lookup(f.Name) != nil {
 					o.nodeFlagsGiven = true
 				}
 			})
@@ -244,6 +281,8 @@ BMC TLS: --bmc-fingerprint SHA256, --bmc-ca-file FILE or --bmc-insecure.`,
 	fs.StringArrayVar(&o.macs, "mac", nil, "MAC the node PXE-boots from (repeatable)")
 	fs.StringArrayVar(&o.labels, "label", nil, "k=v (repeatable)")
 	fs.StringArrayVar(&o.psids, "psid", nil, "DISKSERIAL=PSID from the drive label (repeatable)")
+	addOutputFlag(cmd, &o.output, outTable, outJSON, outYAML)
+	_ = cmd.RegisterFlagCompletionFunc("sku", a.completeSKUs)
 	return cmd
 }
 
@@ -252,7 +291,7 @@ func nodesAdd(ctx context.Context, c curev1.OperatorServiceClient, o addOpts, in
 		if o.nodeFlagsGiven {
 			return nodesUsageErr("add: -f FILE or the node's flags, not both")
 		}
-		return sendNodes(ctx, c, o.file, false, out)
+		return sendNodes(ctx, c, o.file, false, o.output, out)
 	}
 	n := o.n
 	pwEnv, pwFile, pwStdin, caFile := &o.pwEnv, &o.pwFile, &o.pwStdin, &o.caFile
@@ -260,11 +299,11 @@ func nodesAdd(ctx context.Context, c curev1.OperatorServiceClient, o addOpts, in
 	n.MACs = macs
 	var err error
 	if n.Labels, err = pairsArg("--label", labels); err != nil {
-		fmt.Fprintln(os.Stderr, "curectl nodes add:", err)
+		fmt.Fprintln(stderr(), "curectl nodes add:", err)
 		return 2
 	}
 	if n.PSIDs, err = pairsArg("--psid", psids); err != nil {
-		fmt.Fprintln(os.Stderr, "curectl nodes add:", err)
+		fmt.Fprintln(stderr(), "curectl nodes add:", err)
 		return 2
 	}
 	given := 0
@@ -285,7 +324,7 @@ func nodesAdd(ctx context.Context, c curev1.OperatorServiceClient, o addOpts, in
 	default:
 		line, err := bufio.NewReader(in).ReadString('\n')
 		if err != nil && !errors.Is(err, io.EOF) {
-			fmt.Fprintln(os.Stderr, "curectl nodes add: --bmc-password-stdin:", err)
+			fmt.Fprintln(stderr(), "curectl nodes add: --bmc-password-stdin:", err)
 			return 1
 		}
 		n.BMCPassword = strings.TrimRight(line, "\r\n")
@@ -297,15 +336,15 @@ func nodesAdd(ctx context.Context, c curev1.OperatorServiceClient, o addOpts, in
 	// The same rules as the inventory file, here first so a typo is caught
 	// before anything is sent; the coordinator checks again (and the SKU).
 	if err := nodes.Check(&n); err != nil {
-		fmt.Fprintf(os.Stderr, "curectl nodes add: nothing was sent:\n%s\n", boundedProblems(err, ""))
+		fmt.Fprintf(stderr(), "curectl nodes add: nothing was sent:\n%s\n", boundedProblems(err, ""))
 		return 2
 	}
 	spec, err := specFromNode(n)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl nodes add:", err)
+		fmt.Fprintln(stderr(), "curectl nodes add:", err)
 		return 2
 	}
-	return sendSpecs(ctx, c, []*curev1.NodeSpec{spec}, false, "curectl nodes add", out)
+	return sendSpecs(ctx, c, []*curev1.NodeSpec{spec}, false, "curectl nodes add", o.output, out)
 }
 
 func pairsArg(flagName string, vals []string) (map[string]string, error) {
@@ -325,22 +364,22 @@ func pairsArg(flagName string, vals []string) (map[string]string, error) {
 
 // sendNodes reads a nodes file (or snippet) with the coordinator's own
 // parser and sends it.
-func sendNodes(ctx context.Context, c curev1.OperatorServiceClient, file string, replace bool, out io.Writer) int {
+func sendNodes(ctx context.Context, c curev1.OperatorServiceClient, file string, replace bool, format string, out io.Writer) int {
 	ns, err := nodes.Load(file)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "curectl nodes: nothing was sent:\n%s\n", boundedProblems(err, file))
+		fmt.Fprintf(stderr(), "curectl nodes: nothing was sent:\n%s\n", boundedProblems(err, file))
 		return 2
 	}
 	specs := make([]*curev1.NodeSpec, 0, len(ns))
 	for _, n := range ns {
 		s, err := specFromNode(n)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "curectl nodes: %s: node %s: %v (nothing was sent)\n", file, n.ID, err)
+			fmt.Fprintf(stderr(), "curectl nodes: %s: node %s: %v (nothing was sent)\n", file, n.ID, err)
 			return 2
 		}
 		specs = append(specs, s)
 	}
-	return sendSpecs(ctx, c, specs, replace, file, out)
+	return sendSpecs(ctx, c, specs, replace, file, format, out)
 }
 
 // specFromNode is what the API takes: literal secrets. A passwordEnv or
@@ -366,11 +405,14 @@ func specFromNode(n store.Node) (*curev1.NodeSpec, error) {
 	return &curev1.NodeSpec{Id: n.ID, Sku: n.SKU, Hostname: n.Hostname, Serial: n.SystemSerial, Macs: n.MACs, Labels: n.Labels, Psids: n.PSIDs, Bmc: bmc, EkSha256: n.EKSHA256}, nil
 }
 
-func sendSpecs(ctx context.Context, c curev1.OperatorServiceClient, specs []*curev1.NodeSpec, replace bool, source string, out io.Writer) int {
+func sendSpecs(ctx context.Context, c curev1.OperatorServiceClient, specs []*curev1.NodeSpec, replace bool, source, format string, out io.Writer) int {
 	resp, err := c.AddNodes(ctx, &curev1.AddNodesRequest{Nodes: specs, Replace: replace, Source: source})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl nodes:", err)
+		fmt.Fprintln(stderr(), "curectl nodes:", err)
 		return 1
+	}
+	if structuredFormat(format) {
+		return printStructured(resp, format, out)
 	}
 	if a := resp.GetAdded(); len(a) > 0 {
 		fmt.Fprintf(out, "added %d: %s\n", len(a), strings.Join(a, ", "))
@@ -401,6 +443,6 @@ func boundedProblems(err error, file string) string {
 }
 
 func nodesUsageErr(msg string) int {
-	fmt.Fprintf(os.Stderr, "curectl nodes: %s (see `curectl nodes add --help`)\n", msg)
+	fmt.Fprintf(stderr(), "curectl nodes: %s (see `curectl nodes add --help`)\n", msg)
 	return 2
 }

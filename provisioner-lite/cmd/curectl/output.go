@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -49,7 +48,7 @@ func structured(m proto.Message) (any, error) {
 func printStructured(m proto.Message, format string, out io.Writer) int {
 	v, err := structured(m)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl: encode:", err)
+		fmt.Fprintln(stderr(), "curectl: encode:", err)
 		return 1
 	}
 	if format == outYAML {
@@ -65,7 +64,36 @@ func printStructured(m proto.Message, format string, out io.Writer) int {
 		err = enc.Encode(v)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "curectl: write:", err)
+		fmt.Fprintln(stderr(), "curectl: write:", err)
+		return 1
+	}
+	return 0
+}
+
+// structuredFormat reports whether format is one of -o's machine formats.
+func structuredFormat(format string) bool { return format == outJSON || format == outYAML }
+
+// printStreamed writes one element of a stream (watch): JSON as one
+// compact object per line (JSON Lines), YAML as a document after "---".
+func printStreamed(m proto.Message, format string, out io.Writer) int {
+	v, err := structured(m)
+	if err != nil {
+		fmt.Fprintln(stderr(), "curectl: encode:", err)
+		return 1
+	}
+	if format == outYAML {
+		fmt.Fprintln(out, "---")
+		enc := yaml.NewEncoder(out)
+		enc.SetIndent(2)
+		err = enc.Encode(v)
+		if err == nil {
+			err = enc.Close()
+		}
+	} else {
+		err = json.NewEncoder(out).Encode(v)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr(), "curectl: write:", err)
 		return 1
 	}
 	return 0
