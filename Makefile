@@ -104,6 +104,13 @@ demo: image hostos toolbundle
 man:
 	$(GO) run ./provisioner-lite/cmd/curectl man --dir $(OUT)/man
 
+# The .deb packages (cure-provisioner: provisioner-lite, curectl, systemd
+# units, man pages, completions; cure-build: the image builder and its
+# inputs) in $(OUT)/release, packed with the nfpm library (tools/release).
+.PHONY: release
+release:
+	$(GO) run ./tools/release/cmd/cure-release --out $(OUT)/release
+
 clean:
 	rm -rf $(OUT)
 
