@@ -1,10 +1,11 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/spf13/pflag"
 )
 
 // flagGroup is one topic of the coordinator's flags in its usage.
@@ -18,7 +19,7 @@ type flagGroup struct {
 // flags in one list is not readable). A flag no group names falls under
 // "other": grouping never hides a flag.
 var flagGroups = []flagGroup{
-	{title: "site: state, manifests, nodes, images", names: []string{"state-dir", "manifests", "nodes", "image-dir", "import-artifact", "log-level"}},
+	{title: "site: state, manifests, nodes, images", names: []string{"config", "state-dir", "manifests", "nodes", "image-dir", "import-artifact", "log-level", "log-format"}},
 	{title: "network boot: how nodes reach the coordinator and boot CURE", names: []string{"advertise", "advertise-grpc", "pxe-interface", "proxy-dhcp",
 		"proxy-dhcp-all-macs", "pxe-server-ip", "tftp-listen", "ipxe-dir", "ipxe-efi", "netboot", "boot-mode", "bind-boot-ip", "claim-settle", "boot-tokens-per-window"}},
 	{title: "listeners and their limits", names: []string{"tls-name"}, prefixes: []string{"http-", "https-", "grpc-", "web-", "metrics-", "pprof-"}},
@@ -48,29 +49,52 @@ func groupOf(name string) string {
 	return "other"
 }
 
-// printGroupedFlags writes fs's flags as flag.PrintDefaults does, one
-// titled block per topic.
-func printGroupedFlags(w io.Writer, fs *flag.FlagSet) {
-	sets := map[string]*flag.FlagSet{}
-	fs.VisitAll(func(f *flag.Flag) {
-		title := groupOf(f.Name)
-		g := sets[title]
-		if g == nil {
-			g = flag.NewFlagSet(title, flag.ContinueOnError)
-			g.SetOutput(w)
-			sets[title] = g
+// printGroupedFlags writes fs's flags as Go's flag.PrintDefaults does
+// (-name, which the command line takes as --name too), one titled block
+// per topic.
+func printGroupedFlags(w io.Writer, fs *pflag.FlagSet) {
+	blocks := map[string]*strings.Builder{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Name == "help" || f.Name == "version" {
+			return
 		}
-		g.Var(f.Value, f.Name, f.Usage)
-		g.Lookup(f.Name).DefValue = f.DefValue // the default, not a value parsed before -h
+		title := groupOf(f.Name)
+		b := blocks[title]
+		if b == nil {
+			b = &strings.Builder{}
+			blocks[title] = b
+		}
+		writeFlag(b, f)
 	})
 	titles := make([]string, 0, len(flagGroups)+1)
 	for _, g := range flagGroups {
 		titles = append(titles, g.title)
 	}
 	for _, title := range append(titles, "other") {
-		if g := sets[title]; g != nil {
-			fmt.Fprintf(w, "\n%s:\n", title)
-			g.PrintDefaults()
+		if b := blocks[title]; b != nil {
+			fmt.Fprintf(w, "\n%s:\n%s", title, b.String())
 		}
 	}
+}
+
+// writeFlag is one flag as flag.PrintDefaults writes it.
+func writeFlag(b *strings.Builder, f *pflag.Flag) {
+	fmt.Fprintf(b, "  -%s", f.Name)
+	name, usage := pflag.UnquoteUsage(f)
+	if name == "multiFlag" || name == "text" {
+		name = "value"
+	}
+	if name != "" {
+		b.WriteString(" " + name)
+	}
+	b.WriteString("\n    \t")
+	b.WriteString(strings.ReplaceAll(usage, "\n", "\n    \t"))
+	switch {
+	case f.DefValue == "" || f.DefValue == "0" || f.DefValue == "false" || f.DefValue == "0s":
+	case f.Value.Type() == "string":
+		fmt.Fprintf(b, " (default %q)", f.DefValue)
+	default:
+		fmt.Fprintf(b, " (default %v)", f.DefValue)
+	}
+	b.WriteString("\n")
 }
