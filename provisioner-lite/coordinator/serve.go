@@ -70,7 +70,8 @@ func (d *daemon) wire(ctx context.Context) error {
 		OnFleetRejudged: func(ctx context.Context, nodeID, runID string, marginal bool, reason string) {
 			nodePool.FleetRejudged(ctx, nodeID, runID, marginal, reason)
 		},
-		ToolBundle: d.toolBundle,
+		ToolBundle:    d.toolBundle,
+		FetchArtifact: d.fill(),
 	})
 	nodePool = pool.New(pool.Config{Store: d.st, Starter: d.eng, Announce: poolNotice(d.notifier), CheckSuite: suiteCheck(d.catalog),
 		Policies: d.catalog, Metrics: d.obs.m, Log: log})

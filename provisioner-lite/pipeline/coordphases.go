@@ -216,6 +216,7 @@ func (ck *checkCtl) preflight(ctx context.Context, r *store.Run) outcome {
 	if out, stop := ck.day2.servicePreflight(ctx, r); stop {
 		return out
 	}
+	ck.fetchArtifacts(ctx, mode, sku)
 	missing, warnings := ck.localArtifacts(mode, sku)
 	if len(missing) > 0 {
 		return failedFinal(operatorFix, "inputs do not resolve: %s; add the image with `provisioner-lite artifacts add --state-dir STATE --sku %s.yaml FILE` (docs/SITE.md, step 5)",
@@ -283,6 +284,23 @@ func (ck *checkCtl) localArtifacts(mode modes.Mode, sku *manifests.SKU) (missing
 		}
 	}
 	return missing, warnings
+}
+
+// fetchArtifacts asks FetchArtifact for the provision's OS image and
+// chunk list where the store lacks them; what it cannot fetch the
+// preflight then names as missing.
+func (ck *checkCtl) fetchArtifacts(ctx context.Context, mode modes.Mode, sku *manifests.SKU) {
+	if ck.cfg.FetchArtifact == nil || mode != modes.Provision || sku.Spec.OS == nil || sku.Spec.OS.Image.URL != "" {
+		return
+	}
+	for _, h := range []string{sku.Spec.OS.Image.SHA256, sku.Spec.OS.Image.Chunks} {
+		if h == "" {
+			continue
+		}
+		if err := ck.cfg.FetchArtifact(ctx, h); err != nil {
+			ck.cfg.Log.Warn("artifact not fetched from a peer instance or mirror", "sha256", h, "err", err)
+		}
+	}
 }
 
 // verifyArtifacts downloads and hashes every artifact a provision would

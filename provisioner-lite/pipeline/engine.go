@@ -141,6 +141,10 @@ type Config struct {
 	// ToolBundle, if set, is served from ArtifactDir to the suites that
 	// run its programs.
 	ToolBundle *ToolBundle
+	// FetchArtifact, if set, fetches an artifact missing from ArtifactDir
+	// (from a peer instance or a mirror, verified) before the preflight
+	// judges the store: any instance can run any node's provision.
+	FetchArtifact func(ctx context.Context, sha256hex string) error
 }
 
 // RunNotice is a run as it ended, with its node's SKU.
