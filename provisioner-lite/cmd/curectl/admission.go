@@ -24,8 +24,12 @@ band) with its state (met, pending, failed, error), the run its evidence
 comes from and what was required and found, and the decision they make:
 admit, wait (the node stays accepting) or refuse (quarantined).
 
-Exit codes: 0 admit (or no policy), 3 wait, 4 refuse, 1 the call failed,
-2 a usage error.`,
+Exit codes:
+  0  admit (or the SKU has no policy)
+  1  the call failed
+  2  bad usage
+  3  wait
+  4  refuse`,
 		Example: `  curectl nodes admission gpu-001
   curectl nodes admission gpu-001 -o json`,
 		Args:              cobra.ExactArgs(1),

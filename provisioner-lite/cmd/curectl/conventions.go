@@ -49,7 +49,7 @@ func documentExitCodes(c *cobra.Command) {
 // addOutputFlag registers -o/--output with the formats a command prints,
 // completed by the shell.
 func addOutputFlag(cmd *cobra.Command, p *string, formats ...string) {
-	cmd.Flags().StringVarP(p, "output", "o", "", strings.Join(formats, "|")+" (json, yaml: see `curectl --help`, Output)")
+	cmd.Flags().StringVarP(p, "output", "o", "", strings.Join(formats, "|")+" (json, yaml: the API's message, as curectl --help says under Output)")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(formats, cobra.ShellCompDirectiveNoFileComp))
 }
 
