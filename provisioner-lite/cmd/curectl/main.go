@@ -13,7 +13,9 @@
 //	curectl buckets [--selector k=v,...] [--failed] [--max-runs N] [-o json|yaml]
 //	curectl completion bash|zsh|fish|powershell; curectl man --dir DIR; curectl --version
 //
-// Flags go anywhere on the line. The coordinator is dialled only when a
+// Every command that prints takes -o json|yaml (the API's message; watch
+// streams JSON Lines); every help lists its exit codes; --log-format json
+// makes stderr JSON records. Flags go anywhere on the line. The coordinator is dialled only when a
 // command needs it: help, --version, completion and man read no CA.
 package main
 
@@ -23,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -71,6 +74,8 @@ var errDone = errors.New("done")
 func run(args []string, out io.Writer) int {
 	a := &app{out: out, in: stdin}
 	logFormat = logText
+	// --log-format replaces slog's default for this run only.
+	defer slog.SetDefault(slog.Default())
 	root := a.rootCmd()
 	root.SetArgs(args)
 	// The pinned --version line alone (cobra would print "curectl version …").
