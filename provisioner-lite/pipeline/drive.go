@@ -326,6 +326,11 @@ func (d *driverCtl) recordEnd(ctx context.Context, r *store.Run, phase modes.Pha
 	}
 }
 
+// endedBindingKeep is how long an ended run's runner can still be told its
+// run ended: a runner cut off by a network outage when its run ended asks
+// again when the network is back.
+const endedBindingKeep = 24 * time.Hour
+
 func (c *core) finish(ctx context.Context, r *store.Run, status curev1.RunStatus, msg string) {
 	ctx = context.WithoutCancel(ctx)
 	c.bmc.bmcEvidenceAtEnd(ctx, r)
@@ -336,8 +341,11 @@ func (c *core) finish(ctx context.Context, r *store.Run, status curev1.RunStatus
 	r.Pipeline.HostTokens = nil
 	// A finished run takes no session any more: its tokens go before the
 	// run reads as ended (nobody who sees it ended finds a live token), and
-	// its runner is cut off.
-	if err := c.cfg.Store.DeleteRunBootTokens(ctx, r.ID); err != nil {
+	// its runner is cut off. The binding of the boot that registered stays
+	// a while, opening nothing: that boot, proving itself with its session
+	// secret, is told its run ended and stops dialling, instead of being
+	// refused as a stranger (a security event) at each attempt.
+	if err := c.cfg.Store.EndRunBootTokens(ctx, r.ID, r.EndedAt.Add(endedBindingKeep)); err != nil {
 		c.cfg.Log.Error("delete boot tokens of finished run", "run", r.ID, "err", err)
 	}
 	c.save(ctx, r)

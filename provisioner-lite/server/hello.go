@@ -12,6 +12,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
 	"github.com/cure-oss/cure/provisioner-lite/inventory"
+	"github.com/cure-oss/cure/provisioner-lite/runstate"
 	"github.com/cure-oss/cure/provisioner-lite/sessions"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/textsafe"
@@ -55,9 +56,12 @@ func (s *RunnerService) authenticateHello(ctx context.Context, hello *curev1.Hel
 	// is bound to this boot id and secret, which authenticates it) is
 	// charged before anything is written, so one refused costs reads only.
 	boot := tok.RunID + "\x00" + hello.GetBootId()
+	// proven: the boot that registered with the token, reconnecting (its
+	// boot id and session secret, which only that boot knows, match).
+	proven := tok.State == store.TokenBound && tok.BootID == hello.GetBootId() &&
+		subtle.ConstantTimeCompare([]byte(tok.SessionHash), []byte(store.TokenHash(hello.GetSessionSecret()))) == 1
 	charged := false
-	if tok.State == store.TokenBound && tok.BootID == hello.GetBootId() &&
-		subtle.ConstantTimeCompare([]byte(tok.SessionHash), []byte(store.TokenHash(hello.GetSessionSecret()))) == 1 {
+	if proven {
 		if !s.sessions.Allow(boot) {
 			s.Audit.Security(ctx, store.AuditEntry{Actor: tok.NodeID, Peer: peerIP, Action: audit.RunnerSession, RunID: tok.RunID, Nodes: []string{tok.NodeID},
 				Result: "refused", Detail: fmt.Sprintf("boot %s reconnects faster than its budget (%g a second, burst %d)",
@@ -66,6 +70,18 @@ func (s *RunnerService) authenticateHello(ctx context.Context, hello *curev1.Hel
 				textsafe.BoundedLine(hello.GetBootId(), maxName))
 		}
 		charged = true
+	}
+	run, err := s.Store.GetRun(ctx, tok.RunID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return store.Node{}, store.Run{}, "", status.Errorf(codes.Unavailable, "run of the boot token: %v", err)
+	}
+	active := err == nil && runActive(run)
+	if !active && !proven {
+		// Only the boot that registered learns that its run ended: to
+		// anyone else the token is one that opens nothing, answered as an
+		// unknown one is, so the answer tells no prober which tokens were.
+		return refuse(audit.BootTokenRejected, fmt.Sprintf("boot token of run %s, which is not active, presented without its boot's session secret", tok.RunID),
+			codes.Unauthenticated, "unknown or expired boot token")
 	}
 	node, err := s.Store.GetNode(ctx, tok.NodeID)
 	if err != nil {
@@ -76,10 +92,9 @@ func (s *RunnerService) authenticateHello(ctx context.Context, hello *curev1.Hel
 			Nodes: []string{node.ID}, Detail: textsafe.BoundedLine(err.Error(), maxMessage)})
 		return store.Node{}, store.Run{}, "", status.Errorf(codes.PermissionDenied, "token of node %s: %s", node.ID, textsafe.BoundedLine(err.Error(), maxMessage))
 	}
-	run, err := s.Store.GetRun(ctx, tok.RunID)
-	if err != nil || (run.Status != curev1.RunStatus_RUN_RUNNING && run.Status != curev1.RunStatus_RUN_PENDING) {
-		s.Log.Info("runner refused: its run is not active", "node", node.ID, "run", tok.RunID, "status", run.Status)
-		return store.Node{}, store.Run{}, "", status.Errorf(codes.FailedPrecondition, "run %s is not active", tok.RunID)
+	if !active {
+		s.Log.Info("runner told its run ended", "node", node.ID, "run", tok.RunID, "boot_id", hello.GetBootId(), "status", runstate.RunName(run.Status))
+		return store.Node{}, store.Run{}, "", runEndedStatus(run, tok.RunID, node.ID)
 	}
 	if s.Instance != "" && run.Owner != "" && run.Owner != s.Instance && run.LeaseUntil.After(time.Now()) {
 		// Another live instance drives this run and waits for its runner
@@ -111,6 +126,31 @@ func (s *RunnerService) authenticateHello(ctx context.Context, hello *curev1.Hel
 		s.sessions.Allow(boot)
 	}
 	return node, run, outcome, nil
+}
+
+// runActive says whether a run may take runner sessions.
+func runActive(r store.Run) bool {
+	return r.Status == curev1.RunStatus_RUN_RUNNING || r.Status == curev1.RunStatus_RUN_PENDING
+}
+
+// runEndedStatus is the answer that tells a runner of an ended run (run,
+// or only its id where the store no longer has it) that the coordinator
+// has nothing more for its boot: FailedPrecondition with a RunEnded
+// detail, which the runner recognises and stops dialling on. Only a boot
+// that proved itself (its token bound to it, its session secret) or a
+// session the coordinator authenticated gets it.
+func runEndedStatus(run store.Run, runID, nodeID string) error {
+	name := "gone"
+	if run.ID != "" {
+		name = runstate.RunName(run.Status)
+	}
+	msg := textsafe.BoundedLine(run.Message, maxMessage)
+	st := status.New(codes.FailedPrecondition, fmt.Sprintf("run %s has ended (%s): nothing more for this boot; the node stays in CURE until `curectl nodes boot-os %s` (or another run)",
+		runID, name, nodeID))
+	if d, err := st.WithDetails(&curev1.RunEnded{RunId: runID, NodeId: nodeID, Status: name, Message: msg}); err == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 // contested records that two parties claimed one boot window (the store

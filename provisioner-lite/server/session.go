@@ -186,6 +186,17 @@ func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error
 	return rs.serve(ctx, stream)
 }
 
+// closed is the status a session the coordinator closed ends with: its
+// run's end (RunEnded: the runner stops dialling), or Aborted (a newer
+// session of the node, a contest: the runner dials again and is judged).
+func (rs *liveSession) closed(ctx context.Context) error {
+	if r, err := rs.s.Store.GetRun(ctx, rs.sess.RunID); err == nil && !runActive(r) {
+		rs.log.Info("runner session closed: its run ended", "status", runstate.RunName(r.Status))
+		return runEndedStatus(r, r.ID, rs.sess.NodeID)
+	}
+	return status.Error(codes.Aborted, "session closed by the coordinator")
+}
+
 // awaitHello is the session's first message, its Hello (nil when it is
 // something else: authenticate refuses that), received within HelloTimeout
 // while the session counts among those waiting for theirs.
@@ -307,7 +318,7 @@ func (rs *liveSession) serve(ctx context.Context, stream curev1.RunnerService_Se
 		var msg *curev1.RunnerMessage
 		select {
 		case <-rs.sess.Done():
-			return status.Error(codes.Aborted, "session closed by the coordinator")
+			return rs.closed(ctx)
 		case out := <-rs.sess.Outbox():
 			if err := stream.Send(out); err != nil {
 				return nil // the runner is gone; the hub's Detach ends the session for its senders
@@ -419,7 +430,7 @@ func (rs *liveSession) onProgress(ctx context.Context, ev *curev1.Event) error {
 	_, err = rs.s.Store.PutProgress(ctx, rec)
 	switch {
 	case errors.Is(err, store.ErrRunInactive):
-		return status.Errorf(codes.FailedPrecondition, "run %s is no longer active", sess.RunID)
+		return rs.closed(ctx) // the run ended: its runner is told so
 	case err != nil:
 		rs.log.Error("store runner progress", "seq", ev.GetSeq(), "err", err)
 		return status.Errorf(codes.Unavailable, "store: %v", err) // runner replays unacked events
@@ -452,7 +463,7 @@ func (rs *liveSession) storeEvent(ctx context.Context, ev *curev1.Event) error {
 	res, err := s.Store.AppendRunnerEvent(ctx, e, v, s.Limits)
 	switch {
 	case errors.Is(err, store.ErrRunInactive):
-		return status.Errorf(codes.FailedPrecondition, "run %s is no longer active", sess.RunID)
+		return rs.closed(ctx) // the run ended: its runner is told so
 	case errors.Is(err, store.ErrRunCap):
 		s.security(ctx, audit.RunEventCap, sess, rs.peerIP, err.Error())
 		return status.Errorf(codes.ResourceExhausted, "run %s: %v", sess.RunID, err)

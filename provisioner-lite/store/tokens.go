@@ -407,14 +407,34 @@ func (s *Store) DeleteRunBootTokens(ctx context.Context, runID string) error {
 	return nil
 }
 
+// EndRunBootTokens ends the tokens of a run that has ended: every one is
+// deleted but the binding of the boot that registered, kept until
+// keepUntil (its expiry) so that this boot, presenting its token with its
+// session secret, is told its run ended rather than refused as a stranger
+// (docs/SECURITY.md). It opens no session: its run is not active.
+func (s *Store) EndRunBootTokens(ctx context.Context, runID string, keepUntil time.Time) error {
+	err := s.tx(ctx, func(tx *Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM boot_tokens WHERE run_id = ? AND state != 'bound'`, runID); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE boot_tokens SET expires = ? WHERE run_id = ? AND state = 'bound'`, toMs(keepUntil), runID)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store: end boot tokens of run %s: %w", runID, err)
+	}
+	return nil
+}
+
 // PruneBootTokens deletes unbound tokens that expired before t, and every
-// token of a run that is no longer active (a safety net for DeleteRunBootTokens).
+// token of a run that is no longer active but a binding EndRunBootTokens
+// keeps until its expiry (a safety net for EndRunBootTokens).
 func (s *Store) PruneBootTokens(ctx context.Context, before time.Time) (int64, error) {
 	var n int64
 	err := s.tx(ctx, func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM boot_tokens
 WHERE (state != 'bound' AND expires < ?)
-   OR run_id IN (SELECT id FROM runs WHERE status NOT IN ('pending', 'running'))`, toMs(before))
+   OR (run_id IN (SELECT id FROM runs WHERE status NOT IN ('pending', 'running')) AND (state != 'bound' OR expires < ?))`, toMs(before), toMs(before))
 		if err != nil {
 			return err
 		}
