@@ -40,6 +40,61 @@ func TestManifestSchema(t *testing.T) {
 	t.Run("examples", testExamples)
 	t.Run("wrong", testWrongFields)
 	t.Run("nodes keys", testNodesKeys)
+	t.Run("reference", testReference)
+}
+
+// testReference: docs/MANIFESTS.md lists every field of every schema
+// object, and its examples validate (by the schema and the loaders).
+func testReference(t *testing.T) {
+	b, err := os.ReadFile("../../docs/MANIFESTS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for name, data := range Files() {
+		var s struct {
+			Defs map[string]struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+			} `json:"$defs"`
+		}
+		if err := json.Unmarshal(data, &s); err != nil {
+			t.Fatal(err)
+		}
+		for def, d := range s.Defs {
+			if !strings.Contains(doc, "\n#### "+def+"\n") {
+				t.Errorf("docs/MANIFESTS.md: no section for %s (%s)", def, name)
+			}
+			for prop := range d.Properties {
+				if !strings.Contains(doc, "| `"+prop+"` |") {
+					t.Errorf("docs/MANIFESTS.md: %s.%s (%s) is not described", def, prop, name)
+				}
+			}
+		}
+	}
+	examples := 0
+	for _, block := range strings.Split(doc, "```yaml\n")[1:] {
+		y, _, _ := strings.Cut(block, "```")
+		var problems []manifests.FieldError
+		var err, loadErr error
+		switch {
+		case strings.HasPrefix(y, "apiVersion:"):
+			problems, err = ValidateManifest("MANIFESTS.md", []byte(y))
+			_, loadErr = manifests.Parse("MANIFESTS.md", []byte(y))
+		case strings.HasPrefix(y, "nodes:"):
+			t.Setenv("BMC_PW", "example")
+			problems, err = ValidateNodes("MANIFESTS.md", []byte(y))
+			_, loadErr = nodes.ParseYAML("MANIFESTS.md", []byte(y))
+		default:
+			continue
+		}
+		examples++
+		if len(problems) > 0 || err != nil || loadErr != nil {
+			t.Errorf("docs/MANIFESTS.md example:\n%s\nschema: %v %v; loader: %v", y, problems, err, loadErr)
+		}
+	}
+	if examples < 3 {
+		t.Errorf("docs/MANIFESTS.md: %d examples checked, want a SKU, a suite and a nodes file", examples)
+	}
 }
 
 func testExamples(t *testing.T) {
