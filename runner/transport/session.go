@@ -15,6 +15,8 @@ import (
 	"github.com/cure-oss/cure/runner/agent"
 	"github.com/cure-oss/cure/tools/retry"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // SessionOptions tunes a Session; zero values mean defaults.
@@ -269,10 +271,18 @@ func (s *Session) pushDirective(d agent.Directive) {
 	s.signal()
 }
 
+// ErrRunEnded is what Run returns once the coordinator said the run this
+// boot was booted for has ended (a RunEnded status): nothing more will come,
+// and dialling again would only be refused.
+var ErrRunEnded = errors.New("the coordinator says this boot's run has ended")
+
 // Run keeps the session up until ctx is done: connect, Hello, replay the
 // unacked events, then stream new ones while handing directives to Next.
 // Every stream error leads to a reconnect after a jittered exponential
-// backoff; it never gives up on its own (the coordinator owns budgets).
+// backoff; it never gives up on its own (the coordinator owns budgets),
+// except when the coordinator says the boot's run has ended: then it logs
+// that once and returns ErrRunEnded, and the runner stays up idle (the
+// debug shell) until the node is rebooted.
 func (s *Session) Run(ctx context.Context) error {
 	attempt := 0
 	for {
@@ -280,6 +290,12 @@ func (s *Session) Run(ctx context.Context) error {
 		got, err := s.runOnce(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if re := runEnded(err); re != nil {
+			validUTF8(re)
+			s.log.Warn("the coordinator says this boot's run has ended: not dialling again; the node stays in CURE (debug shell on the console) until an operator boots it elsewhere (curectl nodes boot-os NODE)",
+				"run", re.GetRunId(), "node", re.GetNodeId(), "status", re.GetStatus(), "message", re.GetMessage())
+			return fmt.Errorf("%w: run %s (%s)", ErrRunEnded, re.GetRunId(), re.GetStatus())
 		}
 		if got {
 			attempt = 0 // the coordinator answered: this was a real session, start backoff afresh
@@ -291,6 +307,21 @@ func (s *Session) Run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// runEnded is the RunEnded detail of a session's error (nil: none): only
+// the coordinator's FailedPrecondition carries it.
+func runEnded(err error) *curev1.RunEnded {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.FailedPrecondition {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if re, ok := d.(*curev1.RunEnded); ok {
+			return re
+		}
+	}
+	return nil
 }
 
 // reconnect is the backoff between sessions: base doubling per failed
