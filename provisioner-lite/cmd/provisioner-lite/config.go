@@ -17,8 +17,8 @@ import (
 )
 
 // defaultConfigFile is --config's default; unlike a path given, it may be
-// absent.
-const defaultConfigFile = "/etc/cure/provisioner-lite.yaml"
+// absent (a variable: tests point it elsewhere).
+var defaultConfigFile = "/etc/cure/provisioner-lite.yaml"
 
 // coordOpts are the coordinator's flags (and a config show's): the
 // library's Config, the repeatable lists, the log and the config file.
@@ -71,9 +71,14 @@ func (o *coordOpts) config() coordinator.Config {
 }
 
 // configurable reports whether a flag may come from the file or the
-// environment (--config only from the environment: CURE_CONFIG).
+// environment (--config only from the environment: CURE_CONFIG); config
+// show's -o is no coordinator flag.
 func configurable(name string) bool {
-	return name != "help" && name != "version" && name != "config"
+	switch name {
+	case "help", "version", "config", "output":
+		return false
+	}
+	return true
 }
 
 // envName is the variable that sets a flag: CURE_STATE_DIR for --state-dir.
@@ -119,7 +124,7 @@ func (o *coordOpts) resolve(fset *pflag.FlagSet, env func(string) (string, bool)
 				continue
 			}
 			if err := f.Value.Set(item); err != nil {
-				errs = append(errs, fmt.Errorf("environment variable %s (--%s): %w", envName(f.Name), f.Name, err))
+				errs = append(errs, fmt.Errorf("environment variable %s: %q: %w (--%s)", envName(f.Name), item, err, f.Name))
 			}
 		}
 		src[f.Name] = "env " + envName(f.Name)
@@ -131,7 +136,7 @@ func (o *coordOpts) resolve(fset *pflag.FlagSet, env func(string) (string, bool)
 		f := fset.Lookup(s.key)
 		for _, v := range s.values {
 			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s:%d: %s: %w", path, s.line, s.key, err))
+				errs = append(errs, fmt.Errorf("%s:%d: %s: %q: %w", path, s.line, s.key, v, err))
 			}
 		}
 		src[s.key] = fmt.Sprintf("file %s:%d", path, s.line)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"net/url"
 	"os"
@@ -65,11 +66,13 @@ func (a *app) showConfig(fset *pflag.FlagSet, o *coordOpts, src map[string]strin
 		if err = val.Encode(v); err != nil {
 			return
 		}
-		val.LineComment = "default"
-		if s := src[f.Name]; s != "" {
-			val.LineComment = s
+		key := &yaml.Node{Kind: yaml.ScalarNode, Value: f.Name}
+		comment := &val.LineComment
+		if val.Kind == yaml.SequenceNode {
+			comment = &key.LineComment // a list's comment goes on its key's line
 		}
-		doc.Content = append(doc.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: f.Name}, &val)
+		*comment = cmp.Or(src[f.Name], "default")
+		doc.Content = append(doc.Content, key, &val)
 	})
 	if err != nil {
 		return a.fail(1, "config show", err)
