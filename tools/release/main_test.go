@@ -10,6 +10,7 @@ var (
 	buildOnce sync.Once
 	buildDir  string
 	buildErr  error
+	buildRevs [2]string // HEAD's revision before and after the build
 )
 
 func TestMain(m *testing.M) {
