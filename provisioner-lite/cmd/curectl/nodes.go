@@ -95,7 +95,7 @@ func (a *app) nodesCmd() *cobra.Command {
 		},
 	}
 	addOutputFlag(remove, &removeOutput, outTable, outJSON, outYAML)
-	cmd.AddCommand(listCmd, show, a.nodesAddCmd(), importCmd, remove, a.nodesLabelCmd(), a.acceptMeasurementsCmd())
+	cmd.AddCommand(listCmd, show, a.nodesAddCmd(), importCmd, remove, a.nodesLabelCmd(), a.acceptMeasurementsCmd(), a.nodesBootOSCmd())
 	cmd.AddCommand(a.poolCmds()...)
 	return cmd
 }
