@@ -8,8 +8,11 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/pipeline"
+	"github.com/cure-oss/cure/provisioner-lite/server"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // wrongMAC is a MAC the scripted node does not have: with it in the
@@ -82,5 +85,70 @@ func TestResumeAdoptsRegisteredCURE(t *testing.T) {
 	}
 	if got := len(f.bmc.History()) - history; got != 2 {
 		t.Errorf("%d boots after the resume %v, want CURE and the installed OS", got, f.bmc.History())
+	}
+}
+
+// A run that ended with its node in CURE (here a failed phase; a
+// diagnostic leaves it so by default): its runner, dialling back with its
+// token and session secret, is told its run ended, with no security event;
+// and the operator sends the node to its installed OS through the operator
+// API, refused while a run is active.
+func TestEndedRunLeftInCURE(t *testing.T) {
+	f := newFixture(t, nil)
+	f.phaseStatus = func(p modes.PhaseName, _ int) curev1.PhaseStatus {
+		if p == modes.Hardware {
+			return curev1.PhaseStatus_PHASE_FAILED
+		}
+		return curev1.PhaseStatus_PHASE_OK
+	}
+	ctx := context.Background()
+	op := &server.OperatorService{Store: f.st, OSBooter: f.eng}
+	runID, err := f.eng.Start(ctx, "node1", modes.Provision, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op.BootInstalledOS(ctx, &curev1.BootInstalledOSRequest{NodeId: "node1"}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("boot-os during the run: %v, want FailedPrecondition", err)
+	}
+	if r := f.waitRun(runID); r.Status != curev1.RunStatus_RUN_FAILED {
+		t.Fatalf("run ended %s: %s", r.Status, r.Message)
+	}
+	f.mu.Lock()
+	hello := f.hellos[len(f.hellos)-1]
+	f.mu.Unlock()
+	stream, err := f.client.Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&curev1.RunnerMessage{Msg: &curev1.RunnerMessage_Hello{Hello: hello}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = stream.Recv()
+	var ended *curev1.RunEnded
+	for _, d := range status.Convert(err).Details() {
+		if re, ok := d.(*curev1.RunEnded); ok {
+			ended = re
+		}
+	}
+	if status.Code(err) != codes.FailedPrecondition || ended.GetRunId() != runID || ended.GetStatus() != "failed" {
+		t.Fatalf("the ended run's runner dialling back: %v (detail %v), want FailedPrecondition with RunEnded", err, ended)
+	}
+	sec, err := f.st.AuditLog(ctx, store.AuditFilter{Kind: store.AuditSecurity, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range sec {
+		t.Errorf("security event for the coordinator's own ended runner: %s %s: %s", a.Action, a.Result, a.Detail)
+	}
+	resp, err := op.BootInstalledOS(ctx, &curev1.BootInstalledOSRequest{NodeId: "node1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist, ovr := f.bmc.History(), f.bmc.Overrides()
+	if last := hist[len(hist)-1]; last.Device != vbmc.BootHdd || last.Reason != "ForceRestart" || ovr[len(ovr)-1].Target != "Hdd" {
+		t.Errorf("after boot-os (%s): last boot %+v, last override %+v", resp.GetMessage(), last, ovr[len(ovr)-1])
+	}
+	if _, err := op.BootInstalledOS(ctx, &curev1.BootInstalledOSRequest{NodeId: "nodeX"}); status.Code(err) != codes.NotFound {
+		t.Errorf("boot-os of an unknown node: %v", err)
 	}
 }
