@@ -30,3 +30,31 @@ func TestCheckOutputStructured(t *testing.T) {
 		t.Errorf("-o xml: rc %d, want 2", rc)
 	}
 }
+
+// --log-format json is slog's JSON handler; another format is a usage
+// error of the coordinator and of a subcommand alike, before anything runs.
+func TestLogFormat(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := newLogger(&buf, "json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("hello", "node", "n1")
+	var m map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &m); err != nil || m["msg"] != "hello" || m["node"] != "n1" {
+		t.Errorf("json log %q: %v", buf.String(), err)
+	}
+	dir := t.TempDir()
+	defer func(d string) { defaultConfigFile = d }(defaultConfigFile)
+	defaultConfigFile = filepath.Join(t.TempDir(), "absent.yaml")
+	for _, args := range [][]string{{"--log-format", "xml"}, {"-log-format=xml", "--state-dir", filepath.Join(dir, "s")},
+		{"init", "--state-dir", filepath.Join(dir, "s"), "--log-format", "xml"}} {
+		var out, errOut bytes.Buffer
+		if rc := execute(args, &out, &errOut); rc != 2 || !bytes.Contains(errOut.Bytes(), []byte("xml")) {
+			t.Errorf("%q: rc %d %s", args, rc, errOut.String())
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("a bad --log-format created %v", entries)
+	}
+}
