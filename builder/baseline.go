@@ -69,7 +69,7 @@ func BuildBaseline(ctx context.Context, o BaselineOptions) (*Report, error) {
 		return nil, err
 	}
 	r := &Report{Kind: "baseline", KernelVersion: k.Version, Init: BaselineInitPkg, Cmdline: o.Cmdline}
-	if err := finish(o.OutDir, buf.Bytes(), k.Vmlinuz, o.KeepCPIO, r); err != nil {
+	if err := finish(o.OutDir, buf.Bytes(), k.Vmlinuz, o.KeepCPIO, r, func(string) {}); err != nil {
 		return nil, err
 	}
 	r.Totals.BuildSeconds = time.Since(start).Seconds()

@@ -53,6 +53,27 @@ type Options struct {
 	// tool_bundle_path. Required exactly when the spec has one.
 	ToolBundlePin string
 	Log           *slog.Logger
+	// Step, when set, is told each of Steps as it starts (cure-build's
+	// progress bar: the busybox build and zstd -22 take minutes).
+	Step func(name string)
+}
+
+// Steps are the long steps of Build, in order, as Options.Step names them.
+var Steps = []string{StepModules, StepBusybox, StepZstd, StepGzip, StepLZ4}
+
+// The long steps of Build.
+const (
+	StepModules = "kernel modules"
+	StepBusybox = "busybox"
+	StepZstd    = "zstd -22"
+	StepGzip    = "gzip"
+	StepLZ4     = "lz4"
+)
+
+func (o Options) step(name string) {
+	if o.Step != nil {
+		o.Step(name)
+	}
 }
 
 // Build builds the image described by o.Spec into o.OutDir.
@@ -73,6 +94,7 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	if err := checkSiteInputs(s, o); err != nil {
 		return nil, err
 	}
+	o.step(StepModules)
 	rm, err := resolveModules(s, o)
 	if err != nil {
 		return nil, err
@@ -105,6 +127,7 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
+	o.step(StepBusybox)
 	archive, err := buildArchive(ctx, log, s, base, tmp, uinit, r.Tools)
 	if err != nil {
 		return nil, err
@@ -120,7 +143,7 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	for _, m := range rm.mods {
 		r.Modules = append(r.Modules, m.Name)
 	}
-	if err := finish(o.OutDir, archive, rm.k.Vmlinuz, o.KeepCPIO, r); err != nil {
+	if err := finish(o.OutDir, archive, rm.k.Vmlinuz, o.KeepCPIO, r, o.step); err != nil {
 		return nil, err
 	}
 	r.Totals.BuildSeconds = time.Since(start).Seconds()

@@ -266,8 +266,8 @@ func writeReport(dir string, r *Report) error {
 }
 
 // finish writes the compressed images, vmlinuz, the iPXE template and the
-// report for an uncompressed archive.
-func finish(outDir string, archive []byte, vmlinuz string, keepCPIO bool, r *Report) error {
+// report for an uncompressed archive; step is told each compression.
+func finish(outDir string, archive []byte, vmlinuz string, keepCPIO bool, r *Report, step func(string)) error {
 	entries, err := listArchive(archive)
 	if err != nil {
 		return err
@@ -286,14 +286,17 @@ func finish(outDir string, archive []byte, vmlinuz string, keepCPIO bool, r *Rep
 	if err != nil {
 		return fmt.Errorf("reading kernel: %w", err)
 	}
+	step(StepZstd)
 	zst, err := compressZstd(archive)
 	if err != nil {
 		return fmt.Errorf("zstd-compressing initramfs: %w", err)
 	}
+	step(StepGzip)
 	gz, err := compressGzip(archive)
 	if err != nil {
 		return fmt.Errorf("gzip-compressing initramfs: %w", err)
 	}
+	step(StepLZ4)
 	lz, err := compressLZ4(archive)
 	if err != nil {
 		return fmt.Errorf("lz4-compressing initramfs: %w", err)

@@ -134,9 +134,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	step, doneBar := stepBar(os.Stderr)
+	defer doneBar()
 	if _, err = builder.Build(ctx, builder.Options{
 		Spec: s, KernelRoot: *kernelRoot, OutDir: *out, CA: caFile, Uinit: *uinit, KeepCPIO: *keep, Tools: tools, Log: log,
-		DriverBundle: *bundle, ToolBundlePin: *pinBundle,
+		DriverBundle: *bundle, ToolBundlePin: *pinBundle, Step: step,
 	}); err != nil {
 		return err
 	}
