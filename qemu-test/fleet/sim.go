@@ -92,6 +92,8 @@ type Config struct {
 	// AfterBatch, if set, runs once every run ended, while the coordinators
 	// are still up (a test reads timelines there).
 	AfterBatch func(ctx context.Context, c curev1.OperatorServiceClient) error
+	// Shared: several instances behind one address (instances.go).
+	Shared SharedConfig
 }
 
 func (c *Config) defaults() {
@@ -145,6 +147,9 @@ type Sim struct {
 	kills   int
 
 	stats *stats
+
+	imgPath     string
+	ImageSHA256 string // the OS image's digest
 }
 
 // coordProc is one coordinator instance.
@@ -152,6 +157,8 @@ type coordProc struct {
 	name, stateDir     string
 	httpAddr, grpcAddr string
 	httpBase           string
+	metricsAddr        string // "": the default (one instance)
+	tftpAddr           string // "": no front door
 	cmd                *exec.Cmd
 	log                *os.File
 	dead               bool // killed for good (a takeover test)
@@ -228,6 +235,9 @@ func Start(ctx context.Context, cfg Config) (*Sim, error) {
 			return nil, err
 		}
 	}
+	if err := s.prepareShared(); err != nil {
+		return nil, err
+	}
 	if cfg.Bin == "" {
 		bin, err := BuildCoordinator(ctx, cfg.Work)
 		if err != nil {
@@ -246,6 +256,12 @@ func Start(ctx context.Context, cfg Config) (*Sim, error) {
 		if err := s.startCoordinator(ctx, i); err != nil {
 			s.Close()
 			return nil, err
+		}
+		if i == 0 {
+			if err := s.waitFrontDoor(ctx, 0); err != nil {
+				s.Close()
+				return nil, err
+			}
 		}
 	}
 	return s, nil
@@ -334,8 +350,11 @@ func (s *Sim) prepare() error {
 	if err := os.WriteFile(filepath.Join(s.manDir, "suites", suiteName+".yaml"), suite, 0o600); err != nil {
 		return err
 	}
-	s.cfg.CoordinatorArgs = append(s.cfg.CoordinatorArgs, "--import-artifact", img)
-	return nil
+	s.imgPath, s.ImageSHA256 = img, imgSum
+	if s.cfg.Shared.ImageHolders == nil {
+		s.cfg.CoordinatorArgs = append(s.cfg.CoordinatorArgs, "--import-artifact", img)
+	}
+	return s.pushManifests()
 }
 
 // writePKI makes the fleet's CA in instance 0's state dir and copies it,
@@ -710,6 +729,7 @@ func (s *Sim) startCoordinator(ctx context.Context, i int) error {
 		args = append(args, "--peer-grpc", strings.Join(peers, ","))
 	}
 	args = append(args, s.cfg.CoordinatorArgs...)
+	args = append(args, s.instanceArgs(i)...)
 	cmd := exec.Command(s.cfg.Bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -1058,14 +1078,17 @@ func (s *Sim) awaitRuns(ctx context.Context, b *batchRun) error {
 // dead (they take its runs over), alone it restarts on its state.
 func (s *Sim) killCoordinatorFault(ctx context.Context, ended, started int) error {
 	s.cfg.Log.Info("fault: killing the coordinator", "ended", ended, "of", started)
-	s.stopCoordinator(0, true)
 	if len(s.coords) > 1 {
 		// For good: the other instances take its runs over.
-		s.coordMu.Lock()
-		s.coords[0].dead = true
-		s.coordMu.Unlock()
+		for _, i := range s.killList() {
+			s.stopCoordinator(i, true)
+			s.coordMu.Lock()
+			s.coords[i].dead = true
+			s.coordMu.Unlock()
+		}
 		return nil
 	}
+	s.stopCoordinator(0, true)
 	if err := s.startCoordinator(ctx, 0); err != nil {
 		return fmt.Errorf("restart coordinator: %w", err)
 	}
