@@ -9,6 +9,11 @@ if [ "$1" = "configure" ]; then
 	elif ! getent passwd cure >/dev/null; then
 		adduser --system --group --home /var/lib/cure --no-create-home --gecos "CURE coordinator" cure
 	fi
+	# The state dir, the cure user's alone, so that `provisioner-lite init`
+	# can run as cure (systemd's StateDirectory= makes it too, at first start).
+	if [ ! -d /var/lib/cure ]; then
+		install -d -o cure -g cure -m 0700 /var/lib/cure
+	fi
 	if [ -d /run/systemd/system ]; then
 		systemctl daemon-reload || true
 		# An upgrade restarts a running coordinator on the new binary.
