@@ -130,8 +130,12 @@ bench-boot: image baseline
 # flags: -profile DIR (coordinator CPU, heap and goroutine profiles),
 # -coordinator BIN (measure another build), -scale N.
 .PHONY: bench-fleet
+# The PostgreSQL line: the same simulator on a private PostgreSQL cluster
+# at a modest size (BENCH_FLEET_PG_NODES), beside SQLite's line of that size.
+BENCH_FLEET_PG_NODES ?= 1,1000
 bench-fleet:
 	$(GO) run ./qemu-test/fleet/cmd/bench-fleet $(BENCH_FLEET_FLAGS)
+	$(GO) run ./qemu-test/fleet/cmd/bench-fleet -db postgres -nodes $(BENCH_FLEET_PG_NODES) $(BENCH_FLEET_FLAGS)
 
 # The three-node node-pair burn-in (node3's link shaped, the batch names its
 # port): about 8 minutes under TCG, so make test runs the two-node version.

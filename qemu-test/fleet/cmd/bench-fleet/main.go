@@ -3,7 +3,9 @@
 // ratio to one node's in the same run, first-pass success of healthy nodes,
 // hardware faults named, the coordinator's peak RSS and CPU per node,
 // event-to-ack and phase-transition percentiles and store commits per run.
-// It ends with one line per size a script can read:
+// -db postgres runs the coordinator on a private PostgreSQL cluster instead
+// of SQLite (make bench-fleet adds such a line). It ends with one line per
+// size a script can read:
 //
 //	bench-fleet nodes=N wall_ratio=… wall_ratio_healthy=… first_pass=…% faults_named=…% rss_mib=… rss_kib_per_node=… cpu_ms_per_node=… commits_per_run=…
 //
@@ -27,6 +29,7 @@ import (
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
+	"github.com/cure-oss/cure/provisioner-lite/store/pgtest"
 	"github.com/cure-oss/cure/qemu-test/fleet"
 	"github.com/cure-oss/cure/tools/version"
 )
@@ -39,6 +42,7 @@ func main() {
 	flag.Float64Var(&o.scale, "scale", 2, "simulated seconds per real second (the phases run this many times faster than on a real node; the coordinator has the same fixed costs whatever the scale, so a high scale measures this machine's CPU, not the batch)")
 	flag.StringVar(&o.bin, "coordinator", "", "a provisioner-lite binary to measure instead of building this tree's (a before/after comparison on the same machine)")
 	flag.StringVar(&o.profile, "profile", "", "save the coordinator's CPU and heap profiles of each size in this directory")
+	flag.StringVar(&o.db, "db", "sqlite", "the store: sqlite (in the state dir) or postgres (a private cluster started for the run, a fresh database per size)")
 	printVersion := version.Flag(flag.CommandLine, "bench-fleet")
 	flag.Parse()
 	if printVersion(os.Stdout) {
@@ -56,14 +60,27 @@ func main() {
 		os.Exit(1)
 	}
 	defer os.RemoveAll(o.work)
+	if o.db != "sqlite" && o.db != "postgres" {
+		fmt.Fprintf(os.Stderr, "bench-fleet: -db %q: want sqlite or postgres\n", o.db)
+		os.Exit(2)
+	}
+	if o.db == "postgres" {
+		pg, err := pgtest.StartCluster()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench-fleet: -db postgres:", err)
+			os.Exit(1)
+		}
+		defer pg.Stop()
+		o.pg = pg
+	}
 	if o.bin == "" {
 		if o.bin, err = fleet.BuildCoordinator(ctx, o.work); err != nil {
 			fmt.Fprintln(os.Stderr, "bench-fleet:", err)
 			os.Exit(1)
 		}
 	}
-	fmt.Printf("bench-fleet: %d CPUs, load %s, scale 1/%g, transient faults %.0f%% each, hardware faults %.0f%%\n",
-		runtime.NumCPU(), loadAvg(), o.scale, 100*o.transient, 100*o.hardware)
+	fmt.Printf("bench-fleet: %d CPUs, load %s, scale 1/%g, transient faults %.0f%% each, hardware faults %.0f%%, store %s\n",
+		runtime.NumCPU(), loadAvg(), o.scale, 100*o.transient, 100*o.hardware, o.db)
 	// The baseline: one healthy node, same simulated durations, same run.
 	var single time.Duration
 	var lines []string
@@ -87,7 +104,7 @@ func main() {
 		results = append(results, res)
 		printRow(tw, res, n, single)
 		if i > 0 || ns[0] == 1 {
-			lines = append(lines, summaryLine(res, n, single, o.scale))
+			lines = append(lines, summaryLine(res, n, single, o.scale)+" db="+o.db)
 			// At once too: a later size that fails must not lose it.
 			fmt.Fprintln(os.Stderr, lines[len(lines)-1])
 		}
@@ -105,6 +122,8 @@ func main() {
 type benchOptions struct {
 	transient, hardware, scale float64
 	bin, profile, work         string
+	db                         string          // sqlite or postgres
+	pg                         *pgtest.Cluster // with postgres
 }
 
 // parseSizes reads the comma-separated fleet sizes.
@@ -143,6 +162,13 @@ func runSize(ctx context.Context, o benchOptions, n, i int) (*fleet.Result, erro
 	cfg.CoordinatorArgs = append(cfg.CoordinatorArgs, "--max-runs", fmt.Sprint(max(n, 5000)))
 	if err := os.MkdirAll(cfg.Work, 0o700); err != nil {
 		return nil, err
+	}
+	if o.pg != nil {
+		dsn, err := o.pg.CreateDatabase(ctx)
+		if err != nil {
+			return nil, err
+		}
+		cfg.DSN = dsn
 	}
 	var prof *profiler
 	if o.profile != "" && n > 1 {
