@@ -85,6 +85,12 @@ func (w *cureWaits) note(mac string) (show []store.Run, full []store.Run) {
 // most) gets one timeline entry per such MAC: if the MAC is that node's,
 // its inventory entry is wrong. The listener logs the request itself.
 func (g *Gate) UnknownMAC(ctx context.Context, mac, via, source string) {
+	// The listener judged from its copy of the inventory, which may predate
+	// an import that just added the MAC (a fixed typo): the warning is
+	// judged from the inventory as it is now, or it would blame the fix.
+	if _, err := g.cfg.Store.NodeByMAC(ctx, mac); !unknownMACErr(err) {
+		return
+	}
 	show, full := g.waits.note(mac)
 	from := ""
 	if source != "" {

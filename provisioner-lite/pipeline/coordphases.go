@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -473,17 +474,39 @@ func (h *hostCtl) waitForCURE(ctx context.Context, r *store.Run) outcome {
 	}
 	h.boot.WaitForCURE(*r)
 	defer h.boot.EndWaitForCURE(r.ID)
+	// The run's signal wakes the wait when an import updates the node
+	// (server.AddNodes); the periodic look catches one made through
+	// another instance.
+	signal, unsub := h.cfg.Store.Signals().Subscribe(r.ID)
+	defer unsub()
 	for {
-		q := h.watch(r.NodeID)
-		acts := decideWaitCURE(*r, h.cfg.Timeouts.WaitForCURE, cureObs{now: time.Now(), session: h.cfg.Hub.Current(r.NodeID)})
+		q := h.watch(r.NodeID).withEvents(signal)
+		obs := cureObs{now: time.Now(), session: h.cfg.Hub.Current(r.NodeID)}
+		if n, err := h.cfg.Store.GetNode(ctx, r.NodeID); err == nil {
+			obs.macs = n.MACs
+		}
+		next, acts := decideWaitCURE(*r, h.cfg.Timeouts.WaitForCURE, obs)
+		changed := !slices.Equal(next.Pipeline.CUREMACs, r.Pipeline.CUREMACs)
+		*r = next
+		if changed {
+			h.save(ctx, r)
+		}
 		if out, end := h.applyWait(ctx, r, acts); end {
 			return out
 		}
-		if err := q.until(ctx, r.Pipeline.Phase(modes.WaitForCURE).Deadline); err != nil {
+		at := r.Pipeline.Phase(modes.WaitForCURE).Deadline
+		if recheck := obs.now.Add(cureMACRecheck); recheck.Before(at) {
+			at = recheck
+		}
+		if err := q.until(ctx, at); err != nil {
 			return failed("%v", err)
 		}
 	}
 }
+
+// cureMACRecheck is how often a wait for CURE reads the node's MACs again
+// without being told they changed (an import through another instance).
+const cureMACRecheck = 30 * time.Second
 
 // applyWait carries out the actions of a coordinator phase's wait: end
 // says the attempt ended, with out.
@@ -501,6 +524,10 @@ func (h *hostCtl) applyWait(ctx context.Context, r *store.Run, acts []action) (o
 			}
 		case actNote:
 			h.coordNote(ctx, *r, a.phase, a.msg)
+		case actRebootCURE:
+			if err := h.power.rebootIntoCURE(ctx, r, a.msg); err != nil {
+				return failed("%v", err), true
+			}
 		case actRebootOutOfCURE:
 			if err := h.hostReboot(ctx, r); err != nil {
 				return failed("%v", err), true
@@ -513,7 +540,7 @@ func (h *hostCtl) applyWait(ctx context.Context, r *store.Run, acts []action) (o
 			}
 		case actRequeue:
 			return outcome{}, false
-		case actRecordStart, actRecordEnd, actRebootCURE, actEvent, actRetry, actAssign, actReattach, actLost, actPairSend:
+		case actRecordStart, actRecordEnd, actEvent, actRetry, actAssign, actReattach, actLost, actPairSend:
 			panic(fmt.Sprintf("pipeline: wait decision asked for batch action %s", a.kind))
 		default:
 			panic(fmt.Sprintf("pipeline: wait decision asked for action %s", a.kind))

@@ -420,20 +420,42 @@ func testDecideWaitCURE(t *testing.T) {
 	mine := sessions.NewSession("n1", "r1", &curev1.Hello{BootId: "b1", UptimeMs: 4000})
 	mine.ConnectedAt = ago(30 * time.Second)
 	theirs := sessions.NewSession("n1", "r0", &curev1.Hello{BootId: "b0"})
+	expecting := cloneRun(r)
+	expecting.Pipeline.CUREMACs = []string{"52:54:00:00:00:99"}
+	fixed := []string{"52:54:00:00:00:01"}
 	for _, c := range []struct {
-		name string
-		run  store.Run
-		s    *sessions.Session
-		want []string
+		name  string
+		run   store.Run
+		s     *sessions.Session
+		macs  []string
+		want  []string
+		check func(t *testing.T, r store.Run)
 	}{
-		{"waiting", r, nil, nil},
-		{"runner registered", r, mine, []string{"done: runner registered: boot_id=b1 guest_uptime=4000ms power_on_to_registered=1m0s"}},
-		{"a runner of another run does not count", r, theirs, nil},
-		{"deadline passed", late, nil, []string{"end_boot_window", "fail wait_for_cure: runner did not register within 10m0s"}},
+		{name: "waiting", run: r},
+		{name: "runner registered", run: r, s: mine, want: []string{"done: runner registered: boot_id=b1 guest_uptime=4000ms power_on_to_registered=1m0s"}},
+		{name: "a runner of another run does not count", run: r, s: theirs},
+		{name: "deadline passed", run: late, want: []string{"end_boot_window", "fail wait_for_cure: runner did not register within 10m0s"}},
+		{name: "the MACs it waits with are recorded", run: r, macs: fixed, check: func(t *testing.T, got store.Run) {
+			if !slices.Equal(got.Pipeline.CUREMACs, fixed) || !got.Pipeline.Phase(modes.WaitForCURE).Deadline.Equal(now.Add(8*time.Minute)) {
+				t.Errorf("status %+v", got.Pipeline)
+			}
+		}},
+		{name: "the same MACs change nothing", run: expecting, macs: expecting.Pipeline.CUREMACs},
+		{name: "MACs fixed in the inventory re-arm the boot at once", run: expecting, macs: fixed,
+			want: []string{"reboot_into_cure wait_for_cure: the node's MACs changed in the inventory while it waited for CURE (now 52:54:00:00:00:01, were 52:54:00:00:00:99)"},
+			check: func(t *testing.T, got store.Run) {
+				if !slices.Equal(got.Pipeline.CUREMACs, fixed) || !got.Pipeline.Phase(modes.WaitForCURE).Deadline.Equal(now.Add(10*time.Minute)) {
+					t.Errorf("status %+v: want the new MACs and a fresh deadline", got.Pipeline)
+				}
+			}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if d := describe(decideWaitCURE(c.run, 10*time.Minute, cureObs{now: now, session: c.s})); !matches(d, c.want) {
+			got, acts := decideWaitCURE(c.run, 10*time.Minute, cureObs{now: now, session: c.s, macs: c.macs})
+			if d := describe(acts); !matches(d, c.want) {
 				t.Errorf("actions\n got %q\nwant %q", d, c.want)
+			}
+			if c.check != nil {
+				c.check(t, got)
 			}
 		})
 	}

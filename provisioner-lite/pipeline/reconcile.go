@@ -515,23 +515,38 @@ func endAttempt(r *store.Run, phase modes.PhaseName, out outcome) {
 type cureObs struct {
 	now     time.Time
 	session *sessions.Session // the node's current session (nil: none)
+	macs    []string          // the node's MACs in the inventory now (nil: not read)
 }
 
 // decideWaitCURE is the wait_for_cure decision: done once a runner of the
 // run registered, failed past the phase's deadline (set when the attempt
-// began waiting).
-func decideWaitCURE(r store.Run, budget time.Duration, obs cureObs) []action {
+// began waiting). The node's MACs changing in the inventory meanwhile (an
+// operator fixed a mistyped one) re-arm the boot at once, with a fresh
+// deadline: the node idles in its firmware after a network boot nobody
+// answered, and would otherwise wait out the budget.
+func decideWaitCURE(r store.Run, budget time.Duration, obs cureObs) (store.Run, []action) {
+	r = cloneRun(r)
 	if s := obs.session; s != nil && s.RunID == r.ID {
 		msg := fmt.Sprintf("runner registered: boot_id=%s guest_uptime=%dms", s.BootID, s.Hello.GetUptimeMs())
 		if t := r.Pipeline.BootRequestedAt; !t.IsZero() {
 			msg += fmt.Sprintf(" power_on_to_registered=%s", s.ConnectedAt.Sub(t).Round(time.Millisecond))
 		}
-		return []action{{kind: actDone, msg: msg}}
+		r.Pipeline.CUREMACs = nil
+		return r, []action{{kind: actDone, msg: msg}}
+	}
+	if was := r.Pipeline.CUREMACs; obs.macs != nil && !slices.Equal(was, obs.macs) {
+		r.Pipeline.CUREMACs = slices.Clone(obs.macs)
+		if was != nil {
+			r.Pipeline.SetDeadline(modes.WaitForCURE, obs.now.Add(budget))
+			return r, []action{{kind: actRebootCURE, phase: modes.WaitForCURE, msg: fmt.Sprintf("the node's MACs changed in the inventory while it waited for CURE (now %s, were %s)",
+				strings.Join(obs.macs, ","), strings.Join(was, ","))}}
+		}
 	}
 	if deadline := r.Pipeline.Phase(modes.WaitForCURE).Deadline; !obs.now.Before(deadline) {
-		return []action{{kind: actEndBootWindow}, {kind: actFail, phase: modes.WaitForCURE, msg: fmt.Sprintf("runner did not register within %s", budget)}}
+		r.Pipeline.CUREMACs = nil
+		return r, []action{{kind: actEndBootWindow}, {kind: actFail, phase: modes.WaitForCURE, msg: fmt.Sprintf("runner did not register within %s", budget)}}
 	}
-	return nil
+	return r, nil
 }
 
 // hostObs is one look at the wait for the installed OS.

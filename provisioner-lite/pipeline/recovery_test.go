@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,5 +151,66 @@ func TestEndedRunLeftInCURE(t *testing.T) {
 	}
 	if _, err := op.BootInstalledOS(ctx, &curev1.BootInstalledOSRequest{NodeId: "nodeX"}); status.Code(err) != codes.NotFound {
 		t.Errorf("boot-os of an unknown node: %v", err)
+	}
+}
+
+// A node's MAC mistyped in the inventory: its run powers it on and waits
+// for CURE while the node PXE-boots as a stranger. The operator fixes the
+// MAC with an import (AddNodes, replace): the wait wakes at once, re-arms
+// PXE and resets the node, which boots CURE, long before --wait-cure. A
+// network boot the proxy DHCP judged from its older copy of the inventory
+// is not shown as blaming the corrected MAC.
+func TestMACFixReArmsWaitingRun(t *testing.T) {
+	const waitCURE = 30 * time.Second
+	f := newMistypedFixture(t, waitCURE)
+	ctx := context.Background()
+	runID, err := f.eng.Start(ctx, "node1", modes.Provision, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if r, err := f.st.GetRun(ctx, runID); err == nil && r.Phase == modes.WaitForCURE && len(r.Pipeline.CUREMACs) > 0 && f.pxeBoots() > 0 {
+			break
+		}
+		if i > 500 {
+			t.Fatal("the run never waited for CURE after a network boot")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the stranger's iPXE request is shown
+	if warns := f.notes(runID, "its inventory MACs ("+wrongMAC+") are wrong"); len(warns) == 0 {
+		t.Fatal("the stranger's network boot was not shown on the waiting run's timeline")
+	}
+	f.setMACs(mac)
+	// The proxy DHCP's copy of the inventory still misses the MAC.
+	f.engine().UnknownMAC(ctx, mac, "proxy DHCP", nodeAddr)
+	fixed := time.Now()
+	n, err := f.st.GetNode(ctx, "node1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := &server.OperatorService{Store: f.st}
+	spec := &curev1.NodeSpec{Id: "node1", Sku: "qemu-nvme", Serial: "S1", Macs: []string{mac},
+		Bmc:   &curev1.BMCSpec{Url: n.BMCURL, Username: "admin", Password: "password", Insecure: true},
+		Psids: map[string]string{"DISK-WIPE": strings.Repeat("W", 32), "DISK-KEEP": strings.Repeat("K", 32), "DISK-BOOT": strings.Repeat("B", 32)}}
+	if resp, err := op.AddNodes(ctx, &curev1.AddNodesRequest{Nodes: []*curev1.NodeSpec{spec}, Replace: true}); err != nil || len(resp.GetUpdated()) != 1 {
+		t.Fatalf("nodes import: %v %v", resp, err)
+	}
+	r := f.waitRun(runID)
+	if r.Status != curev1.RunStatus_RUN_SUCCEEDED {
+		t.Fatalf("run ended %s: %s", r.Status, r.Message)
+	}
+	reg := f.notes(runID, "runner registered")
+	if len(reg) == 0 || reg[0].Time.Sub(fixed) > waitCURE/3 {
+		t.Errorf("runner registered %v after the fix (events %d), want well within --wait-cure %s", reg, len(reg), waitCURE)
+	}
+	if evs := f.notes(runID, "re-armed PXE once and reset the host: the node's MACs changed in the inventory"); len(evs) != 1 {
+		t.Errorf("%d re-arms for the MAC fix, want one", len(evs))
+	}
+	if warns := f.notes(runID, "its inventory MACs ("+mac+") are wrong"); len(warns) != 0 {
+		t.Errorf("a warning blames the corrected MAC: %s", warns[0].Message)
+	}
+	if p := f.phases(runID)[modes.WaitForCURE]; p.Attempts != 1 {
+		t.Errorf("wait_for_cure took %d attempts, want the one the fix re-armed", p.Attempts)
 	}
 }

@@ -104,7 +104,27 @@ func (o *OperatorService) AddNodes(ctx context.Context, req *curev1.AddNodesRequ
 				"node", n.ID, "bmc", textsafe.RedactURL(n.BMCURL))
 		}
 	}
+	o.wakeRuns(ctx, updated)
 	return &curev1.AddNodesResponse{Added: added, Updated: updated}, nil
+}
+
+// wakeRuns tells the active runs of the nodes an import updated that their
+// node changed (the store's run signal): a run waiting for CURE reads the
+// node's MACs again at once, and re-arms the boot if they changed.
+func (o *OperatorService) wakeRuns(ctx context.Context, updated []string) {
+	if len(updated) == 0 {
+		return
+	}
+	runs, err := o.Store.ActiveRuns(ctx)
+	if err != nil {
+		o.log().Warn("nodes updated: their active runs not told (a wait for CURE reads the inventory again within 30 s)", "err", err)
+		return
+	}
+	for _, r := range runs {
+		if slices.Contains(updated, r.NodeID) {
+			o.Store.Signals().Notify(r.ID)
+		}
+	}
 }
 
 // caBundle is a BMC CA bundle an AddNodes call sent, checked, and the file

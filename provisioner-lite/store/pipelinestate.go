@@ -31,6 +31,10 @@ type PipelineState struct {
 	// FreshCURE is why the next runner batch must boot a fresh CURE ("": it
 	// need not).
 	FreshCURE string `json:"fresh_cure,omitempty"`
+	// CUREMACs are the node's MACs the wait for CURE expects it to boot
+	// with (recorded when the wait began, or last re-armed the boot): the
+	// inventory changing them re-arms the boot at once.
+	CUREMACs []string `json:"cure_macs,omitempty"`
 	// HostTokens are the digests of the host callback tokens the run's
 	// assignments carried, oldest first (at most MaxHostTokens).
 	HostTokens []string `json:"host_tokens,omitempty"`
@@ -326,6 +330,7 @@ func (p PipelineState) Clone() PipelineState {
 		p.Pair = &w
 	}
 	p.HostTokens = slices.Clone(p.HostTokens)
+	p.CUREMACs = slices.Clone(p.CUREMACs)
 	p.Phases = maps.Clone(p.Phases)
 	p.BMC.Updates = maps.Clone(p.BMC.Updates)
 	for k, u := range p.BMC.Updates {
