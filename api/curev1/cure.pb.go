@@ -7637,6 +7637,122 @@ func (x *BootInstalledOSResponse) GetMessage() string {
 	return ""
 }
 
+type ListManifestsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListManifestsRequest) Reset() {
+	*x = ListManifestsRequest{}
+	mi := &file_cure_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListManifestsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListManifestsRequest) ProtoMessage() {}
+
+func (x *ListManifestsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListManifestsRequest.ProtoReflect.Descriptor instead.
+func (*ListManifestsRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{87}
+}
+
+type ListManifestsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Skus   []string               `protobuf:"bytes,1,rep,name=skus,proto3" json:"skus,omitempty"`     // sorted
+	Suites []string               `protobuf:"bytes,2,rep,name=suites,proto3" json:"suites,omitempty"` // sorted
+	// The manifest bundle (provisioner-lite manifests push) this instance
+	// runs with --manifests-from-store; 0: its --manifests directory.
+	BundleVersion int64 `protobuf:"varint,3,opt,name=bundle_version,json=bundleVersion,proto3" json:"bundle_version,omitempty"`
+	// Names whose file does not validate: a run naming one is refused
+	// until it is fixed.
+	Invalid       []string `protobuf:"bytes,4,rep,name=invalid,proto3" json:"invalid,omitempty"`
+	Instance      string   `protobuf:"bytes,5,opt,name=instance,proto3" json:"instance,omitempty"` // the instance that answered
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListManifestsResponse) Reset() {
+	*x = ListManifestsResponse{}
+	mi := &file_cure_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListManifestsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListManifestsResponse) ProtoMessage() {}
+
+func (x *ListManifestsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListManifestsResponse.ProtoReflect.Descriptor instead.
+func (*ListManifestsResponse) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *ListManifestsResponse) GetSkus() []string {
+	if x != nil {
+		return x.Skus
+	}
+	return nil
+}
+
+func (x *ListManifestsResponse) GetSuites() []string {
+	if x != nil {
+		return x.Suites
+	}
+	return nil
+}
+
+func (x *ListManifestsResponse) GetBundleVersion() int64 {
+	if x != nil {
+		return x.BundleVersion
+	}
+	return 0
+}
+
+func (x *ListManifestsResponse) GetInvalid() []string {
+	if x != nil {
+		return x.Invalid
+	}
+	return nil
+}
+
+func (x *ListManifestsResponse) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
 type NodeDetail struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -7669,7 +7785,7 @@ type NodeDetail struct {
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[87]
+	mi := &file_cure_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7681,7 +7797,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[87]
+	mi := &file_cure_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7694,7 +7810,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{87}
+	return file_cure_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -7860,7 +7976,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[88]
+	mi := &file_cure_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7872,7 +7988,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[88]
+	mi := &file_cure_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7885,7 +8001,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{88}
+	return file_cure_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -7943,7 +8059,7 @@ type FleetBandsRequest struct {
 
 func (x *FleetBandsRequest) Reset() {
 	*x = FleetBandsRequest{}
-	mi := &file_cure_proto_msgTypes[89]
+	mi := &file_cure_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7955,7 +8071,7 @@ func (x *FleetBandsRequest) String() string {
 func (*FleetBandsRequest) ProtoMessage() {}
 
 func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[89]
+	mi := &file_cure_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7968,7 +8084,7 @@ func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetBandsRequest.ProtoReflect.Descriptor instead.
 func (*FleetBandsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{89}
+	return file_cure_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *FleetBandsRequest) GetSku() string {
@@ -8017,7 +8133,7 @@ type FleetBandsResponse struct {
 
 func (x *FleetBandsResponse) Reset() {
 	*x = FleetBandsResponse{}
-	mi := &file_cure_proto_msgTypes[90]
+	mi := &file_cure_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8029,7 +8145,7 @@ func (x *FleetBandsResponse) String() string {
 func (*FleetBandsResponse) ProtoMessage() {}
 
 func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[90]
+	mi := &file_cure_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8042,7 +8158,7 @@ func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetBandsResponse.ProtoReflect.Descriptor instead.
 func (*FleetBandsResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{90}
+	return file_cure_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *FleetBandsResponse) GetDistributions() []*FleetDistribution {
@@ -8094,7 +8210,7 @@ type FleetDistribution struct {
 
 func (x *FleetDistribution) Reset() {
 	*x = FleetDistribution{}
-	mi := &file_cure_proto_msgTypes[91]
+	mi := &file_cure_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8106,7 +8222,7 @@ func (x *FleetDistribution) String() string {
 func (*FleetDistribution) ProtoMessage() {}
 
 func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[91]
+	mi := &file_cure_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8119,7 +8235,7 @@ func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetDistribution.ProtoReflect.Descriptor instead.
 func (*FleetDistribution) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{91}
+	return file_cure_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *FleetDistribution) GetSku() string {
@@ -8257,7 +8373,7 @@ type FleetNodeMark struct {
 
 func (x *FleetNodeMark) Reset() {
 	*x = FleetNodeMark{}
-	mi := &file_cure_proto_msgTypes[92]
+	mi := &file_cure_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8269,7 +8385,7 @@ func (x *FleetNodeMark) String() string {
 func (*FleetNodeMark) ProtoMessage() {}
 
 func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[92]
+	mi := &file_cure_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8282,7 +8398,7 @@ func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetNodeMark.ProtoReflect.Descriptor instead.
 func (*FleetNodeMark) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{92}
+	return file_cure_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *FleetNodeMark) GetNodeId() string {
@@ -8359,7 +8475,7 @@ type FleetJudgement struct {
 
 func (x *FleetJudgement) Reset() {
 	*x = FleetJudgement{}
-	mi := &file_cure_proto_msgTypes[93]
+	mi := &file_cure_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8371,7 +8487,7 @@ func (x *FleetJudgement) String() string {
 func (*FleetJudgement) ProtoMessage() {}
 
 func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[93]
+	mi := &file_cure_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8384,7 +8500,7 @@ func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetJudgement.ProtoReflect.Descriptor instead.
 func (*FleetJudgement) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{93}
+	return file_cure_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *FleetJudgement) GetComponent() string {
@@ -8505,7 +8621,7 @@ type FleetJudgements struct {
 
 func (x *FleetJudgements) Reset() {
 	*x = FleetJudgements{}
-	mi := &file_cure_proto_msgTypes[94]
+	mi := &file_cure_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8517,7 +8633,7 @@ func (x *FleetJudgements) String() string {
 func (*FleetJudgements) ProtoMessage() {}
 
 func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[94]
+	mi := &file_cure_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8530,7 +8646,7 @@ func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetJudgements.ProtoReflect.Descriptor instead.
 func (*FleetJudgements) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{94}
+	return file_cure_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *FleetJudgements) GetJudgements() []*FleetJudgement {
@@ -8570,7 +8686,7 @@ type NodeAdmissionRequest struct {
 
 func (x *NodeAdmissionRequest) Reset() {
 	*x = NodeAdmissionRequest{}
-	mi := &file_cure_proto_msgTypes[95]
+	mi := &file_cure_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8582,7 +8698,7 @@ func (x *NodeAdmissionRequest) String() string {
 func (*NodeAdmissionRequest) ProtoMessage() {}
 
 func (x *NodeAdmissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[95]
+	mi := &file_cure_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8595,7 +8711,7 @@ func (x *NodeAdmissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAdmissionRequest.ProtoReflect.Descriptor instead.
 func (*NodeAdmissionRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{95}
+	return file_cure_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *NodeAdmissionRequest) GetNodeId() string {
@@ -8620,7 +8736,7 @@ type AdmissionRequirement struct {
 
 func (x *AdmissionRequirement) Reset() {
 	*x = AdmissionRequirement{}
-	mi := &file_cure_proto_msgTypes[96]
+	mi := &file_cure_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8632,7 +8748,7 @@ func (x *AdmissionRequirement) String() string {
 func (*AdmissionRequirement) ProtoMessage() {}
 
 func (x *AdmissionRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[96]
+	mi := &file_cure_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8645,7 +8761,7 @@ func (x *AdmissionRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmissionRequirement.ProtoReflect.Descriptor instead.
 func (*AdmissionRequirement) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{96}
+	return file_cure_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *AdmissionRequirement) GetName() string {
@@ -8697,7 +8813,7 @@ type NodeAdmissionResponse struct {
 
 func (x *NodeAdmissionResponse) Reset() {
 	*x = NodeAdmissionResponse{}
-	mi := &file_cure_proto_msgTypes[97]
+	mi := &file_cure_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8709,7 +8825,7 @@ func (x *NodeAdmissionResponse) String() string {
 func (*NodeAdmissionResponse) ProtoMessage() {}
 
 func (x *NodeAdmissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[97]
+	mi := &file_cure_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8722,7 +8838,7 @@ func (x *NodeAdmissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAdmissionResponse.ProtoReflect.Descriptor instead.
 func (*NodeAdmissionResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{97}
+	return file_cure_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *NodeAdmissionResponse) GetNodeId() string {
@@ -8782,7 +8898,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_cure_proto_msgTypes[98]
+	mi := &file_cure_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8794,7 +8910,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[98]
+	mi := &file_cure_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8807,7 +8923,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{98}
+	return file_cure_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *PoolStatus) GetNodeId() string {
@@ -8869,7 +8985,7 @@ type AcceptMeasurementsRequest struct {
 
 func (x *AcceptMeasurementsRequest) Reset() {
 	*x = AcceptMeasurementsRequest{}
-	mi := &file_cure_proto_msgTypes[99]
+	mi := &file_cure_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8881,7 +8997,7 @@ func (x *AcceptMeasurementsRequest) String() string {
 func (*AcceptMeasurementsRequest) ProtoMessage() {}
 
 func (x *AcceptMeasurementsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[99]
+	mi := &file_cure_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8894,7 +9010,7 @@ func (x *AcceptMeasurementsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptMeasurementsRequest.ProtoReflect.Descriptor instead.
 func (*AcceptMeasurementsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{99}
+	return file_cure_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *AcceptMeasurementsRequest) GetNodeId() string {
@@ -8926,7 +9042,7 @@ type AcceptMeasurementsResponse struct {
 
 func (x *AcceptMeasurementsResponse) Reset() {
 	*x = AcceptMeasurementsResponse{}
-	mi := &file_cure_proto_msgTypes[100]
+	mi := &file_cure_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8938,7 +9054,7 @@ func (x *AcceptMeasurementsResponse) String() string {
 func (*AcceptMeasurementsResponse) ProtoMessage() {}
 
 func (x *AcceptMeasurementsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[100]
+	mi := &file_cure_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8951,7 +9067,7 @@ func (x *AcceptMeasurementsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptMeasurementsResponse.ProtoReflect.Descriptor instead.
 func (*AcceptMeasurementsResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{100}
+	return file_cure_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *AcceptMeasurementsResponse) GetNodeId() string {
@@ -9014,7 +9130,7 @@ type PoolRequest struct {
 
 func (x *PoolRequest) Reset() {
 	*x = PoolRequest{}
-	mi := &file_cure_proto_msgTypes[101]
+	mi := &file_cure_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9026,7 +9142,7 @@ func (x *PoolRequest) String() string {
 func (*PoolRequest) ProtoMessage() {}
 
 func (x *PoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[101]
+	mi := &file_cure_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9039,7 +9155,7 @@ func (x *PoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRequest.ProtoReflect.Descriptor instead.
 func (*PoolRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{101}
+	return file_cure_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *PoolRequest) GetNodeIds() []string {
@@ -9077,7 +9193,7 @@ type RevalidateRequest struct {
 
 func (x *RevalidateRequest) Reset() {
 	*x = RevalidateRequest{}
-	mi := &file_cure_proto_msgTypes[102]
+	mi := &file_cure_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9089,7 +9205,7 @@ func (x *RevalidateRequest) String() string {
 func (*RevalidateRequest) ProtoMessage() {}
 
 func (x *RevalidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[102]
+	mi := &file_cure_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9102,7 +9218,7 @@ func (x *RevalidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevalidateRequest.ProtoReflect.Descriptor instead.
 func (*RevalidateRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{102}
+	return file_cure_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *RevalidateRequest) GetNodeIds() []string {
@@ -9157,7 +9273,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_cure_proto_msgTypes[103]
+	mi := &file_cure_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9169,7 +9285,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[103]
+	mi := &file_cure_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9182,7 +9298,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{103}
+	return file_cure_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *PoolResponse) GetNodes() []*PoolStatus {
@@ -9215,7 +9331,7 @@ type PairReady struct {
 
 func (x *PairReady) Reset() {
 	*x = PairReady{}
-	mi := &file_cure_proto_msgTypes[104]
+	mi := &file_cure_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9227,7 +9343,7 @@ func (x *PairReady) String() string {
 func (*PairReady) ProtoMessage() {}
 
 func (x *PairReady) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[104]
+	mi := &file_cure_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9240,7 +9356,7 @@ func (x *PairReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairReady.ProtoReflect.Descriptor instead.
 func (*PairReady) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{104}
+	return file_cure_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *PairReady) GetCheck() string {
@@ -9284,7 +9400,7 @@ type PairPort struct {
 
 func (x *PairPort) Reset() {
 	*x = PairPort{}
-	mi := &file_cure_proto_msgTypes[105]
+	mi := &file_cure_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9296,7 +9412,7 @@ func (x *PairPort) String() string {
 func (*PairPort) ProtoMessage() {}
 
 func (x *PairPort) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[105]
+	mi := &file_cure_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9309,7 +9425,7 @@ func (x *PairPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairPort.ProtoReflect.Descriptor instead.
 func (*PairPort) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{105}
+	return file_cure_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *PairPort) GetName() string {
@@ -9354,7 +9470,7 @@ type PairSchedule struct {
 
 func (x *PairSchedule) Reset() {
 	*x = PairSchedule{}
-	mi := &file_cure_proto_msgTypes[106]
+	mi := &file_cure_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9366,7 +9482,7 @@ func (x *PairSchedule) String() string {
 func (*PairSchedule) ProtoMessage() {}
 
 func (x *PairSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[106]
+	mi := &file_cure_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9379,7 +9495,7 @@ func (x *PairSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairSchedule.ProtoReflect.Descriptor instead.
 func (*PairSchedule) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{106}
+	return file_cure_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *PairSchedule) GetCheck() string {
@@ -9477,7 +9593,7 @@ type PairSlot struct {
 
 func (x *PairSlot) Reset() {
 	*x = PairSlot{}
-	mi := &file_cure_proto_msgTypes[107]
+	mi := &file_cure_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9489,7 +9605,7 @@ func (x *PairSlot) String() string {
 func (*PairSlot) ProtoMessage() {}
 
 func (x *PairSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[107]
+	mi := &file_cure_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9502,7 +9618,7 @@ func (x *PairSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairSlot.ProtoReflect.Descriptor instead.
 func (*PairSlot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{107}
+	return file_cure_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *PairSlot) GetRound() uint32 {
@@ -9608,7 +9724,7 @@ type PairResult struct {
 
 func (x *PairResult) Reset() {
 	*x = PairResult{}
-	mi := &file_cure_proto_msgTypes[108]
+	mi := &file_cure_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9620,7 +9736,7 @@ func (x *PairResult) String() string {
 func (*PairResult) ProtoMessage() {}
 
 func (x *PairResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[108]
+	mi := &file_cure_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9633,7 +9749,7 @@ func (x *PairResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairResult.ProtoReflect.Descriptor instead.
 func (*PairResult) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{108}
+	return file_cure_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *PairResult) GetCheck() string {
@@ -9718,7 +9834,7 @@ type PairVerdicts struct {
 
 func (x *PairVerdicts) Reset() {
 	*x = PairVerdicts{}
-	mi := &file_cure_proto_msgTypes[109]
+	mi := &file_cure_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9730,7 +9846,7 @@ func (x *PairVerdicts) String() string {
 func (*PairVerdicts) ProtoMessage() {}
 
 func (x *PairVerdicts) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[109]
+	mi := &file_cure_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9743,7 +9859,7 @@ func (x *PairVerdicts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairVerdicts.ProtoReflect.Descriptor instead.
 func (*PairVerdicts) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{109}
+	return file_cure_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *PairVerdicts) GetCheck() string {
@@ -10455,7 +10571,14 @@ const file_cure_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"L\n" +
 	"\x17BootInstalledOSResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xff\x05\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x16\n" +
+	"\x14ListManifestsRequest\"\xa0\x01\n" +
+	"\x15ListManifestsResponse\x12\x12\n" +
+	"\x04skus\x18\x01 \x03(\tR\x04skus\x12\x16\n" +
+	"\x06suites\x18\x02 \x03(\tR\x06suites\x12%\n" +
+	"\x0ebundle_version\x18\x03 \x01(\x03R\rbundleVersion\x12\x18\n" +
+	"\ainvalid\x18\x04 \x03(\tR\ainvalid\x12\x1a\n" +
+	"\binstance\x18\x05 \x01(\tR\binstance\"\xff\x05\n" +
 	"\n" +
 	"NodeDetail\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
@@ -10720,7 +10843,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x10POOL_QUARANTINED\x10\b2\x97\x01\n" +
 	"\rRunnerService\x12B\n" +
 	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x01\x12B\n" +
-	"\x10BeginAttestation\x12\x14.cure.v1.AttestBegin\x1a\x18.cure.v1.AttestChallenge2\x95\v\n" +
+	"\x10BeginAttestation\x12\x14.cure.v1.AttestBegin\x1a\x18.cure.v1.AttestChallenge2\xe5\v\n" +
 	"\x0fOperatorService\x12B\n" +
 	"\tProvision\x12\x19.cure.v1.ProvisionRequest\x1a\x1a.cure.v1.ProvisionResponse\x128\n" +
 	"\x05Watch\x12\x15.cure.v1.WatchRequest\x1a\x16.cure.v1.TimelineEntry0\x01\x124\n" +
@@ -10745,7 +10868,8 @@ const file_cure_proto_rawDesc = "" +
 	"\fReturnToPool\x12\x14.cure.v1.PoolRequest\x1a\x15.cure.v1.PoolResponse\x12N\n" +
 	"\rNodeAdmission\x12\x1d.cure.v1.NodeAdmissionRequest\x1a\x1e.cure.v1.NodeAdmissionResponse\x12]\n" +
 	"\x12AcceptMeasurements\x12\".cure.v1.AcceptMeasurementsRequest\x1a#.cure.v1.AcceptMeasurementsResponse\x12T\n" +
-	"\x0fBootInstalledOS\x12\x1f.cure.v1.BootInstalledOSRequest\x1a .cure.v1.BootInstalledOSResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
+	"\x0fBootInstalledOS\x12\x1f.cure.v1.BootInstalledOSRequest\x1a .cure.v1.BootInstalledOSResponse\x12N\n" +
+	"\rListManifests\x12\x1d.cure.v1.ListManifestsRequest\x1a\x1e.cure.v1.ListManifestsResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
 
 var (
 	file_cure_proto_rawDescOnce sync.Once
@@ -10760,7 +10884,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 128)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 130)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                          // 0: cure.v1.Mode
 	(VerdictStatus)(0),                 // 1: cure.v1.VerdictStatus
@@ -10855,47 +10979,49 @@ var file_cure_proto_goTypes = []any{
 	(*ShowNodeRequest)(nil),            // 90: cure.v1.ShowNodeRequest
 	(*BootInstalledOSRequest)(nil),     // 91: cure.v1.BootInstalledOSRequest
 	(*BootInstalledOSResponse)(nil),    // 92: cure.v1.BootInstalledOSResponse
-	(*NodeDetail)(nil),                 // 93: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),            // 94: cure.v1.InventoryRecord
-	(*FleetBandsRequest)(nil),          // 95: cure.v1.FleetBandsRequest
-	(*FleetBandsResponse)(nil),         // 96: cure.v1.FleetBandsResponse
-	(*FleetDistribution)(nil),          // 97: cure.v1.FleetDistribution
-	(*FleetNodeMark)(nil),              // 98: cure.v1.FleetNodeMark
-	(*FleetJudgement)(nil),             // 99: cure.v1.FleetJudgement
-	(*FleetJudgements)(nil),            // 100: cure.v1.FleetJudgements
-	(*NodeAdmissionRequest)(nil),       // 101: cure.v1.NodeAdmissionRequest
-	(*AdmissionRequirement)(nil),       // 102: cure.v1.AdmissionRequirement
-	(*NodeAdmissionResponse)(nil),      // 103: cure.v1.NodeAdmissionResponse
-	(*PoolStatus)(nil),                 // 104: cure.v1.PoolStatus
-	(*AcceptMeasurementsRequest)(nil),  // 105: cure.v1.AcceptMeasurementsRequest
-	(*AcceptMeasurementsResponse)(nil), // 106: cure.v1.AcceptMeasurementsResponse
-	(*PoolRequest)(nil),                // 107: cure.v1.PoolRequest
-	(*RevalidateRequest)(nil),          // 108: cure.v1.RevalidateRequest
-	(*PoolResponse)(nil),               // 109: cure.v1.PoolResponse
-	(*PairReady)(nil),                  // 110: cure.v1.PairReady
-	(*PairPort)(nil),                   // 111: cure.v1.PairPort
-	(*PairSchedule)(nil),               // 112: cure.v1.PairSchedule
-	(*PairSlot)(nil),                   // 113: cure.v1.PairSlot
-	(*PairResult)(nil),                 // 114: cure.v1.PairResult
-	(*PairVerdicts)(nil),               // 115: cure.v1.PairVerdicts
-	nil,                                // 116: cure.v1.Attestation.PcrsEntry
-	nil,                                // 117: cure.v1.Log.AttrsEntry
-	nil,                                // 118: cure.v1.Metric.LabelsEntry
-	nil,                                // 119: cure.v1.Assignment.PsidsEntry
-	nil,                                // 120: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                                // 121: cure.v1.CancelRequest.SelectorEntry
-	nil,                                // 122: cure.v1.FleetRequest.SelectorEntry
-	nil,                                // 123: cure.v1.FleetStatus.ByStatusEntry
-	nil,                                // 124: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                                // 125: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                                // 126: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                                // 127: cure.v1.NodeSpec.LabelsEntry
-	nil,                                // 128: cure.v1.NodeSpec.PsidsEntry
-	nil,                                // 129: cure.v1.LabelNodeRequest.SetEntry
-	nil,                                // 130: cure.v1.NodeDetail.LabelsEntry
-	nil,                                // 131: cure.v1.AcceptMeasurementsResponse.PcrsEntry
-	nil,                                // 132: cure.v1.PoolRequest.SelectorEntry
-	nil,                                // 133: cure.v1.RevalidateRequest.SelectorEntry
+	(*ListManifestsRequest)(nil),       // 93: cure.v1.ListManifestsRequest
+	(*ListManifestsResponse)(nil),      // 94: cure.v1.ListManifestsResponse
+	(*NodeDetail)(nil),                 // 95: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),            // 96: cure.v1.InventoryRecord
+	(*FleetBandsRequest)(nil),          // 97: cure.v1.FleetBandsRequest
+	(*FleetBandsResponse)(nil),         // 98: cure.v1.FleetBandsResponse
+	(*FleetDistribution)(nil),          // 99: cure.v1.FleetDistribution
+	(*FleetNodeMark)(nil),              // 100: cure.v1.FleetNodeMark
+	(*FleetJudgement)(nil),             // 101: cure.v1.FleetJudgement
+	(*FleetJudgements)(nil),            // 102: cure.v1.FleetJudgements
+	(*NodeAdmissionRequest)(nil),       // 103: cure.v1.NodeAdmissionRequest
+	(*AdmissionRequirement)(nil),       // 104: cure.v1.AdmissionRequirement
+	(*NodeAdmissionResponse)(nil),      // 105: cure.v1.NodeAdmissionResponse
+	(*PoolStatus)(nil),                 // 106: cure.v1.PoolStatus
+	(*AcceptMeasurementsRequest)(nil),  // 107: cure.v1.AcceptMeasurementsRequest
+	(*AcceptMeasurementsResponse)(nil), // 108: cure.v1.AcceptMeasurementsResponse
+	(*PoolRequest)(nil),                // 109: cure.v1.PoolRequest
+	(*RevalidateRequest)(nil),          // 110: cure.v1.RevalidateRequest
+	(*PoolResponse)(nil),               // 111: cure.v1.PoolResponse
+	(*PairReady)(nil),                  // 112: cure.v1.PairReady
+	(*PairPort)(nil),                   // 113: cure.v1.PairPort
+	(*PairSchedule)(nil),               // 114: cure.v1.PairSchedule
+	(*PairSlot)(nil),                   // 115: cure.v1.PairSlot
+	(*PairResult)(nil),                 // 116: cure.v1.PairResult
+	(*PairVerdicts)(nil),               // 117: cure.v1.PairVerdicts
+	nil,                                // 118: cure.v1.Attestation.PcrsEntry
+	nil,                                // 119: cure.v1.Log.AttrsEntry
+	nil,                                // 120: cure.v1.Metric.LabelsEntry
+	nil,                                // 121: cure.v1.Assignment.PsidsEntry
+	nil,                                // 122: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                                // 123: cure.v1.CancelRequest.SelectorEntry
+	nil,                                // 124: cure.v1.FleetRequest.SelectorEntry
+	nil,                                // 125: cure.v1.FleetStatus.ByStatusEntry
+	nil,                                // 126: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                                // 127: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                                // 128: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                                // 129: cure.v1.NodeSpec.LabelsEntry
+	nil,                                // 130: cure.v1.NodeSpec.PsidsEntry
+	nil,                                // 131: cure.v1.LabelNodeRequest.SetEntry
+	nil,                                // 132: cure.v1.NodeDetail.LabelsEntry
+	nil,                                // 133: cure.v1.AcceptMeasurementsResponse.PcrsEntry
+	nil,                                // 134: cure.v1.PoolRequest.SelectorEntry
+	nil,                                // 135: cure.v1.RevalidateRequest.SelectorEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	7,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -10905,7 +11031,7 @@ var file_cure_proto_depIdxs = []int32{
 	13,  // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
 	11,  // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
 	10,  // 6: cure.v1.Hello.attestation:type_name -> cure.v1.Attestation
-	116, // 7: cure.v1.Attestation.pcrs:type_name -> cure.v1.Attestation.PcrsEntry
+	118, // 7: cure.v1.Attestation.pcrs:type_name -> cure.v1.Attestation.PcrsEntry
 	5,   // 8: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
 	21,  // 9: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
 	22,  // 10: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
@@ -10925,49 +11051,49 @@ var file_cure_proto_depIdxs = []int32{
 	36,  // 24: cure.v1.Event.metric:type_name -> cure.v1.Metric
 	27,  // 25: cure.v1.Event.progress:type_name -> cure.v1.Progress
 	29,  // 26: cure.v1.Event.samples:type_name -> cure.v1.Samples
-	110, // 27: cure.v1.Event.pair_ready:type_name -> cure.v1.PairReady
-	114, // 28: cure.v1.Event.pair_result:type_name -> cure.v1.PairResult
+	112, // 27: cure.v1.Event.pair_ready:type_name -> cure.v1.PairReady
+	116, // 28: cure.v1.Event.pair_result:type_name -> cure.v1.PairResult
 	28,  // 29: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
 	1,   // 30: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
 	30,  // 31: cure.v1.Samples.series:type_name -> cure.v1.Series
 	2,   // 32: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,   // 33: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
 	34,  // 34: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	117, // 35: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	118, // 36: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	119, // 35: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	120, // 36: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	38,  // 37: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
 	43,  // 38: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
 	44,  // 39: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
 	45,  // 40: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
 	46,  // 41: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
-	112, // 42: cure.v1.CoordinatorMessage.pair_schedule:type_name -> cure.v1.PairSchedule
-	115, // 43: cure.v1.CoordinatorMessage.pair_verdicts:type_name -> cure.v1.PairVerdicts
+	114, // 42: cure.v1.CoordinatorMessage.pair_schedule:type_name -> cure.v1.PairSchedule
+	117, // 43: cure.v1.CoordinatorMessage.pair_verdicts:type_name -> cure.v1.PairVerdicts
 	0,   // 44: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
 	41,  // 45: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
 	42,  // 46: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	119, // 47: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	121, // 47: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
 	40,  // 48: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
 	39,  // 49: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
 	28,  // 50: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
 	0,   // 51: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	120, // 52: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	122, // 52: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
 	56,  // 53: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
 	50,  // 54: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	121, // 55: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	123, // 55: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
 	56,  // 56: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
 	50,  // 57: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	122, // 58: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	123, // 59: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	124, // 60: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	124, // 58: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	125, // 59: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	126, // 60: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
 	55,  // 61: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	125, // 62: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	127, // 62: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
 	3,   // 63: cure.v1.FleetRun.run_status:type_name -> cure.v1.RunStatus
 	33,  // 64: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
 	27,  // 65: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
 	0,   // 66: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
 	73,  // 67: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
 	33,  // 68: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	94,  // 69: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	96,  // 69: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
 	68,  // 70: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
 	62,  // 71: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
 	63,  // 72: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
@@ -10976,8 +11102,8 @@ var file_cure_proto_depIdxs = []int32{
 	30,  // 75: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
 	30,  // 76: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
 	61,  // 77: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
-	99,  // 78: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
-	97,  // 79: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
+	101, // 78: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
+	99,  // 79: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
 	27,  // 80: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
 	67,  // 81: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
 	3,   // 82: cure.v1.RunReport.run_status:type_name -> cure.v1.RunStatus
@@ -10988,7 +11114,7 @@ var file_cure_proto_depIdxs = []int32{
 	64,  // 87: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
 	1,   // 88: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
 	68,  // 89: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	126, // 90: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	128, // 90: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
 	71,  // 91: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
 	72,  // 92: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
 	72,  // 93: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
@@ -10999,31 +11125,31 @@ var file_cure_proto_depIdxs = []int32{
 	4,   // 98: cure.v1.NodeInfo.pool_state:type_name -> cure.v1.PoolState
 	3,   // 99: cure.v1.NodeInfo.last_run_state:type_name -> cure.v1.RunStatus
 	81,  // 100: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	127, // 101: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	129, // 101: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
 	84,  // 102: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	128, // 103: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	130, // 103: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
 	83,  // 104: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	129, // 105: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	130, // 106: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	94,  // 107: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	104, // 108: cure.v1.NodeDetail.pool:type_name -> cure.v1.PoolStatus
+	131, // 105: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	132, // 106: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	96,  // 107: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	106, // 108: cure.v1.NodeDetail.pool:type_name -> cure.v1.PoolStatus
 	3,   // 109: cure.v1.NodeDetail.last_run_state:type_name -> cure.v1.RunStatus
 	14,  // 110: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	97,  // 111: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
-	98,  // 112: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
-	99,  // 113: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
-	97,  // 114: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
-	102, // 115: cure.v1.NodeAdmissionResponse.requirements:type_name -> cure.v1.AdmissionRequirement
-	104, // 116: cure.v1.NodeAdmissionResponse.pool:type_name -> cure.v1.PoolStatus
+	99,  // 111: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
+	100, // 112: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
+	101, // 113: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
+	99,  // 114: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
+	104, // 115: cure.v1.NodeAdmissionResponse.requirements:type_name -> cure.v1.AdmissionRequirement
+	106, // 116: cure.v1.NodeAdmissionResponse.pool:type_name -> cure.v1.PoolStatus
 	4,   // 117: cure.v1.PoolStatus.state:type_name -> cure.v1.PoolState
-	131, // 118: cure.v1.AcceptMeasurementsResponse.pcrs:type_name -> cure.v1.AcceptMeasurementsResponse.PcrsEntry
-	132, // 119: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
-	133, // 120: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
+	133, // 118: cure.v1.AcceptMeasurementsResponse.pcrs:type_name -> cure.v1.AcceptMeasurementsResponse.PcrsEntry
+	134, // 119: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
+	135, // 120: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
 	0,   // 121: cure.v1.RevalidateRequest.mode:type_name -> cure.v1.Mode
-	104, // 122: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
+	106, // 122: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
 	50,  // 123: cure.v1.PoolResponse.refused:type_name -> cure.v1.Refusal
-	111, // 124: cure.v1.PairReady.ports:type_name -> cure.v1.PairPort
-	113, // 125: cure.v1.PairSchedule.slots:type_name -> cure.v1.PairSlot
+	113, // 124: cure.v1.PairReady.ports:type_name -> cure.v1.PairPort
+	115, // 125: cure.v1.PairSchedule.slots:type_name -> cure.v1.PairSlot
 	33,  // 126: cure.v1.PairVerdicts.verdicts:type_name -> cure.v1.Verdict
 	6,   // 127: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
 	8,   // 128: cure.v1.RunnerService.BeginAttestation:input_type -> cure.v1.AttestBegin
@@ -11040,39 +11166,41 @@ var file_cure_proto_depIdxs = []int32{
 	89,  // 139: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
 	90,  // 140: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
 	69,  // 141: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	95,  // 142: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
-	107, // 143: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
-	107, // 144: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
-	108, // 145: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
-	107, // 146: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
-	101, // 147: cure.v1.OperatorService.NodeAdmission:input_type -> cure.v1.NodeAdmissionRequest
-	105, // 148: cure.v1.OperatorService.AcceptMeasurements:input_type -> cure.v1.AcceptMeasurementsRequest
+	97,  // 142: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
+	109, // 143: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
+	109, // 144: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
+	110, // 145: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
+	109, // 146: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
+	103, // 147: cure.v1.OperatorService.NodeAdmission:input_type -> cure.v1.NodeAdmissionRequest
+	107, // 148: cure.v1.OperatorService.AcceptMeasurements:input_type -> cure.v1.AcceptMeasurementsRequest
 	91,  // 149: cure.v1.OperatorService.BootInstalledOS:input_type -> cure.v1.BootInstalledOSRequest
-	37,  // 150: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	9,   // 151: cure.v1.RunnerService.BeginAttestation:output_type -> cure.v1.AttestChallenge
-	49,  // 152: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	58,  // 153: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	60,  // 154: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	78,  // 155: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	75,  // 156: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	82,  // 157: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	52,  // 158: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	54,  // 159: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	86,  // 160: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	88,  // 161: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	93,  // 162: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	93,  // 163: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	70,  // 164: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	96,  // 165: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
-	109, // 166: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
-	109, // 167: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
-	109, // 168: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
-	109, // 169: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
-	103, // 170: cure.v1.OperatorService.NodeAdmission:output_type -> cure.v1.NodeAdmissionResponse
-	106, // 171: cure.v1.OperatorService.AcceptMeasurements:output_type -> cure.v1.AcceptMeasurementsResponse
-	92,  // 172: cure.v1.OperatorService.BootInstalledOS:output_type -> cure.v1.BootInstalledOSResponse
-	150, // [150:173] is the sub-list for method output_type
-	127, // [127:150] is the sub-list for method input_type
+	93,  // 150: cure.v1.OperatorService.ListManifests:input_type -> cure.v1.ListManifestsRequest
+	37,  // 151: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	9,   // 152: cure.v1.RunnerService.BeginAttestation:output_type -> cure.v1.AttestChallenge
+	49,  // 153: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	58,  // 154: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	60,  // 155: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	78,  // 156: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	75,  // 157: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	82,  // 158: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	52,  // 159: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	54,  // 160: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	86,  // 161: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	88,  // 162: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	95,  // 163: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	95,  // 164: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	70,  // 165: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	98,  // 166: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
+	111, // 167: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
+	111, // 168: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
+	111, // 169: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
+	111, // 170: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
+	105, // 171: cure.v1.OperatorService.NodeAdmission:output_type -> cure.v1.NodeAdmissionResponse
+	108, // 172: cure.v1.OperatorService.AcceptMeasurements:output_type -> cure.v1.AcceptMeasurementsResponse
+	92,  // 173: cure.v1.OperatorService.BootInstalledOS:output_type -> cure.v1.BootInstalledOSResponse
+	94,  // 174: cure.v1.OperatorService.ListManifests:output_type -> cure.v1.ListManifestsResponse
+	151, // [151:175] is the sub-list for method output_type
+	127, // [127:151] is the sub-list for method input_type
 	127, // [127:127] is the sub-list for extension type_name
 	127, // [127:127] is the sub-list for extension extendee
 	0,   // [0:127] is the sub-list for field type_name
@@ -11107,14 +11235,14 @@ func file_cure_proto_init() {
 		(*CoordinatorMessage_PairSchedule)(nil),
 		(*CoordinatorMessage_PairVerdicts)(nil),
 	}
-	file_cure_proto_msgTypes[93].OneofWrappers = []any{}
+	file_cure_proto_msgTypes[95].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   128,
+			NumMessages:   130,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -199,6 +199,7 @@ const (
 	OperatorService_NodeAdmission_FullMethodName      = "/cure.v1.OperatorService/NodeAdmission"
 	OperatorService_AcceptMeasurements_FullMethodName = "/cure.v1.OperatorService/AcceptMeasurements"
 	OperatorService_BootInstalledOS_FullMethodName    = "/cure.v1.OperatorService/BootInstalledOS"
+	OperatorService_ListManifests_FullMethodName      = "/cure.v1.OperatorService/ListManifests"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -268,6 +269,10 @@ type OperatorServiceClient interface {
 	// (power on if it is off). A node a diagnostic left in CURE goes home
 	// with it; refused while the node has an active run.
 	BootInstalledOS(ctx context.Context, in *BootInstalledOSRequest, opts ...grpc.CallOption) (*BootInstalledOSResponse, error)
+	// ListManifests (viewer) names the manifests this coordinator runs: the
+	// SKUs and validation suites runs take (--manifest, --sku, --suite), and
+	// the manifest bundle version when they come from the store.
+	ListManifests(ctx context.Context, in *ListManifestsRequest, opts ...grpc.CallOption) (*ListManifestsResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -497,6 +502,16 @@ func (c *operatorServiceClient) BootInstalledOS(ctx context.Context, in *BootIns
 	return out, nil
 }
 
+func (c *operatorServiceClient) ListManifests(ctx context.Context, in *ListManifestsRequest, opts ...grpc.CallOption) (*ListManifestsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListManifestsResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ListManifests_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -564,6 +579,10 @@ type OperatorServiceServer interface {
 	// (power on if it is off). A node a diagnostic left in CURE goes home
 	// with it; refused while the node has an active run.
 	BootInstalledOS(context.Context, *BootInstalledOSRequest) (*BootInstalledOSResponse, error)
+	// ListManifests (viewer) names the manifests this coordinator runs: the
+	// SKUs and validation suites runs take (--manifest, --sku, --suite), and
+	// the manifest bundle version when they come from the store.
+	ListManifests(context.Context, *ListManifestsRequest) (*ListManifestsResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -636,6 +655,9 @@ func (UnimplementedOperatorServiceServer) AcceptMeasurements(context.Context, *A
 }
 func (UnimplementedOperatorServiceServer) BootInstalledOS(context.Context, *BootInstalledOSRequest) (*BootInstalledOSResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method BootInstalledOS not implemented")
+}
+func (UnimplementedOperatorServiceServer) ListManifests(context.Context, *ListManifestsRequest) (*ListManifestsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListManifests not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -1029,6 +1051,24 @@ func _OperatorService_BootInstalledOS_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_ListManifests_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListManifestsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ListManifests(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ListManifests_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ListManifests(ctx, req.(*ListManifestsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1115,6 +1155,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BootInstalledOS",
 			Handler:    _OperatorService_BootInstalledOS_Handler,
+		},
+		{
+			MethodName: "ListManifests",
+			Handler:    _OperatorService_ListManifests_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -72,3 +72,52 @@ func TestCatalogParsesSameBytesOnce(t *testing.T) {
 		t.Fatalf("error does not name the file and line 13: %v", err)
 	}
 }
+
+// List classifies every name as LoadDocument resolves it: SKUs, suites
+// (a suites/ file shadowed by a top-level one is not listed twice), and
+// files that do not validate apart.
+func TestCatalogList(t *testing.T) {
+	dir := t.TempDir()
+	example := func(name string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join("..", "..", "manifests", "examples", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for path, body := range map[string]string{
+		"qemu-nvme.yaml":         example("qemu-nvme.yaml"),
+		"qemu-diagnostic.yaml":   example("suites/qemu-diagnostic.yaml"),
+		"suites/rma-quick.yaml":  example("suites/rma-quick.yaml"),
+		"suites/qemu-nvme.yaml":  example("suites/rma-quick.yaml"),
+		"broken.yaml":            "kind: SKU\nspec: [\n",
+		"notes.txt":              "not a manifest",
+		".hidden.yaml":           example("qemu-nvme.yaml"),
+		"suites/sub.yaml/x.yaml": example("qemu-nvme.yaml"),
+	} {
+		p := filepath.Join(dir, path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := (&Catalog{Dir: dir}).List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(l.SKUs, ","); got != "qemu-nvme" {
+		t.Errorf("SKUs %q, want qemu-nvme", got)
+	}
+	if got := strings.Join(l.Suites, ","); got != "qemu-diagnostic,rma-quick" {
+		t.Errorf("suites %q, want qemu-diagnostic,rma-quick", got)
+	}
+	if got := strings.Join(l.Invalid, ","); got != "broken" {
+		t.Errorf("invalid %q, want broken", got)
+	}
+	if _, err := (&Catalog{Dir: filepath.Join(dir, "absent")}).List(); err == nil {
+		t.Error("a missing manifests directory listed without error")
+	}
+}

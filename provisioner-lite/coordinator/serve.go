@@ -97,6 +97,7 @@ func (d *daemon) wire(ctx context.Context) error {
 		EKRoots: d.ekRoots, OnMeasurementDrift: quarantineOnDrift(nodePool, log)})
 	curev1.RegisterOperatorServiceServer(d.gs, &server.OperatorService{Store: d.st, Starter: d.eng, Auditor: d.eng, Canceler: d.eng, OSBooter: d.eng, Pool: nodePool,
 		Instance: c.Instance, KnownSKU: sitecheck.KnownSKU(c.ManifestDir), BMCCADir: d.sd.Join("bmc-ca"), Log: log,
+		Manifests: d.catalog, ManifestBundle: d.shared.bundle.Load,
 		OnMeasurementsAccepted: reconsiderOnAccept(nodePool, log)})
 	return nil
 }

@@ -40,6 +40,9 @@ var methodRoles = map[string]pki.Role{
 	curev1.OperatorService_Fleet_FullMethodName:         pki.RoleViewer,
 	curev1.OperatorService_ShowNode_FullMethodName:      pki.RoleViewer,
 	curev1.OperatorService_NodeAdmission_FullMethodName: pki.RoleViewer,
+	// Manifest names only (the files stay on the coordinator): what
+	// completion and a viewer's scripts need.
+	curev1.OperatorService_ListManifests_FullMethodName: pki.RoleViewer,
 	// Labels choose which nodes a selector provisions: an operator's call.
 	curev1.OperatorService_LabelNode_FullMethodName: pki.RoleOperator,
 	// A node added names a BMC the coordinator will log in to with the

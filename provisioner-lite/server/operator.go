@@ -60,7 +60,13 @@ type OperatorService struct {
 	// BMCCADir keeps the BMC CA bundles AddNodes receives (in the state
 	// dir); empty refuses them.
 	BMCCADir string
-	Log      *slog.Logger
+	// Manifests lists the manifests the coordinator runs (its catalog);
+	// nil: ListManifests is unimplemented.
+	Manifests ManifestLister
+	// ManifestBundle is the manifest bundle version running (0: the
+	// --manifests directory); nil: 0.
+	ManifestBundle func() int64
+	Log            *slog.Logger
 	// StartWorkers bounds the Starts one Provision runs at once (default
 	// 256): a Start mostly waits for its commits, which the store's group
 	// commit batches, so more in flight means bigger batches (32 took 94 s
