@@ -167,8 +167,10 @@ func checkCoordinator(t *testing.T, overlay string, sts *appsv1.StatefulSet, obj
 	}
 	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
 		want := map[string]string{"readiness": "/readyz", "liveness": "/healthz"}[name]
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want || p.HTTPGet.Port.String() != "metrics" {
-			t.Errorf("%s probe %+v: want GET %s on the port metrics", name, p, want)
+		if p == nil || p.HTTPGet == nil {
+			t.Errorf("%s probe: want GET %s on the port metrics", name, want)
+		} else if p.HTTPGet.Path != want || p.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("%s probe: GET %s on port %s, want GET %s on the port metrics", name, p.HTTPGet.Path, p.HTTPGet.Port.String(), want)
 		}
 	}
 	env := map[string]corev1.EnvVar{}
@@ -330,8 +332,19 @@ func runCoordinator(t *testing.T, bin, overlay string, sts *appsv1.StatefulSet, 
 			t.Fatal(err)
 		}
 	}
+	configDir := ""
+	for _, v := range spec.Volumes {
+		for _, m := range main.VolumeMounts {
+			if v.ConfigMap != nil && m.Name == v.Name {
+				configDir = m.MountPath
+			}
+		}
+	}
+	if configDir == "" || len(config) == 0 {
+		t.Fatal("no ConfigMap cure-config mounted in the coordinator's container")
+	}
 	for name, data := range config {
-		if err := os.WriteFile(filepath.Join(p.path("/etc/cure/config"), name), []byte(data), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(p.path(configDir), name), []byte(data), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
