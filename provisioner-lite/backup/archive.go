@@ -84,7 +84,7 @@ type writer struct {
 }
 
 func newWriter(w io.Writer) (*writer, error) {
-	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(archiveWindow))
 	if err != nil {
 		return nil, fmt.Errorf("zstd: %w", err)
 	}
@@ -150,6 +150,10 @@ func (w *writer) close() error {
 	return nil
 }
 
+// archiveWindow is the zstd window the writer uses and the most a reader
+// accepts: a hostile archive cannot make a restore hold more.
+const archiveWindow = 8 << 20
+
 // maxManifest bounds the manifest a reader accepts.
 const maxManifest = 16 << 20
 
@@ -166,7 +170,7 @@ type ExtractLimits struct {
 // must be the last entry. On error dir holds a partial extraction the
 // caller removes.
 func Extract(r io.Reader, dir string, lim ExtractLimits) (*Manifest, error) {
-	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(256<<20), zstd.WithDecoderMaxWindow(64<<20))
+	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(256<<20), zstd.WithDecoderMaxWindow(archiveWindow))
 	if err != nil {
 		return nil, fmt.Errorf("archive: %w", err)
 	}
