@@ -17,6 +17,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/statedir"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
@@ -28,12 +29,12 @@ import (
 // each puts every object in.
 var overlays = map[string]string{"overlays/dev": "cure-dev", "overlays/production": "cure", "overlays/proxy-dhcp": "cure"}
 
-// decoder decodes YAML into the core, apps and policy groups' Go types
+// decoder decodes YAML into the core, apps, policy and networking groups' Go types
 // strictly: an unknown or duplicated field is an error, not dropped.
 func decoder(t *testing.T) *kjson.Serializer {
 	t.Helper()
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme, networkingv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +116,7 @@ func checkObject(t *testing.T, o runtime.Object, ns string) {
 		meta, pod = o, &o.Spec.Template.Spec
 	case *appsv1.Deployment:
 		meta, pod = o, &o.Spec.Template.Spec
-	case *corev1.Service, *corev1.ServiceAccount, *corev1.ConfigMap, *corev1.Secret, *corev1.PersistentVolumeClaim, *policyv1.PodDisruptionBudget:
+	case *corev1.Service, *corev1.ServiceAccount, *corev1.ConfigMap, *corev1.Secret, *corev1.PersistentVolumeClaim, *policyv1.PodDisruptionBudget, *networkingv1.NetworkPolicy:
 		meta = o.(interface {
 			GetName() string
 			GetNamespace() string
@@ -241,7 +242,7 @@ func checkPrivileges(t *testing.T, overlay string, spec corev1.PodSpec, c corev1
 // lets a drain take one instance at a time.
 func checkServiceAndPDB(t *testing.T, overlay string, objs []runtime.Object) {
 	t.Helper()
-	var svc, pdb bool
+	var svc, pdb, policy, metricsOpen bool
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *corev1.Service:
@@ -261,11 +262,32 @@ func checkServiceAndPDB(t *testing.T, overlay string, objs []runtime.Object) {
 			}
 		case *policyv1.PodDisruptionBudget:
 			pdb = o.Spec.MaxUnavailable != nil && o.Spec.MaxUnavailable.IntValue() == 1
+		case *networkingv1.NetworkPolicy:
+			metricsOpen = metricsOpen || !metricsFromSome(o)
+			policy = true
 		}
+	}
+	if overlay != "dev" && (!policy || metricsOpen) {
+		t.Errorf("NetworkPolicy %v, metrics open to all %v: a site's /metrics is for Prometheus alone", policy, metricsOpen)
 	}
 	if !svc || !pdb {
 		t.Errorf("Service cure %v, PodDisruptionBudget maxUnavailable 1 %v: want both", svc, pdb)
 	}
+}
+
+// metricsFromSome: every ingress rule that admits 9464 names its sources.
+func metricsFromSome(np *networkingv1.NetworkPolicy) bool {
+	for _, r := range np.Spec.Ingress {
+		for _, p := range r.Ports {
+			if (p.Port == nil || p.Port.IntValue() == 9464) && len(r.From) == 0 {
+				return false
+			}
+		}
+		if len(r.Ports) == 0 && len(r.From) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func flagValue(args []string, name string) string {
