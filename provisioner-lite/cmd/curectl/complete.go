@@ -9,6 +9,8 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // completionTimeout bounds what a shell completion asks the coordinator:
@@ -68,13 +70,54 @@ func (a *app) completeNodeFlag(_ *cobra.Command, _ []string, toComplete string) 
 	return a.completeNodes(0)(nil, nil, toComplete)
 }
 
-// completeSKUs completes a SKU with those of the coordinator's inventory.
+// manifestList asks the coordinator for its manifests, as quietly as
+// nodeList; ok is false when it could not say.
+func (a *app) manifestList() (resp *curev1.ListManifestsResponse, unimplemented, ok bool) {
+	a.quiet = true
+	defer func() { a.quiet, a.rc = false, 0 }()
+	c, err := a.client()
+	if err != nil {
+		return nil, false, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), completionTimeout)
+	defer cancel()
+	resp, err = c.ListManifests(ctx, &curev1.ListManifestsRequest{})
+	if err != nil {
+		return nil, status.Code(err) == codes.Unimplemented, false
+	}
+	return resp, false, true
+}
+
+// completeSKUs completes a SKU with the coordinator's SKU manifests (a
+// coordinator without ListManifests: the SKUs of its inventory).
 func (a *app) completeSKUs(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	resp, unimplemented, ok := a.manifestList()
+	if ok {
+		return candidates(resp.GetSkus(), toComplete, nil), cobra.ShellCompDirectiveNoFileComp
+	}
 	var skus []string
-	for _, n := range a.nodeList() {
-		skus = append(skus, n.GetSku())
+	if unimplemented {
+		for _, n := range a.nodeList() {
+			skus = append(skus, n.GetSku())
+		}
 	}
 	return candidates(skus, toComplete, nil), cobra.ShellCompDirectiveNoFileComp
+}
+
+// completeSuites completes a validation suite with the coordinator's.
+func (a *app) completeSuites(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	resp, _, _ := a.manifestList()
+	return candidates(resp.GetSuites(), toComplete, nil), cobra.ShellCompDirectiveNoFileComp
+}
+
+// completeRunManifest completes provision --manifest by the --mode on the
+// line: a diagnostic or burn-in runs a suite, every other mode a SKU.
+func (a *app) completeRunManifest(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	mode, _ := cmd.Flags().GetString("mode")
+	if m, err := modes.Parse(mode); err == nil && (m == modes.Diagnostic || m == modes.Burnin) {
+		return a.completeSuites(cmd, args, toComplete)
+	}
+	return a.completeSKUs(cmd, args, toComplete)
 }
 
 // completeModes completes --mode with the run modes this curectl knows.

@@ -126,6 +126,8 @@ func TestOutputJSONEveryCommand(t *testing.T) {
 		{args: []string{"audit-log", "--limit", "2"}, want: map[string]any{"entries.0.action": nil}},
 		{args: []string{"buckets"}, want: map[string]any{"runs": nil}},
 		{args: []string{"fleet-bands"}, want: map[string]any{"distributions": []any{}}},
+		{args: []string{"manifests"}, want: map[string]any{"skus": []any{"qemu-nvme"}, "suites": []any{"qemu-diagnostic", "rma-quick"},
+			"bundleVersion": "0", "invalid": []any{}, "instance": "test"}},
 		{args: []string{"report", "n1", "--html", html}, rc: 3, want: map[string]any{"nodeId": "n1"}},
 		{args: []string{"nodes", "remove", "n2"}, want: map[string]any{"nodeId": "n2"}},
 	} {
@@ -212,7 +214,7 @@ func TestAuditOutputJSON(t *testing.T) {
 }
 
 // Shell completion asks the coordinator: node ids (not those already on the
-// line), SKUs, modes; an unreachable coordinator offers nothing, at once and
+// line), SKUs and suites (ListManifests; provision --manifest by --mode), modes; an unreachable coordinator offers nothing, at once and
 // silently.
 func TestCompletion(t *testing.T) {
 	c := startCoordinator(t)
@@ -241,6 +243,10 @@ func TestCompletion(t *testing.T) {
 		{[]string{"nodes", "label", "c"}, []string{"cpu-001", ":4"}},
 		{[]string{"nodes", "add", "--sku", ""}, []string{"qemu-nvme", ":4"}},
 		{[]string{"provision", "--manifest", "q"}, []string{"qemu-nvme", ":4"}},
+		{[]string{"provision", "--mode", "diagnostic", "--manifest", ""}, []string{"qemu-diagnostic", "rma-quick", ":4"}},
+		{[]string{"provision", "--mode=burnin", "gpu-001", "--manifest", "r"}, []string{"rma-quick", ":4"}},
+		{[]string{"nodes", "revalidate", "--suite", ""}, []string{"qemu-diagnostic", "rma-quick", ":4"}},
+		{[]string{"fleet-bands", "--sku", ""}, []string{"qemu-nvme", ":4"}},
 		{[]string{"audit-log", "--node", "gpu-002"}, []string{"gpu-002", ":4"}},
 		{[]string{"provision", "--mode", "b"}, []string{"burnin", ":4"}},
 		{[]string{"report", "-o", ""}, []string{"table", "wide", "json", "yaml", ":4"}},
@@ -257,6 +263,10 @@ func TestCompletion(t *testing.T) {
 	rc, out, errOut = runCaptured(t, "--ca", "/nonexistent/ca.pem", "__complete", "nodes", "show", "")
 	if rc != 0 || out != ":4\n" || quiet(errOut) != "" {
 		t.Errorf("completion without a CA: rc %d, out %q, stderr %q", rc, out, errOut)
+	}
+	rc, out, errOut = runCaptured(t, "--server", "127.0.0.1:1", "--ca", c.ca, "__complete", "nodes", "revalidate", "--suite", "")
+	if rc != 0 || out != ":4\n" || quiet(errOut) != "" {
+		t.Errorf("suite completion with no coordinator: rc %d, out %q, stderr %q", rc, out, errOut)
 	}
 }
 
@@ -287,5 +297,23 @@ func TestLogFormatJSON(t *testing.T) {
 	// Text stays as it was.
 	if rc, _, errOut := runCaptured(t, "nodes", "list", "--ca", "/nonexistent/ca.pem"); rc != 1 || !strings.HasPrefix(errOut, "curectl: CA certificate") {
 		t.Errorf("text: rc %d, stderr %q", rc, errOut)
+	}
+}
+
+// curectl manifests: the table names each SKU and suite and where they
+// come from; a name whose file does not validate is listed apart, exit 3.
+func TestManifestsCommand(t *testing.T) {
+	c := startCoordinator(t)
+	rc, out, errOut := c.curectl(t, "manifests")
+	want := "KIND   NAME\nsku    qemu-nvme\nsuite  qemu-diagnostic\nsuite  rma-quick\n(instance test: its --manifests directory)\n"
+	if rc != 0 || out != want {
+		t.Fatalf("manifests: rc %d, out\n%s\nwant\n%s%s", rc, out, want, errOut)
+	}
+	if err := os.WriteFile(filepath.Join(c.manDir, "suites", "half.yaml"), []byte("kind: ValidationSuite\nspec: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rc, out, errOut = c.curectl(t, "manifests", "-o", "yaml")
+	if rc != 3 || !strings.Contains(out, "invalid:\n  - half\n") {
+		t.Fatalf("manifests with an invalid file: rc %d, want 3\n%s%s", rc, out, errOut)
 	}
 }

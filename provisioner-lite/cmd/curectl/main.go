@@ -11,6 +11,7 @@
 //	curectl nodes revalidate --suite SUITE [--mode diagnostic|burnin] [--return] [NODE...]
 //	curectl audit-log [--kind operator|security] [--node NODE] [--limit N] [-o json|yaml|wide]
 //	curectl buckets [--selector k=v,...] [--failed] [--max-runs N] [-o json|yaml]
+//	curectl manifests [-o json|yaml]
 //	curectl completion bash|zsh|fish|powershell; curectl man --dir DIR; curectl --version
 //
 // Every command that prints takes -o json|yaml (the API's message; watch
@@ -114,7 +115,7 @@ CURE_CA, CURE_CERT and CURE_KEY.
 --log-format json writes each line curectl prints to stderr as a JSON
 record (time, level, msg: ERROR for curectl's own error lines), the last
 one {"msg":"exit","rc":N}. Shell completion (curectl completion SHELL)
-asks the coordinator for node ids and SKUs, within 2 s, silently.`,
+asks the coordinator for node ids, SKUs and suites, within 2 s, silently.`,
 		PersistentPreRunE: func(*cobra.Command, []string) error { return setLogFormat(a.logFormat) },
 		Version:           version.String("curectl"),
 		SilenceErrors:     true,
@@ -133,7 +134,7 @@ asks the coordinator for node ids and SKUs, within 2 s, silently.`,
 	_ = root.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions([]string{logText, logJSON}, cobra.ShellCompDirectiveNoFileComp))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 	root.AddCommand(a.provisionCmd(), a.cancelCmd(), a.watchCmd(), a.reportCmd(), a.auditCmd(),
-		a.nodesCmd(), a.auditLogCmd(), a.bucketsCmd(), a.fleetBandsCmd(), a.manCmd(root))
+		a.nodesCmd(), a.auditLogCmd(), a.bucketsCmd(), a.fleetBandsCmd(), a.manifestsCmd(), a.manCmd(root))
 	// Made now rather than at Execute, so their help gets the exit codes too.
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
@@ -295,14 +296,14 @@ why); with --watch it is refused (follow with curectl report -o json).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.mode, "mode", "provision", "provision|audit|verify|diagnostic|burnin|wipe|service")
-	f.StringVar(&o.manifest, "manifest", "", "manifest (SKU) name; default: the node's")
+	f.StringVar(&o.manifest, "manifest", "", "manifest name: a SKU, or a suite for diagnostic and burnin; default: the node's SKU")
 	f.BoolVar(&o.resume, "resume", false, "continue the node's latest unfinished run")
 	f.BoolVar(&o.follow, "watch", false, "follow the timeline until the run ends, then print the report")
 	f.StringVar(&o.selector, "selector", "", "also every node matching k=v,... (labels; sku matches the node's SKU)")
 	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask before a wipe, or a provision of nodes in the pool")
 	addOutputFlag(cmd, &o.output, outTable, outJSON, outYAML)
 	_ = cmd.RegisterFlagCompletionFunc("mode", completeModes)
-	_ = cmd.RegisterFlagCompletionFunc("manifest", a.completeSKUs)
+	_ = cmd.RegisterFlagCompletionFunc("manifest", a.completeRunManifest)
 	return cmd
 }
 

@@ -41,6 +41,7 @@ type coordinator struct {
 	addr   string
 	pkiDir string
 	ca     string
+	manDir string // its manifests (the catalog ListManifests reads)
 }
 
 func startCoordinator(t *testing.T) *coordinator {
@@ -55,12 +56,17 @@ func startCoordinator(t *testing.T) *coordinator {
 	if err := os.MkdirAll(manDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile("../../../manifests/examples/qemu-nvme.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(manDir, "qemu-nvme.yaml"), raw, 0o600); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"qemu-nvme.yaml", "suites/rma-quick.yaml", "suites/qemu-diagnostic.yaml"} {
+		raw, err := os.ReadFile(filepath.Join("../../../manifests/examples", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(manDir, name)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(manDir, name), raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rec := audit.New(st, log, 0)
@@ -78,7 +84,7 @@ func startCoordinator(t *testing.T) *coordinator {
 	gs := grpc.NewServer(opts...)
 	curev1.RegisterOperatorServiceServer(gs, &server.OperatorService{Store: st, Starter: eng, Auditor: eng, Canceler: eng, Instance: "test",
 		Pool:     pool.New(pool.Config{Store: st, Starter: eng, Log: log}),
-		KnownSKU: sitecheck.KnownSKU(manDir), BMCCADir: filepath.Join(dir, "bmc-ca"), Log: log})
+		KnownSKU: sitecheck.KnownSKU(manDir), BMCCADir: filepath.Join(dir, "bmc-ca"), Log: log, Manifests: &catalog.Catalog{Dir: manDir}})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +99,7 @@ func startCoordinator(t *testing.T) *coordinator {
 	if _, err := pki.IssueOperatorCert(pkiDir, "operator", pki.RoleAdmin); err != nil {
 		t.Fatal(err)
 	}
-	return &coordinator{st: st, addr: l.Addr().String(), pkiDir: pkiDir, ca: filepath.Join(pkiDir, pki.CACertFile)}
+	return &coordinator{st: st, addr: l.Addr().String(), pkiDir: pkiDir, ca: filepath.Join(pkiDir, pki.CACertFile), manDir: manDir}
 }
 
 // curectl runs curectl's own code path against the coordinator.

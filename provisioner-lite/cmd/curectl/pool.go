@@ -116,6 +116,7 @@ the node is left: its installed OS (host-os), powered off, or in CURE.` + poolEx
 	reval.Flags().StringVar(&o.selector, "selector", "", "also every node matching k=v,... (labels; sku)")
 	reval.Flags().StringVar(&o.reason, "reason", "", "why: stored with the node's pool state and sent in the webhook")
 	addOutputFlag(reval, &o.output, outTable, outJSON, outYAML)
+	_ = reval.RegisterFlagCompletionFunc("suite", a.completeSuites)
 	_ = reval.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{string(modes.Diagnostic), string(modes.Burnin)}, cobra.ShellCompDirectiveNoFileComp))
 	return []*cobra.Command{drain, drained, reval, ret, a.admissionCmd()}
 }
