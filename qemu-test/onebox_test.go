@@ -210,7 +210,7 @@ func TestSiteGuideCommands(t *testing.T) {
 		t.Fatalf("%s: %v", siteGuide, ob.err)
 	}
 	t.Logf("site guide: %s from its first command to the HTML report (2 cores shared, QEMU TCG)", ob.wall.Round(time.Second))
-	for _, want := range []string{"check: no problems", "spec.os.image is now sha256:", "curectl report: wrote " + filepath.Join(ob.work, "node1.html")} {
+	for _, want := range []string{"check: no problems", "spec.os.image is now sha256:", "wrote " + filepath.Join(ob.work, "node1.html")} {
 		if !strings.Contains(ob.out, want) {
 			t.Errorf("the guide's output lacks %q", want)
 		}
