@@ -254,7 +254,7 @@ func TestInitStateDir(t *testing.T) {
 	}
 	for _, want := range []string{"CA           site/pki/ca.pem (created, sha256:", "state key    site/state.key (created", "server cert  for 10.9.8.7 (--advertise)",
 		"operator     admin, role admin: site/pki/operators/admin.pem (issued", "make image STATE=site",
-		"provisioner-lite artifacts add --state-dir site --sku site-manifests/qemu-nvme.yaml IMAGE",
+		"provisioner-lite artifacts add --state-dir site --sku site-manifests/hgx-b200.yaml IMAGE",
 		"provisioner-lite check --manifests site-manifests --nodes nodes.yaml --state-dir site --image-dir out/image",
 		"provisioner-lite --state-dir site --manifests site-manifests --nodes nodes.yaml --image-dir out/image --advertise 10.9.8.7 --pxe-interface IFACE --proxy-dhcp",
 		"export CURE_CA=site/pki/ca.pem CURE_CERT=site/pki/operators/admin.pem CURE_KEY=site/pki/operators/admin-key.pem"} {

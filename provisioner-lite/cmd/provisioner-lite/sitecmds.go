@@ -297,14 +297,15 @@ func (r *initResult) print(w io.Writer) {
   server cert  for %s (%s)
   operator     %s, role admin: %s (%s, valid until %s)
 
-Next (README, "Set up a site"):
+Next (docs/SITE.md):
   1. Build the CURE image with this CA (the coordinator refuses an image that trusts another):
        make image STATE=%s
      (or: go run ./builder/cmd/cure-build --spec initramfs/cure.yaml --state-dir %s --out out/image)
-  2. The OS image nodes get: copy a SKU into the site's manifests, import the image into it
-     (make hostos builds a test one, out/hostos/disk.raw.zst):
-       mkdir -p site-manifests && cp manifests/examples/qemu-nvme.yaml site-manifests/
-       provisioner-lite artifacts add --state-dir %s --sku site-manifests/qemu-nvme.yaml IMAGE
+  2. The OS image nodes get: copy your servers' SKU into the site's manifests (hgx-b200.yaml is a
+     real server's; qemu-nvme.yaml is the QEMU test node's), then import your OS disk image into it
+     (raw, .gz, .zst, .xz or qcow2; make hostos builds the QEMU node's test one, out/hostos/disk.raw.zst):
+       mkdir -p site-manifests && cp manifests/examples/hgx-b200.yaml site-manifests/
+       provisioner-lite artifacts add --state-dir %s --sku site-manifests/hgx-b200.yaml IMAGE
   3. Write the nodes file, then check it with the manifests, the image and the artifact store:
        provisioner-lite check --manifests site-manifests --nodes nodes.yaml --state-dir %s --image-dir out/image
   4. Start the coordinator, its proxy DHCP and TFTP on the interface facing the nodes

@@ -1,7 +1,7 @@
 // Command vbmc runs a fleet of Redfish virtual BMCs, one per node and each
 // on its own 127.0.0.1 port, each driving a QEMU VM (or an in-memory fake):
 // on QEMU's user network, or on a tap device beside a site's DHCP server,
-// with SeaBIOS or UEFI firmware (OVMF). README "Try it on one box" runs one.
+// with SeaBIOS or UEFI firmware (OVMF). docs/SITE.md's walk runs one.
 //
 //	vbmc -config fleet.yaml
 //	vbmc -n 3 -boot-url http://10.0.2.2:8080/boot.ipxe
