@@ -249,3 +249,31 @@ func (f *Filler) fetchFrom(src Source, sha256hex string) (int64, error) {
 	}
 	return n, nil
 }
+
+// Peer is an instance as the registry lists it: its id and the base URL
+// other instances reach it at (--peer-url).
+type Peer struct{ ID, URL string }
+
+// PeerSources picks the sources to ask among the registered instances:
+// each other instance's URL once, with path appended (the boot server's
+// artifact path). An instance is never asked by itself: its own id is
+// skipped, and so is any instance registering its own URL (a shared
+// address behind a load balancer, which could land on this very
+// instance); those are returned in shared so the caller can say so.
+func PeerSources(self Peer, registered []Peer, path string) (srcs []Source, shared []string) {
+	norm := func(u string) string { return strings.TrimRight(u, "/") }
+	own := norm(self.URL)
+	seen := map[string]bool{}
+	for _, p := range registered {
+		u := norm(p.URL)
+		switch {
+		case p.ID == self.ID || u == "":
+		case u == own:
+			shared = append(shared, p.ID)
+		case !seen[u]:
+			seen[u] = true
+			srcs = append(srcs, Source{Name: p.ID, BaseURL: u + path})
+		}
+	}
+	return srcs, shared
+}

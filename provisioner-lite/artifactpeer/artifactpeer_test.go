@@ -148,3 +148,30 @@ func TestFillNotFoundAndOnlyWrongCopies(t *testing.T) {
 		t.Fatal("an ftp mirror was accepted")
 	}
 }
+
+// PeerSources never lists this instance: not by its id, not by its URL
+// (with or without a trailing slash: a shared address that may land
+// here), reported as shared; a URL registered twice is asked once, an
+// instance without a URL not at all, the registry's order kept.
+func TestPeerSourcesSkipsSelf(t *testing.T) {
+	self := Peer{ID: "a", URL: "http://10.0.0.1:8080/"}
+	reg := []Peer{
+		{"a", "http://10.0.0.9:8080"}, // this id, whatever URL
+		{"b", "http://10.0.0.2:8080"},
+		{"c", "http://10.0.0.1:8080"}, // this URL
+		{"d", ""},
+		{"e", "http://10.0.0.2:8080/"},
+		{"f", "https://10.0.0.3:8444"},
+	}
+	srcs, shared := PeerSources(self, reg, "/artifacts/sha256")
+	want := []Source{{"b", "http://10.0.0.2:8080/artifacts/sha256"}, {"f", "https://10.0.0.3:8444/artifacts/sha256"}}
+	if len(srcs) != len(want) || srcs[0] != want[0] || srcs[1] != want[1] {
+		t.Errorf("sources %+v, want %+v", srcs, want)
+	}
+	if len(shared) != 1 || shared[0] != "c" {
+		t.Errorf("shared %q, want [c]", shared)
+	}
+	if srcs, _ := PeerSources(self, nil, "/x"); len(srcs) != 0 {
+		t.Errorf("no registry: %+v", srcs)
+	}
+}

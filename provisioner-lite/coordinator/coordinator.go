@@ -36,6 +36,9 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("--claim-settle %s: want a positive duration above the slowest server's power-on-to-iPXE time "+
 			"(a boot that does not attest is given secrets only after it)", cfg.ClaimSettle)
 	}
+	if err := checkPeerURL(cfg.Shared.PeerURL); err != nil {
+		return nil, err
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()

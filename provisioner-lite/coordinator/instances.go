@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/artifactpeer"
 	"github.com/cure-oss/cure/provisioner-lite/sitecheck"
 	"github.com/cure-oss/cure/provisioner-lite/store"
+	"github.com/cure-oss/cure/provisioner-lite/textsafe"
 )
 
 // SharedConfig is what several instances behind one address share
@@ -29,6 +31,24 @@ type SharedConfig struct {
 	// (provisioner-lite manifests push) instead of --manifests, and a
 	// newer one as soon as it is pushed (--manifests-from-store).
 	ManifestsFromStore bool
+	// PeerURL is the base URL other instances fetch artifacts from this
+	// very instance at, recorded in the registry (--peer-url; "": the
+	// boot server's URL nodes use, which behind one load balancer is the
+	// shared address and may land on any instance).
+	PeerURL string
+}
+
+// checkPeerURL refuses a --peer-url that is not an http(s) base URL.
+func checkPeerURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("--peer-url %q: want an http:// or https:// base URL with a host (this instance's own address, reachable by the other instances)",
+			textsafe.BoundedLine(textsafe.RedactURL(s), 200))
+	}
+	return nil
 }
 
 // FrontDoorLease is the named lease whose holder answers proxy DHCP and
@@ -86,19 +106,32 @@ func (d *daemon) openShared(ctx context.Context) error {
 	return nil
 }
 
-// artifactPeers are the other live instances' artifact URLs.
+// artifactPeers are the other live instances' artifact URLs, never this
+// instance's own (by id or URL).
 func (d *daemon) artifactPeers(ctx context.Context) ([]artifactpeer.Source, error) {
 	all, err := d.st.Instances(ctx, 3*d.st.LeaseTTL())
 	if err != nil {
 		return nil, err
 	}
-	var out []artifactpeer.Source
+	reg := make([]artifactpeer.Peer, 0, len(all))
 	for _, i := range all {
-		if i.ID != d.c.Instance && i.ArtifactURL != "" {
-			out = append(out, artifactpeer.Source{Name: i.ID, BaseURL: strings.TrimRight(i.ArtifactURL, "/") + "/artifacts/sha256"})
-		}
+		reg = append(reg, artifactpeer.Peer{ID: i.ID, URL: i.ArtifactURL})
+	}
+	out, shared := artifactpeer.PeerSources(artifactpeer.Peer{ID: d.c.Instance, URL: d.peerURL()}, reg, "/artifacts/sha256")
+	if len(shared) > 0 {
+		d.log.Warn("peer instances registered with this instance's own peer URL are not asked (a shared address may land here): give each instance its own --peer-url",
+			"instances", shared, "peer_url", d.peerURL())
 	}
 	return out, nil
+}
+
+// peerURL is what this instance registers for its peers: --peer-url, or
+// the boot server's URL.
+func (d *daemon) peerURL() string {
+	if d.c.Shared.PeerURL != "" {
+		return strings.TrimRight(d.c.Shared.PeerURL, "/")
+	}
+	return d.baseURL
 }
 
 // fill is the boot server's Config.Fill: nil where no instance could have
@@ -167,7 +200,7 @@ func (d *daemon) runShared(ctx context.Context) {
 func (d *daemon) sharedTick(ctx context.Context) {
 	tctx, cancel := context.WithTimeout(ctx, max(d.st.LeaseTTL()/3, time.Second))
 	defer cancel()
-	if err := d.st.Heartbeat(tctx, d.baseURL, d.shared.bundle.Load()); err != nil && ctx.Err() == nil {
+	if err := d.st.Heartbeat(tctx, d.peerURL(), d.shared.bundle.Load()); err != nil && ctx.Err() == nil {
 		d.log.Warn("instance heartbeat not recorded", "err", err)
 	}
 	if d.nb.serves() {

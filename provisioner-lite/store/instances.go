@@ -21,14 +21,15 @@ import (
 // InstanceInfo is one coordinator instance as the registry knows it.
 type InstanceInfo struct {
 	ID              string
-	ArtifactURL     string // its boot server's base URL ("" if it serves none)
+	ArtifactURL     string // the base URL peers fetch its artifacts at (--peer-url, or its boot server's; "" if none)
 	ManifestVersion int64  // the manifest bundle it runs (0: its own directory)
 	StartedAt       time.Time
 	SeenAt          time.Time // its last heartbeat
 }
 
 // Heartbeat records this instance in the registry (created on the first
-// call) with its artifact base URL and manifest bundle version.
+// call) with the base URL peers fetch its artifacts at and its manifest
+// bundle version.
 func (s *Store) Heartbeat(ctx context.Context, artifactURL string, manifestVersion int64) error {
 	if s.instance == "" {
 		return nil

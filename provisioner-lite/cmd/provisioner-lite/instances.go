@@ -29,13 +29,15 @@ type flagAdder interface {
 	BoolVar(p *bool, name string, value bool, usage string)
 }
 
-// registerInstanceFlags registers --artifact-mirror and
-// --manifests-from-store, defaulting to c's values.
+// registerInstanceFlags registers --artifact-mirror,
+// --manifests-from-store and --peer-url, defaulting to c's values.
 func registerInstanceFlags(fs flagAdder, c *coordinator.Config) {
 	fs.StringVar(&c.Shared.ArtifactMirror, "artifact-mirror", c.Shared.ArtifactMirror,
 		"object store base URL: an artifact missing here and at every peer instance is fetched from URL/<sha256>, verified by its hash (empty: peers only)")
 	fs.BoolVar(&c.Shared.ManifestsFromStore, "manifests-from-store", c.Shared.ManifestsFromStore,
 		"run the newest manifest bundle in the store (provisioner-lite manifests push) instead of --manifests, and pick up a newer one as it is pushed")
+	fs.StringVar(&c.Shared.PeerURL, "peer-url", c.Shared.PeerURL,
+		"http(s) base URL the other instances fetch artifacts from this very instance at, recorded in the instance registry (behind one load balancer: this instance's own address, e.g. http://POD_IP:8080; empty: the boot URL nodes use)")
 }
 
 func init() { subcommands["manifests"] = runManifests }
