@@ -49,7 +49,11 @@ func SchemaFields() map[string]SchemaField {
 		"DiskSelector.transport": {Enum: transports},
 		"DiskSelector.name":      {Pattern: kernelNameRE.String()},
 		"OS.image":               req,
-		"OS.targetDisk":          req,
+		"RAID.level":             {Required: true, Enum: RAIDLevels},
+		"RAID.members":           req,
+		"Filesystem.type":        {Required: true, Enum: FilesystemTypes},
+		"Filesystem.label":       {Required: true, Pattern: fsLabelRE.String()},
+		"Filesystem.mount":       {Required: true, Pattern: mountRE.String()},
 
 		"CPUSpec.sockets":     devices,
 		"CPUSpec.cores":       devices,

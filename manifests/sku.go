@@ -310,19 +310,26 @@ func (d *decoder) diskSelector(n *yaml.Node, p string) DiskSelector {
 }
 
 func (d *decoder) os(n *yaml.Node, p string) *OS {
-	f := d.mapping(n, p, "image", "targetDisk", "growRoot", "firstBoot")
+	f := d.mapping(n, p, "image", "targetDisk", "growRoot", "firstBoot", "storage")
 	o := &OS{}
 	if v := f.get("image"); v != nil {
 		o.Image = d.artifactKeys(v, join(p, "image"), imageFormats, true)
 	} else {
 		f.missing("image")
 	}
-	if v := f.get("targetDisk"); v != nil {
+	o.GrowRoot = f.boolean("growRoot")
+	if v := f.get("storage"); v != nil {
+		o.Storage = d.storage(v, join(p, "storage"), o.GrowRoot)
+	}
+	raid := o.Storage != nil && o.Storage.RAID != nil
+	switch v := f.get("targetDisk"); {
+	case v != nil && raid:
+		d.errorf(v, join(p, "targetDisk"), "must be absent when storage.raid is set: the image goes to the array")
+	case v != nil:
 		o.TargetDisk = d.diskSelector(v, join(p, "targetDisk"))
-	} else {
+	case !raid:
 		f.missing("targetDisk")
 	}
-	o.GrowRoot = f.boolean("growRoot")
 	if v := f.get("firstBoot"); v != nil {
 		o.FirstBoot = d.firstBoot(v, join(p, "firstBoot"))
 	}

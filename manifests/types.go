@@ -239,10 +239,58 @@ func (d DiskSelector) IsZero() bool { return d == DiskSelector{} }
 // OS is the operating system image and where it goes.
 type OS struct {
 	// Image's SHA256 and Size are those of the file as served (compressed).
-	Image      Artifact     `yaml:"image"`
-	TargetDisk DiskSelector `yaml:"targetDisk"`
+	Image Artifact `yaml:"image"`
+	// TargetDisk is where the image goes; required unless Storage.RAID
+	// names the drives (the image then goes to the array).
+	TargetDisk DiskSelector `yaml:"targetDisk,omitempty"`
 	GrowRoot   bool         `yaml:"growRoot,omitempty"`
 	FirstBoot  FirstBoot    `yaml:"firstBoot,omitempty"`
+	Storage    *Storage     `yaml:"storage,omitempty"`
+}
+
+// Storage is the layout beyond one image on one disk: an md array the
+// image is written to, and extra filesystems.
+type Storage struct {
+	RAID        *RAID        `yaml:"raid,omitempty"`
+	Filesystems []Filesystem `yaml:"filesystems,omitempty"`
+}
+
+// RAID levels the runner builds (Linux md, metadata 1.0).
+const (
+	RAID1  = "raid1"
+	RAID10 = "raid10"
+)
+
+// RAIDLevels lists the accepted levels; raidMinMembers their least member count.
+var (
+	RAIDLevels     = []string{RAID1, RAID10}
+	raidMinMembers = map[string]int{RAID1: 2, RAID10: 4}
+)
+
+// RAID is an md array over named drives; each member selector must match
+// exactly one drive on the node, and no drive twice.
+type RAID struct {
+	Level   string         `yaml:"level"`
+	Members []DiskSelector `yaml:"members"`
+}
+
+// Filesystem types the runner creates.
+const (
+	FSExt4 = "ext4"
+	FSXFS  = "xfs"
+)
+
+// FilesystemTypes lists the accepted filesystem types.
+var FilesystemTypes = []string{FSExt4, FSXFS}
+
+// Filesystem is an extra filesystem: on a whole named drive (Disk), or in
+// a partition over the array's space after the image (Array).
+type Filesystem struct {
+	Type  string        `yaml:"type"`
+	Label string        `yaml:"label"`
+	Mount string        `yaml:"mount"`
+	Disk  *DiskSelector `yaml:"disk,omitempty"`
+	Array bool          `yaml:"array,omitempty"`
 }
 
 // FirstBoot configures the installed OS's first boot (cloud-init NoCloud).
