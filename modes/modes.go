@@ -25,6 +25,11 @@ const (
 	// Service brings a deployed node's firmware and BIOS settings to its
 	// SKU and returns it to its installed OS; it never writes a disk.
 	Service Mode = "service"
+	// Inspect is an enlisting machine's (docs/SECURITY.md "Enlistment"): an
+	// unknown machine booted CURE to report what it is. It never writes,
+	// has no phases and is no run's mode: All leaves it out, Parse refuses
+	// it and the wire has no value for it.
+	Inspect Mode = "inspect"
 )
 
 // All lists every mode, so a check over "every plan" (every phase has an
@@ -194,6 +199,8 @@ func For(m Mode) (Plan, error) {
 			{SEDRevert, Runner, true}, {PowerOffAtEnd, Coordinator, false}}}, nil
 	case Service:
 		return Plan{Mode: m, Phases: servicePhases, MayWrite: true}, nil
+	case Inspect:
+		return Plan{Mode: m}, nil
 	}
 	return Plan{}, fmt.Errorf("unknown mode %q (want provision, audit, verify, diagnostic, burnin, wipe or service)", string(m))
 }
@@ -201,6 +208,9 @@ func For(m Mode) (Plan, error) {
 // Parse reads a mode name as typed by an operator.
 func Parse(s string) (Mode, error) {
 	m := Mode(strings.ToLower(strings.TrimSpace(s)))
+	if m == Inspect {
+		return "", fmt.Errorf("mode inspect is enlistment's (provisioner-lite --enlist), not a run an operator starts")
+	}
 	if _, err := For(m); err != nil {
 		return "", err
 	}
@@ -309,6 +319,8 @@ func ToProto(m Mode) curev1.Mode {
 		return curev1.Mode_MODE_WIPE
 	case Service:
 		return curev1.Mode_MODE_SERVICE
+	case Inspect:
+		// No run has it: an enlisting machine gets no assignment.
 	}
 	return curev1.Mode_MODE_UNSPECIFIED
 }

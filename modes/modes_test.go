@@ -237,3 +237,41 @@ func TestParsePhase(t *testing.T) {
 		}
 	}
 }
+
+// Inspect (enlistment) refuses every write CheckWrite, CheckDiskWrite and
+// CheckWipe guard, as audit and diagnostic do; it has no phase, no wire
+// value, and an operator cannot name it.
+func TestInspectNeverWrites(t *testing.T) {
+	p, err := For(Inspect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.MayWrite || p.MayWriteDisks || len(p.Phases) != 0 {
+		t.Fatalf("inspect plan %+v: want no phase and no write", p)
+	}
+	for _, action := range []string{"flash BMC", "BIOS settings", "os_install", "nvme format"} {
+		if err := CheckWrite(Inspect, action); err == nil || !strings.Contains(err.Error(), "never writes") {
+			t.Errorf("CheckWrite(inspect, %s) = %v, want refused", action, err)
+		}
+		if err := CheckDiskWrite(Inspect, action); err == nil {
+			t.Errorf("CheckDiskWrite(inspect, %s) allowed", action)
+		}
+	}
+	if err := CheckWipe(Inspect); err == nil {
+		t.Error("CheckWipe(inspect) allowed")
+	}
+	if FlashesFirmware(Inspect) {
+		t.Error("inspect flashes firmware")
+	}
+	if _, err := Parse("inspect"); err == nil {
+		t.Error("Parse(inspect) accepted: an operator could start an inspect run")
+	}
+	if ToProto(Inspect) != curev1.Mode_MODE_UNSPECIFIED {
+		t.Error("inspect has a wire value")
+	}
+	for _, m := range All() {
+		if m == Inspect {
+			t.Error("All lists inspect")
+		}
+	}
+}

@@ -222,8 +222,9 @@ func (p *Pool) RunEnded(ctx context.Context, r store.Run) {
 		if err = p.revalidationEnded(ctx, r); err == nil {
 			err = p.reconsider(ctx, r.NodeID, Coordinator, fmt.Sprintf("%s run %s ended", r.Mode, r.ID))
 		}
-	case modes.Audit, modes.Verify, modes.Service:
-		// Read-only or disk-keeping runs leave the pool state as it is.
+	case modes.Audit, modes.Verify, modes.Service, modes.Inspect:
+		// Read-only or disk-keeping runs leave the pool state as it is
+		// (inspect is no run's mode).
 	}
 	if err != nil {
 		p.cfg.Log.Error("pool: run ended", "node", r.NodeID, "run", r.ID, "err", err)

@@ -37,7 +37,7 @@ func (e *Executor) runHardware(ctx context.Context, a *curev1.Assignment, emit a
 		raw, name = a.GetManifestYaml(), a.GetManifestName()
 	case modes.Diagnostic, modes.Burnin:
 		raw, name = a.GetSkuYaml(), a.GetSkuName()
-	case modes.Audit, modes.Verify, modes.Wipe:
+	case modes.Audit, modes.Verify, modes.Wipe, modes.Inspect:
 		return failed("hardware: mode %s has no hardware check", mode)
 	default:
 		return failed("hardware: mode %s has no hardware check", mode)
