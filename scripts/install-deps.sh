@@ -12,7 +12,8 @@
 #       for the image, syslinux/mtools/dosfstools/fdisk for the test OS disk,
 #       systemd-boot's EFI stub and binutils' objcopy for its unified kernel
 #       image, sbsigntool and faketime to sign the CURE image reproducibly,
-#       fio, stress-ng, iperf3 and perftest for the tool bundle (whose pinned
+#       fio, stress-ng, iperf3, perftest, mdadm, xfsprogs and e2fsprogs for
+#       the tool bundle (whose pinned
 #       versions initramfs/toolbundle.yaml names), and Debian's kernel,
 #       unpacked under .cache/kernel.
 #   install-deps.sh tests   (the default; what `make deps` passes)
@@ -33,7 +34,7 @@ pgserver=
 
 coordinator=(ipxe ca-certificates)
 image=(gcc libc6-dev zstd lz4 cpio xz-utils nvme-cli mstflint pci.ids syslinux syslinux-common extlinux mtools dosfstools fdisk
-  systemd-boot-efi binutils sbsigntool faketime fio stress-ng iperf3 perftest)
+  systemd-boot-efi binutils sbsigntool faketime fio stress-ng iperf3 perftest mdadm xfsprogs e2fsprogs)
 tests=("${image[@]}" qemu-system-x86 qemu-utils ipxe-qemu ovmf ipxe dnsmasq-base iproute2 swtpm swtpm-tools tpm2-tools
   python3-sushy postgresql chromium systemd)
 
