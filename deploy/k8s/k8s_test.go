@@ -68,7 +68,8 @@ func render(t *testing.T, fsys filesys.FileSystem, dir string) ([]runtime.Object
 // TestKubernetesManifests renders every overlay, decodes it strictly, and
 // checks what a site relies on: names and namespaces, the probes on the
 // metrics listener, the secrets from Secrets, a pinned image, replicas in
-// production, the proxy DHCP privileges only in their overlay, and every
+// production, the proxy DHCP privileges only in their overlay, the peer
+// URL from the pod's IP, and every
 // flag and CURE_* variable the pods pass taken by the real provisioner-lite.
 func TestKubernetesManifests(t *testing.T) {
 	bin := buildCoordinator(t)
@@ -180,6 +181,11 @@ func checkCoordinator(t *testing.T, overlay string, sts *appsv1.StatefulSet, obj
 	}
 	if ref := env["CURE_DB"].ValueFrom; ref == nil || ref.SecretKeyRef == nil || env["CURE_DB"].Value != "" {
 		t.Error("CURE_DB: want it from a Secret (secretKeyRef) and nowhere else")
+	}
+	if ref := env["POD_IP"].ValueFrom; ref == nil || ref.FieldRef == nil || ref.FieldRef.FieldPath != "status.podIP" ||
+		!strings.Contains(env["CURE_PEER_URL"].Value, "$(POD_IP)") {
+		t.Errorf("POD_IP %+v, CURE_PEER_URL %q: want the pod's IP (status.podIP) in the peer URL, so peers reach this instance and not the Service",
+			env["POD_IP"].ValueFrom, env["CURE_PEER_URL"].Value)
 	}
 	checkStateFromSecret(t, spec)
 	checkPrivileges(t, overlay, spec, c)
@@ -416,6 +422,10 @@ func checkEffective(t *testing.T, overlay string, p pod, seed, main corev1.Conta
 	}
 	if overlay != "dev" && (str("advertise") == "" || str("artifact-mirror") == "") {
 		t.Errorf("advertise %q, artifact-mirror %q: a site's fleet needs both", str("advertise"), str("artifact-mirror"))
+	}
+	// podEnv's status.podIP: this pod's own address, port http.
+	if str("peer-url") != "http://10.1.2.3:8080" {
+		t.Errorf("peer-url %q: want http://<the pod's IP>:8080 (peers fetch artifacts from this instance, not through the Service)", str("peer-url"))
 	}
 	if overlay == "proxy-dhcp" && (eff["proxy-dhcp"] != true || str("pxe-interface") == "") {
 		t.Error("proxy-dhcp overlay: want proxy-dhcp on and a pxe-interface")
