@@ -1095,6 +1095,10 @@ type Inventory struct {
 	// Machine checks the kernel logged in this boot before the inventory
 	// was taken (a previous boot's errors surface at boot), bounded.
 	MachineChecks []*MachineCheck `protobuf:"bytes,16,rep,name=machine_checks,json=machineChecks,proto3" json:"machine_checks,omitempty"`
+	// How long the runner listened for LLDP on the ports with link (0: it
+	// did not listen): each NetInterface says whether it was listened on and
+	// what it heard. The coordinator judges them against the site's cabling map.
+	LldpWindowMs  uint32 `protobuf:"varint,17,opt,name=lldp_window_ms,json=lldpWindowMs,proto3" json:"lldp_window_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1241,6 +1245,107 @@ func (x *Inventory) GetMachineChecks() []*MachineCheck {
 	return nil
 }
 
+func (x *Inventory) GetLldpWindowMs() uint32 {
+	if x != nil {
+		return x.LldpWindowMs
+	}
+	return 0
+}
+
+// LLDPNeighbour is what one port heard over LLDP (IEEE 802.1AB): the switch
+// and switch port at the other end of its cable, as the switch announces them.
+type LLDPNeighbour struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	ChassisId        string                 `protobuf:"bytes,1,opt,name=chassis_id,json=chassisId,proto3" json:"chassis_id,omitempty"`                        // a MAC as aa:bb:cc:dd:ee:ff, an address as text, else as sent
+	ChassisIdSubtype string                 `protobuf:"bytes,2,opt,name=chassis_id_subtype,json=chassisIdSubtype,proto3" json:"chassis_id_subtype,omitempty"` // mac, network-address, interface-name, local...
+	PortId           string                 `protobuf:"bytes,3,opt,name=port_id,json=portId,proto3" json:"port_id,omitempty"`                                 // the switch's port (Ethernet12, swp7, a MAC...)
+	PortIdSubtype    string                 `protobuf:"bytes,4,opt,name=port_id_subtype,json=portIdSubtype,proto3" json:"port_id_subtype,omitempty"`
+	PortDescription  string                 `protobuf:"bytes,5,opt,name=port_description,json=portDescription,proto3" json:"port_description,omitempty"`
+	SystemName       string                 `protobuf:"bytes,6,opt,name=system_name,json=systemName,proto3" json:"system_name,omitempty"` // the switch's name (leaf-r12-a)
+	TtlS             uint32                 `protobuf:"varint,7,opt,name=ttl_s,json=ttlS,proto3" json:"ttl_s,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *LLDPNeighbour) Reset() {
+	*x = LLDPNeighbour{}
+	mi := &file_cure_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LLDPNeighbour) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LLDPNeighbour) ProtoMessage() {}
+
+func (x *LLDPNeighbour) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LLDPNeighbour.ProtoReflect.Descriptor instead.
+func (*LLDPNeighbour) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *LLDPNeighbour) GetChassisId() string {
+	if x != nil {
+		return x.ChassisId
+	}
+	return ""
+}
+
+func (x *LLDPNeighbour) GetChassisIdSubtype() string {
+	if x != nil {
+		return x.ChassisIdSubtype
+	}
+	return ""
+}
+
+func (x *LLDPNeighbour) GetPortId() string {
+	if x != nil {
+		return x.PortId
+	}
+	return ""
+}
+
+func (x *LLDPNeighbour) GetPortIdSubtype() string {
+	if x != nil {
+		return x.PortIdSubtype
+	}
+	return ""
+}
+
+func (x *LLDPNeighbour) GetPortDescription() string {
+	if x != nil {
+		return x.PortDescription
+	}
+	return ""
+}
+
+func (x *LLDPNeighbour) GetSystemName() string {
+	if x != nil {
+		return x.SystemName
+	}
+	return ""
+}
+
+func (x *LLDPNeighbour) GetTtlS() uint32 {
+	if x != nil {
+		return x.TtlS
+	}
+	return 0
+}
+
 // PcieLink is one PCI function's link as sysfs reports it.
 type PcieLink struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -1261,7 +1366,7 @@ type PcieLink struct {
 
 func (x *PcieLink) Reset() {
 	*x = PcieLink{}
-	mi := &file_cure_proto_msgTypes[9]
+	mi := &file_cure_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1378,7 @@ func (x *PcieLink) String() string {
 func (*PcieLink) ProtoMessage() {}
 
 func (x *PcieLink) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[9]
+	mi := &file_cure_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1391,7 @@ func (x *PcieLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PcieLink.ProtoReflect.Descriptor instead.
 func (*PcieLink) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{9}
+	return file_cure_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PcieLink) GetAddress() string {
@@ -1385,7 +1490,7 @@ type MachineCheck struct {
 
 func (x *MachineCheck) Reset() {
 	*x = MachineCheck{}
-	mi := &file_cure_proto_msgTypes[10]
+	mi := &file_cure_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1502,7 @@ func (x *MachineCheck) String() string {
 func (*MachineCheck) ProtoMessage() {}
 
 func (x *MachineCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[10]
+	mi := &file_cure_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1515,7 @@ func (x *MachineCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineCheck.ProtoReflect.Descriptor instead.
 func (*MachineCheck) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{10}
+	return file_cure_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MachineCheck) GetCpu() uint32 {
@@ -1489,7 +1594,7 @@ type Processor struct {
 
 func (x *Processor) Reset() {
 	*x = Processor{}
-	mi := &file_cure_proto_msgTypes[11]
+	mi := &file_cure_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1606,7 @@ func (x *Processor) String() string {
 func (*Processor) ProtoMessage() {}
 
 func (x *Processor) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[11]
+	mi := &file_cure_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1619,7 @@ func (x *Processor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Processor.ProtoReflect.Descriptor instead.
 func (*Processor) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{11}
+	return file_cure_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Processor) GetId() uint32 {
@@ -1573,7 +1678,7 @@ type Dimm struct {
 
 func (x *Dimm) Reset() {
 	*x = Dimm{}
-	mi := &file_cure_proto_msgTypes[12]
+	mi := &file_cure_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1690,7 @@ func (x *Dimm) String() string {
 func (*Dimm) ProtoMessage() {}
 
 func (x *Dimm) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[12]
+	mi := &file_cure_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1703,7 @@ func (x *Dimm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dimm.ProtoReflect.Descriptor instead.
 func (*Dimm) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{12}
+	return file_cure_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Dimm) GetLocator() string {
@@ -1691,7 +1796,7 @@ type PciDevice struct {
 
 func (x *PciDevice) Reset() {
 	*x = PciDevice{}
-	mi := &file_cure_proto_msgTypes[13]
+	mi := &file_cure_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +1808,7 @@ func (x *PciDevice) String() string {
 func (*PciDevice) ProtoMessage() {}
 
 func (x *PciDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[13]
+	mi := &file_cure_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +1821,7 @@ func (x *PciDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PciDevice.ProtoReflect.Descriptor instead.
 func (*PciDevice) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{13}
+	return file_cure_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PciDevice) GetAddress() string {
@@ -1765,7 +1870,7 @@ type NumaNode struct {
 
 func (x *NumaNode) Reset() {
 	*x = NumaNode{}
-	mi := &file_cure_proto_msgTypes[14]
+	mi := &file_cure_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1882,7 @@ func (x *NumaNode) String() string {
 func (*NumaNode) ProtoMessage() {}
 
 func (x *NumaNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[14]
+	mi := &file_cure_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1895,7 @@ func (x *NumaNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NumaNode.ProtoReflect.Descriptor instead.
 func (*NumaNode) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{14}
+	return file_cure_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NumaNode) GetId() uint32 {
@@ -1831,7 +1936,7 @@ type SystemInfo struct {
 
 func (x *SystemInfo) Reset() {
 	*x = SystemInfo{}
-	mi := &file_cure_proto_msgTypes[15]
+	mi := &file_cure_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +1948,7 @@ func (x *SystemInfo) String() string {
 func (*SystemInfo) ProtoMessage() {}
 
 func (x *SystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[15]
+	mi := &file_cure_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +1961,7 @@ func (x *SystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemInfo.ProtoReflect.Descriptor instead.
 func (*SystemInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{15}
+	return file_cure_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SystemInfo) GetVendor() string {
@@ -1937,7 +2042,7 @@ type NvmeController struct {
 
 func (x *NvmeController) Reset() {
 	*x = NvmeController{}
-	mi := &file_cure_proto_msgTypes[16]
+	mi := &file_cure_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2054,7 @@ func (x *NvmeController) String() string {
 func (*NvmeController) ProtoMessage() {}
 
 func (x *NvmeController) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[16]
+	mi := &file_cure_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2067,7 @@ func (x *NvmeController) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NvmeController.ProtoReflect.Descriptor instead.
 func (*NvmeController) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{16}
+	return file_cure_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NvmeController) GetName() string {
@@ -2015,25 +2120,29 @@ func (x *NvmeController) GetNamespaces() []string {
 }
 
 type NetInterface struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Mac           string                 `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`
-	Driver        string                 `protobuf:"bytes,3,opt,name=driver,proto3" json:"driver,omitempty"`
-	PciAddress    string                 `protobuf:"bytes,4,opt,name=pci_address,json=pciAddress,proto3" json:"pci_address,omitempty"`
-	SpeedMbps     uint32                 `protobuf:"varint,5,opt,name=speed_mbps,json=speedMbps,proto3" json:"speed_mbps,omitempty"`
-	LinkUp        bool                   `protobuf:"varint,6,opt,name=link_up,json=linkUp,proto3" json:"link_up,omitempty"`
-	Addresses     []string               `protobuf:"bytes,7,rep,name=addresses,proto3" json:"addresses,omitempty"`
-	Firmware      string                 `protobuf:"bytes,8,opt,name=firmware,proto3" json:"firmware,omitempty"`
-	Model         string                 `protobuf:"bytes,9,opt,name=model,proto3" json:"model,omitempty"` // pci.ids product name; empty when unknown
-	PciVendorId   uint32                 `protobuf:"varint,10,opt,name=pci_vendor_id,json=pciVendorId,proto3" json:"pci_vendor_id,omitempty"`
-	PciDeviceId   uint32                 `protobuf:"varint,11,opt,name=pci_device_id,json=pciDeviceId,proto3" json:"pci_device_id,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Mac         string                 `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`
+	Driver      string                 `protobuf:"bytes,3,opt,name=driver,proto3" json:"driver,omitempty"`
+	PciAddress  string                 `protobuf:"bytes,4,opt,name=pci_address,json=pciAddress,proto3" json:"pci_address,omitempty"`
+	SpeedMbps   uint32                 `protobuf:"varint,5,opt,name=speed_mbps,json=speedMbps,proto3" json:"speed_mbps,omitempty"`
+	LinkUp      bool                   `protobuf:"varint,6,opt,name=link_up,json=linkUp,proto3" json:"link_up,omitempty"`
+	Addresses   []string               `protobuf:"bytes,7,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	Firmware    string                 `protobuf:"bytes,8,opt,name=firmware,proto3" json:"firmware,omitempty"`
+	Model       string                 `protobuf:"bytes,9,opt,name=model,proto3" json:"model,omitempty"` // pci.ids product name; empty when unknown
+	PciVendorId uint32                 `protobuf:"varint,10,opt,name=pci_vendor_id,json=pciVendorId,proto3" json:"pci_vendor_id,omitempty"`
+	PciDeviceId uint32                 `protobuf:"varint,11,opt,name=pci_device_id,json=pciDeviceId,proto3" json:"pci_device_id,omitempty"`
+	// The LLDP neighbour this port heard (unset: none heard, or not listened
+	// on: lldp_listened says which).
+	Lldp          *LLDPNeighbour `protobuf:"bytes,12,opt,name=lldp,proto3" json:"lldp,omitempty"`
+	LldpListened  bool           `protobuf:"varint,13,opt,name=lldp_listened,json=lldpListened,proto3" json:"lldp_listened,omitempty"` // the runner listened on it for Inventory.lldp_window_ms (it had link)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NetInterface) Reset() {
 	*x = NetInterface{}
-	mi := &file_cure_proto_msgTypes[17]
+	mi := &file_cure_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2154,7 @@ func (x *NetInterface) String() string {
 func (*NetInterface) ProtoMessage() {}
 
 func (x *NetInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[17]
+	mi := &file_cure_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2167,7 @@ func (x *NetInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetInterface.ProtoReflect.Descriptor instead.
 func (*NetInterface) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{17}
+	return file_cure_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NetInterface) GetName() string {
@@ -2138,6 +2247,20 @@ func (x *NetInterface) GetPciDeviceId() uint32 {
 	return 0
 }
 
+func (x *NetInterface) GetLldp() *LLDPNeighbour {
+	if x != nil {
+		return x.Lldp
+	}
+	return nil
+}
+
+func (x *NetInterface) GetLldpListened() bool {
+	if x != nil {
+		return x.LldpListened
+	}
+	return false
+}
+
 type Gpu struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Index       uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -2159,7 +2282,7 @@ type Gpu struct {
 
 func (x *Gpu) Reset() {
 	*x = Gpu{}
-	mi := &file_cure_proto_msgTypes[18]
+	mi := &file_cure_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2294,7 @@ func (x *Gpu) String() string {
 func (*Gpu) ProtoMessage() {}
 
 func (x *Gpu) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[18]
+	mi := &file_cure_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2307,7 @@ func (x *Gpu) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gpu.ProtoReflect.Descriptor instead.
 func (*Gpu) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{18}
+	return file_cure_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Gpu) GetIndex() uint32 {
@@ -2279,7 +2402,7 @@ type BlockDevice struct {
 
 func (x *BlockDevice) Reset() {
 	*x = BlockDevice{}
-	mi := &file_cure_proto_msgTypes[19]
+	mi := &file_cure_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2291,7 +2414,7 @@ func (x *BlockDevice) String() string {
 func (*BlockDevice) ProtoMessage() {}
 
 func (x *BlockDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[19]
+	mi := &file_cure_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2304,7 +2427,7 @@ func (x *BlockDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockDevice.ProtoReflect.Descriptor instead.
 func (*BlockDevice) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{19}
+	return file_cure_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BlockDevice) GetName() string {
@@ -2380,7 +2503,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_cure_proto_msgTypes[20]
+	mi := &file_cure_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2392,7 +2515,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[20]
+	mi := &file_cure_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2405,7 +2528,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{20}
+	return file_cure_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -2601,7 +2724,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_cure_proto_msgTypes[21]
+	mi := &file_cure_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2736,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[21]
+	mi := &file_cure_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2749,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{21}
+	return file_cure_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Progress) GetSuite() string {
@@ -2692,7 +2815,7 @@ type CheckProgress struct {
 
 func (x *CheckProgress) Reset() {
 	*x = CheckProgress{}
-	mi := &file_cure_proto_msgTypes[22]
+	mi := &file_cure_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2704,7 +2827,7 @@ func (x *CheckProgress) String() string {
 func (*CheckProgress) ProtoMessage() {}
 
 func (x *CheckProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[22]
+	mi := &file_cure_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2717,7 +2840,7 @@ func (x *CheckProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckProgress.ProtoReflect.Descriptor instead.
 func (*CheckProgress) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{22}
+	return file_cure_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CheckProgress) GetCheck() string {
@@ -2774,7 +2897,7 @@ type Samples struct {
 
 func (x *Samples) Reset() {
 	*x = Samples{}
-	mi := &file_cure_proto_msgTypes[23]
+	mi := &file_cure_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +2909,7 @@ func (x *Samples) String() string {
 func (*Samples) ProtoMessage() {}
 
 func (x *Samples) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[23]
+	mi := &file_cure_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +2922,7 @@ func (x *Samples) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Samples.ProtoReflect.Descriptor instead.
 func (*Samples) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{23}
+	return file_cure_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Samples) GetSeries() []*Series {
@@ -2823,7 +2946,7 @@ type Series struct {
 
 func (x *Series) Reset() {
 	*x = Series{}
-	mi := &file_cure_proto_msgTypes[24]
+	mi := &file_cure_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2835,7 +2958,7 @@ func (x *Series) String() string {
 func (*Series) ProtoMessage() {}
 
 func (x *Series) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[24]
+	mi := &file_cure_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2848,7 +2971,7 @@ func (x *Series) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Series.ProtoReflect.Descriptor instead.
 func (*Series) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{24}
+	return file_cure_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Series) GetComponent() string {
@@ -2901,7 +3024,7 @@ type PhaseStart struct {
 
 func (x *PhaseStart) Reset() {
 	*x = PhaseStart{}
-	mi := &file_cure_proto_msgTypes[25]
+	mi := &file_cure_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2913,7 +3036,7 @@ func (x *PhaseStart) String() string {
 func (*PhaseStart) ProtoMessage() {}
 
 func (x *PhaseStart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[25]
+	mi := &file_cure_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2926,7 +3049,7 @@ func (x *PhaseStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseStart.ProtoReflect.Descriptor instead.
 func (*PhaseStart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{25}
+	return file_cure_proto_rawDescGZIP(), []int{26}
 }
 
 type PhaseEnd struct {
@@ -2941,7 +3064,7 @@ type PhaseEnd struct {
 
 func (x *PhaseEnd) Reset() {
 	*x = PhaseEnd{}
-	mi := &file_cure_proto_msgTypes[26]
+	mi := &file_cure_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2953,7 +3076,7 @@ func (x *PhaseEnd) String() string {
 func (*PhaseEnd) ProtoMessage() {}
 
 func (x *PhaseEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[26]
+	mi := &file_cure_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2966,7 +3089,7 @@ func (x *PhaseEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseEnd.ProtoReflect.Descriptor instead.
 func (*PhaseEnd) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{26}
+	return file_cure_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PhaseEnd) GetStatus() PhaseStatus {
@@ -3018,7 +3141,7 @@ type Verdict struct {
 
 func (x *Verdict) Reset() {
 	*x = Verdict{}
-	mi := &file_cure_proto_msgTypes[27]
+	mi := &file_cure_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3030,7 +3153,7 @@ func (x *Verdict) String() string {
 func (*Verdict) ProtoMessage() {}
 
 func (x *Verdict) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[27]
+	mi := &file_cure_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3043,7 +3166,7 @@ func (x *Verdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Verdict.ProtoReflect.Descriptor instead.
 func (*Verdict) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{27}
+	return file_cure_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Verdict) GetComponent() string {
@@ -3121,7 +3244,7 @@ type Measurement struct {
 
 func (x *Measurement) Reset() {
 	*x = Measurement{}
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3133,7 +3256,7 @@ func (x *Measurement) String() string {
 func (*Measurement) ProtoMessage() {}
 
 func (x *Measurement) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[28]
+	mi := &file_cure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3146,7 +3269,7 @@ func (x *Measurement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Measurement.ProtoReflect.Descriptor instead.
 func (*Measurement) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{28}
+	return file_cure_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Measurement) GetMetric() string {
@@ -3181,7 +3304,7 @@ type Log struct {
 
 func (x *Log) Reset() {
 	*x = Log{}
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3193,7 +3316,7 @@ func (x *Log) String() string {
 func (*Log) ProtoMessage() {}
 
 func (x *Log) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[29]
+	mi := &file_cure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3206,7 +3329,7 @@ func (x *Log) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Log.ProtoReflect.Descriptor instead.
 func (*Log) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{29}
+	return file_cure_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Log) GetLevel() string {
@@ -3242,7 +3365,7 @@ type Metric struct {
 
 func (x *Metric) Reset() {
 	*x = Metric{}
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3254,7 +3377,7 @@ func (x *Metric) String() string {
 func (*Metric) ProtoMessage() {}
 
 func (x *Metric) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[30]
+	mi := &file_cure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3267,7 +3390,7 @@ func (x *Metric) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metric.ProtoReflect.Descriptor instead.
 func (*Metric) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{30}
+	return file_cure_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Metric) GetName() string {
@@ -3316,7 +3439,7 @@ type CoordinatorMessage struct {
 
 func (x *CoordinatorMessage) Reset() {
 	*x = CoordinatorMessage{}
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3328,7 +3451,7 @@ func (x *CoordinatorMessage) String() string {
 func (*CoordinatorMessage) ProtoMessage() {}
 
 func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[31]
+	mi := &file_cure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3341,7 +3464,7 @@ func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoordinatorMessage.ProtoReflect.Descriptor instead.
 func (*CoordinatorMessage) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{31}
+	return file_cure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CoordinatorMessage) GetMsg() isCoordinatorMessage_Msg {
@@ -3500,7 +3623,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3512,7 +3635,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[32]
+	mi := &file_cure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3525,7 +3648,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{32}
+	return file_cure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Assignment) GetRunId() string {
@@ -3653,7 +3776,7 @@ type ToolBundleRef struct {
 
 func (x *ToolBundleRef) Reset() {
 	*x = ToolBundleRef{}
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3665,7 +3788,7 @@ func (x *ToolBundleRef) String() string {
 func (*ToolBundleRef) ProtoMessage() {}
 
 func (x *ToolBundleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[33]
+	mi := &file_cure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3678,7 +3801,7 @@ func (x *ToolBundleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolBundleRef.ProtoReflect.Descriptor instead.
 func (*ToolBundleRef) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{33}
+	return file_cure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ToolBundleRef) GetUrl() string {
@@ -3723,7 +3846,7 @@ type SuiteResume struct {
 
 func (x *SuiteResume) Reset() {
 	*x = SuiteResume{}
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3735,7 +3858,7 @@ func (x *SuiteResume) String() string {
 func (*SuiteResume) ProtoMessage() {}
 
 func (x *SuiteResume) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[34]
+	mi := &file_cure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3748,7 +3871,7 @@ func (x *SuiteResume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuiteResume.ProtoReflect.Descriptor instead.
 func (*SuiteResume) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{34}
+	return file_cure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SuiteResume) GetDone() []*CheckProgress {
@@ -3783,7 +3906,7 @@ type ResumeState struct {
 
 func (x *ResumeState) Reset() {
 	*x = ResumeState{}
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3795,7 +3918,7 @@ func (x *ResumeState) String() string {
 func (*ResumeState) ProtoMessage() {}
 
 func (x *ResumeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[35]
+	mi := &file_cure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3808,7 +3931,7 @@ func (x *ResumeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeState.ProtoReflect.Descriptor instead.
 func (*ResumeState) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{35}
+	return file_cure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ResumeState) GetPhaseReached() string {
@@ -3844,7 +3967,7 @@ type FirstBoot struct {
 
 func (x *FirstBoot) Reset() {
 	*x = FirstBoot{}
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3856,7 +3979,7 @@ func (x *FirstBoot) String() string {
 func (*FirstBoot) ProtoMessage() {}
 
 func (x *FirstBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[36]
+	mi := &file_cure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3869,7 +3992,7 @@ func (x *FirstBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirstBoot.ProtoReflect.Descriptor instead.
 func (*FirstBoot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{36}
+	return file_cure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FirstBoot) GetHostname() string {
@@ -3909,7 +4032,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3921,7 +4044,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[37]
+	mi := &file_cure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3934,7 +4057,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{37}
+	return file_cure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -3953,7 +4076,7 @@ type Idle struct {
 
 func (x *Idle) Reset() {
 	*x = Idle{}
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3965,7 +4088,7 @@ func (x *Idle) String() string {
 func (*Idle) ProtoMessage() {}
 
 func (x *Idle) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[38]
+	mi := &file_cure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3978,7 +4101,7 @@ func (x *Idle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Idle.ProtoReflect.Descriptor instead.
 func (*Idle) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{38}
+	return file_cure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Idle) GetReason() string {
@@ -3997,7 +4120,7 @@ type Reboot struct {
 
 func (x *Reboot) Reset() {
 	*x = Reboot{}
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4009,7 +4132,7 @@ func (x *Reboot) String() string {
 func (*Reboot) ProtoMessage() {}
 
 func (x *Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[39]
+	mi := &file_cure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4022,7 +4145,7 @@ func (x *Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reboot.ProtoReflect.Descriptor instead.
 func (*Reboot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{39}
+	return file_cure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Reboot) GetReason() string {
@@ -4041,7 +4164,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4053,7 +4176,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[40]
+	mi := &file_cure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4066,7 +4189,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{40}
+	return file_cure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Cancel) GetReason() string {
@@ -4095,7 +4218,7 @@ type RunEnded struct {
 
 func (x *RunEnded) Reset() {
 	*x = RunEnded{}
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4230,7 @@ func (x *RunEnded) String() string {
 func (*RunEnded) ProtoMessage() {}
 
 func (x *RunEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[41]
+	mi := &file_cure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4243,7 @@ func (x *RunEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEnded.ProtoReflect.Descriptor instead.
 func (*RunEnded) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{41}
+	return file_cure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RunEnded) GetRunId() string {
@@ -4172,7 +4295,7 @@ type ProvisionRequest struct {
 
 func (x *ProvisionRequest) Reset() {
 	*x = ProvisionRequest{}
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4184,7 +4307,7 @@ func (x *ProvisionRequest) String() string {
 func (*ProvisionRequest) ProtoMessage() {}
 
 func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[42]
+	mi := &file_cure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4197,7 +4320,7 @@ func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionRequest.ProtoReflect.Descriptor instead.
 func (*ProvisionRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{42}
+	return file_cure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ProvisionRequest) GetNodeIds() []string {
@@ -4253,7 +4376,7 @@ type ProvisionResponse struct {
 
 func (x *ProvisionResponse) Reset() {
 	*x = ProvisionResponse{}
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4265,7 +4388,7 @@ func (x *ProvisionResponse) String() string {
 func (*ProvisionResponse) ProtoMessage() {}
 
 func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[43]
+	mi := &file_cure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4278,7 +4401,7 @@ func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionResponse.ProtoReflect.Descriptor instead.
 func (*ProvisionResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{43}
+	return file_cure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ProvisionResponse) GetRuns() []*RunRef {
@@ -4318,7 +4441,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4330,7 +4453,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[44]
+	mi := &file_cure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4343,7 +4466,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{44}
+	return file_cure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Refusal) GetNodeId() string {
@@ -4386,7 +4509,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4398,7 +4521,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[45]
+	mi := &file_cure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4411,7 +4534,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{45}
+	return file_cure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CancelRequest) GetNodeIds() []string {
@@ -4452,7 +4575,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4464,7 +4587,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[46]
+	mi := &file_cure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4477,7 +4600,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{46}
+	return file_cure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CancelResponse) GetCanceled() []*RunRef {
@@ -4504,7 +4627,7 @@ type FleetRequest struct {
 
 func (x *FleetRequest) Reset() {
 	*x = FleetRequest{}
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4516,7 +4639,7 @@ func (x *FleetRequest) String() string {
 func (*FleetRequest) ProtoMessage() {}
 
 func (x *FleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[47]
+	mi := &file_cure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4529,7 +4652,7 @@ func (x *FleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRequest.ProtoReflect.Descriptor instead.
 func (*FleetRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{47}
+	return file_cure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FleetRequest) GetSelector() map[string]string {
@@ -4561,7 +4684,7 @@ type FleetStatus struct {
 
 func (x *FleetStatus) Reset() {
 	*x = FleetStatus{}
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4573,7 +4696,7 @@ func (x *FleetStatus) String() string {
 func (*FleetStatus) ProtoMessage() {}
 
 func (x *FleetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[48]
+	mi := &file_cure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4586,7 +4709,7 @@ func (x *FleetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetStatus.ProtoReflect.Descriptor instead.
 func (*FleetStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{48}
+	return file_cure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *FleetStatus) GetNodes() int64 {
@@ -4653,7 +4776,7 @@ type FleetRun struct {
 
 func (x *FleetRun) Reset() {
 	*x = FleetRun{}
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4665,7 +4788,7 @@ func (x *FleetRun) String() string {
 func (*FleetRun) ProtoMessage() {}
 
 func (x *FleetRun) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[49]
+	mi := &file_cure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4678,7 +4801,7 @@ func (x *FleetRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetRun.ProtoReflect.Descriptor instead.
 func (*FleetRun) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{49}
+	return file_cure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FleetRun) GetNodeId() string {
@@ -4740,7 +4863,7 @@ type RunRef struct {
 
 func (x *RunRef) Reset() {
 	*x = RunRef{}
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4752,7 +4875,7 @@ func (x *RunRef) String() string {
 func (*RunRef) ProtoMessage() {}
 
 func (x *RunRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[50]
+	mi := &file_cure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4765,7 +4888,7 @@ func (x *RunRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRef.ProtoReflect.Descriptor instead.
 func (*RunRef) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{50}
+	return file_cure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RunRef) GetRunId() string {
@@ -4793,7 +4916,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4805,7 +4928,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[51]
+	mi := &file_cure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4818,7 +4941,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{51}
+	return file_cure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -4865,7 +4988,7 @@ type TimelineEntry struct {
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4877,7 +5000,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[52]
+	mi := &file_cure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4890,7 +5013,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{52}
+	return file_cure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TimelineEntry) GetRunId() string {
@@ -4987,7 +5110,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4999,7 +5122,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[53]
+	mi := &file_cure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5012,7 +5135,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{53}
+	return file_cure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReportRequest) GetRunId() string {
@@ -5094,7 +5217,7 @@ type RunReport struct {
 
 func (x *RunReport) Reset() {
 	*x = RunReport{}
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5106,7 +5229,7 @@ func (x *RunReport) String() string {
 func (*RunReport) ProtoMessage() {}
 
 func (x *RunReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[54]
+	mi := &file_cure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5119,7 +5242,7 @@ func (x *RunReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReport.ProtoReflect.Descriptor instead.
 func (*RunReport) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{54}
+	return file_cure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RunReport) GetRunId() string {
@@ -5337,7 +5460,7 @@ type ReportSeriesBound struct {
 
 func (x *ReportSeriesBound) Reset() {
 	*x = ReportSeriesBound{}
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5349,7 +5472,7 @@ func (x *ReportSeriesBound) String() string {
 func (*ReportSeriesBound) ProtoMessage() {}
 
 func (x *ReportSeriesBound) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[55]
+	mi := &file_cure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5362,7 +5485,7 @@ func (x *ReportSeriesBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSeriesBound.ProtoReflect.Descriptor instead.
 func (*ReportSeriesBound) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{55}
+	return file_cure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReportSeriesBound) GetPointsPerSeries() uint32 {
@@ -5405,7 +5528,7 @@ type BmcLogEntry struct {
 
 func (x *BmcLogEntry) Reset() {
 	*x = BmcLogEntry{}
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5417,7 +5540,7 @@ func (x *BmcLogEntry) String() string {
 func (*BmcLogEntry) ProtoMessage() {}
 
 func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[56]
+	mi := &file_cure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5430,7 +5553,7 @@ func (x *BmcLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcLogEntry.ProtoReflect.Descriptor instead.
 func (*BmcLogEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{56}
+	return file_cure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BmcLogEntry) GetService() string {
@@ -5516,7 +5639,7 @@ type BmcPart struct {
 
 func (x *BmcPart) Reset() {
 	*x = BmcPart{}
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5528,7 +5651,7 @@ func (x *BmcPart) String() string {
 func (*BmcPart) ProtoMessage() {}
 
 func (x *BmcPart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[57]
+	mi := &file_cure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5541,7 +5664,7 @@ func (x *BmcPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcPart.ProtoReflect.Descriptor instead.
 func (*BmcPart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{57}
+	return file_cure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BmcPart) GetId() string {
@@ -5640,7 +5763,7 @@ type BmcCollection struct {
 
 func (x *BmcCollection) Reset() {
 	*x = BmcCollection{}
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5652,7 +5775,7 @@ func (x *BmcCollection) String() string {
 func (*BmcCollection) ProtoMessage() {}
 
 func (x *BmcCollection) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[58]
+	mi := &file_cure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5665,7 +5788,7 @@ func (x *BmcCollection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcCollection.ProtoReflect.Descriptor instead.
 func (*BmcCollection) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{58}
+	return file_cure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BmcCollection) GetCollectedUnixMs() int64 {
@@ -5735,7 +5858,7 @@ type BmcNote struct {
 
 func (x *BmcNote) Reset() {
 	*x = BmcNote{}
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5747,7 +5870,7 @@ func (x *BmcNote) String() string {
 func (*BmcNote) ProtoMessage() {}
 
 func (x *BmcNote) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[59]
+	mi := &file_cure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5760,7 +5883,7 @@ func (x *BmcNote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcNote.ProtoReflect.Descriptor instead.
 func (*BmcNote) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{59}
+	return file_cure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BmcNote) GetResource() string {
@@ -5798,7 +5921,7 @@ type BmcEvidence struct {
 
 func (x *BmcEvidence) Reset() {
 	*x = BmcEvidence{}
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5810,7 +5933,7 @@ func (x *BmcEvidence) String() string {
 func (*BmcEvidence) ProtoMessage() {}
 
 func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[60]
+	mi := &file_cure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5823,7 +5946,7 @@ func (x *BmcEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcEvidence.ProtoReflect.Descriptor instead.
 func (*BmcEvidence) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{60}
+	return file_cure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BmcEvidence) GetLog() []*BmcLogEntry {
@@ -5879,7 +6002,7 @@ type RmaPart struct {
 
 func (x *RmaPart) Reset() {
 	*x = RmaPart{}
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5891,7 +6014,7 @@ func (x *RmaPart) String() string {
 func (*RmaPart) ProtoMessage() {}
 
 func (x *RmaPart) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[61]
+	mi := &file_cure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5904,7 +6027,7 @@ func (x *RmaPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RmaPart.ProtoReflect.Descriptor instead.
 func (*RmaPart) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{61}
+	return file_cure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RmaPart) GetComponent() string {
@@ -6012,7 +6135,7 @@ type TimeBucket struct {
 
 func (x *TimeBucket) Reset() {
 	*x = TimeBucket{}
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6024,7 +6147,7 @@ func (x *TimeBucket) String() string {
 func (*TimeBucket) ProtoMessage() {}
 
 func (x *TimeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[62]
+	mi := &file_cure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6037,7 +6160,7 @@ func (x *TimeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucket.ProtoReflect.Descriptor instead.
 func (*TimeBucket) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{62}
+	return file_cure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *TimeBucket) GetName() string {
@@ -6086,7 +6209,7 @@ type TimeBucketsRequest struct {
 
 func (x *TimeBucketsRequest) Reset() {
 	*x = TimeBucketsRequest{}
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6098,7 +6221,7 @@ func (x *TimeBucketsRequest) String() string {
 func (*TimeBucketsRequest) ProtoMessage() {}
 
 func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[63]
+	mi := &file_cure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6111,7 +6234,7 @@ func (x *TimeBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketsRequest.ProtoReflect.Descriptor instead.
 func (*TimeBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{63}
+	return file_cure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *TimeBucketsRequest) GetSelector() map[string]string {
@@ -6146,7 +6269,7 @@ type TimeBucketSummary struct {
 
 func (x *TimeBucketSummary) Reset() {
 	*x = TimeBucketSummary{}
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6158,7 +6281,7 @@ func (x *TimeBucketSummary) String() string {
 func (*TimeBucketSummary) ProtoMessage() {}
 
 func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[64]
+	mi := &file_cure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6171,7 +6294,7 @@ func (x *TimeBucketSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeBucketSummary.ProtoReflect.Descriptor instead.
 func (*TimeBucketSummary) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{64}
+	return file_cure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *TimeBucketSummary) GetSkus() []*SkuTimeBuckets {
@@ -6207,7 +6330,7 @@ type SkuTimeBuckets struct {
 
 func (x *SkuTimeBuckets) Reset() {
 	*x = SkuTimeBuckets{}
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6219,7 +6342,7 @@ func (x *SkuTimeBuckets) String() string {
 func (*SkuTimeBuckets) ProtoMessage() {}
 
 func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[65]
+	mi := &file_cure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6232,7 +6355,7 @@ func (x *SkuTimeBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkuTimeBuckets.ProtoReflect.Descriptor instead.
 func (*SkuTimeBuckets) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{65}
+	return file_cure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SkuTimeBuckets) GetSku() string {
@@ -6275,7 +6398,7 @@ type BucketStat struct {
 
 func (x *BucketStat) Reset() {
 	*x = BucketStat{}
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6287,7 +6410,7 @@ func (x *BucketStat) String() string {
 func (*BucketStat) ProtoMessage() {}
 
 func (x *BucketStat) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[66]
+	mi := &file_cure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6300,7 +6423,7 @@ func (x *BucketStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketStat.ProtoReflect.Descriptor instead.
 func (*BucketStat) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{66}
+	return file_cure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *BucketStat) GetName() string {
@@ -6346,7 +6469,7 @@ type PhaseRecord struct {
 
 func (x *PhaseRecord) Reset() {
 	*x = PhaseRecord{}
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6358,7 +6481,7 @@ func (x *PhaseRecord) String() string {
 func (*PhaseRecord) ProtoMessage() {}
 
 func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[67]
+	mi := &file_cure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6371,7 +6494,7 @@ func (x *PhaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseRecord.ProtoReflect.Descriptor instead.
 func (*PhaseRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{67}
+	return file_cure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *PhaseRecord) GetName() string {
@@ -6433,7 +6556,7 @@ type AuditDirectRequest struct {
 
 func (x *AuditDirectRequest) Reset() {
 	*x = AuditDirectRequest{}
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6445,7 +6568,7 @@ func (x *AuditDirectRequest) String() string {
 func (*AuditDirectRequest) ProtoMessage() {}
 
 func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[68]
+	mi := &file_cure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6458,7 +6581,7 @@ func (x *AuditDirectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectRequest.ProtoReflect.Descriptor instead.
 func (*AuditDirectRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{68}
+	return file_cure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *AuditDirectRequest) GetNodeIds() []string {
@@ -6484,7 +6607,7 @@ type AuditDirectResponse struct {
 
 func (x *AuditDirectResponse) Reset() {
 	*x = AuditDirectResponse{}
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6496,7 +6619,7 @@ func (x *AuditDirectResponse) String() string {
 func (*AuditDirectResponse) ProtoMessage() {}
 
 func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[69]
+	mi := &file_cure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6509,7 +6632,7 @@ func (x *AuditDirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditDirectResponse.ProtoReflect.Descriptor instead.
 func (*AuditDirectResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{69}
+	return file_cure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AuditDirectResponse) GetNodes() []*NodeAudit {
@@ -6531,7 +6654,7 @@ type NodeAudit struct {
 
 func (x *NodeAudit) Reset() {
 	*x = NodeAudit{}
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6543,7 +6666,7 @@ func (x *NodeAudit) String() string {
 func (*NodeAudit) ProtoMessage() {}
 
 func (x *NodeAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[70]
+	mi := &file_cure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6556,7 +6679,7 @@ func (x *NodeAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAudit.ProtoReflect.Descriptor instead.
 func (*NodeAudit) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{70}
+	return file_cure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *NodeAudit) GetNodeId() string {
@@ -6595,7 +6718,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6607,7 +6730,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[71]
+	mi := &file_cure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6620,7 +6743,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{71}
+	return file_cure_proto_rawDescGZIP(), []int{72}
 }
 
 type ListNodesResponse struct {
@@ -6632,7 +6755,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6644,7 +6767,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[72]
+	mi := &file_cure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6657,7 +6780,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{72}
+	return file_cure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -6684,7 +6807,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cure_proto_msgTypes[73]
+	mi := &file_cure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6696,7 +6819,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[73]
+	mi := &file_cure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6709,7 +6832,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{73}
+	return file_cure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -6788,7 +6911,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_cure_proto_msgTypes[74]
+	mi := &file_cure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6800,7 +6923,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[74]
+	mi := &file_cure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6813,7 +6936,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{74}
+	return file_cure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListAuditLogRequest) GetKind() string {
@@ -6870,7 +6993,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_cure_proto_msgTypes[75]
+	mi := &file_cure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6882,7 +7005,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[75]
+	mi := &file_cure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6895,7 +7018,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{75}
+	return file_cure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -6988,7 +7111,7 @@ type ListAuditLogResponse struct {
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_cure_proto_msgTypes[76]
+	mi := &file_cure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7000,7 +7123,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[76]
+	mi := &file_cure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7013,7 +7136,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{76}
+	return file_cure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -7050,7 +7173,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_cure_proto_msgTypes[77]
+	mi := &file_cure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7062,7 +7185,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[77]
+	mi := &file_cure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7075,7 +7198,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{77}
+	return file_cure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *NodeSpec) GetId() string {
@@ -7159,7 +7282,7 @@ type BMCSpec struct {
 
 func (x *BMCSpec) Reset() {
 	*x = BMCSpec{}
-	mi := &file_cure_proto_msgTypes[78]
+	mi := &file_cure_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7171,7 +7294,7 @@ func (x *BMCSpec) String() string {
 func (*BMCSpec) ProtoMessage() {}
 
 func (x *BMCSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[78]
+	mi := &file_cure_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7184,7 +7307,7 @@ func (x *BMCSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
 func (*BMCSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{78}
+	return file_cure_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *BMCSpec) GetUrl() string {
@@ -7240,7 +7363,7 @@ type AddNodesRequest struct {
 
 func (x *AddNodesRequest) Reset() {
 	*x = AddNodesRequest{}
-	mi := &file_cure_proto_msgTypes[79]
+	mi := &file_cure_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7252,7 +7375,7 @@ func (x *AddNodesRequest) String() string {
 func (*AddNodesRequest) ProtoMessage() {}
 
 func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[79]
+	mi := &file_cure_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7265,7 +7388,7 @@ func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
 func (*AddNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{79}
+	return file_cure_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *AddNodesRequest) GetNodes() []*NodeSpec {
@@ -7299,7 +7422,7 @@ type AddNodesResponse struct {
 
 func (x *AddNodesResponse) Reset() {
 	*x = AddNodesResponse{}
-	mi := &file_cure_proto_msgTypes[80]
+	mi := &file_cure_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7311,7 +7434,7 @@ func (x *AddNodesResponse) String() string {
 func (*AddNodesResponse) ProtoMessage() {}
 
 func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[80]
+	mi := &file_cure_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7324,7 +7447,7 @@ func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
 func (*AddNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{80}
+	return file_cure_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *AddNodesResponse) GetAdded() []string {
@@ -7350,7 +7473,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_cure_proto_msgTypes[81]
+	mi := &file_cure_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7362,7 +7485,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[81]
+	mi := &file_cure_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7375,7 +7498,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{81}
+	return file_cure_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -7395,7 +7518,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_cure_proto_msgTypes[82]
+	mi := &file_cure_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7407,7 +7530,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[82]
+	mi := &file_cure_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7420,7 +7543,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{82}
+	return file_cure_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -7448,7 +7571,7 @@ type LabelNodeRequest struct {
 
 func (x *LabelNodeRequest) Reset() {
 	*x = LabelNodeRequest{}
-	mi := &file_cure_proto_msgTypes[83]
+	mi := &file_cure_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7460,7 +7583,7 @@ func (x *LabelNodeRequest) String() string {
 func (*LabelNodeRequest) ProtoMessage() {}
 
 func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[83]
+	mi := &file_cure_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7473,7 +7596,7 @@ func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
 func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{83}
+	return file_cure_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *LabelNodeRequest) GetNodeId() string {
@@ -7506,7 +7629,7 @@ type ShowNodeRequest struct {
 
 func (x *ShowNodeRequest) Reset() {
 	*x = ShowNodeRequest{}
-	mi := &file_cure_proto_msgTypes[84]
+	mi := &file_cure_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7518,7 +7641,7 @@ func (x *ShowNodeRequest) String() string {
 func (*ShowNodeRequest) ProtoMessage() {}
 
 func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[84]
+	mi := &file_cure_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7531,7 +7654,7 @@ func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{84}
+	return file_cure_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ShowNodeRequest) GetNodeId() string {
@@ -7550,7 +7673,7 @@ type BootInstalledOSRequest struct {
 
 func (x *BootInstalledOSRequest) Reset() {
 	*x = BootInstalledOSRequest{}
-	mi := &file_cure_proto_msgTypes[85]
+	mi := &file_cure_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7562,7 +7685,7 @@ func (x *BootInstalledOSRequest) String() string {
 func (*BootInstalledOSRequest) ProtoMessage() {}
 
 func (x *BootInstalledOSRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[85]
+	mi := &file_cure_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7575,7 +7698,7 @@ func (x *BootInstalledOSRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootInstalledOSRequest.ProtoReflect.Descriptor instead.
 func (*BootInstalledOSRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{85}
+	return file_cure_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *BootInstalledOSRequest) GetNodeId() string {
@@ -7595,7 +7718,7 @@ type BootInstalledOSResponse struct {
 
 func (x *BootInstalledOSResponse) Reset() {
 	*x = BootInstalledOSResponse{}
-	mi := &file_cure_proto_msgTypes[86]
+	mi := &file_cure_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7607,7 +7730,7 @@ func (x *BootInstalledOSResponse) String() string {
 func (*BootInstalledOSResponse) ProtoMessage() {}
 
 func (x *BootInstalledOSResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[86]
+	mi := &file_cure_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7620,7 +7743,7 @@ func (x *BootInstalledOSResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootInstalledOSResponse.ProtoReflect.Descriptor instead.
 func (*BootInstalledOSResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{86}
+	return file_cure_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *BootInstalledOSResponse) GetNodeId() string {
@@ -7645,7 +7768,7 @@ type ListManifestsRequest struct {
 
 func (x *ListManifestsRequest) Reset() {
 	*x = ListManifestsRequest{}
-	mi := &file_cure_proto_msgTypes[87]
+	mi := &file_cure_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7657,7 +7780,7 @@ func (x *ListManifestsRequest) String() string {
 func (*ListManifestsRequest) ProtoMessage() {}
 
 func (x *ListManifestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[87]
+	mi := &file_cure_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7670,7 +7793,7 @@ func (x *ListManifestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListManifestsRequest.ProtoReflect.Descriptor instead.
 func (*ListManifestsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{87}
+	return file_cure_proto_rawDescGZIP(), []int{88}
 }
 
 type ListManifestsResponse struct {
@@ -7690,7 +7813,7 @@ type ListManifestsResponse struct {
 
 func (x *ListManifestsResponse) Reset() {
 	*x = ListManifestsResponse{}
-	mi := &file_cure_proto_msgTypes[88]
+	mi := &file_cure_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7702,7 +7825,7 @@ func (x *ListManifestsResponse) String() string {
 func (*ListManifestsResponse) ProtoMessage() {}
 
 func (x *ListManifestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[88]
+	mi := &file_cure_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7715,7 +7838,7 @@ func (x *ListManifestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListManifestsResponse.ProtoReflect.Descriptor instead.
 func (*ListManifestsResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{88}
+	return file_cure_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ListManifestsResponse) GetSkus() []string {
@@ -7785,7 +7908,7 @@ type NodeDetail struct {
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[89]
+	mi := &file_cure_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7797,7 +7920,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[89]
+	mi := &file_cure_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7810,7 +7933,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{89}
+	return file_cure_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -7976,7 +8099,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[90]
+	mi := &file_cure_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7988,7 +8111,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[90]
+	mi := &file_cure_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8001,7 +8124,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{90}
+	return file_cure_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -8059,7 +8182,7 @@ type FleetBandsRequest struct {
 
 func (x *FleetBandsRequest) Reset() {
 	*x = FleetBandsRequest{}
-	mi := &file_cure_proto_msgTypes[91]
+	mi := &file_cure_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8071,7 +8194,7 @@ func (x *FleetBandsRequest) String() string {
 func (*FleetBandsRequest) ProtoMessage() {}
 
 func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[91]
+	mi := &file_cure_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8084,7 +8207,7 @@ func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetBandsRequest.ProtoReflect.Descriptor instead.
 func (*FleetBandsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{91}
+	return file_cure_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *FleetBandsRequest) GetSku() string {
@@ -8133,7 +8256,7 @@ type FleetBandsResponse struct {
 
 func (x *FleetBandsResponse) Reset() {
 	*x = FleetBandsResponse{}
-	mi := &file_cure_proto_msgTypes[92]
+	mi := &file_cure_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8145,7 +8268,7 @@ func (x *FleetBandsResponse) String() string {
 func (*FleetBandsResponse) ProtoMessage() {}
 
 func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[92]
+	mi := &file_cure_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8158,7 +8281,7 @@ func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetBandsResponse.ProtoReflect.Descriptor instead.
 func (*FleetBandsResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{92}
+	return file_cure_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *FleetBandsResponse) GetDistributions() []*FleetDistribution {
@@ -8210,7 +8333,7 @@ type FleetDistribution struct {
 
 func (x *FleetDistribution) Reset() {
 	*x = FleetDistribution{}
-	mi := &file_cure_proto_msgTypes[93]
+	mi := &file_cure_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8222,7 +8345,7 @@ func (x *FleetDistribution) String() string {
 func (*FleetDistribution) ProtoMessage() {}
 
 func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[93]
+	mi := &file_cure_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8235,7 +8358,7 @@ func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetDistribution.ProtoReflect.Descriptor instead.
 func (*FleetDistribution) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{93}
+	return file_cure_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *FleetDistribution) GetSku() string {
@@ -8373,7 +8496,7 @@ type FleetNodeMark struct {
 
 func (x *FleetNodeMark) Reset() {
 	*x = FleetNodeMark{}
-	mi := &file_cure_proto_msgTypes[94]
+	mi := &file_cure_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8385,7 +8508,7 @@ func (x *FleetNodeMark) String() string {
 func (*FleetNodeMark) ProtoMessage() {}
 
 func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[94]
+	mi := &file_cure_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8398,7 +8521,7 @@ func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetNodeMark.ProtoReflect.Descriptor instead.
 func (*FleetNodeMark) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{94}
+	return file_cure_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *FleetNodeMark) GetNodeId() string {
@@ -8475,7 +8598,7 @@ type FleetJudgement struct {
 
 func (x *FleetJudgement) Reset() {
 	*x = FleetJudgement{}
-	mi := &file_cure_proto_msgTypes[95]
+	mi := &file_cure_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8487,7 +8610,7 @@ func (x *FleetJudgement) String() string {
 func (*FleetJudgement) ProtoMessage() {}
 
 func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[95]
+	mi := &file_cure_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8500,7 +8623,7 @@ func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetJudgement.ProtoReflect.Descriptor instead.
 func (*FleetJudgement) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{95}
+	return file_cure_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *FleetJudgement) GetComponent() string {
@@ -8621,7 +8744,7 @@ type FleetJudgements struct {
 
 func (x *FleetJudgements) Reset() {
 	*x = FleetJudgements{}
-	mi := &file_cure_proto_msgTypes[96]
+	mi := &file_cure_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8633,7 +8756,7 @@ func (x *FleetJudgements) String() string {
 func (*FleetJudgements) ProtoMessage() {}
 
 func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[96]
+	mi := &file_cure_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8646,7 +8769,7 @@ func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetJudgements.ProtoReflect.Descriptor instead.
 func (*FleetJudgements) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{96}
+	return file_cure_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *FleetJudgements) GetJudgements() []*FleetJudgement {
@@ -8686,7 +8809,7 @@ type NodeAdmissionRequest struct {
 
 func (x *NodeAdmissionRequest) Reset() {
 	*x = NodeAdmissionRequest{}
-	mi := &file_cure_proto_msgTypes[97]
+	mi := &file_cure_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8698,7 +8821,7 @@ func (x *NodeAdmissionRequest) String() string {
 func (*NodeAdmissionRequest) ProtoMessage() {}
 
 func (x *NodeAdmissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[97]
+	mi := &file_cure_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8711,7 +8834,7 @@ func (x *NodeAdmissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAdmissionRequest.ProtoReflect.Descriptor instead.
 func (*NodeAdmissionRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{97}
+	return file_cure_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *NodeAdmissionRequest) GetNodeId() string {
@@ -8736,7 +8859,7 @@ type AdmissionRequirement struct {
 
 func (x *AdmissionRequirement) Reset() {
 	*x = AdmissionRequirement{}
-	mi := &file_cure_proto_msgTypes[98]
+	mi := &file_cure_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8748,7 +8871,7 @@ func (x *AdmissionRequirement) String() string {
 func (*AdmissionRequirement) ProtoMessage() {}
 
 func (x *AdmissionRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[98]
+	mi := &file_cure_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8761,7 +8884,7 @@ func (x *AdmissionRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmissionRequirement.ProtoReflect.Descriptor instead.
 func (*AdmissionRequirement) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{98}
+	return file_cure_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *AdmissionRequirement) GetName() string {
@@ -8813,7 +8936,7 @@ type NodeAdmissionResponse struct {
 
 func (x *NodeAdmissionResponse) Reset() {
 	*x = NodeAdmissionResponse{}
-	mi := &file_cure_proto_msgTypes[99]
+	mi := &file_cure_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8825,7 +8948,7 @@ func (x *NodeAdmissionResponse) String() string {
 func (*NodeAdmissionResponse) ProtoMessage() {}
 
 func (x *NodeAdmissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[99]
+	mi := &file_cure_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8838,7 +8961,7 @@ func (x *NodeAdmissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAdmissionResponse.ProtoReflect.Descriptor instead.
 func (*NodeAdmissionResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{99}
+	return file_cure_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *NodeAdmissionResponse) GetNodeId() string {
@@ -8898,7 +9021,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_cure_proto_msgTypes[100]
+	mi := &file_cure_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8910,7 +9033,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[100]
+	mi := &file_cure_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8923,7 +9046,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{100}
+	return file_cure_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *PoolStatus) GetNodeId() string {
@@ -8985,7 +9108,7 @@ type AcceptMeasurementsRequest struct {
 
 func (x *AcceptMeasurementsRequest) Reset() {
 	*x = AcceptMeasurementsRequest{}
-	mi := &file_cure_proto_msgTypes[101]
+	mi := &file_cure_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8997,7 +9120,7 @@ func (x *AcceptMeasurementsRequest) String() string {
 func (*AcceptMeasurementsRequest) ProtoMessage() {}
 
 func (x *AcceptMeasurementsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[101]
+	mi := &file_cure_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9010,7 +9133,7 @@ func (x *AcceptMeasurementsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptMeasurementsRequest.ProtoReflect.Descriptor instead.
 func (*AcceptMeasurementsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{101}
+	return file_cure_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *AcceptMeasurementsRequest) GetNodeId() string {
@@ -9042,7 +9165,7 @@ type AcceptMeasurementsResponse struct {
 
 func (x *AcceptMeasurementsResponse) Reset() {
 	*x = AcceptMeasurementsResponse{}
-	mi := &file_cure_proto_msgTypes[102]
+	mi := &file_cure_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9054,7 +9177,7 @@ func (x *AcceptMeasurementsResponse) String() string {
 func (*AcceptMeasurementsResponse) ProtoMessage() {}
 
 func (x *AcceptMeasurementsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[102]
+	mi := &file_cure_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9067,7 +9190,7 @@ func (x *AcceptMeasurementsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptMeasurementsResponse.ProtoReflect.Descriptor instead.
 func (*AcceptMeasurementsResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{102}
+	return file_cure_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *AcceptMeasurementsResponse) GetNodeId() string {
@@ -9130,7 +9253,7 @@ type PoolRequest struct {
 
 func (x *PoolRequest) Reset() {
 	*x = PoolRequest{}
-	mi := &file_cure_proto_msgTypes[103]
+	mi := &file_cure_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9142,7 +9265,7 @@ func (x *PoolRequest) String() string {
 func (*PoolRequest) ProtoMessage() {}
 
 func (x *PoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[103]
+	mi := &file_cure_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9155,7 +9278,7 @@ func (x *PoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRequest.ProtoReflect.Descriptor instead.
 func (*PoolRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{103}
+	return file_cure_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *PoolRequest) GetNodeIds() []string {
@@ -9193,7 +9316,7 @@ type RevalidateRequest struct {
 
 func (x *RevalidateRequest) Reset() {
 	*x = RevalidateRequest{}
-	mi := &file_cure_proto_msgTypes[104]
+	mi := &file_cure_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9205,7 +9328,7 @@ func (x *RevalidateRequest) String() string {
 func (*RevalidateRequest) ProtoMessage() {}
 
 func (x *RevalidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[104]
+	mi := &file_cure_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9218,7 +9341,7 @@ func (x *RevalidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevalidateRequest.ProtoReflect.Descriptor instead.
 func (*RevalidateRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{104}
+	return file_cure_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *RevalidateRequest) GetNodeIds() []string {
@@ -9273,7 +9396,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_cure_proto_msgTypes[105]
+	mi := &file_cure_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9285,7 +9408,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[105]
+	mi := &file_cure_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9298,7 +9421,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{105}
+	return file_cure_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *PoolResponse) GetNodes() []*PoolStatus {
@@ -9331,7 +9454,7 @@ type PairReady struct {
 
 func (x *PairReady) Reset() {
 	*x = PairReady{}
-	mi := &file_cure_proto_msgTypes[106]
+	mi := &file_cure_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9343,7 +9466,7 @@ func (x *PairReady) String() string {
 func (*PairReady) ProtoMessage() {}
 
 func (x *PairReady) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[106]
+	mi := &file_cure_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9356,7 +9479,7 @@ func (x *PairReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairReady.ProtoReflect.Descriptor instead.
 func (*PairReady) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{106}
+	return file_cure_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *PairReady) GetCheck() string {
@@ -9400,7 +9523,7 @@ type PairPort struct {
 
 func (x *PairPort) Reset() {
 	*x = PairPort{}
-	mi := &file_cure_proto_msgTypes[107]
+	mi := &file_cure_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9412,7 +9535,7 @@ func (x *PairPort) String() string {
 func (*PairPort) ProtoMessage() {}
 
 func (x *PairPort) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[107]
+	mi := &file_cure_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9425,7 +9548,7 @@ func (x *PairPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairPort.ProtoReflect.Descriptor instead.
 func (*PairPort) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{107}
+	return file_cure_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *PairPort) GetName() string {
@@ -9470,7 +9593,7 @@ type PairSchedule struct {
 
 func (x *PairSchedule) Reset() {
 	*x = PairSchedule{}
-	mi := &file_cure_proto_msgTypes[108]
+	mi := &file_cure_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9482,7 +9605,7 @@ func (x *PairSchedule) String() string {
 func (*PairSchedule) ProtoMessage() {}
 
 func (x *PairSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[108]
+	mi := &file_cure_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9495,7 +9618,7 @@ func (x *PairSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairSchedule.ProtoReflect.Descriptor instead.
 func (*PairSchedule) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{108}
+	return file_cure_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *PairSchedule) GetCheck() string {
@@ -9593,7 +9716,7 @@ type PairSlot struct {
 
 func (x *PairSlot) Reset() {
 	*x = PairSlot{}
-	mi := &file_cure_proto_msgTypes[109]
+	mi := &file_cure_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9605,7 +9728,7 @@ func (x *PairSlot) String() string {
 func (*PairSlot) ProtoMessage() {}
 
 func (x *PairSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[109]
+	mi := &file_cure_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9618,7 +9741,7 @@ func (x *PairSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairSlot.ProtoReflect.Descriptor instead.
 func (*PairSlot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{109}
+	return file_cure_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *PairSlot) GetRound() uint32 {
@@ -9724,7 +9847,7 @@ type PairResult struct {
 
 func (x *PairResult) Reset() {
 	*x = PairResult{}
-	mi := &file_cure_proto_msgTypes[110]
+	mi := &file_cure_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9736,7 +9859,7 @@ func (x *PairResult) String() string {
 func (*PairResult) ProtoMessage() {}
 
 func (x *PairResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[110]
+	mi := &file_cure_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9749,7 +9872,7 @@ func (x *PairResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairResult.ProtoReflect.Descriptor instead.
 func (*PairResult) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{110}
+	return file_cure_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *PairResult) GetCheck() string {
@@ -9834,7 +9957,7 @@ type PairVerdicts struct {
 
 func (x *PairVerdicts) Reset() {
 	*x = PairVerdicts{}
-	mi := &file_cure_proto_msgTypes[111]
+	mi := &file_cure_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9846,7 +9969,7 @@ func (x *PairVerdicts) String() string {
 func (*PairVerdicts) ProtoMessage() {}
 
 func (x *PairVerdicts) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[111]
+	mi := &file_cure_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9859,7 +9982,7 @@ func (x *PairVerdicts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairVerdicts.ProtoReflect.Descriptor instead.
 func (*PairVerdicts) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{111}
+	return file_cure_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *PairVerdicts) GetCheck() string {
@@ -9874,6 +9997,800 @@ func (x *PairVerdicts) GetVerdicts() []*Verdict {
 		return x.Verdicts
 	}
 	return nil
+}
+
+// InspectReport is what an enlisting machine reports about itself. All of
+// it is the machine's word: shown to the operator, matched by inspection
+// rules, never trusted as a node's identity until approved.
+type InspectReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"` // the discovery token (cure.enlist=)
+	BootId        string                 `protobuf:"bytes,2,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
+	Inventory     *Inventory             `protobuf:"bytes,3,opt,name=inventory,proto3" json:"inventory,omitempty"`
+	Bmc           []*HostInterface       `protobuf:"bytes,4,rep,name=bmc,proto3" json:"bmc,omitempty"` // SMBIOS type 42 records (Redfish Host Interface)
+	Drives        []*InspectDrive        `protobuf:"bytes,5,rep,name=drives,proto3" json:"drives,omitempty"`
+	Lldp          []*InspectNeighbour    `protobuf:"bytes,6,rep,name=lldp,proto3" json:"lldp,omitempty"` // per port, where the runner listened (empty: not reported)
+	RunnerVersion string                 `protobuf:"bytes,7,opt,name=runner_version,json=runnerVersion,proto3" json:"runner_version,omitempty"`
+	Arch          string                 `protobuf:"bytes,8,opt,name=arch,proto3" json:"arch,omitempty"` // GOARCH of the runner (amd64, arm64)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectReport) Reset() {
+	*x = InspectReport{}
+	mi := &file_cure_proto_msgTypes[113]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectReport) ProtoMessage() {}
+
+func (x *InspectReport) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[113]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectReport.ProtoReflect.Descriptor instead.
+func (*InspectReport) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{113}
+}
+
+func (x *InspectReport) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *InspectReport) GetBootId() string {
+	if x != nil {
+		return x.BootId
+	}
+	return ""
+}
+
+func (x *InspectReport) GetInventory() *Inventory {
+	if x != nil {
+		return x.Inventory
+	}
+	return nil
+}
+
+func (x *InspectReport) GetBmc() []*HostInterface {
+	if x != nil {
+		return x.Bmc
+	}
+	return nil
+}
+
+func (x *InspectReport) GetDrives() []*InspectDrive {
+	if x != nil {
+		return x.Drives
+	}
+	return nil
+}
+
+func (x *InspectReport) GetLldp() []*InspectNeighbour {
+	if x != nil {
+		return x.Lldp
+	}
+	return nil
+}
+
+func (x *InspectReport) GetRunnerVersion() string {
+	if x != nil {
+		return x.RunnerVersion
+	}
+	return ""
+}
+
+func (x *InspectReport) GetArch() string {
+	if x != nil {
+		return x.Arch
+	}
+	return ""
+}
+
+// HostInterface is one SMBIOS type 42 Management Controller Host
+// Interface record with its Redfish over IP protocol data.
+type HostInterface struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InterfaceType uint32                 `protobuf:"varint,1,opt,name=interface_type,json=interfaceType,proto3" json:"interface_type,omitempty"` // 0x40: network host interface
+	Device        string                 `protobuf:"bytes,2,opt,name=device,proto3" json:"device,omitempty"`                                     // usb vid:pid or pci vid:did of the host side NIC
+	ServiceUuid   string                 `protobuf:"bytes,3,opt,name=service_uuid,json=serviceUuid,proto3" json:"service_uuid,omitempty"`
+	HostIp        string                 `protobuf:"bytes,4,opt,name=host_ip,json=hostIp,proto3" json:"host_ip,omitempty"` // the host side's address (assignment type)
+	BmcIp         string                 `protobuf:"bytes,5,opt,name=bmc_ip,json=bmcIp,proto3" json:"bmc_ip,omitempty"`    // the Redfish service's address
+	BmcNetmask    string                 `protobuf:"bytes,6,opt,name=bmc_netmask,json=bmcNetmask,proto3" json:"bmc_netmask,omitempty"`
+	BmcPort       uint32                 `protobuf:"varint,7,opt,name=bmc_port,json=bmcPort,proto3" json:"bmc_port,omitempty"`
+	Vlan          uint32                 `protobuf:"varint,8,opt,name=vlan,proto3" json:"vlan,omitempty"`
+	BmcHostname   string                 `protobuf:"bytes,9,opt,name=bmc_hostname,json=bmcHostname,proto3" json:"bmc_hostname,omitempty"`
+	BmcMac        string                 `protobuf:"bytes,10,opt,name=bmc_mac,json=bmcMac,proto3" json:"bmc_mac,omitempty"`                // the host interface NIC's MAC, where the OS sees it
+	IpDiscovery   string                 `protobuf:"bytes,11,opt,name=ip_discovery,json=ipDiscovery,proto3" json:"ip_discovery,omitempty"` // static, dhcp, autoconf, host-selected
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostInterface) Reset() {
+	*x = HostInterface{}
+	mi := &file_cure_proto_msgTypes[114]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostInterface) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostInterface) ProtoMessage() {}
+
+func (x *HostInterface) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[114]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostInterface.ProtoReflect.Descriptor instead.
+func (*HostInterface) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{114}
+}
+
+func (x *HostInterface) GetInterfaceType() uint32 {
+	if x != nil {
+		return x.InterfaceType
+	}
+	return 0
+}
+
+func (x *HostInterface) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
+}
+
+func (x *HostInterface) GetServiceUuid() string {
+	if x != nil {
+		return x.ServiceUuid
+	}
+	return ""
+}
+
+func (x *HostInterface) GetHostIp() string {
+	if x != nil {
+		return x.HostIp
+	}
+	return ""
+}
+
+func (x *HostInterface) GetBmcIp() string {
+	if x != nil {
+		return x.BmcIp
+	}
+	return ""
+}
+
+func (x *HostInterface) GetBmcNetmask() string {
+	if x != nil {
+		return x.BmcNetmask
+	}
+	return ""
+}
+
+func (x *HostInterface) GetBmcPort() uint32 {
+	if x != nil {
+		return x.BmcPort
+	}
+	return 0
+}
+
+func (x *HostInterface) GetVlan() uint32 {
+	if x != nil {
+		return x.Vlan
+	}
+	return 0
+}
+
+func (x *HostInterface) GetBmcHostname() string {
+	if x != nil {
+		return x.BmcHostname
+	}
+	return ""
+}
+
+func (x *HostInterface) GetBmcMac() string {
+	if x != nil {
+		return x.BmcMac
+	}
+	return ""
+}
+
+func (x *HostInterface) GetIpDiscovery() string {
+	if x != nil {
+		return x.IpDiscovery
+	}
+	return ""
+}
+
+// InspectDrive is a drive with whether erasing it will want its PSID.
+type InspectDrive struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	Serial        string                 `protobuf:"bytes,3,opt,name=serial,proto3" json:"serial,omitempty"`
+	SizeBytes     uint64                 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	Transport     string                 `protobuf:"bytes,5,opt,name=transport,proto3" json:"transport,omitempty"`
+	Ssc           string                 `protobuf:"bytes,6,opt,name=ssc,proto3" json:"ssc,omitempty"`                                  // TCG SSC name (Opal 2, Pyrite...), empty without TCG
+	PsidRevert    bool                   `protobuf:"varint,7,opt,name=psid_revert,json=psidRevert,proto3" json:"psid_revert,omitempty"` // a PSID revert can erase it: its label's PSID is wanted in the inventory
+	Note          string                 `protobuf:"bytes,8,opt,name=note,proto3" json:"note,omitempty"`                                // why the TCG discovery failed, when it did
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectDrive) Reset() {
+	*x = InspectDrive{}
+	mi := &file_cure_proto_msgTypes[115]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectDrive) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectDrive) ProtoMessage() {}
+
+func (x *InspectDrive) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[115]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectDrive.ProtoReflect.Descriptor instead.
+func (*InspectDrive) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{115}
+}
+
+func (x *InspectDrive) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *InspectDrive) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *InspectDrive) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *InspectDrive) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *InspectDrive) GetTransport() string {
+	if x != nil {
+		return x.Transport
+	}
+	return ""
+}
+
+func (x *InspectDrive) GetSsc() string {
+	if x != nil {
+		return x.Ssc
+	}
+	return ""
+}
+
+func (x *InspectDrive) GetPsidRevert() bool {
+	if x != nil {
+		return x.PsidRevert
+	}
+	return false
+}
+
+func (x *InspectDrive) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// LLDPNeighbour is one port's neighbour as LLDP announced it.
+type InspectNeighbour struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Port            string                 `protobuf:"bytes,1,opt,name=port,proto3" json:"port,omitempty"` // this machine's interface
+	ChassisId       string                 `protobuf:"bytes,2,opt,name=chassis_id,json=chassisId,proto3" json:"chassis_id,omitempty"`
+	PortId          string                 `protobuf:"bytes,3,opt,name=port_id,json=portId,proto3" json:"port_id,omitempty"`
+	SystemName      string                 `protobuf:"bytes,4,opt,name=system_name,json=systemName,proto3" json:"system_name,omitempty"`
+	PortDescription string                 `protobuf:"bytes,5,opt,name=port_description,json=portDescription,proto3" json:"port_description,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *InspectNeighbour) Reset() {
+	*x = InspectNeighbour{}
+	mi := &file_cure_proto_msgTypes[116]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectNeighbour) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectNeighbour) ProtoMessage() {}
+
+func (x *InspectNeighbour) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[116]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectNeighbour.ProtoReflect.Descriptor instead.
+func (*InspectNeighbour) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{116}
+}
+
+func (x *InspectNeighbour) GetPort() string {
+	if x != nil {
+		return x.Port
+	}
+	return ""
+}
+
+func (x *InspectNeighbour) GetChassisId() string {
+	if x != nil {
+		return x.ChassisId
+	}
+	return ""
+}
+
+func (x *InspectNeighbour) GetPortId() string {
+	if x != nil {
+		return x.PortId
+	}
+	return ""
+}
+
+func (x *InspectNeighbour) GetSystemName() string {
+	if x != nil {
+		return x.SystemName
+	}
+	return ""
+}
+
+func (x *InspectNeighbour) GetPortDescription() string {
+	if x != nil {
+		return x.PortDescription
+	}
+	return ""
+}
+
+type InspectAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DiscoveredId  string                 `protobuf:"bytes,1,opt,name=discovered_id,json=discoveredId,proto3" json:"discovered_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectAck) Reset() {
+	*x = InspectAck{}
+	mi := &file_cure_proto_msgTypes[117]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectAck) ProtoMessage() {}
+
+func (x *InspectAck) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[117]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectAck.ProtoReflect.Descriptor instead.
+func (*InspectAck) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{117}
+}
+
+func (x *InspectAck) GetDiscoveredId() string {
+	if x != nil {
+		return x.DiscoveredId
+	}
+	return ""
+}
+
+type Discovered struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Mac             string                 `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`   // the MAC that booted
+	Peer            string                 `protobuf:"bytes,3,opt,name=peer,proto3" json:"peer,omitempty"` // the address it booted and reported from
+	FirstSeenUnixMs int64                  `protobuf:"varint,4,opt,name=first_seen_unix_ms,json=firstSeenUnixMs,proto3" json:"first_seen_unix_ms,omitempty"`
+	ReportedUnixMs  int64                  `protobuf:"varint,5,opt,name=reported_unix_ms,json=reportedUnixMs,proto3" json:"reported_unix_ms,omitempty"` // 0: booted, no report yet
+	State           string                 `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`                                            // booted, reported, approved
+	Report          *InspectReport         `protobuf:"bytes,7,opt,name=report,proto3" json:"report,omitempty"`                                          // token cleared
+	ProposedSku     string                 `protobuf:"bytes,8,opt,name=proposed_sku,json=proposedSku,proto3" json:"proposed_sku,omitempty"`
+	ProposedName    string                 `protobuf:"bytes,9,opt,name=proposed_name,json=proposedName,proto3" json:"proposed_name,omitempty"`
+	Rule            string                 `protobuf:"bytes,10,opt,name=rule,proto3" json:"rule,omitempty"`                   // the inspection rule that proposed them
+	NodeId          string                 `protobuf:"bytes,11,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"` // set once approved
+	Arch            string                 `protobuf:"bytes,12,opt,name=arch,proto3" json:"arch,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Discovered) Reset() {
+	*x = Discovered{}
+	mi := &file_cure_proto_msgTypes[118]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Discovered) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Discovered) ProtoMessage() {}
+
+func (x *Discovered) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[118]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Discovered.ProtoReflect.Descriptor instead.
+func (*Discovered) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{118}
+}
+
+func (x *Discovered) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Discovered) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *Discovered) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *Discovered) GetFirstSeenUnixMs() int64 {
+	if x != nil {
+		return x.FirstSeenUnixMs
+	}
+	return 0
+}
+
+func (x *Discovered) GetReportedUnixMs() int64 {
+	if x != nil {
+		return x.ReportedUnixMs
+	}
+	return 0
+}
+
+func (x *Discovered) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Discovered) GetReport() *InspectReport {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+func (x *Discovered) GetProposedSku() string {
+	if x != nil {
+		return x.ProposedSku
+	}
+	return ""
+}
+
+func (x *Discovered) GetProposedName() string {
+	if x != nil {
+		return x.ProposedName
+	}
+	return ""
+}
+
+func (x *Discovered) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *Discovered) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *Discovered) GetArch() string {
+	if x != nil {
+		return x.Arch
+	}
+	return ""
+}
+
+type ListDiscoveredRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	All           bool                   `protobuf:"varint,1,opt,name=all,proto3" json:"all,omitempty"` // approved ones too
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDiscoveredRequest) Reset() {
+	*x = ListDiscoveredRequest{}
+	mi := &file_cure_proto_msgTypes[119]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDiscoveredRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDiscoveredRequest) ProtoMessage() {}
+
+func (x *ListDiscoveredRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[119]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDiscoveredRequest.ProtoReflect.Descriptor instead.
+func (*ListDiscoveredRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{119}
+}
+
+func (x *ListDiscoveredRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+type ListDiscoveredResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Discovered    []*Discovered          `protobuf:"bytes,1,rep,name=discovered,proto3" json:"discovered,omitempty"`
+	Cap           uint32                 `protobuf:"varint,2,opt,name=cap,proto3" json:"cap,omitempty"` // how many records the coordinator keeps at most
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDiscoveredResponse) Reset() {
+	*x = ListDiscoveredResponse{}
+	mi := &file_cure_proto_msgTypes[120]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDiscoveredResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDiscoveredResponse) ProtoMessage() {}
+
+func (x *ListDiscoveredResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[120]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDiscoveredResponse.ProtoReflect.Descriptor instead.
+func (*ListDiscoveredResponse) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{120}
+}
+
+func (x *ListDiscoveredResponse) GetDiscovered() []*Discovered {
+	if x != nil {
+		return x.Discovered
+	}
+	return nil
+}
+
+func (x *ListDiscoveredResponse) GetCap() uint32 {
+	if x != nil {
+		return x.Cap
+	}
+	return 0
+}
+
+type ApproveDiscoveredRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The node as AddNodes takes it; empty fields come from the record:
+	// id from the proposed name, sku from the proposal, MACs from the boot
+	// and the inventory, serial from SMBIOS, the BMC URL from type 42.
+	Node          *NodeSpec `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveDiscoveredRequest) Reset() {
+	*x = ApproveDiscoveredRequest{}
+	mi := &file_cure_proto_msgTypes[121]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveDiscoveredRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveDiscoveredRequest) ProtoMessage() {}
+
+func (x *ApproveDiscoveredRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[121]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveDiscoveredRequest.ProtoReflect.Descriptor instead.
+func (*ApproveDiscoveredRequest) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{121}
+}
+
+func (x *ApproveDiscoveredRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ApproveDiscoveredRequest) GetNode() *NodeSpec {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+type ApproveDiscoveredResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Sku           string                 `protobuf:"bytes,2,opt,name=sku,proto3" json:"sku,omitempty"`
+	BmcUrl        string                 `protobuf:"bytes,3,opt,name=bmc_url,json=bmcUrl,proto3" json:"bmc_url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveDiscoveredResponse) Reset() {
+	*x = ApproveDiscoveredResponse{}
+	mi := &file_cure_proto_msgTypes[122]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveDiscoveredResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveDiscoveredResponse) ProtoMessage() {}
+
+func (x *ApproveDiscoveredResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[122]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveDiscoveredResponse.ProtoReflect.Descriptor instead.
+func (*ApproveDiscoveredResponse) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{122}
+}
+
+func (x *ApproveDiscoveredResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ApproveDiscoveredResponse) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *ApproveDiscoveredResponse) GetBmcUrl() string {
+	if x != nil {
+		return x.BmcUrl
+	}
+	return ""
 }
 
 var File_cure_proto protoreflect.FileDescriptor
@@ -9942,7 +10859,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04IDLE\x10\x01\x12\f\n" +
 	"\bIN_PHASE\x10\x02\x12\b\n" +
-	"\x04DONE\x10\x03\"\xb6\x05\n" +
+	"\x04DONE\x10\x03\"\xdc\x05\n" +
 	"\tInventory\x12+\n" +
 	"\x06system\x18\x01 \x01(\v2\x13.cure.v1.SystemInfoR\x06system\x12+\n" +
 	"\x04nvme\x18\x02 \x03(\v2\x17.cure.v1.NvmeControllerR\x04nvme\x12)\n" +
@@ -9966,7 +10883,18 @@ const file_cure_proto_rawDesc = "" +
 	"\x15memory_physical_bytes\x18\x0e \x01(\x04R\x13memoryPhysicalBytes\x120\n" +
 	"\n" +
 	"pcie_links\x18\x0f \x03(\v2\x11.cure.v1.PcieLinkR\tpcieLinks\x12<\n" +
-	"\x0emachine_checks\x18\x10 \x03(\v2\x15.cure.v1.MachineCheckR\rmachineChecks\"\xcf\x02\n" +
+	"\x0emachine_checks\x18\x10 \x03(\v2\x15.cure.v1.MachineCheckR\rmachineChecks\x12$\n" +
+	"\x0elldp_window_ms\x18\x11 \x01(\rR\flldpWindowMs\"\xfe\x01\n" +
+	"\rLLDPNeighbour\x12\x1d\n" +
+	"\n" +
+	"chassis_id\x18\x01 \x01(\tR\tchassisId\x12,\n" +
+	"\x12chassis_id_subtype\x18\x02 \x01(\tR\x10chassisIdSubtype\x12\x17\n" +
+	"\aport_id\x18\x03 \x01(\tR\x06portId\x12&\n" +
+	"\x0fport_id_subtype\x18\x04 \x01(\tR\rportIdSubtype\x12)\n" +
+	"\x10port_description\x18\x05 \x01(\tR\x0fportDescription\x12\x1f\n" +
+	"\vsystem_name\x18\x06 \x01(\tR\n" +
+	"systemName\x12\x13\n" +
+	"\x05ttl_s\x18\a \x01(\rR\x04ttlS\"\xcf\x02\n" +
 	"\bPcieLink\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1b\n" +
 	"\tvendor_id\x18\x02 \x01(\rR\bvendorId\x12\x1b\n" +
@@ -10045,7 +10973,7 @@ const file_cure_proto_rawDesc = "" +
 	"\tvendor_id\x18\x06 \x01(\rR\bvendorId\x12\x1e\n" +
 	"\n" +
 	"namespaces\x18\a \x03(\tR\n" +
-	"namespaces\"\xbd\x02\n" +
+	"namespaces\"\x8e\x03\n" +
 	"\fNetInterface\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x16\n" +
@@ -10060,7 +10988,9 @@ const file_cure_proto_rawDesc = "" +
 	"\x05model\x18\t \x01(\tR\x05model\x12\"\n" +
 	"\rpci_vendor_id\x18\n" +
 	" \x01(\rR\vpciVendorId\x12\"\n" +
-	"\rpci_device_id\x18\v \x01(\rR\vpciDeviceId\"\xcc\x02\n" +
+	"\rpci_device_id\x18\v \x01(\rR\vpciDeviceId\x12*\n" +
+	"\x04lldp\x18\f \x01(\v2\x16.cure.v1.LLDPNeighbourR\x04lldp\x12#\n" +
+	"\rlldp_listened\x18\r \x01(\bR\flldpListened\"\xcc\x02\n" +
 	"\x03Gpu\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -10795,7 +11725,81 @@ const file_cure_proto_rawDesc = "" +
 	" \x01(\tR\x05error\"R\n" +
 	"\fPairVerdicts\x12\x14\n" +
 	"\x05check\x18\x01 \x01(\tR\x05check\x12,\n" +
-	"\bverdicts\x18\x02 \x03(\v2\x10.cure.v1.VerdictR\bverdicts*\x98\x01\n" +
+	"\bverdicts\x18\x02 \x03(\v2\x10.cure.v1.VerdictR\bverdicts\"\xb3\x02\n" +
+	"\rInspectReport\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x17\n" +
+	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x120\n" +
+	"\tinventory\x18\x03 \x01(\v2\x12.cure.v1.InventoryR\tinventory\x12(\n" +
+	"\x03bmc\x18\x04 \x03(\v2\x16.cure.v1.HostInterfaceR\x03bmc\x12-\n" +
+	"\x06drives\x18\x05 \x03(\v2\x15.cure.v1.InspectDriveR\x06drives\x12-\n" +
+	"\x04lldp\x18\x06 \x03(\v2\x19.cure.v1.InspectNeighbourR\x04lldp\x12%\n" +
+	"\x0erunner_version\x18\a \x01(\tR\rrunnerVersion\x12\x12\n" +
+	"\x04arch\x18\b \x01(\tR\x04arch\"\xd0\x02\n" +
+	"\rHostInterface\x12%\n" +
+	"\x0einterface_type\x18\x01 \x01(\rR\rinterfaceType\x12\x16\n" +
+	"\x06device\x18\x02 \x01(\tR\x06device\x12!\n" +
+	"\fservice_uuid\x18\x03 \x01(\tR\vserviceUuid\x12\x17\n" +
+	"\ahost_ip\x18\x04 \x01(\tR\x06hostIp\x12\x15\n" +
+	"\x06bmc_ip\x18\x05 \x01(\tR\x05bmcIp\x12\x1f\n" +
+	"\vbmc_netmask\x18\x06 \x01(\tR\n" +
+	"bmcNetmask\x12\x19\n" +
+	"\bbmc_port\x18\a \x01(\rR\abmcPort\x12\x12\n" +
+	"\x04vlan\x18\b \x01(\rR\x04vlan\x12!\n" +
+	"\fbmc_hostname\x18\t \x01(\tR\vbmcHostname\x12\x17\n" +
+	"\abmc_mac\x18\n" +
+	" \x01(\tR\x06bmcMac\x12!\n" +
+	"\fip_discovery\x18\v \x01(\tR\vipDiscovery\"\xd4\x01\n" +
+	"\fInspectDrive\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
+	"\x06serial\x18\x03 \x01(\tR\x06serial\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x04R\tsizeBytes\x12\x1c\n" +
+	"\ttransport\x18\x05 \x01(\tR\ttransport\x12\x10\n" +
+	"\x03ssc\x18\x06 \x01(\tR\x03ssc\x12\x1f\n" +
+	"\vpsid_revert\x18\a \x01(\bR\n" +
+	"psidRevert\x12\x12\n" +
+	"\x04note\x18\b \x01(\tR\x04note\"\xaa\x01\n" +
+	"\x10InspectNeighbour\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\tR\x04port\x12\x1d\n" +
+	"\n" +
+	"chassis_id\x18\x02 \x01(\tR\tchassisId\x12\x17\n" +
+	"\aport_id\x18\x03 \x01(\tR\x06portId\x12\x1f\n" +
+	"\vsystem_name\x18\x04 \x01(\tR\n" +
+	"systemName\x12)\n" +
+	"\x10port_description\x18\x05 \x01(\tR\x0fportDescription\"1\n" +
+	"\n" +
+	"InspectAck\x12#\n" +
+	"\rdiscovered_id\x18\x01 \x01(\tR\fdiscoveredId\"\xe8\x02\n" +
+	"\n" +
+	"Discovered\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x12\n" +
+	"\x04peer\x18\x03 \x01(\tR\x04peer\x12+\n" +
+	"\x12first_seen_unix_ms\x18\x04 \x01(\x03R\x0ffirstSeenUnixMs\x12(\n" +
+	"\x10reported_unix_ms\x18\x05 \x01(\x03R\x0ereportedUnixMs\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\tR\x05state\x12.\n" +
+	"\x06report\x18\a \x01(\v2\x16.cure.v1.InspectReportR\x06report\x12!\n" +
+	"\fproposed_sku\x18\b \x01(\tR\vproposedSku\x12#\n" +
+	"\rproposed_name\x18\t \x01(\tR\fproposedName\x12\x12\n" +
+	"\x04rule\x18\n" +
+	" \x01(\tR\x04rule\x12\x17\n" +
+	"\anode_id\x18\v \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04arch\x18\f \x01(\tR\x04arch\")\n" +
+	"\x15ListDiscoveredRequest\x12\x10\n" +
+	"\x03all\x18\x01 \x01(\bR\x03all\"_\n" +
+	"\x16ListDiscoveredResponse\x123\n" +
+	"\n" +
+	"discovered\x18\x01 \x03(\v2\x13.cure.v1.DiscoveredR\n" +
+	"discovered\x12\x10\n" +
+	"\x03cap\x18\x02 \x01(\rR\x03cap\"Q\n" +
+	"\x18ApproveDiscoveredRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
+	"\x04node\x18\x02 \x01(\v2\x11.cure.v1.NodeSpecR\x04node\"_\n" +
+	"\x19ApproveDiscoveredResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
+	"\x03sku\x18\x02 \x01(\tR\x03sku\x12\x17\n" +
+	"\abmc_url\x18\x03 \x01(\tR\x06bmcUrl*\x98\x01\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_PROVISION\x10\x01\x12\x0e\n" +
@@ -10840,10 +11844,11 @@ const file_cure_proto_rawDesc = "" +
 	"POOL_READY\x10\x05\x12\f\n" +
 	"\bPOOL_RMA\x10\x06\x12\x12\n" +
 	"\x0ePOOL_ACCEPTING\x10\a\x12\x14\n" +
-	"\x10POOL_QUARANTINED\x10\b2\x97\x01\n" +
+	"\x10POOL_QUARANTINED\x10\b2\xcf\x01\n" +
 	"\rRunnerService\x12B\n" +
 	"\aSession\x12\x16.cure.v1.RunnerMessage\x1a\x1b.cure.v1.CoordinatorMessage(\x010\x01\x12B\n" +
-	"\x10BeginAttestation\x12\x14.cure.v1.AttestBegin\x1a\x18.cure.v1.AttestChallenge2\xe5\v\n" +
+	"\x10BeginAttestation\x12\x14.cure.v1.AttestBegin\x1a\x18.cure.v1.AttestChallenge\x126\n" +
+	"\aInspect\x12\x16.cure.v1.InspectReport\x1a\x13.cure.v1.InspectAck2\x94\r\n" +
 	"\x0fOperatorService\x12B\n" +
 	"\tProvision\x12\x19.cure.v1.ProvisionRequest\x1a\x1a.cure.v1.ProvisionResponse\x128\n" +
 	"\x05Watch\x12\x15.cure.v1.WatchRequest\x1a\x16.cure.v1.TimelineEntry0\x01\x124\n" +
@@ -10869,7 +11874,9 @@ const file_cure_proto_rawDesc = "" +
 	"\rNodeAdmission\x12\x1d.cure.v1.NodeAdmissionRequest\x1a\x1e.cure.v1.NodeAdmissionResponse\x12]\n" +
 	"\x12AcceptMeasurements\x12\".cure.v1.AcceptMeasurementsRequest\x1a#.cure.v1.AcceptMeasurementsResponse\x12T\n" +
 	"\x0fBootInstalledOS\x12\x1f.cure.v1.BootInstalledOSRequest\x1a .cure.v1.BootInstalledOSResponse\x12N\n" +
-	"\rListManifests\x12\x1d.cure.v1.ListManifestsRequest\x1a\x1e.cure.v1.ListManifestsResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
+	"\rListManifests\x12\x1d.cure.v1.ListManifestsRequest\x1a\x1e.cure.v1.ListManifestsResponse\x12Q\n" +
+	"\x0eListDiscovered\x12\x1e.cure.v1.ListDiscoveredRequest\x1a\x1f.cure.v1.ListDiscoveredResponse\x12Z\n" +
+	"\x11ApproveDiscovered\x12!.cure.v1.ApproveDiscoveredRequest\x1a\".cure.v1.ApproveDiscoveredResponseB,Z*github.com/cure-oss/cure/api/curev1;curev1b\x06proto3"
 
 var (
 	file_cure_proto_rawDescOnce sync.Once
@@ -10884,7 +11891,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 130)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 141)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                          // 0: cure.v1.Mode
 	(VerdictStatus)(0),                 // 1: cure.v1.VerdictStatus
@@ -10901,309 +11908,334 @@ var file_cure_proto_goTypes = []any{
 	(*Identity)(nil),                   // 12: cure.v1.Identity
 	(*RunnerState)(nil),                // 13: cure.v1.RunnerState
 	(*Inventory)(nil),                  // 14: cure.v1.Inventory
-	(*PcieLink)(nil),                   // 15: cure.v1.PcieLink
-	(*MachineCheck)(nil),               // 16: cure.v1.MachineCheck
-	(*Processor)(nil),                  // 17: cure.v1.Processor
-	(*Dimm)(nil),                       // 18: cure.v1.Dimm
-	(*PciDevice)(nil),                  // 19: cure.v1.PciDevice
-	(*NumaNode)(nil),                   // 20: cure.v1.NumaNode
-	(*SystemInfo)(nil),                 // 21: cure.v1.SystemInfo
-	(*NvmeController)(nil),             // 22: cure.v1.NvmeController
-	(*NetInterface)(nil),               // 23: cure.v1.NetInterface
-	(*Gpu)(nil),                        // 24: cure.v1.Gpu
-	(*BlockDevice)(nil),                // 25: cure.v1.BlockDevice
-	(*Event)(nil),                      // 26: cure.v1.Event
-	(*Progress)(nil),                   // 27: cure.v1.Progress
-	(*CheckProgress)(nil),              // 28: cure.v1.CheckProgress
-	(*Samples)(nil),                    // 29: cure.v1.Samples
-	(*Series)(nil),                     // 30: cure.v1.Series
-	(*PhaseStart)(nil),                 // 31: cure.v1.PhaseStart
-	(*PhaseEnd)(nil),                   // 32: cure.v1.PhaseEnd
-	(*Verdict)(nil),                    // 33: cure.v1.Verdict
-	(*Measurement)(nil),                // 34: cure.v1.Measurement
-	(*Log)(nil),                        // 35: cure.v1.Log
-	(*Metric)(nil),                     // 36: cure.v1.Metric
-	(*CoordinatorMessage)(nil),         // 37: cure.v1.CoordinatorMessage
-	(*Assignment)(nil),                 // 38: cure.v1.Assignment
-	(*ToolBundleRef)(nil),              // 39: cure.v1.ToolBundleRef
-	(*SuiteResume)(nil),                // 40: cure.v1.SuiteResume
-	(*ResumeState)(nil),                // 41: cure.v1.ResumeState
-	(*FirstBoot)(nil),                  // 42: cure.v1.FirstBoot
-	(*Ack)(nil),                        // 43: cure.v1.Ack
-	(*Idle)(nil),                       // 44: cure.v1.Idle
-	(*Reboot)(nil),                     // 45: cure.v1.Reboot
-	(*Cancel)(nil),                     // 46: cure.v1.Cancel
-	(*RunEnded)(nil),                   // 47: cure.v1.RunEnded
-	(*ProvisionRequest)(nil),           // 48: cure.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),          // 49: cure.v1.ProvisionResponse
-	(*Refusal)(nil),                    // 50: cure.v1.Refusal
-	(*CancelRequest)(nil),              // 51: cure.v1.CancelRequest
-	(*CancelResponse)(nil),             // 52: cure.v1.CancelResponse
-	(*FleetRequest)(nil),               // 53: cure.v1.FleetRequest
-	(*FleetStatus)(nil),                // 54: cure.v1.FleetStatus
-	(*FleetRun)(nil),                   // 55: cure.v1.FleetRun
-	(*RunRef)(nil),                     // 56: cure.v1.RunRef
-	(*WatchRequest)(nil),               // 57: cure.v1.WatchRequest
-	(*TimelineEntry)(nil),              // 58: cure.v1.TimelineEntry
-	(*ReportRequest)(nil),              // 59: cure.v1.ReportRequest
-	(*RunReport)(nil),                  // 60: cure.v1.RunReport
-	(*ReportSeriesBound)(nil),          // 61: cure.v1.ReportSeriesBound
-	(*BmcLogEntry)(nil),                // 62: cure.v1.BmcLogEntry
-	(*BmcPart)(nil),                    // 63: cure.v1.BmcPart
-	(*BmcCollection)(nil),              // 64: cure.v1.BmcCollection
-	(*BmcNote)(nil),                    // 65: cure.v1.BmcNote
-	(*BmcEvidence)(nil),                // 66: cure.v1.BmcEvidence
-	(*RmaPart)(nil),                    // 67: cure.v1.RmaPart
-	(*TimeBucket)(nil),                 // 68: cure.v1.TimeBucket
-	(*TimeBucketsRequest)(nil),         // 69: cure.v1.TimeBucketsRequest
-	(*TimeBucketSummary)(nil),          // 70: cure.v1.TimeBucketSummary
-	(*SkuTimeBuckets)(nil),             // 71: cure.v1.SkuTimeBuckets
-	(*BucketStat)(nil),                 // 72: cure.v1.BucketStat
-	(*PhaseRecord)(nil),                // 73: cure.v1.PhaseRecord
-	(*AuditDirectRequest)(nil),         // 74: cure.v1.AuditDirectRequest
-	(*AuditDirectResponse)(nil),        // 75: cure.v1.AuditDirectResponse
-	(*NodeAudit)(nil),                  // 76: cure.v1.NodeAudit
-	(*ListNodesRequest)(nil),           // 77: cure.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),          // 78: cure.v1.ListNodesResponse
-	(*NodeInfo)(nil),                   // 79: cure.v1.NodeInfo
-	(*ListAuditLogRequest)(nil),        // 80: cure.v1.ListAuditLogRequest
-	(*AuditEntry)(nil),                 // 81: cure.v1.AuditEntry
-	(*ListAuditLogResponse)(nil),       // 82: cure.v1.ListAuditLogResponse
-	(*NodeSpec)(nil),                   // 83: cure.v1.NodeSpec
-	(*BMCSpec)(nil),                    // 84: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),            // 85: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),           // 86: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),          // 87: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 88: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),           // 89: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),            // 90: cure.v1.ShowNodeRequest
-	(*BootInstalledOSRequest)(nil),     // 91: cure.v1.BootInstalledOSRequest
-	(*BootInstalledOSResponse)(nil),    // 92: cure.v1.BootInstalledOSResponse
-	(*ListManifestsRequest)(nil),       // 93: cure.v1.ListManifestsRequest
-	(*ListManifestsResponse)(nil),      // 94: cure.v1.ListManifestsResponse
-	(*NodeDetail)(nil),                 // 95: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),            // 96: cure.v1.InventoryRecord
-	(*FleetBandsRequest)(nil),          // 97: cure.v1.FleetBandsRequest
-	(*FleetBandsResponse)(nil),         // 98: cure.v1.FleetBandsResponse
-	(*FleetDistribution)(nil),          // 99: cure.v1.FleetDistribution
-	(*FleetNodeMark)(nil),              // 100: cure.v1.FleetNodeMark
-	(*FleetJudgement)(nil),             // 101: cure.v1.FleetJudgement
-	(*FleetJudgements)(nil),            // 102: cure.v1.FleetJudgements
-	(*NodeAdmissionRequest)(nil),       // 103: cure.v1.NodeAdmissionRequest
-	(*AdmissionRequirement)(nil),       // 104: cure.v1.AdmissionRequirement
-	(*NodeAdmissionResponse)(nil),      // 105: cure.v1.NodeAdmissionResponse
-	(*PoolStatus)(nil),                 // 106: cure.v1.PoolStatus
-	(*AcceptMeasurementsRequest)(nil),  // 107: cure.v1.AcceptMeasurementsRequest
-	(*AcceptMeasurementsResponse)(nil), // 108: cure.v1.AcceptMeasurementsResponse
-	(*PoolRequest)(nil),                // 109: cure.v1.PoolRequest
-	(*RevalidateRequest)(nil),          // 110: cure.v1.RevalidateRequest
-	(*PoolResponse)(nil),               // 111: cure.v1.PoolResponse
-	(*PairReady)(nil),                  // 112: cure.v1.PairReady
-	(*PairPort)(nil),                   // 113: cure.v1.PairPort
-	(*PairSchedule)(nil),               // 114: cure.v1.PairSchedule
-	(*PairSlot)(nil),                   // 115: cure.v1.PairSlot
-	(*PairResult)(nil),                 // 116: cure.v1.PairResult
-	(*PairVerdicts)(nil),               // 117: cure.v1.PairVerdicts
-	nil,                                // 118: cure.v1.Attestation.PcrsEntry
-	nil,                                // 119: cure.v1.Log.AttrsEntry
-	nil,                                // 120: cure.v1.Metric.LabelsEntry
-	nil,                                // 121: cure.v1.Assignment.PsidsEntry
-	nil,                                // 122: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                                // 123: cure.v1.CancelRequest.SelectorEntry
-	nil,                                // 124: cure.v1.FleetRequest.SelectorEntry
-	nil,                                // 125: cure.v1.FleetStatus.ByStatusEntry
-	nil,                                // 126: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                                // 127: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                                // 128: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                                // 129: cure.v1.NodeSpec.LabelsEntry
-	nil,                                // 130: cure.v1.NodeSpec.PsidsEntry
-	nil,                                // 131: cure.v1.LabelNodeRequest.SetEntry
-	nil,                                // 132: cure.v1.NodeDetail.LabelsEntry
-	nil,                                // 133: cure.v1.AcceptMeasurementsResponse.PcrsEntry
-	nil,                                // 134: cure.v1.PoolRequest.SelectorEntry
-	nil,                                // 135: cure.v1.RevalidateRequest.SelectorEntry
+	(*LLDPNeighbour)(nil),              // 15: cure.v1.LLDPNeighbour
+	(*PcieLink)(nil),                   // 16: cure.v1.PcieLink
+	(*MachineCheck)(nil),               // 17: cure.v1.MachineCheck
+	(*Processor)(nil),                  // 18: cure.v1.Processor
+	(*Dimm)(nil),                       // 19: cure.v1.Dimm
+	(*PciDevice)(nil),                  // 20: cure.v1.PciDevice
+	(*NumaNode)(nil),                   // 21: cure.v1.NumaNode
+	(*SystemInfo)(nil),                 // 22: cure.v1.SystemInfo
+	(*NvmeController)(nil),             // 23: cure.v1.NvmeController
+	(*NetInterface)(nil),               // 24: cure.v1.NetInterface
+	(*Gpu)(nil),                        // 25: cure.v1.Gpu
+	(*BlockDevice)(nil),                // 26: cure.v1.BlockDevice
+	(*Event)(nil),                      // 27: cure.v1.Event
+	(*Progress)(nil),                   // 28: cure.v1.Progress
+	(*CheckProgress)(nil),              // 29: cure.v1.CheckProgress
+	(*Samples)(nil),                    // 30: cure.v1.Samples
+	(*Series)(nil),                     // 31: cure.v1.Series
+	(*PhaseStart)(nil),                 // 32: cure.v1.PhaseStart
+	(*PhaseEnd)(nil),                   // 33: cure.v1.PhaseEnd
+	(*Verdict)(nil),                    // 34: cure.v1.Verdict
+	(*Measurement)(nil),                // 35: cure.v1.Measurement
+	(*Log)(nil),                        // 36: cure.v1.Log
+	(*Metric)(nil),                     // 37: cure.v1.Metric
+	(*CoordinatorMessage)(nil),         // 38: cure.v1.CoordinatorMessage
+	(*Assignment)(nil),                 // 39: cure.v1.Assignment
+	(*ToolBundleRef)(nil),              // 40: cure.v1.ToolBundleRef
+	(*SuiteResume)(nil),                // 41: cure.v1.SuiteResume
+	(*ResumeState)(nil),                // 42: cure.v1.ResumeState
+	(*FirstBoot)(nil),                  // 43: cure.v1.FirstBoot
+	(*Ack)(nil),                        // 44: cure.v1.Ack
+	(*Idle)(nil),                       // 45: cure.v1.Idle
+	(*Reboot)(nil),                     // 46: cure.v1.Reboot
+	(*Cancel)(nil),                     // 47: cure.v1.Cancel
+	(*RunEnded)(nil),                   // 48: cure.v1.RunEnded
+	(*ProvisionRequest)(nil),           // 49: cure.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),          // 50: cure.v1.ProvisionResponse
+	(*Refusal)(nil),                    // 51: cure.v1.Refusal
+	(*CancelRequest)(nil),              // 52: cure.v1.CancelRequest
+	(*CancelResponse)(nil),             // 53: cure.v1.CancelResponse
+	(*FleetRequest)(nil),               // 54: cure.v1.FleetRequest
+	(*FleetStatus)(nil),                // 55: cure.v1.FleetStatus
+	(*FleetRun)(nil),                   // 56: cure.v1.FleetRun
+	(*RunRef)(nil),                     // 57: cure.v1.RunRef
+	(*WatchRequest)(nil),               // 58: cure.v1.WatchRequest
+	(*TimelineEntry)(nil),              // 59: cure.v1.TimelineEntry
+	(*ReportRequest)(nil),              // 60: cure.v1.ReportRequest
+	(*RunReport)(nil),                  // 61: cure.v1.RunReport
+	(*ReportSeriesBound)(nil),          // 62: cure.v1.ReportSeriesBound
+	(*BmcLogEntry)(nil),                // 63: cure.v1.BmcLogEntry
+	(*BmcPart)(nil),                    // 64: cure.v1.BmcPart
+	(*BmcCollection)(nil),              // 65: cure.v1.BmcCollection
+	(*BmcNote)(nil),                    // 66: cure.v1.BmcNote
+	(*BmcEvidence)(nil),                // 67: cure.v1.BmcEvidence
+	(*RmaPart)(nil),                    // 68: cure.v1.RmaPart
+	(*TimeBucket)(nil),                 // 69: cure.v1.TimeBucket
+	(*TimeBucketsRequest)(nil),         // 70: cure.v1.TimeBucketsRequest
+	(*TimeBucketSummary)(nil),          // 71: cure.v1.TimeBucketSummary
+	(*SkuTimeBuckets)(nil),             // 72: cure.v1.SkuTimeBuckets
+	(*BucketStat)(nil),                 // 73: cure.v1.BucketStat
+	(*PhaseRecord)(nil),                // 74: cure.v1.PhaseRecord
+	(*AuditDirectRequest)(nil),         // 75: cure.v1.AuditDirectRequest
+	(*AuditDirectResponse)(nil),        // 76: cure.v1.AuditDirectResponse
+	(*NodeAudit)(nil),                  // 77: cure.v1.NodeAudit
+	(*ListNodesRequest)(nil),           // 78: cure.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),          // 79: cure.v1.ListNodesResponse
+	(*NodeInfo)(nil),                   // 80: cure.v1.NodeInfo
+	(*ListAuditLogRequest)(nil),        // 81: cure.v1.ListAuditLogRequest
+	(*AuditEntry)(nil),                 // 82: cure.v1.AuditEntry
+	(*ListAuditLogResponse)(nil),       // 83: cure.v1.ListAuditLogResponse
+	(*NodeSpec)(nil),                   // 84: cure.v1.NodeSpec
+	(*BMCSpec)(nil),                    // 85: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),            // 86: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),           // 87: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),          // 88: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 89: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),           // 90: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),            // 91: cure.v1.ShowNodeRequest
+	(*BootInstalledOSRequest)(nil),     // 92: cure.v1.BootInstalledOSRequest
+	(*BootInstalledOSResponse)(nil),    // 93: cure.v1.BootInstalledOSResponse
+	(*ListManifestsRequest)(nil),       // 94: cure.v1.ListManifestsRequest
+	(*ListManifestsResponse)(nil),      // 95: cure.v1.ListManifestsResponse
+	(*NodeDetail)(nil),                 // 96: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),            // 97: cure.v1.InventoryRecord
+	(*FleetBandsRequest)(nil),          // 98: cure.v1.FleetBandsRequest
+	(*FleetBandsResponse)(nil),         // 99: cure.v1.FleetBandsResponse
+	(*FleetDistribution)(nil),          // 100: cure.v1.FleetDistribution
+	(*FleetNodeMark)(nil),              // 101: cure.v1.FleetNodeMark
+	(*FleetJudgement)(nil),             // 102: cure.v1.FleetJudgement
+	(*FleetJudgements)(nil),            // 103: cure.v1.FleetJudgements
+	(*NodeAdmissionRequest)(nil),       // 104: cure.v1.NodeAdmissionRequest
+	(*AdmissionRequirement)(nil),       // 105: cure.v1.AdmissionRequirement
+	(*NodeAdmissionResponse)(nil),      // 106: cure.v1.NodeAdmissionResponse
+	(*PoolStatus)(nil),                 // 107: cure.v1.PoolStatus
+	(*AcceptMeasurementsRequest)(nil),  // 108: cure.v1.AcceptMeasurementsRequest
+	(*AcceptMeasurementsResponse)(nil), // 109: cure.v1.AcceptMeasurementsResponse
+	(*PoolRequest)(nil),                // 110: cure.v1.PoolRequest
+	(*RevalidateRequest)(nil),          // 111: cure.v1.RevalidateRequest
+	(*PoolResponse)(nil),               // 112: cure.v1.PoolResponse
+	(*PairReady)(nil),                  // 113: cure.v1.PairReady
+	(*PairPort)(nil),                   // 114: cure.v1.PairPort
+	(*PairSchedule)(nil),               // 115: cure.v1.PairSchedule
+	(*PairSlot)(nil),                   // 116: cure.v1.PairSlot
+	(*PairResult)(nil),                 // 117: cure.v1.PairResult
+	(*PairVerdicts)(nil),               // 118: cure.v1.PairVerdicts
+	(*InspectReport)(nil),              // 119: cure.v1.InspectReport
+	(*HostInterface)(nil),              // 120: cure.v1.HostInterface
+	(*InspectDrive)(nil),               // 121: cure.v1.InspectDrive
+	(*InspectNeighbour)(nil),           // 122: cure.v1.InspectNeighbour
+	(*InspectAck)(nil),                 // 123: cure.v1.InspectAck
+	(*Discovered)(nil),                 // 124: cure.v1.Discovered
+	(*ListDiscoveredRequest)(nil),      // 125: cure.v1.ListDiscoveredRequest
+	(*ListDiscoveredResponse)(nil),     // 126: cure.v1.ListDiscoveredResponse
+	(*ApproveDiscoveredRequest)(nil),   // 127: cure.v1.ApproveDiscoveredRequest
+	(*ApproveDiscoveredResponse)(nil),  // 128: cure.v1.ApproveDiscoveredResponse
+	nil,                                // 129: cure.v1.Attestation.PcrsEntry
+	nil,                                // 130: cure.v1.Log.AttrsEntry
+	nil,                                // 131: cure.v1.Metric.LabelsEntry
+	nil,                                // 132: cure.v1.Assignment.PsidsEntry
+	nil,                                // 133: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                                // 134: cure.v1.CancelRequest.SelectorEntry
+	nil,                                // 135: cure.v1.FleetRequest.SelectorEntry
+	nil,                                // 136: cure.v1.FleetStatus.ByStatusEntry
+	nil,                                // 137: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                                // 138: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                                // 139: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                                // 140: cure.v1.NodeSpec.LabelsEntry
+	nil,                                // 141: cure.v1.NodeSpec.PsidsEntry
+	nil,                                // 142: cure.v1.LabelNodeRequest.SetEntry
+	nil,                                // 143: cure.v1.NodeDetail.LabelsEntry
+	nil,                                // 144: cure.v1.AcceptMeasurementsResponse.PcrsEntry
+	nil,                                // 145: cure.v1.PoolRequest.SelectorEntry
+	nil,                                // 146: cure.v1.RevalidateRequest.SelectorEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	7,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
-	26,  // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
+	27,  // 1: cure.v1.RunnerMessage.event:type_name -> cure.v1.Event
 	12,  // 2: cure.v1.Hello.identity:type_name -> cure.v1.Identity
 	14,  // 3: cure.v1.Hello.inventory:type_name -> cure.v1.Inventory
 	13,  // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
 	11,  // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
 	10,  // 6: cure.v1.Hello.attestation:type_name -> cure.v1.Attestation
-	118, // 7: cure.v1.Attestation.pcrs:type_name -> cure.v1.Attestation.PcrsEntry
+	129, // 7: cure.v1.Attestation.pcrs:type_name -> cure.v1.Attestation.PcrsEntry
 	5,   // 8: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
-	21,  // 9: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
-	22,  // 10: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
-	23,  // 11: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
-	24,  // 12: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
-	25,  // 13: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
-	17,  // 14: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
-	18,  // 15: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
-	19,  // 16: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
-	20,  // 17: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
-	15,  // 18: cure.v1.Inventory.pcie_links:type_name -> cure.v1.PcieLink
-	16,  // 19: cure.v1.Inventory.machine_checks:type_name -> cure.v1.MachineCheck
-	31,  // 20: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
-	32,  // 21: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
-	33,  // 22: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
-	35,  // 23: cure.v1.Event.log:type_name -> cure.v1.Log
-	36,  // 24: cure.v1.Event.metric:type_name -> cure.v1.Metric
-	27,  // 25: cure.v1.Event.progress:type_name -> cure.v1.Progress
-	29,  // 26: cure.v1.Event.samples:type_name -> cure.v1.Samples
-	112, // 27: cure.v1.Event.pair_ready:type_name -> cure.v1.PairReady
-	116, // 28: cure.v1.Event.pair_result:type_name -> cure.v1.PairResult
-	28,  // 29: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
-	1,   // 30: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
-	30,  // 31: cure.v1.Samples.series:type_name -> cure.v1.Series
-	2,   // 32: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
-	1,   // 33: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
-	34,  // 34: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	119, // 35: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	120, // 36: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
-	38,  // 37: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
-	43,  // 38: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
-	44,  // 39: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
-	45,  // 40: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
-	46,  // 41: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
-	114, // 42: cure.v1.CoordinatorMessage.pair_schedule:type_name -> cure.v1.PairSchedule
-	117, // 43: cure.v1.CoordinatorMessage.pair_verdicts:type_name -> cure.v1.PairVerdicts
-	0,   // 44: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
-	41,  // 45: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
-	42,  // 46: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	121, // 47: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
-	40,  // 48: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
-	39,  // 49: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
-	28,  // 50: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
-	0,   // 51: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	122, // 52: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
-	56,  // 53: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
-	50,  // 54: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	123, // 55: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
-	56,  // 56: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
-	50,  // 57: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	124, // 58: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	125, // 59: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	126, // 60: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
-	55,  // 61: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	127, // 62: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
-	3,   // 63: cure.v1.FleetRun.run_status:type_name -> cure.v1.RunStatus
-	33,  // 64: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
-	27,  // 65: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
-	0,   // 66: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
-	73,  // 67: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
-	33,  // 68: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	96,  // 69: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
-	68,  // 70: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
-	62,  // 71: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
-	63,  // 72: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
-	63,  // 73: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
-	64,  // 74: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
-	30,  // 75: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
-	30,  // 76: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
-	61,  // 77: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
-	101, // 78: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
-	99,  // 79: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
-	27,  // 80: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
-	67,  // 81: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
-	3,   // 82: cure.v1.RunReport.run_status:type_name -> cure.v1.RunStatus
-	65,  // 83: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
-	62,  // 84: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
-	63,  // 85: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
-	63,  // 86: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
-	64,  // 87: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
-	1,   // 88: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
-	68,  // 89: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	128, // 90: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
-	71,  // 91: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
-	72,  // 92: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
-	72,  // 93: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
-	2,   // 94: cure.v1.PhaseRecord.phase_status:type_name -> cure.v1.PhaseStatus
-	76,  // 95: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
-	33,  // 96: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
-	79,  // 97: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
-	4,   // 98: cure.v1.NodeInfo.pool_state:type_name -> cure.v1.PoolState
-	3,   // 99: cure.v1.NodeInfo.last_run_state:type_name -> cure.v1.RunStatus
-	81,  // 100: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	129, // 101: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	84,  // 102: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	130, // 103: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	83,  // 104: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	131, // 105: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	132, // 106: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	96,  // 107: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	106, // 108: cure.v1.NodeDetail.pool:type_name -> cure.v1.PoolStatus
-	3,   // 109: cure.v1.NodeDetail.last_run_state:type_name -> cure.v1.RunStatus
-	14,  // 110: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	99,  // 111: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
-	100, // 112: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
-	101, // 113: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
-	99,  // 114: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
-	104, // 115: cure.v1.NodeAdmissionResponse.requirements:type_name -> cure.v1.AdmissionRequirement
-	106, // 116: cure.v1.NodeAdmissionResponse.pool:type_name -> cure.v1.PoolStatus
-	4,   // 117: cure.v1.PoolStatus.state:type_name -> cure.v1.PoolState
-	133, // 118: cure.v1.AcceptMeasurementsResponse.pcrs:type_name -> cure.v1.AcceptMeasurementsResponse.PcrsEntry
-	134, // 119: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
-	135, // 120: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
-	0,   // 121: cure.v1.RevalidateRequest.mode:type_name -> cure.v1.Mode
-	106, // 122: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
-	50,  // 123: cure.v1.PoolResponse.refused:type_name -> cure.v1.Refusal
-	113, // 124: cure.v1.PairReady.ports:type_name -> cure.v1.PairPort
-	115, // 125: cure.v1.PairSchedule.slots:type_name -> cure.v1.PairSlot
-	33,  // 126: cure.v1.PairVerdicts.verdicts:type_name -> cure.v1.Verdict
-	6,   // 127: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	8,   // 128: cure.v1.RunnerService.BeginAttestation:input_type -> cure.v1.AttestBegin
-	48,  // 129: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	57,  // 130: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	59,  // 131: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	77,  // 132: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	74,  // 133: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	80,  // 134: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	51,  // 135: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	53,  // 136: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	85,  // 137: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	87,  // 138: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	89,  // 139: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	90,  // 140: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	69,  // 141: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	97,  // 142: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
-	109, // 143: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
-	109, // 144: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
-	110, // 145: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
-	109, // 146: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
-	103, // 147: cure.v1.OperatorService.NodeAdmission:input_type -> cure.v1.NodeAdmissionRequest
-	107, // 148: cure.v1.OperatorService.AcceptMeasurements:input_type -> cure.v1.AcceptMeasurementsRequest
-	91,  // 149: cure.v1.OperatorService.BootInstalledOS:input_type -> cure.v1.BootInstalledOSRequest
-	93,  // 150: cure.v1.OperatorService.ListManifests:input_type -> cure.v1.ListManifestsRequest
-	37,  // 151: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	9,   // 152: cure.v1.RunnerService.BeginAttestation:output_type -> cure.v1.AttestChallenge
-	49,  // 153: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	58,  // 154: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	60,  // 155: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	78,  // 156: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	75,  // 157: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	82,  // 158: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	52,  // 159: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	54,  // 160: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	86,  // 161: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	88,  // 162: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	95,  // 163: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	95,  // 164: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	70,  // 165: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	98,  // 166: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
-	111, // 167: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
-	111, // 168: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
-	111, // 169: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
-	111, // 170: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
-	105, // 171: cure.v1.OperatorService.NodeAdmission:output_type -> cure.v1.NodeAdmissionResponse
-	108, // 172: cure.v1.OperatorService.AcceptMeasurements:output_type -> cure.v1.AcceptMeasurementsResponse
-	92,  // 173: cure.v1.OperatorService.BootInstalledOS:output_type -> cure.v1.BootInstalledOSResponse
-	94,  // 174: cure.v1.OperatorService.ListManifests:output_type -> cure.v1.ListManifestsResponse
-	151, // [151:175] is the sub-list for method output_type
-	127, // [127:151] is the sub-list for method input_type
-	127, // [127:127] is the sub-list for extension type_name
-	127, // [127:127] is the sub-list for extension extendee
-	0,   // [0:127] is the sub-list for field type_name
+	22,  // 9: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
+	23,  // 10: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
+	24,  // 11: cure.v1.Inventory.nics:type_name -> cure.v1.NetInterface
+	25,  // 12: cure.v1.Inventory.gpus:type_name -> cure.v1.Gpu
+	26,  // 13: cure.v1.Inventory.disks:type_name -> cure.v1.BlockDevice
+	18,  // 14: cure.v1.Inventory.processors:type_name -> cure.v1.Processor
+	19,  // 15: cure.v1.Inventory.dimms:type_name -> cure.v1.Dimm
+	20,  // 16: cure.v1.Inventory.nvswitches:type_name -> cure.v1.PciDevice
+	21,  // 17: cure.v1.Inventory.numa_nodes:type_name -> cure.v1.NumaNode
+	16,  // 18: cure.v1.Inventory.pcie_links:type_name -> cure.v1.PcieLink
+	17,  // 19: cure.v1.Inventory.machine_checks:type_name -> cure.v1.MachineCheck
+	15,  // 20: cure.v1.NetInterface.lldp:type_name -> cure.v1.LLDPNeighbour
+	32,  // 21: cure.v1.Event.phase_start:type_name -> cure.v1.PhaseStart
+	33,  // 22: cure.v1.Event.phase_end:type_name -> cure.v1.PhaseEnd
+	34,  // 23: cure.v1.Event.verdict:type_name -> cure.v1.Verdict
+	36,  // 24: cure.v1.Event.log:type_name -> cure.v1.Log
+	37,  // 25: cure.v1.Event.metric:type_name -> cure.v1.Metric
+	28,  // 26: cure.v1.Event.progress:type_name -> cure.v1.Progress
+	30,  // 27: cure.v1.Event.samples:type_name -> cure.v1.Samples
+	113, // 28: cure.v1.Event.pair_ready:type_name -> cure.v1.PairReady
+	117, // 29: cure.v1.Event.pair_result:type_name -> cure.v1.PairResult
+	29,  // 30: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
+	1,   // 31: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
+	31,  // 32: cure.v1.Samples.series:type_name -> cure.v1.Series
+	2,   // 33: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
+	1,   // 34: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
+	35,  // 35: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
+	130, // 36: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	131, // 37: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	39,  // 38: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
+	44,  // 39: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
+	45,  // 40: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
+	46,  // 41: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
+	47,  // 42: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
+	115, // 43: cure.v1.CoordinatorMessage.pair_schedule:type_name -> cure.v1.PairSchedule
+	118, // 44: cure.v1.CoordinatorMessage.pair_verdicts:type_name -> cure.v1.PairVerdicts
+	0,   // 45: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
+	42,  // 46: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
+	43,  // 47: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
+	132, // 48: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	41,  // 49: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
+	40,  // 50: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
+	29,  // 51: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
+	0,   // 52: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
+	133, // 53: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	57,  // 54: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
+	51,  // 55: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
+	134, // 56: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	57,  // 57: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
+	51,  // 58: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
+	135, // 59: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	136, // 60: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	137, // 61: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	56,  // 62: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
+	138, // 63: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	3,   // 64: cure.v1.FleetRun.run_status:type_name -> cure.v1.RunStatus
+	34,  // 65: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
+	28,  // 66: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
+	0,   // 67: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
+	74,  // 68: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
+	34,  // 69: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
+	97,  // 70: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	69,  // 71: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
+	63,  // 72: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
+	64,  // 73: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
+	64,  // 74: cure.v1.RunReport.bmc_fans:type_name -> cure.v1.BmcPart
+	65,  // 75: cure.v1.RunReport.bmc_collection:type_name -> cure.v1.BmcCollection
+	31,  // 76: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
+	31,  // 77: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
+	62,  // 78: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
+	102, // 79: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
+	100, // 80: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
+	28,  // 81: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
+	68,  // 82: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
+	3,   // 83: cure.v1.RunReport.run_status:type_name -> cure.v1.RunStatus
+	66,  // 84: cure.v1.BmcCollection.notes:type_name -> cure.v1.BmcNote
+	63,  // 85: cure.v1.BmcEvidence.log:type_name -> cure.v1.BmcLogEntry
+	64,  // 86: cure.v1.BmcEvidence.power_supplies:type_name -> cure.v1.BmcPart
+	64,  // 87: cure.v1.BmcEvidence.fans:type_name -> cure.v1.BmcPart
+	65,  // 88: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
+	1,   // 89: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
+	69,  // 90: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
+	139, // 91: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	72,  // 92: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
+	73,  // 93: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
+	73,  // 94: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
+	2,   // 95: cure.v1.PhaseRecord.phase_status:type_name -> cure.v1.PhaseStatus
+	77,  // 96: cure.v1.AuditDirectResponse.nodes:type_name -> cure.v1.NodeAudit
+	34,  // 97: cure.v1.NodeAudit.verdicts:type_name -> cure.v1.Verdict
+	80,  // 98: cure.v1.ListNodesResponse.nodes:type_name -> cure.v1.NodeInfo
+	4,   // 99: cure.v1.NodeInfo.pool_state:type_name -> cure.v1.PoolState
+	3,   // 100: cure.v1.NodeInfo.last_run_state:type_name -> cure.v1.RunStatus
+	82,  // 101: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
+	140, // 102: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	85,  // 103: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	141, // 104: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	84,  // 105: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	142, // 106: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	143, // 107: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	97,  // 108: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	107, // 109: cure.v1.NodeDetail.pool:type_name -> cure.v1.PoolStatus
+	3,   // 110: cure.v1.NodeDetail.last_run_state:type_name -> cure.v1.RunStatus
+	14,  // 111: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	100, // 112: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
+	101, // 113: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
+	102, // 114: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
+	100, // 115: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
+	105, // 116: cure.v1.NodeAdmissionResponse.requirements:type_name -> cure.v1.AdmissionRequirement
+	107, // 117: cure.v1.NodeAdmissionResponse.pool:type_name -> cure.v1.PoolStatus
+	4,   // 118: cure.v1.PoolStatus.state:type_name -> cure.v1.PoolState
+	144, // 119: cure.v1.AcceptMeasurementsResponse.pcrs:type_name -> cure.v1.AcceptMeasurementsResponse.PcrsEntry
+	145, // 120: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
+	146, // 121: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
+	0,   // 122: cure.v1.RevalidateRequest.mode:type_name -> cure.v1.Mode
+	107, // 123: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
+	51,  // 124: cure.v1.PoolResponse.refused:type_name -> cure.v1.Refusal
+	114, // 125: cure.v1.PairReady.ports:type_name -> cure.v1.PairPort
+	116, // 126: cure.v1.PairSchedule.slots:type_name -> cure.v1.PairSlot
+	34,  // 127: cure.v1.PairVerdicts.verdicts:type_name -> cure.v1.Verdict
+	14,  // 128: cure.v1.InspectReport.inventory:type_name -> cure.v1.Inventory
+	120, // 129: cure.v1.InspectReport.bmc:type_name -> cure.v1.HostInterface
+	121, // 130: cure.v1.InspectReport.drives:type_name -> cure.v1.InspectDrive
+	122, // 131: cure.v1.InspectReport.lldp:type_name -> cure.v1.InspectNeighbour
+	119, // 132: cure.v1.Discovered.report:type_name -> cure.v1.InspectReport
+	124, // 133: cure.v1.ListDiscoveredResponse.discovered:type_name -> cure.v1.Discovered
+	84,  // 134: cure.v1.ApproveDiscoveredRequest.node:type_name -> cure.v1.NodeSpec
+	6,   // 135: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	8,   // 136: cure.v1.RunnerService.BeginAttestation:input_type -> cure.v1.AttestBegin
+	119, // 137: cure.v1.RunnerService.Inspect:input_type -> cure.v1.InspectReport
+	49,  // 138: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	58,  // 139: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	60,  // 140: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	78,  // 141: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	75,  // 142: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	81,  // 143: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	52,  // 144: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	54,  // 145: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	86,  // 146: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	88,  // 147: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	90,  // 148: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	91,  // 149: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	70,  // 150: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	98,  // 151: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
+	110, // 152: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
+	110, // 153: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
+	111, // 154: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
+	110, // 155: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
+	104, // 156: cure.v1.OperatorService.NodeAdmission:input_type -> cure.v1.NodeAdmissionRequest
+	108, // 157: cure.v1.OperatorService.AcceptMeasurements:input_type -> cure.v1.AcceptMeasurementsRequest
+	92,  // 158: cure.v1.OperatorService.BootInstalledOS:input_type -> cure.v1.BootInstalledOSRequest
+	94,  // 159: cure.v1.OperatorService.ListManifests:input_type -> cure.v1.ListManifestsRequest
+	125, // 160: cure.v1.OperatorService.ListDiscovered:input_type -> cure.v1.ListDiscoveredRequest
+	127, // 161: cure.v1.OperatorService.ApproveDiscovered:input_type -> cure.v1.ApproveDiscoveredRequest
+	38,  // 162: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	9,   // 163: cure.v1.RunnerService.BeginAttestation:output_type -> cure.v1.AttestChallenge
+	123, // 164: cure.v1.RunnerService.Inspect:output_type -> cure.v1.InspectAck
+	50,  // 165: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	59,  // 166: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	61,  // 167: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	79,  // 168: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	76,  // 169: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	83,  // 170: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	53,  // 171: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	55,  // 172: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	87,  // 173: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	89,  // 174: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	96,  // 175: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	96,  // 176: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	71,  // 177: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	99,  // 178: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
+	112, // 179: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
+	112, // 180: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
+	112, // 181: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
+	112, // 182: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
+	106, // 183: cure.v1.OperatorService.NodeAdmission:output_type -> cure.v1.NodeAdmissionResponse
+	109, // 184: cure.v1.OperatorService.AcceptMeasurements:output_type -> cure.v1.AcceptMeasurementsResponse
+	93,  // 185: cure.v1.OperatorService.BootInstalledOS:output_type -> cure.v1.BootInstalledOSResponse
+	95,  // 186: cure.v1.OperatorService.ListManifests:output_type -> cure.v1.ListManifestsResponse
+	126, // 187: cure.v1.OperatorService.ListDiscovered:output_type -> cure.v1.ListDiscoveredResponse
+	128, // 188: cure.v1.OperatorService.ApproveDiscovered:output_type -> cure.v1.ApproveDiscoveredResponse
+	162, // [162:189] is the sub-list for method output_type
+	135, // [135:162] is the sub-list for method input_type
+	135, // [135:135] is the sub-list for extension type_name
+	135, // [135:135] is the sub-list for extension extendee
+	0,   // [0:135] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -11215,7 +12247,7 @@ func file_cure_proto_init() {
 		(*RunnerMessage_Hello)(nil),
 		(*RunnerMessage_Event)(nil),
 	}
-	file_cure_proto_msgTypes[20].OneofWrappers = []any{
+	file_cure_proto_msgTypes[21].OneofWrappers = []any{
 		(*Event_PhaseStart)(nil),
 		(*Event_PhaseEnd)(nil),
 		(*Event_Verdict)(nil),
@@ -11226,7 +12258,7 @@ func file_cure_proto_init() {
 		(*Event_PairReady)(nil),
 		(*Event_PairResult)(nil),
 	}
-	file_cure_proto_msgTypes[31].OneofWrappers = []any{
+	file_cure_proto_msgTypes[32].OneofWrappers = []any{
 		(*CoordinatorMessage_Assignment)(nil),
 		(*CoordinatorMessage_Ack)(nil),
 		(*CoordinatorMessage_Idle)(nil),
@@ -11235,14 +12267,14 @@ func file_cure_proto_init() {
 		(*CoordinatorMessage_PairSchedule)(nil),
 		(*CoordinatorMessage_PairVerdicts)(nil),
 	}
-	file_cure_proto_msgTypes[95].OneofWrappers = []any{}
+	file_cure_proto_msgTypes[96].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   130,
+			NumMessages:   141,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

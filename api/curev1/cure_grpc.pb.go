@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	RunnerService_Session_FullMethodName          = "/cure.v1.RunnerService/Session"
 	RunnerService_BeginAttestation_FullMethodName = "/cure.v1.RunnerService/BeginAttestation"
+	RunnerService_Inspect_FullMethodName          = "/cure.v1.RunnerService/Inspect"
 )
 
 // RunnerServiceClient is the client API for RunnerService service.
@@ -43,6 +44,12 @@ type RunnerServiceClient interface {
 	// and boot id and short-lived, and a credential only the TPM holding that
 	// EK can recover, and only for that AK. The answers go in Hello.attestation.
 	BeginAttestation(ctx context.Context, in *AttestBegin, opts ...grpc.CallOption) (*AttestChallenge, error)
+	// Inspect is an enlisting machine's one call (provisioner-lite --enlist,
+	// docs/SECURITY.md "Enlistment"): an unknown MAC booted CURE in inspect
+	// mode with a discovery token, which authenticates this call and
+	// nothing else (no session, no assignment, no secret). The report
+	// becomes the machine's discovered record.
+	Inspect(ctx context.Context, in *InspectReport, opts ...grpc.CallOption) (*InspectAck, error)
 }
 
 type runnerServiceClient struct {
@@ -76,6 +83,16 @@ func (c *runnerServiceClient) BeginAttestation(ctx context.Context, in *AttestBe
 	return out, nil
 }
 
+func (c *runnerServiceClient) Inspect(ctx context.Context, in *InspectReport, opts ...grpc.CallOption) (*InspectAck, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InspectAck)
+	err := c.cc.Invoke(ctx, RunnerService_Inspect_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RunnerServiceServer is the server API for RunnerService service.
 // All implementations must embed UnimplementedRunnerServiceServer
 // for forward compatibility.
@@ -92,6 +109,12 @@ type RunnerServiceServer interface {
 	// and boot id and short-lived, and a credential only the TPM holding that
 	// EK can recover, and only for that AK. The answers go in Hello.attestation.
 	BeginAttestation(context.Context, *AttestBegin) (*AttestChallenge, error)
+	// Inspect is an enlisting machine's one call (provisioner-lite --enlist,
+	// docs/SECURITY.md "Enlistment"): an unknown MAC booted CURE in inspect
+	// mode with a discovery token, which authenticates this call and
+	// nothing else (no session, no assignment, no secret). The report
+	// becomes the machine's discovered record.
+	Inspect(context.Context, *InspectReport) (*InspectAck, error)
 	mustEmbedUnimplementedRunnerServiceServer()
 }
 
@@ -107,6 +130,9 @@ func (UnimplementedRunnerServiceServer) Session(grpc.BidiStreamingServer[RunnerM
 }
 func (UnimplementedRunnerServiceServer) BeginAttestation(context.Context, *AttestBegin) (*AttestChallenge, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method BeginAttestation not implemented")
+}
+func (UnimplementedRunnerServiceServer) Inspect(context.Context, *InspectReport) (*InspectAck, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Inspect not implemented")
 }
 func (UnimplementedRunnerServiceServer) mustEmbedUnimplementedRunnerServiceServer() {}
 func (UnimplementedRunnerServiceServer) testEmbeddedByValue()                       {}
@@ -154,6 +180,24 @@ func _RunnerService_BeginAttestation_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RunnerService_Inspect_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InspectReport)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunnerServiceServer).Inspect(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunnerService_Inspect_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunnerServiceServer).Inspect(ctx, req.(*InspectReport))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RunnerService_ServiceDesc is the grpc.ServiceDesc for RunnerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -164,6 +208,10 @@ var RunnerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BeginAttestation",
 			Handler:    _RunnerService_BeginAttestation_Handler,
+		},
+		{
+			MethodName: "Inspect",
+			Handler:    _RunnerService_Inspect_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
@@ -200,6 +248,8 @@ const (
 	OperatorService_AcceptMeasurements_FullMethodName = "/cure.v1.OperatorService/AcceptMeasurements"
 	OperatorService_BootInstalledOS_FullMethodName    = "/cure.v1.OperatorService/BootInstalledOS"
 	OperatorService_ListManifests_FullMethodName      = "/cure.v1.OperatorService/ListManifests"
+	OperatorService_ListDiscovered_FullMethodName     = "/cure.v1.OperatorService/ListDiscovered"
+	OperatorService_ApproveDiscovered_FullMethodName  = "/cure.v1.OperatorService/ApproveDiscovered"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -273,6 +323,14 @@ type OperatorServiceClient interface {
 	// SKUs and validation suites runs take (--manifest, --sku, --suite), and
 	// the manifest bundle version when they come from the store.
 	ListManifests(ctx context.Context, in *ListManifestsRequest, opts ...grpc.CallOption) (*ListManifestsResponse, error)
+	// Enlistment (docs/SECURITY.md "Enlistment"). ListDiscovered (viewer):
+	// the machines that enlisted, with what they reported and the SKU and
+	// name the inspection rules propose. ApproveDiscovered (admin) turns one
+	// into a node as AddNodes adds one (the BMC credentials are the
+	// operator's; nothing the machine said is a secret); the normal
+	// admission applies from there.
+	ListDiscovered(ctx context.Context, in *ListDiscoveredRequest, opts ...grpc.CallOption) (*ListDiscoveredResponse, error)
+	ApproveDiscovered(ctx context.Context, in *ApproveDiscoveredRequest, opts ...grpc.CallOption) (*ApproveDiscoveredResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -512,6 +570,26 @@ func (c *operatorServiceClient) ListManifests(ctx context.Context, in *ListManif
 	return out, nil
 }
 
+func (c *operatorServiceClient) ListDiscovered(ctx context.Context, in *ListDiscoveredRequest, opts ...grpc.CallOption) (*ListDiscoveredResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDiscoveredResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ListDiscovered_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) ApproveDiscovered(ctx context.Context, in *ApproveDiscoveredRequest, opts ...grpc.CallOption) (*ApproveDiscoveredResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveDiscoveredResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ApproveDiscovered_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -583,6 +661,14 @@ type OperatorServiceServer interface {
 	// SKUs and validation suites runs take (--manifest, --sku, --suite), and
 	// the manifest bundle version when they come from the store.
 	ListManifests(context.Context, *ListManifestsRequest) (*ListManifestsResponse, error)
+	// Enlistment (docs/SECURITY.md "Enlistment"). ListDiscovered (viewer):
+	// the machines that enlisted, with what they reported and the SKU and
+	// name the inspection rules propose. ApproveDiscovered (admin) turns one
+	// into a node as AddNodes adds one (the BMC credentials are the
+	// operator's; nothing the machine said is a secret); the normal
+	// admission applies from there.
+	ListDiscovered(context.Context, *ListDiscoveredRequest) (*ListDiscoveredResponse, error)
+	ApproveDiscovered(context.Context, *ApproveDiscoveredRequest) (*ApproveDiscoveredResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -658,6 +744,12 @@ func (UnimplementedOperatorServiceServer) BootInstalledOS(context.Context, *Boot
 }
 func (UnimplementedOperatorServiceServer) ListManifests(context.Context, *ListManifestsRequest) (*ListManifestsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListManifests not implemented")
+}
+func (UnimplementedOperatorServiceServer) ListDiscovered(context.Context, *ListDiscoveredRequest) (*ListDiscoveredResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListDiscovered not implemented")
+}
+func (UnimplementedOperatorServiceServer) ApproveDiscovered(context.Context, *ApproveDiscoveredRequest) (*ApproveDiscoveredResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ApproveDiscovered not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -1069,6 +1161,42 @@ func _OperatorService_ListManifests_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_ListDiscovered_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDiscoveredRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ListDiscovered(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ListDiscovered_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ListDiscovered(ctx, req.(*ListDiscoveredRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_ApproveDiscovered_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveDiscoveredRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ApproveDiscovered(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ApproveDiscovered_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ApproveDiscovered(ctx, req.(*ApproveDiscoveredRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1159,6 +1287,14 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListManifests",
 			Handler:    _OperatorService_ListManifests_Handler,
+		},
+		{
+			MethodName: "ListDiscovered",
+			Handler:    _OperatorService_ListDiscovered_Handler,
+		},
+		{
+			MethodName: "ApproveDiscovered",
+			Handler:    _OperatorService_ApproveDiscovered_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -32,6 +32,10 @@ const runnerSession = curev1.RunnerService_Session_FullMethodName
 // it carries no operator certificate; the boot token inside authenticates it.
 const runnerBeginAttestation = curev1.RunnerService_BeginAttestation_FullMethodName
 
+// runnerInspect is an enlisting machine's report: its discovery token
+// authenticates it (provisioner-lite/enlist), and grants nothing else.
+const runnerInspect = curev1.RunnerService_Inspect_FullMethodName
+
 var methodRoles = map[string]pki.Role{
 	curev1.OperatorService_ListNodes_FullMethodName:     pki.RoleViewer,
 	curev1.OperatorService_Watch_FullMethodName:         pki.RoleViewer,
@@ -68,6 +72,10 @@ var methodRoles = map[string]pki.Role{
 	// Booting a node without an active run into its installed OS changes
 	// no data (its disk is booted as it is): an operator's call.
 	curev1.OperatorService_BootInstalledOS_FullMethodName: pki.RoleOperator,
+	// Enlistment: what enlisted is for viewers; approving one names a BMC
+	// the coordinator will log in to, as AddNodes does: admin only.
+	curev1.OperatorService_ListDiscovered_FullMethodName:    pki.RoleViewer,
+	curev1.OperatorService_ApproveDiscovered_FullMethodName: pki.RoleAdmin,
 }
 
 // ModeRole is the role a run of mode m needs: wipe destroys data.
@@ -110,7 +118,7 @@ func OperatorAuth(rec *audit.Recorder, log *slog.Logger) []grpc.ServerOption {
 		rec = audit.New(nil, log, 0)
 	}
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if info.FullMethod == runnerBeginAttestation {
+		if info.FullMethod == runnerBeginAttestation || info.FullMethod == runnerInspect {
 			return handler(ctx, req)
 		}
 		op, err := authorize(ctx, info.FullMethod, rec, req)

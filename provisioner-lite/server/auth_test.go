@@ -359,7 +359,9 @@ func TestEveryMethodHasARole(t *testing.T) {
 	}
 	// Every runner method passes OperatorAuth without a certificate: a new
 	// one must be added there on purpose.
-	if ms := curev1.RunnerService_ServiceDesc.Methods; len(ms) != 1 || runnerBeginAttestation != "/"+curev1.RunnerService_ServiceDesc.ServiceName+"/"+ms[0].MethodName {
+	ms := curev1.RunnerService_ServiceDesc.Methods
+	prefix := "/" + curev1.RunnerService_ServiceDesc.ServiceName + "/"
+	if len(ms) != 2 || runnerBeginAttestation != prefix+ms[0].MethodName || runnerInspect != prefix+ms[1].MethodName {
 		t.Fatalf("runner service's unary methods changed: %+v", ms)
 	}
 }
