@@ -53,8 +53,13 @@ type InstallPlan struct {
 	// one (spec.os.image.chunks): always the coordinator's store.
 	ChunksURL string
 	Image     manifests.Artifact
-	Target    blockdev.Disk
-	Seed      Seed
+	// Target is the one disk, or with spec.os.storage.raid the array,
+	// known once os_install has created it.
+	Target blockdev.Disk
+	// Storage is spec.os.storage resolved on the node's drives; nil
+	// without one.
+	Storage *StoragePlan
+	Seed    Seed
 }
 
 // PlanInstall checks the mode, resolves the artifact, selects exactly one
@@ -77,15 +82,27 @@ func PlanInstall(a *curev1.Assignment, sku *manifests.SKU, disks []blockdev.Disk
 			return nil, fmt.Errorf("manifest %s: spec.os.image.chunks: %w", sku.Metadata.Name, err)
 		}
 	}
-	ts := osSpec.TargetDisk
-	sel := blockdev.Selector{Transport: ts.Transport, Model: ts.Model, Serial: ts.Serial, Name: ts.Name,
-		MinSize: uint64(ts.MinSize), MaxSize: uint64(ts.MaxSize)}
-	disk, err := blockdev.Select(disks, sel)
-	if err != nil {
-		return nil, fmt.Errorf("manifest %s: spec.os.targetDisk %s: %w", sku.Metadata.Name, sel, err)
+	var disk blockdev.Disk
+	var target *blockdev.Disk
+	if st := osSpec.Storage; st == nil || st.RAID == nil {
+		sel := selector(osSpec.TargetDisk)
+		if disk, err = blockdev.Select(disks, sel); err != nil {
+			return nil, fmt.Errorf("manifest %s: spec.os.targetDisk %s: %w", sku.Metadata.Name, sel, err)
+		}
+		if disk.BootMedium || disk.ReadOnly { // Select refuses these; a second lock on the door costs nothing
+			return nil, fmt.Errorf("target disk %s is the boot medium or read-only: refusing", disk.Name)
+		}
+		target = &disk
 	}
-	if disk.BootMedium || disk.ReadOnly { // Select refuses these; a second lock on the door costs nothing
-		return nil, fmt.Errorf("target disk %s is the boot medium or read-only: refusing", disk.Name)
+	var storage *StoragePlan
+	userData := osSpec.FirstBoot.UserData
+	if osSpec.Storage != nil {
+		if storage, err = PlanStorage(osSpec.Storage, disks, target); err != nil {
+			return nil, fmt.Errorf("manifest %s: %w", sku.Metadata.Name, err)
+		}
+		if userData, err = mountsUserData(userData, storage.Filesystems); err != nil {
+			return nil, fmt.Errorf("manifest %s: %w", sku.Metadata.Name, err)
+		}
 	}
 	fb := a.GetFirstBoot()
 	host := fb.GetHostname()
@@ -98,9 +115,9 @@ func PlanInstall(a *curev1.Assignment, sku *manifests.SKU, disks []blockdev.Disk
 	if inst == "" {
 		inst = a.GetRunId()
 	}
-	return &InstallPlan{URL: u, ChunksURL: chunksURL, Image: osSpec.Image, Target: disk, Seed: Seed{
+	return &InstallPlan{URL: u, ChunksURL: chunksURL, Image: osSpec.Image, Target: disk, Storage: storage, Seed: Seed{
 		InstanceID: inst, Hostname: host, CallbackURL: fb.GetCallbackUrl(),
-		CallbackToken: fb.GetCallbackToken(), ExtraUserData: osSpec.FirstBoot.UserData,
+		CallbackToken: fb.GetCallbackToken(), ExtraUserData: userData,
 	}}, nil
 }
 
@@ -148,6 +165,17 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 	if err != nil {
 		return fail(err)
 	}
+	zeroed := e.isZeroed(plan.Target)
+	if plan.Storage != nil {
+		if e.cfg.Storage.Run == nil {
+			return fail(errors.New("spec.os.storage: this runner has no storage tools (mdadm, mkfs): refusing"))
+		}
+		if plan.Storage.Level != "" {
+			if plan.Target, zeroed, err = e.createArray(ctx, emit, plan.Storage); err != nil {
+				return fail(err)
+			}
+		}
+	}
 	d := plan.Target
 	component = "disk/" + d.Name
 	e.cfg.Log.Info("os_install plan", "url", plan.URL, "target", d.Path, "size", d.SizeBytes, "model", d.Model, "serial", d.Serial, "hostname", plan.Seed.Hostname)
@@ -160,7 +188,7 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 		ChunksURL: plan.ChunksURL, ChunksSHA256: plan.Image.Chunks,
 		// After this boot's verified erase sampled zeros, zero blocks are
 		// skipped rather than zeroed; the read-back below covers them.
-		TargetZeroed: e.isZeroed(d),
+		TargetZeroed: zeroed,
 		Progress:     e.installProgress(emit, labels),
 	}
 	if plan.ChunksURL != "" {
@@ -185,6 +213,9 @@ func (e *Executor) runOSInstall(ctx context.Context, a *curev1.Assignment, emit 
 	}
 	if err := e.cfg.Seeds.WriteSeed(part, plan.Seed); err != nil {
 		return fail(fmt.Errorf("writing first-boot seed to %s: %w", part, err))
+	}
+	if err := e.finishStorage(ctx, emit, plan.Storage, d.Path); err != nil {
+		return fail(err)
 	}
 	mbps := 0.0
 	if s := res.Duration.Seconds(); s > 0 {

@@ -68,6 +68,9 @@ type Config struct {
 	// FixPartitionTable runs after the image's read-back (FixGPT); nil
 	// leaves the written partition table as it is.
 	FixPartitionTable func(path string, growRoot bool) (string, error)
+	// Storage builds spec.os.storage (md arrays, extra filesystems); a nil
+	// Storage.Run refuses a SKU that has one.
+	Storage StorageSeams
 	// Root is where sys/, proc/ and dev/ are ("/" on a node; a fixture in tests).
 	Root string
 	// Pairs holds the coordinator's node-pair schedules and judgements

@@ -16,6 +16,21 @@ import (
 // block device it uses the logical sector size (BLKSSZGET), syncs and asks
 // the kernel to re-read the table (BLKRRPART).
 func FixDevice(path string, grow int) (*Plan, error) {
+	return changeDevice(path, grow, "")
+}
+
+// AddPartitionDevice adds a Linux data partition named name over the free
+// space after the last partition of path's GPT (PlanAdd), moving the
+// backup GPT to the end first if needed, and returns its number.
+func AddPartitionDevice(path, name string) (int, error) {
+	p, err := changeDevice(path, 0, name)
+	if err != nil {
+		return 0, err
+	}
+	return p.Add.Number, nil
+}
+
+func changeDevice(path string, grow int, add string) (*Plan, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("gpt: open %s: %w", path, err)
@@ -46,6 +61,11 @@ func FixDevice(path string, grow int) (*Plan, error) {
 	p, err := PlanFix(t, size, grow, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if add != "" {
+		if err := PlanAdd(t, p, add); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
 	}
 	if p.Noop() {
 		return p, nil

@@ -237,6 +237,8 @@ type Plan struct {
 
 	// Grow is set when a partition is to be extended.
 	Grow *Grow
+	// Add is set when a partition is to be created (PlanAdd).
+	Add *Add
 }
 
 // Grow extends one partition's end.
@@ -248,13 +250,16 @@ type Grow struct {
 
 // Noop reports whether the table already spans the disk and nothing grows.
 func (p *Plan) Noop() bool {
-	return p.OldAlternateLBA == p.NewAlternateLBA && p.OldLastUsableLBA == p.NewLastUsableLBA && p.Grow == nil
+	return p.OldAlternateLBA == p.NewAlternateLBA && p.OldLastUsableLBA == p.NewLastUsableLBA && p.Grow == nil && p.Add == nil
 }
 
 func (p *Plan) String() string {
 	s := fmt.Sprintf("backup header LBA %d -> %d, last usable LBA %d -> %d", p.OldAlternateLBA, p.NewAlternateLBA, p.OldLastUsableLBA, p.NewLastUsableLBA)
 	if p.Grow != nil {
 		s += fmt.Sprintf(", partition %d (%q) end LBA %d -> %d", p.Grow.Number, p.Grow.Name, p.Grow.OldLastLBA, p.Grow.NewLast)
+	}
+	if p.Add != nil {
+		s += fmt.Sprintf(", new partition %d (%q) LBA %d-%d", p.Add.Number, p.Add.Name, p.Add.FirstLBA, p.Add.LastLBA)
 	}
 	return s
 }
@@ -359,6 +364,9 @@ func Apply(w io.WriterAt, r io.ReaderAt, t *Table, p *Plan) error {
 	if p.Grow != nil {
 		e := entries[(p.Grow.Number-1)*int(t.Primary.EntrySize):]
 		le.PutUint64(e[40:], p.Grow.NewLast)
+	}
+	if p.Add != nil {
+		p.Add.putEntry(entries, t.Primary.EntrySize)
 	}
 	entriesCRC := crc32.ChecksumIEEE(entries)
 
