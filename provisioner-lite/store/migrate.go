@@ -479,6 +479,25 @@ CREATE TABLE manifest_bundles (
 	created_at {bigint} NOT NULL
 );
 `},
+	// Enlistment (discovered.go): machines with unknown MACs that booted
+	// CURE in inspect mode (--enlist), each with its discovery token's
+	// digest and its report, until an operator approves it into a node.
+	{sql: `
+CREATE TABLE discovered (
+	id            TEXT PRIMARY KEY,
+	mac           TEXT NOT NULL UNIQUE,
+	peer          TEXT NOT NULL DEFAULT '',
+	arch          TEXT NOT NULL DEFAULT '',
+	token_hash    TEXT NOT NULL DEFAULT '',
+	token_expires {bigint} NOT NULL DEFAULT 0,
+	state         TEXT NOT NULL CHECK (state IN ('booted','reported','approved')),
+	report        {blob},
+	node_id       TEXT NOT NULL DEFAULT '',
+	first_seen    {bigint} NOT NULL,
+	reported_at   {bigint} NOT NULL DEFAULT 0
+);
+CREATE INDEX discovered_token ON discovered(token_hash);
+`},
 }
 
 // migrationSteps are the data conversions SQL cannot express, by the schema
