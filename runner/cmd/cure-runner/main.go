@@ -209,6 +209,7 @@ func (r *runner) run(ctx context.Context) {
 	go inventory.Preload(r.opt.root, r.log)
 	lease := r.network(ctx)
 	r.timeline.Mark(boot.StageDHCPBound)
+	neighbours := r.startLLDP(ctx)
 
 	if r.cmd.HTTPSBoot() {
 		for {
@@ -234,6 +235,7 @@ func (r *runner) run(ctx context.Context) {
 	<-modulesDone
 	r.timeline.Mark(boot.StageModulesLoaded)
 	inv, id := r.inventory(ctx, lease)
+	neighbours.finish(r, inv)
 	r.timeline.Mark(boot.StageInventoryDone)
 	a, sess := r.newAgent(inv, id, conn)
 	go sess.Run(ctx) // reconnects forever; one session per boot keeps seqs unique
@@ -438,6 +440,7 @@ func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 		OpenNVMeFirmware:  phases.OpenNVMeFirmwareDevice,
 		Wipe:              phases.RealDiskWiper(root),
 		FixPartitionTable: phases.FixGPT,
+		Storage:           r.storageSeams(root),
 		Root:              root,
 		MFT:               r.mstflint(root),
 		Rshims:            func() ([]bluefield.Rshim, error) { return bluefield.OpenAll(filepath.Join(root, "dev")) },
@@ -466,6 +469,7 @@ func (r *runner) phaseConfig(id *curev1.Identity) phases.Config {
 		cfg.OpenNVMeFirmware = nil
 		cfg.Wipe = nil
 		cfg.FixPartitionTable = nil
+		cfg.Storage = phases.StorageSeams{}
 		cfg.MFT = nil
 		cfg.Rshims = nil
 		cfg.LinksUp = nil
