@@ -52,7 +52,7 @@ func (d *decoder) sku(top *fields) *SKU {
 		top.missing("spec")
 		return s
 	}
-	spec := d.mapping(v, "spec", "firmware", "bios", "wipe", "os", "hardware", "attestation", "admission")
+	spec := d.mapping(v, "spec", "firmware", "bios", "wipe", "os", "hardware", "attestation", "admission", "inspection")
 	s.Spec.Attestation = spec.optEnum("attestation", AttestationRequired, AttestationOptional)
 	s.Spec.Admission = d.admission(spec, "spec.admission", s.Spec.Attestation)
 	seen := map[string]int{}
@@ -79,6 +79,9 @@ func (d *decoder) sku(top *fields) *SKU {
 	}
 	if v := spec.get("hardware"); v != nil {
 		s.Spec.Hardware = d.hardware(v, "spec.hardware")
+	}
+	if v := spec.get("inspection"); v != nil {
+		s.Spec.Inspection = d.inspection(v, "spec.inspection")
 	}
 	return s
 }

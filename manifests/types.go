@@ -148,6 +148,9 @@ type SKUSpec struct {
 	// Admission is what a node must show before it is in service
 	// (admission.go); nil: in service once its provision succeeds.
 	Admission *Admission `yaml:"admission,omitempty"`
+	// Inspection proposes this SKU for an enlisted machine that matches
+	// it (inspection.go); nil: never proposed.
+	Inspection *Inspection `yaml:"inspection,omitempty"`
 }
 
 // SKU attestation policies.
