@@ -209,6 +209,7 @@ func (r *runner) run(ctx context.Context) {
 	go inventory.Preload(r.opt.root, r.log)
 	lease := r.network(ctx)
 	r.timeline.Mark(boot.StageDHCPBound)
+	neighbours := r.startLLDP(ctx)
 
 	if r.cmd.HTTPSBoot() {
 		for {
@@ -234,6 +235,7 @@ func (r *runner) run(ctx context.Context) {
 	<-modulesDone
 	r.timeline.Mark(boot.StageModulesLoaded)
 	inv, id := r.inventory(ctx, lease)
+	neighbours.finish(r, inv)
 	r.timeline.Mark(boot.StageInventoryDone)
 	a, sess := r.newAgent(inv, id, conn)
 	go sess.Run(ctx) // reconnects forever; one session per boot keeps seqs unique
