@@ -56,6 +56,17 @@ image: deps pki nvml-helper toolbundle
 		--pin-tool-bundle $(OUT)/toolbundle/toolbundle.json \
 		$(if $(CURE_DRIVER_BUNDLE),--driver-bundle $(CURE_DRIVER_BUNDLE))
 
+# The arm64 image (docs/ARM.md): the same spec's Go programs cross-compiled
+# (GOARCH=arm64, cgo off: no cure-nvml, which needs cgo and an aarch64 C
+# toolchain), Debian's arm64 kernel and modules from .cache/kernel-arm64
+# (install-deps.sh image-arm64), no signed cure.efi (its stub is x86-64),
+# no tool bundle pin (the bundle's tools are x86-64 builds).
+KERNEL_ROOT_ARM64 := .cache/kernel-arm64/root
+.PHONY: image-arm64
+image-arm64: pki
+	@scripts/install-deps.sh image-arm64
+	$(GO) run ./builder/cmd/cure-build --arch arm64 --spec initramfs/cure.yaml --kernel-root $(KERNEL_ROOT_ARM64) --state-dir $(STATE) --out $(OUT)/image-arm64
+
 hostos: deps
 	$(GO) run ./builder/cmd/cure-build --spec qemu-test/hostos/hostos.yaml --kernel-root $(KERNEL_ROOT) --out $(OUT)/hostos-image
 	$(GO) run ./qemu-test/hostos/cmd/mkhostdisk --kernel $(OUT)/hostos-image/vmlinuz --initrd $(OUT)/hostos-image/initramfs.cpio.zst --out $(OUT)/hostos

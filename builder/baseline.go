@@ -23,7 +23,9 @@ type BaselineOptions struct {
 	// Cmdline defaults written into the report and iPXE template.
 	Cmdline  string
 	KeepCPIO bool
-	Log      *slog.Logger
+	// Arch is the target architecture (amd64 when empty), as Options.Arch.
+	Arch string
+	Log  *slog.Logger
 }
 
 // BuildBaseline builds an initramfs whose /init is a static Go program that
@@ -36,16 +38,22 @@ func BuildBaseline(ctx context.Context, o BaselineOptions) (*Report, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if o.Arch == "" {
+		o.Arch = "amd64"
+	}
 	k, err := FindKernel(o.KernelRoot)
 	if err != nil {
 		return nil, err
+	}
+	if err := checkKernelArch(k.Vmlinuz, o.Arch); err != nil {
+		return nil, fmt.Errorf("--kernel-root %s: %w", o.KernelRoot, err)
 	}
 	tmp, err := os.MkdirTemp("", "cure-baseline-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	initBin, err := buildStatic(ctx, BaselineInitPkg, filepath.Join(tmp, "init"))
+	initBin, err := buildStatic(ctx, BaselineInitPkg, filepath.Join(tmp, "init"), o.Arch)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +76,7 @@ func BuildBaseline(ctx context.Context, o BaselineOptions) (*Report, error) {
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return nil, err
 	}
-	r := &Report{Kind: "baseline", KernelVersion: k.Version, Init: BaselineInitPkg, Cmdline: o.Cmdline}
+	r := &Report{Kind: "baseline", Arch: o.Arch, KernelVersion: k.Version, Init: BaselineInitPkg, Cmdline: o.Cmdline}
 	if err := finish(o.OutDir, buf.Bytes(), k.Vmlinuz, o.KeepCPIO, r, func(string) {}); err != nil {
 		return nil, err
 	}
@@ -101,12 +109,12 @@ func fileExists(p string) bool {
 // buildStatic builds the Go command pkg of this module on its own (cgo
 // off, no paths, build id or VCS stamp: the same tree gives the same
 // bytes) into out and returns the binary.
-func buildStatic(ctx context.Context, pkg, out string) ([]byte, error) {
+func buildStatic(ctx context.Context, pkg, out, arch string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, goTool(), "build", "-trimpath", "-buildvcs=false",
 		"-ldflags=-s -w -buildid=", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {

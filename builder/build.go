@@ -52,7 +52,11 @@ type Options struct {
 	// directory): its sha256, size and tools go to the spec's
 	// tool_bundle_path. Required exactly when the spec has one.
 	ToolBundlePin string
-	Log           *slog.Logger
+	// Arch is the target architecture (a GOARCH name: amd64, arm64); empty
+	// is amd64. The Go programs are cross-compiled for it, the spec's arch
+	// entry applies, and the kernel must be of that architecture.
+	Arch string
+	Log  *slog.Logger
 	// Step, when set, is told each of Steps as it starts (cure-build's
 	// progress bar: the busybox build and zstd -22 take minutes).
 	Step func(name string)
@@ -87,6 +91,14 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	if s == nil {
 		return nil, errors.New("build: no image spec given")
 	}
+	if o.Arch == "" {
+		o.Arch = "amd64"
+	}
+	s, err := s.ForArch(o.Arch)
+	if err != nil {
+		return nil, err
+	}
+	o.Spec = s
 	uinit := s.Uinit.Value
 	if o.Uinit != "" {
 		uinit = o.Uinit
@@ -108,6 +120,8 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	r := &Report{
 		Spec:           s.File,
 		Kind:           "image",
+		Arch:           o.Arch,
+		MissingModules: rm.missing,
 		KernelVersion:  rm.k.Version,
 		Init:           s.Init.Value,
 		InitStandalone: s.InitStandalone.Value == "true",
@@ -121,6 +135,9 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	if r.Tools, err = imageTools(s, o.Tools); err != nil {
 		return nil, err
 	}
+	if err := checkToolArch(r.Tools, o.Arch); err != nil {
+		return nil, err
+	}
 
 	tmp, err := os.MkdirTemp("", "cure-build-")
 	if err != nil {
@@ -128,7 +145,7 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer os.RemoveAll(tmp)
 	o.step(StepBusybox)
-	archive, err := buildArchive(ctx, log, s, base, tmp, uinit, r.Tools)
+	archive, err := buildArchive(ctx, log, s, base, tmp, uinit, r.Tools, o.Arch)
 	if err != nil {
 		return nil, err
 	}
@@ -180,6 +197,8 @@ type resolvedModules struct {
 	bundle  *driverbundle.Bundle // nil without --driver-bundle; the caller closes it
 	mods    []*kmod.Module
 	builtin []string
+	// missing are the arch's optional modules its kernel lacks.
+	missing []string
 }
 
 // resolveModules finds the kernel, opens the driver bundle if any, and
@@ -189,12 +208,16 @@ func resolveModules(s *spec.Spec, o Options) (*resolvedModules, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkKernelArch(k.Vmlinuz, o.Arch); err != nil {
+		return nil, fmt.Errorf("--kernel-root %s: %w", o.KernelRoot, err)
+	}
 	ix, err := kmod.Scan(k.ModulesDir)
 	if err != nil {
 		return nil, err
 	}
 	rm := &resolvedModules{k: k, ix: ix}
-	want := spec.Values(s.Modules)
+	want, missing := presentModules(s, o.Arch, ix)
+	rm.missing = missing
 	if o.DriverBundle != "" {
 		if rm.bundle, err = openBundle(o.DriverBundle, k, ix); err != nil {
 			return nil, err
@@ -209,7 +232,9 @@ func resolveModules(s *spec.Spec, o Options) (*resolvedModules, error) {
 			rm.bundle.Close()
 			return nil, fmt.Errorf("%s / --driver-bundle %s: modules: %w", s.File, o.DriverBundle, err)
 		}
-		return nil, fmt.Errorf("%s: modules: %w", s.File, err)
+		// A module this architecture lacks is required unless the spec's
+		// arch.<arch>.optional_modules names it.
+		return nil, fmt.Errorf("%s: modules (%s kernel %s): %w", s.File, o.Arch, k.Version, err)
 	}
 	return rm, nil
 }
@@ -348,17 +373,17 @@ func imageTools(s *spec.Spec, extra []string) ([]string, error) {
 
 // buildArchive builds the busybox over base with mkuimage in tmp and
 // returns the uncompressed cpio archive.
-func buildArchive(ctx context.Context, log *slog.Logger, s *spec.Spec, base *cpio.Archive, tmp, uinit string, tools []string) ([]byte, error) {
+func buildArchive(ctx context.Context, log *slog.Logger, s *spec.Spec, base *cpio.Archive, tmp, uinit string, tools []string, arch string) ([]byte, error) {
 	cpioPath := filepath.Join(tmp, CPIOName)
 	standalone := s.InitStandalone.Value == "true"
-	cmds, err := busyboxCommands(ctx, s, base, tmp, uinit)
+	cmds, err := busyboxCommands(ctx, s, base, tmp, uinit, arch)
 	if err != nil {
 		return nil, err
 	}
 	mods := []uimage.Modifier{
 		// gobusybox runs the go tool with only $GOROOT/bin on PATH: no C
 		// toolchain, so cgo must be off explicitly.
-		uimage.WithEnv(golang.DisableCGO(), golang.WithBuildTag(spec.Values(s.BuildTags)...)),
+		uimage.WithEnv(golang.DisableCGO(), golang.WithGOOS("linux"), golang.WithGOARCH(arch), golang.WithBuildTag(spec.Values(s.BuildTags)...)),
 		uimage.WithTempDir(tmp),
 		uimage.WithBaseArchive(base),
 		uimage.WithBusyboxCommands(cmds...),
@@ -390,11 +415,11 @@ func buildArchive(ctx context.Context, log *slog.Logger, s *spec.Spec, base *cpi
 // busyboxCommands lists the busybox's commands without duplicates: init
 // (unless it is built standalone, then written into base as /init), uinit,
 // then the spec's commands.
-func busyboxCommands(ctx context.Context, s *spec.Spec, base *cpio.Archive, tmp, uinit string) ([]string, error) {
+func busyboxCommands(ctx context.Context, s *spec.Spec, base *cpio.Archive, tmp, uinit, arch string) ([]string, error) {
 	var cmds []string
 	seen := map[string]bool{}
 	if s.InitStandalone.Value == "true" {
-		initBin, err := buildStatic(ctx, s.Init.Value, filepath.Join(tmp, "init"))
+		initBin, err := buildStatic(ctx, s.Init.Value, filepath.Join(tmp, "init"), arch)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: init: %w", s.File, s.Init.Line, err)
 		}

@@ -79,8 +79,10 @@ type DriverBundleReport struct {
 
 // Report is report.json, a function of the inputs only.
 type Report struct {
-	Spec          string `json:"spec,omitempty"`
-	Kind          string `json:"kind"` // "image" or "baseline"
+	Spec string `json:"spec,omitempty"`
+	Kind string `json:"kind"` // "image" or "baseline"
+	// Arch is the image's architecture (GOARCH name: amd64, arm64).
+	Arch          string `json:"arch"`
 	KernelVersion string `json:"kernel_version"`
 	Init          string `json:"init"`
 	// InitStandalone: Init is its own static binary at /init, not a
@@ -90,6 +92,9 @@ type Report struct {
 	Cmdline        string   `json:"cmdline"`
 	Modules        []string `json:"modules"` // load order
 	BuiltinModules []string `json:"builtin_modules,omitempty"`
+	// MissingModules are the spec's optional modules (arch.<a>.optional_modules)
+	// this architecture's kernel does not have, left out.
+	MissingModules []string `json:"missing_modules,omitempty"`
 	Tools          []string `json:"tools,omitempty"`
 	// CA is the coordinator CA baked into the image (its fingerprint is
 	// what the coordinator checks at start).

@@ -18,12 +18,17 @@
 #       unpacked under .cache/kernel.
 #   install-deps.sh tests   (the default; what `make deps` passes)
 #       make test and make demo: the image role, plus QEMU with its iPXE ROMs
-#       and OVMF, Debian's iPXE builds, dnsmasq as the tests' site DHCP
+#       and OVMF (qemu-system-aarch64 and AAVMF too, for make e2e-arm64),
+#       Debian's iPXE builds, dnsmasq as the tests' site DHCP
 #       server, iproute2, swtpm/swtpm-tools/tpm2-tools for the QEMU nodes'
 #       TPMs, python3-sushy for the virtual BMC's Ironic client probes,
 #       PostgreSQL (the store's tests start private clusters), Chromium (the
 #       dashboard's browser tests) and systemd (systemd-analyze verifies the
 #       units).
+#   install-deps.sh image-arm64
+#       make image-arm64: the image role, plus Debian's arm64 kernel (dpkg's
+#       arm64 architecture is added so apt-get download finds it),
+#       unpacked under .cache/kernel-arm64.
 #   install-deps.sh all     every role.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,16 +41,18 @@ coordinator=(ipxe ca-certificates)
 image=(gcc libc6-dev zstd lz4 cpio xz-utils nvme-cli mstflint pci.ids syslinux syslinux-common extlinux mtools dosfstools fdisk
   systemd-boot-efi binutils sbsigntool faketime fio stress-ng iperf3 perftest mdadm xfsprogs e2fsprogs)
 tests=("${image[@]}" qemu-system-x86 qemu-utils ipxe-qemu ovmf ipxe dnsmasq-base iproute2 swtpm swtpm-tools tpm2-tools
-  python3-sushy postgresql chromium systemd)
+  python3-sushy postgresql chromium systemd qemu-system-arm qemu-efi-aarch64)
 
 kernel=
+karch=amd64
 case "$role" in
 coordinator) pkgs=("${coordinator[@]}"); [ -n "$pgserver" ] && pkgs+=(postgresql) ;;
 image) pkgs=("${image[@]}"); kernel=1 ;;
+image-arm64) pkgs=("${image[@]}"); kernel=1; karch=arm64 ;;
 tests) pkgs=("${tests[@]}"); kernel=1 ;;
 all) pkgs=("${coordinator[@]}" "${tests[@]}"); kernel=1 ;;
 *)
-  echo "install-deps: unknown role \"$role\" (want coordinator, image, tests or all)" >&2
+  echo "install-deps: unknown role \"$role\" (want coordinator, image, image-arm64, tests or all)" >&2
   exit 2
   ;;
 esac
@@ -63,12 +70,23 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 [ -n "$kernel" ] || exit 0
 
-# The kernel: whatever linux-image-amd64 depends on today (e.g. linux-image-6.1.0-NN-amd64).
+# The kernel: whatever linux-image-$karch depends on today (e.g.
+# linux-image-6.1.0-NN-amd64), amd64's in .cache/kernel, another
+# architecture's in .cache/kernel-$karch.
 kdir=.cache/kernel
+kpkg=linux-image-$karch
+if [ "$karch" != amd64 ]; then
+  kdir=.cache/kernel-$karch
+  kpkg=linux-image-$karch:$karch
+  if ! dpkg --print-foreign-architectures | grep -qx "$karch"; then
+    $SUDO dpkg --add-architecture "$karch"
+    $SUDO apt-get update -qq
+  fi
+fi
 if [ ! -f "$kdir/root/.complete" ]; then
-  [ -n "$(apt-cache policy linux-image-amd64 2>/dev/null | grep Candidate)" ] || $SUDO apt-get update -qq
-  pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
-  [ -n "$pkg" ] || { echo "install-deps: cannot resolve linux-image-amd64's kernel package" >&2; exit 1; }
+  [ -n "$(apt-cache policy "$kpkg" 2>/dev/null | grep Candidate)" ] || $SUDO apt-get update -qq
+  pkg=$(apt-cache depends "$kpkg" | awk '/Depends: linux-image-/{print $2; exit}')
+  [ -n "$pkg" ] || { echo "install-deps: cannot resolve $kpkg's kernel package" >&2; exit 1; }
   echo "install-deps: fetching $pkg"
   rm -rf "$kdir" && mkdir -p "$kdir"
   (cd "$kdir" && apt-get download "$pkg" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)

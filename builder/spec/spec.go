@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -94,6 +95,70 @@ type Spec struct {
 	// PCIIDs puts a PCI id database at /usr/share/misc/pci.ids (the
 	// inventory names devices with it), trimmed to the listed vendors.
 	PCIIDs *PCIIDs `yaml:"pci_ids"`
+	// Arch holds what differs per target architecture (cure-build --arch):
+	// the spec's top level is the amd64 image, and an entry here replaces
+	// the fields it sets for that architecture.
+	Arch map[string]*ArchSpec `yaml:"arch"`
+}
+
+// Arches are the architectures cure-build builds for (GOARCH names).
+var Arches = []string{"amd64", "arm64"}
+
+// ArchSpec is one architecture's part of a spec.
+type ArchSpec struct {
+	// Cmdline replaces the spec's cmdline (the serial console is ttyAMA0
+	// on Arm's PL011, ttyS0 on x86).
+	Cmdline *Str `yaml:"cmdline"`
+	// Tools, when present (even empty), replaces the spec's tools: those
+	// are host binaries, of the build host's architecture.
+	Tools *[]Str `yaml:"tools"`
+	// ToolBundlePath, when present, replaces the spec's tool_bundle_path;
+	// empty pins no tool bundle (the bundle's tools are x86-64 builds).
+	ToolBundlePath *Str `yaml:"tool_bundle_path"`
+	// OptionalModules are spec modules this architecture's kernel may
+	// lack: one missing is left out and named in report.json
+	// (missing_modules). Any other missing module fails the build.
+	OptionalModules []Str `yaml:"optional_modules"`
+}
+
+// ForArch returns the spec as it applies to arch, with arch's overrides
+// in place; amd64 without an arch entry is the spec itself.
+func (s *Spec) ForArch(arch string) (*Spec, error) {
+	if !knownArch(arch) {
+		return nil, fmt.Errorf("%s: architecture %q: want one of %s", s.File, arch, strings.Join(Arches, ", "))
+	}
+	a := s.Arch[arch]
+	if a == nil {
+		return s, nil
+	}
+	c := *s
+	if a.Cmdline != nil {
+		c.Cmdline = *a.Cmdline
+	}
+	if a.Tools != nil {
+		c.Tools = *a.Tools
+	}
+	if a.ToolBundlePath != nil {
+		c.ToolBundlePath = *a.ToolBundlePath
+	}
+	return &c, nil
+}
+
+// OptionalModules are arch's optional module names (nil for none).
+func (s *Spec) OptionalModules(arch string) []Str {
+	if a := s.Arch[arch]; a != nil {
+		return a.OptionalModules
+	}
+	return nil
+}
+
+func knownArch(a string) bool {
+	for _, k := range Arches {
+		if k == a {
+			return true
+		}
+	}
+	return false
 }
 
 // PCIIDsPath is where the image carries pci.ids.
@@ -259,7 +324,45 @@ func (s *Spec) validate() error {
 	if s.ToolBundlePath.Value != "" && !path.IsAbs(s.ToolBundlePath.Value) {
 		errs = append(errs, s.errAt(s.ToolBundlePath.Line, "tool_bundle_path: %q must be an absolute path in the image", s.ToolBundlePath.Value))
 	}
+	errs = append(errs, s.validateArch(mods)...)
 	return errors.Join(errs...)
+}
+
+// validateArch checks the arch section: known architectures, tools as
+// absolute paths, optional modules that the spec lists.
+func (s *Spec) validateArch(mods map[string]int) []error {
+	var errs []error
+	names := make([]string, 0, len(s.Arch))
+	for name := range s.Arch {
+		names = append(names, name)
+	}
+	sort.Strings(names) // errors in a stable order
+	for _, name := range names {
+		a := s.Arch[name]
+		if !knownArch(name) {
+			errs = append(errs, fmt.Errorf("%s: arch: %q is not an architecture cure-build knows (%s)", s.File, name, strings.Join(Arches, ", ")))
+			continue
+		}
+		if a == nil {
+			continue
+		}
+		if a.Tools != nil {
+			for i, t := range *a.Tools {
+				if !filepath.IsAbs(t.Value) {
+					errs = append(errs, s.errAt(t.Line, "arch.%s.tools[%d]: %q must be an absolute host path", name, i, t.Value))
+				}
+			}
+		}
+		if p := a.ToolBundlePath; p != nil && p.Value != "" && !path.IsAbs(p.Value) {
+			errs = append(errs, s.errAt(p.Line, "arch.%s.tool_bundle_path: %q must be an absolute path in the image", name, p.Value))
+		}
+		for i, m := range a.OptionalModules {
+			if _, ok := mods[strings.ReplaceAll(m.Value, "-", "_")]; !ok {
+				errs = append(errs, s.errAt(m.Line, "arch.%s.optional_modules[%d]: %q is not one of the spec's modules", name, i, m.Value))
+			}
+		}
+	}
+	return errs
 }
 
 func (s *Spec) parseFile(f Str) (File, error) {

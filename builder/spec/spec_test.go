@@ -95,3 +95,44 @@ func TestPCIIDs(t *testing.T) {
 		}
 	}
 }
+
+func TestSpecForArch(t *testing.T) {
+	s, err := Parse("a.yaml", []byte(`init: github.com/u-root/u-root/cmds/core/init
+modules: [nvme, virtio_mmio]
+tools: [/usr/bin/zstd]
+cmdline: console=ttyS0
+arch:
+  arm64:
+    cmdline: console=ttyAMA0
+    tools: []
+    optional_modules: [virtio-mmio]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.ForArch("arm64")
+	if err != nil || a.Cmdline.Value != "console=ttyAMA0" || len(a.Tools) != 0 || len(a.Modules) != 2 {
+		t.Fatalf("arm64: %+v, %v", a, err)
+	}
+	if x, err := s.ForArch("amd64"); err != nil || x.Cmdline.Value != "console=ttyS0" || len(x.Tools) != 1 {
+		t.Fatalf("amd64: %+v, %v", x, err)
+	}
+	if len(s.OptionalModules("arm64")) != 1 || s.OptionalModules("amd64") != nil {
+		t.Errorf("optional modules: %v / %v", s.OptionalModules("arm64"), s.OptionalModules("amd64"))
+	}
+	if _, err := s.ForArch("riscv64"); err == nil || !strings.Contains(err.Error(), `"riscv64": want one of amd64, arm64`) {
+		t.Errorf("riscv64: %v", err)
+	}
+	for body, want := range map[string]string{
+		"arch:\n  mips: {}\n":                            `a.yaml: arch: "mips" is not an architecture`,
+		"arch:\n  arm64:\n    tools: [zstd]\n":           `a.yaml:5: arch.arm64.tools[0]: "zstd" must be an absolute host path`,
+		"arch:\n  arm64:\n    optional_modules: [ice]\n": `a.yaml:5: arch.arm64.optional_modules[0]: "ice" is not one of the spec's modules`,
+		"arch:\n  arm64:\n    cmdline: [a]\n":            "a.yaml:5: expected a string",
+		"arch:\n  arm64:\n    kernel: /boot/vmlinuz\n":   "a.yaml:5: field kernel not found",
+	} {
+		_, err := Parse("a.yaml", []byte("init: github.com/u-root/u-root/cmds/core/init\nmodules: [nvme]\n"+body))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err = %v, want %q", body, err, want)
+		}
+	}
+}

@@ -79,6 +79,7 @@ func run() error {
 	cuda := flag.String("cuda", "", "with --build-gpu-burn: the CUDA toolkit root (bin/nvcc, include/, lib64/) the bundle's driver supports")
 	compute := flag.String("cuda-compute", "90", "with --build-gpu-burn: the compute capability of gpu-burn's compare kernel (90: H100/H200)")
 	into := flag.String("into", "", "with --build-gpu-burn: the driver bundle directory")
+	arch := flag.String("arch", "amd64", "target architecture: amd64 or arm64 (the Go programs are cross-compiled; --kernel-root must hold that architecture's kernel)")
 	var tools toolList
 	flag.Var(&tools, "tool", "extra host file for the image, HOSTPATH[:IMAGEPATH] (repeatable; ELF shared libraries come along)")
 	printVersion := version.Flag(flag.CommandLine, "cure-build")
@@ -122,7 +123,7 @@ func run() error {
 	}
 	if *baseline {
 		_, err := builder.BuildBaseline(ctx, builder.BaselineOptions{
-			KernelRoot: *kernelRoot, OutDir: *out, Cmdline: *cmdline, KeepCPIO: *keep, Log: log,
+			KernelRoot: *kernelRoot, OutDir: *out, Cmdline: *cmdline, KeepCPIO: *keep, Log: log, Arch: *arch,
 		})
 		return err
 	}
@@ -134,11 +135,14 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if build, err = ukiForArch(*arch, *ukiFlag, build); err != nil {
+		return err
+	}
 	step, doneBar := stepBar(os.Stderr)
 	defer doneBar()
 	if _, err = builder.Build(ctx, builder.Options{
 		Spec: s, KernelRoot: *kernelRoot, OutDir: *out, CA: caFile, Uinit: *uinit, KeepCPIO: *keep, Tools: tools, Log: log,
-		DriverBundle: *bundle, ToolBundlePin: *pinBundle, Step: step,
+		DriverBundle: *bundle, ToolBundlePin: *pinBundle, Step: step, Arch: *arch,
 	}); err != nil {
 		return err
 	}
@@ -175,6 +179,19 @@ func ukiFromFlags(mode, key, cert, stateDir string) (string, string, bool, error
 		return key, cert, true, nil
 	}
 	return "", "", false, fmt.Errorf("--uki %q: want on, off or auto", mode)
+}
+
+// ukiForArch keeps the signed image to amd64: cure.efi is built on
+// systemd-boot's x86-64 EFI stub. An arm64 node boots the arm64 kernel,
+// itself an EFI application, with the initramfs (docs/ARM.md).
+func ukiForArch(arch, mode string, build bool) (bool, error) {
+	if arch == "amd64" || !build {
+		return build, nil
+	}
+	if mode == "on" {
+		return false, fmt.Errorf("--uki on --arch %s: the signed image is built for amd64 only", arch)
+	}
+	return false, nil
 }
 
 // caFromFlags is the CA file to bake in: --ca, or the state dir's.
