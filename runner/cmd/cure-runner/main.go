@@ -209,7 +209,6 @@ func (r *runner) run(ctx context.Context) {
 	go inventory.Preload(r.opt.root, r.log)
 	lease := r.network(ctx)
 	r.timeline.Mark(boot.StageDHCPBound)
-	neighbours := r.startLLDP(ctx)
 
 	if r.cmd.HTTPSBoot() {
 		for {
@@ -220,6 +219,9 @@ func (r *runner) run(ctx context.Context) {
 			break
 		}
 	}
+
+	// After the HTTPS boot's parameters: cure.lldp= may be among them.
+	neighbours := r.startLLDP(ctx)
 
 	// The TLS handshake with the coordinator runs beside the inventory.
 	var conn *grpc.ClientConn
