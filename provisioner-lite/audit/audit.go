@@ -41,6 +41,7 @@ const (
 	EKUntrusted         = "ek_untrusted"          // an unpinned EK whose certificate does not chain to the site's EK roots (--ek-roots), or certifies another key
 	FirmwareDrift       = "firmware_drift"        // firmware measurements changed without a firmware change by the pipeline
 	PairAddress         = "pair_address"          // a runner offered a node-pair address that is not its node's own (refused; the node's check is its ERROR)
+	EnlistRefused       = "enlist_refused"        // an unknown machine's enlistment boot or inspection report refused (source rate, cap, token)
 	// Held sums the refused calls and security events that went over their
 	// budget since the previous summary: how many, of which kinds, from
 	// which peers (the busiest named).

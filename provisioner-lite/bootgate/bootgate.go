@@ -73,6 +73,9 @@ func (g *Gate) bootDecision(ctx context.Context, mac, peer, path string) (Decisi
 	if err != nil {
 		if unknownMACErr(err) {
 			g.UnknownMAC(ctx, mac, "iPXE", peer)
+			if g.cfg.Enlist != nil {
+				return g.cfg.Enlist(ctx, mac, peer)
+			}
 		}
 		return Decision{}, fmt.Errorf("mac %s is not registered: %w", mac, err)
 	}

@@ -38,6 +38,10 @@ type Config struct {
 	// HostAccepted is told of an accepted host callback of run r, with the
 	// digest of the host token it used.
 	HostAccepted func(ctx context.Context, r store.Run, digest string)
+	// Enlist, if set (--enlist), answers a MAC in no node's inventory
+	// (provisioner-lite/enlist: CURE in inspect mode with a discovery
+	// token); nil: such a MAC is refused.
+	Enlist func(ctx context.Context, mac, peer string) (Decision, error)
 }
 
 // Gate answers network boots and host callbacks for the runs in the store.

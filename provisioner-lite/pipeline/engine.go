@@ -113,6 +113,9 @@ type Config struct {
 	// identity, so a request from a second address is no second claimant
 	// and the race for a boot identity is not defended.
 	BootIPUnbound bool
+	// Enlist answers network boots of MACs in no node's inventory
+	// (--enlist, provisioner-lite/enlist); nil: they are refused.
+	Enlist func(ctx context.Context, mac, peer string) (bootgate.Decision, error)
 	// MaxRuns bounds the runs this instance drives at once; Start beyond it
 	// fails with a CapacityError at once instead of queueing (another
 	// instance, or a later retry, takes the node).
@@ -291,7 +294,7 @@ func New(ctx context.Context, cfg Config) *Engine {
 	c.boot = bootgate.New(bootgate.Config{Store: cfg.Store, Hub: cfg.Hub, Audit: cfg.Audit, BaseURL: cfg.BaseURL, RunnerAddr: cfg.RunnerAddr,
 		WaitForCURE: cfg.Timeouts.WaitForCURE, HostOS: cfg.Timeouts.HostOS, ClaimSettle: cfg.ClaimSettle,
 		TokensPerWindow: cfg.TokensPerWindow, TokensPerNode: cfg.TokensPerNode, TokenPeriod: cfg.TokenPeriod, BootIPUnbound: cfg.BootIPUnbound,
-		Event: c.coordEvent, HostAccepted: c.day2.recordInstalledOS,
+		Event: c.coordEvent, HostAccepted: c.day2.recordInstalledOS, Enlist: cfg.Enlist,
 		Stop: func(runID string, status curev1.RunStatus, msg string) {
 			c.requestStop(runID, stopRequest{status: status, msg: msg})
 		}})
