@@ -28,6 +28,7 @@ func SchemaFields() map[string]SchemaField {
 		"Metadata.name": name,
 
 		"SKUSpec.attestation":    {Enum: []string{AttestationRequired, AttestationOptional}, Default: AttestationOptional},
+		"SKUSpec.arch":           {Enum: []string{ArchAMD64, ArchARM64}, Default: ArchAMD64},
 		"Firmware.name":          name,
 		"Firmware.component":     {Required: true, Enum: Components},
 		"Firmware.via":           {Required: true, Enum: []string{ViaRedfish, ViaInBand}},

@@ -52,7 +52,8 @@ func (d *decoder) sku(top *fields) *SKU {
 		top.missing("spec")
 		return s
 	}
-	spec := d.mapping(v, "spec", "firmware", "bios", "wipe", "os", "hardware", "attestation", "admission", "inspection")
+	spec := d.mapping(v, "spec", "firmware", "bios", "wipe", "os", "hardware", "attestation", "admission", "inspection", "arch")
+	s.Spec.Arch = spec.optEnum("arch", ArchAMD64, ArchARM64)
 	s.Spec.Attestation = spec.optEnum("attestation", AttestationRequired, AttestationOptional)
 	s.Spec.Admission = d.admission(spec, "spec.admission", s.Spec.Attestation)
 	seen := map[string]int{}

@@ -151,6 +151,25 @@ type SKUSpec struct {
 	// Inspection proposes this SKU for an enlisted machine that matches
 	// it (inspection.go); nil: never proposed.
 	Inspection *Inspection `yaml:"inspection,omitempty"`
+	// Arch is the nodes' CPU architecture, ArchAMD64 (the default) or
+	// ArchARM64: the coordinator boots each node the CURE image of its
+	// architecture (--image-dir, --image-dir-arm64) and refuses an arm64
+	// SKU when no arm64 image is configured (docs/ARM.md).
+	Arch string `yaml:"arch,omitempty"`
+}
+
+// SKU architectures (spec.arch), GOARCH names as cure-build --arch takes.
+const (
+	ArchAMD64 = "amd64"
+	ArchARM64 = "arm64"
+)
+
+// Architecture is the SKU's architecture, ArchAMD64 when spec.arch is unset.
+func (s SKUSpec) Architecture() string {
+	if s.Arch == "" {
+		return ArchAMD64
+	}
+	return s.Arch
 }
 
 // SKU attestation policies.
