@@ -272,6 +272,12 @@ func recordCall(ctx context.Context, rec *audit.Recorder, op Operator, method st
 		if ar, ok := resp.(*curev1.AddNodesResponse); ok {
 			fmt.Fprintf(&detail, " added=%d updated=%d", len(ar.GetAdded()), len(ar.GetUpdated()))
 		}
+	case *curev1.ApproveDiscoveredRequest:
+		// Never the BMC password: the audit log is readable by viewers.
+		fmt.Fprintf(&detail, " discovered=%s", textsafe.BoundedLine(r.GetId(), 128))
+		if ar, ok := resp.(*curev1.ApproveDiscoveredResponse); ok {
+			fmt.Fprintf(&detail, " node=%s sku=%s bmc=%s", ar.GetNodeId(), ar.GetSku(), textsafe.BoundedLine(ar.GetBmcUrl(), 256))
+		}
 	case *curev1.LabelNodeRequest:
 		fmt.Fprintf(&detail, " set=%s remove=%s", FormatSelector(r.GetSet()), strings.Join(r.GetRemove(), ","))
 	case *curev1.RemoveNodeRequest:

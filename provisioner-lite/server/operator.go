@@ -12,6 +12,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
+	"github.com/cure-oss/cure/provisioner-lite/enlist"
 	"github.com/cure-oss/cure/provisioner-lite/pki"
 	"github.com/cure-oss/cure/provisioner-lite/pool"
 	"github.com/cure-oss/cure/provisioner-lite/rmaparts"
@@ -66,7 +67,10 @@ type OperatorService struct {
 	// ManifestBundle is the manifest bundle version running (0: the
 	// --manifests directory); nil: 0.
 	ManifestBundle func() int64
-	Log            *slog.Logger
+	// Enlist lists and approves enlisted machines (--enlist); nil: those
+	// methods answer that enlistment is off.
+	Enlist *enlist.Enlister
+	Log    *slog.Logger
 	// StartWorkers bounds the Starts one Provision runs at once (default
 	// 256): a Start mostly waits for its commits, which the store's group
 	// commit batches, so more in flight means bigger batches (32 took 94 s

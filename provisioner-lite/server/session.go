@@ -16,6 +16,7 @@ import (
 	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/provisioner-lite/attestation"
 	"github.com/cure-oss/cure/provisioner-lite/audit"
+	"github.com/cure-oss/cure/provisioner-lite/enlist"
 	"github.com/cure-oss/cure/provisioner-lite/metrics"
 	"github.com/cure-oss/cure/provisioner-lite/peerlimit"
 	"github.com/cure-oss/cure/provisioner-lite/runstate"
@@ -81,6 +82,9 @@ type RunnerService struct {
 	// the pipeline did not cause, after the node's hold is recorded (the
 	// pool quarantines the node).
 	OnMeasurementDrift func(ctx context.Context, nodeID, runID, detail string)
+	// Enlist, if set (--enlist), takes enlisting machines' inspection
+	// reports; nil: every report is refused.
+	Enlist *enlist.Enlister
 
 	once     sync.Once
 	pending  chan struct{}
