@@ -71,6 +71,8 @@ type Config struct {
 	Webhooks          []string // --webhook: URLs notified when a run ends or needs attention
 	WebhookSecretFile string   // --webhook-secret-file ("": webhook.secret in the state dir)
 
+	Enlist EnlistConfig // --enlist, --enlist-max (enlist.go)
+
 	// Log is the coordinator's logger (nil: slog.Default()).
 	Log *slog.Logger
 }

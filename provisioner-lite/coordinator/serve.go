@@ -46,6 +46,7 @@ func (d *daemon) wire(ctx context.Context) error {
 	// The pool hears every run's end and starts revalidation runs: it and
 	// the engine refer to each other, the engine's hook is set first.
 	var nodePool *pool.Pool
+	enlister := d.newEnlister()
 	d.eng = pipeline.New(ctx, pipeline.Config{
 		Store: d.st, Hub: hub, Log: log, Audit: d.rec,
 		ConnectBMC:      d.bmcPool.Connect,
@@ -59,6 +60,7 @@ func (d *daemon) wire(ctx context.Context) error {
 		TokensPerWindow: c.TokensPerWindow,
 		ClaimSettle:     c.ClaimSettle,
 		BootIPUnbound:   !c.BindBootIP,
+		Enlist:          enlistBoot(enlister),
 		MaxRuns:         c.MaxRuns,
 		NetBoot:         d.nb.target,
 		Metrics:         d.obs.m,
@@ -94,10 +96,10 @@ func (d *daemon) wire(ctx context.Context) error {
 	d.gs = grpc.NewServer(opts...)
 	curev1.RegisterRunnerServiceServer(d.gs, &server.RunnerService{Store: d.st, Hub: hub, Log: log, Audit: d.rec, Guard: d.eng, Instance: c.Instance,
 		BindPeer: c.BindBootIP, Limits: c.EventLimits, Metrics: d.obs.m, Attestation: &attestpolicy.Policy{Catalog: d.catalog, ImageDir: c.ImageDir, Log: log},
-		EKRoots: d.ekRoots, OnMeasurementDrift: quarantineOnDrift(nodePool, log)})
+		EKRoots: d.ekRoots, OnMeasurementDrift: quarantineOnDrift(nodePool, log), Enlist: enlister})
 	curev1.RegisterOperatorServiceServer(d.gs, &server.OperatorService{Store: d.st, Starter: d.eng, Auditor: d.eng, Canceler: d.eng, OSBooter: d.eng, Pool: nodePool,
 		Instance: c.Instance, KnownSKU: sitecheck.KnownSKU(c.ManifestDir), BMCCADir: d.sd.Join("bmc-ca"), Log: log,
-		Manifests: d.catalog, ManifestBundle: d.shared.bundle.Load,
+		Manifests: d.catalog, ManifestBundle: d.shared.bundle.Load, Enlist: enlister,
 		OnMeasurementsAccepted: reconsiderOnAccept(nodePool, log)})
 	return nil
 }
