@@ -32,7 +32,13 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	ImageDir    string // vmlinuz, initramfs.cpio.lz4 (and .gz, .zst) from cure-build
+	ImageDir string // vmlinuz, initramfs.cpio.lz4 (and .gz, .zst) from cure-build
+	// ImageDirs are the images of other architectures than amd64 (ImageDir),
+	// by GOARCH name: "arm64" is --image-dir-arm64 (arch.go).
+	ImageDirs map[string]string
+	// NodeArch, if set, says a known node's architecture (its SKU's
+	// spec.arch) by MAC; "" for a MAC it does not know.
+	NodeArch    func(ctx context.Context, mac string) (string, error)
 	ArtifactDir string // content-addressed: <ArtifactDir>/sha256/<hex>
 	BaseURL     string // as nodes reach us, e.g. http://10.0.2.2:8080
 	Logger      *slog.Logger
@@ -164,6 +170,7 @@ func New(cfg Config, c bootgate.Coordinator) (*Server, error) {
 	mux.HandleFunc("GET /boot.ipxe", s.generic)
 	mux.HandleFunc("GET /ipxe/{mac}", s.perMAC)
 	mux.HandleFunc("GET /image/{name}", s.image)
+	mux.HandleFunc("GET /image/{arch}/{name}", s.archFile)
 	mux.HandleFunc("GET /artifacts/sha256/{hex}", s.artifact)
 	mux.HandleFunc("POST /v1/nodes/{id}/ready", s.ready)
 	mux.HandleFunc("GET /v1/boot/{mac}", s.httpsBoot)
@@ -219,7 +226,9 @@ const maxTries = 5
 func (s *Server) generic(w http.ResponseWriter, r *http.Request) {
 	// ${netX/mac} is the NIC iPXE booted from (plain ${mac} is the first NIC that
 	// has one, which on multi-port servers need not be the booting port).
-	perMAC := s.base + "/ipxe/${netX/mac:hexhyp}"
+	// ${buildarch} tells a machine the coordinator does not know yet
+	// apart by architecture (arch.go).
+	perMAC := s.base + "/ipxe/${netX/mac:hexhyp}?arch=${buildarch}"
 	script := fmt.Sprintf(`#!ipxe
 # CURE: fetch this NIC's per-node script; on failure retry DHCP and the fetch.
 set cure_try:int32 0
@@ -290,20 +299,27 @@ func (s *Server) perMAC(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	initrd, err := s.initramfsName()
+	arch, err := s.bootArch(ctx, r, mac)
+	var dir, prefix, console, initrd string
+	if err == nil {
+		dir, prefix, console, err = s.archImage(arch)
+	}
+	if err == nil {
+		initrd, err = initramfsIn(dir)
+	}
 	if err != nil {
-		s.log.Error("boot decision: image missing", "mac", mac, "err", err)
+		s.log.Error("boot decision: no image for the node", "mac", mac, "arch", arch, "err", err)
 		writeScript(w, http.StatusServiceUnavailable, exitScript(err.Error()))
 		return
 	}
-	args := strings.TrimSpace("initrd=" + initrd + " console=ttyS0 panic=-1 " + d.Cmdline)
-	s.log.Info("boot decision: CURE", "mac", mac, "reason", d.Reason, "initrd", initrd)
+	args := strings.TrimSpace("initrd=" + initrd + " " + console + " panic=-1 " + d.Cmdline)
+	s.log.Info("boot decision: CURE", "mac", mac, "reason", d.Reason, "initrd", initrd, "arch", arch)
 	writeScript(w, http.StatusOK, fmt.Sprintf(`#!ipxe
 echo CURE: %s
 kernel %s %s
 initrd %s
 boot
-`, ipxeText(orDefault(d.Reason, "booting CURE")), s.ImageURL(Kernel), args, s.ImageURL(initrd)))
+`, ipxeText(orDefault(d.Reason, "booting CURE")), prefix+Kernel, args, prefix+initrd))
 }
 
 // httpsBoot answers the signed image's request for its boot parameters
@@ -422,7 +438,11 @@ func orDefault(s, d string) string {
 // --- files ---
 
 func (s *Server) image(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
+	s.serveImage(w, r, s.cfg.ImageDir, r.PathValue("name"))
+}
+
+// serveImage serves one of the image files in dir.
+func (s *Server) serveImage(w http.ResponseWriter, r *http.Request, dir, name string) {
 	switch name {
 	case Kernel, InitramfsLZ4, InitramfsGzip, InitramfsZstd:
 	case UKI:
@@ -432,7 +452,7 @@ func (s *Server) image(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("unknown image file %q: want %s, %s, %s, %s or %s", name, Kernel, InitramfsLZ4, InitramfsGzip, InitramfsZstd, UKI), http.StatusNotFound)
 		return
 	}
-	s.serveFile(w, r, filepath.Join(s.cfg.ImageDir, name), "", "no-cache")
+	s.serveFile(w, r, filepath.Join(dir, name), "", "no-cache")
 }
 
 var hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)

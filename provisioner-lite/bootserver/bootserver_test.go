@@ -133,7 +133,7 @@ func TestGenericScript(t *testing.T) {
 		t.Fatalf("script does not start with #!ipxe:\n%s", body)
 	}
 	for _, want := range []string{
-		"chain --autofree http://10.0.2.2:8080/ipxe/${netX/mac:hexhyp} || goto failed\n",
+		"chain --autofree http://10.0.2.2:8080/ipxe/${netX/mac:hexhyp}?arch=${buildarch} || goto failed\n",
 		"dhcp ||\n", "goto retry\n", "iseq ${cure_try} 5 && goto give_up ||\n", "inc cure_try\n",
 	} {
 		if !strings.Contains(body, want) {
