@@ -498,6 +498,11 @@ CREATE TABLE discovered (
 );
 CREATE INDEX discovered_token ON discovered(token_hash);
 `},
+	// The site's cabling map (nodes file `cabling:`): per port of the node,
+	// the switch and switch port LLDP must show there; JSON, {} when none.
+	{sql: `
+ALTER TABLE nodes ADD COLUMN cabling TEXT NOT NULL DEFAULT '{}';
+`},
 }
 
 // migrationSteps are the data conversions SQL cannot express, by the schema

@@ -33,6 +33,19 @@ type Node struct {
 	// pin (an EK enrolled on first use stays). GetNode leaves it empty:
 	// NodeEK reads what is on record.
 	EKSHA256 string
+	// Cabling is the site's cabling map for the node: by the node's port
+	// (its interface name in CURE), the switch and switch port LLDP must
+	// show there. Empty: no map, so no cabling verdict.
+	Cabling map[string]Cable
+}
+
+// Cable is where one port of a node is planned to plug in. Switch (the
+// switch's LLDP system name) or Chassis (its chassis ID), or both, name
+// the switch; Port is its port as LLDP names it (port ID or description).
+type Cable struct {
+	Switch  string `json:"switch,omitempty"`
+	Chassis string `json:"chassis,omitempty"`
+	Port    string `json:"port"`
 }
 
 // NormalizeMAC parses a 6-byte Ethernet MAC written with ':' or '-' separators
@@ -67,6 +80,7 @@ type sealedNode struct {
 	Node
 	macs                    []string
 	password, psids, labels string
+	cabling                 string
 }
 
 func (s *Store) sealNode(n Node) (sealedNode, error) {
@@ -106,6 +120,14 @@ func (s *Store) sealNode(n Node) (sealedNode, error) {
 	if out.labels, err = marshalMap(n.Labels); err != nil {
 		return sealedNode{}, fmt.Errorf("labels: %w", err)
 	}
+	out.cabling = "{}"
+	if len(n.Cabling) > 0 {
+		b, err := json.Marshal(n.Cabling)
+		if err != nil {
+			return sealedNode{}, fmt.Errorf("cabling: %w", err)
+		}
+		out.cabling = string(b)
+	}
 	return out, nil
 }
 
@@ -141,16 +163,16 @@ func (s *Store) PutNodes(ctx context.Context, ns []Node, replace bool) (added, u
 			}
 			if _, err := tx.ExecContext(ctx, `
 INSERT INTO nodes (id, bmc_url, bmc_user, bmc_password, bmc_password_ref, bmc_ca_file, bmc_fingerprint, bmc_insecure,
-	sku, hostname, system_serial, psids, labels, updated_at, removed_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
+	sku, hostname, system_serial, psids, labels, cabling, updated_at, removed_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
 ON CONFLICT(id) DO UPDATE SET bmc_url=excluded.bmc_url, bmc_user=excluded.bmc_user,
 	bmc_password=excluded.bmc_password, bmc_password_ref=excluded.bmc_password_ref, bmc_ca_file=excluded.bmc_ca_file,
 	bmc_fingerprint=excluded.bmc_fingerprint, bmc_insecure=excluded.bmc_insecure,
 	sku=excluded.sku, hostname=excluded.hostname,
 	system_serial=excluded.system_serial, psids=excluded.psids, labels=excluded.labels,
-	updated_at=excluded.updated_at, removed_at=0`,
+	cabling=excluded.cabling, updated_at=excluded.updated_at, removed_at=0`,
 				n.ID, n.BMCURL, n.BMCUser, n.password, n.BMCPasswordRef, n.BMCCAFile, n.BMCFingerprint, n.BMCInsecure,
-				n.SKU, n.Hostname, n.SystemSerial, n.psids, n.labels, now); err != nil {
+				n.SKU, n.Hostname, n.SystemSerial, n.psids, n.labels, n.cabling, now); err != nil {
 				return fmt.Errorf("node %s: %w", n.ID, err)
 			}
 			for _, m := range n.macs {
@@ -305,7 +327,7 @@ func (s *Store) SetLabels(ctx context.Context, id string, set map[string]string,
 	return out, nil
 }
 
-const nodeCols = `id, bmc_url, bmc_user, bmc_password, bmc_password_ref, bmc_ca_file, bmc_fingerprint, bmc_insecure, sku, hostname, system_serial, psids, labels`
+const nodeCols = `id, bmc_url, bmc_user, bmc_password, bmc_password_ref, bmc_ca_file, bmc_fingerprint, bmc_insecure, sku, hostname, system_serial, psids, labels, cabling`
 
 // GetNode returns the node with that id, or an error wrapping ErrNotFound.
 func (s *Store) GetNode(ctx context.Context, id string) (Node, error) {
@@ -412,9 +434,9 @@ type scanner interface{ Scan(...any) error }
 
 func (s *Store) scanNode(sc scanner) (Node, error) {
 	var n Node
-	var password, psids, labels string
+	var password, psids, labels, cabling string
 	if err := sc.Scan(&n.ID, &n.BMCURL, &n.BMCUser, &password, &n.BMCPasswordRef, &n.BMCCAFile, &n.BMCFingerprint, &n.BMCInsecure,
-		&n.SKU, &n.Hostname, &n.SystemSerial, &psids, &labels); err != nil {
+		&n.SKU, &n.Hostname, &n.SystemSerial, &psids, &labels, &cabling); err != nil {
 		return Node{}, err
 	}
 	var err error
@@ -432,6 +454,11 @@ func (s *Store) scanNode(sc scanner) (Node, error) {
 	}
 	if n.Labels, err = unmarshalMap(labels); err != nil {
 		return Node{}, fmt.Errorf("node %s: labels column: %w", n.ID, err)
+	}
+	if cabling != "" && cabling != "{}" {
+		if err := json.Unmarshal([]byte(cabling), &n.Cabling); err != nil {
+			return Node{}, fmt.Errorf("node %s: cabling column: %w", n.ID, err)
+		}
 	}
 	return n, nil
 }
