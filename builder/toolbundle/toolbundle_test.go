@@ -50,7 +50,7 @@ func TestRepoSpec(t *testing.T) {
 	for _, tl := range s.Tools {
 		names = append(names, tl.Name)
 	}
-	if strings.Join(names, ",") != "fio,stress-ng,iperf3,ib_write_bw,ib_read_bw,nvme,mstflint" || len(s.Programs) != 1 || s.Programs[0].Name != "cure-measure" {
+	if strings.Join(names, ",") != "fio,stress-ng,iperf3,ib_write_bw,ib_read_bw,nvme,mstflint,mdadm,mkfs.ext4,mkfs.xfs" || len(s.Programs) != 1 || s.Programs[0].Name != "cure-measure" {
 		t.Errorf("spec tools %v programs %v", names, s.Programs)
 	}
 }

@@ -222,7 +222,7 @@ func (e *Executor) makeFilesystems(ctx context.Context, emit agent.Emitter, p *S
 				return err
 			}
 		}
-		args := []string{"-q", "-F", "-L", fs.Label, dev}
+		args := []string{"-q", "-F", "-t", "ext4", "-L", fs.Label, dev}
 		if fs.Type == manifests.FSXFS {
 			args = []string{"-q", "-f", "-L", fs.Label, dev}
 		}

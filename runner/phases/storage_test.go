@@ -217,7 +217,7 @@ func TestOSInstallRAID1(t *testing.T) {
 		"mdadm --create /dev/md/cure-os --run --metadata=1.0 --homehost=any --name=cure-os --level=raid1 --raid-devices=2 /dev/nvme0n1 /dev/nvme1n1",
 		"mkfs.xfs -q -f -L scratch /dev/nvme2n1",
 		"addpart /dev/md127 data",
-		"mkfs.ext4 -q -F -L data /dev/md127p3",
+		"mkfs.ext4 -q -F -t ext4 -L data /dev/md127p3",
 	}
 	if strings.Join(fs.runs, "\n") != strings.Join(want, "\n") {
 		t.Errorf("ran:\n%s\nwant:\n%s", strings.Join(fs.runs, "\n"), strings.Join(want, "\n"))
