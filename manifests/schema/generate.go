@@ -188,7 +188,7 @@ func nodesSchema(_ map[string]bool) (*jsonschema.Schema, error) {
 	defs["File"].Properties.Value("nodes").MinItems = ptr(1)
 	defs["FileNode"].Properties.Value("macs").MinItems = ptr(1)
 	fields := map[string]manifests.SchemaField{}
-	for _, k := range []string{"File.nodes", "FileNode.id", "FileNode.bmc", "FileNode.macs", "FileBMC.url", "FileBMC.username"} {
+	for _, k := range []string{"File.nodes", "FileNode.id", "FileNode.bmc", "FileNode.macs", "FileBMC.url", "FileBMC.username", "FileCable.port"} {
 		fields[k] = manifests.SchemaField{Required: true}
 	}
 	// Any scalar is read as text (a null as empty).

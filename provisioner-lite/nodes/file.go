@@ -37,6 +37,24 @@ type FileNode struct {
 	// EKSHA256 is the sha256 (64 hex digits) of the TPM endorsement key's
 	// SubjectPublicKeyInfo the node must attest with.
 	EKSHA256 string `yaml:"ek_sha256,omitempty"`
+	// Cabling is the site's cabling map for the node: by the node's port
+	// (its interface name in CURE: enp1s0), the switch and switch port LLDP
+	// must show there. With it, each mapped port gets a cabling verdict.
+	Cabling map[string]FileCable `yaml:"cabling,omitempty"`
+}
+
+// FileCable is where one port of a node plugs in. Switch or Chassis (or
+// both) names the switch; Port is required.
+type FileCable struct {
+	// Switch is the switch's LLDP system name (leaf-r12-a; a domain after
+	// it, leaf-r12-a.dc1, matches too).
+	Switch string `yaml:"switch,omitempty"`
+	// Chassis is the switch's LLDP chassis ID (a MAC in any case, or the
+	// ID as the switch sends it).
+	Chassis string `yaml:"chassis,omitempty"`
+	// Port is the switch's port as LLDP names it: its port ID or its port
+	// description (Ethernet12, swp7), any case.
+	Port string `yaml:"port"`
 }
 
 // FileBMC is a node's BMC. Exactly one of Password, PasswordEnv and

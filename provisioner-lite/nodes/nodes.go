@@ -377,6 +377,7 @@ func Check(n *store.Node, opts ...Option) error {
 			bad("labels."+k, err)
 		}
 	}
+	out.Cabling = checkCabling(n.Cabling, bad)
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}

@@ -26,6 +26,9 @@ import (
 //	    serial: SN123
 //	    psids: {S3EVNX0K123456: ABCDEFGHIJKLMNOPQRSTUVWXYZ012345}
 //	    labels: {rack: r12}
+//	    cabling:                     # the site's cabling map: port -> switch and switch port
+//	      enp1s0: {switch: leaf-r12-a, port: Ethernet12}
+//	      enp2s0: {switch: leaf-r12-b, chassis: "0c:42:a1:00:00:02", port: Ethernet12}
 //
 // The BMC's TLS identity is verified: by the pinned SHA-256 fingerprint of
 // its certificate (hex, any case, ':' separators allowed; stored as
@@ -39,7 +42,11 @@ import (
 // and the value is read at every BMC connection. Relative caFile and
 // passwordFile paths are relative to the inventory file.
 //
-// Labels are names a selector can use (CheckLabel). A document may also be
+// Labels are names a selector can use (CheckLabel). Cabling maps each port
+// of the node (its interface name in CURE) to where it must plug in: the
+// switch by its LLDP system name (switch) or chassis ID (chassis), and the
+// switch's port (port, its LLDP port ID or description); with a map, the
+// coordinator judges what LLDP shows on each port (CheckCable). A document may also be
 // one node's mapping (id, bmc, macs...) without the `nodes:` list around it:
 // a snippet for `curectl nodes add -f`.
 //
@@ -224,8 +231,10 @@ func (p *yamlParser) node(n *yaml.Node, field string) (store.Node, bool) {
 			if err := CheckEKSHA256(out.EKSHA256); err != nil {
 				p.errf(f.val, name, "%v", err)
 			}
+		case "cabling":
+			out.Cabling = p.cabling(f.val, name)
 		default:
-			p.errf(f.key, name, "unknown field (want id, bmc, macs, sku, hostname, serial, psids, labels, ek_sha256)")
+			p.errf(f.key, name, "unknown field (want id, bmc, macs, sku, hostname, serial, psids, labels, ek_sha256, cabling)")
 		}
 	}
 	if f, ok := fields["id"]; !ok {
