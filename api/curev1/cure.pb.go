@@ -7166,7 +7166,10 @@ type NodeSpec struct {
 	Psids map[string]string `protobuf:"bytes,8,rep,name=psids,proto3" json:"psids,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The node's TPM endorsement key pinned: sha256 of its SubjectPublicKeyInfo
 	// (hex), as computed from the TPM's EK certificate. Empty: trust on first use.
-	EkSha256      string `protobuf:"bytes,20,opt,name=ek_sha256,json=ekSha256,proto3" json:"ek_sha256,omitempty"`
+	EkSha256 string `protobuf:"bytes,20,opt,name=ek_sha256,json=ekSha256,proto3" json:"ek_sha256,omitempty"`
+	// The site's cabling map (nodes file `cabling:`): by the node's port, where
+	// it must plug in. The coordinator judges what LLDP shows against it.
+	Cabling       map[string]*PlannedCable `protobuf:"bytes,21,rep,name=cabling,proto3" json:"cabling,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7264,6 +7267,75 @@ func (x *NodeSpec) GetEkSha256() string {
 	return ""
 }
 
+func (x *NodeSpec) GetCabling() map[string]*PlannedCable {
+	if x != nil {
+		return x.Cabling
+	}
+	return nil
+}
+
+// PlannedCable is where one port of a node plugs in: the switch by its LLDP
+// system name or chassis ID (one at least), and the switch's port.
+type PlannedCable struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SwitchName    string                 `protobuf:"bytes,1,opt,name=switch_name,json=switchName,proto3" json:"switch_name,omitempty"`
+	ChassisId     string                 `protobuf:"bytes,2,opt,name=chassis_id,json=chassisId,proto3" json:"chassis_id,omitempty"`
+	Port          string                 `protobuf:"bytes,3,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannedCable) Reset() {
+	*x = PlannedCable{}
+	mi := &file_cure_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannedCable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannedCable) ProtoMessage() {}
+
+func (x *PlannedCable) ProtoReflect() protoreflect.Message {
+	mi := &file_cure_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannedCable.ProtoReflect.Descriptor instead.
+func (*PlannedCable) Descriptor() ([]byte, []int) {
+	return file_cure_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *PlannedCable) GetSwitchName() string {
+	if x != nil {
+		return x.SwitchName
+	}
+	return ""
+}
+
+func (x *PlannedCable) GetChassisId() string {
+	if x != nil {
+		return x.ChassisId
+	}
+	return ""
+}
+
+func (x *PlannedCable) GetPort() string {
+	if x != nil {
+		return x.Port
+	}
+	return ""
+}
+
 type BMCSpec struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Url      string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
@@ -7282,7 +7354,7 @@ type BMCSpec struct {
 
 func (x *BMCSpec) Reset() {
 	*x = BMCSpec{}
-	mi := &file_cure_proto_msgTypes[79]
+	mi := &file_cure_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7294,7 +7366,7 @@ func (x *BMCSpec) String() string {
 func (*BMCSpec) ProtoMessage() {}
 
 func (x *BMCSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[79]
+	mi := &file_cure_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7307,7 +7379,7 @@ func (x *BMCSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCSpec.ProtoReflect.Descriptor instead.
 func (*BMCSpec) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{79}
+	return file_cure_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *BMCSpec) GetUrl() string {
@@ -7363,7 +7435,7 @@ type AddNodesRequest struct {
 
 func (x *AddNodesRequest) Reset() {
 	*x = AddNodesRequest{}
-	mi := &file_cure_proto_msgTypes[80]
+	mi := &file_cure_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7375,7 +7447,7 @@ func (x *AddNodesRequest) String() string {
 func (*AddNodesRequest) ProtoMessage() {}
 
 func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[80]
+	mi := &file_cure_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7388,7 +7460,7 @@ func (x *AddNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesRequest.ProtoReflect.Descriptor instead.
 func (*AddNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{80}
+	return file_cure_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *AddNodesRequest) GetNodes() []*NodeSpec {
@@ -7422,7 +7494,7 @@ type AddNodesResponse struct {
 
 func (x *AddNodesResponse) Reset() {
 	*x = AddNodesResponse{}
-	mi := &file_cure_proto_msgTypes[81]
+	mi := &file_cure_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7434,7 +7506,7 @@ func (x *AddNodesResponse) String() string {
 func (*AddNodesResponse) ProtoMessage() {}
 
 func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[81]
+	mi := &file_cure_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7447,7 +7519,7 @@ func (x *AddNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodesResponse.ProtoReflect.Descriptor instead.
 func (*AddNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{81}
+	return file_cure_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *AddNodesResponse) GetAdded() []string {
@@ -7473,7 +7545,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_cure_proto_msgTypes[82]
+	mi := &file_cure_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7485,7 +7557,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[82]
+	mi := &file_cure_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7498,7 +7570,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{82}
+	return file_cure_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -7518,7 +7590,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_cure_proto_msgTypes[83]
+	mi := &file_cure_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7530,7 +7602,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[83]
+	mi := &file_cure_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7543,7 +7615,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{83}
+	return file_cure_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -7571,7 +7643,7 @@ type LabelNodeRequest struct {
 
 func (x *LabelNodeRequest) Reset() {
 	*x = LabelNodeRequest{}
-	mi := &file_cure_proto_msgTypes[84]
+	mi := &file_cure_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7583,7 +7655,7 @@ func (x *LabelNodeRequest) String() string {
 func (*LabelNodeRequest) ProtoMessage() {}
 
 func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[84]
+	mi := &file_cure_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7596,7 +7668,7 @@ func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
 func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{84}
+	return file_cure_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *LabelNodeRequest) GetNodeId() string {
@@ -7629,7 +7701,7 @@ type ShowNodeRequest struct {
 
 func (x *ShowNodeRequest) Reset() {
 	*x = ShowNodeRequest{}
-	mi := &file_cure_proto_msgTypes[85]
+	mi := &file_cure_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7641,7 +7713,7 @@ func (x *ShowNodeRequest) String() string {
 func (*ShowNodeRequest) ProtoMessage() {}
 
 func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[85]
+	mi := &file_cure_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7654,7 +7726,7 @@ func (x *ShowNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShowNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{85}
+	return file_cure_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ShowNodeRequest) GetNodeId() string {
@@ -7673,7 +7745,7 @@ type BootInstalledOSRequest struct {
 
 func (x *BootInstalledOSRequest) Reset() {
 	*x = BootInstalledOSRequest{}
-	mi := &file_cure_proto_msgTypes[86]
+	mi := &file_cure_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7685,7 +7757,7 @@ func (x *BootInstalledOSRequest) String() string {
 func (*BootInstalledOSRequest) ProtoMessage() {}
 
 func (x *BootInstalledOSRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[86]
+	mi := &file_cure_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7698,7 +7770,7 @@ func (x *BootInstalledOSRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootInstalledOSRequest.ProtoReflect.Descriptor instead.
 func (*BootInstalledOSRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{86}
+	return file_cure_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *BootInstalledOSRequest) GetNodeId() string {
@@ -7718,7 +7790,7 @@ type BootInstalledOSResponse struct {
 
 func (x *BootInstalledOSResponse) Reset() {
 	*x = BootInstalledOSResponse{}
-	mi := &file_cure_proto_msgTypes[87]
+	mi := &file_cure_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7730,7 +7802,7 @@ func (x *BootInstalledOSResponse) String() string {
 func (*BootInstalledOSResponse) ProtoMessage() {}
 
 func (x *BootInstalledOSResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[87]
+	mi := &file_cure_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7743,7 +7815,7 @@ func (x *BootInstalledOSResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootInstalledOSResponse.ProtoReflect.Descriptor instead.
 func (*BootInstalledOSResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{87}
+	return file_cure_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *BootInstalledOSResponse) GetNodeId() string {
@@ -7768,7 +7840,7 @@ type ListManifestsRequest struct {
 
 func (x *ListManifestsRequest) Reset() {
 	*x = ListManifestsRequest{}
-	mi := &file_cure_proto_msgTypes[88]
+	mi := &file_cure_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7780,7 +7852,7 @@ func (x *ListManifestsRequest) String() string {
 func (*ListManifestsRequest) ProtoMessage() {}
 
 func (x *ListManifestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[88]
+	mi := &file_cure_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7793,7 +7865,7 @@ func (x *ListManifestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListManifestsRequest.ProtoReflect.Descriptor instead.
 func (*ListManifestsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{88}
+	return file_cure_proto_rawDescGZIP(), []int{89}
 }
 
 type ListManifestsResponse struct {
@@ -7813,7 +7885,7 @@ type ListManifestsResponse struct {
 
 func (x *ListManifestsResponse) Reset() {
 	*x = ListManifestsResponse{}
-	mi := &file_cure_proto_msgTypes[89]
+	mi := &file_cure_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7825,7 +7897,7 @@ func (x *ListManifestsResponse) String() string {
 func (*ListManifestsResponse) ProtoMessage() {}
 
 func (x *ListManifestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[89]
+	mi := &file_cure_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7838,7 +7910,7 @@ func (x *ListManifestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListManifestsResponse.ProtoReflect.Descriptor instead.
 func (*ListManifestsResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{89}
+	return file_cure_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListManifestsResponse) GetSkus() []string {
@@ -7908,7 +7980,7 @@ type NodeDetail struct {
 
 func (x *NodeDetail) Reset() {
 	*x = NodeDetail{}
-	mi := &file_cure_proto_msgTypes[90]
+	mi := &file_cure_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7920,7 +7992,7 @@ func (x *NodeDetail) String() string {
 func (*NodeDetail) ProtoMessage() {}
 
 func (x *NodeDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[90]
+	mi := &file_cure_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7933,7 +8005,7 @@ func (x *NodeDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDetail.ProtoReflect.Descriptor instead.
 func (*NodeDetail) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{90}
+	return file_cure_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *NodeDetail) GetNodeId() string {
@@ -8099,7 +8171,7 @@ type InventoryRecord struct {
 
 func (x *InventoryRecord) Reset() {
 	*x = InventoryRecord{}
-	mi := &file_cure_proto_msgTypes[91]
+	mi := &file_cure_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8111,7 +8183,7 @@ func (x *InventoryRecord) String() string {
 func (*InventoryRecord) ProtoMessage() {}
 
 func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[91]
+	mi := &file_cure_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8124,7 +8196,7 @@ func (x *InventoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRecord.ProtoReflect.Descriptor instead.
 func (*InventoryRecord) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{91}
+	return file_cure_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *InventoryRecord) GetRunId() string {
@@ -8182,7 +8254,7 @@ type FleetBandsRequest struct {
 
 func (x *FleetBandsRequest) Reset() {
 	*x = FleetBandsRequest{}
-	mi := &file_cure_proto_msgTypes[92]
+	mi := &file_cure_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8194,7 +8266,7 @@ func (x *FleetBandsRequest) String() string {
 func (*FleetBandsRequest) ProtoMessage() {}
 
 func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[92]
+	mi := &file_cure_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8207,7 +8279,7 @@ func (x *FleetBandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetBandsRequest.ProtoReflect.Descriptor instead.
 func (*FleetBandsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{92}
+	return file_cure_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *FleetBandsRequest) GetSku() string {
@@ -8256,7 +8328,7 @@ type FleetBandsResponse struct {
 
 func (x *FleetBandsResponse) Reset() {
 	*x = FleetBandsResponse{}
-	mi := &file_cure_proto_msgTypes[93]
+	mi := &file_cure_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8268,7 +8340,7 @@ func (x *FleetBandsResponse) String() string {
 func (*FleetBandsResponse) ProtoMessage() {}
 
 func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[93]
+	mi := &file_cure_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8281,7 +8353,7 @@ func (x *FleetBandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetBandsResponse.ProtoReflect.Descriptor instead.
 func (*FleetBandsResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{93}
+	return file_cure_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *FleetBandsResponse) GetDistributions() []*FleetDistribution {
@@ -8333,7 +8405,7 @@ type FleetDistribution struct {
 
 func (x *FleetDistribution) Reset() {
 	*x = FleetDistribution{}
-	mi := &file_cure_proto_msgTypes[94]
+	mi := &file_cure_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8345,7 +8417,7 @@ func (x *FleetDistribution) String() string {
 func (*FleetDistribution) ProtoMessage() {}
 
 func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[94]
+	mi := &file_cure_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8358,7 +8430,7 @@ func (x *FleetDistribution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetDistribution.ProtoReflect.Descriptor instead.
 func (*FleetDistribution) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{94}
+	return file_cure_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *FleetDistribution) GetSku() string {
@@ -8496,7 +8568,7 @@ type FleetNodeMark struct {
 
 func (x *FleetNodeMark) Reset() {
 	*x = FleetNodeMark{}
-	mi := &file_cure_proto_msgTypes[95]
+	mi := &file_cure_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8508,7 +8580,7 @@ func (x *FleetNodeMark) String() string {
 func (*FleetNodeMark) ProtoMessage() {}
 
 func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[95]
+	mi := &file_cure_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8521,7 +8593,7 @@ func (x *FleetNodeMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetNodeMark.ProtoReflect.Descriptor instead.
 func (*FleetNodeMark) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{95}
+	return file_cure_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *FleetNodeMark) GetNodeId() string {
@@ -8598,7 +8670,7 @@ type FleetJudgement struct {
 
 func (x *FleetJudgement) Reset() {
 	*x = FleetJudgement{}
-	mi := &file_cure_proto_msgTypes[96]
+	mi := &file_cure_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8610,7 +8682,7 @@ func (x *FleetJudgement) String() string {
 func (*FleetJudgement) ProtoMessage() {}
 
 func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[96]
+	mi := &file_cure_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8623,7 +8695,7 @@ func (x *FleetJudgement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetJudgement.ProtoReflect.Descriptor instead.
 func (*FleetJudgement) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{96}
+	return file_cure_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *FleetJudgement) GetComponent() string {
@@ -8744,7 +8816,7 @@ type FleetJudgements struct {
 
 func (x *FleetJudgements) Reset() {
 	*x = FleetJudgements{}
-	mi := &file_cure_proto_msgTypes[97]
+	mi := &file_cure_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8756,7 +8828,7 @@ func (x *FleetJudgements) String() string {
 func (*FleetJudgements) ProtoMessage() {}
 
 func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[97]
+	mi := &file_cure_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8769,7 +8841,7 @@ func (x *FleetJudgements) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetJudgements.ProtoReflect.Descriptor instead.
 func (*FleetJudgements) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{97}
+	return file_cure_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *FleetJudgements) GetJudgements() []*FleetJudgement {
@@ -8809,7 +8881,7 @@ type NodeAdmissionRequest struct {
 
 func (x *NodeAdmissionRequest) Reset() {
 	*x = NodeAdmissionRequest{}
-	mi := &file_cure_proto_msgTypes[98]
+	mi := &file_cure_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8821,7 +8893,7 @@ func (x *NodeAdmissionRequest) String() string {
 func (*NodeAdmissionRequest) ProtoMessage() {}
 
 func (x *NodeAdmissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[98]
+	mi := &file_cure_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8834,7 +8906,7 @@ func (x *NodeAdmissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAdmissionRequest.ProtoReflect.Descriptor instead.
 func (*NodeAdmissionRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{98}
+	return file_cure_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *NodeAdmissionRequest) GetNodeId() string {
@@ -8859,7 +8931,7 @@ type AdmissionRequirement struct {
 
 func (x *AdmissionRequirement) Reset() {
 	*x = AdmissionRequirement{}
-	mi := &file_cure_proto_msgTypes[99]
+	mi := &file_cure_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8871,7 +8943,7 @@ func (x *AdmissionRequirement) String() string {
 func (*AdmissionRequirement) ProtoMessage() {}
 
 func (x *AdmissionRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[99]
+	mi := &file_cure_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8884,7 +8956,7 @@ func (x *AdmissionRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmissionRequirement.ProtoReflect.Descriptor instead.
 func (*AdmissionRequirement) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{99}
+	return file_cure_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *AdmissionRequirement) GetName() string {
@@ -8936,7 +9008,7 @@ type NodeAdmissionResponse struct {
 
 func (x *NodeAdmissionResponse) Reset() {
 	*x = NodeAdmissionResponse{}
-	mi := &file_cure_proto_msgTypes[100]
+	mi := &file_cure_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8948,7 +9020,7 @@ func (x *NodeAdmissionResponse) String() string {
 func (*NodeAdmissionResponse) ProtoMessage() {}
 
 func (x *NodeAdmissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[100]
+	mi := &file_cure_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8961,7 +9033,7 @@ func (x *NodeAdmissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAdmissionResponse.ProtoReflect.Descriptor instead.
 func (*NodeAdmissionResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{100}
+	return file_cure_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *NodeAdmissionResponse) GetNodeId() string {
@@ -9021,7 +9093,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_cure_proto_msgTypes[101]
+	mi := &file_cure_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9033,7 +9105,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[101]
+	mi := &file_cure_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9046,7 +9118,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{101}
+	return file_cure_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *PoolStatus) GetNodeId() string {
@@ -9108,7 +9180,7 @@ type AcceptMeasurementsRequest struct {
 
 func (x *AcceptMeasurementsRequest) Reset() {
 	*x = AcceptMeasurementsRequest{}
-	mi := &file_cure_proto_msgTypes[102]
+	mi := &file_cure_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9120,7 +9192,7 @@ func (x *AcceptMeasurementsRequest) String() string {
 func (*AcceptMeasurementsRequest) ProtoMessage() {}
 
 func (x *AcceptMeasurementsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[102]
+	mi := &file_cure_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9133,7 +9205,7 @@ func (x *AcceptMeasurementsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptMeasurementsRequest.ProtoReflect.Descriptor instead.
 func (*AcceptMeasurementsRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{102}
+	return file_cure_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *AcceptMeasurementsRequest) GetNodeId() string {
@@ -9165,7 +9237,7 @@ type AcceptMeasurementsResponse struct {
 
 func (x *AcceptMeasurementsResponse) Reset() {
 	*x = AcceptMeasurementsResponse{}
-	mi := &file_cure_proto_msgTypes[103]
+	mi := &file_cure_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9177,7 +9249,7 @@ func (x *AcceptMeasurementsResponse) String() string {
 func (*AcceptMeasurementsResponse) ProtoMessage() {}
 
 func (x *AcceptMeasurementsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[103]
+	mi := &file_cure_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9190,7 +9262,7 @@ func (x *AcceptMeasurementsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptMeasurementsResponse.ProtoReflect.Descriptor instead.
 func (*AcceptMeasurementsResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{103}
+	return file_cure_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *AcceptMeasurementsResponse) GetNodeId() string {
@@ -9253,7 +9325,7 @@ type PoolRequest struct {
 
 func (x *PoolRequest) Reset() {
 	*x = PoolRequest{}
-	mi := &file_cure_proto_msgTypes[104]
+	mi := &file_cure_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9265,7 +9337,7 @@ func (x *PoolRequest) String() string {
 func (*PoolRequest) ProtoMessage() {}
 
 func (x *PoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[104]
+	mi := &file_cure_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9278,7 +9350,7 @@ func (x *PoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRequest.ProtoReflect.Descriptor instead.
 func (*PoolRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{104}
+	return file_cure_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *PoolRequest) GetNodeIds() []string {
@@ -9316,7 +9388,7 @@ type RevalidateRequest struct {
 
 func (x *RevalidateRequest) Reset() {
 	*x = RevalidateRequest{}
-	mi := &file_cure_proto_msgTypes[105]
+	mi := &file_cure_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9328,7 +9400,7 @@ func (x *RevalidateRequest) String() string {
 func (*RevalidateRequest) ProtoMessage() {}
 
 func (x *RevalidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[105]
+	mi := &file_cure_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9341,7 +9413,7 @@ func (x *RevalidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevalidateRequest.ProtoReflect.Descriptor instead.
 func (*RevalidateRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{105}
+	return file_cure_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *RevalidateRequest) GetNodeIds() []string {
@@ -9396,7 +9468,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_cure_proto_msgTypes[106]
+	mi := &file_cure_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9408,7 +9480,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[106]
+	mi := &file_cure_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9421,7 +9493,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{106}
+	return file_cure_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *PoolResponse) GetNodes() []*PoolStatus {
@@ -9454,7 +9526,7 @@ type PairReady struct {
 
 func (x *PairReady) Reset() {
 	*x = PairReady{}
-	mi := &file_cure_proto_msgTypes[107]
+	mi := &file_cure_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9466,7 +9538,7 @@ func (x *PairReady) String() string {
 func (*PairReady) ProtoMessage() {}
 
 func (x *PairReady) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[107]
+	mi := &file_cure_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9479,7 +9551,7 @@ func (x *PairReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairReady.ProtoReflect.Descriptor instead.
 func (*PairReady) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{107}
+	return file_cure_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *PairReady) GetCheck() string {
@@ -9523,7 +9595,7 @@ type PairPort struct {
 
 func (x *PairPort) Reset() {
 	*x = PairPort{}
-	mi := &file_cure_proto_msgTypes[108]
+	mi := &file_cure_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9535,7 +9607,7 @@ func (x *PairPort) String() string {
 func (*PairPort) ProtoMessage() {}
 
 func (x *PairPort) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[108]
+	mi := &file_cure_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9548,7 +9620,7 @@ func (x *PairPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairPort.ProtoReflect.Descriptor instead.
 func (*PairPort) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{108}
+	return file_cure_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *PairPort) GetName() string {
@@ -9593,7 +9665,7 @@ type PairSchedule struct {
 
 func (x *PairSchedule) Reset() {
 	*x = PairSchedule{}
-	mi := &file_cure_proto_msgTypes[109]
+	mi := &file_cure_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9605,7 +9677,7 @@ func (x *PairSchedule) String() string {
 func (*PairSchedule) ProtoMessage() {}
 
 func (x *PairSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[109]
+	mi := &file_cure_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9618,7 +9690,7 @@ func (x *PairSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairSchedule.ProtoReflect.Descriptor instead.
 func (*PairSchedule) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{109}
+	return file_cure_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *PairSchedule) GetCheck() string {
@@ -9716,7 +9788,7 @@ type PairSlot struct {
 
 func (x *PairSlot) Reset() {
 	*x = PairSlot{}
-	mi := &file_cure_proto_msgTypes[110]
+	mi := &file_cure_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9728,7 +9800,7 @@ func (x *PairSlot) String() string {
 func (*PairSlot) ProtoMessage() {}
 
 func (x *PairSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[110]
+	mi := &file_cure_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9741,7 +9813,7 @@ func (x *PairSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairSlot.ProtoReflect.Descriptor instead.
 func (*PairSlot) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{110}
+	return file_cure_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *PairSlot) GetRound() uint32 {
@@ -9847,7 +9919,7 @@ type PairResult struct {
 
 func (x *PairResult) Reset() {
 	*x = PairResult{}
-	mi := &file_cure_proto_msgTypes[111]
+	mi := &file_cure_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9859,7 +9931,7 @@ func (x *PairResult) String() string {
 func (*PairResult) ProtoMessage() {}
 
 func (x *PairResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[111]
+	mi := &file_cure_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9872,7 +9944,7 @@ func (x *PairResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairResult.ProtoReflect.Descriptor instead.
 func (*PairResult) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{111}
+	return file_cure_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *PairResult) GetCheck() string {
@@ -9957,7 +10029,7 @@ type PairVerdicts struct {
 
 func (x *PairVerdicts) Reset() {
 	*x = PairVerdicts{}
-	mi := &file_cure_proto_msgTypes[112]
+	mi := &file_cure_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9969,7 +10041,7 @@ func (x *PairVerdicts) String() string {
 func (*PairVerdicts) ProtoMessage() {}
 
 func (x *PairVerdicts) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[112]
+	mi := &file_cure_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9982,7 +10054,7 @@ func (x *PairVerdicts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairVerdicts.ProtoReflect.Descriptor instead.
 func (*PairVerdicts) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{112}
+	return file_cure_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *PairVerdicts) GetCheck() string {
@@ -10018,7 +10090,7 @@ type InspectReport struct {
 
 func (x *InspectReport) Reset() {
 	*x = InspectReport{}
-	mi := &file_cure_proto_msgTypes[113]
+	mi := &file_cure_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10030,7 +10102,7 @@ func (x *InspectReport) String() string {
 func (*InspectReport) ProtoMessage() {}
 
 func (x *InspectReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[113]
+	mi := &file_cure_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10043,7 +10115,7 @@ func (x *InspectReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectReport.ProtoReflect.Descriptor instead.
 func (*InspectReport) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{113}
+	return file_cure_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *InspectReport) GetToken() string {
@@ -10123,7 +10195,7 @@ type HostInterface struct {
 
 func (x *HostInterface) Reset() {
 	*x = HostInterface{}
-	mi := &file_cure_proto_msgTypes[114]
+	mi := &file_cure_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10135,7 +10207,7 @@ func (x *HostInterface) String() string {
 func (*HostInterface) ProtoMessage() {}
 
 func (x *HostInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[114]
+	mi := &file_cure_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10148,7 +10220,7 @@ func (x *HostInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostInterface.ProtoReflect.Descriptor instead.
 func (*HostInterface) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{114}
+	return file_cure_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *HostInterface) GetInterfaceType() uint32 {
@@ -10245,7 +10317,7 @@ type InspectDrive struct {
 
 func (x *InspectDrive) Reset() {
 	*x = InspectDrive{}
-	mi := &file_cure_proto_msgTypes[115]
+	mi := &file_cure_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10257,7 +10329,7 @@ func (x *InspectDrive) String() string {
 func (*InspectDrive) ProtoMessage() {}
 
 func (x *InspectDrive) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[115]
+	mi := &file_cure_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10270,7 +10342,7 @@ func (x *InspectDrive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectDrive.ProtoReflect.Descriptor instead.
 func (*InspectDrive) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{115}
+	return file_cure_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *InspectDrive) GetName() string {
@@ -10343,7 +10415,7 @@ type InspectNeighbour struct {
 
 func (x *InspectNeighbour) Reset() {
 	*x = InspectNeighbour{}
-	mi := &file_cure_proto_msgTypes[116]
+	mi := &file_cure_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10355,7 +10427,7 @@ func (x *InspectNeighbour) String() string {
 func (*InspectNeighbour) ProtoMessage() {}
 
 func (x *InspectNeighbour) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[116]
+	mi := &file_cure_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10368,7 +10440,7 @@ func (x *InspectNeighbour) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectNeighbour.ProtoReflect.Descriptor instead.
 func (*InspectNeighbour) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{116}
+	return file_cure_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *InspectNeighbour) GetPort() string {
@@ -10415,7 +10487,7 @@ type InspectAck struct {
 
 func (x *InspectAck) Reset() {
 	*x = InspectAck{}
-	mi := &file_cure_proto_msgTypes[117]
+	mi := &file_cure_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10427,7 +10499,7 @@ func (x *InspectAck) String() string {
 func (*InspectAck) ProtoMessage() {}
 
 func (x *InspectAck) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[117]
+	mi := &file_cure_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10440,7 +10512,7 @@ func (x *InspectAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectAck.ProtoReflect.Descriptor instead.
 func (*InspectAck) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{117}
+	return file_cure_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *InspectAck) GetDiscoveredId() string {
@@ -10470,7 +10542,7 @@ type Discovered struct {
 
 func (x *Discovered) Reset() {
 	*x = Discovered{}
-	mi := &file_cure_proto_msgTypes[118]
+	mi := &file_cure_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10482,7 +10554,7 @@ func (x *Discovered) String() string {
 func (*Discovered) ProtoMessage() {}
 
 func (x *Discovered) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[118]
+	mi := &file_cure_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10495,7 +10567,7 @@ func (x *Discovered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Discovered.ProtoReflect.Descriptor instead.
 func (*Discovered) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{118}
+	return file_cure_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *Discovered) GetId() string {
@@ -10591,7 +10663,7 @@ type ListDiscoveredRequest struct {
 
 func (x *ListDiscoveredRequest) Reset() {
 	*x = ListDiscoveredRequest{}
-	mi := &file_cure_proto_msgTypes[119]
+	mi := &file_cure_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10603,7 +10675,7 @@ func (x *ListDiscoveredRequest) String() string {
 func (*ListDiscoveredRequest) ProtoMessage() {}
 
 func (x *ListDiscoveredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[119]
+	mi := &file_cure_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10616,7 +10688,7 @@ func (x *ListDiscoveredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiscoveredRequest.ProtoReflect.Descriptor instead.
 func (*ListDiscoveredRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{119}
+	return file_cure_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *ListDiscoveredRequest) GetAll() bool {
@@ -10636,7 +10708,7 @@ type ListDiscoveredResponse struct {
 
 func (x *ListDiscoveredResponse) Reset() {
 	*x = ListDiscoveredResponse{}
-	mi := &file_cure_proto_msgTypes[120]
+	mi := &file_cure_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10648,7 +10720,7 @@ func (x *ListDiscoveredResponse) String() string {
 func (*ListDiscoveredResponse) ProtoMessage() {}
 
 func (x *ListDiscoveredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[120]
+	mi := &file_cure_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10661,7 +10733,7 @@ func (x *ListDiscoveredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiscoveredResponse.ProtoReflect.Descriptor instead.
 func (*ListDiscoveredResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{120}
+	return file_cure_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *ListDiscoveredResponse) GetDiscovered() []*Discovered {
@@ -10691,7 +10763,7 @@ type ApproveDiscoveredRequest struct {
 
 func (x *ApproveDiscoveredRequest) Reset() {
 	*x = ApproveDiscoveredRequest{}
-	mi := &file_cure_proto_msgTypes[121]
+	mi := &file_cure_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10703,7 +10775,7 @@ func (x *ApproveDiscoveredRequest) String() string {
 func (*ApproveDiscoveredRequest) ProtoMessage() {}
 
 func (x *ApproveDiscoveredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[121]
+	mi := &file_cure_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10716,7 +10788,7 @@ func (x *ApproveDiscoveredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveDiscoveredRequest.ProtoReflect.Descriptor instead.
 func (*ApproveDiscoveredRequest) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{121}
+	return file_cure_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *ApproveDiscoveredRequest) GetId() string {
@@ -10744,7 +10816,7 @@ type ApproveDiscoveredResponse struct {
 
 func (x *ApproveDiscoveredResponse) Reset() {
 	*x = ApproveDiscoveredResponse{}
-	mi := &file_cure_proto_msgTypes[122]
+	mi := &file_cure_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10756,7 +10828,7 @@ func (x *ApproveDiscoveredResponse) String() string {
 func (*ApproveDiscoveredResponse) ProtoMessage() {}
 
 func (x *ApproveDiscoveredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cure_proto_msgTypes[122]
+	mi := &file_cure_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10769,7 +10841,7 @@ func (x *ApproveDiscoveredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveDiscoveredResponse.ProtoReflect.Descriptor instead.
 func (*ApproveDiscoveredResponse) Descriptor() ([]byte, []int) {
-	return file_cure_proto_rawDescGZIP(), []int{122}
+	return file_cure_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *ApproveDiscoveredResponse) GetNodeId() string {
@@ -11451,7 +11523,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x06detail\x18\v \x01(\tR\x06detail\"k\n" +
 	"\x14ListAuditLogResponse\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.cure.v1.AuditEntryR\aentries\x12$\n" +
-	"\x0enext_before_id\x18\x02 \x01(\x03R\fnextBeforeId\"\x95\x03\n" +
+	"\x0enext_before_id\x18\x02 \x01(\x03R\fnextBeforeId\"\xa2\x04\n" +
 	"\bNodeSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03sku\x18\x02 \x01(\tR\x03sku\x12\x1a\n" +
@@ -11461,14 +11533,24 @@ const file_cure_proto_rawDesc = "" +
 	"\x06labels\x18\x06 \x03(\v2\x1d.cure.v1.NodeSpec.LabelsEntryR\x06labels\x12\"\n" +
 	"\x03bmc\x18\a \x01(\v2\x10.cure.v1.BMCSpecR\x03bmc\x122\n" +
 	"\x05psids\x18\b \x03(\v2\x1c.cure.v1.NodeSpec.PsidsEntryR\x05psids\x12\x1b\n" +
-	"\tek_sha256\x18\x14 \x01(\tR\bekSha256\x1a9\n" +
+	"\tek_sha256\x18\x14 \x01(\tR\bekSha256\x128\n" +
+	"\acabling\x18\x15 \x03(\v2\x1e.cure.v1.NodeSpec.CablingEntryR\acabling\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a8\n" +
 	"\n" +
 	"PsidsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa8\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aQ\n" +
+	"\fCablingEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
+	"\x05value\x18\x02 \x01(\v2\x15.cure.v1.PlannedCableR\x05value:\x028\x01\"b\n" +
+	"\fPlannedCable\x12\x1f\n" +
+	"\vswitch_name\x18\x01 \x01(\tR\n" +
+	"switchName\x12\x1d\n" +
+	"\n" +
+	"chassis_id\x18\x02 \x01(\tR\tchassisId\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\tR\x04port\"\xa8\x01\n" +
 	"\aBMCSpec\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1a\n" +
 	"\busername\x18\x02 \x01(\tR\busername\x12\x1a\n" +
@@ -11891,7 +11973,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 141)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 143)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                          // 0: cure.v1.Mode
 	(VerdictStatus)(0),                 // 1: cure.v1.VerdictStatus
@@ -11978,68 +12060,70 @@ var file_cure_proto_goTypes = []any{
 	(*AuditEntry)(nil),                 // 82: cure.v1.AuditEntry
 	(*ListAuditLogResponse)(nil),       // 83: cure.v1.ListAuditLogResponse
 	(*NodeSpec)(nil),                   // 84: cure.v1.NodeSpec
-	(*BMCSpec)(nil),                    // 85: cure.v1.BMCSpec
-	(*AddNodesRequest)(nil),            // 86: cure.v1.AddNodesRequest
-	(*AddNodesResponse)(nil),           // 87: cure.v1.AddNodesResponse
-	(*RemoveNodeRequest)(nil),          // 88: cure.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 89: cure.v1.RemoveNodeResponse
-	(*LabelNodeRequest)(nil),           // 90: cure.v1.LabelNodeRequest
-	(*ShowNodeRequest)(nil),            // 91: cure.v1.ShowNodeRequest
-	(*BootInstalledOSRequest)(nil),     // 92: cure.v1.BootInstalledOSRequest
-	(*BootInstalledOSResponse)(nil),    // 93: cure.v1.BootInstalledOSResponse
-	(*ListManifestsRequest)(nil),       // 94: cure.v1.ListManifestsRequest
-	(*ListManifestsResponse)(nil),      // 95: cure.v1.ListManifestsResponse
-	(*NodeDetail)(nil),                 // 96: cure.v1.NodeDetail
-	(*InventoryRecord)(nil),            // 97: cure.v1.InventoryRecord
-	(*FleetBandsRequest)(nil),          // 98: cure.v1.FleetBandsRequest
-	(*FleetBandsResponse)(nil),         // 99: cure.v1.FleetBandsResponse
-	(*FleetDistribution)(nil),          // 100: cure.v1.FleetDistribution
-	(*FleetNodeMark)(nil),              // 101: cure.v1.FleetNodeMark
-	(*FleetJudgement)(nil),             // 102: cure.v1.FleetJudgement
-	(*FleetJudgements)(nil),            // 103: cure.v1.FleetJudgements
-	(*NodeAdmissionRequest)(nil),       // 104: cure.v1.NodeAdmissionRequest
-	(*AdmissionRequirement)(nil),       // 105: cure.v1.AdmissionRequirement
-	(*NodeAdmissionResponse)(nil),      // 106: cure.v1.NodeAdmissionResponse
-	(*PoolStatus)(nil),                 // 107: cure.v1.PoolStatus
-	(*AcceptMeasurementsRequest)(nil),  // 108: cure.v1.AcceptMeasurementsRequest
-	(*AcceptMeasurementsResponse)(nil), // 109: cure.v1.AcceptMeasurementsResponse
-	(*PoolRequest)(nil),                // 110: cure.v1.PoolRequest
-	(*RevalidateRequest)(nil),          // 111: cure.v1.RevalidateRequest
-	(*PoolResponse)(nil),               // 112: cure.v1.PoolResponse
-	(*PairReady)(nil),                  // 113: cure.v1.PairReady
-	(*PairPort)(nil),                   // 114: cure.v1.PairPort
-	(*PairSchedule)(nil),               // 115: cure.v1.PairSchedule
-	(*PairSlot)(nil),                   // 116: cure.v1.PairSlot
-	(*PairResult)(nil),                 // 117: cure.v1.PairResult
-	(*PairVerdicts)(nil),               // 118: cure.v1.PairVerdicts
-	(*InspectReport)(nil),              // 119: cure.v1.InspectReport
-	(*HostInterface)(nil),              // 120: cure.v1.HostInterface
-	(*InspectDrive)(nil),               // 121: cure.v1.InspectDrive
-	(*InspectNeighbour)(nil),           // 122: cure.v1.InspectNeighbour
-	(*InspectAck)(nil),                 // 123: cure.v1.InspectAck
-	(*Discovered)(nil),                 // 124: cure.v1.Discovered
-	(*ListDiscoveredRequest)(nil),      // 125: cure.v1.ListDiscoveredRequest
-	(*ListDiscoveredResponse)(nil),     // 126: cure.v1.ListDiscoveredResponse
-	(*ApproveDiscoveredRequest)(nil),   // 127: cure.v1.ApproveDiscoveredRequest
-	(*ApproveDiscoveredResponse)(nil),  // 128: cure.v1.ApproveDiscoveredResponse
-	nil,                                // 129: cure.v1.Attestation.PcrsEntry
-	nil,                                // 130: cure.v1.Log.AttrsEntry
-	nil,                                // 131: cure.v1.Metric.LabelsEntry
-	nil,                                // 132: cure.v1.Assignment.PsidsEntry
-	nil,                                // 133: cure.v1.ProvisionRequest.SelectorEntry
-	nil,                                // 134: cure.v1.CancelRequest.SelectorEntry
-	nil,                                // 135: cure.v1.FleetRequest.SelectorEntry
-	nil,                                // 136: cure.v1.FleetStatus.ByStatusEntry
-	nil,                                // 137: cure.v1.FleetStatus.ByPhaseEntry
-	nil,                                // 138: cure.v1.FleetStatus.ByInstanceEntry
-	nil,                                // 139: cure.v1.TimeBucketsRequest.SelectorEntry
-	nil,                                // 140: cure.v1.NodeSpec.LabelsEntry
-	nil,                                // 141: cure.v1.NodeSpec.PsidsEntry
-	nil,                                // 142: cure.v1.LabelNodeRequest.SetEntry
-	nil,                                // 143: cure.v1.NodeDetail.LabelsEntry
-	nil,                                // 144: cure.v1.AcceptMeasurementsResponse.PcrsEntry
-	nil,                                // 145: cure.v1.PoolRequest.SelectorEntry
-	nil,                                // 146: cure.v1.RevalidateRequest.SelectorEntry
+	(*PlannedCable)(nil),               // 85: cure.v1.PlannedCable
+	(*BMCSpec)(nil),                    // 86: cure.v1.BMCSpec
+	(*AddNodesRequest)(nil),            // 87: cure.v1.AddNodesRequest
+	(*AddNodesResponse)(nil),           // 88: cure.v1.AddNodesResponse
+	(*RemoveNodeRequest)(nil),          // 89: cure.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 90: cure.v1.RemoveNodeResponse
+	(*LabelNodeRequest)(nil),           // 91: cure.v1.LabelNodeRequest
+	(*ShowNodeRequest)(nil),            // 92: cure.v1.ShowNodeRequest
+	(*BootInstalledOSRequest)(nil),     // 93: cure.v1.BootInstalledOSRequest
+	(*BootInstalledOSResponse)(nil),    // 94: cure.v1.BootInstalledOSResponse
+	(*ListManifestsRequest)(nil),       // 95: cure.v1.ListManifestsRequest
+	(*ListManifestsResponse)(nil),      // 96: cure.v1.ListManifestsResponse
+	(*NodeDetail)(nil),                 // 97: cure.v1.NodeDetail
+	(*InventoryRecord)(nil),            // 98: cure.v1.InventoryRecord
+	(*FleetBandsRequest)(nil),          // 99: cure.v1.FleetBandsRequest
+	(*FleetBandsResponse)(nil),         // 100: cure.v1.FleetBandsResponse
+	(*FleetDistribution)(nil),          // 101: cure.v1.FleetDistribution
+	(*FleetNodeMark)(nil),              // 102: cure.v1.FleetNodeMark
+	(*FleetJudgement)(nil),             // 103: cure.v1.FleetJudgement
+	(*FleetJudgements)(nil),            // 104: cure.v1.FleetJudgements
+	(*NodeAdmissionRequest)(nil),       // 105: cure.v1.NodeAdmissionRequest
+	(*AdmissionRequirement)(nil),       // 106: cure.v1.AdmissionRequirement
+	(*NodeAdmissionResponse)(nil),      // 107: cure.v1.NodeAdmissionResponse
+	(*PoolStatus)(nil),                 // 108: cure.v1.PoolStatus
+	(*AcceptMeasurementsRequest)(nil),  // 109: cure.v1.AcceptMeasurementsRequest
+	(*AcceptMeasurementsResponse)(nil), // 110: cure.v1.AcceptMeasurementsResponse
+	(*PoolRequest)(nil),                // 111: cure.v1.PoolRequest
+	(*RevalidateRequest)(nil),          // 112: cure.v1.RevalidateRequest
+	(*PoolResponse)(nil),               // 113: cure.v1.PoolResponse
+	(*PairReady)(nil),                  // 114: cure.v1.PairReady
+	(*PairPort)(nil),                   // 115: cure.v1.PairPort
+	(*PairSchedule)(nil),               // 116: cure.v1.PairSchedule
+	(*PairSlot)(nil),                   // 117: cure.v1.PairSlot
+	(*PairResult)(nil),                 // 118: cure.v1.PairResult
+	(*PairVerdicts)(nil),               // 119: cure.v1.PairVerdicts
+	(*InspectReport)(nil),              // 120: cure.v1.InspectReport
+	(*HostInterface)(nil),              // 121: cure.v1.HostInterface
+	(*InspectDrive)(nil),               // 122: cure.v1.InspectDrive
+	(*InspectNeighbour)(nil),           // 123: cure.v1.InspectNeighbour
+	(*InspectAck)(nil),                 // 124: cure.v1.InspectAck
+	(*Discovered)(nil),                 // 125: cure.v1.Discovered
+	(*ListDiscoveredRequest)(nil),      // 126: cure.v1.ListDiscoveredRequest
+	(*ListDiscoveredResponse)(nil),     // 127: cure.v1.ListDiscoveredResponse
+	(*ApproveDiscoveredRequest)(nil),   // 128: cure.v1.ApproveDiscoveredRequest
+	(*ApproveDiscoveredResponse)(nil),  // 129: cure.v1.ApproveDiscoveredResponse
+	nil,                                // 130: cure.v1.Attestation.PcrsEntry
+	nil,                                // 131: cure.v1.Log.AttrsEntry
+	nil,                                // 132: cure.v1.Metric.LabelsEntry
+	nil,                                // 133: cure.v1.Assignment.PsidsEntry
+	nil,                                // 134: cure.v1.ProvisionRequest.SelectorEntry
+	nil,                                // 135: cure.v1.CancelRequest.SelectorEntry
+	nil,                                // 136: cure.v1.FleetRequest.SelectorEntry
+	nil,                                // 137: cure.v1.FleetStatus.ByStatusEntry
+	nil,                                // 138: cure.v1.FleetStatus.ByPhaseEntry
+	nil,                                // 139: cure.v1.FleetStatus.ByInstanceEntry
+	nil,                                // 140: cure.v1.TimeBucketsRequest.SelectorEntry
+	nil,                                // 141: cure.v1.NodeSpec.LabelsEntry
+	nil,                                // 142: cure.v1.NodeSpec.PsidsEntry
+	nil,                                // 143: cure.v1.NodeSpec.CablingEntry
+	nil,                                // 144: cure.v1.LabelNodeRequest.SetEntry
+	nil,                                // 145: cure.v1.NodeDetail.LabelsEntry
+	nil,                                // 146: cure.v1.AcceptMeasurementsResponse.PcrsEntry
+	nil,                                // 147: cure.v1.PoolRequest.SelectorEntry
+	nil,                                // 148: cure.v1.RevalidateRequest.SelectorEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	7,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -12049,7 +12133,7 @@ var file_cure_proto_depIdxs = []int32{
 	13,  // 4: cure.v1.Hello.state:type_name -> cure.v1.RunnerState
 	11,  // 5: cure.v1.Hello.boot_stages:type_name -> cure.v1.BootStage
 	10,  // 6: cure.v1.Hello.attestation:type_name -> cure.v1.Attestation
-	129, // 7: cure.v1.Attestation.pcrs:type_name -> cure.v1.Attestation.PcrsEntry
+	130, // 7: cure.v1.Attestation.pcrs:type_name -> cure.v1.Attestation.PcrsEntry
 	5,   // 8: cure.v1.RunnerState.kind:type_name -> cure.v1.RunnerState.Kind
 	22,  // 9: cure.v1.Inventory.system:type_name -> cure.v1.SystemInfo
 	23,  // 10: cure.v1.Inventory.nvme:type_name -> cure.v1.NvmeController
@@ -12070,49 +12154,49 @@ var file_cure_proto_depIdxs = []int32{
 	37,  // 25: cure.v1.Event.metric:type_name -> cure.v1.Metric
 	28,  // 26: cure.v1.Event.progress:type_name -> cure.v1.Progress
 	30,  // 27: cure.v1.Event.samples:type_name -> cure.v1.Samples
-	113, // 28: cure.v1.Event.pair_ready:type_name -> cure.v1.PairReady
-	117, // 29: cure.v1.Event.pair_result:type_name -> cure.v1.PairResult
+	114, // 28: cure.v1.Event.pair_ready:type_name -> cure.v1.PairReady
+	118, // 29: cure.v1.Event.pair_result:type_name -> cure.v1.PairResult
 	29,  // 30: cure.v1.Progress.checks:type_name -> cure.v1.CheckProgress
 	1,   // 31: cure.v1.CheckProgress.worst:type_name -> cure.v1.VerdictStatus
 	31,  // 32: cure.v1.Samples.series:type_name -> cure.v1.Series
 	2,   // 33: cure.v1.PhaseEnd.status:type_name -> cure.v1.PhaseStatus
 	1,   // 34: cure.v1.Verdict.status:type_name -> cure.v1.VerdictStatus
 	35,  // 35: cure.v1.Verdict.measurements:type_name -> cure.v1.Measurement
-	130, // 36: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
-	131, // 37: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
+	131, // 36: cure.v1.Log.attrs:type_name -> cure.v1.Log.AttrsEntry
+	132, // 37: cure.v1.Metric.labels:type_name -> cure.v1.Metric.LabelsEntry
 	39,  // 38: cure.v1.CoordinatorMessage.assignment:type_name -> cure.v1.Assignment
 	44,  // 39: cure.v1.CoordinatorMessage.ack:type_name -> cure.v1.Ack
 	45,  // 40: cure.v1.CoordinatorMessage.idle:type_name -> cure.v1.Idle
 	46,  // 41: cure.v1.CoordinatorMessage.reboot:type_name -> cure.v1.Reboot
 	47,  // 42: cure.v1.CoordinatorMessage.cancel:type_name -> cure.v1.Cancel
-	115, // 43: cure.v1.CoordinatorMessage.pair_schedule:type_name -> cure.v1.PairSchedule
-	118, // 44: cure.v1.CoordinatorMessage.pair_verdicts:type_name -> cure.v1.PairVerdicts
+	116, // 43: cure.v1.CoordinatorMessage.pair_schedule:type_name -> cure.v1.PairSchedule
+	119, // 44: cure.v1.CoordinatorMessage.pair_verdicts:type_name -> cure.v1.PairVerdicts
 	0,   // 45: cure.v1.Assignment.mode:type_name -> cure.v1.Mode
 	42,  // 46: cure.v1.Assignment.resume:type_name -> cure.v1.ResumeState
 	43,  // 47: cure.v1.Assignment.first_boot:type_name -> cure.v1.FirstBoot
-	132, // 48: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
+	133, // 48: cure.v1.Assignment.psids:type_name -> cure.v1.Assignment.PsidsEntry
 	41,  // 49: cure.v1.Assignment.suite_resume:type_name -> cure.v1.SuiteResume
 	40,  // 50: cure.v1.Assignment.tool_bundle:type_name -> cure.v1.ToolBundleRef
 	29,  // 51: cure.v1.SuiteResume.done:type_name -> cure.v1.CheckProgress
 	0,   // 52: cure.v1.ProvisionRequest.mode:type_name -> cure.v1.Mode
-	133, // 53: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
+	134, // 53: cure.v1.ProvisionRequest.selector:type_name -> cure.v1.ProvisionRequest.SelectorEntry
 	57,  // 54: cure.v1.ProvisionResponse.runs:type_name -> cure.v1.RunRef
 	51,  // 55: cure.v1.ProvisionResponse.refused:type_name -> cure.v1.Refusal
-	134, // 56: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
+	135, // 56: cure.v1.CancelRequest.selector:type_name -> cure.v1.CancelRequest.SelectorEntry
 	57,  // 57: cure.v1.CancelResponse.canceled:type_name -> cure.v1.RunRef
 	51,  // 58: cure.v1.CancelResponse.refused:type_name -> cure.v1.Refusal
-	135, // 59: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
-	136, // 60: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
-	137, // 61: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
+	136, // 59: cure.v1.FleetRequest.selector:type_name -> cure.v1.FleetRequest.SelectorEntry
+	137, // 60: cure.v1.FleetStatus.by_status:type_name -> cure.v1.FleetStatus.ByStatusEntry
+	138, // 61: cure.v1.FleetStatus.by_phase:type_name -> cure.v1.FleetStatus.ByPhaseEntry
 	56,  // 62: cure.v1.FleetStatus.failures:type_name -> cure.v1.FleetRun
-	138, // 63: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
+	139, // 63: cure.v1.FleetStatus.by_instance:type_name -> cure.v1.FleetStatus.ByInstanceEntry
 	3,   // 64: cure.v1.FleetRun.run_status:type_name -> cure.v1.RunStatus
 	34,  // 65: cure.v1.TimelineEntry.verdict:type_name -> cure.v1.Verdict
 	28,  // 66: cure.v1.TimelineEntry.progress:type_name -> cure.v1.Progress
 	0,   // 67: cure.v1.RunReport.mode:type_name -> cure.v1.Mode
 	74,  // 68: cure.v1.RunReport.phases:type_name -> cure.v1.PhaseRecord
 	34,  // 69: cure.v1.RunReport.verdicts:type_name -> cure.v1.Verdict
-	97,  // 70: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
+	98,  // 70: cure.v1.RunReport.inventory:type_name -> cure.v1.InventoryRecord
 	69,  // 71: cure.v1.RunReport.buckets:type_name -> cure.v1.TimeBucket
 	63,  // 72: cure.v1.RunReport.bmc_log:type_name -> cure.v1.BmcLogEntry
 	64,  // 73: cure.v1.RunReport.bmc_power_supplies:type_name -> cure.v1.BmcPart
@@ -12121,8 +12205,8 @@ var file_cure_proto_depIdxs = []int32{
 	31,  // 76: cure.v1.RunReport.bmc_series:type_name -> cure.v1.Series
 	31,  // 77: cure.v1.RunReport.host_series:type_name -> cure.v1.Series
 	62,  // 78: cure.v1.RunReport.series_bound:type_name -> cure.v1.ReportSeriesBound
-	102, // 79: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
-	100, // 80: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
+	103, // 79: cure.v1.RunReport.fleet_judgements:type_name -> cure.v1.FleetJudgement
+	101, // 80: cure.v1.RunReport.fleet_distributions:type_name -> cure.v1.FleetDistribution
 	28,  // 81: cure.v1.RunReport.progress:type_name -> cure.v1.Progress
 	68,  // 82: cure.v1.RunReport.parts:type_name -> cure.v1.RmaPart
 	3,   // 83: cure.v1.RunReport.run_status:type_name -> cure.v1.RunStatus
@@ -12133,7 +12217,7 @@ var file_cure_proto_depIdxs = []int32{
 	65,  // 88: cure.v1.BmcEvidence.collection:type_name -> cure.v1.BmcCollection
 	1,   // 89: cure.v1.RmaPart.status:type_name -> cure.v1.VerdictStatus
 	69,  // 90: cure.v1.TimeBucket.sub:type_name -> cure.v1.TimeBucket
-	139, // 91: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
+	140, // 91: cure.v1.TimeBucketsRequest.selector:type_name -> cure.v1.TimeBucketsRequest.SelectorEntry
 	72,  // 92: cure.v1.TimeBucketSummary.skus:type_name -> cure.v1.SkuTimeBuckets
 	73,  // 93: cure.v1.SkuTimeBuckets.wall:type_name -> cure.v1.BucketStat
 	73,  // 94: cure.v1.SkuTimeBuckets.buckets:type_name -> cure.v1.BucketStat
@@ -12144,98 +12228,100 @@ var file_cure_proto_depIdxs = []int32{
 	4,   // 99: cure.v1.NodeInfo.pool_state:type_name -> cure.v1.PoolState
 	3,   // 100: cure.v1.NodeInfo.last_run_state:type_name -> cure.v1.RunStatus
 	82,  // 101: cure.v1.ListAuditLogResponse.entries:type_name -> cure.v1.AuditEntry
-	140, // 102: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
-	85,  // 103: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
-	141, // 104: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
-	84,  // 105: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
-	142, // 106: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
-	143, // 107: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
-	97,  // 108: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
-	107, // 109: cure.v1.NodeDetail.pool:type_name -> cure.v1.PoolStatus
-	3,   // 110: cure.v1.NodeDetail.last_run_state:type_name -> cure.v1.RunStatus
-	14,  // 111: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	100, // 112: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
-	101, // 113: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
-	102, // 114: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
-	100, // 115: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
-	105, // 116: cure.v1.NodeAdmissionResponse.requirements:type_name -> cure.v1.AdmissionRequirement
-	107, // 117: cure.v1.NodeAdmissionResponse.pool:type_name -> cure.v1.PoolStatus
-	4,   // 118: cure.v1.PoolStatus.state:type_name -> cure.v1.PoolState
-	144, // 119: cure.v1.AcceptMeasurementsResponse.pcrs:type_name -> cure.v1.AcceptMeasurementsResponse.PcrsEntry
-	145, // 120: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
-	146, // 121: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
-	0,   // 122: cure.v1.RevalidateRequest.mode:type_name -> cure.v1.Mode
-	107, // 123: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
-	51,  // 124: cure.v1.PoolResponse.refused:type_name -> cure.v1.Refusal
-	114, // 125: cure.v1.PairReady.ports:type_name -> cure.v1.PairPort
-	116, // 126: cure.v1.PairSchedule.slots:type_name -> cure.v1.PairSlot
-	34,  // 127: cure.v1.PairVerdicts.verdicts:type_name -> cure.v1.Verdict
-	14,  // 128: cure.v1.InspectReport.inventory:type_name -> cure.v1.Inventory
-	120, // 129: cure.v1.InspectReport.bmc:type_name -> cure.v1.HostInterface
-	121, // 130: cure.v1.InspectReport.drives:type_name -> cure.v1.InspectDrive
-	122, // 131: cure.v1.InspectReport.lldp:type_name -> cure.v1.InspectNeighbour
-	119, // 132: cure.v1.Discovered.report:type_name -> cure.v1.InspectReport
-	124, // 133: cure.v1.ListDiscoveredResponse.discovered:type_name -> cure.v1.Discovered
-	84,  // 134: cure.v1.ApproveDiscoveredRequest.node:type_name -> cure.v1.NodeSpec
-	6,   // 135: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	8,   // 136: cure.v1.RunnerService.BeginAttestation:input_type -> cure.v1.AttestBegin
-	119, // 137: cure.v1.RunnerService.Inspect:input_type -> cure.v1.InspectReport
-	49,  // 138: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	58,  // 139: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	60,  // 140: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	78,  // 141: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	75,  // 142: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	81,  // 143: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	52,  // 144: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	54,  // 145: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	86,  // 146: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	88,  // 147: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	90,  // 148: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	91,  // 149: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	70,  // 150: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	98,  // 151: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
-	110, // 152: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
-	110, // 153: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
-	111, // 154: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
-	110, // 155: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
-	104, // 156: cure.v1.OperatorService.NodeAdmission:input_type -> cure.v1.NodeAdmissionRequest
-	108, // 157: cure.v1.OperatorService.AcceptMeasurements:input_type -> cure.v1.AcceptMeasurementsRequest
-	92,  // 158: cure.v1.OperatorService.BootInstalledOS:input_type -> cure.v1.BootInstalledOSRequest
-	94,  // 159: cure.v1.OperatorService.ListManifests:input_type -> cure.v1.ListManifestsRequest
-	125, // 160: cure.v1.OperatorService.ListDiscovered:input_type -> cure.v1.ListDiscoveredRequest
-	127, // 161: cure.v1.OperatorService.ApproveDiscovered:input_type -> cure.v1.ApproveDiscoveredRequest
-	38,  // 162: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	9,   // 163: cure.v1.RunnerService.BeginAttestation:output_type -> cure.v1.AttestChallenge
-	123, // 164: cure.v1.RunnerService.Inspect:output_type -> cure.v1.InspectAck
-	50,  // 165: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	59,  // 166: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	61,  // 167: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	79,  // 168: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	76,  // 169: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	83,  // 170: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	53,  // 171: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	55,  // 172: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	87,  // 173: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	89,  // 174: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	96,  // 175: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	96,  // 176: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	71,  // 177: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	99,  // 178: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
-	112, // 179: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
-	112, // 180: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
-	112, // 181: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
-	112, // 182: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
-	106, // 183: cure.v1.OperatorService.NodeAdmission:output_type -> cure.v1.NodeAdmissionResponse
-	109, // 184: cure.v1.OperatorService.AcceptMeasurements:output_type -> cure.v1.AcceptMeasurementsResponse
-	93,  // 185: cure.v1.OperatorService.BootInstalledOS:output_type -> cure.v1.BootInstalledOSResponse
-	95,  // 186: cure.v1.OperatorService.ListManifests:output_type -> cure.v1.ListManifestsResponse
-	126, // 187: cure.v1.OperatorService.ListDiscovered:output_type -> cure.v1.ListDiscoveredResponse
-	128, // 188: cure.v1.OperatorService.ApproveDiscovered:output_type -> cure.v1.ApproveDiscoveredResponse
-	162, // [162:189] is the sub-list for method output_type
-	135, // [135:162] is the sub-list for method input_type
-	135, // [135:135] is the sub-list for extension type_name
-	135, // [135:135] is the sub-list for extension extendee
-	0,   // [0:135] is the sub-list for field type_name
+	141, // 102: cure.v1.NodeSpec.labels:type_name -> cure.v1.NodeSpec.LabelsEntry
+	86,  // 103: cure.v1.NodeSpec.bmc:type_name -> cure.v1.BMCSpec
+	142, // 104: cure.v1.NodeSpec.psids:type_name -> cure.v1.NodeSpec.PsidsEntry
+	143, // 105: cure.v1.NodeSpec.cabling:type_name -> cure.v1.NodeSpec.CablingEntry
+	84,  // 106: cure.v1.AddNodesRequest.nodes:type_name -> cure.v1.NodeSpec
+	144, // 107: cure.v1.LabelNodeRequest.set:type_name -> cure.v1.LabelNodeRequest.SetEntry
+	145, // 108: cure.v1.NodeDetail.labels:type_name -> cure.v1.NodeDetail.LabelsEntry
+	98,  // 109: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
+	108, // 110: cure.v1.NodeDetail.pool:type_name -> cure.v1.PoolStatus
+	3,   // 111: cure.v1.NodeDetail.last_run_state:type_name -> cure.v1.RunStatus
+	14,  // 112: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	101, // 113: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
+	102, // 114: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
+	103, // 115: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
+	101, // 116: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
+	106, // 117: cure.v1.NodeAdmissionResponse.requirements:type_name -> cure.v1.AdmissionRequirement
+	108, // 118: cure.v1.NodeAdmissionResponse.pool:type_name -> cure.v1.PoolStatus
+	4,   // 119: cure.v1.PoolStatus.state:type_name -> cure.v1.PoolState
+	146, // 120: cure.v1.AcceptMeasurementsResponse.pcrs:type_name -> cure.v1.AcceptMeasurementsResponse.PcrsEntry
+	147, // 121: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
+	148, // 122: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
+	0,   // 123: cure.v1.RevalidateRequest.mode:type_name -> cure.v1.Mode
+	108, // 124: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
+	51,  // 125: cure.v1.PoolResponse.refused:type_name -> cure.v1.Refusal
+	115, // 126: cure.v1.PairReady.ports:type_name -> cure.v1.PairPort
+	117, // 127: cure.v1.PairSchedule.slots:type_name -> cure.v1.PairSlot
+	34,  // 128: cure.v1.PairVerdicts.verdicts:type_name -> cure.v1.Verdict
+	14,  // 129: cure.v1.InspectReport.inventory:type_name -> cure.v1.Inventory
+	121, // 130: cure.v1.InspectReport.bmc:type_name -> cure.v1.HostInterface
+	122, // 131: cure.v1.InspectReport.drives:type_name -> cure.v1.InspectDrive
+	123, // 132: cure.v1.InspectReport.lldp:type_name -> cure.v1.InspectNeighbour
+	120, // 133: cure.v1.Discovered.report:type_name -> cure.v1.InspectReport
+	125, // 134: cure.v1.ListDiscoveredResponse.discovered:type_name -> cure.v1.Discovered
+	84,  // 135: cure.v1.ApproveDiscoveredRequest.node:type_name -> cure.v1.NodeSpec
+	85,  // 136: cure.v1.NodeSpec.CablingEntry.value:type_name -> cure.v1.PlannedCable
+	6,   // 137: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	8,   // 138: cure.v1.RunnerService.BeginAttestation:input_type -> cure.v1.AttestBegin
+	120, // 139: cure.v1.RunnerService.Inspect:input_type -> cure.v1.InspectReport
+	49,  // 140: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	58,  // 141: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	60,  // 142: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	78,  // 143: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	75,  // 144: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	81,  // 145: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	52,  // 146: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	54,  // 147: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	87,  // 148: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	89,  // 149: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	91,  // 150: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	92,  // 151: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	70,  // 152: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	99,  // 153: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
+	111, // 154: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
+	111, // 155: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
+	112, // 156: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
+	111, // 157: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
+	105, // 158: cure.v1.OperatorService.NodeAdmission:input_type -> cure.v1.NodeAdmissionRequest
+	109, // 159: cure.v1.OperatorService.AcceptMeasurements:input_type -> cure.v1.AcceptMeasurementsRequest
+	93,  // 160: cure.v1.OperatorService.BootInstalledOS:input_type -> cure.v1.BootInstalledOSRequest
+	95,  // 161: cure.v1.OperatorService.ListManifests:input_type -> cure.v1.ListManifestsRequest
+	126, // 162: cure.v1.OperatorService.ListDiscovered:input_type -> cure.v1.ListDiscoveredRequest
+	128, // 163: cure.v1.OperatorService.ApproveDiscovered:input_type -> cure.v1.ApproveDiscoveredRequest
+	38,  // 164: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	9,   // 165: cure.v1.RunnerService.BeginAttestation:output_type -> cure.v1.AttestChallenge
+	124, // 166: cure.v1.RunnerService.Inspect:output_type -> cure.v1.InspectAck
+	50,  // 167: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	59,  // 168: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	61,  // 169: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	79,  // 170: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	76,  // 171: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	83,  // 172: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	53,  // 173: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	55,  // 174: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	88,  // 175: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	90,  // 176: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	97,  // 177: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	97,  // 178: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	71,  // 179: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	100, // 180: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
+	113, // 181: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
+	113, // 182: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
+	113, // 183: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
+	113, // 184: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
+	107, // 185: cure.v1.OperatorService.NodeAdmission:output_type -> cure.v1.NodeAdmissionResponse
+	110, // 186: cure.v1.OperatorService.AcceptMeasurements:output_type -> cure.v1.AcceptMeasurementsResponse
+	94,  // 187: cure.v1.OperatorService.BootInstalledOS:output_type -> cure.v1.BootInstalledOSResponse
+	96,  // 188: cure.v1.OperatorService.ListManifests:output_type -> cure.v1.ListManifestsResponse
+	127, // 189: cure.v1.OperatorService.ListDiscovered:output_type -> cure.v1.ListDiscoveredResponse
+	129, // 190: cure.v1.OperatorService.ApproveDiscovered:output_type -> cure.v1.ApproveDiscoveredResponse
+	164, // [164:191] is the sub-list for method output_type
+	137, // [137:164] is the sub-list for method input_type
+	137, // [137:137] is the sub-list for extension type_name
+	137, // [137:137] is the sub-list for extension extendee
+	0,   // [0:137] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -12267,14 +12353,14 @@ func file_cure_proto_init() {
 		(*CoordinatorMessage_PairSchedule)(nil),
 		(*CoordinatorMessage_PairVerdicts)(nil),
 	}
-	file_cure_proto_msgTypes[96].OneofWrappers = []any{}
+	file_cure_proto_msgTypes[97].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   141,
+			NumMessages:   143,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
