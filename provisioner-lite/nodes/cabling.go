@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 )
 
@@ -114,6 +115,30 @@ func (p *yamlParser) cabling(n *yaml.Node, field string) map[string]store.Cable 
 	}
 	if len(out) == 0 {
 		return nil
+	}
+	return out
+}
+
+// CablingProto is a cabling map as NodeSpec carries it.
+func CablingProto(m map[string]store.Cable) map[string]*curev1.PlannedCable {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]*curev1.PlannedCable, len(m))
+	for port, c := range m {
+		out[port] = &curev1.PlannedCable{SwitchName: c.Switch, ChassisId: c.Chassis, Port: c.Port}
+	}
+	return out
+}
+
+// CablingFromProto is NodeSpec's cabling map for the store (Check checks it).
+func CablingFromProto(m map[string]*curev1.PlannedCable) map[string]store.Cable {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]store.Cable, len(m))
+	for port, c := range m {
+		out[port] = store.Cable{Switch: c.GetSwitchName(), Chassis: c.GetChassisId(), Port: c.GetPort()}
 	}
 	return out
 }

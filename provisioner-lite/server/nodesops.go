@@ -145,7 +145,8 @@ func (o *OperatorService) nodeFromSpec(spec *curev1.NodeSpec) (store.Node, caBun
 	n := store.Node{
 		ID: spec.GetId(), SKU: spec.GetSku(), Hostname: spec.GetHostname(), SystemSerial: spec.GetSerial(),
 		MACs: slices.Clone(spec.GetMacs()), Labels: cloneMap(spec.GetLabels()), PSIDs: cloneMap(spec.GetPsids()), EKSHA256: spec.GetEkSha256(),
-		BMCURL: b.GetUrl(), BMCUser: b.GetUsername(), BMCPassword: b.GetPassword(), BMCFingerprint: b.GetFingerprint(), BMCInsecure: b.GetInsecure(),
+		Cabling: nodes.CablingFromProto(spec.GetCabling()),
+		BMCURL:  b.GetUrl(), BMCUser: b.GetUsername(), BMCPassword: b.GetPassword(), BMCFingerprint: b.GetFingerprint(), BMCInsecure: b.GetInsecure(),
 	}
 	if n.EKSHA256 != "" {
 		if err := nodes.CheckEKSHA256(n.EKSHA256); err != nil {

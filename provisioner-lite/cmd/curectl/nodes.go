@@ -402,7 +402,8 @@ func specFromNode(n store.Node) (*curev1.NodeSpec, error) {
 		}
 		bmc.CaPem = b
 	}
-	return &curev1.NodeSpec{Id: n.ID, Sku: n.SKU, Hostname: n.Hostname, Serial: n.SystemSerial, Macs: n.MACs, Labels: n.Labels, Psids: n.PSIDs, Bmc: bmc, EkSha256: n.EKSHA256}, nil
+	return &curev1.NodeSpec{Id: n.ID, Sku: n.SKU, Hostname: n.Hostname, Serial: n.SystemSerial, Macs: n.MACs, Labels: n.Labels, Psids: n.PSIDs, Bmc: bmc, EkSha256: n.EKSHA256,
+		Cabling: nodes.CablingProto(n.Cabling)}, nil
 }
 
 func sendSpecs(ctx context.Context, c curev1.OperatorServiceClient, specs []*curev1.NodeSpec, replace bool, source, format string, out io.Writer) int {
