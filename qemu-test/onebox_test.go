@@ -210,7 +210,7 @@ func TestSiteGuideCommands(t *testing.T) {
 		t.Fatalf("%s: %v", siteGuide, ob.err)
 	}
 	t.Logf("site guide: %s from its first command to the HTML report (2 cores shared, QEMU TCG)", ob.wall.Round(time.Second))
-	for _, want := range []string{"check: no problems", "spec.os.image is now sha256:", "wrote " + filepath.Join(ob.work, "node1.html")} {
+	for _, want := range []string{"check: no problems", "spec.os.image is now sha256:", "wrote " + filepath.Join(ob.work, "node1.html"), "node node1 sent to its installed OS"} {
 		if !strings.Contains(ob.out, want) {
 			t.Errorf("the guide's output lacks %q", want)
 		}
@@ -408,7 +408,7 @@ func TestSiteGuideBlocks(t *testing.T) {
 		"W=${W:-", "make image hostos", "ip netns add $NS", "dnsmasq", "provisioner-lite init",
 		"vbmc -config", "cp manifests/examples/suites/qemu-diagnostic.yaml $W/manifests/suites/", "artifacts add",
 		"provisioner-lite check", "--proxy-dhcp", "curectl provision --watch node1", "curectl nodes drain node1",
-		"curectl nodes drained node1", "--mode diagnostic --manifest qemu-diagnostic", "curectl report --html", "ip netns delete $NS",
+		"curectl nodes drained node1", "--mode diagnostic --manifest qemu-diagnostic", "curectl report --html", "curectl nodes boot-os node1", "ip netns delete $NS",
 	} {
 		i := strings.Index(script, step)
 		if i < 0 || i < last {
