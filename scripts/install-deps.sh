@@ -41,7 +41,7 @@ coordinator=(ipxe ca-certificates)
 image=(gcc libc6-dev zstd lz4 cpio xz-utils nvme-cli mstflint pci.ids syslinux syslinux-common extlinux mtools dosfstools fdisk
   systemd-boot-efi binutils sbsigntool faketime fio stress-ng iperf3 perftest mdadm xfsprogs e2fsprogs)
 tests=("${image[@]}" qemu-system-x86 qemu-utils ipxe-qemu ovmf ipxe dnsmasq-base iproute2 swtpm swtpm-tools tpm2-tools
-  python3-sushy postgresql chromium systemd qemu-system-arm qemu-efi-aarch64)
+  python3-sushy postgresql chromium systemd qemu-system-arm qemu-efi-aarch64 curl)
 
 kernel=
 karch=amd64

@@ -180,6 +180,24 @@ var (
 // code, stdout and stderr.
 func (s *site) curectl(c *coordProcess, oc pki.OperatorCert, stdin string, args ...string) (int, string, string) {
 	s.t.Helper()
+	bin := builtCurectl(s.t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--server", c.grpc, "--ca", s.ca, "--cert", oc.CertFile, "--key", oc.KeyFile}, args...)...)
+	cmd.Dir = s.root
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil && cmd.ProcessState == nil {
+		s.t.Fatalf("curectl %q: %v", args, err)
+	}
+	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+}
+
+// builtCurectl is the real curectl binary, built once per test binary.
+func builtCurectl(t testing.TB) string {
+	t.Helper()
 	curectlOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "curectl-bin-")
 		if err != nil {
@@ -194,20 +212,9 @@ func (s *site) curectl(c *coordProcess, oc pki.OperatorCert, stdin string, args 
 		}
 	})
 	if curectlErr != nil {
-		s.t.Fatalf("go build curectl: %v", curectlErr)
+		t.Fatalf("go build curectl: %v", curectlErr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, curectlBin, append([]string{"--server", c.grpc, "--ca", s.ca, "--cert", oc.CertFile, "--key", oc.KeyFile}, args...)...)
-	cmd.Dir = s.root
-	cmd.Stdin = strings.NewReader(stdin)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if err != nil && cmd.ProcessState == nil {
-		s.t.Fatalf("curectl %q: %v", args, err)
-	}
-	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+	return curectlBin
 }
 
 // removeCurectl removes the binary curectl built, if any (TestMain).
