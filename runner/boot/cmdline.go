@@ -23,6 +23,10 @@ type Cmdline struct {
 	// line cannot carry per-boot parameters: they come over HTTPS
 	// (FetchBootParams) before Validate applies.
 	Boot string
+	// Mode is cure.mode=: "inspect" for an enlisting machine (its MAC is
+	// in no node's inventory): it reports what it is with the discovery
+	// token Enlist (cure.enlist=) and writes nothing; "" otherwise.
+	Mode, Enlist string
 	// Params holds every parameter; a bare flag maps to "".
 	Params map[string]string
 }
@@ -46,12 +50,19 @@ func ParseCmdline(s string) Cmdline {
 			c.HTTP = strings.TrimRight(v, "/")
 		case "cure.boot":
 			c.Boot = v
+		case "cure.mode":
+			c.Mode = v
+		case "cure.enlist":
+			c.Enlist = v
 		case "cure.debug":
 			c.Debug = v == "1" || v == "true" || v == "yes"
 		}
 	}
 	return c
 }
+
+// Inspect says whether this boot is an enlisting machine's inspection.
+func (c Cmdline) Inspect() bool { return c.Mode == "inspect" }
 
 // splitCmdline splits on whitespace outside double quotes, like the kernel's
 // next_arg().
@@ -105,7 +116,12 @@ func (c Cmdline) Validate() error {
 	if c.Coordinator == "" {
 		missing = append(missing, "cure.coordinator=HOST:PORT")
 	}
-	if c.Token == "" {
+	switch {
+	case c.Mode != "" && c.Mode != "inspect":
+		return fmt.Errorf("kernel command line: cure.mode=%q: want inspect or nothing", c.Mode)
+	case c.Inspect() && c.Enlist == "":
+		missing = append(missing, "cure.enlist=")
+	case !c.Inspect() && c.Token == "":
 		missing = append(missing, "cure.token=")
 	}
 	if len(missing) > 0 {

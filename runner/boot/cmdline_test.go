@@ -56,3 +56,19 @@ func TestReadCmdline(t *testing.T) {
 		t.Fatal("ReadCmdline on missing dir: want error")
 	}
 }
+
+// An enlisting machine's command line: inspect mode with a discovery
+// token and no boot token; another mode, or inspect without its token, is
+// refused.
+func TestCmdlineInspect(t *testing.T) {
+	c := ParseCmdline("cure.coordinator=10.0.2.2:8443 cure.http=http://10.0.2.2:8080 cure.mode=inspect cure.enlist=abc")
+	if err := c.Validate(); err != nil || !c.Inspect() || c.Enlist != "abc" || c.Token != "" {
+		t.Fatalf("inspect command line: %+v, %v", c, err)
+	}
+	if err := ParseCmdline("cure.coordinator=h:1 cure.mode=inspect cure.token=x").Validate(); err == nil || !strings.Contains(err.Error(), "cure.enlist=") {
+		t.Fatalf("inspect without a discovery token: %v", err)
+	}
+	if err := ParseCmdline("cure.coordinator=h:1 cure.mode=wipe cure.token=x").Validate(); err == nil || !strings.Contains(err.Error(), "cure.mode") {
+		t.Fatalf("cure.mode=wipe: %v", err)
+	}
+}

@@ -239,6 +239,11 @@ func (r *runner) run(ctx context.Context) {
 	inv, id := r.inventory(ctx, lease)
 	neighbours.finish(r, inv)
 	r.timeline.Mark(boot.StageInventoryDone)
+	if r.cmd.Inspect() {
+		// An enlisting machine: a report, no session, no phase (inspect.go).
+		r.inspect(ctx, conn, inv)
+		return
+	}
 	a, sess := r.newAgent(inv, id, conn)
 	go sess.Run(ctx) // reconnects forever; one session per boot keeps seqs unique
 	for {
