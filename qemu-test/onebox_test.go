@@ -20,6 +20,7 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/provisioner-lite/timebuckets"
 	"github.com/cure-oss/cure/qemu-test/harness"
+	"github.com/cure-oss/cure/tools/mdsh"
 	"github.com/cure-oss/cure/tools/testenv"
 )
 
@@ -49,57 +50,17 @@ var (
 	oneBoxRes  *oneBoxRun
 )
 
-// guideBlock is one sh block of the guide and the line it starts on.
-type guideBlock struct {
-	line int
-	text string
-}
-
-// shellFences are the fence languages of command blocks: the guide's are
-// all sh, so that every command it shows is one the test runs.
-var shellFences = map[string]bool{"sh": true, "bash": true, "shell": true, "console": true, "shell-session": true, "zsh": true}
-
-// guideBlocks returns the sh blocks of a Markdown text in order. A command
-// block in another shell language, or an unclosed fence, is an error
-// naming its line: the test would not run it.
-func guideBlocks(name, doc string) ([]guideBlock, error) {
-	var blocks []guideBlock
-	lines := strings.Split(doc, "\n")
-	for i := 0; i < len(lines); i++ {
-		l := strings.TrimSpace(lines[i])
-		if !strings.HasPrefix(l, "```") {
-			continue
-		}
-		lang := strings.TrimSpace(strings.TrimPrefix(l, "```"))
-		j := i + 1
-		for j < len(lines) && strings.TrimSpace(lines[j]) != "```" {
-			j++
-		}
-		if j == len(lines) {
-			return nil, fmt.Errorf("%s:%d: fence not closed", name, i+1)
-		}
-		if lang == "sh" {
-			blocks = append(blocks, guideBlock{line: i + 1, text: strings.Join(lines[i+1:j], "\n")})
-		} else if shellFences[lang] {
-			return nil, fmt.Errorf("%s:%d: a %q block: write command blocks as sh (the test runs exactly those)", name, i+1, lang)
-		}
-		i = j
-	}
-	return blocks, nil
-}
+// guideBlocks returns the guide's sh blocks in order (mdsh.Blocks: a
+// command block in another shell's fence, or an unclosed fence, is an
+// error naming its line).
+func guideBlocks(name, doc string) ([]mdsh.Block, error) { return mdsh.Blocks(name, doc) }
 
 // guideScript is the blocks as one bash script: strict mode, each block
 // announced with its line, and a trap that stops the background jobs and
 // deletes the namespaces if a block fails before the guide's own "Stop".
-func guideScript(name string, blocks []guideBlock) string {
-	var b strings.Builder
-	b.WriteString("set -euo pipefail\n")
-	b.WriteString(`cleanup() { set +e; kill $(jobs -p) 2>/dev/null; wait; ip netns delete "$NS-dhcp" 2>/dev/null; ip netns delete "$NS" 2>/dev/null; true; }` + "\n")
-	b.WriteString("trap cleanup EXIT\nset -x\n")
-	for _, bl := range blocks {
-		fmt.Fprintf(&b, ": %s:%d\n%s\n", name, bl.line, bl.text)
-	}
-	return b.String()
+func guideScript(name string, blocks []mdsh.Block) string {
+	cleanup := `cleanup() { set +e; kill $(jobs -p) 2>/dev/null; wait; ip netns delete "$NS-dhcp" 2>/dev/null; ip netns delete "$NS" 2>/dev/null; true; }`
+	return mdsh.Script(name, blocks, cleanup+"\ntrap cleanup EXIT\nset -x\n")
 }
 
 // oneBox runs the guide's commands once per test binary (the first
@@ -424,7 +385,7 @@ func TestSiteGuideBlocks(t *testing.T) {
 			t.Errorf("%q: %v, want %q", c.doc, err, c.want)
 		}
 	}
-	if b, err := guideBlocks("x.md", "```yaml\na: 1\n```\n```sh\necho hi\n```\n"); err != nil || len(b) != 1 || b[0].line != 4 || b[0].text != "echo hi" {
+	if b, err := guideBlocks("x.md", "```yaml\na: 1\n```\n```sh\necho hi\n```\n"); err != nil || len(b) != 1 || b[0].Line != 4 || b[0].Text != "echo hi" {
 		t.Errorf("blocks %+v, %v: want the sh block at line 4", b, err)
 	}
 }
