@@ -108,6 +108,14 @@ check:
 e2e: image hostos baseline toolbundle
 	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -timeout 80m -v -count=1 -shuffle on ./qemu-test/
 
+# TestSoftwareRAIDInstall (qemu-test/raid_e2e_test.go, build tag e2e_raid):
+# a node with two NVMe drives provisioned into an md RAID1, booting the
+# installed OS from a member. make test runs the same install without a
+# boot (runner/phases TestOSInstallRAID1, tools/mdraid TestMdadmExamine).
+.PHONY: e2e-raid
+e2e-raid: image hostos baseline toolbundle
+	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -tags e2e_raid -timeout 30m -v -count=1 -run '^TestSoftwareRAIDInstall$$' ./qemu-test/
+
 demo: image hostos toolbundle
 	$(GO) run ./qemu-test/cmd/cure-demo --out $(OUT) --work $(OUT)/demo
 
