@@ -253,6 +253,9 @@ func (s *RunnerService) greet(ctx context.Context, node store.Node, run store.Ru
 		rs.log.Info("runner reconnected", "state", hello.GetState().GetKind().String(), "reconnects", n)
 	}
 	s.storeInventory(ctx, sess, hello.GetInventory(), peerIP, firstOfBoot, rs.log)
+	if firstOfBoot {
+		s.judgeCabling(ctx, node, run.ID, hello.GetInventory(), rs.log)
+	}
 	verdict := s.judgeBoot(ctx, node, run, hello, outcome, peerIP, rs.log)
 	sess.Attested = verdict.attested
 	rs.admit = verdict.admit
