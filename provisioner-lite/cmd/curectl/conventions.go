@@ -21,7 +21,8 @@ nodes list a ListNodesResponse, nodes show and nodes label a NodeDetail,
 nodes add and import an AddNodesResponse, nodes remove a
 RemoveNodeResponse, the pool commands a PoolResponse, audit-log a
 ListAuditLogResponse, buckets a TimeBucketSummary, fleet-bands a
-FleetBandsResponse, manifests a ListManifestsResponse. watch streams: one compact JSON object per line (YAML:
+FleetBandsResponse, manifests a ListManifestsResponse, nodes discovered a ListDiscoveredResponse,
+nodes approve an ApproveDiscoveredResponse. watch streams: one compact JSON object per line (YAML:
 one document each): a TimelineEntry per event of one run, a FleetRun per
 node and refresh for several nodes, a FleetStatus per refresh of --fleet.`
 

@@ -97,6 +97,7 @@ func (a *app) nodesCmd() *cobra.Command {
 	addOutputFlag(remove, &removeOutput, outTable, outJSON, outYAML)
 	cmd.AddCommand(listCmd, show, a.nodesAddCmd(), importCmd, remove, a.nodesLabelCmd(), a.acceptMeasurementsCmd(), a.nodesBootOSCmd())
 	cmd.AddCommand(a.poolCmds()...)
+	cmd.AddCommand(a.discoveredCmd(), a.approveCmd())
 	return cmd
 }
 
