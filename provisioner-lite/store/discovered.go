@@ -42,7 +42,8 @@ func DiscoveredID(mac string) string { return "disc-" + strings.ReplaceAll(mac, 
 
 // EnlistBoot records that mac booted CURE in inspect mode with the token
 // whose digest d carries: a new record unless max records that are not
-// approved exist already (ErrDiscoveredFull), or the existing one's token
+// approved exist already (ErrDiscoveredFull; records that never reported
+// and whose token expired are dropped first), or the existing one's token
 // replaced (its latest boot's counts). An approved record is not reopened.
 func (s *Store) EnlistBoot(ctx context.Context, d Discovered, max int) (string, error) {
 	id := DiscoveredID(d.MAC)
@@ -57,6 +58,11 @@ func (s *Store) EnlistBoot(ctx context.Context, d Discovered, max int) (string, 
 				d.Peer, d.Arch, d.TokenHash, toMs(d.TokenExpires), id)
 			return err
 		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		// A record that never reported goes when its token expires: a
+		// spoofed MAC's boot holds a place for the token's life only.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM discovered WHERE state = 'booted' AND token_expires < ?`, toMs(time.Now())); err != nil {
 			return err
 		}
 		var n int

@@ -59,4 +59,11 @@ func TestDiscoveredCapAndToken(t *testing.T) {
 	if _, err := s.DiscoveredByToken(ctx, TokenHash("f")); !errors.Is(err, ErrExpired) {
 		t.Fatalf("expired token: %v", err)
 	}
+	// The expired, never reported record makes room for a new one.
+	if _, err := s.EnlistBoot(ctx, Discovered{MAC: "02:00:00:00:00:05", TokenHash: TokenHash("g"), TokenExpires: exp}, 3); err != nil {
+		t.Fatalf("an expired unreported record still counts: %v", err)
+	}
+	if _, err := s.GetDiscovered(ctx, DiscoveredID("02:00:00:00:00:04")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("expired unreported record kept: %v", err)
+	}
 }
