@@ -19,6 +19,9 @@ type UKI struct {
 // Report is what the coordinator reads of report.json; the builder writes more.
 type Report struct {
 	UKI *UKI `json:"uki,omitempty"`
+	// Arch is the image's architecture (cure-build --arch); empty in a
+	// report of a build before it had one, which was amd64.
+	Arch string `json:"arch,omitempty"`
 }
 
 // Load reads path's report.json; a report without "uki" gives a nil UKI.

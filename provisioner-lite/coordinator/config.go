@@ -19,6 +19,10 @@ type Config struct {
 	ManifestDir string // --manifests: SKU manifests and suites/ (default "manifests/examples")
 	NodesFile   string // --nodes: node inventory imported at start ("": none)
 	ImageDir    string // --image-dir: cure-build output (default "out/image")
+	// ImageDirArm64 is --image-dir-arm64: the arm64 image (cure-build
+	// --arch arm64), for the nodes of SKUs with spec.arch arm64 ("": none,
+	// and such SKUs are refused at start; arch.go).
+	ImageDirArm64 string
 
 	// Listen addresses: host:port, or fd:N for a listening socket
 	// inherited as file descriptor N. Port 0 binds any free port; Addrs

@@ -127,6 +127,9 @@ func (d *daemon) openState(context.Context) error {
 	} else {
 		log.Info("the image trusts this coordinator's CA", "image_dir", c.ImageDir, "ca", ca.Fingerprint)
 	}
+	if err := checkArchImages(c, d.siteSKUs(), caPEM, log); err != nil {
+		return err
+	}
 	dsn := c.DB
 	if dsn == "" {
 		dsn = sd.Join(statedir.DBFile)

@@ -87,7 +87,7 @@ func (n NetbootConfig) prepare(log *slog.Logger) (*netbootPlan, error) {
 	if p.tftpAddr == "" && !n.ProxyDHCP && p.target != redfish.BootUefiHttp {
 		return p, nil // the site's DHCP chains to boot.ipxe: nothing to serve here
 	}
-	p.files, err = netboot.LoadFiles(n.IPXEDir, []string{"undionly.kpxe", n.IPXEEFI})
+	p.files, err = netboot.LoadFiles(n.IPXEDir, []string{"undionly.kpxe", n.IPXEEFI, netboot.ARM64EFI})
 	if err != nil {
 		return nil, err
 	}
@@ -172,6 +172,11 @@ func (p *netbootPlan) start(ctx context.Context, log *slog.Logger, scriptURL, ba
 	}
 	boot := netboot.Boot{Files: map[iana.Arch]string{}, ScriptURL: scriptURL}
 	for a, f := range netboot.DefaultFiles(p.flags.IPXEEFI) {
+		if files[f] {
+			boot.Files[a] = f
+		}
+	}
+	for a, f := range netboot.ARM64Files() {
 		if files[f] {
 			boot.Files[a] = f
 		}

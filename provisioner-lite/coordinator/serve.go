@@ -82,7 +82,8 @@ func (d *daemon) wire(ctx context.Context) error {
 	var err error
 	d.bs, err = bootserver.New(bootserver.Config{ImageDir: c.ImageDir, ArtifactDir: d.artifactDir, BaseURL: d.baseURL, Logger: log,
 		Limits:     bootserver.Limits{MaxConns: d.plan.http.Conns, MaxConnsPerSource: d.plan.http.PerSource},
-		IPXEBuilds: d.nb.builds(), Served: d.obs.m.ArtifactServed, Fill: d.fill()}, d.eng)
+		IPXEBuilds: d.nb.builds(), Served: d.obs.m.ArtifactServed, Fill: d.fill(),
+		ImageDirs: c.imageDirs(), NodeArch: nodeArch(d.st, d.catalog)}, d.eng)
 	if err != nil {
 		return err
 	}

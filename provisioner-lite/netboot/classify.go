@@ -190,6 +190,18 @@ func DefaultFiles(efi string) map[iana.Arch]string {
 	}
 }
 
+// ARM64EFI is the arm64 iPXE build's name in --ipxe-dir. Debian ships no
+// arm64 iPXE, so a site with Arm nodes supplies one (iPXE's
+// bin-arm64-efi/snponly.efi); without it arm64 UEFI clients are refused,
+// logged (docs/ARM.md).
+const ARM64EFI = "snponly-arm64.efi"
+
+// ARM64Files maps the arm64 UEFI client architectures (option 93 = 0x0b,
+// HTTP boot 0x13) to ARM64EFI, to add to DefaultFiles where it exists.
+func ARM64Files() map[iana.Arch]string {
+	return map[iana.Arch]string{iana.EFI_ARM64: ARM64EFI, iana.EFI_ARM64_HTTP: ARM64EFI}
+}
+
 // Answer is the proxy's reply, decided.
 type Answer struct {
 	Vendor string // option 60 of the reply: VendorPXE or VendorHTTP

@@ -22,6 +22,7 @@ func registerFlags(fs *flag.FlagSet, c *coordinator.Config, imports, tlsNames, w
 	registerNetbootFlags(fs, &c.Netboot)
 	registerFleetFlags(fs, c)
 	registerInstanceFlags(fs, c)
+	registerArchFlags(fs, c)
 	registerEnlistFlags(fs, &c.Enlist)
 	fs.Var(imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
 	fs.Var(tlsNames, "tls-name", "another DNS name or IP the gRPC server certificate carries, besides --advertise, 127.0.0.1 and localhost: "+

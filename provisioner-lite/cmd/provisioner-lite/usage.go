@@ -19,7 +19,7 @@ type flagGroup struct {
 // flags in one list is not readable). A flag no group names falls under
 // "other": grouping never hides a flag.
 var flagGroups = []flagGroup{
-	{title: "site: state, manifests, nodes, images", names: []string{"config", "state-dir", "manifests", "nodes", "image-dir", "import-artifact", "log-level", "log-format"}},
+	{title: "site: state, manifests, nodes, images", names: []string{"config", "state-dir", "manifests", "nodes", "image-dir", "image-dir-arm64", "import-artifact", "log-level", "log-format"}},
 	{title: "network boot: how nodes reach the coordinator and boot CURE", names: []string{"advertise", "advertise-grpc", "pxe-interface", "proxy-dhcp",
 		"proxy-dhcp-all-macs", "pxe-server-ip", "tftp-listen", "ipxe-dir", "ipxe-efi", "netboot", "boot-mode", "bind-boot-ip", "claim-settle", "boot-tokens-per-window"}},
 	{title: "listeners and their limits", names: []string{"tls-name"}, prefixes: []string{"http-", "https-", "grpc-", "web-", "metrics-", "pprof-"}},
