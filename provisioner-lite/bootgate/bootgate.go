@@ -134,14 +134,26 @@ func (g *Gate) bootDecision(ctx context.Context, mac, peer, path string) (Decisi
 	}
 	g.cfg.Event(ctx, r, r.Phase, runstate.EventInfo, runstate.BootPathStatusPrefix+path, fmt.Sprintf("%s to %s from %s; per-boot token %d of at most %d in this boot window",
 		what, mac, peer, ws.Issued+1, g.cfg.TokensPerWindow), 0)
+	cmdline := fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", nonEmpty(r.Pipeline.RunnerAddr, g.cfg.RunnerAddr), g.cfg.BaseURL, n.ID, tok)
+	if len(n.Cabling) > 0 {
+		// The cabling verdicts need every mapped port heard: the runner
+		// listens for LLDP up to the 30 s interval switches send at, and
+		// stops as soon as every port with link heard its switch.
+		cmdline += " cure.lldp=" + LLDPWindow
+	}
 	return Decision{
 		Boot: true,
 		// The instance driving the run comes first in the runner's list, so
 		// a node that PXE-booted from another instance still reaches it.
-		Cmdline: fmt.Sprintf("cure.coordinator=%s cure.http=%s cure.node=%s cure.token=%s", nonEmpty(r.Pipeline.RunnerAddr, g.cfg.RunnerAddr), g.cfg.BaseURL, n.ID, tok),
+		Cmdline: cmdline,
 		Reason:  "run " + r.ID,
 	}, nil
 }
+
+// LLDPWindow is how long the runner of a node with a cabling map listens
+// for LLDP at most (cure.lldp=): a switch's 30 s transmit interval and a
+// port's link training.
+const LLDPWindow = "35s"
 
 // tokenBudget refuses a token past the window's or the node's budget, as
 // a rate-limited security event.
