@@ -71,39 +71,21 @@ func SetOSImage(name string, data []byte, img Artifact) ([]byte, error) {
 		}
 		lines[ln-1] = out
 	}
-	// chunks (the image's chunk list) is optional: replaced where it is,
-	// added after format where it is not, and removed when the new image
-	// has none, so a list never outlives its image.
-	var ck, fk *yaml.Node
+	// chunks (the image's chunk list) and url (where nodes fetch it) are
+	// optional: replaced where they are, added after format where they are
+	// not, and removed when the new image has none, so neither outlives its
+	// image (an imported image is served from the artifact store, so a url
+	// naming another copy of the old image is dropped).
+	var fk *yaml.Node
 	for i := 0; i+1 < len(node.Content); i += 2 {
-		switch node.Content[i].Value {
-		case "chunks":
-			ck = node.Content[i]
-		case "format":
+		if node.Content[i].Value == "format" {
 			fk = node.Content[i]
 		}
 	}
-	switch {
-	case ck != nil && img.Chunks != "":
-		v := mapValue(node, "chunks")
-		if v.Line != ck.Line || v.Kind != yaml.ScalarNode {
-			return nil, fmt.Errorf("%s:%d: %s.chunks: put it on one line, then run this again", name, ck.Line, path)
+	for _, o := range []struct{ key, value string }{{"chunks", img.Chunks}, {"url", img.URL}} {
+		if err := setOptional(name, path, node, fk, lines, o.key, o.value); err != nil {
+			return nil, err
 		}
-		out, err := lineEdit{col: v.Column, value: img.Chunks}.apply(lines[v.Line-1])
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", name, v.Line, err)
-		}
-		lines[v.Line-1] = out
-	case ck != nil:
-		lines[ck.Line-1] = nil
-	case img.Chunks != "":
-		ln := lines[fk.Line-1]
-		nl := ""
-		if !bytes.HasSuffix(ln, []byte("\n")) {
-			nl = "\n"
-		}
-		add := fmt.Sprintf("%s%schunks: %s\n", nl, strings.Repeat(" ", fk.Column-1), img.Chunks)
-		lines[fk.Line-1] = append(append([]byte{}, ln...), add...)
 	}
 	edited := bytes.Join(lines, nil)
 	sku, err := ParseSKU(name, edited)
@@ -114,6 +96,43 @@ func SetOSImage(name string, data []byte, img Artifact) ([]byte, error) {
 		return nil, fmt.Errorf("%s: spec.os.image reads back as %+v, want %+v", name, got, img)
 	}
 	return edited, nil
+}
+
+// setOptional sets, adds (after format) or removes the one-line key of the
+// image mapping node in lines.
+func setOptional(name, path string, node, format *yaml.Node, lines [][]byte, key, value string) error {
+	var k *yaml.Node
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		if node.Content[i].Value == key {
+			k = node.Content[i]
+		}
+	}
+	switch {
+	case k != nil && value != "":
+		v := mapValue(node, key)
+		if v.Line != k.Line || v.Kind != yaml.ScalarNode {
+			return fmt.Errorf("%s:%d: %s.%s: put it on one line, then run this again", name, k.Line, path, key)
+		}
+		out, err := lineEdit{col: v.Column, value: value}.apply(lines[v.Line-1])
+		if err != nil {
+			return fmt.Errorf("%s:%d: %w", name, v.Line, err)
+		}
+		lines[v.Line-1] = out
+	case k != nil:
+		if v := mapValue(node, key); v.Line != k.Line {
+			return fmt.Errorf("%s:%d: %s.%s: put it on one line, then run this again", name, k.Line, path, key)
+		}
+		lines[k.Line-1] = nil
+	case value != "":
+		ln := lines[format.Line-1]
+		nl := ""
+		if !bytes.HasSuffix(ln, []byte("\n")) {
+			nl = "\n"
+		}
+		add := fmt.Sprintf("%s%s%s: %s\n", nl, strings.Repeat(" ", format.Column-1), key, value)
+		lines[format.Line-1] = append(append([]byte{}, ln...), add...)
+	}
+	return nil
 }
 
 func mapValue(m *yaml.Node, key string) *yaml.Node {

@@ -92,3 +92,30 @@ func TestSetOSImageChunks(t *testing.T) {
 		t.Errorf("bad chunks: %v", err)
 	}
 }
+
+// A SKU whose image names a url (hgx-b200's) gets the imported image
+// without it: the artifact store serves the new image, and a url naming
+// the old one would outlive it.
+func TestSetOSImageDropsURL(t *testing.T) {
+	orig, err := os.ReadFile("examples/hgx-b200.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := Artifact{SHA256: strings.Repeat("0f", 32), Size: 11600000, Format: ImageRawZstd}
+	got, err := SetOSImage("hgx-b200.yaml", orig, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sku, err := ParseSKU("hgx-b200.yaml", got)
+	if err != nil || sku.Spec.OS.Image.URL != "" || sku.Spec.OS.Image.SHA256 != img.SHA256 {
+		t.Fatalf("image = %+v, %v", sku.Spec.OS.Image, err)
+	}
+	if n := bytes.Count(orig, []byte("\n")) - bytes.Count(got, []byte("\n")); n != 1 {
+		t.Errorf("%d lines removed, want the url line alone", n)
+	}
+	img.URL = "https://mirror.example/os.raw.zst"
+	withURL, err := SetOSImage("hgx-b200.yaml", got, img)
+	if err != nil || !bytes.Contains(withURL, []byte("      url: "+img.URL+"\n")) {
+		t.Fatalf("url added: %v\n%s", err, withURL)
+	}
+}
