@@ -37,7 +37,11 @@ func InventorySections(inv *curev1.Inventory) []InventorySection {
 	if inv == nil {
 		return nil
 	}
-	return Sections(inv)
+	out := Sections(inv)
+	if s, ok := neighbourSection(inv); ok {
+		out = append(out, s)
+	}
+	return out
 }
 
 // Sections is InventorySections for any message.
@@ -95,6 +99,9 @@ func table(fd protoreflect.FieldDescriptor, l protoreflect.List) InventorySectio
 	var cols []protoreflect.FieldDescriptor
 	for i := 0; i < fields.Len(); i++ {
 		f := fields.Get(i)
+		if inOwnSection[f.FullName()] {
+			continue
+		}
 		for j := 0; j < l.Len(); j++ {
 			if l.Get(j).Message().Has(f) {
 				cols = append(cols, f)
