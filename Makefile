@@ -116,6 +116,16 @@ e2e: image hostos baseline toolbundle
 e2e-raid: image hostos baseline toolbundle
 	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -tags e2e_raid -timeout 30m -v -count=1 -run '^TestSoftwareRAIDInstall$$' ./qemu-test/
 
+# TestEnlistUnknownMachine (qemu-test/enlist_e2e_test.go, build tag
+# e2e_enlist): a QEMU machine no nodes file names boots with --enlist,
+# is discovered with its inventory and SMBIOS type 42 BMC record,
+# approved, then provisioned. make test proves the same without a boot
+# (provisioner-lite/enlist TestEnlistUnknownMachineInProcess,
+# TestEnlistGivesNoSecrets; cure-runner TestInspectModeReports).
+.PHONY: e2e-enlist
+e2e-enlist: image hostos baseline
+	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -tags e2e_enlist -timeout 30m -v -count=1 -run '^TestEnlistUnknownMachine$$' ./qemu-test/
+
 demo: image hostos toolbundle
 	$(GO) run ./qemu-test/cmd/cure-demo --out $(OUT) --work $(OUT)/demo
 
