@@ -45,6 +45,9 @@ type Facts struct {
 	NICVendors []uint32
 	Serial     string
 	MAC        string
+	// Arch is the machine's architecture (amd64, arm64); a SKU of
+	// another spec.arch is never proposed. Empty: not checked.
+	Arch string
 }
 
 // Proposal is the SKU and name a rule proposes.
@@ -105,15 +108,16 @@ func (d *decoder) inspection(n *yaml.Node, p string) *Inspection {
 	return out
 }
 
-// Propose is the proposal of the SKUs' inspection rules for facts: the
-// matching rule with the most conditions, ties going to the SKU whose name
+// Propose is the proposal of the SKUs' inspection rules for facts: of the
+// SKUs of the machine's architecture, the matching rule with the most
+// conditions, ties going to the SKU whose name
 // sorts first; ok is false when no rule matches.
 func Propose(skus []*SKU, facts Facts) (Proposal, bool) {
 	var best Proposal
 	found := false
 	for _, s := range skus {
 		r := s.Spec.Inspection
-		if r == nil {
+		if r == nil || (facts.Arch != "" && s.Spec.Architecture() != facts.Arch) {
 			continue
 		}
 		n, ok := r.Match.matches(facts)

@@ -43,6 +43,8 @@ func TestInspectionRulesProposeSKU(t *testing.T) {
 			Serial: "QEMU-7", MAC: "52:54:00:12:34:56"}, "a-also-qemu", "a-also-qemu-qemu-7"},
 		{"one rule", Facts{CPUModels: []string{"QEMU Virtual CPU"}, NICVendors: []uint32{0x1af4}, Serial: "QEMU7", MAC: "52:54:00:12:34:56"}, "qemu-nvme", "vm-525400123456"},
 		{"no processors: a CPU rule does not match", Facts{NICVendors: []uint32{0x8086}, Serial: "Z"}, "", ""},
+		{"an arm64 machine: no amd64 SKU", Facts{CPUModels: []string{"Xeon"}, Serial: "A", Arch: "arm64"}, "", ""},
+		{"an amd64 machine", Facts{CPUModels: []string{"Xeon"}, Serial: "A", Arch: "amd64"}, "cpu-only", "cpu-only-a"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, ok := Propose(skus, c.facts)

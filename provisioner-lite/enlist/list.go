@@ -68,7 +68,7 @@ func (e *Enlister) describe(d store.Discovered) *curev1.Discovered {
 // FactsOf are the facts of a report that inspection rules match.
 func FactsOf(mac string, rep *curev1.InspectReport) manifests.Facts {
 	inv := rep.GetInventory()
-	f := manifests.Facts{Serial: inv.GetSystem().GetSerial(), MAC: mac}
+	f := manifests.Facts{Serial: inv.GetSystem().GetSerial(), MAC: mac, Arch: rep.GetArch()}
 	for _, p := range inv.GetProcessors() {
 		f.CPUModels = append(f.CPUModels, p.GetModel())
 	}
