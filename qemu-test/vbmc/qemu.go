@@ -83,8 +83,13 @@ type QEMUConfig struct {
 	// DiskPort, when set, puts the NVMe controller behind its own
 	// pcie-root-port whose link is limited to this speed and width (QEMU's
 	// x-speed/x-width): a slot slower or narrower than the SKU declares.
-	DiskPort  *RootPort
-	Binary    string // default qemu-system-x86_64
+	DiskPort *RootPort
+	Binary   string // default qemu-system-x86_64 (qemu-system-aarch64 for arm64)
+	// Arch is ArchAMD64 (empty) or ArchARM64: QEMU's virt machine with
+	// AAVMF (OVMFCode/OVMFVars default to it), UEFI only (arm64.go).
+	Arch string
+	// Direct boots the kernels an arm64 node's loaders would (DirectBoot).
+	Direct    *DirectBoot
 	RunDir    string // QMP socket directory (default: a new temp dir)
 	ExtraArgs []string
 	Logger    *slog.Logger
@@ -123,6 +128,7 @@ type QEMUMachine struct {
 	seq     uint64
 	mode    string        // BootSourceOverrideMode of the next Start: "Legacy" (default) or "UEFI"
 	httpURI string        // HttpBootUri of the next UefiHttp Start
+	direct  []string      // this boot's -kernel, -initrd, -append (arm64.go)
 	stopped chan struct{} // closed by Close
 }
 
@@ -163,13 +169,16 @@ func NewQEMUMachine(cfg QEMUConfig) (*QEMUMachine, error) {
 	if cfg.GracefulTimeout == 0 {
 		cfg.GracefulTimeout = 60 * time.Second
 	}
+	where := "qemu node " + strconv.Quote(cfg.Name)
+	if err := checkArch(&cfg, where); err != nil {
+		return nil, err
+	}
 	if cfg.Binary == "" {
 		cfg.Binary = "qemu-system-x86_64"
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	where := "qemu node " + strconv.Quote(cfg.Name)
 	if cfg.Name == "" {
 		return nil, fmt.Errorf("%s: Name is required", where)
 	}
@@ -280,7 +289,7 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 	// OVMF takes the boot order from the devices' bootindex (QEMU's
 	// fw_cfg bootorder), not from -boot order.
 	netBoot := dev == BootPxe || dev == BootUefiHttp
-	nic := nicDevice(c, uefi, uefi && netBoot)
+	nic := nicDevice(c, uefi, uefi && netBoot && q.direct == nil)
 	disk := diskDevice(c, uefi && !netBoot)
 	args := q.machineArgs(uefi)
 	args = append(args,
@@ -315,6 +324,7 @@ func (q *QEMUMachine) Args(dev BootDevice, qmpPath string) ([]string, error) {
 	if disk != "" {
 		args = append(args, c.DiskThrottle.args("d0")...)
 	}
+	args = append(args, q.direct...)
 	return append(args, c.ExtraArgs...), nil
 }
 
@@ -408,7 +418,7 @@ func (q *QEMUMachine) machineArgs(uefi bool) []string {
 	c := q.cfg
 	args := []string{
 		"-name", qemuEscape(c.Name),
-		"-accel", "tcg", "-machine", "q35", "-cpu", "max", // args[5] is the machine: Secure Boot adds smm=on
+		"-accel", "tcg", "-machine", q.machineType(), "-cpu", "max", // args[5] is the machine: Secure Boot adds smm=on
 		"-smp", strconv.Itoa(c.CPUs), "-m", strconv.Itoa(c.MemoryMiB),
 		"-nographic", "-no-user-config", "-nodefaults",
 	}
@@ -453,6 +463,9 @@ func (q *QEMUMachine) Start(ctx context.Context, dev BootDevice) error {
 	}
 	sock := filepath.Join(q.cfg.RunDir, "qmp.sock")
 	_ = os.Remove(sock)
+	if err := q.prepareDirect(ctx, dev); err != nil {
+		return err
+	}
 	if q.mode == ModeUEFI {
 		if err := q.ensureVars(); err != nil {
 			return err
