@@ -91,11 +91,17 @@ type Options struct {
 	// shared by the environments of one test process; empty: Start builds
 	// them into Work/bin.
 	Bin string
+	// ExtraNVMe gives every node this many more NVMe drives (each its own
+	// controller, serial <node serial>-<k>, k from 2), empty files of
+	// DiskBytes: the members of a software RAID.
+	ExtraNVMe int
 	// ToolBundle requires make toolbundle's bundle
 	// (Out/toolbundle/toolbundle.tar.zst), for suites that run its
 	// programs. Without it the coordinator still serves the bundle when it
 	// is built, as a site's does (the image pins it for cure-tools).
 	ToolBundle bool
+	// Arm64 makes the nodes arm64 ones (arm64.go); nil: x86-64.
+	Arm64 *Arm64Nodes
 }
 
 // ToolBundlePath is where make toolbundle leaves the bundle under Out.
@@ -129,6 +135,8 @@ type Node struct {
 	// ("sha256:<hex>"); the inventory carries it, so the coordinator
 	// verifies BMC TLS as it does in production.
 	BMCFingerprint string
+	// ExtraDisks are the files behind Options.ExtraNVMe's drives.
+	ExtraDisks []string
 	// Machine is the QEMU process behind the BMC: stopping it directly,
 	// without the BMC knowing, is a crash of the host.
 	Machine *vbmc.QEMUMachine
@@ -489,6 +497,15 @@ func (e *Env) startBMCs(ctx context.Context, httpPort int) error {
 			qc.BootURL, qc.Tap = "", e.Opts.Site.Taps[i-1]
 		}
 		qc.DiskThrottle = e.Opts.DiskThrottle[n.ID]
+		for k := 2; k < 2+e.Opts.ExtraNVMe; k++ {
+			p := filepath.Join(e.Opts.Work, "nodes", fmt.Sprintf("node%d-nvme%d.raw", i, k))
+			if err := ensureDisk(p, e.Opts.DiskBytes); err != nil {
+				return err
+			}
+			n.ExtraDisks = append(n.ExtraDisks, p)
+			qc.ExtraArgs = append(qc.ExtraArgs, "-drive", fmt.Sprintf("file=%s,if=none,id=x%d,format=raw", p, k),
+				"-device", fmt.Sprintf("nvme,serial=%s-%d,drive=x%d", n.Serial, k, k))
+		}
 		var modes []string
 		if e.Opts.UEFI {
 			qc.OVMFCode, qc.OVMFVars = OVMFCode, OVMFVars
@@ -500,6 +517,7 @@ func (e *Env) startBMCs(ctx context.Context, httpPort int) error {
 			}
 			modes = []string{vbmc.ModeUEFI}
 		}
+		e.arm64Node(&qc, &modes, httpPort)
 		m, err := vbmc.NewQEMUMachine(qc)
 		if err != nil {
 			return err

@@ -48,12 +48,22 @@ func Candidates(sysRoot string) ([]string, error) {
 // filesystem labelled label (case-insensitive, as FAT labels are). Several
 // matches are an error: which seed to trust would be a guess.
 func FindByLabel(sysRoot, devRoot, label string) (string, error) {
+	return FindByLabelExcept(sysRoot, devRoot, label, nil)
+}
+
+// FindByLabelExcept is FindByLabel ignoring the devices skip names: the
+// partitions of the other members of an md RAID1 whose members each read
+// as the whole disk (metadata 1.0), so each holds the same seed.
+func FindByLabelExcept(sysRoot, devRoot, label string, skip func(name string) bool) (string, error) {
 	names, err := Candidates(sysRoot)
 	if err != nil {
 		return "", err
 	}
 	var found []string
 	for _, n := range names {
+		if skip != nil && skip(n) {
+			continue
+		}
 		p := filepath.Join(devRoot, n)
 		l, err := fat.ReadLabel(p)
 		if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/cure-oss/cure/qemu-test/hostos/phonehome"
 	"github.com/cure-oss/cure/runner/boot"
 	"github.com/cure-oss/cure/runner/pid1"
+	"github.com/cure-oss/cure/tools/mdraid"
 	"github.com/cure-oss/cure/tools/version"
 	"golang.org/x/sys/unix"
 )
@@ -110,8 +111,15 @@ func run(log *slog.Logger) error {
 func waitForSeedDevice(ctx context.Context, log *slog.Logger, budget time.Duration) (string, error) {
 	deadline := time.Now().Add(budget)
 	for {
-		dev, err := cidata.FindByLabel("/sys", "/dev", "CIDATA")
+		// Members of an md RAID1 (metadata 1.0) each read as the whole
+		// disk: the seed is on every one; read the lowest slot's.
+		members := cidata.MDMembers("/sys", "/dev")
+		dev, err := cidata.FindByLabelExcept("/sys", "/dev", "CIDATA", cidata.OtherMembers(members))
 		if err == nil {
+			for _, m := range members {
+				log.Info("md member", "disk", m.Disk, "array", mdraid.UUID(m.SB.ArrayUUID), "name", m.SB.Name,
+					"level", m.SB.Level, "raid_disks", m.SB.RaidDisks, "slot", m.SB.Role(), "metadata", m.SB.Version, "events", m.SB.Events)
+			}
 			return dev, nil
 		}
 		if time.Now().After(deadline) {
