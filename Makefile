@@ -142,6 +142,17 @@ e2e-raid: image hostos baseline toolbundle
 e2e-enlist: image hostos baseline
 	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -tags e2e_enlist -timeout 30m -v -count=1 -run '^TestEnlistUnknownMachine$$' ./qemu-test/
 
+# TestLLDPCablingQEMU (qemu-test/lldp_e2e_test.go, build tag e2e_lldp): a
+# node on a bridge in a network namespace, a Go sender on its tap announcing
+# a switch, a cabling map naming another port: the report shows the
+# neighbour and nic/eth0 cabling FAIL. make test proves the same path
+# without a boot (runner/lldp TestLLDPNeighboursReported,
+# provisioner-lite/cabling TestCablingMismatchFails: the real AF_PACKET
+# listener in a netns).
+.PHONY: e2e-lldp
+e2e-lldp: image hostos baseline
+	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -tags e2e_lldp -timeout 30m -v -count=1 -run '^TestLLDPCablingQEMU$$' ./qemu-test/
+
 demo: image hostos toolbundle
 	$(GO) run ./qemu-test/cmd/cure-demo --out $(OUT) --work $(OUT)/demo
 
