@@ -7974,8 +7974,10 @@ type NodeDetail struct {
 	EkSource         string `protobuf:"bytes,21,opt,name=ek_source,json=ekSource,proto3" json:"ek_source,omitempty"`
 	EkEnrolledUnixMs int64  `protobuf:"varint,22,opt,name=ek_enrolled_unix_ms,json=ekEnrolledUnixMs,proto3" json:"ek_enrolled_unix_ms,omitempty"`
 	EkRunId          string `protobuf:"bytes,23,opt,name=ek_run_id,json=ekRunId,proto3" json:"ek_run_id,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The site's cabling map for the node (nodes file cabling:), by its port.
+	Cabling       map[string]*PlannedCable `protobuf:"bytes,24,rep,name=cabling,proto3" json:"cabling,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeDetail) Reset() {
@@ -8153,6 +8155,13 @@ func (x *NodeDetail) GetEkRunId() string {
 		return x.EkRunId
 	}
 	return ""
+}
+
+func (x *NodeDetail) GetCabling() map[string]*PlannedCable {
+	if x != nil {
+		return x.Cabling
+	}
+	return nil
 }
 
 // InventoryRecord is one boot's Hello inventory as the coordinator stored
@@ -11590,7 +11599,7 @@ const file_cure_proto_rawDesc = "" +
 	"\x06suites\x18\x02 \x03(\tR\x06suites\x12%\n" +
 	"\x0ebundle_version\x18\x03 \x01(\x03R\rbundleVersion\x12\x18\n" +
 	"\ainvalid\x18\x04 \x03(\tR\ainvalid\x12\x1a\n" +
-	"\binstance\x18\x05 \x01(\tR\binstance\"\xff\x05\n" +
+	"\binstance\x18\x05 \x01(\tR\binstance\"\x8e\a\n" +
 	"\n" +
 	"NodeDetail\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
@@ -11614,10 +11623,14 @@ const file_cure_proto_rawDesc = "" +
 	"\tek_sha256\x18\x14 \x01(\tR\bekSha256\x12\x1b\n" +
 	"\tek_source\x18\x15 \x01(\tR\bekSource\x12-\n" +
 	"\x13ek_enrolled_unix_ms\x18\x16 \x01(\x03R\x10ekEnrolledUnixMs\x12\x1a\n" +
-	"\tek_run_id\x18\x17 \x01(\tR\aekRunId\x1a9\n" +
+	"\tek_run_id\x18\x17 \x01(\tR\aekRunId\x12:\n" +
+	"\acabling\x18\x18 \x03(\v2 .cure.v1.NodeDetail.CablingEntryR\acabling\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc7\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aQ\n" +
+	"\fCablingEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
+	"\x05value\x18\x02 \x01(\v2\x15.cure.v1.PlannedCableR\x05value:\x028\x01\"\xc7\x01\n" +
 	"\x0fInventoryRecord\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x12 \n" +
@@ -11973,7 +11986,7 @@ func file_cure_proto_rawDescGZIP() []byte {
 }
 
 var file_cure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 143)
+var file_cure_proto_msgTypes = make([]protoimpl.MessageInfo, 144)
 var file_cure_proto_goTypes = []any{
 	(Mode)(0),                          // 0: cure.v1.Mode
 	(VerdictStatus)(0),                 // 1: cure.v1.VerdictStatus
@@ -12121,9 +12134,10 @@ var file_cure_proto_goTypes = []any{
 	nil,                                // 143: cure.v1.NodeSpec.CablingEntry
 	nil,                                // 144: cure.v1.LabelNodeRequest.SetEntry
 	nil,                                // 145: cure.v1.NodeDetail.LabelsEntry
-	nil,                                // 146: cure.v1.AcceptMeasurementsResponse.PcrsEntry
-	nil,                                // 147: cure.v1.PoolRequest.SelectorEntry
-	nil,                                // 148: cure.v1.RevalidateRequest.SelectorEntry
+	nil,                                // 146: cure.v1.NodeDetail.CablingEntry
+	nil,                                // 147: cure.v1.AcceptMeasurementsResponse.PcrsEntry
+	nil,                                // 148: cure.v1.PoolRequest.SelectorEntry
+	nil,                                // 149: cure.v1.RevalidateRequest.SelectorEntry
 }
 var file_cure_proto_depIdxs = []int32{
 	7,   // 0: cure.v1.RunnerMessage.hello:type_name -> cure.v1.Hello
@@ -12238,90 +12252,92 @@ var file_cure_proto_depIdxs = []int32{
 	98,  // 109: cure.v1.NodeDetail.inventory:type_name -> cure.v1.InventoryRecord
 	108, // 110: cure.v1.NodeDetail.pool:type_name -> cure.v1.PoolStatus
 	3,   // 111: cure.v1.NodeDetail.last_run_state:type_name -> cure.v1.RunStatus
-	14,  // 112: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
-	101, // 113: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
-	102, // 114: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
-	103, // 115: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
-	101, // 116: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
-	106, // 117: cure.v1.NodeAdmissionResponse.requirements:type_name -> cure.v1.AdmissionRequirement
-	108, // 118: cure.v1.NodeAdmissionResponse.pool:type_name -> cure.v1.PoolStatus
-	4,   // 119: cure.v1.PoolStatus.state:type_name -> cure.v1.PoolState
-	146, // 120: cure.v1.AcceptMeasurementsResponse.pcrs:type_name -> cure.v1.AcceptMeasurementsResponse.PcrsEntry
-	147, // 121: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
-	148, // 122: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
-	0,   // 123: cure.v1.RevalidateRequest.mode:type_name -> cure.v1.Mode
-	108, // 124: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
-	51,  // 125: cure.v1.PoolResponse.refused:type_name -> cure.v1.Refusal
-	115, // 126: cure.v1.PairReady.ports:type_name -> cure.v1.PairPort
-	117, // 127: cure.v1.PairSchedule.slots:type_name -> cure.v1.PairSlot
-	34,  // 128: cure.v1.PairVerdicts.verdicts:type_name -> cure.v1.Verdict
-	14,  // 129: cure.v1.InspectReport.inventory:type_name -> cure.v1.Inventory
-	121, // 130: cure.v1.InspectReport.bmc:type_name -> cure.v1.HostInterface
-	122, // 131: cure.v1.InspectReport.drives:type_name -> cure.v1.InspectDrive
-	123, // 132: cure.v1.InspectReport.lldp:type_name -> cure.v1.InspectNeighbour
-	120, // 133: cure.v1.Discovered.report:type_name -> cure.v1.InspectReport
-	125, // 134: cure.v1.ListDiscoveredResponse.discovered:type_name -> cure.v1.Discovered
-	84,  // 135: cure.v1.ApproveDiscoveredRequest.node:type_name -> cure.v1.NodeSpec
-	85,  // 136: cure.v1.NodeSpec.CablingEntry.value:type_name -> cure.v1.PlannedCable
-	6,   // 137: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
-	8,   // 138: cure.v1.RunnerService.BeginAttestation:input_type -> cure.v1.AttestBegin
-	120, // 139: cure.v1.RunnerService.Inspect:input_type -> cure.v1.InspectReport
-	49,  // 140: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
-	58,  // 141: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
-	60,  // 142: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
-	78,  // 143: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
-	75,  // 144: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
-	81,  // 145: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
-	52,  // 146: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
-	54,  // 147: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
-	87,  // 148: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
-	89,  // 149: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
-	91,  // 150: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
-	92,  // 151: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
-	70,  // 152: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
-	99,  // 153: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
-	111, // 154: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
-	111, // 155: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
-	112, // 156: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
-	111, // 157: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
-	105, // 158: cure.v1.OperatorService.NodeAdmission:input_type -> cure.v1.NodeAdmissionRequest
-	109, // 159: cure.v1.OperatorService.AcceptMeasurements:input_type -> cure.v1.AcceptMeasurementsRequest
-	93,  // 160: cure.v1.OperatorService.BootInstalledOS:input_type -> cure.v1.BootInstalledOSRequest
-	95,  // 161: cure.v1.OperatorService.ListManifests:input_type -> cure.v1.ListManifestsRequest
-	126, // 162: cure.v1.OperatorService.ListDiscovered:input_type -> cure.v1.ListDiscoveredRequest
-	128, // 163: cure.v1.OperatorService.ApproveDiscovered:input_type -> cure.v1.ApproveDiscoveredRequest
-	38,  // 164: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
-	9,   // 165: cure.v1.RunnerService.BeginAttestation:output_type -> cure.v1.AttestChallenge
-	124, // 166: cure.v1.RunnerService.Inspect:output_type -> cure.v1.InspectAck
-	50,  // 167: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
-	59,  // 168: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
-	61,  // 169: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
-	79,  // 170: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
-	76,  // 171: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
-	83,  // 172: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
-	53,  // 173: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
-	55,  // 174: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
-	88,  // 175: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
-	90,  // 176: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
-	97,  // 177: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
-	97,  // 178: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
-	71,  // 179: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
-	100, // 180: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
-	113, // 181: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
-	113, // 182: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
-	113, // 183: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
-	113, // 184: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
-	107, // 185: cure.v1.OperatorService.NodeAdmission:output_type -> cure.v1.NodeAdmissionResponse
-	110, // 186: cure.v1.OperatorService.AcceptMeasurements:output_type -> cure.v1.AcceptMeasurementsResponse
-	94,  // 187: cure.v1.OperatorService.BootInstalledOS:output_type -> cure.v1.BootInstalledOSResponse
-	96,  // 188: cure.v1.OperatorService.ListManifests:output_type -> cure.v1.ListManifestsResponse
-	127, // 189: cure.v1.OperatorService.ListDiscovered:output_type -> cure.v1.ListDiscoveredResponse
-	129, // 190: cure.v1.OperatorService.ApproveDiscovered:output_type -> cure.v1.ApproveDiscoveredResponse
-	164, // [164:191] is the sub-list for method output_type
-	137, // [137:164] is the sub-list for method input_type
-	137, // [137:137] is the sub-list for extension type_name
-	137, // [137:137] is the sub-list for extension extendee
-	0,   // [0:137] is the sub-list for field type_name
+	146, // 112: cure.v1.NodeDetail.cabling:type_name -> cure.v1.NodeDetail.CablingEntry
+	14,  // 113: cure.v1.InventoryRecord.inventory:type_name -> cure.v1.Inventory
+	101, // 114: cure.v1.FleetBandsResponse.distributions:type_name -> cure.v1.FleetDistribution
+	102, // 115: cure.v1.FleetDistribution.marks:type_name -> cure.v1.FleetNodeMark
+	103, // 116: cure.v1.FleetJudgements.judgements:type_name -> cure.v1.FleetJudgement
+	101, // 117: cure.v1.FleetJudgements.distributions:type_name -> cure.v1.FleetDistribution
+	106, // 118: cure.v1.NodeAdmissionResponse.requirements:type_name -> cure.v1.AdmissionRequirement
+	108, // 119: cure.v1.NodeAdmissionResponse.pool:type_name -> cure.v1.PoolStatus
+	4,   // 120: cure.v1.PoolStatus.state:type_name -> cure.v1.PoolState
+	147, // 121: cure.v1.AcceptMeasurementsResponse.pcrs:type_name -> cure.v1.AcceptMeasurementsResponse.PcrsEntry
+	148, // 122: cure.v1.PoolRequest.selector:type_name -> cure.v1.PoolRequest.SelectorEntry
+	149, // 123: cure.v1.RevalidateRequest.selector:type_name -> cure.v1.RevalidateRequest.SelectorEntry
+	0,   // 124: cure.v1.RevalidateRequest.mode:type_name -> cure.v1.Mode
+	108, // 125: cure.v1.PoolResponse.nodes:type_name -> cure.v1.PoolStatus
+	51,  // 126: cure.v1.PoolResponse.refused:type_name -> cure.v1.Refusal
+	115, // 127: cure.v1.PairReady.ports:type_name -> cure.v1.PairPort
+	117, // 128: cure.v1.PairSchedule.slots:type_name -> cure.v1.PairSlot
+	34,  // 129: cure.v1.PairVerdicts.verdicts:type_name -> cure.v1.Verdict
+	14,  // 130: cure.v1.InspectReport.inventory:type_name -> cure.v1.Inventory
+	121, // 131: cure.v1.InspectReport.bmc:type_name -> cure.v1.HostInterface
+	122, // 132: cure.v1.InspectReport.drives:type_name -> cure.v1.InspectDrive
+	123, // 133: cure.v1.InspectReport.lldp:type_name -> cure.v1.InspectNeighbour
+	120, // 134: cure.v1.Discovered.report:type_name -> cure.v1.InspectReport
+	125, // 135: cure.v1.ListDiscoveredResponse.discovered:type_name -> cure.v1.Discovered
+	84,  // 136: cure.v1.ApproveDiscoveredRequest.node:type_name -> cure.v1.NodeSpec
+	85,  // 137: cure.v1.NodeSpec.CablingEntry.value:type_name -> cure.v1.PlannedCable
+	85,  // 138: cure.v1.NodeDetail.CablingEntry.value:type_name -> cure.v1.PlannedCable
+	6,   // 139: cure.v1.RunnerService.Session:input_type -> cure.v1.RunnerMessage
+	8,   // 140: cure.v1.RunnerService.BeginAttestation:input_type -> cure.v1.AttestBegin
+	120, // 141: cure.v1.RunnerService.Inspect:input_type -> cure.v1.InspectReport
+	49,  // 142: cure.v1.OperatorService.Provision:input_type -> cure.v1.ProvisionRequest
+	58,  // 143: cure.v1.OperatorService.Watch:input_type -> cure.v1.WatchRequest
+	60,  // 144: cure.v1.OperatorService.Report:input_type -> cure.v1.ReportRequest
+	78,  // 145: cure.v1.OperatorService.ListNodes:input_type -> cure.v1.ListNodesRequest
+	75,  // 146: cure.v1.OperatorService.AuditDirect:input_type -> cure.v1.AuditDirectRequest
+	81,  // 147: cure.v1.OperatorService.ListAuditLog:input_type -> cure.v1.ListAuditLogRequest
+	52,  // 148: cure.v1.OperatorService.Cancel:input_type -> cure.v1.CancelRequest
+	54,  // 149: cure.v1.OperatorService.Fleet:input_type -> cure.v1.FleetRequest
+	87,  // 150: cure.v1.OperatorService.AddNodes:input_type -> cure.v1.AddNodesRequest
+	89,  // 151: cure.v1.OperatorService.RemoveNode:input_type -> cure.v1.RemoveNodeRequest
+	91,  // 152: cure.v1.OperatorService.LabelNode:input_type -> cure.v1.LabelNodeRequest
+	92,  // 153: cure.v1.OperatorService.ShowNode:input_type -> cure.v1.ShowNodeRequest
+	70,  // 154: cure.v1.OperatorService.TimeBuckets:input_type -> cure.v1.TimeBucketsRequest
+	99,  // 155: cure.v1.OperatorService.FleetBands:input_type -> cure.v1.FleetBandsRequest
+	111, // 156: cure.v1.OperatorService.Drain:input_type -> cure.v1.PoolRequest
+	111, // 157: cure.v1.OperatorService.MarkDrained:input_type -> cure.v1.PoolRequest
+	112, // 158: cure.v1.OperatorService.Revalidate:input_type -> cure.v1.RevalidateRequest
+	111, // 159: cure.v1.OperatorService.ReturnToPool:input_type -> cure.v1.PoolRequest
+	105, // 160: cure.v1.OperatorService.NodeAdmission:input_type -> cure.v1.NodeAdmissionRequest
+	109, // 161: cure.v1.OperatorService.AcceptMeasurements:input_type -> cure.v1.AcceptMeasurementsRequest
+	93,  // 162: cure.v1.OperatorService.BootInstalledOS:input_type -> cure.v1.BootInstalledOSRequest
+	95,  // 163: cure.v1.OperatorService.ListManifests:input_type -> cure.v1.ListManifestsRequest
+	126, // 164: cure.v1.OperatorService.ListDiscovered:input_type -> cure.v1.ListDiscoveredRequest
+	128, // 165: cure.v1.OperatorService.ApproveDiscovered:input_type -> cure.v1.ApproveDiscoveredRequest
+	38,  // 166: cure.v1.RunnerService.Session:output_type -> cure.v1.CoordinatorMessage
+	9,   // 167: cure.v1.RunnerService.BeginAttestation:output_type -> cure.v1.AttestChallenge
+	124, // 168: cure.v1.RunnerService.Inspect:output_type -> cure.v1.InspectAck
+	50,  // 169: cure.v1.OperatorService.Provision:output_type -> cure.v1.ProvisionResponse
+	59,  // 170: cure.v1.OperatorService.Watch:output_type -> cure.v1.TimelineEntry
+	61,  // 171: cure.v1.OperatorService.Report:output_type -> cure.v1.RunReport
+	79,  // 172: cure.v1.OperatorService.ListNodes:output_type -> cure.v1.ListNodesResponse
+	76,  // 173: cure.v1.OperatorService.AuditDirect:output_type -> cure.v1.AuditDirectResponse
+	83,  // 174: cure.v1.OperatorService.ListAuditLog:output_type -> cure.v1.ListAuditLogResponse
+	53,  // 175: cure.v1.OperatorService.Cancel:output_type -> cure.v1.CancelResponse
+	55,  // 176: cure.v1.OperatorService.Fleet:output_type -> cure.v1.FleetStatus
+	88,  // 177: cure.v1.OperatorService.AddNodes:output_type -> cure.v1.AddNodesResponse
+	90,  // 178: cure.v1.OperatorService.RemoveNode:output_type -> cure.v1.RemoveNodeResponse
+	97,  // 179: cure.v1.OperatorService.LabelNode:output_type -> cure.v1.NodeDetail
+	97,  // 180: cure.v1.OperatorService.ShowNode:output_type -> cure.v1.NodeDetail
+	71,  // 181: cure.v1.OperatorService.TimeBuckets:output_type -> cure.v1.TimeBucketSummary
+	100, // 182: cure.v1.OperatorService.FleetBands:output_type -> cure.v1.FleetBandsResponse
+	113, // 183: cure.v1.OperatorService.Drain:output_type -> cure.v1.PoolResponse
+	113, // 184: cure.v1.OperatorService.MarkDrained:output_type -> cure.v1.PoolResponse
+	113, // 185: cure.v1.OperatorService.Revalidate:output_type -> cure.v1.PoolResponse
+	113, // 186: cure.v1.OperatorService.ReturnToPool:output_type -> cure.v1.PoolResponse
+	107, // 187: cure.v1.OperatorService.NodeAdmission:output_type -> cure.v1.NodeAdmissionResponse
+	110, // 188: cure.v1.OperatorService.AcceptMeasurements:output_type -> cure.v1.AcceptMeasurementsResponse
+	94,  // 189: cure.v1.OperatorService.BootInstalledOS:output_type -> cure.v1.BootInstalledOSResponse
+	96,  // 190: cure.v1.OperatorService.ListManifests:output_type -> cure.v1.ListManifestsResponse
+	127, // 191: cure.v1.OperatorService.ListDiscovered:output_type -> cure.v1.ListDiscoveredResponse
+	129, // 192: cure.v1.OperatorService.ApproveDiscovered:output_type -> cure.v1.ApproveDiscoveredResponse
+	166, // [166:193] is the sub-list for method output_type
+	139, // [139:166] is the sub-list for method input_type
+	139, // [139:139] is the sub-list for extension type_name
+	139, // [139:139] is the sub-list for extension extendee
+	0,   // [0:139] is the sub-list for field type_name
 }
 
 func init() { file_cure_proto_init() }
@@ -12360,7 +12376,7 @@ func file_cure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cure_proto_rawDesc), len(file_cure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   143,
+			NumMessages:   144,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

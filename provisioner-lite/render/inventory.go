@@ -320,6 +320,7 @@ func PrintNode(w io.Writer, d *curev1.NodeDetail) {
 		labels = append(labels, k+"="+d.GetLabels()[k])
 	}
 	fmt.Fprintf(w, "  labels %s\n", orDash(strings.Join(labels, ", ")))
+	printCabling(w, d.GetCabling())
 	fmt.Fprintf(w, "  BMC %s  user %s  password %s\n", d.GetBmcUrl(), d.GetBmcUsername(), d.GetBmcPassword())
 	fmt.Fprintf(w, "  BMC TLS %s  PSIDs stored %d\n", d.GetBmcTls(), d.GetPsids())
 	switch ek := d.GetEkSha256(); {

@@ -2,6 +2,10 @@ package render
 
 import (
 	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
@@ -39,4 +43,24 @@ func neighbourSection(inv *curev1.Inventory) (InventorySection, bool) {
 	window := time.Duration(inv.GetLldpWindowMs()) * time.Millisecond
 	s.Title = fmt.Sprintf("lldp neighbours (%d ports, listened %s)", len(s.Rows), window.Round(time.Millisecond))
 	return s, true
+}
+
+// printCabling writes a node's cabling map: port -> switch and port.
+func printCabling(w io.Writer, m map[string]*curev1.PlannedCable) {
+	if len(m) == 0 {
+		return
+	}
+	parts := make([]string, 0, len(m))
+	for _, port := range slices.Sorted(maps.Keys(m)) {
+		c := m[port]
+		sw := c.GetSwitchName()
+		switch {
+		case sw == "":
+			sw = "chassis " + c.GetChassisId()
+		case c.GetChassisId() != "":
+			sw += " (chassis " + c.GetChassisId() + ")"
+		}
+		parts = append(parts, port+" -> "+sw+" port "+c.GetPort())
+	}
+	fmt.Fprintf(w, "  cabling %s\n", textsafe.Line(strings.Join(parts, ", ")))
 }

@@ -48,3 +48,20 @@ func TestReportShowsLLDPNeighbours(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintNodeShowsCabling: nodes show lists the node's cabling map.
+func TestPrintNodeShowsCabling(t *testing.T) {
+	var b bytes.Buffer
+	PrintNode(&b, &curev1.NodeDetail{NodeId: "gpu-1", Cabling: map[string]*curev1.PlannedCable{
+		"enp2s0": {ChassisId: "0c:42:a1:00:00:02", Port: "swp7"},
+		"enp1s0": {SwitchName: "leaf-r12-a", Port: "Ethernet12"},
+	}})
+	if want := "  cabling enp1s0 -> leaf-r12-a port Ethernet12, enp2s0 -> chassis 0c:42:a1:00:00:02 port swp7\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("nodes show:\n%s\nlacks %q", b.String(), want)
+	}
+	b.Reset()
+	PrintNode(&b, &curev1.NodeDetail{NodeId: "gpu-2"})
+	if strings.Contains(b.String(), "cabling") {
+		t.Errorf("a node without a map shows one:\n%s", b.String())
+	}
+}

@@ -300,6 +300,7 @@ func (o *OperatorService) ShowNode(ctx context.Context, req *curev1.ShowNodeRequ
 	d := &curev1.NodeDetail{
 		NodeId: n.ID, Sku: n.SKU, Hostname: n.Hostname, Serial: n.SystemSerial, Macs: n.MACs, Labels: n.Labels,
 		BmcUrl: n.BMCURL, BmcUsername: n.BMCUser, BmcPassword: passwordSource(n), BmcTls: bmcTLS(n), Psids: uint32(len(n.PSIDs)), State: "idle",
+		Cabling: nodes.CablingProto(n.Cabling),
 	}
 	if r, err := o.Store.LatestRun(ctx, n.ID); err == nil {
 		d.LastRunId, d.LastRunStatus, d.LastRunState = r.ID, runstate.RunName(r.Status), r.Status
