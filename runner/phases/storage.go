@@ -236,8 +236,9 @@ func (e *Executor) makeFilesystems(ctx context.Context, emit agent.Emitter, p *S
 		if typ != fs.Type || label != fs.Label {
 			return fmt.Errorf("%s reads back as %s labelled %q, want %s labelled %q", dev, typ, label, fs.Type, fs.Label)
 		}
+		observed := fmt.Sprintf("%s LABEL=%s on %s", typ, label, dev)
 		emit.Verdict(&curev1.Verdict{Component: "filesystem/" + fs.Label, Check: "os_install", Status: curev1.VerdictStatus_PASS,
-			Observed: fmt.Sprintf("%s LABEL=%s on %s", typ, label, dev), Expected: fmt.Sprintf("%s LABEL=%s mounted at %s", fs.Type, fs.Label, fs.Mount)})
+			Observed: observed, Expected: fmt.Sprintf("%s LABEL=%s mounted at %s", fs.Type, fs.Label, fs.Mount), Message: "made and read back: " + observed})
 	}
 	return nil
 }
@@ -263,9 +264,9 @@ func (e *Executor) checkArray(emit agent.Emitter, p *StoragePlan, array string) 
 	if !sbs[0].InSync() {
 		sync = "resyncing in the background"
 	}
+	observed := fmt.Sprintf("%s %s (metadata 1.0, uuid %s): %s; %s", p.Level, array, uuid, strings.Join(slots, ", "), sync)
 	emit.Verdict(&curev1.Verdict{Component: "md/" + ArrayName, Check: "os_install", Status: curev1.VerdictStatus_PASS,
-		Observed: fmt.Sprintf("%s %s (metadata 1.0, uuid %s): %s; %s", p.Level, array, uuid, strings.Join(slots, ", "), sync),
-		Expected: fmt.Sprintf("%s over %d members", p.Level, len(p.Members))})
+		Observed: observed, Expected: fmt.Sprintf("%s over %d members", p.Level, len(p.Members)), Message: "members' superblocks agree: " + observed})
 	return nil
 }
 
