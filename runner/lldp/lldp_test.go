@@ -230,3 +230,26 @@ func TestLLDPNeighboursReported(t *testing.T) {
 	}
 	t.Logf("heard %s port %s on %s after %s", nb.SystemName, nb.PortID, site.NodePort, res.Waited.Round(time.Millisecond))
 }
+
+// TestListenEndsOnCancel: the boot's default listen (no cure.lldp=) is
+// ended when the inventory is done; a reader blocked on a real AF_PACKET
+// socket that heard nothing must let go at once, so the boot pays nothing.
+func TestListenEndsOnCancel(t *testing.T) {
+	testenv.RequireRoot(t, "the test builds a network namespace and opens AF_PACKET sockets")
+	site := lldptest.NewSite(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start := time.Now()
+	res := lldp.Listen(ctx, lldp.Options{Window: lldp.MaxWindow,
+		Ports: func() ([]string, error) { return []string{site.NodePort}, nil },
+		Open: func(p string) (c lldp.Conn, err error) {
+			err = site.In(func() error { c, err = lldp.OpenPacket(p); return err })
+			return c, err
+		}})
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("listen took %s after its cancel at 200ms", d)
+	}
+	if !slices.Equal(res.Listened, []string{site.NodePort}) || len(res.Neighbours) != 0 {
+		t.Errorf("result %+v, want %s listened, nothing heard", res, site.NodePort)
+	}
+}
