@@ -125,7 +125,7 @@ e2e: image hostos baseline toolbundle
 	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -timeout 80m -v -count=1 -shuffle on ./qemu-test/
 
 # TestSoftwareRAIDInstall (qemu-test/raid_e2e_test.go, build tag e2e_raid):
-# a node with two NVMe drives provisioned into an md RAID1, booting the
+# a node with three NVMe drives: an md RAID1 the image goes to, booting the
 # installed OS from a member. make test runs the same install without a
 # boot (runner/phases TestOSInstallRAID1, tools/mdraid TestMdadmExamine).
 .PHONY: e2e-raid

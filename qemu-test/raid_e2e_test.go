@@ -4,8 +4,10 @@ package qemutest
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,7 +15,9 @@ import (
 
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
+	"github.com/cure-oss/cure/modes"
 	"github.com/cure-oss/cure/qemu-test/harness"
+	"github.com/cure-oss/cure/tools/blockdev"
 	"github.com/cure-oss/cure/tools/mdraid"
 )
 
@@ -29,27 +33,61 @@ import (
 // TestPlanStorage; tools/mdraid TestMdadmExamine).
 func TestSoftwareRAIDInstall(t *testing.T) {
 	began := time.Now()
-	env := startEnv(t, harness.Options{ExtraNVMe: 1, ToolBundle: true, EditManifest: func(s *manifests.SKU) {
+	env := startEnv(t, harness.Options{ExtraNVMe: 2, ToolBundle: true, EditManifest: func(s *manifests.SKU) {
 		serial := "CURE-QEMU-0001"
 		s.Spec.OS.TargetDisk = manifests.DiskSelector{}
-		s.Spec.OS.Storage = &manifests.Storage{RAID: &manifests.RAID{Level: manifests.RAID1,
-			Members: []manifests.DiskSelector{{Serial: serial}, {Serial: serial + "-2"}}}}
+		s.Spec.OS.Storage = &manifests.Storage{
+			RAID: &manifests.RAID{Level: manifests.RAID1, Members: []manifests.DiskSelector{{Serial: serial}, {Serial: serial + "-2"}}},
+			Filesystems: []manifests.Filesystem{{Type: manifests.FSXFS, Label: "scratch", Mount: "/scratch",
+				Disk: &manifests.DiskSelector{Serial: serial + "-3"}}},
+		}
 		if s.Spec.Hardware != nil {
 			for i := range s.Spec.Hardware.NVMe {
-				s.Spec.Hardware.NVMe[i].Count = 2
+				s.Spec.Hardware.NVMe[i].Count = 3
 			}
 		}
 	}})
 	n := env.Nodes[0]
 	rep := provisionAndWait(t, env, n.ID, false)
-	checkProvisioned(t, env, rep)
+	if rep.GetStatus() != "succeeded" {
+		t.Fatalf("run %s ended %s: %s", rep.GetRunId(), rep.GetStatus(), rep.GetMessage())
+	}
+	got := phaseStatuses(t, openStore(t, env), rep.GetRunId())
+	for _, p := range []modes.PhaseName{modes.Hardware, modes.SEDRevert, modes.OSInstall, modes.SetBootDisk, modes.WaitForHostOS} {
+		if got[p] != "ok" {
+			t.Errorf("phase %s = %q, want ok", p, got[p])
+		}
+	}
 	v := verdict(rep, "md/cure-os", "os_install")
 	if v == nil || v.GetStatus() != curev1.VerdictStatus_PASS || !strings.Contains(v.GetObserved(), "raid1 /dev/md127 (metadata 1.0") ||
 		!strings.Contains(v.GetObserved(), "nvme0n1 slot 0") || !strings.Contains(v.GetObserved(), "nvme1n1 slot 1") {
 		t.Errorf("md verdict = %v, want raid1 PASS over nvme0n1 slot 0 and nvme1n1 slot 1", v)
 	}
-	if v := verdict(rep, "disk/md127", "os_install"); v == nil || v.GetStatus() != curev1.VerdictStatus_PASS {
-		t.Errorf("install verdict on the array = %v, want PASS", v)
+	// Both members erased and verified zero: created --assume-clean, and
+	// the image's zero blocks skipped on the array.
+	if v := verdict(rep, "disk/md127", "os_install"); v == nil || v.GetStatus() != curev1.VerdictStatus_PASS || !strings.Contains(v.GetObserved(), "skipped on the erased disk") {
+		t.Errorf("install verdict on the array = %v, want PASS with zero blocks skipped", v)
+	}
+	// The first member is the image with the seed, as a one-disk install's
+	// disk is (the firmware booted it); the second holds the same bytes.
+	checkDisk(t, env, n)
+
+	// The third drive got its xfs filesystem (mkfs.xfs from the tool
+	// bundle), and the seed mounts it by label.
+	if v := verdict(rep, "filesystem/scratch", "os_install"); v == nil || v.GetStatus() != curev1.VerdictStatus_PASS || v.GetObserved() != "xfs LABEL=scratch on /dev/nvme2n1" {
+		t.Errorf("filesystem verdict = %v, want PASS xfs LABEL=scratch on /dev/nvme2n1", v)
+	}
+	if typ, label, err := blockdev.FSLabelOf(n.ExtraDisks[1]); err != nil || typ != "xfs" || label != "scratch" {
+		t.Errorf("third drive from outside: %q %q %v, want xfs scratch", typ, label, err)
+	}
+	img, err := os.ReadFile(env.HostOS.RawPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, _ := cidataRange(t, img)
+	ud, err := exec.Command("mtype", "-i", fmt.Sprintf("%s@@%d", n.Disk, start), "::user-data").CombinedOutput()
+	if err != nil || !strings.Contains(string(ud), `["LABEL=scratch", "/scratch", "xfs", "defaults,nofail", "0", "0"]`) {
+		t.Errorf("user-data lacks the scratch mount (%v):\n%s", err, ud)
 	}
 
 	// The host OS saw both members of one array.
