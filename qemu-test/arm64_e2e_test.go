@@ -37,7 +37,7 @@ func TestArm64Provision(t *testing.T) {
 	dumpOnFailure(t, x86)
 	x86Boot, x86Up := provisionTimed(t, x86)
 
-	arm := startEnv(t, harness.Options{Arm64: &harness.Arm64Nodes{HostOSImage: armHost}, MemoryMiB: 2048,
+	arm := startEnv(t, harness.Options{Arm64: &harness.Arm64Nodes{HostOSImage: armHost},
 		ExtraCoordinatorArgs: []string{"--image-dir-arm64", armImage},
 		EditManifest:         func(s *manifests.SKU) { s.Spec.Arch = manifests.ArchARM64 }})
 	dumpOnFailure(t, arm)
@@ -49,6 +49,15 @@ func TestArm64Provision(t *testing.T) {
 	}
 	if !slices.Equal(devs, []string{"Pxe", "Hdd"}) {
 		t.Errorf("arm64 boots = %v, want [Pxe Hdd]", devs)
+	}
+	// The kernel that ran was arm64's, in the CURE boot and in the
+	// installed OS's.
+	con, err := os.ReadFile(n.Console)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := len(arm64BannerRE.FindAll(con, -1)); c != 2 {
+		t.Errorf("the arm64 node's console shows %d arm64 kernel boots, want 2 (CURE, then the installed OS)", c)
 	}
 	// Power-on to registered includes x86's firmware PXE and iPXE
 	// download, which the arm64 node's direct boot skips; the guest's
@@ -83,5 +92,7 @@ func provisionTimed(t *testing.T, env *harness.Env) (time.Duration, string) {
 	}
 	return registered.Sub(on), uptime
 }
+
+var arm64BannerRE = regexp.MustCompile(`Linux version \S+-arm64 `)
 
 var guestUptimeRE = regexp.MustCompile(`guest_uptime=(\d+ms)`)
