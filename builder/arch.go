@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/cure-oss/cure/builder/kmod"
@@ -93,4 +94,21 @@ func presentModules(s *spec.Spec, arch string, ix *kmod.Index) (want, missing []
 		want = append(want, m.Value)
 	}
 	return want, missing
+}
+
+// archOmissions says what an image of another architecture than amd64
+// leaves out (report.json's omitted): cure-nvml, unless given as a
+// --tool, and the tool bundle pin when the spec's arch entry drops it.
+func archOmissions(s *spec.Spec, arch string, tools []string) []string {
+	if arch == "amd64" {
+		return nil
+	}
+	var out []string
+	if !slices.ContainsFunc(tools, func(t string) bool { return strings.HasSuffix(t, "usr/bin/cure-nvml") }) {
+		out = append(out, "cure-nvml: NVML's Go bindings need cgo and no "+arch+" C toolchain is in the build role; gpu checks report SKIP")
+	}
+	if s.ToolBundlePath.Value == "" {
+		out = append(out, "tool bundle pin: the tool bundle holds x86-64 builds; cure-tools and suites needing fio, stress-ng or iperf3 say so")
+	}
+	return out
 }

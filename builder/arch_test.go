@@ -113,6 +113,9 @@ func TestBuildArm64(t *testing.T) {
 	if r.Arch != "arm64" || r.Cmdline != "console=ttyAMA0" || len(r.Tools) != 0 || strings.Join(r.MissingModules, ",") != "virtio_mmio" {
 		t.Errorf("report: arch %q cmdline %q tools %v missing_modules %v", r.Arch, r.Cmdline, r.Tools, r.MissingModules)
 	}
+	if len(r.Omitted) != 2 || !strings.HasPrefix(r.Omitted[0], "cure-nvml: ") || !strings.HasPrefix(r.Omitted[1], "tool bundle pin: ") {
+		t.Errorf("report omitted = %q", r.Omitted)
+	}
 	archive, err := os.ReadFile(filepath.Join(out, CPIOName))
 	if err != nil {
 		t.Fatal(err)

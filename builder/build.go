@@ -138,6 +138,7 @@ func Build(ctx context.Context, o Options) (*Report, error) {
 	if err := checkToolArch(r.Tools, o.Arch); err != nil {
 		return nil, err
 	}
+	r.Omitted = archOmissions(s, o.Arch, r.Tools)
 
 	tmp, err := os.MkdirTemp("", "cure-build-")
 	if err != nil {

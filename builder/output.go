@@ -95,7 +95,10 @@ type Report struct {
 	// MissingModules are the spec's optional modules (arch.<a>.optional_modules)
 	// this architecture's kernel does not have, left out.
 	MissingModules []string `json:"missing_modules,omitempty"`
-	Tools          []string `json:"tools,omitempty"`
+	// Omitted names what an image of this architecture leaves out that
+	// the amd64 image can carry, and why.
+	Omitted []string `json:"omitted,omitempty"`
+	Tools   []string `json:"tools,omitempty"`
 	// CA is the coordinator CA baked into the image (its fingerprint is
 	// what the coordinator checks at start).
 	CA *pki.ImageCA `json:"ca,omitempty"`
