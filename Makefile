@@ -124,34 +124,28 @@ check:
 e2e: image hostos baseline toolbundle
 	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -timeout 80m -v -count=1 -shuffle on ./qemu-test/
 
-# TestSoftwareRAIDInstall (qemu-test/raid_e2e_test.go, build tag e2e_raid):
-# a node with three NVMe drives: an md RAID1 the image goes to, booting the
-# installed OS from a member. make test runs the same install without a
-# boot (runner/phases TestOSInstallRAID1, tools/mdraid TestMdadmExamine).
+# TestSoftwareRAIDInstall (qemu-test/raid_e2e_test.go, in make test too): a
+# node with three NVMe drives: an md RAID1 the image goes to, booting the
+# installed OS from a member; this target runs it alone.
 .PHONY: e2e-raid
 e2e-raid: image hostos baseline toolbundle
-	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -tags e2e_raid -timeout 30m -v -count=1 -run '^TestSoftwareRAIDInstall$$' ./qemu-test/
+	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -timeout 30m -v -count=1 -run '^TestSoftwareRAIDInstall$$' ./qemu-test/
 
-# TestEnlistUnknownMachine (qemu-test/enlist_e2e_test.go, build tag
-# e2e_enlist): a QEMU machine no nodes file names boots with --enlist,
-# is discovered with its inventory and SMBIOS type 42 BMC record,
-# approved, then provisioned. make test proves the same without a boot
-# (provisioner-lite/enlist TestEnlistUnknownMachineInProcess,
-# TestEnlistGivesNoSecrets; cure-runner TestInspectModeReports).
+# TestEnlistUnknownMachine (qemu-test/enlist_e2e_test.go, in make test
+# too): a QEMU machine no nodes file names boots with --enlist, is
+# discovered with its inventory and SMBIOS type 42 BMC record, approved,
+# then provisioned; this target runs it alone.
 .PHONY: e2e-enlist
 e2e-enlist: image hostos baseline
-	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -tags e2e_enlist -timeout 30m -v -count=1 -run '^TestEnlistUnknownMachine$$' ./qemu-test/
+	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -timeout 30m -v -count=1 -run '^TestEnlistUnknownMachine$$' ./qemu-test/
 
-# TestLLDPCablingQEMU (qemu-test/lldp_e2e_test.go, build tag e2e_lldp): a
+# TestLLDPCablingQEMU (qemu-test/lldp_e2e_test.go, in make test too): a
 # node on a bridge in a network namespace, a Go sender on its tap announcing
 # a switch, a cabling map naming another port: the report shows the
-# neighbour and nic/eth0 cabling FAIL. make test proves the same path
-# without a boot (runner/lldp TestLLDPNeighboursReported,
-# provisioner-lite/cabling TestCablingMismatchFails: the real AF_PACKET
-# listener in a netns).
+# neighbour and nic/eth0 cabling FAIL; this target runs it alone.
 .PHONY: e2e-lldp
 e2e-lldp: image hostos baseline
-	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -tags e2e_lldp -timeout 30m -v -count=1 -run '^TestLLDPCablingQEMU$$' ./qemu-test/
+	CURE_OUT=$(CURDIR)/$(OUT) $(GO) test -timeout 30m -v -count=1 -run '^TestLLDPCablingQEMU$$' ./qemu-test/
 
 demo: image hostos toolbundle
 	$(GO) run ./qemu-test/cmd/cure-demo --out $(OUT) --work $(OUT)/demo

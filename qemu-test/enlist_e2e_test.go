@@ -1,5 +1,3 @@
-//go:build e2e_enlist
-
 package qemutest
 
 import (
@@ -26,11 +24,12 @@ import (
 // (a binary structure QEMU loads with -smbios file=, naming the virtual
 // BMC's address and port); the SKU's inspection rule proposes it, an
 // approval makes it a node with that BMC, and it is then provisioned end
-// to end. `make e2e-enlist`; make test proves the coordinator's side
-// without a boot (provisioner-lite/enlist TestEnlistUnknownMachineInProcess,
-// TestEnlistGivesNoSecrets) and the runner's on fixture sysfs
-// (cure-runner TestInspectModeReports, inventory TestHostInterfaces).
+// to end (make test; `make e2e-enlist` runs it alone). The parts are also
+// tested without a boot: provisioner-lite/enlist
+// TestEnlistUnknownMachineInProcess, TestEnlistGivesNoSecrets; on fixture
+// sysfs, cure-runner TestInspectModeReports, inventory TestHostInterfaces.
 func TestEnlistUnknownMachine(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	began := time.Now()
 	env := startEnv(t, harness.Options{ExtraCoordinatorArgs: []string{"--enlist"}, EditManifest: func(s *manifests.SKU) {
 		s.Spec.Inspection = &manifests.Inspection{Match: manifests.InspectionMatch{Serial: "^CURE-ENLIST-", NICVendors: []string{"0x1af4"}},

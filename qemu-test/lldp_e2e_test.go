@@ -1,5 +1,3 @@
-//go:build e2e_lldp
-
 package qemutest
 
 import (
@@ -20,17 +18,18 @@ import (
 // lldpNetnsEnv is set in the re-executed test: the namespace it runs in.
 const lldpNetnsEnv = "CURE_LLDP_NETNS"
 
-// TestLLDPCablingQEMU (make e2e-lldp) is the cabling check on a booted
+// TestLLDPCablingQEMU (make test; make e2e-lldp runs it alone) is the cabling check on a booted
 // node: node1 on the UEFI test's site network (a bridge in a namespace,
 // dnsmasq for addresses, the coordinator's proxy DHCP), a Go sender on its
 // tap announcing switch leaf-r12-a port Ethernet12, and a cabling map that
 // says Ethernet13. The runner in the CURE image listens (cure.lldp=35s,
 // set because the node has a map), the report shows the neighbour on
 // eth0, and the coordinator fails nic/eth0 naming the expected and the
-// seen neighbour. The cheap proofs of the same path without a boot are
+// seen neighbour. The same path without a boot:
 // TestLLDPNeighboursReported (runner/lldp) and TestCablingMismatchFails
-// (provisioner-lite/cabling), which make test runs.
+// (provisioner-lite/cabling), the real AF_PACKET listener in a netns.
 func TestLLDPCablingQEMU(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	if ns := os.Getenv(lldpNetnsEnv); ns != "" {
 		lldpCablingInNamespace(t)
 		return

@@ -1,5 +1,3 @@
-//go:build e2e_raid
-
 package qemutest
 
 import (
@@ -28,10 +26,11 @@ import (
 // boots the installed OS from the first member (its firmware sees a plain
 // disk), which finds both members' superblocks, reads its seed and calls
 // back. Afterwards both drive files are checked from outside: one array,
-// slots 0 and 1, the same image bytes on each. `make e2e-raid`; make test
-// proves the same without a boot (runner/phases TestOSInstallRAID1,
-// TestPlanStorage; tools/mdraid TestMdadmExamine).
+// slots 0 and 1, the same image bytes on each (make test; `make e2e-raid`
+// runs it alone). Without a boot: runner/phases TestOSInstallRAID1,
+// TestPlanStorage; tools/mdraid TestMdadmExamine.
 func TestSoftwareRAIDInstall(t *testing.T) {
+	t.Parallel() // its own environment: see startEnv
 	began := time.Now()
 	env := startEnv(t, harness.Options{ExtraNVMe: 2, ToolBundle: true, EditManifest: func(s *manifests.SKU) {
 		serial := "CURE-QEMU-0001"
