@@ -197,6 +197,27 @@ func goBuild(root, pkg, out string) (string, error) {
 	return strings.TrimSpace(string(v)), nil
 }
 
+// sameBuildOf: installed is the pinned version or a binary-only rebuild of
+// it (Debian's binNMU suffix +bN: the same source, rebuilt against newer
+// libraries). Essential packages such as e2fsprogs come with the machine,
+// at whichever build its image had, while the mirror offers the latest.
+// The manifest records the installed version.
+func sameBuildOf(installed, pin string) bool {
+	if installed == pin {
+		return true
+	}
+	n, ok := strings.CutPrefix(installed, pin+"+b")
+	if !ok || n == "" {
+		return false
+	}
+	for _, c := range n {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // Resolve checks every tool against its pinned package and resolves the
 // libraries. A library name two different host files claim is an error:
 // the bundle's lib/ is one flat directory, searched by soname.
@@ -234,7 +255,7 @@ func Resolve(s *Spec, h Host) (*Plan, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w (install the Debian package %s=%s)", where, t.Path, err, t.Package, t.Version)
 		}
-		if pkg != t.Package || ver != t.Version {
+		if pkg != t.Package || !sameBuildOf(ver, t.Version) {
 			return nil, fmt.Errorf("%s: %s is from %s %s, the spec pins %s %s (install %s=%s, or update the pin and the recorded outputs)",
 				where, t.Path, pkg, ver, t.Package, t.Version, t.Package, t.Version)
 		}
@@ -242,7 +263,7 @@ func Resolve(s *Spec, h Host) (*Plan, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: shared libraries of %s: %w", where, t.Path, err)
 		}
-		tool := bundle.Tool{Name: t.Name, Path: "bin/" + t.Name, Package: t.Package, Version: t.Version}
+		tool := bundle.Tool{Name: t.Name, Path: "bin/" + t.Name, Package: t.Package, Version: ver}
 		if err := add(tool.Path, t.Path, 0o755); err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}

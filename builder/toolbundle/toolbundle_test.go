@@ -145,6 +145,18 @@ func TestResolveRefusesAnotherVersion(t *testing.T) {
 	if _, err := Resolve(s, h); err == nil || !strings.Contains(err.Error(), "install the Debian package fio=3.33-3") {
 		t.Errorf("err %v", err)
 	}
+	// A binary-only rebuild of the pinned version (+bN) is the same source:
+	// taken, and recorded as installed; anything else after the pin is not.
+	for installed, ok := range map[string]bool{"3.33-3+b2": true, "3.33-3+b10": true, "3.33-3+b": false, "3.33-3+deb12u1": false, "3.33-3+b2~x": false} {
+		h.Owner = func(string) (string, string, error) { return "fio", installed, nil }
+		p, err := Resolve(s, h)
+		if (err == nil) != ok {
+			t.Errorf("installed %s: err %v, want taken=%v", installed, err, ok)
+		}
+		if err == nil && p.Tools[0].Version != installed {
+			t.Errorf("installed %s: recorded %s", installed, p.Tools[0].Version)
+		}
+	}
 }
 
 // TestResolveOneLibraryName: lib/ is flat, searched by soname; two host
