@@ -179,6 +179,14 @@ bench-boot: image baseline
 # cpu_ms_per_node), latencies, store commits per run. BENCH_FLEET_FLAGS adds
 # flags: -profile DIR (coordinator CPU, heap and goroutine profiles),
 # -coordinator BIN (measure another build), -scale N.
+# TestInstanceKilledRunsTakenOver (qemu-test/fleet, build tag e2e_fleet):
+# 40 simulated nodes on two instances sharing PostgreSQL, one SIGKILLed
+# mid-batch, its runs taken over. make test runs the same takeover with
+# three instances and nine nodes (TestThreeInstancesOnPostgres).
+.PHONY: e2e-fleet
+e2e-fleet:
+	$(GO) test -tags e2e_fleet -timeout 20m -v -count=1 -run '^TestInstanceKilledRunsTakenOver$$' ./qemu-test/fleet/
+
 .PHONY: bench-fleet
 # The PostgreSQL line: the same simulator on a private PostgreSQL cluster
 # at a modest size (BENCH_FLEET_PG_NODES), beside SQLite's line of that size.

@@ -50,7 +50,10 @@ func tftpFirstBlock(t *testing.T, addr, name string, wait time.Duration) bool {
 // SIGKILLed. Every node is provisioned; the survivor holds the front door
 // within the lease TTL and answers a real TFTP request over UDP (a standby
 // answered none before); the image it served was fetched from a peer or the
-// mirror and verified.
+// mirror and verified. The killed instances' runs are taken over (each
+// component flashed exactly once, every in-band phase's end in every
+// timeline): the 40-node, two-instance version is
+// TestInstanceKilledRunsTakenOver (make e2e-fleet).
 func TestThreeInstancesOnPostgres(t *testing.T) {
 	dsn := pgtest.Start(t).NewDatabase(t)
 	var mu sync.Mutex
@@ -76,9 +79,13 @@ func TestThreeInstancesOnPostgres(t *testing.T) {
 	var afterProblems []string
 	var lease store.NamedLease
 	var st *store.Store
-	cfg.AfterBatch = func(ctx context.Context, _ curev1.OperatorServiceClient) error {
+	var timelineProblems []string
+	cfg.AfterBatch = func(ctx context.Context, c curev1.OperatorServiceClient) error {
 		survivor := sim.Instances()[2]
 		var err error
+		if timelineProblems, err = phaseEndProblems(ctx, c, sim.Nodes); err != nil {
+			return err
+		}
 		if lease, err = st.Lease(ctx, "proxy-dhcp"); err != nil {
 			return err
 		}
@@ -125,7 +132,7 @@ func TestThreeInstancesOnPostgres(t *testing.T) {
 	}
 	t.Logf("%d nodes on 3 instances, 2 killed: wall %s, healthy first pass %d/%d, mirror requests %d",
 		res.Nodes, res.Wall.Round(time.Millisecond), res.HealthyFirstPass, res.Healthy, mirrorHits)
-	for _, p := range append(res.Problems, afterProblems...) {
+	for _, p := range append(append(res.Problems, afterProblems...), timelineProblems...) {
 		t.Error(p)
 	}
 	check(t, res)
@@ -146,6 +153,18 @@ func TestThreeInstancesOnPostgres(t *testing.T) {
 	for _, want := range []string{`msg="front door lease taken`, `msg="manifest bundle loaded from the store" version=1`} {
 		if !strings.Contains(string(log3), want) {
 			t.Errorf("%s's log lacks %q", survivor.Name, want)
+		}
+	}
+	// The killed instances' runs were taken over, not started again: each
+	// component flashed exactly once.
+	took := strings.Count(string(log3), "took over run whose lease expired")
+	if took == 0 {
+		t.Errorf("%s took no run over: the kills came too late to test a takeover", survivor.Name)
+	}
+	t.Logf("%s took %d runs over", survivor.Name, took)
+	for _, n := range s.Nodes {
+		if f := n.AllFlashes(); f[nicComponent] != 1 || f["nvme/0"] != 1 || f["bmc"] != 1 || f["bios"] != 1 {
+			t.Errorf("%s: flashes %v, want bmc, bios, nic and nvme flashed exactly once", n.ID, f)
 		}
 	}
 	fetched, served := false, false

@@ -1,9 +1,9 @@
+//go:build e2e_fleet
+
 package fleet
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +14,9 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/store/pgtest"
 )
 
-// Two coordinator instances on one PostgreSQL database; instance 1 is
+// TestInstanceKilledRunsTakenOver is the 40-node version of
+// TestThreeInstancesOnPostgres's takeover (make e2e-fleet): two coordinator
+// instances on one PostgreSQL database; instance 1 is
 // SIGKILLed mid-batch and never comes back. Instance 2 takes its runs over
 // once their leases expire and finishes them: every healthy node succeeds in
 // its one run, every component is flashed exactly once, and every run's
@@ -29,36 +31,9 @@ func TestInstanceKilledRunsTakenOver(t *testing.T) {
 	var timelineProblems []string
 	var sim *Sim
 	cfg.AfterBatch = func(ctx context.Context, c curev1.OperatorServiceClient) error {
-		// Every run's timeline holds the end of every in-band phase.
-		for _, n := range sim.Nodes {
-			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			stream, err := c.Watch(wctx, &curev1.WatchRequest{NodeId: n.ID})
-			if err != nil {
-				cancel()
-				return err
-			}
-			ended := map[string]bool{}
-			for {
-				e, err := stream.Recv()
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					cancel()
-					return err
-				}
-				if e.GetKind() == "phase_end" && e.GetSource() == "runner" {
-					ended[e.GetPhase()] = true
-				}
-			}
-			cancel()
-			for _, ph := range []string{"nic", "dpu", "nvme", "sed_revert", "os_install"} {
-				if !ended[ph] {
-					timelineProblems = append(timelineProblems, fmt.Sprintf("%s: no runner phase_end for %s in the timeline (%v)", n.ID, ph, ended))
-				}
-			}
-		}
-		return nil
+		var err error
+		timelineProblems, err = phaseEndProblems(ctx, c, sim.Nodes)
+		return err
 	}
 	ctx := context.Background()
 	s, err := Start(ctx, cfg)
