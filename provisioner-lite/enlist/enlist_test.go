@@ -174,9 +174,12 @@ func TestEnlistGivesNoSecrets(t *testing.T) {
 			_, err := c.operator.Provision(ctx, &curev1.ProvisionRequest{NodeIds: []string{"node1"}, Mode: curev1.Mode_MODE_PROVISION, Manifest: "qemu-nvme"})
 			return err
 		},
-		"ShowNode":          func() error { _, err := c.operator.ShowNode(ctx, &curev1.ShowNodeRequest{NodeId: "node1"}); return err },
-		"ListDiscovered":    func() error { _, err := c.operator.ListDiscovered(ctx, &curev1.ListDiscoveredRequest{}); return err },
-		"ApproveDiscovered": func() error { _, err := c.operator.ApproveDiscovered(ctx, &curev1.ApproveDiscoveredRequest{Id: "x"}); return err },
+		"ShowNode":       func() error { _, err := c.operator.ShowNode(ctx, &curev1.ShowNodeRequest{NodeId: "node1"}); return err },
+		"ListDiscovered": func() error { _, err := c.operator.ListDiscovered(ctx, &curev1.ListDiscoveredRequest{}); return err },
+		"ApproveDiscovered": func() error {
+			_, err := c.operator.ApproveDiscovered(ctx, &curev1.ApproveDiscoveredRequest{Id: "x"})
+			return err
+		},
 	} {
 		if code := status.Code(call()); code != codes.PermissionDenied && code != codes.Unauthenticated {
 			t.Errorf("%s from the enlisting machine (no operator certificate): %v, want refused", name, code)

@@ -63,7 +63,9 @@ type fakeConn struct {
 	closed chan struct{}
 }
 
-func newFake(frames ...[]byte) *fakeConn { return &fakeConn{frames: frames, closed: make(chan struct{})} }
+func newFake(frames ...[]byte) *fakeConn {
+	return &fakeConn{frames: frames, closed: make(chan struct{})}
+}
 
 func (c *fakeConn) Read(buf []byte, deadline time.Time) (int, error) {
 	if len(c.frames) > 0 {

@@ -43,7 +43,9 @@ Exit codes:
 			if err != nil {
 				return err
 			}
-			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int { return discoveredList(ctx, c, all, format, a.out) })
+			return a.with(func(ctx context.Context, c curev1.OperatorServiceClient) int {
+				return discoveredList(ctx, c, all, format, a.out)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "the approved machines too")
