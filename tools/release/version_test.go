@@ -6,9 +6,27 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
+
+// One build of every binary, shared by TestVersionFlag and
+// TestDebPackageContents, removed after the package's tests.
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+	buildRevs [2]string // HEAD's revision before and after the build
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
 
 // TestVersionFlag builds every binary of the module in one go build (one
 // build cache: the packages are those `go test ./...` already compiled)
