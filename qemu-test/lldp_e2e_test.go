@@ -41,8 +41,7 @@ func TestLLDPCablingQEMU(t *testing.T) {
 			t.Fatalf("missing %s: run scripts/install-deps.sh", c)
 		}
 	}
-	netnsTests.Lock()
-	defer netnsTests.Unlock()
+	lockNetns(t)
 	site := newSiteNetwork(t)
 	site.startDHCP(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)

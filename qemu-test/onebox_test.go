@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +36,19 @@ const siteGuide = "docs/SITE.md"
 // with one other test. Their namespaces carry the test binary's pid and
 // their devices live inside them, so nothing else would collide.
 var netnsTests sync.Mutex
+
+// lockNetns takes netnsTests until the test's cleanups have run: the
+// unlock is registered first, so it runs last (cleanups run in reverse),
+// after the namespaces are deleted. A deferred unlock would let the next
+// namespace test in while this one's namespaces still exist.
+func lockNetns(t *testing.T) {
+	netnsTests.Lock()
+	t.Cleanup(netnsTests.Unlock)
+}
+
+// netnsSeq makes each site's namespace names unique within the test binary
+// (the pid makes them unique across binaries).
+var netnsSeq atomic.Int64
 
 // oneBoxRun is one run of the site guide's commands: TestSiteGuideCommands
 // and TestCleanRunNoSecurityEvent both look at it (one walk, not two).

@@ -94,9 +94,9 @@ func TestNodePairBurnin(t *testing.T) {
 		t.Fatalf("the tool bundle is not built (make toolbundle): %v", err)
 	}
 	t.Parallel() // beside the other tests, one namespace test at a time: netnsTests
-	netnsTests.Lock()
-	defer netnsTests.Unlock()
-	coord, dhcp := fmt.Sprintf("cure-pcoord-%d", os.Getpid()), fmt.Sprintf("cure-pdhcp-%d", os.Getpid())
+	lockNetns(t)
+	seq := netnsSeq.Add(1)
+	coord, dhcp := fmt.Sprintf("cure-pcoord-%d-%d", os.Getpid(), seq), fmt.Sprintf("cure-pdhcp-%d-%d", os.Getpid(), seq)
 	ipCmd(t, "netns", "add", coord)
 	t.Cleanup(func() { deleteNetns(t, coord) })
 	ipCmd(t, "netns", "add", dhcp)

@@ -72,8 +72,7 @@ func TestUEFIProxyDHCPProvision(t *testing.T) {
 		t.Fatalf("missing %v: run scripts/install-deps.sh (ovmf, ipxe, dnsmasq-base, iproute2)", missing)
 	}
 	t.Parallel() // beside the other tests, one namespace test at a time: netnsTests
-	netnsTests.Lock()
-	defer netnsTests.Unlock()
+	lockNetns(t)
 	site := newSiteNetwork(t)
 	dnsmasqLog := site.startDHCP(t)
 
@@ -133,7 +132,8 @@ func newSiteNetwork(t *testing.T) *siteNetwork {
 	t.Helper()
 	// Names unique per run: other tests (and other checkouts) may build
 	// networks on this machine at the same time.
-	s := &siteNetwork{coord: fmt.Sprintf("cure-coord-%d", os.Getpid()), dhcp: fmt.Sprintf("cure-dhcp-%d", os.Getpid())}
+	seq := netnsSeq.Add(1)
+	s := &siteNetwork{coord: fmt.Sprintf("cure-coord-%d-%d", os.Getpid(), seq), dhcp: fmt.Sprintf("cure-dhcp-%d-%d", os.Getpid(), seq)}
 	ipCmd(t, "netns", "add", s.coord)
 	t.Cleanup(func() { deleteNetns(t, s.coord) })
 	ipCmd(t, "netns", "add", s.dhcp)
