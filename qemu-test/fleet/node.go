@@ -492,7 +492,7 @@ func (x *executor) Run(ctx context.Context, phase string, a *curev1.Assignment, 
 	case "os_install":
 		return x.install(ctx, a, emit)
 	case "validate":
-		return x.validateGPUs(ctx, emit)
+		return x.validateGPUs(ctx, a, emit)
 	}
 	return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_SKIPPED, Message: "phase not simulated: " + phase}
 }
@@ -585,10 +585,15 @@ func (x *executor) flashInBand(ctx context.Context, phase string, a *curev1.Assi
 }
 
 // validateGPUs plays the validate phase: eight GPUs present, less the
-// missing one of a GPU-missing node.
-func (x *executor) validateGPUs(ctx context.Context, emit agent.Emitter) agent.PhaseOutcome {
+// missing one of a GPU-missing node. Like the real runner's suite it sends
+// heartbeats (Progress) at once and every period the assignment asks for:
+// the coordinator counts a validate runner silent for its reconnect budget
+// as lost, whatever its stream, so a simulated suite without them lost its
+// runner on every look past that budget until the run's disconnect budget
+// ran out, before naming the part.
+func (x *executor) validateGPUs(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
 	n, sim := x.n, x.n.sim
-	if err := retry.Sleep(ctx, sim.scaled(sim.cfg.Durations.Validate)); err != nil {
+	if err := sleepBeating(ctx, sim.scaled(sim.cfg.Durations.Validate), heartbeatPeriod(a.GetHeartbeatMs()), emit); err != nil {
 		return phaseFailed("interrupted")
 	}
 	failed := 0
@@ -606,6 +611,46 @@ func (x *executor) validateGPUs(ctx context.Context, emit agent.Emitter) agent.P
 		return phaseFailed(fmt.Sprintf("%d gpu checks failed", failed))
 	}
 	return phaseOK("8 gpus pass", false)
+}
+
+// Heartbeat periods as the real runner bounds the one the coordinator asks
+// for (runner/phases): at least a second, at most a minute.
+const (
+	minHeartbeat = time.Second
+	maxHeartbeat = time.Minute
+)
+
+func heartbeatPeriod(ms int64) time.Duration {
+	if ms <= 0 {
+		return maxHeartbeat
+	}
+	return min(max(time.Duration(ms)*time.Millisecond, minHeartbeat), maxHeartbeat)
+}
+
+// sleepBeating waits d (the simulated suite's checks), sending a heartbeat
+// at once and every period meanwhile; an error when ctx ends first.
+func sleepBeating(ctx context.Context, d, period time.Duration, emit agent.Emitter) error {
+	start := time.Now()
+	beat := func() {
+		elapsed := time.Since(start)
+		emit.Progress(&curev1.Progress{Suite: suiteName, Stage: "gpus", ElapsedMs: elapsed.Milliseconds(), PlannedMs: d.Milliseconds(),
+			RemainingMs: max(d-elapsed, 0).Milliseconds()})
+	}
+	beat()
+	done := time.NewTimer(d)
+	defer done.Stop()
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-done.C:
+			return nil
+		case <-t.C:
+			beat()
+		}
+	}
 }
 
 // install downloads the OS image for real (throttled), verifies it and
