@@ -2,31 +2,17 @@ package redfish
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 )
 
 // parseSystemReset reads a ComputerSystem's #ComputerSystem.Reset target,
 // which must be a path on the BMC.
 func parseSystemReset(raw []byte) (string, error) {
-	var doc struct {
-		Actions struct {
-			Reset *struct {
-				Target string `json:"target"`
-			} `json:"#ComputerSystem.Reset"`
-		}
-	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		return "", fmt.Errorf("parse: %w", err)
-	}
-	if doc.Actions.Reset == nil || doc.Actions.Reset.Target == "" {
-		return "", fmt.Errorf("%w: no #ComputerSystem.Reset action", ErrNotSupported)
-	}
-	p, err := bmcPath(doc.Actions.Reset.Target)
+	d, err := parseSystemDoc(raw)
 	if err != nil {
-		return "", fmt.Errorf("#ComputerSystem.Reset target: %w", err)
+		return "", err
 	}
-	return p, nil
+	return d.resetTarget()
 }
 
 // allowList is an @Redfish.AllowableValues list read tolerantly: vendors
@@ -41,9 +27,28 @@ type allowList []string
 const maxAllowable = 256
 
 func (l *allowList) UnmarshalJSON(b []byte) error {
+	// The usual shape, a flat array of strings, without the generic walk:
+	// a ComputerSystem carries four such lists, read on every poll.
+	if len(b) > 0 && b[0] == '[' {
+		var flat []string
+		if json.Unmarshal(b, &flat) == nil {
+			var out []string
+			for _, s := range flat {
+				out = allowFields(out, s)
+			}
+			*l = out
+			return nil
+		}
+	}
+	*l = allowWalk(b)
+	return nil
+}
+
+// allowWalk reads any shape: nested arrays, a bare string, other values
+// among the strings (left out).
+func allowWalk(b []byte) []string {
 	var v any
 	if json.Unmarshal(b, &v) != nil {
-		*l = nil
 		return nil
 	}
 	var out []string
@@ -54,11 +59,7 @@ func (l *allowList) UnmarshalJSON(b []byte) error {
 		}
 		switch v := v.(type) {
 		case string:
-			for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ';' || r == ' ' || r == '\t' || r == '|' }) {
-				if len(out) < maxAllowable && len(f) <= 64 {
-					out = append(out, f)
-				}
-			}
+			out = allowFields(out, v)
 		case []any:
 			for _, x := range v {
 				walk(x, depth+1)
@@ -66,8 +67,25 @@ func (l *allowList) UnmarshalJSON(b []byte) error {
 		}
 	}
 	walk(v, 0)
-	*l = out
-	return nil
+	return out
+}
+
+// allowFields appends the values of s, split at separators (",; \t|"), up
+// to maxAllowable values of at most 64 bytes each.
+func allowFields(out []string, s string) []string {
+	for len(s) > 0 && len(out) < maxAllowable {
+		i := strings.IndexAny(s, ",; \t|")
+		f := s
+		if i >= 0 {
+			f, s = s[:i], s[i+1:]
+		} else {
+			s = ""
+		}
+		if f != "" && len(f) <= 64 {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // Known enumerations: used to split values a BMC ran together

@@ -58,13 +58,17 @@ func TestSimpleUpdateFetches(t *testing.T) {
 }
 
 func FuzzAllowList(f *testing.F) {
-	for _, s := range []string{`[["SCP"]]`, `["GracefulShutdownGracefulRestart"]`, `"HTTPS, SFTP"`, `[[[[[[[[[["x"]]]]]]]]]]`, `[null,1,{}]`, `"` + strings.Repeat("On", 40) + `"`} {
+	for _, s := range []string{`[["SCP"]]`, `["GracefulShutdownGracefulRestart"]`, `"HTTPS, SFTP"`, `[[[[[[[[[["x"]]]]]]]]]]`, `[null,1,{}]`, `["HTTP, SCP","",";|x"]`, `["a",2]`, `"` + strings.Repeat("On", 40) + `"`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var l allowList
 		if err := json.Unmarshal(b, &l); err != nil && json.Valid(b) {
 			t.Fatalf("valid JSON refused: %v", err)
+		}
+		// The flat-array fast path reads what the generic walk reads.
+		if json.Valid(b) && !slices.Equal([]string(l), allowWalk(b)) {
+			t.Fatalf("fast path %q, walk %q", l, allowWalk(b))
 		}
 		for _, known := range [][]string{resetTypes, transferProtocols} {
 			out := normalizeAllowed(l, known)

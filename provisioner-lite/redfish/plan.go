@@ -1,7 +1,6 @@
 package redfish
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,38 +33,11 @@ func (st bootState) supportsUEFI() bool {
 
 // parseBootState reads the Boot object out of a raw ComputerSystem body.
 func parseBootState(raw []byte) (bootState, error) {
-	var doc struct {
-		Boot map[string]json.RawMessage
+	d, err := parseSystemDoc(raw)
+	if err != nil {
+		return bootState{}, err
 	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		return bootState{}, fmt.Errorf("parse ComputerSystem body: %w", err)
-	}
-	if doc.Boot == nil {
-		return bootState{}, fmt.Errorf("ComputerSystem has no Boot object: the BMC cannot override boot")
-	}
-	var st bootState
-	str := func(k string, dst *string) {
-		if v, ok := doc.Boot[k]; ok {
-			_ = json.Unmarshal(v, dst) // null or non-string: leave empty
-		}
-	}
-	list := func(k string, dst *[]string) {
-		if v, ok := doc.Boot[k]; ok {
-			var l allowList
-			_ = json.Unmarshal(v, &l) // never fails: tolerant
-			*dst = l
-		}
-	}
-	str("BootSourceOverrideTarget", &st.Target)
-	str("BootSourceOverrideEnabled", &st.Enabled)
-	str("BootSourceOverrideMode", &st.Mode)
-	str("HttpBootUri", &st.HTTPBootURI)
-	_, st.HasMode = doc.Boot["BootSourceOverrideMode"]
-	_, st.HasHTTPBootURI = doc.Boot["HttpBootUri"]
-	list("BootSourceOverrideTarget@Redfish.AllowableValues", &st.AllowedTargets)
-	list("BootSourceOverrideEnabled@Redfish.AllowableValues", &st.AllowedEnabled)
-	list("BootSourceOverrideMode@Redfish.AllowableValues", &st.AllowedModes)
-	return st, nil
+	return d.bootState()
 }
 
 // bootPatch is the Boot object to PATCH; empty fields are left out.

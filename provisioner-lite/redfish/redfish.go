@@ -515,11 +515,11 @@ func (c *Client) System(ctx context.Context) (*SystemInfo, error) {
 func (c *Client) PowerState(ctx context.Context) (string, error) {
 	var ps string
 	err := c.call(ctx, "read power state", func(api *gofish.APIClient) error {
-		sys, err := c.system(api)
+		sys, err := c.readSystem(api)
 		if err != nil {
 			return err
 		}
-		ps = string(sys.PowerState)
+		ps = sys.PowerState
 		return nil
 	})
 	return ps, err
@@ -550,11 +550,11 @@ func (c *Client) Reset(ctx context.Context, resetType string) error {
 
 func (c *Client) reset(ctx context.Context, resetType string, done func(powerState string) bool) error {
 	return c.call(ctx, "reset "+resetType, func(api *gofish.APIClient) error {
-		sys, err := c.system(api)
+		sys, err := c.readSystem(api)
 		if err != nil {
 			return err
 		}
-		ps := string(sys.PowerState)
+		ps := sys.PowerState
 		if done != nil && done(ps) {
 			c.log.Debug("reset skipped: already in the target state", "reset", resetType, "power", ps)
 			return nil
@@ -563,13 +563,9 @@ func (c *Client) reset(ctx context.Context, resetType string, done func(powerSta
 		if isRestart(resetType) && ps == "Off" {
 			want = "On" // many BMCs refuse to restart a host that is off
 		}
-		allowed, err := sys.GetSupportedResetTypes()
+		names, err := c.resetTypes(api, sys)
 		if err != nil {
 			return fmt.Errorf("system %s: reset types: %w", sys.ODataID, err)
-		}
-		var names []string
-		for _, a := range allowed {
-			names = append(names, string(a))
 		}
 		rt, err := chooseReset(want, normalizeAllowed(names, resetTypes))
 		if err != nil {
@@ -581,7 +577,7 @@ func (c *Client) reset(ctx context.Context, resetType string, done func(powerSta
 		// Posted directly rather than through gofish's Reset, which checks
 		// rt against the allowable values as the BMC wrote them and so
 		// refuses what normalizeAllowed recovered from a run-together list.
-		target, err := parseSystemReset(sys.RawData)
+		target, err := sys.resetTarget()
 		if err != nil {
 			return fmt.Errorf("system %s: %w", sys.ODataID, err)
 		}
@@ -631,11 +627,11 @@ func (c *Client) BootMode(ctx context.Context) (string, error) {
 func (c *Client) bootState(ctx context.Context) (bootState, error) {
 	var st bootState
 	err := c.call(ctx, "read boot override", func(api *gofish.APIClient) error {
-		sys, err := c.system(api)
+		sys, err := c.readSystem(api)
 		if err != nil {
 			return err
 		}
-		st, err = parseBootState(sys.RawData)
+		st, err = sys.bootState()
 		return err
 	})
 	return st, err
@@ -655,11 +651,11 @@ func (c *Client) SetBootOverride(ctx context.Context, target BootTarget, once bo
 		// Two rounds: the second after a 412 (the resource changed between
 		// our read and our write, e.g. a Once was consumed by a boot).
 		for round := 0; round < 2; round++ {
-			sys, err := c.system(api)
+			sys, err := c.readSystem(api)
 			if err != nil {
 				return err
 			}
-			st, err := parseBootState(sys.RawData)
+			st, err := sys.bootState()
 			if err != nil {
 				return fmt.Errorf("system %s: %w", sys.ODataID, err)
 			}
@@ -711,10 +707,10 @@ func (c *Client) SetBootOverride(ctx context.Context, target BootTarget, once bo
 	return nil
 }
 
-func (c *Client) patchBoot(api *gofish.APIClient, sys *schemas.ComputerSystem, p bootPatch) error {
+func (c *Client) patchBoot(api *gofish.APIClient, sys *systemDoc, p bootPatch) error {
 	headers := map[string]string{}
-	if sys.ODataEtag != "" {
-		headers["If-Match"] = sys.ODataEtag
+	if sys.ETag != "" {
+		headers["If-Match"] = sys.ETag
 	}
 	resp, err := api.PatchWithHeaders(sys.ODataID, map[string]any{"Boot": p}, headers)
 	if err != nil {
