@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -223,6 +224,41 @@ func BenchmarkFirmwareInventory(b *testing.B) {
 		if inv, err := c.FirmwareInventory(ctx); err != nil || len(inv) == 0 {
 			b.Fatalf("FirmwareInventory = %d items, %v", len(inv), err)
 		}
+	}
+}
+
+// BenchmarkReconnect is one pipeline step on a pooled session: the pool
+// closed the idle connection after the last step, so the step's first call
+// opens a new one. "full" handshakes every time (no session cache, as
+// before), "resumed" resumes the TLS session.
+func BenchmarkReconnect(b *testing.B) {
+	c := benchClient(b)
+	u, _ := url.Parse(c.ep.URL)
+	pol, err := endpointPolicy(c.ep, u)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := pol.config()
+	cfg.ClientSessionCache = nil
+	ctx := context.Background()
+	full, err := Connect(ctx, c.ep, Options{Timeout: 5 * time.Second, Logger: c.o.Logger, HTTPClient: newHTTPClient(cfg, 5*time.Second)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { full.Close(context.Background()) })
+	for _, v := range []struct {
+		name string
+		c    *Client
+	}{{"full", full}, {"resumed", c}} {
+		b.Run(v.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				v.c.CloseIdleConnections()
+				if _, err := v.c.PowerState(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

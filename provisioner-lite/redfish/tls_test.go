@@ -12,13 +12,17 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"errors"
+	"io"
 	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -416,5 +420,39 @@ func TestRequestsStayAtTheBMC(t *testing.T) {
 	}
 	if total, _, _ := evilSeen.counts(); total != 0 {
 		t.Fatalf("the other host saw %d requests", total)
+	}
+}
+
+// A new connection to the same BMC resumes the TLS session, and the pin is
+// still checked on the resumed one.
+func TestBMCSessionResumedAndVerified(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	pol, err := endpointPolicy(Endpoint{URL: srv.URL, Username: "admin", Fingerprint: CertFingerprint(srv.Certificate().Raw)}, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := pol.config()
+	var verified atomic.Int32
+	check := cfg.VerifyConnection
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		verified.Add(1)
+		return check(cs)
+	}
+	hc := newHTTPClient(cfg, 5*time.Second)
+	var resumed []bool
+	for range 2 {
+		resp, err := hc.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		resumed = append(resumed, resp.TLS.DidResume)
+		hc.CloseIdleConnections()
+	}
+	if !slices.Equal(resumed, []bool{false, true}) || verified.Load() != 2 {
+		t.Fatalf("resumed %v, verified %d times; want the second connection resumed and both verified", resumed, verified.Load())
 	}
 }
