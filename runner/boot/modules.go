@@ -96,6 +96,9 @@ type moduleOptions struct {
 	parallel  int
 	onNetwork func()
 	onDevices func()
+	// alwaysAfter holds the always-loaded modules back until it closes
+	// (nil: no wait); they load after the devices' drivers in any case.
+	alwaysAfter <-chan struct{}
 }
 
 // ModuleOption tunes LoadModulesForDevices.
@@ -105,9 +108,19 @@ type ModuleOption func(*moduleOptions)
 func WithLoader(l Loader) ModuleOption { return func(o *moduleOptions) { o.loader = l } }
 
 // WithAlwaysLoad names modules loaded whatever the devices (vfat, nls_*...):
-// filesystems have no modalias. They load after the network drivers.
+// filesystems have no modalias. They load once the present devices'
+// drivers are in (after WithDevicesLoaded's callback), so they never hold
+// up the network or the inventory.
 func WithAlwaysLoad(names ...string) ModuleOption {
 	return func(o *moduleOptions) { o.always = append(o.always, names...) }
+}
+
+// WithAlwaysLoadAfter holds the WithAlwaysLoad modules back until gate
+// closes (or the context ends): the runner loads the filesystems only the
+// phases need after its Hello, off the boot's critical path.
+// LoadModulesForDevices returns only once they are loaded.
+func WithAlwaysLoadAfter(gate <-chan struct{}) ModuleOption {
+	return func(o *moduleOptions) { o.alwaysAfter = gate }
 }
 
 // WithSettle sets the pause before the last look for new devices, for
@@ -177,12 +190,25 @@ func LoadModulesForDevices(ctx context.Context, sysRoot, modulesDir string, log 
 		}
 		notifyNetwork()
 	}
-	always := map[string]string{}
-	for _, n := range o.always {
-		always[normalizeModName(n)] = "always"
-	}
-	r.load(always)
-	if err := r.deviceRounds(ctx, notifyDevices); err != nil {
+	loadAlways := sync.OnceFunc(func() {
+		if o.alwaysAfter != nil {
+			select {
+			case <-o.alwaysAfter:
+			case <-ctx.Done():
+			}
+		}
+		always := map[string]string{}
+		for _, n := range o.always {
+			always[normalizeModName(n)] = "always"
+		}
+		r.load(always)
+	})
+	err = r.deviceRounds(ctx, func() {
+		notifyDevices()
+		loadAlways()
+	})
+	loadAlways() // also when the rounds ended early
+	if err != nil {
 		return r.loaded, errors.Join(append(r.errs, err)...)
 	}
 	return r.loaded, errors.Join(r.errs...)
@@ -246,9 +272,9 @@ func (r *moduleRun) networkRounds(ctx context.Context) error {
 
 // deviceRounds loads every device's modules, round after round, until a
 // round after the settle time finds none pending (the probes run may make
-// devices); notifyDevices is called the first time none is pending. The
-// error ends the whole run.
-func (r *moduleRun) deviceRounds(ctx context.Context, notifyDevices func()) error {
+// devices); quiet is called the first time none is pending, before the
+// settle. The error ends the whole run.
+func (r *moduleRun) deviceRounds(ctx context.Context, quiet func()) error {
 	settled := false
 	for round := 0; round < r.o.rounds; round++ {
 		if err := ctx.Err(); err != nil {
@@ -267,7 +293,7 @@ func (r *moduleRun) deviceRounds(ctx context.Context, notifyDevices func()) erro
 		if settled {
 			break
 		}
-		notifyDevices()
+		quiet()
 		select {
 		case <-ctx.Done():
 		case <-time.After(r.o.settle):
@@ -402,6 +428,11 @@ type moduleDB struct {
 	deps    map[string][]string // module name -> dependency names
 	files   map[string]string   // module name -> absolute file path
 	done    map[string]bool     // attempted (loaded, failed, builtin or already loaded)
+	// matched caches match: every round looks at the same modaliases
+	// again, and each costs a pass over all the aliases (about 850 in the
+	// image, a boot's critical path under emulation). Not safe for
+	// concurrent use, like done.
+	matched map[string][]string
 }
 
 type aliasEntry struct{ pattern, module string }
@@ -482,6 +513,19 @@ func loadModuleDB(dir string) (*moduleDB, error) {
 // match returns the modules whose alias pattern matches a modalias, with
 // fnmatch semantics as modprobe uses them.
 func (db *moduleDB) match(modalias string) []string {
+	if m, ok := db.matched[modalias]; ok {
+		return m
+	}
+	if db.matched == nil {
+		db.matched = map[string][]string{}
+	}
+	m := db.matchAll(modalias)
+	db.matched[modalias] = m
+	return m
+}
+
+// matchAll is match without the cache.
+func (db *moduleDB) matchAll(modalias string) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, a := range db.aliases {

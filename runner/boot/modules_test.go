@@ -347,3 +347,59 @@ func TestModuleImageZstd(t *testing.T) {
 		t.Errorf("moduleImage(.ko) = %d bytes, %v; want nil (finit_module)", len(img), err)
 	}
 }
+
+// The always-loaded modules wait for their gate (the runner's Hello) and
+// for the devices' drivers: the devices callback comes without them, and
+// LoadModulesForDevices returns only once they are in.
+func TestLoadModulesAlwaysAfterGate(t *testing.T) {
+	sysRoot, modDir := fixture(t)
+	fl := &fakeLoader{t: t, sysRoot: sysRoot}
+	gate := make(chan struct{})
+	atDevices := make(chan []string, 1)
+	done := make(chan []string, 1)
+	go func() {
+		got, err := LoadModulesForDevices(context.Background(), sysRoot, modDir, nil,
+			WithLoader(fl), WithAlwaysLoad("vfat"), WithAlwaysLoadAfter(gate), WithSettle(time.Millisecond), WithProcRoot(""),
+			WithDevicesLoaded(func() {
+				fl.mu.Lock()
+				defer fl.mu.Unlock()
+				atDevices <- slices.Clone(fl.loaded)
+			}))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- got
+	}()
+	got := <-atDevices
+	if slices.Contains(got, "vfat") || slices.Contains(got, "fat") || !slices.Contains(got, "nvme") {
+		t.Fatalf("at the devices callback loaded %v: want nvme, not vfat/fat", got)
+	}
+	select {
+	case got := <-done:
+		t.Fatalf("returned before the gate closed: %v", got)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(gate)
+	all := <-done
+	if !slices.Contains(all, "vfat") || !slices.Contains(all, "fat") {
+		t.Fatalf("after the gate loaded %v, want vfat and fat", all)
+	}
+	checkDepOrder(t, all)
+}
+
+// match gives the same answer from its cache as from the aliases.
+func TestModuleMatchCached(t *testing.T) {
+	_, modDir := fixture(t)
+	db, err := loadModuleDB(modDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := "pci:v00001B36d00000010sv00001AF4sd00001100bc01sc08i02"
+	first, again := db.match(a), db.match(a)
+	if !reflect.DeepEqual(first, []string{"nvme"}) || !reflect.DeepEqual(again, first) {
+		t.Fatalf("match %v then %v, want [nvme] twice", first, again)
+	}
+	if got := db.match("pci:v00008086d00001237sv00000000sd00000000bc06sc00i00"); len(got) != 0 {
+		t.Fatalf("a device without a driver matched %v", got)
+	}
+}

@@ -77,7 +77,7 @@ func main() {
 	}
 
 	console := openConsole(o.dryRun)
-	r := &runner{opt: o, console: console, procRoot: filepath.Join(o.root, "proc"), timeline: timeline}
+	r := newRunner(o, console, timeline)
 	r.log = slog.New(slog.NewTextHandler(console, &slog.HandlerOptions{Level: &r.level}))
 	slog.SetDefault(r.log)
 	r.run(context.Background())
@@ -104,6 +104,26 @@ type runner struct {
 	procRoot string
 	cmd      boot.Cmdline
 	timeline *boot.Timeline
+	// helloGate closes once the first Hello is built (or the runner
+	// inspects instead): the filesystem modules wait for it.
+	helloGate  chan struct{}
+	gateOnce   sync.Once
+	allModules chan struct{} // closed once every module load has ended
+}
+
+// newRunner is a runner with its channels made.
+func newRunner(o options, console io.Writer, timeline *boot.Timeline) *runner {
+	return &runner{opt: o, console: console, procRoot: filepath.Join(o.root, "proc"), timeline: timeline,
+		helloGate: make(chan struct{}), allModules: make(chan struct{})}
+}
+
+// openGate lets the filesystem modules load (once).
+func (r *runner) openGate() {
+	r.gateOnce.Do(func() {
+		if r.helloGate != nil {
+			close(r.helloGate)
+		}
+	})
 }
 
 // say prints one greppable line on the console (the e2e tests wait for them).
@@ -188,9 +208,12 @@ func (r *runner) run(ctx context.Context) {
 	r.log.Info("kernel command line", "coordinator", r.cmd.Coordinator, "node", r.cmd.Node, "http", r.cmd.HTTP, "debug", r.cmd.Debug)
 
 	// The NIC's drivers load first; the network comes up while storage
-	// and filesystem modules still load, and the inventory waits for all.
+	// modules still load, and the inventory waits for the drivers of
+	// every device present. The filesystems, which only phases use, load
+	// after the Hello; no phase starts before they are in (gatedExecutor).
 	netDrivers, modulesDone := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(r.allModules)
 		if r.opt.dryRun {
 			close(netDrivers)
 			close(modulesDone)
@@ -241,6 +264,7 @@ func (r *runner) run(ctx context.Context) {
 	r.timeline.Mark(boot.StageInventoryDone)
 	if r.cmd.Inspect() {
 		// An enlisting machine: a report, no session, no phase (inspect.go).
+		r.openGate()
 		r.inspect(ctx, conn, inv)
 		return
 	}
@@ -310,7 +334,8 @@ func (r *runner) loadModules(ctx context.Context, onNetwork, onDevices func()) {
 	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	loaded, err := boot.LoadModulesForDevices(mctx, filepath.Join(r.opt.root, "sys"), dir, r.log,
-		boot.WithAlwaysLoad(alwaysModules...), boot.WithNetworkFirst(onNetwork), boot.WithDevicesLoaded(onDevices))
+		boot.WithAlwaysLoad(alwaysModules...), boot.WithAlwaysLoadAfter(r.helloGate),
+		boot.WithNetworkFirst(onNetwork), boot.WithDevicesLoaded(onDevices))
 	if err != nil {
 		// A missing driver shows up later as a missing NIC or disk, with
 		// its own error; carry on with what loaded.
@@ -383,6 +408,9 @@ func (r *runner) newAgent(inv *curev1.Inventory, id *curev1.Identity, conn *grpc
 			r.say("boot timeline %s", r.timeline)
 			stages = r.timeline.Proto()
 		})
+		// The Hello is built: the filesystem modules may load now (the
+		// attestation below and the coordinator's answer overlap them).
+		r.openGate()
 		// Every Hello carries a fresh attestation: the coordinator judges
 		// the boot on the first Hello it receives, which need not be the
 		// first one sent (a Hello lost with its connection).
@@ -403,7 +431,13 @@ func (r *runner) newAgent(inv *curev1.Inventory, id *curev1.Identity, conn *grpc
 	pairs := agent.NewPairInbox()
 	pcfg := r.phaseConfig(id)
 	pcfg.Pairs = pairs
-	a = agent.New(sess, phases.New(pcfg), sess, rb, r.log)
+	ready := r.allModules
+	if ready == nil { // no module loading behind this runner (tests)
+		c := make(chan struct{})
+		close(c)
+		ready = c
+	}
+	a = agent.New(sess, gatedExecutor{Executor: phases.New(pcfg), ready: ready}, sess, rb, r.log)
 	a.Pairs = pairs
 	var once sync.Once
 	a.OnDirective = func(d agent.Directive) {
@@ -550,4 +584,22 @@ func sortedParams(p map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// gatedExecutor holds every phase until ready closes: the runner registers
+// before the filesystem modules load, and phases (the seed partition's
+// vfat, EFI variables) must find every driver in.
+type gatedExecutor struct {
+	agent.Executor
+	ready <-chan struct{}
+}
+
+// Run implements agent.Executor.
+func (g gatedExecutor) Run(ctx context.Context, phase string, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
+	select {
+	case <-g.ready:
+	case <-ctx.Done():
+		return agent.PhaseOutcome{Status: curev1.PhaseStatus_PHASE_FAILED, Message: "phase cancelled while the kernel modules were still loading: " + ctx.Err().Error()}
+	}
+	return g.Executor.Run(ctx, phase, a, emit)
 }
