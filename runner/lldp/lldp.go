@@ -1,14 +1,15 @@
 // Package lldp hears the switches a node is cabled to: it listens for LLDP
 // (IEEE 802.1AB) frames on every port with link for a bounded time and
-// reports, per port, the neighbour's chassis, port and system name. Frames
-// are decoded by gopacket's layers package (pure Go, no pcap); this
-// package owns only the listening (AF_PACKET sockets behind the Open seam,
-// so tests feed frames) and the bounds. What a port heard is a fact: the
+// reports, per port, the neighbour's chassis, port and system name. The
+// package decodes the few TLVs it reports itself (Decode), listens on
+// AF_PACKET sockets behind the Open seam (so tests feed frames) and bounds
+// what it keeps. What a port heard is a fact: the
 // coordinator judges it against the site's cabling map.
 package lldp
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,9 +19,6 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
-
-	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
 )
 
 // EtherType is LLDP's EtherType (ETH_P_LLDP).
@@ -48,28 +46,66 @@ type Neighbour struct {
 // ErrNotLLDP is returned by Decode for a frame that is not an LLDPDU.
 var ErrNotLLDP = errors.New("not an LLDP frame")
 
-// Decode reads one Ethernet frame carrying an LLDPDU. Malformed input is
-// an error, never a panic (gopacket recovers its decoders' panics into a
-// decode failure, which is reported as one).
+// TLV types of IEEE 802.1AB that Decode reads.
+const (
+	tlvEnd        = 0
+	tlvChassisID  = 1
+	tlvPortID     = 2
+	tlvTTL        = 3
+	tlvPortDesc   = 4
+	tlvSystemName = 5
+)
+
+// Chassis and port ID subtypes whose IDs are not text (IEEE 802.1AB 8.5.2.2,
+// 8.5.3.2).
+const (
+	chassisMAC, chassisNetwork = 4, 5
+	portMAC, portNetwork       = 3, 4
+)
+
+// Decode reads one Ethernet frame carrying an LLDPDU (untagged or behind
+// 802.1Q/802.1ad tags). Malformed input is an error, never a panic. The
+// decoder is this package's own, a few TLVs deep: gopacket's layers
+// package, which it replaces, built its lookup tables (466 KB) in the
+// runner's start at every boot, under emulation a boot's critical path.
 func Decode(frame []byte) (Neighbour, error) {
-	p := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.DecodeOptions{Lazy: false, NoCopy: true})
-	if fail := p.ErrorLayer(); fail != nil {
-		return Neighbour{}, fmt.Errorf("lldp: decoding frame: %w", fail.Error())
+	if len(frame) < 14 {
+		return Neighbour{}, fmt.Errorf("lldp: frame of %d bytes is shorter than an Ethernet header", len(frame))
 	}
-	l, ok := p.Layer(layers.LayerTypeLinkLayerDiscovery).(*layers.LinkLayerDiscovery)
-	if !ok {
+	b, etype := frame[14:], binary.BigEndian.Uint16(frame[12:14])
+	for etype == 0x8100 || etype == 0x88a8 { // VLAN tags: TCI, then the inner EtherType
+		if len(b) < 4 {
+			return Neighbour{}, errors.New("lldp: VLAN tag cut short")
+		}
+		etype, b = binary.BigEndian.Uint16(b[2:4]), b[4:]
+	}
+	if etype != EtherType {
 		return Neighbour{}, ErrNotLLDP
 	}
-	n := Neighbour{
-		ChassisID:        chassisID(l.ChassisID),
-		ChassisIDSubtype: chassisSubtype(l.ChassisID.Subtype),
-		PortID:           portID(l.PortID),
-		PortIDSubtype:    portSubtype(l.PortID.Subtype),
-		TTL:              time.Duration(l.TTL) * time.Second,
-	}
-	if info, ok := p.Layer(layers.LayerTypeLinkLayerDiscoveryInfo).(*layers.LinkLayerDiscoveryInfo); ok {
-		n.SystemName = clean([]byte(info.SysName))
-		n.PortDescription = clean([]byte(info.PortDescription))
+	var n Neighbour
+	for i := 0; ; i++ {
+		if len(b) == 0 && i >= 3 {
+			break // no End TLV, but the frame holds every mandatory TLV
+		}
+		if len(b) < 2 {
+			return Neighbour{}, errors.New("lldp: LLDPDU ends without its End TLV")
+		}
+		typ, size := int(b[0]>>1), int(b[0]&1)<<8|int(b[1])
+		if len(b) < 2+size {
+			return Neighbour{}, fmt.Errorf("lldp: TLV type %d of %d bytes runs past the frame's %d", typ, size, len(b)-2)
+		}
+		v := b[2 : 2+size]
+		b = b[2+size:]
+		// The first three TLVs are chassis ID, port ID and TTL, in order.
+		if i < 3 && typ != i+1 {
+			return Neighbour{}, fmt.Errorf("lldp: TLV %d is type %d, want %d (chassis ID, port ID, TTL first)", i+1, typ, i+1)
+		}
+		if typ == tlvEnd {
+			break
+		}
+		if err := n.setTLV(typ, v); err != nil {
+			return Neighbour{}, err
+		}
 	}
 	if n.ChassisID == "" || n.PortID == "" {
 		return Neighbour{}, errors.New("lldp: LLDPDU without a chassis ID or port ID")
@@ -77,28 +113,43 @@ func Decode(frame []byte) (Neighbour, error) {
 	return n, nil
 }
 
-func chassisID(c layers.LLDPChassisID) string {
-	switch c.Subtype {
-	case layers.LLDPChassisIDSubTypeMACAddr:
-		if len(c.ID) == 6 {
-			return net.HardwareAddr(c.ID).String()
+// setTLV records one TLV's value; types Decode does not read are skipped.
+func (n *Neighbour) setTLV(typ int, v []byte) error {
+	switch typ {
+	case tlvChassisID, tlvPortID:
+		if len(v) < 2 || len(v) > 256 {
+			return fmt.Errorf("lldp: ID TLV (type %d) of %d bytes, want 2 to 256", typ, len(v))
 		}
-	case layers.LLDPChassisIDSubTypeNetworkAddr:
-		return networkAddr(c.ID)
+		if typ == tlvChassisID {
+			n.ChassisIDSubtype, n.ChassisID = chassisSubtype(v[0]), idString(v[0], v[1:], chassisMAC, chassisNetwork)
+		} else {
+			n.PortIDSubtype, n.PortID = portSubtype(v[0]), idString(v[0], v[1:], portMAC, portNetwork)
+		}
+	case tlvTTL:
+		if len(v) < 2 {
+			return fmt.Errorf("lldp: TTL TLV of %d bytes, want 2", len(v))
+		}
+		n.TTL = time.Duration(binary.BigEndian.Uint16(v)) * time.Second
+	case tlvPortDesc:
+		n.PortDescription = clean(v)
+	case tlvSystemName:
+		n.SystemName = clean(v)
 	}
-	return clean(c.ID)
+	return nil
 }
 
-func portID(p layers.LLDPPortID) string {
-	switch p.Subtype {
-	case layers.LLDPPortIDSubtypeMACAddr:
-		if len(p.ID) == 6 {
-			return net.HardwareAddr(p.ID).String()
+// idString is a chassis or port ID as text: a MAC as aa:bb:..., a network
+// address as an IP, anything else as the (cleaned) bytes sent.
+func idString(subtype byte, id []byte, mac, network byte) string {
+	switch subtype {
+	case mac:
+		if len(id) == 6 {
+			return net.HardwareAddr(id).String()
 		}
-	case layers.LLDPPortIDSubtypeNetworkAddr:
-		return networkAddr(p.ID)
+	case network:
+		return networkAddr(id)
 	}
-	return clean(p.ID)
+	return clean(id)
 }
 
 // networkAddr is an IANA address family byte then the address (RFC 2922).
@@ -109,48 +160,22 @@ func networkAddr(b []byte) string {
 	return clean(b)
 }
 
-func chassisSubtype(s layers.LLDPChassisIDSubType) string {
-	switch s {
-	case layers.LLDPChassisIDSubTypeChassisComp:
-		return "chassis-component"
-	case layers.LLDPChassisIDSubtypeIfaceAlias:
-		return "interface-alias"
-	case layers.LLDPChassisIDSubTypePortComp:
-		return "port-component"
-	case layers.LLDPChassisIDSubTypeMACAddr:
-		return "mac"
-	case layers.LLDPChassisIDSubTypeNetworkAddr:
-		return "network-address"
-	case layers.LLDPChassisIDSubtypeIfaceName:
-		return "interface-name"
-	case layers.LLDPChassisIDSubTypeLocal:
-		return "local"
-	case layers.LLDPChassisIDSubTypeReserved:
-		return "reserved"
-	}
-	return fmt.Sprintf("subtype-%d", byte(s))
-}
+// chassisSubtypes and portSubtypes name the ID subtypes (IEEE 802.1AB
+// tables 8-2 and 8-3), by subtype number.
+var (
+	chassisSubtypes = []string{"reserved", "chassis-component", "interface-alias", "port-component", "mac", "network-address", "interface-name", "local"}
+	portSubtypes    = []string{"reserved", "interface-alias", "port-component", "mac", "network-address", "interface-name", "agent-circuit-id", "local"}
+)
 
-func portSubtype(s layers.LLDPPortIDSubType) string {
-	switch s {
-	case layers.LLDPPortIDSubtypeIfaceAlias:
-		return "interface-alias"
-	case layers.LLDPPortIDSubtypePortComp:
-		return "port-component"
-	case layers.LLDPPortIDSubtypeMACAddr:
-		return "mac"
-	case layers.LLDPPortIDSubtypeNetworkAddr:
-		return "network-address"
-	case layers.LLDPPortIDSubtypeIfaceName:
-		return "interface-name"
-	case layers.LLDPPortIDSubtypeAgentCircuitID:
-		return "agent-circuit-id"
-	case layers.LLDPPortIDSubtypeLocal:
-		return "local"
-	case layers.LLDPPortIDSubtypeReserved:
-		return "reserved"
+func chassisSubtype(s byte) string { return subtypeName(chassisSubtypes, s) }
+
+func portSubtype(s byte) string { return subtypeName(portSubtypes, s) }
+
+func subtypeName(names []string, s byte) string {
+	if int(s) < len(names) {
+		return names[s]
 	}
-	return fmt.Sprintf("subtype-%d", byte(s))
+	return fmt.Sprintf("subtype-%d", s)
 }
 
 // clean makes a TLV's bytes one printable line, bounded: a switch's strings

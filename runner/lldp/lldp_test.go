@@ -255,3 +255,50 @@ func TestListenEndsOnCancel(t *testing.T) {
 		t.Errorf("result %+v, want %s listened, nothing heard", res, site.NodePort)
 	}
 }
+
+// rawLLDP is an Ethernet frame (EtherType path etypes, then 0x88cc) with
+// the given TLVs, each as type, value.
+func rawLLDP(etypes []uint16, tlvs ...any) []byte {
+	f := []byte{0x01, 0x80, 0xc2, 0, 0, 0x0e, 0x0c, 0x42, 0xa1, 0, 0, 1}
+	for _, e := range etypes { // a tag: its EtherType, then a TCI
+		f = append(f, byte(e>>8), byte(e), 0x00, 0x64)
+	}
+	f = append(f, 0x88, 0xcc)
+	for i := 0; i < len(tlvs); i += 2 {
+		typ, v := tlvs[i].(int), tlvs[i+1].([]byte)
+		f = append(f, byte(typ<<1)|byte(len(v)>>8), byte(len(v)))
+		f = append(f, v...)
+	}
+	return f
+}
+
+// Decode reads tagged frames, network-address and MAC IDs, frames without
+// an End TLV, and refuses TLVs out of order or running past the frame.
+func TestDecodeRaw(t *testing.T) {
+	chassis, port, ttl := []byte{5, 1, 10, 0, 0, 7}, []byte{3, 0xaa, 0xbb, 0xcc, 0, 0, 1}, []byte{0, 30}
+	want := lldp.Neighbour{ChassisID: "10.0.0.7", ChassisIDSubtype: "network-address", PortID: "aa:bb:cc:00:00:01", PortIDSubtype: "mac",
+		SystemName: "spine-1", TTL: 30 * time.Second}
+	for name, f := range map[string][]byte{
+		"untagged":       rawLLDP(nil, 1, chassis, 2, port, 3, ttl, 5, []byte("spine-1"), 0, []byte{}),
+		"802.1Q":         rawLLDP([]uint16{0x8100}, 1, chassis, 2, port, 3, ttl, 5, []byte("spine-1"), 0, []byte{}),
+		"QinQ":           rawLLDP([]uint16{0x88a8, 0x8100}, 1, chassis, 2, port, 3, ttl, 5, []byte("spine-1"), 0, []byte{}),
+		"no End TLV":     rawLLDP(nil, 1, chassis, 2, port, 3, ttl, 5, []byte("spine-1")),
+		"unknown TLV":    rawLLDP(nil, 1, chassis, 2, port, 3, ttl, 127, []byte{0, 0x80, 0xc2, 1, 0, 1}, 5, []byte("spine-1"), 0, []byte{}),
+		"padded after 0": append(rawLLDP(nil, 1, chassis, 2, port, 3, ttl, 5, []byte("spine-1"), 0, []byte{}), 0, 0, 0, 0),
+	} {
+		if n, err := lldp.Decode(f); err != nil || n != want {
+			t.Errorf("%s: Decode = %+v, %v\nwant %+v", name, n, err, want)
+		}
+	}
+	for name, f := range map[string][]byte{
+		"port before chassis": rawLLDP(nil, 2, port, 1, chassis, 3, ttl, 0, []byte{}),
+		"no TTL":              rawLLDP(nil, 1, chassis, 2, port, 0, []byte{}),
+		"TLV past the end":    rawLLDP(nil, 1, chassis, 2, port, 3, ttl, 5, []byte("spine-1"))[:40],
+		"short chassis ID":    rawLLDP(nil, 1, []byte{4}, 2, port, 3, ttl, 0, []byte{}),
+		"cut VLAN tag":        {0x01, 0x80, 0xc2, 0, 0, 0x0e, 0x0c, 0x42, 0xa1, 0, 0, 1, 0x81, 0x00, 0},
+	} {
+		if n, err := lldp.Decode(f); err == nil {
+			t.Errorf("%s: decoded %+v", name, n)
+		}
+	}
+}
