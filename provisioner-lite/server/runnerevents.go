@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -246,4 +247,17 @@ func phaseStatus(s curev1.PhaseStatus) string {
 	default:
 		return runstate.PhaseName(curev1.PhaseStatus_PHASE_FAILED) // a status newer than this coordinator
 	}
+}
+
+// keepRunnerEvent stores a runner event. A metric or log of an attested
+// boot is progress: answered at once and written within
+// store.ProgressFlushEvery, ahead of the run's next durable event (a
+// coordinator crash loses at most the last second of them). Every other
+// event (phases, verdicts, pair exchanges, an unattested boot's) changes
+// or proves state and is durable before its ack.
+func (s *RunnerService) keepRunnerEvent(ctx context.Context, e store.Event, v *store.Verdict, admitted bool) (store.AppendResult, error) {
+	if admitted && v == nil && (e.Kind == runstate.EventMetric || e.Kind == runstate.EventLog) {
+		return s.Store.QueueRunnerEvent(ctx, e, s.Limits)
+	}
+	return s.Store.AppendRunnerEvent(ctx, e, v, s.Limits)
 }

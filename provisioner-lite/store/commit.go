@@ -152,6 +152,7 @@ type committer struct {
 	quit     chan struct{}
 	stopped  chan struct{}
 	once     sync.Once
+	prog     *progressBuf // acked runner progress waiting for its write (progressbatch.go)
 
 	commits, ops_, batchedOps, failedCommits atomic.Int64
 	commitNanos, maxBatchSeen                atomic.Int64
@@ -162,7 +163,8 @@ type committer struct {
 }
 
 func newCommitter(db *sql.DB, p *pool, maxBatch int) *committer {
-	c := &committer{db: db, p: p, maxBatch: maxBatch, ops: make(chan *op, 4096), quit: make(chan struct{}), stopped: make(chan struct{})}
+	c := &committer{db: db, p: p, maxBatch: maxBatch, ops: make(chan *op, 4096), quit: make(chan struct{}), stopped: make(chan struct{}),
+		prog: newProgressBuf()}
 	go c.loop()
 	return c
 }
@@ -202,6 +204,7 @@ func (c *committer) doUntil(ctx context.Context, fn func(*Tx) error) error {
 }
 
 func (c *committer) close() {
+	c.prog.shutdown() // its last flush needs the committer
 	c.once.Do(func() { close(c.quit) })
 	<-c.stopped
 }
@@ -330,13 +333,18 @@ type Stats struct {
 	FailedCommits int64         // group transactions that failed as a whole
 	MaxBatch      int64         // most writes in one commit
 	CommitTime    time.Duration // total time from BEGIN to COMMIT done
+	// Runner progress answered before its write (progressbatch.go).
+	ProgressQueued  int64 // metrics, logs and heartbeats queued
+	ProgressFlushes int64 // transactions that wrote queued progress
+	ProgressFlushed int64 // metrics and logs written by them (replays and drops included)
 }
 
 // Stats returns the write counters.
 func (s *Store) Stats() Stats {
 	c := s.gc
 	return Stats{Commits: c.commits.Load(), Ops: c.ops_.Load(), BatchedOps: c.batchedOps.Load(), FailedCommits: c.failedCommits.Load(),
-		MaxBatch: c.maxBatchSeen.Load(), CommitTime: time.Duration(c.commitNanos.Load())}
+		MaxBatch: c.maxBatchSeen.Load(), CommitTime: time.Duration(c.commitNanos.Load()),
+		ProgressQueued: c.prog.queued.Load(), ProgressFlushes: c.prog.flushes.Load(), ProgressFlushed: c.prog.flushed.Load()}
 }
 
 // ObserveCommits makes f hear of every committed transaction: its duration

@@ -96,6 +96,9 @@ func (s *Store) Events(ctx context.Context, runID string, afterID int64, limit i
 	if limit <= 0 {
 		limit = math.MaxInt32 // no limit (PostgreSQL refuses LIMIT -1)
 	}
+	if err := s.flushRun(ctx, runID); err != nil {
+		return nil, fmt.Errorf("store: events of run %s: %w", runID, err)
+	}
 	rows, err := s.r.QueryContext(ctx, `
 SELECT id, run_id, node_id, source, boot_id, seq, time, phase, kind, status, message, duration_ms, payload, note
 FROM events WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?`, runID, afterID, limit)
@@ -124,6 +127,9 @@ FROM events WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?`, runID, afterID, li
 // events to find it cost 1 % of the coordinator's CPU at fleet load).
 func (s *Store) LastEventID(ctx context.Context, runID string) (int64, error) {
 	var id int64
+	if err := s.flushRun(ctx, runID); err != nil {
+		return 0, fmt.Errorf("store: last event of run %s: %w", runID, err)
+	}
 	err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM events WHERE run_id = ?`, runID).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("store: last event of run %s: %w", runID, err)
@@ -135,6 +141,9 @@ func (s *Store) LastEventID(ctx context.Context, runID string) (int64, error) {
 // the ack a reconnecting runner resumes from.
 func (s *Store) MaxSeq(ctx context.Context, runID, bootID string) (uint64, error) {
 	var m int64
+	if err := s.flushRun(ctx, runID); err != nil {
+		return 0, fmt.Errorf("store: max seq of run %s boot %q: %w", runID, bootID, err)
+	}
 	err := s.r.QueryRowContext(ctx,
 		`SELECT coalesce(max(seq), 0) FROM events WHERE run_id = ? AND boot_id = ? AND source = 'runner'`, runID, bootID).Scan(&m)
 	if err != nil {
@@ -192,6 +201,9 @@ type AppendResult struct {
 	// FirstDrop: this is the run's first dropped event (whichever session
 	// sent it), the one moment to say so in the run's timeline.
 	FirstDrop bool
+	// Queued: answered before its write (QueueRunnerEvent); whether it is
+	// kept or dropped is decided when it is written.
+	Queued bool
 }
 
 // AppendRunnerEvent stores one runner event of an active run, and its verdict
@@ -208,6 +220,8 @@ func (s *Store) AppendRunnerEvent(ctx context.Context, e Event, v *Verdict, lim 
 	if v != nil {
 		size += int64(len(v.Component) + len(v.Check) + len(v.Observed) + len(v.Expected) + len(v.Message) + len(v.Stage))
 	}
+	var taken map[string]*pendingRun // the run's queued progress, written ahead of e
+	var took bool
 	err := s.tx(ctx, func(tx *Tx) error {
 		var status curev1.RunStatus
 		if err := tx.QueryRowContext(ctx, `SELECT status FROM runs WHERE id = ?`, e.RunID).Scan(runStatusCol(&status)); errors.Is(err, sql.ErrNoRows) {
@@ -255,6 +269,9 @@ ON CONFLICT(run_id) DO UPDATE SET dropped = run_usage.dropped + 1 RETURNING drop
 				return fmt.Errorf("%w: more than %d distinct verdicts", ErrRunCap, lim.MaxVerdicts)
 			}
 		}
+		if err := s.flushAhead(ctx, tx, e.RunID, &taken, &took); err != nil {
+			return err
+		}
 		if err := tx.QueryRowContext(ctx, `
 INSERT INTO events (run_id, node_id, source, boot_id, seq, time, phase, kind, status, message, duration_ms, payload)
 VALUES (?, ?, 'runner', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
@@ -279,6 +296,7 @@ ON CONFLICT(run_id) DO UPDATE SET events = run_usage.events + 1, bytes = run_usa
 			e.RunID, size, newVerdict)
 		return err
 	})
+	_ = s.settle(taken, nil, err) // on failure the queued progress waits for the next flush
 	if err != nil {
 		return AppendResult{}, fmt.Errorf("store: append runner %s event (boot %q, seq %d) to run %s: %w", e.Kind, e.BootID, e.Seq, e.RunID, err)
 	}
@@ -296,6 +314,9 @@ type RunUsage struct{ Events, Bytes, Dropped, Verdicts, Notes, NotesDropped int6
 // Usage returns a run's accounting (zero for a run without runner events).
 func (s *Store) Usage(ctx context.Context, runID string) (RunUsage, error) {
 	var u RunUsage
+	if err := s.flushRun(ctx, runID); err != nil {
+		return u, fmt.Errorf("store: usage of run %s: %w", runID, err)
+	}
 	err := s.r.QueryRowContext(ctx, `SELECT events, bytes, dropped, verdicts, notes, notes_dropped FROM run_usage WHERE run_id = ?`, runID).Scan(
 		&u.Events, &u.Bytes, &u.Dropped, &u.Verdicts, &u.Notes, &u.NotesDropped)
 	if errors.Is(err, sql.ErrNoRows) {
