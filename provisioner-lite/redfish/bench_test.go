@@ -283,3 +283,16 @@ func BenchmarkSession(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSensors is one sensor poll of a validate phase (every
+// telemetry interval of a diagnostic run).
+func BenchmarkSensors(b *testing.B) {
+	c := benchClient(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if s, err := c.Sensors(ctx); err != nil || len(s.Readings) == 0 {
+			b.Fatalf("Sensors = %+v, %v", s, err)
+		}
+	}
+}

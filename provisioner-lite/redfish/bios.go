@@ -67,13 +67,13 @@ func oemSettingsLink(raw []byte) string {
 
 // bios reads the system's Bios resource.
 func (c *Client) bios(api *gofish.APIClient) (*biosDoc, error) {
-	sys, err := c.system(api)
+	sysRaw, sysURI, err := c.systemRaw(api)
 	if err != nil {
 		return nil, err
 	}
-	link, err := parseBiosLink(sys.RawData)
+	link, err := parseBiosLink(sysRaw)
 	if err != nil {
-		return nil, fmt.Errorf("system %s: %w", sys.ODataID, err)
+		return nil, fmt.Errorf("system %s: %w", sysURI, err)
 	}
 	var raw json.RawMessage
 	if _, err := getJSON(api, link, &raw); err != nil {

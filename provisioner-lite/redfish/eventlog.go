@@ -238,12 +238,12 @@ func boundEntries(in []LogEntry, max int) ([]LogEntry, int) {
 // members, then the manager's, less the noise, at most maxLogServices.
 func (c *Client) logServices(api *gofish.APIClient) ([]logServiceDoc, []string, error) {
 	var colls []string
-	sys, err := c.system(api)
+	sysRaw, _, err := c.systemRaw(api)
 	if err != nil {
 		return nil, nil, err
 	}
 	var doc struct{ LogServices link }
-	if json.Unmarshal(sys.RawData, &doc) == nil {
+	if json.Unmarshal(sysRaw, &doc) == nil {
 		if p, err := bmcPath(doc.LogServices.ID); err == nil {
 			colls = append(colls, p)
 		}

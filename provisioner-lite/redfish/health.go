@@ -105,7 +105,7 @@ func parseChassisLinks(raw []byte) (chassisLinks, error) {
 // chassis lists the chassis to read: those the system links (its own
 // enclosure first), else the first of the collection; at most maxChassis.
 func (c *Client) chassis(api *gofish.APIClient) ([]chassisLinks, error) {
-	sys, err := c.system(api)
+	sysRaw, _, err := c.systemRaw(api)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func (c *Client) chassis(api *gofish.APIClient) ([]chassisLinks, error) {
 		Links struct{ Chassis []link }
 	}
 	var uris []string
-	if json.Unmarshal(sys.RawData, &doc) == nil {
+	if json.Unmarshal(sysRaw, &doc) == nil {
 		for _, l := range doc.Links.Chassis {
 			if p, err := bmcPath(l.ID); err == nil && !slices.Contains(uris, p) {
 				uris = append(uris, p)

@@ -133,31 +133,8 @@ var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // maxPooledBody keeps a buffer a hostile or huge answer grew out of the pool.
 const maxPooledBody = 256 << 10
 
-// readSystem reads the ComputerSystem into a systemDoc. The first read
-// (no URI known yet) goes through system, which finds it.
+// readSystem reads the ComputerSystem into a systemDoc.
 func (c *Client) readSystem(api *gofish.APIClient) (*systemDoc, error) {
-	c.mu.Lock()
-	uri := c.sysURI
-	c.mu.Unlock()
-	if uri == "" {
-		sys, err := c.system(api)
-		if err != nil {
-			return nil, err
-		}
-		d, err := parseSystemDoc(sys.RawData)
-		if err != nil {
-			return nil, fmt.Errorf("system %s: %w", sys.ODataID, err)
-		}
-		if d.ETag == "" {
-			d.ETag = sys.ODataEtag
-		}
-		return d, nil
-	}
-	resp, err := api.Get(uri)
-	if err != nil {
-		return nil, err // gofish's error: its status decides re-login
-	}
-	defer resp.Body.Close()
 	buf := bodyPool.Get().(*bytes.Buffer)
 	defer func() {
 		if buf.Cap() <= maxPooledBody {
@@ -165,28 +142,60 @@ func (c *Client) readSystem(api *gofish.APIClient) (*systemDoc, error) {
 			bodyPool.Put(buf)
 		}
 	}()
-	buf.Reset()
-	if _, err := buf.ReadFrom(resp.Body); err != nil { // bounded by the transport
-		return nil, fmt.Errorf("GET %s: reading body: %w", uri, err)
+	uri, etag, err := c.fetchSystem(api, buf)
+	if err != nil {
+		return nil, err
 	}
 	d, err := parseSystemDoc(buf.Bytes())
 	if err != nil {
 		return nil, fmt.Errorf("system %s: %w", uri, err)
 	}
 	if d.ETag == "" {
-		// As gofish does: the header's ETag where the body has none, without
-		// the suffix a compressing proxy adds.
-		if et := resp.Header.Get("ETag"); et != "" {
-			if t, ok := strings.CutSuffix(et, `-gzip"`); ok {
-				et = t + `"`
-			}
-			d.ETag = et
-		}
+		d.ETag = etag
 	}
 	if d.ODataID == "" {
 		d.ODataID = uri
 	}
 	return d, nil
+}
+
+// systemRaw is the ComputerSystem's body, for the calls that read a link
+// or two out of it (Bios, LogServices, Chassis), without gofish's decode.
+func (c *Client) systemRaw(api *gofish.APIClient) (raw []byte, uri string, err error) {
+	var buf bytes.Buffer
+	uri, _, err = c.fetchSystem(api, &buf)
+	return buf.Bytes(), uri, err
+}
+
+// fetchSystem reads the ComputerSystem's body into buf and says where it
+// is and its ETag from the header (the body's @odata.etag comes first).
+// The first read, no URI known yet, goes through system, which finds it.
+func (c *Client) fetchSystem(api *gofish.APIClient, buf *bytes.Buffer) (uri, etag string, err error) {
+	c.mu.Lock()
+	uri = c.sysURI
+	c.mu.Unlock()
+	if uri == "" {
+		sys, err := c.system(api)
+		if err != nil {
+			return "", "", err
+		}
+		buf.Write(sys.RawData)
+		return sys.ODataID, sys.ODataEtag, nil
+	}
+	resp, err := api.Get(uri)
+	if err != nil {
+		return "", "", err // gofish's error: its status decides re-login
+	}
+	defer resp.Body.Close()
+	if _, err := buf.ReadFrom(resp.Body); err != nil { // bounded by the transport
+		return "", "", fmt.Errorf("GET %s: reading body: %w", uri, err)
+	}
+	// As gofish does: without the suffix a compressing proxy adds.
+	etag = resp.Header.Get("ETag")
+	if t, ok := strings.CutSuffix(etag, `-gzip"`); ok {
+		etag = t + `"`
+	}
+	return uri, etag, nil
 }
 
 // resetTypes lists the ResetType values the system allows: inline, or
