@@ -74,6 +74,9 @@ func (s *Store) RunProgress(ctx context.Context, runID string) (ProgressRecord, 
 	var r ProgressRecord
 	var seq, t, recv int64
 	var js string
+	if err := s.flushRun(ctx, runID); err != nil { // a queued heartbeat (QueueProgress) is read too
+		return ProgressRecord{}, fmt.Errorf("store: progress of run %s: %w", runID, err)
+	}
 	err := s.r.QueryRowContext(ctx, `SELECT run_id, boot_id, seq, phase, time, received, progress FROM run_progress WHERE run_id = ?`, runID).
 		Scan(&r.RunID, &r.BootID, &seq, &r.Phase, &t, &recv, &js)
 	if errors.Is(err, sql.ErrNoRows) {
