@@ -18,8 +18,9 @@ type Limits struct {
 }
 
 // ServerOptions are the transport options of the coordinator's gRPC server:
-// explicit message and stream limits, a handshake deadline, and keepalives
-// that find dead runners (a node powered off mid-session sends no FIN).
+// explicit message and stream limits, a handshake deadline, keepalives
+// that find dead runners (a node powered off mid-session sends no FIN), and
+// the runner session's stream control (sessionTap).
 func ServerOptions(l Limits) []grpc.ServerOption {
 	if l.MaxConcurrentStreams == 0 {
 		l.MaxConcurrentStreams = 32
@@ -52,5 +53,11 @@ func ServerOptions(l Limits) []grpc.ServerOption {
 		// simulated nodes the read buffers alone were 29 MB of the heap.
 		grpc.ReadBufferSize(0),
 		grpc.SharedWriteBuffer(true),
+		// A runner session reads its stream on its handler's goroutine,
+		// with no receiver goroutine beside it: the tap gives it the cancel
+		// that ends that read when the hub closes the session
+		// (sessionloop.go). gRPC takes one tap handle: a server built on
+		// these options sets no other.
+		grpc.InTapHandle(sessionTap),
 	}
 }

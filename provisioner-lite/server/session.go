@@ -161,6 +161,9 @@ func peerHost(ctx context.Context) string {
 func (s *RunnerService) Session(stream curev1.RunnerService_SessionServer) error {
 	s.init()
 	ctx := stream.Context()
+	if ctl := streamControl(ctx); ctl != nil {
+		ctx = ctl.parent // the session's work outlives a cancelled read (its closing status reads the store)
+	}
 	peerIP := peerHost(ctx)
 	hello, err := s.awaitHello(stream)
 	if err != nil {
@@ -315,10 +318,15 @@ var eventHandlers = map[reflect.Type]eventHandler{
 
 // serve handles the messages after the Hello until the runner goes or the
 // hub closes the session: each is checked (accept), handled by its body's
-// handler and acked. It is the stream's one writer: it writes the acks and
-// what the pipeline queued on the session's outbox (sessions.Session.Send),
-// in the order it was queued.
+// handler and acked. It alone writes the acks; what the pipeline queued on
+// the session's outbox (sessions.Session.Send) is written in the order it
+// was queued. With the stream's control (sessionTap) the handler's
+// goroutine is the session's only one (serveInline, sessionloop.go).
 func (rs *liveSession) serve(ctx context.Context, stream curev1.RunnerService_SessionServer) error {
+	if ctl := streamControl(stream.Context()); ctl != nil {
+		return rs.serveInline(ctx, stream, ctl)
+	}
+	w := &sessionWriter{stream: stream, sess: rs.sess}
 	msgs, stop := receive(stream)
 	defer stop()
 	for {
@@ -327,7 +335,7 @@ func (rs *liveSession) serve(ctx context.Context, stream curev1.RunnerService_Se
 		case <-rs.sess.Done():
 			return rs.closed(ctx)
 		case out := <-rs.sess.Outbox():
-			if err := stream.Send(out); err != nil {
+			if err := w.send(out); err != nil {
 				return nil // the runner is gone; the hub's Detach ends the session for its senders
 			}
 			continue
@@ -338,28 +346,38 @@ func (rs *liveSession) serve(ctx context.Context, stream curev1.RunnerService_Se
 			msg = r.m
 			rs.sess.Received()
 		}
-		ev, err := rs.accept(ctx, msg)
-		if err != nil {
+		if gone, err := rs.handleMessage(ctx, w, msg); gone || err != nil {
 			return err
-		}
-		handle, ok := eventHandlers[reflect.TypeOf(ev.GetBody())]
-		if !ok {
-			handle = (*liveSession).storeEvent
-		}
-		if err := handle(rs, ctx, ev); err != nil {
-			return err
-		}
-		if err := ack(stream, ev.GetSeq()); err != nil {
-			return nil // the runner is gone; it replays what was not acked
 		}
 	}
 }
 
+// handleMessage checks one message after the Hello (accept), handles it by
+// its body's handler and acks it: an error ends the session with it, gone
+// says the runner is gone (the ack could not be written).
+func (rs *liveSession) handleMessage(ctx context.Context, w *sessionWriter, msg *curev1.RunnerMessage) (gone bool, err error) {
+	ev, err := rs.accept(ctx, msg)
+	if err != nil {
+		return false, err
+	}
+	handle, ok := eventHandlers[reflect.TypeOf(ev.GetBody())]
+	if !ok {
+		handle = (*liveSession).storeEvent
+	}
+	if err := handle(rs, ctx, ev); err != nil {
+		return false, err
+	}
+	if err := ack(w, ev.GetSeq()); err != nil {
+		return true, nil // the runner is gone; it replays what was not acked
+	}
+	return false, nil
+}
+
 // ack tells the runner that event seq is handled (kept, or deliberately
-// not): the one way any event is acknowledged. Only serve calls it, the
-// stream's one writer.
-func ack(stream curev1.RunnerService_SessionServer, seq uint64) error {
-	return stream.Send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Ack{Ack: &curev1.Ack{Seq: seq}}})
+// not): the one way any event is acknowledged. Only handleMessage calls
+// it, through the session's writer.
+func ack(w *sessionWriter, seq uint64) error {
+	return w.send(&curev1.CoordinatorMessage{Msg: &curev1.CoordinatorMessage_Ack{Ack: &curev1.Ack{Seq: seq}}})
 }
 
 // received is one message from the runner, or why none came.
@@ -370,7 +388,8 @@ type received struct {
 
 // receive reads the stream in a goroutine, so that a session the hub
 // closes (superseded by a newer Hello, run ended, identity contested) ends
-// at once; stop ends the goroutine's wait to hand over a message.
+// at once on a server without the stream's control; stop ends the
+// goroutine's wait to hand over a message.
 func receive(stream curev1.RunnerService_SessionServer) (msgs <-chan received, stop func()) {
 	ch := make(chan received, 1)
 	done := make(chan struct{})
@@ -434,7 +453,7 @@ func (rs *liveSession) onProgress(ctx context.Context, ev *curev1.Event) error {
 	now := time.Now()
 	sess.Heartbeat(now)
 	rec.Received = now
-	err = rs.s.Store.QueueProgress(ctx, rec) // written within the second (store.ProgressFlushEvery)
+	_, err = rs.s.Store.PutProgress(ctx, rec)
 	switch {
 	case errors.Is(err, store.ErrRunInactive):
 		return rs.closed(ctx) // the run ended: its runner is told so
@@ -467,7 +486,7 @@ func (rs *liveSession) storeEvent(ctx context.Context, ev *curev1.Event) error {
 		e, v = unattestedEvent(e), nil
 	}
 	s.measuredInInventory(ctx, sess, rs.peerIP, v, &rs.parts, rs.log)
-	res, err := s.keepRunnerEvent(ctx, e, v, rs.admit)
+	res, err := s.Store.AppendRunnerEvent(ctx, e, v, s.Limits)
 	switch {
 	case errors.Is(err, store.ErrRunInactive):
 		return rs.closed(ctx) // the run ended: its runner is told so
@@ -498,25 +517,5 @@ func (s *RunnerService) security(ctx context.Context, action string, sess *sessi
 func (s *RunnerService) event(ctx context.Context, e store.Event) {
 	if _, _, err := s.Store.AppendEvent(ctx, e); err != nil {
 		s.Log.Error("store event", "err", err)
-	}
-}
-
-func recvWithTimeout(stream curev1.RunnerService_SessionServer, d time.Duration) (*curev1.RunnerMessage, error) {
-	type res struct {
-		m   *curev1.RunnerMessage
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		m, err := stream.Recv()
-		ch <- res{m, err}
-	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case r := <-ch:
-		return r.m, r.err
-	case <-t.C:
-		return nil, errors.New("timeout")
 	}
 }

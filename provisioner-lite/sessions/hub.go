@@ -43,6 +43,27 @@ type Session struct {
 	// lastRecv is when the runner last sent a message (unix nanoseconds):
 	// a runner told to reboot has drained its events once it falls silent.
 	lastRecv atomic.Int64
+	// wake, if set (OnChange), is called under mu when a message is queued
+	// and when the session closes: the server then needs no goroutine
+	// waiting on the outbox and on Done for every connected runner.
+	wake func()
+}
+
+// OnChange sets f to be called when a message is queued on the outbox and
+// when the session closes (f must not block nor call the session back:
+// it runs under the session's lock). A session closed already calls f at
+// once.
+func (s *Session) OnChange(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wake = f
+	select {
+	case <-s.closed:
+		if f != nil {
+			f()
+		}
+	default:
+	}
 }
 
 // Heartbeat records that the runner sent a heartbeat (Progress) now: a
@@ -105,6 +126,9 @@ func (s *Session) Send(m *curev1.CoordinatorMessage) error {
 	}
 	select {
 	case s.outbox <- m:
+		if s.wake != nil {
+			s.wake()
+		}
 		return nil
 	default:
 		s.closeLocked()
@@ -130,7 +154,14 @@ func (s *Session) close() {
 	s.closeLocked()
 }
 
-func (s *Session) closeLocked() { s.once.Do(func() { close(s.closed) }) }
+func (s *Session) closeLocked() {
+	s.once.Do(func() {
+		close(s.closed)
+		if s.wake != nil {
+			s.wake()
+		}
+	})
+}
 
 // Hub maps node ids to their current session.
 type Hub struct {
