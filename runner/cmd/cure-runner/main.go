@@ -207,23 +207,7 @@ func (r *runner) run(ctx context.Context) {
 	}
 	r.log.Info("kernel command line", "coordinator", r.cmd.Coordinator, "node", r.cmd.Node, "http", r.cmd.HTTP, "debug", r.cmd.Debug)
 
-	// The NIC's drivers load first; the network comes up while storage
-	// modules still load, and the inventory waits for the drivers of
-	// every device present. The filesystems, which only phases use, load
-	// after the Hello; no phase starts before they are in (gatedExecutor).
-	netDrivers, modulesDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(r.allModules)
-		if r.opt.dryRun {
-			close(netDrivers)
-			close(modulesDone)
-			return
-		}
-		r.loadModules(ctx, func() {
-			r.timeline.Mark(boot.StageNetDriversLoaded)
-			close(netDrivers)
-		}, func() { close(modulesDone) })
-	}()
+	netDrivers, modulesDone := r.startModules(ctx)
 	<-netDrivers
 	// pci.ids is parsed while the network comes up and the other drivers
 	// load, so the inventory finds it parsed (after the NIC's drivers: on
@@ -277,6 +261,29 @@ func (r *runner) run(ctx context.Context) {
 		}
 		r.fatal("reboot", errors.New("agent stopped for a reboot but the machine is still up"))
 	}
+}
+
+// startModules loads the kernel modules in the background. The NIC's
+// drivers load first (netDrivers closes): the network comes up while
+// storage modules still load, and the inventory waits for the drivers of
+// every device present (modulesDone). The filesystems, which only phases
+// use, load after the Hello; no phase starts before they are in
+// (gatedExecutor, on r.allModules).
+func (r *runner) startModules(ctx context.Context) (netDrivers, modulesDone chan struct{}) {
+	netDrivers, modulesDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(r.allModules)
+		if r.opt.dryRun {
+			close(netDrivers)
+			close(modulesDone)
+			return
+		}
+		r.loadModules(ctx, func() {
+			r.timeline.Mark(boot.StageNetDriversLoaded)
+			close(netDrivers)
+		}, func() { close(modulesDone) })
+	}()
+	return netDrivers, modulesDone
 }
 
 func (r *runner) readCmdline() error {
