@@ -6,6 +6,13 @@
 // concurrent writers queue in Go instead of racing for SQLite's write lock (no
 // SQLITE_BUSY under load) and share fsyncs; reads use a separate pool, which
 // WAL lets run alongside the writer.
+//
+// A runner's progress (metrics, logs, heartbeats: QueueRunnerEvent,
+// QueueProgress) is answered before its write and written one batch per
+// run per second, or ahead of the run's next durable event
+// (progressbatch.go). A coordinator crash loses at most the last second of
+// each run's progress, never a state change: phase events, verdicts and
+// everything else stay durable before the caller returns.
 package store
 
 import (
