@@ -66,8 +66,9 @@ type progressBuf struct {
 	n     int                 // events held
 	ended map[string]struct{} // runs a flush found ended: their next progress is refused
 
-	inflight atomic.Int64  // batches taken by a transaction not yet answered
-	every    time.Duration // ProgressFlushEvery; longer in tests that crash
+	inflight map[string]int // runs whose batch a transaction took and has not answered
+	closed   bool           // the store is closing: nothing more is queued
+	every    time.Duration  // ProgressFlushEvery; longer in tests that crash
 
 	start, stopOnce sync.Once
 	stop, stopped   chan struct{}
@@ -77,7 +78,7 @@ type progressBuf struct {
 }
 
 func newProgressBuf() *progressBuf {
-	return &progressBuf{runs: map[string]*pendingRun{}, ended: map[string]struct{}{}, every: ProgressFlushEvery,
+	return &progressBuf{runs: map[string]*pendingRun{}, ended: map[string]struct{}{}, inflight: map[string]int{}, every: ProgressFlushEvery,
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 }
 
@@ -106,10 +107,21 @@ func (b *progressBuf) take(runID string) map[string]*pendingRun {
 		delete(b.runs, runID)
 		b.n -= len(p.events)
 	}
-	if len(out) > 0 {
-		b.inflight.Add(1)
+	for id := range out {
+		b.inflight[id]++
 	}
 	return out
+}
+
+// answered ends the flight of taken batches.
+func (b *progressBuf) answered(taken map[string]*pendingRun) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id := range taken {
+		if b.inflight[id]--; b.inflight[id] <= 0 {
+			delete(b.inflight, id)
+		}
+	}
 }
 
 // restore puts back batches whose transaction failed, ahead of what came
@@ -130,15 +142,14 @@ func (b *progressBuf) restore(taken map[string]*pendingRun) {
 	}
 }
 
-// pending says whether a read of runID must flush first.
+// pending says whether a read of runID must flush first: the run has a
+// batch waiting, or one a transaction is writing (the flush then waits for
+// its commit, as the committer runs transactions in order).
 func (b *progressBuf) pending(runID string) bool {
-	if b.inflight.Load() > 0 {
-		return true
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	_, ok := b.runs[runID]
-	return ok
+	return ok || b.inflight[runID] > 0
 }
 
 // discard drops everything pending: what a crash does (tests).
@@ -150,6 +161,9 @@ func (b *progressBuf) discard() {
 
 // shutdown stops the flusher after its last flush.
 func (b *progressBuf) shutdown() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
 	b.stopOnce.Do(func() { close(b.stop) })
 	if b.started.Load() {
 		<-b.stopped
@@ -200,6 +214,10 @@ func (s *Store) QueueRunnerEvent(ctx context.Context, e Event, lim EventLimits) 
 	e.Source, e.Note = runstate.SourceRunner, false
 	b := s.gc.prog
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return AppendResult{}, fmt.Errorf("store: queue runner %s event (seq %d) to run %s: %w", e.Kind, e.Seq, e.RunID, ErrClosed)
+	}
 	if _, ended := b.ended[e.RunID]; ended {
 		b.mu.Unlock()
 		return AppendResult{}, fmt.Errorf("store: queue runner %s event (seq %d) to run %s: %w", e.Kind, e.Seq, e.RunID, ErrRunInactive)
@@ -229,6 +247,10 @@ func (s *Store) QueueProgress(ctx context.Context, rec ProgressRecord) error {
 	}
 	b := s.gc.prog
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return fmt.Errorf("store: progress of run %s (boot %q, seq %d): %w", rec.RunID, rec.BootID, rec.Seq, ErrClosed)
+	}
 	if _, ended := b.ended[rec.RunID]; ended {
 		b.mu.Unlock()
 		return fmt.Errorf("store: progress of run %s (boot %q, seq %d): %w", rec.RunID, rec.BootID, rec.Seq, ErrRunInactive)
@@ -300,7 +322,7 @@ func (s *Store) settle(taken map[string]*pendingRun, written map[string]bool, er
 	if len(taken) == 0 {
 		return err
 	}
-	defer b.inflight.Add(-1)
+	defer b.answered(taken)
 	if err != nil {
 		b.restore(taken)
 		return fmt.Errorf("store: flush runner progress: %w", err)

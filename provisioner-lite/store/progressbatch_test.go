@@ -257,3 +257,99 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// A clean Close writes what is queued; after it nothing more is queued.
+func TestProgressCloseFlushes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cure.db")
+	s, err := Open(path, WithStateKey(testKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.gc.prog.every = time.Hour
+	ctx := ctxT(t)
+	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
+	runningRun(t, s, "r1")
+	for seq := uint64(1); seq <= 3; seq++ {
+		if _, err := s.QueueRunnerEvent(ctx, progressEvent("r1", seq, runstate.EventLog), DefaultEventLimits); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.QueueProgress(ctx, ProgressRecord{RunID: "r1", BootID: "b1", Seq: 4, JSON: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.QueueRunnerEvent(ctx, progressEvent("r1", 5, runstate.EventLog), DefaultEventLimits); !errors.Is(err, ErrClosed) {
+		t.Fatalf("queue on a closed store: %v, want ErrClosed", err)
+	}
+	s, err = Open(path, WithStateKey(testKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if evs, _ := s.Events(ctx, "r1", 0, 0); len(evs) != 3 {
+		t.Fatalf("%d events after a clean close, want 3", len(evs))
+	}
+	if p, err := s.RunProgress(ctx, "r1"); err != nil || p.Seq != 4 {
+		t.Fatalf("heartbeat after a clean close: %+v %v", p, err)
+	}
+}
+
+// Runs appending at once, each its events in order (as a session does),
+// queued and durable mixed, flushed often, read meanwhile: every run's
+// events are stored once each, in seq order by id.
+func TestProgressOrderUnderConcurrency(t *testing.T) {
+	s, _ := openTest(t)
+	s.gc.prog.every = 5 * time.Millisecond
+	ctx := ctxT(t)
+	const runs, per = 6, 150
+	for i := range runs {
+		n := testNode(fmt.Sprintf("n%d", i), fmt.Sprintf("52:54:00:00:02:%02x", i))
+		mustNode(t, s, n)
+		if err := s.CreateRun(ctx, Run{ID: fmt.Sprintf("r%d", i), NodeID: n.ID, Status: curev1.RunStatus_RUN_RUNNING}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, runs)
+	for i := range runs {
+		go func() {
+			run := fmt.Sprintf("r%d", i)
+			for seq := uint64(1); seq <= per; seq++ {
+				var err error
+				if seq%10 == 0 {
+					_, err = s.AppendRunnerEvent(ctx, progressEvent(run, seq, runstate.EventPhaseStart), nil, DefaultEventLimits)
+				} else {
+					_, err = s.QueueRunnerEvent(ctx, progressEvent(run, seq, runstate.EventMetric), DefaultEventLimits)
+				}
+				if err == nil && seq%25 == 0 {
+					_, err = s.Events(ctx, run, 0, 0)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range runs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range runs {
+		evs, err := s.Events(ctx, fmt.Sprintf("r%d", i), 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != per {
+			t.Fatalf("run r%d: %d events, want %d", i, len(evs), per)
+		}
+		for j, e := range evs {
+			if e.Seq != uint64(j+1) {
+				t.Fatalf("run r%d: event %d (id %d) has seq %d: ids out of seq order", i, j, e.ID, e.Seq)
+			}
+		}
+	}
+}
