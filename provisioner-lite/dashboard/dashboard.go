@@ -414,11 +414,19 @@ func (d *dash) node(w http.ResponseWriter, r *http.Request) {
 			d.fail(w, err)
 			return
 		}
-		events, err := d.cfg.Store.Events(ctx, run.ID, 0, 0)
-		if err != nil {
+		// The run's events a page at a time, keeping what the page shows:
+		// a soak's timeline (up to the run's event cap) is never in memory.
+		var tl timebuckets.Collector
+		warn := warningTail{max: maxWarnings}
+		if err := d.cfg.Store.ScanEvents(ctx, run.ID, 0, func(e store.Event) error {
+			tl.Add(e)
+			warn.add(e)
+			return nil
+		}); err != nil {
 			d.fail(w, err)
 			return
 		}
+		events := tl.Events()
 		vs, err := d.cfg.Store.Verdicts(ctx, run.ID)
 		if err != nil {
 			d.fail(w, err)
@@ -432,7 +440,7 @@ func (d *dash) node(w http.ResponseWriter, r *http.Request) {
 		data["Verdicts"] = worstFirst(vs)
 		data["Suite"] = suiteView(ctx, d.cfg.Store, run, now)
 		d.fleetBands(ctx, run.ID, data)
-		data["Warnings"] = warnings(events, maxWarnings)
+		data["Warnings"] = warn.events
 		runs, _ := d.cfg.Store.RunsOfNode(ctx, id)
 		if len(runs) > 20 {
 			runs = runs[:20]
@@ -463,21 +471,23 @@ func suiteView(ctx context.Context, st *store.Store, run store.Run, now time.Tim
 // maxWarnings bounds the warnings a node page lists (the newest).
 const maxWarnings = 20
 
-// warnings are the coordinator's warnings on a run's timeline (a network
-// boot request from a MAC not in the inventory while the node waits for
+// warningTail keeps the newest max of the coordinator's warnings on a
+// run's timeline, fed one event at a time (a network boot request from a MAC not in the inventory while the node waits for
 // CURE, an artifact needed only on drift): what an operator may have to
 // fix while the run goes on.
-func warnings(events []store.Event, max int) []store.Event {
-	var out []store.Event
-	for _, e := range events {
-		if e.Source == runstate.SourceCoordinator && e.Kind == runstate.EventLog && e.Status == "WARN" {
-			out = append(out, e)
-		}
+type warningTail struct {
+	max    int
+	events []store.Event
+}
+
+func (w *warningTail) add(e store.Event) {
+	if e.Source != runstate.SourceCoordinator || e.Kind != runstate.EventLog || e.Status != "WARN" {
+		return
 	}
-	if len(out) > max {
-		out = out[len(out)-max:]
+	if len(w.events) == w.max {
+		w.events = append(w.events[:0], w.events[1:]...)
 	}
-	return out
+	w.events = append(w.events, e)
 }
 
 func (d *dash) runOf(ctx context.Context, node, runID string) (store.Run, error) {

@@ -17,7 +17,7 @@ func RunBuckets(ctx context.Context, st *store.Store, r store.Run) (timebuckets.
 	if err != nil {
 		return timebuckets.Breakdown{}, err
 	}
-	events, err := st.Events(ctx, r.ID, 0, 0)
+	events, err := timebuckets.RunEvents(ctx, st, r.ID) // what Compute reads, paged
 	if err != nil {
 		return timebuckets.Breakdown{}, err
 	}

@@ -351,6 +351,20 @@ func bootSteps(s span, events []store.Event) []Bucket {
 	return partition(s.start, s.end, []mark{{s.start, FirmwarePOST}, {ipxe, IPXEDownload}, {kernel, KernelAndRunner}, {hello.Time, Registration}})
 }
 
+// stageReport reads an install stage's duration report (seconds); ok is
+// false for other messages and for values out of range.
+func stageReport(msg string) (stage string, secs float64, ok bool) {
+	m := stageRE.FindStringSubmatch(msg)
+	if m == nil {
+		return "", 0, false
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil || v < 0 || v > 1e7 {
+		return "", 0, false
+	}
+	return m[2], v, true
+}
+
 // installStages splits os_install by the stage durations the runner
 // reported (the last report of each stage), scaled down if together they
 // exceed the phase (a node's clock runs at its own pace).
@@ -363,15 +377,9 @@ func installStages(s span, events []store.Event) []Bucket {
 		if e.Kind != runstate.EventMetric || e.Phase != modes.OSInstall {
 			continue
 		}
-		m := stageRE.FindStringSubmatch(e.Message)
-		if m == nil {
-			continue
+		if stage, v, ok := stageReport(e.Message); ok {
+			vals[stage] = v
 		}
-		v, err := strconv.ParseFloat(m[1], 64)
-		if err != nil || v < 0 || v > 1e7 {
-			continue
-		}
-		vals[m[2]] = v
 	}
 	if len(vals) == 0 {
 		return nil
