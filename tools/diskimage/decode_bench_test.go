@@ -192,7 +192,7 @@ func benchDecoder(b *testing.B, dec string, s benchStream) {
 	b.ReportMetric(float64(s.size)/float64(len(s.comp)), "R")
 	buf := make([]byte, 1<<20)
 	for i := 0; i < b.N; i++ {
-		d, err := newDecoder(FormatZstd, dec, bytes.NewReader(s.comp), int64(len(s.comp)))
+		d, err := newDecoder(FormatZstd, dec, bytes.NewReader(s.comp), int64(len(s.comp)), false)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,8 +1,10 @@
 package diskimage
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"io"
 	"os/exec"
 	"strings"
 	"testing"
@@ -156,6 +158,32 @@ func TestChooseZstdFollowsBenchmark(t *testing.T) {
 		comp := enc.EncodeAll(data, nil)
 		if got := chooseZstd(DecoderAuto, comp, int64(len(comp)), true); got != row.winner {
 			t.Errorf("%s encoded here (R=%.1f): %s, the table's winner is %s", c.name, float64(len(data))/float64(len(comp)), got, row.winner)
+		}
+	}
+}
+
+// TestVerifiedSkipsContentChecksum: behind a chunk list the Go zstd
+// decoders leave the frame's XXH64 to the chunk digests; without one a
+// wrong checksum still fails the stream.
+func TestVerifiedSkipsContentChecksum(t *testing.T) {
+	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderCRC(true))
+	want := bytes.Repeat([]byte("cure "), 50000)
+	b := enc.EncodeAll(want, nil)
+	b[len(b)-1] ^= 0xff // the Content_Checksum's last byte
+	for _, choice := range []string{DecoderCureZstd, DecoderKlauspostZstd} {
+		for _, verified := range []bool{false, true} {
+			d, err := newDecoder(FormatZstd, choice, bytes.NewReader(b), int64(len(b)), verified)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(d)
+			d.close()
+			if verified && (err != nil || !bytes.Equal(got, want)) {
+				t.Errorf("%s verified: err=%v, %d of %d bytes", choice, err, len(got), len(want))
+			}
+			if !verified && err == nil {
+				t.Errorf("%s unverified: a wrong content checksum was accepted", choice)
+			}
 		}
 	}
 }

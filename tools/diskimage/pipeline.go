@@ -131,7 +131,7 @@ func attribute(wall, writeBusy, decBusy, decWait time.Duration) Stages {
 func runPipeline(ctx context.Context, cancel context.CancelCauseFunc, o Options, t target, dl *downloadReader, img *qcowImage, list *chunklist.List) pipelineState {
 	began := time.Now()
 	p := &pipeline{ctx: ctx, cancel: cancel, o: o, chunks: newFreeList(chunkBufs, chunkSize), blocks: newFreeList(blockBufs, o.BlockSize),
-		dlCh: make(chan []byte, queue), hashCh: make(chan []byte, queue), decCh: make(chan block, queue)}
+		dlCh: make(chan []byte, queue), hashCh: make(chan []byte, queue), decCh: make(chan block, queue), verified: list != nil}
 	if list != nil {
 		// Chunks are verified whole before any of them moves on, so the
 		// download is cut on the list's boundaries; enough of them for
@@ -173,10 +173,11 @@ type pipeline struct {
 	mu    sync.Mutex
 	first error // the first stage failure
 
-	stopped bool          // download: its end was the pipeline cancelling it
-	sum     string        // verify: the download's sha256, "" unless proven
-	decName string        // decode: which decoder ran
-	decRead time.Duration // decode: time in ReadFull, its input waits included
+	stopped  bool          // download: its end was the pipeline cancelling it
+	sum      string        // verify: the download's sha256, "" unless proven
+	verified bool          // a chunk list checks every chunk before the decoder reads it
+	decName  string        // decode: which decoder ran
+	decRead  time.Duration // decode: time in ReadFull, its input waits included
 }
 
 func (p *pipeline) fail(err error) {
@@ -260,7 +261,7 @@ func (p *pipeline) decode(img *qcowImage, src *chanReader) {
 	if img != nil {
 		dec, p.decName = img.stream(src), "go qcow2"
 	} else {
-		d, err := newDecoder(p.o.Format, p.o.Decoder, src, p.o.Size)
+		d, err := newDecoder(p.o.Format, p.o.Decoder, src, p.o.Size, p.verified)
 		if err != nil {
 			p.fail(err)
 			return

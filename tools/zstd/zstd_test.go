@@ -288,3 +288,42 @@ func TestMemoryBound(t *testing.T) {
 		t.Fatalf("ring never wrapped; test does not exercise wrapping")
 	}
 }
+
+// TestIgnoreChecksum: a wrong Content_Checksum is refused by default and
+// read past with WithIgnoreChecksum, the content decoded all the same.
+func TestIgnoreChecksum(t *testing.T) {
+	// Raw block "abc", then a Content_Checksum that cannot match.
+	in := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x04, 0x00, 0x19, 0, 0, 'a', 'b', 'c', 1, 2, 3, 4}
+	if _, err := decodeAll(in, 100); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("default: got %v, want ErrChecksum", err)
+	}
+	got, err := decodeAll(in, 100, WithIgnoreChecksum(true))
+	if err != nil || string(got) != "abc" {
+		t.Fatalf("WithIgnoreChecksum: got %q, %v; want \"abc\", nil", got, err)
+	}
+}
+
+// TestRLERead reads RLE blocks (which Read fills rather than copies)
+// through buffers that split them at every kind of boundary.
+func TestRLERead(t *testing.T) {
+	rle := func(last bool, size int, v byte) []byte {
+		h := size<<3 | 1<<1
+		if last {
+			h |= 1
+		}
+		return []byte{byte(h), byte(h >> 8), byte(h >> 16), v}
+	}
+	// Window 1 KiB; RLE 'a' ×1000, raw "xyz", RLE 0 ×700, RLE 'b' ×1 (last).
+	in := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x00}
+	in = append(in, rle(false, 1000, 'a')...)
+	in = append(in, 0x18, 0, 0, 'x', 'y', 'z')
+	in = append(in, rle(false, 700, 0)...)
+	in = append(in, rle(true, 1, 'b')...)
+	want := append(append(append(bytes.Repeat([]byte{'a'}, 1000), "xyz"...), make([]byte, 700)...), 'b')
+	for _, bs := range []int{1, 7, 999, 1000, 1003, 4096} {
+		got, err := decodeAll(in, bs)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("buffer %d: err=%v, first difference at %d", bs, err, firstDiff(got, want))
+		}
+	}
+}

@@ -62,6 +62,7 @@ var (
 	pin                      string             // "taskset -c 0-N " or "" when they may use all
 	verifies                 []string           // "whole" or "chunked-ALG", one writer row each
 	connections              int
+	writers                  []string // executables run as write-child; "" is this binary
 )
 
 func main() {
@@ -82,6 +83,7 @@ func main() {
 	flag.IntVar(&cpus, "cpus", 0, "pin the writer, the baseline and the ceiling to cores 0..N-1 with taskset (0: all cores, unpinned)")
 	verList := flag.String("verify", "chunked", "comma-separated verifications, each run alternately with the baseline, one row each: whole (the download's sha256 at its end), chunked (the chunk list, "+chunklist.DefaultAlg.String()+"), chunked-sha256, chunked-blake3")
 	flag.IntVar(&connections, "connections", 1, "HTTP Range connections of the chunked writer (Options.Connections)")
+	writerList := flag.String("writers", "", "comma-separated bench-install binaries (e.g. one built from another commit) whose write-child runs as a contender beside this binary's, alternating in the same run: an A/B of two writers on the same server, target and load; empty: this binary only")
 	decList := flag.String("decoders", "", "comma-separated Options.Decoder values (auto, cure-zstd, klauspost-zstd, exec, go) each run alternately with the baseline, one row each (default: auto only)")
 	printVersion := version.Flag(flag.CommandLine, "bench-install")
 	flag.Parse()
@@ -96,6 +98,10 @@ func main() {
 				decoders[i] = diskimage.DecoderAuto
 			}
 		}
+	}
+	writers = []string{""}
+	if *writerList != "" {
+		writers = append(writers, strings.Split(*writerList, ",")...)
 	}
 	for _, v := range strings.Split(*verList, ",") {
 		switch v {
@@ -292,11 +298,13 @@ func benchImage(im image, codec benchCodec, base, target, fetchCmd string) ([]st
 	// (a shared VM) lands on both; compare medians.
 	// With -decoders, each run has the baseline then every decoder.
 	var baseDurs, ceilDurs []time.Duration
-	type contender struct{ dec, verify string }
+	type contender struct{ dec, verify, exe string }
 	var cs []contender
 	for _, d := range decoders {
 		for _, v := range verifies {
-			cs = append(cs, contender{d, v})
+			for _, exe := range writers {
+				cs = append(cs, contender{d, v, exe})
+			}
 		}
 	}
 	writerDurs := make([][]time.Duration, len(cs))
@@ -316,8 +324,12 @@ func benchImage(im image, codec benchCodec, base, target, fetchCmd string) ([]st
 			return nil, fmt.Errorf("baseline %s: %w", art, err)
 		}
 		baseDurs = append(baseDurs, time.Since(t0))
-		for i, c := range cs {
-			w, err := runChild(u, art, codec.format, target, c.dec, c.verify)
+		// Each run starts with the next contender, so none always runs
+		// right after the baseline.
+		for k := range cs {
+			i := (k + r) % len(cs)
+			c := cs[i]
+			w, err := runChild(u, art, codec.format, target, c.dec, c.verify, c.exe)
 			if err != nil {
 				return nil, err
 			}
@@ -333,10 +345,16 @@ func benchImage(im image, codec benchCodec, base, target, fetchCmd string) ([]st
 	var lines []string
 	for i, w := range ws {
 		wm := mbps(im.size, median(writerDurs[i]))
+		writer := ""
+		if cs[i].exe != "" {
+			writer = " writer=" + filepath.Base(cs[i].exe)
+		}
 		fmt.Printf("%-16s %-6s %7.0f MB/s %7.0f MB/s %7.0f MB/s %6.2fx %8.2fx %6d MiB %8.0f%%  %s, %s x%d\n",
 			im.name, codec.ext, cm, bm, wm, wm/bm, wm/cm, w.maxRSS>>20, 100*float64(w.res.ZeroBytes)/float64(im.size), w.res.Decoder, w.res.Verification, w.res.Connections)
+		st := w.res.Stages
+		fmt.Printf("  %s stages of the last run: download %s, decode %s, write %s\n", writer, st.Download.Round(time.Millisecond), st.Decode.Round(time.Millisecond), st.Write.Round(time.Millisecond))
 		lines = append(lines, fmt.Sprintf("bench-install image=%s codec=%s ceiling_mbs=%.0f writer_mbs=%.0f ratio_to_ceiling=%.2f ratio_to_pipeline=%.2f decoder=%s verification=%s connections=%d cpus=%d runs=%d",
-			im.name, codec.ext, cm, wm, wm/cm, wm/bm, strings.ReplaceAll(w.res.Decoder, " ", "_"), w.res.Verification, w.res.Connections, cpus, runs))
+			im.name, codec.ext, cm, wm, wm/cm, wm/bm, strings.ReplaceAll(w.res.Decoder, " ", "_"), w.res.Verification, w.res.Connections, cpus, runs)+writer)
 	}
 	return lines, nil
 }
@@ -355,7 +373,7 @@ func benchRSS(work, base, rssFlag string, rssSize int64, zeroPct int) (string, e
 		return "", err
 	}
 	defer os.Remove(big)
-	w, err := runChild(base+filepath.Base(art), art, diskimage.FormatZstd, big, diskimage.DecoderAuto, verifies[len(verifies)-1])
+	w, err := runChild(base+filepath.Base(art), art, diskimage.FormatZstd, big, diskimage.DecoderAuto, verifies[len(verifies)-1], "")
 	if err != nil {
 		return "", err
 	}
@@ -506,7 +524,8 @@ func chunkList(art, verify string) (string, string, error) {
 var sums = map[string][2]string{} // artifact → sha256, size: computed once
 
 // runChild runs the writer in a fresh process of this binary.
-func runChild(u, art, format, target, decoder, verify string) (*childResult, error) {
+// exe, when set, is another bench-install binary whose write-child runs.
+func runChild(u, art, format, target, decoder, verify, exe string) (*childResult, error) {
 	if _, ok := sums[art]; !ok {
 		sum, size, err := fileSum(art)
 		if err != nil {
@@ -523,9 +542,11 @@ func runChild(u, art, format, target, decoder, verify string) (*childResult, err
 		}
 		chunksURL, chunksSum = strings.TrimSuffix(u, filepath.Base(art))+filepath.Base(p), s
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
 	}
 	args := []string{exe, "write-child", u, sum, size, format, target}
 	if pin != "" {
@@ -542,8 +563,13 @@ func runChild(u, art, format, target, decoder, verify string) (*childResult, err
 	if cpuProfileDir != "" {
 		// One profile per run: `go tool pprof -top DIR/X.run*.pprof`
 		// merges them, and one 1 GiB run alone has ~100 samples.
-		profileRuns[art]++
-		cmd.Env = append(cmd.Env, "BENCH_CPUPROFILE="+filepath.Join(cpuProfileDir, fmt.Sprintf("%s.run%d.pprof", filepath.Base(art), profileRuns[art])))
+		key := art + exe
+		profileRuns[key]++
+		name := filepath.Base(art)
+		if exe != self() {
+			name += "." + filepath.Base(exe)
+		}
+		cmd.Env = append(cmd.Env, "BENCH_CPUPROFILE="+filepath.Join(cpuProfileDir, fmt.Sprintf("%s.run%d.pprof", name, profileRuns[key])))
 	}
 	cmd.Stderr = os.Stderr
 	t0 := time.Now()
@@ -559,6 +585,11 @@ func runChild(u, art, format, target, decoder, verify string) (*childResult, err
 	// The writer's peak plus the decoder's, as if both peaked at once.
 	r := childResult{res: co.Result, wall: wall, maxRSS: co.SelfMaxRSS + co.DecoderMaxRSS}
 	return &r, nil
+}
+
+func self() string {
+	exe, _ := os.Executable()
+	return exe
 }
 
 func fileSum(p string) (string, int64, error) {
