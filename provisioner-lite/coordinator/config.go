@@ -51,6 +51,16 @@ type Config struct {
 	ClaimSettle     time.Duration     // --claim-settle (default pipeline.DefaultClaimSettle; must be positive)
 	TokensPerWindow int               // --boot-tokens-per-window (default 6)
 	MaxRuns         int               // --max-runs (default pipeline.DefaultMaxRuns)
+	// FleetSize is --fleet-size: the nodes the memory plan is sized for
+	// (0: the store's node count, followed as it changes; memory.go).
+	FleetSize int
+	// MemoryLimit is --memory-limit: the Go runtime's memory limit in
+	// bytes (0: planned from the fleet; negative: none).
+	MemoryLimit int64
+	// TuneMemory applies the memory plan (FleetSize, MemoryLimit) to the
+	// process: provisioner-lite sets it; a coordinator inside another
+	// program (a test) leaves that program's GC alone.
+	TuneMemory bool
 
 	EventLimits store.EventLimits // --max-run-events, --max-run-event-bytes, --max-run-verdicts (default store.DefaultEventLimits)
 	Retention   store.Retention   // --retention, --audit-retention, --fleet-retention (default store.DefaultRetention)

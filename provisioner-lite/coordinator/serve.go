@@ -110,6 +110,7 @@ func (d *daemon) wire(ctx context.Context) error {
 func (d *daemon) serve(ctx context.Context) error {
 	c, log := &d.c, d.log
 	d.errc = make(chan error, 4)
+	d.tuneMemory(ctx) // before the listeners: the fleet's sessions come under the plan
 	d.nb.onUnknownMAC = func(ctx context.Context, mac, source string) { d.eng.UnknownMAC(ctx, mac, "proxy DHCP", source) }
 	d.nb.standby = d.frontDoorStandby
 	d.onClose(d.releaseFrontDoor)

@@ -24,6 +24,7 @@ func registerFlags(fs *flag.FlagSet, c *coordinator.Config, imports, tlsNames, w
 	registerInstanceFlags(fs, c)
 	registerArchFlags(fs, c)
 	registerEnlistFlags(fs, &c.Enlist)
+	registerMemoryFlags(fs, c)
 	fs.Var(imports, "import-artifact", "file to add to the content-addressed artifact store (repeatable)")
 	fs.Var(tlsNames, "tls-name", "another DNS name or IP the gRPC server certificate carries, besides --advertise, 127.0.0.1 and localhost: "+
 		"a name operators give curectl --server (a DNS name, a VIP), which curectl verifies as given (repeatable)")

@@ -37,6 +37,7 @@ func (a *app) serve(cmd *cobra.Command, o *coordOpts) error {
 	slog.SetDefault(log)
 	c := o.config()
 	c.Log = log
+	c.TuneMemory = true // the process is the coordinator's: its GC follows the fleet (docs/OPERATIONS.md, Memory)
 	co, err := coordinator.New(c)
 	if err != nil {
 		return a.fail(2, "provisioner-lite", err)

@@ -25,8 +25,8 @@ var flagGroups = []flagGroup{
 	{title: "listeners and their limits", names: []string{"tls-name"}, prefixes: []string{"http-", "https-", "grpc-", "web-", "metrics-", "pprof-"}},
 	{title: "BMCs (Redfish) and power", names: []string{"power-on-rate", "power-on-burst", "power-group-label"}, prefixes: []string{"bmc-"}},
 	{title: "runs: budgets, timeouts, retries", names: []string{"wait-cure", "wait-host", "reconnect", "phase-attempts", "retry-base", "retry-max", "max-runs"}},
-	{title: "store, retention and several instances", names: []string{"db", "instance-id", "peer-grpc", "peer-url", "artifact-mirror", "manifests-from-store", "lease-ttl", "stats-every", "retention",
-		"audit-retention", "max-run-events", "max-run-event-bytes", "max-run-verdicts"}},
+	{title: "store, retention, memory and several instances", names: []string{"db", "instance-id", "peer-grpc", "peer-url", "artifact-mirror", "manifests-from-store", "lease-ttl", "stats-every", "retention",
+		"audit-retention", "max-run-events", "max-run-event-bytes", "max-run-verdicts", "fleet-size", "memory-limit"}},
 	{title: "notifications", prefixes: []string{"webhook"}},
 }
 
