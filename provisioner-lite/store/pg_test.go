@@ -38,6 +38,7 @@ func TestPostgresBackend(t *testing.T) {
 		"SeriesRunnerBudgetAndReplay": TestSeriesRunnerBudgetAndReplay, "VerdictAtAndStage": TestVerdictAtAndStage,
 		"NodePool": TestNodePool, "InstalledOS": TestInstalledOS,
 		"PipelineStateRoundTrip": TestPipelineStateRoundTrip,
+		"ProgressCapsAndEnd":     TestProgressCapsAndEnd, "ProgressOrderUnderConcurrency": TestProgressOrderUnderConcurrency,
 	} {
 		t.Run(name, f)
 	}
