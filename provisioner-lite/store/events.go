@@ -50,7 +50,12 @@ func (s *Store) AppendEvent(ctx context.Context, e Event) (id int64, inserted bo
 		return 0, false, fmt.Errorf("store: append event to run %s: only the coordinator writes notes (source %q)", e.RunID, e.Source)
 	}
 	var wrote bool
+	var taken map[string]*pendingRun // the run's queued progress, written ahead of e: ids in arrival order
+	var took bool
 	err = s.tx(ctx, func(tx *Tx) error {
+		if err := s.flushAhead(ctx, tx, e.RunID, &taken, &took); err != nil {
+			return err
+		}
 		var err error
 		if e.Note {
 			id, inserted, wrote, err = s.appendNote(ctx, tx, e)
@@ -60,6 +65,7 @@ func (s *Store) AppendEvent(ctx context.Context, e Event) (id int64, inserted bo
 		wrote = inserted
 		return err
 	})
+	_ = s.settle(taken, nil, err) // on failure the queued progress waits for the next flush
 	if err != nil {
 		return 0, false, fmt.Errorf("store: append %s event (source %s, boot %q, seq %d) to run %s: %w", e.Kind, e.Source, e.BootID, e.Seq, e.RunID, err)
 	}

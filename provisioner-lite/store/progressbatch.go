@@ -19,10 +19,11 @@ import (
 // QueueRunnerEvent) and its heartbeats (QueueProgress) are answered at once
 // and written later, one batch per run, in one transaction for every run
 // with some pending: each second (ProgressFlushEvery), or sooner ahead of
-// the run's next durable write. A durable write of a run (a phase start or
-// end, a verdict, a pair exchange, anything AppendRunnerEvent keeps) first
-// writes the run's pending events in its own transaction, so a run's
-// events keep their seq order in id order, and whatever a reader learns
+// the run's next durable write. A durable event of a run (a phase start or
+// end, a verdict, a pair exchange, anything AppendRunnerEvent keeps, and
+// the coordinator's AppendEvent) first writes the run's pending events in
+// its own transaction, so a run's timeline keeps the order of arrival in
+// id order (the runner's seq order among its events), and whatever a reader learns
 // from a durable event (a phase ended) comes with every event acked before
 // it. Readers of a run's events (Events, MaxSeq, Usage, RunProgress) flush
 // its pending first: an acked event is readable at once.

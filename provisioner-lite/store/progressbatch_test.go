@@ -353,3 +353,33 @@ func TestProgressOrderUnderConcurrency(t *testing.T) {
 		}
 	}
 }
+
+// A coordinator event of the run is written after the runner's progress
+// acked before it: the timeline's ids keep the order of arrival.
+func TestProgressCoordinatorEventKeepsArrivalOrder(t *testing.T) {
+	s, _ := openTest(t)
+	s.gc.prog.every = time.Hour
+	ctx := ctxT(t)
+	mustNode(t, s, testNode("n1", "52:54:00:00:00:01"))
+	runningRun(t, s, "r1")
+	if _, err := s.QueueRunnerEvent(ctx, progressEvent("r1", 1, runstate.EventLog), DefaultEventLimits); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.AppendEvent(ctx, Event{RunID: "r1", NodeID: "n1", Source: runstate.SourceCoordinator, Time: time.Now(), Kind: runstate.EventInfo, Message: "coordinator"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.QueueRunnerEvent(ctx, progressEvent("r1", 2, runstate.EventLog), DefaultEventLimits); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := s.Events(ctx, "r1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range evs {
+		got = append(got, fmt.Sprintf("%s/%d", e.Source, e.Seq))
+	}
+	if fmt.Sprint(got) != "[runner/1 coordinator/0 runner/2]" {
+		t.Fatalf("timeline %v, want the order of arrival", got)
+	}
+}
