@@ -50,7 +50,12 @@ type decoder struct {
 	io.Reader
 	name  string
 	close func() error
+	zeros zeroSkipper // nil unless the decoder knows where its zeros are
 }
+
+// zeroSkipper is a decoder that can pass over output it knows is zero
+// (tools/zstd's RLE blocks) without producing it; see fillBlock.
+type zeroSkipper interface{ SkipZeros(max int) int }
 
 // Three zstd decoders, none best everywhere. BenchmarkZstdDecoders
 // (decode_bench_test.go) decodes each class of image with each, through
@@ -156,7 +161,7 @@ func newDecoder(format, choice string, r io.Reader, size int64, verified bool) (
 			if err != nil {
 				return nil, fmt.Errorf("zstd: %w", err)
 			}
-			return &decoder{Reader: z, name: "cure zstd", close: func() error { z.Close(); return nil }}, nil
+			return &decoder{Reader: z, name: "cure zstd", close: func() error { z.Close(); return nil }, zeros: z}, nil
 		}
 		z, err := zstd.NewReader(r, zstd.WithDecoderMaxMemory(2*maxWindow), zstd.WithDecoderMaxWindow(maxWindow), zstd.IgnoreChecksum(verified))
 		if err != nil {

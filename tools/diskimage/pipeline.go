@@ -90,9 +90,13 @@ func (l *freeList) get(ctx context.Context) ([]byte, error) {
 func (l *freeList) put(b []byte) { l.free <- b[:cap(b)] }
 
 type block struct {
-	buf []byte // len is the data length
-	off int64  // where it goes on the target
+	buf  []byte // len is the data length
+	off  int64  // where it goes on the target
+	zero []span // ranges of buf the decoder skipped as zeros: not in buf yet
 }
+
+// span is [from, to) within a block.
+type span struct{ from, to int }
 
 // pipelineState is how the stages ended.
 type pipelineState struct {
@@ -258,6 +262,7 @@ func (p *pipeline) decode(img *qcowImage, src *chanReader) {
 		}
 	}()
 	var dec io.Reader
+	var zs zeroSkipper
 	if img != nil {
 		dec, p.decName = img.stream(src), "go qcow2"
 	} else {
@@ -267,9 +272,11 @@ func (p *pipeline) decode(img *qcowImage, src *chanReader) {
 			return
 		}
 		defer d.close()
-		dec, p.decName = d, d.name
+		dec, p.decName, zs = d, d.name, d.zeros
 	}
-	dec = decoderSeam(dec)
+	if seam := decoderSeam(dec); seam != dec {
+		dec, zs = seam, nil
+	}
 	// ReadFull reports a short final block as io.ErrUnexpectedEOF,
 	// which is also what a decompressor says about a cut stream;
 	// eofReader tells the two apart.
@@ -281,11 +288,11 @@ func (p *pipeline) decode(img *qcowImage, src *chanReader) {
 			return
 		}
 		t0 := time.Now()
-		n, rerr := io.ReadFull(r, b)
+		n, zero, rerr := fillBlock(r, zs, b)
 		p.decRead += time.Since(t0)
 		if n > 0 {
 			select {
-			case p.decCh <- block{buf: b[:n], off: off}:
+			case p.decCh <- block{buf: b[:n], off: off, zero: zero}:
 			case <-p.ctx.Done():
 				return
 			}
@@ -305,6 +312,35 @@ func (p *pipeline) decode(img *qcowImage, src *chanReader) {
 	}
 }
 
+// fillBlock is io.ReadFull(r, b), except that where zs (if not nil) says
+// the next output is zero it is skipped, not produced: those ranges are
+// returned instead, and b's bytes there are left as they were.
+func fillBlock(r io.Reader, zs zeroSkipper, b []byte) (n int, zero []span, err error) {
+	for n < len(b) && err == nil {
+		if zs != nil {
+			if k := zs.SkipZeros(len(b) - n); k > 0 {
+				if l := len(zero); l > 0 && zero[l-1].to == n {
+					zero[l-1].to += k
+				} else {
+					zero = append(zero, span{n, n + k})
+				}
+				n += k
+				continue
+			}
+		}
+		var m int
+		m, err = r.Read(b[n:])
+		n += m
+	}
+	switch {
+	case n == len(b):
+		err = nil
+	case err == io.EOF && n > 0:
+		err = io.ErrUnexpectedEOF
+	}
+	return n, zero, err
+}
+
 // write plans each block (zero scan, read-back CRC) here, in order, while
 // earlier blocks' writes are still with the device. The scan stays off
 // the decoder's goroutine: on a compressed filesystem image the decoder
@@ -319,7 +355,7 @@ func (p *pipeline) write(t target) (q *writeQueue, w *zeroWriter, busy time.Dura
 			continue
 		}
 		t0 := time.Now()
-		q.submit(b.buf, w.plan(b.buf, b.off), w.end)
+		q.submit(b.buf, w.planKnown(b.buf, b.off, b.zero), w.end)
 		busy += time.Since(t0)
 	}
 	t0 := time.Now()
@@ -451,14 +487,36 @@ type zeroWriter struct {
 // plan returns the operations that put b at off. A zero range is only
 // emitted once it has ended: with the data that follows it, or by
 // flushZero at the end of the image.
-func (w *zeroWriter) plan(b []byte, off int64) []op {
+func (w *zeroWriter) plan(b []byte, off int64) []op { return w.planKnown(b, off, nil) }
+
+// planKnown is plan for a block whose zero spans the decoder skipped (in
+// order, not overlapping): a grain they cover whole is zero without a
+// look at its bytes (never written, and the zeros' CRC is a constant);
+// elsewhere their bytes are cleared, as they are written.
+func (w *zeroWriter) planKnown(b []byte, off int64, zero []span) []op {
 	var ops []op
 	dataFrom := -1
 	for s := 0; s < len(b); s += zeroGrain {
 		e := min(s+zeroGrain, len(b))
+		known := false
+		for len(zero) > 0 && zero[0].from < e {
+			z := zero[0]
+			if z.from <= s && z.to >= e {
+				known = true
+				break
+			}
+			clear(b[max(z.from, s):min(z.to, e)])
+			if z.to > e {
+				break // it goes on into the next grain
+			}
+			zero = zero[1:]
+		}
 		// A short grain (the image's tail) is written as is: zero offload
 		// wants aligned ranges.
-		isZero := e-s == zeroGrain && bytes.Equal(b[s:e], zeroes)
+		isZero := e-s == zeroGrain && (known || bytes.Equal(b[s:e], zeroes))
+		if known && !isZero {
+			clear(b[s:e]) // the tail grain, covered whole
+		}
 		w.digest.add(b[s:e], isZero)
 		if isZero {
 			if dataFrom >= 0 {

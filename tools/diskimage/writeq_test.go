@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	curezstd "github.com/cure-oss/cure/tools/zstd"
 )
 
 // gateTarget records the operations it is given; a write at an offset in
@@ -266,4 +269,102 @@ func TestInstallWrongHashOnEveryPath(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestSkippedZerosPlanLikeScanned decodes a stream of raw and zero RLE
+// blocks whose zero runs start and end inside 1 MiB grains, across block
+// buffers of several sizes left full of garbage, with tools/zstd skipping
+// the zeros (fillBlock, planKnown): the image the operations build and
+// the read-back digest must be those of the plain decode and scan.
+func TestSkippedZerosPlanLikeScanned(t *testing.T) {
+	const kib = 1 << 10
+	frame := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, (17 - 10) << 3} // 128 KiB window
+	var want []byte
+	blk := func(last bool, typ, size int, body []byte) {
+		h := size<<3 | typ<<1
+		if last {
+			h |= 1
+		}
+		frame = append(append(frame, byte(h), byte(h>>8), byte(h>>16)), body...)
+	}
+	raw := func(n int, v byte) {
+		d := bytes.Repeat([]byte{v}, n)
+		blk(false, 0, n, d)
+		want = append(want, d...)
+	}
+	zeros := func(n int) {
+		for ; n > 0; n -= 128 * kib {
+			blk(false, 1, min(n, 128*kib), []byte{0})
+			want = append(want, make([]byte, min(n, 128*kib))...)
+		}
+	}
+	raw(100*kib, 'a')
+	zeros(1300 * kib) // ends inside grain 1
+	raw(1, 'b')
+	zeros(2900 * kib) // covers grains 2-3 whole
+	raw(128*kib, 'c')
+	zeros(1024*kib - 1)
+	blk(true, 0, 0, nil)
+	for _, size := range []int{mib, 3 * mib, 4 * mib} {
+		z, err := curezstd.NewReader(bytes.NewReader(frame))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &zeroWriter{digest: newDigester()}
+		img := bytes.Repeat([]byte{0xee}, len(want))
+		skipped := 0
+		for off := 0; ; {
+			b := bytes.Repeat([]byte{0xee}, size)
+			n, zero, err := fillBlock(z, z, b)
+			for _, s := range zero {
+				skipped += s.to - s.from
+			}
+			for _, o := range w.planKnown(b[:n], int64(off), zero) {
+				applyOp(img, o)
+			}
+			off += n
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, o := range w.flushZero(nil) {
+			applyOp(img, o)
+		}
+		if i := firstDifference(img, want); i >= 0 || skipped < 4*mib {
+			t.Fatalf("blocks of %d: image differs at %d (of %d); %d zero bytes skipped", size, i, len(want), skipped)
+		}
+		if !reflect.DeepEqual(w.digest.d, digestOf(want)) {
+			t.Errorf("blocks of %d: digest %v, want %v", size, w.digest.d, digestOf(want))
+		}
+		scanned := &zeroWriter{digest: newDigester()}
+		for off := 0; off < len(want); off += size {
+			scanned.plan(want[off:min(off+size, len(want))], int64(off))
+		}
+		if scanned.flushZero(nil); w.zero != scanned.zero || w.zero < 2*mib {
+			t.Errorf("blocks of %d: %d bytes planned as zero ranges, the scan finds %d", size, w.zero, scanned.zero)
+		}
+	}
+}
+
+func applyOp(img []byte, o op) {
+	if o.p == nil {
+		clear(img[o.off : o.off+o.n])
+		return
+	}
+	copy(img[o.off:], o.p)
+}
+
+func firstDifference(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
 }

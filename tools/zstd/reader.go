@@ -83,6 +83,9 @@ type Reader struct {
 	// fills p instead of copying (a write-only pass, no read of buf).
 	rle     bool
 	rleByte byte
+	// zeroAware: the caller uses SkipZeros, so Read stops short before
+	// an RLE block of zeros rather than filling it into p.
+	zeroAware bool
 
 	// Current frame.
 	inFrame     bool
@@ -130,6 +133,9 @@ func (z *Reader) Read(p []byte) (int, error) {
 	n := 0
 	for n < len(p) {
 		if z.rd < z.wr {
+			if n > 0 && z.zeroAware && z.rle && z.rleByte == 0 {
+				break
+			}
 			var c int
 			if z.rle {
 				c = min(len(p)-n, z.wr-z.rd)
@@ -153,6 +159,24 @@ func (z *Reader) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	return 0, z.err
+}
+
+// SkipZeros consumes up to max bytes of output that are known to be zero
+// (an RLE block of zeros) without producing them, and returns how many.
+// It returns 0 when the next output is anything else, or an error is
+// pending: Read that. A disk image writer uses it to skip zero runs
+// without clearing a buffer and scanning it for the zeros it was given.
+func (z *Reader) SkipZeros(max int) int {
+	z.zeroAware = true
+	for z.rd == z.wr && z.err == nil {
+		z.err = z.step()
+	}
+	if z.rd == z.wr || !z.rle || z.rleByte != 0 {
+		return 0
+	}
+	c := min(max, z.wr-z.rd)
+	z.rd += c
+	return c
 }
 
 // WriteTo implements io.WriterTo, handing whole blocks to w without the
