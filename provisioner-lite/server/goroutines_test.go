@@ -44,6 +44,7 @@ const coordLabel = "cure-test-side"
 
 type goroutineEnv struct {
 	t     *testing.T
+	label string // the value of coordLabel on its server's goroutines
 	st    *store.Store
 	hub   *sessions.Hub
 	addr  string
@@ -51,9 +52,11 @@ type goroutineEnv struct {
 }
 
 // newGoroutineEnv is a coordinator's runner service on real TLS gRPC, as
-// provisioner-lite wires it, with n nodes whose runs wait for CURE and hold
-// one issued boot token each ("tok-<i>").
-func newGoroutineEnv(t *testing.T, n int) *goroutineEnv {
+// provisioner-lite wires it (plain: without ServerOptions, so without the
+// session's stream control: the select loop and its receiver goroutine),
+// with n nodes whose runs wait for CURE and hold one issued boot token
+// each ("tok-<i>").
+func newGoroutineEnv(t *testing.T, n int, plain bool) *goroutineEnv {
 	t.Helper()
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -85,7 +88,10 @@ func newGoroutineEnv(t *testing.T, n int) *goroutineEnv {
 	}
 	caPEM, _ := pki.EnsureCA(pkiDir)
 	rec := audit.New(st, log, 0)
-	opts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, server.ServerOptions(server.Limits{})...)
+	opts := []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}
+	if !plain {
+		opts = append(opts, server.ServerOptions(server.Limits{})...)
+	}
 	opts = append(opts, server.OperatorAuth(rec, log)...)
 	gs := grpc.NewServer(opts...)
 	hub := sessions.NewHub()
@@ -94,9 +100,10 @@ func newGoroutineEnv(t *testing.T, n int) *goroutineEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go pprof.Do(ctx, pprof.Labels(coordLabel, "coordinator"), func(context.Context) { _ = gs.Serve(gl) })
+	label := fmt.Sprintf("coordinator-%t", plain)
+	go pprof.Do(ctx, pprof.Labels(coordLabel, label), func(context.Context) { _ = gs.Serve(gl) })
 	t.Cleanup(gs.Stop)
-	return &goroutineEnv{t: t, st: st, hub: hub, addr: gl.Addr().String(), caPEM: caPEM}
+	return &goroutineEnv{t: t, label: label, st: st, hub: hub, addr: gl.Addr().String(), caPEM: caPEM}
 }
 
 // runner connects runner i on its own connection, as a node does, says
@@ -134,7 +141,7 @@ func (e *goroutineEnv) runner(i int) curev1.RunnerService_SessionClient {
 
 // coordGoroutines counts the goroutines the coordinator's server started,
 // by the function that identifies each (the first frame of gRPC or CURE).
-func coordGoroutines(t *testing.T) (int, map[string]int) {
+func coordGoroutines(t *testing.T, label string) (int, map[string]int) {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
@@ -151,7 +158,7 @@ func coordGoroutines(t *testing.T) (int, map[string]int) {
 			count, _ = strconv.Atoi(strings.Fields(line)[0])
 			labelled, named = false, false
 		case strings.HasPrefix(line, "# labels:"):
-			labelled = strings.Contains(line, coordLabel)
+			labelled = strings.Contains(line, fmt.Sprintf("%q:%q", coordLabel, label))
 			if labelled {
 				total += count
 			}
@@ -169,16 +176,37 @@ func coordGoroutines(t *testing.T) (int, map[string]int) {
 // settled waits until the coordinator's goroutine count holds still
 // (connection setup goroutines ending), then returns it.
 func (e *goroutineEnv) settled() (int, map[string]int) {
-	prev, by := coordGoroutines(e.t)
+	prev, by := coordGoroutines(e.t, e.label)
 	for range 50 {
 		time.Sleep(20 * time.Millisecond)
-		n, b := coordGoroutines(e.t)
+		n, b := coordGoroutines(e.t, e.label)
 		if n == prev {
 			return n, b
 		}
 		prev, by = n, b
 	}
 	return prev, by
+}
+
+// perRunner connects more runners beside first ones and returns what each
+// costs: the coordinator's goroutines, the process's (client side too) and
+// the process's goroutine stack bytes.
+func (e *goroutineEnv) perRunner(first, more int) (coord, all, stack float64, base, after int, by map[string]int, streams []curev1.RunnerService_SessionClient) {
+	for i := range first {
+		streams = append(streams, e.runner(i))
+	}
+	base, _ = e.settled()
+	allBase := runtime.NumGoroutine()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	stackBase := ms.StackInuse
+	for i := first; i < first+more; i++ {
+		streams = append(streams, e.runner(i))
+	}
+	after, by = e.settled()
+	runtime.ReadMemStats(&ms)
+	n := float64(more)
+	return float64(after-base) / n, float64(runtime.NumGoroutine()-allBase) / n, (float64(ms.StackInuse) - float64(stackBase)) / n, base, after, by, streams
 }
 
 // TestSessionGoroutinesPerRunner counts the goroutines a connected runner
@@ -189,26 +217,17 @@ func (e *goroutineEnv) settled() (int, map[string]int) {
 // a message queued reaches the runner, a closed session ends at once.
 func TestSessionGoroutinesPerRunner(t *testing.T) {
 	const first, more = 10, 20
-	e := newGoroutineEnv(t, first+more)
-	streams := make([]curev1.RunnerService_SessionClient, 0, first+more)
-	for i := range first {
-		streams = append(streams, e.runner(i))
-	}
-	base, _ := e.settled()
-	allBase := runtime.NumGoroutine()
-	for i := first; i < first+more; i++ {
-		streams = append(streams, e.runner(i))
-	}
-	after, by := e.settled()
-	allAfter := runtime.NumGoroutine()
-	per := float64(after-base) / more
+	// The select loop (a server without ServerOptions), in the same run.
+	plainCoord, plainAll, plainStack, _, _, _, _ := newGoroutineEnv(t, first+more, true).perRunner(first, more)
+	e := newGoroutineEnv(t, first+more, false)
+	per, all, stack, base, after, by, streams := e.perRunner(first, more)
 	names := make([]string, 0, len(by))
 	for k, v := range by {
 		names = append(names, fmt.Sprintf("%s=%d", k, v))
 	}
 	sort.Strings(names)
-	t.Logf("coordinator goroutines per connected runner: %.2f (%d -> %d for %d runners); whole process %.2f per runner (fake runners' client side included); by function at %d runners: %s",
-		per, base, after, more, float64(allAfter-allBase)/more, first+more, strings.Join(names, " "))
+	t.Logf("per connected runner: coordinator goroutines %.2f (select loop %.2f), whole process %.2f (%.2f), stack bytes in the process %.0f (%.0f); coordinator %d -> %d for %d runners; by function at %d runners: %s",
+		per, plainCoord, all, plainAll, stack, plainStack, base, after, more, first+more, strings.Join(names, " "))
 	if after-base > more*maxGoroutinesPerRunner {
 		t.Errorf("%d runners cost the coordinator %d goroutines, %.2f each: want at most %d each", more, after-base, per, maxGoroutinesPerRunner)
 	}
