@@ -65,6 +65,11 @@ func FuzzDecode(f *testing.F) {
 		if goth, errh := io.ReadAll(io.LimitReader(rh, fuzzMaxOut+1)); (err == nil) != (errh == nil) || !bytes.Equal(got, goth) {
 			t.Fatalf("read in halves: %d bytes, err %v; read whole: %d bytes, err %v", len(goth), errh, len(got), err)
 		}
+		// Zero runs skipped (SkipZeros) stand for the same zeros.
+		rz, _ := NewReader(bytes.NewReader(in), WithMaxWindow(8<<20))
+		if gotz, errz := readSkippingZeros(rz, fuzzMaxOut+1); (err == nil) != (errz == nil) || !bytes.Equal(got, gotz) {
+			t.Fatalf("read skipping zeros: %d bytes, err %v; read whole: %d bytes, err %v", len(gotz), errz, len(got), err)
+		}
 		want, kerr := kdec.DecodeAll(in, nil)
 		// Past the output bound the decoders stop for different reasons
 		// (our LimitReader, klauspost's max memory): nothing to compare.
@@ -87,4 +92,26 @@ func FuzzDecode(f *testing.F) {
 				len(got), len(want), firstDiff(got, want))
 		}
 	})
+}
+
+// readSkippingZeros reads r to the end (or limit bytes) through SkipZeros
+// and 1000-byte Reads, standing the zeros skipped in for themselves.
+func readSkippingZeros(r *Reader, limit int) ([]byte, error) {
+	var out []byte
+	buf := make([]byte, 1000)
+	for len(out) < limit {
+		if k := r.SkipZeros(min(3000, limit-len(out))); k > 0 {
+			out = append(out, make([]byte, k)...)
+			continue
+		}
+		n, err := r.Read(buf[:min(len(buf), limit-len(out))])
+		out = append(out, buf[:n]...)
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }
