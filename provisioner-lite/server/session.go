@@ -453,7 +453,7 @@ func (rs *liveSession) onProgress(ctx context.Context, ev *curev1.Event) error {
 	now := time.Now()
 	sess.Heartbeat(now)
 	rec.Received = now
-	_, err = rs.s.Store.PutProgress(ctx, rec)
+	err = rs.s.Store.QueueProgress(ctx, rec) // written within the second (store.ProgressFlushEvery)
 	switch {
 	case errors.Is(err, store.ErrRunInactive):
 		return rs.closed(ctx) // the run ended: its runner is told so
@@ -486,7 +486,7 @@ func (rs *liveSession) storeEvent(ctx context.Context, ev *curev1.Event) error {
 		e, v = unattestedEvent(e), nil
 	}
 	s.measuredInInventory(ctx, sess, rs.peerIP, v, &rs.parts, rs.log)
-	res, err := s.Store.AppendRunnerEvent(ctx, e, v, s.Limits)
+	res, err := s.keepRunnerEvent(ctx, e, v, rs.admit)
 	switch {
 	case errors.Is(err, store.ErrRunInactive):
 		return rs.closed(ctx) // the run ended: its runner is told so
