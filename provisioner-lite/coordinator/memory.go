@@ -171,8 +171,11 @@ func (m *memoryTuner) tune(ctx context.Context) {
 		debug.SetGCPercent(p.GCPercent)
 	}
 	m.applied = p
-	m.log.Info("memory plan", "limit_mib", p.Limit>>20, "gc_percent", p.GCPercent, "why", p.Why, "nodes", nodes,
-		"host_mib", m.host>>20, "gogc_env", m.envGC)
+	gc := strconv.Itoa(p.GCPercent)
+	if m.envGC {
+		gc = "GOGC=" + os.Getenv("GOGC") // the environment's, left alone
+	}
+	m.log.Info("memory plan", "limit_mib", p.Limit>>20, "gc_percent", gc, "why", p.Why, "nodes", nodes, "host_mib", m.host>>20)
 }
 
 // replans says whether the plan follows the store's node count, which
