@@ -36,11 +36,11 @@ var decoderSeam = func(r io.Reader) io.Reader { return r }
 // Buffers come from fixed free lists rather than a sync.Pool: a free list
 // both reuses the aligned buffers and puts a hard bound on how many exist,
 // which a sync.Pool does not. With 4 MiB blocks the stages hold at most
-// blockBufs*4 MiB + chunkBufs*1 MiB (~36 MiB) whatever the image size.
+// blockBufs*4 MiB + chunkBufs*1 MiB (~44 MiB) whatever the image size.
 const (
 	chunkSize = 1 << 20
 	chunkBufs = 8
-	blockBufs = 7
+	blockBufs = 9
 	queue     = 2
 	// zeroGrain is the granularity of zero detection: large enough that
 	// the writes between zero runs stay big and aligned, small enough to

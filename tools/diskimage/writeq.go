@@ -11,8 +11,13 @@ import (
 // second write queued behind it) the writer stops being the stage that
 // holds the pipeline up. Each in-flight write holds one block buffer, so
 // blockBufs must cover the decoder's block, the queue to the writer, the
-// one being planned and these.
-const writeDepth = 2
+// one being planned and these. Four rather than two: with every stage on
+// two shared cores the device's answers come late (the loop device's
+// worker waits for a core too), and two more writes in flight kept it
+// busy: incompressible 973 against 870 MB/s (532 against 472 in another
+// run), the same on a mostly-zero image (`bench-install -writers`, same
+// runs, 2026-11-29, load 5-18).
+const writeDepth = 4
 
 // op is one device operation planned for a block: a data write of p at
 // off, or (p == nil) a range of n bytes at off to be zeroed.
