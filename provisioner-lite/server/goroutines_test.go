@@ -43,7 +43,7 @@ const maxGoroutinesPerRunner = 4
 const coordLabel = "cure-test-side"
 
 type goroutineEnv struct {
-	t     *testing.T
+	t     testing.TB
 	label string // the value of coordLabel on its server's goroutines
 	st    *store.Store
 	hub   *sessions.Hub
@@ -56,7 +56,7 @@ type goroutineEnv struct {
 // session's stream control: the select loop and its receiver goroutine),
 // with n nodes whose runs wait for CURE and hold one issued boot token
 // each ("tok-<i>").
-func newGoroutineEnv(t *testing.T, n int, plain bool) *goroutineEnv {
+func newGoroutineEnv(t testing.TB, n int, plain bool) *goroutineEnv {
 	t.Helper()
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -141,7 +141,7 @@ func (e *goroutineEnv) runner(i int) curev1.RunnerService_SessionClient {
 
 // coordGoroutines counts the goroutines the coordinator's server started,
 // by the function that identifies each (the first frame of gRPC or CURE).
-func coordGoroutines(t *testing.T, label string) (int, map[string]int) {
+func coordGoroutines(t testing.TB, label string) (int, map[string]int) {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
@@ -267,5 +267,27 @@ func TestSessionGoroutinesPerRunner(t *testing.T) {
 	// own is left behind.
 	if after, _ := e.settled(); after > base+(more+1)*maxGoroutinesPerRunner {
 		t.Errorf("after a close and a reconnect the coordinator has %d goroutines, want at most %d", after, base+(more+1)*maxGoroutinesPerRunner)
+	}
+}
+
+// BenchmarkSessionEvent is one runner event's round trip (sent, stored,
+// acked) through the select loop and its receiver goroutine, and through
+// the handler's own read: go test -bench SessionEvent -benchmem
+// ./provisioner-lite/server/ (allocations and CPU are both sides').
+func BenchmarkSessionEvent(b *testing.B) {
+	for _, plain := range []bool{true, false} {
+		name := map[bool]string{true: "select-loop", false: "inline"}[plain]
+		b.Run(name, func(b *testing.B) {
+			e := newGoroutineEnv(b, 1, plain)
+			s := e.runner(0)
+			b.ReportAllocs()
+			seq := uint64(1)
+			for b.Loop() {
+				seq++
+				if err := send(s, logEvent(seq, "", "bench")); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
