@@ -14,6 +14,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -63,6 +64,7 @@ var (
 	verifies                 []string           // "whole" or "chunked-ALG", one writer row each
 	connections              int
 	writers                  []string // executables run as write-child; "" is this binary
+	ddIflag                  string   // "iflag=fullblock " under -fullblock
 )
 
 func main() {
@@ -84,6 +86,7 @@ func main() {
 	verList := flag.String("verify", "chunked", "comma-separated verifications, each run alternately with the baseline, one row each: whole (the download's sha256 at its end), chunked (the chunk list, "+chunklist.DefaultAlg.String()+"), chunked-sha256, chunked-blake3")
 	flag.IntVar(&connections, "connections", 1, "HTTP Range connections of the chunked writer (Options.Connections)")
 	writerList := flag.String("writers", "", "comma-separated bench-install binaries (e.g. one built from another commit) whose write-child runs as a contender beside this binary's, alternating in the same run: an A/B of two writers on the same server, target and load; empty: this binary only")
+	fullblock := flag.Bool("fullblock", false, "give the baseline's dd iflag=fullblock: without it dd writes each short read from the pipe (64 KiB-1 MiB) as its own O_DIRECT write, as the plain shell pipeline does")
 	decList := flag.String("decoders", "", "comma-separated Options.Decoder values (auto, cure-zstd, klauspost-zstd, exec, go) each run alternately with the baseline, one row each (default: auto only)")
 	printVersion := version.Flag(flag.CommandLine, "bench-install")
 	flag.Parse()
@@ -98,6 +101,9 @@ func main() {
 				decoders[i] = diskimage.DecoderAuto
 			}
 		}
+	}
+	if *fullblock {
+		ddIflag = "iflag=fullblock "
 	}
 	writers = []string{""}
 	if *writerList != "" {
@@ -190,7 +196,7 @@ func run(sizeFlag string, zeroPct int, rssFlag, work string, useFile bool) error
 	defer cleanup()
 	fmt.Printf("target: %s\n\n", target)
 
-	fmt.Printf("mostly-zero = %d%% of 4 MiB blocks zero; filesystem = ext4 holding %s; medians of %d alternating runs; contenders on %d cores\n\n", zeroPct, fsSource, runs, cpus)
+	fmt.Printf("mostly-zero = %d%% of 4 MiB blocks zero; filesystem = ext4 holding %s; medians of %d alternating runs; contenders on %d cores; baseline dd %s\n\n", zeroPct, fsSource, runs, cpus, cmp.Or(ddIflag, "without iflag=fullblock"))
 	fmt.Printf("%-16s %-6s %12s %12s %12s %7s %9s %10s %9s  %s\n", "image", "codec", "ceiling", "baseline", "writer", "ratio", "/ceiling", "writer RSS", "zero", "decoder")
 	var lines []string // one script-readable line per image and codec, printed last
 	for _, im := range imgs {
@@ -320,7 +326,7 @@ func benchImage(im image, codec benchCodec, base, target, fetchCmd string) ([]st
 		t0 = time.Now()
 		// Under -cpus the whole pipeline is pinned, curl included:
 		// the writer's download is its own work too.
-		if err := shPinned(fmt.Sprintf("%s %q | %s | dd of=%q bs=4M oflag=direct status=none", fetchCmd, u, codec.dec, target)); err != nil {
+		if err := shPinned(fmt.Sprintf("%s %q | %s | dd of=%q bs=4M %soflag=direct status=none", fetchCmd, u, codec.dec, target, ddIflag)); err != nil {
 			return nil, fmt.Errorf("baseline %s: %w", art, err)
 		}
 		baseDurs = append(baseDurs, time.Since(t0))
