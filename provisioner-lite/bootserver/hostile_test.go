@@ -128,15 +128,46 @@ func TestStalledArtifactReaderCut(t *testing.T) {
 	if !strings.Contains(f.logBuf.String(), "path=/artifacts/sha256/"+h) {
 		t.Fatalf("the cut request never finished on the server:\n%s", f.logBuf.String())
 	}
-	// A normal reader is unaffected by the stall deadline, however long the download.
-	resp, err := http.Get("http://" + addr + "/artifacts/sha256/" + h)
+	// A reader that keeps reading is never cut, however long the download:
+	// the deadline is re-armed per chunk, not set once for the whole file.
+	// It gets a server of its own whose Stall a loaded machine's scheduling
+	// gaps cannot reach, and it reads slowly enough that the download
+	// outlasts that Stall several times over.
+	const liveStall = 2 * time.Second
+	f2, addr2 := limitedServer(t, Limits{Stall: liveStall})
+	h2 := importBytes(t, f2.artDir, content)
+	start := time.Now()
+	resp, err := http.Get("http://" + addr2 + "/artifacts/sha256/" + h2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	got, err := io.ReadAll(resp.Body)
+	got, err := paceRead(resp.Body, 1<<20, 100*time.Millisecond)
+	took := time.Since(start)
 	if err != nil || !bytes.Equal(got, content) {
 		t.Fatalf("normal download: %d bytes, %v", len(got), err)
+	}
+	if took <= liveStall {
+		t.Fatalf("the paced download took %s, not longer than Stall %s: it proves nothing about a long download", took, liveStall)
+	}
+	t.Logf("paced download of %d bytes took %s with Stall %s", len(got), took.Round(10*time.Millisecond), liveStall)
+}
+
+// paceRead reads r to the end, pausing after each step bytes: a live but
+// slow reader.
+func paceRead(r io.Reader, step int64, pause time.Duration) ([]byte, error) {
+	var buf bytes.Buffer
+	for {
+		n, err := io.CopyN(&buf, r, step)
+		if err == io.EOF {
+			return buf.Bytes(), nil
+		}
+		if err != nil {
+			return buf.Bytes(), err
+		}
+		if n == step {
+			time.Sleep(pause)
+		}
 	}
 }
 
