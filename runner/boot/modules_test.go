@@ -403,3 +403,24 @@ func TestModuleMatchCached(t *testing.T) {
 		t.Fatalf("a device without a driver matched %v", got)
 	}
 }
+
+// readModaliases reads every bus, or only the buses named (the network
+// rounds' pci and virtio); no sysfs is no devices.
+func TestReadModaliasesBuses(t *testing.T) {
+	sysRoot, _ := fixture(t)
+	writeFile(t, filepath.Join(sysRoot, "bus/acpi/devices/PNP0A08:00/modalias"), "acpi:PNP0A08:PNP0A03:\n")
+	if err := os.MkdirAll(filepath.Join(sysRoot, "bus/acpi/devices/LNXSYSTM:00"), 0o755); err != nil { // no modalias
+		t.Fatal(err)
+	}
+	all, err := readModaliases(sysRoot)
+	if err != nil || len(all) != 4 || all[0] != "acpi:PNP0A08:PNP0A03:" {
+		t.Fatalf("every bus: %v, %v", all, err)
+	}
+	net, err := readModaliases(sysRoot, networkBuses...)
+	if err != nil || len(net) != 3 || slices.Contains(net, "acpi:PNP0A08:PNP0A03:") {
+		t.Fatalf("network buses: %v, %v", net, err)
+	}
+	if none, err := readModaliases(filepath.Join(t.TempDir(), "nosys")); err != nil || len(none) != 0 {
+		t.Fatalf("without sysfs: %v, %v", none, err)
+	}
+}
