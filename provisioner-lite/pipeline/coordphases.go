@@ -445,6 +445,11 @@ func (pw *powerCtl) rebootIntoCURE(ctx context.Context, r *store.Run, why string
 	bootgate.OpenWindow(r)
 	pw.save(ctx, r)
 	err := pw.withBMC(ctx, r, func(ctx context.Context, b BMC) error {
+		// A coordinator stop must not cut the sequence: a reset the BMC did
+		// whose answer was cut would go unrecorded, and the resumed run
+		// would reboot the node again. It keeps withBMC's budget.
+		ctx, cancel := uncancelled(ctx)
+		defer cancel()
 		if err := b.SetBootOverride(ctx, pw.cfg.NetBoot, true); err != nil {
 			return err
 		}
@@ -463,6 +468,14 @@ func (pw *powerCtl) rebootIntoCURE(ctx context.Context, r *store.Run, why string
 	pw.save(ctx, r)
 	pw.coordEvent(ctx, *r, r.Phase, runstate.EventInfo, "", "re-armed PXE once and reset the host: "+why, 0)
 	return nil
+}
+
+// uncancelled is ctx without its cancellation but with its deadline.
+func uncancelled(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(context.WithoutCancel(ctx), dl)
+	}
+	return context.WithCancel(context.WithoutCancel(ctx))
 }
 
 // waitForCURE waits for this run's runner to register, until the

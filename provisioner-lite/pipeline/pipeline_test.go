@@ -95,6 +95,8 @@ type fixture struct {
 	// runner says Hello.
 	ecfg   pipeline.Config
 	onBoot func()
+	// wrapBMC, when set, wraps each BMC connection the engine makes.
+	wrapBMC func(pipeline.BMC) pipeline.BMC
 }
 
 // engine is the engine driving now (restart replaces it).
@@ -238,8 +240,15 @@ func newFixtureCfg(t *testing.T, edit func(sku *manifests.SKU, casDir string), b
 			if fail {
 				return nil, fmt.Errorf("bmc %s: scripted login failure", n.BMCURL)
 			}
-			return redfish.Connect(ctx, redfish.Endpoint{URL: n.BMCURL, Username: n.BMCUser, Password: n.BMCPassword, Insecure: true /* httptest BMC over plain HTTP */},
+			b, err := redfish.Connect(ctx, redfish.Endpoint{URL: n.BMCURL, Username: n.BMCUser, Password: n.BMCPassword, Insecure: true /* httptest BMC over plain HTTP */},
 				redfish.Options{Timeout: 5 * time.Second, Logger: log, OnRetry: met.RedfishHTTPRetry})
+			f.mu.Lock()
+			wrap := f.wrapBMC
+			f.mu.Unlock()
+			if err != nil || wrap == nil {
+				return b, err
+			}
+			return wrap(b), nil
 		},
 		Manifests: &catalog.Catalog{Dir: filepath.Join(dir, "manifests")}, ArtifactDir: filepath.Join(dir, "artifacts"),
 		BaseURL: "http://10.0.2.2:8080", RunnerAddr: "10.0.2.2:8443", BMCBaseURL: cas.URL,

@@ -9,6 +9,7 @@ import (
 	curev1 "github.com/cure-oss/cure/api/curev1"
 	"github.com/cure-oss/cure/manifests"
 	"github.com/cure-oss/cure/modes"
+	"github.com/cure-oss/cure/provisioner-lite/pipeline"
 	"github.com/cure-oss/cure/provisioner-lite/store"
 	"github.com/cure-oss/cure/qemu-test/vbmc"
 )
@@ -29,6 +30,52 @@ func (f *fixture) restartWhen(ctx context.Context, runID string, cond func(store
 		}
 	}()
 	return fired
+}
+
+// stopAtBIOSReset stops the engine the instant the BMC has done the BIOS
+// reboot's reset, before its answer reaches the engine (as a stop landing
+// while the answer is on the wire does), and starts another.
+func (f *fixture) stopAtBIOSReset() (fired *atomic.Bool) {
+	fired = &atomic.Bool{}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.wrapBMC = func(b pipeline.BMC) pipeline.BMC {
+		return &resetHookBMC{BMC: b, after: func(ctx context.Context) error {
+			r, err := f.st.GetRun(ctx, f.onlyRun())
+			if err != nil || r.Pipeline.BMC.BIOS.Stage != store.BIOSRebooted || !fired.CompareAndSwap(false, true) {
+				return nil
+			}
+			f.mu.Lock()
+			stop := f.cancel
+			f.mu.Unlock()
+			stop()
+			go f.restart()
+			return ctx.Err() // what a cut HTTP call returns
+		}}
+	}
+	return fired
+}
+
+// onlyRun is the fixture node's active run.
+func (f *fixture) onlyRun() string {
+	runs, err := f.st.ActiveRuns(context.Background())
+	if err != nil || len(runs) != 1 {
+		return ""
+	}
+	return runs[0].ID
+}
+
+// resetHookBMC runs after once the BMC has done a Reset.
+type resetHookBMC struct {
+	pipeline.BMC
+	after func(ctx context.Context) error
+}
+
+func (b *resetHookBMC) Reset(ctx context.Context, resetType string) error {
+	if err := b.BMC.Reset(ctx, resetType); err != nil {
+		return err
+	}
+	return b.after(ctx)
 }
 
 // bmcOnly pins new BMC firmware, activated by a BMC reset.
@@ -140,6 +187,8 @@ func TestRestartDuringEveryWait(t *testing.T) {
 		{"cure", func(r store.Run) bool { return r.Phase == modes.Hardware }},
 		{"bios_apply", func(r store.Run) bool { return r.Pipeline.BMC.BIOS.Stage == store.BIOSRebooted }},
 		{"host_os", func(r store.Run) bool { return !r.Pipeline.Host.RebootedAt.IsZero() }},
+		// The BIOS reboot's reset done by the BMC, its answer not back yet.
+		{"bios_reset_answer", nil},
 	}
 	for _, p := range points {
 		t.Run(p.name, func(t *testing.T) {
@@ -151,7 +200,9 @@ func TestRestartDuringEveryWait(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			var fired *atomic.Bool
-			if p.at == nil {
+			if p.name == "bios_reset_answer" {
+				fired = f.stopAtBIOSReset()
+			} else if p.at == nil {
 				fired = &atomic.Bool{}
 				f.onBoot = func() {
 					if fired.CompareAndSwap(false, true) {
