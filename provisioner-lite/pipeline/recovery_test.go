@@ -177,10 +177,11 @@ func TestMACFixReArmsWaitingRun(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond) // the stranger's iPXE request is shown
-	if warns := f.notes(runID, "its inventory MACs ("+wrongMAC+") are wrong"); len(warns) == 0 {
-		t.Fatal("the stranger's network boot was not shown on the waiting run's timeline")
-	}
+	// The stranger's iPXE request follows its network boot; on a loaded
+	// machine it may come well after, but within the run's wait.
+	waitUntil(t, waitCURE*2/3, "the stranger's network boot shown on the waiting run's timeline", func() bool {
+		return len(f.notes(runID, "its inventory MACs ("+wrongMAC+") are wrong")) > 0
+	})
 	f.setMACs(mac)
 	// The proxy DHCP's copy of the inventory still misses the MAC.
 	f.engine().UnknownMAC(ctx, mac, "proxy DHCP", nodeAddr)
