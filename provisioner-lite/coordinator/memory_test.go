@@ -11,7 +11,7 @@ import (
 )
 
 // The plan: 128 MiB + 160 KiB a node, at most 3/4 of the host, GC target
-// 200 under a limit; --memory-limit beats the fleet, off removes the limit.
+// 100; --memory-limit beats the fleet, off removes the limit.
 func TestPlanMemory(t *testing.T) {
 	const mib, gib = int64(1 << 20), int64(1 << 30)
 	for _, tc := range []struct {
@@ -22,12 +22,12 @@ func TestPlanMemory(t *testing.T) {
 		wantGC          int
 		wantWhyContains string
 	}{
-		{"no nodes yet", 0, 64 * gib, 0, 128 * mib, 200, "0 nodes"},
-		{"5,000 nodes", 5000, 64 * gib, 0, 128*mib + 5000*160<<10, 200, "5000 nodes"},
-		{"10,000 nodes, host unknown", 10000, 0, 0, 128*mib + 10000*160<<10, 200, "10000 nodes"},
-		{"the host caps it", 10000, 1 * gib, 0, 768 * mib, 200, "3/4 of the host"},
-		{"negative count", -5, 0, 0, 128 * mib, 200, "0 nodes"},
-		{"--memory-limit", 10000, 1 * gib, 3 * gib, 3 * gib, 200, "--memory-limit"},
+		{"no nodes yet", 0, 64 * gib, 0, 128 * mib, 100, "0 nodes"},
+		{"5,000 nodes", 5000, 64 * gib, 0, 128*mib + 5000*160<<10, 100, "5000 nodes"},
+		{"10,000 nodes, host unknown", 10000, 0, 0, 128*mib + 10000*160<<10, 100, "10000 nodes"},
+		{"the host caps it", 10000, 1 * gib, 0, 768 * mib, 100, "3/4 of the host"},
+		{"negative count", -5, 0, 0, 128 * mib, 100, "0 nodes"},
+		{"--memory-limit", 10000, 1 * gib, 3 * gib, 3 * gib, 100, "--memory-limit"},
 		{"--memory-limit off", 10000, 1 * gib, -1, math.MaxInt64, 100, "off"},
 	} {
 		p := PlanMemory(tc.nodes, tc.host, tc.override)
@@ -60,7 +60,7 @@ func TestHostMemoryFiles(t *testing.T) {
 // leaves GOGC's target alone where the environment set it.
 func TestMemoryTuner(t *testing.T) {
 	prevLimit := debug.SetMemoryLimit(-1)
-	prevGC := debug.SetGCPercent(100)
+	prevGC := debug.SetGCPercent(70) // the tuner must set 100
 	t.Cleanup(func() { debug.SetMemoryLimit(prevLimit); debug.SetGCPercent(prevGC) })
 	nodes := 1000
 	m := &memoryTuner{host: 64 << 30, count: func(context.Context) (int, error) { return nodes, nil }, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -71,8 +71,8 @@ func TestMemoryTuner(t *testing.T) {
 	if got := debug.SetMemoryLimit(-1); got != 128<<20+1000*160<<10 {
 		t.Errorf("limit %d after tuning for 1,000 nodes", got)
 	}
-	if got := debug.SetGCPercent(100); got != 200 {
-		t.Errorf("GC percent %d, want 200", got)
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GC percent %d, want 100", got)
 	}
 	nodes = 3000
 	m.tune(context.Background())

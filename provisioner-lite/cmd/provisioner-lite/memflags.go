@@ -9,13 +9,13 @@ import (
 	"github.com/cure-oss/cure/provisioner-lite/coordinator"
 )
 
-// registerMemoryFlags: the Go runtime's memory limit and GC target, planned
-// from the fleet (coordinator.PlanMemory; docs/OPERATIONS.md, Memory).
+// registerMemoryFlags: the Go runtime's memory limit, planned from the
+// fleet (coordinator.PlanMemory; docs/OPERATIONS.md, Memory).
 func registerMemoryFlags(fs *flag.FlagSet, c *coordinator.Config) {
 	fs.IntVar(&c.FleetSize, "fleet-size", c.FleetSize, "nodes the memory limit is planned for: 128 MiB + 160 KiB a node, at most 3/4 of the host's (or cgroup's) memory "+
 		"(0: the store's node count, followed as nodes are added and removed)")
 	fs.Var((*byteSize)(&c.MemoryLimit), "memory-limit", "the Go runtime's memory limit, a `size` such as 2GiB or 1500MiB (0: planned from --fleet-size; off: none); "+
-		"beats GOMEMLIMIT, which otherwise stays the limit. A limit sets the GC target to 200 unless GOGC is set")
+		"beats GOMEMLIMIT, which otherwise stays the limit")
 }
 
 // byteSize is a size in bytes given with an optional unit: B, KiB, MiB,
