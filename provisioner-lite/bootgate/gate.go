@@ -58,8 +58,9 @@ func New(cfg Config) *Gate {
 }
 
 // WaitForCURE says run r waits for its runner to register, so that network
-// boots of unknown MACs are shown on its timeline until EndWaitForCURE.
-func (g *Gate) WaitForCURE(r store.Run) { g.waits.add(r) }
+// boots of unknown MACs are shown on its timeline until EndWaitForCURE
+// (and those of the moment before, which may be its node's).
+func (g *Gate) WaitForCURE(r store.Run) { g.showRecentUnknown(r, g.waits.add(r, time.Now())) }
 
 // EndWaitForCURE ends WaitForCURE.
 func (g *Gate) EndWaitForCURE(runID string) { g.waits.remove(runID) }

@@ -44,26 +44,26 @@ func TestTokenLimiter(t *testing.T) {
 // than maxAnnotatedWaits runs waiting, none is shown.
 func TestUnknownMACWaitsBounded(t *testing.T) {
 	var w cureWaits
-	w.add(store.Run{ID: "r1"})
+	w.add(store.Run{ID: "r1"}, time.Now())
 	for i := range maxMACsPerWait {
-		if show, _ := w.note(fmt.Sprintf("mac%d", i)); len(show) != 1 {
+		if show, _ := w.note(seenMAC{mac: fmt.Sprintf("mac%d", i), at: time.Now()}); len(show) != 1 {
 			t.Fatalf("mac%d shown on %d runs", i, len(show))
 		}
 	}
-	if show, full := w.note("mac0"); len(show)+len(full) != 0 {
+	if show, full := w.note(seenMAC{mac: "mac0", at: time.Now()}); len(show)+len(full) != 0 {
 		t.Fatal("a MAC shown twice")
 	}
-	if show, full := w.note("extra"); len(show) != 0 || len(full) != 1 {
+	if show, full := w.note(seenMAC{mac: "extra", at: time.Now()}); len(show) != 0 || len(full) != 1 {
 		t.Fatalf("MAC past the bound: show %d, more %d", len(show), len(full))
 	}
-	if _, full := w.note("extra2"); len(full) != 0 {
+	if _, full := w.note(seenMAC{mac: "extra2", at: time.Now()}); len(full) != 0 {
 		t.Fatal("'more' said twice")
 	}
 	w.remove("r1")
 	for i := range maxAnnotatedWaits + 1 {
-		w.add(store.Run{ID: fmt.Sprint("r", i)})
+		w.add(store.Run{ID: fmt.Sprint("r", i)}, time.Now())
 	}
-	if show, full := w.note("new"); len(show)+len(full) != 0 {
+	if show, full := w.note(seenMAC{mac: "new", at: time.Now()}); len(show)+len(full) != 0 {
 		t.Fatalf("%d runs waiting: MAC shown", maxAnnotatedWaits+1)
 	}
 }
