@@ -34,7 +34,8 @@ type Server struct {
 	srv  *http.Server // nil while the BMC is resetting (refusing)
 	done bool
 
-	open atomic.Int64 // client connections open now
+	open     atomic.Int64 // client connections open now
+	accepted atomic.Int64 // client connections accepted in all
 }
 
 // Listen serves b on addr ("127.0.0.1:0" picks a port) in the background.
@@ -89,6 +90,7 @@ func (s *Server) connState(_ net.Conn, st http.ConnState) {
 	switch st {
 	case http.StateNew:
 		s.open.Add(1)
+		s.accepted.Add(1)
 	case http.StateClosed, http.StateHijacked:
 		s.open.Add(-1)
 	}
@@ -96,6 +98,10 @@ func (s *Server) connState(_ net.Conn, st http.ConnState) {
 
 // OpenConns is the number of client connections open now.
 func (s *Server) OpenConns() int { return int(s.open.Load()) }
+
+// Accepted is the number of client connections accepted so far (each one a
+// TLS handshake over https).
+func (s *Server) Accepted() int { return int(s.accepted.Load()) }
 
 // setReachable closes the listener and every connection (a rebooting BMC
 // refuses connections) or listens again on the same address.
