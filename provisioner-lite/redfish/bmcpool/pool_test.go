@@ -95,6 +95,7 @@ func TestBMCPoolClosesIdleConnectionsBetweenSteps(t *testing.T) {
 	bm, srv, n := pooledBMCServer(t)
 	conn, _ := NewConnector("", 5*time.Second, quiet())
 	p := New(conn, time.Minute, 2, 4, nil, []string{"rack"}, quiet())
+	p.linger = 50 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	waitConns := func(want int, when string) {
@@ -137,6 +138,55 @@ func TestBMCPoolClosesIdleConnectionsBetweenSteps(t *testing.T) {
 		t.Fatalf("%d logins, %d BMC sessions; want the one session kept across steps", got, bm.SessionCount())
 	}
 	waitConns(0, "after the next step")
+}
+
+// A step that follows the last one within the linger uses its connection
+// (no new handshake); after the linger the connection is closed, and the
+// next step opens one; with no linger the connection closes at release.
+func TestBMCPoolReusesConnectionWithinLinger(t *testing.T) {
+	_, srv, n := pooledBMCServer(t)
+	conn, _ := NewConnector("", 5*time.Second, quiet())
+	p := New(conn, time.Minute, 2, 4, nil, []string{"rack"}, quiet())
+	p.linger = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	step := func() {
+		t.Helper()
+		h, err := p.Connect(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.PowerState(ctx); err != nil {
+			t.Fatal(err)
+		}
+		h.Close(ctx)
+	}
+	for range 3 {
+		step()
+	}
+	if got := srv.Accepted(); got != 1 {
+		t.Fatalf("three steps back to back opened %d connections, want 1", got)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.OpenConns() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle connection is still open %v after the last step", 5*time.Second)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	step()
+	if got := srv.Accepted(); got != 2 {
+		t.Fatalf("a step after the linger: %d connections in all, want 2", got)
+	}
+	p.linger = 0
+	step()
+	deadline = time.Now().Add(5 * time.Second)
+	for srv.OpenConns() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("with no linger the connection stays open after release")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // At most maxInflight calls reach one BMC at once, and at most maxLogins
