@@ -22,10 +22,23 @@ import (
 // shape of database/sql but run under the batch's own: one caller giving up
 // must not interrupt a transaction that carries other callers' writes.
 type Tx struct {
-	tx  *sql.Tx
-	ctx context.Context
-	p   *pool
+	tx    *sql.Tx
+	ctx   context.Context
+	p     *pool
+	after []func()
+	// runRows are the run rows this transaction wrote, by id: UpdateRun's
+	// diff for a run written earlier in the same batch (the cache moves
+	// only after the commit).
+	runRows map[string]cachedRow
 }
+
+// AfterCommit runs f once the transaction carrying this write committed,
+// never when it is rolled back. A cache of what the database holds must be
+// updated here, not in fn: a batch rolled back for another write's failure
+// runs again, and a cache updated by the first attempt would describe a row
+// that was never written (UpdateRun then found nothing to change and lost
+// the write: TestUpdateRunSurvivesBatchRetry).
+func (t *Tx) AfterCommit(f func()) { t.after = append(t.after, f) }
 
 // ExecContext runs a statement in the transaction (prepared once per store).
 func (t *Tx) ExecContext(_ context.Context, q string, args ...any) (sql.Result, error) {
@@ -296,6 +309,9 @@ func (c *committer) commit(ops []*op) (failed int, opErr, err error) {
 	}
 	if err := t.Commit(); err != nil {
 		return -1, nil, fmt.Errorf("commit: %w", err)
+	}
+	for _, f := range tx.after {
+		f()
 	}
 	c.commits.Add(1)
 	if f := c.observe.Load(); f != nil {

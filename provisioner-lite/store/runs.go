@@ -115,11 +115,15 @@ func (s *Store) UpdateRun(ctx context.Context, r Run) error {
 			return nil
 		}
 	}
-	// The diff is taken inside the transaction: writes run there in commit
-	// order, so the cache is exactly the row as committed before this one.
+	// The diff is taken inside the transaction, against the row as this
+	// batch wrote it or else as last committed: the cache moves only after
+	// a commit, since a batch rolled back for another write runs again.
 	unchanged := false
 	err = s.tx(ctx, func(tx *Tx) error {
-		prev, cached := s.cachedRun(r.ID)
+		prev, cached := tx.runRows[r.ID]
+		if !cached {
+			prev, cached = s.cachedRun(r.ID)
+		}
 		var set []string
 		var args []any
 		if cached {
@@ -154,7 +158,11 @@ func (s *Store) UpdateRun(ctx context.Context, r Run) error {
 			if r.NodeID == "" {
 				r.NodeID = prev.nodeID
 			}
-			s.rememberRun(r.ID, r.NodeID, r.Status, vals)
+			if tx.runRows == nil {
+				tx.runRows = map[string]cachedRow{}
+			}
+			tx.runRows[r.ID] = cachedRow{nodeID: r.NodeID, vals: vals}
+			tx.AfterCommit(func() { s.rememberRun(r.ID, r.NodeID, r.Status, vals) })
 			return nil
 		}
 		// Nothing matched: say why.
