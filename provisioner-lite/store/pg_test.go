@@ -36,7 +36,7 @@ func TestPostgresBackend(t *testing.T) {
 		"Series": TestSeries, "SeriesBounds": TestSeriesBounds, "BMCEvidence": TestBMCEvidence,
 		"RunProgress":                 TestRunProgress,
 		"SeriesRunnerBudgetAndReplay": TestSeriesRunnerBudgetAndReplay, "VerdictAtAndStage": TestVerdictAtAndStage,
-		"NodePool": TestNodePool, "InstalledOS": TestInstalledOS,
+		"NodePool": TestNodePool, "InstalledOS": TestInstalledOS, "LatestRunSummaries": TestLatestRunSummaries,
 		"PipelineStateRoundTrip": TestPipelineStateRoundTrip,
 		"ProgressCapsAndEnd":     TestProgressCapsAndEnd, "ProgressOrderUnderConcurrency": TestProgressOrderUnderConcurrency,
 	} {
