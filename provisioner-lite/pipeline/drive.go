@@ -246,13 +246,47 @@ func retryRefused(phase modes.PhaseName, attempts, budget int, out outcome) stri
 func (c *core) save(ctx context.Context, r *store.Run) {
 	// The store write must land even while shutting down, or a resume would
 	// repeat a phase that already finished.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := c.cfg.Store.UpdateRun(wctx, *r); leaseLost(err) {
+	err := saveRun(ctx, c.cfg.Store.UpdateRun, *r, c.cfg.Log, saveRetry)
+	if leaseLost(err) {
 		c.leases.abandon(r.ID)
-	} else if err != nil {
-		c.cfg.Log.Error("store run", "run", r.ID, "err", err)
 	}
+}
+
+// saveRetry is how a run's write the store did not take is tried again.
+var saveRetry = retryPlan{attempts: 6, timeout: 10 * time.Second, backoff: time.Second}
+
+type retryPlan struct {
+	attempts         int
+	timeout, backoff time.Duration
+}
+
+// saveRun writes the run, trying again while the store fails for a reason
+// that can pass (its queue behind a slow commit on a saturated machine): the
+// run in memory and its row must not part, or a run that ended stays
+// "running" in the store, for the fleet view and for a resume. A lost lease,
+// an unknown run or a closed store are answered at once. It returns the last
+// error, logged.
+func saveRun(ctx context.Context, update func(context.Context, store.Run) error, r store.Run, log *slog.Logger, p retryPlan) error {
+	var err error
+	for attempt := 1; attempt <= p.attempts; attempt++ {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
+		err = update(wctx, r)
+		cancel()
+		if err == nil || leaseLost(err) || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrClosed) {
+			break
+		}
+		log.Error("store run", "run", r.ID, "attempt", attempt, "of", p.attempts, "err", err)
+		if ctx.Err() != nil && attempt >= 2 {
+			break // shutting down: one more try, not the whole plan
+		}
+		if attempt < p.attempts {
+			time.Sleep(time.Duration(attempt) * p.backoff)
+		}
+	}
+	if err != nil && !leaseLost(err) {
+		log.Error("store run: gave up", "run", r.ID, "status", r.Status.String(), "err", err)
+	}
+	return err
 }
 
 // begin starts a coordinator phase's attempt and records it. An attempt
