@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ import (
 // full ComputerSystem schema decoded by gofish, its body then decoded again
 // for Boot and Actions), kept as the baseline.
 
-func benchClient(b *testing.B) *Client {
+func benchClient(b testing.TB) *Client {
 	b.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m := vbmc.NewFakeMachine()
@@ -89,6 +90,57 @@ func (r *replay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	w.WriteHeader(rec.Code)
 	w.Write(rec.Body.Bytes())
+}
+
+// The hot paths' own decode answers what gofish's full decode answered,
+// before and after the state the benchmarks read changes: the baseline the
+// benchmarks compare against is the same answer, and the lighter decoder
+// loses nothing CURE reads (power state, boot target, enabled, mode).
+func TestHotPathsAgreeWithGofish(t *testing.T) {
+	c := benchClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	check := func(when, wantPower string) {
+		t.Helper()
+		lite, err := c.PowerState(ctx)
+		if err != nil {
+			t.Fatalf("%s: PowerState: %v", when, err)
+		}
+		full, err := gofishPowerState(ctx, c)
+		if err != nil {
+			t.Fatalf("%s: gofish power state: %v", when, err)
+		}
+		if lite != full || lite != wantPower {
+			t.Errorf("%s: power state %q, gofish %q, want %q", when, lite, full, wantPower)
+		}
+		liteBoot, err := c.bootState(ctx)
+		if err != nil {
+			t.Fatalf("%s: bootState: %v", when, err)
+		}
+		fullBoot, err := gofishBootState(ctx, c)
+		if err != nil {
+			t.Fatalf("%s: gofish boot state: %v", when, err)
+		}
+		if !reflect.DeepEqual(liteBoot, fullBoot) {
+			t.Errorf("%s: boot state %+v, gofish %+v", when, liteBoot, fullBoot)
+		}
+	}
+	check("fresh", "Off")
+	if err := c.SetBootOverride(ctx, BootPxe, true); err != nil {
+		t.Fatal(err)
+	}
+	check("PXE once", "Off")
+	if err := c.PowerOn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("powered on", "On")
+	if err := c.SetBootOverride(ctx, BootHdd, false); err != nil {
+		t.Fatal(err)
+	}
+	check("disk continuous", "On")
+	if target, _, err := c.BootOverride(ctx); err != nil || target != BootHdd {
+		t.Errorf("BootOverride = %v, %v, want %v", target, err, BootHdd)
+	}
 }
 
 // gofishPowerState is PowerState as it was: gofish's full decode.
