@@ -593,7 +593,7 @@ func (x *executor) flashInBand(ctx context.Context, phase string, a *curev1.Assi
 // ran out, before naming the part.
 func (x *executor) validateGPUs(ctx context.Context, a *curev1.Assignment, emit agent.Emitter) agent.PhaseOutcome {
 	n, sim := x.n, x.n.sim
-	if err := sleepBeating(ctx, sim.scaled(sim.cfg.Durations.Validate), heartbeatPeriod(a.GetHeartbeatMs()), emit); err != nil {
+	if err := sleepBeating(ctx, sim.scaled(sim.cfg.Durations.Validate), agent.HeartbeatPeriod(a.GetHeartbeatMs()), emit); err != nil {
 		return phaseFailed("interrupted")
 	}
 	failed := 0
@@ -611,20 +611,6 @@ func (x *executor) validateGPUs(ctx context.Context, a *curev1.Assignment, emit 
 		return phaseFailed(fmt.Sprintf("%d gpu checks failed", failed))
 	}
 	return phaseOK("8 gpus pass", false)
-}
-
-// Heartbeat periods as the real runner bounds the one the coordinator asks
-// for (runner/phases): at least a second, at most a minute.
-const (
-	minHeartbeat = time.Second
-	maxHeartbeat = time.Minute
-)
-
-func heartbeatPeriod(ms int64) time.Duration {
-	if ms <= 0 {
-		return maxHeartbeat
-	}
-	return min(max(time.Duration(ms)*time.Millisecond, minHeartbeat), maxHeartbeat)
 }
 
 // sleepBeating waits d (the simulated suite's checks), sending a heartbeat

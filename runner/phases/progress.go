@@ -11,21 +11,6 @@ import (
 	"github.com/cure-oss/cure/tools/checks/suite"
 )
 
-// Heartbeat periods of a running suite: the coordinator asks for one inside
-// its liveness budget (Assignment.heartbeat_ms); at least every minute, at
-// most every second.
-const (
-	maxHeartbeat = time.Minute
-	minHeartbeat = time.Second
-)
-
-func heartbeatPeriod(ms int64) time.Duration {
-	if ms <= 0 {
-		return maxHeartbeat
-	}
-	return min(max(time.Duration(ms)*time.Millisecond, minHeartbeat), maxHeartbeat)
-}
-
 // suiteProgress is a running suite as its heartbeats (Progress) tell it:
 // each check's state and an estimate of what is left. Safe for concurrent
 // use: a stage's checks end on their own goroutines.

@@ -107,14 +107,6 @@ spec:
 	}
 }
 
-func TestHeartbeatPeriod(t *testing.T) {
-	for ms, want := range map[int64]time.Duration{0: time.Minute, 10: time.Second, 5000: 5 * time.Second, 3600000: time.Minute} {
-		if got := heartbeatPeriod(ms); got != want {
-			t.Errorf("heartbeat_ms %d: %s, want %s", ms, got, want)
-		}
-	}
-}
-
 // TestValidateStagedHeartbeats runs a staged suite: a heartbeat on every
 // check state change, the running stage named, and a last one with every
 // check done and nothing left.

@@ -49,7 +49,7 @@ func (e *Executor) runValidate(ctx context.Context, a *curev1.Assignment, emit a
 	}
 	start := e.cfg.now()
 	prog.beat(emit)
-	stopBeats := beatEvery(ctx, heartbeatPeriod(a.GetHeartbeatMs()), prog, emit)
+	stopBeats := beatEvery(ctx, agent.HeartbeatPeriod(a.GetHeartbeatMs()), prog, emit)
 	t := &validateTally{counts: map[checks.Status]int{}}
 	// Stages that set telemetry are sampled while they run and judged on
 	// their bars when they end; those verdicts count with the checks'.
